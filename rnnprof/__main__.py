@@ -1,0 +1,5 @@
+import sys
+
+from rnnprof.cli import main
+
+sys.exit(main())

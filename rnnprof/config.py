@@ -1,0 +1,211 @@
+"""The workload configuration shared by ``rnnprof scale`` and ``rnnprof trace``.
+
+``add_workload_arguments`` puts the same flags on every command that runs a
+workload; ``workload_config_from_args`` turns them into a validated
+``WorkloadConfig`` or raises ``UsageError`` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+
+from rnnprof.errors import UsageError
+
+MODELS = ("nmt", "rnnlm")
+ENCODERS = ("loop", "fused")
+DIRECTIONS = ("uni", "bi")
+ATTENTIONS = ("none", "luong", "bahdanau")
+OPTIMIZERS = ("sgd", "adam")
+VARIABLE_UPDATES = ("independent", "parameter_server", "replicated")
+ALL_REDUCES = ("nccl", "ring", "hierarchical", "pscpu")
+PARAMETER_DEVICES = ("cpu", "gpu")
+BATCH_SCALINGS = ("per-device", "total")
+RNNLM_PRESETS = ("rnn_benchmark", "small")
+PLANTS = ("softmax-on-device0",)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    model: str = "nmt"
+    encoder: str = "fused"
+    direction: str = "uni"
+    layers: int = 4
+    units: int = 512
+    attention: str = "none"
+    src_max_len: int = 50
+    tgt_max_len: int = 50
+    vocab_size: int = 8000
+    embedding: int | None = None  # defaults to units
+    optimizer: str = "sgd"
+    learning_rate: float = 0.5
+    preset: str | None = None  # rnnlm only
+    data: str | None = None  # a tokenized text file; None uses the bundled corpus / synthetic ids
+    devices: int = 2
+    variable_update: str = "replicated"
+    all_reduce: str = "ring"
+    local_parameter_device: str = "cpu"
+    gradient_repacking: int = 0
+    batch_size: int = 64
+    batch_scaling: str = "per-device"
+    inter_op_threads: int = 0  # 0 lets TF choose
+    intra_op_threads: int = 0
+    warmup: int = 10
+    batches: int = 20
+    include_warmup: bool = False
+    seed: int = 1
+    plant: str | None = None  # diagnostic mishaps, see PLANTS
+    soft_placement: bool = True
+    request_gpu: bool = False  # ask for GPU devices even without one (soft placement then falls back)
+
+    def replace(self, **changes) -> "WorkloadConfig":
+        return dataclasses.replace(self, **changes)
+
+    def per_device_batch(self) -> int:
+        """Examples each tower processes per step."""
+        if self.batch_scaling == "total":
+            return max(1, self.batch_size // self.devices)
+        return self.batch_size
+
+    def total_batch(self) -> int:
+        return self.per_device_batch() * self.devices
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {value}")
+    return value
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser, devices_help: str | None = None,
+                           sweep: bool = False) -> None:
+    """Workload flags. With ``sweep``, ``--devices`` and ``--variable-update`` take comma lists."""
+    g = parser.add_argument_group("workload")
+    g.add_argument("--model", choices=MODELS, default="nmt")
+    g.add_argument("--encoder", choices=ENCODERS, default=None,
+                   help="loop: LSTM cells from raw ops in tf.while_loop; fused: one sequence op per "
+                        "layer (BlockLSTM on CPU, CudnnRNN on GPU). Default: fused")
+    g.add_argument("--direction", choices=DIRECTIONS, default="uni")
+    g.add_argument("--layers", type=_positive_int, default=None, help="encoder and decoder layers (default 4)")
+    g.add_argument("--units", type=_positive_int, default=None, help="LSTM units (default 512)")
+    g.add_argument("--attention", choices=ATTENTIONS, default="none")
+    g.add_argument("--src-max-len", type=_positive_int, default=None)
+    g.add_argument("--tgt-max-len", type=_positive_int, default=None)
+    g.add_argument("--vocab-size", type=_positive_int, default=None)
+    g.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
+    g.add_argument("--learning-rate", type=float, default=None)
+    g.add_argument("--preset", choices=RNNLM_PRESETS, default=None, help="RNNLM presets")
+    g.add_argument("--data", default=None, help="a tokenized text file (one sentence a line) instead of the bundled corpus")
+    g.add_argument("--plant", choices=PLANTS, default=None,
+                   help="diagnostic: reproduce a known placement mishap (RNNLM)")
+    g.add_argument("--seed", type=int, default=1)
+    r = parser.add_argument_group("devices and variable updates")
+    if sweep:
+        r.add_argument("--devices", default="1,2,4", help=devices_help or "comma-separated device counts (default 1,2,4)")
+        r.add_argument("--variable-update", default="replicated",
+                       help="comma-separated: " + ", ".join(VARIABLE_UPDATES))
+    else:
+        r.add_argument("--devices", type=_positive_int, default=2, help=devices_help or "towers, one per device")
+        r.add_argument("--variable-update", choices=VARIABLE_UPDATES, default="replicated")
+    r.add_argument("--all-reduce", choices=ALL_REDUCES, default=None,
+                   help="gradient all-reduce for replicated mode (default: nccl on GPUs, ring on CPU)")
+    r.add_argument("--local-parameter-device", choices=PARAMETER_DEVICES, default="cpu")
+    r.add_argument("--gradient-repacking", type=_non_negative_int, default=0,
+                   help="pack gradients into N chunks before all-reduce (0: one all-reduce per variable)")
+    r.add_argument("--batch-size", type=_positive_int, default=None, help="per device, or total with --batch-scaling total")
+    r.add_argument("--batch-scaling", choices=BATCH_SCALINGS, default="per-device")
+    r.add_argument("--inter-op-threads", type=_non_negative_int, default=0)
+    r.add_argument("--intra-op-threads", type=_non_negative_int, default=0)
+    r.add_argument("--request-gpu", action="store_true",
+                   help="place towers on GPUs even when none is visible (soft placement falls back to CPU)")
+    t = parser.add_argument_group("timing")
+    t.add_argument("--warmup", type=_non_negative_int, default=10, help="batches run before timing starts")
+    t.add_argument("--batches", type=_positive_int, default=20, help="timed batches")
+    t.add_argument("--include-warmup", action="store_true",
+                   help="also report the biased figure that includes the warm-up batches")
+
+
+def parse_int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} takes comma-separated whole numbers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise UsageError(f"{flag} takes device counts of at least 1, got {text!r}")
+    return values
+
+
+def parse_choice_list(text: str, flag: str, choices: tuple[str, ...]) -> list[str]:
+    values = [v.strip() for v in str(text).split(",") if v.strip()]
+    bad = [v for v in values if v not in choices]
+    if not values or bad:
+        raise UsageError(f"{flag}: unknown value {', '.join(bad) or repr(text)} (expected one of {', '.join(choices)})")
+    return values
+
+
+def workload_config_from_args(args: argparse.Namespace, gpus_available: int | None = None,
+                              **overrides) -> WorkloadConfig:
+    """Build and validate a config from parsed flags; ``overrides`` replace single values."""
+    values = {}
+    for f in dataclasses.fields(WorkloadConfig):
+        if hasattr(args, f.name):
+            values[f.name] = getattr(args, f.name)
+    values.update(overrides)
+    values = {k: v for k, v in values.items() if v is not None}
+    preset_defaults = model_defaults(values.get("model", "nmt"), values.get("preset"))
+    for key, value in preset_defaults.items():
+        values.setdefault(key, value)
+    if "all_reduce" not in values:
+        values["all_reduce"] = "nccl" if gpus_available else "ring"
+    config = WorkloadConfig(**values)
+    validate(config, gpus_available)
+    return config
+
+
+def model_defaults(model: str, preset: str | None) -> dict:
+    """Defaults that depend on the model and preset."""
+    if model == "rnnlm":
+        if preset == "rnn_benchmark":
+            return dict(layers=1, units=1024, embedding=1024, src_max_len=128, tgt_max_len=128,
+                        batch_size=128, vocab_size=10000, learning_rate=1.0)
+        return dict(layers=2, units=128, embedding=128, src_max_len=20, tgt_max_len=20,
+                    batch_size=32, vocab_size=2000, learning_rate=1.0)
+    return dict(encoder="fused", layers=4, units=512, src_max_len=50, tgt_max_len=50,
+                batch_size=64, vocab_size=8000, learning_rate=0.5)
+
+
+def validate(config: WorkloadConfig, gpus_available: int | None = None) -> None:
+    """Raise ``UsageError`` for combinations that cannot work."""
+    if config.devices < 1:
+        raise UsageError(f"--devices must be at least 1, got {config.devices}")
+    if config.model == "nmt" and config.attention != "none" and config.encoder == "fused":
+        raise UsageError("--attention needs the loop decoder; use --encoder loop or --attention none")
+    if config.variable_update == "replicated" and config.all_reduce == "nccl" and not gpus_available:
+        raise UsageError("--all-reduce nccl needs GPUs and none is visible; use ring, hierarchical or pscpu")
+    if config.local_parameter_device == "gpu" and config.variable_update == "parameter_server" and not gpus_available:
+        raise UsageError("--local-parameter-device gpu needs a GPU and none is visible; use cpu")
+    if config.plant and config.model != "rnnlm":
+        raise UsageError(f"--plant {config.plant} applies to --model rnnlm")
+    if config.preset and config.model != "rnnlm":
+        raise UsageError("--preset applies to --model rnnlm")
+    if config.batch_scaling == "total" and config.batch_size < config.devices:
+        raise UsageError(f"--batch-size {config.batch_size} with --batch-scaling total is smaller than "
+                         f"--devices {config.devices}")

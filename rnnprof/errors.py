@@ -1,0 +1,43 @@
+"""Errors that carry the process exit code.
+
+Every failure a user can cause is one of these; ``cli.main`` prints the message
+as one line and returns ``exit_code``. Anything else is a bug and shows a
+traceback only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+
+class RnnprofError(Exception):
+    """Base class: a message meant for the user and an exit code."""
+
+    exit_code = 2
+
+
+class UsageError(RnnprofError):
+    """A flag or combination of flags that cannot work."""
+
+
+class InputError(RnnprofError):
+    """A file or directory that cannot be read as what it claims to be."""
+
+    def __init__(self, path: object, problem: str, expected: str | None = None):
+        self.path = str(path)
+        self.problem = problem
+        self.expected = expected
+        text = f"{self.path}: {problem}"
+        if expected:
+            text += f" (expected {expected})"
+        super().__init__(text)
+
+
+class FindingsError(RnnprofError):
+    """An analysis found problems at or above the user's failure threshold."""
+
+    exit_code = 1
+
+
+class InterruptedRun(RnnprofError):
+    """The user interrupted a command; partial results were kept."""
+
+    exit_code = 130

@@ -1,0 +1,291 @@
+"""One columnar event table for every trace format.
+
+Every loader turns its input into an ``EventTable``: parallel numpy arrays, one
+element per event, with strings interned into small tables so that a million
+events cost a few tens of MB. Analyzers take an ``EventTable`` and never see the
+source format.
+
+Times are microseconds as float64 on the source's own clock; ``time_base_us``
+records what zero means so that tables from different sources can be aligned
+explicitly before they are merged (see ``concat``).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+
+class Kind(enum.IntEnum):
+    """What an event is, mechanically."""
+
+    HOST_OP = 0  # an op or operator run by a host thread (TF executor op, PyTorch cpu_op)
+    KERNEL = 1  # a kernel executing on an accelerator stream
+    MEMCPY = 2  # a copy: host<->device, device<->device
+    MEMSET = 3
+    COMMUNICATION = 4  # a collective, NCCL kernel, Send/Recv or all-reduce op
+    RUNTIME = 5  # a runtime or driver call (cudaLaunchKernel, ...)
+    ANNOTATION = 6  # user ranges, step markers, Python frames
+
+
+KIND_NAMES = {k: k.name.lower() for k in Kind}
+
+
+@dataclass(frozen=True, order=True)
+class Device:
+    """A normalized device: the host CPU, logical CPU k, or GPU k, on one worker.
+
+    ``worker`` names the process the device belongs to: a TF job/task such as
+    ``/job:worker/replica:0/task:1``, ``rank3`` for a PyTorch rank, or ``""``
+    when the trace holds a single process.
+    """
+
+    kind: str  # "host" | "cpu" | "gpu"
+    index: int = 0
+    worker: str = ""
+
+    @property
+    def label(self) -> str:
+        base = "host" if self.kind == "host" else f"{self.kind}:{self.index}"
+        return f"{self.worker}/{base}" if self.worker else base
+
+    def __str__(self) -> str:
+        return self.label
+
+
+_TF_DEVICE = re.compile(
+    r"^(?P<worker>(?:/job:[^/]+)?(?:/replica:\d+)?(?:/task:\d+)?)"
+    r"/?(?:device:)?(?P<kind>CPU|GPU|XLA_CPU|XLA_GPU|cpu|gpu)(?::(?P<index>\d+))?",
+)
+
+
+def parse_tf_device(text: str, default_worker: str = "") -> Device | None:
+    """Parse a TF device string (``/job:localhost/replica:0/task:0/device:GPU:1``, ``/gpu:0``).
+
+    The local single-process job ``/job:localhost/replica:0/task:0`` becomes worker ``""``.
+    Returns None for strings that name no device.
+    """
+    match = _TF_DEVICE.match(text.strip())
+    if not match:
+        return None
+    kind = match.group("kind").lower().replace("xla_", "")
+    worker = match.group("worker") or default_worker
+    if worker.startswith("/job:localhost"):
+        worker = ""
+    return Device(kind=kind, index=int(match.group("index") or 0), worker=worker)
+
+
+class StringTable:
+    """Interns strings to dense int32 codes."""
+
+    def __init__(self, initial: Iterable[str] = ("",)):
+        self._codes: dict[str, int] = {}
+        self.values: list[str] = []
+        for value in initial:
+            self.code(value)
+
+    def code(self, value: str) -> int:
+        code = self._codes.get(value)
+        if code is None:
+            code = self._codes[value] = len(self.values)
+            self.values.append(value)
+        return code
+
+    def codes(self, values: Iterable[str]) -> np.ndarray:
+        return np.fromiter((self.code(v) for v in values), dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class EventTable:
+    """Parallel arrays, one element per event. Strings are codes into ``strings``.
+
+    Columns: ``ts``/``dur`` (µs, float64), ``name``/``op_type``/``lane`` (int32 codes into
+    ``strings``), ``device`` (int16 index into ``devices``), ``kind`` (int8 ``Kind``),
+    ``step`` (int32, -1 when unknown), ``correlation`` (int64, -1 when none),
+    ``nbytes`` (int64, -1 when unknown).
+    """
+
+    ts: np.ndarray
+    dur: np.ndarray
+    name: np.ndarray
+    op_type: np.ndarray
+    device: np.ndarray
+    lane: np.ndarray
+    kind: np.ndarray
+    step: np.ndarray
+    correlation: np.ndarray
+    nbytes: np.ndarray
+    strings: tuple[str, ...]
+    devices: tuple[Device, ...]
+    source_format: str = ""
+    sources: tuple[str, ...] = ()
+    time_base_us: float = 0.0
+    metadata: dict = field(default_factory=dict, compare=False)
+
+    COLUMNS = ("ts", "dur", "name", "op_type", "device", "lane", "kind", "step", "correlation", "nbytes")
+
+    def __post_init__(self) -> None:
+        n = len(self.ts)
+        for column in self.COLUMNS:
+            if len(getattr(self, column)) != n:
+                raise ValueError(f"column {column} has {len(getattr(self, column))} rows, expected {n}")
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.ts + self.dur
+
+    def text(self, codes: np.ndarray | int) -> np.ndarray | str:
+        """Decode string codes (a column or one code) back to text."""
+        if np.isscalar(codes):
+            return self.strings[int(codes)]
+        return np.asarray(self.strings, dtype=object)[np.asarray(codes)]
+
+    def code_of(self, value: str) -> int:
+        """The code of ``value``, or -1 when no event uses it."""
+        try:
+            return self.strings.index(value)
+        except ValueError:
+            return -1
+
+    def select(self, mask: np.ndarray) -> "EventTable":
+        """The events where ``mask`` is true; string and device tables are shared."""
+        kwargs = {c: getattr(self, c)[mask] for c in self.COLUMNS}
+        return EventTable(
+            **kwargs,
+            strings=self.strings,
+            devices=self.devices,
+            source_format=self.source_format,
+            sources=self.sources,
+            time_base_us=self.time_base_us,
+            metadata=self.metadata,
+        )
+
+    def of_kind(self, *kinds: Kind) -> "EventTable":
+        return self.select(np.isin(self.kind, np.array([int(k) for k in kinds], dtype=np.int8)))
+
+    def on_device(self, device: Device) -> "EventTable":
+        return self.select(self.device == self.devices.index(device))
+
+    def steps(self) -> np.ndarray:
+        """Known step numbers, sorted."""
+        values = np.unique(self.step)
+        return values[values >= 0]
+
+
+class EventTableBuilder:
+    """Accumulates events one at a time (or a column chunk at a time) and builds a table."""
+
+    def __init__(self, source_format: str, sources: Sequence[str] = ()):
+        self.source_format = source_format
+        self.sources = tuple(str(s) for s in sources)
+        self.strings = StringTable()
+        self._devices: dict[Device, int] = {}
+        self._columns: dict[str, list] = {c: [] for c in EventTable.COLUMNS}
+        self.metadata: dict = {}
+
+    def device_code(self, device: Device) -> int:
+        code = self._devices.get(device)
+        if code is None:
+            code = self._devices[device] = len(self._devices)
+        return code
+
+    def add(
+        self,
+        ts: float,
+        dur: float,
+        name: str,
+        op_type: str,
+        device: Device,
+        lane: str,
+        kind: Kind,
+        step: int = -1,
+        correlation: int = -1,
+        nbytes: int = -1,
+    ) -> None:
+        c = self._columns
+        code = self.strings.code
+        c["ts"].append(ts)
+        c["dur"].append(dur)
+        c["name"].append(code(name))
+        c["op_type"].append(code(op_type))
+        c["device"].append(self.device_code(device))
+        c["lane"].append(code(lane))
+        c["kind"].append(int(kind))
+        c["step"].append(step)
+        c["correlation"].append(correlation)
+        c["nbytes"].append(nbytes)
+
+    def __len__(self) -> int:
+        return len(self._columns["ts"])
+
+    def build(self, time_base_us: float = 0.0) -> EventTable:
+        c = self._columns
+        return EventTable(
+            ts=np.asarray(c["ts"], dtype=np.float64),
+            dur=np.asarray(c["dur"], dtype=np.float64),
+            name=np.asarray(c["name"], dtype=np.int32),
+            op_type=np.asarray(c["op_type"], dtype=np.int32),
+            device=np.asarray(c["device"], dtype=np.int16),
+            lane=np.asarray(c["lane"], dtype=np.int32),
+            kind=np.asarray(c["kind"], dtype=np.int8),
+            step=np.asarray(c["step"], dtype=np.int32),
+            correlation=np.asarray(c["correlation"], dtype=np.int64),
+            nbytes=np.asarray(c["nbytes"], dtype=np.int64),
+            strings=tuple(self.strings.values),
+            devices=tuple(self._devices),
+            source_format=self.source_format,
+            sources=self.sources,
+            time_base_us=time_base_us,
+            metadata=dict(self.metadata),
+        )
+
+
+def concat(tables: Sequence[EventTable], align: str = "absolute") -> EventTable:
+    """Merge tables from several sources into one.
+
+    ``align="absolute"`` puts every table on a common clock by adding its
+    ``time_base_us`` (use when the sources share a wall clock, e.g. ranks of one
+    job). ``align="start"`` shifts each table so its first event is at 0 (use when
+    the clocks are unrelated). Strings and devices are re-coded into shared tables.
+    """
+    if not tables:
+        raise ValueError("concat needs at least one table")
+    if align not in ("absolute", "start"):
+        raise ValueError(f"unknown alignment {align!r}")
+    strings = StringTable()
+    devices: dict[Device, int] = {}
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in EventTable.COLUMNS}
+    base = min(t.time_base_us for t in tables) if align == "absolute" else 0.0
+    for table in tables:
+        string_map = np.array([strings.code(s) for s in table.strings], dtype=np.int32)
+        device_map = np.array([devices.setdefault(d, len(devices)) for d in table.devices] or [0], dtype=np.int16)
+        if align == "absolute":
+            shift = table.time_base_us - base
+        else:
+            shift = -float(table.ts.min()) if len(table) else 0.0
+        for column in EventTable.COLUMNS:
+            values = getattr(table, column)
+            if column in ("name", "op_type", "lane"):
+                values = string_map[values]
+            elif column == "device":
+                values = device_map[values]
+            elif column == "ts":
+                values = values + shift
+            parts[column].append(values)
+    formats = sorted({t.source_format for t in tables})
+    return EventTable(
+        **{c: np.concatenate(v) for c, v in parts.items()},
+        strings=tuple(strings.values),
+        devices=tuple(devices),
+        source_format="+".join(formats),
+        sources=tuple(s for t in tables for s in t.sources),
+        time_base_us=base,
+        metadata={"parts": [t.metadata for t in tables]},
+    )
