@@ -13,9 +13,18 @@
 Chrome trace schema (``timelines/*.trace.json.gz``): ``{"traceEvents": [...], "displayTimeUnit": "ms",
 "otherData": {"producer": "rnnprof", "version": 1, "step": N}}``. One process per device, whose
 ``process_name`` metadata is the full TF device string; one thread per lane (``thread_name``: "ops" for the
-device's executor, "stream:<id>", "memcpy", ...). Ops are ``"ph": "X"`` events, ts/dur in µs on the
+device's executor, "stream:<id>", "memcpy", ...). Ops a device runs concurrently go to extra
+executor threads "ops/2", "ops/3", ... so that no two events in one thread overlap (a thread name
+before the first "/" is the lane). Ops are ``"ph": "X"`` events, ts/dur in µs on the
 wall clock, ``name`` = op type, ``args`` = {"name": node name, "op": op type, "step": N, "bytes": n (when known)}.
-Cross-device transfers are flow events (``"ph": "s"``/``"f"``, ``"cat": "transfer"``).
+Cross-device transfers are flow events (``"ph": "s"``/``"f"``, ``"cat": "transfer"``): the
+``"s"`` end sits at the end of the op producing the tensor on the sending device, the ``"f"`` end
+(``"bp": "e"``) at the start of the first op consuming it on the receiving device; both carry
+``args`` = {"tensor": rendezvous tensor name, "key": rendezvous key, "from": device, "to": device}.
+
+Steps: ``traced_steps`` in the manifest are the steps run with FULL_TRACE (timelines, RunMetadata);
+``profiled_steps`` are the later steps recorded by tf.profiler (the two cannot run at once). Step
+numbers count every step the run executed, warm-up included, from 0.
 """
 
 from __future__ import annotations

@@ -1,0 +1,230 @@
+"""TF ``StepStats`` -> Chrome trace (Perfetto, chrome://tracing), one process per device.
+
+The schema is in ``rnnprof.profiler.rundir``. Cross-device transfers become flow arrows:
+the partition graphs pair each ``_Send`` with its ``_Recv`` by rendezvous tensor name. TF's
+executor does not always report ``_Send``/``_Recv`` in step_stats, so when they are absent the
+arrow runs from the op producing the sent tensor to the first op consuming the received one.
+Protos are read duck-typed; TensorFlow is not imported here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from rnnprof.profiler.rundir import MANIFEST_VERSION
+
+EXECUTOR_LANE = "ops"
+SEND_OPS = ("_Send", "_HostSend")
+RECV_OPS = ("_Recv", "_HostRecv")
+_DEVICE_LANE = re.compile(r"^(?P<device>.*?/device:[A-Za-z_]+:\d+)(?:[/ ](?P<lane>.+))?$")
+_LABEL = re.compile(r"^\s*(?P<name>[^=]+?)\s*=\s*(?P<op>[A-Za-z0-9_.>-]+)\((?P<inputs>.*)\)\s*$")
+
+
+@dataclass
+class OpEvent:
+    device: str
+    lane: str
+    node: str
+    op: str
+    start_us: float
+    dur_us: float
+    bytes: int = 0
+    inputs: tuple[str, ...] = ()
+    thread: str = ""  # filled by lane packing
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+@dataclass
+class Transfer:
+    tensor: str
+    key: str
+    src_device: str
+    dst_device: str
+    producer: str  # node whose output is sent (or the _Send node itself)
+    consumers: list[str] = field(default_factory=list)  # nodes reading the _Recv (or the _Recv itself)
+
+
+def split_device(stat_device: str) -> tuple[str, str]:
+    """``/job:.../device:GPU:0/stream:7`` -> (``/job:.../device:GPU:0``, ``stream:7``)."""
+    match = _DEVICE_LANE.match(stat_device)
+    if not match:
+        return stat_device, EXECUTOR_LANE
+    lane = (match.group("lane") or EXECUTOR_LANE).strip()
+    if lane.lower() == "compute":
+        lane = EXECUTOR_LANE
+    return match.group("device"), lane
+
+
+def parse_label(label: str, node_name: str) -> tuple[str, tuple[str, ...]]:
+    """Op type and input names from a timeline label ``name = Op(a, ^b)``."""
+    match = _LABEL.match(label or "")
+    if match:
+        inputs = tuple(i.strip() for i in match.group("inputs").split(",") if i.strip())
+        return match.group("op"), inputs
+    if label and " " not in label.strip():
+        return label.strip(), ()
+    tail = node_name.rsplit(":", 1)
+    return (tail[1] if len(tail) == 2 and tail[1] else node_name), ()
+
+
+def _times_us(node) -> tuple[float, float]:
+    start_ns = getattr(node, "all_start_nanos", 0)
+    if start_ns:
+        return start_ns / 1000.0, getattr(node, "all_end_rel_nanos", 0) / 1000.0
+    return float(node.all_start_micros), float(node.all_end_rel_micros)
+
+
+def _output_bytes(node) -> int:
+    total = 0
+    for out in getattr(node, "output", ()):
+        total += int(out.tensor_description.allocation_description.requested_bytes)
+    return total
+
+
+def op_events(step_stats) -> list[OpEvent]:
+    events = []
+    for dev in step_stats.dev_stats:
+        device, lane = split_device(dev.device)
+        for node in dev.node_stats:
+            if node.node_name == "_SOURCE":
+                continue
+            op, inputs = parse_label(node.timeline_label, node.node_name)
+            start, dur = _times_us(node)
+            events.append(OpEvent(device, lane, node.node_name, op, start, dur, _output_bytes(node), inputs))
+    events.sort(key=lambda e: (e.device, e.lane, e.start_us, -e.dur_us))
+    return events
+
+
+def pack_threads(events: Sequence[OpEvent]) -> None:
+    """Give every event a thread so that no two events in one thread overlap.
+
+    Events that nest stay in one thread; a concurrent one goes to the first thread
+    of its lane that is free (``ops``, ``ops/2``, ...).
+    """
+    by_lane: dict[tuple[str, str], list[OpEvent]] = {}
+    for e in events:
+        by_lane.setdefault((e.device, e.lane), []).append(e)
+    for (_, lane), group in by_lane.items():
+        group.sort(key=lambda e: (e.start_us, -e.dur_us))
+        stacks: list[list[OpEvent]] = []  # open events per thread, outermost first
+        for e in group:
+            placed = False
+            for k, stack in enumerate(stacks):
+                while stack and stack[-1].end_us <= e.start_us:
+                    stack.pop()
+                if not stack or e.end_us <= stack[-1].end_us:
+                    stack.append(e)
+                    e.thread = lane if k == 0 else f"{lane}/{k + 1}"
+                    placed = True
+                    break
+            if not placed:
+                stacks.append([e])
+                e.thread = lane if not stacks[:-1] else f"{lane}/{len(stacks)}"
+
+
+def _strip_input(name: str) -> str:
+    name = name.lstrip("^")
+    base, _, port = name.rpartition(":")
+    return base if base and port.isdigit() else name
+
+
+def _attr_str(node, key: str) -> str:
+    if key in node.attr:
+        value = node.attr[key].s
+        return value.decode() if isinstance(value, bytes) else str(value)
+    return ""
+
+
+def transfers_from_partitions(partition_graphs: Iterable, executed: set[str]) -> list[Transfer]:
+    """Send/Recv pairs matched by rendezvous tensor name across partition graphs."""
+    sends: dict[str, tuple] = {}
+    recvs: dict[str, tuple] = {}
+    consumers: dict[str, list[str]] = {}
+    for graph in partition_graphs:
+        for node in graph.node:
+            for raw in node.input:
+                consumers.setdefault(_strip_input(raw), []).append(node.name)
+            if node.op in SEND_OPS:
+                sends[_attr_str(node, "tensor_name")] = (node, graph)
+            elif node.op in RECV_OPS:
+                recvs[_attr_str(node, "tensor_name")] = (node, graph)
+    transfers = []
+    for tensor, (send, _) in sends.items():
+        if tensor not in recvs:
+            continue
+        recv, _ = recvs[tensor]
+        src = _attr_str(send, "send_device") or send.device
+        dst = _attr_str(send, "recv_device") or recv.device
+        incarnation = send.attr["send_device_incarnation"].i if "send_device_incarnation" in send.attr else 0
+        key = f"{src};{incarnation & 0xFFFFFFFFFFFFFFFF:016x};{dst};{tensor};0:0"
+        if send.name in executed:
+            producer = send.name
+        else:
+            producer = _strip_input(send.input[0]) if send.input else send.name
+        if recv.name in executed:
+            reading = [recv.name]
+        else:
+            reading = consumers.get(recv.name, [])
+        transfers.append(Transfer(tensor, key, src, dst, producer, list(reading)))
+    return transfers
+
+
+def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = ()) -> dict:
+    """A Chrome trace dict for one step, per the run directory schema."""
+    events = op_events(step_stats)
+    pack_threads(events)
+    devices = sorted({e.device for e in events} | {split_device(d.device)[0] for d in step_stats.dev_stats})
+    pids = {d: k + 1 for k, d in enumerate(devices)}
+    threads: dict[tuple[str, str], int] = {}
+    for e in sorted(events, key=lambda e: (e.device, _thread_order(e.thread))):
+        threads.setdefault((e.device, e.thread), len([t for t in threads if t[0] == e.device]) + 1)
+
+    trace: list[dict] = []
+    for device, pid in pids.items():
+        trace.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": device}})
+        trace.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+    for (device, thread), tid in threads.items():
+        pid = pids[device]
+        trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": thread}})
+        trace.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+
+    runs: dict[tuple[str, str], list[OpEvent]] = {}
+    for e in events:
+        args = {"name": e.node, "op": e.op, "step": step}
+        if e.bytes:
+            args["bytes"] = e.bytes
+        trace.append({"ph": "X", "cat": "op", "name": e.op, "pid": pids[e.device], "tid": threads[(e.device, e.thread)],
+                      "ts": e.start_us, "dur": e.dur_us, "args": args})
+        runs.setdefault((e.device, e.node), []).append(e)
+
+    executed = {e.node for e in events}
+    flow_id = 0
+    for t in transfers_from_partitions(partition_graphs, executed):
+        produced = runs.get((t.src_device, t.producer), [])
+        readers = [runs.get((t.dst_device, c), []) for c in t.consumers]
+        for k, source in enumerate(produced):
+            # k-th run of the producer feeds the k-th run of the earliest reader (loops run nodes many times)
+            candidates = [r[k] for r in readers if len(r) > k]
+            if not candidates:
+                break
+            target = min(candidates, key=lambda r: r.start_us)
+            flow_id += 1
+            args = {"tensor": t.tensor, "key": t.key, "from": t.src_device, "to": t.dst_device, "step": step}
+            ts = source.end_us - min(source.dur_us, 0.001) if source.dur_us else source.start_us
+            trace.append({"ph": "s", "cat": "transfer", "name": "transfer", "id": flow_id, "pid": pids[source.device],
+                          "tid": threads[(source.device, source.thread)], "ts": ts, "args": args})
+            trace.append({"ph": "f", "bp": "e", "cat": "transfer", "name": "transfer", "id": flow_id,
+                          "pid": pids[target.device], "tid": threads[(target.device, target.thread)],
+                          "ts": target.start_us, "args": args})
+    return {"traceEvents": trace, "displayTimeUnit": "ms",
+            "otherData": {"producer": "rnnprof", "version": MANIFEST_VERSION, "step": step}}
+
+
+def _thread_order(thread: str) -> tuple:
+    lane, _, k = thread.partition("/")
+    return (lane != EXECUTOR_LANE, lane, int(k) if k.isdigit() else 1)

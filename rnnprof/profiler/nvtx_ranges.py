@@ -1,0 +1,46 @@
+"""NVTX ranges for Nsight Systems, which never fail.
+
+Ranges cost nothing without a CUDA profiler attached; if the ``nvtx`` package is
+missing or broken they are plain no-ops, so capture code can use them everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+DOMAIN = "rnnprof"
+_nvtx = None
+_tried = False
+
+
+def _module():
+    global _nvtx, _tried
+    if not _tried:
+        _tried = True
+        try:
+            import nvtx  # type: ignore
+
+            _nvtx = nvtx
+        except Exception:  # any import problem means: no ranges
+            _nvtx = None
+    return _nvtx
+
+
+@contextlib.contextmanager
+def nvtx_range(name: str, color: str | None = None):
+    """``with nvtx_range("step 3"):`` -> an NVTX push/pop in the rnnprof domain."""
+    nvtx = _module()
+    handle = None
+    if nvtx is not None:
+        try:
+            handle = nvtx.start_range(message=name, color=color, domain=DOMAIN)
+        except Exception:
+            handle = None
+    try:
+        yield
+    finally:
+        if handle is not None:
+            try:
+                nvtx.end_range(handle)
+            except Exception:
+                pass
