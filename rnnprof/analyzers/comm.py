@@ -1,0 +1,326 @@
+"""Communication vs compute vs idle, per device and per step, and who straggles.
+
+Which events count on which device (``device_work_mask``):
+
+* a GPU's activity is what runs on its streams: kernels (compute or NCCL),
+  memcpys and memsets. Host-side events (PyTorch ``cpu_op``, CUDA runtime calls,
+  TF executor ops on the host) are host activity and never make a GPU busy;
+* a TF CPU device's activity is the ops executed on that device (``/device:CPU:k``);
+* the host itself (``Device.kind == "host"``) is not reported: its events are
+  launches and framework overhead, not device time;
+* annotations (step markers, user ranges, ``gpu_user_annotation``) never count.
+
+Per device (and per device and step) with ``[start, end)`` the first start and
+last end of its activity:
+
+* ``span`` = end - start; ``busy`` = length of the union of all its activity intervals;
+* ``idle`` = span - busy;
+* ``compute`` / ``communication`` / ``memcpy`` / ``memset`` = length of the union of
+  that class's intervals (they may overlap each other, so they need not add up to busy);
+* ``non_compute`` = busy - compute: time the device works but no compute runs;
+* ``overlap`` = time communication and compute run at the same moment;
+  ``overlap_pct`` = overlap / communication.
+
+For Kineto traces these are the definitions of holistictraceanalysis (HTA):
+``idle``/``compute``/``non_compute``/``span`` are its temporal breakdown
+(idle_time, compute_time, non_compute_time, kernel_time) and ``overlap_pct`` is its
+comm/comp overlap. Differences on purpose: HTA drops the kernels launched in the
+last ``ProfilerStep`` (often cut short by the profiler) and we keep the whole
+trace (use the per-step figures to leave a step out); HTA's compute excludes any
+kernel whose name merely contains ``Sync``, ours does not; and our communication
+patterns also cover TF collectives and Send/Recv, which HTA does not know.
+
+Stragglers: for each step seen on two or more devices, the device whose activity
+ends last (lag against the median and the earliest end), and the device whose
+first communication starts last (lag against the earliest first communication).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify
+from rnnprof.analyzers.intervals import sweep
+from rnnprof.profiler.events import Device, EventTable
+
+# Sweep layers, in this order.
+_LAYERS = (EventClass.COMPUTE, EventClass.COMMUNICATION, EventClass.MEMCPY, EventClass.MEMSET)
+_COMPUTE, _COMM, _MEMCPY, _MEMSET = range(4)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Times in µs for one device over the whole trace or one step."""
+
+    start_us: float
+    end_us: float
+    busy_us: float
+    compute_us: float
+    communication_us: float
+    memcpy_us: float
+    memset_us: float
+    overlap_us: float  # communication running while compute runs
+    events: int
+
+    @property
+    def span_us(self) -> float:
+        return self.end_us - self.start_us
+
+    @property
+    def idle_us(self) -> float:
+        return max(self.span_us - self.busy_us, 0.0)
+
+    @property
+    def non_compute_us(self) -> float:
+        return max(self.busy_us - self.compute_us, 0.0)
+
+    def pct(self, value_us: float) -> float:
+        """``value_us`` as a percentage of the span."""
+        return 100.0 * value_us / self.span_us if self.span_us > 0 else 0.0
+
+    @property
+    def overlap_pct(self) -> float | None:
+        """Share of communication time overlapped by compute; None without communication."""
+        return 100.0 * self.overlap_us / self.communication_us if self.communication_us > 0 else None
+
+    def as_dict(self) -> dict:
+        return {
+            "start_us": self.start_us,
+            "end_us": self.end_us,
+            "span_us": self.span_us,
+            "busy_us": self.busy_us,
+            "idle_us": self.idle_us,
+            "compute_us": self.compute_us,
+            "non_compute_us": self.non_compute_us,
+            "communication_us": self.communication_us,
+            "memcpy_us": self.memcpy_us,
+            "memset_us": self.memset_us,
+            "overlap_us": self.overlap_us,
+            "idle_pct": self.pct(self.idle_us),
+            "compute_pct": self.pct(self.compute_us),
+            "non_compute_pct": self.pct(self.non_compute_us),
+            "communication_pct": self.pct(self.communication_us),
+            "overlap_pct": self.overlap_pct,
+            "events": self.events,
+        }
+
+
+@dataclass(frozen=True)
+class DeviceComm:
+    device: Device
+    total: Breakdown
+    steps: dict[int, Breakdown]
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """One step (None: the whole trace when no steps are known) across devices."""
+
+    step: int | None
+    devices: int
+    last_to_finish: Device
+    finish_lag_vs_median_us: float
+    finish_lag_vs_earliest_us: float
+    last_comm_start: Device | None
+    comm_start_lag_vs_median_us: float | None
+    comm_start_lag_vs_earliest_us: float | None
+
+    def as_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "devices": self.devices,
+            "last_to_finish": self.last_to_finish.label,
+            "finish_lag_vs_median_us": self.finish_lag_vs_median_us,
+            "finish_lag_vs_earliest_us": self.finish_lag_vs_earliest_us,
+            "last_comm_start": self.last_comm_start.label if self.last_comm_start else None,
+            "comm_start_lag_vs_median_us": self.comm_start_lag_vs_median_us,
+            "comm_start_lag_vs_earliest_us": self.comm_start_lag_vs_earliest_us,
+        }
+
+
+@dataclass(frozen=True)
+class CommReport:
+    devices: tuple[DeviceComm, ...]
+    stragglers: tuple[Straggler, ...]
+    steps: tuple[int, ...]
+    extra_patterns: tuple[str, ...]
+    comm_event_names: tuple[str, ...]  # distinct names counted as communication on devices
+    source_format: str = ""
+    sources: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {
+            "source_format": self.source_format,
+            "sources": list(self.sources),
+            "extra_comm_patterns": list(self.extra_patterns),
+            "steps": list(self.steps),
+            "devices": [
+                {
+                    "device": d.device.label,
+                    "worker": d.device.worker,
+                    "total": d.total.as_dict(),
+                    "steps": {str(s): b.as_dict() for s, b in d.steps.items()},
+                }
+                for d in self.devices
+            ],
+            "stragglers": [s.as_dict() for s in self.stragglers],
+            "communication_events": list(self.comm_event_names),
+        }
+
+
+def device_work_mask(table: EventTable, classes: np.ndarray) -> np.ndarray:
+    """Events that make their device busy: device work on a non-host device (see module docstring)."""
+    not_host = np.array([d.kind != "host" for d in table.devices] or [False], dtype=bool)
+    return np.isin(classes, np.array([int(c) for c in DEVICE_WORK], dtype=np.int8)) & not_host[table.device]
+
+
+def _layer_codes(classes: np.ndarray) -> np.ndarray:
+    lookup = np.zeros(len(EventClass), dtype=np.int64)
+    for layer, cls in enumerate(_LAYERS):
+        lookup[int(cls)] = layer
+    return lookup[classes]
+
+
+def _breakdowns(result, counts: np.ndarray) -> list[Breakdown | None]:
+    busy = result.union()
+    compute = result.union([_COMPUTE])
+    comm = result.union([_COMM])
+    memcpy = result.union([_MEMCPY])
+    memset = result.union([_MEMSET])
+    overlap = result.overlap([_COMM], [_COMPUTE])
+    out: list[Breakdown | None] = []
+    for g in range(result.n_groups):
+        if counts[g] == 0 or not np.isfinite(result.start[g]):
+            out.append(None)
+            continue
+        out.append(
+            Breakdown(
+                start_us=float(result.start[g]),
+                end_us=float(result.end[g]),
+                busy_us=float(busy[g]),
+                compute_us=float(compute[g]),
+                communication_us=float(comm[g]),
+                memcpy_us=float(memcpy[g]),
+                memset_us=float(memset[g]),
+                overlap_us=float(overlap[g]),
+                events=int(counts[g]),
+            )
+        )
+    return out
+
+
+def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommReport:
+    """Per-device and per-step communication/compute/idle breakdown and stragglers.
+
+    ``comm_patterns`` are extra regexes (searched in event names and op types)
+    that mark events as communication. Raises ``re.error`` for an invalid pattern.
+    Devices without activity are left out; a table without any device activity
+    gives a report with no devices.
+    """
+    extra = tuple(comm_patterns)
+    classes = classify(table, extra)
+    work = device_work_mask(table, classes)
+    ts = table.ts[work]
+    end = ts + np.maximum(table.dur[work], 0.0)
+    dev = table.device[work].astype(np.int64)
+    step = table.step[work].astype(np.int64)
+    cls = classes[work]
+    layers = _layer_codes(cls)
+    n_dev = len(table.devices)
+
+    totals = _breakdowns(
+        sweep(ts, end, groups=dev, n_groups=n_dev, layers=layers, n_layers=len(_LAYERS)),
+        np.bincount(dev, minlength=n_dev),
+    )
+
+    step_values = np.unique(step[step >= 0])
+    n_steps = len(step_values)
+    per_step: list[Breakdown | None] = []
+    comm_first = np.full(n_dev * n_steps, np.nan)
+    if n_steps:
+        known = step >= 0
+        slot = np.searchsorted(step_values, step[known])
+        group = dev[known] * n_steps + slot
+        per_step = _breakdowns(
+            sweep(ts[known], end[known], groups=group, n_groups=n_dev * n_steps,
+                  layers=layers[known], n_layers=len(_LAYERS)),
+            np.bincount(group, minlength=n_dev * n_steps),
+        )
+        is_comm = cls[known] == EventClass.COMMUNICATION
+        first = np.full(n_dev * n_steps, np.inf)
+        np.minimum.at(first, group[is_comm], ts[known][is_comm])
+        comm_first = np.where(np.isfinite(first), first, np.nan)
+
+    devices = []
+    for d in range(n_dev):
+        if totals[d] is None:
+            continue
+        steps = {
+            int(step_values[k]): per_step[d * n_steps + k]
+            for k in range(n_steps)
+            if per_step[d * n_steps + k] is not None
+        }
+        devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps))
+
+    stragglers = _stragglers(table.devices, totals, per_step, comm_first, step_values, ts, end, dev, cls)
+    comm_names = np.unique(table.name[work][cls == EventClass.COMMUNICATION])
+    return CommReport(
+        devices=tuple(sorted(devices, key=lambda d: d.device)),
+        stragglers=tuple(stragglers),
+        steps=tuple(int(s) for s in step_values),
+        extra_patterns=extra,
+        comm_event_names=tuple(table.strings[c] for c in comm_names),
+        source_format=table.source_format,
+        sources=table.sources,
+    )
+
+
+def _straggler(step, devices, ends, comm_starts) -> Straggler | None:
+    """``ends``/``comm_starts``: per device index (NaN where the device has no activity / communication)."""
+    present = np.flatnonzero(~np.isnan(ends))
+    if len(present) < 2:
+        return None
+    finish = ends[present]
+    last = present[int(np.argmax(finish))]
+    comm = comm_starts[present]
+    has_comm = ~np.isnan(comm)
+    last_comm = None
+    comm_vs_median = comm_vs_earliest = None
+    if has_comm.sum() >= 2:
+        starts = comm[has_comm]
+        last_comm = devices[present[has_comm][int(np.argmax(starts))]]
+        comm_vs_median = float(starts.max() - np.median(starts))
+        comm_vs_earliest = float(starts.max() - starts.min())
+    return Straggler(
+        step=step,
+        devices=len(present),
+        last_to_finish=devices[last],
+        finish_lag_vs_median_us=float(finish.max() - np.median(finish)),
+        finish_lag_vs_earliest_us=float(finish.max() - finish.min()),
+        last_comm_start=last_comm,
+        comm_start_lag_vs_median_us=comm_vs_median,
+        comm_start_lag_vs_earliest_us=comm_vs_earliest,
+    )
+
+
+def _stragglers(devices, totals, per_step, comm_first, step_values, ts, end, dev, cls) -> list[Straggler]:
+    n_dev = len(devices)
+    result = []
+    if len(step_values) == 0:
+        ends = np.array([t.end_us if t else np.nan for t in totals], dtype=np.float64)
+        first = np.full(n_dev, np.inf)
+        is_comm = cls == EventClass.COMMUNICATION
+        np.minimum.at(first, dev[is_comm], ts[is_comm])
+        straggler = _straggler(None, devices, ends, np.where(np.isfinite(first), first, np.nan))
+        return [straggler] if straggler else []
+    n_steps = len(step_values)
+    ends = np.array([b.end_us if b else np.nan for b in per_step], dtype=np.float64).reshape(n_dev, n_steps)
+    comm = comm_first.reshape(n_dev, n_steps)
+    for k, step in enumerate(step_values):
+        straggler = _straggler(int(step), devices, ends[:, k], comm[:, k])
+        if straggler:
+            result.append(straggler)
+    return result

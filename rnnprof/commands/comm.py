@@ -1,0 +1,45 @@
+"""rnnprof comm: communication vs compute vs idle per device and step, and stragglers."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from rich.console import Console
+
+from rnnprof.errors import InputError, UsageError
+
+NAME = "comm"
+HELP = "communication vs compute vs idle time per device (and step), with stragglers"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="FILE_OR_RUN",
+                        help="a trace file or run directory; several files (e.g. one Kineto trace per rank) are merged")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
+                        help="also count events whose name or op type matches REGEX as communication (repeatable)")
+    parser.add_argument("--per-step", action="store_true", help="also break the figures down per step")
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from rnnprof.analyzers.comm import analyze_comm
+    from rnnprof.profiler.loaders import load_events
+    from rnnprof.reports.comm import render_json, render_table, to_document
+
+    for pattern in args.comm_pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
+
+    table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
+    report = analyze_comm(table, args.comm_pattern)
+    if not report.devices:
+        raise InputError(", ".join(args.paths), "no device activity (no kernels, memcpys or ops on a device)",
+                         "a trace of GPU streams or TF device ops")
+    if args.json:
+        render_json(to_document(report, per_step=args.per_step), console)
+    else:
+        render_table(report, per_step=args.per_step, console=console)
+    return 0
