@@ -179,6 +179,20 @@ class EventTable:
         return values[values >= 0]
 
 
+_DTYPES = {
+    "ts": np.float64,
+    "dur": np.float64,
+    "name": np.int32,
+    "op_type": np.int32,
+    "device": np.int16,
+    "lane": np.int32,
+    "kind": np.int8,
+    "step": np.int32,
+    "correlation": np.int64,
+    "nbytes": np.int64,
+}
+
+
 class EventTableBuilder:
     """Accumulates events one at a time (or a column chunk at a time) and builds a table."""
 
@@ -188,6 +202,8 @@ class EventTableBuilder:
         self.strings = StringTable()
         self._devices: dict[Device, int] = {}
         self._columns: dict[str, list] = {c: [] for c in EventTable.COLUMNS}
+        self._chunks: list[dict[str, np.ndarray]] = []
+        self._chunk_rows = 0
         self.metadata: dict = {}
 
     def device_code(self, device: Device) -> int:
@@ -222,22 +238,75 @@ class EventTableBuilder:
         c["correlation"].append(correlation)
         c["nbytes"].append(nbytes)
 
+    def add_columns(
+        self,
+        *,
+        ts,
+        dur,
+        name,
+        op_type,
+        device,
+        lane,
+        kind,
+        step=-1,
+        correlation=-1,
+        nbytes=-1,
+    ) -> None:
+        """Append a chunk of events at once (the fast path for large traces).
+
+        Numeric columns are arrays or scalars (broadcast). String columns are
+        sequences of ``str`` or int arrays of codes from ``self.strings``;
+        ``device`` is a ``Device``, a sequence of them, or codes from ``device_code``.
+        """
+        n = len(ts)
+        if n == 0:
+            return
+        self._flush_rows()
+        chunk = {"ts": np.asarray(ts, dtype=np.float64)}
+        for column, value in (("name", name), ("op_type", op_type), ("lane", lane)):
+            chunk[column] = self._string_column(value, n)
+        if isinstance(device, Device):
+            chunk["device"] = np.full(n, self.device_code(device), dtype=np.int16)
+        elif len(device) and isinstance(device[0], Device):
+            chunk["device"] = np.fromiter((self.device_code(d) for d in device), dtype=np.int16, count=n)
+        else:
+            chunk["device"] = np.asarray(device, dtype=np.int16)
+        for column, value in (("dur", dur), ("kind", kind), ("step", step),
+                              ("correlation", correlation), ("nbytes", nbytes)):
+            dtype = _DTYPES[column]
+            chunk[column] = np.full(n, value, dtype=dtype) if np.isscalar(value) else np.asarray(value, dtype=dtype)
+        for column, values in chunk.items():
+            if len(values) != n:
+                raise ValueError(f"column {column} has {len(values)} rows, expected {n}")
+        self._chunks.append(chunk)
+        self._chunk_rows += n
+
+    def _string_column(self, value, n: int) -> np.ndarray:
+        if isinstance(value, str):
+            return np.full(n, self.strings.code(value), dtype=np.int32)
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+            return value.astype(np.int32, copy=False)
+        return self.strings.codes(value)
+
+    def _flush_rows(self) -> None:
+        c = self._columns
+        if c["ts"]:
+            self._chunks.append({col: np.asarray(c[col], dtype=_DTYPES[col]) for col in EventTable.COLUMNS})
+            self._chunk_rows += len(c["ts"])
+            self._columns = {col: [] for col in EventTable.COLUMNS}
+
     def __len__(self) -> int:
-        return len(self._columns["ts"])
+        return len(self._columns["ts"]) + self._chunk_rows
 
     def build(self, time_base_us: float = 0.0) -> EventTable:
-        c = self._columns
+        self._flush_rows()
+        columns = {
+            col: (np.concatenate([chunk[col] for chunk in self._chunks]) if self._chunks
+                  else np.zeros(0, dtype=_DTYPES[col]))
+            for col in EventTable.COLUMNS
+        }
         return EventTable(
-            ts=np.asarray(c["ts"], dtype=np.float64),
-            dur=np.asarray(c["dur"], dtype=np.float64),
-            name=np.asarray(c["name"], dtype=np.int32),
-            op_type=np.asarray(c["op_type"], dtype=np.int32),
-            device=np.asarray(c["device"], dtype=np.int16),
-            lane=np.asarray(c["lane"], dtype=np.int32),
-            kind=np.asarray(c["kind"], dtype=np.int8),
-            step=np.asarray(c["step"], dtype=np.int32),
-            correlation=np.asarray(c["correlation"], dtype=np.int64),
-            nbytes=np.asarray(c["nbytes"], dtype=np.int64),
+            **columns,
             strings=tuple(self.strings.values),
             devices=tuple(self._devices),
             source_format=self.source_format,

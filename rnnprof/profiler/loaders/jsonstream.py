@@ -1,0 +1,172 @@
+"""Stream the ``traceEvents`` array of a large Chrome-trace JSON document in chunks.
+
+A trace of millions of events is hundreds of MB of JSON; decoding it whole needs
+several times that in memory. Instead the bytes are read in blocks, the
+boundaries of top-level events are found with vectorized numpy (string-aware
+bracket depth), and each run of complete events is decoded by msgspec on its
+own. Everything outside ``traceEvents`` (a few KB of headers) is decoded at the
+end as a normal JSON object.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator
+
+import msgspec
+import numpy as np
+
+from rnnprof.errors import InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+BLOCK_BYTES = 8 << 20
+_EVENTS_KEY = b'"traceEvents"'
+
+
+def open_maybe_gzip(path: Path) -> BinaryIO:
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    return gzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb")
+
+
+def read_prefix(path: Path, nbytes: int = 1 << 16) -> bytes:
+    """The first ``nbytes`` of the (decompressed) content, for format sniffing."""
+    try:
+        with open_maybe_gzip(path) as f:
+            return f.read(nbytes)
+    except (OSError, EOFError) as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+
+
+def _structure(buf: np.ndarray, depth0: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bracket depth after each byte, and which bytes are outside strings.
+
+    ``buf`` must start outside a string.
+    """
+    quote = buf == 34  # '"'
+    backslash = buf == 92
+    if backslash.any():
+        # A quote is escaped when an odd number of backslashes precedes it.
+        idx = np.arange(len(buf))
+        last_plain = np.maximum.accumulate(np.where(backslash, -1, idx))
+        q = np.flatnonzero(quote)
+        q = q[q > 0]
+        run = (q - 1) - last_plain[q - 1]
+        quote[q[(run % 2) == 1]] = False
+    inside = (np.cumsum(quote) % 2).astype(bool)
+    outside = ~inside & ~quote
+    step = np.zeros(len(buf), dtype=np.int32)
+    step[((buf == 123) | (buf == 91)) & outside] = 1
+    step[((buf == 125) | (buf == 93)) & outside] = -1
+    return depth0 + np.cumsum(step), outside
+
+
+class EventStream:
+    """Iterate chunks of decoded ``traceEvents``; ``header`` is filled when done."""
+
+    def __init__(self, path: Path, decode: Callable[[bytes], list], block_bytes: int = BLOCK_BYTES):
+        self.path = Path(path)
+        self.decode = decode
+        self.block_bytes = block_bytes
+        self.header: dict = {}
+        self.bytes_read = 0
+
+    def __iter__(self) -> Iterator[list]:
+        path = self.path
+        try:
+            f = open_maybe_gzip(path)
+        except OSError as exc:
+            raise InputError(path, f"cannot read: {exc}") from None
+        head = b""  # bytes before the events array (and its '[')
+        tail = b""  # bytes after the events array
+        carry = b""
+        state = "head"
+        with f:
+            while True:
+                try:
+                    block = f.read(self.block_bytes)
+                except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                    raise InputError(path, f"truncated or corrupt compressed data ({exc})",
+                                     "a complete gzip file") from None
+                self.bytes_read += len(block)
+                if state == "head":
+                    head += block
+                    start = self._find_events_start(head)
+                    if start is None:
+                        if not block:
+                            raise InputError(path, 'no "traceEvents" array found', "a Chrome trace JSON object")
+                        continue
+                    carry = head[start:]
+                    head = head[:start]
+                    state = "events"
+                elif state == "events":
+                    carry += block
+                else:
+                    tail += block
+                    if not block:
+                        break
+                    continue
+                if state == "events":
+                    events, carry, done = self._split(carry, final=not block)
+                    if events:
+                        yield events
+                    if done:
+                        tail, carry, state = carry, b"", "tail"
+                        continue
+                    if not block:
+                        raise InputError(path, "the traceEvents array is cut off (truncated file?)",
+                                         "a complete JSON document")
+        self.header = self._decode_header(head, tail)
+
+    def _find_events_start(self, head: bytes) -> int | None:
+        """Offset just after the '[' of the top-level traceEvents array, if present yet."""
+        pos = head.find(_EVENTS_KEY)
+        if pos < 0:
+            return None
+        buf = np.frombuffer(head, dtype=np.uint8)
+        depth, outside = _structure(buf, 0)
+        while pos >= 0:
+            # The key itself: a string directly inside the root object, followed by ': ['.
+            if pos > 0 and depth[pos] == 1 and outside[pos - 1]:
+                rest = head[pos + len(_EVENTS_KEY):pos + len(_EVENTS_KEY) + 64].lstrip()
+                if rest.startswith(b":") and rest[1:].lstrip().startswith(b"["):
+                    return head.index(b"[", pos + len(_EVENTS_KEY)) + 1
+                if len(rest) < 2:
+                    return None  # need more bytes to decide
+            pos = head.find(_EVENTS_KEY, pos + 1)
+        return None
+
+    def _split(self, data: bytes, final: bool) -> tuple[list, bytes, bool]:
+        """Decode the complete events at the front of ``data`` (which starts inside the array)."""
+        buf = np.frombuffer(data, dtype=np.uint8)
+        depth, outside = _structure(buf, 1)
+        # An event ends at a '}' that brings the depth back to the array level.
+        ends = np.flatnonzero((depth == 1) & (buf == 125) & outside)
+        closing = np.flatnonzero((depth == 0) & outside)
+        done = len(closing) > 0
+        if done:
+            close_at = int(closing[0])
+            ends = ends[ends < close_at]
+        if len(ends) == 0:
+            rest = data[int(closing[0]) + 1:] if done else data
+            return [], rest, done
+        cut = int(ends[-1]) + 1
+        body = data[:cut].lstrip().lstrip(b",")
+        try:
+            events = self.decode(b"[" + body + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InputError(self.path, f"malformed trace event ({exc})", "Chrome trace events") from None
+        rest = data[int(closing[0]) + 1:] if done else data[cut:]
+        return events, rest, done
+
+    def _decode_header(self, head: bytes, tail: bytes) -> dict:
+        text = head.rstrip()
+        text = text[:-1] if text.endswith(b"[") else text  # drop the array's '['
+        doc = text + b"[]" + tail
+        try:
+            value = msgspec.json.decode(doc)
+        except msgspec.DecodeError:
+            raise InputError(self.path, "the JSON document is cut off or malformed outside the events",
+                             "a complete JSON document") from None
+        return value if isinstance(value, dict) else {}

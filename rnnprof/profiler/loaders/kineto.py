@@ -1,0 +1,199 @@
+"""PyTorch profiler (Kineto) JSON traces, plain or gzip, streamed chunk by chunk.
+
+Mapping: ``cpu_op`` -> HOST_OP, ``cuda_runtime``/``cuda_driver`` -> RUNTIME, ``kernel`` -> KERNEL
+(NCCL kernels -> COMMUNICATION), ``gpu_memcpy`` -> MEMCPY, ``gpu_memset`` -> MEMSET,
+``user_annotation``/``python_function``/``gpu_user_annotation`` -> ANNOTATION. Other categories
+(flow arrows, profiler spans) are not events of the program and are skipped.
+
+GPU events sit on ``Device("gpu", args.device or pid)``, host events on ``Device("host")``; both on
+worker ``rank<r>`` when the trace has ``distributedInfo``. Lanes are the host thread id or
+``stream:<n>``. Steps come from ``ProfilerStep#N`` ranges: host events by the range their start
+falls in, GPU events through their correlation id to the runtime call that launched them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from rnnprof.errors import InputError
+from rnnprof.profiler.events import Device, EventTable, EventTableBuilder, Kind
+from rnnprof.profiler.loaders.jsonstream import EventStream
+
+FORMAT = "kineto"
+
+CATEGORY_KIND = {
+    "cpu_op": Kind.HOST_OP,
+    "cuda_runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+    "kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "user_annotation": Kind.ANNOTATION,
+    "python_function": Kind.ANNOTATION,
+    "gpu_user_annotation": Kind.ANNOTATION,
+}
+GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
+NCCL_KERNEL = re.compile(r"^(?:void )?nccl(?:Dev)?Kernel")
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+# Markers that only a Kineto trace carries; checked on the first bytes of the content.
+SIGNATURES = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"', b'"cpu_op"',
+              b'"cuda_runtime"', b'"python_function"', b'"user_annotation"', b'"gpu_memcpy"',
+              b'"ac2g"', b'"kernel"')
+
+
+class _Args(msgspec.Struct):
+    device: Any = None
+    stream: Any = None
+    correlation: Any = None
+    external_id: Any = msgspec.field(name="External id", default=None)
+    bytes: Any = None
+
+
+class _Event(msgspec.Struct):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: Any = 0
+    tid: Any = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args | None = None
+
+
+_DECODER = msgspec.json.Decoder(list[_Event])
+_NO_ARGS = _Args()
+
+
+def looks_like(prefix: bytes) -> bool:
+    return prefix.lstrip().startswith(b"{") and sum(s in prefix for s in SIGNATURES) >= 2
+
+
+def _int(value, default: int = -1) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def load(path: Path, block_bytes: int | None = None) -> EventTable:
+    path = Path(path)
+    stream = EventStream(path, _DECODER.decode, **({"block_bytes": block_bytes} if block_bytes else {}))
+    builder = EventTableBuilder(FORMAT, [str(path)])
+    code = builder.strings.code
+    host_code = builder.device_code(Device("host"))
+    gpu_codes: dict[int, int] = {}
+    lane_codes: dict[tuple[bool, Any], int] = {}
+    step_spans: list[tuple[float, float, int]] = []
+    skipped = 0
+
+    def gpu_code(index: int) -> int:
+        c = gpu_codes.get(index)
+        if c is None:
+            c = gpu_codes[index] = builder.device_code(Device("gpu", index))
+        return c
+
+    def lane_code(on_gpu: bool, ident) -> int:
+        key = (on_gpu, ident)
+        c = lane_codes.get(key)
+        if c is None:
+            c = lane_codes[key] = code(f"stream:{ident}" if on_gpu else str(ident))
+        return c
+
+    for chunk in stream:
+        events = [e for e in chunk if e.ph == "X" and e.cat in CATEGORY_KIND]
+        skipped += len(chunk) - len(events)
+        if not events:
+            continue
+        args = [e.args or _NO_ARGS for e in events]
+        on_gpu = [e.cat in GPU_CATEGORIES for e in events]
+        names = np.fromiter((code(e.name) for e in events), dtype=np.int32, count=len(events))
+        devices = [gpu_code(_int(a.device if a.device is not None else e.pid, 0)) if g else host_code
+                   for e, a, g in zip(events, args, on_gpu)]
+        lanes = [lane_code(g, (a.stream if a.stream is not None else e.tid) if g else e.tid)
+                 for e, a, g in zip(events, args, on_gpu)]
+        correlation = [a.correlation if a.correlation is not None
+                       else (a.external_id if a.external_id is not None else -1) for a in args]
+        nbytes = [a.bytes if a.bytes is not None else -1 for a in args]
+        for e in events:
+            if e.name.startswith("ProfilerStep#"):
+                m = STEP_NAME.match(e.name)
+                if m:
+                    step_spans.append((e.ts, e.ts + e.dur, int(m.group(1))))
+        builder.add_columns(
+            ts=np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events)),
+            dur=np.fromiter((e.dur for e in events), dtype=np.float64, count=len(events)),
+            name=names,
+            op_type=names,
+            device=np.asarray(devices, dtype=np.int16),
+            lane=np.asarray(lanes, dtype=np.int32),
+            kind=np.fromiter((CATEGORY_KIND[e.cat] for e in events), dtype=np.int8, count=len(events)),
+            correlation=_int_column(correlation),
+            nbytes=_int_column(nbytes),
+        )
+    header = stream.header
+    if len(builder) == 0:
+        raise InputError(path, "no profiler events (cpu_op, kernel, cuda_runtime, ...) in traceEvents",
+                         "a PyTorch profiler trace")
+    info = header.get("distributedInfo") or {}
+    worker = f"rank{info['rank']}" if isinstance(info, dict) and "rank" in info else ""
+    builder.metadata.update({
+        "skipped_events": skipped,
+        "json_bytes": stream.bytes_read,
+        "distributed": info,
+        "base_time_ns": header.get("baseTimeNanoseconds"),
+        "devices_properties": header.get("deviceProperties", []),
+    })
+    table = builder.build()
+    table = _mark_nccl(table)
+    table = _assign_steps(table, step_spans)
+    if worker:
+        table = dataclasses.replace(table, devices=tuple(dataclasses.replace(d, worker=worker)
+                                                         for d in table.devices))
+    return table
+
+
+def _int_column(values: list) -> np.ndarray:
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter((_int(v) for v in values), dtype=np.int64, count=len(values))
+
+
+def _mark_nccl(table: EventTable) -> EventTable:
+    is_nccl = np.fromiter((bool(NCCL_KERNEL.match(s)) for s in table.strings), dtype=bool,
+                          count=len(table.strings))
+    table.kind[(table.kind == Kind.KERNEL) & is_nccl[table.name]] = Kind.COMMUNICATION
+    return table
+
+
+def _assign_steps(table: EventTable, spans: list[tuple[float, float, int]]) -> EventTable:
+    if not spans:
+        return table
+    spans.sort()
+    starts = np.array([s[0] for s in spans])
+    ends = np.array([s[1] for s in spans])
+    numbers = np.array([s[2] for s in spans], dtype=np.int32)
+    idx = np.searchsorted(starts, table.ts, side="right") - 1
+    inside = (idx >= 0) & (table.ts < ends[np.maximum(idx, 0)])
+    step = np.where(inside, numbers[np.maximum(idx, 0)], -1).astype(np.int32)
+    # Device work belongs to the step of the runtime call that launched it.
+    dev_codes = [i for i, d in enumerate(table.devices) if d.kind == "gpu"]
+    on_gpu = np.isin(table.device, dev_codes)
+    launch = (table.kind == Kind.RUNTIME) & (table.correlation >= 0) & (step >= 0)
+    if launch.any() and on_gpu.any():
+        order = np.argsort(table.correlation[launch], kind="stable")
+        keys = table.correlation[launch][order]
+        values = step[launch][order]
+        gpu_idx = np.flatnonzero(on_gpu)
+        corr = table.correlation[gpu_idx]
+        pos = np.minimum(np.searchsorted(keys, corr), len(keys) - 1)
+        found = keys[pos] == corr
+        step[gpu_idx[found]] = values[pos[found]]
+    table.step[:] = step
+    return table

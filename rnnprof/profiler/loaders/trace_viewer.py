@@ -1,0 +1,45 @@
+"""xprof ``trace_viewer`` JSON: the Chrome-trace rendering of an XSpace.
+
+Processes are planes (``/host:CPU``, ``/device:GPU:0``) and threads are lines, so events are
+classified exactly as in ``xplane`` (same lanes, kinds and step markers).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rnnprof.errors import InputError
+from rnnprof.profiler.events import EventTable, EventTableBuilder
+from rnnprof.profiler.loaders import xplane
+from rnnprof.profiler.loaders.tf_chrome import metadata_names, trace_events
+
+FORMAT = "xprof-trace-viewer"
+
+
+def looks_like(doc: object) -> bool:
+    processes, _ = metadata_names(trace_events(doc))
+    return any(name.startswith(("/host:", "/device:")) for name in processes.values())
+
+
+def load_doc(path: Path, doc: object) -> EventTable:
+    events = trace_events(doc)
+    processes, threads = metadata_names(events)
+    builder = EventTableBuilder(FORMAT, [str(path)])
+    steps: list = []
+    lanes: dict = {}
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        key = (e.get("pid"), e.get("tid"))
+        if key not in lanes:
+            plane = processes.get(key[0], "")
+            lanes[key] = xplane.classify_line(plane, threads.get(key, "")) if plane else None
+        lane_info = lanes[key]
+        if lane_info is None:
+            continue
+        on_host = processes.get(key[0], "").startswith("/host:")
+        xplane.add_event(builder, steps, lane_info, on_host, str(e.get("name", "")),
+                         float(e.get("ts") or 0.0), float(e.get("dur") or 0.0), e.get("args") or {})
+    if len(builder) == 0:
+        raise InputError(path, "trace_viewer JSON holds no op, kernel or annotation events", "a captured profile")
+    return xplane.assign_steps(builder.build(), steps)

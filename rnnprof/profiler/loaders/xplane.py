@@ -1,0 +1,223 @@
+"""TensorFlow profiler XSpace files (``*.xplane.pb``).
+
+Planes and lines:
+
+* ``/device:GPU:k`` planes: each ``Stream #n`` line is a stream; its events are kernels
+  (``KERNEL``; NCCL kernels ``COMMUNICATION``), copies (``MEMCPY``) and memsets. Lines that
+  the profiler derives from the streams ("XLA Ops", "TensorFlow Ops", "Steps", ...) are skipped
+  so nothing is counted twice.
+* ``/host:CPU``: TF op executions (TraceMe ``"<node>:<OpType>"`` on executor threads) are
+  ``HOST_OP`` on the host; the ``python`` line and other user ranges are ``ANNOTATION``; events
+  carrying a ``step_num`` stat (``tf.profiler.experimental.Trace(..., step_num=N)``) mark steps.
+* rnnprof's own XSpaces (built from step stats): a plane per device (``/device:CPU:k``) whose
+  lines are lanes, or lines named by a TF device string. Events are ops (``HOST_OP``).
+
+The proto module comes from TensorFlow's installed ``xplane_pb2.py``, loaded by file so that
+reading an XSpace does not import TensorFlow itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from rnnprof.errors import InputError
+from rnnprof.profiler.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device
+
+FORMAT = "xplane"
+_STREAM_LINE = re.compile(r"^Stream #(\d+)")
+_DERIVED_LINES = {"XLA Ops", "TensorFlow Ops", "XLA Modules", "Steps", "Launch Stats",
+                  "TensorFlow Name Scope", "Framework Name Scope", "Source code", "XLA TraceMe",
+                  "SparseCore Ops", "Async XLA Ops", "Sync Flags", "Counters"}
+_OP_EVENT = re.compile(r"^(?P<name>[^:]+(?::\d+)?[^:]*):(?P<op>[A-Za-z_][\w]*)$")
+_NCCL = re.compile(r"^(?:void )?nccl", re.IGNORECASE)
+_pb2 = None
+
+
+def xplane_pb2():
+    """TensorFlow's xplane proto module, without importing TensorFlow when it is not loaded yet."""
+    global _pb2
+    if _pb2 is not None:
+        return _pb2
+    if "tensorflow" in sys.modules:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2 as module  # type: ignore
+    else:
+        module = None
+        spec = importlib.util.find_spec("tensorflow")
+        if spec and spec.submodule_search_locations:
+            for root in spec.submodule_search_locations:
+                candidate = Path(root, "tsl", "profiler", "protobuf", "xplane_pb2.py")
+                if candidate.is_file():
+                    file_spec = importlib.util.spec_from_file_location("_rnnprof_xplane_pb2", candidate)
+                    module = importlib.util.module_from_spec(file_spec)
+                    file_spec.loader.exec_module(module)
+                    break
+        if module is None:
+            from tsl.profiler.protobuf import xplane_pb2 as module  # type: ignore
+    _pb2 = module
+    return module
+
+
+def parse(path: Path, data: bytes | None = None):
+    from google.protobuf.message import DecodeError
+
+    if data is None:
+        data = Path(path).read_bytes()
+    space = xplane_pb2().XSpace()
+    try:
+        space.ParseFromString(data)
+    except (DecodeError, ValueError) as exc:
+        raise InputError(path, f"not a readable XSpace protobuf ({exc})", "a complete .xplane.pb file") from None
+    return space
+
+
+def _is_xspace(space) -> bool:
+    return any(p.name.startswith(("/host:", "/device:", "/job:")) or parse_tf_device(p.name)
+               or any(parse_tf_device(line.name) for line in p.lines) for p in space.planes)
+
+
+def looks_like(path: Path) -> bool:
+    try:
+        return _is_xspace(parse(path))
+    except InputError:
+        return False
+
+
+def _stat_value(stat):
+    which = stat.WhichOneof("value")
+    return getattr(stat, which) if which else None
+
+
+def load(path: Path) -> EventTable:
+    path = Path(path)
+    space = parse(path)
+    if not _is_xspace(space):
+        raise InputError(path, "protobuf has no /host: or /device: planes", "a TensorFlow XSpace (.xplane.pb)")
+    builder = EventTableBuilder(FORMAT, [str(path)])
+    steps: list[tuple[float, float, int]] = []
+    for plane in space.planes:
+        _load_plane(plane, builder, steps)
+    if len(builder) == 0:
+        raise InputError(path, "XSpace holds no op, kernel or annotation events", "a captured profile")
+    builder.metadata["hostnames"] = list(space.hostnames)
+    table = builder.build()
+    return assign_steps(table, steps)
+
+
+def load_dir(path: Path) -> EventTable:
+    from rnnprof.profiler.events import concat
+
+    files = sorted(Path(path).rglob("*.xplane.pb"))
+    tables = [load(f) for f in files]
+    return tables[0] if len(tables) == 1 else concat(tables, align="absolute")
+
+
+def classify_line(plane_name: str, line_name: str) -> tuple[Device, str, Kind] | None:
+    """Device, lane and default kind of one XPlane line (or trace_viewer thread); None to skip it."""
+    if line_name in _DERIVED_LINES:
+        return None
+    plane_device = parse_tf_device(plane_name.replace("/host:CPU", "/device:CPU:0"))
+    is_host = plane_name.startswith("/host:")
+    on_gpu = plane_device is not None and plane_device.kind == "gpu"
+    line_device = parse_tf_device(line_name)
+    stream = _STREAM_LINE.match(line_name)
+    if on_gpu and stream:
+        return plane_device, f"stream:{stream.group(1)}", Kind.KERNEL
+    if line_device is not None:  # rnnprof XSpace: one line per device
+        return line_device, "ops", Kind.HOST_OP
+    if is_host:
+        annotation = line_name.startswith("python") or line_name == "TraceContext"
+        return Device("host"), line_name, Kind.ANNOTATION if annotation else Kind.HOST_OP
+    if plane_device is not None:
+        return plane_device, line_name or "ops", Kind.KERNEL if on_gpu else Kind.HOST_OP
+    return None
+
+
+def classify_event(default_kind: Kind, raw_name: str, stats: dict, on_host: bool) -> tuple[Kind, str, str] | None:
+    """Kind, node name and op type of one event; None for profiler bookkeeping that is no op."""
+    from rnnprof.profiler.loaders.tf_chrome import COMMUNICATION_OP
+
+    kind, name, op = default_kind, raw_name, raw_name
+    if default_kind == Kind.KERNEL:
+        lowered = raw_name.lower()
+        if "memcpy" in lowered or "memcpy_details" in stats:
+            kind = Kind.MEMCPY
+        elif "memset" in lowered:
+            kind = Kind.MEMSET
+        elif _NCCL.match(raw_name):
+            kind = Kind.COMMUNICATION
+    elif default_kind == Kind.HOST_OP:
+        match = _OP_EVENT.match(raw_name)
+        tf_op = stats.get("tf_op") or stats.get("op")
+        if match:
+            name, op = match.group("name"), match.group("op")
+        elif isinstance(tf_op, str) and tf_op:
+            op = tf_op.rsplit(":", 1)[-1]
+        elif on_host:
+            return None  # executor/threadpool bookkeeping, not an op
+        if COMMUNICATION_OP.match(op):
+            kind = Kind.COMMUNICATION
+    return kind, name, op
+
+
+def _as_int(value) -> int | None:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def add_event(builder: EventTableBuilder, steps: list, lane_info: tuple, on_host: bool,
+              raw_name: str, ts: float, dur: float, stats: dict) -> None:
+    """Classify one event and append it (shared by the XSpace and trace_viewer readers)."""
+    device, lane, default_kind = lane_info
+    step_num = _as_int(stats.get("step_num"))
+    if step_num is not None:
+        steps.append((ts, ts + dur, step_num))
+    long_name = stats.get("long_name")  # trace_viewer shortens "node:Op" to "Op"
+    classified = classify_event(default_kind, long_name if isinstance(long_name, str) and long_name else raw_name,
+                                stats, on_host)
+    if classified is None:
+        return
+    kind, name, op = classified
+    step = _as_int(stats.get("step"))
+    nbytes = _as_int(stats.get("bytes"))
+    builder.add(ts, dur, name, op, device, lane, kind,
+                step=step if step is not None else -1, nbytes=nbytes if nbytes is not None else -1)
+
+
+def _load_plane(plane, builder: EventTableBuilder, steps: list) -> None:
+    metadata = {k: v for k, v in plane.event_metadata.items()}
+    stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+    on_host = plane.name.startswith("/host:")
+    for line in plane.lines:
+        lane_info = classify_line(plane.name, line.display_name or line.name)
+        if lane_info is None:
+            continue
+        base_us = line.timestamp_ns / 1e3
+        for event in line.events:
+            meta = metadata.get(event.metadata_id)
+            stats = {stat_names.get(s.metadata_id, ""): _stat_value(s) for s in event.stats}
+            if meta is not None:
+                for s in meta.stats:
+                    stats.setdefault(stat_names.get(s.metadata_id, ""), _stat_value(s))
+            add_event(builder, steps, lane_info, on_host, meta.name if meta is not None else "",
+                      base_us + event.offset_ps / 1e6, event.duration_ps / 1e6, stats)
+
+
+def assign_steps(table: EventTable, spans: list[tuple[float, float, int]]) -> EventTable:
+    if not spans:
+        return table
+    spans.sort()
+    starts = np.array([s[0] for s in spans])
+    ends = np.array([s[1] for s in spans])
+    numbers = np.array([s[2] for s in spans], dtype=np.int32)
+    idx = np.searchsorted(starts, table.ts, side="right") - 1
+    inside = (idx >= 0) & (table.ts < ends[np.maximum(idx, 0)]) & (table.step < 0)
+    table.step[inside] = numbers[idx[inside]]
+    return table
