@@ -1,0 +1,63 @@
+"""PA004: devices doing unequal amounts of work in the same step.
+
+Busy time is the union of a device's compute intervals within the step (kernels on
+accelerators, ops elsewhere; receives and collectives left out since they include
+waiting). Spread is (max - min) / max over the towers' devices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .finding import Finding, NotChecked, Severity
+from .inputs import AuditInput
+from .timing import busy_intervals, compute_devices, compute_mask, in_step, length, step_keys
+
+RULE_ID = "PA004-device-imbalance"
+TITLE = "Per-device imbalance"
+WARNING_SPREAD = 0.20
+
+
+def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[Finding] | NotChecked:
+    events = inp.events
+    if events is None or not len(events):
+        return NotChecked(RULE_ID, "needs a trace with per-device op or kernel times")
+    homes = sorted(set(inp.tower_homes.values()))
+    devices = [d for d in homes if d in events.devices] if len(homes) >= 2 else compute_devices(events)
+    if len(devices) < 2:
+        kinds = ", ".join(d.label for d in devices) or "none"
+        return NotChecked(RULE_ID, f"the trace has one compute device ({kinds}); balance needs at least 2")
+    mask = compute_mask(events)
+    busy = []  # steps x devices
+    for step in step_keys(events):
+        sel = in_step(events, step)
+        step_events, step_mask = events.select(sel), mask[sel]
+        busy.append([length(busy_intervals(step_events, d, step_mask)) for d in devices])
+    busy = np.asarray(busy)
+    top = busy.max(axis=1)
+    spread = np.where(top > 0, (top - busy.min(axis=1)) / np.where(top > 0, top, 1), 0.0)
+    over = spread > threshold
+    if not over.any():
+        return []
+    mean = busy.mean(axis=0)
+    heaviest, lightest = devices[int(mean.argmax())], devices[int(mean.argmin())]
+    lost = float((top - busy.mean(axis=1))[over].sum() / len(busy))
+    return [Finding(
+        rule_id=RULE_ID,
+        severity=Severity.WARNING,
+        title=(f"{heaviest.label} is busy {mean.max() / max(mean.min(), 1e-9):.1f}x as long as {lightest.label} "
+               f"per step (spread {float(np.median(spread)):.0%})"),
+        devices=tuple(d.label for d in devices),
+        evidence={
+            "threshold": threshold,
+            "steps_traced": len(busy),
+            "steps_over_threshold": int(over.sum()),
+            "median_spread": round(float(np.median(spread)), 3),
+            "max_spread": round(float(spread.max()), 3),
+            "busy_us_per_step": {d.label: round(float(m), 1) for d, m in zip(devices, mean)},
+        },
+        cost_us_per_step=lost,
+        cost_basis="busiest device's busy time minus the devices' mean, per step, in unbalanced steps",
+        fix=(f"Find what {heaviest.label} runs that the others do not: PA002 and PA003 name replica work and "
+             f"updates pinned to one device; otherwise balance the batch per device."),
+    )]

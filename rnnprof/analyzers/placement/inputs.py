@@ -1,0 +1,135 @@
+"""What the rules read: a graph, a trace and a manifest, any of which may be missing.
+
+``placements`` reconciles them into one view per node (op, requested device,
+assigned device): the graph says what was requested and, for partition graphs,
+where TF put each op; a trace says where each op actually ran.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rnnprof.profiler.events import Device, EventTable, Kind, parse_tf_device
+
+from . import scopes
+from .timing import compute_mask, step_keys
+
+if TYPE_CHECKING:  # networkx is only needed by whoever builds the graph
+    import networkx
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    name: str
+    op: str
+    requested: str  # the device string the graph asked for, "" when none
+    assigned: Device | None  # where TF put it (partition graph) or where it ran (trace)
+
+    @property
+    def requested_device(self) -> Device | None:
+        return parse_tf_device(self.requested) if self.requested else None
+
+
+_EXPLICIT_INDEX = re.compile(r"(?:CPU|GPU|cpu|gpu):(\d+)")
+
+
+def requested_differs(requested: str, assigned: Device) -> bool:
+    """Whether an op ran somewhere other than where it asked to, judging only what it asked for."""
+    wanted = parse_tf_device(requested)
+    if wanted is None:
+        return False  # a job/task without a device type: nothing to compare
+    if wanted.kind != assigned.kind:
+        return True
+    return bool(_EXPLICIT_INDEX.search(requested)) and wanted.index != assigned.index
+
+
+@dataclass(frozen=True, eq=False)
+class AuditInput:
+    """Everything known about one run. ``graph`` nodes carry ``op``, ``requested_device``,
+    ``assigned_device`` (and optionally ``function``); edges are data or control
+    dependencies (``control=True``)."""
+
+    graph: "networkx.DiGraph | None" = None
+    events: EventTable | None = None
+    manifest: dict | None = None
+
+    @cached_property
+    def placements(self) -> dict[str, NodePlacement]:
+        ran_on = _devices_from_events(self.events) if self.events is not None else {}
+        out: dict[str, NodePlacement] = {}
+        if self.graph is not None:
+            for name, data in self.graph.nodes(data=True):
+                assigned = parse_tf_device(data.get("assigned_device") or "")
+                if assigned is None:
+                    assigned = ran_on.get(name, (None, ""))[0]
+                out[name] = NodePlacement(name, data.get("op") or "", data.get("requested_device") or "", assigned)
+        else:
+            for name, (device, op) in ran_on.items():
+                out[name] = NodePlacement(name, op, "", device)
+        return out
+
+    @cached_property
+    def tower_homes(self) -> dict[int, Device]:
+        """Each tower's own device: where most of its compute ops were placed."""
+        votes: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+        for node in self.placements.values():
+            tower = scopes.tower_of(node.name)
+            if tower is None or node.assigned is None or not is_tower_work(node):
+                continue
+            votes[tower][node.assigned] += 1
+        return {t: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for t, c in sorted(votes.items())}
+
+    @property
+    def config(self) -> dict:
+        return (self.manifest or {}).get("config") or {}
+
+    @property
+    def session_config(self) -> dict:
+        return (self.manifest or {}).get("session_config") or {}
+
+
+def is_tower_work(node: NodePlacement) -> bool:
+    """Ops that do a tower's computation (not plumbing, variable updates or gradient aggregation)."""
+    return (node.op not in scopes.PLUMBING_OPS
+            and not scopes.is_update_op(node.name, node.op)
+            and not scopes.is_aggregation_op(node.name, node.op))
+
+
+def _devices_from_events(events: EventTable) -> dict[str, tuple[Device, str]]:
+    """Node name -> (device it ran on most often, op type), from op and kernel events."""
+    mask = np.isin(events.kind, [int(Kind.HOST_OP), int(Kind.KERNEL), int(Kind.COMMUNICATION)])
+    counts: dict[tuple[int, int], int] = collections.Counter(
+        zip(events.name[mask].tolist(), events.device[mask].tolist()))
+    op_of = dict(zip(events.name[mask].tolist(), events.op_type[mask].tolist()))
+    best: dict[int, tuple[int, int]] = {}
+    for (name, device), n in counts.items():
+        if name not in best or n > best[name][1]:
+            best[name] = (device, n)
+    return {events.strings[name]: (events.devices[device], events.strings[op_of[name]])
+            for name, (device, _) in best.items() if events.strings[name]}
+
+
+def time_by_name(events: EventTable | None, names: set[str], device: Device | None = None) -> dict[str, float]:
+    """Total µs of op/kernel events per node name (optionally on one device)."""
+    if events is None or not names:
+        return {}
+    codes = [events.code_of(n) for n in names]
+    mask = np.isin(events.name, [c for c in codes if c >= 0]) & compute_mask(events)
+    if device is not None:
+        if device not in events.devices:
+            return {}
+        mask &= events.device == events.devices.index(device)
+    out: dict[str, float] = collections.defaultdict(float)
+    for code, dur in zip(events.name[mask].tolist(), events.dur[mask].tolist()):
+        out[events.strings[code]] += dur
+    return dict(out)
+
+
+def steps_in(events: EventTable | None) -> int:
+    return len(step_keys(events)) if events is not None and len(events) else 0

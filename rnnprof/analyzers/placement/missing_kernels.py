@@ -1,0 +1,88 @@
+"""PA007: ops requested on a device type for which TensorFlow has no kernel.
+
+Only the installed TensorFlow's kernel registry answers this, and only for device
+types it was built with: a CPU-only build registers almost no GPU kernels, so it
+cannot say which ops lack one and this rule declines rather than guess.
+TensorFlow is imported only when this rule runs on a graph.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Callable
+
+from .finding import Finding, NotChecked, Severity
+from .inputs import AuditInput
+
+RULE_ID = "PA007-no-kernel-for-device"
+TITLE = "No kernel for the requested device type"
+
+
+class KernelRegistry:
+    """The installed TensorFlow's answer to "which device types have a kernel for op X"."""
+
+    def __init__(self):
+        import tensorflow as tf  # noqa: F401  (registers the kernels)
+        from tensorflow.python.framework import kernels, op_def_registry
+
+        self._kernels = kernels
+        self._ops = op_def_registry
+        self.cuda = bool(tf.test.is_built_with_cuda() or tf.test.is_built_with_rocm())
+        self.version = tf.__version__
+
+    def knows_device_type(self, device_type: str) -> bool:
+        return device_type == "CPU" or (device_type == "GPU" and self.cuda)
+
+    def is_op(self, op: str) -> bool:
+        return self._ops.get(op) is not None
+
+    def device_types(self, op: str) -> set[str]:
+        return {k.device_type for k in self._kernels.get_registered_kernels_for_op(op).kernel}
+
+
+def check(inp: AuditInput, registry: Callable[[], KernelRegistry] = KernelRegistry) -> list[Finding] | NotChecked:
+    if inp.graph is None:
+        return NotChecked(RULE_ID, "needs a graph with requested devices")
+    wanted = collections.defaultdict(list)  # (device type, op) -> nodes
+    for node in inp.placements.values():
+        device = node.requested_device
+        if device is not None and node.op and not node.op.startswith("_"):
+            wanted[(device.kind.upper(), node.op)].append(node)
+    if not wanted:
+        return NotChecked(RULE_ID, "no op in the graph requests a device")
+    kernels = registry()
+    unknowable = sorted({t for t, _ in wanted if not kernels.knows_device_type(t)})
+    checkable = {key: nodes for key, nodes in wanted.items() if key[0] not in unknowable}
+    if not checkable:
+        return NotChecked(RULE_ID, f"TensorFlow {kernels.version} here is built without "
+                                   f"{'/'.join(unknowable)} support, so its kernel registry cannot say which "
+                                   f"ops lack a {'/'.join(unknowable)} kernel")
+    soft = inp.session_config.get("allow_soft_placement")
+    findings = []
+    for (device_type, op), nodes in sorted(checkable.items()):
+        if not kernels.is_op(op):
+            continue  # a function call or an op from a library not loaded here: no registry answer
+        types = kernels.device_types(op)
+        if not types or device_type in types:
+            continue
+        findings.append(Finding(
+            rule_id=RULE_ID,
+            severity=Severity.ERROR if soft is False else Severity.WARNING,
+            title=f"{op} has no {device_type} kernel; {len(nodes)} op(s) request {device_type}",
+            devices=tuple(sorted({n.requested_device.label for n in nodes})),
+            ops=tuple(sorted(n.name for n in nodes)),
+            evidence={"op_type": op, "requested_type": device_type, "ops": len(nodes),
+                      "kernels_for": sorted(types), "tensorflow": kernels.version,
+                      "allow_soft_placement": soft},
+            cost_us_per_step=None,
+            cost_basis="see PA001 for where these ops ran and what they cost",
+            fix=(f"Place {op} explicitly on a device type that has a kernel ({', '.join(sorted(types))}), "
+                 f"or replace it with an op that has a {device_type} kernel"
+                 + ("; without soft placement this graph fails to run." if soft is False else
+                    "; soft placement moves it and the copies around it."))))
+    if unknowable:
+        findings.append(Finding(
+            rule_id=RULE_ID, severity=Severity.INFO,
+            title=f"{'/'.join(unknowable)} kernels not checked: TensorFlow {kernels.version} is built without them",
+            evidence={"unchecked_device_types": unknowable}))
+    return findings

@@ -1,0 +1,61 @@
+"""The placement rules, in report order, and the function that runs them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import (imbalance, inter_op_threads, missing_kernels, replica_pinning, soft_placement, transfers,
+               update_placement)
+from .finding import Finding, NotChecked, Severity
+from .inputs import AuditInput
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    check: Callable[[AuditInput], "list[Finding] | NotChecked"]
+
+
+RULES: tuple[Rule, ...] = tuple(
+    Rule(module.RULE_ID, module.TITLE, module.check)
+    for module in (soft_placement, replica_pinning, update_placement, imbalance, transfers,
+                   inter_op_threads, missing_kernels)
+)
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    findings: tuple[Finding, ...]
+    not_checked: tuple[NotChecked, ...]
+    checked: tuple[str, ...]  # ids of rules that ran
+    rules: tuple[Rule, ...] = field(default=RULES, repr=False)
+
+    def at_or_above(self, severity: Severity) -> list[Finding]:
+        return [f for f in self.findings if f.severity >= severity]
+
+    @property
+    def worst(self) -> Severity | None:
+        return max((f.severity for f in self.findings), default=None)
+
+
+def rule_by_id(rule_id: str) -> Rule:
+    for rule in RULES:
+        if rule.id == rule_id or rule.id.split("-")[0] == rule_id:
+            return rule
+    raise KeyError(rule_id)
+
+
+def audit(inp: AuditInput, rules: tuple[Rule, ...] = RULES) -> AuditResult:
+    """Run every rule; findings sorted worst first, then by estimated cost."""
+    findings, not_checked, checked = [], [], []
+    for rule in rules:
+        outcome = rule.check(inp)
+        if isinstance(outcome, NotChecked):
+            not_checked.append(outcome)
+        else:
+            checked.append(rule.id)
+            findings.extend(outcome)
+    findings.sort(key=lambda f: (-int(f.severity), -(f.cost_us_per_step or 0.0), f.rule_id))
+    return AuditResult(tuple(findings), tuple(not_checked), tuple(checked), rules)

@@ -1,0 +1,172 @@
+"""PA002: a replica's work placed on another replica's device (usually device 0).
+
+A node belongs to tower k when it is built under ``tower_k/`` or, with a graph, when
+every tower-attributed input it consumes comes from tower k. Tower k's own device is
+where most of its compute ran. The cost is the time tower k's device sat idle while
+another device ran tower k's ops: it waits for them.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from rnnprof.profiler.events import Device
+
+from . import scopes
+from .finding import Finding, NotChecked, Severity
+from .inputs import AuditInput, NodePlacement, is_tower_work, steps_in
+from .timing import busy_intervals, compute_mask, in_step, length, merge, step_keys, subtract
+
+RULE_ID = "PA002-replica-work-pinned"
+TITLE = "Replica work pinned to another device"
+_PROPAGATION_PASSES = 8
+
+
+def tower_attribution(inp: AuditInput) -> dict[str, tuple[int, str]]:
+    """Node name -> (tower, "scope" | "consumes") for nodes doing a tower's work."""
+    nodes = inp.placements
+    owner = {n.name: (t, "scope") for n in nodes.values()
+             if is_tower_work(n) and (t := scopes.tower_of(n.name)) is not None}
+    graph = inp.graph
+    if graph is None:
+        return owner
+    candidates = [n for n in nodes.values() if n.name not in owner and is_tower_work(n)]
+    for _ in range(_PROPAGATION_PASSES):
+        changed = False
+        for node in candidates:
+            if node.name in owner:
+                continue
+            towers = {owner[p][0] for p in graph.predecessors(node.name)
+                      if p in owner and not graph.edges[p, node.name].get("control")}
+            if len(towers) == 1:
+                owner[node.name] = (towers.pop(), "consumes")
+                changed = True
+        if not changed:
+            break
+    return owner
+
+
+def misplaced_names(inp: AuditInput) -> set[str]:
+    """Names of tower ops that ran off their tower's device (empty when towers cannot be told apart)."""
+    homes = inp.tower_homes
+    if len(set(homes.values())) < 2:
+        return set()
+    return {name for name, (tower, _) in tower_attribution(inp).items()
+            if (node := inp.placements[name]).assigned is not None and node.assigned != homes[tower]}
+
+
+def check(inp: AuditInput) -> list[Finding] | NotChecked:
+    if not inp.placements:
+        return NotChecked(RULE_ID, "needs a graph or a trace that names the ops it ran")
+    homes = inp.tower_homes
+    if len(homes) < 2:
+        return NotChecked(RULE_ID, f"found {len(homes)} tower scope(s) (tower_k/...) with placed ops; "
+                                   "needs a data-parallel graph with at least 2 towers")
+    if len(set(homes.values())) == 1:
+        return [_all_on_one_device(inp, homes)]
+    home_owner = {}
+    for tower, device in sorted(homes.items(), reverse=True):
+        home_owner[device] = tower  # lowest tower wins when towers share a device
+    attribution = tower_attribution(inp)
+    misplaced: dict[tuple[int, Device], list[NodePlacement]] = collections.defaultdict(list)
+    for name, (tower, _) in attribution.items():
+        node = inp.placements[name]
+        if node.assigned is not None and node.assigned != homes[tower]:
+            misplaced[(tower, node.assigned)].append(node)
+    findings = []
+    for (tower, device), nodes in sorted(misplaced.items()):
+        other = home_owner.get(device)
+        findings.append(_finding(inp, tower, homes[tower], device, other, nodes, attribution))
+    return findings
+
+
+def _finding(inp, tower, home, device, other, nodes, attribution) -> Finding:
+    names = {n.name for n in nodes}
+    cost = _wait_cost(inp, home, device, names)
+    by_time = cost["us_by_name"]
+    groups = collections.Counter((n.op, scopes.group_scope(n.name)) for n in nodes)
+    consumed = sorted(n.name for n in nodes if attribution[n.name][1] == "consumes")
+    where = f"tower {other}'s device {device.label}" if other is not None else f"{device.label}"
+    steps = cost["steps"]
+    return Finding(
+        rule_id=RULE_ID,
+        severity=Severity.ERROR if other is not None else Severity.WARNING,
+        title=f"{len(nodes)} ops of tower {tower} ran on {where} instead of {home.label}",
+        devices=(device.label, home.label),
+        ops=tuple(sorted(names, key=lambda n: (-by_time.get(n, 0.0), n))),
+        evidence={
+            "tower": tower,
+            "tower_device": home.label,
+            "ran_on": device.label,
+            "ops": len(nodes),
+            "ops_attributed_by_consumption": len(consumed),
+            "op_types": dict(collections.Counter(n.op for n in nodes).most_common()),
+            "scopes": [{"op": op, "scope": scope, "count": count} for (op, scope), count in groups.most_common(20)],
+            "steps_traced": steps,
+            "us_per_step_on_wrong_device": _round(cost["busy"]),
+            "us_per_step_tower_device_idle_meanwhile": _round(cost["wait"]),
+        },
+        cost_us_per_step=cost["wait"],
+        cost_basis=(f"time per step {home.label} sat idle while {device.label} ran tower {tower}'s ops"
+                    if steps else "no trace given: cost not estimated"),
+        fix=(f"Build tower {tower}'s ops under its own device scope ({home.label}): these ops were created "
+             f"under an explicit tf.device or colocate_with pointing at {device.label} inside tower {tower}. "
+             f"Remove that pin (e.g. the projection/softmax device scope) and build the gradients with "
+             f"colocate_gradients_with_ops=True so they follow."),
+    )
+
+
+def _all_on_one_device(inp: AuditInput, homes: dict[int, Device]) -> Finding:
+    device = next(iter(homes.values()))
+    steps = steps_in(inp.events)
+    busy = None
+    if steps:
+        mask = compute_mask(inp.events)
+        busy = length(busy_intervals(inp.events, device, mask)) / steps
+    n = len(homes)
+    return Finding(
+        rule_id=RULE_ID,
+        severity=Severity.ERROR,
+        title=f"all {n} towers ran on {device.label}",
+        devices=(device.label,),
+        ops=(),
+        evidence={"towers": n, "device": device.label, "steps_traced": steps,
+                  "us_per_step_busy": _round(busy)},
+        cost_us_per_step=busy * (1 - 1 / n) if busy is not None else None,
+        cost_basis=(f"busy time of {device.label} that {n} devices would share" if steps
+                    else "no trace given: cost not estimated"),
+        fix="Give each tower its own device scope; check that the devices exist (see PA001) and that "
+            "the device count of the session matches the number of towers.",
+    )
+
+
+def _wait_cost(inp: AuditInput, home: Device, device: Device, names: set[str]) -> dict:
+    events = inp.events
+    steps = steps_in(events)
+    if not steps:
+        return {"steps": 0, "busy": None, "wait": None, "us_by_name": {}}
+    mask = compute_mask(events)
+    codes = [c for c in (events.code_of(n) for n in names) if c >= 0]
+    mine = mask & np.isin(events.name, codes)
+    if device in events.devices:
+        mine &= events.device == events.devices.index(device)
+    else:
+        mine &= False
+    busy = wait = 0.0
+    for step in step_keys(events):
+        sel = mine & in_step(events, step)
+        wrong = merge(events.ts[sel], events.end[sel])
+        busy += length(wrong)
+        home_busy = busy_intervals(events.select(in_step(events, step)), home,
+                                   mask[in_step(events, step)])
+        wait += length(subtract(wrong, home_busy))
+    us_by_name: dict[str, float] = collections.defaultdict(float)
+    for code, dur in zip(events.name[mine].tolist(), events.dur[mine].tolist()):
+        us_by_name[events.strings[code]] += dur
+    return {"steps": steps, "busy": busy / steps, "wait": wait / steps, "us_by_name": us_by_name}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

@@ -1,0 +1,130 @@
+"""Interval arithmetic on an ``EventTable``: busy time per device and step, idle overlap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rnnprof.profiler.events import Device, EventTable, Kind
+
+from .scopes import TRANSFER_OPS
+
+ALL_STEPS = -1  # the key used when the trace does not number its steps
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Union of intervals as an (n, 2) array of disjoint, sorted intervals."""
+    if len(starts) == 0:
+        return np.zeros((0, 2))
+    order = np.argsort(starts, kind="stable")
+    s, e = np.asarray(starts, float)[order], np.asarray(ends, float)[order]
+    out = []
+    cur_s, cur_e = s[0], e[0]
+    for a, b in zip(s[1:], e[1:]):
+        if a <= cur_e:
+            cur_e = max(cur_e, b)
+        else:
+            out.append((cur_s, cur_e))
+            cur_s, cur_e = a, b
+    out.append((cur_s, cur_e))
+    return np.asarray(out, dtype=float)
+
+
+def length(intervals: np.ndarray) -> float:
+    return float((intervals[:, 1] - intervals[:, 0]).sum()) if len(intervals) else 0.0
+
+
+def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Intersection of two disjoint sorted interval sets."""
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i, 0], b[j, 0]), min(a[i, 1], b[j, 1])
+        if lo < hi:
+            out.append((lo, hi))
+        if a[i, 1] < b[j, 1]:
+            i += 1
+        else:
+            j += 1
+    return np.asarray(out, dtype=float).reshape(-1, 2)
+
+
+def subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a`` minus ``b`` for disjoint sorted interval sets."""
+    out = []
+    for lo, hi in a:
+        cur = lo
+        for blo, bhi in b:
+            if bhi <= cur or blo >= hi:
+                continue
+            if blo > cur:
+                out.append((cur, blo))
+            cur = max(cur, bhi)
+            if cur >= hi:
+                break
+        if cur < hi:
+            out.append((cur, hi))
+    return np.asarray(out, dtype=float).reshape(-1, 2)
+
+
+def step_keys(events: EventTable) -> list[int]:
+    """Step numbers in the trace, or ``[ALL_STEPS]`` when it does not number them."""
+    steps = events.steps()
+    return [int(s) for s in steps] if len(steps) else [ALL_STEPS]
+
+
+def in_step(events: EventTable, step: int) -> np.ndarray:
+    if step == ALL_STEPS:
+        return np.ones(len(events), dtype=bool)
+    return events.step == step
+
+
+@dataclass(frozen=True)
+class StepWindow:
+    step: int
+    start: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+def step_windows(events: EventTable) -> list[StepWindow]:
+    out = []
+    for step in step_keys(events):
+        mask = in_step(events, step)
+        if mask.any():
+            out.append(StepWindow(step, float(events.ts[mask].min()), float(events.end[mask].max())))
+    return out
+
+
+def compute_mask(events: EventTable) -> np.ndarray:
+    """Events that are a device doing work: kernels on accelerators, ops elsewhere.
+
+    Receives and collectives are left out: their recorded span includes waiting for the peer.
+    On a device that has kernel events, its host-side op events only launch them and are left out too.
+    """
+    transfer_codes = [events.code_of(op) for op in TRANSFER_OPS]
+    mask = np.isin(events.kind, [int(Kind.HOST_OP), int(Kind.KERNEL)])
+    mask &= ~np.isin(events.op_type, [c for c in transfer_codes if c >= 0])
+    for code, device in enumerate(events.devices):
+        on_device = events.device == code
+        if (on_device & (events.kind == int(Kind.KERNEL))).any():
+            mask &= ~(on_device & (events.kind == int(Kind.HOST_OP)))
+    return mask
+
+
+def busy_intervals(events: EventTable, device: Device, mask: np.ndarray) -> np.ndarray:
+    if device not in events.devices:
+        return np.zeros((0, 2))
+    sel = mask & (events.device == events.devices.index(device))
+    return merge(events.ts[sel], events.end[sel])
+
+
+def compute_devices(events: EventTable) -> list[Device]:
+    """Devices that run a model's work: GPUs when the trace has any, else CPU devices."""
+    mask = compute_mask(events)
+    present = {events.devices[int(c)] for c in np.unique(events.device[mask])}
+    gpus = sorted(d for d in present if d.kind == "gpu")
+    return gpus or sorted(d for d in present if d.kind in ("cpu", "host"))

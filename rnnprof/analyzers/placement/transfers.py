@@ -1,0 +1,184 @@
+"""PA005: cross-device copies per step that a better placement would avoid.
+
+A copy is avoidable when it carries a tensor into or out of an op that runs off its
+tower's device (PA002) or off its requested device (PA001), or when a computed tensor
+goes device -> host -> device in the same step (an op in the middle ran on the host).
+Feeds (placeholders, function arguments) and fetches are the input pipeline's, not placement's.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from rnnprof.profiler.events import EventTable, Kind
+
+from .finding import Finding, NotChecked, Severity
+from .inputs import AuditInput, steps_in
+from .replica_pinning import misplaced_names
+from .scopes import TRANSFER_OPS
+from .soft_placement import fallen_back_compute
+from .timing import ALL_STEPS
+
+RULE_ID = "PA005-avoidable-transfers"
+TITLE = "Host round-trips and avoidable copies"
+_EDGE = re.compile(r"^edge_\d+_")
+_RECV_SUFFIX = re.compile(r"/_\d+$")
+_FEED = re.compile(r"(^|/)(_recv_|_arg_|_Arg|Placeholder|IteratorGetNext)")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    step: int
+    direction: str  # "HtoD" | "DtoH" | "DtoD" | "recv"
+    device: str  # where the copy or receive ran
+    producer: str  # the node whose output moved
+    name: str  # the copy's own node name
+    nbytes: int  # -1 when unknown
+    dur: float  # µs, nan when no trace
+
+    @property
+    def is_feed(self) -> bool:
+        return bool(_FEED.search(self.producer))
+
+
+def producer_of(name: str) -> str:
+    """The producing node of a copied tensor: ``edge_7_a/b`` -> ``a/b``; receive ``a/b/_3`` -> ``a/b``."""
+    return _RECV_SUFFIX.sub("", _EDGE.sub("", name))
+
+
+def _direction(op_type: str, name: str) -> str:
+    text = op_type + " " + name
+    for direction in ("HtoD", "DtoH", "DtoD"):
+        if direction in text:
+            return direction
+    return "copy"
+
+
+def transfers_from_events(events: EventTable) -> list[Transfer]:
+    recv_codes = [c for c in (events.code_of(op) for op in ("_Recv", "_HostRecv")) if c >= 0]
+    is_memcpy = events.kind == int(Kind.MEMCPY)
+    is_recv = np.isin(events.op_type, recv_codes)
+    out = []
+    for i in np.flatnonzero(is_memcpy | is_recv):
+        name, op = events.strings[events.name[i]], events.strings[events.op_type[i]]
+        step = int(events.step[i]) if events.step[i] >= 0 else ALL_STEPS
+        out.append(Transfer(step, _direction(op, name) if is_memcpy[i] else "recv",
+                            events.devices[events.device[i]].label, producer_of(name), name,
+                            int(events.nbytes[i]), float(events.dur[i])))
+    return out
+
+
+def transfers_from_graph(inp: AuditInput) -> list[Transfer]:
+    out = []
+    for node in inp.placements.values():
+        if node.op in ("_Recv", "_HostRecv"):
+            tensor = inp.graph.nodes[node.name].get("tensor_name") or node.name
+            out.append(Transfer(ALL_STEPS, "recv", node.assigned.label if node.assigned else "?",
+                                producer_of(tensor), node.name, -1, float("nan")))
+    return out
+
+
+def check(inp: AuditInput) -> list[Finding] | NotChecked:
+    if inp.events is not None and len(inp.events):
+        transfers = transfers_from_events(inp.events)
+        steps = steps_in(inp.events)
+    elif inp.graph is not None:
+        transfers = transfers_from_graph(inp)
+        steps = 0
+    else:
+        return NotChecked(RULE_ID, "needs a trace or a partition graph")
+    if not transfers:
+        if inp.events is not None and not any(op in TRANSFER_OPS for op in inp.events.strings):
+            has_memcpy = (inp.events.kind == int(Kind.MEMCPY)).any()
+            if not has_memcpy and inp.graph is None:
+                return NotChecked(RULE_ID, "the trace records no copies or receives, and no graph was given")
+        return []
+    bad = misplaced_names(inp) | fallen_back_compute(inp)
+    consumers = _recv_consumers(inp)
+    avoidable = [t for t in transfers if _avoidable(t, bad, consumers)]
+    avoidable += _round_trips(transfers, already=set(map(id, avoidable)))
+    findings = [_summary(transfers, steps)]
+    if avoidable:
+        findings.insert(0, _avoidable_finding(avoidable, steps, bool(bad)))
+    return findings
+
+
+def _recv_consumers(inp: AuditInput) -> dict[str, set[str]]:
+    if inp.graph is None:
+        return {}
+    return {n: set(inp.graph.successors(n)) for n, d in inp.graph.nodes(data=True)
+            if d.get("op") in ("_Recv", "_HostRecv")}
+
+
+def _avoidable(t: Transfer, bad: set[str], consumers: dict[str, set[str]]) -> bool:
+    if t.is_feed:
+        return False
+    return t.producer in bad or bool(consumers.get(t.name, set()) & bad)
+
+
+def _round_trips(transfers: list[Transfer], already: set[int]) -> list[Transfer]:
+    """Device->host copies of computed tensors in steps that also copy computed tensors back."""
+    by_step = collections.defaultdict(list)
+    for t in transfers:
+        if not t.is_feed and t.direction in ("DtoH", "HtoD") and id(t) not in already:
+            by_step[t.step].append(t)
+    out = []
+    for step_transfers in by_step.values():
+        if {t.direction for t in step_transfers} == {"DtoH", "HtoD"}:
+            out.extend(step_transfers)
+    return out
+
+
+def _stats(transfers: list[Transfer], steps: int) -> dict:
+    per = max(steps, 1)
+    known = [t.nbytes for t in transfers if t.nbytes >= 0]
+    durs = [t.dur for t in transfers if not np.isnan(t.dur)]
+    return {
+        "per_step": round(len(transfers) / per, 1),
+        "bytes_per_step": round(sum(known) / per) if known else None,
+        "us_per_step": round(sum(durs) / per, 1) if durs else None,
+    }
+
+
+def _summary(transfers: list[Transfer], steps: int) -> Finding:
+    groups = collections.defaultdict(list)
+    for t in transfers:
+        groups[(t.direction, t.device)].append(t)
+    stats = _stats(transfers, steps)
+    return Finding(
+        rule_id=RULE_ID,
+        severity=Severity.INFO,
+        title=f"{stats['per_step']:g} cross-device copies/receives per step",
+        devices=tuple(sorted({t.device for t in transfers})),
+        evidence={"steps_traced": steps, **stats,
+                  "by_kind": [{"kind": k, "device": d, **_stats(ts, steps)} for (k, d), ts in sorted(groups.items())],
+                  "feeds_per_step": round(sum(t.is_feed for t in transfers) / max(steps, 1), 1)},
+        cost_us_per_step=None,
+        cost_basis="inventory only; avoidable copies are reported separately",
+        fix="",
+    )
+
+
+def _avoidable_finding(transfers: list[Transfer], steps: int, from_misplacement: bool) -> Finding:
+    stats = _stats(transfers, steps)
+    producers = collections.Counter(t.producer for t in transfers)
+    cause = ("they carry tensors of ops placed off their tower's or requested device"
+             if from_misplacement else "computed tensors go device -> host -> device within a step")
+    return Finding(
+        rule_id=RULE_ID,
+        severity=Severity.WARNING,
+        title=f"{stats['per_step']:g} avoidable copies per step: {cause}",
+        devices=tuple(sorted({t.device for t in transfers})),
+        ops=tuple(p for p, _ in producers.most_common()),
+        evidence={"steps_traced": steps, **stats,
+                  "directions": dict(collections.Counter(t.direction for t in transfers))},
+        cost_us_per_step=stats["us_per_step"],
+        cost_basis=("time in these copies/receives per step (receives include waiting for the sender)"
+                    if stats["us_per_step"] is not None else "no trace given: cost not estimated"),
+        fix=("Fix the placement findings (PA001/PA002) so producer and consumer share a device; for host "
+             "round trips, place the host-side op (often shape arithmetic) on the device or precompute it."),
+    )

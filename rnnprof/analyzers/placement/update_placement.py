@@ -1,0 +1,96 @@
+"""PA003: variable updates or gradient aggregation of every replica on one device.
+
+In replicated and independent modes each replica updates its own copy of the
+variables, so the updates should spread over the replicas' devices; in
+parameter-server mode one parameter device applying them is the design. The mode
+comes from the manifest, else from the graph: per-replica copies of a variable show
+up as several update ops whose names differ only in their tower scope.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+
+from . import scopes
+from .finding import Finding, NotChecked, Severity
+from .inputs import AuditInput, steps_in, time_by_name
+
+RULE_ID = "PA003-update-on-one-device"
+TITLE = "Updates or aggregation on a single device"
+SPREAD_MODES = ("replicated", "independent")
+# All-reduce algorithms that aggregate on one device by design.
+CENTRAL_ALL_REDUCES = ("pscpu",)
+_TOWER_PART = re.compile(r"(?:tower|replica)_?\d+|v\d+")
+
+
+def infer_mode(inp: AuditInput, update_names: list[str]) -> tuple[str | None, str]:
+    """(variable update mode, how it was found)."""
+    mode = inp.config.get("variable_update")
+    if mode:
+        return mode, "manifest"
+    keys = collections.Counter(_TOWER_PART.sub("", name) for name in update_names)
+    if any(count > 1 for count in keys.values()):
+        return "replicated", "graph: each variable is updated once per replica"
+    if keys:
+        return "parameter_server", "graph: each variable is updated once"
+    return None, ""
+
+
+def check(inp: AuditInput) -> list[Finding] | NotChecked:
+    if not inp.placements:
+        return NotChecked(RULE_ID, "needs a graph or a trace that names the ops it ran")
+    updates = [n for n in inp.placements.values() if scopes.is_update_op(n.name, n.op) and n.assigned]
+    aggregations = [n for n in inp.placements.values() if scopes.is_aggregation_op(n.name, n.op) and n.assigned]
+    if not updates and not aggregations:
+        return NotChecked(RULE_ID, "no variable update (Apply*/Assign* under update) or gradient aggregation "
+                                   "ops found; this input holds no training step")
+    homes = inp.tower_homes
+    tower_devices = sorted(set(homes.values()))
+    if len(tower_devices) < 2:
+        return NotChecked(RULE_ID, f"the towers use {len(tower_devices)} device(s); spreading needs at least 2")
+    mode, mode_source = infer_mode(inp, [n.name for n in updates])
+    if mode not in SPREAD_MODES:
+        return []  # parameter-server updates on one device are the design
+    findings = []
+    update_devices = collections.Counter(n.assigned for n in updates)
+    if len(update_devices) == 1 and len(updates) > 1:
+        findings.append(_finding(inp, "variable updates", updates, tower_devices, mode, mode_source,
+                                 Severity.ERROR))
+    all_reduce = inp.config.get("all_reduce")
+    aggregation_devices = collections.Counter(n.assigned for n in aggregations)
+    if (mode == "replicated" and all_reduce not in CENTRAL_ALL_REDUCES
+            and len(aggregation_devices) == 1 and len(aggregations) > 1):
+        findings.append(_finding(inp, "gradient aggregation", aggregations, tower_devices, mode, mode_source,
+                                 Severity.WARNING))
+    return findings
+
+
+def _finding(inp, what, nodes, tower_devices, mode, mode_source, severity) -> Finding:
+    device = nodes[0].assigned
+    steps = steps_in(inp.events)
+    times = time_by_name(inp.events, {n.name for n in nodes}, device)
+    per_step = sum(times.values()) / steps if steps else None
+    n = len(tower_devices)
+    return Finding(
+        rule_id=RULE_ID,
+        severity=severity,
+        title=f"all {len(nodes)} {what} ops run on {device.label} in {mode} mode ({n} tower devices)",
+        devices=(device.label,),
+        ops=tuple(sorted(n_.name for n_ in nodes)),
+        evidence={
+            "mode": mode,
+            "mode_from": mode_source,
+            "ops": len(nodes),
+            "op_types": dict(collections.Counter(n_.op for n_ in nodes).most_common()),
+            "device": device.label,
+            "tower_devices": [d.label for d in tower_devices],
+            "steps_traced": steps,
+            "us_per_step": None if per_step is None else round(per_step, 1),
+        },
+        cost_us_per_step=None if per_step is None else per_step * (1 - 1 / n),
+        cost_basis=(f"the share of {device.label}'s {what} time the other {n - 1} device(s) would take over"
+                    if steps else "no trace given: cost not estimated"),
+        fix=(f"In {mode} mode build each replica's {what} under that replica's device scope "
+             f"(or colocate each update with its variable copy) so all {n} devices apply their own in parallel."),
+    )

@@ -1,0 +1,40 @@
+"""rnnprof placement-audit: did the graph run where it should, which ops are to blame, what it costs."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from rnnprof.errors import FindingsError
+
+NAME = "placement-audit"
+HELP = "find ops placed on the wrong device (soft-placement fallback, replica work on device 0, ...) and their cost"
+FAIL_ON = ("error", "warning", "never")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="RUN_OR_FILES",
+                        help="a run directory, trace files (any format rnnprof reads) and/or graph files "
+                             "(GraphDef or RunMetadata, .pb/.pbtxt)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
+                        help="exit with status 1 when a finding is at or above this severity (default: error)")
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from rnnprof.analyzers.placement import Severity, audit
+    from rnnprof.commands._placement_inputs import load_audit_input
+    from rnnprof.reports.placement import render_json, render_table, to_document
+
+    result = audit(load_audit_input(args.paths))
+    if args.json:
+        render_json(to_document(result, list(args.paths), args.fail_on), console)
+    else:
+        render_table(result, list(args.paths), console)
+    if args.fail_on != "never":
+        failing = result.at_or_above(Severity.parse(args.fail_on))
+        if failing:
+            raise FindingsError(f"{len(failing)} finding(s) at or above {args.fail_on} "
+                                f"({', '.join(sorted({f.rule_id for f in failing}))})")
+    return 0

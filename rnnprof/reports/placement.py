@@ -1,0 +1,86 @@
+"""Rendering a placement audit: a rich table grouped by severity, or one JSON document."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from rnnprof.analyzers.placement import AuditResult, Finding, Severity
+
+_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
+_OPS_SHOWN = 4
+
+
+def finding_document(finding: Finding) -> dict:
+    return {
+        "rule": finding.rule_id,
+        "severity": finding.severity.label,
+        "title": finding.title,
+        "devices": list(finding.devices),
+        "ops": list(finding.ops),
+        "evidence": finding.evidence,
+        "cost_us_per_step": None if finding.cost_us_per_step is None else round(finding.cost_us_per_step, 1),
+        "cost_basis": finding.cost_basis,
+        "fix": finding.fix,
+    }
+
+
+def to_document(result: AuditResult, sources: list[str], fail_on: str) -> dict:
+    counts = {s.label: sum(f.severity == s for f in result.findings) for s in reversed(Severity)}
+    return {
+        "sources": sources,
+        "fail_on": fail_on,
+        "counts": counts,
+        "findings": [finding_document(f) for f in result.findings],
+        "rules_checked": list(result.checked),
+        "rules_not_checked": [{"rule": n.rule_id, "reason": n.reason} for n in result.not_checked],
+    }
+
+
+def render_json(document: dict, console: Console) -> None:
+    console.print(json.dumps(document, indent=2), markup=False, highlight=False, soft_wrap=True, emoji=False)
+
+
+def _cost(finding: Finding) -> str:
+    if finding.cost_us_per_step is None:
+        return "-"
+    us = finding.cost_us_per_step
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+
+
+def _ops(finding: Finding) -> str:
+    shown = list(finding.ops[:_OPS_SHOWN])
+    more = len(finding.ops) - len(shown)
+    return "\n".join(shown + ([f"… {more} more (--json lists all)"] if more > 0 else []))
+
+
+def render_table(result: AuditResult, sources: list[str], console: Console) -> None:
+    console.print(f"[bold]Placement audit[/bold] of {', '.join(sources)}", highlight=False)
+    for severity in reversed(Severity):
+        group = [f for f in result.findings if f.severity == severity]
+        if not group:
+            continue
+        known = [f.cost_us_per_step for f in group if f.cost_us_per_step is not None]
+        total = f", est. cost up to {sum(known) / 1000:.2f} ms/step" if known else ""
+        table = Table(title=f"{severity.label.upper()}: {len(group)} finding(s){total}",
+                      title_style=_STYLE[severity], title_justify="left", show_lines=True, expand=True)
+        table.add_column("rule", no_wrap=True)
+        table.add_column("finding", ratio=3)
+        table.add_column("devices")
+        table.add_column("ops", ratio=2, overflow="fold")
+        table.add_column("cost/step", justify="right", no_wrap=True)
+        table.add_column("fix", ratio=3)
+        for f in group:
+            table.add_row(f.rule_id.split("-")[0], f"{f.title}\n[dim]{f.cost_basis}[/dim]" if f.cost_basis else f.title,
+                          "\n".join(f.devices), _ops(f), _cost(f), f.fix or "-")
+        console.print(table)
+    if not result.findings:
+        console.print("[green]No placement problems found by the rules that could run.[/green]")
+    if result.not_checked:
+        console.print("[bold]Not checked[/bold]")
+        for item in result.not_checked:
+            console.print(f"  {item.rule_id}: {item.reason}", highlight=False, markup=False)
+    console.print(f"[dim]Rules checked: {', '.join(r.split('-')[0] for r in result.checked) or 'none'}. "
+                  "Costs are per traced step and may overlap between findings.[/dim]")
