@@ -1,3 +1,14 @@
 """rnnprof: run, instrument and explain data-parallel training of RNN models."""
 
 __version__ = "0.1.0"
+
+_CAPTURE_API = ("capture", "step", "Capture", "KerasCaptureCallback")
+
+
+def __getattr__(name: str):
+    # The capture API pulls in TensorFlow only when used, never at ``import rnnprof``.
+    if name in _CAPTURE_API:
+        from rnnprof.profiler import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'rnnprof' has no attribute {name!r}")

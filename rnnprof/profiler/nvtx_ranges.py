@@ -44,3 +44,17 @@ def nvtx_range(name: str, color: str | None = None):
                 nvtx.end_range(handle)
             except Exception:
                 pass
+
+
+class NvtxSpan:
+    """A range opened and closed at different places (warm-up: before ``measure``, ended from its callback)."""
+
+    def __init__(self, name: str):
+        self._cm = nvtx_range(name)
+        self._cm.__enter__()
+        self._open = True
+
+    def end(self) -> None:
+        if self._open:
+            self._open = False
+            self._cm.__exit__(None, None, None)

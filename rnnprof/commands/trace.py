@@ -1,0 +1,167 @@
+"""rnnprof trace: capture a run directory from a built-in workload, a script, or a running job."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from rnnprof.config import add_workload_arguments, workload_config_from_args
+from rnnprof.errors import InterruptedRun, UsageError
+
+NAME = "trace"
+HELP = ("Capture a run directory (timelines, TensorBoard profile, graphs, run metadata) from a built-in "
+        "workload, your own script (-- python train.py ...), or a running job (--attach)")
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", default=None, help="run directory to create (default: a fresh runs/<model>-<time>)")
+    out.add_argument("--force", action="store_true",
+                     help="replace the run in a non-empty --out (only rnnprof's own files are removed)")
+    out.add_argument("--trace-steps", type=_positive_int, default=3,
+                     help="built-in workloads: steps traced after the timed window (default 3)")
+    script = parser.add_argument_group("your own script (-- python train.py ARGS)")
+    script.add_argument("--steps", type=_positive_int, default=3, help="steps to capture (default 3)")
+    script.add_argument("--skip-steps", type=int, default=1,
+                        help="steps to let pass before capturing (default 1: the first step traces and compiles)")
+    script.add_argument("--delay", type=_non_negative_float, default=0.0,
+                        help="seconds to wait before the capture window may open")
+    attach = parser.add_argument_group("a running job")
+    attach.add_argument("--attach", metavar="grpc://HOST:PORT", default=None,
+                        help="capture from a job that called tf.profiler.experimental.server.start(PORT)")
+    attach.add_argument("--duration", type=_non_negative_float, default=2.0, help="seconds to capture (default 2)")
+    add_workload_arguments(parser)
+    parser.add_argument("script", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace, console) -> int:
+    command = list(args.script or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    argv = ["rnnprof", "trace", *sys.argv[2:]] if sys.argv[1:2] == ["trace"] else ["rnnprof", "trace"]
+    if args.attach and command:
+        raise UsageError("--attach and a script to run cannot be combined")
+    if args.attach:
+        return _attach(args, console, argv)
+    if command:
+        return _script(args, command, console)
+    return _workload(args, console, argv)
+
+
+def _require_out(args, what: str):
+    if not args.out:
+        raise UsageError(f"--out DIR is required when tracing {what}")
+    return args.out
+
+
+def _attach(args, console, argv) -> int:
+    from rnnprof.profiler.attach import attach_capture
+
+    writer = attach_capture(args.attach, args.duration, _require_out(args, "a running job"), force=args.force,
+                            command=argv)
+    console.print(f"captured {args.duration:g} s from {args.attach} into [bold]{writer.path}[/]")
+    return 0
+
+
+def _script(args, command, console) -> int:
+    from rnnprof.profiler.script import run_script
+
+    out = _require_out(args, "a script")
+    code = run_script(out, command, steps=args.steps, skip_steps=max(0, args.skip_steps), delay=args.delay,
+                      force=args.force)
+    if code == 130:
+        raise InterruptedRun(f"interrupted; what was captured is in {out}")
+    console.print(f"run directory: [bold]{out}[/] (script exit code {code})")
+    return code
+
+
+def _workload(args, console, argv) -> int:
+    from rnnprof.profiler import rundir
+    from rnnprof.profiler.capture import RunWriter, default_run_dir
+    from rnnprof.profiler.nvtx_ranges import NvtxSpan, nvtx_range
+    from rnnprof.profiler.runner import DataParallelRun, visible_gpus
+    from rnnprof.profiler.session_capture import capture_after
+    from rnnprof.profiler.timing import measure
+
+    config = workload_config_from_args(args, gpus_available=visible_gpus())
+    out = args.out or default_run_dir(config.model)
+    writer = RunWriter(out, command=argv, force=args.force, config=config.to_dict())
+    status = rundir.STATUS_INTERRUPTED
+    try:
+        with DataParallelRun(config) as run:
+            for warning in getattr(run, "warnings", []):
+                console.print(f"[yellow]warning:[/] {warning}")
+            session_proto = run.session._config
+            writer.update(session_config={"inter_op_threads": session_proto.inter_op_parallelism_threads,
+                                          "intra_op_threads": session_proto.intra_op_parallelism_threads,
+                                          "allow_soft_placement": session_proto.allow_soft_placement})
+            writer.set_devices(run.device_names, run.device_kind)
+            times = writer.manifest["step_times"]
+            spans = {"warmup": NvtxSpan("warm-up") if config.warmup else None, "timed": None}
+
+            def on_step(phase, index, step):
+                times[phase].append(step.seconds)
+                if phase == "warmup" and index == config.warmup - 1:
+                    spans["warmup"].end()
+                    spans["timed"] = NvtxSpan("timed")
+                if phase == "timed" and spans["timed"] is None:
+                    spans["timed"] = NvtxSpan("timed")
+
+            measurement = measure(_NumberedSteps(run, nvtx_range), config.warmup, config.batches, on_step=on_step)
+            for span in spans.values():
+                if span is not None:
+                    span.end()
+            throughput = dataclasses.asdict(measurement.timed)
+            throughput["words_definition"] = getattr(run.workload, "words_definition", "")
+            if config.include_warmup:
+                throughput["with_warmup"] = dataclasses.asdict(measurement.with_warmup)
+            writer.update(throughput=throughput)
+            capture_after(writer, run.step, config.warmup + config.batches, args.trace_steps, graph=run.graph)
+        status = rundir.STATUS_COMPLETE
+    except KeyboardInterrupt:
+        raise InterruptedRun(f"interrupted; what was captured is in {writer.path}") from None
+    finally:
+        writer.finish(status)
+    timed = measurement.timed
+    console.print(f"{config.model} on {config.devices} {run.device_kind} device(s): "
+                  f"{timed.words_per_second:,.0f} words/s over {timed.steps} timed steps "
+                  f"(median {timed.median_step_seconds * 1000:.1f} ms/step)")
+    captured = writer.manifest["captured"]
+    console.print(f"run directory: [bold]{writer.path}[/] — {len(captured['timelines'])} timelines, "
+                  f"{len(captured['xplane'])} xplanes, {len(captured['graphs'])} graph files")
+    return 0
+
+
+class _NumberedSteps:
+    """The run, with an NVTX range around each step ``measure`` takes."""
+
+    def __init__(self, run, nvtx_range):
+        self._run = run
+        self._range = nvtx_range
+        self._n = 0
+
+    def step(self):
+        with self._range(f"step {self._n}"):
+            self._n += 1
+            return self._run.step()

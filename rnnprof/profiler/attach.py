@@ -1,0 +1,51 @@
+"""Capturing from a running job that started ``tf.profiler.experimental.server.start(port)``."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from rnnprof.errors import InputError, UsageError
+from rnnprof.profiler import rundir
+from rnnprof.profiler.capture import RunWriter
+
+_ADDRESS = re.compile(r"^(?:grpc://)?(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")
+
+
+def service_address(text: str) -> str:
+    """``grpc://HOST:PORT`` (or ``HOST:PORT``) -> the form tf.profiler's client takes."""
+    match = _ADDRESS.match(text.strip())
+    if not match or not 0 < int(match.group("port")) < 65536:
+        raise UsageError(f"--attach expects grpc://HOST:PORT, got {text!r}")
+    return f"grpc://{match.group('host')}:{match.group('port')}"
+
+
+def attach_capture(address: str, duration_s: float, out_dir: str | Path, force: bool = False,
+                   command=None, attempts: int = 3) -> RunWriter:
+    """Ask the job's profiler server for ``duration_s`` seconds of trace into ``out_dir``."""
+    address = service_address(address)
+    if duration_s <= 0:
+        raise UsageError(f"--duration must be positive, got {duration_s}")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    writer = RunWriter(out_dir, command=command, force=force, config={"attach": address, "duration_s": duration_s})
+    scratch = writer.scratch_dir("attach")
+    status = rundir.STATUS_INTERRUPTED
+    try:
+        try:
+            tf.profiler.experimental.client.trace(address, str(scratch), duration_ms=int(duration_s * 1000),
+                                                  num_tracing_attempts=attempts)
+        except tf.errors.OpError as exc:
+            message = (exc.message or str(exc)).strip().splitlines()[0]
+            raise InputError(address, f"profiler capture failed: {message}",
+                             "a job that called tf.profiler.experimental.server.start(PORT)") from None
+        if not writer.adopt_profile(scratch):
+            raise InputError(address, "the profiler server returned no trace", "a job running TensorFlow ops")
+        status = rundir.STATUS_COMPLETE
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        writer.finish(status)
+    return writer

@@ -1,0 +1,127 @@
+"""Running a user's script under capture: ``rnnprof trace --out DIR -- python train.py ARGS``.
+
+The script runs in a child Python process started as ``python -m rnnprof.profiler.script``;
+that bootstrap opens a ``Capture`` (hooks on ``Session.run`` and ``tf.function``), then runs
+the script with ``runpy`` as ``__main__``. The parent only prepares the directory, waits,
+and marks the run interrupted if the child died before it could.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Sequence
+
+import rnnprof
+from rnnprof.errors import UsageError
+from rnnprof.profiler import rundir
+from rnnprof.profiler.capture import atomic_write_json, prepare_out_dir
+
+ENV = "RNNPROF_CAPTURE"
+
+
+def parse_command(command: Sequence[str]) -> tuple[str, list[str]]:
+    """``python [-m module | script.py] args`` -> (interpreter, the rest)."""
+    command = list(command)
+    if not command:
+        raise UsageError("nothing to run after --; expected `-- python train.py ARGS`")
+    interpreter = command[0]
+    if not Path(interpreter).name.startswith("python"):
+        raise UsageError(f"can only run Python under capture, got {interpreter!r}; expected `-- python train.py ARGS`")
+    rest = command[1:]
+    if not rest:
+        raise UsageError("no script after the interpreter; expected `-- python train.py ARGS`")
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            raise UsageError("`-m` needs a module name")
+    elif rest[0].startswith("-"):
+        raise UsageError(f"interpreter option {rest[0]!r} is not supported; expected a script or -m module")
+    elif not Path(rest[0]).is_file():
+        raise UsageError(f"script {rest[0]!r} does not exist")
+    return interpreter, rest
+
+
+def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 3, skip_steps: int = 1,
+               delay: float = 0.0, force: bool = False) -> int:
+    """Run ``command`` under capture into ``out_dir``; returns the script's exit code."""
+    interpreter, rest = parse_command(command)
+    out = prepare_out_dir(out_dir, force=force)
+    env = dict(os.environ)
+    package_root = str(Path(rnnprof.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env[ENV] = json.dumps({"out": str(out), "steps": steps, "skip_steps": skip_steps, "delay": delay,
+                           "command": list(command)})
+    child = subprocess.Popen([interpreter, "-m", "rnnprof.profiler.script", *rest], env=env)
+    try:
+        code = child.wait()
+    except KeyboardInterrupt:  # the child got the same SIGINT; let it write what it captured
+        try:
+            code = child.wait(timeout=60)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            child.kill()
+            code = child.wait()
+        code = 130 if code in (0, -signal.SIGINT) else code
+    _mark_unfinished(out, list(command), code)
+    return 130 if code == -signal.SIGINT else code
+
+
+def _mark_unfinished(out: Path, command: list[str], code: int) -> None:
+    manifest_path = out / rundir.MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        manifest = {"format": rundir.MANIFEST_FORMAT, "version": rundir.MANIFEST_VERSION,
+                    "command": command, "config": {"script": command}}
+    if manifest.get("status") in (rundir.STATUS_COMPLETE, rundir.STATUS_INTERRUPTED):
+        return
+    manifest["status"] = rundir.STATUS_INTERRUPTED
+    manifest["exit_code"] = code
+    atomic_write_json(manifest_path, manifest)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The bootstrap inside the child process."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    settings = json.loads(os.environ.pop(ENV, "{}") or "{}")
+    if not settings.get("out"):
+        print("rnnprof.profiler.script: run me through `rnnprof trace --out DIR -- python ...`", file=sys.stderr)
+        return 2
+    import tensorflow  # noqa: F401  hooks go on TF's classes before the script builds anything
+
+    from rnnprof.profiler.api import Capture
+
+    command = settings.get("command") or argv
+    cap = Capture(settings["out"], steps=settings.get("steps"), skip_steps=settings.get("skip_steps", 0),
+                  delay=settings.get("delay", 0.0), command=command, config={"script": command})
+    cap.start()
+    status, code = rundir.STATUS_COMPLETE, 0
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(argv)
+            sys.path.insert(0, str(Path(argv[0]).resolve().parent))
+            runpy.run_path(argv[0], run_name="__main__")
+    except KeyboardInterrupt:
+        status, code = rundir.STATUS_INTERRUPTED, 130
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code:
+            status = rundir.STATUS_INTERRUPTED
+    except BaseException:
+        traceback.print_exc()
+        status, code = rundir.STATUS_INTERRUPTED, 1
+    finally:
+        cap.close(status)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
