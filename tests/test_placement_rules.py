@@ -1,0 +1,277 @@
+"""Each placement rule on small built graphs and event tables: positive and negative."""
+
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+
+from rnnprof.analyzers.placement import AuditInput, Finding, NotChecked, Severity, audit
+from rnnprof.analyzers.placement import (imbalance, inter_op_threads, missing_kernels, replica_pinning,
+                                         soft_placement, transfers, update_placement)
+from rnnprof.profiler.events import Device, EventTableBuilder, Kind
+
+CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+CPU1 = "/job:localhost/replica:0/task:0/device:CPU:1"
+
+
+def graph(*nodes):
+    """nodes: (name, op, requested, assigned, [inputs])"""
+    g = nx.DiGraph()
+    for name, op, requested, assigned, *rest in nodes:
+        g.add_node(name, op=op, requested_device=requested, assigned_device=assigned)
+    for name, _, _, _, *rest in nodes:
+        for src in (rest[0] if rest else []):
+            g.add_edge(src, name, control=False)
+    return g
+
+
+def events(*rows, steps=1, step_len=1000.0):
+    """rows: (name, op, device_index, start, dur[, kind[, nbytes]]) repeated for each step."""
+    b = EventTableBuilder("test")
+    for step in range(steps):
+        base = step * step_len
+        for name, op, dev, start, dur, *rest in rows:
+            kind = rest[0] if rest else Kind.HOST_OP
+            nbytes = rest[1] if len(rest) > 1 else -1
+            device = Device("cpu", dev) if isinstance(dev, int) else dev
+            b.add(base + start, dur, name, op, device, "ops", kind, step=step, nbytes=nbytes)
+    return b.build()
+
+
+def findings(outcome) -> list[Finding]:
+    assert not isinstance(outcome, NotChecked), outcome
+    return outcome
+
+
+# Two towers: tower_0 on CPU:0, tower_1 on CPU:1, each with an LSTM-ish matmul and a softmax.
+def towers(pin_softmax: bool):
+    sm_dev = CPU0 if pin_softmax else CPU1
+    return graph(
+        ("tower_0/x", "Placeholder", "/device:CPU:0", CPU0),
+        ("tower_0/lstm/MatMul", "MatMul", "/device:CPU:0", CPU0, ["tower_0/x"]),
+        ("tower_0/lstm/Tanh", "Tanh", "/device:CPU:0", CPU0, ["tower_0/lstm/MatMul"]),
+        ("tower_0/projection", "MatMul", "/device:CPU:0", CPU0, ["tower_0/lstm/Tanh"]),
+        ("tower_0/softmax", "Softmax", "/device:CPU:0", CPU0, ["tower_0/projection"]),
+        ("tower_1/x", "Placeholder", "/device:CPU:1", CPU1),
+        ("tower_1/lstm/MatMul", "MatMul", "/device:CPU:1", CPU1, ["tower_1/x"]),
+        ("tower_1/lstm/Tanh", "Tanh", "/device:CPU:1", CPU1, ["tower_1/lstm/MatMul"]),
+        ("tower_1/lstm/Sigmoid", "Sigmoid", "/device:CPU:1", CPU1, ["tower_1/lstm/MatMul"]),
+        ("tower_1/projection", "MatMul", "/device:CPU:0" if pin_softmax else "/device:CPU:1", sm_dev,
+         ["tower_1/lstm/Tanh"]),
+        ("tower_1/softmax", "Softmax", "/device:CPU:0" if pin_softmax else "/device:CPU:1", sm_dev,
+         ["tower_1/projection"]),
+        ("loss_1", "Mean", "", sm_dev, ["tower_1/softmax"]),  # outside any tower scope
+    )
+
+
+def tower_events(pin_softmax: bool, steps=2):
+    sm = 0 if pin_softmax else 1
+    return events(
+        ("tower_0/lstm/MatMul", "MatMul", 0, 0, 100), ("tower_0/lstm/Tanh", "Tanh", 0, 100, 20),
+        ("tower_0/projection", "MatMul", 0, 120, 50), ("tower_0/softmax", "Softmax", 0, 170, 30),
+        ("tower_1/lstm/MatMul", "MatMul", 1, 0, 100), ("tower_1/lstm/Tanh", "Tanh", 1, 100, 20),
+        ("tower_1/lstm/Sigmoid", "Sigmoid", 1, 100, 10),
+        # pinned: device 0 runs them after its own work, device 1 idles from 120 to 280
+        ("tower_1/projection", "MatMul", sm, 200 if pin_softmax else 120, 50),
+        ("tower_1/softmax", "Softmax", sm, 250 if pin_softmax else 170, 30),
+        steps=steps,
+    )
+
+
+def test_soft_placement_fallback_names_ops_groups_and_time():
+    g = graph(
+        ("tower_0/rnn/MatMul", "MatMul", "/device:GPU:0", CPU0),
+        ("tower_0/rnn/MatMul_1", "MatMul", "/device:GPU:0", CPU0),
+        ("tower_0/rnn/Const", "Const", "/device:GPU:0", CPU0),
+        ("tower_0/ok", "Add", "/device:CPU:0", CPU0),
+        ("free", "Add", "", CPU0),
+    )
+    ev = events(("tower_0/rnn/MatMul", "MatMul", 0, 0, 40), ("tower_0/rnn/MatMul_1", "MatMul", 0, 50, 60), steps=2)
+    (f,) = findings(soft_placement.check(AuditInput(graph=g, events=ev)))
+    assert f.severity == Severity.ERROR
+    assert set(f.ops) == {"tower_0/rnn/MatMul", "tower_0/rnn/MatMul_1", "tower_0/rnn/Const"}
+    assert f.devices == ("gpu:0", "cpu:0")
+    assert f.cost_us_per_step == pytest.approx(100.0)
+    matmuls = next(gr for gr in f.evidence["groups"] if gr["op"] == "MatMul")
+    assert matmuls["count"] == 2 and matmuls["scope"] == "tower_0/rnn" and matmuls["us_per_step"] == 100.0
+
+
+def test_soft_placement_negative_and_not_checked():
+    assert findings(soft_placement.check(AuditInput(graph=towers(pin_softmax=True)))) == []
+    assert isinstance(soft_placement.check(AuditInput(events=tower_events(True))), NotChecked)
+    unassigned = graph(("a", "MatMul", "/device:GPU:0", ""))
+    outcome = soft_placement.check(AuditInput(graph=unassigned))
+    assert isinstance(outcome, NotChecked) and "assigned" in outcome.reason
+
+
+def test_soft_placement_only_plumbing_is_info():
+    g = graph(("v", "VarHandleOp", "/device:GPU:0", CPU0), ("c", "Const", "/device:GPU:0", CPU0))
+    (f,) = findings(soft_placement.check(AuditInput(graph=g)))
+    assert f.severity == Severity.INFO and f.cost_us_per_step is None
+
+
+def test_replica_pinning_names_pinned_ops_and_estimates_the_wait():
+    inp = AuditInput(graph=towers(pin_softmax=True), events=tower_events(True))
+    (f,) = findings(replica_pinning.check(inp))
+    assert f.severity == Severity.ERROR
+    assert set(f.ops) == {"tower_1/projection", "tower_1/softmax", "loss_1"}
+    assert f.evidence["ops_attributed_by_consumption"] == 1
+    assert f.devices == ("cpu:0", "cpu:1")
+    # device 0 runs tower 1's ops 200..280 while device 1 has been idle since 120
+    assert f.cost_us_per_step == pytest.approx(80.0)
+    assert f.evidence["us_per_step_on_wrong_device"] == pytest.approx(80.0)
+
+
+def test_replica_pinning_without_pin_finds_nothing():
+    inp = AuditInput(graph=towers(pin_softmax=False), events=tower_events(False))
+    assert findings(replica_pinning.check(inp)) == []
+
+
+def test_replica_pinning_from_trace_alone():
+    (f,) = findings(replica_pinning.check(AuditInput(events=tower_events(True))))
+    assert set(f.ops) == {"tower_1/projection", "tower_1/softmax"}
+    assert f.cost_us_per_step == pytest.approx(80.0)
+
+
+def test_replica_pinning_needs_towers():
+    outcome = replica_pinning.check(AuditInput(graph=graph(("a", "MatMul", "", CPU0))))
+    assert isinstance(outcome, NotChecked) and "tower" in outcome.reason
+
+
+def _updates(devices, mode=None):
+    nodes = list(towers(False).nodes(data=True))
+    g = towers(False)
+    for k, dev in enumerate(devices):
+        g.add_node(f"update/tower_{k}/w/ApplyGradientDescent", op="ApplyGradientDescent",
+                   requested_device="", assigned_device=dev)
+    assert nodes
+    return AuditInput(graph=g, manifest={"config": {"variable_update": mode}} if mode else None)
+
+
+def test_updates_of_all_replicas_on_one_device_is_an_error_in_replicated_mode():
+    (f,) = findings(update_placement.check(_updates([CPU0, CPU0])))
+    assert f.severity == Severity.ERROR and f.devices == ("cpu:0",)
+    assert f.evidence["mode"] == "replicated" and f.evidence["mode_from"].startswith("graph")
+    assert len(f.ops) == 2
+
+
+def test_updates_spread_or_parameter_server_are_fine():
+    assert findings(update_placement.check(_updates([CPU0, CPU1]))) == []
+    assert findings(update_placement.check(_updates([CPU0, CPU0], mode="parameter_server"))) == []
+
+
+def test_update_rule_not_checked_without_training_ops():
+    outcome = update_placement.check(AuditInput(graph=towers(False)))
+    assert isinstance(outcome, NotChecked)
+
+
+def test_imbalance_warns_above_threshold_only():
+    busy = events(("a", "MatMul", 0, 0, 100), ("b", "MatMul", 1, 0, 50), steps=3)
+    (f,) = findings(imbalance.check(AuditInput(events=busy)))
+    assert f.severity == Severity.WARNING
+    assert f.evidence["median_spread"] == pytest.approx(0.5)
+    assert f.evidence["busy_us_per_step"] == {"cpu:0": 100.0, "cpu:1": 50.0}
+    assert f.cost_us_per_step == pytest.approx(25.0)
+    even = events(("a", "MatMul", 0, 0, 100), ("b", "MatMul", 1, 0, 90), steps=3)
+    assert findings(imbalance.check(AuditInput(events=even))) == []
+
+
+def test_imbalance_ignores_receives_and_needs_two_devices():
+    waiting = events(("a", "MatMul", 0, 0, 100), ("b", "MatMul", 1, 0, 95), ("r", "_Recv", 1, 100, 400))
+    assert findings(imbalance.check(AuditInput(events=waiting))) == []
+    outcome = imbalance.check(AuditInput(events=events(("a", "MatMul", 0, 0, 10))))
+    assert isinstance(outcome, NotChecked)
+
+
+GPU0 = Device("gpu", 0)
+
+
+def test_host_round_trip_is_avoidable_but_feeds_are_not():
+    trip = events(
+        ("edge_1__recv_x_0", "MEMCPYHtoD", GPU0, 0, 5, Kind.MEMCPY, 4096),
+        ("edge_2_grad/Prod", "MEMCPYDtoH", GPU0, 10, 2, Kind.MEMCPY, 4),
+        ("edge_3_grad/floordiv", "MEMCPYHtoD", GPU0, 20, 2, Kind.MEMCPY, 4),
+        ("k", "MatMul", GPU0, 0, 30, Kind.KERNEL),
+        steps=2,
+    )
+    found = findings(transfers.check(AuditInput(events=trip)))
+    avoidable = [f for f in found if f.severity == Severity.WARNING]
+    assert len(avoidable) == 1
+    assert set(avoidable[0].ops) == {"grad/Prod", "grad/floordiv"}
+    assert avoidable[0].evidence["bytes_per_step"] == 8 and avoidable[0].cost_us_per_step == pytest.approx(4.0)
+    feed_only = events(("edge_1__recv_x_0", "MEMCPYHtoD", GPU0, 0, 5, Kind.MEMCPY, 4096))
+    assert all(f.severity == Severity.INFO for f in findings(transfers.check(AuditInput(events=feed_only))))
+
+
+def test_receives_of_pinned_tensors_are_avoidable():
+    g = towers(pin_softmax=True)
+    g.add_node("tower_1/lstm/Tanh/_3", op="_Recv", requested_device="", assigned_device=CPU0,
+               tensor_name="edge_9_tower_1/lstm/Tanh")
+    g.add_edge("tower_1/lstm/Tanh/_3", "tower_1/projection", control=False)
+    ev = events(("tower_0/lstm/MatMul", "MatMul", 0, 0, 100), ("tower_1/lstm/MatMul", "MatMul", 1, 0, 100),
+                ("tower_1/projection", "MatMul", 0, 200, 50),
+                ("tower_1/lstm/Tanh/_3", "_Recv", 0, 100, 30, Kind.COMMUNICATION))
+    found = findings(transfers.check(AuditInput(graph=g, events=ev)))
+    (warn,) = [f for f in found if f.severity == Severity.WARNING]
+    assert warn.ops == ("tower_1/lstm/Tanh",)
+    clean = findings(transfers.check(AuditInput(graph=towers(False), events=tower_events(False))))
+    assert not [f for f in clean if f.severity > Severity.INFO]
+
+
+@pytest.mark.parametrize("threads, cores, expected", [
+    (1, None, Severity.ERROR), (2, None, Severity.WARNING), (3, None, None),
+    (0, 2, Severity.WARNING), (0, 16, None),
+])
+def test_inter_op_threads_against_devices(threads, cores, expected):
+    manifest = {"config": {"devices": 2}, "session_config": {"inter_op_threads": threads}}
+    if cores:
+        manifest["host"] = {"cpu_count": cores}
+    found = findings(inter_op_threads.check(AuditInput(manifest=manifest)))
+    assert [f.severity for f in found] == ([expected] if expected else [])
+
+
+def test_inter_op_threads_not_checked_without_what_it_needs():
+    assert isinstance(inter_op_threads.check(AuditInput()), NotChecked)
+    default_unknown_cores = {"config": {"devices": 2}, "session_config": {"inter_op_threads": 0}}
+    outcome = inter_op_threads.check(AuditInput(manifest=default_unknown_cores))
+    assert isinstance(outcome, NotChecked) and "core" in outcome.reason
+
+
+class FakeRegistry:
+    version = "test"
+
+    def __init__(self, cuda=False, kernels=None):
+        self.cuda, self.kernels = cuda, kernels or {}
+
+    def knows_device_type(self, t):
+        return t == "CPU" or (t == "GPU" and self.cuda)
+
+    def is_op(self, op):
+        return op in self.kernels
+
+    def device_types(self, op):
+        return self.kernels[op]
+
+
+def test_missing_kernel_only_where_the_registry_knows():
+    g = graph(("nccl", "NcclAllReduce", "/device:CPU:0", CPU0), ("m", "MatMul", "/device:GPU:0", CPU0),
+              ("fn", "my_function", "/device:CPU:0", CPU0))
+    reg = FakeRegistry(kernels={"NcclAllReduce": {"GPU"}, "MatMul": {"CPU", "GPU"}})
+    found = findings(missing_kernels.check(AuditInput(graph=g), registry=lambda: reg))
+    errors = [f for f in found if f.severity > Severity.INFO]
+    assert [f.ops for f in errors] == [("nccl",)]
+    assert any("GPU" in f.evidence.get("unchecked_device_types", []) for f in found)
+    gpu_only = graph(("m", "MatMul", "/device:GPU:0", CPU0))
+    outcome = missing_kernels.check(AuditInput(graph=gpu_only), registry=lambda: reg)
+    assert isinstance(outcome, NotChecked) and "GPU" in outcome.reason
+    with_cuda = FakeRegistry(cuda=True, kernels={"MatMul": {"CPU", "GPU"}})
+    assert findings(missing_kernels.check(AuditInput(graph=gpu_only), registry=lambda: with_cuda)) == []
+
+
+def test_audit_collects_findings_and_reasons():
+    result = audit(AuditInput(graph=towers(True), events=tower_events(True)))
+    assert result.worst == Severity.ERROR
+    assert result.findings[0].rule_id == replica_pinning.RULE_ID
+    reasons = {n.rule_id: n.reason for n in result.not_checked}
+    assert inter_op_threads.RULE_ID in reasons
+    assert set(result.checked) | set(reasons) == {r.id for r in result.rules}
