@@ -22,12 +22,13 @@ FORMATS = (
     "rnnprof Chrome trace",
     "xprof trace_viewer JSON",
     "TensorFlow XSpace (.xplane.pb)",
+    "TensorFlow RunMetadata with step_stats (.pb)",
 )
 EXPECTED = "one of: " + ", ".join(FORMATS)
 
 
 def detect_format(path: str | os.PathLike) -> str:
-    """Name the format of ``path`` from its content: "rundir", "kineto", "chrome-json", "xplane"."""
+    """Name the format of ``path`` from its content: "rundir", "kineto", "chrome-json", "xplane", "run-metadata"."""
     path = Path(path)
     if path.is_dir():
         from rnnprof.profiler import rundir
@@ -51,6 +52,10 @@ def detect_format(path: str | os.PathLike) -> str:
 
     if xplane.looks_like(path):
         return "xplane"
+    from rnnprof.profiler.loaders import run_metadata
+
+    if run_metadata.looks_like(path):
+        return "run-metadata"
     raise InputError(path, "matches no known trace format", EXPECTED)
 
 
@@ -81,6 +86,10 @@ def _load_one(path: Path) -> EventTable:
         return kineto.load(path)
     if fmt == "chrome-json":
         return load_chrome_json(path)
+    if fmt == "run-metadata":
+        from rnnprof.profiler.loaders import run_metadata
+
+        return run_metadata.load(path)
     from rnnprof.profiler.loaders import xplane
 
     if fmt == "xplane-dir":

@@ -82,7 +82,7 @@ def _lane_kind(process: str, thread: str | None) -> tuple[Device, str, Kind] | N
         return device, f"stream:{stream.group(1)}", Kind.KERNEL
     if device_text.rstrip("/").endswith("/memcpy"):
         return device, "memcpy", Kind.MEMCPY
-    lane = thread or "ops"
+    lane = (thread or "ops").split("/", 1)[0]  # "ops/2": a second executor thread of lane "ops"
     if lane.startswith("stream:"):
         return device, lane, Kind.KERNEL
     if lane.startswith("memcpy"):

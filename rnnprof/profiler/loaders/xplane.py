@@ -30,7 +30,7 @@ from rnnprof.profiler.events import Device, EventTable, EventTableBuilder, Kind,
 
 FORMAT = "xplane"
 _STREAM_LINE = re.compile(r"^Stream #(\d+)")
-_DERIVED_LINES = {"XLA Ops", "TensorFlow Ops", "XLA Modules", "Steps", "Launch Stats",
+_DERIVED_LINES = {"XLA Ops", "TensorFlow Ops", "XLA Modules", "Launch Stats",
                   "TensorFlow Name Scope", "Framework Name Scope", "Source code", "XLA TraceMe",
                   "SparseCore Ops", "Async XLA Ops", "Sync Flags", "Counters"}
 _OP_EVENT = re.compile(r"^(?P<name>[^:]+(?::\d+)?[^:]*):(?P<op>[A-Za-z_][\w]*)$")
@@ -127,8 +127,11 @@ def classify_line(plane_name: str, line_name: str) -> tuple[Device, str, Kind] |
     stream = _STREAM_LINE.match(line_name)
     if on_gpu and stream:
         return plane_device, f"stream:{stream.group(1)}", Kind.KERNEL
-    if line_device is not None:  # rnnprof XSpace: one line per device
-        return line_device, "ops", Kind.HOST_OP
+    if line_device is not None:  # rnnprof XSpace: a line per device lane, "<device> <thread>"
+        thread = line_name.split(" ", 1)[1] if " " in line_name.strip() else "ops"
+        return line_device, thread.split("/", 1)[0] or "ops", Kind.HOST_OP
+    if line_name == "Steps":
+        return (Device("host") if is_host else plane_device or Device("host")), "steps", Kind.ANNOTATION
     if is_host:
         annotation = line_name.startswith("python") or line_name == "TraceContext"
         return Device("host"), line_name, Kind.ANNOTATION if annotation else Kind.HOST_OP
@@ -177,8 +180,8 @@ def add_event(builder: EventTableBuilder, steps: list, lane_info: tuple, on_host
     """Classify one event and append it (shared by the XSpace and trace_viewer readers)."""
     device, lane, default_kind = lane_info
     step_num = _as_int(stats.get("step_num"))
-    if step_num is not None:
-        steps.append((ts, ts + dur, step_num))
+    if step_num is not None and default_kind == Kind.ANNOTATION:
+        steps.append((ts, ts + dur, step_num))  # a step marker: its span gives other events their step
     long_name = stats.get("long_name")  # trace_viewer shortens "node:Op" to "Op"
     classified = classify_event(default_kind, long_name if isinstance(long_name, str) and long_name else raw_name,
                                 stats, on_host)
@@ -186,6 +189,7 @@ def add_event(builder: EventTableBuilder, steps: list, lane_info: tuple, on_host
         return
     kind, name, op = classified
     step = _as_int(stats.get("step"))
+    step = step if step is not None else (step_num if default_kind != Kind.ANNOTATION else None)
     nbytes = _as_int(stats.get("bytes"))
     builder.add(ts, dur, name, op, device, lane, kind,
                 step=step if step is not None else -1, nbytes=nbytes if nbytes is not None else -1)

@@ -1,0 +1,269 @@
+"""Operator and kernel counts: how many ops the graphs hold and how many kernels run per step.
+
+Graph operators are counted twice, in two graphs that answer different questions:
+
+* the user graph (what Python built; requested devices), and
+* the runtime graph (TF's partition graphs after placement and Grappler; assigned devices) — the
+  "number of operators in the C++ end graph".
+
+Nodes in function-library bodies (while-loop bodies, tf.function bodies) are counted separately
+from top-level nodes, since a body runs once per iteration.
+
+Kernel invocations per device per step (see ``DEFINITIONS``): a CPU kernel is one op execution on
+a CPU device (TF executor op on a CPU device; PyTorch ``cpu_op`` on the host, nested operators
+each counted); a GPU kernel is one kernel on a GPU stream. Host-side launch records of a GPU
+device's ops (TF ``<gpu> Compute`` lane; CUDA runtime calls that launched a kernel) are reported
+as launches and never added to either count. Copies and memsets are not kernels.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from rnnprof.profiler.events import EventTable, Kind
+
+DEFINITIONS = {
+    "user graph ops": "nodes of the graph Python built (GraphDef as written by the program), by requested device",
+    "runtime graph ops": "nodes of the partition graphs TF executes after placement and optimization, "
+                         "by assigned device (includes _Send/_Recv and other nodes the runtime adds)",
+    "function ops": "nodes inside function-library bodies (while-loop and tf.function bodies), counted apart "
+                    "from top-level nodes; a body runs once per iteration",
+    "CPU kernels": "op executions on a CPU device: one TF executor op run on a CPU device, or one PyTorch "
+                   "cpu_op on the host (nested operators each counted)",
+    "GPU kernels": "kernels that ran on a GPU stream (NCCL kernels included); copies and memsets excluded",
+    "GPU launches": "host-side records of launching GPU work: TF ops run by a GPU device's executor, or CUDA "
+                    "runtime calls correlated with a GPU kernel; shown for reference, not added to the kernels",
+    "per step": "kernels inside step markers divided by the number of steps; a trace without step markers "
+                "counts as one step",
+}
+
+_CPU_KINDS = np.array([Kind.HOST_OP, Kind.COMMUNICATION], dtype=np.int8)
+_GPU_KINDS = np.array([Kind.KERNEL, Kind.COMMUNICATION], dtype=np.int8)
+
+
+@dataclass(frozen=True)
+class GraphOpCounts:
+    """Node counts of one graph view; ``available`` is False (with ``reason``) when the input has none."""
+
+    available: bool
+    reason: str = ""
+    sources: tuple[str, ...] = ()
+    total: int = 0
+    top_level: int = 0
+    in_functions: int = 0
+    by_device: dict[str, int] = field(default_factory=dict)  # top-level + function nodes
+    by_type: dict[str, int] = field(default_factory=dict)
+    by_device_type: dict[str, dict[str, int]] = field(default_factory=dict)
+    functions: dict[str, int] = field(default_factory=dict)  # function name -> node count
+
+
+@dataclass(frozen=True)
+class DeviceKernels:
+    device: str
+    cpu_kernels: int
+    gpu_kernels: int
+    gpu_launches: int
+    copies: int  # memcpy + memset
+    outside_steps: int  # kernels outside every step marker (not in the counts above)
+    per_step: dict[int, tuple[int, int]]  # step -> (cpu kernels, gpu kernels)
+
+
+@dataclass(frozen=True)
+class KernelCounts:
+    available: bool
+    reason: str = ""
+    steps: tuple[int, ...] = ()  # (-1,) when the trace has no step markers
+    devices: tuple[DeviceKernels, ...] = ()
+    by_type: dict[str, tuple[int, int]] = field(default_factory=dict)  # op type -> (cpu, gpu) kernels
+
+    @property
+    def n_steps(self) -> int:
+        return max(1, len(self.steps))
+
+    @property
+    def cpu_kernels(self) -> int:
+        return sum(d.cpu_kernels for d in self.devices)
+
+    @property
+    def gpu_kernels(self) -> int:
+        return sum(d.gpu_kernels for d in self.devices)
+
+    @property
+    def gpu_launches(self) -> int:
+        return sum(d.gpu_launches for d in self.devices)
+
+    def per_step(self, value: int) -> float:
+        return value / self.n_steps
+
+
+@dataclass(frozen=True)
+class OpCountReport:
+    source: str
+    source_format: str
+    user_graph: GraphOpCounts
+    runtime_graph: GraphOpCounts
+    kernels: KernelCounts
+    definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+
+
+@dataclass(frozen=True)
+class Ratio:
+    metric: str
+    left: float | None
+    right: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.left is None or self.right is None or self.right == 0:
+            return None
+        return self.left / self.right
+
+
+@dataclass(frozen=True)
+class OpCountComparison:
+    left: OpCountReport
+    right: OpCountReport
+    ratios: tuple[Ratio, ...]
+
+
+def count_graph(graph: nx.DiGraph | None, reason: str = "") -> GraphOpCounts:
+    if graph is None:
+        return GraphOpCounts(available=False, reason=reason or "no graph in this input")
+    by_device: Counter = Counter()
+    by_type: Counter = Counter()
+    by_device_type: dict[str, Counter] = {}
+    functions: Counter = Counter()
+    top = 0
+    for _, attrs in graph.nodes(data=True):
+        device = attrs.get("device")
+        label = device.label if device is not None else "(unplaced)"
+        op = attrs.get("op", "")
+        by_device[label] += 1
+        by_type[op] += 1
+        by_device_type.setdefault(label, Counter())[op] += 1
+        if attrs.get("function"):
+            functions[attrs["function"]] += 1
+        else:
+            top += 1
+    total = graph.number_of_nodes()
+    return GraphOpCounts(
+        available=True,
+        sources=tuple(graph.graph.get("sources", ())),
+        total=total,
+        top_level=top,
+        in_functions=total - top,
+        by_device=dict(sorted(by_device.items())),
+        by_type=dict(by_type.most_common()),
+        by_device_type={d: dict(c.most_common()) for d, c in sorted(by_device_type.items())},
+        functions=dict(functions.most_common()),
+    )
+
+
+def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
+    if table is None or len(table) == 0:
+        return KernelCounts(available=False, reason=reason or "no trace events in this input")
+    on_gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])
+    lanes = np.array([s.startswith("stream:") for s in table.strings], dtype=bool)[table.lane]
+    cpu = ~on_gpu & np.isin(table.kind, _CPU_KINDS)
+    gpu = on_gpu & lanes & np.isin(table.kind, _GPU_KINDS)
+    copies = on_gpu & np.isin(table.kind, np.array([Kind.MEMCPY, Kind.MEMSET], dtype=np.int8))
+    # Host-side launch records: GPU-device executor ops (TF) and runtime calls that launched GPU work.
+    launch_device = np.where(on_gpu & ~lanes & np.isin(table.kind, _CPU_KINDS), table.device, -1)
+    runtime = (table.kind == Kind.RUNTIME) & (table.correlation >= 0)
+    gpu_work = on_gpu & lanes & (table.correlation >= 0)
+    if runtime.any() and gpu_work.any():
+        work_corr = table.correlation[gpu_work]
+        order = np.argsort(work_corr, kind="stable")
+        keys, devs = work_corr[order], table.device[gpu_work][order]
+        corr = table.correlation[runtime]
+        pos = np.minimum(np.searchsorted(keys, corr), len(keys) - 1)
+        found = keys[pos] == corr
+        idx = np.flatnonzero(runtime)
+        launch_device[idx[found]] = devs[pos[found]]
+    known_steps = table.steps()
+    steps = tuple(int(s) for s in known_steps) if len(known_steps) else (-1,)
+    step_col = table.step if len(known_steps) else np.full(len(table), -1, dtype=np.int32)
+    # Counts per (device, step) in one pass: bincount over a combined key.
+    step_index = np.searchsorted(np.array(steps), step_col)
+    step_index = np.where(np.isin(step_col, steps), step_index, len(steps))  # unmatched -> overflow slot
+    width = len(steps) + 1
+    key = table.device.astype(np.int64) * width + step_index
+    size = len(table.devices) * width
+    cpu_grid = np.bincount(key[cpu], minlength=size).reshape(-1, width)
+    gpu_grid = np.bincount(key[gpu], minlength=size).reshape(-1, width)
+    copy_count = np.bincount(table.device[copies], minlength=len(table.devices))
+    launch_count = np.bincount(launch_device[launch_device >= 0], minlength=len(table.devices))
+    devices = []
+    for code, device in enumerate(table.devices):
+        entry = DeviceKernels(
+            device=device.label,
+            cpu_kernels=int(cpu_grid[code, :-1].sum()),
+            gpu_kernels=int(gpu_grid[code, :-1].sum()),
+            outside_steps=int(cpu_grid[code, -1] + gpu_grid[code, -1]),
+            gpu_launches=int(launch_count[code]),
+            copies=int(copy_count[code]),
+            per_step={s: (int(cpu_grid[code, i]), int(gpu_grid[code, i])) for i, s in enumerate(steps)},
+        )
+        if entry.cpu_kernels or entry.gpu_kernels or entry.gpu_launches or entry.copies or entry.outside_steps:
+            devices.append(entry)
+    by_type: dict[str, tuple[int, int]] = {}
+    for mask, slot in ((cpu, 0), (gpu, 1)):
+        codes, counts = np.unique(table.op_type[mask], return_counts=True)
+        for c, n in zip(codes, counts):
+            pair = list(by_type.get(table.strings[c], (0, 0)))
+            pair[slot] = int(n)
+            by_type[table.strings[c]] = tuple(pair)
+    by_type = dict(sorted(by_type.items(), key=lambda kv: -(kv[1][0] + kv[1][1])))
+    if not devices:
+        return KernelCounts(available=False, reason="the trace holds no op executions or kernels", steps=steps)
+    return KernelCounts(available=True, steps=steps, devices=tuple(sorted(devices, key=lambda d: d.device)),
+                        by_type=by_type)
+
+
+def count_ops(
+    source: str,
+    table: EventTable | None,
+    user_graph: nx.DiGraph | None,
+    runtime_graph: nx.DiGraph | None,
+    graph_reason: str = "",
+    events_reason: str = "",
+) -> OpCountReport:
+    return OpCountReport(
+        source=source,
+        source_format=table.source_format if table is not None else "graph",
+        user_graph=count_graph(user_graph, graph_reason),
+        runtime_graph=count_graph(runtime_graph, graph_reason),
+        kernels=count_kernels(table, events_reason),
+    )
+
+
+def compare(left: OpCountReport, right: OpCountReport) -> OpCountComparison:
+    """``left ÷ right`` for graph sizes and per-step kernel counts (None where either side lacks it)."""
+
+    def graph_metric(report: OpCountReport, view: str, attr: str):
+        counts = getattr(report, view)
+        return getattr(counts, attr) if counts.available else None
+
+    def kernel_metric(report: OpCountReport, attr: str):
+        k = report.kernels
+        return k.per_step(getattr(k, attr)) if k.available else None
+
+    ratios = [
+        Ratio(f"{label} ({part})", graph_metric(left, view, attr), graph_metric(right, view, attr))
+        for view, label in (("user_graph", "user graph ops"), ("runtime_graph", "runtime graph ops"))
+        for attr, part in (("total", "all"), ("top_level", "top level"), ("in_functions", "in functions"))
+    ]
+    for attr, label in (("cpu_kernels", "CPU kernels per step"), ("gpu_kernels", "GPU kernels per step"),
+                        ("gpu_launches", "GPU launches per step")):
+        ratios.append(Ratio(label, kernel_metric(left, attr), kernel_metric(right, attr)))
+    total_left = kernel_metric(left, "cpu_kernels")
+    total_right = kernel_metric(right, "cpu_kernels")
+    if total_left is not None and total_right is not None:
+        total_left += kernel_metric(left, "gpu_kernels")
+        total_right += kernel_metric(right, "gpu_kernels")
+    ratios.append(Ratio("kernel launches per step (CPU + GPU kernels)", total_left, total_right))
+    return OpCountComparison(left=left, right=right, ratios=tuple(ratios))

@@ -1,0 +1,287 @@
+"""TensorFlow graphs -> networkx DiGraphs: GraphDef (.pb/.pbtxt), RunMetadata, run directories.
+
+Two views of one program are kept apart because they answer different questions:
+
+* the **user graph**: what Python built (``graphs/graph.pb``; ``pre_optimization_graph`` of a
+  RunMetadata's function graphs). Its ``device`` fields are the *requested* devices.
+* the **runtime graph**: the partition graphs TF actually executes after placement and Grappler
+  (``graphs/partitions/*.pb``; ``partition_graphs`` of a RunMetadata). Its ``device`` fields are the
+  *assigned* devices, and it holds nodes the runtime added (``_Send``/``_Recv``, constant folds...).
+
+Node ids are node names; nodes of a function body are ``"<function>/<node>"``. Node attributes:
+``name``, ``op``, ``requested_device`` and ``assigned_device`` (TF strings, "" when unknown),
+``device`` (``assigned_device`` parsed to a ``Device``, else the requested one, else None),
+``function`` (library function the node lives in, "" at top level) and ``partition`` (the file
+or section it came from). Edges carry ``control`` (True for ``^name`` inputs) and ``port``.
+
+Protos come from TensorBoard's copies of the TF protos, so TensorFlow is never imported here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import networkx as nx
+
+from rnnprof.errors import InputError
+from rnnprof.profiler import rundir
+from rnnprof.profiler.events import parse_tf_device
+
+EXPECTED = "a TensorFlow GraphDef (.pb/.pbtxt), a RunMetadata .pb or an rnnprof run directory"
+_OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_>.]*$")
+
+
+@dataclass
+class GraphDefs:
+    """The GraphDef protos found in one input, by role; ``source`` names each one."""
+
+    user: list = field(default_factory=list)  # [(source, GraphDef, function_prefix)]
+    runtime: list = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GraphSet:
+    """The user and runtime graphs of one input (None when the input has no such graph)."""
+
+    user: nx.DiGraph | None
+    runtime: nx.DiGraph | None
+    sources: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def _pb2():
+    from tensorboard.compat.proto import config_pb2, graph_pb2
+
+    return graph_pb2, config_pb2
+
+
+def _plausible_graph(graph) -> bool:
+    return bool(graph.node or graph.library.function) and all(
+        n.name and _OP_NAME.match(n.op) for n in graph.node)
+
+
+def read_graph_file(path: Path) -> GraphDefs:
+    """Parse a GraphDef (binary or text) or a RunMetadata file."""
+    from google.protobuf import text_format
+    from google.protobuf.message import DecodeError
+
+    graph_pb2, config_pb2 = _pb2()
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc}") from None
+    if not data.strip():
+        raise InputError(path, "is empty", EXPECTED)
+    found = GraphDefs()
+    graph = graph_pb2.GraphDef()
+    try:
+        graph.ParseFromString(data)
+        if _plausible_graph(graph):
+            found.user.append((str(path), graph, ""))
+            return found
+    except DecodeError:
+        pass
+    meta = config_pb2.RunMetadata()
+    try:
+        meta.ParseFromString(data)
+        if meta.partition_graphs or meta.function_graphs:
+            if not all(_plausible_graph(g) for g in meta.partition_graphs):
+                raise DecodeError("implausible partition graphs")
+            for k, g in enumerate(meta.partition_graphs):
+                found.runtime.append((f"{path}#partition_graphs[{k}]", g, ""))
+            for k, fg in enumerate(meta.function_graphs):
+                if fg.pre_optimization_graph.node or fg.pre_optimization_graph.library.function:
+                    found.user.append((f"{path}#function_graphs[{k}].pre_optimization_graph",
+                                       fg.pre_optimization_graph, ""))
+                for j, g in enumerate(fg.partition_graphs):
+                    found.runtime.append((f"{path}#function_graphs[{k}].partition_graphs[{j}]", g, ""))
+            return found
+    except DecodeError:
+        pass
+    try:
+        text = data.decode("utf-8")
+        graph = graph_pb2.GraphDef()
+        text_format.Parse(text, graph)
+        if _plausible_graph(graph):
+            found.user.append((str(path), graph, ""))
+            return found
+    except (UnicodeDecodeError, text_format.ParseError):
+        pass
+    raise InputError(path, "not a readable GraphDef or RunMetadata (truncated or another format?)", EXPECTED)
+
+
+def read_run_dir(path: Path) -> GraphDefs:
+    """``graphs/graph.pb``, ``graphs/partitions/*.pb`` and ``graphs/functions/**``; RunMetadata otherwise."""
+    path = Path(path)
+    graphs_dir = path / rundir.GRAPHS_DIR
+    found = GraphDefs()
+    user_file = _pb_or_pbtxt(graphs_dir / rundir.GRAPH_FILE)
+    if user_file:
+        found.user += read_graph_file(user_file).user
+    for f in _graph_files(graphs_dir / rundir.PARTITIONS_DIR):
+        part = read_graph_file(f)
+        found.runtime += part.user + part.runtime
+    functions = graphs_dir / rundir.FUNCTIONS_DIR
+    for f in _graph_files(functions, recursive=True):
+        part = read_graph_file(f)
+        if rundir.PARTITIONS_DIR in f.relative_to(functions).parts:
+            found.runtime += part.user + part.runtime
+        else:
+            found.user += part.user
+            found.runtime += part.runtime
+    if not found.runtime:
+        # Partitions may be missing (interrupted run); RunMetadata holds them too.
+        for f in sorted((path / rundir.RUN_METADATA_DIR).glob("step-*.pb"))[:1]:
+            try:
+                found.runtime += read_graph_file(f).runtime
+            except InputError as exc:
+                found.warnings.append(str(exc))
+    if not found.user and not found.runtime:
+        found.warnings.append(f"{path}: no graphs captured")
+    return found
+
+
+def _pb_or_pbtxt(stem: Path) -> Path | None:
+    for candidate in (stem, stem.with_suffix(".pbtxt")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _graph_files(folder: Path, recursive: bool = False) -> list[Path]:
+    """``.pb`` files, or ``.pbtxt`` where no binary twin exists."""
+    if not folder.is_dir():
+        return []
+    pattern = "**/*" if recursive else "*"
+    binary = sorted(folder.glob(pattern + ".pb"))
+    stems = {f.with_suffix("") for f in binary}
+    text = [f for f in sorted(folder.glob(pattern + ".pbtxt")) if f.with_suffix("") not in stems]
+    return binary + text
+
+
+def read_graph_defs(path: str | Path) -> GraphDefs:
+    path = Path(path)
+    if path.is_dir():
+        if not rundir.is_run_dir(path) and not (path / rundir.GRAPHS_DIR).is_dir():
+            raise InputError(path, "is a directory without manifest.json or graphs/", EXPECTED)
+        return read_run_dir(path)
+    if not path.exists():
+        raise InputError(path, "does not exist")
+    return read_graph_file(path)
+
+
+# -- networkx conversion ---------------------------------------------------------------------------
+
+
+def _source_name(text: str) -> tuple[str, int, bool]:
+    """``"^a"`` -> (a, -1, control); ``"a:1"`` -> (a, 1); function bodies: ``"a:out:0"`` -> (a, 0)."""
+    if text.startswith("^"):
+        return text[1:], -1, True
+    parts = text.split(":")
+    port = int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 0
+    return parts[0], port, False
+
+
+def add_graph_def(g: nx.DiGraph, graph_def, partition: str, role: str) -> None:
+    """Add the nodes and edges of ``graph_def`` (and its function library) to ``g``.
+
+    ``role`` is "user" (device fields are requested devices) or "runtime" (assigned devices).
+    """
+    _add_nodes(g, graph_def.node, "", partition, role)
+    for fn in graph_def.library.function:
+        _add_nodes(g, fn.node_def, fn.signature.name, partition, role)
+        g.graph.setdefault("functions", set()).add(fn.signature.name)
+
+
+def _node_id(function: str, name: str) -> str:
+    return f"{function}/{name}" if function else name
+
+
+def _add_nodes(g: nx.DiGraph, nodes, function: str, partition: str, role: str) -> None:
+    device_key = "requested_device" if role == "user" else "assigned_device"
+    for node in nodes:
+        nid = _node_id(function, node.name)
+        attrs = g.nodes[nid] if nid in g else None
+        if attrs is None:
+            g.add_node(nid, name=node.name, op=node.op, requested_device="", assigned_device="",
+                       function=function, partition=partition)
+            attrs = g.nodes[nid]
+        attrs[device_key] = node.device
+        if role == "runtime":
+            attrs["partition"] = partition
+            attrs["op"] = node.op
+        attrs["device"] = parse_tf_device(attrs["assigned_device"] or attrs["requested_device"] or "")
+    for node in nodes:
+        nid = _node_id(function, node.name)
+        for raw in node.input:
+            src, port, control = _source_name(raw)
+            sid = _node_id(function, src)
+            if sid not in g:
+                g.graph["dangling_inputs"] = g.graph.get("dangling_inputs", 0) + 1
+                continue  # a function argument or a node of another partition
+            if g.has_edge(sid, nid):
+                g.edges[sid, nid]["control"] = g.edges[sid, nid]["control"] and control
+            else:
+                g.add_edge(sid, nid, control=control, port=port)
+
+
+def to_networkx(defs: list, role: str) -> nx.DiGraph | None:
+    if not defs:
+        return None
+    g = nx.DiGraph(role=role, sources=[s for s, _, _ in defs])
+    for source, graph_def, _ in defs:
+        add_graph_def(g, graph_def, _partition_label(source), role)
+    g.graph["functions"] = sorted(g.graph.get("functions", ()))
+    return g
+
+
+def _partition_label(source: str) -> str:
+    file = Path(source.split("#", 1)[0])
+    parts = file.with_suffix("").parts
+    # Inside a run directory, the path under graphs/ tells partitions of different functions apart.
+    anchor = len(parts) - 1 - parts[::-1].index(rundir.GRAPHS_DIR) if rundir.GRAPHS_DIR in parts else -1
+    name = "/".join(parts[anchor + 1:]) if anchor >= 0 else file.stem
+    return f"{name}#{source.split('#', 1)[1]}" if "#" in source else name
+
+
+def load_graph_set(path: str | Path) -> GraphSet:
+    """The user graph and the runtime graph of a file or run directory, kept separate."""
+    defs = read_graph_defs(path)
+    return GraphSet(
+        user=to_networkx(defs.user, "user"),
+        runtime=to_networkx(defs.runtime, "runtime"),
+        sources=tuple(s for s, _, _ in defs.user + defs.runtime),
+        warnings=tuple(defs.warnings),
+    )
+
+
+def load_graph(path: str | Path) -> nx.DiGraph:
+    """One DiGraph: the user graph with the runtime's assigned devices joined in by node name.
+
+    Nodes only the runtime has (``_Send``/``_Recv``, rewritten nodes) are included with
+    ``requested_device`` "". Raises ``InputError`` when the input holds no graph.
+    """
+    defs = read_graph_defs(path)
+    if not defs.user and not defs.runtime:
+        raise InputError(path, "holds no graph", EXPECTED)
+    g = nx.DiGraph(role="merged", sources=[s for s, _, _ in defs.user + defs.runtime])
+    for source, graph_def, _ in defs.user:
+        add_graph_def(g, graph_def, _partition_label(source), "user")
+    for source, graph_def, _ in defs.runtime:
+        add_graph_def(g, graph_def, _partition_label(source), "runtime")
+    g.graph["functions"] = sorted(g.graph.get("functions", ()))
+    g.graph["warnings"] = list(defs.warnings)
+    return g
+
+
+def has_graphs(path: str | Path) -> bool:
+    """Whether ``path`` (file or run directory) holds any graph, without raising."""
+    try:
+        defs = read_graph_defs(path)
+    except InputError:
+        return False
+    return bool(defs.user or defs.runtime)
