@@ -1,0 +1,287 @@
+"""Trace loaders on the real fixtures; expected counts are derived here from the raw JSON."""
+
+import gzip
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rnnprof.cli import main
+from rnnprof.errors import InputError
+from rnnprof.profiler.events import Device, Kind
+from rnnprof.profiler.loaders import detect_format, load_events
+from rnnprof.profiler.loaders import kineto
+
+FIXTURES = Path("/work/shared/fixtures")
+KINETO_NCCL = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
+KINETO_R0 = FIXTURES / "kineto-sampled-rank0.json.gz"
+KINETO_R1 = FIXTURES / "kineto-sampled-rank1.json.gz"
+TF1_GPU_LOOP = FIXTURES / "tf1-timeline-gpu-loop-step0.json"
+TF1_GPU_MATMUL = FIXTURES / "tf1-timeline-gpu-matmul.json"
+TF1_CPU_LOOP = FIXTURES / "tf1-timeline-cpu-loop-step0.json"
+
+pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="fixtures not present")
+
+
+def raw_events(path):
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+def kineto_expected(path):
+    """(device label, kind name) -> count, straight from the JSON."""
+    cats = {"cpu_op": "HOST_OP", "cuda_runtime": "RUNTIME", "cuda_driver": "RUNTIME", "kernel": "KERNEL",
+            "gpu_memcpy": "MEMCPY", "gpu_memset": "MEMSET", "user_annotation": "ANNOTATION",
+            "python_function": "ANNOTATION", "gpu_user_annotation": "ANNOTATION"}
+    gpu_cats = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
+    counts = Counter()
+    for e in raw_events(path):
+        if e.get("ph") != "X" or e.get("cat") not in cats:
+            continue
+        kind = cats[e["cat"]]
+        if kind == "KERNEL" and e["name"].startswith("nccl"):
+            kind = "COMMUNICATION"
+        device = f"gpu:{e['args'].get('device', e['pid'])}" if e["cat"] in gpu_cats else "host"
+        counts[(device, kind)] += 1
+    return counts
+
+
+def table_counts(table, strip_worker=True):
+    labels = [d.label.split("/")[-1] if strip_worker else d.label for d in table.devices]
+    return Counter((labels[d], Kind(k).name) for d, k in zip(table.device, table.kind))
+
+
+@pytest.mark.parametrize("path", [KINETO_NCCL, KINETO_R0, KINETO_R1])
+def test_kineto_counts_per_device_match_raw_json(path):
+    table = load_events(path)
+    assert table.source_format == "kineto"
+    assert table_counts(table) == kineto_expected(path)
+    rank = json.loads(json.dumps(raw_events(path) and _header(path)))["distributedInfo"]["rank"]
+    assert {d.worker for d in table.devices} == {f"rank{rank}"}
+
+
+def _header(path):
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    doc.pop("traceEvents")
+    return doc
+
+
+def test_kineto_streaming_is_independent_of_block_size():
+    whole = kineto.load(KINETO_NCCL)
+    chunked = kineto.load(KINETO_NCCL, block_bytes=4096)  # thousands of chunk boundaries
+    assert len(whole) == len(chunked)
+    for column in ("ts", "dur", "kind", "step", "correlation", "nbytes"):
+        assert np.array_equal(getattr(whole, column), getattr(chunked, column)), column
+    assert list(whole.text(whole.name)) == list(chunked.text(chunked.name))
+
+
+def test_kineto_steps_from_profiler_step_ranges():
+    table = load_events(KINETO_NCCL)
+    raw = raw_events(KINETO_NCCL)
+    spans = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
+                   for e in raw if e.get("name", "").startswith("ProfilerStep#"))
+    assert list(table.steps()) == [s for _, _, s in spans]
+    # Host ops: the step whose range holds their start.
+    expected = Counter()
+    for e in raw:
+        if e.get("ph") == "X" and e.get("cat") == "cpu_op":
+            for start, end, s in spans:
+                if start <= e["ts"] < end:
+                    expected[s] += 1
+    host_ops = table.of_kind(Kind.HOST_OP)
+    assert Counter(int(s) for s in host_ops.step if s >= 0) == expected
+    # Kernels: the step of the runtime call with the same correlation id.
+    launch_step = {}
+    for e in raw:
+        if e.get("ph") == "X" and e.get("cat") == "cuda_runtime":
+            for start, end, s in spans:
+                if start <= e["ts"] < end:
+                    launch_step[e["args"]["correlation"]] = s
+    expected_kernels = Counter(launch_step[e["args"]["correlation"]] for e in raw
+                               if e.get("cat") == "kernel" and e["args"]["correlation"] in launch_step)
+    kernels = table.of_kind(Kind.KERNEL, Kind.COMMUNICATION)
+    assert Counter(int(s) for s in kernels.step if s >= 0) == expected_kernels
+
+
+def test_kineto_nccl_kernels_are_communication():
+    table = load_events(KINETO_NCCL)
+    comm = table.of_kind(Kind.COMMUNICATION)
+    names = set(comm.text(comm.name))
+    assert names and all(n.startswith("ncclKernel_") for n in names)
+    kernels = table.of_kind(Kind.KERNEL)
+    assert not any(n.startswith("nccl") for n in kernels.text(kernels.name))
+
+
+def test_two_ranks_merge_with_absolute_alignment():
+    merged = load_events([KINETO_R0, KINETO_R1])
+    r0, r1 = load_events(KINETO_R0), load_events(KINETO_R1)
+    assert len(merged) == len(r0) + len(r1)
+    assert {d.worker for d in merged.devices} == {"rank0", "rank1"}
+    assert Device("gpu", 1, "rank1") in merged.devices
+    assert merged.ts.min() == min(r0.ts.min(), r1.ts.min())  # same clock: not shifted
+    assert merged.metadata["align"] == "absolute"
+
+
+def tf1_expected(path):
+    """Per (device, kind) from the raw TF1 timeline: Compute lanes are ops, stream:N kernels, memcpy copies."""
+    events = raw_events(path)
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    by_lane = {}
+    for e in events:
+        if e.get("ph") == "X":
+            by_lane.setdefault(names[e["pid"]], []).append(e)
+    copies = {(e["name"], e["ts"], e["dur"]) for lane, evs in by_lane.items() if lane.endswith("/memcpy Compute")
+              for e in evs}
+    counts = Counter()
+    for lane, evs in by_lane.items():
+        dev = re.search(r"(cpu|gpu):(\d+)", lane)
+        device = f"{dev.group(1)}:{dev.group(2)}"
+        if "/stream:all" in lane:
+            continue
+        if "/stream:" in lane:
+            counts[(device, "KERNEL")] += sum((e["name"], e["ts"], e["dur"]) not in copies for e in evs)
+        elif lane.endswith("/memcpy Compute"):
+            counts[(device, "MEMCPY")] += len(evs)
+        elif lane.endswith(" Compute"):
+            counts[(device, "HOST_OP")] += len(evs)
+    return +counts
+
+
+@pytest.mark.parametrize("path", [TF1_GPU_LOOP, TF1_GPU_MATMUL, TF1_CPU_LOOP])
+def test_tf1_timeline_counts_match_raw_json(path):
+    table = load_events(path)
+    assert table.source_format == "tf1-timeline"
+    assert table_counts(table) == tf1_expected(path)
+
+
+def test_tf1_stream_all_is_not_double_counted():
+    table = load_events(TF1_GPU_LOOP)
+    events = raw_events(TF1_GPU_LOOP)
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    all_lane = [e for e in events if e.get("ph") == "X" and names[e["pid"]].startswith("/gpu:0/stream:all")]
+    assert all_lane  # the fixture does repeat kernels there
+    kernels = table.of_kind(Kind.KERNEL)
+    assert "stream:all" not in set(kernels.text(kernels.lane))
+    keys = Counter(zip(kernels.text(kernels.name), kernels.ts))
+    assert max(keys.values()) == 1  # every kernel once
+    assert table.metadata["dropped_stream_all"] == len(all_lane)
+
+
+def test_tf1_ops_keep_node_names_and_op_types():
+    table = load_events(TF1_CPU_LOOP)
+    ops = dict(zip(table.text(table.name), table.text(table.op_type)))
+    events = raw_events(TF1_CPU_LOOP)
+    expected = {e["args"]["name"]: e["args"]["op"] for e in events if e.get("ph") == "X"}
+    assert ops == expected
+
+
+def _write_rnnprof_run(root: Path, steps, listed=None, status="complete"):
+    """A run directory following rundir's schema: 2 CPU devices, one with two executor threads."""
+    devices = ["/job:localhost/replica:0/task:0/device:CPU:0", "/job:localhost/replica:0/task:0/device:CPU:1"]
+    (root / "timelines").mkdir(parents=True)
+    for step in steps:
+        trace = []
+        for pid, device in enumerate(devices, 1):
+            trace.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": device}})
+            trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "ops"}})
+            trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": 2, "args": {"name": "ops/2"}})
+            for k in range(3 + pid):
+                trace.append({"ph": "X", "cat": "op", "name": "MatMul", "pid": pid, "tid": 1 + k % 2,
+                              "ts": 1000.0 * step + 10 * k, "dur": 5.0,
+                              "args": {"name": f"layer/{k}/MatMul", "op": "MatMul", "step": step, "bytes": 64}})
+        trace.append({"ph": "X", "cat": "op", "name": "_Send", "pid": 1, "tid": 1, "ts": 1000.0 * step + 90,
+                      "dur": 1.0, "args": {"name": "send", "op": "_Send", "step": step}})
+        doc = {"traceEvents": trace, "displayTimeUnit": "ms",
+               "otherData": {"producer": "rnnprof", "version": 1, "step": step}}
+        with gzip.open(root / "timelines" / f"step-{step}.trace.json.gz", "wt") as f:
+            json.dump(doc, f)
+    listed = steps if listed is None else listed
+    manifest = {"format": "rnnprof-run", "version": 1, "status": status, "traced_steps": list(listed),
+                "captured": {"timelines": [f"timelines/step-{s}.trace.json.gz" for s in listed]}}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
+def test_run_directory_timelines(tmp_path):
+    run = _write_rnnprof_run(tmp_path / "run", [3, 4])
+    assert detect_format(run) == "rundir"
+    table = load_events(run)
+    assert list(table.steps()) == [3, 4]
+    counts = table_counts(table)
+    assert counts[("cpu:0", "HOST_OP")] == 2 * 4 and counts[("cpu:1", "HOST_OP")] == 2 * 5
+    assert counts[("cpu:0", "COMMUNICATION")] == 2  # _Send
+    assert set(table.text(table.lane)) == {"ops"}  # "ops/2" is a second thread of lane "ops"
+    assert table.nbytes.max() == 64
+    assert table.metadata["missing"] == []
+
+
+def test_interrupted_run_reads_what_exists(tmp_path):
+    run = _write_rnnprof_run(tmp_path / "run", [0], listed=[0, 1], status="interrupted")
+    table = load_events(run)
+    assert list(table.steps()) == [0]
+    assert table.metadata["missing"] == ["timelines/step-1.trace.json.gz"]
+    assert "missing" in table.metadata["warnings"][0]
+
+
+def test_run_without_any_timeline_is_an_input_error(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"status": "interrupted", "traced_steps": [0]}))
+    with pytest.raises(InputError, match="no readable timeline"):
+        load_events(run)
+
+
+def _truncated(tmp_path, source, name, keep=0.5):
+    data = source.read_bytes()
+    target = tmp_path / name
+    target.write_bytes(data[: int(len(data) * keep)])
+    return target
+
+
+def _write(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path
+
+
+@pytest.mark.parametrize("make", [
+    lambda tmp: _truncated(tmp, KINETO_NCCL, "cut.json.gz"),
+    lambda tmp: _truncated(tmp, TF1_GPU_LOOP, "cut.json"),
+    lambda tmp: _write(tmp, "plain.json", gzip.decompress(KINETO_R0.read_bytes())[:200000]),
+    lambda tmp: _write(tmp, "notes.txt", "hello, this is not a trace\n"),
+    lambda tmp: _write(tmp, "binary.pb", bytes(range(256)) * 4),
+    lambda tmp: _write(tmp, "other.json", json.dumps({"a": [1, 2, 3]})),
+    lambda tmp: _write(tmp, "empty.json", ""),
+])
+def test_bad_inputs_fail_with_one_line_and_exit_2(tmp_path, capsys, make):
+    path = make(tmp_path)
+    with pytest.raises(InputError):
+        load_events(path)
+    assert main(["count-ops", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert str(path) in err and "Traceback" not in err
+
+
+def test_unknown_format_names_the_formats_tried(tmp_path):
+    path = tmp_path / "x.bin"
+    path.write_bytes(b"\x00\x01garbage")
+    with pytest.raises(InputError) as info:
+        load_events(path)
+    assert "Kineto" in str(info.value) and "xplane" in str(info.value) and "TF1 timeline" in str(info.value)
+
+
+def test_json_loaders_do_not_import_tensorflow():
+    import subprocess
+    import sys
+
+    code = ("import sys; from rnnprof.profiler.loaders import load_events; "
+            f"[load_events(p) for p in {[str(KINETO_R0), str(TF1_GPU_LOOP)]!r}]; "
+            "from rnnprof.cli import main; main(['count-ops', '--json', %r]); "
+            "assert 'tensorflow' not in sys.modules" % str(TF1_CPU_LOOP))
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
