@@ -62,6 +62,10 @@ def run(args: argparse.Namespace, console) -> int:
     argv = ["rnnprof", "trace", *sys.argv[2:]] if sys.argv[1:2] == ["trace"] else ["rnnprof", "trace"]
     if args.attach and command:
         raise UsageError("--attach and a script to run cannot be combined")
+    if args.out:
+        from rnnprof.profiler.capture import check_out_dir
+
+        check_out_dir(args.out, args.force)  # before TensorFlow loads: a refusal is instant
     if args.attach:
         return _attach(args, console, argv)
     if command:

@@ -48,19 +48,25 @@ def default_run_dir(prefix: str, runs_dir: str | Path = "runs") -> Path:
     return candidate
 
 
+def check_out_dir(path: str | Path, force: bool = False) -> Path:
+    """Refuse an ``--out`` that cannot be used, without touching anything."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise InputError(out, "exists and is not a directory", "a new or empty directory for the run")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UsageError(f"--out {out} exists and is not empty; pass --force to replace the run there "
+                         "or choose another directory")
+    return out
+
+
 def prepare_out_dir(path: str | Path, force: bool = False) -> Path:
     """Create the run directory, refusing one that holds anything unless ``force``.
 
     With ``force`` only what rnnprof writes (manifest, plugins, timelines, run_metadata,
     graphs) is removed; anything else the user keeps there is left alone.
     """
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise InputError(out, "exists and is not a directory", "a new or empty directory for the run")
+    out = check_out_dir(path, force)
     if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise UsageError(f"--out {out} exists and is not empty; pass --force to replace the run there "
-                             "or choose another directory")
         for entry in _OWN_ENTRIES:
             target = out / entry
             if target.is_dir() and not target.is_symlink():

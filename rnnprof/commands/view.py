@@ -1,0 +1,63 @@
+"""rnnprof view: open run directories in TensorBoard's profile plugin."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rnnprof.errors import InputError, UsageError
+
+NAME = "view"
+HELP = "Open a run directory (or a folder of runs) in TensorBoard's profile viewer"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", metavar="RUN_OR_RUNS_DIR", help="a run directory or a folder holding run directories")
+    parser.add_argument("--port", type=int, default=6006, help="port to serve on (default 6006; 0 picks a free one)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 shares the run)")
+
+
+def profile_runs(path: Path) -> list[Path]:
+    """Folders under ``path`` that hold a TensorBoard profile (``plugins/profile/<run>/*.xplane.pb``)."""
+    return sorted({p.parent.parent.parent.parent for p in path.glob("**/plugins/profile/*/*.xplane.pb")})
+
+
+def tensorboard_command(logdir: Path, host: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", host,
+            "--port", str(port), "--reload_interval", "5"]
+
+
+def run(args: argparse.Namespace, console) -> int:
+    logdir = Path(args.path)
+    if not logdir.is_dir():
+        raise InputError(logdir, "is not a directory", "a run directory from `rnnprof trace` or a folder of them")
+    if not 0 <= args.port < 65536:
+        raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
+    if not profile_runs(logdir):
+        raise InputError(logdir, "holds no TensorBoard profile (plugins/profile/*/*.xplane.pb)",
+                         "a run directory from `rnnprof trace` or a folder of them")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    process = subprocess.Popen(tensorboard_command(logdir, args.host, args.port), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env=env)
+    url = None
+    try:
+        for line in process.stdout:
+            if url is None and "http://" in line:
+                url = line[line.index("http://"):].split()[0].rstrip("/")
+                console.print(f"TensorBoard profile viewer: [bold]{url}/#profile[/]  (Ctrl-C to stop)")
+            elif url is None and ("Error" in line or "error" in line):
+                print(line.rstrip(), file=sys.stderr)
+        return process.wait() if url is None else 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()

@@ -1,0 +1,268 @@
+"""The run directory writer, step_stats -> Chrome trace / XSpace, on built and on real TF steps."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+import pytest
+
+from rnnprof.errors import UsageError
+from rnnprof.profiler import rundir
+from rnnprof.profiler.capture import RunWriter, atomic_write_bytes, default_run_dir, prepare_out_dir, safe_name
+from rnnprof.profiler.chrome_trace import OpEvent, pack_threads, parse_label, split_device, step_stats_to_chrome
+
+DEV0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+DEV1 = "/job:localhost/replica:0/task:0/device:CPU:1"
+
+
+# -- built inputs ---------------------------------------------------------------------------------
+
+def _node(name, label, start_us, dur_us, nbytes=0):
+    out = [NS(tensor_description=NS(allocation_description=NS(requested_bytes=nbytes)))] if nbytes else []
+    return NS(node_name=name, timeline_label=label, all_start_nanos=int(start_us * 1000),
+              all_end_rel_nanos=int(dur_us * 1000), output=out)
+
+
+def _attr(**values):
+    return {k: NS(s=v.encode(), i=0) if isinstance(v, str) else NS(s=b"", i=v) for k, v in values.items()}
+
+
+def _graph(*nodes):
+    return NS(node=list(nodes))
+
+
+def _gnode(name, op, device, inputs=(), **attrs):
+    return NS(name=name, op=op, device=device, input=list(inputs), attr=_attr(**attrs))
+
+
+def _two_device_step():
+    stats = NS(dev_stats=[
+        NS(device=DEV0, node_stats=[
+            _node("a", "a = MatMul(x, w)", 100, 50, nbytes=1024),
+            _node("b", "b = Tanh(a)", 110, 20),  # nested in a
+            _node("c", "c = Add(x, y)", 120, 60),  # overlaps a without nesting
+        ]),
+        NS(device=DEV1, node_stats=[_node("d", "d = Mul(a/_1, z)", 200, 10)]),
+    ])
+    partitions = [
+        _graph(_gnode("a", "MatMul", DEV0), _gnode("a/_0", "_Send", DEV0, ["a"], tensor_name="edge_3_a",
+                                                   send_device=DEV0, recv_device=DEV1, send_device_incarnation=1)),
+        _graph(_gnode("a/_1", "_Recv", DEV1, tensor_name="edge_3_a", send_device=DEV0, recv_device=DEV1,
+                      send_device_incarnation=1),
+               _gnode("d", "Mul", DEV1, ["a/_1", "z"])),
+    ]
+    return stats, partitions
+
+
+def test_device_lane_and_label_parsing():
+    assert split_device(DEV0) == (DEV0, "ops")
+    assert split_device("/job:localhost/replica:0/task:0/device:GPU:0/stream:7") == (
+        "/job:localhost/replica:0/task:0/device:GPU:0", "stream:7")
+    assert split_device("/device:GPU:1/memcpy") == ("/device:GPU:1", "memcpy")
+    assert parse_label("x = _MklMatMul(a, ^b)", "x") == ("_MklMatMul", ("a", "^b"))
+    assert parse_label("", "MatMul:MatMul")[0] == "MatMul"
+
+
+def test_pack_threads_never_overlaps_within_a_thread():
+    events = [OpEvent(DEV0, "ops", f"n{k}", "Op", start, dur) for k, (start, dur) in
+              enumerate([(0, 10), (1, 2), (5, 10), (6, 1), (12, 5), (12, 1), (30, 1)])]
+    pack_threads(events)
+    by_thread = {}
+    for e in events:
+        by_thread.setdefault(e.thread, []).append(e)
+    for group in by_thread.values():
+        for x in group:
+            for y in group:
+                if x is not y and x.start_us < y.start_us < x.end_us:
+                    assert y.end_us <= x.end_us, f"{y.node} overlaps {x.node} in {x.thread}"
+    assert events[0].thread == events[1].thread == "ops"  # nesting stays together
+    assert events[2].thread != "ops"  # (5, 15) overlaps (0, 10) without nesting
+
+
+def test_chrome_trace_from_built_step_has_devices_lanes_and_transfer_flow():
+    stats, partitions = _two_device_step()
+    trace = step_stats_to_chrome(stats, 7, partitions)
+    events = trace["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(processes.values()) == [DEV0, DEV1]
+    ops = [e for e in events if e["ph"] == "X"]
+    assert {e["args"]["name"] for e in ops} == {"a", "b", "c", "d"}
+    assert all(e["args"]["step"] == 7 for e in ops)
+    a = next(e for e in ops if e["args"]["name"] == "a")
+    assert (a["ts"], a["dur"], a["name"], a["args"]["bytes"]) == (100.0, 50.0, "MatMul", 1024)
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    c = next(e for e in ops if e["args"]["name"] == "c")
+    assert threads[(a["pid"], a["tid"])] == "ops" and threads[(c["pid"], c["tid"])] == "ops/2"
+    start = [e for e in events if e["ph"] == "s"]
+    finish = [e for e in events if e["ph"] == "f"]
+    assert len(start) == len(finish) == 1
+    assert processes[start[0]["pid"]] == DEV0 and processes[finish[0]["pid"]] == DEV1
+    assert a["ts"] <= start[0]["ts"] <= a["ts"] + a["dur"]
+    assert finish[0]["ts"] == 200.0 and finish[0]["args"]["tensor"] == "edge_3_a"
+    assert finish[0]["args"]["key"].startswith(f"{DEV0};0000000000000001;{DEV1};edge_3_a")
+    assert trace["otherData"] == {"producer": "rnnprof", "version": 1, "step": 7}
+
+
+# -- run directory writer --------------------------------------------------------------------------
+
+def test_out_dir_refused_when_not_empty_and_force_keeps_foreign_files(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="--force"):
+        prepare_out_dir(out)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    (out / rundir.MANIFEST).write_text("{}")
+    (out / "timelines").mkdir()
+    prepare_out_dir(out, force=True)
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_run_names_stay_inside_their_folder(tmp_path):
+    for bad in ("../../etc", "/abs/path", "..", "a/b\\c"):
+        name = safe_name(bad)
+        assert "/" not in name and "\\" not in name and name not in ("", ".", "..")
+        assert (tmp_path / name).resolve().parent == tmp_path.resolve()
+    fresh = default_run_dir("../nmt", tmp_path)
+    assert fresh.parent == tmp_path and not fresh.exists() and fresh.name.startswith("nmt-")
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path):
+    atomic_write_bytes(tmp_path / "a" / "x.pb", b"123")
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["x.pb"]
+
+
+def test_writer_manifest_lists_written_files(tmp_path):
+    stats, partitions = _two_device_step()
+    writer = RunWriter(tmp_path / "run", command=["rnnprof", "trace"], config={"model": "x"})
+    assert json.loads((writer.path / rundir.MANIFEST).read_text())["status"] == rundir.STATUS_RUNNING
+    rm = NS(step_stats=stats, partition_graphs=[], SerializeToString=lambda: b"rm")
+    writer.write_step(3, rm)
+    writer.finish()
+    manifest = json.loads((writer.path / rundir.MANIFEST).read_text())
+    assert manifest["status"] == "complete" and manifest["traced_steps"] == [3]
+    assert manifest["captured"]["timelines"] == ["timelines/step-3.trace.json.gz"]
+    assert manifest["captured"]["run_metadata"] == ["run_metadata/step-3.pb"]
+    for rel in manifest["captured"]["timelines"] + manifest["captured"]["run_metadata"]:
+        assert (writer.path / rel).is_file()
+    assert set(manifest["versions"]) == {"rnnprof", "tensorflow", "python"}
+
+
+# -- real TF: a two-device graph-mode program -----------------------------------------------------
+
+class TwoDeviceToy:
+    """Graph mode, two logical CPU devices, ops pinned to each, tensors crossing both ways."""
+
+    def __init__(self, tf):
+        import numpy as np
+
+        tf1 = tf.compat.v1
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            with tf.device("/cpu:0"):
+                self.x = tf1.placeholder(tf.float32, [32, 32], name="x")
+                h = tf.tanh(tf.matmul(self.x, tf1.get_variable("w0", [32, 32])))
+            with tf.device("/cpu:1"):
+                loss = tf.reduce_sum(tf.tanh(tf.matmul(h, tf1.get_variable("w1", [32, 32]))))
+            self.train_op = tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
+            init = tf1.global_variables_initializer()
+        config = tf1.ConfigProto(device_count={"CPU": 2}, inter_op_parallelism_threads=4,
+                                 intra_op_parallelism_threads=1)
+        self.session = tf1.Session(graph=self.graph, config=config)
+        self.session.run(init)
+        self.device_names = [DEV0, DEV1]
+        self.feed = {self.x: np.ones((32, 32), dtype=np.float32)}
+
+    def step(self, options=None, run_metadata=None):
+        self.session.run(self.train_op, self.feed, options=options, run_metadata=run_metadata)
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    tf = pytest.importorskip("tensorflow")
+    from rnnprof.profiler.session_capture import capture_after
+
+    toy = TwoDeviceToy(tf)
+    writer = RunWriter(tmp_path_factory.mktemp("toy") / "run", command=["test"])
+    writer.set_devices(toy.device_names, "logical-cpu")
+    for _ in range(2):
+        toy.step()
+    capture_after(writer, toy.step, 2, 2, graph=toy.graph)
+    writer.finish()
+    toy.session.close()
+    return writer.path
+
+
+def xprof_tool(xplane: Path, tmp_path: Path, tool: str):
+    """Convert a copy (xprof writes cache files next to its input)."""
+    from xprof.convert import raw_to_tool_data
+
+    copy_dir = tmp_path / xplane.parent.name
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    copy = shutil.copy(xplane, copy_dir)
+    data, _ = raw_to_tool_data.xspace_to_tool_data([copy], tool, {})
+    return data
+
+
+@pytest.mark.slow
+def test_toy_capture_timelines_have_both_devices_and_flows(toy_run):
+    manifest = json.loads((toy_run / rundir.MANIFEST).read_text())
+    assert manifest["status"] == "complete"
+    assert manifest["traced_steps"] == [2, 3] and manifest["profiled_steps"] == [4, 5]
+    for step in manifest["traced_steps"]:
+        with gzip.open(toy_run / rundir.TIMELINES_DIR / rundir.timeline_name(step)) as handle:
+            events = json.load(handle)["traceEvents"]
+        processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+        assert sorted(processes.values()) == [DEV0, DEV1]
+        ops = [e for e in events if e["ph"] == "X"]
+        assert {processes[e["pid"]] for e in ops} == {DEV0, DEV1}
+        assert {e["args"]["step"] for e in ops} == {step}
+        starts = {e["id"]: processes[e["pid"]] for e in events if e["ph"] == "s"}
+        ends = {e["id"]: processes[e["pid"]] for e in events if e["ph"] == "f"}
+        assert starts and set(starts) == set(ends)
+        assert {(starts[i], ends[i]) for i in starts} == {(DEV0, DEV1), (DEV1, DEV0)}
+
+
+@pytest.mark.slow
+def test_toy_capture_graphs_and_run_metadata_load(toy_run):
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.core.protobuf import config_pb2
+
+    manifest = json.loads((toy_run / rundir.MANIFEST).read_text())
+    partitions = sorted((toy_run / rundir.GRAPHS_DIR / rundir.PARTITIONS_DIR).glob("*.pb"))
+    assigned = set()
+    for path in partitions:
+        graph = graph_pb2.GraphDef.FromString(path.read_bytes())
+        devices = {n.device for n in graph.node}
+        assert len(devices) == 1
+        assigned |= devices
+    assert assigned == {DEV0, DEV1}
+    user = graph_pb2.GraphDef.FromString((toy_run / rundir.GRAPHS_DIR / rundir.GRAPH_FILE).read_bytes())
+    assert {n.device for n in user.node if n.device} == {"/device:CPU:0", "/device:CPU:1"}  # requested
+    for rel in manifest["captured"]["run_metadata"]:
+        rm = config_pb2.RunMetadata.FromString((toy_run / rel).read_bytes())
+        assert {d.device for d in rm.step_stats.dev_stats} == {DEV0, DEV1}
+
+
+@pytest.mark.slow
+def test_toy_capture_xplanes_convert_with_xprof(toy_run, tmp_path):
+    manifest = json.loads((toy_run / rundir.MANIFEST).read_text())
+    xplanes = [toy_run / rel for rel in manifest["captured"]["xplane"]]
+    devices_view = [p for p in xplanes if p.parent.name.endswith(rundir.DEVICES_RUN_SUFFIX)]
+    profiler_view = [p for p in xplanes if p not in devices_view]
+    assert len(devices_view) == 1 and len(profiler_view) == 1
+    assert devices_view[0].parent.name == profiler_view[0].parent.name + rundir.DEVICES_RUN_SUFFIX
+    trace = json.loads(xprof_tool(devices_view[0], tmp_path, "trace_viewer"))
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert f"{DEV0} ops" in threads and f"{DEV1} ops" in threads
+    named = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    assert any("MatMul" in e["name"] for e in named)
+    profiled = json.loads(xprof_tool(profiler_view[0], tmp_path, "trace_viewer"))
+    steps = {int(e["args"]["step_num"]) for e in profiled["traceEvents"]
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("train ") and "step_num" in e.get("args", {})}
+    assert steps == set(manifest["profiled_steps"])  # xprof found the step markers
