@@ -31,7 +31,8 @@ def project(outputs, weights):
     units = tf.shape(outputs)[2]
     flat = tf.reshape(outputs, tf.stack([-1, units]))
     logits = tf.nn.bias_add(tf.matmul(flat, kernel), bias)
-    return tf.reshape(logits, tf.concat([tf.shape(outputs)[:2], tf.shape(kernel)[1:]], 0))
+    vocab = int(kernel.shape[1])
+    return tf.reshape(logits, tf.concat([tf.shape(outputs)[:2], [vocab]], 0))
 
 
 def softmax_cross_entropy(logits, labels_batch_major):

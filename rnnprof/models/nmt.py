@@ -3,7 +3,7 @@
 ``--direction bi`` makes encoder layer 0 bidirectional: a forward and a
 backward LSTM of ``units`` each (the backward one reads the source through
 ``tf.reverse_sequence``, so padding stays at the end), their outputs
-concatenated and projected back to ``units`` ("encoder/bi_projection"); the
+concatenated and projected back to ``units`` ("encoder/layer_0/bi_projection"); the
 other layers are unidirectional. The decoder starts from the encoder layers'
 final states (layer 0: the forward LSTM's).
 """
