@@ -1,0 +1,273 @@
+"""rnnprof trace end to end: the built-in NMT on two devices, user scripts, the API, attach."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rnnprof.cli import main
+from rnnprof.profiler import rundir
+
+TINY_NMT = ["--model", "nmt", "--devices", "2", "--units", "16", "--layers", "1", "--src-max-len", "6",
+            "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", "2", "--batches", "3",
+            "--trace-steps", "2"]
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def _manifest(run: Path) -> dict:
+    return json.loads((run / rundir.MANIFEST).read_text())
+
+
+def _xprof_trace(xplane: Path, tmp_path: Path) -> dict:
+    from xprof.convert import raw_to_tool_data
+
+    copy_dir = tmp_path / "xprof" / xplane.parent.name
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    data, _ = raw_to_tool_data.xspace_to_tool_data([shutil.copy(xplane, copy_dir)], "trace_viewer", {})
+    return json.loads(data)
+
+
+def test_existing_out_is_refused_without_force_and_left_unchanged(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("user data")
+    code = main(["trace", *TINY_NMT, "--out", str(out)])
+    assert code == 2
+    assert "--force" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert (out / "keep.txt").read_text() == "user data"
+
+
+def test_script_command_must_be_python(tmp_path, capsys):
+    code = main(["trace", "--out", str(tmp_path / "r"), "--", "bash", "train.sh"])
+    assert code == 2 and "Python" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.fixture(scope="module")
+def nmt_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("nmt") / "run"
+    assert main(["trace", *TINY_NMT, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_nmt_trace_manifest(nmt_run):
+    m = _manifest(nmt_run)
+    assert m["format"] == "rnnprof-run" and m["version"] == 1 and m["status"] == "complete"
+    assert m["config"]["devices"] == 2 and m["config"]["units"] == 16
+    assert [d["kind"] for d in m["devices"]] == ["logical-cpu", "logical-cpu"]
+    assert len(m["step_times"]["warmup"]) == 2 and len(m["step_times"]["timed"]) == 3
+    assert m["throughput"]["steps"] == 3 and m["throughput"]["words_per_second"] > 0
+    # captured after the timed window: steps 0-4 were warm-up and timing
+    assert m["traced_steps"] == [5, 6] and m["profiled_steps"] == [7, 8]
+    assert set(m["session_config"]) == {"inter_op_threads", "intra_op_threads", "allow_soft_placement"}
+    for kind, files in m["captured"].items():
+        assert files, kind
+        assert all((nmt_run / rel).is_file() for rel in files)
+    assert not [p for p in nmt_run.rglob("*") if p.name.startswith(".")]  # no temporaries left
+
+
+@pytest.mark.slow
+def test_nmt_timelines_have_a_lane_per_device_in_every_step(nmt_run):
+    m = _manifest(nmt_run)
+    devices = {d["name"] for d in m["devices"]}
+    for step in m["traced_steps"]:
+        with gzip.open(nmt_run / rundir.TIMELINES_DIR / rundir.timeline_name(step)) as handle:
+            events = json.load(handle)["traceEvents"]
+        processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+        ops = [e for e in events if e["ph"] == "X"]
+        assert {processes[e["pid"]] for e in ops} == devices
+        assert {e["args"]["step"] for e in ops} == {step}
+        flows = [e for e in events if e["ph"] in ("s", "f")]
+        assert flows and {processes[e["pid"]] for e in flows} == devices
+
+
+@pytest.mark.slow
+def test_nmt_partition_graphs_assign_ops_to_each_device(nmt_run):
+    from tensorflow.core.framework import graph_pb2
+
+    devices = {d["name"] for d in _manifest(nmt_run)["devices"]}
+    assigned = set()
+    for path in (nmt_run / rundir.GRAPHS_DIR / rundir.PARTITIONS_DIR).glob("*.pb"):
+        graph = graph_pb2.GraphDef.FromString(path.read_bytes())
+        assert graph.node
+        assigned |= {n.device for n in graph.node}
+    assert assigned == devices
+
+
+@pytest.mark.slow
+def test_nmt_xplanes_convert(nmt_run, tmp_path):
+    m = _manifest(nmt_run)
+    for rel in m["captured"]["xplane"]:
+        trace = _xprof_trace(nmt_run / rel, tmp_path)
+        assert [e for e in trace["traceEvents"] if e.get("ph") == "X"], rel
+        if Path(rel).parent.name.endswith(rundir.DEVICES_RUN_SUFFIX):
+            threads = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+            for device in m["devices"]:
+                assert f"{device['name']} ops" in threads
+
+
+TF2_SCRIPT = """
+import sys
+import tensorflow as tf
+w = tf.Variable(tf.random.normal([16, 16], seed=1))
+opt = tf.keras.optimizers.SGD(0.01)
+
+@tf.function
+def train_step(x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.tanh(tf.matmul(x, w)) ** 2)
+    opt.apply_gradients([(tape.gradient(loss, w), w)])
+    return loss
+
+for _ in range(int(sys.argv[1])):
+    train_step(tf.ones([8, 16]))
+"""
+
+
+def _check_tf2_run(run: Path, tmp_path: Path, steps: list[int]) -> None:
+    from tensorflow.core.framework import graph_pb2
+
+    m = _manifest(run)
+    assert m["status"] == "complete"
+    assert m["profiled_steps"] == steps
+    assert m["captured"]["xplane"]
+    trace = _xprof_trace(run / m["captured"]["xplane"][0], tmp_path)
+    markers = {int(e["args"]["step_num"]) for e in trace["traceEvents"]
+               if e.get("ph") == "X" and str(e.get("name", "")).startswith("train ") and "step_num" in e.get("args", {})}
+    assert markers == set(steps)
+    pre = list((run / rundir.GRAPHS_DIR / rundir.FUNCTIONS_DIR).glob("*/pre_optimization.pb"))
+    assert pre
+    ops = set()
+    for path in pre:
+        ops |= {n.op for n in graph_pb2.GraphDef.FromString(path.read_bytes()).node}
+    assert "MatMul" in ops
+    assert list((run / rundir.GRAPHS_DIR / rundir.FUNCTIONS_DIR).glob("*/partitions/*.pb"))
+
+
+@pytest.mark.slow
+def test_trace_tf2_script_through_cli(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TF2_SCRIPT)
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(out), "--steps", "2",
+                             "--skip-steps", "1", "--", sys.executable, str(script), "5"],
+                            capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    _check_tf2_run(out, tmp_path, [1, 2])
+
+
+API_SCRIPT = """
+import sys
+import tensorflow as tf
+import rnnprof
+
+w = tf.Variable(tf.ones([8, 8]))
+
+@tf.function
+def train_step(x):
+    w.assign_sub(0.01 * tf.matmul(x, w))
+    return tf.reduce_sum(w)
+
+out = sys.argv[1]
+with rnnprof.capture(out + "/api", steps=2) as cap:
+    for n in range(4):
+        with cap.step(n):
+            train_step(tf.ones([8, 8]))
+
+try:
+    with rnnprof.capture(out + "/interrupted", steps=5):
+        for n in range(3):
+            rnnprof.step(n)
+            train_step(tf.ones([8, 8]))
+            if n == 1:
+                raise KeyboardInterrupt
+except KeyboardInterrupt:
+    pass
+
+import keras
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+x = tf.ones([32, 4]); y = tf.zeros([32, 1])
+model.fit(x, y, batch_size=4, epochs=1, verbose=0,
+          callbacks=[rnnprof.KerasCaptureCallback(out + "/keras", steps=2, skip_steps=1)])
+"""
+
+
+@pytest.mark.slow
+def test_capture_api_step_markers_interrupt_and_keras_callback(tmp_path):
+    script = tmp_path / "api.py"
+    script.write_text(API_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                            env=ENV, timeout=150)
+    assert result.returncode == 0, result.stderr[-3000:]
+    api = _manifest(tmp_path / "api")
+    assert api["status"] == "complete" and api["profiled_steps"] == [0, 1]
+    assert api["config"] == {"script": [str(script), str(tmp_path)]}
+    interrupted = _manifest(tmp_path / "interrupted")
+    assert interrupted["status"] == "interrupted"
+    assert interrupted["captured"]["xplane"]  # what was captured before the interrupt is kept
+    keras_run = _manifest(tmp_path / "keras")
+    assert keras_run["status"] == "complete" and keras_run["profiled_steps"] == [1, 2]
+    trace = _xprof_trace(tmp_path / "keras" / keras_run["captured"]["xplane"][0], tmp_path)
+    assert any(str(e.get("name", "")).startswith("train 1") for e in trace["traceEvents"])
+
+
+SERVER_SCRIPT = """
+import sys, time
+import tensorflow as tf
+tf.profiler.experimental.server.start(int(sys.argv[1]))
+w = tf.Variable(tf.ones([64, 64]))
+
+@tf.function
+def work():
+    w.assign(tf.tanh(tf.matmul(w, w)))
+
+print("ready", flush=True)
+end = time.time() + 60
+while time.time() < end:
+    work()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_attach_to_a_profiler_server(tmp_path):
+    script = tmp_path / "server.py"
+    script.write_text(SERVER_SCRIPT)
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, str(script), str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, env=ENV)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        time.sleep(1)
+        out = tmp_path / "attached"
+        assert main(["trace", "--attach", f"grpc://127.0.0.1:{port}", "--duration", "1", "--out", str(out)]) == 0
+    finally:
+        server.kill()
+        server.wait()
+    m = _manifest(out)
+    assert m["status"] == "complete" and m["config"]["attach"] == f"grpc://127.0.0.1:{port}"
+    trace = _xprof_trace(out / m["captured"]["xplane"][0], tmp_path)
+    assert any("MatMul" in str(e.get("name", "")) for e in trace["traceEvents"] if e.get("ph") == "X")
+
+
+def test_attach_rejects_a_bad_address(tmp_path, capsys):
+    assert main(["trace", "--attach", "http://x", "--out", str(tmp_path / "a")]) == 2
+    assert "grpc://HOST:PORT" in capsys.readouterr().err
