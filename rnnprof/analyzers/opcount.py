@@ -174,7 +174,7 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
     # Host-side launch records: GPU-device executor ops (TF) and runtime calls that launched GPU work.
     launch_device = np.where(on_gpu & ~lanes & np.isin(table.kind, _CPU_KINDS), table.device, -1)
     runtime = (table.kind == Kind.RUNTIME) & (table.correlation >= 0)
-    gpu_work = on_gpu & lanes & (table.correlation >= 0)
+    gpu_work = gpu & (table.correlation >= 0)
     if runtime.any() and gpu_work.any():
         work_corr = table.correlation[gpu_work]
         order = np.argsort(work_corr, kind="stable")
