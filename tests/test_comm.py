@@ -18,10 +18,11 @@ CPU0, CPU1 = Device("cpu", 0), Device("cpu", 1)
 
 
 def build(events):
-    """events: (ts, dur, name, op_type, device, kind, step)."""
+    """events: (ts, dur, name, op_type, device, kind, step[, lane]). GPU work defaults to a stream lane."""
     builder = EventTableBuilder("test")
-    for ts, dur, name, op_type, device, kind, step in events:
-        builder.add(ts, dur, name, op_type, device, "lane", kind, step=step)
+    for ts, dur, name, op_type, device, kind, step, *lane in events:
+        default = "stream:7" if device.kind == "gpu" and kind != Kind.HOST_OP else "ops"
+        builder.add(ts, dur, name, op_type, device, lane[0] if lane else default, kind, step=step)
     return builder.build()
 
 
@@ -172,6 +173,22 @@ def test_tf_cpu_devices_count_their_ops():
     assert (cpu1.total.compute_us, cpu1.total.communication_us, cpu1.total.overlap_pct) == (12, 2, 100.0)
     assert report.stragglers[0].last_to_finish == CPU0
     assert set(report.comm_event_names) == {"allreduce/ring/CollectiveReduceV2", "edge_3/_recv"}
+
+
+def test_gpu_executor_ops_are_host_launches_unless_the_gpu_has_no_stream_records():
+    launches = [
+        (0, 50, "MatMul", "MatMul", GPU0, Kind.HOST_OP, -1),  # TF executor's launch of a GPU op
+        (0, 50, "tower_0/_Send", "_Send", GPU0, Kind.COMMUNICATION, -1, "ops"),
+    ]
+    with_streams = analyze_comm(build(launches + [(10, 5, "gemm", "", GPU0, Kind.KERNEL, -1)]))
+    (gpu,) = with_streams.devices
+    assert gpu.basis == "streams"
+    assert (gpu.total.span_us, gpu.total.busy_us, gpu.total.communication_us) == (5, 5, 0)
+
+    without_streams = analyze_comm(build(launches))
+    (gpu,) = without_streams.devices
+    assert gpu.basis == "executor ops"
+    assert (gpu.total.busy_us, gpu.total.communication_us, gpu.total.overlap_us) == (50, 50, 50)
 
 
 def test_no_device_activity_gives_no_devices():

@@ -4,7 +4,9 @@ Which events count on which device (``device_work_mask``):
 
 * a GPU's activity is what runs on its streams: kernels (compute or NCCL),
   memcpys and memsets. Host-side events (PyTorch ``cpu_op``, CUDA runtime calls,
-  TF executor ops on the host) are host activity and never make a GPU busy;
+  the TF executor's launches of a GPU's ops) are host activity and never make a
+  GPU busy. Only a GPU without any stream record (step stats captured without the
+  GPU tracer) is measured by its executor ops instead, and says so (``basis``);
 * a TF CPU device's activity is the ops executed on that device (``/device:CPU:k``);
 * the host itself (``Device.kind == "host"``) is not reported: its events are
   launches and framework overhead, not device time;
@@ -44,7 +46,7 @@ import numpy as np
 
 from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify
 from rnnprof.analyzers.intervals import sweep
-from rnnprof.profiler.events import Device, EventTable
+from rnnprof.profiler.events import Device, EventTable, Kind
 
 # Sweep layers, in this order.
 _LAYERS = (EventClass.COMPUTE, EventClass.COMMUNICATION, EventClass.MEMCPY, EventClass.MEMSET)
@@ -113,6 +115,7 @@ class DeviceComm:
     device: Device
     total: Breakdown
     steps: dict[int, Breakdown]
+    basis: str = "streams"  # what counts as its activity: "streams", "executor ops" (GPU fallback), "ops"
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,7 @@ class CommReport:
                 {
                     "device": d.device.label,
                     "worker": d.device.worker,
+                    "basis": d.basis,
                     "total": d.total.as_dict(),
                     "steps": {str(s): b.as_dict() for s, b in d.steps.items()},
                 }
@@ -171,10 +175,42 @@ class CommReport:
         }
 
 
-def device_work_mask(table: EventTable, classes: np.ndarray) -> np.ndarray:
-    """Events that make their device busy: device work on a non-host device (see module docstring)."""
-    not_host = np.array([d.kind != "host" for d in table.devices] or [False], dtype=bool)
-    return np.isin(classes, np.array([int(c) for c in DEVICE_WORK], dtype=np.int8)) & not_host[table.device]
+# Lanes on which loaders put a GPU's own records (``stream:<n>``, ``memcpy``), as opposed to the
+# executor lane of TF step stats whose GPU "ops" are host-side launches.
+STREAM_LANE_PREFIXES = ("stream", "memcpy")
+BASIS_STREAMS = "streams"
+BASIS_EXECUTOR = "executor ops"
+BASIS_OPS = "ops"
+
+
+def device_work_mask(table: EventTable, classes: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
+    """Events that make their device busy (see module docstring), and per device what they are.
+
+    On a GPU only stream records count (kernels, memcpy, memset, NCCL kernels); a GPU with no
+    stream record at all (step stats captured without the GPU tracer) falls back to its
+    executor ops, with basis ``"executor ops"``. A CPU device counts its ops; the host nothing.
+    """
+    work = np.isin(classes, np.array([int(c) for c in DEVICE_WORK], dtype=np.int8))
+    is_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
+    is_host = np.array([d.kind == "host" for d in table.devices] or [False], dtype=bool)
+    is_stream_lane = np.zeros(len(table.strings), dtype=bool)
+    for code in np.unique(table.lane):
+        is_stream_lane[code] = table.strings[code].startswith(STREAM_LANE_PREFIXES)
+    on_stream = np.isin(table.kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)) | (
+        (table.kind == Kind.COMMUNICATION) & is_stream_lane[table.lane]
+    )
+    counts_stream = np.bincount(table.device[work & is_gpu[table.device] & on_stream], minlength=len(table.devices))
+    mask = work & ~is_host[table.device]
+    basis: dict[int, str] = {}
+    for code, device in enumerate(table.devices):
+        if device.kind == "gpu":
+            basis[code] = BASIS_STREAMS if counts_stream[code] else BASIS_EXECUTOR
+        elif device.kind != "host":
+            basis[code] = BASIS_OPS
+    stream_gpus = np.array([basis.get(c) == BASIS_STREAMS for c in range(len(table.devices))] or [False])
+    # On a GPU with stream records, its executor ops are host-side launches.
+    mask &= ~(stream_gpus[table.device] & ~on_stream)
+    return mask, basis
 
 
 def _layer_codes(classes: np.ndarray) -> np.ndarray:
@@ -222,7 +258,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
     """
     extra = tuple(comm_patterns)
     classes = classify(table, extra)
-    work = device_work_mask(table, classes)
+    work, basis = device_work_mask(table, classes)
     ts = table.ts[work]
     end = ts + np.maximum(table.dur[work], 0.0)
     dev = table.device[work].astype(np.int64)
@@ -263,9 +299,9 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
             for k in range(n_steps)
             if per_step[d * n_steps + k] is not None
         }
-        devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps))
+        devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps, basis=basis[d]))
 
-    stragglers = _stragglers(table.devices, totals, per_step, comm_first, step_values, ts, end, dev, cls)
+    stragglers = _stragglers(table.devices, totals, per_step, comm_first, step_values, ts, dev, cls)
     comm_names = np.unique(table.name[work][cls == EventClass.COMMUNICATION])
     return CommReport(
         devices=tuple(sorted(devices, key=lambda d: d.device)),
@@ -306,7 +342,7 @@ def _straggler(step, devices, ends, comm_starts) -> Straggler | None:
     )
 
 
-def _stragglers(devices, totals, per_step, comm_first, step_values, ts, end, dev, cls) -> list[Straggler]:
+def _stragglers(devices, totals, per_step, comm_first, step_values, ts, dev, cls) -> list[Straggler]:
     n_dev = len(devices)
     result = []
     if len(step_values) == 0:

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rnnprof.analyzers.comm import Breakdown, CommReport, Straggler
+from rnnprof.analyzers.comm import BASIS_EXECUTOR, Breakdown, CommReport, Straggler
 
 DEFINITIONS = (
     "device activity = kernels, memcpy and memset on a GPU's streams / ops executed on a CPU device "
@@ -77,6 +77,10 @@ def render_table(report: CommReport, *, per_step: bool, console: Console) -> Non
             console.print(Text(f"  {straggler_line(s)}"))
     elif len(report.devices) > 1:
         console.print(Text("stragglers: no step was seen on two or more devices", style="yellow"))
+    fallback = [d.device.label for d in report.devices if d.basis == BASIS_EXECUTOR]
+    if fallback:
+        console.print(Text(f"note: {', '.join(fallback)}: no GPU stream records in the trace; measured by the "
+                           "executor's ops (host-side launches) instead", style="bold yellow"))
     if not any(d.total.communication_us > 0 for d in report.devices):
         console.print(Text("note: no communication found; add --comm-pattern REGEX if your collectives have other names",
                            style="bold yellow"))
