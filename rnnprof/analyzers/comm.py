@@ -52,6 +52,13 @@ from rnnprof.profiler.events import Device, EventTable, Kind
 _LAYERS = (EventClass.COMPUTE, EventClass.COMMUNICATION, EventClass.MEMCPY, EventClass.MEMSET)
 _COMPUTE, _COMM, _MEMCPY, _MEMSET = range(4)
 
+# Lanes on which loaders put a GPU's own records (``stream:<n>``, ``memcpy``), as opposed to the
+# executor lane of TF step stats whose GPU "ops" are host-side launches.
+STREAM_LANE_PREFIXES = ("stream", "memcpy")
+BASIS_STREAMS = "streams"
+BASIS_EXECUTOR = "executor ops"
+BASIS_OPS = "ops"
+
 
 @dataclass(frozen=True)
 class Breakdown:
@@ -173,14 +180,6 @@ class CommReport:
             "stragglers": [s.as_dict() for s in self.stragglers],
             "communication_events": list(self.comm_event_names),
         }
-
-
-# Lanes on which loaders put a GPU's own records (``stream:<n>``, ``memcpy``), as opposed to the
-# executor lane of TF step stats whose GPU "ops" are host-side launches.
-STREAM_LANE_PREFIXES = ("stream", "memcpy")
-BASIS_STREAMS = "streams"
-BASIS_EXECUTOR = "executor ops"
-BASIS_OPS = "ops"
 
 
 def device_work_mask(table: EventTable, classes: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
