@@ -76,22 +76,47 @@ class AuditInput:
 
     @cached_property
     def tower_homes(self) -> dict[int, Device]:
-        """Each tower's own device: where most of its compute ops were placed."""
+        """Each tower's own device: where most of its compute ops were placed (see ``assign_homes``)."""
         votes: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
         for node in self.placements.values():
             tower = scopes.tower_of(node.name)
             if tower is None or node.assigned is None or not is_tower_work(node):
                 continue
             votes[tower][node.assigned] += 1
-        return {t: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for t, c in sorted(votes.items())}
+        return assign_homes(votes)
 
     @property
     def config(self) -> dict:
-        return (self.manifest or {}).get("config") or {}
+        value = (self.manifest or {}).get("config")
+        return value if isinstance(value, dict) else {}
 
     @property
     def session_config(self) -> dict:
-        return (self.manifest or {}).get("session_config") or {}
+        value = (self.manifest or {}).get("session_config")
+        return value if isinstance(value, dict) else {}
+
+
+def assign_homes(votes: dict[int, collections.Counter]) -> dict[int, Device]:
+    """Give each tower a device of its own, maximizing the ops that agree with it.
+
+    Data-parallel towers each own a device, so when a pinned scope moves most of tower
+    k's ops onto tower 0's device, tower k's home is still the device holding the rest
+    of its ops. Towers left without a distinct device (more towers than devices) take
+    their majority device.
+    """
+    import networkx as nx
+
+    bipartite = nx.Graph()
+    for tower, counts in votes.items():
+        for device, n in counts.items():
+            bipartite.add_edge(("tower", tower), ("device", device), weight=n)
+    homes = {}
+    for a, b in nx.max_weight_matching(bipartite, maxcardinality=True):
+        (_, tower), (_, device) = (a, b) if a[0] == "tower" else (b, a)
+        homes[tower] = device
+    for tower, counts in votes.items():
+        homes.setdefault(tower, min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0])
+    return dict(sorted(homes.items()))
 
 
 def is_tower_work(node: NodePlacement) -> bool:

@@ -17,7 +17,9 @@ _CORE_KEYS = ("cpu_count", "cores", "logical_cpus")
 
 
 def host_cores(manifest: dict) -> int | None:
-    for section in (manifest.get("host") or {}, manifest.get("machine") or {}, manifest):
+    for section in (manifest.get("host"), manifest.get("machine"), manifest):
+        if not isinstance(section, dict):
+            continue
         for key in _CORE_KEYS:
             if isinstance(section.get(key), int) and section[key] > 0:
                 return section[key]
@@ -25,7 +27,7 @@ def host_cores(manifest: dict) -> int | None:
 
 
 def device_count(inp: AuditInput) -> int | None:
-    if isinstance(inp.config.get("devices"), int):
+    if isinstance(inp.config.get("devices"), int) and not isinstance(inp.config["devices"], bool):
         return inp.config["devices"]
     devices = (inp.manifest or {}).get("devices")
     if isinstance(devices, list) and devices:

@@ -63,7 +63,7 @@ def check(inp: AuditInput, registry: Callable[[], KernelRegistry] = KernelRegist
         if not kernels.is_op(op):
             continue  # a function call or an op from a library not loaded here: no registry answer
         types = kernels.device_types(op)
-        if not types or device_type in types:
+        if not types or device_type in types or "DEFAULT" in types:  # DEFAULT kernels run anywhere
             continue
         findings.append(Finding(
             rule_id=RULE_ID,

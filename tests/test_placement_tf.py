@@ -1,0 +1,147 @@
+"""placement-audit on real TensorFlow runs: graphs built here on 2 logical CPU devices, and rnnprof trace runs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import numpy as np
+import pytest
+
+from rnnprof.analyzers.placement import Severity, audit
+from rnnprof.cli import main
+from rnnprof.commands._placement_inputs import load_audit_input
+
+pytestmark = pytest.mark.slow
+
+VOCAB = 3000
+
+
+def _two_tower_run(out_dir, pin_softmax: bool, request_gpu: bool = False, steps: int = 3):
+    """Train two towers for a few FULL_TRACE steps and write a run directory with the capture writer.
+
+    With ``pin_softmax`` tower 1's projection and softmax are built under tower 0's device,
+    as a stray ``tf.device`` would do."""
+    import tensorflow as tf
+
+    from rnnprof.profiler.capture import RunWriter
+
+    tf1 = tf.compat.v1
+    kind = "GPU" if request_gpu else "CPU"
+    graph = tf.Graph()
+    with graph.as_default():
+        feeds, losses = [], []
+        for k in range(2):
+            with tf.device(f"/device:{kind}:{k}"), tf1.variable_scope(f"v{k}"), tf.name_scope(f"tower_{k}"):
+                x = tf1.placeholder(tf.float32, [64, 256], name="x")
+                y = tf1.placeholder(tf.int32, [64], name="y")
+                feeds.append((x, y))
+                h = tf.tanh(tf.matmul(x, tf1.get_variable("w", [256, 256])), name="hidden")
+                # tf.device(None) would clear the tower's scope, so only enter one for the pin
+                pin = tf.device(f"/device:{kind}:0") if pin_softmax and k == 1 else contextlib.nullcontext()
+                with pin:
+                    logits = tf.matmul(h, tf1.get_variable("proj", [256, VOCAB]), name="projection")
+                    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                        labels=y, logits=logits, name="softmax"))
+                grads = tf1.gradients(loss, tf1.trainable_variables(scope=f"v{k}"),
+                                      colocate_gradients_with_ops=True)
+                losses.append(loss)
+                with tf.name_scope("update"):
+                    updates = [tf1.assign_sub(v, 0.1 * g) for v, g in
+                               zip(tf1.trainable_variables(scope=f"v{k}"), grads)]
+                losses.extend(updates)
+        init = tf1.global_variables_initializer()
+    config = tf1.ConfigProto(device_count={"CPU": 2}, allow_soft_placement=True,
+                             inter_op_parallelism_threads=4, intra_op_parallelism_threads=1)
+    writer = RunWriter(out_dir, command=["test"], config={"devices": 2})
+    writer.update(session_config={"inter_op_threads": 4, "intra_op_threads": 1, "allow_soft_placement": True})
+    writer.write_graph(graph.as_graph_def())
+    rng = np.random.default_rng(0)
+    with tf1.Session(graph=graph, config=config) as session:
+        session.run(init)
+        writer.set_devices([d.name for d in session.list_devices() if "CPU" in d.name])
+        feed = {t: (rng.standard_normal(t.shape.as_list()).astype(np.float32) if t.dtype == tf.float32
+                    else rng.integers(0, VOCAB, t.shape.as_list()).astype(np.int32))
+                for pair in feeds for t in pair}
+        session.run(losses, feed_dict=feed)  # warm-up
+        for step in range(steps):
+            metadata = tf1.RunMetadata()
+            session.run(losses, feed_dict=feed, run_metadata=metadata,
+                        options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE, output_partition_graphs=True))
+            writer.write_step(step, metadata)
+    writer.finish()
+    return out_dir
+
+
+@pytest.fixture(scope="module")
+def pinned_run(tmp_path_factory):
+    return _two_tower_run(tmp_path_factory.mktemp("runs") / "pinned", pin_softmax=True)
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    return _two_tower_run(tmp_path_factory.mktemp("runs") / "clean", pin_softmax=False)
+
+
+def test_pinned_softmax_of_tower_1_is_named_with_a_cost(pinned_run):
+    result = audit(load_audit_input([str(pinned_run)]))
+    pinned = [f for f in result.findings if f.rule_id.startswith("PA002")]
+    assert len(pinned) == 1
+    f = pinned[0]
+    assert f.severity == Severity.ERROR
+    assert f.evidence["tower"] == 1 and f.evidence["ran_on"] == "cpu:0" and f.evidence["tower_device"] == "cpu:1"
+    assert "v1/tower_1/projection" in f.ops
+    assert any("tower_1/softmax" in name for name in f.ops)
+    assert not any("tower_0/" in name for name in f.ops)
+    assert not any(name.startswith("v1/tower_1/hidden") or name == "v1/tower_1/MatMul" for name in f.ops)
+    assert f.cost_us_per_step is not None and f.cost_us_per_step > 0
+    assert f.evidence["us_per_step_on_wrong_device"] >= f.cost_us_per_step
+
+
+def test_without_the_pin_there_is_no_error(clean_run):
+    result = audit(load_audit_input([str(clean_run)]))
+    assert result.at_or_above(Severity.ERROR) == []
+    assert not [f for f in result.findings if f.rule_id.startswith("PA002")]
+
+
+def test_cli_fail_on_gates_the_pinned_run_only(pinned_run, clean_run, capsys):
+    assert main(["placement-audit", str(pinned_run), "--json"]) == 1
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert "PA002" in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert doc["counts"]["error"] >= 1
+    assert main(["placement-audit", str(pinned_run), "--fail-on", "never"]) == 0
+    assert "PA002" in capsys.readouterr().out
+    assert main(["placement-audit", str(clean_run)]) == 0
+
+
+def test_gpu_requests_on_a_cpu_machine_fall_back_and_are_listed(tmp_path):
+    run = _two_tower_run(tmp_path / "gpu", pin_softmax=False, request_gpu=True, steps=1)
+    result = audit(load_audit_input([str(run)]))
+    fallbacks = [f for f in result.findings if f.rule_id.startswith("PA001")]
+    assert fallbacks and all(f.evidence["requested"].startswith("gpu") for f in fallbacks)
+    errors = [f for f in fallbacks if f.severity == Severity.ERROR]
+    assert errors
+    ops = {op for f in errors for op in f.ops}
+    assert {"v0/tower_0/projection", "v1/tower_1/projection"} <= ops
+    groups = [g for f in errors for g in f.evidence["groups"]]
+    assert any(g["op"] == "MatMul" and g["us_per_step"] and g["us_per_step"] > 0 for g in groups)
+    reasons = {n.rule_id: n.reason for n in result.not_checked}
+    assert "PA007-no-kernel-for-device" in reasons and "GPU" in reasons["PA007-no-kernel-for-device"]
+
+
+def test_rnnlm_plant_is_flagged_and_the_clean_config_is_not(tmp_path, capsys):
+    common = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "2",
+              "--trace-steps", "2"]
+    assert main(["trace", *common, "--plant", "softmax-on-device0", "--out", str(tmp_path / "planted")]) == 0
+    assert main(["trace", *common, "--out", str(tmp_path / "clean")]) == 0
+    capsys.readouterr()
+    assert main(["placement-audit", str(tmp_path / "planted"), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    (pinned,) = [f for f in doc["findings"] if f["rule"].startswith("PA002")]
+    assert pinned["severity"] == "error" and pinned["evidence"]["tower"] == 1
+    assert any("softmax" in op for op in pinned["ops"]) and any("projection" in op for op in pinned["ops"])
+    assert pinned["cost_us_per_step"] > 0
+    assert main(["placement-audit", str(tmp_path / "clean"), "--json"]) == 0
+    clean = json.loads(capsys.readouterr().out)
+    assert clean["counts"]["error"] == 0
