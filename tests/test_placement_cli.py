@@ -1,0 +1,58 @@
+"""rnnprof placement-audit from the command line: fixtures, --fail-on, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rnnprof.cli import main
+
+FIXTURE = "/work/shared/fixtures/tf1-timeline-gpu-loop-step0.json"
+
+
+def test_gpu_timeline_alone_reports_what_it_can_and_why_not_the_rest(capsys):
+    assert main(["placement-audit", FIXTURE, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    not_checked = {n["rule"].split("-")[0]: n["reason"] for n in doc["rules_not_checked"]}
+    assert {"PA001", "PA002", "PA004", "PA006", "PA007"} <= set(not_checked)
+    assert "graph" in not_checked["PA001"] and "manifest" in not_checked["PA006"]
+    assert "PA005-avoidable-transfers" in doc["rules_checked"]
+    (trip,) = [f for f in doc["findings"] if f["severity"] == "warning"]
+    # gradients/Mean_grad/Prod goes to the host and floordiv comes back; the placeholder feeds do not count
+    assert "gradients/Mean_grad/Prod" in trip["ops"] and "gradients/Mean_grad/floordiv" in trip["ops"]
+    assert not any("Placeholder" in op for op in trip["ops"])
+    assert trip["cost_us_per_step"] > 0 and trip["fix"]
+
+
+def test_fail_on_warning_fails_and_prints_the_report_first(capsys):
+    assert main(["placement-audit", FIXTURE, "--fail-on", "warning"]) == 1
+    captured = capsys.readouterr()
+    assert "PA005" in captured.out and "Not checked" in captured.out
+    assert captured.err.strip().count("\n") == 0 and "at or above warning" in captured.err
+    assert main(["placement-audit", FIXTURE, "--fail-on", "never"]) == 0
+
+
+def test_trace_only_audit_does_not_import_tensorflow():
+    code = ("import sys; from rnnprof.cli import main; rc = main(['placement-audit', %r, '--json']); "
+            "print('TF' if 'tensorflow' in sys.modules else 'noTF', file=sys.stderr); sys.exit(rc)" % FIXTURE)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stderr.strip().endswith("noTF")
+
+
+@pytest.mark.parametrize("content, name", [(b"", "empty.json"), (b"not a trace", "junk.txt"),
+                                           (b"\x00\x01garbage", "graph.pb")])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, name):
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert main(["placement-audit", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err
+
+
+def test_missing_path_and_bad_flag(tmp_path, capsys):
+    assert main(["placement-audit", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["placement-audit", FIXTURE, "--fail-on", "sometimes"]) == 2
