@@ -271,3 +271,46 @@ def test_attach_to_a_profiler_server(tmp_path):
 def test_attach_rejects_a_bad_address(tmp_path, capsys):
     assert main(["trace", "--attach", "http://x", "--out", str(tmp_path / "a")]) == 2
     assert "grpc://HOST:PORT" in capsys.readouterr().err
+
+
+TF1_SCRIPT = """
+import numpy as np
+import tensorflow as tf
+tf1 = tf.compat.v1
+tf1.disable_eager_execution()
+with tf.device("/cpu:0"):
+    x = tf1.placeholder(tf.float32, [8, 16])
+    h = tf.tanh(tf.matmul(x, tf1.get_variable("w0", [16, 16])))
+with tf.device("/cpu:1"):
+    loss = tf.reduce_sum(tf.matmul(h, tf1.get_variable("w1", [16, 16])))
+train = tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
+config = tf1.ConfigProto(device_count={"CPU": 2}, inter_op_parallelism_threads=4)
+with tf1.Session(config=config) as session:
+    session.run(tf1.global_variables_initializer())
+    for _ in range(5):
+        session.run(train, {x: np.ones((8, 16))})
+"""
+
+
+@pytest.mark.slow
+def test_trace_tf1_session_script_through_cli(tmp_path):
+    script = tmp_path / "train_tf1.py"
+    script.write_text(TF1_SCRIPT)
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(out), "--steps", "2",
+                             "--", sys.executable, str(script)], capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    m = _manifest(out)
+    assert m["status"] == "complete" and m["traced_steps"] == [1, 2]  # run 0 is the initializer
+    assert m["session_config"]["inter_op_threads"] == 4
+    devices = {d["name"] for d in m["devices"]} & {"/job:localhost/replica:0/task:0/device:CPU:0",
+                                                     "/job:localhost/replica:0/task:0/device:CPU:1"}
+    assert len(devices) == 2
+    for step in m["traced_steps"]:
+        with gzip.open(out / rundir.TIMELINES_DIR / rundir.timeline_name(step)) as handle:
+            events = json.load(handle)["traceEvents"]
+        processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+        assert {processes[e["pid"]] for e in events if e["ph"] == "X"} == devices
+        assert [e for e in events if e["ph"] == "s"]
+    assert (out / rundir.GRAPHS_DIR / rundir.GRAPH_FILE).is_file()
+    assert list((out / rundir.GRAPHS_DIR / rundir.PARTITIONS_DIR).glob("*.pb"))
