@@ -1,0 +1,65 @@
+"""Speedup of a device-count sweep: pure arithmetic over measured runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from rnnprof.profiler.timing import TimingSummary
+
+
+@dataclass(frozen=True)
+class ScalePoint:
+    """One measured run of the sweep."""
+
+    variable_update: str
+    all_reduce: str | None  # only meaningful for replicated
+    devices: int
+    per_device_batch: int
+    total_batch: int
+    timed: TimingSummary
+    with_warmup: TimingSummary | None = None
+    step_seconds: tuple[float, ...] = ()
+    warmup_step_seconds: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScaleRow:
+    point: ScalePoint
+    baseline_devices: int
+    speedup: float  # words/s over words/s of the baseline run of the same variable update
+
+
+@dataclass(frozen=True)
+class ScaleResult:
+    rows: tuple[ScaleRow, ...]
+    notes: tuple[str, ...]
+
+
+SPEEDUP_DEFINITION = ("speedup = words/s of the run / words/s of the baseline run (1 device, or the "
+                      "smallest device count in the sweep) with the same variable update")
+
+
+def speedup_table(points: Sequence[ScalePoint]) -> ScaleResult:
+    """Group by variable update; each group's baseline is its 1-device run, else its smallest count."""
+    rows, notes = [], []
+    modes = list(dict.fromkeys(p.variable_update for p in points))
+    for mode in modes:
+        group = sorted((p for p in points if p.variable_update == mode), key=lambda p: p.devices)
+        base = group[0]
+        if base.devices != 1:
+            notes.append(f"{mode}: no 1-device run in the sweep; speedup is relative to "
+                         f"{base.devices} devices")
+        for point in group:
+            rows.append(ScaleRow(point=point, baseline_devices=base.devices,
+                                 speedup=point.timed.words_per_second / base.timed.words_per_second))
+    return ScaleResult(rows=tuple(rows), notes=tuple(notes))
+
+
+def shared_cores_note(device_kind: str, host_cores: int | None) -> str | None:
+    """Logical CPU devices split one machine's cores; their ratio measures overhead, not scaling."""
+    if device_kind != "logical-cpu":
+        return None
+    cores = f"the same {host_cores} CPU cores" if host_cores else "the same CPU cores"
+    return (f"devices are logical CPU devices sharing {cores} and one thread pool: "
+            "the speedup ratio is not a scaling result (it shows the cost of splitting work across towers)")

@@ -1,0 +1,47 @@
+"""A progress bar for warm-up and timed batches, on stderr so stdout stays clean (--json)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+class StepProgress:
+    """Context manager; ``run(label, warmup, batches)`` returns a ``measure`` callback.
+
+    Draws nothing when stderr is not a terminal (CI, pipes, tests).
+    """
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+            disable=not self.console.is_terminal,
+        )
+        self.steps_seen = 0
+
+    def __enter__(self) -> "StepProgress":
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._progress.stop()
+
+    def run(self, label: str, warmup: int, batches: int):
+        tasks = {
+            "warmup": self._progress.add_task(f"{label} warm-up", total=warmup, visible=warmup > 0),
+            "timed": self._progress.add_task(f"{label} timed", total=batches),
+        }
+
+        def on_step(phase: str, index: int, step) -> None:
+            self.steps_seen += 1
+            self._progress.update(tasks[phase], completed=index + 1,
+                                  description=f"{label} {'warm-up' if phase == 'warmup' else 'timed'}"
+                                              f" (loss {step.loss:.3f})")
+
+        return on_step

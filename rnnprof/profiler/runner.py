@@ -1,0 +1,271 @@
+"""Data-parallel training of one workload on N devices, in graph mode.
+
+``DataParallelRun`` builds one tower per device in a fresh ``tf.Graph``, wires
+the gradient exchange that ``--variable-update`` asks for, opens a Session and
+initializes the variables. Scopes are kept readable for later analyses:
+``tower_k/...`` for each tower's forward and backward ops, ``allreduce/...``
+(replicated) or ``gradient_aggregation/...`` (parameter_server) for the
+exchange and ``update/...`` for the optimizer.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from rnnprof.config import WorkloadConfig, validate
+from rnnprof.errors import UsageError
+
+LOCAL = "/job:localhost/replica:0/task:0"
+HOST_DEVICE = f"{LOCAL}/device:CPU:0"
+COLLECTIVE_ALL_REDUCES = ("ring", "hierarchical")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    seconds: float  # wall time of the session.run call
+    words: int  # summed over towers, as the workload defines words
+    loss: float  # mean over towers
+
+
+def import_tensorflow():
+    """Import TensorFlow quietly (its C++ start-up log is noise for rnnprof users)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    return tf
+
+
+def visible_gpus() -> int:
+    tf = import_tensorflow()
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def thread_warnings(config: WorkloadConfig) -> list[str]:
+    """Thread settings that are known to stall several towers sharing few cores."""
+    collectives = config.variable_update == "replicated" and config.all_reduce in COLLECTIVE_ALL_REDUCES
+    inter = config.inter_op_threads
+    if config.devices > 1 and inter and inter <= config.devices and collectives:
+        return [f"--inter-op-threads {inter} with {config.devices} devices and {config.all_reduce} "
+                f"all-reduce can deadlock: a collective blocks an inter-op thread while it waits for "
+                f"the other towers; use at least {config.devices + 1} or 0 (TF default)"]
+    return []
+
+
+def _device_plan(config: WorkloadConfig, gpus: int) -> tuple[list[str], str]:
+    if gpus:
+        if config.devices > gpus:
+            raise UsageError(f"--devices {config.devices} but only {gpus} GPU(s) are visible")
+        return [f"{LOCAL}/device:GPU:{k}" for k in range(config.devices)], "gpu"
+    if config.request_gpu:
+        # No GPU: soft placement moves these towers to the CPU; a placement audit shows where.
+        return [f"{LOCAL}/device:GPU:{k}" for k in range(config.devices)], "logical-cpu"
+    return [f"{LOCAL}/device:CPU:{k}" for k in range(config.devices)], "logical-cpu"
+
+
+def _reduce_devices(device_names: list[str], gpus: int) -> list[str]:
+    """Where each tower's share of the all-reduce runs.
+
+    Requested GPUs that do not exist all fall back to one CPU device, and a
+    collective whose members share a device never completes; the exchange then
+    runs on the matching logical CPU devices instead.
+    """
+    if gpus or "GPU" not in device_names[0]:
+        return list(device_names)
+    return [f"{LOCAL}/device:CPU:{k}" for k in range(len(device_names))]
+
+
+def session_config(config: WorkloadConfig, device_kind: str):
+    tf = import_tensorflow()
+    proto = tf.compat.v1.ConfigProto(
+        allow_soft_placement=config.soft_placement or config.request_gpu,
+        inter_op_parallelism_threads=config.inter_op_threads,
+        intra_op_parallelism_threads=config.intra_op_threads,
+    )
+    if device_kind == "logical-cpu":
+        proto.device_count["CPU"] = config.devices
+    else:
+        proto.gpu_options.allow_growth = True
+    proto.experimental.collective_group_leader = LOCAL
+    return proto
+
+
+def _optimizer(config: WorkloadConfig, name: str):
+    tf = import_tensorflow()
+    if config.optimizer == "adam":
+        return tf.compat.v1.train.AdamOptimizer(config.learning_rate, name=name)
+    return tf.compat.v1.train.GradientDescentOptimizer(config.learning_rate, name=name)
+
+
+def _dense(grad, variable):
+    """Dense gradients: all-reduce and add_n need them; a missing gradient is zero."""
+    tf = import_tensorflow()
+    if grad is None:
+        return tf.zeros_like(variable)
+    return tf.convert_to_tensor(grad)
+
+
+class DataParallelRun:
+    """One training graph with a tower per device, ready to ``step()``.
+
+    Use as a context manager, or call ``close()``.
+    """
+
+    def __init__(self, config: WorkloadConfig, workload=None):
+        tf = import_tensorflow()
+        tf1 = tf.compat.v1
+        gpus = visible_gpus()
+        validate(config, gpus)
+        self.config = config
+        self.warnings = thread_warnings(config)
+        self.device_names, self.device_kind = _device_plan(config, gpus)
+        self.reduce_devices = _reduce_devices(self.device_names, gpus)
+        if workload is None:
+            from rnnprof.models import get_workload
+
+            workload = get_workload(config)
+        self.workload = workload
+        self.steps_run = 0
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            tf1.set_random_seed(config.seed)
+            self._build(tf, tf1)
+            init = tf1.global_variables_initializer()
+        self.session = tf1.Session(graph=self.graph, config=session_config(config, self.device_kind))
+        try:
+            self.session.run(init)
+            if self._sync_op is not None:
+                self.session.run(self._sync_op)
+            self.graph.finalize()
+        except BaseException:
+            self.session.close()
+            raise
+        batch = config.per_device_batch()
+        self._batches = [workload.batches(batch, k, config.seed) for k in range(config.devices)]
+
+    # -- graph construction -------------------------------------------------
+
+    def _build(self, tf, tf1) -> None:
+        config = self.config
+        mode = config.variable_update
+        ps_device = HOST_DEVICE if config.local_parameter_device == "cpu" else f"{LOCAL}/device:GPU:0"
+        self.parameter_device = ps_device if mode == "parameter_server" else None
+        self._inputs, self._tower_vars, losses, words, grads = [], [], [], [], []
+
+        for k, device in enumerate(self.device_names):
+            created: list = []
+
+            def record(getter, *args, _created=created, **kwargs):
+                if mode == "parameter_server":
+                    with tf.device(ps_device):
+                        variable = getter(*args, **kwargs)
+                else:
+                    variable = getter(*args, **kwargs)
+                if kwargs.get("trainable", True) and all(variable is not v for v in _created):
+                    _created.append(variable)
+                return variable
+
+            if mode == "parameter_server":
+                var_scope = tf1.variable_scope("shared", reuse=tf1.AUTO_REUSE, custom_getter=record,
+                                               auxiliary_name_scope=False)
+            else:
+                var_scope = tf1.variable_scope(f"tower_{k}", custom_getter=record, auxiliary_name_scope=False)
+            with tf.device(device), var_scope, tf1.name_scope(f"tower_{k}"):
+                inputs = self.workload.make_inputs(k)
+                out = self.workload.build_tower(inputs, k, self.device_names)
+                with tf1.name_scope("gradients"):
+                    tower_grads = tf1.gradients(out.loss, created, colocate_gradients_with_ops=True)
+                    tower_grads = [_dense(g, v) for g, v in zip(tower_grads, created)]
+            self._inputs.append(inputs)
+            self._tower_vars.append(created)
+            losses.append(out.loss)
+            words.append(out.words)
+            grads.append(tower_grads)
+
+        n = len(self.device_names)
+        updates = []
+        self._sync_op = None
+        if mode == "independent":
+            with tf1.name_scope("update"):
+                for k, device in enumerate(self.device_names):
+                    with tf.device(device):
+                        opt = _optimizer(config, f"{config.optimizer}_tower_{k}")
+                        updates.append(opt.apply_gradients(zip(grads[k], self._tower_vars[k])))
+        elif mode == "parameter_server":
+            with tf1.name_scope("gradient_aggregation"), tf.device(ps_device):
+                averaged = [tf.add_n([g[i] for g in grads]) / n if n > 1 else grads[0][i]
+                            for i in range(len(grads[0]))]
+            with tf1.name_scope("update"), tf.device(ps_device):
+                opt = _optimizer(config, config.optimizer)
+                updates.append(opt.apply_gradients(zip(averaged, self._tower_vars[0])))
+        else:
+            from rnnprof.profiler.allreduce import all_reduce_sum
+
+            with tf1.name_scope("allreduce"):
+                summed = all_reduce_sum(grads, self.reduce_devices, config.all_reduce, HOST_DEVICE,
+                                        config.gradient_repacking)
+            with tf1.name_scope("update"):
+                for k, device in enumerate(self.device_names):
+                    with tf.device(device):
+                        averaged = [g / n for g in summed[k]] if n > 1 else summed[k]
+                        opt = _optimizer(config, f"{config.optimizer}_tower_{k}")
+                        updates.append(opt.apply_gradients(zip(averaged, self._tower_vars[k])))
+            if n > 1:
+                # Replicas must start equal: copy tower 0's initial values to the others.
+                with tf1.name_scope("init_sync"):
+                    assigns = [tf1.assign(v, v0) for k in range(1, n)
+                               for v, v0 in zip(self._tower_vars[k], self._tower_vars[0])]
+                    self._sync_op = tf.group(*assigns)
+
+        with tf1.name_scope("metrics"), tf.device(HOST_DEVICE):
+            self.loss = tf.add_n(losses) / n if n > 1 else tf.identity(losses[0])
+            self.words = tf.add_n([tf.cast(w, tf.int64) for w in words])
+        self.train_op = tf.group(*updates, name="train_op")
+
+    # -- running --------------------------------------------------------------
+
+    def _feed(self) -> dict:
+        feed = {}
+        for inputs, batches in zip(self._inputs, self._batches):
+            batch = next(batches)
+            for key, placeholder in inputs.items():
+                feed[placeholder] = batch[key]
+        return feed
+
+    def step(self, options=None, run_metadata=None) -> StepResult:
+        """Run one training step on every tower; only session.run is timed."""
+        feed = self._feed()
+        start = time.perf_counter()
+        _, loss, words = self.session.run([self.train_op, self.loss, self.words], feed_dict=feed,
+                                          options=options, run_metadata=run_metadata)
+        seconds = time.perf_counter() - start
+        self.steps_run += 1
+        return StepResult(seconds=seconds, words=int(words), loss=float(loss))
+
+    def tower_variables(self) -> list[dict[str, np.ndarray]]:
+        """Each tower's trainable variables by name without the tower prefix."""
+        values = self.session.run(self._tower_vars)
+        result = []
+        for k, (variables, arrays) in enumerate(zip(self._tower_vars, values)):
+            result.append({_strip_scope(v.op.name, k): a for v, a in zip(variables, arrays)})
+        return result
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> "DataParallelRun":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _strip_scope(name: str, tower: int) -> str:
+    for prefix in (f"tower_{tower}/", "shared/"):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name

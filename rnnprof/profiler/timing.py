@@ -1,0 +1,83 @@
+"""The measurement protocol: warm-up batches first, untimed; then timed batches.
+
+Warm-up absorbs graph optimization, memory allocation and first-touch costs,
+which would otherwise inflate the first steps. ``Measurement.with_warmup`` keeps
+the biased figure for comparison (``--include-warmup``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+
+class Step(Protocol):
+    seconds: float
+    words: int
+    loss: float
+
+
+@dataclass(frozen=True)
+class TimingSummary:
+    steps: int
+    total_seconds: float
+    words: int
+    words_per_second: float  # total words / total seconds, not a mean of per-step rates
+    mean_step_seconds: float
+    median_step_seconds: float
+    std_step_seconds: float  # population standard deviation; 0 for one step
+
+
+def summarize(steps: Sequence[Step]) -> TimingSummary:
+    if not steps:
+        raise ValueError("summarize needs at least one step")
+    seconds = [s.seconds for s in steps]
+    total = sum(seconds)
+    words = sum(s.words for s in steps)
+    return TimingSummary(
+        steps=len(steps),
+        total_seconds=total,
+        words=words,
+        words_per_second=words / total if total > 0 else float("inf"),
+        mean_step_seconds=statistics.fmean(seconds),
+        median_step_seconds=statistics.median(seconds),
+        std_step_seconds=statistics.pstdev(seconds),
+    )
+
+
+@dataclass(frozen=True)
+class Measurement:
+    warmup_steps: tuple
+    timed_steps: tuple
+
+    @property
+    def timed(self) -> TimingSummary:
+        return summarize(self.timed_steps)
+
+    @property
+    def with_warmup(self) -> TimingSummary:
+        """The biased figure: warm-up and timed batches together."""
+        return summarize(self.warmup_steps + self.timed_steps)
+
+
+class Runnable(Protocol):
+    def step(self) -> Step: ...
+
+
+# on_step(phase, index, step): phase is "warmup" or "timed"; index counts from 0 in the phase.
+StepCallback = Callable[[str, int, Step], None]
+
+
+def measure(run: Runnable, warmup: int, batches: int, on_step: StepCallback | None = None) -> Measurement:
+    """Run ``warmup`` untimed then ``batches`` timed steps and keep every step's record."""
+    if batches < 1:
+        raise ValueError("measure needs at least one timed batch")
+    phases = {"warmup": [], "timed": []}
+    for phase, count in (("warmup", warmup), ("timed", batches)):
+        for index in range(count):
+            step = run.step()
+            phases[phase].append(step)
+            if on_step is not None:
+                on_step(phase, index, step)
+    return Measurement(warmup_steps=tuple(phases["warmup"]), timed_steps=tuple(phases["timed"]))

@@ -1,0 +1,73 @@
+"""The measurement protocol, on made-up steps (no TensorFlow)."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from rnnprof.profiler.timing import measure, summarize
+
+
+@dataclass(frozen=True)
+class FakeStep:
+    seconds: float
+    words: int
+    loss: float = 0.0
+
+
+class CountingRun:
+    """Step k takes k+1 seconds and yields 10*(k+1) words, so every step is recognizable."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def step(self):
+        self.calls += 1
+        return FakeStep(seconds=float(self.calls), words=10 * self.calls)
+
+
+def test_warmup_steps_are_run_but_not_timed():
+    run = CountingRun()
+    m = measure(run, warmup=3, batches=4)
+    assert run.calls == 7
+    assert [s.seconds for s in m.warmup_steps] == [1.0, 2.0, 3.0]
+    assert [s.seconds for s in m.timed_steps] == [4.0, 5.0, 6.0, 7.0]
+    assert m.timed.steps == 4
+    assert m.timed.total_seconds == pytest.approx(22.0)
+    assert m.timed.words == 220
+    assert m.with_warmup.total_seconds == pytest.approx(28.0)
+    assert m.with_warmup.steps == 7
+
+
+def test_words_per_second_is_total_words_over_total_time_not_mean_of_rates():
+    steps = [FakeStep(1.0, 100), FakeStep(3.0, 100)]
+    summary = summarize(steps)
+    assert summary.words_per_second == pytest.approx(200 / 4.0)  # mean of rates would be 66.7
+    assert summary.mean_step_seconds == pytest.approx(2.0)
+    assert summary.median_step_seconds == pytest.approx(2.0)
+    assert summary.std_step_seconds == pytest.approx(1.0)
+
+
+def test_slow_warmup_biases_the_included_figure_downwards():
+    run_steps = [FakeStep(5.0, 100)] + [FakeStep(1.0, 100)] * 4
+
+    class Replay:
+        def __init__(self):
+            self.it = iter(run_steps)
+
+        def step(self):
+            return next(self.it)
+
+    m = measure(Replay(), warmup=1, batches=4)
+    assert m.timed.words_per_second == pytest.approx(100.0)
+    assert m.with_warmup.words_per_second == pytest.approx(500 / 9.0)
+
+
+def test_callback_sees_each_phase_in_order():
+    seen = []
+    measure(CountingRun(), warmup=2, batches=2, on_step=lambda phase, i, s: seen.append((phase, i, s.seconds)))
+    assert seen == [("warmup", 0, 1.0), ("warmup", 1, 2.0), ("timed", 0, 3.0), ("timed", 1, 4.0)]
+
+
+def test_zero_timed_batches_is_refused():
+    with pytest.raises(ValueError):
+        measure(CountingRun(), warmup=1, batches=0)
