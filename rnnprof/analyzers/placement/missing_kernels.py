@@ -40,14 +40,23 @@ class KernelRegistry:
         return {k.device_type for k in self._kernels.get_registered_kernels_for_op(op).kernel}
 
 
+def _user_op(op: str) -> str:
+    """The op the user built: the runtime graph names oneDNN rewrites ``_MklX`` / ``_MklNativeX``."""
+    for prefix in ("_MklNative", "_Mkl"):
+        if op.startswith(prefix):
+            return op[len(prefix):]
+    return op
+
+
 def check(inp: AuditInput, registry: Callable[[], KernelRegistry] = KernelRegistry) -> list[Finding] | NotChecked:
     if inp.graph is None:
         return NotChecked(RULE_ID, "needs a graph with requested devices")
     wanted = collections.defaultdict(list)  # (device type, op) -> nodes
     for node in inp.placements.values():
         device = node.requested_device
-        if device is not None and node.op and not node.op.startswith("_"):
-            wanted[(device.kind.upper(), node.op)].append(node)
+        op = _user_op(node.op)
+        if device is not None and op and not op.startswith("_"):
+            wanted[(device.kind.upper(), op)].append(node)
     if not wanted:
         return NotChecked(RULE_ID, "no op in the graph requests a device")
     kernels = registry()
