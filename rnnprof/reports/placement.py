@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rnnprof.analyzers.placement import AuditResult, Finding, Severity
@@ -67,14 +68,17 @@ def render_table(result: AuditResult, sources: list[str], console: Console) -> N
         table = Table(title=f"{severity.label.upper()}: {len(group)} finding(s){total}",
                       title_style=_STYLE[severity], title_justify="left", show_lines=True, expand=True)
         table.add_column("rule", no_wrap=True)
-        table.add_column("finding", ratio=3)
+        table.add_column("finding", ratio=4)
         table.add_column("devices")
         table.add_column("ops", ratio=2, overflow="fold")
         table.add_column("cost/step", justify="right", no_wrap=True)
-        table.add_column("fix", ratio=3)
         for f in group:
-            table.add_row(f.rule_id.split("-")[0], f"{f.title}\n[dim]{f.cost_basis}[/dim]" if f.cost_basis else f.title,
-                          "\n".join(f.devices), _ops(f), _cost(f), f.fix or "-")
+            text = f.title
+            if f.cost_basis:
+                text += f"\n[dim]cost: {escape(f.cost_basis)}[/dim]"
+            if f.fix:
+                text += f"\n[green]fix:[/green] {escape(f.fix)}"
+            table.add_row(f.rule_id.split("-")[0], text, "\n".join(f.devices), _ops(f), _cost(f))
         console.print(table)
     if not result.findings:
         console.print("[green]No placement problems found by the rules that could run.[/green]")
