@@ -39,27 +39,32 @@ def read_prefix(path: Path, nbytes: int = 1 << 16) -> bytes:
         raise InputError(path, f"cannot read: {exc}") from None
 
 
-def _structure(buf: np.ndarray, depth0: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bracket depth after each byte, and which bytes are outside strings.
+def _brackets(buf: np.ndarray, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Positions of the brackets outside strings, the depth after each, and the bracket bytes.
 
-    ``buf`` must start outside a string.
+    ``buf`` must start outside a string. Work is proportional to the number of quotes and
+    brackets (a few per event), not a pass of arithmetic per byte.
     """
-    quote = buf == 34  # '"'
-    backslash = buf == 92
-    if backslash.any():
+    quotes = np.flatnonzero(buf == 34)  # '"'
+    if len(quotes) and (buf == 92).any():
         # A quote is escaped when an odd number of backslashes precedes it.
-        idx = np.arange(len(buf))
-        last_plain = np.maximum.accumulate(np.where(backslash, -1, idx))
-        q = np.flatnonzero(quote)
-        q = q[q > 0]
-        run = (q - 1) - last_plain[q - 1]
-        quote[q[(run % 2) == 1]] = False
-    inside = (np.cumsum(quote) % 2).astype(bool)
-    outside = ~inside & ~quote
-    step = np.zeros(len(buf), dtype=np.int32)
-    step[((buf == 123) | (buf == 91)) & outside] = 1
-    step[((buf == 125) | (buf == 93)) & outside] = -1
-    return depth0 + np.cumsum(step), outside
+        run = np.zeros(len(quotes), dtype=np.int64)
+        k = 1
+        while True:
+            prev = quotes - k
+            more = (prev >= 0) & (run == k - 1)
+            more[more] = buf[prev[more]] == 92
+            if not more.any():
+                break
+            run[more] += 1
+            k += 1
+        quotes = quotes[run % 2 == 0]
+    opens = (buf == 123) | (buf == 91)
+    pos = np.flatnonzero(opens | (buf == 125) | (buf == 93))
+    outside = np.searchsorted(quotes, pos) % 2 == 0  # an even number of quotes before it
+    pos = pos[outside]
+    depth = depth0 + np.cumsum(np.where(opens[pos], 1, -1), dtype=np.int64)
+    return pos, depth, buf[pos]
 
 
 class EventStream:
@@ -125,10 +130,13 @@ class EventStream:
         if pos < 0:
             return None
         buf = np.frombuffer(head, dtype=np.uint8)
-        depth, outside = _structure(buf, 0)
+        brackets, depth, _ = _brackets(buf, 0)
+        quotes = np.flatnonzero(buf == 34)
         while pos >= 0:
             # The key itself: a string directly inside the root object, followed by ': ['.
-            if pos > 0 and depth[pos] == 1 and outside[pos - 1]:
+            before = np.searchsorted(brackets, pos) - 1
+            level = depth[before] if before >= 0 else 0
+            if level == 1 and np.searchsorted(quotes, pos) % 2 == 0:
                 rest = head[pos + len(_EVENTS_KEY):pos + len(_EVENTS_KEY) + 64].lstrip()
                 if rest.startswith(b":") and rest[1:].lstrip().startswith(b"["):
                     return head.index(b"[", pos + len(_EVENTS_KEY)) + 1
@@ -140,14 +148,13 @@ class EventStream:
     def _split(self, data: bytes, final: bool) -> tuple[list, bytes, bool]:
         """Decode the complete events at the front of ``data`` (which starts inside the array)."""
         buf = np.frombuffer(data, dtype=np.uint8)
-        depth, outside = _structure(buf, 1)
-        # An event ends at a '}' that brings the depth back to the array level.
-        ends = np.flatnonzero((depth == 1) & (buf == 125) & outside)
-        closing = np.flatnonzero((depth == 0) & outside)
+        pos, depth, chars = _brackets(buf, 1)
+        closing = pos[depth == 0]
         done = len(closing) > 0
+        # An event ends at a '}' that brings the depth back to the array level.
+        ends = pos[(depth == 1) & (chars == 125)]
         if done:
-            close_at = int(closing[0])
-            ends = ends[ends < close_at]
+            ends = ends[ends < closing[0]]
         if len(ends) == 0:
             rest = data[int(closing[0]) + 1:] if done else data
             return [], rest, done
