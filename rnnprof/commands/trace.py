@@ -108,6 +108,7 @@ def _workload(args, console, argv) -> int:
     from rnnprof.profiler.session_capture import capture_after
     from rnnprof.profiler.timing import measure
 
+    _terminate_as_interrupt()
     config = workload_config_from_args(args, gpus_available=visible_gpus())
     out = args.out or default_run_dir(config.model)
     writer = RunWriter(out, command=argv, force=args.force, config=config.to_dict())
@@ -155,6 +156,18 @@ def _workload(args, console, argv) -> int:
     console.print(f"run directory: [bold]{writer.path}[/] — {len(captured['timelines'])} timelines, "
                   f"{len(captured['xplane'])} xplanes, {len(captured['graphs'])} graph files")
     return 0
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM (a job scheduler, ``kill``) ends a capture like Ctrl-C: what was captured is kept."""
+    import signal
+    import threading
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 class _NumberedSteps:
