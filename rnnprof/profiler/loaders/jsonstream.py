@@ -20,7 +20,7 @@ import numpy as np
 from rnnprof.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
-BLOCK_BYTES = 8 << 20
+BLOCK_BYTES = 2 << 20
 _EVENTS_KEY = b'"traceEvents"'
 
 

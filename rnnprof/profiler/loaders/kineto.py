@@ -38,6 +38,7 @@ CATEGORY_KIND = {
     "python_function": Kind.ANNOTATION,
     "gpu_user_annotation": Kind.ANNOTATION,
 }
+_KIND_CODE = {cat: int(kind) for cat, kind in CATEGORY_KIND.items()}
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
 NCCL_KERNEL = re.compile(r"^(?:void )?nccl(?:Dev)?Kernel")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -47,7 +48,7 @@ SIGNATURES = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"', b
               b'"ac2g"', b'"kernel"')
 
 
-class _Args(msgspec.Struct):
+class _Args(msgspec.Struct, gc=False):
     device: Any = None
     stream: Any = None
     correlation: Any = None
@@ -55,7 +56,7 @@ class _Args(msgspec.Struct):
     bytes: Any = None
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
@@ -98,12 +99,13 @@ def load(path: Path, block_bytes: int | None = None) -> EventTable:
             c = gpu_codes[index] = builder.device_code(Device("gpu", index))
         return c
 
-    def lane_code(on_gpu: bool, ident) -> int:
-        key = (on_gpu, ident)
-        c = lane_codes.get(key)
-        if c is None:
-            c = lane_codes[key] = code(f"stream:{ident}" if on_gpu else str(ident))
+    def lane_code(key) -> int:
+        c = lane_codes[key] = code(f"stream:{key[1]}" if key[0] else str(key[1]))
         return c
+
+    kind_code = _KIND_CODE
+    lane_get = lane_codes.get
+    gpu_get = gpu_codes.get
 
     for chunk in stream:
         events = [e for e in chunk if e.ph == "X" and e.cat in CATEGORY_KIND]
@@ -113,10 +115,11 @@ def load(path: Path, block_bytes: int | None = None) -> EventTable:
         args = [e.args or _NO_ARGS for e in events]
         on_gpu = [e.cat in GPU_CATEGORIES for e in events]
         names = np.fromiter((code(e.name) for e in events), dtype=np.int32, count=len(events))
-        devices = [gpu_code(_int(a.device if a.device is not None else e.pid, 0)) if g else host_code
-                   for e, a, g in zip(events, args, on_gpu)]
-        lanes = [lane_code(g, (a.stream if a.stream is not None else e.tid) if g else e.tid)
-                 for e, a, g in zip(events, args, on_gpu)]
+        devices = [(gpu_get(a.device) or gpu_code(_int(a.device if a.device is not None else e.pid, 0))) if g
+                   else host_code for e, a, g in zip(events, args, on_gpu)]
+        lane_keys = [(True, a.stream if a.stream is not None else e.tid) if g else (False, e.tid)
+                     for e, a, g in zip(events, args, on_gpu)]
+        lanes = [lane_get(k) or lane_code(k) for k in lane_keys]
         correlation = [a.correlation if a.correlation is not None
                        else (a.external_id if a.external_id is not None else -1) for a in args]
         nbytes = [a.bytes if a.bytes is not None else -1 for a in args]
@@ -132,7 +135,7 @@ def load(path: Path, block_bytes: int | None = None) -> EventTable:
             op_type=names,
             device=np.asarray(devices, dtype=np.int16),
             lane=np.asarray(lanes, dtype=np.int32),
-            kind=np.fromiter((CATEGORY_KIND[e.cat] for e in events), dtype=np.int8, count=len(events)),
+            kind=np.fromiter((kind_code[e.cat] for e in events), dtype=np.int8, count=len(events)),
             correlation=_int_column(correlation),
             nbytes=_int_column(nbytes),
         )
