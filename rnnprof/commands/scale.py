@@ -75,5 +75,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
     else:
         render_table(result, model=model_name, words_definition=words_definition, warmup=configs[0].warmup,
                      batches=configs[0].batches, include_warmup=configs[0].include_warmup, notes=notes,
-                     console=console)
+                     console=console, parameter_device=configs[0].local_parameter_device)
     return 0

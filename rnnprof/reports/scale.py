@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -11,37 +12,45 @@ from rich.text import Text
 from rnnprof.analyzers.scale import SPEEDUP_DEFINITION, ScaleResult
 
 
-def _mode_label(point) -> str:
+def _mode_title(point, parameter_device: str | None) -> str:
     if point.variable_update == "replicated" and point.all_reduce:
-        return f"replicated ({point.all_reduce})"
+        return f"replicated, {point.all_reduce} all-reduce"
+    if point.variable_update == "parameter_server" and parameter_device:
+        return f"parameter_server, variables on {parameter_device}"
     return point.variable_update
 
 
 def render_table(result: ScaleResult, *, model: str, words_definition: str, warmup: int, batches: int,
-                 include_warmup: bool, notes: list[str], console: Console) -> None:
-    table = Table(title=f"rnnprof scale: {model}, {batches} timed batches after {warmup} warm-up",
-                  title_justify="left")
-    table.add_column("variable update")
-    table.add_column("devices", justify="right")
-    table.add_column("batch/device", justify="right")
-    table.add_column("batch total", justify="right")
-    table.add_column(f"time, {batches} batches (s)", justify="right")
-    table.add_column("words/s", justify="right")
-    if include_warmup:
-        table.add_column("words/s incl. warm-up", justify="right")
-    table.add_column("step median ± std (s)", justify="right")
-    table.add_column("speedup", justify="right")
-    for row in result.rows:
-        p = row.point
-        cells = [_mode_label(p), str(p.devices), str(p.per_device_batch), str(p.total_batch),
-                 f"{p.timed.total_seconds:.2f}", f"{p.timed.words_per_second:,.0f}"]
+                 include_warmup: bool, notes: list[str], console: Console,
+                 parameter_device: str | None = None) -> None:
+    """One table per variable-update mode, then the definitions and notes."""
+    console.print(Text(f"rnnprof scale: {model}, {batches} timed batches after {warmup} warm-up", style="bold"))
+    modes = list(dict.fromkeys(row.point.variable_update for row in result.rows))
+    for mode in modes:
+        rows = [row for row in result.rows if row.point.variable_update == mode]
+        table = Table(title=_mode_title(rows[0].point, parameter_device), title_justify="left",
+                      box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+        table.add_column("devices", justify="right", no_wrap=True)
+        table.add_column("batch per\ndevice", justify="right", no_wrap=True)
+        table.add_column("batch\ntotal", justify="right", no_wrap=True)
+        table.add_column(f"time (s)\n{batches} batches", justify="right", no_wrap=True)
+        table.add_column("words/s", justify="right", no_wrap=True)
         if include_warmup:
-            cells.append(f"{p.with_warmup.words_per_second:,.0f}" if p.with_warmup else "-")
-        cells.append(f"{p.timed.median_step_seconds:.3f} ± {p.timed.std_step_seconds:.3f}")
-        cells.append(f"{row.speedup:.2f}x")
-        table.add_row(*cells)
-    console.print(table)
-    console.print(Text(f"words = {words_definition}; words/s = words in the timed batches / their total time", style="dim"))
+            table.add_column("words/s\nw/ warm-up", justify="right", no_wrap=True)
+        table.add_column("step (s)\nmedian±std", justify="right", no_wrap=True)
+        table.add_column("speedup", justify="right", no_wrap=True)
+        for row in rows:
+            p = row.point
+            cells = [str(p.devices), str(p.per_device_batch), str(p.total_batch),
+                     f"{p.timed.total_seconds:.2f}", f"{p.timed.words_per_second:,.0f}"]
+            if include_warmup:
+                cells.append(f"{p.with_warmup.words_per_second:,.0f}" if p.with_warmup else "-")
+            cells.append(f"{p.timed.median_step_seconds:.3f}±{p.timed.std_step_seconds:.3f}")
+            cells.append(f"{row.speedup:.2f}x")
+            table.add_row(*cells)
+        console.print(table)
+    console.print(Text(f"words = {words_definition}; words/s = words in the timed batches / their total time",
+                       style="dim"))
     console.print(Text(SPEEDUP_DEFINITION, style="dim"))
     for note in list(result.notes) + notes:
         console.print(Text(f"note: {note}", style="bold yellow"))

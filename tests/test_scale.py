@@ -1,0 +1,124 @@
+"""rnnprof scale: speedup maths (pure) and the command on tiny real runs."""
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from rnnprof.analyzers.scale import ScalePoint, shared_cores_note, speedup_table
+from rnnprof.cli import main
+from rnnprof.profiler.timing import summarize
+
+
+@dataclass(frozen=True)
+class FakeStep:
+    seconds: float
+    words: int
+    loss: float = 0.0
+
+
+def point(mode, devices, seconds, words):
+    timed = summarize([FakeStep(seconds, words)])
+    return ScalePoint(variable_update=mode, all_reduce=None, devices=devices, per_device_batch=8,
+                      total_batch=8 * devices, timed=timed)
+
+
+def test_speedup_is_throughput_relative_to_the_one_device_run_of_the_same_mode():
+    result = speedup_table([point("replicated", 2, 1.0, 300), point("replicated", 1, 1.0, 200),
+                            point("independent", 1, 2.0, 200), point("independent", 4, 1.0, 400)])
+    by = {(r.point.variable_update, r.point.devices): r for r in result.rows}
+    assert by[("replicated", 1)].speedup == pytest.approx(1.0)
+    assert by[("replicated", 2)].speedup == pytest.approx(1.5)
+    assert by[("independent", 4)].speedup == pytest.approx(4.0)
+    assert [r.point.devices for r in result.rows] == [1, 2, 1, 4]  # sorted within each mode
+    assert result.notes == ()
+
+
+def test_without_a_one_device_run_the_smallest_count_is_the_base_and_a_note_says_so():
+    result = speedup_table([point("replicated", 4, 1.0, 300), point("replicated", 2, 1.0, 200)])
+    assert [r.baseline_devices for r in result.rows] == [2, 2]
+    assert [round(r.speedup, 2) for r in result.rows] == [1.0, 1.5]
+    assert len(result.notes) == 1 and "2 devices" in result.notes[0]
+
+
+def test_shared_cores_note_only_for_logical_cpu_devices():
+    assert "not a scaling result" in shared_cores_note("logical-cpu", 2)
+    assert shared_cores_note("gpu", 2) is None
+
+
+TINY = ["--model", "rnnlm", "--encoder", "fused", "--layers", "1", "--units", "16", "--vocab-size", "50",
+        "--src-max-len", "6", "--tgt-max-len", "6", "--batch-size", "4", "--warmup", "1", "--batches", "3"]
+
+
+@pytest.mark.slow
+def test_json_has_a_row_per_device_count_with_consistent_figures(capsys):
+    code = main(["scale", "--devices", "1,2,3", "--variable-update", "replicated,parameter_server",
+                 "--include-warmup", "--json", *TINY])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = doc["rows"]
+    assert [(r["variable_update"], r["devices"]) for r in rows] == [
+        ("replicated", 1), ("replicated", 2), ("replicated", 3),
+        ("parameter_server", 1), ("parameter_server", 2), ("parameter_server", 3)]
+    for row in rows:
+        assert len(row["step_seconds"]) == 3 and len(row["warmup_step_seconds"]) == 1
+        assert row["total_seconds"] == pytest.approx(sum(row["step_seconds"]))
+        assert row["words_per_second"] == pytest.approx(row["words"] / row["total_seconds"])
+        assert row["batch_total"] == row["batch_per_device"] * row["devices"] == 4 * row["devices"]
+        assert row["total_seconds_including_warmup"] == pytest.approx(
+            row["total_seconds"] + sum(row["warmup_step_seconds"]))
+        base = next(r for r in rows if r["variable_update"] == row["variable_update"] and r["devices"] == 1)
+        assert row["speedup"] == pytest.approx(row["words_per_second"] / base["words_per_second"])
+    assert all(r["speedup"] == 1.0 for r in rows if r["devices"] == 1)
+    assert doc["device_kind"] == "logical-cpu"
+    assert any("not a scaling result" in note for note in doc["notes"])
+    assert doc["definitions"]["words"]
+    assert doc["config"]["devices"] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_table_on_the_terminal_names_the_columns_and_the_note():
+    from io import StringIO
+
+    from rich.console import Console
+
+    buffer = StringIO()
+    console = Console(file=buffer, width=200, force_terminal=False)
+    code = main(["scale", "--devices", "2,3", "--batch-scaling", "total", "--batch-size", "6",
+                 *[a for a in TINY if a not in ("--batch-size", "4")]], console=console)
+    text = buffer.getvalue()
+    assert code == 0
+    assert "words/s" in text and "speedup" in text and "1.00x" in text
+    assert "relative to 2 devices" in text  # no 1-device run in the sweep
+    assert "not a scaling result" in text
+    # Total batch 6 split over 2 and 3 devices: (devices, per device, total) leads each row.
+    rows = [line.split()[:3] for line in text.splitlines() if line.strip().endswith("x")]
+    assert rows == [["2", "3", "6"], ["3", "2", "6"]]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--variable-update", "replicated,sharded"], "sharded"),
+    (["--devices", "0,2"], "at least 1"),
+    (["--devices", "two"], "whole numbers"),
+    (["--all-reduce", "nccl"], "nccl needs GPUs"),
+    (["--model", "nmt", "--encoder", "fused", "--attention", "luong"], "loop decoder"),
+])
+def test_bad_flags_exit_2_with_one_line(argv, message, capsys):
+    code = main(["scale", *TINY, *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("rnnprof")]
+    assert len(lines) == 1 and message in lines[0]
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_bad_flag_through_the_console_script_has_no_traceback():
+    out = subprocess.run([sys.executable, "-m", "rnnprof", "scale", "--devices", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("rnnprof scale: error: --devices")
