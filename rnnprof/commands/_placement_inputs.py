@@ -35,7 +35,8 @@ def load_audit_input(paths: list[str]):
             from rnnprof.profiler.loaders.run_dir import read_manifest
 
             manifest = manifest or read_manifest(path)
-            if graphs.has_graphs(path):
+            defs = graphs.read_graph_defs(path)  # a corrupt graph file is an error, not "no graph"
+            if defs.user or defs.runtime:
                 graph_paths.append(path)
             if (path / rundir.TIMELINES_DIR).is_dir() or (path / rundir.PROFILE_DIR).is_dir():
                 trace_paths.append(path)
@@ -50,4 +51,7 @@ def load_audit_input(paths: list[str]):
     for path in graph_paths:
         loaded = graphs.load_graph(path)
         graph = loaded if graph is None else nx.compose(graph, loaded)
+    if events is None and graph is None:
+        raise InputError(", ".join(paths), "holds no trace events and no graph (nothing was captured?)",
+                         "a run directory with timelines or graphs, a trace file or a graph file")
     return AuditInput(graph=graph, events=events, manifest=manifest)

@@ -69,11 +69,10 @@ def read_graph_file(path: Path) -> GraphDefs:
     from google.protobuf.message import DecodeError
 
     graph_pb2, config_pb2 = _pb2()
+    from rnnprof.profiler.limits import read_bytes
+
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
+    data = read_bytes(path)
     if not data.strip():
         raise InputError(path, "is empty", EXPECTED)
     found = GraphDefs()
@@ -109,7 +108,7 @@ def read_graph_file(path: Path) -> GraphDefs:
         if _plausible_graph(graph):
             found.user.append((str(path), graph, ""))
             return found
-    except (UnicodeDecodeError, text_format.ParseError):
+    except (UnicodeDecodeError, text_format.ParseError, ValueError, RecursionError):
         pass
     raise InputError(path, "not a readable GraphDef or RunMetadata (truncated or another format?)", EXPECTED)
 

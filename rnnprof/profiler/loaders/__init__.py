@@ -108,15 +108,14 @@ def load_chrome_json(path: Path) -> EventTable:
         raise InputError(path, f"cannot read: {exc}", "a complete file") from None
     doc = tf_chrome.decode_json(path, raw)
     if tf_chrome.is_rnnprof(doc):
-        return tf_chrome.load_doc(path, doc, tf_chrome.RNNPROF_FORMAT,
-                                  step=int(doc["otherData"].get("step", -1)))
+        return tf_chrome.load_doc(path, doc, tf_chrome.RNNPROF_FORMAT, step=tf_chrome.doc_step(doc))
     if tf_chrome.is_tf1_timeline(doc):
         return tf_chrome.load_doc(path, doc, tf_chrome.TF1_FORMAT)
     if trace_viewer.looks_like(doc):
         return trace_viewer.load_doc(path, doc)
     from rnnprof.profiler.loaders import kineto
 
-    if tf_chrome.trace_events(doc) and any(isinstance(e, dict) and e.get("cat") in kineto.CATEGORY_KIND
+    if tf_chrome.trace_events(doc) and any(isinstance(e, dict) and tf_chrome.as_key(e.get("cat")) in kineto.CATEGORY_KIND
                                            for e in tf_chrome.trace_events(doc)[:10000]):
         return kineto.load(path)
     raise InputError(path, "is JSON but not a trace this tool knows", EXPECTED)

@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from rnnprof.errors import InputError
+from rnnprof.profiler.limits import open_limited
 
 GZIP_MAGIC = b"\x1f\x8b"
 BLOCK_BYTES = 2 << 20
@@ -25,9 +26,8 @@ _EVENTS_KEY = b'"traceEvents"'
 
 
 def open_maybe_gzip(path: Path) -> BinaryIO:
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    return gzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb")
+    """The file's content, gunzipped when compressed; size limits apply (``rnnprof.profiler.limits``)."""
+    return open_limited(path)
 
 
 def read_prefix(path: Path, nbytes: int = 1 << 16) -> bytes:
@@ -162,7 +162,7 @@ class EventStream:
         body = data[:cut].lstrip().lstrip(b",")
         try:
             events = self.decode(b"[" + body + b"]")
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError) as exc:
             raise InputError(self.path, f"malformed trace event ({exc})", "Chrome trace events") from None
         rest = data[int(closing[0]) + 1:] if done else data[cut:]
         return events, rest, done
@@ -173,7 +173,7 @@ class EventStream:
         doc = text + b"[]" + tail
         try:
             value = msgspec.json.decode(doc)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             raise InputError(self.path, "the JSON document is cut off or malformed outside the events",
                              "a complete JSON document") from None
         return value if isinstance(value, dict) else {}

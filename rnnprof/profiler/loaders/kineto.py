@@ -41,7 +41,7 @@ CATEGORY_KIND = {
 _KIND_CODE = {cat: int(kind) for cat, kind in CATEGORY_KIND.items()}
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
 NCCL_KERNEL = re.compile(r"^(?:void )?nccl(?:Dev)?Kernel")
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_NAME = re.compile(r"^ProfilerStep#(\d{1,9})$")
 # Markers that only a Kineto trace carries; checked on the first bytes of the content.
 SIGNATURES = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"', b'"cpu_op"',
               b'"cuda_runtime"', b'"python_function"', b'"user_annotation"', b'"gpu_memcpy"',
@@ -49,8 +49,8 @@ SIGNATURES = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"', b
 
 
 class _Args(msgspec.Struct, gc=False):
-    device: Any = None
-    stream: Any = None
+    device: int | float | str | None = None  # scalars only: both become dict keys
+    stream: int | float | str | None = None
     correlation: Any = None
     external_id: Any = msgspec.field(name="External id", default=None)
     bytes: Any = None

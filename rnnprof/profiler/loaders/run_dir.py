@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from rnnprof.errors import InputError
-from rnnprof.profiler import rundir
+from rnnprof.profiler import limits, rundir
 from rnnprof.profiler.events import EventTable, concat
 
 FORMAT = "rnnprof-run"
@@ -22,8 +22,8 @@ _TIMELINE = re.compile(r"step-(\d+)\.trace\.json\.gz$")
 def read_manifest(path: Path) -> dict:
     manifest_path = Path(path) / rundir.MANIFEST
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as exc:
+        manifest = json.loads(limits.read_bytes(manifest_path))
+    except (ValueError, RecursionError) as exc:
         raise InputError(manifest_path, f"unreadable manifest ({exc})", "a JSON object") from None
     if not isinstance(manifest, dict):
         raise InputError(manifest_path, "manifest is not a JSON object", "a JSON object")
@@ -43,7 +43,8 @@ def listed_timelines(path: Path, manifest: dict) -> list[Path]:
                 walk(v, key)
         elif isinstance(value, str) and _TIMELINE.search(value):
             names.add(str(Path(rundir.TIMELINES_DIR) / Path(value).name))
-        elif isinstance(value, int) and not isinstance(value, bool) and key in ("traced_steps", "trace_steps"):
+        elif (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+              and key in ("traced_steps", "trace_steps")):
             names.add(str(Path(rundir.TIMELINES_DIR) / rundir.timeline_name(value)))
 
     walk(manifest)

@@ -20,9 +20,12 @@ def parse(path: Path):
     from google.protobuf.message import DecodeError
     from tensorboard.compat.proto import config_pb2
 
+    from rnnprof.profiler.limits import read_bytes
+
     meta = config_pb2.RunMetadata()
+    data = read_bytes(Path(path))
     try:
-        meta.ParseFromString(Path(path).read_bytes())
+        meta.ParseFromString(data)
     except (DecodeError, ValueError, OSError) as exc:
         raise InputError(path, f"not a readable RunMetadata ({exc})", "a complete RunMetadata .pb") from None
     return meta

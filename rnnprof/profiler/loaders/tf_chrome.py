@@ -37,8 +37,32 @@ _STREAM = re.compile(r"/stream:(\w+)")
 def decode_json(path: Path, raw: bytes) -> object:
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise InputError(path, f"not valid JSON ({exc})", "a complete JSON document") from None
+
+
+def as_dict(value) -> dict:
+    """``value`` when it is a JSON object, else {}: fields of hostile traces may hold anything."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_key(value):
+    """A pid/tid usable as a dict key (JSON arrays and objects are not)."""
+    return value if isinstance(value, (int, float, str)) or value is None else repr(value)
+
+
+def as_float(value) -> float:
+    """A timestamp or duration; anything that is not a finite number counts as 0."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = float(value)
+        return value if value == value and abs(value) != float("inf") else 0.0
+    return 0.0
+
+
+def doc_step(doc: object) -> int:
+    """The step an rnnprof timeline records in ``otherData.step`` (-1 when absent or not a number)."""
+    step = as_dict(as_dict(doc).get("otherData")).get("step", -1)
+    return step if isinstance(step, int) and not isinstance(step, bool) and -1 <= step < 2**31 else -1
 
 
 def trace_events(doc: object) -> list:
@@ -52,16 +76,16 @@ def metadata_names(events: list) -> tuple[dict, dict]:
     processes, threads = {}, {}
     for e in events:
         if isinstance(e, dict) and e.get("ph") == "M":
-            name = (e.get("args") or {}).get("name")
+            name = as_dict(e.get("args")).get("name")
             if e.get("name") == "process_name":
-                processes[e.get("pid")] = str(name)
+                processes[as_key(e.get("pid"))] = str(name)
             elif e.get("name") == "thread_name":
-                threads[(e.get("pid"), e.get("tid"))] = str(name)
+                threads[(as_key(e.get("pid")), as_key(e.get("tid")))] = str(name)
     return processes, threads
 
 
 def is_rnnprof(doc: object) -> bool:
-    return isinstance(doc, dict) and (doc.get("otherData") or {}).get("producer") == "rnnprof"
+    return as_dict(as_dict(doc).get("otherData")).get("producer") == "rnnprof"
 
 
 def is_tf1_timeline(doc: object) -> bool:
@@ -99,19 +123,20 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
-        key = (e.get("pid"), e.get("tid"))
+        key = (as_key(e.get("pid")), as_key(e.get("tid")))
         if key not in lanes:
             process = processes.get(key[0], "")
             lanes[key] = _lane_kind(process, threads.get(key) if rnnprof else None)
         lane = lanes[key]
         if lane is None:
             continue
-        args = e.get("args") or {}
+        args = as_dict(e.get("args"))
         rows.append((lane, e, args))
     # Drop stream:all where the device also has per-stream lanes (same kernels twice).
     streams = {(lane[0], lane[1]) for lane, _, _ in rows if lane[2] == Kind.KERNEL}
     has_streams = {dev for dev, name in streams if name != "stream:all"}
-    copies = {(lane[0], e.get("name"), e.get("ts"), e.get("dur")) for lane, e, _ in rows if lane[2] == Kind.MEMCPY}
+    copies = {(lane[0], as_key(e.get("name")), as_key(e.get("ts")), as_key(e.get("dur")))
+              for lane, e, _ in rows if lane[2] == Kind.MEMCPY}
     builder = EventTableBuilder(source_format, [str(path)])
     dropped_all = dropped_copies = 0
     for (device, lane, kind), e, args in rows:
@@ -119,22 +144,22 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
             if lane == "stream:all" and device in has_streams:
                 dropped_all += 1
                 continue
-            if (device, e.get("name"), e.get("ts"), e.get("dur")) in copies:
+            if (device, as_key(e.get("name")), as_key(e.get("ts")), as_key(e.get("dur"))) in copies:
                 dropped_copies += 1
                 continue
         op = str(args.get("op") or e.get("name") or "")
         if kind == Kind.HOST_OP and COMMUNICATION_OP.match(op):
             kind = Kind.COMMUNICATION
         builder.add(
-            ts=float(e.get("ts") or 0.0),
-            dur=float(e.get("dur") or 0.0),
+            ts=as_float(e.get("ts")),
+            dur=as_float(e.get("dur")),
             name=str(args.get("name") or e.get("name") or ""),
             op_type=op,
             device=device,
             lane=lane,
             kind=kind,
-            step=int(args["step"]) if isinstance(args.get("step"), int) else step,
-            nbytes=int(args["bytes"]) if isinstance(args.get("bytes"), int) else -1,
+            step=args["step"] if _is_int(args.get("step"), 2**31) else step,
+            nbytes=args["bytes"] if _is_int(args.get("bytes"), 2**63) else -1,
         )
     if len(builder) == 0:
         raise InputError(path, "no op or kernel events on any TensorFlow device lane",
@@ -149,7 +174,9 @@ def load(path: Path, raw: bytes, source_format: str | None = None) -> EventTable
     doc = decode_json(path, raw)
     if source_format is None:
         source_format = RNNPROF_FORMAT if is_rnnprof(doc) else TF1_FORMAT
-    step = -1
-    if is_rnnprof(doc):
-        step = int(doc["otherData"].get("step", -1))
+    step = doc_step(doc) if is_rnnprof(doc) else -1
     return load_doc(path, doc, source_format, step=step)
+
+
+def _is_int(value, bound: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -bound <= value < bound

@@ -11,7 +11,7 @@ from pathlib import Path
 from rnnprof.errors import InputError
 from rnnprof.profiler.events import EventTable, EventTableBuilder
 from rnnprof.profiler.loaders import xplane
-from rnnprof.profiler.loaders.tf_chrome import metadata_names, trace_events
+from rnnprof.profiler.loaders.tf_chrome import as_dict, as_float, as_key, metadata_names, trace_events
 
 FORMAT = "xprof-trace-viewer"
 
@@ -30,7 +30,7 @@ def load_doc(path: Path, doc: object) -> EventTable:
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
-        key = (e.get("pid"), e.get("tid"))
+        key = (as_key(e.get("pid")), as_key(e.get("tid")))
         if key not in lanes:
             plane = processes.get(key[0], "")
             lanes[key] = xplane.classify_line(plane, threads.get(key, "")) if plane else None
@@ -39,7 +39,7 @@ def load_doc(path: Path, doc: object) -> EventTable:
             continue
         on_host = processes.get(key[0], "").startswith("/host:")
         xplane.add_event(builder, steps, lane_info, on_host, str(e.get("name", "")),
-                         float(e.get("ts") or 0.0), float(e.get("dur") or 0.0), e.get("args") or {})
+                         as_float(e.get("ts")), as_float(e.get("dur")), as_dict(e.get("args")))
     if len(builder) == 0:
         raise InputError(path, "trace_viewer JSON holds no op, kernel or annotation events", "a captured profile")
     return xplane.assign_steps(builder.build(), steps)

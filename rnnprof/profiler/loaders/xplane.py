@@ -66,7 +66,9 @@ def parse(path: Path, data: bytes | None = None):
     from google.protobuf.message import DecodeError
 
     if data is None:
-        data = Path(path).read_bytes()
+        from rnnprof.profiler.limits import read_bytes
+
+        data = read_bytes(Path(path))
     space = xplane_pb2().XSpace()
     try:
         space.ParseFromString(data)
