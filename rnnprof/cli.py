@@ -18,6 +18,7 @@ from rich.console import Console
 
 from rnnprof import __version__
 from rnnprof.errors import RnnprofError
+from rnnprof.profiler import limits
 
 COMMAND_MODULES = (
     "rnnprof.commands.scale",
@@ -67,6 +68,7 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         return int(exc.code or 0)
     console = console or Console()
     try:
+        limits.configure(args)
         return int(args.run(args, console) or 0)
     except RnnprofError as exc:
         if args.debug:

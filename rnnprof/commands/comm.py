@@ -8,6 +8,7 @@ import re
 from rich.console import Console
 
 from rnnprof.errors import InputError, UsageError
+from rnnprof.profiler import limits
 
 NAME = "comm"
 HELP = "communication vs compute vs idle time per device (and step), with stragglers"
@@ -20,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
                         help="also count events whose name or op type matches REGEX as communication (repeatable)")
     parser.add_argument("--per-step", action="store_true", help="also break the figures down per step")
+    limits.add_argument(parser)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

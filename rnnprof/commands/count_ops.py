@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from rich.console import Console
+from rnnprof.profiler import limits
 
 NAME = "count-ops"
 HELP = "count graph operators and kernel invocations per device and step; --vs compares two runs"
@@ -20,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by", choices=("device", "type"), default="device",
                         help="break counts down by device (default) or by op type")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    limits.add_argument(parser)
 
 
 def analyze_input(paths: list[str]):

@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof.errors import FindingsError
+from rnnprof.profiler import limits
 
 NAME = "placement-audit"
 HELP = "find ops placed on the wrong device (soft-placement fallback, replica work on device 0, ...) and their cost"
@@ -20,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
     parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
                         help="exit with status 1 when a finding is at or above this severity (default: error)")
+    limits.add_argument(parser)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

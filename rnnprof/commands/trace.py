@@ -146,6 +146,9 @@ def _workload(args, console, argv) -> int:
         status = rundir.STATUS_COMPLETE
     except KeyboardInterrupt:
         raise InterruptedRun(f"interrupted; what was captured is in {writer.path}") from None
+    except Exception as exc:
+        writer.manifest["error"] = f"{type(exc).__name__}: {exc}"  # the run says why it stopped
+        raise
     finally:
         writer.finish(status)
     timed = measurement.timed

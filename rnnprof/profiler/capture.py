@@ -73,12 +73,25 @@ def prepare_out_dir(path: str | Path, force: bool = False) -> Path:
                 shutil.rmtree(target)
             elif target.exists() or target.is_symlink():
                 target.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(out, f"cannot create the run directory: {exc.strerror or exc}",
+                         "a writable location for the run") from None
     return out
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
+    try:
+        _write_then_rename(path, data)
+    except OSError as exc:  # disk full, file size limit, permissions: one line naming the file
+        raise InputError(path, f"cannot write: {exc.strerror or exc}",
+                         "a writable run directory with free space") from exc
+    return path
+
+
+def _write_then_rename(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -93,7 +106,6 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         except OSError:
             pass
         raise
-    return path
 
 
 def atomic_write_json(path: str | Path, value, gzipped: bool = False) -> Path:

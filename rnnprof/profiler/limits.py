@@ -83,6 +83,7 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
 def configure(args: argparse.Namespace) -> None:
     text = getattr(args, "max_input_size", None)
     if text is None:
+        set_max_input_bytes(None)
         return
     try:
         set_max_input_bytes(parse_size(text))
