@@ -235,3 +235,49 @@ def test_rnnlm_trains_on_a_user_file(tmp_path):
     batches = built.workload.batches(8, 0, 1)
     losses = [built.run(next(batches), built.out.loss, built.train)[0] for _ in range(20)]
     assert losses[-1] < losses[0] - 0.4, losses
+
+
+def test_planted_softmax_runs_on_device_0_in_a_two_device_session():
+    config = lm(plant="softmax-on-device0")
+    graph = tf.Graph()
+    with graph.as_default():
+        workload = get_workload(config)
+        feeds, losses = {}, []
+        for tower, device in enumerate(DEVICES):
+            with tf.device(device), tf.name_scope(f"tower_{tower}"), tf1.variable_scope(f"replica_{tower}"):
+                inputs = workload.make_inputs(tower)
+                losses.append(workload.build_tower(inputs, tower, DEVICES).loss)
+                batch = next(workload.batches(4, tower, seed=1))
+                feeds.update({inputs[k]: v for k, v in batch.items()})
+        session_config = tf1.ConfigProto(device_count={"CPU": 2}, inter_op_parallelism_threads=4)
+        with tf1.Session(config=session_config) as session:
+            session.run(tf1.global_variables_initializer())
+            metadata = tf1.RunMetadata()
+            values = session.run(losses, feeds, options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE),
+                                 run_metadata=metadata)
+    assert np.all(np.isfinite(values))
+    ran_on = {}
+    for device_stats in metadata.step_stats.dev_stats:
+        for node in device_stats.node_stats:
+            if node.node_name.endswith("SparseSoftmaxCrossEntropyWithLogits/SparseSoftmaxCrossEntropyWithLogits"):
+                ran_on[node.node_name.split("/")[0]] = tf.DeviceSpec.from_string(device_stats.device).device_index
+    assert ran_on == {"tower_0": 0, "tower_1": 0}
+
+
+@pytest.mark.parametrize("config", [nmt(direction="bi"), lm(layers=2)], ids=["nmt-bi", "rnnlm"])
+def test_loop_and_fused_compute_the_same_loss_from_the_same_weights(config):
+    """Both encoders share BlockLSTM's weight layout, so one set of weights fits both graphs."""
+    loop = Built(config.replace(encoder="loop"))
+    fused = Built(config.replace(encoder="fused"))
+    loop.randomize_weights(scale=0.3, seed=4)
+    with loop.graph.as_default():
+        weights = {v.name: loop.session.run(v) for v in tf1.trainable_variables()}
+    with fused.graph.as_default():
+        fused_vars = tf1.trainable_variables()
+        assert sorted(v.name for v in fused_vars) == sorted(weights)
+        for v in fused_vars:
+            v.load(weights[v.name], fused.session)
+    batch = next(loop.workload.batches(8, 0, seed=9))
+    if "lengths" in batch:
+        batch["lengths"] = np.array([10, 4, 7, 1, 10, 9, 2, 6], dtype=np.int32)
+    assert fused.loss(batch) == pytest.approx(loop.loss(batch), rel=1e-4)
