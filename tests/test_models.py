@@ -281,3 +281,20 @@ def test_loop_and_fused_compute_the_same_loss_from_the_same_weights(config):
     if "lengths" in batch:
         batch["lengths"] = np.array([10, 4, 7, 1, 10, 9, 2, 6], dtype=np.int32)
     assert fused.loss(batch) == pytest.approx(loop.loss(batch), rel=1e-4)
+
+
+def test_cudnn_path_builds_with_gradients(monkeypatch):
+    """Graph construction only: running CudnnRNNV3 needs a GPU, building it does not."""
+    import rnnprof.models.nmt as nmt_module
+
+    monkeypatch.setattr(nmt_module, "wants_cudnn", lambda device: True)
+    graph = tf.Graph()
+    with graph.as_default():
+        workload = get_workload(nmt(encoder="fused", direction="bi"))
+        out = workload.build_tower(workload.make_inputs(0), 0, ["/device:GPU:0"])
+        variables = tf1.trainable_variables()
+        grads = tf1.gradients(out.loss, variables)
+    types = [op.type for op in graph.get_operations()]
+    assert types.count("CudnnRNNV3") == 5  # forward + backward + 1 encoder layer, 2 decoder layers
+    assert "BlockLSTM" not in types
+    assert all(g is not None for g in grads), [v.name for v, g in zip(variables, grads) if g is None]
