@@ -1,8 +1,10 @@
 """Luong (multiplicative) and Bahdanau (additive) attention for the loop decoder.
 
 The decoder feeds each step's attention output into the next step's input
-("input feeding"), as the standard NMT attention model does. Source padding
-gets a large negative score, so it receives no weight.
+("input feeding"), as the standard NMT attention model does. Both kinds score
+the top layer's new output (Bahdanau's original scores the previous state; the
+cost profile is the same). Source padding gets a large negative score, so it
+receives no weight.
 """
 
 from __future__ import annotations
