@@ -71,3 +71,33 @@ def test_callback_sees_each_phase_in_order():
 def test_zero_timed_batches_is_refused():
     with pytest.raises(ValueError):
         measure(CountingRun(), warmup=1, batches=0)
+
+
+def test_progress_bar_follows_both_phases_on_a_terminal():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from rnnprof.profiler.progress import StepProgress
+
+    buffer = StringIO()
+    console = Console(file=buffer, force_terminal=True, width=100)
+    with StepProgress(console) as progress:
+        measure(CountingRun(), warmup=2, batches=3, on_step=progress.run("replicated x2", 2, 3))
+        tasks = {t.description.split(" (")[0]: t for t in progress._progress.tasks}
+    assert progress.steps_seen == 5
+    assert tasks["replicated x2 warm-up"].completed == 2 and tasks["replicated x2 timed"].completed == 3
+    assert "replicated x2" in buffer.getvalue()
+
+
+def test_progress_bar_is_silent_off_a_terminal():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from rnnprof.profiler.progress import StepProgress
+
+    buffer = StringIO()
+    with StepProgress(Console(file=buffer, force_terminal=False)) as progress:
+        measure(CountingRun(), warmup=1, batches=1, on_step=progress.run("x", 1, 1))
+    assert progress.steps_seen == 2 and buffer.getvalue() == ""

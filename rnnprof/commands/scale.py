@@ -8,6 +8,7 @@ import os
 from rich.console import Console
 
 from rnnprof.config import VARIABLE_UPDATES, add_workload_arguments, parse_choice_list, parse_int_list
+from rnnprof.errors import UsageError
 
 NAME = "scale"
 HELP = "time training on several device counts (after warm-up) and print words/s and speedup"
@@ -35,6 +36,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     device_counts = parse_int_list(args.devices, "--devices")
     modes = parse_choice_list(args.variable_update, "--variable-update", VARIABLE_UPDATES)
     gpus = visible_gpus()
+    if gpus and max(device_counts) > gpus:
+        raise UsageError(f"--devices {args.devices} asks for {max(device_counts)} GPUs but {gpus} are visible")
     # Validate every configuration before spending minutes on the first one.
     configs = [workload_config_from_args(args, gpus, devices=n, variable_update=mode)
                for mode in modes for n in device_counts]
