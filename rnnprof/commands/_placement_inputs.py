@@ -52,6 +52,9 @@ def load_audit_input(paths: list[str]):
         loaded = graphs.load_graph(path)
         graph = loaded if graph is None else nx.compose(graph, loaded)
     if events is None and graph is None:
+        runs = [Path(p) for p in paths if rundir.is_run_dir(Path(p))]
+        if runs:
+            load_events(runs[0])  # raises the specific reason (listed timelines missing, ...)
         raise InputError(", ".join(paths), "holds no trace events and no graph (nothing was captured?)",
                          "a run directory with timelines or graphs, a trace file or a graph file")
     return AuditInput(graph=graph, events=events, manifest=manifest)

@@ -1,0 +1,351 @@
+"""Reliability and safety across commands: bad input is one line and exit 2, limits hold,
+nothing the user made is overwritten, and nothing read from a trace is executed."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import rnnprof
+from rnnprof.cli import main
+from rnnprof.errors import InputError, UsageError
+from rnnprof.profiler import limits, rundir
+from rnnprof.profiler.capture import RunWriter, check_out_dir, default_run_dir, prepare_out_dir, safe_name
+
+FIXTURES = Path("/work/shared/fixtures")
+SEEDS = Path(__file__).parent / "fuzz_seeds"
+TF1 = FIXTURES / "tf1-timeline-gpu-matmul.json"
+KINETO = FIXTURES / "kineto-sampled-rank0.json.gz"
+ANALYSES = ("count-ops", "placement-audit", "comm")
+TF1_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0 Compute"
+
+
+def _tf1(events) -> bytes:
+    meta = {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": TF1_DEVICE}}
+    return json.dumps({"traceEvents": [meta, *events]}).encode()
+
+
+def _kineto(events, **header) -> bytes:
+    return json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 0}, **header, "traceEvents": events}).encode()
+
+
+def _run_dir(root: Path, manifest: bytes | None, files: dict[str, bytes | None]) -> Path:
+    run = root / "run"
+    run.mkdir()
+    if manifest is not None:
+        (run / rundir.MANIFEST).write_bytes(manifest)
+    for rel, data in files.items():
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        if data is None:
+            (run / rel).mkdir()
+        else:
+            (run / rel).write_bytes(data)
+    return run
+
+
+KERNEL = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"device": 0}}
+# name -> (files to create: path -> bytes, a directory when None; the argument; text the error must hold)
+BAD_INPUTS = {
+    "empty": ({"t.json": b""}, "t.json", "is empty"),
+    "whitespace": ({"t.json": b" \n\t "}, "t.json", "is empty"),
+    "binary": ({"t.bin": bytes(range(256)) * 4}, "t.bin", "no known trace format"),
+    "json-scalar": ({"t.json": b"42"}, "t.json", "no known trace format"),
+    "json-not-a-trace": ({"t.json": b'{"hello": [1, 2]}'}, "t.json", "not a trace"),
+    "truncated-json": ({"t.json": TF1.read_bytes()[:5000]}, "t.json", "not valid JSON"),
+    "invalid-utf8": ({"t.json": _tf1([{"ph": "X", "pid": 1, "name": "x"}]).replace(b'"x"', b'"\xff\xfe"')},
+                     "t.json", "not valid JSON"),
+    "nesting-bomb": ({"t.json": b'{"traceEvents": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"},
+                     "t.json", "JSON"),
+    "args-wrong-type": ({"t.json": _tf1([{"ph": "M", "name": "thread_name", "pid": [1], "args": "zz"},
+                                         {"ph": "X", "pid": [1], "tid": {}, "ts": "a", "name": "MatMul",
+                                          "args": [1]}])}, "t.json", "no op or kernel events"),
+    "no-events": ({"t.json": _tf1([])}, "t.json", "no op or kernel events"),
+    "kineto-only-flows": ({"t.json": _kineto([{"ph": "s", "cat": "ac2g", "id": 1, "ts": 1}] * 3)},
+                          "t.json", "no profiler events"),
+    "kineto-list-stream": ({"t.json": _kineto([{**KERNEL, "args": {"device": [0], "stream": {"a": 1}}}])},
+                           "t.json", "malformed trace event"),
+    "kineto-truncated": ({"t.json": _kineto([KERNEL] * 3)[:-10]}, "t.json", "cut off"),
+    "gzip-corrupt": ({"t.json.gz": gzip.compress(_kineto([KERNEL] * 50))[:40]}, "t.json.gz",
+                     "compressed data"),
+    "gzip-of-nothing": ({"t.json.gz": gzip.compress(b"")}, "t.json.gz", "is empty"),
+    "xplane-garbage": ({"h.xplane.pb": b"\x0a\xff\xff\xff\x0f" + b"\x00" * 40}, "h.xplane.pb", None),
+    "xplane-truncated": ({"h.xplane.pb": (SEEDS / "devices.xplane.pb").read_bytes()[:999]}, "h.xplane.pb", None),
+    "run-metadata-truncated": ({"step-1.pb": (SEEDS / "step-2.pb").read_bytes()[:777]}, "step-1.pb", None),
+    "directory-not-a-run": ({"d/readme.txt": b"hi"}, "d", "directory without manifest.json"),
+    "missing-path": ({}, "nope.json", "does not exist"),
+}
+RUN_INPUTS = {
+    "manifest-missing": (None, {"timelines/step-0.trace.json.gz": b""}, "directory without manifest.json"),
+    "manifest-corrupt": (b'{"status": "comp', {}, "unreadable manifest"),
+    "manifest-not-object": (b"[1, 2]", {}, "not a JSON object"),
+    "manifest-is-folder": (None, {rundir.MANIFEST: None}, "directory without manifest.json"),
+    "listed-timelines-missing": (json.dumps({"status": "complete", "traced_steps": [3, 4]}).encode(), {},
+                                 "2 listed timelines missing"),
+    "timeline-is-folder": (json.dumps({"traced_steps": [0]}).encode(),
+                           {"timelines/step-0.trace.json.gz": None}, "no readable timeline"),
+    "timeline-corrupt": (json.dumps({"traced_steps": [0]}).encode(),
+                         {"timelines/step-0.trace.json.gz": b"\x1f\x8b\x08\x00junk"}, "compressed data"),
+    "hostile-step-numbers": (json.dumps({"traced_steps": [-1, 10**40, "x", True]}).encode(), {},
+                             "no readable timeline"),
+}
+
+
+@pytest.mark.parametrize("command", ANALYSES)
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_naming_the_file_and_exit_2(tmp_path, capsys, monkeypatch, command, case):
+    files, arg, expected_text = BAD_INPUTS[case]
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    code = main([command, arg])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"rnnprof {command}: error: {arg}"), err
+    if expected_text:
+        assert expected_text in lines[0]
+
+
+@pytest.mark.parametrize("command", ANALYSES)
+@pytest.mark.parametrize("case", sorted(RUN_INPUTS))
+def test_broken_run_directories_are_one_line_and_exit_2(tmp_path, capsys, command, case):
+    manifest, files, expected_text = RUN_INPUTS[case]
+    run = _run_dir(tmp_path, manifest, files)
+    code = main([command, str(run)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and str(run) in lines[0] and expected_text in lines[0], err
+
+
+def test_corrupt_graph_in_a_run_is_named(tmp_path, capsys):
+    run = _run_dir(tmp_path, b'{"status": "complete"}', {"graphs/graph.pb": b"\x0a\xff\xff\xff\x0f junk"})
+    assert main(["placement-audit", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(run / "graphs" / "graph.pb") in err
+
+
+def test_partial_run_reads_what_exists(tmp_path, capsys):
+    """An interrupted run listing a step that never finished still analyses the steps it has."""
+    manifest = json.dumps({"status": "interrupted", "traced_steps": [2, 3]}).encode()
+    run = _run_dir(tmp_path, manifest, {"timelines/step-2.trace.json.gz":
+                                        (SEEDS / "rnnprof-timeline.trace.json.gz").read_bytes()})
+    assert main(["comm", str(run), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["devices"]) == 2
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_shows_the_traceback(tmp_path, capsys, where):
+    bad = tmp_path / "t.json"
+    bad.write_bytes(b'{"traceEvents": [')
+    argv = ["--debug", "comm", str(bad)] if where == "before" else ["comm", str(bad), "--debug"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and err.strip().splitlines()[-1].startswith("rnnprof comm: error:")
+    assert main(["comm", str(bad)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+# -- size limits ------------------------------------------------------------------------------------
+
+
+def test_gzip_bomb_stops_at_the_ratio_limit(tmp_path, capsys):
+    bomb = tmp_path / "bomb.json.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        f.write(b'{"schemaVersion": 1, "distributedInfo": {}, "traceEvents": [')
+        chunk = b" " * (1 << 20)
+        for _ in range(80):  # 80 MiB of blanks in ~80 KB
+            f.write(chunk)
+    assert bomb.stat().st_size < 1 << 20
+    assert main(["comm", str(bomb)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "gzip bomb" in err and str(bomb) in err
+
+
+def test_size_limit_from_flag_and_environment(tmp_path, capsys, monkeypatch):
+    size = TF1.stat().st_size
+    assert main(["comm", str(TF1), "--max-input-size", str(size - 1)]) == 2
+    err = capsys.readouterr().err
+    assert "input limit" in err and "--max-input-size" in err
+    assert main(["comm", str(TF1), "--max-input-size", str(size)]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv(limits.ENV_MAX_INPUT, "1K")
+    assert main(["count-ops", str(TF1)]) == 2
+    assert "input limit of 1.0 KiB" in capsys.readouterr().err
+    assert main(["count-ops", str(TF1), "--max-input-size", "1G"]) == 0  # the flag wins over the environment
+    capsys.readouterr()
+    monkeypatch.setenv(limits.ENV_MAX_INPUT, "lots")
+    assert main(["comm", str(TF1)]) == 2
+    assert limits.ENV_MAX_INPUT in capsys.readouterr().err
+
+
+def test_size_limit_counts_decompressed_bytes_and_applies_to_protobufs(tmp_path, monkeypatch):
+    from rnnprof.profiler.loaders import load_events
+
+    monkeypatch.setenv(limits.ENV_MAX_INPUT, str(KINETO.stat().st_size * 2))
+    with pytest.raises(InputError, match="once decompressed"):
+        load_events(KINETO)  # small on disk, larger than the limit once gunzipped
+    xplane = SEEDS / "devices.xplane.pb"
+    monkeypatch.setenv(limits.ENV_MAX_INPUT, str(xplane.stat().st_size - 1))
+    with pytest.raises(InputError, match="input limit"):
+        load_events(xplane)
+    from rnnprof.profiler import graphs
+
+    monkeypatch.setenv(limits.ENV_MAX_INPUT, "100")
+    with pytest.raises(InputError, match="input limit"):
+        graphs.load_graph_set(SEEDS / "graph.pb")
+
+
+@pytest.mark.parametrize("text,expected", [("1024", 1024), ("8G", 8 << 30), ("512MiB", 512 << 20),
+                                           ("1.5k", 1536), ("2 GB", 2 << 30)])
+def test_parse_size(text, expected):
+    assert limits.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "-1", "0", "ten", "5X"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError):
+        limits.parse_size(text)
+
+
+# -- nothing is overwritten ---------------------------------------------------------------------------
+
+
+def test_out_dir_refusals_leave_everything_in_place(tmp_path):
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "notes.txt").write_text("keep me")
+    with pytest.raises(UsageError, match="--force"):
+        RunWriter(user)
+    link = tmp_path / "link"
+    link.symlink_to(user, target_is_directory=True)
+    with pytest.raises(UsageError):
+        check_out_dir(link)
+    a_file = tmp_path / "file"
+    a_file.write_text("data")
+    with pytest.raises(InputError, match="not a directory"):
+        prepare_out_dir(a_file, force=True)
+    assert (user / "notes.txt").read_text() == "keep me" and a_file.read_text() == "data"
+
+
+def test_force_never_follows_symlinks_out_of_the_run(tmp_path):
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "data.bin").write_bytes(b"irreplaceable")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / rundir.TIMELINES_DIR).symlink_to(outside, target_is_directory=True)
+    (run / "user.txt").write_text("not rnnprof's")
+    prepare_out_dir(run, force=True)
+    assert (outside / "data.bin").read_bytes() == b"irreplaceable"
+    assert not (run / rundir.TIMELINES_DIR).exists() and (run / "user.txt").exists()
+
+
+def test_default_run_dir_is_always_fresh(tmp_path):
+    first = default_run_dir("nmt", tmp_path)
+    first.mkdir(parents=True)
+    second = default_run_dir("nmt", tmp_path)
+    assert second != first and not second.exists() and second.parent == first.parent
+
+
+@pytest.mark.parametrize("hostile", ["../../escape", "/etc/passwd", "..", ".", "a/../../b", "~root", "\x00x",
+                                     "run\\..\\..\\win", ""])
+def test_run_and_host_names_stay_inside_the_run(tmp_path, hostile):
+    name = safe_name(hostile)
+    assert name and "/" not in name and "\\" not in name and name not in (".", "..")
+    writer = RunWriter(tmp_path / "run")
+
+    class Space:
+        def SerializeToString(self):
+            return b"x"
+
+    rel = writer.write_xspace(Space(), hostile, host=hostile)
+    target = (writer.path / rel).resolve()
+    assert target.is_relative_to(writer.path.resolve()) and target.is_file()
+    assert rel.startswith(str(rundir.PROFILE_DIR))
+
+
+def test_every_file_write_in_the_package_goes_through_a_rename():
+    """Direct writes would leave half files on a crash; everything goes through atomic_write_*."""
+    # The one sanctioned writer is capture._write_then_rename: mkstemp + os.fdopen + os.replace.
+    direct = re.compile(r"\.write_(text|bytes)\(|(?<!fd)open\([^)]*['\"][wax]b?['\"]|gzip\.open\([^)]*['\"]w")
+    offenders = []
+    for path in Path(rnnprof.__file__).parent.rglob("*.py"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if direct.search(line) and "corpus/make_corpus.py" not in path.as_posix():
+                offenders.append(f"{path.name}:{n}: {line.strip()}")
+    assert offenders == []
+
+
+# -- hostile content ----------------------------------------------------------------------------------
+
+
+def test_nothing_read_is_unpickled_or_evaluated():
+    forbidden = re.compile(r"\bimport pickle\b|\bpickle\.|\bcPickle\b|\bdill\b|\bmarshal\.loads|\bshelve\b"
+                           r"|allow_pickle\s*=\s*True|yaml\.(unsafe_)?load\(|(?<![\w.])eval\(|(?<![\w.])exec\("
+                           r"|\btorch\.load\(|np\.load\(")
+    hits = []
+    for path in Path(rnnprof.__file__).parent.rglob("*.py"):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if forbidden.search(line):
+                hits.append(f"{path.relative_to(Path(rnnprof.__file__).parent)}:{n}: {line.strip()}")
+    assert hits == []
+
+
+def test_view_binds_localhost_unless_told(tmp_path, monkeypatch, capsys):
+    from rnnprof.commands import view
+
+    run = tmp_path / "run"
+    shutil.copytree(SEEDS, run / rundir.PROFILE_DIR / "r", ignore=shutil.ignore_patterns("*.py", "*.json*", "*.txt"))
+    launched = []
+
+    class FakeServer:
+        def __init__(self, argv, **kwargs):
+            launched.append(argv)
+            self.stdout = iter(["TensorBoard 2 at http://127.0.0.1:6006/ (Press CTRL+C to quit)\n"])
+
+        def poll(self):
+            return 0
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(view.subprocess, "Popen", FakeServer)
+    assert main(["view", str(run)]) == 0
+    assert main(["view", str(run), "--host", "0.0.0.0"]) == 0
+    hosts = [argv[argv.index("--host") + 1] for argv in launched]
+    assert hosts == ["127.0.0.1", "0.0.0.0"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files regardless of their mode")
+def test_unreadable_file_is_an_input_error(tmp_path, capsys):
+    locked = tmp_path / "t.json"
+    locked.write_bytes(TF1.read_bytes())
+    locked.chmod(0)
+    assert main(["comm", str(locked)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_permission_denied_is_an_input_error_even_as_root(tmp_path, capsys, monkeypatch):
+    """The same path as above, for CI running as root: the OS refusing the open."""
+    locked = tmp_path / "t.json"
+    locked.write_bytes(TF1.read_bytes())
+    real_open = open
+
+    def refuse(path, *args, **kwargs):
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(limits, "open", refuse, raising=False)
+    assert main(["comm", str(locked)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [f"rnnprof comm: error: {locked}: cannot read: Permission denied"]
