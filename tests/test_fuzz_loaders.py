@@ -264,3 +264,20 @@ def test_seeds_load_before_mutation(work):
     for name in GRAPH_PROTOS:
         found = graphs.load_graph_set(_write(work / name, PROTO_SEEDS[name], False))
         assert found.user is not None or found.runtime is not None, name
+
+
+@settings(FUZZ, max_examples=60)
+@given(name=st.sampled_from(sorted(JSON_SEEDS) or ["-"]), data=st.data())
+def test_fuzz_commands_end_to_end(work, name, data, capsys):
+    """Mutated traces through the analyses too: a report (exit 0) or one error line (exit 2)."""
+    from rnnprof.cli import main
+
+    path = _write(work / ("c-" + name), json.dumps(mutate_json(json.loads(JSON_SEEDS[name]), data.draw)).encode(),
+                  False)
+    for command in ("comm", "count-ops", "placement-audit"):
+        code = main([command, str(path), "--json"])
+        out, err = capsys.readouterr()
+        if code == 0:
+            assert json.loads(out)
+        else:
+            assert code == 2 and len(err.strip().splitlines()) == 1 and str(path) in err, err

@@ -33,8 +33,6 @@ def tensorboard_command(logdir: Path, host: str, port: int) -> list[str]:
 
 def run(args: argparse.Namespace, console) -> int:
     logdir = Path(args.path)
-    if not logdir.exists():
-        raise InputError(logdir, "does not exist", "a run directory from `rnnprof trace` or a folder of them")
     if not logdir.is_dir():
         raise InputError(logdir, "is not a directory", "a run directory from `rnnprof trace` or a folder of them")
     if not 0 <= args.port < 65536:
