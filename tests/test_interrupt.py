@@ -6,6 +6,7 @@ same path as a user's Ctrl-C (Python's KeyboardInterrupt inside a TF Session ste
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import resource
@@ -95,6 +96,51 @@ def test_sigint_during_traced_steps_keeps_a_readable_run(tmp_path):
     kernels = doc["kernels"]
     assert kernels["available"] and sorted(kernels["steps"]) == sorted(manifest["traced_steps"])
     assert all(d["cpu_kernels"] > 0 for d in kernels["devices"]) and len(kernels["devices"]) == 2
+    comm = subprocess.run([sys.executable, "-m", "rnnprof", "comm", str(run), "--json"],
+                          capture_output=True, text=True, env=ENV, timeout=120)
+    assert comm.returncode == 0, comm.stderr
+    assert len(json.loads(comm.stdout)["devices"]) == 2
+
+
+def _wait_for_traced_steps(child, run: Path, n: int) -> list:
+    deadline = time.monotonic() + 120
+    traced: list = []
+    while time.monotonic() < deadline and child.poll() is None:
+        try:
+            traced = _manifest(run)["traced_steps"]
+        except (OSError, ValueError, KeyError):
+            traced = []
+        if len(traced) >= n:
+            break
+        time.sleep(0.02)
+    return traced
+
+
+@pytest.mark.slow
+def test_hard_kill_mid_capture_leaves_only_complete_files(tmp_path):
+    """SIGKILL gives rnnprof no chance to clean up: the manifest still says running, yet every file it
+    lists is whole (written under a temporary name, then renamed) and the analyses read the run."""
+    run = tmp_path / "run"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "rnnprof", "trace", *TINY_NMT, "--trace-steps", "300", "--out", str(run)],
+        env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        traced = _wait_for_traced_steps(child, run, 3)
+        assert child.poll() is None and len(traced) >= 3
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    manifest = _manifest(run)
+    assert manifest["status"] == rundir.STATUS_RUNNING
+    for rel in _listed_files(manifest):
+        data = (run / rel).read_bytes()
+        if rel.endswith(".gz"):
+            json.loads(gzip.decompress(data))  # complete: decompresses and parses
+    code, doc, err = _count_ops(run)
+    assert code == 0, err
+    assert set(doc["kernels"]["steps"]) >= set(manifest["traced_steps"])
 
 
 def _file_size_limit(nbytes: int):
