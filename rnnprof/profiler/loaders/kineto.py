@@ -82,9 +82,16 @@ def _int(value, default: int = -1) -> int:
         return default
 
 
-def load(path: Path, block_bytes: int | None = None) -> EventTable:
+def load(path: Path, block_bytes: int | None = None, piece_bytes: int | None = None) -> EventTable:
+    """Load a Kineto trace; ``block_bytes``/``piece_bytes`` override the stream's read and decode sizes.
+
+    Each column is one comprehension over a piece's events (~64 KB of JSON, a few hundred
+    events): the decoded piece stays in the CPU cache, which is what makes this fast. Reading
+    typed structs out with ``map``/``attrgetter`` measured no faster; msgspec's decode dominates.
+    """
     path = Path(path)
-    stream = EventStream(path, _DECODER.decode, **({"block_bytes": block_bytes} if block_bytes else {}))
+    sizes = {k: v for k, v in (("block_bytes", block_bytes), ("piece_bytes", piece_bytes)) if v}
+    stream = EventStream(path, _DECODER.decode, **sizes)
     builder = EventTableBuilder(FORMAT, [str(path)])
     code = builder.strings.code
     host_code = builder.device_code(Device("host"))
@@ -148,6 +155,7 @@ def load(path: Path, block_bytes: int | None = None) -> EventTable:
     builder.metadata.update({
         "skipped_events": skipped,
         "json_bytes": stream.bytes_read,
+        "json_cuts": dict(stream.cuts),
         "distributed": info,
         "base_time_ns": header.get("baseTimeNanoseconds"),
         "devices_properties": header.get("deviceProperties", []),
