@@ -72,6 +72,7 @@ def test_nmt_trace_manifest(nmt_run):
     # captured after the timed window: steps 0-4 were warm-up and timing
     assert m["traced_steps"] == [5, 6] and m["profiled_steps"] == [7, 8]
     assert set(m["session_config"]) == {"inter_op_threads", "intra_op_threads", "allow_soft_placement"}
+    assert m["machine"]["cpu_count"] == os.cpu_count()
     for kind, files in m["captured"].items():
         assert files, kind
         assert all((nmt_run / rel).is_file() for rel in files)

@@ -142,6 +142,7 @@ class RunWriter:
             "versions": {"rnnprof": __version__, "tensorflow": _tensorflow_version(),
                          "python": platform.python_version()},
             "host": socket.gethostname(),
+            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
             "config": dict(config or {}),
             "session_config": {},
             "devices": [],
