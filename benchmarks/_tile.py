@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
-DEFAULT_FIXTURE = Path("/work/shared/fixtures/kineto-2rank-nccl-rank0.json.gz")
+# shared/fixtures beside the repository holds real traces; RNNPROF_FIXTURES overrides it.
+FIXTURES = Path(os.environ.get("RNNPROF_FIXTURES") or Path(__file__).resolve().parents[2] / "shared" / "fixtures")
+DEFAULT_FIXTURE = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
 _ID_KEYS = ("correlation", "External id")
 _STEP_PREFIX = "ProfilerStep#"
 

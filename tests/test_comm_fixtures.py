@@ -16,7 +16,7 @@ from rnnprof.cli import main
 from rnnprof.profiler.events import Device
 from rnnprof.profiler.loaders import load_events
 
-FIXTURES = Path("/work/shared/fixtures") if Path("/work/shared/fixtures").is_dir() else Path(__file__).parent / "fixtures"
+from fixtures import FIXTURES
 NCCL = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
 SAMPLED = [FIXTURES / "kineto-sampled-rank0.json.gz", FIXTURES / "kineto-sampled-rank1.json.gz"]
 TOLERANCE_PP = 0.5

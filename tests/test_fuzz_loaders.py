@@ -25,7 +25,7 @@ from rnnprof.errors import InputError
 from rnnprof.profiler import graphs, rundir
 from rnnprof.profiler.loaders import load_events
 
-FIXTURES = Path("/work/shared/fixtures")
+from fixtures import FIXTURES
 SEEDS = Path(__file__).parent / "fuzz_seeds"
 FUZZ = settings(derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

@@ -16,7 +16,7 @@ import pytest
 from rnnprof.errors import InputError
 from rnnprof.profiler.loaders import kineto
 
-FIXTURES = Path("/work/shared/fixtures")
+from fixtures import FIXTURES
 KINETO = sorted(FIXTURES.glob("kineto-*.json.gz"))
 
 pytestmark = pytest.mark.skipif(not KINETO, reason="fixtures not present")

@@ -15,7 +15,7 @@ from rnnprof.profiler.events import Device, Kind
 from rnnprof.profiler.loaders import detect_format, load_events
 from rnnprof.profiler.loaders import kineto
 
-FIXTURES = Path("/work/shared/fixtures")
+from fixtures import FIXTURES
 KINETO_NCCL = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
 KINETO_R0 = FIXTURES / "kineto-sampled-rank0.json.gz"
 KINETO_R1 = FIXTURES / "kineto-sampled-rank1.json.gz"

@@ -10,7 +10,9 @@ import pytest
 
 from rnnprof.cli import main
 
-FIXTURE = "/work/shared/fixtures/tf1-timeline-gpu-loop-step0.json"
+from fixtures import FIXTURES
+
+FIXTURE = str(FIXTURES / "tf1-timeline-gpu-loop-step0.json")
 
 
 def test_gpu_timeline_alone_reports_what_it_can_and_why_not_the_rest(capsys):

@@ -18,7 +18,7 @@ from rnnprof.errors import InputError, UsageError
 from rnnprof.profiler import limits, rundir
 from rnnprof.profiler.capture import RunWriter, check_out_dir, default_run_dir, prepare_out_dir, safe_name
 
-FIXTURES = Path("/work/shared/fixtures")
+from fixtures import FIXTURES
 SEEDS = Path(__file__).parent / "fuzz_seeds"
 TF1 = FIXTURES / "tf1-timeline-gpu-matmul.json"
 KINETO = FIXTURES / "kineto-sampled-rank0.json.gz"
