@@ -75,24 +75,24 @@ class WorkloadConfig:
         return dataclasses.asdict(self)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
-    return value
+def _number_at_least(minimum, kind=int, what="a whole number"):
+    """An argparse type: ``kind`` parsed from text, refused below ``minimum``."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a number of at least {minimum}, got {value}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {value}")
-    return value
+positive_int = _number_at_least(1)
+non_negative_int = _number_at_least(0)
+non_negative_seconds = _number_at_least(0, float, "a number of seconds")
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, devices_help: str | None = None,
@@ -104,12 +104,12 @@ def add_workload_arguments(parser: argparse.ArgumentParser, devices_help: str | 
                    help="loop: LSTM cells from raw ops in tf.while_loop; fused: one sequence op per "
                         "layer (BlockLSTM on CPU, CudnnRNN on GPU). Default: fused")
     g.add_argument("--direction", choices=DIRECTIONS, default="uni")
-    g.add_argument("--layers", type=_positive_int, default=None, help="encoder and decoder layers (default 4)")
-    g.add_argument("--units", type=_positive_int, default=None, help="LSTM units (default 512)")
+    g.add_argument("--layers", type=positive_int, default=None, help="encoder and decoder layers (default 4)")
+    g.add_argument("--units", type=positive_int, default=None, help="LSTM units (default 512)")
     g.add_argument("--attention", choices=ATTENTIONS, default="none")
-    g.add_argument("--src-max-len", type=_positive_int, default=None)
-    g.add_argument("--tgt-max-len", type=_positive_int, default=None)
-    g.add_argument("--vocab-size", type=_positive_int, default=None)
+    g.add_argument("--src-max-len", type=positive_int, default=None)
+    g.add_argument("--tgt-max-len", type=positive_int, default=None)
+    g.add_argument("--vocab-size", type=positive_int, default=None)
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     g.add_argument("--learning-rate", type=float, default=None)
     g.add_argument("--preset", choices=RNNLM_PRESETS, default=None, help="RNNLM presets")
@@ -123,22 +123,22 @@ def add_workload_arguments(parser: argparse.ArgumentParser, devices_help: str | 
         r.add_argument("--variable-update", default="replicated",
                        help="comma-separated: " + ", ".join(VARIABLE_UPDATES))
     else:
-        r.add_argument("--devices", type=_positive_int, default=2, help=devices_help or "towers, one per device")
+        r.add_argument("--devices", type=positive_int, default=2, help=devices_help or "towers, one per device")
         r.add_argument("--variable-update", choices=VARIABLE_UPDATES, default="replicated")
     r.add_argument("--all-reduce", choices=ALL_REDUCES, default=None,
                    help="gradient all-reduce for replicated mode (default: nccl on GPUs, ring on CPU)")
     r.add_argument("--local-parameter-device", choices=PARAMETER_DEVICES, default="cpu")
-    r.add_argument("--gradient-repacking", type=_non_negative_int, default=0,
+    r.add_argument("--gradient-repacking", type=non_negative_int, default=0,
                    help="pack gradients into N chunks before all-reduce (0: one all-reduce per variable)")
-    r.add_argument("--batch-size", type=_positive_int, default=None, help="per device, or total with --batch-scaling total")
+    r.add_argument("--batch-size", type=positive_int, default=None, help="per device, or total with --batch-scaling total")
     r.add_argument("--batch-scaling", choices=BATCH_SCALINGS, default="per-device")
-    r.add_argument("--inter-op-threads", type=_non_negative_int, default=0)
-    r.add_argument("--intra-op-threads", type=_non_negative_int, default=0)
+    r.add_argument("--inter-op-threads", type=non_negative_int, default=0)
+    r.add_argument("--intra-op-threads", type=non_negative_int, default=0)
     r.add_argument("--request-gpu", action="store_true",
                    help="place towers on GPUs even when none is visible (soft placement falls back to CPU)")
     t = parser.add_argument_group("timing")
-    t.add_argument("--warmup", type=_non_negative_int, default=10, help="batches run before timing starts")
-    t.add_argument("--batches", type=_positive_int, default=20, help="timed batches")
+    t.add_argument("--warmup", type=non_negative_int, default=10, help="batches run before timing starts")
+    t.add_argument("--batches", type=positive_int, default=20, help="timed batches")
     t.add_argument("--include-warmup", action="store_true",
                    help="also report the biased figure that includes the warm-up batches")
 
