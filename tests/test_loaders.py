@@ -285,3 +285,21 @@ def test_json_loaders_do_not_import_tensorflow():
             "from rnnprof.cli import main; main(['count-ops', '--json', %r]); "
             "assert 'tensorflow' not in sys.modules" % str(TF1_CPU_LOOP))
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_steps_in_spans_takes_the_marker_an_event_starts_in():
+    from rnnprof.profiler.events import steps_in_spans
+
+    spans = [(100.0, 200.0, 7), (0.0, 50.0, 6)]  # unsorted on purpose
+    ts = np.array([-1.0, 0.0, 49.9, 50.0, 99.0, 100.0, 199.0, 200.0])
+    assert steps_in_spans(ts, spans).tolist() == [-1, 6, 6, -1, -1, 7, 7, -1]
+    assert steps_in_spans(ts, []).tolist() == [-1] * len(ts)
+
+
+def test_match_correlation_links_each_id_to_its_partner():
+    from rnnprof.profiler.events import match_correlation
+
+    keys = np.array([30, 10, 20, -1])
+    index = match_correlation(keys, np.array([20, 10, 99, -1, 30]))
+    assert index.tolist() == [2, 1, -1, -1, 0]
+    assert match_correlation(np.array([], dtype=np.int64), np.array([1])).tolist() == [-1]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from rnnprof.profiler.events import EventTable, Kind
+from rnnprof.profiler.events import EventTable, Kind, match_correlation
 
 DEFINITIONS = {
     "user graph ops": "nodes of the graph Python built (GraphDef as written by the program), by requested device",
@@ -175,15 +175,10 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
     launch_device = np.where(on_gpu & ~lanes & np.isin(table.kind, _CPU_KINDS), table.device, -1)
     runtime = (table.kind == Kind.RUNTIME) & (table.correlation >= 0)
     gpu_work = gpu & (table.correlation >= 0)
-    if runtime.any() and gpu_work.any():
-        work_corr = table.correlation[gpu_work]
-        order = np.argsort(work_corr, kind="stable")
-        keys, devs = work_corr[order], table.device[gpu_work][order]
-        corr = table.correlation[runtime]
-        pos = np.minimum(np.searchsorted(keys, corr), len(keys) - 1)
-        found = keys[pos] == corr
-        idx = np.flatnonzero(runtime)
-        launch_device[idx[found]] = devs[pos[found]]
+    runtime_idx, work_idx = np.flatnonzero(runtime), np.flatnonzero(gpu_work)
+    launched = match_correlation(table.correlation[work_idx], table.correlation[runtime_idx])
+    found = launched >= 0
+    launch_device[runtime_idx[found]] = table.device[work_idx[launched[found]]]
     known_steps = table.steps()
     steps = tuple(int(s) for s in known_steps) if len(known_steps) else (-1,)
     step_col = table.step if len(known_steps) else np.full(len(table), -1, dtype=np.int32)

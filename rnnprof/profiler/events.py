@@ -316,6 +316,37 @@ class EventTableBuilder:
         )
 
 
+def steps_in_spans(ts: np.ndarray, spans: Sequence[tuple[float, float, int]]) -> np.ndarray:
+    """The step of each timestamp: the number of the ``(start, end, step)`` span it falls in, else -1.
+
+    Spans are step markers (``ProfilerStep#N``, ``step_num`` ranges); when they overlap, the one
+    that started last wins.
+    """
+    if not len(spans):
+        return np.full(len(ts), -1, dtype=np.int32)
+    spans = sorted(spans)
+    starts = np.array([s[0] for s in spans], dtype=np.float64)
+    ends = np.array([s[1] for s in spans], dtype=np.float64)
+    numbers = np.array([s[2] for s in spans], dtype=np.int32)
+    idx = np.searchsorted(starts, ts, side="right") - 1
+    safe = np.maximum(idx, 0)
+    inside = (idx >= 0) & (ts < ends[safe])
+    return np.where(inside, numbers[safe], -1).astype(np.int32)
+
+
+def match_correlation(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """For each query id, the index of an element of ``keys`` with the same correlation id, else -1.
+
+    Links a launch (runtime call) with the GPU work it started, in either direction.
+    """
+    if len(keys) == 0 or len(queries) == 0:
+        return np.full(len(queries), -1, dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    pos = np.minimum(np.searchsorted(sorted_keys, queries), len(sorted_keys) - 1)
+    return np.where((sorted_keys[pos] == queries) & (queries >= 0), order[pos], -1)
+
+
 def concat(tables: Sequence[EventTable], align: str = "absolute") -> EventTable:
     """Merge tables from several sources into one.
 

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from rnnprof.errors import InputError
-from rnnprof.profiler.events import Device, EventTable, EventTableBuilder, Kind
+from rnnprof.profiler.events import Device, EventTable, EventTableBuilder, Kind, match_correlation, steps_in_spans
 from rnnprof.profiler.loaders.jsonstream import EventStream
 
 FORMAT = "kineto"
@@ -186,25 +186,14 @@ def _mark_nccl(table: EventTable) -> EventTable:
 def _assign_steps(table: EventTable, spans: list[tuple[float, float, int]]) -> EventTable:
     if not spans:
         return table
-    spans.sort()
-    starts = np.array([s[0] for s in spans])
-    ends = np.array([s[1] for s in spans])
-    numbers = np.array([s[2] for s in spans], dtype=np.int32)
-    idx = np.searchsorted(starts, table.ts, side="right") - 1
-    inside = (idx >= 0) & (table.ts < ends[np.maximum(idx, 0)])
-    step = np.where(inside, numbers[np.maximum(idx, 0)], -1).astype(np.int32)
+    step = steps_in_spans(table.ts, spans)
     # Device work belongs to the step of the runtime call that launched it.
     dev_codes = [i for i, d in enumerate(table.devices) if d.kind == "gpu"]
     on_gpu = np.isin(table.device, dev_codes)
-    launch = (table.kind == Kind.RUNTIME) & (table.correlation >= 0) & (step >= 0)
-    if launch.any() and on_gpu.any():
-        order = np.argsort(table.correlation[launch], kind="stable")
-        keys = table.correlation[launch][order]
-        values = step[launch][order]
-        gpu_idx = np.flatnonzero(on_gpu)
-        corr = table.correlation[gpu_idx]
-        pos = np.minimum(np.searchsorted(keys, corr), len(keys) - 1)
-        found = keys[pos] == corr
-        step[gpu_idx[found]] = values[pos[found]]
+    launch = np.flatnonzero((table.kind == Kind.RUNTIME) & (table.correlation >= 0) & (step >= 0))
+    gpu_idx = np.flatnonzero(on_gpu)
+    launcher = match_correlation(table.correlation[launch], table.correlation[gpu_idx])
+    found = launcher >= 0
+    step[gpu_idx[found]] = step[launch[launcher[found]]]
     table.step[:] = step
     return table

@@ -23,10 +23,8 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from rnnprof.errors import InputError
-from rnnprof.profiler.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device
+from rnnprof.profiler.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device, steps_in_spans
 
 FORMAT = "xplane"
 _STREAM_LINE = re.compile(r"^Stream #(\d+)")
@@ -217,13 +215,9 @@ def _load_plane(plane, builder: EventTableBuilder, steps: list) -> None:
 
 
 def assign_steps(table: EventTable, spans: list[tuple[float, float, int]]) -> EventTable:
+    """Events without a step of their own take the step of the marker span they start in."""
     if not spans:
         return table
-    spans.sort()
-    starts = np.array([s[0] for s in spans])
-    ends = np.array([s[1] for s in spans])
-    numbers = np.array([s[2] for s in spans], dtype=np.int32)
-    idx = np.searchsorted(starts, table.ts, side="right") - 1
-    inside = (idx >= 0) & (table.ts < ends[np.maximum(idx, 0)]) & (table.step < 0)
-    table.step[inside] = numbers[idx[inside]]
+    unset = table.step < 0
+    table.step[unset] = steps_in_spans(table.ts[unset], spans)
     return table
