@@ -250,3 +250,43 @@ def test_cli_trace_without_device_activity_is_an_error_not_an_empty_report(tmp_p
 def test_cli_bad_comm_pattern_is_a_usage_error(capsys):
     code, out, err = run_cli(capsys, "whatever.json", "--comm-pattern", "(unclosed")
     assert code == 2 and "--comm-pattern" in err and len(err.strip().splitlines()) == 1
+
+
+def test_stragglers_compare_devices_of_one_kind_only():
+    # A CPU device's few ops end long before the GPUs: it is no straggler candidate.
+    events = [(0, 1, "op", "MatMul", CPU0, Kind.HOST_OP, -1),
+              (0, 10, "k", "", GPU0, Kind.KERNEL, -1), (0, 13, "k", "", GPU1, Kind.KERNEL, -1)]
+    (whole,) = analyze_comm(build(events)).stragglers
+    assert whole.devices == 2 and whole.last_to_finish == GPU1 and whole.finish_lag_vs_earliest_us == 3
+    assert analyze_comm(build(events[:2])).stragglers == ()
+
+
+def test_comm_ops_are_grouped_by_name_longest_first():
+    (op,) = analyze_comm(two_gpu_two_steps()).comm_ops
+    assert (op.name, op.events, op.devices, op.total_us) == ("ncclKernel_AllReduce", 4, 2, 6 + 6 + 5 + 3)
+    extra = build([(0, 4, "tower_0/_Send", "_Send", CPU0, Kind.HOST_OP, -1),
+                   (5, 1, "tower_0/_Send", "_Send", CPU0, Kind.HOST_OP, -1),
+                   (0, 9, "allreduce/AddN", "AddN", CPU1, Kind.HOST_OP, -1),
+                   (0, 20, "tower_1/MatMul", "MatMul", CPU1, Kind.HOST_OP, -1)])
+    ops = analyze_comm(extra).comm_ops
+    assert [(op.name, op.op_type, op.events, op.total_us) for op in ops] == [
+        ("allreduce/AddN", "AddN", 1, 9), ("tower_0/_Send", "_Send", 2, 5)]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_report_never_cuts_a_number(width):
+    from rich.console import Console
+
+    from rnnprof.reports.comm import render_table
+
+    big = build([(0, 1_234_567_890, "k", "", GPU0, Kind.KERNEL, 1),
+                 (5, 98_765_432.5, "ncclKernel_AllReduce_with_a_very_long_name_" + "x" * 60, "", GPU0, Kind.KERNEL, 1),
+                 (0, 1_234_000_000, "k", "", GPU1, Kind.KERNEL, 1)])
+    console = Console(width=width, record=True, color_system=None)
+    render_table(analyze_comm(big), per_step=True, console=console)
+    text = console.export_text()
+    assert "…" not in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    flat = re.sub(r"\s+", "", text)
+    for number in ("1,234,568", "1,234,000", "98,765"):  # spans and comm time, whole
+        assert number in flat

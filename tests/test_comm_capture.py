@@ -32,9 +32,34 @@ def test_replicated_run_spends_time_in_all_reduce_and_independent_does_not(tmp_p
     assert replicated.comm_event_names
     assert all(name.startswith("allreduce/") for name in replicated.comm_event_names)
     assert replicated.stragglers and all(s.last_comm_start is not None for s in replicated.stragglers)
+    # The ops list names the same all-reduce ops, and their summed time covers the union per device.
+    assert {op.name for op in replicated.comm_ops} == set(replicated.comm_event_names)
+    assert [op.total_us for op in replicated.comm_ops] == sorted((op.total_us for op in replicated.comm_ops),
+                                                                  reverse=True)
+    assert sum(op.total_us for op in replicated.comm_ops) >= max(d.total.communication_us
+                                                                  for d in replicated.devices)
+    # Steps are disjoint and every device event lies in a traced step: per-step figures add up to the total.
+    for device in replicated.devices:
+        assert sorted(device.steps) == list(replicated.steps) and len(replicated.steps) == 2
+        for field in ("busy_us", "compute_us", "communication_us", "overlap_us"):
+            assert sum(getattr(b, field) for b in device.steps.values()) == pytest.approx(
+                getattr(device.total, field), rel=1e-9)
+        for b in device.steps.values():
+            assert b.busy_us + b.idle_us == pytest.approx(b.span_us)
 
     independent = capture(tmp_path / "independent", "independent")
     assert len(independent.devices) == 2
     for device in independent.devices:
         assert device.total.busy_us > 0
         assert device.total.communication_us <= 0.01 * device.total.busy_us
+
+
+@pytest.mark.slow
+def test_parameter_server_run_shows_its_gradient_aggregation(tmp_path):
+    report = capture(tmp_path / "ps", "parameter_server")
+    assert len(report.devices) == 2
+    # The parameter device adds the towers' gradients: that aggregation is its communication.
+    assert any(d.total.communication_us > 0 for d in report.devices)
+    assert report.comm_ops
+    assert all(op.name.startswith("gradient_aggregation/") or op.op_type in ("_Send", "_Recv")
+               for op in report.comm_ops)

@@ -32,9 +32,10 @@ trace (use the per-step figures to leave a step out); HTA's compute excludes any
 kernel whose name merely contains ``Sync``, ours does not; and our communication
 patterns also cover TF collectives and Send/Recv, which HTA does not know.
 
-Stragglers: for each step seen on two or more devices, the device whose activity
-ends last (lag against the median and the earliest end), and the device whose
-first communication starts last (lag against the earliest first communication).
+Stragglers: for each step seen on two or more devices of the same kind (GPUs are compared
+with GPUs, CPU devices with CPU devices), the device whose activity ends last (lag against
+the median and the earliest end), and the device whose first communication starts last
+(lag against the earliest first communication).
 """
 
 from __future__ import annotations
@@ -152,12 +153,28 @@ class Straggler:
 
 
 @dataclass(frozen=True)
+class CommOp:
+    """One communication op (events with the same name) on the devices: what the communication time is."""
+
+    name: str
+    op_type: str
+    events: int
+    devices: int
+    total_us: float  # summed durations over its events (not a union: instances on two devices both count)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "op_type": self.op_type, "events": self.events, "devices": self.devices,
+                "total_us": self.total_us}
+
+
+@dataclass(frozen=True)
 class CommReport:
     devices: tuple[DeviceComm, ...]
     stragglers: tuple[Straggler, ...]
     steps: tuple[int, ...]
     extra_patterns: tuple[str, ...]
     comm_event_names: tuple[str, ...]  # distinct names counted as communication on devices
+    comm_ops: tuple[CommOp, ...] = ()  # by summed time, longest first
     source_format: str = ""
     sources: tuple[str, ...] = ()
 
@@ -179,6 +196,7 @@ class CommReport:
             ],
             "stragglers": [s.as_dict() for s in self.stragglers],
             "communication_events": list(self.comm_event_names),
+            "communication_ops": [op.as_dict() for op in self.comm_ops],
         }
 
 
@@ -301,16 +319,33 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
         devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps, basis=basis[d]))
 
     stragglers = _stragglers(table.devices, totals, per_step, comm_first, step_values, ts, dev, cls)
-    comm_names = np.unique(table.name[work][cls == EventClass.COMMUNICATION])
+    is_comm = cls == EventClass.COMMUNICATION
+    comm_names = np.unique(table.name[work][is_comm])
     return CommReport(
         devices=tuple(sorted(devices, key=lambda d: d.device)),
         stragglers=tuple(stragglers),
         steps=tuple(int(s) for s in step_values),
         extra_patterns=extra,
         comm_event_names=tuple(table.strings[c] for c in comm_names),
+        comm_ops=_comm_ops(table, np.flatnonzero(work)[is_comm]),
         source_format=table.source_format,
         sources=table.sources,
     )
+
+
+def _comm_ops(table: EventTable, rows: np.ndarray) -> tuple[CommOp, ...]:
+    """Communication events grouped by name, longest summed duration first."""
+    names, inverse = np.unique(table.name[rows], return_inverse=True)
+    total = np.bincount(inverse, weights=np.maximum(table.dur[rows], 0.0), minlength=len(names))
+    events = np.bincount(inverse, minlength=len(names))
+    pairs = np.unique(np.stack([inverse, table.device[rows].astype(np.int64)]), axis=1) if len(rows) else \
+        np.zeros((2, 0), dtype=np.int64)
+    devices = np.bincount(pairs[0], minlength=len(names))
+    op_type = np.zeros(len(names), dtype=np.int64)
+    op_type[inverse] = table.op_type[rows]
+    order = np.lexsort((names, -total))
+    return tuple(CommOp(name=table.strings[names[i]], op_type=table.strings[op_type[i]], events=int(events[i]),
+                        devices=int(devices[i]), total_us=float(total[i])) for i in order)
 
 
 def _straggler(step, devices, ends, comm_starts) -> Straggler | None:
@@ -342,20 +377,26 @@ def _straggler(step, devices, ends, comm_starts) -> Straggler | None:
 
 
 def _stragglers(devices, totals, per_step, comm_first, step_values, ts, dev, cls) -> list[Straggler]:
+    """Per step (or the whole trace), among devices of the same kind: a GPU is never compared with a CPU."""
     n_dev = len(devices)
-    result = []
     if len(step_values) == 0:
-        ends = np.array([t.end_us if t else np.nan for t in totals], dtype=np.float64)
+        ends = np.array([t.end_us if t else np.nan for t in totals], dtype=np.float64).reshape(n_dev, 1)
         first = np.full(n_dev, np.inf)
         is_comm = cls == EventClass.COMMUNICATION
         np.minimum.at(first, dev[is_comm], ts[is_comm])
-        straggler = _straggler(None, devices, ends, np.where(np.isfinite(first), first, np.nan))
-        return [straggler] if straggler else []
-    n_steps = len(step_values)
-    ends = np.array([b.end_us if b else np.nan for b in per_step], dtype=np.float64).reshape(n_dev, n_steps)
-    comm = comm_first.reshape(n_dev, n_steps)
-    for k, step in enumerate(step_values):
-        straggler = _straggler(int(step), devices, ends[:, k], comm[:, k])
-        if straggler:
-            result.append(straggler)
+        comm = np.where(np.isfinite(first), first, np.nan).reshape(n_dev, 1)
+        labels: list[int | None] = [None]
+    else:
+        n_steps = len(step_values)
+        ends = np.array([b.end_us if b else np.nan for b in per_step], dtype=np.float64).reshape(n_dev, n_steps)
+        comm = comm_first.reshape(n_dev, n_steps)
+        labels = [int(s) for s in step_values]
+    result = []
+    for k, step in enumerate(labels):
+        for kind in sorted({d.kind for d in devices}):
+            peers = np.array([d.kind == kind for d in devices])
+            straggler = _straggler(step, devices, np.where(peers, ends[:, k], np.nan),
+                                   np.where(peers, comm[:, k], np.nan))
+            if straggler:
+                result.append(straggler)
     return result

@@ -1,14 +1,22 @@
-"""Rendering of ``rnnprof comm`` results: rich tables and straggler lines, or one JSON document."""
+"""Rendering of ``rnnprof comm`` results: rich tables, or one JSON document.
+
+Tables are laid out to fit 80 columns: no vertical rules, two-line headers, units in the
+headers and captions, per-step rows grouped under a step heading. Cells fold rather than
+truncate, so a number is never cut off on a narrower terminal.
+"""
 
 from __future__ import annotations
 
 import json
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from rnnprof.analyzers.comm import BASIS_EXECUTOR, Breakdown, CommReport, Straggler
+
+TOP_COMM_OPS = 10
 
 DEFINITIONS = (
     "device activity = kernels, memcpy and memset on a GPU's streams / ops executed on a CPU device "
@@ -17,10 +25,16 @@ DEFINITIONS = (
     "(they can overlap); % columns are shares of the span; overlap = comm time during which compute runs, "
     "as % of comm time"
 )
+_BREAKDOWN_COLUMNS = ("span\nms", "busy\n%", "compute\n%", "comm\n%", "mem\n%", "idle\n%", "comm\nms", "overlap\n%")
 
 
-def _ms(us: float) -> str:
-    return f"{us / 1000:,.2f}"
+def _ms(us: float | None) -> str:
+    """Milliseconds with about four significant digits, so that columns stay narrow."""
+    if us is None:
+        return "-"
+    ms = us / 1000
+    digits = 0 if abs(ms) >= 1000 else 1 if abs(ms) >= 100 else 2 if abs(ms) >= 10 else 3
+    return f"{ms:,.{digits}f}"
 
 
 def _cells(b: Breakdown) -> list[str]:
@@ -29,54 +43,75 @@ def _cells(b: Breakdown) -> list[str]:
     return [_ms(b.span_us), *(f"{b.pct(us):.1f}" for us in shares), _ms(b.communication_us), overlap]
 
 
-def _table(title: str, first_columns: list[str]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for column in first_columns:
-        table.add_column(column, no_wrap=True)
-    for column in ("span ms", "busy %", "compute %", "comm %", "mem %", "idle %", "comm ms", "overlap %"):
-        table.add_column(column, justify="right")
+def _table(title: str, first: str, numeric: tuple[str, ...], caption: str = "") -> Table:
+    table = Table(title=title, title_justify="left", caption=caption or None, caption_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column(first, overflow="fold")
+    for column in numeric:
+        table.add_column(column, justify="right", overflow="fold")
     return table
 
 
-def _ms_or_dash(us: float | None) -> str:
-    return "-" if us is None else f"{us / 1000:,.3f} ms"
+def breakdown_table(report: CommReport, *, per_step: bool) -> Table:
+    """Per device (or per step, device rows under each step) in ms and % of span."""
+    if not per_step:
+        table = _table("per device", "device", _BREAKDOWN_COLUMNS)
+        for d in report.devices:
+            table.add_row(d.device.label, *_cells(d.total))
+        return table
+    table = _table("per step", "step / device", _BREAKDOWN_COLUMNS)
+    for step in report.steps:
+        table.add_row(Text(f"step {step}", style="bold"), end_section=False)
+        for d in report.devices:
+            if step in d.steps:
+                table.add_row(f"  {d.device.label}", *_cells(d.steps[step]))
+    return table
 
 
-def straggler_line(s: Straggler) -> str:
-    where = "whole trace" if s.step is None else f"step {s.step}"
-    line = (
-        f"{where}: {s.last_to_finish.label} finished last, "
-        f"+{_ms_or_dash(s.finish_lag_vs_median_us)} vs median, +{_ms_or_dash(s.finish_lag_vs_earliest_us)} vs earliest"
-    )
-    if s.last_comm_start is not None:
-        line += (
-            f"; {s.last_comm_start.label} started communication last, "
-            f"+{_ms_or_dash(s.comm_start_lag_vs_earliest_us)} vs earliest"
-        )
-    return line
+def comm_ops_table(report: CommReport, top: int = TOP_COMM_OPS) -> Table:
+    """The communication ops with the most summed time: which ops the communication time is."""
+    ops = report.comm_ops
+    caption = ("ms = durations summed over devices and steps; ops run concurrently, "
+               "so the sum can exceed the comm time above")
+    if len(ops) > top:
+        caption = f"top {top} of {len(ops)} ops; " + caption
+    shown = ops[:top]
+    with_type = any(op.op_type and op.op_type != op.name for op in shown)  # Kineto names are their types
+    columns = (("op type",) if with_type else ()) + ("devices", "events", "ms")
+    table = _table("communication ops by time", "op", columns, caption)
+    for op in shown:
+        type_cell = (op.op_type if op.op_type != op.name else "",) if with_type else ()
+        table.add_row(op.name, *type_cell, str(op.devices), f"{op.events:,}", _ms(op.total_us))
+    return table
+
+
+def straggler_table(stragglers: tuple[Straggler, ...]) -> Table:
+    title = "stragglers: per step, the device that finished last and the one that started communication last"
+    caption = "+ vs median / earliest: how much later, in ms, than the median / earliest device of that kind"
+    table = _table(title, "step", ("finished\nlast", "+ vs\nmedian", "+ vs\nearliest",
+                                   "started\ncomm last", "+ vs\nearliest"), caption)
+    for s in stragglers:
+        table.add_row("all" if s.step is None else str(s.step), s.last_to_finish.label,
+                      _ms(s.finish_lag_vs_median_us), _ms(s.finish_lag_vs_earliest_us),
+                      s.last_comm_start.label if s.last_comm_start is not None else "-",
+                      _ms(s.comm_start_lag_vs_earliest_us))
+    return table
 
 
 def render_table(report: CommReport, *, per_step: bool, console: Console) -> None:
     sources = ", ".join(report.sources) or report.source_format
-    table = _table(f"rnnprof comm: {sources}", ["device"])
-    for d in report.devices:
-        table.add_row(d.device.label, *_cells(d.total))
-    console.print(table)
+    console.print(Text(f"rnnprof comm: {sources}", style="bold", overflow="fold"))
+    console.print(breakdown_table(report, per_step=False))
     if per_step and report.steps:
-        steps = _table("per step", ["step", "device"])
-        for step in report.steps:
-            for d in report.devices:
-                if step in d.steps:
-                    steps.add_row(str(step), d.device.label, *_cells(d.steps[step]))
-        console.print(steps)
+        console.print(breakdown_table(report, per_step=True))
     elif per_step:
         console.print(Text("no step markers in the trace: per-step figures unavailable", style="yellow"))
+    if report.comm_ops:
+        console.print(comm_ops_table(report))
     if report.stragglers:
-        console.print(Text("stragglers", style="bold"))
-        for s in report.stragglers:
-            console.print(Text(f"  {straggler_line(s)}"))
+        console.print(straggler_table(report.stragglers))
     elif len(report.devices) > 1:
-        console.print(Text("stragglers: no step was seen on two or more devices", style="yellow"))
+        console.print(Text("stragglers: no step was seen on two or more devices of one kind", style="yellow"))
     fallback = [d.device.label for d in report.devices if d.basis == BASIS_EXECUTOR]
     if fallback:
         console.print(Text(f"note: {', '.join(fallback)}: no GPU stream records in the trace; measured by the "
