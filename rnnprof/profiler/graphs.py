@@ -11,8 +11,9 @@ Two views of one program are kept apart because they answer different questions:
 Node ids are node names; nodes of a function body are ``"<function>/<node>"``. Node attributes:
 ``name``, ``op``, ``requested_device`` and ``assigned_device`` (TF strings, "" when unknown),
 ``device`` (``assigned_device`` parsed to a ``Device``, else the requested one, else None),
-``function`` (library function the node lives in, "" at top level) and ``partition`` (the file
-or section it came from). Edges carry ``control`` (True for ``^name`` inputs) and ``port``.
+``function`` (library function the node lives in, "" at top level), ``partition`` (the file
+or section it came from) and, for user-graph nodes built under ``colocate_with``, ``colocation``
+(the names of the nodes they must share a device with). Edges carry ``control`` (True for ``^name`` inputs) and ``port``.
 
 Protos come from TensorBoard's copies of the TF protos, so TensorFlow is never imported here.
 """
@@ -210,6 +211,9 @@ def _add_nodes(g: nx.DiGraph, nodes, function: str, partition: str, role: str) -
                        function=function, partition=partition)
             attrs = g.nodes[nid]
         attrs[device_key] = node.device
+        if role == "user" and "_class" in node.attr:  # colocate_with groups: "loc:@<node>"
+            attrs["colocation"] = tuple(_node_id(function, s.decode(errors="replace")[5:])
+                                        for s in node.attr["_class"].list.s if s.startswith(b"loc:@"))
         if role == "runtime":
             attrs["partition"] = partition
             attrs["op"] = node.op

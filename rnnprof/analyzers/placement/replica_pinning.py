@@ -4,6 +4,10 @@ A node belongs to tower k when it is built under ``tower_k/`` or, with a graph, 
 every tower-attributed input it consumes comes from tower k. Tower k's own device is
 where most of its compute ran. The cost is the time tower k's device sat idle while
 another device ran tower k's ops: it waits for them.
+
+Ops that TF colocated with a shared variable (``colocate_with``, e.g. an embedding lookup and
+its gradient next to the table in parameter-server mode) follow that variable by design; they
+are reported apart, as information, not as a replica pinned to another device.
 """
 
 from __future__ import annotations
@@ -48,13 +52,36 @@ def tower_attribution(inp: AuditInput) -> dict[str, tuple[int, str]]:
     return owner
 
 
-def misplaced_names(inp: AuditInput) -> set[str]:
-    """Names of tower ops that ran off their tower's device (empty when towers cannot be told apart)."""
+def shared_variable_of(inp: AuditInput, node: NodePlacement) -> str | None:
+    """The shared variable (built outside every tower scope) that ``node`` is colocated with and
+    that lives where the node ran, if any: TF placed the node with the variable on purpose."""
+    if inp.graph is None or node.assigned is None:
+        return None
+    for name in inp.graph.nodes[node.name].get("colocation", ()) if node.name in inp.graph else ():
+        variable = inp.placements.get(name)
+        if (variable is not None and variable.op in scopes.VARIABLE_OPS and scopes.tower_of(name) is None
+                and variable.assigned == node.assigned):
+            return name
+    return None
+
+
+def misplaced(inp: AuditInput) -> dict[str, tuple[int, str | None]]:
+    """Tower ops that ran off their tower's device: name -> (tower, shared variable they follow or None).
+    Empty when towers cannot be told apart."""
     homes = inp.tower_homes
     if len(set(homes.values())) < 2:
-        return set()
-    return {name for name, (tower, _) in tower_attribution(inp).items()
-            if (node := inp.placements[name]).assigned is not None and node.assigned != homes[tower]}
+        return {}
+    out = {}
+    for name, (tower, _) in tower_attribution(inp).items():
+        node = inp.placements[name]
+        if node.assigned is not None and node.assigned != homes[tower]:
+            out[name] = (tower, shared_variable_of(inp, node))
+    return out
+
+
+def misplaced_names(inp: AuditInput) -> set[str]:
+    """Names of tower ops pinned off their tower's device (those following a shared variable excluded)."""
+    return {name for name, (_, variable) in misplaced(inp).items() if variable is None}
 
 
 def check(inp: AuditInput) -> list[Finding] | NotChecked:
@@ -70,15 +97,17 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
     for tower, device in sorted(homes.items(), reverse=True):
         home_owner[device] = tower  # lowest tower wins when towers share a device
     attribution = tower_attribution(inp)
-    misplaced: dict[tuple[int, Device], list[NodePlacement]] = collections.defaultdict(list)
-    for name, (tower, _) in attribution.items():
+    pinned: dict[tuple[int, Device], list[NodePlacement]] = collections.defaultdict(list)
+    following: dict[tuple[int, Device], list[NodePlacement]] = collections.defaultdict(list)
+    for name, (tower, variable) in misplaced(inp).items():
         node = inp.placements[name]
-        if node.assigned is not None and node.assigned != homes[tower]:
-            misplaced[(tower, node.assigned)].append(node)
+        (pinned if variable is None else following)[(tower, node.assigned)].append(node)
     findings = []
-    for (tower, device), nodes in sorted(misplaced.items()):
+    for (tower, device), nodes in sorted(pinned.items()):
         other = home_owner.get(device)
         findings.append(_finding(inp, tower, homes[tower], device, other, nodes, attribution))
+    for (tower, device), nodes in sorted(following.items()):
+        findings.append(_follows_variables(inp, tower, homes[tower], device, nodes))
     return findings
 
 
@@ -115,6 +144,38 @@ def _finding(inp, tower, home, device, other, nodes, attribution) -> Finding:
              f"under an explicit tf.device or colocate_with pointing at {device.label} inside tower {tower}. "
              f"Remove that pin (e.g. the projection/softmax device scope) and build the gradients with "
              f"colocate_gradients_with_ops=True so they follow."),
+    )
+
+
+def _follows_variables(inp, tower, home, device, nodes) -> Finding:
+    names = {n.name for n in nodes}
+    cost = _wait_cost(inp, home, device, names)
+    by_time = cost["us_by_name"]
+    variables = collections.Counter(shared_variable_of(inp, n) for n in nodes)
+    return Finding(
+        rule_id=RULE_ID,
+        severity=Severity.INFO,
+        title=(f"{len(nodes)} ops of tower {tower} ran on {device.label} next to the shared variable(s) "
+               f"they read ({', '.join(sorted(variables))}), by TF's colocation, not a stray device scope"),
+        devices=(device.label, home.label),
+        ops=tuple(sorted(names, key=lambda n: (-by_time.get(n, 0.0), n))),
+        evidence={
+            "tower": tower,
+            "tower_device": home.label,
+            "ran_on": device.label,
+            "ops": len(nodes),
+            "colocated_with": dict(variables.most_common()),
+            "op_types": dict(collections.Counter(n.op for n in nodes).most_common()),
+            "steps_traced": cost["steps"],
+            "us_per_step_on_wrong_device": _round(cost["busy"]),
+            "us_per_step_tower_device_idle_meanwhile": _round(cost["wait"]),
+        },
+        cost_us_per_step=cost["wait"],
+        cost_basis=(f"time per step {home.label} sat idle while {device.label} ran these ops"
+                    if cost["steps"] else "no trace given: cost not estimated"),
+        fix=(f"Expected with variables shared on one parameter device (lookups and their gradients run where "
+             f"the table lives). If the cost matters, keep a per-tower copy of the variable (replicated mode) or "
+             f"put the parameter device apart from tower {tower}'s."),
     )
 
 

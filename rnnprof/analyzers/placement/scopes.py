@@ -24,6 +24,7 @@ PLUMBING_OPS = frozenset({
 })
 
 TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
+VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "_VarHandlesOp"})
 
 _APPLY_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
 _ASSIGN_OPS = frozenset({"AssignSub", "AssignAdd", "AssignSubVariableOp", "AssignAddVariableOp",
