@@ -2,7 +2,8 @@
 
 In replicated and independent modes each replica updates its own copy of the
 variables, so the updates should spread over the replicas' devices; in
-parameter-server mode one parameter device applying them is the design. The mode
+parameter-server mode one parameter device applying them is the design (reported as
+information, with its time). The mode
 comes from the manifest, else from the graph: per-replica copies of a variable show
 up as several update ops whose names differ only in their tower scope.
 """
@@ -21,6 +22,8 @@ TITLE = "Updates or aggregation on a single device"
 SPREAD_MODES = ("replicated", "independent")
 # All-reduce algorithms that aggregate on one device by design.
 CENTRAL_ALL_REDUCES = ("pscpu",)
+# Hierarchical sums within pairs of devices: with one pair it aggregates on the pair's leader.
+PAIR_ALL_REDUCES = ("hierarchical",)
 _TOWER_PART = re.compile(r"(?:tower|replica)_?\d+|v\d+")
 
 
@@ -50,20 +53,26 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
     if len(tower_devices) < 2:
         return NotChecked(RULE_ID, f"the towers use {len(tower_devices)} device(s); spreading needs at least 2")
     mode, mode_source = infer_mode(inp, [n.name for n in updates])
-    if mode not in SPREAD_MODES:
-        return []  # parameter-server updates on one device are the design
-    findings = []
     update_devices = collections.Counter(n.assigned for n in updates)
+    if mode not in SPREAD_MODES:
+        if len(update_devices) == 1 and len(updates) > 1:
+            return [_finding(inp, "variable update", updates, tower_devices, mode, mode_source, Severity.INFO)]
+        return []
+    findings = []
     if len(update_devices) == 1 and len(updates) > 1:
-        findings.append(_finding(inp, "variable updates", updates, tower_devices, mode, mode_source,
+        findings.append(_finding(inp, "variable update", updates, tower_devices, mode, mode_source,
                                  Severity.ERROR))
-    all_reduce = inp.config.get("all_reduce")
     aggregation_devices = collections.Counter(n.assigned for n in aggregations)
-    if (mode == "replicated" and all_reduce not in CENTRAL_ALL_REDUCES
+    if (mode == "replicated" and not aggregates_centrally(inp.config.get("all_reduce"), len(tower_devices))
             and len(aggregation_devices) == 1 and len(aggregations) > 1):
         findings.append(_finding(inp, "gradient aggregation", aggregations, tower_devices, mode, mode_source,
                                  Severity.WARNING))
     return findings
+
+
+def aggregates_centrally(all_reduce: str | None, devices: int) -> bool:
+    """Whether this all-reduce algorithm sums on one device by design for this many devices."""
+    return all_reduce in CENTRAL_ALL_REDUCES or (all_reduce in PAIR_ALL_REDUCES and devices <= 2)
 
 
 def _finding(inp, what, nodes, tower_devices, mode, mode_source, severity) -> Finding:
@@ -75,7 +84,8 @@ def _finding(inp, what, nodes, tower_devices, mode, mode_source, severity) -> Fi
     return Finding(
         rule_id=RULE_ID,
         severity=severity,
-        title=f"all {len(nodes)} {what} ops run on {device.label} in {mode} mode ({n} tower devices)",
+        title=(f"all {len(nodes)} {what} ops run on {device.label} in {mode} mode ({n} tower devices)"
+               + (", as this mode intends" if severity == Severity.INFO else "")),
         devices=(device.label,),
         ops=tuple(sorted(n_.name for n_ in nodes)),
         evidence={
@@ -91,6 +101,14 @@ def _finding(inp, what, nodes, tower_devices, mode, mode_source, severity) -> Fi
         cost_us_per_step=None if per_step is None else per_step * (1 - 1 / n),
         cost_basis=(f"the share of {device.label}'s {what} time the other {n - 1} device(s) would take over"
                     if steps else "no trace given: cost not estimated"),
-        fix=(f"In {mode} mode build each replica's {what} under that replica's device scope "
-             f"(or colocate each update with its variable copy) so all {n} devices apply their own in parallel."),
+        fix=_fix(what, mode, device, n, severity),
     )
+
+
+def _fix(what: str, mode: str, device, n: int, severity: Severity) -> str:
+    if severity == Severity.INFO:
+        return (f"Expected in {mode} mode: the shared variables live on {device.label}, which applies every "
+                f"replica's update. If {device.label} is also a tower's device it works for two; replicated "
+                f"mode spreads the updates over all {n} devices.")
+    return (f"In {mode} mode build each replica's {what} ops under that replica's device scope "
+            f"(or colocate each update with its variable copy) so all {n} devices apply their own in parallel.")
