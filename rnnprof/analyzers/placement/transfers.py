@@ -43,6 +43,12 @@ class Transfer:
     def is_feed(self) -> bool:
         return bool(_FEED.search(self.producer))
 
+    @property
+    def names_producer(self) -> bool:
+        """Whether the copy's name says whose tensor it carries (TF's ``edge_N_<node>``, receives);
+        profilers such as Kineto name a copy only by its kind ("Memcpy HtoD (Pageable -> Device)")."""
+        return self.producer != self.name or self.direction == "recv"
+
 
 def producer_of(name: str) -> str:
     """The producing node of a copied tensor: ``edge_7_a/b`` -> ``a/b``; receive ``a/b/_3`` -> ``a/b``."""
@@ -91,12 +97,12 @@ def _output_bytes(events: EventTable | None) -> dict[str, int]:
 
 
 def check(inp: AuditInput) -> list[Finding] | NotChecked:
-    transfers, steps = [], 0
+    transfers, steps, timed = [], 0, True
     if inp.events is not None and len(inp.events):
         transfers, steps = transfers_from_events(inp.events), steps_in(inp.events)
     if not transfers and inp.graph is not None:
         # The graph's receives happen once per step; without trace records their time is unknown.
-        transfers, steps = transfers_from_graph(inp), 0
+        transfers, steps, timed = transfers_from_graph(inp), 0, False
     if not transfers:
         if inp.graph is None:
             return NotChecked(RULE_ID, "the trace records no copies or receives and no partition graph was given")
@@ -107,8 +113,17 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
     avoidable += _round_trips(transfers, already=set(map(id, avoidable)))
     findings = [_summary(transfers, steps)]
     if avoidable:
-        findings.insert(0, _avoidable_finding(avoidable, steps, bool(bad)))
+        findings.insert(0, _avoidable_finding(avoidable, steps, bool(bad), _untimed_reason(inp, timed)))
     return findings
+
+
+def _untimed_reason(inp: AuditInput, timed: bool) -> str:
+    if timed:
+        return ""
+    if inp.events is not None and len(inp.events):
+        return ("cost not estimated: the trace records no time for these receives (found in the "
+                "partition graphs); PA002/PA001 time the misplaced ops themselves")
+    return "no trace given: cost not estimated"
 
 
 def _recv_consumers(inp: AuditInput) -> dict[str, set[str]]:
@@ -125,10 +140,13 @@ def _avoidable(t: Transfer, bad: set[str], consumers: dict[str, set[str]]) -> bo
 
 
 def _round_trips(transfers: list[Transfer], already: set[int]) -> list[Transfer]:
-    """Device->host copies of computed tensors in steps that also copy computed tensors back."""
+    """Device->host copies of computed tensors in steps that also copy computed tensors back.
+
+    Only copies that name their producer count: without it a host-to-device copy may as well be
+    the next batch, and nothing says a computed tensor made the round trip."""
     by_step = collections.defaultdict(list)
     for t in transfers:
-        if not t.is_feed and t.direction in ("DtoH", "HtoD") and id(t) not in already:
+        if not t.is_feed and t.names_producer and t.direction in ("DtoH", "HtoD") and id(t) not in already:
             by_step[t.step].append(t)
     out = []
     for step_transfers in by_step.values():
@@ -156,7 +174,7 @@ def _summary(transfers: list[Transfer], steps: int) -> Finding:
     return Finding(
         rule_id=RULE_ID,
         severity=Severity.INFO,
-        title=f"{stats['per_step']:g} cross-device copies/receives per step",
+        title=f"{stats['per_step']:g} copies/receives per step ({_kinds(transfers, steps)})",
         devices=tuple(sorted({t.device for t in transfers})),
         evidence={"steps_traced": steps, **stats,
                   "by_kind": [{"kind": k, "device": d, **_stats(ts, steps)} for (k, d), ts in sorted(groups.items())],
@@ -167,7 +185,12 @@ def _summary(transfers: list[Transfer], steps: int) -> Finding:
     )
 
 
-def _avoidable_finding(transfers: list[Transfer], steps: int, from_misplacement: bool) -> Finding:
+def _kinds(transfers: list[Transfer], steps: int) -> str:
+    counts = collections.Counter(t.direction for t in transfers)
+    return ", ".join(f"{kind} {n / max(steps, 1):g}" for kind, n in counts.most_common())
+
+
+def _avoidable_finding(transfers: list[Transfer], steps: int, from_misplacement: bool, untimed: str) -> Finding:
     stats = _stats(transfers, steps)
     producers = collections.Counter(t.producer for t in transfers)
     cause = ("they carry tensors of ops placed off their tower's or requested device"
@@ -182,7 +205,7 @@ def _avoidable_finding(transfers: list[Transfer], steps: int, from_misplacement:
                   "directions": dict(collections.Counter(t.direction for t in transfers))},
         cost_us_per_step=stats["us_per_step"],
         cost_basis=("time in these copies/receives per step (receives include waiting for the sender)"
-                    if stats["us_per_step"] is not None else "no trace given: cost not estimated"),
+                    if stats["us_per_step"] is not None else untimed or "the trace gives these copies no time"),
         fix=("Fix the placement findings (PA001/PA002) so producer and consumer share a device; for host "
              "round trips, place the host-side op (often shape arithmetic) on the device or precompute it."),
     )
