@@ -46,7 +46,8 @@ def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[Finding] |
         rule_id=RULE_ID,
         severity=Severity.WARNING,
         title=(f"{heaviest.label} is busy {mean.max() / max(mean.min(), 1e-9):.1f}x as long as {lightest.label} "
-               f"per step (spread {float(np.median(spread)):.0%})"),
+               f"per step; spread above {threshold:.0%} in {int(over.sum())} of {len(busy)} steps "
+               f"(median {float(np.median(spread)):.0%}, max {float(spread.max()):.0%})"),
         devices=tuple(d.label for d in devices),
         evidence={
             "threshold": threshold,

@@ -18,7 +18,7 @@ import numpy as np
 from rnnprof.profiler.events import Device, EventTable, Kind, parse_tf_device
 
 from . import scopes
-from .timing import compute_mask, step_keys
+from .timing import compute_mask, length, merge, step_keys
 
 if TYPE_CHECKING:  # networkx is only needed by whoever builds the graph
     import networkx
@@ -140,20 +140,32 @@ def _devices_from_events(events: EventTable) -> dict[str, tuple[Device, str]]:
             for name, (device, _) in best.items() if events.strings[name]}
 
 
+def _named(events: EventTable, names: set[str], device: Device | None) -> np.ndarray:
+    """Op/kernel events of these node names (optionally on one device)."""
+    codes = [events.code_of(n) for n in names]
+    mask = np.isin(events.name, [c for c in codes if c >= 0]) & compute_mask(events)
+    if device is not None:
+        mask &= events.device == (events.devices.index(device) if device in events.devices else -1)
+    return mask
+
+
 def time_by_name(events: EventTable | None, names: set[str], device: Device | None = None) -> dict[str, float]:
     """Total µs of op/kernel events per node name (optionally on one device)."""
     if events is None or not names:
         return {}
-    codes = [events.code_of(n) for n in names]
-    mask = np.isin(events.name, [c for c in codes if c >= 0]) & compute_mask(events)
-    if device is not None:
-        if device not in events.devices:
-            return {}
-        mask &= events.device == events.devices.index(device)
+    mask = _named(events, names, device)
     out: dict[str, float] = collections.defaultdict(float)
     for code, dur in zip(events.name[mask].tolist(), events.dur[mask].tolist()):
         out[events.strings[code]] += dur
     return dict(out)
+
+
+def wall_time(events: EventTable | None, names: set[str], device: Device | None = None) -> float:
+    """µs during which at least one of these ops ran (overlapping ops counted once), over all steps."""
+    if events is None or not names:
+        return 0.0
+    mask = _named(events, names, device)
+    return length(merge(events.ts[mask], events.end[mask]))
 
 
 def steps_in(events: EventTable | None) -> int:

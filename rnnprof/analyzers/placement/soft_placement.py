@@ -6,7 +6,7 @@ import collections
 
 from . import scopes
 from .finding import Finding, NotChecked, Severity
-from .inputs import AuditInput, requested_differs, steps_in, time_by_name
+from .inputs import AuditInput, requested_differs, steps_in, time_by_name, wall_time
 
 RULE_ID = "PA001-soft-placement-fallback"
 TITLE = "Soft-placement fallback"
@@ -45,7 +45,7 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
             groups[key][0] += 1
             groups[key][1] += times.get(n.name, 0.0)
         compute = [n for n in nodes if n.op not in scopes.PLUMBING_OPS]
-        per_step = sum(times.values()) / steps if steps else None
+        per_step = wall_time(inp.events, {n.name for n in nodes}) / steps if steps else None
         findings.append(Finding(
             rule_id=RULE_ID,
             severity=Severity.ERROR if compute else Severity.INFO,
@@ -65,7 +65,8 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
                 ],
             },
             cost_us_per_step=per_step,
-            cost_basis=(f"time these ops ran on {got} per traced step" if steps
+            cost_basis=(f"wall time per traced step during which these ops ran on {got} (overlaps counted once; "
+                        f"the groups' times add up each op)" if steps
                         else "no trace given: cost not estimated"),
             fix=(f"Make {wanted} exist for this run (check CUDA_VISIBLE_DEVICES and the device count), or "
                  f"place ops that cannot run there explicitly (see PA007 for ops without a kernel). "
