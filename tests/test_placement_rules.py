@@ -157,7 +157,38 @@ def test_updates_of_all_replicas_on_one_device_is_an_error_in_replicated_mode():
 
 def test_updates_spread_or_parameter_server_are_fine():
     assert findings(update_placement.check(_updates([CPU0, CPU1]))) == []
-    assert findings(update_placement.check(_updates([CPU0, CPU0], mode="parameter_server"))) == []
+    # One parameter device applying every update is parameter-server mode's design: information only, explained.
+    (info,) = findings(update_placement.check(_updates([CPU0, CPU0], mode="parameter_server")))
+    assert info.severity == Severity.INFO and info.evidence["mode"] == "parameter_server"
+    assert "Expected in parameter_server mode" in info.fix and "intends" in info.title
+
+
+@pytest.mark.parametrize("all_reduce, devices, central", [("pscpu", 4, True), ("hierarchical", 2, True),
+                                                          ("hierarchical", 4, False), ("ring", 2, False)])
+def test_which_all_reduces_aggregate_on_one_device_by_design(all_reduce, devices, central):
+    assert update_placement.aggregates_centrally(all_reduce, devices) is central
+
+
+def test_ops_colocated_with_a_shared_variable_follow_it_as_information():
+    """Parameter-server mode on logical devices: tower 1's embedding lookup (and its gradient) run next to
+    the shared table on tower 0's device because TF colocates them; a softmax pinned there is still an error."""
+    g = towers(pin_softmax=True)
+    g.add_node("shared/table", op="VarHandleOp", requested_device=CPU0, assigned_device=CPU0)
+    g.add_node("tower_1/embedding_lookup", op="ResourceGather", requested_device=CPU0, assigned_device=CPU0,
+               colocation=("shared/table",))
+    g.add_edge("tower_1/x", "tower_1/embedding_lookup", control=False)
+    ev = events(("tower_1/embedding_lookup", "ResourceGather", 0, 0, 10), ("tower_1/lstm/MatMul", "MatMul", 1, 20, 80))
+    found = findings(replica_pinning.check(AuditInput(graph=g, events=ev)))
+    (info,) = [f for f in found if f.severity == Severity.INFO]
+    assert info.ops == ("tower_1/embedding_lookup",) and info.evidence["colocated_with"] == {"shared/table": 1}
+    (error,) = [f for f in found if f.severity == Severity.ERROR]
+    assert "tower_1/embedding_lookup" not in error.ops and "tower_1/softmax" in error.ops
+    assert "tower_1/embedding_lookup" not in replica_pinning.misplaced_names(AuditInput(graph=g))
+    # colocated with a tower's own variable copy on another tower's device is still pinning
+    g.add_node("tower_0/table", op="VarHandleOp", requested_device=CPU0, assigned_device=CPU0)
+    g.nodes["tower_1/embedding_lookup"]["colocation"] = ("tower_0/table",)
+    found = findings(replica_pinning.check(AuditInput(graph=g)))
+    assert not [f for f in found if f.severity == Severity.INFO]
 
 
 def test_update_rule_not_checked_without_training_ops():
@@ -201,6 +232,27 @@ def test_host_round_trip_is_avoidable_but_feeds_are_not():
     assert avoidable[0].evidence["bytes_per_step"] == 8 and avoidable[0].cost_us_per_step == pytest.approx(4.0)
     feed_only = events(("edge_1__recv_x_0", "MEMCPYHtoD", GPU0, 0, 5, Kind.MEMCPY, 4096))
     assert all(f.severity == Severity.INFO for f in findings(transfers.check(AuditInput(events=feed_only))))
+
+
+def test_copies_that_do_not_name_their_tensor_are_never_called_round_trips():
+    """Kineto names a copy only by its kind: a DtoH then an HtoD may be a loss read and the next batch."""
+    kineto = events(("Memcpy DtoH (Device -> Pageable)", "Memcpy DtoH (Device -> Pageable)", GPU0, 0, 2, Kind.MEMCPY, 4),
+                    ("Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pageable -> Device)", GPU0, 5, 3, Kind.MEMCPY, 64),
+                    ("k", "MatMul", GPU0, 0, 30, Kind.KERNEL), steps=2)
+    (inventory,) = findings(transfers.check(AuditInput(events=kineto)))
+    assert inventory.severity == Severity.INFO and inventory.evidence["per_step"] == 2
+    assert "DtoH 1" in inventory.title and "HtoD 1" in inventory.title
+
+
+def test_receives_only_in_the_graph_say_why_they_have_no_cost():
+    g = towers(pin_softmax=True)
+    g.add_node("tower_1/lstm/Tanh/_3", op="_Recv", requested_device="", assigned_device=CPU0,
+               tensor_name="edge_9_tower_1/lstm/Tanh")
+    g.add_edge("tower_1/lstm/Tanh/_3", "tower_1/projection", control=False)
+    (warn, _) = findings(transfers.check(AuditInput(graph=g, events=tower_events(True))))
+    assert warn.cost_us_per_step is None and "records no time for these receives" in warn.cost_basis
+    (warn, _) = findings(transfers.check(AuditInput(graph=g)))
+    assert warn.cost_basis.startswith("no trace given")
 
 
 def test_receives_of_pinned_tensors_are_avoidable():
