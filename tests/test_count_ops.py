@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -131,3 +132,45 @@ def test_json_document_is_valid_for_gzip_run_timelines(tmp_path):
     doc = run_json([run])
     assert sum(d["cpu_kernels"] for d in doc["kernels"]["devices"]) == ops
     assert Path(doc["source"]) == run
+
+
+def test_kernels_by_op_type_and_device_match_raw_json():
+    raw = raw_events(TF1_GPU_LOOP)
+    process = {e["pid"]: e["args"]["name"] for e in raw if e.get("ph") == "M" and e.get("name") == "process_name"}
+    # GPU kernels: per-stream lanes of gpu:0, minus the copies that the memcpy lane repeats.
+    copies = {(e["name"], e["ts"], e["dur"]) for e in raw
+              if e.get("ph") == "X" and process[e["pid"]].endswith("/memcpy Compute")}
+    gpu = Counter(e["args"].get("op") or e["name"] for e in raw
+                  if e.get("ph") == "X" and "/stream:" in process[e["pid"]]
+                  and "/stream:all" not in process[e["pid"]] and (e["name"], e["ts"], e["dur"]) not in copies)
+    cpu = Counter(e["args"].get("op") or e["name"] for e in raw
+                  if e.get("ph") == "X" and process[e["pid"]] == "/job:localhost/replica:0/task:0/cpu:0 Compute")
+    doc = run_json([TF1_GPU_LOOP])
+    by_device_type = doc["kernels"]["by_device_type"]
+    assert by_device_type["gpu:0"] == dict(gpu)
+    assert by_device_type.get("cpu:0", {}) == dict(cpu)
+    assert {op: v["gpu_kernels"] for op, v in doc["kernels"]["by_type"].items() if v["gpu_kernels"]} == dict(gpu)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("by", ["device", "type"])
+def test_tables_fit_the_terminal_and_never_cut_a_number(tmp_path, width, by):
+    run = _run_with_graphs(tmp_path)
+    for args in ([run, "--by", by], [KINETO_NCCL, "--by", by], [run, "--vs", TF1_CPU_LOOP, "--by", by]):
+        console = Console(record=True, width=width, color_system=None)
+        assert main(["count-ops", *map(str, args)], console=console) == 0
+        text = console.export_text()
+        assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+        for line in text.splitlines():
+            assert not re.search(r"\d…|…\d", line), line  # a number cut short
+    # --by type: graph ops per op type with a column per device, for both graphs.
+    console = Console(record=True, width=80, color_system=None)
+    main(["count-ops", str(run), "--by", "type"], console=console)
+    text = console.export_text()
+    assert text.count("ops per op type and device") == 2
+    header = next(line for line in text.splitlines() if line.lstrip().startswith("op type") and "all" in line)
+    assert header.split()[-2:] == ["cpu:0", "cpu:1"]
+    runtime = run_json([run])["runtime_graph"]["by_device_type"]
+    expected = [runtime[d].get("_MklMatMul", 0) for d in ("cpu:0", "cpu:1")]
+    mkl = next(line for line in text.splitlines() if line.lstrip().startswith("_MklMatMul"))
+    assert mkl.split()[1:] == [str(sum(expected)), *map(str, expected)]  # all, cpu:0, cpu:1 (runtime graph)

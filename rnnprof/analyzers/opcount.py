@@ -79,6 +79,8 @@ class KernelCounts:
     steps: tuple[int, ...] = ()  # (-1,) when the trace has no step markers
     devices: tuple[DeviceKernels, ...] = ()
     by_type: dict[str, tuple[int, int]] = field(default_factory=dict)  # op type -> (cpu, gpu) kernels
+    # device -> op type -> kernels (a GPU's are GPU kernels, any other device's CPU kernels)
+    by_device_type: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def n_steps(self) -> int:
@@ -205,18 +207,28 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
         )
         if entry.cpu_kernels or entry.gpu_kernels or entry.gpu_launches or entry.copies or entry.outside_steps:
             devices.append(entry)
+    # By op type, over the same events as the per-device counts (inside step markers).
+    in_steps = step_index < len(steps)
     by_type: dict[str, tuple[int, int]] = {}
-    for mask, slot in ((cpu, 0), (gpu, 1)):
+    for mask, slot in ((cpu & in_steps, 0), (gpu & in_steps, 1)):
         codes, counts = np.unique(table.op_type[mask], return_counts=True)
         for c, n in zip(codes, counts):
             pair = list(by_type.get(table.strings[c], (0, 0)))
             pair[slot] = int(n)
             by_type[table.strings[c]] = tuple(pair)
-    by_type = dict(sorted(by_type.items(), key=lambda kv: -(kv[1][0] + kv[1][1])))
+    by_type = dict(sorted(by_type.items(), key=lambda kv: (-(kv[1][0] + kv[1][1]), kv[0])))
+    counted = (cpu | gpu) & in_steps
+    pairs, pair_counts = np.unique(np.stack([table.device[counted].astype(np.int64), table.op_type[counted]]),
+                                   axis=1, return_counts=True)
+    by_device_type: dict[str, dict[str, int]] = {}
+    for (code, op), n in zip(pairs.T, pair_counts):
+        by_device_type.setdefault(table.devices[code].label, {})[table.strings[op]] = int(n)
+    by_device_type = {d: dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))
+                      for d, ops in sorted(by_device_type.items())}
     if not devices:
         return KernelCounts(available=False, reason="the trace holds no op executions or kernels", steps=steps)
     return KernelCounts(available=True, steps=steps, devices=tuple(sorted(devices, key=lambda d: d.device)),
-                        by_type=by_type)
+                        by_type=by_type, by_device_type=by_device_type)
 
 
 def count_ops(

@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.comm import analyze_comm
     from rnnprof.profiler.loaders import load_events
-    from rnnprof.reports.comm import render_json, render_table, to_document
+    from rnnprof.reports.comm import render_table, to_document
+    from rnnprof.reports.layout import render_json
 
     for pattern in args.comm_pattern:
         try:

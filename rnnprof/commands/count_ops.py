@@ -78,17 +78,18 @@ def analyze_input(paths: list[str]):
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.opcount import compare
     from rnnprof.reports import opcount as report
+    from rnnprof.reports.layout import render_json
 
     result = analyze_input(args.paths)
     if args.vs:
         comparison = compare(result, analyze_input([args.vs]))
         if args.json:
-            report.render_json(report.comparison_document(comparison), console)
+            render_json(report.comparison_document(comparison), console)
         else:
             report.render_comparison(comparison, by=args.by, console=console)
         return 0
     if args.json:
-        report.render_json(report.to_document(result), console)
+        render_json(report.to_document(result), console)
     else:
         report.render_table(result, by=args.by, console=console)
     return 0

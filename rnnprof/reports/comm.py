@@ -1,20 +1,17 @@
 """Rendering of ``rnnprof comm`` results: rich tables, or one JSON document.
 
-Tables are laid out to fit 80 columns: no vertical rules, two-line headers, units in the
-headers and captions, per-step rows grouped under a step heading. Cells fold rather than
-truncate, so a number is never cut off on a narrower terminal.
+Tables fit 80 columns: compact tables (``rnnprof.reports.layout``), two-line headers with units,
+per-step rows grouped under a step heading.
 """
 
 from __future__ import annotations
 
-import json
-
-from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from rnnprof.analyzers.comm import BASIS_EXECUTOR, Breakdown, CommReport, Straggler
+from rnnprof.reports.layout import compact_table
 
 TOP_COMM_OPS = 10
 
@@ -44,12 +41,7 @@ def _cells(b: Breakdown) -> list[str]:
 
 
 def _table(title: str, first: str, numeric: tuple[str, ...], caption: str = "") -> Table:
-    table = Table(title=title, title_justify="left", caption=caption or None, caption_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column(first, overflow="fold")
-    for column in numeric:
-        table.add_column(column, justify="right", overflow="fold")
-    return table
+    return compact_table(first, numeric, title=title, caption=caption)
 
 
 def breakdown_table(report: CommReport, *, per_step: bool) -> Table:
@@ -57,14 +49,14 @@ def breakdown_table(report: CommReport, *, per_step: bool) -> Table:
     if not per_step:
         table = _table("per device", "device", _BREAKDOWN_COLUMNS)
         for d in report.devices:
-            table.add_row(d.device.label, *_cells(d.total))
+            table.add_row(Text(d.device.label), *_cells(d.total))
         return table
     table = _table("per step", "step / device", _BREAKDOWN_COLUMNS)
     for step in report.steps:
         table.add_row(Text(f"step {step}", style="bold"), end_section=False)
         for d in report.devices:
             if step in d.steps:
-                table.add_row(f"  {d.device.label}", *_cells(d.steps[step]))
+                table.add_row(Text(f"  {d.device.label}"), *_cells(d.steps[step]))
     return table
 
 
@@ -81,7 +73,7 @@ def comm_ops_table(report: CommReport, top: int = TOP_COMM_OPS) -> Table:
     table = _table("communication ops by time", "op", columns, caption)
     for op in shown:
         type_cell = (op.op_type if op.op_type != op.name else "",) if with_type else ()
-        table.add_row(op.name, *type_cell, str(op.devices), f"{op.events:,}", _ms(op.total_us))
+        table.add_row(Text(op.name), *map(Text, type_cell), str(op.devices), f"{op.events:,}", _ms(op.total_us))
     return table
 
 
@@ -91,9 +83,9 @@ def straggler_table(stragglers: tuple[Straggler, ...]) -> Table:
     table = _table(title, "step", ("finished\nlast", "+ vs\nmedian", "+ vs\nearliest",
                                    "started\ncomm last", "+ vs\nearliest"), caption)
     for s in stragglers:
-        table.add_row("all" if s.step is None else str(s.step), s.last_to_finish.label,
+        table.add_row("all" if s.step is None else str(s.step), Text(s.last_to_finish.label),
                       _ms(s.finish_lag_vs_median_us), _ms(s.finish_lag_vs_earliest_us),
-                      s.last_comm_start.label if s.last_comm_start is not None else "-",
+                      Text(s.last_comm_start.label if s.last_comm_start is not None else "-"),
                       _ms(s.comm_start_lag_vs_earliest_us))
     return table
 
@@ -131,5 +123,3 @@ def to_document(report: CommReport, *, per_step: bool) -> dict:
     return document
 
 
-def render_json(document: dict, console: Console) -> None:
-    console.print(json.dumps(document, indent=2), markup=False, highlight=False, soft_wrap=True, emoji=False)

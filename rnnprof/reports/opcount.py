@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts, OpCountComparison, OpCountReport
+from rnnprof.reports.layout import compact_table
 
 TOP_TYPES = 15
+
+
+MAX_DEVICE_COLUMNS = 6  # more devices than this: --by type shows the busiest ones and "other devices"
 
 
 def _short(text: str, width: int = 60) -> str:
@@ -23,83 +27,106 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.{digits}f}"
 
 
-def _graph_table(title: str, counts: GraphOpCounts, by: str) -> Table | str:
-    if not counts.available:
-        return f"[bold]{title}[/bold]: not available ({counts.reason})"
-    if by == "type":
-        table = Table(title=f"{title}: {counts.total:,} ops ({counts.top_level:,} top level, "
-                            f"{counts.in_functions:,} in {len(counts.functions)} function bodies)")
-        table.add_column("op type")
-        table.add_column("ops", justify="right")
-        for op, n in list(counts.by_type.items())[:TOP_TYPES]:
-            table.add_row(_short(op), f"{n:,}")
-        if len(counts.by_type) > TOP_TYPES:
-            table.add_row(f"... {len(counts.by_type) - TOP_TYPES} more types",
-                          f"{sum(list(counts.by_type.values())[TOP_TYPES:]):,}")
-        return table
-    table = Table(title=f"{title}: {counts.total:,} ops ({counts.top_level:,} top level, "
-                        f"{counts.in_functions:,} in {len(counts.functions)} function bodies)")
-    table.add_column("device")
-    table.add_column("ops", justify="right")
-    table.add_column("most common op types")
-    for device, n in counts.by_device.items():
-        common = ", ".join(f"{op} {k}" for op, k in list(counts.by_device_type[device].items())[:4])
-        table.add_row(device, f"{n:,}", common)
+def _heading(title: str, counts: GraphOpCounts) -> str:
+    return (f"[bold]{escape(title)}[/bold]: {counts.total:,} ops ({counts.top_level:,} top level, "
+            f"{counts.in_functions:,} in {len(counts.functions)} function bodies)")
+
+
+def _device_columns(per_device: dict[str, dict[str, int]]) -> tuple[list[str], bool]:
+    """The devices that get a column (most ops first, then by name), and whether others are folded."""
+    totals = {d: sum(ops.values()) for d, ops in per_device.items()}
+    ranked = sorted(per_device, key=lambda d: (-totals[d], d))
+    shown = sorted(ranked[:MAX_DEVICE_COLUMNS]) if len(ranked) > MAX_DEVICE_COLUMNS else sorted(ranked)
+    return shown, len(ranked) > len(shown)
+
+
+def _by_type_table(totals: dict[str, tuple[int, ...]], per_device: dict[str, dict[str, int]],
+                   total_headers: tuple[str, ...], scale: float = 1.0) -> Table:
+    """Rows: op types (most first) with their totals, then one column per device; counts ÷ ``scale``."""
+    devices, folded = _device_columns(per_device)
+    others = [d for d in per_device if d not in devices]
+    headers = [*total_headers, *map(escape, devices), *(["other\ndevices"] if folded else [])]
+    table = compact_table("op type", headers)
+
+    def row(label: str, ops: list[str]) -> None:
+        sums = [sum(totals[op][i] for op in ops) for i in range(len(total_headers))]
+        cells = [sum(per_device[d].get(op, 0) for op in ops) for d in devices]
+        if folded:
+            cells.append(sum(per_device[d].get(op, 0) for d in others for op in ops))
+        table.add_row(label, *(_fmt(v / scale) for v in (*sums, *cells)))
+
+    names = list(totals)
+    for op in names[:TOP_TYPES]:
+        row(escape(_short(op)), [op])
+    if len(names) > TOP_TYPES:
+        row(f"... {len(names) - TOP_TYPES} more types", names[TOP_TYPES:])
     return table
 
 
-def _kernel_table(kernels: KernelCounts, by: str) -> Table | str:
-    if not kernels.available:
-        return f"[bold]Kernel invocations[/bold]: not available ({kernels.reason})"
-    steps = "no step markers: whole trace = 1 step" if kernels.steps == (-1,) else \
-        f"{len(kernels.steps)} steps ({kernels.steps[0]}..{kernels.steps[-1]})"
-    n = kernels.n_steps
+def _graph_table(title: str, counts: GraphOpCounts, by: str) -> list:
+    if not counts.available:
+        return [f"[bold]{escape(title)}[/bold]: not available ({escape(counts.reason)})"]
     if by == "type":
-        table = Table(title=f"Kernel invocations per step by op type [{steps}]")
-        table.add_column("op type")
-        table.add_column("CPU kernels/step", justify="right")
-        table.add_column("GPU kernels/step", justify="right")
-        for op, (c, g) in list(kernels.by_type.items())[:TOP_TYPES]:
-            table.add_row(_short(op), _fmt(c / n), _fmt(g / n))
-        return table
-    table = Table(title=f"Kernel invocations per device per step [{steps}]")
-    for column in ("device", "CPU kernels/step", "GPU kernels/step", "GPU launches/step", "copies/step"):
-        table.add_column(column, justify="left" if column == "device" else "right")
+        totals = {op: (n,) for op, n in counts.by_type.items()}
+        return [_heading(title, counts) + " — ops per op type and device",
+                _by_type_table(totals, counts.by_device_type, ("all",))]
+    table = compact_table("device", ("ops",))
+    table.add_column("most common op types", overflow="fold")
+    for device, n in counts.by_device.items():
+        common = ", ".join(f"{op} {k}" for op, k in list(counts.by_device_type[device].items())[:4])
+        table.add_row(escape(device), f"{n:,}", escape(common))
+    return [_heading(title, counts) + " — ops per device", table]
+
+
+def _kernel_table(kernels: KernelCounts, by: str) -> list:
+    if not kernels.available:
+        return [f"[bold]Kernel invocations[/bold]: not available ({escape(kernels.reason)})"]
+    steps = escape("[no step markers: whole trace = 1 step]" if kernels.steps == (-1,) else
+                   f"[{len(kernels.steps)} steps ({kernels.steps[0]}..{kernels.steps[-1]})]")
+    n = kernels.n_steps
+    outside = sum(d.outside_steps for d in kernels.devices)
+    note = [f"[dim]{outside:,} kernels outside step markers are not counted[/dim]"] if outside else []
+    if by == "type":
+        table = _by_type_table(kernels.by_type, kernels.by_device_type, ("CPU\nkernels", "GPU\nkernels"), n)
+        return [f"[bold]Kernel invocations per step by op type and device[/bold] {steps}", table, *note]
+    table = compact_table("device", ("CPU\nkernels", "GPU\nkernels", "GPU\nlaunches", "copies"),
+                          caption="per step; [CPU kernels / GPU kernels] is the split, launches and "
+                                  "copies are not kernels (see Definitions)")
     for d in kernels.devices:
-        table.add_row(d.device, _fmt(d.cpu_kernels / n), _fmt(d.gpu_kernels / n),
+        table.add_row(escape(d.device), _fmt(d.cpu_kernels / n), _fmt(d.gpu_kernels / n),
                       _fmt(d.gpu_launches / n), _fmt(d.copies / n))
     table.add_row("[bold]all devices[/bold]", _fmt(kernels.cpu_kernels / n), _fmt(kernels.gpu_kernels / n),
                   _fmt(kernels.gpu_launches / n), _fmt(sum(d.copies for d in kernels.devices) / n))
-    return table
+    return [f"[bold]Kernel invocations per device per step[/bold] {steps}", table, *note]
 
 
 def render_table(report: OpCountReport, *, by: str, console: Console) -> None:
-    console.print(f"[bold]{report.source}[/bold] ({report.source_format})")
-    console.print(_graph_table("User graph (as built; requested devices)", report.user_graph, by))
-    console.print(_graph_table("Runtime graph (partitions after optimization; assigned devices)",
-                               report.runtime_graph, by))
-    console.print(_kernel_table(report.kernels, by))
+    console.print(f"[bold]{escape(report.source)}[/bold] ({escape(report.source_format)})")
+    parts = [*_graph_table("User graph (as built; requested devices)", report.user_graph, by),
+             *_graph_table("Runtime graph (partitions after optimization; assigned devices)",
+                           report.runtime_graph, by),
+             *_kernel_table(report.kernels, by)]
+    for part in parts:
+        console.print(part)
     render_definitions(report.definitions, console)
 
 
 def render_definitions(definitions: dict[str, str], console: Console) -> None:
     console.print("[dim]Definitions:[/dim]")
     for term, text in definitions.items():
-        console.print(f"[dim]  {term}: {text}[/dim]", highlight=False)
+        console.print(f"[dim]  {escape(term)}: {escape(text)}[/dim]", highlight=False)
 
 
 def render_comparison(comparison: OpCountComparison, *, by: str, console: Console) -> None:
     left, right = comparison.left, comparison.right
-    table = Table(title=f"{left.source} ÷ {right.source}")
-    table.add_column("metric")
-    table.add_column("left", justify="right")
-    table.add_column("right", justify="right")
-    table.add_column("ratio", justify="right")
+    console.print(f"[bold]{escape(left.source)} ÷ {escape(right.source)}[/bold]")
+    table = compact_table("metric", ("left", "right", "ratio"),
+                          caption=f"left = {escape(left.source)}, right = {escape(right.source)}; ratio = left ÷ right; "
+                                  "n/a: that side has no such graph or trace, or the divisor is 0")
     for r in comparison.ratios:
         ratio = r.ratio
-        table.add_row(r.metric, _fmt(r.left), _fmt(r.right), "n/a" if ratio is None else f"{ratio:.2f}x")
+        table.add_row(escape(r.metric), _fmt(r.left), _fmt(r.right), "n/a" if ratio is None else f"{ratio:,.2f}x")
     console.print(table)
-    console.print("[dim]n/a: the input on that side has no such graph or trace, or the divisor is 0[/dim]")
     render_definitions(left.definitions, console)
 
 
@@ -126,7 +153,3 @@ def comparison_document(comparison: OpCountComparison) -> dict:
         "ratios": [{"metric": r.metric, "left": r.left, "right": r.right, "ratio": r.ratio}
                    for r in comparison.ratios],
     }
-
-
-def render_json(document: dict, console: Console) -> None:
-    console.print(json.dumps(document, indent=2), markup=False, highlight=False, soft_wrap=True, emoji=False)

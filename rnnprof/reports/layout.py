@@ -1,0 +1,31 @@
+"""Table layout shared by the reports: compact tables that fold rather than cut, and JSON output.
+
+Compact tables have no vertical rules (two characters per column instead of three), right-aligned
+numeric columns, and every cell folds when the terminal is too narrow, so a number is never
+replaced by an ellipsis.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+
+def compact_table(first: str, numeric: tuple[str, ...] | list[str], *, title: str = "", caption: str = "",
+                  text_columns: tuple[str, ...] = ()) -> Table:
+    """A table whose first column (and ``text_columns``) hold text and whose other columns hold numbers."""
+    table = Table(title=title or None, title_justify="left", caption=caption or None, caption_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column(first, overflow="fold")
+    for column in text_columns:
+        table.add_column(column, overflow="fold")
+    for column in numeric:
+        table.add_column(column, justify="right", overflow="fold")
+    return table
+
+
+def render_json(document: dict, console: Console) -> None:
+    console.print(json.dumps(document, indent=2), markup=False, highlight=False, soft_wrap=True, emoji=False)
