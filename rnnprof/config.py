@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from rnnprof.errors import UsageError
+from rnnprof.profiler import limits
 
 MODELS = ("nmt", "rnnlm")
 ENCODERS = ("loop", "fused")
@@ -114,6 +115,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser, devices_help: str | 
     g.add_argument("--learning-rate", type=float, default=None)
     g.add_argument("--preset", choices=RNNLM_PRESETS, default=None, help="RNNLM presets")
     g.add_argument("--data", default=None, help="a tokenized text file (one sentence a line) instead of the bundled corpus")
+    limits.add_argument(g)  # applies to --data
     g.add_argument("--plant", choices=PLANTS, default=None,
                    help="diagnostic: reproduce a known placement mishap (RNNLM)")
     g.add_argument("--seed", type=int, default=1)

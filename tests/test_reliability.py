@@ -349,3 +349,14 @@ def test_permission_denied_is_an_input_error_even_as_root(tmp_path, capsys, monk
     assert main(["comm", str(locked)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.splitlines() == [f"rnnprof comm: error: {locked}: cannot read: Permission denied"]
+
+
+@pytest.mark.parametrize("command", ["scale", "trace"])
+def test_workload_data_file_obeys_the_size_limit(tmp_path, capsys, command):
+    big = tmp_path / "big.txt"
+    big.write_text("the cat sat on the mat\n" * 200)
+    out = ["--out", str(tmp_path / "run")] if command == "trace" else []
+    code = main([command, "--model", "rnnlm", "--preset", "small", "--devices", "1", "--data", str(big),
+                 "--max-input-size", "1K", *out])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.splitlines() == [err] and str(big) in err and "input limit of 1.0 KiB" in err

@@ -16,6 +16,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from rnnprof.errors import InputError
+from rnnprof.profiler import limits
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 RESERVED = 4
@@ -39,6 +40,7 @@ def read_sentences(path: str | Path | None = None) -> list[list[str]]:
         raise InputError(path, "no such file", DATA_EXPECTED)
     if not path.is_file():
         raise InputError(path, "is not a regular file", DATA_EXPECTED)
+    limits.check_file(path)  # a huge file is one clear error, not an out-of-memory
     try:
         raw = path.read_bytes()
     except OSError as e:
