@@ -290,3 +290,13 @@ def test_report_never_cuts_a_number(width):
     flat = re.sub(r"\s+", "", text)
     for number in ("1,234,568", "1,234,000", "98,765"):  # spans and comm time, whole
         assert number in flat
+
+
+def test_cli_host_only_trace_says_why_there_is_nothing_per_device(tmp_path, capsys):
+    trace = {"schemaVersion": 1, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5, "args": {}}]}
+    path = tmp_path / "cpu_only.json"
+    path.write_text(json.dumps(trace))
+    code, out, err = run_cli(capsys, path)
+    assert code == 2 and out == ""
+    assert "every event is on the host" in err and len(err.strip().splitlines()) == 1

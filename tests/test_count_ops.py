@@ -174,3 +174,12 @@ def test_tables_fit_the_terminal_and_never_cut_a_number(tmp_path, width, by):
     expected = [runtime[d].get("_MklMatMul", 0) for d in ("cpu:0", "cpu:1")]
     mkl = next(line for line in text.splitlines() if line.lstrip().startswith("_MklMatMul"))
     assert mkl.split()[1:] == [str(sum(expected)), *map(str, expected)]  # all, cpu:0, cpu:1 (runtime graph)
+
+
+def test_input_that_is_neither_trace_nor_graph_names_both_format_families(tmp_path, capsys):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    assert main(["count-ops", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "notes.txt" in err
+    assert "Kineto" in err and "XSpace" in err and "GraphDef" in err

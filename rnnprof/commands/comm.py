@@ -39,8 +39,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
     report = analyze_comm(table, args.comm_pattern)
     if not report.devices:
-        raise InputError(", ".join(args.paths), "no device activity (no kernels, memcpys or ops on a device)",
-                         "a trace of GPU streams or TF device ops")
+        host_only = len(table) > 0 and all(d.kind == "host" for d in table.devices)
+        problem = ("no device activity: every event is on the host (a CPU-only tf.profiler XSpace, for one, "
+                   "names no device for its ops)" if host_only
+                   else "no device activity (no kernels, memcpys or ops on a device)")
+        raise InputError(", ".join(args.paths), problem,
+                         "a trace of GPU streams or TF device ops, e.g. an rnnprof run directory")
     if args.json:
         render_json(to_document(report, per_step=args.per_step), console)
     else:

@@ -52,6 +52,12 @@ def analyze_input(paths: list[str]):
         events_error = exc
     has_graph = graph_set is not None and (graph_set.user is not None or graph_set.runtime is not None)
     if table is None and not has_graph:
+        if single is not None and fmt is None and graph_reason:
+            # Neither a trace nor a graph: name both families of formats that were tried.
+            from rnnprof.profiler.loaders import EXPECTED
+
+            raise InputError(single, "matches no known trace or graph format",
+                             f"{EXPECTED}, or a GraphDef (.pb, .pbtxt)")
         raise events_error
     if graph_set is None and not graph_reason and table is not None:
         graph_reason = f"{table.source_format} traces carry no TensorFlow graph"
