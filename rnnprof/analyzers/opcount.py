@@ -209,26 +209,36 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
             devices.append(entry)
     # By op type, over the same events as the per-device counts (inside step markers).
     in_steps = step_index < len(steps)
-    by_type: dict[str, tuple[int, int]] = {}
-    for mask, slot in ((cpu & in_steps, 0), (gpu & in_steps, 1)):
-        codes, counts = np.unique(table.op_type[mask], return_counts=True)
-        for c, n in zip(codes, counts):
-            pair = list(by_type.get(table.strings[c], (0, 0)))
-            pair[slot] = int(n)
-            by_type[table.strings[c]] = tuple(pair)
+    n_strings = len(table.strings)
+    cpu_by_type = np.bincount(table.op_type[cpu & in_steps], minlength=n_strings)
+    gpu_by_type = np.bincount(table.op_type[gpu & in_steps], minlength=n_strings)
+    used = np.flatnonzero(cpu_by_type + gpu_by_type)
+    by_type = {table.strings[c]: (int(cpu_by_type[c]), int(gpu_by_type[c])) for c in used}
     by_type = dict(sorted(by_type.items(), key=lambda kv: (-(kv[1][0] + kv[1][1]), kv[0])))
     counted = (cpu | gpu) & in_steps
-    pairs, pair_counts = np.unique(np.stack([table.device[counted].astype(np.int64), table.op_type[counted]]),
-                                   axis=1, return_counts=True)
+    keys, key_counts = _count_pairs(table.device[counted], table.op_type[counted], n_strings)
     by_device_type: dict[str, dict[str, int]] = {}
-    for (code, op), n in zip(pairs.T, pair_counts):
-        by_device_type.setdefault(table.devices[code].label, {})[table.strings[op]] = int(n)
+    for key, n in zip(keys.tolist(), key_counts.tolist()):
+        code, op = divmod(key, n_strings)
+        by_device_type.setdefault(table.devices[code].label, {})[table.strings[op]] = n
     by_device_type = {d: dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))
                       for d, ops in sorted(by_device_type.items())}
     if not devices:
         return KernelCounts(available=False, reason="the trace holds no op executions or kernels", steps=steps)
     return KernelCounts(available=True, steps=steps, devices=tuple(sorted(devices, key=lambda d: d.device)),
                         by_type=by_type, by_device_type=by_device_type)
+
+
+def _count_pairs(devices: np.ndarray, ops: np.ndarray, n_strings: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct ``device * n_strings + op`` keys and how often each occurs (a bincount when it fits)."""
+    key = devices.astype(np.int64) * n_strings + ops
+    if len(key) == 0:
+        return key, key
+    if int(key.max()) < 50_000_000:
+        counts = np.bincount(key)
+        keys = np.flatnonzero(counts)
+        return keys, counts[keys]
+    return np.unique(key, return_counts=True)
 
 
 def count_ops(
