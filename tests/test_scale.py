@@ -122,3 +122,30 @@ def test_bad_flag_through_the_console_script_has_no_traceback():
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith("rnnprof scale: error: --devices")
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_table_never_cuts_a_figure_short_at_narrow_widths(width):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from rnnprof.reports.scale import render_table
+
+    def big_point(devices, seconds, words):
+        steps = [FakeStep(seconds, words), FakeStep(seconds * 1.2, words)]
+        return ScalePoint(variable_update="replicated", all_reduce="ring", devices=devices, per_device_batch=1024,
+                          total_batch=1024 * devices, timed=summarize(steps),
+                          with_warmup=summarize([FakeStep(100.0, words), *steps]))
+
+    result = speedup_table([big_point(1, 13.392, 4_000_000), big_point(16, 1.1, 60_000_000)])
+    buffer = StringIO()
+    render_table(result, model="nmt", words_definition="tokens", warmup=10, batches=2000, include_warmup=True,
+                 notes=[], console=Console(file=buffer, width=width), parameter_device=None)
+    text = buffer.getvalue()
+    assert "…" not in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+    fast = result.rows[1].point
+    for figure in (f"{fast.timed.words_per_second:,.0f}", f"{fast.with_warmup.words_per_second:,.0f}",
+                   f"{result.rows[1].speedup:.2f}x", "16384", "14.731±1.339", "speedup", "median±std"):
+        assert figure in text

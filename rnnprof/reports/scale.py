@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -20,35 +22,61 @@ def _mode_title(point, parameter_device: str | None) -> str:
     return point.variable_update
 
 
+def _columns(batches: int, include_warmup: bool) -> list[tuple[str, Callable]]:
+    """(header, cell of a row) for every column of a mode's table, in order."""
+    columns = [
+        ("devices", lambda row: str(row.point.devices)),
+        ("batch per\ndevice", lambda row: str(row.point.per_device_batch)),
+        ("batch\ntotal", lambda row: str(row.point.total_batch)),
+        (f"time (s)\n{batches} batches", lambda row: f"{row.point.timed.total_seconds:.2f}"),
+        ("words/s", lambda row: f"{row.point.timed.words_per_second:,.0f}"),
+    ]
+    if include_warmup:
+        columns.append(("words/s\nw/ warm-up", lambda row: f"{row.point.with_warmup.words_per_second:,.0f}"
+                        if row.point.with_warmup else "-"))
+    columns.append((STEP_HEADER, lambda row: f"{row.point.timed.median_step_seconds:.3f}"
+                                             f"±{row.point.timed.std_step_seconds:.3f}"))
+    columns.append(("speedup", lambda row: f"{row.speedup:.2f}x"))
+    return columns
+
+
+STEP_HEADER = "step (s)\nmedian±std"
+
+
+def _table(rows, columns, title: str | None) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+    for header, _ in columns:
+        table.add_column(header, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(*(cell(row) for _, cell in columns))
+    return table
+
+
+def _natural_width(table: Table, console: Console) -> int:
+    """The width the table needs without shrinking any column (console.measure caps it at the terminal)."""
+    return Measurement.get(console, console.options.update_width(10_000), table).maximum
+
+
 def render_table(result: ScaleResult, *, model: str, words_definition: str, warmup: int, batches: int,
                  include_warmup: bool, notes: list[str], console: Console,
                  parameter_device: str | None = None) -> None:
-    """One table per variable-update mode, then the definitions and notes."""
+    """One table per variable-update mode, then the definitions and notes.
+
+    Figures are never cut short: where the table is wider than the terminal, the step
+    times move to a table of their own below it.
+    """
     console.print(Text(f"rnnprof scale: {model}, {batches} timed batches after {warmup} warm-up", style="bold"))
+    columns = _columns(batches, include_warmup)
     modes = list(dict.fromkeys(row.point.variable_update for row in result.rows))
     for mode in modes:
         rows = [row for row in result.rows if row.point.variable_update == mode]
-        table = Table(title=_mode_title(rows[0].point, parameter_device), title_justify="left",
-                      box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
-        table.add_column("devices", justify="right", no_wrap=True)
-        table.add_column("batch per\ndevice", justify="right", no_wrap=True)
-        table.add_column("batch\ntotal", justify="right", no_wrap=True)
-        table.add_column(f"time (s)\n{batches} batches", justify="right", no_wrap=True)
-        table.add_column("words/s", justify="right", no_wrap=True)
-        if include_warmup:
-            table.add_column("words/s\nw/ warm-up", justify="right", no_wrap=True)
-        table.add_column("step (s)\nmedian±std", justify="right", no_wrap=True)
-        table.add_column("speedup", justify="right", no_wrap=True)
-        for row in rows:
-            p = row.point
-            cells = [str(p.devices), str(p.per_device_batch), str(p.total_batch),
-                     f"{p.timed.total_seconds:.2f}", f"{p.timed.words_per_second:,.0f}"]
-            if include_warmup:
-                cells.append(f"{p.with_warmup.words_per_second:,.0f}" if p.with_warmup else "-")
-            cells.append(f"{p.timed.median_step_seconds:.3f}±{p.timed.std_step_seconds:.3f}")
-            cells.append(f"{row.speedup:.2f}x")
-            table.add_row(*cells)
-        console.print(table)
+        title = _mode_title(rows[0].point, parameter_device)
+        table = _table(rows, columns, title)
+        if _natural_width(table, console) <= console.width:
+            console.print(table)
+            continue
+        console.print(_table(rows, [c for c in columns if c[0] != STEP_HEADER], title))
+        console.print(_table(rows, [c for c in columns if c[0] in ("devices", STEP_HEADER)], None))
     console.print(Text(f"words = {words_definition}; words/s = words in the timed batches / their total time",
                        style="dim"))
     console.print(Text(SPEEDUP_DEFINITION, style="dim"))
