@@ -315,3 +315,69 @@ def test_trace_tf1_session_script_through_cli(tmp_path):
         assert [e for e in events if e["ph"] == "s"]
     assert (out / rundir.GRAPHS_DIR / rundir.GRAPH_FILE).is_file()
     assert list((out / rundir.GRAPHS_DIR / rundir.PARTITIONS_DIR).glob("*.pb"))
+
+
+FAILING_SCRIPT = """
+import tensorflow as tf
+
+@tf.function
+def step(x):
+    return x * 2
+
+for _ in range(3):
+    step(tf.constant(1.0))
+
+def load_batch():
+    raise ValueError("no such shard")
+
+load_batch()
+"""
+
+
+@pytest.mark.slow
+def test_a_failing_script_shows_its_own_traceback_and_its_exit_code(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(FAILING_SCRIPT)
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(out), "--steps", "1",
+                             "--", sys.executable, str(script)], capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 1
+    err = result.stderr.strip().splitlines()
+    assert err[-1] == f"rnnprof trace: error: the script raised ValueError: no such shard (run directory: {out})"
+    assert "in load_batch" in result.stderr and "rnnprof/profiler/script.py" not in result.stderr
+    assert result.stdout == ""
+    m = _manifest(out)
+    assert m["status"] == "interrupted" and m["exit_code"] == 1
+    assert m["error"] == "the script raised ValueError: no such shard"
+    assert m["profiled_steps"] == [1] and m["captured"]["xplane"]  # the window closed before the failure
+
+
+@pytest.mark.slow
+def test_script_exit_code_is_passed_on(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(out), "--",
+                             sys.executable, str(script)], capture_output=True, text=True, env=ENV, timeout=120)
+    assert result.returncode == 3
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"rnnprof trace: error: the script exited with code 3 (run directory: {out})")
+    assert _manifest(out)["exit_code"] == 3
+
+
+def test_a_python_without_tensorflow_is_one_line_naming_the_interpreter(tmp_path):
+    shim = tmp_path / "shim" / "tensorflow"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('No module named tensorflow')\n")
+    script = tmp_path / "train.py"
+    script.write_text("print('never runs')\n")
+    out = tmp_path / "run"
+    env = dict(ENV, PYTHONPATH=str(shim.parent))
+    result = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(out), "--",
+                             sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot import tensorflow" in lines[0] and sys.executable in lines[0]
+    assert "never runs" not in result.stdout
+    m = _manifest(out)
+    assert m["status"] == "interrupted" and "cannot import tensorflow" in m["error"]

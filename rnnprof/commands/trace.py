@@ -6,32 +6,21 @@ import argparse
 import dataclasses
 import sys
 
-from rnnprof.config import add_workload_arguments, workload_config_from_args
-from rnnprof.errors import InterruptedRun, UsageError
+from rnnprof.config import (add_workload_arguments, non_negative_int, non_negative_seconds, positive_int,
+                            workload_config_from_args)
+from rnnprof.errors import InterruptedRun, RnnprofError, UsageError
 
 NAME = "trace"
 HELP = ("Capture a run directory (timelines, TensorBoard profile, graphs, run metadata) from a built-in "
         "workload, your own script (-- python train.py ...), or a running job (--attach)")
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {value}")
-    return value
+class ScriptFailed(RnnprofError):
+    """The user's script failed under capture; its exit code becomes rnnprof's."""
 
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
-    return value
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,18 +28,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--out", default=None, help="run directory to create (default: a fresh runs/<model>-<time>)")
     out.add_argument("--force", action="store_true",
                      help="replace the run in a non-empty --out (only rnnprof's own files are removed)")
-    out.add_argument("--trace-steps", type=_positive_int, default=3,
+    out.add_argument("--trace-steps", type=positive_int, default=3,
                      help="built-in workloads: steps traced after the timed window (default 3)")
     script = parser.add_argument_group("your own script (-- python train.py ARGS)")
-    script.add_argument("--steps", type=_positive_int, default=3, help="steps to capture (default 3)")
-    script.add_argument("--skip-steps", type=int, default=1,
+    script.add_argument("--steps", type=positive_int, default=3, help="steps to capture (default 3)")
+    script.add_argument("--skip-steps", type=non_negative_int, default=1,
                         help="steps to let pass before capturing (default 1: the first step traces and compiles)")
-    script.add_argument("--delay", type=_non_negative_float, default=0.0,
+    script.add_argument("--delay", type=non_negative_seconds, default=0.0,
                         help="seconds to wait before the capture window may open")
     attach = parser.add_argument_group("a running job")
     attach.add_argument("--attach", metavar="grpc://HOST:PORT", default=None,
                         help="capture from a job that called tf.profiler.experimental.server.start(PORT)")
-    attach.add_argument("--duration", type=_non_negative_float, default=2.0, help="seconds to capture (default 2)")
+    attach.add_argument("--duration", type=non_negative_seconds, default=2.0, help="seconds to capture (default 2)")
     add_workload_arguments(parser)
     parser.add_argument("script", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
@@ -89,15 +78,18 @@ def _attach(args, console, argv) -> int:
 
 
 def _script(args, command, console) -> int:
-    from rnnprof.profiler.script import run_script
+    from rnnprof.profiler.script import run_script, script_failure
 
     out = _require_out(args, "a script")
-    code = run_script(out, command, steps=args.steps, skip_steps=max(0, args.skip_steps), delay=args.delay,
+    code = run_script(out, command, steps=args.steps, skip_steps=args.skip_steps, delay=args.delay,
                       force=args.force)
     if code == 130:
         raise InterruptedRun(f"interrupted; what was captured is in {out}")
-    console.print(f"run directory: [bold]{out}[/] (script exit code {code})")
-    return code
+    if code != 0:
+        reason = script_failure(out) or f"the script exited with code {code}"
+        raise ScriptFailed(f"{reason} (run directory: {out})", code)
+    console.print(f"run directory: [bold]{out}[/]")
+    return 0
 
 
 def _workload(args, console, argv) -> int:

@@ -127,31 +127,36 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
+def new_manifest(command: Iterable[str] | None = None, config: dict | None = None) -> dict:
+    """The manifest of a run that has just started: every field present, nothing captured yet."""
+    return {
+        "format": rundir.MANIFEST_FORMAT,
+        "version": rundir.MANIFEST_VERSION,
+        "status": rundir.STATUS_RUNNING,
+        "created": _now(),
+        "command": list(command if command is not None else sys.argv),
+        "versions": {"rnnprof": __version__, "tensorflow": _tensorflow_version(),
+                     "python": platform.python_version()},
+        "host": socket.gethostname(),
+        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
+        "config": dict(config or {}),
+        "session_config": {},
+        "devices": [],
+        "throughput": {},
+        "step_times": {"warmup": [], "timed": []},
+        "traced_steps": [],
+        "profiled_steps": [],
+        "captured": {"timelines": [], "xplane": [], "graphs": [], "run_metadata": []},
+    }
+
+
 class RunWriter:
     """Owns one run directory while it is being captured."""
 
     def __init__(self, out_dir: str | Path, command: Iterable[str] | None = None, force: bool = False,
                  config: dict | None = None):
         self.path = prepare_out_dir(out_dir, force=force)
-        self.manifest: dict = {
-            "format": rundir.MANIFEST_FORMAT,
-            "version": rundir.MANIFEST_VERSION,
-            "status": rundir.STATUS_RUNNING,
-            "created": _now(),
-            "command": list(command if command is not None else sys.argv),
-            "versions": {"rnnprof": __version__, "tensorflow": _tensorflow_version(),
-                         "python": platform.python_version()},
-            "host": socket.gethostname(),
-            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
-            "config": dict(config or {}),
-            "session_config": {},
-            "devices": [],
-            "throughput": {},
-            "step_times": {"warmup": [], "timed": []},
-            "traced_steps": [],
-            "profiled_steps": [],
-            "captured": {"timelines": [], "xplane": [], "graphs": [], "run_metadata": []},
-        }
+        self.manifest = new_manifest(command, config)
         self._partitions_written = False
         self.save_manifest()
 

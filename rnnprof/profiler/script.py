@@ -21,9 +21,10 @@ from typing import Sequence
 import rnnprof
 from rnnprof.errors import UsageError
 from rnnprof.profiler import rundir
-from rnnprof.profiler.capture import atomic_write_json, prepare_out_dir
+from rnnprof.profiler.capture import RunWriter, atomic_write_json, new_manifest, prepare_out_dir
 
 ENV = "RNNPROF_CAPTURE"
+NO_TENSORFLOW = 2  # the child's exit code when its Python has no TensorFlow (rnnprof's error, not the script's)
 
 
 def parse_command(command: Sequence[str]) -> tuple[str, list[str]]:
@@ -55,8 +56,9 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
     env = dict(os.environ)
     package_root = str(Path(rnnprof.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's info lines (profiler sessions) are rnnprof's noise
     env[ENV] = json.dumps({"out": str(out), "steps": steps, "skip_steps": skip_steps, "delay": delay,
-                           "command": list(command)})
+                           "command": list(command), "rnnprof_python": sys.executable})
     child = subprocess.Popen([interpreter, "-m", "rnnprof.profiler.script", *rest], env=env)
     try:
         code = child.wait()
@@ -72,17 +74,26 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
 
 
 def _mark_unfinished(out: Path, command: list[str], code: int) -> None:
+    """Record the exit code of a failed script; a child that died early leaves the manifest to the parent."""
     manifest_path = out / rundir.MANIFEST
     try:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, ValueError):
-        manifest = {"format": rundir.MANIFEST_FORMAT, "version": rundir.MANIFEST_VERSION,
-                    "command": command, "config": {"script": command}}
-    if manifest.get("status") in (rundir.STATUS_COMPLETE, rundir.STATUS_INTERRUPTED):
+        manifest = new_manifest(command, {"script": command})
+    if manifest.get("status") == rundir.STATUS_COMPLETE and code == 0:
         return
-    manifest["status"] = rundir.STATUS_INTERRUPTED
+    if manifest.get("status") != rundir.STATUS_COMPLETE:
+        manifest["status"] = rundir.STATUS_INTERRUPTED
     manifest["exit_code"] = code
     atomic_write_json(manifest_path, manifest)
+
+
+def script_failure(out: str | Path) -> str | None:
+    """Why the script's capture stopped, as the child recorded it in the manifest."""
+    try:
+        return json.loads((Path(out) / rundir.MANIFEST).read_text()).get("error")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -92,13 +103,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not settings.get("out"):
         print("rnnprof.profiler.script: run me through `rnnprof trace --out DIR -- python ...`", file=sys.stderr)
         return 2
-    import tensorflow  # noqa: F401  hooks go on TF's classes before the script builds anything
+    command = settings.get("command") or argv
+    # The parent prepared the directory; the writer exists before TensorFlow so a failed import is recorded.
+    writer = RunWriter(settings["out"], command=command, force=True, config={"script": command})
+    try:
+        import tensorflow  # noqa: F401  hooks go on TF's classes before the script builds anything
+    except ImportError as exc:
+        hint = settings.get("rnnprof_python") or "the Python that has TensorFlow"
+        writer.manifest["error"] = (f"{sys.executable} cannot import tensorflow ({exc}); run the script with a "
+                                    f"Python that has it, e.g. `-- {hint} {' '.join(argv)}`")
+        writer.finish(rundir.STATUS_INTERRUPTED)
+        return NO_TENSORFLOW
 
     from rnnprof.profiler.api import Capture
 
-    command = settings.get("command") or argv
     cap = Capture(settings["out"], steps=settings.get("steps"), skip_steps=settings.get("skip_steps", 0),
-                  delay=settings.get("delay", 0.0), command=command, config={"script": command})
+                  delay=settings.get("delay", 0.0), _writer=writer)
     cap.start()
     status, code = rundir.STATUS_COMPLETE, 0
     try:
@@ -115,12 +135,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if code:
             status = rundir.STATUS_INTERRUPTED
-    except BaseException:
-        traceback.print_exc()
+            writer.manifest["error"] = f"the script exited with code {code}"
+    except BaseException as exc:
+        _print_user_traceback(exc)
         status, code = rundir.STATUS_INTERRUPTED, 1
+        last_line = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
+        writer.manifest["error"] = f"the script raised {last_line}"
     finally:
         cap.close(status)
     return code
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """The script's traceback from its own first frame: the bootstrap and runpy frames are not the user's."""
+    tb = exc.__traceback__
+    own = {__file__, runpy.__file__}
+    while tb is not None and (tb.tb_frame.f_code.co_filename in own
+                              or tb.tb_frame.f_code.co_filename.startswith("<frozen runpy")):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
 
 
 if __name__ == "__main__":
