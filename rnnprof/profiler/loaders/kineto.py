@@ -126,7 +126,10 @@ def load(path: Path, block_bytes: int | None = None, piece_bytes: int | None = N
                    else host_code for e, a, g in zip(events, args, on_gpu)]
         lane_keys = [(True, a.stream if a.stream is not None else e.tid) if g else (False, e.tid)
                      for e, a, g in zip(events, args, on_gpu)]
-        lanes = [lane_get(k) or lane_code(k) for k in lane_keys]
+        try:
+            lanes = [lane_get(k) or lane_code(k) for k in lane_keys]
+        except TypeError:  # a tid or stream that is a list or an object: name the lane by its text
+            lanes = [lane_get(k) or lane_code(k) for k in ((g, str(v)) for g, v in lane_keys)]
         correlation = [a.correlation if a.correlation is not None
                        else (a.external_id if a.external_id is not None else -1) for a in args]
         nbytes = [a.bytes if a.bytes is not None else -1 for a in args]
