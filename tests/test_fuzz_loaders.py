@@ -10,6 +10,7 @@ failure reproduces locally.
 
 from __future__ import annotations
 
+import collections
 import copy
 import gzip
 import json
@@ -31,6 +32,8 @@ FUZZ = settings(derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
 PER_KINETO_CATEGORY = 12
+MIN_MUTATIONS = 1000
+EXECUTED: collections.Counter = collections.Counter()  # fuzz test -> examples that ran to the end
 
 
 def _kineto_slice(path: Path) -> bytes:
@@ -192,6 +195,7 @@ def _write(path: Path, data: bytes, gzipped: bool) -> Path:
 def test_fuzz_json_bytes(work, name, gzipped, data):
     mutated = mutate_bytes(JSON_SEEDS[name], data.draw)
     _expect_events_or_input_error(_write(work / ("b-" + name + (".gz" if gzipped else "")), mutated, gzipped), work)
+    EXECUTED["test_fuzz_json_bytes"] += 1
 
 
 @settings(FUZZ, max_examples=400)
@@ -202,6 +206,7 @@ def test_fuzz_json_structure(work, name, gzipped, data):
     if data.draw(st.booleans()):
         raw = mutate_bytes(raw, data.draw)  # a structural edit and a byte-level one together
     _expect_events_or_input_error(_write(work / ("s-" + name + (".gz" if gzipped else "")), raw, gzipped), work)
+    EXECUTED["test_fuzz_json_structure"] += 1
 
 
 @settings(FUZZ, max_examples=300)
@@ -212,6 +217,7 @@ def test_fuzz_protobufs(work, name, gzipped, data):
         _expect_events_or_input_error(path, work)
     if name in GRAPH_PROTOS:
         _expect_graphs_or_input_error(path, work)
+    EXECUTED["test_fuzz_protobufs"] += 1
 
 
 RUN_FILES = {
@@ -253,6 +259,7 @@ def test_fuzz_run_directories(work, data):
         (run / rundir.MANIFEST).write_bytes(text)
     _expect_events_or_input_error(run, work)
     _expect_graphs_or_input_error(run, work)
+    EXECUTED["test_fuzz_run_directories"] += 1
 
 
 def test_seeds_load_before_mutation(work):
@@ -281,3 +288,12 @@ def test_fuzz_commands_end_to_end(work, name, data, capsys):
             assert json.loads(out)
         else:
             assert code == 2 and len(err.strip().splitlines()) == 1 and str(path) in err, err
+    EXECUTED["test_fuzz_commands_end_to_end"] += 1
+
+
+def test_fuzzing_ran_at_least_1000_mutations():
+    """Hypothesis may stop early (an exhausted search space, a changed setting): count what really ran."""
+    fuzzers = {name for name in globals() if name.startswith("test_fuzz_")}
+    if set(EXECUTED) != fuzzers:
+        pytest.skip(f"only {sorted(EXECUTED)} of the fuzz tests ran in this session")
+    assert sum(EXECUTED.values()) >= MIN_MUTATIONS, dict(EXECUTED)
