@@ -40,8 +40,15 @@ def _available_commands():
                 raise
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Bad flags are one line (argparse would print the whole usage first) and exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="rnnprof",
         description="Run, instrument and explain multi-device data-parallel training of RNN models.",
     )
@@ -80,6 +87,19 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # a bug in rnnprof: still one line, the traceback on request
+        if args.debug:
+            traceback.print_exc()
+        print(f"rnnprof {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)} "
+              f"(rerun with --debug for the traceback and please report it)", file=sys.stderr)
+        return INTERNAL_ERROR
+
+
+INTERNAL_ERROR = 3
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())[:300]
 
 
 def entry_point() -> None:

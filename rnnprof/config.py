@@ -198,6 +198,8 @@ def validate(config: WorkloadConfig, gpus_available: int | None = None) -> None:
     """Raise ``UsageError`` for combinations that cannot work."""
     if config.devices < 1:
         raise UsageError(f"--devices must be at least 1, got {config.devices}")
+    if not 0 < config.learning_rate < float("inf"):  # also refuses nan
+        raise UsageError(f"--learning-rate must be a positive number, got {config.learning_rate}")
     if config.model == "nmt" and config.attention != "none" and config.encoder == "fused":
         raise UsageError("--attention needs the loop decoder; use --encoder loop or --attention none")
     if config.variable_update == "replicated" and config.all_reduce == "nccl" and not gpus_available:

@@ -149,3 +149,20 @@ def test_table_never_cuts_a_figure_short_at_narrow_widths(width):
     for figure in (f"{fast.timed.words_per_second:,.0f}", f"{fast.with_warmup.words_per_second:,.0f}",
                    f"{result.rows[1].speedup:.2f}x", "16384", "14.731±1.339", "speedup", "median±std"):
         assert figure in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batches", "-1"], "--batches: expected a number of at least 1"),
+    (["--warmup", "-2"], "--warmup: expected a number of at least 0"),
+    (["--units", "-5"], "--units: expected a number of at least 1"),
+    (["--learning-rate", "-0.1"], "--learning-rate must be a positive number"),
+    (["--learning-rate", "nan"], "--learning-rate must be a positive number"),
+    (["--model", "nmt", "--plant", "softmax-on-device0"], "applies to --model rnnlm"),
+    (["--devices", "1,0"], "at least 1"),
+])
+def test_negative_numbers_and_misapplied_flags_are_one_line(argv, message, capsys):
+    code = main(["scale", *TINY, *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err  # no usage block before the error
+    assert err.startswith("rnnprof scale: error:") and message in err
