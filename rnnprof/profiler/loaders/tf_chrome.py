@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Callable, Iterator
 
 import msgspec
 import numpy as np
@@ -84,6 +85,21 @@ def metadata_names(events: list) -> tuple[dict, dict]:
     return processes, threads
 
 
+def complete_events(events: list, processes: dict, threads: dict, classify: Callable) -> Iterator[tuple]:
+    """``(lane, event)`` for each complete ("X") event, ``lane = classify(process name, thread name)``
+    computed once per (pid, tid); events on lanes classified None are skipped."""
+    lanes: dict[tuple, object] = {}
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        key = (as_key(e.get("pid")), as_key(e.get("tid")))
+        if key not in lanes:
+            lanes[key] = classify(processes.get(key[0], ""), threads.get(key))
+        lane = lanes[key]
+        if lane is not None:
+            yield lane, e
+
+
 def is_rnnprof(doc: object) -> bool:
     return as_dict(as_dict(doc).get("otherData")).get("producer") == "rnnprof"
 
@@ -118,20 +134,9 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
     events = trace_events(doc)
     processes, threads = metadata_names(events)
     rnnprof = source_format == RNNPROF_FORMAT
-    rows = []
-    lanes: dict[tuple, tuple | None] = {}
-    for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            continue
-        key = (as_key(e.get("pid")), as_key(e.get("tid")))
-        if key not in lanes:
-            process = processes.get(key[0], "")
-            lanes[key] = _lane_kind(process, threads.get(key) if rnnprof else None)
-        lane = lanes[key]
-        if lane is None:
-            continue
-        args = as_dict(e.get("args"))
-        rows.append((lane, e, args))
+    rows = [(lane, e, as_dict(e.get("args")))
+            for lane, e in complete_events(events, processes, threads,
+                                           lambda process, thread: _lane_kind(process, thread if rnnprof else None))]
     # Drop stream:all where the device also has per-stream lanes (same kernels twice).
     streams = {(lane[0], lane[1]) for lane, _, _ in rows if lane[2] == Kind.KERNEL}
     has_streams = {dev for dev, name in streams if name != "stream:all"}

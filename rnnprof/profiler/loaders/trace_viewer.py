@@ -11,7 +11,7 @@ from pathlib import Path
 from rnnprof.errors import InputError
 from rnnprof.profiler.events import EventTable, EventTableBuilder
 from rnnprof.profiler.loaders import xplane
-from rnnprof.profiler.loaders.tf_chrome import as_dict, as_float, as_key, metadata_names, trace_events
+from rnnprof.profiler.loaders.tf_chrome import as_dict, as_float, complete_events, metadata_names, trace_events
 
 FORMAT = "xprof-trace-viewer"
 
@@ -26,18 +26,12 @@ def load_doc(path: Path, doc: object) -> EventTable:
     processes, threads = metadata_names(events)
     builder = EventTableBuilder(FORMAT, [str(path)])
     steps: list = []
-    lanes: dict = {}
-    for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            continue
-        key = (as_key(e.get("pid")), as_key(e.get("tid")))
-        if key not in lanes:
-            plane = processes.get(key[0], "")
-            lanes[key] = xplane.classify_line(plane, threads.get(key, "")) if plane else None
-        lane_info = lanes[key]
-        if lane_info is None:
-            continue
-        on_host = processes.get(key[0], "").startswith("/host:")
+
+    def classify(plane: str, thread: str | None):
+        info = xplane.classify_line(plane, thread or "") if plane else None
+        return None if info is None else (info, plane.startswith("/host:"))
+
+    for (lane_info, on_host), e in complete_events(events, processes, threads, classify):
         xplane.add_event(builder, steps, lane_info, on_host, str(e.get("name", "")),
                          as_float(e.get("ts")), as_float(e.get("dur")), as_dict(e.get("args")))
     if len(builder) == 0:
