@@ -1,8 +1,8 @@
 """Errors that carry the process exit code.
 
 Every failure a user can cause is one of these; ``cli.main`` prints the message
-as one line and returns ``exit_code``. Anything else is a bug and shows a
-traceback only with ``--debug``.
+as one line and returns ``exit_code``. Anything else is a bug: one line too, exit
+code 3 (``cli.INTERNAL_ERROR``), and the traceback only with ``--debug``.
 """
 
 from __future__ import annotations

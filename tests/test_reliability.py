@@ -360,3 +360,20 @@ def test_workload_data_file_obeys_the_size_limit(tmp_path, capsys, command):
                  "--max-input-size", "1K", *out])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.splitlines() == [err] and str(big) in err and "input limit of 1.0 KiB" in err
+
+
+def test_a_bug_is_one_line_exit_3_and_the_traceback_only_with_debug(monkeypatch, capsys):
+    """An unexpected exception inside a command (a bug, not bad input) never dumps a traceback by default."""
+    from rnnprof.commands import comm
+
+    def broken(args, console):
+        raise ZeroDivisionError("division by zero\nsecond line")
+
+    monkeypatch.setattr(comm, "run", broken)
+    assert main(["comm", str(TF1)]) == 3
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [err.strip()] and "Traceback" not in err
+    assert "internal error: ZeroDivisionError: division by zero second line" in err and "--debug" in err
+    assert main(["comm", str(TF1), "--debug"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ZeroDivisionError" in err
