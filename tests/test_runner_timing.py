@@ -101,3 +101,54 @@ def test_progress_bar_is_silent_off_a_terminal():
     with StepProgress(Console(file=buffer, force_terminal=False)) as progress:
         measure(CountingRun(), warmup=1, batches=1, on_step=progress.run("x", 1, 1))
     assert progress.steps_seen == 2 and buffer.getvalue() == ""
+
+
+class _RecordingNvtx:
+    """Stands in for the nvtx package: records range starts and ends in order."""
+
+    def __init__(self, fail: bool = False):
+        self.log = []
+        self.fail = fail
+
+    def start_range(self, message, color=None, domain=None):
+        if self.fail:
+            raise RuntimeError("no CUDA driver")
+        self.log.append(("start", message))
+        return message
+
+    def end_range(self, handle):
+        self.log.append(("end", handle))
+
+
+@pytest.mark.parametrize("warmup", [0, 2])
+def test_trace_marks_warmup_timed_and_each_step_with_nvtx(monkeypatch, warmup):
+    from rnnprof.commands.trace import _NvtxSteps
+    from rnnprof.profiler import nvtx_ranges
+
+    fake = _RecordingNvtx()
+    monkeypatch.setattr(nvtx_ranges, "_module", lambda: fake)
+    steps = _NvtxSteps(CountingRun(), warmup)
+    measure(steps, warmup, 3)
+    steps.end()
+    expected = []
+    if warmup:
+        expected += [("start", "warm-up")]
+        for n in range(warmup):
+            expected += [("start", f"step {n}"), ("end", f"step {n}")]
+        expected += [("end", "warm-up")]
+    expected += [("start", "timed")]
+    for n in range(warmup, warmup + 3):
+        expected += [("start", f"step {n}"), ("end", f"step {n}")]
+    expected += [("end", "timed")]
+    assert fake.log == expected
+
+
+def test_nvtx_that_fails_never_stops_the_run(monkeypatch):
+    from rnnprof.commands.trace import _NvtxSteps
+    from rnnprof.profiler import nvtx_ranges
+
+    monkeypatch.setattr(nvtx_ranges, "_module", lambda: _RecordingNvtx(fail=True))
+    steps = _NvtxSteps(CountingRun(), 1)
+    m = measure(steps, 1, 3)
+    steps.end()
+    assert len(m.timed_steps) == 3

@@ -95,7 +95,6 @@ def _script(args, command, console) -> int:
 def _workload(args, console, argv) -> int:
     from rnnprof.profiler import rundir
     from rnnprof.profiler.capture import RunWriter, default_run_dir
-    from rnnprof.profiler.nvtx_ranges import NvtxSpan, nvtx_range
     from rnnprof.profiler.runner import DataParallelRun, visible_gpus
     from rnnprof.profiler.session_capture import capture_after
     from rnnprof.profiler.timing import measure
@@ -107,7 +106,7 @@ def _workload(args, console, argv) -> int:
     status = rundir.STATUS_INTERRUPTED
     try:
         with DataParallelRun(config) as run:
-            for warning in getattr(run, "warnings", []):
+            for warning in run.warnings:
                 console.print(f"[yellow]warning:[/] {warning}")
             session_proto = run.session._config
             writer.update(session_config={"inter_op_threads": session_proto.inter_op_parallelism_threads,
@@ -115,22 +114,14 @@ def _workload(args, console, argv) -> int:
                                           "allow_soft_placement": session_proto.allow_soft_placement})
             writer.set_devices(run.device_names, run.device_kind)
             times = writer.manifest["step_times"]
-            spans = {"warmup": NvtxSpan("warm-up") if config.warmup else None, "timed": None}
-
-            def on_step(phase, index, step):
-                times[phase].append(step.seconds)
-                if phase == "warmup" and index == config.warmup - 1:
-                    spans["warmup"].end()
-                    spans["timed"] = NvtxSpan("timed")
-                if phase == "timed" and spans["timed"] is None:
-                    spans["timed"] = NvtxSpan("timed")
-
-            measurement = measure(_NumberedSteps(run, nvtx_range), config.warmup, config.batches, on_step=on_step)
-            for span in spans.values():
-                if span is not None:
-                    span.end()
+            steps = _NvtxSteps(run, config.warmup)
+            try:
+                measurement = measure(steps, config.warmup, config.batches,
+                                      on_step=lambda phase, index, step: times[phase].append(step.seconds))
+            finally:
+                steps.end()
             throughput = dataclasses.asdict(measurement.timed)
-            throughput["words_definition"] = getattr(run.workload, "words_definition", "")
+            throughput["words_definition"] = run.workload.words_definition
             if config.include_warmup:
                 throughput["with_warmup"] = dataclasses.asdict(measurement.with_warmup)
             writer.update(throughput=throughput)
@@ -165,15 +156,28 @@ def _terminate_as_interrupt() -> None:
         signal.signal(signal.SIGTERM, interrupt)
 
 
-class _NumberedSteps:
-    """The run, with an NVTX range around each step ``measure`` takes."""
+class _NvtxSteps:
+    """The run, with NVTX ranges for Nsight Systems: "warm-up" and "timed" around the two phases of
+    ``measure`` and "step N" around each step. Forward, backward and update run inside one
+    ``Session.run``, so no range can separate them; their op name scopes do (see the README)."""
 
-    def __init__(self, run, nvtx_range):
+    def __init__(self, run, warmup: int):
         self._run = run
-        self._range = nvtx_range
+        self._warmup = warmup
         self._n = 0
+        self._phase = None
 
     def step(self):
-        with self._range(f"step {self._n}"):
+        from rnnprof.profiler.nvtx_ranges import NvtxSpan, nvtx_range
+
+        if self._n == 0 and self._warmup or self._n == self._warmup:
+            self.end()
+            self._phase = NvtxSpan("warm-up" if self._n < self._warmup else "timed")
+        with nvtx_range(f"step {self._n}"):
             self._n += 1
             return self._run.step()
+
+    def end(self) -> None:
+        if self._phase is not None:
+            self._phase.end()
+            self._phase = None
