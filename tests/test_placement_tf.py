@@ -147,3 +147,25 @@ def test_rnnlm_plant_is_flagged_and_the_clean_config_is_not(tmp_path, capsys):
     assert clean["counts"]["error"] == 0
     # the manifest records the host's cores, so TF's default inter-op pool can be judged
     assert "PA006-inter-op-threads" not in {n["rule"] for n in clean["rules_not_checked"]}
+
+
+def test_parameter_server_run_has_no_error_and_explains_its_design(tmp_path, capsys):
+    """One parameter device applying every update, and lookups colocated with the shared embedding
+    table, are parameter-server mode working as designed: information, never an error."""
+    common = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "1",
+              "--trace-steps", "2", "--variable-update", "parameter_server", "--local-parameter-device", "cpu"]
+    assert main(["trace", *common, "--out", str(tmp_path / "ps")]) == 0
+    capsys.readouterr()
+    assert main(["placement-audit", str(tmp_path / "ps"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["counts"]["error"] == 0
+    by_rule = {}
+    for f in doc["findings"]:
+        by_rule.setdefault(f["rule"].split("-")[0], []).append(f)
+    (updates,) = by_rule["PA003"]
+    assert updates["severity"] == "info" and updates["evidence"]["mode"] == "parameter_server"
+    assert all("ApplyGradientDescent" in op for op in updates["ops"]) and updates["cost_us_per_step"] > 0
+    (lookups,) = by_rule["PA002"]
+    assert lookups["severity"] == "info" and lookups["evidence"]["tower"] == 1
+    assert any(op.endswith("embedding_lookup") for op in lookups["ops"])
+    assert all(v.startswith("shared/") for v in lookups["evidence"]["colocated_with"])
