@@ -32,12 +32,13 @@ def analyze_input(paths: list[str]):
     from rnnprof.profiler.loaders import detect_format, load_events
 
     single = Path(paths[0]) if len(paths) == 1 else None
-    graph_set, graph_reason, fmt = None, "", None
+    graph_set, graph_reason, fmt, unknown_format = None, "", None, False
     if single is not None and single.exists():
         try:
             fmt = detect_format(single)
-        except InputError:
-            pass  # maybe a graph file
+        except InputError as exc:
+            # maybe a graph file; any other reason (empty, too big, corrupt gzip) is kept as it is
+            unknown_format = exc.problem.startswith("matches no known trace format")
         if fmt in (None, "rundir", "run-metadata"):
             try:
                 graph_set = graphs.load_graph_set(single)
@@ -52,11 +53,11 @@ def analyze_input(paths: list[str]):
         events_error = exc
     has_graph = graph_set is not None and (graph_set.user is not None or graph_set.runtime is not None)
     if table is None and not has_graph:
-        if single is not None and fmt is None and graph_reason:
+        if single is not None and unknown_format and graph_reason:
             # Neither a trace nor a graph: name both families of formats that were tried.
             from rnnprof.profiler.loaders import EXPECTED
 
-            raise InputError(single, "matches no known trace or graph format",
+            raise InputError(single, "matches no known trace format and is not a TensorFlow graph",
                              f"{EXPECTED}, or a GraphDef (.pb, .pbtxt)")
         raise events_error
     if graph_set is None and not graph_reason and table is not None:
