@@ -30,7 +30,7 @@ def _node(name, label, start_us, dur_us):
               all_end_rel_nanos=int(dur_us * 1000), output=[])
 
 
-def _make_run(root: Path) -> Path:
+def _make_run(root: Path, name: str = "nmt-test") -> Path:
     """A run directory whose per-device XSpace is built from two devices' step_stats."""
     pytest.importorskip("tensorflow")
     from rnnprof.profiler.capture import RunWriter
@@ -38,7 +38,7 @@ def _make_run(root: Path) -> Path:
 
     stats = NS(dev_stats=[NS(device=DEV0, node_stats=[_node("enc/matmul", "enc/matmul = MatMul(a, b)", 1000, 40)]),
                           NS(device=DEV1, node_stats=[_node("dec/matmul", "dec/matmul = MatMul(c, d)", 1010, 30)])])
-    writer = RunWriter(root / "nmt-test", command=["test"])
+    writer = RunWriter(root / name, command=["test"])
     writer.set_devices([DEV0, DEV1], "logical-cpu")
     writer.write_xspace(build_xspace([(0, stats)], "testhost"), PROFILE_RUN, host="testhost")
     writer.finish()
@@ -150,3 +150,36 @@ def test_headless_chromium_lists_the_run_on_the_profile_page(viewer):
     dom = result.stdout
     assert "<html" in dom, result.stderr[-1000:]
     assert PROFILE_RUN in dom  # the run selector shows the run
+
+
+@pytest.mark.slow
+def test_a_folder_of_runs_lists_every_run(tmp_path):
+    for name in ("loop", "fused"):
+        _make_run(tmp_path, name)
+    viewer = _Viewer(tmp_path)
+    try:
+        runs = set(json.loads(_get(f"{viewer.base}/data/plugin/profile/runs")))
+        for _ in range(20):  # runs are discovered one by one
+            if len(runs) == 2:
+                break
+            time.sleep(0.5)
+            runs = set(json.loads(_get(f"{viewer.base}/data/plugin/profile/runs")))
+    finally:
+        viewer.close()
+    assert runs == {f"loop/{PROFILE_RUN}", f"fused/{PROFILE_RUN}"}
+
+
+@pytest.mark.slow
+def test_a_port_in_use_is_one_line(tmp_path):
+    run = _make_run(tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "rnnprof", "view", str(run), "--port", str(port)],
+                                capture_output=True, text=True, timeout=120,
+                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("rnnprof view: error: TensorBoard did not start:") and str(port) in last
+    assert "--port 0" in last and "http://" not in result.stdout

@@ -43,15 +43,20 @@ def run(args: argparse.Namespace, console) -> int:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     process = subprocess.Popen(tensorboard_command(logdir, args.host, args.port), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env=env)
-    url = None
+    url, failure = None, None
     try:
         for line in process.stdout:
             if url is None and "http://" in line:
                 url = line[line.index("http://"):].split()[0].rstrip("/")
                 console.print(f"TensorBoard profile viewer: [bold]{url}/#profile[/]  (Ctrl-C to stop)")
-            elif url is None and ("Error" in line or "error" in line):
-                print(line.rstrip(), file=sys.stderr)
-        return process.wait() if url is None else 0
+            elif url is None and line.startswith("ERROR:"):  # TensorBoard's own message, e.g. a port in use
+                failure = line[len("ERROR:"):].strip()
+        if url is None:
+            code = process.wait()
+            raise UsageError(f"TensorBoard did not start: {failure or f'it exited with code {code}'}"
+                             + (" (choose another --port, or --port 0 for a free one)" if "port" in (failure or "")
+                                else ""))
+        return 0
     except KeyboardInterrupt:
         return 0
     finally:
