@@ -24,28 +24,28 @@ def _xplane_pb2():
     return xplane_pb2
 
 
+def _metadata_ids(table):
+    """name -> id in an XPlane metadata map (events or stats), adding the entry on first use."""
+    ids: dict[str, int] = {}
+
+    def id_of(name: str) -> int:
+        if name not in ids:
+            ids[name] = len(ids) + 1
+            table[ids[name]].id = ids[name]
+            table[ids[name]].name = name
+        return ids[name]
+
+    return id_of
+
+
 def build_xspace(steps: Iterable[tuple[int, object]], hostname: str = "localhost"):
     """``steps`` is ``(step_number, step_stats)`` pairs; returns an ``XSpace`` proto."""
     pb = _xplane_pb2()
     space = pb.XSpace()
     space.hostnames.append(hostname)
     plane = space.planes.add(id=0, name=HOST_PLANE)
-    metadata_ids: dict[str, int] = {}
-    stat_ids: dict[str, int] = {}
-
-    def event_id(name: str) -> int:
-        if name not in metadata_ids:
-            metadata_ids[name] = len(metadata_ids) + 1
-            plane.event_metadata[metadata_ids[name]].id = metadata_ids[name]
-            plane.event_metadata[metadata_ids[name]].name = name
-        return metadata_ids[name]
-
-    def stat_id(name: str) -> int:
-        if name not in stat_ids:
-            stat_ids[name] = len(stat_ids) + 1
-            plane.stat_metadata[stat_ids[name]].id = stat_ids[name]
-            plane.stat_metadata[stat_ids[name]].name = name
-        return stat_ids[name]
+    event_id = _metadata_ids(plane.event_metadata)
+    stat_id = _metadata_ids(plane.stat_metadata)
 
     per_line: dict[str, list] = {}
     step_spans = []
