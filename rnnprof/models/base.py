@@ -33,3 +33,26 @@ class Workload(Protocol):
 
     def batches(self, batch_size: int, tower: int, seed: int) -> Iterator[Mapping[str, np.ndarray]]:
         """An endless stream of numpy batches for one tower, keyed like ``make_inputs``."""
+
+
+class TokenWorkload:
+    """What the built-in workloads share: model sizes from the config, int32 token placeholders,
+    and batches from ``self.data`` (set by the subclass)."""
+
+    INPUTS: Mapping[str, int] = {}  # placeholder name -> rank
+
+    def __init__(self, config):
+        self.config = config
+        self.units = config.units
+        self.embedding = config.embedding or config.units
+        self.fused = config.encoder == "fused"
+
+    def make_inputs(self, tower: int) -> dict:
+        import tensorflow as tf
+
+        with tf.name_scope("inputs"):
+            return {name: tf.compat.v1.placeholder(tf.int32, [None] * rank, name=name)
+                    for name, rank in self.INPUTS.items()}
+
+    def batches(self, batch_size: int, tower: int, seed: int):
+        return self.data.batches(batch_size, tower, seed)

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from rnnprof.config import WorkloadConfig
 from rnnprof.models.attention import build_attention
-from rnnprof.models.base import TowerOutput
+from rnnprof.models.base import TokenWorkload, TowerOutput
 from rnnprof.models.data import NMTData
 from rnnprof.models.layers import (embed_time_major, embedding_table, masked_mean, project,
                                    projection_weights, softmax_cross_entropy, token_count)
@@ -26,29 +26,15 @@ from rnnprof.models.lstm import (dynamic_rnn, fused_layer, lstm_weights, run_sta
 tf1 = tf.compat.v1
 
 
-class NMTWorkload:
+class NMTWorkload(TokenWorkload):
     name = "nmt"
     words_definition = "non-padding source + target tokens (the target counts its </s>)"
 
+    INPUTS = {"src_ids": 2, "src_len": 1, "tgt_in": 2, "tgt_out": 2, "tgt_len": 1}
+
     def __init__(self, config: WorkloadConfig):
-        self.config = config
-        self.units = config.units
-        self.embedding = config.embedding or config.units
-        self.fused = config.encoder == "fused"
+        super().__init__(config)
         self.data = NMTData(config.vocab_size, config.src_max_len, config.tgt_max_len, config.data)
-
-    def make_inputs(self, tower: int) -> dict:
-        with tf.name_scope("inputs"):
-            return {
-                "src_ids": tf1.placeholder(tf.int32, [None, None], name="src_ids"),
-                "src_len": tf1.placeholder(tf.int32, [None], name="src_len"),
-                "tgt_in": tf1.placeholder(tf.int32, [None, None], name="tgt_in"),
-                "tgt_out": tf1.placeholder(tf.int32, [None, None], name="tgt_out"),
-                "tgt_len": tf1.placeholder(tf.int32, [None], name="tgt_len"),
-            }
-
-    def batches(self, batch_size: int, tower: int, seed: int):
-        return self.data.batches(batch_size, tower, seed)
 
     def build_tower(self, inputs: Mapping[str, object], tower: int, device_names: Sequence[str]) -> TowerOutput:
         device = device_names[tower] if device_names else None

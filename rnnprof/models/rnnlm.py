@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 
 from rnnprof.config import WorkloadConfig
-from rnnprof.models.base import TowerOutput
+from rnnprof.models.base import TokenWorkload, TowerOutput
 from rnnprof.models.data import LMData
 from rnnprof.models.layers import (embed_time_major, embedding_table, masked_mean, project,
                                    projection_weights, softmax_cross_entropy, token_count)
@@ -25,28 +25,16 @@ tf1 = tf.compat.v1
 SOFTMAX_ON_DEVICE0 = "softmax-on-device0"
 
 
-class RNNLMWorkload:
+class RNNLMWorkload(TokenWorkload):
     name = "rnnlm"
     words_definition = "non-padding target tokens"
 
+    INPUTS = {"inputs": 2, "targets": 2, "lengths": 1}
+
     def __init__(self, config: WorkloadConfig):
-        self.config = config
-        self.units = config.units
-        self.embedding = config.embedding or config.units
-        self.fused = config.encoder == "fused"
+        super().__init__(config)
         self.seq_len = config.src_max_len
         self.data = LMData(config.vocab_size, self.seq_len, config.data)
-
-    def make_inputs(self, tower: int) -> dict:
-        with tf.name_scope("inputs"):
-            return {
-                "inputs": tf1.placeholder(tf.int32, [None, None], name="inputs"),
-                "targets": tf1.placeholder(tf.int32, [None, None], name="targets"),
-                "lengths": tf1.placeholder(tf.int32, [None], name="lengths"),
-            }
-
-    def batches(self, batch_size: int, tower: int, seed: int):
-        return self.data.batches(batch_size, tower, seed)
 
     def build_tower(self, inputs: Mapping[str, object], tower: int, device_names: Sequence[str]) -> TowerOutput:
         device = device_names[tower] if device_names else None
