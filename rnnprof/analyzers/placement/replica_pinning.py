@@ -111,18 +111,14 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
     return findings
 
 
-def _finding(inp, tower, home, device, other, nodes, attribution) -> Finding:
+def _moved_ops(inp, tower, home, device, nodes, **extra) -> dict:
+    """What both kinds of finding report about tower ops that ran on ``device``: the ops (slowest
+    first), the evidence and the wait they cost tower ``tower``'s device."""
     names = {n.name for n in nodes}
     cost = _wait_cost(inp, home, device, names)
     by_time = cost["us_by_name"]
-    groups = collections.Counter((n.op, scopes.group_scope(n.name)) for n in nodes)
-    consumed = sorted(n.name for n in nodes if attribution[n.name][1] == "consumes")
-    where = f"tower {other}'s device {device.label}" if other is not None else f"{device.label}"
-    steps = cost["steps"]
-    return Finding(
+    return dict(
         rule_id=RULE_ID,
-        severity=Severity.ERROR if other is not None else Severity.WARNING,
-        title=f"{len(nodes)} ops of tower {tower} ran on {where} instead of {home.label}",
         devices=(device.label, home.label),
         ops=tuple(sorted(names, key=lambda n: (-by_time.get(n, 0.0), n))),
         evidence={
@@ -130,16 +126,28 @@ def _finding(inp, tower, home, device, other, nodes, attribution) -> Finding:
             "tower_device": home.label,
             "ran_on": device.label,
             "ops": len(nodes),
-            "ops_attributed_by_consumption": len(consumed),
+            **extra,
             "op_types": dict(collections.Counter(n.op for n in nodes).most_common()),
-            "scopes": [{"op": op, "scope": scope, "count": count} for (op, scope), count in groups.most_common(20)],
-            "steps_traced": steps,
+            "steps_traced": cost["steps"],
             "us_per_step_on_wrong_device": _round(cost["busy"]),
             "us_per_step_tower_device_idle_meanwhile": _round(cost["wait"]),
         },
         cost_us_per_step=cost["wait"],
-        cost_basis=(f"time per step {home.label} sat idle while {device.label} ran tower {tower}'s ops"
-                    if steps else "no trace given: cost not estimated"),
+        cost_basis=(f"time per step {home.label} sat idle while {device.label} ran these ops of tower {tower}"
+                    if cost["steps"] else "no trace given: cost not estimated"),
+    )
+
+
+def _finding(inp, tower, home, device, other, nodes, attribution) -> Finding:
+    groups = collections.Counter((n.op, scopes.group_scope(n.name)) for n in nodes)
+    consumed = sorted(n.name for n in nodes if attribution[n.name][1] == "consumes")
+    where = f"tower {other}'s device {device.label}" if other is not None else f"{device.label}"
+    return Finding(
+        severity=Severity.ERROR if other is not None else Severity.WARNING,
+        title=f"{len(nodes)} ops of tower {tower} ran on {where} instead of {home.label}",
+        **_moved_ops(inp, tower, home, device, nodes, ops_attributed_by_consumption=len(consumed),
+                     scopes=[{"op": op, "scope": scope, "count": count}
+                             for (op, scope), count in groups.most_common(20)]),
         fix=(f"Build tower {tower}'s ops under its own device scope ({home.label}): these ops were created "
              f"under an explicit tf.device or colocate_with pointing at {device.label} inside tower {tower}. "
              f"Remove that pin (e.g. the projection/softmax device scope) and build the gradients with "
@@ -148,31 +156,12 @@ def _finding(inp, tower, home, device, other, nodes, attribution) -> Finding:
 
 
 def _follows_variables(inp, tower, home, device, nodes) -> Finding:
-    names = {n.name for n in nodes}
-    cost = _wait_cost(inp, home, device, names)
-    by_time = cost["us_by_name"]
     variables = collections.Counter(shared_variable_of(inp, n) for n in nodes)
     return Finding(
-        rule_id=RULE_ID,
         severity=Severity.INFO,
         title=(f"{len(nodes)} ops of tower {tower} ran on {device.label} next to the shared variable(s) "
                f"they read ({', '.join(sorted(variables))}), by TF's colocation, not a stray device scope"),
-        devices=(device.label, home.label),
-        ops=tuple(sorted(names, key=lambda n: (-by_time.get(n, 0.0), n))),
-        evidence={
-            "tower": tower,
-            "tower_device": home.label,
-            "ran_on": device.label,
-            "ops": len(nodes),
-            "colocated_with": dict(variables.most_common()),
-            "op_types": dict(collections.Counter(n.op for n in nodes).most_common()),
-            "steps_traced": cost["steps"],
-            "us_per_step_on_wrong_device": _round(cost["busy"]),
-            "us_per_step_tower_device_idle_meanwhile": _round(cost["wait"]),
-        },
-        cost_us_per_step=cost["wait"],
-        cost_basis=(f"time per step {home.label} sat idle while {device.label} ran these ops"
-                    if cost["steps"] else "no trace given: cost not estimated"),
+        **_moved_ops(inp, tower, home, device, nodes, colocated_with=dict(variables.most_common())),
         fix=(f"Expected with variables shared on one parameter device (lookups and their gradients run where "
              f"the table lives). If the cost matters, keep a per-tower copy of the variable (replicated mode) or "
              f"put the parameter device apart from tower {tower}'s."),
