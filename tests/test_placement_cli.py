@@ -58,3 +58,24 @@ def test_missing_path_and_bad_flag(tmp_path, capsys):
     assert main(["placement-audit", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main(["placement-audit", FIXTURE, "--fail-on", "sometimes"]) == 2
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_table_folds_long_words_instead_of_cutting_them(width):
+    import io
+
+    from rich.console import Console
+
+    from rnnprof.analyzers.placement import AuditResult, Finding, Severity
+    from rnnprof.reports.placement import render_table
+
+    long_word = "colocate_gradients_with_ops=True"
+    finding = Finding("PA002-replica-work-pinned", Severity.ERROR, "t", devices=("cpu:0",),
+                      ops=("tower_1/projection/MatMul",), cost_us_per_step=32400.0, cost_basis="b",
+                      fix=f"build the gradients with {long_word} so they follow")
+    out = io.StringIO()
+    render_table(AuditResult((finding,), (), ("PA002-replica-work-pinned",)), ["run"],
+                 Console(file=out, width=width, color_system=None))
+    text = out.getvalue()
+    assert "…" not in text and "32.40 ms" in text
+    assert long_word in "".join(line.split("│")[2].strip() for line in text.splitlines() if line.count("│") > 2)

@@ -68,7 +68,7 @@ def render_table(result: AuditResult, sources: list[str], console: Console) -> N
         table = Table(title=f"{severity.label.upper()}: {len(group)} finding(s){total}",
                       title_style=_STYLE[severity], title_justify="left", show_lines=True, expand=True)
         table.add_column("rule", no_wrap=True)
-        table.add_column("finding", ratio=4)
+        table.add_column("finding", ratio=4, overflow="fold")
         table.add_column("devices")
         table.add_column("ops", ratio=2, overflow="fold")
         table.add_column("cost/step", justify="right", no_wrap=True)

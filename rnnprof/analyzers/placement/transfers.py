@@ -121,7 +121,7 @@ def _untimed_reason(inp: AuditInput, timed: bool) -> str:
     if timed:
         return ""
     if inp.events is not None and len(inp.events):
-        return ("cost not estimated: the trace records no time for these receives (found in the "
+        return ("not estimated: the trace records no time for these receives (found in the "
                 "partition graphs); PA002/PA001 time the misplaced ops themselves")
     return "no trace given: cost not estimated"
 
