@@ -152,3 +152,19 @@ def test_nvtx_that_fails_never_stops_the_run(monkeypatch):
     m = measure(steps, 1, 3)
     steps.end()
     assert len(m.timed_steps) == 3
+
+
+def test_tensorflow_start_up_noise_is_dropped_but_real_errors_pass(capfd):
+    import os
+
+    from rnnprof.profiler.runner import _STARTUP_NOISE, _native_stderr_filtered
+
+    with _native_stderr_filtered(_STARTUP_NOISE):
+        os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n")
+        os.write(2, b"I0000 00:00:1795307529.025080    5260 port.cc:153] oneDNN custom operations are on.\n")
+        os.write(2, b"W0000 00:00:1795307529.025080    5260 cpu_feature_guard.cc:227] rebuild TensorFlow\n")
+        os.write(2, b"E0000 00:00:1795307529.025080    5260 util.cc:131] a real problem\n")
+        os.write(2, b"Could not load dynamic library 'libcudart.so.12'\n")
+    err = capfd.readouterr().err
+    assert err.splitlines() == ["E0000 00:00:1795307529.025080    5260 util.cc:131] a real problem",
+                                "Could not load dynamic library 'libcudart.so.12'"]
