@@ -50,6 +50,9 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
                                    "ops found; this input holds no training step")
     homes = inp.tower_homes
     tower_devices = sorted(set(homes.values()))
+    if not homes:
+        return NotChecked(RULE_ID, f"found {len(updates)} update and {len(aggregations)} aggregation op(s) but no "
+                                   "tower scopes (tower_k/...) to tell the replicas' devices apart")
     if len(tower_devices) < 2:
         return NotChecked(RULE_ID, f"the towers use {len(tower_devices)} device(s); spreading needs at least 2")
     mode, mode_source = infer_mode(inp, [n.name for n in updates])
