@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from rnnprof.analyzers.placement import RULES
 from rnnprof.cli import main
 
 from fixtures import FIXTURES
@@ -87,8 +88,7 @@ def test_every_fixture_says_what_it_checked_and_why_not_the_rest(fixture, capsys
     assert main(["placement-audit", str(FIXTURES / fixture), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     reasons = {n["rule"]: n["reason"] for n in doc["rules_not_checked"]}
-    assert set(reasons) | set(doc["rules_checked"]) == {r.id for r in __import__(
-        "rnnprof.analyzers.placement", fromlist=["RULES"]).RULES}
+    assert set(reasons) | set(doc["rules_checked"]) == {r.id for r in RULES}
     assert all(len(reason) > 20 for reason in reasons.values())
     assert "graph" in reasons["PA001-soft-placement-fallback"]
     assert not [f for f in doc["findings"] if f["severity"] == "error"]
