@@ -37,6 +37,13 @@ def _xprof_trace(xplane: Path, tmp_path: Path) -> dict:
     return json.loads(data)
 
 
+def _trace_script(out: Path, script: Path, *flags: str, script_args=(), env=ENV):
+    """``rnnprof trace --out OUT FLAGS -- python SCRIPT ARGS`` in a child process."""
+    return subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(out), *flags, "--",
+                           sys.executable, str(script), *script_args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
 def test_existing_out_is_refused_without_force_and_left_unchanged(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()
@@ -162,9 +169,7 @@ def test_trace_tf2_script_through_cli(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TF2_SCRIPT)
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(out), "--steps", "2",
-                             "--skip-steps", "1", "--", sys.executable, str(script), "5"],
-                            capture_output=True, text=True, env=ENV, timeout=120)
+    result = _trace_script(out, script, "--steps", "2", "--skip-steps", "1", script_args=["5"])
     assert result.returncode == 0, result.stderr[-2000:]
     _check_tf2_run(out, tmp_path, [1, 2])
 
@@ -298,8 +303,7 @@ def test_trace_tf1_session_script_through_cli(tmp_path):
     script = tmp_path / "train_tf1.py"
     script.write_text(TF1_SCRIPT)
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(out), "--steps", "2",
-                             "--", sys.executable, str(script)], capture_output=True, text=True, env=ENV, timeout=120)
+    result = _trace_script(out, script, "--steps", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     m = _manifest(out)
     assert m["status"] == "complete" and m["traced_steps"] == [1, 2]  # run 0 is the initializer
@@ -339,8 +343,7 @@ def test_a_failing_script_shows_its_own_traceback_and_its_exit_code(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(FAILING_SCRIPT)
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(out), "--steps", "1",
-                             "--", sys.executable, str(script)], capture_output=True, text=True, env=ENV, timeout=120)
+    result = _trace_script(out, script, "--steps", "1")
     assert result.returncode == 1
     err = result.stderr.strip().splitlines()
     assert err[-1] == f"rnnprof trace: error: the script raised ValueError: no such shard (run directory: {out})"
@@ -357,8 +360,7 @@ def test_script_exit_code_is_passed_on(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import sys\nsys.exit(3)\n")
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(out), "--",
-                             sys.executable, str(script)], capture_output=True, text=True, env=ENV, timeout=120)
+    result = _trace_script(out, script)
     assert result.returncode == 3
     assert result.stderr.strip().splitlines()[-1] == (
         f"rnnprof trace: error: the script exited with code 3 (run directory: {out})")
@@ -373,8 +375,7 @@ def test_a_python_without_tensorflow_is_one_line_naming_the_interpreter(tmp_path
     script.write_text("print('never runs')\n")
     out = tmp_path / "run"
     env = dict(ENV, PYTHONPATH=str(shim.parent))
-    result = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(out), "--",
-                             sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    result = _trace_script(out, script, env=env)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot import tensorflow" in lines[0] and sys.executable in lines[0]
