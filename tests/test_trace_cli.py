@@ -382,3 +382,17 @@ def test_a_python_without_tensorflow_is_one_line_naming_the_interpreter(tmp_path
     assert "never runs" not in result.stdout
     m = _manifest(out)
     assert m["status"] == "interrupted" and "cannot import tensorflow" in m["error"]
+
+
+@pytest.mark.slow
+def test_a_window_that_never_opens_is_an_error_not_an_empty_run(tmp_path):
+    script = tmp_path / "train_tf1.py"
+    script.write_text(TF1_SCRIPT)
+    out = tmp_path / "run"
+    result = _trace_script(out, script, "--delay", "600")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("rnnprof trace: error: nothing was captured: the script ran 6 step(s)")
+    assert "--delay 600 s" in last and result.stdout == ""
+    m = _manifest(out)
+    assert m["status"] == "complete" and m["steps_seen"] == 6 and not any(m["captured"].values())

@@ -78,7 +78,8 @@ def _attach(args, console, argv) -> int:
 
 
 def _script(args, command, console) -> int:
-    from rnnprof.profiler.script import run_script, script_failure
+    from rnnprof.errors import FindingsError
+    from rnnprof.profiler.script import nothing_captured, run_script, script_failure
 
     out = _require_out(args, "a script")
     code = run_script(out, command, steps=args.steps, skip_steps=args.skip_steps, delay=args.delay,
@@ -88,6 +89,9 @@ def _script(args, command, console) -> int:
     if code != 0:
         reason = script_failure(out) or f"the script exited with code {code}"
         raise ScriptFailed(f"{reason} (run directory: {out})", code)
+    empty = nothing_captured(out, args.skip_steps, args.delay)
+    if empty:
+        raise FindingsError(f"{empty} (run directory: {out})")
     console.print(f"run directory: [bold]{out}[/]")
     return 0
 

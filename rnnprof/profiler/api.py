@@ -121,6 +121,7 @@ class Capture:
                 if _active is self:
                     _active = None
                 if self.writer is not None:
+                    self.writer.manifest["steps_seen"] = self._seen_steps  # tells an empty window apart
                     self.writer.finish(status)
 
     # -- steps -----------------------------------------------------------------------------------

@@ -88,12 +88,28 @@ def _mark_unfinished(out: Path, command: list[str], code: int) -> None:
     atomic_write_json(manifest_path, manifest)
 
 
+def read_manifest(out: str | Path) -> dict:
+    """The run's manifest as the child left it; empty when it cannot be read."""
+    try:
+        manifest = json.loads((Path(out) / rundir.MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
 def script_failure(out: str | Path) -> str | None:
     """Why the script's capture stopped, as the child recorded it in the manifest."""
-    try:
-        return json.loads((Path(out) / rundir.MANIFEST).read_text()).get("error")
-    except (OSError, ValueError, AttributeError):
+    return read_manifest(out).get("error")
+
+
+def nothing_captured(out: str | Path, skip_steps: int, delay: float) -> str | None:
+    """Why a script that ran to its end left no capture behind, or None when something was captured."""
+    manifest = read_manifest(out)
+    if any(manifest.get("captured", {}).values()):
         return None
+    seen = manifest.get("steps_seen", 0)
+    return (f"nothing was captured: the script ran {seen} step(s) (tf.function calls, Session.run calls or "
+            f"rnnprof.step marks) and the window opens after --skip-steps {skip_steps} and --delay {delay:g} s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
