@@ -157,7 +157,7 @@ def test_nvtx_that_fails_never_stops_the_run(monkeypatch):
 def test_tensorflow_start_up_noise_is_dropped_but_real_errors_pass(capfd):
     import os
 
-    from rnnprof.profiler.runner import _STARTUP_NOISE, _native_stderr_filtered
+    from rnnprof.profiler.tensorflow_import import _STARTUP_NOISE, _native_stderr_filtered
 
     with _native_stderr_filtered(_STARTUP_NOISE):
         os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n")

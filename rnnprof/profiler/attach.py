@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
@@ -28,8 +27,9 @@ def attach_capture(address: str, duration_s: float, out_dir: str | Path, force: 
     address = service_address(address)
     if duration_s <= 0:
         raise UsageError(f"--duration must be positive, got {duration_s}")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
+    from rnnprof.profiler.tensorflow_import import import_tensorflow
+
+    tf = import_tensorflow()
 
     writer = RunWriter(out_dir, command=command, force=force, config={"attach": address, "duration_s": duration_s})
     scratch = writer.scratch_dir("attach")

@@ -10,11 +10,6 @@ exchange and ``update/...`` for the optimizer.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -23,6 +18,7 @@ import numpy as np
 
 from rnnprof.config import WorkloadConfig, validate
 from rnnprof.errors import UsageError
+from rnnprof.profiler.tensorflow_import import import_tensorflow
 
 LOCAL = "/job:localhost/replica:0/task:0"
 HOST_DEVICE = f"{LOCAL}/device:CPU:0"
@@ -33,43 +29,6 @@ class StepResult:
     seconds: float  # wall time of the session.run call
     words: int  # summed over towers, as the workload defines words
     loss: float  # mean over towers
-
-
-# TF's C++ start-up lines (oneDNN notices, "All log messages before absl::InitializeLog()") are
-# written before TF_CPP_MIN_LOG_LEVEL applies: info and warning lines of that form are dropped.
-_STARTUP_NOISE = re.compile(rb"^(?:WARNING: All log messages before absl::InitializeLog|[IW]\d{4} [\d:.]+ +\d+ \S+\] )")
-
-
-def import_tensorflow():
-    """Import TensorFlow quietly (its C++ start-up log is noise for rnnprof users)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if "tensorflow" not in sys.modules:
-        with _native_stderr_filtered(_STARTUP_NOISE):
-            import tensorflow  # noqa: F401
-    return sys.modules["tensorflow"]
-
-
-@contextlib.contextmanager
-def _native_stderr_filtered(noise: re.Pattern):
-    """Route file descriptor 2 (where C++ logs go) to a file meanwhile, then pass on all but ``noise``."""
-    try:
-        saved = os.dup(2)
-    except OSError:  # no stderr to filter
-        yield
-        return
-    with tempfile.TemporaryFile() as held:
-        sys.stderr.flush()
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            held.seek(0)
-            kept = b"".join(line for line in held if not noise.match(line))
-            if kept:
-                os.write(2, kept)
 
 
 def visible_gpus() -> int:

@@ -22,7 +22,9 @@ class KernelRegistry:
     """The installed TensorFlow's answer to "which device types have a kernel for op X"."""
 
     def __init__(self):
-        import tensorflow as tf  # noqa: F401  (registers the kernels)
+        from rnnprof.profiler.tensorflow_import import import_tensorflow
+
+        tf = import_tensorflow()  # registers the kernels
         from tensorflow.python.framework import kernels, op_def_registry
 
         self._kernels = kernels

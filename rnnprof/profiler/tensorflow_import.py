@@ -1,0 +1,50 @@
+"""Import TensorFlow without its C++ start-up chatter.
+
+TF writes oneDNN notices and "All log messages before absl::InitializeLog()" to file
+descriptor 2 before TF_CPP_MIN_LOG_LEVEL applies; for rnnprof users they are noise in
+front of every report. Every in-process TensorFlow import goes through here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+
+# TF's C++ start-up lines (oneDNN notices, "All log messages before absl::InitializeLog()") are
+# written before TF_CPP_MIN_LOG_LEVEL applies: info and warning lines of that form are dropped.
+_STARTUP_NOISE = re.compile(rb"^(?:WARNING: All log messages before absl::InitializeLog|[IW]\d{4} [\d:.]+ +\d+ \S+\] )")
+
+
+def import_tensorflow():
+    """Import TensorFlow quietly (its C++ start-up log is noise for rnnprof users)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if "tensorflow" not in sys.modules:
+        with _native_stderr_filtered(_STARTUP_NOISE):
+            import tensorflow  # noqa: F401
+    return sys.modules["tensorflow"]
+
+
+@contextlib.contextmanager
+def _native_stderr_filtered(noise: re.Pattern):
+    """Route file descriptor 2 (where C++ logs go) to a file meanwhile, then pass on all but ``noise``."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to filter
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        sys.stderr.flush()
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = b"".join(line for line in held if not noise.match(line))
+            if kept:
+                os.write(2, kept)
