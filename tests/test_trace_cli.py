@@ -396,3 +396,13 @@ def test_a_window_that_never_opens_is_an_error_not_an_empty_run(tmp_path):
     assert "--delay 600 s" in last and result.stdout == ""
     m = _manifest(out)
     assert m["status"] == "complete" and m["steps_seen"] == 6 and not any(m["captured"].values())
+
+
+def test_a_bad_data_file_is_refused_before_the_run_directory_exists(tmp_path, capsys):
+    data = tmp_path / "empty.txt"
+    data.write_text("")
+    out = tmp_path / "run"
+    assert main(["trace", "--model", "rnnlm", "--preset", "small", "--data", str(data), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "empty.txt" in err[0]
+    assert not out.exists()

@@ -97,6 +97,7 @@ def _script(args, command, console) -> int:
 
 
 def _workload(args, console, argv) -> int:
+    from rnnprof.models import get_workload
     from rnnprof.profiler import rundir
     from rnnprof.profiler.capture import RunWriter, default_run_dir
     from rnnprof.profiler.runner import DataParallelRun, visible_gpus
@@ -105,11 +106,12 @@ def _workload(args, console, argv) -> int:
 
     _terminate_as_interrupt()
     config = workload_config_from_args(args, gpus_available=visible_gpus())
+    workload = get_workload(config)  # a bad --data file stops here, before a run directory exists
     out = args.out or default_run_dir(config.model)
     writer = RunWriter(out, command=argv, force=args.force, config=config.to_dict())
     status = rundir.STATUS_INTERRUPTED
     try:
-        with DataParallelRun(config) as run:
+        with DataParallelRun(config, workload=workload) as run:
             for warning in run.warnings:
                 console.print(f"[yellow]warning:[/] {warning}")
             session_proto = run.session._config
