@@ -10,8 +10,49 @@ import sys
 from dataclasses import dataclass, field
 
 
+# Children import this to measure the peak memory of their whole process tree: a loader may
+# fork workers, whose memory ``ru_maxrss`` of the parent does not count.
+TREE_RSS = """
+import os, resource, threading
+
+def _tree_rss_kb(pid=os.getpid()):
+    total, todo = 0, [str(pid)]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo.extend(f.read().split())
+        except (OSError, StopIteration):
+            pass
+    return total
+
+_peak_kb = [0]
+
+def _sample():
+    while True:
+        _peak_kb[0] = max(_peak_kb[0], _tree_rss_kb())
+        threading.Event().wait(0.01)
+
+threading.Thread(target=_sample, daemon=True).start()
+
+def peak_rss_mb():
+    # The sampled sum over this process and its children (shared pages counted in each: an upper
+    # bound), or this process's exact peak (``ru_maxrss``) when that is higher. Linux keeps
+    # ``ru_maxrss`` across fork and exec, so the benchmark itself must stay small.
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return max(own, _peak_kb[0], _tree_rss_kb()) / 1024
+"""
+
+
 def run_child(code: str, *argv: str) -> dict:
-    """Run ``code`` in a new interpreter (its own peak RSS); it prints one JSON line last."""
+    """Run ``code`` in a new interpreter (its own peak RSS); it prints one JSON line last.
+
+    ``peak_rss_mb()`` is defined for ``code``: the peak RSS of its process and any it starts.
+    """
+    code = TREE_RSS + code
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
     if out.returncode != 0:

@@ -74,3 +74,13 @@ def tile(target_events: int, out: Path, fixture: Path = DEFAULT_FIXTURE, compres
             written += len(lines)
         f.write("\n]}\n")
     return written
+
+
+def count_events(path: Path) -> int:
+    """The number of ``traceEvents`` in a trace written by ``tile`` (one event a line), to reuse one.
+
+    Counted line by line: loading the document whole would raise this process's peak RSS, which
+    the measuring children inherit (Linux keeps ``ru_maxrss`` across fork and exec).
+    """
+    with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+        return sum(1 for line in f if line.startswith(b"{")) - 1  # the first line opens the document

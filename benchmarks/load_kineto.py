@@ -1,10 +1,11 @@
 """Benchmark: load + count kernels of a ~1M-event Kineto trace built by tiling a real one.
 
-    python benchmarks/load_kineto.py [--events 1000000] [--repeat 3] [--gzip] [--no-hta]
+    python benchmarks/load_kineto.py [--events 1000000] [--repeat 3] [--gzip] [--no-hta] [--trace PATH]
 
 The trace is written by ``_tile.tile`` (shifted copies of the 2-rank NCCL fixture with steps and
-ids renumbered). Each measurement runs in its own process, so peak RSS (``ru_maxrss``) is that
-loader's alone. Targets on 2 cores: load + count <= 3 s per million trace events; peak RSS
+ids renumbered). Each measurement runs in its own process, so peak RSS is that loader's alone
+(with any processes it starts, see ``_measure.TREE_RSS``). Targets on 2 cores: load + count
+<= 3 s per million trace events; peak RSS
 <= 400 MB up to 1M events, rising linearly to 3 GB at 10M (loading streams: memory grows with the
 columns, not the JSON); >= 10x faster than holistictraceanalysis's ``parse_trace_dataframe`` on the
 same file, timed in the same run. Timing targets use the best of ``--repeat`` runs (the machine is
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 from _measure import Targets, run_child, spread
-from _tile import DEFAULT_FIXTURE, tile
+from _tile import DEFAULT_FIXTURE, count_events
 
 HTA_MAX_EVENTS = 2_000_000  # HTA needs ~1.2 GB per million events: not run above this unless asked
 
@@ -38,7 +39,7 @@ t3 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "count_s": t3 - t2, "events": len(table),
                   "gpu_kernels": counts.gpu_kernels, "cpu_kernels": counts.cpu_kernels,
                   "cuts": table.metadata.get("json_cuts"),
-                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "maxrss_mb": peak_rss_mb()}))
 """
 
 HTA_CHILD = """
@@ -51,14 +52,25 @@ t1 = time.perf_counter()
 meta, df, symbols = parse_trace_dataframe(sys.argv[1], ParserConfig())
 t2 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "events": len(df),
-                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "maxrss_mb": peak_rss_mb()}))
+"""
+
+# Built in a child too: Linux keeps a process's peak RSS across fork and exec, so a benchmark
+# that tiled the trace itself would pass its own peak on to every measuring child.
+TILE_CHILD = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from _tile import tile
+n = tile(int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), compress=sys.argv[5] == "1")
+print(json.dumps({"events": n}))
 """
 
 BASELINE_CHILD = """
 import json, resource
 from rnnprof.profiler.loaders import load_events
 from rnnprof.analyzers.opcount import count_kernels
-print(json.dumps({"maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+print(json.dumps({"maxrss_mb": peak_rss_mb()}))
 """
 
 
@@ -82,16 +94,24 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="rnnprof runs (HTA runs once)")
     parser.add_argument("--gzip", action="store_true", help="write the tiled trace gzip-compressed")
     parser.add_argument("--no-hta", action="store_true", help="skip the holistictraceanalysis comparison")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="keep the tiled trace at this path and reuse it when it exists (saves rebuilding)")
     parser.add_argument("--hta", action="store_true", help=f"compare with HTA even above {HTA_MAX_EVENTS:,} events")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="rnnprof-bench-") as tmp:
-        path = Path(tmp) / ("trace.json.gz" if args.gzip else "trace.json")
+        path = args.trace or Path(tmp) / ("trace.json.gz" if args.gzip else "trace.json")
         t0 = time.perf_counter()
-        n = tile(args.events, path, args.fixture, compress=args.gzip)
+        if args.trace and args.trace.exists():
+            n = count_events(path)
+            verb = "reusing"
+        else:
+            n = run_child(TILE_CHILD, str(Path(__file__).resolve().parent), str(args.events), str(path),
+                          str(args.fixture), "1" if args.gzip else "0")["events"]
+            verb = f"built from {args.fixture.name}"
         size_mb = path.stat().st_size / 1e6
-        print(f"built {n:,} trace events ({size_mb:,.0f} MB{' gzip' if args.gzip else ' JSON'}) "
-              f"in {time.perf_counter() - t0:.1f} s from {args.fixture.name}")
+        print(f"{verb}: {n:,} trace events ({size_mb:,.0f} MB{' gzip' if path.suffix == '.gz' else ' JSON'}) "
+              f"in {time.perf_counter() - t0:.1f} s")
         baseline = run_child(BASELINE_CHILD, str(path))["maxrss_mb"]
         runs = [run_child(RNNPROF_CHILD, str(path)) for _ in range(max(1, args.repeat))]
         ours = runs[0]
