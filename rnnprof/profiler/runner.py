@@ -94,12 +94,13 @@ def _optimizer(config: WorkloadConfig, name: str):
     return tf.compat.v1.train.GradientDescentOptimizer(config.learning_rate, name=name)
 
 
-def _dense(grad, variable):
-    """Dense gradients: all-reduce and add_n need them; a missing gradient is zero."""
+def _exchangeable(grad, variable, dense: bool):
+    """A missing gradient is zero. All-reduce and add_n need dense gradients; a tower that
+    exchanges nothing keeps an embedding's sparse gradient, so only looked-up rows are updated."""
     tf = import_tensorflow()
     if grad is None:
         return tf.zeros_like(variable)
-    return tf.convert_to_tensor(grad)
+    return tf.convert_to_tensor(grad) if dense else grad
 
 
 class DataParallelRun:
@@ -149,6 +150,7 @@ class DataParallelRun:
         self.parameter_device = ps_device if mode == "parameter_server" else None
         self._inputs, self._tower_vars, losses, words, grads = [], [], [], [], []
 
+        exchange = mode != "independent" and len(self.device_names) > 1
         for k, device in enumerate(self.device_names):
             created: list = []
 
@@ -172,7 +174,7 @@ class DataParallelRun:
                 out = self.workload.build_tower(inputs, k, self.device_names)
                 with tf1.name_scope("gradients"):
                     tower_grads = tf1.gradients(out.loss, created, colocate_gradients_with_ops=True)
-                    tower_grads = [_dense(g, v) for g, v in zip(tower_grads, created)]
+                    tower_grads = [_exchangeable(g, v, dense=exchange) for g, v in zip(tower_grads, created)]
             self._inputs.append(inputs)
             self._tower_vars.append(created)
             losses.append(out.loss)
