@@ -61,12 +61,14 @@ def zero_state(batch, units: int):
     return (z, z)
 
 
-def dynamic_rnn(cell: Callable, inputs, lengths, initial_state, output_size: int):
+def dynamic_rnn(cell: Callable, inputs, lengths, initial_state, output_size: int, carry_state: bool = True):
     """Run ``cell(x_t, state) -> (output, state)`` over time in a ``tf.while_loop``.
 
-    Past a sequence's length the state is carried unchanged and the output is
-    zero, so padding never reaches the final state, the outputs or the loss.
-    ``initial_state`` may be any nest of ``[batch, n]`` tensors.
+    Outputs past a sequence's length are zero, so padding never reaches the outputs
+    or the loss. With ``carry_state`` the state is also carried unchanged past the
+    length, so the final state is each sequence's own; callers that never read the
+    final state skip that per-step select. ``initial_state`` may be any nest of
+    ``[batch, n]`` tensors.
     """
     steps = tf.shape(inputs)[0]
     inputs_ta = tf.TensorArray(inputs.dtype, size=steps, element_shape=inputs.shape[1:],
@@ -76,15 +78,15 @@ def dynamic_rnn(cell: Callable, inputs, lengths, initial_state, output_size: int
 
     def body(t, state, outputs_ta):
         out, new_state = cell(inputs_ta.read(t), state)
-        alive = tf.expand_dims(t < lengths, 1)  # [batch, 1]
-        new_state = tf.nest.map_structure(lambda new, old: tf.where(alive, new, old), new_state, state)
-        out = tf.where(alive, out, tf.zeros_like(out))
+        if carry_state:
+            alive = tf.expand_dims(t < lengths, 1)  # [batch, 1]
+            new_state = tf.nest.map_structure(lambda new, old: tf.where(alive, new, old), new_state, state)
         return t + 1, new_state, outputs_ta.write(t, out)
 
     _, final_state, outputs_ta = tf1.while_loop(
         lambda t, *_: t < steps, body, (tf.constant(0), initial_state, outputs_ta),
         name="dynamic_rnn")
-    outputs = outputs_ta.stack()
+    outputs = outputs_ta.stack() * sequence_mask_tm(lengths, steps)  # one mask for all steps
     outputs.set_shape([None, None, output_size])
     return outputs, final_state
 
@@ -174,11 +176,12 @@ def wants_cudnn(device_name: str | None) -> bool:
 
 
 def run_stack(x, lengths, input_size: int, units: int, num_layers: int, fused: bool,
-              initial_states=None, use_cudnn: bool = False, first_index: int = 0):
+              initial_states=None, use_cudnn: bool = False, first_index: int = 0, need_state: bool = True):
     """Unidirectional layers ``layer_{first_index}..``, created in the current variable scope.
 
-    Loop: all layers step together inside one ``tf.while_loop``. Fused: one
-    sequence op per layer. Returns the top outputs and each layer's final ``(c, h)``.
+    Loop: one ``tf.while_loop`` per layer (``loop_layer``). Fused: one sequence op
+    per layer. Returns the top outputs and each layer's final ``(c, h)`` (with
+    ``need_state=False`` the loop layers' final states are not each sequence's own).
     """
     batch = tf.shape(x)[1]
     if initial_states is None:
@@ -192,9 +195,35 @@ def run_stack(x, lengths, input_size: int, units: int, num_layers: int, fused: b
             x = result.outputs
             states.append(result.state)
         return x, states
-    weights = []
+    states = []
     for n in range(num_layers):
         with tf1.variable_scope(f"layer_{first_index + n}"):
-            weights.append(lstm_weights(input_size if n == 0 else units, units))
-    outputs, states = dynamic_rnn(stack_cell(weights, first_index), x, lengths, tuple(initial_states), units)
-    return outputs, list(states)
+            w = lstm_weights(input_size if n == 0 else units, units)
+            result = loop_layer(w, x, lengths, initial_states[n], carry_state=need_state)
+        x = result.outputs
+        states.append(result.state)
+    return x, states
+
+
+def loop_layer(w: LSTMWeights, inputs, lengths, initial_state, carry_state: bool = True) -> LayerResult:
+    """One layer as a cell in its own ``tf.while_loop``.
+
+    The input half of the gate matmul does not depend on the recurrence, so it runs
+    once for all steps before the loop; each iteration multiplies only ``h``. The
+    math is ``lstm_step``'s (same weights, same forget bias).
+    """
+    wx, wh = w.kernel[:w.input_size], w.kernel[w.input_size:]
+    gate_bias = w.bias + tf.constant([0.0] * (2 * w.units) + [FORGET_BIAS] * w.units + [0.0] * w.units)
+    steps, batch = tf.shape(inputs)[0], tf.shape(inputs)[1]
+    projected = tf.nn.bias_add(tf.matmul(tf.reshape(inputs, [-1, w.input_size]), wx), gate_bias)
+    projected = tf.reshape(projected, tf.stack([steps, batch, 4 * w.units]))
+
+    def cell(xw, state):
+        c, h = state
+        i, ci, f, o = tf.split(xw + tf.matmul(h, wh), 4, axis=1)
+        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(ci)
+        h = tf.sigmoid(o) * tf.tanh(c)
+        return h, (c, h)
+
+    outputs, state = dynamic_rnn(cell, projected, lengths, tuple(initial_state), w.units, carry_state)
+    return LayerResult(outputs, state)

@@ -44,7 +44,7 @@ class RNNLMWorkload(TokenWorkload):
             x = embed_time_major(embedding_table(vocab, self.embedding, "table"), inputs["inputs"])
         with tf1.variable_scope("rnn"):
             outputs, _ = run_stack(x, inputs["lengths"], self.embedding, self.units, self.config.layers,
-                                   self.fused, use_cudnn=use_cudnn)
+                                   self.fused, use_cudnn=use_cudnn, need_state=False)
         planted = self.config.plant == SOFTMAX_ON_DEVICE0 and bool(device_names)
         with tf1.variable_scope("projection"):
             weights = projection_weights(self.units, vocab)
