@@ -168,3 +168,32 @@ def test_tensorflow_start_up_noise_is_dropped_but_real_errors_pass(capfd):
     err = capfd.readouterr().err
     assert err.splitlines() == ["E0000 00:00:1795307529.025080    5260 util.cc:131] a real problem",
                                 "Could not load dynamic library 'libcudart.so.12'"]
+
+
+def test_only_the_onednn_int32_notice_is_dropped_around_the_first_run(capfd):
+    import os
+
+    from rnnprof.profiler.tensorflow_import import quiet_first_run
+
+    notice = (b"E0000 00:00:1795309404.854204   15745 util.cc:131] oneDNN supports DT_INT32 only on platforms "
+              b"with AVX-512. Falling back to the default Eigen-based implementation if present.\n")
+    with quiet_first_run():
+        os.write(2, notice)
+        os.write(2, b"E0000 00:00:1795309404.854204   15745 util.cc:131] a real problem\n")
+        os.write(2, b"W0000 00:00:1795307529.025080    5260 op_kernel.cc:1857] OP_REQUIRES failed\n")
+    err = capfd.readouterr().err
+    assert err.splitlines() == ["E0000 00:00:1795309404.854204   15745 util.cc:131] a real problem",
+                                "W0000 00:00:1795307529.025080    5260 op_kernel.cc:1857] OP_REQUIRES failed"]
+
+
+@pytest.mark.slow
+def test_a_real_first_step_prints_no_tensorflow_notice(capfd):
+    from rnnprof.config import WorkloadConfig, model_defaults
+    from rnnprof.profiler.runner import DataParallelRun
+
+    sizes = dict(model_defaults("rnnlm", "small"), units=16, embedding=16, layers=1, batch_size=4)
+    with DataParallelRun(WorkloadConfig(model="rnnlm", preset="small", devices=2, **sizes)) as run:
+        capfd.readouterr()
+        run.step()
+        run.step()
+    assert "oneDNN" not in capfd.readouterr().err

@@ -10,6 +10,7 @@ exchange and ``update/...`` for the optimizer.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -18,7 +19,7 @@ import numpy as np
 
 from rnnprof.config import WorkloadConfig, validate
 from rnnprof.errors import UsageError
-from rnnprof.profiler.tensorflow_import import import_tensorflow
+from rnnprof.profiler.tensorflow_import import import_tensorflow, quiet_first_run
 
 LOCAL = "/job:localhost/replica:0/task:0"
 HOST_DEVICE = f"{LOCAL}/device:CPU:0"
@@ -234,10 +235,12 @@ class DataParallelRun:
     def step(self, options=None, run_metadata=None) -> StepResult:
         """Run one training step on every tower; only session.run is timed."""
         feed = self._feed()
-        start = time.perf_counter()
-        _, loss, words = self.session.run([self.train_op, self.loss, self.words], feed_dict=feed,
-                                          options=options, run_metadata=run_metadata)
-        seconds = time.perf_counter() - start
+        quiet = quiet_first_run() if self.steps_run == 0 else contextlib.nullcontext()
+        with quiet:
+            start = time.perf_counter()
+            _, loss, words = self.session.run([self.train_op, self.loss, self.words], feed_dict=feed,
+                                              options=options, run_metadata=run_metadata)
+            seconds = time.perf_counter() - start
         self.steps_run += 1
         return StepResult(seconds=seconds, words=int(words), loss=float(loss))
 

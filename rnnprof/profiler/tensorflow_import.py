@@ -18,6 +18,19 @@ import tempfile
 _STARTUP_NOISE = re.compile(rb"^(?:WARNING: All log messages before absl::InitializeLog|[IW]\d{4} [\d:.]+ +\d+ \S+\] )")
 
 
+# Graph optimization at the first run of a graph logs this notice as an error line
+# ("E0000 ... oneDNN supports DT_INT32 only on platforms with AVX-512. Falling back ..."):
+# TF then uses its default kernels, nothing fails. Only this exact notice is dropped.
+_FIRST_RUN_NOISE = re.compile(rb"^E\d{4} [\d:.]+ +\d+ util\.cc:\d+\] oneDNN supports DT_INT32 only on platforms with AVX-512")
+
+
+@contextlib.contextmanager
+def quiet_first_run():
+    """Around the first ``Session.run`` of a graph: drop TF's oneDNN fallback notice."""
+    with _native_stderr_filtered(_FIRST_RUN_NOISE):
+        yield
+
+
 def import_tensorflow():
     """Import TensorFlow quietly (its C++ start-up log is noise for rnnprof users)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
