@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.placement import Severity, audit
     from rnnprof.commands._placement_inputs import load_audit_input
-    from rnnprof.reports.placement import render_json, render_table, to_document
+    from rnnprof.reports.layout import render_json
+    from rnnprof.reports.placement import render_table, to_document
 
     result = audit(load_audit_input(args.paths))
     if args.json:

@@ -31,7 +31,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.profiler.progress import StepProgress
     from rnnprof.profiler.runner import visible_gpus
     from rnnprof.profiler.timing import measure
-    from rnnprof.reports.scale import render_json, render_table, to_document
+    from rnnprof.reports.layout import render_json
+    from rnnprof.reports.scale import render_table, to_document
 
     device_counts = parse_int_list(args.devices, "--devices")
     modes = parse_choice_list(args.variable_update, "--variable-update", VARIABLE_UPDATES)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -38,10 +36,6 @@ def to_document(result: AuditResult, sources: list[str], fail_on: str) -> dict:
         "rules_checked": list(result.checked),
         "rules_not_checked": [{"rule": n.rule_id, "reason": n.reason} for n in result.not_checked],
     }
-
-
-def render_json(document: dict, console: Console) -> None:
-    console.print(json.dumps(document, indent=2), markup=False, highlight=False, soft_wrap=True, emoji=False)
 
 
 def _cost(finding: Finding) -> str:

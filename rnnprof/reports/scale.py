@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Callable
 
 from rich import box
@@ -123,7 +122,3 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
         },
         "notes": list(result.notes) + notes,
     }
-
-
-def render_json(document: dict, console: Console) -> None:
-    console.print(json.dumps(document, indent=2), markup=False, highlight=False, soft_wrap=True, emoji=False)
