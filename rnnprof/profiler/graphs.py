@@ -279,12 +279,3 @@ def load_graph(path: str | Path) -> nx.DiGraph:
     g.graph["functions"] = sorted(g.graph.get("functions", ()))
     g.graph["warnings"] = list(defs.warnings)
     return g
-
-
-def has_graphs(path: str | Path) -> bool:
-    """Whether ``path`` (file or run directory) holds any graph, without raising."""
-    try:
-        defs = read_graph_defs(path)
-    except InputError:
-        return False
-    return bool(defs.user or defs.runtime)

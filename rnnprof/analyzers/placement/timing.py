@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from rnnprof.profiler.events import Device, EventTable, Kind
@@ -35,20 +33,6 @@ def length(intervals: np.ndarray) -> float:
     return float((intervals[:, 1] - intervals[:, 0]).sum()) if len(intervals) else 0.0
 
 
-def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Intersection of two disjoint sorted interval sets."""
-    out, i, j = [], 0, 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i, 0], b[j, 0]), min(a[i, 1], b[j, 1])
-        if lo < hi:
-            out.append((lo, hi))
-        if a[i, 1] < b[j, 1]:
-            i += 1
-        else:
-            j += 1
-    return np.asarray(out, dtype=float).reshape(-1, 2)
-
-
 def subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a`` minus ``b`` for disjoint sorted interval sets."""
     out = []
@@ -77,26 +61,6 @@ def in_step(events: EventTable, step: int) -> np.ndarray:
     if step == ALL_STEPS:
         return np.ones(len(events), dtype=bool)
     return events.step == step
-
-
-@dataclass(frozen=True)
-class StepWindow:
-    step: int
-    start: float
-    end: float
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
-
-
-def step_windows(events: EventTable) -> list[StepWindow]:
-    out = []
-    for step in step_keys(events):
-        mask = in_step(events, step)
-        if mask.any():
-            out.append(StepWindow(step, float(events.ts[mask].min()), float(events.end[mask].max())))
-    return out
 
 
 def compute_mask(events: EventTable) -> np.ndarray:
