@@ -122,12 +122,12 @@ class _RecordingNvtx:
 
 @pytest.mark.parametrize("warmup", [0, 2])
 def test_trace_marks_warmup_timed_and_each_step_with_nvtx(monkeypatch, warmup):
-    from rnnprof.commands.trace import _NvtxSteps
     from rnnprof.profiler import nvtx_ranges
+    from rnnprof.profiler.nvtx_ranges import NvtxSteps
 
     fake = _RecordingNvtx()
     monkeypatch.setattr(nvtx_ranges, "_module", lambda: fake)
-    steps = _NvtxSteps(CountingRun(), warmup)
+    steps = NvtxSteps(CountingRun(), warmup)
     measure(steps, warmup, 3)
     steps.end()
     expected = []
@@ -144,11 +144,11 @@ def test_trace_marks_warmup_timed_and_each_step_with_nvtx(monkeypatch, warmup):
 
 
 def test_nvtx_that_fails_never_stops_the_run(monkeypatch):
-    from rnnprof.commands.trace import _NvtxSteps
     from rnnprof.profiler import nvtx_ranges
+    from rnnprof.profiler.nvtx_ranges import NvtxSteps
 
     monkeypatch.setattr(nvtx_ranges, "_module", lambda: _RecordingNvtx(fail=True))
-    steps = _NvtxSteps(CountingRun(), 1)
+    steps = NvtxSteps(CountingRun(), 1)
     m = measure(steps, 1, 3)
     steps.end()
     assert len(m.timed_steps) == 3

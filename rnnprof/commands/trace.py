@@ -100,6 +100,7 @@ def _workload(args, console, argv) -> int:
     from rnnprof.models import get_workload
     from rnnprof.profiler import rundir
     from rnnprof.profiler.capture import RunWriter, default_run_dir
+    from rnnprof.profiler.nvtx_ranges import NvtxSteps
     from rnnprof.profiler.runner import DataParallelRun, visible_gpus
     from rnnprof.profiler.session_capture import capture_after
     from rnnprof.profiler.timing import measure
@@ -120,7 +121,7 @@ def _workload(args, console, argv) -> int:
                                           "allow_soft_placement": session_proto.allow_soft_placement})
             writer.set_devices(run.device_names, run.device_kind)
             times = writer.manifest["step_times"]
-            steps = _NvtxSteps(run, config.warmup)
+            steps = NvtxSteps(run, config.warmup)
             try:
                 measurement = measure(steps, config.warmup, config.batches,
                                       on_step=lambda phase, index, step: times[phase].append(step.seconds))
@@ -160,30 +161,3 @@ def _terminate_as_interrupt() -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, interrupt)
-
-
-class _NvtxSteps:
-    """The run, with NVTX ranges for Nsight Systems: "warm-up" and "timed" around the two phases of
-    ``measure`` and "step N" around each step. Forward, backward and update run inside one
-    ``Session.run``, so no range can separate them; their op name scopes do (see the README)."""
-
-    def __init__(self, run, warmup: int):
-        self._run = run
-        self._warmup = warmup
-        self._n = 0
-        self._phase = None
-
-    def step(self):
-        from rnnprof.profiler.nvtx_ranges import NvtxSpan, nvtx_range
-
-        if self._n == 0 and self._warmup or self._n == self._warmup:
-            self.end()
-            self._phase = NvtxSpan("warm-up" if self._n < self._warmup else "timed")
-        with nvtx_range(f"step {self._n}"):
-            self._n += 1
-            return self._run.step()
-
-    def end(self) -> None:
-        if self._phase is not None:
-            self._phase.end()
-            self._phase = None

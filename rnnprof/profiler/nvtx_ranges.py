@@ -58,3 +58,28 @@ class NvtxSpan:
         if self._open:
             self._open = False
             self._cm.__exit__(None, None, None)
+
+
+class NvtxSteps:
+    """The run, with NVTX ranges for Nsight Systems: "warm-up" and "timed" around the two phases of
+    ``measure`` and "step N" around each step. Forward, backward and update run inside one
+    ``Session.run``, so no range can separate them; their op name scopes do (see the README)."""
+
+    def __init__(self, run, warmup: int):
+        self._run = run
+        self._warmup = warmup
+        self._n = 0
+        self._phase = None
+
+    def step(self):
+        if self._n == 0 and self._warmup or self._n == self._warmup:
+            self.end()
+            self._phase = NvtxSpan("warm-up" if self._n < self._warmup else "timed")
+        with nvtx_range(f"step {self._n}"):
+            self._n += 1
+            return self._run.step()
+
+    def end(self) -> None:
+        if self._phase is not None:
+            self._phase.end()
+            self._phase = None
