@@ -115,7 +115,7 @@ def _workload(args, console, argv) -> int:
         with DataParallelRun(config, workload=workload) as run:
             for warning in run.warnings:
                 console.print(f"[yellow]warning:[/] {warning}")
-            session_proto = run.session._config
+            session_proto = run.session_proto
             writer.update(session_config={"inter_op_threads": session_proto.inter_op_parallelism_threads,
                                           "intra_op_threads": session_proto.intra_op_parallelism_threads,
                                           "allow_soft_placement": session_proto.allow_soft_placement})

@@ -130,7 +130,8 @@ class DataParallelRun:
             tf1.set_random_seed(config.seed)
             self._build(tf, tf1)
             init = tf1.global_variables_initializer()
-        self.session = tf1.Session(graph=self.graph, config=session_config(config, self.device_kind))
+        self.session_proto = session_config(config, self.device_kind)  # the ConfigProto the session runs with
+        self.session = tf1.Session(graph=self.graph, config=self.session_proto)
         try:
             self.session.run(init)
             if self._sync_op is not None:
