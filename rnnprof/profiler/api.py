@@ -230,11 +230,7 @@ class Capture:
             if fg.post_optimization_graph.node:
                 self.writer.write_graph(fg.post_optimization_graph, folder, "post_optimization")
             self.writer.write_partition_graphs(fg.partition_graphs, f"{folder}/{rundir.PARTITIONS_DIR}")
-        from rnnprof.profiler.capture import atomic_write_bytes
-
-        path = atomic_write_bytes(self.writer.path / rundir.RUN_METADATA_DIR / "functions.pb",
-                                  metadata.SerializeToString())
-        self.writer._add("run_metadata", path)
+        self.writer.write_run_metadata("functions.pb", metadata.SerializeToString())
         self.writer.save_manifest()
 
     def _disable_eager_metadata(self) -> None:

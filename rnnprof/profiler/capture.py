@@ -211,12 +211,15 @@ class RunWriter:
             written += self.write_graph(graph, rel_dir, f"{k}_{label}")
         return written
 
+    def write_run_metadata(self, file_name: str, data: bytes) -> str:
+        """Serialized RunMetadata as ``run_metadata/<file_name>``, listed in the manifest (saved by the caller)."""
+        return self._add("run_metadata", atomic_write_bytes(self.path / rundir.RUN_METADATA_DIR / file_name, data))
+
     def write_step(self, step: int, run_metadata) -> None:
         """Raw RunMetadata, its Chrome timeline and (once) its partition graphs."""
         from rnnprof.profiler.chrome_trace import step_stats_to_chrome
 
-        self._add("run_metadata", atomic_write_bytes(
-            self.path / rundir.RUN_METADATA_DIR / rundir.run_metadata_name(step), run_metadata.SerializeToString()))
+        self.write_run_metadata(rundir.run_metadata_name(step), run_metadata.SerializeToString())
         partitions = list(run_metadata.partition_graphs)
         trace = step_stats_to_chrome(run_metadata.step_stats, step, partitions)
         self._add("timelines", atomic_write_json(
