@@ -140,7 +140,7 @@ def _devices_from_events(events: EventTable) -> dict[str, tuple[Device, str]]:
             for name, (device, _) in best.items() if events.strings[name]}
 
 
-def _named(events: EventTable, names: set[str], device: Device | None) -> np.ndarray:
+def op_events_mask(events: EventTable, names: set[str], device: Device | None) -> np.ndarray:
     """Op/kernel events of these node names (optionally on one device)."""
     codes = [events.code_of(n) for n in names]
     mask = np.isin(events.name, [c for c in codes if c >= 0]) & compute_mask(events)
@@ -153,7 +153,7 @@ def time_by_name(events: EventTable | None, names: set[str], device: Device | No
     """Total µs of op/kernel events per node name (optionally on one device)."""
     if events is None or not names:
         return {}
-    mask = _named(events, names, device)
+    mask = op_events_mask(events, names, device)
     out: dict[str, float] = collections.defaultdict(float)
     for code, dur in zip(events.name[mask].tolist(), events.dur[mask].tolist()):
         out[events.strings[code]] += dur
@@ -164,7 +164,7 @@ def wall_time(events: EventTable | None, names: set[str], device: Device | None 
     """µs during which at least one of these ops ran (overlapping ops counted once), over all steps."""
     if events is None or not names:
         return 0.0
-    mask = _named(events, names, device)
+    mask = op_events_mask(events, names, device)
     return length(merge(events.ts[mask], events.end[mask]))
 
 

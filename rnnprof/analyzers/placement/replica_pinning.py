@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import collections
 
-import numpy as np
-
 from rnnprof.profiler.events import Device
 
 from . import scopes
 from .finding import Finding, NotChecked, Severity
-from .inputs import AuditInput, NodePlacement, is_tower_work, steps_in
+from .inputs import AuditInput, NodePlacement, is_tower_work, op_events_mask, steps_in, time_by_name
 from .timing import busy_intervals, compute_mask, in_step, length, merge, step_keys, subtract
 
 RULE_ID = "PA002-replica-work-pinned"
@@ -198,12 +196,7 @@ def _wait_cost(inp: AuditInput, home: Device, device: Device, names: set[str]) -
     if not steps:
         return {"steps": 0, "busy": None, "wait": None, "us_by_name": {}}
     mask = compute_mask(events)
-    codes = [c for c in (events.code_of(n) for n in names) if c >= 0]
-    mine = mask & np.isin(events.name, codes)
-    if device in events.devices:
-        mine &= events.device == events.devices.index(device)
-    else:
-        mine &= False
+    mine = op_events_mask(events, names, device)
     busy = wait = 0.0
     for step in step_keys(events):
         sel = mine & in_step(events, step)
@@ -212,10 +205,8 @@ def _wait_cost(inp: AuditInput, home: Device, device: Device, names: set[str]) -
         home_busy = busy_intervals(events.select(in_step(events, step)), home,
                                    mask[in_step(events, step)])
         wait += length(subtract(wrong, home_busy))
-    us_by_name: dict[str, float] = collections.defaultdict(float)
-    for code, dur in zip(events.name[mine].tolist(), events.dur[mine].tolist()):
-        us_by_name[events.strings[code]] += dur
-    return {"steps": steps, "busy": busy / steps, "wait": wait / steps, "us_by_name": us_by_name}
+    return {"steps": steps, "busy": busy / steps, "wait": wait / steps,
+            "us_by_name": time_by_name(events, names, device)}
 
 
 def _round(value: float | None) -> float | None:
