@@ -13,7 +13,8 @@ from typing import Sequence
 
 from rnnprof.errors import InputError
 from rnnprof.profiler.events import EventTable, concat
-from rnnprof.profiler.loaders.jsonstream import GZIP_MAGIC, open_maybe_gzip, read_prefix
+from rnnprof.profiler.limits import GZIP_MAGIC
+from rnnprof.profiler.loaders.jsonstream import open_maybe_gzip, read_prefix
 
 FORMATS = (
     "rnnprof run directory",
@@ -28,7 +29,8 @@ EXPECTED = "one of: " + ", ".join(FORMATS)
 
 
 def detect_format(path: str | os.PathLike) -> str:
-    """Name the format of ``path`` from its content: "rundir", "kineto", "chrome-json", "xplane", "run-metadata"."""
+    """Name the format of ``path`` from its content: "rundir", "xplane-dir", "kineto", "chrome-json", "xplane",
+    "run-metadata"."""
     path = Path(path)
     if path.is_dir():
         from rnnprof.profiler import rundir

@@ -30,7 +30,6 @@ import numpy as np
 from rnnprof.errors import InputError
 from rnnprof.profiler.limits import open_limited
 
-GZIP_MAGIC = b"\x1f\x8b"
 BLOCK_BYTES = 4 << 20  # read size
 PIECE_BYTES = 64 << 10  # decode size
 _EVENTS_KEY = b'"traceEvents"'
