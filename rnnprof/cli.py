@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "rnnprof.commands.comm",
     "rnnprof.commands.view",
 )
+INTERNAL_ERROR = 3  # a bug in rnnprof, not in the user's input (see rnnprof.errors)
 
 
 def _available_commands():
@@ -65,7 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-
 def main(argv: Sequence[str] | None = None, console: Console | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -93,9 +93,6 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         print(f"rnnprof {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)} "
               f"(rerun with --debug for the traceback and please report it)", file=sys.stderr)
         return INTERNAL_ERROR
-
-
-INTERNAL_ERROR = 3
 
 
 def _one_line(exc: Exception) -> str:
