@@ -327,3 +327,13 @@ def test_audit_collects_findings_and_reasons():
     reasons = {n.rule_id: n.reason for n in result.not_checked}
     assert inter_op_threads.RULE_ID in reasons
     assert set(result.checked) | set(reasons) == {r.id for r in result.rules}
+
+
+def test_busy_interval_merge_ignores_malformed_negative_durations():
+    import numpy as np
+
+    from rnnprof.analyzers.placement.timing import length, merge
+
+    merged = merge(np.array([0.0, 1.0, 10.0, 20.0]), np.array([2.0, 3.0, 4.0, 21.0]))  # [10, 4) is malformed
+    assert merged.tolist() == [[0.0, 3.0], [20.0, 21.0]]
+    assert length(merged) == 4.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rnnprof.analyzers import intervals
 from rnnprof.profiler.events import Device, EventTable, Kind
 
 from .scopes import TRANSFER_OPS
@@ -12,21 +13,9 @@ ALL_STEPS = -1  # the key used when the trace does not number its steps
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Union of intervals as an (n, 2) array of disjoint, sorted intervals."""
-    if len(starts) == 0:
-        return np.zeros((0, 2))
-    order = np.argsort(starts, kind="stable")
-    s, e = np.asarray(starts, float)[order], np.asarray(ends, float)[order]
-    out = []
-    cur_s, cur_e = s[0], e[0]
-    for a, b in zip(s[1:], e[1:]):
-        if a <= cur_e:
-            cur_e = max(cur_e, b)
-        else:
-            out.append((cur_s, cur_e))
-            cur_s, cur_e = a, b
-    out.append((cur_s, cur_e))
-    return np.asarray(out, dtype=float)
+    """Union of intervals as an (n, 2) array of disjoint, sorted intervals (empty ones dropped)."""
+    merged_starts, merged_ends = intervals.merge(starts, ends)
+    return np.column_stack([merged_starts, merged_ends])
 
 
 def length(intervals: np.ndarray) -> float:
