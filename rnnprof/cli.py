@@ -18,7 +18,7 @@ from rich.console import Console
 
 from rnnprof import __version__
 from rnnprof.errors import RnnprofError
-from rnnprof.profiler import limits
+from rnnprof import limits
 
 COMMAND_MODULES = (
     "rnnprof.commands.scale",

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from rnnprof.errors import UsageError
-from rnnprof.profiler import limits
+from rnnprof import limits
 
 MODELS = ("nmt", "rnnlm")
 ENCODERS = ("loop", "fused")

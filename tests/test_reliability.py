@@ -15,7 +15,8 @@ import pytest
 import rnnprof
 from rnnprof.cli import main
 from rnnprof.errors import InputError, UsageError
-from rnnprof.profiler import limits, rundir
+from rnnprof import limits
+from rnnprof.profiler import rundir
 from rnnprof.profiler.capture import RunWriter, check_out_dir, default_run_dir, prepare_out_dir, safe_name
 
 from fixtures import FIXTURES

@@ -8,7 +8,7 @@ import re
 from rich.console import Console
 
 from rnnprof.errors import InputError, UsageError
-from rnnprof.profiler import limits
+from rnnprof import limits
 
 NAME = "comm"
 HELP = "communication vs compute vs idle time per device (and step), with stragglers"

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from rich.console import Console
-from rnnprof.profiler import limits
+from rnnprof import limits
 
 NAME = "count-ops"
 HELP = "count graph operators and kernel invocations per device and step; --vs compares two runs"

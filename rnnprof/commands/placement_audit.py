@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof.errors import FindingsError
-from rnnprof.profiler import limits
+from rnnprof import limits
 
 NAME = "placement-audit"
 HELP = "find ops placed on the wrong device (soft-placement fallback, replica work on device 0, ...) and their cost"

@@ -16,7 +16,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from rnnprof.errors import InputError
-from rnnprof.profiler import limits
+from rnnprof import limits
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 RESERVED = 4

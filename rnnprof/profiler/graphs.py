@@ -70,7 +70,7 @@ def read_graph_file(path: Path) -> GraphDefs:
     from google.protobuf.message import DecodeError
 
     graph_pb2, config_pb2 = _pb2()
-    from rnnprof.profiler.limits import read_bytes
+    from rnnprof.limits import read_bytes
 
     path = Path(path)
     data = read_bytes(path)

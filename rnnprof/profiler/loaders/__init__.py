@@ -13,7 +13,7 @@ from typing import Sequence
 
 from rnnprof.errors import InputError
 from rnnprof.profiler.events import EventTable, concat
-from rnnprof.profiler.limits import GZIP_MAGIC
+from rnnprof.limits import GZIP_MAGIC
 from rnnprof.profiler.loaders.jsonstream import open_maybe_gzip, read_prefix
 
 FORMATS = (

@@ -28,7 +28,7 @@ import msgspec
 import numpy as np
 
 from rnnprof.errors import InputError
-from rnnprof.profiler.limits import open_limited
+from rnnprof.limits import open_limited
 
 BLOCK_BYTES = 4 << 20  # read size
 PIECE_BYTES = 64 << 10  # decode size
@@ -39,7 +39,7 @@ _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeErr
 
 
 def open_maybe_gzip(path: Path) -> BinaryIO:
-    """The file's content, gunzipped when compressed; size limits apply (``rnnprof.profiler.limits``)."""
+    """The file's content, gunzipped when compressed; size limits apply (``rnnprof.limits``)."""
     return open_limited(path)
 
 

@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 from rnnprof.errors import InputError
-from rnnprof.profiler import limits, rundir
+from rnnprof import limits
+from rnnprof.profiler import rundir
 from rnnprof.profiler.events import EventTable, concat
 
 FORMAT = "rnnprof-run"

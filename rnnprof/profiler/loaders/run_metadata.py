@@ -20,7 +20,7 @@ def parse(path: Path):
     from google.protobuf.message import DecodeError
     from tensorboard.compat.proto import config_pb2
 
-    from rnnprof.profiler.limits import read_bytes
+    from rnnprof.limits import read_bytes
 
     meta = config_pb2.RunMetadata()
     data = read_bytes(Path(path))

@@ -64,7 +64,7 @@ def parse(path: Path, data: bytes | None = None):
     from google.protobuf.message import DecodeError
 
     if data is None:
-        from rnnprof.profiler.limits import read_bytes
+        from rnnprof.limits import read_bytes
 
         data = read_bytes(Path(path))
     space = xplane_pb2().XSpace()
