@@ -50,8 +50,15 @@ def lstm_step(w: LSTMWeights, x, state):
     """One time step: ``state`` and the result are ``(c, h)``."""
     c, h = state
     z = tf.nn.bias_add(tf.matmul(tf.concat([x, h], 1), w.kernel), w.bias)
+    return gate_update(z, c, FORGET_BIAS)
+
+
+def gate_update(z, c, forget_bias: float):
+    """The LSTM update from the gate pre-activations ``z`` (input, candidate, forget, output)."""
     i, ci, f, o = tf.split(z, 4, axis=1)
-    c = tf.sigmoid(f + FORGET_BIAS) * c + tf.sigmoid(i) * tf.tanh(ci)
+    if forget_bias:
+        f = f + forget_bias
+    c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(ci)
     h = tf.sigmoid(o) * tf.tanh(c)
     return h, (c, h)
 
@@ -220,10 +227,7 @@ def loop_layer(w: LSTMWeights, inputs, lengths, initial_state, carry_state: bool
 
     def cell(xw, state):
         c, h = state
-        i, ci, f, o = tf.split(xw + tf.matmul(h, wh), 4, axis=1)
-        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(ci)
-        h = tf.sigmoid(o) * tf.tanh(c)
-        return h, (c, h)
+        return gate_update(xw + tf.matmul(h, wh), c, forget_bias=0.0)  # already in gate_bias
 
     outputs, state = dynamic_rnn(cell, projected, lengths, tuple(initial_state), w.units, carry_state)
     return LayerResult(outputs, state)
