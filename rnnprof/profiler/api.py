@@ -344,7 +344,9 @@ class _StepContext:
 
 
 def _full_device(name: str) -> str:
-    return name if name.startswith("/job:") else "/job:localhost/replica:0/task:0" + name
+    from rnnprof.profiler.runner import LOCAL
+
+    return name if name.startswith("/job:") else LOCAL + name
 
 
 def _tensorflow():
