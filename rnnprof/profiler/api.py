@@ -37,10 +37,6 @@ from rnnprof.profiler.nvtx_ranges import nvtx_range
 _active: "Capture | None" = None
 
 
-def active_capture() -> "Capture | None":
-    return _active
-
-
 class Capture:
     def __init__(self, out_dir: str | Path, steps: int | None = None, skip_steps: int = 0, delay: float = 0.0,
                  force: bool = False, command=None, config: dict | None = None, auto_steps: bool = True,
