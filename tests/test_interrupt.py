@@ -93,6 +93,8 @@ def test_sigint_during_traced_steps_keeps_a_readable_run(tmp_path):
 
     code, doc, err = _count_ops(run)
     assert code == 0, err
+    assert err.startswith("note:") and "interrupted" in err
+    assert f"{len(manifest['traced_steps'])} traced step(s)" in err  # what the figures cover
     kernels = doc["kernels"]
     assert kernels["available"] and sorted(kernels["steps"]) == sorted(manifest["traced_steps"])
     assert all(d["cpu_kernels"] > 0 for d in kernels["devices"]) and len(kernels["devices"]) == 2
@@ -141,6 +143,7 @@ def test_hard_kill_mid_capture_leaves_only_complete_files(tmp_path):
     code, doc, err = _count_ops(run)
     assert code == 0, err
     assert set(doc["kernels"]["steps"]) >= set(manifest["traced_steps"])
+    assert '"running"' in err and "killed" in err
 
 
 def _file_size_limit(nbytes: int):

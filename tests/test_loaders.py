@@ -14,6 +14,7 @@ from rnnprof.errors import InputError
 from rnnprof.profiler.events import Device, Kind
 from rnnprof.profiler.loaders import detect_format, load_events
 from rnnprof.profiler.loaders import kineto
+from rnnprof.profiler.loaders.run_dir import capture_notes
 
 from fixtures import FIXTURES
 KINETO_NCCL = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
@@ -225,7 +226,50 @@ def test_interrupted_run_reads_what_exists(tmp_path):
     table = load_events(run)
     assert list(table.steps()) == [0]
     assert table.metadata["missing"] == ["timelines/step-1.trace.json.gz"]
-    assert "missing" in table.metadata["warnings"][0]
+    interrupted, missing = table.metadata["warnings"]
+    assert "interrupted" in interrupted and "(step 0)" in interrupted and "step-1.trace.json.gz" in missing
+
+
+def test_capture_notes_say_which_steps_the_figures_cover(tmp_path):
+    assert capture_notes(tmp_path, {"status": "complete", "traced_steps": [2, 3]}, []) == []
+    interrupted = capture_notes(tmp_path, {"status": "interrupted", "traced_steps": [2, 3, 5]},
+                                ["timelines/step-3.trace.json.gz"])
+    assert len(interrupted) == 2
+    assert "interrupted" in interrupted[0] and "2 traced step(s) (steps 2, 5)" in interrupted[0]
+    assert "1 timeline(s)" in interrupted[1] and "step-3.trace.json.gz" in interrupted[1]
+    killed = capture_notes(tmp_path, {"status": "running", "traced_steps": [4, 5, 6]}, [])
+    assert len(killed) == 1 and '"running"' in killed[0] and "killed" in killed[0] and "steps 4-6" in killed[0]
+    scattered = capture_notes(tmp_path, {"status": "interrupted", "traced_steps": list(range(0, 2000, 2))}, [])
+    assert "1000 traced step(s) (steps 0, 2, 4, 6, 8, 10, 12, 14, ... 1998)" in scattered[0]
+    odd = capture_notes(tmp_path, {"status": "paused"}, [])
+    assert len(odd) == 1 and "'paused'" in odd[0] and "no traced step" in odd[0]
+    many_missing = capture_notes(tmp_path, {"status": "complete"}, [f"timelines/step-{k}.trace.json.gz"
+                                                                   for k in range(100)])
+    assert len(many_missing) == 1 and "100 timeline(s)" in many_missing[0] and "(95 more)" in many_missing[0]
+    assert "status is missing" in capture_notes(tmp_path, {}, [])[0]
+
+
+@pytest.mark.parametrize("command", ["count-ops", "comm", "placement-audit"])
+def test_analyses_note_a_partial_run_on_stderr_and_keep_stdout_json(tmp_path, capsys, command):
+    complete = _write_rnnprof_run(tmp_path / "complete", [0, 1])
+    assert main([command, "--json", str(complete)]) in (0, 1)
+    out, err = capsys.readouterr()
+    json.loads(out)
+    assert err == ""
+    partial = _write_rnnprof_run(tmp_path / "partial", [0], listed=[0, 1], status="interrupted")
+    assert main([command, "--json", str(partial)]) in (0, 1)
+    out, err = capsys.readouterr()
+    json.loads(out)
+    notes = err.splitlines()
+    assert [line.split(":")[0] for line in notes] == ["note", "note"], err
+    assert "interrupted" in notes[0] and "1 traced step(s) (step 0)" in notes[0]
+    assert "step-1.trace.json.gz" in notes[1]
+
+
+def test_no_note_when_the_analysis_fails(tmp_path, capsys):
+    run = _write_rnnprof_run(tmp_path / "run", [], listed=[0], status="interrupted")
+    assert main(["comm", str(run)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1  # the error alone
 
 
 def test_run_without_any_timeline_is_an_input_error(tmp_path):

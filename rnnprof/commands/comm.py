@@ -28,7 +28,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.comm import analyze_comm
     from rnnprof.profiler.loaders import load_events
     from rnnprof.reports.comm import render_table, to_document
-    from rnnprof.reports.layout import render_json
+    from rnnprof.profiler.loaders.run_dir import run_notes
+    from rnnprof.reports.layout import render_json, render_notes
 
     for pattern in args.comm_pattern:
         try:
@@ -36,6 +37,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         except re.error as exc:
             raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
 
+    notes = run_notes(args.paths)
     table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
     report = analyze_comm(table, args.comm_pattern)
     if not report.devices:
@@ -45,6 +47,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
                    else "no device activity (no kernels, memcpys or ops on a device)")
         raise InputError(", ".join(args.paths), problem,
                          "a trace of GPU streams or TF device ops, e.g. an rnnprof run directory")
+    render_notes(notes)
     if args.json:
         render_json(to_document(report, per_step=args.per_step), console)
     else:

@@ -85,17 +85,19 @@ def analyze_input(paths: list[str]):
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.opcount import compare
     from rnnprof.reports import opcount as report
-    from rnnprof.reports.layout import render_json
+    from rnnprof.profiler.loaders.run_dir import run_notes
+    from rnnprof.reports.layout import render_json, render_notes
 
+    notes = run_notes([*args.paths, *([args.vs] if args.vs else [])])
     result = analyze_input(args.paths)
-    if args.vs:
-        comparison = compare(result, analyze_input([args.vs]))
+    comparison = compare(result, analyze_input([args.vs])) if args.vs else None
+    render_notes(notes)
+    if comparison is not None:
         if args.json:
             render_json(report.comparison_document(comparison), console)
         else:
             report.render_comparison(comparison, by=args.by, console=console)
-        return 0
-    if args.json:
+    elif args.json:
         render_json(report.to_document(result), console)
     else:
         report.render_table(result, by=args.by, console=console)

@@ -27,10 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.placement import Severity, audit
     from rnnprof.commands._placement_inputs import load_audit_input
-    from rnnprof.reports.layout import render_json
+    from rnnprof.profiler.loaders.run_dir import run_notes
+    from rnnprof.reports.layout import render_json, render_notes
     from rnnprof.reports.placement import render_table, to_document
 
+    notes = run_notes(args.paths)
     result = audit(load_audit_input(args.paths))
+    render_notes(notes)
     if args.json:
         render_json(to_document(result, list(args.paths), args.fail_on), console)
     else:

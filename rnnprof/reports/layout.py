@@ -11,6 +11,7 @@ import json
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -29,3 +30,10 @@ def compact_table(first: str, numeric: tuple[str, ...] | list[str], *, title: st
 
 def render_json(document: dict, console: Console) -> None:
     console.print(json.dumps(document, indent=2), markup=False, highlight=False, soft_wrap=True, emoji=False)
+
+
+def render_notes(notes: list[str], console: Console | None = None) -> None:
+    """Notes about the input (a partial capture, missing files) on stderr, so ``--json`` stdout stays one document."""
+    console = console or Console(stderr=True)
+    for note in notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
