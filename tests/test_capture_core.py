@@ -107,6 +107,59 @@ def test_chrome_trace_from_built_step_has_devices_lanes_and_transfer_flow():
     assert trace["otherData"] == {"producer": "rnnprof", "version": 1, "step": 7}
 
 
+DEV2 = "/job:localhost/replica:0/task:0/device:CPU:2"
+
+
+def _const(name, value, device):
+    return NS(name=name, op="Const", device=device, input=[],
+              attr={"value": NS(tensor=NS(int_val=[value], int64_val=[]))})
+
+
+def _enclosing(events, point):
+    """The X slice a flow event binds to, as Perfetto binds it: same pid and tid, ts within the slice."""
+    return [e for e in events if e["ph"] == "X" and e["pid"] == point["pid"] and e["tid"] == point["tid"]
+            and e["ts"] <= point["ts"] <= e["ts"] + e["dur"]]
+
+
+def test_ring_collectives_become_arrows_from_each_member_to_the_next():
+    devices = [DEV0, DEV1, DEV2]
+    # Instance 7 (V1, keys as attrs) runs twice per step, as inside a loop; instance 8 is V2 (keys as inputs).
+    stats = NS(dev_stats=[NS(device=d, node_stats=[
+        _node(f"ar{k}", f"ar{k} = CollectiveReduce(g{k})", 100 + k, 50),
+        _node(f"ar{k}", f"ar{k} = CollectiveReduce(g{k})", 300 + k, 50),
+        _node(f"v2_{k}", f"v2_{k} = CollectiveReduceV2(g{k}, size, gk, ik)", 500 + k, 30),
+        _node(f"x{k}", f"x{k} = Add(a, b)", 600, 5),
+    ]) for k, d in enumerate(devices)])
+    partitions = [_graph(_gnode(f"ar{k}", "CollectiveReduce", d, [f"g{k}"], group_key=1, instance_key=7),
+                         _gnode(f"v2_{k}", "CollectiveReduceV2", d, [f"g{k}", f"size{k}", f"gk{k}", f"ik{k}"]),
+                         _const(f"size{k}", 3, d), _const(f"gk{k}", 1, d), _const(f"ik{k}", 8, d),
+                         _gnode(f"x{k}", "Add", d))
+                  for k, d in enumerate(devices)]
+    events = step_stats_to_chrome(stats, 3, partitions)["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    starts = {e["id"]: e for e in events if e["ph"] == "s" and e["cat"] == "collective"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f" and e["cat"] == "collective"}
+    assert set(starts) == set(ends) and len(starts) == 3 * 3  # (2 runs of instance 7 + 1 of 8) x 3 members
+    ring = {(DEV0, DEV1), (DEV1, DEV2), (DEV2, DEV0)}
+    for instance, runs in ((7, 2), (8, 1)):
+        ids = [i for i, e in starts.items() if e["args"]["instance_key"] == instance]
+        assert len(ids) == 3 * runs
+        assert {(processes[starts[i]["pid"]], processes[ends[i]["pid"]]) for i in ids} == ring
+        for i in ids:
+            sender, receiver = _enclosing(events, starts[i]), _enclosing(events, ends[i])
+            assert len(sender) == len(receiver) == 1
+            assert sender[0]["args"]["name"].startswith("ar" if instance == 7 else "v2_")
+            assert receiver[0]["args"]["name"].startswith("ar" if instance == 7 else "v2_")
+            assert sender[0]["ts"] // 100 == receiver[0]["ts"] // 100  # the same run of the loop
+            assert starts[i]["ts"] <= ends[i]["ts"]
+
+
+def test_a_collective_on_one_device_only_gets_no_arrow():
+    stats = NS(dev_stats=[NS(device=DEV0, node_stats=[_node("ar", "ar = CollectiveReduce(g)", 10, 5)])])
+    partitions = [_graph(_gnode("ar", "CollectiveReduce", DEV0, ["g"], group_key=1, instance_key=1))]
+    assert not [e for e in step_stats_to_chrome(stats, 0, partitions)["traceEvents"] if e["ph"] in ("s", "f")]
+
+
 # -- run directory writer --------------------------------------------------------------------------
 
 def test_out_dir_refused_when_not_empty_and_force_keeps_foreign_files(tmp_path):

@@ -100,6 +100,15 @@ def test_nmt_timelines_have_a_lane_per_device_in_every_step(nmt_run):
         assert {e["args"]["step"] for e in ops} == {step}
         flows = [e for e in events if e["ph"] in ("s", "f")]
         assert flows and {processes[e["pid"]] for e in flows} == devices
+        # Ring all-reduce (the default update): one arrow per member per collective run, from a
+        # CollectiveReduce slice on one device to the same instance's slice on the other.
+        collective = [e for e in flows if e["cat"] == "collective"]
+        reductions = [e for e in ops if e["name"] == "CollectiveReduce"]
+        assert reductions and len(collective) == 2 * len(reductions)
+        for point in collective:
+            bound = [e for e in ops if e["pid"] == point["pid"] and e["tid"] == point["tid"]
+                     and e["ts"] <= point["ts"] <= e["ts"] + e["dur"]]
+            assert bound and bound[-1]["name"] == "CollectiveReduce", point
 
 
 @pytest.mark.slow

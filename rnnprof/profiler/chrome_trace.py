@@ -4,6 +4,8 @@ The schema is in ``rnnprof.profiler.rundir``. Cross-device transfers become flow
 the partition graphs pair each ``_Send`` with its ``_Recv`` by rendezvous tensor name. TF's
 executor does not always report ``_Send``/``_Recv`` in step_stats, so when they are absent the
 arrow runs from the op producing the sent tensor to the first op consuming the received one.
+Collectives (ring all-reduce) exchange data without Send/Recv: their ops on the member devices
+are matched by group and instance key, and each member gets an arrow to the next one.
 Protos are read duck-typed; TensorFlow is not imported here.
 """
 
@@ -18,6 +20,7 @@ from rnnprof.profiler.rundir import MANIFEST_VERSION
 EXECUTOR_LANE = "ops"
 SEND_OPS = ("_Send", "_HostSend")
 RECV_OPS = ("_Recv", "_HostRecv")
+COLLECTIVE_PREFIX = "Collective"  # CollectiveReduce(V2), CollectiveGather(V2), CollectiveBcastSend/Recv, ...
 _DEVICE_LANE = re.compile(r"^(?P<device>.*?/device:[A-Za-z_]+:\d+)(?:[/ ](?P<lane>.+))?$")
 _LABEL = re.compile(r"^\s*(?P<name>[^=]+?)\s*=\s*(?P<op>[A-Za-z0-9_.>-]+)\((?P<inputs>.*)\)\s*$")
 
@@ -37,6 +40,16 @@ class OpEvent:
     @property
     def end_us(self) -> float:
         return self.start_us + self.dur_us
+
+
+@dataclass
+class Collective:
+    """One collective instance: the same (group_key, instance_key) op on each member device."""
+
+    group_key: int
+    instance_key: int
+    op: str
+    members: list[tuple[str, str]]  # (device, node name), in device-name order
 
 
 @dataclass
@@ -174,6 +187,47 @@ def transfers_from_partitions(partition_graphs: Iterable, executed: set[str]) ->
     return transfers
 
 
+def _attr_int(node, key: str) -> int | None:
+    return int(node.attr[key].i) if key in node.attr else None
+
+
+def _const_int(nodes: dict, raw_input: str) -> int | None:
+    node = nodes.get(_strip_input(raw_input))
+    if node is None or node.op != "Const" or "value" not in node.attr:
+        return None
+    values = list(node.attr["value"].tensor.int_val) or list(node.attr["value"].tensor.int64_val)
+    return int(values[0]) if len(values) == 1 else None
+
+
+def collectives_from_partitions(partition_graphs: Iterable) -> list[Collective]:
+    """Collective ops of one instance on several devices, matched by (group_key, instance_key).
+
+    V1 collectives (``CollectiveReduce``, ...) carry the keys as attrs; V2 ones take them as
+    inputs 2 and 3, resolved here when they are constants in the same partition.
+    """
+    members: dict[tuple[int, int], dict[str, str]] = {}
+    ops: dict[tuple[int, int], str] = {}
+    for graph in partition_graphs:
+        nodes = None
+        for node in graph.node:
+            if not node.op.startswith(COLLECTIVE_PREFIX):
+                continue
+            group, instance = _attr_int(node, "group_key"), _attr_int(node, "instance_key")
+            if group is None or instance is None:
+                if nodes is None:
+                    nodes = {n.name: n for n in graph.node}
+                inputs = list(node.input)
+                if len(inputs) < 4:
+                    continue
+                group, instance = _const_int(nodes, inputs[2]), _const_int(nodes, inputs[3])
+                if group is None or instance is None:
+                    continue
+            members.setdefault((group, instance), {})[node.device] = node.name
+            ops[(group, instance)] = node.op
+    return [Collective(group, instance, ops[(group, instance)], sorted(by_device.items()))
+            for (group, instance), by_device in sorted(members.items()) if len(by_device) > 1]
+
+
 def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = ()) -> dict:
     """A Chrome trace dict for one step, per the run directory schema."""
     events = op_events(step_stats)
@@ -202,8 +256,18 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = ())
                       "ts": e.start_us, "dur": e.dur_us, "args": args})
         runs.setdefault((e.device, e.node), []).append(e)
 
+    flows = 0
+
+    def flow(cat: str, source: OpEvent, source_ts: float, target: OpEvent, target_ts: float, args: dict) -> None:
+        nonlocal flows
+        flows += 1
+        trace.append({"ph": "s", "cat": cat, "name": cat, "id": flows, "pid": pids[source.device],
+                      "tid": threads[(source.device, source.thread)], "ts": source_ts, "args": args})
+        trace.append({"ph": "f", "bp": "e", "cat": cat, "name": cat, "id": flows, "pid": pids[target.device],
+                      "tid": threads[(target.device, target.thread)], "ts": target_ts, "args": args})
+
+    partition_graphs = list(partition_graphs)
     executed = {e.node for e in events}
-    flow_id = 0
     for t in transfers_from_partitions(partition_graphs, executed):
         produced = runs.get((t.src_device, t.producer), [])
         readers = [runs.get((t.dst_device, c), []) for c in t.consumers]
@@ -213,16 +277,25 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = ())
             if not candidates:
                 break
             target = min(candidates, key=lambda r: r.start_us)
-            flow_id += 1
             args = {"tensor": t.tensor, "key": t.key, "from": t.src_device, "to": t.dst_device, "step": step}
-            ts = source.end_us - min(source.dur_us, 0.001) if source.dur_us else source.start_us
-            trace.append({"ph": "s", "cat": "transfer", "name": "transfer", "id": flow_id, "pid": pids[source.device],
-                          "tid": threads[(source.device, source.thread)], "ts": ts, "args": args})
-            trace.append({"ph": "f", "bp": "e", "cat": "transfer", "name": "transfer", "id": flow_id,
-                          "pid": pids[target.device], "tid": threads[(target.device, target.thread)],
-                          "ts": target.start_us, "args": args})
+            flow("transfer", source, _last_moment(source), target, target.start_us, args)
+    for c in collectives_from_partitions(partition_graphs):
+        member_runs = [runs.get(member, []) for member in c.members]
+        for k in range(min(len(r) for r in member_runs)):
+            # Each member passes data to the next in the group's device order, as a ring does:
+            # from the start of its op (when it can first send) to the end of the next one's.
+            for i, source_runs in enumerate(member_runs):
+                source, target = source_runs[k], member_runs[(i + 1) % len(member_runs)][k]
+                args = {"op": c.op, "group_key": c.group_key, "instance_key": c.instance_key,
+                        "from": source.device, "to": target.device, "group_size": len(member_runs), "step": step}
+                flow("collective", source, source.start_us, target, _last_moment(target), args)
     return {"traceEvents": trace, "displayTimeUnit": "ms",
             "otherData": {"producer": "rnnprof", "version": MANIFEST_VERSION, "step": step}}
+
+
+def _last_moment(event: OpEvent) -> float:
+    """A timestamp inside the event near its end (a flow end binds to the slice enclosing it)."""
+    return event.end_us - min(event.dur_us, 0.001) if event.dur_us else event.start_us
 
 
 def _thread_order(thread: str) -> tuple:

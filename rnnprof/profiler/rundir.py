@@ -21,6 +21,10 @@ Cross-device transfers are flow events (``"ph": "s"``/``"f"``, ``"cat": "transfe
 ``"s"`` end sits at the end of the op producing the tensor on the sending device, the ``"f"`` end
 (``"bp": "e"``) at the start of the first op consuming it on the receiving device; both carry
 ``args`` = {"tensor": rendezvous tensor name, "key": rendezvous key, "from": device, "to": device}.
+Collectives (``CollectiveReduce`` and the like: ring all-reduce) are flow events with ``"cat": "collective"``
+linking the instance's op on each member device to the same instance's op on the next member, in
+device-name order (the order a ring passes its chunks): ``"s"`` at the start of the sender's op, ``"f"`` near
+the end of the receiver's; ``args`` = {"op", "group_key", "instance_key", "group_size", "from", "to", "step"}.
 
 Steps: ``traced_steps`` in the manifest are the steps run with FULL_TRACE (timelines, RunMetadata);
 ``profiled_steps`` are the later steps recorded by tf.profiler (the two cannot run at once). Step
