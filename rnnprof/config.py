@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from rnnprof.errors import UsageError
@@ -76,24 +77,28 @@ class WorkloadConfig:
         return dataclasses.asdict(self)
 
 
-def _number_at_least(minimum, kind=int, what="a whole number"):
-    """An argparse type: ``kind`` parsed from text, refused below ``minimum``."""
+def _number_in(minimum, maximum=None, kind=int, what="a whole number"):
+    """An argparse type: ``kind`` parsed from text, refused outside [minimum, maximum] or not finite."""
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a number of at least {minimum}, got {value}")
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f"between {minimum} and {maximum}" if maximum is not None else f"of at least {minimum}"
+            raise argparse.ArgumentTypeError(f"expected a number {bound}, got {value}")
         return value
 
     return parse
 
 
-positive_int = _number_at_least(1)
-non_negative_int = _number_at_least(0)
-non_negative_seconds = _number_at_least(0, float, "a number of seconds")
+positive_int = _number_in(1)
+non_negative_int = _number_in(0)
+non_negative_seconds = _number_in(0, kind=float, what="a number of seconds")
+percentage = _number_in(0, 100, kind=float, what="a percentage")
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, devices_help: str | None = None,

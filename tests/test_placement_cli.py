@@ -97,3 +97,34 @@ def test_every_fixture_says_what_it_checked_and_why_not_the_rest(fixture, capsys
         assert not [f for f in doc["findings"] if f["severity"] == "warning"]
     if fixture.startswith("tf1-timeline-cpu"):
         assert "tower scopes" in reasons["PA003-update-on-one-device"]
+
+
+SAMPLED_RANKS = [str(FIXTURES / "kineto-sampled-rank0.json.gz"), str(FIXTURES / "kineto-sampled-rank1.json.gz")]
+
+
+@pytest.mark.parametrize("threshold, flagged", [(None, True), ("10", True), ("25", False)])
+def test_imbalance_threshold_decides_pa004_on_real_ranks(capsys, threshold, flagged):
+    # The two sampled ranks' busy-time spread is 22.7% (median) to 23.7% (max) per step.
+    flags = [] if threshold is None else ["--imbalance-threshold", threshold]
+    assert main(["placement-audit", *SAMPLED_RANKS, "--json", *flags]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "PA004-device-imbalance" in doc["rules_checked"]
+    found = [f for f in doc["findings"] if f["rule"] == "PA004-device-imbalance"]
+    assert bool(found) == flagged
+    if found:
+        assert found[0]["evidence"]["threshold"] == pytest.approx(float(threshold or 20) / 100)
+        assert 0.2 < found[0]["evidence"]["median_spread"] < 0.25
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1", "101", "ten"])
+def test_imbalance_threshold_must_be_a_percentage(capsys, bad):
+    assert main(["placement-audit", *SAMPLED_RANKS, "--imbalance-threshold", bad]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--imbalance-threshold" in err and "Traceback" not in err
+
+
+def test_default_imbalance_threshold_is_the_rules_own():
+    from rnnprof.analyzers.placement import imbalance
+    from rnnprof.commands import placement_audit
+
+    assert placement_audit.DEFAULT_IMBALANCE_PERCENT == pytest.approx(100 * imbalance.WARNING_SPREAD)

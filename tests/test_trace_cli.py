@@ -290,6 +290,14 @@ def test_attach_to_a_profiler_server(tmp_path):
     assert "MatMul" in set(table.text(table.name)), "rnnprof's xplane loader misses the server's ops"
 
 
+@pytest.mark.parametrize("flag, value", [("--duration", "nan"), ("--duration", "inf"), ("--duration", "-1"),
+                                         ("--delay", "nan")])
+def test_seconds_must_be_finite_and_not_negative(tmp_path, capsys, flag, value):
+    assert main(["trace", "--attach", "grpc://127.0.0.1:1", flag, value, "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and flag in err and not (tmp_path / "a").exists()
+
+
 def test_attach_rejects_a_bad_address(tmp_path, capsys):
     assert main(["trace", "--attach", "http://x", "--out", str(tmp_path / "a")]) == 2
     assert "grpc://HOST:PORT" in capsys.readouterr().err

@@ -6,12 +6,14 @@ import argparse
 
 from rich.console import Console
 
-from rnnprof.errors import FindingsError
 from rnnprof import limits
+from rnnprof.config import percentage
+from rnnprof.errors import FindingsError
 
 NAME = "placement-audit"
 HELP = "find ops placed on the wrong device (soft-placement fallback, replica work on device 0, ...) and their cost"
 FAIL_ON = ("error", "warning", "never")
+DEFAULT_IMBALANCE_PERCENT = 20.0  # analyzers.placement.imbalance.WARNING_SPREAD; not imported so --help stays light
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,18 +23,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
     parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
                         help="exit with status 1 when a finding is at or above this severity (default: error)")
+    parser.add_argument("--imbalance-threshold", type=percentage, default=DEFAULT_IMBALANCE_PERCENT,
+                        metavar="PERCENT",
+                        help="PA004 flags steps whose busy-time spread across devices, (max - min) / max, is above "
+                             "PERCENT (default: %(default)g)")
     limits.add_argument(parser)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.placement import Severity, audit
+    from rnnprof.analyzers.placement import Severity, audit, configured_rules
     from rnnprof.commands._placement_inputs import load_audit_input
     from rnnprof.profiler.loaders.run_dir import run_notes
     from rnnprof.reports.layout import render_json, render_notes
     from rnnprof.reports.placement import render_table, to_document
 
     notes = run_notes(args.paths)
-    result = audit(load_audit_input(args.paths))
+    rules = configured_rules(imbalance_threshold=args.imbalance_threshold / 100)
+    result = audit(load_audit_input(args.paths), rules)
     render_notes(notes)
     if args.json:
         render_json(to_document(result, list(args.paths), args.fail_on), console)

@@ -6,7 +6,7 @@ module; ``registry.RULES`` lists them and ``audit`` runs them all.
 
 from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput, NodePlacement
-from .registry import RULES, AuditResult, Rule, audit, rule_by_id
+from .registry import RULES, AuditResult, Rule, audit, configured_rules, rule_by_id
 
 __all__ = ["AuditInput", "AuditResult", "Finding", "NodePlacement", "NotChecked", "RULES", "Rule",
-           "Severity", "audit", "rule_by_id"]
+           "Severity", "audit", "configured_rules", "rule_by_id"]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from . import (imbalance, inter_op_threads, missing_kernels, replica_pinning, soft_placement, transfers,
@@ -23,6 +24,12 @@ RULES: tuple[Rule, ...] = tuple(
     for module in (soft_placement, replica_pinning, update_placement, imbalance, transfers,
                    inter_op_threads, missing_kernels)
 )
+
+
+def configured_rules(imbalance_threshold: float = imbalance.WARNING_SPREAD) -> tuple[Rule, ...]:
+    """``RULES`` with their thresholds set: ``imbalance_threshold`` is PA004's spread, a fraction."""
+    return tuple(replace(rule, check=functools.partial(imbalance.check, threshold=imbalance_threshold))
+                 if rule.id == imbalance.RULE_ID else rule for rule in RULES)
 
 
 @dataclass(frozen=True)
