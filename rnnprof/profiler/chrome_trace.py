@@ -11,6 +11,7 @@ Protos are read duck-typed; TensorFlow is not imported here.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -256,14 +257,13 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = ())
                       "ts": e.start_us, "dur": e.dur_us, "args": args})
         runs.setdefault((e.device, e.node), []).append(e)
 
-    flows = 0
+    flow_ids = itertools.count(1)
 
     def flow(cat: str, source: OpEvent, source_ts: float, target: OpEvent, target_ts: float, args: dict) -> None:
-        nonlocal flows
-        flows += 1
-        trace.append({"ph": "s", "cat": cat, "name": cat, "id": flows, "pid": pids[source.device],
+        flow_id = next(flow_ids)
+        trace.append({"ph": "s", "cat": cat, "name": cat, "id": flow_id, "pid": pids[source.device],
                       "tid": threads[(source.device, source.thread)], "ts": source_ts, "args": args})
-        trace.append({"ph": "f", "bp": "e", "cat": cat, "name": cat, "id": flows, "pid": pids[target.device],
+        trace.append({"ph": "f", "bp": "e", "cat": cat, "name": cat, "id": flow_id, "pid": pids[target.device],
                       "tid": threads[(target.device, target.thread)], "ts": target_ts, "args": args})
 
     partition_graphs = list(partition_graphs)
