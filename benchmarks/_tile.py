@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
-# shared/fixtures beside the repository holds real traces; RNNPROF_FIXTURES overrides it.
-FIXTURES = Path(os.environ.get("RNNPROF_FIXTURES") or Path(__file__).resolve().parents[2] / "shared" / "fixtures")
+# The real traces the tests use (tests/data, with their provenance).
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "data"
 DEFAULT_FIXTURE = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
 _ID_KEYS = ("correlation", "External id")
 _STEP_PREFIX = "ProfilerStep#"

@@ -35,8 +35,8 @@ def _config(args):
 
 
 def _builtin(args) -> dict:
-    from rnnprof.profiler.runner import DataParallelRun
-    from rnnprof.profiler.timing import measure
+    from rnnprof.profiler.run.runner import DataParallelRun
+    from rnnprof.profiler.run.measure import measure
 
     with DataParallelRun(_config(args)) as run:
         timed = measure(run, args.warmup, args.batches).timed

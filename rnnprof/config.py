@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rnnprof.errors import UsageError
 from rnnprof import limits

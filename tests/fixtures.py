@@ -1,21 +1,14 @@
-"""Where the real traces used as test inputs live: ``shared/fixtures`` beside the repository.
+"""Where the real traces used as test inputs live: ``tests/data`` (see its README for provenance).
 
-``RNNPROF_FIXTURES`` overrides the location. Tests fail (not skip) when the folder is missing,
-so a checkout without the traces cannot pass by testing less.
+Tests fail (not skip) when a trace is missing, so a checkout without them cannot pass by testing less.
 """
 
-import os
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "data"
+FILES = ("tf1-timeline-gpu-matmul.json", "tf1-timeline-gpu-loop-step0.json", "tf1-timeline-cpu-loop-step0.json",
+         "kineto-2rank-nccl-rank0.json.gz", "kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz")
 
-
-def _locate() -> Path:
-    candidates = [os.environ.get("RNNPROF_FIXTURES"), _REPO.parent / "shared" / "fixtures", "/work/shared/fixtures"]
-    for candidate in candidates:
-        if candidate and Path(candidate, "README.md").is_file():
-            return Path(candidate)
-    raise RuntimeError("real trace fixtures not found: set RNNPROF_FIXTURES or put shared/fixtures beside the repository")
-
-
-FIXTURES = _locate()
+_missing = [name for name in FILES if not (FIXTURES / name).is_file()]
+if _missing:
+    raise RuntimeError(f"real trace fixtures missing from {FIXTURES}: {', '.join(_missing)}")

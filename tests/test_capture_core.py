@@ -12,8 +12,8 @@ import pytest
 
 from rnnprof.errors import UsageError
 from rnnprof.profiler import rundir
-from rnnprof.profiler.capture import RunWriter, atomic_write_bytes, default_run_dir, prepare_out_dir, safe_name
-from rnnprof.profiler.chrome_trace import OpEvent, pack_threads, parse_label, split_device, step_stats_to_chrome
+from rnnprof.profiler.rundir.writer import RunWriter, atomic_write_bytes, default_run_dir, prepare_out_dir, safe_name
+from rnnprof.profiler.rundir.chrome_trace import OpEvent, pack_threads, parse_label, split_device, step_stats_to_chrome
 
 DEV0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 DEV1 = "/job:localhost/replica:0/task:0/device:CPU:1"
@@ -238,7 +238,7 @@ class TwoDeviceToy:
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
     tf = pytest.importorskip("tensorflow")
-    from rnnprof.profiler.session_capture import capture_after
+    from rnnprof.profiler.capture.session import capture_after
 
     toy = TwoDeviceToy(tf)
     writer = RunWriter(tmp_path_factory.mktemp("toy") / "run", command=["test"])

@@ -4,13 +4,12 @@ import gzip
 import json
 import re
 
-import numpy as np
 import pytest
 
 from rnnprof.analyzers.classify import EventClass, classify
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.cli import main
-from rnnprof.profiler.events import Device, EventTableBuilder, Kind
+from rnnprof.events import Device, EventTableBuilder, Kind
 
 GPU0, GPU1, GPU2 = Device("gpu", 0), Device("gpu", 1), Device("gpu", 2)
 HOST = Device("host")

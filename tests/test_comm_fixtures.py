@@ -13,7 +13,7 @@ import pytest
 
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.cli import main
-from rnnprof.profiler.events import Device
+from rnnprof.events import Device
 from rnnprof.profiler.loaders import load_events
 
 from fixtures import FIXTURES

@@ -14,7 +14,6 @@ from test_graphs import partitions, user_graph
 from test_loaders import (FIXTURES, KINETO_NCCL, TF1_CPU_LOOP, TF1_GPU_LOOP, TF1_GPU_MATMUL, _write_rnnprof_run,
                           raw_events, tf1_expected)
 
-pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="fixtures not present")
 
 
 def run_json(args):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from rnnprof.profiler.events import Device, EventTableBuilder, Kind, concat, parse_tf_device
+from rnnprof.events import Device, EventTableBuilder, Kind, concat, parse_tf_device
 
 
 def _table(fmt, base, events):

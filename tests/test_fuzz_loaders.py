@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rnnprof.errors import InputError
-from rnnprof.profiler import graphs, rundir
+from rnnprof.profiler import rundir
+from rnnprof.profiler.loaders import graphs
 from rnnprof.profiler.loaders import load_events
 
 from fixtures import FIXTURES
@@ -56,12 +57,11 @@ def _json_seeds() -> dict[str, bytes]:
     return seeds
 
 
-JSON_SEEDS = _json_seeds() if FIXTURES.is_dir() else {}
+JSON_SEEDS = _json_seeds()
 PROTO_SEEDS = {p.name: p.read_bytes() for p in sorted(SEEDS.glob("*.pb*"))}
 TRACE_PROTOS = ("devices.xplane.pb", "profiler.xplane.pb", "step-2.pb")
 GRAPH_PROTOS = ("graph.pb", "graph.pbtxt", "step-2.pb")
 
-pytestmark = pytest.mark.skipif(not JSON_SEEDS, reason="shared fixtures not present")
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from rnnprof.profiler.loaders import kineto
 from fixtures import FIXTURES
 KINETO = sorted(FIXTURES.glob("kineto-*.json.gz"))
 
-pytestmark = pytest.mark.skipif(not KINETO, reason="fixtures not present")
 
 CATEGORY = {"cpu_op": "HOST_OP", "cuda_runtime": "RUNTIME", "cuda_driver": "RUNTIME", "kernel": "KERNEL",
             "gpu_memcpy": "MEMCPY", "gpu_memset": "MEMSET", "user_annotation": "ANNOTATION",

@@ -11,10 +11,10 @@ import pytest
 
 from rnnprof.cli import main
 from rnnprof.errors import InputError
-from rnnprof.profiler.events import Device, Kind
+from rnnprof.events import Device, Kind
 from rnnprof.profiler.loaders import detect_format, load_events
 from rnnprof.profiler.loaders import kineto
-from rnnprof.profiler.loaders.run_dir import capture_notes
+from rnnprof.profiler.rundir.manifest import capture_notes
 
 from fixtures import FIXTURES
 KINETO_NCCL = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
@@ -24,7 +24,6 @@ TF1_GPU_LOOP = FIXTURES / "tf1-timeline-gpu-loop-step0.json"
 TF1_GPU_MATMUL = FIXTURES / "tf1-timeline-gpu-matmul.json"
 TF1_CPU_LOOP = FIXTURES / "tf1-timeline-cpu-loop-step0.json"
 
-pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="fixtures not present")
 
 
 def raw_events(path):
@@ -332,7 +331,7 @@ def test_json_loaders_do_not_import_tensorflow():
 
 
 def test_steps_in_spans_takes_the_marker_an_event_starts_in():
-    from rnnprof.profiler.events import steps_in_spans
+    from rnnprof.events import steps_in_spans
 
     spans = [(100.0, 200.0, 7), (0.0, 50.0, 6)]  # unsorted on purpose
     ts = np.array([-1.0, 0.0, 49.9, 50.0, 99.0, 100.0, 199.0, 200.0])
@@ -341,7 +340,7 @@ def test_steps_in_spans_takes_the_marker_an_event_starts_in():
 
 
 def test_match_correlation_links_each_id_to_its_partner():
-    from rnnprof.profiler.events import match_correlation
+    from rnnprof.events import match_correlation
 
     keys = np.array([30, 10, 20, -1])
     index = match_correlation(keys, np.array([20, 10, 99, -1, 30]))

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rnnprof.cli import main
-from rnnprof.profiler.events import Device, Kind
-from rnnprof.profiler.graphs import load_graph, load_graph_set
+from rnnprof.events import Device, Kind
+from rnnprof.profiler.loaders.graphs import load_graph, load_graph_set
 from rnnprof.profiler.loaders import detect_format, load_events
 
 pytestmark = pytest.mark.slow
@@ -21,8 +21,8 @@ PROGRAM = textwrap.dedent('''
     from pathlib import Path
     import numpy as np
     import tensorflow as tf
-    from rnnprof.profiler.capture import RunWriter
-    from rnnprof.profiler.session_capture import write_device_xspace
+    from rnnprof.profiler.rundir.writer import RunWriter
+    from rnnprof.profiler.capture.session import write_device_xspace
 
     out = Path(sys.argv[1])
     tf1 = tf.compat.v1

@@ -285,7 +285,7 @@ def test_loop_and_fused_compute_the_same_loss_from_the_same_weights(config):
 
 def test_cudnn_path_builds_with_gradients(monkeypatch):
     """Graph construction only: running CudnnRNNV3 needs a GPU, building it does not."""
-    import rnnprof.models.nmt as nmt_module
+    import rnnprof.models.tensorflow.nmt as nmt_module
 
     monkeypatch.setattr(nmt_module, "wants_cudnn", lambda device: True)
     graph = tf.Graph()

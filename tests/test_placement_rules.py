@@ -8,7 +8,7 @@ import pytest
 from rnnprof.analyzers.placement import AuditInput, Finding, NotChecked, Severity, audit
 from rnnprof.analyzers.placement import (imbalance, inter_op_threads, missing_kernels, replica_pinning,
                                          soft_placement, transfers, update_placement)
-from rnnprof.profiler.events import Device, EventTableBuilder, Kind
+from rnnprof.events import Device, EventTableBuilder, Kind
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 CPU1 = "/job:localhost/replica:0/task:0/device:CPU:1"
@@ -332,7 +332,7 @@ def test_audit_collects_findings_and_reasons():
 def test_busy_interval_merge_ignores_malformed_negative_durations():
     import numpy as np
 
-    from rnnprof.analyzers.placement.timing import length, merge
+    from rnnprof.analyzers.placement.busy import length, merge
 
     merged = merge(np.array([0.0, 1.0, 10.0, 20.0]), np.array([2.0, 3.0, 4.0, 21.0]))  # [10, 4) is malformed
     assert merged.tolist() == [[0.0, 3.0], [20.0, 21.0]]

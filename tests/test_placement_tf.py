@@ -24,7 +24,7 @@ def _two_tower_run(out_dir, pin_softmax: bool, request_gpu: bool = False, steps:
     as a stray ``tf.device`` would do."""
     import tensorflow as tf
 
-    from rnnprof.profiler.capture import RunWriter
+    from rnnprof.profiler.rundir.writer import RunWriter
 
     tf1 = tf.compat.v1
     kind = "GPU" if request_gpu else "CPU"

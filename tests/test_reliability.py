@@ -17,7 +17,7 @@ from rnnprof.cli import main
 from rnnprof.errors import InputError, UsageError
 from rnnprof import limits
 from rnnprof.profiler import rundir
-from rnnprof.profiler.capture import RunWriter, check_out_dir, default_run_dir, prepare_out_dir, safe_name
+from rnnprof.profiler.rundir.writer import RunWriter, check_out_dir, default_run_dir, prepare_out_dir, safe_name
 
 from fixtures import FIXTURES
 SEEDS = Path(__file__).parent / "fuzz_seeds"
@@ -198,7 +198,7 @@ def test_size_limit_counts_decompressed_bytes_and_applies_to_protobufs(tmp_path,
     monkeypatch.setenv(limits.ENV_MAX_INPUT, str(xplane.stat().st_size - 1))
     with pytest.raises(InputError, match="input limit"):
         load_events(xplane)
-    from rnnprof.profiler import graphs
+    from rnnprof.profiler.loaders import graphs
 
     monkeypatch.setenv(limits.ENV_MAX_INPUT, "100")
     with pytest.raises(InputError, match="input limit"):

@@ -4,7 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from rnnprof.profiler.timing import measure, summarize
+from rnnprof.analyzers.throughput import summarize
+from rnnprof.profiler.run.measure import measure
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def test_progress_bar_follows_both_phases_on_a_terminal():
 
     from rich.console import Console
 
-    from rnnprof.profiler.progress import StepProgress
+    from rnnprof.reports.progress import StepProgress
 
     buffer = StringIO()
     console = Console(file=buffer, force_terminal=True, width=100)
@@ -95,7 +96,7 @@ def test_progress_bar_is_silent_off_a_terminal():
 
     from rich.console import Console
 
-    from rnnprof.profiler.progress import StepProgress
+    from rnnprof.reports.progress import StepProgress
 
     buffer = StringIO()
     with StepProgress(Console(file=buffer, force_terminal=False)) as progress:
@@ -122,8 +123,8 @@ class _RecordingNvtx:
 
 @pytest.mark.parametrize("warmup", [0, 2])
 def test_trace_marks_warmup_timed_and_each_step_with_nvtx(monkeypatch, warmup):
-    from rnnprof.profiler import nvtx_ranges
-    from rnnprof.profiler.nvtx_ranges import NvtxSteps
+    from rnnprof.profiler.capture import nvtx as nvtx_ranges
+    from rnnprof.profiler.capture.nvtx import NvtxSteps
 
     fake = _RecordingNvtx()
     monkeypatch.setattr(nvtx_ranges, "_module", lambda: fake)
@@ -144,8 +145,8 @@ def test_trace_marks_warmup_timed_and_each_step_with_nvtx(monkeypatch, warmup):
 
 
 def test_nvtx_that_fails_never_stops_the_run(monkeypatch):
-    from rnnprof.profiler import nvtx_ranges
-    from rnnprof.profiler.nvtx_ranges import NvtxSteps
+    from rnnprof.profiler.capture import nvtx as nvtx_ranges
+    from rnnprof.profiler.capture.nvtx import NvtxSteps
 
     monkeypatch.setattr(nvtx_ranges, "_module", lambda: _RecordingNvtx(fail=True))
     steps = NvtxSteps(CountingRun(), 1)
@@ -189,7 +190,7 @@ def test_only_the_onednn_int32_notice_is_dropped_around_the_first_run(capfd):
 @pytest.mark.slow
 def test_a_real_first_step_prints_no_tensorflow_notice(capfd):
     from rnnprof.config import WorkloadConfig, model_defaults
-    from rnnprof.profiler.runner import DataParallelRun
+    from rnnprof.profiler.run.runner import DataParallelRun
 
     sizes = dict(model_defaults("rnnlm", "small"), units=16, embedding=16, layers=1, batch_size=4)
     with DataParallelRun(WorkloadConfig(model="rnnlm", preset="small", devices=2, **sizes)) as run:

@@ -9,7 +9,7 @@ import pytest
 
 from rnnprof.analyzers.scale import ScalePoint, shared_cores_note, speedup_table
 from rnnprof.cli import main
-from rnnprof.profiler.timing import summarize
+from rnnprof.analyzers.throughput import summarize
 
 
 @dataclass(frozen=True)

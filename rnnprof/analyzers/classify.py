@@ -1,8 +1,8 @@
 """What each event does: compute, communication, memcpy, memset, host/runtime or annotation.
 
-This module is the one place that names communication patterns. An event is
+An event is
 communication when its kind is ``Kind.COMMUNICATION`` or when its name or op
-type matches one of ``COMM_PATTERNS`` (or a user's ``--comm-pattern``):
+type matches one of ``rnnprof.names.COMM_PATTERNS`` (or a user's ``--comm-pattern``):
 
 * NCCL kernels: ``ncclKernel_*``, ``ncclDevKernel_*``;
 * collective ops: ``CollectiveReduce*``, ``CollectiveGather*``, ``CollectiveBcast*``,
@@ -24,7 +24,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from rnnprof.profiler.events import EventTable, Kind
+from rnnprof.events import EventTable, Kind
+from rnnprof.names import COMM_PATTERNS, MEMCPY_PATTERN, MEMSET_PATTERN
 
 
 class EventClass(enum.IntEnum):
@@ -40,16 +41,6 @@ CLASS_NAMES = {c: c.name.lower() for c in EventClass}
 # Classes that make a device busy.
 DEVICE_WORK = (EventClass.COMPUTE, EventClass.COMMUNICATION, EventClass.MEMCPY, EventClass.MEMSET)
 
-COMM_PATTERNS: tuple[str, ...] = (
-    r"^nccl(Dev)?Kernel",
-    r"^Collective(Reduce|Gather|Bcast|Permute|AllToAll)",
-    r"^NcclAllReduce|^Nccl(Reduce|Broadcast|AllGather)",
-    r"(?i)all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all",
-    r"^_?(Host)?(Send|Recv)$",
-    r"(^|/)(allreduce|all_reduce|gradient_aggregation|hierarchical_copy|ring_reduce)(_\d+)?/",
-)
-MEMCPY_PATTERN = r"^(Memcpy|MEMCPY|dma)"
-MEMSET_PATTERN = r"^(Memset|MEMSET)"
 
 
 def compile_patterns(extra: Iterable[str] = ()) -> re.Pattern:

@@ -47,7 +47,7 @@ import numpy as np
 
 from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify
 from rnnprof.analyzers.intervals import sweep
-from rnnprof.profiler.events import Device, EventTable, Kind
+from rnnprof.events import Device, EventTable, Kind
 
 # Sweep layers, in this order.
 _LAYERS = (EventClass.COMPUTE, EventClass.COMMUNICATION, EventClass.MEMCPY, EventClass.MEMSET)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from rnnprof.profiler.events import EventTable, Kind, match_correlation
+from rnnprof.events import EventTable, Kind, match_correlation
 
 DEFINITIONS = {
     "user graph ops": "nodes of the graph Python built (GraphDef as written by the program), by requested device",

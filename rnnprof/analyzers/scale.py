@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from rnnprof.profiler.timing import TimingSummary
+from rnnprof.analyzers.throughput import TimingSummary
 
 
 @dataclass(frozen=True)

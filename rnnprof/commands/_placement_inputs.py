@@ -1,7 +1,7 @@
 """Loading what ``rnnprof placement-audit`` reads: run directories, traces, graphs, in any mix.
 
 Traces go through ``rnnprof.profiler.loaders.load_events`` and graphs (GraphDef, RunMetadata,
-a run directory's graphs) through ``rnnprof.profiler.graphs.load_graph``; several graphs are
+a run directory's graphs) through ``rnnprof.profiler.loaders.graphs.load_graph``; several graphs are
 joined by node name.
 """
 
@@ -23,7 +23,7 @@ def load_audit_input(paths: list[str]):
     import networkx as nx
 
     from rnnprof.analyzers.placement import AuditInput
-    from rnnprof.profiler import graphs
+    from rnnprof.profiler.loaders import graphs
     from rnnprof.profiler.loaders import load_events
 
     manifest, trace_paths, graph_paths = None, [], []
@@ -32,7 +32,7 @@ def load_audit_input(paths: list[str]):
         if not path.exists():
             raise InputError(path, "does not exist")
         if path.is_dir() and rundir.is_run_dir(path):
-            from rnnprof.profiler.loaders.run_dir import read_manifest
+            from rnnprof.profiler.rundir.manifest import read_manifest
 
             manifest = manifest or read_manifest(path)
             defs = graphs.read_graph_defs(path)  # a corrupt graph file is an error, not "no graph"

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.comm import analyze_comm
     from rnnprof.profiler.loaders import load_events
     from rnnprof.reports.comm import render_table, to_document
-    from rnnprof.profiler.loaders.run_dir import run_notes
+    from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_json, render_notes
 
     for pattern in args.comm_pattern:

@@ -28,7 +28,7 @@ def analyze_input(paths: list[str]):
     """Load what the input holds (graphs and/or events) and count it."""
     from rnnprof.analyzers.opcount import count_ops
     from rnnprof.errors import InputError
-    from rnnprof.profiler import graphs
+    from rnnprof.profiler.loaders import graphs
     from rnnprof.profiler.loaders import detect_format, load_events
 
     single = Path(paths[0]) if len(paths) == 1 else None
@@ -85,7 +85,7 @@ def analyze_input(paths: list[str]):
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.opcount import compare
     from rnnprof.reports import opcount as report
-    from rnnprof.profiler.loaders.run_dir import run_notes
+    from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_json, render_notes
 
     notes = run_notes([*args.paths, *([args.vs] if args.vs else [])])

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.placement import Severity, audit, configured_rules
     from rnnprof.commands._placement_inputs import load_audit_input
-    from rnnprof.profiler.loaders.run_dir import run_notes
+    from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_json, render_notes
     from rnnprof.reports.placement import render_table, to_document
 

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _open_run(config):
-    from rnnprof.profiler.runner import DataParallelRun
+    from rnnprof.profiler.run.runner import DataParallelRun
 
     return DataParallelRun(config)
 
@@ -28,9 +28,9 @@ def _open_run(config):
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.scale import ScalePoint, shared_cores_note, speedup_table
     from rnnprof.config import workload_config_from_args
-    from rnnprof.profiler.progress import StepProgress
-    from rnnprof.profiler.runner import visible_gpus
-    from rnnprof.profiler.timing import measure
+    from rnnprof.reports.progress import StepProgress
+    from rnnprof.profiler.run.runner import visible_gpus
+    from rnnprof.profiler.run.measure import measure
     from rnnprof.reports.layout import render_json
     from rnnprof.reports.scale import render_table, to_document
 

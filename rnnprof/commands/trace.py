@@ -52,7 +52,7 @@ def run(args: argparse.Namespace, console) -> int:
     if args.attach and command:
         raise UsageError("--attach and a script to run cannot be combined")
     if args.out:
-        from rnnprof.profiler.capture import check_out_dir
+        from rnnprof.profiler.rundir.writer import check_out_dir
 
         check_out_dir(args.out, args.force)  # before TensorFlow loads: a refusal is instant
     if args.attach:
@@ -69,7 +69,7 @@ def _require_out(args, what: str):
 
 
 def _attach(args, console, argv) -> int:
-    from rnnprof.profiler.attach import attach_capture
+    from rnnprof.profiler.capture.attach import attach_capture
 
     writer = attach_capture(args.attach, args.duration, _require_out(args, "a running job"), force=args.force,
                             command=argv)
@@ -79,7 +79,7 @@ def _attach(args, console, argv) -> int:
 
 def _script(args, command, console) -> int:
     from rnnprof.errors import FindingsError
-    from rnnprof.profiler.script import nothing_captured, run_script, script_failure
+    from rnnprof.profiler.capture.script import nothing_captured, run_script, script_failure
 
     out = _require_out(args, "a script")
     code = run_script(out, command, steps=args.steps, skip_steps=args.skip_steps, delay=args.delay,
@@ -99,11 +99,11 @@ def _script(args, command, console) -> int:
 def _workload(args, console, argv) -> int:
     from rnnprof.models import get_workload
     from rnnprof.profiler import rundir
-    from rnnprof.profiler.capture import RunWriter, default_run_dir
-    from rnnprof.profiler.nvtx_ranges import NvtxSteps
-    from rnnprof.profiler.runner import DataParallelRun, visible_gpus
-    from rnnprof.profiler.session_capture import capture_after
-    from rnnprof.profiler.timing import measure
+    from rnnprof.profiler.rundir.writer import RunWriter, default_run_dir
+    from rnnprof.profiler.capture.nvtx import NvtxSteps
+    from rnnprof.profiler.run.runner import DataParallelRun, visible_gpus
+    from rnnprof.profiler.capture.session import capture_after
+    from rnnprof.profiler.run.measure import measure
 
     _terminate_as_interrupt()
     config = workload_config_from_args(args, gpus_available=visible_gpus())

@@ -1,6 +1,6 @@
 """Training workloads built from raw TensorFlow ops (graph mode).
 
-``get_workload(config)`` returns an object following ``rnnprof.models.base.Workload``.
+``get_workload(config)`` returns an object following ``rnnprof.models.tensorflow.base.Workload``.
 TensorFlow is imported only when a workload is built, so importing this package is cheap.
 """
 
@@ -12,9 +12,9 @@ from rnnprof.errors import UsageError
 def get_workload(config):
     """The workload for ``config.model``; a bad ``--data`` file raises ``InputError`` here."""
     if config.model == "nmt":
-        from rnnprof.models.nmt import NMTWorkload
+        from rnnprof.models.tensorflow.nmt import NMTWorkload
         return NMTWorkload(config)
     if config.model == "rnnlm":
-        from rnnprof.models.rnnlm import RNNLMWorkload
+        from rnnprof.models.tensorflow.rnnlm import RNNLMWorkload
         return RNNLMWorkload(config)
     raise UsageError(f"unknown --model {config.model!r} (expected nmt or rnnlm)")

@@ -11,7 +11,7 @@ import numpy as np
 
 from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput
-from .timing import busy_intervals, compute_devices, compute_mask, in_step, length, step_keys
+from .busy import busy_intervals, compute_devices, compute_mask, in_step, length, step_keys
 
 RULE_ID = "PA004-device-imbalance"
 TITLE = "Per-device imbalance"

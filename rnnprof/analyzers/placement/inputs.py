@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rnnprof.profiler.events import Device, EventTable, Kind, parse_tf_device
+from rnnprof.events import Device, EventTable, Kind, parse_tf_device
 
 from . import scopes
-from .timing import compute_mask, length, merge, step_keys
+from .busy import compute_mask, length, merge, step_keys
 
 if TYPE_CHECKING:  # networkx is only needed by whoever builds the graph
     import networkx

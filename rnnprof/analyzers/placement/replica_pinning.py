@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import collections
 
-from rnnprof.profiler.events import Device
+from rnnprof.events import Device
 
 from . import scopes
 from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput, NodePlacement, is_tower_work, op_events_mask, steps_in, time_by_name
-from .timing import busy_intervals, compute_mask, in_step, length, merge, step_keys, subtract
+from .busy import busy_intervals, compute_mask, in_step, length, merge, step_keys, subtract
 
 RULE_ID = "PA002-replica-work-pinned"
 TITLE = "Replica work pinned to another device"

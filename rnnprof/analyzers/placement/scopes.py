@@ -1,29 +1,23 @@
 """Reading a TF node name: which tower built it, and which role it plays in a training step.
 
-The runner builds tower k under name scope ``tower_k/`` (possibly nested, e.g.
+The scopes are those of ``rnnprof.names``: tower k under ``tower_k/`` (possibly nested, e.g.
 ``model/tower_1/...``; gradients become ``gradients/.../tower_1/...``), gradient
 aggregation under ``allreduce``/``gradient_aggregation`` and updates under ``update``.
 """
 
 from __future__ import annotations
 
-import re
-
-_TOWER = re.compile(r"(?:^|/)(?:tower|replica)_?(\d+)(?=/|$)")
-_AGGREGATION_SCOPES = ("allreduce", "all_reduce", "gradient_aggregation")
-_UPDATE_SCOPES = ("update",)
-_GRADIENT_SCOPES = ("gradients",)
+from rnnprof.names import AGGREGATION_SCOPES, GRADIENT_SCOPES, TOWER_PATTERN, TRANSFER_OPS, UPDATE_SCOPES
 
 # Ops whose placement follows a variable or the executor's plumbing; their device says
 # nothing about where a tower's work ran.
 PLUMBING_OPS = frozenset({
     "Const", "HostConst", "NoOp", "_Arg", "_Retval", "_DeviceArg", "_DeviceRetval",
-    "_Send", "_Recv", "_HostSend", "_HostRecv", "Placeholder", "PlaceholderWithDefault",
+    *TRANSFER_OPS, "Placeholder", "PlaceholderWithDefault",
     "VarHandleOp", "VariableV2", "Variable", "VarIsInitializedOp", "ReadVariableOp",
     "Identity", "IdentityN", "ControlTrigger", "_SOURCE", "_SINK",
 })
 
-TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
 VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "_VarHandlesOp"})
 
 _APPLY_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
@@ -35,7 +29,7 @@ _AGGREGATION_OPS = frozenset({"AddN", "NcclAllReduce", "CollectiveReduce", "Coll
 
 def tower_of(name: str) -> int | None:
     """The tower index a node name belongs to, from its innermost ``tower_k`` scope."""
-    matches = _TOWER.findall(name)
+    matches = TOWER_PATTERN.findall(name)
     return int(matches[-1]) if matches else None
 
 
@@ -48,15 +42,15 @@ def in_scope(name: str, scopes: tuple[str, ...]) -> bool:
 
 
 def is_aggregation_scope(name: str) -> bool:
-    return in_scope(name, _AGGREGATION_SCOPES)
+    return in_scope(name, AGGREGATION_SCOPES)
 
 
 def is_update_scope(name: str) -> bool:
-    return in_scope(name, _UPDATE_SCOPES)
+    return in_scope(name, UPDATE_SCOPES)
 
 
 def is_gradient(name: str) -> bool:
-    return in_scope(name, _GRADIENT_SCOPES) or "_grad/" in name
+    return in_scope(name, GRADIENT_SCOPES) or "_grad/" in name
 
 
 def is_apply_op(op: str) -> bool:

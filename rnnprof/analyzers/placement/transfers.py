@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnprof.profiler.events import EventTable, Kind
+from rnnprof.names import RECV_OPS
+from rnnprof.events import EventTable, Kind
 
 from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput, steps_in
 from .replica_pinning import misplaced_names
 from .soft_placement import fallen_back_compute
-from .timing import ALL_STEPS
+from .busy import ALL_STEPS
 
 RULE_ID = "PA005-avoidable-transfers"
 TITLE = "Host round-trips and avoidable copies"
@@ -64,7 +65,7 @@ def _direction(op_type: str, name: str) -> str:
 
 
 def transfers_from_events(events: EventTable) -> list[Transfer]:
-    recv_codes = [c for c in (events.code_of(op) for op in ("_Recv", "_HostRecv")) if c >= 0]
+    recv_codes = [c for c in (events.code_of(op) for op in RECV_OPS) if c >= 0]
     is_memcpy = events.kind == int(Kind.MEMCPY)
     is_recv = np.isin(events.op_type, recv_codes)
     out = []
@@ -82,7 +83,7 @@ def transfers_from_graph(inp: AuditInput) -> list[Transfer]:
     sizes = _output_bytes(inp.events)
     out = []
     for node in inp.placements.values():
-        if node.op in ("_Recv", "_HostRecv"):
+        if node.op in RECV_OPS:
             producer = producer_of(inp.graph.nodes[node.name].get("tensor_name") or node.name)
             out.append(Transfer(ALL_STEPS, "recv", node.assigned.label if node.assigned else "?",
                                 producer, node.name, sizes.get(producer, -1), float("nan")))
@@ -130,7 +131,7 @@ def _recv_consumers(inp: AuditInput) -> dict[str, set[str]]:
     if inp.graph is None:
         return {}
     return {n: set(inp.graph.successors(n)) for n, d in inp.graph.nodes(data=True)
-            if d.get("op") in ("_Recv", "_HostRecv")}
+            if d.get("op") in RECV_OPS}
 
 
 def _avoidable(t: Transfer, bad: set[str], consumers: dict[str, set[str]]) -> bool:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import collections
 import re
 
+from rnnprof.names import REPLICA_PART
+
 from . import scopes
 from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput, steps_in, time_by_name
@@ -24,7 +26,7 @@ SPREAD_MODES = ("replicated", "independent")
 CENTRAL_ALL_REDUCES = ("pscpu",)
 # Hierarchical sums within pairs of devices: with one pair it aggregates on the pair's leader.
 PAIR_ALL_REDUCES = ("hierarchical",)
-_TOWER_PART = re.compile(r"(?:tower|replica)_?\d+|v\d+")
+_TOWER_PART = re.compile(rf"{REPLICA_PART.pattern}|v\d+")
 
 
 def infer_mode(inp: AuditInput, update_names: list[str]) -> tuple[str | None, str]:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
 
 from rnnprof.errors import InputError
-from rnnprof.profiler.events import EventTable, concat
+from rnnprof.events import EventTable, concat
 from rnnprof.limits import GZIP_MAGIC
 from rnnprof.profiler.loaders.jsonstream import open_maybe_gzip, read_prefix
 

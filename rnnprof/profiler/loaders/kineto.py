@@ -22,7 +22,8 @@ import msgspec
 import numpy as np
 
 from rnnprof.errors import InputError
-from rnnprof.profiler.events import Device, EventTable, EventTableBuilder, Kind, match_correlation, steps_in_spans
+from rnnprof.names import NCCL_KERNEL
+from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, match_correlation, steps_in_spans
 from rnnprof.profiler.loaders.jsonstream import EventStream
 
 FORMAT = "kineto"
@@ -40,7 +41,6 @@ CATEGORY_KIND = {
 }
 _KIND_CODE = {cat: int(kind) for cat, kind in CATEGORY_KIND.items()}
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
-NCCL_KERNEL = re.compile(r"^(?:void )?nccl(?:Dev)?Kernel")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d{1,9})$")
 # Markers that only a Kineto trace carries; checked on the first bytes of the content.
 SIGNATURES = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"', b'"cpu_op"',

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from rnnprof.errors import InputError
-from rnnprof.profiler.events import EventTable, parse_tf_device
+from rnnprof.events import EventTable, parse_tf_device
 
 FORMAT = "tf-run-metadata"
 _STEP = re.compile(r"step-(\d+)\.pb$")
@@ -41,7 +41,7 @@ def looks_like(path: Path) -> bool:
 
 
 def load(path: Path) -> EventTable:
-    from rnnprof.profiler.chrome_trace import step_stats_to_chrome
+    from rnnprof.profiler.rundir.chrome_trace import step_stats_to_chrome
     from rnnprof.profiler.loaders import tf_chrome
 
     path = Path(path)

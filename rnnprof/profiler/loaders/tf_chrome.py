@@ -22,16 +22,14 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import msgspec
-import numpy as np
 
 from rnnprof.errors import InputError
-from rnnprof.profiler.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device
+from rnnprof.names import COMMUNICATION_OP
+from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device
 
 TF1_FORMAT = "tf1-timeline"
 RNNPROF_FORMAT = "rnnprof-trace"
 
-COMMUNICATION_OP = re.compile(
-    r"^(_?(Host)?(Send|Recv)|_?Collective\w*|Nccl\w*|\w*AllReduce\w*|\w*AllGather\w*|\w*AllToAll\w*)$")
 _STREAM = re.compile(r"/stream:(\w+)")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rnnprof.errors import InputError
-from rnnprof.profiler.events import EventTable, EventTableBuilder
+from rnnprof.events import EventTable, EventTableBuilder
 from rnnprof.profiler.loaders import xplane
 from rnnprof.profiler.loaders.tf_chrome import as_dict, as_float, complete_events, metadata_names, trace_events
 

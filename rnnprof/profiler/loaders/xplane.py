@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 
 from rnnprof.errors import InputError
-from rnnprof.profiler.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device, steps_in_spans
+from rnnprof.names import COMMUNICATION_OP, NCCL_KERNEL
+from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device, steps_in_spans
 
 FORMAT = "xplane"
 _STREAM_LINE = re.compile(r"^Stream #(\d+)")
@@ -32,7 +33,6 @@ _DERIVED_LINES = {"XLA Ops", "TensorFlow Ops", "XLA Modules", "Launch Stats",
                   "TensorFlow Name Scope", "Framework Name Scope", "Source code", "XLA TraceMe",
                   "SparseCore Ops", "Async XLA Ops", "Sync Flags", "Counters"}
 _OP_EVENT = re.compile(r"^(?P<name>[^:]+(?::\d+)?[^:]*):(?P<op>[A-Za-z_][\w]*)$")
-_NCCL = re.compile(r"^(?:void )?nccl", re.IGNORECASE)
 _pb2 = None
 
 
@@ -109,7 +109,7 @@ def load(path: Path) -> EventTable:
 
 
 def load_dir(path: Path) -> EventTable:
-    from rnnprof.profiler.events import concat
+    from rnnprof.events import concat
 
     files = sorted(Path(path).rglob("*.xplane.pb"))
     tables = [load(f) for f in files]
@@ -142,7 +142,6 @@ def classify_line(plane_name: str, line_name: str) -> tuple[Device, str, Kind] |
 
 def classify_event(default_kind: Kind, raw_name: str, stats: dict, on_host: bool) -> tuple[Kind, str, str] | None:
     """Kind, node name and op type of one event; None for profiler bookkeeping that is no op."""
-    from rnnprof.profiler.loaders.tf_chrome import COMMUNICATION_OP
 
     kind, name, op = default_kind, raw_name, raw_name
     if default_kind == Kind.KERNEL:
@@ -151,7 +150,7 @@ def classify_event(default_kind: Kind, raw_name: str, stats: dict, on_host: bool
             kind = Kind.MEMCPY
         elif "memset" in lowered:
             kind = Kind.MEMSET
-        elif _NCCL.match(raw_name):
+        elif NCCL_KERNEL.match(raw_name):
             kind = Kind.COMMUNICATION
     elif default_kind == Kind.HOST_OP:
         match = _OP_EVENT.match(raw_name)

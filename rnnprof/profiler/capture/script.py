@@ -1,6 +1,6 @@
 """Running a user's script under capture: ``rnnprof trace --out DIR -- python train.py ARGS``.
 
-The script runs in a child Python process started as ``python -m rnnprof.profiler.script``;
+The script runs in a child Python process started as ``python -m rnnprof.profiler.capture.script``;
 that bootstrap opens a ``Capture`` (hooks on ``Session.run`` and ``tf.function``), then runs
 the script with ``runpy`` as ``__main__``. The parent only prepares the directory, waits,
 and marks the run interrupted if the child died before it could.
@@ -21,7 +21,9 @@ from typing import Sequence
 import rnnprof
 from rnnprof.errors import UsageError
 from rnnprof.profiler import rundir
-from rnnprof.profiler.capture import RunWriter, atomic_write_json, new_manifest, prepare_out_dir
+from rnnprof.errors import InputError
+from rnnprof.profiler.rundir.manifest import new_manifest, read_manifest
+from rnnprof.profiler.rundir.writer import RunWriter, atomic_write_json, prepare_out_dir
 
 ENV = "RNNPROF_CAPTURE"
 NO_TENSORFLOW = 2  # the child's exit code when its Python has no TensorFlow (rnnprof's error, not the script's)
@@ -59,7 +61,7 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's info lines (profiler sessions) are rnnprof's noise
     env[ENV] = json.dumps({"out": str(out), "steps": steps, "skip_steps": skip_steps, "delay": delay,
                            "command": list(command), "rnnprof_python": sys.executable})
-    child = subprocess.Popen([interpreter, "-m", "rnnprof.profiler.script", *rest], env=env)
+    child = subprocess.Popen([interpreter, "-m", "rnnprof.profiler.capture.script", *rest], env=env)
     try:
         code = child.wait()
     except KeyboardInterrupt:  # the child got the same SIGINT; let it write what it captured
@@ -75,36 +77,31 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
 
 def _mark_unfinished(out: Path, command: list[str], code: int) -> None:
     """Record the exit code of a failed script; a child that died early leaves the manifest to the parent."""
-    manifest_path = out / rundir.MANIFEST
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError):
-        manifest = new_manifest(command, {"script": command})
+    manifest = _child_manifest(out) or new_manifest(command, {"script": command})
     if manifest.get("status") == rundir.STATUS_COMPLETE and code == 0:
         return
     if manifest.get("status") != rundir.STATUS_COMPLETE:
         manifest["status"] = rundir.STATUS_INTERRUPTED
     manifest["exit_code"] = code
-    atomic_write_json(manifest_path, manifest)
+    atomic_write_json(out / rundir.MANIFEST, manifest)
 
 
-def read_manifest(out: str | Path) -> dict:
+def _child_manifest(out: str | Path) -> dict:
     """The run's manifest as the child left it; empty when it cannot be read."""
     try:
-        manifest = json.loads((Path(out) / rundir.MANIFEST).read_text())
-    except (OSError, ValueError):
+        return read_manifest(Path(out))
+    except InputError:
         return {}
-    return manifest if isinstance(manifest, dict) else {}
 
 
 def script_failure(out: str | Path) -> str | None:
     """Why the script's capture stopped, as the child recorded it in the manifest."""
-    return read_manifest(out).get("error")
+    return _child_manifest(out).get("error")
 
 
 def nothing_captured(out: str | Path, skip_steps: int, delay: float) -> str | None:
     """Why a script that ran to its end left no capture behind, or None when something was captured."""
-    manifest = read_manifest(out)
+    manifest = _child_manifest(out)
     if any(manifest.get("captured", {}).values()):
         return None
     seen = manifest.get("steps_seen", 0)
@@ -117,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     settings = json.loads(os.environ.pop(ENV, "{}") or "{}")
     if not settings.get("out"):
-        print("rnnprof.profiler.script: run me through `rnnprof trace --out DIR -- python ...`", file=sys.stderr)
+        print("rnnprof.profiler.capture.script: run me through `rnnprof trace --out DIR -- python ...`", file=sys.stderr)
         return 2
     command = settings.get("command") or argv
     # The parent prepared the directory; the writer exists before TensorFlow so a failed import is recorded.
@@ -131,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         writer.finish(rundir.STATUS_INTERRUPTED)
         return NO_TENSORFLOW
 
-    from rnnprof.profiler.api import Capture
+    from rnnprof.profiler.capture.api import Capture
 
     cap = Capture(settings["out"], steps=settings.get("steps"), skip_steps=settings.get("skip_steps", 0),
                   delay=settings.get("delay", 0.0), _writer=writer)

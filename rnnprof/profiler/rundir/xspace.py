@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from rnnprof.profiler.chrome_trace import op_events, pack_threads
+from rnnprof.profiler.rundir.chrome_trace import op_events, pack_threads
 
 HOST_PLANE = "/host:CPU"
 STEP_LINE = "Steps"

@@ -13,18 +13,15 @@ import datetime as _dt
 import gzip
 import json
 import os
-import platform
 import re
 import shutil
-import socket
-import sys
 import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from rnnprof import __version__
 from rnnprof.errors import InputError, UsageError
 from rnnprof.profiler import rundir
+from rnnprof.profiler.rundir.manifest import new_manifest, now
 
 PBTXT_LIMIT = 2 * 1024 * 1024  # text copies of graphs are for reading by eye; skip huge ones
 _OWN_ENTRIES = (rundir.MANIFEST, "plugins", rundir.TIMELINES_DIR, rundir.RUN_METADATA_DIR, rundir.GRAPHS_DIR)
@@ -123,33 +120,6 @@ def _device_kind(name: str) -> str:
     return "cpu"
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
-
-
-def new_manifest(command: Iterable[str] | None = None, config: dict | None = None) -> dict:
-    """The manifest of a run that has just started: every field present, nothing captured yet."""
-    return {
-        "format": rundir.MANIFEST_FORMAT,
-        "version": rundir.MANIFEST_VERSION,
-        "status": rundir.STATUS_RUNNING,
-        "created": _now(),
-        "command": list(command if command is not None else sys.argv),
-        "versions": {"rnnprof": __version__, "tensorflow": _tensorflow_version(),
-                     "python": platform.python_version()},
-        "host": socket.gethostname(),
-        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
-        "config": dict(config or {}),
-        "session_config": {},
-        "devices": [],
-        "throughput": {},
-        "step_times": {"warmup": [], "timed": []},
-        "traced_steps": [],
-        "profiled_steps": [],
-        "captured": {"timelines": [], "xplane": [], "graphs": [], "run_metadata": []},
-    }
-
-
 class RunWriter:
     """Owns one run directory while it is being captured."""
 
@@ -184,7 +154,7 @@ class RunWriter:
 
     def finish(self, status: str = rundir.STATUS_COMPLETE) -> None:
         self.manifest["status"] = status
-        self.manifest["finished"] = _now()
+        self.manifest["finished"] = now()
         self.save_manifest()
 
     # -- artifacts -------------------------------------------------------------------------------
@@ -217,7 +187,7 @@ class RunWriter:
 
     def write_step(self, step: int, run_metadata) -> None:
         """Raw RunMetadata, its Chrome timeline and (once) its partition graphs."""
-        from rnnprof.profiler.chrome_trace import step_stats_to_chrome
+        from rnnprof.profiler.rundir.chrome_trace import step_stats_to_chrome
 
         self.write_run_metadata(rundir.run_metadata_name(step), run_metadata.SerializeToString())
         partitions = list(run_metadata.partition_graphs)
@@ -265,17 +235,3 @@ class RunWriter:
         return Path(tempfile.mkdtemp(prefix=f".{safe_name(label)}-", dir=self.path))
 
 
-def _tensorflow_version() -> str | None:
-    tf = sys.modules.get("tensorflow")
-    if tf is not None:
-        return getattr(tf, "__version__", None)
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-    except ImportError:  # pragma: no cover
-        return None
-    for dist in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"):
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            continue
-    return None

@@ -28,7 +28,7 @@ import networkx as nx
 
 from rnnprof.errors import InputError
 from rnnprof.profiler import rundir
-from rnnprof.profiler.events import parse_tf_device
+from rnnprof.events import parse_tf_device
 
 EXPECTED = "a TensorFlow GraphDef (.pb/.pbtxt), a RunMetadata .pb or an rnnprof run directory"
 _OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_>.]*$")

@@ -16,12 +16,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from rnnprof.names import COLLECTIVE_PREFIX, RECV_OPS, SEND_OPS
 from rnnprof.profiler.rundir import MANIFEST_VERSION
 
 EXECUTOR_LANE = "ops"
-SEND_OPS = ("_Send", "_HostSend")
-RECV_OPS = ("_Recv", "_HostRecv")
-COLLECTIVE_PREFIX = "Collective"  # CollectiveReduce(V2), CollectiveGather(V2), CollectiveBcastSend/Recv, ...
 _DEVICE_LANE = re.compile(r"^(?P<device>.*?/device:[A-Za-z_]+:\d+)(?:[/ ](?P<lane>.+))?$")
 _LABEL = re.compile(r"^\s*(?P<name>[^=]+?)\s*=\s*(?P<op>[A-Za-z0-9_.>-]+)\((?P<inputs>.*)\)\s*$")
 

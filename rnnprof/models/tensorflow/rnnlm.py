@@ -14,11 +14,11 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 
 from rnnprof.config import WorkloadConfig
-from rnnprof.models.base import TokenWorkload, TowerOutput
+from rnnprof.models.tensorflow.base import TokenWorkload, TowerOutput
 from rnnprof.models.data import LMData
-from rnnprof.models.layers import (embed_time_major, embedding_table, masked_mean, project,
+from rnnprof.models.tensorflow.layers import (embed_time_major, embedding_table, masked_mean, project,
                                    projection_weights, softmax_cross_entropy, token_count)
-from rnnprof.models.lstm import run_stack, wants_cudnn
+from rnnprof.models.tensorflow.lstm import run_stack, wants_cudnn
 
 tf1 = tf.compat.v1
 

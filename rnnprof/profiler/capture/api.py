@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 from rnnprof.profiler import rundir
-from rnnprof.profiler.capture import RunWriter
-from rnnprof.profiler.nvtx_ranges import nvtx_range
+from rnnprof.profiler.rundir.writer import RunWriter
+from rnnprof.profiler.capture.nvtx import nvtx_range
 
 _active: "Capture | None" = None
 
@@ -196,7 +196,7 @@ class Capture:
                 self._profile_run = runs[-1] if runs else None
             self._write_function_graphs()
         elif self.mode == "tf1" and self._traced:
-            from rnnprof.profiler.session_capture import write_device_xspace
+            from rnnprof.profiler.capture.session import write_device_xspace
 
             name = time.strftime("%Y_%m_%d_%H_%M_%S")
             write_device_xspace(self.writer, self._traced, name)
@@ -340,7 +340,7 @@ class _StepContext:
 
 
 def _full_device(name: str) -> str:
-    from rnnprof.profiler.runner import LOCAL
+    from rnnprof.profiler.run.runner import LOCAL
 
     return name if name.startswith("/job:") else LOCAL + name
 

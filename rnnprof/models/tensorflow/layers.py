@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from rnnprof.models.lstm import sequence_mask_tm, uniform_init
+from rnnprof.models.tensorflow.lstm import sequence_mask_tm, uniform_init
 
 tf1 = tf.compat.v1
 

@@ -2,10 +2,9 @@
 
 ``DataParallelRun`` builds one tower per device in a fresh ``tf.Graph``, wires
 the gradient exchange that ``--variable-update`` asks for, opens a Session and
-initializes the variables. Scopes are kept readable for later analyses:
-``tower_k/...`` for each tower's forward and backward ops, ``allreduce/...``
-(replicated) or ``gradient_aggregation/...`` (parameter_server) for the
-exchange and ``update/...`` for the optimizer.
+initializes the variables. Its graph scopes (``tower_k/...``, ``allreduce/...``,
+``gradient_aggregation/...``, ``update/...``) are named in ``rnnprof.names``, where the
+analyses read them.
 """
 
 from __future__ import annotations
@@ -13,11 +12,11 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 from rnnprof.config import WorkloadConfig, validate
+from rnnprof import names
 from rnnprof.errors import UsageError
 from rnnprof.profiler.tensorflow_import import import_tensorflow, quiet_first_run
 
@@ -167,14 +166,14 @@ class DataParallelRun:
                 return variable
 
             if mode == "parameter_server":
-                var_scope = tf1.variable_scope("shared", reuse=tf1.AUTO_REUSE, custom_getter=record,
+                var_scope = tf1.variable_scope(names.SHARED_SCOPE, reuse=tf1.AUTO_REUSE, custom_getter=record,
                                                auxiliary_name_scope=False)
             else:
-                var_scope = tf1.variable_scope(f"tower_{k}", custom_getter=record, auxiliary_name_scope=False)
-            with tf.device(device), var_scope, tf1.name_scope(f"tower_{k}"):
+                var_scope = tf1.variable_scope(names.tower_scope(k), custom_getter=record, auxiliary_name_scope=False)
+            with tf.device(device), var_scope, tf1.name_scope(names.tower_scope(k)):
                 inputs = self.workload.make_inputs(k)
                 out = self.workload.build_tower(inputs, k, self.device_names)
-                with tf1.name_scope("gradients"):
+                with tf1.name_scope(names.GRADIENTS_SCOPE):
                     tower_grads = tf1.gradients(out.loss, created, colocate_gradients_with_ops=True)
                     tower_grads = [_exchangeable(g, v, dense=exchange) for g, v in zip(tower_grads, created)]
             self._inputs.append(inputs)
@@ -187,38 +186,38 @@ class DataParallelRun:
         updates = []
         self._sync_op = None
         if mode == "independent":
-            with tf1.name_scope("update"):
+            with tf1.name_scope(names.UPDATE_SCOPE):
                 for k, device in enumerate(self.device_names):
                     with tf.device(device):
-                        opt = _optimizer(config, f"{config.optimizer}_tower_{k}")
+                        opt = _optimizer(config, f"{config.optimizer}_{names.tower_scope(k)}")
                         updates.append(opt.apply_gradients(zip(grads[k], self._tower_vars[k])))
         elif mode == "parameter_server":
-            with tf1.name_scope("gradient_aggregation"), tf.device(ps_device):
+            with tf1.name_scope(names.AGGREGATION_SCOPE), tf.device(ps_device):
                 averaged = [tf.add_n([g[i] for g in grads]) / n if n > 1 else grads[0][i]
                             for i in range(len(grads[0]))]
-            with tf1.name_scope("update"), tf.device(ps_device):
+            with tf1.name_scope(names.UPDATE_SCOPE), tf.device(ps_device):
                 opt = _optimizer(config, config.optimizer)
                 updates.append(opt.apply_gradients(zip(averaged, self._tower_vars[0])))
         else:
-            from rnnprof.profiler.allreduce import all_reduce_sum
+            from rnnprof.profiler.run.allreduce import all_reduce_sum
 
-            with tf1.name_scope("allreduce"):
+            with tf1.name_scope(names.ALLREDUCE_SCOPE):
                 summed = all_reduce_sum(grads, self.reduce_devices, config.all_reduce, HOST_DEVICE,
                                         config.gradient_repacking)
-            with tf1.name_scope("update"):
+            with tf1.name_scope(names.UPDATE_SCOPE):
                 for k, device in enumerate(self.device_names):
                     with tf.device(device):
                         averaged = [g / n for g in summed[k]] if n > 1 else summed[k]
-                        opt = _optimizer(config, f"{config.optimizer}_tower_{k}")
+                        opt = _optimizer(config, f"{config.optimizer}_{names.tower_scope(k)}")
                         updates.append(opt.apply_gradients(zip(averaged, self._tower_vars[k])))
             if n > 1:
                 # Replicas must start equal: copy tower 0's initial values to the others.
-                with tf1.name_scope("init_sync"):
+                with tf1.name_scope(names.INIT_SYNC_SCOPE):
                     assigns = [tf1.assign(v, v0) for k in range(1, n)
                                for v, v0 in zip(self._tower_vars[k], self._tower_vars[0])]
                     self._sync_op = tf.group(*assigns)
 
-        with tf1.name_scope("metrics"), tf.device(HOST_DEVICE):
+        with tf1.name_scope(names.METRICS_SCOPE), tf.device(HOST_DEVICE):
             self.loss = tf.add_n(losses) / n if n > 1 else tf.identity(losses[0])
             self.words = tf.add_n([tf.cast(w, tf.int64) for w in words])
         self.train_op = tf.group(*updates, name="train_op")
@@ -264,7 +263,7 @@ class DataParallelRun:
 
 
 def _strip_scope(name: str, tower: int) -> str:
-    for prefix in (f"tower_{tower}/", "shared/"):
+    for prefix in (f"{names.tower_scope(tower)}/", f"{names.SHARED_SCOPE}/"):
         if name.startswith(prefix):
             return name[len(prefix):]
     return name

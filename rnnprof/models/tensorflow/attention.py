@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from rnnprof.models.lstm import uniform_init
+from rnnprof.models.tensorflow.lstm import uniform_init
 
 tf1 = tf.compat.v1
 

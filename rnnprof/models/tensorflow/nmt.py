@@ -15,12 +15,12 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 
 from rnnprof.config import WorkloadConfig
-from rnnprof.models.attention import build_attention
-from rnnprof.models.base import TokenWorkload, TowerOutput
+from rnnprof.models.tensorflow.attention import build_attention
+from rnnprof.models.tensorflow.base import TokenWorkload, TowerOutput
 from rnnprof.models.data import NMTData
-from rnnprof.models.layers import (embed_time_major, embedding_table, masked_mean, project,
+from rnnprof.models.tensorflow.layers import (embed_time_major, embedding_table, masked_mean, project,
                                    projection_weights, softmax_cross_entropy, token_count)
-from rnnprof.models.lstm import (dynamic_rnn, fused_layer, lstm_weights, run_stack, stack_cell,
+from rnnprof.models.tensorflow.lstm import (dynamic_rnn, fused_layer, lstm_weights, run_stack, stack_cell,
                                  uniform_init, wants_cudnn, zero_state)
 
 tf1 = tf.compat.v1

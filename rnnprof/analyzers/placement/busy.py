@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from rnnprof.analyzers import intervals
-from rnnprof.profiler.events import Device, EventTable, Kind
+from rnnprof.events import Device, EventTable, Kind
 
-from .scopes import TRANSFER_OPS
+from rnnprof.names import TRANSFER_OPS
 
 ALL_STEPS = -1  # the key used when the trace does not number its steps
 

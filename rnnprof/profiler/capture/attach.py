@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rnnprof.errors import InputError, UsageError
 from rnnprof.profiler import rundir
-from rnnprof.profiler.capture import RunWriter
+from rnnprof.profiler.rundir.writer import RunWriter
 
 _ADDRESS = re.compile(r"^(?:grpc://)?(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")
 

@@ -14,9 +14,9 @@ import socket
 from typing import Callable
 
 from rnnprof.profiler import rundir
-from rnnprof.profiler.capture import RunWriter, safe_name
-from rnnprof.profiler.nvtx_ranges import nvtx_range
-from rnnprof.profiler.xspace_writer import build_xspace
+from rnnprof.profiler.rundir.writer import RunWriter, safe_name
+from rnnprof.profiler.capture.nvtx import nvtx_range
+from rnnprof.profiler.rundir.xspace import build_xspace
 
 StepFn = Callable[..., object]
 

@@ -1,0 +1,155 @@
+"""The manifest of a run directory, written and read in one place.
+
+``new_manifest`` is what a capture starts with (status ``running``); ``RunWriter``
+(``rnnprof.profiler.rundir.writer``) updates and saves it. ``read_manifest`` is the one reader;
+``run_notes`` says what a reader of a partial run's figures must know.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import socket
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from rnnprof import __version__, limits
+from rnnprof.errors import InputError
+from rnnprof.profiler import rundir
+
+_TIMELINE = re.compile(r"step-(\d+)\.trace\.json\.gz$")
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def new_manifest(command: Iterable[str] | None = None, config: dict | None = None) -> dict:
+    """The manifest of a run that has just started: every field present, nothing captured yet."""
+    return {
+        "format": rundir.MANIFEST_FORMAT,
+        "version": rundir.MANIFEST_VERSION,
+        "status": rundir.STATUS_RUNNING,
+        "created": now(),
+        "command": list(command if command is not None else sys.argv),
+        "versions": {"rnnprof": __version__, "tensorflow": _tensorflow_version(),
+                     "python": platform.python_version()},
+        "host": socket.gethostname(),
+        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
+        "config": dict(config or {}),
+        "session_config": {},
+        "devices": [],
+        "throughput": {},
+        "step_times": {"warmup": [], "timed": []},
+        "traced_steps": [],
+        "profiled_steps": [],
+        "captured": {"timelines": [], "xplane": [], "graphs": [], "run_metadata": []},
+    }
+
+
+def read_manifest(path: Path) -> dict:
+    manifest_path = Path(path) / rundir.MANIFEST
+    try:
+        manifest = json.loads(limits.read_bytes(manifest_path))
+    except (ValueError, RecursionError) as exc:
+        raise InputError(manifest_path, f"unreadable manifest ({exc})", "a JSON object") from None
+    if not isinstance(manifest, dict):
+        raise InputError(manifest_path, "manifest is not a JSON object", "a JSON object")
+    return manifest
+
+
+def is_step(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
+def listed_timelines(path: Path, manifest: dict) -> list[Path]:
+    """Timelines the manifest names (any string or step list that refers to them), else those on disk."""
+    names: set[str] = set()
+
+    def walk(value, key=""):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v, key)
+        elif isinstance(value, str) and _TIMELINE.search(value):
+            names.add(str(Path(rundir.TIMELINES_DIR) / Path(value).name))
+        elif is_step(value) and key in ("traced_steps", "trace_steps"):
+            names.add(str(Path(rundir.TIMELINES_DIR) / rundir.timeline_name(value)))
+
+    walk(manifest)
+    if not names:
+        names = {str(p.relative_to(path)) for p in (path / rundir.TIMELINES_DIR).glob("step-*.trace.json.gz")}
+    return sorted((path / n for n in names), key=lambda p: int(_TIMELINE.search(p.name).group(1)))
+
+
+def missing_timelines(path: Path, manifest: dict) -> list[str]:
+    return [str(p.relative_to(path)) for p in listed_timelines(path, manifest) if not p.is_file()]
+
+
+def run_notes(paths) -> list[str]:
+    """``capture_notes`` for each run directory among ``paths`` (other inputs have none)."""
+    notes = []
+    for path in map(Path, paths):
+        if path.is_dir() and rundir.is_run_dir(path):
+            try:
+                manifest = read_manifest(path)
+            except InputError as exc:
+                notes.append(str(exc))  # the loaders decide whether the run is still usable
+                continue
+            notes.extend(capture_notes(path, manifest, missing_timelines(path, manifest)))
+    return notes
+
+
+def capture_notes(path: Path, manifest: dict, missing: list[str]) -> list[str]:
+    """What a reader of the figures must know about how the capture ended; empty for a complete run."""
+    notes = []
+    status = manifest.get("status", "")
+    listed = manifest.get("traced_steps")
+    listed = sorted({s for s in listed if is_step(s)}) if isinstance(listed, list) else []
+    gone = {Path(m).name for m in missing}
+    kept = [s for s in listed if rundir.timeline_name(s) not in gone]
+    covered = (f"{len(kept)} traced step(s) ({_step_list(kept)})" if kept
+               else "no traced step's timeline, only its profiler capture if it has one")
+    if status == rundir.STATUS_INTERRUPTED:
+        notes.append(f"{path}: the capture was interrupted; the figures cover what it kept: {covered}")
+    elif status == rundir.STATUS_RUNNING:
+        notes.append(f"{path}: the manifest still says \"running\": the capture was killed or has not "
+                     f"finished; the figures cover what it had written: {covered}")
+    elif status != rundir.STATUS_COMPLETE:
+        said = f"is {str(status)[:40]!r}" if status else "is missing"
+        notes.append(f"{path}: the manifest's status {said}, not \"complete\"; the figures cover {covered}")
+    if missing:
+        names = ", ".join(missing[:5]) + (f", ... ({len(missing) - 5} more)" if len(missing) > 5 else "")
+        notes.append(f"{path}: {len(missing)} timeline(s) listed in the manifest are missing: {names}")
+    return notes
+
+
+def _step_list(steps: list[int]) -> str:
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if steps[-1] - steps[0] + 1 == len(steps):  # sorted and distinct
+        return f"steps {steps[0]}-{steps[-1]}"
+    shown = ", ".join(map(str, steps[:8]))
+    return f"steps {shown}" + (f", ... {steps[-1]}" if len(steps) > 8 else "")
+
+
+def _tensorflow_version() -> str | None:
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        return getattr(tf, "__version__", None)
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        return None
+    for dist in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return None
