@@ -31,6 +31,18 @@ class InputError(RnnprofError):
         super().__init__(text)
 
 
+class MissingDependency(RnnprofError):
+    """A command needs a package that is installed with one of rnnprof's extras."""
+
+    def __init__(self, package: str, needed_for: str, extras: str):
+        self.package = package
+        super().__init__(f"{needed_for} needs {package}, which is not installed "
+                         f"(install it with {extras})")
+
+
+TENSORFLOW_EXTRAS = "pip install 'rnnprof[cpu]', or 'rnnprof[gpu]' on a Linux machine with NVIDIA GPUs"
+
+
 class FindingsError(RnnprofError):
     """An analysis found problems at or above the user's failure threshold."""
 

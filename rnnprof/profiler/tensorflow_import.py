@@ -13,6 +13,8 @@ import re
 import sys
 import tempfile
 
+from rnnprof.errors import TENSORFLOW_EXTRAS, MissingDependency
+
 # TF's C++ start-up lines (oneDNN notices, "All log messages before absl::InitializeLog()") are
 # written before TF_CPP_MIN_LOG_LEVEL applies: info and warning lines of that form are dropped.
 _STARTUP_NOISE = re.compile(rb"^(?:WARNING: All log messages before absl::InitializeLog|[IW]\d{4} [\d:.]+ +\d+ \S+\] )")
@@ -31,13 +33,27 @@ def quiet_first_run():
         yield
 
 
-def import_tensorflow():
-    """Import TensorFlow quietly (its C++ start-up log is noise for rnnprof users)."""
+def import_tensorflow(needed_for: str = "this command"):
+    """Import TensorFlow quietly (its C++ start-up log is noise for rnnprof users).
+
+    Without TensorFlow: ``MissingDependency`` (one line, exit 2) naming the extras that install it.
+    """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if "tensorflow" not in sys.modules:
-        with _native_stderr_filtered(_STARTUP_NOISE):
-            import tensorflow  # noqa: F401
+    if sys.modules.get("tensorflow") is None:
+        try:
+            with _native_stderr_filtered(_STARTUP_NOISE):
+                import tensorflow  # noqa: F401
+        except ImportError as exc:
+            if not _is_missing(exc, "tensorflow"):
+                raise
+            raise MissingDependency("TensorFlow", needed_for, TENSORFLOW_EXTRAS) from None
     return sys.modules["tensorflow"]
+
+
+def _is_missing(exc: ImportError, package: str) -> bool:
+    """Whether ``exc`` says ``package`` itself is absent (not a broken install of it)."""
+    name = getattr(exc, "name", None) or ""
+    return name == package or name.startswith(package + ".") or f"import of {package} halted" in str(exc)
 
 
 @contextlib.contextmanager

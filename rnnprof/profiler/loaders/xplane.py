@@ -23,7 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-from rnnprof.errors import InputError
+from rnnprof.errors import TENSORFLOW_EXTRAS, InputError, MissingDependency
 from rnnprof.names import COMMUNICATION_OP, NCCL_KERNEL
 from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device, steps_in_spans
 
@@ -41,7 +41,7 @@ def xplane_pb2():
     global _pb2
     if _pb2 is not None:
         return _pb2
-    if "tensorflow" in sys.modules:
+    if sys.modules.get("tensorflow") is not None:
         from tensorflow.tsl.profiler.protobuf import xplane_pb2 as module  # type: ignore
     else:
         module = None
@@ -55,7 +55,10 @@ def xplane_pb2():
                     file_spec.loader.exec_module(module)
                     break
         if module is None:
-            from tsl.profiler.protobuf import xplane_pb2 as module  # type: ignore
+            try:
+                from tsl.profiler.protobuf import xplane_pb2 as module  # type: ignore
+            except ImportError:
+                raise MissingDependency("TensorFlow", "reading an XSpace (.xplane.pb)", TENSORFLOW_EXTRAS) from None
     _pb2 = module
     return module
 
