@@ -31,7 +31,9 @@ _FEED = re.compile(r"(^|/)(_recv_|_arg_|_Arg|Placeholder|IteratorGetNext)")
 
 
 @dataclass(frozen=True)
-class Transfer:
+class TensorCopy:
+    """One copy or receive of a tensor seen in a trace or partition graph."""
+
     step: int
     direction: str  # "HtoD" | "DtoH" | "DtoD" | "recv"
     device: str  # where the copy or receive ran
@@ -64,7 +66,7 @@ def _direction(op_type: str, name: str) -> str:
     return "copy"
 
 
-def transfers_from_events(events: EventTable) -> list[Transfer]:
+def transfers_from_events(events: EventTable) -> list[TensorCopy]:
     recv_codes = [c for c in (events.code_of(op) for op in RECV_OPS) if c >= 0]
     is_memcpy = events.kind == int(Kind.MEMCPY)
     is_recv = np.isin(events.op_type, recv_codes)
@@ -72,20 +74,20 @@ def transfers_from_events(events: EventTable) -> list[Transfer]:
     for i in np.flatnonzero(is_memcpy | is_recv):
         name, op = events.strings[events.name[i]], events.strings[events.op_type[i]]
         step = int(events.step[i]) if events.step[i] >= 0 else ALL_STEPS
-        out.append(Transfer(step, _direction(op, name) if is_memcpy[i] else "recv",
+        out.append(TensorCopy(step, _direction(op, name) if is_memcpy[i] else "recv",
                             events.devices[events.device[i]].label, producer_of(name), name,
                             int(events.nbytes[i]), float(events.dur[i])))
     return out
 
 
-def transfers_from_graph(inp: AuditInput) -> list[Transfer]:
+def transfers_from_graph(inp: AuditInput) -> list[TensorCopy]:
     """One receive per step for each receive node; bytes from the producer's recorded output size."""
     sizes = _output_bytes(inp.events)
     out = []
     for node in inp.placements.values():
         if node.op in RECV_OPS:
             producer = producer_of(inp.graph.nodes[node.name].get("tensor_name") or node.name)
-            out.append(Transfer(ALL_STEPS, "recv", node.assigned.label if node.assigned else "?",
+            out.append(TensorCopy(ALL_STEPS, "recv", node.assigned.label if node.assigned else "?",
                                 producer, node.name, sizes.get(producer, -1), float("nan")))
     return out
 
@@ -134,13 +136,13 @@ def _recv_consumers(inp: AuditInput) -> dict[str, set[str]]:
             if d.get("op") in RECV_OPS}
 
 
-def _avoidable(t: Transfer, bad: set[str], consumers: dict[str, set[str]]) -> bool:
+def _avoidable(t: TensorCopy, bad: set[str], consumers: dict[str, set[str]]) -> bool:
     if t.is_feed:
         return False
     return t.producer in bad or bool(consumers.get(t.name, set()) & bad)
 
 
-def _round_trips(transfers: list[Transfer], already: set[int]) -> list[Transfer]:
+def _round_trips(transfers: list[TensorCopy], already: set[int]) -> list[TensorCopy]:
     """Device->host copies of computed tensors in steps that also copy computed tensors back.
 
     Only copies that name their producer count: without it a host-to-device copy may as well be
@@ -156,7 +158,7 @@ def _round_trips(transfers: list[Transfer], already: set[int]) -> list[Transfer]
     return out
 
 
-def _stats(transfers: list[Transfer], steps: int) -> dict:
+def _stats(transfers: list[TensorCopy], steps: int) -> dict:
     per = max(steps, 1)
     known = [t.nbytes for t in transfers if t.nbytes >= 0]
     durs = [t.dur for t in transfers if not np.isnan(t.dur)]
@@ -167,7 +169,7 @@ def _stats(transfers: list[Transfer], steps: int) -> dict:
     }
 
 
-def _summary(transfers: list[Transfer], steps: int) -> Finding:
+def _summary(transfers: list[TensorCopy], steps: int) -> Finding:
     groups = collections.defaultdict(list)
     for t in transfers:
         groups[(t.direction, t.device)].append(t)
@@ -186,12 +188,12 @@ def _summary(transfers: list[Transfer], steps: int) -> Finding:
     )
 
 
-def _kinds(transfers: list[Transfer], steps: int) -> str:
+def _kinds(transfers: list[TensorCopy], steps: int) -> str:
     counts = collections.Counter(t.direction for t in transfers)
     return ", ".join(f"{kind} {n / max(steps, 1):g}" for kind, n in counts.most_common())
 
 
-def _avoidable_finding(transfers: list[Transfer], steps: int, from_misplacement: bool, untimed: str) -> Finding:
+def _avoidable_finding(transfers: list[TensorCopy], steps: int, from_misplacement: bool, untimed: str) -> Finding:
     stats = _stats(transfers, steps)
     producers = collections.Counter(t.producer for t in transfers)
     cause = ("they carry tensors of ops placed off their tower's or requested device"
