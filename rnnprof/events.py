@@ -32,9 +32,6 @@ class Kind(enum.IntEnum):
     ANNOTATION = 6  # user ranges, step markers, Python frames
 
 
-KIND_NAMES = {k: k.name.lower() for k in Kind}
-
-
 @dataclass(frozen=True, order=True)
 class Device:
     """A normalized device: the host CPU, logical CPU k, or GPU k, on one worker.

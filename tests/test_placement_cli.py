@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import collections
+import functools
+import gzip
 import json
+import statistics
 import subprocess
 import sys
 
@@ -102,18 +106,66 @@ def test_every_fixture_says_what_it_checked_and_why_not_the_rest(fixture, capsys
 SAMPLED_RANKS = [str(FIXTURES / "kineto-sampled-rank0.json.gz"), str(FIXTURES / "kineto-sampled-rank1.json.gz")]
 
 
-@pytest.mark.parametrize("threshold, flagged", [(None, True), ("10", True), ("25", False)])
-def test_imbalance_threshold_decides_pa004_on_real_ranks(capsys, threshold, flagged):
-    # The two sampled ranks' busy-time spread is 22.7% (median) to 23.7% (max) per step.
-    flags = [] if threshold is None else ["--imbalance-threshold", threshold]
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for lo, hi in sorted(intervals):
+        if hi > end:
+            total += hi - max(lo, end)
+            end = hi
+    return total
+
+
+@functools.lru_cache(maxsize=None)
+def _busy_us_per_step(path: str) -> dict[int, float]:
+    """From the raw Kineto JSON: per ProfilerStep#N, the union of the GPU's compute kernels (NCCL kernels,
+    copies and memsets left out), each kernel in the step of the CUDA runtime call that launched it."""
+    with gzip.open(path, "rt") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1]))
+             for e in events if e["name"].startswith("ProfilerStep#")]
+
+    def step_at(ts):
+        return next((n for lo, hi, n in steps if lo <= ts < hi), None)
+
+    launched_in = {e["args"]["correlation"]: step_at(e["ts"]) for e in events
+                   if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    kernels: dict[int, list] = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") == "kernel" and not e["name"].startswith("ncclKernel"):
+            step = launched_in.get(e["args"].get("correlation"))
+            if step is not None:
+                kernels[step].append((e["ts"], e["ts"] + e["dur"]))
+    return {step: _union_length(intervals) for step, intervals in kernels.items()}
+
+
+def _expected_spreads() -> list[float]:
+    """(max - min) / max of the two ranks' busy time, per step."""
+    rank0, rank1 = (_busy_us_per_step(path) for path in SAMPLED_RANKS)
+    assert set(rank0) == set(rank1) and len(rank0) >= 2
+    return [(max(rank0[s], rank1[s]) - min(rank0[s], rank1[s])) / max(rank0[s], rank1[s]) for s in sorted(rank0)]
+
+
+@pytest.mark.parametrize("threshold", [None, "below every step", "above every step"])
+def test_imbalance_threshold_decides_pa004_on_real_ranks(capsys, threshold):
+    spreads = _expected_spreads()
+    percent = {None: None, "below every step": 100 * min(spreads) - 1, "above every step": 100 * max(spreads) + 1}[
+        threshold]
+    flags = [] if percent is None else ["--imbalance-threshold", f"{percent:.2f}"]
     assert main(["placement-audit", *SAMPLED_RANKS, "--json", *flags]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert "PA004-device-imbalance" in doc["rules_checked"]
     found = [f for f in doc["findings"] if f["rule"] == "PA004-device-imbalance"]
-    assert bool(found) == flagged
+    limit = 0.20 if percent is None else round(percent, 2) / 100
+    assert bool(found) == (max(spreads) > limit)
     if found:
-        assert found[0]["evidence"]["threshold"] == pytest.approx(float(threshold or 20) / 100)
-        assert 0.2 < found[0]["evidence"]["median_spread"] < 0.25
+        evidence = found[0]["evidence"]
+        assert evidence["threshold"] == pytest.approx(limit)
+        assert evidence["steps_over_threshold"] == sum(s > limit for s in spreads)
+        assert evidence["median_spread"] == pytest.approx(statistics.median(spreads), abs=5e-4)
+        assert evidence["max_spread"] == pytest.approx(max(spreads), abs=5e-4)
+        busy = [statistics.mean(_busy_us_per_step(path).values()) for path in SAMPLED_RANKS]
+        assert evidence["busy_us_per_step"] == pytest.approx({"rank0/gpu:0": busy[0], "rank1/gpu:1": busy[1]},
+                                                             abs=0.05)
 
 
 @pytest.mark.parametrize("bad", ["nan", "inf", "-1", "101", "ten"])

@@ -133,6 +133,53 @@ def test_replica_pinning_from_trace_alone():
     assert f.cost_us_per_step == pytest.approx(80.0)
 
 
+def _chain(g, first_input, prefix, length, device):
+    """``length`` ops, each consuming the previous one, listed deepest first (a GraphDef need not list a
+    node's inputs before it, and a graph edited after it was built does not)."""
+    names = [f"{prefix}/op_{i}" for i in range(length)]
+    for i in reversed(range(length)):
+        g.add_node(names[i], op="Mul", requested_device=device, assigned_device=device)
+        g.add_edge(names[i - 1] if i else first_input, names[i], control=False)
+    return names
+
+
+def test_replica_pinning_follows_a_consumer_chain_of_any_depth():
+    g = towers(pin_softmax=True)
+    deep = _chain(g, "tower_1/softmax", "head", 12, CPU0)
+    attribution = replica_pinning.tower_attribution(AuditInput(graph=g))
+    assert {name: attribution.get(name) for name in deep} == {name: (1, "consumes") for name in deep}
+    (f,) = findings(replica_pinning.check(AuditInput(graph=g)))
+    assert set(deep) <= set(f.ops) and f.evidence["ops_attributed_by_consumption"] == 1 + len(deep)
+
+
+def test_a_node_is_attributed_only_after_all_its_inputs_are():
+    """The end of a deep tower-1 chain and of a short tower-0 chain meet: the node has inputs of two towers,
+    even though the short chain is attributed long before the deep one."""
+    g = towers(pin_softmax=False)
+    deep = _chain(g, "tower_1/softmax", "deep", 12, CPU1)
+    short = _chain(g, "tower_0/softmax", "short", 1, CPU0)
+    g.add_node("both", op="AddV2", requested_device=CPU0, assigned_device=CPU0)
+    g.add_edge(deep[-1], "both", control=False)
+    g.add_edge(short[-1], "both", control=False)
+    attribution = replica_pinning.tower_attribution(AuditInput(graph=g))
+    assert "both" not in attribution and attribution[deep[-1]] == (1, "consumes")
+
+
+def test_a_loop_outside_the_tower_scopes_takes_the_tower_that_feeds_it():
+    """A while loop's body is a cycle through its back edge: decided as a whole, however long."""
+    g = towers(pin_softmax=True)
+    body = _chain(g, "tower_1/softmax", "while", 12, CPU0)
+    g.add_node("while/Merge", op="Merge", requested_device=CPU0, assigned_device=CPU0)
+    g.add_edge("tower_1/softmax", "while/Merge", control=False)
+    g.remove_edge("tower_1/softmax", body[0])
+    g.add_edge("while/Merge", body[0], control=False)
+    g.add_edge(body[-1], "while/Merge", control=False)  # the back edge
+    g.add_edge("tower_0/softmax", body[5], control=True)  # control inputs carry no tensor
+    attribution = replica_pinning.tower_attribution(AuditInput(graph=g))
+    assert {name: attribution.get(name) for name in ["while/Merge", *body]} == {
+        name: (1, "consumes") for name in ["while/Merge", *body]}
+
+
 def test_replica_pinning_needs_towers():
     outcome = replica_pinning.check(AuditInput(graph=graph(("a", "MatMul", "", CPU0))))
     assert isinstance(outcome, NotChecked) and "tower" in outcome.reason

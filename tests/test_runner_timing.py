@@ -1,5 +1,8 @@
-"""The measurement protocol, on made-up steps (no TensorFlow)."""
+"""The measurement protocol, on made-up steps (no TensorFlow), and the filter of TensorFlow's first-run notice."""
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -187,14 +190,50 @@ def test_only_the_onednn_int32_notice_is_dropped_around_the_first_run(capfd):
                                 "W0000 00:00:1795307529.025080    5260 op_kernel.cc:1857] OP_REQUIRES failed"]
 
 
+ONEDNN_NOTICE = (b"E0000 00:00:1795309404.854204   15745 util.cc:131] oneDNN supports DT_INT32 only on platforms "
+                 b"with AVX-512. Falling back to the default Eigen-based implementation if present.\n")
+REAL_ERROR = b"E0000 00:00:1795309404.854204   15745 util.cc:131] a real problem\n"
+
+
+def test_first_run_filter_on_a_real_stderr_drops_the_notice_only_inside_it():
+    """In a fresh process whose fd 2 is a pipe: the notice written inside ``quiet_first_run`` is dropped, other
+    lines (native and Python) pass in order, and the same notice written after it passes."""
+    code = f"""if True:
+        import os, sys
+        from rnnprof.profiler.tensorflow_import import quiet_first_run
+        os.write(2, b"before\\n")
+        with quiet_first_run():
+            os.write(2, {ONEDNN_NOTICE!r})
+            os.write(2, {REAL_ERROR!r})
+            print("from python", file=sys.stderr)
+        os.write(2, {ONEDNN_NOTICE!r})
+        """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines(keepends=True) == [b"before\n", REAL_ERROR, b"from python\n", ONEDNN_NOTICE]
+
+
 @pytest.mark.slow
-def test_a_real_first_step_prints_no_tensorflow_notice(capfd):
+def test_the_runner_filters_its_first_step_and_only_that(capfd):
+    """TF prints the notice only on machines without AVX-512, so the session here writes it (and a real error) at
+    every run, as TF would at the first: the runner must drop it at the first step and let everything else by."""
     from rnnprof.config import WorkloadConfig, model_defaults
     from rnnprof.profiler.run.runner import DataParallelRun
 
     sizes = dict(model_defaults("rnnlm", "small"), units=16, embedding=16, layers=1, batch_size=4)
     with DataParallelRun(WorkloadConfig(model="rnnlm", preset="small", devices=2, **sizes)) as run:
+        session_run = run.session.run
+
+        def run_and_log(*args, **kwargs):
+            os.write(2, ONEDNN_NOTICE)
+            os.write(2, REAL_ERROR)
+            return session_run(*args, **kwargs)
+
+        run.session.run = run_and_log
         capfd.readouterr()
         run.step()
+        first = capfd.readouterr().err
         run.step()
-    assert "oneDNN" not in capfd.readouterr().err
+        second = capfd.readouterr().err
+    assert first.encode().count(REAL_ERROR) == 1 and ONEDNN_NOTICE not in first.encode()
+    assert second.encode() == ONEDNN_NOTICE + REAL_ERROR

@@ -37,7 +37,6 @@ class EventClass(enum.IntEnum):
     ANNOTATION = 5  # ranges and markers; never counted as activity
 
 
-CLASS_NAMES = {c: c.name.lower() for c in EventClass}
 # Classes that make a device busy.
 DEVICE_WORK = (EventClass.COMPUTE, EventClass.COMMUNICATION, EventClass.MEMCPY, EventClass.MEMSET)
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rich.text import Text
+
 from rnnprof.errors import InputError, UsageError
 
 NAME = "view"
@@ -48,7 +50,8 @@ def run(args: argparse.Namespace, console) -> int:
         for line in process.stdout:
             if url is None and "http://" in line:
                 url = line[line.index("http://"):].split()[0].rstrip("/")
-                console.print(f"TensorBoard profile viewer: [bold]{url}/#profile[/]  (Ctrl-C to stop)")
+                console.print(Text.assemble("TensorBoard profile viewer: ", (f"{url}/#profile", "bold"),
+                                            "  (Ctrl-C to stop)"))
             elif url is None and line.startswith("ERROR:"):  # TensorBoard's own message, e.g. a port in use
                 failure = line[len("ERROR:"):].strip()
         if url is None:

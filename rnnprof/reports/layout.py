@@ -3,6 +3,12 @@
 Compact tables have no vertical rules (two characters per column instead of three), right-aligned
 numeric columns, and every cell folds when the terminal is too narrow, so a number is never
 replaced by an ellipsis.
+
+Text that comes from the input (op, kernel and device names, file paths, scopes, evidence,
+manifest values, notes) never goes into rich markup: the reports pass it as ``rich.text.Text``
+(``Text(name)``, or ``Text.assemble((literal, style), name)`` for a styled line), which rich
+prints as it is, so ``[bold]``, ``[/]`` or ``:smile:`` in a name are shown, not interpreted.
+Markup strings hold only the reports' own words.
 """
 
 from __future__ import annotations
@@ -11,12 +17,12 @@ import json
 
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 
-def compact_table(first: str, numeric: tuple[str, ...] | list[str], *, title: str = "", caption: str = "",
-                  text_columns: tuple[str, ...] = ()) -> Table:
+def compact_table(first: str, numeric: tuple[str | Text, ...] | list[str | Text], *, title: str = "",
+                  caption: str | Text = "", text_columns: tuple[str, ...] = ()) -> Table:
     """A table whose first column (and ``text_columns``) hold text and whose other columns hold numbers."""
     table = Table(title=title or None, title_justify="left", caption=caption or None, caption_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)
@@ -36,4 +42,4 @@ def render_notes(notes: list[str], console: Console | None = None) -> None:
     """Notes about the input (a partial capture, missing files) on stderr, so ``--json`` stdout stays one document."""
     console = console or Console(stderr=True)
     for note in notes:
-        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+        console.print(Text.assemble(("note:", "yellow"), " ", note), highlight=False, soft_wrap=True)

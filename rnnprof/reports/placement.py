@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from rnnprof.analyzers.placement import AuditResult, Finding, Severity
 
@@ -45,14 +45,23 @@ def _cost(finding: Finding) -> str:
     return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
 
 
-def _ops(finding: Finding) -> str:
+def _ops(finding: Finding) -> Text:
     shown = list(finding.ops[:_OPS_SHOWN])
     more = len(finding.ops) - len(shown)
-    return "\n".join(shown + ([f"… {more} more (--json lists all)"] if more > 0 else []))
+    return Text("\n".join(shown + ([f"… {more} more (--json lists all)"] if more > 0 else [])))
+
+
+def _finding_cell(finding: Finding) -> Text:
+    text = Text(finding.title)
+    if finding.cost_basis:
+        text.append(f"\ncost: {finding.cost_basis}", style="dim")
+    if finding.fix:
+        text.append("\n").append("fix:", style="green").append(f" {finding.fix}")
+    return text
 
 
 def render_table(result: AuditResult, sources: list[str], console: Console) -> None:
-    console.print(f"[bold]Placement audit[/bold] of {', '.join(sources)}", highlight=False)
+    console.print(Text.assemble(("Placement audit", "bold"), f" of {', '.join(sources)}"), highlight=False)
     for severity in reversed(Severity):
         group = [f for f in result.findings if f.severity == severity]
         if not group:
@@ -67,18 +76,13 @@ def render_table(result: AuditResult, sources: list[str], console: Console) -> N
         table.add_column("ops", ratio=2, overflow="fold")
         table.add_column("cost/step", justify="right", no_wrap=True)
         for f in group:
-            text = f.title
-            if f.cost_basis:
-                text += f"\n[dim]cost: {escape(f.cost_basis)}[/dim]"
-            if f.fix:
-                text += f"\n[green]fix:[/green] {escape(f.fix)}"
-            table.add_row(f.rule_id.split("-")[0], text, "\n".join(f.devices), _ops(f), _cost(f))
+            table.add_row(f.rule_id.split("-")[0], _finding_cell(f), Text("\n".join(f.devices)), _ops(f), _cost(f))
         console.print(table)
     if not result.findings:
         console.print("[green]No placement problems found by the rules that could run.[/green]")
     if result.not_checked:
         console.print("[bold]Not checked[/bold]")
         for item in result.not_checked:
-            console.print(f"  {item.rule_id}: {item.reason}", highlight=False, markup=False)
+            console.print(Text(f"  {item.rule_id}: {item.reason}"), highlight=False)
     console.print(f"[dim]Rules checked: {', '.join(r.split('-')[0] for r in result.checked) or 'none'}. "
                   "Costs are per traced step and may overlap between findings.[/dim]")

@@ -13,12 +13,14 @@ from rich.text import Text
 from rnnprof.analyzers.scale import SPEEDUP_DEFINITION, ScaleResult
 
 
-def _mode_title(point, parameter_device: str | None) -> str:
+def _mode_title(point, parameter_device: str | None) -> Text:
     if point.variable_update == "replicated" and point.all_reduce:
-        return f"replicated, {point.all_reduce} all-reduce"
-    if point.variable_update == "parameter_server" and parameter_device:
-        return f"parameter_server, variables on {parameter_device}"
-    return point.variable_update
+        title = f"replicated, {point.all_reduce} all-reduce"
+    elif point.variable_update == "parameter_server" and parameter_device:
+        title = f"parameter_server, variables on {parameter_device}"
+    else:
+        title = point.variable_update
+    return Text(title, style="table.title")  # a Text title does not get the table's title style by itself
 
 
 def _columns(batches: int, include_warmup: bool) -> list[tuple[str, Callable]]:
@@ -42,7 +44,7 @@ def _columns(batches: int, include_warmup: bool) -> list[tuple[str, Callable]]:
 STEP_HEADER = "step (s)\nmedian±std"
 
 
-def _table(rows, columns, title: str | None) -> Table:
+def _table(rows, columns, title: Text | None) -> Table:
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
     for header, _ in columns:
         table.add_column(header, justify="right", no_wrap=True)

@@ -13,6 +13,7 @@ are reported apart, as information, not as a replica pinned to another device.
 from __future__ import annotations
 
 import collections
+from typing import TYPE_CHECKING
 
 from rnnprof.events import Device
 
@@ -21,33 +22,64 @@ from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput, NodePlacement, is_tower_work, op_events_mask, steps_in, time_by_name
 from .busy import busy_intervals, compute_mask, in_step, length, merge, step_keys, subtract
 
+if TYPE_CHECKING:  # networkx is only needed when there is a graph
+    import networkx as nx
+
 RULE_ID = "PA002-replica-work-pinned"
 TITLE = "Replica work pinned to another device"
-_PROPAGATION_PASSES = 8
 
 
 def tower_attribution(inp: AuditInput) -> dict[str, tuple[int, str]]:
-    """Node name -> (tower, "scope" | "consumes") for nodes doing a tower's work."""
+    """Node name -> (tower, "scope" | "consumes") for nodes doing a tower's work.
+
+    With a graph, a node outside every tower scope is tower k's when the tower-attributed
+    inputs it consumes (data edges; control dependencies carry no tensor) all come from
+    tower k. Nodes are decided in the data flow's order, each after all of its inputs, so
+    attribution follows a chain however deep; a cycle (a while loop's back edge) is decided
+    as a whole, repeating the rule over its nodes until nothing changes.
+    """
     nodes = inp.placements
     owner = {n.name: (t, "scope") for n in nodes.values()
              if is_tower_work(n) and (t := scopes.tower_of(n.name)) is not None}
     graph = inp.graph
     if graph is None:
         return owner
-    candidates = [n for n in nodes.values() if n.name not in owner and is_tower_work(n)]
-    for _ in range(_PROPAGATION_PASSES):
-        changed = False
-        for node in candidates:
-            if node.name in owner:
-                continue
-            towers = {owner[p][0] for p in graph.predecessors(node.name)
-                      if p in owner and not graph.edges[p, node.name].get("control")}
-            if len(towers) == 1:
-                owner[node.name] = (towers.pop(), "consumes")
-                changed = True
-        if not changed:
-            break
+    import networkx as nx
+
+    candidates = {n.name for n in nodes.values() if n.name not in owner and is_tower_work(n) and n.name in graph}
+    flow = _data_flow(graph, owner.keys() | candidates)
+    position = {name: k for k, name in enumerate(flow)}
+    condensed = nx.condensation(flow)
+    for component in nx.topological_sort(condensed):
+        members = sorted(candidates.intersection(condensed.nodes[component]["members"]), key=position.get)
+        _attribute_by_inputs(members, flow, owner)
     return owner
+
+
+def _attribute_by_inputs(names: list[str], flow: nx.DiGraph, owner: dict[str, tuple[int, str]]) -> None:
+    """Give each of ``names`` the one tower its attributed inputs come from, if there is one; repeated
+    while that attributes more (the nodes of a cycle feed each other)."""
+    pending = names
+    while pending:
+        for name in pending:
+            towers = {owner[p][0] for p in flow.predecessors(name) if p in owner}
+            if len(towers) == 1:
+                owner[name] = (towers.pop(), "consumes")
+        left = [n for n in pending if n not in owner]
+        if len(left) == len(pending):
+            return
+        pending = left
+
+
+def _data_flow(graph: nx.DiGraph, names: set[str]) -> nx.DiGraph:
+    """The data edges among ``names``, in the graph's node order: the only path attribution travels."""
+    import networkx as nx
+
+    flow = nx.DiGraph()
+    flow.add_nodes_from(n for n in graph if n in names)
+    flow.add_edges_from((u, v) for u, v, control in graph.edges(data="control")
+                        if not control and u in names and v in names)
+    return flow
 
 
 def shared_variable_of(inp: AuditInput, node: NodePlacement) -> str | None:
