@@ -10,7 +10,7 @@ import pytest
 
 from rnnprof.analyzers.placement import Severity, audit
 from rnnprof.cli import main
-from rnnprof.commands._placement_inputs import load_audit_input
+from rnnprof.commands.placement_audit import audit_input
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ def clean_run(tmp_path_factory):
 
 
 def test_pinned_softmax_of_tower_1_is_named_with_a_cost(pinned_run):
-    result = audit(load_audit_input([str(pinned_run)]))
+    result = audit(audit_input([str(pinned_run)]))
     pinned = [f for f in result.findings if f.rule_id.startswith("PA002")]
     assert len(pinned) == 1
     f = pinned[0]
@@ -99,7 +99,7 @@ def test_pinned_softmax_of_tower_1_is_named_with_a_cost(pinned_run):
 
 
 def test_without_the_pin_there_is_no_error(clean_run):
-    result = audit(load_audit_input([str(clean_run)]))
+    result = audit(audit_input([str(clean_run)]))
     assert result.at_or_above(Severity.ERROR) == []
     assert not [f for f in result.findings if f.rule_id.startswith("PA002")]
 
@@ -117,7 +117,7 @@ def test_cli_fail_on_gates_the_pinned_run_only(pinned_run, clean_run, capsys):
 
 def test_gpu_requests_on_a_cpu_machine_fall_back_and_are_listed(tmp_path):
     run = _two_tower_run(tmp_path / "gpu", pin_softmax=False, request_gpu=True, steps=1)
-    result = audit(load_audit_input([str(run)]))
+    result = audit(audit_input([str(run)]))
     fallbacks = [f for f in result.findings if f.rule_id.startswith("PA001")]
     assert fallbacks and all(f.evidence["requested"].startswith("gpu") for f in fallbacks)
     errors = [f for f in fallbacks if f.severity == Severity.ERROR]

@@ -16,11 +16,6 @@ from rnnprof.profiler.loaders.tf_chrome import as_dict, as_float, complete_event
 FORMAT = "xprof-trace-viewer"
 
 
-def looks_like(doc: object) -> bool:
-    processes, _ = metadata_names(trace_events(doc))
-    return any(name.startswith(("/host:", "/device:")) for name in processes.values())
-
-
 def load_doc(path: Path, doc: object) -> EventTable:
     events = trace_events(doc)
     processes, threads = metadata_names(events)
