@@ -103,14 +103,14 @@ def _one_input(source: Source, label: str) -> Inputs:
     graphs_reason = (str(graphs_error) if graphs_error is not None
                      else "" if defs is not None else f"{events.source_format} traces carry no TensorFlow graph")
     return Inputs(label, events=events, events_reason=str(events_error or ""), graph_defs=defs,
-                  graphs_reason=graphs_reason, manifest=source.parsed if source.format.name == "rundir" else None)
+                  graphs_reason=graphs_reason, manifest=source.parsed if _is_run(source) else None)
 
 
 def _one_run(sources: list[Source], label: str) -> Inputs:
     """The parts of one run, combined; anything unreadable is an error."""
     from rnnprof.profiler.loaders.graphs import GraphDefs
 
-    runs = [s for s in sources if s.format.name == "rundir"]
+    runs = [s for s in sources if _is_run(s)]
     if len(runs) > 1:
         raise InputError(", ".join(str(s.path) for s in runs),
                          f"{len(runs)} run directories given; one run is audited at a time",
@@ -121,7 +121,8 @@ def _one_run(sources: list[Source], label: str) -> Inputs:
             found = source.graph_defs()
             defs.user += found.user
             defs.runtime += found.runtime
-        if source.holds_events and (source not in runs or run_dir.has_traces(source.path)):
+            defs.warnings += found.warnings
+        if source.holds_events and (not _is_run(source) or run_dir.has_traces(source.path)):
             tables.append(source.events())
     events = merge(tables) if tables else None
     has_graph = bool(defs.user or defs.runtime)
@@ -134,3 +135,7 @@ def _one_run(sources: list[Source], label: str) -> Inputs:
                   graph_defs=defs if has_graph else None,
                   graphs_reason="" if has_graph else f"{label} holds no graph",
                   manifest=runs[0].parsed if runs else None)
+
+
+def _is_run(source: Source) -> bool:
+    return source.format.name == "rundir"  # parsed: the manifest

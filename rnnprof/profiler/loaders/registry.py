@@ -4,8 +4,10 @@ A ``Format`` is a name (what ``detect_format`` returns), a description (how erro
 a ``sniff`` that looks at a ``Probe`` (the first bytes of a file's content, read once and shared by
 every sniff, or a directory's entries) without parsing anything, ``parse`` (the one full read of the
 input) and what the parsed input gives: ``events`` (an ``EventTable``) and/or ``graphs`` (the GraphDef
-protos of ``graphs.GraphDefs``). Sniffs exclude one another, so the order of ``REGISTRY`` only
-matters for the order in which error messages list the formats.
+protos of ``graphs.GraphDefs``). Sniffs exclude one another, with one exception: a folder without a
+manifest that holds both ``*.xplane.pb`` files and ``graphs/`` is "xplane-dir" for its events and
+"graphs-dir" for its graphs (the first in ``REGISTRY`` order when both are wanted). Otherwise the order
+only decides how error messages list the formats.
 
 A new format is one module (with those functions) plus one entry here.
 """
@@ -20,6 +22,8 @@ from typing import Callable
 from rnnprof.errors import InputError
 from rnnprof.profiler.loaders import chrome_json, graphdef, kineto, run_dir, run_metadata, xplane
 from rnnprof.profiler.loaders.jsonstream import read_prefix
+
+PREFIX_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ def probe(path: str | os.PathLike) -> Probe:
         return Probe(path, is_dir=True)
     if not path.exists():
         raise InputError(path, "does not exist")
-    return Probe(path, read_prefix(path))
+    return Probe(path, read_prefix(path, PREFIX_BYTES))
 
 
 def identify(target: Probe, holding: str | None = None) -> Format:
