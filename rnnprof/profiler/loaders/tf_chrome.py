@@ -1,6 +1,7 @@
 """Chrome traces of TensorFlow step stats: TF1 ``timeline.Timeline`` output and rnnprof's own timelines.
 
-Both put one trace process per TF device. Lanes and kinds:
+Which of the two (if either) a decoded document is, ``chrome_json`` decides. Both put one trace process per TF
+device. Lanes and kinds:
 
 * a device's executor (TF1 ``"<device> Compute"``, rnnprof thread ``"ops"``) -> lane ``ops``,
   ``HOST_OP``: one op execution by that device's executor. On a GPU device these are the

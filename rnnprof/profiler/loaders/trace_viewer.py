@@ -1,7 +1,7 @@
 """xprof ``trace_viewer`` JSON: the Chrome-trace rendering of an XSpace.
 
 Processes are planes (``/host:CPU``, ``/device:GPU:0``) and threads are lines, so events are
-classified exactly as in ``xplane`` (same lanes, kinds and step markers).
+classified exactly as in ``xplane`` (same lanes, kinds and step markers). ``chrome_json`` recognises it.
 """
 
 from __future__ import annotations
