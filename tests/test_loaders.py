@@ -346,3 +346,158 @@ def test_match_correlation_links_each_id_to_its_partner():
     index = match_correlation(keys, np.array([20, 10, 99, -1, 30]))
     assert index.tolist() == [2, 1, -1, -1, 0]
     assert match_correlation(np.array([], dtype=np.int64), np.array([1])).tolist() == [-1]
+
+
+# -- formats: recognised from their first bytes, parsed once ---------------------------------------
+
+SEEDS = Path(__file__).parent / "fuzz_seeds"  # real captures, cut down (see make_seeds.py)
+# What each real file is, from its provenance (tests/data/README.md, fuzz_seeds/make_seeds.py).
+REAL_FILES = {
+    KINETO_NCCL: "kineto", KINETO_R0: "kineto", KINETO_R1: "kineto",
+    TF1_GPU_LOOP: "chrome-json", TF1_GPU_MATMUL: "chrome-json", TF1_CPU_LOOP: "chrome-json",
+    SEEDS / "rnnprof-timeline.trace.json.gz": "chrome-json",
+    SEEDS / "devices.xplane.pb": "xplane", SEEDS / "profiler.xplane.pb": "xplane",
+    SEEDS / "step-2.pb": "run-metadata", SEEDS / "graph.pb": "graphdef", SEEDS / "graph.pbtxt": "graphdef-text",
+}
+
+
+def _graph_only_run_metadata(tmp_path):
+    """The real RunMetadata seed without its step stats, and a TF2-style one holding function graphs."""
+    from tensorboard.compat.proto import config_pb2, graph_pb2
+
+    meta = config_pb2.RunMetadata.FromString((SEEDS / "step-2.pb").read_bytes())
+    meta.ClearField("step_stats")
+    partitions = tmp_path / "partitions.pb"
+    partitions.write_bytes(meta.SerializeToString())
+    functions = config_pb2.RunMetadata()
+    fg = functions.function_graphs.add()
+    fg.pre_optimization_graph.CopyFrom(graph_pb2.GraphDef.FromString((SEEDS / "graph.pb").read_bytes()))
+    fg.partition_graphs.add().CopyFrom(meta.partition_graphs[0])
+    (tmp_path / "functions.pb").write_bytes(functions.SerializeToString())
+    return {partitions: "run-metadata-graphs", tmp_path / "functions.pb": "run-metadata-graphs"}
+
+
+def _folders(tmp_path):
+    run = _write_rnnprof_run(tmp_path / "run", [0])
+    xplanes = tmp_path / "logdir" / "plugins" / "profile" / "run"
+    xplanes.mkdir(parents=True)
+    (xplanes / "host.xplane.pb").write_bytes((SEEDS / "profiler.xplane.pb").read_bytes())
+    graphs_only = tmp_path / "exported"
+    (graphs_only / "graphs").mkdir(parents=True)
+    (graphs_only / "graphs" / "graph.pb").write_bytes((SEEDS / "graph.pb").read_bytes())
+    return {run: "rundir", tmp_path / "logdir": "xplane-dir", graphs_only: "graphs-dir"}
+
+
+def test_every_real_file_and_folder_is_sniffed_as_exactly_one_format(tmp_path):
+    from rnnprof.profiler.loaders.registry import REGISTRY, probe
+
+    inputs = {**REAL_FILES, **_graph_only_run_metadata(tmp_path), **_folders(tmp_path)}
+    assert {f.name for f in REGISTRY} == set(inputs.values())  # every format is exercised
+    for path, expected in inputs.items():
+        target = probe(path)
+        assert [f.name for f in REGISTRY if f.sniff(target)] == [expected], path
+
+
+def test_sniffing_reads_only_the_first_bytes(tmp_path):
+    """A file cut to its first 64 KB is still recognised: the sniffs never need the rest."""
+    from rnnprof.profiler.loaders.jsonstream import read_prefix
+    from rnnprof.profiler.loaders.registry import REGISTRY, probe
+
+    for path, expected in REAL_FILES.items():
+        head = tmp_path / ("head-" + path.name.replace(".gz", ""))
+        head.write_bytes(read_prefix(path))
+        assert [f.name for f in REGISTRY if f.sniff(probe(head))] == [expected], path
+
+
+class ParseCounter:
+    """Counts ``ParseFromString`` on TF's proto classes (and text-format parses) by the bytes parsed."""
+
+    def __init__(self, monkeypatch):
+        from google.protobuf import text_format
+        from tensorboard.compat.proto import config_pb2, graph_pb2
+
+        from rnnprof.profiler.loaders.xplane import xplane_pb2
+
+        self.calls = Counter()
+        for cls in (config_pb2.RunMetadata, graph_pb2.GraphDef, xplane_pb2().XSpace):
+            original = cls.ParseFromString
+
+            def parse(message, data, original=original, name=cls.__name__):
+                self.calls[(name, hash(bytes(data)))] += 1
+                return original(message, data)
+
+            monkeypatch.setattr(cls, "ParseFromString", parse)
+        original_text = text_format.Parse
+
+        def parse_text(text, message, *args, **kwargs):
+            self.calls[("text", hash(text))] += 1
+            return original_text(text, message, *args, **kwargs)
+
+        monkeypatch.setattr(text_format, "Parse", parse_text)
+
+    def of(self, *paths) -> Counter:
+        """Parses per (proto, file) for the given files; keys of anything else parsed are kept as they are."""
+        names = {hash(p.read_bytes()): p.name for p in paths}
+        names.update({hash(p.read_text(errors="replace")): p.name for p in paths if p.suffix == ".pbtxt"})
+        return Counter({(kind, names.get(h, h)): n for (kind, h), n in self.calls.items()})
+
+
+def test_detecting_a_format_parses_nothing(monkeypatch):
+    counter = ParseCounter(monkeypatch)
+    for path in REAL_FILES:
+        try:
+            detect_format(path)
+        except InputError:
+            pass  # graph files: not a trace format
+    assert counter.calls == Counter()
+
+
+@pytest.mark.parametrize("name, proto", [("devices.xplane.pb", "XSpace"), ("profiler.xplane.pb", "XSpace"),
+                                         ("step-2.pb", "RunMetadata")])
+def test_loading_a_protobuf_trace_parses_it_once(monkeypatch, name, proto):
+    counter = ParseCounter(monkeypatch)
+    assert len(load_events(SEEDS / name)) > 0
+    assert counter.of(SEEDS / name) == Counter({(proto, name): 1})
+
+
+@pytest.mark.parametrize("name, proto", [("step-2.pb", "RunMetadata"), ("graph.pb", "GraphDef"),
+                                         ("graph.pbtxt", "text")])
+def test_count_ops_parses_each_protobuf_once_for_events_and_graphs(monkeypatch, name, proto):
+    from rnnprof.commands.count_ops import analyze_input
+
+    counter = ParseCounter(monkeypatch)
+    result = analyze_input([str(SEEDS / name)])
+    assert result.runtime_graph.available or result.user_graph.available
+    assert result.kernels.available == (name == "step-2.pb")  # the RunMetadata's step stats
+    assert counter.of(SEEDS / name) == Counter({(proto, name): 1})
+
+
+@pytest.mark.parametrize("one_run", [False, True], ids=["count-ops", "placement-audit"])
+def test_reading_a_run_directory_parses_each_graph_file_once(tmp_path, monkeypatch, one_run):
+    from test_count_ops import _run_with_graphs
+
+    from rnnprof.profiler.loaders.inputs import read_inputs
+
+    run = _run_with_graphs(tmp_path)
+    files = sorted((run / "graphs").rglob("*.pb"))
+    counter = ParseCounter(monkeypatch)
+    inputs = read_inputs([str(run)], one_run=one_run)
+    graphs = inputs.graph if one_run else inputs.graph_set.user
+    assert inputs.events is not None and graphs is not None and graphs.number_of_nodes() > 0
+    assert counter.of(*files) == Counter({("GraphDef", f.name): 1 for f in files})
+
+
+def test_kineto_trace_recognised_only_once_decoded_is_not_read_again(tmp_path, monkeypatch):
+    """Kineto keys pushed past the first 64 KB: the file is Chrome JSON to the sniffs, Kineto once decoded,
+    and its decoded events are used as they are instead of streaming the file a second time."""
+    doc = json.loads(gzip.decompress(KINETO_R0.read_bytes()))
+    padding = [{"ph": "i", "name": "pad", "cat": "pad", "ts": 0, "pid": 0, "tid": 0}] * 2000
+    late = {"traceEvents": padding + doc.pop("traceEvents"), **doc}  # the header after the events
+    path = tmp_path / "late-keys.json"
+    path.write_text(json.dumps(late))
+    assert detect_format(path) == "chrome-json"
+    monkeypatch.setattr(kineto, "EventStream", None)  # streaming the file again would fail
+    table = load_events(path)
+    assert table.source_format == "kineto"
+    assert table_counts(table) == kineto_expected(KINETO_R0)
+    assert {d.worker for d in table.devices} == {"rank0"}  # distributedInfo, read from the decoded header

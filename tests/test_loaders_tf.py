@@ -1,5 +1,6 @@
 """Loaders on artifacts that real TensorFlow runs produce here: a captured two-device run directory
-(timelines, RunMetadata, per-device XSpace, graphs), a tf.profiler XSpace and its xprof trace_viewer JSON."""
+(timelines, RunMetadata, per-device XSpace, graphs), a tf.profiler XSpace and its xprof trace_viewer JSON,
+and TF2's RunMetadata of a function's graphs."""
 
 import subprocess
 import sys
@@ -89,6 +90,19 @@ PROFILE = textwrap.dedent('''
     data, _ = xspace_to_tool_data([str(copy / xplane.name)], "trace_viewer", {})
     (out / "trace_viewer.json").write_text(data if isinstance(data, str) else data.decode())
     (out / "xplane_path").write_text(str(xplane))
+
+    # TF2's RunMetadata of a function traced while run metadata is on: function graphs, no step stats.
+    from tensorflow.python.eager import context
+
+    context.context().enable_run_metadata()
+
+    @tf.function
+    def g(x):
+        return tf.tanh(tf.matmul(x, x))
+
+    g(x)
+    (out / "functions.pb").write_bytes(context.context().export_run_metadata().SerializeToString())
+    context.context().disable_run_metadata()
 ''')
 
 
@@ -157,3 +171,58 @@ def test_tf_profiler_xplane_and_trace_viewer_agree(artifacts):
     assert ops(from_xplane) == ops(from_viewer)
     assert ops(from_xplane)["MatMul"] + ops(from_xplane)["_MklMatMul"] >= 6  # 3 per step, 2 steps
     assert list(from_xplane.steps()) == [0, 1] == list(from_viewer.steps())
+
+
+def _captures(artifacts) -> dict:
+    """Every file and folder the captures wrote that rnnprof reads, with the format it is."""
+    run = artifacts / "long"
+    found = {run: "rundir", artifacts / "logdir": "xplane-dir", artifacts / "trace_viewer.json": "chrome-json",
+             Path((artifacts / "xplane_path").read_text()): "xplane", artifacts / "functions.pb": "run-metadata-graphs"}
+    patterns = {"timelines/*.trace.json.gz": "chrome-json", "run_metadata/*.pb": "run-metadata",
+                "plugins/profile/*/*.xplane.pb": "xplane", "graphs/**/*.pb": "graphdef", "graphs/**/*.pbtxt": "graphdef-text"}
+    for pattern, fmt in patterns.items():
+        files = sorted(run.glob(pattern))
+        assert files, pattern
+        found.update(dict.fromkeys(files, fmt))
+    return found
+
+
+def test_every_capture_is_sniffed_as_exactly_one_format(artifacts):
+    from rnnprof.profiler.loaders.registry import REGISTRY, probe
+
+    captures = _captures(artifacts)
+    # Kineto traces come from PyTorch (tests/data); no capture writes a graphs folder without a manifest.
+    assert {f.name for f in REGISTRY} - set(captures.values()) == {"kineto", "graphs-dir"}
+    for path, expected in captures.items():
+        target = probe(path)
+        assert [f.name for f in REGISTRY if f.sniff(target)] == [expected], path
+
+
+def test_reading_any_capture_parses_each_protobuf_once(artifacts, monkeypatch):
+    from test_loaders import ParseCounter
+
+    from rnnprof.profiler.loaders.inputs import read_inputs
+
+    counter = ParseCounter(monkeypatch)
+    run = artifacts / "long"
+    for path in _captures(artifacts):
+        counter.calls.clear()
+        inputs = read_inputs([str(path)])
+        assert inputs.events is not None or inputs.graph_set is not None, path
+        assert max(counter.calls.values(), default=1) == 1, (path, counter.calls)
+    counter.calls.clear()
+    read_inputs([str(run)])  # timelines and graphs: every graph file once, the RunMetadata not needed
+    graph_files = sorted((run / "graphs").rglob("*.pb"))
+    assert counter.of(*graph_files) == Counter({("GraphDef", f.name): 1 for f in graph_files})
+
+
+def test_tf2_function_graphs_count_as_user_and_runtime_graphs(artifacts):
+    from tensorflow.core.protobuf import config_pb2
+
+    meta = config_pb2.RunMetadata.FromString((artifacts / "functions.pb").read_bytes())
+    (function,) = meta.function_graphs
+    gs = load_graph_set(artifacts / "functions.pb")
+    assert gs.user.number_of_nodes() == len(function.pre_optimization_graph.node) + sum(
+        len(f.node_def) for f in function.pre_optimization_graph.library.function)
+    assert "MatMul" in {a["op"] for _, a in gs.user.nodes(data=True)}
+    assert gs.runtime is not None and gs.runtime.number_of_nodes() > 0

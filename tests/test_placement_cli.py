@@ -180,3 +180,42 @@ def test_default_imbalance_threshold_is_the_rules_own():
     from rnnprof.commands import placement_audit
 
     assert placement_audit.DEFAULT_IMBALANCE_PERCENT == pytest.approx(100 * imbalance.WARNING_SPREAD)
+
+
+def _run_dir(root, steps):
+    from test_loaders import _write_rnnprof_run
+
+    return _write_rnnprof_run(root, steps)
+
+
+def test_several_run_directories_are_refused_in_one_line(tmp_path, capsys):
+    """Two runs share node names: combining them would mix their placements, so one run is audited at a time."""
+    first, second = _run_dir(tmp_path / "a", [0]), _run_dir(tmp_path / "b", [0])
+    assert main(["placement-audit", str(first), str(second), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (line,) = captured.err.strip().splitlines()
+    assert str(first) in line and str(second) in line and "one run is audited at a time" in line
+    assert main(["placement-audit", str(first), "--json"]) == 0  # each alone is fine
+
+
+def test_graphdef_and_run_metadata_of_one_run_are_combined_node_by_node(tmp_path):
+    """The user graph says where each node asked to run, the RunMetadata's partitions where it was put:
+    combined, a node keeps both (neither file's empty field wipes the other's)."""
+    from tensorboard.compat.proto import config_pb2
+
+    from rnnprof.commands.placement_audit import audit_input
+    from test_graphs import CPU0, CPU1, partitions, user_graph
+
+    graph_file = tmp_path / "graph.pb"
+    graph_file.write_bytes(user_graph().SerializeToString())
+    meta = config_pb2.RunMetadata()
+    for p in partitions():
+        meta.partition_graphs.add().CopyFrom(p)
+    meta_file = tmp_path / "functions.pb"
+    meta_file.write_bytes(meta.SerializeToString())
+    for order in ([graph_file, meta_file], [meta_file, graph_file]):
+        g = audit_input([str(p) for p in order]).graph
+        assert (g.nodes["x"]["requested_device"], g.nodes["x"]["assigned_device"]) == ("/device:CPU:0", CPU0)
+        assert (g.nodes["w"]["requested_device"], g.nodes["w"]["assigned_device"]) == ("/device:CPU:1", CPU1)
+        assert g.nodes["split/_send"]["requested_device"] == ""  # only the runtime has it

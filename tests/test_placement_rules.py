@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from rnnprof.analyzers.placement import AuditInput, Finding, NotChecked, Severity, audit
+from rnnprof.analyzers.placement import AuditInput, Finding, KernelList, NotChecked, Severity, audit
 from rnnprof.analyzers.placement import (imbalance, inter_op_threads, missing_kernels, replica_pinning,
                                          soft_placement, transfers, update_placement)
 from rnnprof.events import Device, EventTableBuilder, Kind
@@ -336,35 +336,35 @@ def test_inter_op_threads_not_checked_without_what_it_needs():
     assert isinstance(outcome, NotChecked) and "core" in outcome.reason
 
 
-class FakeRegistry:
-    version = "test"
-
-    def __init__(self, cuda=False, kernels=None):
-        self.cuda, self.kernels = cuda, kernels or {}
-
-    def knows_device_type(self, t):
-        return t == "CPU" or (t == "GPU" and self.cuda)
-
-    def is_op(self, op):
-        return op in self.kernels
-
-    def device_types(self, op):
-        return self.kernels[op]
+def kernel_list(by_op, gpu=False):
+    """A kernel list as a TF build would give it (the real registry is checked in test_placement_tf.py)."""
+    return KernelList("test", frozenset({"CPU", "GPU"} if gpu else {"CPU"}),
+                      {op: frozenset(types) for op, types in by_op.items()})
 
 
 def test_missing_kernel_only_where_the_registry_knows():
     g = graph(("nccl", "NcclAllReduce", "/device:CPU:0", CPU0), ("m", "MatMul", "/device:GPU:0", CPU0),
               ("fn", "my_function", "/device:CPU:0", CPU0))
-    reg = FakeRegistry(kernels={"NcclAllReduce": {"GPU"}, "MatMul": {"CPU", "GPU"}})
-    found = findings(missing_kernels.check(AuditInput(graph=g), registry=lambda: reg))
+    cpu_only = kernel_list({"NcclAllReduce": {"GPU"}, "MatMul": {"CPU", "GPU"}})
+    found = findings(missing_kernels.check(AuditInput(graph=g, kernels=cpu_only)))
     errors = [f for f in found if f.severity > Severity.INFO]
     assert [f.ops for f in errors] == [("nccl",)]
+    assert errors[0].evidence["kernels_for"] == ["GPU"] and errors[0].evidence["requested_type"] == "CPU"
     assert any("GPU" in f.evidence.get("unchecked_device_types", []) for f in found)
     gpu_only = graph(("m", "MatMul", "/device:GPU:0", CPU0))
-    outcome = missing_kernels.check(AuditInput(graph=gpu_only), registry=lambda: reg)
+    outcome = missing_kernels.check(AuditInput(graph=gpu_only, kernels=cpu_only))
     assert isinstance(outcome, NotChecked) and "GPU" in outcome.reason
-    with_cuda = FakeRegistry(cuda=True, kernels={"MatMul": {"CPU", "GPU"}})
-    assert findings(missing_kernels.check(AuditInput(graph=gpu_only), registry=lambda: with_cuda)) == []
+    with_cuda = kernel_list({"MatMul": {"CPU", "GPU"}}, gpu=True)
+    assert findings(missing_kernels.check(AuditInput(graph=gpu_only, kernels=with_cuda))) == []
+    any_device = kernel_list({"NcclAllReduce": {"DEFAULT"}})
+    assert findings(missing_kernels.check(AuditInput(graph=g, kernels=any_device))) == [
+        f for f in found if f.severity == Severity.INFO]
+
+
+def test_missing_kernel_needs_the_kernel_list_given_with_the_graph():
+    g = graph(("nccl", "NcclAllReduce", "/device:CPU:0", CPU0))
+    outcome = missing_kernels.check(AuditInput(graph=g))
+    assert isinstance(outcome, NotChecked) and "kernel registry" in outcome.reason
 
 
 def test_audit_collects_findings_and_reasons():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 
@@ -10,7 +11,7 @@ import pytest
 
 from rnnprof.analyzers.placement import Severity, audit
 from rnnprof.cli import main
-from rnnprof.commands._placement_inputs import load_audit_input
+from rnnprof.commands.placement_audit import audit_input
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +85,7 @@ def clean_run(tmp_path_factory):
 
 
 def test_pinned_softmax_of_tower_1_is_named_with_a_cost(pinned_run):
-    result = audit(load_audit_input([str(pinned_run)]))
+    result = audit(audit_input([str(pinned_run)]))
     pinned = [f for f in result.findings if f.rule_id.startswith("PA002")]
     assert len(pinned) == 1
     f = pinned[0]
@@ -99,7 +100,7 @@ def test_pinned_softmax_of_tower_1_is_named_with_a_cost(pinned_run):
 
 
 def test_without_the_pin_there_is_no_error(clean_run):
-    result = audit(load_audit_input([str(clean_run)]))
+    result = audit(audit_input([str(clean_run)]))
     assert result.at_or_above(Severity.ERROR) == []
     assert not [f for f in result.findings if f.rule_id.startswith("PA002")]
 
@@ -117,7 +118,7 @@ def test_cli_fail_on_gates_the_pinned_run_only(pinned_run, clean_run, capsys):
 
 def test_gpu_requests_on_a_cpu_machine_fall_back_and_are_listed(tmp_path):
     run = _two_tower_run(tmp_path / "gpu", pin_softmax=False, request_gpu=True, steps=1)
-    result = audit(load_audit_input([str(run)]))
+    result = audit(audit_input([str(run)]))
     fallbacks = [f for f in result.findings if f.rule_id.startswith("PA001")]
     assert fallbacks and all(f.evidence["requested"].startswith("gpu") for f in fallbacks)
     errors = [f for f in fallbacks if f.severity == Severity.ERROR]
@@ -169,3 +170,50 @@ def test_parameter_server_run_has_no_error_and_explains_its_design(tmp_path, cap
     assert lookups["severity"] == "info" and lookups["evidence"]["tower"] == 1
     assert any(op.endswith("embedding_lookup") for op in lookups["ops"])
     assert all(v.startswith("shared/") for v in lookups["evidence"]["colocated_with"])
+
+
+def test_graph_file_and_run_metadata_of_the_pinned_run_audit_like_the_run(pinned_run):
+    """The run's GraphDef and one RunMetadata, given as files, hold the requested and the assigned devices
+    (and, in the step stats, the timing) that the run directory does: the pinned softmax is found too."""
+    from tensorflow.core.framework import graph_pb2
+
+    inp = audit_input([str(pinned_run / "graphs" / "graph.pb"), str(pinned_run / "run_metadata" / "step-0.pb")])
+    requested = {n.name: n.device for n in graph_pb2.GraphDef.FromString(
+        (pinned_run / "graphs" / "graph.pb").read_bytes()).node}
+    both = [(name, data) for name, data in inp.graph.nodes(data=True)
+            if name in requested and data["assigned_device"]]
+    assert both and all(data["requested_device"] == requested[name] for name, data in both)
+    assert inp.events is not None and list(inp.events.steps()) == [0]
+    (pinned,) = [f for f in audit(inp).findings if f.rule_id.startswith("PA002")]
+    assert pinned.severity == Severity.ERROR and "v1/tower_1/projection" in pinned.ops
+    assert pinned.cost_us_per_step is not None and pinned.cost_us_per_step > 0
+
+
+def test_pa007_finds_an_op_without_a_kernel_in_the_real_registry(tmp_path, capsys):
+    """An op type this TensorFlow defines, with kernels registered, none of them for CPU (a device type every
+    build knows), requested on CPU in a GraphDef: the audit reads the installed registry and names it."""
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.python.framework import kernels, op_def_registry
+
+    from rnnprof.profiler.tensorflow_import import import_tensorflow
+
+    import_tensorflow()
+    registered = collections.defaultdict(set)
+    for kernel in kernels.get_all_registered_kernels().kernel:
+        registered[kernel.op].add(kernel.device_type)
+    no_cpu = sorted(op for op, types in registered.items() if not op.startswith("_") and op_def_registry.get(op)
+                    and not types & {"CPU", "DEFAULT"})
+    assert no_cpu, "every op with a kernel has a CPU or DEFAULT one in this TensorFlow: no positive case to audit"
+    op = no_cpu[0]
+    graph = graph_pb2.GraphDef()
+    graph.node.add(name="wants_cpu", op=op, device="/device:CPU:0")
+    graph.node.add(name="fine", op="MatMul", device="/device:CPU:0")
+    path = tmp_path / "graph.pb"
+    path.write_bytes(graph.SerializeToString())
+    assert main(["placement-audit", str(path), "--json"]) == 0  # a warning: soft placement is not known
+    doc = json.loads(capsys.readouterr().out)
+    assert "PA007-no-kernel-for-device" in doc["rules_checked"]
+    (finding,) = [f for f in doc["findings"] if f["rule"] == "PA007-no-kernel-for-device"]
+    assert finding["severity"] == "warning" and finding["ops"] == ["wants_cpu"]
+    assert finding["evidence"]["op_type"] == op and finding["evidence"]["requested_type"] == "CPU"
+    assert finding["evidence"]["kernels_for"] == sorted(registered[op])

@@ -246,14 +246,16 @@ def count_ops(
     table: EventTable | None,
     user_graph: nx.DiGraph | None,
     runtime_graph: nx.DiGraph | None,
-    graph_reason: str = "",
+    user_reason: str = "",
+    runtime_reason: str = "",
     events_reason: str = "",
 ) -> OpCountReport:
+    """Counts of both graph views and of the kernels; a ``*_reason`` says why that part is missing."""
     return OpCountReport(
         source=source,
         source_format=table.source_format if table is not None else "graph",
-        user_graph=count_graph(user_graph, graph_reason),
-        runtime_graph=count_graph(runtime_graph, graph_reason),
+        user_graph=count_graph(user_graph, user_reason),
+        runtime_graph=count_graph(runtime_graph, runtime_reason),
         kernels=count_kernels(table, events_reason),
     )
 

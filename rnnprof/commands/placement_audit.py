@@ -18,8 +18,8 @@ DEFAULT_IMBALANCE_PERCENT = 20.0  # analyzers.placement.imbalance.WARNING_SPREAD
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="RUN_OR_FILES",
-                        help="a run directory, trace files (any format rnnprof reads) and/or graph files "
-                             "(GraphDef or RunMetadata, .pb/.pbtxt)")
+                        help="one run: its run directory, trace files (any format rnnprof reads) and/or graph "
+                             "files (GraphDef or RunMetadata, .pb/.pbtxt)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
     parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
                         help="exit with status 1 when a finding is at or above this severity (default: error)")
@@ -30,16 +30,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument(parser)
 
 
+def audit_input(paths: list[str]):
+    """One run's graph, events and manifest, with TensorFlow's kernel list when the graph requests devices."""
+    from rnnprof.analyzers.placement import AuditInput
+    from rnnprof.profiler.loaders.inputs import read_inputs
+    from rnnprof.profiler.loaders.kernels import kernels_for
+
+    inputs = read_inputs(paths, one_run=True)
+    return AuditInput(inputs.graph, inputs.events, inputs.manifest, kernels_for(inputs.graph))
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.placement import Severity, audit, configured_rules
-    from rnnprof.commands._placement_inputs import load_audit_input
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_json, render_notes
     from rnnprof.reports.placement import render_table, to_document
 
     notes = run_notes(args.paths)
     rules = configured_rules(imbalance_threshold=args.imbalance_threshold / 100)
-    result = audit(load_audit_input(args.paths), rules)
+    result = audit(audit_input(args.paths), rules)
     render_notes(notes)
     if args.json:
         render_json(to_document(result, list(args.paths), args.fail_on), console)

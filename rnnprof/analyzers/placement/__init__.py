@@ -5,8 +5,8 @@ module; ``registry.RULES`` lists them and ``audit`` runs them all.
 """
 
 from .finding import Finding, NotChecked, Severity
-from .inputs import AuditInput, NodePlacement
-from .registry import RULES, AuditResult, Rule, audit, configured_rules, rule_by_id
+from .inputs import AuditInput, KernelList, NodePlacement
+from .registry import RULES, AuditResult, Rule, audit, configured_rules
 
-__all__ = ["AuditInput", "AuditResult", "Finding", "NodePlacement", "NotChecked", "RULES", "Rule",
-           "Severity", "audit", "configured_rules", "rule_by_id"]
+__all__ = ["AuditInput", "AuditResult", "Finding", "KernelList", "NodePlacement", "NotChecked", "RULES", "Rule",
+           "Severity", "audit", "configured_rules"]

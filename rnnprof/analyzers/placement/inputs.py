@@ -1,4 +1,4 @@
-"""What the rules read: a graph, a trace and a manifest, any of which may be missing.
+"""What the rules read: a graph, a trace, a manifest and TensorFlow's kernel list, any of which may be missing.
 
 ``placements`` reconciles them into one view per node (op, requested device,
 assigned device): the graph says what was requested and, for partition graphs,
@@ -11,7 +11,7 @@ import collections
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
@@ -49,15 +49,27 @@ def requested_differs(requested: str, assigned: Device) -> bool:
     return bool(_EXPLICIT_INDEX.search(requested)) and wanted.index != assigned.index
 
 
+@dataclass(frozen=True)
+class KernelList:
+    """The kernels a TensorFlow build registers: for each op type with any kernel, the device types
+    ("CPU", "GPU", "DEFAULT" for any device, ...) that have one; ``device_types``: the types the build
+    itself supports, for which a missing kernel means something ("CPU", and "GPU" with CUDA or ROCm)."""
+
+    version: str
+    device_types: frozenset[str]
+    by_op: Mapping[str, frozenset[str]]
+
+
 @dataclass(frozen=True, eq=False)
 class AuditInput:
     """Everything known about one run. ``graph`` nodes carry ``op``, ``requested_device``,
     ``assigned_device`` (and optionally ``function``); edges are data or control
-    dependencies (``control=True``)."""
+    dependencies (``control=True``). ``kernels`` is given with a graph whose ops request devices."""
 
     graph: "networkx.DiGraph | None" = None
     events: EventTable | None = None
     manifest: dict | None = None
+    kernels: KernelList | None = None
 
     @cached_property
     def placements(self) -> dict[str, NodePlacement]:

@@ -1,45 +1,20 @@
 """PA007: ops requested on a device type for which TensorFlow has no kernel.
 
-Only the installed TensorFlow's kernel registry answers this, and only for device
-types it was built with: a CPU-only build registers almost no GPU kernels, so it
-cannot say which ops lack one and this rule declines rather than guess.
-TensorFlow is imported only when this rule runs on a graph.
+Only the installed TensorFlow's kernel registry answers this, and only for device types it
+was built with: a CPU-only build registers almost no GPU kernels, so it cannot say which ops
+lack one and this rule declines rather than guess. The registry is an input
+(``AuditInput.kernels``, a ``KernelList``) that whoever builds the input reads from TensorFlow.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Callable
 
 from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput
 
 RULE_ID = "PA007-no-kernel-for-device"
 TITLE = "No kernel for the requested device type"
-
-
-class KernelRegistry:
-    """The installed TensorFlow's answer to "which device types have a kernel for op X"."""
-
-    def __init__(self):
-        from rnnprof.profiler.tensorflow_import import import_tensorflow
-
-        tf = import_tensorflow()  # registers the kernels
-        from tensorflow.python.framework import kernels, op_def_registry
-
-        self._kernels = kernels
-        self._ops = op_def_registry
-        self.cuda = bool(tf.test.is_built_with_cuda() or tf.test.is_built_with_rocm())
-        self.version = tf.__version__
-
-    def knows_device_type(self, device_type: str) -> bool:
-        return device_type == "CPU" or (device_type == "GPU" and self.cuda)
-
-    def is_op(self, op: str) -> bool:
-        return self._ops.get(op) is not None
-
-    def device_types(self, op: str) -> set[str]:
-        return {k.device_type for k in self._kernels.get_registered_kernels_for_op(op).kernel}
 
 
 def _user_op(op: str) -> str:
@@ -50,7 +25,7 @@ def _user_op(op: str) -> str:
     return op
 
 
-def check(inp: AuditInput, registry: Callable[[], KernelRegistry] = KernelRegistry) -> list[Finding] | NotChecked:
+def check(inp: AuditInput) -> list[Finding] | NotChecked:
     if inp.graph is None:
         return NotChecked(RULE_ID, "needs a graph with requested devices")
     wanted = collections.defaultdict(list)  # (device type, op) -> nodes
@@ -61,8 +36,11 @@ def check(inp: AuditInput, registry: Callable[[], KernelRegistry] = KernelRegist
             wanted[(device.kind.upper(), op)].append(node)
     if not wanted:
         return NotChecked(RULE_ID, "no op in the graph requests a device")
-    kernels = registry()
-    unknowable = sorted({t for t, _ in wanted if not kernels.knows_device_type(t)})
+    kernels = inp.kernels
+    if kernels is None:
+        return NotChecked(RULE_ID, "needs the installed TensorFlow's kernel registry, which was not read "
+                                   "(TensorFlow not installed?)")
+    unknowable = sorted({t for t, _ in wanted if t not in kernels.device_types})
     checkable = {key: nodes for key, nodes in wanted.items() if key[0] not in unknowable}
     if not checkable:
         return NotChecked(RULE_ID, f"TensorFlow {kernels.version} here is built without "
@@ -71,9 +49,7 @@ def check(inp: AuditInput, registry: Callable[[], KernelRegistry] = KernelRegist
     soft = inp.session_config.get("allow_soft_placement")
     findings = []
     for (device_type, op), nodes in sorted(checkable.items()):
-        if not kernels.is_op(op):
-            continue  # a function call or an op from a library not loaded here: no registry answer
-        types = kernels.device_types(op)
+        types = kernels.by_op.get(op)  # none: a function call or an op of a library not loaded there
         if not types or device_type in types or "DEFAULT" in types:  # DEFAULT kernels run anywhere
             continue
         findings.append(Finding(

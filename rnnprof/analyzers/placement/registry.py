@@ -47,13 +47,6 @@ class AuditResult:
         return max((f.severity for f in self.findings), default=None)
 
 
-def rule_by_id(rule_id: str) -> Rule:
-    for rule in RULES:
-        if rule.id == rule_id or rule.id.split("-")[0] == rule_id:
-            return rule
-    raise KeyError(rule_id)
-
-
 def audit(inp: AuditInput, rules: tuple[Rule, ...] = RULES) -> AuditResult:
     """Run every rule; findings sorted worst first, then by estimated cost."""
     findings, not_checked, checked = [], [], []

@@ -15,23 +15,21 @@ Node ids are node names; nodes of a function body are ``"<function>/<node>"``. N
 or section it came from) and, for user-graph nodes built under ``colocate_with``, ``colocation``
 (the names of the nodes they must share a device with). Edges carry ``control`` (True for ``^name`` inputs) and ``port``.
 
+Which file is which format is ``registry``'s answer; the parsing is ``graphdef`` and ``run_metadata``.
 Protos come from TensorBoard's copies of the TF protos, so TensorFlow is never imported here.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import networkx as nx
 
 from rnnprof.errors import InputError
-from rnnprof.profiler import rundir
 from rnnprof.events import parse_tf_device
-
-EXPECTED = "a TensorFlow GraphDef (.pb/.pbtxt), a RunMetadata .pb or an rnnprof run directory"
-_OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_>.]*$")
+from rnnprof.profiler import rundir
+from rnnprof.profiler.loaders.registry import GRAPHS_EXPECTED, open_source
 
 
 @dataclass
@@ -53,65 +51,10 @@ class GraphSet:
     warnings: tuple[str, ...] = ()
 
 
-def _pb2():
-    from tensorboard.compat.proto import config_pb2, graph_pb2
-
-    return graph_pb2, config_pb2
-
-
-def _plausible_graph(graph) -> bool:
-    return bool(graph.node or graph.library.function) and all(
-        n.name and _OP_NAME.match(n.op) for n in graph.node)
-
-
-def read_graph_file(path: Path) -> GraphDefs:
-    """Parse a GraphDef (binary or text) or a RunMetadata file."""
-    from google.protobuf import text_format
-    from google.protobuf.message import DecodeError
-
-    graph_pb2, config_pb2 = _pb2()
-    from rnnprof.limits import read_bytes
-
-    path = Path(path)
-    data = read_bytes(path)
-    if not data.strip():
-        raise InputError(path, "is empty", EXPECTED)
-    found = GraphDefs()
-    graph = graph_pb2.GraphDef()
-    try:
-        graph.ParseFromString(data)
-        if _plausible_graph(graph):
-            found.user.append((str(path), graph, ""))
-            return found
-    except DecodeError:
-        pass
-    meta = config_pb2.RunMetadata()
-    try:
-        meta.ParseFromString(data)
-        if meta.partition_graphs or meta.function_graphs:
-            if not all(_plausible_graph(g) for g in meta.partition_graphs):
-                raise DecodeError("implausible partition graphs")
-            for k, g in enumerate(meta.partition_graphs):
-                found.runtime.append((f"{path}#partition_graphs[{k}]", g, ""))
-            for k, fg in enumerate(meta.function_graphs):
-                if fg.pre_optimization_graph.node or fg.pre_optimization_graph.library.function:
-                    found.user.append((f"{path}#function_graphs[{k}].pre_optimization_graph",
-                                       fg.pre_optimization_graph, ""))
-                for j, g in enumerate(fg.partition_graphs):
-                    found.runtime.append((f"{path}#function_graphs[{k}].partition_graphs[{j}]", g, ""))
-            return found
-    except DecodeError:
-        pass
-    try:
-        text = data.decode("utf-8")
-        graph = graph_pb2.GraphDef()
-        text_format.Parse(text, graph)
-        if _plausible_graph(graph):
-            found.user.append((str(path), graph, ""))
-            return found
-    except (UnicodeDecodeError, text_format.ParseError, ValueError, RecursionError):
-        pass
-    raise InputError(path, "not a readable GraphDef or RunMetadata (truncated or another format?)", EXPECTED)
+def read_graph_defs(path: str | Path) -> GraphDefs:
+    """The graphs of a run directory (or a folder with ``graphs/``), a GraphDef or a RunMetadata file, whose
+    format is recognised from its first bytes; each file is parsed once."""
+    return open_source(path, holding="graphs").graph_defs()
 
 
 def read_run_dir(path: Path) -> GraphDefs:
@@ -121,13 +64,13 @@ def read_run_dir(path: Path) -> GraphDefs:
     found = GraphDefs()
     user_file = _pb_or_pbtxt(graphs_dir / rundir.GRAPH_FILE)
     if user_file:
-        found.user += read_graph_file(user_file).user
+        found.user += read_graph_defs(user_file).user
     for f in _graph_files(graphs_dir / rundir.PARTITIONS_DIR):
-        part = read_graph_file(f)
+        part = read_graph_defs(f)
         found.runtime += part.user + part.runtime
     functions = graphs_dir / rundir.FUNCTIONS_DIR
     for f in _graph_files(functions, recursive=True):
-        part = read_graph_file(f)
+        part = read_graph_defs(f)
         if rundir.PARTITIONS_DIR in f.relative_to(functions).parts:
             found.runtime += part.user + part.runtime
         else:
@@ -137,7 +80,7 @@ def read_run_dir(path: Path) -> GraphDefs:
         # Partitions may be missing (interrupted run); RunMetadata holds them too.
         for f in sorted((path / rundir.RUN_METADATA_DIR).glob("step-*.pb"))[:1]:
             try:
-                found.runtime += read_graph_file(f).runtime
+                found.runtime += read_graph_defs(f).runtime
             except InputError as exc:
                 found.warnings.append(str(exc))
     if not found.user and not found.runtime:
@@ -161,17 +104,6 @@ def _graph_files(folder: Path, recursive: bool = False) -> list[Path]:
     stems = {f.with_suffix("") for f in binary}
     text = [f for f in sorted(folder.glob(pattern + ".pbtxt")) if f.with_suffix("") not in stems]
     return binary + text
-
-
-def read_graph_defs(path: str | Path) -> GraphDefs:
-    path = Path(path)
-    if path.is_dir():
-        if not rundir.is_run_dir(path) and not (path / rundir.GRAPHS_DIR).is_dir():
-            raise InputError(path, "is a directory without manifest.json or graphs/", EXPECTED)
-        return read_run_dir(path)
-    if not path.exists():
-        raise InputError(path, "does not exist")
-    return read_graph_file(path)
 
 
 # -- networkx conversion ---------------------------------------------------------------------------
@@ -251,9 +183,8 @@ def _partition_label(source: str) -> str:
     return f"{name}#{source.split('#', 1)[1]}" if "#" in source else name
 
 
-def load_graph_set(path: str | Path) -> GraphSet:
-    """The user graph and the runtime graph of a file or run directory, kept separate."""
-    defs = read_graph_defs(path)
+def graph_set(defs: GraphDefs) -> GraphSet:
+    """The user graph and the runtime graph, kept separate."""
     return GraphSet(
         user=to_networkx(defs.user, "user"),
         runtime=to_networkx(defs.runtime, "runtime"),
@@ -262,15 +193,14 @@ def load_graph_set(path: str | Path) -> GraphSet:
     )
 
 
-def load_graph(path: str | Path) -> nx.DiGraph:
-    """One DiGraph: the user graph with the runtime's assigned devices joined in by node name.
+def merged_graph(defs: GraphDefs) -> nx.DiGraph | None:
+    """One DiGraph: the user graph with the runtime's assigned devices joined in by node name (None without graphs).
 
     Nodes only the runtime has (``_Send``/``_Recv``, rewritten nodes) are included with
-    ``requested_device`` "". Raises ``InputError`` when the input holds no graph.
+    ``requested_device`` "".
     """
-    defs = read_graph_defs(path)
     if not defs.user and not defs.runtime:
-        raise InputError(path, "holds no graph", EXPECTED)
+        return None
     g = nx.DiGraph(role="merged", sources=[s for s, _, _ in defs.user + defs.runtime])
     for source, graph_def, _ in defs.user:
         add_graph_def(g, graph_def, _partition_label(source), "user")
@@ -279,3 +209,16 @@ def load_graph(path: str | Path) -> nx.DiGraph:
     g.graph["functions"] = sorted(g.graph.get("functions", ()))
     g.graph["warnings"] = list(defs.warnings)
     return g
+
+
+def load_graph_set(path: str | Path) -> GraphSet:
+    """The user graph and the runtime graph of a file or run directory, kept separate."""
+    return graph_set(read_graph_defs(path))
+
+
+def load_graph(path: str | Path) -> nx.DiGraph:
+    """``merged_graph`` of a file or run directory; ``InputError`` when it holds no graph."""
+    graph = merged_graph(read_graph_defs(path))
+    if graph is None:
+        raise InputError(path, "holds no graph", GRAPHS_EXPECTED)
+    return graph

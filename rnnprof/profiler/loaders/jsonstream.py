@@ -52,6 +52,15 @@ def read_prefix(path: Path, nbytes: int = 1 << 16) -> bytes:
         raise InputError(path, f"cannot read: {exc}") from None
 
 
+def read_content(path: Path, expected: str | None = None) -> bytes:
+    """The whole (decompressed) content, for inputs parsed in one piece (protobufs, small JSON)."""
+    try:
+        with open_maybe_gzip(path) as f:
+            return f.read()
+    except (OSError, EOFError) as exc:
+        raise InputError(path, f"cannot read: {exc}", expected) from None
+
+
 def _brackets(buf: np.ndarray, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Positions of the brackets outside strings, the depth after each, and the bracket bytes.
 

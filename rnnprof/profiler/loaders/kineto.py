@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import msgspec
 import numpy as np
@@ -68,6 +68,7 @@ class _Event(msgspec.Struct, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(list[_Event])
+_DECODED_PIECE = 1024  # events per column pass when converting an already decoded document
 _NO_ARGS = _Args()
 
 
@@ -82,6 +83,19 @@ def _int(value, default: int = -1) -> int:
         return default
 
 
+def sniff(probe) -> bool:
+    return not probe.is_dir and looks_like(probe.prefix)
+
+
+def parse(path: Path) -> None:
+    """Nothing up front: ``events`` streams the file, decoding it once, piece by piece."""
+    return None
+
+
+def events(path: Path, _parsed: None = None) -> EventTable:
+    return load(path)
+
+
 def load(path: Path, block_bytes: int | None = None, piece_bytes: int | None = None) -> EventTable:
     """Load a Kineto trace; ``block_bytes``/``piece_bytes`` override the stream's read and decode sizes.
 
@@ -92,6 +106,24 @@ def load(path: Path, block_bytes: int | None = None, piece_bytes: int | None = N
     path = Path(path)
     sizes = {k: v for k, v in (("block_bytes", block_bytes), ("piece_bytes", piece_bytes)) if v}
     stream = EventStream(path, _DECODER.decode, **sizes)
+    table = _build(path, stream, lambda: stream.header)
+    table.metadata.update({"json_bytes": stream.bytes_read, "json_cuts": dict(stream.cuts)})
+    return table
+
+
+def load_decoded(path: Path, trace_events: list, header: dict) -> EventTable:
+    """A Kineto trace already decoded as plain JSON (recognised only once decoded): its events are
+    converted to the loader's records, not decoded again; ``header`` holds the document's other keys."""
+    try:
+        records = msgspec.convert(trace_events, list[_Event])
+    except msgspec.ValidationError as exc:
+        raise InputError(path, f"malformed trace event ({exc})", "Chrome trace events") from None
+    pieces = (records[k:k + _DECODED_PIECE] for k in range(0, len(records), _DECODED_PIECE))
+    return _build(path, pieces, lambda: header)
+
+
+def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) -> EventTable:
+    """The table of the events in ``chunks``; ``header_of()`` (called after them) gives the document's other keys."""
     builder = EventTableBuilder(FORMAT, [str(path)])
     code = builder.strings.code
     host_code = builder.device_code(Device("host"))
@@ -114,7 +146,7 @@ def load(path: Path, block_bytes: int | None = None, piece_bytes: int | None = N
     lane_get = lane_codes.get
     gpu_get = gpu_codes.get
 
-    for chunk in stream:
+    for chunk in chunks:
         events = [e for e in chunk if e.ph == "X" and e.cat in CATEGORY_KIND]
         skipped += len(chunk) - len(events)
         if not events:
@@ -149,7 +181,7 @@ def load(path: Path, block_bytes: int | None = None, piece_bytes: int | None = N
             correlation=_int_column(correlation),
             nbytes=_int_column(nbytes),
         )
-    header = stream.header
+    header = header_of()
     if len(builder) == 0:
         raise InputError(path, "no profiler events (cpu_op, kernel, cuda_runtime, ...) in traceEvents",
                          "a PyTorch profiler trace")
@@ -157,8 +189,6 @@ def load(path: Path, block_bytes: int | None = None, piece_bytes: int | None = N
     worker = f"rank{info['rank']}" if isinstance(info, dict) and "rank" in info else ""
     builder.metadata.update({
         "skipped_events": skipped,
-        "json_bytes": stream.bytes_read,
-        "json_cuts": dict(stream.cuts),
         "distributed": info,
         "base_time_ns": header.get("baseTimeNanoseconds"),
         "devices_properties": header.get("deviceProperties", []),

@@ -1,6 +1,7 @@
 """Chrome traces of TensorFlow step stats: TF1 ``timeline.Timeline`` output and rnnprof's own timelines.
 
-Both put one trace process per TF device. Lanes and kinds:
+Which of the two (if either) a decoded document is, ``chrome_json`` decides. Both put one trace process per TF
+device. Lanes and kinds:
 
 * a device's executor (TF1 ``"<device> Compute"``, rnnprof thread ``"ops"``) -> lane ``ops``,
   ``HOST_OP``: one op execution by that device's executor. On a GPU device these are the
@@ -21,8 +22,6 @@ import re
 from pathlib import Path
 from typing import Callable, Iterator
 
-import msgspec
-
 from rnnprof.errors import InputError
 from rnnprof.names import COMMUNICATION_OP
 from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device
@@ -31,13 +30,6 @@ TF1_FORMAT = "tf1-timeline"
 RNNPROF_FORMAT = "rnnprof-trace"
 
 _STREAM = re.compile(r"/stream:(\w+)")
-
-
-def decode_json(path: Path, raw: bytes) -> object:
-    try:
-        return msgspec.json.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise InputError(path, f"not valid JSON ({exc})", "a complete JSON document") from None
 
 
 def as_dict(value) -> dict:
@@ -56,12 +48,6 @@ def as_float(value) -> float:
         value = float(value)
         return value if value == value and abs(value) != float("inf") else 0.0
     return 0.0
-
-
-def doc_step(doc: object) -> int:
-    """The step an rnnprof timeline records in ``otherData.step`` (-1 when absent or not a number)."""
-    step = as_dict(as_dict(doc).get("otherData")).get("step", -1)
-    return step if isinstance(step, int) and not isinstance(step, bool) and -1 <= step < 2**31 else -1
 
 
 def trace_events(doc: object) -> list:
@@ -96,15 +82,6 @@ def complete_events(events: list, processes: dict, threads: dict, classify: Call
         lane = lanes[key]
         if lane is not None:
             yield lane, e
-
-
-def is_rnnprof(doc: object) -> bool:
-    return as_dict(as_dict(doc).get("otherData")).get("producer") == "rnnprof"
-
-
-def is_tf1_timeline(doc: object) -> bool:
-    processes, _ = metadata_names(trace_events(doc))
-    return any(n.endswith(" Compute") and parse_tf_device(n) for n in processes.values())
 
 
 def _lane_kind(process: str, thread: str | None) -> tuple[Device, str, Kind] | None:
@@ -171,14 +148,6 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
     if isinstance(doc, dict) and isinstance(doc.get("otherData"), dict):
         builder.metadata["otherData"] = doc["otherData"]
     return builder.build()
-
-
-def load(path: Path, raw: bytes, source_format: str | None = None) -> EventTable:
-    doc = decode_json(path, raw)
-    if source_format is None:
-        source_format = RNNPROF_FORMAT if is_rnnprof(doc) else TF1_FORMAT
-    step = doc_step(doc) if is_rnnprof(doc) else -1
-    return load_doc(path, doc, source_format, step=step)
 
 
 def _is_int(value, bound: int) -> bool:

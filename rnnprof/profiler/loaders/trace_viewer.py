@@ -1,7 +1,7 @@
 """xprof ``trace_viewer`` JSON: the Chrome-trace rendering of an XSpace.
 
 Processes are planes (``/host:CPU``, ``/device:GPU:0``) and threads are lines, so events are
-classified exactly as in ``xplane`` (same lanes, kinds and step markers).
+classified exactly as in ``xplane`` (same lanes, kinds and step markers). ``chrome_json`` recognises it.
 """
 
 from __future__ import annotations
@@ -14,11 +14,6 @@ from rnnprof.profiler.loaders import xplane
 from rnnprof.profiler.loaders.tf_chrome import as_dict, as_float, complete_events, metadata_names, trace_events
 
 FORMAT = "xprof-trace-viewer"
-
-
-def looks_like(doc: object) -> bool:
-    processes, _ = metadata_names(trace_events(doc))
-    return any(name.startswith(("/host:", "/device:")) for name in processes.values())
 
 
 def load_doc(path: Path, doc: object) -> EventTable:

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 
 from rnnprof.errors import TENSORFLOW_EXTRAS, InputError, MissingDependency
+from rnnprof.profiler.loaders import wire
+from rnnprof.profiler.loaders.jsonstream import read_content
 from rnnprof.names import COMMUNICATION_OP, NCCL_KERNEL
 from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device, steps_in_spans
 
@@ -63,13 +65,28 @@ def xplane_pb2():
     return module
 
 
-def parse(path: Path, data: bytes | None = None):
+_XSPACE_FIELDS = {1: wire.LEN, 2: wire.LEN, 3: wire.LEN, 4: wire.LEN}  # planes, errors, warnings, hostnames
+_XPLANE_FIELDS = {1: wire.VARINT, 2: wire.LEN, 3: wire.LEN, 4: wire.LEN, 5: wire.LEN, 6: wire.LEN}
+_PLANE_NAMES = (b"/host:", b"/device:")
+
+
+def sniff(probe) -> bool:
+    """XSpace fields only, and a plane among the first ones named ``/host:...`` or ``/device:...``."""
+    if probe.is_dir or not wire.only(probe.prefix, _XSPACE_FIELDS):
+        return False
+    for field in wire.fields(probe.prefix):
+        if field.number == 1 and wire.only(field.value, _XPLANE_FIELDS):
+            name = wire.first(field.value, 2)
+            if name is not None and name.startswith(_PLANE_NAMES):
+                return True
+    return False
+
+
+def parse(path: Path):
+    """The XSpace proto: the one full parse of the file."""
     from google.protobuf.message import DecodeError
 
-    if data is None:
-        from rnnprof.limits import read_bytes
-
-        data = read_bytes(Path(path))
+    data = read_content(Path(path))
     space = xplane_pb2().XSpace()
     try:
         space.ParseFromString(data)
@@ -83,21 +100,13 @@ def _is_xspace(space) -> bool:
                or any(parse_tf_device(line.name) for line in p.lines) for p in space.planes)
 
 
-def looks_like(path: Path) -> bool:
-    try:
-        return _is_xspace(parse(path))
-    except InputError:
-        return False
-
-
 def _stat_value(stat):
     which = stat.WhichOneof("value")
     return getattr(stat, which) if which else None
 
 
-def load(path: Path) -> EventTable:
+def events(path: Path, space) -> EventTable:
     path = Path(path)
-    space = parse(path)
     if not _is_xspace(space):
         raise InputError(path, "protobuf has no /host: or /device: planes", "a TensorFlow XSpace (.xplane.pb)")
     builder = EventTableBuilder(FORMAT, [str(path)])
@@ -111,10 +120,26 @@ def load(path: Path) -> EventTable:
     return assign_steps(table, steps)
 
 
-def load_dir(path: Path) -> EventTable:
+def load(path: Path) -> EventTable:
+    """Parse and load one file known to be an XSpace (a run directory's capture)."""
+    return events(path, parse(path))
+
+
+def sniff_dir(probe) -> bool:
+    """A folder (not a run directory) holding ``*.xplane.pb`` files, e.g. a tf.profiler log directory."""
+    from rnnprof.profiler import rundir
+
+    return probe.is_dir and not rundir.is_run_dir(probe.path) and next(probe.path.rglob("*.xplane.pb"), None) is not None
+
+
+def parse_dir(path: Path) -> list[Path]:
+    """The folder's XSpace files; each is parsed when its events are read."""
+    return sorted(Path(path).rglob("*.xplane.pb"))
+
+
+def events_dir(path: Path, files: list[Path]) -> EventTable:
     from rnnprof.events import concat
 
-    files = sorted(Path(path).rglob("*.xplane.pb"))
     tables = [load(f) for f in files]
     return tables[0] if len(tables) == 1 else concat(tables, align="absolute")
 

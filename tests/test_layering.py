@@ -1,0 +1,58 @@
+"""Analyzers are pure: no module under rnnprof/analyzers imports TensorFlow, torch or the profiler side."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import rnnprof
+
+ANALYZERS = Path(rnnprof.__file__).parent / "analyzers"
+FORBIDDEN = ("tensorflow", "torch", "rnnprof.profiler")
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every absolute import in the module, at any depth (inside functions too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _forbidden(name: str) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
+
+
+def test_the_scan_sees_imports_inside_functions(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from rnnprof.profiler.tensorflow_import import import_tensorflow\n"
+                     "    import torch.nn\n    from rnnprof import profiler\n")
+    assert [name for _, name in _imports(probe) if _forbidden(name)] == [
+        "rnnprof.profiler.tensorflow_import", "rnnprof.profiler.tensorflow_import.import_tensorflow", "torch.nn",
+        "rnnprof.profiler"]
+
+
+def test_no_analyzer_module_imports_tensorflow_torch_or_the_profiler():
+    modules = sorted(ANALYZERS.rglob("*.py"))
+    assert len(modules) > 10
+    offenders = [f"{path.relative_to(ANALYZERS)}:{line}: {name}"
+                 for path in modules for line, name in _imports(path) if _forbidden(name)]
+    assert offenders == []
+
+
+def test_importing_every_analyzer_loads_no_tensorflow_or_torch():
+    code = ("import importlib, pkgutil, sys, rnnprof.analyzers as a\n"
+            "names = [m.name for m in pkgutil.walk_packages(a.__path__, 'rnnprof.analyzers.')]\n"
+            "[importlib.import_module(n) for n in names]\n"
+            "print(len(names), sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'torch')\n"
+            "                         or m.startswith('rnnprof.profiler')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    count, loaded = done.stdout.split(" ", 1)
+    assert int(count) > 10 and loaded.strip() == "[]"
