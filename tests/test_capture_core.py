@@ -120,6 +120,32 @@ def test_device_xspace_lines_hold_no_overlapping_ops():
     assert [e[2] for e in lines[f"{DEV0} ops/3"]] == ["c:Add"]
 
 
+def _overview_steps(xplane: Path, tmp_path: Path) -> tuple[dict, list[dict]]:
+    """xprof's overview page for an xplane: the step table's properties and its rows by column id."""
+    table = next(t for t in json.loads(xprof_tool(xplane, tmp_path, "overview_page"))
+                 if any(c["id"] == "stepTimeMs" for c in t.get("cols", [])))
+    ids = [c["id"] for c in table["cols"]]
+    return table["p"], [{k: c.get("v") for k, c in zip(ids, row["c"])} for row in table["rows"]]
+
+
+def test_device_xspace_gives_xprof_overview_a_step_time_per_step(tmp_path):
+    pytest.importorskip("xprof")
+    from rnnprof.profiler.rundir.xspace import build_xspace
+
+    stats, _ = _two_device_step()  # ops from 100 µs (a) to 210 µs (d)
+    later = NS(dev_stats=[NS(device=d.device, node_stats=[
+        _node(n.node_name, n.timeline_label, n.all_start_nanos / 1000 + 1000, 2 * n.all_end_rel_nanos / 1000)
+        for n in d.node_stats]) for d in stats.dev_stats])  # from 1100 µs (a) to 1240 µs (c)
+    xplane = tmp_path / "run_devices" / "host.xplane.pb"
+    xplane.parent.mkdir()
+    xplane.write_bytes(build_xspace([(4, stats), (5, later)], "host").SerializeToString())
+    summary, rows = _overview_steps(xplane, tmp_path / "xprof")
+    assert [row["stepnum"] for row in rows] == ["train 4", "train 5"]
+    assert [row["stepTimeMs"] for row in rows] == pytest.approx([0.110, 0.140])
+    assert float(summary["steptime_ms_average"]) > 0
+    assert all(row["hostComputeTimeMs"] > 0 for row in rows)  # the ops belong to their steps
+
+
 def test_chrome_trace_from_built_step_has_devices_lanes_and_transfer_flow():
     stats, partitions = _two_device_step()
     trace = step_stats_to_chrome(stats, 7, partitions)

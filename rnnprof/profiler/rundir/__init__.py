@@ -3,7 +3,7 @@
     RUN/
       manifest.json                               config, versions, devices, throughput, what was captured, status
       plugins/profile/<run>/<host>.xplane.pb      tf.profiler capture of the traced steps (TensorBoard profile)
-      plugins/profile/<run>_devices/<host>.xplane.pb   XSpace built from step_stats, lines per device lane
+      plugins/profile/<run>_devices/<host>.xplane.pb   XSpace built from step_stats: lines per device lane, step markers
       timelines/step-<N>.trace.json.gz            Chrome trace of traced step N, built from step_stats
       run_metadata/step-<N>.pb                    raw RunMetadata of traced step N (step_stats, partition graphs)
       graphs/graph.pb [graph.pbtxt]               user-level GraphDef: requested devices
