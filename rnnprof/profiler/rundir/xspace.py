@@ -71,7 +71,8 @@ def build_xspace(steps: Iterable[tuple[int, object]], hostname: str = "localhost
     if not all_starts:
         return space
     origin_us = min(all_starts)
-    origin_ns = int(origin_us * 1000)
+    # not origin_us * 1000: near 1.8e18 a double is 256 ns coarse
+    origin_ns = int(origin_us) * 1000 + round(origin_us % 1 * 1000)
 
     def offset_ps(us: float) -> int:
         # differences of nearby doubles are exact: no op lands before the line's start
