@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 STOP_TIMEOUT_S = 10.0
+KILL_WAIT_S = 5.0
 _INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -50,6 +51,16 @@ def group_running(pgid: int) -> bool:
     return False
 
 
+def _group_ends(pgid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for group ``pgid`` to have no running process; whether it has none."""
+    deadline = time.monotonic() + timeout
+    while group_running(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _signal_group(pgid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
@@ -66,11 +77,10 @@ def stop(process: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> None:
     _signal_group(pgid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=timeout)
-    while group_running(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if group_running(pgid) or process.poll() is None:
+    if not _group_ends(pgid, deadline - time.monotonic()) or process.poll() is None:
         _signal_group(pgid, signal.SIGKILL)
         process.wait()
+        _group_ends(pgid, KILL_WAIT_S)  # SIGKILL is delivered asynchronously
     for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
             with contextlib.suppress(OSError):

@@ -1,4 +1,5 @@
-"""rnnprof view: TensorBoard's profile plugin serves the run; headless Chromium lists it."""
+"""rnnprof view: TensorBoard serves the run, every session opens on step times, headless Chromium lists it,
+and SIGTERM leaves no server running."""
 
 from __future__ import annotations
 
