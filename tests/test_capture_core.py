@@ -67,20 +67,83 @@ def test_device_lane_and_label_parsing():
     assert parse_label("", "MatMul:MatMul")[0] == "MatMul"
 
 
-def test_pack_threads_never_overlaps_within_a_thread():
-    events = [OpEvent(DEV0, "ops", f"n{k}", "Op", start, dur) for k, (start, dur) in
-              enumerate([(0, 10), (1, 2), (5, 10), (6, 1), (12, 5), (12, 1), (30, 1)])]
-    pack_threads(events)
+def _max_concurrency(intervals):
+    """The most intervals open at one instant (one ending when another starts is not concurrent)."""
+    edges = sorted([(end, -1) for start, end in intervals] + [(start, 1) for start, end in intervals])
+    depth = most = 0
+    for _, step in edges:
+        depth += step
+        most = max(most, depth)
+    return most
+
+
+def assert_threads_never_overlap(events):
     by_thread = {}
     for e in events:
-        by_thread.setdefault(e.thread, []).append(e)
-    for group in by_thread.values():
-        for x in group:
-            for y in group:
-                if x is not y and x.start_us < y.start_us < x.end_us:
-                    assert y.end_us <= x.end_us, f"{y.node} overlaps {x.node} in {x.thread}"
-    assert events[0].thread == events[1].thread == "ops"  # nesting stays together
-    assert events[2].thread != "ops"  # (5, 15) overlaps (0, 10) without nesting
+        by_thread.setdefault((e.device, e.thread), []).append(e)
+    for (_, thread), group in by_thread.items():
+        group.sort(key=lambda e: e.start_us)
+        for before, after in zip(group, group[1:]):
+            assert after.start_us >= before.end_us, f"{after.node} overlaps {before.node} in {thread}"
+
+
+def test_pack_threads_puts_nested_and_overlapping_events_in_separate_threads():
+    spans = [(0, 10), (1, 2), (5, 10), (6, 1), (12, 5), (12, 1), (17, 3), (30, 1), (30, 0), (31, 0)]
+    events = [OpEvent(DEV0, "ops", f"n{k}", "Op", start, dur) for k, (start, dur) in enumerate(spans)]
+    events.append(OpEvent(DEV0, "stream:7", "k", "Kernel", 1, 5))
+    events.append(OpEvent(DEV1, "ops", "other", "Op", 1, 5))
+    pack_threads(events)
+    assert_threads_never_overlap(events)
+    thread = {e.node: e.thread for e in events}
+    assert thread["n0"] == "ops" and thread["n1"] == "ops/2"  # nested in n0: not in its thread
+    assert thread["n2"] == "ops/2" and thread["n3"] == "ops/3"  # n2 starts after n1 ends; n3 nests in n2
+    assert thread["n4"] == thread["n6"] == "ops"  # n6 starts as n4 ends: touching shares a thread
+    assert thread["k"] == "stream:7" and thread["other"] == "ops"  # lanes and devices are packed apart
+    lane = [e for e in events if e.device == DEV0 and e.lane == "ops"]
+    assert len({e.thread for e in lane}) == _max_concurrency([(e.start_us, e.end_us) for e in lane]) == 3
+
+
+def test_device_xspace_lines_hold_no_overlapping_ops():
+    pytest.importorskip("tensorflow")
+    from rnnprof.profiler.rundir.xspace import build_xspace
+
+    stats, _ = _two_device_step()  # b nests in a, c overlaps a
+    plane = build_xspace([(0, stats)]).planes[0]
+    names = {k: m.name for k, m in plane.event_metadata.items()}
+    lines = {line.name: sorted((e.offset_ps, e.offset_ps + e.duration_ps, names[e.metadata_id]) for e in line.events)
+             for line in plane.lines}
+    for name, events in lines.items():
+        for before, after in zip(events, events[1:]):
+            assert after[0] >= before[1], f"{after[2]} overlaps {before[2]} on {name}"
+    assert [e[2] for e in lines[f"{DEV0} ops"]] == ["a:MatMul"]
+    assert [e[2] for e in lines[f"{DEV0} ops/2"]] == ["b:Tanh"]
+    assert [e[2] for e in lines[f"{DEV0} ops/3"]] == ["c:Add"]
+
+
+def _overview_steps(xplane: Path, tmp_path: Path) -> tuple[dict, list[dict]]:
+    """xprof's overview page for an xplane: the step table's properties and its rows by column id."""
+    table = next(t for t in json.loads(xprof_tool(xplane, tmp_path, "overview_page"))
+                 if any(c["id"] == "stepTimeMs" for c in t.get("cols", [])))
+    ids = [c["id"] for c in table["cols"]]
+    return table["p"], [{k: c.get("v") for k, c in zip(ids, row["c"])} for row in table["rows"]]
+
+
+def test_device_xspace_gives_xprof_overview_a_step_time_per_step(tmp_path):
+    pytest.importorskip("xprof")
+    from rnnprof.profiler.rundir.xspace import build_xspace
+
+    stats, _ = _two_device_step()  # ops from 100 µs (a) to 210 µs (d)
+    later = NS(dev_stats=[NS(device=d.device, node_stats=[
+        _node(n.node_name, n.timeline_label, n.all_start_nanos / 1000 + 1000, 2 * n.all_end_rel_nanos / 1000)
+        for n in d.node_stats]) for d in stats.dev_stats])  # from 1100 µs (a) to 1240 µs (c)
+    xplane = tmp_path / "run_devices" / "host.xplane.pb"
+    xplane.parent.mkdir()
+    xplane.write_bytes(build_xspace([(4, stats), (5, later)], "host").SerializeToString())
+    summary, rows = _overview_steps(xplane, tmp_path / "xprof")
+    assert [row["stepnum"] for row in rows] == ["train 4", "train 5"]
+    assert [row["stepTimeMs"] for row in rows] == pytest.approx([0.110, 0.140])
+    assert float(summary["steptime_ms_average"]) > 0
+    assert all(row["hostComputeTimeMs"] > 0 for row in rows)  # the ops belong to their steps
 
 
 def test_chrome_trace_from_built_step_has_devices_lanes_and_transfer_flow():
@@ -96,13 +159,17 @@ def test_chrome_trace_from_built_step_has_devices_lanes_and_transfer_flow():
     assert (a["ts"], a["dur"], a["name"], a["args"]["bytes"]) == (100.0, 50.0, "MatMul", 1024)
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
     c = next(e for e in ops if e["args"]["name"] == "c")
-    assert threads[(a["pid"], a["tid"])] == "ops" and threads[(c["pid"], c["tid"])] == "ops/2"
+    b = next(e for e in ops if e["args"]["name"] == "b")
+    assert threads[(a["pid"], a["tid"])] == "ops"
+    assert threads[(b["pid"], b["tid"])] == "ops/2" and threads[(c["pid"], c["tid"])] == "ops/3"
     start = [e for e in events if e["ph"] == "s"]
     finish = [e for e in events if e["ph"] == "f"]
     assert len(start) == len(finish) == 1
     assert processes[start[0]["pid"]] == DEV0 and processes[finish[0]["pid"]] == DEV1
-    assert a["ts"] <= start[0]["ts"] <= a["ts"] + a["dur"]
-    assert finish[0]["ts"] == 200.0 and finish[0]["args"]["tensor"] == "edge_3_a"
+    # Both ends lie strictly inside their ops (a viewer binds each to the slice enclosing it):
+    # the arrow leaves near the end of the producer a and arrives near the start of the reader d.
+    assert a["ts"] + a["dur"] / 2 <= start[0]["ts"] < a["ts"] + a["dur"]
+    assert 200.0 < finish[0]["ts"] <= 205.0 and finish[0]["args"]["tensor"] == "edge_3_a"
     assert finish[0]["args"]["key"].startswith(f"{DEV0};0000000000000001;{DEV1};edge_3_a")
     assert trace["otherData"] == {"producer": "rnnprof", "version": 1, "step": 7}
 
@@ -152,6 +219,46 @@ def test_ring_collectives_become_arrows_from_each_member_to_the_next():
             assert receiver[0]["args"]["name"].startswith("ar" if instance == 7 else "v2_")
             assert sender[0]["ts"] // 100 == receiver[0]["ts"] // 100  # the same run of the loop
             assert starts[i]["ts"] <= ends[i]["ts"]
+
+
+def test_flow_ends_bind_to_their_own_op_when_neighbours_touch_it_on_the_wall_clock():
+    # Real step_stats carry wall-clock nanoseconds; as microseconds near 1.8e15 a double keeps about
+    # 0.25 µs. Each op an arrow leaves or reaches is touched by the ops before and after it.
+    t0 = 1_795_404_321_885_604_000  # ns
+
+    def wall(name, label, start_us, dur_us):
+        return NS(node_name=name, timeline_label=label, all_start_nanos=t0 + int(start_us * 1000),
+                  all_end_rel_nanos=int(dur_us * 1000), output=[])
+
+    def touching(device_index, name, label, start_us, dur_us):
+        return [wall(f"before{device_index}_{name}", "Const", start_us - 4, 4), wall(name, label, start_us, dur_us),
+                wall(f"after{device_index}_{name}", "Const", start_us + dur_us, 4)]
+
+    stats = NS(dev_stats=[
+        NS(device=DEV0, node_stats=touching(0, "p", "p = MatMul(x, w)", 10, 5)
+           + touching(0, "ar0", "ar0 = CollectiveReduce(g0)", 40, 30)),
+        NS(device=DEV1, node_stats=touching(1, "r", "r = Mul(p/_1, z)", 20, 3)
+           + touching(1, "ar1", "ar1 = CollectiveReduce(g1)", 41, 30)),
+    ])
+    partitions = [
+        _graph(_gnode("p", "MatMul", DEV0), _gnode("p/_0", "_Send", DEV0, ["p"], tensor_name="edge_p",
+                                                   send_device=DEV0, recv_device=DEV1, send_device_incarnation=1),
+               _gnode("ar0", "CollectiveReduce", DEV0, ["g0"], group_key=1, instance_key=5)),
+        _graph(_gnode("p/_1", "_Recv", DEV1, tensor_name="edge_p", send_device=DEV0, recv_device=DEV1,
+                      send_device_incarnation=1),
+               _gnode("r", "Mul", DEV1, ["p/_1", "z"]),
+               _gnode("ar1", "CollectiveReduce", DEV1, ["g1"], group_key=1, instance_key=5)),
+    ]
+    events = step_stats_to_chrome(stats, 0, partitions)["traceEvents"]
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert set(starts) == set(ends) and len(starts) == 3  # p -> r, ar0 -> ar1, ar1 -> ar0
+    bound = set()
+    for i in starts:
+        sender, receiver = _enclosing(events, starts[i]), _enclosing(events, ends[i])
+        assert len(sender) == 1 and len(receiver) == 1, (starts[i], ends[i])
+        bound.add((sender[0]["args"]["name"], receiver[0]["args"]["name"]))
+    assert bound == {("p", "r"), ("ar0", "ar1"), ("ar1", "ar0")}
 
 
 def test_a_collective_on_one_device_only_gets_no_arrow():
@@ -319,3 +426,89 @@ def test_toy_capture_xplanes_convert_with_xprof(toy_run, tmp_path):
     steps = {int(e["args"]["step_num"]) for e in profiled["traceEvents"]
              if e.get("ph") == "X" and str(e.get("name", "")).startswith("train ") and "step_num" in e.get("args", {})}
     assert steps == set(manifest["profiled_steps"])  # xprof found the step markers
+
+
+# -- real TF: the built-in NMT on three devices -------------------------------------------------
+
+NMT3 = ["--model", "nmt", "--devices", "3", "--units", "16", "--layers", "1", "--src-max-len", "6",
+        "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", "1", "--batches", "1",
+        "--trace-steps", "3"]
+
+
+@pytest.fixture(scope="module")
+def nmt3_run(tmp_path_factory):
+    pytest.importorskip("tensorflow")
+    from rnnprof.cli import main
+
+    out = tmp_path_factory.mktemp("nmt3") / "run"
+    assert main(["trace", *NMT3, "--out", str(out)]) == 0
+    return out
+
+
+def _partition_nodes(run: Path) -> dict:
+    """(device, node name) -> NodeDef over the run's partition graphs."""
+    from tensorflow.core.framework import graph_pb2
+
+    nodes = {}
+    for path in (run / rundir.GRAPHS_DIR / rundir.PARTITIONS_DIR).glob("*.pb"):
+        for node in graph_pb2.GraphDef.FromString(path.read_bytes()).node:
+            nodes[(node.device, node.name)] = node
+    return nodes
+
+
+def _intended_transfer_ends(nodes: dict, tensor: str, src: str, dst: str) -> tuple[set, set]:
+    """Ops an arrow for rendezvous ``tensor`` may leave (the _Send or what it sends) and reach
+    (the _Recv or an op reading it), from the partition graphs."""
+    send = [n for (d, _), n in nodes.items() if d == src and n.op == "_Send"
+            and n.attr["tensor_name"].s.decode() == tensor]
+    recv = [n for (d, _), n in nodes.items() if d == dst and n.op == "_Recv"
+            and n.attr["tensor_name"].s.decode() == tensor]
+    assert len(send) == 1 and len(recv) == 1, tensor
+    leaving = {send[0].name, send[0].input[0].split(":")[0]}
+    reaching = {recv[0].name} | {n.name for (d, _), n in nodes.items() if d == dst
+                                 and any(i.lstrip("^").split(":")[0] == recv[0].name for i in n.input)}
+    return leaving, reaching
+
+
+@pytest.mark.slow
+def test_nmt_three_devices_lanes_hold_no_overlapping_ops_and_every_arrow_binds_to_its_op(nmt3_run):
+    manifest = json.loads((nmt3_run / rundir.MANIFEST).read_text())
+    devices = {d["name"] for d in manifest["devices"]}
+    assert len(devices) == 3 and len(manifest["traced_steps"]) == 3
+    nodes = _partition_nodes(nmt3_run)
+    for step in manifest["traced_steps"]:
+        with gzip.open(nmt3_run / rundir.TIMELINES_DIR / rundir.timeline_name(step)) as handle:
+            events = json.load(handle)["traceEvents"]
+        processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+        ops = [e for e in events if e["ph"] == "X"]
+        assert {processes[e["pid"]] for e in ops} == devices
+        lanes = {}
+        for e in ops:
+            lanes.setdefault((e["pid"], e["tid"]), []).append(e)
+        for lane in lanes.values():
+            lane.sort(key=lambda e: e["ts"])
+            for before, after in zip(lane, lane[1:]):
+                assert after["ts"] >= before["ts"] + before["dur"], (step, before, after)
+        starts = {e["id"]: e for e in events if e["ph"] == "s"}
+        ends = {e["id"]: e for e in events if e["ph"] == "f"}
+        assert set(starts) == set(ends)
+        kinds = {e["cat"] for e in starts.values()}
+        assert kinds == {"transfer", "collective"}, kinds
+        reductions = [e for e in ops if e["name"] == "CollectiveReduce"]
+        # each member's op of each collective run sends one arrow to the next member
+        assert reductions and len([i for i in starts if starts[i]["cat"] == "collective"]) == len(reductions)
+        for i, start in starts.items():
+            end, args = ends[i], start["args"]
+            sender, receiver = _enclosing(events, start), _enclosing(events, end)
+            assert len(sender) == 1 and len(receiver) == 1, (step, start, end, sender, receiver)
+            sender, receiver = sender[0], receiver[0]
+            assert (processes[sender["pid"]], processes[receiver["pid"]]) == (args["from"], args["to"])
+            if start["cat"] == "collective":
+                for op in (sender, receiver):
+                    node = nodes[(processes[op["pid"]], op["args"]["name"])]
+                    assert node.op.startswith("Collective"), node.op
+                    assert (node.attr["group_key"].i, node.attr["instance_key"].i) == (
+                        args["group_key"], args["instance_key"])
+            else:
+                leaving, reaching = _intended_transfer_ends(nodes, args["tensor"], args["from"], args["to"])
+                assert sender["args"]["name"] in leaving and receiver["args"]["name"] in reaching, args

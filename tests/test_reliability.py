@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -307,19 +308,14 @@ def test_view_binds_localhost_unless_told(tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
     shutil.copytree(SEEDS, run / rundir.PROFILE_DIR / "r", ignore=shutil.ignore_patterns("*.py", "*.json*", "*.txt"))
     launched = []
+    tensorboard_command = view.tensorboard_command
 
-    class FakeServer:
-        def __init__(self, argv, **kwargs):
-            launched.append(argv)
-            self.stdout = iter(["TensorBoard 2 at http://127.0.0.1:6006/ (Press CTRL+C to quit)\n"])
+    def announce_and_exit(logdir, host, port):
+        """Record TensorBoard's command line; run a process that prints its URL line and exits instead."""
+        launched.append(tensorboard_command(logdir, host, port))
+        return [sys.executable, "-c", "print('TensorBoard 2 at http://127.0.0.1:6006/ (Press CTRL+C to quit)')"]
 
-        def poll(self):
-            return 0
-
-        def wait(self, timeout=None):
-            return 0
-
-    monkeypatch.setattr(view.subprocess, "Popen", FakeServer)
+    monkeypatch.setattr(view, "tensorboard_command", announce_and_exit)
     assert main(["view", str(run)]) == 0
     assert main(["view", str(run), "--host", "0.0.0.0"]) == 0
     hosts = [argv[argv.index("--host") + 1] for argv in launched]

@@ -1,4 +1,5 @@
-"""rnnprof view: TensorBoard's profile plugin serves the run; headless Chromium lists it."""
+"""rnnprof view: TensorBoard serves the run, every session opens on step times, headless Chromium lists it,
+and SIGTERM leaves no server running."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -60,15 +62,73 @@ def _get(url: str, timeout: float = 30) -> bytes:
         return data
 
 
+class _Process:
+    """One process as /proc shows it; ``start`` (clock ticks after boot) tells it from a later one with its pid."""
+
+    def __init__(self, pid: int):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()
+        self.pid, self.state, self.ppid, self.session, self.start = pid, fields[0], int(fields[1]), int(fields[3]), \
+            int(fields[19])
+        self.cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+
+    def running(self) -> bool:
+        """Still there and not exited (a zombie has ended; it only awaits its parent's wait)."""
+        try:
+            now = _Process(self.pid)
+        except (OSError, ValueError):
+            return False
+        return now.start == self.start and now.state not in ("Z", "X")
+
+    def __repr__(self):
+        return f"{self.pid} [{self.state}] {self.cmdline[:120]}"
+
+
+def _processes() -> list[_Process]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found.append(_Process(int(entry.name)))
+            except (OSError, ValueError, IndexError):
+                pass  # ended while we looked
+    return found
+
+
+def _descendants(pid: int) -> list[_Process]:
+    everyone = _processes()
+    children: dict[int, list[_Process]] = {}
+    for p in everyone:
+        children.setdefault(p.ppid, []).append(p)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child.pid)
+    return found
+
+
 class _Viewer:
-    """``rnnprof view`` in a subprocess, waited on until it prints its URL."""
+    """``rnnprof view`` in a subprocess, waited on until it prints its URL.
+
+    ``close()`` stops it with SIGTERM and kills whatever it started that still runs, so that no
+    test leaves a server behind even when ``rnnprof view`` fails to stop its children.
+    """
 
     def __init__(self, logdir: Path):
         self.port = _free_port()
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        self.started: list[_Process] = []
         self.process = subprocess.Popen([sys.executable, "-m", "rnnprof", "view", str(logdir), "--port",
                                          str(self.port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True, env=env)
+                                        text=True, env=env, start_new_session=True)
+        try:
+            self._wait_until_serving()
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_until_serving(self) -> None:
         self.base = None
         deadline = time.time() + 90
         while time.time() < deadline:
@@ -80,6 +140,7 @@ class _Viewer:
                 assert f"127.0.0.1:{self.port}/#profile" in line
                 break
         assert self.base, "rnnprof view printed no URL"
+        self.started = _descendants(self.process.pid)  # TensorBoard and its data server
         for _ in range(60):  # the plugin discovers runs shortly after start
             try:
                 if json.loads(_get(f"{self.base}/data/plugin/profile/runs")):
@@ -88,12 +149,21 @@ class _Viewer:
                 pass
             time.sleep(0.5)
 
-    def close(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+    def close(self) -> list[_Process]:
+        """Stop ``rnnprof view`` (SIGTERM, as ``kill`` does); returns what it left running, now killed."""
+        if self.process.poll() is None:
+            self.started += _descendants(self.process.pid)
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process.stdout.close()
+        left = list({(p.pid, p.start): p for p in self.started if p.running()}.values())
+        for p in left:
+            os.kill(p.pid, signal.SIGKILL)
+        return left
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +171,11 @@ def viewer(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     run = _make_run(runs)
     v = _Viewer(run)
-    yield v
-    v.close()
+    try:
+        yield v
+    finally:
+        left = v.close()
+    assert not left, f"rnnprof view left running: {left}"
 
 
 def test_view_rejects_a_missing_dir_and_a_dir_without_profile(tmp_path, capsys):
@@ -165,8 +238,9 @@ def test_a_folder_of_runs_lists_every_run(tmp_path):
             time.sleep(0.5)
             runs = set(json.loads(_get(f"{viewer.base}/data/plugin/profile/runs")))
     finally:
-        viewer.close()
+        left = viewer.close()
     assert runs == {f"loop/{PROFILE_RUN}", f"fused/{PROFILE_RUN}"}
+    assert not left, f"rnnprof view left running: {left}"
 
 
 @pytest.mark.slow
@@ -176,10 +250,92 @@ def test_a_port_in_use_is_one_line(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "rnnprof", "view", str(run), "--port", str(port)],
-                                capture_output=True, text=True, timeout=120,
-                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert result.returncode == 2
-    last = result.stderr.strip().splitlines()[-1]
+        view = subprocess.Popen([sys.executable, "-m", "rnnprof", "view", str(run), "--port", str(port)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), start_new_session=True)
+        try:
+            out, err = view.communicate(timeout=120)
+        finally:
+            started = _descendants(view.pid)
+            if view.poll() is None:
+                view.kill()
+                view.communicate()
+            for p in started:
+                if p.running():
+                    os.kill(p.pid, signal.SIGKILL)
+    assert view.returncode == 2
+    last = err.strip().splitlines()[-1]
     assert last.startswith("rnnprof view: error: TensorBoard did not start:") and str(port) in last
-    assert "--port 0" in last and "http://" not in result.stdout
+    assert "--port 0" in last and "http://" not in out
+    assert not [p for p in started if p.running()]
+
+
+# -- a real captured run ----------------------------------------------------------------------------
+
+TINY_NMT = ["--model", "nmt", "--devices", "2", "--units", "16", "--layers", "1", "--src-max-len", "6",
+            "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", "1", "--batches", "1",
+            "--trace-steps", "3"]
+
+
+@pytest.fixture(scope="module")
+def captured_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("captured") / "nmt"
+    done = subprocess.run([sys.executable, "-m", "rnnprof", "trace", *TINY_NMT, "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def captured_viewer(captured_run):
+    v = _Viewer(captured_run)
+    try:
+        yield v
+    finally:
+        left = v.close()
+    assert not left, f"rnnprof view left running: {left}"
+
+
+def _step_table(overview: list) -> tuple[dict, list[dict]]:
+    """The overview page's step-time table: its properties and its rows by column id."""
+    table = next(t for t in overview if any(c["id"] == "stepTimeMs" for c in t.get("cols", [])))
+    ids = [c["id"] for c in table["cols"]]
+    return table["p"], [{k: c.get("v") for k, c in zip(ids, row["c"])} for row in table["rows"]]
+
+
+@pytest.mark.slow
+def test_every_profile_session_of_a_captured_run_opens_on_a_known_step_time(captured_viewer, captured_run):
+    base = f"{captured_viewer.base}/data/plugin/profile"
+    sessions = json.loads(_get(f"{base}/runs"))
+    on_disk = {p.name for p in (captured_run / rundir.PROFILE_DIR).iterdir() if p.is_dir()}
+    assert set(sessions) == on_disk and len(on_disk) == 2  # tf.profiler's and the per-device one
+    manifest = json.loads((captured_run / rundir.MANIFEST).read_text())
+    for session in sessions:
+        # the page TensorBoard opens a session on
+        assert json.loads(_get(f"{base}/run_tools?run={session}"))[0] == "overview_page"
+        hosts = json.loads(_get(f"{base}/hosts?run={session}&tag=overview_page"))
+        assert hosts, session
+        for host in hosts:
+            overview = json.loads(_get(f"{base}/data?run={session}&tag=overview_page&host={host['hostname']}"))
+            summary, rows = _step_table(overview)
+            assert float(summary["steptime_ms_average"]) > 0, (session, summary)
+            assert rows and all(row["stepTimeMs"] > 0 for row in rows), (session, rows)
+            steps = manifest["traced_steps"] if session.endswith(rundir.DEVICES_RUN_SUFFIX) \
+                else manifest["profiled_steps"]
+            assert {row["stepnum"] for row in rows} <= {f"train {n}" for n in steps}, (session, rows)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_view_and_everything_it_started(captured_run):
+    viewer = _Viewer(captured_run)
+    try:
+        started = list(viewer.started)
+        assert any("tensorboard" in p.cmdline for p in started), started
+        sessions = {p.session for p in started}
+        viewer.process.send_signal(signal.SIGTERM)
+        out, _ = viewer.process.communicate(timeout=60)
+    finally:
+        left = viewer.close()
+    assert viewer.process.returncode == 0 and "error" not in out.lower() and "Traceback" not in out, out
+    assert not left, left  # no descendant of rnnprof view still runs
+    assert not [p for p in _processes() if p.session in sessions and p.running()]  # nor anything in their session

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.text import Text
 
+from rnnprof import process_group
 from rnnprof.errors import InputError, UsageError
 
 NAME = "view"
@@ -43,29 +44,34 @@ def run(args: argparse.Namespace, console) -> int:
         raise InputError(logdir, "holds no TensorBoard profile (plugins/profile/*/*.xplane.pb)",
                          "a run directory from `rnnprof trace` or a folder of them")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-    process = subprocess.Popen(tensorboard_command(logdir, args.host, args.port), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env=env)
+    # TensorBoard (and its data server) run in a process group of their own, stopped as a whole
+    # however this command ends: Ctrl-C, SIGTERM or SIGHUP (taken as Ctrl-C), an error, or TensorBoard exiting.
+    with process_group.signals_interrupt():
+        process = None
+        try:
+            process = process_group.start(tensorboard_command(logdir, args.host, args.port), stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True, env=env)
+            return _serve(process, console)
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            if process is not None:
+                process_group.stop(process)
+
+
+def _serve(process: subprocess.Popen, console) -> int:
+    """Print TensorBoard's URL once it serves, then follow its output until it exits."""
     url, failure = None, None
-    try:
-        for line in process.stdout:
-            if url is None and "http://" in line:
-                url = line[line.index("http://"):].split()[0].rstrip("/")
-                console.print(Text.assemble("TensorBoard profile viewer: ", (f"{url}/#profile", "bold"),
-                                            "  (Ctrl-C to stop)"))
-            elif url is None and line.startswith("ERROR:"):  # TensorBoard's own message, e.g. a port in use
-                failure = line[len("ERROR:"):].strip()
-        if url is None:
-            code = process.wait()
-            raise UsageError(f"TensorBoard did not start: {failure or f'it exited with code {code}'}"
-                             + (" (choose another --port, or --port 0 for a free one)" if "port" in (failure or "")
-                                else ""))
-        return 0
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+    for line in process.stdout:
+        if url is None and "http://" in line:
+            url = line[line.index("http://"):].split()[0].rstrip("/")
+            console.print(Text.assemble("TensorBoard profile viewer: ", (f"{url}/#profile", "bold"),
+                                        "  (Ctrl-C to stop)"))
+        elif url is None and line.startswith("ERROR:"):  # TensorBoard's own message, e.g. a port in use
+            failure = line[len("ERROR:"):].strip()
+    if url is None:
+        code = process.wait()
+        raise UsageError(f"TensorBoard did not start: {failure or f'it exited with code {code}'}"
+                         + (" (choose another --port, or --port 0 for a free one)" if "port" in (failure or "")
+                            else ""))
+    return 0

@@ -3,7 +3,7 @@
     RUN/
       manifest.json                               config, versions, devices, throughput, what was captured, status
       plugins/profile/<run>/<host>.xplane.pb      tf.profiler capture of the traced steps (TensorBoard profile)
-      plugins/profile/<run>_devices/<host>.xplane.pb   XSpace built from step_stats, one line per device
+      plugins/profile/<run>_devices/<host>.xplane.pb   XSpace built from step_stats: lines per device lane, step markers
       timelines/step-<N>.trace.json.gz            Chrome trace of traced step N, built from step_stats
       run_metadata/step-<N>.pb                    raw RunMetadata of traced step N (step_stats, partition graphs)
       graphs/graph.pb [graph.pbtxt]               user-level GraphDef: requested devices
@@ -13,18 +13,23 @@
 Chrome trace schema (``timelines/*.trace.json.gz``): ``{"traceEvents": [...], "displayTimeUnit": "ms",
 "otherData": {"producer": "rnnprof", "version": 1, "step": N}}``. One process per device, whose
 ``process_name`` metadata is the full TF device string; one thread per lane (``thread_name``: "ops" for the
-device's executor, "stream:<id>", "memcpy", ...). Ops a device runs concurrently go to extra
-executor threads "ops/2", "ops/3", ... so that no two events in one thread overlap (a thread name
-before the first "/" is the lane). Ops are ``"ph": "X"`` events, ts/dur in µs on the
+device's executor, "stream:<id>", "memcpy", ...). A thread holds only ops that do not overlap at all
+(one may start as the previous one ends): an op that starts while another of its lane is still running,
+nested in it or not, goes to the first free extra thread "ops/2", "ops/3", ... (a thread name before
+the first "/" is the lane). Nothing nests in a thread, so viewers draw no call stacks that never
+happened. Ops are ``"ph": "X"`` events, ts/dur in µs on the
 wall clock, ``name`` = op type, ``args`` = {"name": node name, "op": op type, "step": N, "bytes": n (when known)}.
 Cross-device transfers are flow events (``"ph": "s"``/``"f"``, ``"cat": "transfer"``): the
-``"s"`` end sits at the end of the op producing the tensor on the sending device, the ``"f"`` end
-(``"bp": "e"``) at the start of the first op consuming it on the receiving device; both carry
+``"s"`` end sits just before the end of the op producing the tensor on the sending device, the ``"f"`` end
+(``"bp": "e"``) just after the start of the first op consuming it on the receiving device; both carry
 ``args`` = {"tensor": rendezvous tensor name, "key": rendezvous key, "from": device, "to": device}.
 Collectives (``CollectiveReduce`` and the like: ring all-reduce) are flow events with ``"cat": "collective"``
 linking the instance's op on each member device to the same instance's op on the next member, in
-device-name order (the order a ring passes its chunks): ``"s"`` at the start of the sender's op, ``"f"`` near
-the end of the receiver's; ``args`` = {"op", "group_key", "instance_key", "group_size", "from", "to", "step"}.
+device-name order (the order a ring passes its chunks): ``"s"`` just after the start of the sender's op, ``"f"``
+just before the end of the receiver's; ``args`` = {"op", "group_key", "instance_key", "group_size", "from",
+"to", "step"}. Every flow end lies inside its op (1 µs from the edge, or half-way for shorter ops), so a
+viewer, which binds a flow end to the slice enclosing it on that thread, binds it to that op even where
+a neighbouring op touches it.
 
 Steps: ``traced_steps`` in the manifest are the steps run with FULL_TRACE (timelines, RunMetadata);
 ``profiled_steps`` are the later steps recorded by tf.profiler (the two cannot run at once). Step

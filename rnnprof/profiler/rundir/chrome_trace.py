@@ -113,30 +113,24 @@ def op_events(step_stats) -> list[OpEvent]:
 
 
 def pack_threads(events: Sequence[OpEvent]) -> None:
-    """Give every event a thread so that no two events in one thread overlap.
+    """Give every event a thread of its lane so that no two events in one thread overlap.
 
-    Events that nest stay in one thread; a concurrent one goes to the first thread
-    of its lane that is free (``ops``, ``ops/2``, ...).
+    A thread holds only events that follow one another (one may start when the previous ends);
+    an event that starts before the last one in a thread has ended, nested in it or not, goes to
+    the first thread of its lane that is free (``ops``, ``ops/2``, ...). Nothing nests in a thread,
+    so a viewer draws no call stack that never happened and binds each flow arrow to its own op.
     """
     by_lane: dict[tuple[str, str], list[OpEvent]] = {}
     for e in events:
         by_lane.setdefault((e.device, e.lane), []).append(e)
     for (_, lane), group in by_lane.items():
-        group.sort(key=lambda e: (e.start_us, -e.dur_us))
-        stacks: list[list[OpEvent]] = []  # open events per thread, outermost first
-        for e in group:
-            placed = False
-            for k, stack in enumerate(stacks):
-                while stack and stack[-1].end_us <= e.start_us:
-                    stack.pop()
-                if not stack or e.end_us <= stack[-1].end_us:
-                    stack.append(e)
-                    e.thread = lane if k == 0 else f"{lane}/{k + 1}"
-                    placed = True
-                    break
-            if not placed:
-                stacks.append([e])
-                e.thread = lane if not stacks[:-1] else f"{lane}/{len(stacks)}"
+        ends: list[float] = []  # per thread, when its last event ends
+        for e in sorted(group, key=lambda e: (e.start_us, -e.dur_us)):
+            k = next((k for k, end in enumerate(ends) if end <= e.start_us), len(ends))
+            if k == len(ends):
+                ends.append(e.end_us)
+            ends[k] = e.end_us
+            e.thread = lane if k == 0 else f"{lane}/{k + 1}"
 
 
 def _strip_input(name: str) -> str:
@@ -276,7 +270,7 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = ())
                 break
             target = min(candidates, key=lambda r: r.start_us)
             args = {"tensor": t.tensor, "key": t.key, "from": t.src_device, "to": t.dst_device, "step": step}
-            flow("transfer", source, _last_moment(source), target, target.start_us, args)
+            flow("transfer", source, _near_end(source), target, _near_start(target), args)
     for c in collectives_from_partitions(partition_graphs):
         member_runs = [runs.get(member, []) for member in c.members]
         for k in range(min(len(r) for r in member_runs)):
@@ -286,14 +280,25 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = ())
                 source, target = source_runs[k], member_runs[(i + 1) % len(member_runs)][k]
                 args = {"op": c.op, "group_key": c.group_key, "instance_key": c.instance_key,
                         "from": source.device, "to": target.device, "group_size": len(member_runs), "step": step}
-                flow("collective", source, source.start_us, target, _last_moment(target), args)
+                flow("collective", source, _near_start(source), target, _near_end(target), args)
     return {"traceEvents": trace, "displayTimeUnit": "ms",
             "otherData": {"producer": "rnnprof", "version": MANIFEST_VERSION, "step": step}}
 
 
-def _last_moment(event: OpEvent) -> float:
-    """A timestamp inside the event near its end (a flow end binds to the slice enclosing it)."""
-    return event.end_us - min(event.dur_us, 0.001) if event.dur_us else event.start_us
+# How far inside its slice a flow end sits. Viewers bind a flow end to the slice enclosing its
+# timestamp on that thread; wall-clock microseconds near 1.8e15 keep only about 0.25 µs in a double,
+# so an end placed exactly on a slice's edge could bind to a neighbour that touches it.
+_INSIDE_US = 1.0
+
+
+def _near_start(event: OpEvent) -> float:
+    """A timestamp just after the event starts, inside it (half-way for events shorter than 2 µs)."""
+    return event.start_us + min(event.dur_us / 2, _INSIDE_US)
+
+
+def _near_end(event: OpEvent) -> float:
+    """A timestamp just before the event ends, inside it (half-way for events shorter than 2 µs)."""
+    return event.end_us - min(event.dur_us / 2, _INSIDE_US)
 
 
 def _thread_order(thread: str) -> tuple:

@@ -1,11 +1,18 @@
-"""TF ``StepStats`` -> XSpace with one line per device, for TensorBoard's trace viewer.
+"""TF ``StepStats`` -> XSpace with lines per device, for TensorBoard's profile plugin (xprof).
 
 tf.profiler attributes graph-mode ops to executor threads, not to the logical CPU
-devices they were placed on; this XSpace shows each device as its own line on the
+devices they were placed on; this XSpace shows each device as its own lines on the
 host plane (``/host:CPU``). Events are named ``node:OpType`` like TF's own host
-events so xprof's op statistics read them. Concurrent ops of one device go to extra
-lines (``<device> ops/2``), as in the Chrome timelines. Step markers (``train`` with
-``step_num``) let xprof find the steps.
+events so xprof's op statistics read them. Ops of one device that overlap go to extra
+lines (``<device> ops/2``), as in the Chrome timelines: no line holds ops that overlap or nest.
+
+Steps, as xprof finds them in tf.profiler's own capture: a step marker ``train`` with
+``step_num`` and ``_r`` (a root event) per traced step, on a line named ``python`` like the
+Python thread that records tf.profiler's markers (xprof takes no step markers from a line
+named ``Steps``, a name it gives lines it derives itself). A marker alone is no step to xprof:
+each op is tied to its step's marker by a TraceMe producer/consumer context (``_pt``/``_p``
+on the marker, ``_ct``/``_c`` on the op), so the overview page gets step times and their
+breakdown.
 """
 
 from __future__ import annotations
@@ -15,7 +22,10 @@ from typing import Iterable
 from rnnprof.profiler.rundir.chrome_trace import op_events, pack_threads
 
 HOST_PLANE = "/host:CPU"
-STEP_LINE = "Steps"
+STEP_LINE = "python"
+# The context type of the marker -> op ties (the id is the step number): TF's executor context,
+# the one tying tf.profiler's executor events to their ``SessionRun``.
+STEP_CONTEXT_TYPE = 2
 
 
 def _xplane_pb2():
@@ -60,26 +70,36 @@ def build_xspace(steps: Iterable[tuple[int, object]], hostname: str = "localhost
     all_starts = [e.start_us for group in per_line.values() for _, e in group]
     if not all_starts:
         return space
-    origin_ns = int(min(all_starts) * 1000)
+    origin_us = min(all_starts)
+    # not origin_us * 1000: near 1.8e18 a double is 256 ns coarse
+    origin_ns = int(origin_us) * 1000 + round(origin_us % 1 * 1000)
+
+    def offset_ps(us: float) -> int:
+        # differences of nearby doubles are exact: no op lands before the line's start
+        return round((us - origin_us) * 1e6)
+
     line_id = 0
     if step_spans:
         line_id += 1
         line = plane.lines.add(id=line_id, display_id=line_id, name=STEP_LINE, display_name=STEP_LINE,
                                timestamp_ns=origin_ns)
         for step, start, end in step_spans:
-            ev = line.events.add(metadata_id=event_id("train"), offset_ps=int(start * 1e6) - origin_ns * 1000,
-                                 duration_ps=max(1, int((end - start) * 1e6)))
+            ev = line.events.add(metadata_id=event_id("train"), offset_ps=offset_ps(start),
+                                 duration_ps=max(1, offset_ps(end) - offset_ps(start)))
             ev.stats.add(metadata_id=stat_id("step_num"), int64_value=step)
             ev.stats.add(metadata_id=stat_id("_r"), int64_value=1)
+            ev.stats.add(metadata_id=stat_id("_pt"), int64_value=STEP_CONTEXT_TYPE)
+            ev.stats.add(metadata_id=stat_id("_p"), int64_value=step)
     for name in sorted(per_line):
         line_id += 1
         line = plane.lines.add(id=line_id, display_id=line_id, name=name, display_name=name, timestamp_ns=origin_ns)
         for step, e in sorted(per_line[name], key=lambda se: se[1].start_us):
-            ev = line.events.add(metadata_id=event_id(f"{e.node}:{e.op}"),
-                                 offset_ps=int(e.start_us * 1e6) - origin_ns * 1000,
-                                 duration_ps=max(0, int(e.dur_us * 1e6)))
+            ev = line.events.add(metadata_id=event_id(f"{e.node}:{e.op}"), offset_ps=offset_ps(e.start_us),
+                                 duration_ps=max(0, round(e.dur_us * 1e6)))
             ev.stats.add(metadata_id=stat_id("step_num"), int64_value=step)
             ev.stats.add(metadata_id=stat_id("device"), str_value=e.device)
+            ev.stats.add(metadata_id=stat_id("_ct"), int64_value=STEP_CONTEXT_TYPE)
+            ev.stats.add(metadata_id=stat_id("_c"), int64_value=step)
             if e.bytes:
                 ev.stats.add(metadata_id=stat_id("bytes"), int64_value=e.bytes)
     return space

@@ -1,0 +1,114 @@
+"""Child processes that end with the command that started them.
+
+A child starts in a session (and process group) of its own, which everything it starts in turn
+shares; stopping it stops that whole group: SIGTERM, then SIGKILL for whatever still runs after a
+timeout. Its own group also keeps a terminal's Ctrl-C away from the child: the command receives
+it and stops the group. ``signals_interrupt()`` makes SIGTERM and SIGHUP take the Ctrl-C path
+(``KeyboardInterrupt``), so a command stopped by ``kill``, a job scheduler or a closed terminal
+still stops its children.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+STOP_TIMEOUT_S = 10.0
+KILL_WAIT_S = 5.0
+_INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def start(argv: list[str], **popen_kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` in a new session: the child leads a process group of its own."""
+    return subprocess.Popen(argv, start_new_session=True, **popen_kwargs)
+
+
+def group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (an exited one awaiting its parent's wait does not)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended while we looked
+            continue
+        state, _ppid, group = text[text.rindex(")") + 2:].split()[:3]
+        if int(group) == pgid and state not in ("Z", "X"):
+            return True
+    return False
+
+
+def _group_ends(pgid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for group ``pgid`` to have no running process; whether it has none."""
+    deadline = time.monotonic() + timeout
+    while group_running(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def stop(process: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> None:
+    """End ``process`` (started by :func:`start`) and every process of its group.
+
+    SIGTERM to the group, then SIGKILL to what still runs ``timeout`` seconds later; ``process``
+    is waited for, so it leaves no zombie, and its pipes are closed.
+    """
+    pgid = process.pid  # the session leader's pid is its group's id
+    deadline = time.monotonic() + timeout
+    _signal_group(pgid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=timeout)
+    if not _group_ends(pgid, deadline - time.monotonic()) or process.poll() is None:
+        _signal_group(pgid, signal.SIGKILL)
+        process.wait()
+        _group_ends(pgid, KILL_WAIT_S)  # SIGKILL is delivered asynchronously
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` as Ctrl-C (SIGINT) does.
+
+    Only the first such signal raises; later ones are ignored, so that cleanup after the interrupt
+    (stopping children, bounded by a timeout) runs to its end. Outside the main thread, where
+    handlers cannot be set, this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = False
+
+    def interrupt(signum, frame):
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise KeyboardInterrupt
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in _INTERRUPTING}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
