@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 from types import SimpleNamespace as NS
 
@@ -512,3 +514,13 @@ def test_nmt_three_devices_lanes_hold_no_overlapping_ops_and_every_arrow_binds_t
             else:
                 leaving, reaching = _intended_transfer_ends(nodes, args["tensor"], args["from"], args["to"])
                 assert sender["args"]["name"] in leaving and receiver["args"]["name"] in reaching, args
+
+
+def test_atomic_writes_get_the_mode_of_an_ordinary_new_file(tmp_path):
+    # mkstemp creates 0600 files; run directories are shared and viewed by others like any file.
+    umask = os.umask(0)
+    os.umask(umask)
+    written = atomic_write_bytes(tmp_path / "x.pb", b"123")
+    ordinary = tmp_path / "ordinary"
+    ordinary.write_bytes(b"123")
+    assert stat.S_IMODE(written.stat().st_mode) == stat.S_IMODE(ordinary.stat().st_mode) == 0o666 & ~umask

@@ -88,6 +88,16 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     return path
 
 
+def _file_mode() -> int:
+    """0666 less the process umask: the mode ``open()`` would give a new file."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+_FILE_MODE = _file_mode()
+
+
 def _write_then_rename(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -95,6 +105,7 @@ def _write_then_rename(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            os.fchmod(handle.fileno(), _FILE_MODE)  # mkstemp makes 0600; a run is shared like any file
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
