@@ -2,7 +2,8 @@
 
 ``add_workload_arguments`` puts the same flags on every command that runs a
 workload; ``workload_config_from_args`` turns them into a validated
-``WorkloadConfig`` or raises ``UsageError`` with a one-line reason.
+``WorkloadConfig`` or raises ``UsageError`` with a one-line reason, and
+``check_workload_args`` refuses what it can before TensorFlow loads to count the GPUs.
 """
 
 from __future__ import annotations
