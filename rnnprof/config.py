@@ -110,7 +110,9 @@ def _per_model(key: str) -> str:
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False) -> list[argparse.Action]:
-    """Workload flags; returns their actions. With ``sweep``, ``--devices`` and ``--variable-update`` take comma lists."""
+    """Workload flags; returns their actions.
+
+    With ``sweep``, ``--devices`` and ``--variable-update`` take comma lists."""
     actions = []
 
     def add(group, *flags, **kwargs):
@@ -124,7 +126,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
              "layer (BlockLSTM on CPU, CudnnRNN on GPU) (default: fused)")
     add(g, "--direction", choices=DIRECTIONS, default="uni",
         help="bi: a bidirectional first encoder layer (NMT) (default: %(default)s)")
-    add(g, "--layers", type=positive_int, default=None, help=f"LSTM layers (NMT: of the encoder and of the decoder) {_per_model('layers')}")
+    add(g, "--layers", type=positive_int, default=None,
+        help=f"LSTM layers (NMT: of the encoder and of the decoder) {_per_model('layers')}")
     add(g, "--units", type=positive_int, default=None, help=f"LSTM units {_per_model('units')}")
     add(g, "--attention", choices=ATTENTIONS, default="none",
         help="decoder attention (NMT; luong and bahdanau need --encoder loop) (default: %(default)s)")
@@ -134,7 +137,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
         help=f"longest target sentence in tokens (NMT) (default: {model_defaults('nmt', None)['tgt_max_len']})")
     add(g, "--vocab-size", type=positive_int, default=None, help=f"words in the vocabulary {_per_model('vocab_size')}")
     add(g, "--optimizer", choices=OPTIMIZERS, default="sgd", help="the optimizer of every tower (default: %(default)s)")
-    add(g, "--learning-rate", type=float, default=None, help=f"the optimizer's learning rate {_per_model('learning_rate')}")
+    add(g, "--learning-rate", type=float, default=None,
+        help=f"the optimizer's learning rate {_per_model('learning_rate')}")
     add(g, "--preset", choices=RNNLM_PRESETS, default=None,
         help="RNNLM sizes: rnn_benchmark (1 layer of 1024 units, 128 steps, batch 128) or small "
              "(default: small's sizes)")
@@ -173,7 +177,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
     add(r, "--request-gpu", action="store_true",
         help="place towers on GPUs even when none is visible (soft placement falls back to CPU)")
     t = parser.add_argument_group("timing")
-    add(t, "--warmup", type=non_negative_int, default=10, help="batches run before timing starts (default: %(default)s)")
+    add(t, "--warmup", type=non_negative_int, default=10,
+        help="batches run before timing starts (default: %(default)s)")
     add(t, "--batches", type=positive_int, default=20, help="timed batches (default: %(default)s)")
     add(t, "--include-warmup", action="store_true",
         help="also report the biased figure that includes the warm-up batches")

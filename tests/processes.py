@@ -43,7 +43,8 @@ def command_line(pid: int) -> str:
 
 
 def running_descendants(root: int | None = None) -> dict[int, str]:
-    """Every process below ``root`` (default: this one) in the parent chains that has not exited: pid -> command line."""
+    """Every process below ``root`` (default: this one) in the parent chains that has not exited:
+    pid -> command line."""
     root = os.getpid() if root is None else root
     children: dict[int, list[int]] = {}
     states: dict[int, str] = {}

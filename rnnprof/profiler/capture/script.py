@@ -3,7 +3,9 @@
 The script runs in a child Python process started as ``python -m rnnprof.profiler.capture.script``;
 that bootstrap opens a ``Capture`` (hooks on ``Session.run`` and ``tf.function``), then runs
 the script with ``runpy`` as ``__main__``. The parent only prepares the directory, waits,
-and marks the run interrupted if the child died before it could.
+and marks the run interrupted if the child died before it could. Interrupted, it stops the child:
+Ctrl-C reaches both, SIGTERM is passed on, and a child still running ``STOP_GRACE_S`` seconds later
+(or at a second interrupt) is killed; a child whose parent dies outright gets SIGTERM.
 """
 
 from __future__ import annotations
