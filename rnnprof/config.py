@@ -2,7 +2,8 @@
 
 ``add_workload_arguments`` puts the same flags on every command that runs a
 workload; ``workload_config_from_args`` turns them into a validated
-``WorkloadConfig`` or raises ``UsageError`` with a one-line reason.
+``WorkloadConfig`` or raises ``UsageError`` with a one-line reason, and
+``check_workload_args`` refuses what it can before TensorFlow loads to count the GPUs.
 """
 
 from __future__ import annotations
@@ -101,53 +102,87 @@ non_negative_seconds = _number_in(0, kind=float, what="a number of seconds")
 percentage = _number_in(0, 100, kind=float, what="a percentage")
 
 
-def add_workload_arguments(parser: argparse.ArgumentParser, devices_help: str | None = None,
-                           sweep: bool = False) -> None:
-    """Workload flags. With ``sweep``, ``--devices`` and ``--variable-update`` take comma lists."""
+def _per_model(key: str) -> str:
+    """The default of a flag whose default depends on the model and preset, from ``model_defaults``."""
+    nmt, rnnlm = model_defaults("nmt", None)[key], model_defaults("rnnlm", None)[key]
+    benchmark = model_defaults("rnnlm", "rnn_benchmark")[key]
+    return f"(default: {nmt:g} for nmt, {rnnlm:g} for rnnlm, {benchmark:g} with --preset rnn_benchmark)"
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False) -> list[argparse.Action]:
+    """Workload flags; returns their actions.
+
+    With ``sweep``, ``--devices`` and ``--variable-update`` take comma lists."""
+    actions = []
+
+    def add(group, *flags, **kwargs):
+        actions.append(group.add_argument(*flags, **kwargs))
+
     g = parser.add_argument_group("workload")
-    g.add_argument("--model", choices=MODELS, default="nmt")
-    g.add_argument("--encoder", choices=ENCODERS, default=None,
-                   help="loop: LSTM cells from raw ops in tf.while_loop; fused: one sequence op per "
-                        "layer (BlockLSTM on CPU, CudnnRNN on GPU). Default: fused")
-    g.add_argument("--direction", choices=DIRECTIONS, default="uni")
-    g.add_argument("--layers", type=positive_int, default=None, help="encoder and decoder layers (default 4)")
-    g.add_argument("--units", type=positive_int, default=None, help="LSTM units (default 512)")
-    g.add_argument("--attention", choices=ATTENTIONS, default="none")
-    g.add_argument("--src-max-len", type=positive_int, default=None)
-    g.add_argument("--tgt-max-len", type=positive_int, default=None)
-    g.add_argument("--vocab-size", type=positive_int, default=None)
-    g.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
-    g.add_argument("--learning-rate", type=float, default=None)
-    g.add_argument("--preset", choices=RNNLM_PRESETS, default=None, help="RNNLM presets")
-    g.add_argument("--data", default=None, help="a tokenized text file (one sentence a line) instead of the bundled corpus")
-    limits.add_argument(g)  # applies to --data
-    g.add_argument("--plant", choices=PLANTS, default=None,
-                   help="diagnostic: reproduce a known placement mishap (RNNLM)")
-    g.add_argument("--seed", type=int, default=1)
+    add(g, "--model", choices=MODELS, default="nmt",
+        help="nmt: seq2seq translation; rnnlm: LSTM language model (default: %(default)s)")
+    add(g, "--encoder", choices=ENCODERS, default=None,
+        help="loop: LSTM cells from raw ops in tf.while_loop; fused: one sequence op per "
+             "layer (BlockLSTM on CPU, CudnnRNN on GPU) (default: fused)")
+    add(g, "--direction", choices=DIRECTIONS, default="uni",
+        help="bi: a bidirectional first encoder layer (NMT) (default: %(default)s)")
+    add(g, "--layers", type=positive_int, default=None,
+        help=f"LSTM layers (NMT: of the encoder and of the decoder) {_per_model('layers')}")
+    add(g, "--units", type=positive_int, default=None, help=f"LSTM units {_per_model('units')}")
+    add(g, "--attention", choices=ATTENTIONS, default="none",
+        help="decoder attention (NMT; luong and bahdanau need --encoder loop) (default: %(default)s)")
+    add(g, "--src-max-len", type=positive_int, default=None,
+        help=f"longest source sentence in tokens (NMT), sequence length (RNNLM) {_per_model('src_max_len')}")
+    add(g, "--tgt-max-len", type=positive_int, default=None,
+        help=f"longest target sentence in tokens (NMT) (default: {model_defaults('nmt', None)['tgt_max_len']})")
+    add(g, "--vocab-size", type=positive_int, default=None, help=f"words in the vocabulary {_per_model('vocab_size')}")
+    add(g, "--optimizer", choices=OPTIMIZERS, default="sgd", help="the optimizer of every tower (default: %(default)s)")
+    add(g, "--learning-rate", type=float, default=None,
+        help=f"the optimizer's learning rate {_per_model('learning_rate')}")
+    add(g, "--preset", choices=RNNLM_PRESETS, default=None,
+        help="RNNLM sizes: rnn_benchmark (1 layer of 1024 units, 128 steps, batch 128) or small "
+             "(default: small's sizes)")
+    add(g, "--data", default=None,
+        help="a tokenized text file (one sentence a line) (default: the bundled corpus for rnnlm, synthetic "
+             "sentences for nmt)")
+    actions.append(limits.add_argument(g))  # applies to --data
+    add(g, "--plant", choices=PLANTS, default=None,
+        help="opt-in demo of a placement mishap for the placement audit to find: softmax-on-device0 pins every "
+             "tower's softmax to device 0 (RNNLM) (default: none)")
+    add(g, "--seed", type=int, default=1, help="seed of the initial weights and the batches (default: %(default)s)")
     r = parser.add_argument_group("devices and variable updates")
     if sweep:
-        r.add_argument("--devices", default="1,2,4", help=devices_help or "comma-separated device counts (default 1,2,4)")
-        r.add_argument("--variable-update", default="replicated",
-                       help="comma-separated: " + ", ".join(VARIABLE_UPDATES))
+        add(r, "--devices", default="1,2,4", help="comma-separated device counts (default: %(default)s)")
+        add(r, "--variable-update", default="replicated",
+            help="comma-separated: " + ", ".join(VARIABLE_UPDATES) + " (default: %(default)s)")
     else:
-        r.add_argument("--devices", type=positive_int, default=2, help=devices_help or "towers, one per device")
-        r.add_argument("--variable-update", choices=VARIABLE_UPDATES, default="replicated")
-    r.add_argument("--all-reduce", choices=ALL_REDUCES, default=None,
-                   help="gradient all-reduce for replicated mode (default: nccl on GPUs, ring on CPU)")
-    r.add_argument("--local-parameter-device", choices=PARAMETER_DEVICES, default="cpu")
-    r.add_argument("--gradient-repacking", type=non_negative_int, default=0,
-                   help="pack gradients into N chunks before all-reduce (0: one all-reduce per variable)")
-    r.add_argument("--batch-size", type=positive_int, default=None, help="per device, or total with --batch-scaling total")
-    r.add_argument("--batch-scaling", choices=BATCH_SCALINGS, default="per-device")
-    r.add_argument("--inter-op-threads", type=non_negative_int, default=0)
-    r.add_argument("--intra-op-threads", type=non_negative_int, default=0)
-    r.add_argument("--request-gpu", action="store_true",
-                   help="place towers on GPUs even when none is visible (soft placement falls back to CPU)")
+        add(r, "--devices", type=positive_int, default=2, help="towers, one per device (default: %(default)s)")
+        add(r, "--variable-update", choices=VARIABLE_UPDATES, default="replicated",
+            help="how towers share variables (default: %(default)s)")
+    add(r, "--all-reduce", choices=ALL_REDUCES, default=None,
+        help="gradient all-reduce for replicated mode (default: nccl on GPUs, ring on CPU)")
+    add(r, "--local-parameter-device", choices=PARAMETER_DEVICES, default="cpu",
+        help="where parameter_server mode keeps the shared variables (default: %(default)s)")
+    add(r, "--gradient-repacking", type=non_negative_int, default=0,
+        help="pack gradients into N chunks before all-reduce; 0: one all-reduce per variable (default: %(default)s)")
+    add(r, "--batch-size", type=positive_int, default=None,
+        help=f"per device, or total with --batch-scaling total {_per_model('batch_size')}")
+    add(r, "--batch-scaling", choices=BATCH_SCALINGS, default="per-device",
+        help="per-device: every tower gets --batch-size; total: --batch-size is split over the towers "
+             "(default: %(default)s)")
+    add(r, "--inter-op-threads", type=non_negative_int, default=0,
+        help="threads running independent ops; 0 lets TensorFlow choose (default: %(default)s)")
+    add(r, "--intra-op-threads", type=non_negative_int, default=0,
+        help="threads inside one op; 0 lets TensorFlow choose (default: %(default)s)")
+    add(r, "--request-gpu", action="store_true",
+        help="place towers on GPUs even when none is visible (soft placement falls back to CPU)")
     t = parser.add_argument_group("timing")
-    t.add_argument("--warmup", type=non_negative_int, default=10, help="batches run before timing starts")
-    t.add_argument("--batches", type=positive_int, default=20, help="timed batches")
-    t.add_argument("--include-warmup", action="store_true",
-                   help="also report the biased figure that includes the warm-up batches")
+    add(t, "--warmup", type=non_negative_int, default=10,
+        help="batches run before timing starts (default: %(default)s)")
+    add(t, "--batches", type=positive_int, default=20, help="timed batches (default: %(default)s)")
+    add(t, "--include-warmup", action="store_true",
+        help="also report the biased figure that includes the warm-up batches")
+    return actions
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
@@ -171,6 +206,23 @@ def parse_choice_list(text: str, flag: str, choices: tuple[str, ...]) -> list[st
 def workload_config_from_args(args: argparse.Namespace, gpus_available: int | None = None,
                               **overrides) -> WorkloadConfig:
     """Build and validate a config from parsed flags; ``overrides`` replace single values."""
+    config = _config_from_args(args, gpus_available, overrides)
+    validate(config, gpus_available)
+    return config
+
+
+def check_workload_args(args: argparse.Namespace, **overrides) -> None:
+    """Refuse what is wrong whatever GPUs the machine has (bad combinations, a missing ``--data`` file),
+    so a bad flag is refused before TensorFlow loads to count the GPUs."""
+    config = _config_from_args(args, None, overrides)
+    validate_without_gpus(config)
+    if config.data is not None:
+        from rnnprof.models.data import check_data_path
+
+        check_data_path(config.data)
+
+
+def _config_from_args(args: argparse.Namespace, gpus_available: int | None, overrides: dict) -> WorkloadConfig:
     values = {}
     for f in dataclasses.fields(WorkloadConfig):
         if hasattr(args, f.name):
@@ -182,9 +234,7 @@ def workload_config_from_args(args: argparse.Namespace, gpus_available: int | No
         values.setdefault(key, value)
     if "all_reduce" not in values:
         values["all_reduce"] = "nccl" if gpus_available else "ring"
-    config = WorkloadConfig(**values)
-    validate(config, gpus_available)
-    return config
+    return WorkloadConfig(**values)
 
 
 def model_defaults(model: str, preset: str | None) -> dict:
@@ -200,17 +250,22 @@ def model_defaults(model: str, preset: str | None) -> dict:
 
 
 def validate(config: WorkloadConfig, gpus_available: int | None = None) -> None:
-    """Raise ``UsageError`` for combinations that cannot work."""
+    """Raise ``UsageError`` for combinations that cannot work with ``gpus_available`` GPUs."""
+    validate_without_gpus(config)
+    if config.variable_update == "replicated" and config.all_reduce == "nccl" and not gpus_available:
+        raise UsageError("--all-reduce nccl needs GPUs and none is visible; use ring, hierarchical or pscpu")
+    if config.local_parameter_device == "gpu" and config.variable_update == "parameter_server" and not gpus_available:
+        raise UsageError("--local-parameter-device gpu needs a GPU and none is visible; use cpu")
+
+
+def validate_without_gpus(config: WorkloadConfig) -> None:
+    """Raise ``UsageError`` for combinations that cannot work on any machine."""
     if config.devices < 1:
         raise UsageError(f"--devices must be at least 1, got {config.devices}")
     if not 0 < config.learning_rate < float("inf"):  # also refuses nan
         raise UsageError(f"--learning-rate must be a positive number, got {config.learning_rate}")
     if config.model == "nmt" and config.attention != "none" and config.encoder == "fused":
         raise UsageError("--attention needs the loop decoder; use --encoder loop or --attention none")
-    if config.variable_update == "replicated" and config.all_reduce == "nccl" and not gpus_available:
-        raise UsageError("--all-reduce nccl needs GPUs and none is visible; use ring, hierarchical or pscpu")
-    if config.local_parameter_device == "gpu" and config.variable_update == "parameter_server" and not gpus_available:
-        raise UsageError("--local-parameter-device gpu needs a GPU and none is visible; use cpu")
     if config.plant and config.model != "rnnlm":
         raise UsageError(f"--plant {config.plant} applies to --model rnnlm")
     if config.preset and config.model != "rnnlm":

@@ -74,8 +74,8 @@ def set_max_input_bytes(value: int | None) -> None:
     _override = value
 
 
-def add_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-input-size", metavar="SIZE", default=None,
+def add_argument(parser: argparse.ArgumentParser) -> argparse.Action:
+    return parser.add_argument("--max-input-size", metavar="SIZE", default=None,
                         help=f"refuse input files larger than SIZE after decompression, e.g. 512M, 20G "
                              f"(default: ${ENV_MAX_INPUT} or 8G)")
 

@@ -315,6 +315,18 @@ def test_writer_manifest_lists_written_files(tmp_path):
     assert set(manifest["versions"]) == {"rnnprof", "tensorflow", "python"}
 
 
+def test_session_config_in_the_manifest_is_read_from_the_config_proto():
+    from tensorflow.core.protobuf import config_pb2
+
+    from rnnprof.profiler.rundir.manifest import session_config_fields
+
+    proto = config_pb2.ConfigProto(inter_op_parallelism_threads=3, intra_op_parallelism_threads=5,
+                                   allow_soft_placement=True)
+    assert session_config_fields(proto) == {"inter_op_threads": 3, "intra_op_threads": 5,
+                                            "allow_soft_placement": True}
+    assert session_config_fields(config_pb2.ConfigProto())["allow_soft_placement"] is False
+
+
 # -- real TF: a two-device graph-mode program -----------------------------------------------------
 
 class TwoDeviceToy:

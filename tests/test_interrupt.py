@@ -1,7 +1,8 @@
-"""Ctrl-C and failures in the middle of ``rnnprof trace``: the run directory stays valid and readable.
+"""Ctrl-C, SIGTERM and failures in the middle of ``rnnprof trace``: the run directory stays valid and
+readable, and a script or job under capture does not keep running.
 
-These start the real CLI in a child process and send it a real SIGINT, so the signal takes the
-same path as a user's Ctrl-C (Python's KeyboardInterrupt inside a TF Session step).
+These start the real CLI in a child process and send it real signals, so a signal takes the same path
+as a user's Ctrl-C (Python's KeyboardInterrupt inside a TF Session step) or a job scheduler's SIGTERM.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def _count_ops(run: Path) -> tuple[int, dict | None, str]:
 
 
 @pytest.mark.slow
-def test_sigint_during_traced_steps_keeps_a_readable_run(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_during_traced_steps_keeps_a_readable_run(tmp_path, signum):
     run = tmp_path / "run"
     child = subprocess.Popen(
         [sys.executable, "-m", "rnnprof", "trace", *TINY_NMT, "--trace-steps", "300", "--out", str(run)],
@@ -72,7 +74,7 @@ def test_sigint_during_traced_steps_keeps_a_readable_run(tmp_path):
             time.sleep(0.05)
         assert child.poll() is None, f"trace ended before the signal: {child.communicate()}"
         assert len(traced) >= 2, "trace never reached its traced steps"
-        os.kill(child.pid, signal.SIGINT)
+        os.kill(child.pid, signum)
         out, err = child.communicate(timeout=120)
     finally:
         if child.poll() is None:
@@ -175,3 +177,184 @@ def test_write_failure_mid_capture_marks_the_run_and_says_why(tmp_path):
     # Nothing was traced, and the analyses say so instead of printing an empty report.
     code, _, err = _count_ops(run)
     assert code == 2 and "no readable timeline" in err and len(err.strip().splitlines()) == 1
+
+
+# -- a script or a running job under capture ------------------------------------------------------
+
+# Steps forever (tf.function calls) after writing its pid where the test can read it.
+ENDLESS_SCRIPT = """
+import os, signal, sys, time
+import tensorflow as tf
+if len(sys.argv) > 2 and sys.argv[2] == "ignore-sigterm":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+@tf.function
+def step(x):
+    return tf.reduce_sum(tf.matmul(x, x))
+
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    step(tf.ones([32, 32]))
+    time.sleep(0.01)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running (not merely a zombie waiting to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZXx"
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _start_script_capture(tmp_path: Path, *script_args: str):
+    """`rnnprof trace -- python endless.py` with the capture window open; returns (rnnprof, script pid, run)."""
+    script = tmp_path / "endless.py"
+    script.write_text(ENDLESS_SCRIPT)
+    pid_file, run = tmp_path / "script.pid", tmp_path / "run"
+    rnnprof = subprocess.Popen(
+        [sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--steps", "100000", "--skip-steps", "1",
+         "--", sys.executable, str(script), str(pid_file), *script_args],
+        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and rnnprof.poll() is None:
+        try:
+            if pid_file.exists() and _manifest(run)["devices"]:  # devices are recorded as the window opens
+                return rnnprof, int(pid_file.read_text()), run
+        except (OSError, ValueError, KeyError):
+            pass  # not written yet
+        time.sleep(0.05)
+    rnnprof.kill()
+    raise AssertionError(f"the capture window never opened: {rnnprof.communicate()}")
+
+
+def _stop_all(rnnprof: subprocess.Popen, script_pid: int | None) -> None:
+    """Cleanup for a failed test: nothing it started keeps running."""
+    if rnnprof.poll() is None:
+        os.killpg(rnnprof.pid, signal.SIGKILL)
+        rnnprof.wait()
+    if script_pid is not None and _alive(script_pid):
+        os.kill(script_pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_script_under_capture_and_marks_the_run_interrupted(tmp_path):
+    rnnprof, script_pid, run = _start_script_capture(tmp_path)
+    try:
+        os.kill(rnnprof.pid, signal.SIGTERM)  # rnnprof alone, as `kill PID` or a job scheduler sends it
+        out, err = rnnprof.communicate(timeout=120)
+        assert rnnprof.returncode == 130, err
+        assert _gone_within(script_pid, 10), "the script kept running after rnnprof exited"
+    finally:
+        _stop_all(rnnprof, script_pid)
+    assert "interrupted" in err.strip().splitlines()[-1] and "Traceback" not in err
+    manifest = _manifest(run)
+    assert manifest["status"] == rundir.STATUS_INTERRUPTED
+    # The window was open: it closed on the way out and its profile is in the run.
+    assert manifest["profiled_steps"] and manifest["captured"]["xplane"]
+    assert all((run / rel).is_file() for rel in _listed_files(manifest))
+    assert _leftovers(run) == []
+
+
+@pytest.mark.slow
+def test_a_script_that_ignores_sigterm_is_killed_at_the_second_one(tmp_path):
+    rnnprof, script_pid, run = _start_script_capture(tmp_path, "ignore-sigterm")
+    try:
+        os.kill(rnnprof.pid, signal.SIGTERM)  # passed on, and ignored by the script
+        time.sleep(2)
+        assert _alive(script_pid)
+        os.kill(rnnprof.pid, signal.SIGTERM)  # no more waiting
+        out, err = rnnprof.communicate(timeout=120)
+        assert rnnprof.returncode == 130, err
+        assert _gone_within(script_pid, 10), "the script kept running after rnnprof exited"
+    finally:
+        _stop_all(rnnprof, script_pid)
+    manifest = _manifest(run)
+    assert manifest["status"] == rundir.STATUS_INTERRUPTED
+    assert manifest["exit_code"] == -signal.SIGKILL
+
+
+@pytest.mark.slow
+def test_the_script_does_not_outlive_rnnprof_killed_outright(tmp_path):
+    rnnprof, script_pid, run = _start_script_capture(tmp_path)
+    try:
+        os.kill(rnnprof.pid, signal.SIGKILL)  # no handler runs in rnnprof
+        rnnprof.wait(timeout=60)
+        assert _gone_within(script_pid, 60), "the script kept running after rnnprof was killed"
+    finally:
+        _stop_all(rnnprof, script_pid)
+    manifest = _manifest(run)
+    assert manifest["status"] == rundir.STATUS_INTERRUPTED  # written by the script's side on its way out
+    assert manifest["profiled_steps"] and manifest["captured"]["xplane"]
+
+
+PROFILED_JOB = """
+import sys, time
+import tensorflow as tf
+tf.profiler.experimental.server.start(int(sys.argv[1]))
+w = tf.Variable(tf.ones([64, 64]) / 64.0)
+
+@tf.function
+def work():
+    w.assign(tf.tanh(tf.matmul(w, w)))
+
+work()
+print("ready", flush=True)
+end = time.time() + 300
+while time.time() < end:
+    work()
+    time.sleep(0.005)
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_during_attach_ends_the_capture_at_once_and_marks_the_run_interrupted(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "job.py"
+    script.write_text(PROFILED_JOB)
+    job = subprocess.Popen([sys.executable, str(script), str(port)], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, env=ENV)
+    run = tmp_path / "attached"
+    rnnprof = None
+    try:
+        assert job.stdout.readline().strip() == "ready"
+        rnnprof = subprocess.Popen(
+            [sys.executable, "-m", "rnnprof", "trace", "--attach", f"grpc://127.0.0.1:{port}", "--duration", "300",
+             "--out", str(run)],
+            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and rnnprof.poll() is None:
+            if list(run.glob(".attach-*")):  # the scratch folder exists once the capture request is under way
+                break
+            time.sleep(0.05)
+        assert rnnprof.poll() is None, rnnprof.communicate()
+        time.sleep(1)
+        os.kill(rnnprof.pid, signal.SIGTERM)
+        out, err = rnnprof.communicate(timeout=120)  # well before the 300 s the capture asked for
+    finally:
+        if rnnprof is not None and rnnprof.poll() is None:
+            os.killpg(rnnprof.pid, signal.SIGKILL)
+            rnnprof.wait()
+        job.kill()
+        job.wait()
+    assert rnnprof.returncode == 130, err
+    assert "interrupted" in err.strip().splitlines()[-1] and "Traceback" not in err
+    manifest = _manifest(run)
+    assert manifest["status"] == rundir.STATUS_INTERRUPTED
+    assert _leftovers(run) == []

@@ -99,6 +99,36 @@ def test_table_on_the_terminal_names_the_columns_and_the_note():
     assert rows == [["2", "3", "6"], ["3", "2", "6"]]
 
 
+@pytest.mark.slow
+def test_sweep_measures_each_config_in_order_and_reports_progress():
+    """The sweep without the command: a point per config, in order, each step passed to its progress."""
+    from rnnprof.config import WorkloadConfig
+    from rnnprof.profiler.run.sweep import sweep
+
+    base = WorkloadConfig(model="rnnlm", layers=1, units=16, embedding=16, vocab_size=50, src_max_len=6,
+                          tgt_max_len=6, batch_size=4, warmup=1, batches=2, learning_rate=1.0)
+    configs = [base.replace(devices=2, variable_update="independent"),
+               base.replace(devices=1, variable_update="replicated", include_warmup=True)]
+    seen, warnings = [], []
+
+    def progress(label, warmup, batches):
+        seen.append((label, warmup, batches, []))
+        return lambda phase, index, step: seen[-1][3].append((phase, index))
+
+    swept = sweep(configs, progress, on_warning=warnings.append)
+    assert [(p.variable_update, p.devices) for p in swept.points] == [("independent", 2), ("replicated", 1)]
+    assert [s[:3] for s in seen] == [("independent x2", 1, 2), ("replicated x1", 1, 2)]
+    assert all(s[3] == [("warmup", 0), ("timed", 0), ("timed", 1)] for s in seen)
+    first, second = swept.points
+    assert first.all_reduce is None and second.all_reduce == "ring"  # only replicated mode reduces
+    assert first.total_batch == 8 and second.total_batch == 4
+    assert first.with_warmup is None and second.with_warmup.steps == 3
+    assert len(first.step_seconds) == 2 and len(first.warmup_step_seconds) == 1
+    assert first.timed.total_seconds == pytest.approx(sum(first.step_seconds))
+    assert swept.device_kind == "logical-cpu" and swept.model == "rnnlm" and swept.words_definition
+    assert warnings == []
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--variable-update", "replicated,sharded"], "sharded"),
     (["--devices", "0,2"], "at least 1"),

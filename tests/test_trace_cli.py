@@ -135,6 +135,32 @@ def test_nmt_xplanes_convert(nmt_run, tmp_path):
                 assert f"{device['name']} ops" in threads
 
 
+@pytest.mark.slow
+def test_capture_workload_reports_what_it_wrote(tmp_path):
+    """The capture sequence without the command: its result agrees with the run directory it wrote."""
+    from rnnprof.config import WorkloadConfig
+    from rnnprof.profiler.capture.workload import capture_workload
+
+    config = WorkloadConfig(model="rnnlm", layers=1, units=16, embedding=16, vocab_size=50, src_max_len=6,
+                            tgt_max_len=6, batch_size=4, devices=2, warmup=1, batches=2, inter_op_threads=1,
+                            learning_rate=1.0)
+    warnings = []
+    done = capture_workload(config, tmp_path / "run", force=False, command=["test"], trace_steps=1,
+                            on_warning=warnings.append)
+    m = _manifest(done.path)
+    assert done.path == tmp_path / "run" and m["status"] == "complete" and m["command"] == ["test"]
+    assert done.device_kind == "logical-cpu" and [d["kind"] for d in m["devices"]] == ["logical-cpu"] * 2
+    assert done.timed.steps == 2 and m["throughput"]["steps"] == 2
+    assert done.timed.words_per_second == m["throughput"]["words_per_second"]
+    assert len(m["step_times"]["warmup"]) == 1 and len(m["step_times"]["timed"]) == 2
+    assert sum(m["step_times"]["timed"]) == pytest.approx(done.timed.total_seconds)
+    assert m["traced_steps"] == [3] and m["profiled_steps"] == [4]
+    assert done.captured == m["captured"] and len(done.captured["timelines"]) == 1
+    # The session's own settings, not the flags': one inter-op thread, and the warning it draws.
+    assert m["session_config"] == {"inter_op_threads": 1, "intra_op_threads": 0, "allow_soft_placement": True}
+    assert len(warnings) == 1 and "--inter-op-threads 1" in warnings[0]
+
+
 TF2_SCRIPT = """
 import sys
 import tensorflow as tf

@@ -33,14 +33,20 @@ def bundled_corpus_path() -> Path:
     return Path(str(resources.files("rnnprof.models") / "corpus" / "english.txt"))
 
 
-def read_sentences(path: str | Path | None = None) -> list[list[str]]:
-    """Whitespace-tokenized sentences, one per non-blank line; ``None`` reads the bundled corpus."""
-    path = Path(path) if path is not None else bundled_corpus_path()
+def check_data_path(path: str | Path) -> None:
+    """Refuse a ``--data`` path that cannot be a text file to read, without reading it."""
+    path = Path(path)
     if not path.exists():
         raise InputError(path, "no such file", DATA_EXPECTED)
     if not path.is_file():
         raise InputError(path, "is not a regular file", DATA_EXPECTED)
     limits.check_file(path)  # a huge file is one clear error, not an out-of-memory
+
+
+def read_sentences(path: str | Path | None = None) -> list[list[str]]:
+    """Whitespace-tokenized sentences, one per non-blank line; ``None`` reads the bundled corpus."""
+    path = Path(path) if path is not None else bundled_corpus_path()
+    check_data_path(path)
     try:
         raw = path.read_bytes()
     except OSError as e:

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from rnnprof.profiler import rundir
+from rnnprof.profiler.rundir.manifest import session_config_fields
 from rnnprof.profiler.rundir.writer import RunWriter
 from rnnprof.profiler.capture.nvtx import nvtx_range
 
@@ -107,8 +108,6 @@ class Capture:
                     self._end_step()
                 if self._window_open:
                     self._close_window()
-                elif not self._window_done and self.steps is None and self._seen_steps == 0:
-                    pass  # nothing ran as a step and no window opened: an empty capture
             finally:
                 for unhook in reversed(self._unhooks):
                     unhook()
@@ -190,10 +189,8 @@ class Capture:
             try:
                 tf.profiler.experimental.stop()
             finally:
-                runs = sorted(p.name for p in (self._profile_scratch / rundir.PROFILE_DIR).glob("*") if p.is_dir())
                 self.writer.adopt_profile(self._profile_scratch)
                 manifest["profiled_steps"] = list(self._window_steps)
-                self._profile_run = runs[-1] if runs else None
             self._write_function_graphs()
         elif self.mode == "tf1" and self._traced:
             from rnnprof.profiler.capture.session import write_device_xspace
@@ -290,11 +287,7 @@ class Capture:
     def _record_session(self, sess) -> None:
         config = getattr(sess, "_config", None)
         if config is not None:
-            self.writer.manifest["session_config"] = {
-                "inter_op_threads": config.inter_op_parallelism_threads,
-                "intra_op_threads": config.intra_op_parallelism_threads,
-                "allow_soft_placement": config.allow_soft_placement,
-            }
+            self.writer.manifest["session_config"] = session_config_fields(config)
         try:
             self.writer.set_devices([d.name for d in sess.list_devices()])
             self.writer.write_graph(sess.graph.as_graph_def(add_shapes=True))

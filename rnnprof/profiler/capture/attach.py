@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 from pathlib import Path
 
-from rnnprof.errors import InputError, UsageError
+from rnnprof.errors import InputError, InterruptedRun, UsageError
 from rnnprof.profiler import rundir
 from rnnprof.profiler.rundir.writer import RunWriter
 
@@ -36,8 +37,11 @@ def attach_capture(address: str, duration_s: float, out_dir: str | Path, force: 
     status = rundir.STATUS_INTERRUPTED
     try:
         try:
-            tf.profiler.experimental.client.trace(address, str(scratch), duration_ms=int(duration_s * 1000),
-                                                  num_tracing_attempts=attempts)
+            _interruptible(lambda: tf.profiler.experimental.client.trace(
+                address, str(scratch), duration_ms=int(duration_s * 1000), num_tracing_attempts=attempts))
+        except KeyboardInterrupt:
+            raise InterruptedRun(f"interrupted before {address} sent its trace (run directory: {writer.path})"
+                                 ) from None
         except tf.errors.OpError as exc:
             message = (exc.message or str(exc)).strip().splitlines()[0]
             raise InputError(address, f"profiler capture failed: {message}",
@@ -49,3 +53,26 @@ def attach_capture(address: str, duration_s: float, out_dir: str | Path, force: 
         shutil.rmtree(scratch, ignore_errors=True)
         writer.finish(status)
     return writer
+
+
+def _interruptible(call) -> None:
+    """Run ``call`` in a thread and wait for it in the main thread, where Ctrl-C and SIGTERM land.
+
+    The profiler client blocks in C++ for the whole capture, and Python runs signal handlers only between
+    bytecodes of the main thread; waiting here lets an interrupt end the command at once. An abandoned
+    call ends with the process.
+    """
+    outcome: dict = {}
+
+    def target():
+        try:
+            call()
+        except BaseException as exc:  # handed to the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, name="rnnprof-attach", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    if "error" in outcome:
+        raise outcome["error"]

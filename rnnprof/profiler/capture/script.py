@@ -3,11 +3,14 @@
 The script runs in a child Python process started as ``python -m rnnprof.profiler.capture.script``;
 that bootstrap opens a ``Capture`` (hooks on ``Session.run`` and ``tf.function``), then runs
 the script with ``runpy`` as ``__main__``. The parent only prepares the directory, waits,
-and marks the run interrupted if the child died before it could.
+and marks the run interrupted if the child died before it could. Interrupted, it stops the child:
+Ctrl-C reaches both, SIGTERM is passed on, and a child still running ``STOP_GRACE_S`` seconds later
+(or at a second interrupt) is killed; a child whose parent dies outright gets SIGTERM.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import runpy
@@ -22,10 +25,13 @@ import rnnprof
 from rnnprof.errors import UsageError
 from rnnprof.profiler import rundir
 from rnnprof.errors import InputError
+from rnnprof.profiler.capture.interrupt import Terminated, ignore_interrupts, terminate_as_interrupt
 from rnnprof.profiler.rundir.manifest import new_manifest, read_manifest
 from rnnprof.profiler.rundir.writer import RunWriter, atomic_write_json, prepare_out_dir
 
 ENV = "RNNPROF_CAPTURE"
+STOP_GRACE_S = 30  # how long an interrupted script may take to close its capture before it is killed
+_PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
 NO_TENSORFLOW = 2  # the child's exit code when its Python has no TensorFlow (rnnprof's error, not the script's)
 
 
@@ -61,18 +67,44 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's info lines (profiler sessions) are rnnprof's noise
     env[ENV] = json.dumps({"out": str(out), "steps": steps, "skip_steps": skip_steps, "delay": delay,
                            "command": list(command), "rnnprof_python": sys.executable})
-    child = subprocess.Popen([interpreter, "-m", "rnnprof.profiler.capture.script", *rest], env=env)
+    child = subprocess.Popen([interpreter, "-m", "rnnprof.profiler.capture.script", *rest], env=env,
+                             preexec_fn=_end_with_parent())
+    interrupted = False
     try:
         code = child.wait()
-    except KeyboardInterrupt:  # the child got the same SIGINT; let it write what it captured
-        try:
-            code = child.wait(timeout=60)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            child.kill()
-            code = child.wait()
-        code = 130 if code in (0, -signal.SIGINT) else code
+    except KeyboardInterrupt as exc:
+        interrupted = True
+        code = _stop(child, forward=isinstance(exc, Terminated))
     _mark_unfinished(out, list(command), code)
-    return 130 if code == -signal.SIGINT else code
+    return 130 if interrupted or code == -signal.SIGINT else code
+
+
+def _stop(child: subprocess.Popen, forward: bool) -> int:
+    """Stop the script after an interrupt and return its exit code.
+
+    Ctrl-C reaches the whole process group, the script included; SIGTERM reached only rnnprof and is
+    passed on. Either way the script closes its capture (the run says ``interrupted``); one that has not
+    exited after ``STOP_GRACE_S`` seconds, or a second interrupt, is killed.
+    """
+    if forward:
+        child.send_signal(signal.SIGTERM)
+    try:
+        return child.wait(timeout=STOP_GRACE_S)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        child.kill()
+        return child.wait()
+
+
+def _end_with_parent():
+    """For ``Popen(preexec_fn=...)``: the child gets SIGTERM when rnnprof dies, even by SIGKILL (Linux only).
+
+    libc is loaded here, in the parent: only the ``prctl`` call runs between fork and exec.
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _mark_unfinished(out: Path, command: list[str], code: int) -> None:
@@ -119,6 +151,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = settings.get("command") or argv
     # The parent prepared the directory; the writer exists before TensorFlow so a failed import is recorded.
     writer = RunWriter(settings["out"], command=command, force=True, config={"script": command})
+    with terminate_as_interrupt():  # rnnprof passes SIGTERM on; the capture then closes as interrupted
+        try:
+            return _capture(writer, settings, argv)
+        except KeyboardInterrupt:  # before the script started: TensorFlow was still loading
+            ignore_interrupts()
+            writer.finish(rundir.STATUS_INTERRUPTED)
+            return 130
+
+
+def _capture(writer: RunWriter, settings: dict, argv: list[str]) -> int:
+    """Run the script under a capture that writes through ``writer``; returns its exit code."""
     try:
         import tensorflow  # noqa: F401  hooks go on TF's classes before the script builds anything
     except ImportError as exc:
@@ -143,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.path.insert(0, str(Path(argv[0]).resolve().parent))
             runpy.run_path(argv[0], run_name="__main__")
     except KeyboardInterrupt:
+        ignore_interrupts()  # one interrupt is enough: the capture closes now
         status, code = rundir.STATUS_INTERRUPTED, 130
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -155,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         last_line = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
         writer.manifest["error"] = f"the script raised {last_line}"
     finally:
+        ignore_interrupts()  # closing writes the window's files; rnnprof kills a child that takes too long
         cap.close(status)
     return code
 

@@ -51,6 +51,13 @@ def new_manifest(command: Iterable[str] | None = None, config: dict | None = Non
     }
 
 
+def session_config_fields(proto) -> dict:
+    """The manifest's ``session_config``: the settings of a ``tf.compat.v1.ConfigProto`` the analyses read."""
+    return {"inter_op_threads": proto.inter_op_parallelism_threads,
+            "intra_op_threads": proto.intra_op_parallelism_threads,
+            "allow_soft_placement": proto.allow_soft_placement}
+
+
 def read_manifest(path: Path) -> dict:
     manifest_path = Path(path) / rundir.MANIFEST
     try:

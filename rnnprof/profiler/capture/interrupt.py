@@ -1,0 +1,45 @@
+"""SIGTERM ends a capture the way Ctrl-C does: what was captured is kept and the run says ``interrupted``.
+
+A job scheduler or ``kill`` sends SIGTERM; Python's default is to die on the spot, which leaves the
+manifest saying ``running`` and a script under capture still running. Inside ``terminate_as_interrupt``
+SIGTERM raises ``Terminated``, a ``KeyboardInterrupt``, so every ``except KeyboardInterrupt`` that
+closes a capture handles both, and the code that must tell them apart (a Ctrl-C from a terminal
+reaches the whole process group; a SIGTERM only the process it was sent to) can.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """While inside, SIGTERM raises ``Terminated`` in the main thread; the previous handler comes back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def ignore_interrupts() -> None:
+    """From now on SIGINT and SIGTERM do nothing: a capture that is closing finishes writing.
+
+    Whoever started this process stops it with SIGKILL if closing takes too long.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)

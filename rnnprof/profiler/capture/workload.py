@@ -1,0 +1,80 @@
+"""The capture sequence of a built-in workload (``rnnprof trace`` without a script or ``--attach``).
+
+Open the data-parallel run, record its session config and devices, time it exactly as ``rnnprof scale``
+does (warm-up, then timed steps, inside NVTX ranges), record the throughput, then trace and profile
+steps after the timed window (``session.capture_after``). The run directory's status says how it ended.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rnnprof.analyzers.throughput import TimingSummary
+from rnnprof.config import WorkloadConfig
+from rnnprof.errors import InterruptedRun
+
+
+@dataclass(frozen=True)
+class WorkloadCapture:
+    """What a finished capture reports: where it went, how fast the timed steps ran, what was written."""
+
+    path: Path
+    device_kind: str
+    timed: TimingSummary
+    captured: dict  # the manifest's lists of written files, by kind
+
+
+def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool, command: Sequence[str],
+                     trace_steps: int, on_warning: Callable[[str], None] = lambda warning: None
+                     ) -> WorkloadCapture:
+    """Capture ``config``'s workload into ``out`` (None: a fresh ``runs/<model>-<time>``).
+
+    A ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM under ``interrupt.terminate_as_interrupt``) keeps what
+    was captured, marks the run interrupted and raises ``InterruptedRun``; any other failure is recorded
+    in the manifest's ``error`` and raised.
+    """
+    from rnnprof.models import get_workload
+    from rnnprof.profiler import rundir
+    from rnnprof.profiler.capture.nvtx import NvtxSteps
+    from rnnprof.profiler.capture.session import capture_after
+    from rnnprof.profiler.run.measure import measure
+    from rnnprof.profiler.run.runner import DataParallelRun
+    from rnnprof.profiler.rundir.manifest import session_config_fields
+    from rnnprof.profiler.rundir.writer import RunWriter, default_run_dir
+
+    workload = get_workload(config)  # a bad --data file stops here, before a run directory exists
+    writer = RunWriter(out or default_run_dir(config.model), command=command, force=force,
+                       config=config.to_dict())
+    status = rundir.STATUS_INTERRUPTED
+    try:
+        with DataParallelRun(config, workload=workload) as run:
+            for warning in run.warnings:
+                on_warning(warning)
+            writer.update(session_config=session_config_fields(run.session_proto))
+            writer.set_devices(run.device_names, run.device_kind)
+            times = writer.manifest["step_times"]
+            steps = NvtxSteps(run, config.warmup)
+            try:
+                measurement = measure(steps, config.warmup, config.batches,
+                                      on_step=lambda phase, index, step: times[phase].append(step.seconds))
+            finally:
+                steps.end()
+            throughput = dataclasses.asdict(measurement.timed)
+            throughput["words_definition"] = run.workload.words_definition
+            if config.include_warmup:
+                throughput["with_warmup"] = dataclasses.asdict(measurement.with_warmup)
+            writer.update(throughput=throughput)
+            capture_after(writer, run.step, config.warmup + config.batches, trace_steps, graph=run.graph)
+        status = rundir.STATUS_COMPLETE
+    except KeyboardInterrupt:
+        raise InterruptedRun(f"interrupted; what was captured is in {writer.path}") from None
+    except Exception as exc:
+        writer.manifest["error"] = f"{type(exc).__name__}: {exc}"  # the run says why it stopped
+        raise
+    finally:
+        writer.finish(status)
+    return WorkloadCapture(path=writer.path, device_kind=run.device_kind, timed=measurement.timed,
+                           captured=writer.manifest["captured"])

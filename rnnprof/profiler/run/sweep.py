@@ -1,0 +1,56 @@
+"""The sweep behind ``rnnprof scale``: one fresh run per configuration, warmed up and timed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from rnnprof.analyzers.scale import ScalePoint
+from rnnprof.config import WorkloadConfig
+from rnnprof.profiler.run.measure import StepCallback, measure
+from rnnprof.profiler.run.runner import DataParallelRun
+
+# progress(label, warmup, batches) -> the ``measure`` callback of one run (``reports.progress.StepProgress.run``)
+Progress = Callable[[str, int, int], StepCallback]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    points: tuple[ScalePoint, ...]
+    device_kind: str  # of the last run; every run of a sweep sees the same devices
+    words_definition: str
+    model: str  # the workload's own name
+
+
+def _no_progress(label: str, warmup: int, batches: int) -> None:
+    return None
+
+
+def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
+          on_warning: Callable[[str], None] = lambda warning: None) -> Sweep:
+    """Measure every config in order (a new graph and session each) and return one ``ScalePoint`` per config."""
+    if not configs:
+        raise ValueError("sweep needs at least one configuration")
+    points = []
+    for config in configs:
+        with DataParallelRun(config) as training:
+            for warning in training.warnings:
+                on_warning(warning)
+            device_kind = training.device_kind
+            words_definition = training.workload.words_definition
+            model = training.workload.name
+            label = f"{config.variable_update} x{config.devices}"
+            m = measure(training, config.warmup, config.batches,
+                        on_step=progress(label, config.warmup, config.batches))
+        points.append(ScalePoint(
+            variable_update=config.variable_update,
+            all_reduce=config.all_reduce if config.variable_update == "replicated" else None,
+            devices=config.devices,
+            per_device_batch=config.per_device_batch(),
+            total_batch=config.total_batch(),
+            timed=m.timed,
+            with_warmup=m.with_warmup if config.include_warmup else None,
+            step_seconds=tuple(s.seconds for s in m.timed_steps),
+            warmup_step_seconds=tuple(s.seconds for s in m.warmup_steps),
+        ))
+    return Sweep(points=tuple(points), device_kind=device_kind, words_definition=words_definition, model=model)
