@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 from rich.console import Console
 
 from rnnprof.cli import main

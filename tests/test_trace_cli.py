@@ -203,9 +203,11 @@ def _check_tf2_run(run: Path, tmp_path: Path, steps: list[int]) -> None:
 def test_trace_tf2_script_through_cli(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TF2_SCRIPT)
-    out = tmp_path / "run"
-    result = _trace_script(out, script, "--steps", "2", "--skip-steps", "1", script_args=["5"])
+    out = tmp_path / "run[bold]x[/bold]:smile:"  # printed verbatim, not read as rich markup
+    result = _trace_script(out, script, "--steps", "2", "--skip-steps", "1", script_args=["5"],
+                           env={**ENV, "COLUMNS": "1000"})
     assert result.returncode == 0, result.stderr[-2000:]
+    assert f"run directory: {out}" in result.stdout
     _check_tf2_run(out, tmp_path, [1, 2])
 
 

@@ -6,6 +6,7 @@ import argparse
 import os
 
 from rich.console import Console
+from rich.text import Text
 
 from rnnprof.config import VARIABLE_UPDATES, add_workload_arguments, parse_choice_list, parse_int_list
 from rnnprof.errors import UsageError
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     errors = Console(stderr=True)
     with StepProgress(errors) as progress:
         swept = sweep(configs, progress.run, on_warning=lambda warning: errors.print(
-            f"rnnprof scale: warning: {warning}", markup=False, highlight=False))
+            Text(f"rnnprof scale: warning: {warning}")))
 
     result = speedup_table(swept.points)
     notes = [n for n in [shared_cores_note(swept.device_kind, os.cpu_count())] if n]

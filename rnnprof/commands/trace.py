@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rich.text import Text
+
 from rnnprof.commands._given import given_options, record_given_options
 from rnnprof.config import (add_workload_arguments, check_workload_args, non_negative_int, non_negative_seconds,
                             positive_int, workload_config_from_args)
@@ -98,7 +100,7 @@ def _attach(args, console, argv) -> int:
 
     writer = attach_capture(args.attach, args.duration, _require_out(args, "a running job"), force=args.force,
                             command=argv)
-    console.print(f"captured {args.duration:g} s from {args.attach} into [bold]{writer.path}[/]")
+    console.print(Text.assemble(f"captured {args.duration:g} s from {args.attach} into ", (str(writer.path), "bold")))
     return 0
 
 
@@ -117,7 +119,7 @@ def _script(args, command, console) -> int:
     empty = nothing_captured(out, args.skip_steps, args.delay)
     if empty:
         raise FindingsError(f"{empty} (run directory: {out})")
-    console.print(f"run directory: [bold]{out}[/]")
+    console.print(Text.assemble("run directory: ", (str(out), "bold")))
     return 0
 
 
@@ -127,11 +129,12 @@ def _workload(args, console, argv) -> int:
 
     config = workload_config_from_args(args, gpus_available=visible_gpus())
     done = capture_workload(config, args.out, args.force, argv, args.trace_steps,
-                            on_warning=lambda warning: console.print(f"[yellow]warning:[/] {warning}"))
+                            on_warning=lambda warning: console.print(Text.assemble(("warning:", "yellow"), f" {warning}")))
     timed = done.timed
-    console.print(f"{config.model} on {config.devices} {done.device_kind} device(s): "
-                  f"{timed.words_per_second:,.0f} words/s over {timed.steps} timed steps "
-                  f"(median {timed.median_step_seconds * 1000:.1f} ms/step)")
-    console.print(f"run directory: [bold]{done.path}[/] — {len(done.captured['timelines'])} timelines, "
-                  f"{len(done.captured['xplane'])} xplanes, {len(done.captured['graphs'])} graph files")
+    console.print(Text(f"{config.model} on {config.devices} {done.device_kind} device(s): "
+                       f"{timed.words_per_second:,.0f} words/s over {timed.steps} timed steps "
+                       f"(median {timed.median_step_seconds * 1000:.1f} ms/step)"))
+    console.print(Text.assemble("run directory: ", (str(done.path), "bold"),
+                                f" — {len(done.captured['timelines'])} timelines, {len(done.captured['xplane'])} "
+                                f"xplanes, {len(done.captured['graphs'])} graph files"))
     return 0
