@@ -1,8 +1,10 @@
-"""Analyzers are pure: no module under rnnprof/analyzers imports TensorFlow, torch or the profiler side."""
+"""Layering: analyzers are pure (no TensorFlow, torch or profiler side); models and the event table import no
+run or capture code; commands stay thin."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +58,32 @@ def test_importing_every_analyzer_loads_no_tensorflow_or_torch():
     assert done.returncode == 0, done.stderr
     count, loaded = done.stdout.split(" ", 1)
     assert int(count) > 10 and loaded.strip() == "[]"
+
+
+PACKAGE = Path(rnnprof.__file__).parent
+
+
+def _offenders(paths, forbidden: tuple[str, ...], root: Path) -> list[str]:
+    def bad(name: str) -> bool:
+        return any(name == f or name.startswith(f + ".") for f in forbidden)
+    return [f"{path.relative_to(root)}:{line}: {name}" for path in paths for line, name in _imports(path) if bad(name)]
+
+
+def test_models_import_no_run_or_capture_code():
+    modules = sorted((PACKAGE / "models").rglob("*.py"))
+    assert len(modules) >= 8
+    assert _offenders(modules, ("rnnprof.profiler", "rnnprof.commands", "rnnprof.reports"), PACKAGE) == []
+
+
+def test_the_event_table_and_names_import_nothing_of_rnnprof_but_errors():
+    paths = [PACKAGE / "events.py", PACKAGE / "names.py"]
+    imported = [name for path in paths for _, name in _imports(path) if name.startswith("rnnprof")]
+    assert all(name.startswith("rnnprof.errors") for name in imported), imported
+
+
+def test_commands_hold_no_loops_over_devices_and_no_format_or_error_text_branching():
+    for path in sorted((PACKAGE / "commands").glob("*.py")):
+        text = path.read_text()
+        assert ".problem" not in text, f"{path.name} branches on an error's text"
+        assert "detect_format" not in text, f"{path.name} decides formats itself"
+        assert not re.search(r"for \w+ in [\w.()]*devices\b", text), f"{path.name} loops over devices"

@@ -177,6 +177,7 @@ class CommReport:
     comm_ops: tuple[CommOp, ...] = ()  # by summed time, longest first
     source_format: str = ""
     sources: tuple[str, ...] = ()
+    host_only: bool = False  # the trace has events, all of them on hosts (so no device to report)
 
     def as_dict(self) -> dict:
         return {
@@ -330,6 +331,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
         comm_ops=_comm_ops(table, np.flatnonzero(work)[is_comm]),
         source_format=table.source_format,
         sources=table.sources,
+        host_only=len(table) > 0 and all(d.kind == "host" for d in table.devices),
     )
 
 

@@ -38,12 +38,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
 
     notes = run_notes(args.paths)
-    table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
-    report = analyze_comm(table, args.comm_pattern)
+    report = analyze_comm(load_events(args.paths[0] if len(args.paths) == 1 else args.paths), args.comm_pattern)
     if not report.devices:
-        host_only = len(table) > 0 and all(d.kind == "host" for d in table.devices)
         problem = ("no device activity: every event is on the host (a CPU-only tf.profiler XSpace, for one, "
-                   "names no device for its ops)" if host_only
+                   "names no device for its ops)" if report.host_only
                    else "no device activity (no kernels, memcpys or ops on a device)")
         raise InputError(", ".join(args.paths), problem,
                          "a trace of GPU streams or TF device ops, e.g. an rnnprof run directory")

@@ -24,7 +24,7 @@ from typing import Sequence
 
 from rnnprof.errors import InputError
 from rnnprof.events import EventTable
-from rnnprof.profiler.loaders import load_events, merge, run_dir
+from rnnprof.profiler.loaders import load_events, merge, rnnprof_run
 from rnnprof.profiler.loaders.registry import Source, open_source
 
 MERGED_TRACES = "graphs are read from one run directory or graph file, not from merged traces"
@@ -121,7 +121,7 @@ def _one_run(sources: list[Source], label: str) -> Inputs:
             defs.user += found.user
             defs.runtime += found.runtime
             defs.warnings += found.warnings
-        if source.holds_events and (not _is_run(source) or run_dir.has_traces(source.path)):
+        if source.holds_events and (not _is_run(source) or rnnprof_run.has_traces(source.path)):
             tables.append(source.events())
     events = merge(tables) if tables else None
     has_graph = bool(defs.user or defs.runtime)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from rnnprof.errors import InputError
-from rnnprof.profiler.loaders import chrome_json, graphdef, kineto, run_dir, run_metadata, xplane
+from rnnprof.profiler.loaders import chrome_json, graphdef, kineto, rnnprof_run, run_metadata, xplane
 from rnnprof.profiler.loaders.jsonstream import read_prefix
 
 PREFIX_BYTES = 1 << 16
@@ -51,11 +51,11 @@ class Format:
 
 
 REGISTRY: tuple[Format, ...] = (
-    Format("rundir", "rnnprof run directory", run_dir.sniff, run_dir.parse, run_dir.events, run_dir.graph_defs),
+    Format("rundir", "rnnprof run directory", rnnprof_run.sniff, rnnprof_run.parse, rnnprof_run.events, rnnprof_run.graph_defs),
     Format("xplane-dir", "folder of TensorFlow XSpace files (*.xplane.pb)", xplane.sniff_dir, xplane.parse_dir,
            xplane.events_dir, listed=False),
-    Format("graphs-dir", "folder with a graphs/ subfolder of GraphDefs", run_dir.sniff_graphs_only,
-           run_dir.parse_graphs_only, graphs=run_dir.graph_defs, listed=False),
+    Format("graphs-dir", "folder with a graphs/ subfolder of GraphDefs", rnnprof_run.sniff_graphs_only,
+           rnnprof_run.parse_graphs_only, graphs=rnnprof_run.graph_defs, listed=False),
     Format("kineto", "Kineto/PyTorch profiler JSON (.json, .json.gz)", kineto.sniff, kineto.parse, kineto.events),
     Format("chrome-json", "TF1 timeline Chrome trace, rnnprof Chrome trace, xprof trace_viewer JSON",
            chrome_json.sniff, chrome_json.parse, chrome_json.events),
