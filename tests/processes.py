@@ -24,14 +24,34 @@ def become_subreaper() -> bool:
         return False
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, parent pid) of a process, None once it is gone."""
-    try:
+class Proc:
+    """One process as /proc shows it; ``start`` (clock ticks after boot) tells it from a later one with its pid."""
+
+    def __init__(self, pid: int):
         text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # the name in parentheses may hold spaces and ")"
-    return fields[0], int(fields[1])
+        fields = text[text.rindex(")") + 2:].split()  # the name in parentheses may hold spaces and ")"
+        self.pid, self.state, self.ppid, self.session, self.start = (
+            pid, fields[0], int(fields[1]), int(fields[3]), int(fields[19]))
+        self.cmdline = command_line(pid)
+
+    def running(self) -> bool:
+        """Still there, the same process, and not exited (a zombie has ended; it only awaits its parent's wait)."""
+        try:
+            now = Proc(self.pid)
+        except (OSError, ValueError, IndexError):
+            return False
+        return now.start == self.start and now.state not in _GONE
+
+    def __repr__(self):
+        return f"{self.pid} [{self.state}] {self.cmdline[:120]}"
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (not merely a zombie waiting to be reaped)."""
+    try:
+        return Proc(pid).state not in _GONE
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def command_line(pid: int) -> str:
@@ -42,26 +62,35 @@ def command_line(pid: int) -> str:
     return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part) or "?"
 
 
-def running_descendants(root: int | None = None) -> dict[int, str]:
-    """Every process below ``root`` (default: this one) in the parent chains that has not exited:
-    pid -> command line."""
-    root = os.getpid() if root is None else root
-    children: dict[int, list[int]] = {}
-    states: dict[int, str] = {}
+def processes() -> list[Proc]:
+    """Every process /proc lists now."""
+    found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        stat = _stat(int(entry.name))
-        if stat is not None:
-            states[int(entry.name)] = stat[0]
-            children.setdefault(stat[1], []).append(int(entry.name))
-    found, stack = {}, list(children.get(root, []))
-    while stack:
-        pid = stack.pop()
-        stack.extend(children.get(pid, []))
-        if states[pid] not in _GONE:
-            found[pid] = command_line(pid)
+        if entry.name.isdigit():
+            try:
+                found.append(Proc(int(entry.name)))
+            except (OSError, ValueError, IndexError):
+                pass  # ended while we looked
     return found
+
+
+def descendants(root: int | None = None) -> list[Proc]:
+    """Every process below ``root`` (default: this one) in the parent chains, exited or not."""
+    root = os.getpid() if root is None else root
+    children: dict[int, list[Proc]] = {}
+    for proc in processes():
+        children.setdefault(proc.ppid, []).append(proc)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child.pid)
+    return found
+
+
+def running_descendants(root: int | None = None) -> dict[int, str]:
+    """The descendants of ``root`` (default: this process) that have not exited: pid -> command line."""
+    return {proc.pid: proc.cmdline for proc in descendants(root) if proc.state not in _GONE}
 
 
 def left_running(grace_s: float = 10.0) -> dict[int, str]:

@@ -21,6 +21,8 @@ import pytest
 
 from rnnprof.profiler import rundir
 
+from processes import alive
+
 # Enough traced steps that the capture is still running when the signal arrives.
 TINY_NMT = ["--model", "nmt", "--devices", "2", "--units", "16", "--layers", "1", "--src-max-len", "6",
             "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", "1", "--batches", "1"]
@@ -201,18 +203,9 @@ while True:
 """
 
 
-def _alive(pid: int) -> bool:
-    """Running (not merely a zombie waiting to be reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZXx"
-
-
 def _gone_within(pid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while _alive(pid):
+    while alive(pid):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -245,7 +238,7 @@ def _stop_all(rnnprof: subprocess.Popen, script_pid: int | None) -> None:
     if rnnprof.poll() is None:
         os.killpg(rnnprof.pid, signal.SIGKILL)
         rnnprof.wait()
-    if script_pid is not None and _alive(script_pid):
+    if script_pid is not None and alive(script_pid):
         os.kill(script_pid, signal.SIGKILL)
 
 
@@ -274,7 +267,7 @@ def test_a_script_that_ignores_sigterm_is_killed_at_the_second_one(tmp_path):
     try:
         os.kill(rnnprof.pid, signal.SIGTERM)  # passed on, and ignored by the script
         time.sleep(2)
-        assert _alive(script_pid)
+        assert alive(script_pid)
         os.kill(rnnprof.pid, signal.SIGTERM)  # no more waiting
         out, err = rnnprof.communicate(timeout=120)
         assert rnnprof.returncode == 130, err

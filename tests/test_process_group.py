@@ -13,6 +13,8 @@ import pytest
 
 from rnnprof import process_group
 
+from processes import alive
+
 # A child that starts a grandchild ignoring SIGTERM, prints the grandchild's pid, then waits.
 TREE = """
 import subprocess, sys, time
@@ -23,14 +25,6 @@ grandchild.stdout.readline()
 print(grandchild.pid, flush=True)
 time.sleep(600)
 """
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -45,11 +39,11 @@ def test_stop_ends_the_whole_group_and_kills_what_ignores_sigterm():
         process_group.stop(child, timeout=2)
         took = time.monotonic() - began
         assert child.returncode == -signal.SIGTERM  # the child ended on SIGTERM ...
-        assert not _running(grandchild)  # ... and the grandchild that ignored it was killed
+        assert not alive(grandchild)  # ... and the grandchild that ignored it was killed
         assert 2 <= took < 30 and not process_group.group_running(child.pid)
     finally:
         for pid in (child.pid, grandchild):
-            if pid and _running(pid):
+            if pid and alive(pid):
                 os.kill(pid, signal.SIGKILL)
         if child.poll() is None:
             child.wait()

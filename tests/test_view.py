@@ -22,6 +22,8 @@ import pytest
 from rnnprof.cli import main
 from rnnprof.profiler import rundir
 
+from processes import Proc, descendants, processes
+
 DEV0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 DEV1 = "/job:localhost/replica:0/task:0/device:CPU:1"
 PROFILE_RUN = "2024_01_01_00_00_00" + rundir.DEVICES_RUN_SUFFIX
@@ -62,52 +64,6 @@ def _get(url: str, timeout: float = 30) -> bytes:
         return data
 
 
-class _Process:
-    """One process as /proc shows it; ``start`` (clock ticks after boot) tells it from a later one with its pid."""
-
-    def __init__(self, pid: int):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2:].split()
-        self.pid, self.state, self.ppid, self.session, self.start = pid, fields[0], int(fields[1]), int(fields[3]), \
-            int(fields[19])
-        self.cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-
-    def running(self) -> bool:
-        """Still there and not exited (a zombie has ended; it only awaits its parent's wait)."""
-        try:
-            now = _Process(self.pid)
-        except (OSError, ValueError):
-            return False
-        return now.start == self.start and now.state not in ("Z", "X")
-
-    def __repr__(self):
-        return f"{self.pid} [{self.state}] {self.cmdline[:120]}"
-
-
-def _processes() -> list[_Process]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                found.append(_Process(int(entry.name)))
-            except (OSError, ValueError, IndexError):
-                pass  # ended while we looked
-    return found
-
-
-def _descendants(pid: int) -> list[_Process]:
-    everyone = _processes()
-    children: dict[int, list[_Process]] = {}
-    for p in everyone:
-        children.setdefault(p.ppid, []).append(p)
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child.pid)
-    return found
-
-
 class _Viewer:
     """``rnnprof view`` in a subprocess, waited on until it prints its URL.
 
@@ -118,7 +74,7 @@ class _Viewer:
     def __init__(self, logdir: Path):
         self.port = _free_port()
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        self.started: list[_Process] = []
+        self.started: list[Proc] = []
         self.process = subprocess.Popen([sys.executable, "-m", "rnnprof", "view", str(logdir), "--port",
                                          str(self.port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True, env=env, start_new_session=True)
@@ -140,7 +96,7 @@ class _Viewer:
                 assert f"127.0.0.1:{self.port}/#profile" in line
                 break
         assert self.base, "rnnprof view printed no URL"
-        self.started = _descendants(self.process.pid)  # TensorBoard and its data server
+        self.started = descendants(self.process.pid)  # TensorBoard and its data server
         for _ in range(60):  # the plugin discovers runs shortly after start
             try:
                 if json.loads(_get(f"{self.base}/data/plugin/profile/runs")):
@@ -149,10 +105,10 @@ class _Viewer:
                 pass
             time.sleep(0.5)
 
-    def close(self) -> list[_Process]:
+    def close(self) -> list[Proc]:
         """Stop ``rnnprof view`` (SIGTERM, as ``kill`` does); returns what it left running, now killed."""
         if self.process.poll() is None:
-            self.started += _descendants(self.process.pid)
+            self.started += descendants(self.process.pid)
             self.process.terminate()
             try:
                 self.process.wait(timeout=60)
@@ -256,7 +212,7 @@ def test_a_port_in_use_is_one_line(tmp_path):
         try:
             out, err = view.communicate(timeout=120)
         finally:
-            started = _descendants(view.pid)
+            started = descendants(view.pid)
             if view.poll() is None:
                 view.kill()
                 view.communicate()
@@ -338,4 +294,4 @@ def test_sigterm_stops_view_and_everything_it_started(captured_run):
         left = viewer.close()
     assert viewer.process.returncode == 0 and "error" not in out.lower() and "Traceback" not in out, out
     assert not left, left  # no descendant of rnnprof view still runs
-    assert not [p for p in _processes() if p.session in sessions and p.running()]  # nor anything in their session
+    assert not [p for p in processes() if p.session in sessions and p.running()]  # nor anything in their session
