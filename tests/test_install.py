@@ -79,3 +79,11 @@ def test_trace_analyses_work_without_tensorflow():
     result = _without_tensorflow("comm", str(FIXTURES / "kineto-2rank-nccl-rank0.json.gz"), "--json")
     assert result.returncode == 0, result.stderr
     assert '"devices"' in result.stdout
+
+
+def test_torch_is_an_extra_pinned_to_one_release_and_part_of_the_test_extra():
+    extras = PROJECT["optional-dependencies"]
+    for name in ("torch", "test"):
+        pins = [Requirement(r) for r in extras[name] if Requirement(r).name == "torch"]
+        assert [str(r.specifier) for r in pins] == ["==2.13.*"], name
+    assert "torch" not in {Requirement(r).name for r in PROJECT["dependencies"]}
