@@ -62,6 +62,11 @@ COLLECTIVE_PREFIX = "Collective"  # CollectiveReduce(V2), CollectiveGather(V2), 
 COMMUNICATION_OP = re.compile(
     rf"^(_?(Host)?(Send|Recv)|_?{COLLECTIVE_PREFIX}\w*|Nccl\w*|\w*AllReduce\w*|\w*AllGather\w*|\w*AllToAll\w*)$")
 
+# Collectives of a PyTorch rank without a GPU (gloo): the ``c10d::*`` operators the program calls
+# (``c10d::allreduce_``, ``c10d::broadcast_``, ...), the ``gloo:*`` ranges gloo's worker threads record
+# (``gloo:all_reduce``) and ``record_param_comms``. The Kineto loader makes them the rank's
+# communication when the rank has no GPU streams; on a GPU rank they are host-side launches.
+CPU_COLLECTIVE = re.compile(r"^(?:c10d::\w+|gloo:\w+|record_param_comms)$")
 # Event names or op types that the analyses count as communication (``rnnprof comm``), searched anywhere:
 COMM_PATTERNS: tuple[str, ...] = (
     r"^nccl(Dev)?Kernel",  # NCCL kernels
@@ -69,6 +74,7 @@ COMM_PATTERNS: tuple[str, ...] = (
     r"^NcclAllReduce|^Nccl(Reduce|Broadcast|AllGather)",
     r"(?i)all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all",
     r"^_?(Host)?(Send|Recv)$",  # point-to-point transfers
+    CPU_COLLECTIVE.pattern,  # c10d/gloo collectives of a CPU rank
     # ops inside a gradient exchange scope: their op types are plain copies and adds
     rf"(^|/)({'|'.join(EXCHANGE_SCOPES)})(_\d+)?/",
 )

@@ -8,6 +8,11 @@ Which events count on which device (``device_work_mask``):
   GPU busy. Only a GPU without any stream record (step stats captured without the
   GPU tracer) is measured by its executor ops instead, and says so (``basis``);
 * a TF CPU device's activity is the ops executed on that device (``/device:CPU:k``);
+* a PyTorch rank without a GPU (gloo) is measured by its host operators (basis ``"host operators"``,
+  the devices the loader lists in ``metadata["host_operator_devices"]``): compute = union of its
+  ``cpu_op`` intervals (nested operators count once), communication = union of its collectives
+  (``c10d::*``, gloo's ``gloo:*`` ranges on its worker threads). Compute is then operator time on the
+  host, not kernel time; an operator that calls a collective counts as compute while it waits;
 * the host itself (``Device.kind == "host"``) is not reported: its events are
   launches and framework overhead, not device time;
 * annotations (step markers, user ranges, ``gpu_user_annotation``) never count.
@@ -59,6 +64,7 @@ STREAM_LANE_PREFIXES = ("stream", "memcpy")
 BASIS_STREAMS = "streams"
 BASIS_EXECUTOR = "executor ops"
 BASIS_OPS = "ops"
+BASIS_HOST_OPS = "host operators"
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,8 @@ class DeviceComm:
     device: Device
     total: Breakdown
     steps: dict[int, Breakdown]
-    basis: str = "streams"  # what counts as its activity: "streams", "executor ops" (GPU fallback), "ops"
+    # what counts as its activity: "streams", "executor ops" (GPU fallback), "ops", "host operators" (CPU rank)
+    basis: str = "streams"
 
 
 @dataclass(frozen=True)
@@ -220,15 +227,29 @@ def device_work_mask(table: EventTable, classes: np.ndarray) -> tuple[np.ndarray
     counts_stream = np.bincount(table.device[work & is_gpu[table.device] & on_stream], minlength=len(table.devices))
     mask = work & ~is_host[table.device]
     basis: dict[int, str] = {}
+    host_operators = host_operator_devices(table)
     for code, device in enumerate(table.devices):
         if device.kind == "gpu":
             basis[code] = BASIS_STREAMS if counts_stream[code] else BASIS_EXECUTOR
+        elif device in host_operators:
+            basis[code] = BASIS_HOST_OPS
         elif device.kind != "host":
             basis[code] = BASIS_OPS
     stream_gpus = np.array([basis.get(c) == BASIS_STREAMS for c in range(len(table.devices))] or [False])
     # On a GPU with stream records, its executor ops are host-side launches.
     mask &= ~(stream_gpus[table.device] & ~on_stream)
     return mask, basis
+
+
+def host_operator_devices(table: EventTable) -> set[Device]:
+    """Devices whose activity is their host operators (CPU ranks), as the loaders listed them, merged tables included."""
+    found: set[Device] = set()
+    pending = [table.metadata]
+    while pending:
+        metadata = pending.pop()
+        found.update(metadata.get("host_operator_devices", ()))
+        pending.extend(p for p in metadata.get("parts", ()) if isinstance(p, dict))
+    return found
 
 
 def _layer_codes(classes: np.ndarray) -> np.ndarray:

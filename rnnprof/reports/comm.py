@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rnnprof.analyzers.comm import BASIS_EXECUTOR, Breakdown, CommReport, Straggler
+from rnnprof.analyzers.comm import BASIS_EXECUTOR, BASIS_HOST_OPS, Breakdown, CommReport, Straggler
 from rnnprof.reports.layout import compact_table
 
 TOP_COMM_OPS = 10
@@ -108,14 +108,30 @@ def render_table(report: CommReport, *, per_step: bool, console: Console) -> Non
     if fallback:
         console.print(Text(f"note: {', '.join(fallback)}: no GPU stream records in the trace; measured by the "
                            "executor's ops (host-side launches) instead", style="bold yellow"))
+    cpu_ranks = _cpu_rank_note(report)
+    if cpu_ranks:
+        console.print(Text(f"note: {cpu_ranks}", style="bold yellow"))
     if not any(d.total.communication_us > 0 for d in report.devices):
         console.print(Text("note: no communication found; add --comm-pattern REGEX if your collectives have other names",
                            style="bold yellow"))
     console.print(Text(DEFINITIONS, style="dim"))
 
 
+def _cpu_rank_note(report: CommReport) -> str:
+    """What the figures of ranks measured by their host operators mean ("" when there are none)."""
+    labels = [d.device.label for d in report.devices if d.basis == BASIS_HOST_OPS]
+    if not labels:
+        return ""
+    return (f"{', '.join(labels)}: ranks without a GPU, measured by their host operators: compute = union of "
+            "cpu_op time (nested operators once), comm = union of c10d::*/gloo:* collectives; compute here is "
+            "operator time on the host, not kernel time as on a GPU, and an operator waiting in a collective "
+            "it called counts as compute and overlap")
+
+
 def to_document(report: CommReport, *, per_step: bool) -> dict:
     document = report.as_dict()
+    if _cpu_rank_note(report):
+        document["notes"] = [_cpu_rank_note(report)]
     if not per_step:
         for device in document["devices"]:
             device.pop("steps")

@@ -9,6 +9,12 @@ GPU events sit on ``Device("gpu", args.device or pid)``, host events on ``Device
 worker ``rank<r>`` when the trace has ``distributedInfo``. Lanes are the host thread id or
 ``stream:<n>``. Steps come from ``ProfilerStep#N`` ranges: host events by the range their start
 falls in, GPU events through their correlation id to the runtime call that launched them.
+
+A rank without a GPU (no GPU event and no CUDA runtime call in a trace with ``distributedInfo``, e.g.
+a gloo CPU job) has its host operators as its device activity: its ``cpu_op``s sit on
+``Device("cpu", 0, "rank<r>")`` instead of the host, and its collectives (``names.CPU_COLLECTIVE``:
+``c10d::*`` operators, the ``gloo:*`` ranges of gloo's threads, ``record_param_comms``) are
+COMMUNICATION on that device. ``metadata["host_operator_devices"]`` lists such devices.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import msgspec
 import numpy as np
 
 from rnnprof.errors import InputError
-from rnnprof.names import NCCL_KERNEL
+from rnnprof.names import CPU_COLLECTIVE, NCCL_KERNEL
 from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, match_correlation, steps_in_spans
 from rnnprof.profiler.loaders.jsonstream import EventStream
 
@@ -196,10 +202,35 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     table = builder.build()
     table = _mark_nccl(table)
     table = _assign_steps(table, step_spans)
+    if worker and _without_gpu(table):
+        table = _cpu_rank(table)
     if worker:
         table = dataclasses.replace(table, devices=tuple(dataclasses.replace(d, worker=worker)
                                                          for d in table.devices))
+        if "host_operator_devices" in table.metadata:
+            table.metadata["host_operator_devices"] = [dataclasses.replace(d, worker=worker)
+                                                       for d in table.metadata["host_operator_devices"]]
     return table
+
+
+def _without_gpu(table: EventTable) -> bool:
+    """No GPU device and no CUDA runtime call: the process ran without a GPU (not a GPU trace missing its kernels)."""
+    return all(d.kind == "host" for d in table.devices) and not (table.kind == Kind.RUNTIME).any()
+
+
+def _cpu_rank(table: EventTable) -> EventTable:
+    """A rank without a GPU: its operators move from the host to its CPU device, its collectives become communication."""
+    is_collective = np.fromiter((bool(CPU_COLLECTIVE.match(s)) for s in table.strings), dtype=bool,
+                                count=len(table.strings))[table.name]
+    collective = is_collective & np.isin(table.kind, (Kind.HOST_OP, Kind.ANNOTATION))
+    cpu = Device("cpu", 0)
+    devices = (*table.devices, cpu)
+    device = table.device.copy()
+    device[(table.kind == Kind.HOST_OP) | collective] = len(devices) - 1
+    kind = table.kind.copy()
+    kind[collective] = Kind.COMMUNICATION
+    metadata = {**table.metadata, "host_operator_devices": [cpu]}
+    return dataclasses.replace(table, devices=devices, device=device, kind=kind, metadata=metadata)
 
 
 def _int_column(values: list) -> np.ndarray:

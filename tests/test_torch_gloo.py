@@ -1,0 +1,183 @@
+"""Two-rank CPU DDP (gloo) Kineto traces: each rank is a device measured by its host operators.
+
+The expected figures are computed here from the raw JSON (unions of intervals by event name and
+category), not taken from rnnprof's output.
+"""
+
+import gzip
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from rnnprof.analyzers.comm import BASIS_HOST_OPS, analyze_comm
+from rnnprof.analyzers.opcount import count_kernels
+from rnnprof.cli import main
+from rnnprof.events import Device
+from rnnprof.profiler.loaders import load_events
+
+from fixtures import FIXTURES
+
+SCRIPT = FIXTURES / "make_torch_gloo_traces.py"
+RANKS = [FIXTURES / f"torch-gloo-rank{r}.json.gz" for r in range(2)]
+COLLECTIVE = re.compile(r"^(c10d::\w+|gloo:\w+|record_param_comms)$")
+STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",
+                                        "ignore:.*inplace keyword:Warning")
+
+
+def raw_events(path):
+    with gzip.open(path, "rt") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def union(intervals):
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def raw_figures(events, step=None):
+    """Per rank from the raw events: collectives (c10d::*, gloo:*) and cpu_op time, as unions."""
+    if step is not None:
+        (span,) = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == f"ProfilerStep#{step}"]
+        events = [e for e in events if span[0] <= e["ts"] < span[1]]
+    comm = [(e["ts"], e["ts"] + e["dur"]) for e in events
+            if COLLECTIVE.match(e["name"]) and e["cat"] in ("cpu_op", "user_annotation")]
+    compute = [(e["ts"], e["ts"] + e["dur"]) for e in events
+               if e["cat"] == "cpu_op" and not COLLECTIVE.match(e["name"])]
+    return {"communication_us": union(comm), "compute_us": union(compute), "busy_us": union(comm + compute),
+            "end_us": max(end for _, end in comm + compute), "comm_start_us": min(s for s, _ in comm)}
+
+
+@pytest.fixture(scope="module")
+def report():
+    return analyze_comm(load_events(RANKS))
+
+
+def test_the_traces_are_what_the_readme_says():
+    for rank, path in enumerate(RANKS):
+        with gzip.open(path, "rt") as f:
+            document = json.load(f)
+        assert document["distributedInfo"]["backend"] == "gloo" and document["distributedInfo"]["rank"] == rank
+        names = {e["name"] for e in document["traceEvents"]}
+        assert {"c10d::allreduce_", "gloo:all_reduce", "forward", "backward", "optimizer"} <= names
+        assert not any(e.get("cat") in ("kernel", "cuda_runtime") for e in document["traceEvents"])
+        assert path.stat().st_size < 300_000
+
+
+def test_each_rank_is_a_cpu_device_measured_by_its_host_operators(report):
+    assert [d.device for d in report.devices] == [Device("cpu", 0, "rank0"), Device("cpu", 0, "rank1")]
+    assert all(d.basis == BASIS_HOST_OPS for d in report.devices)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_whole_trace_figures_match_the_raw_intervals(report, rank):
+    expected = raw_figures(raw_events(RANKS[rank]))
+    total = report.devices[rank].total
+    assert expected["communication_us"] > 0
+    for key in ("communication_us", "compute_us", "busy_us", "end_us"):
+        assert getattr(total, key) == pytest.approx(expected[key], abs=0.01), key
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_per_step_figures_match_the_raw_intervals(report, rank):
+    events = raw_events(RANKS[rank])
+    steps = sorted(int(STEP.match(e["name"]).group(1)) for e in events if STEP.match(e["name"]))
+    assert report.steps == tuple(steps) and len(steps) == 2
+    for step in steps:
+        expected = raw_figures(events, step)
+        mine = report.devices[rank].steps[step]
+        assert mine.communication_us > 0
+        for key in ("communication_us", "compute_us", "busy_us"):
+            assert getattr(mine, key) == pytest.approx(expected[key], abs=0.01), (step, key)
+
+
+def test_stragglers_per_step_from_raw_ends(report):
+    events = [raw_events(path) for path in RANKS]
+    by_step = {s.step: s for s in report.stragglers}
+    assert sorted(by_step) == list(report.steps)
+    for step, straggler in by_step.items():
+        figures = [raw_figures(e, step) for e in events]
+        ends = [f["end_us"] for f in figures]
+        starts = [f["comm_start_us"] for f in figures]
+        assert straggler.last_to_finish == Device("cpu", 0, f"rank{ends.index(max(ends))}")
+        assert straggler.finish_lag_vs_earliest_us == pytest.approx(max(ends) - min(ends), abs=0.01)
+        assert straggler.last_comm_start == Device("cpu", 0, f"rank{starts.index(max(starts))}")
+
+
+def test_communication_agrees_with_holistictraceanalysis(tmp_path, report):
+    # HTA parses the rank traces; its per-rank union of the collectives' intervals (rounded to µs) matches ours.
+    from hta.trace_analysis import TraceAnalysis
+
+    for path in RANKS:
+        shutil.copy(path, tmp_path / path.name)
+    trace = TraceAnalysis(trace_dir=str(tmp_path), include_last_profiler_step=True).t
+    symbols = trace.symbol_table.get_sym_table()
+    assert sorted(trace.traces) == [0, 1]
+    for rank, frame in trace.traces.items():
+        names = frame["name"].map(lambda code: symbols[code])
+        comm = frame[names.str.match(COLLECTIVE.pattern)]
+        assert len(comm) >= 2
+        hta_union = union(zip(comm["ts"], comm["ts"] + comm["dur"]))
+        mine = report.devices[rank].total.communication_us
+        assert mine == pytest.approx(hta_union, abs=2.0 * len(comm))
+
+
+def test_count_ops_counts_aten_ops_by_type_per_rank():
+    counts = count_kernels(load_events(RANKS))
+    for rank, path in enumerate(RANKS):
+        events = raw_events(path)
+        spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if STEP.match(e["name"])]
+        expected = {}
+        for e in events:
+            if e["cat"] == "cpu_op" and e["name"].startswith("aten::") and any(a <= e["ts"] < b for a, b in spans):
+                expected[e["name"]] = expected.get(e["name"], 0) + 1
+        mine = counts.by_device_type[f"rank{rank}/cpu:0"]
+        assert {k: v for k, v in mine.items() if k.startswith("aten::")} == expected
+        assert mine["c10d::allreduce_"] == 2
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_comm_reports_both_ranks_per_step_with_stragglers_and_says_how_they_are_measured(capsys):
+    code, out, err = run_cli(capsys, "comm", *RANKS, "--per-step")
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "rank0/cpu:0" in out and "rank1/cpu:0" in out and "step 2" in out and "step 3" in out
+    assert "stragglers" in out and "gloo:all_reduce" in out
+    assert "ranks without a GPU, measured by their host operators" in flat
+    assert "no communication found" not in flat
+    code, out, err = run_cli(capsys, "comm", *RANKS, "--json")
+    document = json.loads(out)
+    assert [d["basis"] for d in document["devices"]] == [BASIS_HOST_OPS] * 2
+    assert "host operators" in document["notes"][0]
+
+
+def test_cli_count_ops_by_type_has_a_column_per_rank(capsys):
+    code, out, err = run_cli(capsys, "count-ops", *RANKS, "--by", "type")
+    assert code == 0, err
+    assert "rank0/cpu:0" in out and "rank1/cpu:0" in out and "aten::" in out and "rank0/host" not in out
+
+
+@pytest.mark.slow
+def test_the_capture_script_records_two_loadable_rank_traces(tmp_path):
+    result = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    paths = sorted(tmp_path.glob("torch-gloo-rank*.json.gz"))
+    assert [p.name for p in paths] == ["torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz"]
+    report = analyze_comm(load_events(paths))
+    assert [d.device.worker for d in report.devices] == ["rank0", "rank1"]
+    assert all(d.total.communication_us > 0 and len(d.steps) == 2 for d in report.devices)
