@@ -10,8 +10,8 @@ Nodes in function-library bodies (while-loop bodies, tf.function bodies) are cou
 from top-level nodes, since a body runs once per iteration.
 
 Kernel invocations per device per step (see ``DEFINITIONS``): a CPU kernel is one op execution on
-a CPU device (TF executor op on a CPU device; PyTorch ``cpu_op`` on the host, nested operators
-each counted); a GPU kernel is one kernel on a GPU stream. Host-side launch records of a GPU
+a CPU device (TF executor op on a CPU device; PyTorch ``cpu_op`` on the host, or on the CPU device of
+a GPU-less rank, nested operators each counted); a GPU kernel is one kernel on a GPU stream. Host-side launch records of a GPU
 device's ops (TF ``<gpu> Compute`` lane; CUDA runtime calls that launched a kernel) are reported
 as launches and never added to either count. Copies and memsets are not kernels.
 """
@@ -33,7 +33,7 @@ DEFINITIONS = {
     "function ops": "nodes inside function-library bodies (while-loop and tf.function bodies), counted apart "
                     "from top-level nodes; a body runs once per iteration",
     "CPU kernels": "op executions on a CPU device: one TF executor op run on a CPU device, or one PyTorch "
-                   "cpu_op on the host (nested operators each counted)",
+                   "cpu_op on the host, or on the CPU device of a rank without a GPU (nested operators each counted)",
     "GPU kernels": "kernels that ran on a GPU stream (NCCL kernels included); copies and memsets excluded",
     "GPU launches": "host-side records of launching GPU work: TF ops run by a GPU device's executor, or CUDA "
                     "runtime calls correlated with a GPU kernel; shown for reference, not added to the kernels",
