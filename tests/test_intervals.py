@@ -75,3 +75,17 @@ def test_empty_input():
     assert result.union().tolist() == [0.0, 0.0]
     assert result.overlap([0], [1]).tolist() == [0.0, 0.0]
     assert union_length(np.array([]), np.array([])) == 0.0
+
+
+def test_subtract_cuts_each_interval_by_the_union_of_the_cuts():
+    from rnnprof.analyzers.intervals import subtract
+
+    starts, ends, origin = subtract([0, 10, 20, 50, 3], [30, 12, 25, 60, 4], [5, 11, 22, 40, 6], [8, 15, 28, 45, 7])
+    pieces = sorted(zip(origin.tolist(), starts.tolist(), ends.tolist()))
+    # [0,30) minus [5,8) [11,15) [22,28); [10,12) minus [11,15); [20,25) minus [22,28); [50,60) and [3,4) untouched
+    assert pieces == [(0, 0, 5), (0, 8, 11), (0, 15, 22), (0, 28, 30), (1, 10, 11), (2, 20, 22), (3, 50, 60),
+                      (4, 3, 4)]
+    starts, ends, origin = subtract([0, 3], [10, 4], [0], [10])  # wholly inside a cut: nothing left
+    assert len(starts) == len(ends) == len(origin) == 0
+    starts, ends, origin = subtract([1.5], [2.5], [], [])
+    assert (starts.tolist(), ends.tolist(), origin.tolist()) == ([1.5], [2.5], [0])

@@ -49,12 +49,22 @@ def raw_figures(events, step=None):
     if step is not None:
         (span,) = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == f"ProfilerStep#{step}"]
         events = [e for e in events if span[0] <= e["ts"] < span[1]]
-    comm = [(e["ts"], e["ts"] + e["dur"]) for e in events
-            if COLLECTIVE.match(e["name"]) and e["cat"] in ("cpu_op", "user_annotation")]
-    compute = [(e["ts"], e["ts"] + e["dur"]) for e in events
-               if e["cat"] == "cpu_op" and not COLLECTIVE.match(e["name"])]
-    return {"communication_us": union(comm), "compute_us": union(compute), "busy_us": union(comm + compute),
-            "end_us": max(end for _, end in comm + compute), "comm_start_us": min(s for s, _ in comm)}
+    collectives = [e for e in events if COLLECTIVE.match(e["name"]) and e["cat"] in ("cpu_op", "user_annotation")]
+    operators = [e for e in events if e["cat"] == "cpu_op" and not COLLECTIVE.match(e["name"])]
+    comm = [(e["ts"], e["ts"] + e["dur"]) for e in collectives]
+    # An operator's time while its own thread is in a collective is communication, not compute.
+    compute = []
+    for op in operators:
+        pieces = [(op["ts"], op["ts"] + op["dur"])]
+        for c in collectives:
+            if c["tid"] == op["tid"]:
+                pieces = [p for a, b in pieces for p in ((a, min(b, c["ts"])), (max(a, c["ts"] + c["dur"]), b))
+                          if p[1] > p[0]]
+        compute += pieces
+    whole = comm + [(e["ts"], e["ts"] + e["dur"]) for e in operators]
+    return {"communication_us": union(comm), "compute_us": union(compute), "busy_us": union(whole),
+            "overlap_us": union(comm) + union(compute) - union(comm + compute),
+            "end_us": max(end for _, end in whole), "comm_start_us": min(s for s, _ in comm)}
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +93,7 @@ def test_whole_trace_figures_match_the_raw_intervals(report, rank):
     expected = raw_figures(raw_events(RANKS[rank]))
     total = report.devices[rank].total
     assert expected["communication_us"] > 0
-    for key in ("communication_us", "compute_us", "busy_us", "end_us"):
+    for key in ("communication_us", "compute_us", "busy_us", "overlap_us", "end_us"):
         assert getattr(total, key) == pytest.approx(expected[key], abs=0.01), key
 
 
@@ -96,8 +106,19 @@ def test_per_step_figures_match_the_raw_intervals(report, rank):
         expected = raw_figures(events, step)
         mine = report.devices[rank].steps[step]
         assert mine.communication_us > 0
-        for key in ("communication_us", "compute_us", "busy_us"):
+        for key in ("communication_us", "compute_us", "busy_us", "overlap_us"):
             assert getattr(mine, key) == pytest.approx(expected[key], abs=0.01), (step, key)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_an_operator_waiting_in_its_threads_collective_is_not_compute(report, rank):
+    # DDP's AccumulateGrad hook calls c10d::allreduce_ on the main thread: that stretch is communication only.
+    events = raw_events(RANKS[rank])
+    (hook,) = [e for e in events if e["name"].endswith("AccumulateGrad") and any(
+        c["name"] == "c10d::allreduce_" and e["ts"] <= c["ts"] < e["ts"] + e["dur"] for c in events)][:1]
+    uncut = union((e["ts"], e["ts"] + e["dur"]) for e in events
+                  if e["cat"] == "cpu_op" and not COLLECTIVE.match(e["name"]))
+    assert report.devices[rank].total.compute_us < uncut - 1.0
 
 
 def test_stragglers_per_step_from_raw_ends(report):

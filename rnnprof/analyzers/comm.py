@@ -11,8 +11,9 @@ Which events count on which device (``device_work_mask``):
 * a PyTorch rank without a GPU (gloo) is measured by its host operators (basis ``"host operators"``,
   the devices the loader lists in ``metadata["host_operator_devices"]``): compute = union of its
   ``cpu_op`` intervals (nested operators count once), communication = union of its collectives
-  (``c10d::*``, gloo's ``gloo:*`` ranges on its worker threads). Compute is then operator time on the
-  host, not kernel time; an operator that calls a collective counts as compute while it waits;
+  (``c10d::*``, gloo's ``gloo:*`` ranges on its worker threads), and an operator's time while its own
+  thread is inside a collective (DDP's hook around ``c10d::allreduce_``) is communication, not compute.
+  Compute is then operator time on the host, not kernel time;
 * the host itself (``Device.kind == "host"``) is not reported: its events are
   launches and framework overhead, not device time;
 * annotations (step markers, user ranges, ``gpu_user_annotation``) never count.
@@ -51,7 +52,7 @@ from typing import Iterable
 import numpy as np
 
 from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify
-from rnnprof.analyzers.intervals import sweep
+from rnnprof.analyzers.intervals import subtract, sweep
 from rnnprof.events import Device, EventTable, Kind
 
 # Sweep layers, in this order.
@@ -303,11 +304,14 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
     dev = table.device[work].astype(np.int64)
     step = table.step[work].astype(np.int64)
     cls = classes[work]
-    layers = _layer_codes(cls)
     n_dev = len(table.devices)
+    # What the sweeps measure: the events, a CPU rank's operators cut where their thread is in a collective.
+    host_ops = np.array([basis.get(d) == BASIS_HOST_OPS for d in range(n_dev)] or [False], dtype=bool)
+    s_ts, s_end, origin = _outside_own_collectives(ts, end, dev, table.lane[work], cls, host_ops)
+    s_dev, s_step, layers = dev[origin], step[origin], _layer_codes(cls[origin])
 
     totals = _breakdowns(
-        sweep(ts, end, groups=dev, n_groups=n_dev, layers=layers, n_layers=len(_LAYERS)),
+        sweep(s_ts, s_end, groups=s_dev, n_groups=n_dev, layers=layers, n_layers=len(_LAYERS)),
         np.bincount(dev, minlength=n_dev),
     )
 
@@ -319,9 +323,11 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
         known = step >= 0
         slot = np.searchsorted(step_values, step[known])
         group = dev[known] * n_steps + slot
+        s_known = s_step >= 0
+        s_group = s_dev[s_known] * n_steps + np.searchsorted(step_values, s_step[s_known])
         per_step = _breakdowns(
-            sweep(ts[known], end[known], groups=group, n_groups=n_dev * n_steps,
-                  layers=layers[known], n_layers=len(_LAYERS)),
+            sweep(s_ts[s_known], s_end[s_known], groups=s_group, n_groups=n_dev * n_steps,
+                  layers=layers[s_known], n_layers=len(_LAYERS)),
             np.bincount(group, minlength=n_dev * n_steps),
         )
         is_comm = cls[known] == EventClass.COMMUNICATION
@@ -354,6 +360,33 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
         sources=table.sources,
         host_only=len(table) > 0 and all(d.kind == "host" for d in table.devices),
     )
+
+
+def _outside_own_collectives(ts, end, dev, lane, cls, host_ops) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals to measure: ``(starts, ends, origin)``, origin = the event each comes from.
+
+    On a device measured by its host operators, an operator's time while its own thread runs a
+    collective (DDP's gradient hook around ``c10d::allreduce_``) is that collective's, not compute:
+    compute operators are cut there. Every other event is measured whole.
+    """
+    rows = np.arange(len(ts))
+    on_host_ops = host_ops[dev]
+    comm = on_host_ops & (cls == EventClass.COMMUNICATION)
+    if not comm.any():
+        return ts, end, rows
+    compute = on_host_ops & (cls == EventClass.COMPUTE)
+    whole = np.ones(len(ts), dtype=bool)
+    parts_s, parts_e, parts_o = [], [], []
+    for d, l in np.unique(np.stack([dev[comm], lane[comm].astype(np.int64)]), axis=1).T:
+        here = (dev == d) & (lane == l)
+        cut_rows, op_rows = np.flatnonzero(here & comm), np.flatnonzero(here & compute)
+        starts, ends, origin = subtract(ts[op_rows], end[op_rows], ts[cut_rows], end[cut_rows])
+        whole[op_rows] = False
+        parts_s.append(starts)
+        parts_e.append(ends)
+        parts_o.append(op_rows[origin])
+    return (np.concatenate([ts[whole], *parts_s]), np.concatenate([end[whole], *parts_e]),
+            np.concatenate([rows[whole], *parts_o]))
 
 
 def _comm_ops(table: EventTable, rows: np.ndarray) -> tuple[CommOp, ...]:

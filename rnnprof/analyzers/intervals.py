@@ -39,6 +39,31 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return starts[first], reach[last]
 
 
+def subtract(starts: np.ndarray, ends: np.ndarray, cut_starts: np.ndarray,
+             cut_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each interval minus the union of the cuts: ``(piece_starts, piece_ends, origin)``, ``origin`` being
+    the index of the interval each non-empty piece comes from."""
+    starts = np.asarray(starts, dtype=np.float64)
+    ends = np.asarray(ends, dtype=np.float64)
+    cuts_s, cuts_e = merge(cut_starts, cut_ends)
+    # The cuts that reach into interval k are cuts[first[k]:last[k]] (sorted and disjoint).
+    first = np.searchsorted(cuts_e, starts, side="right")
+    last = np.maximum(np.searchsorted(cuts_s, ends, side="left"), first)
+    pieces = last - first + 1
+    origin = np.repeat(np.arange(len(starts)), pieces)
+    position = np.arange(len(origin)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    cut = first[origin] + position  # the cut that ends piece ``position`` (none for the last piece)
+    is_first, is_last = position == 0, position == pieces[origin] - 1
+    piece_s = np.where(is_first, starts[origin], cuts_e[np.clip(cut - 1, 0, max(len(cuts_e) - 1, 0))]
+                       if len(cuts_e) else starts[origin])
+    piece_e = np.where(is_last, ends[origin], cuts_s[np.clip(cut, 0, max(len(cuts_s) - 1, 0))]
+                       if len(cuts_s) else ends[origin])
+    piece_s = np.maximum(piece_s, starts[origin])
+    piece_e = np.minimum(piece_e, ends[origin])
+    keep = piece_e > piece_s
+    return piece_s[keep], piece_e[keep], origin[keep]
+
+
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     """Total time covered by at least one interval."""
     merged_starts, merged_ends = merge(starts, ends)

@@ -123,9 +123,8 @@ def _cpu_rank_note(report: CommReport) -> str:
     if not labels:
         return ""
     return (f"{', '.join(labels)}: ranks without a GPU, measured by their host operators: compute = union of "
-            "cpu_op time (nested operators once), comm = union of c10d::*/gloo:* collectives; compute here is "
-            "operator time on the host, not kernel time as on a GPU, and an operator waiting in a collective "
-            "it called counts as compute and overlap")
+            "cpu_op time (nested operators once) except while their thread is in a collective, comm = union of "
+            "c10d::*/gloo:* collectives; compute here is operator time on the host, not kernel time as on a GPU")
 
 
 def to_document(report: CommReport, *, per_step: bool) -> dict:
