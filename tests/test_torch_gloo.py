@@ -202,3 +202,46 @@ def test_the_capture_script_records_two_loadable_rank_traces(tmp_path):
     report = analyze_comm(load_events(paths))
     assert [d.device.worker for d in report.devices] == ["rank0", "rank1"]
     assert all(d.total.communication_us > 0 and len(d.steps) == 2 for d in report.devices)
+
+
+def test_a_gpu_rank_keeps_its_c10d_calls_on_the_host():
+    # The NCCL rank's c10d::allreduce_/record_param_comms are host-side launches, not its communication.
+    from rnnprof.analyzers.classify import EventClass, classify
+
+    table = load_events(FIXTURES / "kineto-2rank-nccl-rank0.json.gz")
+    assert [d.kind for d in table.devices] == ["host", "gpu"] and "host_operator_devices" not in table.metadata
+    names = table.text(table.name)
+    launches = [i for i, n in enumerate(names) if COLLECTIVE.match(n)]
+    assert len(launches) > 0
+    assert set(classify(table)[launches].tolist()) == {int(EventClass.HOST)}
+    assert {table.devices[d].kind for d in table.device[launches]} == {"host"}
+
+
+def _rank_trace(tmp_path, events, rank=0):
+    path = tmp_path / f"rank{rank}.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": rank,
+                                                                         "world_size": 2},
+                                "traceEvents": events}))
+    return path
+
+
+def test_a_gpu_rank_without_its_kernels_is_still_no_device(tmp_path, capsys):
+    # CUDA runtime calls say the rank had a GPU whose activity was not captured: not a CPU rank.
+    path = _rank_trace(tmp_path, [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 5},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1, "dur": 1,
+         "args": {"correlation": 1}}])
+    code, out, err = run_cli(capsys, "comm", path)
+    assert code == 2 and out == "" and "no device activity" in err and len(err.strip().splitlines()) == 1
+
+
+def test_record_param_comms_is_a_cpu_ranks_communication(tmp_path):
+    path = _rank_trace(tmp_path, [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 2, "dur": 3},  # nested
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 20, "dur": 4},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 8, "dur": 14}])
+    (device,) = analyze_comm(load_events(path)).devices
+    assert device.device == Device("cpu", 0, "rank0")
+    total = device.total
+    assert (total.compute_us, total.communication_us, total.busy_us, total.overlap_us) == (10, 16, 24, 2)
