@@ -220,7 +220,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
     add(r, "--inter-op-threads", type=non_negative_int, default=0,
         help="threads running independent ops; 0 lets TensorFlow choose (default: %(default)s)")
     add(r, "--intra-op-threads", type=non_negative_int, default=0,
-        help="threads inside one op; 0 lets TensorFlow choose (default: %(default)s)")
+        help="threads inside one op; 0 lets TensorFlow choose, or with --framework torch splits the cores "
+             "over the processes (default: %(default)s)")
     add(r, "--request-gpu", action="store_true",
         help="place towers on GPUs even when none is visible (soft placement falls back to CPU)")
     t = parser.add_argument_group("timing")

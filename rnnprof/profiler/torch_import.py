@@ -18,7 +18,7 @@ def import_torch(needed_for: str = "this command"):
             import torch  # noqa: F401
         except ImportError as exc:
             name = getattr(exc, "name", None) or ""
-            if name != "torch" and not name.startswith("torch."):
-                raise
+            if name != "torch" and not name.startswith("torch.") and "import of torch halted" not in str(exc):
+                raise  # a broken install of torch, not a missing one
             raise MissingDependency("PyTorch", needed_for, TORCH_EXTRAS) from None
     return sys.modules["torch"]

@@ -95,30 +95,37 @@ def rank_main(job: RankJob) -> dict:
 @contextlib.contextmanager
 def _quiet_agent():
     """The agent logs every start and every failure; rnnprof reports a failure once, itself."""
-    logger = logging.getLogger("torch.distributed.elastic")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    loggers = [logging.getLogger(name) for name in ("torch.distributed.elastic", "torch.multiprocessing")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def _stop_resource_tracker() -> None:
     """The spawned workers' queues start multiprocessing's resource tracker; it would outlive the run."""
+    import gc
     from multiprocessing import resource_tracker
 
+    gc.collect()  # the launch's queues release their semaphores first, or the tracker removes them under them
     tracker = getattr(resource_tracker, "_resource_tracker", None)
     if tracker is not None and hasattr(tracker, "_stop"):
         tracker._stop()
 
 
 def _failure_summary(failure) -> tuple[str, str]:
-    """(the traceback or what the agent saw, its last line)."""
+    """(the rank's traceback, or what the agent saw of it; the last line, the exception)."""
+    data = failure.error_file_data if isinstance(failure.error_file_data, dict) else {}
+    detail = data.get("message", {})
+    callstack = detail.get("extraInfo", {}).get("py_callstack") if isinstance(detail, dict) else None
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", "") or str(message)
-    text = str(message or "").rstrip()
+    text = str(callstack or message or "").rstrip()
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     last = lines[-1] if lines else f"exit code {failure.exitcode}"
     return text, last
@@ -141,19 +148,24 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=f"rnnprof-{uuid.uuid4().hex}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
                           start_method="spawn")
-    job = RankJob(options=options, threads=threads_per_process(processes), return_parameters=return_parameters)
+    job = RankJob(options=options, threads=options.workload.intra_op_threads or threads_per_process(processes), return_parameters=return_parameters)
+    failure = None
     try:
         with _quiet_agent():
             results = elastic_launch(launch, worker)(job)
     except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        text, last = _failure_summary(failure)
+        failure = exc.get_first_failure()  # the exception (and the launch's queues in its frames) is freed below
+    except BaseException:
+        _stop_resource_tracker()
+        raise
+    _stop_resource_tracker()
+    if failure is not None:
+        rank, process_failure = failure
+        text, last = _failure_summary(process_failure)
         if text:
             sys.stderr.write(f"rank {rank}:\n{text}\n")
             sys.stderr.flush()
-        raise RankFailed(f"rank {rank} of {processes} failed: {last} (the other ranks were stopped)") from None
-    finally:
-        _stop_resource_tracker()
+        raise RankFailed(f"rank {rank} of {processes} failed: {last} (the other ranks were stopped)")
     return [results[rank] for rank in range(processes)]
 
 
@@ -167,6 +179,7 @@ def combine_ranks(per_rank: Sequence[Sequence[Sequence]]) -> list[Step]:
 
 def torch_sweep(configs: Sequence[TorchOptions], on_warning: Callable[[str], None] = lambda warning: None) -> Sweep:
     """Measure every configuration in order (fresh processes each) and return one ``ScalePoint`` per configuration."""
+    import_torch("--framework torch")
     from rnnprof.models.torch.rnnlm import WORDS_DEFINITION
 
     if not configs:
