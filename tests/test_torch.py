@@ -127,6 +127,7 @@ def test_scale_json_has_the_tensorflow_documents_keys_and_times_only_the_timed_b
     assert set(WorkloadConfig().to_dict()) < set(doc["config"]) and doc["config"]["framework"] == "torch"
     assert doc["config"]["optimizer"] == "adam" and doc["config"]["learning_rate"] == pytest.approx(2e-4)
     assert doc["device_kind"] == "cpu-processes"
+    assert "slowest rank" in doc["definitions"]["step_seconds"] and "session.run" not in doc["definitions"]["step_seconds"]
     for row in doc["rows"]:
         assert set(row) == TF_ROW_KEYS
         assert len(row["step_seconds"]) == 2 and len(row["warmup_step_seconds"]) == 1

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         base["devices"] = device_counts
         base["variable_update"] = modes
         render_json(to_document(result, config=base, words_definition=swept.words_definition,
-                                device_kind=swept.device_kind, notes=notes), console)
+                                device_kind=swept.device_kind, notes=notes,
+                                step_definition=swept.step_definition), console)
     else:
         render_table(result, model=swept.model, words_definition=swept.words_definition, warmup=first.warmup,
                      batches=first.batches, include_warmup=first.include_warmup, notes=notes,

@@ -89,7 +89,7 @@ def render_table(result: ScaleResult, *, model: str, words_definition: str, warm
 
 
 def to_document(result: ScaleResult, *, config: dict, words_definition: str, device_kind: str,
-                notes: list[str]) -> dict:
+                notes: list[str], step_definition: str) -> dict:
     rows = []
     for row in result.rows:
         p = row.point
@@ -126,7 +126,7 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
             "words": words_definition,
             "words_per_second": "words in the timed batches / total time of the timed batches",
             "speedup": SPEEDUP_DEFINITION,
-            "step_seconds": "wall time of each timed session.run call; warm-up batches are excluded",
+            "step_seconds": step_definition,
         },
         "notes": list(result.notes) + notes,
     }

@@ -28,7 +28,9 @@ from rnnprof.profiler.run.measure import measure
 from rnnprof.profiler.run.sweep import Sweep
 from rnnprof.profiler.torch_import import import_torch
 
-CPU_PROCESSES = "cpu-processes"  # the device kind of ranks that share the host's cores
+CPU_PROCESSES = "cpu-processes"
+STEP_DEFINITION = ("wall time of each timed step (forward, backward with the gradient all-reduce, update) on "
+                   "the slowest rank; warm-up batches are excluded")  # the device kind of ranks that share the host's cores
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ def torch_sweep(configs: Sequence[TorchOptions], on_warning: Callable[[str], Non
 
     if not configs:
         raise ValueError("torch_sweep needs at least one configuration")
-    points, eval_points, device_kind = [], [], CPU_PROCESSES
+    points, device_kind = [], CPU_PROCESSES
     for options in configs:
         config = options.workload
         results = run_ranks(options)
@@ -206,4 +208,5 @@ def torch_sweep(configs: Sequence[TorchOptions], on_warning: Callable[[str], Non
             warmup_step_seconds=tuple(s.seconds for s in warmup),
             eval_timed=summarize(evaluation) if evaluation else None,
         ))
-    return Sweep(points=tuple(points), device_kind=device_kind, words_definition=WORDS_DEFINITION, model="rnnlm")
+    return Sweep(points=tuple(points), device_kind=device_kind, words_definition=WORDS_DEFINITION, model="rnnlm",
+                 step_definition=STEP_DEFINITION)
