@@ -191,3 +191,30 @@ def test_combined_steps_take_the_slowest_rank_and_every_ranks_words():
 
     steps = combine_ranks([[(0.5, 10, 2.0), (0.2, 10, 1.0)], [(0.3, 12, 4.0), (0.4, 12, 3.0)]])
     assert [(s.seconds, s.words, s.loss) for s in steps] == [(0.5, 22, 3.0), (0.4, 22, 2.0)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after_s", [0.3, 3.0])  # while the workers import torch; while they train
+def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(after_s):
+    import signal
+    import time
+
+    from processes import descendants
+
+    command = [sys.executable, "-m", "rnnprof", "scale", "--framework", "torch", "--model", "rnnlm",
+               "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "100000"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while sum("spawn_main" in p.cmdline for p in descendants(child.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(after_s)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130, err
+    assert [line for line in err.splitlines() if line.strip()] == ["rnnprof scale: interrupted"], err
+    assert left_running(grace_s=5.0) == {}

@@ -16,6 +16,7 @@ import logging
 import os
 import statistics
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -97,7 +98,9 @@ def rank_main(job: RankJob) -> dict:
 @contextlib.contextmanager
 def _quiet_agent():
     """The agent logs every start and every failure; rnnprof reports a failure once, itself."""
-    loggers = [logging.getLogger(name) for name in ("torch.distributed.elastic", "torch.multiprocessing")]
+    names = [name for name in list(logging.root.manager.loggerDict)
+             if name.startswith(("torch.distributed.elastic", "torch.multiprocessing"))]
+    loggers = [logging.getLogger(name) for name in ["torch.distributed.elastic", "torch.multiprocessing", *names]]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.CRITICAL)
@@ -106,6 +109,33 @@ def _quiet_agent():
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _workers_stderr():
+    """File descriptor 2 goes to a file meanwhile, so the workers inherit that file as their stderr: what they
+    write before their own redirection applies (a KeyboardInterrupt while they import torch, on Ctrl-C) is
+    held. The caller sets ``held["keep"]`` to pass it on; a failure is reported from the rank's error file."""
+    held = {"keep": False}
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr
+        yield held
+        return
+    with tempfile.TemporaryFile() as file:
+        sys.stderr.flush()
+        os.dup2(file.fileno(), 2)
+        try:
+            yield held
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if held["keep"]:
+                file.seek(0)
+                text = file.read()
+                if text:
+                    os.write(2, text)
 
 
 def _stop_resource_tracker() -> None:
@@ -137,6 +167,8 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
               return_parameters: bool = False) -> list[dict]:
     """Run ``worker`` in ``options.workload.devices`` processes; their results by rank."""
     torch = import_torch("--framework torch")
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -147,20 +179,27 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     if gpus and processes > gpus:
         raise UsageError(f"--devices {processes} but only {gpus} GPU(s) are visible")
     lm_data(options)  # a --data file that cannot be read is one line here, not N tracebacks
-    launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=f"rnnprof-{uuid.uuid4().hex}",
-                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
-                          start_method="spawn")
-    job = RankJob(options=options, threads=options.workload.intra_op_threads or threads_per_process(processes), return_parameters=return_parameters)
-    failure = None
+    job = RankJob(options=options, threads=options.workload.intra_op_threads or threads_per_process(processes),
+                  return_parameters=return_parameters)
+    failure = interrupted = None
     try:
-        with _quiet_agent():
+        # The workers' own output goes to files: a failure is reported from its error file, once, and the
+        # KeyboardInterrupt every worker gets on Ctrl-C is not N tracebacks (see _workers_stderr).
+        with tempfile.TemporaryDirectory(prefix="rnnprof-torch-") as logs, _quiet_agent(), \
+                _workers_stderr() as held:
+            launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes,
+                                  run_id=f"rnnprof-{uuid.uuid4().hex}", rdzv_backend="c10d",
+                                  rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
+                                  start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL))
             results = elastic_launch(launch, worker)(job)
+            held["keep"] = True
     except ChildFailedError as exc:
         failure = exc.get_first_failure()  # the exception (and the launch's queues in its frames) is freed below
-    except BaseException:
-        _stop_resource_tracker()
-        raise
+    except (SignalException, KeyboardInterrupt):
+        interrupted = True  # Ctrl-C or SIGTERM: the agent has stopped the workers
     _stop_resource_tracker()
+    if interrupted:
+        raise KeyboardInterrupt
     if failure is not None:
         rank, process_failure = failure
         text, last = _failure_summary(process_failure)
