@@ -102,12 +102,16 @@ def _scale(*argv, width=200):
 
 
 @pytest.mark.slow
-def test_scale_prints_the_table_with_the_process_note():
-    code, text = _scale()
+def test_scale_prints_the_table_with_the_process_note_and_eval_words_per_second():
+    code, text = _scale("--eval")
     assert code == 0, text
     assert "replicated, DDP gloo all-reduce" in text
-    rows = [line.split()[:3] for line in text.splitlines() if line.strip().endswith("x")]
-    assert rows == [["1", "32", "32"], ["2", "32", "64"]]  # small preset: batch 32 per device
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if "eval" in line.split())
+    assert "words/s" in lines[header + 1].split()[-3:]  # the eval column's second header line
+    rows = [line.split() for line in lines if line.strip().endswith("x")]
+    assert [row[:3] for row in rows] == [["1", "32", "32"], ["2", "32", "64"]]  # small preset: batch 32 per device
+    assert all(len(row) == 8 and float(row[5].replace(",", "")) > 0 for row in rows)  # eval words/s beside words/s
     assert "processes sharing" in text and "not a scaling result" in text
     assert left_running(grace_s=5.0) == {}
 
