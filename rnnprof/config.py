@@ -4,6 +4,8 @@
 workload; ``workload_config_from_args`` turns them into a validated
 ``WorkloadConfig`` or raises ``UsageError`` with a one-line reason, and
 ``check_workload_args`` refuses what it can before TensorFlow loads to count the GPUs.
+``--framework torch`` runs the RNNLM in PyTorch: its own flags live in ``TorchOptions`` (beside the
+``WorkloadConfig``), and ``check_framework_args`` refuses what that path does not support, before torch loads.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from rnnprof.errors import UsageError
 from rnnprof import limits
 
+FRAMEWORKS = ("tensorflow", "torch")
 MODELS = ("nmt", "rnnlm")
 ENCODERS = ("loop", "fused")
 DIRECTIONS = ("uni", "bi")
@@ -78,6 +81,31 @@ class WorkloadConfig:
         return dataclasses.asdict(self)
 
 
+TORCH_ADAM_LEARNING_RATE = 2e-4  # rnn_benchmark's PyTorch default
+TORCH_BUCKET_CAP_MB = 25.0  # DistributedDataParallel's default
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    """What ``--framework torch`` adds to a ``WorkloadConfig``."""
+
+    workload: WorkloadConfig
+    tied: bool = False  # the output projection shares the embedding table
+    dropout: float = 0.0  # on the embedding output, between LSTM layers and on the LSTM output
+    clip_norm: float | None = None  # clip the gradients' global norm; None: no clipping
+    bucket_cap_mb: float = TORCH_BUCKET_CAP_MB
+    eval: bool = False  # also time forward-only evaluation batches
+
+    def replace(self, **changes) -> "TorchOptions":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        values = self.workload.to_dict()
+        values["framework"] = "torch"
+        values.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "workload"})
+        return values
+
+
 def _number_in(minimum, maximum=None, kind=int, what="a whole number"):
     """An argparse type: ``kind`` parsed from text, refused outside [minimum, maximum] or not finite."""
 
@@ -100,6 +128,8 @@ positive_int = _number_in(1)
 non_negative_int = _number_in(0)
 non_negative_seconds = _number_in(0, kind=float, what="a number of seconds")
 percentage = _number_in(0, 100, kind=float, what="a percentage")
+positive_float = _number_in(1e-12, kind=float, what="a positive number")
+dropout_rate = _number_in(0, 0.99, kind=float, what="a dropout rate")
 
 
 def _per_model(key: str) -> str:
@@ -119,6 +149,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
         actions.append(group.add_argument(*flags, **kwargs))
 
     g = parser.add_argument_group("workload")
+    add(g, "--framework", choices=FRAMEWORKS, default="tensorflow",
+        help="tensorflow: graph-mode towers in one process; torch: the RNNLM in PyTorch, one process per "
+             "device with DistributedDataParallel (default: %(default)s)")
     add(g, "--model", choices=MODELS, default="nmt",
         help="nmt: seq2seq translation; rnnlm: LSTM language model (default: %(default)s)")
     add(g, "--encoder", choices=ENCODERS, default=None,
@@ -136,9 +169,11 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
     add(g, "--tgt-max-len", type=positive_int, default=None,
         help=f"longest target sentence in tokens (NMT) (default: {model_defaults('nmt', None)['tgt_max_len']})")
     add(g, "--vocab-size", type=positive_int, default=None, help=f"words in the vocabulary {_per_model('vocab_size')}")
-    add(g, "--optimizer", choices=OPTIMIZERS, default="sgd", help="the optimizer of every tower (default: %(default)s)")
+    add(g, "--optimizer", choices=OPTIMIZERS, default=None,
+        help="the optimizer of every tower (default: sgd; adam with --framework torch)")
     add(g, "--learning-rate", type=float, default=None,
-        help=f"the optimizer's learning rate {_per_model('learning_rate')}")
+        help=f"the optimizer's learning rate {_per_model('learning_rate')[:-1]}; "
+             f"{TORCH_ADAM_LEARNING_RATE:g} with --framework torch and adam)")
     add(g, "--preset", choices=RNNLM_PRESETS, default=None,
         help="RNNLM sizes: rnn_benchmark (1 layer of 1024 units, 128 steps, batch 128) or small "
              "(default: small's sizes)")
@@ -150,6 +185,18 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
         help="opt-in demo of a placement mishap for the placement audit to find: softmax-on-device0 pins every "
              "tower's softmax to device 0 (RNNLM) (default: none)")
     add(g, "--seed", type=int, default=1, help="seed of the initial weights and the batches (default: %(default)s)")
+    p = parser.add_argument_group("PyTorch (--framework torch)")
+    add(p, "--tied", action="store_true", help="the output projection shares the embedding table "
+        "(needs the embedding as wide as --units)")
+    add(p, "--dropout", type=dropout_rate, default=None,
+        help="dropout on the embedding output, between LSTM layers and on the LSTM output "
+             "(default: 0.5 with --preset rnn_benchmark, else 0)")
+    add(p, "--clip-norm", type=positive_float, default=None,
+        help="clip the gradients to this global norm before each update (default: no clipping)")
+    add(p, "--bucket-cap-mb", type=positive_float, default=None,
+        help=f"DistributedDataParallel's gradient bucket size in MB (default: {TORCH_BUCKET_CAP_MB:g})")
+    add(p, "--eval", action="store_true",
+        help="after the timed training batches, time as many forward-only batches (no gradients)")
     r = parser.add_argument_group("devices and variable updates")
     if sweep:
         add(r, "--devices", default="1,2,4", help="comma-separated device counts (default: %(default)s)")
@@ -173,7 +220,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
     add(r, "--inter-op-threads", type=non_negative_int, default=0,
         help="threads running independent ops; 0 lets TensorFlow choose (default: %(default)s)")
     add(r, "--intra-op-threads", type=non_negative_int, default=0,
-        help="threads inside one op; 0 lets TensorFlow choose (default: %(default)s)")
+        help="threads inside one op; 0 lets TensorFlow choose, or with --framework torch splits the cores "
+             "over the processes (default: %(default)s)")
     add(r, "--request-gpu", action="store_true",
         help="place towers on GPUs even when none is visible (soft placement falls back to CPU)")
     t = parser.add_argument_group("timing")
@@ -214,6 +262,7 @@ def workload_config_from_args(args: argparse.Namespace, gpus_available: int | No
 def check_workload_args(args: argparse.Namespace, **overrides) -> None:
     """Refuse what is wrong whatever GPUs the machine has (bad combinations, a missing ``--data`` file),
     so a bad flag is refused before TensorFlow loads to count the GPUs."""
+    check_framework_args(args, **overrides)
     config = _config_from_args(args, None, overrides)
     validate_without_gpus(config)
     if config.data is not None:
@@ -229,6 +278,11 @@ def _config_from_args(args: argparse.Namespace, gpus_available: int | None, over
             values[f.name] = getattr(args, f.name)
     values.update(overrides)
     values = {k: v for k, v in values.items() if v is not None}
+    if getattr(args, "framework", "tensorflow") == "torch":
+        values.setdefault("optimizer", "adam")
+        if values["optimizer"] == "adam":
+            values.setdefault("learning_rate", TORCH_ADAM_LEARNING_RATE)
+    values.setdefault("optimizer", "sgd")
     preset_defaults = model_defaults(values.get("model", "nmt"), values.get("preset"))
     for key, value in preset_defaults.items():
         values.setdefault(key, value)
@@ -273,3 +327,46 @@ def validate_without_gpus(config: WorkloadConfig) -> None:
     if config.batch_scaling == "total" and config.batch_size < config.devices:
         raise UsageError(f"--batch-size {config.batch_size} with --batch-scaling total is smaller than "
                          f"--devices {config.devices}")
+
+
+# Flags the PyTorch path does not support, with the value that means "not given".
+_TENSORFLOW_ONLY = {"encoder": None, "direction": "uni", "attention": "none", "tgt_max_len": None,
+                    "all_reduce": None, "local_parameter_device": "cpu", "gradient_repacking": 0,
+                    "inter_op_threads": 0, "request_gpu": False, "plant": None}
+_TORCH_ONLY = {"tied": False, "dropout": None, "clip_norm": None, "bucket_cap_mb": None, "eval": False}
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def check_framework_args(args: argparse.Namespace, **overrides) -> None:
+    """Refuse, before anything heavy loads, what the chosen ``--framework`` does not support."""
+    framework = getattr(args, "framework", "tensorflow")
+    if framework != "torch":
+        for dest, unset in _TORCH_ONLY.items():
+            if getattr(args, dest, unset) != unset:
+                raise UsageError(f"{_flag(dest)} applies to --framework torch")
+        return
+    model = overrides.get("model", getattr(args, "model", "nmt"))
+    if model != "rnnlm":
+        raise UsageError(f"--framework torch runs --model rnnlm only, got --model {model}")
+    for dest, unset in _TENSORFLOW_ONLY.items():
+        if getattr(args, dest, unset) != unset:
+            raise UsageError(f"{_flag(dest)} applies to --framework tensorflow, not torch")
+    update = overrides.get("variable_update", getattr(args, "variable_update", "replicated"))
+    if update == "parameter_server":
+        raise UsageError("--variable-update parameter_server applies to --framework tensorflow; torch runs "
+                         "replicated (DistributedDataParallel) or independent")
+
+
+def torch_options_from_args(args: argparse.Namespace, gpus_available: int | None = None,
+                            **overrides) -> TorchOptions:
+    """The ``TorchOptions`` of parsed flags (``check_framework_args`` has passed)."""
+    workload = workload_config_from_args(args, gpus_available, **overrides)
+    dropout = args.dropout if args.dropout is not None else (0.5 if workload.preset == "rnn_benchmark" else 0.0)
+    embedding = workload.embedding or workload.units
+    if args.tied and embedding != workload.units:
+        raise UsageError(f"--tied needs the embedding ({embedding}) as wide as --units ({workload.units})")
+    return TorchOptions(workload=workload, tied=args.tied, dropout=dropout, clip_norm=args.clip_norm,
+                        bucket_cap_mb=args.bucket_cap_mb or TORCH_BUCKET_CAP_MB, eval=args.eval)

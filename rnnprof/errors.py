@@ -53,3 +53,12 @@ class InterruptedRun(RnnprofError):
     """The user interrupted a command; partial results were kept."""
 
     exit_code = 130
+
+
+TORCH_EXTRAS = "pip install 'rnnprof[torch]'"
+
+
+class RankFailed(RnnprofError):
+    """A worker process of a multi-process run failed; the others were stopped."""
+
+    exit_code = 1

@@ -21,6 +21,7 @@ class ScalePoint:
     with_warmup: TimingSummary | None = None
     step_seconds: tuple[float, ...] = ()
     warmup_step_seconds: tuple[float, ...] = ()
+    eval_timed: TimingSummary | None = None  # forward-only batches after the timed ones (--eval)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,12 @@ def speedup_table(points: Sequence[ScalePoint]) -> ScaleResult:
 
 
 def shared_cores_note(device_kind: str, host_cores: int | None) -> str | None:
-    """Logical CPU devices split one machine's cores; their ratio measures overhead, not scaling."""
+    """Logical CPU devices split one machine's cores; their ratio measures overhead, not scaling.
+    So do worker processes on one machine without GPUs (``cpu-processes``)."""
+    if device_kind == "cpu-processes":
+        cores = f"the same {host_cores} CPU cores" if host_cores else "the same CPU cores"
+        return (f"devices are processes sharing {cores} (each with its share of the threads): "
+                "the speedup ratio is not a scaling result (it shows the cost of splitting work across processes)")
     if device_kind != "logical-cpu":
         return None
     cores = f"the same {host_cores} CPU cores" if host_cores else "the same CPU cores"

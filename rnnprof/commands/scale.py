@@ -22,30 +22,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.scale import shared_cores_note, speedup_table
-    from rnnprof.config import check_workload_args, workload_config_from_args
+    from rnnprof.config import check_workload_args
     from rnnprof.reports.layout import render_json
-    from rnnprof.reports.progress import StepProgress
     from rnnprof.reports.scale import render_table, to_document
 
     device_counts = parse_int_list(args.devices, "--devices")
     modes = parse_choice_list(args.variable_update, "--variable-update", VARIABLE_UPDATES)
     sweep_points = [dict(devices=n, variable_update=mode) for mode in modes for n in device_counts]
-    for point in sweep_points:  # before TensorFlow loads: a bad flag is refused at once
+    for point in sweep_points:  # before TensorFlow or torch loads: a bad flag is refused at once
         check_workload_args(args, **point)
 
-    from rnnprof.profiler.run.runner import visible_gpus
-    from rnnprof.profiler.run.sweep import sweep
-
-    gpus = visible_gpus()
-    if gpus and max(device_counts) > gpus:
-        raise UsageError(f"--devices {args.devices} asks for {max(device_counts)} GPUs but {gpus} are visible")
-    # Validate every configuration before spending minutes on the first one.
-    configs = [workload_config_from_args(args, gpus, **point) for point in sweep_points]
-
-    errors = Console(stderr=True)
-    with StepProgress(errors) as progress:
-        swept = sweep(configs, progress.run, on_warning=lambda warning: errors.print(
-            Text(f"rnnprof scale: warning: {warning}")))
+    if args.framework == "torch":
+        swept, configs = _torch(args, sweep_points)
+    else:
+        swept, configs = _tensorflow(args, sweep_points, device_counts)
+    first = getattr(configs[0], "workload", configs[0])
 
     result = speedup_table(swept.points)
     notes = [n for n in [shared_cores_note(swept.device_kind, os.cpu_count())] if n]
@@ -54,9 +45,38 @@ def run(args: argparse.Namespace, console: Console) -> int:
         base["devices"] = device_counts
         base["variable_update"] = modes
         render_json(to_document(result, config=base, words_definition=swept.words_definition,
-                                device_kind=swept.device_kind, notes=notes), console)
+                                device_kind=swept.device_kind, notes=notes,
+                                step_definition=swept.step_definition), console)
     else:
-        render_table(result, model=swept.model, words_definition=swept.words_definition, warmup=configs[0].warmup,
-                     batches=configs[0].batches, include_warmup=configs[0].include_warmup, notes=notes,
-                     console=console, parameter_device=configs[0].local_parameter_device)
+        render_table(result, model=swept.model, words_definition=swept.words_definition, warmup=first.warmup,
+                     batches=first.batches, include_warmup=first.include_warmup, notes=notes,
+                     console=console, parameter_device=first.local_parameter_device)
     return 0
+
+
+def _warning_printer(errors: Console):
+    return lambda warning: errors.print(Text(f"rnnprof scale: warning: {warning}"))
+
+
+def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_counts: list[int]):
+    from rnnprof.config import workload_config_from_args
+    from rnnprof.reports.progress import StepProgress
+    from rnnprof.profiler.run.runner import visible_gpus
+    from rnnprof.profiler.run.sweep import sweep
+
+    gpus = visible_gpus()
+    if gpus and max(device_counts) > gpus:
+        raise UsageError(f"--devices {args.devices} asks for {max(device_counts)} GPUs but {gpus} are visible")
+    # Validate every configuration before spending minutes on the first one.
+    configs = [workload_config_from_args(args, gpus, **point) for point in sweep_points]
+    errors = Console(stderr=True)
+    with StepProgress(errors) as progress:
+        return sweep(configs, progress.run, on_warning=_warning_printer(errors)), configs
+
+
+def _torch(args: argparse.Namespace, sweep_points: list[dict]):
+    from rnnprof.config import torch_options_from_args
+    from rnnprof.profiler.run.torch_ddp import torch_sweep
+
+    configs = [torch_options_from_args(args, 0, **point) for point in sweep_points]
+    return torch_sweep(configs, on_warning=_warning_printer(Console(stderr=True))), configs

@@ -66,6 +66,8 @@ def run(args: argparse.Namespace, console) -> int:
         raise UsageError("--attach and a script to run cannot be combined")
     _refuse_options_of_other_modes(args, ATTACH if args.attach else SCRIPT if command else WORKLOAD)
     if not args.attach and not command:
+        if args.framework == "torch":
+            raise UsageError("rnnprof trace runs TensorFlow workloads; --framework torch is for rnnprof scale")
         check_workload_args(args)  # before TensorFlow loads: a bad flag is refused at once
     if args.out:
         from rnnprof.profiler.rundir.writer import check_out_dir

@@ -23,7 +23,7 @@ def _mode_title(point, parameter_device: str | None) -> Text:
     return Text(title, style="table.title")  # a Text title does not get the table's title style by itself
 
 
-def _columns(batches: int, include_warmup: bool) -> list[tuple[str, Callable]]:
+def _columns(batches: int, include_warmup: bool, evaluation: bool = False) -> list[tuple[str, Callable]]:
     """(header, cell of a row) for every column of a mode's table, in order."""
     columns = [
         ("devices", lambda row: str(row.point.devices)),
@@ -35,6 +35,9 @@ def _columns(batches: int, include_warmup: bool) -> list[tuple[str, Callable]]:
     if include_warmup:
         columns.append(("words/s\nw/ warm-up", lambda row: f"{row.point.with_warmup.words_per_second:,.0f}"
                         if row.point.with_warmup else "-"))
+    if evaluation:
+        columns.append(("eval\nwords/s", lambda row: f"{row.point.eval_timed.words_per_second:,.0f}"
+                        if row.point.eval_timed else "-"))
     columns.append((STEP_HEADER, lambda row: f"{row.point.timed.median_step_seconds:.3f}"
                                              f"±{row.point.timed.std_step_seconds:.3f}"))
     columns.append(("speedup", lambda row: f"{row.speedup:.2f}x"))
@@ -67,7 +70,7 @@ def render_table(result: ScaleResult, *, model: str, words_definition: str, warm
     times move to a table of their own below it.
     """
     console.print(Text(f"rnnprof scale: {model}, {batches} timed batches after {warmup} warm-up", style="bold"))
-    columns = _columns(batches, include_warmup)
+    columns = _columns(batches, include_warmup, any(row.point.eval_timed for row in result.rows))
     modes = list(dict.fromkeys(row.point.variable_update for row in result.rows))
     for mode in modes:
         rows = [row for row in result.rows if row.point.variable_update == mode]
@@ -86,7 +89,7 @@ def render_table(result: ScaleResult, *, model: str, words_definition: str, warm
 
 
 def to_document(result: ScaleResult, *, config: dict, words_definition: str, device_kind: str,
-                notes: list[str]) -> dict:
+                notes: list[str], step_definition: str) -> dict:
     rows = []
     for row in result.rows:
         p = row.point
@@ -111,6 +114,9 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
         if p.with_warmup is not None:
             entry["words_per_second_including_warmup"] = p.with_warmup.words_per_second
             entry["total_seconds_including_warmup"] = p.with_warmup.total_seconds
+        if p.eval_timed is not None:
+            entry["eval_words_per_second"] = p.eval_timed.words_per_second
+            entry["eval_step_seconds_median"] = p.eval_timed.median_step_seconds
         rows.append(entry)
     return {
         "config": config,
@@ -120,7 +126,7 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
             "words": words_definition,
             "words_per_second": "words in the timed batches / total time of the timed batches",
             "speedup": SPEEDUP_DEFINITION,
-            "step_seconds": "wall time of each timed session.run call; warm-up batches are excluded",
+            "step_seconds": step_definition,
         },
         "notes": list(result.notes) + notes,
     }

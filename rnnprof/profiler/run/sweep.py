@@ -20,6 +20,7 @@ class Sweep:
     device_kind: str  # of the last run; every run of a sweep sees the same devices
     words_definition: str
     model: str  # the workload's own name
+    step_definition: str = "wall time of each timed session.run call; warm-up batches are excluded"
 
 
 def _no_progress(label: str, warmup: int, batches: int) -> None:

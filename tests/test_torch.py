@@ -1,0 +1,224 @@
+"""scale --framework torch: the PyTorch RNNLM, the N-process DDP runner and the command, on real torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from io import StringIO
+
+import numpy as np
+import pytest
+
+from processes import left_running
+from rnnprof.cli import main
+from rnnprof.config import TorchOptions, WorkloadConfig
+
+# A small RNNLM: a launch of 2 processes takes seconds, not minutes, on 2 loaded cores.
+TINY = dict(model="rnnlm", preset="small", layers=1, units=16, embedding=16, vocab_size=60, src_max_len=6,
+            batch_size=4, warmup=0, batches=1)
+
+
+def tiny(devices=2, variable_update="replicated", **changes) -> TorchOptions:
+    return TorchOptions(workload=WorkloadConfig(**{**TINY, "devices": devices, "variable_update": variable_update,
+                                                   "optimizer": "adam", "learning_rate": 1e-2, **changes}))
+
+
+def crash_on_rank_1(job):
+    """A worker whose rank 1 fails before it joins the group; rank 0 waits for it until stopped."""
+    from rnnprof.profiler.run.torch_ddp import rank_main
+
+    if os.environ["RANK"] == "1":
+        raise RuntimeError("planted failure on rank 1")
+    return rank_main(job)
+
+
+@pytest.mark.slow
+def test_ddp_replicas_hold_identical_parameters_and_independent_replicas_diverge():
+    from rnnprof.profiler.run.torch_ddp import run_ranks
+
+    replicated = run_ranks(tiny(batches=2), return_parameters=True)
+    independent = run_ranks(tiny(batches=2, variable_update="independent"), return_parameters=True)
+    for results in (replicated, independent):
+        assert [r["rank"] for r in results] == [0, 1]
+        assert results[0]["parameters"].keys() == results[1]["parameters"].keys()
+    names = replicated[0]["parameters"].keys()
+    assert all(np.array_equal(replicated[0]["parameters"][n], replicated[1]["parameters"][n]) for n in names)
+    differing = [n for n in names if not np.allclose(independent[0]["parameters"][n], independent[1]["parameters"][n])]
+    assert "lstm.weight_hh_l0" in differing and "projection.weight" in differing
+    # Same seed, same start: the two modes began equal, so replicated replicas moved together, not stayed put.
+    assert not np.allclose(replicated[0]["parameters"]["projection.weight"],
+                           independent[0]["parameters"]["projection.weight"])
+
+
+@pytest.mark.slow
+def test_the_loss_falls_on_the_bundled_corpus():
+    from rnnprof.profiler.run.torch_training import TorchTraining
+
+    options = TorchOptions(workload=WorkloadConfig(model="rnnlm", preset="small", devices=1, optimizer="adam",
+                                                   learning_rate=1e-2, batch_size=16, layers=1, units=64,
+                                                   embedding=64, vocab_size=500))
+    training = TorchTraining(options)
+    losses = [training.step().loss for _ in range(40)]
+    assert np.log(500) * 0.9 < np.mean(losses[:3])  # starts near a uniform guess over the vocabulary
+    assert np.mean(losses[-5:]) < np.mean(losses[:3]) - 1.0, losses
+
+
+def test_tied_projection_is_the_embedding_table_and_words_are_the_target_tokens():
+    pytest.importorskip("torch")
+    from rnnprof.profiler.run.torch_training import TorchTraining
+
+    training = TorchTraining(TorchOptions(workload=WorkloadConfig(**{**TINY, "devices": 1}), tied=True))
+    assert training.model.projection.weight is training.model.embedding.weight
+    step = training.step()
+    assert step.words == 4 * 6  # batch 4, 6 target tokens each
+    assert training.evaluation().step().words == 4 * 6
+
+
+@pytest.mark.slow
+def test_a_crashing_rank_is_named_in_one_line_and_nothing_is_left_running(capfd):
+    from rnnprof.errors import RankFailed
+    from rnnprof.profiler.run.torch_ddp import run_ranks
+
+    with pytest.raises(RankFailed) as failed:
+        run_ranks(tiny(), worker=crash_on_rank_1)
+    message = str(failed.value)
+    assert "\n" not in message and "rank 1 of 2 failed" in message and "planted failure on rank 1" in message
+    assert failed.value.exit_code not in (0, 3)
+    err = capfd.readouterr().err
+    assert "Traceback" in err and "in crash_on_rank_1" in err and err.count("RuntimeError: planted failure on rank 1") == 1
+    assert "SIGTERM" not in err  # the agent's own log of stopping rank 0 is not shown
+    assert left_running(grace_s=5.0) == {}
+
+
+def _scale(*argv, width=200):
+    buffer = StringIO()
+    from rich.console import Console
+
+    code = main(["scale", "--framework", "torch", "--model", "rnnlm", "--preset", "small", "--devices", "1,2",
+                 "--warmup", "1", "--batches", "2", *argv], console=Console(file=buffer, width=width))
+    return code, buffer.getvalue()
+
+
+@pytest.mark.slow
+def test_scale_prints_the_table_with_the_process_note_and_eval_words_per_second():
+    code, text = _scale("--eval")
+    assert code == 0, text
+    assert "replicated, DDP gloo all-reduce" in text
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if "eval" in line.split())
+    assert "words/s" in lines[header + 1].split()[-3:]  # the eval column's second header line
+    rows = [line.split() for line in lines if line.strip().endswith("x")]
+    assert [row[:3] for row in rows] == [["1", "32", "32"], ["2", "32", "64"]]  # small preset: batch 32 per device
+    assert all(len(row) == 8 and float(row[5].replace(",", "")) > 0 for row in rows)  # eval words/s beside words/s
+    assert "processes sharing" in text and "not a scaling result" in text
+    assert left_running(grace_s=5.0) == {}
+
+
+TF_TOP_KEYS = {"config", "device_kind", "rows", "definitions", "notes"}
+TF_ROW_KEYS = {"variable_update", "all_reduce", "devices", "batch_per_device", "batch_total", "timed_batches",
+               "total_seconds", "words", "words_per_second", "mean_step_seconds", "median_step_seconds",
+               "std_step_seconds", "speedup", "baseline_devices", "step_seconds", "warmup_step_seconds"}
+
+
+@pytest.mark.slow
+def test_scale_json_has_the_tensorflow_documents_keys_and_times_only_the_timed_batches():
+    code, text = _scale("--json", "--variable-update", "independent")
+    assert code == 0, text
+    doc = json.loads(text)
+    assert set(doc) == TF_TOP_KEYS
+    assert set(WorkloadConfig().to_dict()) < set(doc["config"]) and doc["config"]["framework"] == "torch"
+    assert doc["config"]["optimizer"] == "adam" and doc["config"]["learning_rate"] == pytest.approx(2e-4)
+    assert doc["device_kind"] == "cpu-processes"
+    assert "slowest rank" in doc["definitions"]["step_seconds"] and "session.run" not in doc["definitions"]["step_seconds"]
+    for row in doc["rows"]:
+        assert set(row) == TF_ROW_KEYS
+        assert len(row["step_seconds"]) == 2 and len(row["warmup_step_seconds"]) == 1
+        assert row["total_seconds"] == pytest.approx(sum(row["step_seconds"]))
+        # small preset: 32 windows of 20 target tokens per process and batch; 2 timed batches, warm-up not counted
+        assert row["words"] == 2 * 32 * 20 * row["devices"]
+    assert [r["speedup"] for r in doc["rows"]][0] == 1.0
+
+
+_REFUSALS = [
+    (["--model", "nmt"], "--model rnnlm only"),
+    (["--model", "rnnlm", "--encoder", "loop"], "--encoder applies to --framework tensorflow"),
+    (["--model", "rnnlm", "--all-reduce", "ring"], "--all-reduce applies to --framework tensorflow"),
+    (["--model", "rnnlm", "--variable-update", "replicated,parameter_server"], "parameter_server"),
+    (["--model", "rnnlm", "--plant", "softmax-on-device0"], "--plant applies"),
+    (["--model", "rnnlm", "--gradient-repacking", "2"], "--gradient-repacking applies"),
+]
+
+
+def test_bad_torch_flags_are_refused_in_one_line_before_torch_is_imported():
+    script = (
+        "import sys, json\n"
+        "from rnnprof.cli import main\n"
+        "cases = json.loads(sys.argv[1])\n"
+        "codes = [main(['scale', '--framework', 'torch', *argv]) for argv, _ in cases]\n"
+        "codes.append(main(['scale', '--model', 'rnnlm', '--bucket-cap-mb', '10']))\n"
+        "codes.append(main(['trace', '--framework', 'torch', '--model', 'rnnlm']))\n"
+        "print(json.dumps([codes, 'torch' in sys.modules, 'tensorflow' in sys.modules]))\n")
+    out = subprocess.run([sys.executable, "-c", script, json.dumps(_REFUSALS)], capture_output=True, text=True,
+                         timeout=120)
+    codes, torch_loaded, tensorflow_loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert codes == [2] * (len(_REFUSALS) + 2), out.stderr
+    assert not torch_loaded and not tensorflow_loaded
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == len(_REFUSALS) + 2, out.stderr
+    for line, (_, message) in zip(lines, _REFUSALS):
+        assert message in line
+    assert "--bucket-cap-mb applies to --framework torch" in lines[-2]
+    assert "--framework torch is for rnnprof scale" in lines[-1]
+
+
+def test_without_torch_the_command_says_how_to_install_it():
+    script = ("import sys\nsys.modules['torch'] = None\nfrom rnnprof.cli import main\n"
+              "sys.exit(main(['scale', '--framework', 'torch', '--model', 'rnnlm', '--devices', '1']))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "pip install 'rnnprof[torch]'" in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_threads_per_process_split_the_cores_at_least_one_each():
+    from rnnprof.profiler.run.torch_ddp import threads_per_process
+
+    assert threads_per_process(1, cores=16) == 16
+    assert threads_per_process(3, cores=16) == 5
+    assert threads_per_process(4, cores=2) == 1
+
+
+def test_combined_steps_take_the_slowest_rank_and_every_ranks_words():
+    from rnnprof.profiler.run.torch_ddp import combine_ranks
+
+    steps = combine_ranks([[(0.5, 10, 2.0), (0.2, 10, 1.0)], [(0.3, 12, 4.0), (0.4, 12, 3.0)]])
+    assert [(s.seconds, s.words, s.loss) for s in steps] == [(0.5, 22, 3.0), (0.4, 22, 2.0)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after_s", [0.3, 3.0])  # while the workers import torch; while they train
+def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(after_s):
+    import signal
+    import time
+
+    from processes import descendants
+
+    command = [sys.executable, "-m", "rnnprof", "scale", "--framework", "torch", "--model", "rnnlm",
+               "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "100000"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while sum("spawn_main" in p.cmdline for p in descendants(child.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(after_s)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130, err
+    assert [line for line in err.splitlines() if line.strip()] == ["rnnprof scale: interrupted"], err
+    assert left_running(grace_s=5.0) == {}
