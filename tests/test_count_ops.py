@@ -11,7 +11,7 @@ from rich.console import Console
 
 from rnnprof.cli import main
 from test_graphs import partitions, user_graph
-from test_loaders import (FIXTURES, KINETO_NCCL, TF1_CPU_LOOP, TF1_GPU_LOOP, TF1_GPU_MATMUL, _write_rnnprof_run,
+from test_loaders import (KINETO_NCCL, TF1_CPU_LOOP, TF1_GPU_LOOP, TF1_GPU_MATMUL, _write_rnnprof_run,
                           raw_events, tf1_expected)
 
 
