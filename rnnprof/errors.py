@@ -40,6 +40,12 @@ class MissingDependency(RnnprofError):
                          f"(install it with {extras})")
 
 
+def is_missing(exc: ImportError, package: str) -> bool:
+    """Whether ``exc`` says ``package`` itself is absent (not a broken install of it)."""
+    name = getattr(exc, "name", None) or ""
+    return name == package or name.startswith(package + ".") or f"import of {package} halted" in str(exc)
+
+
 TENSORFLOW_EXTRAS = "pip install 'rnnprof[cpu]', or 'rnnprof[gpu]' on a Linux machine with NVIDIA GPUs"
 
 

@@ -122,16 +122,19 @@ class _Viewer:
         return left
 
 
-@pytest.fixture(scope="module")
-def viewer(tmp_path_factory):
-    runs = tmp_path_factory.mktemp("runs")
-    run = _make_run(runs)
+def _serving(run: Path):
+    """A ``_Viewer`` of ``run`` for a fixture's lifetime; the fixture fails if it leaves a process running."""
     v = _Viewer(run)
     try:
         yield v
     finally:
         left = v.close()
     assert not left, f"rnnprof view left running: {left}"
+
+
+@pytest.fixture(scope="module")
+def viewer(tmp_path_factory):
+    yield from _serving(_make_run(tmp_path_factory.mktemp("runs")))
 
 
 def test_view_rejects_a_missing_dir_and_a_dir_without_profile(tmp_path, capsys):
@@ -244,12 +247,7 @@ def captured_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def captured_viewer(captured_run):
-    v = _Viewer(captured_run)
-    try:
-        yield v
-    finally:
-        left = v.close()
-    assert not left, f"rnnprof view left running: {left}"
+    yield from _serving(captured_run)
 
 
 def _step_table(overview: list) -> tuple[dict, list[dict]]:

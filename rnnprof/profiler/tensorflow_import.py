@@ -13,7 +13,7 @@ import re
 import sys
 import tempfile
 
-from rnnprof.errors import TENSORFLOW_EXTRAS, MissingDependency
+from rnnprof.errors import TENSORFLOW_EXTRAS, MissingDependency, is_missing
 
 # TF's C++ start-up lines (oneDNN notices, "All log messages before absl::InitializeLog()") are
 # written before TF_CPP_MIN_LOG_LEVEL applies: info and warning lines of that form are dropped.
@@ -44,16 +44,10 @@ def import_tensorflow(needed_for: str = "this command"):
             with _native_stderr_filtered(_STARTUP_NOISE):
                 import tensorflow  # noqa: F401
         except ImportError as exc:
-            if not _is_missing(exc, "tensorflow"):
+            if not is_missing(exc, "tensorflow"):
                 raise
             raise MissingDependency("TensorFlow", needed_for, TENSORFLOW_EXTRAS) from None
     return sys.modules["tensorflow"]
-
-
-def _is_missing(exc: ImportError, package: str) -> bool:
-    """Whether ``exc`` says ``package`` itself is absent (not a broken install of it)."""
-    name = getattr(exc, "name", None) or ""
-    return name == package or name.startswith(package + ".") or f"import of {package} halted" in str(exc)
 
 
 @contextlib.contextmanager

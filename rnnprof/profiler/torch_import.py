@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from rnnprof.errors import TORCH_EXTRAS, MissingDependency
+from rnnprof.errors import TORCH_EXTRAS, MissingDependency, is_missing
 
 
 def import_torch(needed_for: str = "this command"):
@@ -17,8 +17,7 @@ def import_torch(needed_for: str = "this command"):
         try:
             import torch  # noqa: F401
         except ImportError as exc:
-            name = getattr(exc, "name", None) or ""
-            if name != "torch" and not name.startswith("torch.") and "import of torch halted" not in str(exc):
+            if not is_missing(exc, "torch"):
                 raise  # a broken install of torch, not a missing one
             raise MissingDependency("PyTorch", needed_for, TORCH_EXTRAS) from None
     return sys.modules["torch"]
