@@ -14,6 +14,15 @@ from rnnprof.analyzers.throughput import Step, TimingSummary, summarize
 
 
 @dataclass(frozen=True)
+class StepResult:
+    """One training step of any framework's run."""
+
+    seconds: float  # wall time of the step (a TF session.run call; on N ranks, the slowest rank's)
+    words: int  # as the workload defines words, summed over towers or ranks
+    loss: float  # mean over towers or ranks
+
+
+@dataclass(frozen=True)
 class Measurement:
     warmup_steps: tuple
     timed_steps: tuple

@@ -11,24 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from rnnprof.config import WorkloadConfig, validate
 from rnnprof import names
 from rnnprof.errors import UsageError
+from rnnprof.profiler.run.measure import StepResult
 from rnnprof.profiler.tensorflow_import import import_tensorflow, quiet_first_run
 
 LOCAL = "/job:localhost/replica:0/task:0"
 HOST_DEVICE = f"{LOCAL}/device:CPU:0"
-
-
-@dataclass(frozen=True)
-class StepResult:
-    seconds: float  # wall time of the session.run call
-    words: int  # summed over towers, as the workload defines words
-    loss: float  # mean over towers
 
 
 def visible_gpus() -> int:

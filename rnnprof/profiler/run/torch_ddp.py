@@ -25,13 +25,13 @@ from rnnprof.analyzers.scale import ScalePoint
 from rnnprof.analyzers.throughput import summarize
 from rnnprof.config import TorchOptions
 from rnnprof.errors import RankFailed, UsageError
-from rnnprof.profiler.run.measure import measure
+from rnnprof.profiler.run.measure import StepResult, measure
 from rnnprof.profiler.run.sweep import Sweep
 from rnnprof.profiler.torch_import import import_torch
 
-CPU_PROCESSES = "cpu-processes"
+CPU_PROCESSES = "cpu-processes"  # the device kind of ranks that share the host's cores
 STEP_DEFINITION = ("wall time of each timed step (forward, backward with the gradient all-reduce, update) on "
-                   "the slowest rank; warm-up batches are excluded")  # the device kind of ranks that share the host's cores
+                   "the slowest rank; warm-up batches are excluded")
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,6 @@ class RankJob:
     options: TorchOptions
     threads: int  # torch intra-op threads of each rank
     return_parameters: bool = False  # send each rank's parameters back after the run (tests)
-
-
-@dataclass(frozen=True)
-class Step:
-    seconds: float
-    words: int
-    loss: float
 
 
 def threads_per_process(processes: int, cores: int | None = None) -> int:
@@ -210,10 +203,10 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     return [results[rank] for rank in range(processes)]
 
 
-def combine_ranks(per_rank: Sequence[Sequence[Sequence]]) -> list[Step]:
+def combine_ranks(per_rank: Sequence[Sequence[Sequence]]) -> list[StepResult]:
     """Step i of the run: the slowest rank's time (a synchronized step ends with its last rank),
     all ranks' words, the ranks' mean loss."""
-    return [Step(seconds=max(r[0] for r in records), words=sum(r[1] for r in records),
+    return [StepResult(seconds=max(r[0] for r in records), words=sum(r[1] for r in records),
                  loss=statistics.fmean(r[2] for r in records))
             for records in zip(*per_rank)]
 

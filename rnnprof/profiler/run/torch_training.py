@@ -8,21 +8,14 @@ the gradients and every rank applies the same averaged update. ``independent`` e
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from rnnprof.config import TorchOptions
 from rnnprof.profiler.torch_import import import_torch
+from rnnprof.profiler.run.measure import StepResult
 
 EVAL_SEED_OFFSET = 7919  # evaluation batches come from their own stream
-
-
-@dataclass(frozen=True)
-class TorchStep:
-    seconds: float  # wall time of forward, backward and update (device work finished)
-    words: int  # target tokens of this rank's batch
-    loss: float
 
 
 class TorchTraining:
@@ -67,7 +60,7 @@ class TorchTraining:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
-    def step(self) -> TorchStep:
+    def step(self) -> StepResult:
         """One training step; only forward, backward, clipping and the update are timed."""
         inputs, targets, words = self._tensors(next(self._batches))
         self.module.train()
@@ -83,7 +76,7 @@ class TorchTraining:
         self._synchronize()
         seconds = time.perf_counter() - start
         self.steps_run += 1
-        return TorchStep(seconds=seconds, words=words, loss=value)
+        return StepResult(seconds=seconds, words=words, loss=value)
 
     def evaluation(self) -> "Evaluation":
         return Evaluation(self)
@@ -98,7 +91,7 @@ class Evaluation:
     def __init__(self, training: TorchTraining):
         self.training = training
 
-    def step(self) -> TorchStep:
+    def step(self) -> StepResult:
         t = self.training
         inputs, targets, words = t._tensors(next(t._eval_batches))
         t.model.eval()
@@ -111,4 +104,4 @@ class Evaluation:
                 seconds = time.perf_counter() - start
         finally:
             t.model.train()
-        return TorchStep(seconds=seconds, words=words, loss=value)
+        return StepResult(seconds=seconds, words=words, loss=value)
