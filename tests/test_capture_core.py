@@ -536,3 +536,15 @@ def test_atomic_writes_get_the_mode_of_an_ordinary_new_file(tmp_path):
     ordinary = tmp_path / "ordinary"
     ordinary.write_bytes(b"123")
     assert stat.S_IMODE(written.stat().st_mode) == stat.S_IMODE(ordinary.stat().st_mode) == 0o666 & ~umask
+
+
+def test_an_artifact_in_place_but_not_yet_recorded_is_listed_when_the_run_ends(tmp_path):
+    # An interrupt can land between a file's rename into place and its entry in the manifest.
+    writer = RunWriter(tmp_path / "run", command=["rnnprof", "trace"])
+    writer.write_run_metadata(rundir.run_metadata_name(2), b"listed")
+    atomic_write_bytes(writer.path / rundir.RUN_METADATA_DIR / rundir.run_metadata_name(3), b"interrupted")
+    atomic_write_bytes(writer.path / rundir.TIMELINES_DIR / rundir.timeline_name(3), b"{}")
+    writer.finish(rundir.STATUS_INTERRUPTED)
+    captured = json.loads((writer.path / rundir.MANIFEST).read_text())["captured"]
+    assert captured["run_metadata"] == ["run_metadata/step-2.pb", "run_metadata/step-3.pb"]
+    assert captured["timelines"] == ["timelines/step-3.trace.json.gz"]

@@ -24,6 +24,14 @@ from rnnprof.profiler import rundir
 from rnnprof.profiler.rundir.manifest import new_manifest, now
 
 PBTXT_LIMIT = 2 * 1024 * 1024  # text copies of graphs are for reading by eye; skip huge ones
+# Where each kind of the manifest's "captured" lists lies in the run directory.
+_ARTIFACTS = (
+    ("timelines", f"{rundir.TIMELINES_DIR}/*.trace.json.gz"),
+    ("run_metadata", f"{rundir.RUN_METADATA_DIR}/*.pb"),
+    ("graphs", f"{rundir.GRAPHS_DIR}/**/*.pb"),
+    ("graphs", f"{rundir.GRAPHS_DIR}/**/*.pbtxt"),
+    ("xplane", f"{rundir.PROFILE_DIR.as_posix()}/*/*.xplane.pb"),
+)
 _OWN_ENTRIES = (rundir.MANIFEST, "plugins", rundir.TIMELINES_DIR, rundir.RUN_METADATA_DIR, rundir.GRAPHS_DIR)
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -164,9 +172,21 @@ class RunWriter:
         self.save_manifest()
 
     def finish(self, status: str = rundir.STATUS_COMPLETE) -> None:
+        self._add_unlisted()
         self.manifest["status"] = status
         self.manifest["finished"] = now()
         self.save_manifest()
+
+    def _add_unlisted(self) -> None:
+        """List the artifacts that are in place but not yet in the manifest.
+
+        An interrupt (Ctrl-C, SIGTERM) can land after a file was renamed into place and before it was
+        recorded; every artifact is complete once in place (atomic writes), so the manifest lists it.
+        """
+        for kind, pattern in _ARTIFACTS:
+            for path in sorted(self.path.glob(pattern)):
+                if path.is_file() and not path.name.startswith("."):
+                    self._add(kind, path)
 
     # -- artifacts -------------------------------------------------------------------------------
 
