@@ -170,6 +170,17 @@ class EventTable:
     def on_device(self, device: Device) -> "EventTable":
         return self.select(self.device == self.devices.index(device))
 
+    def process_correlation(self) -> np.ndarray:
+        """``correlation`` made unique across processes: ids are per process (Kineto's runtime call ->
+        kernel ids), so in a table merged from several ranks the same id links events of one worker
+        only. -1 stays -1."""
+        workers: dict[str, int] = {}
+        code = np.array([workers.setdefault(d.worker, len(workers)) for d in self.devices] or [0], dtype=np.int64)
+        if len(workers) <= 1:
+            return self.correlation
+        keys = self.correlation * len(workers) + code[self.device]
+        return np.where(self.correlation >= 0, keys, -1)
+
     def steps(self) -> np.ndarray:
         """Known step numbers, sorted."""
         values = np.unique(self.step)

@@ -46,8 +46,8 @@ the median and the earliest end), and the device whose first communication start
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -81,6 +81,7 @@ class Breakdown:
     memset_us: float
     overlap_us: float  # communication running while compute runs
     events: int
+    first_comm_us: float | None = None  # start of its first communication (stragglers compare these)
 
     @property
     def span_us(self) -> float:
@@ -186,6 +187,7 @@ class CommReport:
     source_format: str = ""
     sources: tuple[str, ...] = ()
     host_only: bool = False  # the trace has events, all of them on hosts (so no device to report)
+    time_base_us: float = 0.0  # the clock the times are relative to (the table's)
 
     def as_dict(self) -> dict:
         return {
@@ -260,7 +262,7 @@ def _layer_codes(classes: np.ndarray) -> np.ndarray:
     return lookup[classes]
 
 
-def _breakdowns(result, counts: np.ndarray) -> list[Breakdown | None]:
+def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray) -> list[Breakdown | None]:
     busy = result.union()
     compute = result.union([_COMPUTE])
     comm = result.union([_COMM])
@@ -283,6 +285,7 @@ def _breakdowns(result, counts: np.ndarray) -> list[Breakdown | None]:
                 memset_us=float(memset[g]),
                 overlap_us=float(overlap[g]),
                 events=int(counts[g]),
+                first_comm_us=float(first_comm[g]) if np.isfinite(first_comm[g]) else None,
             )
         )
     return out
@@ -310,30 +313,29 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
     s_ts, s_end, origin = _outside_own_collectives(ts, end, dev, table.lane[work], cls, host_ops)
     s_dev, s_step, layers = dev[origin], step[origin], _layer_codes(cls[origin])
 
+    is_comm = cls == EventClass.COMMUNICATION
     totals = _breakdowns(
         sweep(s_ts, s_end, groups=s_dev, n_groups=n_dev, layers=layers, n_layers=len(_LAYERS)),
         np.bincount(dev, minlength=n_dev),
+        _first(dev[is_comm], ts[is_comm], n_dev),
     )
 
     step_values = np.unique(step[step >= 0])
     n_steps = len(step_values)
     per_step: list[Breakdown | None] = []
-    comm_first = np.full(n_dev * n_steps, np.nan)
     if n_steps:
         known = step >= 0
         slot = np.searchsorted(step_values, step[known])
         group = dev[known] * n_steps + slot
         s_known = s_step >= 0
         s_group = s_dev[s_known] * n_steps + np.searchsorted(step_values, s_step[s_known])
+        known_comm = is_comm[known]
         per_step = _breakdowns(
             sweep(s_ts[s_known], s_end[s_known], groups=s_group, n_groups=n_dev * n_steps,
                   layers=layers[s_known], n_layers=len(_LAYERS)),
             np.bincount(group, minlength=n_dev * n_steps),
+            _first(group[known_comm], ts[known][known_comm], n_dev * n_steps),
         )
-        is_comm = cls[known] == EventClass.COMMUNICATION
-        first = np.full(n_dev * n_steps, np.inf)
-        np.minimum.at(first, group[is_comm], ts[known][is_comm])
-        comm_first = np.where(np.isfinite(first), first, np.nan)
 
     devices = []
     for d in range(n_dev):
@@ -346,20 +348,80 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
         }
         devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps, basis=basis[d]))
 
-    stragglers = _stragglers(table.devices, totals, per_step, comm_first, step_values, ts, dev, cls)
-    is_comm = cls == EventClass.COMMUNICATION
+    devices = sorted(devices, key=lambda d: d.device)
     comm_names = np.unique(table.name[work][is_comm])
     return CommReport(
-        devices=tuple(sorted(devices, key=lambda d: d.device)),
-        stragglers=tuple(stragglers),
+        devices=tuple(devices),
+        stragglers=tuple(_stragglers(devices, step_values)),
         steps=tuple(int(s) for s in step_values),
         extra_patterns=extra,
-        comm_event_names=tuple(table.strings[c] for c in comm_names),
+        comm_event_names=tuple(sorted(table.strings[c] for c in comm_names)),
         comm_ops=_comm_ops(table, np.flatnonzero(work)[is_comm]),
         source_format=table.source_format,
         sources=table.sources,
         host_only=len(table) > 0 and all(d.kind == "host" for d in table.devices),
+        time_base_us=table.time_base_us,
     )
+
+
+def combine_reports(reports: Sequence[CommReport]) -> CommReport:
+    """One report of several analysed apart (e.g. one per rank, in worker processes), as if their
+    tables had been merged on their common clock (``concat(..., align="absolute")``) and analysed
+    at once: the devices of each, times moved to the earliest time base, stragglers and
+    communication ops taken across all. The parts' devices must be distinct (one rank each)."""
+    if not reports:
+        raise ValueError("combine_reports needs at least one report")
+    extra = {r.extra_patterns for r in reports}
+    if len(extra) > 1:
+        raise ValueError("the reports were analysed with different communication patterns")
+    base = min(r.time_base_us for r in reports)
+    devices: list[DeviceComm] = []
+    for report in reports:
+        shift = report.time_base_us - base
+        devices += [_shifted(d, shift) for d in report.devices]
+    seen = [d.device for d in devices]
+    if len(set(seen)) != len(seen):
+        raise ValueError("the reports share devices; combine reports of distinct ranks")
+    devices.sort(key=lambda d: d.device)
+    steps = sorted({s for r in reports for s in r.steps})
+    ops: dict[str, list] = {}
+    for op in (op for r in reports for op in r.comm_ops):
+        entry = ops.setdefault(op.name, [op.op_type, 0, 0, 0.0])
+        entry[1] += op.events
+        entry[2] += op.devices
+        entry[3] += op.total_us
+    comm_ops = sorted((CommOp(name, t, e, d, us) for name, (t, e, d, us) in ops.items()),
+                      key=lambda op: (-op.total_us, op.name))
+    return CommReport(
+        devices=tuple(devices),
+        stragglers=tuple(_stragglers(devices, np.array(steps, dtype=np.int64))),
+        steps=tuple(steps),
+        extra_patterns=reports[0].extra_patterns,
+        comm_event_names=tuple(sorted({n for r in reports for n in r.comm_event_names})),
+        comm_ops=tuple(comm_ops),
+        source_format="+".join(sorted({f for r in reports for f in r.source_format.split("+") if f})),
+        sources=tuple(s for r in reports for s in r.sources),
+        host_only=all(r.host_only for r in reports),
+        time_base_us=base,
+    )
+
+
+def _shifted(device: DeviceComm, shift_us: float) -> DeviceComm:
+    if shift_us == 0:
+        return device
+
+    def move(b: Breakdown) -> Breakdown:
+        first = b.first_comm_us + shift_us if b.first_comm_us is not None else None
+        return replace(b, start_us=b.start_us + shift_us, end_us=b.end_us + shift_us, first_comm_us=first)
+
+    return replace(device, total=move(device.total), steps={s: move(b) for s, b in device.steps.items()})
+
+
+def _first(groups: np.ndarray, ts: np.ndarray, n_groups: int) -> np.ndarray:
+    """Earliest ``ts`` per group (inf where a group has none)."""
+    first = np.full(n_groups, np.inf)
+    np.minimum.at(first, groups, ts)
+    return first
 
 
 def _outside_own_collectives(ts, end, dev, lane, cls, host_ops) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -399,7 +461,7 @@ def _comm_ops(table: EventTable, rows: np.ndarray) -> tuple[CommOp, ...]:
     devices = np.bincount(pairs[0], minlength=len(names))
     op_type = np.zeros(len(names), dtype=np.int64)
     op_type[inverse] = table.op_type[rows]
-    order = np.lexsort((names, -total))
+    order = sorted(range(len(names)), key=lambda i: (-total[i], table.strings[names[i]]))
     return tuple(CommOp(name=table.strings[names[i]], op_type=table.strings[op_type[i]], events=int(events[i]),
                         devices=int(devices[i]), total_us=float(total[i])) for i in order)
 
@@ -432,27 +494,26 @@ def _straggler(step, devices, ends, comm_starts) -> Straggler | None:
     )
 
 
-def _stragglers(devices, totals, per_step, comm_first, step_values, ts, dev, cls) -> list[Straggler]:
+def _stragglers(devices: Sequence[DeviceComm], step_values: np.ndarray) -> list[Straggler]:
     """Per step (or the whole trace), among devices of the same kind: a GPU is never compared with a CPU."""
-    n_dev = len(devices)
+    named = tuple(d.device for d in devices)
+
+    def column(pick) -> tuple[np.ndarray, np.ndarray]:
+        parts = [pick(d) for d in devices]
+        ends = np.array([b.end_us if b else np.nan for b in parts], dtype=np.float64)
+        comm = np.array([b.first_comm_us if b and b.first_comm_us is not None else np.nan for b in parts],
+                        dtype=np.float64)
+        return ends, comm
+
     if len(step_values) == 0:
-        ends = np.array([t.end_us if t else np.nan for t in totals], dtype=np.float64).reshape(n_dev, 1)
-        first = np.full(n_dev, np.inf)
-        is_comm = cls == EventClass.COMMUNICATION
-        np.minimum.at(first, dev[is_comm], ts[is_comm])
-        comm = np.where(np.isfinite(first), first, np.nan).reshape(n_dev, 1)
-        labels: list[int | None] = [None]
+        columns = [(None, column(lambda d: d.total))]
     else:
-        n_steps = len(step_values)
-        ends = np.array([b.end_us if b else np.nan for b in per_step], dtype=np.float64).reshape(n_dev, n_steps)
-        comm = comm_first.reshape(n_dev, n_steps)
-        labels = [int(s) for s in step_values]
+        columns = [(int(s), column(lambda d, s=int(s): d.steps.get(s))) for s in step_values]
     result = []
-    for k, step in enumerate(labels):
-        for kind in sorted({d.kind for d in devices}):
-            peers = np.array([d.kind == kind for d in devices])
-            straggler = _straggler(step, devices, np.where(peers, ends[:, k], np.nan),
-                                   np.where(peers, comm[:, k], np.nan))
+    for step, (ends, comm) in columns:
+        for kind in sorted({d.kind for d in named}):
+            peers = np.array([d.kind == kind for d in named])
+            straggler = _straggler(step, named, np.where(peers, ends, np.nan), np.where(peers, comm, np.nan))
             if straggler:
                 result.append(straggler)
     return result

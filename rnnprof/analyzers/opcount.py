@@ -19,7 +19,8 @@ as launches and never added to either count. Copies and memsets are not kernels.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 import networkx as nx
 import numpy as np
@@ -178,7 +179,8 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
     runtime = (table.kind == Kind.RUNTIME) & (table.correlation >= 0)
     gpu_work = gpu & (table.correlation >= 0)
     runtime_idx, work_idx = np.flatnonzero(runtime), np.flatnonzero(gpu_work)
-    launched = match_correlation(table.correlation[work_idx], table.correlation[runtime_idx])
+    correlation = table.process_correlation()  # a merged table's ranks reuse each other's ids
+    launched = match_correlation(correlation[work_idx], correlation[runtime_idx])
     found = launched >= 0
     launch_device[runtime_idx[found]] = table.device[work_idx[launched[found]]]
     known_steps = table.steps()
@@ -286,3 +288,36 @@ def compare(left: OpCountReport, right: OpCountReport) -> OpCountComparison:
         total_right += kernel_metric(right, "gpu_kernels")
     ratios.append(Ratio("kernel launches per step (CPU + GPU kernels)", total_left, total_right))
     return OpCountComparison(left=left, right=right, ratios=tuple(ratios))
+
+
+def combine_kernel_counts(parts: Sequence[KernelCounts]) -> KernelCounts:
+    """One count of several made apart (one per rank, say), as ``count_kernels`` gives for their tables merged:
+    the devices of each, the union of their steps, op types summed. The parts' devices must be distinct."""
+    available = [p for p in parts if p.available]
+    if not available:
+        reasons = sorted({p.reason for p in parts if p.reason})
+        return KernelCounts(available=False, reason="; ".join(reasons) or "no trace events in this input")
+    devices = sorted((d for p in available for d in p.devices), key=lambda d: d.device)
+    labels = [d.device for d in devices]
+    if len(set(labels)) != len(labels):
+        raise ValueError("the counts share devices; combine counts of distinct ranks")
+    marked = sorted({s for p in available for s in p.steps if s != -1})
+    steps = tuple(marked) if marked else (-1,)
+    # Every device lists every step of the whole, as in a count of the merged tables.
+    devices = [replace(d, per_step={s: d.per_step.get(s, (0, 0)) for s in steps}) for d in devices]
+    by_type: dict[str, list[int]] = {}
+    for part in available:
+        for op, (cpu, gpu) in part.by_type.items():
+            entry = by_type.setdefault(op, [0, 0])
+            entry[0] += cpu
+            entry[1] += gpu
+    merged_types = dict(sorted(((op, (c, g)) for op, (c, g) in by_type.items()),
+                               key=lambda kv: (-(kv[1][0] + kv[1][1]), kv[0])))
+    by_device_type = {d: ops for p in available for d, ops in p.by_device_type.items()}
+    return KernelCounts(available=True, steps=steps, devices=tuple(devices), by_type=merged_types,
+                        by_device_type=dict(sorted(by_device_type.items())))
+
+
+def with_kernels(report: OpCountReport, kernels: KernelCounts, source_format: str) -> OpCountReport:
+    """``report`` with kernel counts made elsewhere (``combine_kernel_counts`` of a job's ranks)."""
+    return replace(report, kernels=kernels, source_format=source_format)

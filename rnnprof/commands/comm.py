@@ -9,6 +9,7 @@ from rich.console import Console
 
 from rnnprof.errors import InputError, UsageError
 from rnnprof import limits
+from rnnprof.commands import _job
 
 NAME = "comm"
 HELP = "communication vs compute vs idle time per device (and step), with stragglers"
@@ -16,12 +17,14 @@ HELP = "communication vs compute vs idle time per device (and step), with stragg
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="FILE_OR_RUN",
-                        help="a trace file or run directory; several files (e.g. one Kineto trace per rank) are merged")
+                        help="a trace file or run directory; several files (e.g. one Kineto trace per rank) are "
+                             "merged; a folder of Kineto rank files is a whole job, one rank per worker process")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
     parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
                         help="also count events whose name or op type matches REGEX as communication (repeatable)")
     parser.add_argument("--per-step", action="store_true", help="also break the figures down per step")
     limits.add_argument(parser)
+    _job.add_arguments(parser)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -38,7 +41,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
 
     notes = run_notes(args.paths)
-    report = analyze_comm(load_events(args.paths[0] if len(args.paths) == 1 else args.paths), args.comm_pattern)
+    job = _job.rank_job(args.paths)
+    if job is not None:
+        from rnnprof.whole_job import job_comm
+
+        report, job_notes = _job.run_job(job_comm, job, args, comm_patterns=args.comm_pattern)
+        notes += job_notes
+    else:
+        _job.refuse_job_options(args)
+        report = analyze_comm(load_events(args.paths[0] if len(args.paths) == 1 else args.paths), args.comm_pattern)
     if not report.devices:
         problem = ("no device activity: every event is on the host (a CPU-only tf.profiler XSpace, for one, "
                    "names no device for its ops)" if report.host_only

@@ -6,6 +6,7 @@ import argparse
 
 from rich.console import Console
 from rnnprof import limits
+from rnnprof.commands import _job
 
 NAME = "count-ops"
 HELP = "count graph operators and kernel invocations per device and step; --vs compares two runs"
@@ -20,13 +21,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="break counts down by device (default) or by op type")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
     limits.add_argument(parser)
+    _job.add_arguments(parser)
 
 
-def analyze_input(paths: list[str]):
-    """Count what the input holds (graphs and/or events), saying why a part is missing."""
-    from rnnprof.analyzers.opcount import count_ops
-    from rnnprof.profiler.loaders.inputs import read_inputs
+def analyze_input(paths: list[str], args: argparse.Namespace | None = None, notes: list[str] | None = None):
+    """Count what the input holds (graphs and/or events), saying why a part is missing; a job's rank
+    files are counted one rank per worker process (``args.jobs``, ``args.scheduler``)."""
+    args = args or argparse.Namespace(jobs=None, scheduler=None)
+    notes = [] if notes is None else notes
+    from rnnprof.analyzers.opcount import count_ops, with_kernels
+    from rnnprof.profiler.loaders.inputs import MERGED_TRACES, read_inputs
 
+    job = _job.rank_job(paths)
+    if job is not None:
+        from rnnprof.whole_job import job_kernels
+
+        kernels, job_notes = _job.run_job(job_kernels, job, args)
+        notes += job_notes
+        return with_kernels(count_ops(", ".join(map(str, paths)), None, None, None, user_reason=MERGED_TRACES,
+                                      runtime_reason=MERGED_TRACES), kernels, source_format="kineto")
     inputs = read_inputs(paths)
     graphs = inputs.graph_set
     return count_ops(inputs.label, inputs.events, graphs.user if graphs else None, graphs.runtime if graphs else None,
@@ -41,8 +54,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.reports.layout import render_json, render_notes
 
     notes = run_notes([*args.paths, *([args.vs] if args.vs else [])])
-    result = analyze_input(args.paths)
-    comparison = compare(result, analyze_input([args.vs])) if args.vs else None
+    if _job.rank_job(args.paths) is None and (not args.vs or _job.rank_job([args.vs]) is None):
+        _job.refuse_job_options(args)
+    result = analyze_input(args.paths, args, notes)
+    comparison = compare(result, analyze_input([args.vs], args, notes)) if args.vs else None
     render_notes(notes)
     if comparison is not None:
         if args.json:

@@ -45,3 +45,29 @@ class StepProgress:
                                               f" (loss {step.loss:.3f})")
 
         return on_step
+
+
+class RankProgress:
+    """Context manager counting analysed ranks; ``on_done(done, total)`` is the callback to hand the map.
+
+    Draws nothing when stderr is not a terminal (CI, pipes, tests).
+    """
+
+    def __init__(self, total: int, label: str = "ranks analysed", console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), console=self.console, transient=True,
+                                  disable=not self.console.is_terminal)
+        self._task = self._progress.add_task(label, total=total)
+        self.done = 0
+
+    def __enter__(self) -> "RankProgress":
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._progress.stop()
+
+    def on_done(self, done: int, total: int) -> None:
+        self.done = done
+        self._progress.update(self._task, completed=done, total=total)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from rnnprof.errors import InputError
-from rnnprof.profiler.loaders import chrome_json, graphdef, kineto, rnnprof_run, run_metadata, xplane
+from rnnprof.profiler.loaders import chrome_json, graphdef, kineto, rank_folder, rnnprof_run, run_metadata, xplane
 from rnnprof.profiler.loaders.jsonstream import read_prefix
 
 PREFIX_BYTES = 1 << 16
@@ -56,6 +56,7 @@ REGISTRY: tuple[Format, ...] = (
            xplane.events_dir, listed=False),
     Format("graphs-dir", "folder with a graphs/ subfolder of GraphDefs", rnnprof_run.sniff_graphs_only,
            rnnprof_run.parse_graphs_only, graphs=rnnprof_run.graph_defs, listed=False),
+    Format("rank-folder", "folder of Kineto rank files", rank_folder.sniff, rank_folder.parse, rank_folder.events),
     Format("kineto", "Kineto/PyTorch profiler JSON (.json, .json.gz)", kineto.sniff, kineto.parse, kineto.events),
     Format("chrome-json", "TF1 timeline Chrome trace, rnnprof Chrome trace, xprof trace_viewer JSON",
            chrome_json.sniff, chrome_json.parse, chrome_json.events),
@@ -76,11 +77,11 @@ ANY_EXPECTED = f"{EXPECTED}, or a GraphDef (.pb, .pbtxt)"
 # What to say when no format holding what the caller wants matches, by what was wanted: the problem for a
 # directory, for an empty file and for another file, and the expected formats ("matches" wanting anything).
 _NO_MATCH = {
-    "events": (("is a directory without manifest.json or *.xplane.pb", EXPECTED), ("is empty", EXPECTED),
+    "events": (("is a directory without manifest.json, *.xplane.pb or rank files", EXPECTED), ("is empty", EXPECTED),
                ("matches no known trace format", EXPECTED)),
     "graphs": (("is a directory without manifest.json or graphs/", GRAPHS_EXPECTED), ("is empty", GRAPHS_EXPECTED),
                (graphdef.UNREADABLE, GRAPHS_EXPECTED)),
-    None: (("is a directory without manifest.json or *.xplane.pb", EXPECTED), ("is empty", EXPECTED),
+    None: (("is a directory without manifest.json, *.xplane.pb or rank files", EXPECTED), ("is empty", EXPECTED),
            ("matches no known trace format and is not a TensorFlow graph", ANY_EXPECTED)),
 }
 

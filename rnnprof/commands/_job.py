@@ -1,0 +1,41 @@
+"""The options and the wiring shared by the commands that analyse a whole job's rank files."""
+
+from __future__ import annotations
+
+import argparse
+
+from rnnprof.config import positive_int
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    job = parser.add_argument_group("a whole job (a folder of rank files, or several Kineto files)")
+    job.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                     help="analyse N ranks at a time in worker processes (default: the cores)")
+    job.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                     help="analyse the ranks on an existing Dask distributed cluster, e.g. tcp://host:8786 "
+                          "(its workers need rnnprof and the files at the same paths; extra rnnprof[dask])")
+
+
+def rank_job(paths):
+    """The job's rank files when ``paths`` are a job's (``rank_folder.job_of``), else None."""
+    from rnnprof.profiler.loaders.rank_folder import job_of
+
+    return job_of(paths)
+
+
+def run_job(function, folder, args, **kwargs):
+    """``function(folder, ..., jobs=, scheduler=, on_done=)`` under a progress bar counting ranks."""
+    from rnnprof.reports.progress import RankProgress
+
+    with RankProgress(len(folder.files)) as progress:
+        return function(folder, jobs=args.jobs, scheduler=args.scheduler, on_done=progress.on_done, **kwargs)
+
+
+def refuse_job_options(args) -> None:
+    """``--jobs``/``--scheduler`` given for input that is not a job's rank files."""
+    from rnnprof.errors import UsageError
+
+    given = [flag for flag, value in (("--jobs", args.jobs), ("--scheduler", args.scheduler)) if value]
+    if given:
+        raise UsageError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to a job's rank files (a folder of Kineto traces or "
+                         f"several Kineto files), not to {', '.join(map(str, args.paths))}")

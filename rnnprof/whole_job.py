@@ -1,0 +1,81 @@
+"""A whole job's rank files analysed one rank per task, in worker processes or on a Dask cluster.
+
+Map: each task loads one rank file and analyses it alone (``analyze_comm``, ``count_kernels``); only
+the small result travels back, so memory is bounded by the workers, not the job. Reduce: the
+results are combined by the analyzers' own ``combine_*`` functions into what the same analysis of
+all ranks merged into one table gives (the tests hold the two equal), wherever each rank was computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from rnnprof import limits
+from rnnprof.parallel import map_items
+from rnnprof.profiler.loaders.rank_folder import RankFile, RankFolder, load_rank, loaded_notes
+
+OnDone = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class RankTask:
+    """One rank file and how to analyse it; picklable, so it can go to another process or machine."""
+
+    rank_file: RankFile
+    comm_patterns: tuple[str, ...] = ()
+    max_input_bytes: int | None = None  # the reading process' limit, applied in the worker too
+
+    def load(self):
+        limits.set_max_input_bytes(self.max_input_bytes)
+        return load_rank(self.rank_file)
+
+
+@dataclass(frozen=True)
+class RankResult:
+    result: object
+    distributed: dict | None  # the file's distributedInfo, wherever in the file it was
+
+
+def comm_of_rank(task: RankTask) -> RankResult:
+    from rnnprof.analyzers.comm import analyze_comm
+
+    table = task.load()
+    return RankResult(analyze_comm(table, task.comm_patterns), _info(table))
+
+
+def kernels_of_rank(task: RankTask) -> RankResult:
+    from rnnprof.analyzers.opcount import count_kernels
+
+    table = task.load()
+    return RankResult(count_kernels(table), _info(table))
+
+
+def job_comm(folder: RankFolder, comm_patterns: Sequence[str] = (), jobs: int | None = None,
+             scheduler: str | None = None, on_done: OnDone | None = None):
+    """``(CommReport, notes)`` of every rank in ``folder``, the report as ``analyze_comm`` of them merged gives it."""
+    from rnnprof.analyzers.comm import combine_reports
+
+    results, notes = _map(comm_of_rank, folder, comm_patterns, jobs, scheduler, on_done)
+    return combine_reports(results), notes
+
+
+def job_kernels(folder: RankFolder, jobs: int | None = None, scheduler: str | None = None,
+                on_done: OnDone | None = None):
+    """``(KernelCounts, notes)`` of every rank in ``folder``, as ``count_kernels`` of them merged gives it."""
+    from rnnprof.analyzers.opcount import combine_kernel_counts
+
+    results, notes = _map(kernels_of_rank, folder, (), jobs, scheduler, on_done)
+    return combine_kernel_counts(results), notes
+
+
+def _map(function, folder: RankFolder, comm_patterns, jobs, scheduler, on_done) -> tuple[list, list[str]]:
+    tasks = [RankTask(f, tuple(comm_patterns), limits.max_input_bytes()) for f in folder.files]
+    outcomes = map_items(function, tasks, jobs, scheduler, on_done)
+    notes = [*folder.notes, *loaded_notes(folder, [o.distributed for o in outcomes])]
+    return [o.result for o in outcomes], notes
+
+
+def _info(table) -> dict | None:
+    info = table.metadata.get("distributed")
+    return info if isinstance(info, dict) and info else None

@@ -1,0 +1,271 @@
+"""A whole job: a folder of Kineto rank files (or several files) analysed one rank per worker process,
+locally or on a Dask cluster, and combined into the figures the same analysis of the merged ranks gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures import FIXTURES
+from processes import running_descendants
+from rnnprof.analyzers.comm import analyze_comm, combine_reports
+from rnnprof.analyzers.opcount import count_kernels
+from rnnprof.cli import main
+from rnnprof.parallel import map_items
+from rnnprof.profiler.loaders import kineto, merge
+from rnnprof.reports.comm import to_document
+
+SAMPLED = [FIXTURES / "kineto-sampled-rank0.json.gz", FIXTURES / "kineto-sampled-rank1.json.gz"]
+GLOO = [FIXTURES / "torch-gloo-rank0.json.gz", FIXTURES / "torch-gloo-rank1.json.gz"]
+
+
+def run_cli(capsys, *argv):
+    code = main([*map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _folder(tmp_path: Path, files, name="job") -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    for f in files:
+        shutil.copy(f, folder / f.name)
+    return folder
+
+
+def _raw(path: Path) -> dict:
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
+        return json.load(f)
+
+
+def _without_sources(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k != "sources"}
+
+
+def _merged_comm(files) -> dict:
+    """The reference: every rank in one table, analysed at once, in this process."""
+    return to_document(analyze_comm(merge([kineto.load(f) for f in files])), per_step=True)
+
+
+@pytest.mark.parametrize("files", [SAMPLED, GLOO], ids=["nccl-gpu", "gloo-cpu"])
+def test_a_folder_analysed_in_worker_processes_equals_the_merged_analysis(tmp_path, capsys, files):
+    code, out, err = run_cli(capsys, "comm", _folder(tmp_path, files), "--json", "--per-step", "--jobs", "2")
+    assert code == 0, err
+    doc = json.loads(out)
+    expected = _merged_comm(files)
+    assert _without_sources(doc) == _without_sources(expected)
+    ranks = sorted(_raw(f)["distributedInfo"]["rank"] for f in files if "distributedInfo" in _raw(f))
+    assert sorted({d["worker"] for d in doc["devices"]}) == [f"rank{r}" for r in ranks]
+    assert doc["stragglers"], "two ranks: a straggler per step"
+
+
+def test_reports_combined_shift_each_rank_to_the_common_clock():
+    """Tables on clocks of their own (a time base each) combine as ``merge`` puts them on one clock."""
+    tables = []
+    for path, base in zip(SAMPLED, (5_000.0, 1_000_000.0)):
+        table = kineto.load(path)
+        tables.append(dataclasses.replace(table, ts=table.ts - base, time_base_us=base))
+    combined = combine_reports([analyze_comm(t) for t in tables])
+    assert combined.as_dict() == analyze_comm(merge(tables)).as_dict()
+    absolute = analyze_comm(merge([kineto.load(f) for f in SAMPLED]))
+    assert [d.total.end_us for d in combined.devices] == pytest.approx(
+        [d.total.end_us - 5_000.0 for d in absolute.devices])
+
+
+def test_explicit_rank_files_go_to_workers_too_and_a_corrupt_one_is_named(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "comm", *SAMPLED, "--json", "--jobs", "2")
+    assert code == 0, err
+    assert _without_sources(json.loads(out)) == _without_sources({**_merged_comm(SAMPLED), "devices": [
+        {k: v for k, v in d.items() if k != "steps"} for d in _merged_comm(SAMPLED)["devices"]]})
+    broken = tmp_path / "rank1.json"
+    broken.write_bytes(gzip.decompress(SAMPLED[1].read_bytes())[:200_000])  # cut mid-file
+    code, out, err = run_cli(capsys, "comm", SAMPLED[0], broken, "--jobs", "2")
+    assert code == 2 and out == ""
+    assert "rank1.json" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def _launches_from_raw(path: Path) -> int:
+    """Runtime calls that launched a kernel of the same file, by correlation id, straight from the JSON."""
+    events = _raw(path)["traceEvents"]
+    kernels = {e["args"]["correlation"] for e in events if e.get("cat") == "kernel"}
+    return sum(1 for e in events if e.get("cat") == "cuda_runtime" and (e.get("args") or {}).get("correlation") in kernels)
+
+
+def test_count_ops_of_a_folder_counts_each_rank_launches_within_its_own_process(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "count-ops", _folder(tmp_path, SAMPLED), "--json", "--jobs", "2")
+    assert code == 0, err
+    devices = {d["device"]: d for d in json.loads(out)["kernels"]["devices"]}
+    for rank, path in enumerate(SAMPLED):
+        (gpu,) = [d for label, d in devices.items() if label.startswith(f"rank{rank}/gpu:")]
+        assert gpu["gpu_launches"] == _launches_from_raw(path)
+
+
+def test_a_merged_table_does_not_link_one_ranks_launches_to_another_ranks_kernels():
+    merged = count_kernels(merge([kineto.load(f) for f in SAMPLED]))
+    launches = {d.device: d.gpu_launches for d in merged.devices}
+    assert [launches["rank0/gpu:0"], launches["rank1/gpu:1"]] == [_launches_from_raw(f) for f in SAMPLED]
+
+
+def test_ranks_without_distributed_info_take_the_number_in_their_name(tmp_path, capsys):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank, path in enumerate(SAMPLED):
+        trace = _raw(path)
+        del trace["distributedInfo"]
+        (folder / f"trace_{rank}.json").write_text(json.dumps(trace))
+    code, out, err = run_cli(capsys, "comm", folder, "--json")
+    assert code == 0, err
+    assert sorted({d["worker"] for d in json.loads(out)["devices"]}) == ["rank0", "rank1"]
+    assert "no distributedInfo" in err and "trace_0.json" in err
+
+
+def _write(path: Path, trace: dict) -> None:
+    path.write_text(json.dumps(trace))
+
+
+@pytest.mark.parametrize("case", ["empty", "not-kineto", "duplicate", "world-sizes", "no-number"])
+def test_bad_folders_are_one_line_errors(tmp_path, capsys, case):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    first = _raw(SAMPLED[0])
+    if case == "not-kineto":
+        _write(folder / "a.json", {"hello": 1})
+        expected = "no Kineto rank file"
+    elif case == "empty":
+        expected = "without manifest.json"
+    elif case == "duplicate":
+        _write(folder / "a.json", first)
+        _write(folder / "b.json", first)
+        expected = "rank 0 appears in 2 files"
+    elif case == "world-sizes":
+        _write(folder / "a.json", first)
+        other = _raw(SAMPLED[1])
+        other["distributedInfo"]["world_size"] = 64
+        _write(folder / "b.json", other)
+        expected = "different world sizes (64, 128)"
+    else:
+        del first["distributedInfo"]
+        _write(folder / "trace.json", first)
+        expected = "no number in its name"
+    for command in ("comm", "count-ops"):
+        code, out, err = run_cli(capsys, command, folder)
+        assert code == 2 and out == "", (command, err)
+        assert expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_job_options_on_other_input_and_an_unreachable_scheduler_are_one_line_errors(tmp_path, capsys):
+    code, out, err = run_cli(capsys, "comm", FIXTURES / "tf1-timeline-gpu-matmul.json", "--jobs", "2")
+    assert code == 2 and "--jobs applies to a job's rank files" in err
+    code, out, err = run_cli(capsys, "comm", *SAMPLED, "--scheduler", "tcp://127.0.0.1:9")
+    assert code == 2 and out == ""
+    assert "cannot reach a Dask scheduler" in err and len(err.strip().splitlines()) == 1
+
+
+def _sleep_then_square(x: int) -> int:
+    time.sleep(60)
+    return x * x
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_the_local_map_keeps_the_items_order_and_reports_progress():
+    seen = []
+    assert map_items(_square, range(7), jobs=2, on_done=lambda done, total: seen.append((done, total))) == \
+        [x * x for x in range(7)]
+    assert seen == [(k, 7) for k in range(1, 8)]
+
+
+def test_ctrl_c_stops_every_worker_process(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from rnnprof.parallel import map_items\n"
+        "from test_whole_job import _sleep_then_square\n"
+        "print('started', flush=True)\n"
+        "map_items(_sleep_then_square, range(4), jobs=2)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert child.stdout.readline().strip() == b"started"
+    deadline = time.monotonic() + 60
+    while len(running_descendants(child.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    workers = running_descendants(child.pid)
+    assert len(workers) >= 2, "the pool's workers started"
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode != 0 and b"KeyboardInterrupt" in err
+    deadline = time.monotonic() + 20
+    while any(Path(f"/proc/{pid}").exists() and running_descendants(pid) is not None and _alive(pid)
+              for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in workers if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.fixture(scope="module")
+def dask_cluster(tmp_path_factory):
+    """A Dask scheduler and two single-threaded workers on localhost, as separate processes."""
+    pytest.importorskip("distributed")
+    folder = tmp_path_factory.mktemp("dask")
+    scheduler_file = folder / "scheduler.json"
+    common = ["--no-dashboard"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}  # rnnprof for the scheduler and workers
+    started = [subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                 "--scheduler-file", str(scheduler_file), *common],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder, env=env)]
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        address = json.loads(scheduler_file.read_text())["address"]
+        started.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", address, "--nworkers", "2",
+                                         "--nthreads", "1", *common],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder, env=env))
+        from distributed import Client
+
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(2, timeout=90)
+        yield address
+    finally:
+        for process in reversed(started):
+            process.terminate()
+        for process in reversed(started):
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@pytest.mark.slow
+def test_the_same_figures_come_back_from_a_localhost_dask_cluster(tmp_path, capsys, dask_cluster):
+    folder = _folder(tmp_path, SAMPLED)
+    code, local, err = run_cli(capsys, "comm", folder, "--json", "--per-step", "--jobs", "2")
+    assert code == 0, err
+    code, remote, err = run_cli(capsys, "comm", folder, "--json", "--per-step", "--scheduler", dask_cluster)
+    assert code == 0, err
+    assert json.loads(remote) == json.loads(local)
+    code, local, _ = run_cli(capsys, "count-ops", folder, "--json", "--jobs", "2")
+    code, remote, err = run_cli(capsys, "count-ops", folder, "--json", "--scheduler", dask_cluster)
+    assert code == 0, err
+    assert json.loads(remote) == json.loads(local)
