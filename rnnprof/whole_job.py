@@ -35,20 +35,21 @@ class RankTask:
 class RankResult:
     result: object
     distributed: dict | None  # the file's distributedInfo, wherever in the file it was
+    worker: str  # the rank its events name (``rank<r>``)
 
 
 def comm_of_rank(task: RankTask) -> RankResult:
     from rnnprof.analyzers.comm import analyze_comm
 
     table = task.load()
-    return RankResult(analyze_comm(table, task.comm_patterns), _info(table))
+    return RankResult(analyze_comm(table, task.comm_patterns), _info(table), _worker(table))
 
 
 def kernels_of_rank(task: RankTask) -> RankResult:
     from rnnprof.analyzers.opcount import count_kernels
 
     table = task.load()
-    return RankResult(count_kernels(table), _info(table))
+    return RankResult(count_kernels(table), _info(table), _worker(table))
 
 
 def job_comm(folder: RankFolder, comm_patterns: Sequence[str] = (), jobs: int | None = None,
@@ -72,10 +73,14 @@ def job_kernels(folder: RankFolder, jobs: int | None = None, scheduler: str | No
 def _map(function, folder: RankFolder, comm_patterns, jobs, scheduler, on_done) -> tuple[list, list[str]]:
     tasks = [RankTask(f, tuple(comm_patterns), limits.max_input_bytes()) for f in folder.files]
     outcomes = map_items(function, tasks, jobs, scheduler, on_done)
-    notes = [*folder.notes, *loaded_notes(folder, [o.distributed for o in outcomes])]
+    notes = [*folder.notes, *loaded_notes(folder, [o.distributed for o in outcomes], [o.worker for o in outcomes])]
     return [o.result for o in outcomes], notes
 
 
 def _info(table) -> dict | None:
     info = table.metadata.get("distributed")
     return info if isinstance(info, dict) and info else None
+
+
+def _worker(table) -> str:
+    return ",".join(sorted({d.worker for d in table.devices}))

@@ -385,7 +385,11 @@ def _folders(tmp_path):
     graphs_only = tmp_path / "exported"
     (graphs_only / "graphs").mkdir(parents=True)
     (graphs_only / "graphs" / "graph.pb").write_bytes((SEEDS / "graph.pb").read_bytes())
-    return {run: "rundir", tmp_path / "logdir": "xplane-dir", graphs_only: "graphs-dir"}
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for name in ("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz"):
+        (ranks / name).write_bytes((FIXTURES / name).read_bytes())
+    return {run: "rundir", tmp_path / "logdir": "xplane-dir", graphs_only: "graphs-dir", ranks: "rank-folder"}
 
 
 def test_every_real_file_and_folder_is_sniffed_as_exactly_one_format(tmp_path):

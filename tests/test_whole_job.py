@@ -269,3 +269,19 @@ def test_the_same_figures_come_back_from_a_localhost_dask_cluster(tmp_path, caps
     code, remote, err = run_cli(capsys, "count-ops", folder, "--json", "--scheduler", dask_cluster)
     assert code == 0, err
     assert json.loads(remote) == json.loads(local)
+
+
+def test_a_files_own_rank_wins_over_its_name_and_two_files_of_one_rank_are_refused(tmp_path, capsys):
+    """The rank in distributedInfo names the rank whatever the file is called; two files that say the
+    same rank are refused, here and when what the first bytes said is checked against the loaded events."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    shutil.copy(GLOO[0], folder / "a_7.json.gz")
+    shutil.copy(GLOO[1], folder / "b_3.json.gz")
+    code, out, err = run_cli(capsys, "comm", folder, "--json")
+    assert code == 0, err
+    assert sorted({d["worker"] for d in json.loads(out)["devices"]}) == ["rank0", "rank1"]
+    shutil.copy(GLOO[0], folder / "b_3.json.gz")
+    code, out, err = run_cli(capsys, "comm", folder, "--jobs", "2")
+    assert code == 2 and out == ""
+    assert "rank 0 appears in 2 files (a_7.json.gz, b_3.json.gz)" in err and len(err.strip().splitlines()) == 1

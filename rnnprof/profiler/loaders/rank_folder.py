@@ -29,7 +29,7 @@ from rnnprof.profiler.loaders.jsonstream import read_prefix
 PATTERNS = ("*.json", "*.json.gz")
 EXPECTED = "a folder of Kineto/PyTorch profiler traces, one per rank (*.json or *.json.gz)"
 FROM_INFO, FROM_NAME = "distributedInfo", "file name"
-_INFO = re.compile(rb'"distributedInfo"\s*:\s*(\{[^{}]*\})')
+_INFO = re.compile(rb'"distributedInfo"\s*:\s*(?=\{)')
 _NUMBER = re.compile(r"(\d+)")
 PREFIX_BYTES = 1 << 16
 
@@ -85,11 +85,19 @@ def parse(path: Path) -> RankFolder:
     return RankFolder(path, tuple(files), tuple(notes))
 
 
-def loaded_notes(folder: RankFolder, infos: Sequence[dict | None]) -> list[str]:
+def loaded_notes(folder: RankFolder, infos: Sequence[dict | None], loaded_workers: Sequence[str]) -> list[str]:
     """Once every rank is loaded (``infos``: each file's ``distributedInfo``, in ``folder.files`` order,
-    None where it has none): what a reader must know, and an ``InputError`` for ranks of different jobs.
+    None where it has none; ``loaded_workers``: the worker its events name): what a reader must know, and
+    an ``InputError`` for two files of one rank or ranks of different jobs.
     A file's ``distributedInfo`` may lie past the first bytes (PyTorch writes it after the events), so
     only now is it known which ranks came from file names."""
+    workers: dict[str, list[str]] = {}
+    for f, worker in zip(folder.files, loaded_workers):
+        workers.setdefault(worker, []).append(f.path.name)
+    twice = sorted((w, names) for w, names in workers.items() if len(names) > 1)
+    if twice:
+        worker, names = twice[0]
+        raise InputError(folder.path, f"{worker} appears in {len(names)} files ({_names(names)})", "one file per rank")
     sizes = sorted({i["world_size"] for i in infos if isinstance(i, dict) and isinstance(i.get("world_size"), int)})
     if len(sizes) > 1:
         raise InputError(folder.path, f"the files come from jobs of different world sizes "
@@ -119,7 +127,7 @@ def load_rank(rank_file: RankFile) -> EventTable:
     if workers == {""}:
         table = dataclasses.replace(table, devices=tuple(dataclasses.replace(d, worker=worker)
                                                          for d in table.devices))
-    elif workers != {worker}:
+    elif rank_file.rank_from == FROM_INFO and workers != {worker}:
         raise InputError(rank_file.path, f"its events name {', '.join(sorted(workers))} where its first bytes "
                                          f"said {worker}", "one rank per file")
     return table
@@ -143,8 +151,8 @@ def _info(prefix: bytes) -> dict | None:
     if not match:
         return None
     try:
-        info = json.loads(match.group(1))
-    except ValueError:
+        info, _ = json.JSONDecoder().raw_decode(prefix[match.end():].decode("utf-8", errors="replace"))
+    except ValueError:  # cut by the prefix's end, or not JSON
         return None
     return info if isinstance(info, dict) else None
 
