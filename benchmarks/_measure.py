@@ -78,6 +78,9 @@ class Targets:
     def at_least(self, name: str, measured: float, limit: float, unit: str) -> None:
         self.rows.append((name, f"{measured:,.1f}{unit} (target >= {limit:,.1f}{unit})", measured >= limit))
 
+    def check(self, name: str, ok: bool, text: str) -> None:
+        self.rows.append((name, text, ok))
+
     def report(self) -> int:
         print("targets:")
         for name, text, ok in self.rows:

@@ -28,10 +28,16 @@ def _int_arg(event: dict, key: str) -> int:
     return value if isinstance(value, int) else 0
 
 
-def tile(target_events: int, out: Path, fixture: Path = DEFAULT_FIXTURE, compress: bool = False) -> int:
-    """Write about ``target_events`` trace events (all of ``traceEvents``) to ``out``; returns the count."""
+def tile(target_events: int, out: Path, fixture: Path = DEFAULT_FIXTURE, compress: bool = False,
+         distributed: dict | None = None, offset_us: float = 0.0, gap_us: float = 0.0) -> int:
+    """Write about ``target_events`` trace events (all of ``traceEvents``) to ``out``; returns the count.
+
+    For one rank of a job: ``distributed`` replaces the fixture's ``distributedInfo``, ``offset_us``
+    shifts every event, and ``gap_us`` more idle time goes between copies (a slower rank)."""
     doc = _read(fixture)
     events = doc.pop("traceEvents")
+    if distributed is not None:
+        doc["distributedInfo"] = distributed
     meta = [e for e in events if e.get("ph") == "M" or "ts" not in e]
     timed = [e for e in events if e.get("ph") != "M" and "ts" in e]
     start = min(float(e["ts"]) for e in timed)
@@ -50,7 +56,7 @@ def tile(target_events: int, out: Path, fixture: Path = DEFAULT_FIXTURE, compres
         f.write(head + (", " if doc else "") + '"traceEvents": [\n')
         f.write(",\n".join(json.dumps(e) for e in meta))
         for k in range(copies):
-            shift, offset = k * time_stride, k * id_stride
+            shift, offset = offset_us + k * (time_stride + gap_us), k * id_stride
             lines = []
             for e in timed:
                 e2 = dict(e)
