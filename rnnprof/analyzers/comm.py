@@ -42,18 +42,26 @@ Stragglers: for each step seen on two or more devices of the same kind (GPUs are
 with GPUs, CPU devices with CPU devices), the device whose activity ends last (lag against
 the median and the earliest end), and the device whose first communication starts last
 (lag against the earliest first communication).
+
+Across ranks (two or more workers with collectives), ``collectives`` holds the collectives matched
+across ranks, their arrival skew and the straggler rank (``rnnprof.analyzers.collectives``), and
+``alignment`` how the ranks' clocks were aligned before merging (``metadata["alignment"]``, written by
+``load_aligned``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
 from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify
 from rnnprof.analyzers.intervals import subtract, sweep
 from rnnprof.events import Device, EventTable, Kind
+
+if TYPE_CHECKING:
+    from rnnprof.analyzers.collectives import CollectivesReport
 
 # Sweep layers, in this order.
 _LAYERS = (EventClass.COMPUTE, EventClass.COMMUNICATION, EventClass.MEMCPY, EventClass.MEMSET)
@@ -186,8 +194,15 @@ class CommReport:
     source_format: str = ""
     sources: tuple[str, ...] = ()
     host_only: bool = False  # the trace has events, all of them on hosts (so no device to report)
+    collectives: "CollectivesReport | None" = None  # across ranks; None with fewer than two ranks
+    alignment: dict | None = None  # {"method", "offsets"} when several traces were put on one clock
 
     def as_dict(self) -> dict:
+        extra = {}
+        if self.alignment is not None:
+            extra["alignment"] = self.alignment
+        if self.collectives is not None:
+            extra["collectives"] = self.collectives.as_dict()
         return {
             "source_format": self.source_format,
             "sources": list(self.sources),
@@ -206,6 +221,7 @@ class CommReport:
             "stragglers": [s.as_dict() for s in self.stragglers],
             "communication_events": list(self.comm_event_names),
             "communication_ops": [op.as_dict() for op in self.comm_ops],
+            **extra,
         }
 
 
@@ -296,6 +312,8 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
     Devices without activity are left out; a table without any device activity
     gives a report with no devices.
     """
+    from rnnprof.analyzers.collectives import analyze_collectives
+
     extra = tuple(comm_patterns)
     classes = classify(table, extra)
     work, basis = device_work_mask(table, classes)
@@ -359,7 +377,14 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
         source_format=table.source_format,
         sources=table.sources,
         host_only=len(table) > 0 and all(d.kind == "host" for d in table.devices),
+        collectives=_across_ranks(analyze_collectives(table)),
+        alignment=table.metadata.get("alignment"),
     )
+
+
+def _across_ranks(report: "CollectivesReport") -> "CollectivesReport | None":
+    """The collectives report where there are ranks to compare: two or more ranks with collectives."""
+    return report if report.workers >= 2 else None
 
 
 def _outside_own_collectives(ts, end, dev, lane, cls, host_ops) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
