@@ -278,3 +278,13 @@ def test_a_tight_collective_outweighs_long_ones_whose_ends_lag(tmp_path):
     assert offsets[1].offset_us == 1000.0 and offsets[1].samples == 3
     # Spread: the weighted median of the distances (0, 3000, 3000) from the offset, the short one weighing most.
     assert offsets[1].spread_us == 0.0
+
+
+def test_the_loader_keeps_the_process_group_of_nccl_kernels():
+    path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
+    kernels = [e for e in raw_document(path)["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") == "kernel" and "Process Group Name" in e.get("args", {})]
+    args = load_events(path).metadata["collective_args"]
+    assert args["worker"] == "rank0" and len(kernels) == 21
+    assert args["correlation"] == [e["args"]["correlation"] for e in kernels]
+    assert args["group"] == [e["args"]["Process Group Name"] for e in kernels] and set(args["seq"]) == {-1}

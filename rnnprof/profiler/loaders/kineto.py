@@ -15,6 +15,10 @@ a gloo CPU job) has its host operators as its device activity: its ``cpu_op``s s
 ``Device("cpu", 0, "rank<r>")`` instead of the host, and its collectives (``names.CPU_COLLECTIVE``:
 ``c10d::*`` operators, the ``gloo:*`` ranges of gloo's threads, ``record_param_comms``) are
 COMMUNICATION on that device. ``metadata["host_operator_devices"]`` lists such devices.
+
+GPU events whose args name their collective (newer Kineto: ``Process Group Name``, ``Seq`` on NCCL
+kernels) are listed in ``metadata["collective_args"]`` (``worker``, and per event its ``correlation``,
+``group`` and ``seq``, -1 when absent), which ``rnnprof.analyzers.collectives`` matches ranks by.
 """
 
 from __future__ import annotations
