@@ -168,10 +168,13 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
     result: dict[str, list[Instance]] = {}
     for worker, parts in rows_of.items():
         rows = np.concatenate(parts)
-        rows = rows[np.lexsort((table.end[rows], table.ts[rows]))]
+        starts = table.ts[rows]
+        ends = starts + table.dur[rows]
+        order = np.lexsort((ends, starts))
+        rows, starts, ends = rows[order], starts[order], ends[order]
         ordinal: dict[tuple, int] = {}
         found = []
-        for r in rows:
+        for r, start, end in zip(rows, starts.tolist(), ends.tolist()):
             name = names[table.name[r]]
             on_gpu = table.devices[table.device[r]].kind == "gpu"
             group, seq = args.get((worker, int(table.correlation[r])), ("", -1)) if on_gpu else ("", -1)
@@ -183,7 +186,7 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
                 k = ordinal.get((group, name), 0)
                 ordinal[(group, name)] = k + 1
                 key = (BY_ORDER, group, name, k)
-            found.append(Instance(key, name, group, float(table.ts[r]), float(table.end[r])))
+            found.append(Instance(key, name, group, start, end))
         result[worker] = found
     return result
 
