@@ -67,6 +67,10 @@ COMMUNICATION_OP = re.compile(
 # (``gloo:all_reduce``) and ``record_param_comms``. The Kineto loader makes them the rank's
 # communication when the rank has no GPU streams; on a GPU rank they are host-side launches.
 CPU_COLLECTIVE = re.compile(r"^(?:c10d::\w+|gloo:\w+|record_param_comms)$")
+# Of those, what a CPU rank's collective is when matched across ranks (``rnnprof comm``): the range gloo's
+# worker thread records while it runs the collective, else the ``c10d::*`` call that issued it.
+CPU_COLLECTIVE_RUN = re.compile(r"^gloo:\w+$")
+CPU_COLLECTIVE_CALL = re.compile(r"^c10d::\w+$")
 # Event names or op types that the analyses count as communication (``rnnprof comm``), searched anywhere:
 COMM_PATTERNS: tuple[str, ...] = (
     r"^nccl(Dev)?Kernel",  # NCCL kernels

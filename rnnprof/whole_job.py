@@ -39,10 +39,14 @@ class RankResult:
 
 
 def comm_of_rank(task: RankTask) -> RankResult:
+    """The rank's ``CommReport`` and its collectives (``instances``), on its own clock, for matching across ranks."""
+    from rnnprof.analyzers.align import zero_offsets
+    from rnnprof.analyzers.collectives import instances
     from rnnprof.analyzers.comm import analyze_comm
 
     table = task.load()
-    return RankResult(analyze_comm(table, task.comm_patterns), _info(table), _worker(table))
+    return RankResult((analyze_comm(table, task.comm_patterns), instances(table), zero_offsets([table])[0]),
+                      _info(table), _worker(table))
 
 
 def kernels_of_rank(task: RankTask) -> RankResult:
@@ -55,10 +59,29 @@ def kernels_of_rank(task: RankTask) -> RankResult:
 def job_comm(folder: RankFolder, comm_patterns: Sequence[str] = (), jobs: int | None = None,
              scheduler: str | None = None, on_done: OnDone | None = None):
     """``(CommReport, notes)`` of every rank in ``folder``, the report as ``analyze_comm`` of them merged gives it."""
+    results, notes = _map(comm_of_rank, folder, comm_patterns, jobs, scheduler, on_done)
+    return combine_comm(results), notes
+
+
+def combine_comm(results):
+    """One ``CommReport`` of ``(report, instances, clock offset)`` per rank (``comm_of_rank``): the reports
+    combined and the collectives matched across ranks, on the earliest rank's clock, as ``comm`` of the ranks
+    merged with ``--align none`` gives them."""
+    from dataclasses import replace
+
+    from rnnprof.analyzers.align import NONE
+    from rnnprof.analyzers.collectives import collectives_report, shifted
     from rnnprof.analyzers.comm import combine_reports
 
-    results, notes = _map(comm_of_rank, folder, comm_patterns, jobs, scheduler, on_done)
-    return combine_reports(results), notes
+    reports = [report for report, _, _ in results]
+    base = min(r.time_base_us for r in reports)
+    found: dict = {}
+    for report, per_worker, _ in results:
+        found.update(shifted(per_worker, report.time_base_us - base))
+    combined = combine_reports(reports, collectives_report(found))
+    if len(results) < 2:
+        return combined
+    return replace(combined, alignment={"method": NONE, "offsets": [offset.as_dict() for _, _, offset in results]})
 
 
 def job_kernels(folder: RankFolder, jobs: int | None = None, scheduler: str | None = None,

@@ -18,12 +18,15 @@ import pytest
 
 from fixtures import FIXTURES
 from processes import running_descendants
-from rnnprof.analyzers.comm import analyze_comm, combine_reports
+from rnnprof.analyzers.align import align, zero_offsets
+from rnnprof.analyzers.collectives import instances
+from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.opcount import count_kernels
 from rnnprof.cli import main
 from rnnprof.parallel import map_items
 from rnnprof.profiler.loaders import kineto, merge
 from rnnprof.reports.comm import to_document
+from rnnprof.whole_job import combine_comm
 
 SAMPLED = [FIXTURES / "kineto-sampled-rank0.json.gz", FIXTURES / "kineto-sampled-rank1.json.gz"]
 GLOO = [FIXTURES / "torch-gloo-rank0.json.gz", FIXTURES / "torch-gloo-rank1.json.gz"]
@@ -43,18 +46,30 @@ def _folder(tmp_path: Path, files, name="job") -> Path:
     return folder
 
 
+def load_aligned_tables(tables):
+    """The tables merged as ``load_aligned(paths, "none")`` merges the files."""
+    table = merge(align(tables, zero_offsets(tables)))
+    table.metadata["alignment"] = {"method": "none", "offsets": [o.as_dict() for o in zero_offsets(tables)]}
+    return table
+
+
 def _raw(path: Path) -> dict:
     with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
         return json.load(f)
 
 
 def _without_sources(doc: dict) -> dict:
-    return {k: v for k, v in doc.items() if k != "sources"}
+    """The document with its file paths cut to file names (a folder's copies are the same files)."""
+    doc = {k: v for k, v in doc.items() if k != "sources"}
+    if "alignment" in doc:
+        offsets = [{**o, "source": Path(o["source"]).name} for o in doc["alignment"]["offsets"]]
+        doc["alignment"] = {**doc["alignment"], "offsets": offsets}
+    return doc
 
 
 def _merged_comm(files) -> dict:
     """The reference: every rank in one table, analysed at once, in this process."""
-    return to_document(analyze_comm(merge([kineto.load(f) for f in files])), per_step=True)
+    return to_document(analyze_comm(load_aligned_tables([kineto.load(f) for f in files])), per_step=True)
 
 
 @pytest.mark.parametrize("files", [SAMPLED, GLOO], ids=["nccl-gpu", "gloo-cpu"])
@@ -75,8 +90,8 @@ def test_reports_combined_shift_each_rank_to_the_common_clock():
     for path, base in zip(SAMPLED, (5_000.0, 1_000_000.0)):
         table = kineto.load(path)
         tables.append(dataclasses.replace(table, ts=table.ts - base, time_base_us=base))
-    combined = combine_reports([analyze_comm(t) for t in tables])
-    assert combined.as_dict() == analyze_comm(merge(tables)).as_dict()
+    combined = combine_comm([(analyze_comm(t), instances(t), zero_offsets([t])[0]) for t in tables])
+    assert combined.as_dict() == analyze_comm(load_aligned_tables(tables)).as_dict()
     absolute = analyze_comm(merge([kineto.load(f) for f in SAMPLED]))
     assert [d.total.end_us for d in combined.devices] == pytest.approx(
         [d.total.end_us - 5_000.0 for d in absolute.devices])

@@ -42,18 +42,26 @@ Stragglers: for each step seen on two or more devices of the same kind (GPUs are
 with GPUs, CPU devices with CPU devices), the device whose activity ends last (lag against
 the median and the earliest end), and the device whose first communication starts last
 (lag against the earliest first communication).
+
+Across ranks (two or more workers with collectives), ``collectives`` holds the collectives matched
+across ranks, their arrival skew and the straggler rank (``rnnprof.analyzers.collectives``), and
+``alignment`` how the ranks' clocks were aligned before merging (``metadata["alignment"]``, written by
+``load_aligned``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
 from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify
 from rnnprof.analyzers.intervals import subtract, sweep
 from rnnprof.events import Device, EventTable, Kind
+
+if TYPE_CHECKING:
+    from rnnprof.analyzers.collectives import CollectivesReport
 
 # Sweep layers, in this order.
 _LAYERS = (EventClass.COMPUTE, EventClass.COMMUNICATION, EventClass.MEMCPY, EventClass.MEMSET)
@@ -188,8 +196,15 @@ class CommReport:
     sources: tuple[str, ...] = ()
     host_only: bool = False  # the trace has events, all of them on hosts (so no device to report)
     time_base_us: float = 0.0  # the clock the times are relative to (the table's)
+    collectives: "CollectivesReport | None" = None  # across ranks; None with fewer than two ranks
+    alignment: dict | None = None  # {"method", "offsets"} when several traces were put on one clock
 
     def as_dict(self) -> dict:
+        extra = {}
+        if self.alignment is not None:
+            extra["alignment"] = self.alignment
+        if self.collectives is not None:
+            extra["collectives"] = self.collectives.as_dict()
         return {
             "source_format": self.source_format,
             "sources": list(self.sources),
@@ -208,6 +223,7 @@ class CommReport:
             "stragglers": [s.as_dict() for s in self.stragglers],
             "communication_events": list(self.comm_event_names),
             "communication_ops": [op.as_dict() for op in self.comm_ops],
+            **extra,
         }
 
 
@@ -299,6 +315,8 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
     Devices without activity are left out; a table without any device activity
     gives a report with no devices.
     """
+    from rnnprof.analyzers.collectives import analyze_collectives
+
     extra = tuple(comm_patterns)
     classes = classify(table, extra)
     work, basis = device_work_mask(table, classes)
@@ -361,14 +379,19 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
         sources=table.sources,
         host_only=len(table) > 0 and all(d.kind == "host" for d in table.devices),
         time_base_us=table.time_base_us,
+        collectives=_across_ranks(analyze_collectives(table)),
+        alignment=table.metadata.get("alignment"),
     )
 
 
-def combine_reports(reports: Sequence[CommReport]) -> CommReport:
+def combine_reports(reports: Sequence[CommReport],
+                    collectives: "CollectivesReport | None" = None) -> CommReport:
     """One report of several analysed apart (e.g. one per rank, in worker processes), as if their
     tables had been merged on their common clock (``concat(..., align="absolute")``) and analysed
     at once: the devices of each, times moved to the earliest time base, stragglers and
-    communication ops taken across all. The parts' devices must be distinct (one rank each)."""
+    communication ops taken across all. The parts' devices must be distinct (one rank each).
+    ``collectives``: the collectives matched across the parts (``collectives.collectives_report`` of
+    every part's ``instances``, on the common clock)."""
     if not reports:
         raise ValueError("combine_reports needs at least one report")
     extra = {r.extra_patterns for r in reports}
@@ -403,6 +426,7 @@ def combine_reports(reports: Sequence[CommReport]) -> CommReport:
         sources=tuple(s for r in reports for s in r.sources),
         host_only=all(r.host_only for r in reports),
         time_base_us=base,
+        collectives=_across_ranks(collectives) if collectives is not None else None,
     )
 
 
@@ -422,6 +446,11 @@ def _first(groups: np.ndarray, ts: np.ndarray, n_groups: int) -> np.ndarray:
     first = np.full(n_groups, np.inf)
     np.minimum.at(first, groups, ts)
     return first
+
+
+def _across_ranks(report: "CollectivesReport") -> "CollectivesReport | None":
+    """The collectives report where there are ranks to compare: two or more ranks with collectives."""
+    return report if report.workers >= 2 else None
 
 
 def _outside_own_collectives(ts, end, dev, lane, cls, host_ops) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

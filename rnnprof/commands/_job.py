@@ -31,11 +31,17 @@ def run_job(function, folder, args, **kwargs):
         return function(folder, jobs=args.jobs, scheduler=args.scheduler, on_done=progress.on_done, **kwargs)
 
 
-def refuse_job_options(args) -> None:
-    """``--jobs``/``--scheduler`` given for input that is not a job's rank files."""
+def refuse_job_options(args, instead: str = "") -> None:
+    """``--jobs``/``--scheduler`` given for input that is not a job's rank files (or, with ``instead``, for
+    a job read in one process: ``--align`` other than none merges the ranks before analysing them)."""
     from rnnprof.errors import UsageError
 
     given = [flag for flag, value in (("--jobs", args.jobs), ("--scheduler", args.scheduler)) if value]
-    if given:
-        raise UsageError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to a job's rank files (a folder of Kineto traces or "
-                         f"several Kineto files), not to {', '.join(map(str, args.paths))}")
+    if not given:
+        return
+    verb = "apply" if len(given) > 1 else "applies"
+    if instead:
+        raise UsageError(f"{' and '.join(given)} {verb} with --align none; {instead} reads the ranks in one "
+                         f"process to put them on one clock")
+    raise UsageError(f"{' and '.join(given)} {verb} to a job's rank files (a folder of Kineto traces or several "
+                     f"Kineto files), not to {', '.join(map(str, args.paths))}")

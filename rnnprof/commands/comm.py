@@ -23,13 +23,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
                         help="also count events whose name or op type matches REGEX as communication (repeatable)")
     parser.add_argument("--per-step", action="store_true", help="also break the figures down per step")
+    parser.add_argument("--align", choices=("none", "start", "collectives"), default="none",
+                        help="how several files are put on one clock before merging: none (they share one, as the "
+                             "ranks of one host do; default), start (each starts where the first does), collectives "
+                             "(offsets measured on the end times of collectives matched across the files)")
     limits.add_argument(parser)
     _job.add_arguments(parser)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.comm import analyze_comm
-    from rnnprof.profiler.loaders import load_events
+    from rnnprof.profiler.loaders import load_aligned, load_events
     from rnnprof.reports.comm import render_table, to_document
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_json, render_notes
@@ -42,14 +46,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     notes = run_notes(args.paths)
     job = _job.rank_job(args.paths)
-    if job is not None:
+    if job is not None and args.align == "none":
         from rnnprof.whole_job import job_comm
 
         report, job_notes = _job.run_job(job_comm, job, args, comm_patterns=args.comm_pattern)
         notes += job_notes
     else:
-        _job.refuse_job_options(args)
-        report = analyze_comm(load_events(args.paths[0] if len(args.paths) == 1 else args.paths), args.comm_pattern)
+        _job.refuse_job_options(args, "" if job is None else f"--align {args.align}")
+        paths = [str(f.path) for f in job.files] if job is not None else args.paths
+        table = load_events(paths[0]) if len(paths) == 1 else load_aligned(paths, args.align)
+        report = analyze_comm(table, args.comm_pattern)
     if not report.devices:
         problem = ("no device activity: every event is on the host (a CPU-only tf.profiler XSpace, for one, "
                    "names no device for its ops)" if report.host_only

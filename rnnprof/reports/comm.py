@@ -10,10 +10,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rnnprof.analyzers.collectives import CollectivesReport
 from rnnprof.analyzers.comm import BASIS_EXECUTOR, BASIS_HOST_OPS, Breakdown, CommReport, Straggler
 from rnnprof.reports.layout import compact_table
 
 TOP_COMM_OPS = 10
+TOP_COLLECTIVES = 10
+_ALIGNMENT = {"none": "as recorded (--align none: the files are taken to share a clock)",
+              "start": "aligned on the files' first events (--align start)",
+              "collectives": "aligned on the end times of collectives matched across the files (--align collectives)"}
 
 DEFINITIONS = (
     "device activity = kernels, memcpy and memset on a GPU's streams / ops executed on a CPU device "
@@ -90,9 +95,78 @@ def straggler_table(stragglers: tuple[Straggler, ...]) -> Table:
     return table
 
 
+def alignment_text(alignment: dict) -> Text:
+    """Which alignment put the files on one clock, and each one's offset against the first."""
+    method = alignment.get("method", "none")
+    line = Text(f"clocks: {_ALIGNMENT.get(method, method)}")
+    offsets = alignment.get("offsets", [])
+    if method != "none" and len(offsets) > 1:
+        reference = ", ".join(offsets[0]["ranks"]) or offsets[0]["source"]
+        parts = []
+        for o in offsets[1:]:
+            who = ", ".join(o["ranks"]) or o["source"]
+            part = f"{who} {o['offset_us'] / 1000:+,.3f} ms"
+            if o.get("spread_us") is not None:
+                part += f" (spread {o['spread_us'] / 1000:,.3f} ms, {o['collectives']} collectives)"
+            parts.append(part)
+        line.append(f"; clock offsets against {reference}: " + "; ".join(parts))
+    return line
+
+
+def collectives_table(collectives: CollectivesReport, top: int = TOP_COLLECTIVES) -> Table:
+    """The collectives matched across ranks with the largest arrival skew."""
+    shown = sorted(collectives.collectives, key=lambda c: -c.skew_us)[:top]
+    caption = ("skew = last rank's start - first rank's start; waited = the other ranks' wait for the last one; "
+               "# = sequence number (seq) or k-th of its name in its group (order)")
+    if len(collectives.collectives) > top:
+        caption = f"top {top} of {len(collectives.collectives)} by skew; " + caption
+    table = _table("collectives across ranks: who arrived last", "collective",
+                   ("#", "ranks", "last\nrank", "skew\nms", "waited\nms"), caption)
+    for c in shown:
+        name = c.name.split("(")[0]
+        table.add_row(Text(f"{name} [{c.group}]" if c.group else name), f"{c.index} {c.matched_by}",
+                      str(len(c.arrivals)), Text(c.last.worker), _ms(c.skew_us), _ms(c.caused_wait_us))
+    return table
+
+
+def ranks_table(collectives: CollectivesReport) -> Table:
+    """Per rank: how often it arrived last at a collective, the waiting it caused and the waiting it did."""
+    caption = ("caused = the other ranks' wait at the collectives it arrived last at; waited = its own wait for "
+               "the last rank")
+    table = _table("ranks at collectives", "rank", ("collectives", "arrived\nlast", "caused\nms", "waited\nms"),
+                   caption)
+    for r in collectives.ranks:
+        table.add_row(Text(r.worker), str(r.collectives), str(r.arrived_last), _ms(r.caused_wait_us),
+                      _ms(r.waited_us))
+    return table
+
+
+def straggler_text(collectives: CollectivesReport) -> Text:
+    if collectives.straggler is None:
+        return Text(f"collectives: none matched across ranks ({collectives.unmatched} seen on one rank only)",
+                    style="yellow")
+    rank = next(r for r in collectives.ranks if r.worker == collectives.straggler)
+    return Text.assemble(("straggler: ", "bold"), collectives.straggler,
+                         f" arrived last at {rank.arrived_last} of {rank.collectives} collectives, costing the "
+                         f"other ranks {_ms(rank.caused_wait_us)} ms of waiting")
+
+
+def render_collectives(report: CommReport, console: Console) -> None:
+    """The collectives matched across ranks, per collective and per rank, and the straggler rank."""
+    collectives = report.collectives
+    if collectives is None:
+        return
+    if collectives.collectives:
+        console.print(collectives_table(collectives))
+        console.print(ranks_table(collectives))
+    console.print(straggler_text(collectives))
+
+
 def render_table(report: CommReport, *, per_step: bool, console: Console) -> None:
     sources = ", ".join(report.sources) or report.source_format
     console.print(Text(f"rnnprof comm: {sources}", style="bold", overflow="fold"))
+    if report.alignment is not None:
+        console.print(alignment_text(report.alignment))
     console.print(breakdown_table(report, per_step=False))
     if per_step and report.steps:
         console.print(breakdown_table(report, per_step=True))
@@ -104,6 +178,7 @@ def render_table(report: CommReport, *, per_step: bool, console: Console) -> Non
         console.print(straggler_table(report.stragglers))
     elif len(report.devices) > 1:
         console.print(Text("stragglers: no step was seen on two or more devices of one kind", style="yellow"))
+    render_collectives(report, console)
     fallback = [d.device.label for d in report.devices if d.basis == BASIS_EXECUTOR]
     if fallback:
         console.print(Text(f"note: {', '.join(fallback)}: no GPU stream records in the trace; measured by the "

@@ -2,7 +2,9 @@
 
 ``load_events(path)`` accepts a file or an rnnprof run directory; ``load_events([p1, p2, ...])``
 loads each and merges them with ``concat`` (``align="absolute"``: the sources share a wall
-clock, as the ranks of one job do; pass ``align="start"`` when they do not). The formats, how each
+clock, as the ranks of one job do; pass ``align="start"`` when they do not). ``load_aligned(paths, align)``
+puts the tables on one clock first (``rnnprof.analyzers.align``: none, start or collectives) and records
+the offsets it applied in ``metadata["alignment"]``. The formats, how each
 is recognised and which module loads it are ``registry.REGISTRY``; what a command reads from the
 paths it is given (events, graphs, manifest) is ``inputs.read_inputs``.
 """
@@ -41,4 +43,35 @@ def merge(tables: list[EventTable], align: str = "absolute") -> EventTable:
     return merged
 
 
-__all__ = ["load_events", "detect_format", "merge", "EXPECTED", "REGISTRY"]
+def load_aligned(paths, align: str = "none") -> EventTable:
+    """Several traces (one per rank or process) put on one clock, then merged.
+
+    ``align``: "none" (the clocks as they are), "start" (every trace starts where the first does) or
+    "collectives" (offsets measured on the end times of the collectives matched across the traces).
+    ``metadata["alignment"]`` holds the method and each trace's ``ClockOffset`` as a dict. A trace that
+    shares no collective with the first one under "collectives" is an ``InputError``.
+    """
+    from rnnprof.analyzers import align as clock
+
+    paths = list(paths)
+    if not paths:
+        raise InputError("(no paths)", "nothing to load", EXPECTED)
+    if align not in clock.METHODS:
+        raise ValueError(f"unknown alignment {align!r}")
+    tables = [open_source(p, holding="events").events() for p in paths]
+    if align == clock.START:
+        offsets = clock.offsets_from_start(tables)
+    elif align == clock.COLLECTIVES and len(tables) > 1:
+        try:
+            offsets = clock.offsets_from_collectives(tables)
+        except clock.NothingToAlignOn as exc:
+            raise InputError(exc.source, f"--align collectives: no collective in common with {exc.reference}",
+                             "traces of ranks that ran the same collectives (NCCL kernels, gloo collectives)") from None
+    else:
+        offsets = clock.zero_offsets(tables)
+    table = merge(clock.align(tables, offsets))
+    table.metadata["alignment"] = {"method": align, "offsets": [o.as_dict() for o in offsets]}
+    return table
+
+
+__all__ = ["load_events", "load_aligned", "detect_format", "merge", "EXPECTED", "REGISTRY"]

@@ -15,6 +15,10 @@ a gloo CPU job) has its host operators as its device activity: its ``cpu_op``s s
 ``Device("cpu", 0, "rank<r>")`` instead of the host, and its collectives (``names.CPU_COLLECTIVE``:
 ``c10d::*`` operators, the ``gloo:*`` ranges of gloo's threads, ``record_param_comms``) are
 COMMUNICATION on that device. ``metadata["host_operator_devices"]`` lists such devices.
+
+GPU events whose args name their collective (newer Kineto: ``Process Group Name``, ``Seq`` on NCCL
+kernels) are listed in ``metadata["collective_args"]`` (``worker``, and per event its ``correlation``,
+``group`` and ``seq``, -1 when absent), which ``rnnprof.analyzers.collectives`` matches ranks by.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ class _Args(msgspec.Struct, gc=False):
     correlation: Any = None
     external_id: Any = msgspec.field(name="External id", default=None)
     bytes: Any = None
+    # a collective's identity (newer Kineto, on NCCL kernels): its process group and sequence number
+    group: Any = msgspec.field(name="Process Group Name", default=None)
+    seq: Any = msgspec.field(name="Seq", default=None)
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -137,6 +144,7 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     lane_codes: dict[tuple[bool, Any], int] = {}
     step_spans: list[tuple[float, float, int]] = []
     skipped = 0
+    collective_args: dict[str, list] = {"correlation": [], "group": [], "seq": []}
 
     def gpu_code(index: int) -> int:
         c = gpu_codes.get(index)
@@ -171,6 +179,11 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
         correlation = [a.correlation if a.correlation is not None
                        else (a.external_id if a.external_id is not None else -1) for a in args]
         nbytes = [a.bytes if a.bytes is not None else -1 for a in args]
+        for a, g in zip(args, on_gpu):
+            if g and (a.group is not None or a.seq is not None) and a.correlation is not None:
+                collective_args["correlation"].append(_int(a.correlation))
+                collective_args["group"].append("" if a.group is None else str(a.group))
+                collective_args["seq"].append(_int(a.seq))
         for e in events:
             if e.name.startswith("ProfilerStep#"):
                 m = STEP_NAME.match(e.name)
@@ -199,6 +212,8 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
         "base_time_ns": header.get("baseTimeNanoseconds"),
         "devices_properties": header.get("deviceProperties", []),
     })
+    if collective_args["correlation"]:
+        builder.metadata["collective_args"] = {"worker": worker, **collective_args}
     table = builder.build()
     table = _mark_nccl(table)
     table = _assign_steps(table, step_spans)

@@ -1,0 +1,243 @@
+"""Collectives matched across ranks: who arrives last at each, by how much, and the straggler rank.
+
+A rank's collectives (``instances``) are what runs the collective on that rank:
+
+* on a GPU, its NCCL kernels (``Kind.COMMUNICATION`` on the GPU's streams);
+* on a CPU rank (a gloo job, measured by its host operators), the ranges gloo's worker threads record
+  while they run it (``names.CPU_COLLECTIVE_RUN``: ``gloo:all_reduce``), else the ``c10d::*`` calls
+  (``names.CPU_COLLECTIVE_CALL``).
+
+Matching: the same collective on two ranks has the same key.
+
+* When the trace names the collective's process group and sequence number (newer Kineto args
+  ``Process Group Name`` and ``Seq`` on NCCL kernels, kept by the loader in
+  ``metadata["collective_args"]``), the key is ``(group, seq)``;
+* otherwise every member of a process group issues its collectives in the same order, so the key is
+  ``(group, name, k)``: the k-th collective of that name in the group, by start time. The group is the
+  process group when the trace names it, else the GPU stream the kernels run on (NCCL runs each
+  communicator on its own stream), else one group per CPU rank.
+
+For each collective seen on two or more ranks: its arrival skew = the last member's start - the first
+member's start, and which rank arrived last; a member waits ``last start - its start`` for the last
+one. Per rank: how often it arrived last, the waiting it caused (summed over the collectives it arrived
+last at, the other members' waits) and the waiting it did. The straggler is the rank that arrived last
+most often, ties broken by the waiting it caused.
+
+Times are compared as the table holds them: the ranks must share a clock, or be aligned first
+(``rnnprof.analyzers.align``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from rnnprof.analyzers.comm import host_operator_devices
+from rnnprof.events import EventTable, Kind
+from rnnprof.names import CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, NCCL_KERNEL
+
+BY_SEQ = "seq"
+BY_ORDER = "order"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One collective on one rank: its key (equal on every member), name and interval."""
+
+    key: tuple
+    name: str
+    group: str
+    start_us: float
+    end_us: float
+
+    @property
+    def dur_us(self) -> float:
+        return self.end_us - self.start_us
+
+
+@dataclass(frozen=True)
+class Arrival:
+    worker: str
+    start_us: float
+    end_us: float
+    wait_us: float  # last member's start - this one's
+
+    def as_dict(self) -> dict:
+        return {"rank": self.worker, "start_us": self.start_us, "end_us": self.end_us, "wait_us": self.wait_us}
+
+
+@dataclass(frozen=True)
+class Collective:
+    name: str
+    group: str
+    index: int  # sequence number (matched by seq) or k-th of its name in the group (matched by order)
+    matched_by: str
+    arrivals: tuple[Arrival, ...]  # by rank
+
+    @property
+    def last(self) -> Arrival:
+        return max(self.arrivals, key=lambda a: (a.start_us, a.worker))
+
+    @property
+    def skew_us(self) -> float:
+        starts = [a.start_us for a in self.arrivals]
+        return max(starts) - min(starts)
+
+    @property
+    def end_spread_us(self) -> float:
+        ends = [a.end_us for a in self.arrivals]
+        return max(ends) - min(ends)
+
+    @property
+    def caused_wait_us(self) -> float:
+        return sum(a.wait_us for a in self.arrivals)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "group": self.group, "index": self.index, "matched_by": self.matched_by,
+                "ranks": len(self.arrivals), "last_rank": self.last.worker, "skew_us": self.skew_us,
+                "caused_wait_us": self.caused_wait_us, "end_spread_us": self.end_spread_us,
+                "arrivals": [a.as_dict() for a in self.arrivals]}
+
+
+@dataclass(frozen=True)
+class RankArrivals:
+    worker: str
+    collectives: int  # matched collectives it is a member of
+    arrived_last: int
+    caused_wait_us: float  # the other members' waits at the collectives it arrived last at
+    waited_us: float  # its own waits for the last member
+
+    def as_dict(self) -> dict:
+        return {"rank": self.worker, "collectives": self.collectives, "arrived_last": self.arrived_last,
+                "caused_wait_us": self.caused_wait_us, "waited_us": self.waited_us}
+
+
+@dataclass(frozen=True)
+class CollectivesReport:
+    collectives: tuple[Collective, ...]  # in order of the first member's start
+    ranks: tuple[RankArrivals, ...]
+    straggler: str | None  # arrived last most often, then caused the most waiting; None without a match
+    unmatched: int  # collectives seen on one rank only
+    workers: int = 0  # ranks with collectives
+
+    def as_dict(self) -> dict:
+        return {"straggler": self.straggler, "matched": len(self.collectives), "unmatched": self.unmatched,
+                "ranks": [r.as_dict() for r in self.ranks],
+                "collectives": [c.as_dict() for c in self.collectives]}
+
+
+def collective_args(table: EventTable) -> dict[tuple[str, int], tuple[str, int]]:
+    """``(worker, correlation) -> (process group, seq)`` of the NCCL kernels whose args name them."""
+    found: dict[tuple[str, int], tuple[str, int]] = {}
+    pending = [table.metadata]
+    while pending:
+        metadata = pending.pop()
+        pending.extend(p for p in metadata.get("parts", ()) if isinstance(p, dict))
+        args = metadata.get("collective_args")
+        if isinstance(args, dict):
+            worker = args.get("worker", "")
+            for c, g, s in zip(args.get("correlation", ()), args.get("group", ()), args.get("seq", ())):
+                found[(worker, int(c))] = (str(g), int(s))
+    return found
+
+
+def instances(table: EventTable) -> dict[str, list[Instance]]:
+    """Per worker (rank), its collectives in start order (see the module docstring), keyed for matching."""
+    args = collective_args(table)
+    comm = table.kind == Kind.COMMUNICATION
+    names = np.asarray(table.strings, dtype=object)
+    is_nccl = np.fromiter((bool(NCCL_KERNEL.match(s)) for s in table.strings), dtype=bool, count=len(table.strings))
+    is_run = np.fromiter((bool(CPU_COLLECTIVE_RUN.match(s)) for s in table.strings), dtype=bool,
+                         count=len(table.strings))
+    is_call = np.fromiter((bool(CPU_COLLECTIVE_CALL.match(s)) for s in table.strings), dtype=bool,
+                          count=len(table.strings))
+    cpu_ranks = host_operator_devices(table)
+    rows_of: dict[str, list[np.ndarray]] = {}
+    for code, device in enumerate(table.devices):
+        here = comm & (table.device == code)
+        if device.kind == "gpu":
+            rows = np.flatnonzero(here & is_nccl[table.name])
+        elif device in cpu_ranks:
+            run = here & is_run[table.name]
+            rows = np.flatnonzero(run if run.any() else here & is_call[table.name])
+        else:
+            continue
+        if len(rows):
+            rows_of.setdefault(device.worker, []).append(rows)
+    result: dict[str, list[Instance]] = {}
+    for worker, parts in rows_of.items():
+        rows = np.concatenate(parts)
+        starts = table.ts[rows]
+        ends = starts + table.dur[rows]
+        order = np.lexsort((ends, starts))
+        rows, starts, ends = rows[order], starts[order], ends[order]
+        ordinal: dict[tuple, int] = {}
+        found = []
+        for r, start, end in zip(rows, starts.tolist(), ends.tolist()):
+            name = names[table.name[r]]
+            on_gpu = table.devices[table.device[r]].kind == "gpu"
+            group, seq = args.get((worker, int(table.correlation[r])), ("", -1)) if on_gpu else ("", -1)
+            if seq >= 0:
+                key = (BY_SEQ, group, seq)
+            else:
+                if not group and on_gpu:
+                    group = names[table.lane[r]]
+                k = ordinal.get((group, name), 0)
+                ordinal[(group, name)] = k + 1
+                key = (BY_ORDER, group, name, k)
+            found.append(Instance(key, name, group, start, end))
+        result[worker] = found
+    return result
+
+
+def match(per_worker: dict[str, list[Instance]]) -> tuple[list[Collective], int]:
+    """Collectives on two or more workers (ordered by first start), and how many were seen on one only."""
+    members: dict[tuple, list[tuple[str, Instance]]] = {}
+    for worker, found in per_worker.items():
+        for inst in found:
+            members.setdefault(inst.key, []).append((worker, inst))
+    matched, unmatched = [], 0
+    for key, group in members.items():
+        workers = {w for w, _ in group}
+        if len(workers) < 2 or len(workers) < len(group):  # one rank only, or a key repeated on a rank
+            unmatched += 1
+            continue
+        last = max(inst.start_us for _, inst in group)
+        arrivals = tuple(Arrival(w, inst.start_us, inst.end_us, last - inst.start_us)
+                         for w, inst in sorted(group, key=lambda m: m[0]))
+        first = group[0][1]
+        matched.append(Collective(name=first.name, group=first.group, index=key[-1], matched_by=key[0],
+                                  arrivals=arrivals))
+    matched.sort(key=lambda c: (min(a.start_us for a in c.arrivals), c.group, c.name, c.index))
+    return matched, unmatched
+
+
+def analyze_collectives(table: EventTable) -> CollectivesReport:
+    """Collectives matched across the table's ranks, their arrival skew, and the straggler rank."""
+    return collectives_report(instances(table))
+
+
+def shifted(per_worker: dict[str, list[Instance]], shift_us: float) -> dict[str, list[Instance]]:
+    """``instances`` moved by ``shift_us`` (from a rank's own clock to a common one)."""
+    if shift_us == 0:
+        return per_worker
+    return {w: [replace(i, start_us=i.start_us + shift_us, end_us=i.end_us + shift_us) for i in found]
+            for w, found in per_worker.items()}
+
+
+def collectives_report(per_worker: dict[str, list[Instance]]) -> CollectivesReport:
+    """``analyze_collectives`` of instances found apart (one rank per worker process, say) on one clock."""
+    collectives, unmatched = match(per_worker) if len(per_worker) >= 2 else ([], 0)
+    stats = {w: [0, 0, 0.0, 0.0] for w in sorted(per_worker)}
+    for c in collectives:
+        last = c.last
+        for a in c.arrivals:
+            stats[a.worker][0] += 1
+            stats[a.worker][3] += a.wait_us
+        stats[last.worker][1] += 1
+        stats[last.worker][2] += c.caused_wait_us
+    ranks = tuple(RankArrivals(w, n, k, caused, waited) for w, (n, k, caused, waited) in stats.items() if n)
+    straggler = max(ranks, key=lambda r: (r.arrived_last, r.caused_wait_us)).worker if ranks else None
+    return CollectivesReport(collectives=tuple(collectives), ranks=ranks, straggler=straggler,
+                             unmatched=unmatched, workers=len(per_worker))
