@@ -26,7 +26,7 @@ from rnnprof.analyzers import opcount
 from rnnprof.analyzers.comm import CommReport, analyze_comm
 from rnnprof.analyzers.placement import AuditInput
 from rnnprof.analyzers.placement import scopes
-from rnnprof.events import EventTable
+from rnnprof.events import Device, EventTable
 
 if TYPE_CHECKING:
     import networkx
@@ -43,8 +43,8 @@ DEFINITIONS = {
     "normalized name": "template arguments become <…> and argument lists are dropped, so variants of "
                        "one templated kernel group together",
     "appeared / vanished": "a name or op type that runs only in B / only in A",
-    "moved": "a graph node present on both sides whose assigned device differs (from the partition graphs, "
-             "else the device its events ran on)",
+    "moved": "a graph node present on both sides whose device differs: its assigned device (partition "
+             "graphs, else the device its events ran on), else the device it requested (a user graph alone)",
 }
 
 # Manifest fields that say what was run and where; the rest (paths, times, results) differ on every run.
@@ -286,9 +286,15 @@ _BREAKDOWN = (("step", "span_us"), ("busy", "busy_us"), ("compute", "compute_us"
               ("idle", "idle_us"), ("overlap", "overlap_us"))
 
 
+def _no_events(side: Side) -> str:
+    if side.kind == "graph":
+        return f"{side.label} is a graph, without trace events"
+    return side.events_reason or f"{side.label} holds no trace events"
+
+
 def _comm(side: Side) -> tuple[CommReport | None, str]:
     if side.events is None:
-        return None, side.events_reason or f"{side.label} holds no trace events"
+        return None, _no_events(side)
     report = analyze_comm(side.events)
     if not report.devices:
         return None, f"{side.label} has no device activity"
@@ -389,7 +395,7 @@ def _pair(a, b) -> tuple[float, float, float, float]:
 def _counts(side: Side) -> opcount.OpCountReport:
     return opcount.count_ops(side.label, side.events, side.user_graph, side.runtime_graph,
                              user_reason=side.user_reason, runtime_reason=side.runtime_reason,
-                             events_reason=side.events_reason)
+                             events_reason=_no_events(side) if side.events is None else side.events_reason)
 
 
 def diff_ops(a: Side, b: Side) -> OpsSection:
@@ -422,6 +428,13 @@ def _placements(side: Side):
     return AuditInput(graph=side.graph, events=side.events).placements
 
 
+def _device(node) -> Device | None:
+    """Where a node ran or was put, else where it asked to be (a user graph alone has only requests)."""
+    if node is None:
+        return None
+    return node.assigned or node.requested_device
+
+
 def diff_graphs(a: Side, b: Side) -> GraphSection:
     views = []
     reasons = []
@@ -441,11 +454,12 @@ def diff_graphs(a: Side, b: Side) -> GraphSection:
     moved = []
     for name, node_a in pa.items():
         node_b = pb.get(name)
-        if node_b is None or node_a.assigned is None or node_b.assigned is None or node_a.assigned == node_b.assigned:
+        device_a, device_b = _device(node_a), _device(node_b)
+        if device_a is None or device_b is None or device_a == device_b:
             continue
         moved.append(MovedOp(name=name, op=node_a.op or node_b.op, tower=scopes.tower_of(name),
-                             scope=scopes.group_scope(name, depth=2), device_a=node_a.assigned.label,
-                             device_b=node_b.assigned.label))
+                             scope=scopes.group_scope(name, depth=2), device_a=device_a.label,
+                             device_b=device_b.label))
     return GraphSection(available=available, reason="; ".join(reasons), counts=counts, placement_available=True,
                         moved=tuple(sorted(moved, key=lambda m: m.name)))
 
