@@ -348,19 +348,26 @@ def normalize_name(name: str) -> str:
     """
     text = name[5:] if name.startswith("void ") else name
     out, depth = [], 0
-    for i, ch in enumerate(text):
+    for ch in text:
         if ch == "<":
             if depth == 0:
                 out.append("<…>")
             depth += 1
         elif ch == ">" and depth:
             depth -= 1
-        elif ch == "(" and depth == 0 and i > 0 and text.endswith(")"):
-            break  # the argument list
         elif depth == 0:
             out.append(ch)
+    if depth:
+        return name  # unbalanced brackets: not a template, keep the name
     folded = "".join(out).strip()
-    return folded if folded and depth == 0 else name  # unbalanced brackets: not a template, keep the name
+    if folded.endswith(")"):  # drop the argument list: the last top-level (...) group
+        depth = 0
+        for i in range(len(folded) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(folded[i], 0)
+            if depth == 0:
+                folded = folded[:i].strip() if folded[:i].strip() else folded
+                break
+    return folded or name
 
 
 def _grouped(table: EventTable, column: np.ndarray, normalize: bool) -> dict[str, tuple[float, float]]:
