@@ -26,7 +26,7 @@ from rnnprof.analyzers import opcount
 from rnnprof.analyzers.comm import CommReport, analyze_comm
 from rnnprof.analyzers.placement import AuditInput
 from rnnprof.analyzers.placement import scopes
-from rnnprof.events import Device, EventTable
+from rnnprof.events import EventTable
 
 if TYPE_CHECKING:
     import networkx
@@ -43,8 +43,9 @@ DEFINITIONS = {
     "normalized name": "template arguments become <…> and argument lists are dropped, so variants of "
                        "one templated kernel group together",
     "appeared / vanished": "a name or op type that runs only in B / only in A",
-    "moved": "a graph node present on both sides whose device differs: its assigned device (partition "
-             "graphs, else the device its events ran on), else the device it requested (a user graph alone)",
+    "moved": "a graph node on both sides whose device differs: the device it was assigned (partition graphs, "
+             "else the one its events ran on) on both sides, or, where neither side assigned it (a user graph "
+             "alone, a node optimized away), the device it requested",
 }
 
 # Manifest fields that say what was run and where; the rest (paths, times, results) differ on every run.
@@ -205,6 +206,7 @@ class MovedOp:
     scope: str  # the node's first name scopes (placement.scopes.group_scope)
     device_a: str
     device_b: str
+    basis: str = "assigned"  # "assigned" on both sides, or "requested" where neither side assigned it
 
 
 @dataclass(frozen=True)
@@ -435,13 +437,6 @@ def _placements(side: Side):
     return AuditInput(graph=side.graph, events=side.events).placements
 
 
-def _device(node) -> Device | None:
-    """Where a node ran or was put, else where it asked to be (a user graph alone has only requests)."""
-    if node is None:
-        return None
-    return node.assigned or node.requested_device
-
-
 def diff_graphs(a: Side, b: Side) -> GraphSection:
     views = []
     reasons = []
@@ -461,12 +456,17 @@ def diff_graphs(a: Side, b: Side) -> GraphSection:
     moved = []
     for name, node_a in pa.items():
         node_b = pb.get(name)
-        device_a, device_b = _device(node_a), _device(node_b)
+        if node_b is None:
+            continue
+        basis = ("assigned" if node_a.assigned is not None and node_b.assigned is not None else
+                 "requested" if node_a.assigned is None and node_b.assigned is None else None)
+        device_a, device_b = ((node_a.assigned, node_b.assigned) if basis == "assigned" else
+                              (node_a.requested_device, node_b.requested_device) if basis else (None, None))
         if device_a is None or device_b is None or device_a == device_b:
             continue
         moved.append(MovedOp(name=name, op=node_a.op or node_b.op, tower=scopes.tower_of(name),
                              scope=scopes.group_scope(name, depth=2), device_a=device_a.label,
-                             device_b=device_b.label))
+                             device_b=device_b.label, basis=basis))
     return GraphSection(available=available, reason="; ".join(reasons), counts=counts, placement_available=True,
                         moved=tuple(sorted(moved, key=lambda m: m.name)))
 
@@ -507,9 +507,10 @@ def settings(side: Side) -> dict[str, str]:
             values = sorted({str(d[key]) for d in distributed if key in d})
             if values:
                 out[f"distributed.{key}"] = ", ".join(values)
-        ranks = sorted({d["rank"] for d in distributed if isinstance(d.get("rank"), int)})
+        ranks = {d["rank"] for d in distributed if "rank" in d}
         if ranks:
-            out["distributed.ranks"] = ", ".join(map(str, ranks))
+            out["distributed.ranks"] = ", ".join(
+                str(r) for r in sorted(ranks, key=lambda r: (0, r, "") if isinstance(r, int) else (1, 0, str(r))))
         models = sorted({str(g["name"]) for p in parts for g in p.get("devices_properties") or []
                          if isinstance(g, dict) and "name" in g})
         if models:

@@ -134,8 +134,10 @@ def _render_graphs(report: DiffReport, top: int, console: Console) -> None:
         return
     groups = section.moved_by_scope
     shown = _top(groups, top)
+    assigned = sum(m.basis == "assigned" for m in section.moved)
     table = compact_table("scope", ("ops",), text_columns=("A device", "B device"),
-                          title=f"Ops that moved device: {len(section.moved)}",
+                          title=f"Ops that moved device: {len(section.moved)} ({assigned} as assigned, "
+                                f"{len(section.moved) - assigned} as requested, not assigned on either side)",
                           caption=_more(len(shown), len(groups), "scopes"))
     for scope, device_a, device_b, n in shown:
         table.add_row(Text(scope), Text(device_a), Text(device_b), _num(n))
@@ -195,7 +197,7 @@ def to_document(report: DiffReport, top: int) -> dict:
                    "placement_available": graphs.placement_available, "placement_reason": graphs.placement_reason,
                    **_listed("moved", list(graphs.moved), top,
                              lambda m: {"name": m.name, "op": m.op, "tower": m.tower, "scope": m.scope,
-                                        "device_a": m.device_a, "device_b": m.device_b}),
+                                        "device_a": m.device_a, "device_b": m.device_b, "basis": m.basis}),
                    "moved_by_scope": [{"scope": s, "device_a": a, "device_b": b, "ops": n}
                                       for s, a, b, n in graphs.moved_by_scope]},
         "config": {"available": config.available, "reason": config.reason, "compared": config.compared,
