@@ -16,7 +16,7 @@ from rnnprof.analyzers.diff import normalize_name
 from rnnprof.cli import main
 from test_count_ops import _run_with_graphs, run_json as count_ops_json
 from test_graphs import user_graph
-from test_loaders import KINETO_NCCL, KINETO_R0, KINETO_R1, TF1_GPU_LOOP, TF1_GPU_MATMUL, raw_events
+from test_loaders import KINETO_NCCL, KINETO_R0, KINETO_R1, TF1_CPU_LOOP, TF1_GPU_LOOP, TF1_GPU_MATMUL, raw_events
 
 
 def run_diff(args, width=10_000):
@@ -78,6 +78,32 @@ def test_ranks_and_their_distributed_info_are_configuration():
     infos = [json.loads(gzip.decompress(p.read_bytes()))["distributedInfo"] for p in (KINETO_R0, KINETO_R1)]
     assert changes["distributed.ranks"] == tuple(str(i["rank"]) for i in infos)
     assert "distributed.world_size" not in changes and "distributed.backend" not in changes
+    # PyTorch operators are not graph nodes: the same aten::mm on two ranks has not "moved"
+    assert doc["graphs"]["placement_available"] is False and doc["graphs"]["moved"] == []
+    assert "not graph nodes" in doc["graphs"]["placement_reason"]
+
+
+def test_tf_traces_alone_compare_where_ops_ran(tmp_path):
+    doc = json.loads(TF1_CPU_LOOP.read_text())
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M"
+             and e["name"] == "process_name"}
+    ran_on = {}
+    for event in doc["traceEvents"]:
+        if event.get("ph") == "X":
+            ran_on.setdefault(event["args"]["name"], set()).add(names[event["pid"]])
+    cpu0 = "/job:localhost/replica:0/task:0/cpu:0 Compute"
+    moved_op = next(n for n, lanes in ran_on.items() if lanes == {cpu0})  # one CPU op moves to another CPU
+    cpu1 = max(names) + 1
+    doc["traceEvents"].append({"ph": "M", "name": "process_name", "pid": cpu1,
+                               "args": {"name": cpu0.replace("cpu:0", "cpu:1")}})
+    for event in doc["traceEvents"]:
+        if event.get("ph") == "X" and event["args"].get("name") == moved_op:
+            event["pid"] = cpu1
+    changed = tmp_path / "moved.json"
+    changed.write_text(json.dumps(doc))
+    result = diff_json([TF1_CPU_LOOP, changed])
+    assert [(m["name"], m["device_a"], m["device_b"]) for m in result["graphs"]["moved"]] == [
+        (moved_op, "cpu:0", "cpu:1")]
 
 
 def test_a_change_is_not_reported_as_no_change():

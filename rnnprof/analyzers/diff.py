@@ -327,7 +327,7 @@ def _timed_step_us(manifest: dict | None) -> float | None:
 def diff_time(a: Side, b: Side) -> TimeSection:
     (ca, why_a), (cb, why_b) = _comm(a), _comm(b)
     if ca is None or cb is None:
-        return TimeSection(available=False, reason="; ".join(r for r in (why_a, why_b) if r))
+        return TimeSection(available=False, reason=_reasons(why_a, why_b))
     fa, fb = _per_step(ca), _per_step(cb)
     keys = sorted(set(fa) | set(fb), key=lambda k: (k[0] != "all devices", k[0],
                                                     [m for m, _ in _BREAKDOWN].index(k[1])))
@@ -413,7 +413,7 @@ def diff_ops(a: Side, b: Side) -> OpsSection:
     figures = tuple(Figure(r.metric, r.right, r.left) for r in opcount.compare(counts_b, counts_a).ratios)
     if not (counts_a.kernels.available and counts_b.kernels.available):
         reasons = [k.reason for k in (counts_a.kernels, counts_b.kernels) if not k.available]
-        return OpsSection(available=False, reason="; ".join(reasons), counts=figures)
+        return OpsSection(available=False, reason=_reasons(*reasons), counts=figures)
     by_name = _changes(_grouped(a.events, a.events.name, True), _grouped(b.events, b.events.name, True))
     by_type = _changes(_grouped(a.events, a.events.op_type, False), _grouped(b.events, b.events.op_type, False))
     return OpsSection(available=True, counts=figures, by_name=by_name, by_type=by_type)
@@ -431,10 +431,20 @@ def _graph_counts(view: str, ga: opcount.GraphOpCounts, gb: opcount.GraphOpCount
     return [r for r in rows if r.delta]
 
 
+def _names_nodes(events: EventTable | None) -> bool:
+    """Whether events are named after graph nodes (``name`` and op type differ, as in TF traces), rather
+    than after the operator itself (PyTorch's ``aten::mm``, a kernel's name)."""
+    return events is not None and bool((events.name != events.op_type).any())
+
+
 def _placements(side: Side):
-    if side.graph is None and side.events is None:
+    if side.graph is None and not _names_nodes(side.events):
         return None
     return AuditInput(graph=side.graph, events=side.events).placements
+
+
+def _reasons(*texts: str) -> str:
+    return "; ".join(dict.fromkeys(t for t in texts if t))  # each once, in order
 
 
 def diff_graphs(a: Side, b: Side) -> GraphSection:
@@ -446,13 +456,14 @@ def diff_graphs(a: Side, b: Side) -> GraphSection:
         if ga.available and gb.available:
             views += _graph_counts(view, ga, gb)
         else:
-            reasons.append(f"{view} graph: " + "; ".join(g.reason for g in (ga, gb) if not g.available))
+            reasons.append(f"{view} graph: " + _reasons(*(g.reason for g in (ga, gb) if not g.available)))
     available = len(reasons) < 2
     counts = tuple(sorted(views, key=lambda r: (-abs(r.delta), r.view, r.device, r.op_type)))
     pa, pb = _placements(a), _placements(b)
     if pa is None or pb is None:
         return GraphSection(available=available, reason="; ".join(reasons), counts=counts,
-                            placement_reason="a side has neither a graph nor op events")
+                            placement_reason="a side has neither a graph nor trace events named after graph "
+                                             "nodes; PyTorch operators and kernels are not graph nodes")
     moved = []
     for name, node_a in pa.items():
         node_b = pb.get(name)
