@@ -320,7 +320,8 @@ def _per_step(report: CommReport) -> dict[tuple[str, str], float]:
 
 
 def _timed_step_us(manifest: dict | None) -> float | None:
-    value = ((manifest or {}).get("throughput") or {}).get("median_step_seconds")
+    throughput = (manifest or {}).get("throughput")
+    value = throughput.get("median_step_seconds") if isinstance(throughput, dict) else None
     return float(value) * 1e6 if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -518,12 +519,12 @@ def settings(side: Side) -> dict[str, str]:
             values = sorted({str(d[key]) for d in distributed if key in d})
             if values:
                 out[f"distributed.{key}"] = ", ".join(values)
-        ranks = {d["rank"] for d in distributed if "rank" in d}
+        ranks = {d["rank"] if isinstance(d["rank"], int) else str(d["rank"]) for d in distributed if "rank" in d}
         if ranks:
             out["distributed.ranks"] = ", ".join(
                 str(r) for r in sorted(ranks, key=lambda r: (0, r, "") if isinstance(r, int) else (1, 0, str(r))))
-        models = sorted({str(g["name"]) for p in parts for g in p.get("devices_properties") or []
-                         if isinstance(g, dict) and "name" in g})
+        models = sorted({str(g["name"]) for p in parts if isinstance(p.get("devices_properties"), list)
+                         for g in p["devices_properties"] if isinstance(g, dict) and "name" in g})
         if models:
             out["gpu model"] = ", ".join(models)
         out["trace format"] = side.events.source_format
