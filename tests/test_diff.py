@@ -300,3 +300,20 @@ def test_names_from_the_input_are_printed_verbatim(tmp_path):
     text = printed(["diff", "--a", str(KINETO_R0), str(KINETO_R1), "--b", *ranks, "--top", "0"])
     assert f"rank1{TOKEN}/gpu:1" in text  # a device label, and a configuration value
     assert f"0{TOKEN}, 1{TOKEN}" in text
+
+
+def test_manifest_and_kineto_header_of_unexpected_shape_are_not_recorded(run_dir, tmp_path):
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest.update(throughput=[1, 2], config="fast", devices=[{"name": "/device:CPU:0"}, "cpu:1"])
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    doc = diff_json([run_dir, run_dir])
+    assert doc["identical"] is True
+    assert not any(r["device"] == "run" for r in doc["time"]["rows"])  # no median step to read
+    with gzip.open(KINETO_R0, "rt") as f:
+        trace = json.load(f)
+    trace["deviceProperties"] = 5
+    trace["distributedInfo"]["rank"] = [0]
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(trace))
+    changes = {c["key"]: (c["a"], c["b"]) for c in diff_json([KINETO_R0, odd])["config"]["changes"]}
+    assert changes["distributed.ranks"] == ("0", "[0]") and "gpu model" not in changes
