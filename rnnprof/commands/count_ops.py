@@ -24,15 +24,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def analyze_input(paths: list[str]):
     """Count what the input holds (graphs and/or events), saying why a part is missing."""
+    from rnnprof.analyzers.opcount import count_ops
     from rnnprof.profiler.loaders.inputs import read_inputs
 
-    return count_inputs(read_inputs(paths))
-
-
-def count_inputs(inputs):
-    """``count_ops`` of what ``read_inputs`` read (``Inputs``), each missing part with its reason."""
-    from rnnprof.analyzers.opcount import count_ops
-
+    inputs = read_inputs(paths)
     graphs = inputs.graph_set
     return count_ops(inputs.label, inputs.events, graphs.user if graphs else None, graphs.runtime if graphs else None,
                      user_reason=inputs.user_graph_reason, runtime_reason=inputs.runtime_graph_reason,
