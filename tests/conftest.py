@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -37,3 +39,20 @@ def no_process_left_running():
         listing = "; ".join(f"pid {pid}: {command}" for pid, command in sorted(left.items()))
         pytest.fail(f"{len(left)} process(es) started by the tests still running at the end: {listing}",
                     pytrace=False)
+
+
+NMT_LOOP_FUSED = ["--model", "nmt", "--direction", "bi", "--layers", "4", "--units", "16", "--vocab-size", "200",
+                  "--src-max-len", "12", "--tgt-max-len", "12", "--batch-size", "4", "--devices", "2",
+                  "--warmup", "1", "--batches", "1", "--trace-steps", "1"]
+
+
+@pytest.fixture(scope="session")
+def nmt_loop_fused(tmp_path_factory):
+    """Loop and fused NMT (4 layers, bi encoder, 2 devices) captured once for the session: ``root/loop``,
+    ``root/fused``."""
+    root = tmp_path_factory.mktemp("nmt")
+    for encoder in ("loop", "fused"):
+        done = subprocess.run([sys.executable, "-m", "rnnprof", "trace", *NMT_LOOP_FUSED, "--encoder", encoder,
+                               "--out", str(root / encoder)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    return root

@@ -10,22 +10,14 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-NMT = ["--model", "nmt", "--direction", "bi", "--layers", "4", "--units", "16", "--vocab-size", "200",
-       "--src-max-len", "12", "--tgt-max-len", "12", "--batch-size", "4", "--devices", "2",
-       "--warmup", "1", "--batches", "1", "--trace-steps", "1"]
-
 
 def _rnnprof(*args):
     return subprocess.run([sys.executable, "-m", "rnnprof", *args], capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("nmt")
-    for encoder in ("loop", "fused"):
-        done = _rnnprof("trace", *NMT, "--encoder", encoder, "--out", str(root / encoder))
-        assert done.returncode == 0, done.stderr
-    return root
+def runs(nmt_loop_fused):
+    return nmt_loop_fused  # captured once for the session (conftest)
 
 
 def _executed_ops_per_device(run_dir):

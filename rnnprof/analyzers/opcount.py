@@ -166,13 +166,27 @@ def count_graph(graph: nx.DiGraph | None, reason: str = "") -> GraphOpCounts:
     )
 
 
+def kernel_masks(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """``(cpu, gpu)``: the events that are CPU kernels and GPU kernels (see ``DEFINITIONS``), steps aside."""
+    on_gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])
+    lanes = np.array([s.startswith("stream:") for s in table.strings], dtype=bool)[table.lane]
+    return ~on_gpu & np.isin(table.kind, _CPU_KINDS), on_gpu & lanes & np.isin(table.kind, _GPU_KINDS)
+
+
+def counted_steps(table: EventTable) -> tuple[tuple[int, ...], np.ndarray]:
+    """The steps kernels are counted over (``(-1,)`` without step markers) and which events lie in them."""
+    known_steps = table.steps()
+    if not len(known_steps):
+        return (-1,), np.ones(len(table), dtype=bool)
+    return tuple(int(s) for s in known_steps), np.isin(table.step, known_steps)
+
+
 def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
     if table is None or len(table) == 0:
         return KernelCounts(available=False, reason=reason or "no trace events in this input")
     on_gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])
     lanes = np.array([s.startswith("stream:") for s in table.strings], dtype=bool)[table.lane]
-    cpu = ~on_gpu & np.isin(table.kind, _CPU_KINDS)
-    gpu = on_gpu & lanes & np.isin(table.kind, _GPU_KINDS)
+    cpu, gpu = kernel_masks(table)
     copies = on_gpu & np.isin(table.kind, np.array([Kind.MEMCPY, Kind.MEMSET], dtype=np.int8))
     # Host-side launch records: GPU-device executor ops (TF) and runtime calls that launched GPU work.
     launch_device = np.where(on_gpu & ~lanes & np.isin(table.kind, _CPU_KINDS), table.device, -1)
@@ -183,12 +197,10 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
     launched = match_correlation(correlation[work_idx], correlation[runtime_idx])
     found = launched >= 0
     launch_device[runtime_idx[found]] = table.device[work_idx[launched[found]]]
-    known_steps = table.steps()
-    steps = tuple(int(s) for s in known_steps) if len(known_steps) else (-1,)
-    step_col = table.step if len(known_steps) else np.full(len(table), -1, dtype=np.int32)
+    steps, in_steps = counted_steps(table)
     # Counts per (device, step) in one pass: bincount over a combined key.
-    step_index = np.searchsorted(np.array(steps), step_col)
-    step_index = np.where(np.isin(step_col, steps), step_index, len(steps))  # unmatched -> overflow slot
+    step_index = (np.zeros(len(table), dtype=np.int64) if steps == (-1,) else  # no markers: one step
+                  np.where(in_steps, np.searchsorted(np.array(steps), table.step), len(steps)))  # else overflow slot
     width = len(steps) + 1
     key = table.device.astype(np.int64) * width + step_index
     size = len(table.devices) * width
@@ -210,7 +222,6 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
         if entry.cpu_kernels or entry.gpu_kernels or entry.gpu_launches or entry.copies or entry.outside_steps:
             devices.append(entry)
     # By op type, over the same events as the per-device counts (inside step markers).
-    in_steps = step_index < len(steps)
     n_strings = len(table.strings)
     cpu_by_type = np.bincount(table.op_type[cpu & in_steps], minlength=n_strings)
     gpu_by_type = np.bincount(table.op_type[gpu & in_steps], minlength=n_strings)

@@ -1,0 +1,545 @@
+"""What changed from one input (A) to another (B): device time, ops and kernels, graphs, configuration.
+
+Every figure comes from the analysis that defines it, run once on each side:
+
+* time per device or rank: ``comm.analyze_comm``'s breakdowns (step span, busy, compute,
+  communication, copies, memset, idle, overlap), as a mean per step;
+* ops and kernels: the events ``opcount`` counts as CPU and GPU kernels inside step markers
+  (``kernel_masks``/``counted_steps``), grouped by normalized name and by op type, count and time per
+  step; the summary figures are ``opcount.compare``'s, the same as ``count-ops B --vs A``;
+* graphs: ``opcount.count_graph``'s op counts by device and type; ops that moved device are those
+  whose placement (``placement.AuditInput.placements``) differs between the sides;
+* configuration: the manifest of a run directory, or what a trace records (Kineto
+  ``distributedInfo`` and ``deviceProperties``, the devices it names).
+
+``Δ = B − A`` and ``ratio = B ÷ A`` throughout: A is the reference, B the changed input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rnnprof.analyzers import opcount
+from rnnprof.analyzers.comm import CommReport, analyze_comm
+from rnnprof.analyzers.placement import AuditInput
+from rnnprof.analyzers.placement import scopes
+from rnnprof.events import EventTable
+
+if TYPE_CHECKING:
+    import networkx
+
+DEFINITIONS = {
+    "Δ, ratio": "Δ = B − A and ratio = B ÷ A: A is the reference, B the input compared with it",
+    "per step": "a figure over the steps a side traced divided by their number (a trace without step "
+                "markers is one step); A and B may have traced different steps",
+    "device time": "comm's per-device breakdown (see rnnprof comm), mean per step: step = span from the "
+                   "device's first to its last activity in the step; all devices: from the first start "
+                   "to the last end over the devices",
+    "ops and kernels": "the events count-ops counts as CPU and GPU kernels, grouped by name or op type; "
+                       "time = their summed durations",
+    "normalized name": "template arguments become <…> and argument lists are dropped, so variants of "
+                       "one templated kernel group together",
+    "appeared / vanished": "a name or op type that runs only in B / only in A",
+    "moved": "a graph node on both sides whose device differs: the device it was assigned (partition graphs, "
+             "else the one its events ran on) on both sides, or, where neither side assigned it (a user graph "
+             "alone, a node optimized away), the device it requested",
+}
+
+# Manifest fields that say what was run and where; the rest (paths, times, results) differ on every run.
+_MANIFEST_FIELDS = ("config", "session_config", "versions", "machine", "host", "devices")
+
+
+@dataclass(frozen=True, eq=False)
+class Side:
+    """One side of a diff: what was read from its paths (each part None when absent, with why)."""
+
+    label: str
+    events: EventTable | None = None
+    events_reason: str = ""
+    user_graph: "networkx.DiGraph | None" = None
+    user_reason: str = ""
+    runtime_graph: "networkx.DiGraph | None" = None
+    runtime_reason: str = ""
+    graph: "networkx.DiGraph | None" = None  # user graph with assigned devices joined in (placements)
+    manifest: dict | None = None
+
+    @property
+    def kind(self) -> str:
+        """"run", "trace", "graph" or "trace and graph" (a RunMetadata: step stats and partition graphs)."""
+        if self.manifest is not None:
+            return "run"
+        has_graph = self.user_graph is not None or self.runtime_graph is not None
+        if self.events is None:
+            return "graph"
+        return "trace and graph" if has_graph else "trace"
+
+    @property
+    def has_graph(self) -> bool:
+        return self.user_graph is not None or self.runtime_graph is not None
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure on both sides (None where a side lacks it)."""
+
+    key: str
+    a: float | None
+    b: float | None
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.a is None or self.b is None or self.a == 0 else self.b / self.a
+
+    @property
+    def changed(self) -> bool:
+        return self.a != self.b
+
+
+@dataclass(frozen=True)
+class DeviceFigure:
+    device: str  # a device label, "all devices", or "run" (the manifest's timed steps)
+    metric: str
+    a: float | None  # µs per step
+    b: float | None
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def changed(self) -> bool:
+        return self.a != self.b
+
+
+@dataclass(frozen=True)
+class TimeSection:
+    available: bool
+    reason: str = ""
+    steps_a: tuple[int, ...] = ()
+    steps_b: tuple[int, ...] = ()
+    rows: tuple[DeviceFigure, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return any(r.changed for r in self.rows)
+
+
+@dataclass(frozen=True)
+class OpChange:
+    """One name or op type: kernels per step and µs per step on each side."""
+
+    key: str
+    count_a: float
+    count_b: float
+    time_a_us: float
+    time_b_us: float
+
+    @property
+    def status(self) -> str:
+        if self.count_a == 0 and self.count_b:
+            return "appeared"
+        if self.count_b == 0 and self.count_a:
+            return "vanished"
+        return "changed" if (self.count_a, self.time_a_us) != (self.count_b, self.time_b_us) else "same"
+
+    @property
+    def time_delta_us(self) -> float:
+        return self.time_b_us - self.time_a_us
+
+    @property
+    def count_delta(self) -> float:
+        return self.count_b - self.count_a
+
+
+@dataclass(frozen=True)
+class OpsSection:
+    available: bool
+    reason: str = ""
+    counts: tuple[Figure, ...] = ()  # opcount.compare's figures (graph sizes, kernels per step)
+    by_name: tuple[OpChange, ...] = ()  # largest |Δ time| first
+    by_type: tuple[OpChange, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return (any(f.changed for f in self.counts)
+                or any(r.status != "same" for r in (*self.by_name, *self.by_type)))
+
+    def of_status(self, status: str, rows: str = "by_name") -> tuple[OpChange, ...]:
+        return tuple(r for r in getattr(self, rows) if r.status == status)
+
+    @property
+    def gainers(self) -> tuple[OpChange, ...]:
+        """Names that take more time per step in B, most first."""
+        return tuple(sorted((r for r in self.by_name if r.time_delta_us > 0), key=lambda r: -r.time_delta_us))
+
+    @property
+    def losers(self) -> tuple[OpChange, ...]:
+        """Names that take less time per step in B, most first."""
+        return tuple(sorted((r for r in self.by_name if r.time_delta_us < 0), key=lambda r: r.time_delta_us))
+
+
+@dataclass(frozen=True)
+class GraphCount:
+    view: str  # "user" | "runtime"
+    device: str
+    op_type: str  # "" = all types on the device
+    a: int
+    b: int
+
+    @property
+    def delta(self) -> int:
+        return self.b - self.a
+
+
+@dataclass(frozen=True)
+class MovedOp:
+    name: str
+    op: str
+    tower: int | None
+    scope: str  # the node's first name scopes (placement.scopes.group_scope)
+    device_a: str
+    device_b: str
+    basis: str = "assigned"  # "assigned" on both sides, or "requested" where neither side assigned it
+
+
+@dataclass(frozen=True)
+class GraphSection:
+    available: bool
+    reason: str = ""
+    counts: tuple[GraphCount, ...] = ()  # only what differs, largest |Δ| first
+    placement_available: bool = False
+    placement_reason: str = ""
+    moved: tuple[MovedOp, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.counts or self.moved)
+
+    @property
+    def moved_by_scope(self) -> tuple[tuple[str, str, str, int], ...]:
+        """``(scope, device A, device B, ops)`` for the moved ops, most first."""
+        groups: dict[tuple[str, str, str], int] = {}
+        for op in self.moved:
+            key = (op.scope, op.device_a, op.device_b)
+            groups[key] = groups.get(key, 0) + 1
+        return tuple((*k, n) for k, n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    key: str
+    a: str | None  # None: not recorded on that side
+    b: str | None
+
+
+@dataclass(frozen=True)
+class ConfigSection:
+    available: bool
+    reason: str = ""
+    changes: tuple[ConfigChange, ...] = ()
+    compared: int = 0  # settings recorded on at least one side
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes)
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    a: str
+    b: str
+    kind_a: str
+    kind_b: str
+    time: TimeSection
+    ops: OpsSection
+    graphs: GraphSection
+    config: ConfigSection
+    definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+
+    @property
+    def identical(self) -> bool:
+        """No section found a difference."""
+        return not any(s.changed for s in (self.time, self.ops, self.graphs, self.config))
+
+
+class IncompatibleSides(ValueError):
+    """The two sides hold nothing comparable (a graph against a trace)."""
+
+
+def diff(a: Side, b: Side) -> DiffReport:
+    """Compare ``b`` with ``a``; raises ``IncompatibleSides`` when they share neither events nor a graph."""
+    if not ((a.events is not None and b.events is not None) or (a.has_graph and b.has_graph)):
+        raise IncompatibleSides(f"A is a {a.kind} and B is a {b.kind}: they share neither trace events nor a graph")
+    return DiffReport(a=a.label, b=b.label, kind_a=a.kind, kind_b=b.kind, time=diff_time(a, b), ops=diff_ops(a, b),
+                      graphs=diff_graphs(a, b), config=diff_config(a, b))
+
+
+# -- time per device ------------------------------------------------------------------------------------------
+
+_BREAKDOWN = (("step", "span_us"), ("busy", "busy_us"), ("compute", "compute_us"),
+              ("communication", "communication_us"), ("copies", "memcpy_us"), ("memset", "memset_us"),
+              ("idle", "idle_us"), ("overlap", "overlap_us"))
+
+
+def _no_events(side: Side) -> str:
+    if side.kind == "graph":
+        return f"{side.label} is a graph, without trace events"
+    return side.events_reason or f"{side.label} holds no trace events"
+
+
+def _comm(side: Side) -> tuple[CommReport | None, str]:
+    if side.events is None:
+        return None, _no_events(side)
+    report = analyze_comm(side.events)
+    if not report.devices:
+        return None, f"{side.label} has no device activity"
+    return report, ""
+
+
+def _per_step(report: CommReport) -> dict[tuple[str, str], float]:
+    """(device, metric) -> mean µs per step; the whole trace where a device has no step."""
+    out: dict[tuple[str, str], float] = {}
+    for d in report.devices:
+        parts = list(d.steps.values()) or [d.total]
+        for metric, attr in _BREAKDOWN:
+            out[(d.device.label, metric)] = float(np.mean([getattr(p, attr) for p in parts]))
+    if report.steps:
+        spans = [max(d.steps[s].end_us for d in report.devices if s in d.steps)
+                 - min(d.steps[s].start_us for d in report.devices if s in d.steps) for s in report.steps]
+    else:
+        spans = [max(d.total.end_us for d in report.devices) - min(d.total.start_us for d in report.devices)]
+    out[("all devices", "step")] = float(np.mean(spans))
+    return out
+
+
+def _timed_step_us(manifest: dict | None) -> float | None:
+    throughput = (manifest or {}).get("throughput")
+    value = throughput.get("median_step_seconds") if isinstance(throughput, dict) else None
+    return float(value) * 1e6 if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def diff_time(a: Side, b: Side) -> TimeSection:
+    (ca, why_a), (cb, why_b) = _comm(a), _comm(b)
+    if ca is None or cb is None:
+        return TimeSection(available=False, reason=_reasons(why_a, why_b))
+    fa, fb = _per_step(ca), _per_step(cb)
+    keys = sorted(set(fa) | set(fb), key=lambda k: (k[0] != "all devices", k[0],
+                                                    [m for m, _ in _BREAKDOWN].index(k[1])))
+    rows = [DeviceFigure(device, metric, fa.get((device, metric)), fb.get((device, metric)))
+            for device, metric in keys]
+    timed_a, timed_b = _timed_step_us(a.manifest), _timed_step_us(b.manifest)
+    if timed_a is not None or timed_b is not None:
+        rows.insert(0, DeviceFigure("run", "timed step (median)", timed_a, timed_b))
+    return TimeSection(available=True, steps_a=ca.steps, steps_b=cb.steps, rows=tuple(rows))
+
+
+# -- ops and kernels ------------------------------------------------------------------------------------------
+
+def normalize_name(name: str) -> str:
+    """A kernel or op name with template arguments folded to ``<…>`` and the argument list dropped.
+
+    ``void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, ...>(int, ...)``
+    becomes ``at::native::vectorized_elementwise_kernel<…>``; names without templates or arguments
+    (TF node names, ``aten::mm``) are kept as they are.
+    """
+    text = name[5:] if name.startswith("void ") else name
+    out, depth = [], 0
+    for ch in text:
+        if ch == "<":
+            if depth == 0:
+                out.append("<…>")
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    if depth:
+        return name  # unbalanced brackets: not a template, keep the name
+    folded = "".join(out).strip()
+    if folded.endswith(")"):  # drop the argument list: the last top-level (...) group
+        depth = 0
+        for i in range(len(folded) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(folded[i], 0)
+            if depth == 0:
+                folded = folded[:i].strip() if folded[:i].strip() else folded
+                break
+    return folded or name
+
+
+def _grouped(table: EventTable, column: np.ndarray, normalize: bool) -> dict[str, tuple[float, float]]:
+    """key -> (kernels per step, µs per step) over the events count-ops counts as kernels."""
+    cpu, gpu = opcount.kernel_masks(table)
+    steps, in_steps = opcount.counted_steps(table)
+    rows = (cpu | gpu) & in_steps
+    codes, inverse = np.unique(column[rows], return_inverse=True)
+    counts = np.bincount(inverse, minlength=len(codes))
+    times = np.bincount(inverse, weights=np.maximum(table.dur[rows], 0.0), minlength=len(codes))
+    out: dict[str, list[float]] = {}
+    for code, n, t in zip(codes.tolist(), counts.tolist(), times.tolist()):
+        text = table.strings[code]
+        key = normalize_name(text) if normalize else text
+        entry = out.setdefault(key, [0.0, 0.0])
+        entry[0] += n
+        entry[1] += t
+    n_steps = len(steps)
+    return {k: (n / n_steps, t / n_steps) for k, (n, t) in out.items()}
+
+
+def _changes(fa: dict[str, tuple[float, float]], fb: dict[str, tuple[float, float]]) -> tuple[OpChange, ...]:
+    rows = [OpChange(key, *_pair(fa.get(key), fb.get(key))) for key in set(fa) | set(fb)]
+    return tuple(sorted(rows, key=lambda r: (-abs(r.time_delta_us), -abs(r.count_delta), r.key)))
+
+
+def _pair(a, b) -> tuple[float, float, float, float]:
+    a, b = a or (0.0, 0.0), b or (0.0, 0.0)
+    return a[0], b[0], a[1], b[1]
+
+
+def _counts(side: Side) -> opcount.OpCountReport:
+    return opcount.count_ops(side.label, side.events, side.user_graph, side.runtime_graph,
+                             user_reason=side.user_reason, runtime_reason=side.runtime_reason,
+                             events_reason=_no_events(side) if side.events is None else side.events_reason)
+
+
+def diff_ops(a: Side, b: Side) -> OpsSection:
+    counts_a, counts_b = _counts(a), _counts(b)
+    # compare(left, right) is left ÷ right: B first gives B ÷ A, the figures of ``count-ops B --vs A``.
+    figures = tuple(Figure(r.metric, r.right, r.left) for r in opcount.compare(counts_b, counts_a).ratios)
+    if not (counts_a.kernels.available and counts_b.kernels.available):
+        reasons = [k.reason for k in (counts_a.kernels, counts_b.kernels) if not k.available]
+        return OpsSection(available=False, reason=_reasons(*reasons), counts=figures)
+    by_name = _changes(_grouped(a.events, a.events.name, True), _grouped(b.events, b.events.name, True))
+    by_type = _changes(_grouped(a.events, a.events.op_type, False), _grouped(b.events, b.events.op_type, False))
+    return OpsSection(available=True, counts=figures, by_name=by_name, by_type=by_type)
+
+
+# -- graphs ---------------------------------------------------------------------------------------------------
+
+def _graph_counts(view: str, ga: opcount.GraphOpCounts, gb: opcount.GraphOpCounts) -> list[GraphCount]:
+    rows = []
+    for device in sorted(set(ga.by_device) | set(gb.by_device)):
+        rows.append(GraphCount(view, device, "", ga.by_device.get(device, 0), gb.by_device.get(device, 0)))
+        types_a, types_b = ga.by_device_type.get(device, {}), gb.by_device_type.get(device, {})
+        rows += [GraphCount(view, device, op, types_a.get(op, 0), types_b.get(op, 0))
+                 for op in sorted(set(types_a) | set(types_b))]
+    return [r for r in rows if r.delta]
+
+
+def _names_nodes(events: EventTable | None) -> bool:
+    """Whether events are named after graph nodes (``name`` and op type differ, as in TF traces), rather
+    than after the operator itself (PyTorch's ``aten::mm``, a kernel's name)."""
+    return events is not None and bool((events.name != events.op_type).any())
+
+
+def _placements(side: Side):
+    if side.graph is None and not _names_nodes(side.events):
+        return None
+    return AuditInput(graph=side.graph, events=side.events).placements
+
+
+def _reasons(*texts: str) -> str:
+    return "; ".join(dict.fromkeys(t for t in texts if t))  # each once, in order
+
+
+def diff_graphs(a: Side, b: Side) -> GraphSection:
+    views = []
+    reasons = []
+    for view, attr in (("user", "user_graph"), ("runtime", "runtime_graph")):
+        ga = opcount.count_graph(getattr(a, attr), getattr(a, f"{view}_reason"))
+        gb = opcount.count_graph(getattr(b, attr), getattr(b, f"{view}_reason"))
+        if ga.available and gb.available:
+            views += _graph_counts(view, ga, gb)
+        else:
+            reasons.append(f"{view} graph: " + _reasons(*(g.reason for g in (ga, gb) if not g.available)))
+    available = len(reasons) < 2
+    counts = tuple(sorted(views, key=lambda r: (-abs(r.delta), r.view, r.device, r.op_type)))
+    pa, pb = _placements(a), _placements(b)
+    if pa is None or pb is None:
+        return GraphSection(available=available, reason="; ".join(reasons), counts=counts,
+                            placement_reason="a side has neither a graph nor trace events named after graph "
+                                             "nodes; PyTorch operators and kernels are not graph nodes")
+    moved = []
+    for name, node_a in pa.items():
+        node_b = pb.get(name)
+        if node_b is None:
+            continue
+        basis = ("assigned" if node_a.assigned is not None and node_b.assigned is not None else
+                 "requested" if node_a.assigned is None and node_b.assigned is None else None)
+        device_a, device_b = ((node_a.assigned, node_b.assigned) if basis == "assigned" else
+                              (node_a.requested_device, node_b.requested_device) if basis else (None, None))
+        if device_a is None or device_b is None or device_a == device_b:
+            continue
+        moved.append(MovedOp(name=name, op=node_a.op or node_b.op, tower=scopes.tower_of(name),
+                             scope=scopes.group_scope(name, depth=2), device_a=device_a.label,
+                             device_b=device_b.label, basis=basis))
+    return GraphSection(available=available, reason="; ".join(reasons), counts=counts, placement_available=True,
+                        moved=tuple(sorted(moved, key=lambda m: m.name)))
+
+
+# -- configuration --------------------------------------------------------------------------------------------
+
+def _flatten(value, prefix: str, out: dict[str, str]) -> None:
+    """Nested settings as ``a.b.c -> text``; a list of named entries (the manifest's devices) by their names."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flatten(item, f"{prefix}.{key}", out)
+    elif isinstance(value, list):
+        out[prefix] = ", ".join(str(v.get("name", v)) if isinstance(v, dict) else str(v) for v in value)
+    else:
+        out[prefix] = value if isinstance(value, str) else repr(value)
+
+
+def _trace_metadata(table: EventTable) -> list[dict]:
+    found, pending = [], [table.metadata]
+    while pending:
+        metadata = pending.pop(0)
+        found.append(metadata)
+        pending.extend(p for p in metadata.get("parts", ()) if isinstance(p, dict))
+    return found
+
+
+def settings(side: Side) -> dict[str, str]:
+    """What a side records about how it ran, flattened to ``key -> text``."""
+    out: dict[str, str] = {}
+    if side.manifest is not None:
+        for key in _MANIFEST_FIELDS:
+            if key in side.manifest:
+                _flatten(side.manifest[key], key, out)
+    if side.events is not None:
+        parts = _trace_metadata(side.events)
+        distributed = [p["distributed"] for p in parts if isinstance(p.get("distributed"), dict) and p["distributed"]]
+        for key in ("world_size", "backend"):
+            values = sorted({str(d[key]) for d in distributed if key in d})
+            if values:
+                out[f"distributed.{key}"] = ", ".join(values)
+        ranks = {d["rank"] if isinstance(d["rank"], int) else str(d["rank"]) for d in distributed if "rank" in d}
+        if ranks:
+            out["distributed.ranks"] = ", ".join(
+                str(r) for r in sorted(ranks, key=lambda r: (0, r, "") if isinstance(r, int) else (1, 0, str(r))))
+        models = sorted({str(g["name"]) for p in parts if isinstance(p.get("devices_properties"), list)
+                         for g in p["devices_properties"] if isinstance(g, dict) and "name" in g})
+        if models:
+            out["gpu model"] = ", ".join(models)
+        out["trace format"] = side.events.source_format
+        out["trace devices"] = ", ".join(d.label for d in sorted(side.events.devices))
+    return out
+
+
+def diff_config(a: Side, b: Side) -> ConfigSection:
+    sa, sb = settings(a), settings(b)
+    if not sa and not sb:
+        return ConfigSection(available=False, reason="neither side records its configuration")
+    changes = tuple(ConfigChange(k, sa.get(k), sb.get(k)) for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k))
+    return ConfigSection(available=True, changes=changes, compared=len(set(sa) | set(sb)))
+
+
+__all__ = ["ConfigChange", "ConfigSection", "DeviceFigure", "DiffReport", "Figure", "GraphCount", "GraphSection",
+           "IncompatibleSides", "MovedOp", "OpChange", "OpsSection", "Side", "TimeSection", "diff", "normalize_name",
+           "settings"]

@@ -1,0 +1,79 @@
+"""rnnprof diff: what changed from one run, trace or graph (A) to another (B)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from rnnprof import limits
+from rnnprof.config import non_negative_int
+from rnnprof.errors import UsageError
+
+NAME = "diff"
+HELP = ("compare two runs, traces or graphs: time per device or rank, ops and kernels, graph op counts and "
+        "placement, configuration")
+
+_SIDES = "give two inputs, A B, or several files per side with --a FILE... --b FILE..."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="*", metavar="A B",
+                        help="the reference (A) and the input compared with it (B): each a run directory, a trace "
+                             "file, a GraphDef or a RunMetadata")
+    parser.add_argument("--a", nargs="+", metavar="FILE", default=None,
+                        help="side A as several trace files, merged (e.g. one Kineto file per rank)")
+    parser.add_argument("--b", nargs="+", metavar="FILE", default=None,
+                        help="side B as several trace files, merged")
+    parser.add_argument("--top", type=non_negative_int, default=10, metavar="N",
+                        help="rows per section and list (default: %(default)s; 0: all)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    limits.add_argument(parser)
+
+
+def sides_of(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The paths of side A and side B, from ``A B`` or ``--a ... --b ...``."""
+    if args.a is None and args.b is None:
+        if len(args.paths) != 2:
+            raise UsageError(f"{len(args.paths)} input(s) given; {_SIDES}")
+        return [args.paths[0]], [args.paths[1]]
+    if args.paths:
+        raise UsageError(f"positional inputs and --a/--b cannot be combined; {_SIDES}")
+    if args.a is None or args.b is None:
+        raise UsageError(f"--{'b' if args.a is not None else 'a'} is missing; {_SIDES}")
+    return list(args.a), list(args.b)
+
+
+def read_side(paths: list[str]):
+    """A ``diff.Side`` from what ``read_inputs`` reads of ``paths``."""
+    from rnnprof.analyzers.diff import Side
+    from rnnprof.profiler.loaders.inputs import read_inputs
+
+    inputs = read_inputs(paths)
+    graphs = inputs.graph_set
+    return Side(label=inputs.label, events=inputs.events, events_reason=inputs.events_reason,
+                user_graph=graphs.user if graphs else None, user_reason=inputs.user_graph_reason,
+                runtime_graph=graphs.runtime if graphs else None, runtime_reason=inputs.runtime_graph_reason,
+                graph=inputs.graph, manifest=inputs.manifest)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from rnnprof.analyzers.diff import IncompatibleSides, diff
+    from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.reports import diff as report
+    from rnnprof.reports.layout import render_json, render_notes
+
+    paths_a, paths_b = sides_of(args)
+    notes = run_notes([*paths_a, *paths_b])
+    side_a, side_b = read_side(paths_a), read_side(paths_b)
+    try:
+        result = diff(side_a, side_b)
+    except IncompatibleSides as exc:
+        raise UsageError(f"{exc} (expected two inputs of one kind: two traces, two graphs or two run "
+                         f"directories)") from None
+    render_notes(notes)
+    if args.json:
+        render_json(report.to_document(result, args.top), console)
+    else:
+        report.render_table(result, top=args.top, console=console)
+    return 0

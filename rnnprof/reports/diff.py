@@ -1,0 +1,207 @@
+"""Rendering of ``diff`` results: the top rows of each section as rich tables, or one JSON document."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.text import Text
+
+from rnnprof.analyzers.diff import DiffReport, OpChange
+from rnnprof.reports.layout import compact_table
+from rnnprof.reports.opcount import render_definitions
+
+_ALWAYS = ("run", "all devices")  # time rows shown whatever --top says
+
+
+def _top(rows, top: int) -> list:
+    return list(rows) if top <= 0 else list(rows)[:top]
+
+
+def _ms(us: float | None, signed: bool = False) -> str:
+    if us is None:
+        return "n/a"
+    return f"{us / 1000:+,.3f}" if signed else f"{us / 1000:,.3f}"
+
+
+def _num(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    if float(value).is_integer():
+        return f"{value:+,.0f}" if signed else f"{value:,.0f}"
+    return f"{value:+,.2f}" if signed else f"{value:,.2f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.2f}x"
+
+
+def _more(shown: int, total: int, what: str) -> str:
+    return f"top {shown} of {total} {what}" if total > shown else ""
+
+
+def _time_rows(report: DiffReport, top: int) -> list:
+    rows = report.time.rows
+    fixed = [r for r in rows if r.device in _ALWAYS]
+    changed = sorted((r for r in rows if r.device not in _ALWAYS and r.changed),
+                     key=lambda r: -abs(r.delta if r.delta is not None else float("inf")))
+    chosen = set(map(id, _top(changed, top)))
+    return fixed + [r for r in rows if id(r) in chosen]
+
+
+def render_table(report: DiffReport, *, top: int, console: Console) -> None:
+    console.print(Text.assemble(("A: ", "bold"), report.a, f" ({report.kind_a})"))
+    console.print(Text.assemble(("B: ", "bold"), report.b, f" ({report.kind_b})"))
+    if report.identical:
+        console.print("[bold green]No differences[/bold green]: device time, ops and kernels, graphs and "
+                      "configuration are the same on both sides.")
+        return
+    console.print("[dim]Δ = B − A, ratio = B ÷ A[/dim]")
+    _render_time(report, top, console)
+    _render_ops(report, top, console)
+    _render_graphs(report, top, console)
+    _render_config(report, top, console)
+    render_definitions(report.definitions, console)
+
+
+def _unavailable(title: str, reason: str, console: Console) -> None:
+    console.print(Text.assemble((title, "bold"), f": not compared ({reason})"))
+
+
+def _render_time(report: DiffReport, top: int, console: Console) -> None:
+    section = report.time
+    if not section.available:
+        return _unavailable("Time per device", section.reason, console)
+    changed = [r for r in section.rows if r.device not in _ALWAYS and r.changed]
+    rows = _time_rows(report, top)
+    table = compact_table("device", ("A ms", "B ms", "Δ ms"), text_columns=("per step",),
+                          title="Time per device or rank (mean per step)",
+                          caption=_more(len(rows) - len([r for r in rows if r.device in _ALWAYS]), len(changed),
+                                        "changed device figures"))
+    for r in rows:
+        table.add_row(Text(r.device), r.metric, _ms(r.a), _ms(r.b), _ms(r.delta, signed=True))
+    console.print(table)
+
+
+def _op_table(title: str, first: str, rows: list[OpChange], total: int, what: str):
+    table = compact_table(first, ("A\nper step", "B\nper step", "A ms\nper step", "B ms\nper step", "Δ ms"),
+                          title=title, caption=_more(len(rows), total, what))
+    for r in rows:
+        table.add_row(Text(r.key), _num(r.count_a), _num(r.count_b), _ms(r.time_a_us), _ms(r.time_b_us),
+                      _ms(r.time_delta_us, signed=True))
+    return table
+
+
+def _render_ops(report: DiffReport, top: int, console: Console) -> None:
+    section = report.ops
+    counts = compact_table("count (count-ops)", ("A", "B", "Δ", "ratio"), title="Ops and kernels")
+    for f in section.counts:
+        counts.add_row(Text(f.key), _num(f.a), _num(f.b), _num(f.delta, signed=True), _ratio(f.ratio))
+    console.print(counts)
+    if not section.available:
+        return _unavailable("Kernels by name and op type", section.reason, console)
+    lists = (("Took more time in B (by normalized name)", section.gainers),
+             ("Took less time in B (by normalized name)", section.losers),
+             ("Appeared in B", section.of_status("appeared")),
+             ("Vanished from B", section.of_status("vanished")))
+    for title, rows in lists:
+        if rows:
+            console.print(_op_table(title, "name", _top(rows, top), len(rows), "names"))
+    by_type = [r for r in section.by_type if r.status != "same"]
+    if by_type:
+        console.print(_op_table("By op type (largest change in time first)", "op type", _top(by_type, top),
+                                len(by_type), "op types"))
+
+
+def _render_graphs(report: DiffReport, top: int, console: Console) -> None:
+    section = report.graphs
+    if not section.available:
+        _unavailable("Graph op counts", section.reason, console)
+    elif section.counts:
+        rows = _top(section.counts, top)
+        table = compact_table("graph", ("A", "B", "Δ"), text_columns=("device", "op type"),
+                              title="Graph op counts by device and op type (largest change first)",
+                              caption=_more(len(rows), len(section.counts), "changed counts"))
+        for r in rows:
+            table.add_row(r.view, Text(r.device), Text(r.op_type or "(all types)"), _num(r.a), _num(r.b),
+                          _num(r.delta, signed=True))
+        console.print(table)
+    else:
+        console.print(Text.assemble(("Graph op counts", "bold"), ": the same by device and op type"
+                                    + (f" ({section.reason})" if section.reason else "")))
+    if not section.placement_available:
+        return _unavailable("Placement", section.placement_reason, console)
+    if not section.moved:
+        console.print(Text.assemble(("Placement", "bold"), ": no op moved device"))
+        return
+    groups = section.moved_by_scope
+    shown = _top(groups, top)
+    assigned = sum(m.basis == "assigned" for m in section.moved)
+    table = compact_table("scope", ("ops",), text_columns=("A device", "B device"),
+                          title=f"Ops that moved device: {len(section.moved)} ({assigned} as assigned, "
+                                f"{len(section.moved) - assigned} as requested, not assigned on either side)",
+                          caption=_more(len(shown), len(groups), "scopes"))
+    for scope, device_a, device_b, n in shown:
+        table.add_row(Text(scope), Text(device_a), Text(device_b), _num(n))
+    console.print(table)
+
+
+def _render_config(report: DiffReport, top: int, console: Console) -> None:
+    section = report.config
+    if not section.available:
+        return _unavailable("Configuration", section.reason, console)
+    if not section.changes:
+        console.print(Text.assemble(("Configuration", "bold"), f": the same ({section.compared} settings)"))
+        return
+    rows = _top(section.changes, top)
+    table = compact_table("setting", (), text_columns=("A", "B"), title="Configuration",
+                          caption=_more(len(rows), len(section.changes), "changed settings"))
+    for c in rows:
+        table.add_row(Text(c.key), Text("(not recorded)" if c.a is None else c.a),
+                      Text("(not recorded)" if c.b is None else c.b))
+    console.print(table)
+
+
+def _op_dict(r: OpChange) -> dict:
+    return {"key": r.key, "status": r.status, "count_a_per_step": r.count_a, "count_b_per_step": r.count_b,
+            "time_a_us_per_step": r.time_a_us, "time_b_us_per_step": r.time_b_us,
+            "time_delta_us_per_step": r.time_delta_us}
+
+
+def _listed(name: str, rows: list, top: int, as_dict) -> dict:
+    return {name: [as_dict(r) for r in _top(rows, top)], f"{name}_total": len(rows)}
+
+
+def to_document(report: DiffReport, top: int) -> dict:
+    """The report as JSON; each list holds its first ``top`` rows (all with ``top`` 0) and says how many there are."""
+    time, ops, graphs, config = report.time, report.ops, report.graphs, report.config
+    return {
+        "a": {"source": report.a, "kind": report.kind_a},
+        "b": {"source": report.b, "kind": report.kind_b},
+        "identical": report.identical,
+        "top": top,
+        "time": {"available": time.available, "reason": time.reason, "steps_a": list(time.steps_a),
+                 "steps_b": list(time.steps_b),
+                 "rows": [{"device": r.device, "metric": r.metric, "a_us_per_step": r.a, "b_us_per_step": r.b,
+                           "delta_us_per_step": r.delta} for r in time.rows]},
+        "ops": {"available": ops.available, "reason": ops.reason,
+                "counts": [{"metric": f.key, "a": f.a, "b": f.b, "delta": f.delta, "ratio": f.ratio}
+                           for f in ops.counts],
+                **_listed("gainers", list(ops.gainers), top, _op_dict),
+                **_listed("losers", list(ops.losers), top, _op_dict),
+                **_listed("appeared", list(ops.of_status("appeared")), top, _op_dict),
+                **_listed("vanished", list(ops.of_status("vanished")), top, _op_dict),
+                **_listed("by_type", [r for r in ops.by_type if r.status != "same"], top, _op_dict)},
+        "graphs": {"available": graphs.available, "reason": graphs.reason,
+                   **_listed("counts", list(graphs.counts), top,
+                             lambda r: {"view": r.view, "device": r.device, "op_type": r.op_type, "a": r.a,
+                                        "b": r.b, "delta": r.delta}),
+                   "placement_available": graphs.placement_available, "placement_reason": graphs.placement_reason,
+                   **_listed("moved", list(graphs.moved), top,
+                             lambda m: {"name": m.name, "op": m.op, "tower": m.tower, "scope": m.scope,
+                                        "device_a": m.device_a, "device_b": m.device_b, "basis": m.basis}),
+                   "moved_by_scope": [{"scope": s, "device_a": a, "device_b": b, "ops": n}
+                                      for s, a, b, n in graphs.moved_by_scope]},
+        "config": {"available": config.available, "reason": config.reason, "compared": config.compared,
+                   **_listed("changes", list(config.changes), top,
+                             lambda c: {"key": c.key, "a": c.a, "b": c.b})},
+        "definitions": report.definitions,
+    }
