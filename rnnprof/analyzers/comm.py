@@ -34,7 +34,8 @@ For Kineto traces these are the definitions of holistictraceanalysis (HTA):
 (idle_time, compute_time, non_compute_time, kernel_time) and ``overlap_pct`` is its
 comm/comp overlap. Differences on purpose: HTA drops the kernels launched in the
 last ``ProfilerStep`` (often cut short by the profiler) and we keep the whole
-trace (use the per-step figures to leave a step out); HTA's compute excludes any
+trace unless steps are selected (``rnnprof.analyzers.steps``: ``drop_last`` reproduces HTA's
+figures); HTA's compute excludes any
 kernel whose name merely contains ``Sync``, ours does not; and our communication
 patterns also cover TF collectives and Send/Recv, which HTA does not know.
 
@@ -42,6 +43,9 @@ Stragglers: for each step seen on two or more devices of the same kind (GPUs are
 with GPUs, CPU devices with CPU devices), the device whose activity ends last (lag against
 the median and the earliest end), and the device whose first communication starts last
 (lag against the earliest first communication).
+
+Idle time by cause (host wait, kernel wait, other) per device, per stream and per step: see
+``rnnprof.analyzers.idle``.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from typing import Iterable
 import numpy as np
 
 from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify
+from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep
 from rnnprof.events import Device, EventTable, Kind
 
@@ -132,6 +137,7 @@ class DeviceComm:
     steps: dict[int, Breakdown]
     # what counts as its activity: "streams", "executor ops" (GPU fallback), "ops", "host operators" (CPU rank)
     basis: str = "streams"
+    idle: DeviceIdle | None = None  # idle time by cause; None without launches in the trace (analyzers.idle)
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,8 @@ class CommReport:
     source_format: str = ""
     sources: tuple[str, ...] = ()
     host_only: bool = False  # the trace has events, all of them on hosts (so no device to report)
+    kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US  # idle gaps shorter than this (and not host wait) are kernel wait
+    step_selection: str = ""  # the flags that selected the steps analysed ("": the whole trace)
 
     def as_dict(self) -> dict:
         return {
@@ -193,6 +201,8 @@ class CommReport:
             "sources": list(self.sources),
             "extra_comm_patterns": list(self.extra_patterns),
             "steps": list(self.steps),
+            "step_selection": self.step_selection or None,
+            "kernel_wait_us": self.kernel_wait_us,
             "devices": [
                 {
                     "device": d.device.label,
@@ -200,6 +210,7 @@ class CommReport:
                     "basis": d.basis,
                     "total": d.total.as_dict(),
                     "steps": {str(s): b.as_dict() for s, b in d.steps.items()},
+                    "idle_by_cause": _idle_document(d.idle),
                 }
                 for d in self.devices
             ],
@@ -207,6 +218,13 @@ class CommReport:
             "communication_events": list(self.comm_event_names),
             "communication_ops": [op.as_dict() for op in self.comm_ops],
         }
+
+
+def _idle_document(idle: DeviceIdle | None) -> dict | None:
+    if idle is None:
+        return None
+    return {"total": idle.total.as_dict(), "steps": {str(s): c.as_dict() for s, c in idle.steps.items()},
+            "streams": [s.as_dict() for s in idle.streams]}
 
 
 def device_work_mask(table: EventTable, classes: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
@@ -288,11 +306,14 @@ def _breakdowns(result, counts: np.ndarray) -> list[Breakdown | None]:
     return out
 
 
-def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommReport:
-    """Per-device and per-step communication/compute/idle breakdown and stragglers.
+def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
+                 kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US, step_selection: str = "") -> CommReport:
+    """Per-device and per-step communication/compute/idle breakdown, idle time by cause, and stragglers.
 
     ``comm_patterns`` are extra regexes (searched in event names and op types)
     that mark events as communication. Raises ``re.error`` for an invalid pattern.
+    ``kernel_wait_us`` is the idle-cause threshold (``rnnprof.analyzers.idle``); ``step_selection``
+    only labels the report (select the steps with ``rnnprof.analyzers.steps`` first).
     Devices without activity are left out; a table without any device activity
     gives a report with no devices.
     """
@@ -335,6 +356,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
         np.minimum.at(first, group[is_comm], ts[known][is_comm])
         comm_first = np.where(np.isfinite(first), first, np.nan)
 
+    idle = idle_by_cause(table, work, kernel_wait_us)
     devices = []
     for d in range(n_dev):
         if totals[d] is None:
@@ -344,7 +366,8 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
             for k in range(n_steps)
             if per_step[d * n_steps + k] is not None
         }
-        devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps, basis=basis[d]))
+        devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps, basis=basis[d],
+                                  idle=idle.get(table.devices[d])))
 
     stragglers = _stragglers(table.devices, totals, per_step, comm_first, step_values, ts, dev, cls)
     is_comm = cls == EventClass.COMMUNICATION
@@ -359,6 +382,8 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
         source_format=table.source_format,
         sources=table.sources,
         host_only=len(table) > 0 and all(d.kind == "host" for d in table.devices),
+        kernel_wait_us=kernel_wait_us,
+        step_selection=step_selection,
     )
 
 

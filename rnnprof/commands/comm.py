@@ -7,6 +7,8 @@ import re
 
 from rich.console import Console
 
+from rnnprof.commands import _steps
+from rnnprof.config import non_negative_us
 from rnnprof.errors import InputError, UsageError
 from rnnprof import limits
 
@@ -21,6 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
                         help="also count events whose name or op type matches REGEX as communication (repeatable)")
     parser.add_argument("--per-step", action="store_true", help="also break the figures down per step")
+    parser.add_argument("--kernel-wait-us", type=non_negative_us,
+                        default=30.0, metavar="US",
+                        help="idle gaps between kernels shorter than US (and not waiting on a launch) are kernel "
+                             "wait (default: %(default)g, HTA's default in effect)")
+    _steps.add_arguments(parser)
     limits.add_argument(parser)
 
 
@@ -38,7 +45,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
 
     notes = run_notes(args.paths)
-    report = analyze_comm(load_events(args.paths[0] if len(args.paths) == 1 else args.paths), args.comm_pattern)
+    table = _steps.select(load_events(args.paths[0] if len(args.paths) == 1 else args.paths), args)
+    report = analyze_comm(table, args.comm_pattern, kernel_wait_us=args.kernel_wait_us,
+                          step_selection=_steps.selection(args).describe())
     if not report.devices:
         problem = ("no device activity: every event is on the host (a CPU-only tf.profiler XSpace, for one, "
                    "names no device for its ops)" if report.host_only
