@@ -128,14 +128,30 @@ def _p95(values: np.ndarray) -> float | None:
     return float(np.percentile(values, 95)) if len(values) else None
 
 
+def host_wait_shares(table: EventTable) -> dict[str, float]:
+    """Per GPU with launches in the trace: its host-wait idle time as a share of its span."""
+    from rnnprof.analyzers.classify import classify
+    from rnnprof.analyzers.comm import device_work_mask
+    from rnnprof.analyzers.idle import idle_by_cause
+
+    work, _ = device_work_mask(table, classify(table))
+    shares = {}
+    for device, idle in idle_by_cause(table, work).items():
+        if device.kind != "gpu":
+            continue
+        mine = work & (table.device == table.devices.index(device))
+        span = float((table.ts[mine] + np.maximum(table.dur[mine], 0)).max() - table.ts[mine].min())
+        shares[device.label] = idle.total.host_wait_us / span if span > 0 else 0.0
+    return shares
+
+
 def launch_stats(table: EventTable, short_kernel_us: float = DEFAULT_SHORT_KERNEL_US,
                  host_wait_share: dict[str, float] | None = None) -> LaunchStats:
     """Launch statistics of the kernels in ``table``; ``host_wait_share`` (GPU label -> host-wait idle / span,
-    from ``rnnprof.analyzers.idle``) decides which GPUs are launch-bound."""
+    ``host_wait_shares(table)`` when None) decides which GPUs are launch-bound."""
     launcher = launchers(table)
     is_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
-    kernel_rows = np.flatnonzero(is_gpu[table.device] & np.isin(table.kind, (Kind.KERNEL, Kind.COMMUNICATION))
-                                 & (table.kind != Kind.RUNTIME))
+    kernel_rows = np.flatnonzero(is_gpu[table.device] & np.isin(table.kind, (Kind.KERNEL, Kind.COMMUNICATION)))
     kernel_rows = kernel_rows[_on_streams(table, kernel_rows)]
     if not len(kernel_rows) or not (launcher[kernel_rows] >= 0).any():
         return LaunchStats(available=False, reason=NO_LAUNCHES, short_kernel_us=short_kernel_us)
@@ -159,7 +175,7 @@ def launch_stats(table: EventTable, short_kernel_us: float = DEFAULT_SHORT_KERNE
             delay_median_us=_median(delay[launched]), delay_p95_us=_p95(delay[launched]),
             shorter_than_launch=int(shorter[rows].sum()), short=int(short[rows].sum())))
     by_name.sort(key=lambda k: (-k.total_us, k.name))
-    shares = dict(host_wait_share or {})
+    shares = host_wait_shares(table) if host_wait_share is None else dict(host_wait_share)
     return LaunchStats(
         available=True, short_kernel_us=short_kernel_us, kernels=len(kernel_rows), launched=int(has_call.sum()),
         short=int(short.sum()), shorter_than_launch=int(shorter.sum()),

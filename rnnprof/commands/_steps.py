@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "(e.g. 1009:1013; FIRST: or :LAST leave an end open; N is one step); "
                             "GPU work belongs to the step of the runtime call that launched it")
     group.add_argument("--skip-first", type=non_negative_int, default=0, metavar="N",
-                       help="leave out the first N of the (selected) steps, e.g. warm-up")
+                       help="leave out the first N of the (selected) steps, e.g. warm-up (default: %(default)s)")
     group.add_argument("--drop-last", action="store_true",
                        help="leave out the last (selected) step, often cut short by the profiler; "
                             "with no other selection this is what HTA counts by default")

@@ -6,6 +6,8 @@ import argparse
 
 from rich.console import Console
 from rnnprof import limits
+from rnnprof.commands import _steps
+from rnnprof.config import non_negative_us
 
 NAME = "count-ops"
 HELP = "count graph operators and kernel invocations per device and step; --vs compares two runs"
@@ -19,19 +21,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by", choices=("device", "type"), default="device",
                         help="break counts down by device (default) or by op type")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    parser.add_argument("--short-kernel-us", type=non_negative_us, default=10.0, metavar="US",
+                        help="kernel launch statistics count kernels shorter than US as short (default: %(default)g)")
+    _steps.add_arguments(parser)
     limits.add_argument(parser)
 
 
-def analyze_input(paths: list[str]):
-    """Count what the input holds (graphs and/or events), saying why a part is missing."""
+def analyze_input(paths: list[str], args: argparse.Namespace | None = None):
+    """Count what the input holds (graphs and/or events, the events of the selected steps), saying why a part
+    is missing."""
     from rnnprof.analyzers.opcount import count_ops
     from rnnprof.profiler.loaders.inputs import read_inputs
 
     inputs = read_inputs(paths)
     graphs = inputs.graph_set
-    return count_ops(inputs.label, inputs.events, graphs.user if graphs else None, graphs.runtime if graphs else None,
+    events = _steps.select(inputs.events, args) if args is not None else inputs.events
+    extra = {"short_kernel_us": args.short_kernel_us} if args is not None else {}
+    return count_ops(inputs.label, events, graphs.user if graphs else None, graphs.runtime if graphs else None,
                      user_reason=inputs.user_graph_reason, runtime_reason=inputs.runtime_graph_reason,
-                     events_reason=inputs.events_reason)
+                     events_reason=inputs.events_reason, **extra)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -41,8 +49,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.reports.layout import render_json, render_notes
 
     notes = run_notes([*args.paths, *([args.vs] if args.vs else [])])
-    result = analyze_input(args.paths)
-    comparison = compare(result, analyze_input([args.vs])) if args.vs else None
+    result = analyze_input(args.paths, args)
+    comparison = compare(result, analyze_input([args.vs], args)) if args.vs else None
     render_notes(notes)
     if comparison is not None:
         if args.json:
