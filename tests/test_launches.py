@@ -75,6 +75,39 @@ def test_launch_delay_per_kernel_agrees_with_the_raw_trace(capsys):
     assert totals == sorted(totals, reverse=True)
 
 
+def raw_host_ops(path) -> dict[str, list[tuple[float, float]]]:
+    """Per cpu_op name, ``(op duration, summed duration of its kernels)`` for every execution that launched
+    kernels, linked the way Kineto records it: the runtime call's "External id" is its cpu_op's."""
+    events = json.load(gzip.open(path))["traceEvents"]
+    ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op" and "External id" in e["args"]}
+    call_op = {e["args"]["correlation"]: e["args"].get("External id") for e in events
+               if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    kernel_time: dict[int, float] = defaultdict(float)
+    for e in events:
+        if e.get("cat") == "kernel" and call_op.get(e["args"].get("correlation")) in ops:
+            kernel_time[call_op[e["args"]["correlation"]]] += e["dur"]
+    found: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for external_id, total in kernel_time.items():
+        found[ops[external_id]["name"]].append((ops[external_id]["dur"], total))
+    return found
+
+
+def test_host_ops_against_their_kernels_agree_with_the_raw_trace(capsys):
+    raw = raw_host_ops(NCCL)
+    doc = count_ops_json(capsys, str(NCCL))["launches"]
+    by_name = {o["name"]: o for o in doc["by_host_op"]}
+    assert sorted(by_name) == sorted(raw)
+    for name, executions in raw.items():
+        host, kernels = np.array(executions).T
+        mine = by_name[name]
+        assert mine["ops"] == len(executions)
+        assert mine["host_median_us"] == pytest.approx(np.median(host), abs=1e-3)
+        assert mine["kernels_median_us"] == pytest.approx(np.median(kernels), abs=1e-3)
+        assert mine["longer_on_host"] == int((host > kernels).sum())
+    assert main(["count-ops", str(NCCL)]) == 0
+    assert "host ops against the kernels they launched" in capsys.readouterr().out
+
+
 def test_short_kernel_threshold_and_step_selection(capsys):
     raw = raw_launches(NCCL, steps={5})
     doc = count_ops_json(capsys, str(NCCL), "--steps", "5:5", "--short-kernel-us", "50")["launches"]

@@ -13,6 +13,11 @@ Per kernel name (kernels on GPU streams, NCCL kernels included; copies and memse
   shorter than the call that launched them (the host spent longer launching than the GPU running);
 * short kernels: the share of kernels shorter than ``short_kernel_us``.
 
+Per host operator name (the innermost host op, e.g. ``aten::addmm``, around a launch call on the same
+thread), over the op executions that launched kernels: the op's duration on the host against the summed
+duration of the kernels it launched (medians), and how many executions took longer on the host than
+their kernels on the GPU.
+
 ``launch_bound`` lists the GPUs that mostly wait on the host: host-wait idle time (see
 ``rnnprof.analyzers.idle``) at least half of the GPU's span.
 """
@@ -83,6 +88,24 @@ class KernelLaunches:
 
 
 @dataclass(frozen=True)
+class HostOpLaunches:
+    """One host operator name: its executions that launched kernels (times in µs)."""
+
+    name: str
+    ops: int
+    kernels: int
+    host_total_us: float
+    host_median_us: float
+    kernels_median_us: float  # median over executions of the summed duration of the kernels each launched
+    longer_on_host: int  # executions whose host time exceeds their kernels' summed time
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "ops": self.ops, "kernels": self.kernels, "host_total_us": self.host_total_us,
+                "host_median_us": self.host_median_us, "kernels_median_us": self.kernels_median_us,
+                "longer_on_host": self.longer_on_host}
+
+
+@dataclass(frozen=True)
 class LaunchStats:
     available: bool
     reason: str = ""
@@ -94,6 +117,7 @@ class LaunchStats:
     delay_median_us: float | None = None
     delay_p95_us: float | None = None
     by_name: tuple[KernelLaunches, ...] = ()  # by summed kernel time, longest first
+    by_host_op: tuple[HostOpLaunches, ...] = ()  # by summed host time, longest first
     host_wait_share: dict[str, float] | None = None  # GPU -> host-wait idle / span
     launch_bound: tuple[str, ...] = ()
 
@@ -117,6 +141,7 @@ class LaunchStats:
             "host_wait_share_of_span": self.host_wait_share or {},
             "launch_bound": list(self.launch_bound),
             "by_kernel": [k.as_dict() for k in self.by_name],
+            "by_host_op": [o.as_dict() for o in self.by_host_op],
         }
 
 
@@ -175,11 +200,13 @@ def launch_stats(table: EventTable, short_kernel_us: float = DEFAULT_SHORT_KERNE
             delay_median_us=_median(delay[launched]), delay_p95_us=_p95(delay[launched]),
             shorter_than_launch=int(shorter[rows].sum()), short=int(short[rows].sum())))
     by_name.sort(key=lambda k: (-k.total_us, k.name))
+    by_host_op = _host_ops(table, launcher, kernel_rows, dur)
     shares = host_wait_shares(table) if host_wait_share is None else dict(host_wait_share)
     return LaunchStats(
         available=True, short_kernel_us=short_kernel_us, kernels=len(kernel_rows), launched=int(has_call.sum()),
         short=int(short.sum()), shorter_than_launch=int(shorter.sum()),
         delay_median_us=_median(delay[has_call]), delay_p95_us=_p95(delay[has_call]), by_name=tuple(by_name),
+        by_host_op=by_host_op,
         host_wait_share=shares,
         launch_bound=tuple(sorted(d for d, share in shares.items() if share >= LAUNCH_BOUND_SHARE)))
 
@@ -190,3 +217,63 @@ def _on_streams(table: EventTable, rows: np.ndarray) -> np.ndarray:
 
     is_stream = np.array([s.startswith(STREAM_LANE_PREFIXES) for s in table.strings] or [False], dtype=bool)
     return is_stream[table.lane[rows]] | (table.kind[rows] == Kind.KERNEL)
+
+
+def enclosing_host_ops(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """For each event in ``rows``, the innermost host op (``Kind.HOST_OP``) on the same device and thread
+    (lane) that contains it, else -1."""
+    out = np.full(len(rows), -1, dtype=np.int64)
+    ops = np.flatnonzero(table.kind == Kind.HOST_OP)
+    if not len(rows) or not len(ops):
+        return out
+    lane_key = table.device.astype(np.int64) * (len(table.strings) + 1) + table.lane
+    position = {int(r): k for k, r in enumerate(rows)}
+    for key in np.unique(lane_key[rows]):
+        mine = rows[lane_key[rows] == key]
+        theirs = ops[lane_key[ops] == key]
+        if not len(theirs):
+            continue
+        both = np.concatenate([theirs, mine])
+        is_op = np.concatenate([np.ones(len(theirs), bool), np.zeros(len(mine), bool)])
+        # By start; at one start, ops before the events they contain, longer ops first.
+        order = np.lexsort((~is_op, -table.dur[both], table.ts[both]))
+        stack: list[tuple[float, int]] = []
+        for row, op in zip(both[order].tolist(), is_op[order].tolist()):
+            start = table.ts[row]
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            if op:
+                stack.append((start + max(table.dur[row], 0.0), row))
+            elif stack and stack[-1][0] >= start + max(table.dur[row], 0.0):
+                out[position[row]] = stack[-1][1]
+    return out
+
+
+def _host_ops(table: EventTable, launcher: np.ndarray, kernel_rows: np.ndarray,
+              dur: np.ndarray) -> tuple[HostOpLaunches, ...]:
+    """Host ops that launched kernels, grouped by name, longest summed host time first."""
+    launched = launcher[kernel_rows] >= 0
+    calls = launcher[kernel_rows][launched]
+    if not len(calls):
+        return ()
+    unique_calls, call_of = np.unique(calls, return_inverse=True)
+    op_of_call = enclosing_host_ops(table, unique_calls)
+    op = op_of_call[call_of]
+    has_op = op >= 0
+    if not has_op.any():
+        return ()
+    ops, op_index = np.unique(op[has_op], return_inverse=True)
+    kernel_time = np.bincount(op_index, weights=dur[launched][has_op], minlength=len(ops))
+    kernel_count = np.bincount(op_index, minlength=len(ops))
+    host_time = np.maximum(table.dur[ops], 0.0)
+    names, name_of = np.unique(table.name[ops], return_inverse=True)
+    found = []
+    for k, code in enumerate(names):
+        mine = name_of == k
+        found.append(HostOpLaunches(
+            name=table.strings[code], ops=int(mine.sum()), kernels=int(kernel_count[mine].sum()),
+            host_total_us=float(host_time[mine].sum()), host_median_us=float(np.median(host_time[mine])),
+            kernels_median_us=float(np.median(kernel_time[mine])),
+            longer_on_host=int((host_time[mine] > kernel_time[mine]).sum())))
+    found.sort(key=lambda o: (-o.host_total_us, o.name))
+    return tuple(found)

@@ -133,6 +133,19 @@ def _launch_parts(launches: LaunchStats | None) -> list:
                       _us(k.launch_call_median_us), _us(k.delay_median_us), _us(k.delay_p95_us),
                       f"{100 * k.short / k.kernels:.1f}")
     parts: list = [summary, table]
+    if launches.by_host_op:
+        ops = launches.by_host_op[:TOP_LAUNCHED]
+        caption = ("per execution of a host operator that launched kernels (the innermost op around the launch "
+                   "call): host = its duration, kernels = the summed duration of the kernels it launched, medians; "
+                   "longer on host = executions that took longer on the host than their kernels on the GPU")
+        if len(launches.by_host_op) > len(ops):
+            caption = f"top {len(ops)} of {len(launches.by_host_op)} host ops by summed host time; " + caption
+        host = compact_table("host op", ("ops", "kernels", "host\nµs", "kernels\nµs", "longer\non host %"),
+                             title="host ops against the kernels they launched", caption=caption)
+        for o in ops:
+            host.add_row(Text(_short(o.name, 40)), f"{o.ops:,}", f"{o.kernels:,}", _us(o.host_median_us),
+                         _us(o.kernels_median_us), f"{100 * o.longer_on_host / o.ops:.1f}")
+        parts.append(host)
     for device in launches.launch_bound:
         share = (launches.host_wait_share or {}).get(device, 0.0)
         parts.append(Text(f"note: {device} is launch-bound: it waits on the host for its next kernel's launch "
