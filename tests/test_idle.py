@@ -65,3 +65,18 @@ def test_without_launches_there_are_no_causes():
     work, _ = device_work_mask(t, classify(t))
     assert idle_by_cause(t, work) == {}
     assert analyze_comm(t).devices[0].idle is None
+
+
+def test_comm_on_a_tf_trace_says_why_there_are_no_causes(capsys):
+    import json
+
+    from fixtures import FIXTURES
+    from rnnprof.cli import main
+
+    trace = str(FIXTURES / "tf1-timeline-gpu-loop-step0.json")
+    assert main(["comm", trace, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [d["idle_by_cause"] for d in doc["devices"]] == [None, None]
+    assert main(["comm", trace]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "idle time by cause: not for gpu:0: the trace links no launch call" in out

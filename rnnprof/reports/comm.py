@@ -134,6 +134,10 @@ def render_table(report: CommReport, *, per_step: bool, console: Console) -> Non
     idle = idle_table(report, per_step=False)
     if idle is not None:
         console.print(idle)
+    without_causes = [d.device.label for d in report.devices if d.idle is None and d.total.idle_us > 0]
+    if without_causes:
+        console.print(Text(f"idle time by cause: not for {', '.join(without_causes)}: the trace links no launch "
+                           "call to this work (PyTorch profiler traces do)", style="dim", overflow="fold"))
     if per_step and report.steps:
         console.print(breakdown_table(report, per_step=True))
         idle = idle_table(report, per_step=True)
