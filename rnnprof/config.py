@@ -127,6 +127,7 @@ def _number_in(minimum, maximum=None, kind=int, what="a whole number"):
 positive_int = _number_in(1)
 non_negative_int = _number_in(0)
 non_negative_seconds = _number_in(0, kind=float, what="a number of seconds")
+non_negative_us = _number_in(0, kind=float, what="a number of microseconds")
 percentage = _number_in(0, 100, kind=float, what="a percentage")
 positive_float = _number_in(1e-12, kind=float, what="a positive number")
 dropout_rate = _number_in(0, 0.99, kind=float, what="a dropout rate")

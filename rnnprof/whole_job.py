@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from rnnprof import limits
+from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US
+from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US
+from rnnprof.analyzers.steps import StepSelection
+from rnnprof.errors import UsageError
 from rnnprof.parallel import map_items
 from rnnprof.profiler.loaders.rank_folder import RankFile, RankFolder, load_rank, loaded_notes
 
@@ -25,10 +29,26 @@ class RankTask:
     rank_file: RankFile
     comm_patterns: tuple[str, ...] = ()
     max_input_bytes: int | None = None  # the reading process' limit, applied in the worker too
+    selection: StepSelection | None = None  # the steps to analyse (None: all)
+    kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US
+    short_kernel_us: float = DEFAULT_SHORT_KERNEL_US
 
     def load(self):
+        """The rank's table, restricted to the selected steps (a selection this rank cannot meet is a UsageError)."""
+        from rnnprof.analyzers.steps import StepSelectionError, select_steps
+
         limits.set_max_input_bytes(self.max_input_bytes)
-        return load_rank(self.rank_file)
+        table = load_rank(self.rank_file)
+        if self.selection is None or not self.selection.active:
+            return table
+        try:
+            return select_steps(table, self.selection)
+        except StepSelectionError as exc:
+            raise UsageError(f"{self.rank_file.path}: {exc}") from None
+
+    @property
+    def step_selection(self) -> str:
+        return self.selection.describe() if self.selection is not None and self.selection.active else ""
 
 
 @dataclass(frozen=True)
@@ -45,21 +65,29 @@ def comm_of_rank(task: RankTask) -> RankResult:
     from rnnprof.analyzers.comm import analyze_comm
 
     table = task.load()
-    return RankResult((analyze_comm(table, task.comm_patterns), instances(table), zero_offsets([table])[0]),
-                      _info(table), _worker(table))
+    report = analyze_comm(table, task.comm_patterns, kernel_wait_us=task.kernel_wait_us,
+                          step_selection=task.step_selection)
+    return RankResult((report, instances(table), zero_offsets([table])[0]), _info(table), _worker(table))
 
 
 def kernels_of_rank(task: RankTask) -> RankResult:
+    """The rank's ``KernelCounts`` and its ``LaunchSample`` (None without linked launches)."""
+    from rnnprof.analyzers.launches import launch_sample
     from rnnprof.analyzers.opcount import count_kernels
 
     table = task.load()
-    return RankResult(count_kernels(table), _info(table), _worker(table))
+    return RankResult((count_kernels(table), launch_sample(table) if len(table) else None), _info(table),
+                      _worker(table))
 
 
 def job_comm(folder: RankFolder, comm_patterns: Sequence[str] = (), jobs: int | None = None,
-             scheduler: str | None = None, on_done: OnDone | None = None):
-    """``(CommReport, notes)`` of every rank in ``folder``, the report as ``analyze_comm`` of them merged gives it."""
-    results, notes = _map(comm_of_rank, folder, comm_patterns, jobs, scheduler, on_done)
+             scheduler: str | None = None, on_done: OnDone | None = None, selection: StepSelection | None = None,
+             kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US):
+    """``(CommReport, notes)`` of every rank in ``folder``, the report as ``analyze_comm`` of them merged gives it
+    (each rank's steps selected on its own)."""
+    tasks = [RankTask(f, tuple(comm_patterns), limits.max_input_bytes(), selection, kernel_wait_us)
+             for f in folder.files]
+    results, notes = _map(comm_of_rank, folder, tasks, jobs, scheduler, on_done)
     return combine_comm(results), notes
 
 
@@ -85,16 +113,21 @@ def combine_comm(results):
 
 
 def job_kernels(folder: RankFolder, jobs: int | None = None, scheduler: str | None = None,
-                on_done: OnDone | None = None):
-    """``(KernelCounts, notes)`` of every rank in ``folder``, as ``count_kernels`` of them merged gives it."""
+                on_done: OnDone | None = None, selection: StepSelection | None = None,
+                short_kernel_us: float = DEFAULT_SHORT_KERNEL_US):
+    """``((KernelCounts, LaunchStats), notes)`` of every rank in ``folder``, as ``count_kernels`` and
+    ``launch_stats`` of them merged give them."""
+    from rnnprof.analyzers.launches import launch_stats_of
     from rnnprof.analyzers.opcount import combine_kernel_counts
 
-    results, notes = _map(kernels_of_rank, folder, (), jobs, scheduler, on_done)
-    return combine_kernel_counts(results), notes
+    tasks = [RankTask(f, (), limits.max_input_bytes(), selection, short_kernel_us=short_kernel_us)
+             for f in folder.files]
+    results, notes = _map(kernels_of_rank, folder, tasks, jobs, scheduler, on_done)
+    kernels = combine_kernel_counts([k for k, _ in results])
+    return (kernels, launch_stats_of([s for _, s in results], short_kernel_us)), notes
 
 
-def _map(function, folder: RankFolder, comm_patterns, jobs, scheduler, on_done) -> tuple[list, list[str]]:
-    tasks = [RankTask(f, tuple(comm_patterns), limits.max_input_bytes()) for f in folder.files]
+def _map(function, folder: RankFolder, tasks, jobs, scheduler, on_done) -> tuple[list, list[str]]:
     outcomes = map_items(function, tasks, jobs, scheduler, on_done)
     notes = [*folder.notes, *loaded_notes(folder, [o.distributed for o in outcomes], [o.worker for o in outcomes])]
     return [o.result for o in outcomes], notes

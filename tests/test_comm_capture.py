@@ -1,5 +1,6 @@
 """rnnprof comm on rnnprof's own 2-device captures: all-reduce time shows up only when there is one."""
 
+import json
 import subprocess
 import sys
 
@@ -46,6 +47,17 @@ def test_replicated_run_spends_time_in_all_reduce_and_independent_does_not(tmp_p
                 getattr(device.total, field), rel=1e-9)
         for b in device.steps.values():
             assert b.busy_us + b.idle_us == pytest.approx(b.span_us)
+    # --drop-last on a TF run: only the first traced step, whose figures are that step's in the whole report.
+    first, last = replicated.steps
+    selected = subprocess.run([sys.executable, "-m", "rnnprof", "comm", str(tmp_path / "replicated"), "--drop-last",
+                               "--json"], capture_output=True, text=True, timeout=300)
+    assert selected.returncode == 0, selected.stderr[-2000:]
+    doc = json.loads(selected.stdout)
+    assert doc["steps"] == [first] and doc["step_selection"] == "--drop-last"
+    for device, whole in zip(doc["devices"], replicated.devices):
+        assert device["device"] == whole.device.label
+        for field in ("span_us", "busy_us", "compute_us", "communication_us"):
+            assert device["total"][field] == pytest.approx(whole.steps[first].as_dict()[field], rel=1e-9)
 
     independent = capture(tmp_path / "independent", "independent")
     assert len(independent.devices) == 2

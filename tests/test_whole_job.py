@@ -98,10 +98,9 @@ def test_reports_combined_shift_each_rank_to_the_common_clock():
 
 
 def test_explicit_rank_files_go_to_workers_too_and_a_corrupt_one_is_named(tmp_path, capsys):
-    code, out, err = run_cli(capsys, "comm", *SAMPLED, "--json", "--jobs", "2")
+    code, out, err = run_cli(capsys, "comm", *SAMPLED, "--json", "--per-step", "--jobs", "2")
     assert code == 0, err
-    assert _without_sources(json.loads(out)) == _without_sources({**_merged_comm(SAMPLED), "devices": [
-        {k: v for k, v in d.items() if k != "steps"} for d in _merged_comm(SAMPLED)["devices"]]})
+    assert _without_sources(json.loads(out)) == _without_sources(_merged_comm(SAMPLED))
     broken = tmp_path / "rank1.json"
     broken.write_bytes(gzip.decompress(SAMPLED[1].read_bytes())[:200_000])  # cut mid-file
     code, out, err = run_cli(capsys, "comm", SAMPLED[0], broken, "--jobs", "2")
@@ -300,3 +299,28 @@ def test_a_files_own_rank_wins_over_its_name_and_two_files_of_one_rank_are_refus
     code, out, err = run_cli(capsys, "comm", folder, "--jobs", "2")
     assert code == 2 and out == ""
     assert "rank 0 appears in 2 files (a_7.json.gz, b_3.json.gz)" in err and len(err.strip().splitlines()) == 1
+
+
+def test_step_selection_and_launch_statistics_of_a_folder_equal_those_of_the_merged_ranks(tmp_path, capsys):
+    """Each rank's steps are selected in its worker, and the launch statistics (medians, p95 over every
+    rank's kernels) come back exact: the same document as the ranks merged in one process."""
+    folder = _folder(tmp_path, SAMPLED)
+    documents = {}
+    for command in (["comm", "--per-step"], ["count-ops"]):
+        code, out, err = run_cli(capsys, *command, folder, "--json", "--drop-last", "--jobs", "2")
+        assert code == 0, err
+        parallel = json.loads(out)
+        code, out, err = run_cli(capsys, *command, *SAMPLED, "--json", "--drop-last", "--jobs", "1")
+        assert code == 0, err
+        here = documents[command[0]] = json.loads(out)
+        if command[0] == "count-ops":
+            assert parallel["launches"]["available"] and parallel["launches"] == here["launches"]
+            assert parallel["kernels"] == here["kernels"]
+        else:
+            assert _without_sources(parallel) == _without_sources(here)
+            assert parallel["step_selection"]
+    from rnnprof.analyzers.launches import launch_stats
+    from rnnprof.analyzers.steps import StepSelection, select_steps
+
+    merged = merge([select_steps(kineto.load(f), StepSelection(drop_last=True)) for f in SAMPLED])
+    assert documents["count-ops"]["launches"] == launch_stats(merged).as_dict()

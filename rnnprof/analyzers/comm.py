@@ -34,7 +34,8 @@ For Kineto traces these are the definitions of holistictraceanalysis (HTA):
 (idle_time, compute_time, non_compute_time, kernel_time) and ``overlap_pct`` is its
 comm/comp overlap. Differences on purpose: HTA drops the kernels launched in the
 last ``ProfilerStep`` (often cut short by the profiler) and we keep the whole
-trace (use the per-step figures to leave a step out); HTA's compute excludes any
+trace unless steps are selected (``rnnprof.analyzers.steps``: ``drop_last`` reproduces HTA's
+figures); HTA's compute excludes any
 kernel whose name merely contains ``Sync``, ours does not; and our communication
 patterns also cover TF collectives and Send/Recv, which HTA does not know.
 
@@ -47,6 +48,9 @@ Across ranks (two or more workers with collectives), ``collectives`` holds the c
 across ranks, their arrival skew and the straggler rank (``rnnprof.analyzers.collectives``), and
 ``alignment`` how the ranks' clocks were aligned before merging (``metadata["alignment"]``, written by
 ``load_aligned``).
+
+Idle time by cause (host wait, kernel wait, other) per device, per stream and per step: see
+``rnnprof.analyzers.idle``.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 
 from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify
+from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep
 from rnnprof.events import Device, EventTable, Kind
 
@@ -141,6 +146,7 @@ class DeviceComm:
     steps: dict[int, Breakdown]
     # what counts as its activity: "streams", "executor ops" (GPU fallback), "ops", "host operators" (CPU rank)
     basis: str = "streams"
+    idle: DeviceIdle | None = None  # idle time by cause; None without launches in the trace (analyzers.idle)
 
 
 @dataclass(frozen=True)
@@ -198,6 +204,8 @@ class CommReport:
     time_base_us: float = 0.0  # the clock the times are relative to (the table's)
     collectives: "CollectivesReport | None" = None  # across ranks; None with fewer than two ranks
     alignment: dict | None = None  # {"method", "offsets"} when several traces were put on one clock
+    kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US  # idle gaps shorter than this (and not host wait) are kernel wait
+    step_selection: str = ""  # the flags that selected the steps analysed ("": the whole trace)
 
     def as_dict(self) -> dict:
         extra = {}
@@ -210,6 +218,8 @@ class CommReport:
             "sources": list(self.sources),
             "extra_comm_patterns": list(self.extra_patterns),
             "steps": list(self.steps),
+            "step_selection": self.step_selection or None,
+            "kernel_wait_us": self.kernel_wait_us,
             "devices": [
                 {
                     "device": d.device.label,
@@ -217,6 +227,7 @@ class CommReport:
                     "basis": d.basis,
                     "total": d.total.as_dict(),
                     "steps": {str(s): b.as_dict() for s, b in d.steps.items()},
+                    "idle_by_cause": _idle_document(d.idle),
                 }
                 for d in self.devices
             ],
@@ -225,6 +236,13 @@ class CommReport:
             "communication_ops": [op.as_dict() for op in self.comm_ops],
             **extra,
         }
+
+
+def _idle_document(idle: DeviceIdle | None) -> dict | None:
+    if idle is None:
+        return None
+    return {"total": idle.total.as_dict(), "steps": {str(s): c.as_dict() for s, c in idle.steps.items()},
+            "streams": [s.as_dict() for s in idle.streams]}
 
 
 def device_work_mask(table: EventTable, classes: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
@@ -307,11 +325,14 @@ def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray) -> list[Brea
     return out
 
 
-def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommReport:
-    """Per-device and per-step communication/compute/idle breakdown and stragglers.
+def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
+                 kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US, step_selection: str = "") -> CommReport:
+    """Per-device and per-step communication/compute/idle breakdown, idle time by cause, and stragglers.
 
     ``comm_patterns`` are extra regexes (searched in event names and op types)
     that mark events as communication. Raises ``re.error`` for an invalid pattern.
+    ``kernel_wait_us`` is the idle-cause threshold (``rnnprof.analyzers.idle``); ``step_selection``
+    only labels the report (select the steps with ``rnnprof.analyzers.steps`` first).
     Devices without activity are left out; a table without any device activity
     gives a report with no devices.
     """
@@ -355,6 +376,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
             _first(group[known_comm], ts[known][known_comm], n_dev * n_steps),
         )
 
+    idle = idle_by_cause(table, work, kernel_wait_us)
     devices = []
     for d in range(n_dev):
         if totals[d] is None:
@@ -364,7 +386,8 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
             for k in range(n_steps)
             if per_step[d * n_steps + k] is not None
         }
-        devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps, basis=basis[d]))
+        devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps, basis=basis[d],
+                                  idle=idle.get(table.devices[d])))
 
     devices = sorted(devices, key=lambda d: d.device)
     comm_names = np.unique(table.name[work][is_comm])
@@ -381,6 +404,8 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = ()) -> CommRe
         time_base_us=table.time_base_us,
         collectives=_across_ranks(analyze_collectives(table)),
         alignment=table.metadata.get("alignment"),
+        kernel_wait_us=kernel_wait_us,
+        step_selection=step_selection,
     )
 
 
@@ -394,9 +419,8 @@ def combine_reports(reports: Sequence[CommReport],
     every part's ``instances``, on the common clock)."""
     if not reports:
         raise ValueError("combine_reports needs at least one report")
-    extra = {r.extra_patterns for r in reports}
-    if len(extra) > 1:
-        raise ValueError("the reports were analysed with different communication patterns")
+    if len({(r.extra_patterns, r.kernel_wait_us, r.step_selection) for r in reports}) > 1:
+        raise ValueError("the reports were analysed with different settings (patterns, kernel wait, steps)")
     base = min(r.time_base_us for r in reports)
     devices: list[DeviceComm] = []
     for report in reports:
@@ -427,6 +451,8 @@ def combine_reports(reports: Sequence[CommReport],
         host_only=all(r.host_only for r in reports),
         time_base_us=base,
         collectives=_across_ranks(collectives) if collectives is not None else None,
+        kernel_wait_us=reports[0].kernel_wait_us,
+        step_selection=reports[0].step_selection,
     )
 
 

@@ -25,6 +25,7 @@ from typing import Sequence
 import networkx as nx
 import numpy as np
 
+from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US, LaunchStats, launch_stats
 from rnnprof.events import EventTable, Kind, match_correlation
 
 DEFINITIONS = {
@@ -111,6 +112,7 @@ class OpCountReport:
     runtime_graph: GraphOpCounts
     kernels: KernelCounts
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+    launches: LaunchStats | None = None  # None: no trace events (rnnprof.analyzers.launches)
 
 
 @dataclass(frozen=True)
@@ -262,14 +264,17 @@ def count_ops(
     user_reason: str = "",
     runtime_reason: str = "",
     events_reason: str = "",
+    short_kernel_us: float = DEFAULT_SHORT_KERNEL_US,
 ) -> OpCountReport:
-    """Counts of both graph views and of the kernels; a ``*_reason`` says why that part is missing."""
+    """Counts of both graph views and of the kernels, and the kernels' launch statistics; a ``*_reason`` says
+    why that part is missing."""
     return OpCountReport(
         source=source,
         source_format=table.source_format if table is not None else "graph",
         user_graph=count_graph(user_graph, user_reason),
         runtime_graph=count_graph(runtime_graph, runtime_reason),
         kernels=count_kernels(table, events_reason),
+        launches=launch_stats(table, short_kernel_us) if table is not None and len(table) else None,
     )
 
 
@@ -329,6 +334,8 @@ def combine_kernel_counts(parts: Sequence[KernelCounts]) -> KernelCounts:
                         by_device_type=dict(sorted(by_device_type.items())))
 
 
-def with_kernels(report: OpCountReport, kernels: KernelCounts, source_format: str) -> OpCountReport:
-    """``report`` with kernel counts made elsewhere (``combine_kernel_counts`` of a job's ranks)."""
-    return replace(report, kernels=kernels, source_format=source_format)
+def with_kernels(report: OpCountReport, kernels: KernelCounts, launches: LaunchStats | None,
+                 source_format: str) -> OpCountReport:
+    """``report`` with kernel counts and launch statistics made elsewhere (``combine_kernel_counts`` and
+    ``launches.launch_stats_of`` of a job's ranks)."""
+    return replace(report, kernels=kernels, launches=launches, source_format=source_format)

@@ -7,6 +7,8 @@ import re
 
 from rich.console import Console
 
+from rnnprof.commands import _steps
+from rnnprof.config import non_negative_us
 from rnnprof.errors import InputError, UsageError
 from rnnprof import limits
 from rnnprof.commands import _job
@@ -27,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how several files are put on one clock before merging: none (they share one, as the "
                              "ranks of one host do; default), start (each starts where the first does), collectives "
                              "(offsets measured on the end times of collectives matched across the files)")
+    parser.add_argument("--kernel-wait-us", type=non_negative_us,
+                        default=30.0, metavar="US",
+                        help="idle gaps between kernels shorter than US (and not waiting on a launch) are kernel "
+                             "wait (default: %(default)g, HTA's default in effect)")
+    _steps.add_arguments(parser)
     limits.add_argument(parser)
     _job.add_arguments(parser)
 
@@ -46,16 +53,19 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     notes = run_notes(args.paths)
     job = _job.rank_job(args.paths)
+    selection = _steps.selection(args)
     if job is not None and args.align == "none":
         from rnnprof.whole_job import job_comm
 
-        report, job_notes = _job.run_job(job_comm, job, args, comm_patterns=args.comm_pattern)
+        report, job_notes = _job.run_job(job_comm, job, args, comm_patterns=args.comm_pattern,
+                                         kernel_wait_us=args.kernel_wait_us, selection=selection)
         notes += job_notes
     else:
         _job.refuse_job_options(args, "" if job is None else f"--align {args.align}")
         paths = [str(f.path) for f in job.files] if job is not None else args.paths
         table = load_events(paths[0]) if len(paths) == 1 else load_aligned(paths, args.align)
-        report = analyze_comm(table, args.comm_pattern)
+        report = analyze_comm(_steps.select(table, args), args.comm_pattern, kernel_wait_us=args.kernel_wait_us,
+                              step_selection=selection.describe())
     if not report.devices:
         problem = ("no device activity: every event is on the host (a CPU-only tf.profiler XSpace, for one, "
                    "names no device for its ops)" if report.host_only

@@ -7,6 +7,8 @@ import argparse
 from rich.console import Console
 from rnnprof import limits
 from rnnprof.commands import _job
+from rnnprof.commands import _steps
+from rnnprof.config import non_negative_us
 
 NAME = "count-ops"
 HELP = "count graph operators and kernel invocations per device and step; --vs compares two runs"
@@ -20,31 +22,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by", choices=("device", "type"), default="device",
                         help="break counts down by device (default) or by op type")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    parser.add_argument("--short-kernel-us", type=non_negative_us, default=10.0, metavar="US",
+                        help="kernel launch statistics count kernels shorter than US as short (default: %(default)g)")
+    _steps.add_arguments(parser)
     limits.add_argument(parser)
     _job.add_arguments(parser)
 
 
 def analyze_input(paths: list[str], args: argparse.Namespace | None = None, notes: list[str] | None = None):
-    """Count what the input holds (graphs and/or events), saying why a part is missing; a job's rank
-    files are counted one rank per worker process (``args.jobs``, ``args.scheduler``)."""
-    args = args or argparse.Namespace(jobs=None, scheduler=None)
-    notes = [] if notes is None else notes
+    """Count what the input holds (graphs and/or events, the events of the selected steps), saying why a part
+    is missing; a job's rank files are counted one rank per worker process (``args.jobs``, ``args.scheduler``)."""
     from rnnprof.analyzers.opcount import count_ops, with_kernels
     from rnnprof.profiler.loaders.inputs import MERGED_TRACES, read_inputs
 
-    job = _job.rank_job(paths)
+    notes = [] if notes is None else notes
+
+    job = _job.rank_job(paths) if args is not None else None
     if job is not None:
         from rnnprof.whole_job import job_kernels
 
-        kernels, job_notes = _job.run_job(job_kernels, job, args)
+        (kernels, launches), job_notes = _job.run_job(job_kernels, job, args, selection=_steps.selection(args),
+                                                     short_kernel_us=args.short_kernel_us)
         notes += job_notes
         return with_kernels(count_ops(", ".join(map(str, paths)), None, None, None, user_reason=MERGED_TRACES,
-                                      runtime_reason=MERGED_TRACES), kernels, source_format="kineto")
+                                      runtime_reason=MERGED_TRACES), kernels, launches, source_format="kineto")
     inputs = read_inputs(paths)
     graphs = inputs.graph_set
-    return count_ops(inputs.label, inputs.events, graphs.user if graphs else None, graphs.runtime if graphs else None,
+    events = _steps.select(inputs.events, args) if args is not None else inputs.events
+    extra = {"short_kernel_us": args.short_kernel_us} if args is not None else {}
+    return count_ops(inputs.label, events, graphs.user if graphs else None, graphs.runtime if graphs else None,
                      user_reason=inputs.user_graph_reason, runtime_reason=inputs.runtime_graph_reason,
-                     events_reason=inputs.events_reason)
+                     events_reason=inputs.events_reason, **extra)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
+from rnnprof.commands import _steps
 from rnnprof.config import percentage
 from rnnprof.errors import FindingsError
 
@@ -27,17 +28,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="PERCENT",
                         help="PA004 flags steps whose busy-time spread across devices, (max - min) / max, is above "
                              "PERCENT (default: %(default)g)")
+    _steps.add_arguments(parser)
     limits.add_argument(parser)
 
 
-def audit_input(paths: list[str]):
-    """One run's graph, events and manifest, with TensorFlow's kernel list when the graph requests devices."""
+def audit_input(paths: list[str], args: argparse.Namespace | None = None):
+    """One run's graph, events (those of the selected steps) and manifest, with TensorFlow's kernel list when the
+    graph requests devices."""
     from rnnprof.analyzers.placement import AuditInput
     from rnnprof.profiler.loaders.inputs import read_inputs
     from rnnprof.profiler.loaders.kernels import kernels_for
 
     inputs = read_inputs(paths, one_run=True)
-    return AuditInput(inputs.graph, inputs.events, inputs.manifest, kernels_for(inputs.graph))
+    events = _steps.select(inputs.events, args) if args is not None else inputs.events
+    return AuditInput(inputs.graph, events, inputs.manifest, kernels_for(inputs.graph))
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -48,7 +52,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     notes = run_notes(args.paths)
     rules = configured_rules(imbalance_threshold=args.imbalance_threshold / 100)
-    result = audit(audit_input(args.paths), rules)
+    result = audit(audit_input(args.paths, args), rules)
     render_notes(notes)
     if args.json:
         render_json(to_document(result, list(args.paths), args.fail_on), console)

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from rnnprof.analyzers.collectives import CollectivesReport
 from rnnprof.analyzers.comm import BASIS_EXECUTOR, BASIS_HOST_OPS, Breakdown, CommReport, Straggler
+from rnnprof.analyzers.idle import IdleCauses
 from rnnprof.reports.layout import compact_table
 
 TOP_COMM_OPS = 10
@@ -62,6 +63,40 @@ def breakdown_table(report: CommReport, *, per_step: bool) -> Table:
         for d in report.devices:
             if step in d.steps:
                 table.add_row(Text(f"  {d.device.label}"), *_cells(d.steps[step]))
+    return table
+
+
+_IDLE_COLUMNS = ("idle\nms", "host\nwait %", "kernel\nwait %", "other\n%")
+
+
+def idle_caption(report: CommReport) -> str:
+    return (f"% = share of the idle time; host wait = the next kernel's launch started after the gap began; "
+            f"kernel wait = otherwise a gap under {report.kernel_wait_us:g} µs; other = otherwise (waiting on an "
+            "event, another stream, a dependency); a device's gaps are those of the union of its streams")
+
+
+def _idle_cells(c: IdleCauses) -> list[str]:
+    return [_ms(c.idle_us), *(f"{100 * c.share(us):.1f}" for us in (c.host_wait_us, c.kernel_wait_us, c.other_us))]
+
+
+def idle_table(report: CommReport, *, per_step: bool) -> Table | None:
+    """Idle time by cause per device with its streams beneath (or per step, device rows under each step)."""
+    devices = [d for d in report.devices if d.idle is not None]
+    if not devices:
+        return None
+    if not per_step:
+        table = _table("idle time by cause", "device / stream", _IDLE_COLUMNS, idle_caption(report))
+        for d in devices:
+            table.add_row(Text(d.device.label), *_idle_cells(d.idle.total))
+            for stream in d.idle.streams:
+                table.add_row(Text(f"  {stream.stream}"), *_idle_cells(stream.total))
+        return table
+    table = _table("idle time by cause per step", "step / device", _IDLE_COLUMNS)
+    for step in report.steps:
+        table.add_row(Text(f"step {step}", style="bold"), end_section=False)
+        for d in devices:
+            if step in d.idle.steps:
+                table.add_row(Text(f"  {d.device.label}"), *_idle_cells(d.idle.steps[step]))
     return table
 
 
@@ -167,9 +202,21 @@ def render_table(report: CommReport, *, per_step: bool, console: Console) -> Non
     console.print(Text(f"rnnprof comm: {sources}", style="bold", overflow="fold"))
     if report.alignment is not None:
         console.print(alignment_text(report.alignment))
+    if report.step_selection:
+        console.print(Text(f"steps {_step_list(report.steps)} ({report.step_selection})", overflow="fold"))
     console.print(breakdown_table(report, per_step=False))
+    idle = idle_table(report, per_step=False)
+    if idle is not None:
+        console.print(idle)
+    without_causes = [d.device.label for d in report.devices if d.idle is None and d.total.idle_us > 0]
+    if without_causes:
+        console.print(Text(f"idle time by cause: not for {', '.join(without_causes)}: the trace links no launch "
+                           "call to this work (PyTorch profiler traces do)", style="dim", overflow="fold"))
     if per_step and report.steps:
         console.print(breakdown_table(report, per_step=True))
+        idle = idle_table(report, per_step=True)
+        if idle is not None:
+            console.print(idle)
     elif per_step:
         console.print(Text("no step markers in the trace: per-step figures unavailable", style="yellow"))
     if report.comm_ops:
@@ -192,6 +239,12 @@ def render_table(report: CommReport, *, per_step: bool, console: Console) -> Non
     console.print(Text(DEFINITIONS, style="dim"))
 
 
+def _step_list(steps: tuple[int, ...]) -> str:
+    if len(steps) > 1 and list(steps) == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]} to {steps[-1]}"
+    return ", ".join(map(str, steps))
+
+
 def _cpu_rank_note(report: CommReport) -> str:
     """What the figures of ranks measured by their host operators mean ("" when there are none)."""
     labels = [d.device.label for d in report.devices if d.basis == BASIS_HOST_OPS]
@@ -209,6 +262,11 @@ def to_document(report: CommReport, *, per_step: bool) -> dict:
     if not per_step:
         for device in document["devices"]:
             device.pop("steps")
+            idle = device["idle_by_cause"]
+            if idle is not None:
+                idle.pop("steps")
+                for stream in idle["streams"]:
+                    stream.pop("steps")
     document["definitions"] = DEFINITIONS
     return document
 

@@ -8,10 +8,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rnnprof.analyzers.launches import LaunchStats
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts, OpCountComparison, OpCountReport
 from rnnprof.reports.layout import compact_table
 
 TOP_TYPES = 15
+TOP_LAUNCHED = 10
 
 
 MAX_DEVICE_COLUMNS = 6  # more devices than this: --by type shows the busiest ones and "other devices"
@@ -101,12 +103,63 @@ def _kernel_table(kernels: KernelCounts, by: str) -> list:
     return [Text.assemble(("Kernel invocations per device per step", "bold"), " ", steps), table, *note]
 
 
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _launch_parts(launches: LaunchStats | None) -> list:
+    """The launch statistics: a summary, the kernels with the most time, and the launch-bound note."""
+    if launches is None:
+        return []
+    if not launches.available:
+        return [Text(f"Kernel launches: no statistics: {launches.reason}", style="yellow")]
+    summary = Text.assemble(
+        ("Kernel launches", "bold"),
+        f": {launches.kernels:,} GPU kernels, {launches.launched:,} with their launch call; launch delay median "
+        f"{_us(launches.delay_median_us)} µs, p95 {_us(launches.delay_p95_us)} µs; "
+        f"{100 * launches.short_share:.1f}% shorter than {launches.short_kernel_us:g} µs; "
+        f"{100 * launches.shorter_than_launch / max(launches.launched, 1):.1f}% ran shorter than their launch call")
+    columns = ("kernels", "kernel\nµs", "call\nµs", "delay\nµs", "delay\np95 µs", "short\n%")
+    shown = launches.by_name[:TOP_LAUNCHED]
+    caption = ("medians: kernel = its duration, call = the runtime call that launched it, delay = kernel start - "
+               "that call's start (same correlation id); p95 = 95th percentile of the delay; short = kernels under "
+               f"{launches.short_kernel_us:g} µs (--short-kernel-us)")
+    if len(launches.by_name) > len(shown):
+        caption = f"top {len(shown)} of {len(launches.by_name)} kernels by summed time; " + caption
+    table = compact_table("kernel", columns, title="kernel launches, kernels with the most time first",
+                          caption=caption)
+    for k in shown:
+        table.add_row(Text(_short(k.name, 40)), f"{k.kernels:,}", _us(k.kernel_median_us),
+                      _us(k.launch_call_median_us), _us(k.delay_median_us), _us(k.delay_p95_us),
+                      f"{100 * k.short / k.kernels:.1f}")
+    parts: list = [summary, table]
+    if launches.by_host_op:
+        ops = launches.by_host_op[:TOP_LAUNCHED]
+        caption = ("per execution of a host operator that launched kernels (the innermost op around the launch "
+                   "call): host = its duration, kernels = the summed duration of the kernels it launched, medians; "
+                   "longer on host = executions that took longer on the host than their kernels on the GPU")
+        if len(launches.by_host_op) > len(ops):
+            caption = f"top {len(ops)} of {len(launches.by_host_op)} host ops by summed host time; " + caption
+        host = compact_table("host op", ("ops", "kernels", "host\nµs", "kernels\nµs", "longer\non host %"),
+                             title="host ops against the kernels they launched", caption=caption)
+        for o in ops:
+            host.add_row(Text(_short(o.name, 40)), f"{o.ops:,}", f"{o.kernels:,}", _us(o.host_median_us),
+                         _us(o.kernels_median_us), f"{100 * o.longer_on_host / o.ops:.1f}")
+        parts.append(host)
+    for device in launches.launch_bound:
+        share = (launches.host_wait_share or {}).get(device, 0.0)
+        parts.append(Text(f"note: {device} is launch-bound: it waits on the host for its next kernel's launch "
+                          f"{100 * share:.0f}% of its span", style="bold yellow"))
+    return parts
+
+
 def render_table(report: OpCountReport, *, by: str, console: Console) -> None:
     console.print(Text.assemble((report.source, "bold"), f" ({report.source_format})"))
     parts = [*_graph_table("User graph (as built; requested devices)", report.user_graph, by),
              *_graph_table("Runtime graph (partitions after optimization; assigned devices)",
                            report.runtime_graph, by),
-             *_kernel_table(report.kernels, by)]
+             *_kernel_table(report.kernels, by),
+             *_launch_parts(report.launches)]
     for part in parts:
         console.print(part)
     render_definitions(report.definitions, console)
@@ -145,6 +198,10 @@ def to_document(report: OpCountReport) -> dict:
     for d in kernels["devices"]:
         d["per_step"] = {str(s): {"cpu_kernels": c, "gpu_kernels": g} for s, (c, g) in d["per_step"].items()}
     kernels["by_type"] = {op: {"cpu_kernels": c, "gpu_kernels": g} for op, (c, g) in k.by_type.items()}
+    if report.launches is None:
+        doc.pop("launches")
+    else:
+        doc["launches"] = report.launches.as_dict()
     return doc
 
 

@@ -1,0 +1,171 @@
+"""Idle time by cause: why a GPU stream, or a whole device, waits between pieces of work.
+
+An idle gap is a stretch of time between two pieces of work on one stream (or, for a device, between
+two intervals of the union of its streams' work); it is the next piece's gap, and its cause is:
+
+* host wait: the runtime call that launched the next piece started after the gap began, so the host
+  had not yet asked for it (the launch came late);
+* kernel wait: otherwise, when the gap is shorter than a threshold: the overhead of running
+  back-to-back kernels;
+* other: otherwise; the work was queued but waited, on an event, another stream or a dependency.
+
+Per stream these are the definitions of holistictraceanalysis's ``get_idle_time_breakdown`` (kernels,
+memcpys and memsets of a stream in start order). Its threshold, ``consecutive_kernel_delay=30``, is
+documented as nanoseconds but compared with timestamps in microseconds, so HTA's default is 30 µs in
+effect; ``DEFAULT_KERNEL_WAIT_US`` is the same 30 µs. A device's gaps add up to its idle time
+(span - busy) in ``rnnprof.analyzers.comm``; per step, the gaps between that step's work.
+
+Host wait needs the launches: a device whose work has no launching runtime call in the trace
+(TensorFlow traces, GPU-less ranks) gets no causes (None).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rnnprof.analyzers.launches import launchers
+from rnnprof.events import Device, EventTable, Kind
+
+DEFAULT_KERNEL_WAIT_US = 30.0
+
+
+@dataclass(frozen=True)
+class IdleCauses:
+    """Idle time in µs, split by cause."""
+
+    host_wait_us: float
+    kernel_wait_us: float
+    other_us: float
+
+    @property
+    def idle_us(self) -> float:
+        return self.host_wait_us + self.kernel_wait_us + self.other_us
+
+    def share(self, value_us: float) -> float:
+        """``value_us`` as a share of the idle time (0 when there is none)."""
+        return value_us / self.idle_us if self.idle_us > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {"idle_us": self.idle_us, "host_wait_us": self.host_wait_us, "kernel_wait_us": self.kernel_wait_us,
+                "other_us": self.other_us}
+
+
+@dataclass(frozen=True)
+class StreamIdle:
+    device: Device
+    stream: str  # the lane, e.g. "stream:7"
+    total: IdleCauses
+    steps: dict[int, IdleCauses] = field(default_factory=dict)
+
+    def as_dict(self, per_step: bool = True) -> dict:
+        doc = {"stream": self.stream, "total": self.total.as_dict()}
+        if per_step:
+            doc["steps"] = {str(s): c.as_dict() for s, c in self.steps.items()}
+        return doc
+
+
+@dataclass(frozen=True)
+class DeviceIdle:
+    device: Device
+    total: IdleCauses
+    steps: dict[int, IdleCauses] = field(default_factory=dict)
+    streams: tuple[StreamIdle, ...] = ()
+
+
+def _gap_causes(ts, end, launch_ts, groups, n_groups, threshold_us) -> np.ndarray:
+    """Per group, ``[host wait, kernel wait, other]`` µs over the gaps between the union of its intervals."""
+    out = np.zeros((n_groups, 3))
+    keep = end > ts
+    ts, end, launch_ts, groups = ts[keep], end[keep], launch_ts[keep], groups[keep]
+    order = np.lexsort((ts, groups))
+    ts, end, launch_ts, groups = ts[order], end[order], launch_ts[order], groups[order]
+    bounds = np.searchsorted(groups, np.arange(n_groups + 1))
+    for g in range(n_groups):
+        lo, hi = bounds[g], bounds[g + 1]
+        if hi - lo < 2:
+            continue
+        reach = np.maximum.accumulate(end[lo:hi - 1])  # the end of the work before each next piece
+        start = ts[lo + 1:hi]
+        gap = start - reach
+        is_gap = gap > 0
+        with np.errstate(invalid="ignore"):
+            host = is_gap & (launch_ts[lo + 1:hi] > reach)
+        kernel = is_gap & ~host & (gap < threshold_us)
+        other = is_gap & ~host & ~kernel
+        out[g] = (gap[host].sum(), gap[kernel].sum(), gap[other].sum())
+    return out
+
+
+def _causes(row) -> IdleCauses:
+    return IdleCauses(host_wait_us=float(row[0]), kernel_wait_us=float(row[1]), other_us=float(row[2]))
+
+
+def idle_by_cause(table: EventTable, work: np.ndarray,
+                  threshold_us: float = DEFAULT_KERNEL_WAIT_US) -> dict[Device, DeviceIdle]:
+    """Idle causes of every device whose work (``work``: a mask of the events that make their device busy,
+    ``rnnprof.analyzers.comm.device_work_mask``) has launches in the trace, whole and per step, with its streams."""
+    from rnnprof.analyzers.comm import STREAM_LANE_PREFIXES
+
+    launcher = launchers(table)
+    rows = np.flatnonzero(work)
+    launch_ts = np.where(launcher[rows] >= 0, table.ts[np.maximum(launcher[rows], 0)], np.nan)
+    dev = table.device[rows].astype(np.int64)
+    n_dev = len(table.devices)
+    launched = np.bincount(dev[launcher[rows] >= 0], minlength=n_dev) > 0
+    ts = table.ts[rows]
+    end = ts + np.maximum(table.dur[rows], 0.0)
+    step = table.step[rows].astype(np.int64)
+    step_values = np.unique(step[step >= 0])
+    n_steps = len(step_values)
+    slot = np.where(step >= 0, np.searchsorted(step_values, step), -1)
+    known = slot >= 0
+
+    totals = _gap_causes(ts, end, launch_ts, dev, n_dev, threshold_us)
+    per_step = _gap_causes(ts[known], end[known], launch_ts[known], dev[known] * max(n_steps, 1) + slot[known],
+                           n_dev * max(n_steps, 1), threshold_us)
+
+    is_stream = np.array([s.startswith(STREAM_LANE_PREFIXES) for s in table.strings] or [False], dtype=bool)
+    on_stream = is_stream[table.lane[rows]] & np.isin(table.kind[rows], (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET,
+                                                                       Kind.COMMUNICATION))
+    pairs, stream_of = np.unique(np.stack([dev[on_stream], table.lane[rows][on_stream].astype(np.int64)]),
+                                 axis=1, return_inverse=True) if on_stream.any() else (np.zeros((2, 0)), None)
+    n_streams = pairs.shape[1]
+    stream_group = np.full(len(rows), -1, dtype=np.int64)
+    if n_streams:
+        stream_group[on_stream] = np.asarray(stream_of).ravel()
+    s_rows = stream_group >= 0
+    s_known = s_rows & known
+    stream_totals = _gap_causes(ts[s_rows], end[s_rows], launch_ts[s_rows], stream_group[s_rows], n_streams,
+                                threshold_us)
+    stream_steps = _gap_causes(ts[s_known], end[s_known], launch_ts[s_known],
+                               stream_group[s_known] * max(n_steps, 1) + slot[s_known],
+                               n_streams * max(n_steps, 1), threshold_us)
+    present_step = np.zeros(n_dev * max(n_steps, 1), dtype=bool)
+    present_step[dev[known] * max(n_steps, 1) + slot[known]] = True
+    present_stream_step = np.zeros(n_streams * max(n_steps, 1), dtype=bool)
+    present_stream_step[stream_group[s_known] * max(n_steps, 1) + slot[s_known]] = True
+
+    result: dict[Device, DeviceIdle] = {}
+    for d in range(n_dev):
+        if not launched[d]:
+            continue
+        streams = []
+        for k in np.flatnonzero(pairs[0] == d) if n_streams else ():
+            streams.append(StreamIdle(
+                device=table.devices[d], stream=table.strings[int(pairs[1, k])], total=_causes(stream_totals[k]),
+                steps={int(step_values[j]): _causes(stream_steps[k * n_steps + j]) for j in range(n_steps)
+                       if present_stream_step[k * n_steps + j]}))
+        streams.sort(key=lambda s: _stream_order(s.stream))
+        result[table.devices[d]] = DeviceIdle(
+            device=table.devices[d], total=_causes(totals[d]),
+            steps={int(step_values[j]): _causes(per_step[d * n_steps + j]) for j in range(n_steps)
+                   if present_step[d * n_steps + j]},
+            streams=tuple(streams))
+    return result
+
+
+def _stream_order(lane: str) -> tuple:
+    number = lane.rsplit(":", 1)[-1]
+    return (0, int(number), lane) if number.isdigit() else (1, 0, lane)

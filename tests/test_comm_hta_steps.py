@@ -1,0 +1,168 @@
+"""Step selection and idle time by cause, checked against holistictraceanalysis (HTA) on the GPU fixtures.
+
+HTA counts the GPU work launched in every ProfilerStep but the last (``include_last_profiler_step=False``,
+its default) and spans it as one window; ``--drop-last`` (and, on a trace of steps 4 to 6,
+``--steps 4:5``) must give its temporal breakdown and overlap within 0.1 percentage points. Its
+``get_idle_time_breakdown`` gives the idle time of every stream by cause; ours must agree within 1%.
+HTA parses ranks in a fork pool: it runs in a fresh interpreter, once per trace folder and setting.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from rnnprof.cli import main
+
+from fixtures import FIXTURES
+
+NCCL = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
+SAMPLED = [FIXTURES / "kineto-sampled-rank0.json.gz", FIXTURES / "kineto-sampled-rank1.json.gz"]
+TOLERANCE_PP = 0.1
+IDLE_TOLERANCE = 0.01
+
+HTA_SCRIPT = """
+import json, os, sys, warnings
+warnings.simplefilter("ignore")
+os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
+from hta.trace_analysis import TraceAnalysis
+analysis = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=sys.argv[2] == "1")
+ranks = sorted(analysis.t.traces)
+out = {"breakdown": {}, "idle": {}}
+breakdown = analysis.get_temporal_breakdown(visualize=False).set_index("rank")
+overlap = analysis.get_comm_comp_overlap(visualize=False).set_index("rank")
+for rank, row in breakdown.iterrows():
+    span = row["kernel_time(us)"]
+    out["breakdown"][str(rank)] = {"idle_pct": 100 * row["idle_time(us)"] / span,
+                                   "compute_pct": 100 * row["compute_time(us)"] / span,
+                                   "non_compute_pct": 100 * row["non_compute_time(us)"] / span,
+                                   "span_us": span, "overlap_pct": overlap.loc[rank, "comp_comm_overlap_pctg"]}
+for delay in sys.argv[3:]:
+    idle, _ = analysis.get_idle_time_breakdown(ranks=ranks, visualize=False, consecutive_kernel_delay=float(delay))
+    out["idle"][delay] = [[int(r.rank), int(r.stream), r.idle_category, float(r.idle_time)]
+                          for r in idle.itertuples()]
+print(json.dumps(out))
+"""
+
+# HTA's consecutive_kernel_delay: 30 is its default (compared with µs timestamps), 0.03 is 30 ns.
+DELAYS = ("30", "0.03")
+
+
+def _hta(tmp_path_factory, files, include_last: bool) -> dict:
+    folder = tmp_path_factory.mktemp("hta")
+    for path in files:
+        shutil.copy(path, folder / path.name)
+    done = subprocess.run([sys.executable, "-c", HTA_SCRIPT, str(folder), "1" if include_last else "0", *DELAYS],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def hta(tmp_path_factory):
+    cache = {}
+
+    def get(files, include_last):
+        key = (tuple(files), include_last)
+        if key not in cache:
+            cache[key] = _hta(tmp_path_factory, files, include_last)
+        return cache[key]
+
+    return get
+
+
+def comm_json(capsys, *argv) -> dict:
+    assert main(["comm", *argv, "--json", "--per-step"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def ours(total: dict) -> dict:
+    return {key: total[key] for key in ("idle_pct", "compute_pct", "non_compute_pct", "span_us", "overlap_pct")}
+
+
+def assert_breakdown_agrees(device_total: dict, hta_rank: dict) -> None:
+    mine = ours(device_total)
+    for key in ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct"):
+        assert mine[key] == pytest.approx(hta_rank[key], abs=TOLERANCE_PP), key
+    assert mine["span_us"] == pytest.approx(hta_rank["span_us"], rel=1e-6)
+
+
+@pytest.mark.parametrize("flags", [["--drop-last"], ["--steps", "4:5"], ["--steps", ":5"], ["--steps", "4:6", "--drop-last"]])
+def test_nccl_step_selection_reproduces_htas_default_breakdown(hta, capsys, flags):
+    expected = hta([NCCL], include_last=False)["breakdown"]["0"]
+    doc = comm_json(capsys, str(NCCL), *flags)
+    assert doc["steps"] == [4, 5]
+    assert doc["step_selection"]
+    assert_breakdown_agrees(doc["devices"][0]["total"], expected)
+
+
+def test_whole_trace_without_selection_differs_from_htas_default(hta, capsys):
+    # Without a selection the last step counts: the figures move by more than the tolerance, which is why
+    # the flags exist.
+    expected = hta([NCCL], include_last=False)["breakdown"]["0"]
+    total = comm_json(capsys, str(NCCL))["devices"][0]["total"]
+    assert abs(total["idle_pct"] - expected["idle_pct"]) > TOLERANCE_PP
+
+
+def test_two_ranks_drop_last_and_skip_first_reproduce_hta(hta, capsys):
+    expected = hta(SAMPLED, include_last=False)["breakdown"]
+    for flags in (["--drop-last"], ["--skip-first", "0", "--drop-last"], ["--steps", "551"]):
+        doc = comm_json(capsys, *map(str, SAMPLED), *flags)
+        assert doc["steps"] == [551]
+        for rank, device in enumerate(doc["devices"]):
+            assert_breakdown_agrees(device["total"], expected[str(rank)])
+
+
+def hta_idle(rows: list) -> dict[tuple[int, str], dict[str, float]]:
+    found: dict[tuple[int, str], dict[str, float]] = {}
+    for rank, stream, category, value in rows:
+        found.setdefault((rank, f"stream:{stream}"), {"host_wait": 0.0, "kernel_wait": 0.0, "other": 0.0})[
+            category] = value
+    return found
+
+
+def our_idle(doc: dict) -> dict[tuple[int, str], dict[str, float]]:
+    found = {}
+    for rank, device in enumerate(doc["devices"]):
+        for stream in device["idle_by_cause"]["streams"]:
+            t = stream["total"]
+            found[(rank, stream["stream"])] = {"host_wait": t["host_wait_us"], "kernel_wait": t["kernel_wait_us"],
+                                               "other": t["other_us"]}
+    return found
+
+
+def assert_idle_agrees(mine: dict, expected: dict) -> None:
+    assert sorted(mine) == sorted(expected)
+    for key, causes in expected.items():
+        for cause, value in causes.items():
+            # each cause within 1% (and 1 µs, for causes of a few µs)
+            assert mine[key][cause] == pytest.approx(value, rel=IDLE_TOLERANCE, abs=1.0), (key, cause)
+
+
+@pytest.mark.parametrize("files,include_last", [([NCCL], True), ([NCCL], False), (SAMPLED, True), (SAMPLED, False)],
+                         ids=["nccl-whole", "nccl-drop-last", "sampled-whole", "sampled-drop-last"])
+@pytest.mark.parametrize("delay", DELAYS)
+def test_idle_by_cause_per_stream_agrees_with_hta(hta, capsys, files, include_last, delay):
+    expected = hta_idle(hta(files, include_last)["idle"][delay])
+    flags = [] if include_last else ["--drop-last"]
+    doc = comm_json(capsys, *map(str, files), *flags, "--kernel-wait-us", delay)
+    assert doc["kernel_wait_us"] == float(delay)
+    assert_idle_agrees(our_idle(doc), expected)
+
+
+def test_the_causes_differ_between_thresholds(hta):
+    # The fixture has gaps between 30 ns and 30 µs, so the threshold matters: the comparison above can fail.
+    default, ns = (hta_idle(hta([NCCL], True)["idle"][d]) for d in DELAYS)
+    assert default[(0, "stream:7")]["kernel_wait"] > 1000 and ns[(0, "stream:7")]["kernel_wait"] == 0
+
+
+def test_device_idle_causes_add_up_to_its_idle_time_whole_and_per_step(capsys):
+    doc = comm_json(capsys, *map(str, SAMPLED))
+    for device in doc["devices"]:
+        idle = device["idle_by_cause"]
+        assert idle["total"]["idle_us"] == pytest.approx(device["total"]["idle_us"], rel=1e-9)
+        assert set(idle["steps"]) == set(device["steps"])
+        for step, causes in idle["steps"].items():
+            assert causes["idle_us"] == pytest.approx(device["steps"][step]["idle_us"], rel=1e-9, abs=1e-6)

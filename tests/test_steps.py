@@ -1,0 +1,114 @@
+"""Step selection (--steps, --skip-first, --drop-last) on comm, count-ops and placement-audit."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from rnnprof.analyzers.steps import StepSelection, StepSelectionError, chosen_steps, parse_range
+from rnnprof.cli import main
+
+from fixtures import FIXTURES
+
+NCCL = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
+TF_GPU = FIXTURES / "tf1-timeline-gpu-loop-step0.json"
+STEPS = np.array([1009, 1010, 1011, 1012, 1013, 1014])
+
+
+@pytest.mark.parametrize("selection,expected", [
+    (StepSelection(), [1009, 1010, 1011, 1012, 1013, 1014]),
+    (StepSelection(first=1010, last=1012), [1010, 1011, 1012]),
+    (StepSelection(first=1012), [1012, 1013, 1014]),
+    (StepSelection(last=1010), [1009, 1010]),
+    (StepSelection(skip_first=2), [1011, 1012, 1013, 1014]),
+    (StepSelection(drop_last=True), [1009, 1010, 1011, 1012, 1013]),
+    (StepSelection(first=1010, last=1013, skip_first=1, drop_last=True), [1011, 1012]),
+    (StepSelection(first=1000, last=1009), [1009]),
+])
+def test_chosen_steps(selection, expected):
+    assert chosen_steps(STEPS, selection).tolist() == expected
+
+
+@pytest.mark.parametrize("selection", [StepSelection(first=2000), StepSelection(skip_first=6),
+                                       StepSelection(first=1014, drop_last=True), StepSelection(last=5)])
+def test_a_selection_that_leaves_no_step_is_refused(selection):
+    with pytest.raises(StepSelectionError, match="leaves no step"):
+        chosen_steps(STEPS, selection)
+
+
+def test_a_selection_on_a_trace_without_steps_is_refused():
+    with pytest.raises(StepSelectionError, match="no step markers"):
+        chosen_steps(np.array([], dtype=np.int32), StepSelection(drop_last=True))
+
+
+@pytest.mark.parametrize("text,expected", [("1009:1013", (1009, 1013)), ("5", (5, 5)), ("5:", (5, None)),
+                                           (":7", (None, 7)), (" 3 : 4 ", (3, 4))])
+def test_parse_range(text, expected):
+    assert parse_range(text) == expected
+
+
+@pytest.mark.parametrize("text", ["a:b", "1-3", "1:2:3", "", "5:3", "1.5:2"])
+def test_parse_range_refuses(text):
+    with pytest.raises(StepSelectionError):
+        parse_range(text)
+
+
+def raw_kernels_launched_in(step: int) -> int:
+    """Kernels whose cuda_runtime call starts inside ProfilerStep#<step>, counted in the JSON itself."""
+    events = json.load(gzip.open(NCCL))["traceEvents"]
+    (span,) = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == f"ProfilerStep#{step}"]
+    calls = {e["args"]["correlation"] for e in events if e.get("cat") == "cuda_runtime"
+             and span[0] <= e["ts"] < span[1] and "correlation" in e.get("args", {})}
+    return sum(1 for e in events if e.get("cat") == "kernel" and e["args"].get("correlation") in calls)
+
+
+def test_gpu_work_belongs_to_the_step_that_launched_it(capsys):
+    assert main(["count-ops", str(NCCL), "--steps", "6:6", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kernels"]["steps"] == [6]
+    (gpu,) = [d for d in doc["kernels"]["devices"] if d["device"] == "rank0/gpu:0"]
+    assert gpu["gpu_kernels"] == raw_kernels_launched_in(6)
+    assert gpu["outside_steps"] == 0
+
+
+def test_comm_table_names_the_selected_steps(capsys):
+    assert main(["comm", str(NCCL), "--skip-first", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "steps 5 to 6 (--skip-first 1)" in out
+    assert "idle time by cause" in out and "stream:7" in out
+
+
+@pytest.mark.parametrize("command", ["comm", "count-ops", "placement-audit"])
+@pytest.mark.parametrize("flags,message", [
+    (["--steps", "x:y"], "is not a step range"),
+    (["--steps", "7:4"], "FIRST is after LAST"),
+    (["--steps", "100:200"], "leaves no step"),
+    (["--skip-first", "3"], "leaves no step"),
+    (["--skip-first", "-1"], "at least 0"),
+])
+def test_bad_selection_is_one_line_exit_2(capsys, command, flags, message):
+    assert main([command, str(NCCL), *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("command", ["comm", "count-ops"])
+def test_selection_on_a_trace_without_step_markers_is_one_line_exit_2(capsys, command):
+    assert main([command, str(TF_GPU), "--drop-last"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "no step markers" in lines[0]
+
+
+def test_placement_audit_audits_only_the_selected_steps(capsys):
+    def transfers(*flags):
+        assert main(["placement-audit", str(NCCL), "--json", "--fail-on", "never", *flags]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        (finding,) = [f for f in doc["findings"] if f["rule"] == "PA005-avoidable-transfers"]
+        return finding["evidence"]
+
+    assert transfers()["steps_traced"] == 3
+    assert transfers("--steps", "4:5")["steps_traced"] == 2
+    assert transfers("--drop-last", "--skip-first", "1")["steps_traced"] == 1
