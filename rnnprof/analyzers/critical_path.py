@@ -131,17 +131,39 @@ def longest_path(graph: nx.DiGraph) -> tuple[list, float]:
 
     A path may start and end anywhere; its length is the sum of its nodes' ``dur`` and its edges' ``wait``.
     """
-    if graph.number_of_nodes() == 0:
-        return [], 0.0
-    g = nx.DiGraph()
-    g.add_nodes_from(graph.nodes)
-    for node, attrs in graph.nodes(data=True):
-        g.add_edge(_SOURCE, node, weight=attrs["dur"])
-    for u, v, attrs in graph.edges(data=True):
-        g.add_edge(u, v, weight=attrs["wait"] + graph.nodes[v]["dur"])
-    path = nx.dag_longest_path(g, weight="weight")
-    path = [n for n in path if n != _SOURCE]
-    return path, path_length(graph, path)
+    return _Weighted(graph).longest()
+
+
+class _Weighted:
+    """``graph`` as networkx's edge-weighted longest path wants it: a source before every node, each edge
+    weighing its wait plus its target's duration; built once, re-weighed for a what-if."""
+
+    def __init__(self, graph: nx.DiGraph):
+        self.graph = graph
+        g = self.g = nx.DiGraph()
+        g.add_node(_SOURCE)
+        for node, attrs in graph.nodes(data=True):
+            g.add_edge(_SOURCE, node, weight=attrs["dur"])
+        for u, v, attrs in graph.edges(data=True):
+            g.add_edge(u, v, weight=attrs["wait"] + graph.nodes[v]["dur"])
+        self.order = list(nx.topological_sort(g))
+
+    def longest(self, without: object = None) -> tuple[list, float]:
+        """The longest path; with ``without``, the length when that node weighs nothing (its waits kept)."""
+        if self.graph.number_of_nodes() == 0:
+            return [], 0.0
+        dur = self.graph.nodes[without]["dur"] if without is not None else 0.0
+        if dur:
+            for u in self.g.predecessors(without):
+                self.g.edges[u, without]["weight"] -= dur
+        try:
+            path = nx.dag_longest_path(self.g, weight="weight", topo_order=self.order)
+        finally:
+            if dur:
+                for u in self.g.predecessors(without):
+                    self.g.edges[u, without]["weight"] += dur
+        path = [n for n in path if n != _SOURCE]
+        return path, path_length(self.graph, path) - (dur if without in path else 0.0)
 
 
 def path_length(graph: nx.DiGraph, path: Sequence) -> float:
@@ -393,14 +415,13 @@ def _step_path(table: EventTable, step: int, dependencies: Dependencies, classes
 
 
 def _what_if(g: nx.DiGraph, table: EventTable, events: list, length: float, top: int) -> list[WhatIf]:
+    weighted = _Weighted(g)
     result = []
     for row in sorted(events, key=lambda r: -g.nodes[r]["dur"])[:top]:
         dur = g.nodes[row]["dur"]
         if dur <= 0:
             continue
-        g.nodes[row]["dur"] = 0.0
-        _, shorter = longest_path(g)
-        g.nodes[row]["dur"] = dur
+        _, shorter = weighted.longest(without=row)
         result.append(WhatIf(name=str(table.text(table.name[row])), device=table.devices[table.device[row]].label,
                              dur_us=dur, saving_us=max(0.0, length - shorter)))
     return sorted(result, key=lambda w: -w.saving_us)
