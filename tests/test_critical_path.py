@@ -262,3 +262,13 @@ def test_a_graph_without_events_is_bad_input(tmp_path, capsys):
     assert main(["critical-path", str(gz)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "junk.json.gz" in err
+
+
+def test_a_forced_capture_removes_a_stale_overlay_and_keeps_the_users_files(tmp_path):
+    from rnnprof.profiler.rundir.writer import prepare_out_dir
+
+    (tmp_path / "manifest.json").write_text("{}")
+    (tmp_path / "critical-path.trace.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("mine")
+    prepare_out_dir(tmp_path, force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

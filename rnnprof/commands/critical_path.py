@@ -13,7 +13,6 @@ from rnnprof.errors import InputError, UsageError
 
 NAME = "critical-path"
 HELP = "the critical path of a step across devices and ranks, its shares and a what-if, with a Perfetto overlay"
-OVERLAY_NAME = "critical-path.trace.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
     parser.add_argument("--overlay", metavar="FILE",
                         help="write the path as a Chrome trace to FILE (a new file; default for a run directory: "
-                             f"RUN/{OVERLAY_NAME}; trace files get no overlay without it)")
+                             "RUN/critical-path.trace.json; trace files get no overlay without it)")
     parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
                         help="also count events whose name or op type matches REGEX as communication (repeatable)")
     limits.add_argument(parser)
@@ -41,7 +40,7 @@ def _overlay_path(args: argparse.Namespace) -> Path | None:
             raise UsageError(f"--overlay {args.overlay}: no such directory {path.parent}")
         return path
     if len(args.paths) == 1 and rundir.is_run_dir(Path(args.paths[0])):
-        return Path(args.paths[0]) / OVERLAY_NAME
+        return Path(args.paths[0]) / rundir.CRITICAL_PATH_OVERLAY
     return None
 
 
