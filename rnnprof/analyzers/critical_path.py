@@ -245,16 +245,21 @@ def _data_edges(sg: _StepGraph, node_inputs: Iterable[tuple[str, str]]) -> None:
     for row in sorted(sg.rows, key=lambda r: t.ts[r]):
         runs[int(t.name[row])].append(int(row))
     code = {name: k for k, name in enumerate(t.strings)}
+    by_end: dict[int, tuple[list[float], list[int]]] = {}
     for producer, consumer in node_inputs:
-        p_runs, c_runs = runs.get(code.get(producer, -1)), runs.get(code.get(consumer, -1))
+        p_code = code.get(producer, -1)
+        p_runs, c_runs = runs.get(p_code), runs.get(code.get(consumer, -1))
         if not p_runs or not c_runs:
             continue
-        ends = [sg.g.nodes[r]["end"] for r in p_runs]
+        if p_code not in by_end:
+            ordered = sorted(p_runs, key=lambda r: sg.g.nodes[r]["end"])
+            by_end[p_code] = ([sg.g.nodes[r]["end"] for r in ordered], ordered)
+        ends, ordered = by_end[p_code]
         for c in c_runs:
             # the latest run of the producer that ended before this run of the consumer started
-            k = bisect.bisect_right(sorted(ends), sg.g.nodes[c]["start"] + _EPS_US) - 1
+            k = bisect.bisect_right(ends, sg.g.nodes[c]["start"] + _EPS_US) - 1
             if k >= 0:
-                sg.add(sorted(p_runs, key=lambda r: sg.g.nodes[r]["end"])[k], c, EDGE_DATA)
+                sg.add(ordered[k], c, EDGE_DATA)
 
 
 def _collective_groups(sg: _StepGraph, flows: Sequence[Flow], match_ranks: bool) -> list[list[int]]:
@@ -437,4 +442,4 @@ def analyze_critical_path(table: EventTable, dependencies: Dependencies = Depend
     wanted = [int(s) for s in steps]
     paths = [p for p in (_step_path(table, s, dependencies, classes, what_if_ops) for s in wanted) if p is not None]
     return CriticalPathReport(steps=tuple(paths), lacks=tuple(dependencies.lacks),
-                              workers=tuple(sorted({d.worker for d in table.devices})))
+                              workers=tuple(sorted({d.worker for d in table.devices} - {""})))

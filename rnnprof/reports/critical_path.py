@@ -12,6 +12,7 @@ from rnnprof.analyzers.critical_path import CriticalPathReport, StepPath
 from rnnprof.reports.comm import _ms
 from rnnprof.reports.layout import compact_table
 
+OP_WIDTH = 20  # the op column folds long node names at this width rather than at a few characters
 CHAIN_ROWS = 30  # links shown per step in the table; the shorter ones in between are folded into one row
 
 DEFINITIONS = (
@@ -44,7 +45,8 @@ def chain_table(step: StepPath, rows: int = CHAIN_ROWS):
     title = (f"{_step_label(step)}: critical path {_ms(step.length_us)} ms of a {_ms(step.span_us)} ms step, "
              f"{len(step.links)} events")
     table = compact_table("op", ("start\nms", "dur\nms", "wait\nms"), title=title,
-                          text_columns=("device", "class", "edge to next"))
+                          text_columns=("device", "class", "edge to\nnext"))
+    table.columns[0].min_width = OP_WIDTH
     keep = _shown(step, rows)
     folded, folded_us = 0, 0.0
     for k, link in enumerate(step.links):
@@ -73,6 +75,7 @@ def what_if_table(step: StepPath):
     table = compact_table("op", ("dur\nms", "step shrinks\nms (estimate)"),
                           title=f"{_step_label(step)}: what if one op on the path took no time (estimate)",
                           text_columns=("device",))
+    table.columns[0].min_width = OP_WIDTH
     for w in step.what_if:
         table.add_row(Text(w.name), Text(w.device), _ms(w.dur_us), _ms(w.saving_us))
     return table

@@ -20,7 +20,8 @@ from rnnprof.profiler.loaders.tf_chrome import _lane_kind, as_dict, as_float, as
 
 _FLOW_KINDS = {"transfer": EDGE_TRANSFER, "collective": EDGE_COLLECTIVE, "DataFlow": EDGE_DATA}
 TF1_LACKS = ("a TF1 timeline holds no graph: only lane order and its data-flow arrows are dependencies "
-             "(no node inputs on one thread, no Send/Recv pairs, no collectives)")
+             "(no node inputs on one thread, no Send/Recv pairs, no collectives, and no link from an op to the "
+             "kernels it launched on a GPU stream)")
 KINETO_LACKS = "Kineto traces hold no data dependencies: lane order, launches and matched collectives only"
 
 
