@@ -108,6 +108,20 @@ def test_a_data_edge_makes_a_reader_wait_for_its_producer():
     assert [link.name for link in alone.links] == ["b1", "b2"] and alone.by_class == {"compute": 10, "wait": 20}
 
 
+def test_a_long_chain_on_the_wall_clock_keeps_its_length_exact():
+    """Thousands of hops between timestamps near 1.7e15 µs (0.25 µs apart as doubles) add up to the chain's
+    span, not to a sum of rounding errors."""
+    builder = EventTableBuilder("test")
+    base, n = 1.7e15, 3000
+    for k in range(n):
+        builder.add(ts=base + 2.0 * k, dur=1.3, name=f"op{k}", op_type="Op", device=Device("gpu", 0),
+                    lane="stream:7", kind=Kind.KERNEL, step=1)
+    (step,) = analyze_critical_path(builder.build(), what_if_ops=0).steps
+    assert len(step.links) == n
+    assert step.length_us == pytest.approx(2.0 * (n - 1) + 1.3, abs=0.01)
+    assert step.by_class["wait"] == pytest.approx(0.7 * (n - 1), abs=0.01)
+
+
 # -- Kineto ranks -----------------------------------------------------------------------------------------
 
 
@@ -141,7 +155,7 @@ def test_kineto_rank_has_a_path_per_step_on_its_own_devices(kineto_tables, rank)
         _check_path(table, step)
         # the path ends with the last event of the step's DAG
         graph = build_step_graph(table, step.step)
-        assert step.links[-1].ts_us + step.links[-1].dur_us == pytest.approx(
+        assert step.links[-1].start_us + step.links[-1].dur_us == pytest.approx(  # both from the step's start
             max(graph.nodes[n]["end"] for n in graph), abs=1.0)
 
 
@@ -156,7 +170,7 @@ def test_kineto_ranks_are_joined_through_their_collectives(kineto_tables):
         assert crossing and all(graph.edges[e]["kind"] == "collective" for e in crossing)
         # joined, the step ends with whichever rank finishes last
         last = step.links[-1]
-        assert last.ts_us + last.dur_us == pytest.approx(max(graph.nodes[n]["end"] for n in graph), abs=1.0)
+        assert last.start_us + last.dur_us == pytest.approx(max(graph.nodes[n]["end"] for n in graph), abs=1.0)
         _check_path(table, step)
 
 

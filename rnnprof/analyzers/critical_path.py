@@ -188,13 +188,17 @@ class _StepGraph:
     def __init__(self, table: EventTable, rows: np.ndarray, classes: np.ndarray):
         self.table, self.rows, self.classes = table, rows, classes
         self.g = nx.DiGraph()
-        ts, end = table.ts, table.end
+        # Times from the step's first event: wall-clock microseconds near 1.7e15 keep only about 0.25 µs,
+        # and a path sums thousands of differences of them.
+        self.base = float(table.ts[rows].min()) if len(rows) else 0.0
+        ts = table.ts - self.base
+        end = ts + table.dur
         for row in rows:
             self.g.add_node(int(row), start=float(ts[row]), end=float(end[row]), dur=float(table.dur[row]))
         self.lanes: dict[tuple[int, int], list[int]] = defaultdict(list)
         for row in sorted(rows, key=lambda r: (ts[r], -table.dur[r])):
             self.lanes[(int(table.device[row]), int(table.lane[row]))].append(int(row))
-        self.lane_starts = {key: [float(ts[r]) for r in members] for key, members in self.lanes.items()}
+        self.lane_starts = {key: [self.g.nodes[r]["start"] for r in members] for key, members in self.lanes.items()}
 
     def add(self, u, v, kind: str) -> None:
         if u == v or self.g.has_edge(u, v):
@@ -208,11 +212,12 @@ class _StepGraph:
         if not members:
             return None
         starts = self.lane_starts[(code, lane)]
-        k = bisect.bisect_right(starts, end.ts + _EPS_US) - 1
+        ts = end.ts - self.base
+        k = bisect.bisect_right(starts, ts + _EPS_US) - 1
         # the latest-starting event of the lane that encloses the timestamp
         for j in range(k, max(k - 64, -1), -1):
             row = members[j]
-            if self.g.nodes[row]["end"] >= end.ts - _EPS_US:
+            if self.g.nodes[row]["end"] >= ts - _EPS_US:
                 return row
         return None
 
