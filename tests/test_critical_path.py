@@ -219,6 +219,12 @@ def test_planted_softmax_of_tower_1_on_device_0_is_on_the_critical_path(planted_
         assert moved, step["step"]
         assert step["edges"]["data"] > 0 and step["edges"]["collective"] > 0
         assert step["by_device"].get("cpu:0", 0) > step["by_device"].get("cpu:1", 0)
+    # one step's RunMetadata holds the same partition graphs: the same dependencies, the same path
+    assert main(["critical-path", str(planted_run / "run_metadata" / "step-2.pb"), "--json"]) == 0
+    single = json.loads(capsys.readouterr().out)
+    (alone,) = single["steps"]
+    assert single["lacks"] == [] and alone["edges"] == doc["steps"][0]["edges"]
+    assert [link["name"] for link in alone["links"]] == [link["name"] for link in doc["steps"][0]["links"]]
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """What an input says about dependencies between its events, for ``analyzers.critical_path``.
 
-* an rnnprof run directory: node inputs of the partition graphs (``graphs.load_graph_set``) and its
+* an rnnprof run directory (or one of its ``run_metadata/step-N.pb``): node inputs of the partition graphs (``graphs.load_graph_set``) and its
   timelines' arrows: ``transfer`` (a ``_Send``/``_Recv`` pair across devices) and ``collective`` (the
   members of one collective instance), which the timelines were built with from the partition graphs;
 * a TF1 ``timeline.Timeline`` or an rnnprof timeline file: its arrows (TF1: ``DataFlow``, one per tensor
@@ -50,6 +50,19 @@ def flows(doc: object) -> list[Flow]:
     return found
 
 
+def _run_metadata(path: Path, meta) -> tuple[list[tuple[str, str]], list[Flow]]:
+    """A RunMetadata's partition graphs: node inputs, and the arrows its step stats' timeline would carry."""
+    from rnnprof.profiler.loaders import run_metadata
+    from rnnprof.profiler.loaders.graphs import to_networkx
+    from rnnprof.profiler.rundir.chrome_trace import step_stats_to_chrome
+
+    if not meta.partition_graphs:
+        return [], []
+    runtime = to_networkx(run_metadata.graph_defs(path, meta).runtime, "runtime")
+    doc = step_stats_to_chrome(meta.step_stats, -1, list(meta.partition_graphs))
+    return list(runtime.edges) if runtime is not None else [], flows(doc)
+
+
 def read_dependencies(paths: list[str]) -> Dependencies:
     """The dependencies of one run directory or trace file, or of several Kineto rank traces."""
     node_inputs: list[tuple[str, str]] = []
@@ -69,6 +82,10 @@ def read_dependencies(paths: list[str]) -> Dependencies:
             for timeline in listed_timelines(Path(path), fmt.parse(Path(path))):
                 if timeline.is_file():
                     found += flows(chrome_json.parse(timeline))
+        elif fmt.name == "run-metadata":
+            node_inputs_, flows_ = _run_metadata(Path(path), fmt.parse(Path(path)))
+            node_inputs += node_inputs_
+            found += flows_
         elif fmt.name == "chrome-json":
             doc = chrome_json.parse(Path(path))
             if chrome_json.is_tf1_timeline(doc) and not chrome_json.is_rnnprof(doc):
