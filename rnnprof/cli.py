@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "rnnprof.commands.comm",
     "rnnprof.commands.view",
     "rnnprof.commands.diff",
+    "rnnprof.commands.critical_path",
 )
 INTERNAL_ERROR = 3  # a bug in rnnprof, not in the user's input (see rnnprof.errors)
 

@@ -9,6 +9,7 @@
       graphs/graph.pb [graph.pbtxt]               user-level GraphDef: requested devices
       graphs/partitions/<k>_<device>.pb [.pbtxt]  partition graphs: assigned devices
       graphs/functions/<function>/...             TF2 function graphs (pre-optimization and partitions)
+      critical-path.trace.json                    written by ``rnnprof critical-path``: the path as a Chrome trace
 
 Chrome trace schema (``timelines/*.trace.json.gz``): ``{"traceEvents": [...], "displayTimeUnit": "ms",
 "otherData": {"producer": "rnnprof", "version": 1, "step": N}}``. One process per device, whose
@@ -51,6 +52,7 @@ GRAPHS_DIR = "graphs"
 GRAPH_FILE = "graph.pb"
 PARTITIONS_DIR = "partitions"
 FUNCTIONS_DIR = "functions"
+CRITICAL_PATH_OVERLAY = "critical-path.trace.json"
 STATUS_COMPLETE = "complete"
 STATUS_INTERRUPTED = "interrupted"
 STATUS_RUNNING = "running"

@@ -32,7 +32,8 @@ _ARTIFACTS = (
     ("graphs", f"{rundir.GRAPHS_DIR}/**/*.pbtxt"),
     ("xplane", f"{rundir.PROFILE_DIR.as_posix()}/*/*.xplane.pb"),
 )
-_OWN_ENTRIES = (rundir.MANIFEST, "plugins", rundir.TIMELINES_DIR, rundir.RUN_METADATA_DIR, rundir.GRAPHS_DIR)
+_OWN_ENTRIES = (rundir.MANIFEST, "plugins", rundir.TIMELINES_DIR, rundir.RUN_METADATA_DIR, rundir.GRAPHS_DIR,
+                rundir.CRITICAL_PATH_OVERLAY)
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -68,7 +69,7 @@ def prepare_out_dir(path: str | Path, force: bool = False) -> Path:
     """Create the run directory, refusing one that holds anything unless ``force``.
 
     With ``force`` only what rnnprof writes (manifest, plugins, timelines, run_metadata,
-    graphs) is removed; anything else the user keeps there is left alone.
+    graphs, the critical-path overlay) is removed; anything else the user keeps there is left alone.
     """
     out = check_out_dir(path, force)
     if out.is_dir() and any(out.iterdir()):

@@ -1,0 +1,82 @@
+"""rnnprof critical-path: the chain of events across devices and ranks that sets each step's time."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from rich.console import Console
+
+from rnnprof import limits
+from rnnprof.errors import InputError, UsageError
+
+NAME = "critical-path"
+HELP = "the critical path of a step across devices and ranks, its shares and a what-if, with a Perfetto overlay"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="RUN_OR_FILES",
+                        help="a run directory or trace file; several Kineto files (one per rank) are joined "
+                             "through their collectives")
+    parser.add_argument("--step", type=int, metavar="N", help="only step N (default: every step of the input)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    parser.add_argument("--overlay", metavar="FILE",
+                        help="write the path as a Chrome trace to FILE (a new file; default for a run directory: "
+                             "RUN/critical-path.trace.json; trace files get no overlay without it)")
+    parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
+                        help="also count events whose name or op type matches REGEX as communication (repeatable)")
+    limits.add_argument(parser)
+
+
+def _overlay_path(args: argparse.Namespace) -> Path | None:
+    from rnnprof.profiler import rundir
+
+    if args.overlay:
+        path = Path(args.overlay)
+        if path.exists():
+            raise UsageError(f"--overlay {args.overlay}: the file exists; name a new file (it is never overwritten)")
+        if not path.parent.is_dir():
+            raise UsageError(f"--overlay {args.overlay}: no such directory {path.parent}")
+        return path
+    if len(args.paths) == 1 and rundir.is_run_dir(Path(args.paths[0])):
+        return Path(args.paths[0]) / rundir.CRITICAL_PATH_OVERLAY
+    return None
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from rnnprof.analyzers.critical_path import analyze_critical_path
+    from rnnprof.profiler.loaders import load_events
+    from rnnprof.profiler.loaders.dependencies import read_dependencies
+    from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.profiler.rundir.writer import atomic_write_json
+    from rnnprof.reports.critical_path import overlay_trace, render_table, to_document
+    from rnnprof.reports.layout import render_json, render_notes
+
+    for pattern in args.comm_pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
+    overlay = _overlay_path(args)
+    notes = run_notes(args.paths)
+    table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
+    steps = table.steps()
+    if args.step is not None and args.step not in steps:
+        raise InputError(", ".join(args.paths), f"has no step {args.step}",
+                         f"one of its steps: {', '.join(map(str, steps))}" if len(steps)
+                         else "a trace with step markers for --step (this one is taken whole)")
+    report = analyze_critical_path(table, read_dependencies(args.paths),
+                                   steps=None if args.step is None else [args.step], comm_patterns=args.comm_pattern)
+    if not report.steps:
+        raise InputError(", ".join(args.paths), "has no event on a device in the chosen steps",
+                         "a trace of device ops or kernels")
+    if overlay is not None:
+        atomic_write_json(overlay, overlay_trace(report))
+    render_notes(notes)
+    shown = str(overlay) if overlay is not None else None
+    if args.json:
+        render_json(to_document(report, shown), console)
+    else:
+        render_table(report, console, shown)
+    return 0

@@ -1,0 +1,294 @@
+"""rnnprof critical-path: the longest path itself, collective joins, Kineto ranks, TF1 timelines, a planted
+placement mishap, the overlay and bad input."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fixtures import FIXTURES
+from rnnprof.analyzers.critical_path import (Dependencies, Flow, FlowEnd, analyze_critical_path,
+                                             build_step_graph, longest_path, path_length)
+from rnnprof.cli import main
+from rnnprof.events import Device, EventTableBuilder, Kind
+
+RANK0 = str(FIXTURES / "kineto-sampled-rank0.json.gz")
+RANK1 = str(FIXTURES / "kineto-sampled-rank1.json.gz")
+TF1 = str(FIXTURES / "tf1-timeline-cpu-loop-step0.json")
+
+
+# -- the longest path against brute force ---------------------------------------------------------------
+
+
+@st.composite
+def weighted_dags(draw):
+    n = draw(st.integers(1, 7))
+    g = nx.DiGraph()
+    for k in range(n):
+        g.add_node(k, dur=draw(st.integers(0, 20)))
+    for u, v in itertools.combinations(range(n), 2):  # u < v: acyclic
+        if draw(st.booleans()):
+            g.add_edge(u, v, wait=draw(st.integers(-15, 15)))
+    return g
+
+
+def _every_path(g: nx.DiGraph):
+    for node in g.nodes:
+        yield [node]
+    for u in g.nodes:
+        for v in g.nodes:
+            if u != v:
+                yield from nx.all_simple_paths(g, u, v)
+
+
+@settings(max_examples=200, deadline=None)
+@given(weighted_dags())
+def test_longest_path_is_the_heaviest_of_all_paths(g):
+    path, length = longest_path(g)
+    best = max(sum(g.nodes[n]["dur"] for n in p) + sum(g.edges[a, b]["wait"] for a, b in zip(p, p[1:]))
+               for p in _every_path(g))
+    assert length == best
+    assert all(g.has_edge(a, b) for a, b in zip(path, path[1:]))
+    assert path_length(g, path) == best
+
+
+# -- a hand-built step: the join of a collective ----------------------------------------------------------
+
+
+def _two_device_step(with_join: bool):
+    """Device A: a1 [0, 10], then its collective member [10, 40]; device B: b1 [0, 30], then its member [30, 40].
+    A's member waits inside the collective for B to arrive: B's b1 decides when the collective can finish."""
+    builder = EventTableBuilder("test")
+    a, b = Device("cpu", 0), Device("cpu", 1)
+    for name, device, ts, dur, kind in (("a1", a, 0, 10, Kind.HOST_OP), ("cA", a, 10, 30, Kind.COMMUNICATION),
+                                        ("b1", b, 0, 30, Kind.HOST_OP), ("cB", b, 30, 10, Kind.COMMUNICATION)):
+        builder.add(ts=ts, dur=dur, name=name, op_type=name, device=device, lane="ops", kind=kind, step=0)
+    flows = (Flow("collective", FlowEnd(a, "ops", 11), FlowEnd(b, "ops", 39)),) if with_join else ()
+    return builder.build(), Dependencies(flows=flows)
+
+
+def test_a_collective_joins_its_members_so_the_late_arrival_is_on_the_path():
+    table, deps = _two_device_step(with_join=True)
+    (step,) = analyze_critical_path(table, deps).steps
+    names = [link.name for link in step.links]
+    assert names[0] == "b1" and "a1" not in names and names[-1] in ("cA", "cB")
+    assert step.length_us == 40 and step.span_us == 40
+    assert step.links[0].edge == "collective" or names[1] == "cB"
+    # b1 taking no time: the longest remaining chain is cA alone (30 µs, waits kept), so the step shrinks 10 µs
+    what_if = {w.name: w.saving_us for w in step.what_if}
+    assert what_if["b1"] == 10
+
+
+def test_without_the_join_the_two_lanes_are_independent():
+    table, deps = _two_device_step(with_join=False)
+    graph = build_step_graph(table, 0, deps)
+    assert {kind for _, _, kind in graph.edges(data="kind")} == {"lane"}
+    (step,) = analyze_critical_path(table, deps).steps
+    assert step.length_us == 40
+
+
+def test_a_data_edge_makes_a_reader_wait_for_its_producer():
+    """b2 [25, 30] on B reads a1's output (A, [0, 20]); b1 [0, 5] precedes it on B's lane. The path goes a1 -> b2."""
+    builder = EventTableBuilder("test")
+    a, b = Device("cpu", 0), Device("cpu", 1)
+    for name, device, ts, dur in (("a1", a, 0, 20), ("b1", b, 0, 5), ("b2", b, 25, 5)):
+        builder.add(ts=ts, dur=dur, name=name, op_type="Op", device=device, lane="ops", kind=Kind.HOST_OP, step=3)
+    table = builder.build()
+    (step,) = analyze_critical_path(table, Dependencies(node_inputs=(("a1", "b2"),))).steps
+    assert [(link.name, link.edge) for link in step.links] == [("a1", "data"), ("b2", "")]
+    assert step.by_class == {"compute": 25, "wait": 5} and step.by_device == {"cpu:0": 20, "cpu:1": 10}
+    (alone,) = analyze_critical_path(table).steps  # no graph: b2's lane predecessor b1 is all it waited for
+    assert [link.name for link in alone.links] == ["b1", "b2"] and alone.by_class == {"compute": 10, "wait": 20}
+
+
+def test_a_long_chain_on_the_wall_clock_keeps_its_length_exact():
+    """Thousands of hops between timestamps near 1.7e15 µs (0.25 µs apart as doubles) add up to the chain's
+    span, not to a sum of rounding errors."""
+    builder = EventTableBuilder("test")
+    base, n = 1.7e15, 3000
+    for k in range(n):
+        builder.add(ts=base + 2.0 * k, dur=1.3, name=f"op{k}", op_type="Op", device=Device("gpu", 0),
+                    lane="stream:7", kind=Kind.KERNEL, step=1)
+    (step,) = analyze_critical_path(builder.build(), what_if_ops=0).steps
+    assert len(step.links) == n
+    assert step.length_us == pytest.approx(2.0 * (n - 1) + 1.3, abs=0.01)
+    assert step.by_class["wait"] == pytest.approx(0.7 * (n - 1), abs=0.01)
+
+
+# -- Kineto ranks -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kineto_tables():
+    from rnnprof.profiler.loaders import load_events
+
+    return {"rank0": load_events(RANK0), "rank1": load_events(RANK1), "both": load_events([RANK0, RANK1])}
+
+
+def _check_path(table, step):
+    """The chain is in time order, every hop is an edge of the step's DAG, and it measures its own span."""
+    graph = build_step_graph(table, step.step)
+    rows = [link.event for link in step.links]
+    assert all(nx.has_path(graph, u, v) for u, v in zip(rows, rows[1:]))
+    assert all(table.ts[u] <= table.ts[v] for u, v in zip(rows, rows[1:]))
+    last = step.links[-1]
+    assert step.length_us == pytest.approx(last.ts_us + last.dur_us - step.links[0].ts_us, abs=1.0)
+    assert step.length_us <= step.span_us + 1.0
+    assert sum(step.by_class.values()) == pytest.approx(step.length_us, rel=1e-6)
+
+
+@pytest.mark.parametrize("rank", ["rank0", "rank1"])
+def test_kineto_rank_has_a_path_per_step_on_its_own_devices(kineto_tables, rank):
+    table = kineto_tables[rank]
+    report = analyze_critical_path(table)
+    assert [s.step for s in report.steps] == [551, 552]
+    for step in report.steps:
+        assert step.links and {link.device.split("/")[0] for link in step.links} == {rank}
+        assert step.edges["launch"] > 0
+        _check_path(table, step)
+        # the path ends with the last event of the step's DAG
+        graph = build_step_graph(table, step.step)
+        assert step.links[-1].start_us + step.links[-1].dur_us == pytest.approx(  # both from the step's start
+            max(graph.nodes[n]["end"] for n in graph), abs=1.0)
+
+
+def test_kineto_ranks_are_joined_through_their_collectives(kineto_tables):
+    table = kineto_tables["both"]
+    report = analyze_critical_path(table)
+    assert report.workers == ("rank0", "rank1")
+    for step in report.steps:
+        graph = build_step_graph(table, step.step)
+        worker = {n: table.devices[table.device[n if not isinstance(n, tuple) else n[1]]].worker for n in graph}
+        crossing = [(u, v) for u, v, kind in graph.edges(data="kind") if worker[u] != worker[v]]
+        assert crossing and all(graph.edges[e]["kind"] == "collective" for e in crossing)
+        # joined, the step ends with whichever rank finishes last
+        last = step.links[-1]
+        assert last.start_us + last.dur_us == pytest.approx(max(graph.nodes[n]["end"] for n in graph), abs=1.0)
+        _check_path(table, step)
+
+
+def test_kineto_cli_across_ranks_json(capsys):
+    assert main(["critical-path", RANK0, RANK1, "--step", "552", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [s["step"] for s in doc["steps"]] == [552] and doc["overlay"] is None
+    assert doc["what_if_is_estimate"] and doc["steps"][0]["edges"]["collective"] > 0
+    assert any("Kineto" in lack for lack in doc["lacks"])
+
+
+# -- TF1 timelines ----------------------------------------------------------------------------------------
+
+
+def test_tf1_timeline_uses_lane_order_and_its_data_flows_and_says_what_it_lacks(capsys):
+    assert main(["critical-path", TF1, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (step,) = doc["steps"]
+    assert step["step"] == -1 and step["edges"]["data"] > 0 and set(step["edges"]) <= {"lane", "data"}
+    assert any("no graph" in lack for lack in doc["lacks"])
+    raw = json.loads(open(TF1).read())
+    flows = [e for e in raw["traceEvents"] if e.get("ph") == "s"]
+    assert 0 < step["edges"]["data"] <= len(flows)
+
+
+# -- a planted placement mishap on two devices ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def planted_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("planted") / "run"
+    assert main(["trace", "--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1",
+                 "--batches", "1", "--trace-steps", "2", "--plant", "softmax-on-device0", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_planted_softmax_of_tower_1_on_device_0_is_on_the_critical_path(planted_run, capsys):
+    capsys.readouterr()
+    assert main(["critical-path", str(planted_run), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["steps"]) == 2
+    for step in doc["steps"]:
+        moved = [link["name"] for link in step["links"] if link["name"].startswith("tower_1/")
+                 and ("/softmax/" in link["name"] or "/projection/" in link["name"]) and link["device"] == "cpu:0"]
+        assert moved, step["step"]
+        assert step["edges"]["data"] > 0 and step["edges"]["collective"] > 0
+        assert step["by_device"].get("cpu:0", 0) > step["by_device"].get("cpu:1", 0)
+    # one step's RunMetadata holds the same partition graphs: the same dependencies, the same path
+    assert main(["critical-path", str(planted_run / "run_metadata" / "step-2.pb"), "--json"]) == 0
+    single = json.loads(capsys.readouterr().out)
+    (alone,) = single["steps"]
+    assert single["lacks"] == [] and alone["edges"] == doc["steps"][0]["edges"]
+    assert [link["name"] for link in alone["links"]] == [link["name"] for link in doc["steps"][0]["links"]]
+
+
+@pytest.mark.slow
+def test_overlay_in_the_run_directory_is_a_valid_chrome_trace(planted_run, capsys):
+    assert main(["critical-path", str(planted_run), "--step", "3"]) == 0
+    out = capsys.readouterr().out
+    overlay = planted_run / "critical-path.trace.json"
+    assert "critical-path.trace.json" in out.replace("\n", "")
+    doc = json.loads(overlay.read_text())
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    starts = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "s"}
+    ends = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "f"}
+    assert slices and set(starts) == set(ends) and len(starts) == len(slices) - 1
+    named = {(e["pid"], e["tid"]) for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert all((e["pid"], e["tid"]) in named and isinstance(e["ts"], float) and e["dur"] >= 0 for e in slices)
+    for k, s in starts.items():  # each arrow leaves inside one path slice and lands inside the next
+        inside = lambda end: any(x["pid"] == end["pid"] and x["tid"] == end["tid"]
+                                 and x["ts"] <= end["ts"] <= x["ts"] + x["dur"] for x in slices)
+        assert inside(s) and inside(ends[k]) and s["ts"] <= ends[k]["ts"]
+    assert {e["args"]["step"] for e in slices} == {3}
+
+
+# -- files: the overlay only on request, never over a user's file; bad input ---------------------------------
+
+
+def test_overlay_for_files_needs_a_new_file(tmp_path, capsys):
+    assert main(["critical-path", TF1]) == 0
+    assert not list(tmp_path.iterdir())
+    target = tmp_path / "path.json"
+    assert main(["critical-path", TF1, "--overlay", str(target)]) == 0
+    assert json.loads(target.read_text())["traceEvents"]
+    target.write_text("mine")
+    capsys.readouterr()
+    assert main(["critical-path", TF1, "--overlay", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exists" in err and target.read_text() == "mine"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["critical-path", "/nonexistent/run"], "does not exist"),
+    (["critical-path", RANK0, "--step", "7"], "has no step 7"),
+    (["critical-path", TF1, "--step", "0"], "has no step 0"),
+    (["critical-path", RANK0, "--comm-pattern", "("], "not a valid regular expression"),
+    (["critical-path", TF1, "--overlay", "/nonexistent/dir/x.json"], "no such directory"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err and "Traceback" not in err
+
+
+def test_a_graph_without_events_is_bad_input(tmp_path, capsys):
+    gz = tmp_path / "junk.json.gz"
+    gz.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "name": "x", "ts": 1, "dur": 1}]}'))
+    assert main(["critical-path", str(gz)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "junk.json.gz" in err
+
+
+def test_a_forced_capture_removes_a_stale_overlay_and_keeps_the_users_files(tmp_path):
+    from rnnprof.profiler.rundir.writer import prepare_out_dir
+
+    (tmp_path / "manifest.json").write_text("{}")
+    (tmp_path / "critical-path.trace.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("mine")
+    prepare_out_dir(tmp_path, force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
