@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
                         help="also count events whose name or op type matches REGEX as communication (repeatable)")
     parser.add_argument("--per-step", action="store_true", help="also break the figures down per step")
+    parser.add_argument("--plot", metavar="FILE", help="also write the chart of time per device (and per step with "
+                                                       "--per-step) to FILE, .png or .svg")
     limits.add_argument(parser)
 
 
@@ -29,8 +31,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.profiler.loaders import load_events
     from rnnprof.reports.comm import render_table, to_document
     from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_json, render_notes
 
+    plot = check_plot_path(args.plot)
     for pattern in args.comm_pattern:
         try:
             re.compile(pattern)
@@ -50,4 +54,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         render_json(to_document(report, per_step=args.per_step), console)
     else:
         render_table(report, per_step=args.per_step, console=console)
+    if plot is not None:
+        from rnnprof.reports.charts import comm_chart, save_chart
+
+        save_chart(comm_chart(report, per_step=args.per_step), plot)
     return 0

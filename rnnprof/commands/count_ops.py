@@ -19,6 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by", choices=("device", "type"), default="device",
                         help="break counts down by device (default) or by op type")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    parser.add_argument("--plot", metavar="FILE", help="also write the chart of kernels per device per step (graph ops "
+                                                       "per device without a trace) to FILE, .png or .svg")
     limits.add_argument(parser)
 
 
@@ -38,8 +40,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.opcount import compare
     from rnnprof.reports import opcount as report
     from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_json, render_notes
 
+    plot = check_plot_path(args.plot)
     notes = run_notes([*args.paths, *([args.vs] if args.vs else [])])
     result = analyze_input(args.paths)
     comparison = compare(result, analyze_input([args.vs])) if args.vs else None
@@ -53,4 +57,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         render_json(report.to_document(result), console)
     else:
         report.render_table(result, by=args.by, console=console)
+    if plot is not None:
+        from rnnprof.reports.charts import opcount_chart, save_chart
+
+        save_chart(opcount_chart(result), plot)
     return 0

@@ -200,7 +200,8 @@ def scaling_chart(rows: list[dict], words: str = "words/s"):
         base = group[0]
         ideal += [{"mode": mode, "devices": r["devices"],
                    "ideal": base["words_per_second"] * r["devices"] / base["devices"]} for r in group]
-    x = alt.X("devices:Q", title="devices", axis=alt.Axis(tickMinStep=1))
+    counts = sorted({r["devices"] for r in measured})
+    x = alt.X("devices:Q", title="devices", axis=alt.Axis(values=counts, format="d"))
     color = alt.Color("mode:N", title="variable update", legend=alt.Legend(orient="bottom"))
     ideal_line = alt.Chart(alt.Data(values=ideal)).mark_line(strokeDash=[6, 4], opacity=0.6).encode(
         x=x, y=alt.Y("ideal:Q"), color=color, tooltip=["mode:N", "devices:Q", alt.Tooltip("ideal:Q", format=",.0f")])
@@ -227,3 +228,12 @@ def step_times_chart(series: list[tuple[str, list[float], list[float]]], title: 
         shape=alt.Shape("phase:N", title=None, scale=alt.Scale(domain=["warm-up", "timed"])),
         tooltip=["config:N", "phase:N", "step:Q", alt.Tooltip("ms:Q", format=",.2f")],
     ).properties(width=520, height=260)
+
+
+def comm_chart(comm, per_step: bool = False):
+    """``comm --plot``: time per device, with the per-step bars below when asked for and the trace has steps."""
+    alt = altair()
+    whole = breakdown_chart(comm)
+    if per_step and comm.steps:
+        return alt.vconcat(whole, step_breakdown_chart(comm))
+    return whole

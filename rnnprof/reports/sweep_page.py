@@ -35,7 +35,8 @@ def sweep_page(document: dict, name: str) -> str:
                  r.get("batch_total", "-"), _f(r.get("total_seconds"), 2), _f(r["words_per_second"]),
                  _f(r.get("median_step_seconds"), 3), _f(r.get("std_step_seconds"), 3), f"{r['speedup']:.2f}x"]
                 for r in rows], numeric=set(range(2, 10)),
-               caption="; ".join(f"{k} = {v}" for k, v in definitions.items() if k in ("words", "speedup")))
+               caption="; ".join(str(definitions[k]) if str(definitions[k]).startswith(k) else f"{k} = {definitions[k]}"
+                                for k in ("words", "speedup") if k in definitions))
     page.chart("scaling", charts.spec(charts.scaling_chart(rows)))
 
     page.heading("Warm-up", 3)
