@@ -138,7 +138,7 @@ def test_tf1_timeline_report_has_a_bar_per_device_and_no_step_chart(tmp_path, ca
     devices = {m.group(0).lower() for e in trace["traceEvents"] if e.get("name") == "process_name"
                for m in [re.search(r"(gpu|cpu):\d+", e["args"]["name"], re.I)] if m}
     specs = _specs(page)
-    assert len(specs["breakdown"]["data"]["values"]) == len(devices) * SEGMENTS
+    assert len(specs["breakdown"]["datasets"]["breakdown"]) == len(devices) * SEGMENTS
     assert "step-breakdown" not in specs and "Per-step bars not available: the trace has no step markers" in page
     assert "<title>rnnprof report: tf1-timeline-gpu-loop-step0.json</title>" in page
     assert "Timeline of the whole trace" in json.dumps(specs["timeline"])

@@ -34,17 +34,21 @@ def top_by_time(table: EventTable, rows: np.ndarray, classes: np.ndarray, n: int
     """The ``n`` names with the most summed duration among ``rows`` (event indices), longest first."""
     if len(rows) == 0:
         return ()
-    names, inverse = np.unique(table.name[rows], return_inverse=True)
+    codes = table.name[rows].astype(np.int64)
+    n_names = len(table.strings)
     dur = np.maximum(table.dur[rows], 0.0)
-    total = np.bincount(inverse, weights=dur, minlength=len(names))
-    events = np.bincount(inverse, minlength=len(names))
-    pairs = np.unique(np.stack([inverse, table.device[rows].astype(np.int64)]), axis=1)
-    devices = np.bincount(pairs[0], minlength=len(names))
-    op_type = np.zeros(len(names), dtype=np.int64)
-    op_type[inverse] = table.op_type[rows]
-    cls = np.zeros(len(names), dtype=np.int64)
-    cls[inverse] = classes[rows]
-    order = np.lexsort((names, -total))[:n]
+    total = np.bincount(codes, weights=dur, minlength=n_names)  # by string code: no sort of the events
+    events = np.bincount(codes, minlength=n_names)
+    names = np.flatnonzero(events)
+    n_devices = max(1, len(table.devices))
+    seen = np.zeros(n_names * n_devices, dtype=bool)  # (name, device) pairs present
+    seen[codes * n_devices + table.device[rows]] = True
+    devices = seen.reshape(n_names, n_devices).sum(axis=1)
+    op_type = np.zeros(n_names, dtype=np.int64)
+    op_type[codes] = table.op_type[rows]
+    cls = np.zeros(n_names, dtype=np.int64)
+    cls[codes] = classes[rows]
+    order = names[np.lexsort((names, -total[names]))][:n]
     whole = float(dur.sum()) or 1.0
-    return tuple(TimedOp(table.strings[names[i]], table.strings[op_type[i]], _CLASS_NAMES[int(cls[i])],
+    return tuple(TimedOp(table.strings[i], table.strings[op_type[i]], _CLASS_NAMES[int(cls[i])],
                          int(events[i]), int(devices[i]), float(total[i]), float(total[i]) / whole) for i in order)

@@ -9,6 +9,7 @@ tests count its marks. Charts never compute figures of their own beyond arrangin
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rnnprof.errors import UsageError
@@ -53,18 +54,30 @@ def check_plot_path(path: str | None) -> Path | None:
     return plot
 
 
-def spec(chart) -> dict:
-    return chart.to_dict(validate=False)
+@dataclass(frozen=True)
+class Figure:
+    """An altair chart whose data are named datasets, kept apart: altair walks inline values item by item
+    when it builds and converts a chart, which costs seconds for a few thousand bars."""
+
+    chart: object
+    datasets: dict[str, list[dict]] = field(default_factory=dict)
 
 
-def save_chart(chart, path: str | Path) -> Path:
-    """Render ``chart`` to ``path`` (.png or .svg), written atomically."""
+def spec(figure: Figure) -> dict:
+    """The Vega-Lite spec, datasets inline."""
+    vega_lite = figure.chart.to_dict(validate=False)
+    vega_lite["datasets"] = {**vega_lite.get("datasets", {}), **figure.datasets}
+    return vega_lite
+
+
+def save_chart(figure: Figure, path: str | Path) -> Path:
+    """Render ``figure`` to ``path`` (.png or .svg), written atomically."""
     import vl_convert
 
     from rnnprof.profiler.rundir.writer import atomic_write_bytes
 
     path = Path(path)
-    vega_lite = spec(chart)
+    vega_lite = spec(figure)
     if path.suffix.lower() == ".svg":
         data = vl_convert.vegalite_to_svg(vega_lite).encode()
     else:
@@ -95,13 +108,14 @@ def breakdown_chart(comm):
     """Per device, one bar of its whole span: compute, overlap, communication, copies, idle."""
     alt = altair()
     rows = [r for d in comm.devices for r in _segment_rows(d.device.label, d.total)]
-    return alt.Chart(alt.Data(values=rows), title="Time per device (whole trace)").mark_bar().encode(
+    chart = alt.Chart(alt.Data(name="breakdown"), title="Time per device (whole trace)").mark_bar().encode(
         y=alt.Y("device:N", title=None, sort=None),
         x=alt.X("sum(ms):Q", title="ms (span of the device's activity)", stack="zero"),
         color=_segment_color(alt),
         order=alt.Order("order:Q"),
         tooltip=["device:N", "segment:N", alt.Tooltip("ms:Q", format=",.3f"), alt.Tooltip("share:Q", title="% of span")],
     ).properties(width=640, height=alt.Step(28))
+    return Figure(chart, {"breakdown": rows})
 
 
 def step_breakdown_chart(comm, max_steps: int = MAX_STEP_BARS):
@@ -112,7 +126,7 @@ def step_breakdown_chart(comm, max_steps: int = MAX_STEP_BARS):
             for r in _segment_rows(d.device.label, d.steps[s], step=s)]
     title = "Time per device and step" + (f" (first {max_steps} of {len(comm.steps)} steps)"
                                           if len(comm.steps) > max_steps else "")
-    return alt.Chart(alt.Data(values=rows), title=title).mark_bar().encode(
+    chart = alt.Chart(alt.Data(name="step_breakdown"), title=title).mark_bar().encode(
         x=alt.X("step:O", title="step"),
         xOffset=alt.XOffset("device:N", sort=None),
         y=alt.Y("sum(ms):Q", title="ms", stack="zero"),
@@ -121,6 +135,7 @@ def step_breakdown_chart(comm, max_steps: int = MAX_STEP_BARS):
         tooltip=["step:O", "device:N", "segment:N", alt.Tooltip("ms:Q", format=",.3f"),
                  alt.Tooltip("share:Q", title="% of span")],
     ).properties(width=alt.Step(max(10, 48 // max(1, len(comm.devices)))), height=260)
+    return Figure(chart, {"step_breakdown": rows})
 
 
 def timeline_chart(timeline):
@@ -131,7 +146,7 @@ def timeline_chart(timeline):
              "us": round(b.end_us - b.start_us, 3)} for b in timeline.bars]
     what = f"step {timeline.step}" if timeline.step is not None else "the whole trace"
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
-    return alt.Chart(alt.Data(values=rows), title=f"Timeline of {what}").mark_bar().encode(
+    chart = alt.Chart(alt.Data(name="timeline"), title=f"Timeline of {what}").mark_bar().encode(
         x=alt.X("start_ms:Q", title="ms from the step's first device activity"),
         x2="end_ms:Q",
         y=alt.Y("device:N", title=None, sort=None),
@@ -140,6 +155,7 @@ def timeline_chart(timeline):
                         legend=alt.Legend(orient="bottom")),
         tooltip=["device:N", "class:N", "name:N", "events:Q", alt.Tooltip("us:Q", title="µs", format=",.1f")],
     ).add_params(zoom).properties(width=760, height=alt.Step(12))
+    return Figure(chart, {"timeline": rows})
 
 
 def top_chart(entries, title: str):
@@ -147,13 +163,14 @@ def top_chart(entries, title: str):
     alt = altair()
     rows = [{"name": e.name, "class": e.cls, "ms": round(e.total_us / 1000.0, 6), "events": e.events,
              "devices": e.devices, "share": round(100 * e.share, 2)} for e in entries]
-    return alt.Chart(alt.Data(values=rows), title=title).mark_bar().encode(
+    chart = alt.Chart(alt.Data(name="top"), title=title).mark_bar().encode(
         y=alt.Y("name:N", title=None, sort="-x", axis=alt.Axis(labelLimit=360)),
         x=alt.X("ms:Q", title="ms, summed over devices and steps"),
         color=alt.Color("class:N", title=None, legend=alt.Legend(orient="bottom")),
         tooltip=["name:N", "class:N", alt.Tooltip("ms:Q", format=",.3f"), "events:Q", "devices:Q",
                  alt.Tooltip("share:Q", title="% of the time listed")],
     ).properties(width=480, height=alt.Step(18))
+    return Figure(chart, {"top": rows})
 
 
 def opcount_chart(report):
@@ -170,12 +187,13 @@ def opcount_chart(report):
         rows = [{"device": device or "(none)", "kind": "graph ops", "count": n} for device, n in graph.by_device.items()]
         title = "Graph ops per device (" + ("runtime" if graph is report.runtime_graph else "user") + " graph)"
         axis = "ops"
-    return alt.Chart(alt.Data(values=rows), title=title).mark_bar().encode(
+    chart = alt.Chart(alt.Data(name="opcount"), title=title).mark_bar().encode(
         y=alt.Y("device:N", title=None, sort=None),
         x=alt.X("count:Q", title=axis, stack="zero"),
         color=alt.Color("kind:N", title=None, legend=alt.Legend(orient="bottom")),
         tooltip=["device:N", "kind:N", alt.Tooltip("count:Q", format=",.1f")],
     ).properties(width=560, height=alt.Step(24))
+    return Figure(chart, {"opcount": rows})
 
 
 def _mode(row: dict) -> str:
@@ -203,14 +221,15 @@ def scaling_chart(rows: list[dict], words: str = "words/s"):
     counts = sorted({r["devices"] for r in measured})
     x = alt.X("devices:Q", title="devices", axis=alt.Axis(values=counts, format="d"))
     color = alt.Color("mode:N", title="variable update", legend=alt.Legend(orient="bottom"))
-    ideal_line = alt.Chart(alt.Data(values=ideal)).mark_line(strokeDash=[6, 4], opacity=0.6).encode(
+    ideal_line = alt.Chart(alt.Data(name="ideal")).mark_line(strokeDash=[6, 4], opacity=0.6).encode(
         x=x, y=alt.Y("ideal:Q"), color=color, tooltip=["mode:N", "devices:Q", alt.Tooltip("ideal:Q", format=",.0f")])
-    base = alt.Chart(alt.Data(values=measured)).encode(
+    base = alt.Chart(alt.Data(name="measured")).encode(
         x=x, y=alt.Y("words_per_second:Q", title=words), color=color,
         tooltip=["mode:N", "devices:Q", alt.Tooltip("words_per_second:Q", format=",.0f"),
                  alt.Tooltip("speedup:Q", format=".2f")])
-    return alt.layer(ideal_line, base.mark_line(), base.mark_point(filled=True, size=70)).properties(
+    chart = alt.layer(ideal_line, base.mark_line(), base.mark_point(filled=True, size=70)).properties(
         title=f"{words} against devices (dashed: ideal, linear from the baseline)", width=520, height=300)
+    return Figure(chart, {"measured": measured, "ideal": ideal})
 
 
 def step_times_chart(series: list[tuple[str, list[float], list[float]]], title: str):
@@ -221,13 +240,14 @@ def step_times_chart(series: list[tuple[str, list[float], list[float]]], title: 
         rows += [{"config": label, "step": k, "phase": "warm-up", "ms": s * 1000.0} for k, s in enumerate(warmup)]
         rows += [{"config": label, "step": len(warmup) + k, "phase": "timed", "ms": s * 1000.0}
                  for k, s in enumerate(timed)]
-    return alt.Chart(alt.Data(values=rows), title=title).mark_point(filled=True).encode(
+    chart = alt.Chart(alt.Data(name="step_times"), title=title).mark_point(filled=True).encode(
         x=alt.X("step:Q", title="step (warm-up first)"),
         y=alt.Y("ms:Q", title="step time (ms)", scale=alt.Scale(type="log")),
         color=alt.Color("config:N", title=None, legend=alt.Legend(orient="bottom")),
         shape=alt.Shape("phase:N", title=None, scale=alt.Scale(domain=["warm-up", "timed"])),
         tooltip=["config:N", "phase:N", "step:Q", alt.Tooltip("ms:Q", format=",.2f")],
     ).properties(width=520, height=260)
+    return Figure(chart, {"step_times": rows})
 
 
 def comm_chart(comm, per_step: bool = False):
@@ -235,5 +255,6 @@ def comm_chart(comm, per_step: bool = False):
     alt = altair()
     whole = breakdown_chart(comm)
     if per_step and comm.steps:
-        return alt.vconcat(whole, step_breakdown_chart(comm))
+        steps = step_breakdown_chart(comm)
+        return Figure(alt.vconcat(whole.chart, steps.chart), {**whole.datasets, **steps.datasets})
     return whole
