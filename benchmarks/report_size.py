@@ -47,7 +47,8 @@ def main() -> int:
         trace, page = Path(tmp) / "trace.json", Path(tmp) / "report.html"
         t0 = time.perf_counter()
         n = tile(args.events, trace, args.fixture)
-        print(f"built {n:,} trace events ({trace.stat().st_size / 1e6:,.0f} MB JSON) in {time.perf_counter() - t0:.1f} s")
+        print(f"built {n:,} trace events ({trace.stat().st_size / 1e6:,.0f} MB JSON) "
+              f"in {time.perf_counter() - t0:.1f} s")
         _timed("report", str(trace), "-o", str(page), "--force")  # warms the Vega bundle cache
         comm, report = [], []
         for _ in range(max(1, args.repeat)):

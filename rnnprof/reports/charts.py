@@ -113,7 +113,8 @@ def breakdown_chart(comm):
         x=alt.X("sum(ms):Q", title="ms (span of the device's activity)", stack="zero"),
         color=_segment_color(alt),
         order=alt.Order("order:Q"),
-        tooltip=["device:N", "segment:N", alt.Tooltip("ms:Q", format=",.3f"), alt.Tooltip("share:Q", title="% of span")],
+        tooltip=[alt.Tooltip("device:N"), alt.Tooltip("segment:N"), alt.Tooltip("ms:Q", format=",.3f"),
+                 alt.Tooltip("share:Q", title="% of span")],
     ).properties(width=640, height=alt.Step(28))
     return Figure(chart, {"breakdown": rows})
 
@@ -132,8 +133,8 @@ def step_breakdown_chart(comm, max_steps: int = MAX_STEP_BARS):
         y=alt.Y("sum(ms):Q", title="ms", stack="zero"),
         color=_segment_color(alt),
         order=alt.Order("order:Q"),
-        tooltip=["step:O", "device:N", "segment:N", alt.Tooltip("ms:Q", format=",.3f"),
-                 alt.Tooltip("share:Q", title="% of span")],
+        tooltip=[alt.Tooltip("step:O"), alt.Tooltip("device:N"), alt.Tooltip("segment:N"),
+                 alt.Tooltip("ms:Q", format=",.3f"), alt.Tooltip("share:Q", title="% of span")],
     ).properties(width=alt.Step(max(10, 48 // max(1, len(comm.devices)))), height=260)
     return Figure(chart, {"step_breakdown": rows})
 
@@ -148,12 +149,13 @@ def timeline_chart(timeline):
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
     chart = alt.Chart(alt.Data(name="timeline"), title=f"Timeline of {what}").mark_bar().encode(
         x=alt.X("start_ms:Q", title="ms from the step's first device activity"),
-        x2="end_ms:Q",
+        x2=alt.X2("end_ms:Q"),
         y=alt.Y("device:N", title=None, sort=None),
         yOffset=alt.YOffset("class:N", sort=list(CLASS_DOMAIN)),
         color=alt.Color("class:N", title=None, scale=alt.Scale(domain=list(CLASS_DOMAIN), range=list(CLASS_COLORS)),
                         legend=alt.Legend(orient="bottom")),
-        tooltip=["device:N", "class:N", "name:N", "events:Q", alt.Tooltip("us:Q", title="µs", format=",.1f")],
+        tooltip=[alt.Tooltip("device:N"), alt.Tooltip("class:N"), alt.Tooltip("name:N"), alt.Tooltip("events:Q"),
+                 alt.Tooltip("us:Q", title="µs", format=",.1f")],
     ).add_params(zoom).properties(width=760, height=alt.Step(12))
     return Figure(chart, {"timeline": rows})
 
@@ -167,7 +169,8 @@ def top_chart(entries, title: str):
         y=alt.Y("name:N", title=None, sort="-x", axis=alt.Axis(labelLimit=360)),
         x=alt.X("ms:Q", title="ms, summed over devices and steps"),
         color=alt.Color("class:N", title=None, legend=alt.Legend(orient="bottom")),
-        tooltip=["name:N", "class:N", alt.Tooltip("ms:Q", format=",.3f"), "events:Q", "devices:Q",
+        tooltip=[alt.Tooltip("name:N"), alt.Tooltip("class:N"), alt.Tooltip("ms:Q", format=",.3f"),
+                 alt.Tooltip("events:Q"), alt.Tooltip("devices:Q"),
                  alt.Tooltip("share:Q", title="% of the time listed")],
     ).properties(width=480, height=alt.Step(18))
     return Figure(chart, {"top": rows})
@@ -184,14 +187,15 @@ def opcount_chart(report):
         title, axis = "Kernels per device per step", "kernels per step"
     else:
         graph = report.runtime_graph if report.runtime_graph.available else report.user_graph
-        rows = [{"device": device or "(none)", "kind": "graph ops", "count": n} for device, n in graph.by_device.items()]
+        rows = [{"device": device or "(none)", "kind": "graph ops", "count": n}
+                for device, n in graph.by_device.items()]
         title = "Graph ops per device (" + ("runtime" if graph is report.runtime_graph else "user") + " graph)"
         axis = "ops"
     chart = alt.Chart(alt.Data(name="opcount"), title=title).mark_bar().encode(
         y=alt.Y("device:N", title=None, sort=None),
         x=alt.X("count:Q", title=axis, stack="zero"),
         color=alt.Color("kind:N", title=None, legend=alt.Legend(orient="bottom")),
-        tooltip=["device:N", "kind:N", alt.Tooltip("count:Q", format=",.1f")],
+        tooltip=[alt.Tooltip("device:N"), alt.Tooltip("kind:N"), alt.Tooltip("count:Q", format=",.1f")],
     ).properties(width=560, height=alt.Step(24))
     return Figure(chart, {"opcount": rows})
 
@@ -222,10 +226,11 @@ def scaling_chart(rows: list[dict], words: str = "words/s"):
     x = alt.X("devices:Q", title="devices", axis=alt.Axis(values=counts, format="d"))
     color = alt.Color("mode:N", title="variable update", legend=alt.Legend(orient="bottom"))
     ideal_line = alt.Chart(alt.Data(name="ideal")).mark_line(strokeDash=[6, 4], opacity=0.6).encode(
-        x=x, y=alt.Y("ideal:Q"), color=color, tooltip=["mode:N", "devices:Q", alt.Tooltip("ideal:Q", format=",.0f")])
+        x=x, y=alt.Y("ideal:Q"), color=color,
+        tooltip=[alt.Tooltip("mode:N"), alt.Tooltip("devices:Q"), alt.Tooltip("ideal:Q", format=",.0f")])
     base = alt.Chart(alt.Data(name="measured")).encode(
         x=x, y=alt.Y("words_per_second:Q", title=words), color=color,
-        tooltip=["mode:N", "devices:Q", alt.Tooltip("words_per_second:Q", format=",.0f"),
+        tooltip=[alt.Tooltip("mode:N"), alt.Tooltip("devices:Q"), alt.Tooltip("words_per_second:Q", format=",.0f"),
                  alt.Tooltip("speedup:Q", format=".2f")])
     chart = alt.layer(ideal_line, base.mark_line(), base.mark_point(filled=True, size=70)).properties(
         title=f"{words} against devices (dashed: ideal, linear from the baseline)", width=520, height=300)
@@ -245,7 +250,8 @@ def step_times_chart(series: list[tuple[str, list[float], list[float]]], title: 
         y=alt.Y("ms:Q", title="step time (ms)", scale=alt.Scale(type="log")),
         color=alt.Color("config:N", title=None, legend=alt.Legend(orient="bottom")),
         shape=alt.Shape("phase:N", title=None, scale=alt.Scale(domain=["warm-up", "timed"])),
-        tooltip=["config:N", "phase:N", "step:Q", alt.Tooltip("ms:Q", format=",.2f")],
+        tooltip=[alt.Tooltip("config:N"), alt.Tooltip("phase:N"), alt.Tooltip("step:Q"),
+                 alt.Tooltip("ms:Q", format=",.2f")],
     ).properties(width=520, height=260)
     return Figure(chart, {"step_times": rows})
 

@@ -130,8 +130,8 @@ def _time(page: Page, report: RunReport) -> None:
                    "other work alone, and idle.", "sub")
     page.table(["device", "basis", "span ms", "busy ms", "idle %", "compute %", "communication %", "memcpy ms",
                 "overlap %"],
-               [[d.device.label, d.basis, _ms(d.total.span_us), _ms(d.total.busy_us), _pct(d.total.pct(d.total.idle_us)),
-                 _pct(d.total.pct(d.total.compute_us)), _pct(d.total.pct(d.total.communication_us)),
+               [[d.device.label, d.basis, _ms(d.total.span_us), _ms(d.total.busy_us),
+                 _pct(d.total.pct(d.total.idle_us)), _pct(d.total.pct(d.total.compute_us)), _pct(d.total.pct(d.total.communication_us)),
                  _ms(d.total.memcpy_us), _pct(d.total.overlap_pct)] for d in comm.devices],
                numeric=set(range(2, 9)))
     page.chart("breakdown", charts.spec(charts.breakdown_chart(comm)))
@@ -206,7 +206,8 @@ def _ops(page: Page, report: RunReport) -> None:
         page.table(["name", "class", "events", "devices", "total ms", "share %"],
                    [[e.name, e.cls, e.events, e.devices, _ms(e.total_us), f"{100 * e.share:.1f}"] for e in entries],
                    numeric={2, 3, 4, 5})
-        page.chart("top-device" if entries is report.top_device else "top-host", charts.spec(charts.top_chart(entries, title)))
+        name = "top-device" if entries is report.top_device else "top-host"
+        page.chart(name, charts.spec(charts.top_chart(entries, title)))
 
 
 def _placement(page: Page, report: RunReport) -> None:
