@@ -1,8 +1,8 @@
 """Charts as Vega-Lite specs (altair), and ``--plot`` files rendered by vl-convert (PNG or SVG).
 
-Each builder takes an analysis' result and returns an altair chart whose data are inline values,
-so a spec is data: the HTML report embeds it, ``save_chart`` renders it without a browser, and
-tests count its marks. Charts never compute figures of their own beyond arranging the result's
+Each builder takes an analysis' result and returns a ``Figure``: an altair chart and its data as
+named datasets, so a spec is data: the HTML report embeds it, ``save_chart`` renders it without a
+browser, and tests count its marks. Charts never compute figures of their own beyond arranging the result's
 (e.g. compute alone = compute - overlap, for stacking).
 """
 
