@@ -23,6 +23,7 @@ SEGMENTS = ("compute", "compute + communication", "communication", "copies, othe
 SEGMENT_COLORS = ("#4c78a8", "#b279a2", "#e45756", "#f58518", "#d9d9d9")
 CLASS_DOMAIN = ("compute", "communication", "memcpy", "memset")
 CLASS_COLORS = ("#4c78a8", "#e45756", "#f58518", "#72b7b2")
+HOST_COLOR = "#9d755d"
 MAX_STEP_BARS = 60  # steps drawn in the per-step breakdown
 
 
@@ -168,7 +169,8 @@ def top_chart(entries, title: str):
     chart = alt.Chart(alt.Data(name="top"), title=title).mark_bar().encode(
         y=alt.Y("name:N", title=None, sort="-x", axis=alt.Axis(labelLimit=360)),
         x=alt.X("ms:Q", title="ms, summed over devices and steps"),
-        color=alt.Color("class:N", title=None, legend=alt.Legend(orient="bottom")),
+        color=alt.Color("class:N", title=None, legend=alt.Legend(orient="bottom"),
+                        scale=alt.Scale(domain=[*CLASS_DOMAIN, "host"], range=[*CLASS_COLORS, HOST_COLOR])),
         tooltip=[alt.Tooltip("name:N"), alt.Tooltip("class:N"), alt.Tooltip("ms:Q", format=",.3f"),
                  alt.Tooltip("events:Q"), alt.Tooltip("devices:Q"),
                  alt.Tooltip("share:Q", title="% of the time listed")],

@@ -24,6 +24,7 @@ h1{font-size:1.6em;margin-bottom:4px}h2{border-bottom:1px solid #ddd;padding-bot
 h3{font-size:1.05em;margin-bottom:6px}
 table{border-collapse:collapse;margin:8px 0 12px;font-size:0.9em}
 th,td{padding:3px 10px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+td{overflow-wrap:anywhere}td.n,th{white-space:nowrap;overflow-wrap:normal}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 .missing{color:#8a6d3b;background:#fcf8e3;padding:6px 10px;border-radius:4px}
 .note{color:#8a6d3b}.sub{color:#666}.chart{margin:8px 0 16px}
@@ -45,6 +46,9 @@ _EMBED = """
   });
 })();
 """
+
+
+CLIP = 120
 
 
 def esc(value) -> str:
@@ -95,10 +99,15 @@ class Page:
         rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs if v not in (None, ""))
         self.add(f"<dl>{rows}</dl>")
 
-    def table(self, headers: list[str], rows: list[list], numeric: set[int] = frozenset(), caption: str = "") -> None:
+    def table(self, headers: list[str], rows: list[list], numeric: set[int] = frozenset(), caption: str = "",
+              clip: set[int] = frozenset()) -> None:
+        """``clip``: columns whose long texts (C++ kernel names) are cut at ``CLIP`` characters, whole on hover."""
         def cell(tag: str, k: int, value) -> str:
             attribute = ' class="n"' if k in numeric else ""
-            return f"<{tag}{attribute}>{esc(value)}</{tag}>"
+            text = str(value)
+            if tag == "td" and k in clip and len(text) > CLIP:
+                return f"<td title=\"{esc(text)}\">{esc(text[:CLIP - 1])}…</td>"
+            return f"<{tag}{attribute}>{esc(text)}</{tag}>"
 
         head = "".join(cell("th", k, h) for k, h in enumerate(headers))
         body = "".join("<tr>" + "".join(cell("td", k, v) for k, v in enumerate(row)) + "</tr>" for row in rows)

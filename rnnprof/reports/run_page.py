@@ -195,7 +195,7 @@ def _ops(page: Page, report: RunReport) -> None:
                        "bodies", "sub")
         page.table(["device", "ops"], [[device or "(none)", n] for device, n in graph.by_device.items()], numeric={1})
         top = sorted(graph.by_type.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_TYPES]
-        page.table(["op type", "ops"], [[t, n] for t, n in top], numeric={1},
+        page.table(["op type", "ops"], [[t, n] for t, n in top], numeric={1}, clip={0},
                    caption=f"the {len(top)} most common of {len(graph.by_type)} op types")
     for title, entries in (("Top kernels and device ops by time", report.top_device),
                            ("Top host operators by time", report.top_host)):
@@ -205,7 +205,7 @@ def _ops(page: Page, report: RunReport) -> None:
             continue
         page.table(["name", "class", "events", "devices", "total ms", "share %"],
                    [[e.name, e.cls, e.events, e.devices, _ms(e.total_us), f"{100 * e.share:.1f}"] for e in entries],
-                   numeric={2, 3, 4, 5})
+                   numeric={2, 3, 4, 5}, clip={0})
         name = "top-device" if entries is report.top_device else "top-host"
         page.chart(name, charts.spec(charts.top_chart(entries, title)))
 
