@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "rnnprof.commands.view",
     "rnnprof.commands.diff",
     "rnnprof.commands.critical_path",
+    "rnnprof.commands.report",
 )
 INTERNAL_ERROR = 3  # a bug in rnnprof, not in the user's input (see rnnprof.errors)
 

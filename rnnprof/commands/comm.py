@@ -34,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="idle gaps between kernels shorter than US (and not waiting on a launch) are kernel "
                              "wait (default: %(default)g, HTA's default in effect)")
     _steps.add_arguments(parser)
+    parser.add_argument("--plot", metavar="FILE", help="also write the chart of time per device (and per step with "
+                                                       "--per-step) to FILE, .png or .svg")
     limits.add_argument(parser)
     _job.add_arguments(parser)
 
@@ -43,8 +45,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.profiler.loaders import load_aligned, load_events
     from rnnprof.reports.comm import render_table, to_document
     from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_json, render_notes
 
+    plot = check_plot_path(args.plot)
     for pattern in args.comm_pattern:
         try:
             re.compile(pattern)
@@ -77,4 +81,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         render_json(to_document(report, per_step=args.per_step), console)
     else:
         render_table(report, per_step=args.per_step, console=console)
+    if plot is not None:
+        from rnnprof.reports.charts import comm_chart, save_chart
+
+        save_chart(comm_chart(report, per_step=args.per_step), plot)
     return 0

@@ -25,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--short-kernel-us", type=non_negative_us, default=10.0, metavar="US",
                         help="kernel launch statistics count kernels shorter than US as short (default: %(default)g)")
     _steps.add_arguments(parser)
+    parser.add_argument("--plot", metavar="FILE", help="also write the chart of kernels per device per step (graph ops "
+                                                       "per device without a trace) to FILE, .png or .svg")
     limits.add_argument(parser)
     _job.add_arguments(parser)
 
@@ -59,8 +61,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.opcount import compare
     from rnnprof.reports import opcount as report
     from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_json, render_notes
 
+    plot = check_plot_path(args.plot)
     notes = run_notes([*args.paths, *([args.vs] if args.vs else [])])
     if _job.rank_job(args.paths) is None and (not args.vs or _job.rank_job([args.vs]) is None):
         _job.refuse_job_options(args)
@@ -76,4 +80,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         render_json(report.to_document(result), console)
     else:
         report.render_table(result, by=args.by, console=console)
+    if plot is not None:
+        from rnnprof.reports.charts import opcount_chart, save_chart
+
+        save_chart(opcount_chart(result), plot)
     return 0

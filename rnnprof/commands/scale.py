@@ -18,14 +18,23 @@ HELP = "time training on several device counts (after warm-up) and print words/s
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_workload_arguments(parser, sweep=True)
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of a table")
+    parser.add_argument("--out", metavar="DIR", help="also save the sweep in DIR (a new or empty folder): the --json "
+                                                     "document and one file per configuration, for rnnprof report")
+    parser.add_argument("--plot", metavar="FILE", help="also write the scaling chart (words/s against devices, "
+                                                       "with the ideal line) to FILE, .png or .svg")
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.scale import shared_cores_note, speedup_table
     from rnnprof.config import check_workload_args
     from rnnprof.reports.layout import render_json
+    from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.scale import render_table, to_document
+    from rnnprof.profiler.rundir.sweep import check_sweep_out
 
+    plot = check_plot_path(args.plot)
+    if args.out is not None:
+        check_sweep_out(args.out)
     device_counts = parse_int_list(args.devices, "--devices")
     modes = parse_choice_list(args.variable_update, "--variable-update", VARIABLE_UPDATES)
     sweep_points = [dict(devices=n, variable_update=mode) for mode in modes for n in device_counts]
@@ -40,13 +49,21 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     result = speedup_table(swept.points)
     notes = [n for n in [shared_cores_note(swept.device_kind, os.cpu_count())] if n]
+    base = configs[0].to_dict()
+    base["devices"] = device_counts
+    base["variable_update"] = modes
+    document = to_document(result, config=base, words_definition=swept.words_definition,
+                           device_kind=swept.device_kind, notes=notes, step_definition=swept.step_definition)
+    if args.out is not None:
+        from rnnprof.profiler.rundir.sweep import write_sweep
+
+        write_sweep(args.out, document)
+    if plot is not None:
+        from rnnprof.reports.charts import save_chart, scaling_chart
+
+        save_chart(scaling_chart(document["rows"]), plot)
     if args.json:
-        base = configs[0].to_dict()
-        base["devices"] = device_counts
-        base["variable_update"] = modes
-        render_json(to_document(result, config=base, words_definition=swept.words_definition,
-                                device_kind=swept.device_kind, notes=notes,
-                                step_definition=swept.step_definition), console)
+        render_json(document, console)
     else:
         render_table(result, model=swept.model, words_definition=swept.words_definition, warmup=first.warmup,
                      batches=first.batches, include_warmup=first.include_warmup, notes=notes,

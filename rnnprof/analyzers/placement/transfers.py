@@ -9,6 +9,7 @@ Feeds (placeholders, function arguments) and fetches are the input pipeline's, n
 from __future__ import annotations
 
 import collections
+import functools
 import re
 from dataclasses import dataclass
 
@@ -44,13 +45,18 @@ class TensorCopy:
 
     @property
     def is_feed(self) -> bool:
-        return bool(_FEED.search(self.producer))
+        return _is_feed(self.producer)
 
     @property
     def names_producer(self) -> bool:
         """Whether the copy's name says whose tensor it carries (TF's ``edge_N_<node>``, receives);
         profilers such as Kineto name a copy only by its kind ("Memcpy HtoD (Pageable -> Device)")."""
         return self.producer != self.name or self.direction == "recv"
+
+
+@functools.lru_cache(maxsize=65536)
+def _is_feed(producer: str) -> bool:
+    return bool(_FEED.search(producer))
 
 
 def producer_of(name: str) -> str:
@@ -70,13 +76,21 @@ def transfers_from_events(events: EventTable) -> list[TensorCopy]:
     recv_codes = [c for c in (events.code_of(op) for op in RECV_OPS) if c >= 0]
     is_memcpy = events.kind == int(Kind.MEMCPY)
     is_recv = np.isin(events.op_type, recv_codes)
+    rows = np.flatnonzero(is_memcpy | is_recv)
+    labels = [d.label for d in events.devices]
+    described: dict[tuple[int, int, bool], tuple[str, str, str]] = {}  # once per distinct name and op
     out = []
-    for i in np.flatnonzero(is_memcpy | is_recv):
-        name, op = events.strings[events.name[i]], events.strings[events.op_type[i]]
-        step = int(events.step[i]) if events.step[i] >= 0 else ALL_STEPS
-        out.append(TensorCopy(step, _direction(op, name) if is_memcpy[i] else "recv",
-                            events.devices[events.device[i]].label, producer_of(name), name,
-                            int(events.nbytes[i]), float(events.dur[i])))
+    for name_code, op_code, memcpy, device, step, nbytes, dur in zip(
+            events.name[rows].tolist(), events.op_type[rows].tolist(), is_memcpy[rows].tolist(),
+            events.device[rows].tolist(), events.step[rows].tolist(), events.nbytes[rows].tolist(),
+            events.dur[rows].tolist()):
+        key = (name_code, op_code, memcpy)
+        found = described.get(key)
+        if found is None:
+            name, op = events.strings[name_code], events.strings[op_code]
+            found = described[key] = (_direction(op, name) if memcpy else "recv", producer_of(name), name)
+        out.append(TensorCopy(step if step >= 0 else ALL_STEPS, found[0], labels[device], found[1], found[2],
+                              nbytes, dur))
     return out
 
 

@@ -1,0 +1,69 @@
+"""Every analysis of one input, computed once, for ``rnnprof report``.
+
+``analyze_run`` runs the analyses the other commands run (``comm``, ``count-ops``,
+``placement-audit``) on inputs read once, plus the top ops by time and one step's timeline. A part
+that cannot be computed is None with the reason, which the report prints in its place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rnnprof.analyzers.classify import classify
+from rnnprof.analyzers.comm import CommReport, analyze_comm, device_work_mask
+from rnnprof.analyzers.opcount import OpCountReport, count_ops
+from rnnprof.analyzers.timeline import Timeline, step_timeline
+from rnnprof.analyzers.topops import TimedOp, top_by_time
+from rnnprof.events import EventTable, Kind
+
+
+@dataclass(frozen=True)
+class RunReport:
+    label: str  # the paths as given
+    manifest: dict | None
+    events: int
+    source_format: str
+    comm: CommReport | None
+    comm_reason: str
+    opcount: OpCountReport
+    placement: object | None  # placement.AuditResult
+    placement_reason: str
+    top_device: tuple[TimedOp, ...]
+    top_host: tuple[TimedOp, ...]
+    top_reason: str
+    timeline: Timeline | None
+    timeline_reason: str
+
+
+def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
+                user_reason: str = "", runtime_reason: str = "", audit_input=None, audit_reason: str = "",
+                manifest: dict | None = None) -> RunReport:
+    """All the report's analyses; ``audit_input`` (``placement.AuditInput``) is None when nothing can be audited."""
+    from rnnprof.analyzers.placement import audit, configured_rules
+
+    opcount = count_ops(label, events, user_graph, runtime_graph, user_reason=user_reason,
+                        runtime_reason=runtime_reason, events_reason=events_reason)
+    placement = audit(audit_input, configured_rules()) if audit_input is not None else None
+    no_events = events_reason or "the input holds no trace events"
+    if events is None or len(events) == 0:
+        return RunReport(label, manifest, 0, "graph", None, no_events, opcount, placement, audit_reason, (), (),
+                         no_events, None, no_events)
+    comm = analyze_comm(events)
+    comm_reason = ""
+    if not comm.devices:
+        comm_reason = ("every event is on the host (a CPU-only tf.profiler XSpace, for one, names no device for "
+                       "its ops)" if comm.host_only else "no device activity (no kernels, memcpys or ops on a device)")
+        comm = None
+    classes = classify(events)
+    work, _ = device_work_mask(events, classes)
+    host = np.array([d.kind == "host" for d in events.devices] or [False], dtype=bool)
+    host_ops = np.flatnonzero((events.kind == Kind.HOST_OP) & host[events.device])
+    top_device = top_by_time(events, np.flatnonzero(work), classes)
+    top_host = top_by_time(events, host_ops, classes)
+    timeline = step_timeline(events, classes, work)
+    return RunReport(label, manifest, len(events), events.source_format, comm, comm_reason, opcount, placement,
+                     audit_reason, top_device, top_host,
+                     "" if top_device or top_host else "no device activity and no host operators",
+                     timeline, "" if timeline else comm_reason or "no device activity")

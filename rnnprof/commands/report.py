@@ -1,0 +1,87 @@
+"""rnnprof report: one self-contained HTML file with every analysis of a run, trace files or a saved sweep."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from rnnprof import limits
+from rnnprof.errors import UsageError
+
+NAME = "report"
+HELP = "write one self-contained HTML report (charts and tables, no network) of a run, trace files or a sweep"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="RUN_OR_FILES",
+                        help="a run directory, trace files (several: merged, e.g. one Kineto file per rank), "
+                             "or a folder saved by rnnprof scale --out")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write")
+    parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    limits.add_argument(parser)
+
+
+def _check_output(path: str, force: bool) -> Path:
+    out = Path(path)
+    if out.is_dir():
+        raise UsageError(f"-o {path} is a directory; expected the name of the HTML file to write")
+    if out.exists() and not force:
+        raise UsageError(f"-o {path} exists; pass --force to replace it or choose another file name")
+    if not out.parent.is_dir():
+        raise UsageError(f"-o {path}: the folder {out.parent} does not exist")
+    return out
+
+
+def _name(paths: list[str]) -> str:
+    return ", ".join(Path(p).resolve().name or str(p) for p in paths)
+
+
+def audit_input(inputs):
+    """What the placement audit reads, from inputs already read; None (and why) when there is nothing."""
+    from rnnprof.analyzers.placement import AuditInput
+    from rnnprof.profiler.loaders.kernels import kernels_for
+
+    graph = inputs.graph
+    if graph is None and inputs.events is None:
+        return None, "the input holds neither a graph nor trace events"
+    return AuditInput(graph, inputs.events, inputs.manifest, kernels_for(graph)), ""
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from rnnprof.profiler.rundir.sweep import is_sweep_dir, read_sweep
+    from rnnprof.profiler.rundir.writer import atomic_write_bytes
+
+    out = _check_output(args.output, args.force)
+    name = _name(args.paths)
+    if len(args.paths) == 1 and is_sweep_dir(args.paths[0]):
+        from rnnprof.reports.sweep_page import sweep_page
+
+        page = sweep_page(read_sweep(args.paths[0]), name)
+    else:
+        page = _run_page(args.paths, name)
+    data = page.encode("utf-8")
+    atomic_write_bytes(out, data)
+    console.print(Text(f"wrote {out} ({len(data) / 1e6:,.2f} MB)"))
+    return 0
+
+
+def _run_page(paths: list[str], name: str) -> str:
+    from rnnprof.analyzers.run_report import analyze_run
+    from rnnprof.profiler.loaders.inputs import read_inputs
+    from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.reports.layout import render_notes
+    from rnnprof.reports.run_page import run_page
+
+    notes = run_notes(paths)
+    inputs = read_inputs(paths)
+    graphs = inputs.graph_set
+    audit, audit_reason = audit_input(inputs)
+    report = analyze_run(inputs.label, inputs.events, inputs.events_reason,
+                         user_graph=graphs.user if graphs else None, runtime_graph=graphs.runtime if graphs else None,
+                         user_reason=inputs.user_graph_reason, runtime_reason=inputs.runtime_graph_reason,
+                         audit_input=audit, audit_reason=audit_reason, manifest=inputs.manifest)
+    render_notes(notes)
+    return run_page(report, name, notes)

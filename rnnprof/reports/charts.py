@@ -1,0 +1,268 @@
+"""Charts as Vega-Lite specs (altair), and ``--plot`` files rendered by vl-convert (PNG or SVG).
+
+Each builder takes an analysis' result and returns a ``Figure``: an altair chart and its data as
+named datasets, so a spec is data: the HTML report embeds it, ``save_chart`` renders it without a
+browser, and tests count its marks. Charts never compute figures of their own beyond arranging the result's
+(e.g. compute alone = compute - overlap, for stacking).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rnnprof.errors import UsageError
+
+PLOT_SUFFIXES = (".png", ".svg")
+
+# Stacked segments of a device's span, in stacking order. They add up to the span:
+# compute alone + compute with communication + communication alone = compute ∪ communication;
+# copies/other = busy - (compute ∪ communication); idle = span - busy.
+SEGMENTS = ("compute", "compute + communication", "communication", "copies, other", "idle")
+SEGMENT_COLORS = ("#4c78a8", "#b279a2", "#e45756", "#f58518", "#d9d9d9")
+CLASS_DOMAIN = ("compute", "communication", "memcpy", "memset")
+CLASS_COLORS = ("#4c78a8", "#e45756", "#f58518", "#72b7b2")
+HOST_COLOR = "#9d755d"
+MAX_STEP_BARS = 60  # steps drawn in the per-step breakdown
+
+
+def altair():
+    """altair, imported without jsonschema's optional IRI checker.
+
+    jsonschema imports ``rfc3987_syntax`` for its ``iri`` format when it is installed, which builds
+    a grammar at import (about 2 s); altair never checks that format, so it is kept out. Only when
+    jsonschema is not loaded yet: a program that already uses it keeps its own set-up.
+    """
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)  # None: ``import rfc3987_syntax`` raises ImportError
+    import altair as alt
+
+    return alt
+
+
+def check_plot_path(path: str | None) -> Path | None:
+    """Refuse a ``--plot`` that cannot be written, before any work."""
+    if path is None:
+        return None
+    plot = Path(path)
+    if plot.suffix.lower() not in PLOT_SUFFIXES:
+        raise UsageError(f"--plot {path}: the file name must end in .png or .svg (the image format)")
+    if plot.is_dir():
+        raise UsageError(f"--plot {path} is a directory; expected an image file name ending in .png or .svg")
+    if not plot.parent.is_dir():
+        raise UsageError(f"--plot {path}: the folder {plot.parent} does not exist")
+    return plot
+
+
+@dataclass(frozen=True)
+class Figure:
+    """An altair chart whose data are named datasets, kept apart: altair walks inline values item by item
+    when it builds and converts a chart, which costs seconds for a few thousand bars."""
+
+    chart: object
+    datasets: dict[str, list[dict]] = field(default_factory=dict)
+
+
+def spec(figure: Figure) -> dict:
+    """The Vega-Lite spec, datasets inline."""
+    vega_lite = figure.chart.to_dict(validate=False)
+    vega_lite["datasets"] = {**vega_lite.get("datasets", {}), **figure.datasets}
+    return vega_lite
+
+
+def save_chart(figure: Figure, path: str | Path) -> Path:
+    """Render ``figure`` to ``path`` (.png or .svg), written atomically."""
+    import vl_convert
+
+    from rnnprof.profiler.rundir.writer import atomic_write_bytes
+
+    path = Path(path)
+    vega_lite = spec(figure)
+    if path.suffix.lower() == ".svg":
+        data = vl_convert.vegalite_to_svg(vega_lite).encode()
+    else:
+        data = vl_convert.vegalite_to_png(vega_lite, scale=2)
+    return atomic_write_bytes(path, data)
+
+
+def _segments(total) -> list[tuple[str, float]]:
+    """A ``comm.Breakdown`` as stacked segments in µs (see ``SEGMENTS``)."""
+    either = total.compute_us + total.communication_us - total.overlap_us
+    values = (total.compute_us - total.overlap_us, total.overlap_us, total.communication_us - total.overlap_us,
+              max(total.busy_us - either, 0.0), total.idle_us)
+    return list(zip(SEGMENTS, values))
+
+
+def _segment_rows(device: str, breakdown, **extra) -> list[dict]:
+    return [{"device": device, "segment": name, "order": k, "ms": round(us / 1000.0, 6),
+             "share": round(breakdown.pct(us), 2), **extra}
+            for k, (name, us) in enumerate(_segments(breakdown))]
+
+
+def _segment_color(alt):
+    return alt.Color("segment:N", title=None, scale=alt.Scale(domain=list(SEGMENTS), range=list(SEGMENT_COLORS)),
+                     sort=list(SEGMENTS), legend=alt.Legend(orient="bottom"))
+
+
+def breakdown_chart(comm):
+    """Per device, one bar of its whole span: compute, overlap, communication, copies, idle."""
+    alt = altair()
+    rows = [r for d in comm.devices for r in _segment_rows(d.device.label, d.total)]
+    chart = alt.Chart(alt.Data(name="breakdown"), title="Time per device (whole trace)").mark_bar().encode(
+        y=alt.Y("device:N", title=None, sort=None),
+        x=alt.X("sum(ms):Q", title="ms (span of the device's activity)", stack="zero"),
+        color=_segment_color(alt),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("device:N"), alt.Tooltip("segment:N"), alt.Tooltip("ms:Q", format=",.3f"),
+                 alt.Tooltip("share:Q", title="% of span")],
+    ).properties(width=640, height=alt.Step(28))
+    return Figure(chart, {"breakdown": rows})
+
+
+def step_breakdown_chart(comm, max_steps: int = MAX_STEP_BARS):
+    """Per step, one bar per device, stacked like ``breakdown_chart``; the first ``max_steps`` steps."""
+    alt = altair()
+    steps = list(comm.steps[:max_steps])
+    rows = [r for d in comm.devices for s in steps if s in d.steps
+            for r in _segment_rows(d.device.label, d.steps[s], step=s)]
+    title = "Time per device and step" + (f" (first {max_steps} of {len(comm.steps)} steps)"
+                                          if len(comm.steps) > max_steps else "")
+    chart = alt.Chart(alt.Data(name="step_breakdown"), title=title).mark_bar().encode(
+        x=alt.X("step:O", title="step"),
+        xOffset=alt.XOffset("device:N", sort=None),
+        y=alt.Y("sum(ms):Q", title="ms", stack="zero"),
+        color=_segment_color(alt),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("step:O"), alt.Tooltip("device:N"), alt.Tooltip("segment:N"),
+                 alt.Tooltip("ms:Q", format=",.3f"), alt.Tooltip("share:Q", title="% of span")],
+    ).properties(width=alt.Step(max(10, 48 // max(1, len(comm.devices)))), height=260)
+    return Figure(chart, {"step_breakdown": rows})
+
+
+def timeline_chart(timeline):
+    """A Gantt of one step: a row per device and class, a bar per event (or merged events); zoom with the wheel."""
+    alt = altair()
+    rows = [{"device": b.device, "class": b.cls, "start_ms": round(b.start_us / 1000.0, 6),
+             "end_ms": round(b.end_us / 1000.0, 6), "name": b.name, "events": b.events,
+             "us": round(b.end_us - b.start_us, 3)} for b in timeline.bars]
+    what = f"step {timeline.step}" if timeline.step is not None else "the whole trace"
+    zoom = alt.selection_interval(bind="scales", encodings=["x"])
+    chart = alt.Chart(alt.Data(name="timeline"), title=f"Timeline of {what}").mark_bar().encode(
+        x=alt.X("start_ms:Q", title="ms from the step's first device activity"),
+        x2=alt.X2("end_ms:Q"),
+        y=alt.Y("device:N", title=None, sort=None),
+        yOffset=alt.YOffset("class:N", sort=list(CLASS_DOMAIN)),
+        color=alt.Color("class:N", title=None, scale=alt.Scale(domain=list(CLASS_DOMAIN), range=list(CLASS_COLORS)),
+                        legend=alt.Legend(orient="bottom")),
+        tooltip=[alt.Tooltip("device:N"), alt.Tooltip("class:N"), alt.Tooltip("name:N"), alt.Tooltip("events:Q"),
+                 alt.Tooltip("us:Q", title="µs", format=",.1f")],
+    ).add_params(zoom).properties(width=760, height=alt.Step(12))
+    return Figure(chart, {"timeline": rows})
+
+
+def top_chart(entries, title: str):
+    """Horizontal bars of summed time per op or kernel name, longest first."""
+    alt = altair()
+    rows = [{"name": e.name, "class": e.cls, "ms": round(e.total_us / 1000.0, 6), "events": e.events,
+             "devices": e.devices, "share": round(100 * e.share, 2)} for e in entries]
+    chart = alt.Chart(alt.Data(name="top"), title=title).mark_bar().encode(
+        y=alt.Y("name:N", title=None, sort="-x", axis=alt.Axis(labelLimit=360)),
+        x=alt.X("ms:Q", title="ms, summed over devices and steps"),
+        color=alt.Color("class:N", title=None, legend=alt.Legend(orient="bottom"),
+                        scale=alt.Scale(domain=[*CLASS_DOMAIN, "host"], range=[*CLASS_COLORS, HOST_COLOR])),
+        tooltip=[alt.Tooltip("name:N"), alt.Tooltip("class:N"), alt.Tooltip("ms:Q", format=",.3f"),
+                 alt.Tooltip("events:Q"), alt.Tooltip("devices:Q"),
+                 alt.Tooltip("share:Q", title="% of the time listed")],
+    ).properties(width=480, height=alt.Step(18))
+    return Figure(chart, {"top": rows})
+
+
+def opcount_chart(report):
+    """Kernels per device per step (CPU and GPU kernels stacked); graph ops per device when there is no trace."""
+    alt = altair()
+    kernels = report.kernels
+    if kernels.available:
+        rows = [{"device": d.device, "kind": kind, "count": round(value / kernels.n_steps, 3)}
+                for d in kernels.devices for kind, value in (("CPU kernels", d.cpu_kernels),
+                                                              ("GPU kernels", d.gpu_kernels))]
+        title, axis = "Kernels per device per step", "kernels per step"
+    else:
+        graph = report.runtime_graph if report.runtime_graph.available else report.user_graph
+        rows = [{"device": device or "(none)", "kind": "graph ops", "count": n}
+                for device, n in graph.by_device.items()]
+        title = "Graph ops per device (" + ("runtime" if graph is report.runtime_graph else "user") + " graph)"
+        axis = "ops"
+    chart = alt.Chart(alt.Data(name="opcount"), title=title).mark_bar().encode(
+        y=alt.Y("device:N", title=None, sort=None),
+        x=alt.X("count:Q", title=axis, stack="zero"),
+        color=alt.Color("kind:N", title=None, legend=alt.Legend(orient="bottom")),
+        tooltip=[alt.Tooltip("device:N"), alt.Tooltip("kind:N"), alt.Tooltip("count:Q", format=",.1f")],
+    ).properties(width=560, height=alt.Step(24))
+    return Figure(chart, {"opcount": rows})
+
+
+def _mode(row: dict) -> str:
+    if row.get("variable_update") == "replicated" and row.get("all_reduce"):
+        return f"replicated, {row['all_reduce']}"
+    return str(row.get("variable_update"))
+
+
+def scaling_chart(rows: list[dict], words: str = "words/s"):
+    """Throughput against devices per variable update (points and lines), with each mode's ideal line.
+
+    ``rows`` are ``scale --json`` rows; ideal = the baseline's words/s x devices / baseline devices.
+    """
+    alt = altair()
+    measured, ideal = [], []
+    for row in rows:
+        mode = _mode(row)
+        measured.append({"mode": mode, "devices": row["devices"], "words_per_second": row["words_per_second"],
+                         "speedup": row["speedup"]})
+    for mode in dict.fromkeys(r["mode"] for r in measured):
+        group = sorted((r for r in measured if r["mode"] == mode), key=lambda r: r["devices"])
+        base = group[0]
+        ideal += [{"mode": mode, "devices": r["devices"],
+                   "ideal": base["words_per_second"] * r["devices"] / base["devices"]} for r in group]
+    counts = sorted({r["devices"] for r in measured})
+    x = alt.X("devices:Q", title="devices", axis=alt.Axis(values=counts, format="d"))
+    color = alt.Color("mode:N", title="variable update", legend=alt.Legend(orient="bottom"))
+    ideal_line = alt.Chart(alt.Data(name="ideal")).mark_line(strokeDash=[6, 4], opacity=0.6).encode(
+        x=x, y=alt.Y("ideal:Q"), color=color,
+        tooltip=[alt.Tooltip("mode:N"), alt.Tooltip("devices:Q"), alt.Tooltip("ideal:Q", format=",.0f")])
+    base = alt.Chart(alt.Data(name="measured")).encode(
+        x=x, y=alt.Y("words_per_second:Q", title=words), color=color,
+        tooltip=[alt.Tooltip("mode:N"), alt.Tooltip("devices:Q"), alt.Tooltip("words_per_second:Q", format=",.0f"),
+                 alt.Tooltip("speedup:Q", format=".2f")])
+    chart = alt.layer(ideal_line, base.mark_line(), base.mark_point(filled=True, size=70)).properties(
+        title=f"{words} against devices (dashed: ideal, linear from the baseline)", width=520, height=300)
+    return Figure(chart, {"measured": measured, "ideal": ideal})
+
+
+def step_times_chart(series: list[tuple[str, list[float], list[float]]], title: str):
+    """Step time per step: ``(label, warm-up seconds, timed seconds)`` per configuration; warm-up marked."""
+    alt = altair()
+    rows = []
+    for label, warmup, timed in series:
+        rows += [{"config": label, "step": k, "phase": "warm-up", "ms": s * 1000.0} for k, s in enumerate(warmup)]
+        rows += [{"config": label, "step": len(warmup) + k, "phase": "timed", "ms": s * 1000.0}
+                 for k, s in enumerate(timed)]
+    chart = alt.Chart(alt.Data(name="step_times"), title=title).mark_point(filled=True).encode(
+        x=alt.X("step:Q", title="step (warm-up first)"),
+        y=alt.Y("ms:Q", title="step time (ms)", scale=alt.Scale(type="log")),
+        color=alt.Color("config:N", title=None, legend=alt.Legend(orient="bottom")),
+        shape=alt.Shape("phase:N", title=None, scale=alt.Scale(domain=["warm-up", "timed"])),
+        tooltip=[alt.Tooltip("config:N"), alt.Tooltip("phase:N"), alt.Tooltip("step:Q"),
+                 alt.Tooltip("ms:Q", format=",.2f")],
+    ).properties(width=520, height=260)
+    return Figure(chart, {"step_times": rows})
+
+
+def comm_chart(comm, per_step: bool = False):
+    """``comm --plot``: time per device, with the per-step bars below when asked for and the trace has steps."""
+    alt = altair()
+    whole = breakdown_chart(comm)
+    if per_step and comm.steps:
+        steps = step_breakdown_chart(comm)
+        return Figure(alt.vconcat(whole.chart, steps.chart), {**whole.datasets, **steps.datasets})
+    return whole

@@ -1,0 +1,232 @@
+"""The HTML report of one run (or of trace files): ``rnnprof report`` renders a ``RunReport`` here.
+
+Sections: the run, throughput, time per device, a timeline of one step, ops, placement. A section
+the input cannot provide says why in its place.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rnnprof.analyzers.run_report import RunReport
+from rnnprof.reports import charts
+from rnnprof.reports.html import Page
+
+_MS = 1000.0
+TOP_TYPES = 15
+
+
+def _ms(us: float) -> str:
+    return f"{us / _MS:,.3f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def run_page(report: RunReport, name: str, notes: list[str]) -> str:
+    page = Page(f"rnnprof report: {name}")
+    page.heading(f"rnnprof report: {name}", 1)
+    page.paragraph(f"input: {report.label} ({report.source_format or 'graph'}, {report.events:,} trace events)", "sub")
+    _run(page, report, notes)
+    _throughput(page, report.manifest)
+    _time(page, report)
+    _timeline(page, report)
+    _ops(page, report)
+    _placement(page, report)
+    return page.render()
+
+
+def _run(page: Page, report: RunReport, notes: list[str]) -> None:
+    page.heading("The run")
+    for note in notes:
+        page.paragraph(f"note: {note}", "note")
+    manifest = report.manifest
+    if manifest is None:
+        page.missing("Configuration and environment",
+                     f"{report.source_format or 'graph'} input carries no run manifest (only rnnprof run "
+                     "directories record configuration, versions and devices)")
+        return
+    machine = manifest.get("machine") if isinstance(manifest.get("machine"), dict) else {}
+    versions = manifest.get("versions") if isinstance(manifest.get("versions"), dict) else {}
+    page.facts([("status", manifest.get("status")), ("created", manifest.get("created")),
+                ("finished", manifest.get("finished")), ("command", " ".join(map(str, manifest.get("command") or []))),
+                ("host", manifest.get("host")), ("CPU cores", machine.get("cpu_count")),
+                ("platform", machine.get("platform")),
+                ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)),
+                ("traced steps", _join(manifest.get("traced_steps"))),
+                ("profiled steps", _join(manifest.get("profiled_steps")))])
+    devices = [d for d in manifest.get("devices") or [] if isinstance(d, dict)]
+    if devices:
+        page.heading("Devices", 3)
+        page.table(["device", "kind"], [[d.get("name"), d.get("kind")] for d in devices])
+        kind = devices[0].get("kind")
+        from rnnprof.analyzers.scale import shared_cores_note
+
+        shared = shared_cores_note(str(kind), machine.get("cpu_count"))
+        if shared:
+            page.paragraph(f"note: {shared}", "note")
+    for title, key in (("Configuration", "config"), ("Session configuration", "session_config")):
+        values = manifest.get(key)
+        if isinstance(values, dict) and values:
+            page.heading(title, 3)
+            page.table(["setting", "value"], [[k, _value(v)] for k, v in values.items()])
+    for key in ("error", "exit_code"):
+        if manifest.get(key) not in (None, ""):
+            page.paragraph(f"{key}: {manifest[key]}", "note")
+
+
+def _join(values) -> str:
+    return ", ".join(map(str, values)) if isinstance(values, list) else ""
+
+
+def _value(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _throughput(page: Page, manifest: dict | None) -> None:
+    page.heading("Throughput")
+    throughput = (manifest or {}).get("throughput")
+    if not isinstance(throughput, dict) or not isinstance(throughput.get("words_per_second"), (int, float)):
+        page.missing("Throughput", "the input holds no measured training steps (rnnprof trace of a built-in "
+                     "workload records them; traces and scripts do not)")
+        return
+    rows = [["timed batches", throughput.get("steps"), throughput.get("words_per_second"),
+             throughput.get("mean_step_seconds"), throughput.get("median_step_seconds"),
+             throughput.get("std_step_seconds")]]
+    with_warmup = throughput.get("with_warmup")
+    if isinstance(with_warmup, dict):
+        rows.append(["warm-up + timed", with_warmup.get("steps"), with_warmup.get("words_per_second"),
+                     with_warmup.get("mean_step_seconds"), with_warmup.get("median_step_seconds"),
+                     with_warmup.get("std_step_seconds")])
+    page.table(["batches", "steps", "words/s", "mean step (s)", "median step (s)", "std (s)"],
+               [[r[0], r[1], *(_number(v) for v in r[2:])] for r in rows], numeric={1, 2, 3, 4, 5},
+               caption=f"words = {throughput.get('words_definition', 'as the workload counts them')}")
+    times = manifest.get("step_times") if isinstance(manifest.get("step_times"), dict) else {}
+    warmup, timed = _seconds(times.get("warmup")), _seconds(times.get("timed"))
+    if warmup or timed:
+        page.chart("step-times", charts.spec(charts.step_times_chart([("this run", warmup, timed)],
+                                                                     "Step times: warm-up, then timed")))
+
+
+def _seconds(values) -> list[float]:
+    return [float(v) for v in values if isinstance(v, (int, float))] if isinstance(values, list) else []
+
+
+def _number(value) -> str:
+    if not isinstance(value, (int, float)):
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.4f}"
+
+
+def _time(page: Page, report: RunReport) -> None:
+    page.heading("Time per device")
+    comm = report.comm
+    if comm is None:
+        page.missing("The compute / communication / idle breakdown", report.comm_reason)
+        return
+    page.paragraph("As rnnprof comm measures it: span = first start to last end of the device's activity; the bars "
+                   "split it into compute alone, compute overlapping communication, communication alone, copies and "
+                   "other work alone, and idle.", "sub")
+    page.table(["device", "basis", "span ms", "busy ms", "idle %", "compute %", "communication %", "memcpy ms",
+                "overlap %"],
+               [[d.device.label, d.basis, _ms(d.total.span_us), _ms(d.total.busy_us),
+                 _pct(d.total.pct(d.total.idle_us)), _pct(d.total.pct(d.total.compute_us)), _pct(d.total.pct(d.total.communication_us)),
+                 _ms(d.total.memcpy_us), _pct(d.total.overlap_pct)] for d in comm.devices],
+               numeric=set(range(2, 9)))
+    page.chart("breakdown", charts.spec(charts.breakdown_chart(comm)))
+    if comm.steps:
+        page.chart("step-breakdown", charts.spec(charts.step_breakdown_chart(comm)))
+        if len(comm.steps) > charts.MAX_STEP_BARS:
+            page.paragraph(f"note: the chart shows the first {charts.MAX_STEP_BARS} of {len(comm.steps)} steps",
+                           "note")
+    else:
+        page.missing("Per-step bars", "the trace has no step markers")
+    if comm.stragglers:
+        shown = comm.stragglers[:20]
+        page.heading("Stragglers", 3)
+        page.table(["step", "devices", "last to finish", "lag vs median ms", "lag vs earliest ms",
+                    "last to start communication", "lag vs earliest ms"],
+                   [[s.step if s.step is not None else "all", s.devices, s.last_to_finish.label,
+                     _ms(s.finish_lag_vs_median_us), _ms(s.finish_lag_vs_earliest_us),
+                     s.last_comm_start.label if s.last_comm_start else "-",
+                     _ms(s.comm_start_lag_vs_earliest_us) if s.comm_start_lag_vs_earliest_us is not None else "-"]
+                    for s in shown], numeric={1, 3, 4, 6},
+                   caption=(f"first {len(shown)} of {len(comm.stragglers)}" if len(comm.stragglers) > len(shown)
+                            else ""))
+
+
+def _timeline(page: Page, report: RunReport) -> None:
+    page.heading("Timeline of one step")
+    timeline = report.timeline
+    if timeline is None:
+        page.missing("The timeline", report.timeline_reason)
+        return
+    what = (f"step {timeline.step}, the step of median length among {timeline.steps_seen} steps"
+            if timeline.step is not None else "the whole trace (no step markers)")
+    page.paragraph(f"{what}: {timeline.events:,} device events over {_ms(timeline.span_us)} ms; scroll to zoom, "
+                   "drag to pan, hover for names.", "sub")
+    if timeline.note:
+        page.paragraph(f"note: {timeline.note}", "note")
+    page.chart("timeline", charts.spec(charts.timeline_chart(timeline)))
+
+
+def _ops(page: Page, report: RunReport) -> None:
+    page.heading("Ops")
+    counts = report.opcount
+    kernels = counts.kernels
+    page.heading("Kernels per device per step", 3)
+    if kernels.available:
+        page.table(["device", "CPU kernels", "GPU kernels", "GPU launches", "copies", "outside steps"],
+                   [[d.device, f"{kernels.per_step(d.cpu_kernels):,.1f}", f"{kernels.per_step(d.gpu_kernels):,.1f}",
+                     f"{kernels.per_step(d.gpu_launches):,.1f}", f"{kernels.per_step(d.copies):,.1f}", d.outside_steps]
+                    for d in kernels.devices], numeric={1, 2, 3, 4, 5},
+                   caption=f"per step over {kernels.n_steps} step(s); launches and copies are not kernels")
+    else:
+        page.missing("Kernel counts", kernels.reason)
+    if kernels.available or counts.runtime_graph.available or counts.user_graph.available:
+        page.chart("opcount", charts.spec(charts.opcount_chart(counts)))
+    for title, graph in (("User graph", counts.user_graph), ("Runtime graph", counts.runtime_graph)):
+        page.heading(f"{title} ops", 3)
+        if not graph.available:
+            page.missing(f"The {title.lower()}", graph.reason)
+            continue
+        page.paragraph(f"{graph.total:,} ops: {graph.top_level:,} top-level, {graph.in_functions:,} in function "
+                       "bodies", "sub")
+        page.table(["device", "ops"], [[device or "(none)", n] for device, n in graph.by_device.items()], numeric={1})
+        top = sorted(graph.by_type.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_TYPES]
+        page.table(["op type", "ops"], [[t, n] for t, n in top], numeric={1}, clip={0},
+                   caption=f"the {len(top)} most common of {len(graph.by_type)} op types")
+    for title, entries in (("Top kernels and device ops by time", report.top_device),
+                           ("Top host operators by time", report.top_host)):
+        page.heading(title, 3)
+        if not entries:
+            page.missing(title, report.top_reason or "none in this input")
+            continue
+        page.table(["name", "class", "events", "devices", "total ms", "share %"],
+                   [[e.name, e.cls, e.events, e.devices, _ms(e.total_us), f"{100 * e.share:.1f}"] for e in entries],
+                   numeric={2, 3, 4, 5}, clip={0})
+        name = "top-device" if entries is report.top_device else "top-host"
+        page.chart(name, charts.spec(charts.top_chart(entries, title)))
+
+
+def _placement(page: Page, report: RunReport) -> None:
+    page.heading("Placement findings")
+    result = report.placement
+    if result is None:
+        page.missing("The placement audit", report.placement_reason)
+        return
+    if result.findings:
+        page.table(["severity", "rule", "finding", "devices", "evidence", "cost per step", "fix"],
+                   [[f.severity.label, f.rule_id, f.title, ", ".join(f.devices), _evidence(f.evidence),
+                     "-" if f.cost_us_per_step is None else f"{f.cost_us_per_step:,.1f} µs ({f.cost_basis})",
+                     f.fix] for f in result.findings])
+    else:
+        page.paragraph("No placement problem found.")
+    page.paragraph(f"Rules checked: {', '.join(result.checked) or 'none'}.", "sub")
+    if result.not_checked:
+        page.table(["rule not checked", "why"], [[n.rule_id, n.reason] for n in result.not_checked])
+
+
+def _evidence(evidence: dict) -> str:
+    return "; ".join(f"{k}: {_value(v)}" for k, v in evidence.items())[:600]
