@@ -287,3 +287,47 @@ def test_view_refuses_a_torch_run_in_one_line_saying_what_opens_it(run, capsys):
     captured = capsys.readouterr()
     assert code == 2 and captured.out == "" and len(captured.err.strip().splitlines()) == 1
     assert "PyTorch run" in captured.err and "Perfetto" in captured.err and "rank<r>.json.gz" in captured.err
+
+
+@pytest.mark.slow
+def test_placement_audit_says_which_rules_apply_to_the_torch_run_and_measures_cpu_ranks_as_comm_does(run):
+    from test_torch_gloo import raw_figures
+
+    from rnnprof.analyzers.placement import RULES
+
+    # threshold 0: any spread is a finding, so its per-rank figures are shown
+    code, text = run_cli("placement-audit", run, "--json", "--imbalance-threshold", "0", "--fail-on", "never")
+    assert code == 0, text
+    document = json.loads(text)
+    assert document["framework"] == "pytorch" and document["rules_checked"] == ["PA004-device-imbalance"]
+    not_applicable = {n["rule"]: n["reason"] for n in document["rules_not_applicable"]}
+    assert set(not_applicable) == {r.id for r in RULES} - {"PA004-device-imbalance"}
+    assert "inter-op pool" in not_applicable["PA006-inter-op-threads"]  # not TF's threads read off the config
+    (finding,) = document["findings"]
+    assert "host operator time" in finding["evidence"]["busy_measure"] and "not kernel time" in finding["cost_basis"]
+    assert "PA002" not in finding["fix"]  # no TF rule is offered as the way out
+    for rank, path in enumerate(rank_traces(run)):
+        events = raw_events(path)
+        # a rank's busy time per step: its operators' time outside its thread's collectives, as comm's compute
+        expected = sum(raw_figures(events, step)["compute_us"] for step in WINDOW) / len(WINDOW)
+        assert finding["evidence"]["busy_us_per_step"][f"rank{rank}/cpu:0"] == pytest.approx(expected, abs=0.1)
+    code, text = run_cli("placement-audit", run, "--fail-on", "never")
+    flat = " ".join(text.split())
+    assert code == 0 and "Does not apply to a PyTorch run" in flat and "Rules checked: PA004." in flat
+    assert "PA006-inter-op-threads: there is no TensorFlow inter-op pool" in flat
+
+
+def test_imbalance_of_cpu_ranks_leaves_out_operator_time_spent_waiting_in_collectives():
+    # DDP's gradient hook (an operator) waits inside c10d::allreduce_ on its thread: that wait is not busy time
+    from test_torch_gloo import RANKS, STEP as GLOO_STEP, raw_figures
+
+    from rnnprof.analyzers.placement import AuditInput
+    from rnnprof.analyzers.placement.imbalance import check
+    from rnnprof.profiler.loaders import load_events
+
+    (finding,) = check(AuditInput(events=load_events(RANKS)), threshold=0.0)
+    for rank, path in enumerate(RANKS):
+        events = raw_events(path)
+        steps = sorted(int(GLOO_STEP.match(e["name"]).group(1)) for e in events if GLOO_STEP.match(e["name"]))
+        expected = sum(raw_figures(events, step)["compute_us"] for step in steps) / len(steps)
+        assert finding.evidence["busy_us_per_step"][f"rank{rank}/cpu:0"] == pytest.approx(expected, abs=0.1)
