@@ -10,6 +10,7 @@
       graphs/partitions/<k>_<device>.pb [.pbtxt]  partition graphs: assigned devices
       graphs/functions/<function>/...             TF2 function graphs (pre-optimization and partitions)
       critical-path.trace.json                    written by ``rnnprof critical-path``: the path as a Chrome trace
+      torch/rank<r>.json.gz                       PyTorch runs: rank r's Kineto trace of its captured window
 
 Chrome trace schema (``timelines/*.trace.json.gz``): ``{"traceEvents": [...], "displayTimeUnit": "ms",
 "otherData": {"producer": "rnnprof", "version": 1, "step": N}}``. One process per device, whose
@@ -35,6 +36,11 @@ a neighbouring op touches it.
 Steps: ``traced_steps`` in the manifest are the steps run with FULL_TRACE (timelines, RunMetadata);
 ``profiled_steps`` are the later steps recorded by tf.profiler (the two cannot run at once). Step
 numbers count every step the run executed, warm-up included, from 0.
+
+PyTorch runs (``"framework": "torch"`` in the manifest) hold no timelines, graphs or XSpaces: each rank writes
+its ``torch.profiler`` trace, ``ProfilerStep#N`` ranges marking its steps N (counted from 0 like TF steps), to
+``torch/rank<r>.json.gz`` (``capture.torch_profiler.TorchCapture``); the manifest lists them under
+``captured["kineto"]`` and the per-rank facts under ``ranks``.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ GRAPH_FILE = "graph.pb"
 PARTITIONS_DIR = "partitions"
 FUNCTIONS_DIR = "functions"
 CRITICAL_PATH_OVERLAY = "critical-path.trace.json"
+TORCH_TRACES_DIR = "torch"
 STATUS_COMPLETE = "complete"
 STATUS_INTERRUPTED = "interrupted"
 STATUS_RUNNING = "running"
@@ -60,6 +67,11 @@ STATUS_RUNNING = "running"
 
 def timeline_name(step: int) -> str:
     return f"step-{step}.trace.json.gz"
+
+
+def torch_trace_name(rank: int) -> str:
+    """Rank ``rank``'s Kineto trace in ``TORCH_TRACES_DIR``."""
+    return f"rank{rank}.json.gz"
 
 
 def run_metadata_name(step: int) -> str:

@@ -31,9 +31,10 @@ _ARTIFACTS = (
     ("graphs", f"{rundir.GRAPHS_DIR}/**/*.pb"),
     ("graphs", f"{rundir.GRAPHS_DIR}/**/*.pbtxt"),
     ("xplane", f"{rundir.PROFILE_DIR.as_posix()}/*/*.xplane.pb"),
+    ("kineto", f"{rundir.TORCH_TRACES_DIR}/*.json.gz"),
 )
 _OWN_ENTRIES = (rundir.MANIFEST, "plugins", rundir.TIMELINES_DIR, rundir.RUN_METADATA_DIR, rundir.GRAPHS_DIR,
-                rundir.CRITICAL_PATH_OVERLAY)
+                rundir.CRITICAL_PATH_OVERLAY, rundir.TORCH_TRACES_DIR)
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -69,7 +70,7 @@ def prepare_out_dir(path: str | Path, force: bool = False) -> Path:
     """Create the run directory, refusing one that holds anything unless ``force``.
 
     With ``force`` only what rnnprof writes (manifest, plugins, timelines, run_metadata,
-    graphs, the critical-path overlay) is removed; anything else the user keeps there is left alone.
+    graphs, torch, the critical-path overlay) is removed; anything else the user keeps there is left alone.
     """
     out = check_out_dir(path, force)
     if out.is_dir() and any(out.iterdir()):
@@ -157,8 +158,9 @@ class RunWriter:
 
     def _add(self, kind: str, path: Path) -> str:
         rel = self.rel(path)
-        if rel not in self.manifest["captured"][kind]:
-            self.manifest["captured"][kind].append(rel)
+        listed = self.manifest["captured"].setdefault(kind, [])  # "kineto" only in PyTorch runs
+        if rel not in listed:
+            listed.append(rel)
         return rel
 
     def save_manifest(self) -> None:
@@ -190,6 +192,11 @@ class RunWriter:
                     self._add(kind, path)
 
     # -- artifacts -------------------------------------------------------------------------------
+
+    def add_torch_traces(self) -> list[str]:
+        """List the ranks' Kineto traces in place (each rank wrote its own); saved by the caller."""
+        return [self._add("kineto", p) for p in sorted((self.path / rundir.TORCH_TRACES_DIR).glob("*.json.gz"))
+                if p.is_file() and not p.name.startswith(".")]
 
     def write_graph(self, graph_def, rel_dir: str = rundir.GRAPHS_DIR, name: str = "graph") -> list[str]:
         """A GraphDef as ``<name>.pb`` plus ``<name>.pbtxt`` when small enough to read."""
