@@ -56,6 +56,7 @@ class TorchScriptCapture:
         self._handles: list = []
         self._backend: str | None = None
         self._facts: dict = {}
+        self._window_done = False  # the window was written: no profiler again
         self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -127,7 +128,7 @@ class TorchScriptCapture:
             self._step_done()
 
     def _begin(self) -> None:
-        if self._closed:
+        if self._closed or self._window_done:
             return
         from rnnprof.profiler.capture.torch_profiler import TorchCapture
 
@@ -149,6 +150,7 @@ class TorchScriptCapture:
             handle.remove()
         self._handles.clear()
         if self._profiler is not None:
+            self._window_done = True
             self._facts = self._profiler.close()
             self._profiler = None
             self._open = False
