@@ -249,3 +249,20 @@ def test_capture_api_in_torch_code_records_optimizer_steps(tmp_path):
 
     hooks = [*_global_optimizer_pre_hooks.values(), *_global_optimizer_post_hooks.values()]
     assert not any(getattr(h, "__self__", None) is cap for h in hooks)  # removed after the window
+
+
+@pytest.mark.slow
+def test_a_script_naming_neither_framework_is_captured_when_torch_is_imported(tmp_path):
+    (tmp_path / "trainlib.py").write_text(
+        "import torch\n\n\ndef train(steps):\n    model = torch.nn.Linear(4, 4)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    for _ in range(steps):\n"
+        "        model(torch.randn(2, 4)).sum().backward()\n        optimizer.step()\n")
+    script = tmp_path / "main.py"
+    script.write_text("import trainlib\n\ntrainlib.train(6)\n")
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--steps", "2", "--",
+                           sys.executable, str(script)], env=env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = manifest(run)
+    assert m["framework"] == "torch" and m["ranks"][0]["steps"] == [1, 2]
+    assert sorted(markers(raw_events(run / "torch" / "rank0.json.gz"))) == [1, 2]
