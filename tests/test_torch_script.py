@@ -252,8 +252,11 @@ def test_capture_api_in_torch_code_records_optimizer_steps(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_script_naming_neither_framework_is_captured_when_torch_is_imported(tmp_path):
-    (tmp_path / "trainlib.py").write_text(
+def test_a_script_that_gets_torch_from_a_module_elsewhere_is_captured_as_pytorch(tmp_path):
+    """The script names neither framework: TensorFlow's capture starts, then gives way as torch is imported."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "trainlib.py").write_text(
         "import torch\n\n\ndef train(steps):\n    model = torch.nn.Linear(4, 4)\n"
         "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    for _ in range(steps):\n"
         "        model(torch.randn(2, 4)).sum().backward()\n        optimizer.step()\n")
@@ -261,8 +264,9 @@ def test_a_script_naming_neither_framework_is_captured_when_torch_is_imported(tm
     script.write_text("import trainlib\n\ntrainlib.train(6)\n")
     run = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--steps", "2", "--",
-                           sys.executable, str(script)], env=env(), capture_output=True, text=True, timeout=300)
+                           sys.executable, str(script)], env={**env(), "PYTHONPATH": f"{env()['PYTHONPATH']}:{lib}"},
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     m = manifest(run)
-    assert m["framework"] == "torch" and m["ranks"][0]["steps"] == [1, 2]
+    assert m["status"] == "complete" and m["framework"] == "torch" and m["ranks"][0]["steps"] == [1, 2]
     assert sorted(markers(raw_events(run / "torch" / "rank0.json.gz"))) == [1, 2]

@@ -77,6 +77,17 @@ def test_the_framework_is_read_from_the_scripts_imports(tmp_path, source, framew
     assert script_framework([str(path)]) == framework
 
 
+def test_the_scripts_own_modules_are_read_too(tmp_path):
+    (tmp_path / "model.py").write_text("import torch.nn\n")
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "helpers" / "__init__.py").write_text("import model\n")
+    (tmp_path / "loop.py").write_text("import loop\nimport helpers\n")  # imports itself: read once
+    (tmp_path / "s.py").write_text("import os\nimport loop\n")
+    assert script_framework([str(tmp_path / "s.py")]) == "torch"
+    (tmp_path / "model.py").write_text("import numpy\n")
+    assert script_framework([str(tmp_path / "s.py")]) is None
+
+
 def test_a_module_is_read_from_its_file(tmp_path, monkeypatch):
     (tmp_path / "pkg_under_test").mkdir()
     (tmp_path / "pkg_under_test" / "__init__.py").write_text("")

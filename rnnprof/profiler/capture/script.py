@@ -164,9 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _capture_torch(settings, argv)
         if framework == TENSORFLOW and settings.get("torchrun"):
             return _refuse_rank(settings, "rnnprof captures a TensorFlow script run by `-- python`, not by torchrun")
-        if framework == TENSORFLOW:
-            return _capture_tensorflow(settings, argv)
-        return _capture_whichever(settings, argv)
+        return _capture_tensorflow(settings, argv, watch_torch=framework is None)
 
 
 TORCH, TENSORFLOW = "torch", "tensorflow"
@@ -174,12 +172,10 @@ _FRAMEWORK_OF = {"torch": TORCH, "tensorflow": TENSORFLOW, "keras": TENSORFLOW}
 
 
 def script_framework(argv: list[str]) -> str | None:
-    """"torch" or "tensorflow" by the script's own import statements (anywhere in it), None if it names neither.
-
-    A script importing both is taken for TensorFlow, as before torch capture existed.
+    """"torch" or "tensorflow" by the import statements of the script and of the modules it imports from
+    its own folder; None if they name neither. A file importing both is taken for TensorFlow, as before
+    torch capture existed.
     """
-    import ast
-
     if argv and argv[0] == "-m":
         import importlib.util
 
@@ -190,32 +186,54 @@ def script_framework(argv: list[str]) -> str | None:
         path = getattr(spec, "origin", None)
     else:
         path = argv[0] if argv else None
+    return _framework_of(Path(path), Path(path).parent, set()) if path else None
+
+
+_LOCAL_MODULES = 50  # at most this many of the script's own modules are read
+
+
+def _framework_of(path: Path, folder: Path, seen: set) -> str | None:
+    """The framework ``path`` imports, itself or through the modules it imports from ``folder``."""
+    import ast
+
+    seen.add(path.resolve())
     try:
-        tree = ast.parse(Path(path).read_bytes())
-    except (OSError, SyntaxError, ValueError, TypeError):
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
         return None  # the script's own error shows when it runs
-    found = set()
+    names = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(_FRAMEWORK_OF.get(alias.name.split(".")[0]) for alias in node.names)
+            names += [alias.name.split(".")[0] for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(_FRAMEWORK_OF.get(node.module.split(".")[0]))
-    return TENSORFLOW if TENSORFLOW in found else TORCH if TORCH in found else None
+            names.append(node.module.split(".")[0])
+    found = {_FRAMEWORK_OF.get(name) for name in names}
+    if TENSORFLOW in found or TORCH in found:
+        return TENSORFLOW if TENSORFLOW in found else TORCH
+    for name in dict.fromkeys(names):
+        for local in (folder / f"{name}.py", folder / name / "__init__.py"):
+            if local.is_file() and local.resolve() not in seen and len(seen) < _LOCAL_MODULES:
+                framework = _framework_of(local, folder, seen)
+                if framework:
+                    return framework
+    return None
 
 
-def _capture_tensorflow(settings: dict, argv: list[str]) -> int:
+def _capture_tensorflow(settings: dict, argv: list[str], watch_torch: bool = False) -> int:
+    """TensorFlow's capture; with ``watch_torch`` (the script names neither framework) it gives way to
+    torch's if the script imports torch before TensorFlow ran a step."""
     command = settings.get("command") or argv
     # The parent prepared the directory; the writer exists before TensorFlow so a failed import is recorded.
     writer = RunWriter(settings["out"], command=command, force=True, config={"script": command})
     try:
-        return _capture(writer, settings, argv)
+        return _capture(writer, settings, argv, watch_torch)
     except KeyboardInterrupt:  # before the script started: TensorFlow was still loading
         ignore_interrupts()
         writer.finish(rundir.STATUS_INTERRUPTED)
         return 130
 
 
-def _capture(writer: RunWriter, settings: dict, argv: list[str]) -> int:
+def _capture(writer: RunWriter, settings: dict, argv: list[str], watch_torch: bool = False) -> int:
     """Run the script under a capture that writes through ``writer``; returns its exit code."""
     try:
         import tensorflow  # noqa: F401  hooks go on TF's classes before the script builds anything
@@ -225,14 +243,30 @@ def _capture(writer: RunWriter, settings: dict, argv: list[str]) -> int:
                                     f"Python that has it, e.g. `-- {hint} {' '.join(argv)}`")
         writer.finish(rundir.STATUS_INTERRUPTED)
         return NO_TENSORFLOW
-    cap = _tensorflow_capture(settings, writer)
+    caps = [_tensorflow_capture(settings, writer)]
+    cancel = lambda: None  # noqa: E731
+    if watch_torch:
+        from rnnprof.profiler.capture.imports import when_imported
+
+        cancel = when_imported("torch", lambda module: _switch_to_torch(caps, settings))
     status, code, error = rundir.STATUS_COMPLETE, 0, None
     try:
         status, code, error = _run(argv)
     finally:
         ignore_interrupts()  # closing writes the window's files; rnnprof kills a child that takes too long
-        _close(cap, status, code, error)
+        cancel()
+        _close(caps[-1], status, code, error)
     return code
+
+
+def _switch_to_torch(caps: list, settings: dict) -> None:
+    """torch was imported before TensorFlow ran a step: the run is a PyTorch one after all."""
+    tensorflow = caps[-1]
+    if tensorflow._seen_steps:
+        return
+    tensorflow.close(rundir.STATUS_RUNNING)
+    (Path(settings["out"]) / rundir.MANIFEST).unlink(missing_ok=True)  # the ranks' manifest replaces it
+    caps.append(_torch_capture(settings))
 
 
 def _tensorflow_capture(settings: dict, writer: RunWriter):
@@ -272,42 +306,6 @@ def _capture_torch(settings: dict, argv: list[str]) -> int:
             _close(cap, status, code, error)
         elif status == rundir.STATUS_INTERRUPTED:
             _rank_record(settings, status, code, None, stopped=True)
-    return code
-
-
-def _capture_whichever(settings: dict, argv: list[str]) -> int:
-    """The script names neither framework: the capture starts as the first of them is imported."""
-    from rnnprof.profiler.capture.imports import when_imported
-
-    started, cancels = [], []
-
-    def start(make):
-        def on_import(module):
-            for cancel in cancels:
-                cancel()
-            if not started:
-                started.append(make())
-        return on_import
-
-    command = settings.get("command") or argv
-    cancels.append(when_imported("torch", start(lambda: _torch_capture(settings))))
-    cancels.append(when_imported("tensorflow", start(lambda: _tensorflow_capture(
-        settings, RunWriter(settings["out"], command=command, force=True, config={"script": command})))))
-    status, code, error = rundir.STATUS_COMPLETE, 0, None
-    try:
-        status, code, error = _run(argv)
-    finally:
-        ignore_interrupts()
-        for cancel in cancels:
-            cancel()
-        if started:
-            _close(started[0], status, code, error)
-        else:  # nothing to capture: the run says so (steps_seen 0)
-            writer = RunWriter(settings["out"], command=command, force=True, config={"script": command})
-            writer.manifest["steps_seen"] = 0
-            if error:
-                writer.manifest["error"] = error
-            writer.finish(status)
     return code
 
 
