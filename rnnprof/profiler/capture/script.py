@@ -3,8 +3,9 @@
 
 The script runs in a child Python process started as ``python -m rnnprof.profiler.capture.script``
 (``capture.launch`` says how that bootstrap becomes every rank's program under torchrun). The bootstrap
-decides the framework by what the script imports (its own ``import`` statements; where it names neither
-TensorFlow nor torch, the first of the two that gets imported while it runs, through ``capture.imports``),
+decides the framework by what the script imports (the ``import`` statements of the script and of the modules
+it imports from its own folder; where they name neither, TensorFlow's capture, which gives way to torch's if
+torch is imported before a TensorFlow step, through ``capture.imports``),
 opens the capture (TensorFlow: a ``Capture``, hooks on ``Session.run`` and ``tf.function``; torch: a
 ``TorchScriptCapture``, the global optimizer step hooks), then runs the script with ``runpy`` as
 ``__main__``. TensorFlow scripts run as one process; torch ranks each record themselves (``capture.ranks``).
