@@ -125,3 +125,12 @@ def test_when_imported_can_be_cancelled(tmp_path, monkeypatch):
     finally:
         sys.modules.pop("unwatched_mod", None)
     assert seen == []
+
+
+def test_delay_is_refused_for_torchrun_before_anything_runs(tmp_path, script, capsys):
+    code = main(["trace", "--out", str(tmp_path / "run"), "--delay", "2", "--", TORCHRUN, script])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().splitlines() == [
+        "rnnprof trace: error: --delay applies to TensorFlow scripts; a PyTorch script's window is set by "
+        "--skip-steps and --steps"]
+    assert not (tmp_path / "run").exists()

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Sequence
 
 import rnnprof
+from rnnprof.errors import InputError, UsageError
 from rnnprof.profiler import rundir
-from rnnprof.errors import InputError
 from rnnprof.profiler.capture import ranks
 from rnnprof.profiler.capture.interrupt import Terminated, ignore_interrupts, terminate_as_interrupt
 from rnnprof.profiler.rundir.manifest import new_manifest, read_manifest
@@ -43,6 +43,7 @@ from rnnprof.profiler.rundir.writer import RunWriter, atomic_write_json, prepare
 ENV = "RNNPROF_CAPTURE"
 STOP_GRACE_S = 30  # how long an interrupted script may take to close its capture before it is killed
 _PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
+_NO_DELAY = "--delay applies to TensorFlow scripts; a PyTorch script's window is set by --skip-steps and --steps"
 NO_TENSORFLOW = 2  # the child's exit code when its Python has no TensorFlow (rnnprof's error, not the script's)
 
 
@@ -50,6 +51,8 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
                delay: float = 0.0, force: bool = False) -> int:
     """Run ``command`` under capture into ``out_dir``; returns the script's exit code."""
     launch = launch_command(command)
+    if launch.torchrun and delay:
+        raise UsageError(_NO_DELAY)
     out = prepare_out_dir(out_dir, force=force)
     atomic_write_json(out / rundir.MANIFEST, new_manifest(list(command), {"script": list(command)}))
     env = dict(os.environ)
@@ -287,8 +290,7 @@ def _torch_capture(settings: dict):
 
 def _capture_torch(settings: dict, argv: list[str]) -> int:
     if settings.get("delay"):
-        return _refuse_rank(settings, "--delay applies to TensorFlow scripts; a PyTorch script's window is set "
-                                      "by --skip-steps and --steps")
+        return _refuse_rank(settings, _NO_DELAY)
     cap, status, code, error = None, rundir.STATUS_COMPLETE, 0, None
     try:
         try:
@@ -350,8 +352,7 @@ def _close(cap, status: str, code: int, error: str | None) -> None:
 
 
 def _refuse_rank(settings: dict, reason: str) -> int:
-    """A rank that cannot run its script under capture says why in its record; exit code 2."""
-    print(f"rnnprof: {reason}", file=sys.stderr)
+    """A rank that cannot run its script under capture says why in its record (rnnprof prints it); exit code 2."""
     _rank_record(settings, rundir.STATUS_INTERRUPTED, NO_TENSORFLOW, reason)
     return NO_TENSORFLOW
 
