@@ -57,12 +57,12 @@ def read_records(run_dir: str | Path) -> list[dict]:
 def _locked(run_dir: Path):
     lock = run_dir / rundir.TORCH_TRACES_DIR / ".lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)  # an empty file, only ever locked
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def combine(run_dir: str | Path, command=None, exit_code: int | None = None) -> dict:
