@@ -158,7 +158,8 @@ def test_bad_torch_flags_are_refused_in_one_line_before_torch_is_imported():
         "cases = json.loads(sys.argv[1])\n"
         "codes = [main(['scale', '--framework', 'torch', *argv]) for argv, _ in cases]\n"
         "codes.append(main(['scale', '--model', 'rnnlm', '--bucket-cap-mb', '10']))\n"
-        "codes.append(main(['trace', '--framework', 'torch', '--model', 'rnnlm']))\n"
+        "codes.append(main(['trace', '--framework', 'torch', '--model', 'rnnlm', '--variable-update', "
+        "'parameter_server']))\n"
         "print(json.dumps([codes, 'torch' in sys.modules, 'tensorflow' in sys.modules]))\n")
     out = subprocess.run([sys.executable, "-c", script, json.dumps(_REFUSALS)], capture_output=True, text=True,
                          timeout=120)
@@ -170,7 +171,7 @@ def test_bad_torch_flags_are_refused_in_one_line_before_torch_is_imported():
     for line, (_, message) in zip(lines, _REFUSALS):
         assert message in line
     assert "--bucket-cap-mb applies to --framework torch" in lines[-2]
-    assert "--framework torch is for rnnprof scale" in lines[-1]
+    assert "--variable-update parameter_server applies to --framework tensorflow" in lines[-1]
 
 
 def test_without_torch_the_command_says_how_to_install_it():

@@ -82,3 +82,252 @@ def test_a_window_needs_a_step():
 
     with pytest.raises(ValueError, match="steps >= 1"):
         TorchCapture("unused", steps=0)
+
+
+# -- rnnprof trace --framework torch: one 2-rank capture of the small preset, read by every test below -------------
+
+WARMUP, BATCHES, TRACE_STEPS = 1, 2, 2
+WINDOW = [WARMUP + BATCHES + k for k in range(TRACE_STEPS)]  # steps count from 0, warm-up included
+COLLECTIVE = re.compile(r"^(c10d::\w+|gloo:\w+|record_param_comms)$")
+TRACE_ARGS = ["trace", "--framework", "torch", "--model", "rnnlm", "--preset", "small", "--devices", "2",
+              "--warmup", str(WARMUP), "--batches", str(BATCHES), "--trace-steps", str(TRACE_STEPS)]
+
+
+def run_cli(*argv, width=200):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from rnnprof.cli import main
+
+    buffer = StringIO()
+    code = main([str(a) for a in argv], console=Console(file=buffer, width=width))
+    return code, buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("torch-trace") / "run"
+    code, text = run_cli(*TRACE_ARGS, "--out", out)
+    assert code == 0, text
+    assert f"run directory: {out}" in " ".join(text.split()) and "2 rank traces" in text
+    return out
+
+
+@pytest.fixture(scope="module")
+def manifest(run):
+    return json.loads((run / "manifest.json").read_text())
+
+
+def rank_traces(run):
+    return [run / "torch" / f"rank{r}.json.gz" for r in range(2)]
+
+
+@pytest.mark.slow
+def test_one_kineto_trace_per_rank_with_step_markers_and_phase_ranges(run):
+    assert sorted(p.name for p in (run / "torch").iterdir()) == ["rank0.json.gz", "rank1.json.gz"]
+    for rank, path in enumerate(rank_traces(run)):
+        with gzip.open(path, "rt") as f:
+            document = json.load(f)
+        info = document["distributedInfo"]
+        assert (info["rank"], info["world_size"], info["backend"]) == (rank, 2, "gloo")
+        events = [e for e in document["traceEvents"] if e.get("ph") == "X"]
+        markers = {int(STEP.match(e["name"]).group(1)): (e["ts"], e["ts"] + e["dur"])
+                   for e in events if STEP.match(e["name"])}
+        assert sorted(markers) == WINDOW
+        phases = {name: spans(events, name) for name in ("forward", "backward", "optimizer")}
+        for step, (start, end) in markers.items():
+            inside = {name: [s for s in ranges if start <= s[0] and s[1] <= end] for name, ranges in phases.items()}
+            assert all(len(found) == 1 for found in inside.values()), (step, inside)
+            forward, backward, optimizer = (inside[n][0] for n in ("forward", "backward", "optimizer"))
+            assert forward[1] <= backward[0] and backward[1] <= optimizer[0]  # in this order, not overlapping
+        # DDP all-reduces the gradients during backward: every c10d::allreduce_ lies in a backward range
+        allreduces = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == "c10d::allreduce_"]
+        assert len(allreduces) >= TRACE_STEPS
+        assert all(any(a <= s and e <= b for a, b in phases["backward"]) for s, e in allreduces)
+        assert any(e["args"].get("Input Dims") for e in events if e["name"] == "aten::mm")  # record_shapes
+
+
+@pytest.mark.slow
+def test_the_manifest_names_the_ranks_their_files_and_throughput(run, manifest):
+    assert manifest["status"] == "complete" and manifest["framework"] == "torch"
+    assert (manifest["world_size"], manifest["backend"], manifest["device_kind"]) == (2, "gloo", "cpu-processes")
+    assert manifest["captured"]["kineto"] == ["torch/rank0.json.gz", "torch/rank1.json.gz"]
+    assert manifest["profiled_steps"] == WINDOW and manifest["traced_steps"] == []
+    config = manifest["config"]
+    assert config["framework"] == "torch" and config["devices"] == 2 and config["preset"] == "small"
+    words_per_rank_step = config["batch_size"] * config["src_max_len"]  # every target token of a window is a word
+    assert [r["rank"] for r in manifest["ranks"]] == [0, 1]
+    for rank in manifest["ranks"]:
+        assert (run / rank["trace"]).is_file() and rank["steps"] == WINDOW
+        assert rank["throughput"]["words"] == BATCHES * words_per_rank_step
+        assert rank["throughput"]["words_per_second"] == pytest.approx(
+            rank["throughput"]["words"] / rank["throughput"]["total_seconds"])
+        assert rank["flops"]["by_op"]["aten::mm"] > 0 and len(rank["traced_step_seconds"]) == TRACE_STEPS
+    combined = manifest["throughput"]
+    assert combined["words"] == 2 * BATCHES * words_per_rank_step and combined["steps"] == BATCHES
+    # a step ends with its slowest rank: the run's time is at least each rank's own
+    assert all(combined["total_seconds"] >= r["throughput"]["total_seconds"] - 1e-9 for r in manifest["ranks"])
+    assert combined["total_seconds"] == pytest.approx(sum(manifest["step_times"]["timed"]))
+    assert len(manifest["step_times"]["warmup"]) == WARMUP and len(manifest["step_times"]["timed"]) == BATCHES
+
+
+HTA_SCRIPT = """
+import json, re, sys, warnings
+warnings.simplefilter("ignore")
+from hta.trace_analysis import TraceAnalysis
+analysis = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
+symbols = analysis.t.symbol_table.get_sym_table()
+found = {}
+for rank, frame in analysis.t.traces.items():
+    names = frame["name"].map(lambda code: symbols[code])
+    steps = sorted(int(n.split("#")[1]) for n in set(names) if n.startswith("ProfilerStep#"))
+    found[int(rank)] = {"steps": steps, "collectives": int(names.str.match(sys.argv[2]).sum())}
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.slow
+def test_holistictraceanalysis_parses_the_rank_traces(run):
+    import subprocess
+    import sys
+
+    # HTA parses ranks in a fork pool: in a fresh interpreter (see test_torch_gloo)
+    done = subprocess.run([sys.executable, "-c", HTA_SCRIPT, str(run / "torch"), COLLECTIVE.pattern],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = {int(k): v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    assert sorted(found) == [0, 1]
+    for rank, path in enumerate(rank_traces(run)):
+        raw = sum(1 for e in raw_events(path) if COLLECTIVE.match(e["name"]))
+        assert found[rank] == {"steps": WINDOW, "collectives": raw} and raw > 0
+
+
+@pytest.mark.slow
+def test_comm_reads_the_run_both_ranks_per_step_and_stragglers(run):
+    from test_torch_gloo import raw_figures
+
+    code, text = run_cli("comm", run, "--json", "--per-step")
+    assert code == 0, text
+    document = json.loads(text)
+    assert [d["device"] for d in document["devices"]] == ["rank0/cpu:0", "rank1/cpu:0"]
+    assert document["steps"] == WINDOW
+    for rank, device in enumerate(document["devices"]):
+        events = raw_events(rank_traces(run)[rank])
+        assert device["total"]["communication_us"] == pytest.approx(raw_figures(events)["communication_us"],
+                                                                    abs=0.01)
+        assert sorted(map(int, device["steps"])) == WINDOW
+        for step in WINDOW:
+            assert device["steps"][str(step)]["communication_us"] > 0
+    assert [s["step"] for s in document["stragglers"]] == WINDOW
+    code, text = run_cli("comm", run)
+    assert code == 0 and "stragglers" in text and "host operators" in " ".join(text.split())
+
+
+@pytest.mark.slow
+def test_count_ops_counts_aten_ops_per_rank_as_the_raw_json_does(run):
+    code, text = run_cli("count-ops", run, "--json", "--by", "type")
+    assert code == 0, text
+    by_device = json.loads(text)["kernels"]["by_device_type"]
+    assert sorted(by_device) == ["rank0/cpu:0", "rank1/cpu:0"]
+    for rank, path in enumerate(rank_traces(run)):
+        events = raw_events(path)
+        windows = [(e["ts"], e["ts"] + e["dur"]) for e in events if STEP.match(e["name"])]
+        expected = {}
+        for e in events:
+            if e["cat"] == "cpu_op" and e["name"].startswith("aten::") and any(a <= e["ts"] < b for a, b in windows):
+                expected[e["name"]] = expected.get(e["name"], 0) + 1
+        mine = {k: v for k, v in by_device[f"rank{rank}/cpu:0"].items() if k.startswith("aten::")}
+        assert mine == expected and expected["aten::mm"] > 0
+
+
+def fail_on_rank_1_after_its_window(job):
+    """Rank 1 captures its window, then fails; rank 0 ends normally."""
+    import os
+
+    from rnnprof.profiler.run.torch_ddp import rank_main
+
+    result = rank_main(job)
+    if os.environ["RANK"] == "1":
+        raise RuntimeError("planted failure on rank 1")
+    return result
+
+
+@pytest.mark.slow
+def test_a_crashing_rank_is_one_line_naming_it_and_the_run_is_marked(tmp_path, monkeypatch, capfd):
+    from processes import left_running
+    from rnnprof.cli import main
+    from rnnprof.profiler.run import torch_ddp
+
+    monkeypatch.setattr(torch_ddp, "rank_main", fail_on_rank_1_after_its_window)
+    out = tmp_path / "run"
+    code = main([*TRACE_ARGS[:9], "--warmup", "0", "--batches", "1", "--trace-steps", "1", "--units", "16",
+                 "--vocab-size", "60", "--out", str(out)])
+    err = capfd.readouterr().err
+    assert code == 1, err
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert last.startswith("rnnprof trace: ") and "rank 1 of 2 failed" in last and "planted failure" in last
+    assert err.count("RuntimeError: planted failure on rank 1") == 2  # its traceback once, then the line
+    assert left_running(grace_s=5.0) == {}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and "rank 1 of 2 failed" in manifest["error"]
+    # both ranks had written their window before rank 1 failed: the run lists and reads them, and says it stopped
+    assert manifest["captured"]["kineto"] == ["torch/rank0.json.gz", "torch/rank1.json.gz"]
+    code = main(["comm", str(out), "--json"])
+    captured = capfd.readouterr()
+    assert code == 0 and len(json.loads(captured.out)["devices"]) == 2
+    assert "the capture stopped (RankFailed: rank 1 of 2 failed" in captured.err
+
+
+@pytest.mark.slow
+def test_view_refuses_a_torch_run_in_one_line_saying_what_opens_it(run, capsys):
+    from rnnprof.cli import main
+
+    code = main(["view", str(run)])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert "PyTorch run" in captured.err and "Perfetto" in captured.err and "rank<r>.json.gz" in captured.err
+
+
+@pytest.mark.slow
+def test_placement_audit_says_which_rules_apply_to_the_torch_run_and_measures_cpu_ranks_as_comm_does(run):
+    from test_torch_gloo import raw_figures
+
+    from rnnprof.analyzers.placement import RULES
+
+    # threshold 0: any spread is a finding, so its per-rank figures are shown
+    code, text = run_cli("placement-audit", run, "--json", "--imbalance-threshold", "0", "--fail-on", "never")
+    assert code == 0, text
+    document = json.loads(text)
+    assert document["framework"] == "pytorch" and document["rules_checked"] == ["PA004-device-imbalance"]
+    not_applicable = {n["rule"]: n["reason"] for n in document["rules_not_applicable"]}
+    assert set(not_applicable) == {r.id for r in RULES} - {"PA004-device-imbalance"}
+    assert "inter-op pool" in not_applicable["PA006-inter-op-threads"]  # not TF's threads read off the config
+    (finding,) = document["findings"]
+    assert "host operator time" in finding["evidence"]["busy_measure"] and "not kernel time" in finding["cost_basis"]
+    assert "PA002" not in finding["fix"]  # no TF rule is offered as the way out
+    for rank, path in enumerate(rank_traces(run)):
+        events = raw_events(path)
+        # a rank's busy time per step: its operators' time outside its thread's collectives, as comm's compute
+        expected = sum(raw_figures(events, step)["compute_us"] for step in WINDOW) / len(WINDOW)
+        assert finding["evidence"]["busy_us_per_step"][f"rank{rank}/cpu:0"] == pytest.approx(expected, abs=0.1)
+    code, text = run_cli("placement-audit", run, "--fail-on", "never")
+    flat = " ".join(text.split())
+    assert code == 0 and "Does not apply to a PyTorch run" in flat and "Rules checked: PA004." in flat
+    assert "PA006-inter-op-threads: there is no TensorFlow inter-op pool" in flat
+
+
+def test_imbalance_of_cpu_ranks_leaves_out_operator_time_spent_waiting_in_collectives():
+    # DDP's gradient hook (an operator) waits inside c10d::allreduce_ on its thread: that wait is not busy time
+    from test_torch_gloo import RANKS, STEP as GLOO_STEP, raw_figures
+
+    from rnnprof.analyzers.placement import AuditInput
+    from rnnprof.analyzers.placement.imbalance import check
+    from rnnprof.profiler.loaders import load_events
+
+    (finding,) = check(AuditInput(events=load_events(RANKS)), threshold=0.0)
+    for rank, path in enumerate(RANKS):
+        events = raw_events(path)
+        steps = sorted(int(GLOO_STEP.match(e["name"]).group(1)) for e in events if GLOO_STEP.match(e["name"]))
+        expected = sum(raw_figures(events, step)["compute_us"] for step in steps) / len(steps)
+        assert finding.evidence["busy_us_per_step"][f"rank{rank}/cpu:0"] == pytest.approx(expected, abs=0.1)

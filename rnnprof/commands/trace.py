@@ -14,9 +14,9 @@ from rnnprof.errors import InterruptedRun, RnnprofError, UsageError
 from rnnprof.profiler.capture.interrupt import terminate_as_interrupt
 
 NAME = "trace"
-HELP = ("Capture a run directory (timelines, TensorBoard profile, graphs, run metadata) from a built-in "
-        "workload, your own script (-- python train.py ... or -- torchrun ... train.py ...), or a running job "
-        "(--attach)")
+HELP = ("Capture a run directory (timelines, TensorBoard profile, graphs, run metadata; Kineto traces per "
+        "rank with --framework torch) from a built-in workload, your own script (-- python train.py ... or "
+        "-- torchrun ... train.py ...), or a running job (--attach)")
 
 
 class ScriptFailed(RnnprofError):
@@ -69,9 +69,7 @@ def run(args: argparse.Namespace, console) -> int:
         raise UsageError("--attach and a script to run cannot be combined")
     _refuse_options_of_other_modes(args, ATTACH if args.attach else SCRIPT if command else WORKLOAD)
     if not args.attach and not command:
-        if args.framework == "torch":
-            raise UsageError("rnnprof trace runs TensorFlow workloads; --framework torch is for rnnprof scale")
-        check_workload_args(args)  # before TensorFlow loads: a bad flag is refused at once
+        check_workload_args(args)  # before TensorFlow or torch loads: a bad flag is refused at once
     if args.out:
         from rnnprof.profiler.rundir.writer import check_out_dir
 
@@ -128,7 +126,25 @@ def _script(args, command, console) -> int:
     return 0
 
 
+def _torch_workload(args, console, argv) -> int:
+    from rnnprof.config import torch_options_from_args
+    from rnnprof.profiler.capture.torch_workload import capture_torch_workload
+
+    options = torch_options_from_args(args, 0)
+    config = options.workload
+    done = capture_torch_workload(options, args.out, args.force, argv, args.trace_steps)
+    timed = done.timed
+    console.print(Text(f"{config.model} on {config.devices} rank(s) ({done.device_kind}): "
+                       f"{timed.words_per_second:,.0f} words/s over {timed.steps} timed steps "
+                       f"(median {timed.median_step_seconds * 1000:.1f} ms/step, slowest rank)"))
+    console.print(Text.assemble("run directory: ", (str(done.path), "bold"),
+                                f" — {len(done.captured.get('kineto', []))} rank traces (Kineto)"))
+    return 0
+
+
 def _workload(args, console, argv) -> int:
+    if args.framework == "torch":
+        return _torch_workload(args, console, argv)
     from rnnprof.profiler.capture.workload import capture_workload
     from rnnprof.profiler.run.runner import visible_gpus
 

@@ -41,6 +41,7 @@ def run(args: argparse.Namespace, console) -> int:
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     if not profile_runs(logdir):
+        _refuse_torch_run(logdir)
         raise InputError(logdir, "holds no TensorBoard profile (plugins/profile/*/*.xplane.pb)",
                          "a run directory from `rnnprof trace` or a folder of them")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
@@ -57,6 +58,18 @@ def run(args: argparse.Namespace, console) -> int:
         finally:
             if process is not None:
                 process_group.stop(process)
+
+
+def _refuse_torch_run(path: Path) -> None:
+    """A PyTorch run holds Kineto traces, which TensorBoard's profile plugin does not read: say what opens them."""
+    from rnnprof.profiler import rundir
+    from rnnprof.profiler.rundir.manifest import is_torch_run, read_manifest
+
+    if rundir.is_run_dir(path) and is_torch_run(read_manifest(path)):
+        raise InputError(path, f"is a PyTorch run, whose Kineto traces ({rundir.TORCH_TRACES_DIR}/rank<r>.json.gz) "
+                               "TensorBoard's profile viewer cannot read; open them in Perfetto (ui.perfetto.dev "
+                               "reads the file in the browser) or chrome://tracing",
+                         "a run directory with a TensorBoard profile (a TensorFlow run)")
 
 
 def _serve(process: subprocess.Popen, console) -> int:

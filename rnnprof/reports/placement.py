@@ -28,6 +28,10 @@ def finding_document(finding: Finding) -> dict:
 
 def to_document(result: AuditResult, sources: list[str], fail_on: str) -> dict:
     counts = {s.label: sum(f.severity == s for f in result.findings) for s in reversed(Severity)}
+    pytorch = {}
+    if result.not_applicable:  # PyTorch input: which rules cannot apply to it, and why
+        pytorch = {"framework": result.framework,
+                   "rules_not_applicable": [{"rule": n.rule_id, "reason": n.reason} for n in result.not_applicable]}
     return {
         "sources": sources,
         "fail_on": fail_on,
@@ -35,6 +39,7 @@ def to_document(result: AuditResult, sources: list[str], fail_on: str) -> dict:
         "findings": [finding_document(f) for f in result.findings],
         "rules_checked": list(result.checked),
         "rules_not_checked": [{"rule": n.rule_id, "reason": n.reason} for n in result.not_checked],
+        **pytorch,
     }
 
 
@@ -80,6 +85,11 @@ def render_table(result: AuditResult, sources: list[str], console: Console) -> N
         console.print(table)
     if not result.findings:
         console.print("[green]No placement problems found by the rules that could run.[/green]")
+    if result.not_applicable:
+        console.print(Text.assemble(("Does not apply to a PyTorch run", "bold"),
+                                    " (the rules read TensorFlow graphs, placement and sessions)"), highlight=False)
+        for item in result.not_applicable:
+            console.print(Text(f"  {item.rule_id}: {item.reason}"), highlight=False)
     if result.not_checked:
         console.print("[bold]Not checked[/bold]")
         for item in result.not_checked:

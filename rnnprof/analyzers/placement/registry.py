@@ -6,8 +6,8 @@ import functools
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from . import (imbalance, inter_op_threads, missing_kernels, replica_pinning, soft_placement, transfers,
-               update_placement)
+from . import (frameworks, imbalance, inter_op_threads, missing_kernels, replica_pinning, soft_placement,
+               transfers, update_placement)
 from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput
 
@@ -38,6 +38,8 @@ class AuditResult:
     not_checked: tuple[NotChecked, ...]
     checked: tuple[str, ...]  # ids of rules that ran
     rules: tuple[Rule, ...] = field(default=RULES, repr=False)
+    framework: str = frameworks.TENSORFLOW  # what the input was recorded from
+    not_applicable: tuple[NotChecked, ...] = ()  # rules that cannot apply to that framework, and why
 
     def at_or_above(self, severity: Severity) -> list[Finding]:
         return [f for f in self.findings if f.severity >= severity]
@@ -48,9 +50,13 @@ class AuditResult:
 
 
 def audit(inp: AuditInput, rules: tuple[Rule, ...] = RULES) -> AuditResult:
-    """Run every rule; findings sorted worst first, then by estimated cost."""
-    findings, not_checked, checked = [], [], []
+    """Run every rule that applies to the input's framework; findings sorted worst first, then by estimated cost."""
+    findings, not_checked, checked, skipped = [], [], [], []
+    excluded = frameworks.not_applicable(inp)
     for rule in rules:
+        if rule.id in excluded:
+            skipped.append(NotChecked(rule.id, excluded[rule.id]))
+            continue
         outcome = rule.check(inp)
         if isinstance(outcome, NotChecked):
             not_checked.append(outcome)
@@ -58,4 +64,5 @@ def audit(inp: AuditInput, rules: tuple[Rule, ...] = RULES) -> AuditResult:
             checked.append(rule.id)
             findings.extend(outcome)
     findings.sort(key=lambda f: (-int(f.severity), -(f.cost_us_per_step or 0.0), f.rule_id))
-    return AuditResult(tuple(findings), tuple(not_checked), tuple(checked), rules)
+    return AuditResult(tuple(findings), tuple(not_checked), tuple(checked), rules, frameworks.framework(inp),
+                       tuple(skipped))

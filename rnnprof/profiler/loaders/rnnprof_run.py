@@ -14,7 +14,8 @@ from pathlib import Path
 from rnnprof.errors import InputError
 from rnnprof.events import EventTable, concat
 from rnnprof.profiler import rundir
-from rnnprof.profiler.rundir.manifest import capture_notes, listed_timelines, missing_timelines, read_manifest
+from rnnprof.profiler.rundir.manifest import (capture_notes, is_torch_run, listed_timelines, listed_torch_traces,
+                                              missing_timelines, read_manifest)
 
 FORMAT = "rnnprof-run"
 
@@ -29,17 +30,19 @@ def parse(path: Path) -> dict:
 
 
 def has_traces(path: Path) -> bool:
-    """Whether the run captured any trace (timelines or XSpaces), as opposed to graphs only."""
-    return (Path(path) / rundir.TIMELINES_DIR).is_dir() or (Path(path) / rundir.PROFILE_DIR).is_dir()
+    """Whether the run captured any trace (timelines, XSpaces, rank traces), as opposed to graphs only."""
+    return any((Path(path) / d).is_dir() for d in (rundir.TIMELINES_DIR, rundir.PROFILE_DIR, rundir.TORCH_TRACES_DIR))
 
 
 def events(path: Path, manifest: dict) -> EventTable:
     from rnnprof.profiler.loaders import chrome_json
 
     path = Path(path)
+    missing = missing_timelines(path, manifest)
+    if is_torch_run(manifest):
+        return _torch_events(path, manifest, missing)
     timelines = listed_timelines(path, manifest)
     present = [p for p in timelines if p.is_file()]
-    missing = missing_timelines(path, manifest)
     tables = [chrome_json.load(p) for p in present]
     if not tables:
         xplanes = sorted(path.glob(str(rundir.PROFILE_DIR / f"*{rundir.DEVICES_RUN_SUFFIX}" / "*.xplane.pb")))
@@ -52,6 +55,25 @@ def events(path: Path, manifest: dict) -> EventTable:
         raise InputError(path, "run directory holds no readable timeline or xplane"
                          + (f" ({len(missing)} listed timelines missing)" if missing else ""),
                          f"{rundir.TIMELINES_DIR}/step-N.trace.json.gz files")
+    return _with_run(tables, path, manifest, missing)
+
+
+def _torch_events(path: Path, manifest: dict, missing: list[str]) -> EventTable:
+    """A PyTorch run: its ranks' Kineto traces, merged on their shared wall clock as ``load_events`` merges
+    rank files (each rank a device of its own)."""
+    from rnnprof.profiler.loaders import kineto
+
+    tables = [kineto.load(p) for p in listed_torch_traces(path, manifest) if p.is_file()]
+    if not tables:
+        raise InputError(path, "PyTorch run directory holds no readable rank trace"
+                         + (f" ({len(missing)} listed traces missing)" if missing else "")
+                         + (f"; the run stopped: {manifest['error']}" if isinstance(manifest.get("error"), str) else ""),
+                         f"{rundir.TORCH_TRACES_DIR}/{rundir.torch_trace_name(0)} ... (one Kineto trace per rank)")
+    return _with_run(tables, path, manifest, missing)
+
+
+def _with_run(tables: list[EventTable], path: Path, manifest: dict, missing: list[str]) -> EventTable:
+    """One table with the run's metadata and the notes on how its capture ended."""
     table = tables[0] if len(tables) == 1 else concat(tables, align="absolute")
     table.metadata.update({
         "run_dir": str(path),

@@ -35,10 +35,31 @@ STEP_DEFINITION = ("wall time of each timed step (forward, backward with the gra
 
 
 @dataclass(frozen=True)
+class CaptureWindow:
+    """``rnnprof trace``: each rank profiles ``steps`` steps after its timed ones into ``run_dir``."""
+
+    run_dir: str
+    steps: int
+
+
+@dataclass(frozen=True)
 class RankJob:
     options: TorchOptions
     threads: int  # torch intra-op threads of each rank
     return_parameters: bool = False  # send each rank's parameters back after the run (tests)
+    capture: CaptureWindow | None = None
+
+
+class _CapturedSteps:
+    """The training's steps, each followed by ``TorchCapture.step`` (outside the step's timing)."""
+
+    def __init__(self, training, capture):
+        self.training, self.capture = training, capture
+
+    def step(self):
+        result = self.training.step()
+        self.capture.step()
+        return result
 
 
 def threads_per_process(processes: int, cores: int | None = None) -> int:
@@ -62,7 +83,7 @@ def rank_main(job: RankJob) -> dict:
     torch = import_torch("--framework torch")
     import torch.distributed as dist
 
-    from rnnprof.profiler.run.torch_training import TorchTraining
+    from rnnprof.profiler.run.torch_training import TorchTraining, no_phase
 
     torch.set_num_threads(job.threads)
     world = int(os.environ["WORLD_SIZE"])
@@ -73,9 +94,25 @@ def rank_main(job: RankJob) -> dict:
         device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if group_backend == "nccl" else "cpu"
         config = job.options.workload
         training = TorchTraining(job.options, rank=rank, device=device, distributed=world > 1)
-        m = measure(training, config.warmup, config.batches)
+        runnable, capture = training, None
+        if job.capture is not None:  # profiling starts with step 0; its window follows the timed steps
+            from rnnprof.profiler.capture.torch_profiler import TorchCapture
+
+            capture = TorchCapture(job.capture.run_dir, rank, skip_steps=config.warmup + config.batches,
+                                   steps=job.capture.steps)
+            training.phase = capture.phase
+            runnable = _CapturedSteps(training, capture)
+        try:
+            m = measure(runnable, config.warmup, config.batches)
+            traced = [runnable.step() for _ in range(job.capture.steps)] if capture is not None else []
+        finally:
+            if capture is not None:  # a failing step still ends the window and writes what it recorded
+                training.phase = no_phase
+                facts = capture.close()
         result = {"rank": rank, "backend": group_backend, "warmup": _records(m.warmup_steps),
                   "timed": _records(m.timed_steps)}
+        if capture is not None:
+            result.update(traced=_records(traced), capture=facts)
         if job.options.eval:
             e = measure(training.evaluation(), min(config.warmup, 1), config.batches)
             result["eval"] = _records(e.timed_steps)
@@ -157,8 +194,9 @@ def _failure_summary(failure) -> tuple[str, str]:
 
 
 def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_main,
-              return_parameters: bool = False) -> list[dict]:
-    """Run ``worker`` in ``options.workload.devices`` processes; their results by rank."""
+              return_parameters: bool = False, capture: CaptureWindow | None = None) -> list[dict]:
+    """Run ``worker`` in ``options.workload.devices`` processes; their results by rank (``capture``: each
+    rank also profiles a window of steps after its timed ones, see ``rank_main``)."""
     torch = import_torch("--framework torch")
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -173,7 +211,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
         raise UsageError(f"--devices {processes} but only {gpus} GPU(s) are visible")
     lm_data(options)  # a --data file that cannot be read is one line here, not N tracebacks
     job = RankJob(options=options, threads=options.workload.intra_op_threads or threads_per_process(processes),
-                  return_parameters=return_parameters)
+                  return_parameters=return_parameters, capture=capture)
     failure = interrupted = None
     try:
         # The workers' own output goes to files: a failure is reported from its error file, once, and the

@@ -7,6 +7,7 @@ the gradients and every rank applies the same averaged update. ``independent`` e
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -16,6 +17,11 @@ from rnnprof.profiler.torch_import import import_torch
 from rnnprof.profiler.run.measure import StepResult
 
 EVAL_SEED_OFFSET = 7919  # evaluation batches come from their own stream
+
+
+def no_phase(name: str):
+    """The default ``TorchTraining.phase``: no range."""
+    return contextlib.nullcontext()
 
 
 class TorchTraining:
@@ -49,6 +55,9 @@ class TorchTraining:
         self._batches = data.batches(batch, rank, config.seed)
         self._eval_batches = data.batches(batch, rank, config.seed + EVAL_SEED_OFFSET)
         self.steps_run = 0
+        # phase(name) -> context manager around "forward" (zero_grad, forward, loss), "backward" (with DDP's
+        # all-reduce) and "optimizer" (clipping, update); a capture sets it (TorchCapture.phase)
+        self.phase = no_phase
 
     def _tensors(self, batch):
         torch = self.torch
@@ -66,12 +75,15 @@ class TorchTraining:
         self.module.train()
         self._synchronize()
         start = time.perf_counter()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = self.module(inputs, targets)
-        loss.backward()
-        if self.options.clip_norm is not None:
-            self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.clip_norm)
-        self.optimizer.step()
+        with self.phase("forward"):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self.module(inputs, targets)
+        with self.phase("backward"):
+            loss.backward()
+        with self.phase("optimizer"):
+            if self.options.clip_norm is not None:
+                self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.options.clip_norm)
+            self.optimizer.step()
         value = float(loss.item())
         self._synchronize()
         seconds = time.perf_counter() - start

@@ -95,8 +95,35 @@ def listed_timelines(path: Path, manifest: dict) -> list[Path]:
     return sorted((path / n for n in names), key=lambda p: int(_TIMELINE.search(p.name).group(1)))
 
 
+def is_torch_run(manifest: dict) -> bool:
+    """A run of ``trace --framework torch``: one Kineto trace per rank, no timelines."""
+    return manifest.get("framework") == "torch"
+
+
+def listed_torch_traces(path: Path, manifest: dict) -> list[Path]:
+    """The ranks' Kineto traces the manifest lists (``captured["kineto"]``, then ``ranks[].trace``), else those
+    on disk; only paths inside ``torch/``."""
+    captured = manifest.get("captured")
+    names = captured.get("kineto") if isinstance(captured, dict) else None
+    names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+    ranks = manifest.get("ranks")
+    if isinstance(ranks, list):
+        names += [r["trace"] for r in ranks if isinstance(r, dict) and isinstance(r.get("trace"), str)]
+    found = {Path(rundir.TORCH_TRACES_DIR) / Path(n).name for n in names}
+    if not found:
+        found = {p.relative_to(path) for p in (path / rundir.TORCH_TRACES_DIR).glob("*.json.gz")
+                 if not p.name.startswith(".")}
+    return sorted(path / n for n in found)
+
+
+def listed_traces(path: Path, manifest: dict) -> list[Path]:
+    """The run's per-step timelines, or a PyTorch run's rank traces."""
+    return listed_torch_traces(path, manifest) if is_torch_run(manifest) else listed_timelines(path, manifest)
+
+
 def missing_timelines(path: Path, manifest: dict) -> list[str]:
-    return [str(p.relative_to(path)) for p in listed_timelines(path, manifest) if not p.is_file()]
+    """The listed timelines (a PyTorch run's rank traces) that are not there."""
+    return [str(p.relative_to(path)) for p in listed_traces(path, manifest) if not p.is_file()]
 
 
 def run_notes(paths) -> list[str]:
@@ -117,13 +144,23 @@ def capture_notes(path: Path, manifest: dict, missing: list[str]) -> list[str]:
     """What a reader of the figures must know about how the capture ended; empty for a complete run."""
     notes = []
     status = manifest.get("status", "")
-    listed = manifest.get("traced_steps")
-    listed = sorted({s for s in listed if is_step(s)}) if isinstance(listed, list) else []
-    gone = {Path(m).name for m in missing}
-    kept = [s for s in listed if rundir.timeline_name(s) not in gone]
-    covered = (f"{len(kept)} traced step(s) ({_step_list(kept)})" if kept
-               else "no traced step's timeline, only its profiler capture if it has one")
-    if status == rundir.STATUS_INTERRUPTED:
+    if is_torch_run(manifest):
+        kept = [p.name for p in listed_torch_traces(Path(path), manifest) if p.is_file()]
+        covered = (f"{len(kept)} rank trace(s) ({', '.join(kept[:8])}{', ...' if len(kept) > 8 else ''})" if kept
+                   else "no rank's trace")
+        what = "rank trace(s)"
+    else:
+        listed = manifest.get("traced_steps")
+        listed = sorted({s for s in listed if is_step(s)}) if isinstance(listed, list) else []
+        gone = {Path(m).name for m in missing}
+        kept = [s for s in listed if rundir.timeline_name(s) not in gone]
+        covered = (f"{len(kept)} traced step(s) ({_step_list(kept)})" if kept
+                   else "no traced step's timeline, only its profiler capture if it has one")
+        what = "timeline(s)"
+    error = manifest.get("error") if is_torch_run(manifest) else None
+    if status == rundir.STATUS_INTERRUPTED and isinstance(error, str) and error:
+        notes.append(f"{path}: the capture stopped ({error[:200]}); the figures cover what it kept: {covered}")
+    elif status == rundir.STATUS_INTERRUPTED:
         notes.append(f"{path}: the capture was interrupted; the figures cover what it kept: {covered}")
     elif status == rundir.STATUS_RUNNING:
         notes.append(f"{path}: the manifest still says \"running\": the capture was killed or has not "
@@ -133,7 +170,7 @@ def capture_notes(path: Path, manifest: dict, missing: list[str]) -> list[str]:
         notes.append(f"{path}: the manifest's status {said}, not \"complete\"; the figures cover {covered}")
     if missing:
         names = ", ".join(missing[:5]) + (f", ... ({len(missing) - 5} more)" if len(missing) > 5 else "")
-        notes.append(f"{path}: {len(missing)} timeline(s) listed in the manifest are missing: {names}")
+        notes.append(f"{path}: {len(missing)} {what} listed in the manifest are missing: {names}")
     return notes
 
 
