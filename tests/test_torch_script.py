@@ -153,6 +153,25 @@ def test_torchrun_manifest_lists_ranks_world_size_backend_and_files(torchrun_run
     assert len({r["pid"] for r in m["ranks"]}) == 2  # two processes, not one
 
 
+@pytest.mark.slow
+def test_comm_reads_the_run_each_rank_per_step(torchrun_run, capsys):
+    from test_torch_gloo import raw_figures
+
+    from rnnprof.cli import main
+
+    code = main(["comm", str(torchrun_run), "--json", "--per-step"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    document = json.loads(captured.out)
+    assert [d["device"] for d in document["devices"]] == ["rank0/cpu:0", "rank1/cpu:0"]
+    assert document["steps"] == [1, 2]
+    for rank, device in enumerate(document["devices"]):
+        events = raw_events(torchrun_run / "torch" / f"rank{rank}.json.gz")
+        assert device["total"]["communication_us"] == pytest.approx(raw_figures(events)["communication_us"],
+                                                                    abs=0.01)
+        assert all(device["steps"][str(step)]["communication_us"] > 0 for step in (1, 2))
+
+
 # -- one process: `-- python script.py`, steps marked with rnnprof.step() ----------------------------
 
 @pytest.fixture(scope="module")
