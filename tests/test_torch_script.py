@@ -264,6 +264,9 @@ def test_capture_api_in_torch_code_records_optimizer_steps(tmp_path):
     assert m["status"] == "complete" and m["framework"] == "torch" and m["ranks"][0]["steps"] == [2, 3]
     events = raw_events(tmp_path / "run" / "torch" / "rank0.json.gz")
     assert sorted(markers(events)) == [2, 3]
+    assert m["command"] == m["config"]["script"] == sys.argv  # no command given: this process's
+    with pytest.raises(ValueError, match="delay applies to TensorFlow code"):
+        rnnprof.capture(tmp_path / "other", delay=1.0)
     from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
     hooks = [*_global_optimizer_pre_hooks.values(), *_global_optimizer_post_hooks.values()]

@@ -373,6 +373,10 @@ def capture(out_dir: str | Path, steps: int | None = None, skip_steps: int = 0, 
     if "torch" in sys.modules and "tensorflow" not in sys.modules:
         from rnnprof.profiler.capture.torch_script import TorchScriptCapture
 
+        if delay:
+            raise ValueError("delay applies to TensorFlow code; in PyTorch code the window is set by skip_steps "
+                             "and steps")
+
         return TorchScriptCapture(out_dir, steps=steps, skip_steps=skip_steps, force=force,
                                   command=kwargs.get("command"))
     return Capture(out_dir, steps=steps, skip_steps=skip_steps, delay=delay, force=force, **kwargs)

@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import sys
 from pathlib import Path
 
 from rnnprof.errors import InputError
@@ -76,7 +77,8 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None) -> 
         except InputError:
             manifest = {}
         if manifest.get("format") != rundir.MANIFEST_FORMAT:
-            manifest = new_manifest(command, {"script": list(command or [])})
+            command = list(command if command is not None else sys.argv)
+            manifest = new_manifest(command, {"script": command})
         finished = exit_code is not None
         if finished:
             for record in records:
