@@ -4,10 +4,9 @@ A small PyTorch training script (an LSTM language model on random tokens, no DDP
 side by side, at the same time, as ``python train.py`` and as ``rnnprof trace --steps N --skip-steps K --
 python train.py``, ``--repeat`` times: both see the same load on the machine, which a shared machine
 changes from one minute to the next; each waits for the other before its first step. The script itself
-times every step (wall clock from one
-``optimizer.step()`` to the next) and writes the times to a file; the steps compared are those after
-the capture window and a few more (the window's last step writes the trace), the same step numbers on
-both sides. Each repeat gives the ratio of the median step time without rnnprof to the one with it; the
+times every step (wall clock from one ``optimizer.step()`` to the next) and writes the times to a file;
+the steps compared are those after the capture window and a few more (the window's last step writes the
+trace), the same step numbers on both sides. Each repeat gives the ratio of the median step time without rnnprof to the one with it; the
 result is the median of those ratios, target >= 0.98: untraced steps run at 98 % of their speed or better.
 
     python benchmarks/torch_capture_overhead.py                    # 5 repeats
