@@ -134,3 +134,22 @@ def test_delay_is_refused_for_torchrun_before_anything_runs(tmp_path, script, ca
         "rnnprof trace: error: --delay applies to TensorFlow scripts; a PyTorch script's window is set by "
         "--skip-steps and --steps"]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_rank_that_died_without_a_word_marks_the_run_and_is_named(tmp_path):
+    from rnnprof.profiler.capture import ranks
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "rank0.json.gz").write_bytes(b"")
+    common = {"world_size": 2, "steps": [], "steps_run": 3, "backend": "gloo"}
+    ranks.write_record(tmp_path, {**common, "rank": 0, "status": "complete", "trace": "torch/rank0.json.gz",
+                                  "exit_code": 0, "ended": 1.0}, ["torchrun", "x.py"])
+    running = ranks.write_record(tmp_path, {**common, "rank": 1, "status": "running", "trace": None},
+                                 ["torchrun", "x.py"])
+    assert running["status"] == "running" and running["captured"]["kineto"] == ["torch/rank0.json.gz"]
+    records = ranks.read_records(tmp_path)
+    assert ranks.exit_code_of(records, -9) == -9  # the rank left no exit code of its own
+    final = ranks.combine(tmp_path, ["torchrun", "x.py"], exit_code=-9)
+    assert final["status"] == "interrupted" and final["exit_code"] == -9 and final["world_size"] == 2
+    assert final["error"] == "rank 1: the rank died without closing its capture"
+    assert [r["status"] for r in final["ranks"]] == ["complete", "interrupted"]
