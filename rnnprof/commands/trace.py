@@ -15,7 +15,8 @@ from rnnprof.profiler.capture.interrupt import terminate_as_interrupt
 
 NAME = "trace"
 HELP = ("Capture a run directory (timelines, TensorBoard profile, graphs, run metadata; Kineto traces per "
-        "rank with --framework torch) from a built-in workload, your own script (-- python train.py ...), or a running job (--attach)")
+        "rank with --framework torch) from a built-in workload, your own script (-- python train.py ... or "
+        "-- torchrun ... train.py ...), or a running job (--attach)")
 
 
 class ScriptFailed(RnnprofError):
@@ -41,13 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="replace the run in a non-empty --out (only rnnprof's own files are removed)")
     out.add_argument("--trace-steps", type=positive_int, default=3,
                      help="built-in workloads: steps traced after the timed window (default: %(default)s)")
-    script = parser.add_argument_group("your own script (-- python train.py ARGS)")
+    script = parser.add_argument_group("your own script (-- python train.py ARGS, or -- torchrun OPTIONS train.py "
+                                       "ARGS for PyTorch)")
     script.add_argument("--steps", type=positive_int, default=3, help="steps to capture (default: %(default)s)")
     script.add_argument("--skip-steps", type=non_negative_int, default=1,
                         help="steps to let pass before capturing; the first step traces and compiles "
                              "(default: %(default)s)")
     script.add_argument("--delay", type=non_negative_seconds, default=0.0,
-                        help="seconds to wait before the capture window may open (default: %(default)g)")
+                        help="seconds to wait before the capture window may open; TensorFlow scripts only "
+                             "(default: %(default)g)")
     attach = parser.add_argument_group("a running job")
     attach.add_argument("--attach", metavar="grpc://HOST:PORT", default=None,
                         help="capture from a job that called tf.profiler.experimental.server.start(PORT)")

@@ -35,7 +35,7 @@ from rnnprof.profiler.rundir.manifest import session_config_fields
 from rnnprof.profiler.rundir.writer import RunWriter
 from rnnprof.profiler.capture.nvtx import nvtx_range
 
-_active: "Capture | None" = None
+_active = None  # the capture that rnnprof.step() marks: a Capture, or a TorchScriptCapture in torch code
 
 
 class Capture:
@@ -365,7 +365,20 @@ def _merge_run_metadata(runs: list):
 
 def capture(out_dir: str | Path, steps: int | None = None, skip_steps: int = 0, delay: float = 0.0,
             force: bool = False, **kwargs) -> Capture:
-    """A capture of the user's own code into the run directory ``out_dir`` (use as ``with``)."""
+    """A capture of the user's own code into the run directory ``out_dir`` (use as ``with``).
+
+    In PyTorch code (torch imported, TensorFlow not) it is a ``TorchScriptCapture``
+    (``capture.torch_script``): a step is one ``optimizer.step()`` or one ``rnnprof.step()``.
+    """
+    if "torch" in sys.modules and "tensorflow" not in sys.modules:
+        from rnnprof.profiler.capture.torch_script import TorchScriptCapture
+
+        if delay:
+            raise ValueError("delay applies to TensorFlow code; in PyTorch code the window is set by skip_steps "
+                             "and steps")
+
+        return TorchScriptCapture(out_dir, steps=steps, skip_steps=skip_steps, force=force,
+                                  command=kwargs.get("command"))
     return Capture(out_dir, steps=steps, skip_steps=skip_steps, delay=delay, force=force, **kwargs)
 
 

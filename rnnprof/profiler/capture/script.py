@@ -1,11 +1,21 @@
-"""Running a user's script under capture: ``rnnprof trace --out DIR -- python train.py ARGS``.
+"""Running a user's script under capture: ``rnnprof trace --out DIR -- python train.py ARGS``, or
+``-- torchrun OPTIONS train.py ARGS`` for PyTorch jobs of several ranks.
 
-The script runs in a child Python process started as ``python -m rnnprof.profiler.capture.script``;
-that bootstrap opens a ``Capture`` (hooks on ``Session.run`` and ``tf.function``), then runs
-the script with ``runpy`` as ``__main__``. The parent only prepares the directory, waits,
-and marks the run interrupted if the child died before it could. Interrupted, it stops the child:
-Ctrl-C reaches both, SIGTERM is passed on, and a child still running ``STOP_GRACE_S`` seconds later
-(or at a second interrupt) is killed; a child whose parent dies outright gets SIGTERM.
+The script runs in a child Python process started as ``python -m rnnprof.profiler.capture.script``
+(``capture.launch`` says how that bootstrap becomes every rank's program under torchrun). The bootstrap
+decides the framework by what the script imports (the ``import`` statements of the script and of the modules
+it imports from its own folder; where they name neither, TensorFlow's capture, which gives way to torch's if
+torch is imported before a TensorFlow step, through ``capture.imports``),
+opens the capture (TensorFlow: a ``Capture``, hooks on ``Session.run`` and ``tf.function``; torch: a
+``TorchScriptCapture``, the global optimizer step hooks), then runs the script with ``runpy`` as
+``__main__``. TensorFlow scripts run as one process; torch ranks each record themselves (``capture.ranks``).
+
+The parent only prepares the directory, waits, and marks the run interrupted if the child died before it
+could; for torch it rebuilds the manifest from the ranks' records, passes on the failing rank's exit code
+and stops any rank still running. Interrupted, it stops the child: Ctrl-C reaches both, SIGTERM is passed
+on (torchrun passes either to its ranks), and a child still running ``STOP_GRACE_S`` seconds later (or at
+a second interrupt) is killed; a child whose parent dies outright gets SIGTERM, and so does a rank whose
+torchrun dies.
 """
 
 from __future__ import annotations
@@ -22,61 +32,60 @@ from pathlib import Path
 from typing import Sequence
 
 import rnnprof
-from rnnprof.errors import UsageError
+from rnnprof.errors import InputError, UsageError
 from rnnprof.profiler import rundir
-from rnnprof.errors import InputError
+from rnnprof.profiler.capture import ranks
 from rnnprof.profiler.capture.interrupt import Terminated, ignore_interrupts, terminate_as_interrupt
 from rnnprof.profiler.rundir.manifest import new_manifest, read_manifest
+from rnnprof.profiler.capture.launch import launch_command
 from rnnprof.profiler.rundir.writer import RunWriter, atomic_write_json, prepare_out_dir
 
 ENV = "RNNPROF_CAPTURE"
 STOP_GRACE_S = 30  # how long an interrupted script may take to close its capture before it is killed
 _PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
+_NO_DELAY = "--delay applies to TensorFlow scripts; a PyTorch script's window is set by --skip-steps and --steps"
 NO_TENSORFLOW = 2  # the child's exit code when its Python has no TensorFlow (rnnprof's error, not the script's)
-
-
-def parse_command(command: Sequence[str]) -> tuple[str, list[str]]:
-    """``python [-m module | script.py] args`` -> (interpreter, the rest)."""
-    command = list(command)
-    if not command:
-        raise UsageError("nothing to run after --; expected `-- python train.py ARGS`")
-    interpreter = command[0]
-    if not Path(interpreter).name.startswith("python"):
-        raise UsageError(f"can only run Python under capture, got {interpreter!r}; expected `-- python train.py ARGS`")
-    rest = command[1:]
-    if not rest:
-        raise UsageError("no script after the interpreter; expected `-- python train.py ARGS`")
-    if rest[0] == "-m":
-        if len(rest) < 2:
-            raise UsageError("`-m` needs a module name")
-    elif rest[0].startswith("-"):
-        raise UsageError(f"interpreter option {rest[0]!r} is not supported; expected a script or -m module")
-    elif not Path(rest[0]).is_file():
-        raise UsageError(f"script {rest[0]!r} does not exist")
-    return interpreter, rest
 
 
 def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 3, skip_steps: int = 1,
                delay: float = 0.0, force: bool = False) -> int:
     """Run ``command`` under capture into ``out_dir``; returns the script's exit code."""
-    interpreter, rest = parse_command(command)
+    launch = launch_command(command)
+    if launch.torchrun and delay:
+        raise UsageError(_NO_DELAY)
     out = prepare_out_dir(out_dir, force=force)
+    atomic_write_json(out / rundir.MANIFEST, new_manifest(list(command), {"script": list(command)}))
     env = dict(os.environ)
     package_root = str(Path(rnnprof.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's info lines (profiler sessions) are rnnprof's noise
     env[ENV] = json.dumps({"out": str(out), "steps": steps, "skip_steps": skip_steps, "delay": delay,
-                           "command": list(command), "rnnprof_python": sys.executable})
-    child = subprocess.Popen([interpreter, "-m", "rnnprof.profiler.capture.script", *rest], env=env,
-                             preexec_fn=_end_with_parent())
+                           "command": list(command), "rnnprof_python": sys.executable,
+                           "torchrun": launch.torchrun})
+    child = subprocess.Popen(launch.argv, env=env, preexec_fn=_end_with_parent())
     interrupted = False
     try:
         code = child.wait()
     except KeyboardInterrupt as exc:
         interrupted = True
         code = _stop(child, forward=isinstance(exc, Terminated))
-    _mark_unfinished(out, list(command), code)
+    records = ranks.read_records(out)
+    if records:  # torch: the ranks recorded themselves
+        _stop_leftover_ranks(records)
+        code = ranks.exit_code_of(records, code)
+        ranks.combine(out, list(command), exit_code=130 if interrupted else code)
+    else:
+        _mark_unfinished(out, list(command), code)
     return 130 if interrupted or code == -signal.SIGINT else code
+
+
+def _stop_leftover_ranks(records: list[dict]) -> None:
+    """Ranks still running once the launcher has exited (it was killed before it could stop them)."""
+    for pid in ranks.leftover_ranks(records):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _stop(child: subprocess.Popen, forward: bool) -> int:
@@ -137,30 +146,98 @@ def nothing_captured(out: str | Path, skip_steps: int, delay: float) -> str | No
     if any(manifest.get("captured", {}).values()):
         return None
     seen = manifest.get("steps_seen", 0)
+    if manifest.get("framework") == ranks.FRAMEWORK:
+        return (f"nothing was captured: the script ran {seen} step(s) (optimizer.step calls or rnnprof.step "
+                f"marks) and the window opens after --skip-steps {skip_steps}")
     return (f"nothing was captured: the script ran {seen} step(s) (tf.function calls, Session.run calls or "
             f"rnnprof.step marks) and the window opens after --skip-steps {skip_steps} and --delay {delay:g} s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The bootstrap inside the child process."""
+    """The bootstrap inside the child process (each rank's, under torchrun)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     settings = json.loads(os.environ.pop(ENV, "{}") or "{}")
     if not settings.get("out"):
         print("rnnprof.profiler.capture.script: run me through `rnnprof trace --out DIR -- python ...`", file=sys.stderr)
         return 2
+    if settings.get("torchrun"):
+        _end_with_launcher()
+    framework = script_framework(argv) or (TORCH if settings.get("torchrun") else None)
+    with terminate_as_interrupt():  # rnnprof passes SIGTERM on; the capture then closes as interrupted
+        if framework == TORCH:
+            return _capture_torch(settings, argv)
+        if framework == TENSORFLOW and settings.get("torchrun"):
+            return _refuse_rank(settings, "rnnprof captures a TensorFlow script run by `-- python`, not by torchrun")
+        return _capture_tensorflow(settings, argv, watch_torch=framework is None)
+
+
+TORCH, TENSORFLOW = "torch", "tensorflow"
+_FRAMEWORK_OF = {"torch": TORCH, "tensorflow": TENSORFLOW, "keras": TENSORFLOW}
+
+
+def script_framework(argv: list[str]) -> str | None:
+    """"torch" or "tensorflow" by the import statements of the script and of the modules it imports from
+    its own folder; None if they name neither. A file importing both is taken for TensorFlow, as before
+    torch capture existed.
+    """
+    if argv and argv[0] == "-m":
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(argv[1])
+        except (ImportError, ValueError):
+            return None
+        path = getattr(spec, "origin", None)
+    else:
+        path = argv[0] if argv else None
+    return _framework_of(Path(path), Path(path).parent, set()) if path else None
+
+
+_LOCAL_MODULES = 50  # at most this many of the script's own modules are read
+
+
+def _framework_of(path: Path, folder: Path, seen: set) -> str | None:
+    """The framework ``path`` imports, itself or through the modules it imports from ``folder``."""
+    import ast
+
+    seen.add(path.resolve())
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None  # the script's own error shows when it runs
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module.split(".")[0])
+    found = {_FRAMEWORK_OF.get(name) for name in names}
+    if TENSORFLOW in found or TORCH in found:
+        return TENSORFLOW if TENSORFLOW in found else TORCH
+    for name in dict.fromkeys(names):
+        for local in (folder / f"{name}.py", folder / name / "__init__.py"):
+            if local.is_file() and local.resolve() not in seen and len(seen) < _LOCAL_MODULES:
+                framework = _framework_of(local, folder, seen)
+                if framework:
+                    return framework
+    return None
+
+
+def _capture_tensorflow(settings: dict, argv: list[str], watch_torch: bool = False) -> int:
+    """TensorFlow's capture; with ``watch_torch`` (the script names neither framework) it gives way to
+    torch's if the script imports torch before TensorFlow ran a step."""
     command = settings.get("command") or argv
     # The parent prepared the directory; the writer exists before TensorFlow so a failed import is recorded.
     writer = RunWriter(settings["out"], command=command, force=True, config={"script": command})
-    with terminate_as_interrupt():  # rnnprof passes SIGTERM on; the capture then closes as interrupted
-        try:
-            return _capture(writer, settings, argv)
-        except KeyboardInterrupt:  # before the script started: TensorFlow was still loading
-            ignore_interrupts()
-            writer.finish(rundir.STATUS_INTERRUPTED)
-            return 130
+    try:
+        return _capture(writer, settings, argv, watch_torch)
+    except KeyboardInterrupt:  # before the script started: TensorFlow was still loading
+        ignore_interrupts()
+        writer.finish(rundir.STATUS_INTERRUPTED)
+        return 130
 
 
-def _capture(writer: RunWriter, settings: dict, argv: list[str]) -> int:
+def _capture(writer: RunWriter, settings: dict, argv: list[str], watch_torch: bool = False) -> int:
     """Run the script under a capture that writes through ``writer``; returns its exit code."""
     try:
         import tensorflow  # noqa: F401  hooks go on TF's classes before the script builds anything
@@ -170,13 +247,74 @@ def _capture(writer: RunWriter, settings: dict, argv: list[str]) -> int:
                                     f"Python that has it, e.g. `-- {hint} {' '.join(argv)}`")
         writer.finish(rundir.STATUS_INTERRUPTED)
         return NO_TENSORFLOW
+    caps = [_tensorflow_capture(settings, writer)]
+    cancel = lambda: None  # noqa: E731
+    if watch_torch:
+        from rnnprof.profiler.capture.imports import when_imported
 
+        cancel = when_imported("torch", lambda module: _switch_to_torch(caps, settings))
+    status, code, error = rundir.STATUS_COMPLETE, 0, None
+    try:
+        status, code, error = _run(argv)
+    finally:
+        ignore_interrupts()  # closing writes the window's files; rnnprof kills a child that takes too long
+        cancel()
+        _close(caps[-1], status, code, error)
+    return code
+
+
+def _switch_to_torch(caps: list, settings: dict) -> None:
+    """torch was imported before TensorFlow ran a step: the run is a PyTorch one after all."""
+    tensorflow = caps[-1]
+    if tensorflow._seen_steps:
+        return
+    tensorflow.close(rundir.STATUS_RUNNING)
+    (Path(settings["out"]) / rundir.MANIFEST).unlink(missing_ok=True)  # the ranks' manifest replaces it
+    caps.append(_torch_capture(settings))
+
+
+def _tensorflow_capture(settings: dict, writer: RunWriter):
     from rnnprof.profiler.capture.api import Capture
 
     cap = Capture(settings["out"], steps=settings.get("steps"), skip_steps=settings.get("skip_steps", 0),
                   delay=settings.get("delay", 0.0), _writer=writer)
-    cap.start()
-    status, code = rundir.STATUS_COMPLETE, 0
+    return cap.start()
+
+
+def _torch_capture(settings: dict):
+    from rnnprof.profiler.capture.torch_script import TorchScriptCapture
+
+    return TorchScriptCapture(settings["out"], steps=settings.get("steps"), skip_steps=settings.get("skip_steps", 0),
+                              command=settings.get("command"), _prepared=True).start()
+
+
+def _capture_torch(settings: dict, argv: list[str]) -> int:
+    if settings.get("delay"):
+        return _refuse_rank(settings, _NO_DELAY)
+    cap, status, code, error = None, rundir.STATUS_COMPLETE, 0, None
+    try:
+        try:
+            import torch  # noqa: F401  the optimizer hooks go in before the script builds anything
+        except ImportError as exc:
+            hint = settings.get("rnnprof_python") or "the Python that has torch"
+            return _refuse_rank(settings, f"{sys.executable} cannot import torch ({exc}); run the script with a "
+                                          f"Python that has it, e.g. `-- {hint} {' '.join(argv)}`")
+        cap = _torch_capture(settings)
+        status, code, error = _run(argv)
+    except KeyboardInterrupt:  # before the script started: torch was still loading
+        status, code = rundir.STATUS_INTERRUPTED, 130
+    finally:
+        ignore_interrupts()
+        if cap is not None:
+            _close(cap, status, code, error)
+        elif status == rundir.STATUS_INTERRUPTED:
+            _rank_record(settings, status, code, None, stopped=True)
+    return code
+
+
+def _run(argv: list[str]) -> tuple[str, int, str | None]:
+    """Run the script as ``__main__``: (run status, exit code, why it failed)."""
+    status, code, error = rundir.STATUS_COMPLETE, 0, None
     try:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]
@@ -192,16 +330,52 @@ def _capture(writer: RunWriter, settings: dict, argv: list[str]) -> int:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if code:
             status = rundir.STATUS_INTERRUPTED
-            writer.manifest["error"] = f"the script exited with code {code}"
+            error = f"the script exited with code {code}"
     except BaseException as exc:
         _print_user_traceback(exc)
         status, code = rundir.STATUS_INTERRUPTED, 1
         last_line = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
-        writer.manifest["error"] = f"the script raised {last_line}"
-    finally:
-        ignore_interrupts()  # closing writes the window's files; rnnprof kills a child that takes too long
+        error = f"the script raised {last_line}"
+    return status, code, error
+
+
+def _close(cap, status: str, code: int, error: str | None) -> None:
+    """Close either framework's capture with how the script ended."""
+    from rnnprof.profiler.capture.api import Capture
+
+    if isinstance(cap, Capture):
+        if error:
+            cap.writer.manifest["error"] = error
         cap.close(status)
-    return code
+    else:
+        cap.close(status, exit_code=code, error=error, stopped=code == 130)
+
+
+def _refuse_rank(settings: dict, reason: str) -> int:
+    """A rank that cannot run its script under capture says why in its record (rnnprof prints it); exit code 2."""
+    _rank_record(settings, rundir.STATUS_INTERRUPTED, NO_TENSORFLOW, reason)
+    return NO_TENSORFLOW
+
+
+def _rank_record(settings: dict, status: str, code: int, error: str | None, stopped: bool = False) -> None:
+    import time
+
+    rank = int(os.environ.get("RANK", 0) or 0)
+    record = {"rank": rank, "pid": os.getpid(), "world_size": int(os.environ.get("WORLD_SIZE", 1) or 1),
+              "trace": None, "steps": [], "steps_run": 0, "status": status, "exit_code": code,
+              "stopped": stopped, "ended": time.time()}
+    if error:
+        record["error"] = error
+    ranks.write_record(settings["out"], record, settings.get("command"))
+
+
+def _end_with_launcher() -> None:
+    """A rank gets SIGTERM when torchrun's agent dies, even by SIGKILL (Linux), and goes at once if it already has."""
+    prctl = _end_with_parent()
+    if prctl is not None:
+        prctl()
+    if os.getppid() == 1:
+        os._exit(1)
 
 
 def _print_user_traceback(exc: BaseException) -> None:

@@ -1,0 +1,294 @@
+"""Capturing the user's own PyTorch script: ``rnnprof trace --out DIR -- torchrun ... script.py`` and ``-- python``.
+
+The script is written here: DDP over gloo on CPU, or one process without a process group. What each
+trace must hold is counted here from the raw Kineto JSON (ProfilerStep markers, optimizer steps).
+"""
+
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from processes import alive
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",
+                                        "ignore::UserWarning")
+
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+STEP = re.compile(r"^ProfilerStep#(\d+)$")
+OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#SGD\.step$")
+COLLECTIVE = re.compile(r"^(c10d::allreduce_|gloo:all_reduce)$")
+
+SCRIPT = r'''
+import argparse, os, sys, time
+import torch
+import torch.distributed as dist
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=5)
+parser.add_argument("--marks", action="store_true", help="rnnprof.step() per step, two optimizer steps each")
+parser.add_argument("--fail-rank", type=int, default=-1)
+parser.add_argument("--fail-at", type=int, default=-1)
+parser.add_argument("--pids", default=None, help="folder where each rank writes its pid")
+parser.add_argument("--sleep", type=float, default=0.0)
+parser.add_argument("--timeout", type=float, default=None, help="seconds a collective may wait for a gone rank")
+args = parser.parse_args()
+
+distributed = "WORLD_SIZE" in os.environ
+if distributed:
+    import datetime
+
+    timeout = datetime.timedelta(seconds=args.timeout) if args.timeout else None
+    dist.init_process_group("gloo", timeout=timeout)
+rank = dist.get_rank() if distributed else 0
+if args.pids:
+    with open(os.path.join(args.pids, f"rank{rank}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+if distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+if args.marks:
+    import rnnprof
+
+
+def one_update():
+    optimizer.zero_grad()
+    model(torch.randn(16, 32)).square().mean().backward()
+    optimizer.step()
+
+
+for i in range(args.steps):
+    if args.marks:
+        rnnprof.step()
+        one_update()
+    one_update()
+    if i == args.fail_at and rank == args.fail_rank:
+        sys.exit(3)
+    time.sleep(args.sleep)
+if distributed:
+    dist.destroy_process_group()
+'''
+
+
+def env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
+
+def trace(tmp_path, *command, steps=2, skip_steps=1, wait=True):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--steps", str(steps),
+            "--skip-steps", str(skip_steps), "--", *[str(script) if c == "SCRIPT" else c for c in command]]
+    if not wait:
+        return subprocess.Popen(argv, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), run
+    done = subprocess.run(argv, env=env(), capture_output=True, text=True, timeout=300)
+    return done, run
+
+
+def raw_events(path):
+    with gzip.open(path, "rt") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def markers(events):
+    return {int(STEP.match(e["name"]).group(1)): (e["ts"], e["ts"] + e["dur"])
+            for e in events if STEP.match(e["name"])}
+
+
+def inside(events, pattern, span):
+    return [e for e in events if pattern.match(e["name"]) and span[0] <= e["ts"] < span[1]]
+
+
+def manifest(run):
+    return json.loads((run / "manifest.json").read_text())
+
+
+def wait_gone(pids, timeout=15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.2)
+    return [p for p in pids if alive(p)]
+
+
+# -- torchrun, two gloo DDP ranks ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def torchrun_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("torchrun")
+    done, run = trace(tmp, TORCHRUN, "--nproc-per-node", "2", "SCRIPT", "--steps", "5")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run
+
+
+@pytest.mark.slow
+def test_torchrun_writes_one_trace_per_rank_holding_exactly_the_window(torchrun_run):
+    for rank in (0, 1):
+        events = raw_events(torchrun_run / "torch" / f"rank{rank}.json.gz")
+        steps = markers(events)
+        assert sorted(steps) == [1, 2]  # --skip-steps 1 --steps 2: the second and third optimizer steps
+        for span in steps.values():
+            assert len(inside(events, OPTIMIZER_STEP, span)) == 1  # a step is one optimizer.step()
+            assert inside(events, COLLECTIVE, span), "DDP's gradient all-reduce runs in every step"
+
+
+@pytest.mark.slow
+def test_torchrun_manifest_lists_ranks_world_size_backend_and_files(torchrun_run):
+    m = manifest(torchrun_run)
+    assert m["status"] == "complete" and m["framework"] == "torch"
+    assert m["world_size"] == 2 and m["backend"] == "gloo"
+    assert [r["rank"] for r in m["ranks"]] == [0, 1]
+    assert [r["trace"] for r in m["ranks"]] == ["torch/rank0.json.gz", "torch/rank1.json.gz"]
+    assert m["captured"]["kineto"] == ["torch/rank0.json.gz", "torch/rank1.json.gz"]
+    assert all(r["steps"] == [1, 2] and r["status"] == "complete" for r in m["ranks"])
+    assert len({r["pid"] for r in m["ranks"]}) == 2  # two processes, not one
+
+
+@pytest.mark.slow
+def test_comm_reads_the_run_each_rank_per_step(torchrun_run, capsys):
+    from test_torch_gloo import raw_figures
+
+    from rnnprof.cli import main
+
+    code = main(["comm", str(torchrun_run), "--json", "--per-step"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    document = json.loads(captured.out)
+    assert [d["device"] for d in document["devices"]] == ["rank0/cpu:0", "rank1/cpu:0"]
+    assert document["steps"] == [1, 2]
+    for rank, device in enumerate(document["devices"]):
+        events = raw_events(torchrun_run / "torch" / f"rank{rank}.json.gz")
+        assert device["total"]["communication_us"] == pytest.approx(raw_figures(events)["communication_us"],
+                                                                    abs=0.01)
+        assert all(device["steps"][str(step)]["communication_us"] > 0 for step in (1, 2))
+
+
+# -- one process: `-- python script.py`, steps marked with rnnprof.step() ----------------------------
+
+@pytest.fixture(scope="module")
+def python_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("python")
+    done, run = trace(tmp, sys.executable, "SCRIPT", "--steps", "5", "--marks")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run
+
+
+@pytest.mark.slow
+def test_python_script_is_one_rank_without_a_process_group(python_run):
+    m = manifest(python_run)
+    assert m["status"] == "complete" and m["world_size"] == 1 and m["backend"] is None
+    assert [r["rank"] for r in m["ranks"]] == [0] and m["captured"]["kineto"] == ["torch/rank0.json.gz"]
+
+
+@pytest.mark.slow
+def test_rnnprof_step_defines_the_steps_when_the_script_marks_them(python_run):
+    events = raw_events(python_run / "torch" / "rank0.json.gz")
+    steps = markers(events)
+    assert sorted(steps) == [1, 2]
+    for span in steps.values():  # each marked step made two optimizer steps; the hooks did not count them
+        assert len(inside(events, OPTIMIZER_STEP, span)) == 2
+
+
+# -- failures and interrupts -----------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_failing_rank_passes_its_exit_code_on_and_marks_the_run(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    done, run = trace(tmp_path, TORCHRUN, "--nproc-per-node", "2", "SCRIPT", "--steps", "50",
+                      "--fail-rank", "1", "--fail-at", "3", "--pids", str(pids), "--timeout", "3")
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"rnnprof trace: error: rank 1: the script exited with code 3 (run directory: {run})")
+    m = manifest(run)
+    assert m["status"] == "interrupted" and m["exit_code"] == 3
+    assert {r["rank"]: r["status"] for r in m["ranks"]} == {0: "interrupted", 1: "interrupted"}
+    rank_pids = [int(p.read_text()) for p in pids.iterdir()]
+    assert len(rank_pids) == 2 and wait_gone(rank_pids, timeout=5) == []
+
+
+@pytest.mark.slow
+def test_sigterm_stops_every_rank_and_keeps_the_window(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    rnnprof, run = trace(tmp_path, TORCHRUN, "--nproc-per-node", "2", "SCRIPT", "--steps", "100000",
+                         "--sleep", "0.05", "--pids", str(pids), "--timeout", "3", wait=False)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(
+                (run / "torch" / f"rank{r}.json.gz").is_file() for r in (0, 1)):
+            assert rnnprof.poll() is None, rnnprof.communicate()[1][-3000:]
+            time.sleep(0.2)
+        rank_pids = [int(p.read_text()) for p in pids.iterdir()]
+        assert len(rank_pids) == 2 and all(alive(p) for p in rank_pids)
+        rnnprof.send_signal(signal.SIGTERM)
+        _, stderr = rnnprof.communicate(timeout=60)
+    finally:
+        if rnnprof.poll() is None:
+            rnnprof.kill()
+            rnnprof.communicate()
+    assert rnnprof.returncode == 130
+    assert stderr.strip().splitlines()[-1] == f"rnnprof trace: error: interrupted; what was captured is in {run}"
+    assert wait_gone(rank_pids, timeout=5) == []
+    m = manifest(run)
+    assert m["status"] == "interrupted" and m["captured"]["kineto"] == ["torch/rank0.json.gz", "torch/rank1.json.gz"]
+    assert all(sorted(markers(raw_events(run / t))) == [1, 2] for t in m["captured"]["kineto"])
+
+
+# -- rnnprof.capture(...) in torch code --------------------------------------------------------------
+
+@pytest.mark.slow
+def test_capture_api_in_torch_code_records_optimizer_steps(tmp_path):
+    import torch
+
+    import rnnprof
+    from rnnprof.profiler.capture.torch_script import TorchScriptCapture
+
+    model = torch.nn.Linear(8, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with rnnprof.capture(tmp_path / "run", steps=2, skip_steps=2) as cap:
+        assert isinstance(cap, TorchScriptCapture)
+        for _ in range(6):
+            model(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+    m = manifest(tmp_path / "run")
+    assert m["status"] == "complete" and m["framework"] == "torch" and m["ranks"][0]["steps"] == [2, 3]
+    events = raw_events(tmp_path / "run" / "torch" / "rank0.json.gz")
+    assert sorted(markers(events)) == [2, 3]
+    assert m["command"] == m["config"]["script"] == sys.argv  # no command given: this process's
+    with pytest.raises(ValueError, match="delay applies to TensorFlow code"):
+        rnnprof.capture(tmp_path / "other", delay=1.0)
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+
+    hooks = [*_global_optimizer_pre_hooks.values(), *_global_optimizer_post_hooks.values()]
+    assert not any(getattr(h, "__self__", None) is cap for h in hooks)  # removed after the window
+
+
+@pytest.mark.slow
+def test_a_script_that_gets_torch_from_a_module_elsewhere_is_captured_as_pytorch(tmp_path):
+    """The script names neither framework: TensorFlow's capture starts, then gives way as torch is imported."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "trainlib.py").write_text(
+        "import torch\n\n\ndef train(steps):\n    model = torch.nn.Linear(4, 4)\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    for _ in range(steps):\n"
+        "        model(torch.randn(2, 4)).sum().backward()\n        optimizer.step()\n")
+    script = tmp_path / "main.py"
+    script.write_text("import trainlib\n\ntrainlib.train(6)\n")
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--steps", "2", "--",
+                           sys.executable, str(script)], env={**env(), "PYTHONPATH": f"{env()['PYTHONPATH']}:{lib}"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    m = manifest(run)
+    assert m["status"] == "complete" and m["framework"] == "torch" and m["ranks"][0]["steps"] == [1, 2]
+    assert sorted(markers(raw_events(run / "torch" / "rank0.json.gz"))) == [1, 2]

@@ -1,0 +1,155 @@
+"""What `rnnprof trace -- COMMAND` starts, and how the bootstrap picks a framework; no script is run here."""
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rnnprof.cli import main
+from rnnprof.errors import UsageError
+from rnnprof.profiler.capture.imports import when_imported
+from rnnprof.profiler.capture.launch import BOOTSTRAP, launch_command
+from rnnprof.profiler.capture.script import script_framework
+
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("import torch\n")
+    return str(path)
+
+
+def test_python_runs_the_bootstrap_on_the_same_script(script):
+    launch = launch_command(["python3", script, "--lr", "1"])
+    assert launch.argv == ["python3", "-m", BOOTSTRAP, script, "--lr", "1"] and not launch.torchrun
+
+
+def test_torchrun_keeps_its_options_and_runs_the_bootstrap_as_every_ranks_program(script):
+    launch = launch_command([TORCHRUN, "--nproc-per-node", "2", "--standalone", script, "--nproc-per-node", "9"])
+    assert launch.torchrun
+    assert launch.argv == [TORCHRUN, "--nproc-per-node", "2", "--standalone", "--no-python", sys.executable,
+                           "-u", "-m", BOOTSTRAP, script, "--nproc-per-node", "9"]  # the script's own flag kept
+
+
+def test_torchrun_module_flag_becomes_the_bootstraps(script):
+    launch = launch_command([sys.executable, "-m", "torch.distributed.run", "-m", "--nnodes", "1", "pkg.train",
+                             "-m", "x"])
+    assert launch.argv == [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--no-python",
+                           sys.executable, "-u", "-m", BOOTSTRAP, "-m", "pkg.train", "-m", "x"]
+
+
+@pytest.mark.parametrize("command, message", [
+    ([TORCHRUN, "--no-python", "SCRIPT"], "not Python"),
+    ([TORCHRUN, "--run-path", "SCRIPT"], "--run-path"),
+    ([TORCHRUN, "--nproc-per-node", "2", "missing.py"], "'missing.py' does not exist"),
+    ([TORCHRUN, "--nproc-per-node"], "torchrun: "),
+    (["bash", "SCRIPT"], "can only run Python or torchrun"),
+])
+def test_commands_that_cannot_be_captured_are_refused(script, command, message):
+    with pytest.raises(UsageError, match=message):
+        launch_command([script if c == "SCRIPT" else c for c in command])
+
+
+def test_a_refused_torchrun_command_is_one_line_exit_2(tmp_path, capsys):
+    code = main(["trace", "--out", str(tmp_path / "run"), "--", TORCHRUN, "--no-python", "train.sh"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--no-python" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("source, framework", [
+    ("import torch\n", "torch"),
+    ("from torch.nn import functional as F\n", "torch"),
+    ("def main():\n    import torch.distributed as dist\n", "torch"),
+    ("import tensorflow as tf\n", "tensorflow"),
+    ("from keras import layers\n", "tensorflow"),
+    ("import torch\nimport tensorflow\n", "tensorflow"),
+    ("import numpy\nfrom . import torch\n", None),  # a relative import is the script's own module
+    ("import mylib\n", None),
+    ("this is not python", None),
+])
+def test_the_framework_is_read_from_the_scripts_imports(tmp_path, source, framework):
+    path = tmp_path / "s.py"
+    path.write_text(source)
+    assert script_framework([str(path)]) == framework
+
+
+def test_the_scripts_own_modules_are_read_too(tmp_path):
+    (tmp_path / "model.py").write_text("import torch.nn\n")
+    (tmp_path / "helpers").mkdir()
+    (tmp_path / "helpers" / "__init__.py").write_text("import model\n")
+    (tmp_path / "loop.py").write_text("import loop\nimport helpers\n")  # imports itself: read once
+    (tmp_path / "s.py").write_text("import os\nimport loop\n")
+    assert script_framework([str(tmp_path / "s.py")]) == "torch"
+    (tmp_path / "model.py").write_text("import numpy\n")
+    assert script_framework([str(tmp_path / "s.py")]) is None
+
+
+def test_a_module_is_read_from_its_file(tmp_path, monkeypatch):
+    (tmp_path / "pkg_under_test").mkdir()
+    (tmp_path / "pkg_under_test" / "__init__.py").write_text("")
+    (tmp_path / "pkg_under_test" / "train.py").write_text("import torch\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert script_framework(["-m", "pkg_under_test.train"]) == "torch"
+
+
+def test_when_imported_runs_after_the_module_body_once(tmp_path, monkeypatch):
+    (tmp_path / "watched_mod.py").write_text(textwrap.dedent("""
+        import sys
+        sys.modules[__name__].ready = True
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    when_imported("watched_mod", lambda module: seen.append(module.ready))
+    try:
+        import watched_mod  # noqa: F401
+        import importlib
+
+        importlib.reload(watched_mod)
+    finally:
+        sys.modules.pop("watched_mod", None)
+    assert seen == [True]
+
+
+def test_when_imported_can_be_cancelled(tmp_path, monkeypatch):
+    (tmp_path / "unwatched_mod.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    cancel = when_imported("unwatched_mod", seen.append)
+    cancel()
+    try:
+        import unwatched_mod  # noqa: F401
+    finally:
+        sys.modules.pop("unwatched_mod", None)
+    assert seen == []
+
+
+def test_delay_is_refused_for_torchrun_before_anything_runs(tmp_path, script, capsys):
+    code = main(["trace", "--out", str(tmp_path / "run"), "--delay", "2", "--", TORCHRUN, script])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().splitlines() == [
+        "rnnprof trace: error: --delay applies to TensorFlow scripts; a PyTorch script's window is set by "
+        "--skip-steps and --steps"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_rank_that_died_without_a_word_marks_the_run_and_is_named(tmp_path):
+    from rnnprof.profiler.capture import ranks
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "rank0.json.gz").write_bytes(b"")
+    common = {"world_size": 2, "steps": [], "steps_run": 3, "backend": "gloo"}
+    ranks.write_record(tmp_path, {**common, "rank": 0, "status": "complete", "trace": "torch/rank0.json.gz",
+                                  "exit_code": 0, "ended": 1.0}, ["torchrun", "x.py"])
+    running = ranks.write_record(tmp_path, {**common, "rank": 1, "status": "running", "trace": None},
+                                 ["torchrun", "x.py"])
+    assert running["status"] == "running" and running["captured"]["kineto"] == ["torch/rank0.json.gz"]
+    records = ranks.read_records(tmp_path)
+    assert ranks.exit_code_of(records, -9) == -9  # the rank left no exit code of its own
+    final = ranks.combine(tmp_path, ["torchrun", "x.py"], exit_code=-9)
+    assert final["status"] == "interrupted" and final["exit_code"] == -9 and final["world_size"] == 2
+    assert final["error"] == "rank 1: the rank died without closing its capture"
+    assert [r["status"] for r in final["ranks"]] == ["complete", "interrupted"]
