@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "rnnprof.commands.placement_audit",
     "rnnprof.commands.comm",
     "rnnprof.commands.view",
+    "rnnprof.commands.worker",
 )
 INTERNAL_ERROR = 3  # a bug in rnnprof, not in the user's input (see rnnprof.errors)
 

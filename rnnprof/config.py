@@ -30,6 +30,9 @@ PARAMETER_DEVICES = ("cpu", "gpu")
 BATCH_SCALINGS = ("per-device", "total")
 RNNLM_PRESETS = ("rnn_benchmark", "small")
 PLANTS = ("softmax-on-device0",)
+# greedy: each variable to the ps task holding the fewest bytes so far (tf_cnn_benchmarks' greedy
+# load balancing); first: every variable on ps task 0 (a deliberate imbalance, for testing the audit).
+PS_PLACEMENTS = ("greedy", "first")
 
 
 @dataclass(frozen=True)
@@ -64,18 +67,27 @@ class WorkloadConfig:
     plant: str | None = None  # diagnostic mishaps, see PLANTS
     soft_placement: bool = True
     request_gpu: bool = False  # ask for GPU devices even without one (soft placement then falls back)
+    workers: int | None = None  # worker tasks of a TensorFlow gRPC cluster; None: every tower in this process
+    ps_tasks: int = 0  # parameter server tasks of the cluster
+    cluster_spec: str | None = None  # a cluster spec file of tasks started with ``rnnprof worker``
+    ps_placement: str = "greedy"  # how variables spread over ps tasks, see PS_PLACEMENTS
 
     def replace(self, **changes) -> "WorkloadConfig":
         return dataclasses.replace(self, **changes)
 
+    @property
+    def towers(self) -> int:
+        """Towers of the whole run: ``devices`` on each worker task."""
+        return self.devices * (self.workers or 1)
+
     def per_device_batch(self) -> int:
         """Examples each tower processes per step."""
         if self.batch_scaling == "total":
-            return max(1, self.batch_size // self.devices)
+            return max(1, self.batch_size // self.towers)
         return self.batch_size
 
     def total_batch(self) -> int:
-        return self.per_device_batch() * self.devices
+        return self.per_device_batch() * self.towers
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
