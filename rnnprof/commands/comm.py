@@ -26,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.comm import analyze_comm
+    from rnnprof.analyzers.tasks import analyze_tasks
     from rnnprof.profiler.loaders import load_events
-    from rnnprof.reports.comm import render_table, to_document
+    from rnnprof.reports.comm import render_table, render_tasks, to_document
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_json, render_notes
 
@@ -38,7 +39,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
 
     notes = run_notes(args.paths)
-    report = analyze_comm(load_events(args.paths[0] if len(args.paths) == 1 else args.paths), args.comm_pattern)
+    table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
+    report = analyze_comm(table, args.comm_pattern)
+    tasks = analyze_tasks(table, args.comm_pattern)
     if not report.devices:
         problem = ("no device activity: every event is on the host (a CPU-only tf.profiler XSpace, for one, "
                    "names no device for its ops)" if report.host_only
@@ -47,7 +50,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
                          "a trace of GPU streams or TF device ops, e.g. an rnnprof run directory")
     render_notes(notes)
     if args.json:
-        render_json(to_document(report, per_step=args.per_step), console)
+        document = to_document(report, per_step=args.per_step)
+        if tasks.tasks:
+            document.update(tasks.as_dict())
+        render_json(document, console)
     else:
         render_table(report, per_step=args.per_step, console=console)
+        render_tasks(tasks, console)
     return 0

@@ -57,23 +57,31 @@ def measure_offsets(session, ops: dict, exchanges: int = EXCHANGES, clock=time.t
     return found
 
 
-def combine(start: list[ClockOffset], end: list[ClockOffset]) -> dict[str, dict]:
-    """The manifest's ``clock_offsets``: per task, the exchange at the start and at the end of capture and
-    the offset applied (the one of the two with the smaller uncertainty)."""
+def combine(start: list[ClockOffset], end: list[ClockOffset] = ()) -> dict[str, dict]:
+    """The manifest's ``clock_offsets``, per task: ``offset_us`` and ``uncertainty_us`` measured at the start
+    of capture (before any step is traced), ``applied_us``, what the timelines subtract: the offset where it
+    exceeds its uncertainty, else 0 (a smaller offset is not resolved by the exchange; tasks on the chief's
+    host share its clock), and ``end``, the exchange after the traced steps, whose difference from the
+    start (``drift_us``) shows how far the clocks moved during the capture."""
     result = {}
     ends = {o.task: o for o in end}
     for first in start:
         last = ends.get(first.task)
-        chosen = first if last is None or first.uncertainty_us <= last.uncertainty_us else last
-        result[first.task] = {"offset_us": chosen.offset_us, "uncertainty_us": chosen.uncertainty_us,
-                              "start": first.as_dict(), "end": last.as_dict() if last else None}
+        resolved = abs(first.offset_us) > first.uncertainty_us
+        result[first.task] = {"offset_us": first.offset_us, "uncertainty_us": first.uncertainty_us,
+                              "applied_us": first.offset_us if resolved else 0.0,
+                              "end": last.as_dict() if last else None,
+                              "drift_us": last.offset_us - first.offset_us if last else None}
     return result
 
 
-def applied_offsets(manifest_offsets: dict) -> dict[str, float]:
+def applied_offsets(manifest_offsets) -> dict[str, float]:
     """Task prefix -> µs to subtract from its timestamps, from the manifest's ``clock_offsets``."""
     result = {}
-    for task, entry in (manifest_offsets or {}).items():
-        if isinstance(entry, dict) and isinstance(entry.get("offset_us"), (int, float)):
-            result[str(task)] = float(entry["offset_us"])
+    if not isinstance(manifest_offsets, dict):
+        return result
+    for task, entry in manifest_offsets.items():
+        value = entry.get("applied_us") if isinstance(entry, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+            result[str(task)] = float(value)
     return result

@@ -11,6 +11,7 @@ The chief is the rnnprof process: it builds the graph and drives a ``Session`` o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -301,3 +302,47 @@ def describe_remote(spec: ClusterSpec) -> list[dict]:
     """Tasks rnnprof did not start: their pids are not known here."""
     return [{"job": job, "task": k, "address": address, "host": address.rpartition(":")[0], "pid": None}
             for job, k, address in spec.tasks()]
+
+
+def _exit_on_hung(failure: TaskFailed) -> None:
+    print(f"rnnprof: error: {failure}", file=sys.stderr, flush=True)
+    os._exit(failure.exit_code)
+
+
+@contextlib.contextmanager
+def running_cluster(config, on_hung: Callable[[TaskFailed], None] | None = None):
+    """The cluster ``config`` runs on, for the length of the block: yields ``(spec, tasks)``.
+
+    Without ``--workers`` or ``--cluster-spec``: ``(None, [])``. With ``--cluster-spec``: the spec and its
+    tasks as described (started elsewhere with ``rnnprof worker``). With ``--workers``: a ``LocalCluster``
+    started here and stopped when the block ends, however it ends; an error raised while a task is
+    dead becomes that task's one-line ``TaskFailed``. ``on_hung(failure)`` runs, then the process exits,
+    if the chief stays blocked after a task died (a dead worker 0 leaves its session waiting).
+    """
+    if config.cluster_spec is not None:
+        spec = read_cluster_spec(config.cluster_spec)
+        yield spec, describe_remote(spec)
+        return
+    if not config.workers:
+        yield None, []
+        return
+
+    def hung(failure: TaskFailed) -> None:
+        if on_hung is not None:
+            on_hung(failure)
+        _exit_on_hung(failure)
+
+    spec = local_spec(config.workers, config.ps_tasks)
+    with process_group.signals_interrupt():
+        cluster = LocalCluster(spec, devices=config.devices, on_hung=hung).start()
+        try:
+            yield spec, cluster.describe()
+        except BaseException as exc:
+            failure = cluster.failure()
+            if failure is not None and not isinstance(exc, KeyboardInterrupt):
+                cluster.handled()
+                raise failure from None
+            raise
+        finally:
+            cluster.handled()
+            cluster.stop()

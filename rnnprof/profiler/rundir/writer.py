@@ -146,6 +146,7 @@ class RunWriter:
                  config: dict | None = None):
         self.path = prepare_out_dir(out_dir, force=force)
         self.manifest = new_manifest(command, config)
+        self.clock_offsets: dict[str, float] = {}  # task prefix -> µs subtracted from its timeline events
         self._partitions_written = False
         self.save_manifest()
 
@@ -222,7 +223,7 @@ class RunWriter:
 
         self.write_run_metadata(rundir.run_metadata_name(step), run_metadata.SerializeToString())
         partitions = list(run_metadata.partition_graphs)
-        trace = step_stats_to_chrome(run_metadata.step_stats, step, partitions)
+        trace = step_stats_to_chrome(run_metadata.step_stats, step, partitions, self.clock_offsets)
         self._add("timelines", atomic_write_json(
             self.path / rundir.TIMELINES_DIR / rundir.timeline_name(step), trace, gzipped=True))
         if partitions and not self._partitions_written:
