@@ -139,6 +139,15 @@ def _device_kind(name: str) -> str:
     return "cpu"
 
 
+def _partition_label(device: str) -> str:
+    """``CPU_0`` for a device of this process; ``worker_1_CPU_0`` for one of a cluster's tasks."""
+    label = device.rsplit("/", 1)[-1].replace("device:", "")
+    job = re.search(r"/job:([^/]+)/replica:\d+/task:(\d+)", device)
+    if job and job.group(1) != "localhost":
+        label = f"{job.group(1)}_{job.group(2)}_{label}"
+    return safe_name(label)
+
+
 class RunWriter:
     """Owns one run directory while it is being captured."""
 
@@ -209,7 +218,7 @@ class RunWriter:
         written = []
         for k, graph in enumerate(partition_graphs):
             devices = sorted({n.device for n in graph.node if n.device})
-            label = safe_name(devices[0].rsplit("/", 1)[-1].replace("device:", "")) if devices else "unassigned"
+            label = _partition_label(devices[0]) if devices else "unassigned"
             written += self.write_graph(graph, rel_dir, f"{k}_{label}")
         return written
 
