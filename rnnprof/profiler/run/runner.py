@@ -302,13 +302,11 @@ class ParameterSpread:
 
 
 def _byte_size(shape, dtype) -> int:
-    tf = import_tensorflow()
-    try:
-        elements = int(np.prod(tf.TensorShape(shape).as_list())) if shape is not None else 1
-        size = tf.as_dtype(dtype or tf.float32).size
-    except (TypeError, ValueError):
+    """Bytes of a variable of ``shape`` (a list or TensorShape) and ``dtype`` (a tf.DType; float32 when None)."""
+    dims = shape.as_list() if hasattr(shape, "as_list") else list(shape or [])
+    if any(d is None for d in dims):
         return 0
-    return elements * size
+    return int(np.prod(dims, dtype=np.int64)) * int(getattr(dtype, "size", 4) or 4)
 
 
 def _strip_scope(name: str, tower: int) -> str:
