@@ -183,6 +183,16 @@ class TaskProcess:
         return f"exited with code {code}" + (f": {last}" if last else "")
 
 
+def _end_with_parent() -> None:
+    """In a task process before it starts: SIGTERM when the chief dies, even by SIGKILL (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _last_line(path: Path) -> str:
     try:
         lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
@@ -226,7 +236,8 @@ class LocalCluster:
                     process = process_group.start(
                         [sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec_path), "--job", job,
                          "--task", str(index), "--devices", str(self.devices)],
-                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
+                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                        preexec_fn=_end_with_parent)
                 self.tasks.append(TaskProcess(job, index, address, process, log))
             self._wait_ready()
         except BaseException:
