@@ -118,6 +118,15 @@ def test_timelines_name_the_devices_of_each_worker_and_the_ps(ps_run):
     assert {f"{W0}/device:CPU:0", f"{W1}/device:CPU:0", f"{PS0}/device:CPU:0"} <= processes
 
 
+def test_every_task_is_profiled_into_its_own_xplane(ps_run):
+    manifest = json.loads((ps_run / "manifest.json").read_text())
+    (run,) = [p for p in (ps_run / "plugins" / "profile").iterdir() if not p.name.endswith("_devices")]
+    assert sorted(p.name for p in run.glob("*.xplane.pb")) == ["ps_0.xplane.pb", "worker_0.xplane.pb",
+                                                               "worker_1.xplane.pb"]
+    assert all(p.stat().st_size > 0 for p in run.glob("*.xplane.pb"))
+    assert len(manifest["profiled_steps"]) >= 1 and "profile_error" not in manifest
+
+
 def test_cross_task_transfers_are_timed_and_drawn_as_arrows(ps_run):
     doc = _timeline(ps_run)
     events = doc["traceEvents"]

@@ -78,7 +78,9 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
                 throughput["with_warmup"] = dataclasses.asdict(measurement.with_warmup)
             writer.update(throughput=throughput)
             with clock_offsets(writer, run):
-                capture_after(writer, run.step, config.warmup + config.batches, trace_steps, graph=run.graph)
+                capture_after(writer, run.step, config.warmup + config.batches, trace_steps, graph=run.graph,
+                              cluster_tasks=spec.tasks() if spec is not None else None,
+                              step_seconds=measurement.timed.median_step_seconds)
         status = rundir.STATUS_COMPLETE
     except KeyboardInterrupt:
         raise InterruptedRun(f"interrupted; what was captured is in {writer.path}") from None
