@@ -257,3 +257,35 @@ def test_pa008_flags_traffic_to_one_ps_task():
     findings = ps_balance.check(AuditInput(events=b.build()))
     assert [f.evidence["measure"] for f in findings] == ["traffic received (bytes)"]
     assert findings[0].devices == (PS0,)
+
+
+# -- scale's table with workers ----------------------------------------------------------------------
+
+def test_scale_prints_a_table_per_mode_with_a_workers_column_and_speedup_over_the_fewest_workers():
+    from rich.console import Console
+
+    from rnnprof.analyzers.scale import ScalePoint, speedup_table
+    from rnnprof.analyzers.throughput import summarize
+    from rnnprof.profiler.run.measure import StepResult
+    from rnnprof.reports.scale import render_table, to_document
+
+    def point(mode, workers, seconds):
+        timed = summarize([StepResult(seconds=seconds, words=1000 * workers, loss=1.0)] * 2)
+        return ScalePoint(variable_update=mode, all_reduce="ring" if mode == "replicated" else None, devices=1,
+                          per_device_batch=4, total_batch=4 * workers, timed=timed, workers=workers,
+                          processes=tuple({"job": "worker", "task": k, "pid": 100 + k} for k in range(workers)))
+
+    result = speedup_table([point("parameter_server", 2, 1.0), point("parameter_server", 1, 1.0),
+                            point("replicated", 1, 1.0), point("replicated", 2, 4.0)])
+    console = Console(width=100, record=True)
+    render_table(result, model="nmt", words_definition="w", warmup=1, batches=2, include_warmup=False, notes=[],
+                 console=console, parameter_device="1 ps task(s)")
+    text = console.export_text()
+    assert "parameter_server, variables on 1 ps task(s)" in text and "replicated, ring all-reduce" in text
+    assert "workers" in text and "per worker" in text
+    speedups = {(r.point.variable_update, r.point.workers): round(r.speedup, 2) for r in result.rows}
+    assert speedups == {("parameter_server", 1): 1.0, ("parameter_server", 2): 2.0, ("replicated", 1): 1.0,
+                        ("replicated", 2): 0.5}
+    rows = to_document(result, config={}, words_definition="w", device_kind="logical-cpu", notes=[],
+                       step_definition="s")["rows"]
+    assert [len(r["processes"]) for r in rows] == [1, 2, 1, 2] and rows[1]["baseline_workers"] == 1

@@ -37,6 +37,8 @@ WATCH_INTERVAL_S = 0.2
 # After a task dies, how long the chief may stay blocked in a step before it gives up on its own:
 # a dead master (worker 0) leaves the session retrying its RPC without end.
 HUNG_GRACE_S = 10.0
+# After an error in the chief, how long to look for a task that died and caused it.
+DEATH_WAIT_S = 1.0
 EXPECTED = 'a JSON object mapping "worker" (and optionally "ps") to lists of "host:port"'
 
 
@@ -350,6 +352,10 @@ def running_cluster(config, on_hung: Callable[[TaskFailed], None] | None = None)
             yield spec, cluster.describe()
         except BaseException as exc:
             failure = cluster.failure()
+            deadline = time.monotonic() + DEATH_WAIT_S
+            while failure is None and not isinstance(exc, KeyboardInterrupt) and time.monotonic() < deadline:
+                time.sleep(0.05)  # a task's connections close as it exits, a moment before it can be reaped
+                failure = cluster.failure()
             if failure is not None and not isinstance(exc, KeyboardInterrupt):
                 cluster.handled()
                 raise failure from None
