@@ -380,8 +380,9 @@ def validate_without_gpus(config: WorkloadConfig) -> None:
     if config.preset and config.model != "rnnlm":
         raise UsageError("--preset applies to --model rnnlm")
     if config.batch_scaling == "total" and config.batch_size < config.towers:
-        raise UsageError(f"--batch-size {config.batch_size} with --batch-scaling total is smaller than "
-                         f"the {config.towers} towers")
+        towers = f"--devices {config.devices}" if not config.workers else \
+            f"the {config.towers} towers (--workers {config.workers} x --devices {config.devices})"
+        raise UsageError(f"--batch-size {config.batch_size} with --batch-scaling total is smaller than {towers}")
 
 
 # Flags the PyTorch path does not support, with the value that means "not given".

@@ -28,6 +28,7 @@ from typing import Callable
 
 from rnnprof import process_group
 from rnnprof.errors import InputError, TaskFailed, UsageError
+from rnnprof.profiler.rundir.writer import atomic_write_json
 
 WORKER_JOB = "worker"
 PS_JOB = "ps"
@@ -227,19 +228,22 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         spec_path = self._dir / "cluster.json"
-        spec_path.write_text(json.dumps(self.spec.to_dict()))
+        atomic_write_json(spec_path, self.spec.to_dict())
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
         env["PYTHONPATH"] = os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[3]),
                                                         env.get("PYTHONPATH", "")] if p)
         try:
             for job, index, address in self.spec.tasks():
-                log = self._dir / f"{job}-{index}.log"
-                with open(log, "wb") as out:
+                log = self._dir / f"{job}-{index}.log"  # the task's own output, in the temporary folder
+                out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                try:
                     process = process_group.start(
                         [sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec_path), "--job", job,
                          "--task", str(index), "--devices", str(self.devices)],
                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
                         preexec_fn=_end_with_parent)
+                finally:
+                    os.close(out)
                 self.tasks.append(TaskProcess(job, index, address, process, log))
             self._wait_ready()
         except BaseException:
