@@ -322,7 +322,9 @@ def describe_remote(spec: ClusterSpec) -> list[dict]:
 
 
 def _exit_on_hung(failure: TaskFailed) -> None:
-    print(f"rnnprof: error: {failure}", file=sys.stderr, flush=True)
+    """End the process with the one line ``cli.main`` would print for ``failure``."""
+    command = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in ("trace", "scale") else ""
+    print(f"rnnprof{' ' + command if command else ''}: error: {failure}", file=sys.stderr, flush=True)
     os._exit(failure.exit_code)
 
 
