@@ -271,3 +271,27 @@ def test_scale_sweeps_workers_for_each_mode_on_separate_processes(capsys):
     pids = [p["pid"] for r in rows for p in r["processes"]]
     assert len(set(pids)) == len(pids) and os.getpid() not in pids
     assert _gone(pids, 0.5)
+
+
+# -- tasks started by hand, as on several hosts --------------------------------------------------------
+
+def test_a_cluster_spec_runs_on_tasks_started_with_rnnprof_worker(tmp_path, capsys):
+    from rnnprof import process_group
+    from rnnprof.profiler.run.cluster import free_ports
+
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps({"worker": [f"localhost:{port}" for port in free_ports(2)]}))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    workers = [process_group.start([sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec),
+                                    "--job", "worker", "--task", str(k)], env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL) for k in range(2)]
+    try:
+        code = main(["scale", *TINY, "--cluster-spec", str(spec), "--variable-update", "replicated", "--json"])
+        assert code == 0
+        (row,) = json.loads(capsys.readouterr().out)["rows"]
+        assert row["workers"] == 2 and row["batch_total"] == 8
+        assert [(p["job"], p["task"], p["pid"]) for p in row["processes"]] == [("worker", 0, None), ("worker", 1, None)]
+        assert all(w.poll() is None for w in workers)  # rnnprof leaves tasks it did not start alone
+    finally:
+        for w in workers:
+            process_group.stop(w)
