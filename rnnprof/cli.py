@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "rnnprof.commands.diff",
     "rnnprof.commands.critical_path",
     "rnnprof.commands.report",
+    "rnnprof.commands.worker",
 )
 INTERNAL_ERROR = 3  # a bug in rnnprof, not in the user's input (see rnnprof.errors)
 

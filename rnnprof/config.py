@@ -30,6 +30,9 @@ PARAMETER_DEVICES = ("cpu", "gpu")
 BATCH_SCALINGS = ("per-device", "total")
 RNNLM_PRESETS = ("rnn_benchmark", "small")
 PLANTS = ("softmax-on-device0",)
+# greedy: each variable to the ps task holding the fewest bytes so far (tf_cnn_benchmarks' greedy
+# load balancing); first: every variable on ps task 0 (a deliberate imbalance, for testing the audit).
+PS_PLACEMENTS = ("greedy", "first")
 
 
 @dataclass(frozen=True)
@@ -64,18 +67,27 @@ class WorkloadConfig:
     plant: str | None = None  # diagnostic mishaps, see PLANTS
     soft_placement: bool = True
     request_gpu: bool = False  # ask for GPU devices even without one (soft placement then falls back)
+    workers: int | None = None  # worker tasks of a TensorFlow gRPC cluster; None: every tower in this process
+    ps_tasks: int = 0  # parameter server tasks of the cluster
+    cluster_spec: str | None = None  # a cluster spec file of tasks started with ``rnnprof worker``
+    ps_placement: str = "greedy"  # how variables spread over ps tasks, see PS_PLACEMENTS
 
     def replace(self, **changes) -> "WorkloadConfig":
         return dataclasses.replace(self, **changes)
 
+    @property
+    def towers(self) -> int:
+        """Towers of the whole run: ``devices`` on each worker task."""
+        return self.devices * (self.workers or 1)
+
     def per_device_batch(self) -> int:
         """Examples each tower processes per step."""
         if self.batch_scaling == "total":
-            return max(1, self.batch_size // self.devices)
+            return max(1, self.batch_size // self.towers)
         return self.batch_size
 
     def total_batch(self) -> int:
-        return self.per_device_batch() * self.devices
+        return self.per_device_batch() * self.towers
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -207,6 +219,22 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
         add(r, "--devices", type=positive_int, default=2, help="towers, one per device (default: %(default)s)")
         add(r, "--variable-update", choices=VARIABLE_UPDATES, default="replicated",
             help="how towers share variables (default: %(default)s)")
+    c = parser.add_argument_group("TensorFlow gRPC cluster (one process per task)")
+    if sweep:
+        add(c, "--workers", default=None,
+            help="comma-separated worker task counts: each run starts a localhost cluster of that many "
+                 "worker processes (tf.distribute.Server), --devices on each (default: no cluster)")
+    else:
+        add(c, "--workers", type=positive_int, default=None,
+            help="worker tasks: start a localhost cluster of that many worker processes "
+                 "(tf.distribute.Server), --devices on each (default: no cluster, every tower in this process)")
+    add(c, "--ps-tasks", type=non_negative_int, default=None,
+        help="parameter server tasks holding the variables of parameter_server runs, spread over them by "
+             "size (default: 1 with --workers)")
+    add(c, "--cluster-spec", metavar="FILE", default=None,
+        help='run on the tasks of a JSON cluster spec ({"worker": ["host:port", ...], "ps": [...]}) '
+             "started with `rnnprof worker`, instead of a localhost cluster")
+    add(c, "--ps-placement", choices=PS_PLACEMENTS, default=None, help=argparse.SUPPRESS)
     add(r, "--all-reduce", choices=ALL_REDUCES, default=None,
         help="gradient all-reduce for replicated mode (default: nccl on GPUs, ring on CPU)")
     add(r, "--local-parameter-device", choices=PARAMETER_DEVICES, default="cpu",
@@ -284,12 +312,39 @@ def _config_from_args(args: argparse.Namespace, gpus_available: int | None, over
         if values["optimizer"] == "adam":
             values.setdefault("learning_rate", TORCH_ADAM_LEARNING_RATE)
     values.setdefault("optimizer", "sgd")
+    _cluster_values(values)
     preset_defaults = model_defaults(values.get("model", "nmt"), values.get("preset"))
     for key, value in preset_defaults.items():
         values.setdefault(key, value)
     if "all_reduce" not in values:
         values["all_reduce"] = "nccl" if gpus_available else "ring"
     return WorkloadConfig(**values)
+
+
+def _cluster_values(values: dict) -> None:
+    """``workers`` and ``ps_tasks`` from ``--cluster-spec``, or ``--ps-tasks``' default with ``--workers``."""
+    spec_path = values.get("cluster_spec")
+    if spec_path is not None:
+        for dest in ("workers", "ps_tasks"):
+            if dest in values:
+                raise UsageError(f"{_flag(dest)} and --cluster-spec cannot be combined: the spec lists the tasks")
+        from rnnprof.profiler.run.cluster import read_cluster_spec
+
+        spec = read_cluster_spec(spec_path)
+        values["workers"], values["ps_tasks"] = spec.workers, spec.ps_tasks
+    elif values.get("workers") is None:
+        if values.get("ps_tasks"):
+            raise UsageError("--ps-tasks needs a cluster: give --workers N or --cluster-spec FILE")
+        values.pop("ps_tasks", None)
+    elif values.get("variable_update", "replicated") != "parameter_server":
+        if values.get("ps_tasks") and not values.pop("_sweep", False):
+            raise UsageError("--ps-tasks applies to --variable-update parameter_server")
+        values["ps_tasks"] = 0
+    else:
+        values.setdefault("ps_tasks", 1)
+    values.pop("_sweep", None)
+    if values.get("ps_placement") and not values.get("ps_tasks"):
+        raise UsageError("--ps-placement needs parameter server tasks (--ps-tasks)")
 
 
 def model_defaults(model: str, preset: str | None) -> dict:
@@ -325,15 +380,17 @@ def validate_without_gpus(config: WorkloadConfig) -> None:
         raise UsageError(f"--plant {config.plant} applies to --model rnnlm")
     if config.preset and config.model != "rnnlm":
         raise UsageError("--preset applies to --model rnnlm")
-    if config.batch_scaling == "total" and config.batch_size < config.devices:
-        raise UsageError(f"--batch-size {config.batch_size} with --batch-scaling total is smaller than "
-                         f"--devices {config.devices}")
+    if config.batch_scaling == "total" and config.batch_size < config.towers:
+        towers = f"--devices {config.devices}" if not config.workers else \
+            f"the {config.towers} towers (--workers {config.workers} x --devices {config.devices})"
+        raise UsageError(f"--batch-size {config.batch_size} with --batch-scaling total is smaller than {towers}")
 
 
 # Flags the PyTorch path does not support, with the value that means "not given".
 _TENSORFLOW_ONLY = {"encoder": None, "direction": "uni", "attention": "none", "tgt_max_len": None,
                     "all_reduce": None, "local_parameter_device": "cpu", "gradient_repacking": 0,
-                    "inter_op_threads": 0, "request_gpu": False, "plant": None}
+                    "inter_op_threads": 0, "request_gpu": False, "plant": None, "workers": None,
+                    "ps_tasks": None, "cluster_spec": None, "ps_placement": None}
 _TORCH_ONLY = {"tied": False, "dropout": None, "clip_norm": None, "bucket_cap_mb": None, "eval": False}
 
 

@@ -68,3 +68,9 @@ class RankFailed(RnnprofError):
     """A worker process of a multi-process run failed; the others were stopped."""
 
     exit_code = 1
+
+
+class TaskFailed(RnnprofError):
+    """A task of a TensorFlow cluster died or could not start; the other tasks were stopped."""
+
+    exit_code = 1

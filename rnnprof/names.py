@@ -56,11 +56,14 @@ GRADIENT_SCOPES = (GRADIENTS_SCOPE,)
 SEND_OPS = ("_Send", "_HostSend")
 RECV_OPS = ("_Recv", "_HostRecv")
 TRANSFER_OPS = frozenset(SEND_OPS + RECV_OPS)
+# A task of a gRPC cluster fetching a tensor (RecvTensor) or a collective's chunk (RecvBuf) from another
+# task: the receiving task's step stats time each fetch. Only transfers between tasks have them.
+CROSS_TASK_RECV_OPS = ("RecvTensor", "RecvBuf")
 COLLECTIVE_PREFIX = "Collective"  # CollectiveReduce(V2), CollectiveGather(V2), CollectiveBcastSend/Recv, ...
 
 # Op types that are communication by themselves: loaders give them ``Kind.COMMUNICATION``.
 COMMUNICATION_OP = re.compile(
-    rf"^(_?(Host)?(Send|Recv)|_?{COLLECTIVE_PREFIX}\w*|Nccl\w*|\w*AllReduce\w*|\w*AllGather\w*|\w*AllToAll\w*)$")
+    rf"^(_?(Host)?(Send|Recv)|RecvTensor|RecvBuf|_?{COLLECTIVE_PREFIX}\w*|Nccl\w*|\w*AllReduce\w*|\w*AllGather\w*|\w*AllToAll\w*)$")
 
 # Collectives of a PyTorch rank without a GPU (gloo): the ``c10d::*`` operators the program calls
 # (``c10d::allreduce_``, ``c10d::broadcast_``, ...), the ``gloo:*`` ranges gloo's worker threads record
@@ -78,6 +81,7 @@ COMM_PATTERNS: tuple[str, ...] = (
     r"^NcclAllReduce|^Nccl(Reduce|Broadcast|AllGather)",
     r"(?i)all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all",
     r"^_?(Host)?(Send|Recv)$",  # point-to-point transfers
+    r"^(RecvTensor|RecvBuf)$",  # transfers between tasks of a gRPC cluster
     CPU_COLLECTIVE.pattern,  # c10d/gloo collectives of a CPU rank
     # ops inside a gradient exchange scope: their op types are plain copies and adds
     rf"(^|/)({'|'.join(EXCHANGE_SCOPES)})(_\d+)?/",

@@ -11,7 +11,8 @@ from top-level nodes, since a body runs once per iteration.
 
 Kernel invocations per device per step (see ``DEFINITIONS``): a CPU kernel is one op execution on
 a CPU device (TF executor op on a CPU device; PyTorch ``cpu_op`` on the host, or on the CPU device of
-a GPU-less rank, nested operators each counted); a GPU kernel is one kernel on a GPU stream. Host-side launch records of a GPU
+a GPU-less rank, nested operators each counted; a cluster task's timed fetches from other tasks, RecvTensor and
+RecvBuf, are transfers, not op runs); a GPU kernel is one kernel on a GPU stream. Host-side launch records of a GPU
 device's ops (TF ``<gpu> Compute`` lane; CUDA runtime calls that launched a kernel) are reported
 as launches and never added to either count. Copies and memsets are not kernels.
 """
@@ -27,6 +28,7 @@ import numpy as np
 
 from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US, LaunchStats, launch_stats
 from rnnprof.events import EventTable, Kind, match_correlation
+from rnnprof.names import CROSS_TASK_RECV_OPS
 
 DEFINITIONS = {
     "user graph ops": "nodes of the graph Python built (GraphDef as written by the program), by requested device",
@@ -35,7 +37,8 @@ DEFINITIONS = {
     "function ops": "nodes inside function-library bodies (while-loop and tf.function bodies), counted apart "
                     "from top-level nodes; a body runs once per iteration",
     "CPU kernels": "op executions on a CPU device: one TF executor op run on a CPU device, or one PyTorch "
-                   "cpu_op on the host, or on the CPU device of a rank without a GPU (nested operators each counted)",
+                   "cpu_op on the host, or on the CPU device of a rank without a GPU (nested operators each counted); "
+                   "a cluster task's fetches from other tasks (RecvTensor, RecvBuf) are not counted",
     "GPU kernels": "kernels that ran on a GPU stream (NCCL kernels included); copies and memsets excluded",
     "GPU launches": "host-side records of launching GPU work: TF ops run by a GPU device's executor, or CUDA "
                     "runtime calls correlated with a GPU kernel; shown for reference, not added to the kernels",
@@ -102,6 +105,28 @@ class KernelCounts:
 
     def per_step(self, value: int) -> float:
         return value / self.n_steps
+
+    def by_task(self) -> dict[str, dict[str, int]]:
+        """Totals per task of a gRPC cluster (``/job:worker/replica:0/task:1``), over its devices; empty
+        unless the devices belong to two or more tasks."""
+        totals: dict[str, dict[str, int]] = {}
+        for d in self.devices:
+            task = task_of_label(d.device)
+            if task is None:
+                continue
+            entry = totals.setdefault(task, {"devices": 0, "cpu_kernels": 0, "gpu_kernels": 0,
+                                             "gpu_launches": 0, "copies": 0})
+            entry["devices"] += 1
+            for key in ("cpu_kernels", "gpu_kernels", "gpu_launches", "copies"):
+                entry[key] += getattr(d, key)
+        return dict(sorted(totals.items())) if len(totals) > 1 else {}
+
+
+def task_of_label(label: str) -> str | None:
+    """The task part of a device label (``/job:ps/replica:0/task:0/cpu:0`` -> ``/job:ps/replica:0/task:0``)."""
+    if not label.startswith("/job:"):
+        return None
+    return label.rsplit("/", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -172,7 +197,9 @@ def kernel_masks(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
     """``(cpu, gpu)``: the events that are CPU kernels and GPU kernels (see ``DEFINITIONS``), steps aside."""
     on_gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])
     lanes = np.array([s.startswith("stream:") for s in table.strings], dtype=bool)[table.lane]
-    return ~on_gpu & np.isin(table.kind, _CPU_KINDS), on_gpu & lanes & np.isin(table.kind, _GPU_KINDS)
+    fetches = np.array([s in CROSS_TASK_RECV_OPS for s in table.strings] or [False], dtype=bool)[table.op_type]
+    cpu = ~on_gpu & np.isin(table.kind, _CPU_KINDS) & ~fetches  # a task's fetch from another is no op run
+    return cpu, on_gpu & lanes & np.isin(table.kind, _GPU_KINDS)
 
 
 def counted_steps(table: EventTable) -> tuple[tuple[int, ...], np.ndarray]:

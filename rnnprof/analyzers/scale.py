@@ -22,13 +22,21 @@ class ScalePoint:
     step_seconds: tuple[float, ...] = ()
     warmup_step_seconds: tuple[float, ...] = ()
     eval_timed: TimingSummary | None = None  # forward-only batches after the timed ones (--eval)
+    workers: int | None = None  # worker tasks of a gRPC cluster (``devices`` on each); None: one process
+    processes: tuple = ()  # the cluster's tasks: {"job", "task", "address", "host", "pid"}
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """What a sweep orders its runs by: (worker tasks, devices per worker)."""
+        return (self.workers or 1, self.devices)
 
 
 @dataclass(frozen=True)
 class ScaleRow:
     point: ScalePoint
     baseline_devices: int
-    speedup: float  # words/s over words/s of the baseline run of the same variable update
+    speedup: float
+    baseline_workers: int | None = None  # words/s over words/s of the baseline run of the same variable update
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,8 @@ class ScaleResult:
 
 
 SPEEDUP_DEFINITION = ("speedup = words/s of the run / words/s of the baseline run (1 device, or the "
-                      "smallest device count in the sweep) with the same variable update")
+                      "smallest device count in the sweep; with workers, the fewest workers first) "
+                      "with the same variable update")
 
 
 def speedup_table(points: Sequence[ScalePoint]) -> ScaleResult:
@@ -46,13 +55,14 @@ def speedup_table(points: Sequence[ScalePoint]) -> ScaleResult:
     rows, notes = [], []
     modes = list(dict.fromkeys(p.variable_update for p in points))
     for mode in modes:
-        group = sorted((p for p in points if p.variable_update == mode), key=lambda p: p.devices)
+        group = sorted((p for p in points if p.variable_update == mode), key=lambda p: p.size)
         base = group[0]
-        if base.devices != 1:
+        if base.size != (1, 1):
+            where = f" on {base.workers} worker(s)" if base.workers else ""
             notes.append(f"{mode}: no 1-device run in the sweep; speedup is relative to "
-                         f"{base.devices} devices")
+                         f"{base.devices} devices{where}")
         for point in group:
-            rows.append(ScaleRow(point=point, baseline_devices=base.devices,
+            rows.append(ScaleRow(point=point, baseline_devices=base.devices, baseline_workers=base.workers,
                                  speedup=point.timed.words_per_second / base.timed.words_per_second))
     return ScaleResult(rows=tuple(rows), notes=tuple(notes))
 

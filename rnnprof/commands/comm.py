@@ -42,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.comm import analyze_comm
+    from rnnprof.analyzers.tasks import analyze_tasks
     from rnnprof.profiler.loaders import load_aligned, load_events
-    from rnnprof.reports.comm import render_table, to_document
+    from rnnprof.reports.comm import render_table, render_tasks, to_document
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_json, render_notes
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
 
     notes = run_notes(args.paths)
+    tasks = None  # per TF cluster task: from a merged table only (Kineto rank files are no cluster)
     job = _job.rank_job(args.paths)
     selection = _steps.selection(args)
     if job is not None and args.align == "none":
@@ -68,8 +70,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         _job.refuse_job_options(args, "" if job is None else f"--align {args.align}")
         paths = [str(f.path) for f in job.files] if job is not None else args.paths
         table = load_events(paths[0]) if len(paths) == 1 else load_aligned(paths, args.align)
-        report = analyze_comm(_steps.select(table, args), args.comm_pattern, kernel_wait_us=args.kernel_wait_us,
+        table = _steps.select(table, args)
+        report = analyze_comm(table, args.comm_pattern, kernel_wait_us=args.kernel_wait_us,
                               step_selection=selection.describe())
+        tasks = analyze_tasks(table, args.comm_pattern)
     if not report.devices:
         problem = ("no device activity: every event is on the host (a CPU-only tf.profiler XSpace, for one, "
                    "names no device for its ops)" if report.host_only
@@ -78,9 +82,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
                          "a trace of GPU streams or TF device ops, e.g. an rnnprof run directory")
     render_notes(notes)
     if args.json:
-        render_json(to_document(report, per_step=args.per_step), console)
+        document = to_document(report, per_step=args.per_step)
+        if tasks is not None and tasks.tasks:
+            document.update(tasks.as_dict())
+        render_json(document, console)
     else:
         render_table(report, per_step=args.per_step, console=console)
+        render_tasks(tasks, console)
     if plot is not None:
         from rnnprof.reports.charts import comm_chart, save_chart
 

@@ -37,7 +37,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         check_sweep_out(args.out)
     device_counts = parse_int_list(args.devices, "--devices")
     modes = parse_choice_list(args.variable_update, "--variable-update", VARIABLE_UPDATES)
-    sweep_points = [dict(devices=n, variable_update=mode) for mode in modes for n in device_counts]
+    worker_counts = parse_int_list(args.workers, "--workers") if args.workers is not None else [None]
+    sweep_points = [dict(devices=n, variable_update=mode, workers=w, _sweep=True)
+                    for mode in modes for w in worker_counts for n in device_counts]
     for point in sweep_points:  # before TensorFlow or torch loads: a bad flag is refused at once
         check_workload_args(args, **point)
 
@@ -52,6 +54,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     base = configs[0].to_dict()
     base["devices"] = device_counts
     base["variable_update"] = modes
+    if args.workers is not None:
+        base["workers"] = worker_counts
     document = to_document(result, config=base, words_definition=swept.words_definition,
                            device_kind=swept.device_kind, notes=notes, step_definition=swept.step_definition)
     if args.out is not None:
@@ -67,8 +71,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
     else:
         render_table(result, model=swept.model, words_definition=swept.words_definition, warmup=first.warmup,
                      batches=first.batches, include_warmup=first.include_warmup, notes=notes,
-                     console=console, parameter_device=first.local_parameter_device)
+                     console=console, parameter_device=_parameter_device(configs))
     return 0
+
+
+def _parameter_device(configs) -> str:
+    """Where parameter_server runs keep the variables, for the mode's title."""
+    ps = [c for c in configs if getattr(c, "variable_update", "") == "parameter_server" and c.ps_tasks]
+    if ps:
+        return f"{ps[0].ps_tasks} ps task(s)"
+    return getattr(configs[0], "workload", configs[0]).local_parameter_device
 
 
 def _warning_printer(errors: Console):

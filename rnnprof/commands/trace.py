@@ -152,7 +152,10 @@ def _workload(args, console, argv) -> int:
     done = capture_workload(config, args.out, args.force, argv, args.trace_steps,
                             on_warning=lambda warning: console.print(Text.assemble(("warning:", "yellow"), f" {warning}")))
     timed = done.timed
-    console.print(Text(f"{config.model} on {config.devices} {done.device_kind} device(s): "
+    where = f"{config.devices} {done.device_kind} device(s)"
+    if config.workers:
+        where = f"{config.workers} worker task(s) x {where}" + (f", {config.ps_tasks} ps task(s)" if config.ps_tasks else "")
+    console.print(Text(f"{config.model} on {where}: "
                        f"{timed.words_per_second:,.0f} words/s over {timed.steps} timed steps "
                        f"(median {timed.median_step_seconds * 1000:.1f} ms/step)"))
     console.print(Text.assemble("run directory: ", (str(done.path), "bold"),

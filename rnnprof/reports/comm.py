@@ -197,6 +197,38 @@ def render_collectives(report: CommReport, console: Console) -> None:
     console.print(straggler_text(collectives))
 
 
+TASKS_CAPTION = ("busy / comm = union of the task's device activity / communication; from other tasks = union "
+                 "of its fetches of tensors (RecvTensor) and collective chunks (RecvBuf) from other tasks")
+
+
+def tasks_table(tasks) -> Table:
+    """Per task of a gRPC cluster (``analyzers.tasks.TaskReport``)."""
+    table = _table("per task", "task", ("busy\nms", "comm\nms", "from other\ntasks ms", "fetches"), TASKS_CAPTION)
+    for t in tasks.tasks:
+        table.add_row(Text(t.task), _ms(t.busy_us), _ms(t.communication_us), _ms(t.cross_task_us),
+                      f"{t.cross_task_events:,}")
+    return table
+
+
+def straggler_workers_table(tasks) -> Table:
+    caption = "+ vs median / earliest: how much later, in ms, the last worker finished than the median / earliest"
+    table = _table("straggler worker: per step, the worker task that finished last", "step",
+                   ("worker", "+ vs\nmedian", "+ vs\nearliest"), caption)
+    for s in tasks.stragglers:
+        table.add_row("all" if s.step is None else str(s.step), Text(s.last_to_finish), _ms(s.lag_vs_median_us),
+                      _ms(s.lag_vs_earliest_us))
+    return table
+
+
+def render_tasks(tasks, console: Console) -> None:
+    """The cluster's per-task tables, when the trace holds several tasks."""
+    if tasks is None or not tasks.tasks:
+        return
+    console.print(tasks_table(tasks))
+    if tasks.stragglers:
+        console.print(straggler_workers_table(tasks))
+
+
 def render_table(report: CommReport, *, per_step: bool, console: Console) -> None:
     sources = ", ".join(report.sources) or report.source_format
     console.print(Text(f"rnnprof comm: {sources}", style="bold", overflow="fold"))

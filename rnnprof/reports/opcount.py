@@ -98,6 +98,9 @@ def _kernel_table(kernels: KernelCounts, by: str) -> list:
     for d in kernels.devices:
         table.add_row(Text(d.device), _fmt(d.cpu_kernels / n), _fmt(d.gpu_kernels / n),
                       _fmt(d.gpu_launches / n), _fmt(d.copies / n))
+    for task, t in kernels.by_task().items():
+        table.add_row(Text(f"{task} total", style="bold"), _fmt(t["cpu_kernels"] / n),
+                      _fmt(t["gpu_kernels"] / n), _fmt(t["gpu_launches"] / n), _fmt(t["copies"] / n))
     table.add_row("[bold]all devices[/bold]", _fmt(kernels.cpu_kernels / n), _fmt(kernels.gpu_kernels / n),
                   _fmt(kernels.gpu_launches / n), _fmt(sum(d.copies for d in kernels.devices) / n))
     return [Text.assemble(("Kernel invocations per device per step", "bold"), " ", steps), table, *note]
@@ -198,6 +201,8 @@ def to_document(report: OpCountReport) -> dict:
     for d in kernels["devices"]:
         d["per_step"] = {str(s): {"cpu_kernels": c, "gpu_kernels": g} for s, (c, g) in d["per_step"].items()}
     kernels["by_type"] = {op: {"cpu_kernels": c, "gpu_kernels": g} for op, (c, g) in k.by_type.items()}
+    if k.by_task():
+        kernels["by_task"] = k.by_task()
     if report.launches is None:
         doc.pop("launches")
     else:

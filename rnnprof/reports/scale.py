@@ -23,10 +23,12 @@ def _mode_title(point, parameter_device: str | None) -> Text:
     return Text(title, style="table.title")  # a Text title does not get the table's title style by itself
 
 
-def _columns(batches: int, include_warmup: bool, evaluation: bool = False) -> list[tuple[str, Callable]]:
+def _columns(batches: int, include_warmup: bool, evaluation: bool = False,
+             workers: bool = False) -> list[tuple[str, Callable]]:
     """(header, cell of a row) for every column of a mode's table, in order."""
-    columns = [
-        ("devices", lambda row: str(row.point.devices)),
+    columns = [("workers", lambda row: str(row.point.workers or 1))] if workers else []
+    columns += [
+        ("devices" if not workers else "devices\nper worker", lambda row: str(row.point.devices)),
         ("batch per\ndevice", lambda row: str(row.point.per_device_batch)),
         ("batch\ntotal", lambda row: str(row.point.total_batch)),
         (f"time (s)\n{batches} batches", lambda row: f"{row.point.timed.total_seconds:.2f}"),
@@ -70,7 +72,8 @@ def render_table(result: ScaleResult, *, model: str, words_definition: str, warm
     times move to a table of their own below it.
     """
     console.print(Text(f"rnnprof scale: {model}, {batches} timed batches after {warmup} warm-up", style="bold"))
-    columns = _columns(batches, include_warmup, any(row.point.eval_timed for row in result.rows))
+    columns = _columns(batches, include_warmup, any(row.point.eval_timed for row in result.rows),
+                       any(row.point.workers for row in result.rows))
     modes = list(dict.fromkeys(row.point.variable_update for row in result.rows))
     for mode in modes:
         rows = [row for row in result.rows if row.point.variable_update == mode]
@@ -80,7 +83,8 @@ def render_table(result: ScaleResult, *, model: str, words_definition: str, warm
             console.print(table)
             continue
         console.print(_table(rows, [c for c in columns if c[0] != STEP_HEADER], title))
-        console.print(_table(rows, [c for c in columns if c[0] in ("devices", STEP_HEADER)], None))
+        console.print(_table(rows, [c for c in columns if c[0].split("\n")[0] in ("workers", "devices", STEP_HEADER)
+                                    or c[0] == STEP_HEADER], None))
     console.print(Text(f"words = {words_definition}; words/s = words in the timed batches / their total time",
                        style="dim"))
     console.print(Text(SPEEDUP_DEFINITION, style="dim"))
@@ -111,6 +115,10 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
             "step_seconds": list(p.step_seconds),
             "warmup_step_seconds": list(p.warmup_step_seconds),
         }
+        if p.workers:
+            entry["workers"] = p.workers
+            entry["baseline_workers"] = row.baseline_workers
+            entry["processes"] = [dict(task) for task in p.processes]
         if p.with_warmup is not None:
             entry["words_per_second_including_warmup"] = p.with_warmup.words_per_second
             entry["total_seconds_including_warmup"] = p.with_warmup.total_seconds

@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from . import (frameworks, imbalance, inter_op_threads, missing_kernels, replica_pinning, soft_placement,
+from . import (frameworks, imbalance, inter_op_threads, missing_kernels, ps_balance, replica_pinning, soft_placement,
                transfers, update_placement)
 from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput
@@ -22,7 +22,7 @@ class Rule:
 RULES: tuple[Rule, ...] = tuple(
     Rule(module.RULE_ID, module.TITLE, module.check)
     for module in (soft_placement, replica_pinning, update_placement, imbalance, transfers,
-                   inter_op_threads, missing_kernels)
+                   inter_op_threads, missing_kernels, ps_balance)
 )
 
 

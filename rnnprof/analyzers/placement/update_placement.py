@@ -3,7 +3,8 @@
 In replicated and independent modes each replica updates its own copy of the
 variables, so the updates should spread over the replicas' devices; in
 parameter-server mode one parameter device applying them is the design (reported as
-information, with its time). The mode
+information, with its time), unless the run has several ps tasks, which are meant to share
+the updates: all of them on one ps task is then a warning. The mode
 comes from the manifest, else from the graph: per-replica copies of a variable show
 up as several update ops whose names differ only in their tower scope.
 """
@@ -20,6 +21,7 @@ from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput, steps_in, time_by_name
 
 RULE_ID = "PA003-update-on-one-device"
+PS_JOB = "/job:ps/"
 TITLE = "Updates or aggregation on a single device"
 SPREAD_MODES = ("replicated", "independent")
 # All-reduce algorithms that aggregate on one device by design.
@@ -61,6 +63,12 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
     update_devices = collections.Counter(n.assigned for n in updates)
     if mode not in SPREAD_MODES:
         if len(update_devices) == 1 and len(updates) > 1:
+            ps_tasks = inp.config.get("ps_tasks")
+            device = next(iter(update_devices))
+            if isinstance(ps_tasks, int) and ps_tasks > 1 and device.worker.startswith(PS_JOB):
+                # several ps tasks are meant to share the updates: one applying them all is a bottleneck
+                return [_finding(inp, "variable update", updates, tower_devices, mode, mode_source,
+                                 Severity.WARNING, ps_tasks=ps_tasks)]
             return [_finding(inp, "variable update", updates, tower_devices, mode, mode_source, Severity.INFO)]
         return []
     findings = []
@@ -80,7 +88,7 @@ def aggregates_centrally(all_reduce: str | None, devices: int) -> bool:
     return all_reduce in CENTRAL_ALL_REDUCES or (all_reduce in PAIR_ALL_REDUCES and devices <= 2)
 
 
-def _finding(inp, what, nodes, tower_devices, mode, mode_source, severity) -> Finding:
+def _finding(inp, what, nodes, tower_devices, mode, mode_source, severity, ps_tasks: int = 0) -> Finding:
     device = nodes[0].assigned
     steps = steps_in(inp.events)
     times = time_by_name(inp.events, {n.name for n in nodes}, device)
@@ -89,7 +97,8 @@ def _finding(inp, what, nodes, tower_devices, mode, mode_source, severity) -> Fi
     return Finding(
         rule_id=RULE_ID,
         severity=severity,
-        title=(f"all {len(nodes)} {what} ops run on {device.label} in {mode} mode ({n} tower devices)"
+        title=(f"all {len(nodes)} {what} ops run on {device.label} in {mode} mode ({n} tower devices"
+               + (f", {ps_tasks} ps tasks" if ps_tasks else "") + ")"
                + (", as this mode intends" if severity == Severity.INFO else "")),
         devices=(device.label,),
         ops=tuple(sorted(n_.name for n_ in nodes)),
@@ -106,7 +115,9 @@ def _finding(inp, what, nodes, tower_devices, mode, mode_source, severity) -> Fi
         cost_us_per_step=None if per_step is None else per_step * (1 - 1 / n),
         cost_basis=(f"the share of {device.label}'s {what} time the other {n - 1} device(s) would take over"
                     if steps else "no trace given: cost not estimated"),
-        fix=_fix(what, mode, device, n, severity),
+        fix=(_fix(what, mode, device, n, severity) if not ps_tasks else
+             f"Spread the variables over the {ps_tasks} ps tasks (by size, greedily, as tf_cnn_benchmarks does); "
+             f"each task then applies the updates of its own variables, in parallel (see PA008)."),
     )
 
 

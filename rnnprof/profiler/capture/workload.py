@@ -7,6 +7,7 @@ steps after the timed window (``session.capture_after``). The run directory's st
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
     from rnnprof.profiler import rundir
     from rnnprof.profiler.capture.nvtx import NvtxSteps
     from rnnprof.profiler.capture.session import capture_after
+    from rnnprof.profiler.run.cluster import running_cluster
     from rnnprof.profiler.run.measure import measure
     from rnnprof.profiler.run.runner import DataParallelRun
     from rnnprof.profiler.rundir.manifest import session_config_fields
@@ -49,10 +51,18 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
     writer = RunWriter(out or default_run_dir(config.model), command=command, force=force,
                        config=config.to_dict())
     status = rundir.STATUS_INTERRUPTED
+
+    def task_died(failure) -> None:  # the chief is stuck in a step: the process ends after this
+        writer.manifest["error"] = str(failure)
+        writer.finish(rundir.STATUS_INTERRUPTED)
+
     try:
-        with DataParallelRun(config, workload=workload) as run:
+        with running_cluster(config, on_hung=task_died) as (spec, tasks), \
+                DataParallelRun(config, workload=workload, cluster=spec) as run:
             for warning in run.warnings:
                 on_warning(warning)
+            if spec is not None:
+                writer.update(cluster=cluster_fields(spec, tasks))
             writer.update(session_config=session_config_fields(run.session_proto))
             writer.set_devices(run.device_names, run.device_kind)
             times = writer.manifest["step_times"]
@@ -67,7 +77,10 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
             if config.include_warmup:
                 throughput["with_warmup"] = dataclasses.asdict(measurement.with_warmup)
             writer.update(throughput=throughput)
-            capture_after(writer, run.step, config.warmup + config.batches, trace_steps, graph=run.graph)
+            with clock_offsets(writer, run):
+                capture_after(writer, run.step, config.warmup + config.batches, trace_steps, graph=run.graph,
+                              cluster_tasks=spec.tasks() if spec is not None else None,
+                              step_seconds=measurement.timed.median_step_seconds)
         status = rundir.STATUS_COMPLETE
     except KeyboardInterrupt:
         raise InterruptedRun(f"interrupted; what was captured is in {writer.path}") from None
@@ -78,3 +91,28 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
         writer.finish(status)
     return WorkloadCapture(path=writer.path, device_kind=run.device_kind, timed=measurement.timed,
                            captured=writer.manifest["captured"])
+
+
+def cluster_fields(spec, tasks: list[dict]) -> dict:
+    """The manifest's ``cluster``: the spec, every task's job, index, address, host and pid, and the chief."""
+    import os
+    import socket
+
+    return {"spec": spec.to_dict(), "tasks": tasks, "chief": {"host": socket.gethostname(), "pid": os.getpid()},
+            "master": spec.master()}
+
+
+@contextlib.contextmanager
+def clock_offsets(writer, run):
+    """Around a cluster run's capture: each task's clock offset measured before it (applied to the timelines)
+    and after it, into the manifest's ``clock_offsets``."""
+    if run.cluster is None:
+        yield
+        return
+    from rnnprof.profiler.run.clock import applied_offsets, combine, measure_offsets
+
+    start = measure_offsets(run.session, run.clock_ops)
+    writer.update(clock_offsets=combine(start))
+    writer.clock_offsets = applied_offsets(writer.manifest["clock_offsets"])
+    yield
+    writer.update(clock_offsets=combine(start, measure_offsets(run.session, run.clock_ops)))

@@ -129,6 +129,27 @@ def add_graph_def(g: nx.DiGraph, graph_def, partition: str, role: str) -> None:
         g.graph.setdefault("functions", set()).add(fn.signature.name)
 
 
+# Bytes per element of TF's DataType enum values (types.proto), for the sizes of variables.
+_DTYPE_BYTES = {1: 4, 2: 8, 3: 4, 4: 1, 5: 2, 6: 1, 9: 8, 10: 1, 14: 2, 17: 2, 19: 2, 22: 4, 23: 8}
+_VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable")
+
+
+def variable_bytes(node) -> int | None:
+    """The size of a variable node (``shape`` x ``dtype``), None for other nodes or unknown sizes."""
+    if node.op not in _VARIABLE_OPS or "shape" not in node.attr or "dtype" not in node.attr:
+        return None
+    shape = node.attr["shape"].shape
+    if shape.unknown_rank or any(d.size < 0 for d in shape.dim):
+        return None
+    size = _DTYPE_BYTES.get(int(node.attr["dtype"].type) % 100)  # reference types are type + 100
+    if size is None:
+        return None
+    elements = 1
+    for d in shape.dim:
+        elements *= d.size
+    return elements * size
+
+
 def _node_id(function: str, name: str) -> str:
     return f"{function}/{name}" if function else name
 
@@ -149,6 +170,9 @@ def _add_nodes(g: nx.DiGraph, nodes, function: str, partition: str, role: str) -
         if role == "runtime":
             attrs["partition"] = partition
             attrs["op"] = node.op
+        size = variable_bytes(node)
+        if size is not None:
+            attrs["variable_bytes"] = size
         attrs["device"] = parse_tf_device(attrs["assigned_device"] or attrs["requested_device"] or "")
     for node in nodes:
         nid = _node_id(function, node.name)

@@ -82,8 +82,24 @@ def events(path: Path, meta) -> EventTable:
     path = Path(path)
     match = _STEP.search(path.name)
     step = int(match.group(1)) if match else -1
-    doc = step_stats_to_chrome(meta.step_stats, step, list(meta.partition_graphs))
+    doc = step_stats_to_chrome(meta.step_stats, step, list(meta.partition_graphs), _run_offsets(path))
     return tf_chrome.load_doc(path, doc, FORMAT, step=step)
+
+
+def _run_offsets(path: Path) -> dict[str, float]:
+    """The clock offsets the capture applied to its timelines, when ``path`` lies in a run directory's
+    ``run_metadata/``: each task's step stats are on its own clock and are aligned before merging."""
+    from rnnprof.profiler import rundir
+    from rnnprof.profiler.rundir.manifest import read_manifest
+    from rnnprof.profiler.run.clock import applied_offsets
+
+    run = path.parent.parent
+    if path.parent.name != rundir.RUN_METADATA_DIR or not rundir.is_run_dir(run):
+        return {}
+    try:
+        return applied_offsets(read_manifest(run).get("clock_offsets"))
+    except (InputError, AttributeError):
+        return {}
 
 
 def graph_defs(path: Path, meta):

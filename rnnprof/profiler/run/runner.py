@@ -21,7 +21,7 @@ from rnnprof.profiler.run.measure import StepResult
 from rnnprof.profiler.tensorflow_import import import_tensorflow, quiet_first_run
 
 LOCAL = "/job:localhost/replica:0/task:0"
-HOST_DEVICE = f"{LOCAL}/device:CPU:0"
+HOST_DEVICE = f"{LOCAL}/device:CPU:0"  # without a cluster; ``DataParallelRun.host_device`` in general
 
 
 def visible_gpus() -> int:
@@ -42,15 +42,16 @@ def thread_warnings(config: WorkloadConfig) -> list[str]:
     return []
 
 
-def _device_plan(config: WorkloadConfig, gpus: int) -> tuple[list[str], str]:
+def _device_plan(config: WorkloadConfig, gpus: int, prefixes: list[str]) -> tuple[list[str], str]:
+    """Tower devices: ``config.devices`` on each task prefix (one prefix, ``LOCAL``, without a cluster)."""
     if gpus:
         if config.devices > gpus:
             raise UsageError(f"--devices {config.devices} but only {gpus} GPU(s) are visible")
-        return [f"{LOCAL}/device:GPU:{k}" for k in range(config.devices)], "gpu"
-    if config.request_gpu:
-        # No GPU: soft placement moves these towers to the CPU; a placement audit shows where.
-        return [f"{LOCAL}/device:GPU:{k}" for k in range(config.devices)], "logical-cpu"
-    return [f"{LOCAL}/device:CPU:{k}" for k in range(config.devices)], "logical-cpu"
+        kind, device_kind = "GPU", "gpu"
+    else:
+        # No GPU: soft placement moves requested GPU towers to the CPU; a placement audit shows where.
+        kind, device_kind = ("GPU" if config.request_gpu else "CPU"), "logical-cpu"
+    return [f"{prefix}/device:{kind}:{k}" for prefix in prefixes for k in range(config.devices)], device_kind
 
 
 def _reduce_devices(device_names: list[str], gpus: int) -> list[str]:
@@ -62,10 +63,10 @@ def _reduce_devices(device_names: list[str], gpus: int) -> list[str]:
     """
     if gpus or "GPU" not in device_names[0]:
         return list(device_names)
-    return [f"{LOCAL}/device:CPU:{k}" for k in range(len(device_names))]
+    return [name.replace("/device:GPU:", "/device:CPU:") for name in device_names]
 
 
-def session_config(config: WorkloadConfig, device_kind: str):
+def session_config(config: WorkloadConfig, device_kind: str, leader: str = LOCAL):
     tf = import_tensorflow()
     proto = tf.compat.v1.ConfigProto(
         allow_soft_placement=config.soft_placement or config.request_gpu,
@@ -76,7 +77,7 @@ def session_config(config: WorkloadConfig, device_kind: str):
         proto.device_count["CPU"] = config.devices
     else:
         proto.gpu_options.allow_growth = True
-    proto.experimental.collective_group_leader = LOCAL
+    proto.experimental.collective_group_leader = leader
     return proto
 
 
@@ -102,14 +103,24 @@ class DataParallelRun:
     Use as a context manager, or call ``close()``.
     """
 
-    def __init__(self, config: WorkloadConfig, workload=None):
+    def __init__(self, config: WorkloadConfig, workload=None, cluster=None):
         tf = import_tensorflow()
         tf1 = tf.compat.v1
         gpus = visible_gpus()
         validate(config, gpus)
         self.config = config
+        self.cluster = cluster  # a cluster.ClusterSpec whose tasks run; None: every tower in this process
         self.warnings = thread_warnings(config)
-        self.device_names, self.device_kind = _device_plan(config, gpus)
+        if cluster is None:
+            self.worker_prefixes, leader, target = [LOCAL], LOCAL, ""
+        else:
+            from rnnprof.profiler.run.cluster import PS_JOB, WORKER_JOB, task_name
+
+            self.worker_prefixes = [task_name(WORKER_JOB, t) for t in range(cluster.workers)]
+            self.ps_devices = [f"{task_name(PS_JOB, t)}/device:CPU:0" for t in range(cluster.ps_tasks)]
+            leader, target = self.worker_prefixes[0], cluster.master()
+        self.host_device = f"{self.worker_prefixes[0]}/device:CPU:0"  # the chief's: metrics, pscpu sums
+        self.device_names, self.device_kind = _device_plan(config, gpus, self.worker_prefixes)
         self.reduce_devices = _reduce_devices(self.device_names, gpus)
         if workload is None:
             from rnnprof.models import get_workload
@@ -122,8 +133,13 @@ class DataParallelRun:
             tf1.set_random_seed(config.seed)
             self._build(tf, tf1)
             init = tf1.global_variables_initializer()
-        self.session_proto = session_config(config, self.device_kind)  # the ConfigProto the session runs with
-        self.session = tf1.Session(graph=self.graph, config=self.session_proto)
+            if cluster is not None:
+                from rnnprof.profiler.run.clock import clock_ops
+
+                self.clock_ops = clock_ops(cluster)
+        # the ConfigProto the session runs with
+        self.session_proto = session_config(config, self.device_kind, leader)
+        self.session = tf1.Session(target, graph=self.graph, config=self.session_proto)
         try:
             self.session.run(init)
             if self._sync_op is not None:
@@ -133,15 +149,18 @@ class DataParallelRun:
             self.session.close()
             raise
         batch = config.per_device_batch()
-        self._batches = [workload.batches(batch, k, config.seed) for k in range(config.devices)]
+        self._batches = [workload.batches(batch, k, config.seed) for k in range(len(self.device_names))]
 
     # -- graph construction -------------------------------------------------
 
     def _build(self, tf, tf1) -> None:
         config = self.config
         mode = config.variable_update
-        ps_device = HOST_DEVICE if config.local_parameter_device == "cpu" else f"{LOCAL}/device:GPU:0"
+        chief = self.worker_prefixes[0]
+        ps_device = self.host_device if config.local_parameter_device == "cpu" else f"{chief}/device:GPU:0"
         self.parameter_device = ps_device if mode == "parameter_server" else None
+        spread = ParameterSpread(getattr(self, "ps_devices", None) or [ps_device], config.ps_placement)
+        self.parameter_spread = spread
         self._inputs, self._tower_vars, losses, words, grads = [], [], [], [], []
 
         exchange = mode != "independent" and len(self.device_names) > 1
@@ -150,7 +169,8 @@ class DataParallelRun:
 
             def record(getter, *args, _created=created, **kwargs):
                 if mode == "parameter_server":
-                    with tf.device(ps_device):
+                    with tf.device(spread.device_for(kwargs.get("name", ""), kwargs.get("shape"),
+                                                     kwargs.get("dtype"))):
                         variable = getter(*args, **kwargs)
                 else:
                     variable = getter(*args, **kwargs)
@@ -185,17 +205,20 @@ class DataParallelRun:
                         opt = _optimizer(config, f"{config.optimizer}_{names.tower_scope(k)}")
                         updates.append(opt.apply_gradients(zip(grads[k], self._tower_vars[k])))
         elif mode == "parameter_server":
-            with tf1.name_scope(names.AGGREGATION_SCOPE), tf.device(ps_device):
-                averaged = [tf.add_n([g[i] for g in grads]) / n if n > 1 else grads[0][i]
-                            for i in range(len(grads[0]))]
-            with tf1.name_scope(names.UPDATE_SCOPE), tf.device(ps_device):
+            # Each gradient is averaged, and its variable updated, on the task holding the variable.
+            averaged = []
+            with tf1.name_scope(names.AGGREGATION_SCOPE):
+                for i, variable in enumerate(self._tower_vars[0]):
+                    with tf.device(variable.device):
+                        averaged.append(tf.add_n([g[i] for g in grads]) / n if n > 1 else grads[0][i])
+            with tf1.name_scope(names.UPDATE_SCOPE), tf.device(spread.devices[0]):
                 opt = _optimizer(config, config.optimizer)
                 updates.append(opt.apply_gradients(zip(averaged, self._tower_vars[0])))
         else:
             from rnnprof.profiler.run.allreduce import all_reduce_sum
 
             with tf1.name_scope(names.ALLREDUCE_SCOPE):
-                summed = all_reduce_sum(grads, self.reduce_devices, config.all_reduce, HOST_DEVICE,
+                summed = all_reduce_sum(grads, self.reduce_devices, config.all_reduce, self.host_device,
                                         config.gradient_repacking)
             with tf1.name_scope(names.UPDATE_SCOPE):
                 for k, device in enumerate(self.device_names):
@@ -210,7 +233,7 @@ class DataParallelRun:
                                for v, v0 in zip(self._tower_vars[k], self._tower_vars[0])]
                     self._sync_op = tf.group(*assigns)
 
-        with tf1.name_scope(names.METRICS_SCOPE), tf.device(HOST_DEVICE):
+        with tf1.name_scope(names.METRICS_SCOPE), tf.device(self.host_device):
             self.loss = tf.add_n(losses) / n if n > 1 else tf.identity(losses[0])
             self.words = tf.add_n([tf.cast(w, tf.int64) for w in words])
         self.train_op = tf.group(*updates, name="train_op")
@@ -253,6 +276,37 @@ class DataParallelRun:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class ParameterSpread:
+    """Which parameter device holds each shared variable.
+
+    ``greedy``: the device holding the fewest bytes so far, as tf_cnn_benchmarks' greedy load
+    balancing over ps tasks does (variables arrive in creation order); ``first``: always device 0.
+    ``bytes`` is each device's load.
+    """
+
+    def __init__(self, devices: list[str], placement: str = "greedy"):
+        self.devices = list(devices)
+        self.placement = placement
+        self.bytes = [0] * len(self.devices)
+        self._placed: dict[str, int] = {}
+
+    def device_for(self, name: str, shape, dtype) -> str:
+        if name in self._placed:  # the same variable asked for again (reuse across towers)
+            return self.devices[self._placed[name]]
+        k = 0 if self.placement == "first" else min(range(len(self.devices)), key=lambda d: self.bytes[d])
+        self.bytes[k] += _byte_size(shape, dtype)
+        self._placed[name] = k
+        return self.devices[k]
+
+
+def _byte_size(shape, dtype) -> int:
+    """Bytes of a variable of ``shape`` (a list or TensorShape) and ``dtype`` (a tf.DType; float32 when None)."""
+    dims = shape.as_list() if hasattr(shape, "as_list") else list(shape or [])
+    if any(d is None for d in dims):
+        return 0
+    return int(np.prod(dims, dtype=np.int64)) * int(getattr(dtype, "size", 4) or 4)
 
 
 def _strip_scope(name: str, tower: int) -> str:

@@ -7,6 +7,7 @@ from typing import Callable, Sequence
 
 from rnnprof.analyzers.scale import ScalePoint
 from rnnprof.config import WorkloadConfig
+from rnnprof.profiler.run.cluster import running_cluster
 from rnnprof.profiler.run.measure import StepCallback, measure
 from rnnprof.profiler.run.runner import DataParallelRun
 
@@ -34,13 +35,15 @@ def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
         raise ValueError("sweep needs at least one configuration")
     points = []
     for config in configs:
-        with DataParallelRun(config) as training:
+        with running_cluster(config) as (spec, tasks), DataParallelRun(config, cluster=spec) as training:
             for warning in training.warnings:
                 on_warning(warning)
             device_kind = training.device_kind
             words_definition = training.workload.words_definition
             model = training.workload.name
             label = f"{config.variable_update} x{config.devices}"
+            if config.workers:
+                label += f" on {config.workers} worker(s)"
             m = measure(training, config.warmup, config.batches,
                         on_step=progress(label, config.warmup, config.batches))
         points.append(ScalePoint(
@@ -53,5 +56,7 @@ def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
             with_warmup=m.with_warmup if config.include_warmup else None,
             step_seconds=tuple(s.seconds for s in m.timed_steps),
             warmup_step_seconds=tuple(s.seconds for s in m.warmup_steps),
+            workers=config.workers,
+            processes=tuple(tasks),
         ))
     return Sweep(points=tuple(points), device_kind=device_kind, words_definition=words_definition, model=model)

@@ -6,6 +6,10 @@ executor does not always report ``_Send``/``_Recv`` in step_stats, so when they 
 arrow runs from the op producing the sent tensor to the first op consuming the received one.
 Collectives (ring all-reduce) exchange data without Send/Recv: their ops on the member devices
 are matched by group and instance key, and each member gets an arrow to the next one.
+Between tasks of a gRPC cluster, the receiving task times each tensor it fetches (``RecvTensor``,
+``RecvBuf`` for a collective's chunks, with bytes, key and both devices in the label): these are events
+of the receiving device, and a transfer's arrow ends on its ``RecvTensor``. ``offsets`` (task prefix ->
+µs its clock is ahead of the chief's) put every task's events on the chief's clock before they are merged.
 Protos are read duck-typed; TensorFlow is not imported here.
 """
 
@@ -16,12 +20,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from rnnprof.names import COLLECTIVE_PREFIX, RECV_OPS, SEND_OPS
+from rnnprof.names import COLLECTIVE_PREFIX, CROSS_TASK_RECV_OPS, RECV_OPS, SEND_OPS
 from rnnprof.profiler.rundir import MANIFEST_VERSION
 
 EXECUTOR_LANE = "ops"
 _DEVICE_LANE = re.compile(r"^(?P<device>.*?/device:[A-Za-z_]+:\d+)(?:[/ ](?P<lane>.+))?$")
 _LABEL = re.compile(r"^\s*(?P<name>[^=]+?)\s*=\s*(?P<op>[A-Za-z0-9_.>-]+)\((?P<inputs>.*)\)\s*$")
+# The label of a cross-task receive: "[4000B] [30.0Mb/s] edge_39_foo from /job:.../device:CPU:1 to /job:..."
+_REMOTE_RECV = re.compile(r"^\[(?P<bytes>\d+)B\]\s+\[[^\]]*\]\s+(?P<key>\S+)\s+from\s+(?P<src>\S+)\s+to\s+(?P<dst>\S+)")
 
 
 @dataclass
@@ -35,6 +41,7 @@ class OpEvent:
     bytes: int = 0
     inputs: tuple[str, ...] = ()
     thread: str = ""  # filled by lane packing
+    remote: dict | None = None  # a cross-task receive: {"tensor", "from", "to"}
 
     @property
     def end_us(self) -> float:
@@ -98,16 +105,32 @@ def _output_bytes(node) -> int:
     return total
 
 
-def op_events(step_stats) -> list[OpEvent]:
+def offset_of(device: str, offsets: dict[str, float] | None) -> float:
+    """The clock offset (µs) of the task ``device`` belongs to; 0 when unknown."""
+    for task, offset in (offsets or {}).items():
+        if device.startswith(task + "/"):
+            return offset
+    return 0.0
+
+
+def op_events(step_stats, offsets: dict[str, float] | None = None) -> list[OpEvent]:
     events = []
     for dev in step_stats.dev_stats:
         device, lane = split_device(dev.device)
+        shift = offset_of(device, offsets)
         for node in dev.node_stats:
             if node.node_name == "_SOURCE":
                 continue
             op, inputs = parse_label(node.timeline_label, node.node_name)
             start, dur = _times_us(node)
-            events.append(OpEvent(device, lane, node.node_name, op, start, dur, _output_bytes(node), inputs))
+            size, remote = _output_bytes(node), None
+            if op in CROSS_TASK_RECV_OPS:
+                match = _REMOTE_RECV.match(node.timeline_label or "")
+                if match:
+                    size = int(match.group("bytes"))
+                    remote = {"tensor": match.group("key"), "from": match.group("src"), "to": match.group("dst")}
+            events.append(OpEvent(device, lane, node.node_name, op, start - shift, dur, size, inputs,
+                                  remote=remote))
     events.sort(key=lambda e: (e.device, e.lane, e.start_us, -e.dur_us))
     return events
 
@@ -221,9 +244,10 @@ def collectives_from_partitions(partition_graphs: Iterable) -> list[Collective]:
             for (group, instance), by_device in sorted(members.items()) if len(by_device) > 1]
 
 
-def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = ()) -> dict:
-    """A Chrome trace dict for one step, per the run directory schema."""
-    events = op_events(step_stats)
+def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = (),
+                         offsets: dict[str, float] | None = None) -> dict:
+    """A Chrome trace dict for one step, per the run directory schema; ``offsets`` align the tasks' clocks."""
+    events = op_events(step_stats, offsets)
     pack_threads(events)
     devices = sorted({e.device for e in events} | {split_device(d.device)[0] for d in step_stats.dev_stats})
     pids = {d: k + 1 for k, d in enumerate(devices)}
@@ -245,6 +269,8 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = ())
         args = {"name": e.node, "op": e.op, "step": step}
         if e.bytes:
             args["bytes"] = e.bytes
+        if e.remote:
+            args.update(e.remote)
         trace.append({"ph": "X", "cat": "op", "name": e.op, "pid": pids[e.device], "tid": threads[(e.device, e.thread)],
                       "ts": e.start_us, "dur": e.dur_us, "args": args})
         runs.setdefault((e.device, e.node), []).append(e)
@@ -260,9 +286,15 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = ())
 
     partition_graphs = list(partition_graphs)
     executed = {e.node for e in events}
+    fetched: dict[tuple[str, str], list[OpEvent]] = {}  # (receiving device, tensor) -> its timed receives
+    for e in events:
+        if e.remote and e.op == "RecvTensor":
+            fetched.setdefault((e.device, e.remote["tensor"]), []).append(e)
     for t in transfers_from_partitions(partition_graphs, executed):
         produced = runs.get((t.src_device, t.producer), [])
-        readers = [runs.get((t.dst_device, c), []) for c in t.consumers]
+        received = fetched.get((t.dst_device, t.tensor))
+        # between tasks, the arrow ends on the timed fetch; within one, on the first op reading the tensor
+        readers = [received] if received else [runs.get((t.dst_device, c), []) for c in t.consumers]
         for k, source in enumerate(produced):
             # k-th run of the producer feeds the k-th run of the earliest reader (loops run nodes many times)
             candidates = [r[k] for r in readers if len(r) > k]
@@ -281,8 +313,10 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = ())
                 args = {"op": c.op, "group_key": c.group_key, "instance_key": c.instance_key,
                         "from": source.device, "to": target.device, "group_size": len(member_runs), "step": step}
                 flow("collective", source, _near_start(source), target, _near_end(target), args)
-    return {"traceEvents": trace, "displayTimeUnit": "ms",
-            "otherData": {"producer": "rnnprof", "version": MANIFEST_VERSION, "step": step}}
+    other = {"producer": "rnnprof", "version": MANIFEST_VERSION, "step": step}
+    if offsets:
+        other["clock_offsets_us"] = dict(offsets)  # subtracted from each task's timestamps
+    return {"traceEvents": trace, "displayTimeUnit": "ms", "otherData": other}
 
 
 # How far inside its slice a flow end sits. Viewers bind a flow end to the slice enclosing its

@@ -141,6 +141,15 @@ def _device_kind(name: str) -> str:
     return "cpu"
 
 
+def _partition_label(device: str) -> str:
+    """``CPU_0`` for a device of this process; ``worker_1_CPU_0`` for one of a cluster's tasks."""
+    label = device.rsplit("/", 1)[-1].replace("device:", "")
+    job = re.search(r"/job:([^/]+)/replica:\d+/task:(\d+)", device)
+    if job and job.group(1) != "localhost":
+        label = f"{job.group(1)}_{job.group(2)}_{label}"
+    return safe_name(label)
+
+
 class RunWriter:
     """Owns one run directory while it is being captured."""
 
@@ -148,6 +157,7 @@ class RunWriter:
                  config: dict | None = None):
         self.path = prepare_out_dir(out_dir, force=force)
         self.manifest = new_manifest(command, config)
+        self.clock_offsets: dict[str, float] = {}  # task prefix -> µs subtracted from its timeline events
         self._partitions_written = False
         self.save_manifest()
 
@@ -216,7 +226,7 @@ class RunWriter:
         written = []
         for k, graph in enumerate(partition_graphs):
             devices = sorted({n.device for n in graph.node if n.device})
-            label = safe_name(devices[0].rsplit("/", 1)[-1].replace("device:", "")) if devices else "unassigned"
+            label = _partition_label(devices[0]) if devices else "unassigned"
             written += self.write_graph(graph, rel_dir, f"{k}_{label}")
         return written
 
@@ -230,7 +240,7 @@ class RunWriter:
 
         self.write_run_metadata(rundir.run_metadata_name(step), run_metadata.SerializeToString())
         partitions = list(run_metadata.partition_graphs)
-        trace = step_stats_to_chrome(run_metadata.step_stats, step, partitions)
+        trace = step_stats_to_chrome(run_metadata.step_stats, step, partitions, self.clock_offsets)
         self._add("timelines", atomic_write_json(
             self.path / rundir.TIMELINES_DIR / rundir.timeline_name(step), trace, gzipped=True))
         if partitions and not self._partitions_written:

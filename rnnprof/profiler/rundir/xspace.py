@@ -48,7 +48,7 @@ def _metadata_ids(table):
     return id_of
 
 
-def build_xspace(steps: Iterable[tuple[int, object]], hostname: str = "localhost"):
+def build_xspace(steps: Iterable[tuple[int, object]], hostname: str = "localhost", offsets: dict | None = None):
     """``steps`` is ``(step_number, step_stats)`` pairs; returns an ``XSpace`` proto."""
     pb = _xplane_pb2()
     space = pb.XSpace()
@@ -60,7 +60,7 @@ def build_xspace(steps: Iterable[tuple[int, object]], hostname: str = "localhost
     per_line: dict[str, list] = {}
     step_spans = []
     for step, step_stats in steps:
-        events = op_events(step_stats)
+        events = op_events(step_stats, offsets)  # each task's clock aligned to the chief's
         pack_threads(events)
         for e in events:
             per_line.setdefault(f"{e.device} {e.thread}", []).append((step, e))

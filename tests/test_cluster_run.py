@@ -1,0 +1,297 @@
+"""Real localhost gRPC clusters: task processes' lifecycle, trace and scale across worker processes,
+a worker killed mid-run, and the ps-balance rule on real captures."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from processes import alive
+from rnnprof.cli import main
+from rnnprof.errors import TaskFailed
+from rnnprof.profiler.run import cluster as cluster_module
+from rnnprof.profiler.run.cluster import LocalCluster, local_spec, running_cluster
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--model", "nmt", "--devices", "1", "--units", "16", "--layers", "1", "--src-max-len", "6",
+        "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", "1", "--batches", "1"]
+W0, W1, PS0 = "/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1", "/job:ps/replica:0/task:0"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _gone(pids, grace_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + grace_s
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+# -- the task processes ---------------------------------------------------------------------------
+
+class _Config:
+    cluster_spec = None
+    workers, ps_tasks, devices = 1, 1, 1
+
+
+class _OneTask(_Config):
+    ps_tasks = 0
+
+
+def test_tasks_run_while_the_block_runs_and_stop_on_success():
+    with running_cluster(_OneTask()) as (spec, tasks):
+        pids = [t["pid"] for t in tasks]
+        assert [(t["job"], t["task"]) for t in tasks] == [("worker", 0)]
+        assert all(alive(p) for p in pids) and spec.master().startswith("grpc://localhost:")
+    assert _gone(pids, 0.5)
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, RuntimeError])
+def test_tasks_stop_on_ctrl_c_and_on_an_error(raised):
+    with pytest.raises(raised):
+        with running_cluster(_OneTask()) as (_, tasks):
+            pids = [t["pid"] for t in tasks]
+            raise raised()
+    assert _gone(pids, 0.5)
+
+
+def test_a_dead_task_stops_the_others_and_is_one_line_naming_it(monkeypatch):
+    monkeypatch.setattr(cluster_module, "HUNG_GRACE_S", 0.5)
+    hung = []
+    local = LocalCluster(local_spec(1, 1), on_hung=hung.append).start()
+    try:
+        ps = next(t for t in local.tasks if t.job == "ps")
+        worker = next(t for t in local.tasks if t.job == "worker")
+        os.kill(ps.process.pid, signal.SIGKILL)
+        # nobody handles the failure (the chief would be stuck in a step): the watcher stops the rest
+        assert _gone([worker.process.pid], 15)
+        deadline = time.monotonic() + 5
+        while not hung and time.monotonic() < deadline:  # the watcher stops the tasks, then reports
+            time.sleep(0.05)
+        assert len(hung) == 1 and isinstance(hung[0], TaskFailed)
+        message = str(hung[0])
+        assert f"ps task 0 (localhost:{ps.address.rsplit(':')[1]}, pid {ps.process.pid}) was killed by SIGKILL" in message
+        assert "\n" not in message
+    finally:
+        local.stop()
+
+
+def test_an_error_while_a_task_is_dead_becomes_that_tasks_failure():
+    with pytest.raises(TaskFailed, match="ps task 0 .* was killed by SIGKILL"):
+        with running_cluster(_Config()) as (_, tasks):
+            ps = next(t for t in tasks if t["job"] == "ps")
+            os.kill(ps["pid"], signal.SIGKILL)
+            time.sleep(0.5)
+            raise RuntimeError("the step failed: UNAVAILABLE")
+    assert _gone([t["pid"] for t in tasks], 0.5)
+
+
+# -- trace on 2 workers and a ps ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ps_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cluster") / "run"
+    code = main(["trace", *TINY, "--trace-steps", "1", "--workers", "2", "--ps-tasks", "1",
+                 "--variable-update", "parameter_server", "--out", str(out)])
+    assert code == 0
+    return out
+
+
+def _timeline(run: Path) -> dict:
+    (path,) = sorted((run / "timelines").glob("*.trace.json.gz"))
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+def test_timelines_name_the_devices_of_each_worker_and_the_ps(ps_run):
+    doc = _timeline(ps_run)
+    processes = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert {f"{W0}/device:CPU:0", f"{W1}/device:CPU:0", f"{PS0}/device:CPU:0"} <= processes
+
+
+def test_every_task_is_profiled_into_its_own_xplane(ps_run):
+    manifest = json.loads((ps_run / "manifest.json").read_text())
+    (run,) = [p for p in (ps_run / "plugins" / "profile").iterdir() if not p.name.endswith("_devices")]
+    assert sorted(p.name for p in run.glob("*.xplane.pb")) == ["ps_0.xplane.pb", "worker_0.xplane.pb",
+                                                               "worker_1.xplane.pb"]
+    assert all(p.stat().st_size > 0 for p in run.glob("*.xplane.pb"))
+    assert len(manifest["profiled_steps"]) >= 1 and "profile_error" not in manifest
+
+
+def test_cross_task_transfers_are_timed_and_drawn_as_arrows(ps_run):
+    doc = _timeline(ps_run)
+    events = doc["traceEvents"]
+    fetches = [e for e in events if e.get("ph") == "X" and e["name"] == "RecvTensor"]
+    assert fetches and all(e["args"]["from"].split("/device:")[0] != e["args"]["to"].split("/device:")[0]
+                           for e in fetches)
+    pid_of = {e["args"]["name"]: e["pid"] for e in events if e.get("name") == "process_name"}
+    arrows = [e for e in events if e.get("ph") == "f" and e["cat"] == "transfer"]
+    into_ps = [a for a in arrows if a["pid"] == pid_of[f"{PS0}/device:CPU:0"] and a["args"]["from"].startswith(W1)]
+    assert into_ps  # gradients pushed from worker 1 to the ps
+    ends_on_fetch = [a for a in into_ps if any(f["pid"] == a["pid"] and f["ts"] <= a["ts"] <= f["ts"] + f["dur"]
+                                               for f in fetches)]
+    assert ends_on_fetch
+
+
+def test_manifest_records_the_cluster_and_clock_offsets_and_no_task_is_left(ps_run):
+    manifest = json.loads((ps_run / "manifest.json").read_text())
+    cluster = manifest["cluster"]
+    assert sorted(cluster["spec"]) == ["ps", "worker"] and len(cluster["spec"]["worker"]) == 2
+    pids = [t["pid"] for t in cluster["tasks"]]
+    assert len(set(pids)) == 3 and os.getpid() not in pids and cluster["chief"]["pid"] == os.getpid()
+    assert {t["host"] for t in cluster["tasks"]} == {"localhost"}
+    offsets = manifest["clock_offsets"]
+    assert set(offsets) == {W0, W1, PS0}
+    for entry in offsets.values():
+        assert entry["uncertainty_us"] > 0 and entry["end"] is not None
+        assert abs(entry["offset_us"]) < 1e6  # one host, one clock: well under a second apart
+    assert manifest["status"] == "complete"
+    assert _gone(pids, 0.5)
+
+
+def test_comm_reports_cross_worker_transfer_time_and_the_straggler_worker(ps_run, capsys):
+    assert main(["comm", "--json", str(ps_run)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    tasks = {t["task"]: t for t in document["tasks"]}
+    assert set(tasks) == {W0, W1, PS0}
+    assert all(t["cross_task_transfer_us"] > 0 and t["cross_task_transfers"] > 0 for t in tasks.values())
+    assert [s["last_to_finish"] in (W0, W1) for s in document["straggler_workers"]] == [True]
+    assert main(["comm", str(ps_run)]) == 0
+    text = capsys.readouterr().out
+    assert "per task" in text and "straggler worker" in text
+
+
+def test_count_ops_per_task(ps_run, capsys):
+    assert main(["count-ops", "--json", str(ps_run)]) == 0
+    by_task = json.loads(capsys.readouterr().out)["kernels"]["by_task"]
+    assert set(by_task) == {W0, W1, PS0} and all(t["cpu_kernels"] > 0 for t in by_task.values())
+
+
+# -- a worker killed mid-run -----------------------------------------------------------------------------
+
+def test_a_worker_killed_mid_run_is_one_line_and_the_run_is_interrupted(tmp_path):
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    chief = subprocess.Popen([sys.executable, "-m", "rnnprof", "trace", *TINY[:-2], "--batches", "100000",
+                              "--workers", "2", "--variable-update", "parameter_server", "--out", str(out)],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        tasks = None
+        while time.monotonic() < deadline and chief.poll() is None:
+            try:
+                manifest = json.loads((out / "manifest.json").read_text())
+            except (OSError, ValueError):
+                manifest = {}
+            if manifest.get("cluster") and manifest.get("session_config"):
+                tasks = manifest["cluster"]["tasks"]
+                time.sleep(3)  # into the steps (100000 timed steps: the run is still going)
+                break
+            time.sleep(0.2)
+        assert tasks, "the run never started its steps"
+        victim = next(t for t in tasks if t["job"] == "worker" and t["task"] == 1)
+        os.kill(victim["pid"], signal.SIGKILL)
+        _, err = chief.communicate(timeout=60)
+    finally:
+        if chief.poll() is None:
+            chief.kill()
+            chief.wait()
+    assert chief.returncode == 1
+    lines = [line for line in err.splitlines() if "error" in line]
+    assert lines == [f"rnnprof trace: error: worker task 1 ({victim['address']}, pid {victim['pid']}) was killed by "
+                     "SIGKILL; the other tasks were stopped"]
+    assert "Traceback" not in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and "worker task 1" in manifest["error"]
+    assert _gone([t["pid"] for t in tasks], 10)
+
+
+# -- parameter servers: the greedy split against all variables on one ps task -----------------------------
+
+@pytest.fixture(scope="module")
+def two_ps_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("two_ps")
+    runs = {}
+    for placement in ("greedy", "first"):
+        runs[placement] = root / placement
+        extra = ["--ps-placement", placement] if placement == "first" else []
+        assert main(["trace", *TINY, "--trace-steps", "1", "--workers", "2", "--ps-tasks", "2",
+                     "--variable-update", "parameter_server", *extra, "--out", str(runs[placement])]) == 0
+    return runs
+
+
+def _audit(run: Path, capsys) -> dict:
+    main(["placement-audit", "--json", str(run)])
+    return json.loads(capsys.readouterr().out)
+
+
+def test_all_variables_on_one_of_two_ps_tasks_is_flagged(two_ps_runs, capsys):
+    document = _audit(two_ps_runs["first"], capsys)
+    pa008 = [f for f in document["findings"] if f["rule"] == "PA008-ps-task-imbalance"]
+    assert {f["evidence"]["measure"] for f in pa008} == {"variable bytes", "traffic received (bytes)"}
+    assert all(f["devices"] == [PS0] and f["evidence"]["share"] == 1.0 for f in pa008)
+    pa003 = [f for f in document["findings"] if f["rule"] == "PA003-update-on-one-device"]
+    assert [f["severity"] for f in pa003] == ["warning"] and PS0 in pa003[0]["title"]
+
+
+def test_the_default_greedy_split_is_not_flagged(two_ps_runs, capsys):
+    document = _audit(two_ps_runs["greedy"], capsys)
+    assert "PA008-ps-task-imbalance" in document["rules_checked"]
+    flagged = [f for f in document["findings"] if f["rule"] in ("PA008-ps-task-imbalance",
+                                                                 "PA003-update-on-one-device")]
+    assert flagged == []
+    manifest = json.loads((two_ps_runs["greedy"] / "manifest.json").read_text())
+    assert len({t["pid"] for t in manifest["cluster"]["tasks"]}) == 4
+
+
+# -- scale across worker processes ----------------------------------------------------------------------
+
+def test_scale_sweeps_workers_for_each_mode_on_separate_processes(capsys):
+    code = main(["scale", *TINY, "--workers", "1,2", "--variable-update", "parameter_server,replicated", "--json"])
+    assert code == 0
+    document = json.loads(capsys.readouterr().out)
+    rows = document["rows"]
+    assert [(r["variable_update"], r["workers"]) for r in rows] == [
+        ("parameter_server", 1), ("parameter_server", 2), ("replicated", 1), ("replicated", 2)]
+    assert document["config"]["workers"] == [1, 2]
+    for row in rows:
+        jobs = sorted((p["job"], p["task"]) for p in row["processes"])
+        workers = [("worker", k) for k in range(row["workers"])]
+        assert jobs == sorted(workers + ([("ps", 0)] if row["variable_update"] == "parameter_server" else []))
+        assert row["batch_total"] == 4 * row["workers"]
+    pids = [p["pid"] for r in rows for p in r["processes"]]
+    assert len(set(pids)) == len(pids) and os.getpid() not in pids
+    assert _gone(pids, 0.5)
+
+
+# -- tasks started by hand, as on several hosts --------------------------------------------------------
+
+def test_a_cluster_spec_runs_on_tasks_started_with_rnnprof_worker(tmp_path, capsys):
+    from rnnprof import process_group
+    from rnnprof.profiler.run.cluster import free_ports
+
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps({"worker": [f"localhost:{port}" for port in free_ports(2)]}))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    workers = [process_group.start([sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec),
+                                    "--job", "worker", "--task", str(k)], env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL) for k in range(2)]
+    try:
+        code = main(["scale", *TINY, "--cluster-spec", str(spec), "--variable-update", "replicated", "--json"])
+        assert code == 0
+        (row,) = json.loads(capsys.readouterr().out)["rows"]
+        assert row["workers"] == 2 and row["batch_total"] == 8
+        assert [(p["job"], p["task"], p["pid"]) for p in row["processes"]] == [("worker", 0, None), ("worker", 1, None)]
+        assert all(w.poll() is None for w in workers)  # rnnprof leaves tasks it did not start alone
+    finally:
+        for w in workers:
+            process_group.stop(w)
