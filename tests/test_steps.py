@@ -103,12 +103,18 @@ def test_selection_on_a_trace_without_step_markers_is_one_line_exit_2(capsys, co
 
 
 def test_placement_audit_audits_only_the_selected_steps(capsys):
-    def transfers(*flags):
-        assert main(["placement-audit", str(NCCL), "--json", "--fail-on", "never", *flags]) == 0
+    """PA004 (the rule that applies to PyTorch ranks) measures the selected steps only: the sampled ranks
+    hold ProfilerStep#551 and #552 (read from the raw JSON by the fixture's own step markers)."""
+    ranks = [str(FIXTURES / f"kineto-sampled-rank{r}.json.gz") for r in (0, 1)]
+
+    def imbalance(*flags):
+        assert main(["placement-audit", *ranks, "--json", "--fail-on", "never", "--imbalance-threshold", "1",
+                     *flags]) == 0
         doc = json.loads(capsys.readouterr().out)
-        (finding,) = [f for f in doc["findings"] if f["rule"] == "PA005-avoidable-transfers"]
+        (finding,) = [f for f in doc["findings"] if f["rule"] == "PA004-device-imbalance"]
         return finding["evidence"]
 
-    assert transfers()["steps_traced"] == 3
-    assert transfers("--steps", "4:5")["steps_traced"] == 2
-    assert transfers("--drop-last", "--skip-first", "1")["steps_traced"] == 1
+    assert imbalance()["steps_traced"] == 2
+    assert imbalance("--steps", "552")["steps_traced"] == 1
+    assert imbalance("--drop-last")["steps_traced"] == 1
+    assert imbalance("--drop-last")["busy_us_per_step"] != imbalance()["busy_us_per_step"]

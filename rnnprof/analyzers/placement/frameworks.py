@@ -9,7 +9,7 @@ is what is measured across ranks: PA004, how evenly the ranks are busy per step.
 
 from __future__ import annotations
 
-from . import (inter_op_threads, missing_kernels, replica_pinning, soft_placement, transfers,
+from . import (inter_op_threads, missing_kernels, ps_balance, replica_pinning, soft_placement, transfers,
                update_placement)
 from .inputs import AuditInput
 
@@ -30,6 +30,8 @@ NOT_FOR_PYTORCH = {
                               "with its own threads (torch.set_num_threads)",
     missing_kernels.RULE_ID: "it reads TensorFlow's kernel registry for a graph's requested devices; "
                              "a PyTorch run has neither",
+    ps_balance.RULE_ID: "there are no parameter-server tasks: DistributedDataParallel keeps a full replica on "
+                        "every rank and all-reduces the gradients",
 }
 
 
