@@ -77,6 +77,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
     from rnnprof.analyzers.run_report import analyze_run
+    from rnnprof.profiler.loaders.dependencies import read_dependencies
     from rnnprof.profiler.loaders.inputs import read_inputs
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_notes
@@ -93,6 +94,7 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
     report = analyze_run(inputs.label, events, inputs.events_reason,
                          user_graph=graphs.user if graphs else None, runtime_graph=graphs.runtime if graphs else None,
                          user_reason=inputs.user_graph_reason, runtime_reason=inputs.runtime_graph_reason,
-                         audit_input=audit, audit_reason=audit_reason, manifest=inputs.manifest)
+                         audit_input=audit, audit_reason=audit_reason, manifest=inputs.manifest,
+                         dependencies=read_dependencies(paths) if events is not None else None)
     render_notes(notes)
     return run_page(report, name, notes)
