@@ -51,6 +51,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.critical_path import analyze_critical_path
     from rnnprof.profiler.loaders import load_events
     from rnnprof.profiler.loaders.dependencies import read_dependencies
+    from rnnprof.profiler.loaders.rank_folder import job_notes
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.profiler.rundir.writer import atomic_write_json
     from rnnprof.reports.critical_path import overlay_trace, render_table, to_document
@@ -63,7 +64,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
     overlay = _overlay_path(args)
     notes = run_notes(args.paths)
-    table = _steps.select(load_events(args.paths[0] if len(args.paths) == 1 else args.paths), args)
+    table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
+    notes += job_notes(table)
+    table = _steps.select(table, args)
     steps = table.steps()
     if args.step is not None and args.step not in steps:
         raise InputError(", ".join(args.paths), f"has no step {args.step}",

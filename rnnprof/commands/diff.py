@@ -63,6 +63,7 @@ def read_side(paths: list[str], args: argparse.Namespace | None = None):
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.diff import IncompatibleSides, diff
+    from rnnprof.profiler.loaders.rank_folder import job_notes
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports import diff as report
     from rnnprof.reports.layout import render_json, render_notes
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     paths_a, paths_b = sides_of(args)
     notes = run_notes([*paths_a, *paths_b])
     side_a, side_b = read_side(paths_a, args), read_side(paths_b, args)
+    notes += [*job_notes(side_a.events), *job_notes(side_b.events)]
     try:
         result = diff(side_a, side_b)
     except IncompatibleSides as exc:

@@ -79,12 +79,14 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
     from rnnprof.analyzers.run_report import analyze_run
     from rnnprof.profiler.loaders.dependencies import read_dependencies
     from rnnprof.profiler.loaders.inputs import read_inputs
+    from rnnprof.profiler.loaders.rank_folder import job_notes
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_notes
     from rnnprof.reports.run_page import run_page
 
     notes = run_notes(paths)
     inputs = read_inputs(paths)
+    notes = [*notes, *job_notes(inputs.events)]
     graphs = inputs.graph_set
     events = _steps.select(inputs.events, args)
     audit, audit_reason = audit_input(inputs, events)
