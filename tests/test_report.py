@@ -89,7 +89,7 @@ def kineto_page(tmp_path_factory):
     return out
 
 
-def test_kineto_report_draws_every_chart_offline_in_chromium(kineto_page, tmp_path):
+def test_kineto_report_draws_every_chart_offline_in_chromium(kineto_page, tmp_path, capsys):
     visit = open_page(kineto_page)
     (tmp_path / "kineto-report.png").write_bytes(visit.screenshot)
     _check_page(visit, "kineto-sampled-rank0.json.gz")
@@ -104,6 +104,12 @@ def test_kineto_report_draws_every_chart_offline_in_chromium(kineto_page, tmp_pa
     assert visit.marks("top-host") == {"rect": min(15, len(host_ops))}
     step = int(re.search(r"Timeline of step (\d+)", kineto_page.read_text()).group(1))
     assert visit.marks("timeline") == {"rect": sum(_gpu_events_in_step(events, step) for events in raw)}
+    # the critical path of the timeline's step: a bar per event of the chain rnnprof critical-path reports
+    capsys.readouterr()
+    assert main(["critical-path", *map(str, RANKS), "--step", str(step), "--json"]) == 0
+    (path,) = json.loads(capsys.readouterr().out)["steps"]
+    assert visit.marks("critical-path") == {"rect": len(path["links"])} and len(path["links"]) > 1
+    assert f"Critical path of step {step}" in json.dumps(_specs(kineto_page.read_text())["critical-path"])
 
 
 def test_kineto_report_is_self_contained_and_says_what_it_cannot_show(kineto_page):
@@ -142,6 +148,8 @@ def test_tf1_timeline_report_has_a_bar_per_device_and_no_step_chart(tmp_path, ca
     assert "step-breakdown" not in specs and "Per-step bars not available: the trace has no step markers" in page
     assert "<title>rnnprof report: tf1-timeline-gpu-loop-step0.json</title>" in page
     assert "Timeline of the whole trace" in json.dumps(specs["timeline"])
+    assert "Critical path of the whole trace" in json.dumps(specs["critical-path"])
+    assert "a TF1 timeline holds no graph" in page.split("Critical path</h2>")[1]
 
 
 # -- the timeline stays bounded ----------------------------------------------------------------------

@@ -118,3 +118,60 @@ def test_placement_audit_audits_only_the_selected_steps(capsys):
     assert imbalance("--steps", "552")["steps_traced"] == 1
     assert imbalance("--drop-last")["steps_traced"] == 1
     assert imbalance("--drop-last")["busy_us_per_step"] != imbalance()["busy_us_per_step"]
+
+
+
+# -- diff, critical-path and report ------------------------------------------------------------------------------
+
+SAMPLED = [FIXTURES / "kineto-sampled-rank0.json.gz", FIXTURES / "kineto-sampled-rank1.json.gz"]
+
+
+def raw_steps(path) -> list[int]:
+    """The ProfilerStep numbers of a Kineto file, read from its JSON."""
+    events = json.load(gzip.open(path))["traceEvents"]
+    return sorted(int(e["name"].split("#")[1]) for e in events
+                  if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#"))
+
+
+def test_diff_selects_each_sides_steps_on_its_own_numbers(capsys):
+    assert main(["diff", str(NCCL), str(SAMPLED[0]), "--skip-first", "1", "--json"]) == 0
+    time = json.loads(capsys.readouterr().out)["time"]
+    assert time["steps_a"] == raw_steps(NCCL)[1:] and time["steps_b"] == raw_steps(SAMPLED[0])[1:]
+    assert main(["diff", str(NCCL), str(NCCL), "--steps", "6:6", "--drop-last", "--json"]) == 2
+    assert "leaves no step" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags,expected", [(["--skip-first", "1"], lambda s: s[1:]),
+                                            (["--drop-last"], lambda s: s[:-1]),
+                                            (["--steps", "552:552"], lambda s: [x for x in s if x == 552])])
+def test_critical_path_takes_only_the_selected_steps(capsys, flags, expected):
+    assert main(["critical-path", *map(str, SAMPLED), "--json", *flags]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [s["step"] for s in doc["steps"]] == expected(raw_steps(SAMPLED[0]))
+
+
+def test_critical_path_step_outside_the_selection_is_one_line_exit_2(capsys):
+    first, last = raw_steps(SAMPLED[0])[0], raw_steps(SAMPLED[0])[-1]
+    assert main(["critical-path", str(SAMPLED[0]), "--steps", f"{last}:{last}", "--step", str(first)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"has no step {first}" in lines[0]
+
+
+def test_report_shows_only_the_selected_steps(tmp_path, capsys):
+    import re
+
+    out = tmp_path / "r.html"
+    assert main(["report", str(NCCL), "-o", str(out), "--steps", "5:6"]) == 0
+    page = out.read_text()
+    specs = dict(re.findall(r'<script type="application/json" id="(spec-\d+)">(.*?)</script>', page, re.S))
+    charts = {name: json.loads(specs[spec_id]) for name, spec_id in
+              re.findall(r'<div class="chart" data-chart="([\w-]+)" data-spec="(spec-\d+)">', page)}
+    drawn = {row["step"] for row in charts["step-breakdown"]["datasets"]["step_breakdown"]}
+    assert drawn == {s for s in raw_steps(NCCL) if 5 <= s <= 6}
+    assert "steps selected by --steps 5:6: 5, 6" in page
+
+
+def test_report_selection_on_a_trace_without_step_markers_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["report", str(TF_GPU), "-o", str(tmp_path / "r.html"), "--drop-last"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "no step markers" in lines[0]

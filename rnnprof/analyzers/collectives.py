@@ -29,7 +29,7 @@ Times are compared as the table holds them: the ranks must share a clock, or be 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -50,6 +50,7 @@ class Instance:
     group: str
     start_us: float
     end_us: float
+    row: int = field(default=-1, compare=False)  # the event's row in the table it was found in
 
     @property
     def dur_us(self) -> float:
@@ -186,23 +187,34 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
                 k = ordinal.get((group, name), 0)
                 ordinal[(group, name)] = k + 1
                 key = (BY_ORDER, group, name, k)
-            found.append(Instance(key, name, group, start, end))
+            found.append(Instance(key, name, group, start, end, int(r)))
         result[worker] = found
     return result
 
 
-def match(per_worker: dict[str, list[Instance]]) -> tuple[list[Collective], int]:
-    """Collectives on two or more workers (ordered by first start), and how many were seen on one only."""
+def matched_groups(per_worker: dict[str, list[Instance]]) -> tuple[list[list[tuple[str, Instance]]], int]:
+    """The members ``(worker, instance)`` of each collective seen on two or more workers (by key, in no
+    particular order), and how many were seen on one only (or twice on one worker, so not matched)."""
     members: dict[tuple, list[tuple[str, Instance]]] = {}
     for worker, found in per_worker.items():
         for inst in found:
             members.setdefault(inst.key, []).append((worker, inst))
     matched, unmatched = [], 0
-    for key, group in members.items():
+    for group in members.values():
         workers = {w for w, _ in group}
         if len(workers) < 2 or len(workers) < len(group):  # one rank only, or a key repeated on a rank
             unmatched += 1
             continue
+        matched.append(group)
+    return matched, unmatched
+
+
+def match(per_worker: dict[str, list[Instance]]) -> tuple[list[Collective], int]:
+    """Collectives on two or more workers (ordered by first start), and how many were seen on one only."""
+    groups, unmatched = matched_groups(per_worker)
+    matched = []
+    for group in groups:
+        key = group[0][1].key
         last = max(inst.start_us for _, inst in group)
         arrivals = tuple(Arrival(w, inst.start_us, inst.end_us, last - inst.start_us)
                          for w, inst in sorted(group, key=lambda m: m[0]))
@@ -211,6 +223,15 @@ def match(per_worker: dict[str, list[Instance]]) -> tuple[list[Collective], int]
                                   arrivals=arrivals))
     matched.sort(key=lambda c: (min(a.start_us for a in c.arrivals), c.group, c.name, c.index))
     return matched, unmatched
+
+
+def matched_rows(table: EventTable) -> list[list[int]]:
+    """The table rows of each collective matched across the table's workers (ranks), as ``analyze_collectives``
+    matches them: one list of rows per collective."""
+    per_worker = instances(table)
+    if len(per_worker) < 2:
+        return []
+    return [sorted(inst.row for _, inst in group) for group in matched_groups(per_worker)[0]]
 
 
 def analyze_collectives(table: EventTable) -> CollectivesReport:

@@ -9,6 +9,9 @@ Per step, the step's events become a DAG (networkx) whose edges say "could not s
 * ``transfer``: a tensor's producer on one device precedes its reader on another (``_Send``/``_Recv`` pairs);
 * ``collective``: a join: no member's instance of a collective completes before every member's instance has
   started. Each member gets a zero-length *entry* node at its start; every entry precedes every member.
+  The members are a TF1 timeline's collective arrows, and across ranks the collectives matched by
+  ``rnnprof.analyzers.collectives`` (by process group and ``Seq`` where the trace has them, else by order
+  within the group), the matching ``comm`` reports.
 
 Weights. An event weighs its duration; an edge ``u -> v`` weighs ``v.start - max(p.end for p in preds(v))``,
 the same for every edge into ``v``: the wait of ``v`` after the last of its predecessors finished (negative
@@ -74,7 +77,7 @@ class Dependencies:
 
     node_inputs: tuple[tuple[str, str], ...] = ()  # (producer node, consumer node)
     flows: tuple[Flow, ...] = ()
-    match_ranks: bool = True  # join the communication kernels of different workers by their order
+    match_ranks: bool = True  # join the collectives of different workers (ranks) as ``collectives`` matches them
     lacks: tuple[str, ...] = ()
 
 
@@ -267,7 +270,8 @@ def _data_edges(sg: _StepGraph, node_inputs: Iterable[tuple[str, str]]) -> None:
                 sg.add(ordered[k], c, EDGE_DATA)
 
 
-def _collective_groups(sg: _StepGraph, flows: Sequence[Flow], match_ranks: bool) -> list[list[int]]:
+def _collective_groups(sg: _StepGraph, flows: Sequence[Flow],
+                       rank_rows: Sequence[Sequence[int]]) -> list[list[int]]:
     t = sg.table
     device_codes = {d: k for k, d in enumerate(t.devices)}
     parent: dict[int, int] = {}
@@ -288,19 +292,13 @@ def _collective_groups(sg: _StepGraph, flows: Sequence[Flow], match_ranks: bool)
     for x in list(parent):
         groups[find(x)].append(x)
     found = [sorted(g) for g in groups.values() if len(g) > 1]
-    workers = {d.worker for d in t.devices}
-    if match_ranks and len(workers) > 1:
-        # the k-th communication kernel of one name on one stream of each worker is one collective
-        by_key: dict[tuple, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
-        for row in sorted(sg.rows, key=lambda r: t.ts[r]):
-            device = t.devices[t.device[row]]
-            if sg.classes[row] == EventClass.COMMUNICATION and device.kind != "host" and t.kind[row] != Kind.RUNTIME:
-                by_key[(int(t.name[row]), int(t.lane[row]))][device.worker].append(int(row))
-        for per_worker in by_key.values():
-            if len(per_worker) < 2:
-                continue
-            for k in range(min(len(rows) for rows in per_worker.values())):
-                found.append([rows[k] for rows in per_worker.values()])
+    if rank_rows:
+        # collectives matched across ranks as ``comm`` matches them (``collectives.matched_rows``)
+        in_step = set(int(r) for r in sg.rows)
+        for rows in rank_rows:
+            members = [r for r in rows if r in in_step]
+            if len(members) > 1:
+                found.append(members)
     return found
 
 
@@ -334,10 +332,18 @@ def build_step_graph(table: EventTable, step: int, dependencies: Dependencies = 
                      classes: np.ndarray | None = None) -> nx.DiGraph:
     """The DAG of one step: nodes are table rows (and ``("entry", row)`` for collective members)."""
     classes = classify(table) if classes is None else classes
-    return _build(table, step, dependencies, classes).g
+    return _build(table, step, dependencies, classes, _rank_rows(table, dependencies)).g
 
 
-def _build(table: EventTable, step: int, dependencies: Dependencies, classes: np.ndarray) -> _StepGraph:
+def _rank_rows(table: EventTable, dependencies: Dependencies) -> list[list[int]]:
+    """The rows of each collective matched across the table's ranks (none unless ``match_ranks``)."""
+    from rnnprof.analyzers.collectives import matched_rows
+
+    return matched_rows(table) if dependencies.match_ranks else []
+
+
+def _build(table: EventTable, step: int, dependencies: Dependencies, classes: np.ndarray,
+           rank_rows: Sequence[Sequence[int]] = ()) -> _StepGraph:
     selected = np.flatnonzero((table.step == step) & (classes != EventClass.ANNOTATION) & (table.dur >= 0))
     host = np.array([d.kind == "host" for d in table.devices] or [False], dtype=bool)
     rows = [selected[~host[table.device[selected]]]]
@@ -355,7 +361,7 @@ def _build(table: EventTable, step: int, dependencies: Dependencies, classes: np
             a, b = sg.event_at(flow.source, device_codes), sg.event_at(flow.target, device_codes)
             if a is not None and b is not None and sg.g.nodes[a]["start"] <= sg.g.nodes[b]["start"]:
                 sg.add(a, b, flow.kind)
-    for members in _collective_groups(sg, dependencies.flows, dependencies.match_ranks):
+    for members in _collective_groups(sg, dependencies.flows, rank_rows):
         _join(sg, members)
     # Time-consistent edges only: a dependency that would close a cycle (clock skew) is dropped.
     if not nx.is_directed_acyclic_graph(sg.g):
@@ -377,8 +383,8 @@ def _class_name(classes: np.ndarray, row: int) -> str:
 
 
 def _step_path(table: EventTable, step: int, dependencies: Dependencies, classes: np.ndarray,
-               what_if_ops: int) -> StepPath | None:
-    sg = _build(table, step, dependencies, classes)
+               what_if_ops: int, rank_rows: Sequence[Sequence[int]] = ()) -> StepPath | None:
+    sg = _build(table, step, dependencies, classes, rank_rows)
     g = sg.g
     if not sg.rows.size:
         return None
@@ -445,6 +451,8 @@ def analyze_critical_path(table: EventTable, dependencies: Dependencies = Depend
     if steps is None:  # a trace without step markers (a TF1 timeline) is one step, numbered -1
         steps = table.steps() if len(table.steps()) else ([-1] if len(table) else [])
     wanted = [int(s) for s in steps]
-    paths = [p for p in (_step_path(table, s, dependencies, classes, what_if_ops) for s in wanted) if p is not None]
+    rank_rows = _rank_rows(table, dependencies)
+    paths = [p for p in (_step_path(table, s, dependencies, classes, what_if_ops, rank_rows) for s in wanted)
+             if p is not None]
     return CriticalPathReport(steps=tuple(paths), lacks=tuple(dependencies.lacks),
                               workers=tuple(sorted({d.worker for d in table.devices} - {""})))

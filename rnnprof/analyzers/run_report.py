@@ -1,7 +1,8 @@
 """Every analysis of one input, computed once, for ``rnnprof report``.
 
 ``analyze_run`` runs the analyses the other commands run (``comm``, ``count-ops``,
-``placement-audit``) on inputs read once, plus the top ops by time and one step's timeline. A part
+``placement-audit``, ``critical-path``) on inputs read once, plus the top ops by time and one step's
+timeline; the critical path is that of the timeline's step. A part
 that cannot be computed is None with the reason, which the report prints in its place.
 """
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.comm import CommReport, analyze_comm, device_work_mask
+from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies, analyze_critical_path
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
 from rnnprof.analyzers.timeline import Timeline, step_timeline
 from rnnprof.analyzers.topops import TimedOp, top_by_time
@@ -35,12 +37,15 @@ class RunReport:
     top_reason: str
     timeline: Timeline | None
     timeline_reason: str
+    critical_path: CriticalPathReport | None = None  # of the timeline's step
+    critical_path_reason: str = ""
 
 
 def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
                 user_reason: str = "", runtime_reason: str = "", audit_input=None, audit_reason: str = "",
-                manifest: dict | None = None) -> RunReport:
-    """All the report's analyses; ``audit_input`` (``placement.AuditInput``) is None when nothing can be audited."""
+                manifest: dict | None = None, dependencies: Dependencies | None = None) -> RunReport:
+    """All the report's analyses; ``audit_input`` (``placement.AuditInput``) is None when nothing can be audited;
+    ``dependencies``: what the input says beyond its events, for the critical path."""
     from rnnprof.analyzers.placement import audit, configured_rules
 
     opcount = count_ops(label, events, user_graph, runtime_graph, user_reason=user_reason,
@@ -49,7 +54,7 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     no_events = events_reason or "the input holds no trace events"
     if events is None or len(events) == 0:
         return RunReport(label, manifest, 0, "graph", None, no_events, opcount, placement, audit_reason, (), (),
-                         no_events, None, no_events)
+                         no_events, None, no_events, None, no_events)
     comm = analyze_comm(events)
     comm_reason = ""
     if not comm.devices:
@@ -63,7 +68,14 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     top_device = top_by_time(events, np.flatnonzero(work), classes)
     top_host = top_by_time(events, host_ops, classes)
     timeline = step_timeline(events, classes, work)
+    timeline_reason = "" if timeline else comm_reason or "no device activity"
+    critical_path, critical_path_reason = None, timeline_reason
+    if timeline is not None:
+        critical_path = analyze_critical_path(events, dependencies or Dependencies(),
+                                              steps=[timeline.step if timeline.step is not None else -1])
+        critical_path_reason = "" if critical_path.steps else "no event on a device in the step"
+        critical_path = critical_path if critical_path.steps else None
     return RunReport(label, manifest, len(events), events.source_format, comm, comm_reason, opcount, placement,
                      audit_reason, top_device, top_host,
                      "" if top_device or top_host else "no device activity and no host operators",
-                     timeline, "" if timeline else comm_reason or "no device activity")
+                     timeline, timeline_reason, critical_path, critical_path_reason)

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from rnnprof import limits
+from rnnprof.commands import _steps
 from rnnprof.errors import InputError, UsageError
 
 NAME = "critical-path"
@@ -19,13 +20,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="RUN_OR_FILES",
                         help="a run directory or trace file; several Kineto files (one per rank) are joined "
                              "through their collectives")
-    parser.add_argument("--step", type=int, metavar="N", help="only step N (default: every step of the input)")
+    parser.add_argument("--step", type=int, metavar="N",
+                        help="only step N (default: every step of the input, or of the step selection)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
     parser.add_argument("--overlay", metavar="FILE",
                         help="write the path as a Chrome trace to FILE (a new file; default for a run directory: "
                              "RUN/critical-path.trace.json; trace files get no overlay without it)")
     parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
                         help="also count events whose name or op type matches REGEX as communication (repeatable)")
+    _steps.add_arguments(parser)
     limits.add_argument(parser)
 
 
@@ -48,6 +51,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.critical_path import analyze_critical_path
     from rnnprof.profiler.loaders import load_events
     from rnnprof.profiler.loaders.dependencies import read_dependencies
+    from rnnprof.profiler.loaders.rank_folder import job_notes
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.profiler.rundir.writer import atomic_write_json
     from rnnprof.reports.critical_path import overlay_trace, render_table, to_document
@@ -61,6 +65,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     overlay = _overlay_path(args)
     notes = run_notes(args.paths)
     table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
+    notes += job_notes(table)
+    table = _steps.select(table, args)
     steps = table.steps()
     if args.step is not None and args.step not in steps:
         raise InputError(", ".join(args.paths), f"has no step {args.step}",

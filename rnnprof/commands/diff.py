@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
+from rnnprof.commands import _steps
 from rnnprof.config import non_negative_int
 from rnnprof.errors import UsageError
 
@@ -28,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=non_negative_int, default=10, metavar="N",
                         help="rows per section and list (default: %(default)s; 0: all)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    _steps.add_arguments(parser)  # each side's trace events, on its own step numbers
     limits.add_argument(parser)
 
 
@@ -44,14 +46,16 @@ def sides_of(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     return list(args.a), list(args.b)
 
 
-def read_side(paths: list[str]):
-    """A ``diff.Side`` from what ``read_inputs`` reads of ``paths``."""
+def read_side(paths: list[str], args: argparse.Namespace | None = None):
+    """A ``diff.Side`` from what ``read_inputs`` reads of ``paths`` (its events restricted to the steps
+    ``args`` select, when given)."""
     from rnnprof.analyzers.diff import Side
     from rnnprof.profiler.loaders.inputs import read_inputs
 
     inputs = read_inputs(paths)
     graphs = inputs.graph_set
-    return Side(label=inputs.label, events=inputs.events, events_reason=inputs.events_reason,
+    events = _steps.select(inputs.events, args) if args is not None else inputs.events
+    return Side(label=inputs.label, events=events, events_reason=inputs.events_reason,
                 user_graph=graphs.user if graphs else None, user_reason=inputs.user_graph_reason,
                 runtime_graph=graphs.runtime if graphs else None, runtime_reason=inputs.runtime_graph_reason,
                 graph=inputs.graph, manifest=inputs.manifest)
@@ -59,13 +63,15 @@ def read_side(paths: list[str]):
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.diff import IncompatibleSides, diff
+    from rnnprof.profiler.loaders.rank_folder import job_notes
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports import diff as report
     from rnnprof.reports.layout import render_json, render_notes
 
     paths_a, paths_b = sides_of(args)
     notes = run_notes([*paths_a, *paths_b])
-    side_a, side_b = read_side(paths_a), read_side(paths_b)
+    side_a, side_b = read_side(paths_a, args), read_side(paths_b, args)
+    notes += [*job_notes(side_a.events), *job_notes(side_b.events)]
     try:
         result = diff(side_a, side_b)
     except IncompatibleSides as exc:

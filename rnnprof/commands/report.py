@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from rnnprof import limits
+from rnnprof.commands import _steps
 from rnnprof.errors import UsageError
 
 NAME = "report"
@@ -21,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or a folder saved by rnnprof scale --out")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write")
     parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    _steps.add_arguments(parser)
     limits.add_argument(parser)
 
 
@@ -39,15 +41,17 @@ def _name(paths: list[str]) -> str:
     return ", ".join(Path(p).resolve().name or str(p) for p in paths)
 
 
-def audit_input(inputs):
-    """What the placement audit reads, from inputs already read; None (and why) when there is nothing."""
+def audit_input(inputs, events=None):
+    """What the placement audit reads, from inputs already read (``events``: their trace events with the steps
+    selected, by default all of them); None (and why) when there is nothing."""
     from rnnprof.analyzers.placement import AuditInput
     from rnnprof.profiler.loaders.kernels import kernels_for
 
     graph = inputs.graph
-    if graph is None and inputs.events is None:
+    events = inputs.events if events is None else events
+    if graph is None and events is None:
         return None, "the input holds neither a graph nor trace events"
-    return AuditInput(graph, inputs.events, inputs.manifest, kernels_for(graph)), ""
+    return AuditInput(graph, events, inputs.manifest, kernels_for(graph)), ""
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -59,29 +63,40 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if len(args.paths) == 1 and is_sweep_dir(args.paths[0]):
         from rnnprof.reports.sweep_page import sweep_page
 
+        if _steps.selection(args).active:
+            raise UsageError(f"{_steps.selection(args).describe()} selects steps of a trace's events; "
+                             f"{args.paths[0]} is a saved sweep (give a run directory or trace files)")
         page = sweep_page(read_sweep(args.paths[0]), name)
     else:
-        page = _run_page(args.paths, name)
+        page = _run_page(args.paths, name, args)
     data = page.encode("utf-8")
     atomic_write_bytes(out, data)
     console.print(Text(f"wrote {out} ({len(data) / 1e6:,.2f} MB)"))
     return 0
 
 
-def _run_page(paths: list[str], name: str) -> str:
+def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
     from rnnprof.analyzers.run_report import analyze_run
+    from rnnprof.profiler.loaders.dependencies import read_dependencies
     from rnnprof.profiler.loaders.inputs import read_inputs
+    from rnnprof.profiler.loaders.rank_folder import job_notes
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_notes
     from rnnprof.reports.run_page import run_page
 
     notes = run_notes(paths)
     inputs = read_inputs(paths)
+    notes = [*notes, *job_notes(inputs.events)]
     graphs = inputs.graph_set
-    audit, audit_reason = audit_input(inputs)
-    report = analyze_run(inputs.label, inputs.events, inputs.events_reason,
+    events = _steps.select(inputs.events, args)
+    audit, audit_reason = audit_input(inputs, events)
+    chosen = _steps.selection(args)
+    if chosen.active:
+        notes = [*notes, f"steps selected by {chosen.describe()}: {', '.join(map(str, events.steps())) or 'none'}"]
+    report = analyze_run(inputs.label, events, inputs.events_reason,
                          user_graph=graphs.user if graphs else None, runtime_graph=graphs.runtime if graphs else None,
                          user_reason=inputs.user_graph_reason, runtime_reason=inputs.runtime_graph_reason,
-                         audit_input=audit, audit_reason=audit_reason, manifest=inputs.manifest)
+                         audit_input=audit, audit_reason=audit_reason, manifest=inputs.manifest,
+                         dependencies=read_dependencies(paths) if events is not None else None)
     render_notes(notes)
     return run_page(report, name, notes)

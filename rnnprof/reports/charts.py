@@ -25,6 +25,9 @@ CLASS_DOMAIN = ("compute", "communication", "memcpy", "memset")
 CLASS_COLORS = ("#4c78a8", "#e45756", "#f58518", "#72b7b2")
 HOST_COLOR = "#9d755d"
 MAX_STEP_BARS = 60  # steps drawn in the per-step breakdown
+PATH_CLASSES = ("compute", "comm", "copy", "host")  # the classes of a critical path's events
+PATH_COLORS = (CLASS_COLORS[0], CLASS_COLORS[1], CLASS_COLORS[2], HOST_COLOR)
+MAX_PATH_BARS = 5000  # events of a critical path drawn (its first ones)
 
 
 def altair():
@@ -159,6 +162,30 @@ def timeline_chart(timeline):
                  alt.Tooltip("us:Q", title="µs", format=",.1f")],
     ).add_params(zoom).properties(width=760, height=alt.Step(12))
     return Figure(chart, {"timeline": rows})
+
+
+def critical_path_chart(step, max_bars: int = MAX_PATH_BARS):
+    """The chain of one step's critical path as a Gantt: a bar per event of the path (the first ``max_bars``),
+    a row per device, coloured by class; zoom with the wheel."""
+    alt = altair()
+    rows = [{"position": k, "name": link.name, "device": link.device, "class": link.event_class,
+             "edge": link.edge or "end", "start_ms": round(link.start_us / 1000.0, 6),
+             "end_ms": round((link.start_us + link.dur_us) / 1000.0, 6), "us": round(link.dur_us, 3),
+             "wait_us": round(link.wait_us, 3)} for k, link in enumerate(step.links[:max_bars])]
+    what = "the whole trace" if step.step < 0 else f"step {step.step}"
+    zoom = alt.selection_interval(bind="scales", encodings=["x"])
+    chart = alt.Chart(alt.Data(name="critical_path"), title=f"Critical path of {what}").mark_bar().encode(
+        x=alt.X("start_ms:Q", title="ms from the step's first event"),
+        x2=alt.X2("end_ms:Q"),
+        y=alt.Y("device:N", title=None, sort=None),
+        color=alt.Color("class:N", title=None, scale=alt.Scale(domain=list(PATH_CLASSES), range=list(PATH_COLORS)),
+                        legend=alt.Legend(orient="bottom")),
+        tooltip=[alt.Tooltip("position:Q", title="#"), alt.Tooltip("name:N"), alt.Tooltip("device:N"),
+                 alt.Tooltip("class:N"), alt.Tooltip("us:Q", title="µs", format=",.1f"),
+                 alt.Tooltip("wait_us:Q", title="wait before, µs", format=",.1f"),
+                 alt.Tooltip("edge:N", title="edge to next")],
+    ).add_params(zoom).properties(width=760, height=alt.Step(18))
+    return Figure(chart, {"critical_path": rows})
 
 
 def top_chart(entries, title: str):

@@ -1,6 +1,7 @@
 """The HTML report of one run (or of trace files): ``rnnprof report`` renders a ``RunReport`` here.
 
-Sections: the run, throughput, time per device, a timeline of one step, ops, placement. A section
+Sections: the run, throughput, time per device, a timeline of one step, ops, placement, the critical path
+of the timeline's step (``rnnprof.reports.critical_path`` picks the chain's rows and defines the terms). A section
 the input cannot provide says why in its place.
 """
 
@@ -34,6 +35,7 @@ def run_page(report: RunReport, name: str, notes: list[str]) -> str:
     _timeline(page, report)
     _ops(page, report)
     _placement(page, report)
+    _critical_path(page, report)
     return page.render()
 
 
@@ -230,3 +232,47 @@ def _placement(page: Page, report: RunReport) -> None:
 
 def _evidence(evidence: dict) -> str:
     return "; ".join(f"{k}: {_value(v)}" for k, v in evidence.items())[:600]
+
+
+def _critical_path(page: Page, report: RunReport) -> None:
+    from rnnprof.reports.critical_path import CHAIN_ROWS, DEFINITIONS, _shown
+
+    page.heading("Critical path")
+    result = report.critical_path
+    if result is None:
+        page.missing("The critical path", report.critical_path_reason)
+        return
+    for step in result.steps:
+        what = "the whole trace (no step markers)" if step.step < 0 else f"step {step.step}, the timeline's step"
+        page.paragraph(f"{what}: critical path {_ms(step.length_us)} ms of a {_ms(step.span_us)} ms step, "
+                       f"{len(step.links):,} events; as rnnprof critical-path computes it.", "sub")
+        page.chart("critical-path", charts.spec(charts.critical_path_chart(step)))
+        if len(step.links) > charts.MAX_PATH_BARS:
+            page.paragraph(f"note: the chart shows the first {charts.MAX_PATH_BARS:,} of {len(step.links):,} events "
+                           "of the path", "note")
+        keep = _shown(step, CHAIN_ROWS)
+        rows, folded, folded_us = [], 0, 0.0
+        for k, link in enumerate(step.links):
+            if k not in keep:
+                folded, folded_us = folded + 1, folded_us + link.dur_us + max(link.wait_us, 0)
+                continue
+            if folded:
+                rows.append([f"… {folded} shorter events", "", "", "", "", _ms(folded_us), ""])
+                folded, folded_us = 0, 0.0
+            rows.append([link.name, link.device, link.event_class, link.edge or "end", _ms(link.start_us),
+                         _ms(link.dur_us), _ms(link.wait_us) if link.wait_us else ""])
+        page.table(["op", "device", "class", "edge to next", "start ms", "dur ms", "wait ms"], rows,
+                   numeric={4, 5, 6}, clip={0}, caption="the chain: its longest links, its ends and where it changes "
+                                                     "device; the links between folded")
+        total = step.length_us or 1.0
+        page.table(["share of the path", "ms", "%"],
+                   [[f"{label} {key}", _ms(us), f"{100 * us / total:.1f}"]
+                    for label, values in (("device", step.by_device), ("class", step.by_class))
+                    for key, us in sorted(values.items(), key=lambda kv: -kv[1])], numeric={1, 2})
+        if step.what_if:
+            page.table(["op", "device", "dur ms", "step shrinks ms (estimate)"],
+                       [[w.name, w.device, _ms(w.dur_us), _ms(w.saving_us)] for w in step.what_if],
+                       numeric={2, 3}, clip={0}, caption="what if one op on the path took no time (an estimate)")
+    for lack in result.lacks:
+        page.paragraph(f"note: {lack}", "note")
+    page.paragraph(DEFINITIONS, "sub")

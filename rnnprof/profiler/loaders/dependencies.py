@@ -91,7 +91,7 @@ def read_dependencies(paths: list[str]) -> Dependencies:
             if chrome_json.is_tf1_timeline(doc) and not chrome_json.is_rnnprof(doc):
                 lacks.append(TF1_LACKS)
             found += flows(doc)
-        elif fmt.name == "kineto":
+        elif fmt.name in ("kineto", "rank-folder"):
             if KINETO_LACKS not in lacks:
                 lacks.append(KINETO_LACKS)
         else:
