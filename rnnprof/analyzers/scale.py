@@ -22,13 +22,19 @@ class ScalePoint:
     step_seconds: tuple[float, ...] = ()
     warmup_step_seconds: tuple[float, ...] = ()
     eval_timed: TimingSummary | None = None  # forward-only batches after the timed ones (--eval)
+    fake_location: str | None = None  # ResNet: where its synthetic images were made
+
+    @property
+    def mode(self) -> tuple[str, str | None]:
+        """What a table and a speedup baseline share: the variable update (and the image location)."""
+        return self.variable_update, self.fake_location
 
 
 @dataclass(frozen=True)
 class ScaleRow:
     point: ScalePoint
     baseline_devices: int
-    speedup: float  # words/s over words/s of the baseline run of the same variable update
+    speedup: float  # throughput over throughput of the baseline run of the same mode
 
 
 @dataclass(frozen=True)
@@ -37,19 +43,25 @@ class ScaleResult:
     notes: tuple[str, ...]
 
 
-SPEEDUP_DEFINITION = ("speedup = words/s of the run / words/s of the baseline run (1 device, or the "
-                      "smallest device count in the sweep) with the same variable update")
+def speedup_definition(unit: str = "words") -> str:
+    return (f"speedup = {unit}/s of the run / {unit}/s of the baseline run (1 device, or the smallest device "
+            f"count in the sweep) with the same variable update" + (" and image location" if unit == "images" else ""))
+
+
+SPEEDUP_DEFINITION = speedup_definition()
 
 
 def speedup_table(points: Sequence[ScalePoint]) -> ScaleResult:
-    """Group by variable update; each group's baseline is its 1-device run, else its smallest count."""
+    """Group by mode (variable update, image location); each group's baseline is its 1-device run, else its
+    smallest count."""
     rows, notes = [], []
-    modes = list(dict.fromkeys(p.variable_update for p in points))
+    modes = list(dict.fromkeys(p.mode for p in points))
     for mode in modes:
-        group = sorted((p for p in points if p.variable_update == mode), key=lambda p: p.devices)
+        group = sorted((p for p in points if p.mode == mode), key=lambda p: p.devices)
         base = group[0]
         if base.devices != 1:
-            notes.append(f"{mode}: no 1-device run in the sweep; speedup is relative to "
+            label = mode[0] if mode[1] is None else f"{mode[0]}, images made on {mode[1]}"
+            notes.append(f"{label}: no 1-device run in the sweep; speedup is relative to "
                          f"{base.devices} devices")
         for point in group:
             rows.append(ScaleRow(point=point, baseline_devices=base.devices,

@@ -8,11 +8,12 @@ import os
 from rich.console import Console
 from rich.text import Text
 
-from rnnprof.config import VARIABLE_UPDATES, add_workload_arguments, parse_choice_list, parse_int_list
+from rnnprof.config import (FAKE_LOCATIONS, VARIABLE_UPDATES, add_workload_arguments, parse_choice_list,
+                            parse_int_list)
 from rnnprof.errors import UsageError
 
 NAME = "scale"
-HELP = "time training on several device counts (after warm-up) and print words/s and speedup"
+HELP = "time training on several device counts (after warm-up) and print words/s (images/s) and speedup"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +29,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     device_counts = parse_int_list(args.devices, "--devices")
     modes = parse_choice_list(args.variable_update, "--variable-update", VARIABLE_UPDATES)
-    sweep_points = [dict(devices=n, variable_update=mode) for mode in modes for n in device_counts]
+    locations = (parse_choice_list(args.fake_location, "--fake-location", FAKE_LOCATIONS)
+                 if args.fake_location else [None])
+    sweep_points = [dict(devices=n, variable_update=mode, fake_location=location)
+                    for mode in modes for location in locations for n in device_counts]
     for point in sweep_points:  # before TensorFlow or torch loads: a bad flag is refused at once
         check_workload_args(args, **point)
 
@@ -44,13 +48,17 @@ def run(args: argparse.Namespace, console: Console) -> int:
         base = configs[0].to_dict()
         base["devices"] = device_counts
         base["variable_update"] = modes
+        if args.fake_location:
+            base["fake_location"] = locations
+        unit = getattr(swept, "unit", "words")
         render_json(to_document(result, config=base, words_definition=swept.words_definition,
                                 device_kind=swept.device_kind, notes=notes,
-                                step_definition=swept.step_definition), console)
+                                step_definition=swept.step_definition, unit=unit), console)
     else:
         render_table(result, model=swept.model, words_definition=swept.words_definition, warmup=first.warmup,
                      batches=first.batches, include_warmup=first.include_warmup, notes=notes,
-                     console=console, parameter_device=first.local_parameter_device)
+                     console=console, parameter_device=first.local_parameter_device,
+                     unit=getattr(swept, "unit", "words"))
     return 0
 
 

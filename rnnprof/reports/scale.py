@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from rnnprof.analyzers.scale import SPEEDUP_DEFINITION, ScaleResult
+from rnnprof.analyzers.scale import ScaleResult, speedup_definition
 
 
 def _mode_title(point, parameter_device: str | None) -> Text:
@@ -20,23 +20,26 @@ def _mode_title(point, parameter_device: str | None) -> Text:
         title = f"parameter_server, variables on {parameter_device}"
     else:
         title = point.variable_update
+    if point.fake_location:
+        title += f"; images made on {point.fake_location}"
     return Text(title, style="table.title")  # a Text title does not get the table's title style by itself
 
 
-def _columns(batches: int, include_warmup: bool, evaluation: bool = False) -> list[tuple[str, Callable]]:
+def _columns(batches: int, include_warmup: bool, evaluation: bool = False,
+             unit: str = "words") -> list[tuple[str, Callable]]:
     """(header, cell of a row) for every column of a mode's table, in order."""
     columns = [
         ("devices", lambda row: str(row.point.devices)),
         ("batch per\ndevice", lambda row: str(row.point.per_device_batch)),
         ("batch\ntotal", lambda row: str(row.point.total_batch)),
         (f"time (s)\n{batches} batches", lambda row: f"{row.point.timed.total_seconds:.2f}"),
-        ("words/s", lambda row: f"{row.point.timed.words_per_second:,.0f}"),
+        (f"{unit}/s", lambda row: f"{row.point.timed.words_per_second:,.0f}"),
     ]
     if include_warmup:
-        columns.append(("words/s\nw/ warm-up", lambda row: f"{row.point.with_warmup.words_per_second:,.0f}"
+        columns.append((f"{unit}/s\nw/ warm-up", lambda row: f"{row.point.with_warmup.words_per_second:,.0f}"
                         if row.point.with_warmup else "-"))
     if evaluation:
-        columns.append(("eval\nwords/s", lambda row: f"{row.point.eval_timed.words_per_second:,.0f}"
+        columns.append((f"eval\n{unit}/s", lambda row: f"{row.point.eval_timed.words_per_second:,.0f}"
                         if row.point.eval_timed else "-"))
     columns.append((STEP_HEADER, lambda row: f"{row.point.timed.median_step_seconds:.3f}"
                                              f"±{row.point.timed.std_step_seconds:.3f}"))
@@ -63,17 +66,17 @@ def _natural_width(table: Table, console: Console) -> int:
 
 def render_table(result: ScaleResult, *, model: str, words_definition: str, warmup: int, batches: int,
                  include_warmup: bool, notes: list[str], console: Console,
-                 parameter_device: str | None = None) -> None:
+                 parameter_device: str | None = None, unit: str = "words") -> None:
     """One table per variable-update mode, then the definitions and notes.
 
     Figures are never cut short: where the table is wider than the terminal, the step
     times move to a table of their own below it.
     """
     console.print(Text(f"rnnprof scale: {model}, {batches} timed batches after {warmup} warm-up", style="bold"))
-    columns = _columns(batches, include_warmup, any(row.point.eval_timed for row in result.rows))
-    modes = list(dict.fromkeys(row.point.variable_update for row in result.rows))
+    columns = _columns(batches, include_warmup, any(row.point.eval_timed for row in result.rows), unit)
+    modes = list(dict.fromkeys(row.point.mode for row in result.rows))
     for mode in modes:
-        rows = [row for row in result.rows if row.point.variable_update == mode]
+        rows = [row for row in result.rows if row.point.mode == mode]
         title = _mode_title(rows[0].point, parameter_device)
         table = _table(rows, columns, title)
         if _natural_width(table, console) <= console.width:
@@ -81,15 +84,16 @@ def render_table(result: ScaleResult, *, model: str, words_definition: str, warm
             continue
         console.print(_table(rows, [c for c in columns if c[0] != STEP_HEADER], title))
         console.print(_table(rows, [c for c in columns if c[0] in ("devices", STEP_HEADER)], None))
-    console.print(Text(f"words = {words_definition}; words/s = words in the timed batches / their total time",
-                       style="dim"))
-    console.print(Text(SPEEDUP_DEFINITION, style="dim"))
+    definition = f"{unit} = {words_definition}; " if words_definition != unit else ""
+    console.print(Text(f"{definition}{unit}/s = {unit} in the timed batches / their total time", style="dim"))
+    console.print(Text(speedup_definition(unit), style="dim"))
     for note in list(result.notes) + notes:
         console.print(Text(f"note: {note}", style="bold yellow"))
 
 
 def to_document(result: ScaleResult, *, config: dict, words_definition: str, device_kind: str,
-                notes: list[str], step_definition: str) -> dict:
+                notes: list[str], step_definition: str, unit: str = "words") -> dict:
+    """The sweep as JSON; throughput keys are named by ``unit`` (``words_per_second``, ``images_per_second``)."""
     rows = []
     for row in result.rows:
         p = row.point
@@ -101,8 +105,8 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
             "batch_total": p.total_batch,
             "timed_batches": p.timed.steps,
             "total_seconds": p.timed.total_seconds,
-            "words": p.timed.words,
-            "words_per_second": p.timed.words_per_second,
+            unit: p.timed.words,
+            f"{unit}_per_second": p.timed.words_per_second,
             "mean_step_seconds": p.timed.mean_step_seconds,
             "median_step_seconds": p.timed.median_step_seconds,
             "std_step_seconds": p.timed.std_step_seconds,
@@ -111,21 +115,24 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
             "step_seconds": list(p.step_seconds),
             "warmup_step_seconds": list(p.warmup_step_seconds),
         }
+        if p.fake_location is not None:
+            entry["fake_location"] = p.fake_location
         if p.with_warmup is not None:
-            entry["words_per_second_including_warmup"] = p.with_warmup.words_per_second
+            entry[f"{unit}_per_second_including_warmup"] = p.with_warmup.words_per_second
             entry["total_seconds_including_warmup"] = p.with_warmup.total_seconds
         if p.eval_timed is not None:
-            entry["eval_words_per_second"] = p.eval_timed.words_per_second
+            entry[f"eval_{unit}_per_second"] = p.eval_timed.words_per_second
             entry["eval_step_seconds_median"] = p.eval_timed.median_step_seconds
         rows.append(entry)
     return {
         "config": config,
         "device_kind": device_kind,
+        "unit": unit,
         "rows": rows,
         "definitions": {
-            "words": words_definition,
-            "words_per_second": "words in the timed batches / total time of the timed batches",
-            "speedup": SPEEDUP_DEFINITION,
+            unit: words_definition,
+            f"{unit}_per_second": f"{unit} in the timed batches / total time of the timed batches",
+            "speedup": speedup_definition(unit),
             "step_seconds": step_definition,
         },
         "notes": list(result.notes) + notes,

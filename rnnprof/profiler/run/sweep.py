@@ -20,6 +20,7 @@ class Sweep:
     device_kind: str  # of the last run; every run of a sweep sees the same devices
     words_definition: str
     model: str  # the workload's own name
+    unit: str = "words"  # what throughput counts: words (the RNN models) or images (the ResNets)
     step_definition: str = "wall time of each timed session.run call; warm-up batches are excluded"
 
 
@@ -40,7 +41,9 @@ def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
             device_kind = training.device_kind
             words_definition = training.workload.words_definition
             model = training.workload.name
-            label = f"{config.variable_update} x{config.devices}"
+            unit = getattr(training.workload, "unit", "words")
+            label = f"{config.variable_update} x{config.devices}" + (
+                f" ({config.fake_location} images)" if config.fake_location else "")
             m = measure(training, config.warmup, config.batches,
                         on_step=progress(label, config.warmup, config.batches))
         points.append(ScalePoint(
@@ -53,5 +56,7 @@ def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
             with_warmup=m.with_warmup if config.include_warmup else None,
             step_seconds=tuple(s.seconds for s in m.timed_steps),
             warmup_step_seconds=tuple(s.seconds for s in m.warmup_steps),
+            fake_location=config.fake_location,
         ))
-    return Sweep(points=tuple(points), device_kind=device_kind, words_definition=words_definition, model=model)
+    return Sweep(points=tuple(points), device_kind=device_kind, words_definition=words_definition, model=model,
+                 unit=unit)
