@@ -189,10 +189,12 @@ class _Net:
         channels = int(x.shape[self.channel_axis])
         scale = tf1.get_variable("gamma", [channels], initializer=tf1.ones_initializer())
         offset = tf1.get_variable("beta", [channels], initializer=tf1.zeros_initializer())
+        # MEAN: under tf.distribute, a replica's update of a shared average is averaged over the replicas
+        # (rnnprof's own trainer keeps plain variables, where the aggregation means nothing).
         moving_mean = tf1.get_variable("moving_mean", [channels], initializer=tf1.zeros_initializer(),
-                                       trainable=False)
+                                       trainable=False, aggregation=tf.VariableAggregation.MEAN)
         moving_variance = tf1.get_variable("moving_variance", [channels], initializer=tf1.ones_initializer(),
-                                           trainable=False)
+                                           trainable=False, aggregation=tf.VariableAggregation.MEAN)
         y, mean, variance = tf1.nn.fused_batch_norm(x, scale, offset, epsilon=BN_EPSILON,
                                                     data_format=self.data_format, is_training=True)
         with tf.name_scope("moving_averages"):
