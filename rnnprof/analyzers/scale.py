@@ -23,11 +23,14 @@ class ScalePoint:
     warmup_step_seconds: tuple[float, ...] = ()
     eval_timed: TimingSummary | None = None  # forward-only batches after the timed ones (--eval)
     fake_location: str | None = None  # ResNet: where its synthetic images were made
+    trainer: str | None = None  # who trained it (--trainer): rnnprof or distribute (tf.distribute); None: rnnprof
 
     @property
-    def mode(self) -> tuple[str, str | None]:
-        """What a table and a speedup baseline share: the variable update (and the image location)."""
-        return self.variable_update, self.fake_location
+    def mode(self) -> tuple:
+        """What a table and a speedup baseline share: the variable update (and the image location, the trainer)."""
+        if self.trainer is None:
+            return self.variable_update, self.fake_location
+        return self.variable_update, self.fake_location, self.trainer
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ def speedup_table(points: Sequence[ScalePoint]) -> ScaleResult:
         base = group[0]
         if base.devices != 1:
             label = mode[0] if mode[1] is None else f"{mode[0]}, images made on {mode[1]}"
+            label += f", trained by {mode[2]}" if len(mode) > 2 else ""
             notes.append(f"{label}: no 1-device run in the sweep; speedup is relative to "
                          f"{base.devices} devices")
         for point in group:
@@ -81,3 +85,33 @@ def shared_cores_note(device_kind: str, host_cores: int | None) -> str | None:
     cores = f"the same {host_cores} CPU cores" if host_cores else "the same CPU cores"
     return (f"devices are logical CPU devices sharing {cores} and one thread pool: "
             "the speedup ratio is not a scaling result (it shows the cost of splitting work across towers)")
+
+
+@dataclass(frozen=True)
+class TrainerRow:
+    """One device count of one mode, trained by each trainer."""
+
+    variable_update: str
+    fake_location: str | None
+    devices: int
+    words_per_second: dict  # trainer -> words (images) per second
+    words: dict  # trainer -> words (images) counted in the timed batches
+    ratio: float | None  # words/s of the first trainer / words/s of the second
+
+
+def trainer_ratio_definition(trainers: Sequence[str], unit: str = "words") -> str:
+    return f"ratio = {unit}/s of {trainers[0]} / {unit}/s of {trainers[1]} on the same devices"
+
+
+def trainer_table(points: Sequence[ScalePoint], trainers: Sequence[str]) -> tuple[TrainerRow, ...]:
+    """Pair each (variable update, image location, device count) across the trainers, in sweep order."""
+    keys = list(dict.fromkeys((p.variable_update, p.fake_location, p.devices) for p in points))
+    rows = []
+    for update, location, devices in keys:
+        runs = {p.trainer: p for p in points
+                if (p.variable_update, p.fake_location, p.devices) == (update, location, devices)}
+        speed = {t: runs[t].timed.words_per_second for t in trainers if t in runs}
+        ratio = speed[trainers[0]] / speed[trainers[1]] if len(trainers) > 1 and len(speed) == len(trainers) else None
+        rows.append(TrainerRow(variable_update=update, fake_location=location, devices=devices,
+                               words_per_second=speed, words={t: runs[t].timed.words for t in speed}, ratio=ratio))
+    return tuple(rows)

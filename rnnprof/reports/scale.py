@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from rnnprof.analyzers.scale import ScaleResult, speedup_definition
+from rnnprof.analyzers.scale import ScaleResult, TrainerRow, speedup_definition, trainer_ratio_definition
 
 
 def _mode_title(point, parameter_device: str | None) -> Text:
@@ -22,6 +22,8 @@ def _mode_title(point, parameter_device: str | None) -> Text:
         title = point.variable_update
     if point.fake_location:
         title += f"; images made on {point.fake_location}"
+    if point.trainer:
+        title += f"; trained by {point.trainer}"
     return Text(title, style="table.title")  # a Text title does not get the table's title style by itself
 
 
@@ -117,6 +119,8 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
         }
         if p.fake_location is not None:
             entry["fake_location"] = p.fake_location
+        if p.trainer is not None:
+            entry["trainer"] = p.trainer
         if p.with_warmup is not None:
             entry[f"{unit}_per_second_including_warmup"] = p.with_warmup.words_per_second
             entry["total_seconds_including_warmup"] = p.with_warmup.total_seconds
@@ -136,4 +140,53 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
             "step_seconds": step_definition,
         },
         "notes": list(result.notes) + notes,
+    }
+
+
+TRAINER_TITLES = {"rnnprof": "rnnprof", "distribute": "tf.distribute"}
+
+
+def render_trainer_tables(rows: tuple[TrainerRow, ...], trainers: list[str], *, model: str, warmup: int,
+                          batches: int, unit: str, strategies: dict, notes: list[str], console: Console) -> None:
+    """The comparison of trainers: one table per mode (variable update, image location), a row per device
+    count with each trainer's throughput and their ratio."""
+    console.print(Text(f"rnnprof scale: {model}, {batches} timed batches after {warmup} warm-up, "
+                       f"trainers side by side", style="bold"))
+    modes = list(dict.fromkeys((row.variable_update, row.fake_location) for row in rows))
+    for update, location in modes:
+        title = update + (f" ({strategies[update]})" if "distribute" in trainers and update in strategies else "")
+        title += f"; images made on {location}" if location else ""
+        table = Table(title=Text(title, style="table.title"), title_justify="left", box=box.SIMPLE_HEAD,
+                      collapse_padding=True, pad_edge=False)
+        table.add_column("devices", justify="right", no_wrap=True)
+        for trainer in trainers:
+            table.add_column(f"{TRAINER_TITLES.get(trainer, trainer)}\n{unit}/s", justify="right", no_wrap=True)
+        if len(trainers) > 1:
+            table.add_column("ratio", justify="right", no_wrap=True)
+        for row in rows:
+            if (row.variable_update, row.fake_location) != (update, location):
+                continue
+            cells = [str(row.devices)] + [f"{row.words_per_second[t]:,.0f}" if t in row.words_per_second else "-"
+                                          for t in trainers]
+            if len(trainers) > 1:
+                cells.append(f"{row.ratio:.3f}" if row.ratio is not None else "-")
+            table.add_row(*cells)
+        console.print(table)
+    console.print(Text(f"{unit}/s = {unit} in the timed batches / their total time (same warm-up and timing "
+                       f"for every trainer)", style="dim"))
+    if len(trainers) > 1:
+        console.print(Text(trainer_ratio_definition(trainers, unit), style="dim"))
+    for note in notes:
+        console.print(Text(f"note: {note}", style="bold yellow"))
+
+
+def trainer_document(rows: tuple[TrainerRow, ...], trainers: list[str], unit: str, strategies: dict) -> dict:
+    """The comparison of trainers for the JSON document (``to_document``'s rows carry each run's figures)."""
+    return {
+        "trainers": list(trainers),
+        "strategies": dict(strategies),
+        "ratio_definition": trainer_ratio_definition(trainers, unit) if len(trainers) > 1 else None,
+        "rows": [{"variable_update": row.variable_update, "fake_location": row.fake_location, "devices": row.devices,
+                  f"{unit}_per_second": dict(row.words_per_second), unit: dict(row.words), "ratio": row.ratio}
+                 for row in rows],
     }

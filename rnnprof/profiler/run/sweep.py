@@ -28,14 +28,25 @@ def _no_progress(label: str, warmup: int, batches: int) -> None:
     return None
 
 
+def _trainer(name: str | None):
+    if name == "distribute":
+        from rnnprof.profiler.run.distribute import DistributeRun
+
+        return DistributeRun
+    return DataParallelRun
+
+
 def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
-          on_warning: Callable[[str], None] = lambda warning: None) -> Sweep:
-    """Measure every config in order (a new graph and session each) and return one ``ScalePoint`` per config."""
+          on_warning: Callable[[str], None] = lambda warning: None,
+          trainers: Sequence[str | None] | None = None) -> Sweep:
+    """Measure every config in order (a new graph and session each) and return one ``ScalePoint`` per config.
+    ``trainers`` names, per config, who trains it: rnnprof (``DataParallelRun``, also for None) or
+    distribute (``DistributeRun``, TensorFlow's tf.distribute)."""
     if not configs:
         raise ValueError("sweep needs at least one configuration")
     points = []
-    for config in configs:
-        with DataParallelRun(config) as training:
+    for config, trainer in zip(configs, trainers or [None] * len(configs)):
+        with _trainer(trainer)(config) as training:
             for warning in training.warnings:
                 on_warning(warning)
             device_kind = training.device_kind
@@ -43,7 +54,8 @@ def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
             model = training.workload.name
             unit = getattr(training.workload, "unit", "words")
             label = f"{config.variable_update} x{config.devices}" + (
-                f" ({config.fake_location} images)" if config.fake_location else "")
+                f" ({config.fake_location} images)" if config.fake_location else "") + (
+                f" [{trainer}]" if trainer else "")
             m = measure(training, config.warmup, config.batches,
                         on_step=progress(label, config.warmup, config.batches))
         points.append(ScalePoint(
@@ -57,6 +69,7 @@ def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
             step_seconds=tuple(s.seconds for s in m.timed_steps),
             warmup_step_seconds=tuple(s.seconds for s in m.warmup_steps),
             fake_location=config.fake_location,
+            trainer=trainer,
         ))
     return Sweep(points=tuple(points), device_kind=device_kind, words_definition=words_definition, model=model,
                  unit=unit)
