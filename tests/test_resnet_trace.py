@@ -3,6 +3,8 @@ device's compute), and count-ops, comm and placement-audit read the run director
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -18,19 +20,26 @@ TRACE = ["trace", "--model", "resnet18", "--preset", "small", "--fake-location",
          "--warmup", "1", "--batches", "1", "--trace-steps", "2"]
 
 
-def _trace(out: Path, devices: int) -> Path:
-    assert main([*TRACE, "--devices", str(devices), "--out", str(out)]) == 0
-    return out
+def _trace(out: Path, devices: int) -> tuple[Path, str]:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main([*TRACE, "--devices", str(devices), "--out", str(out)]) == 0
+    return out, printed.getvalue()
 
 
 @pytest.fixture(scope="module")
-def one_device_run(tmp_path_factory):
+def one_device_trace(tmp_path_factory):
     return _trace(tmp_path_factory.mktemp("resnet1") / "run", 1)
 
 
 @pytest.fixture(scope="module")
+def one_device_run(one_device_trace):
+    return one_device_trace[0]
+
+
+@pytest.fixture(scope="module")
 def two_device_run(tmp_path_factory):
-    return _trace(tmp_path_factory.mktemp("resnet2") / "run", 2)
+    return _trace(tmp_path_factory.mktemp("resnet2") / "run", 2)[0]
 
 
 def _profiler_table(run: Path):
@@ -48,7 +57,7 @@ def _named(table, mask) -> list[str]:
 
 
 def test_python_images_are_made_on_the_host_while_the_device_computes(one_device_run):
-    """In every profiled step, after the step has taken its batch from the prefetch buffer, tf.data's generator
+    """In every profiled step, once the step has taken its batch from the prefetch buffer, tf.data's generator
     makes a later step's batch on a host thread inside the step's compute window (from taking the batch to
     the step's last op). Without prefetch the generator would run inside IteratorGetNext, before the step
     has its batch."""
@@ -58,17 +67,25 @@ def test_python_images_are_made_on_the_host_while_the_device_computes(one_device
     op = np.array([table.strings[i] for i in table.op_type])
     generator = (lane == "tf_data") & np.char.endswith(op.astype(str), "::Generator")
     taken = (lane == "tf_data") & (op == "IteratorGetNextOp::DoCompute")
+    taken_from_buffer = (lane == "tf_data") & (op == "PrefetchConsume")
     compute = (table.kind == Kind.HOST_OP) & np.char.startswith(lane.astype(str), "tf_Compute")
     assert generator.any() and taken.any(), sorted(set(op[lane == "tf_data"]))
     for step in profiled:
         in_step = table.step == step
         assert (op[compute & in_step] == "Conv2D").sum() == 20, "ResNet-18's 20 convolutions run once per step"
         assert (taken & in_step).sum() == 1
-        batch_taken = table.end[taken & in_step][0]
-        made = np.flatnonzero(generator & in_step & (table.ts >= batch_taken))
+        consumed = np.flatnonzero(taken_from_buffer & in_step)
+        assert len(consumed) == 1, f"step {step}: its batch did not come from the prefetch buffer"
+        made = np.flatnonzero(generator & in_step & (table.ts >= table.ts[consumed[0]]))
         assert len(made) == 1, f"step {step}: no batch made after the step took its own"
         computed_until = table.end[compute & in_step].max()
         assert table.end[made[0]] < computed_until, f"step {step}: the next batch was made after the step computed"
+
+
+def test_trace_reports_images_per_second(one_device_trace):
+    _, printed = one_device_trace
+    assert "resnet18 on 1 logical-cpu device(s):" in printed and " images/s over 1 timed steps" in printed
+    assert "words" not in printed
 
 
 def test_count_ops_counts_convolutions_per_device(two_device_run, capsys):
