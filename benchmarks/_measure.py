@@ -76,7 +76,7 @@ class Targets:
         self.rows.append((name, f"{measured:,.2f} {unit} (target <= {limit:,.2f} {unit})", measured <= limit))
 
     def at_least(self, name: str, measured: float, limit: float, unit: str) -> None:
-        self.rows.append((name, f"{measured:,.1f}{unit} (target >= {limit:,.1f}{unit})", measured >= limit))
+        self.rows.append((name, f"{measured:,.2f}{unit} (target >= {limit:,.2f}{unit})", measured >= limit))
 
     def check(self, name: str, ok: bool, text: str) -> None:
         self.rows.append((name, text, ok))
@@ -86,3 +86,13 @@ class Targets:
         for name, text, ok in self.rows:
             print(f"  {'met    ' if ok else 'MISSED '} {name}: {text}")
         return 0 if all(ok for _, _, ok in self.rows) else 1
+
+
+def ratio_spread(numerators: list[float], denominators: list[float]) -> tuple[float, str]:
+    """The ratio of the medians, and its spread over repeats: each repeat's own ratio (its runs of the
+    two sides, measured one after the other), as min-max of n."""
+    ratio = statistics.median(numerators) / statistics.median(denominators)
+    each = [a / b for a, b in zip(numerators, denominators)]
+    if len(each) == 1:
+        return ratio, "1 repeat"
+    return ratio, f"repeats {min(each):.2f}-{max(each):.2f}, n={len(each)}"

@@ -19,16 +19,20 @@ from rnnprof.errors import UsageError
 from rnnprof import limits
 
 FRAMEWORKS = ("tensorflow", "torch")
-MODELS = ("nmt", "rnnlm")
+MODELS = ("nmt", "rnnlm", "resnet50", "resnet18")
+IMAGE_MODELS = ("resnet50", "resnet18")  # throughput in images/s
 ENCODERS = ("loop", "fused")
 DIRECTIONS = ("uni", "bi")
 ATTENTIONS = ("none", "luong", "bahdanau")
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = ("sgd", "momentum", "adam")
+MOMENTUM = 0.9  # --optimizer momentum, as tf_cnn_benchmarks
 VARIABLE_UPDATES = ("independent", "parameter_server", "replicated")
 ALL_REDUCES = ("nccl", "ring", "hierarchical", "pscpu")
 PARAMETER_DEVICES = ("cpu", "gpu")
 BATCH_SCALINGS = ("per-device", "total")
 RNNLM_PRESETS = ("rnn_benchmark", "small")
+PRESETS = RNNLM_PRESETS  # small: every model; rnn_benchmark: the RNNLM
+FAKE_LOCATIONS = ("device", "cpu", "python")  # where a ResNet's synthetic images are made
 PLANTS = ("softmax-on-device0",)
 # greedy: each variable to the ps task holding the fewest bytes so far (tf_cnn_benchmarks' greedy
 # load balancing); first: every variable on ps task 0 (a deliberate imbalance, for testing the audit).
@@ -71,6 +75,7 @@ class WorkloadConfig:
     ps_tasks: int = 0  # parameter server tasks of the cluster
     cluster_spec: str | None = None  # a cluster spec file of tasks started with ``rnnprof worker``
     ps_placement: str = "greedy"  # how variables spread over ps tasks, see PS_PLACEMENTS
+    fake_location: str | None = None  # ResNet: where the synthetic images are made (FAKE_LOCATIONS; None: device)
 
     def replace(self, **changes) -> "WorkloadConfig":
         return dataclasses.replace(self, **changes)
@@ -166,7 +171,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
         help="tensorflow: graph-mode towers in one process; torch: the RNNLM in PyTorch, one process per "
              "device with DistributedDataParallel (default: %(default)s)")
     add(g, "--model", choices=MODELS, default="nmt",
-        help="nmt: seq2seq translation; rnnlm: LSTM language model (default: %(default)s)")
+        help="nmt: seq2seq translation; rnnlm: LSTM language model; resnet50, resnet18: image classification "
+             "on synthetic images (default: %(default)s)")
     add(g, "--encoder", choices=ENCODERS, default=None,
         help="loop: LSTM cells from raw ops in tf.while_loop; fused: one sequence op per "
              "layer (BlockLSTM on CPU, CudnnRNN on GPU) (default: fused)")
@@ -183,17 +189,29 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
         help=f"longest target sentence in tokens (NMT) (default: {model_defaults('nmt', None)['tgt_max_len']})")
     add(g, "--vocab-size", type=positive_int, default=None, help=f"words in the vocabulary {_per_model('vocab_size')}")
     add(g, "--optimizer", choices=OPTIMIZERS, default=None,
-        help="the optimizer of every tower (default: sgd; adam with --framework torch)")
+        help=f"the optimizer of every tower; momentum is SGD with momentum {MOMENTUM:g} (default: sgd; momentum "
+             f"for the ResNets; adam with --framework torch)")
     add(g, "--learning-rate", type=float, default=None,
         help=f"the optimizer's learning rate {_per_model('learning_rate')[:-1]}; "
              f"{TORCH_ADAM_LEARNING_RATE:g} with --framework torch and adam)")
-    add(g, "--preset", choices=RNNLM_PRESETS, default=None,
+    add(g, "--preset", choices=PRESETS, default=None,
         help="RNNLM sizes: rnn_benchmark (1 layer of 1024 units, 128 steps, batch 128) or small "
-             "(default: small's sizes)")
+             "(default: small's sizes); ResNet sizes: small (32x32 images, 10 classes, 1/8 of the width, "
+             "batch 8) (default: 224x224 images, 1000 classes, batch 64)")
     add(g, "--data", default=None,
         help="a tokenized text file (one sentence a line) (default: the bundled corpus for rnnlm, synthetic "
              "sentences for nmt)")
     actions.append(limits.add_argument(g))  # applies to --data
+    if sweep:
+        add(g, "--fake-location", default=None,
+            help="ResNet: comma-separated places where synthetic images are made: device (a batch kept on each "
+                 "device), cpu (a TF op on the host every step), python (numpy through a prefetching tf.data "
+                 "pipeline) (default: device)")
+    else:
+        add(g, "--fake-location", choices=FAKE_LOCATIONS, default=None,
+            help="ResNet: where synthetic images are made: device (a batch kept on each device), cpu (a TF op "
+                 "on the host every step), python (numpy through a prefetching tf.data pipeline) "
+                 "(default: device)")
     add(g, "--plant", choices=PLANTS, default=None,
         help="opt-in demo of a placement mishap for the placement audit to find: softmax-on-device0 pins every "
              "tower's softmax to device 0 (RNNLM) (default: none)")
@@ -311,7 +329,7 @@ def _config_from_args(args: argparse.Namespace, gpus_available: int | None, over
         values.setdefault("optimizer", "adam")
         if values["optimizer"] == "adam":
             values.setdefault("learning_rate", TORCH_ADAM_LEARNING_RATE)
-    values.setdefault("optimizer", "sgd")
+    values.setdefault("optimizer", "momentum" if values.get("model") in IMAGE_MODELS else "sgd")
     _cluster_values(values)
     preset_defaults = model_defaults(values.get("model", "nmt"), values.get("preset"))
     for key, value in preset_defaults.items():
@@ -349,6 +367,8 @@ def _cluster_values(values: dict) -> None:
 
 def model_defaults(model: str, preset: str | None) -> dict:
     """Defaults that depend on the model and preset."""
+    if model in IMAGE_MODELS:
+        return dict(batch_size=8 if preset == "small" else 64, learning_rate=0.1)
     if model == "rnnlm":
         if preset == "rnn_benchmark":
             return dict(layers=1, units=1024, embedding=1024, src_max_len=128, tgt_max_len=128,
@@ -378,8 +398,12 @@ def validate_without_gpus(config: WorkloadConfig) -> None:
         raise UsageError("--attention needs the loop decoder; use --encoder loop or --attention none")
     if config.plant and config.model != "rnnlm":
         raise UsageError(f"--plant {config.plant} applies to --model rnnlm")
-    if config.preset and config.model != "rnnlm":
-        raise UsageError("--preset applies to --model rnnlm")
+    if config.preset == "rnn_benchmark" and config.model != "rnnlm":
+        raise UsageError("--preset rnn_benchmark applies to --model rnnlm")
+    if config.preset and config.model == "nmt":
+        raise UsageError("--preset applies to --model rnnlm and the ResNets")
+    if config.fake_location is not None and config.model not in IMAGE_MODELS:
+        raise UsageError(f"--fake-location applies to the ResNets (--model {' or '.join(IMAGE_MODELS)})")
     if config.batch_scaling == "total" and config.batch_size < config.towers:
         towers = f"--devices {config.devices}" if not config.workers else \
             f"the {config.towers} towers (--workers {config.workers} x --devices {config.devices})"

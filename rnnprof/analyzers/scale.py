@@ -29,14 +29,23 @@ class ScalePoint:
     def size(self) -> tuple[int, int]:
         """What a sweep orders its runs by: (worker tasks, devices per worker)."""
         return (self.workers or 1, self.devices)
+    fake_location: str | None = None  # ResNet: where its synthetic images were made
+    trainer: str | None = None  # who trained it (--trainer): rnnprof or distribute (tf.distribute); None: rnnprof
+
+    @property
+    def mode(self) -> tuple:
+        """What a table and a speedup baseline share: the variable update (and the image location, the trainer)."""
+        if self.trainer is None:
+            return self.variable_update, self.fake_location
+        return self.variable_update, self.fake_location, self.trainer
 
 
 @dataclass(frozen=True)
 class ScaleRow:
     point: ScalePoint
     baseline_devices: int
-    speedup: float
-    baseline_workers: int | None = None  # words/s over words/s of the baseline run of the same variable update
+    speedup: float  # throughput over throughput of the baseline run of the same mode
+    baseline_workers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -45,21 +54,28 @@ class ScaleResult:
     notes: tuple[str, ...]
 
 
-SPEEDUP_DEFINITION = ("speedup = words/s of the run / words/s of the baseline run (1 device, or the "
-                      "smallest device count in the sweep; with workers, the fewest workers first) "
-                      "with the same variable update")
+def speedup_definition(unit: str = "words") -> str:
+    return (f"speedup = {unit}/s of the run / {unit}/s of the baseline run (1 device, or the smallest device "
+            f"count in the sweep; with workers, the fewest workers first) with the same variable update"
+            + (" and image location" if unit == "images" else ""))
+
+
+SPEEDUP_DEFINITION = speedup_definition()
 
 
 def speedup_table(points: Sequence[ScalePoint]) -> ScaleResult:
-    """Group by variable update; each group's baseline is its 1-device run, else its smallest count."""
+    """Group by mode (variable update, image location); each group's baseline is its 1-device run, else its
+    smallest count."""
     rows, notes = [], []
-    modes = list(dict.fromkeys(p.variable_update for p in points))
+    modes = list(dict.fromkeys(p.mode for p in points))
     for mode in modes:
-        group = sorted((p for p in points if p.variable_update == mode), key=lambda p: p.size)
+        group = sorted((p for p in points if p.mode == mode), key=lambda p: p.size)
         base = group[0]
         if base.size != (1, 1):
+            label = mode[0] if mode[1] is None else f"{mode[0]}, images made on {mode[1]}"
+            label += f", trained by {mode[2]}" if len(mode) > 2 else ""
             where = f" on {base.workers} worker(s)" if base.workers else ""
-            notes.append(f"{mode}: no 1-device run in the sweep; speedup is relative to "
+            notes.append(f"{label}: no 1-device run in the sweep; speedup is relative to "
                          f"{base.devices} devices{where}")
         for point in group:
             rows.append(ScaleRow(point=point, baseline_devices=base.devices, baseline_workers=base.workers,
@@ -79,3 +95,33 @@ def shared_cores_note(device_kind: str, host_cores: int | None) -> str | None:
     cores = f"the same {host_cores} CPU cores" if host_cores else "the same CPU cores"
     return (f"devices are logical CPU devices sharing {cores} and one thread pool: "
             "the speedup ratio is not a scaling result (it shows the cost of splitting work across towers)")
+
+
+@dataclass(frozen=True)
+class TrainerRow:
+    """One device count of one mode, trained by each trainer."""
+
+    variable_update: str
+    fake_location: str | None
+    devices: int
+    words_per_second: dict  # trainer -> words (images) per second
+    words: dict  # trainer -> words (images) counted in the timed batches
+    ratio: float | None  # words/s of the first trainer / words/s of the second
+
+
+def trainer_ratio_definition(trainers: Sequence[str], unit: str = "words") -> str:
+    return f"ratio = {unit}/s of {trainers[0]} / {unit}/s of {trainers[1]} on the same devices"
+
+
+def trainer_table(points: Sequence[ScalePoint], trainers: Sequence[str]) -> tuple[TrainerRow, ...]:
+    """Pair each (variable update, image location, device count) across the trainers, in sweep order."""
+    keys = list(dict.fromkeys((p.variable_update, p.fake_location, p.devices) for p in points))
+    rows = []
+    for update, location, devices in keys:
+        runs = {p.trainer: p for p in points
+                if (p.variable_update, p.fake_location, p.devices) == (update, location, devices)}
+        speed = {t: runs[t].timed.words_per_second for t in trainers if t in runs}
+        ratio = speed[trainers[0]] / speed[trainers[1]] if len(trainers) > 1 and len(speed) == len(trainers) else None
+        rows.append(TrainerRow(variable_update=update, fake_location=location, devices=devices,
+                               words_per_second=speed, words={t: runs[t].timed.words for t in speed}, ratio=ratio))
+    return tuple(rows)

@@ -8,8 +8,8 @@ import sys
 from rich.text import Text
 
 from rnnprof.commands._given import given_options, record_given_options
-from rnnprof.config import (add_workload_arguments, check_workload_args, non_negative_int, non_negative_seconds,
-                            positive_int, workload_config_from_args)
+from rnnprof.config import (IMAGE_MODELS, add_workload_arguments, check_workload_args, non_negative_int,
+                            non_negative_seconds, positive_int, workload_config_from_args)
 from rnnprof.errors import InterruptedRun, RnnprofError, UsageError
 from rnnprof.profiler.capture.interrupt import terminate_as_interrupt
 
@@ -152,11 +152,12 @@ def _workload(args, console, argv) -> int:
     done = capture_workload(config, args.out, args.force, argv, args.trace_steps,
                             on_warning=lambda warning: console.print(Text.assemble(("warning:", "yellow"), f" {warning}")))
     timed = done.timed
+    unit = "images" if config.model in IMAGE_MODELS else "words"
     where = f"{config.devices} {done.device_kind} device(s)"
     if config.workers:
         where = f"{config.workers} worker task(s) x {where}" + (f", {config.ps_tasks} ps task(s)" if config.ps_tasks else "")
     console.print(Text(f"{config.model} on {where}: "
-                       f"{timed.words_per_second:,.0f} words/s over {timed.steps} timed steps "
+                       f"{timed.words_per_second:,.0f} {unit}/s over {timed.steps} timed steps "
                        f"(median {timed.median_step_seconds * 1000:.1f} ms/step)"))
     console.print(Text.assemble("run directory: ", (str(done.path), "bold"),
                                 f" — {len(done.captured['timelines'])} timelines, {len(done.captured['xplane'])} "

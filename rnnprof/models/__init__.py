@@ -17,4 +17,7 @@ def get_workload(config):
     if config.model == "rnnlm":
         from rnnprof.models.tensorflow.rnnlm import RNNLMWorkload
         return RNNLMWorkload(config)
-    raise UsageError(f"unknown --model {config.model!r} (expected nmt or rnnlm)")
+    if config.model in ("resnet50", "resnet18"):
+        from rnnprof.models.tensorflow.resnet import ResNetWorkload
+        return ResNetWorkload(config)
+    raise UsageError(f"unknown --model {config.model!r} (expected nmt, rnnlm, resnet50 or resnet18)")

@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from rnnprof.analyzers.scale import SPEEDUP_DEFINITION, ScaleResult
+from rnnprof.analyzers.scale import ScaleResult, TrainerRow, speedup_definition, trainer_ratio_definition
 
 
 def _mode_title(point, parameter_device: str | None) -> Text:
@@ -20,11 +20,15 @@ def _mode_title(point, parameter_device: str | None) -> Text:
         title = f"parameter_server, variables on {parameter_device}"
     else:
         title = point.variable_update
+    if point.fake_location:
+        title += f"; images made on {point.fake_location}"
+    if point.trainer:
+        title += f"; trained by {point.trainer}"
     return Text(title, style="table.title")  # a Text title does not get the table's title style by itself
 
 
 def _columns(batches: int, include_warmup: bool, evaluation: bool = False,
-             workers: bool = False) -> list[tuple[str, Callable]]:
+             workers: bool = False, unit: str = "words") -> list[tuple[str, Callable]]:
     """(header, cell of a row) for every column of a mode's table, in order."""
     columns = [("workers", lambda row: str(row.point.workers or 1))] if workers else []
     columns += [
@@ -32,13 +36,13 @@ def _columns(batches: int, include_warmup: bool, evaluation: bool = False,
         ("batch per\ndevice", lambda row: str(row.point.per_device_batch)),
         ("batch\ntotal", lambda row: str(row.point.total_batch)),
         (f"time (s)\n{batches} batches", lambda row: f"{row.point.timed.total_seconds:.2f}"),
-        ("words/s", lambda row: f"{row.point.timed.words_per_second:,.0f}"),
+        (f"{unit}/s", lambda row: f"{row.point.timed.words_per_second:,.0f}"),
     ]
     if include_warmup:
-        columns.append(("words/s\nw/ warm-up", lambda row: f"{row.point.with_warmup.words_per_second:,.0f}"
+        columns.append((f"{unit}/s\nw/ warm-up", lambda row: f"{row.point.with_warmup.words_per_second:,.0f}"
                         if row.point.with_warmup else "-"))
     if evaluation:
-        columns.append(("eval\nwords/s", lambda row: f"{row.point.eval_timed.words_per_second:,.0f}"
+        columns.append((f"eval\n{unit}/s", lambda row: f"{row.point.eval_timed.words_per_second:,.0f}"
                         if row.point.eval_timed else "-"))
     columns.append((STEP_HEADER, lambda row: f"{row.point.timed.median_step_seconds:.3f}"
                                              f"±{row.point.timed.std_step_seconds:.3f}"))
@@ -65,7 +69,7 @@ def _natural_width(table: Table, console: Console) -> int:
 
 def render_table(result: ScaleResult, *, model: str, words_definition: str, warmup: int, batches: int,
                  include_warmup: bool, notes: list[str], console: Console,
-                 parameter_device: str | None = None) -> None:
+                 parameter_device: str | None = None, unit: str = "words") -> None:
     """One table per variable-update mode, then the definitions and notes.
 
     Figures are never cut short: where the table is wider than the terminal, the step
@@ -73,10 +77,10 @@ def render_table(result: ScaleResult, *, model: str, words_definition: str, warm
     """
     console.print(Text(f"rnnprof scale: {model}, {batches} timed batches after {warmup} warm-up", style="bold"))
     columns = _columns(batches, include_warmup, any(row.point.eval_timed for row in result.rows),
-                       any(row.point.workers for row in result.rows))
-    modes = list(dict.fromkeys(row.point.variable_update for row in result.rows))
+                       any(row.point.workers for row in result.rows), unit)
+    modes = list(dict.fromkeys(row.point.mode for row in result.rows))
     for mode in modes:
-        rows = [row for row in result.rows if row.point.variable_update == mode]
+        rows = [row for row in result.rows if row.point.mode == mode]
         title = _mode_title(rows[0].point, parameter_device)
         table = _table(rows, columns, title)
         if _natural_width(table, console) <= console.width:
@@ -85,15 +89,16 @@ def render_table(result: ScaleResult, *, model: str, words_definition: str, warm
         console.print(_table(rows, [c for c in columns if c[0] != STEP_HEADER], title))
         console.print(_table(rows, [c for c in columns if c[0].split("\n")[0] in ("workers", "devices", STEP_HEADER)
                                     or c[0] == STEP_HEADER], None))
-    console.print(Text(f"words = {words_definition}; words/s = words in the timed batches / their total time",
-                       style="dim"))
-    console.print(Text(SPEEDUP_DEFINITION, style="dim"))
+    definition = f"{unit} = {words_definition}; " if words_definition != unit else ""
+    console.print(Text(f"{definition}{unit}/s = {unit} in the timed batches / their total time", style="dim"))
+    console.print(Text(speedup_definition(unit), style="dim"))
     for note in list(result.notes) + notes:
         console.print(Text(f"note: {note}", style="bold yellow"))
 
 
 def to_document(result: ScaleResult, *, config: dict, words_definition: str, device_kind: str,
-                notes: list[str], step_definition: str) -> dict:
+                notes: list[str], step_definition: str, unit: str = "words") -> dict:
+    """The sweep as JSON; throughput keys are named by ``unit`` (``words_per_second``, ``images_per_second``)."""
     rows = []
     for row in result.rows:
         p = row.point
@@ -105,8 +110,8 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
             "batch_total": p.total_batch,
             "timed_batches": p.timed.steps,
             "total_seconds": p.timed.total_seconds,
-            "words": p.timed.words,
-            "words_per_second": p.timed.words_per_second,
+            unit: p.timed.words,
+            f"{unit}_per_second": p.timed.words_per_second,
             "mean_step_seconds": p.timed.mean_step_seconds,
             "median_step_seconds": p.timed.median_step_seconds,
             "std_step_seconds": p.timed.std_step_seconds,
@@ -119,22 +124,76 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
             entry["workers"] = p.workers
             entry["baseline_workers"] = row.baseline_workers
             entry["processes"] = [dict(task) for task in p.processes]
+        if p.fake_location is not None:
+            entry["fake_location"] = p.fake_location
+        if p.trainer is not None:
+            entry["trainer"] = p.trainer
         if p.with_warmup is not None:
-            entry["words_per_second_including_warmup"] = p.with_warmup.words_per_second
+            entry[f"{unit}_per_second_including_warmup"] = p.with_warmup.words_per_second
             entry["total_seconds_including_warmup"] = p.with_warmup.total_seconds
         if p.eval_timed is not None:
-            entry["eval_words_per_second"] = p.eval_timed.words_per_second
+            entry[f"eval_{unit}_per_second"] = p.eval_timed.words_per_second
             entry["eval_step_seconds_median"] = p.eval_timed.median_step_seconds
         rows.append(entry)
     return {
         "config": config,
         "device_kind": device_kind,
+        "unit": unit,
         "rows": rows,
         "definitions": {
-            "words": words_definition,
-            "words_per_second": "words in the timed batches / total time of the timed batches",
-            "speedup": SPEEDUP_DEFINITION,
+            unit: words_definition,
+            f"{unit}_per_second": f"{unit} in the timed batches / total time of the timed batches",
+            "speedup": speedup_definition(unit),
             "step_seconds": step_definition,
         },
         "notes": list(result.notes) + notes,
+    }
+
+
+TRAINER_TITLES = {"rnnprof": "rnnprof", "distribute": "tf.distribute"}
+
+
+def render_trainer_tables(rows: tuple[TrainerRow, ...], trainers: list[str], *, model: str, warmup: int,
+                          batches: int, unit: str, strategies: dict, notes: list[str], console: Console) -> None:
+    """The comparison of trainers: one table per mode (variable update, image location), a row per device
+    count with each trainer's throughput and their ratio."""
+    console.print(Text(f"rnnprof scale: {model}, {batches} timed batches after {warmup} warm-up, "
+                       f"trainers side by side", style="bold"))
+    modes = list(dict.fromkeys((row.variable_update, row.fake_location) for row in rows))
+    for update, location in modes:
+        title = update + (f" ({strategies[update]})" if "distribute" in trainers and update in strategies else "")
+        title += f"; images made on {location}" if location else ""
+        table = Table(title=Text(title, style="table.title"), title_justify="left", box=box.SIMPLE_HEAD,
+                      collapse_padding=True, pad_edge=False)
+        table.add_column("devices", justify="right", no_wrap=True)
+        for trainer in trainers:
+            table.add_column(f"{TRAINER_TITLES.get(trainer, trainer)}\n{unit}/s", justify="right", no_wrap=True)
+        if len(trainers) > 1:
+            table.add_column("ratio", justify="right", no_wrap=True)
+        for row in rows:
+            if (row.variable_update, row.fake_location) != (update, location):
+                continue
+            cells = [str(row.devices)] + [f"{row.words_per_second[t]:,.0f}" if t in row.words_per_second else "-"
+                                          for t in trainers]
+            if len(trainers) > 1:
+                cells.append(f"{row.ratio:.3f}" if row.ratio is not None else "-")
+            table.add_row(*cells)
+        console.print(table)
+    console.print(Text(f"{unit}/s = {unit} in the timed batches / their total time (same warm-up and timing "
+                       f"for every trainer)", style="dim"))
+    if len(trainers) > 1:
+        console.print(Text(trainer_ratio_definition(trainers, unit), style="dim"))
+    for note in notes:
+        console.print(Text(f"note: {note}", style="bold yellow"))
+
+
+def trainer_document(rows: tuple[TrainerRow, ...], trainers: list[str], unit: str, strategies: dict) -> dict:
+    """The comparison of trainers for the JSON document (``to_document``'s rows carry each run's figures)."""
+    return {
+        "trainers": list(trainers),
+        "strategies": dict(strategies),
+        "ratio_definition": trainer_ratio_definition(trainers, unit) if len(trainers) > 1 else None,
+        "rows": [{"variable_update": row.variable_update, "fake_location": row.fake_location, "devices": row.devices,
+                  f"{unit}_per_second": dict(row.words_per_second), unit: dict(row.words), "ratio": row.ratio}
+                 for row in rows],
     }

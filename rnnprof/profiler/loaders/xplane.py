@@ -9,6 +9,11 @@ Planes and lines:
 * ``/host:CPU``: TF op executions (TraceMe ``"<node>:<OpType>"`` on executor threads) are
   ``HOST_OP`` on the host; the ``python`` line and other user ranges are ``ANNOTATION``; events
   carrying a ``step_num`` stat (``tf.profiler.experimental.Trace(..., step_num=N)``) mark steps.
+  tf.data's input pipeline runs on its own threads (lines ``tf_data_iterator_get_next/<id>``: a
+  step's ``IteratorGetNext`` taking a batch; ``tf_data_iterator_resource/<id>``: the background
+  ``PrefetchProduce`` and the generator or map filling the buffer): their events are ``ANNOTATION``s
+  on lane ``tf_data`` named by the pipeline stage (``Iterator::Root::Prefetch::FlatMap[0]::Generator``),
+  so they show where input work runs without counting as ops.
 * rnnprof's own XSpaces (built from step stats): a plane per device (``/device:CPU:k``) whose
   lines are lanes, or lines named by a TF device string. Events are ops (``HOST_OP``).
 
@@ -34,6 +39,7 @@ _STREAM_LINE = re.compile(r"^Stream #(\d+)")
 _DERIVED_LINES = {"XLA Ops", "TensorFlow Ops", "XLA Modules", "Launch Stats",
                   "TensorFlow Name Scope", "Framework Name Scope", "Source code", "XLA TraceMe",
                   "SparseCore Ops", "Async XLA Ops", "Sync Flags", "Counters"}
+TF_DATA_LANE = "tf_data"
 _OP_EVENT = re.compile(r"^(?P<name>[^:]+(?::\d+)?[^:]*):(?P<op>[A-Za-z_][\w]*)$")
 _pb2 = None
 
@@ -160,6 +166,8 @@ def classify_line(plane_name: str, line_name: str) -> tuple[Device, str, Kind] |
         return line_device, thread.split("/", 1)[0] or "ops", Kind.HOST_OP
     if line_name == "Steps":
         return (Device("host") if is_host else plane_device or Device("host")), "steps", Kind.ANNOTATION
+    if is_host and line_name.startswith("tf_data_iterator"):
+        return Device("host"), TF_DATA_LANE, Kind.ANNOTATION
     if is_host:
         annotation = line_name.startswith("python") or line_name == "TraceContext"
         return Device("host"), line_name, Kind.ANNOTATION if annotation else Kind.HOST_OP

@@ -85,6 +85,10 @@ def _optimizer(config: WorkloadConfig, name: str):
     tf = import_tensorflow()
     if config.optimizer == "adam":
         return tf.compat.v1.train.AdamOptimizer(config.learning_rate, name=name)
+    if config.optimizer == "momentum":
+        from rnnprof.config import MOMENTUM
+
+        return tf.compat.v1.train.MomentumOptimizer(config.learning_rate, MOMENTUM, name=name)
     return tf.compat.v1.train.GradientDescentOptimizer(config.learning_rate, name=name)
 
 
@@ -243,9 +247,8 @@ class DataParallelRun:
     def _feed(self) -> dict:
         feed = {}
         for inputs, batches in zip(self._inputs, self._batches):
-            batch = next(batches)
-            for key, placeholder in inputs.items():
-                feed[placeholder] = batch[key]
+            for key, value in next(batches).items():  # inputs made inside the graph are not fed
+                feed[inputs[key]] = value
         return feed
 
     def step(self, options=None, run_metadata=None) -> StepResult:

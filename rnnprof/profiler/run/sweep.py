@@ -21,6 +21,7 @@ class Sweep:
     device_kind: str  # of the last run; every run of a sweep sees the same devices
     words_definition: str
     model: str  # the workload's own name
+    unit: str = "words"  # what throughput counts: words (the RNN models) or images (the ResNets)
     step_definition: str = "wall time of each timed session.run call; warm-up batches are excluded"
 
 
@@ -28,22 +29,36 @@ def _no_progress(label: str, warmup: int, batches: int) -> None:
     return None
 
 
+def _run(trainer: str | None, config: WorkloadConfig, cluster):
+    """The training of one configuration: rnnprof's own (on the cluster, if any) or tf.distribute's."""
+    if trainer == "distribute":
+        from rnnprof.profiler.run.distribute import DistributeRun
+
+        return DistributeRun(config)
+    return DataParallelRun(config, cluster=cluster)
+
+
 def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
-          on_warning: Callable[[str], None] = lambda warning: None) -> Sweep:
-    """Measure every config in order (a new graph and session each) and return one ``ScalePoint`` per config."""
+          on_warning: Callable[[str], None] = lambda warning: None,
+          trainers: Sequence[str | None] | None = None) -> Sweep:
+    """Measure every config in order (a new graph and session each) and return one ``ScalePoint`` per config.
+    ``trainers`` names, per config, who trains it: rnnprof (``DataParallelRun``, also for None) or
+    distribute (``DistributeRun``, TensorFlow's tf.distribute)."""
     if not configs:
         raise ValueError("sweep needs at least one configuration")
     points = []
-    for config in configs:
-        with running_cluster(config) as (spec, tasks), DataParallelRun(config, cluster=spec) as training:
+    for config, trainer in zip(configs, trainers or [None] * len(configs)):
+        with running_cluster(config) as (spec, tasks), _run(trainer, config, spec) as training:
             for warning in training.warnings:
                 on_warning(warning)
             device_kind = training.device_kind
             words_definition = training.workload.words_definition
             model = training.workload.name
-            label = f"{config.variable_update} x{config.devices}"
-            if config.workers:
-                label += f" on {config.workers} worker(s)"
+            unit = getattr(training.workload, "unit", "words")
+            label = f"{config.variable_update} x{config.devices}" + (
+                f" on {config.workers} worker(s)" if config.workers else "") + (
+                f" ({config.fake_location} images)" if config.fake_location else "") + (
+                f" [{trainer}]" if trainer else "")
             m = measure(training, config.warmup, config.batches,
                         on_step=progress(label, config.warmup, config.batches))
         points.append(ScalePoint(
@@ -58,5 +73,8 @@ def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
             warmup_step_seconds=tuple(s.seconds for s in m.warmup_steps),
             workers=config.workers,
             processes=tuple(tasks),
+            fake_location=config.fake_location,
+            trainer=trainer,
         ))
-    return Sweep(points=tuple(points), device_kind=device_kind, words_definition=words_definition, model=model)
+    return Sweep(points=tuple(points), device_kind=device_kind, words_definition=words_definition, model=model,
+                 unit=unit)

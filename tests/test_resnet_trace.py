@@ -1,0 +1,115 @@
+"""A traced ResNet run: the python image location prefetches (tf.data's work on the host overlaps the
+device's compute), and count-ops, comm and placement-audit read the run directory."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rnnprof.cli import main
+from rnnprof.events import Kind
+
+pytestmark = pytest.mark.slow
+
+TRACE = ["trace", "--model", "resnet18", "--preset", "small", "--fake-location", "python", "--batch-size", "4",
+         "--warmup", "1", "--batches", "1", "--trace-steps", "2"]
+
+
+def _trace(out: Path, devices: int) -> tuple[Path, str]:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main([*TRACE, "--devices", str(devices), "--out", str(out)]) == 0
+    return out, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def one_device_trace(tmp_path_factory):
+    return _trace(tmp_path_factory.mktemp("resnet1") / "run", 1)
+
+
+@pytest.fixture(scope="module")
+def one_device_run(one_device_trace):
+    return one_device_trace[0]
+
+
+@pytest.fixture(scope="module")
+def two_device_run(tmp_path_factory):
+    return _trace(tmp_path_factory.mktemp("resnet2") / "run", 2)[0]
+
+
+def _profiler_table(run: Path):
+    """The tf.profiler XSpace of the profiled steps (not the one rnnprof builds from step stats)."""
+    from rnnprof.profiler.loaders import xplane
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    files = [run / rel for rel in manifest["captured"]["xplane"] if "_devices" not in Path(rel).parent.name]
+    assert len(files) == 1, files
+    return xplane.load(files[0]), manifest["profiled_steps"]
+
+
+def _named(table, mask) -> list[str]:
+    return [table.strings[i] for i in table.op_type[mask]]
+
+
+def test_python_images_are_made_on_the_host_while_the_device_computes(one_device_run):
+    """In every profiled step, once the step has taken its batch from the prefetch buffer, tf.data's generator
+    makes a later step's batch on a host thread inside the step's compute window (from taking the batch to
+    the step's last op). Without prefetch the generator would run inside IteratorGetNext, before the step
+    has its batch."""
+    table, profiled = _profiler_table(one_device_run)
+    assert len(profiled) == 2
+    lane = np.array([table.strings[i] for i in table.lane])
+    op = np.array([table.strings[i] for i in table.op_type])
+    generator = (lane == "tf_data") & np.char.endswith(op.astype(str), "::Generator")
+    taken = (lane == "tf_data") & (op == "IteratorGetNextOp::DoCompute")
+    taken_from_buffer = (lane == "tf_data") & (op == "PrefetchConsume")
+    compute = (table.kind == Kind.HOST_OP) & np.char.startswith(lane.astype(str), "tf_Compute")
+    assert generator.any() and taken.any(), sorted(set(op[lane == "tf_data"]))
+    for step in profiled:
+        in_step = table.step == step
+        assert (op[compute & in_step] == "Conv2D").sum() == 20, "ResNet-18's 20 convolutions run once per step"
+        assert (taken & in_step).sum() == 1
+        consumed = np.flatnonzero(taken_from_buffer & in_step)
+        assert len(consumed) == 1, f"step {step}: its batch did not come from the prefetch buffer"
+        made = np.flatnonzero(generator & in_step & (table.ts >= table.ts[consumed[0]]))
+        assert len(made) == 1, f"step {step}: no batch made after the step took its own"
+        computed_until = table.end[compute & in_step].max()
+        assert table.end[made[0]] < computed_until, f"step {step}: the next batch was made after the step computed"
+
+
+def test_trace_reports_images_per_second(one_device_trace):
+    _, printed = one_device_trace
+    assert "resnet18 on 1 logical-cpu device(s):" in printed and " images/s over 1 timed steps" in printed
+    assert "words" not in printed
+
+
+def test_count_ops_counts_convolutions_per_device(two_device_run, capsys):
+    assert main(["count-ops", str(two_device_run), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    built, ran = doc["user_graph"]["by_device_type"], doc["runtime_graph"]["by_device_type"]
+    for device in ("cpu:0", "cpu:1"):
+        assert built[device]["Conv2D"] == ran[device]["Conv2D"] == 20
+        assert ran[device]["Conv2DBackpropFilter"] == 20
+        # The stem's input gradient is built but pruned: the images need none.
+        assert built[device]["Conv2DBackpropInput"] == 20 and ran[device]["Conv2DBackpropInput"] == 19
+    assert ran["cpu:0"]["IteratorGetNext"] == 2, "both towers' python batches come from the host (cpu:0)"
+    assert "IteratorGetNext" not in ran["cpu:1"]
+
+
+def test_comm_and_placement_audit_explain_the_host_input(two_device_run, capsys):
+    assert main(["comm", str(two_device_run), "--json"]) == 0
+    comm = json.loads(capsys.readouterr().out)
+    assert [d["device"] for d in comm["devices"]] == ["cpu:0", "cpu:1"]
+    assert {o["op_type"] for o in comm["communication_ops"]} == {"CollectiveReduce"}  # the ring all-reduce
+    code = main(["placement-audit", str(two_device_run), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1  # an error-level finding: tower 1's images are made on cpu:0, tower 0's device
+    pinned = [f for f in doc["findings"] if f["rule"] == "PA002-replica-work-pinned"]
+    assert len(pinned) == 1
+    assert sorted(pinned[0]["evidence"]["op_types"]) == ["IteratorGetNext", "OneShotIterator"]
+    assert all(o.startswith("tower_1/inputs/") for o in pinned[0]["ops"])
