@@ -191,8 +191,9 @@ def test_every_capture_is_sniffed_as_exactly_one_format(artifacts):
     from rnnprof.profiler.loaders.registry import REGISTRY, probe
 
     captures = _captures(artifacts)
-    # Kineto traces come from PyTorch (tests/data); no capture writes a graphs folder without a manifest.
-    assert {f.name for f in REGISTRY} - set(captures.values()) == {"kineto", "graphs-dir"}
+    # Kineto traces come from PyTorch (tests/data); no capture writes a graphs folder without a manifest, nor a
+    # folder of rank files.
+    assert {f.name for f in REGISTRY} - set(captures.values()) == {"kineto", "graphs-dir", "rank-folder"}
     for path, expected in captures.items():
         target = probe(path)
         assert [f.name for f in REGISTRY if f.sniff(target)] == [expected], path

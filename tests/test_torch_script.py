@@ -255,7 +255,9 @@ def test_capture_api_in_torch_code_records_optimizer_steps(tmp_path):
 
     model = torch.nn.Linear(8, 8)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with rnnprof.capture(tmp_path / "run", steps=2, skip_steps=2) as cap:
+    # framework="torch": this test process may have imported TensorFlow too (a torch-only process needs no
+    # argument: the script tests run such processes)
+    with rnnprof.capture(tmp_path / "run", steps=2, skip_steps=2, framework="torch") as cap:
         assert isinstance(cap, TorchScriptCapture)
         for _ in range(6):
             model(torch.randn(4, 8)).sum().backward()
@@ -266,7 +268,9 @@ def test_capture_api_in_torch_code_records_optimizer_steps(tmp_path):
     assert sorted(markers(events)) == [2, 3]
     assert m["command"] == m["config"]["script"] == sys.argv  # no command given: this process's
     with pytest.raises(ValueError, match="delay applies to TensorFlow code"):
-        rnnprof.capture(tmp_path / "other", delay=1.0)
+        rnnprof.capture(tmp_path / "other", delay=1.0, framework="torch")
+    with pytest.raises(ValueError, match="framework must be"):
+        rnnprof.capture(tmp_path / "other", framework="jax")
     from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 
     hooks = [*_global_optimizer_pre_hooks.values(), *_global_optimizer_post_hooks.values()]

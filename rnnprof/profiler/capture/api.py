@@ -364,13 +364,19 @@ def _merge_run_metadata(runs: list):
 
 
 def capture(out_dir: str | Path, steps: int | None = None, skip_steps: int = 0, delay: float = 0.0,
-            force: bool = False, **kwargs) -> Capture:
+            force: bool = False, framework: str | None = None, **kwargs) -> Capture:
     """A capture of the user's own code into the run directory ``out_dir`` (use as ``with``).
 
-    In PyTorch code (torch imported, TensorFlow not) it is a ``TorchScriptCapture``
-    (``capture.torch_script``): a step is one ``optimizer.step()`` or one ``rnnprof.step()``.
+    In PyTorch code it is a ``TorchScriptCapture`` (``capture.torch_script``): a step is one
+    ``optimizer.step()`` or one ``rnnprof.step()``. ``framework`` ("tensorflow" or "torch") says which
+    code it is; by default PyTorch code is a process that imported torch and not TensorFlow (one that
+    imported both should say).
     """
-    if "torch" in sys.modules and "tensorflow" not in sys.modules:
+    if framework not in (None, "tensorflow", "torch"):
+        raise ValueError(f"framework must be 'tensorflow' or 'torch', got {framework!r}")
+    if framework is None:
+        framework = "torch" if "torch" in sys.modules and "tensorflow" not in sys.modules else "tensorflow"
+    if framework == "torch":
         from rnnprof.profiler.capture.torch_script import TorchScriptCapture
 
         if delay:

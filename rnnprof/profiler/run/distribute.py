@@ -62,7 +62,7 @@ class DistributeRun:
         check_trainer("distribute", config.variable_update)
         self.config = config
         self.warnings = thread_warnings(config)
-        self.device_names, self.device_kind = _device_plan(config, gpus)
+        self.device_names, self.device_kind = _device_plan(config, gpus, [LOCAL])
         if workload is None:
             from rnnprof.models import get_workload
 
