@@ -9,16 +9,7 @@ import sys
 
 import pytest
 
-from processes import Proc, become_subreaper, left_running
-
-RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        return Proc(pid).ppid
-    except (OSError, ValueError, IndexError):
-        return None
+from processes import become_subreaper, left_running
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -27,9 +18,7 @@ def no_process_left_running():
     children, and orphans re-parented to the test process) has exited, or the last test fails naming it."""
     become_subreaper()
     yield
-    # multiprocessing's resource tracker serves this process (a spawn pool started it) and ends with it.
-    left = {pid: command for pid, command in left_running().items()
-            if not (RESOURCE_TRACKER in command and _parent(pid) == os.getpid())}
+    left = left_running()
     for pid in left:  # named below; not left to run on
         try:
             os.kill(pid, signal.SIGKILL)

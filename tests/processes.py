@@ -88,9 +88,17 @@ def descendants(root: int | None = None) -> list[Proc]:
     return found
 
 
+# multiprocessing's resource tracker, started by a spawn pool (rnnprof.parallel) in this process: it serves
+# the process that started it and ends with it, so it is not left running by a test.
+RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"
+
+
 def running_descendants(root: int | None = None) -> dict[int, str]:
-    """The descendants of ``root`` (default: this process) that have not exited: pid -> command line."""
-    return {proc.pid: proc.cmdline for proc in descendants(root) if proc.state not in _GONE}
+    """The descendants of ``root`` (default: this process) that have not exited: pid -> command line
+    (this process's own resource tracker aside)."""
+    me = os.getpid()
+    return {proc.pid: proc.cmdline for proc in descendants(root)
+            if proc.state not in _GONE and not (RESOURCE_TRACKER in proc.cmdline and proc.ppid == me)}
 
 
 def left_running(grace_s: float = 10.0) -> dict[int, str]:

@@ -177,7 +177,10 @@ def test_bad_folders_are_one_line_errors(tmp_path, capsys, case):
         assert expected in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_job_options_on_other_input_and_an_unreachable_scheduler_are_one_line_errors(tmp_path, capsys):
+def test_job_options_on_other_input_and_an_unreachable_scheduler_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    import rnnprof.parallel
+
+    monkeypatch.setattr(rnnprof.parallel, "CONNECT_TIMEOUT_S", 1)  # nothing listens there: no need to wait 10 s
     code, out, err = run_cli(capsys, "comm", FIXTURES / "tf1-timeline-gpu-matmul.json", "--jobs", "2")
     assert code == 2 and "--jobs applies to a job's rank files" in err
     code, out, err = run_cli(capsys, "comm", *SAMPLED, "--scheduler", "tcp://127.0.0.1:9")
@@ -265,8 +268,8 @@ def dask_cluster(tmp_path_factory):
             process.terminate()
         for process in reversed(started):
             try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # a nanny still closing its workers: the test is over, stop it
                 process.kill()
                 process.wait()
 
