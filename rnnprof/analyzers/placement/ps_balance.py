@@ -5,7 +5,7 @@ size, as tf_cnn_benchmarks' greedy strategy does) and so serve a fair share of t
 
 * variable bytes: the sizes (shape x dtype) of the variables assigned to the task in the runtime graphs;
 * traffic: bytes the task fetched from other tasks in the trace (``RecvTensor``: the gradients pushed to
-  it), or their number where the trace gives no sizes.
+  it), judged only where every such transfer has its size (counts of transfers are no fair measure).
 
 A task holding ``IMBALANCE`` times its fair share (1 / tasks) or more of either is flagged; a variable
 larger than the fair share cannot be split, so the finding names the largest one.
@@ -48,16 +48,18 @@ def _traffic_by_task(inp: AuditInput) -> tuple[dict[str, float], str]:
         return {}, ""
     is_recv = np.array([s in CROSS_TASK_RECV_OPS for s in events.strings] or [False], dtype=bool)
     rows = is_recv[events.op_type] | is_recv[events.name]
-    known = rows & (events.nbytes >= 0)
-    unit = "bytes" if known.any() else "transfers"
+    on_ps = np.array([d.worker.startswith(PS_JOB) for d in events.devices] or [False], dtype=bool)[events.device]
+    rows &= on_ps
+    if not rows.any() or (events.nbytes[rows] < 0).any():
+        # Bytes are the only fair measure (greedy placement balances bytes, not transfers); where some of the
+        # ps tasks' transfers have no size, their shares would follow what happened to be recorded.
+        return {}, ""
     totals: dict[str, float] = {}
     for code, device in enumerate(events.devices):
-        if not device.worker.startswith(PS_JOB):
-            continue
-        mine = (events.device == code)
-        amount = float(events.nbytes[known & mine].sum()) if unit == "bytes" else float((rows & mine).sum())
-        totals[device.worker] = totals.get(device.worker, 0.0) + amount
-    return totals, unit
+        if device.worker.startswith(PS_JOB):
+            amount = float(events.nbytes[rows & (events.device == code)].sum())
+            totals[device.worker] = totals.get(device.worker, 0.0) + amount
+    return totals, "bytes"
 
 
 def _ps_tasks(inp: AuditInput, seen: set[str]) -> int:
