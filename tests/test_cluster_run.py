@@ -295,3 +295,16 @@ def test_a_cluster_spec_runs_on_tasks_started_with_rnnprof_worker(tmp_path, caps
     finally:
         for w in workers:
             process_group.stop(w)
+
+
+def test_the_critical_path_crosses_tasks_through_their_transfers(ps_run, capsys):
+    """A parameter_server step on two workers and a ps: the step's DAG joins the tasks by their cross-task
+    transfers, and the longest path runs on more than one task (a worker's push and the ps's update)."""
+    assert main(["critical-path", "--json", str(ps_run)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    for step in document["steps"]:
+        assert step["edges"]["transfer"] > 0
+        tasks = {link["device"].split("/device:")[0].rsplit("/", 1)[0] for link in step["links"]}
+        tasks = {t for t in tasks if t.startswith("/job:")}
+        assert len(tasks) >= 2 and any(t.startswith("/job:ps") for t in tasks), tasks
+        assert any(link["edge"] == "transfer" for link in step["links"])

@@ -132,12 +132,19 @@ def overlay_trace(report: CriticalPathReport) -> dict:
             if k + 1 < len(step.links):
                 nxt = step.links[k + 1]
                 flow_id += 1
-                inside = min(link.dur_us / 2, 1.0)
+                leave, land = _arrow(link, nxt)
                 trace.append({"ph": "s", "cat": "critical_path", "name": link.edge, "id": flow_id, "pid": pid,
-                              "tid": tid, "ts": link.ts_us + link.dur_us - inside})
+                              "tid": tid, "ts": leave})
                 trace.append({"ph": "f", "bp": "e", "cat": "critical_path", "name": link.edge, "id": flow_id,
-                              "pid": pids[nxt.device], "tid": tids[(nxt.device, nxt.lane)],
-                              "ts": nxt.ts_us + min(nxt.dur_us / 2, 1.0)})
+                              "pid": pids[nxt.device], "tid": tids[(nxt.device, nxt.lane)], "ts": land})
     return {"traceEvents": trace, "displayTimeUnit": "ms",
             "otherData": {"producer": "rnnprof critical-path",
                           "steps": [s.step for s in report.steps]}}
+
+
+def _arrow(link, nxt) -> tuple[float, float]:
+    """Where an arrow leaves ``link`` and lands on ``nxt``: inside each slice, and forward in time where the
+    slices allow it (a receive that started before its send ended lands where the send ends, not before)."""
+    leave = link.ts_us + link.dur_us - min(link.dur_us / 2, 1.0)
+    land = min(max(nxt.ts_us + min(nxt.dur_us / 2, 1.0), leave), nxt.ts_us + nxt.dur_us)
+    return min(leave, max(land, link.ts_us)), land
