@@ -17,17 +17,14 @@ which aggregates gradients across replicas. ``step()`` times one ``session.run``
 
 from __future__ import annotations
 
-import contextlib
-import time
-
 import numpy as np
 
 from rnnprof.config import WorkloadConfig, validate
 from rnnprof.errors import UsageError
 from rnnprof.profiler.run.measure import StepResult
-from rnnprof.profiler.run.runner import (HOST_DEVICE, LOCAL, _device_plan, _optimizer, session_config,
-                                         thread_warnings, visible_gpus)
-from rnnprof.profiler.tensorflow_import import import_tensorflow, quiet_first_run
+from rnnprof.profiler.run.runner import (HOST_DEVICE, LOCAL, _device_plan, _optimizer, feed_of, session_config,
+                                         thread_warnings, timed_run, visible_gpus)
+from rnnprof.profiler.tensorflow_import import import_tensorflow
 
 TRAINERS = ("rnnprof", "distribute")
 STRATEGIES = {"replicated": "MirroredStrategy", "parameter_server": "CentralStorageStrategy"}
@@ -109,22 +106,11 @@ class DistributeRun:
         self._inputs = [inputs[k] for k in range(len(self.device_names))]
         self._variables = tf1.trainable_variables()
 
-    def _feed(self) -> dict:
-        feed = {}
-        for inputs, batches in zip(self._inputs, self._batches):
-            for key, value in next(batches).items():  # inputs made inside the graph are not fed
-                feed[inputs[key]] = value
-        return feed
-
     def step(self, options=None, run_metadata=None) -> StepResult:
         """Run one training step on every replica; only session.run is timed."""
-        feed = self._feed()
-        quiet = quiet_first_run() if self.steps_run == 0 else contextlib.nullcontext()
-        with quiet:
-            start = time.perf_counter()
-            loss, words = self.session.run([self.loss, self.words], feed_dict=feed, options=options,
-                                           run_metadata=run_metadata)
-            seconds = time.perf_counter() - start
+        (loss, words), seconds = timed_run(self.session, [self.loss, self.words],
+                                           feed_of(self._inputs, self._batches), self.steps_run == 0,
+                                           options, run_metadata)
         self.steps_run += 1
         return StepResult(seconds=seconds, words=int(words), loss=float(loss))
 

@@ -244,22 +244,11 @@ class DataParallelRun:
 
     # -- running --------------------------------------------------------------
 
-    def _feed(self) -> dict:
-        feed = {}
-        for inputs, batches in zip(self._inputs, self._batches):
-            for key, value in next(batches).items():  # inputs made inside the graph are not fed
-                feed[inputs[key]] = value
-        return feed
-
     def step(self, options=None, run_metadata=None) -> StepResult:
         """Run one training step on every tower; only session.run is timed."""
-        feed = self._feed()
-        quiet = quiet_first_run() if self.steps_run == 0 else contextlib.nullcontext()
-        with quiet:
-            start = time.perf_counter()
-            _, loss, words = self.session.run([self.train_op, self.loss, self.words], feed_dict=feed,
-                                              options=options, run_metadata=run_metadata)
-            seconds = time.perf_counter() - start
+        (_, loss, words), seconds = timed_run(self.session, [self.train_op, self.loss, self.words],
+                                              feed_of(self._inputs, self._batches), self.steps_run == 0,
+                                              options, run_metadata)
         self.steps_run += 1
         return StepResult(seconds=seconds, words=int(words), loss=float(loss))
 
@@ -310,6 +299,23 @@ def _byte_size(shape, dtype) -> int:
     if any(d is None for d in dims):
         return 0
     return int(np.prod(dims, dtype=np.int64)) * int(getattr(dtype, "size", 4) or 4)
+
+
+def feed_of(inputs_per_tower, batches_per_tower) -> dict:
+    """The next batch of every tower, keyed by its placeholders (inputs made inside the graph are not fed)."""
+    feed = {}
+    for inputs, batches in zip(inputs_per_tower, batches_per_tower):
+        for key, value in next(batches).items():
+            feed[inputs[key]] = value
+    return feed
+
+
+def timed_run(session, fetches, feed: dict, first: bool, options=None, run_metadata=None) -> tuple[list, float]:
+    """``session.run(fetches)`` and its wall time: the one timed call of a training step (the first one quiet)."""
+    with quiet_first_run() if first else contextlib.nullcontext():
+        start = time.perf_counter()
+        values = session.run(fetches, feed_dict=feed, options=options, run_metadata=run_metadata)
+        return values, time.perf_counter() - start
 
 
 def _strip_scope(name: str, tower: int) -> str:
