@@ -15,7 +15,7 @@ import pytest
 
 import rnnprof
 from rnnprof.cli import main
-from rnnprof.errors import InputError, UsageError
+from rnnprof.errors import InputError, InterruptedRun, UsageError
 from rnnprof import limits
 from rnnprof.profiler import rundir
 from rnnprof.profiler.rundir.writer import RunWriter, check_out_dir, default_run_dir, prepare_out_dir, safe_name
@@ -256,6 +256,38 @@ def test_default_run_dir_is_always_fresh(tmp_path):
     first.mkdir(parents=True)
     second = default_run_dir("nmt", tmp_path)
     assert second != first and not second.exists() and second.parent == first.parent
+
+
+def _recorded(path: Path, body) -> dict:
+    with RunWriter(path).recording() as writer:
+        (path / rundir.TORCH_TRACES_DIR).mkdir()
+        (path / rundir.TORCH_TRACES_DIR / "rank0.json.gz").write_bytes(gzip.compress(b"{}"))
+        body(writer)
+    return json.loads((path / rundir.MANIFEST).read_text())
+
+
+def test_a_recording_ends_complete_interrupted_or_failed_and_lists_what_is_in_place(tmp_path):
+    done = _recorded(tmp_path / "done", lambda w: w.update(throughput={"words_per_sec": 1.0}))
+    assert done["status"] == rundir.STATUS_COMPLETE and "error" not in done
+
+    def interrupt(writer):
+        raise KeyboardInterrupt
+
+    with pytest.raises(InterruptedRun, match="what was captured is in"):
+        _recorded(tmp_path / "stopped", interrupt)
+    stopped = json.loads((tmp_path / "stopped" / rundir.MANIFEST).read_text())
+    assert stopped["status"] == rundir.STATUS_INTERRUPTED and "error" not in stopped
+
+    def fail(writer):
+        raise ValueError("rank 1 exited with code 1")
+
+    with pytest.raises(ValueError):
+        _recorded(tmp_path / "failed", fail)
+    failed = json.loads((tmp_path / "failed" / rundir.MANIFEST).read_text())
+    assert failed["status"] == rundir.STATUS_INTERRUPTED
+    assert failed["error"] == "ValueError: rank 1 exited with code 1"
+    for manifest in (done, stopped, failed):
+        assert any(name.endswith("rank0.json.gz") for name in manifest["captured"]["kineto"]), manifest["captured"]
 
 
 @pytest.mark.parametrize("hostile", ["../../escape", "/etc/passwd", "..", ".", "a/../../b", "~root", "\x00x",

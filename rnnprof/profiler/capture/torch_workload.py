@@ -15,7 +15,6 @@ from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import summarize
 from rnnprof.config import TorchOptions
-from rnnprof.errors import InterruptedRun
 from rnnprof.profiler.capture.workload import WorkloadCapture
 from rnnprof.profiler.run.measure import StepResult
 
@@ -30,7 +29,6 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
     Either way the traces that ranks had written are listed.
     """
     from rnnprof.models.torch.rnnlm import WORDS_DEFINITION, lm_data
-    from rnnprof.profiler import rundir
     from rnnprof.profiler.run import torch_ddp
     from rnnprof.profiler.run.torch_ddp import CPU_PROCESSES, CaptureWindow, combine_ranks, run_ranks
     from rnnprof.profiler.rundir.writer import RunWriter, default_run_dir
@@ -43,8 +41,7 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
                        config=options.to_dict())
     writer.manifest["versions"]["torch"] = torch.__version__
     writer.update(framework="torch", world_size=config.devices, backend=None, ranks=[])
-    status = rundir.STATUS_INTERRUPTED
-    try:
+    with writer.recording():
         results = run_ranks(options, worker=worker or torch_ddp.rank_main,
                             capture=CaptureWindow(str(writer.path), trace_steps))
         group_backend = results[0]["backend"]
@@ -64,15 +61,6 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
         writer.update(backend=group_backend, device_kind="gpu" if gpu else CPU_PROCESSES, ranks=ranks,
                       throughput=throughput, profiled_steps=window,
                       step_times={"warmup": [s.seconds for s in warmup], "timed": [s.seconds for s in timed]})
-        status = rundir.STATUS_COMPLETE
-    except KeyboardInterrupt:
-        raise InterruptedRun(f"interrupted; what was captured is in {writer.path}") from None
-    except Exception as exc:
-        writer.manifest["error"] = f"{type(exc).__name__}: {exc}"  # the run says why it stopped
-        raise
-    finally:
-        writer.add_torch_traces()
-        writer.finish(status)
     return WorkloadCapture(path=writer.path, device_kind=writer.manifest["device_kind"],
                            timed=summarize(timed), captured=writer.manifest["captured"])
 

@@ -15,7 +15,6 @@ from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import TimingSummary
 from rnnprof.config import WorkloadConfig
-from rnnprof.errors import InterruptedRun
 
 
 @dataclass(frozen=True)
@@ -50,13 +49,12 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
     workload = get_workload(config)  # a bad --data file stops here, before a run directory exists
     writer = RunWriter(out or default_run_dir(config.model), command=command, force=force,
                        config=config.to_dict())
-    status = rundir.STATUS_INTERRUPTED
 
     def task_died(failure) -> None:  # the chief is stuck in a step: the process ends after this
         writer.manifest["error"] = str(failure)
         writer.finish(rundir.STATUS_INTERRUPTED)
 
-    try:
+    with writer.recording():
         with running_cluster(config, on_hung=task_died) as (spec, tasks), \
                 DataParallelRun(config, workload=workload, cluster=spec) as run:
             for warning in run.warnings:
@@ -81,14 +79,6 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
                 capture_after(writer, run.step, config.warmup + config.batches, trace_steps, graph=run.graph,
                               cluster_tasks=spec.tasks() if spec is not None else None,
                               step_seconds=measurement.timed.median_step_seconds)
-        status = rundir.STATUS_COMPLETE
-    except KeyboardInterrupt:
-        raise InterruptedRun(f"interrupted; what was captured is in {writer.path}") from None
-    except Exception as exc:
-        writer.manifest["error"] = f"{type(exc).__name__}: {exc}"  # the run says why it stopped
-        raise
-    finally:
-        writer.finish(status)
     return WorkloadCapture(path=writer.path, device_kind=run.device_kind, timed=measurement.timed,
                            captured=writer.manifest["captured"])
 

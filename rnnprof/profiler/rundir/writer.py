@@ -9,6 +9,7 @@ capture ends and ``interrupted`` if it did not end normally. The layout is
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import gzip
 import json
@@ -19,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from rnnprof.errors import InputError, UsageError
+from rnnprof.errors import InputError, InterruptedRun, UsageError
 from rnnprof.profiler import rundir
 from rnnprof.profiler.rundir.manifest import new_manifest, now
 
@@ -190,6 +191,24 @@ class RunWriter:
         self.manifest["finished"] = now()
         self.save_manifest()
 
+    @contextlib.contextmanager
+    def recording(self):
+        """Finish the run however its body ends: complete when it returns; on Ctrl-C (or SIGTERM under
+        ``interrupt.terminate_as_interrupt``) interrupted, keeping what was captured, and ``InterruptedRun``
+        is raised; on any other failure interrupted with the failure in the manifest's ``error``, re-raised.
+        Every artifact in place is listed either way."""
+        status = rundir.STATUS_INTERRUPTED
+        try:
+            yield self
+            status = rundir.STATUS_COMPLETE
+        except KeyboardInterrupt:
+            raise InterruptedRun(f"interrupted; what was captured is in {self.path}") from None
+        except Exception as exc:
+            self.manifest["error"] = f"{type(exc).__name__}: {exc}"  # the run says why it stopped
+            raise
+        finally:
+            self.finish(status)
+
     def _add_unlisted(self) -> None:
         """List the artifacts that are in place but not yet in the manifest.
 
@@ -202,11 +221,6 @@ class RunWriter:
                     self._add(kind, path)
 
     # -- artifacts -------------------------------------------------------------------------------
-
-    def add_torch_traces(self) -> list[str]:
-        """List the ranks' Kineto traces in place (each rank wrote its own); saved by the caller."""
-        return [self._add("kineto", p) for p in sorted((self.path / rundir.TORCH_TRACES_DIR).glob("*.json.gz"))
-                if p.is_file() and not p.name.startswith(".")]
 
     def write_graph(self, graph_def, rel_dir: str = rundir.GRAPHS_DIR, name: str = "graph") -> list[str]:
         """A GraphDef as ``<name>.pb`` plus ``<name>.pbtxt`` when small enough to read."""
