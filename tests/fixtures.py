@@ -3,6 +3,7 @@
 Tests fail (not skip) when a trace is missing, so a checkout without them cannot pass by testing less.
 """
 
+import json
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "data"
@@ -13,3 +14,18 @@ FILES = ("tf1-timeline-gpu-matmul.json", "tf1-timeline-gpu-loop-step0.json", "tf
 _missing = [name for name in FILES if not (FIXTURES / name).is_file()]
 if _missing:
     raise RuntimeError(f"real trace fixtures missing from {FIXTURES}: {', '.join(_missing)}")
+
+
+def nccl_rank(folder: Path, rank: int, kernels) -> Path:
+    """A 2-rank job's GPU rank file of NCCL kernels ``(group, seq, stream, ts, dur)`` that carry newer Kineto's
+    ``Process Group Name`` and ``Seq``; kernel n has correlation id 100 + n."""
+    events = [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)",
+               "pid": 0, "tid": stream, "ts": ts, "dur": dur,
+               "args": {"device": rank, "stream": stream, "correlation": 100 + n, "Process Group Name": group,
+                        "Seq": seq}}
+              for n, (group, seq, stream, ts, dur) in enumerate(kernels)]
+    path = folder / f"rank{rank}.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank,
+                                                                         "world_size": 2},
+                                "traceEvents": events}))
+    return path

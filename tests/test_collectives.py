@@ -17,7 +17,7 @@ from rnnprof.analyzers.collectives import analyze_collectives
 from rnnprof.cli import main
 from rnnprof.profiler.loaders import load_aligned, load_events
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, nccl_rank
 
 SAMPLED = [FIXTURES / "kineto-sampled-rank0.json.gz", FIXTURES / "kineto-sampled-rank1.json.gz"]
 GLOO = [FIXTURES / "torch-gloo-rank0.json.gz", FIXTURES / "torch-gloo-rank1.json.gz"]
@@ -212,25 +212,11 @@ def test_weighted_median_follows_the_weight():
 
 # -- matching by process group and sequence number ----------------------------------------------------------------
 
-def _nccl_rank(tmp_path, rank, kernels):
-    """A GPU rank whose NCCL kernels carry newer Kineto's ``Process Group Name`` and ``Seq``."""
-    events = [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)",
-               "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-               "args": {"device": rank, "stream": stream, "correlation": 100 + n, "Process Group Name": group,
-                        "Seq": seq}}
-              for n, (group, seq, stream, ts, dur) in enumerate(kernels)]
-    path = tmp_path / f"rank{rank}.json"
-    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank,
-                                                                         "world_size": 2},
-                                "traceEvents": events}))
-    return path
-
-
 def test_collectives_with_a_sequence_number_match_by_group_and_seq(tmp_path):
     # Two process groups whose kernels interleave differently and run on other stream numbers on each rank:
     # only (group, seq) pairs them right.
-    r0 = _nccl_rank(tmp_path, 0, [("0", 1, 7, 100, 50), ("1", 1, 9, 200, 50), ("0", 2, 7, 300, 50)])
-    r1 = _nccl_rank(tmp_path, 1, [("1", 1, 13, 170, 80), ("0", 1, 11, 120, 30), ("0", 2, 11, 330, 20)])
+    r0 = nccl_rank(tmp_path, 0, [("0", 1, 7, 100, 50), ("1", 1, 9, 200, 50), ("0", 2, 7, 300, 50)])
+    r1 = nccl_rank(tmp_path, 1, [("1", 1, 13, 170, 80), ("0", 1, 11, 120, 30), ("0", 2, 11, 330, 20)])
     report = analyze_collectives(load_events([r0, r1]))
     got = {(c.group, c.index): (c.matched_by, c.last.worker, c.skew_us) for c in report.collectives}
     assert got == {("0", 1): ("seq", "rank1", 20.0), ("1", 1): ("seq", "rank0", 30.0),
@@ -240,8 +226,8 @@ def test_collectives_with_a_sequence_number_match_by_group_and_seq(tmp_path):
 
 def test_align_collectives_uses_the_seq_matches(tmp_path):
     # rank1's clock is 1000 µs ahead; every collective ends at the same instant on both ranks.
-    r0 = _nccl_rank(tmp_path, 0, [("0", 1, 7, 100, 50), ("0", 2, 7, 300, 50)])
-    r1 = _nccl_rank(tmp_path, 1, [("0", 2, 11, 1320, 30), ("0", 1, 11, 1110, 40)])
+    r0 = nccl_rank(tmp_path, 0, [("0", 1, 7, 100, 50), ("0", 2, 7, 300, 50)])
+    r1 = nccl_rank(tmp_path, 1, [("0", 2, 11, 1320, 30), ("0", 1, 11, 1110, 40)])
     offsets = offsets_from_collectives([load_events(r0), load_events(r1)])
     assert offsets[1].offset_us == 1000.0 and offsets[1].spread_us == 0.0 and offsets[1].samples == 2
 
@@ -272,8 +258,8 @@ def test_a_tight_collective_outweighs_long_ones_whose_ends_lag(tmp_path):
     # rank1's clock is 1000 µs ahead. Seq 1 is short on both ranks: its ends meet. Seqs 2 and 3 are long, and
     # rank1 leaves them 3000 µs after the common instant (work after the sync inside the range): their end
     # differences say 4000. A member's end lies within its own duration of the instant, so the short one rules.
-    r0 = _nccl_rank(tmp_path, 0, [("0", 1, 7, 100, 20), ("0", 2, 7, 5000, 5000), ("0", 3, 7, 20000, 5000)])
-    r1 = _nccl_rank(tmp_path, 1, [("0", 1, 7, 1110, 10), ("0", 2, 7, 6500, 7500), ("0", 3, 7, 21500, 7500)])
+    r0 = nccl_rank(tmp_path, 0, [("0", 1, 7, 100, 20), ("0", 2, 7, 5000, 5000), ("0", 3, 7, 20000, 5000)])
+    r1 = nccl_rank(tmp_path, 1, [("0", 1, 7, 1110, 10), ("0", 2, 7, 6500, 7500), ("0", 3, 7, 21500, 7500)])
     offsets = offsets_from_collectives([load_events(r0), load_events(r1)])
     assert offsets[1].offset_us == 1000.0 and offsets[1].samples == 3
     # Spread: the weighted median of the distances (0, 3000, 3000) from the offset, the short one weighing most.

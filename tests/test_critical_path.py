@@ -8,12 +8,11 @@ import itertools
 import json
 
 import networkx as nx
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, nccl_rank
 from rnnprof.analyzers.critical_path import (Dependencies, Flow, FlowEnd, analyze_critical_path,
                                              build_step_graph, longest_path, path_length)
 from rnnprof.cli import main
@@ -182,27 +181,12 @@ def test_kineto_cli_across_ranks_json(capsys):
     assert any("Kineto" in lack for lack in doc["lacks"])
 
 
-def _nccl_rank(tmp_path, rank, kernels):
-    """A GPU rank of NCCL kernels (group, seq, stream, ts, dur) that carry newer Kineto's ``Process Group Name``
-    and ``Seq``; kernel n has correlation id 100 + n."""
-    events = [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)",
-               "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-               "args": {"device": rank, "stream": stream, "correlation": 100 + n, "Process Group Name": group,
-                        "Seq": seq}}
-              for n, (group, seq, stream, ts, dur) in enumerate(kernels)]
-    path = tmp_path / f"rank{rank}.json"
-    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank,
-                                                                         "world_size": 2},
-                                "traceEvents": events}))
-    return path
-
-
 def test_ranks_are_joined_by_process_group_and_seq_not_by_order(tmp_path):
     # Each group on its own stream, but the stream numbers swapped between the ranks: by order on a stream, rank
     # 0's group 0 (stream 7) would be joined with rank 1's group 1 (stream 7). Only (group, seq) pairs them right.
     kernels = {"rank0": [("0", 1, 7, 100, 50), ("1", 1, 9, 120, 50), ("0", 2, 7, 300, 50)],
                "rank1": [("1", 1, 7, 100, 90), ("0", 1, 9, 180, 40), ("0", 2, 9, 320, 20)]}
-    paths = [_nccl_rank(tmp_path, r, kernels[f"rank{r}"]) for r in (0, 1)]
+    paths = [nccl_rank(tmp_path, r, kernels[f"rank{r}"]) for r in (0, 1)]
     from rnnprof.profiler.loaders import load_events
 
     table = load_events([str(p) for p in paths])
