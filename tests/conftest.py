@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -40,8 +39,9 @@ def nmt_loop_fused(tmp_path_factory):
     """Loop and fused NMT (4 layers, bi encoder, 2 devices) captured once for the session: ``root/loop``,
     ``root/fused``."""
     root = tmp_path_factory.mktemp("nmt")
-    for encoder in ("loop", "fused"):
-        done = subprocess.run([sys.executable, "-m", "rnnprof", "trace", *NMT_LOOP_FUSED, "--encoder", encoder,
-                               "--out", str(root / encoder)], capture_output=True, text=True, timeout=300)
+    from processes import run_together
+
+    for done in run_together([[sys.executable, "-m", "rnnprof", "trace", *NMT_LOOP_FUSED, "--encoder", encoder,
+                               "--out", str(root / encoder)] for encoder in ("loop", "fused")]):
         assert done.returncode == 0, done.stderr
     return root

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -109,3 +110,23 @@ def left_running(grace_s: float = 10.0) -> dict[int, str]:
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.2)
+
+
+def run_together(commands: list[list[str]], timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """Run independent commands (captures for one fixture) side by side and wait for all of them: a capture
+    is mostly one Python thread building a graph, so two of them share two cores well. Every command is
+    killed if one cannot be waited for (timeout, Ctrl-C)."""
+    children = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for argv in commands]
+    done = []
+    try:
+        deadline = time.monotonic() + timeout
+        for argv, child in zip(commands, children):
+            out, err = child.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            done.append(subprocess.CompletedProcess(argv, child.returncode, out, err))
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+    return done

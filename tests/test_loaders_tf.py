@@ -2,7 +2,6 @@
 (timelines, RunMetadata, per-device XSpace, graphs), a tf.profiler XSpace and its xprof trace_viewer JSON,
 and TF2's RunMetadata of a function's graphs."""
 
-import subprocess
 import sys
 import textwrap
 from collections import Counter
@@ -109,8 +108,10 @@ PROFILE = textwrap.dedent('''
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory):
     out = tmp_path_factory.mktemp("tf")
-    for code in (PROGRAM, PROFILE):
-        subprocess.run([sys.executable, "-c", code, str(out)], check=True, capture_output=True, timeout=300)
+    from processes import run_together
+
+    for done in run_together([[sys.executable, "-c", code, str(out)] for code in (PROGRAM, PROFILE)]):
+        assert done.returncode == 0, done.stderr
     return out
 
 
