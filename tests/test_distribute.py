@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rnnprof.cli import main
-from rnnprof.config import WorkloadConfig
+from rnnprof.config import WorkloadConfig, model_defaults
 
 
 def resnet(**changes) -> WorkloadConfig:
@@ -42,7 +42,8 @@ def test_central_storage_keeps_one_copy_on_the_host_and_counts_words_like_rnnpro
     from rnnprof.profiler.run.distribute import DistributeRun
     from rnnprof.profiler.run.runner import DataParallelRun
 
-    config = WorkloadConfig(model="rnnlm", preset="small", devices=2, batch_size=2, variable_update="parameter_server")
+    sizes = {**model_defaults("rnnlm", "small"), "batch_size": 2}  # a WorkloadConfig does not apply its preset
+    config = WorkloadConfig(model="rnnlm", preset="small", devices=2, variable_update="parameter_server", **sizes)
     with DistributeRun(config) as run:
         assert run.strategy_name == "CentralStorageStrategy"
         assert [d.rsplit("device:", 1)[-1] for d in run.replica_devices()] == ["CPU:0"]
