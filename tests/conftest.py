@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from fixtures import TINY_NMT
 from processes import become_subreaper, left_running
 
 
@@ -45,3 +46,14 @@ def nmt_loop_fused(tmp_path_factory):
                                "--out", str(root / encoder)] for encoder in ("loop", "fused")]):
         assert done.returncode == 0, done.stderr
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_nmt_run(tmp_path_factory):
+    """``rnnprof trace`` of TINY_NMT captured once for the session, into a folder named ``nmt2``; tests only
+    read it."""
+    from rnnprof.cli import main
+
+    out = tmp_path_factory.mktemp("tiny") / "nmt2"
+    assert main(["trace", *TINY_NMT, "--out", str(out)]) == 0
+    return out

@@ -11,6 +11,12 @@ FILES = ("tf1-timeline-gpu-matmul.json", "tf1-timeline-gpu-loop-step0.json", "tf
          "kineto-2rank-nccl-rank0.json.gz", "kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz",
          "torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz")
 
+# A small NMT run on 2 logical devices: 2 warm-up and 3 timed batches, then 2 traced and 2 profiled steps
+# (``tiny_nmt_run`` in conftest captures it once for the session).
+TINY_NMT = ["--model", "nmt", "--devices", "2", "--units", "16", "--layers", "1", "--src-max-len", "6",
+            "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", "2", "--batches", "3",
+            "--trace-steps", "2"]
+
 _missing = [name for name in FILES if not (FIXTURES / name).is_file()]
 if _missing:
     raise RuntimeError(f"real trace fixtures missing from {FIXTURES}: {', '.join(_missing)}")

@@ -249,9 +249,6 @@ def test_count_ops_plot_png_and_svg(tmp_path, capsys):
 
 # -- a real capture and a real sweep (TensorFlow) ------------------------------------------------------
 
-TINY_NMT = ["--model", "nmt", "--devices", "2", "--units", "16", "--layers", "1", "--src-max-len", "6",
-            "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", "2", "--batches", "2",
-            "--trace-steps", "2"]
 TINY_RNNLM = ["--model", "rnnlm", "--encoder", "fused", "--layers", "1", "--units", "16", "--vocab-size", "50",
               "--src-max-len", "6", "--tgt-max-len", "6", "--batch-size", "4", "--warmup", "2", "--batches", "3"]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -264,10 +261,8 @@ def _rnnprof(*argv: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def captured_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("captured") / "nmt2"
-    _rnnprof("trace", *TINY_NMT, "--out", str(out))
-    return out
+def captured_run(tiny_nmt_run):
+    return tiny_nmt_run  # a small NMT run in a folder named nmt2, captured once for the session (conftest)
 
 
 @pytest.mark.slow

@@ -18,9 +18,8 @@ from rnnprof.cli import main
 from rnnprof.profiler import rundir
 from rnnprof.profiler.loaders import load_events
 
-TINY_NMT = ["--model", "nmt", "--devices", "2", "--units", "16", "--layers", "1", "--src-max-len", "6",
-            "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", "2", "--batches", "3",
-            "--trace-steps", "2"]
+from fixtures import TINY_NMT
+
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
@@ -62,10 +61,8 @@ def test_script_command_must_be_python(tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def nmt_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("nmt") / "run"
-    assert main(["trace", *TINY_NMT, "--out", str(out)]) == 0
-    return out
+def nmt_run(tiny_nmt_run):
+    return tiny_nmt_run  # TINY_NMT, captured once for the session (conftest)
 
 
 @pytest.mark.slow
