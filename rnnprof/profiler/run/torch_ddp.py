@@ -5,13 +5,15 @@
 torchrun sets — RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Each rank joins the process
 group (gloo on CPU, nccl where there are enough GPUs), runs the same warm-up + timed protocol
 (``measure``) and returns its step records; ``torch_sweep`` combines the ranks' steps into the
-``ScalePoint``s that TensorFlow runs give. A rank that fails stops the others (the agent terminates
+``ScalePoint``s that TensorFlow runs give; each rank also logs its finished steps for the launching
+process's progress bar (``torch_progress``). A rank that fails stops the others (the agent terminates
 them) and becomes ``RankFailed`` naming it, after its traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import statistics
@@ -25,8 +27,9 @@ from rnnprof.analyzers.scale import ScalePoint
 from rnnprof.analyzers.throughput import summarize
 from rnnprof.config import TorchOptions
 from rnnprof.errors import RankFailed, UsageError
-from rnnprof.profiler.run.measure import StepResult, measure
-from rnnprof.profiler.run.sweep import Sweep
+from rnnprof.profiler.run.measure import StepCallback, StepResult, measure
+from rnnprof.profiler.run.sweep import Progress, Sweep, _no_progress
+from rnnprof.profiler.run.torch_progress import StepLog, follow_steps
 from rnnprof.profiler.torch_import import import_torch
 
 CPU_PROCESSES = "cpu-processes"  # the device kind of ranks that share the host's cores
@@ -48,6 +51,7 @@ class RankJob:
     threads: int  # torch intra-op threads of each rank
     return_parameters: bool = False  # send each rank's parameters back after the run (tests)
     capture: CaptureWindow | None = None
+    step_logs: str | None = None  # a folder where each rank logs its finished steps (torch_progress.StepLog)
 
 
 class _CapturedSteps:
@@ -102,10 +106,13 @@ def rank_main(job: RankJob) -> dict:
                                    steps=job.capture.steps)
             training.phase = capture.phase
             runnable = _CapturedSteps(training, capture)
+        step_log = StepLog(job.step_logs, rank) if job.step_logs is not None else None
         try:
-            m = measure(runnable, config.warmup, config.batches)
+            m = measure(runnable, config.warmup, config.batches, on_step=step_log)
             traced = [runnable.step() for _ in range(job.capture.steps)] if capture is not None else []
         finally:
+            if step_log is not None:
+                step_log.close()
             if capture is not None:  # a failing step still ends the window and writes what it recorded
                 training.phase = no_phase
                 facts = capture.close()
@@ -168,6 +175,18 @@ def _workers_stderr():
                     os.write(2, text)
 
 
+@contextlib.contextmanager
+def _temporary_files_in(folder: str):
+    """Temporary files made meanwhile go to ``folder``: torch.multiprocessing names each worker's error file in
+    the temporary directory and leaves the file of a failed worker there (pytorch-errorfile-*.pickle)."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
 def _stop_resource_tracker() -> None:
     """The spawned workers' queues start multiprocessing's resource tracker; it would outlive the run."""
     import gc
@@ -194,9 +213,11 @@ def _failure_summary(failure) -> tuple[str, str]:
 
 
 def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_main,
-              return_parameters: bool = False, capture: CaptureWindow | None = None) -> list[dict]:
+              return_parameters: bool = False, capture: CaptureWindow | None = None,
+              on_step: StepCallback | None = None) -> list[dict]:
     """Run ``worker`` in ``options.workload.devices`` processes; their results by rank (``capture``: each
-    rank also profiles a window of steps after its timed ones, see ``rank_main``)."""
+    rank also profiles a window of steps after its timed ones, see ``rank_main``; ``on_step``: called in
+    this process once per warm-up and timed step when every rank has finished it, see ``torch_progress``)."""
     torch = import_torch("--framework torch")
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -216,13 +237,17 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     try:
         # The workers' own output goes to files: a failure is reported from its error file, once, and the
         # KeyboardInterrupt every worker gets on Ctrl-C is not N tracebacks (see _workers_stderr).
-        with tempfile.TemporaryDirectory(prefix="rnnprof-torch-") as logs, _quiet_agent(), \
-                _workers_stderr() as held:
+        with tempfile.TemporaryDirectory(prefix="rnnprof-torch-") as logs, _temporary_files_in(logs), \
+                _quiet_agent(), _workers_stderr() as held:
+            if on_step is not None:
+                job = dataclasses.replace(job, step_logs=os.path.join(logs, "steps"))
+                os.mkdir(job.step_logs)
             launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes,
                                   run_id=f"rnnprof-{uuid.uuid4().hex}", rdzv_backend="c10d",
                                   rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
                                   start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL))
-            results = elastic_launch(launch, worker)(job)
+            with follow_steps(job.step_logs, processes, on_step):
+                results = elastic_launch(launch, worker)(job)
             held["keep"] = True
     except ChildFailedError as exc:
         failure = exc.get_first_failure()  # the exception (and the launch's queues in its frames) is freed below
@@ -249,8 +274,10 @@ def combine_ranks(per_rank: Sequence[Sequence[Sequence]]) -> list[StepResult]:
             for records in zip(*per_rank)]
 
 
-def torch_sweep(configs: Sequence[TorchOptions], on_warning: Callable[[str], None] = lambda warning: None) -> Sweep:
-    """Measure every configuration in order (fresh processes each) and return one ``ScalePoint`` per configuration."""
+def torch_sweep(configs: Sequence[TorchOptions], progress: Progress = _no_progress,
+                on_warning: Callable[[str], None] = lambda warning: None) -> Sweep:
+    """Measure every configuration in order (fresh processes each) and return one ``ScalePoint`` per configuration.
+    ``progress(label, warmup, batches)`` gives each configuration's step callback, as ``sweep``'s does."""
     import_torch("--framework torch")
     from rnnprof.models.torch.rnnlm import WORDS_DEFINITION
 
@@ -259,7 +286,8 @@ def torch_sweep(configs: Sequence[TorchOptions], on_warning: Callable[[str], Non
     points, device_kind = [], CPU_PROCESSES
     for options in configs:
         config = options.workload
-        results = run_ranks(options)
+        label = f"{config.variable_update} x{config.devices}"
+        results = run_ranks(options, on_step=progress(label, config.warmup, config.batches))
         group_backend = results[0]["backend"]
         device_kind = "gpu" if group_backend == "nccl" else CPU_PROCESSES
         warmup = combine_ranks([r["warmup"] for r in results])
