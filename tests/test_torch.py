@@ -221,6 +221,22 @@ def test_threads_per_process_split_the_cores_at_least_one_each():
     assert threads_per_process(4, cores=2) == 1
 
 
+def test_ranks_use_nccl_and_their_own_gpu_only_where_every_rank_has_one():
+    from rnnprof.errors import UsageError
+    from rnnprof.profiler.run.torch_ddp import RankPlan, check_gpu_count, rank_plan
+
+    assert [rank_plan(2, r, gpus=2, threads=4) for r in (0, 1)] == [RankPlan("nccl", "cuda:0", 4),
+                                                                      RankPlan("nccl", "cuda:1", 4)]
+    assert rank_plan(2, 1, gpus=8, threads=1) == RankPlan("nccl", "cuda:1", 1)  # more GPUs than ranks
+    assert rank_plan(1, 0, gpus=1, threads=16) == RankPlan("nccl", "cuda:0", 16)
+    assert rank_plan(2, 1, gpus=0, threads=1) == RankPlan("gloo", "cpu", 1)  # CPU only
+    assert rank_plan(3, 2, gpus=2, threads=2) == RankPlan("gloo", "cpu", 2)  # not a GPU each: no rank on a GPU
+    check_gpu_count(2, gpus=0)  # CPU processes share the cores
+    check_gpu_count(2, gpus=2)
+    with pytest.raises(UsageError, match="--devices 3 but only 2 GPU"):
+        check_gpu_count(3, gpus=2)
+
+
 def test_combined_steps_take_the_slowest_rank_and_every_ranks_words():
     from rnnprof.profiler.run.torch_ddp import combine_ranks
 

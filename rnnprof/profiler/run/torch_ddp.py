@@ -72,10 +72,32 @@ def threads_per_process(processes: int, cores: int | None = None) -> int:
     return max(1, cores // max(1, processes))
 
 
-def backend(processes: int) -> str:
-    """nccl where every rank can have its own GPU, gloo otherwise."""
+@dataclass(frozen=True)
+class RankPlan:
+    """What one rank runs on."""
+
+    backend: str  # the process group's: nccl or gloo
+    device: str  # the rank's torch device: cuda:<local rank> or cpu
+    threads: int  # its torch intra-op threads
+
+
+def rank_plan(world: int, local_rank: int, gpus: int, threads: int) -> RankPlan:
+    """nccl and the rank's own GPU (``cuda:<local rank>``) where every rank of ``world`` can have one of the
+    ``gpus`` visible, gloo and the CPU otherwise; ``threads`` intra-op threads either way."""
+    if gpus > 0 and gpus >= world:
+        return RankPlan(backend="nccl", device=f"cuda:{local_rank}", threads=threads)
+    return RankPlan(backend="gloo", device="cpu", threads=threads)
+
+
+def check_gpu_count(processes: int, gpus: int) -> None:
+    """Where GPUs are visible, every process must have its own: more processes than GPUs is refused."""
+    if gpus and processes > gpus:
+        raise UsageError(f"--devices {processes} but only {gpus} GPU(s) are visible")
+
+
+def visible_gpus() -> int:
     torch = import_torch("--framework torch")
-    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= processes else "gloo"
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _records(steps) -> list[tuple[float, int, float]]:
@@ -89,13 +111,13 @@ def rank_main(job: RankJob) -> dict:
 
     from rnnprof.profiler.run.torch_training import TorchTraining, no_phase
 
-    torch.set_num_threads(job.threads)
     world = int(os.environ["WORLD_SIZE"])
-    group_backend = backend(world)
+    plan = rank_plan(world, int(os.environ.get("LOCAL_RANK", "0")), visible_gpus(), job.threads)
+    torch.set_num_threads(plan.threads)
+    group_backend, device = plan.backend, plan.device
     dist.init_process_group(group_backend)
     try:
         rank = dist.get_rank()
-        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if group_backend == "nccl" else "cpu"
         config = job.options.workload
         training = TorchTraining(job.options, rank=rank, device=device, distributed=world > 1)
         runnable, capture = training, None
@@ -218,7 +240,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     """Run ``worker`` in ``options.workload.devices`` processes; their results by rank (``capture``: each
     rank also profiles a window of steps after its timed ones, see ``rank_main``; ``on_step``: called in
     this process once per warm-up and timed step when every rank has finished it, see ``torch_progress``)."""
-    torch = import_torch("--framework torch")
+    import_torch("--framework torch")
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -227,9 +249,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     from rnnprof.models.torch.rnnlm import lm_data
 
     processes = options.workload.devices
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus and processes > gpus:
-        raise UsageError(f"--devices {processes} but only {gpus} GPU(s) are visible")
+    check_gpu_count(processes, visible_gpus())
     lm_data(options)  # a --data file that cannot be read is one line here, not N tracebacks
     job = RankJob(options=options, threads=options.workload.intra_op_threads or threads_per_process(processes),
                   return_parameters=return_parameters, capture=capture)
