@@ -63,7 +63,7 @@ def own_stderr_console():
     if fd is None:
         yield Console(stderr=True)
         return
-    with open(fd, "w", encoding=getattr(sys.stderr, "encoding", None) or "utf-8", errors="replace") as stream:
+    with os.fdopen(fd, "w", encoding=getattr(sys.stderr, "encoding", None) or "utf-8", errors="replace") as stream:
         yield Console(file=stream)
 
 
