@@ -92,7 +92,11 @@ def ratio_spread(numerators: list[float], denominators: list[float]) -> tuple[fl
     """The ratio of the medians, and its spread over repeats: each repeat's own ratio (its runs of the
     two sides, measured one after the other), as min-max of n."""
     ratio = statistics.median(numerators) / statistics.median(denominators)
-    each = [a / b for a, b in zip(numerators, denominators)]
-    if len(each) == 1:
-        return ratio, "1 repeat"
-    return ratio, f"repeats {min(each):.2f}-{max(each):.2f}, n={len(each)}"
+    return ratio, spread_of([a / b for a, b in zip(numerators, denominators)])
+
+
+def spread_of(ratios: list[float], digits: int = 2) -> str:
+    """The spread of repeats' own ratios, as min-max of n."""
+    if len(ratios) == 1:
+        return "1 repeat"
+    return f"repeats {min(ratios):.{digits}f}-{max(ratios):.{digits}f}, n={len(ratios)}"

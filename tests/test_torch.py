@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from io import StringIO
 
 import numpy as np
@@ -77,12 +78,16 @@ def test_tied_projection_is_the_embedding_table_and_words_are_the_target_tokens(
 
 
 @pytest.mark.slow
-def test_a_crashing_rank_is_named_in_one_line_and_nothing_is_left_running(capfd):
+def test_a_crashing_rank_is_named_in_one_line_and_nothing_is_left_running(capfd, monkeypatch, tmp_path):
+    import tempfile
+
     from rnnprof.errors import RankFailed
     from rnnprof.profiler.run.torch_ddp import run_ranks
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    steps = []
     with pytest.raises(RankFailed) as failed:
-        run_ranks(tiny(), worker=crash_on_rank_1)
+        run_ranks(tiny(), worker=crash_on_rank_1, on_step=lambda *step: steps.append(step))
     message = str(failed.value)
     assert "\n" not in message and "rank 1 of 2 failed" in message and "planted failure on rank 1" in message
     assert failed.value.exit_code not in (0, 3)
@@ -90,6 +95,8 @@ def test_a_crashing_rank_is_named_in_one_line_and_nothing_is_left_running(capfd)
     assert "Traceback" in err and "in crash_on_rank_1" in err and err.count("RuntimeError: planted failure on rank 1") == 1
     assert "SIGTERM" not in err  # the agent's own log of stopping rank 0 is not shown
     assert left_running(grace_s=5.0) == {}
+    assert steps == [] and not [t for t in threading.enumerate() if t.name == "rnnprof-step-follower"]
+    assert not list(tmp_path.iterdir())  # the launch's folder, with the ranks' step logs, is gone
 
 
 def _scale(*argv, width=200):
@@ -123,10 +130,33 @@ TF_ROW_KEYS = {"variable_update", "all_reduce", "devices", "batch_per_device", "
 
 
 @pytest.mark.slow
-def test_scale_json_has_the_tensorflow_documents_keys_and_times_only_the_timed_batches():
+def test_scale_json_has_the_tensorflow_documents_keys_and_times_only_the_timed_batches(monkeypatch, capfd):
+    from rnnprof.reports.progress import StepProgress
+
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # stderr counts as a terminal: the progress bar is drawn
+    updates, run = [], StepProgress.run
+
+    def recording_run(self, label, warmup, batches):
+        on_step = run(self, label, warmup, batches)
+
+        def recorded(phase, index, step):
+            updates.append((label, phase, index, step))
+            on_step(phase, index, step)
+        return recorded
+
+    monkeypatch.setattr(StepProgress, "run", recording_run)
     code, text = _scale("--json", "--variable-update", "independent")
     assert code == 0, text
-    doc = json.loads(text)
+    doc = json.loads(text)  # the bar is not on stdout
+    # One update per step, in order, reaching this process from the ranks: the steps the document times.
+    for row in doc["rows"]:
+        label = f"independent x{row['devices']}"
+        mine = [(phase, index, step) for name, phase, index, step in updates if name == label]
+        assert [(phase, index) for phase, index, _ in mine] == [("warmup", 0), ("timed", 0), ("timed", 1)]
+        assert [step.seconds for _, _, step in mine] == row["warmup_step_seconds"] + row["step_seconds"]
+        assert all(step.words == 32 * 20 * row["devices"] for _, _, step in mine)
+    err = capfd.readouterr().err
+    assert "independent x2 timed (loss " in err and "2/2" in err  # the bar, drawn on stderr
     assert set(doc) == TF_TOP_KEYS
     assert set(WorkloadConfig().to_dict()) < set(doc["config"]) and doc["config"]["framework"] == "torch"
     assert doc["config"]["optimizer"] == "adam" and doc["config"]["learning_rate"] == pytest.approx(2e-4)
@@ -191,6 +221,22 @@ def test_threads_per_process_split_the_cores_at_least_one_each():
     assert threads_per_process(4, cores=2) == 1
 
 
+def test_ranks_use_nccl_and_their_own_gpu_only_where_every_rank_has_one():
+    from rnnprof.errors import UsageError
+    from rnnprof.profiler.run.torch_ddp import RankPlan, check_gpu_count, rank_plan
+
+    assert [rank_plan(2, r, gpus=2, threads=4) for r in (0, 1)] == [RankPlan("nccl", "cuda:0", 4),
+                                                                      RankPlan("nccl", "cuda:1", 4)]
+    assert rank_plan(2, 1, gpus=8, threads=1) == RankPlan("nccl", "cuda:1", 1)  # more GPUs than ranks
+    assert rank_plan(1, 0, gpus=1, threads=16) == RankPlan("nccl", "cuda:0", 16)
+    assert rank_plan(2, 1, gpus=0, threads=1) == RankPlan("gloo", "cpu", 1)  # CPU only
+    assert rank_plan(3, 2, gpus=2, threads=2) == RankPlan("gloo", "cpu", 2)  # not a GPU each: no rank on a GPU
+    check_gpu_count(2, gpus=0)  # CPU processes share the cores
+    check_gpu_count(2, gpus=2)
+    with pytest.raises(UsageError, match="--devices 3 but only 2 GPU"):
+        check_gpu_count(3, gpus=2)
+
+
 def test_combined_steps_take_the_slowest_rank_and_every_ranks_words():
     from rnnprof.profiler.run.torch_ddp import combine_ranks
 
@@ -200,7 +246,7 @@ def test_combined_steps_take_the_slowest_rank_and_every_ranks_words():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("after_s", [0.3, 3.0])  # while the workers import torch; while they train
-def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(after_s):
+def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(after_s, tmp_path):
     import signal
     import time
 
@@ -208,7 +254,8 @@ def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(after_s):
 
     command = [sys.executable, "-m", "rnnprof", "scale", "--framework", "torch", "--model", "rnnlm",
                "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "100000"]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, TMPDIR=str(tmp_path)))
     try:
         deadline = time.monotonic() + 60
         while sum("spawn_main" in p.cmdline for p in descendants(child.pid)) < 2 and time.monotonic() < deadline:
@@ -223,3 +270,4 @@ def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(after_s):
     assert child.returncode == 130, err
     assert [line for line in err.splitlines() if line.strip()] == ["rnnprof scale: interrupted"], err
     assert left_running(grace_s=5.0) == {}
+    assert not list(tmp_path.iterdir())  # the launch's folder, with the ranks' step logs, is gone

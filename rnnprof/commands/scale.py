@@ -157,6 +157,8 @@ def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_count
 def _torch(args: argparse.Namespace, sweep_points: list[dict]):
     from rnnprof.config import torch_options_from_args
     from rnnprof.profiler.run.torch_ddp import torch_sweep
+    from rnnprof.reports.progress import StepProgress, own_stderr_console
 
     configs = [torch_options_from_args(args, 0, **point) for point in sweep_points]
-    return torch_sweep(configs, on_warning=_warning_printer(Console(stderr=True))), configs
+    with own_stderr_console() as errors, StepProgress(errors) as progress:
+        return torch_sweep(configs, progress.run, on_warning=_warning_printer(errors)), configs

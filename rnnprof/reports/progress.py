@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -45,6 +49,22 @@ class StepProgress:
                                               f" (loss {step.loss:.3f})")
 
         return on_step
+
+
+@contextlib.contextmanager
+def own_stderr_console():
+    """A console on a duplicate of file descriptor 2, taken now: it stays this process's stderr while a launch
+    of worker processes points descriptor 2 at a file (``torch_ddp``'s workers inherit it), so a bar drawn
+    meanwhile reaches the user. Where ``sys.stderr`` is not descriptor 2 (captured), a console on it."""
+    try:
+        fd = os.dup(2) if sys.stderr.fileno() == 2 else None
+    except (AttributeError, OSError, ValueError):
+        fd = None
+    if fd is None:
+        yield Console(stderr=True)
+        return
+    with os.fdopen(fd, "w", encoding=getattr(sys.stderr, "encoding", None) or "utf-8", errors="replace") as stream:
+        yield Console(file=stream)
 
 
 class RankProgress:

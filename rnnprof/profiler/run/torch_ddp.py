@@ -5,13 +5,15 @@
 torchrun sets — RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Each rank joins the process
 group (gloo on CPU, nccl where there are enough GPUs), runs the same warm-up + timed protocol
 (``measure``) and returns its step records; ``torch_sweep`` combines the ranks' steps into the
-``ScalePoint``s that TensorFlow runs give. A rank that fails stops the others (the agent terminates
+``ScalePoint``s that TensorFlow runs give; each rank also logs its finished steps for the launching
+process's progress bar (``torch_progress``). A rank that fails stops the others (the agent terminates
 them) and becomes ``RankFailed`` naming it, after its traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import statistics
@@ -25,8 +27,9 @@ from rnnprof.analyzers.scale import ScalePoint
 from rnnprof.analyzers.throughput import summarize
 from rnnprof.config import TorchOptions
 from rnnprof.errors import RankFailed, UsageError
-from rnnprof.profiler.run.measure import StepResult, measure
-from rnnprof.profiler.run.sweep import Sweep
+from rnnprof.profiler.run.measure import StepCallback, StepResult, measure
+from rnnprof.profiler.run.sweep import Progress, Sweep, _no_progress
+from rnnprof.profiler.run.torch_progress import StepLog, follow_steps
 from rnnprof.profiler.torch_import import import_torch
 
 CPU_PROCESSES = "cpu-processes"  # the device kind of ranks that share the host's cores
@@ -48,6 +51,7 @@ class RankJob:
     threads: int  # torch intra-op threads of each rank
     return_parameters: bool = False  # send each rank's parameters back after the run (tests)
     capture: CaptureWindow | None = None
+    step_logs: str | None = None  # a folder where each rank logs its finished steps (torch_progress.StepLog)
 
 
 class _CapturedSteps:
@@ -68,10 +72,32 @@ def threads_per_process(processes: int, cores: int | None = None) -> int:
     return max(1, cores // max(1, processes))
 
 
-def backend(processes: int) -> str:
-    """nccl where every rank can have its own GPU, gloo otherwise."""
+@dataclass(frozen=True)
+class RankPlan:
+    """What one rank runs on."""
+
+    backend: str  # the process group's: nccl or gloo
+    device: str  # the rank's torch device: cuda:<local rank> or cpu
+    threads: int  # its torch intra-op threads
+
+
+def rank_plan(world: int, local_rank: int, gpus: int, threads: int) -> RankPlan:
+    """nccl and the rank's own GPU (``cuda:<local rank>``) where every rank of ``world`` can have one of the
+    ``gpus`` visible, gloo and the CPU otherwise; ``threads`` intra-op threads either way."""
+    if gpus > 0 and gpus >= world:
+        return RankPlan(backend="nccl", device=f"cuda:{local_rank}", threads=threads)
+    return RankPlan(backend="gloo", device="cpu", threads=threads)
+
+
+def check_gpu_count(processes: int, gpus: int) -> None:
+    """Where GPUs are visible, every process must have its own: more processes than GPUs is refused."""
+    if gpus and processes > gpus:
+        raise UsageError(f"--devices {processes} but only {gpus} GPU(s) are visible")
+
+
+def visible_gpus() -> int:
     torch = import_torch("--framework torch")
-    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= processes else "gloo"
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _records(steps) -> list[tuple[float, int, float]]:
@@ -85,13 +111,13 @@ def rank_main(job: RankJob) -> dict:
 
     from rnnprof.profiler.run.torch_training import TorchTraining, no_phase
 
-    torch.set_num_threads(job.threads)
     world = int(os.environ["WORLD_SIZE"])
-    group_backend = backend(world)
+    plan = rank_plan(world, int(os.environ.get("LOCAL_RANK", "0")), visible_gpus(), job.threads)
+    torch.set_num_threads(plan.threads)
+    group_backend, device = plan.backend, plan.device
     dist.init_process_group(group_backend)
     try:
         rank = dist.get_rank()
-        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if group_backend == "nccl" else "cpu"
         config = job.options.workload
         training = TorchTraining(job.options, rank=rank, device=device, distributed=world > 1)
         runnable, capture = training, None
@@ -102,10 +128,13 @@ def rank_main(job: RankJob) -> dict:
                                    steps=job.capture.steps)
             training.phase = capture.phase
             runnable = _CapturedSteps(training, capture)
+        step_log = StepLog(job.step_logs, rank) if job.step_logs is not None else None
         try:
-            m = measure(runnable, config.warmup, config.batches)
+            m = measure(runnable, config.warmup, config.batches, on_step=step_log)
             traced = [runnable.step() for _ in range(job.capture.steps)] if capture is not None else []
         finally:
+            if step_log is not None:
+                step_log.close()
             if capture is not None:  # a failing step still ends the window and writes what it recorded
                 training.phase = no_phase
                 facts = capture.close()
@@ -168,6 +197,18 @@ def _workers_stderr():
                     os.write(2, text)
 
 
+@contextlib.contextmanager
+def _temporary_files_in(folder: str):
+    """Temporary files made meanwhile go to ``folder``: torch.multiprocessing names each worker's error file in
+    the temporary directory and leaves the file of a failed worker there (pytorch-errorfile-*.pickle)."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
 def _stop_resource_tracker() -> None:
     """The spawned workers' queues start multiprocessing's resource tracker; it would outlive the run."""
     import gc
@@ -194,10 +235,12 @@ def _failure_summary(failure) -> tuple[str, str]:
 
 
 def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_main,
-              return_parameters: bool = False, capture: CaptureWindow | None = None) -> list[dict]:
+              return_parameters: bool = False, capture: CaptureWindow | None = None,
+              on_step: StepCallback | None = None) -> list[dict]:
     """Run ``worker`` in ``options.workload.devices`` processes; their results by rank (``capture``: each
-    rank also profiles a window of steps after its timed ones, see ``rank_main``)."""
-    torch = import_torch("--framework torch")
+    rank also profiles a window of steps after its timed ones, see ``rank_main``; ``on_step``: called in
+    this process once per warm-up and timed step when every rank has finished it, see ``torch_progress``)."""
+    import_torch("--framework torch")
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -206,9 +249,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     from rnnprof.models.torch.rnnlm import lm_data
 
     processes = options.workload.devices
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus and processes > gpus:
-        raise UsageError(f"--devices {processes} but only {gpus} GPU(s) are visible")
+    check_gpu_count(processes, visible_gpus())
     lm_data(options)  # a --data file that cannot be read is one line here, not N tracebacks
     job = RankJob(options=options, threads=options.workload.intra_op_threads or threads_per_process(processes),
                   return_parameters=return_parameters, capture=capture)
@@ -216,13 +257,17 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     try:
         # The workers' own output goes to files: a failure is reported from its error file, once, and the
         # KeyboardInterrupt every worker gets on Ctrl-C is not N tracebacks (see _workers_stderr).
-        with tempfile.TemporaryDirectory(prefix="rnnprof-torch-") as logs, _quiet_agent(), \
-                _workers_stderr() as held:
+        with tempfile.TemporaryDirectory(prefix="rnnprof-torch-") as logs, _temporary_files_in(logs), \
+                _quiet_agent(), _workers_stderr() as held:
+            if on_step is not None:
+                job = dataclasses.replace(job, step_logs=os.path.join(logs, "steps"))
+                os.mkdir(job.step_logs)
             launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes,
                                   run_id=f"rnnprof-{uuid.uuid4().hex}", rdzv_backend="c10d",
                                   rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
                                   start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL))
-            results = elastic_launch(launch, worker)(job)
+            with follow_steps(job.step_logs, processes, on_step):
+                results = elastic_launch(launch, worker)(job)
             held["keep"] = True
     except ChildFailedError as exc:
         failure = exc.get_first_failure()  # the exception (and the launch's queues in its frames) is freed below
@@ -249,8 +294,10 @@ def combine_ranks(per_rank: Sequence[Sequence[Sequence]]) -> list[StepResult]:
             for records in zip(*per_rank)]
 
 
-def torch_sweep(configs: Sequence[TorchOptions], on_warning: Callable[[str], None] = lambda warning: None) -> Sweep:
-    """Measure every configuration in order (fresh processes each) and return one ``ScalePoint`` per configuration."""
+def torch_sweep(configs: Sequence[TorchOptions], progress: Progress = _no_progress,
+                on_warning: Callable[[str], None] = lambda warning: None) -> Sweep:
+    """Measure every configuration in order (fresh processes each) and return one ``ScalePoint`` per configuration.
+    ``progress(label, warmup, batches)`` gives each configuration's step callback, as ``sweep``'s does."""
     import_torch("--framework torch")
     from rnnprof.models.torch.rnnlm import WORDS_DEFINITION
 
@@ -259,7 +306,8 @@ def torch_sweep(configs: Sequence[TorchOptions], on_warning: Callable[[str], Non
     points, device_kind = [], CPU_PROCESSES
     for options in configs:
         config = options.workload
-        results = run_ranks(options)
+        label = f"{config.variable_update} x{config.devices}"
+        results = run_ranks(options, on_step=progress(label, config.warmup, config.batches))
         group_backend = results[0]["backend"]
         device_kind = "gpu" if group_backend == "nccl" else CPU_PROCESSES
         warmup = combine_ranks([r["warmup"] for r in results])
