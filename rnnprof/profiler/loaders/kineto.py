@@ -176,8 +176,12 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
             codes = [c if c is not None else code(v) for c, v in zip(codes, names)]
         cats = [e.cat for e in events]
         args = [e.args or _NO_ARGS for e in events]
-        on_gpu = [c in GPU_CATEGORIES for c in cats]
-        if True in on_gpu:
+        if GPU_CATEGORIES.isdisjoint(cats):
+            on_gpu = None
+            devices = [host_code] * n
+            lane_keys = [e.tid for e in events]
+        else:
+            on_gpu = [c in GPU_CATEGORIES for c in cats]
             devices = [gpu_code(a, e) if g else host_code for e, a, g in zip(events, args, on_gpu)]
             lane_keys = [(a.stream if a.stream is not None else e.tid) if g else e.tid
                          for e, a, g in zip(events, args, on_gpu)]
@@ -186,9 +190,6 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
                     collective_args["correlation"].append(_int(a.correlation))
                     collective_args["group"].append("" if a.group is None else str(a.group))
                     collective_args["seq"].append(_int(a.seq))
-        else:
-            devices = [host_code] * n
-            lane_keys = [e.tid for e in events]
         columns.add(
             n,
             ts=[e.ts for e in events],
@@ -242,14 +243,16 @@ class _Lanes:
         self.host: dict[Any, int] = {}
         self.gpu: dict[Any, int] = {}
 
-    def codes(self, keys: list, on_gpu: list[bool]) -> list[int]:
+    def codes(self, keys: list, on_gpu: list[bool] | None) -> list[int]:
+        """The lane of each event (``keys``: its stream or thread id; ``on_gpu``: None when all are host events)."""
         host, gpu = self.host.get, self.gpu.get
         try:
-            got = [gpu(k) if g else host(k) for k, g in zip(keys, on_gpu)]
+            got = list(map(host, keys)) if on_gpu is None else [gpu(k) if g else host(k) for k, g in zip(keys, on_gpu)]
         except TypeError:  # a tid or stream that is a list or an object: name the lane by its text
             keys = [str(k) for k in keys]
-            got = [gpu(k) if g else host(k) for k, g in zip(keys, on_gpu)]
+            got = list(map(host, keys)) if on_gpu is None else [gpu(k) if g else host(k) for k, g in zip(keys, on_gpu)]
         if None in got:  # lanes seen for the first time, coded in the order of the events
+            on_gpu = on_gpu or [False] * len(keys)
             got = [c if c is not None else self._new(k, g) for c, k, g in zip(got, keys, on_gpu)]
         return got
 
