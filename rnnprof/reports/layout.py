@@ -40,8 +40,9 @@ def render_json(document: dict, console: Console) -> None:
 
 
 class _Verbatim:
-    """Text printed as it is, in one piece: rich does not split, wrap or scan it (for a large JSON document, whose
-    text ``json.dumps`` keeps to printable ASCII, printing it as a string cost seconds); capture and record still apply."""
+    """Text printed as it is, in one piece: rich does not split, wrap or scan it. For a large JSON document
+    (``json.dumps`` keeps its text to printable ASCII), printing it as a string cost seconds; capture and
+    record still apply."""
 
     def __init__(self, text: str):
         self.text = text
