@@ -159,7 +159,7 @@ def main() -> int:
         build_job(folder, args.ranks, args.events, args.fixture)
         ours = rnnprof_comm(folder, args.jobs)
         print(f"rnnprof comm FOLDER: {ours['s']:.1f} s (CPU {ours['cpu_s']:.1f} s, "
-              f"{ours['cpu_s'] / args.ranks:.2f} s per rank), peak RSS of its process tree "
+              f"{ours['cpu_s'] / args.ranks:.2f} s per rank, start-up included), peak RSS of its process tree "
               f"{ours['maxrss_mb']:,.0f} MB; {ours['devices']} devices, {ours['steps']} steps, "
               f"{ours['stragglers']} straggler rows, most often last: {ours['most_last']}")
         targets.at_most("rnnprof comm on the job", ours["s"], 25.0, "s")
