@@ -82,6 +82,8 @@ class StringTable:
     def __init__(self, initial: Iterable[str] = ("",)):
         self._codes: dict[str, int] = {}
         self.values: list[str] = []
+        # The code of a value seen before, else None; a C function, fast to ``map`` over many values.
+        self.known = self._codes.get
         for value in initial:
             self.code(value)
 

@@ -114,6 +114,36 @@ def test_table_does_not_depend_on_piece_or_block_size(path):
     assert exact_only.metadata["json_cuts"]["guessed"] == 0
 
 
+def test_odd_thread_stream_and_device_values_in_every_chunking(tmp_path):
+    """Thread ids that are lists or objects, string devices, float streams, null args, and host and GPU events
+    sharing a number: the same rows as the whole-document reference, whether a chunk holds one event (host-only
+    and GPU chunks apart) or all of them (a chunk that mixes an unhashable tid with the others)."""
+    def event(cat, name, ts, tid, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": 2.0, "args": args or None}
+
+    events = [
+        event("cpu_op", "ProfilerStep#7", 0.0, 7),
+        event("cpu_op", "aten::mm", 1.0, [1, 2], **{"External id": 3}),
+        event("cpu_op", "aten::add", 2.0, {"t": 1}),
+        event("cuda_runtime", "cudaLaunchKernel", 3.0, 7, correlation=11, **{"External id": 3}),
+        event("kernel", "gemm", 4.0, 7, correlation=11, device="1", stream=7),
+        event("kernel", "gemm", 5.0, 9, correlation=12, stream=2.0),
+        event("gpu_memcpy", "Memcpy HtoD", 6.0, 3, device=0, bytes=4096),
+        event("cpu_op", "aten::mm", 7.0, 7),
+        event("user_annotation", "ProfilerStep#8", 10.0, 7),
+        event("cpu_op", "aten::add", 11.0, [1, 2]),
+    ]
+    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1}, "deviceProperties": [],
+           "traceEvents": events}
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(doc))
+    expected = reference_rows(doc)
+    assert table_rows(kineto.load(path)) == expected
+    assert table_rows(kineto.load(path, piece_bytes=1)) == expected
+    lanes = set(kineto.load(path).text(kineto.load(path).lane))
+    assert {"7", "[1, 2]", "{'t': 1}", "stream:7", "stream:2.0", "stream:3"} <= lanes
+
+
 def _tricky_trace(tmp_path: Path) -> Path:
     """The NCCL fixture with the boundary pattern planted where a cut would be wrong."""
     doc = _doc(FIXTURES / "kineto-2rank-nccl-rank0.json.gz")

@@ -133,3 +133,25 @@ def test_view_prints_the_address_verbatim(tmp_path, monkeypatch):
                         lambda logdir, host, port: [sys.executable, "-c", f"print('serving at {address}/')"])
     text = printed(["view", str(tmp_path)])
     assert f"TensorBoard profile viewer: {address}/#profile" in text
+
+
+def test_json_output_is_the_document_as_json_dumps_writes_it():
+    """``--json`` prints ``json.dumps(document, indent=2)`` unchanged: markup, emoji codes and long lines are
+    neither applied nor wrapped, on a plain file, under ``capture()`` and in a recording console alike."""
+    from rnnprof.reports.layout import render_json
+
+    document = {"name": f"k{TOKEN}", "long": "x" * 500, "unicode": "ü 漢字 \t\x1b[31m", "n": [1.5, None, True]}
+    expected = json.dumps(document, indent=2) + "\n"
+    out = io.StringIO()
+    render_json(document, Console(file=out, width=40, color_system=None))
+    assert out.getvalue() == expected
+    terminal = io.StringIO()
+    render_json(document, Console(file=terminal, width=40, force_terminal=True, color_system="truecolor"))
+    assert terminal.getvalue() == expected
+    capturing = Console(width=40)
+    with capturing.capture() as capture:
+        render_json(document, capturing)
+    assert capture.get() == expected
+    recording = Console(file=io.StringIO(), width=40, record=True)
+    render_json(document, recording)
+    assert recording.export_text() == expected

@@ -72,7 +72,10 @@ def classify(table: EventTable, comm_patterns: Iterable[str] = ()) -> np.ndarray
     """One ``EventClass`` (int8) per event."""
     comm = compile_patterns(comm_patterns)
     memcpy, memset = re.compile(MEMCPY_PATTERN), re.compile(MEMSET_PATTERN)
-    used = np.unique(np.concatenate([table.name, table.op_type]))
+    used = np.zeros(len(table.strings), dtype=bool)
+    used[table.name] = True
+    used[table.op_type] = True
+    used = np.flatnonzero(used)
     is_comm = matching_codes(table.strings, comm, used)
     is_memcpy = matching_codes(table.strings, memcpy, used)
     is_memset = matching_codes(table.strings, memset, used)

@@ -129,12 +129,14 @@ def idle_by_cause(table: EventTable, work: np.ndarray,
     is_stream = np.array([s.startswith(STREAM_LANE_PREFIXES) for s in table.strings] or [False], dtype=bool)
     on_stream = is_stream[table.lane[rows]] & np.isin(table.kind[rows], (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET,
                                                                        Kind.COMMUNICATION))
-    pairs, stream_of = np.unique(np.stack([dev[on_stream], table.lane[rows][on_stream].astype(np.int64)]),
-                                 axis=1, return_inverse=True) if on_stream.any() else (np.zeros((2, 0)), None)
+    # The (device, stream lane) pairs, in that order: one key per pair, unique in one dimension (fast).
+    n_lanes = max(len(table.strings), 1)
+    keys, stream_of = np.unique(dev[on_stream] * n_lanes + table.lane[rows][on_stream], return_inverse=True)
+    pairs = np.stack([keys // n_lanes, keys % n_lanes])
     n_streams = pairs.shape[1]
     stream_group = np.full(len(rows), -1, dtype=np.int64)
     if n_streams:
-        stream_group[on_stream] = np.asarray(stream_of).ravel()
+        stream_group[on_stream] = stream_of.ravel()
     s_rows = stream_group >= 0
     s_known = s_rows & known
     stream_totals = _gap_causes(ts[s_rows], end[s_rows], launch_ts[s_rows], stream_group[s_rows], n_streams,

@@ -17,6 +17,7 @@ import json
 
 from rich import box
 from rich.console import Console
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -35,7 +36,20 @@ def compact_table(first: str, numeric: tuple[str | Text, ...] | list[str | Text]
 
 
 def render_json(document: dict, console: Console) -> None:
-    console.print(json.dumps(document, indent=2), markup=False, highlight=False, soft_wrap=True, emoji=False)
+    console.print(_Verbatim(json.dumps(document, indent=2)), soft_wrap=True)
+
+
+class _Verbatim:
+    """Text printed as it is, in one piece: rich does not split, wrap or scan it. For a large JSON document
+    (``json.dumps`` keeps its text to printable ASCII), printing it as a string cost seconds; capture and
+    record still apply."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __rich_console__(self, console: Console, options):
+        yield Segment(self.text)
+        yield Segment.line()
 
 
 def render_notes(notes: list[str], console: Console | None = None) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import struct
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -113,8 +114,9 @@ def load(path: Path, block_bytes: int | None = None, piece_bytes: int | None = N
     """Load a Kineto trace; ``block_bytes``/``piece_bytes`` override the stream's read and decode sizes.
 
     Each column is one comprehension over a piece's events (~64 KB of JSON, a few hundred
-    events): the decoded piece stays in the CPU cache, which is what makes this fast. Reading
-    typed structs out with ``map``/``attrgetter`` measured no faster; msgspec's decode dominates.
+    events), packed into bytes there: the decoded piece stays in the CPU cache, which is what makes
+    this fast (pieces of 1 MB measured slower). Reading typed structs out with ``map``/``attrgetter``
+    measured no faster; msgspec's decode is about two thirds of the time.
     """
     path = Path(path)
     sizes = {k: v for k, v in (("block_bytes", block_bytes), ("piece_bytes", piece_bytes)) if v}
@@ -136,70 +138,76 @@ def load_decoded(path: Path, trace_events: list, header: dict) -> EventTable:
 
 
 def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) -> EventTable:
-    """The table of the events in ``chunks``; ``header_of()`` (called after them) gives the document's other keys."""
+    """The table of the events in ``chunks``; ``header_of()`` (called after them) gives the document's other keys.
+
+    A chunk's events are read in a few list comprehensions while they are in the CPU cache, and each
+    column is packed into bytes there (``struct``, several times faster than numpy's conversion of a
+    list); numpy sees every column once, at the end. Host-only chunks (most of them) skip the GPU
+    columns' work. Step markers are found once per distinct name, at the end.
+    """
     builder = EventTableBuilder(FORMAT, [str(path)])
     code = builder.strings.code
+    known_code = builder.strings.known
     host_code = builder.device_code(Device("host"))
-    gpu_codes: dict[int, int] = {}
-    lane_codes: dict[tuple[bool, Any], int] = {}
-    step_spans: list[tuple[float, float, int]] = []
+    gpu_codes: dict[Any, int] = {}
+    lanes = _Lanes(code)
+    columns = _Columns()
     skipped = 0
     collective_args: dict[str, list] = {"correlation": [], "group": [], "seq": []}
 
-    def gpu_code(index: int) -> int:
-        c = gpu_codes.get(index)
+    def gpu_code(args: _Args, event: _Event) -> int:
+        c = gpu_codes.get(args.device)
         if c is None:
-            c = gpu_codes[index] = builder.device_code(Device("gpu", index))
+            index = _int(args.device if args.device is not None else event.pid, 0)
+            c = gpu_codes.get(index)
+            if c is None:
+                c = gpu_codes[index] = builder.device_code(Device("gpu", index))
         return c
 
-    def lane_code(key) -> int:
-        c = lane_codes[key] = code(f"stream:{key[1]}" if key[0] else str(key[1]))
-        return c
-
-    kind_code = _KIND_CODE
-    lane_get = lane_codes.get
-    gpu_get = gpu_codes.get
-
+    kind_code = _KIND_CODE.__getitem__
     for chunk in chunks:
-        events = [e for e in chunk if e.ph == "X" and e.cat in CATEGORY_KIND]
+        events = [e for e in chunk if e.ph == "X" and e.cat in _KIND_CODE]
         skipped += len(chunk) - len(events)
-        if not events:
+        n = len(events)
+        if not n:
             continue
+        names = [e.name for e in events]
+        codes = list(map(known_code, names))
+        if None in codes:  # names seen for the first time, coded in the order of the events
+            codes = [c if c is not None else code(v) for c, v in zip(codes, names)]
+        cats = [e.cat for e in events]
         args = [e.args or _NO_ARGS for e in events]
-        on_gpu = [e.cat in GPU_CATEGORIES for e in events]
-        names = np.fromiter((code(e.name) for e in events), dtype=np.int32, count=len(events))
-        devices = [(gpu_get(a.device) or gpu_code(_int(a.device if a.device is not None else e.pid, 0))) if g
-                   else host_code for e, a, g in zip(events, args, on_gpu)]
-        lane_keys = [(True, a.stream if a.stream is not None else e.tid) if g else (False, e.tid)
-                     for e, a, g in zip(events, args, on_gpu)]
-        try:
-            lanes = [lane_get(k) or lane_code(k) for k in lane_keys]
-        except TypeError:  # a tid or stream that is a list or an object: name the lane by its text
-            lanes = [lane_get(k) or lane_code(k) for k in ((g, str(v)) for g, v in lane_keys)]
-        correlation = [a.correlation if a.correlation is not None
-                       else (a.external_id if a.external_id is not None else -1) for a in args]
-        nbytes = [a.bytes if a.bytes is not None else -1 for a in args]
-        for a, g in zip(args, on_gpu):
-            if g and (a.group is not None or a.seq is not None) and a.correlation is not None:
-                collective_args["correlation"].append(_int(a.correlation))
-                collective_args["group"].append("" if a.group is None else str(a.group))
-                collective_args["seq"].append(_int(a.seq))
-        for e in events:
-            if e.name.startswith("ProfilerStep#"):
-                m = STEP_NAME.match(e.name)
-                if m:
-                    step_spans.append((e.ts, e.ts + e.dur, int(m.group(1))))
-        builder.add_columns(
-            ts=np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events)),
-            dur=np.fromiter((e.dur for e in events), dtype=np.float64, count=len(events)),
-            name=names,
-            op_type=names,
-            device=np.asarray(devices, dtype=np.int16),
-            lane=np.asarray(lanes, dtype=np.int32),
-            kind=np.fromiter((kind_code[e.cat] for e in events), dtype=np.int8, count=len(events)),
-            correlation=_int_column(correlation),
-            nbytes=_int_column(nbytes),
+        if GPU_CATEGORIES.isdisjoint(cats):
+            on_gpu = None
+            devices = [host_code] * n
+            lane_keys = [e.tid for e in events]
+        else:
+            on_gpu = [c in GPU_CATEGORIES for c in cats]
+            devices = [gpu_code(a, e) if g else host_code for e, a, g in zip(events, args, on_gpu)]
+            lane_keys = [(a.stream if a.stream is not None else e.tid) if g else e.tid
+                         for e, a, g in zip(events, args, on_gpu)]
+            for a, g in zip(args, on_gpu):
+                if g and (a.group is not None or a.seq is not None) and a.correlation is not None:
+                    collective_args["correlation"].append(_int(a.correlation))
+                    collective_args["group"].append("" if a.group is None else str(a.group))
+                    collective_args["seq"].append(_int(a.seq))
+        columns.add(
+            n,
+            ts=[e.ts for e in events],
+            dur=[e.dur for e in events],
+            name=codes,
+            device=devices,
+            lane=lanes.codes(lane_keys, on_gpu),
+            kind=bytes(map(kind_code, cats)),
+            correlation=[a.correlation if a.correlation is not None
+                         else (a.external_id if a.external_id is not None else -1) for a in args],
+            nbytes=[a.bytes if a.bytes is not None else -1 for a in args],
         )
+    step_spans: list[tuple[float, float, int]] = []
+    if len(columns):
+        arrays = columns.arrays()
+        builder.add_columns(**arrays, op_type=arrays["name"])
+        step_spans = _step_spans(builder.strings.values, arrays["name"], arrays["ts"], arrays["dur"])
     header = header_of()
     if len(builder) == 0:
         raise InputError(path, "no profiler events (cpu_op, kernel, cuda_runtime, ...) in traceEvents",
@@ -226,6 +234,99 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
             table.metadata["host_operator_devices"] = [dataclasses.replace(d, worker=worker)
                                                        for d in table.metadata["host_operator_devices"]]
     return table
+
+
+class _Lanes:
+    """Lane codes: a host event's lane is its thread id, a GPU event's ``stream:<n>`` (its stream, else its tid)."""
+
+    def __init__(self, code: Callable[[str], int]):
+        self.code = code
+        self.host: dict[Any, int] = {}
+        self.gpu: dict[Any, int] = {}
+
+    def codes(self, keys: list, on_gpu: list[bool] | None) -> list[int]:
+        """The lane of each event (``keys``: its stream or thread id; ``on_gpu``: None when all are host events)."""
+        host, gpu = self.host.get, self.gpu.get
+        try:
+            got = list(map(host, keys)) if on_gpu is None else [gpu(k) if g else host(k) for k, g in zip(keys, on_gpu)]
+        except TypeError:  # a tid or stream that is a list or an object: name the lane by its text
+            keys = [str(k) for k in keys]
+            got = list(map(host, keys)) if on_gpu is None else [gpu(k) if g else host(k) for k, g in zip(keys, on_gpu)]
+        if None in got:  # lanes seen for the first time, coded in the order of the events
+            on_gpu = on_gpu or [False] * len(keys)
+            got = [c if c is not None else self._new(k, g) for c, k, g in zip(got, keys, on_gpu)]
+        return got
+
+    def _new(self, key, on_gpu: bool) -> int:
+        lanes = self.gpu if on_gpu else self.host
+        c = lanes.get(key)
+        if c is None:
+            c = lanes[key] = self.code(f"stream:{key}" if on_gpu else str(key))
+        return c
+
+
+class _Columns:
+    """The table's columns, packed chunk by chunk into bytes and turned into numpy arrays once."""
+
+    FORMATS = {"ts": "d", "dur": "d", "name": "i", "device": "h", "lane": "i", "kind": "b",
+               "correlation": "q", "nbytes": "q"}
+    DTYPES = {"d": np.float64, "i": np.int32, "h": np.int16, "b": np.int8, "q": np.int64}
+
+    def __init__(self):
+        self.parts: dict[str, list[bytes]] = {column: [] for column in self.FORMATS}
+        self.rows = 0
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def add(self, n: int, **columns) -> None:
+        """``n`` rows: a list of ``n`` values per column (``kind``: bytes)."""
+        for column, values in columns.items():
+            fmt = self.FORMATS[column]
+            if fmt == "b":
+                packed = values
+            elif fmt == "q":
+                packed = _pack_ints(n, values)
+            else:
+                packed = _packer(n, fmt)(*values)
+            self.parts[column].append(packed)
+        self.rows += n
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {column: np.frombuffer(bytearray().join(self.parts[column]), dtype=self.DTYPES[fmt])
+                for column, fmt in self.FORMATS.items()}
+
+
+_PACKERS: dict[tuple[int, str], Callable[..., bytes]] = {}
+
+
+def _packer(n: int, fmt: str) -> Callable[..., bytes]:
+    """``struct``'s packing of ``n`` values of ``fmt`` (native order, as numpy reads them)."""
+    pack = _PACKERS.get((n, fmt))
+    if pack is None:
+        pack = _PACKERS[(n, fmt)] = struct.Struct(f"{n}{fmt}").pack
+    return pack
+
+
+def _pack_ints(n: int, values: list) -> bytes:
+    """int64s; values that are not ints (a string, a float, null) as ``_int_column`` reads them."""
+    try:
+        return _packer(n, "q")(*values)
+    except struct.error:
+        return _int_column(values).tobytes()
+
+
+def _step_spans(strings: list[str], names: np.ndarray, ts: np.ndarray, dur: np.ndarray
+                ) -> list[tuple[float, float, int]]:
+    """``(start, end, step)`` of every event named ``ProfilerStep#N`` (``names``: codes into ``strings``)."""
+    numbers = np.full(len(strings), -1, dtype=np.int64)
+    for code, text in enumerate(strings):
+        if text.startswith("ProfilerStep#"):
+            match = STEP_NAME.match(text)
+            if match:
+                numbers[code] = int(match.group(1))
+    rows = np.flatnonzero(numbers[names] >= 0)
+    return list(zip(ts[rows].tolist(), (ts[rows] + dur[rows]).tolist(), numbers[names[rows]].tolist()))
 
 
 def _without_gpu(table: EventTable) -> bool:
