@@ -144,6 +144,23 @@ def test_odd_thread_stream_and_device_values_in_every_chunking(tmp_path):
     assert {"7", "[1, 2]", "{'t': 1}", "stream:7", "stream:2.0", "stream:3"} <= lanes
 
 
+def test_integers_beyond_int64_are_unknown_not_an_error(tmp_path, capsys):
+    """A transfer of ``1e30`` bytes or a correlation id past int64 is read as unknown (-1), the rest of the event
+    kept; the trace is analysed, not refused with an internal error."""
+    events = [{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 10, "dur": 5,
+               "args": {"device": 0, "stream": 7, "correlation": 1 << 70, "bytes": 1e30}},
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH", "pid": 0, "tid": 7, "ts": 20, "dur": 5,
+               "args": {"device": 0, "stream": 7, "correlation": 2, "bytes": 4096}}]
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    table = kineto.load(path)
+    assert sorted(table.nbytes.tolist()) == [-1, 4096]
+    assert sorted(table.correlation.tolist()) == [-1, 2]
+    from rnnprof.cli import main
+
+    assert main(["comm", str(path)]) == 0, capsys.readouterr().err
+
+
 def _tricky_trace(tmp_path: Path) -> Path:
     """The NCCL fixture with the boundary pattern planted where a cut would be wrong."""
     doc = _doc(FIXTURES / "kineto-2rank-nccl-rank0.json.gz")

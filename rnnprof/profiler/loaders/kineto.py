@@ -90,11 +90,17 @@ def looks_like(prefix: bytes) -> bool:
     return prefix.lstrip().startswith(b"{") and sum(s in prefix for s in SIGNATURES) >= 2
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 def _int(value, default: int = -1) -> int:
+    """An integer field (id, stream, bytes); ``default`` (unknown) where it is not a number or does not fit in
+    int64 (``1e30``, ``Infinity``)."""
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
         return default
+    return number if _INT64[0] <= number <= _INT64[1] else default
 
 
 def sniff(probe) -> bool:
