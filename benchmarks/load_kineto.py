@@ -136,7 +136,9 @@ def main() -> int:
                   f"{theirs['load_s'] / min(totals):.1f}x, / {statistics.median(totals):.2f} s (median) = "
                   f"{theirs['load_s'] / statistics.median(totals):.1f}x; peak RSS "
                   f"{theirs['maxrss_mb'] / rss:.1f}x less")
-            targets.at_least("speed vs HTA (best)", theirs["load_s"] / min(totals), 10.0, "x")
+            each = [theirs["load_s"] / t for t in totals]  # HTA runs once: the spread is rnnprof's repeats
+            targets.at_least(f"speed vs HTA (best; repeats {min(each):.1f}-{max(each):.1f}x, n={len(each)})",
+                             theirs["load_s"] / min(totals), 10.0, "x")
         elif run_hta:
             print("holistictraceanalysis not installed: no comparison")
         else:

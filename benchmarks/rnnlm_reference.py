@@ -3,9 +3,16 @@
 The reference is what a user would write without rnnprof: Keras Embedding -> LSTM layers ->
 Dense over the vocabulary, a masked softmax cross-entropy and SGD, trained by a
 ``tf.function`` step. It is fed the same batches (numpy arrays) as the built-in workload, and
-words are counted the same way (non-padding target tokens). Each side runs in its own process
-with the same protocol (warm-up batches untimed, then timed batches), alternately, ``--repeat``
-times; the ratio is built-in words/s ÷ reference words/s, target >= 1.0.
+words are counted the same way (non-padding target tokens). Same execution settings on both
+sides: no XLA (the built-in's Session has no JIT level set; the reference's step is
+``tf.function(jit_compile=False)``), and the same inter-/intra-op thread counts (the workload's,
+0 = TensorFlow's default, given to the Session's ConfigProto and to ``tf.config.threading``).
+
+Each side runs in its own process. Both processes are built first; then they take turns step by
+step (``_lockstep``): warm-up rounds untimed, then timed rounds, who goes first alternating, so
+both meet the same machine load. Each side times its own training call (``session.run`` /
+the ``tf.function`` call). ``--repeat`` pairs of fresh processes; the ratio is built-in words/s ÷
+reference words/s (medians over repeats), target >= 1.0, with each repeat's ratio as its spread.
 
     python benchmarks/rnnlm_reference.py                    # the small preset, 1 device, loop encoder
     python benchmarks/rnnlm_reference.py --preset rnn_benchmark --batches 5 --warmup 2
@@ -14,12 +21,11 @@ times; the ratio is built-in words/s ÷ reference words/s, target >= 1.0.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import time
 
+from _lockstep import lockstep, serve
 from _measure import Targets, ratio_spread
 
 SIDES = ("builtin", "reference")
@@ -34,16 +40,19 @@ def _config(args):
                           optimizer="sgd", **sizes)
 
 
-def _builtin(args) -> dict:
+def _builtin(args):
+    """rnnprof's graph-mode trainer, one tower: its own ``step()`` (only session.run is timed)."""
     from rnnprof.profiler.run.runner import DataParallelRun
-    from rnnprof.profiler.run.measure import measure
 
-    with DataParallelRun(_config(args)) as run:
-        timed = measure(run, args.warmup, args.batches).timed
-    return {"words_per_second": timed.words_per_second, "seconds": timed.total_seconds}
+    run = DataParallelRun(_config(args))
+
+    def step():
+        result = run.step()
+        return result.seconds, result.words
+    return step
 
 
-def _reference(args) -> dict:
+def _reference(args):
     """Plain Keras/TF2 code; rnnprof only supplies the same numpy batches."""
     config = _config(args)
     from rnnprof.models import get_workload
@@ -52,6 +61,8 @@ def _reference(args) -> dict:
     import keras
     import tensorflow as tf
 
+    tf.config.threading.set_inter_op_parallelism_threads(config.inter_op_threads)
+    tf.config.threading.set_intra_op_parallelism_threads(config.intra_op_threads)
     layers = [keras.layers.Embedding(config.vocab_size, config.embedding, mask_zero=True)]
     layers += [keras.layers.LSTM(config.units, return_sequences=True) for _ in range(config.layers)]
     layers += [keras.layers.Dense(config.vocab_size)]
@@ -59,7 +70,7 @@ def _reference(args) -> dict:
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     optimizer = keras.optimizers.SGD(config.learning_rate)
 
-    @tf.function
+    @tf.function(jit_compile=False)
     def train_step(inputs, targets, mask):
         with tf.GradientTape() as tape:
             loss = loss_fn(targets, model(inputs, training=True), sample_weight=mask)
@@ -74,21 +85,7 @@ def _reference(args) -> dict:
         train_step(batch["inputs"], batch["targets"], mask).numpy()
         return time.perf_counter() - start, int(batch["lengths"].sum())
 
-    for _ in range(args.warmup):
-        step()
-    seconds = words = 0
-    for _ in range(args.batches):
-        s, w = step()
-        seconds += s
-        words += w
-    return {"words_per_second": words / seconds, "seconds": seconds}
-
-
-def _run_side(side: str, argv: list[str]) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--side", side, *argv], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"{side} run failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return step
 
 
 def main() -> int:
@@ -99,27 +96,33 @@ def main() -> int:
     parser.add_argument("--encoder", choices=("fused", "loop"), default="loop")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--batches", type=int, default=40)
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
-        print(json.dumps((_builtin if args.side == "builtin" else _reference)(args)))
+        serve(lambda: (_builtin if args.side == "builtin" else _reference)(args))
         return 0
 
-    argv = ["--preset", args.preset, "--encoder", args.encoder, "--warmup", str(args.warmup),
-            "--batches", str(args.batches)]
+    argv = [__file__, "--preset", args.preset, "--encoder", args.encoder]
     rates = {side: [] for side in SIDES}
-    for _ in range(args.repeat):
-        for side in SIDES:  # alternate, so machine load hits both alike
-            rates[side].append(_run_side(side, argv)["words_per_second"])
+    cpu = {side: [] for side in SIDES}
+    for k in range(args.repeat):
+        order = SIDES if k % 2 == 0 else SIDES[::-1]  # who starts first, too, alternates
+        results = lockstep({side: [*argv, "--side", side] for side in order}, args.warmup, args.batches)
+        for side in SIDES:
+            rates[side].append(results[side]["words_per_second"])
+            cpu[side].append(results[side]["cpu_seconds"] / args.batches * 1000)
     config = _config(args)
     print(f"RNNLM {args.preset}: {config.layers} layer(s), embedding {config.embedding}, {config.units} units, "
           f"vocab {config.vocab_size}, seq {config.src_max_len}, batch {config.batch_size}, 1 device; "
-          f"{args.warmup} warm-up + {args.batches} timed batches, {args.repeat} runs each")
+          f"{args.warmup} warm-up + {args.batches} timed batches, {args.repeat} runs each, the sides taking "
+          f"turns step by step; no XLA on either side; inter/intra-op threads {config.inter_op_threads}/"
+          f"{config.intra_op_threads} on both (0: TensorFlow's default)")
     print("words = non-padding target tokens")
     for side in SIDES:
         name = f"rnnprof ({args.encoder} LSTM)" if side == "builtin" else "reference (Keras LSTM, tf.function)"
-        print(f"  {name:<38} best {max(rates[side]):>10,.0f} words/s, median {statistics.median(rates[side]):>10,.0f}")
+        print(f"  {name:<38} best {max(rates[side]):>10,.0f} words/s, median {statistics.median(rates[side]):>10,.0f}; "
+              f"CPU {statistics.median(cpu[side]):,.1f} ms/step (median)")
     ratio, spread = ratio_spread(rates["builtin"], rates["reference"])
     targets = Targets()
     targets.at_least(f"rnnprof / reference words/s (medians; {spread})", ratio, 1.0, "x")

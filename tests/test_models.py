@@ -298,3 +298,16 @@ def test_cudnn_path_builds_with_gradients(monkeypatch):
     assert types.count("CudnnRNNV3") == 5  # forward + backward + 1 encoder layer, 2 decoder layers
     assert "BlockLSTM" not in types
     assert all(g is not None for g in grads), [v.name for v, g in zip(variables, grads) if g is None]
+
+
+def test_loop_layer_kernel_gradient_is_one_concat_not_slice_gradients():
+    """The loop LSTM splits its kernel into input and recurrent halves once; the gradient joins
+    them with one concat per layer instead of zero-filled StridedSliceGrad buffers summed."""
+    built = Built(lm(layers=2, encoder="loop"), tf1.train.GradientDescentOptimizer(0.1))
+    types = built.op_types()
+    assert "StridedSliceGrad" not in types
+    with built.graph.as_default():
+        grads = tf1.gradients(built.out.loss, [v for v in tf1.trainable_variables() if "kernel" in v.name])
+    assert [g.op.type for g in grads if "rnn" in g.name] == ["ConcatV2", "ConcatV2"]
+    batch = next(built.workload.batches(4, 0, 1))
+    assert np.isfinite(built.loss(batch))

@@ -218,8 +218,13 @@ def loop_layer(w: LSTMWeights, inputs, lengths, initial_state, carry_state: bool
     The input half of the gate matmul does not depend on the recurrence, so it runs
     once for all steps before the loop; each iteration multiplies only ``h``. The
     math is ``lstm_step``'s (same weights, same forget bias).
+
+    The kernel's input and recurrent halves come from one ``Split``, whose gradient is one
+    ``ConcatV2`` of the two halves' gradients; two slices would instead cost two
+    ``StridedSliceGrad`` (each a zero-filled kernel-sized buffer) and an ``AddN`` per layer
+    and step.
     """
-    wx, wh = w.kernel[:w.input_size], w.kernel[w.input_size:]
+    wx, wh = tf.split(w.kernel, [w.input_size, w.units], axis=0)
     gate_bias = w.bias + tf.constant([0.0] * (2 * w.units) + [FORGET_BIAS] * w.units + [0.0] * w.units)
     steps, batch = tf.shape(inputs)[0], tf.shape(inputs)[1]
     projected = tf.nn.bias_add(tf.matmul(tf.reshape(inputs, [-1, w.input_size]), wx), gate_bias)
