@@ -50,7 +50,6 @@ CLASS_NAMES = {EventClass.COMPUTE: "compute", EventClass.COMMUNICATION: "comm", 
                EventClass.MEMSET: "copy", EventClass.HOST: "host"}
 WAIT = "wait"
 WHAT_IF_OPS = 10  # the longest ops of the path get a what-if estimate
-_SOURCE = "__source__"
 _EPS_US = 0.5  # flow ends and data edges tolerate this much clock rounding
 
 
@@ -138,34 +137,53 @@ def longest_path(graph: nx.DiGraph) -> tuple[list, float]:
 
 
 class _Weighted:
-    """``graph`` as networkx's edge-weighted longest path wants it: a source before every node, each edge
-    weighing its wait plus its target's duration; built once, re-weighed for a what-if."""
+    """``graph``'s longest path by one pass over it in topological order, built once and passed again for each
+    what-if. It finds the path networkx's ``dag_longest_path`` finds on ``graph`` with a source before every node
+    and each edge weighing its wait plus its target's duration (the same order and the same choice among equal
+    lengths), without building that graph."""
 
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
-        g = self.g = nx.DiGraph()
-        g.add_node(_SOURCE)
-        for node, attrs in graph.nodes(data=True):
-            g.add_edge(_SOURCE, node, weight=attrs["dur"])
-        for u, v, attrs in graph.edges(data=True):
-            g.add_edge(u, v, weight=attrs["wait"] + graph.nodes[v]["dur"])
-        self.order = list(nx.topological_sort(g))
+        # networkx's order of that graph: the source, then ``graph``'s own topological order
+        self.nodes = list(nx.topological_sort(graph))
+        index = {node: k for k, node in enumerate(self.nodes)}
+        self.dur = [graph.nodes[node]["dur"] for node in self.nodes]
+        self.preds: list[list[tuple[int, float]]] = [[] for _ in self.nodes]
+        for u, v, wait in graph.edges(data="wait"):  # each node's predecessors in the order networkx keeps them
+            self.preds[index[v]].append((index[u], wait + graph.nodes[v]["dur"]))
+        self.index = index
 
     def longest(self, without: object = None) -> tuple[list, float]:
         """The longest path; with ``without``, the length when that node weighs nothing (its waits kept)."""
-        if self.graph.number_of_nodes() == 0:
+        if not self.nodes:
             return [], 0.0
         dur = self.graph.nodes[without]["dur"] if without is not None else 0.0
-        if dur:
-            for u in self.g.predecessors(without):
-                self.g.edges[u, without]["weight"] -= dur
-        try:
-            path = nx.dag_longest_path(self.g, weight="weight", topo_order=self.order)
-        finally:
-            if dur:
-                for u in self.g.predecessors(without):
-                    self.g.edges[u, without]["weight"] += dur
-        path = [n for n in path if n != _SOURCE]
+        skip = self.index[without] if dur else -1
+        n = len(self.nodes)
+        dist = [0.0] * n
+        back = [0] * n  # the binding predecessor; -1: the source (the path starts here); k itself: likewise
+        for k, preds in enumerate(self.preds):
+            best, arg = 0 + self.dur[k], -1
+            if k == skip:
+                best = 0 + (self.dur[k] - dur)
+                preds = [(u, w - dur) for u, w in preds]
+            for u, w in preds:
+                length = dist[u] + w
+                if length > best:
+                    best, arg = length, u
+            if best >= 0:
+                dist[k], back[k] = best, arg
+            else:
+                dist[k], back[k] = 0, k
+        end, top = -1, 0  # the source's length is 0: a longer end must beat it
+        for k in range(n):
+            if dist[k] > top:
+                end, top = k, dist[k]
+        path = []
+        while end >= 0:
+            path.append(self.nodes[end])
+            end = -1 if back[end] == end else back[end]
+        path.reverse()
         return path, path_length(self.graph, path) - (dur if without in path else 0.0)
 
 
@@ -236,15 +254,23 @@ def _lane_edges(sg: _StepGraph) -> None:
 
 def _launch_edges(sg: _StepGraph) -> None:
     t = sg.table
+    rows = sg.rows
+    correlation = t.correlation[rows]
+    worker = [d.worker for d in t.devices]
+    device = t.device[rows]
+    runtime = t.kind[rows] == Kind.RUNTIME
+    calls = (runtime & (correlation >= 0)).tolist()
+    is_gpu = np.array([d.kind == "gpu" for d in t.devices] or [False], dtype=bool)
+    launched = (~runtime & (correlation >= 0) & is_gpu[device]).tolist()
     launches = {}
-    for row in sg.rows:
-        if t.kind[row] == Kind.RUNTIME and t.correlation[row] >= 0:
-            launches[(t.devices[t.device[row]].worker, int(t.correlation[row]))] = int(row)
-    for row in sg.rows:
-        if t.kind[row] != Kind.RUNTIME and t.correlation[row] >= 0 and t.devices[t.device[row]].kind == "gpu":
-            launch = launches.get((t.devices[t.device[row]].worker, int(t.correlation[row])))
+    for row, code, corr, call in zip(rows.tolist(), device.tolist(), correlation.tolist(), calls):
+        if call:
+            launches[(worker[code], corr)] = row
+    for row, code, corr, work in zip(rows.tolist(), device.tolist(), correlation.tolist(), launched):
+        if work:
+            launch = launches.get((worker[code], corr))
             if launch is not None:
-                sg.add(launch, int(row), EDGE_LAUNCH)
+                sg.add(launch, row, EDGE_LAUNCH)
 
 
 def _data_edges(sg: _StepGraph, node_inputs: Iterable[tuple[str, str]]) -> None:
@@ -388,7 +414,8 @@ def _step_path(table: EventTable, step: int, dependencies: Dependencies, classes
     g = sg.g
     if not sg.rows.size:
         return None
-    path, length = longest_path(g)
+    weighted = _Weighted(g)
+    path, length = weighted.longest()
     base = float(min(table.ts[sg.rows]))
     span = float(max(table.end[sg.rows])) - base
     events = [n for n in path if not isinstance(n, tuple)]
@@ -426,12 +453,12 @@ def _step_path(table: EventTable, step: int, dependencies: Dependencies, classes
     for _, _, kind in g.edges(data="kind"):
         edges[kind] += 1
     return StepPath(step=step, length_us=length, span_us=span, links=tuple(links), by_device=dict(by_device),
-                    by_class=dict(by_class), what_if=tuple(_what_if(g, table, events, length, what_if_ops)),
+                    by_class=dict(by_class), what_if=tuple(_what_if(weighted, table, events, length, what_if_ops)),
                     events=int(sg.rows.size), edges=dict(edges))
 
 
-def _what_if(g: nx.DiGraph, table: EventTable, events: list, length: float, top: int) -> list[WhatIf]:
-    weighted = _Weighted(g)
+def _what_if(weighted: _Weighted, table: EventTable, events: list, length: float, top: int) -> list[WhatIf]:
+    g = weighted.graph
     result = []
     for row in sorted(events, key=lambda r: -g.nodes[r]["dur"])[:top]:
         dur = g.nodes[row]["dur"]
