@@ -152,6 +152,7 @@ class _Weighted:
         for u, v, wait in graph.edges(data="wait"):  # each node's predecessors in the order networkx keeps them
             self.preds[index[v]].append((index[u], wait + graph.nodes[v]["dur"]))
         self.index = index
+        self._base: tuple[list, list] | None = None  # the pass with every node weighed
 
     def longest(self, without: object = None) -> tuple[list, float]:
         """The longest path; with ``without``, the length when that node weighs nothing (its waits kept)."""
@@ -160,9 +161,28 @@ class _Weighted:
         dur = self.graph.nodes[without]["dur"] if without is not None else 0.0
         skip = self.index[without] if dur else -1
         n = len(self.nodes)
-        dist = [0.0] * n
-        back = [0] * n  # the binding predecessor; -1: the source (the path starts here); k itself: likewise
-        for k, preds in enumerate(self.preds):
+        if self._base is None:
+            dist, back, first = [0.0] * n, [0] * n, 0
+        else:  # the nodes before ``without`` in the order keep their lengths: the pass starts there
+            dist, back, first = list(self._base[0]), list(self._base[1]), skip if skip >= 0 else n
+        self._pass(dist, back, first, skip, dur)
+        if self._base is None and skip < 0:
+            self._base = (dist, back)
+        end = max(range(n), key=dist.__getitem__)  # the first of the longest
+        end = end if dist[end] > 0 else -1  # the source's length is 0: a longer end must beat it
+        path = []
+        while end >= 0:
+            path.append(self.nodes[end])
+            end = -1 if back[end] == end else back[end]
+        path.reverse()
+        return path, path_length(self.graph, path) - (dur if without in path else 0.0)
+
+    def _pass(self, dist: list, back: list, first: int, skip: int, dur: float) -> None:
+        """Lengths of the longest paths ending at each node from position ``first`` on (``dist``) and each one's
+        binding predecessor (``back``: -1 for the source, the node itself where a path starts there), with node
+        ``skip`` weighing ``dur`` less."""
+        for k in range(first, len(self.preds)):
+            preds = self.preds[k]
             best, arg = 0 + self.dur[k], -1
             if k == skip:
                 best = 0 + (self.dur[k] - dur)
@@ -175,16 +195,6 @@ class _Weighted:
                 dist[k], back[k] = best, arg
             else:
                 dist[k], back[k] = 0, k
-        end, top = -1, 0  # the source's length is 0: a longer end must beat it
-        for k in range(n):
-            if dist[k] > top:
-                end, top = k, dist[k]
-        path = []
-        while end >= 0:
-            path.append(self.nodes[end])
-            end = -1 if back[end] == end else back[end]
-        path.reverse()
-        return path, path_length(self.graph, path) - (dur if without in path else 0.0)
 
 
 def path_length(graph: nx.DiGraph, path: Sequence) -> float:
@@ -472,9 +482,10 @@ def _what_if(weighted: _Weighted, table: EventTable, events: list, length: float
 
 def analyze_critical_path(table: EventTable, dependencies: Dependencies = Dependencies(),
                           steps: Iterable[int] | None = None, comm_patterns: Iterable[str] = (),
-                          what_if_ops: int = WHAT_IF_OPS) -> CriticalPathReport:
-    """The critical path of each step (``steps``: those of the table by default; -1: events of no step)."""
-    classes = classify(table, comm_patterns)
+                          what_if_ops: int = WHAT_IF_OPS, classes: np.ndarray | None = None) -> CriticalPathReport:
+    """The critical path of each step (``steps``: those of the table by default; -1: events of no step);
+    ``classes``: ``classify(table, comm_patterns)``, when the caller has it already."""
+    classes = classify(table, comm_patterns) if classes is None else classes
     if steps is None:  # a trace without step markers (a TF1 timeline) is one step, numbered -1
         steps = table.steps() if len(table.steps()) else ([-1] if len(table) else [])
     wanted = [int(s) for s in steps]
