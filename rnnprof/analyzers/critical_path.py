@@ -149,8 +149,10 @@ class _Weighted:
         index = {node: k for k, node in enumerate(self.nodes)}
         self.dur = [graph.nodes[node]["dur"] for node in self.nodes]
         self.preds: list[list[tuple[int, float]]] = [[] for _ in self.nodes]
+        self.wait: dict[tuple[int, int], float] = {}
         for u, v, wait in graph.edges(data="wait"):  # each node's predecessors in the order networkx keeps them
             self.preds[index[v]].append((index[u], wait + graph.nodes[v]["dur"]))
+            self.wait[(index[u], index[v])] = wait
         self.index = index
         self._base: tuple[list, list] | None = None  # the pass with every node weighed
 
@@ -170,12 +172,15 @@ class _Weighted:
             self._base = (dist, back)
         end = max(range(n), key=dist.__getitem__)  # the first of the longest
         end = end if dist[end] > 0 else -1  # the source's length is 0: a longer end must beat it
-        path = []
+        chain = []
         while end >= 0:
-            path.append(self.nodes[end])
+            chain.append(end)
             end = -1 if back[end] == end else back[end]
-        path.reverse()
-        return path, path_length(self.graph, path) - (dur if without in path else 0.0)
+        chain.reverse()
+        # ``path_length``, summed in its order
+        length = (sum(self.dur[k] for k in chain) + sum(self.wait[pair] for pair in zip(chain, chain[1:]))
+                  - (dur if without is not None and self.index[without] in chain else 0.0))
+        return [self.nodes[k] for k in chain], length
 
     def _pass(self, dist: list, back: list, first: int, skip: int, dur: float) -> None:
         """Lengths of the longest paths ending at each node from position ``first`` on (``dist``) and each one's
