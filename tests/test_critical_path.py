@@ -58,6 +58,38 @@ def test_longest_path_is_the_heaviest_of_all_paths(g):
     assert path_length(g, path) == best
 
 
+def _networkx_path(g: nx.DiGraph, without=None) -> list:
+    """networkx's ``dag_longest_path`` of ``g`` with a source before every node and each edge weighing its wait
+    plus its target's duration (``without``: that node weighing nothing)."""
+    weighted = nx.DiGraph()
+    weighted.add_node("source")
+    dur = {n: 0 if n == without else g.nodes[n]["dur"] for n in g.nodes}
+    for n in g.nodes:
+        weighted.add_edge("source", n, weight=dur[n])
+    for u, v, wait in g.edges(data="wait"):
+        weighted.add_edge(u, v, weight=wait + dur[v])
+    path = nx.dag_longest_path(weighted, topo_order=list(nx.topological_sort(weighted)))
+    return [n for n in path if n != "source"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(weighted_dags())
+def test_the_path_and_each_what_if_are_networkx_longest_paths_ties_included(g):
+    """Small integer weights tie often: among paths of one length the same one is chosen as networkx chooses,
+    for the path and for every what-if (one node weighing nothing), whatever order they are asked in."""
+    from rnnprof.analyzers.critical_path import _Weighted
+
+    assert longest_path(g)[0] == _networkx_path(g)
+    weighted = _Weighted(g)
+    for node in [*reversed(list(g.nodes)), None, *g.nodes]:
+        path, length = weighted.longest(without=node)
+        assert path == _networkx_path(g, node)
+        changed = g.copy()
+        if node is not None:
+            changed.nodes[node]["dur"] = 0
+        assert length == path_length(changed, path)
+
+
 # -- a hand-built step: the join of a collective ----------------------------------------------------------
 
 

@@ -176,6 +176,49 @@ def test_a_step_with_more_events_than_the_bound_is_merged_without_losing_busy_ti
                    for b in timeline.bars), (device, cls, start, end)
 
 
+# -- what the report computes --------------------------------------------------------------------------
+
+def test_the_report_classifies_the_events_once_and_leaves_out_launch_statistics(tmp_path, capsys, monkeypatch):
+    """comm, the timeline and the critical path read one classification of the events; count-ops' launch
+    statistics, which the page does not show, are not computed (they cost more than the rest of count-ops)."""
+    import rnnprof.analyzers.classify as classify_module
+    import rnnprof.analyzers.comm as comm_module
+    import rnnprof.analyzers.critical_path as critical_path_module
+    import rnnprof.analyzers.opcount as opcount_module
+    import rnnprof.analyzers.run_report as run_report_module
+
+    real = classify_module.classify
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the report computed launch statistics")
+
+    for module in (classify_module, comm_module, critical_path_module, run_report_module):
+        monkeypatch.setattr(module, "classify", counted)
+    monkeypatch.setattr(opcount_module, "launch_stats", refused)
+    page = _report(RANKS[:1], tmp_path / "r.html", capsys)  # a trace whose kernels have launch calls
+    assert len(calls) == 1
+    specs = _specs(page)
+    assert {"breakdown", "step-breakdown", "timeline", "opcount", "top-device", "top-host",
+            "critical-path"} <= set(specs)
+
+
+def test_altair_is_imported_without_format_checkers_it_never_uses():
+    """jsonschema imports its optional format checkers with altair; rfc3986_validator builds a large regular
+    expression and isoduration imports arrow, which the report's start-up would pay for."""
+    probe = ("import sys\nfrom rnnprof.reports.charts import altair\naltair()\n"
+             "print(sorted(m for m in ('rfc3987_syntax', 'rfc3986_validator', 'isoduration', 'arrow') "
+             "if sys.modules.get(m) is not None))\nprint('jsonschema' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[]", "True"]
+
+
 # -- refusals ------------------------------------------------------------------------------------------
 
 def test_report_refuses_to_overwrite_and_bad_outputs_in_one_line(tmp_path, capsys):

@@ -326,20 +326,22 @@ def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray) -> list[Brea
 
 
 def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
-                 kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US, step_selection: str = "") -> CommReport:
+                 kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US, step_selection: str = "",
+                 classes: np.ndarray | None = None) -> CommReport:
     """Per-device and per-step communication/compute/idle breakdown, idle time by cause, and stragglers.
 
     ``comm_patterns`` are extra regexes (searched in event names and op types)
     that mark events as communication. Raises ``re.error`` for an invalid pattern.
     ``kernel_wait_us`` is the idle-cause threshold (``rnnprof.analyzers.idle``); ``step_selection``
-    only labels the report (select the steps with ``rnnprof.analyzers.steps`` first).
+    only labels the report (select the steps with ``rnnprof.analyzers.steps`` first); ``classes``:
+    ``classify(table, comm_patterns)``, when the caller has it already.
     Devices without activity are left out; a table without any device activity
     gives a report with no devices.
     """
     from rnnprof.analyzers.collectives import analyze_collectives
 
     extra = tuple(comm_patterns)
-    classes = classify(table, extra)
+    classes = classify(table, extra) if classes is None else classes
     work, basis = device_work_mask(table, classes)
     ts = table.ts[work]
     end = ts + np.maximum(table.dur[work], 0.0)

@@ -50,7 +50,6 @@ CLASS_NAMES = {EventClass.COMPUTE: "compute", EventClass.COMMUNICATION: "comm", 
                EventClass.MEMSET: "copy", EventClass.HOST: "host"}
 WAIT = "wait"
 WHAT_IF_OPS = 10  # the longest ops of the path get a what-if estimate
-_SOURCE = "__source__"
 _EPS_US = 0.5  # flow ends and data edges tolerate this much clock rounding
 
 
@@ -138,35 +137,69 @@ def longest_path(graph: nx.DiGraph) -> tuple[list, float]:
 
 
 class _Weighted:
-    """``graph`` as networkx's edge-weighted longest path wants it: a source before every node, each edge
-    weighing its wait plus its target's duration; built once, re-weighed for a what-if."""
+    """``graph``'s longest path by one pass over it in topological order, built once and passed again for each
+    what-if. It finds the path networkx's ``dag_longest_path`` finds on ``graph`` with a source before every node
+    and each edge weighing its wait plus its target's duration (the same order and the same choice among equal
+    lengths), without building that graph."""
 
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
-        g = self.g = nx.DiGraph()
-        g.add_node(_SOURCE)
-        for node, attrs in graph.nodes(data=True):
-            g.add_edge(_SOURCE, node, weight=attrs["dur"])
-        for u, v, attrs in graph.edges(data=True):
-            g.add_edge(u, v, weight=attrs["wait"] + graph.nodes[v]["dur"])
-        self.order = list(nx.topological_sort(g))
+        # networkx's order of that graph: the source, then ``graph``'s own topological order
+        self.nodes = list(nx.topological_sort(graph))
+        index = {node: k for k, node in enumerate(self.nodes)}
+        self.dur = [graph.nodes[node]["dur"] for node in self.nodes]
+        self.preds: list[list[tuple[int, float]]] = [[] for _ in self.nodes]
+        self.wait: dict[tuple[int, int], float] = {}
+        for u, v, wait in graph.edges(data="wait"):  # each node's predecessors in the order networkx keeps them
+            self.preds[index[v]].append((index[u], wait + graph.nodes[v]["dur"]))
+            self.wait[(index[u], index[v])] = wait
+        self.index = index
+        self._base: tuple[list, list] | None = None  # the pass with every node weighed
 
     def longest(self, without: object = None) -> tuple[list, float]:
         """The longest path; with ``without``, the length when that node weighs nothing (its waits kept)."""
-        if self.graph.number_of_nodes() == 0:
+        if not self.nodes:
             return [], 0.0
         dur = self.graph.nodes[without]["dur"] if without is not None else 0.0
-        if dur:
-            for u in self.g.predecessors(without):
-                self.g.edges[u, without]["weight"] -= dur
-        try:
-            path = nx.dag_longest_path(self.g, weight="weight", topo_order=self.order)
-        finally:
-            if dur:
-                for u in self.g.predecessors(without):
-                    self.g.edges[u, without]["weight"] += dur
-        path = [n for n in path if n != _SOURCE]
-        return path, path_length(self.graph, path) - (dur if without in path else 0.0)
+        skip = self.index[without] if dur else -1
+        n = len(self.nodes)
+        if self._base is None:
+            dist, back, first = [0.0] * n, [0] * n, 0
+        else:  # the nodes before ``without`` in the order keep their lengths: the pass starts there
+            dist, back, first = list(self._base[0]), list(self._base[1]), skip if skip >= 0 else n
+        self._pass(dist, back, first, skip, dur)
+        if self._base is None and skip < 0:
+            self._base = (dist, back)
+        end = max(range(n), key=dist.__getitem__)  # the first of the longest
+        end = end if dist[end] > 0 else -1  # the source's length is 0: a longer end must beat it
+        chain = []
+        while end >= 0:
+            chain.append(end)
+            end = -1 if back[end] == end else back[end]
+        chain.reverse()
+        # ``path_length``, summed in its order
+        length = (sum(self.dur[k] for k in chain) + sum(self.wait[pair] for pair in zip(chain, chain[1:]))
+                  - (dur if without is not None and self.index[without] in chain else 0.0))
+        return [self.nodes[k] for k in chain], length
+
+    def _pass(self, dist: list, back: list, first: int, skip: int, dur: float) -> None:
+        """Lengths of the longest paths ending at each node from position ``first`` on (``dist``) and each one's
+        binding predecessor (``back``: -1 for the source, the node itself where a path starts there), with node
+        ``skip`` weighing ``dur`` less."""
+        for k in range(first, len(self.preds)):
+            preds = self.preds[k]
+            best, arg = 0 + self.dur[k], -1
+            if k == skip:
+                best = 0 + (self.dur[k] - dur)
+                preds = [(u, w - dur) for u, w in preds]
+            for u, w in preds:
+                length = dist[u] + w
+                if length > best:
+                    best, arg = length, u
+            if best >= 0:
+                dist[k], back[k] = best, arg
+            else:
+                dist[k], back[k] = 0, k
 
 
 def path_length(graph: nx.DiGraph, path: Sequence) -> float:
@@ -236,15 +269,23 @@ def _lane_edges(sg: _StepGraph) -> None:
 
 def _launch_edges(sg: _StepGraph) -> None:
     t = sg.table
+    rows = sg.rows
+    correlation = t.correlation[rows]
+    worker = [d.worker for d in t.devices]
+    device = t.device[rows]
+    runtime = t.kind[rows] == Kind.RUNTIME
+    calls = (runtime & (correlation >= 0)).tolist()
+    is_gpu = np.array([d.kind == "gpu" for d in t.devices] or [False], dtype=bool)
+    launched = (~runtime & (correlation >= 0) & is_gpu[device]).tolist()
     launches = {}
-    for row in sg.rows:
-        if t.kind[row] == Kind.RUNTIME and t.correlation[row] >= 0:
-            launches[(t.devices[t.device[row]].worker, int(t.correlation[row]))] = int(row)
-    for row in sg.rows:
-        if t.kind[row] != Kind.RUNTIME and t.correlation[row] >= 0 and t.devices[t.device[row]].kind == "gpu":
-            launch = launches.get((t.devices[t.device[row]].worker, int(t.correlation[row])))
+    for row, code, corr, call in zip(rows.tolist(), device.tolist(), correlation.tolist(), calls):
+        if call:
+            launches[(worker[code], corr)] = row
+    for row, code, corr, work in zip(rows.tolist(), device.tolist(), correlation.tolist(), launched):
+        if work:
+            launch = launches.get((worker[code], corr))
             if launch is not None:
-                sg.add(launch, int(row), EDGE_LAUNCH)
+                sg.add(launch, row, EDGE_LAUNCH)
 
 
 def _data_edges(sg: _StepGraph, node_inputs: Iterable[tuple[str, str]]) -> None:
@@ -388,7 +429,8 @@ def _step_path(table: EventTable, step: int, dependencies: Dependencies, classes
     g = sg.g
     if not sg.rows.size:
         return None
-    path, length = longest_path(g)
+    weighted = _Weighted(g)
+    path, length = weighted.longest()
     base = float(min(table.ts[sg.rows]))
     span = float(max(table.end[sg.rows])) - base
     events = [n for n in path if not isinstance(n, tuple)]
@@ -426,12 +468,12 @@ def _step_path(table: EventTable, step: int, dependencies: Dependencies, classes
     for _, _, kind in g.edges(data="kind"):
         edges[kind] += 1
     return StepPath(step=step, length_us=length, span_us=span, links=tuple(links), by_device=dict(by_device),
-                    by_class=dict(by_class), what_if=tuple(_what_if(g, table, events, length, what_if_ops)),
+                    by_class=dict(by_class), what_if=tuple(_what_if(weighted, table, events, length, what_if_ops)),
                     events=int(sg.rows.size), edges=dict(edges))
 
 
-def _what_if(g: nx.DiGraph, table: EventTable, events: list, length: float, top: int) -> list[WhatIf]:
-    weighted = _Weighted(g)
+def _what_if(weighted: _Weighted, table: EventTable, events: list, length: float, top: int) -> list[WhatIf]:
+    g = weighted.graph
     result = []
     for row in sorted(events, key=lambda r: -g.nodes[r]["dur"])[:top]:
         dur = g.nodes[row]["dur"]
@@ -445,9 +487,10 @@ def _what_if(g: nx.DiGraph, table: EventTable, events: list, length: float, top:
 
 def analyze_critical_path(table: EventTable, dependencies: Dependencies = Dependencies(),
                           steps: Iterable[int] | None = None, comm_patterns: Iterable[str] = (),
-                          what_if_ops: int = WHAT_IF_OPS) -> CriticalPathReport:
-    """The critical path of each step (``steps``: those of the table by default; -1: events of no step)."""
-    classes = classify(table, comm_patterns)
+                          what_if_ops: int = WHAT_IF_OPS, classes: np.ndarray | None = None) -> CriticalPathReport:
+    """The critical path of each step (``steps``: those of the table by default; -1: events of no step);
+    ``classes``: ``classify(table, comm_patterns)``, when the caller has it already."""
+    classes = classify(table, comm_patterns) if classes is None else classes
     if steps is None:  # a trace without step markers (a TF1 timeline) is one step, numbered -1
         steps = table.steps() if len(table.steps()) else ([-1] if len(table) else [])
     wanted = [int(s) for s in steps]

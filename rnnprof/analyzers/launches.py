@@ -281,7 +281,8 @@ def enclosing_host_ops(table: EventTable, rows: np.ndarray) -> np.ndarray:
     if not len(rows) or not len(ops):
         return out
     lane_key = table.device.astype(np.int64) * (len(table.strings) + 1) + table.lane
-    position = {int(r): k for k, r in enumerate(rows)}
+    position = {r: k for k, r in enumerate(rows.tolist())}
+    found: list[tuple[int, int]] = []  # (position in rows, enclosing op)
     for key in np.unique(lane_key[rows]):
         mine = rows[lane_key[rows] == key]
         theirs = ops[lane_key[ops] == key]
@@ -291,15 +292,19 @@ def enclosing_host_ops(table: EventTable, rows: np.ndarray) -> np.ndarray:
         is_op = np.concatenate([np.ones(len(theirs), bool), np.zeros(len(mine), bool)])
         # By start; at one start, ops before the events they contain, longer ops first.
         order = np.lexsort((~is_op, -table.dur[both], table.ts[both]))
+        ordered = both[order]
         stack: list[tuple[float, int]] = []
-        for row, op in zip(both[order].tolist(), is_op[order].tolist()):
-            start = table.ts[row]
+        for row, op, start, end in zip(ordered.tolist(), is_op[order].tolist(), table.ts[ordered].tolist(),
+                                       (table.ts[ordered] + np.maximum(table.dur[ordered], 0.0)).tolist()):
             while stack and stack[-1][0] <= start:
                 stack.pop()
             if op:
-                stack.append((start + max(table.dur[row], 0.0), row))
-            elif stack and stack[-1][0] >= start + max(table.dur[row], 0.0):
-                out[position[row]] = stack[-1][1]
+                stack.append((end, row))
+            elif stack and stack[-1][0] >= end:
+                found.append((position[row], stack[-1][1]))
+    if found:
+        at, op_rows = zip(*found)
+        out[list(at)] = op_rows
     return out
 
 

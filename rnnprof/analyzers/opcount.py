@@ -137,7 +137,7 @@ class OpCountReport:
     runtime_graph: GraphOpCounts
     kernels: KernelCounts
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
-    launches: LaunchStats | None = None  # None: no trace events (rnnprof.analyzers.launches)
+    launches: LaunchStats | None = None  # None: no trace events, or not asked for (rnnprof.analyzers.launches)
 
 
 @dataclass(frozen=True)
@@ -292,16 +292,17 @@ def count_ops(
     runtime_reason: str = "",
     events_reason: str = "",
     short_kernel_us: float = DEFAULT_SHORT_KERNEL_US,
+    launches: bool = True,
 ) -> OpCountReport:
-    """Counts of both graph views and of the kernels, and the kernels' launch statistics; a ``*_reason`` says
-    why that part is missing."""
+    """Counts of both graph views and of the kernels, and the kernels' launch statistics (``launches=False``:
+    left out, for a caller that does not show them); a ``*_reason`` says why that part is missing."""
     return OpCountReport(
         source=source,
         source_format=table.source_format if table is not None else "graph",
         user_graph=count_graph(user_graph, user_reason),
         runtime_graph=count_graph(runtime_graph, runtime_reason),
         kernels=count_kernels(table, events_reason),
-        launches=launch_stats(table, short_kernel_us) if table is not None and len(table) else None,
+        launches=launch_stats(table, short_kernel_us) if launches and table is not None and len(table) else None,
     )
 
 

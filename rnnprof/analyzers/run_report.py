@@ -2,7 +2,8 @@
 
 ``analyze_run`` runs the analyses the other commands run (``comm``, ``count-ops``,
 ``placement-audit``, ``critical-path``) on inputs read once, plus the top ops by time and one step's
-timeline; the critical path is that of the timeline's step. A part
+timeline; the critical path is that of the timeline's step. The events are classified once for all of
+them; count-ops' launch statistics are left out, as the report does not show them. A part
 that cannot be computed is None with the reason, which the report prints in its place.
 """
 
@@ -49,19 +50,19 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     from rnnprof.analyzers.placement import audit, configured_rules
 
     opcount = count_ops(label, events, user_graph, runtime_graph, user_reason=user_reason,
-                        runtime_reason=runtime_reason, events_reason=events_reason)
+                        runtime_reason=runtime_reason, events_reason=events_reason, launches=False)
     placement = audit(audit_input, configured_rules()) if audit_input is not None else None
     no_events = events_reason or "the input holds no trace events"
     if events is None or len(events) == 0:
         return RunReport(label, manifest, 0, "graph", None, no_events, opcount, placement, audit_reason, (), (),
                          no_events, None, no_events, None, no_events)
-    comm = analyze_comm(events)
+    classes = classify(events)
+    comm = analyze_comm(events, classes=classes)
     comm_reason = ""
     if not comm.devices:
         comm_reason = ("every event is on the host (a CPU-only tf.profiler XSpace, for one, names no device for "
                        "its ops)" if comm.host_only else "no device activity (no kernels, memcpys or ops on a device)")
         comm = None
-    classes = classify(events)
     work, _ = device_work_mask(events, classes)
     host = np.array([d.kind == "host" for d in events.devices] or [False], dtype=bool)
     host_ops = np.flatnonzero((events.kind == Kind.HOST_OP) & host[events.device])
@@ -72,7 +73,8 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     critical_path, critical_path_reason = None, timeline_reason
     if timeline is not None:
         critical_path = analyze_critical_path(events, dependencies or Dependencies(),
-                                              steps=[timeline.step if timeline.step is not None else -1])
+                                              steps=[timeline.step if timeline.step is not None else -1],
+                                              classes=classes)
         critical_path_reason = "" if critical_path.steps else "no event on a device in the step"
         critical_path = critical_path if critical_path.steps else None
     return RunReport(label, manifest, len(events), events.source_format, comm, comm_reason, opcount, placement,

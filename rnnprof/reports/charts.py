@@ -30,15 +30,20 @@ PATH_COLORS = (CLASS_COLORS[0], CLASS_COLORS[1], CLASS_COLORS[2], HOST_COLOR)
 MAX_PATH_BARS = 5000  # events of a critical path drawn (its first ones)
 
 
-def altair():
-    """altair, imported without jsonschema's optional IRI checker.
+# jsonschema's optional format checkers, each imported when installed: ``rfc3987_syntax`` (``iri``) builds a
+# grammar at import (about 2 s), ``rfc3986_validator`` (``uri``) a large regular expression (0.15 s), and
+# ``isoduration`` (``duration``) imports arrow and dateutil (0.1 s). altair never checks these formats.
+_UNUSED_FORMAT_CHECKERS = ("rfc3987_syntax", "rfc3986_validator", "isoduration")
 
-    jsonschema imports ``rfc3987_syntax`` for its ``iri`` format when it is installed, which builds
-    a grammar at import (about 2 s); altair never checks that format, so it is kept out. Only when
-    jsonschema is not loaded yet: a program that already uses it keeps its own set-up.
+
+def altair():
+    """altair, imported without jsonschema's optional checkers of formats it never checks.
+
+    Only when jsonschema is not loaded yet: a program that already uses it keeps its own set-up.
     """
     if "jsonschema" not in sys.modules:
-        sys.modules.setdefault("rfc3987_syntax", None)  # None: ``import rfc3987_syntax`` raises ImportError
+        for name in _UNUSED_FORMAT_CHECKERS:
+            sys.modules.setdefault(name, None)  # None: ``import NAME`` raises ImportError
     import altair as alt
 
     return alt
