@@ -34,7 +34,7 @@ _peak_kb = [0]
 def _sample():
     while True:
         _peak_kb[0] = max(_peak_kb[0], _tree_rss_kb())
-        threading.Event().wait(0.01)
+        threading.Event().wait(0.05)  # a rank holds its memory for seconds; a walk of /proc costs CPU
 
 threading.Thread(target=_sample, daemon=True).start()
 

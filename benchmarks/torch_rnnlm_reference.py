@@ -147,7 +147,8 @@ def main() -> int:
     parser.add_argument("--preset", choices=("small", "rnn_benchmark"), default="small")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps of each side")
     parser.add_argument("--batches", type=int, default=100, help="timed steps of each side, interleaved")
-    parser.add_argument("--repeat", type=int, default=3, help="fresh launches")
+    parser.add_argument("--repeat", type=int, default=9,
+                        help="fresh launches (their ratios spread by a few percent: 3 are too few to settle 1.0)")
     parser.add_argument("--threads", type=int, default=1,
                         help=f"intra-op threads of the rank, for both sides (default 1; scale gives one rank "
                              f"the cores, here {threads_per_process(1)}: on a machine other work shares, as "
