@@ -253,11 +253,15 @@ class _Lanes:
     def codes(self, keys: list, on_gpu: list[bool] | None) -> list[int]:
         """The lane of each event (``keys``: its stream or thread id; ``on_gpu``: None when all are host events)."""
         host, gpu = self.host.get, self.gpu.get
+
+        def known(keys: list) -> list:
+            return list(map(host, keys)) if on_gpu is None else [gpu(k) if g else host(k) for k, g in zip(keys, on_gpu)]
+
         try:
-            got = list(map(host, keys)) if on_gpu is None else [gpu(k) if g else host(k) for k, g in zip(keys, on_gpu)]
+            got = known(keys)
         except TypeError:  # a tid or stream that is a list or an object: name the lane by its text
             keys = [str(k) for k in keys]
-            got = list(map(host, keys)) if on_gpu is None else [gpu(k) if g else host(k) for k, g in zip(keys, on_gpu)]
+            got = known(keys)
         if None in got:  # lanes seen for the first time, coded in the order of the events
             on_gpu = on_gpu or [False] * len(keys)
             got = [c if c is not None else self._new(k, g) for c, k, g in zip(got, keys, on_gpu)]

@@ -23,7 +23,7 @@ from rnnprof.config import WorkloadConfig, validate
 from rnnprof.errors import UsageError
 from rnnprof.profiler.run.measure import StepResult
 from rnnprof.profiler.run.runner import (HOST_DEVICE, LOCAL, _device_plan, _optimizer, feed_of, session_config,
-                                         thread_warnings, timed_run, visible_gpus)
+                                         thread_warnings, timed_run, visible_gpus, workload_of)
 from rnnprof.profiler.tensorflow_import import import_tensorflow
 
 TRAINERS = ("rnnprof", "distribute")
@@ -60,11 +60,7 @@ class DistributeRun:
         self.config = config
         self.warnings = thread_warnings(config)
         self.device_names, self.device_kind = _device_plan(config, gpus, [LOCAL])
-        if workload is None:
-            from rnnprof.models import get_workload
-
-            workload = get_workload(config)
-        self.workload = workload
+        self.workload = workload = workload_of(config, workload)
         self.steps_run = 0
         self.graph = tf.Graph()
         with self.graph.as_default():

@@ -126,11 +126,7 @@ class DataParallelRun:
         self.host_device = f"{self.worker_prefixes[0]}/device:CPU:0"  # the chief's: metrics, pscpu sums
         self.device_names, self.device_kind = _device_plan(config, gpus, self.worker_prefixes)
         self.reduce_devices = _reduce_devices(self.device_names, gpus)
-        if workload is None:
-            from rnnprof.models import get_workload
-
-            workload = get_workload(config)
-        self.workload = workload
+        self.workload = workload = workload_of(config, workload)
         self.steps_run = 0
         self.graph = tf.Graph()
         with self.graph.as_default():
@@ -299,6 +295,15 @@ def _byte_size(shape, dtype) -> int:
     if any(d is None for d in dims):
         return 0
     return int(np.prod(dims, dtype=np.int64)) * int(getattr(dtype, "size", 4) or 4)
+
+
+def workload_of(config: WorkloadConfig, workload=None):
+    """``workload`` when given, else the built-in workload ``config`` names."""
+    if workload is not None:
+        return workload
+    from rnnprof.models import get_workload
+
+    return get_workload(config)
 
 
 def feed_of(inputs_per_tower, batches_per_tower) -> dict:

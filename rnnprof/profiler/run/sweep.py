@@ -25,7 +25,7 @@ class Sweep:
     step_definition: str = "wall time of each timed session.run call; warm-up batches are excluded"
 
 
-def _no_progress(label: str, warmup: int, batches: int) -> None:
+def no_progress(label: str, warmup: int, batches: int) -> None:
     return None
 
 
@@ -38,7 +38,15 @@ def _run(trainer: str | None, config: WorkloadConfig, cluster):
     return DataParallelRun(config, cluster=cluster)
 
 
-def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
+def run_label(config: WorkloadConfig, trainer: str | None = None) -> str:
+    """How a progress bar names one run of a sweep, e.g. ``replicated x2 on 2 worker(s) [distribute]``."""
+    return f"{config.variable_update} x{config.devices}" + (
+        f" on {config.workers} worker(s)" if config.workers else "") + (
+        f" ({config.fake_location} images)" if config.fake_location else "") + (
+        f" [{trainer}]" if trainer else "")
+
+
+def sweep(configs: Sequence[WorkloadConfig], progress: Progress = no_progress,
           on_warning: Callable[[str], None] = lambda warning: None,
           trainers: Sequence[str | None] | None = None) -> Sweep:
     """Measure every config in order (a new graph and session each) and return one ``ScalePoint`` per config.
@@ -55,12 +63,8 @@ def sweep(configs: Sequence[WorkloadConfig], progress: Progress = _no_progress,
             words_definition = training.workload.words_definition
             model = training.workload.name
             unit = getattr(training.workload, "unit", "words")
-            label = f"{config.variable_update} x{config.devices}" + (
-                f" on {config.workers} worker(s)" if config.workers else "") + (
-                f" ({config.fake_location} images)" if config.fake_location else "") + (
-                f" [{trainer}]" if trainer else "")
             m = measure(training, config.warmup, config.batches,
-                        on_step=progress(label, config.warmup, config.batches))
+                        on_step=progress(run_label(config, trainer), config.warmup, config.batches))
         points.append(ScalePoint(
             variable_update=config.variable_update,
             all_reduce=config.all_reduce if config.variable_update == "replicated" else None,

@@ -28,7 +28,7 @@ from rnnprof.analyzers.throughput import summarize
 from rnnprof.config import TorchOptions
 from rnnprof.errors import RankFailed, UsageError
 from rnnprof.profiler.run.measure import StepCallback, StepResult, measure
-from rnnprof.profiler.run.sweep import Progress, Sweep, _no_progress
+from rnnprof.profiler.run.sweep import Progress, Sweep, no_progress, run_label
 from rnnprof.profiler.run.torch_progress import StepLog, follow_steps
 from rnnprof.profiler.torch_import import import_torch
 
@@ -294,7 +294,7 @@ def combine_ranks(per_rank: Sequence[Sequence[Sequence]]) -> list[StepResult]:
             for records in zip(*per_rank)]
 
 
-def torch_sweep(configs: Sequence[TorchOptions], progress: Progress = _no_progress,
+def torch_sweep(configs: Sequence[TorchOptions], progress: Progress = no_progress,
                 on_warning: Callable[[str], None] = lambda warning: None) -> Sweep:
     """Measure every configuration in order (fresh processes each) and return one ``ScalePoint`` per configuration.
     ``progress(label, warmup, batches)`` gives each configuration's step callback, as ``sweep``'s does."""
@@ -306,8 +306,7 @@ def torch_sweep(configs: Sequence[TorchOptions], progress: Progress = _no_progre
     points, device_kind = [], CPU_PROCESSES
     for options in configs:
         config = options.workload
-        label = f"{config.variable_update} x{config.devices}"
-        results = run_ranks(options, on_step=progress(label, config.warmup, config.batches))
+        results = run_ranks(options, on_step=progress(run_label(config), config.warmup, config.batches))
         group_backend = results[0]["backend"]
         device_kind = "gpu" if group_backend == "nccl" else CPU_PROCESSES
         warmup = combine_ranks([r["warmup"] for r in results])
