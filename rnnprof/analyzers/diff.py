@@ -17,6 +17,7 @@ Every figure comes from the analysis that defines it, run once on each side:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,8 @@ from rnnprof.analyzers import opcount
 from rnnprof.analyzers.comm import CommReport, analyze_comm
 from rnnprof.analyzers.placement import AuditInput
 from rnnprof.analyzers.placement import scopes
-from rnnprof.events import EventTable
+from rnnprof.analyzers.launches import host_self_time
+from rnnprof.events import Device, EventTable, Kind
 
 if TYPE_CHECKING:
     import networkx
@@ -35,11 +37,23 @@ DEFINITIONS = {
     "Δ, ratio": "Δ = B − A and ratio = B ÷ A: A is the reference, B the input compared with it",
     "per step": "a figure over the steps a side traced divided by their number (a trace without step "
                 "markers is one step); A and B may have traced different steps",
+    "step time": "the headline: the mean period of the compared steps on each side, by the first basis both "
+                 "sides have: the host step markers (the mean duration of the ProfilerStep#N ranges of the "
+                 "compared steps, over every rank the side holds), else the step time the run recorded (a run "
+                 "directory's manifest: median of its timed steps), else the span of all device activity per "
+                 "step; ratio = B ÷ A of these periods",
+    "paired by role": "where the two sides name their devices differently (rank 3 of 8 against rank 1 of 2), "
+                      "devices with the same label are compared first, then the rest by role: host against "
+                      "host and the k-th GPU (CPU) of one side, in rank and index order, against the k-th of "
+                      "the other; shown as A's device ~ B's device",
     "device time": "comm's per-device breakdown (see rnnprof comm), mean per step: step = span from the "
                    "device's first to its last activity in the step; all devices: from the first start "
                    "to the last end over the devices",
     "ops and kernels": "the events count-ops counts as CPU and GPU kernels, grouped by name or op type; "
-                       "time = their summed durations",
+                       "time = their summed durations, a host op's by its self time",
+    "self time": "a host op's duration less the time of the host ops nested in it on the same thread (its "
+                 "direct children, each cut to the op's end), so nested operators (aten::item around "
+                 "aten::_local_scalar_dense) do not count the same time twice",
     "normalized name": "template arguments become <…> and argument lists are dropped, so variants of "
                        "one templated kernel group together",
     "appeared / vanished": "a name or op type that runs only in B / only in A",
@@ -104,10 +118,12 @@ class Figure:
 
 @dataclass(frozen=True)
 class DeviceFigure:
-    device: str  # a device label, "all devices", or "run" (the manifest's timed steps)
+    device: str  # a device label, "A's ~ B's" for devices paired by role, "all devices", or "run"
     metric: str
     a: float | None  # µs per step
     b: float | None
+    device_a: str = ""  # the device on each side ("" where the side lacks it)
+    device_b: str = ""
 
     @property
     def delta(self) -> float | None:
@@ -119,12 +135,43 @@ class DeviceFigure:
 
 
 @dataclass(frozen=True)
+class StepTime:
+    """One side's step period (see ``DEFINITIONS["step time"]``)."""
+
+    us: float | None  # mean µs per step; None when the side has no basis
+    basis: str  # "step markers", "run record", "activity span", or "" with ``us`` None
+    detail: str = ""  # what exactly was measured, in words
+    steps: int = 0  # periods averaged (markers: one per rank and step)
+
+
+STEP_BASES = ("step markers", "run record", "activity span")
+
+
+@dataclass(frozen=True)
+class Headline:
+    a: StepTime
+    b: StepTime
+
+    @property
+    def ratio(self) -> float | None:
+        if self.a.us is None or self.b.us is None or self.a.us == 0:
+            return None
+        return self.b.us / self.a.us
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.a.us is None or self.b.us is None else self.b.us - self.a.us
+
+
+@dataclass(frozen=True)
 class TimeSection:
     available: bool
     reason: str = ""
     steps_a: tuple[int, ...] = ()
     steps_b: tuple[int, ...] = ()
     rows: tuple[DeviceFigure, ...] = ()
+    headline: Headline | None = None
+    paired_by_role: tuple[tuple[str, str], ...] = ()  # (A's device, B's device) paired although labels differ
 
     @property
     def changed(self) -> bool:
@@ -310,13 +357,18 @@ def _per_step(report: CommReport) -> dict[tuple[str, str], float]:
         parts = list(d.steps.values()) or [d.total]
         for metric, attr in _BREAKDOWN:
             out[(d.device.label, metric)] = float(np.mean([getattr(p, attr) for p in parts]))
+    out[("all devices", "activity span")] = _activity_span(report)
+    return out
+
+
+def _activity_span(report: CommReport) -> float:
+    """Mean over steps of the span from the first start to the last end of any device's activity."""
     if report.steps:
         spans = [max(d.steps[s].end_us for d in report.devices if s in d.steps)
                  - min(d.steps[s].start_us for d in report.devices if s in d.steps) for s in report.steps]
     else:
         spans = [max(d.total.end_us for d in report.devices) - min(d.total.start_us for d in report.devices)]
-    out[("all devices", "step")] = float(np.mean(spans))
-    return out
+    return float(np.mean(spans))
 
 
 def _timed_step_us(manifest: dict | None) -> float | None:
@@ -325,19 +377,108 @@ def _timed_step_us(manifest: dict | None) -> float | None:
     return float(value) * 1e6 if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+STEP_MARKER = re.compile(r"^ProfilerStep#(\d{1,9})$")
+
+
+def step_marker_periods(table: EventTable | None) -> np.ndarray:
+    """Durations (µs) of the host step markers (``ProfilerStep#N`` annotations) of the table's steps, one per
+    rank and step: the steps left after a step selection, every marker when the events carry no step."""
+    if table is None or not len(table):
+        return np.zeros(0)
+    numbers = np.full(len(table.strings), -1, dtype=np.int64)
+    for code, text in enumerate(table.strings):
+        match = STEP_MARKER.match(text) if text.startswith("ProfilerStep#") else None
+        if match:
+            numbers[code] = int(match.group(1))
+    step_of = numbers[table.name]
+    rows = (step_of >= 0) & (table.kind == Kind.ANNOTATION)
+    known = table.steps()
+    if len(known):
+        rows &= np.isin(step_of, known)
+    return table.dur[rows].astype(float)
+
+
+def step_time(side: Side, report: CommReport | None, basis: str) -> StepTime:
+    """``side``'s step period on ``basis`` (one of ``STEP_BASES``); ``us`` None when it has none."""
+    if basis == "step markers":
+        periods = step_marker_periods(side.events)
+        if len(periods):
+            return StepTime(float(periods.mean()), basis, "mean duration of the ProfilerStep#N ranges of the "
+                                                          "compared steps", len(periods))
+    elif basis == "run record":
+        timed = _timed_step_us(side.manifest)
+        if timed is not None:
+            return StepTime(timed, basis, "median of the run's timed steps (manifest)", 1)
+    elif basis == "activity span" and report is not None:
+        return StepTime(_activity_span(report), basis, "mean span of all device activity per step",
+                        max(1, len(report.steps)))
+    return StepTime(None, "")
+
+
+def headline(a: Side, b: Side, ca: CommReport | None, cb: CommReport | None) -> Headline:
+    """Both sides' step periods on the first basis of ``STEP_BASES`` both have (else each on its own first)."""
+    for basis in STEP_BASES:
+        ta, tb = step_time(a, ca, basis), step_time(b, cb, basis)
+        if ta.us is not None and tb.us is not None:
+            return Headline(ta, tb)
+
+    def first(side, report):
+        return next((t for t in (step_time(side, report, x) for x in STEP_BASES) if t.us is not None),
+                    StepTime(None, ""))
+
+    return Headline(first(a, ca), first(b, cb))
+
+
+def _worker_order(device: Device) -> tuple:
+    digits = re.findall(r"\d+", device.worker)
+    return (int(digits[-1]) if digits else -1, device.worker, device.index)
+
+
+def pair_devices(devices_a: list[Device], devices_b: list[Device]) -> list[tuple[Device | None, Device | None]]:
+    """Devices of A and B compared with each other: the same label first, then the rest by role (host with
+    host, the k-th GPU with the k-th GPU, in rank and index order); a device left over is alone (None)."""
+    labels_b = {d.label: d for d in devices_b}
+    pairs: list[tuple[Device | None, Device | None]] = [(d, labels_b[d.label]) for d in devices_a
+                                                         if d.label in labels_b]
+    paired = {d.label for d, _ in pairs}
+    rest_a = [d for d in devices_a if d.label not in paired]
+    rest_b = [d for d in devices_b if d.label not in paired]
+    for kind in sorted({d.kind for d in rest_a} | {d.kind for d in rest_b}):
+        of_a = sorted((d for d in rest_a if d.kind == kind), key=_worker_order)
+        of_b = sorted((d for d in rest_b if d.kind == kind), key=_worker_order)
+        pairs += list(zip(of_a, of_b))
+        pairs += [(d, None) for d in of_a[len(of_b):]] + [(None, d) for d in of_b[len(of_a):]]
+    return pairs
+
+
+def _pair_label(da: Device | None, db: Device | None) -> str:
+    if da is None or db is None:
+        return (da or db).label
+    return da.label if da.label == db.label else f"{da.label} ~ {db.label}"
+
+
 def diff_time(a: Side, b: Side) -> TimeSection:
     (ca, why_a), (cb, why_b) = _comm(a), _comm(b)
     if ca is None or cb is None:
-        return TimeSection(available=False, reason=_reasons(why_a, why_b))
+        top = headline(a, b, ca, cb)
+        return TimeSection(available=False, reason=_reasons(why_a, why_b),
+                           headline=top if top.a.us is not None or top.b.us is not None else None)
     fa, fb = _per_step(ca), _per_step(cb)
-    keys = sorted(set(fa) | set(fb), key=lambda k: (k[0] != "all devices", k[0],
-                                                    [m for m, _ in _BREAKDOWN].index(k[1])))
-    rows = [DeviceFigure(device, metric, fa.get((device, metric)), fb.get((device, metric)))
-            for device, metric in keys]
+    pairs = pair_devices([d.device for d in ca.devices], [d.device for d in cb.devices])
+    order = [m for m, _ in _BREAKDOWN]
+    rows = [DeviceFigure("all devices", "activity span", fa[("all devices", "activity span")],
+                         fb[("all devices", "activity span")], "all devices", "all devices")]
+    for da, db in sorted(pairs, key=lambda p: _pair_label(*p)):
+        label = _pair_label(da, db)
+        rows += [DeviceFigure(label, metric, fa.get((da.label, metric)) if da else None,
+                              fb.get((db.label, metric)) if db else None,
+                              da.label if da else "", db.label if db else "") for metric in order]
     timed_a, timed_b = _timed_step_us(a.manifest), _timed_step_us(b.manifest)
     if timed_a is not None or timed_b is not None:
         rows.insert(0, DeviceFigure("run", "timed step (median)", timed_a, timed_b))
-    return TimeSection(available=True, steps_a=ca.steps, steps_b=cb.steps, rows=tuple(rows))
+    by_role = tuple((da.label, db.label) for da, db in pairs if da and db and da.label != db.label)
+    return TimeSection(available=True, steps_a=ca.steps, steps_b=cb.steps, rows=tuple(rows),
+                       headline=headline(a, b, ca, cb), paired_by_role=by_role)
 
 
 # -- ops and kernels ------------------------------------------------------------------------------------------
@@ -378,9 +519,12 @@ def _grouped(table: EventTable, column: np.ndarray, normalize: bool) -> dict[str
     cpu, gpu = opcount.kernel_masks(table)
     steps, in_steps = opcount.counted_steps(table)
     rows = (cpu | gpu) & in_steps
+    time = np.maximum(table.dur, 0.0)
+    host = np.flatnonzero(cpu)
+    time[host] = host_self_time(table, host)  # a host op's own time, its nested host ops' taken out
     codes, inverse = np.unique(column[rows], return_inverse=True)
     counts = np.bincount(inverse, minlength=len(codes))
-    times = np.bincount(inverse, weights=np.maximum(table.dur[rows], 0.0), minlength=len(codes))
+    times = np.bincount(inverse, weights=time[rows], minlength=len(codes))
     out: dict[str, list[float]] = {}
     for code, n, t in zip(codes.tolist(), counts.tolist(), times.tolist()):
         text = table.strings[code]
@@ -541,5 +685,5 @@ def diff_config(a: Side, b: Side) -> ConfigSection:
 
 
 __all__ = ["ConfigChange", "ConfigSection", "DeviceFigure", "DiffReport", "Figure", "GraphCount", "GraphSection",
-           "IncompatibleSides", "MovedOp", "OpChange", "OpsSection", "Side", "TimeSection", "diff", "normalize_name",
-           "settings"]
+           "Headline", "IncompatibleSides", "MovedOp", "OpChange", "OpsSection", "STEP_BASES", "Side", "StepTime",
+           "TimeSection", "diff", "headline", "normalize_name", "pair_devices", "settings", "step_marker_periods"]

@@ -348,3 +348,33 @@ def _host_ops(samples) -> tuple[HostOpLaunches, ...]:
             longer_on_host=int((host_time[mine] > kernel_time[mine]).sum())))
     found.sort(key=lambda o: (-o.host_total_us, o.name))
     return tuple(found)
+
+
+def host_self_time(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """For each host op in ``rows`` (event indices), its self time: its duration less the time of the ops of
+    ``rows`` nested directly in it on the same device and thread (lane), each child cut to the op's end."""
+    rows = np.asarray(rows, dtype=np.int64)
+    dur = np.maximum(table.dur[rows], 0.0)
+    out = dur.copy()
+    if not len(rows):
+        return out
+    lane_key = table.device[rows].astype(np.int64) * (len(table.strings) + 1) + table.lane[rows]
+    start = table.ts[rows]
+    end = start + dur
+    # By thread, then start; at one start the longer op first (it contains the shorter), and of two alike the
+    # first recorded (Kineto writes an op before the ops it calls).
+    order = np.lexsort((rows, -dur, start, lane_key))
+    ends = end.tolist()
+    stack: list[int] = []  # positions in rows of the open ops, innermost last
+    last_key = None
+    for k, key, s, e in zip(order.tolist(), lane_key[order].tolist(), start[order].tolist(), end[order].tolist()):
+        if key != last_key:
+            stack.clear()
+            last_key = key
+        while stack and ends[stack[-1]] <= s:
+            stack.pop()
+        if stack:
+            parent = stack[-1]
+            out[parent] -= min(e, ends[parent]) - s
+        stack.append(k)
+    return np.maximum(out, 0.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from rnnprof.analyzers.diff import DiffReport, OpChange
+from rnnprof.analyzers.diff import DiffReport, Headline, OpChange, StepTime
 from rnnprof.reports.layout import compact_table
 from rnnprof.reports.opcount import render_definitions
 
@@ -55,6 +55,7 @@ def render_table(report: DiffReport, *, top: int, console: Console) -> None:
                       "configuration are the same on both sides.")
         return
     console.print("[dim]Δ = B − A, ratio = B ÷ A[/dim]")
+    _render_headline(report, console)
     _render_time(report, top, console)
     _render_ops(report, top, console)
     _render_graphs(report, top, console)
@@ -66,10 +67,34 @@ def _unavailable(title: str, reason: str, console: Console) -> None:
     console.print(Text.assemble((title, "bold"), f": not compared ({reason})"))
 
 
+def _step_text(t: StepTime) -> str:
+    if t.us is None:
+        return "n/a"
+    return f"{_ms(t.us)} ms"
+
+
+def _render_headline(report: DiffReport, console: Console) -> None:
+    top = report.time.headline
+    if top is None:
+        return
+    ratio = f" ({_ratio(top.ratio)}, Δ {_ms(top.delta, signed=True)} ms)" if top.ratio is not None else ""
+    console.print(Text.assemble(("Step time: ", "bold"), f"A {_step_text(top.a)}, B {_step_text(top.b)}", (ratio, "bold")))
+    bases = {top.a.detail, top.b.detail} - {""}
+    if len(bases) == 1:
+        console.print(Text(f"  per step: {bases.pop()} (A: {top.a.steps}, B: {top.b.steps})", style="dim"))
+    else:
+        console.print(Text(f"  per step: A: {top.a.detail or 'none'}; B: {top.b.detail or 'none'} (different "
+                           f"bases: not comparable)", style="dim"))
+
+
 def _render_time(report: DiffReport, top: int, console: Console) -> None:
     section = report.time
     if not section.available:
         return _unavailable("Time per device", section.reason, console)
+    if section.paired_by_role:
+        console.print(Text.assemble(("Devices", "bold"), " paired by role: "
+                                    + ", ".join(f"{a} ~ {b}" for a, b in section.paired_by_role)
+                                    + " (their labels differ: A's device ~ B's device)"))
     changed = [r for r in section.rows if r.device not in _ALWAYS and r.changed]
     rows = _time_rows(report, top)
     table = compact_table("device", ("A ms", "B ms", "Δ ms"), text_columns=("per step",),
@@ -166,6 +191,16 @@ def _op_dict(r: OpChange) -> dict:
             "time_delta_us_per_step": r.time_delta_us}
 
 
+def _step_dict(t: StepTime) -> dict:
+    return {"us_per_step": t.us, "basis": t.basis or None, "detail": t.detail or None, "periods": t.steps}
+
+
+def _headline_dict(top: Headline | None) -> dict | None:
+    if top is None:
+        return None
+    return {"a": _step_dict(top.a), "b": _step_dict(top.b), "ratio": top.ratio, "delta_us": top.delta}
+
+
 def _listed(name: str, rows: list, top: int, as_dict) -> dict:
     return {name: [as_dict(r) for r in _top(rows, top)], f"{name}_total": len(rows)}
 
@@ -178,9 +213,12 @@ def to_document(report: DiffReport, top: int) -> dict:
         "b": {"source": report.b, "kind": report.kind_b},
         "identical": report.identical,
         "top": top,
+        "step_time": _headline_dict(time.headline),
         "time": {"available": time.available, "reason": time.reason, "steps_a": list(time.steps_a),
                  "steps_b": list(time.steps_b),
-                 "rows": [{"device": r.device, "metric": r.metric, "a_us_per_step": r.a, "b_us_per_step": r.b,
+                 "paired_by_role": [{"a": a, "b": b} for a, b in time.paired_by_role],
+                 "rows": [{"device": r.device, "device_a": r.device_a or None, "device_b": r.device_b or None,
+                           "metric": r.metric, "a_us_per_step": r.a, "b_us_per_step": r.b,
                            "delta_us_per_step": r.delta} for r in time.rows]},
         "ops": {"available": ops.available, "reason": ops.reason,
                 "counts": [{"metric": f.key, "a": f.a, "b": f.b, "delta": f.delta, "ratio": f.ratio}
