@@ -29,9 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnprof.events import EventTable, Kind, match_correlation
+from rnnprof.names import CROSS_TASK_RECV_OPS
 
 DEFAULT_SHORT_KERNEL_US = 10.0
 LAUNCH_BOUND_SHARE = 0.5  # host wait as a share of the span above which a GPU is launch-bound
+CPU_KERNEL_KINDS = np.array([Kind.HOST_OP, Kind.COMMUNICATION], dtype=np.int8)
+GPU_KERNEL_KINDS = np.array([Kind.KERNEL, Kind.COMMUNICATION], dtype=np.int8)
 NO_LAUNCHES = ("no runtime call is linked to a kernel by a correlation id (PyTorch profiler traces record them; "
                "the TensorFlow traces rnnprof reads, and traces without GPU kernels, do not)")
 
@@ -41,6 +44,15 @@ def worker_of_events(table: EventTable) -> np.ndarray:
     workers = sorted({d.worker for d in table.devices})
     code = np.array([workers.index(d.worker) for d in table.devices] or [0], dtype=np.int64)
     return code[table.device] if len(table) else np.zeros(0, dtype=np.int64)
+
+
+def kernel_masks(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """``(cpu, gpu)``: the events that are CPU kernels and GPU kernels (see ``opcount.DEFINITIONS``), steps aside."""
+    on_gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])
+    lanes = np.array([s.startswith("stream:") for s in table.strings], dtype=bool)[table.lane]
+    fetches = np.array([s in CROSS_TASK_RECV_OPS for s in table.strings] or [False], dtype=bool)[table.op_type]
+    cpu = ~on_gpu & np.isin(table.kind, CPU_KERNEL_KINDS) & ~fetches  # a task's fetch from another is no op run
+    return cpu, on_gpu & lanes & np.isin(table.kind, GPU_KERNEL_KINDS)
 
 
 def launchers(table: EventTable) -> np.ndarray:

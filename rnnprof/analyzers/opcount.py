@@ -26,9 +26,10 @@ from typing import Sequence
 import networkx as nx
 import numpy as np
 
-from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US, LaunchStats, launch_stats
+from rnnprof.analyzers import copies as copy_counts
+from rnnprof.analyzers.launches import (CPU_KERNEL_KINDS, DEFAULT_SHORT_KERNEL_US, LaunchStats, kernel_masks,
+                                      launch_stats)
 from rnnprof.events import EventTable, Kind, match_correlation
-from rnnprof.names import CROSS_TASK_RECV_OPS
 
 DEFINITIONS = {
     "user graph ops": "nodes of the graph Python built (GraphDef as written by the program), by requested device",
@@ -46,8 +47,6 @@ DEFINITIONS = {
                 "counts as one step",
 }
 
-_CPU_KINDS = np.array([Kind.HOST_OP, Kind.COMMUNICATION], dtype=np.int8)
-_GPU_KINDS = np.array([Kind.KERNEL, Kind.COMMUNICATION], dtype=np.int8)
 
 
 @dataclass(frozen=True)
@@ -193,15 +192,6 @@ def count_graph(graph: nx.DiGraph | None, reason: str = "") -> GraphOpCounts:
     )
 
 
-def kernel_masks(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
-    """``(cpu, gpu)``: the events that are CPU kernels and GPU kernels (see ``DEFINITIONS``), steps aside."""
-    on_gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])
-    lanes = np.array([s.startswith("stream:") for s in table.strings], dtype=bool)[table.lane]
-    fetches = np.array([s in CROSS_TASK_RECV_OPS for s in table.strings] or [False], dtype=bool)[table.op_type]
-    cpu = ~on_gpu & np.isin(table.kind, _CPU_KINDS) & ~fetches  # a task's fetch from another is no op run
-    return cpu, on_gpu & lanes & np.isin(table.kind, _GPU_KINDS)
-
-
 def counted_steps(table: EventTable) -> tuple[tuple[int, ...], np.ndarray]:
     """The steps kernels are counted over (``(-1,)`` without step markers) and which events lie in them."""
     known_steps = table.steps()
@@ -218,7 +208,7 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
     cpu, gpu = kernel_masks(table)
     copies = on_gpu & np.isin(table.kind, np.array([Kind.MEMCPY, Kind.MEMSET], dtype=np.int8))
     # Host-side launch records: GPU-device executor ops (TF) and runtime calls that launched GPU work.
-    launch_device = np.where(on_gpu & ~lanes & np.isin(table.kind, _CPU_KINDS), table.device, -1)
+    launch_device = np.where(on_gpu & ~lanes & np.isin(table.kind, CPU_KERNEL_KINDS), table.device, -1)
     runtime = (table.kind == Kind.RUNTIME) & (table.correlation >= 0)
     gpu_work = gpu & (table.correlation >= 0)
     runtime_idx, work_idx = np.flatnonzero(runtime), np.flatnonzero(gpu_work)

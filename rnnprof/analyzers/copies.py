@@ -1,0 +1,268 @@
+"""Copies by kind and work launched through CUDA (HIP) graphs, per device and step.
+
+Copies (``Kind.MEMCPY``) are named by their kind, read from the event's op type or name: Kineto's
+``Memcpy DtoD (Device -> Device)``, TensorFlow's ``MEMCPYHtoD`` (the op type of its memcpy lanes), or the
+spelled-out ``DeviceToHost`` form: ``HtoD`` (host to device), ``DtoH``, ``DtoD`` (within one device),
+``PtoP`` (between devices, peer to peer), ``HtoH``; a copy whose name says none of these is ``other``.
+For each device, kind and step: how many, their bytes (where the trace records them; copies without a
+byte count are counted apart) and their summed duration.
+
+Graph launches are runtime calls named ``cudaGraphLaunch`` or ``hipGraphLaunch``. Every kernel, copy and
+memset a graph runs carries the correlation id of the launch call, so the work of a graph is the GPU work
+whose launcher (``launches.launchers``: same worker, same correlation id) is a graph launch; a launch is
+counted on the device its work ran on (on its own device when the trace holds none of its work).
+
+Steps: GPU work belongs to the step of the runtime call that launched it (a graph's kernels to the step of
+their ``cudaGraphLaunch``), other events to their own step; what lies outside every step is counted in
+``outside_steps`` and left out of the figures. A trace without step markers is one step (-1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rnnprof.analyzers.launches import kernel_masks, launchers
+from rnnprof.events import EventTable, Kind
+
+COPY_KINDS = ("HtoD", "DtoH", "DtoD", "PtoP", "HtoH", "other")
+_SHORT = re.compile(r"(HtoD|DtoH|DtoD|PtoP|HtoH)")
+_LONG = re.compile(r"(Host|Device|Peer)\s*To\s*(Host|Device|Peer)", re.IGNORECASE)
+_LONG_KIND = {("host", "device"): "HtoD", ("device", "host"): "DtoH", ("device", "device"): "DtoD",
+              ("peer", "peer"): "PtoP", ("device", "peer"): "PtoP", ("peer", "device"): "PtoP",
+              ("host", "host"): "HtoH"}
+GRAPH_LAUNCH = re.compile(r"^(cuda|hip)GraphLaunch")
+
+DEFINITIONS = {
+    "copy kinds": "HtoD host to device, DtoH device to host, DtoD within a device, PtoP between devices (peer "
+                  "to peer), HtoH host to host, other: a copy whose name says no kind; read from the copy's "
+                  "name (Kineto 'Memcpy DtoD (Device -> Device)', TF 'MEMCPYHtoD')",
+    "copy bytes": "summed bytes of the copies that record them; copies without a byte count are counted apart",
+    "graph launches": "runtime calls cudaGraphLaunch / hipGraphLaunch; a graph's kernels, copies and memsets "
+                      "carry the launch's correlation id and belong to its step",
+    "graph kernels": "GPU kernels launched through a graph launch; share = of all GPU kernels (count-ops')",
+}
+
+
+def copy_kind(text: str) -> str | None:
+    """The copy kind a name says (``HtoD``, ``DtoH``, ``DtoD``, ``PtoP``, ``HtoH``), else None."""
+    match = _SHORT.search(text)
+    if match:
+        return match.group(1)
+    match = _LONG.search(text)
+    if match:
+        return _LONG_KIND.get((match.group(1).lower(), match.group(2).lower()))
+    return None
+
+
+@dataclass(frozen=True)
+class CopyCount:
+    count: int = 0
+    bytes: int = 0  # over the copies that record their size
+    unknown_bytes: int = 0  # copies without a byte count
+    time_us: float = 0.0
+
+    def __add__(self, other: "CopyCount") -> "CopyCount":
+        return CopyCount(self.count + other.count, self.bytes + other.bytes,
+                         self.unknown_bytes + other.unknown_bytes, self.time_us + other.time_us)
+
+    def as_dict(self) -> dict:
+        return {"count": self.count, "bytes": self.bytes, "copies_without_bytes": self.unknown_bytes,
+                "time_us": self.time_us}
+
+
+@dataclass(frozen=True)
+class GraphCount:
+    launches: int = 0  # graph launch calls
+    kernels: int = 0  # GPU kernels they launched
+    kernel_us: float = 0.0
+    other_work: int = 0  # copies and memsets they launched
+    all_kernels: int = 0  # every GPU kernel (the share's denominator)
+
+    def __add__(self, other: "GraphCount") -> "GraphCount":
+        return GraphCount(self.launches + other.launches, self.kernels + other.kernels,
+                          self.kernel_us + other.kernel_us, self.other_work + other.other_work,
+                          self.all_kernels + other.all_kernels)
+
+    @property
+    def kernel_share(self) -> float | None:
+        return self.kernels / self.all_kernels if self.all_kernels else None
+
+    def as_dict(self) -> dict:
+        return {"launches": self.launches, "kernels": self.kernels, "kernel_us": self.kernel_us,
+                "copies_and_memsets": self.other_work, "all_gpu_kernels": self.all_kernels,
+                "kernel_share": self.kernel_share}
+
+
+def _sum(items, zero):
+    total = zero
+    for item in items:
+        total = total + item
+    return total
+
+
+@dataclass(frozen=True)
+class DeviceCopies:
+    device: str
+    per_step: dict[int, dict[str, CopyCount]]  # step -> copy kind -> figures (kinds with copies)
+    graphs_per_step: dict[int, GraphCount]
+    outside_steps: int = 0  # copies, graph launches and GPU kernels outside every step
+
+    @property
+    def copies(self) -> dict[str, CopyCount]:
+        """Copy kind -> figures over the counted steps."""
+        kinds = {k for kinds in self.per_step.values() for k in kinds}
+        return {k: _sum((s.get(k, CopyCount()) for s in self.per_step.values()), CopyCount())
+                for k in COPY_KINDS if k in kinds}
+
+    @property
+    def graphs(self) -> GraphCount:
+        return _sum(self.graphs_per_step.values(), GraphCount())
+
+
+@dataclass(frozen=True)
+class CopyReport:
+    available: bool
+    reason: str = ""
+    steps: tuple[int, ...] = ()  # (-1,) without step markers
+    devices: tuple[DeviceCopies, ...] = ()
+    graph_launch_names: tuple[str, ...] = ()  # the runtime call names counted as graph launches
+    definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+
+    @property
+    def n_steps(self) -> int:
+        return max(1, len(self.steps))
+
+    @property
+    def copies(self) -> dict[str, CopyCount]:
+        """Copy kind -> figures over all devices and counted steps."""
+        kinds = {k for d in self.devices for k in d.copies}
+        return {k: _sum((d.copies.get(k, CopyCount()) for d in self.devices), CopyCount())
+                for k in COPY_KINDS if k in kinds}
+
+    @property
+    def graphs(self) -> GraphCount:
+        return _sum((d.graphs for d in self.devices), GraphCount())
+
+    @property
+    def outside_steps(self) -> int:
+        return sum(d.outside_steps for d in self.devices)
+
+    def step_copies(self, step: int) -> dict[str, CopyCount]:
+        kinds = {k for d in self.devices for k in d.per_step.get(step, {})}
+        return {k: _sum((d.per_step.get(step, {}).get(k, CopyCount()) for d in self.devices), CopyCount())
+                for k in COPY_KINDS if k in kinds}
+
+    def step_graphs(self, step: int) -> GraphCount:
+        return _sum((d.graphs_per_step.get(step, GraphCount()) for d in self.devices), GraphCount())
+
+    @property
+    def changed_anything(self) -> bool:
+        return bool(self.copies) or self.graphs.launches > 0
+
+    def as_dict(self) -> dict:
+        n = self.n_steps
+        return {
+            "available": self.available,
+            "reason": self.reason or None,
+            "steps": list(self.steps),
+            "graph_launch_names": list(self.graph_launch_names),
+            "outside_steps": self.outside_steps,
+            "total": {"copies": {k: c.as_dict() for k, c in self.copies.items()}, "graphs": self.graphs.as_dict()},
+            "per_step_mean": {"copies": {k: {"count": c.count / n, "bytes": c.bytes / n, "time_us": c.time_us / n}
+                                         for k, c in self.copies.items()},
+                              "graphs": {"launches": self.graphs.launches / n, "kernels": self.graphs.kernels / n,
+                                         "kernel_us": self.graphs.kernel_us / n}},
+            "per_step": {str(s): {"copies": {k: c.as_dict() for k, c in self.step_copies(s).items()},
+                                  "graphs": self.step_graphs(s).as_dict()} for s in self.steps},
+            "devices": [{"device": d.device, "outside_steps": d.outside_steps,
+                         "copies": {k: c.as_dict() for k, c in d.copies.items()}, "graphs": d.graphs.as_dict(),
+                         "per_step": {str(s): {"copies": {k: c.as_dict() for k, c in d.per_step[s].items()},
+                                               "graphs": d.graphs_per_step[s].as_dict()} for s in d.per_step}}
+                        for d in self.devices],
+            "definitions": self.definitions,
+        }
+
+
+def _kind_of_strings(table: EventTable) -> np.ndarray:
+    """Copy-kind index (into ``COPY_KINDS``) of every string code; ``other`` for strings that say none."""
+    other = COPY_KINDS.index("other")
+    return np.array([COPY_KINDS.index(k) if (k := copy_kind(s)) else other for s in table.strings] or [other],
+                    dtype=np.int64)
+
+
+def count_copies(table: EventTable | None, reason: str = "") -> CopyReport:
+    """Copies by kind and graph-launched work per device and step (see the module's docstring)."""
+    if table is None or len(table) == 0:
+        return CopyReport(available=False, reason=reason or "no trace events in this input")
+    n = len(table)
+    launcher = launchers(table)
+    has_launcher = launcher >= 0
+    step = table.step.astype(np.int64).copy()
+    step[has_launcher] = table.step[launcher[has_launcher]]  # GPU work: the step of its launch call
+    known = table.steps()
+    steps = tuple(int(s) for s in known) if len(known) else (-1,)
+    in_steps = np.isin(step, known) if len(known) else np.ones(n, dtype=bool)
+
+    # Copy kind: the op type's where it says one (TF: MEMCPYHtoD), else the name's.
+    kinds = _kind_of_strings(table)
+    other = COPY_KINDS.index("other")
+    kind = np.where(kinds[table.op_type] != other, kinds[table.op_type], kinds[table.name])
+    copy = table.kind == Kind.MEMCPY
+
+    names = np.array([bool(GRAPH_LAUNCH.match(s)) for s in table.strings] or [False], dtype=bool)
+    graph_call = (table.kind == Kind.RUNTIME) & names[table.name]
+    graph_work = has_launcher & graph_call[np.where(has_launcher, launcher, 0)]
+    _, gpu_kernel = kernel_masks(table)
+    # A launch call sits on the device its work ran on (the first of it), else on its own.
+    call_device = table.device.astype(np.int64).copy()
+    worked = np.flatnonzero(graph_work)
+    call_device[launcher[worked][::-1]] = table.device[worked][::-1]
+
+    step_index = np.searchsorted(np.array(steps), step) if len(known) else np.zeros(n, dtype=np.int64)
+    step_index = np.where(in_steps, step_index, 0)
+    width = len(steps)
+    size = len(table.devices) * width
+    cell = table.device.astype(np.int64) * width + step_index
+
+    def grid(mask, key=cell, weights=None, minlength=size):
+        return np.bincount(key[mask], weights=None if weights is None else weights[mask], minlength=minlength)
+
+    dur = np.maximum(table.dur, 0.0)
+    nbytes = np.maximum(table.nbytes, 0)
+    copy_key = cell * len(COPY_KINDS) + kind
+    counted = copy & in_steps
+    big = size * len(COPY_KINDS)
+    copy_n = grid(counted, copy_key, minlength=big).reshape(len(table.devices), width, len(COPY_KINDS))
+    copy_b = grid(counted, copy_key, nbytes.astype(float), big).reshape(copy_n.shape)
+    copy_u = grid(counted & (table.nbytes < 0), copy_key, minlength=big).reshape(copy_n.shape)
+    copy_t = grid(counted, copy_key, dur, big).reshape(copy_n.shape)
+    call_cell = call_device * width + step_index
+    launches_n = grid(graph_call & in_steps, call_cell).reshape(-1, width)
+    gk = gpu_kernel & graph_work & in_steps
+    gk_n = grid(gk).reshape(-1, width)
+    gk_t = grid(gk, weights=dur).reshape(-1, width)
+    g_other = grid(graph_work & in_steps & np.isin(table.kind, [Kind.MEMCPY, Kind.MEMSET])).reshape(-1, width)
+    all_k = grid(gpu_kernel & in_steps).reshape(-1, width)
+    outside = np.bincount(table.device[(copy | graph_call | gpu_kernel) & ~in_steps], minlength=len(table.devices))
+
+    devices = []
+    for code, device in enumerate(table.devices):
+        if not (copy_n[code].any() or launches_n[code].any() or gk_n[code].any() or outside[code]):
+            continue
+        per_step = {s: {COPY_KINDS[k]: CopyCount(int(copy_n[code, i, k]), int(copy_b[code, i, k]),
+                                                 int(copy_u[code, i, k]), float(copy_t[code, i, k]))
+                        for k in range(len(COPY_KINDS)) if copy_n[code, i, k]}
+                    for i, s in enumerate(steps)}
+        graphs = {s: GraphCount(int(launches_n[code, i]), int(gk_n[code, i]), float(gk_t[code, i]),
+                                int(g_other[code, i]), int(all_k[code, i])) for i, s in enumerate(steps)}
+        devices.append(DeviceCopies(device.label, per_step, graphs, int(outside[code])))
+    launch_names = tuple(sorted({table.strings[c] for c in np.unique(table.name[graph_call])}))
+    return CopyReport(available=True, steps=steps, devices=tuple(sorted(devices, key=lambda d: d.device)),
+                      graph_launch_names=launch_names)
+
+
+__all__ = ["COPY_KINDS", "CopyCount", "CopyReport", "DEFINITIONS", "DeviceCopies", "GraphCount", "copy_kind",
+           "count_copies"]
