@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 
 from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify
+from rnnprof.analyzers.copies import CopyReport, combine_copies, count_copies
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep
 from rnnprof.events import Device, EventTable, Kind
@@ -206,9 +207,12 @@ class CommReport:
     alignment: dict | None = None  # {"method", "offsets"} when several traces were put on one clock
     kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US  # idle gaps shorter than this (and not host wait) are kernel wait
     step_selection: str = ""  # the flags that selected the steps analysed ("": the whole trace)
+    copies: CopyReport | None = None  # copies by kind and graph launches per device and step (analyzers.copies)
 
     def as_dict(self) -> dict:
         extra = {}
+        if self.copies is not None:
+            extra["copies"] = self.copies.as_dict()
         if self.alignment is not None:
             extra["alignment"] = self.alignment
         if self.collectives is not None:
@@ -408,6 +412,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
         alignment=table.metadata.get("alignment"),
         kernel_wait_us=kernel_wait_us,
         step_selection=step_selection,
+        copies=count_copies(table),
     )
 
 
@@ -455,6 +460,7 @@ def combine_reports(reports: Sequence[CommReport],
         collectives=_across_ranks(collectives) if collectives is not None else None,
         kernel_wait_us=reports[0].kernel_wait_us,
         step_selection=reports[0].step_selection,
+        copies=combine_copies([r.copies for r in reports if r.copies is not None]),
     )
 
 

@@ -158,9 +158,14 @@ class CopyReport:
     def step_graphs(self, step: int) -> GraphCount:
         return _sum((d.graphs_per_step.get(step, GraphCount()) for d in self.devices), GraphCount())
 
-    @property
-    def changed_anything(self) -> bool:
-        return bool(self.copies) or self.graphs.launches > 0
+    def per_step_figure(self, part: str, key: str) -> float:
+        """Mean per step of one figure: ``("copies", kind)`` copies of that kind, ``("copies_us", kind)`` their
+        time, ``("copies_bytes", kind)`` their bytes, ``("graphs", attr)`` a ``GraphCount`` attribute."""
+        if part == "graphs":
+            return getattr(self.graphs, key) / self.n_steps
+        copies = self.copies.get(key, CopyCount())
+        value = {"copies": copies.count, "copies_us": copies.time_us, "copies_bytes": copies.bytes}[part]
+        return value / self.n_steps
 
     def as_dict(self) -> dict:
         n = self.n_steps
@@ -264,5 +269,26 @@ def count_copies(table: EventTable | None, reason: str = "") -> CopyReport:
                       graph_launch_names=launch_names)
 
 
-__all__ = ["COPY_KINDS", "CopyCount", "CopyReport", "DEFINITIONS", "DeviceCopies", "GraphCount", "copy_kind",
-           "count_copies"]
+def combine_copies(parts) -> CopyReport | None:
+    """One report of several made apart (one per rank): the devices of each, the union of their steps; None
+    without parts. The parts' devices must be distinct."""
+    parts = list(parts)
+    if not parts:
+        return None
+    available = [p for p in parts if p.available]
+    if not available:
+        return CopyReport(available=False, reason="; ".join(sorted({p.reason for p in parts if p.reason})))
+    marked = sorted({s for p in available for s in p.steps if s != -1})
+    steps = tuple(marked) if marked else (-1,)
+    devices = sorted((d for p in available for d in p.devices), key=lambda d: d.device)
+    if len({d.device for d in devices}) != len(devices):
+        raise ValueError("the copy reports share devices; combine reports of distinct ranks")
+    devices = [DeviceCopies(d.device, {s: d.per_step.get(s, {}) for s in steps},
+                            {s: d.graphs_per_step.get(s, GraphCount()) for s in steps}, d.outside_steps)
+               for d in devices]
+    names = tuple(sorted({n for p in available for n in p.graph_launch_names}))
+    return CopyReport(available=True, steps=steps, devices=tuple(devices), graph_launch_names=names)
+
+
+__all__ = ["COPY_KINDS", "CopyCount", "CopyReport", "DEFINITIONS", "DeviceCopies", "GraphCount", "combine_copies",
+           "copy_kind", "count_copies"]

@@ -137,6 +137,7 @@ class OpCountReport:
     kernels: KernelCounts
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
     launches: LaunchStats | None = None  # None: no trace events, or not asked for (rnnprof.analyzers.launches)
+    copies: copy_counts.CopyReport | None = None  # copies by kind and graph launches; None: not counted
 
 
 @dataclass(frozen=True)
@@ -293,6 +294,7 @@ def count_ops(
         runtime_graph=count_graph(runtime_graph, runtime_reason),
         kernels=count_kernels(table, events_reason),
         launches=launch_stats(table, short_kernel_us) if launches and table is not None and len(table) else None,
+        copies=copy_counts.count_copies(table, events_reason) if table is not None and len(table) else None,
     )
 
 
@@ -315,6 +317,8 @@ def compare(left: OpCountReport, right: OpCountReport) -> OpCountComparison:
     for attr, label in (("cpu_kernels", "CPU kernels per step"), ("gpu_kernels", "GPU kernels per step"),
                         ("gpu_launches", "GPU launches per step")):
         ratios.append(Ratio(label, kernel_metric(left, attr), kernel_metric(right, attr)))
+    for label, figure in COPY_FIGURES:
+        ratios.append(Ratio(label, _copy_metric(left, figure), _copy_metric(right, figure)))
     total_left = kernel_metric(left, "cpu_kernels")
     total_right = kernel_metric(right, "cpu_kernels")
     if total_left is not None and total_right is not None:
@@ -322,6 +326,18 @@ def compare(left: OpCountReport, right: OpCountReport) -> OpCountComparison:
         total_right += kernel_metric(right, "gpu_kernels")
     ratios.append(Ratio("kernel launches per step (CPU + GPU kernels)", total_left, total_right))
     return OpCountComparison(left=left, right=right, ratios=tuple(ratios))
+
+
+# Per-step copy and graph-launch figures ``compare`` lists (``copies.CopyReport.per_step_figure``).
+COPY_FIGURES = tuple((f"{kind} copies per step", ("copies", kind)) for kind in copy_counts.COPY_KINDS[:4]) + (
+    ("graph launches per step", ("graphs", "launches")),
+    ("GPU kernels launched by graphs per step", ("graphs", "kernels")))
+
+
+def _copy_metric(report: OpCountReport, figure: tuple[str, str]) -> float | None:
+    if report.copies is None or not report.copies.available:
+        return None
+    return report.copies.per_step_figure(*figure)
 
 
 def combine_kernel_counts(parts: Sequence[KernelCounts]) -> KernelCounts:

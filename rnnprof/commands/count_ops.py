@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def analyze_input(paths: list[str], args: argparse.Namespace | None = None, notes: list[str] | None = None):
     """Count what the input holds (graphs and/or events, the events of the selected steps), saying why a part
     is missing; a job's rank files are counted one rank per worker process (``args.jobs``, ``args.scheduler``)."""
+    import dataclasses
+
+    from rnnprof.analyzers.copies import CopyReport
     from rnnprof.analyzers.opcount import count_ops, with_kernels
     from rnnprof.profiler.loaders.inputs import MERGED_TRACES, read_inputs
 
@@ -46,8 +49,11 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
         (kernels, launches), job_notes = _job.run_job(job_kernels, job, args, selection=_steps.selection(args),
                                                      short_kernel_us=args.short_kernel_us)
         notes += job_notes
-        return with_kernels(count_ops(", ".join(map(str, paths)), None, None, None, user_reason=MERGED_TRACES,
-                                      runtime_reason=MERGED_TRACES), kernels, launches, source_format="kineto")
+        counts = with_kernels(count_ops(", ".join(map(str, paths)), None, None, None, user_reason=MERGED_TRACES,
+                                        runtime_reason=MERGED_TRACES), kernels, launches, source_format="kineto")
+        return dataclasses.replace(counts, copies=CopyReport(
+            available=False, reason="a job's ranks counted one rank per process: copies and graph launches are "
+                                    "counted for trace files read together; run count-ops on a rank's file"))
     inputs = read_inputs(paths)
     graphs = inputs.graph_set
     events = _steps.select(inputs.events, args) if args is not None else inputs.events

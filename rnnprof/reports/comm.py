@@ -253,6 +253,7 @@ def render_table(report: CommReport, *, per_step: bool, console: Console) -> Non
         console.print(Text("no step markers in the trace: per-step figures unavailable", style="yellow"))
     if report.comm_ops:
         console.print(comm_ops_table(report))
+    render_copies(report, per_step=per_step, console=console)
     if report.stragglers:
         console.print(straggler_table(report.stragglers))
     elif len(report.devices) > 1:
@@ -299,7 +300,19 @@ def to_document(report: CommReport, *, per_step: bool) -> dict:
                 idle.pop("steps")
                 for stream in idle["streams"]:
                     stream.pop("steps")
+    if not per_step and document.get("copies"):
+        document["copies"].pop("per_step")
+        for device in document["copies"]["devices"]:
+            device.pop("per_step")
     document["definitions"] = DEFINITIONS
     return document
+
+
+def render_copies(report: CommReport, *, per_step: bool, console: Console) -> None:
+    """Copies by kind and graph launches (``analyzers.copies``), as count-ops shows them."""
+    from rnnprof.reports.opcount import copy_parts
+
+    for part in copy_parts(report.copies, per_step=per_step):
+        console.print(part)
 
 

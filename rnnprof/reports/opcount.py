@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rnnprof.analyzers.copies import CopyCount, CopyReport, GraphCount
 from rnnprof.analyzers.launches import LaunchStats
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts, OpCountComparison, OpCountReport
 from rnnprof.reports.layout import compact_table
@@ -156,16 +157,81 @@ def _launch_parts(launches: LaunchStats | None) -> list:
     return parts
 
 
+def _mb(n_bytes: float) -> str:
+    return f"{n_bytes / 1e6:,.2f}"
+
+
+def _graph_line(graphs: GraphCount, n: int, names: tuple[str, ...]) -> Text:
+    share = graphs.kernel_share
+    return Text.assemble(
+        ("Graph launches", "bold"), f" ({', '.join(names) or 'cudaGraphLaunch, hipGraphLaunch'}): ",
+        f"{_fmt(graphs.launches / n, 2)} per step ({graphs.launches:,} in all), launching "
+        f"{_fmt(graphs.kernels / n, 2)} GPU kernels per step ({graphs.kernels:,} in all, "
+        f"{'n/a' if share is None else f'{100 * share:.1f}%'} of the GPU kernels; "
+        f"{graphs.kernel_us / n / 1000:,.3f} ms of kernel time per step) and {graphs.other_work:,} copies "
+        f"and memsets")
+
+
+def copy_parts(copies: CopyReport | None, per_step: bool = True) -> list:
+    """Copies by kind (per device, mean per step, and each step) and graph launches, as rich renderables."""
+    if copies is None:
+        return []
+    if not copies.available:
+        return [Text.assemble(("Copies and graph launches", "bold"), f": not available ({copies.reason})")]
+    n = copies.n_steps
+    steps = ("[no step markers: whole trace = 1 step]" if copies.steps == (-1,) else
+             f"[{len(copies.steps)} steps ({copies.steps[0]}..{copies.steps[-1]})]")
+    parts: list = []
+    if copies.copies:
+        table = compact_table("device", ("copies", "MB", "ms", "copies\nin all", "MB\nin all", "ms\nin all"),
+                              text_columns=("kind",),
+                              caption="per step: figures over the steps ÷ their number; MB: 10^6 bytes, over the "
+                                      "copies that record a size")
+        rows: list[tuple[str, str, CopyCount]] = [(d.device, k, c) for d in copies.devices for k, c in d.copies.items()]
+        if len(copies.devices) > 1:
+            rows += [("all devices", k, c) for k, c in copies.copies.items()]
+        for device, kind, c in rows:
+            table.add_row(Text(device), kind, _fmt(c.count / n, 2), _mb(c.bytes / n), f"{c.time_us / n / 1000:,.3f}",
+                          f"{c.count:,}", _mb(c.bytes), f"{c.time_us / 1000:,.3f}")
+        parts += [Text.assemble(("Copies by kind per step", "bold"), " ", steps), table]
+        unknown = sum(c.unknown_bytes for c in copies.copies.values())
+        if unknown:
+            parts.append(Text(f"{unknown:,} copies record no size: counted, not in the MB", style="dim"))
+    else:
+        parts.append(Text.assemble(("Copies", "bold"), ": none in the counted steps"))
+    graphs = copies.graphs
+    if graphs.launches or graphs.kernels:
+        parts.append(_graph_line(graphs, n, copies.graph_launch_names))
+    else:
+        parts.append(Text.assemble(("Graph launches", "bold"), ": none (no cudaGraphLaunch or hipGraphLaunch)"))
+    kinds = list(copies.copies)
+    if per_step and copies.steps != (-1,) and (kinds or graphs.launches):
+        table = compact_table("step", (*(f"{k}\ncopies" for k in kinds), *(f"{k}\nms" for k in kinds),
+                                       *(("graph\nlaunches", "graph\nkernels") if graphs.launches else ())),
+                              title="Copies and graph launches in each step")
+        for step in copies.steps:
+            of_step, g = copies.step_copies(step), copies.step_graphs(step)
+            table.add_row(str(step), *(f"{of_step.get(k, CopyCount()).count:,}" for k in kinds),
+                          *(f"{of_step.get(k, CopyCount()).time_us / 1000:,.3f}" for k in kinds),
+                          *((f"{g.launches:,}", f"{g.kernels:,}") if graphs.launches else ()))
+        parts.append(table)
+    if copies.outside_steps:
+        parts.append(Text(f"{copies.outside_steps:,} copies, graph launches and GPU kernels lie outside the step "
+                          f"markers: not counted above", style="dim"))
+    return parts
+
+
 def render_table(report: OpCountReport, *, by: str, console: Console) -> None:
     console.print(Text.assemble((report.source, "bold"), f" ({report.source_format})"))
     parts = [*_graph_table("User graph (as built; requested devices)", report.user_graph, by),
              *_graph_table("Runtime graph (partitions after optimization; assigned devices)",
                            report.runtime_graph, by),
              *_kernel_table(report.kernels, by),
+             *copy_parts(report.copies),
              *_launch_parts(report.launches)]
     for part in parts:
         console.print(part)
-    render_definitions(report.definitions, console)
+    render_definitions({**report.definitions, **(report.copies.definitions if report.copies else {})}, console)
 
 
 def render_definitions(definitions: dict[str, str], console: Console) -> None:
@@ -203,6 +269,10 @@ def to_document(report: OpCountReport) -> dict:
     kernels["by_type"] = {op: {"cpu_kernels": c, "gpu_kernels": g} for op, (c, g) in k.by_type.items()}
     if k.by_task():
         kernels["by_task"] = k.by_task()
+    if report.copies is None:
+        doc.pop("copies")
+    else:
+        doc["copies"] = report.copies.as_dict()
     if report.launches is None:
         doc.pop("launches")
     else:
