@@ -383,7 +383,7 @@ def test_devices_of_different_ranks_are_paired_by_role():
                 np.mean([p[key] for p in device["steps"].values()]))
     code, text = run_diff([PAIR_A, PAIR_B])
     assert f"paired by role: {label_a} ~ {label_b}" in text
-    assert f"{label_a} ~ {label_b}" in text and " n/a " not in text.split("Time per device")[1].split("Ops and")[0]
+    assert f"{label_a} ~ {label_b}" in text and " n/a " not in text.split("Time per device")[1].split("Copies by kind")[0]
 
 
 def _self_time_per_step(path, op):

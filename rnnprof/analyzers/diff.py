@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rnnprof.analyzers import copies as copy_counts
 from rnnprof.analyzers import opcount
 from rnnprof.analyzers.comm import CommReport, analyze_comm
 from rnnprof.analyzers.placement import AuditInput
@@ -298,6 +299,94 @@ class ConfigSection:
         return bool(self.changes)
 
 
+# A copy or graph figure changed "a lot": one side at least this many times the other ...
+NOTABLE_RATIO = 2.0
+# ... by at least this much per step (a copy or graph-launched kernel count, or µs of their time).
+NOTABLE_COUNT = 10.0
+NOTABLE_US = 1000.0
+
+
+def _notable(a: float, b: float, floor: float) -> bool:
+    low, high = sorted((a, b))
+    return high - low >= floor and (low == 0 or high >= NOTABLE_RATIO * low)
+
+
+@dataclass(frozen=True)
+class CopyKindChange:
+    """One copy kind: copies, µs and bytes per step on each side."""
+
+    kind: str
+    count_a: float
+    count_b: float
+    time_a_us: float
+    time_b_us: float
+    bytes_a: float
+    bytes_b: float
+
+    @property
+    def notable(self) -> bool:
+        return (_notable(self.count_a, self.count_b, NOTABLE_COUNT)
+                or _notable(self.time_a_us, self.time_b_us, NOTABLE_US))
+
+    @property
+    def changed(self) -> bool:
+        return (self.count_a, self.time_a_us, self.bytes_a) != (self.count_b, self.time_b_us, self.bytes_b)
+
+    @property
+    def impact_us(self) -> float:
+        return abs(self.time_b_us - self.time_a_us)
+
+
+@dataclass(frozen=True)
+class GraphLaunchChange:
+    """Graph launches and the GPU kernels they launched, per step on each side; share = of all GPU kernels."""
+
+    launches_a: float
+    launches_b: float
+    kernels_a: float
+    kernels_b: float
+    kernel_a_us: float
+    kernel_b_us: float
+    share_a: float | None
+    share_b: float | None
+    names: tuple[str, ...] = ()
+
+    @property
+    def notable(self) -> bool:
+        return ((self.launches_a == 0) != (self.launches_b == 0)
+                or _notable(self.kernels_a, self.kernels_b, NOTABLE_COUNT)
+                or _notable(self.kernel_a_us, self.kernel_b_us, NOTABLE_US))
+
+    @property
+    def changed(self) -> bool:
+        return (self.launches_a, self.kernels_a, self.kernel_a_us) != (self.launches_b, self.kernels_b,
+                                                                       self.kernel_b_us)
+
+    @property
+    def impact_us(self) -> float:
+        return abs(self.kernel_b_us - self.kernel_a_us)
+
+
+@dataclass(frozen=True)
+class CopiesSection:
+    available: bool
+    reason: str = ""
+    kinds: tuple[CopyKindChange, ...] = ()  # in COPY_KINDS order
+    graphs: GraphLaunchChange | None = None
+    a: "copy_counts.CopyReport | None" = None
+    b: "copy_counts.CopyReport | None" = None
+
+    @property
+    def changed(self) -> bool:
+        return any(k.changed for k in self.kinds) or (self.graphs is not None and self.graphs.changed)
+
+    @property
+    def notable(self) -> tuple[CopyKindChange | GraphLaunchChange, ...]:
+        """The copy kinds and graph launches that changed a lot (``NOTABLE_*``), the largest change in time first."""
+        rows = [k for k in self.kinds if k.notable] + ([self.graphs] if self.graphs and self.graphs.notable else [])
+        return tuple(sorted(rows, key=lambda r: -r.impact_us))
+
+
 @dataclass(frozen=True)
 class DiffReport:
     a: str
@@ -308,12 +397,13 @@ class DiffReport:
     ops: OpsSection
     graphs: GraphSection
     config: ConfigSection
-    definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+    copies: CopiesSection = CopiesSection(available=False)
+    definitions: dict[str, str] = field(default_factory=lambda: {**DEFINITIONS, **copy_counts.DEFINITIONS})
 
     @property
     def identical(self) -> bool:
         """No section found a difference."""
-        return not any(s.changed for s in (self.time, self.ops, self.graphs, self.config))
+        return not any(s.changed for s in (self.time, self.ops, self.graphs, self.config, self.copies))
 
 
 class IncompatibleSides(ValueError):
@@ -324,8 +414,40 @@ def diff(a: Side, b: Side) -> DiffReport:
     """Compare ``b`` with ``a``; raises ``IncompatibleSides`` when they share neither events nor a graph."""
     if not ((a.events is not None and b.events is not None) or (a.has_graph and b.has_graph)):
         raise IncompatibleSides(f"A is a {a.kind} and B is a {b.kind}: they share neither trace events nor a graph")
-    return DiffReport(a=a.label, b=b.label, kind_a=a.kind, kind_b=b.kind, time=diff_time(a, b), ops=diff_ops(a, b),
-                      graphs=diff_graphs(a, b), config=diff_config(a, b))
+    ca, cb = _comm(a), _comm(b)
+    return DiffReport(a=a.label, b=b.label, kind_a=a.kind, kind_b=b.kind, time=diff_time(a, b, ca, cb),
+                      ops=diff_ops(a, b), graphs=diff_graphs(a, b), config=diff_config(a, b),
+                      copies=diff_copies(a, b, ca[0], cb[0]))
+
+
+# -- copies and graph launches --------------------------------------------------------------------------------
+
+def _copies_of(side: Side, report: CommReport | None) -> "copy_counts.CopyReport | None":
+    if report is not None and report.copies is not None:
+        return report.copies
+    return copy_counts.count_copies(side.events) if side.events is not None else None
+
+
+def diff_copies(a: Side, b: Side, ca: CommReport | None = None, cb: CommReport | None = None) -> CopiesSection:
+    """Copies by kind and graph launches per step on both sides (``analyzers.copies``)."""
+    ra, rb = _copies_of(a, ca), _copies_of(b, cb)
+    if ra is None or rb is None or not (ra.available and rb.available):
+        reasons = [_no_events(side) if r is None else r.reason for side, r in ((a, ra), (b, rb))
+                   if r is None or not r.available]
+        return CopiesSection(available=False, reason=_reasons(*reasons), a=ra, b=rb)
+    kinds = []
+    for kind in copy_counts.COPY_KINDS:
+        if kind not in ra.copies and kind not in rb.copies:
+            continue
+        kinds.append(CopyKindChange(kind, ra.per_step_figure("copies", kind), rb.per_step_figure("copies", kind),
+                                    ra.per_step_figure("copies_us", kind), rb.per_step_figure("copies_us", kind),
+                                    ra.per_step_figure("copies_bytes", kind), rb.per_step_figure("copies_bytes", kind)))
+    ga, gb = ra.graphs, rb.graphs
+    graphs = GraphLaunchChange(ga.launches / ra.n_steps, gb.launches / rb.n_steps, ga.kernels / ra.n_steps,
+                               gb.kernels / rb.n_steps, ga.kernel_us / ra.n_steps, gb.kernel_us / rb.n_steps,
+                               ga.kernel_share, gb.kernel_share,
+                               tuple(sorted(set(ra.graph_launch_names) | set(rb.graph_launch_names))))
+    return CopiesSection(available=True, kinds=tuple(kinds), graphs=graphs, a=ra, b=rb)
 
 
 # -- time per device ------------------------------------------------------------------------------------------
@@ -457,8 +579,9 @@ def _pair_label(da: Device | None, db: Device | None) -> str:
     return da.label if da.label == db.label else f"{da.label} ~ {db.label}"
 
 
-def diff_time(a: Side, b: Side) -> TimeSection:
-    (ca, why_a), (cb, why_b) = _comm(a), _comm(b)
+def diff_time(a: Side, b: Side, comm_a: tuple[CommReport | None, str] | None = None,
+              comm_b: tuple[CommReport | None, str] | None = None) -> TimeSection:
+    (ca, why_a), (cb, why_b) = comm_a or _comm(a), comm_b or _comm(b)
     if ca is None or cb is None:
         top = headline(a, b, ca, cb)
         return TimeSection(available=False, reason=_reasons(why_a, why_b),
@@ -684,6 +807,6 @@ def diff_config(a: Side, b: Side) -> ConfigSection:
     return ConfigSection(available=True, changes=changes, compared=len(set(sa) | set(sb)))
 
 
-__all__ = ["ConfigChange", "ConfigSection", "DeviceFigure", "DiffReport", "Figure", "GraphCount", "GraphSection",
+__all__ = ["ConfigChange", "ConfigSection", "CopiesSection", "CopyKindChange", "GraphLaunchChange", "DeviceFigure", "DiffReport", "Figure", "GraphCount", "GraphSection",
            "Headline", "IncompatibleSides", "MovedOp", "OpChange", "OpsSection", "STEP_BASES", "Side", "StepTime",
-           "TimeSection", "diff", "headline", "normalize_name", "pair_devices", "settings", "step_marker_periods"]
+           "TimeSection", "diff", "diff_copies", "headline", "normalize_name", "pair_devices", "settings", "step_marker_periods"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from rnnprof.analyzers.diff import DiffReport, Headline, OpChange, StepTime
+from rnnprof.analyzers.diff import CopyKindChange, DiffReport, GraphLaunchChange, Headline, OpChange, StepTime
 from rnnprof.reports.layout import compact_table
 from rnnprof.reports.opcount import render_definitions
 
@@ -56,7 +56,9 @@ def render_table(report: DiffReport, *, top: int, console: Console) -> None:
         return
     console.print("[dim]Δ = B − A, ratio = B ÷ A[/dim]")
     _render_headline(report, console)
+    _render_notable(report, console)
     _render_time(report, top, console)
+    _render_copies(report, console)
     _render_ops(report, top, console)
     _render_graphs(report, top, console)
     _render_config(report, top, console)
@@ -85,6 +87,61 @@ def _render_headline(report: DiffReport, console: Console) -> None:
     else:
         console.print(Text(f"  per step: A: {top.a.detail or 'none'}; B: {top.b.detail or 'none'} (different "
                            f"bases: not comparable)", style="dim"))
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _times(a: float, b: float) -> str:
+    if a == 0:
+        return "new in B" if b else "none"
+    return f"{b / a:,.1f}x"
+
+
+def _change_text(row: CopyKindChange | GraphLaunchChange) -> str:
+    if isinstance(row, CopyKindChange):
+        return (f"{row.kind} copies: {_num(row.count_a)} -> {_num(row.count_b)} per step "
+                f"({_times(row.count_a, row.count_b)}), {_ms(row.time_a_us)} -> {_ms(row.time_b_us)} ms per step, "
+                f"{row.bytes_a / 1e6:,.1f} -> {row.bytes_b / 1e6:,.1f} MB per step")
+    names = ", ".join(row.names) or "graph launches"
+    return (f"{names}: {_num(row.launches_a)} -> {_num(row.launches_b)} per step, launching "
+            f"{_num(row.kernels_a)} -> {_num(row.kernels_b)} GPU kernels per step ({_share(row.share_a)} -> "
+            f"{_share(row.share_b)} of the GPU kernels), {_ms(row.kernel_a_us)} -> {_ms(row.kernel_b_us)} ms "
+            f"of their kernels per step")
+
+
+def _render_notable(report: DiffReport, console: Console) -> None:
+    rows = report.copies.notable if report.copies.available else ()
+    if not rows:
+        return
+    console.print(Text("Changed most (copies by kind, graph launches):", style="bold"))
+    for row in rows:
+        console.print(Text(f"  {_change_text(row)}", style="bold yellow"))
+
+
+def _render_copies(report: DiffReport, console: Console) -> None:
+    section = report.copies
+    if not section.available:
+        return _unavailable("Copies and graph launches", section.reason, console)
+    if not section.changed:
+        console.print(Text.assemble(("Copies and graph launches", "bold"), ": the same per step"))
+        return
+    table = compact_table("per step", ("A", "B", "Δ", "ratio"), title="Copies by kind and graph launches (per step)")
+    for k in section.kinds:
+        for what, a, b, scale in ((f"{k.kind} copies", k.count_a, k.count_b, 1), (f"{k.kind} ms", k.time_a_us,
+                                  k.time_b_us, 1000), (f"{k.kind} MB", k.bytes_a, k.bytes_b, 1e6)):
+            table.add_row(what, _num(a / scale), _num(b / scale), _num((b - a) / scale, signed=True),
+                          _ratio(b / a if a else None))
+    g = section.graphs
+    if g is not None:
+        for what, a, b, scale in (("graph launches", g.launches_a, g.launches_b, 1),
+                                  ("GPU kernels launched by graphs", g.kernels_a, g.kernels_b, 1),
+                                  ("their kernel ms", g.kernel_a_us, g.kernel_b_us, 1000)):
+            table.add_row(what, _num(a / scale), _num(b / scale), _num((b - a) / scale, signed=True),
+                          _ratio(b / a if a else None))
+        table.add_row("share of GPU kernels launched by graphs", _share(g.share_a), _share(g.share_b), "", "")
+    console.print(table)
 
 
 def _render_time(report: DiffReport, top: int, console: Console) -> None:
@@ -191,6 +248,29 @@ def _op_dict(r: OpChange) -> dict:
             "time_delta_us_per_step": r.time_delta_us}
 
 
+def _kind_dict(k: CopyKindChange) -> dict:
+    return {"kind": k.kind, "notable": k.notable, "count_a_per_step": k.count_a, "count_b_per_step": k.count_b,
+            "time_a_us_per_step": k.time_a_us, "time_b_us_per_step": k.time_b_us, "bytes_a_per_step": k.bytes_a,
+            "bytes_b_per_step": k.bytes_b}
+
+
+def _graph_dict(g: GraphLaunchChange) -> dict:
+    return {"names": list(g.names), "notable": g.notable, "launches_a_per_step": g.launches_a,
+            "launches_b_per_step": g.launches_b, "kernels_a_per_step": g.kernels_a,
+            "kernels_b_per_step": g.kernels_b, "kernel_a_us_per_step": g.kernel_a_us,
+            "kernel_b_us_per_step": g.kernel_b_us, "kernel_share_a": g.share_a, "kernel_share_b": g.share_b}
+
+
+def _copies_dict(report: DiffReport) -> dict:
+    section = report.copies
+    return {"available": section.available, "reason": section.reason or None,
+            "notable": [r.kind if isinstance(r, CopyKindChange) else "graph launches" for r in section.notable],
+            "kinds": [_kind_dict(k) for k in section.kinds],
+            "graphs": _graph_dict(section.graphs) if section.graphs is not None else None,
+            "a": section.a.as_dict() if section.a is not None else None,
+            "b": section.b.as_dict() if section.b is not None else None}
+
+
 def _step_dict(t: StepTime) -> dict:
     return {"us_per_step": t.us, "basis": t.basis or None, "detail": t.detail or None, "periods": t.steps}
 
@@ -238,6 +318,7 @@ def to_document(report: DiffReport, top: int) -> dict:
                                         "device_a": m.device_a, "device_b": m.device_b, "basis": m.basis}),
                    "moved_by_scope": [{"scope": s, "device_a": a, "device_b": b, "ops": n}
                                       for s, a, b, n in graphs.moved_by_scope]},
+        "copies": _copies_dict(report),
         "config": {"available": config.available, "reason": config.reason, "compared": config.compared,
                    **_listed("changes", list(config.changes), top,
                              lambda c: {"key": c.key, "a": c.a, "b": c.b})},
