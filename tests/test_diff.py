@@ -424,3 +424,38 @@ def test_host_ops_are_compared_by_self_time():
     item_delta = _self_time_per_step(PAIR_B, "aten::item") - _self_time_per_step(PAIR_A, "aten::item")
     dense = rows["aten::_local_scalar_dense"]
     assert abs(item_delta) < 0.05 * dense["time_delta_us_per_step"]
+
+
+def test_tf_run_directories_headline_the_step_time_the_run_recorded(tmp_path):
+    from test_loaders import _write_rnnprof_run
+
+    runs = []
+    for name, seconds in (("a", 0.1), ("b", 0.25)):
+        run = _write_rnnprof_run(tmp_path / name, [0, 1])
+        manifest = json.loads((run / "manifest.json").read_text())
+        manifest["throughput"] = {"median_step_seconds": seconds}
+        (run / "manifest.json").write_text(json.dumps(manifest))
+        runs.append(run)
+    top = diff_json(runs)["step_time"]
+    assert (top["a"]["basis"], top["b"]["basis"]) == ("run record", "run record")
+    assert (top["a"]["us_per_step"], top["b"]["us_per_step"], top["ratio"]) == pytest.approx((1e5, 2.5e5, 2.5))
+    # one side without a record: both fall back to the basis they share, the activity span per step
+    (runs[1] / "manifest.json").write_text(json.dumps({**manifest, "throughput": {}}))
+    top = diff_json(runs)["step_time"]
+    assert (top["a"]["basis"], top["b"]["basis"]) == ("activity span", "activity span")
+    spans = {r["device"]: r for r in diff_json(runs)["time"]["rows"] if r["metric"] == "activity span"}
+    assert (top["a"]["us_per_step"], top["b"]["us_per_step"]) == pytest.approx(
+        (spans["all devices"]["a_us_per_step"], spans["all devices"]["b_us_per_step"]))
+
+
+def test_pair_devices_same_label_first_then_by_role_in_rank_order():
+    from rnnprof.analyzers.diff import pair_devices
+    from rnnprof.events import Device
+
+    a = [Device("gpu", 0, "rank10"), Device("gpu", 1, "rank2"), Device("host", 0, "rank2"), Device("gpu", 7, "rank9")]
+    b = [Device("gpu", 3, "rank1"), Device("gpu", 7, "rank9"), Device("gpu", 0, "rank0"), Device("host", 0, "rank0")]
+    pairs = {(x.label if x else None, y.label if y else None) for x, y in pair_devices(a, b)}
+    assert pairs == {("rank9/gpu:7", "rank9/gpu:7"),  # the same label
+                     ("rank2/gpu:1", "rank0/gpu:0"), ("rank10/gpu:0", "rank1/gpu:3"),  # rank order, not text order
+                     ("rank2/host", "rank0/host")}
+    assert (None, "rank5/gpu:0") in {(x, y.label) for x, y in pair_devices([], [Device("gpu", 0, "rank5")])}
