@@ -48,8 +48,9 @@ DEFINITIONS = {
                       "host and the k-th GPU (CPU) of one side, in rank and index order, against the k-th of "
                       "the other; shown as A's device ~ B's device",
     "device time": "comm's per-device breakdown (see rnnprof comm), mean per step: step = span from the "
-                   "device's first to its last activity in the step; all devices: from the first start "
-                   "to the last end over the devices",
+                   "device's first to its last activity in the step; all devices · activity span: from the "
+                   "first start to the last end over the devices (steps whose GPU work runs past their end "
+                   "overlap, so this can exceed the step time)",
     "ops and kernels": "the events count-ops counts as CPU and GPU kernels, grouped by name or op type; "
                        "time = their summed durations, a host op's by its self time",
     "self time": "a host op's duration less the time of the host ops nested in it on the same thread (its "
@@ -154,14 +155,17 @@ class Headline:
     b: StepTime
 
     @property
+    def comparable(self) -> bool:
+        """Both sides measured, on one basis."""
+        return self.a.us is not None and self.b.us is not None and self.a.basis == self.b.basis
+
+    @property
     def ratio(self) -> float | None:
-        if self.a.us is None or self.b.us is None or self.a.us == 0:
-            return None
-        return self.b.us / self.a.us
+        return self.b.us / self.a.us if self.comparable and self.a.us else None
 
     @property
     def delta(self) -> float | None:
-        return None if self.a.us is None or self.b.us is None else self.b.us - self.a.us
+        return self.b.us - self.a.us if self.comparable else None
 
 
 @dataclass(frozen=True)

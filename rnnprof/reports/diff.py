@@ -80,13 +80,14 @@ def _render_headline(report: DiffReport, console: Console) -> None:
     if top is None:
         return
     ratio = f" ({_ratio(top.ratio)}, Δ {_ms(top.delta, signed=True)} ms)" if top.ratio is not None else ""
+    if not top.comparable:
+        ratio = " (no ratio: the sides' step times are not measured alike)"
     console.print(Text.assemble(("Step time: ", "bold"), f"A {_step_text(top.a)}, B {_step_text(top.b)}", (ratio, "bold")))
     bases = {top.a.detail, top.b.detail} - {""}
     if len(bases) == 1:
         console.print(Text(f"  per step: {bases.pop()} (A: {top.a.steps}, B: {top.b.steps})", style="dim"))
     else:
-        console.print(Text(f"  per step: A: {top.a.detail or 'none'}; B: {top.b.detail or 'none'} (different "
-                           f"bases: not comparable)", style="dim"))
+        console.print(Text(f"  per step: A: {top.a.detail or 'none'}; B: {top.b.detail or 'none'}", style="dim"))
 
 
 def _share(value: float | None) -> str:
@@ -278,7 +279,8 @@ def _step_dict(t: StepTime) -> dict:
 def _headline_dict(top: Headline | None) -> dict | None:
     if top is None:
         return None
-    return {"a": _step_dict(top.a), "b": _step_dict(top.b), "ratio": top.ratio, "delta_us": top.delta}
+    return {"a": _step_dict(top.a), "b": _step_dict(top.b), "comparable": top.comparable, "ratio": top.ratio,
+            "delta_us": top.delta}
 
 
 def _listed(name: str, rows: list, top: int, as_dict) -> dict:
