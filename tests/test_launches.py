@@ -156,3 +156,27 @@ def test_tf_trace_says_launches_are_not_recorded(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "Kernel launches: no statistics" in out
     assert load_events(TF_GPU).correlation.max() < 0  # the trace indeed links no launch to a kernel
+
+
+def test_host_self_time_takes_out_direct_children_on_the_same_thread_only():
+    import numpy as np
+
+    from rnnprof.analyzers.launches import host_self_time
+    from rnnprof.events import Device, EventTableBuilder, Kind
+
+    b = EventTableBuilder("kineto")
+    host = Device("host")
+    rows = [  # (ts, dur, thread)
+        (0, 100, "1"),  # outer: children 10..40 and 50..90 (the latter's child is not its direct child)
+        (10, 30, "1"),
+        (50, 40, "1"),
+        (60, 10, "1"),  # grandchild of the outer op
+        (0, 100, "2"),  # same span, other thread: no child of the first
+        (95, 20, "1"),  # starts inside the outer op, ends after it: only its part inside is taken out
+        (200, 5, "1"), (200, 5, "1"),  # alike: the first recorded is the outer one
+    ]
+    for ts, dur, lane in rows:
+        b.add(ts, dur, "op", "op", host, lane, Kind.HOST_OP)
+    table = b.build()
+    got = host_self_time(table, np.arange(len(rows)))
+    assert got.tolist() == [100 - 30 - 40 - 5, 30, 40 - 10, 10, 100, 20, 0, 5]
