@@ -90,3 +90,75 @@ COMM_PATTERNS: tuple[str, ...] = (
 NCCL_KERNEL = re.compile(r"^(?:void )?nccl", re.IGNORECASE)
 MEMCPY_PATTERN = r"^(Memcpy|MEMCPY|dma)"
 MEMSET_PATTERN = r"^(Memset|MEMSET)"
+
+# -- ops as TensorFlow's oneDNN build runs them -----------------------------------------------------
+#
+# On x86-64, TensorFlow's oneDNN optimizations (on by default; ``TF_ENABLE_ONEDNN_OPTS=0`` turns them off)
+# rewrite graph nodes to oneDNN kernels: a ``Conv2D`` node runs as ``_MklNativeConv2D`` (native tensor
+# format) or ``_MklConv2D`` (oneDNN's own layout, older builds). The runtime graph, step stats, XSpaces and
+# timelines then name the rewritten op. The loaders give every event and runtime-graph node the op the
+# user's graph holds (``user_op``) and keep the rewritten name as a detail (``RAN_AS``; a node's
+# ``kernel`` attribute), so counts, placement audits and diffs of runs with and without oneDNN agree.
+#
+# The table is explicit (TensorFlow 2.21's registry of ``_Mkl*`` ops): a name not in it is left as it is,
+# so a user's own op that happens to be called ``_MklFoo`` keeps its name. Fusions only oneDNN makes, with
+# no one op of the user's graph behind them (``_MklLayerNorm``, ``_MklFusedInstanceNorm``,
+# ``_MklFusedMish``, ``_MklSwish``, ``_MklFusedBatchMatMulV2``, ``_Mkl(Native)Conv2DWithBias``,
+# ``_Mkl(Native)PadWith(Fused)Conv2D``, ``_Mkl(Native)Conv2DBackpropFilterWithBias``), keep their names too.
+
+ONEDNN_PREFIXES = ("_MklNative", "_Mkl")
+# Ops oneDNN runs under ``_Mkl<op>`` / ``_MklNative<op>``.
+_ONEDNN_KERNELS_OF = (
+    "AvgPool", "AvgPool3D", "AvgPool3DGrad", "AvgPoolGrad", "BatchMatMul", "BatchMatMulV2", "Concat", "ConcatV2",
+    "ConjugateTranspose", "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Conv3D",
+    "Conv3DBackpropFilterV2", "Conv3DBackpropInputV2", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropFilter",
+    "DepthwiseConv2dNativeBackpropInput", "Dequantize", "Einsum", "Elu", "EluGrad", "FusedBatchNorm",
+    "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3", "FusedBatchNormV2", "FusedBatchNormV3",
+    "LeakyRelu", "LeakyReluGrad", "MatMul", "MaxPool", "MaxPool3D", "MaxPool3DGrad", "MaxPoolGrad", "QuantizeV2",
+    "QuantizedAvgPool", "QuantizedConcatV2", "QuantizedConv2D", "QuantizedConv2DAndRelu",
+    "QuantizedConv2DAndReluAndRequantize", "QuantizedConv2DAndRequantize", "QuantizedConv2DPerChannel",
+    "QuantizedConv2DWithBias", "QuantizedConv2DWithBiasAndRelu", "QuantizedConv2DWithBiasAndReluAndRequantize",
+    "QuantizedConv2DWithBiasAndRequantize", "QuantizedConv2DWithBiasSignedSumAndReluAndRequantize",
+    "QuantizedConv2DWithBiasSumAndRelu", "QuantizedConv2DWithBiasSumAndReluAndRequantize",
+    "QuantizedDepthwiseConv2D", "QuantizedDepthwiseConv2DWithBias", "QuantizedDepthwiseConv2DWithBiasAndRelu",
+    "QuantizedDepthwiseConv2DWithBiasAndReluAndRequantize", "QuantizedMatMulWithBias",
+    "QuantizedMatMulWithBiasAndDequantize", "QuantizedMatMulWithBiasAndRelu",
+    "QuantizedMatMulWithBiasAndReluAndRequantize", "QuantizedMatMulWithBiasAndRequantize", "QuantizedMaxPool",
+    "Relu", "Relu6", "Relu6Grad", "ReluGrad", "Softmax", "SparseMatrixMatMul", "Tanh", "TanhGrad", "Transpose",
+)
+# Grappler's fused ops (``_FusedConv2D``...), which oneDNN runs as ``_Mkl(Native)FusedConv2D``...: the graph
+# TF optimizes holds them whether or not oneDNN runs them, so that is the name they are counted under.
+_ONEDNN_KERNELS_OF_FUSED = ("_FusedBatchNormEx", "_FusedConv2D", "_FusedConv3D", "_FusedDepthwiseConv2dNative",
+                            "_FusedMatMul")
+ONEDNN_OPS: dict[str, str] = {
+    f"{prefix}{op.lstrip('_')}": op
+    for op in (*_ONEDNN_KERNELS_OF, *_ONEDNN_KERNELS_OF_FUSED) for prefix in ONEDNN_PREFIXES
+}
+# Event tables' metadata key: ``{op: [names it ran as]}`` for the ops a loader renamed (``user_op``).
+RAN_AS = "ran_as"
+
+
+def user_op(op: str) -> str:
+    """The op of the user's graph that ``op`` runs (``_MklNativeConv2D`` -> ``Conv2D``); other names unchanged."""
+    return ONEDNN_OPS.get(op, op)
+
+
+def note_ran_as(ran_as: dict, op: str, kernel: str) -> None:
+    """Record in ``ran_as`` (``{op: [kernel names]}``, sorted) that ``op`` ran as ``kernel``."""
+    names = ran_as.setdefault(op, [])
+    if kernel not in names:
+        names.append(kernel)
+        names.sort()
+
+
+def ran_as_of(metadata: dict) -> dict[str, list[str]]:
+    """``{op: [names it ran as]}`` of an event table's metadata, merged tables' parts included."""
+    found: dict[str, list[str]] = {}
+    pending = [metadata]
+    while pending:
+        current = pending.pop()
+        pending.extend(p for p in current.get("parts", ()) if isinstance(p, dict))
+        for op, kernels in (current.get(RAN_AS) or {}).items():
+            for kernel in kernels:
+                note_ran_as(found, op, kernel)
+    return dict(sorted(found.items()))
