@@ -74,9 +74,18 @@ CPU_COLLECTIVE = re.compile(r"^(?:c10d::\w+|gloo:\w+|record_param_comms)$")
 # worker thread records while it runs the collective, else the ``c10d::*`` call that issued it.
 CPU_COLLECTIVE_RUN = re.compile(r"^gloo:\w+$")
 CPU_COLLECTIVE_CALL = re.compile(r"^c10d::\w+$")
+# GPU kernels that communicate: NCCL's and RCCL's (``ncclKernel_*``, ``ncclDevKernel_*`` including RCCL's
+# ``ncclDevKernel_Generic``, ``void nccl...``, ``rccl...``) and the symmetric-memory collectives of PyTorch and vLLM
+# (``void (anonymous namespace)::multimem_all_reduce_kernel<...>``, ``one_shot_all_reduce_kernel``,
+# ``vllm::cross_device_reduce_1stage``). Tested with ``match``: loaders mark them ``Kind.COMMUNICATION``.
+SYMMETRIC_MEMORY_KERNEL = (r"(?:multimem|one_shot|two_shot)_\w*(?:all_reduce|all_gather|reduce_scatter)\w*_kernel\b"
+                           r"|cross_device_reduce_[12]stage")
+NCCL_KERNEL = re.compile(rf"^(?:void )?(?:nccl|rccl)|^(?:void )?(?:[\w<>]+::|\(anonymous namespace\)::)*"
+                         rf"(?:{SYMMETRIC_MEMORY_KERNEL})", re.IGNORECASE)
 # Event names or op types that the analyses count as communication (``rnnprof comm``), searched anywhere:
 COMM_PATTERNS: tuple[str, ...] = (
-    r"^nccl(Dev)?Kernel",  # NCCL kernels
+    r"(?i)^(?:void )?(?:nccl|rccl)",  # NCCL/RCCL kernels
+    SYMMETRIC_MEMORY_KERNEL,  # symmetric-memory collectives
     rf"^{COLLECTIVE_PREFIX}(Reduce|Gather|Bcast|Permute|AllToAll)",  # TF collective ops
     r"^NcclAllReduce|^Nccl(Reduce|Broadcast|AllGather)",
     r"(?i)all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all",
@@ -86,8 +95,59 @@ COMM_PATTERNS: tuple[str, ...] = (
     # ops inside a gradient exchange scope: their op types are plain copies and adds
     rf"(^|/)({'|'.join(EXCHANGE_SCOPES)})(_\d+)?/",
 )
-# GPU kernels of NCCL (``ncclKernel_*``, ``ncclDevKernel_*``, ``void nccl...``): communication.
-NCCL_KERNEL = re.compile(r"^(?:void )?nccl", re.IGNORECASE)
+
+# -- collective types -----------------------------------------------------------------------------
+#
+# What a communication event does, in one vocabulary for every library: told from (first that answers) the
+# collective a Kineto kernel's args name (``Collective name``: ``allreduce``, ``_allgather_base``), the
+# ``nccl:*`` range the GPU records around it (RCCL's ``ncclDevKernel_Generic`` names nothing itself), its op
+# type (``CollectiveReduceV2``, ``_Send``) and its name (``ncclKernel_AllReduce_RING_LL_Sum_float``,
+# ``gloo:all_reduce``, ``c10d::broadcast_``, ``allreduce/...`` scopes). ``UNKNOWN``: communication none of
+# those names (``record_param_comms``, an RCCL kernel launched before the profiler started).
+
+ALL_REDUCE = "all-reduce"
+ALL_GATHER = "all-gather"
+REDUCE_SCATTER = "reduce-scatter"
+ALL_TO_ALL = "all-to-all"
+BROADCAST = "broadcast"
+REDUCE = "reduce"
+GATHER = "gather"
+SCATTER = "scatter"
+SEND_RECV = "send/recv"
+BARRIER = "barrier"
+UNKNOWN_COLLECTIVE = "unknown"
+COLLECTIVE_TYPES = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, REDUCE, GATHER, SCATTER,
+                    SEND_RECV, BARRIER, UNKNOWN_COLLECTIVE)
+# The ranges a collective library records around a collective (PyTorch's ``nccl:all_reduce`` on the GPU stream
+# and the launching thread, gloo's ``gloo:all_reduce``): their names say the collective.
+COLLECTIVE_RANGE = re.compile(r"^(?:nccl|rccl|gloo|ucc|mpi):\w+$")
+_SEP = r"[-_ ]?"
+# In order: the first rule whose pattern a name contains (case ignored) gives its type.
+_COLLECTIVE_RULES: tuple[tuple[str, str], ...] = (
+    (REDUCE_SCATTER, rf"reduce{_SEP}scatter"),
+    (ALL_REDUCE, rf"all{_SEP}reduce|{COLLECTIVE_PREFIX}Reduce|ring{_SEP}reduce|hierarchical{_SEP}copy"),
+    (ALL_GATHER, rf"all{_SEP}gather|{COLLECTIVE_PREFIX}Gather"),
+    (ALL_TO_ALL, rf"all{_SEP}to{_SEP}all"),
+    (BROADCAST, r"broadcast|bcast"),
+    (BARRIER, r"barrier"),
+    (SEND_RECV, rf"send|recv|{COLLECTIVE_PREFIX}Permute"),
+    (REDUCE, rf"reduce|{AGGREGATION_SCOPE}"),
+    (GATHER, r"gather"),
+    (SCATTER, r"scatter"),
+)
+_COLLECTIVE_RULE_PATTERNS = tuple((kind, re.compile(p, re.IGNORECASE)) for kind, p in _COLLECTIVE_RULES)
+
+
+def collective_type(*texts: str) -> str:
+    """The collective type (``COLLECTIVE_TYPES``) the first of ``texts`` that names one names; ``UNKNOWN_COLLECTIVE``
+    when none does. Only meaningful for events already known to be communication: ``reduce_kernel`` is compute."""
+    for text in texts:
+        for kind, pattern in _COLLECTIVE_RULE_PATTERNS:
+            if text and pattern.search(text):
+                return kind
+    return UNKNOWN_COLLECTIVE
+
+
 MEMCPY_PATTERN = r"^(Memcpy|MEMCPY|dma)"
 MEMSET_PATTERN = r"^(Memset|MEMSET)"
 
