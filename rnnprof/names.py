@@ -61,6 +61,8 @@ TRANSFER_OPS = frozenset(SEND_OPS + RECV_OPS)
 CROSS_TASK_RECV_OPS = ("RecvTensor", "RecvBuf")
 COLLECTIVE_PREFIX = "Collective"  # CollectiveReduce(V2), CollectiveGather(V2), CollectiveBcastSend/Recv, ...
 
+_SEP = r"[-_ ]?"  # between the words of a collective's name: all_reduce, all-reduce, allreduce, AllReduce
+
 # Op types that are communication by themselves: loaders give them ``Kind.COMMUNICATION``.
 COMMUNICATION_OP = re.compile(
     rf"^(_?(Host)?(Send|Recv)|RecvTensor|RecvBuf|_?{COLLECTIVE_PREFIX}\w*|Nccl\w*|\w*AllReduce\w*|\w*AllGather\w*|\w*AllToAll\w*)$")
@@ -88,7 +90,8 @@ COMM_PATTERNS: tuple[str, ...] = (
     SYMMETRIC_MEMORY_KERNEL,  # symmetric-memory collectives
     rf"^{COLLECTIVE_PREFIX}(Reduce|Gather|Bcast|Permute|AllToAll)",  # TF collective ops
     r"^NcclAllReduce|^Nccl(Reduce|Broadcast|AllGather)",
-    r"(?i)all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all",
+    # collectives by name: "all" starting a word (all_reduce, AllGather, c10d::allreduce_, not small_gather)
+    rf"(?:(?<![A-Za-z])(?i:all)|All){_SEP}(?i:reduce|gather|to{_SEP}all)|(?i:reduce){_SEP}(?i:scatter)",
     r"^_?(Host)?(Send|Recv)$",  # point-to-point transfers
     r"^(RecvTensor|RecvBuf)$",  # transfers between tasks of a gRPC cluster
     CPU_COLLECTIVE.pattern,  # c10d/gloo collectives of a CPU rank
@@ -121,7 +124,6 @@ COLLECTIVE_TYPES = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAS
 # The ranges a collective library records around a collective (PyTorch's ``nccl:all_reduce`` on the GPU stream
 # and the launching thread, gloo's ``gloo:all_reduce``): their names say the collective.
 COLLECTIVE_RANGE = re.compile(r"^(?:nccl|rccl|gloo|ucc|mpi):\w+$")
-_SEP = r"[-_ ]?"
 # In order: the first rule whose pattern a name contains (case ignored) gives its type.
 _COLLECTIVE_RULES: tuple[tuple[str, str], ...] = (
     (REDUCE_SCATTER, rf"reduce{_SEP}scatter"),
