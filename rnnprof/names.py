@@ -61,6 +61,8 @@ TRANSFER_OPS = frozenset(SEND_OPS + RECV_OPS)
 CROSS_TASK_RECV_OPS = ("RecvTensor", "RecvBuf")
 COLLECTIVE_PREFIX = "Collective"  # CollectiveReduce(V2), CollectiveGather(V2), CollectiveBcastSend/Recv, ...
 
+_SEP = r"[-_ ]?"  # between the words of a collective's name: all_reduce, all-reduce, allreduce, AllReduce
+
 # Op types that are communication by themselves: loaders give them ``Kind.COMMUNICATION``.
 COMMUNICATION_OP = re.compile(
     rf"^(_?(Host)?(Send|Recv)|RecvTensor|RecvBuf|_?{COLLECTIVE_PREFIX}\w*|Nccl\w*|\w*AllReduce\w*|\w*AllGather\w*|\w*AllToAll\w*)$")
@@ -74,19 +76,151 @@ CPU_COLLECTIVE = re.compile(r"^(?:c10d::\w+|gloo:\w+|record_param_comms)$")
 # worker thread records while it runs the collective, else the ``c10d::*`` call that issued it.
 CPU_COLLECTIVE_RUN = re.compile(r"^gloo:\w+$")
 CPU_COLLECTIVE_CALL = re.compile(r"^c10d::\w+$")
+# GPU kernels that communicate: NCCL's and RCCL's (``ncclKernel_*``, ``ncclDevKernel_*`` including RCCL's
+# ``ncclDevKernel_Generic``, ``void nccl...``, ``rccl...``) and the symmetric-memory collectives of PyTorch and vLLM
+# (``void (anonymous namespace)::multimem_all_reduce_kernel<...>``, ``one_shot_all_reduce_kernel``,
+# ``vllm::cross_device_reduce_1stage``). Tested with ``match``: loaders mark them ``Kind.COMMUNICATION``.
+SYMMETRIC_MEMORY_KERNEL = (r"(?:multimem|one_shot|two_shot)_\w*(?:all_reduce|all_gather|reduce_scatter)\w*_kernel\b"
+                           r"|cross_device_reduce_[12]stage")
+NCCL_KERNEL = re.compile(rf"^(?:void )?(?:nccl|rccl)|^(?:void )?(?:[\w<>]+::|\(anonymous namespace\)::)*"
+                         rf"(?:{SYMMETRIC_MEMORY_KERNEL})", re.IGNORECASE)
 # Event names or op types that the analyses count as communication (``rnnprof comm``), searched anywhere:
 COMM_PATTERNS: tuple[str, ...] = (
-    r"^nccl(Dev)?Kernel",  # NCCL kernels
+    r"(?i)^(?:void )?(?:nccl|rccl)",  # NCCL/RCCL kernels
+    SYMMETRIC_MEMORY_KERNEL,  # symmetric-memory collectives
     rf"^{COLLECTIVE_PREFIX}(Reduce|Gather|Bcast|Permute|AllToAll)",  # TF collective ops
     r"^NcclAllReduce|^Nccl(Reduce|Broadcast|AllGather)",
-    r"(?i)all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all",
+    # collectives by name: "all" starting a word (all_reduce, AllGather, c10d::allreduce_, not small_gather)
+    rf"(?:(?<![A-Za-z])(?i:all)|All){_SEP}(?i:reduce|gather|to{_SEP}all)|(?i:reduce){_SEP}(?i:scatter)",
     r"^_?(Host)?(Send|Recv)$",  # point-to-point transfers
     r"^(RecvTensor|RecvBuf)$",  # transfers between tasks of a gRPC cluster
     CPU_COLLECTIVE.pattern,  # c10d/gloo collectives of a CPU rank
     # ops inside a gradient exchange scope: their op types are plain copies and adds
     rf"(^|/)({'|'.join(EXCHANGE_SCOPES)})(_\d+)?/",
 )
-# GPU kernels of NCCL (``ncclKernel_*``, ``ncclDevKernel_*``, ``void nccl...``): communication.
-NCCL_KERNEL = re.compile(r"^(?:void )?nccl", re.IGNORECASE)
+
+# -- collective types -----------------------------------------------------------------------------
+#
+# What a communication event does, in one vocabulary for every library: told from (first that answers) the
+# collective a Kineto kernel's args name (``Collective name``: ``allreduce``, ``_allgather_base``), the
+# ``nccl:*`` range the GPU records around it (RCCL's ``ncclDevKernel_Generic`` names nothing itself), its op
+# type (``CollectiveReduceV2``, ``_Send``) and its name (``ncclKernel_AllReduce_RING_LL_Sum_float``,
+# ``gloo:all_reduce``, ``c10d::broadcast_``, ``allreduce/...`` scopes). ``UNKNOWN``: communication none of
+# those names (``record_param_comms``, an RCCL kernel launched before the profiler started).
+
+ALL_REDUCE = "all-reduce"
+ALL_GATHER = "all-gather"
+REDUCE_SCATTER = "reduce-scatter"
+ALL_TO_ALL = "all-to-all"
+BROADCAST = "broadcast"
+REDUCE = "reduce"
+GATHER = "gather"
+SCATTER = "scatter"
+SEND_RECV = "send/recv"
+BARRIER = "barrier"
+UNKNOWN_COLLECTIVE = "unknown"
+COLLECTIVE_TYPES = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, REDUCE, GATHER, SCATTER,
+                    SEND_RECV, BARRIER, UNKNOWN_COLLECTIVE)
+# The ranges a collective library records around a collective (PyTorch's ``nccl:all_reduce`` on the GPU stream
+# and the launching thread, gloo's ``gloo:all_reduce``): their names say the collective.
+COLLECTIVE_RANGE = re.compile(r"^(?:nccl|rccl|gloo|ucc|mpi):\w+$")
+# In order: the first rule whose pattern a name contains (case ignored) gives its type.
+_COLLECTIVE_RULES: tuple[tuple[str, str], ...] = (
+    (REDUCE_SCATTER, rf"reduce{_SEP}scatter"),
+    (ALL_REDUCE, rf"all{_SEP}reduce|{COLLECTIVE_PREFIX}Reduce|ring{_SEP}reduce|hierarchical{_SEP}copy"),
+    (ALL_GATHER, rf"all{_SEP}gather|{COLLECTIVE_PREFIX}Gather"),
+    (ALL_TO_ALL, rf"all{_SEP}to{_SEP}all"),
+    (BROADCAST, r"broadcast|bcast"),
+    (BARRIER, r"barrier"),
+    (SEND_RECV, rf"send|recv|{COLLECTIVE_PREFIX}Permute"),
+    (REDUCE, rf"reduce|{AGGREGATION_SCOPE}"),
+    (GATHER, r"gather"),
+    (SCATTER, r"scatter"),
+)
+_COLLECTIVE_RULE_PATTERNS = tuple((kind, re.compile(p, re.IGNORECASE)) for kind, p in _COLLECTIVE_RULES)
+
+
+def collective_type(*texts: str) -> str:
+    """The collective type (``COLLECTIVE_TYPES``) the first of ``texts`` that names one names; ``UNKNOWN_COLLECTIVE``
+    when none does. Only meaningful for events already known to be communication: ``reduce_kernel`` is compute."""
+    for text in texts:
+        for kind, pattern in _COLLECTIVE_RULE_PATTERNS:
+            if text and pattern.search(text):
+                return kind
+    return UNKNOWN_COLLECTIVE
+
+
 MEMCPY_PATTERN = r"^(Memcpy|MEMCPY|dma)"
 MEMSET_PATTERN = r"^(Memset|MEMSET)"
+
+# -- ops as TensorFlow's oneDNN build runs them -----------------------------------------------------
+#
+# On x86-64, TensorFlow's oneDNN optimizations (on by default; ``TF_ENABLE_ONEDNN_OPTS=0`` turns them off)
+# rewrite graph nodes to oneDNN kernels: a ``Conv2D`` node runs as ``_MklNativeConv2D`` (native tensor
+# format) or ``_MklConv2D`` (oneDNN's own layout, older builds). The runtime graph, step stats, XSpaces and
+# timelines then name the rewritten op. The loaders give every event and runtime-graph node the op the
+# user's graph holds (``user_op``) and keep the rewritten name as a detail (``RAN_AS``; a node's
+# ``kernel`` attribute), so counts, placement audits and diffs of runs with and without oneDNN agree.
+#
+# The table is explicit (TensorFlow 2.21's registry of ``_Mkl*`` ops): a name not in it is left as it is,
+# so a user's own op that happens to be called ``_MklFoo`` keeps its name. Fusions only oneDNN makes, with
+# no one op of the user's graph behind them (``_MklLayerNorm``, ``_MklFusedInstanceNorm``,
+# ``_MklFusedMish``, ``_MklSwish``, ``_MklFusedBatchMatMulV2``, ``_Mkl(Native)Conv2DWithBias``,
+# ``_Mkl(Native)PadWith(Fused)Conv2D``, ``_Mkl(Native)Conv2DBackpropFilterWithBias``), keep their names too.
+
+ONEDNN_PREFIXES = ("_MklNative", "_Mkl")
+# Ops oneDNN runs under ``_Mkl<op>`` / ``_MklNative<op>``.
+_ONEDNN_KERNELS_OF = (
+    "AvgPool", "AvgPool3D", "AvgPool3DGrad", "AvgPoolGrad", "BatchMatMul", "BatchMatMulV2", "Concat", "ConcatV2",
+    "ConjugateTranspose", "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Conv3D",
+    "Conv3DBackpropFilterV2", "Conv3DBackpropInputV2", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropFilter",
+    "DepthwiseConv2dNativeBackpropInput", "Dequantize", "Einsum", "Elu", "EluGrad", "FusedBatchNorm",
+    "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3", "FusedBatchNormV2", "FusedBatchNormV3",
+    "LeakyRelu", "LeakyReluGrad", "MatMul", "MaxPool", "MaxPool3D", "MaxPool3DGrad", "MaxPoolGrad", "QuantizeV2",
+    "QuantizedAvgPool", "QuantizedConcatV2", "QuantizedConv2D", "QuantizedConv2DAndRelu",
+    "QuantizedConv2DAndReluAndRequantize", "QuantizedConv2DAndRequantize", "QuantizedConv2DPerChannel",
+    "QuantizedConv2DWithBias", "QuantizedConv2DWithBiasAndRelu", "QuantizedConv2DWithBiasAndReluAndRequantize",
+    "QuantizedConv2DWithBiasAndRequantize", "QuantizedConv2DWithBiasSignedSumAndReluAndRequantize",
+    "QuantizedConv2DWithBiasSumAndRelu", "QuantizedConv2DWithBiasSumAndReluAndRequantize",
+    "QuantizedDepthwiseConv2D", "QuantizedDepthwiseConv2DWithBias", "QuantizedDepthwiseConv2DWithBiasAndRelu",
+    "QuantizedDepthwiseConv2DWithBiasAndReluAndRequantize", "QuantizedMatMulWithBias",
+    "QuantizedMatMulWithBiasAndDequantize", "QuantizedMatMulWithBiasAndRelu",
+    "QuantizedMatMulWithBiasAndReluAndRequantize", "QuantizedMatMulWithBiasAndRequantize", "QuantizedMaxPool",
+    "Relu", "Relu6", "Relu6Grad", "ReluGrad", "Softmax", "SparseMatrixMatMul", "Tanh", "TanhGrad", "Transpose",
+)
+# Grappler's fused ops (``_FusedConv2D``...), which oneDNN runs as ``_Mkl(Native)FusedConv2D``...: the graph
+# TF optimizes holds them whether or not oneDNN runs them, so that is the name they are counted under.
+_ONEDNN_KERNELS_OF_FUSED = ("_FusedBatchNormEx", "_FusedConv2D", "_FusedConv3D", "_FusedDepthwiseConv2dNative",
+                            "_FusedMatMul")
+ONEDNN_OPS: dict[str, str] = {
+    f"{prefix}{op.lstrip('_')}": op
+    for op in (*_ONEDNN_KERNELS_OF, *_ONEDNN_KERNELS_OF_FUSED) for prefix in ONEDNN_PREFIXES
+}
+# Event tables' metadata key: ``{op: [names it ran as]}`` for the ops a loader renamed (``user_op``).
+RAN_AS = "ran_as"
+
+
+def user_op(op: str) -> str:
+    """The op of the user's graph that ``op`` runs (``_MklNativeConv2D`` -> ``Conv2D``); other names unchanged."""
+    return ONEDNN_OPS.get(op, op)
+
+
+def note_ran_as(ran_as: dict, op: str, kernel: str) -> None:
+    """Record in ``ran_as`` (``{op: [kernel names]}``, sorted) that ``op`` ran as ``kernel``."""
+    names = ran_as.setdefault(op, [])
+    if kernel not in names:
+        names.append(kernel)
+        names.sort()
+
+
+def ran_as_of(metadata: dict) -> dict[str, list[str]]:
+    """``{op: [names it ran as]}`` of an event table's metadata, merged tables' parts included."""
+    found: dict[str, list[str]] = {}
+    pending = [metadata]
+    while pending:
+        current = pending.pop()
+        pending.extend(p for p in current.get("parts", ()) if isinstance(p, dict))
+        for op, kernels in (current.get(RAN_AS) or {}).items():
+            for kernel in kernels:
+                note_ran_as(found, op, kernel)
+    return dict(sorted(found.items()))

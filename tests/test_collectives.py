@@ -274,3 +274,38 @@ def test_the_loader_keeps_the_process_group_of_nccl_kernels():
     assert args["worker"] == "rank0" and len(kernels) == 21
     assert args["correlation"] == [e["args"]["correlation"] for e in kernels]
     assert args["group"] == [e["args"]["Process Group Name"] for e in kernels] and set(args["seq"]) == {-1}
+
+
+# -- collective types ---------------------------------------------------------------------------------------------
+
+# What the raw names say: NCCL's SendRecv kernels, gloo's all_reduce ranges.
+RAW_TYPES = {"ncclKernel_SendRecv": "send/recv", "gloo:all_reduce": "all-reduce"}
+
+
+@pytest.mark.parametrize("paths", [SAMPLED, GLOO], ids=["nccl-sampled", "gloo"])
+def test_every_matched_collective_has_the_type_its_raw_name_says(paths, capsys):
+    doc = comm_json(capsys, *paths)
+    collectives = doc["collectives"]["collectives"]
+    assert len(collectives) == len(expected_skews(paths))
+    for c in collectives:
+        (kind,) = [t for prefix, t in RAW_TYPES.items() if c["name"].startswith(prefix)]
+        assert c["collective_type"] == kind, c["name"]
+
+
+def test_a_member_that_names_the_collective_types_it_for_all(tmp_path):
+    """RCCL's generic kernel on two ranks: only rank 0 recorded the nccl:all_reduce range around it; the second
+    collective has no range on either rank."""
+    generic = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
+    paths = []
+    for rank in (0, 1):
+        events = [{"ph": "X", "cat": "kernel", "name": generic, "pid": rank, "tid": 4, "ts": ts + rank, "dur": 10,
+                   "args": {"device": rank, "stream": 4, "correlation": ts}} for ts in (100, 300)]
+        if rank == 0:
+            events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "nccl:all_reduce", "pid": 0, "tid": 4,
+                           "ts": 99, "dur": 12, "args": {"device": 0, "stream": 4}})
+        path = tmp_path / f"rank{rank}.json"
+        path.write_text(json.dumps({"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+                                    "traceEvents": events}))
+        paths.append(path)
+    report = analyze_collectives(load_events(paths))
+    assert [(c.index, c.collective_type) for c in report.collectives] == [(0, "all-reduce"), (1, "unknown")]

@@ -56,7 +56,8 @@ def reference_rows(doc: dict) -> list[tuple]:
         args = e.get("args") or {}
         on_gpu = e["cat"] in GPU
         kind = CATEGORY[e["cat"]]
-        if kind == "KERNEL" and re.match(r"^(?:void )?nccl(?:Dev)?Kernel", e["name"]):
+        # NCCL's kernels and PyTorch's symmetric-memory all-reduce communicate
+        if kind == "KERNEL" and re.search(r"^(?:void )?nccl(?:Dev)?Kernel|::multimem_all_reduce_kernel<", e["name"]):
             kind = "COMMUNICATION"
         correlation = args.get("correlation", args.get("External id", -1))
         if on_gpu:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -114,3 +117,38 @@ def test_comm_and_placement_audit_explain_the_host_input(two_device_run, capsys)
     assert len(pinned) == 1
     assert sorted(pinned[0]["evidence"]["op_types"]) == ["IteratorGetNext", "OneShotIterator"]
     assert all(o.startswith("tower_1/inputs/") for o in pinned[0]["ops"])
+
+
+# Fusions grappler makes only when oneDNN runs the graph: FusedBatchNormV3 + Relu as one _FusedBatchNormEx.
+_ONEDNN_ONLY_FUSIONS = {"_FusedBatchNormEx", "FusedBatchNormV3", "Relu"}
+
+
+def test_a_run_with_onednn_and_one_without_hold_the_same_ops(two_device_run, tmp_path, capsys):
+    """The same trace with oneDNN switched off (TF_ENABLE_ONEDNN_OPTS=0, in a process of its own: TensorFlow reads
+    it when loaded): count-ops and diff see the same convolutions, pools and matmuls on both sides, none of them
+    new, gone or moved; the oneDNN run names the kernels it ran as (on a CPU where oneDNN runs)."""
+    off = tmp_path / "off"
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "rnnprof", *TRACE, "--devices", "2", "--out", str(off)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert main(["count-ops", str(off), "--json"]) == 0
+    without = json.loads(capsys.readouterr().out)
+    assert without["runtime_graph"]["ran_as"] == {} and without["kernels"]["ran_as"] == {}
+    assert main(["count-ops", str(two_device_run), "--json"]) == 0
+    with_ = json.loads(capsys.readouterr().out)
+    if with_["runtime_graph"]["ran_as"]:  # oneDNN ran (x86-64 with TF's default)
+        assert with_["runtime_graph"]["ran_as"]["Conv2D"] == {"_MklNativeConv2D": 40}
+        assert with_["kernels"]["ran_as"]["Conv2D"] == ["_MklNativeConv2D"]
+    for op in ("Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "MaxPool", "MaxPoolGrad", "MatMul",
+               "FusedBatchNormGradV3"):
+        for view in ("runtime_graph", "kernels"):
+            assert with_[view]["by_type"][op] == without[view]["by_type"][op], (view, op)
+    assert main(["diff", str(two_device_run), str(off), "--json", "--top", "0"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    new_or_gone = {r["key"] for r in doc["ops"]["by_type"] if r["status"] in ("appeared", "vanished")}
+    assert new_or_gone <= _ONEDNN_ONLY_FUSIONS, new_or_gone
+    assert not any("_Mkl" in r["key"] for r in doc["ops"]["by_type"])
+    assert {r["op_type"] for r in doc["graphs"]["counts"] if r["delta"]} <= _ONEDNN_ONLY_FUSIONS | {""}
+    assert doc["graphs"]["moved"] == []

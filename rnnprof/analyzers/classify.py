@@ -12,6 +12,12 @@ type matches one of ``rnnprof.names.COMM_PATTERNS`` (or a user's ``--comm-patter
   and hierarchical-copy all-reduce (``allreduce/...``, ``gradient_aggregation/...``),
   which are matched on the node name because their op types are plain copies and adds.
 
+What a communication event's collective is (``collective_types``; the vocabulary is
+``rnnprof.names.COLLECTIVE_TYPES``), first that answers: the collective the kernel's Kineto args name
+(``Collective name``, kept by the loader in ``metadata["collective_args"]``), the ``nccl:*`` range the GPU
+records around it on its stream (RCCL's ``ncclDevKernel_Generic`` names nothing itself), its op type and its
+name (``rnnprof.names.collective_type``).
+
 Classification is vectorized: each distinct string is tested once and the
 result is mapped onto the event columns by code.
 """
@@ -25,7 +31,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from rnnprof.events import EventTable, Kind
-from rnnprof.names import COMM_PATTERNS, MEMCPY_PATTERN, MEMSET_PATTERN
+from rnnprof.names import (COLLECTIVE_RANGE, COLLECTIVE_TYPES, COMM_PATTERNS, MEMCPY_PATTERN, MEMSET_PATTERN,
+                           UNKNOWN_COLLECTIVE, collective_type)
 
 
 class EventClass(enum.IntEnum):
@@ -93,3 +100,78 @@ def classify(table: EventTable, comm_patterns: Iterable[str] = ()) -> np.ndarray
     result[(kind == Kind.RUNTIME) | ((kind == Kind.HOST_OP) & on_host)] = EventClass.HOST
     result[kind == Kind.ANNOTATION] = EventClass.ANNOTATION
     return result
+
+
+def collective_types(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows`` (communication events), the index in ``COLLECTIVE_TYPES`` of its collective type."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not len(rows):
+        return np.zeros(0, dtype=np.int8)
+    index = {t: i for i, t in enumerate(COLLECTIVE_TYPES)}
+    unknown = index[UNKNOWN_COLLECTIVE]
+    # By op type, then name: each distinct pair tested once.
+    n = len(table.strings)
+    pairs, inverse = np.unique(table.op_type[rows].astype(np.int64) * n + table.name[rows], return_inverse=True)
+    by_pair = np.array([index[collective_type(table.strings[p // n], table.strings[p % n])] for p in pairs.tolist()],
+                       dtype=np.int8)
+    result = by_pair[inverse.reshape(-1)]
+    # The nccl:* range around the event on its GPU stream overrides the name.
+    ranged = _ranged_types(table, rows)
+    result[ranged >= 0] = ranged[ranged >= 0]
+    # The collective the kernel's args name overrides both.
+    named = _args_types(table)
+    if named:
+        workers = [d.worker for d in table.devices]
+        for k in np.flatnonzero(table.correlation[rows] >= 0).tolist():
+            row = rows[k]
+            found = named.get((workers[table.device[row]], int(table.correlation[row])), unknown)
+            if found != unknown:
+                result[k] = found
+    return result
+
+
+def _ranged_types(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows``, the type of the collective range (``nccl:all_reduce``) its start lies in on its own
+    device and lane, -1 where none."""
+    found = np.full(len(rows), -1, dtype=np.int8)
+    is_range = np.zeros(len(table.strings), dtype=bool)
+    used = np.unique(table.name[table.kind == Kind.ANNOTATION])
+    for code in used.tolist():
+        is_range[code] = COLLECTIVE_RANGE.match(table.strings[code]) is not None
+    ranges = np.flatnonzero((table.kind == Kind.ANNOTATION) & is_range[table.name])
+    if not len(ranges):
+        return found
+    index = {t: i for i, t in enumerate(COLLECTIVE_TYPES)}
+    range_type = np.array([index[collective_type(table.strings[c])] for c in table.name[ranges].tolist()],
+                          dtype=np.int8)
+    width = int(table.lane.max()) + 1
+    range_key = table.device[ranges].astype(np.int64) * width + table.lane[ranges]
+    row_key = table.device[rows].astype(np.int64) * width + table.lane[rows]
+    for key in np.unique(range_key[np.isin(range_key, row_key)]).tolist():
+        mine = np.flatnonzero(range_key == key)
+        mine = mine[np.argsort(table.ts[ranges[mine]], kind="stable")]
+        starts, ends = table.ts[ranges[mine]], table.end[ranges[mine]]
+        members = np.flatnonzero(row_key == key)
+        ts = table.ts[rows[members]]
+        last = np.searchsorted(starts, ts, side="right") - 1
+        inside = (last >= 0) & (ends[np.maximum(last, 0)] > ts)
+        found[members[inside]] = range_type[mine[last[inside]]]
+    return found
+
+
+def _args_types(table: EventTable) -> dict[tuple[str, int], int]:
+    """``(worker, correlation) -> index in COLLECTIVE_TYPES`` of the kernels whose Kineto args name their
+    collective (``Collective name``), merged tables' parts included."""
+    index = {t: i for i, t in enumerate(COLLECTIVE_TYPES)}
+    found: dict[tuple[str, int], int] = {}
+    pending = [table.metadata]
+    while pending:
+        metadata = pending.pop()
+        pending.extend(p for p in metadata.get("parts", ()) if isinstance(p, dict))
+        args = metadata.get("collective_args")
+        if isinstance(args, dict) and args.get("collective"):
+            worker = args.get("worker", "")
+            for correlation, name in zip(args.get("correlation", ()), args["collective"]):
+                if name:
+                    found[(worker, int(correlation))] = index[collective_type(str(name))]
+    return found

@@ -17,7 +17,9 @@ Matching: the same collective on two ranks has the same key.
   process group when the trace names it, else the GPU stream the kernels run on (NCCL runs each
   communicator on its own stream), else one group per CPU rank.
 
-For each collective seen on two or more ranks: its arrival skew = the last member's start - the first
+Each collective has its type (``rnnprof.names.COLLECTIVE_TYPES``, ``classify.collective_types``): the one its
+members name (one rank's RCCL kernel may lack the range that names it), their types joined by "+" should they
+differ. For each collective seen on two or more ranks: its arrival skew = the last member's start - the first
 member's start, and which rank arrived last; a member waits ``last start - its start`` for the last
 one. Per rank: how often it arrived last, the waiting it caused (summed over the collectives it arrived
 last at, the other members' waits) and the waiting it did. The straggler is the rank that arrived last
@@ -33,9 +35,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rnnprof.analyzers.classify import collective_types
 from rnnprof.analyzers.comm import host_operator_devices
 from rnnprof.events import EventTable, Kind
-from rnnprof.names import CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, NCCL_KERNEL
+from rnnprof.names import COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, NCCL_KERNEL, UNKNOWN_COLLECTIVE
 
 BY_SEQ = "seq"
 BY_ORDER = "order"
@@ -51,6 +54,7 @@ class Instance:
     start_us: float
     end_us: float
     row: int = field(default=-1, compare=False)  # the event's row in the table it was found in
+    collective: str = field(default=UNKNOWN_COLLECTIVE, compare=False)  # its type (rnnprof.names.COLLECTIVE_TYPES)
 
     @property
     def dur_us(self) -> float:
@@ -75,6 +79,7 @@ class Collective:
     index: int  # sequence number (matched by seq) or k-th of its name in the group (matched by order)
     matched_by: str
     arrivals: tuple[Arrival, ...]  # by rank
+    collective_type: str = UNKNOWN_COLLECTIVE  # rnnprof.names.COLLECTIVE_TYPES; the members' known one
 
     @property
     def last(self) -> Arrival:
@@ -95,8 +100,8 @@ class Collective:
         return sum(a.wait_us for a in self.arrivals)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "group": self.group, "index": self.index, "matched_by": self.matched_by,
-                "ranks": len(self.arrivals), "last_rank": self.last.worker, "skew_us": self.skew_us,
+        return {"name": self.name, "collective_type": self.collective_type, "group": self.group, "index": self.index,
+                "matched_by": self.matched_by, "ranks": len(self.arrivals), "last_rank": self.last.worker, "skew_us": self.skew_us,
                 "caused_wait_us": self.caused_wait_us, "end_spread_us": self.end_spread_us,
                 "arrivals": [a.as_dict() for a in self.arrivals]}
 
@@ -173,9 +178,10 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
         ends = starts + table.dur[rows]
         order = np.lexsort((ends, starts))
         rows, starts, ends = rows[order], starts[order], ends[order]
+        types = collective_types(table, rows).tolist()
         ordinal: dict[tuple, int] = {}
         found = []
-        for r, start, end in zip(rows, starts.tolist(), ends.tolist()):
+        for r, start, end, kind in zip(rows, starts.tolist(), ends.tolist(), types):
             name = names[table.name[r]]
             on_gpu = table.devices[table.device[r]].kind == "gpu"
             group, seq = args.get((worker, int(table.correlation[r])), ("", -1)) if on_gpu else ("", -1)
@@ -187,7 +193,7 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
                 k = ordinal.get((group, name), 0)
                 ordinal[(group, name)] = k + 1
                 key = (BY_ORDER, group, name, k)
-            found.append(Instance(key, name, group, start, end, int(r)))
+            found.append(Instance(key, name, group, start, end, int(r), COLLECTIVE_TYPES[kind]))
         result[worker] = found
     return result
 
@@ -219,8 +225,9 @@ def match(per_worker: dict[str, list[Instance]]) -> tuple[list[Collective], int]
         arrivals = tuple(Arrival(w, inst.start_us, inst.end_us, last - inst.start_us)
                          for w, inst in sorted(group, key=lambda m: m[0]))
         first = group[0][1]
+        known = sorted({inst.collective for _, inst in group} - {UNKNOWN_COLLECTIVE})
         matched.append(Collective(name=first.name, group=first.group, index=key[-1], matched_by=key[0],
-                                  arrivals=arrivals))
+                                  arrivals=arrivals, collective_type="+".join(known) or UNKNOWN_COLLECTIVE))
     matched.sort(key=lambda c: (min(a.start_us for a in c.arrivals), c.group, c.name, c.index))
     return matched, unmatched
 

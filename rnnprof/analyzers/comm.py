@@ -60,11 +60,12 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
-from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify
+from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify, collective_types
 from rnnprof.analyzers.copies import CopyReport, combine_copies, count_copies
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep
 from rnnprof.events import Device, EventTable, Kind
+from rnnprof.names import COLLECTIVE_TYPES, UNKNOWN_COLLECTIVE
 
 if TYPE_CHECKING:
     from rnnprof.analyzers.collectives import CollectivesReport
@@ -185,10 +186,18 @@ class CommOp:
     events: int
     devices: int
     total_us: float  # summed durations over its events (not a union: instances on two devices both count)
+    # collective type (rnnprof.names.COLLECTIVE_TYPES) -> events of that type (one name may run several: RCCL)
+    collective_types: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def collective_type(self) -> str:
+        """Its events' collective type; the types joined by "+" when they differ."""
+        return "+".join(t for t, _ in self.collective_types) or UNKNOWN_COLLECTIVE
 
     def as_dict(self) -> dict:
         return {"name": self.name, "op_type": self.op_type, "events": self.events, "devices": self.devices,
-                "total_us": self.total_us}
+                "total_us": self.total_us, "collective_type": self.collective_type,
+                "collective_types": dict(self.collective_types)}
 
 
 @dataclass(frozen=True)
@@ -440,11 +449,14 @@ def combine_reports(reports: Sequence[CommReport],
     steps = sorted({s for r in reports for s in r.steps})
     ops: dict[str, list] = {}
     for op in (op for r in reports for op in r.comm_ops):
-        entry = ops.setdefault(op.name, [op.op_type, 0, 0, 0.0])
+        entry = ops.setdefault(op.name, [op.op_type, 0, 0, 0.0, dict.fromkeys(COLLECTIVE_TYPES, 0)])
         entry[1] += op.events
         entry[2] += op.devices
         entry[3] += op.total_us
-    comm_ops = sorted((CommOp(name, t, e, d, us) for name, (t, e, d, us) in ops.items()),
+        for kind, n in op.collective_types:
+            entry[4][kind] += n
+    comm_ops = sorted((CommOp(name, t, e, d, us, tuple((k, n) for k, n in types.items() if n))
+                       for name, (t, e, d, us, types) in ops.items()),
                       key=lambda op: (-op.total_us, op.name))
     return CommReport(
         devices=tuple(devices),
@@ -515,7 +527,7 @@ def _outside_own_collectives(ts, end, dev, lane, cls, host_ops) -> tuple[np.ndar
 
 
 def _comm_ops(table: EventTable, rows: np.ndarray) -> tuple[CommOp, ...]:
-    """Communication events grouped by name, longest summed duration first."""
+    """Communication events grouped by name, longest summed duration first, with their collective types."""
     names, inverse = np.unique(table.name[rows], return_inverse=True)
     total = np.bincount(inverse, weights=np.maximum(table.dur[rows], 0.0), minlength=len(names))
     events = np.bincount(inverse, minlength=len(names))
@@ -525,8 +537,13 @@ def _comm_ops(table: EventTable, rows: np.ndarray) -> tuple[CommOp, ...]:
     op_type = np.zeros(len(names), dtype=np.int64)
     op_type[inverse] = table.op_type[rows]
     order = sorted(range(len(names)), key=lambda i: (-total[i], table.strings[names[i]]))
+    by_type = np.zeros((len(names), len(COLLECTIVE_TYPES)), dtype=np.int64)
+    np.add.at(by_type, (inverse.reshape(-1), collective_types(table, rows)), 1)
     return tuple(CommOp(name=table.strings[names[i]], op_type=table.strings[op_type[i]], events=int(events[i]),
-                        devices=int(devices[i]), total_us=float(total[i])) for i in order)
+                        devices=int(devices[i]), total_us=float(total[i]),
+                        collective_types=tuple((COLLECTIVE_TYPES[t], int(by_type[i, t]))
+                                               for t in np.flatnonzero(by_type[i]).tolist()))
+                 for i in order)
 
 
 def _straggler(step, devices, ends, comm_starts) -> Straggler | None:

@@ -30,6 +30,7 @@ from rnnprof.analyzers import copies as copy_counts
 from rnnprof.analyzers.launches import (CPU_KERNEL_KINDS, DEFAULT_SHORT_KERNEL_US, LaunchStats, kernel_masks,
                                       launch_stats)
 from rnnprof.events import EventTable, Kind, match_correlation
+from rnnprof.names import CROSS_TASK_RECV_OPS, note_ran_as, ran_as_of
 
 DEFINITIONS = {
     "user graph ops": "nodes of the graph Python built (GraphDef as written by the program), by requested device",
@@ -43,6 +44,8 @@ DEFINITIONS = {
     "GPU kernels": "kernels that ran on a GPU stream (NCCL kernels included); copies and memsets excluded",
     "GPU launches": "host-side records of launching GPU work: TF ops run by a GPU device's executor, or CUDA "
                     "runtime calls correlated with a GPU kernel; shown for reference, not added to the kernels",
+    "ran as": "TensorFlow's oneDNN build runs some ops as its own kernels (Conv2D as _MklNativeConv2D): they "
+              "are counted as the op the user's graph holds, and the name they ran as is listed beside it",
     "per step": "kernels inside step markers divided by the number of steps; a trace without step markers "
                 "counts as one step",
 }
@@ -63,6 +66,8 @@ class GraphOpCounts:
     by_type: dict[str, int] = field(default_factory=dict)
     by_device_type: dict[str, dict[str, int]] = field(default_factory=dict)
     functions: dict[str, int] = field(default_factory=dict)  # function name -> node count
+    # op -> {name oneDNN rewrote it to: nodes} (counted under the op itself; see rnnprof.names.user_op)
+    ran_as: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class KernelCounts:
     by_type: dict[str, tuple[int, int]] = field(default_factory=dict)  # op type -> (cpu, gpu) kernels
     # device -> op type -> kernels (a GPU's are GPU kernels, any other device's CPU kernels)
     by_device_type: dict[str, dict[str, int]] = field(default_factory=dict)
+    ran_as: dict[str, list[str]] = field(default_factory=dict)  # op -> names oneDNN ran it as (rnnprof.names)
 
     @property
     def n_steps(self) -> int:
@@ -167,6 +173,7 @@ def count_graph(graph: nx.DiGraph | None, reason: str = "") -> GraphOpCounts:
     by_type: Counter = Counter()
     by_device_type: dict[str, Counter] = {}
     functions: Counter = Counter()
+    ran_as: dict[str, Counter] = {}
     top = 0
     for _, attrs in graph.nodes(data=True):
         device = attrs.get("device")
@@ -175,6 +182,8 @@ def count_graph(graph: nx.DiGraph | None, reason: str = "") -> GraphOpCounts:
         by_device[label] += 1
         by_type[op] += 1
         by_device_type.setdefault(label, Counter())[op] += 1
+        if attrs.get("kernel"):
+            ran_as.setdefault(op, Counter())[attrs["kernel"]] += 1
         if attrs.get("function"):
             functions[attrs["function"]] += 1
         else:
@@ -190,6 +199,7 @@ def count_graph(graph: nx.DiGraph | None, reason: str = "") -> GraphOpCounts:
         by_type=dict(by_type.most_common()),
         by_device_type={d: dict(c.most_common()) for d, c in sorted(by_device_type.items())},
         functions=dict(functions.most_common()),
+        ran_as={op: dict(sorted(k.items())) for op, k in sorted(ran_as.items())},
     )
 
 
@@ -258,8 +268,9 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
                       for d, ops in sorted(by_device_type.items())}
     if not devices:
         return KernelCounts(available=False, reason="the trace holds no op executions or kernels", steps=steps)
+    ran_as = {op: kernels for op, kernels in ran_as_of(table.metadata).items() if op in by_type}
     return KernelCounts(available=True, steps=steps, devices=tuple(sorted(devices, key=lambda d: d.device)),
-                        by_type=by_type, by_device_type=by_device_type)
+                        by_type=by_type, by_device_type=by_device_type, ran_as=ran_as)
 
 
 def _count_pairs(devices: np.ndarray, ops: np.ndarray, n_strings: int) -> tuple[np.ndarray, np.ndarray]:
@@ -364,8 +375,13 @@ def combine_kernel_counts(parts: Sequence[KernelCounts]) -> KernelCounts:
     merged_types = dict(sorted(((op, (c, g)) for op, (c, g) in by_type.items()),
                                key=lambda kv: (-(kv[1][0] + kv[1][1]), kv[0])))
     by_device_type = {d: ops for p in available for d, ops in p.by_device_type.items()}
+    ran_as: dict[str, list[str]] = {}
+    for part in available:
+        for op, kernels in part.ran_as.items():
+            for kernel in kernels:
+                note_ran_as(ran_as, op, kernel)
     return KernelCounts(available=True, steps=steps, devices=tuple(devices), by_type=merged_types,
-                        by_device_type=dict(sorted(by_device_type.items())))
+                        by_device_type=dict(sorted(by_device_type.items())), ran_as=dict(sorted(ran_as.items())))
 
 
 def with_kernels(report: OpCountReport, kernels: KernelCounts, launches: LaunchStats | None,

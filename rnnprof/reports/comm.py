@@ -109,11 +109,12 @@ def comm_ops_table(report: CommReport, top: int = TOP_COMM_OPS) -> Table:
         caption = f"top {top} of {len(ops)} ops; " + caption
     shown = ops[:top]
     with_type = any(op.op_type and op.op_type != op.name for op in shown)  # Kineto names are their types
-    columns = (("op type",) if with_type else ()) + ("devices", "events", "ms")
+    columns = (("op type",) if with_type else ()) + ("collective", "devices", "events", "ms")
     table = _table("communication ops by time", "op", columns, caption)
     for op in shown:
         type_cell = (op.op_type if op.op_type != op.name else "",) if with_type else ()
-        table.add_row(Text(op.name), *map(Text, type_cell), str(op.devices), f"{op.events:,}", _ms(op.total_us))
+        table.add_row(Text(op.name), *map(Text, type_cell), Text(op.collective_type), str(op.devices),
+                      f"{op.events:,}", _ms(op.total_us))
     return table
 
 
@@ -156,10 +157,11 @@ def collectives_table(collectives: CollectivesReport, top: int = TOP_COLLECTIVES
     if len(collectives.collectives) > top:
         caption = f"top {top} of {len(collectives.collectives)} by skew; " + caption
     table = _table("collectives across ranks: who arrived last", "collective",
-                   ("#", "ranks", "last\nrank", "skew\nms", "waited\nms"), caption)
+                   ("collective\ntype", "#", "ranks", "last\nrank", "skew\nms", "waited\nms"), caption)
     for c in shown:
         name = c.name.split("(")[0]
-        table.add_row(Text(f"{name} [{c.group}]" if c.group else name), f"{c.index} {c.matched_by}",
+        table.add_row(Text(f"{name} [{c.group}]" if c.group else name), Text(c.collective_type),
+                      f"{c.index} {c.matched_by}",
                       str(len(c.arrivals)), Text(c.last.worker), _ms(c.skew_us), _ms(c.caused_wait_us))
     return table
 

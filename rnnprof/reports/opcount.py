@@ -66,19 +66,31 @@ def _by_type_table(totals: dict[str, tuple[int, ...]], per_device: dict[str, dic
     return table
 
 
+def _ran_as_note(ran_as: dict) -> list:
+    """One line: the ops counted as the user's op that ran as oneDNN kernels (``Conv2D as _MklNativeConv2D``);
+    a graph's lists how many nodes each (``{kernel: nodes}``), a trace's the names only."""
+    if not ran_as:
+        return []
+    listed = []
+    for op, kernels in ran_as.items():
+        names = [f"{k} ({n:,})" for k, n in kernels.items()] if isinstance(kernels, dict) else list(kernels)
+        listed.append(f"{op} as {', '.join(names)}")
+    return [Text(f"ran as oneDNN kernels (counted as the op the graph holds): {'; '.join(listed)}", style="dim")]
+
+
 def _graph_table(title: str, counts: GraphOpCounts, by: str) -> list:
     if not counts.available:
         return [Text.assemble((title, "bold"), f": not available ({counts.reason})")]
     if by == "type":
         totals = {op: (n,) for op, n in counts.by_type.items()}
         return [_heading(title, counts) + " — ops per op type and device",
-                _by_type_table(totals, counts.by_device_type, ("all",))]
+                _by_type_table(totals, counts.by_device_type, ("all",)), *_ran_as_note(counts.ran_as)]
     table = compact_table("device", ("ops",))
     table.add_column("most common op types", overflow="fold")
     for device, n in counts.by_device.items():
         common = ", ".join(f"{op} {k}" for op, k in list(counts.by_device_type[device].items())[:4])
         table.add_row(Text(device), f"{n:,}", Text(common))
-    return [_heading(title, counts) + " — ops per device", table]
+    return [_heading(title, counts) + " — ops per device", table, *_ran_as_note(counts.ran_as)]
 
 
 def _kernel_table(kernels: KernelCounts, by: str) -> list:
@@ -92,7 +104,7 @@ def _kernel_table(kernels: KernelCounts, by: str) -> list:
     if by == "type":
         table = _by_type_table(kernels.by_type, kernels.by_device_type, ("CPU\nkernels", "GPU\nkernels"), n)
         return [Text.assemble(("Kernel invocations per step by op type and device", "bold"), " ", steps),
-                table, *note]
+                table, *_ran_as_note(kernels.ran_as), *note]
     table = compact_table("device", ("CPU\nkernels", "GPU\nkernels", "GPU\nlaunches", "copies"),
                           caption="per step; [CPU kernels / GPU kernels] is the split, launches and "
                                   "copies are not kernels (see Definitions)")
@@ -104,7 +116,8 @@ def _kernel_table(kernels: KernelCounts, by: str) -> list:
                       _fmt(t["gpu_kernels"] / n), _fmt(t["gpu_launches"] / n), _fmt(t["copies"] / n))
     table.add_row("[bold]all devices[/bold]", _fmt(kernels.cpu_kernels / n), _fmt(kernels.gpu_kernels / n),
                   _fmt(kernels.gpu_launches / n), _fmt(sum(d.copies for d in kernels.devices) / n))
-    return [Text.assemble(("Kernel invocations per device per step", "bold"), " ", steps), table, *note]
+    return [Text.assemble(("Kernel invocations per device per step", "bold"), " ", steps), table,
+            *_ran_as_note(kernels.ran_as), *note]
 
 
 def _us(value: float | None) -> str:

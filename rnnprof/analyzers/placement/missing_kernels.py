@@ -10,19 +10,13 @@ from __future__ import annotations
 
 import collections
 
+from rnnprof.names import user_op
+
 from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput
 
 RULE_ID = "PA007-no-kernel-for-device"
 TITLE = "No kernel for the requested device type"
-
-
-def _user_op(op: str) -> str:
-    """The op the user built: the runtime graph names oneDNN rewrites ``_MklX`` / ``_MklNativeX``."""
-    for prefix in ("_MklNative", "_Mkl"):
-        if op.startswith(prefix):
-            return op[len(prefix):]
-    return op
 
 
 def check(inp: AuditInput) -> list[Finding] | NotChecked:
@@ -31,7 +25,7 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
     wanted = collections.defaultdict(list)  # (device type, op) -> nodes
     for node in inp.placements.values():
         device = node.requested_device
-        op = _user_op(node.op)
+        op = user_op(node.op)  # the loaders name oneDNN rewrites by the user's op already
         if device is not None and op and not op.startswith("_"):
             wanted[(device.kind.upper(), op)].append(node)
     if not wanted:

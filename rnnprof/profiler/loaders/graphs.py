@@ -13,7 +13,9 @@ Node ids are node names; nodes of a function body are ``"<function>/<node>"``. N
 ``device`` (``assigned_device`` parsed to a ``Device``, else the requested one, else None),
 ``function`` (library function the node lives in, "" at top level), ``partition`` (the file
 or section it came from) and, for user-graph nodes built under ``colocate_with``, ``colocation``
-(the names of the nodes they must share a device with). Edges carry ``control`` (True for ``^name`` inputs) and ``port``.
+(the names of the nodes they must share a device with). A node TensorFlow's oneDNN build rewrote has the op of the
+user's graph (``Conv2D``; ``rnnprof.names.user_op``) and the rewritten name as ``kernel``
+(``_MklNativeConv2D``). Edges carry ``control`` (True for ``^name`` inputs) and ``port``.
 
 Which file is which format is ``registry``'s answer; the parsing is ``graphdef`` and ``run_metadata``.
 Protos come from TensorBoard's copies of the TF protos, so TensorFlow is never imported here.
@@ -28,6 +30,7 @@ import networkx as nx
 
 from rnnprof.errors import InputError
 from rnnprof.events import parse_tf_device
+from rnnprof.names import user_op
 from rnnprof.profiler import rundir
 from rnnprof.profiler.loaders.registry import GRAPHS_EXPECTED, open_source
 
@@ -159,8 +162,9 @@ def _add_nodes(g: nx.DiGraph, nodes, function: str, partition: str, role: str) -
     for node in nodes:
         nid = _node_id(function, node.name)
         attrs = g.nodes[nid] if nid in g else None
+        op = user_op(node.op)  # a oneDNN kernel (_MklNativeConv2D) is the op of the user's graph (Conv2D)
         if attrs is None:
-            g.add_node(nid, name=node.name, op=node.op, requested_device="", assigned_device="",
+            g.add_node(nid, name=node.name, op=op, requested_device="", assigned_device="",
                        function=function, partition=partition)
             attrs = g.nodes[nid]
         attrs[device_key] = node.device
@@ -169,7 +173,9 @@ def _add_nodes(g: nx.DiGraph, nodes, function: str, partition: str, role: str) -
                                         for s in node.attr["_class"].list.s if s.startswith(b"loc:@"))
         if role == "runtime":
             attrs["partition"] = partition
-            attrs["op"] = node.op
+            attrs["op"] = op
+        if op != node.op:
+            attrs["kernel"] = node.op
         size = variable_bytes(node)
         if size is not None:
             attrs["variable_bytes"] = size

@@ -16,9 +16,10 @@ a gloo CPU job) has its host operators as its device activity: its ``cpu_op``s s
 ``c10d::*`` operators, the ``gloo:*`` ranges of gloo's threads, ``record_param_comms``) are
 COMMUNICATION on that device. ``metadata["host_operator_devices"]`` lists such devices.
 
-GPU events whose args name their collective (newer Kineto: ``Process Group Name``, ``Seq`` on NCCL
-kernels) are listed in ``metadata["collective_args"]`` (``worker``, and per event its ``correlation``,
-``group`` and ``seq``, -1 when absent), which ``rnnprof.analyzers.collectives`` matches ranks by.
+GPU events whose args name their collective (newer Kineto: ``Process Group Name``, ``Seq``, ``Collective name``
+on NCCL kernels) are listed in ``metadata["collective_args"]`` (``worker``, and per event its ``correlation``,
+``group``, ``seq`` (-1 when absent) and ``collective`` ("" when absent)), which ``rnnprof.analyzers.collectives``
+matches ranks by and ``rnnprof.analyzers.classify.collective_types`` types collectives by.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class _Args(msgspec.Struct, gc=False):
     # a collective's identity (newer Kineto, on NCCL kernels): its process group and sequence number
     group: Any = msgspec.field(name="Process Group Name", default=None)
     seq: Any = msgspec.field(name="Seq", default=None)
+    collective: Any = msgspec.field(name="Collective name", default=None)  # allreduce, broadcast, ...
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -159,7 +161,7 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     lanes = _Lanes(code)
     columns = _Columns()
     skipped = 0
-    collective_args: dict[str, list] = {"correlation": [], "group": [], "seq": []}
+    collective_args: dict[str, list] = {"correlation": [], "group": [], "seq": [], "collective": []}
 
     def gpu_code(args: _Args, event: _Event) -> int:
         c = gpu_codes.get(args.device)
@@ -193,10 +195,12 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
             lane_keys = [(a.stream if a.stream is not None else e.tid) if g else e.tid
                          for e, a, g in zip(events, args, on_gpu)]
             for a, g in zip(args, on_gpu):
-                if g and (a.group is not None or a.seq is not None) and a.correlation is not None:
+                if g and (a.group is not None or a.seq is not None or a.collective is not None) \
+                        and a.correlation is not None:
                     collective_args["correlation"].append(_int(a.correlation))
                     collective_args["group"].append("" if a.group is None else str(a.group))
                     collective_args["seq"].append(_int(a.seq))
+                    collective_args["collective"].append("" if a.collective is None else str(a.collective))
         columns.add(
             n,
             ts=[e.ts for e in events],

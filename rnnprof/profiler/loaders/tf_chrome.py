@@ -13,7 +13,9 @@ TF's GPU tracer writes every kernel twice (``stream:all`` and its own stream) an
 (``memcpy`` and the stream that ran it). The loader keeps one record of each: ``stream:all`` is
 dropped when per-stream lanes exist, and a stream record identical (name, start, duration) to a
 ``memcpy`` record is the copy, not a kernel. Ops that move data between devices or take part in
-collectives (Send/Recv, Collective*, Nccl*) are ``COMMUNICATION``.
+collectives (Send/Recv, Collective*, Nccl*) are ``COMMUNICATION``. An op oneDNN rewrote
+(``_MklNativeConv2D``) is the op of the user's graph (``Conv2D``; ``rnnprof.names.user_op``), its rewritten name
+kept in ``metadata["ran_as"]``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from rnnprof.errors import InputError
-from rnnprof.names import COMMUNICATION_OP
+from rnnprof.names import COMMUNICATION_OP, RAN_AS, note_ran_as, user_op
 from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device
 
 TF1_FORMAT = "tf1-timeline"
@@ -119,6 +121,7 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
               for lane, e, _ in rows if lane[2] == Kind.MEMCPY}
     builder = EventTableBuilder(source_format, [str(path)])
     dropped_all = dropped_copies = 0
+    ran_as: dict[str, list[str]] = {}
     for (device, lane, kind), e, args in rows:
         if kind == Kind.KERNEL:
             if lane == "stream:all" and device in has_streams:
@@ -128,12 +131,18 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
                 dropped_copies += 1
                 continue
         op = str(args.get("op") or e.get("name") or "")
-        if kind == Kind.HOST_OP and COMMUNICATION_OP.match(op):
-            kind = Kind.COMMUNICATION
+        name = str(args.get("name") or e.get("name") or "")
+        if kind == Kind.HOST_OP:
+            ran, op = op, user_op(op)
+            if ran != op:  # a oneDNN kernel: counted as the op of the user's graph
+                note_ran_as(ran_as, op, ran)
+                name = op if name == ran else name
+            if COMMUNICATION_OP.match(op):
+                kind = Kind.COMMUNICATION
         builder.add(
             ts=as_float(e.get("ts")),
             dur=as_float(e.get("dur")),
-            name=str(args.get("name") or e.get("name") or ""),
+            name=name,
             op_type=op,
             device=device,
             lane=lane,
@@ -145,6 +154,8 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
         raise InputError(path, "no op or kernel events on any TensorFlow device lane",
                          "a trace with '<device> Compute' or per-device processes")
     builder.metadata.update({"dropped_stream_all": dropped_all, "dropped_duplicate_copies": dropped_copies})
+    if ran_as:
+        builder.metadata[RAN_AS] = ran_as
     if isinstance(doc, dict) and isinstance(doc.get("otherData"), dict):
         builder.metadata["otherData"] = doc["otherData"]
     return builder.build()

@@ -7,7 +7,8 @@ Planes and lines:
   the profiler derives from the streams ("XLA Ops", "TensorFlow Ops", "Steps", ...) are skipped
   so nothing is counted twice.
 * ``/host:CPU``: TF op executions (TraceMe ``"<node>:<OpType>"`` on executor threads) are
-  ``HOST_OP`` on the host; the ``python`` line and other user ranges are ``ANNOTATION``; events
+  ``HOST_OP`` on the host (an op oneDNN rewrote, ``_MklNativeConv2D``, is the op of the user's graph,
+  ``Conv2D``, and its rewritten name is kept in ``metadata["ran_as"]``); the ``python`` line and other user ranges are ``ANNOTATION``; events
   carrying a ``step_num`` stat (``tf.profiler.experimental.Trace(..., step_num=N)``) mark steps.
   tf.data's input pipeline runs on its own threads (lines ``tf_data_iterator_get_next/<id>``: a
   step's ``IteratorGetNext`` taking a batch; ``tf_data_iterator_resource/<id>``: the background
@@ -31,7 +32,7 @@ from pathlib import Path
 from rnnprof.errors import TENSORFLOW_EXTRAS, InputError, MissingDependency
 from rnnprof.profiler.loaders import wire
 from rnnprof.profiler.loaders.jsonstream import read_content
-from rnnprof.names import COMMUNICATION_OP, NCCL_KERNEL
+from rnnprof.names import COMMUNICATION_OP, NCCL_KERNEL, RAN_AS, note_ran_as, user_op
 from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device, steps_in_spans
 
 FORMAT = "xplane"
@@ -223,6 +224,11 @@ def add_event(builder: EventTableBuilder, steps: list, lane_info: tuple, on_host
     if classified is None:
         return
     kind, name, op = classified
+    if default_kind == Kind.HOST_OP:
+        ran, op = op, user_op(op)
+        if ran != op:  # a oneDNN kernel (_MklNativeConv2D): counted as the op of the user's graph
+            note_ran_as(builder.metadata.setdefault(RAN_AS, {}), op, ran)
+            name = op if name == ran else name
     step = _as_int(stats.get("step"))
     step = step if step is not None else (step_num if default_kind != Kind.ANNOTATION else None)
     nbytes = _as_int(stats.get("bytes"))
