@@ -36,7 +36,7 @@ def reference_rows(doc: dict) -> list[tuple]:
     """One tuple per kept event, in file order, from the whole document decoded by ``json``."""
     events = doc["traceEvents"]
     steps = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1])) for e in events
-                   if e.get("ph") == "X" and e.get("cat") in CATEGORY
+                   if e.get("ph") == "X" and e.get("cat") in CATEGORY and e["cat"] not in GPU
                    and re.fullmatch(r"ProfilerStep#\d+", e.get("name", "")))
     rank = doc.get("distributedInfo", {}).get("rank")
     worker = f"rank{rank}/" if rank is not None else ""
@@ -67,7 +67,7 @@ def reference_rows(doc: dict) -> list[tuple]:
         else:
             device, lane, step = f"{worker}host", str(e.get("tid")), step_at(e["ts"])
         rows.append((float(e["ts"]), float(e.get("dur", 0)), e["name"], device, lane, kind, step,
-                     correlation, args.get("bytes", -1)))
+                     correlation, int(args.get("bytes", -1))))  # ROCm writes bytes as text
     return rows
 
 

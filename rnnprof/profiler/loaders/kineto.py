@@ -213,11 +213,9 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
                          else (a.external_id if a.external_id is not None else -1) for a in args],
             nbytes=[a.bytes if a.bytes is not None else -1 for a in args],
         )
-    step_spans: list[tuple[float, float, int]] = []
     if len(columns):
         arrays = columns.arrays()
         builder.add_columns(**arrays, op_type=arrays["name"])
-        step_spans = _step_spans(builder.strings.values, arrays["name"], arrays["ts"], arrays["dur"])
     header = header_of()
     if len(builder) == 0:
         raise InputError(path, "no profiler events (cpu_op, kernel, cuda_runtime, ...) in traceEvents",
@@ -234,7 +232,7 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
         builder.metadata["collective_args"] = {"worker": worker, **collective_args}
     table = builder.build()
     table = _mark_nccl(table)
-    table = _assign_steps(table, step_spans)
+    table = _assign_steps(table, _step_spans(table))
     if worker and _without_gpu(table):
         table = _cpu_rank(table)
     if worker:
@@ -330,17 +328,22 @@ def _pack_ints(n: int, values: list) -> bytes:
         return _int_column(values).tobytes()
 
 
-def _step_spans(strings: list[str], names: np.ndarray, ts: np.ndarray, dur: np.ndarray
-                ) -> list[tuple[float, float, int]]:
-    """``(start, end, step)`` of every event named ``ProfilerStep#N`` (``names``: codes into ``strings``)."""
-    numbers = np.full(len(strings), -1, dtype=np.int64)
-    for code, text in enumerate(strings):
+def _step_spans(table: EventTable) -> list[tuple[float, float, int]]:
+    """``(start, end, step)`` of every host event named ``ProfilerStep#N``.
+
+    The GPU's own ``ProfilerStep#N`` annotations (``gpu_user_annotation``) are left out: they mark when
+    the GPU ran a step's work, not the step, and a short one would hide the host's span it starts in.
+    """
+    numbers = np.full(len(table.strings), -1, dtype=np.int64)
+    for code, text in enumerate(table.strings):
         if text.startswith("ProfilerStep#"):
             match = STEP_NAME.match(text)
             if match:
                 numbers[code] = int(match.group(1))
-    rows = np.flatnonzero(numbers[names] >= 0)
-    return list(zip(ts[rows].tolist(), (ts[rows] + dur[rows]).tolist(), numbers[names[rows]].tolist()))
+    on_host = np.array([d.kind != "gpu" for d in table.devices], dtype=bool)
+    rows = np.flatnonzero((numbers[table.name] >= 0) & on_host[table.device]) if len(table) else np.zeros(0, int)
+    return list(zip(table.ts[rows].tolist(), (table.ts[rows] + table.dur[rows]).tolist(),
+                    numbers[table.name[rows]].tolist()))
 
 
 def _without_gpu(table: EventTable) -> bool:
