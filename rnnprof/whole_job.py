@@ -71,13 +71,14 @@ def comm_of_rank(task: RankTask) -> RankResult:
 
 
 def kernels_of_rank(task: RankTask) -> RankResult:
-    """The rank's ``KernelCounts`` and its ``LaunchSample`` (None without linked launches)."""
+    """The rank's ``KernelCounts``, its ``LaunchSample`` (None without linked launches) and its ``CopyReport``."""
+    from rnnprof.analyzers.copies import count_copies
     from rnnprof.analyzers.launches import launch_sample
     from rnnprof.analyzers.opcount import count_kernels
 
     table = task.load()
-    return RankResult((count_kernels(table), launch_sample(table) if len(table) else None), _info(table),
-                      _worker(table))
+    return RankResult((count_kernels(table), launch_sample(table) if len(table) else None, count_copies(table)),
+                      _info(table), _worker(table))
 
 
 def job_comm(folder: RankFolder, comm_patterns: Sequence[str] = (), jobs: int | None = None,
@@ -115,16 +116,18 @@ def combine_comm(results):
 def job_kernels(folder: RankFolder, jobs: int | None = None, scheduler: str | None = None,
                 on_done: OnDone | None = None, selection: StepSelection | None = None,
                 short_kernel_us: float = DEFAULT_SHORT_KERNEL_US):
-    """``((KernelCounts, LaunchStats), notes)`` of every rank in ``folder``, as ``count_kernels`` and
-    ``launch_stats`` of them merged give them."""
+    """``((KernelCounts, LaunchStats, CopyReport), notes)`` of every rank in ``folder``, as ``count_kernels``,
+    ``launch_stats`` and ``count_copies`` of them merged give them."""
+    from rnnprof.analyzers.copies import combine_copies
     from rnnprof.analyzers.launches import launch_stats_of
     from rnnprof.analyzers.opcount import combine_kernel_counts
 
     tasks = [RankTask(f, (), limits.max_input_bytes(), selection, short_kernel_us=short_kernel_us)
              for f in folder.files]
     results, notes = _map(kernels_of_rank, folder, tasks, jobs, scheduler, on_done)
-    kernels = combine_kernel_counts([k for k, _ in results])
-    return (kernels, launch_stats_of([s for _, s in results], short_kernel_us)), notes
+    kernels = combine_kernel_counts([k for k, _, _ in results])
+    return (kernels, launch_stats_of([s for _, s, _ in results], short_kernel_us),
+            combine_copies([c for _, _, c in results])), notes
 
 
 def _map(function, folder: RankFolder, tasks, jobs, scheduler, on_done) -> tuple[list, list[str]]:

@@ -319,6 +319,8 @@ def test_step_selection_and_launch_statistics_of_a_folder_equal_those_of_the_mer
         if command[0] == "count-ops":
             assert parallel["launches"]["available"] and parallel["launches"] == here["launches"]
             assert parallel["kernels"] == here["kernels"]
+            assert parallel["copies"]["available"] and parallel["copies"] == here["copies"]
+            assert parallel["copies"]["total"]["copies"]["HtoD"]["count"] > 0
         else:
             assert _without_sources(parallel) == _without_sources(here)
             assert parallel["step_selection"]

@@ -36,7 +36,6 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
     is missing; a job's rank files are counted one rank per worker process (``args.jobs``, ``args.scheduler``)."""
     import dataclasses
 
-    from rnnprof.analyzers.copies import CopyReport
     from rnnprof.analyzers.opcount import count_ops, with_kernels
     from rnnprof.profiler.loaders.inputs import MERGED_TRACES, read_inputs
 
@@ -46,14 +45,12 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
     if job is not None:
         from rnnprof.whole_job import job_kernels
 
-        (kernels, launches), job_notes = _job.run_job(job_kernels, job, args, selection=_steps.selection(args),
+        (kernels, launches, copies), job_notes = _job.run_job(job_kernels, job, args, selection=_steps.selection(args),
                                                      short_kernel_us=args.short_kernel_us)
         notes += job_notes
         counts = with_kernels(count_ops(", ".join(map(str, paths)), None, None, None, user_reason=MERGED_TRACES,
                                         runtime_reason=MERGED_TRACES), kernels, launches, source_format="kineto")
-        return dataclasses.replace(counts, copies=CopyReport(
-            available=False, reason="a job's ranks counted one rank per process: copies and graph launches are "
-                                    "counted for trace files read together; run count-ops on a rank's file"))
+        return dataclasses.replace(counts, copies=copies)
     inputs = read_inputs(paths)
     graphs = inputs.graph_set
     events = _steps.select(inputs.events, args) if args is not None else inputs.events
