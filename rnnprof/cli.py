@@ -17,8 +17,9 @@ from typing import Sequence
 from rich.console import Console
 
 from rnnprof import __version__
-from rnnprof.errors import RnnprofError
 from rnnprof import limits
+from rnnprof.errors import RnnprofError
+from rnnprof.paths import is_loop_error
 
 COMMAND_MODULES = (
     "rnnprof.commands.scale",
@@ -91,12 +92,26 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # a bug in rnnprof: still one line, the traceback on request
+    except (OSError, RuntimeError) as exc:
+        if not is_loop_error(exc):
+            return _internal_error(args, exc)
         if args.debug:
             traceback.print_exc()
-        print(f"rnnprof {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)} "
-              f"(rerun with --debug for the traceback and please report it)", file=sys.stderr)
-        return INTERNAL_ERROR
+        where = getattr(exc, "filename", None) or str(exc).removeprefix("Symlink loop from ")
+        print(f"rnnprof {args.command}: error: {where}: is a symlink loop (following its links never reaches "
+              f"a file)", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        return _internal_error(args, exc)
+
+
+def _internal_error(args: argparse.Namespace, exc: Exception) -> int:
+    """A bug in rnnprof: still one line, the traceback on request."""
+    if args.debug:
+        traceback.print_exc()
+    print(f"rnnprof {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)} "
+          f"(rerun with --debug for the traceback and please report it)", file=sys.stderr)
+    return INTERNAL_ERROR
 
 
 def _one_line(exc: Exception) -> str:

@@ -232,13 +232,15 @@ RUN_FILES = {
 @settings(FUZZ, max_examples=150)
 @given(data=st.data())
 def test_fuzz_run_directories(work, data):
-    """Run directories with files missing, corrupted, replaced by folders, and odd manifests."""
+    """Run directories with files missing, corrupted, replaced by folders or by symlinks that lead nowhere (a
+    loop, a dangling link), and odd manifests."""
     run = work / "run"
     shutil.rmtree(run, ignore_errors=True)
     manifest = json.loads((SEEDS / "manifest.json").read_text())
     manifest["captured"] = {"timelines": [next(iter(RUN_FILES))], "run_metadata": [], "graphs": [], "xplane": []}
     for rel, source in RUN_FILES.items():
-        fate = data.draw(st.sampled_from(["keep", "keep", "missing", "corrupt", "folder"]), label=rel)
+        fate = data.draw(st.sampled_from(["keep", "keep", "missing", "corrupt", "folder", "loop", "dangling"]),
+                         label=rel)
         target = run / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if fate == "keep":
@@ -247,7 +249,9 @@ def test_fuzz_run_directories(work, data):
             target.write_bytes(mutate_bytes(source.read_bytes(), data.draw))
         elif fate == "folder":
             target.mkdir()
-    manifest_fate = data.draw(st.sampled_from(["keep", "mutate", "bytes", "missing", "folder"]))
+        else:
+            target.symlink_to(target.name if fate == "loop" else work / "nowhere")
+    manifest_fate = data.draw(st.sampled_from(["keep", "mutate", "bytes", "missing", "folder", "loop"]))
     text = json.dumps(manifest).encode()
     if manifest_fate == "mutate":
         text = json.dumps(mutate_json(manifest, data.draw)).encode()
@@ -255,6 +259,8 @@ def test_fuzz_run_directories(work, data):
         text = mutate_bytes(text, data.draw)
     if manifest_fate == "folder":
         (run / rundir.MANIFEST).mkdir()
+    elif manifest_fate == "loop":
+        (run / rundir.MANIFEST).symlink_to(rundir.MANIFEST)
     elif manifest_fate != "missing":
         (run / rundir.MANIFEST).write_bytes(text)
     _expect_events_or_input_error(run, work)

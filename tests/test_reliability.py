@@ -406,3 +406,38 @@ def test_a_bug_is_one_line_exit_3_and_the_traceback_only_with_debug(monkeypatch,
     assert main(["comm", str(TF1), "--debug"]) == 3
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "ZeroDivisionError" in err
+
+
+SYMLINK_COMMANDS = [
+    ("report", "{p}", "-o", "{out}/r.html"), ("comm", "{p}"), ("count-ops", "{p}"), ("critical-path", "{p}"),
+    ("diff", "{p}", str(KINETO)), ("placement-audit", "{p}"), ("view", "{p}", "--port", "0"),
+]
+
+
+@pytest.mark.parametrize("argv", SYMLINK_COMMANDS, ids=lambda a: a[0])
+@pytest.mark.parametrize("case", ["loop", "dangling", "loop in a rank folder"])
+def test_a_symlink_that_leads_nowhere_is_one_line_exit_2_on_every_command(tmp_path, capsys, argv, case):
+    """A symlink loop or a dangling link, given or inside a rank folder: one line naming it, exit 2, no report."""
+    if case == "loop":
+        path = tmp_path / "loop1"
+        path.symlink_to("loop1")
+    elif case == "dangling":
+        path = tmp_path / "gone.json"
+        path.symlink_to(tmp_path / "nowhere.json")
+    else:
+        path = tmp_path / "job"
+        path.mkdir()
+        shutil.copy(FIXTURES / "torch-gloo-rank0.json.gz", path / "rank0.json.gz")
+        (path / "rank1.json.gz").symlink_to("rank1.json.gz")
+        if argv[0] in ("view", "placement-audit"):
+            pytest.skip(f"{argv[0]} reads no rank folder")
+    out = tmp_path / "out"
+    out.mkdir()
+    code = main([a.format(p=path, out=out) for a in argv])
+    stdout, err = capsys.readouterr()
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "internal error" not in err, err
+    wanted = {"loop": "is a symlink loop", "dangling": "which does not exist",
+              "loop in a rank folder": "rank1.json.gz: is a symlink loop"}[case]
+    assert wanted in err, err
+    assert not (out / "r.html").exists()

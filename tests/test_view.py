@@ -139,7 +139,7 @@ def viewer(tmp_path_factory):
 
 def test_view_rejects_a_missing_dir_and_a_dir_without_profile(tmp_path, capsys):
     assert main(["view", str(tmp_path / "nope")]) == 2
-    assert "is not a directory" in capsys.readouterr().err
+    assert "nope: does not exist" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     assert main(["view", str(tmp_path / "empty")]) == 2
     assert "no TensorBoard profile" in capsys.readouterr().err

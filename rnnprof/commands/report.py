@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -38,7 +39,7 @@ def _check_output(path: str, force: bool) -> Path:
 
 
 def _name(paths: list[str]) -> str:
-    return ", ".join(Path(p).resolve().name or str(p) for p in paths)
+    return ", ".join(Path(os.path.abspath(p)).name or str(p) for p in paths)
 
 
 def audit_input(inputs, events=None):

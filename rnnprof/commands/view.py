@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.text import Text
 
 from rnnprof import process_group
+from rnnprof.paths import broken
 from rnnprof.errors import InputError, UsageError
 
 NAME = "view"
@@ -37,7 +38,7 @@ def tensorboard_command(logdir: Path, host: str, port: int) -> list[str]:
 def run(args: argparse.Namespace, console) -> int:
     logdir = Path(args.path)
     if not logdir.is_dir():
-        raise InputError(logdir, "is not a directory", "a run directory from `rnnprof trace` or a folder of them")
+        raise InputError(logdir, broken(logdir) or "is not a directory", "a run directory from `rnnprof trace` or a folder of them")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     if not profile_runs(logdir):

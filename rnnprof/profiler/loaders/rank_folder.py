@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from rnnprof.paths import broken, broken_links
 from rnnprof.errors import InputError
 from rnnprof.events import EventTable
 from rnnprof.profiler import rundir
@@ -55,7 +56,8 @@ class RankFolder:
 
 
 def candidates(path: Path) -> list[Path]:
-    return sorted({p for pattern in PATTERNS for p in Path(path).glob(pattern) if p.is_file()})
+    """The folder's JSON files, symlinks that lead nowhere included (``parse`` refuses them by name)."""
+    return sorted({p for pattern in PATTERNS for p in Path(path).glob(pattern) if p.is_file() or p.is_symlink()})
 
 
 def sniff(probe) -> bool:
@@ -68,7 +70,10 @@ def sniff(probe) -> bool:
 def parse(path: Path) -> RankFolder:
     path = Path(path)
     files, skipped = [], []
-    for candidate in candidates(path):
+    found = candidates(path)
+    for link in broken_links(found):
+        raise InputError(link, broken(link), "every rank file of the folder to be readable")
+    for candidate in found:
         prefix = read_prefix(candidate, PREFIX_BYTES)
         if not kineto.looks_like(prefix):
             skipped.append(candidate.name)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from rnnprof.paths import broken
 from rnnprof.errors import InputError
 from rnnprof.profiler.loaders import chrome_json, graphdef, kineto, rank_folder, rnnprof_run, run_metadata, xplane
 from rnnprof.profiler.loaders.jsonstream import read_prefix
@@ -91,8 +92,9 @@ def probe(path: str | os.PathLike) -> Probe:
     path = Path(path)
     if path.is_dir():
         return Probe(path, is_dir=True)
-    if not path.exists():
-        raise InputError(path, "does not exist")
+    problem = broken(path)
+    if problem is not None:
+        raise InputError(path, problem)
     return Probe(path, read_prefix(path, PREFIX_BYTES))
 
 
