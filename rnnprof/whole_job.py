@@ -56,6 +56,7 @@ class RankResult:
     result: object
     distributed: dict | None  # the file's distributedInfo, wherever in the file it was
     worker: str  # the rank its events name (``rank<r>``)
+    left_out: dict | None = None  # what its loader left out (``loaders.left_out`` metadata)
 
 
 def comm_of_rank(task: RankTask) -> RankResult:
@@ -67,7 +68,8 @@ def comm_of_rank(task: RankTask) -> RankResult:
     table = task.load()
     report = analyze_comm(table, task.comm_patterns, kernel_wait_us=task.kernel_wait_us,
                           step_selection=task.step_selection)
-    return RankResult((report, instances(table), zero_offsets([table])[0]), _info(table), _worker(table))
+    return RankResult((report, instances(table), zero_offsets([table])[0]), _info(table), _worker(table),
+                      _left_out(table))
 
 
 def kernels_of_rank(task: RankTask) -> RankResult:
@@ -78,18 +80,18 @@ def kernels_of_rank(task: RankTask) -> RankResult:
 
     table = task.load()
     return RankResult((count_kernels(table), launch_sample(table) if len(table) else None, count_copies(table)),
-                      _info(table), _worker(table))
+                      _info(table), _worker(table), _left_out(table))
 
 
 def job_comm(folder: RankFolder, comm_patterns: Sequence[str] = (), jobs: int | None = None,
              scheduler: str | None = None, on_done: OnDone | None = None, selection: StepSelection | None = None,
              kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US):
-    """``(CommReport, notes)`` of every rank in ``folder``, the report as ``analyze_comm`` of them merged gives it
+    """``(CommReport, notes, left_out)`` of every rank in ``folder``, the report as ``analyze_comm`` of them merged gives it
     (each rank's steps selected on its own)."""
     tasks = [RankTask(f, tuple(comm_patterns), limits.max_input_bytes(), selection, kernel_wait_us)
              for f in folder.files]
-    results, notes = _map(comm_of_rank, folder, tasks, jobs, scheduler, on_done)
-    return combine_comm(results), notes
+    results, notes, left_out = _map(comm_of_rank, folder, tasks, jobs, scheduler, on_done)
+    return combine_comm(results), notes, left_out
 
 
 def combine_comm(results):
@@ -116,7 +118,7 @@ def combine_comm(results):
 def job_kernels(folder: RankFolder, jobs: int | None = None, scheduler: str | None = None,
                 on_done: OnDone | None = None, selection: StepSelection | None = None,
                 short_kernel_us: float = DEFAULT_SHORT_KERNEL_US):
-    """``((KernelCounts, LaunchStats, CopyReport), notes)`` of every rank in ``folder``, as ``count_kernels``,
+    """``((KernelCounts, LaunchStats, CopyReport), notes, left_out)`` of every rank in ``folder``, as ``count_kernels``,
     ``launch_stats`` and ``count_copies`` of them merged give them."""
     from rnnprof.analyzers.copies import combine_copies
     from rnnprof.analyzers.launches import launch_stats_of
@@ -124,16 +126,23 @@ def job_kernels(folder: RankFolder, jobs: int | None = None, scheduler: str | No
 
     tasks = [RankTask(f, (), limits.max_input_bytes(), selection, short_kernel_us=short_kernel_us)
              for f in folder.files]
-    results, notes = _map(kernels_of_rank, folder, tasks, jobs, scheduler, on_done)
+    results, notes, left_out = _map(kernels_of_rank, folder, tasks, jobs, scheduler, on_done)
     kernels = combine_kernel_counts([k for k, _, _ in results])
     return (kernels, launch_stats_of([s for _, s, _ in results], short_kernel_us),
-            combine_copies([c for _, _, c in results])), notes
+            combine_copies([c for _, _, c in results])), notes, left_out
 
 
-def _map(function, folder: RankFolder, tasks, jobs, scheduler, on_done) -> tuple[list, list[str]]:
+def _map(function, folder: RankFolder, tasks, jobs, scheduler, on_done) -> tuple[list, list[str], dict]:
+    """The ranks' results, the folder's notes, and what the ranks' loaders left out (one metadata tree)."""
     outcomes = map_items(function, tasks, jobs, scheduler, on_done)
     notes = [*folder.notes, *loaded_notes(folder, [o.distributed for o in outcomes], [o.worker for o in outcomes])]
-    return [o.result for o in outcomes], notes
+    return [o.result for o in outcomes], notes, {"parts": [o.left_out or {} for o in outcomes]}
+
+
+def _left_out(table) -> dict:
+    from rnnprof.profiler.loaders.left_out import LEFT_OUT, LEFT_OUT_EXAMPLES
+
+    return {k: table.metadata[k] for k in (LEFT_OUT, LEFT_OUT_EXAMPLES) if k in table.metadata}
 
 
 def _info(table) -> dict | None:

@@ -18,6 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -303,3 +304,46 @@ def test_fuzzing_ran_at_least_1000_mutations():
     if set(EXECUTED) != fuzzers:
         pytest.skip(f"only {sorted(EXECUTED)} of the fuzz tests ran in this session")
     assert sum(EXECUTED.values()) >= MIN_MUTATIONS, dict(EXECUTED)
+
+
+# -- impossible times -------------------------------------------------------------------------------
+
+PLANTED_REASONS = ("negative duration", "outside the trace's time range")
+
+
+@settings(FUZZ, max_examples=60)
+@given(name=st.sampled_from(sorted(n for n in JSON_SEEDS if n != "rnnprof-timeline.trace.json")), data=st.data())
+def test_fuzz_impossible_times_are_left_out_and_counted(work, name, data):
+    """Events given a negative duration or a time 10^18 µs away: every one is left out, counted under its reason,
+    and the table keeps every other event. (A NaN or infinite time is not valid JSON: the JSON loaders refuse
+    the file in one line, as the byte fuzzing checks.)"""
+    from rnnprof.profiler.loaders.left_out import left_out_of
+
+    doc = json.loads(JSON_SEEDS[name])
+    clean = load_events(_write(work / ("clean-" + name), json.dumps(doc).encode(), False))
+    kept = collections.Counter(zip(clean.text(clean.name), clean.ts.tolist()))
+    base = clean.time_base_us
+    # events of the clean table, found in the document by name and start (unique, so the count is exact)
+    candidates = [i for i, e in enumerate(doc["traceEvents"])
+                  if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))
+                  and e["dur"] > 0 and kept.get((e.get("name"), float(e["ts"]) - base)) == 1
+                  and not str(e.get("name", "")).startswith("ProfilerStep#")]
+    if len(candidates) < 10:
+        return
+    reasons = PLANTED_REASONS
+    chosen = data.draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3, unique=True))
+    planted = collections.Counter()
+    for i in chosen:
+        reason = data.draw(st.sampled_from(reasons))
+        event = doc["traceEvents"][i]
+        if reason == "negative duration":
+            event["dur"] = -event["dur"]
+        else:
+            event["ts"] = event["ts"] + 1e18
+        planted[reason] += 1
+    table = load_events(_write(work / ("times-" + name), json.dumps(doc).encode(), False))
+    counts = left_out_of(table.metadata)
+    assert {r: n for r, n in counts.items() if n} == dict(planted)
+    assert len(table) + sum(counts.values()) == len(clean)
+    assert np.isfinite(table.ts).all() and np.isfinite(table.dur).all() and (table.dur >= 0).all()
+    EXECUTED["test_fuzz_impossible_times_are_left_out_and_counted"] += 1

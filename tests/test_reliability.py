@@ -441,3 +441,50 @@ def test_a_symlink_that_leads_nowhere_is_one_line_exit_2_on_every_command(tmp_pa
               "loop in a rank folder": "rank1.json.gz: is a symlink loop"}[case]
     assert wanted in err, err
     assert not (out / "r.html").exists()
+
+
+def _with_impossible_times(source: Path, target: Path) -> Path:
+    """``source`` with its first kernel given a negative duration and its second moved 10^18 µs away."""
+    doc = json.loads(gzip.decompress(source.read_bytes()))
+    device_work = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("kernel", "cpu_op")]
+    device_work[0]["dur"] = -50
+    device_work[1]["ts"] += 1e18
+    target.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return target
+
+
+IMPOSSIBLE = {"negative duration": 1, "non-finite time": 0, "outside the trace's time range": 1}
+LEFT_OUT_LINE = "left out 1 event with a negative duration, 1 outside the trace's time range"
+
+
+@pytest.mark.parametrize("command", ["comm", "count-ops", "critical-path", "placement-audit", "diff", "report"])
+def test_events_with_impossible_times_are_counted_and_said_on_every_command(tmp_path, capsys, command):
+    bad = _with_impossible_times(KINETO, tmp_path / "bad.json.gz")
+    argv = {"diff": ["diff", bad, bad, "--json"], "report": ["report", bad, "-o", tmp_path / "r.html", "--force"]}.get(
+        command, [command, bad, "--json"])
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert LEFT_OUT_LINE in err and "--debug names the first few" in err
+    if command == "diff":
+        assert json.loads(out)["left_out"] == {"a": IMPOSSIBLE, "b": IMPOSSIBLE}
+    elif command != "report":
+        assert json.loads(out)["left_out"] == IMPOSSIBLE
+    code = main([str(a) for a in [*argv, "--debug"]])
+    assert code == 0 and "first 2: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["comm", "count-ops"])
+def test_a_rank_folder_counts_what_each_ranks_worker_left_out(tmp_path, capsys, command):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    gloo = [FIXTURES / "torch-gloo-rank0.json.gz", FIXTURES / "torch-gloo-rank1.json.gz"]
+    shutil.copy(gloo[0], folder / gloo[0].name)
+    _with_impossible_times(gloo[1], folder / gloo[1].name)
+    code = main([command, str(folder), "--json", "--jobs", "2"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["left_out"] == IMPOSSIBLE and LEFT_OUT_LINE in err
+    code = main([command, str(gloo[0]), "--json"])
+    out, err = capsys.readouterr()
+    assert json.loads(out)["left_out"] == {r: 0 for r in IMPOSSIBLE} and "left out" not in err

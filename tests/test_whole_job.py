@@ -69,7 +69,10 @@ def _without_sources(doc: dict) -> dict:
 
 def _merged_comm(files) -> dict:
     """The reference: every rank in one table, analysed at once, in this process."""
-    return to_document(analyze_comm(load_aligned_tables([kineto.load(f) for f in files])), per_step=True)
+    from rnnprof.profiler.loaders.left_out import leave_out, left_out_of
+
+    table = load_aligned_tables([leave_out(kineto.load(f)) for f in files])
+    return {**to_document(analyze_comm(table), per_step=True), "left_out": left_out_of(table.metadata)}
 
 
 @pytest.mark.parametrize("files", [SAMPLED, GLOO], ids=["nccl-gpu", "gloo-cpu"])

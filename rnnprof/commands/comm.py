@@ -7,7 +7,7 @@ import re
 
 from rich.console import Console
 
-from rnnprof.commands import _steps
+from rnnprof.commands import _left_out, _steps
 from rnnprof.config import non_negative_us
 from rnnprof.errors import InputError, UsageError
 from rnnprof import limits
@@ -63,13 +63,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if job is not None and args.align == "none":
         from rnnprof.whole_job import job_comm
 
-        report, job_notes = _job.run_job(job_comm, job, args, comm_patterns=args.comm_pattern,
+        report, job_notes, left_out = _job.run_job(job_comm, job, args, comm_patterns=args.comm_pattern,
                                          kernel_wait_us=args.kernel_wait_us, selection=selection)
         notes += job_notes
     else:
         _job.refuse_job_options(args, "" if job is None else f"--align {args.align}")
         paths = [str(f.path) for f in job.files] if job is not None else args.paths
         table = load_events(paths[0]) if len(paths) == 1 else load_aligned(paths, args.align)
+        left_out = table
         table = _steps.select(table, args)
         report = analyze_comm(table, args.comm_pattern, kernel_wait_us=args.kernel_wait_us,
                               step_selection=selection.describe())
@@ -80,9 +81,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
                    else "no device activity (no kernels, memcpys or ops on a device)")
         raise InputError(", ".join(args.paths), problem,
                          "a trace of GPU streams or TF device ops, e.g. an rnnprof run directory")
+    notes += _left_out.notes(args, left_out)
     render_notes(notes)
     if args.json:
         document = to_document(report, per_step=args.per_step)
+        document["left_out"] = _left_out.counts(left_out)
         if tasks is not None and tasks.tasks:
             document.update(tasks.as_dict())
         render_json(document, console)

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rnnprof import limits
 from rnnprof.commands import _job
-from rnnprof.commands import _steps
+from rnnprof.commands import _left_out, _steps
 from rnnprof.config import non_negative_us
 
 NAME = "count-ops"
@@ -31,9 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _job.add_arguments(parser)
 
 
-def analyze_input(paths: list[str], args: argparse.Namespace | None = None, notes: list[str] | None = None):
+def analyze_input(paths: list[str], args: argparse.Namespace | None = None, notes: list[str] | None = None,
+                  left_out: list | None = None):
     """Count what the input holds (graphs and/or events, the events of the selected steps), saying why a part
-    is missing; a job's rank files are counted one rank per worker process (``args.jobs``, ``args.scheduler``)."""
+    is missing; a job's rank files are counted one rank per worker process (``args.jobs``, ``args.scheduler``).
+    What the loaders left out for impossible times is appended to ``left_out`` (tables' metadata)."""
     import dataclasses
 
     from rnnprof.analyzers.opcount import count_ops, with_kernels
@@ -45,13 +47,17 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
     if job is not None:
         from rnnprof.whole_job import job_kernels
 
-        (kernels, launches, copies), job_notes = _job.run_job(job_kernels, job, args, selection=_steps.selection(args),
+        (kernels, launches, copies), job_notes, dropped = _job.run_job(job_kernels, job, args, selection=_steps.selection(args),
                                                      short_kernel_us=args.short_kernel_us)
         notes += job_notes
+        if left_out is not None:
+            left_out.append(dropped)
         counts = with_kernels(count_ops(", ".join(map(str, paths)), None, None, None, user_reason=MERGED_TRACES,
                                         runtime_reason=MERGED_TRACES), kernels, launches, source_format="kineto")
         return dataclasses.replace(counts, copies=copies)
     inputs = read_inputs(paths)
+    if left_out is not None:
+        left_out.append(inputs.events)
     graphs = inputs.graph_set
     events = _steps.select(inputs.events, args) if args is not None else inputs.events
     extra = {"short_kernel_us": args.short_kernel_us} if args is not None else {}
@@ -71,16 +77,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     notes = run_notes([*args.paths, *([args.vs] if args.vs else [])])
     if _job.rank_job(args.paths) is None and (not args.vs or _job.rank_job([args.vs]) is None):
         _job.refuse_job_options(args)
-    result = analyze_input(args.paths, args, notes)
-    comparison = compare(result, analyze_input([args.vs], args, notes)) if args.vs else None
+    dropped: list = []
+    result = analyze_input(args.paths, args, notes, dropped)
+    comparison = compare(result, analyze_input([args.vs], args, notes, dropped)) if args.vs else None
+    notes += _left_out.notes(args, *dropped)
     render_notes(notes)
     if comparison is not None:
         if args.json:
-            render_json(report.comparison_document(comparison), console)
+            render_json({**report.comparison_document(comparison), "left_out": _left_out.counts(*dropped)}, console)
         else:
             report.render_comparison(comparison, by=args.by, console=console)
     elif args.json:
-        render_json(report.to_document(result), console)
+        render_json({**report.to_document(result), "left_out": _left_out.counts(*dropped)}, console)
     else:
         report.render_table(result, by=args.by, console=console)
     if plot is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _steps
+from rnnprof.commands import _left_out, _steps
 from rnnprof.errors import InputError, UsageError
 
 NAME = "critical-path"
@@ -65,7 +65,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     overlay = _overlay_path(args)
     notes = run_notes(args.paths)
     table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
-    notes += job_notes(table)
+    notes += [*job_notes(table), *_left_out.notes(args, table)]
+    left_out = _left_out.counts(table)
     table = _steps.select(table, args)
     steps = table.steps()
     if args.step is not None and args.step not in steps:
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     render_notes(notes)
     shown = str(overlay) if overlay is not None else None
     if args.json:
-        render_json(to_document(report, shown), console)
+        render_json({**to_document(report, shown), "left_out": left_out}, console)
     else:
         render_table(report, console, shown)
     return 0

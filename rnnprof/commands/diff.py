@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _steps
+from rnnprof.commands import _left_out, _steps
 from rnnprof.config import non_negative_int
 from rnnprof.errors import UsageError
 
@@ -71,7 +71,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     paths_a, paths_b = sides_of(args)
     notes = run_notes([*paths_a, *paths_b])
     side_a, side_b = read_side(paths_a, args), read_side(paths_b, args)
-    notes += [*job_notes(side_a.events), *job_notes(side_b.events)]
+    notes += [*job_notes(side_a.events), *job_notes(side_b.events), *_left_out.notes(args, side_a.events),
+              *_left_out.notes(args, side_b.events)]
     try:
         result = diff(side_a, side_b)
     except IncompatibleSides as exc:
@@ -79,7 +80,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
                          f"directories)") from None
     render_notes(notes)
     if args.json:
-        render_json(report.to_document(result, args.top), console)
+        render_json({**report.to_document(result, args.top),
+                     "left_out": {"a": _left_out.counts(side_a.events), "b": _left_out.counts(side_b.events)}},
+                    console)
     else:
         report.render_table(result, top=args.top, console=console)
     return 0

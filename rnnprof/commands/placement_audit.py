@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _steps
+from rnnprof.commands import _left_out, _steps
 from rnnprof.config import percentage
 from rnnprof.errors import FindingsError
 
@@ -52,10 +52,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     notes = run_notes(args.paths)
     rules = configured_rules(imbalance_threshold=args.imbalance_threshold / 100)
-    result = audit(audit_input(args.paths, args), rules)
+    given = audit_input(args.paths, args)
+    result = audit(given, rules)
+    notes += _left_out.notes(args, given.events)
     render_notes(notes)
     if args.json:
-        render_json(to_document(result, list(args.paths), args.fail_on), console)
+        render_json({**to_document(result, list(args.paths), args.fail_on), "left_out": _left_out.counts(given.events)},
+                    console)
     else:
         render_table(result, list(args.paths), console)
     if args.fail_on != "never":

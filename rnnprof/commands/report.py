@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from rnnprof import limits
-from rnnprof.commands import _steps
+from rnnprof.commands import _left_out, _steps
 from rnnprof.errors import UsageError
 
 NAME = "report"
@@ -87,7 +87,7 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
 
     notes = run_notes(paths)
     inputs = read_inputs(paths)
-    notes = [*notes, *job_notes(inputs.events)]
+    notes = [*notes, *job_notes(inputs.events), *_left_out.notes(args, inputs.events)]
     graphs = inputs.graph_set
     events = _steps.select(inputs.events, args)
     audit, audit_reason = audit_input(inputs, events)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from rnnprof.profiler.loaders.left_out import leave_out
 from rnnprof.paths import broken, broken_links
 from rnnprof.errors import InputError
 from rnnprof.events import EventTable
@@ -142,7 +143,7 @@ def job_notes(table: EventTable | None) -> list[str]:
 
 def load_rank(rank_file: RankFile) -> EventTable:
     """One rank's table; a file without ``distributedInfo`` gets its worker name from its rank."""
-    table = kineto.load(rank_file.path)
+    table = leave_out(kineto.load(rank_file.path))
     worker = f"rank{rank_file.rank}"
     workers = {d.worker for d in table.devices}
     if workers == {""}:

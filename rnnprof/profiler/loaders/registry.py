@@ -137,7 +137,9 @@ class Source:
     def events(self):
         if self.format.events is None:
             raise no_match_error(self.path, self.is_dir, "events")
-        return self.format.events(self.path, self.parsed)
+        from rnnprof.profiler.loaders.left_out import leave_out
+
+        return leave_out(self.format.events(self.path, self.parsed))
 
     def graph_defs(self):
         if self.format.graphs is None:

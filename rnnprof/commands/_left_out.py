@@ -1,0 +1,26 @@
+"""What the loaders left out for impossible times: one note on stderr and counts for ``--json``, the same on
+every command that reads events (see ``rnnprof.profiler.loaders.left_out``)."""
+
+from __future__ import annotations
+
+
+
+def _metadata(sources) -> dict:
+    """One metadata tree over tables, or metadata dicts of tables analysed apart (None entries skipped)."""
+    return {"parts": [getattr(s, "metadata", s) for s in sources if s is not None]}
+
+
+def counts(*sources) -> dict[str, int]:
+    """Events left out, by reason, over ``sources`` (tables or their metadata)."""
+    from rnnprof.profiler.loaders.left_out import left_out_of
+
+    return left_out_of(_metadata(sources))
+
+
+def notes(args, *sources) -> list[str]:
+    """The note saying what was left out (none when nothing was); ``--debug`` names the first few events."""
+    from rnnprof.profiler.loaders.left_out import describe, examples_of, left_out_of
+
+    meta = _metadata(sources)
+    line = describe(left_out_of(meta), examples_of(meta), bool(getattr(args, "debug", False)))
+    return [line] if line else []
