@@ -308,3 +308,72 @@ def test_the_critical_path_crosses_tasks_through_their_transfers(ps_run, capsys)
         tasks = {t for t in tasks if t.startswith("/job:")}
         assert len(tasks) >= 2 and any(t.startswith("/job:ps") for t in tasks), tasks
         assert any(link["edge"] == "transfer" for link in step["links"])
+
+
+# -- what the servers expose ------------------------------------------------------------------------
+
+def _listening(pid: int) -> set[tuple[str, int]]:
+    import psutil
+
+    return {(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN}
+
+
+def _reachable_from_outside(port: int) -> bool:
+    """Whether a connection to ``port`` through this host's first non-loopback IPv4 address succeeds."""
+    import ipaddress
+    import socket
+
+    import psutil
+
+    outside = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+               if a.family == socket.AF_INET and not ipaddress.ip_address(a.address).is_loopback]
+    if not outside:
+        pytest.skip("this host has no non-loopback IPv4 address")
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex((outside[0], port)) == 0
+
+
+def test_worker_says_what_it_exposes_where_and_until_when_and_stops_then(tmp_path):
+    from rnnprof.profiler.run.cluster import free_ports
+
+    port = free_ports(1)[0]
+    spec = tmp_path / "cs.json"
+    spec.write_text(json.dumps({"worker": [f"localhost:{port}"]}))
+    started = time.monotonic()
+    worker = subprocess.Popen([sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec), "--job",
+                               "worker", "--task", "0", "--timeout", "20s"], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "300"})
+    try:
+        first = worker.stdout.readline()
+        listening = _listening(worker.pid)
+        reachable = _reachable_from_outside(port)
+        worker.wait(timeout=60)
+    finally:
+        worker.kill()
+    elapsed = time.monotonic() - started
+    # TensorFlow listens on every interface, whatever the spec's host says: the line must say so
+    assert {ip for ip, p in listening if p == port} & {"0.0.0.0", "::"}, listening
+    assert reachable, "the server accepts connections through a non-loopback address"
+    assert f":{port}, every interface" in first and "the cluster spec's host localhost limits nothing" in first
+    assert "no authentication" in first and "trusted network" in first and "(--timeout 20s)" in first
+    assert worker.returncode == 0 and 20 <= elapsed < 50, elapsed
+    assert "stopped after --timeout 20s" in worker.stdout.read()
+
+
+def test_a_local_cluster_says_once_what_its_servers_expose():
+    lines = []
+    with running_cluster(_OneTask(), on_exposed=lines.append) as (spec, tasks):
+        port = int(tasks[0]["address"].rpartition(":")[2])
+        listening = _listening(tasks[0]["pid"])
+    assert {ip for ip, p in listening if p == port} & {"0.0.0.0", "::"}
+    assert len(lines) == 1 and f"every interface, ports {port}" in lines[0] and "no authentication" in lines[0]
+
+
+def test_worker_refuses_a_duration_it_cannot_read(capsys):
+    from rnnprof.cli import main
+
+    assert main(["worker", "--cluster-spec", "x.json", "--job", "worker", "--task", "0", "--timeout", "soon"]) == 2
+    err = capsys.readouterr().err
+    assert "'soon' is not a duration" in err and len(err.strip().splitlines()) <= 2

@@ -7,8 +7,9 @@ import argparse
 from rnnprof.config import non_negative_int, positive_int
 
 NAME = "worker"
-HELP = ("run one task of a TensorFlow gRPC cluster (tf.distribute.Server) until stopped, for "
-        "`rnnprof trace/scale --cluster-spec FILE` on several hosts")
+HELP = ("run one task of a TensorFlow gRPC cluster (tf.distribute.Server) for --timeout (default 12h) or until "
+        "stopped, for `rnnprof trace/scale --cluster-spec FILE` on several hosts; the server has no authentication "
+        "and listens on every interface: run it only on a trusted network")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,15 +19,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, type=non_negative_int, help="this task's index in its job")
     parser.add_argument("--devices", type=positive_int, default=1,
                         help="logical CPU devices of a worker task; give the --devices of the run (default: %(default)s)")
+    parser.add_argument("--timeout", default="12h", metavar="DURATION", type=_duration,
+                        help="stop serving after DURATION (90s, 30m, 12h, 2d; default: 12h)")
+
+
+def _duration(text: str) -> str:
+    from rnnprof.profiler.run.exposure import parse_duration
+
+    try:
+        parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def run(args: argparse.Namespace, console) -> int:
+    import datetime
+
     from rich.text import Text
 
     from rnnprof.profiler.run.cluster import read_cluster_spec, serve
+    from rnnprof.profiler.run.exposure import listening, parse_duration, worker_line
 
     spec = read_cluster_spec(args.cluster_spec)
-    address = spec.jobs.get(args.job, ())[args.task] if args.task < len(spec.jobs.get(args.job, ())) else "?"
-    serve(spec, args.job, args.task, args.devices,
-          on_ready=lambda: console.print(Text(f"{args.job} task {args.task} serving on {address}; Ctrl-C stops it")))
+    address = spec.jobs.get(args.job, ())[args.task] if args.task < len(spec.jobs.get(args.job, ())) else "?:0"
+    timeout_s = parse_duration(args.timeout)
+    until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=timeout_s)
+
+    def ready() -> None:
+        found = listening(int(address.rpartition(":")[2]))
+        console.print(Text(worker_line(args.job, args.task, address, found, until, args.timeout)), soft_wrap=True)
+
+    serve(spec, args.job, args.task, args.devices, on_ready=ready, timeout_s=timeout_s)
+    console.print(Text(f"{args.job} task {args.task}: stopped after --timeout {args.timeout}"))
     return 0

@@ -148,8 +148,10 @@ def server_config(devices: int, inter_op_threads: int = 0, intra_op_threads: int
     return proto
 
 
-def serve(spec: ClusterSpec, job: str, task: int, devices: int = 1, on_ready: Callable[[], None] = lambda: None):
-    """Run task ``job``/``task`` of ``spec`` until the process is stopped (``rnnprof worker``)."""
+def serve(spec: ClusterSpec, job: str, task: int, devices: int = 1, on_ready: Callable[[], None] = lambda: None,
+          timeout_s: float | None = None) -> None:
+    """Run task ``job``/``task`` of ``spec`` until the process is stopped, or for ``timeout_s`` seconds
+    (``rnnprof worker``); ``on_ready`` runs once the server listens."""
     if job not in spec.jobs:
         raise UsageError(f"--job {job}: the cluster spec has no such job (it has {', '.join(spec.jobs)})")
     if not 0 <= task < len(spec.jobs[job]):
@@ -160,7 +162,12 @@ def serve(spec: ClusterSpec, job: str, task: int, devices: int = 1, on_ready: Ca
     server = tf.distribute.Server(tf.train.ClusterSpec(spec.to_dict()), job_name=job, task_index=task,
                                   config=server_config(devices if job == WORKER_JOB else 1), start=True)
     on_ready()
-    server.join()
+    if timeout_s is None:
+        server.join()
+        return
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 1.0))  # the server ends with the process
 
 
 @dataclass
@@ -303,6 +310,12 @@ class LocalCluster:
             process_group.stop(task.process)
         shutil.rmtree(self._dir, ignore_errors=True)
 
+    def exposure(self) -> str:
+        """One line: the addresses the tasks' servers listen on (measured) and what that exposes."""
+        from rnnprof.profiler.run.exposure import cluster_line, listening
+
+        return cluster_line([(t.address, listening(int(t.address.rpartition(":")[2]))) for t in self.tasks])
+
     def describe(self) -> list[dict]:
         """The manifest's ``cluster.tasks``: job, index, address, host and pid of every task."""
         return [{"job": t.job, "task": t.index, "address": t.address, "host": t.address.rpartition(":")[0],
@@ -329,7 +342,9 @@ def _exit_on_hung(failure: TaskFailed) -> None:
 
 
 @contextlib.contextmanager
-def running_cluster(config, on_hung: Callable[[TaskFailed], None] | None = None):
+def running_cluster(config, on_hung: Callable[[TaskFailed], None] | None = None,
+                    on_exposed: Callable[[str], None] = lambda line: print(f"note: {line}", file=sys.stderr,
+                                                                               flush=True)):
     """The cluster ``config`` runs on, for the length of the block: yields ``(spec, tasks)``.
 
     Without ``--workers`` or ``--cluster-spec``: ``(None, [])``. With ``--cluster-spec``: the spec and its
@@ -354,6 +369,7 @@ def running_cluster(config, on_hung: Callable[[TaskFailed], None] | None = None)
     spec = local_spec(config.workers, config.ps_tasks)
     with process_group.signals_interrupt():
         cluster = LocalCluster(spec, devices=config.devices, on_hung=hung).start()
+        on_exposed(cluster.exposure())
         try:
             yield spec, cluster.describe()
         except BaseException as exc:
