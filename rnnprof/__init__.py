@@ -1,4 +1,4 @@
-"""rnnprof: run, instrument and explain data-parallel training of RNN models."""
+"""rnnprof: run, instrument and explain multi-device data-parallel training (TensorFlow and PyTorch)."""
 
 __version__ = "0.1.0"
 

@@ -56,7 +56,8 @@ class OneLineErrorParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
         prog="rnnprof",
-        description="Run, instrument and explain multi-device data-parallel training of RNN models.",
+        description="Run, instrument and explain multi-device data-parallel training: any TensorFlow graph or PyTorch "
+                    "script, and traces (Kineto, TF timelines, xplanes) made elsewhere.",
     )
     parser.add_argument("--version", action="version", version=f"rnnprof {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")

@@ -84,3 +84,11 @@ def test_model_dependent_defaults_shown_are_the_ones_a_run_gets(dest):
         args = build_parser().parse_args(["scale", *argv])
         value = getattr(workload_config_from_args(args, 0, devices=1, variable_update="replicated"), dest)
         assert any(f"{s} {label}" in shown for s in _spellings(value)), (argv, value, shown)
+
+
+def test_the_help_says_what_rnnprof_profiles_not_only_rnns(capsys):
+    from rnnprof.cli import main
+
+    assert main(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "RNN models" not in out and "PyTorch" in out and "TensorFlow" in out

@@ -87,3 +87,62 @@ def test_commands_hold_no_loops_over_devices_and_no_format_or_error_text_branchi
         assert ".problem" not in text, f"{path.name} branches on an error's text"
         assert "detect_format" not in text, f"{path.name} decides formats itself"
         assert not re.search(r"for \w+ in [\w.()]*devices\b", text), f"{path.name} loops over devices"
+
+
+def _module_graph(any_depth: bool):
+    """rnnprof's modules and the imports between them (``from pkg import submodule`` is an import of the
+    submodule; a parent package, always imported first, is no edge unless a name defined in it is imported)."""
+    import networkx as nx
+
+    root = Path(rnnprof.__file__).parent
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        nodes = ast.walk(tree) if any_depth else _top_level(tree)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in nodes:
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                subs = [f"{base}.{a.name}" for a in node.names]
+                targets = [s for s in subs if s in modules] + ([base] if any(s not in modules for s in subs) else [])
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph.add_edge(name, target)
+    return graph
+
+
+def _top_level(tree):
+    """The statements run when the module is imported (``if TYPE_CHECKING:`` blocks left out)."""
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        yield from (ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node])
+
+
+def test_no_import_circles_at_module_level():
+    import networkx as nx
+
+    graph = _module_graph(any_depth=False)
+    assert graph.number_of_edges() > 100, "the scan sees rnnprof's imports"
+    circles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert circles == []
+
+
+def test_the_circle_scan_finds_a_planted_circle(tmp_path, monkeypatch):
+    import networkx as nx
+
+    graph = _module_graph(any_depth=False)
+    graph.add_edge("rnnprof.events", "rnnprof.analyzers.comm")  # comm imports events at module level
+    assert any(len(c) > 1 for c in nx.strongly_connected_components(graph))
