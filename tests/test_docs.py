@@ -1,0 +1,41 @@
+"""The documentation site builds with warnings as errors, and its CLI reference comes from the parsers."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rnnprof.cli import _available_commands
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS),
+                           str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _text(html: Path) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", html.read_text()).split())
+
+
+def test_the_cli_reference_lists_every_command_and_its_flags(site):
+    text = _text(site / "cli.html").replace(" ", "")  # the usage lines are tokenised (`-- drop - last`)
+    for command in _available_commands():
+        assert f"rnnprof{command.NAME}[" in text, command.NAME
+    # flags read from the parsers, not written by hand
+    assert "--drop-last" in text and "--timeout" in text and "--max-input-size" in text
+
+
+def test_every_page_is_in_the_site(site):
+    pages = {p.relative_to(DOCS).with_suffix("") for p in DOCS.rglob("*.md") if "_build" not in p.parts}
+    built = {p.relative_to(site).with_suffix("") for p in site.rglob("*.html")}
+    assert pages <= built, pages - built
