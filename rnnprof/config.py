@@ -160,13 +160,23 @@ def _per_model(key: str) -> str:
 def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False) -> list[argparse.Action]:
     """Workload flags; returns their actions.
 
-    With ``sweep``, ``--devices`` and ``--variable-update`` take comma lists."""
+    With ``sweep``, ``--devices``, ``--variable-update``, ``--workers`` and ``--fake-location`` take comma lists."""
     actions = []
 
     def add(group, *flags, **kwargs):
         actions.append(group.add_argument(*flags, **kwargs))
 
-    g = parser.add_argument_group("workload")
+    _model_flags(add, parser.add_argument_group("workload"), sweep, actions)
+    _torch_flags(add, parser.add_argument_group("PyTorch (--framework torch)"))
+    devices = parser.add_argument_group("devices and variable updates")
+    _device_flags(add, devices, sweep)
+    _cluster_flags(add, parser.add_argument_group("TensorFlow gRPC cluster (one process per task)"), sweep)
+    _update_flags(add, devices)
+    _timing_flags(add, parser.add_argument_group("timing"))
+    return actions
+
+
+def _model_flags(add, g, sweep: bool, actions: list) -> None:
     add(g, "--framework", choices=FRAMEWORKS, default="tensorflow",
         help="tensorflow: graph-mode towers in one process; torch: the RNNLM in PyTorch, one process per "
              "device with DistributedDataParallel (default: %(default)s)")
@@ -216,7 +226,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
         help="opt-in demo of a placement mishap for the placement audit to find: softmax-on-device0 pins every "
              "tower's softmax to device 0 (RNNLM) (default: none)")
     add(g, "--seed", type=int, default=1, help="seed of the initial weights and the batches (default: %(default)s)")
-    p = parser.add_argument_group("PyTorch (--framework torch)")
+
+
+def _torch_flags(add, p) -> None:
     add(p, "--tied", action="store_true", help="the output projection shares the embedding table "
         "(needs the embedding as wide as --units)")
     add(p, "--dropout", type=dropout_rate, default=None,
@@ -228,7 +240,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
         help=f"DistributedDataParallel's gradient bucket size in MB (default: {TORCH_BUCKET_CAP_MB:g})")
     add(p, "--eval", action="store_true",
         help="after the timed training batches, time as many forward-only batches (no gradients)")
-    r = parser.add_argument_group("devices and variable updates")
+
+
+def _device_flags(add, r, sweep: bool) -> None:
     if sweep:
         add(r, "--devices", default="1,2,4", help="comma-separated device counts (default: %(default)s)")
         add(r, "--variable-update", default="replicated",
@@ -237,7 +251,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
         add(r, "--devices", type=positive_int, default=2, help="towers, one per device (default: %(default)s)")
         add(r, "--variable-update", choices=VARIABLE_UPDATES, default="replicated",
             help="how towers share variables (default: %(default)s)")
-    c = parser.add_argument_group("TensorFlow gRPC cluster (one process per task)")
+
+
+def _cluster_flags(add, c, sweep: bool) -> None:
     if sweep:
         add(c, "--workers", default=None,
             help="comma-separated worker task counts: each run starts a localhost cluster of that many "
@@ -253,6 +269,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
         help='run on the tasks of a JSON cluster spec ({"worker": ["host:port", ...], "ps": [...]}) '
              "started with `rnnprof worker`, instead of a localhost cluster")
     add(c, "--ps-placement", choices=PS_PLACEMENTS, default=None, help=argparse.SUPPRESS)
+
+
+def _update_flags(add, r) -> None:
     add(r, "--all-reduce", choices=ALL_REDUCES, default=None,
         help="gradient all-reduce for replicated mode (default: nccl on GPUs, ring on CPU)")
     add(r, "--local-parameter-device", choices=PARAMETER_DEVICES, default="cpu",
@@ -271,13 +290,14 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
              "over the processes (default: %(default)s)")
     add(r, "--request-gpu", action="store_true",
         help="place towers on GPUs even when none is visible (soft placement falls back to CPU)")
-    t = parser.add_argument_group("timing")
+
+
+def _timing_flags(add, t) -> None:
     add(t, "--warmup", type=non_negative_int, default=10,
         help="batches run before timing starts (default: %(default)s)")
     add(t, "--batches", type=positive_int, default=20, help="timed batches (default: %(default)s)")
     add(t, "--include-warmup", action="store_true",
         help="also report the biased figure that includes the warm-up batches")
-    return actions
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
