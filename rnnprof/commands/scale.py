@@ -32,41 +32,68 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.scale import shared_cores_note, speedup_table
-    from rnnprof.config import check_workload_args
-    from rnnprof.reports.layout import render_json
     from rnnprof.reports.charts import check_plot_path
-    from rnnprof.reports.scale import render_table, to_document
+    from rnnprof.reports.layout import render_json
     from rnnprof.profiler.rundir.sweep import check_sweep_out
 
     plot = check_plot_path(args.plot)
     if args.out is not None:
         check_sweep_out(args.out)
-    device_counts = parse_int_list(args.devices, "--devices")
-    modes = parse_choice_list(args.variable_update, "--variable-update", VARIABLE_UPDATES)
-    worker_counts = parse_int_list(args.workers, "--workers") if args.workers is not None else [None]
-    locations = (parse_choice_list(args.fake_location, "--fake-location", FAKE_LOCATIONS)
-                 if args.fake_location else [None])
-    sweep_points = [dict(devices=n, variable_update=mode, workers=w, fake_location=location, _sweep=True)
-                    for mode in modes for location in locations for w in worker_counts for n in device_counts]
-    for point in sweep_points:  # before TensorFlow or torch loads: a bad flag is refused at once
-        check_workload_args(args, **point)
-    trainers = _trainers(args, modes)
-
+    sweep_points, lists = _sweep_points(args)
+    trainers = _trainers(args, lists["variable_update"])
     if args.framework == "torch":
         swept, configs = _torch(args, sweep_points)
     else:
-        swept, configs = _tensorflow(args, sweep_points, device_counts, trainers)
-    first = getattr(configs[0], "workload", configs[0])
-
+        swept, configs = _tensorflow(args, sweep_points, lists["devices"], trainers)
     result = speedup_table(swept.points)
     notes = [n for n in [shared_cores_note(swept.device_kind, os.cpu_count())] if n]
+    document = _document(args, result, swept, configs, lists, trainers, notes)
+    if args.out is not None:
+        from rnnprof.profiler.rundir.sweep import write_sweep
+
+        write_sweep(args.out, document)
+    if plot is not None:
+        from rnnprof.reports.charts import save_chart, scaling_chart
+
+        save_chart(scaling_chart(document["rows"]), plot)
+    if args.json:
+        render_json(document, console)
+    else:
+        _render(result, swept, configs, trainers, notes, console)
+    return 0
+
+
+def _sweep_points(args: argparse.Namespace) -> tuple[list[dict], dict]:
+    """Every configuration of the sweep (checked before TensorFlow or torch loads: a bad flag is refused at once),
+    and the swept lists by flag."""
+    from rnnprof.config import check_workload_args
+
+    lists = {
+        "devices": parse_int_list(args.devices, "--devices"),
+        "variable_update": parse_choice_list(args.variable_update, "--variable-update", VARIABLE_UPDATES),
+        "workers": parse_int_list(args.workers, "--workers") if args.workers is not None else [None],
+        "fake_location": (parse_choice_list(args.fake_location, "--fake-location", FAKE_LOCATIONS)
+                          if args.fake_location else [None]),
+    }
+    points = [dict(devices=n, variable_update=mode, workers=w, fake_location=location, _sweep=True)
+              for mode in lists["variable_update"] for location in lists["fake_location"]
+              for w in lists["workers"] for n in lists["devices"]]
+    for point in points:
+        check_workload_args(args, **point)
+    return points, lists
+
+
+def _document(args, result, swept, configs, lists: dict, trainers, notes: list[str]) -> dict:
+    """The sweep's --json document (also what --out saves)."""
+    from rnnprof.reports.scale import to_document
+
     base = configs[0].to_dict()
-    base["devices"] = device_counts
-    base["variable_update"] = modes
+    base["devices"] = lists["devices"]
+    base["variable_update"] = lists["variable_update"]
     if args.workers is not None:
-        base["workers"] = worker_counts
+        base["workers"] = lists["workers"]
     if args.fake_location:
-        base["fake_location"] = locations
+        base["fake_location"] = lists["fake_location"]
     unit = getattr(swept, "unit", "words")
     document = to_document(result, config=base, words_definition=swept.words_definition,
                            device_kind=swept.device_kind, notes=notes, step_definition=swept.step_definition,
@@ -78,17 +105,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
         base["trainer"] = trainers
         document["trainers"] = trainer_document(trainer_table(swept.points, trainers), trainers, unit, STRATEGIES)
-    if args.out is not None:
-        from rnnprof.profiler.rundir.sweep import write_sweep
+    return document
 
-        write_sweep(args.out, document)
-    if plot is not None:
-        from rnnprof.reports.charts import save_chart, scaling_chart
 
-        save_chart(scaling_chart(document["rows"]), plot)
-    if args.json:
-        render_json(document, console)
-    elif trainers:
+def _render(result, swept, configs, trainers, notes: list[str], console: Console) -> None:
+    from rnnprof.reports.scale import render_table
+
+    first = getattr(configs[0], "workload", configs[0])
+    unit = getattr(swept, "unit", "words")
+    if trainers:
         from rnnprof.analyzers.scale import trainer_table
         from rnnprof.profiler.run.distribute import STRATEGIES
         from rnnprof.reports.scale import render_trainer_tables
@@ -96,11 +121,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         render_trainer_tables(trainer_table(swept.points, trainers), trainers, model=swept.model,
                               warmup=first.warmup, batches=first.batches, unit=unit,
                               strategies=STRATEGIES, notes=list(result.notes) + notes, console=console)
-    else:
-        render_table(result, model=swept.model, words_definition=swept.words_definition, warmup=first.warmup,
-                     batches=first.batches, include_warmup=first.include_warmup, notes=notes,
-                     console=console, parameter_device=_parameter_device(configs), unit=unit)
-    return 0
+        return
+    render_table(result, model=swept.model, words_definition=swept.words_definition, warmup=first.warmup,
+                 batches=first.batches, include_warmup=first.include_warmup, notes=notes,
+                 console=console, parameter_device=_parameter_device(configs), unit=unit)
 
 
 def _parameter_device(configs) -> str:
