@@ -99,42 +99,7 @@ def render_table(result: ScaleResult, *, model: str, words_definition: str, warm
 def to_document(result: ScaleResult, *, config: dict, words_definition: str, device_kind: str,
                 notes: list[str], step_definition: str, unit: str = "words") -> dict:
     """The sweep as JSON; throughput keys are named by ``unit`` (``words_per_second``, ``images_per_second``)."""
-    rows = []
-    for row in result.rows:
-        p = row.point
-        entry = {
-            "variable_update": p.variable_update,
-            "all_reduce": p.all_reduce,
-            "devices": p.devices,
-            "batch_per_device": p.per_device_batch,
-            "batch_total": p.total_batch,
-            "timed_batches": p.timed.steps,
-            "total_seconds": p.timed.total_seconds,
-            unit: p.timed.words,
-            f"{unit}_per_second": p.timed.words_per_second,
-            "mean_step_seconds": p.timed.mean_step_seconds,
-            "median_step_seconds": p.timed.median_step_seconds,
-            "std_step_seconds": p.timed.std_step_seconds,
-            "speedup": row.speedup,
-            "baseline_devices": row.baseline_devices,
-            "step_seconds": list(p.step_seconds),
-            "warmup_step_seconds": list(p.warmup_step_seconds),
-        }
-        if p.workers:
-            entry["workers"] = p.workers
-            entry["baseline_workers"] = row.baseline_workers
-            entry["processes"] = [dict(task) for task in p.processes]
-        if p.fake_location is not None:
-            entry["fake_location"] = p.fake_location
-        if p.trainer is not None:
-            entry["trainer"] = p.trainer
-        if p.with_warmup is not None:
-            entry[f"{unit}_per_second_including_warmup"] = p.with_warmup.words_per_second
-            entry["total_seconds_including_warmup"] = p.with_warmup.total_seconds
-        if p.eval_timed is not None:
-            entry[f"eval_{unit}_per_second"] = p.eval_timed.words_per_second
-            entry["eval_step_seconds_median"] = p.eval_timed.median_step_seconds
-        rows.append(entry)
+    rows = [_row_document(row, unit) for row in result.rows]
     return {
         "config": config,
         "device_kind": device_kind,
@@ -148,6 +113,44 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
         },
         "notes": list(result.notes) + notes,
     }
+
+
+def _row_document(row, unit: str) -> dict:
+    """One row of the sweep (one configuration) as JSON."""
+    p = row.point
+    entry = {
+        "variable_update": p.variable_update,
+        "all_reduce": p.all_reduce,
+        "devices": p.devices,
+        "batch_per_device": p.per_device_batch,
+        "batch_total": p.total_batch,
+        "timed_batches": p.timed.steps,
+        "total_seconds": p.timed.total_seconds,
+        unit: p.timed.words,
+        f"{unit}_per_second": p.timed.words_per_second,
+        "mean_step_seconds": p.timed.mean_step_seconds,
+        "median_step_seconds": p.timed.median_step_seconds,
+        "std_step_seconds": p.timed.std_step_seconds,
+        "speedup": row.speedup,
+        "baseline_devices": row.baseline_devices,
+        "step_seconds": list(p.step_seconds),
+        "warmup_step_seconds": list(p.warmup_step_seconds),
+    }
+    if p.workers:
+        entry["workers"] = p.workers
+        entry["baseline_workers"] = row.baseline_workers
+        entry["processes"] = [dict(task) for task in p.processes]
+    if p.fake_location is not None:
+        entry["fake_location"] = p.fake_location
+    if p.trainer is not None:
+        entry["trainer"] = p.trainer
+    if p.with_warmup is not None:
+        entry[f"{unit}_per_second_including_warmup"] = p.with_warmup.words_per_second
+        entry["total_seconds_including_warmup"] = p.with_warmup.total_seconds
+    if p.eval_timed is not None:
+        entry[f"eval_{unit}_per_second"] = p.eval_timed.words_per_second
+        entry["eval_step_seconds_median"] = p.eval_timed.median_step_seconds
+    return entry
 
 
 TRAINER_TITLES = {"rnnprof": "rnnprof", "distribute": "tf.distribute"}
