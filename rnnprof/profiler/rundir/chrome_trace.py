@@ -254,16 +254,7 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = (),
     threads: dict[tuple[str, str], int] = {}
     for e in sorted(events, key=lambda e: (e.device, _thread_order(e.thread))):
         threads.setdefault((e.device, e.thread), len([t for t in threads if t[0] == e.device]) + 1)
-
-    trace: list[dict] = []
-    for device, pid in pids.items():
-        trace.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": device}})
-        trace.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
-    for (device, thread), tid in threads.items():
-        pid = pids[device]
-        trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": thread}})
-        trace.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
-
+    trace = _names(pids, threads)
     runs: dict[tuple[str, str], list[OpEvent]] = {}
     for e in events:
         args = {"name": e.node, "op": e.op, "step": step}
@@ -274,17 +265,47 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = (),
         trace.append({"ph": "X", "cat": "op", "name": e.op, "pid": pids[e.device], "tid": threads[(e.device, e.thread)],
                       "ts": e.start_us, "dur": e.dur_us, "args": args})
         runs.setdefault((e.device, e.node), []).append(e)
-
-    flow_ids = itertools.count(1)
-
-    def flow(cat: str, source: OpEvent, source_ts: float, target: OpEvent, target_ts: float, args: dict) -> None:
-        flow_id = next(flow_ids)
-        trace.append({"ph": "s", "cat": cat, "name": cat, "id": flow_id, "pid": pids[source.device],
-                      "tid": threads[(source.device, source.thread)], "ts": source_ts, "args": args})
-        trace.append({"ph": "f", "bp": "e", "cat": cat, "name": cat, "id": flow_id, "pid": pids[target.device],
-                      "tid": threads[(target.device, target.thread)], "ts": target_ts, "args": args})
-
+    arrows = _Arrows(trace, pids, threads)
     partition_graphs = list(partition_graphs)
+    _transfer_arrows(arrows, events, runs, partition_graphs, step)
+    _collective_arrows(arrows, runs, partition_graphs, step)
+    other = {"producer": "rnnprof", "version": MANIFEST_VERSION, "step": step}
+    if offsets:
+        other["clock_offsets_us"] = dict(offsets)  # subtracted from each task's timestamps
+    return {"traceEvents": trace, "displayTimeUnit": "ms", "otherData": other}
+
+
+def _names(pids: dict[str, int], threads: dict[tuple[str, str], int]) -> list[dict]:
+    """The metadata events naming and ordering each device (process) and thread."""
+    trace: list[dict] = []
+    for device, pid in pids.items():
+        trace.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": device}})
+        trace.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+    for (device, thread), tid in threads.items():
+        pid = pids[device]
+        trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": thread}})
+        trace.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    return trace
+
+
+class _Arrows:
+    """Appends flow arrows (an ``s`` and an ``f`` event sharing an id) to a trace."""
+
+    def __init__(self, trace: list[dict], pids: dict[str, int], threads: dict[tuple[str, str], int]):
+        self.trace, self.pids, self.threads = trace, pids, threads
+        self.ids = itertools.count(1)
+
+    def add(self, cat: str, source: OpEvent, source_ts: float, target: OpEvent, target_ts: float, args: dict) -> None:
+        flow_id = next(self.ids)
+        self.trace.append({"ph": "s", "cat": cat, "name": cat, "id": flow_id, "pid": self.pids[source.device],
+                           "tid": self.threads[(source.device, source.thread)], "ts": source_ts, "args": args})
+        self.trace.append({"ph": "f", "bp": "e", "cat": cat, "name": cat, "id": flow_id,
+                           "pid": self.pids[target.device], "tid": self.threads[(target.device, target.thread)],
+                           "ts": target_ts, "args": args})
+
+
+def _transfer_arrows(arrows: _Arrows, events, runs, partition_graphs: list, step: int) -> None:
+    """An arrow from each run of a transferred tensor's producer to the run of its reader that it fed."""
     executed = {e.node for e in events}
     fetched: dict[tuple[str, str], list[OpEvent]] = {}  # (receiving device, tensor) -> its timed receives
     for e in events:
@@ -302,7 +323,10 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = (),
                 break
             target = min(candidates, key=lambda r: r.start_us)
             args = {"tensor": t.tensor, "key": t.key, "from": t.src_device, "to": t.dst_device, "step": step}
-            flow("transfer", source, _near_end(source), target, _near_start(target), args)
+            arrows.add("transfer", source, _near_end(source), target, _near_start(target), args)
+
+
+def _collective_arrows(arrows: _Arrows, runs, partition_graphs: list, step: int) -> None:
     for c in collectives_from_partitions(partition_graphs):
         member_runs = [runs.get(member, []) for member in c.members]
         for k in range(min(len(r) for r in member_runs)):
@@ -312,11 +336,7 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = (),
                 source, target = source_runs[k], member_runs[(i + 1) % len(member_runs)][k]
                 args = {"op": c.op, "group_key": c.group_key, "instance_key": c.instance_key,
                         "from": source.device, "to": target.device, "group_size": len(member_runs), "step": step}
-                flow("collective", source, _near_start(source), target, _near_end(target), args)
-    other = {"producer": "rnnprof", "version": MANIFEST_VERSION, "step": step}
-    if offsets:
-        other["clock_offsets_us"] = dict(offsets)  # subtracted from each task's timestamps
-    return {"traceEvents": trace, "displayTimeUnit": "ms", "otherData": other}
+                arrows.add("collective", source, _near_start(source), target, _near_end(target), args)
 
 
 # How far inside its slice a flow end sits. Viewers bind a flow end to the slice enclosing its
