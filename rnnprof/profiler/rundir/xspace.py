@@ -48,6 +48,21 @@ def _metadata_ids(table):
     return id_of
 
 
+def _step_line(plane, step_spans, origin_ns: int, offset_ps, event_id, stat_id) -> int:
+    """The line of step markers (``step_num``, as TensorFlow's own steps are marked); the last line id used."""
+    if not step_spans:
+        return 0
+    line = plane.lines.add(id=1, display_id=1, name=STEP_LINE, display_name=STEP_LINE, timestamp_ns=origin_ns)
+    for step, start, end in step_spans:
+        ev = line.events.add(metadata_id=event_id("train"), offset_ps=offset_ps(start),
+                             duration_ps=max(1, offset_ps(end) - offset_ps(start)))
+        ev.stats.add(metadata_id=stat_id("step_num"), int64_value=step)
+        ev.stats.add(metadata_id=stat_id("_r"), int64_value=1)
+        ev.stats.add(metadata_id=stat_id("_pt"), int64_value=STEP_CONTEXT_TYPE)
+        ev.stats.add(metadata_id=stat_id("_p"), int64_value=step)
+    return 1
+
+
 def build_xspace(steps: Iterable[tuple[int, object]], hostname: str = "localhost", offsets: dict | None = None):
     """``steps`` is ``(step_number, step_stats)`` pairs; returns an ``XSpace`` proto."""
     pb = _xplane_pb2()
@@ -78,18 +93,7 @@ def build_xspace(steps: Iterable[tuple[int, object]], hostname: str = "localhost
         # differences of nearby doubles are exact: no op lands before the line's start
         return round((us - origin_us) * 1e6)
 
-    line_id = 0
-    if step_spans:
-        line_id += 1
-        line = plane.lines.add(id=line_id, display_id=line_id, name=STEP_LINE, display_name=STEP_LINE,
-                               timestamp_ns=origin_ns)
-        for step, start, end in step_spans:
-            ev = line.events.add(metadata_id=event_id("train"), offset_ps=offset_ps(start),
-                                 duration_ps=max(1, offset_ps(end) - offset_ps(start)))
-            ev.stats.add(metadata_id=stat_id("step_num"), int64_value=step)
-            ev.stats.add(metadata_id=stat_id("_r"), int64_value=1)
-            ev.stats.add(metadata_id=stat_id("_pt"), int64_value=STEP_CONTEXT_TYPE)
-            ev.stats.add(metadata_id=stat_id("_p"), int64_value=step)
+    line_id = _step_line(plane, step_spans, origin_ns, offset_ps, event_id, stat_id)
     for name in sorted(per_line):
         line_id += 1
         line = plane.lines.add(id=line_id, display_id=line_id, name=name, display_name=name, timestamp_ns=origin_ns)
