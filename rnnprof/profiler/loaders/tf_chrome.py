@@ -130,15 +130,7 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
             if (device, as_key(e.get("name")), as_key(e.get("ts")), as_key(e.get("dur"))) in copies:
                 dropped_copies += 1
                 continue
-        op = str(args.get("op") or e.get("name") or "")
-        name = str(args.get("name") or e.get("name") or "")
-        if kind == Kind.HOST_OP:
-            ran, op = op, user_op(op)
-            if ran != op:  # a oneDNN kernel: counted as the op of the user's graph
-                note_ran_as(ran_as, op, ran)
-                name = op if name == ran else name
-            if COMMUNICATION_OP.match(op):
-                kind = Kind.COMMUNICATION
+        name, op, kind = _named(e, args, kind, ran_as)
         builder.add(
             ts=as_float(e.get("ts")),
             dur=as_float(e.get("dur")),
@@ -159,6 +151,21 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
     if isinstance(doc, dict) and isinstance(doc.get("otherData"), dict):
         builder.metadata["otherData"] = doc["otherData"]
     return builder.build()
+
+
+def _named(e: dict, args: dict, kind: Kind, ran_as: dict[str, list[str]]) -> tuple[str, str, Kind]:
+    """An event's name, op type and kind: an op oneDNN rewrote is counted as the op of the user's graph (its
+    kernel noted in ``ran_as``), and a communication op is communication."""
+    op = str(args.get("op") or e.get("name") or "")
+    name = str(args.get("name") or e.get("name") or "")
+    if kind == Kind.HOST_OP:
+        ran, op = op, user_op(op)
+        if ran != op:
+            note_ran_as(ran_as, op, ran)
+            name = op if name == ran else name
+        if COMMUNICATION_OP.match(op):
+            kind = Kind.COMMUNICATION
+    return name, op, kind
 
 
 def _is_int(value, bound: int) -> bool:
