@@ -94,9 +94,9 @@ def test_the_shortest_round_trip_is_kept():
 
 
 def test_an_offset_within_its_uncertainty_is_recorded_but_not_applied():
-    start = [clock.ClockOffset(W0, 120.0, 400.0), clock.ClockOffset(W1, 37_000.0, 500.0)]
-    end = [clock.ClockOffset(W0, 90.0, 300.0), clock.ClockOffset(W1, 37_100.0, 450.0)]
-    combined = clock.combine(start, end)
+    start = [clock.MeasuredOffset(W0, 120.0, 400.0), clock.MeasuredOffset(W1, 37_000.0, 500.0)]
+    end = [clock.MeasuredOffset(W0, 90.0, 300.0), clock.MeasuredOffset(W1, 37_100.0, 450.0)]
+    combined = clock.manifest_offsets(start, end)
     assert combined[W0]["applied_us"] == 0.0 and combined[W0]["offset_us"] == 120.0
     assert combined[W1]["applied_us"] == 37_000.0 and combined[W1]["drift_us"] == pytest.approx(100.0)
     assert clock.applied_offsets(combined) == {W0: 0.0, W1: 37_000.0}

@@ -98,7 +98,7 @@ class Side:
 
 
 @dataclass(frozen=True)
-class Figure:
+class PairedFigure:
     """One figure on both sides (None where a side lacks it)."""
 
     key: str
@@ -214,7 +214,7 @@ class OpChange:
 class OpsSection:
     available: bool
     reason: str = ""
-    counts: tuple[Figure, ...] = ()  # opcount.compare's figures (graph sizes, kernels per step)
+    counts: tuple[PairedFigure, ...] = ()  # opcount.compare's figures (graph sizes, kernels per step)
     by_name: tuple[OpChange, ...] = ()  # largest |Δ time| first
     by_type: tuple[OpChange, ...] = ()
 
@@ -238,7 +238,7 @@ class OpsSection:
 
 
 @dataclass(frozen=True)
-class GraphCount:
+class GraphOpChange:
     view: str  # "user" | "runtime"
     device: str
     op_type: str  # "" = all types on the device
@@ -265,7 +265,7 @@ class MovedOp:
 class GraphSection:
     available: bool
     reason: str = ""
-    counts: tuple[GraphCount, ...] = ()  # only what differs, largest |Δ| first
+    counts: tuple[GraphOpChange, ...] = ()  # only what differs, largest |Δ| first
     placement_available: bool = False
     placement_reason: str = ""
     moved: tuple[MovedOp, ...] = ()
@@ -682,7 +682,7 @@ def _counts(side: Side) -> opcount.OpCountReport:
 def diff_ops(a: Side, b: Side) -> OpsSection:
     counts_a, counts_b = _counts(a), _counts(b)
     # compare(left, right) is left ÷ right: B first gives B ÷ A, the figures of ``count-ops B --vs A``.
-    figures = tuple(Figure(r.metric, r.right, r.left) for r in opcount.compare(counts_b, counts_a).ratios)
+    figures = tuple(PairedFigure(r.metric, r.right, r.left) for r in opcount.compare(counts_b, counts_a).ratios)
     if not (counts_a.kernels.available and counts_b.kernels.available):
         reasons = [k.reason for k in (counts_a.kernels, counts_b.kernels) if not k.available]
         return OpsSection(available=False, reason=_reasons(*reasons), counts=figures)
@@ -693,12 +693,12 @@ def diff_ops(a: Side, b: Side) -> OpsSection:
 
 # -- graphs ---------------------------------------------------------------------------------------------------
 
-def _graph_counts(view: str, ga: opcount.GraphOpCounts, gb: opcount.GraphOpCounts) -> list[GraphCount]:
+def _graph_counts(view: str, ga: opcount.GraphOpCounts, gb: opcount.GraphOpCounts) -> list[GraphOpChange]:
     rows = []
     for device in sorted(set(ga.by_device) | set(gb.by_device)):
-        rows.append(GraphCount(view, device, "", ga.by_device.get(device, 0), gb.by_device.get(device, 0)))
+        rows.append(GraphOpChange(view, device, "", ga.by_device.get(device, 0), gb.by_device.get(device, 0)))
         types_a, types_b = ga.by_device_type.get(device, {}), gb.by_device_type.get(device, {})
-        rows += [GraphCount(view, device, op, types_a.get(op, 0), types_b.get(op, 0))
+        rows += [GraphOpChange(view, device, op, types_a.get(op, 0), types_b.get(op, 0))
                  for op in sorted(set(types_a) | set(types_b))]
     return [r for r in rows if r.delta]
 
@@ -811,6 +811,6 @@ def diff_config(a: Side, b: Side) -> ConfigSection:
     return ConfigSection(available=True, changes=changes, compared=len(set(sa) | set(sb)))
 
 
-__all__ = ["ConfigChange", "ConfigSection", "CopiesSection", "CopyKindChange", "GraphLaunchChange", "DeviceFigure", "DiffReport", "Figure", "GraphCount", "GraphSection",
+__all__ = ["ConfigChange", "ConfigSection", "CopiesSection", "CopyKindChange", "GraphLaunchChange", "DeviceFigure", "DiffReport", "PairedFigure", "GraphOpChange", "GraphSection",
            "Headline", "IncompatibleSides", "MovedOp", "OpChange", "OpsSection", "STEP_BASES", "Side", "StepTime",
            "TimeSection", "diff", "diff_copies", "headline", "normalize_name", "pair_devices", "settings", "step_marker_periods"]

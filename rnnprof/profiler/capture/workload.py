@@ -99,10 +99,10 @@ def clock_offsets(writer, run):
     if run.cluster is None:
         yield
         return
-    from rnnprof.profiler.run.clock import applied_offsets, combine, measure_offsets
+    from rnnprof.profiler.run.clock import applied_offsets, manifest_offsets, measure_offsets
 
     start = measure_offsets(run.session, run.clock_ops)
-    writer.update(clock_offsets=combine(start))
+    writer.update(clock_offsets=manifest_offsets(start))
     writer.clock_offsets = applied_offsets(writer.manifest["clock_offsets"])
     yield
-    writer.update(clock_offsets=combine(start, measure_offsets(run.session, run.clock_ops)))
+    writer.update(clock_offsets=manifest_offsets(start, measure_offsets(run.session, run.clock_ops)))

@@ -16,7 +16,7 @@ EXCHANGES = 5
 
 
 @dataclass(frozen=True)
-class ClockOffset:
+class MeasuredOffset:
     task: str  # /job:worker/replica:0/task:1
     offset_us: float  # the task's clock minus the chief's
     uncertainty_us: float  # half the round trip of the exchange
@@ -48,16 +48,16 @@ def exchange(run, clock=time.time) -> tuple[float, float]:
     return (remote - (before + after) / 2) * 1e6, (after - before) / 2 * 1e6
 
 
-def measure_offsets(session, ops: dict, exchanges: int = EXCHANGES, clock=time.time) -> list[ClockOffset]:
+def measure_offsets(session, ops: dict, exchanges: int = EXCHANGES, clock=time.time) -> list[MeasuredOffset]:
     """Every task's offset: the exchange with the shortest round trip out of ``exchanges``."""
     found = []
     for task, op in ops.items():
         best = min((exchange(lambda: session.run(op), clock) for _ in range(exchanges)), key=lambda r: r[1])
-        found.append(ClockOffset(task, *best))
+        found.append(MeasuredOffset(task, *best))
     return found
 
 
-def combine(start: list[ClockOffset], end: list[ClockOffset] = ()) -> dict[str, dict]:
+def manifest_offsets(start: list[MeasuredOffset], end: list[MeasuredOffset] = ()) -> dict[str, dict]:
     """The manifest's ``clock_offsets``, per task: ``offset_us`` and ``uncertainty_us`` measured at the start
     of capture (before any step is traced), ``applied_us``, what the timelines subtract: the offset where it
     exceeds its uncertainty, else 0 (a smaller offset is not resolved by the exchange; tasks on the chief's

@@ -49,7 +49,7 @@ class OpEvent:
 
 
 @dataclass
-class Collective:
+class GraphCollective:
     """One collective instance: the same (group_key, instance_key) op on each member device."""
 
     group_key: int
@@ -215,8 +215,8 @@ def _const_int(nodes: dict, raw_input: str) -> int | None:
     return int(values[0]) if len(values) == 1 else None
 
 
-def collectives_from_partitions(partition_graphs: Iterable) -> list[Collective]:
-    """Collective ops of one instance on several devices, matched by (group_key, instance_key).
+def collectives_from_partitions(partition_graphs: Iterable) -> list[GraphCollective]:
+    """GraphCollective ops of one instance on several devices, matched by (group_key, instance_key).
 
     V1 collectives (``CollectiveReduce``, ...) carry the keys as attrs; V2 ones take them as
     inputs 2 and 3, resolved here when they are constants in the same partition.
@@ -240,7 +240,7 @@ def collectives_from_partitions(partition_graphs: Iterable) -> list[Collective]:
                     continue
             members.setdefault((group, instance), {})[node.device] = node.name
             ops[(group, instance)] = node.op
-    return [Collective(group, instance, ops[(group, instance)], sorted(by_device.items()))
+    return [GraphCollective(group, instance, ops[(group, instance)], sorted(by_device.items()))
             for (group, instance), by_device in sorted(members.items()) if len(by_device) > 1]
 
 
