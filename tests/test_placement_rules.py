@@ -379,8 +379,19 @@ def test_audit_collects_findings_and_reasons():
 def test_busy_interval_merge_ignores_malformed_negative_durations():
     import numpy as np
 
-    from rnnprof.analyzers.placement.busy import length, merge
+    from rnnprof.analyzers.placement.busy import length, union_array
 
-    merged = merge(np.array([0.0, 1.0, 10.0, 20.0]), np.array([2.0, 3.0, 4.0, 21.0]))  # [10, 4) is malformed
+    merged = union_array(np.array([0.0, 1.0, 10.0, 20.0]), np.array([2.0, 3.0, 4.0, 21.0]))  # [10, 4) is malformed
     assert merged.tolist() == [[0.0, 3.0], [20.0, 21.0]]
     assert length(merged) == 4.0
+
+
+def test_busy_minus_cuts_every_interval_by_the_union_of_the_others():
+    import numpy as np
+
+    from rnnprof.analyzers.placement.busy import length, minus
+
+    a = np.array([[0.0, 10.0], [20.0, 30.0]])
+    b = np.array([[2.0, 4.0], [3.0, 6.0], [9.0, 22.0], [25.0, 26.0]])
+    assert minus(a, b).tolist() == [[0.0, 2.0], [6.0, 9.0], [22.0, 25.0], [26.0, 30.0]]
+    assert length(minus(a, np.zeros((0, 2)))) == 20.0 and minus(np.zeros((0, 2)), b).shape == (0, 2)

@@ -12,8 +12,8 @@ from rnnprof.names import TRANSFER_OPS
 ALL_STEPS = -1  # the key used when the trace does not number its steps
 
 
-def merge(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Union of intervals as an (n, 2) array of disjoint, sorted intervals (empty ones dropped)."""
+def union_array(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``intervals.merge`` as an (n, 2) array of disjoint, sorted intervals (empty ones dropped)."""
     merged_starts, merged_ends = intervals.merge(starts, ends)
     return np.column_stack([merged_starts, merged_ends])
 
@@ -22,22 +22,10 @@ def length(intervals: np.ndarray) -> float:
     return float((intervals[:, 1] - intervals[:, 0]).sum()) if len(intervals) else 0.0
 
 
-def subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a`` minus ``b`` for disjoint sorted interval sets."""
-    out = []
-    for lo, hi in a:
-        cur = lo
-        for blo, bhi in b:
-            if bhi <= cur or blo >= hi:
-                continue
-            if blo > cur:
-                out.append((cur, blo))
-            cur = max(cur, bhi)
-            if cur >= hi:
-                break
-        if cur < hi:
-            out.append((cur, hi))
-    return np.asarray(out, dtype=float).reshape(-1, 2)
+def minus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The interval array ``a`` less the union of ``b`` (``intervals.subtract``), as an (n, 2) array."""
+    pieces_s, pieces_e, _ = intervals.subtract(a[:, 0], a[:, 1], b[:, 0], b[:, 1])
+    return np.column_stack([pieces_s, pieces_e]) if len(pieces_s) else np.zeros((0, 2))
 
 
 def step_keys(events: EventTable) -> list[int]:
@@ -72,7 +60,7 @@ def busy_intervals(events: EventTable, device: Device, mask: np.ndarray) -> np.n
     if device not in events.devices:
         return np.zeros((0, 2))
     sel = mask & (events.device == events.devices.index(device))
-    return merge(events.ts[sel], events.end[sel])
+    return union_array(events.ts[sel], events.end[sel])
 
 
 def compute_devices(events: EventTable) -> list[Device]:

@@ -18,7 +18,7 @@ import numpy as np
 from rnnprof.events import Device, EventTable, Kind, parse_tf_device
 
 from . import scopes
-from .busy import compute_mask, length, merge, step_keys
+from .busy import compute_mask, length, step_keys, union_array
 
 if TYPE_CHECKING:  # networkx is only needed by whoever builds the graph
     import networkx
@@ -177,7 +177,7 @@ def wall_time(events: EventTable | None, names: set[str], device: Device | None 
     if events is None or not names:
         return 0.0
     mask = op_events_mask(events, names, device)
-    return length(merge(events.ts[mask], events.end[mask]))
+    return length(union_array(events.ts[mask], events.end[mask]))
 
 
 def steps_in(events: EventTable | None) -> int:

@@ -20,7 +20,7 @@ from rnnprof.events import Device
 from . import scopes
 from .finding import Finding, NotChecked, Severity
 from .inputs import AuditInput, NodePlacement, is_tower_work, op_events_mask, steps_in, time_by_name
-from .busy import busy_intervals, compute_mask, in_step, length, merge, step_keys, subtract
+from .busy import busy_intervals, compute_mask, in_step, length, minus, step_keys, union_array
 
 if TYPE_CHECKING:  # networkx is only needed when there is a graph
     import networkx as nx
@@ -232,11 +232,11 @@ def _wait_cost(inp: AuditInput, home: Device, device: Device, names: set[str]) -
     busy = wait = 0.0
     for step in step_keys(events):
         sel = mine & in_step(events, step)
-        wrong = merge(events.ts[sel], events.end[sel])
+        wrong = union_array(events.ts[sel], events.end[sel])
         busy += length(wrong)
         home_busy = busy_intervals(events.select(in_step(events, step)), home,
                                    mask[in_step(events, step)])
-        wait += length(subtract(wrong, home_busy))
+        wait += length(minus(wrong, home_busy))
     return {"steps": steps, "busy": busy / steps, "wait": wait / steps,
             "us_by_name": time_by_name(events, names, device)}
 
