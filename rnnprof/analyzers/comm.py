@@ -64,6 +64,7 @@ from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify, collec
 from rnnprof.analyzers.copies import CopyReport, combine_copies, count_copies
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep
+from rnnprof.analyzers.steps import step_windows
 from rnnprof.events import Device, EventTable, Kind
 from rnnprof.names import COLLECTIVE_TYPES, UNKNOWN_COLLECTIVE
 
@@ -97,6 +98,12 @@ class Breakdown:
     overlap_us: float  # communication running while compute runs
     events: int
     first_comm_us: float | None = None  # start of its first communication (stragglers compare these)
+    last_work_us: float | None = None  # end of its last activity in [start, end) (None: end_us; stragglers)
+
+    @property
+    def work_end_us(self) -> float:
+        """When its last activity ends: ``end_us`` for a whole trace, the last busy moment of a step's window."""
+        return self.end_us if self.last_work_us is None else self.last_work_us
 
     @property
     def span_us(self) -> float:
@@ -138,6 +145,7 @@ class Breakdown:
             "communication_pct": self.pct(self.communication_us),
             "overlap_pct": self.overlap_pct,
             "events": self.events,
+            "work_end_us": self.work_end_us,
         }
 
 
@@ -309,7 +317,10 @@ def _layer_codes(classes: np.ndarray) -> np.ndarray:
     return lookup[classes]
 
 
-def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray) -> list[Breakdown | None]:
+def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray,
+                bounds: tuple[np.ndarray, np.ndarray] | None = None) -> list[Breakdown | None]:
+    """One breakdown per sweep group with events (``counts``); ``bounds``: each group's ``(start, end)`` window,
+    else its first start and last end."""
     busy = result.union()
     compute = result.union([_COMPUTE])
     comm = result.union([_COMM])
@@ -317,14 +328,15 @@ def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray) -> list[Brea
     memset = result.union([_MEMSET])
     overlap = result.overlap([_COMM], [_COMPUTE])
     out: list[Breakdown | None] = []
+    starts, ends = (result.start, result.end) if bounds is None else bounds
     for g in range(result.n_groups):
-        if counts[g] == 0 or not np.isfinite(result.start[g]):
+        if counts[g] == 0 or not np.isfinite(starts[g]):
             out.append(None)
             continue
         out.append(
             Breakdown(
-                start_us=float(result.start[g]),
-                end_us=float(result.end[g]),
+                start_us=float(starts[g]),
+                end_us=float(ends[g]),
                 busy_us=float(busy[g]),
                 compute_us=float(compute[g]),
                 communication_us=float(comm[g]),
@@ -333,6 +345,8 @@ def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray) -> list[Brea
                 overlap_us=float(overlap[g]),
                 events=int(counts[g]),
                 first_comm_us=float(first_comm[g]) if np.isfinite(first_comm[g]) else None,
+                last_work_us=(None if bounds is None else
+                              float(result.end[g]) if np.isfinite(result.end[g]) else float(starts[g])),
             )
         )
     return out
@@ -375,32 +389,29 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
     )
 
     step_values = np.unique(step[step >= 0])
-    n_steps = len(step_values)
-    per_step: list[Breakdown | None] = []
-    if n_steps:
-        known = step >= 0
-        slot = np.searchsorted(step_values, step[known])
-        group = dev[known] * n_steps + slot
-        s_known = s_step >= 0
-        s_group = s_dev[s_known] * n_steps + np.searchsorted(step_values, s_step[s_known])
-        known_comm = is_comm[known]
-        per_step = _breakdowns(
-            sweep(s_ts[s_known], s_end[s_known], groups=s_group, n_groups=n_dev * n_steps,
-                  layers=layers[s_known], n_layers=len(_LAYERS)),
-            np.bincount(group, minlength=n_dev * n_steps),
-            _first(group[known_comm], ts[known][known_comm], n_dev * n_steps),
+    per_step: dict[tuple[int, int], Breakdown] = {}
+    if len(step_values):
+        # Each device's step windows partition its time; the events are cut at the windows' bounds.
+        windows = step_windows(dev, step, ts, end)
+        known = s_step >= 0
+        p_ts, p_end, p_origin, p_window = windows.clip(s_dev[known], s_ts[known], s_end[known])
+        p_layers = layers[known][p_origin]
+        p_comm = p_layers == _COMM
+        n_windows = len(windows)
+        own = windows.index(dev[step >= 0], step[step >= 0])
+        found = _breakdowns(
+            sweep(p_ts, p_end, groups=p_window, n_groups=n_windows, layers=p_layers, n_layers=len(_LAYERS)),
+            np.bincount(own, minlength=n_windows),
+            _first(p_window[p_comm], p_ts[p_comm], n_windows),
+            bounds=(windows.start, windows.end),
         )
-
+        per_step = {(int(d), int(k)): b for d, k, b in zip(windows.device, windows.step, found) if b is not None}
     idle = idle_by_cause(table, work, kernel_wait_us)
     devices = []
     for d in range(n_dev):
         if totals[d] is None:
             continue
-        steps = {
-            int(step_values[k]): per_step[d * n_steps + k]
-            for k in range(n_steps)
-            if per_step[d * n_steps + k] is not None
-        }
+        steps = {int(k): per_step[(d, int(k))] for k in step_values if (d, int(k)) in per_step}
         devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps, basis=basis[d],
                                   idle=idle.get(table.devices[d])))
 
@@ -482,7 +493,9 @@ def _shifted(device: DeviceComm, shift_us: float) -> DeviceComm:
 
     def move(b: Breakdown) -> Breakdown:
         first = b.first_comm_us + shift_us if b.first_comm_us is not None else None
-        return replace(b, start_us=b.start_us + shift_us, end_us=b.end_us + shift_us, first_comm_us=first)
+        last = b.last_work_us + shift_us if b.last_work_us is not None else None
+        return replace(b, start_us=b.start_us + shift_us, end_us=b.end_us + shift_us, first_comm_us=first,
+                       last_work_us=last)
 
     return replace(device, total=move(device.total), steps={s: move(b) for s, b in device.steps.items()})
 
@@ -580,7 +593,7 @@ def _stragglers(devices: Sequence[DeviceComm], step_values: np.ndarray) -> list[
 
     def column(pick) -> tuple[np.ndarray, np.ndarray]:
         parts = [pick(d) for d in devices]
-        ends = np.array([b.end_us if b else np.nan for b in parts], dtype=np.float64)
+        ends = np.array([b.work_end_us if b else np.nan for b in parts], dtype=np.float64)
         comm = np.array([b.first_comm_us if b and b.first_comm_us is not None else np.nan for b in parts],
                         dtype=np.float64)
         return ends, comm

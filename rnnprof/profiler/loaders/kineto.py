@@ -220,7 +220,9 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     if len(columns):
         arrays = columns.arrays()
         builder.add_columns(**arrays, op_type=arrays["name"])
-        step_spans = _step_spans(builder.strings.values, arrays["name"], arrays["ts"], arrays["dur"])
+        on_host = arrays["device"] == host_code
+        step_spans = _step_spans(builder.strings.values, arrays["name"][on_host], arrays["ts"][on_host],
+                                 arrays["dur"][on_host])
     header = header_of()
     if len(builder) == 0:
         raise InputError(path, "no profiler events (cpu_op, kernel, cuda_runtime, ...) in traceEvents",
@@ -335,7 +337,9 @@ def _pack_ints(n: int, values: list) -> bytes:
 
 def _step_spans(strings: list[str], names: np.ndarray, ts: np.ndarray, dur: np.ndarray
                 ) -> list[tuple[float, float, int]]:
-    """``(start, end, step)`` of every event named ``ProfilerStep#N`` (``names``: codes into ``strings``)."""
+    """``(start, end, step)`` of every event named ``ProfilerStep#N`` (``names``: codes into ``strings``) of the
+    host events given: the GPU's copy of a step range (a ``gpu_user_annotation`` ``ProfilerStep#N`` on ROCm, spanning
+    only that step's GPU work) marks no step."""
     numbers = np.full(len(strings), -1, dtype=np.int64)
     for code, text in enumerate(strings):
         if text.startswith("ProfilerStep#"):
