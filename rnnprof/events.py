@@ -328,8 +328,8 @@ class EventTableBuilder:
 
 # Why a trace's GPU work is in no step: the keys of a loader's ``metadata["outside_steps"]`` (counts of GPU
 # kernels, copies and memsets), written where a trace has step markers.
-OUTSIDE_NO_LAUNCH = "no launch in the trace"
-OUTSIDE_LAUNCH = "launched outside every step marker"
+OUTSIDE_NO_LAUNCH = "no_launch_in_trace"  # its runtime call (by correlation id) is not in the trace
+OUTSIDE_LAUNCH = "launched_outside_steps"  # its runtime call lies outside every step marker
 OUTSIDE_REASONS = (OUTSIDE_NO_LAUNCH, OUTSIDE_LAUNCH)
 
 

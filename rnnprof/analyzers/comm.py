@@ -55,7 +55,7 @@ Idle time by cause (host wait, kernel wait, other) per device, per stream and pe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
@@ -65,7 +65,7 @@ from rnnprof.analyzers.copies import CopyReport, combine_copies, count_copies
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep
 from rnnprof.analyzers.steps import step_windows
-from rnnprof.events import Device, EventTable, Kind
+from rnnprof.events import Device, EventTable, Kind, outside_steps
 from rnnprof.names import COLLECTIVE_TYPES, UNKNOWN_COLLECTIVE
 
 if TYPE_CHECKING:
@@ -225,6 +225,8 @@ class CommReport:
     kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US  # idle gaps shorter than this (and not host wait) are kernel wait
     step_selection: str = ""  # the flags that selected the steps analysed ("": the whole trace)
     copies: CopyReport | None = None  # copies by kind and graph launches per device and step (analyzers.copies)
+    # GPU events in no step, by reason (``rnnprof.events.OUTSIDE_REASONS``), as the loaders counted them
+    outside_steps: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         extra = {}
@@ -240,6 +242,7 @@ class CommReport:
             "extra_comm_patterns": list(self.extra_patterns),
             "steps": list(self.steps),
             "step_selection": self.step_selection or None,
+            "outside_steps": {"gpu_events": sum(self.outside_steps.values()), "by_reason": dict(self.outside_steps)},
             "kernel_wait_us": self.kernel_wait_us,
             "devices": [
                 {
@@ -433,6 +436,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
         kernel_wait_us=kernel_wait_us,
         step_selection=step_selection,
         copies=count_copies(table),
+        outside_steps=outside_steps(table),
     )
 
 
@@ -484,7 +488,16 @@ def combine_reports(reports: Sequence[CommReport],
         kernel_wait_us=reports[0].kernel_wait_us,
         step_selection=reports[0].step_selection,
         copies=combine_copies([r.copies for r in reports if r.copies is not None]),
+        outside_steps=_summed([r.outside_steps for r in reports]),
     )
+
+
+def _summed(counts: Sequence[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in counts:
+        for key, n in part.items():
+            total[key] = total.get(key, 0) + n
+    return total
 
 
 def _shifted(device: DeviceComm, shift_us: float) -> DeviceComm:

@@ -13,7 +13,7 @@ from rich.text import Text
 from rnnprof.analyzers.collectives import CollectivesReport
 from rnnprof.analyzers.comm import BASIS_EXECUTOR, BASIS_HOST_OPS, Breakdown, CommReport, Straggler
 from rnnprof.analyzers.idle import IdleCauses
-from rnnprof.reports.layout import compact_table
+from rnnprof.reports.layout import compact_table, outside_note
 
 TOP_COMM_OPS = 10
 TOP_COLLECTIVES = 10
@@ -246,6 +246,9 @@ def render_table(report: CommReport, *, per_step: bool, console: Console) -> Non
     if without_causes:
         console.print(Text(f"idle time by cause: not for {', '.join(without_causes)}: the trace links no launch "
                            "call to this work (PyTorch profiler traces do)", style="dim", overflow="fold"))
+    outside = outside_note(report.outside_steps, selected=bool(report.step_selection))
+    if outside:
+        console.print(Text(outside, style="dim", overflow="fold"))
     if per_step and report.steps:
         console.print(breakdown_table(report, per_step=True))
         idle = idle_table(report, per_step=True)
