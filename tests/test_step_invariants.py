@@ -185,17 +185,43 @@ def test_steps_that_overlap_on_the_gpu_no_longer_add_up_to_more_than_the_trace(n
     assert sum(device["steps"][str(k)]["busy_us"] for k in kept) == pytest.approx(device["total"]["busy_us"], abs=1)
 
 
+def raw_windows(name: str) -> dict[int, tuple[float, float]]:
+    """Per step, its window on a trace's one GPU from the raw JSON: from the step's first GPU event (or the previous
+    window's start, if later) to the next step's window start; the last to its last event's end."""
+    work = [(ts, end, step) for _, ts, end, step, _ in raw(name)["work"] if step is not None]
+    steps = sorted({step for _, _, step in work})
+    first = {k: min(ts for ts, _, s in work if s == k) for k in steps}
+    starts, start = [], -np.inf
+    for k in steps:
+        start = max(start, first[k])
+        starts.append(start)
+    starts[0] = min(first.values())
+    ends = starts[1:] + [max(end for _, end, _ in work)]
+    return {k: (s, e) for k, s, e in zip(steps, starts, ends)}
+
+
+@pytest.mark.parametrize("name", OVERLAPPING)
+def test_per_step_windows_are_those_of_the_raw_json(name):
+    doc = cli_json("comm", str(FIXTURES / name), "--per-step")
+    (device,) = doc["devices"]
+    for step, (start, end) in raw_windows(name).items():
+        got = device["steps"][str(step)]
+        assert (got["start_us"], got["end_us"]) == pytest.approx((start, end), abs=1e-3, rel=0)
+
+
 def test_the_reports_median_step_is_measured_by_its_windows():
     from rnnprof.analyzers.classify import classify
-    from rnnprof.analyzers.comm import analyze_comm, device_work_mask
+    from rnnprof.analyzers.comm import device_work_mask
     from rnnprof.analyzers.timeline import step_timeline
 
-    table = load_events(str(FIXTURES / OVERLAPPING[0]))
+    name = OVERLAPPING[0]
+    table = load_events(str(FIXTURES / name))
     classes = classify(table)
     timeline = step_timeline(table, classes, device_work_mask(table, classes)[0])
-    (device,) = analyze_comm(table).devices
-    spans = sorted(b.span_us for b in device.steps.values())
-    assert timeline.span_us == pytest.approx(spans[(len(spans) - 1) // 2])
-    window = device.steps[timeline.step]
-    assert max(bar.end_us for bar in timeline.bars) <= window.span_us + 1e-6
+    windows = raw_windows(name)
+    spans = sorted((end - start, step) for step, (start, end) in windows.items())
+    span, step = spans[(len(spans) - 1) // 2]
+    assert (timeline.step, timeline.span_us) == (step, pytest.approx(span))
+    # its bars are the device's work inside the window, cut at its bounds
     assert min(bar.start_us for bar in timeline.bars) >= -1e-6
+    assert max(bar.end_us for bar in timeline.bars) <= span + 1e-6
