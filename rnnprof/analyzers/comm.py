@@ -18,8 +18,15 @@ Which events count on which device (``device_work_mask``):
   launches and framework overhead, not device time;
 * annotations (step markers, user ranges, ``gpu_user_annotation``) never count.
 
-Per device (and per device and step) with ``[start, end)`` the first start and
-last end of its activity:
+Per device with ``[start, end)`` the first start and last end of its activity, and per device and step with
+``[start, end)`` the step's window on the device (``rnnprof.analyzers.steps.step_windows``): from the first start
+of the step's events there (or the previous step's window start, if later) to the next step's window start, the
+last step's to the last end of any step's event. A device's windows never overlap: GPU work that runs past the
+start of the next step's work (the host ran ahead) is cut at the bound and counted in the next window, idle
+time between two steps' work is the earlier step's, and events in no step (``step`` -1: GPU work without its
+launch in the trace, or launched outside every step marker; counted in ``outside_steps``) are in no window. So
+the windows' spans, busy, idle and class times add up to those of the steps' work. Each step's ``events`` counts
+its own events (by ``step``), and ``last_work_us`` is the end of the last activity in its window:
 
 * ``span`` = end - start; ``busy`` = length of the union of all its activity intervals;
 * ``idle`` = span - busy;
@@ -40,9 +47,9 @@ kernel whose name merely contains ``Sync``, ours does not; and our communication
 patterns also cover TF collectives and Send/Recv, which HTA does not know.
 
 Stragglers: for each step seen on two or more devices of the same kind (GPUs are compared
-with GPUs, CPU devices with CPU devices), the device whose activity ends last (lag against
-the median and the earliest end), and the device whose first communication starts last
-(lag against the earliest first communication).
+with GPUs, CPU devices with CPU devices), the device whose activity in the step's window ends last
+(``work_end_us``; lag against the median and the earliest end), and the device whose first communication in
+the window starts last (lag against the earliest first communication).
 
 Across ranks (two or more workers with collectives), ``collectives`` holds the collectives matched
 across ranks, their arrival skew and the straggler rank (``rnnprof.analyzers.collectives``), and

@@ -26,7 +26,9 @@ DEFINITIONS = (
     "(host-side ops and runtime calls excluded); span = first start to last end of that activity; "
     "busy = union of activity; idle = span - busy; compute/comm = union of each class, mem = memcpy + memset "
     "(they can overlap); % columns are shares of the span; overlap = comm time during which compute runs, "
-    "as % of comm time"
+    "as % of comm time; per step, a step's window on a device runs from its first work to the next step's "
+    "window (the last step's to its last work's end): the windows never overlap, and a step's figures are the "
+    "device's work in its window, cut at the bounds"
 )
 _BREAKDOWN_COLUMNS = ("span\nms", "busy\n%", "compute\n%", "comm\n%", "mem\n%", "idle\n%", "comm\nms", "overlap\n%")
 
