@@ -178,8 +178,10 @@ def step_windows(device: np.ndarray, step: np.ndarray, ts: np.ndarray, end: np.n
     if not known.any():
         empty = np.zeros(0, dtype=np.float64)
         return StepWindows(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), empty, empty)
-    pairs, inverse = np.unique(np.stack([device[known], step[known]]), axis=1, return_inverse=True)
+    width = int(step[known].max()) + 1
+    keys, inverse = np.unique(device[known] * width + step[known], return_inverse=True)  # 1-D: fast
     inverse = inverse.ravel()
+    pairs = np.stack([keys // width, keys % width])
     first = np.full(pairs.shape[1], np.inf)
     last = np.full(pairs.shape[1], -np.inf)
     np.minimum.at(first, inverse, ts[known])
