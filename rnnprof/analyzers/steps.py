@@ -168,7 +168,9 @@ def step_windows(device: np.ndarray, step: np.ndarray, ts: np.ndarray, end: np.n
     of any step; it ends where step k+1's window starts, the last one at the last end of any step's event. The
     windows of a device partition the time from its first to its last step event: a step's GPU work running
     past the start of the next step's work (the host ran ahead) is counted in the next window, never twice, and
-    idle time between two steps' work belongs to the earlier step.
+    idle time between two steps' work belongs to the earlier step. When the next step present is not k+1 (the
+    steps in between were not traced), step k's window ends with the work of the steps up to k instead (when no
+    later step's work starts before the next window), so the untraced steps' time is in no window.
     """
     device = np.asarray(device, dtype=np.int64)
     step = np.asarray(step, dtype=np.int64)
@@ -193,5 +195,12 @@ def step_windows(device: np.ndarray, step: np.ndarray, ts: np.ndarray, end: np.n
         s = np.maximum.accumulate(first[rows])
         s[0] = first[rows].min()
         start[rows] = s
-        stop[rows] = np.append(s[1:], last[rows].max())
+        e = np.append(s[1:], last[rows].max())
+        # Steps in between not traced (numbers not consecutive): the window ends with the work of the steps so
+        # far, unless a later step's work starts before the next window (then nothing lies between them).
+        ended = np.maximum.accumulate(last[rows])[:-1]  # the last end of the work of the steps up to each one
+        later = np.minimum.accumulate(first[rows][::-1])[::-1][1:]  # the first start of the later steps' work
+        apart = (np.diff(pairs[1][rows]) > 1) & (later >= s[1:])
+        e[:-1] = np.where(apart, np.maximum(s[:-1], np.minimum(s[1:], ended)), e[:-1])
+        stop[rows] = e
     return StepWindows(pairs[0].astype(np.int64), pairs[1].astype(np.int64), start, stop)
