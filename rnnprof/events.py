@@ -326,6 +326,26 @@ class EventTableBuilder:
         )
 
 
+# Why a trace's GPU work is in no step: the keys of a loader's ``metadata["outside_steps"]`` (counts of GPU
+# kernels, copies and memsets), written where a trace has step markers.
+OUTSIDE_NO_LAUNCH = "no_launch_in_trace"  # its runtime call (by correlation id) is not in the trace
+OUTSIDE_LAUNCH = "launched_outside_steps"  # its runtime call lies outside every step marker
+OUTSIDE_REASONS = (OUTSIDE_NO_LAUNCH, OUTSIDE_LAUNCH)
+
+
+def outside_steps(table: EventTable) -> dict[str, int]:
+    """GPU events in no step, by reason, as the loaders counted them (summed over a merged table's parts);
+    empty when no loader counted any (no step markers, or a format whose GPU work has no launch link)."""
+    found: dict[str, int] = {}
+    pending = [table.metadata]
+    while pending:
+        metadata = pending.pop()
+        for reason, n in (metadata.get("outside_steps") or {}).items():
+            found[reason] = found.get(reason, 0) + int(n)
+        pending.extend(p for p in metadata.get("parts", ()) if isinstance(p, dict))
+    return {reason: found[reason] for reason in OUTSIDE_REASONS if reason in found}
+
+
 def steps_in_spans(ts: np.ndarray, spans: Sequence[tuple[float, float, int]]) -> np.ndarray:
     """The step of each timestamp: the number of the ``(start, end, step)`` span it falls in, else -1.
 

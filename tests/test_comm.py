@@ -112,8 +112,10 @@ def test_per_device_and_per_step_breakdown():
     assert report.steps == (0, 1)
     g0, g1 = report.devices
 
+    # Each step's window on a device runs from its first work to the next step's first work there (the last
+    # step's to its last end), so the idle time between two steps is the earlier step's.
     s = g0.steps[0]
-    assert (s.start_us, s.end_us, s.busy_us, s.idle_us) == (0, 22, 16, 6)
+    assert (s.start_us, s.end_us, s.busy_us, s.idle_us, s.work_end_us) == (0, 30, 16, 14, 22)
     assert (s.compute_us, s.communication_us, s.memcpy_us, s.overlap_us) == (10, 6, 2, 2)
     assert s.overlap_pct == pytest.approx(100 * 2 / 6)
     assert s.non_compute_us == 6
@@ -122,13 +124,16 @@ def test_per_device_and_per_step_breakdown():
     assert s.overlap_pct == 0
 
     s = g1.steps[0]
-    assert (s.start_us, s.end_us, s.busy_us, s.compute_us, s.idle_us, s.overlap_us) == (1, 18, 17, 11, 0, 0)
+    assert (s.start_us, s.end_us, s.busy_us, s.compute_us, s.idle_us, s.overlap_us) == (1, 30, 17, 11, 12, 0)
     s = g1.steps[1]
     assert (s.compute_us, s.communication_us, s.overlap_us, s.overlap_pct) == (20, 3, 3, 100.0)
 
-    # Whole trace: the gap between steps is idle; class times add up over the (disjoint) steps.
+    # Whole trace: the gap between steps is idle; the steps' windows partition it, so every figure adds up.
     t = g0.total
     assert (t.span_us, t.busy_us, t.idle_us) == (46, 32, 14)
+    for d in (g0, g1):
+        for figure in ("span_us", "busy_us", "idle_us", "compute_us"):
+            assert getattr(d.total, figure) == sum(getattr(b, figure) for b in d.steps.values()), figure
     assert t.communication_us == sum(b.communication_us for b in g0.steps.values())
     assert t.overlap_us == sum(b.overlap_us for b in g0.steps.values())
     assert t.pct(t.idle_us) == pytest.approx(100 * 14 / 46)

@@ -47,7 +47,9 @@ def test_replicated_run_spends_time_in_all_reduce_and_independent_does_not(tmp_p
                 getattr(device.total, field), rel=1e-9)
         for b in device.steps.values():
             assert b.busy_us + b.idle_us == pytest.approx(b.span_us)
-    # --drop-last on a TF run: only the first traced step, whose figures are that step's in the whole report.
+    # --drop-last on a TF run: only the first traced step, whose figures are that step's in the whole report; its
+    # window there runs on to the next step's start (the idle time between two session.run calls is the earlier
+    # step's), while alone it ends with its last work.
     first, last = replicated.steps
     selected = subprocess.run([sys.executable, "-m", "rnnprof", "comm", str(tmp_path / "replicated"), "--drop-last",
                                "--json"], capture_output=True, text=True, timeout=300)
@@ -56,8 +58,11 @@ def test_replicated_run_spends_time_in_all_reduce_and_independent_does_not(tmp_p
     assert doc["steps"] == [first] and doc["step_selection"] == "--drop-last"
     for device, whole in zip(doc["devices"], replicated.devices):
         assert device["device"] == whole.device.label
-        for field in ("span_us", "busy_us", "compute_us", "communication_us"):
-            assert device["total"][field] == pytest.approx(whole.steps[first].as_dict()[field], rel=1e-9)
+        step = whole.steps[first]
+        for field in ("busy_us", "compute_us", "communication_us"):
+            assert device["total"][field] == pytest.approx(step.as_dict()[field], rel=1e-9)
+        assert device["total"]["span_us"] == pytest.approx(step.work_end_us - step.start_us, rel=1e-9)
+        assert step.span_us > step.work_end_us - step.start_us  # the two session.run calls are apart
 
     independent = capture(tmp_path / "independent", "independent")
     assert len(independent.devices) == 2

@@ -120,7 +120,7 @@ def test_two_rank_files_report_each_rank_and_agree_with_hta(tmp_path, monkeypatc
     # One straggler line per step seen on both ranks, naming the rank whose step ends last.
     assert [s.step for s in report.stragglers] == list(report.steps) == [551, 552]
     for straggler in report.stragglers:
-        ends = {d.device: d.steps[straggler.step].end_us for d in report.devices}
+        ends = {d.device: d.steps[straggler.step].work_end_us for d in report.devices}
         assert straggler.last_to_finish == max(ends, key=ends.get)
         assert straggler.finish_lag_vs_earliest_us == pytest.approx(max(ends.values()) - min(ends.values()))
         assert straggler.last_comm_start is not None and straggler.comm_start_lag_vs_earliest_us >= 0

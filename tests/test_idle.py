@@ -51,13 +51,25 @@ def test_a_device_counts_only_gaps_in_the_union_of_its_streams():
     assert by_stream["stream:7"].host_wait_us == 10 and by_stream["stream:8"].host_wait_us == 35
 
 
-def test_per_step_gaps_stay_inside_their_step():
+def test_per_step_gaps_are_cut_at_the_step_windows():
     t = table([(0, 10, 0, 7, 1), (15, 20, 12, 7, 1),  # step 1: gap 5, launched at 12 > 10: host wait 5
-               (50, 60, 5, 7, 2), (61, 70, 6, 7, 2)])  # step 2: gap 1 kernel wait; 20..50 is between steps
+               (50, 60, 5, 7, 2), (61, 70, 6, 7, 2)])  # step 2: gap 1 kernel wait
     idle = causes(t)
-    assert idle.steps[1].host_wait_us == 5 and idle.steps[1].idle_us == 5
+    # Step 1's window runs until step 2's first work: the 30 µs between the steps (launched at 5, in time) is
+    # step 1's "other"; every gap is in exactly one step.
+    assert idle.steps[1].host_wait_us == 5 and idle.steps[1].other_us == 30 and idle.steps[1].idle_us == 35
     assert idle.steps[2].kernel_wait_us == 1 and idle.steps[2].idle_us == 1
-    assert idle.total.idle_us == 5 + 30 + 1  # the whole trace also counts the gap between the steps
+    assert idle.total.idle_us == 5 + 30 + 1 == idle.steps[1].idle_us + idle.steps[2].idle_us
+
+
+def test_a_gap_across_a_step_boundary_is_split_at_the_window():
+    # Step 1's second kernel starts after step 2's first (CPU ran ahead on two streams): step 2's window starts
+    # at 40, so the stream-7 gap 20..60 (host wait: launched at 45 > 20) is 20 µs in step 1 and 20 in step 2.
+    t = table([(0, 20, 0, 7, 1), (60, 70, 45, 7, 1), (40, 80, 1, 8, 2)])
+    idle = causes(t)
+    stream = {s.stream: s for s in idle.streams}["stream:7"]
+    assert stream.total.host_wait_us == 40
+    assert stream.steps[1].host_wait_us == 20 and stream.steps[2].host_wait_us == 20
 
 
 def test_without_launches_there_are_no_causes():

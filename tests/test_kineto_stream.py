@@ -49,7 +49,7 @@ def reference_rows(doc: dict) -> list[tuple]:
     launch_step = {}
     for e in kept:
         args = e.get("args") or {}
-        if e["cat"] in ("cuda_runtime", "cuda_driver") and "correlation" in args and step_at(e["ts"]) >= 0:
+        if e["cat"] in ("cuda_runtime", "cuda_driver") and "correlation" in args:
             launch_step[args["correlation"]] = step_at(e["ts"])
     rows = []
     for e in kept:
@@ -63,7 +63,8 @@ def reference_rows(doc: dict) -> list[tuple]:
         if on_gpu:
             device = f"{worker}gpu:{args.get('device', e.get('pid'))}"
             lane = f"stream:{args.get('stream', e.get('tid'))}"
-            step = launch_step.get(correlation, step_at(e["ts"]))
+            # the step of its launch; none without its launch in the trace (or without step markers)
+            step = launch_step.get(correlation, -1) if steps else -1
         else:
             device, lane, step = f"{worker}host", str(e.get("tid")), step_at(e["ts"])
         rows.append((float(e["ts"]), float(e.get("dur", 0)), e["name"], device, lane, kind, step,

@@ -175,3 +175,23 @@ def test_report_selection_on_a_trace_without_step_markers_is_one_line_exit_2(tmp
     assert main(["report", str(TF_GPU), "-o", str(tmp_path / "r.html"), "--drop-last"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "no step markers" in lines[0]
+
+
+def test_step_windows_never_overlap_and_skip_untraced_steps():
+    from rnnprof.analyzers.steps import step_windows
+
+    # device 0: steps 1, 2 back to back, step 2's first kernel starts while step 1's last still runs (the host ran
+    # ahead); then step 5 (steps 3 and 4 not traced) long after. device 1: step 1 only.
+    device = np.array([0, 0, 0, 0, 0, 1])
+    step = np.array([1, 1, 2, 2, 5, 1])
+    ts = np.array([0.0, 10.0, 15.0, 30.0, 100.0, 3.0])
+    end = np.array([8.0, 20.0, 25.0, 40.0, 110.0, 4.0])
+    w = step_windows(device, step, ts, end)
+    rows = [(int(d), int(k), float(a), float(b)) for d, k, a, b in zip(w.device, w.step, w.start, w.end)]
+    # step 1 ends where step 2 starts (15, not 20: the rest of its kernel is step 2's time); step 2, followed by
+    # an untraced gap, ends with its work (40), not at step 5's start (100)
+    assert rows == [(0, 1, 0.0, 15.0), (0, 2, 15.0, 40.0), (0, 5, 100.0, 110.0), (1, 1, 3.0, 4.0)]
+    starts, ends, origin, window = w.clip(device, ts, end)
+    assert sorted(zip(origin.tolist(), window.tolist(), starts.tolist(), ends.tolist())) == [
+        (0, 0, 0.0, 8.0), (1, 0, 10.0, 15.0), (1, 1, 15.0, 20.0), (2, 1, 15.0, 25.0), (3, 1, 30.0, 40.0),
+        (4, 2, 100.0, 110.0), (5, 3, 3.0, 4.0)]

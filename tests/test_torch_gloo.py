@@ -44,11 +44,34 @@ def union(intervals):
     return total
 
 
+def clipped(intervals, lo, hi):
+    return [(max(a, lo), min(b, hi)) for a, b in intervals if min(b, hi) > max(a, lo)]
+
+
+def raw_windows(events):
+    """Per step, its window on the rank: from its first operator or collective (one starting in its ProfilerStep
+    range; or the previous window's start, if later) to the next step's window; the last to the last end."""
+    ranges = sorted((e["ts"], e["ts"] + e["dur"], int(STEP.match(e["name"]).group(1))) for e in events
+                    if STEP.match(e["name"]))
+    work = [e for e in events if e["cat"] == "cpu_op" or (COLLECTIVE.match(e["name"]) and e["cat"] == "user_annotation")]
+    first = {n: min(e["ts"] for e in work if a <= e["ts"] < b) for a, b, n in ranges}
+    starts, start = [], float("-inf")
+    for _, _, n in ranges:
+        start = max(start, first[n])
+        starts.append(start)
+    starts[0] = min(first.values())
+    last = max(e["ts"] + e["dur"] for e in work if any(a <= e["ts"] < b for a, b, _ in ranges))
+    return {n: (lo, hi) for (_, _, n), lo, hi in zip(ranges, starts, starts[1:] + [last])}
+
+
 def raw_figures(events, step=None):
-    """Per rank from the raw events: collectives (c10d::*, gloo:*) and cpu_op time, as unions."""
+    """Per rank from the raw events: collectives (c10d::*, gloo:*) and cpu_op time, as unions; with ``step``, those
+    of the events in any step cut at the step's window (``raw_windows``)."""
+    window = None
     if step is not None:
-        (span,) = [(e["ts"], e["ts"] + e["dur"]) for e in events if e["name"] == f"ProfilerStep#{step}"]
-        events = [e for e in events if span[0] <= e["ts"] < span[1]]
+        window = raw_windows(events)[step]
+        spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if STEP.match(e["name"])]
+        events = [e for e in events if any(a <= e["ts"] < b for a, b in spans)]
     collectives = [e for e in events if COLLECTIVE.match(e["name"]) and e["cat"] in ("cpu_op", "user_annotation")]
     operators = [e for e in events if e["cat"] == "cpu_op" and not COLLECTIVE.match(e["name"])]
     comm = [(e["ts"], e["ts"] + e["dur"]) for e in collectives]
@@ -62,6 +85,8 @@ def raw_figures(events, step=None):
                           if p[1] > p[0]]
         compute += pieces
     whole = comm + [(e["ts"], e["ts"] + e["dur"]) for e in operators]
+    if window is not None:
+        comm, compute, whole = (clipped(x, *window) for x in (comm, compute, whole))
     return {"communication_us": union(comm), "compute_us": union(compute), "busy_us": union(whole),
             "overlap_us": union(comm) + union(compute) - union(comm + compute),
             "end_us": max(end for _, end in whole), "comm_start_us": min(s for s, _ in comm)}

@@ -18,8 +18,15 @@ Which events count on which device (``device_work_mask``):
   launches and framework overhead, not device time;
 * annotations (step markers, user ranges, ``gpu_user_annotation``) never count.
 
-Per device (and per device and step) with ``[start, end)`` the first start and
-last end of its activity:
+Per device with ``[start, end)`` the first start and last end of its activity, and per device and step with
+``[start, end)`` the step's window on the device (``rnnprof.analyzers.steps.step_windows``): from the first start
+of the step's events there (or the previous step's window start, if later) to the next step's window start, the
+last step's to the last end of any step's event. A device's windows never overlap: GPU work that runs past the
+start of the next step's work (the host ran ahead) is cut at the bound and counted in the next window, idle
+time between two steps' work is the earlier step's, and events in no step (``step`` -1: GPU work without its
+launch in the trace, or launched outside every step marker; counted in ``outside_steps``) are in no window. So
+the windows' spans, busy, idle and class times add up to those of the steps' work. Each step's ``events`` counts
+its own events (by ``step``), and ``last_work_us`` is the end of the last activity in its window:
 
 * ``span`` = end - start; ``busy`` = length of the union of all its activity intervals;
 * ``idle`` = span - busy;
@@ -40,9 +47,9 @@ kernel whose name merely contains ``Sync``, ours does not; and our communication
 patterns also cover TF collectives and Send/Recv, which HTA does not know.
 
 Stragglers: for each step seen on two or more devices of the same kind (GPUs are compared
-with GPUs, CPU devices with CPU devices), the device whose activity ends last (lag against
-the median and the earliest end), and the device whose first communication starts last
-(lag against the earliest first communication).
+with GPUs, CPU devices with CPU devices), the device whose activity in the step's window ends last
+(``work_end_us``; lag against the median and the earliest end), and the device whose first communication in
+the window starts last (lag against the earliest first communication).
 
 Across ranks (two or more workers with collectives), ``collectives`` holds the collectives matched
 across ranks, their arrival skew and the straggler rank (``rnnprof.analyzers.collectives``), and
@@ -55,7 +62,7 @@ Idle time by cause (host wait, kernel wait, other) per device, per stream and pe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
@@ -64,7 +71,8 @@ from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify, collec
 from rnnprof.analyzers.copies import CopyReport, combine_copies, count_copies
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep
-from rnnprof.events import Device, EventTable, Kind
+from rnnprof.analyzers.steps import step_windows
+from rnnprof.events import Device, EventTable, Kind, outside_steps
 from rnnprof.names import COLLECTIVE_TYPES, UNKNOWN_COLLECTIVE
 
 if TYPE_CHECKING:
@@ -97,6 +105,12 @@ class Breakdown:
     overlap_us: float  # communication running while compute runs
     events: int
     first_comm_us: float | None = None  # start of its first communication (stragglers compare these)
+    last_work_us: float | None = None  # end of its last activity in [start, end) (None: end_us; stragglers)
+
+    @property
+    def work_end_us(self) -> float:
+        """When its last activity ends: ``end_us`` for a whole trace, the last busy moment of a step's window."""
+        return self.end_us if self.last_work_us is None else self.last_work_us
 
     @property
     def span_us(self) -> float:
@@ -138,6 +152,7 @@ class Breakdown:
             "communication_pct": self.pct(self.communication_us),
             "overlap_pct": self.overlap_pct,
             "events": self.events,
+            "work_end_us": self.work_end_us,
         }
 
 
@@ -217,6 +232,8 @@ class CommReport:
     kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US  # idle gaps shorter than this (and not host wait) are kernel wait
     step_selection: str = ""  # the flags that selected the steps analysed ("": the whole trace)
     copies: CopyReport | None = None  # copies by kind and graph launches per device and step (analyzers.copies)
+    # GPU events in no step, by reason (``rnnprof.events.OUTSIDE_REASONS``), as the loaders counted them
+    outside_steps: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         extra = {}
@@ -232,6 +249,7 @@ class CommReport:
             "extra_comm_patterns": list(self.extra_patterns),
             "steps": list(self.steps),
             "step_selection": self.step_selection or None,
+            "outside_steps": {"gpu_events": sum(self.outside_steps.values()), "by_reason": dict(self.outside_steps)},
             "kernel_wait_us": self.kernel_wait_us,
             "devices": [
                 {
@@ -309,7 +327,10 @@ def _layer_codes(classes: np.ndarray) -> np.ndarray:
     return lookup[classes]
 
 
-def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray) -> list[Breakdown | None]:
+def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray,
+                bounds: tuple[np.ndarray, np.ndarray] | None = None) -> list[Breakdown | None]:
+    """One breakdown per sweep group with events (``counts``); ``bounds``: each group's ``(start, end)`` window,
+    else its first start and last end."""
     busy = result.union()
     compute = result.union([_COMPUTE])
     comm = result.union([_COMM])
@@ -317,14 +338,15 @@ def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray) -> list[Brea
     memset = result.union([_MEMSET])
     overlap = result.overlap([_COMM], [_COMPUTE])
     out: list[Breakdown | None] = []
+    starts, ends = (result.start, result.end) if bounds is None else bounds
     for g in range(result.n_groups):
-        if counts[g] == 0 or not np.isfinite(result.start[g]):
+        if counts[g] == 0 or not np.isfinite(starts[g]):
             out.append(None)
             continue
         out.append(
             Breakdown(
-                start_us=float(result.start[g]),
-                end_us=float(result.end[g]),
+                start_us=float(starts[g]),
+                end_us=float(ends[g]),
                 busy_us=float(busy[g]),
                 compute_us=float(compute[g]),
                 communication_us=float(comm[g]),
@@ -333,6 +355,8 @@ def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray) -> list[Brea
                 overlap_us=float(overlap[g]),
                 events=int(counts[g]),
                 first_comm_us=float(first_comm[g]) if np.isfinite(first_comm[g]) else None,
+                last_work_us=(None if bounds is None else
+                              float(result.end[g]) if np.isfinite(result.end[g]) else float(starts[g])),
             )
         )
     return out
@@ -375,32 +399,29 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
     )
 
     step_values = np.unique(step[step >= 0])
-    n_steps = len(step_values)
-    per_step: list[Breakdown | None] = []
-    if n_steps:
-        known = step >= 0
-        slot = np.searchsorted(step_values, step[known])
-        group = dev[known] * n_steps + slot
-        s_known = s_step >= 0
-        s_group = s_dev[s_known] * n_steps + np.searchsorted(step_values, s_step[s_known])
-        known_comm = is_comm[known]
-        per_step = _breakdowns(
-            sweep(s_ts[s_known], s_end[s_known], groups=s_group, n_groups=n_dev * n_steps,
-                  layers=layers[s_known], n_layers=len(_LAYERS)),
-            np.bincount(group, minlength=n_dev * n_steps),
-            _first(group[known_comm], ts[known][known_comm], n_dev * n_steps),
+    per_step: dict[tuple[int, int], Breakdown] = {}
+    if len(step_values):
+        # Each device's step windows partition its time; the events are cut at the windows' bounds.
+        windows = step_windows(dev, step, ts, end)
+        known = s_step >= 0
+        p_ts, p_end, p_origin, p_window = windows.clip(s_dev[known], s_ts[known], s_end[known])
+        p_layers = layers[known][p_origin]
+        p_comm = p_layers == _COMM
+        n_windows = len(windows)
+        own = windows.index(dev[step >= 0], step[step >= 0])
+        found = _breakdowns(
+            sweep(p_ts, p_end, groups=p_window, n_groups=n_windows, layers=p_layers, n_layers=len(_LAYERS)),
+            np.bincount(own, minlength=n_windows),
+            _first(p_window[p_comm], p_ts[p_comm], n_windows),
+            bounds=(windows.start, windows.end),
         )
-
+        per_step = {(int(d), int(k)): b for d, k, b in zip(windows.device, windows.step, found) if b is not None}
     idle = idle_by_cause(table, work, kernel_wait_us)
     devices = []
     for d in range(n_dev):
         if totals[d] is None:
             continue
-        steps = {
-            int(step_values[k]): per_step[d * n_steps + k]
-            for k in range(n_steps)
-            if per_step[d * n_steps + k] is not None
-        }
+        steps = {int(k): per_step[(d, int(k))] for k in step_values if (d, int(k)) in per_step}
         devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps, basis=basis[d],
                                   idle=idle.get(table.devices[d])))
 
@@ -422,6 +443,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
         kernel_wait_us=kernel_wait_us,
         step_selection=step_selection,
         copies=count_copies(table),
+        outside_steps=outside_steps(table),
     )
 
 
@@ -473,7 +495,16 @@ def combine_reports(reports: Sequence[CommReport],
         kernel_wait_us=reports[0].kernel_wait_us,
         step_selection=reports[0].step_selection,
         copies=combine_copies([r.copies for r in reports if r.copies is not None]),
+        outside_steps=_summed([r.outside_steps for r in reports]),
     )
+
+
+def _summed(counts: Sequence[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in counts:
+        for key, n in part.items():
+            total[key] = total.get(key, 0) + n
+    return total
 
 
 def _shifted(device: DeviceComm, shift_us: float) -> DeviceComm:
@@ -482,7 +513,9 @@ def _shifted(device: DeviceComm, shift_us: float) -> DeviceComm:
 
     def move(b: Breakdown) -> Breakdown:
         first = b.first_comm_us + shift_us if b.first_comm_us is not None else None
-        return replace(b, start_us=b.start_us + shift_us, end_us=b.end_us + shift_us, first_comm_us=first)
+        last = b.last_work_us + shift_us if b.last_work_us is not None else None
+        return replace(b, start_us=b.start_us + shift_us, end_us=b.end_us + shift_us, first_comm_us=first,
+                       last_work_us=last)
 
     return replace(device, total=move(device.total), steps={s: move(b) for s, b in device.steps.items()})
 
@@ -580,7 +613,7 @@ def _stragglers(devices: Sequence[DeviceComm], step_values: np.ndarray) -> list[
 
     def column(pick) -> tuple[np.ndarray, np.ndarray]:
         parts = [pick(d) for d in devices]
-        ends = np.array([b.end_us if b else np.nan for b in parts], dtype=np.float64)
+        ends = np.array([b.work_end_us if b else np.nan for b in parts], dtype=np.float64)
         comm = np.array([b.first_comm_us if b and b.first_comm_us is not None else np.nan for b in parts],
                         dtype=np.float64)
         return ends, comm

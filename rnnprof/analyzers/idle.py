@@ -13,7 +13,9 @@ Per stream these are the definitions of holistictraceanalysis's ``get_idle_time_
 memcpys and memsets of a stream in start order). Its threshold, ``consecutive_kernel_delay=30``, is
 documented as nanoseconds but compared with timestamps in microseconds, so HTA's default is 30 µs in
 effect; ``DEFAULT_KERNEL_WAIT_US`` is the same 30 µs. A device's gaps add up to its idle time
-(span - busy) in ``rnnprof.analyzers.comm``; per step, the gaps between that step's work.
+(span - busy) in ``rnnprof.analyzers.comm``. Per step, the gaps between the work of all steps, cut at the
+device's step windows (``rnnprof.analyzers.steps.step_windows``, the windows comm's per-step figures use): a
+step's gaps add up to its idle time there, and the steps' to the idle time of their work.
 
 Host wait needs the launches: a device whose work has no launching runtime call in the trace
 (TensorFlow traces, GPU-less ranks) gets no causes (None).
@@ -21,11 +23,13 @@ Host wait needs the launches: a device whose work has no launching runtime call 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rnnprof.analyzers.launches import launchers
+from rnnprof.analyzers.steps import step_windows
 from rnnprof.events import Device, EventTable, Kind
 
 DEFAULT_KERNEL_WAIT_US = 30.0
@@ -74,28 +78,53 @@ class DeviceIdle:
     streams: tuple[StreamIdle, ...] = ()
 
 
-def _gap_causes(ts, end, launch_ts, groups, n_groups, threshold_us) -> np.ndarray:
-    """Per group, ``[host wait, kernel wait, other]`` µs over the gaps between the union of its intervals."""
-    out = np.zeros((n_groups, 3))
+def _gaps(ts, end, launch_ts, groups, n_groups, threshold_us) -> tuple[np.ndarray, ...]:
+    """The gaps between the union of each group's intervals: ``(group, start, end, cause)``, cause 0 host wait,
+    1 kernel wait, 2 other."""
     keep = end > ts
     ts, end, launch_ts, groups = ts[keep], end[keep], launch_ts[keep], groups[keep]
     order = np.lexsort((ts, groups))
     ts, end, launch_ts, groups = ts[order], end[order], launch_ts[order], groups[order]
     bounds = np.searchsorted(groups, np.arange(n_groups + 1))
+    parts = []
     for g in range(n_groups):
         lo, hi = bounds[g], bounds[g + 1]
         if hi - lo < 2:
             continue
         reach = np.maximum.accumulate(end[lo:hi - 1])  # the end of the work before each next piece
         start = ts[lo + 1:hi]
-        gap = start - reach
-        is_gap = gap > 0
+        is_gap = start > reach
         with np.errstate(invalid="ignore"):
-            host = is_gap & (launch_ts[lo + 1:hi] > reach)
-        kernel = is_gap & ~host & (gap < threshold_us)
-        other = is_gap & ~host & ~kernel
-        out[g] = (gap[host].sum(), gap[kernel].sum(), gap[other].sum())
+            host = launch_ts[lo + 1:hi] > reach
+        kernel = ~host & (start - reach < threshold_us)
+        cause = np.where(host, 0, np.where(kernel, 1, 2))
+        parts.append((np.full(int(is_gap.sum()), g), reach[is_gap], start[is_gap], cause[is_gap]))
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)
+    return tuple(np.concatenate(column) for column in zip(*parts))
+
+
+def _sum_causes(groups, length, cause, n_groups) -> np.ndarray:
+    """Per group, ``[host wait, kernel wait, other]`` µs."""
+    out = np.zeros((n_groups, 3))
+    np.add.at(out, (groups, cause), length)
     return out
+
+
+def _gap_causes(ts, end, launch_ts, groups, n_groups, threshold_us) -> np.ndarray:
+    """Per group, ``[host wait, kernel wait, other]`` µs over the gaps between the union of its intervals."""
+    group, start, stop, cause = _gaps(ts, end, launch_ts, groups, n_groups, threshold_us)
+    return _sum_causes(group, stop - start, cause, n_groups)
+
+
+def _window_causes(windows, device_of_group, ts, end, launch_ts, groups, n_groups, threshold_us,
+                   width) -> np.ndarray:
+    """Per group and step slot (``group * width + slot``), the causes of the gaps between the union of each group's
+    intervals cut at its device's step windows (``rnnprof.analyzers.steps.step_windows``)."""
+    group, start, stop, cause = _gaps(ts, end, launch_ts, groups, n_groups, threshold_us)
+    p_start, p_stop, origin, window = windows.clip(device_of_group[group], start, stop)
+    slot = windows.slot[window]
+    return _sum_causes(group[origin] * width + slot, p_stop - p_start, cause[origin], n_groups * width)
 
 
 def _causes(row) -> IdleCauses:
@@ -123,8 +152,13 @@ def idle_by_cause(table: EventTable, work: np.ndarray,
     known = slot >= 0
 
     totals = _gap_causes(ts, end, launch_ts, dev, n_dev, threshold_us)
-    per_step = _gap_causes(ts[known], end[known], launch_ts[known], dev[known] * max(n_steps, 1) + slot[known],
-                           n_dev * max(n_steps, 1), threshold_us)
+    # Per step: the gaps between the work of every step, cut at each device's step windows (as comm's per-step
+    # figures are), so the steps' idle adds up to the idle time of the steps' work.
+    width = max(n_steps, 1)
+    windows = step_windows(dev, step, ts, end)
+    windows = dataclasses.replace(windows, slot=np.searchsorted(step_values, windows.step))
+    per_step = _window_causes(windows, np.arange(n_dev), ts[known], end[known], launch_ts[known], dev[known],
+                              n_dev, threshold_us, width)
 
     is_stream = np.array([s.startswith(STREAM_LANE_PREFIXES) for s in table.strings] or [False], dtype=bool)
     on_stream = is_stream[table.lane[rows]] & np.isin(table.kind[rows], (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET,
@@ -141,13 +175,15 @@ def idle_by_cause(table: EventTable, work: np.ndarray,
     s_known = s_rows & known
     stream_totals = _gap_causes(ts[s_rows], end[s_rows], launch_ts[s_rows], stream_group[s_rows], n_streams,
                                 threshold_us)
-    stream_steps = _gap_causes(ts[s_known], end[s_known], launch_ts[s_known],
-                               stream_group[s_known] * max(n_steps, 1) + slot[s_known],
-                               n_streams * max(n_steps, 1), threshold_us)
+    stream_steps = _window_causes(windows, pairs[0], ts[s_known], end[s_known], launch_ts[s_known],
+                                  stream_group[s_known], n_streams, threshold_us, width)
     present_step = np.zeros(n_dev * max(n_steps, 1), dtype=bool)
     present_step[dev[known] * max(n_steps, 1) + slot[known]] = True
     present_stream_step = np.zeros(n_streams * max(n_steps, 1), dtype=bool)
-    present_stream_step[stream_group[s_known] * max(n_steps, 1) + slot[s_known]] = True
+    # A stream is in a step where it has work or idle time in the step's window on its device.
+    _, _, origin, window = windows.clip(dev[s_known], ts[s_known], end[s_known])
+    present_stream_step[stream_group[s_known][origin] * width + windows.slot[window]] = True
+    present_stream_step[np.flatnonzero(stream_steps.sum(axis=1) > 0)] = True
 
     result: dict[Device, DeviceIdle] = {}
     for d in range(n_dev):

@@ -29,7 +29,7 @@ import numpy as np
 from rnnprof.analyzers import copies as copy_counts
 from rnnprof.analyzers.launches import (CPU_KERNEL_KINDS, DEFAULT_SHORT_KERNEL_US, LaunchStats, kernel_masks,
                                       launch_stats)
-from rnnprof.events import EventTable, Kind, match_correlation
+from rnnprof.events import EventTable, Kind, match_correlation, outside_steps
 from rnnprof.names import CROSS_TASK_RECV_OPS, note_ran_as, ran_as_of
 
 DEFINITIONS = {
@@ -91,6 +91,8 @@ class KernelCounts:
     # device -> op type -> kernels (a GPU's are GPU kernels, any other device's CPU kernels)
     by_device_type: dict[str, dict[str, int]] = field(default_factory=dict)
     ran_as: dict[str, list[str]] = field(default_factory=dict)  # op -> names oneDNN ran it as (rnnprof.names)
+    # GPU events (kernels, copies, memsets) in no step, by reason (rnnprof.events.OUTSIDE_REASONS)
+    gpu_outside_steps: dict[str, int] = field(default_factory=dict)
 
     @property
     def n_steps(self) -> int:
@@ -270,7 +272,8 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
         return KernelCounts(available=False, reason="the trace holds no op executions or kernels", steps=steps)
     ran_as = {op: kernels for op, kernels in ran_as_of(table.metadata).items() if op in by_type}
     return KernelCounts(available=True, steps=steps, devices=tuple(sorted(devices, key=lambda d: d.device)),
-                        by_type=by_type, by_device_type=by_device_type, ran_as=ran_as)
+                        by_type=by_type, by_device_type=by_device_type, ran_as=ran_as,
+                        gpu_outside_steps=outside_steps(table) if steps != (-1,) else {})
 
 
 def _count_pairs(devices: np.ndarray, ops: np.ndarray, n_strings: int) -> tuple[np.ndarray, np.ndarray]:
@@ -380,8 +383,13 @@ def combine_kernel_counts(parts: Sequence[KernelCounts]) -> KernelCounts:
         for op, kernels in part.ran_as.items():
             for kernel in kernels:
                 note_ran_as(ran_as, op, kernel)
+    outside: dict[str, int] = {}
+    for part in available:
+        for reason, n in part.gpu_outside_steps.items():
+            outside[reason] = outside.get(reason, 0) + n
     return KernelCounts(available=True, steps=steps, devices=tuple(devices), by_type=merged_types,
-                        by_device_type=dict(sorted(by_device_type.items())), ran_as=dict(sorted(ran_as.items())))
+                        by_device_type=dict(sorted(by_device_type.items())), ran_as=dict(sorted(ran_as.items())),
+                        gpu_outside_steps=outside)
 
 
 def with_kernels(report: OpCountReport, kernels: KernelCounts, launches: LaunchStats | None,

@@ -3,7 +3,16 @@
 A selection keeps the events of the chosen steps and drops the rest, events outside every step
 marker included, before any analysis runs. An event's step is the one the loader gave it: a host
 event's is the step marker its start falls in, and GPU work's is the step of the runtime call that
-launched it, so a kernel launched in the last step and still running after it stays in that step.
+launched it (a CUDA/HIP graph's kernels: their graph launch's), so a kernel launched in the last step and
+still running after it stays in that step; GPU work whose launch is not in the trace, or lies outside every
+step marker, is in no step (``rnnprof.events.outside_steps`` counts it).
+
+Step windows (``step_windows``): on a device, the time each step owns, for per-step figures. Because the host
+runs ahead of a busy GPU, a step's GPU work can run past the start of the next step's, so spans of a step's own
+events overlap and add up to more than the trace. Windows do not: on each device, step k's window starts at its
+first event (or where step k-1's window starts, if later) and ends where step k+1's starts, the last one at the
+last end of the steps' events; analyses cut events (and idle gaps) at the bounds, so no busy or idle
+microsecond is counted twice or lost.
 
 The chosen steps are, in order: the steps of the trace within ``FIRST:LAST`` (inclusive, the trace's
 own step numbers; either end may be left open), less the first ``skip_first`` of them, less the
@@ -97,3 +106,101 @@ def select_steps(table: EventTable, selection: StepSelection) -> EventTable:
         return table
     keep = chosen_steps(table.steps(), selection)
     return table.select(np.isin(table.step, keep))
+
+
+@dataclass(frozen=True)
+class StepWindows:
+    """Each device's step windows (see ``step_windows``), one row per (device, step) present, sorted by device then
+    step: on one device, consecutive windows touch and never overlap."""
+
+    device: np.ndarray  # int64 device code
+    step: np.ndarray  # int64 step number
+    start: np.ndarray  # float64 µs
+    end: np.ndarray
+    slot: np.ndarray | None = None  # a caller's index of each window's step (e.g. into its sorted step numbers)
+
+    def __len__(self) -> int:
+        return len(self.device)
+
+    def index(self, device: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """The row of the window of each ``(device, step)`` pair (each must have one)."""
+        width = int(max(self.step.max(initial=0), np.max(step, initial=0))) + 1
+        return np.searchsorted(self.device * width + self.step,
+                               np.asarray(device, dtype=np.int64) * width + np.asarray(step, dtype=np.int64))
+
+    def clip(self, device: np.ndarray, ts: np.ndarray, end: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Intervals ``[ts, end)`` on ``device`` cut at their device's window bounds: ``(starts, ends, origin,
+        window)`` for every non-empty piece, ``origin`` the interval it comes from, ``window`` the row of the
+        window it lies in. Time outside every window of its device (and on a device without windows) is left out."""
+        device = np.asarray(device, dtype=np.int64)
+        ts = np.asarray(ts, dtype=np.float64)
+        end = np.asarray(end, dtype=np.float64)
+        parts: list[tuple[np.ndarray, ...]] = []
+        bounds = np.searchsorted(self.device, np.unique(device), side="left"), \
+            np.searchsorted(self.device, np.unique(device), side="right")
+        for d, lo, hi in zip(np.unique(device), *bounds):
+            if hi == lo:
+                continue
+            rows = np.flatnonzero(device == d)
+            starts, ends = self.start[lo:hi], self.end[lo:hi]
+            first = np.maximum(np.searchsorted(starts, ts[rows], side="right") - 1, 0)
+            last = np.minimum(np.searchsorted(starts, end[rows], side="left") - 1, hi - lo - 1)
+            pieces = np.maximum(last - first + 1, 0)
+            origin = np.repeat(rows, pieces)
+            window = np.repeat(first, pieces) + (np.arange(len(origin)) - np.repeat(np.cumsum(pieces) - pieces,
+                                                                                      pieces))
+            piece_s = np.maximum(ts[origin], starts[window])
+            piece_e = np.minimum(end[origin], ends[window])
+            keep = piece_e > piece_s
+            parts.append((piece_s[keep], piece_e[keep], origin[keep], window[keep] + lo))
+        if not parts:
+            empty = np.zeros(0, dtype=np.float64)
+            return empty, empty, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return tuple(np.concatenate(column) for column in zip(*parts))  # type: ignore[return-value]
+
+
+def step_windows(device: np.ndarray, step: np.ndarray, ts: np.ndarray, end: np.ndarray) -> StepWindows:
+    """The step windows of the events ``(device, step, ts, end)`` (events with step -1 are in none).
+
+    On each device, the steps present there in step order: step k's window starts at its first event, or where
+    step k-1's starts if that is later (so windows never go back in time), the first window at the earliest event
+    of any step; it ends where step k+1's window starts, the last one at the last end of any step's event. The
+    windows of a device partition the time from its first to its last step event: a step's GPU work running
+    past the start of the next step's work (the host ran ahead) is counted in the next window, never twice, and
+    idle time between two steps' work belongs to the earlier step. When the next step present is not k+1 (the
+    steps in between were not traced), step k's window ends with the work of the steps up to k instead (when no
+    later step's work starts before the next window), so the untraced steps' time is in no window.
+    """
+    device = np.asarray(device, dtype=np.int64)
+    step = np.asarray(step, dtype=np.int64)
+    ts = np.asarray(ts, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    known = step >= 0
+    if not known.any():
+        empty = np.zeros(0, dtype=np.float64)
+        return StepWindows(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), empty, empty)
+    width = int(step[known].max()) + 1
+    keys, inverse = np.unique(device[known] * width + step[known], return_inverse=True)  # 1-D: fast
+    inverse = inverse.ravel()
+    pairs = np.stack([keys // width, keys % width])
+    first = np.full(pairs.shape[1], np.inf)
+    last = np.full(pairs.shape[1], -np.inf)
+    np.minimum.at(first, inverse, ts[known])
+    np.maximum.at(last, inverse, np.maximum(end[known], ts[known]))
+    start = np.empty_like(first)
+    stop = np.empty_like(last)
+    for d in np.unique(pairs[0]):
+        rows = np.flatnonzero(pairs[0] == d)  # in step order (np.unique sorts by device, then step)
+        s = np.maximum.accumulate(first[rows])
+        s[0] = first[rows].min()
+        start[rows] = s
+        e = np.append(s[1:], last[rows].max())
+        # Steps in between not traced (numbers not consecutive): the window ends with the work of the steps so
+        # far, unless a later step's work starts before the next window (then nothing lies between them).
+        ended = np.maximum.accumulate(last[rows])[:-1]  # the last end of the work of the steps up to each one
+        later = np.minimum.accumulate(first[rows][::-1])[::-1][1:]  # the first start of the later steps' work
+        apart = (np.diff(pairs[1][rows]) > 1) & (later >= s[1:])
+        e[:-1] = np.where(apart, np.maximum(s[:-1], np.minimum(s[1:], ended)), e[:-1])
+        stop[rows] = e
+    return StepWindows(pairs[0].astype(np.int64), pairs[1].astype(np.int64), start, stop)

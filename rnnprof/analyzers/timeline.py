@@ -2,7 +2,9 @@
 
 ``step_timeline`` picks a typical step (the one of median length among the steps with device
 activity; the whole trace when it has no step markers) and returns its device activity as bars
-``(device, class, start, end)``, times relative to the step's first activity. Which events count on
+``(device, class, start, end)``, times relative to the step's start. A step's length and bars are its
+windows on the devices (``rnnprof.analyzers.steps.step_windows``, as ``comm --per-step`` measures them):
+the work of the step's window, cut at its bounds, whichever step launched it. Which events count on
 which device is ``comm.device_work_mask``'s rule, the one ``rnnprof comm`` measures with.
 
 Above ``max_bars`` events the bars are aggregated, never sampled: per device and class, intervals
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnprof.analyzers.classify import EventClass
+from rnnprof.analyzers.steps import step_windows
 from rnnprof.events import EventTable
 
 MAX_BARS = 3000
@@ -55,21 +58,31 @@ def step_timeline(table: EventTable, classes: np.ndarray, work: np.ndarray,
     steps = table.step[rows]
     known = np.unique(steps[steps >= 0])
     chosen: int | None = None
+    ts = table.ts[rows]
+    end = ts + np.maximum(table.dur[rows], 0.0)
     if len(known):
-        slot = np.searchsorted(known, steps[steps >= 0])
+        # A step's time is its windows on the devices (``steps.step_windows``: they never overlap), from the
+        # earliest start to the latest end; its bars are the devices' work in those windows, cut at their bounds.
+        windows = step_windows(table.device[rows], steps, ts, end)
+        slot = np.searchsorted(known, windows.step)
         first = np.full(len(known), np.inf)
         last = np.full(len(known), -np.inf)
-        in_step = rows[steps >= 0]
-        np.minimum.at(first, slot, table.ts[in_step])
-        np.maximum.at(last, slot, table.ts[in_step] + np.maximum(table.dur[in_step], 0.0))
+        np.minimum.at(first, slot, windows.start)
+        np.maximum.at(last, slot, windows.end)
         spans = last - first
         order = np.argsort(spans, kind="stable")
         chosen = int(known[order[(len(order) - 1) // 2]])
-        rows = rows[steps == chosen]
-    ts = table.ts[rows]
-    end = ts + np.maximum(table.dur[rows], 0.0)
-    origin = float(ts.min())
-    span = float(end.max()) - origin
+        in_steps = steps >= 0
+        p_ts, p_end, source, window = windows.clip(table.device[rows][in_steps], ts[in_steps], end[in_steps])
+        mine = windows.step[window] == chosen
+        rows, ts, end = rows[in_steps][source[mine]], p_ts[mine], p_end[mine]
+        if len(rows) == 0:  # its windows hold no busy time (zero-length work only)
+            return Timeline(chosen, len(known), 0.0, 0, ())
+        origin = float(first[np.searchsorted(known, chosen)])
+        span = float(last[np.searchsorted(known, chosen)]) - origin
+    else:
+        origin = float(ts.min())
+        span = float(end.max()) - origin
     devices = table.device[rows]
     cls = classes[rows]
     if len(rows) <= max_bars:

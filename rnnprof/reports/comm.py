@@ -13,7 +13,7 @@ from rich.text import Text
 from rnnprof.analyzers.collectives import CollectivesReport
 from rnnprof.analyzers.comm import BASIS_EXECUTOR, BASIS_HOST_OPS, Breakdown, CommReport, Straggler
 from rnnprof.analyzers.idle import IdleCauses
-from rnnprof.reports.layout import compact_table
+from rnnprof.reports.layout import compact_table, outside_note
 
 TOP_COMM_OPS = 10
 TOP_COLLECTIVES = 10
@@ -26,7 +26,9 @@ DEFINITIONS = (
     "(host-side ops and runtime calls excluded); span = first start to last end of that activity; "
     "busy = union of activity; idle = span - busy; compute/comm = union of each class, mem = memcpy + memset "
     "(they can overlap); % columns are shares of the span; overlap = comm time during which compute runs, "
-    "as % of comm time"
+    "as % of comm time; per step, a step's window on a device runs from its first work to the next step's "
+    "window (the last step's to its last work's end): the windows never overlap, and a step's figures are the "
+    "device's work in its window, cut at the bounds"
 )
 _BREAKDOWN_COLUMNS = ("span\nms", "busy\n%", "compute\n%", "comm\n%", "mem\n%", "idle\n%", "comm\nms", "overlap\n%")
 
@@ -246,6 +248,9 @@ def render_table(report: CommReport, *, per_step: bool, console: Console) -> Non
     if without_causes:
         console.print(Text(f"idle time by cause: not for {', '.join(without_causes)}: the trace links no launch "
                            "call to this work (PyTorch profiler traces do)", style="dim", overflow="fold"))
+    outside = outside_note(report.outside_steps, selected=bool(report.step_selection))
+    if outside:
+        console.print(Text(outside, style="dim", overflow="fold"))
     if per_step and report.steps:
         console.print(breakdown_table(report, per_step=True))
         idle = idle_table(report, per_step=True)

@@ -21,6 +21,8 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from rnnprof.events import OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH
+
 
 def compact_table(first: str, numeric: tuple[str | Text, ...] | list[str | Text], *, title: str = "",
                   caption: str | Text = "", text_columns: tuple[str, ...] = ()) -> Table:
@@ -57,3 +59,18 @@ def render_notes(notes: list[str], console: Console | None = None) -> None:
     console = console or Console(stderr=True)
     for note in notes:
         console.print(Text.assemble(("note:", "yellow"), " ", note), highlight=False, soft_wrap=True)
+
+
+OUTSIDE_TEXT = {OUTSIDE_NO_LAUNCH: "with no launch in the trace", OUTSIDE_LAUNCH: "launched outside every step marker"}
+
+
+def outside_note(counts: dict[str, int], *, selected: bool, counted: str = "") -> str:
+    """The line saying how many GPU events are in no step and why ("" when none is); ``counted``: what became of
+    them, when not comm's."""
+    total = sum(counts.values())
+    if not total:
+        return ""
+    reasons = ", ".join(f"{n:,} {OUTSIDE_TEXT.get(reason, reason)}" for reason, n in counts.items() if n)
+    left_out = ("left out with the unselected steps" if selected
+                else "counted in the whole-trace figures, in no step's")
+    return f"{total:,} GPU events are in no step ({reasons}): {counted or left_out}"

@@ -11,7 +11,7 @@ from rich.text import Text
 from rnnprof.analyzers.copies import CopyCount, CopyReport, GraphCount
 from rnnprof.analyzers.launches import LaunchStats
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts, OpCountComparison, OpCountReport
-from rnnprof.reports.layout import compact_table
+from rnnprof.reports.layout import compact_table, outside_note
 
 TOP_TYPES = 15
 TOP_LAUNCHED = 10
@@ -101,6 +101,8 @@ def _kernel_table(kernels: KernelCounts, by: str) -> list:
     n = kernels.n_steps
     outside = sum(d.outside_steps for d in kernels.devices)
     note = [f"[dim]{outside:,} kernels outside step markers are not counted[/dim]"] if outside else []
+    gpu_outside = outside_note(kernels.gpu_outside_steps, selected=False, counted="not counted in any step")
+    note += [Text(gpu_outside, style="dim")] if gpu_outside else []
     if by == "type":
         table = _by_type_table(kernels.by_type, kernels.by_device_type, ("CPU\nkernels", "GPU\nkernels"), n)
         return [Text.assemble(("Kernel invocations per step by op type and device", "bold"), " ", steps),

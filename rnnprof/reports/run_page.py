@@ -12,6 +12,7 @@ import json
 from rnnprof.analyzers.run_report import RunReport
 from rnnprof.reports import charts
 from rnnprof.reports.html import Page
+from rnnprof.reports.layout import outside_note
 
 _MS = 1000.0
 TOP_TYPES = 15
@@ -138,10 +139,16 @@ def _time(page: Page, report: RunReport) -> None:
                numeric=set(range(2, 9)))
     page.chart("breakdown", charts.spec(charts.breakdown_chart(comm)))
     if comm.steps:
+        page.paragraph("Per step: each step's window on a device runs from its first work to the next step's "
+                       "first work there (the last step's to its last end), so the windows never overlap; a step's "
+                       "bars are the device's work in its window, whichever step launched it.", "sub")
         page.chart("step-breakdown", charts.spec(charts.step_breakdown_chart(comm)))
         if len(comm.steps) > charts.MAX_STEP_BARS:
             page.paragraph(f"note: the chart shows the first {charts.MAX_STEP_BARS} of {len(comm.steps)} steps",
                            "note")
+        outside = outside_note(comm.outside_steps, selected=False, counted="left out of every step's figures")
+        if outside:
+            page.paragraph(f"note: {outside}", "note")
     else:
         page.missing("Per-step bars", "the trace has no step markers")
     if comm.stragglers:

@@ -8,7 +8,9 @@ Mapping: ``cpu_op`` -> HOST_OP, ``cuda_runtime``/``cuda_driver`` -> RUNTIME, ``k
 GPU events sit on ``Device("gpu", args.device or pid)``, host events on ``Device("host")``; both on
 worker ``rank<r>`` when the trace has ``distributedInfo``. Lanes are the host thread id or
 ``stream:<n>``. Steps come from ``ProfilerStep#N`` ranges: host events by the range their start
-falls in, GPU events through their correlation id to the runtime call that launched them.
+falls in, GPU events through their correlation id to the runtime call that launched them (a CUDA/HIP graph's
+kernels through their ``cudaGraphLaunch``/``hipGraphLaunch``); GPU work without its launch in the trace, or
+launched outside every range, is in no step, counted in ``metadata["outside_steps"]``.
 
 A rank without a GPU (no GPU event and no CUDA runtime call in a trace with ``distributedInfo``, e.g.
 a gloo CPU job) has its host operators as its device activity: its ``cpu_op``s sit on
@@ -35,7 +37,8 @@ import numpy as np
 
 from rnnprof.errors import InputError
 from rnnprof.names import CPU_COLLECTIVE, NCCL_KERNEL
-from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, match_correlation, steps_in_spans
+from rnnprof.events import (OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH, Device, EventTable, EventTableBuilder, Kind,
+                            match_correlation, steps_in_spans)
 from rnnprof.profiler.loaders.jsonstream import EventStream
 
 FORMAT = "kineto"
@@ -381,16 +384,24 @@ def _mark_nccl(table: EventTable) -> EventTable:
 
 
 def _assign_steps(table: EventTable, spans: list[tuple[float, float, int]]) -> EventTable:
+    """Each event's step: a host event's is the ``ProfilerStep#N`` its start falls in; GPU work's is the step of
+    the runtime call that launched it (``cudaLaunchKernel``, ``cudaGraphLaunch``... with the same correlation id:
+    a graph's kernels share the id of their graph launch), never its own start time. GPU work whose launch is not
+    in the trace, or was made outside every step marker, is in no step (-1); how many, by reason, is
+    ``metadata["outside_steps"]`` (``OUTSIDE_NO_LAUNCH``, ``OUTSIDE_LAUNCH``)."""
     if not spans:
         return table
     step = steps_in_spans(table.ts, spans)
-    # Device work belongs to the step of the runtime call that launched it.
     dev_codes = [i for i, d in enumerate(table.devices) if d.kind == "gpu"]
-    on_gpu = np.isin(table.device, dev_codes)
-    launch = np.flatnonzero((table.kind == Kind.RUNTIME) & (table.correlation >= 0) & (step >= 0))
-    gpu_idx = np.flatnonzero(on_gpu)
+    gpu_idx = np.flatnonzero(np.isin(table.device, dev_codes) & (table.kind != Kind.RUNTIME))
+    launch = np.flatnonzero((table.kind == Kind.RUNTIME) & (table.correlation >= 0))
     launcher = match_correlation(table.correlation[launch], table.correlation[gpu_idx])
     found = launcher >= 0
-    step[gpu_idx[found]] = step[launch[launcher[found]]]
+    step[gpu_idx] = np.where(found, step[launch[np.maximum(launcher, 0)]], -1)
     table.step[:] = step
+    work = table.kind[gpu_idx] != Kind.ANNOTATION
+    table.metadata["outside_steps"] = {
+        OUTSIDE_NO_LAUNCH: int((work & ~found).sum()),
+        OUTSIDE_LAUNCH: int((work & found & (step[gpu_idx] < 0)).sum()),
+    }
     return table
