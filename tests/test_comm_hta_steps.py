@@ -5,6 +5,10 @@ its default) and spans it as one window; ``--drop-last`` (and, on a trace of ste
 ``--steps 4:5``) must give its temporal breakdown and overlap within 0.1 percentage points. Its
 ``get_idle_time_breakdown`` gives the idle time of every stream by cause; ours must agree within 1%.
 HTA parses ranks in a fork pool: it runs in a fresh interpreter, once per trace folder and setting.
+
+The same holds on every real Kineto trace in tests/data (``test_every_kineto_trace_*``): the kernels launched in
+a step are the step's, GPU work without its launch in the trace is in no step (HTA leaves it out too), and the
+host's ProfilerStep ranges are the steps (ROCm's GPU copies of them are not).
 """
 
 import json

@@ -71,6 +71,6 @@ def outside_note(counts: dict[str, int], *, selected: bool, counted: str = "") -
     if not total:
         return ""
     reasons = ", ".join(f"{n:,} {OUTSIDE_TEXT.get(reason, reason)}" for reason, n in counts.items() if n)
-    left_out = ("left out with the unselected steps" if selected
+    left_out = ("left out of the selection" if selected
                 else "counted in the whole-trace figures, in no step's")
     return f"{total:,} GPU events are in no step ({reasons}): {counted or left_out}"
