@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from rnnprof.analyzers.classify import collective_types
-from rnnprof.analyzers.comm import host_operator_devices
+from rnnprof.analyzers.device_work import host_operator_devices
 from rnnprof.events import EventTable, Kind
 from rnnprof.names import COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, NCCL_KERNEL, UNKNOWN_COLLECTIVE
 

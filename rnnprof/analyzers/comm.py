@@ -69,6 +69,8 @@ import numpy as np
 
 from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify, collective_types
 from rnnprof.analyzers.copies import CopyReport, combine_copies, count_copies
+from rnnprof.analyzers.device_work import (BASIS_EXECUTOR, BASIS_HOST_OPS, BASIS_OPS, BASIS_STREAMS,  # noqa: F401
+                                           STREAM_LANE_PREFIXES, device_work_mask, host_operator_devices)
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep
 from rnnprof.analyzers.steps import step_windows
@@ -84,11 +86,6 @@ _COMPUTE, _COMM, _MEMCPY, _MEMSET = range(4)
 
 # Lanes on which loaders put a GPU's own records (``stream:<n>``, ``memcpy``), as opposed to the
 # executor lane of TF step stats whose GPU "ops" are host-side launches.
-STREAM_LANE_PREFIXES = ("stream", "memcpy")
-BASIS_STREAMS = "streams"
-BASIS_EXECUTOR = "executor ops"
-BASIS_OPS = "ops"
-BASIS_HOST_OPS = "host operators"
 
 
 @dataclass(frozen=True)
@@ -274,50 +271,6 @@ def _idle_document(idle: DeviceIdle | None) -> dict | None:
         return None
     return {"total": idle.total.as_dict(), "steps": {str(s): c.as_dict() for s, c in idle.steps.items()},
             "streams": [s.as_dict() for s in idle.streams]}
-
-
-def device_work_mask(table: EventTable, classes: np.ndarray) -> tuple[np.ndarray, dict[int, str]]:
-    """Events that make their device busy (see module docstring), and per device what they are.
-
-    On a GPU only stream records count (kernels, memcpy, memset, NCCL kernels); a GPU with no
-    stream record at all (step stats captured without the GPU tracer) falls back to its
-    executor ops, with basis ``"executor ops"``. A CPU device counts its ops; the host nothing.
-    """
-    work = np.isin(classes, np.array([int(c) for c in DEVICE_WORK], dtype=np.int8))
-    is_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
-    is_host = np.array([d.kind == "host" for d in table.devices] or [False], dtype=bool)
-    is_stream_lane = np.zeros(len(table.strings), dtype=bool)
-    for code in np.unique(table.lane):
-        is_stream_lane[code] = table.strings[code].startswith(STREAM_LANE_PREFIXES)
-    on_stream = np.isin(table.kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)) | (
-        (table.kind == Kind.COMMUNICATION) & is_stream_lane[table.lane]
-    )
-    counts_stream = np.bincount(table.device[work & is_gpu[table.device] & on_stream], minlength=len(table.devices))
-    mask = work & ~is_host[table.device]
-    basis: dict[int, str] = {}
-    host_operators = host_operator_devices(table)
-    for code, device in enumerate(table.devices):
-        if device.kind == "gpu":
-            basis[code] = BASIS_STREAMS if counts_stream[code] else BASIS_EXECUTOR
-        elif device in host_operators:
-            basis[code] = BASIS_HOST_OPS
-        elif device.kind != "host":
-            basis[code] = BASIS_OPS
-    stream_gpus = np.array([basis.get(c) == BASIS_STREAMS for c in range(len(table.devices))] or [False])
-    # On a GPU with stream records, its executor ops are host-side launches.
-    mask &= ~(stream_gpus[table.device] & ~on_stream)
-    return mask, basis
-
-
-def host_operator_devices(table: EventTable) -> set[Device]:
-    """Devices whose activity is their host operators (CPU ranks), as the loaders listed them, merged tables included."""
-    found: set[Device] = set()
-    pending = [table.metadata]
-    while pending:
-        metadata = pending.pop()
-        found.update(metadata.get("host_operator_devices", ()))
-        pending.extend(p for p in metadata.get("parts", ()) if isinstance(p, dict))
-    return found
 
 
 def _layer_codes(classes: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rnnprof.analyzers.launches import kernel_masks, launchers
+from rnnprof.analyzers.device_work import kernel_masks, launchers
 from rnnprof.events import EventTable, Kind
 
 COPY_KINDS = ("HtoD", "DtoH", "DtoD", "PtoP", "HtoH", "other")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rnnprof.analyzers.launches import launchers
+from rnnprof.analyzers.device_work import STREAM_LANE_PREFIXES, launchers
 from rnnprof.analyzers.steps import step_windows
 from rnnprof.events import Device, EventTable, Kind
 
@@ -134,8 +134,7 @@ def _causes(row) -> IdleCauses:
 def idle_by_cause(table: EventTable, work: np.ndarray,
                   threshold_us: float = DEFAULT_KERNEL_WAIT_US) -> dict[Device, DeviceIdle]:
     """Idle causes of every device whose work (``work``: a mask of the events that make their device busy,
-    ``rnnprof.analyzers.comm.device_work_mask``) has launches in the trace, whole and per step, with its streams."""
-    from rnnprof.analyzers.comm import STREAM_LANE_PREFIXES
+    ``rnnprof.analyzers.device_work.device_work_mask``) has launches in the trace, whole and per step, with its streams."""
 
     launcher = launchers(table)
     rows = np.flatnonzero(work)

@@ -28,53 +28,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnprof.events import EventTable, Kind, match_correlation
-from rnnprof.names import CROSS_TASK_RECV_OPS
+from rnnprof.analyzers.device_work import (CPU_KERNEL_KINDS, GPU_KERNEL_KINDS, STREAM_LANE_PREFIXES,  # noqa: F401
+                                           device_work_mask, kernel_masks, launchers, worker_of_events)
+from rnnprof.analyzers.idle import idle_by_cause
+from rnnprof.events import EventTable, Kind
 
 DEFAULT_SHORT_KERNEL_US = 10.0
 LAUNCH_BOUND_SHARE = 0.5  # host wait as a share of the span above which a GPU is launch-bound
-CPU_KERNEL_KINDS = np.array([Kind.HOST_OP, Kind.COMMUNICATION], dtype=np.int8)
-GPU_KERNEL_KINDS = np.array([Kind.KERNEL, Kind.COMMUNICATION], dtype=np.int8)
 NO_LAUNCHES = ("no runtime call is linked to a kernel by a correlation id (PyTorch profiler traces record them; "
                "the TensorFlow traces rnnprof reads, and traces without GPU kernels, do not)")
-
-
-def worker_of_events(table: EventTable) -> np.ndarray:
-    """Each event's worker (process) as a small int, so that correlation ids match within one process."""
-    workers = sorted({d.worker for d in table.devices})
-    code = np.array([workers.index(d.worker) for d in table.devices] or [0], dtype=np.int64)
-    return code[table.device] if len(table) else np.zeros(0, dtype=np.int64)
-
-
-def kernel_masks(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
-    """``(cpu, gpu)``: the events that are CPU kernels and GPU kernels (see ``opcount.DEFINITIONS``), steps aside."""
-    on_gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])
-    lanes = np.array([s.startswith("stream:") for s in table.strings], dtype=bool)[table.lane]
-    fetches = np.array([s in CROSS_TASK_RECV_OPS for s in table.strings] or [False], dtype=bool)[table.op_type]
-    cpu = ~on_gpu & np.isin(table.kind, CPU_KERNEL_KINDS) & ~fetches  # a task's fetch from another is no op run
-    return cpu, on_gpu & lanes & np.isin(table.kind, GPU_KERNEL_KINDS)
-
-
-def launchers(table: EventTable) -> np.ndarray:
-    """For each event, the index of the runtime call that launched it (same worker, same correlation id), else -1.
-
-    Only GPU work (events on a GPU device that are not runtime calls) gets a launcher.
-    """
-    out = np.full(len(table), -1, dtype=np.int64)
-    is_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
-    work = np.flatnonzero(is_gpu[table.device] & (table.kind != Kind.RUNTIME) & (table.correlation >= 0))
-    calls = np.flatnonzero((table.kind == Kind.RUNTIME) & (table.correlation >= 0))
-    if not len(work) or not len(calls):
-        return out
-    worker = worker_of_events(table)
-    n_workers = int(worker.max()) + 1
-
-    def key(rows):
-        return table.correlation[rows] * n_workers + worker[rows]
-
-    found = match_correlation(key(calls), key(work))
-    out[work[found >= 0]] = calls[found[found >= 0]]
-    return out
 
 
 @dataclass(frozen=True)
@@ -168,8 +130,6 @@ def _p95(values: np.ndarray) -> float | None:
 def host_wait_shares(table: EventTable) -> dict[str, float]:
     """Per GPU with launches in the trace: its host-wait idle time as a share of its span."""
     from rnnprof.analyzers.classify import classify
-    from rnnprof.analyzers.comm import device_work_mask
-    from rnnprof.analyzers.idle import idle_by_cause
 
     work, _ = device_work_mask(table, classify(table))
     shares = {}
@@ -279,8 +239,6 @@ def _union(parts) -> tuple[tuple[str, ...], np.ndarray]:
 
 def _on_streams(table: EventTable, rows: np.ndarray) -> np.ndarray:
     """Which of ``rows`` sit on a GPU stream lane (not the TF executor's launch lane)."""
-    from rnnprof.analyzers.comm import STREAM_LANE_PREFIXES
-
     is_stream = np.array([s.startswith(STREAM_LANE_PREFIXES) for s in table.strings] or [False], dtype=bool)
     return is_stream[table.lane[rows]] | (table.kind[rows] == Kind.KERNEL)
 
