@@ -48,7 +48,6 @@ Pure: takes an ``EventTable`` and plain ``Dependencies``; no I/O.
 from __future__ import annotations
 
 import bisect
-import heapq
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -639,86 +638,76 @@ class _StepDAG:
     # -- the longest path
 
     def longest(self) -> tuple[list[int], float]:
-        """The longest path ending at one of the step's own events: (nodes, length); one pass in topological order,
-        kept for the what-if."""
+        """The longest path ending at one of the step's own events: (nodes, length); one pass in topological order
+        (``dist``: the longest path ending at each node), then one back (``tail``: the longest starting at each node
+        and ending at one of the step's events), for the what-if."""
         total = len(self.n_start)
         if not self.n:
             return [], 0.0
-        # predecessors of each node, in topological order of the node
-        p_dst = self.pos[self.dst]
-        by = np.lexsort((self.pos[self.src], p_dst))
-        pred = self.pos[self.src][by]
-        ptr = np.searchsorted(p_dst[by], np.arange(total + 1), side="left")
+        pu, pv = self.pos[self.src], self.pos[self.dst]
+        by = np.lexsort((pu, pv))
+        pred, ptr = pu[by].tolist(), np.searchsorted(pv[by], np.arange(total + 1), side="left").tolist()
         dur = self.n_dur[self.order]
         gain = (self.n_dur + self.wait_in)[self.order]
-        pred_l, ptr_l, dur_l, gain_l = pred.tolist(), ptr.tolist(), dur.tolist(), gain.tolist()
+        dur_l, gain_l = dur.tolist(), gain.tolist()
         dist = [0.0] * total
         back = [-1] * total
         for k in range(total):
             best, arg = dur_l[k], -1
-            lo, hi = ptr_l[k], ptr_l[k + 1]
+            lo, hi = ptr[k], ptr[k + 1]
             if hi > lo:
                 g = gain_l[k]
                 for j in range(lo, hi):
-                    u = pred_l[j]
+                    u = pred[j]
                     length = dist[u] + g
                     if length > best:
                         best, arg = length, u
             dist[k], back[k] = best, arg
-        self._dist, self._back = dist, back
-        self._pred, self._ptr, self._dur, self._gain = pred_l, ptr_l, dur_l, gain_l
-        by_s = np.argsort(self.pos[self.src], kind="stable")
-        self._succ = self.pos[self.dst][by_s].tolist()
-        self._sptr = np.searchsorted(self.pos[self.src][by_s], np.arange(total + 1), side="left").tolist()
         eligible = np.zeros(total, dtype=bool)
         eligible[self.pos[np.flatnonzero(self.own)]] = True
         if not eligible.any():
             eligible[self.pos[np.arange(self.n)]] = True
-        self._eligible = eligible
+        dist_a = np.asarray(dist)
         ranked = np.flatnonzero(eligible)
-        values = np.asarray(dist)[ranked]
-        self._ranked = ranked[np.lexsort((ranked, -values))].tolist()  # longest first, ties in order
-        end = self._ranked[0]
+        end = int(ranked[np.argmax(dist_a[ranked])])  # the first of the longest
         length = dist[end]
         chain = []
         while end >= 0:
             chain.append(end)
             end = back[end]
         chain.reverse()
+        # the pass back
+        by = np.lexsort((pv, pu))
+        succ, sptr = pv[by].tolist(), np.searchsorted(pu[by], np.arange(total + 1), side="left").tolist()
+        ok = eligible.tolist()
+        tail = [0.0] * total
+        for k in range(total - 1, -1, -1):
+            best = 0.0 if ok[k] else -np.inf
+            for j in range(sptr[k], sptr[k + 1]):
+                s = succ[j]
+                value = tail[s] + gain_l[s] - dur_l[s]
+                if value > best:
+                    best = value
+            tail[k] = best + dur_l[k]
+        self._dist, self._tail, self._eligible, self._dur = dist_a, np.asarray(tail), eligible, dur
+        self._gain = gain
+        self._pu, self._pv = pu, pv
+        self._prefix = np.maximum.accumulate(np.where(eligible, dist_a, -np.inf))
+        self._suffix = np.maximum.accumulate(self._tail[::-1])[::-1]
         return [int(self.order[k]) for k in chain], length
 
     def without(self, node: int) -> float:
-        """The longest path's length with ``node`` weighing nothing (waits kept): only what it changes is
-        passed again."""
-        dist, p = self._dist, int(self.pos[node])
-        changed = {p: dist[p] - self._dur[p]}
-        heap = list(self._succ[self._sptr[p]:self._sptr[p + 1]])
-        heapq.heapify(heap)
-        seen = set(heap)
-        while heap:
-            k = heapq.heappop(heap)
-            best = self._dur[k]
-            g = self._gain[k]
-            for j in range(self._ptr[k], self._ptr[k + 1]):
-                u = self._pred[j]
-                length = changed.get(u, dist[u]) + g
-                if length > best:
-                    best = length
-            if best != dist[k]:
-                changed[k] = best
-                for s in self._succ[self._sptr[k]:self._sptr[k + 1]]:
-                    if s not in seen:
-                        seen.add(s)
-                        heapq.heappush(heap, s)
-        best = -np.inf
-        for k in self._ranked:
-            if k not in changed:
-                best = max(best, dist[k])
-                break
-        for k, value in changed.items():
-            if self._eligible[k]:
-                best = max(best, value)
-        return float(best)
+        """The longest path's length with ``node`` weighing nothing (waits kept): the longest through it, less its
+        duration, or the longest avoiding it: ending before it, starting after it, or over an edge across its
+        place in the topological order."""
+        p = int(self.pos[node])
+        through = self._dist[p] + self._tail[p] - 2 * self._dur[p]
+        before = self._prefix[p - 1] if p > 0 else -np.inf
+        after = self._suffix[p + 1] if p + 1 < len(self._suffix) else -np.inf
+        across = (self._pu < p) & (self._pv > p)
+        over = (self._dist[self._pu[across]] + self._gain[self._pv[across]] - self._dur[self._pv[across]]
+                + self._tail[self._pv[across]]).max(initial=-np.inf)
+        return float(max(through, before, after, over))
 
 
 # -- the report ----------------------------------------------------------------------------------------
@@ -787,82 +776,104 @@ def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies:
         return None
     path, length = dag.longest()
     ws = window[0]
+    path = np.asarray(path, dtype=np.int64)
+    # the kind of each hop of the path
+    total = len(dag.n_start)
+    keys = dag.src * total + dag.dst
+    order = np.argsort(keys)
+    hop = order[np.searchsorted(keys[order], path[:-1] * total + path[1:])] if len(path) > 1 else order[:0]
+    hop_kind = dag.kind[hop]
+    is_event = path < dag.n
+    at = np.flatnonzero(is_event)  # positions in the path of its events
+    wait_in = dag.wait_in[path]
+    # each event's wait: its own and its entry's (an entry's wait belongs to the member that follows)
+    group = np.minimum(np.cumsum(np.concatenate([[0], is_event[:-1]])), len(at) - 1)
+    wait = np.zeros(len(at))
+    np.add.at(wait, group[1:], wait_in[1:])
+    into = np.full(len(at), -1, dtype=np.int64)  # the kind of the first edge after the previous event
+    first_hop = at[:-1]  # the hop leaving each event (but the last)
+    into[1:] = hop_kind[first_hop]
+    # the kind of the edge on to the next event (through an entry: the join's kind, unless the first is not lane)
+    edge = np.full(len(at), -1, dtype=np.int64)
+    edge[:-1] = hop_kind[first_hop]
+    through = (at[1:] - at[:-1]) > 1
+    lane = EDGE_KINDS.index(EDGE_LANE)
+    second = np.minimum(first_hop + 1, max(len(hop_kind) - 1, 0))
+    edge[:-1] = np.where(through & (edge[:-1] == lane), hop_kind[second] if len(hop_kind) else edge[:-1], edge[:-1])
+    nodes = path[at]
+    rows = dag.rows[nodes]
+    start, dur = dag.n_start[nodes], dag.n_dur[nodes]
+    device = t.device[rows].astype(np.int64)
+    is_host = np.array([d.kind == "host" for d in t.devices], dtype=bool)[device]
+    # positive waits: host thread gaps (enclosing operators, else untraced) or idle / other lanes of the device
+    gap = wait > 0
+    gap[0] = False
+    a, b = ws + start - wait, ws + start
+    host_gap = gap & is_host & (into == lane)
+    covered = np.zeros(len(at))
+    for d, ln in set(zip(device[host_gap].tolist(), t.lane[rows[host_gap]].tolist())):
+        sel = host_gap & (device == d) & (t.lane[rows] == ln)
+        covered[sel] = tt.lane_ops(d, ln).covered(a[sel], b[sel])
+    other = gap & ~host_gap
+    for d in set(device[other].tolist()):
+        sel = other & (device == d)
+        covered[sel] = tt.busy(d).covered(a[sel], b[sel])
+    covered = np.minimum(covered, np.maximum(wait, 0))
+    rest = np.where(gap, wait - covered, 0.0)
+    classes_of = classes[rows]
+    labels = [d.label for d in t.devices]
+    workers = [d.worker or "host" for d in t.devices]
+    strings = t.strings
+    class_names = {int(c): name for c, name in CLASS_NAMES.items()}
     links: list[Link] = []
     by_device: dict[str, float] = defaultdict(float)
     by_class: dict[str, float] = defaultdict(float)
-    edge_kind = {(u, v): k for u, v, k in zip(dag.src.tolist(), dag.dst.tolist(), dag.kind.tolist())}
-    wait, into, gap_from = 0.0, "", None
-    events = []
-    for k, node in enumerate(path):
-        if k:
-            wait += float(dag.wait_in[node])
-            kind = EDGE_KINDS[edge_kind[(path[k - 1], node)]]
-            into = into or kind
-            if gap_from is None:
-                gap_from = float(dag.n_end[path[k - 1]])
-        if node >= dag.n:  # a collective entry: its wait belongs to the member that follows
-            continue
-        events.append(node)
-        edge = ""
-        for j in range(k + 1, len(path)):  # the kind of the edge on to the next event (through an entry)
-            next_kind = EDGE_KINDS[edge_kind[(path[j - 1], path[j])]]
-            edge = next_kind if not edge or edge == EDGE_LANE else edge
-            if path[j] < dag.n:
-                break
-        row = int(dag.rows[node])
-        device = t.devices[t.device[row]]
-        cls = _class_name(classes, row)
-        dur = float(dag.n_dur[node])
-        start = float(dag.n_start[node])
-        of_step = int(t.step[row])
-        label = _step_label(of_step, step)
-        if wait > 0 and gap_from is not None:
-            a, b = ws + start - wait, ws + start
-            if into == EDGE_LANE and device.kind == "host":
-                covered = float(tt.lane_ops(int(t.device[row]), int(t.lane[row])).covered([a], [b])[0])
-                covered = min(covered, wait)
-                untraced = wait - covered
-                if covered > 0:
-                    by_class["host"] += covered
-                if untraced > 0:
-                    by_class[UNTRACED] += untraced
-                    links.append(Link(name=f"untraced host time on {device.worker or 'host'}", op_type="",
-                                      device=device.label, lane=str(t.text(t.lane[row])), start_us=start - wait,
-                                      dur_us=untraced, event_class=UNTRACED, edge=EDGE_LANE, wait_us=0.0,
-                                      ts_us=a, event=-1, of_step=step))
-                    wait = covered
+    own_step = t.step[rows].tolist()
+    share = dur + np.minimum(wait, 0.0)
+    for k in range(len(at)):
+        row = int(rows[k])
+        dev = int(device[k])
+        label = labels[dev]
+        w = float(wait[k])
+        if gap[k]:
+            by_device[label] += w
+            if host_gap[k]:
+                if covered[k] > 0:
+                    by_class["host"] += float(covered[k])
+                if rest[k] > 0:
+                    by_class[UNTRACED] += float(rest[k])
+                    links.append(Link(name=f"untraced host time on {workers[dev]}", op_type="", device=label,
+                                      lane=strings[t.lane[row]], start_us=float(start[k] - w), dur_us=float(rest[k]),
+                                      event_class=UNTRACED, edge=EDGE_LANE, wait_us=0.0, ts_us=float(a[k]), event=-1,
+                                      of_step=step))
+                    w = float(covered[k])
             else:
-                busy = float(tt.busy(int(t.device[row])).covered([a], [b])[0])
-                busy = min(busy, wait)
-                if busy > 0:
-                    by_class[OTHER_LANES] += busy
-                if wait - busy > 0:
-                    by_class[WAIT] += wait - busy
-            by_device[device.label] += b - a
-        links.append(Link(name=str(t.text(t.name[row])), op_type=str(t.text(t.op_type[row])),
-                          device=device.label, lane=str(t.text(t.lane[row])), start_us=start, dur_us=dur,
-                          event_class=cls, edge=edge, wait_us=float(wait), ts_us=ws + start, event=row,
-                          of_step=of_step))
-        # a negative wait is overlap with the predecessor: that part of the event is not on the path
-        share = dur + min(wait, 0.0)
-        by_device[device.label] += share
-        by_class[label or cls] += share
-        wait, into, gap_from = 0.0, "", None
-    edges: dict[str, int] = defaultdict(int)
+                if covered[k] > 0:
+                    by_class[OTHER_LANES] += float(covered[k])
+                if rest[k] > 0:
+                    by_class[WAIT] += float(rest[k])
+        cls = class_names.get(int(classes_of[k]), "compute")
+        of_step = own_step[k]
+        by_device[label] += float(share[k])
+        by_class[_step_label(of_step, step) or cls] += float(share[k])
+        links.append(Link(name=strings[t.name[row]], op_type=strings[t.op_type[row]], device=label,
+                          lane=strings[t.lane[row]], start_us=float(start[k]), dur_us=float(dur[k]), event_class=cls,
+                          edge=EDGE_KINDS[edge[k]] if edge[k] >= 0 else "", wait_us=w, ts_us=float(ws + start[k]),
+                          event=row, of_step=of_step))
+    edges: dict[str, int] = {}
     for code, count in zip(*np.unique(dag.kind, return_counts=True)):
-        edges[EDGE_KINDS[int(code)]] += int(count)
+        edges[EDGE_KINDS[int(code)]] = int(count)
     what_if = []
-    for node in sorted(events, key=lambda x: -dag.n_dur[x])[:what_if_ops]:
-        dur = float(dag.n_dur[node])
-        if dur <= 0:
+    for k in np.argsort(-dur, kind="stable")[:what_if_ops].tolist():
+        if dur[k] <= 0:
             continue
-        row = int(dag.rows[node])
-        what_if.append(WhatIf(name=str(t.text(t.name[row])), device=t.devices[t.device[row]].label, dur_us=dur,
-                              saving_us=max(0.0, length - dag.without(node))))
-    what_if.sort(key=lambda w: -w.saving_us)
+        row = int(rows[k])
+        what_if.append(WhatIf(name=strings[t.name[row]], device=labels[t.device[row]], dur_us=float(dur[k]),
+                              saving_us=max(0.0, float(length - dag.without(int(nodes[k]))))))
+    what_if.sort(key=lambda x: -x.saving_us)
     return StepPath(step=step, length_us=float(length), span_us=float(window[1] - window[0]), links=tuple(links),
                     by_device=dict(by_device), by_class=dict(by_class), what_if=tuple(what_if), events=dag.n,
-                    edges=dict(edges), window_us=(float(window[0]), float(window[1])))
+                    edges=edges, window_us=(float(window[0]), float(window[1])))
 
 
 def analyze_critical_path(table: EventTable, dependencies: Dependencies = Dependencies(),
