@@ -108,7 +108,7 @@ class Dependencies:
     lacks: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a path has thousands of them, and a frozen dataclass is slow to build
 class Link:
     """One event of the path; ``edge`` is the kind of the edge to the next one ("" for the last). An untraced
     stretch of a host thread is a link of its own (``event_class`` ``untraced``, ``event`` -1)."""
@@ -828,38 +828,35 @@ def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies:
     links: list[Link] = []
     by_device: dict[str, float] = defaultdict(float)
     by_class: dict[str, float] = defaultdict(float)
-    own_step = t.step[rows].tolist()
-    share = dur + np.minimum(wait, 0.0)
-    for k in range(len(at)):
-        row = int(rows[k])
-        dev = int(device[k])
+    names = [strings[c] for c in t.name[rows].tolist()]
+    op_types = [strings[c] for c in t.op_type[rows].tolist()]
+    lanes = [strings[c] for c in t.lane[rows].tolist()]
+    cls_names = [class_names.get(c, "compute") for c in classes_of.tolist()]
+    edge_names = [EDGE_KINDS[e] if e >= 0 else "" for e in edge.tolist()]
+    share = (dur + np.minimum(wait, 0.0)).tolist()
+    for k, (row, dev, of_step, w, s, d, g, hg, cov, rst, ak) in enumerate(zip(
+            rows.tolist(), device.tolist(), t.step[rows].tolist(), wait.tolist(), start.tolist(), dur.tolist(),
+            gap.tolist(), host_gap.tolist(), covered.tolist(), rest.tolist(), a.tolist())):
         label = labels[dev]
-        w = float(wait[k])
-        if gap[k]:
+        if g:
             by_device[label] += w
-            if host_gap[k]:
-                if covered[k] > 0:
-                    by_class["host"] += float(covered[k])
-                if rest[k] > 0:
-                    by_class[UNTRACED] += float(rest[k])
-                    links.append(Link(name=f"untraced host time on {workers[dev]}", op_type="", device=label,
-                                      lane=strings[t.lane[row]], start_us=float(start[k] - w), dur_us=float(rest[k]),
-                                      event_class=UNTRACED, edge=EDGE_LANE, wait_us=0.0, ts_us=float(a[k]), event=-1,
-                                      of_step=step))
-                    w = float(covered[k])
+            if hg:
+                if cov > 0:
+                    by_class["host"] += cov
+                if rst > 0:
+                    by_class[UNTRACED] += rst
+                    links.append(Link(f"untraced host time on {workers[dev]}", "", label, lanes[k], s - w, rst,
+                                      UNTRACED, EDGE_LANE, 0.0, ak, -1, step))
+                    w = cov
             else:
-                if covered[k] > 0:
-                    by_class[OTHER_LANES] += float(covered[k])
-                if rest[k] > 0:
-                    by_class[WAIT] += float(rest[k])
-        cls = class_names.get(int(classes_of[k]), "compute")
-        of_step = own_step[k]
-        by_device[label] += float(share[k])
-        by_class[_step_label(of_step, step) or cls] += float(share[k])
-        links.append(Link(name=strings[t.name[row]], op_type=strings[t.op_type[row]], device=label,
-                          lane=strings[t.lane[row]], start_us=float(start[k]), dur_us=float(dur[k]), event_class=cls,
-                          edge=EDGE_KINDS[edge[k]] if edge[k] >= 0 else "", wait_us=w, ts_us=float(ws + start[k]),
-                          event=row, of_step=of_step))
+                if cov > 0:
+                    by_class[OTHER_LANES] += cov
+                if rst > 0:
+                    by_class[WAIT] += rst
+        by_device[label] += share[k]
+        by_class[(_step_label(of_step, step) if of_step != step else "") or cls_names[k]] += share[k]
+        links.append(Link(names[k], op_types[k], label, lanes[k], s, d, cls_names[k], edge_names[k], w, ws + s, row,
+                          of_step))
     edges: dict[str, int] = {}
     for code, count in zip(*np.unique(dag.kind, return_counts=True)):
         edges[EDGE_KINDS[int(code)]] = int(count)
