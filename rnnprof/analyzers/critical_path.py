@@ -56,6 +56,7 @@ import networkx as nx
 import numpy as np
 
 from rnnprof.analyzers.classify import EventClass, classify, collective_types
+from rnnprof.analyzers.comm import host_operator_devices
 from rnnprof.events import Device, EventTable, Kind, match_correlation
 from rnnprof.names import CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN
 
@@ -285,7 +286,9 @@ class _Table:
 
     def __init__(self, table: EventTable, classes: np.ndarray, dependencies: Dependencies):
         self.table, self.classes = table, classes
-        is_host = np.array([d.kind == "host" for d in table.devices] or [False], dtype=bool)
+        threads = host_operator_devices(table)  # CPU ranks: devices measured by their host threads' operators
+        is_host = np.array([d.kind == "host" or d in threads for d in table.devices] or [False], dtype=bool)
+        self.is_thread = is_host
         self.is_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
         rows = np.flatnonzero((classes != EventClass.ANNOTATION) & (table.dur >= 0))
         on_host = is_host[table.device[rows]]
@@ -634,6 +637,9 @@ class _StepDAG:
         latest = np.full(total, -np.inf)
         np.maximum.at(latest, self.dst, self.n_end[self.src])
         self.wait_in = np.where(np.isfinite(latest), self.n_start - latest, 0.0)  # the same for every edge in
+        # A node without predecessors in the window (its lane's previous event ended before the window) is
+        # reached from the window's start: its lead is the time from there.
+        self.lead = np.where(np.isfinite(latest), 0.0, self.n_start)
 
     # -- the longest path
 
@@ -650,10 +656,12 @@ class _StepDAG:
         dur = self.n_dur[self.order]
         gain = (self.n_dur + self.wait_in)[self.order]
         dur_l, gain_l = dur.tolist(), gain.tolist()
+        lead = self.lead[self.order]
+        first_l = (dur + lead).tolist()
         dist = [0.0] * total
         back = [-1] * total
         for k in range(total):
-            best, arg = dur_l[k], -1
+            best, arg = first_l[k], -1
             lo, hi = ptr[k], ptr[k + 1]
             if hi > lo:
                 g = gain_l[k]
@@ -693,7 +701,7 @@ class _StepDAG:
         self._gain = gain
         self._pu, self._pv = pu, pv
         self._prefix = np.maximum.accumulate(np.where(eligible, dist_a, -np.inf))
-        self._suffix = np.maximum.accumulate(self._tail[::-1])[::-1]
+        self._suffix = np.maximum.accumulate((self._tail + lead)[::-1])[::-1]
         return [int(self.order[k]) for k in chain], length
 
     def without(self, node: int) -> float:
@@ -786,10 +794,11 @@ def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies:
     is_event = path < dag.n
     at = np.flatnonzero(is_event)  # positions in the path of its events
     wait_in = dag.wait_in[path]
+    wait_in[0] = dag.lead[path[0]]  # from the window's start
     # each event's wait: its own and its entry's (an entry's wait belongs to the member that follows)
     group = np.minimum(np.cumsum(np.concatenate([[0], is_event[:-1]])), len(at) - 1)
     wait = np.zeros(len(at))
-    np.add.at(wait, group[1:], wait_in[1:])
+    np.add.at(wait, group, wait_in)
     into = np.full(len(at), -1, dtype=np.int64)  # the kind of the first edge after the previous event
     first_hop = at[:-1]  # the hop leaving each event (but the last)
     into[1:] = hop_kind[first_hop]
@@ -804,10 +813,11 @@ def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies:
     rows = dag.rows[nodes]
     start, dur = dag.n_start[nodes], dag.n_dur[nodes]
     device = t.device[rows].astype(np.int64)
-    is_host = np.array([d.kind == "host" for d in t.devices], dtype=bool)[device]
+    is_host = tt.is_thread[device]
     # positive waits: host thread gaps (enclosing operators, else untraced) or idle / other lanes of the device
     gap = wait > 0
-    gap[0] = False
+    if dag.lead[path[0]] > 0:
+        into[0] = lane  # a thread's time before its first event in the window is its own
     a, b = ws + start - wait, ws + start
     host_gap = gap & is_host & (into == lane)
     covered = np.zeros(len(at))
