@@ -1,0 +1,94 @@
+"""The critical path across the ranks of a real 2-rank CPU DDP (gloo) job run here under torchrun
+(``tests/ddp_straggler_job.py``, 10 profiled steps).
+
+Planted straggler: rank 1 sleeps 60 ms before each backward, outside every operator. Rank 0's all-reduce then
+waits inside gloo for rank 1's; the path must cross to rank 1 through the all-reduce's join and name the sleep
+as rank 1's untraced host time, measured as the script's own clock measured the sleep. Control: the same job
+without the sleep; the path must not blame untraced host time beyond what the run's own steps vary by.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rnnprof.analyzers.critical_path import analyze_critical_path
+from rnnprof.profiler.loaders import load_events
+
+JOB = Path(__file__).resolve().parent / "ddp_straggler_job.py"
+UNTRACED = "untraced"  # the class of a host thread's time outside every traced operator
+SLEEP_S = 0.060
+STEPS = list(range(2, 12))  # ProfilerStep#2..#11: the 10 active steps of the job's schedule
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")]
+
+
+def _run(out: Path, sleep_s: float) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", str(JOB), str(out), str(sleep_s)],
+                   check=True, env=env, timeout=180, capture_output=True)
+    return out
+
+
+def _raw_steps(path: Path) -> dict[int, float]:
+    """ProfilerStep#N -> its duration (µs), from the raw JSON."""
+    events = json.loads(path.read_text())["traceEvents"]
+    return {int(e["name"].split("#")[1]): float(e["dur"]) for e in events
+            if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")}
+
+
+@pytest.fixture(scope="module")
+def straggler(tmp_path_factory):
+    out = _run(tmp_path_factory.mktemp("straggler"), SLEEP_S)
+    table = load_events([str(out / "rank0.json"), str(out / "rank1.json")])
+    sleeps = {int(k): v for k, v in json.loads((out / "rank1-sleeps.json").read_text()).items()}
+    return analyze_critical_path(table), sleeps
+
+
+@pytest.fixture(scope="module")
+def balanced(tmp_path_factory):
+    out = _run(tmp_path_factory.mktemp("balanced"), 0.0)
+    table = load_events([str(out / "rank0.json"), str(out / "rank1.json")])
+    periods = [_raw_steps(out / f"rank{r}.json") for r in (0, 1)]
+    return analyze_critical_path(table), periods
+
+
+def test_the_path_goes_through_the_sleeping_ranks_untraced_sleep(straggler):
+    report, sleeps = straggler
+    assert [s.step for s in report.steps] == STEPS and set(sleeps) >= set(STEPS)
+    through = []
+    for step in report.steps:
+        untraced = [link for link in step.links if link.event_class == UNTRACED and link.device == "rank1/cpu:0"]
+        sleep = max(untraced, key=lambda link: link.dur_us, default=None)
+        if sleep is None or sleep.dur_us < 0.5 * sleeps[step.step]:
+            continue
+        through.append(step.step)
+        assert sleep.name == "untraced host time on rank1"
+        # The script's clock, less any part of the sleep before the step's window (rank 1 may start its step
+        # while rank 0 still finishes the previous one): the link ends where the sleep ends.
+        in_window = min(sleeps[step.step], sleep.ts_us + sleep.dur_us - step.window_us[0])
+        assert sleep.dur_us == pytest.approx(in_window, abs=3000), (step.step, sleep.dur_us, sleeps[step.step])
+        # it reaches rank 0 through the all-reduce: rank 1's call, its run, joined with rank 0's
+        after = step.links[step.links.index(sleep):]
+        assert any(link.device.startswith("rank1/") and link.name.startswith("gloo:") for link in after) or \
+            any(link.device.startswith("rank0/") and link.name.startswith("gloo:") for link in after)
+    assert len(through) >= 9, through
+
+
+def test_the_balanced_control_blames_no_untraced_host_time_beyond_the_runs_own_jitter(balanced):
+    report, periods = balanced
+    assert [s.step for s in report.steps] == STEPS
+    # how much the run's own step time varies: the spread of each rank's ProfilerStep durations (raw JSON)
+    jitter = max(max(p[s] for s in STEPS) - min(p[s] for s in STEPS) for p in periods)
+    for step in report.steps:
+        untraced = sum(link.dur_us for link in step.links if link.event_class == UNTRACED)
+        assert untraced <= jitter, (step.step, untraced, jitter)
+        assert untraced < 0.5 * SLEEP_S * 1e6  # nothing like the planted sleep
