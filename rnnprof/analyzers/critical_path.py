@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import networkx as nx
@@ -148,6 +148,7 @@ class StepPath:
     events: int
     edges: dict[str, int]
     window_us: tuple[float, float] = (0.0, 0.0)  # the window, absolute, on the table's clock
+    wait_by_device: dict[str, float] = field(default_factory=dict)  # the class ``wait`` by the device it is on
 
 
 @dataclass(frozen=True)
@@ -838,6 +839,7 @@ def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies:
     links: list[Link] = []
     by_device: dict[str, float] = defaultdict(float)
     by_class: dict[str, float] = defaultdict(float)
+    wait_by_device: dict[str, float] = defaultdict(float)
     names = [strings[c] for c in t.name[rows].tolist()]
     op_types = [strings[c] for c in t.op_type[rows].tolist()]
     lanes = [strings[c] for c in t.lane[rows].tolist()]
@@ -863,6 +865,7 @@ def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies:
                     by_class[OTHER_LANES] += cov
                 if rst > 0:
                     by_class[WAIT] += rst
+                    wait_by_device[label] += rst
         by_device[label] += share[k]
         by_class[(_step_label(of_step, step) if of_step != step else "") or cls_names[k]] += share[k]
         links.append(Link(names[k], op_types[k], label, lanes[k], s, d, cls_names[k], edge_names[k], w, ws + s, row,
@@ -880,7 +883,7 @@ def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies:
     what_if.sort(key=lambda x: -x.saving_us)
     return StepPath(step=step, length_us=float(length), span_us=float(window[1] - window[0]), links=tuple(links),
                     by_device=dict(by_device), by_class=dict(by_class), what_if=tuple(what_if), events=dag.n,
-                    edges=edges, window_us=(float(window[0]), float(window[1])))
+                    edges=edges, window_us=(float(window[0]), float(window[1])), wait_by_device=dict(wait_by_device))
 
 
 def analyze_critical_path(table: EventTable, dependencies: Dependencies = Dependencies(),
