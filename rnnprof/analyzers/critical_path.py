@@ -77,6 +77,8 @@ UNTRACED = "untraced"  # a host thread's time outside every traced operator
 PREVIOUS_STEP = "previous-step work"
 NEXT_STEP = "next-step work"
 NO_STEP = "work of no step"
+UNTRACED_LINK_US = 10.0  # untraced host time this long or longer is a link of its own; shorter, a wait before
+# the next event (a few µs of Python between two operators), still counted as untraced
 WHAT_IF_OPS = 10  # the longest ops of the path get a what-if estimate
 _EPS_US = 0.5  # flow ends and data edges tolerate this much clock rounding
 _LONG_EVENTS = 1000  # the longest events are looked up apart, so a window's overlap query stays short
@@ -857,6 +859,7 @@ def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies:
                     by_class["host"] += cov
                 if rst > 0:
                     by_class[UNTRACED] += rst
+                if rst >= UNTRACED_LINK_US:
                     links.append(Link(f"untraced host time on {workers[dev]}", "", label, lanes[k], s - w, rst,
                                       UNTRACED, EDGE_LANE, 0.0, ak, -1, step))
                     w = cov
