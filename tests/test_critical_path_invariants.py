@@ -18,7 +18,7 @@ import pytest
 
 from fixtures import FILES, FIXTURES, KINETO
 from rnnprof.analyzers.classify import EventClass, classify
-from rnnprof.analyzers.critical_path import analyze_critical_path
+from rnnprof.analyzers.critical_path import Dependencies, analyze_critical_path
 from rnnprof.profiler.loaders import load_events
 
 GLOO = ("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz")
@@ -100,3 +100,30 @@ def test_gpu_bound_paths_last_about_a_step_period(v100):
     period = float(np.median(list(periods.values())))
     for step in report.steps:
         assert step.length_us == pytest.approx(period, rel=0.05), (step.step, step.length_us, period)
+
+
+@pytest.mark.parametrize("names", [("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz"), GLOO, (V100,)],
+                         ids=lambda names: "+".join(names))
+def test_each_what_if_is_the_longest_path_passed_again_with_that_op_weighing_nothing(names):
+    """The what-if's shortcut (through the op, before it, after it, over an edge across it) against a whole new
+    pass over the DAG with the op's duration set to zero."""
+    import copy
+
+    from rnnprof.analyzers.critical_path import _StepDAG, _Table, _windows
+
+    table = load_events([str(FIXTURES / n) for n in names] if len(names) > 1 else str(FIXTURES / names[0]))
+    deps = Dependencies()
+    tt = _Table(table, classify(table), deps)
+    steps = [int(s) for s in table.steps()]
+    windows = _windows(tt, steps)
+    checked = 0
+    for step in steps[:2]:
+        dag = _StepDAG(tt, step, windows[step], deps)
+        path, _ = dag.longest()
+        for node in sorted((x for x in path if x < dag.n), key=lambda x: -dag.n_dur[x])[:6]:
+            again = copy.copy(dag)
+            again.n_dur = dag.n_dur.copy()
+            again.n_dur[node] = 0.0
+            assert dag.without(node) == pytest.approx(again.longest()[1], abs=1e-6)
+            checked += 1
+    assert checked >= 6
