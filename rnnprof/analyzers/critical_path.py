@@ -838,39 +838,47 @@ def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies:
     workers = [d.worker or "host" for d in t.devices]
     strings = t.strings
     class_names = {int(c): name for c, name in CLASS_NAMES.items()}
-    links: list[Link] = []
-    by_device: dict[str, float] = defaultdict(float)
+    # the shares, summed with numpy: each event's duration (less overlap) under its class, or under the step its
+    # work belongs to; each positive wait as split above
+    n_dev = len(t.devices)
+    of_steps = t.step[rows].astype(np.int64)
+    share = dur + np.minimum(wait, 0.0)
+    other = gap & ~host_gap
+    per_device = np.bincount(device, weights=share, minlength=n_dev) + \
+        np.bincount(device[gap], weights=wait[gap], minlength=n_dev)
+    by_device = {labels[d]: float(v) for d in np.unique(device).tolist() for v in [per_device[d]]}
+    wait_dev = np.bincount(device[other], weights=rest[other], minlength=n_dev)
+    wait_by_device = {labels[d]: float(wait_dev[d]) for d in np.unique(device[other & (rest > 0)]).tolist()}
+    owner = np.where(of_steps == step, classes_of.astype(np.int64),
+                     np.where(of_steps < 0, -3, np.where(of_steps < step, -1, -2)))
     by_class: dict[str, float] = defaultdict(float)
-    wait_by_device: dict[str, float] = defaultdict(float)
+    kinds, inverse = np.unique(owner, return_inverse=True)
+    sums = np.bincount(inverse.reshape(-1), weights=share)
+    named = {-1: PREVIOUS_STEP, -2: NEXT_STEP, -3: NO_STEP}
+    for kind, total in zip(kinds.tolist(), sums.tolist()):
+        by_class[named.get(kind) or class_names.get(kind, "compute")] += total
+    for key, mask, values in (("host", host_gap, covered), (UNTRACED, host_gap, rest), (OTHER_LANES, other, covered),
+                              (WAIT, other, rest)):
+        total = float(values[mask].sum())
+        if total > 0:
+            by_class[key] += total
+    by_class = {k: v for k, v in by_class.items() if v != 0 or k in CLASS_NAMES.values()}
+    # the links
+    links: list[Link] = []
     names = [strings[c] for c in t.name[rows].tolist()]
     op_types = [strings[c] for c in t.op_type[rows].tolist()]
     lanes = [strings[c] for c in t.lane[rows].tolist()]
     cls_names = [class_names.get(c, "compute") for c in classes_of.tolist()]
     edge_names = [EDGE_KINDS[e] if e >= 0 else "" for e in edge.tolist()]
-    share = (dur + np.minimum(wait, 0.0)).tolist()
-    for k, (row, dev, of_step, w, s, d, g, hg, cov, rst, ak) in enumerate(zip(
-            rows.tolist(), device.tolist(), t.step[rows].tolist(), wait.tolist(), start.tolist(), dur.tolist(),
-            gap.tolist(), host_gap.tolist(), covered.tolist(), rest.tolist(), a.tolist())):
-        label = labels[dev]
-        if g:
-            by_device[label] += w
-            if hg:
-                if cov > 0:
-                    by_class["host"] += cov
-                if rst > 0:
-                    by_class[UNTRACED] += rst
-                if rst >= UNTRACED_LINK_US:
-                    links.append(Link(f"untraced host time on {workers[dev]}", "", label, lanes[k], s - w, rst,
-                                      UNTRACED, EDGE_LANE, 0.0, ak, -1, step))
-                    w = cov
-            else:
-                if cov > 0:
-                    by_class[OTHER_LANES] += cov
-                if rst > 0:
-                    by_class[WAIT] += rst
-                    wait_by_device[label] += rst
-        by_device[label] += share[k]
-        by_class[(_step_label(of_step, step) if of_step != step else "") or cls_names[k]] += share[k]
+    waits = wait.tolist()
+    starts = start.tolist()
+    untraced_link = (host_gap & (rest >= UNTRACED_LINK_US)).tolist()
+    for k, (row, dev, of_step, d) in enumerate(zip(rows.tolist(), device.tolist(), of_steps.tolist(), dur.tolist())):
+        label, s, w = labels[dev], starts[k], waits[k]
+        if untraced_link[k]:
+            links.append(Link(f"untraced host time on {workers[dev]}", "", label, lanes[k], s - w, float(rest[k]),
+                              UNTRACED, EDGE_LANE, 0.0, float(a[k]), -1, step))
+            w = float(covered[k])
         links.append(Link(names[k], op_types[k], label, lanes[k], s, d, cls_names[k], edge_names[k], w, ws + s, row,
                           of_step))
     edges: dict[str, int] = {}
@@ -886,7 +894,7 @@ def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies:
     what_if.sort(key=lambda x: -x.saving_us)
     return StepPath(step=step, length_us=float(length), span_us=float(window[1] - window[0]), links=tuple(links),
                     by_device=dict(by_device), by_class=dict(by_class), what_if=tuple(what_if), events=dag.n,
-                    edges=edges, window_us=(float(window[0]), float(window[1])), wait_by_device=dict(wait_by_device))
+                    edges=edges, window_us=(float(window[0]), float(window[1])), wait_by_device=wait_by_device)
 
 
 def analyze_critical_path(table: EventTable, dependencies: Dependencies = Dependencies(),
