@@ -81,6 +81,7 @@ UNTRACED_LINK_US = 10.0  # untraced host time this long or longer is a link of i
 # the next event (a few µs of Python between two operators), still counted as untraced
 WHAT_IF_OPS = 10  # the longest ops of the path get a what-if estimate
 _EPS_US = 0.5  # flow ends and data edges tolerate this much clock rounding
+_TIE_US = 1e-6  # lengths this close are equal (sums of the same times in another order)
 _LONG_EVENTS = 1000  # the longest events are looked up apart, so a window's overlap query stays short
 
 
@@ -671,7 +672,9 @@ class _StepDAG:
                 for j in range(lo, hi):
                     u = pred[j]
                     length = dist[u] + g
-                    if length > best:
+                    # a chain through a predecessor as long as starting here wins: it says what the node waited
+                    # for (a collective member that waited all window long, for the last rank to arrive)
+                    if length > best or (arg < 0 and length > best - _TIE_US):
                         best, arg = length, u
             dist[k], back[k] = best, arg
         eligible = np.zeros(total, dtype=bool)
