@@ -127,3 +127,30 @@ def test_each_what_if_is_the_longest_path_passed_again_with_that_op_weighing_not
             assert dag.without(node) == pytest.approx(again.longest()[1], abs=1e-6)
             checked += 1
     assert checked >= 6
+
+
+@pytest.mark.parametrize("names", [("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz"), GLOO, (V100,),
+                                   ("kineto-event-sync-multistream.json.gz",)], ids=lambda names: "+".join(names))
+def test_the_paths_length_is_networkx_dag_longest_path_length(names):
+    """The step's DAG as networkx: a source (the window's start) before every node, weighing the node's duration
+    plus, for a node with no predecessor, its start (it is reached from the window's start); each edge weighing its
+    wait plus its target's duration; a sink after each of the step's own events. networkx's longest path is the
+    path's length."""
+    import networkx as nx
+
+    from rnnprof.analyzers.critical_path import build_step_graph
+
+    table = load_events([str(FIXTURES / n) for n in names] if len(names) > 1 else str(FIXTURES / names[0]))
+    report = analyze_critical_path(table, what_if_ops=0)
+    for step in report.steps[:3]:
+        graph = build_step_graph(table, step.step)
+        weighted = nx.DiGraph()
+        for node, data in graph.nodes(data=True):
+            lead = data["start"] if graph.in_degree(node) == 0 else 0.0
+            weighted.add_edge("source", node, weight=lead + data["dur"])
+            row = node[1] if isinstance(node, tuple) else node
+            if not isinstance(node, tuple) and table.step[row] == step.step:
+                weighted.add_edge(node, "sink", weight=0.0)
+        for u, v, data in graph.edges(data=True):
+            weighted.add_edge(u, v, weight=data["wait"] + graph.nodes[v]["dur"])
+        assert nx.dag_longest_path_length(weighted) == pytest.approx(step.length_us, abs=1e-3), (names, step.step)
