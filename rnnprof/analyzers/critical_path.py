@@ -455,7 +455,6 @@ class _StepDAG:
         ok = nxt < n
         ok[ok] &= lane_id[order][nxt[ok]] == lane_id[order][ok]
         add(order[ok], order[nxt[ok]], EDGE_LANE)
-        self.lane_order = order
         # launches
         corr = tt.pcorr[rows]
         runtime = (t.kind[rows] == Kind.RUNTIME) & (corr >= 0)
