@@ -166,11 +166,14 @@ def kineto_tables():
 def _check_path(table, step):
     """The chain is in time order, every hop is an edge of the step's DAG, and it measures its own span."""
     graph = build_step_graph(table, step.step)
-    rows = [link.event for link in step.links]
+    rows = [link.event for link in step.links if link.event >= 0]  # untraced host time is no event
     assert all(nx.has_path(graph, u, v) for u, v in zip(rows, rows[1:]))
-    assert all(table.ts[u] <= table.ts[v] for u, v in zip(rows, rows[1:]))
+    assert all(a.ts_us <= b.ts_us for a, b in zip(step.links, step.links[1:]))
     last = step.links[-1]
-    assert step.length_us == pytest.approx(last.ts_us + last.dur_us - step.links[0].ts_us, abs=1.0)
+    # the path runs from the step's window start (where it reaches its first event) to its last event's end
+    assert step.length_us == pytest.approx(last.ts_us + last.dur_us - step.window_us[0], abs=1.0)
+    assert step.links[0].ts_us - step.links[0].wait_us == pytest.approx(step.window_us[0], abs=1.0) \
+        or step.links[0].event_class == "untraced" and step.links[0].ts_us == pytest.approx(step.window_us[0], abs=1.0)
     assert step.length_us <= step.span_us + 1.0
     assert sum(step.by_class.values()) == pytest.approx(step.length_us, rel=1e-6)
 

@@ -1,6 +1,14 @@
 """The critical path of a step: the chain of events, across devices and ranks, that sets the step time.
 
-Per step, the step's events become a DAG (networkx) whose edges say "could not start before":
+**The step's window.** Steps in order; step k's window ends where its last event ends and starts at its first
+event, or where step k-1's window ends if that is later: the windows of a trace touch and never overlap. In a
+job whose host runs ahead of its GPU, step k's host operators start long before its kernels can run (the GPU
+is still running step k-1's); those operators end before the window and are not in it, and the window is the
+step's period. Every event that overlaps the window is in the DAG, cut to the window, whatever its step: on a
+stream shared with other steps the path goes through the work the device was really doing, labelled with its
+own step (``Link.of_step``: previous-step work, next-step work, or work of no step).
+
+The DAG's edges say "could not start before":
 
 * ``lane``: program order on each lane (an executor lane, a host thread, a GPU stream): an event precedes
   the first event of its lane that starts after it ends;
@@ -8,17 +16,28 @@ Per step, the step's events become a DAG (networkx) whose edges say "could not s
 * ``data``: a node's input precedes it (partition graphs: node inputs; TF1 timelines: their data-flow arrows);
 * ``transfer``: a tensor's producer on one device precedes its reader on another (``_Send``/``_Recv`` pairs);
 * ``collective``: a join: no member's instance of a collective completes before every member's instance has
-  started. Each member gets a zero-length *entry* node at its start; every entry precedes every member.
-  The members are a TF1 timeline's collective arrows, and across ranks the collectives matched by
+  started. Each member gets a zero-length *entry* node at its start; every entry precedes every member, so
+  a member that waited inside the collective depends on the last member to arrive. The members are a TF1
+  timeline's collective arrows, and across ranks the collectives matched by
   ``rnnprof.analyzers.collectives`` (by process group and ``Seq`` where the trace has them, else by order
-  within the group), the matching ``comm`` reports.
+  within the group), the matching ``comm`` reports;
+* ``enqueue``: on a CPU rank, the ``c10d::*`` call that hands a collective to gloo precedes the run of it on
+  gloo's worker thread (``gloo:*``; the k-th call and the k-th run of one collective type on a rank);
+* ``complete``: that run precedes the first event of the calling thread that starts after it ended (the
+  thread waited for it: DDP waits for its all-reduce before the optimizer).
 
 Weights. An event weighs its duration; an edge ``u -> v`` weighs ``v.start - max(p.end for p in preds(v))``,
 the same for every edge into ``v``: the wait of ``v`` after the last of its predecessors finished (negative
 when ``v`` started before that, as a collective member that waited inside its op does). A chain through the
 predecessor each event waited for (its *binding* predecessor) therefore measures exactly its first start to
 its last end; a chain through another predecessor loses that predecessor's slack. The critical path is the
-longest path (``longest_path``): the chain of binding dependencies that ends the step.
+longest path that ends at an event of the step (one pass in topological order over arrays).
+
+What a positive wait on the path was. Before an event on a host thread, after the previous event of that thread:
+the part the thread's enclosing operators cover is ``host``; the rest is *untraced host time* (a sleep, data
+loading outside any operator), a link of its own. Any other wait before an event on device D: the part in
+which D ran no event at all is ``wait`` (so the wait booked on a device never exceeds its idle time in the
+window); the part in which D ran other events (other streams or threads) is ``other lanes``.
 
 What-if (an estimate): setting one op's duration to zero, with every wait kept, the longest path of the
 changed DAG; the saving is the difference, so it is bounded by the next-longest path.
@@ -30,27 +49,40 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import networkx as nx
 import numpy as np
 
-from rnnprof.analyzers.classify import EventClass, classify
-from rnnprof.events import Device, EventTable, Kind
+from rnnprof.analyzers.classify import EventClass, classify, collective_types
+from rnnprof.analyzers.comm import host_operator_devices
+from rnnprof.events import Device, EventTable, Kind, match_correlation
+from rnnprof.names import CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN
 
 EDGE_LANE = "lane"
 EDGE_LAUNCH = "launch"
 EDGE_DATA = "data"
 EDGE_TRANSFER = "transfer"
 EDGE_COLLECTIVE = "collective"
-EDGE_KINDS = (EDGE_LANE, EDGE_LAUNCH, EDGE_DATA, EDGE_TRANSFER, EDGE_COLLECTIVE)
+EDGE_ENQUEUE = "enqueue"
+EDGE_COMPLETE = "complete"
+EDGE_KINDS = (EDGE_LANE, EDGE_LAUNCH, EDGE_DATA, EDGE_TRANSFER, EDGE_COLLECTIVE, EDGE_ENQUEUE, EDGE_COMPLETE)
 
 CLASS_NAMES = {EventClass.COMPUTE: "compute", EventClass.COMMUNICATION: "comm", EventClass.MEMCPY: "copy",
                EventClass.MEMSET: "copy", EventClass.HOST: "host"}
 WAIT = "wait"
+OTHER_LANES = "other lanes"  # a wait in which the device ran other events (other streams, other threads)
+UNTRACED = "untraced"  # a host thread's time outside every traced operator
+PREVIOUS_STEP = "previous-step work"
+NEXT_STEP = "next-step work"
+NO_STEP = "work of no step"
+UNTRACED_LINK_US = 10.0  # untraced host time this long or longer is a link of its own; shorter, a wait before
+# the next event (a few µs of Python between two operators), still counted as untraced
 WHAT_IF_OPS = 10  # the longest ops of the path get a what-if estimate
 _EPS_US = 0.5  # flow ends and data edges tolerate this much clock rounding
+_TIE_US = 1e-6  # lengths this close are equal (sums of the same times in another order)
+_LONG_EVENTS = 1000  # the longest events are looked up apart, so a window's overlap query stays short
 
 
 @dataclass(frozen=True)
@@ -80,21 +112,23 @@ class Dependencies:
     lacks: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a path has thousands of them, and a frozen dataclass is slow to build
 class Link:
-    """One event of the path; ``edge`` is the kind of the edge to the next one ("" for the last)."""
+    """One event of the path; ``edge`` is the kind of the edge to the next one ("" for the last). An untraced
+    stretch of a host thread is a link of its own (``event_class`` ``untraced``, ``event`` -1)."""
 
     name: str
     op_type: str
     device: str
     lane: str
-    start_us: float  # from the step's first event
-    dur_us: float
+    start_us: float  # from the step's window start
+    dur_us: float  # within the window
     event_class: str
     edge: str
     wait_us: float  # wait before this event on the path (after its predecessor ended; negative: overlap)
-    ts_us: float  # absolute start, on the table's clock
-    event: int  # row in the table
+    ts_us: float  # absolute start (within the window), on the table's clock
+    event: int  # row in the table; -1 for untraced host time
+    of_step: int = 0  # the event's own step (another step's: work the device did in this step's window)
 
 
 @dataclass(frozen=True)
@@ -109,13 +143,15 @@ class WhatIf:
 class StepPath:
     step: int
     length_us: float
-    span_us: float  # the step's first start to last end, over the events in the DAG
+    span_us: float  # the step's window: its start to its last event's end
     links: tuple[Link, ...]
     by_device: dict[str, float]
     by_class: dict[str, float]
     what_if: tuple[WhatIf, ...]
     events: int
     edges: dict[str, int]
+    window_us: tuple[float, float] = (0.0, 0.0)  # the window, absolute, on the table's clock
+    wait_by_device: dict[str, float] = field(default_factory=dict)  # the class ``wait`` by the device it is on
 
 
 @dataclass(frozen=True)
@@ -125,7 +161,7 @@ class CriticalPathReport:
     workers: tuple[str, ...] = ()
 
 
-# -- the longest path ----------------------------------------------------------------------------------
+# -- the longest path of a networkx DAG ----------------------------------------------------------------
 
 
 def longest_path(graph: nx.DiGraph) -> tuple[list, float]:
@@ -144,7 +180,6 @@ class _Weighted:
 
     def __init__(self, graph: nx.DiGraph):
         self.graph = graph
-        # networkx's order of that graph: the source, then ``graph``'s own topological order
         self.nodes = list(nx.topological_sort(graph))
         index = {node: k for k, node in enumerate(self.nodes)}
         self.dur = [graph.nodes[node]["dur"] for node in self.nodes]
@@ -154,7 +189,7 @@ class _Weighted:
             self.preds[index[v]].append((index[u], wait + graph.nodes[v]["dur"]))
             self.wait[(index[u], index[v])] = wait
         self.index = index
-        self._base: tuple[list, list] | None = None  # the pass with every node weighed
+        self._base: tuple[list, list] | None = None
 
     def longest(self, without: object = None) -> tuple[list, float]:
         """The longest path; with ``without``, the length when that node weighs nothing (its waits kept)."""
@@ -165,27 +200,23 @@ class _Weighted:
         n = len(self.nodes)
         if self._base is None:
             dist, back, first = [0.0] * n, [0] * n, 0
-        else:  # the nodes before ``without`` in the order keep their lengths: the pass starts there
+        else:
             dist, back, first = list(self._base[0]), list(self._base[1]), skip if skip >= 0 else n
         self._pass(dist, back, first, skip, dur)
         if self._base is None and skip < 0:
             self._base = (dist, back)
-        end = max(range(n), key=dist.__getitem__)  # the first of the longest
-        end = end if dist[end] > 0 else -1  # the source's length is 0: a longer end must beat it
+        end = max(range(n), key=dist.__getitem__)
+        end = end if dist[end] > 0 else -1
         chain = []
         while end >= 0:
             chain.append(end)
             end = -1 if back[end] == end else back[end]
         chain.reverse()
-        # ``path_length``, summed in its order
         length = (sum(self.dur[k] for k in chain) + sum(self.wait[pair] for pair in zip(chain, chain[1:]))
                   - (dur if without is not None and self.index[without] in chain else 0.0))
         return [self.nodes[k] for k in chain], length
 
     def _pass(self, dist: list, back: list, first: int, skip: int, dur: float) -> None:
-        """Lengths of the longest paths ending at each node from position ``first`` on (``dist``) and each one's
-        binding predecessor (``back``: -1 for the source, the node itself where a path starts there), with node
-        ``skip`` weighing ``dur`` less."""
         for k in range(first, len(self.preds)):
             preds = self.preds[k]
             best, arg = 0 + self.dur[k], -1
@@ -207,173 +238,110 @@ def path_length(graph: nx.DiGraph, path: Sequence) -> float:
             + sum(graph.edges[u, v]["wait"] for u, v in zip(path, path[1:])))
 
 
-# -- building the DAG ----------------------------------------------------------------------------------
+# -- what is known of the whole table, computed once ------------------------------------------------------
 
 
-def _leaves(ts: np.ndarray, end: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The rows (of one lane) enclosing no other row of it: host threads nest their operators."""
-    order = rows[np.lexsort((-(end[rows] - ts[rows]), ts[rows]))]
-    keep = []
-    for k, row in enumerate(order):
-        nxt = order[k + 1] if k + 1 < len(order) else None
-        keep.append(nxt is None or not (ts[nxt] < end[row] and end[nxt] <= end[row]))
-    return order[np.array(keep, dtype=bool)] if len(order) else order
+def _leaf_mask(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Of ``rows`` (host events), those enclosing no other of them on their lane: threads nest their operators."""
+    if not len(rows):
+        return np.zeros(0, dtype=bool)
+    ts, end = table.ts[rows], table.end[rows]
+    lane = table.device[rows].astype(np.int64) * (int(table.lane.max(initial=0)) + 1) + table.lane[rows]
+    order = np.lexsort((-(end - ts), ts, lane))
+    o_ts, o_end, o_lane = ts[order], end[order], lane[order]
+    inner = np.zeros(len(rows), dtype=bool)
+    nxt = np.arange(1, len(rows))
+    inner[:-1] = (o_lane[nxt] == o_lane[:-1]) & (o_ts[nxt] < o_end[:-1]) & (o_end[nxt] <= o_end[:-1])
+    keep = np.empty(len(rows), dtype=bool)
+    keep[order] = ~inner
+    return keep
 
 
-class _StepGraph:
-    def __init__(self, table: EventTable, rows: np.ndarray, classes: np.ndarray):
-        self.table, self.rows, self.classes = table, rows, classes
-        self.g = nx.DiGraph()
-        # Times from the step's first event: wall-clock microseconds near 1.7e15 keep only about 0.25 µs,
-        # and a path sums thousands of differences of them.
-        self.base = float(table.ts[rows].min()) if len(rows) else 0.0
-        ts = table.ts - self.base
-        end = ts + table.dur
-        for row in rows:
-            self.g.add_node(int(row), start=float(ts[row]), end=float(end[row]), dur=float(table.dur[row]))
-        self.lanes: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for row in sorted(rows, key=lambda r: (ts[r], -table.dur[r])):
-            self.lanes[(int(table.device[row]), int(table.lane[row]))].append(int(row))
-        self.lane_starts = {key: [self.g.nodes[r]["start"] for r in members] for key, members in self.lanes.items()}
+class _Intervals:
+    """The union of intervals, for how much of ``[a, b]`` it covers (vectorised)."""
 
-    def add(self, u, v, kind: str) -> None:
-        if u == v or self.g.has_edge(u, v):
-            return
-        self.g.add_edge(u, v, kind=kind)
+    def __init__(self, starts: np.ndarray, ends: np.ndarray):
+        order = np.argsort(starts, kind="stable")
+        s, e = starts[order], ends[order]
+        reach = np.maximum.accumulate(e) if len(e) else e
+        new = np.ones(len(s), dtype=bool)
+        new[1:] = s[1:] > reach[:-1]
+        group = np.cumsum(new) - 1
+        self.s = s[new]
+        self.e = np.zeros(len(self.s))
+        if len(s):
+            np.maximum.at(self.e, group, e)
+        self.cum = np.concatenate([[0.0], np.cumsum(self.e - self.s)])
 
-    def event_at(self, end: FlowEnd, device_codes: dict[Device, int]) -> int | None:
-        code = device_codes.get(end.device)
-        lane = self.table.code_of(end.lane)
-        members = self.lanes.get((code, lane)) if code is not None else None
-        if not members:
-            return None
-        starts = self.lane_starts[(code, lane)]
-        ts = end.ts - self.base
-        k = bisect.bisect_right(starts, ts + _EPS_US) - 1
-        # the latest-starting event of the lane that encloses the timestamp
-        for j in range(k, max(k - 64, -1), -1):
-            row = members[j]
-            if self.g.nodes[row]["end"] >= ts - _EPS_US:
-                return row
-        return None
+    def _upto(self, t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self.s, t, side="right")
+        inside = np.minimum(t, self.e[np.maximum(k - 1, 0)]) - self.s[np.maximum(k - 1, 0)]
+        return self.cum[np.maximum(k - 1, 0)] + np.where(k > 0, np.maximum(inside, 0.0), 0.0)
+
+    def covered(self, a, b) -> np.ndarray:
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        if not len(self.s):
+            return np.zeros(a.shape)
+        return np.maximum(self._upto(b) - self._upto(a), 0.0)
 
 
-def _lane_edges(sg: _StepGraph) -> None:
-    for members in sg.lanes.values():
-        starts = [sg.g.nodes[r]["start"] for r in members]
-        for row in members:
-            k = bisect.bisect_left(starts, sg.g.nodes[row]["end"])
-            if k < len(members):
-                sg.add(row, members[k], EDGE_LANE)
+class _Table:
+    """The table's DAG candidates and lookups shared by every step."""
 
+    def __init__(self, table: EventTable, classes: np.ndarray, dependencies: Dependencies):
+        self.table, self.classes = table, classes
+        threads = host_operator_devices(table)  # CPU ranks: devices measured by their host threads' operators
+        is_host = np.array([d.kind == "host" or d in threads for d in table.devices] or [False], dtype=bool)
+        self.is_thread = is_host
+        self.is_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
+        rows = np.flatnonzero((classes != EventClass.ANNOTATION) & (table.dur >= 0))
+        on_host = is_host[table.device[rows]]
+        leaves = _leaf_mask(table, rows[on_host])
+        self.host_ops = rows[on_host]  # every op of a host thread (its leaves and the ops enclosing them)
+        cand = np.concatenate([rows[~on_host], rows[on_host][leaves]])
+        cand = cand[np.argsort(table.ts[cand], kind="stable")]
+        self.cand = cand
+        dur = table.dur[cand]
+        if len(cand) > _LONG_EVENTS:
+            limit = np.partition(dur, len(dur) - _LONG_EVENTS)[len(dur) - _LONG_EVENTS]
+        else:
+            limit = np.inf
+        long = dur >= limit if np.isfinite(limit) else np.zeros(len(cand), dtype=bool)
+        self.short, self.long = cand[~long], cand[long]
+        self.short_ts = table.ts[self.short]
+        self.short_max = float(table.dur[self.short].max(initial=0.0))
+        self.pcorr = table.process_correlation()
+        self.rank_rows = _rank_rows(table, dependencies)
+        self.enqueue, self.complete = _gloo_edges(table, self.host_ops, cand)
+        self._busy: dict[int, _Intervals] = {}
+        self._lane_ops: dict[tuple[int, int], _Intervals] = {}
+        self.lane_max = int(table.lane.max(initial=0)) + 1
+        self.has_steps = bool(len(table.steps()))
 
-def _launch_edges(sg: _StepGraph) -> None:
-    t = sg.table
-    rows = sg.rows
-    correlation = t.correlation[rows]
-    worker = [d.worker for d in t.devices]
-    device = t.device[rows]
-    runtime = t.kind[rows] == Kind.RUNTIME
-    calls = (runtime & (correlation >= 0)).tolist()
-    is_gpu = np.array([d.kind == "gpu" for d in t.devices] or [False], dtype=bool)
-    launched = (~runtime & (correlation >= 0) & is_gpu[device]).tolist()
-    launches = {}
-    for row, code, corr, call in zip(rows.tolist(), device.tolist(), correlation.tolist(), calls):
-        if call:
-            launches[(worker[code], corr)] = row
-    for row, code, corr, work in zip(rows.tolist(), device.tolist(), correlation.tolist(), launched):
-        if work:
-            launch = launches.get((worker[code], corr))
-            if launch is not None:
-                sg.add(launch, row, EDGE_LAUNCH)
+    def overlapping(self, start: float, end: float) -> np.ndarray:
+        t = self.table
+        lo = np.searchsorted(self.short_ts, start - self.short_max, side="left")
+        hi = np.searchsorted(self.short_ts, end, side="right")
+        rows = np.concatenate([self.short[lo:hi], self.long])
+        ts, e = t.ts[rows], t.end[rows]
+        return rows[(ts <= end) & ((e > start) | ((ts >= start) & (t.dur[rows] == 0)))]
 
+    def busy(self, device: int) -> _Intervals:
+        """When ``device`` ran any event (every lane, every step)."""
+        if device not in self._busy:
+            t = self.table
+            rows = np.flatnonzero((t.device == device) & (self.classes != EventClass.ANNOTATION) & (t.dur > 0))
+            self._busy[device] = _Intervals(t.ts[rows], t.end[rows])
+        return self._busy[device]
 
-def _data_edges(sg: _StepGraph, node_inputs: Iterable[tuple[str, str]]) -> None:
-    t = sg.table
-    runs: dict[int, list[int]] = defaultdict(list)  # name code -> rows, by start
-    for row in sorted(sg.rows, key=lambda r: t.ts[r]):
-        runs[int(t.name[row])].append(int(row))
-    code = {name: k for k, name in enumerate(t.strings)}
-    by_end: dict[int, tuple[list[float], list[int]]] = {}
-    for producer, consumer in node_inputs:
-        p_code = code.get(producer, -1)
-        p_runs, c_runs = runs.get(p_code), runs.get(code.get(consumer, -1))
-        if not p_runs or not c_runs:
-            continue
-        if p_code not in by_end:
-            ordered = sorted(p_runs, key=lambda r: sg.g.nodes[r]["end"])
-            by_end[p_code] = ([sg.g.nodes[r]["end"] for r in ordered], ordered)
-        ends, ordered = by_end[p_code]
-        for c in c_runs:
-            # the latest run of the producer that ended before this run of the consumer started
-            k = bisect.bisect_right(ends, sg.g.nodes[c]["start"] + _EPS_US) - 1
-            if k >= 0:
-                sg.add(ordered[k], c, EDGE_DATA)
-
-
-def _collective_groups(sg: _StepGraph, flows: Sequence[Flow],
-                       rank_rows: Sequence[Sequence[int]]) -> list[list[int]]:
-    t = sg.table
-    device_codes = {d: k for k, d in enumerate(t.devices)}
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for flow in flows:
-        if flow.kind != EDGE_COLLECTIVE:
-            continue
-        a, b = sg.event_at(flow.source, device_codes), sg.event_at(flow.target, device_codes)
-        if a is not None and b is not None:
-            parent[find(a)] = find(b)
-    groups: dict[int, list[int]] = defaultdict(list)
-    for x in list(parent):
-        groups[find(x)].append(x)
-    found = [sorted(g) for g in groups.values() if len(g) > 1]
-    if rank_rows:
-        # collectives matched across ranks as ``comm`` matches them (``collectives.matched_rows``)
-        in_step = set(int(r) for r in sg.rows)
-        for rows in rank_rows:
-            members = [r for r in rows if r in in_step]
-            if len(members) > 1:
-                found.append(members)
-    return found
-
-
-def _join(sg: _StepGraph, members: list[int]) -> None:
-    for m in members:
-        entry = ("entry", m)
-        if entry in sg.g:
-            return  # already a member of another group
-    for m in members:
-        entry = ("entry", m)
-        node = sg.g.nodes[m]
-        sg.g.add_node(entry, start=node["start"], end=node["start"], dur=0.0)
-        for pred in list(sg.g.predecessors(m)):
-            sg.g.add_edge(pred, entry, **sg.g.edges[pred, m])
-            sg.g.remove_edge(pred, m)
-    for m in members:
-        for other in members:
-            sg.add(("entry", other), m, EDGE_COLLECTIVE)
-
-
-def _weigh(g: nx.DiGraph) -> None:
-    for v in g.nodes:
-        preds = list(g.predecessors(v))
-        if preds:
-            latest = max(g.nodes[p]["end"] for p in preds)
-            for p in preds:
-                g.edges[p, v]["wait"] = g.nodes[v]["start"] - latest
-
-
-def build_step_graph(table: EventTable, step: int, dependencies: Dependencies = Dependencies(),
-                     classes: np.ndarray | None = None) -> nx.DiGraph:
-    """The DAG of one step: nodes are table rows (and ``("entry", row)`` for collective members)."""
-    classes = classify(table) if classes is None else classes
-    return _build(table, step, dependencies, classes, _rank_rows(table, dependencies)).g
+    def lane_ops(self, device: int, lane: int) -> _Intervals:
+        """When a host thread ran any operator (its leaves and the operators enclosing them)."""
+        key = (device, lane)
+        if key not in self._lane_ops:
+            t, rows = self.table, self.host_ops
+            rows = rows[(t.device[rows] == device) & (t.lane[rows] == lane)]
+            self._lane_ops[key] = _Intervals(t.ts[rows], t.end[rows])
+        return self._lane_ops[key]
 
 
 def _rank_rows(table: EventTable, dependencies: Dependencies) -> list[list[int]]:
@@ -383,106 +351,552 @@ def _rank_rows(table: EventTable, dependencies: Dependencies) -> list[list[int]]
     return matched_rows(table) if dependencies.match_ranks else []
 
 
-def _build(table: EventTable, step: int, dependencies: Dependencies, classes: np.ndarray,
-           rank_rows: Sequence[Sequence[int]] = ()) -> _StepGraph:
-    selected = np.flatnonzero((table.step == step) & (classes != EventClass.ANNOTATION) & (table.dur >= 0))
-    host = np.array([d.kind == "host" for d in table.devices] or [False], dtype=bool)
-    rows = [selected[~host[table.device[selected]]]]
-    on_host = selected[host[table.device[selected]]]
-    for lane_key in {(int(table.device[r]), int(table.lane[r])) for r in on_host}:
-        lane_rows = on_host[(table.device[on_host] == lane_key[0]) & (table.lane[on_host] == lane_key[1])]
-        rows.append(_leaves(table.ts, table.end, lane_rows))
-    sg = _StepGraph(table, np.sort(np.concatenate(rows)).astype(np.int64), classes)
-    _lane_edges(sg)
-    _launch_edges(sg)
-    _data_edges(sg, dependencies.node_inputs)
-    device_codes = {d: k for k, d in enumerate(table.devices)}
-    for flow in dependencies.flows:
-        if flow.kind in (EDGE_DATA, EDGE_TRANSFER):
-            a, b = sg.event_at(flow.source, device_codes), sg.event_at(flow.target, device_codes)
-            if a is not None and b is not None and sg.g.nodes[a]["start"] <= sg.g.nodes[b]["start"]:
-                sg.add(a, b, flow.kind)
-    for members in _collective_groups(sg, dependencies.flows, rank_rows):
-        _join(sg, members)
-    # Time-consistent edges only: a dependency that would close a cycle (clock skew) is dropped.
-    if not nx.is_directed_acyclic_graph(sg.g):
-        for u, v in list(sg.g.edges):
-            if sg.g.nodes[v]["start"] + _EPS_US < sg.g.nodes[u]["start"]:
-                sg.g.remove_edge(u, v)
-        while not nx.is_directed_acyclic_graph(sg.g):
-            cycle = nx.find_cycle(sg.g)
-            sg.g.remove_edge(*cycle[-1][:2])
-    _weigh(sg.g)
-    return sg
+def _gloo_edges(table: EventTable, host_ops: np.ndarray, cand: np.ndarray
+                ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """``enqueue`` (call's last leaf -> run) and ``complete`` (run -> the caller's next leaf) pairs of rows: on
+    each rank, the k-th ``c10d::*`` call and the k-th ``gloo:*`` run of one collective type."""
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    is_run = np.fromiter((bool(CPU_COLLECTIVE_RUN.match(s)) for s in table.strings), dtype=bool,
+                         count=len(table.strings))
+    is_call = np.fromiter((bool(CPU_COLLECTIVE_CALL.match(s)) for s in table.strings), dtype=bool,
+                          count=len(table.strings))
+    runs = np.flatnonzero(is_run[table.name] & (table.dur >= 0))
+    calls = host_ops[is_call[table.name[host_ops]]]
+    if not len(runs) or not len(calls):
+        return empty, empty
+    worker = np.array([d.worker for d in table.devices], dtype=object)
+    run_type, call_type = collective_types(table, runs), collective_types(table, calls)
+    pairs = []
+    for w in set(worker[table.device[runs]]):
+        for kind in set(run_type.tolist()):
+            r = runs[(worker[table.device[runs]] == w) & (run_type == kind)]
+            c = calls[(worker[table.device[calls]] == w) & (call_type == kind)]
+            r, c = r[np.argsort(table.ts[r], kind="stable")], c[np.argsort(table.ts[c], kind="stable")]
+            extra = len(c) - len(r)  # calls whose run the trace lacks: the earliest ones (the window opened late)
+            c = c[extra:] if extra > 0 else c
+            r = r[-extra:] if extra < 0 else r
+            ok = table.ts[c] <= table.ts[r] + _EPS_US
+            pairs.extend(zip(c[ok].tolist(), r[ok].tolist()))
+    if not pairs:
+        return empty, empty
+    call, run = (np.array(x, dtype=np.int64) for x in zip(*pairs))
+    # leaves by lane, in start order
+    lane = table.device[cand].astype(np.int64) * (int(table.lane.max(initial=0)) + 1) + table.lane[cand]
+    order = np.lexsort((table.ts[cand], lane))
+    c_rows, c_lane, c_ts = cand[order], lane[order], table.ts[cand][order]
+    key = c_lane  # sorted by (lane, ts)
+    call_lane = table.device[call].astype(np.int64) * (int(table.lane.max(initial=0)) + 1) + table.lane[call]
+
+    def position(lanes, ts, side):
+        # index into (lane, ts) order: lanes compared first, then times
+        lo = np.searchsorted(key, lanes, side="left")
+        hi = np.searchsorted(key, lanes, side="right")
+        out = np.empty(len(lanes), dtype=np.int64)
+        for k, (a, b, t) in enumerate(zip(lo.tolist(), hi.tolist(), ts.tolist())):
+            out[k] = a + np.searchsorted(c_ts[a:b], t, side=side)
+        return out, lo, hi
+
+    # the last leaf of the caller that starts within the call (the call itself when it is a leaf)
+    pos, lo, _ = position(call_lane, table.end[call], "right")
+    last = pos - 1
+    ok_e = (last >= lo) & (c_ts[np.maximum(last, 0)] >= table.ts[call] - _EPS_US)
+    enqueue = (c_rows[last[ok_e]], run[ok_e])
+    # the first leaf of the caller that starts after the run ended
+    pos, _, hi = position(call_lane, table.end[run] - _EPS_US, "left")
+    ok_c = pos < hi
+    complete = (run[ok_c], c_rows[np.minimum(pos, len(c_rows) - 1)[ok_c]])
+    return enqueue, complete
+
+
+# -- one step's DAG, as arrays ----------------------------------------------------------------------------
+
+
+class _StepDAG:
+    """The DAG of one window. Nodes ``0..n-1`` are events (``rows``), ``n..`` the entries of collective members
+    (``entry_of``: the member's node). Edges ``src -> dst`` of kinds ``EDGE_KINDS[kind]``."""
+
+    def __init__(self, tt: _Table, step: int, window: tuple[float, float], dependencies: Dependencies):
+        t = tt.table
+        self.tt, self.step = tt, step
+        ws, we = window
+        self.window = window
+        rows = np.sort(tt.overlapping(ws, we) if tt.has_steps else tt.cand)
+        self.rows = rows
+        self.base = ws
+        # times from the window's start: wall-clock microseconds near 1.7e15 keep only about 0.25 µs, and a path
+        # sums thousands of differences of them
+        rel = t.ts[rows] - ws
+        self.start = np.maximum(rel, 0.0)
+        end = rel + t.dur[rows]
+        limit = we - ws
+        self.end = np.maximum(np.where(end > limit + _EPS_US, limit, end), self.start)
+        self.own = t.step[rows] == step
+        n = len(rows)
+        self.n = n
+        src, dst, kind = [], [], []
+
+        def add(u, v, k):
+            u, v = np.asarray(u, dtype=np.int64), np.asarray(v, dtype=np.int64)
+            src.append(u)
+            dst.append(v)
+            kind.append(np.full(len(u), EDGE_KINDS.index(k), dtype=np.int8))
+
+        # lane order
+        device = t.device[rows].astype(np.int64)
+        lane = device * tt.lane_max + t.lane[rows]
+        _, lane_id = np.unique(lane, return_inverse=True)
+        lane_id = lane_id.reshape(-1)
+        self.lane_id = lane_id
+        order = np.lexsort((-(self.end - self.start), self.start, lane_id))
+        span = float(we - ws) + 1.0
+        key = lane_id[order] * span + self.start[order]
+        nxt = np.searchsorted(key, lane_id[order] * span + self.end[order], side="left")
+        nxt = np.maximum(nxt, np.arange(n) + 1)
+        ok = nxt < n
+        ok[ok] &= lane_id[order][nxt[ok]] == lane_id[order][ok]
+        add(order[ok], order[nxt[ok]], EDGE_LANE)
+        # launches
+        corr = tt.pcorr[rows]
+        runtime = (t.kind[rows] == Kind.RUNTIME) & (corr >= 0)
+        work = ~(t.kind[rows] == Kind.RUNTIME) & (corr >= 0) & tt.is_gpu[device]
+        calls, works = np.flatnonzero(runtime), np.flatnonzero(work)
+        found = match_correlation(corr[calls], corr[works])
+        add(calls[found[found >= 0]], works[found >= 0], EDGE_LAUNCH)
+        # graph inputs, arrows
+        src_d, dst_d, kind_d = self._dependency_edges(dependencies)
+        if src_d:
+            src.append(np.array(src_d, dtype=np.int64))
+            dst.append(np.array(dst_d, dtype=np.int64))
+            kind.append(np.array([EDGE_KINDS.index(k) for k in kind_d], dtype=np.int8))
+        # gloo: call -> run -> the caller's next op
+        for (a, b), k in ((tt.enqueue, EDGE_ENQUEUE), (tt.complete, EDGE_COMPLETE)):
+            u, v = self.node_of(a), self.node_of(b)
+            keep = (u >= 0) & (v >= 0)
+            add(u[keep], v[keep], k)
+        src_a = np.concatenate(src) if src else np.zeros(0, dtype=np.int64)
+        dst_a = np.concatenate(dst) if dst else np.zeros(0, dtype=np.int64)
+        kind_a = np.concatenate(kind) if kind else np.zeros(0, dtype=np.int8)
+        # collective joins: each member's entry takes its incoming edges; every entry precedes every member
+        groups = self._collective_groups(dependencies)
+        entry_of: list[int] = []
+        member_entry = np.full(n, -1, dtype=np.int64)
+        join_src, join_dst, join_key = [], [], np.full(n, -np.inf)
+        for members in groups:
+            members = [m for m in members if member_entry[m] < 0]
+            if len(members) < 2:
+                continue
+            entries = []
+            for m in members:
+                member_entry[m] = n + len(entry_of)
+                entries.append(member_entry[m])
+                entry_of.append(m)
+            last = max(self.start[m] for m in members)
+            for m in members:
+                join_key[m] = last
+                for e in entries:
+                    join_src.append(e)
+                    join_dst.append(m)
+        self.entry_of = np.array(entry_of, dtype=np.int64)
+        redirect = member_entry[dst_a] if len(dst_a) else dst_a
+        dst_a = np.where(redirect >= 0, redirect, dst_a)
+        if join_src:
+            src_a = np.concatenate([src_a, np.array(join_src, dtype=np.int64)])
+            dst_a = np.concatenate([dst_a, np.array(join_dst, dtype=np.int64)])
+            kind_a = np.concatenate([kind_a, np.full(len(join_src), EDGE_KINDS.index(EDGE_COLLECTIVE), np.int8)])
+        # one edge per pair (the first kind found), no self-loops
+        keep = src_a != dst_a
+        src_a, dst_a, kind_a = src_a[keep], dst_a[keep], kind_a[keep]
+        total = n + len(entry_of)
+        pair = src_a * max(total, 1) + dst_a
+        _, first = np.unique(pair, return_index=True)
+        first.sort()
+        self.src, self.dst, self.kind = src_a[first], dst_a[first], kind_a[first]
+        # node times: entries are zero-length at their member's start
+        self.n_start = np.concatenate([self.start, self.start[self.entry_of]])
+        self.n_end = np.concatenate([self.end, self.start[self.entry_of]])
+        self.n_dur = self.n_end - self.n_start
+        self._order(np.where(np.isfinite(join_key), np.maximum(join_key, self.start), self.start))
+        self._weigh()
+
+    # -- lookups
+
+    def node_of(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(self.rows) or not len(rows):
+            return np.full(len(rows), -1, dtype=np.int64)
+        k = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
+        return np.where(self.rows[k] == rows, k, -1)
+
+    def _event_at(self, end: FlowEnd, device_codes: dict[Device, int]) -> int | None:
+        t = self.tt.table
+        code = device_codes.get(end.device)
+        lane = t.code_of(end.lane)
+        if code is None or lane < 0:
+            return None
+        members = np.flatnonzero((t.device[self.rows] == code) & (t.lane[self.rows] == lane))
+        if not len(members):
+            return None
+        members = members[np.argsort(self.start[members], kind="stable")]
+        ts = end.ts - self.base
+        k = int(np.searchsorted(self.start[members], ts + _EPS_US, side="right")) - 1
+        for j in range(k, max(k - 64, -1), -1):
+            node = int(members[j])
+            if self.end[node] >= ts - _EPS_US:
+                return node
+        return None
+
+    def _dependency_edges(self, dependencies: Dependencies):
+        t = self.tt.table
+        src, dst, kind = [], [], []
+        if dependencies.node_inputs:
+            runs: dict[int, list[int]] = defaultdict(list)
+            for node in np.argsort(self.start, kind="stable").tolist():
+                runs[int(t.name[self.rows[node]])].append(node)
+            code = {name: k for k, name in enumerate(t.strings)}
+            by_end: dict[int, tuple[list[float], list[int]]] = {}
+            for producer, consumer in dependencies.node_inputs:
+                p_code = code.get(producer, -1)
+                p_runs, c_runs = runs.get(p_code), runs.get(code.get(consumer, -1))
+                if not p_runs or not c_runs:
+                    continue
+                if p_code not in by_end:
+                    ordered = sorted(p_runs, key=lambda r: self.end[r])
+                    by_end[p_code] = ([float(self.end[r]) for r in ordered], ordered)
+                ends, ordered = by_end[p_code]
+                for c in c_runs:
+                    k = bisect.bisect_right(ends, self.start[c] + _EPS_US) - 1
+                    if k >= 0:
+                        src.append(ordered[k])
+                        dst.append(c)
+                        kind.append(EDGE_DATA)
+        device_codes = {d: k for k, d in enumerate(t.devices)}
+        for flow in dependencies.flows:
+            if flow.kind in (EDGE_DATA, EDGE_TRANSFER):
+                a, b = self._event_at(flow.source, device_codes), self._event_at(flow.target, device_codes)
+                if a is not None and b is not None and self.start[a] <= self.start[b]:
+                    src.append(a)
+                    dst.append(b)
+                    kind.append(flow.kind)
+        return src, dst, kind
+
+    def _collective_groups(self, dependencies: Dependencies) -> list[list[int]]:
+        t = self.tt.table
+        device_codes = {d: k for k, d in enumerate(t.devices)}
+        parent: dict[int, int] = {}
+
+        def find(x: int) -> int:
+            while parent.setdefault(x, x) != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for flow in dependencies.flows:
+            if flow.kind != EDGE_COLLECTIVE:
+                continue
+            a, b = self._event_at(flow.source, device_codes), self._event_at(flow.target, device_codes)
+            if a is not None and b is not None:
+                parent[find(a)] = find(b)
+        groups: dict[int, list[int]] = defaultdict(list)
+        for x in list(parent):
+            groups[find(x)].append(x)
+        found = [sorted(g) for g in groups.values() if len(g) > 1]
+        for rows in self.tt.rank_rows:
+            nodes = self.node_of(np.array(rows, dtype=np.int64))
+            nodes = sorted(int(x) for x in nodes[nodes >= 0])
+            if len(nodes) > 1:
+                found.append(nodes)
+        return found
+
+    # -- order and weights
+
+    def _order(self, key: np.ndarray) -> None:
+        """A topological order: by start (a collective member at its last member's start), entries and zero-length
+        events before what starts with them; a trace whose dependencies disagree with its clocks falls back to
+        networkx, dropping the edges that would close a cycle."""
+        total = len(self.n_start)
+        k = np.concatenate([key, self.start[self.entry_of]])
+        is_entry = np.arange(total) >= self.n
+        order = np.lexsort((np.arange(total), self.n_end, ~is_entry, k))
+        pos = np.empty(total, dtype=np.int64)
+        pos[order] = np.arange(total)
+        if len(self.src) and not np.all(pos[self.src] < pos[self.dst]):
+            g = nx.DiGraph()
+            g.add_nodes_from(range(total))
+            g.add_edges_from(zip(self.src.tolist(), self.dst.tolist()))
+            if not nx.is_directed_acyclic_graph(g):
+                late = self.n_start[self.dst] + _EPS_US < self.n_start[self.src]
+                g.remove_edges_from(zip(self.src[late].tolist(), self.dst[late].tolist()))
+                while not nx.is_directed_acyclic_graph(g):
+                    cycle = nx.find_cycle(g)
+                    g.remove_edge(*cycle[-1][:2])
+                keep = np.array([g.has_edge(u, v) for u, v in zip(self.src.tolist(), self.dst.tolist())], dtype=bool)
+                self.src, self.dst, self.kind = self.src[keep], self.dst[keep], self.kind[keep]
+            order = np.array(list(nx.topological_sort(g)), dtype=np.int64)
+            pos[order] = np.arange(total)
+        self.order, self.pos = order, pos
+
+    def _weigh(self) -> None:
+        total = len(self.n_start)
+        latest = np.full(total, -np.inf)
+        np.maximum.at(latest, self.dst, self.n_end[self.src])
+        self.wait_in = np.where(np.isfinite(latest), self.n_start - latest, 0.0)  # the same for every edge in
+        # A node without predecessors in the window (its lane's previous event ended before the window) is
+        # reached from the window's start: its lead is the time from there.
+        self.lead = np.where(np.isfinite(latest), 0.0, self.n_start)
+
+    # -- the longest path
+
+    def longest(self) -> tuple[list[int], float]:
+        """The longest path ending at one of the step's own events: (nodes, length); one pass in topological order
+        (``dist``: the longest path ending at each node), then one back (``tail``: the longest starting at each node
+        and ending at one of the step's events), for the what-if."""
+        total = len(self.n_start)
+        if not self.n:
+            return [], 0.0
+        pu, pv = self.pos[self.src], self.pos[self.dst]
+        by = np.lexsort((pu, pv))
+        pred, ptr = pu[by].tolist(), np.searchsorted(pv[by], np.arange(total + 1), side="left").tolist()
+        dur = self.n_dur[self.order]
+        gain = (self.n_dur + self.wait_in)[self.order]
+        dur_l, gain_l = dur.tolist(), gain.tolist()
+        lead = self.lead[self.order]
+        first_l = (dur + lead).tolist()
+        dist = [0.0] * total
+        back = [-1] * total
+        for k in range(total):
+            best, arg = first_l[k], -1
+            lo, hi = ptr[k], ptr[k + 1]
+            if hi > lo:
+                g = gain_l[k]
+                for j in range(lo, hi):
+                    u = pred[j]
+                    length = dist[u] + g
+                    # a chain through a predecessor as long as starting here wins: it says what the node waited
+                    # for (a collective member that waited all window long, for the last rank to arrive)
+                    if length > best or (arg < 0 and length > best - _TIE_US):
+                        best, arg = length, u
+            dist[k], back[k] = best, arg
+        eligible = np.zeros(total, dtype=bool)
+        eligible[self.pos[np.flatnonzero(self.own)]] = True
+        if not eligible.any():
+            eligible[self.pos[np.arange(self.n)]] = True
+        dist_a = np.asarray(dist)
+        ranked = np.flatnonzero(eligible)
+        end = int(ranked[np.argmax(dist_a[ranked])])  # the first of the longest
+        length = dist[end]
+        chain = []
+        while end >= 0:
+            chain.append(end)
+            end = back[end]
+        chain.reverse()
+        # the pass back
+        by = np.lexsort((pv, pu))
+        succ, sptr = pv[by].tolist(), np.searchsorted(pu[by], np.arange(total + 1), side="left").tolist()
+        ok = eligible.tolist()
+        tail = [0.0] * total
+        for k in range(total - 1, -1, -1):
+            best = 0.0 if ok[k] else -np.inf
+            for j in range(sptr[k], sptr[k + 1]):
+                s = succ[j]
+                value = tail[s] + gain_l[s] - dur_l[s]
+                if value > best:
+                    best = value
+            tail[k] = best + dur_l[k]
+        self._dist, self._tail, self._eligible, self._dur = dist_a, np.asarray(tail), eligible, dur
+        self._gain = gain
+        self._pu, self._pv = pu, pv
+        self._prefix = np.maximum.accumulate(np.where(eligible, dist_a, -np.inf))
+        self._suffix = np.maximum.accumulate((self._tail + lead)[::-1])[::-1]
+        return [int(self.order[k]) for k in chain], length
+
+    def without(self, node: int) -> float:
+        """The longest path's length with ``node`` weighing nothing (waits kept): the longest through it, less its
+        duration, or the longest avoiding it: ending before it, starting after it, or over an edge across its
+        place in the topological order."""
+        p = int(self.pos[node])
+        through = self._dist[p] + self._tail[p] - 2 * self._dur[p]
+        before = self._prefix[p - 1] if p > 0 else -np.inf
+        after = self._suffix[p + 1] if p + 1 < len(self._suffix) else -np.inf
+        across = (self._pu < p) & (self._pv > p)
+        over = (self._dist[self._pu[across]] + self._gain[self._pv[across]] - self._dur[self._pv[across]]
+                + self._tail[self._pv[across]]).max(initial=-np.inf)
+        return float(max(through, before, after, over))
 
 
 # -- the report ----------------------------------------------------------------------------------------
+
+
+def _windows(tt: _Table, steps: Sequence[int]) -> dict[int, tuple[float, float]]:
+    """Each step's window (see the module docstring), over every step of the table."""
+    t = tt.table
+    cand = tt.cand
+    known = np.unique(t.step[cand])
+    known = known[known >= 0]
+    result: dict[int, tuple[float, float]] = {}
+    if len(known):
+        step = t.step[cand]
+        keep = step >= 0
+        idx = np.searchsorted(known, step[keep])
+        first = np.full(len(known), np.inf)
+        last = np.full(len(known), -np.inf)
+        np.minimum.at(first, idx, t.ts[cand][keep])
+        np.maximum.at(last, idx, t.end[cand][keep])
+        reach = -np.inf
+        for s, a, b in zip(known.tolist(), first.tolist(), last.tolist()):
+            start = max(a, reach) if max(a, reach) < b else a
+            result[s] = (start, b)
+            reach = max(reach, b)
+    for s in steps:
+        if s not in result:
+            rows = cand[t.step[cand] == s] if len(known) else cand
+            if len(rows):
+                result[s] = (float(t.ts[rows].min()), float(t.end[rows].max()))
+    return result
 
 
 def _class_name(classes: np.ndarray, row: int) -> str:
     return CLASS_NAMES.get(EventClass(int(classes[row])), "compute")
 
 
-def _step_path(table: EventTable, step: int, dependencies: Dependencies, classes: np.ndarray,
-               what_if_ops: int, rank_rows: Sequence[Sequence[int]] = ()) -> StepPath | None:
-    sg = _build(table, step, dependencies, classes, rank_rows)
-    g = sg.g
-    if not sg.rows.size:
+def _step_label(of_step: int, step: int) -> str:
+    return "" if of_step == step else PREVIOUS_STEP if 0 <= of_step < step else NO_STEP if of_step < 0 else NEXT_STEP
+
+
+def build_step_graph(table: EventTable, step: int, dependencies: Dependencies = Dependencies(),
+                     classes: np.ndarray | None = None) -> nx.DiGraph:
+    """The DAG of one step's window as networkx: nodes are table rows (and ``("entry", row)`` for collective
+    members) with ``start``/``end``/``dur`` from the window's start; edges have ``kind`` and ``wait``."""
+    classes = classify(table) if classes is None else classes
+    tt = _Table(table, classes, dependencies)
+    window = _windows(tt, [step]).get(step)
+    g = nx.DiGraph()
+    if window is None:
+        return g
+    dag = _StepDAG(tt, step, window, dependencies)
+    names = [int(r) for r in dag.rows] + [("entry", int(dag.rows[m])) for m in dag.entry_of]
+    for k, name in enumerate(names):
+        g.add_node(name, start=float(dag.n_start[k]), end=float(dag.n_end[k]), dur=float(dag.n_dur[k]))
+    for u, v, kind in zip(dag.src.tolist(), dag.dst.tolist(), dag.kind.tolist()):
+        g.add_edge(names[u], names[v], kind=EDGE_KINDS[kind], wait=float(dag.wait_in[v]))
+    return g
+
+
+def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies: Dependencies,
+               what_if_ops: int) -> StepPath | None:
+    t, classes = tt.table, tt.classes
+    dag = _StepDAG(tt, step, window, dependencies)
+    if not dag.n:
         return None
-    weighted = _Weighted(g)
-    path, length = weighted.longest()
-    base = float(min(table.ts[sg.rows]))
-    span = float(max(table.end[sg.rows])) - base
-    events = [n for n in path if not isinstance(n, tuple)]
-    links = []
-    by_device: dict[str, float] = defaultdict(float)
+    path, length = dag.longest()
+    ws = window[0]
+    path = np.asarray(path, dtype=np.int64)
+    # the kind of each hop of the path
+    total = len(dag.n_start)
+    keys = dag.src * total + dag.dst
+    order = np.argsort(keys)
+    hop = order[np.searchsorted(keys[order], path[:-1] * total + path[1:])] if len(path) > 1 else order[:0]
+    hop_kind = dag.kind[hop]
+    is_event = path < dag.n
+    at = np.flatnonzero(is_event)  # positions in the path of its events
+    wait_in = dag.wait_in[path]
+    wait_in[0] = dag.lead[path[0]]  # from the window's start
+    # each event's wait: its own and its entry's (an entry's wait belongs to the member that follows)
+    group = np.minimum(np.cumsum(np.concatenate([[0], is_event[:-1]])), len(at) - 1)
+    wait = np.zeros(len(at))
+    np.add.at(wait, group, wait_in)
+    into = np.full(len(at), -1, dtype=np.int64)  # the kind of the first edge after the previous event
+    first_hop = at[:-1]  # the hop leaving each event (but the last)
+    into[1:] = hop_kind[first_hop]
+    # the kind of the edge on to the next event (through an entry: the join's kind, unless the first is not lane)
+    edge = np.full(len(at), -1, dtype=np.int64)
+    edge[:-1] = hop_kind[first_hop]
+    through = (at[1:] - at[:-1]) > 1
+    lane = EDGE_KINDS.index(EDGE_LANE)
+    second = np.minimum(first_hop + 1, max(len(hop_kind) - 1, 0))
+    edge[:-1] = np.where(through & (edge[:-1] == lane), hop_kind[second] if len(hop_kind) else edge[:-1], edge[:-1])
+    nodes = path[at]
+    rows = dag.rows[nodes]
+    start, dur = dag.n_start[nodes], dag.n_dur[nodes]
+    device = t.device[rows].astype(np.int64)
+    is_host = tt.is_thread[device]
+    # positive waits: host thread gaps (enclosing operators, else untraced) or idle / other lanes of the device
+    gap = wait > 0
+    if dag.lead[path[0]] > 0:
+        into[0] = lane  # a thread's time before its first event in the window is its own
+    a, b = ws + start - wait, ws + start
+    host_gap = gap & is_host & (into == lane)
+    covered = np.zeros(len(at))
+    for d, ln in set(zip(device[host_gap].tolist(), t.lane[rows[host_gap]].tolist())):
+        sel = host_gap & (device == d) & (t.lane[rows] == ln)
+        covered[sel] = tt.lane_ops(d, ln).covered(a[sel], b[sel])
+    other = gap & ~host_gap
+    for d in set(device[other].tolist()):
+        sel = other & (device == d)
+        covered[sel] = tt.busy(d).covered(a[sel], b[sel])
+    covered = np.minimum(covered, np.maximum(wait, 0))
+    rest = np.where(gap, wait - covered, 0.0)
+    classes_of = classes[rows]
+    labels = [d.label for d in t.devices]
+    workers = [d.worker or "host" for d in t.devices]
+    strings = t.strings
+    class_names = {int(c): name for c, name in CLASS_NAMES.items()}
+    # the shares, summed with numpy: each event's duration (less overlap) under its class, or under the step its
+    # work belongs to; each positive wait as split above
+    n_dev = len(t.devices)
+    of_steps = t.step[rows].astype(np.int64)
+    share = dur + np.minimum(wait, 0.0)
+    other = gap & ~host_gap
+    per_device = np.bincount(device, weights=share, minlength=n_dev) + \
+        np.bincount(device[gap], weights=wait[gap], minlength=n_dev)
+    by_device = {labels[d]: float(v) for d in np.unique(device).tolist() for v in [per_device[d]]}
+    wait_dev = np.bincount(device[other], weights=rest[other], minlength=n_dev)
+    wait_by_device = {labels[d]: float(wait_dev[d]) for d in np.unique(device[other & (rest > 0)]).tolist()}
+    owner = np.where(of_steps == step, classes_of.astype(np.int64),
+                     np.where(of_steps < 0, -3, np.where(of_steps < step, -1, -2)))
     by_class: dict[str, float] = defaultdict(float)
-    wait, into = 0.0, ""
-    for k, node in enumerate(path):
-        if k:
-            wait += g.edges[path[k - 1], node]["wait"]
-            into = into or g.edges[path[k - 1], node]["kind"]
-        if isinstance(node, tuple):  # a collective entry: its wait belongs to the member that follows
+    kinds, inverse = np.unique(owner, return_inverse=True)
+    sums = np.bincount(inverse.reshape(-1), weights=share)
+    named = {-1: PREVIOUS_STEP, -2: NEXT_STEP, -3: NO_STEP}
+    for kind, total in zip(kinds.tolist(), sums.tolist()):
+        by_class[named.get(kind) or class_names.get(kind, "compute")] += total
+    for key, mask, values in (("host", host_gap, covered), (UNTRACED, host_gap, rest), (OTHER_LANES, other, covered),
+                              (WAIT, other, rest)):
+        total = float(values[mask].sum())
+        if total > 0:
+            by_class[key] += total
+    by_class = {k: v for k, v in by_class.items() if v != 0 or k in CLASS_NAMES.values()}
+    # the links
+    links: list[Link] = []
+    names = [strings[c] for c in t.name[rows].tolist()]
+    op_types = [strings[c] for c in t.op_type[rows].tolist()]
+    lanes = [strings[c] for c in t.lane[rows].tolist()]
+    cls_names = [class_names.get(c, "compute") for c in classes_of.tolist()]
+    edge_names = [EDGE_KINDS[e] if e >= 0 else "" for e in edge.tolist()]
+    waits = wait.tolist()
+    starts = start.tolist()
+    untraced_link = (host_gap & (rest >= UNTRACED_LINK_US)).tolist()
+    for k, (row, dev, of_step, d) in enumerate(zip(rows.tolist(), device.tolist(), of_steps.tolist(), dur.tolist())):
+        label, s, w = labels[dev], starts[k], waits[k]
+        if untraced_link[k]:
+            links.append(Link(f"untraced host time on {workers[dev]}", "", label, lanes[k], s - w, float(rest[k]),
+                              UNTRACED, EDGE_LANE, 0.0, float(a[k]), -1, step))
+            w = float(covered[k])
+        links.append(Link(names[k], op_types[k], label, lanes[k], s, d, cls_names[k], edge_names[k], w, ws + s, row,
+                          of_step))
+    edges: dict[str, int] = {}
+    for code, count in zip(*np.unique(dag.kind, return_counts=True)):
+        edges[EDGE_KINDS[int(code)]] = int(count)
+    what_if = []
+    for k in np.argsort(-dur, kind="stable")[:what_if_ops].tolist():
+        if dur[k] <= 0:
             continue
-        edge = ""
-        for j in range(k + 1, len(path)):  # the kind of the edge on to the next event (through an entry)
-            edge = g.edges[path[j - 1], path[j]]["kind"] if not edge or edge == EDGE_LANE else edge
-            if not isinstance(path[j], tuple):
-                break
-        row = int(node)
-        device = table.devices[table.device[row]]
-        cls = _class_name(classes, row)
-        dur = float(table.dur[row])
-        links.append(Link(name=str(table.text(table.name[row])), op_type=str(table.text(table.op_type[row])),
-                          device=device.label, lane=str(table.text(table.lane[row])),
-                          start_us=float(table.ts[row]) - base, dur_us=dur, event_class=cls, edge=edge,
-                          wait_us=float(wait), ts_us=float(table.ts[row]), event=row))
-        # a negative wait is overlap with the predecessor: that part of the event is not on the path
-        by_device[device.label] += dur + min(wait, 0.0) + max(wait, 0.0)
-        by_class[cls] += dur + min(wait, 0.0)
-        if wait > 0:
-            # between two events of one host thread, the thread ran the operators enclosing them
-            by_class["host" if into == EDGE_LANE and device.kind == "host" else WAIT] += wait
-        wait, into = 0.0, ""
-    edges = defaultdict(int)
-    for _, _, kind in g.edges(data="kind"):
-        edges[kind] += 1
-    return StepPath(step=step, length_us=length, span_us=span, links=tuple(links), by_device=dict(by_device),
-                    by_class=dict(by_class), what_if=tuple(_what_if(weighted, table, events, length, what_if_ops)),
-                    events=int(sg.rows.size), edges=dict(edges))
-
-
-def _what_if(weighted: _Weighted, table: EventTable, events: list, length: float, top: int) -> list[WhatIf]:
-    g = weighted.graph
-    result = []
-    for row in sorted(events, key=lambda r: -g.nodes[r]["dur"])[:top]:
-        dur = g.nodes[row]["dur"]
-        if dur <= 0:
-            continue
-        _, shorter = weighted.longest(without=row)
-        result.append(WhatIf(name=str(table.text(table.name[row])), device=table.devices[table.device[row]].label,
-                             dur_us=dur, saving_us=max(0.0, length - shorter)))
-    return sorted(result, key=lambda w: -w.saving_us)
+        row = int(rows[k])
+        what_if.append(WhatIf(name=strings[t.name[row]], device=labels[t.device[row]], dur_us=float(dur[k]),
+                              saving_us=max(0.0, float(length - dag.without(int(nodes[k]))))))
+    what_if.sort(key=lambda x: -x.saving_us)
+    return StepPath(step=step, length_us=float(length), span_us=float(window[1] - window[0]), links=tuple(links),
+                    by_device=dict(by_device), by_class=dict(by_class), what_if=tuple(what_if), events=dag.n,
+                    edges=edges, window_us=(float(window[0]), float(window[1])), wait_by_device=wait_by_device)
 
 
 def analyze_critical_path(table: EventTable, dependencies: Dependencies = Dependencies(),
@@ -494,8 +908,9 @@ def analyze_critical_path(table: EventTable, dependencies: Dependencies = Depend
     if steps is None:  # a trace without step markers (a TF1 timeline) is one step, numbered -1
         steps = table.steps() if len(table.steps()) else ([-1] if len(table) else [])
     wanted = [int(s) for s in steps]
-    rank_rows = _rank_rows(table, dependencies)
-    paths = [p for p in (_step_path(table, s, dependencies, classes, what_if_ops, rank_rows) for s in wanted)
+    tt = _Table(table, classes, dependencies)
+    windows = _windows(tt, wanted)
+    paths = [p for p in (_step_path(tt, s, windows[s], dependencies, what_if_ops) for s in wanted if s in windows)
              if p is not None]
     return CriticalPathReport(steps=tuple(paths), lacks=tuple(dependencies.lacks),
                               workers=tuple(sorted({d.worker for d in table.devices} - {""})))

@@ -67,14 +67,16 @@ def run(args: argparse.Namespace, console: Console) -> int:
     table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
     notes += [*job_notes(table), *_left_out.notes(args, table)]
     left_out = _left_out.counts(table)
-    table = _steps.select(table, args)
-    steps = table.steps()
+    # The selection picks the steps analysed; the table stays whole, so a step's window still starts where the
+    # previous step's work ends (a GPU-bound step's first kernels queue behind the previous step's).
+    steps = _steps.select(table, args).steps()
     if args.step is not None and args.step not in steps:
         raise InputError(", ".join(args.paths), f"has no step {args.step}",
                          f"one of its steps: {', '.join(map(str, steps))}" if len(steps)
                          else "a trace with step markers for --step (this one is taken whole)")
     report = analyze_critical_path(table, read_dependencies(args.paths),
-                                   steps=None if args.step is None else [args.step], comm_patterns=args.comm_pattern)
+                                   steps=[args.step] if args.step is not None else steps if len(steps) else None,
+                                   comm_patterns=args.comm_pattern)
     if not report.steps:
         raise InputError(", ".join(args.paths), "has no event on a device in the chosen steps",
                          "a trace of device ops or kernels")

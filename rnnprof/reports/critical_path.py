@@ -17,10 +17,14 @@ CHAIN_ROWS = 30  # links shown per step in the table; the shorter ones in betwee
 
 DEFINITIONS = (
     "critical path = the longest chain of the step's DAG (edges: lane order, launch, data inputs, transfers, "
-    "collective joins), events weighing their duration and each edge the wait of its target after the last of "
-    "its predecessors ended; it runs through the dependency each event waited for. wait = time on the path in "
-    "which no event of it ran; start = ms from the step's first event; what-if = estimated step shrink if that "
-    "op took no time, waits unchanged (bounded by the next-longest path)"
+    "collective joins, gloo enqueue and completion), from the step's window start (where the previous step's work "
+    "ended, or its first event) to its last event; events weigh their duration within the window and each edge the "
+    "wait of its target after the last of its predecessors ended; it runs through the dependency each event waited "
+    "for. wait = time on the path in which its device ran nothing; other lanes = time the device ran other events "
+    "(other streams or threads); untraced = a host thread's time outside every traced operator (a sleep, data "
+    "loading); previous-step work = another step's events the device ran in this window; start = ms from the "
+    "window's start; what-if = estimated step shrink if that op took no time, waits unchanged (bounded by the "
+    "next-longest path)"
 )
 
 
@@ -42,8 +46,8 @@ def _step_label(step: StepPath) -> str:
 
 
 def chain_table(step: StepPath, rows: int = CHAIN_ROWS):
-    title = (f"{_step_label(step)}: critical path {_ms(step.length_us)} ms of a {_ms(step.span_us)} ms step, "
-             f"{len(step.links)} events")
+    title = (f"{_step_label(step)}: critical path {_ms(step.length_us)} ms of a {_ms(step.span_us)} ms step window, "
+             f"{len(step.links)} links")
     table = compact_table("op", ("start\nms", "dur\nms", "wait\nms"), title=title,
                           text_columns=("device", "class", "edge to\nnext"))
     table.columns[0].min_width = OP_WIDTH
@@ -57,7 +61,9 @@ def chain_table(step: StepPath, rows: int = CHAIN_ROWS):
         if folded:
             table.add_row(Text(f"… {folded} shorter events", style="dim"), "", "", "", "", _ms(folded_us), "")
             folded, folded_us = 0, 0.0
-        table.add_row(Text(link.name), Text(link.device), link.event_class, link.edge or "end",
+        cls = link.event_class if link.of_step == step.step or link.event == -1 else (
+            f"{link.event_class} (step {link.of_step})" if link.of_step >= 0 else f"{link.event_class} (no step)")
+        table.add_row(Text(link.name), Text(link.device), cls, link.edge or "end",
                       _ms(link.start_us), _ms(link.dur_us), _ms(link.wait_us) if link.wait_us else "")
     return table
 

@@ -1,0 +1,98 @@
+"""The critical path across the ranks of a real 2-rank CPU DDP (gloo) job run here under torchrun
+(``tests/ddp_straggler_job.py``, 10 profiled steps).
+
+Planted straggler: rank 1 sleeps 60 ms before each backward, outside every operator. Rank 0's all-reduce then
+waits inside gloo for rank 1's; the path must cross to rank 1 through the all-reduce's join and name the sleep
+as rank 1's untraced host time, measured as the script's own clock measured the sleep. Control: the same job
+without the sleep; the path must not blame untraced host time beyond what the run's own steps vary by.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rnnprof.analyzers.critical_path import analyze_critical_path
+from rnnprof.profiler.loaders import load_events
+
+JOB = Path(__file__).resolve().parent / "ddp_straggler_job.py"
+UNTRACED = "untraced"  # the class of a host thread's time outside every traced operator
+SLEEP_S = 0.060
+STEPS = list(range(2, 12))  # ProfilerStep#2..#11: the 10 active steps of the job's schedule
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")]
+
+
+def _run(out: Path, sleep_s: float) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+                    "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", str(JOB), str(out), str(sleep_s)],
+                   check=True, env=env, timeout=180, capture_output=True)
+    return out
+
+
+def _raw_steps(path: Path) -> dict[int, tuple[float, float]]:
+    """ProfilerStep#N -> its (start, duration) in µs, from the raw JSON."""
+    events = json.loads(path.read_text())["traceEvents"]
+    return {int(e["name"].split("#")[1]): (float(e["ts"]), float(e["dur"])) for e in events
+            if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")}
+
+
+@pytest.fixture(scope="module")
+def straggler(tmp_path_factory):
+    out = _run(tmp_path_factory.mktemp("straggler"), SLEEP_S)
+    table = load_events([str(out / "rank0.json"), str(out / "rank1.json")])
+    sleeps = {int(k): v for k, v in json.loads((out / "rank1-sleeps.json").read_text()).items()}
+    return analyze_critical_path(table), sleeps
+
+
+@pytest.fixture(scope="module")
+def balanced(tmp_path_factory):
+    out = _run(tmp_path_factory.mktemp("balanced"), 0.0)
+    table = load_events([str(out / "rank0.json"), str(out / "rank1.json")])
+    periods = [_raw_steps(out / f"rank{r}.json") for r in (0, 1)]
+    return analyze_critical_path(table), periods
+
+
+def test_the_path_goes_through_the_sleeping_ranks_untraced_sleep(straggler):
+    report, sleeps = straggler
+    assert [s.step for s in report.steps] == STEPS and set(sleeps) >= set(STEPS)
+    through = []
+    for step in report.steps:
+        untraced = [link for link in step.links if link.event_class == UNTRACED and link.device == "rank1/cpu:0"]
+        sleep = max(untraced, key=lambda link: link.dur_us, default=None)
+        if sleep is None or sleep.dur_us < 0.5 * sleeps[step.step]:
+            continue
+        through.append(step.step)
+        assert sleep.name == "untraced host time on rank1"
+        # The script's clock, less any part of the sleep before the step's window (rank 1 may start its step
+        # while rank 0 still finishes the previous one): the link ends where the sleep ends.
+        in_window = min(sleeps[step.step], sleep.ts_us + sleep.dur_us - step.window_us[0])
+        assert sleep.dur_us == pytest.approx(in_window, abs=3000), (step.step, sleep.dur_us, sleeps[step.step])
+        # from there it reaches the step's end on rank 1, or on rank 0 through the all-reduce: rank 1's call hands
+        # it to gloo (enqueue), whose run joins rank 0's (collective)
+        after = step.links[step.links.index(sleep):]
+        assert after[-1].device.startswith("rank1/") or {"enqueue", "collective"} & {link.edge for link in after}
+    assert len(through) >= 9, through
+
+
+def test_the_balanced_control_blames_no_untraced_host_time_beyond_the_runs_own_jitter(balanced):
+    report, steps = balanced
+    assert [s.step for s in report.steps] == STEPS
+    # the run's own jitter, from the raw JSON: how much a rank's step time varies over the run, and how far apart
+    # the two ranks start one step (the first step's window opens at the earlier rank's start)
+    spread = max(max(p[s][1] for s in STEPS) - min(p[s][1] for s in STEPS) for p in steps)
+    skew = max(abs(steps[0][s][0] - steps[1][s][0]) for s in STEPS)
+    jitter = max(spread, skew)
+    for step in report.steps:
+        named = [link for link in step.links if link.event_class == UNTRACED]
+        assert all(link.dur_us <= jitter for link in named), (step.step, [l.dur_us for l in named], jitter)
+        # nothing like the planted sleep, even summed with the few µs of Python between operators
+        assert step.by_class.get(UNTRACED, 0.0) < 0.25 * SLEEP_S * 1e6, step.step
