@@ -288,11 +288,12 @@ def test_planted_softmax_of_tower_1_on_device_0_is_on_the_critical_path(planted_
 
 
 @pytest.mark.slow
-def test_overlay_in_the_run_directory_is_a_valid_chrome_trace(planted_run, capsys):
-    assert main(["critical-path", str(planted_run), "--step", "3"]) == 0
+def test_the_overlay_a_user_asks_for_is_a_valid_chrome_trace(planted_run, capsys, tmp_path):
+    overlay = tmp_path / "path.trace.json"
+    assert main(["critical-path", str(planted_run), "--step", "3", "--overlay", str(overlay)]) == 0
     out = capsys.readouterr().out
-    overlay = planted_run / "critical-path.trace.json"
-    assert "critical-path.trace.json" in out.replace("\n", "")
+    assert "path.trace.json" in out.replace("\n", "")
+    assert not (planted_run / "critical-path.trace.json").exists()
     doc = json.loads(overlay.read_text())
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     starts = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "s"}

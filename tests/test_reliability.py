@@ -488,3 +488,27 @@ def test_a_rank_folder_counts_what_each_ranks_worker_left_out(tmp_path, capsys, 
     code = main([command, str(gloo[0]), "--json"])
     out, err = capsys.readouterr()
     assert json.loads(out)["left_out"] == {r: 0 for r in IMPOSSIBLE} and "left out" not in err
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir")
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_no_analysis_changes_the_run_directory_it_reads(tmp_path, capsys):
+    """Every command that reads a run leaves it byte for byte as it was (it may sit on read-only storage)."""
+    from test_count_ops import _run_with_graphs
+
+    run = _run_with_graphs(tmp_path)
+    before = _digest(run)
+    out = tmp_path / "out"
+    out.mkdir()
+    for argv in (["comm", run, "--per-step"], ["count-ops", run], ["critical-path", run],
+                 ["placement-audit", run], ["diff", run, run], ["report", run, "-o", out / "r.html"]):
+        code = main([str(a) for a in argv])
+        capsys.readouterr()
+        assert code in (0, 1), argv
+        assert _digest(run) == before, f"{argv[0]} changed the run directory it read"
+    assert (out / "r.html").exists()

@@ -24,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only step N (default: every step of the input, or of the step selection)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
     parser.add_argument("--overlay", metavar="FILE",
-                        help="write the path as a Chrome trace to FILE (a new file; default for a run directory: "
-                             "RUN/critical-path.trace.json; trace files get no overlay without it)")
+                        help="write the path as a Chrome trace to FILE, a new file (without it, no overlay is written: "
+                             "an analysis never writes into what it reads)")
     parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
                         help="also count events whose name or op type matches REGEX as communication (repeatable)")
     _steps.add_arguments(parser)
@@ -33,8 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _overlay_path(args: argparse.Namespace) -> Path | None:
-    from rnnprof.profiler import rundir
-
     if args.overlay:
         path = Path(args.overlay)
         if path.exists():
@@ -42,8 +40,6 @@ def _overlay_path(args: argparse.Namespace) -> Path | None:
         if not path.parent.is_dir():
             raise UsageError(f"--overlay {args.overlay}: no such directory {path.parent}")
         return path
-    if len(args.paths) == 1 and rundir.is_run_dir(Path(args.paths[0])):
-        return Path(args.paths[0]) / rundir.CRITICAL_PATH_OVERLAY
     return None
 
 

@@ -9,7 +9,7 @@
       graphs/graph.pb [graph.pbtxt]               user-level GraphDef: requested devices
       graphs/partitions/<k>_<device>.pb [.pbtxt]  partition graphs: assigned devices
       graphs/functions/<function>/...             TF2 function graphs (pre-optimization and partitions)
-      critical-path.trace.json                    written by ``rnnprof critical-path``: the path as a Chrome trace
+      critical-path.trace.json                    older versions' critical-path overlay (removed by --force; no longer written)
       torch/rank<r>.json.gz                       PyTorch runs: rank r's Kineto trace of its captured window
 
 Chrome trace schema (``timelines/*.trace.json.gz``): ``{"traceEvents": [...], "displayTimeUnit": "ms",
