@@ -8,4 +8,4 @@ exclude_patterns = ["_build"]
 myst_heading_anchors = 3
 html_theme = "alabaster"
 html_static_path = []
-suppress_warnings = ["myst.header"]
+suppress_warnings = ["myst.header", "myst.domains"]  # sphinx-argparse's domain cannot resolve MyST's "any" links
