@@ -190,6 +190,16 @@ def test_python_script_is_one_rank_without_a_process_group(python_run):
 
 
 @pytest.mark.slow
+def test_a_torch_run_records_torch_and_its_libraries_and_not_tensorflow(python_run):
+    import torch
+
+    versions = manifest(python_run)["versions"]
+    assert versions["torch"] == torch.__version__
+    assert versions.get("cuda") == torch.version.cuda and versions.get("rocm") == torch.version.hip
+    assert "tensorflow" not in versions and versions["python"] == ".".join(map(str, sys.version_info[:3]))
+
+
+@pytest.mark.slow
 def test_rnnprof_step_defines_the_steps_when_the_script_marks_them(python_run):
     events = raw_events(python_run / "torch" / "rank0.json.gz")
     steps = markers(events)

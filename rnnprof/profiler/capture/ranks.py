@@ -8,7 +8,8 @@ the launcher exits (``finish``), marking ranks that died without a word and the 
 
 Manifest fields of such a run: ``framework`` "torch", ``world_size``, ``backend`` (from
 ``torch.distributed`` once initialised, else None), ``ranks`` (one record per rank, by rank),
-``captured["kineto"]`` (the ranks' trace files), ``steps_seen`` (the most steps a rank ran) and
+``captured["kineto"]`` (the ranks' trace files), ``versions`` (the lowest rank's: torch, CUDA or ROCm,
+cuDNN, NCCL, the GPU model, TensorFlow only where imported), ``steps_seen`` (the most steps a rank ran) and
 ``status``: "complete" once every rank has closed normally, "interrupted" as soon as one was stopped
 or failed.
 """
@@ -85,6 +86,9 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None) -> 
                 if record.get("status") == rundir.STATUS_RUNNING:
                     record["status"] = rundir.STATUS_INTERRUPTED
                     record.setdefault("error", "the rank died without closing its capture")
+        versions = next((r["versions"] for r in records if isinstance(r.get("versions"), dict)), None)
+        if versions:  # the ranks' own: torch and its libraries, TensorFlow only where a rank imported it
+            manifest["versions"] = dict(versions)
         world = max([r.get("world_size") or 1 for r in records] or [1])
         manifest.update({
             "framework": FRAMEWORK,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rnnprof.profiler import rundir
 from rnnprof.profiler.capture import ranks
+from rnnprof.profiler.rundir.manifest import process_versions
 from rnnprof.profiler.rundir.writer import prepare_out_dir
 
 _BIG = 2**31 - 1  # steps=None: the window lasts until the capture closes
@@ -160,7 +161,8 @@ class TorchScriptCapture:
     def _record(self, status: str, **fields) -> dict:
         record = {"rank": self.rank, "local_rank": _env_int("LOCAL_RANK", self.rank), "pid": os.getpid(),
                   "trace": None, "steps": [], "steps_run": 0, **self._facts, "status": status,
-                  "world_size": self.world_size, "backend": self._facts.get("backend") or self._backend}
+                  "world_size": self.world_size, "backend": self._facts.get("backend") or self._backend,
+                  "versions": process_versions()}
         record.update({k: v for k, v in fields.items() if v is not None})
         return ranks.write_record(self.out_dir, record, self._command)
 
