@@ -36,6 +36,7 @@ parser.add_argument("--steps", type=int, default=5)
 parser.add_argument("--marks", action="store_true", help="rnnprof.step() per step, two optimizer steps each")
 parser.add_argument("--fail-rank", type=int, default=-1)
 parser.add_argument("--fail-at", type=int, default=-1)
+parser.add_argument("--die-at", type=int, default=-1, help="the --fail-rank ends its process with os._exit(1)")
 parser.add_argument("--pids", default=None, help="folder where each rank writes its pid")
 parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--timeout", type=float, default=None, help="seconds a collective may wait for a gone rank")
@@ -73,6 +74,8 @@ for i in range(args.steps):
     one_update()
     if i == args.fail_at and rank == args.fail_rank:
         sys.exit(3)
+    if i == args.die_at and rank == args.fail_rank:
+        os._exit(1)
     time.sleep(args.sleep)
 if distributed:
     dist.destroy_process_group()
@@ -224,6 +227,24 @@ def test_a_failing_rank_passes_its_exit_code_on_and_marks_the_run(tmp_path):
     assert {r["rank"]: r["status"] for r in m["ranks"]} == {0: "interrupted", 1: "interrupted"}
     rank_pids = [int(p.read_text()) for p in pids.iterdir()]
     assert len(rank_pids) == 2 and wait_gone(rank_pids, timeout=5) == []
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_is_blamed_and_the_others_errors_follow_from_it(tmp_path):
+    done, run = trace(tmp_path, TORCHRUN, "--nproc-per-node", "2", "SCRIPT", "--steps", "50",
+                      "--fail-rank", "1", "--die-at", "5", "--timeout", "5")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0
+    assert lines[-1].startswith("rnnprof trace: error: rank 1: the rank's process ended without closing its capture")
+    assert lines[-1].endswith(f"(run directory: {run})")
+    m = manifest(run)
+    assert m["failed_rank"] == 1 and m["error"].startswith("rank 1: ")
+    # rank 0 saw its peer go: its own error is shown, as a consequence of rank 1's failure
+    assert len(m["errors_after"]) == 1 and m["errors_after"][0].startswith("rank 0: the script raised ")
+    assert "rnnprof trace: after rank 1 failed: rank 0: the script raised " in done.stderr
+    ranks = {r["rank"]: r for r in m["ranks"]}
+    assert ranks[0]["error"].startswith("the script raised ") and not ranks[0]["stopped"]
+    assert ranks[1]["exited"] < ranks[0]["ended"]
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ Manifest fields of such a run: ``framework`` "torch", ``world_size``, ``backend`
 ``captured["kineto"]`` (the ranks' trace files), ``versions`` (the lowest rank's: torch, CUDA or ROCm,
 cuDNN, NCCL, the GPU model, TensorFlow only where imported), ``steps_seen`` (the most steps a rank ran) and
 ``status``: "complete" once every rank has closed normally, "interrupted" as soon as one was stopped
-or failed.
+or failed. Where ranks failed: ``error`` "rank R: why" of the first to fail (``failures``), ``failed_rank``
+R, and ``errors_after``, the other ranks' errors, in the order they came (consequences of the first).
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ import contextlib
 import fcntl
 import json
 import os
+import select
 import sys
+import threading
+import time
 from pathlib import Path
 
 from rnnprof.errors import InputError
@@ -67,12 +71,19 @@ def _locked(run_dir: Path):
         os.close(fd)  # releases the lock
 
 
-def combine(run_dir: str | Path, command=None, exit_code: int | None = None) -> dict:
+DIED = "the rank's process ended without closing its capture (killed, crashed or os._exit)"
+
+
+def combine(run_dir: str | Path, command=None, exit_code: int | None = None, exited: dict | None = None) -> dict:
     """Rebuild and save the manifest from the ranks' records (see the module); ``exit_code``: the launcher
-    has exited with it, so a rank still "running" died without closing its capture."""
+    has exited with it, so a rank still "running" died without closing its capture; ``exited``: when each
+    rank's process was seen to end (``ExitWatch``), by rank, which orders the ranks' failures."""
     run_dir = Path(run_dir)
     with _locked(run_dir):
         records = read_records(run_dir)
+        for record in records:
+            if exited and record["rank"] in exited:
+                record["exited"] = exited[record["rank"]]
         try:
             manifest = read_manifest(run_dir)
         except InputError:
@@ -85,7 +96,7 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None) -> 
             for record in records:
                 if record.get("status") == rundir.STATUS_RUNNING:
                     record["status"] = rundir.STATUS_INTERRUPTED
-                    record.setdefault("error", "the rank died without closing its capture")
+                    record.setdefault("error", DIED)
         versions = next((r["versions"] for r in records if isinstance(r.get("versions"), dict)), None)
         if versions:  # the ranks' own: torch and its libraries, TensorFlow only where a rank imported it
             manifest["versions"] = dict(versions)
@@ -109,6 +120,8 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None) -> 
         failed = failing_rank(records)
         if failed is not None:
             manifest["error"] = f"rank {failed['rank']}: {failed['error']}"
+            manifest["failed_rank"] = failed["rank"]
+            manifest["errors_after"] = [f"rank {r['rank']}: {r['error']}" for r in failures(records)[1:]]
         if finished:
             manifest["exit_code"] = exit_code
         if manifest["status"] != rundir.STATUS_RUNNING:
@@ -117,10 +130,71 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None) -> 
         return manifest
 
 
-def failing_rank(records: list[dict]) -> dict | None:
-    """The rank whose failure ended the run: the first to fail on its own, not one stopped by a signal."""
+def failures(records: list[dict]) -> list[dict]:
+    """The ranks that failed (not those stopped by a signal), first failure first: by when the rank closed
+    its capture with its error (``ended``) or, for one that could not, when its process was seen to end
+    (``exited``). A rank whose peer died fails after it (a collective finds the connection closed)."""
     failed = [r for r in records if r.get("error") and not r.get("stopped")]
-    return min(failed, key=lambda r: r.get("ended", float("inf"))) if failed else None
+    return sorted(failed, key=lambda r: (min(r.get("ended") or float("inf"), r.get("exited") or float("inf")),
+                                         r["rank"]))
+
+
+def failing_rank(records: list[dict]) -> dict | None:
+    """The rank whose failure ended the run: the first to fail (``failures``)."""
+    failed = failures(records)
+    return failed[0] if failed else None
+
+
+class ExitWatch:
+    """When each rank's process ends, seen from rnnprof's own process: the ranks are torchrun's children, not
+    rnnprof's, so their exits are watched through pidfds (Linux), read from their records as they appear.
+    ``exited``: rank -> wall time (``time.time()``) its process was seen to end."""
+
+    def __init__(self, run_dir: str | Path, poll_s: float = 0.02):
+        self.run_dir = Path(run_dir)
+        self.exited: dict[int, float] = {}
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="rnnprof-rank-exits", daemon=True)
+
+    def __enter__(self) -> "ExitWatch":
+        if hasattr(os, "pidfd_open"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+
+    def _watch(self) -> None:
+        watched: dict[int, int] = {}  # pidfd -> rank
+        seen: set[tuple[int, int]] = set()
+        poller = select.poll()
+        last_read = 0.0
+        try:
+            while not self._stop.is_set():
+                if time.monotonic() - last_read > 0.1:
+                    last_read = time.monotonic()
+                    for record in read_records(self.run_dir):
+                        key = (record["rank"], record.get("pid"))
+                        if key in seen or not isinstance(key[1], int) or key[1] == os.getpid():
+                            continue
+                        seen.add(key)
+                        try:
+                            fd = os.pidfd_open(key[1])
+                        except OSError:  # gone before it was watched: it ended by now
+                            self.exited.setdefault(key[0], time.time())
+                            continue
+                        watched[fd] = key[0]
+                        poller.register(fd, select.POLLIN)
+                for fd, _ in poller.poll(self._poll_s * 1000):
+                    self.exited.setdefault(watched[fd], time.time())
+                    poller.unregister(fd)
+                    os.close(watched.pop(fd))
+        finally:
+            for fd in watched:
+                os.close(fd)
 
 
 def exit_code_of(records: list[dict], launcher_code: int) -> int:

@@ -64,16 +64,19 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
                            "torchrun": launch.torchrun})
     child = subprocess.Popen(launch.argv, env=env, preexec_fn=_end_with_parent())
     interrupted = False
-    try:
-        code = child.wait()
-    except KeyboardInterrupt as exc:
-        interrupted = True
-        code = _stop(child, forward=isinstance(exc, Terminated))
+    with ranks.ExitWatch(out) as exits:  # which rank ended first, when one fails
+        try:
+            code = child.wait()
+        except KeyboardInterrupt as exc:
+            interrupted = True
+            code = _stop(child, forward=isinstance(exc, Terminated))
     records = ranks.read_records(out)
     if records:  # torch: the ranks recorded themselves
         _stop_leftover_ranks(records)
+        for record in records:
+            record["exited"] = exits.exited.get(record["rank"])
         code = ranks.exit_code_of(records, code)
-        ranks.combine(out, list(command), exit_code=130 if interrupted else code)
+        ranks.combine(out, list(command), exit_code=130 if interrupted else code, exited=exits.exited)
     else:
         _mark_unfinished(out, list(command), code)
     return 130 if interrupted or code == -signal.SIGINT else code
@@ -138,6 +141,13 @@ def _child_manifest(out: str | Path) -> dict:
 def script_failure(out: str | Path) -> str | None:
     """Why the script's capture stopped, as the child recorded it in the manifest."""
     return _child_manifest(out).get("error")
+
+
+def errors_after_failure(out: str | Path) -> tuple[int | None, list[str]]:
+    """The rank that failed first and the other ranks' errors after it (its consequences), in order."""
+    manifest = _child_manifest(out)
+    after = manifest.get("errors_after")
+    return manifest.get("failed_rank"), ([str(e) for e in after] if isinstance(after, list) else [])
 
 
 def nothing_captured(out: str | Path, skip_steps: int, delay: float) -> str | None:

@@ -52,6 +52,7 @@ class TorchScriptCapture:
         self._prepared = _prepared
         self._command = command
         self._profiler = None  # TorchCapture, from the first step's start
+        self._finished = None  # the TorchCapture whose window ended, its trace maybe still being written
         self._marked = False  # the script calls rnnprof.step(): optimizer steps no longer count
         self._open = False  # a marked step has begun and not ended
         self._handles: list = []
@@ -134,7 +135,7 @@ class TorchScriptCapture:
         from rnnprof.profiler.capture.torch_profiler import TorchCapture
 
         self._profiler = TorchCapture(self.out_dir, self.rank, skip_steps=self.skip_steps,
-                                      steps=self.steps or _BIG)
+                                      steps=self.steps or _BIG, on_written=self._trace_written)
 
     def _step_done(self) -> None:
         profiler = self._profiler
@@ -144,17 +145,28 @@ class TorchScriptCapture:
             self._backend = _backend()
         profiler.step()
         if profiler.captured_steps and len(profiler.captured_steps) >= profiler.steps:
-            self._end_window()  # the window is written; the rest of the run is not slowed
+            self._end_window(wait=False)  # the hooks go; the trace is written beside the training
 
-    def _end_window(self) -> None:
+    def _end_window(self, wait: bool = True) -> None:
+        """Stop profiling; ``wait=False`` (the window's last step): the trace is written beside the training."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
         if self._profiler is not None:
             self._window_done = True
-            self._facts = self._profiler.close()
+            self._finished = self._profiler
             self._profiler = None
             self._open = False
+            self._finished.close(wait=False)
+        if wait and self._finished is not None:
+            finished, self._finished = self._finished, None
+            self._facts = finished.close()
+
+    def _trace_written(self, profiler) -> None:
+        """The window's trace is in place (called from the thread that wrote it): the manifest lists it now."""
+        if not self._closed:
+            self._facts = profiler.facts()
+            self._record(rundir.STATUS_RUNNING)
 
     # -- record ----------------------------------------------------------------------------------
 
