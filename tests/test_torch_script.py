@@ -268,7 +268,9 @@ def test_sigterm_stops_every_rank_and_keeps_the_window(tmp_path):
             rnnprof.kill()
             rnnprof.communicate()
     assert rnnprof.returncode == 130
-    assert stderr.strip().splitlines()[-1] == f"rnnprof trace: error: interrupted; what was captured is in {run}"
+    assert stderr.strip().splitlines()[-1] == (
+        f"rnnprof trace: error: interrupted; kept in {run}: torch/rank0.json.gz (rank 0, steps 1-2), "
+        f"torch/rank1.json.gz (rank 1, steps 1-2)")
     assert wait_gone(rank_pids, timeout=5) == []
     m = manifest(run)
     assert m["status"] == "interrupted" and m["captured"]["kineto"] == ["torch/rank0.json.gz", "torch/rank1.json.gz"]

@@ -109,13 +109,14 @@ def _attach(args, console, argv) -> int:
 
 def _script(args, command, console) -> int:
     from rnnprof.errors import FindingsError
-    from rnnprof.profiler.capture.script import errors_after_failure, nothing_captured, run_script, script_failure
+    from rnnprof.profiler.capture.script import (errors_after_failure, nothing_captured, run_script, script_failure,
+                                                  what_was_kept)
 
     out = _require_out(args, "a script")
     code = run_script(out, command, steps=args.steps, skip_steps=args.skip_steps, delay=args.delay,
                       force=args.force)
     if code == 130:
-        raise InterruptedRun(f"interrupted; what was captured is in {out}")
+        raise InterruptedRun(f"interrupted; {what_was_kept(out)}")
     if code != 0:
         reason = script_failure(out) or f"the script exited with code {code}"
         first, after = errors_after_failure(out)

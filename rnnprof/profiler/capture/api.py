@@ -35,6 +35,7 @@ from pathlib import Path
 from rnnprof.profiler import rundir
 from rnnprof.profiler.rundir.manifest import session_config_fields
 from rnnprof.profiler.rundir.writer import RunWriter
+from rnnprof.profiler.capture.interrupt import interrupts_deferred
 from rnnprof.profiler.capture.nvtx import nvtx_range
 
 _active = None  # the capture that rnnprof.step() marks: a Capture, or a TorchScriptCapture in torch code
@@ -180,6 +181,10 @@ class Capture:
             tf.profiler.experimental.start(str(self._profile_scratch))
 
     def _close_window(self) -> None:
+        with interrupts_deferred():  # a Ctrl-C while the window is written comes once it is written
+            self._write_window()
+
+    def _write_window(self) -> None:
         self._window_open = False
         self._window_done = True
         manifest = self.writer.manifest

@@ -97,6 +97,7 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None, exi
                 if record.get("status") == rundir.STATUS_RUNNING:
                     record["status"] = rundir.STATUS_INTERRUPTED
                     record.setdefault("error", DIED)
+            _match_disk(run_dir, records)
         versions = next((r["versions"] for r in records if isinstance(r.get("versions"), dict)), None)
         if versions:  # the ranks' own: torch and its libraries, TensorFlow only where a rank imported it
             manifest["versions"] = dict(versions)
@@ -128,6 +129,26 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None, exi
             manifest["finished"] = now()
         atomic_write_json(run_dir / rundir.MANIFEST, manifest)
         return manifest
+
+
+def _match_disk(run_dir: Path, records: list[dict]) -> None:
+    """Once every rank has ended: each record names its trace exactly when the file is there. A trace is only
+    ever renamed into place whole, so one on disk that its rank did not record (the rank was killed after
+    writing it) is a complete window: the window's steps. Scratch files of an export cut short are removed."""
+    for record in records:
+        path = run_dir / rundir.TORCH_TRACES_DIR / rundir.torch_trace_name(record["rank"])
+        listed = record.get("trace")
+        if listed and not (run_dir / listed).is_file():
+            record.update(trace=None, steps=[])
+        elif not listed and path.is_file():
+            skip, window = record.get("skip_steps"), record.get("window_steps")
+            record["trace"] = path.relative_to(run_dir).as_posix()
+            record["steps"] = list(range(skip, skip + window)) if isinstance(skip, int) and isinstance(window, int) else []
+        elif not listed:
+            record["steps"] = []
+        atomic_write_json(record_path(run_dir, record["rank"]), record)
+    for scratch in (run_dir / rundir.TORCH_TRACES_DIR).glob(".rank*.json.gz.*"):
+        scratch.unlink(missing_ok=True)
 
 
 def failures(records: list[dict]) -> list[dict]:

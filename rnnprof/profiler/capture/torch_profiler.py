@@ -17,8 +17,9 @@ range; the step before the window is the profiler's warm-up (recorded, then drop
 unprofiled. No FLOPs are estimated in the traced process (the analysis computes them from the recorded
 shapes). The window's last step costs what torch's own export costs: Kineto writes its JSON to a scratch file
 there, and a thread beside the training compresses it and renames it into place whole as
-``<run_dir>/torch/rank<r>.json.gz`` (``rundir.TORCH_TRACES_DIR``/``rundir.torch_trace_name``), then calls
-``on_written``; ``close()`` (or ``wait()``) waits for it. A run stopped inside the window writes it at
+``<run_dir>/torch/rank<r>.json.gz`` (``rundir.TORCH_TRACES_DIR``/``rundir.torch_trace_name``) with only
+calls that release the GIL (read, zlib, write, rename), so the training's thread barely waits for it;
+``close()`` (or ``wait()``) waits for it. A run stopped inside the window writes it at
 ``close()``. ``phase(name)`` is a ``record_function`` range plus an NVTX range; every step is an NVTX
 range "step N" too, for Nsight Systems. Writing the manifest is the caller's (one parent for all ranks).
 """
@@ -33,6 +34,7 @@ import threading
 from pathlib import Path
 
 from rnnprof.profiler import rundir
+from rnnprof.profiler.capture.interrupt import interrupts_deferred
 from rnnprof.profiler.capture.nvtx import NvtxSpan, nvtx_range
 from rnnprof.profiler.rundir.writer import atomic_write_bytes
 from rnnprof.profiler.torch_import import import_torch
@@ -48,8 +50,7 @@ def trace_path(run_dir: str | Path, rank: int) -> Path:
 class TorchCapture:
     """``torch.profiler`` over steps ``skip_steps`` .. ``skip_steps + steps - 1`` of one rank (see the module)."""
 
-    def __init__(self, run_dir: str | Path, rank: int = 0, skip_steps: int = 1, steps: int = 2,
-                 on_written=None):
+    def __init__(self, run_dir: str | Path, rank: int = 0, skip_steps: int = 1, steps: int = 2):
         if skip_steps < 0 or steps < 1:
             raise ValueError(f"TorchCapture needs skip_steps >= 0 and steps >= 1 (got {skip_steps}, {steps})")
         torch = import_torch("capturing a PyTorch run")
@@ -64,7 +65,6 @@ class TorchCapture:
         self._done = 0  # steps completed (calls to step())
         self._written = False
         self._closed = False
-        self._on_written = on_written  # called (from the compressing thread) once the trace is in place
         self._compressing: threading.Thread | None = None
         self._export_error: BaseException | None = None
         activities = [ProfilerActivity.CPU]
@@ -93,7 +93,8 @@ class TorchCapture:
             return
         self._nvtx.end()
         self._done += 1
-        self._profile.step()  # ends ProfilerStep#N, begins #N+1; writes the trace as the window ends
+        with interrupts_deferred():  # a Ctrl-C in the window's export comes once the trace is written
+            self._profile.step()  # ends ProfilerStep#N, begins #N+1; writes the trace as the window ends
         self._nvtx = NvtxSpan(f"step {self._done}")
 
     def close(self, wait: bool = True) -> dict:
@@ -172,8 +173,3 @@ class TorchCapture:
                 os.unlink(scratch)
             except OSError:
                 pass
-        if self._written and self._on_written is not None:
-            try:
-                self._on_written(self)
-            except Exception as exc:
-                self._export_error = exc

@@ -135,7 +135,7 @@ class TorchScriptCapture:
         from rnnprof.profiler.capture.torch_profiler import TorchCapture
 
         self._profiler = TorchCapture(self.out_dir, self.rank, skip_steps=self.skip_steps,
-                                      steps=self.steps or _BIG, on_written=self._trace_written)
+                                      steps=self.steps or _BIG)
 
     def _step_done(self) -> None:
         profiler = self._profiler
@@ -162,17 +162,12 @@ class TorchScriptCapture:
             finished, self._finished = self._finished, None
             self._facts = finished.close()
 
-    def _trace_written(self, profiler) -> None:
-        """The window's trace is in place (called from the thread that wrote it): the manifest lists it now."""
-        if not self._closed:
-            self._facts = profiler.facts()
-            self._record(rundir.STATUS_RUNNING)
-
     # -- record ----------------------------------------------------------------------------------
 
     def _record(self, status: str, **fields) -> dict:
         record = {"rank": self.rank, "local_rank": _env_int("LOCAL_RANK", self.rank), "pid": os.getpid(),
-                  "trace": None, "steps": [], "steps_run": 0, **self._facts, "status": status,
+                  "trace": None, "steps": [], "steps_run": 0, "skip_steps": self.skip_steps,
+                  "window_steps": self.steps, **self._facts, "status": status,
                   "world_size": self.world_size, "backend": self._facts.get("backend") or self._backend,
                   "versions": process_versions()}
         record.update({k: v for k, v in fields.items() if v is not None})
