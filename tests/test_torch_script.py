@@ -244,7 +244,7 @@ def test_a_rank_that_dies_is_blamed_and_the_others_errors_follow_from_it(tmp_pat
     assert "rnnprof trace: after rank 1 failed: rank 0: the script raised " in done.stderr
     ranks = {r["rank"]: r for r in m["ranks"]}
     assert ranks[0]["error"].startswith("the script raised ") and not ranks[0]["stopped"]
-    assert ranks[1]["exited"] < ranks[0]["ended"]
+    assert "ended" not in ranks[1] and ranks[1]["exited"]  # it could not close its capture; rnnprof saw it end
 
 
 @pytest.mark.slow

@@ -151,13 +151,25 @@ def _match_disk(run_dir: Path, records: list[dict]) -> None:
         scratch.unlink(missing_ok=True)
 
 
+# A rank's end is seen (``ExitWatch``) only after the kernel has torn the process down, its sockets closed
+# first: a peer blocked in a collective may record the broken connection a moment earlier than that.
+EXIT_SEEN_LAG_S = 1.0
+
+
 def failures(records: list[dict]) -> list[dict]:
     """The ranks that failed (not those stopped by a signal), first failure first: by when the rank closed
-    its capture with its error (``ended``) or, for one that could not, when its process was seen to end
-    (``exited``). A rank whose peer died fails after it (a collective finds the connection closed)."""
+    its capture with its error (``ended``) or, for one that could not (it died without a word), when its
+    process was seen to end (``exited``) less ``EXIT_SEEN_LAG_S``. A rank whose peer died fails after it (a
+    collective finds the connection closed)."""
+    def failed_at(record: dict) -> float:
+        if isinstance(record.get("ended"), (int, float)):
+            return record["ended"]
+        if isinstance(record.get("exited"), (int, float)):
+            return record["exited"] - EXIT_SEEN_LAG_S
+        return float("inf")
+
     failed = [r for r in records if r.get("error") and not r.get("stopped")]
-    return sorted(failed, key=lambda r: (min(r.get("ended") or float("inf"), r.get("exited") or float("inf")),
-                                         r["rank"]))
+    return sorted(failed, key=lambda r: (failed_at(r), r["rank"]))
 
 
 def failing_rank(records: list[dict]) -> dict | None:
@@ -210,9 +222,9 @@ class ExitWatch:
                         watched[fd] = key[0]
                         poller.register(fd, select.POLLIN)
                 for fd, _ in poller.poll(self._poll_s * 1000):
-                    self.exited.setdefault(watched[fd], time.time())
+                    self.exited.setdefault(watched.pop(fd), time.time())
                     poller.unregister(fd)
-                    os.close(watched.pop(fd))
+                    os.close(fd)
         finally:
             for fd in watched:
                 os.close(fd)
