@@ -18,8 +18,8 @@ unprofiled. No FLOPs are estimated in the traced process (the analysis computes 
 shapes). The window's last step costs what torch's own export costs: Kineto writes its JSON to a scratch file
 there, and a thread beside the training compresses it and renames it into place whole as
 ``<run_dir>/torch/rank<r>.json.gz`` (``rundir.TORCH_TRACES_DIR``/``rundir.torch_trace_name``) with only
-calls that release the GIL (read, zlib, write, rename), so the training's thread barely waits for it;
-``close()`` (or ``wait()``) waits for it. A run stopped inside the window writes it at
+calls that release the GIL (read, zlib, write, rename), starting once the closing step has returned, so
+the training's thread barely waits for it; ``close()`` (or ``wait()``) waits for it. A run stopped inside the window writes it at
 ``close()``. ``phase(name)`` is a ``record_function`` range plus an NVTX range; every step is an NVTX
 range "step N" too, for Nsight Systems. Writing the manifest is the caller's (one parent for all ranks).
 """
@@ -66,6 +66,7 @@ class TorchCapture:
         self._written = False
         self._closed = False
         self._compressing: threading.Thread | None = None
+        self._step_left = threading.Event()  # the step that exported the window has returned
         self._export_error: BaseException | None = None
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
@@ -95,6 +96,7 @@ class TorchCapture:
         self._done += 1
         with interrupts_deferred():  # a Ctrl-C in the window's export comes once the trace is written
             self._profile.step()  # ends ProfilerStep#N, begins #N+1; writes the trace as the window ends
+        self._step_left.set()  # the compressing thread starts only now, off the closing step's time
         self._nvtx = NvtxSpan(f"step {self._done}")
 
     def close(self, wait: bool = True) -> dict:
@@ -138,6 +140,7 @@ class TorchCapture:
 
     def wait(self) -> None:
         """Until the window's trace is in place (or failed: the failure is raised here)."""
+        self._step_left.set()
         thread = self._compressing
         if thread is not None:
             thread.join()
@@ -161,6 +164,7 @@ class TorchCapture:
         self._compressing.start()
 
     def _compress(self, scratch: str) -> None:
+        self._step_left.wait()  # the training's thread keeps the GIL until its closing step is over
         try:
             with open(scratch, "rb") as handle:
                 data = handle.read()
