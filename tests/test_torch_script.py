@@ -36,6 +36,7 @@ parser.add_argument("--steps", type=int, default=5)
 parser.add_argument("--marks", action="store_true", help="rnnprof.step() per step, two optimizer steps each")
 parser.add_argument("--fail-rank", type=int, default=-1)
 parser.add_argument("--fail-at", type=int, default=-1)
+parser.add_argument("--die-at", type=int, default=-1, help="the --fail-rank ends its process with os._exit(1)")
 parser.add_argument("--pids", default=None, help="folder where each rank writes its pid")
 parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--timeout", type=float, default=None, help="seconds a collective may wait for a gone rank")
@@ -73,6 +74,8 @@ for i in range(args.steps):
     one_update()
     if i == args.fail_at and rank == args.fail_rank:
         sys.exit(3)
+    if i == args.die_at and rank == args.fail_rank:
+        os._exit(1)
     time.sleep(args.sleep)
 if distributed:
     dist.destroy_process_group()
@@ -190,6 +193,16 @@ def test_python_script_is_one_rank_without_a_process_group(python_run):
 
 
 @pytest.mark.slow
+def test_a_torch_run_records_torch_and_its_libraries_and_not_tensorflow(python_run):
+    import torch
+
+    versions = manifest(python_run)["versions"]
+    assert versions["torch"] == torch.__version__
+    assert versions.get("cuda") == torch.version.cuda and versions.get("rocm") == torch.version.hip
+    assert "tensorflow" not in versions and versions["python"] == ".".join(map(str, sys.version_info[:3]))
+
+
+@pytest.mark.slow
 def test_rnnprof_step_defines_the_steps_when_the_script_marks_them(python_run):
     events = raw_events(python_run / "torch" / "rank0.json.gz")
     steps = markers(events)
@@ -217,6 +230,24 @@ def test_a_failing_rank_passes_its_exit_code_on_and_marks_the_run(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_rank_that_dies_is_blamed_and_the_others_errors_follow_from_it(tmp_path):
+    done, run = trace(tmp_path, TORCHRUN, "--nproc-per-node", "2", "SCRIPT", "--steps", "50",
+                      "--fail-rank", "1", "--die-at", "5", "--timeout", "5")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0
+    assert lines[-1].startswith("rnnprof trace: error: rank 1: the rank's process ended without closing its capture")
+    assert lines[-1].endswith(f"(run directory: {run})")
+    m = manifest(run)
+    assert m["failed_rank"] == 1 and m["error"].startswith("rank 1: ")
+    # rank 0 saw its peer go: its own error is shown, as a consequence of rank 1's failure
+    assert len(m["errors_after"]) == 1 and m["errors_after"][0].startswith("rank 0: the script raised ")
+    assert "rnnprof trace: after rank 1 failed: rank 0: the script raised " in done.stderr
+    ranks = {r["rank"]: r for r in m["ranks"]}
+    assert ranks[0]["error"].startswith("the script raised ") and not ranks[0]["stopped"]
+    assert "ended" not in ranks[1] and ranks[1]["exited"]  # it could not close its capture; rnnprof saw it end
+
+
+@pytest.mark.slow
 def test_sigterm_stops_every_rank_and_keeps_the_window(tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
@@ -237,7 +268,9 @@ def test_sigterm_stops_every_rank_and_keeps_the_window(tmp_path):
             rnnprof.kill()
             rnnprof.communicate()
     assert rnnprof.returncode == 130
-    assert stderr.strip().splitlines()[-1] == f"rnnprof trace: error: interrupted; what was captured is in {run}"
+    assert stderr.strip().splitlines()[-1] == (
+        f"rnnprof trace: error: interrupted; kept in {run}: torch/rank0.json.gz (rank 0, steps 1-2), "
+        f"torch/rank1.json.gz (rank 1, steps 1-2)")
     assert wait_gone(rank_pids, timeout=5) == []
     m = manifest(run)
     assert m["status"] == "interrupted" and m["captured"]["kineto"] == ["torch/rank0.json.gz", "torch/rank1.json.gz"]

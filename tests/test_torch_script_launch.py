@@ -151,5 +151,5 @@ def test_a_rank_that_died_without_a_word_marks_the_run_and_is_named(tmp_path):
     assert ranks.exit_code_of(records, -9) == -9  # the rank left no exit code of its own
     final = ranks.combine(tmp_path, ["torchrun", "x.py"], exit_code=-9)
     assert final["status"] == "interrupted" and final["exit_code"] == -9 and final["world_size"] == 2
-    assert final["error"] == "rank 1: the rank died without closing its capture"
+    assert final["error"] == f"rank 1: {ranks.DIED}"
     assert [r["status"] for r in final["ranks"]] == ["complete", "interrupted"]

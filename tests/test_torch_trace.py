@@ -25,7 +25,7 @@ def spans(events, name):
 
 
 @pytest.mark.slow
-def test_capture_records_exactly_the_window_with_its_phases_and_flops(tmp_path):
+def test_capture_records_exactly_the_window_with_its_phases_and_shapes(tmp_path):
     import torch
 
     from rnnprof.profiler.capture.torch_profiler import TorchCapture
@@ -56,8 +56,7 @@ def test_capture_records_exactly_the_window_with_its_phases_and_flops(tmp_path):
         assert all(any(a <= s and e <= b for a, b in markers.values()) for s, e in ranges)
     addmm = [e for e in events if e["name"] == "aten::addmm"]
     assert len(addmm) == 2 and addmm[0]["args"]["Input Dims"] == [[16], [4, 16], [16, 16], [], []]
-    # torch's estimate for addmm of [4,16] x [16,16]: 2 * 4 * 16 * 16 per call
-    assert facts["flops"]["by_op"]["aten::addmm"] == 2 * (2 * 4 * 16 * 16)
+    assert "flops" not in facts  # FLOPs come from the recorded shapes in the analysis, not from this process
     assert not list(tmp_path.glob("torch/.*"))  # no scratch file left behind
 
 
@@ -163,7 +162,7 @@ def test_the_manifest_names_the_ranks_their_files_and_throughput(run, manifest):
         assert rank["throughput"]["words"] == BATCHES * words_per_rank_step
         assert rank["throughput"]["words_per_second"] == pytest.approx(
             rank["throughput"]["words"] / rank["throughput"]["total_seconds"])
-        assert rank["flops"]["by_op"]["aten::mm"] > 0 and len(rank["traced_step_seconds"]) == TRACE_STEPS
+        assert "flops" not in rank and len(rank["traced_step_seconds"]) == TRACE_STEPS
     combined = manifest["throughput"]
     assert combined["words"] == 2 * BATCHES * words_per_rank_step and combined["steps"] == BATCHES
     # a step ends with its slowest rank: the run's time is at least each rank's own

@@ -109,15 +109,19 @@ def _attach(args, console, argv) -> int:
 
 def _script(args, command, console) -> int:
     from rnnprof.errors import FindingsError
-    from rnnprof.profiler.capture.script import nothing_captured, run_script, script_failure
+    from rnnprof.profiler.capture.script import (errors_after_failure, nothing_captured, run_script, script_failure,
+                                                  what_was_kept)
 
     out = _require_out(args, "a script")
     code = run_script(out, command, steps=args.steps, skip_steps=args.skip_steps, delay=args.delay,
                       force=args.force)
     if code == 130:
-        raise InterruptedRun(f"interrupted; what was captured is in {out}")
+        raise InterruptedRun(f"interrupted; {what_was_kept(out)}")
     if code != 0:
         reason = script_failure(out) or f"the script exited with code {code}"
+        first, after = errors_after_failure(out)
+        for error in after:  # the first failure is the last line: the others followed from it
+            print(f"rnnprof trace: after rank {first} failed: {error}", file=sys.stderr)
         raise ScriptFailed(f"{reason} (run directory: {out})", code)
     empty = nothing_captured(out, args.skip_steps, args.delay)
     if empty:

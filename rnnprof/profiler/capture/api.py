@@ -10,8 +10,10 @@ and closes after ``steps`` steps (``steps=None``: when the capture ends).
 
 * TF2 (eager, tf.function): tf.profiler records the window (xplane with step markers);
   function graphs (pre-optimization, post-optimization, partitions) are kept under
-  ``graphs/functions/``. Run metadata is enabled from the start of the capture because
-  TF records a function's graphs only when it is first instantiated.
+  ``graphs/functions/``. Run metadata is enabled as soon as the eager runtime is initialized
+  (at the start of the capture if the runtime already exists, otherwise right after the script's
+  own first use of it, so a script can still set its threads and logical devices) because TF
+  records a function's graphs only when it is first instantiated.
 * TF1 (graph-mode ``Session.run``): runs inside the window get RunOptions FULL_TRACE;
   each step's step_stats become a timeline, plus RunMetadata, partition graphs and the
   per-device XSpace. tf.profiler is not used there: TF allows one profiler session at a
@@ -33,6 +35,7 @@ from pathlib import Path
 from rnnprof.profiler import rundir
 from rnnprof.profiler.rundir.manifest import session_config_fields
 from rnnprof.profiler.rundir.writer import RunWriter
+from rnnprof.profiler.capture.interrupt import interrupts_deferred
 from rnnprof.profiler.capture.nvtx import nvtx_range
 
 _active = None  # the capture that rnnprof.step() marks: a Capture, or a TorchScriptCapture in torch code
@@ -68,6 +71,7 @@ class Capture:
         self._traced: list = []  # (step, merged RunMetadata)
         self._profile_scratch: Path | None = None
         self._eager_metadata = False
+        self._hooked_context = None  # the eager context whose initialization enables run metadata
         self._unhooks: list = []
         self._function_depth = threading.local()
 
@@ -89,10 +93,7 @@ class Capture:
         self._started = time.monotonic()
         tf = _tensorflow()
         if tf is not None and tf.executing_eagerly():
-            from tensorflow.python.eager import context
-
-            context.context().enable_run_metadata()
-            self._eager_metadata = True
+            self._enable_eager_metadata()
         if tf is not None:
             self._install_hooks(tf)
         _active = self
@@ -180,6 +181,10 @@ class Capture:
             tf.profiler.experimental.start(str(self._profile_scratch))
 
     def _close_window(self) -> None:
+        with interrupts_deferred():  # a Ctrl-C while the window is written comes once it is written
+            self._write_window()
+
+    def _write_window(self) -> None:
         self._window_open = False
         self._window_done = True
         manifest = self.writer.manifest
@@ -225,6 +230,43 @@ class Capture:
             self.writer.write_partition_graphs(fg.partition_graphs, f"{folder}/{rundir.PARTITIONS_DIR}")
         self.writer.write_run_metadata("functions.pb", metadata.SerializeToString())
         self.writer.save_manifest()
+
+    def _enable_eager_metadata(self) -> None:
+        """Run metadata (function graphs) from the moment TensorFlow's eager runtime exists.
+
+        Enabling it initializes the runtime, after which a script can no longer set its threads or
+        logical devices (``tf.config.threading.*``, ``tf.config.set_logical_device_configuration``).
+        An uninitialized runtime is left alone: the metadata is enabled right after the runtime
+        initializes itself (its first op, function or device query), which is before any function runs.
+        """
+        from tensorflow.python.eager import context
+
+        ctx = context.context()
+        if ctx._initialized:
+            ctx.enable_run_metadata()
+            self._eager_metadata = True
+            return
+        original = ctx.ensure_initialized  # the bound method; the hook shadows it on this one context
+        capture = self
+
+        def ensure_initialized():
+            original()
+            if vars(ctx).get("ensure_initialized") is ensure_initialized and ctx._initialized:
+                if vars(ctx).pop("ensure_initialized", None) is ensure_initialized:  # once, in one thread
+                    with capture._lock:
+                        if capture._hooked_context is ctx:
+                            capture._hooked_context = None
+                            ctx.enable_run_metadata()
+                            capture._eager_metadata = True
+
+        def unhook():
+            if vars(ctx).get("ensure_initialized") is ensure_initialized:
+                vars(ctx).pop("ensure_initialized", None)
+            self._hooked_context = None
+
+        self._hooked_context = ctx
+        ctx.ensure_initialized = ensure_initialized
+        self._unhooks.append(unhook)
 
     def _disable_eager_metadata(self) -> None:
         if self._eager_metadata:

@@ -43,3 +43,53 @@ def ignore_interrupts() -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _raise_once(signum, frame):
+    """The first SIGINT or SIGTERM stops the script; later ones (Ctrl-C reaches the whole process group and
+    rnnprof passes its own signal on too) are ignored, so the capture's close is not cut short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupt_once():
+    """In the process under capture: the first SIGINT or SIGTERM raises ``KeyboardInterrupt`` (``Terminated``
+    for SIGTERM) in the main thread, and every later one is ignored. Handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, _raise_once) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """A SIGINT or SIGTERM that arrives inside is delivered as the block ends, so what the block writes (a
+    trace being exported) is whole. Outside the main thread, or with a handler that is not Python's (ignored,
+    default), it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+
+    def remember(signum, frame):
+        arrived.append(signum)
+
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            previous[signum] = signal.signal(signum, remember)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if arrived:
+            signal.raise_signal(arrived[0])  # the handler now runs, as if the signal came just now

@@ -8,9 +8,11 @@ the launcher exits (``finish``), marking ranks that died without a word and the 
 
 Manifest fields of such a run: ``framework`` "torch", ``world_size``, ``backend`` (from
 ``torch.distributed`` once initialised, else None), ``ranks`` (one record per rank, by rank),
-``captured["kineto"]`` (the ranks' trace files), ``steps_seen`` (the most steps a rank ran) and
+``captured["kineto"]`` (the ranks' trace files), ``versions`` (the lowest rank's: torch, CUDA or ROCm,
+cuDNN, NCCL, the GPU model, TensorFlow only where imported), ``steps_seen`` (the most steps a rank ran) and
 ``status``: "complete" once every rank has closed normally, "interrupted" as soon as one was stopped
-or failed.
+or failed. Where ranks failed: ``error`` "rank R: why" of the first to fail (``failures``), ``failed_rank``
+R, and ``errors_after``, the other ranks' errors, in the order they came (consequences of the first).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import contextlib
 import fcntl
 import json
 import os
+import select
 import sys
+import threading
+import time
 from pathlib import Path
 
 from rnnprof.errors import InputError
@@ -66,12 +71,19 @@ def _locked(run_dir: Path):
         os.close(fd)  # releases the lock
 
 
-def combine(run_dir: str | Path, command=None, exit_code: int | None = None) -> dict:
+DIED = "the rank's process ended without closing its capture (killed, crashed or os._exit)"
+
+
+def combine(run_dir: str | Path, command=None, exit_code: int | None = None, exited: dict | None = None) -> dict:
     """Rebuild and save the manifest from the ranks' records (see the module); ``exit_code``: the launcher
-    has exited with it, so a rank still "running" died without closing its capture."""
+    has exited with it, so a rank still "running" died without closing its capture; ``exited``: when each
+    rank's process was seen to end (``ExitWatch``), by rank, which orders the ranks' failures."""
     run_dir = Path(run_dir)
     with _locked(run_dir):
         records = read_records(run_dir)
+        for record in records:
+            if exited and record["rank"] in exited:
+                record["exited"] = exited[record["rank"]]
         try:
             manifest = read_manifest(run_dir)
         except InputError:
@@ -84,7 +96,11 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None) -> 
             for record in records:
                 if record.get("status") == rundir.STATUS_RUNNING:
                     record["status"] = rundir.STATUS_INTERRUPTED
-                    record.setdefault("error", "the rank died without closing its capture")
+                    record.setdefault("error", DIED)
+            _match_disk(run_dir, records)
+        versions = next((r["versions"] for r in records if isinstance(r.get("versions"), dict)), None)
+        if versions:  # the ranks' own: torch and its libraries, TensorFlow only where a rank imported it
+            manifest["versions"] = dict(versions)
         world = max([r.get("world_size") or 1 for r in records] or [1])
         manifest.update({
             "framework": FRAMEWORK,
@@ -105,6 +121,8 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None) -> 
         failed = failing_rank(records)
         if failed is not None:
             manifest["error"] = f"rank {failed['rank']}: {failed['error']}"
+            manifest["failed_rank"] = failed["rank"]
+            manifest["errors_after"] = [f"rank {r['rank']}: {r['error']}" for r in failures(records)[1:]]
         if finished:
             manifest["exit_code"] = exit_code
         if manifest["status"] != rundir.STATUS_RUNNING:
@@ -113,10 +131,103 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None) -> 
         return manifest
 
 
-def failing_rank(records: list[dict]) -> dict | None:
-    """The rank whose failure ended the run: the first to fail on its own, not one stopped by a signal."""
+def _match_disk(run_dir: Path, records: list[dict]) -> None:
+    """Once every rank has ended: each record names its trace exactly when the file is there. A trace is only
+    ever renamed into place whole, so one on disk that its rank did not record (the rank was killed after
+    writing it) is a complete window: the window's steps. Scratch files of an export cut short are removed."""
+    for record in records:
+        path = run_dir / rundir.TORCH_TRACES_DIR / rundir.torch_trace_name(record["rank"])
+        listed = record.get("trace")
+        if listed and not (run_dir / listed).is_file():
+            record.update(trace=None, steps=[])
+        elif not listed and path.is_file():
+            skip, window = record.get("skip_steps"), record.get("window_steps")
+            record["trace"] = path.relative_to(run_dir).as_posix()
+            record["steps"] = list(range(skip, skip + window)) if isinstance(skip, int) and isinstance(window, int) else []
+        elif not listed:
+            record["steps"] = []
+        atomic_write_json(record_path(run_dir, record["rank"]), record)
+    for scratch in (run_dir / rundir.TORCH_TRACES_DIR).glob(".rank*.json.gz.*"):
+        scratch.unlink(missing_ok=True)
+
+
+# A rank's end is seen (``ExitWatch``) only after the kernel has torn the process down, its sockets closed
+# first: a peer blocked in a collective may record the broken connection a moment earlier than that.
+EXIT_SEEN_LAG_S = 1.0
+
+
+def failures(records: list[dict]) -> list[dict]:
+    """The ranks that failed (not those stopped by a signal), first failure first: by when the rank closed
+    its capture with its error (``ended``) or, for one that could not (it died without a word), when its
+    process was seen to end (``exited``) less ``EXIT_SEEN_LAG_S``. A rank whose peer died fails after it (a
+    collective finds the connection closed)."""
+    def failed_at(record: dict) -> float:
+        if isinstance(record.get("ended"), (int, float)):
+            return record["ended"]
+        if isinstance(record.get("exited"), (int, float)):
+            return record["exited"] - EXIT_SEEN_LAG_S
+        return float("inf")
+
     failed = [r for r in records if r.get("error") and not r.get("stopped")]
-    return min(failed, key=lambda r: r.get("ended", float("inf"))) if failed else None
+    return sorted(failed, key=lambda r: (failed_at(r), r["rank"]))
+
+
+def failing_rank(records: list[dict]) -> dict | None:
+    """The rank whose failure ended the run: the first to fail (``failures``)."""
+    failed = failures(records)
+    return failed[0] if failed else None
+
+
+class ExitWatch:
+    """When each rank's process ends, seen from rnnprof's own process: the ranks are torchrun's children, not
+    rnnprof's, so their exits are watched through pidfds (Linux), read from their records as they appear.
+    ``exited``: rank -> wall time (``time.time()``) its process was seen to end."""
+
+    def __init__(self, run_dir: str | Path, poll_s: float = 0.02):
+        self.run_dir = Path(run_dir)
+        self.exited: dict[int, float] = {}
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="rnnprof-rank-exits", daemon=True)
+
+    def __enter__(self) -> "ExitWatch":
+        if hasattr(os, "pidfd_open"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+
+    def _watch(self) -> None:
+        watched: dict[int, int] = {}  # pidfd -> rank
+        seen: set[tuple[int, int]] = set()
+        poller = select.poll()
+        last_read = 0.0
+        try:
+            while not self._stop.is_set():
+                if time.monotonic() - last_read > 0.1:
+                    last_read = time.monotonic()
+                    for record in read_records(self.run_dir):
+                        key = (record["rank"], record.get("pid"))
+                        if key in seen or not isinstance(key[1], int) or key[1] == os.getpid():
+                            continue
+                        seen.add(key)
+                        try:
+                            fd = os.pidfd_open(key[1])
+                        except OSError:  # gone before it was watched: it ended by now
+                            self.exited.setdefault(key[0], time.time())
+                            continue
+                        watched[fd] = key[0]
+                        poller.register(fd, select.POLLIN)
+                for fd, _ in poller.poll(self._poll_s * 1000):
+                    self.exited.setdefault(watched.pop(fd), time.time())
+                    poller.unregister(fd)
+                    os.close(fd)
+        finally:
+            for fd in watched:
+                os.close(fd)
 
 
 def exit_code_of(records: list[dict], launcher_code: int) -> int:

@@ -12,10 +12,10 @@ opens the capture (TensorFlow: a ``Capture``, hooks on ``Session.run`` and ``tf.
 
 The parent only prepares the directory, waits, and marks the run interrupted if the child died before it
 could; for torch it rebuilds the manifest from the ranks' records, passes on the failing rank's exit code
-and stops any rank still running. Interrupted, it stops the child: Ctrl-C reaches both, SIGTERM is passed
-on (torchrun passes either to its ranks), and a child still running ``STOP_GRACE_S`` seconds later (or at
-a second interrupt) is killed; a child whose parent dies outright gets SIGTERM, and so does a rank whose
-torchrun dies.
+and stops any rank still running. Interrupted (SIGINT or SIGTERM, to the process group or to rnnprof alone),
+it passes SIGTERM on to the child and to the ranks (see ``_stop``), and a child still running
+``STOP_GRACE_S`` seconds later (or at a second interrupt) is killed; a child whose parent dies outright gets
+SIGTERM, and so does a rank whose torchrun dies.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Sequence
@@ -35,13 +36,13 @@ import rnnprof
 from rnnprof.errors import InputError, UsageError
 from rnnprof.profiler import rundir
 from rnnprof.profiler.capture import ranks
-from rnnprof.profiler.capture.interrupt import Terminated, ignore_interrupts, terminate_as_interrupt
+from rnnprof.profiler.capture.interrupt import ignore_interrupts, interrupt_once
 from rnnprof.profiler.rundir.manifest import new_manifest, read_manifest
 from rnnprof.profiler.capture.launch import launch_command
 from rnnprof.profiler.rundir.writer import RunWriter, atomic_write_json, prepare_out_dir
 
 ENV = "RNNPROF_CAPTURE"
-STOP_GRACE_S = 30  # how long an interrupted script may take to close its capture before it is killed
+STOP_GRACE_S = 4  # how long an interrupted script may take to close its capture before it is killed
 _PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
 _NO_DELAY = "--delay applies to TensorFlow scripts; a PyTorch script's window is set by --skip-steps and --steps"
 NO_TENSORFLOW = 2  # the child's exit code when its Python has no TensorFlow (rnnprof's error, not the script's)
@@ -64,41 +65,59 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
                            "torchrun": launch.torchrun})
     child = subprocess.Popen(launch.argv, env=env, preexec_fn=_end_with_parent())
     interrupted = False
-    try:
-        code = child.wait()
-    except KeyboardInterrupt as exc:
-        interrupted = True
-        code = _stop(child, forward=isinstance(exc, Terminated))
+    with ranks.ExitWatch(out) as exits:  # which rank ended first, when one fails
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:
+            interrupted = True
+            code = _stop(child, out)
     records = ranks.read_records(out)
     if records:  # torch: the ranks recorded themselves
-        _stop_leftover_ranks(records)
+        _stop_leftover_ranks(records, time.monotonic() + STOP_GRACE_S)
+        for record in records:
+            record["exited"] = exits.exited.get(record["rank"])
         code = ranks.exit_code_of(records, code)
-        ranks.combine(out, list(command), exit_code=130 if interrupted else code)
+        ranks.combine(out, list(command), exit_code=130 if interrupted else code, exited=exits.exited)
     else:
         _mark_unfinished(out, list(command), code)
     return 130 if interrupted or code == -signal.SIGINT else code
 
 
-def _stop_leftover_ranks(records: list[dict]) -> None:
-    """Ranks still running once the launcher has exited (it was killed before it could stop them)."""
-    for pid in ranks.leftover_ranks(records):
+def _stop_leftover_ranks(records: list[dict], deadline: float) -> None:
+    """Ranks still running once the launcher has exited (it was killed before it could stop them): asked
+    to close with SIGTERM, killed if still there at ``deadline`` (``time.monotonic()``)."""
+    _signal_pids(ranks.leftover_ranks(records), signal.SIGTERM)
+    try:
+        while ranks.leftover_ranks(records) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        pass
+    _signal_pids(ranks.leftover_ranks(records), signal.SIGKILL)
+
+
+def _signal_pids(pids: list[int], signum: int) -> None:
+    for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signum)
         except OSError:
             pass
 
 
-def _stop(child: subprocess.Popen, forward: bool) -> int:
+def _stop(child: subprocess.Popen, out: Path) -> int:
     """Stop the script after an interrupt and return its exit code.
 
-    Ctrl-C reaches the whole process group, the script included; SIGTERM reached only rnnprof and is
-    passed on. Either way the script closes its capture (the run says ``interrupted``); one that has not
-    exited after ``STOP_GRACE_S`` seconds, or a second interrupt, is killed.
+    Ctrl-C reaches the whole process group; a SIGINT or SIGTERM sent to rnnprof alone reaches only rnnprof.
+    Either way rnnprof passes SIGTERM on, to the launcher (python or torchrun) and to every rank that has
+    recorded itself; the bootstrap takes the first signal and ignores the rest, so a second one does no harm.
+    Each rank closes its capture (a window being exported is finished first; the run says ``interrupted``);
+    whatever has not exited ``STOP_GRACE_S`` seconds after the interrupt, or at a second interrupt, is killed
+    (ranks that outlive the launcher by ``_stop_leftover_ranks``, with the same deadline).
     """
-    if forward:
-        child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
     try:
-        return child.wait(timeout=STOP_GRACE_S)
+        child.send_signal(signal.SIGTERM)
+        _signal_pids(ranks.leftover_ranks(ranks.read_records(out)), signal.SIGTERM)
+        return child.wait(timeout=max(0.0, deadline - time.monotonic()))
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
         child.kill()
         return child.wait()
@@ -140,6 +159,38 @@ def script_failure(out: str | Path) -> str | None:
     return _child_manifest(out).get("error")
 
 
+def what_was_kept(out: str | Path) -> str:
+    """What an interrupted run holds, as its manifest lists it (the manifest matches the files on disk)."""
+    manifest = _child_manifest(out)
+    if manifest.get("framework") == ranks.FRAMEWORK:
+        kept = [f"{r['trace']} (rank {r['rank']}, {_steps_text(r.get('steps'))})"
+                for r in manifest.get("ranks", []) if isinstance(r, dict) and r.get("trace")]
+    else:
+        captured = manifest.get("captured") if isinstance(manifest.get("captured"), dict) else {}
+        files = sum(len(v) for v in captured.values() if isinstance(v, list))
+        steps = manifest.get("profiled_steps") or manifest.get("traced_steps") or []
+        kept = [f"{files} file(s) of {_steps_text(steps)}"] if files else []
+    if not kept:
+        return f"nothing was kept in {out}: no capture window had been written"
+    return f"kept in {out}: {', '.join(kept)}"
+
+
+def _steps_text(steps) -> str:
+    steps = [s for s in steps if isinstance(s, int)] if isinstance(steps, list) else []
+    if not steps:
+        return "no whole step"
+    if steps == list(range(steps[0], steps[-1] + 1)) and len(steps) > 1:
+        return f"steps {steps[0]}-{steps[-1]}"
+    return ("step " if len(steps) == 1 else "steps ") + ", ".join(map(str, steps))
+
+
+def errors_after_failure(out: str | Path) -> tuple[int | None, list[str]]:
+    """The rank that failed first and the other ranks' errors after it (its consequences), in order."""
+    manifest = _child_manifest(out)
+    after = manifest.get("errors_after")
+    return manifest.get("failed_rank"), ([str(e) for e in after] if isinstance(after, list) else [])
+
+
 def nothing_captured(out: str | Path, skip_steps: int, delay: float) -> str | None:
     """Why a script that ran to its end left no capture behind, or None when something was captured."""
     manifest = _child_manifest(out)
@@ -163,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.get("torchrun"):
         _end_with_launcher()
     framework = script_framework(argv) or (TORCH if settings.get("torchrun") else None)
-    with terminate_as_interrupt():  # rnnprof passes SIGTERM on; the capture then closes as interrupted
+    with interrupt_once():  # SIGINT or SIGTERM (rnnprof passes its own on): the capture closes as interrupted
         if framework == TORCH:
             return _capture_torch(settings, argv)
         if framework == TENSORFLOW and settings.get("torchrun"):
@@ -388,5 +439,19 @@ def _print_user_traceback(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, tb)
 
 
+def _exit_now(code: int) -> None:
+    """After an interrupt the capture is closed and on disk: the process ends at once, without the
+    interpreter's teardown (a second or more with torch or TensorFlow loaded), so the job stops in seconds."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _code = main()
+    if _code == 130:
+        _exit_now(_code)
+    sys.exit(_code)

@@ -12,12 +12,15 @@
     facts = capture.close()                                        # what the manifest records of this rank
 
 Steps are counted from 0 at construction. Steps ``skip_steps`` to ``skip_steps + steps - 1`` are recorded
-(``record_shapes``, ``with_flops``, the CPU activity and, where CUDA is available, the GPU's), each inside a
-``ProfilerStep#N`` range (torch's Kineto JSON carries no FLOPs: the window's FLOP estimates, which torch makes
-for matrix multiplications and convolutions, are in ``facts()["flops"]``, by operator); the step before the window is the profiler's warm-up (recorded, then dropped), the
-others run unprofiled. The window's trace is written when it ends (or at ``close()`` if the run stops inside
-it) as ``<run_dir>/torch/rank<r>.json.gz`` (``rundir.TORCH_TRACES_DIR``/``rundir.torch_trace_name``), renamed
-into place whole. ``phase(name)`` is a ``record_function`` range plus an NVTX range; every step is an NVTX
+(``record_shapes``, the CPU activity and, where CUDA is available, the GPU's), each inside a ``ProfilerStep#N``
+range; the step before the window is the profiler's warm-up (recorded, then dropped), the others run
+unprofiled. No FLOPs are estimated in the traced process (the analysis computes them from the recorded
+shapes). The window's last step costs what torch's own export costs: Kineto writes its JSON to a scratch file
+there, and a thread beside the training compresses it and renames it into place whole as
+``<run_dir>/torch/rank<r>.json.gz`` (``rundir.TORCH_TRACES_DIR``/``rundir.torch_trace_name``) with only
+calls that release the GIL (read, zlib, write, rename), starting once the closing step has returned, so
+the training's thread barely waits for it; ``close()`` (or ``wait()``) waits for it. A run stopped inside the window writes it at
+``close()``. ``phase(name)`` is a ``record_function`` range plus an NVTX range; every step is an NVTX
 range "step N" too, for Nsight Systems. Writing the manifest is the caller's (one parent for all ranks).
 """
 
@@ -27,9 +30,11 @@ import contextlib
 import gzip
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 from rnnprof.profiler import rundir
+from rnnprof.profiler.capture.interrupt import interrupts_deferred
 from rnnprof.profiler.capture.nvtx import NvtxSpan, nvtx_range
 from rnnprof.profiler.rundir.writer import atomic_write_bytes
 from rnnprof.profiler.torch_import import import_torch
@@ -59,8 +64,10 @@ class TorchCapture:
         self._torch = torch
         self._done = 0  # steps completed (calls to step())
         self._written = False
-        self._flops: dict[str, int] = {}
         self._closed = False
+        self._compressing: threading.Thread | None = None
+        self._step_left = threading.Event()  # the step that exported the window has returned
+        self._export_error: BaseException | None = None
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
@@ -69,7 +76,7 @@ class TorchCapture:
         self._profile = profile(
             activities=activities,
             schedule=schedule(wait=self.skip_steps - warmup, warmup=warmup, active=self.steps, repeat=1),
-            on_trace_ready=self._export, record_shapes=True, with_flops=True)
+            on_trace_ready=self._export, record_shapes=True)
         self._profile.start()
         self._nvtx = NvtxSpan("step 0")
 
@@ -87,15 +94,21 @@ class TorchCapture:
             return
         self._nvtx.end()
         self._done += 1
-        self._profile.step()  # ends ProfilerStep#N, begins #N+1; writes the trace as the window ends
+        with interrupts_deferred():  # a Ctrl-C in the window's export comes once the trace is written
+            self._profile.step()  # ends ProfilerStep#N, begins #N+1; writes the trace as the window ends
+        self._step_left.set()  # the compressing thread starts only now, off the closing step's time
         self._nvtx = NvtxSpan(f"step {self._done}")
 
-    def close(self) -> dict:
-        """Stop profiling (writing a window cut short) and return this rank's facts for the manifest."""
+    def close(self, wait: bool = True) -> dict:
+        """Stop profiling (writing a window cut short) and return this rank's facts for the manifest;
+        ``wait=False``: return at once ({}), the trace still being written (``wait()``, then ``facts()``)."""
         if not self._closed:
             self._closed = True
             self._nvtx.end()
             self._profile.stop()
+        if not wait:
+            return {}
+        self.wait()
         return self.facts()
 
     def __enter__(self) -> "TorchCapture":
@@ -113,8 +126,8 @@ class TorchCapture:
 
     def facts(self) -> dict:
         """``{"rank", "trace" (relative to the run directory, or None), "steps", "skip_steps", "window_steps",
-        "steps_run", "activities", "flops", "backend", "world_size"}``: ``flops`` is ``{"total", "by_op"}``, torch's
-        estimates over the window; ``backend`` and ``world_size`` are None without a process group."""
+        "steps_run", "activities", "backend", "world_size"}``: ``backend`` and ``world_size`` are None
+        without a process group."""
         backend = world = None
         distributed = self._torch.distributed
         if distributed.is_available() and distributed.is_initialized():
@@ -123,22 +136,44 @@ class TorchCapture:
                 "trace": self.path.relative_to(self.run_dir).as_posix() if self._written else None,
                 "steps": self.captured_steps, "skip_steps": self.skip_steps, "window_steps": self.steps,
                 "steps_run": self._done, "activities": self.activities,
-                "flops": {"total": sum(self._flops.values()), "by_op": dict(sorted(self._flops.items()))},
                 "backend": backend, "world_size": world}
 
+    def wait(self) -> None:
+        """Until the window's trace is in place (or failed: the failure is raised here)."""
+        self._step_left.set()
+        thread = self._compressing
+        if thread is not None:
+            thread.join()
+        error, self._export_error = self._export_error, None
+        if error is not None:
+            raise error
+
     def _export(self, prof) -> None:
-        """``on_trace_ready``: Kineto writes plain JSON to a scratch file; it goes into place gzipped, whole."""
+        """``on_trace_ready``: Kineto writes plain JSON to a scratch file, as torch's own export does; a thread
+        compresses it and renames it into place whole (``_compress``)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, scratch = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".json", dir=self.path.parent)
         os.close(fd)
         try:
             prof.export_chrome_trace(scratch)
+        except BaseException:
+            os.unlink(scratch)
+            raise
+        # Not a daemon: a script that returns before the thread is done still leaves its trace.
+        self._compressing = threading.Thread(target=self._compress, args=(scratch,), name="rnnprof-trace-writer")
+        self._compressing.start()
+
+    def _compress(self, scratch: str) -> None:
+        self._step_left.wait()  # the training's thread keeps the GIL until its closing step is over
+        try:
             with open(scratch, "rb") as handle:
                 data = handle.read()
+            atomic_write_bytes(self.path, gzip.compress(data, compresslevel=3, mtime=0))
+            self._written = True
+        except BaseException as exc:  # raised by wait(), in the caller's thread
+            self._export_error = exc
         finally:
-            os.unlink(scratch)
-        atomic_write_bytes(self.path, gzip.compress(data, compresslevel=6, mtime=0))
-        self._written = True
-        for event in prof.events():
-            if event.flops:
-                self._flops[event.name] = self._flops.get(event.name, 0) + int(event.flops)
+            try:
+                os.unlink(scratch)
+            except OSError:
+                pass

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rnnprof.profiler import rundir
 from rnnprof.profiler.capture import ranks
+from rnnprof.profiler.rundir.manifest import process_versions
 from rnnprof.profiler.rundir.writer import prepare_out_dir
 
 _BIG = 2**31 - 1  # steps=None: the window lasts until the capture closes
@@ -51,6 +52,7 @@ class TorchScriptCapture:
         self._prepared = _prepared
         self._command = command
         self._profiler = None  # TorchCapture, from the first step's start
+        self._finished = None  # the TorchCapture whose window ended, its trace maybe still being written
         self._marked = False  # the script calls rnnprof.step(): optimizer steps no longer count
         self._open = False  # a marked step has begun and not ended
         self._handles: list = []
@@ -143,24 +145,31 @@ class TorchScriptCapture:
             self._backend = _backend()
         profiler.step()
         if profiler.captured_steps and len(profiler.captured_steps) >= profiler.steps:
-            self._end_window()  # the window is written; the rest of the run is not slowed
+            self._end_window(wait=False)  # the hooks go; the trace is written beside the training
 
-    def _end_window(self) -> None:
+    def _end_window(self, wait: bool = True) -> None:
+        """Stop profiling; ``wait=False`` (the window's last step): the trace is written beside the training."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
         if self._profiler is not None:
             self._window_done = True
-            self._facts = self._profiler.close()
+            self._finished = self._profiler
             self._profiler = None
             self._open = False
+            self._finished.close(wait=False)
+        if wait and self._finished is not None:
+            finished, self._finished = self._finished, None
+            self._facts = finished.close()
 
     # -- record ----------------------------------------------------------------------------------
 
     def _record(self, status: str, **fields) -> dict:
         record = {"rank": self.rank, "local_rank": _env_int("LOCAL_RANK", self.rank), "pid": os.getpid(),
-                  "trace": None, "steps": [], "steps_run": 0, **self._facts, "status": status,
-                  "world_size": self.world_size, "backend": self._facts.get("backend") or self._backend}
+                  "trace": None, "steps": [], "steps_run": 0, "skip_steps": self.skip_steps,
+                  "window_steps": self.steps, **self._facts, "status": status,
+                  "world_size": self.world_size, "backend": self._facts.get("backend") or self._backend,
+                  "versions": process_versions()}
         record.update({k: v for k, v in fields.items() if v is not None})
         return ranks.write_record(self.out_dir, record, self._command)
 

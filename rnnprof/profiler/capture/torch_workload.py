@@ -31,6 +31,7 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
     from rnnprof.models.torch.rnnlm import WORDS_DEFINITION, lm_data
     from rnnprof.profiler.run import torch_ddp
     from rnnprof.profiler.run.torch_ddp import CPU_PROCESSES, CaptureWindow, combine_ranks, run_ranks
+    from rnnprof.profiler.rundir.manifest import process_versions
     from rnnprof.profiler.rundir.writer import RunWriter, default_run_dir
     from rnnprof.profiler.torch_import import import_torch
 
@@ -39,7 +40,7 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
     lm_data(options)  # a bad --data file stops here, before a run directory exists
     writer = RunWriter(out or default_run_dir(config.model), command=command, force=force,
                        config=options.to_dict())
-    writer.manifest["versions"]["torch"] = torch.__version__
+    writer.manifest["versions"] = process_versions()
     writer.update(framework="torch", world_size=config.devices, backend=None, ranks=[])
     with writer.recording():
         results = run_ranks(options, worker=worker or torch_ddp.rank_main,

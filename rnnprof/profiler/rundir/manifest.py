@@ -183,6 +183,53 @@ def _step_list(steps: list[int]) -> str:
     return f"steps {shown}" + (f", ... {steps[-1]}" if len(steps) > 8 else "")
 
 
+def torch_versions() -> dict:
+    """What the manifest records of an imported torch: ``torch``, ``cuda`` or ``rocm``, ``cudnn``, ``nccl``
+    and ``gpu`` (the model of the current device), each only where present; empty without torch.
+
+    Nothing here initializes CUDA: the GPU's model is read only once the script has initialized it.
+    """
+    torch = sys.modules.get("torch")
+    version = getattr(torch, "__version__", None) if torch is not None else None
+    if version is None:
+        return {}
+    found = {"torch": str(version)}
+    build = getattr(torch, "version", None)
+    for key, attr in (("cuda", "cuda"), ("rocm", "hip")):
+        if getattr(build, attr, None):
+            found[key] = str(getattr(build, attr))
+    try:
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except Exception:
+        cudnn = None
+    if cudnn:
+        found["cudnn"] = str(cudnn)
+    if "cuda" in found or "rocm" in found:
+        try:
+            nccl = torch.cuda.nccl.version()
+        except Exception:
+            nccl = None
+        if nccl:
+            found["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+        try:
+            if torch.cuda.is_initialized():
+                found["gpu"] = torch.cuda.get_device_name(torch.cuda.current_device())
+        except Exception:
+            pass
+    return found
+
+
+def process_versions() -> dict:
+    """The manifest's ``versions`` as this process sees them: rnnprof, python, and the frameworks it
+    imported (TensorFlow only where it is imported: a torch run does not read it)."""
+    versions = {"rnnprof": __version__, "python": platform.python_version()}
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and getattr(tf, "__version__", None):
+        versions["tensorflow"] = tf.__version__
+    versions.update(torch_versions())
+    return versions
+
+
 def _tensorflow_version() -> str | None:
     tf = sys.modules.get("tensorflow")
     if tf is not None:

@@ -1,0 +1,214 @@
+"""A signal at any moment of ``rnnprof trace`` of a PyTorch script: the whole job stops within seconds, every
+window that was completed is kept, the manifest lists exactly the files on disk and the last line says what
+was kept. Real processes: the CLI, its bootstrap, torchrun and gloo ranks, sent real signals."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from processes import alive
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+STOP_WITHIN_S = 5.0
+STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+# Each step runs many small ops, so that exporting the window's trace takes a while (a few tenths of a second);
+# the rank marks the start of every step and, just before the optimizer step that closes the window, the
+# moment the export begins.
+SCRIPT = r'''
+import os, sys, time
+import torch
+import torch.distributed as dist
+
+marks, closing, steps, ops = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+distributed = "WORLD_SIZE" in os.environ
+if distributed:
+    dist.init_process_group("gloo")
+rank = dist.get_rank() if distributed else 0
+torch.set_num_threads(1)
+model = torch.nn.Linear(8, 8)
+if distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def mark(name, text=""):
+    path = os.path.join(marks, f"rank{rank}.{name}")
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+mark("pid", str(os.getpid()))
+x = torch.ones(4)
+for i in range(steps):
+    mark("step", str(i))
+    for _ in range(ops):
+        x = x + 1
+    model(torch.randn(4, 8)).sum().backward()
+    if i == closing:
+        mark("closing", str(time.time()))
+    optimizer.step()
+    optimizer.zero_grad()
+    time.sleep(0.02)
+'''
+
+SKIP, WINDOW = 1, 2
+CLOSING = SKIP + WINDOW - 1
+
+
+def _env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+            "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+
+
+def _start(tmp_path: Path, ranks: int, steps: int = 100000, ops: int = 6000):
+    script, marks, run = tmp_path / "train.py", tmp_path / "marks", tmp_path / "run"
+    script.write_text(SCRIPT)
+    marks.mkdir()
+    launcher = [TORCHRUN, "--nproc-per-node", str(ranks)] if ranks > 1 else [sys.executable]
+    argv = [sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--steps", str(WINDOW),
+            "--skip-steps", str(SKIP), "--", *launcher, str(script), str(marks), str(CLOSING), str(steps), str(ops)]
+    rnnprof = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # its own process group: the test plays the terminal
+    return rnnprof, marks, run
+
+
+def _wait_for(rnnprof, marks: Path, names: list[str], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not all((marks / n).is_file() for n in names):
+        if rnnprof.poll() is not None:
+            raise AssertionError(rnnprof.communicate()[1][-3000:])
+        assert time.monotonic() < deadline, f"never saw {names}"
+        time.sleep(0.005)
+
+
+def _step_of(marks: Path, rank: int) -> int:
+    return int((marks / f"rank{rank}.step").read_text())
+
+
+def _rank_pids(marks: Path, ranks: int) -> list[int]:
+    return [int((marks / f"rank{r}.pid").read_text()) for r in range(ranks)]
+
+
+def _stop(rnnprof, signum: int, group: bool, pids: list[int]) -> tuple[float, float, str]:
+    """Send the signal; (when it was sent, seconds until rnnprof and every rank had ended, rnnprof's stderr)."""
+    sent = time.time()
+    start = time.monotonic()
+    try:
+        if group:
+            os.killpg(rnnprof.pid, signum)
+        else:
+            os.kill(rnnprof.pid, signum)
+        _, stderr = rnnprof.communicate(timeout=60)
+        while any(alive(p) for p in pids) and time.monotonic() - start < 60:
+            time.sleep(0.02)
+        return sent, time.monotonic() - start, stderr
+    finally:
+        if rnnprof.poll() is None:
+            os.killpg(rnnprof.pid, signal.SIGKILL)
+            rnnprof.communicate()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _manifest(run: Path) -> dict:
+    return json.loads((run / "manifest.json").read_text())
+
+
+def _disk_traces(run: Path) -> list[str]:
+    return sorted(f"torch/{p.name}" for p in (run / "torch").iterdir() if not p.name.startswith("."))
+
+
+def _window_of(path: Path) -> list[int]:
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    return sorted(int(STEP.match(e["name"]).group(1)) for e in events if e.get("ph") == "X" and STEP.match(e["name"]))
+
+
+def _check_kept(run: Path, stderr: str, ranks: list[int]) -> None:
+    """The manifest matches the disk, each kept trace holds its whole window, the last line names exactly them."""
+    manifest = _manifest(run)
+    assert manifest["status"] == "interrupted"
+    kept = [f"torch/rank{r}.json.gz" for r in ranks]
+    assert _disk_traces(run) == kept
+    assert manifest["captured"]["kineto"] == kept
+    by_rank = {r["rank"]: r for r in manifest["ranks"]}
+    for r, record in by_rank.items():
+        if r in ranks:
+            assert record["trace"] == f"torch/rank{r}.json.gz" and record["steps"] == list(range(SKIP, CLOSING + 1))
+            assert _window_of(run / record["trace"]) == list(range(SKIP, CLOSING + 1))
+        else:
+            assert record["trace"] is None and record["steps"] == []
+    assert not [p.name for p in (run / "torch").iterdir() if p.name.startswith(".rank") and ".json.gz." in p.name]
+    if ranks:
+        listed = ", ".join(f"torch/rank{r}.json.gz (rank {r}, steps {SKIP}-{CLOSING})" for r in ranks)
+        expected = f"rnnprof trace: error: interrupted; kept in {run}: {listed}"
+    else:
+        expected = f"rnnprof trace: error: interrupted; nothing was kept in {run}: no capture window had been written"
+    assert stderr.strip().splitlines()[-1] == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, group", [(signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGINT, False)],
+                         ids=["SIGTERM-rnnprof", "SIGINT-group", "SIGINT-rnnprof"])
+def test_a_signal_during_the_export_keeps_the_window(tmp_path, signum, group):
+    rnnprof, marks, run = _start(tmp_path, ranks=1)
+    _wait_for(rnnprof, marks, ["rank0.closing"])
+    sent, took, stderr = _stop(rnnprof, signum, group, _rank_pids(marks, 1))
+    assert rnnprof.returncode == 130, stderr[-3000:]
+    assert took < STOP_WITHIN_S
+    # the signal came while the window was being written: its trace was put in place after it, whole
+    assert (run / "torch" / "rank0.json.gz").stat().st_mtime > sent
+    _check_kept(run, stderr, [0])
+
+
+@pytest.mark.slow
+def test_sigint_to_rnnprof_alone_stops_a_torchrun_job_and_keeps_its_windows(tmp_path):
+    rnnprof, marks, run = _start(tmp_path, ranks=2, ops=200)
+    _wait_for(rnnprof, marks, ["rank0.step", "rank1.step"])
+    deadline = time.monotonic() + 120
+    while min(_step_of(marks, r) for r in (0, 1)) < CLOSING + 3:  # the window is behind both ranks
+        assert rnnprof.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    pids = _rank_pids(marks, 2)
+    _, took, stderr = _stop(rnnprof, signal.SIGINT, False, pids)
+    assert rnnprof.returncode == 130, stderr[-3000:]
+    assert took < STOP_WITHIN_S and not any(alive(p) for p in pids)
+    _check_kept(run, stderr, [0, 1])
+
+
+@pytest.mark.slow
+def test_sigint_to_the_group_during_a_torchrun_export_keeps_both_windows(tmp_path):
+    rnnprof, marks, run = _start(tmp_path, ranks=2)
+    _wait_for(rnnprof, marks, ["rank0.closing", "rank1.closing"])
+    pids = _rank_pids(marks, 2)
+    _, took, stderr = _stop(rnnprof, signal.SIGINT, True, pids)
+    assert rnnprof.returncode == 130, stderr[-3000:]
+    assert took < STOP_WITHIN_S and not any(alive(p) for p in pids)
+    _check_kept(run, stderr, [0, 1])
+
+
+@pytest.mark.slow
+def test_a_signal_before_the_window_keeps_nothing_and_says_so(tmp_path):
+    rnnprof, marks, run = _start(tmp_path, ranks=2, ops=100000)  # long steps: step 0 is still running
+    _wait_for(rnnprof, marks, ["rank0.step", "rank1.step"])
+    pids = _rank_pids(marks, 2)
+    assert max(_step_of(marks, r) for r in (0, 1)) < SKIP
+    _, took, stderr = _stop(rnnprof, signal.SIGTERM, False, pids)
+    assert rnnprof.returncode == 130, stderr[-3000:]
+    assert took < STOP_WITHIN_S and not any(alive(p) for p in pids)
+    _check_kept(run, stderr, [])
