@@ -54,6 +54,9 @@ def _files(paths: list[str]) -> list[tuple[str, Path]]:
     for path in paths:
         kind = detect_format(path)
         if kind != "kineto":
+            from rnnprof.profiler.loaders import load_events
+
+            load_events(path)  # input that is not a trace at all is a one-line error, not "not available"
             raise _NotAvailable(path, kind)
         files.append(("" if len(paths) == 1 else Path(path).name, Path(path)))
     return files
