@@ -203,3 +203,15 @@ def test_cli_rank_files_and_chart(tmp_path, capsys):
     assert code == 0, err
     assert "AMD Instinct MI300X" in out and "NVIDIA A100" in out
     assert plot.stat().st_size > 1000 and b"<svg" in plot.read_bytes()[:400]
+
+
+def test_an_operator_owns_every_kernel_launched_inside_it():
+    """ViT's patch-embedding convolution launches 7 GPU activities through nested operators (memsets of
+    ``aten::zeros``, cuDNN's layout transposes, the bias ``aten::add_``, each itself modeled or not): all belong to
+    the outermost modeled operator, as in TraceLens's CONV_fwd kernel list and time."""
+    with open(REPORTS / "h100-vit" / "CONV_fwd.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    report = analyse("kineto-h100-vit-shapes.json.gz")
+    conv = report.families["CONV_fwd"]
+    assert conv.kernels == row["kernel_details__summarize_kernel_stats"].count("'name'") == 7
+    assert conv.rates.kernel_us == pytest.approx(float(row["Kernel Time (µs)_sum"]), rel=1e-5)
