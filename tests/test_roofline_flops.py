@@ -131,8 +131,7 @@ def test_loader_reads_the_recorded_shapes_of_every_reported_op(folder):
     """Every (name, Input Dims, Input type, Concrete Inputs) TraceLens reports is in the side table, as many times
     as TraceLens counted it at least."""
     shapes = load_shapes(FIXTURES / TRACES[folder])
-    seen = Counter((n, repr(d), repr(t), repr(c)) for n, d, t, c in
-                   zip(shapes.name, shapes.dims, shapes.types, shapes.concrete))
+    seen = Counter((n, repr(d), repr(t), repr(c)) for n, d, t, c in shapes.rows())
     assert shapes.operators >= len(shapes) > 0
     checked = 0
     for csv_path in sorted((REPORTS / folder).glob("*.csv")):

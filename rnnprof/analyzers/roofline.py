@@ -186,21 +186,23 @@ def _shape_text(dims) -> str:
     return ",".join("x".join(str(d) for d in shape) for shape in dims if isinstance(shape, list) and shape)
 
 
-def _outermost(lanes: list[str], starts: np.ndarray, ends: np.ndarray, rows: list[int]):
-    """Per lane, the rows not nested in another of ``rows`` on that lane: (starts, ends, rows) sorted by start."""
-    by_lane: dict[str, list[int]] = defaultdict(list)
-    for row in rows:
-        by_lane[lanes[row]].append(row)
+def _outermost(lanes: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray):
+    """Per lane, the ``rows`` not nested in an earlier one of ``rows`` on that lane: {lane: (starts, ends, rows)}
+    sorted by start. A row is kept when it starts at or after the end of every row that started before it."""
     result = {}
-    for lane, members in by_lane.items():
-        members.sort(key=lambda r: (starts[r], -ends[r]))
-        kept, end = [], -np.inf
-        for r in members:
-            if starts[r] >= end:
-                kept.append(r)
-                end = ends[r]
-        idx = np.asarray(kept, dtype=np.int64)
-        result[lane] = (starts[idx], ends[idx], idx)
+    if not len(rows):
+        return result
+    rows = np.asarray(rows, dtype=np.int64)
+    order = np.lexsort((-ends[rows], starts[rows], lanes[rows]))
+    rows = rows[order]
+    lane_of = lanes[rows]
+    cuts = np.flatnonzero(lane_of[1:] != lane_of[:-1]) + 1
+    for part in np.split(rows, cuts):
+        s, e = starts[part], ends[part]
+        reach = np.maximum.accumulate(e)
+        keep = np.ones(len(part), dtype=bool)
+        keep[1:] = s[1:] >= reach[:-1]
+        result[int(lanes[part[0]])] = (s[keep], e[keep], part[keep])
     return result
 
 
@@ -220,97 +222,90 @@ def _containing(outer, lanes: np.ndarray, times: np.ndarray) -> np.ndarray:
 
 def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_selection: str = "") -> RooflineReport:
     """The roofline of one process's trace: ``shapes`` is its ``OpShapes`` (None or empty: no shapes recorded)."""
-    n_shapes = len(shapes) if shapes is not None else 0
-    costs = [op_cost(shapes.name[i], shapes.dims[i], shapes.types[i], shapes.concrete[i]) for i in range(n_shapes)]
-    modeled = [i for i, c in enumerate(costs) if c is not None]
-    starts = np.asarray(shapes.ts if n_shapes else [], dtype=np.float64)
-    ends = starts + np.asarray(shapes.dur if n_shapes else [], dtype=np.float64)
-    outer = _outermost(shapes.lane if n_shapes else [], starts, ends, modeled)
+    n_ops = len(shapes) if shapes is not None else 0
+    signatures = shapes.signatures if n_ops else []
+    costs = [op_cost(g.name, g.dims, g.types, g.concrete) for g in signatures]
+    sig = np.asarray(shapes.sig if n_ops else [], dtype=np.int64)
+    is_modeled = np.array([c is not None for c in costs] or [False], dtype=bool)
+    modeled = np.flatnonzero(is_modeled[sig]) if n_ops else np.zeros(0, dtype=np.int64)
+    lane_codes, lanes = _lane_codes(shapes.lane if n_ops else [])
+    starts = np.asarray(shapes.ts if n_ops else [], dtype=np.float64)
+    ends = starts + np.asarray(shapes.dur if n_ops else [], dtype=np.float64)
+    outer = _outermost(lane_codes, starts, ends, modeled)
 
     corr = table.correlation
     runtime = np.flatnonzero((table.kind == Kind.RUNTIME) & (corr >= 0))
     work = np.flatnonzero(np.isin(table.kind, [int(k) for k in _GPU_WORK]))
     launcher = match_correlation(corr[runtime], corr[work])
     launched = launcher >= 0
-    lane_text = np.asarray(table.strings, dtype=object)
     rt_rows = runtime[launcher[launched]]
     op_of = np.full(len(work), -1, dtype=np.int64)
+    # the event table's lane codes -> the side table's, by the thread's text
+    to_side = np.array([lanes.get(text, -1) for text in table.strings], dtype=np.int64)
     if len(rt_rows):
-        op_of[launched] = _containing(outer, lane_text[table.lane[rt_rows]], table.ts[rt_rows])
+        op_of[launched] = _containing(outer, to_side[table.lane[rt_rows]], table.ts[rt_rows])
 
-    # per operator instance: its kernels' time and the first kernel's step
-    instance_us = np.zeros(n_shapes)
-    instance_kernels = np.zeros(n_shapes, dtype=np.int64)
-    instance_step = np.full(n_shapes, -1, dtype=np.int64)
+    # per operator: its activities' time and count, and the step of its earliest activity
     attributed = op_of >= 0
-    if attributed.any():
-        np.add.at(instance_us, op_of[attributed], table.dur[work[attributed]])
-        np.add.at(instance_kernels, op_of[attributed], 1)
+    owner = op_of[attributed]
+    instance_us = np.bincount(owner, weights=table.dur[work[attributed]], minlength=n_ops)
+    instance_kernels = np.bincount(owner, minlength=n_ops)
+    instance_step = np.full(n_ops, -1, dtype=np.int64)
+    if len(owner):
         order = np.argsort(table.ts[work[attributed]], kind="stable")[::-1]  # the earliest written last
-        instance_step[op_of[attributed][order]] = table.step[work[attributed]][order]
+        instance_step[owner[order]] = table.step[work[attributed]][order]
+
+    outermost_rows = np.concatenate([idx for _, _, idx in outer.values()]) if outer else np.zeros(0, np.int64)
+    ran = outermost_rows[instance_kernels[outermost_rows] > 0] if len(outermost_rows) else outermost_rows
+    without_kernels = int(len(outermost_rows) - len(ran))
+    n_sig = len(signatures)
+    per_sig_count = np.bincount(sig[ran], minlength=n_sig)
+    per_sig_kernels = np.bincount(sig[ran], weights=instance_kernels[ran], minlength=n_sig)
+    per_sig_us = np.bincount(sig[ran], weights=instance_us[ran], minlength=n_sig)
 
     ops: dict[tuple, OpRow] = {}
     families: dict[str, OpRow] = {}
-    step_flops: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    step_dtypes: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    outermost_rows = [int(r) for _, _, idx in outer.values() for r in idx]
-    without_kernels = 0
-    for r in outermost_rows:
-        c = costs[r]
-        if instance_kernels[r] == 0:
-            without_kernels += 1
-            continue
-        key = (shapes.name[r], c.family, c.dtype, _shape_text(shapes.dims[r]))
+    for k in np.flatnonzero(per_sig_count):
+        c, g = costs[k], signatures[k]
+        key = (g.name, c.family, c.dtype, _shape_text(g.dims))
+        matrix = c.family in MATRIX_FAMILIES
         row = ops.get(key)
         if row is None:
-            row = ops[key] = OpRow(*key, matrix=c.family in MATRIX_FAMILIES)
+            row = ops[key] = OpRow(*key, matrix=matrix)
         fam = families.get(c.family)
         if fam is None:
-            fam = families[c.family] = OpRow(c.family, c.family, "", "", matrix=c.family in MATRIX_FAMILIES)
+            fam = families[c.family] = OpRow(c.family, c.family, "", "", matrix=matrix)
+        count = int(per_sig_count[k])
         for target in (row, fam):
-            target.count += 1
-            target.kernels += int(instance_kernels[r])
-            target.rates.flops += c.flops
-            target.rates.bytes += c.bytes
-            target.rates.kernel_us += float(instance_us[r])
-        s = int(instance_step[r])
-        step_flops[s][0] += c.flops
-        step_flops[s][2] += c.bytes
-        if c.family in MATRIX_FAMILIES:
-            step_flops[s][1] += c.flops
-            step_dtypes[s][c.dtype] += c.flops
+            target.count += count
+            target.kernels += int(per_sig_kernels[k])
+            target.rates.flops += c.flops * count
+            target.rates.bytes += c.bytes * count
+            target.rates.kernel_us += float(per_sig_us[k])
     for row in list(ops.values()) + list(families.values()):
         _judge(row, peaks)
 
-    # steps: host ProfilerStep ranges
-    steps = []
-    kernel_rows = table.kind == Kind.KERNEL
-    for code, text in enumerate(table.strings):
-        if not text.startswith(STEP_PREFIX):
-            continue
-        for row in np.flatnonzero((table.name == code) & (table.kind != Kind.KERNEL)):
-            if table.devices[table.device[row]].kind == "gpu":
-                continue
-            number = int(table.step[row]) if table.step[row] >= 0 else -1
-            if number < 0:
-                continue
-            flops, mflops, nbytes = step_flops.get(number, (0.0, 0.0, 0.0))
-            dtypes = step_dtypes.get(number, {})
-            dtype = max(dtypes, key=dtypes.get) if dtypes else ""
-            wall = float(table.dur[row])
-            top = peaks.tflops(dtype, True) if peaks is not None and dtype else None
-            busy = float(table.dur[kernel_rows & (table.step == number)].sum())
-            rate = flops / wall / 1e6 if wall > 0 else None
-            mfu = mflops / wall / 1e6 / top if wall > 0 and top else None
-            steps.append(StepRow(number, wall, busy, flops, mflops, nbytes, dtype, rate, mfu))
-    steps.sort(key=lambda s: s.step)
+    # per step: FLOPs, matrix FLOPs per dtype, bytes of the operators whose work ran in it
+    step_flops: dict[int, list[float]] = {}
+    step_dtypes: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    if len(ran):
+        pairs, counts = np.unique(np.stack([instance_step[ran], sig[ran]]), axis=1, return_counts=True)
+        for (step, k), count in zip(pairs.T.tolist(), counts.tolist()):
+            c = costs[k]
+            totals = step_flops.setdefault(step, [0.0, 0.0, 0.0])
+            totals[0] += c.flops * count
+            totals[2] += c.bytes * count
+            if c.family in MATRIX_FAMILIES:
+                totals[1] += c.flops * count
+                step_dtypes[step][c.dtype] += c.flops * count
+    steps = _steps(table, step_flops, step_dtypes, peaks)
 
-    collectives, comm_counts = _collectives(table, shapes, runtime, lane_text)
+    collectives, comm_counts = _collectives(table, shapes, runtime, to_side, lane_codes, starts, ends)
     counts = {
         "operators": shapes.operators if shapes is not None else 0,
-        "operators_with_shapes": n_shapes,
-        "operators_modeled": len(modeled),
-        "operators_modeled_outermost": len(outermost_rows),
+        "operators_with_shapes": n_ops,
+        "operators_modeled": int(len(modeled)),
+        "operators_modeled_outermost": int(len(outermost_rows)),
         "operators_modeled_without_gpu_work": without_kernels,
         "gpu_activities": int(len(work)),
         "gpu_activities_attributed": int(attributed.sum()),
@@ -321,7 +316,43 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
     }
     op_rows = sorted(ops.values(), key=lambda o: -o.rates.kernel_us)
     return RooflineReport(peaks, op_rows, dict(sorted(families.items(), key=lambda kv: -kv[1].rates.kernel_us)),
-                          steps, collectives, counts, has_shapes=n_shapes > 0, step_selection=step_selection)
+                          steps, collectives, counts, has_shapes=n_ops > 0, step_selection=step_selection)
+
+
+def _lane_codes(lanes: list[str]) -> tuple[np.ndarray, dict[str, int]]:
+    codes: dict[str, int] = {}
+    array = np.fromiter((codes.setdefault(x, len(codes)) for x in lanes), dtype=np.int64, count=len(lanes))
+    return array, codes
+
+
+def _steps(table: EventTable, step_flops: dict, step_dtypes: dict, peaks: Peaks | None) -> list[StepRow]:
+    """A row per host ``ProfilerStep`` range."""
+    steps = []
+    on_host = np.array([d.kind != "gpu" for d in table.devices] or [True], dtype=bool)
+    marker_codes = [code for code, text in enumerate(table.strings) if text.startswith(STEP_PREFIX)]
+    if not marker_codes:
+        return steps
+    markers = np.flatnonzero(np.isin(table.name, marker_codes) & on_host[table.device] & (table.step >= 0)
+                             & (table.kind != Kind.KERNEL))
+    kernels = table.kind == Kind.KERNEL
+    busy_by_step = defaultdict(float)
+    if kernels.any():
+        k_steps = table.step[kernels]
+        k_dur = table.dur[kernels]
+        for step in np.unique(k_steps[k_steps >= 0]).tolist():
+            busy_by_step[step] = float(k_dur[k_steps == step].sum())
+    for row in markers:
+        number = int(table.step[row])
+        flops, mflops, nbytes = step_flops.get(number, (0.0, 0.0, 0.0))
+        dtypes = step_dtypes.get(number, {})
+        dtype = max(dtypes, key=dtypes.get) if dtypes else ""
+        wall = float(table.dur[row])
+        top = peaks.tflops(dtype, True) if peaks is not None and dtype else None
+        rate = flops / wall / 1e6 if wall > 0 else None
+        mfu = mflops / wall / 1e6 / top if wall > 0 and top else None
+        steps.append(StepRow(number, wall, busy_by_step.get(number, 0.0), flops, mflops, nbytes, dtype, rate, mfu))
+    steps.sort(key=lambda s: s.step)
+    return steps
 
 
 def _judge(row: OpRow, peaks: Peaks | None) -> None:
@@ -341,17 +372,16 @@ def _judge(row: OpRow, peaks: Peaks | None) -> None:
     row.of_roofline = achieved / roof if achieved is not None and roof > 0 else None
 
 
-def _collectives(table: EventTable, shapes, runtime: np.ndarray, lane_text: np.ndarray):
+def _collectives(table: EventTable, shapes, runtime: np.ndarray, to_side: np.ndarray, lane_codes: np.ndarray,
+                 starts: np.ndarray, ends: np.ndarray):
     comm = np.flatnonzero(table.kind == Kind.COMMUNICATION)
     on_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
     comm = comm[on_gpu[table.device[comm]]]
     kernel_messages = shapes.kernel_messages if shapes is not None else {}
     op_messages = shapes.op_messages if shapes is not None else {}
     # messages recorded on the launching operator (record_param_comms), by thread and time
-    message_rows = list(op_messages)
-    starts = np.asarray(shapes.ts if shapes is not None and len(shapes) else [], dtype=np.float64)
-    ends = starts + np.asarray(shapes.dur if shapes is not None and len(shapes) else [], dtype=np.float64)
-    outer = _outermost(shapes.lane if shapes is not None else [], starts, ends, message_rows) if message_rows else {}
+    message_rows = np.fromiter(op_messages, dtype=np.int64, count=len(op_messages))
+    outer = _outermost(lane_codes, starts, ends, message_rows)
     launcher = match_correlation(table.correlation[runtime], table.correlation[comm])
     rows: dict[tuple, CollectiveRow] = {}
     without = 0
@@ -359,7 +389,7 @@ def _collectives(table: EventTable, shapes, runtime: np.ndarray, lane_text: np.n
         message = kernel_messages.get(int(table.correlation[row]))
         if message is None and launcher[j] >= 0 and outer:
             rt = runtime[launcher[j]]
-            hit = _containing(outer, lane_text[table.lane[[rt]]], table.ts[[rt]])[0]
+            hit = _containing(outer, to_side[table.lane[[rt]]], table.ts[[rt]])[0]
             message = op_messages.get(int(hit)) if hit >= 0 else None
         if message is None:
             without += 1

@@ -21,10 +21,14 @@ import numpy as np
 from rnnprof.profiler.loaders.jsonstream import EventStream
 
 
+_ABSENT = msgspec.Raw(b"")
+
+
 class _Args(msgspec.Struct, gc=False):
-    dims: Any = msgspec.field(name="Input Dims", default=None)
-    types: Any = msgspec.field(name="Input type", default=None)
-    concrete: Any = msgspec.field(name="Concrete Inputs", default=None)
+    # kept as raw JSON: an operator's shapes are decoded once per distinct (name, shapes) signature
+    dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_ABSENT)
+    types: msgspec.Raw = msgspec.field(name="Input type", default=_ABSENT)
+    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_ABSENT)
     correlation: Any = None
     in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
     out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
@@ -59,17 +63,29 @@ class Message:
     collective: str
 
 
+@dataclass(frozen=True)
+class Signature:
+    """An operator's name and its recorded inputs: ``Input Dims``, ``Input type``, ``Concrete Inputs``."""
+
+    name: str
+    dims: list
+    types: list
+    concrete: list | None
+
+
 @dataclass
 class OpShapes:
-    """Operators with recorded shapes (parallel lists) and collectives' messages."""
+    """Operators with recorded shapes: per operator its signature, thread and interval; and collectives' messages.
 
-    name: list[str] = field(default_factory=list)
+    Operators of one signature (name and inputs) share one ``Signature``: a training step repeats its
+    operators' shapes, so there are far fewer signatures than operators.
+    """
+
+    signatures: list[Signature] = field(default_factory=list)
+    sig: list[int] = field(default_factory=list)  # per operator: its index in ``signatures``
     lane: list[str] = field(default_factory=list)
     ts: list[float] = field(default_factory=list)
     dur: list[float] = field(default_factory=list)
-    dims: list[list] = field(default_factory=list)
-    types: list[list] = field(default_factory=list)
-    concrete: list[list | None] = field(default_factory=list)
     # operator row -> its collective message (record_param_comms and the c10d operators that carry one)
     op_messages: dict[int, Message] = field(default_factory=dict)
     # kernel correlation id -> the collective message the kernel carries
@@ -77,10 +93,13 @@ class OpShapes:
     operators: int = 0  # every cpu_op seen, with shapes or not
 
     def __len__(self) -> int:
-        return len(self.name)
+        return len(self.sig)
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.asarray(self.ts, dtype=np.float64), np.asarray(self.dur, dtype=np.float64)
+    def rows(self):
+        """(name, dims, types, concrete) per operator."""
+        for k in self.sig:
+            s = self.signatures[k]
+            yield s.name, s.dims, s.types, s.concrete
 
 
 def _int(value, default: int = -1) -> int:
@@ -106,9 +125,23 @@ def _number(value) -> float | None:
     return number if np.isfinite(number) else None
 
 
+_RAW_DECODE = msgspec.json.decode
+
+
+def _decoded(raw) -> Any:
+    if not len(raw):
+        return None
+    try:
+        return _RAW_DECODE(raw)
+    except msgspec.DecodeError:
+        return None
+
+
 def load_shapes(path: str | Path) -> OpShapes:
     """The shapes and messages of a Kineto trace (plain or gzip JSON)."""
     shapes = OpShapes()
+    index: dict[tuple, int] = {}
+    sig, lane, ts_list, dur_list = shapes.sig, shapes.lane, shapes.ts, shapes.dur
     for chunk in EventStream(Path(path), _DECODER.decode):
         for e in chunk:
             if e.ph != "X":
@@ -116,21 +149,30 @@ def load_shapes(path: str | Path) -> OpShapes:
             a = e.args
             if e.cat == "cpu_op":
                 shapes.operators += 1
-                if a is None or not isinstance(a.dims, list):
+                if a is None or not len(a.dims):
                     continue
                 ts, dur = _number(e.ts), _number(e.dur)
                 if ts is None or dur is None or dur < 0:
                     continue
+                key = (e.name, bytes(a.dims), bytes(a.types), bytes(a.concrete))
+                k = index.get(key)
+                if k is None:
+                    dims, types, concrete = _decoded(a.dims), _decoded(a.types), _decoded(a.concrete)
+                    if not isinstance(dims, list):
+                        index[key] = k = -1
+                    else:
+                        k = index[key] = len(shapes.signatures)
+                        shapes.signatures.append(Signature(e.name, dims, types if isinstance(types, list) else [],
+                                                           concrete if isinstance(concrete, list) else None))
+                if k < 0:
+                    continue
                 message = _message(a)
                 if message is not None:
-                    shapes.op_messages[len(shapes.name)] = message
-                shapes.name.append(e.name)
-                shapes.lane.append(str(e.tid))
-                shapes.ts.append(ts)
-                shapes.dur.append(dur)
-                shapes.dims.append(a.dims)
-                shapes.types.append(a.types if isinstance(a.types, list) else [])
-                shapes.concrete.append(a.concrete if isinstance(a.concrete, list) else None)
+                    shapes.op_messages[len(sig)] = message
+                sig.append(k)
+                lane.append(str(e.tid))
+                ts_list.append(ts)
+                dur_list.append(dur)
             elif e.cat == "kernel" and a is not None and a.in_nelems is not None:
                 message = _message(a)
                 correlation = _int(a.correlation)
