@@ -39,7 +39,7 @@ from rnnprof.profiler.loaders.shapes import load_shapes
 t0 = time.perf_counter()
 table = load_events(sys.argv[1])
 t1 = time.perf_counter()
-shapes = load_shapes(sys.argv[1])
+shapes = load_shapes(sys.argv[1], table)
 t2 = time.perf_counter()
 report = analyze_roofline(table, shapes, lookup("NVIDIA A100-SXM4-80GB"))
 t3 = time.perf_counter()

@@ -20,7 +20,8 @@ H100_BF16 = 989.4
 
 def analyse(name, peaks=None):
     path = FIXTURES / name
-    return analyze_roofline(load_events(str(path)), load_shapes(path), peaks)
+    table = load_events(str(path))
+    return analyze_roofline(table, load_shapes(path, table), peaks)
 
 
 def raw(name):

@@ -190,9 +190,10 @@ def _outermost(lanes: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np
     """Per lane, the ``rows`` not nested in an earlier one of ``rows`` on that lane: {lane: (starts, ends, rows)}
     sorted by start. A row is kept when it starts at or after the end of every row that started before it."""
     result = {}
+    rows = np.asarray(rows, dtype=np.int64)
+    rows = rows[lanes[rows] >= 0] if len(rows) else rows
     if not len(rows):
         return result
-    rows = np.asarray(rows, dtype=np.int64)
     order = np.lexsort((-ends[rows], starts[rows], lanes[rows]))
     rows = rows[order]
     lane_of = lanes[rows]
@@ -228,7 +229,9 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
     sig = np.asarray(shapes.sig if n_ops else [], dtype=np.int64)
     is_modeled = np.array([c is not None for c in costs] or [False], dtype=bool)
     modeled = np.flatnonzero(is_modeled[sig]) if n_ops else np.zeros(0, dtype=np.int64)
-    lane_codes, lanes = _lane_codes(shapes.lane if n_ops else [])
+    if n_ops and len(shapes.lane) != n_ops:
+        raise ValueError("the operators' shapes are not placed on this table (load_shapes(path, table))")
+    lane_codes = np.asarray(shapes.lane if n_ops else [], dtype=np.int64)
     starts = np.asarray(shapes.ts if n_ops else [], dtype=np.float64)
     ends = starts + np.asarray(shapes.dur if n_ops else [], dtype=np.float64)
     outer = _outermost(lane_codes, starts, ends, modeled)
@@ -240,10 +243,8 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
     launched = launcher >= 0
     rt_rows = runtime[launcher[launched]]
     op_of = np.full(len(work), -1, dtype=np.int64)
-    # the event table's lane codes -> the side table's, by the thread's text
-    to_side = np.array([lanes.get(text, -1) for text in table.strings], dtype=np.int64)
     if len(rt_rows):
-        op_of[launched] = _containing(outer, to_side[table.lane[rt_rows]], table.ts[rt_rows])
+        op_of[launched] = _containing(outer, table.lane[rt_rows], table.ts[rt_rows])
 
     # per operator: its activities' time and count, and the step of its earliest activity
     attributed = op_of >= 0
@@ -300,7 +301,7 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
                 step_dtypes[step][c.dtype] += c.flops * count
     steps = _steps(table, step_flops, step_dtypes, peaks)
 
-    collectives, comm_counts = _collectives(table, shapes, runtime, to_side, lane_codes, starts, ends)
+    collectives, comm_counts = _collectives(table, shapes, runtime, lane_codes, starts, ends)
     counts = {
         "operators": shapes.operators if shapes is not None else 0,
         "operators_with_shapes": n_ops,
@@ -317,12 +318,6 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
     op_rows = sorted(ops.values(), key=lambda o: -o.rates.kernel_us)
     return RooflineReport(peaks, op_rows, dict(sorted(families.items(), key=lambda kv: -kv[1].rates.kernel_us)),
                           steps, collectives, counts, has_shapes=n_ops > 0, step_selection=step_selection)
-
-
-def _lane_codes(lanes: list[str]) -> tuple[np.ndarray, dict[str, int]]:
-    codes: dict[str, int] = {}
-    array = np.fromiter((codes.setdefault(x, len(codes)) for x in lanes), dtype=np.int64, count=len(lanes))
-    return array, codes
 
 
 def _steps(table: EventTable, step_flops: dict, step_dtypes: dict, peaks: Peaks | None) -> list[StepRow]:
@@ -372,8 +367,7 @@ def _judge(row: OpRow, peaks: Peaks | None) -> None:
     row.of_roofline = achieved / roof if achieved is not None and roof > 0 else None
 
 
-def _collectives(table: EventTable, shapes, runtime: np.ndarray, to_side: np.ndarray, lane_codes: np.ndarray,
-                 starts: np.ndarray, ends: np.ndarray):
+def _collectives(table: EventTable, shapes, runtime: np.ndarray, lane_codes: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     comm = np.flatnonzero(table.kind == Kind.COMMUNICATION)
     on_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
     comm = comm[on_gpu[table.device[comm]]]
@@ -389,7 +383,7 @@ def _collectives(table: EventTable, shapes, runtime: np.ndarray, to_side: np.nda
         message = kernel_messages.get(int(table.correlation[row]))
         if message is None and launcher[j] >= 0 and outer:
             rt = runtime[launcher[j]]
-            hit = _containing(outer, to_side[table.lane[[rt]]], table.ts[[rt]])[0]
+            hit = _containing(outer, table.lane[[rt]], table.ts[[rt]])[0]
             message = op_messages.get(int(hit)) if hit >= 0 else None
         if message is None:
             without += 1

@@ -94,14 +94,14 @@ def run(args: argparse.Namespace, console: Console) -> int:
     for worker, path in files:
         table = load_events(str(path))
         tables.append(table)
-        table = _steps.select(table, args)
-        names = [p.get("name", "") for p in table.metadata.get("devices_properties") or [] if isinstance(p, dict)]
+        selected = _steps.select(table, args)
+        names = [p.get("name", "") for p in selected.metadata.get("devices_properties") or [] if isinstance(p, dict)]
         found = next((p for p in map(lookup, names) if p is not None), None)
         peaks = override(found, args.peak_tflops, args.peak_tbps)
         if peaks is None:
             notes.append(f"{worker or path}: no peaks for device {', '.join(names) or '(the trace names none)'}: "
                          f"rates are given, bounds and MFU are not (give --peak-tflops and --peak-tbps)")
-        report = analyze_roofline(table, load_shapes(path), peaks, _steps.selection(args).describe())
+        report = analyze_roofline(selected, load_shapes(path, table), peaks, _steps.selection(args).describe())
         if not report.has_shapes:
             notes.append(f"{worker or path}: no operator shapes: FLOPs and bytes need the trace recorded with "
                          f"record_shapes=True; still given: GPU time per step and the collectives' bandwidth "

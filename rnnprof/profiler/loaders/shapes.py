@@ -4,13 +4,19 @@ The event table (``rnnprof.profiler.loaders.kineto``) keeps times, names and cor
 what ``record_shapes=True`` adds to each ``cpu_op`` (``Input Dims``, ``Input type``, ``Concrete Inputs``) and
 what newer Kineto puts on collectives (``In msg nelems``, ``Out msg nelems``, ``Group size``, ``dtype``,
 ``Process Group Name``, ``Collective name``, on ``record_param_comms`` operators and on NCCL kernels). This
-module reads those, streaming the file once, into an ``OpShapes`` whose rows are keyed as the event table's
-are: an operator by its thread (``lane``, the text the event table uses) and its interval, a kernel by its
-correlation id.
+module reads those, streaming the file once, into an ``OpShapes``: per operator with shapes its signature (name
+and inputs, decoded once per distinct signature) and, given the trace's event table, its thread (the table's lane
+code) and interval; per communication kernel (by correlation id) its message.
+
+Times and threads come from the event table, not from a second decoding of them: the k-th ``cpu_op`` of the
+file is the table's k-th host operator (the loader keeps the file's order and leaves out only events of
+impossible times). When the table's host operators are not the file's (their count or names differ), the file
+is read again with times.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,13 +48,19 @@ class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    tid: Any = 0
-    ts: Any = 0.0
-    dur: Any = 0.0
     args: _Args | None = None
 
 
+class _TimedEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    tid: Any = 0
+    ts: Any = 0.0
+    dur: Any = 0.0
+
+
 _DECODER = msgspec.json.Decoder(list[_Event])
+_TIMED_DECODER = msgspec.json.Decoder(list[_TimedEvent])
 
 
 @dataclass(frozen=True)
@@ -83,9 +95,13 @@ class OpShapes:
 
     signatures: list[Signature] = field(default_factory=list)
     sig: list[int] = field(default_factory=list)  # per operator: its index in ``signatures``
-    lane: list[str] = field(default_factory=list)
-    ts: list[float] = field(default_factory=list)
-    dur: list[float] = field(default_factory=list)
+    ordinal: list[int] = field(default_factory=list)  # per operator: its position among the file's cpu_ops
+    # per operator, once placed on an event table (``load_shapes(path, table)``): its lane (a code of the
+    # table's strings), start and duration
+    lane: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    ts: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    times_from: str = ""  # "table" or "file" (read again)
     # operator row -> its collective message (record_param_comms and the c10d operators that carry one)
     op_messages: dict[int, Message] = field(default_factory=dict)
     # kernel correlation id -> the collective message the kernel carries
@@ -117,12 +133,17 @@ def _message(a: _Args) -> Message | None:
                    "" if a.collective is None else str(a.collective))
 
 
+_FINITE = math.isfinite
+
+
 def _number(value) -> float | None:
+    if type(value) is float:
+        return value if _FINITE(value) else None
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
         return None
-    return number if np.isfinite(number) else None
+    return number if _FINITE(number) else None
 
 
 _RAW_DECODE = msgspec.json.decode
@@ -137,45 +158,82 @@ def _decoded(raw) -> Any:
         return None
 
 
-def load_shapes(path: str | Path) -> OpShapes:
-    """The shapes and messages of a Kineto trace (plain or gzip JSON)."""
+def _signature(shapes: OpShapes, key: tuple, a: _Args) -> int:
+    """A new signature's index (-1 when its ``Input Dims`` is not a list)."""
+    dims, types, concrete = _decoded(a.dims), _decoded(a.types), _decoded(a.concrete)
+    if not isinstance(dims, list):
+        return -1
+    shapes.signatures.append(Signature(key[0], dims, types if isinstance(types, list) else [],
+                                       concrete if isinstance(concrete, list) else None))
+    return len(shapes.signatures) - 1
+
+
+def load_shapes(path: str | Path, table=None) -> OpShapes:
+    """The shapes and messages of a Kineto trace (plain or gzip JSON); with ``table`` (the trace's event table,
+    before any selection), each operator's lane, start and duration too."""
     shapes = OpShapes()
     index: dict[tuple, int] = {}
-    sig, lane, ts_list, dur_list = shapes.sig, shapes.lane, shapes.ts, shapes.dur
+    sig, ordinal = shapes.sig, shapes.ordinal
+    seen = 0
     for chunk in EventStream(Path(path), _DECODER.decode):
         for e in chunk:
-            if e.ph != "X":
-                continue
-            a = e.args
-            if e.cat == "cpu_op":
-                shapes.operators += 1
-                if a is None or not len(a.dims):
+            cat = e.cat
+            if cat == "cpu_op":
+                if e.ph != "X":
                     continue
-                ts, dur = _number(e.ts), _number(e.dur)
-                if ts is None or dur is None or dur < 0:
+                seen += 1
+                a = e.args
+                if a is None or not len(a.dims):
                     continue
                 key = (e.name, bytes(a.dims), bytes(a.types), bytes(a.concrete))
                 k = index.get(key)
                 if k is None:
-                    dims, types, concrete = _decoded(a.dims), _decoded(a.types), _decoded(a.concrete)
-                    if not isinstance(dims, list):
-                        index[key] = k = -1
-                    else:
-                        k = index[key] = len(shapes.signatures)
-                        shapes.signatures.append(Signature(e.name, dims, types if isinstance(types, list) else [],
-                                                           concrete if isinstance(concrete, list) else None))
+                    k = index[key] = _signature(shapes, key, a)
                 if k < 0:
                     continue
-                message = _message(a)
-                if message is not None:
-                    shapes.op_messages[len(sig)] = message
+                if a.in_nelems is not None:
+                    message = _message(a)
+                    if message is not None:
+                        shapes.op_messages[len(sig)] = message
                 sig.append(k)
-                lane.append(str(e.tid))
-                ts_list.append(ts)
-                dur_list.append(dur)
-            elif e.cat == "kernel" and a is not None and a.in_nelems is not None:
-                message = _message(a)
-                correlation = _int(a.correlation)
+                ordinal.append(seen - 1)
+            elif cat == "kernel" and e.args is not None and e.args.in_nelems is not None and e.ph == "X":
+                message = _message(e.args)
+                correlation = _int(e.args.correlation)
                 if message is not None and correlation >= 0:
                     shapes.kernel_messages[correlation] = message
+    shapes.operators = seen
+    if table is not None:
+        _place(shapes, table, Path(path))
     return shapes
+
+
+def _place(shapes: OpShapes, table, path: Path) -> None:
+    """Each operator's lane, start and duration: the table's host operator of the same position, or (when the
+    table's host operators are not the file's) the file's own, read again."""
+    from rnnprof.events import Kind
+
+    host = np.flatnonzero(table.kind == Kind.HOST_OP)
+    ordinal = np.asarray(shapes.ordinal, dtype=np.int64)
+    if len(host) == shapes.operators:
+        rows = host[ordinal]
+        codes = np.array([table.code_of(g.name) for g in shapes.signatures] or [-1], dtype=np.int64)
+        if np.array_equal(table.name[rows], codes[np.asarray(shapes.sig, dtype=np.int64)]) if len(rows) else True:
+            shapes.lane, shapes.ts, shapes.dur = table.lane[rows], table.ts[rows], table.dur[rows]
+            shapes.times_from = "table"
+            return
+    lanes, starts, durs = [], [], []
+    for chunk in EventStream(path, _TIMED_DECODER.decode):
+        for e in chunk:
+            if e.cat == "cpu_op" and e.ph == "X":
+                lanes.append(e.tid if type(e.tid) is str else str(e.tid))
+                starts.append(_number(e.ts))
+                durs.append(_number(e.dur))
+    codes = {text: code for code, text in enumerate(table.strings)}
+    lane = np.array([codes.get(lanes[k], -1) for k in ordinal], dtype=np.int64)
+    ts = np.array([starts[k] if starts[k] is not None else np.nan for k in ordinal], dtype=np.float64)
+    dur = np.array([durs[k] if durs[k] is not None else np.nan for k in ordinal], dtype=np.float64)
+    bad = ~np.isfinite(ts) | ~np.isfinite(dur) | (dur < 0)
+    lane[bad] = -1  # an operator of impossible times is placed nowhere
+    shapes.lane, shapes.ts, shapes.dur = lane, np.where(bad, 0.0, ts), np.where(bad, 0.0, dur)
+    shapes.times_from = "file"
