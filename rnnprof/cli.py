@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "rnnprof.commands.critical_path",
     "rnnprof.commands.report",
     "rnnprof.commands.worker",
+    "rnnprof.commands.roofline",
 )
 INTERNAL_ERROR = 3  # a bug in rnnprof, not in the user's input (see rnnprof.errors)
 

@@ -1,0 +1,419 @@
+"""Achieved FLOP/s and bytes/s per operator, op family and step, against the device's roofline; collectives' bus
+bandwidth.
+
+Attribution: each GPU activity (kernel, memset, memcpy) is linked to the runtime call that launched it by
+correlation id; the call runs on a host thread inside the operators that issued it, and the activity belongs to
+the outermost of those operators that has a FLOPs model (``rnnprof.analyzers.flops``), so ``aten::linear``'s
+``aten::addmm`` kernel, or a convolution's memsets and layout transposes, count once, for the operator the user
+called. An operator's kernel time is the sum of its activities' durations; its achieved TFLOP/s and TB/s are
+its FLOPs and bytes over that time, its arithmetic intensity FLOPs/bytes. Against the device's peaks it is
+memory-bound when its intensity is below the ridge point (peak FLOP/s / peak bytes/s), else compute-bound.
+
+Per step: the modeled FLOPs of the operators whose kernels ran in it, over the step's wall time (its host
+``ProfilerStep`` range). MFU = the step's FLOPs on matrix units (GEMM, convolution, attention) / step time /
+the matrix peak of the dtype most of them use.
+
+Collectives: the message a communication kernel carries (newer Kineto: ``In msg nelems``, ``Out msg nelems``,
+``Group size``, ``dtype`` on the kernel, else on the ``record_param_comms`` operator that launched it); its size
+and bandwidths follow NCCL's performance notes: algorithm bandwidth = size / time, bus bandwidth = algorithm
+bandwidth x 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 otherwise; size is
+the input for all-reduce, reduce-scatter, all-to-all, broadcast and reduce, the output for all-gather.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from rnnprof.analyzers.flops import DTYPE_BYTES, MATRIX_FAMILIES, op_cost
+from rnnprof.analyzers.peaks import Peaks
+from rnnprof.events import EventTable, Kind, match_correlation
+from rnnprof.names import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, UNKNOWN_COLLECTIVE,
+                           collective_type)
+
+COMPUTE, MEMORY = "compute", "memory"
+STEP_PREFIX = "ProfilerStep#"
+_GPU_WORK = (Kind.KERNEL, Kind.MEMSET, Kind.MEMCPY)
+# dtype names as collectives record them (``dtype`` arg) -> bytes per element
+MESSAGE_DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4, "Short": 2,
+                       "Char": 1, "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
+                       "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1}
+
+
+@dataclass
+class Rates:
+    flops: float = 0.0
+    bytes: float = 0.0
+    kernel_us: float = 0.0
+
+    @property
+    def tflops_per_s(self) -> float | None:
+        return self.flops / self.kernel_us / 1e6 if self.kernel_us > 0 else None
+
+    @property
+    def tb_per_s(self) -> float | None:
+        return self.bytes / self.kernel_us / 1e6 if self.kernel_us > 0 else None
+
+    @property
+    def intensity(self) -> float | None:
+        return self.flops / self.bytes if self.bytes > 0 else None
+
+
+@dataclass
+class OpRow:
+    """Operators of one name, family, dtype and input shapes (the instances sum)."""
+
+    name: str
+    family: str
+    dtype: str
+    shapes: str
+    matrix: bool
+    count: int = 0
+    kernels: int = 0
+    rates: Rates = field(default_factory=Rates)
+    peak_tflops: float | None = None
+    bound: str = ""  # COMPUTE, MEMORY or "" (no peaks)
+    of_roofline: float | None = None  # achieved / the roofline's bound at its intensity
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "family": self.family, "dtype": self.dtype, "shapes": self.shapes,
+                "count": self.count, "kernels": self.kernels, **_rates_dict(self.rates),
+                "peak_tflops": self.peak_tflops, "bound": self.bound, "of_roofline": self.of_roofline}
+
+
+@dataclass
+class StepRow:
+    step: int
+    wall_us: float
+    kernel_us: float
+    flops: float
+    matrix_flops: float
+    bytes: float
+    dtype: str  # the dtype most matrix FLOPs use
+    tflops_per_s: float | None
+    mfu: float | None
+
+
+@dataclass
+class CollectiveRow:
+    """Collectives of one type, process group and group size (on one rank or summed over ranks)."""
+
+    worker: str
+    group: str
+    collective: str
+    group_size: int
+    count: int = 0
+    bytes: float = 0.0
+    time_us: float = 0.0
+
+    @property
+    def algbw_gbps(self) -> float | None:
+        return self.bytes / self.time_us / 1e3 if self.time_us > 0 else None
+
+    @property
+    def busbw_gbps(self) -> float | None:
+        algbw = self.algbw_gbps
+        return None if algbw is None else algbw * bus_factor(self.collective, self.group_size)
+
+    def as_dict(self) -> dict:
+        return {"worker": self.worker, "group": self.group, "collective": self.collective,
+                "group_size": self.group_size, "count": self.count, "bytes": self.bytes, "time_us": self.time_us,
+                "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps}
+
+
+@dataclass
+class RooflineReport:
+    peaks: Peaks | None
+    ops: list[OpRow]
+    families: dict[str, OpRow]
+    steps: list[StepRow]
+    collectives: list[CollectiveRow]
+    counts: dict[str, float]  # what was seen, attributed and left out
+    has_shapes: bool
+    step_selection: str = ""
+
+    @property
+    def ridge(self) -> float | None:
+        return None if self.peaks is None else _ridge(self.peaks, "bf16")
+
+    def as_dict(self) -> dict:
+        return {
+            "peaks": None if self.peaks is None else asdict(self.peaks),
+            "has_shapes": self.has_shapes,
+            "step_selection": self.step_selection,
+            "counts": self.counts,
+            "families": {k: v.as_dict() for k, v in self.families.items()},
+            "ops": [o.as_dict() for o in self.ops],
+            "steps": [asdict(s) for s in self.steps],
+            "collectives": [c.as_dict() for c in self.collectives],
+        }
+
+
+def _rates_dict(rates: Rates) -> dict:
+    return {"flops": rates.flops, "bytes": rates.bytes, "kernel_us": rates.kernel_us,
+            "tflops_per_s": rates.tflops_per_s, "tb_per_s": rates.tb_per_s, "intensity": rates.intensity}
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """NCCL's bus-bandwidth factor of a collective over ``n`` ranks."""
+    if n <= 0:
+        return 1.0
+    if collective == ALL_REDUCE:
+        return 2 * (n - 1) / n
+    if collective in (ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL):
+        return (n - 1) / n
+    return 1.0
+
+
+def message_bytes(collective: str, in_nelems: int, out_nelems: int, dtype: str) -> float:
+    """The size NCCL's bandwidths are computed from."""
+    bpe = MESSAGE_DTYPE_BYTES.get(dtype, DTYPE_BYTES.get(dtype, 0))
+    nelems = out_nelems if collective == ALL_GATHER else (in_nelems or out_nelems)
+    return float(nelems * bpe)
+
+
+def _ridge(peaks: Peaks, dtype: str) -> float | None:
+    top = peaks.tflops(dtype, True)
+    return top / peaks.tbps if top and peaks.tbps else None
+
+
+def _shape_text(dims) -> str:
+    """The tensors' shapes (``4x197x768,768x768``); scalars and absent arguments left out."""
+    if not isinstance(dims, list):
+        return ""
+    return ",".join("x".join(str(d) for d in shape) for shape in dims if isinstance(shape, list) and shape)
+
+
+def _outermost(lanes: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray):
+    """Per lane, the ``rows`` not nested in an earlier one of ``rows`` on that lane: {lane: (starts, ends, rows)}
+    sorted by start. A row is kept when it starts at or after the end of every row that started before it."""
+    result = {}
+    rows = np.asarray(rows, dtype=np.int64)
+    rows = rows[lanes[rows] >= 0] if len(rows) else rows
+    if not len(rows):
+        return result
+    order = np.lexsort((-ends[rows], starts[rows], lanes[rows]))
+    rows = rows[order]
+    lane_of = lanes[rows]
+    cuts = np.flatnonzero(lane_of[1:] != lane_of[:-1]) + 1
+    for part in np.split(rows, cuts):
+        s, e = starts[part], ends[part]
+        reach = np.maximum.accumulate(e)
+        keep = np.ones(len(part), dtype=bool)
+        keep[1:] = s[1:] >= reach[:-1]
+        result[int(lanes[part[0]])] = (s[keep], e[keep], part[keep])
+    return result
+
+
+def _containing(outer, lanes: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """For each (lane, time), the row of the outermost interval on that lane containing the time, else -1."""
+    found = np.full(len(times), -1, dtype=np.int64)
+    for lane in np.unique(lanes) if len(lanes) else []:
+        if lane not in outer:
+            continue
+        starts, ends, idx = outer[lane]
+        sel = np.flatnonzero(lanes == lane)
+        pos = np.searchsorted(starts, times[sel], side="right") - 1
+        ok = (pos >= 0) & (times[sel] < ends[np.maximum(pos, 0)])
+        found[sel[ok]] = idx[pos[ok]]
+    return found
+
+
+def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_selection: str = "") -> RooflineReport:
+    """The roofline of one process's trace: ``shapes`` is its ``OpShapes`` (None or empty: no shapes recorded)."""
+    n_ops = len(shapes) if shapes is not None else 0
+    signatures = shapes.signatures if n_ops else []
+    costs = [op_cost(g.name, g.dims, g.types, g.concrete) for g in signatures]
+    sig = np.asarray(shapes.sig if n_ops else [], dtype=np.int64)
+    is_modeled = np.array([c is not None for c in costs] or [False], dtype=bool)
+    modeled = np.flatnonzero(is_modeled[sig]) if n_ops else np.zeros(0, dtype=np.int64)
+    if n_ops and len(shapes.lane) != n_ops:
+        raise ValueError("the operators' shapes are not placed on this table (load_shapes(path, table))")
+    lane_codes = np.asarray(shapes.lane if n_ops else [], dtype=np.int64)
+    starts = np.asarray(shapes.ts if n_ops else [], dtype=np.float64)
+    ends = starts + np.asarray(shapes.dur if n_ops else [], dtype=np.float64)
+    outer = _outermost(lane_codes, starts, ends, modeled)
+
+    corr = table.correlation
+    runtime = np.flatnonzero((table.kind == Kind.RUNTIME) & (corr >= 0))
+    work = np.flatnonzero(np.isin(table.kind, [int(k) for k in _GPU_WORK]))
+    launcher = match_correlation(corr[runtime], corr[work])
+    launched = launcher >= 0
+    rt_rows = runtime[launcher[launched]]
+    op_of = np.full(len(work), -1, dtype=np.int64)
+    if len(rt_rows):
+        op_of[launched] = _containing(outer, table.lane[rt_rows], table.ts[rt_rows])
+
+    # per operator: its activities' time and count, and the step of its earliest activity
+    attributed = op_of >= 0
+    owner = op_of[attributed]
+    instance_us = np.bincount(owner, weights=table.dur[work[attributed]], minlength=n_ops)
+    instance_kernels = np.bincount(owner, minlength=n_ops)
+    instance_step = np.full(n_ops, -1, dtype=np.int64)
+    if len(owner):
+        order = np.argsort(table.ts[work[attributed]], kind="stable")[::-1]  # the earliest written last
+        instance_step[owner[order]] = table.step[work[attributed]][order]
+
+    outermost_rows = np.concatenate([idx for _, _, idx in outer.values()]) if outer else np.zeros(0, np.int64)
+    ran = outermost_rows[instance_kernels[outermost_rows] > 0] if len(outermost_rows) else outermost_rows
+    without_kernels = int(len(outermost_rows) - len(ran))
+    n_sig = len(signatures)
+    per_sig_count = np.bincount(sig[ran], minlength=n_sig)
+    per_sig_kernels = np.bincount(sig[ran], weights=instance_kernels[ran], minlength=n_sig)
+    per_sig_us = np.bincount(sig[ran], weights=instance_us[ran], minlength=n_sig)
+
+    ops: dict[tuple, OpRow] = {}
+    families: dict[str, OpRow] = {}
+    for k in np.flatnonzero(per_sig_count):
+        c, g = costs[k], signatures[k]
+        key = (g.name, c.family, c.dtype, _shape_text(g.dims))
+        matrix = c.family in MATRIX_FAMILIES
+        row = ops.get(key)
+        if row is None:
+            row = ops[key] = OpRow(*key, matrix=matrix)
+        fam = families.get(c.family)
+        if fam is None:
+            fam = families[c.family] = OpRow(c.family, c.family, "", "", matrix=matrix)
+        count = int(per_sig_count[k])
+        for target in (row, fam):
+            target.count += count
+            target.kernels += int(per_sig_kernels[k])
+            target.rates.flops += c.flops * count
+            target.rates.bytes += c.bytes * count
+            target.rates.kernel_us += float(per_sig_us[k])
+    for row in list(ops.values()) + list(families.values()):
+        _judge(row, peaks)
+
+    # per step: FLOPs, matrix FLOPs per dtype, bytes of the operators whose work ran in it
+    step_flops: dict[int, list[float]] = {}
+    step_dtypes: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    if len(ran):
+        pairs, counts = np.unique(np.stack([instance_step[ran], sig[ran]]), axis=1, return_counts=True)
+        for (step, k), count in zip(pairs.T.tolist(), counts.tolist()):
+            c = costs[k]
+            totals = step_flops.setdefault(step, [0.0, 0.0, 0.0])
+            totals[0] += c.flops * count
+            totals[2] += c.bytes * count
+            if c.family in MATRIX_FAMILIES:
+                totals[1] += c.flops * count
+                step_dtypes[step][c.dtype] += c.flops * count
+    steps = _steps(table, step_flops, step_dtypes, peaks)
+
+    collectives, comm_counts = _collectives(table, shapes, runtime, lane_codes, starts, ends)
+    counts = {
+        "operators": shapes.operators if shapes is not None else 0,
+        "operators_with_shapes": n_ops,
+        "operators_modeled": int(len(modeled)),
+        "operators_modeled_outermost": int(len(outermost_rows)),
+        "operators_modeled_without_gpu_work": without_kernels,
+        "gpu_activities": int(len(work)),
+        "gpu_activities_attributed": int(attributed.sum()),
+        "gpu_activities_unlaunched": int((~launched).sum()),
+        "gpu_us": float(table.dur[work].sum()),
+        "gpu_us_attributed": float(table.dur[work[attributed]].sum()),
+        **comm_counts,
+    }
+    op_rows = sorted(ops.values(), key=lambda o: -o.rates.kernel_us)
+    return RooflineReport(peaks, op_rows, dict(sorted(families.items(), key=lambda kv: -kv[1].rates.kernel_us)),
+                          steps, collectives, counts, has_shapes=n_ops > 0, step_selection=step_selection)
+
+
+def _steps(table: EventTable, step_flops: dict, step_dtypes: dict, peaks: Peaks | None) -> list[StepRow]:
+    """A row per host ``ProfilerStep`` range."""
+    steps = []
+    on_host = np.array([d.kind != "gpu" for d in table.devices] or [True], dtype=bool)
+    marker_codes = [code for code, text in enumerate(table.strings) if text.startswith(STEP_PREFIX)]
+    if not marker_codes:
+        return steps
+    markers = np.flatnonzero(np.isin(table.name, marker_codes) & on_host[table.device] & (table.step >= 0)
+                             & (table.kind != Kind.KERNEL))
+    kernels = table.kind == Kind.KERNEL
+    busy_by_step = defaultdict(float)
+    if kernels.any():
+        k_steps = table.step[kernels]
+        k_dur = table.dur[kernels]
+        for step in np.unique(k_steps[k_steps >= 0]).tolist():
+            busy_by_step[step] = float(k_dur[k_steps == step].sum())
+    for row in markers:
+        number = int(table.step[row])
+        flops, mflops, nbytes = step_flops.get(number, (0.0, 0.0, 0.0))
+        dtypes = step_dtypes.get(number, {})
+        dtype = max(dtypes, key=dtypes.get) if dtypes else ""
+        wall = float(table.dur[row])
+        top = peaks.tflops(dtype, True) if peaks is not None and dtype else None
+        rate = flops / wall / 1e6 if wall > 0 else None
+        mfu = mflops / wall / 1e6 / top if wall > 0 and top else None
+        steps.append(StepRow(number, wall, busy_by_step.get(number, 0.0), flops, mflops, nbytes, dtype, rate, mfu))
+    steps.sort(key=lambda s: s.step)
+    return steps
+
+
+def _judge(row: OpRow, peaks: Peaks | None) -> None:
+    if peaks is None:
+        return
+    top = peaks.tflops(row.dtype or "bf16", row.matrix) if row.dtype or row.matrix else peaks.tflops("fp32", False)
+    if row.family == row.name and row.matrix:  # a family mixes dtypes: judged at bf16's matrix peak
+        top = peaks.tflops("bf16", True) or top
+    row.peak_tflops = top
+    intensity = row.rates.intensity
+    achieved = row.rates.tflops_per_s
+    if not top or not peaks.tbps or intensity is None:
+        return
+    ridge = top / peaks.tbps
+    row.bound = MEMORY if intensity < ridge else COMPUTE
+    roof = min(top, intensity * peaks.tbps)
+    row.of_roofline = achieved / roof if achieved is not None and roof > 0 else None
+
+
+def _collectives(table: EventTable, shapes, runtime: np.ndarray, lane_codes: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    comm = np.flatnonzero(table.kind == Kind.COMMUNICATION)
+    on_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
+    comm = comm[on_gpu[table.device[comm]]]
+    kernel_messages = shapes.kernel_messages if shapes is not None else {}
+    op_messages = shapes.op_messages if shapes is not None else {}
+    # messages recorded on the launching operator (record_param_comms), by thread and time
+    message_rows = np.fromiter(op_messages, dtype=np.int64, count=len(op_messages))
+    outer = _outermost(lane_codes, starts, ends, message_rows)
+    launcher = match_correlation(table.correlation[runtime], table.correlation[comm])
+    rows: dict[tuple, CollectiveRow] = {}
+    without = 0
+    for j, row in enumerate(comm):
+        message = kernel_messages.get(int(table.correlation[row]))
+        if message is None and launcher[j] >= 0 and outer:
+            rt = runtime[launcher[j]]
+            hit = _containing(outer, table.lane[[rt]], table.ts[[rt]])[0]
+            message = op_messages.get(int(hit)) if hit >= 0 else None
+        if message is None:
+            without += 1
+            continue
+        kind = collective_type(message.collective, table.strings[table.name[row]])
+        worker = table.devices[table.device[row]].worker
+        key = (worker, message.group, kind, message.group_size)
+        target = rows.get(key)
+        if target is None:
+            target = rows[key] = CollectiveRow(*key)
+        target.count += 1
+        target.bytes += message_bytes(kind, message.in_nelems, message.out_nelems, message.dtype)
+        target.time_us += float(table.dur[row])
+    collective_rows = sorted(rows.values(), key=lambda c: (c.worker, -c.time_us))
+    return collective_rows, {"collectives": int(len(comm)), "collectives_without_message": without}
+
+
+def per_group(rows: list[CollectiveRow]) -> list[CollectiveRow]:
+    """The rows of several ranks summed per process group, type and size (worker "")."""
+    merged: dict[tuple, CollectiveRow] = {}
+    for r in rows:
+        key = (r.group, r.collective, r.group_size)
+        target = merged.get(key)
+        if target is None:
+            target = merged[key] = CollectiveRow("", *key)
+        target.count += r.count
+        target.bytes += r.bytes
+        target.time_us += r.time_us
+    return sorted(merged.values(), key=lambda c: -c.time_us)
+
+
+__all__ = ["analyze_roofline", "RooflineReport", "OpRow", "StepRow", "CollectiveRow", "bus_factor",
+           "message_bytes", "per_group", "COMPUTE", "MEMORY", "UNKNOWN_COLLECTIVE"]

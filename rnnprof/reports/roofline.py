@@ -1,0 +1,129 @@
+"""Formatting of ``rnnprof roofline``: text tables, one JSON document, and a log-log roofline chart."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.text import Text
+
+from rnnprof.analyzers.roofline import RooflineReport, per_group
+from rnnprof.reports.layout import compact_table, render_json
+
+
+def _f(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def not_available(reason: str, as_json: bool, console: Console) -> None:
+    if as_json:
+        render_json({"available": False, "reason": reason}, console)
+    else:
+        console.print(Text(f"roofline not available: {reason}"))
+
+
+def to_document(reports: list[tuple[str, RooflineReport]]) -> dict:
+    ranks = [{"worker": worker, **report.as_dict()} for worker, report in reports]
+    groups = per_group([c for _, r in reports for c in r.collectives])
+    return {"available": True, "ranks": ranks, "collectives_per_group": [g.as_dict() for g in groups]}
+
+
+def render(reports: list[tuple[str, RooflineReport]], console: Console, top: int = 15) -> None:
+    for worker, report in reports:
+        _render_one(worker, report, console, top)
+    groups = per_group([c for _, r in reports for c in r.collectives])
+    if len(reports) > 1 and groups:
+        table = compact_table("process group", ("size", "count", "MB", "ms", "algbw GB/s", "busbw GB/s"),
+                              text_columns=("collective",), title="collectives per process group, all ranks")
+        for g in groups:
+            table.add_row(Text(g.group or "-"), g.collective, str(g.group_size), str(g.count), _f(g.bytes / 1e6),
+                          _f(g.time_us / 1e3, 3), _f(g.algbw_gbps), _f(g.busbw_gbps))
+        console.print(table)
+
+
+def _render_one(worker: str, report: RooflineReport, console: Console, top: int) -> None:
+    peaks = report.peaks
+    head = f"{worker}: " if worker else ""
+    if peaks is not None:
+        matrix = ", ".join(f"{k} {v:g}" for k, v in sorted(peaks.matrix_tflops.items()) if not k.startswith("vector"))
+        console.print(Text(f"{head}{peaks.device} ({peaks.source}): {peaks.tbps:g} TB/s; matrix TFLOP/s {matrix}; "
+                           f"vector fp32 {peaks.vector_tflops:g}"))
+    elif head:
+        console.print(Text(head.rstrip(": ")))
+    c = report.counts
+    console.print(Text(
+        f"GPU time attributed to modeled operators: {_f(c['gpu_us_attributed'] / 1e3, 3)} of {_f(c['gpu_us'] / 1e3, 3)} "
+        f"ms ({c['gpu_activities_attributed']} of {c['gpu_activities']} kernels, memsets and copies; "
+        f"{c['gpu_activities_unlaunched']} with no launch in the trace); operators: {c['operators']} seen, "
+        f"{c['operators_with_shapes']} with shapes, {c['operators_modeled']} modeled "
+        f"({c['operators_modeled_outermost']} outermost, {c['operators_modeled_without_gpu_work']} ran no GPU work)"))
+    if report.families:
+        table = compact_table("family", ("ops", "GFLOP", "GB", "kernel ms", "TFLOP/s", "TB/s", "FLOP/B",
+                                         "of roofline"), text_columns=("bound",), title="per op family")
+        for name, row in report.families.items():
+            r = row.rates
+            table.add_row(name, row.bound or "-", str(row.count), _f(r.flops / 1e9, 3), _f(r.bytes / 1e9, 4),
+                          _f(r.kernel_us / 1e3, 3), _f(r.tflops_per_s), _f(r.tb_per_s, 3), _f(r.intensity, 1),
+                          _pct(row.of_roofline))
+        console.print(table)
+        ops = compact_table("operator", ("count", "kernel ms", "TFLOP/s", "FLOP/B", "of roofline"),
+                            text_columns=("dtype", "shapes", "bound"),
+                            title=f"operators by kernel time (top {min(top, len(report.ops))} of {len(report.ops)})")
+        for row in report.ops[:top]:
+            r = row.rates
+            ops.add_row(Text(row.name), row.dtype, Text(row.shapes), row.bound or "-", str(row.count),
+                        _f(r.kernel_us / 1e3, 3), _f(r.tflops_per_s), _f(r.intensity, 1), _pct(row.of_roofline))
+        console.print(ops)
+    if report.steps:
+        steps = compact_table("step", ("wall ms", "kernel ms", "GFLOP", "matrix GFLOP", "TFLOP/s", "MFU"),
+                              text_columns=("dtype",), title="per step (MFU: matrix FLOPs / wall time / peak)")
+        for s in report.steps:
+            steps.add_row(str(s.step), s.dtype or "-", _f(s.wall_us / 1e3, 3), _f(s.kernel_us / 1e3, 3),
+                          _f(s.flops / 1e9, 3), _f(s.matrix_flops / 1e9, 3), _f(s.tflops_per_s), _pct(s.mfu))
+        console.print(steps)
+    if report.collectives:
+        coll = compact_table("process group", ("size", "count", "MB", "ms", "algbw GB/s", "busbw GB/s"),
+                             text_columns=("collective",), title="collectives (NCCL's bus bandwidth)")
+        for g in report.collectives:
+            coll.add_row(Text(g.group or "-"), g.collective, str(g.group_size), str(g.count), _f(g.bytes / 1e6),
+                         _f(g.time_us / 1e3, 3), _f(g.algbw_gbps), _f(g.busbw_gbps))
+        console.print(coll)
+    if c["collectives"]:
+        console.print(Text(f"collectives: {c['collectives']} on the GPU, {c['collectives_without_message']} with no "
+                           f"recorded message size (left out of the bandwidths)"))
+
+
+def roofline_chart(reports: list[tuple[str, RooflineReport]]):
+    """Log-log roofline: each operator group a point (intensity, achieved TFLOP/s), the device's roof as lines."""
+    from rnnprof.reports.charts import Figure, altair
+
+    alt = altair()
+    points, roofs = [], []
+    for worker, report in reports:
+        for row in report.ops:
+            r = row.rates
+            if r.intensity and r.tflops_per_s:
+                points.append({"worker": worker, "op": row.name, "family": row.family, "dtype": row.dtype,
+                               "shapes": row.shapes, "intensity": r.intensity, "tflops": r.tflops_per_s,
+                               "kernel_ms": r.kernel_us / 1e3})
+        peaks = report.peaks
+        if peaks is not None and peaks.tbps:
+            for dtype, top in sorted(peaks.matrix_tflops.items()):
+                ridge = top / peaks.tbps
+                for x in (0.01, ridge, max(1e4, 10 * ridge)):
+                    roofs.append({"roof": f"{peaks.device} {dtype}", "intensity": x, "tflops": min(top, x * peaks.tbps)})
+    base = alt.Chart(alt.Data(name="ops"), title="roofline: achieved TFLOP/s vs FLOP/byte per operator")
+    dots = base.mark_circle(opacity=0.7).encode(
+        x=alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity, FLOP/byte"),
+        y=alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="achieved TFLOP/s"),
+        color=alt.Color("family:N"), size=alt.Size("kernel_ms:Q", title="kernel ms"),
+        tooltip=["op:N", "dtype:N", "shapes:N", alt.Tooltip("intensity:Q", format=",.1f"),
+                 alt.Tooltip("tflops:Q", format=",.2f"), alt.Tooltip("kernel_ms:Q", format=",.3f")])
+    chart = dots
+    if roofs:
+        lines = alt.Chart(alt.Data(name="roofs")).mark_line(strokeDash=[4, 2]).encode(
+            x="intensity:Q", y="tflops:Q", detail="roof:N", tooltip=["roof:N"])
+        chart = alt.layer(lines, dots)
+    return Figure(chart.properties(width=520, height=360), {"ops": points, "roofs": roofs})
