@@ -76,6 +76,22 @@ def test_a_run_stopped_inside_the_window_keeps_the_steps_it_ran(tmp_path):
     assert {"ProfilerStep#1", "ProfilerStep#2"} <= names and "ProfilerStep#0" not in names
 
 
+@pytest.mark.parametrize("skip_steps, done", [(1, 0), (2, 1)])
+def test_a_run_stopped_before_its_window_writes_no_trace(tmp_path, skip_steps, done):
+    import torch
+
+    from rnnprof.profiler.capture.torch_profiler import TorchCapture
+
+    capture = TorchCapture(tmp_path, rank=0, skip_steps=skip_steps, steps=3)
+    for _ in range(done):
+        torch.randn(8, 8).mm(torch.randn(8, 8))
+        capture.step()
+    torch.randn(8, 8).mm(torch.randn(8, 8))  # a skipped step, cut short
+    facts = capture.close()
+    assert facts["trace"] is None and facts["steps"] == []
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
 def test_a_window_needs_a_step():
     from rnnprof.profiler.capture.torch_profiler import TorchCapture
 

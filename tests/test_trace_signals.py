@@ -204,7 +204,7 @@ def test_sigint_to_the_group_during_a_torchrun_export_keeps_both_windows(tmp_pat
 
 @pytest.mark.slow
 def test_a_signal_before_the_window_keeps_nothing_and_says_so(tmp_path):
-    rnnprof, marks, run = _start(tmp_path, ranks=2, ops=100000)  # long steps: step 0 is still running
+    rnnprof, marks, run = _start(tmp_path, ranks=2, ops=2000000)  # long steps (seconds): step 0 is still running as the signal lands
     _wait_for(rnnprof, marks, ["rank0.step", "rank1.step"])
     pids = _rank_pids(marks, 2)
     assert max(_step_of(marks, r) for r in (0, 1)) < SKIP
