@@ -14,6 +14,7 @@ from rnnprof.analyzers.tasks import analyze_tasks
 from rnnprof.cli import main
 from rnnprof.errors import InputError
 from rnnprof.events import Device, EventTableBuilder, Kind
+from rnnprof.profiler.rundir.manifest import applied_offsets
 from rnnprof.profiler.run import clock
 from rnnprof.profiler.run.cluster import free_ports, local_spec, parse_cluster_spec
 from rnnprof.profiler.run.runner import ParameterSpread
@@ -99,8 +100,8 @@ def test_an_offset_within_its_uncertainty_is_recorded_but_not_applied():
     combined = clock.manifest_offsets(start, end)
     assert combined[W0]["applied_us"] == 0.0 and combined[W0]["offset_us"] == 120.0
     assert combined[W1]["applied_us"] == 37_000.0 and combined[W1]["drift_us"] == pytest.approx(100.0)
-    assert clock.applied_offsets(combined) == {W0: 0.0, W1: 37_000.0}
-    assert clock.applied_offsets({"x": {"applied_us": "7"}, "y": None}) == {}
+    assert applied_offsets(combined) == {W0: 0.0, W1: 37_000.0}
+    assert applied_offsets({"x": {"applied_us": "7"}, "y": None}) == {}
 
 
 # -- timelines from a cluster's step stats ----------------------------------------------------------

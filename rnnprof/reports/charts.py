@@ -83,7 +83,7 @@ def save_chart(figure: Figure, path: str | Path) -> Path:
     """Render ``figure`` to ``path`` (.png or .svg), written atomically."""
     import vl_convert
 
-    from rnnprof.profiler.rundir.writer import atomic_write_bytes
+    from rnnprof.files import atomic_write_bytes
 
     path = Path(path)
     vega_lite = spec(figure)

@@ -67,7 +67,7 @@ def vega_bundle() -> str:
         pass
     bundle = vl_convert.javascript_bundle()
     try:
-        from rnnprof.profiler.rundir.writer import atomic_write_bytes
+        from rnnprof.files import atomic_write_bytes
 
         atomic_write_bytes(cache, bundle.encode("utf-8"))
     except Exception:  # a read-only home only costs the next report the build again

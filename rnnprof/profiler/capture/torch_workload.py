@@ -30,6 +30,7 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
     """
     from rnnprof.models.torch.rnnlm import WORDS_DEFINITION, lm_data
     from rnnprof.profiler.run import torch_ddp
+    from rnnprof.profiler.capture.torch_profiler import TorchCapture
     from rnnprof.profiler.run.torch_ddp import CPU_PROCESSES, CaptureWindow, combine_ranks, run_ranks
     from rnnprof.profiler.rundir.manifest import process_versions
     from rnnprof.profiler.rundir.writer import RunWriter, default_run_dir
@@ -44,7 +45,7 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
     writer.update(framework="torch", world_size=config.devices, backend=None, ranks=[])
     with writer.recording():
         results = run_ranks(options, worker=worker or torch_ddp.rank_main,
-                            capture=CaptureWindow(str(writer.path), trace_steps))
+                            capture=CaptureWindow(str(writer.path), trace_steps, TorchCapture))
         group_backend = results[0]["backend"]
         gpu = group_backend == "nccl"
         writer.set_devices([f"rank{r['rank']}/{'gpu' if gpu else 'cpu'}:0" for r in results], "gpu" if gpu else "cpu")

@@ -99,7 +99,8 @@ def clock_offsets(writer, run):
     if run.cluster is None:
         yield
         return
-    from rnnprof.profiler.run.clock import applied_offsets, manifest_offsets, measure_offsets
+    from rnnprof.profiler.run.clock import manifest_offsets, measure_offsets
+    from rnnprof.profiler.rundir.manifest import applied_offsets
 
     start = measure_offsets(run.session, run.clock_ops)
     writer.update(clock_offsets=manifest_offsets(start))

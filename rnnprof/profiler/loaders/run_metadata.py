@@ -91,7 +91,7 @@ def _run_offsets(path: Path) -> dict[str, float]:
     ``run_metadata/``: each task's step stats are on its own clock and are aligned before merging."""
     from rnnprof.profiler import rundir
     from rnnprof.profiler.rundir.manifest import read_manifest
-    from rnnprof.profiler.run.clock import applied_offsets
+    from rnnprof.profiler.rundir.manifest import applied_offsets
 
     run = path.parent.parent
     if path.parent.name != rundir.RUN_METADATA_DIR or not rundir.is_run_dir(run):

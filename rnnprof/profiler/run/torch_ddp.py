@@ -21,7 +21,7 @@ import sys
 import tempfile
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from rnnprof.analyzers.scale import ScalePoint
 from rnnprof.analyzers.throughput import summarize
@@ -39,10 +39,12 @@ STEP_DEFINITION = ("wall time of each timed step (forward, backward with the gra
 
 @dataclass(frozen=True)
 class CaptureWindow:
-    """``rnnprof trace``: each rank profiles ``steps`` steps after its timed ones into ``run_dir``."""
+    """``rnnprof trace``: each rank profiles ``steps`` steps after its timed ones into ``run_dir``, with
+    ``profiler`` (the capture's ``TorchCapture``, given by the capture layer: the run code does not import it)."""
 
     run_dir: str
     steps: int
+    profiler: Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -122,9 +124,7 @@ def rank_main(job: RankJob) -> dict:
         training = TorchTraining(job.options, rank=rank, device=device, distributed=world > 1)
         runnable, capture = training, None
         if job.capture is not None:  # profiling starts with step 0; its window follows the timed steps
-            from rnnprof.profiler.capture.torch_profiler import TorchCapture
-
-            capture = TorchCapture(job.capture.run_dir, rank, skip_steps=config.warmup + config.batches,
+            capture = job.capture.profiler(job.capture.run_dir, rank, skip_steps=config.warmup + config.batches,
                                    steps=job.capture.steps)
             training.phase = capture.phase
             runnable = _CapturedSteps(training, capture)

@@ -244,3 +244,15 @@ def _tensorflow_version() -> str | None:
         except PackageNotFoundError:
             continue
     return None
+
+
+def applied_offsets(manifest_offsets) -> dict[str, float]:
+    """Task prefix -> µs to subtract from its timestamps, from the manifest's ``clock_offsets``."""
+    result = {}
+    if not isinstance(manifest_offsets, dict):
+        return result
+    for task, entry in manifest_offsets.items():
+        value = entry.get("applied_us") if isinstance(entry, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+            result[str(task)] = float(value)
+    return result

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import gzip
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from typing import Iterable
 
 from rnnprof.errors import InputError, InterruptedRun, UsageError
 from rnnprof.profiler import rundir
+from rnnprof.files import atomic_write_bytes, atomic_write_json  # noqa: F401 (the run's writers)
 from rnnprof.profiler.rundir.manifest import new_manifest, now
 
 PBTXT_LIMIT = 2 * 1024 * 1024  # text copies of graphs are for reading by eye; skip huge ones
@@ -87,52 +87,6 @@ def prepare_out_dir(path: str | Path, force: bool = False) -> Path:
         raise InputError(out, f"cannot create the run directory: {exc.strerror or exc}",
                          "a writable location for the run") from None
     return out
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    path = Path(path)
-    try:
-        _write_then_rename(path, data)
-    except OSError as exc:  # disk full, file size limit, permissions: one line naming the file
-        raise InputError(path, f"cannot write: {exc.strerror or exc}",
-                         "a writable run directory with free space") from exc
-    return path
-
-
-def _file_mode() -> int:
-    """0666 less the process umask: the mode ``open()`` would give a new file."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-_FILE_MODE = _file_mode()
-
-
-def _write_then_rename(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), _FILE_MODE)  # mkstemp makes 0600; a run is shared like any file
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def atomic_write_json(path: str | Path, value, gzipped: bool = False) -> Path:
-    data = json.dumps(value, separators=(",", ":") if gzipped else None, indent=None if gzipped else 2)
-    raw = data.encode()
-    if gzipped:
-        raw = gzip.compress(raw, compresslevel=6, mtime=0)
-    return atomic_write_bytes(path, raw)
 
 
 def _device_kind(name: str) -> str:
