@@ -10,7 +10,7 @@ from rich.text import Text
 
 from rnnprof.analyzers.critical_path import CriticalPathReport, StepPath
 from rnnprof.reports.comm import _ms
-from rnnprof.reports.layout import compact_table
+from rnnprof.reports.layout import compact_table, short_name
 
 OP_WIDTH = 20  # the op column folds long node names at this width rather than at a few characters
 CHAIN_ROWS = 30  # links shown per step in the table; the shorter ones in between are folded into one row
@@ -24,7 +24,7 @@ DEFINITIONS = (
     "(other streams or threads); untraced = a host thread's time outside every traced operator (a sleep, data "
     "loading); previous-step work = another step's events the device ran in this window; start = ms from the "
     "window's start; what-if = estimated step shrink if that op took no time, waits unchanged (bounded by the "
-    "next-longest path)"
+    "next-longest path); long kernel names are shortened (template arguments and parameters as …; --json has them whole)"
 )
 
 
@@ -63,7 +63,7 @@ def chain_table(step: StepPath, rows: int = CHAIN_ROWS):
             folded, folded_us = 0, 0.0
         cls = link.event_class if link.of_step == step.step or link.event == -1 else (
             f"{link.event_class} (step {link.of_step})" if link.of_step >= 0 else f"{link.event_class} (no step)")
-        table.add_row(Text(link.name), Text(link.device), cls, link.edge or "end",
+        table.add_row(Text(short_name(link.name, 40)), Text(link.device), cls, link.edge or "end",
                       _ms(link.start_us), _ms(link.dur_us), _ms(link.wait_us) if link.wait_us else "")
     return table
 
@@ -83,7 +83,7 @@ def what_if_table(step: StepPath):
                           text_columns=("device",))
     table.columns[0].min_width = OP_WIDTH
     for w in step.what_if:
-        table.add_row(Text(w.name), Text(w.device), _ms(w.dur_us), _ms(w.saving_us))
+        table.add_row(Text(short_name(w.name, 40)), Text(w.device), _ms(w.dur_us), _ms(w.saving_us))
     return table
 
 

@@ -37,6 +37,38 @@ def compact_table(first: str, numeric: tuple[str | Text, ...] | list[str | Text]
     return table
 
 
+def short_name(name: str, limit: int = 60) -> str:
+    """A kernel or op name for a table cell: a demangled C++ signature loses its return type, its template
+    arguments and its parameter list (``void ns::kernel<float, 512>(int, float*)`` -> ``ns::kernel<…>(…)``),
+    and what is still over ``limit`` characters keeps its head and tail around an ellipsis. Tables that use it
+    say so; ``--json`` keeps every name whole."""
+    text = name
+    if text.startswith("void "):
+        text = text[5:]
+    text = _collapse(_collapse(text, "<", ">"), "(", ")")
+    if len(text) > limit:
+        head = (limit - 1) * 2 // 3
+        text = text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+    return text
+
+
+def _collapse(text: str, opening: str, closing: str) -> str:
+    """Every outermost ``opening…closing`` group's content replaced by one ellipsis."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == opening:
+            if depth == 0:
+                out.append(opening + "…")
+            depth += 1
+        elif ch == closing and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(closing)
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
 def render_json(document: dict, console: Console) -> None:
     console.print(_Verbatim(json.dumps(document, indent=2)), soft_wrap=True)
 
