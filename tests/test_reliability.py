@@ -410,7 +410,7 @@ def test_a_bug_is_one_line_exit_3_and_the_traceback_only_with_debug(monkeypatch,
 
 SYMLINK_COMMANDS = [
     ("report", "{p}", "-o", "{out}/r.html"), ("comm", "{p}"), ("count-ops", "{p}"), ("critical-path", "{p}"),
-    ("diff", "{p}", str(KINETO)), ("placement-audit", "{p}"), ("view", "{p}", "--port", "0"),
+    ("diff", "{p}", str(KINETO)), ("placement-audit", "{p}"), ("view", "{p}", "--port", "0"), ("roofline", "{p}"),
 ]
 
 
@@ -441,6 +441,30 @@ def test_a_symlink_that_leads_nowhere_is_one_line_exit_2_on_every_command(tmp_pa
               "loop in a rank folder": "rank1.json.gz: is a symlink loop"}[case]
     assert wanted in err, err
     assert not (out / "r.html").exists()
+
+
+@pytest.mark.parametrize("argv", [a for a in SYMLINK_COMMANDS if a[0] not in ("view", "roofline")], ids=lambda a: a[0])
+def test_a_symlink_loop_inside_a_run_directory_is_named_and_the_rest_analysed(tmp_path, capsys, argv):
+    """A run directory whose manifest lists a rank trace that is a symlink loop: the other rank is analysed and
+    a note names the loop (never an internal error)."""
+    from rnnprof.profiler.rundir.manifest import new_manifest
+
+    run = tmp_path / "run"
+    (run / "torch").mkdir(parents=True)
+    shutil.copy(FIXTURES / "torch-gloo-rank0.json.gz", run / "torch" / "rank0.json.gz")
+    (run / "torch" / "rank1.json.gz").symlink_to("rank1.json.gz")
+    manifest = new_manifest()
+    manifest.update(status="complete", framework="torch",
+                    ranks=[{"rank": r, "trace": f"torch/rank{r}.json.gz"} for r in (0, 1)])
+    manifest["captured"]["kineto"] = [f"torch/rank{r}.json.gz" for r in (0, 1)]
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "out"
+    out.mkdir()
+    code = main([a.format(p=run, out=out) for a in argv])
+    stdout, err = capsys.readouterr()
+    assert code == 0 and "internal error" not in err, err
+    assert "torch/rank1.json.gz (is a symlink loop" in err, err
+    assert stdout.strip() or (out / "r.html").is_file()
 
 
 def _with_impossible_times(source: Path, target: Path) -> Path:

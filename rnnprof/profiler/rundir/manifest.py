@@ -169,9 +169,18 @@ def capture_notes(path: Path, manifest: dict, missing: list[str]) -> list[str]:
         said = f"is {str(status)[:40]!r}" if status else "is missing"
         notes.append(f"{path}: the manifest's status {said}, not \"complete\"; the figures cover {covered}")
     if missing:
-        names = ", ".join(missing[:5]) + (f", ... ({len(missing) - 5} more)" if len(missing) > 5 else "")
+        names = ", ".join(_why_missing(Path(path), m) for m in missing[:5])
+        names += f", ... ({len(missing) - 5} more)" if len(missing) > 5 else ""
         notes.append(f"{path}: {len(missing)} {what} listed in the manifest are missing: {names}")
     return notes
+
+
+def _why_missing(path: Path, name: str) -> str:
+    """``name``, with the reason where it is there but cannot be read (a symlink loop, a dangling link)."""
+    from rnnprof.paths import broken
+
+    reason = broken(path / name)
+    return name if reason in (None, "does not exist") else f"{name} ({reason})"
 
 
 def _step_list(steps: list[int]) -> str:
