@@ -411,73 +411,110 @@ def _gloo_edges(table: EventTable, host_ops: np.ndarray, cand: np.ndarray
 # -- one step's DAG, as arrays ----------------------------------------------------------------------------
 
 
+class _Edges:
+    """Edges ``src -> dst`` of kinds ``EDGE_KINDS[kind]``, gathered in batches."""
+
+    def __init__(self):
+        self.src: list[np.ndarray] = []
+        self.dst: list[np.ndarray] = []
+        self.kind: list[np.ndarray] = []
+
+    def add(self, u, v, k: str) -> None:
+        u, v = np.asarray(u, dtype=np.int64), np.asarray(v, dtype=np.int64)
+        self.src.append(u)
+        self.dst.append(v)
+        self.kind.append(np.full(len(u), EDGE_KINDS.index(k), dtype=np.int8))
+
+    def extend(self, src: list[int], dst: list[int], kinds: list[str]) -> None:
+        if src:
+            self.src.append(np.array(src, dtype=np.int64))
+            self.dst.append(np.array(dst, dtype=np.int64))
+            self.kind.append(np.array([EDGE_KINDS.index(k) for k in kinds], dtype=np.int8))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (np.concatenate(self.src) if self.src else np.zeros(0, dtype=np.int64),
+                np.concatenate(self.dst) if self.dst else np.zeros(0, dtype=np.int64),
+                np.concatenate(self.kind) if self.kind else np.zeros(0, dtype=np.int8))
+
+
 class _StepDAG:
     """The DAG of one window. Nodes ``0..n-1`` are events (``rows``), ``n..`` the entries of collective members
     (``entry_of``: the member's node). Edges ``src -> dst`` of kinds ``EDGE_KINDS[kind]``."""
 
     def __init__(self, tt: _Table, step: int, window: tuple[float, float], dependencies: Dependencies):
-        t = tt.table
-        self.tt, self.step = tt, step
-        ws, we = window
-        self.window = window
-        rows = np.sort(tt.overlapping(ws, we) if tt.has_steps else tt.cand)
-        self.rows = rows
-        self.base = ws
-        # times from the window's start: wall-clock microseconds near 1.7e15 keep only about 0.25 µs, and a path
-        # sums thousands of differences of them
+        self.tt, self.step, self.window, self.base = tt, step, window, window[0]
+        self.rows = np.sort(tt.overlapping(*window) if tt.has_steps else tt.cand)
+        self.n = len(self.rows)
+        self._clip_to_window()
+        edges = _Edges()
+        self._lane_edges(edges)
+        self._launch_edges(edges)
+        edges.extend(*self._dependency_edges(dependencies))
+        self._gloo_edges(edges)
+        src, dst, kind = edges.arrays()
+        join_key = self._join_collectives(src, dst, kind, self._collective_groups(dependencies))
+        # node times: entries are zero-length at their member's start
+        self.n_start = np.concatenate([self.start, self.start[self.entry_of]])
+        self.n_end = np.concatenate([self.end, self.start[self.entry_of]])
+        self.n_dur = self.n_end - self.n_start
+        self._order(np.where(np.isfinite(join_key), np.maximum(join_key, self.start), self.start))
+        self._weigh()
+
+    # -- construction
+
+    def _clip_to_window(self) -> None:
+        """Each event's start and end from the window's start, clipped to the window: wall-clock microseconds near
+        1.7e15 keep only about 0.25 µs, and a path sums thousands of differences of them."""
+        t, rows = self.tt.table, self.rows
+        ws, we = self.window
         rel = t.ts[rows] - ws
         self.start = np.maximum(rel, 0.0)
         end = rel + t.dur[rows]
         limit = we - ws
         self.end = np.maximum(np.where(end > limit + _EPS_US, limit, end), self.start)
-        self.own = t.step[rows] == step
-        n = len(rows)
-        self.n = n
-        src, dst, kind = [], [], []
+        self.own = t.step[rows] == self.step
 
-        def add(u, v, k):
-            u, v = np.asarray(u, dtype=np.int64), np.asarray(v, dtype=np.int64)
-            src.append(u)
-            dst.append(v)
-            kind.append(np.full(len(u), EDGE_KINDS.index(k), dtype=np.int8))
-
-        # lane order
+    def _lane_edges(self, edges: "_Edges") -> None:
+        """Lane order: each event to the first event of its lane that starts once it has ended."""
+        t, rows, n = self.tt.table, self.rows, self.n
         device = t.device[rows].astype(np.int64)
-        lane = device * tt.lane_max + t.lane[rows]
+        lane = device * self.tt.lane_max + t.lane[rows]
         _, lane_id = np.unique(lane, return_inverse=True)
         lane_id = lane_id.reshape(-1)
         self.lane_id = lane_id
         order = np.lexsort((-(self.end - self.start), self.start, lane_id))
-        span = float(we - ws) + 1.0
+        span = float(self.window[1] - self.window[0]) + 1.0
         key = lane_id[order] * span + self.start[order]
         nxt = np.searchsorted(key, lane_id[order] * span + self.end[order], side="left")
         nxt = np.maximum(nxt, np.arange(n) + 1)
         ok = nxt < n
         ok[ok] &= lane_id[order][nxt[ok]] == lane_id[order][ok]
-        add(order[ok], order[nxt[ok]], EDGE_LANE)
-        # launches
+        edges.add(order[ok], order[nxt[ok]], EDGE_LANE)
+
+    def _launch_edges(self, edges: "_Edges") -> None:
+        """Launches: each runtime call to the device work of its correlation id."""
+        tt, rows = self.tt, self.rows
+        t = tt.table
         corr = tt.pcorr[rows]
         runtime = (t.kind[rows] == Kind.RUNTIME) & (corr >= 0)
-        work = ~(t.kind[rows] == Kind.RUNTIME) & (corr >= 0) & tt.is_gpu[device]
+        work = ~(t.kind[rows] == Kind.RUNTIME) & (corr >= 0) & tt.is_gpu[t.device[rows].astype(np.int64)]
         calls, works = np.flatnonzero(runtime), np.flatnonzero(work)
         found = match_correlation(corr[calls], corr[works])
-        add(calls[found[found >= 0]], works[found >= 0], EDGE_LAUNCH)
-        # graph inputs, arrows
-        src_d, dst_d, kind_d = self._dependency_edges(dependencies)
-        if src_d:
-            src.append(np.array(src_d, dtype=np.int64))
-            dst.append(np.array(dst_d, dtype=np.int64))
-            kind.append(np.array([EDGE_KINDS.index(k) for k in kind_d], dtype=np.int8))
-        # gloo: call -> run -> the caller's next op
-        for (a, b), k in ((tt.enqueue, EDGE_ENQUEUE), (tt.complete, EDGE_COMPLETE)):
+        edges.add(calls[found[found >= 0]], works[found >= 0], EDGE_LAUNCH)
+
+    def _gloo_edges(self, edges: "_Edges") -> None:
+        """gloo: call -> run -> the caller's next op (those with both ends in the window)."""
+        for (a, b), k in ((self.tt.enqueue, EDGE_ENQUEUE), (self.tt.complete, EDGE_COMPLETE)):
             u, v = self.node_of(a), self.node_of(b)
             keep = (u >= 0) & (v >= 0)
-            add(u[keep], v[keep], k)
-        src_a = np.concatenate(src) if src else np.zeros(0, dtype=np.int64)
-        dst_a = np.concatenate(dst) if dst else np.zeros(0, dtype=np.int64)
-        kind_a = np.concatenate(kind) if kind else np.zeros(0, dtype=np.int8)
-        # collective joins: each member's entry takes its incoming edges; every entry precedes every member
-        groups = self._collective_groups(dependencies)
+            edges.add(u[keep], v[keep], k)
+
+    def _join_collectives(self, src: np.ndarray, dst: np.ndarray, kind: np.ndarray,
+                          groups: list[list[int]]) -> np.ndarray:
+        """Collective joins: each member's entry takes its incoming edges; every entry precedes every member.
+        Sets ``entry_of`` and the edges (one per pair, the first kind found, no self-loops); returns each
+        member's join time (its group's last start; ``-inf`` for other events)."""
+        n = self.n
         entry_of: list[int] = []
         member_entry = np.full(n, -1, dtype=np.int64)
         join_src, join_dst, join_key = [], [], np.full(n, -np.inf)
@@ -493,30 +530,22 @@ class _StepDAG:
             last = max(self.start[m] for m in members)
             for m in members:
                 join_key[m] = last
-                for e in entries:
-                    join_src.append(e)
-                    join_dst.append(m)
+                join_src.extend(entries)
+                join_dst.extend([m] * len(entries))
         self.entry_of = np.array(entry_of, dtype=np.int64)
-        redirect = member_entry[dst_a] if len(dst_a) else dst_a
-        dst_a = np.where(redirect >= 0, redirect, dst_a)
+        redirect = member_entry[dst] if len(dst) else dst
+        dst = np.where(redirect >= 0, redirect, dst)
         if join_src:
-            src_a = np.concatenate([src_a, np.array(join_src, dtype=np.int64)])
-            dst_a = np.concatenate([dst_a, np.array(join_dst, dtype=np.int64)])
-            kind_a = np.concatenate([kind_a, np.full(len(join_src), EDGE_KINDS.index(EDGE_COLLECTIVE), np.int8)])
-        # one edge per pair (the first kind found), no self-loops
-        keep = src_a != dst_a
-        src_a, dst_a, kind_a = src_a[keep], dst_a[keep], kind_a[keep]
-        total = n + len(entry_of)
-        pair = src_a * max(total, 1) + dst_a
+            src = np.concatenate([src, np.array(join_src, dtype=np.int64)])
+            dst = np.concatenate([dst, np.array(join_dst, dtype=np.int64)])
+            kind = np.concatenate([kind, np.full(len(join_src), EDGE_KINDS.index(EDGE_COLLECTIVE), np.int8)])
+        keep = src != dst
+        src, dst, kind = src[keep], dst[keep], kind[keep]
+        pair = src * max(n + len(entry_of), 1) + dst
         _, first = np.unique(pair, return_index=True)
         first.sort()
-        self.src, self.dst, self.kind = src_a[first], dst_a[first], kind_a[first]
-        # node times: entries are zero-length at their member's start
-        self.n_start = np.concatenate([self.start, self.start[self.entry_of]])
-        self.n_end = np.concatenate([self.end, self.start[self.entry_of]])
-        self.n_dur = self.n_end - self.n_start
-        self._order(np.where(np.isfinite(join_key), np.maximum(join_key, self.start), self.start))
-        self._weigh()
+        self.src, self.dst, self.kind = src[first], dst[first], kind[first]
+        return join_key
 
     # -- lookups
 
