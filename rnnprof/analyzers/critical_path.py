@@ -679,17 +679,36 @@ class _StepDAG:
         """The longest path ending at one of the step's own events: (nodes, length); one pass in topological order
         (``dist``: the longest path ending at each node), then one back (``tail``: the longest starting at each node
         and ending at one of the step's events), for the what-if."""
-        total = len(self.n_start)
         if not self.n:
             return [], 0.0
-        pu, pv = self.pos[self.src], self.pos[self.dst]
+        self._pu, self._pv = self.pos[self.src], self.pos[self.dst]
+        self._dur = self.n_dur[self.order]
+        self._gain = (self.n_dur + self.wait_in)[self.order]
+        lead = self.lead[self.order]
+        dist, back = self._pass_forward(lead)
+        eligible = self._path_ends()
+        ranked = np.flatnonzero(eligible)
+        end = int(ranked[np.argmax(dist[ranked])])  # the first of the longest
+        length = float(dist[end])
+        chain = []
+        while end >= 0:
+            chain.append(end)
+            end = back[end]
+        chain.reverse()
+        self._dist, self._tail, self._eligible = dist, self._pass_back(eligible), eligible
+        self._prefix = np.maximum.accumulate(np.where(eligible, dist, -np.inf))
+        self._suffix = np.maximum.accumulate((self._tail + lead)[::-1])[::-1]
+        return [int(self.order[k]) for k in chain], length
+
+    def _pass_forward(self, lead: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """In topological order: the longest path ending at each node, and the predecessor it comes through
+        (-1: it starts there)."""
+        total = len(self.n_start)
+        pu, pv = self._pu, self._pv
         by = np.lexsort((pu, pv))
         pred, ptr = pu[by].tolist(), np.searchsorted(pv[by], np.arange(total + 1), side="left").tolist()
-        dur = self.n_dur[self.order]
-        gain = (self.n_dur + self.wait_in)[self.order]
-        dur_l, gain_l = dur.tolist(), gain.tolist()
-        lead = self.lead[self.order]
-        first_l = (dur + lead).tolist()
+        gain_l = self._gain.tolist()
+        first_l = (self._dur + lead).tolist()
         dist = [0.0] * total
         back = [-1] * total
         for k in range(total):
@@ -705,23 +724,24 @@ class _StepDAG:
                     if length > best or (arg < 0 and length > best - _TIE_US):
                         best, arg = length, u
             dist[k], back[k] = best, arg
-        eligible = np.zeros(total, dtype=bool)
+        return np.asarray(dist), back
+
+    def _path_ends(self) -> np.ndarray:
+        """Where a path may end, by topological position: the step's own events (every event when it has none)."""
+        eligible = np.zeros(len(self.n_start), dtype=bool)
         eligible[self.pos[np.flatnonzero(self.own)]] = True
         if not eligible.any():
             eligible[self.pos[np.arange(self.n)]] = True
-        dist_a = np.asarray(dist)
-        ranked = np.flatnonzero(eligible)
-        end = int(ranked[np.argmax(dist_a[ranked])])  # the first of the longest
-        length = dist[end]
-        chain = []
-        while end >= 0:
-            chain.append(end)
-            end = back[end]
-        chain.reverse()
-        # the pass back
+        return eligible
+
+    def _pass_back(self, eligible: np.ndarray) -> np.ndarray:
+        """In reverse topological order: the longest path starting at each node and ending where ``eligible``."""
+        total = len(self.n_start)
+        pu, pv = self._pu, self._pv
         by = np.lexsort((pv, pu))
         succ, sptr = pv[by].tolist(), np.searchsorted(pu[by], np.arange(total + 1), side="left").tolist()
         ok = eligible.tolist()
+        dur_l, gain_l = self._dur.tolist(), self._gain.tolist()
         tail = [0.0] * total
         for k in range(total - 1, -1, -1):
             best = 0.0 if ok[k] else -np.inf
@@ -731,12 +751,7 @@ class _StepDAG:
                 if value > best:
                     best = value
             tail[k] = best + dur_l[k]
-        self._dist, self._tail, self._eligible, self._dur = dist_a, np.asarray(tail), eligible, dur
-        self._gain = gain
-        self._pu, self._pv = pu, pv
-        self._prefix = np.maximum.accumulate(np.where(eligible, dist_a, -np.inf))
-        self._suffix = np.maximum.accumulate((self._tail + lead)[::-1])[::-1]
-        return [int(self.order[k]) for k in chain], length
+        return np.asarray(tail)
 
     def without(self, node: int) -> float:
         """The longest path's length with ``node`` weighing nothing (waits kept): the longest through it, less its
