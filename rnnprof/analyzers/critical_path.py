@@ -356,6 +356,25 @@ def _gloo_edges(table: EventTable, host_ops: np.ndarray, cand: np.ndarray
     """``enqueue`` (call's last leaf -> run) and ``complete`` (run -> the caller's next leaf) pairs of rows: on
     each rank, the k-th ``c10d::*`` call and the k-th ``gloo:*`` run of one collective type."""
     empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    call, run = _gloo_calls_and_runs(table, host_ops)
+    if not len(call):
+        return empty, empty
+    leaves = _LaneLeaves(table, cand)
+    # the last leaf of the caller that starts within the call (the call itself when it is a leaf)
+    pos, lo, _ = leaves.position(call, table.end[call], "right")
+    last = pos - 1
+    ok_e = (last >= lo) & (leaves.ts[np.maximum(last, 0)] >= table.ts[call] - _EPS_US)
+    enqueue = (leaves.rows[last[ok_e]], run[ok_e])
+    # the first leaf of the caller that starts after the run ended
+    pos, _, hi = leaves.position(call, table.end[run] - _EPS_US, "left")
+    ok_c = pos < hi
+    complete = (run[ok_c], leaves.rows[np.minimum(pos, len(leaves.rows) - 1)[ok_c]])
+    return enqueue, complete
+
+
+def _gloo_calls_and_runs(table: EventTable, host_ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``c10d::*`` call and the ``gloo:*`` run of each collective: on each rank and collective type, the k-th
+    of each (a call whose run the trace lacks is one of the earliest: the window opened late)."""
     is_run = np.fromiter((bool(CPU_COLLECTIVE_RUN.match(s)) for s in table.strings), dtype=bool,
                          count=len(table.strings))
     is_call = np.fromiter((bool(CPU_COLLECTIVE_CALL.match(s)) for s in table.strings), dtype=bool,
@@ -363,7 +382,7 @@ def _gloo_edges(table: EventTable, host_ops: np.ndarray, cand: np.ndarray
     runs = np.flatnonzero(is_run[table.name] & (table.dur >= 0))
     calls = host_ops[is_call[table.name[host_ops]]]
     if not len(runs) or not len(calls):
-        return empty, empty
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     worker = np.array([d.worker for d in table.devices], dtype=object)
     run_type, call_type = collective_types(table, runs), collective_types(table, calls)
     pairs = []
@@ -372,40 +391,40 @@ def _gloo_edges(table: EventTable, host_ops: np.ndarray, cand: np.ndarray
             r = runs[(worker[table.device[runs]] == w) & (run_type == kind)]
             c = calls[(worker[table.device[calls]] == w) & (call_type == kind)]
             r, c = r[np.argsort(table.ts[r], kind="stable")], c[np.argsort(table.ts[c], kind="stable")]
-            extra = len(c) - len(r)  # calls whose run the trace lacks: the earliest ones (the window opened late)
+            extra = len(c) - len(r)
             c = c[extra:] if extra > 0 else c
             r = r[-extra:] if extra < 0 else r
             ok = table.ts[c] <= table.ts[r] + _EPS_US
             pairs.extend(zip(c[ok].tolist(), r[ok].tolist()))
     if not pairs:
-        return empty, empty
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     call, run = (np.array(x, dtype=np.int64) for x in zip(*pairs))
-    # leaves by lane, in start order
-    lane = table.device[cand].astype(np.int64) * (int(table.lane.max(initial=0)) + 1) + table.lane[cand]
-    order = np.lexsort((table.ts[cand], lane))
-    c_rows, c_lane, c_ts = cand[order], lane[order], table.ts[cand][order]
-    key = c_lane  # sorted by (lane, ts)
-    call_lane = table.device[call].astype(np.int64) * (int(table.lane.max(initial=0)) + 1) + table.lane[call]
+    return call, run
 
-    def position(lanes, ts, side):
-        # index into (lane, ts) order: lanes compared first, then times
-        lo = np.searchsorted(key, lanes, side="left")
-        hi = np.searchsorted(key, lanes, side="right")
+
+class _LaneLeaves:
+    """Leaf events by lane, in start order."""
+
+    def __init__(self, table: EventTable, cand: np.ndarray):
+        self.table = table
+        self.lane_max = int(table.lane.max(initial=0)) + 1
+        lane = self.lane_of(cand)
+        order = np.lexsort((table.ts[cand], lane))
+        self.rows, self.lane, self.ts = cand[order], lane[order], table.ts[cand][order]  # by (lane, ts)
+
+    def lane_of(self, rows: np.ndarray) -> np.ndarray:
+        return self.table.device[rows].astype(np.int64) * self.lane_max + self.table.lane[rows]
+
+    def position(self, rows: np.ndarray, ts: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where each time ``ts`` falls among the leaves of the lane of ``rows`` (lanes first, then times), with
+        each lane's first and past-last positions."""
+        lanes = self.lane_of(rows)
+        lo = np.searchsorted(self.lane, lanes, side="left")
+        hi = np.searchsorted(self.lane, lanes, side="right")
         out = np.empty(len(lanes), dtype=np.int64)
         for k, (a, b, t) in enumerate(zip(lo.tolist(), hi.tolist(), ts.tolist())):
-            out[k] = a + np.searchsorted(c_ts[a:b], t, side=side)
+            out[k] = a + np.searchsorted(self.ts[a:b], t, side=side)
         return out, lo, hi
-
-    # the last leaf of the caller that starts within the call (the call itself when it is a leaf)
-    pos, lo, _ = position(call_lane, table.end[call], "right")
-    last = pos - 1
-    ok_e = (last >= lo) & (c_ts[np.maximum(last, 0)] >= table.ts[call] - _EPS_US)
-    enqueue = (c_rows[last[ok_e]], run[ok_e])
-    # the first leaf of the caller that starts after the run ended
-    pos, _, hi = position(call_lane, table.end[run] - _EPS_US, "left")
-    ok_c = pos < hi
-    complete = (run[ok_c], c_rows[np.minimum(pos, len(c_rows) - 1)[ok_c]])
-    return enqueue, complete
 
 
 # -- one step's DAG, as arrays ----------------------------------------------------------------------------
