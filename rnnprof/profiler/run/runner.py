@@ -25,6 +25,7 @@ HOST_DEVICE = f"{LOCAL}/device:CPU:0"  # without a cluster; ``DataParallelRun.ho
 
 
 def visible_gpus() -> int:
+    """GPUs TensorFlow sees."""
     tf = import_tensorflow()
     return len(tf.config.list_physical_devices("GPU"))
 
