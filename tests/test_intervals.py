@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rnnprof.analyzers.intervals import merge, overlap_length, sweep, union_length
+from rnnprof.analyzers.intervals import merge, overlap_length, sweep_segments, union_length
 
 # Integer endpoints on a small grid: brute force can then count covered unit cells exactly.
 GRID = 40
@@ -45,7 +45,7 @@ def test_grouped_layered_sweep_matches_brute_force(events):
     ends = np.array([iv[1] for iv, _, _ in events], dtype=float)
     groups = np.array([g for _, g, _ in events], dtype=np.int64)
     layers = np.array([k for _, _, k in events], dtype=np.int64)
-    result = sweep(starts, ends, groups=groups, n_groups=n_groups, layers=layers, n_layers=n_layers)
+    result = sweep_segments(starts, ends, groups=groups, n_groups=n_groups, layers=layers, n_layers=n_layers)
     for g in range(n_groups):
         per_layer = [cells([iv for iv, gg, k in events if gg == g and k == layer]) for layer in range(n_layers)]
         assert result.union()[g] == np.logical_or.reduce(per_layer).sum()
@@ -71,7 +71,7 @@ def test_float_intervals_and_touching_edges():
 
 
 def test_empty_input():
-    result = sweep(np.array([]), np.array([]), n_groups=2, n_layers=2)
+    result = sweep_segments(np.array([]), np.array([]), n_groups=2, n_layers=2)
     assert result.union().tolist() == [0.0, 0.0]
     assert result.overlap([0], [1]).tolist() == [0.0, 0.0]
     assert union_length(np.array([]), np.array([])) == 0.0

@@ -24,7 +24,7 @@ from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.opcount import count_kernels
 from rnnprof.cli import main
 from rnnprof.parallel import map_items
-from rnnprof.profiler.loaders import kineto, merge
+from rnnprof.profiler.loaders import kineto, merge_tables
 from rnnprof.reports.comm import to_document
 from rnnprof.whole_job import combine_comm
 
@@ -48,7 +48,7 @@ def _folder(tmp_path: Path, files, name="job") -> Path:
 
 def load_aligned_tables(tables):
     """The tables merged as ``load_aligned(paths, "none")`` merges the files."""
-    table = merge(align(tables, zero_offsets(tables)))
+    table = merge_tables(align(tables, zero_offsets(tables)))
     table.metadata["alignment"] = {"method": "none", "offsets": [o.as_dict() for o in zero_offsets(tables)]}
     return table
 
@@ -88,14 +88,14 @@ def test_a_folder_analysed_in_worker_processes_equals_the_merged_analysis(tmp_pa
 
 
 def test_reports_combined_shift_each_rank_to_the_common_clock():
-    """Tables on clocks of their own (a time base each) combine as ``merge`` puts them on one clock."""
+    """Tables on clocks of their own (a time base each) combine as ``merge_tables`` puts them on one clock."""
     tables = []
     for path, base in zip(SAMPLED, (5_000.0, 1_000_000.0)):
         table = kineto.load(path)
         tables.append(dataclasses.replace(table, ts=table.ts - base, time_base_us=base))
     combined = combine_comm([(analyze_comm(t), instances(t), zero_offsets([t])[0]) for t in tables])
     assert combined.as_dict() == analyze_comm(load_aligned_tables(tables)).as_dict()
-    absolute = analyze_comm(merge([kineto.load(f) for f in SAMPLED]))
+    absolute = analyze_comm(merge_tables([kineto.load(f) for f in SAMPLED]))
     assert [d.total.end_us for d in combined.devices] == pytest.approx(
         [d.total.end_us - 5_000.0 for d in absolute.devices])
 
@@ -128,7 +128,7 @@ def test_count_ops_of_a_folder_counts_each_rank_launches_within_its_own_process(
 
 
 def test_a_merged_table_does_not_link_one_ranks_launches_to_another_ranks_kernels():
-    merged = count_kernels(merge([kineto.load(f) for f in SAMPLED]))
+    merged = count_kernels(merge_tables([kineto.load(f) for f in SAMPLED]))
     launches = {d.device: d.gpu_launches for d in merged.devices}
     assert [launches["rank0/gpu:0"], launches["rank1/gpu:1"]] == [_launches_from_raw(f) for f in SAMPLED]
 
@@ -330,5 +330,5 @@ def test_step_selection_and_launch_statistics_of_a_folder_equal_those_of_the_mer
     from rnnprof.analyzers.launches import launch_stats
     from rnnprof.analyzers.steps import StepSelection, select_steps
 
-    merged = merge([select_steps(kineto.load(f), StepSelection(drop_last=True)) for f in SAMPLED])
+    merged = merge_tables([select_steps(kineto.load(f), StepSelection(drop_last=True)) for f in SAMPLED])
     assert documents["count-ops"]["launches"] == launch_stats(merged).as_dict()

@@ -202,71 +202,96 @@ def count_copies(table: EventTable | None, reason: str = "") -> CopyReport:
     """Copies by kind and graph-launched work per device and step (see the module's docstring)."""
     if table is None or len(table) == 0:
         return CopyReport(available=False, reason=reason or "no trace events in this input")
-    n = len(table)
     launcher = launchers(table)
-    has_launcher = launcher >= 0
-    step = table.step.astype(np.int64).copy()
-    step[has_launcher] = table.step[launcher[has_launcher]]  # GPU work: the step of its launch call
-    known = table.steps()
-    steps = tuple(int(s) for s in known) if len(known) else (-1,)
-    in_steps = np.isin(step, known) if len(known) else np.ones(n, dtype=bool)
-
-    # Copy kind: the op type's where it says one (TF: MEMCPYHtoD), else the name's.
-    kinds = _kind_of_strings(table)
-    other = COPY_KINDS.index("other")
-    kind = np.where(kinds[table.op_type] != other, kinds[table.op_type], kinds[table.name])
-    copy = table.kind == Kind.MEMCPY
-
-    names = np.array([bool(GRAPH_LAUNCH.match(s)) for s in table.strings] or [False], dtype=bool)
-    graph_call = (table.kind == Kind.RUNTIME) & names[table.name]
-    graph_work = has_launcher & graph_call[np.where(has_launcher, launcher, 0)]
+    steps, in_steps, step_index = _work_steps(table, launcher)
+    graph_call, graph_work, call_device = _graph_launches(table, launcher)
     _, gpu_kernel = kernel_masks(table)
-    # A launch call sits on the device its work ran on (the first of it), else on its own.
-    call_device = table.device.astype(np.int64).copy()
-    worked = np.flatnonzero(graph_work)
-    call_device[launcher[worked][::-1]] = table.device[worked][::-1]
-
-    step_index = np.searchsorted(np.array(steps), step) if len(known) else np.zeros(n, dtype=np.int64)
-    step_index = np.where(in_steps, step_index, 0)
-    width = len(steps)
-    size = len(table.devices) * width
-    cell = table.device.astype(np.int64) * width + step_index
-
-    def grid(mask, key=cell, weights=None, minlength=size):
-        return np.bincount(key[mask], weights=None if weights is None else weights[mask], minlength=minlength)
-
+    cells = _Cells(len(table.devices), len(steps), table.device.astype(np.int64) * len(steps) + step_index)
+    copy = table.kind == Kind.MEMCPY
+    copies = _copy_figures(table, cells, copy & in_steps)
     dur = np.maximum(table.dur, 0.0)
-    nbytes = np.maximum(table.nbytes, 0)
-    copy_key = cell * len(COPY_KINDS) + kind
-    counted = copy & in_steps
-    big = size * len(COPY_KINDS)
-    copy_n = grid(counted, copy_key, minlength=big).reshape(len(table.devices), width, len(COPY_KINDS))
-    copy_b = grid(counted, copy_key, nbytes.astype(float), big).reshape(copy_n.shape)
-    copy_u = grid(counted & (table.nbytes < 0), copy_key, minlength=big).reshape(copy_n.shape)
-    copy_t = grid(counted, copy_key, dur, big).reshape(copy_n.shape)
-    call_cell = call_device * width + step_index
-    launches_n = grid(graph_call & in_steps, call_cell).reshape(-1, width)
     gk = gpu_kernel & graph_work & in_steps
-    gk_n = grid(gk).reshape(-1, width)
-    gk_t = grid(gk, weights=dur).reshape(-1, width)
-    g_other = grid(graph_work & in_steps & np.isin(table.kind, [Kind.MEMCPY, Kind.MEMSET])).reshape(-1, width)
-    all_k = grid(gpu_kernel & in_steps).reshape(-1, width)
+    graphs = (cells.count(graph_call & in_steps, call_device * len(steps) + step_index),
+              cells.count(gk), cells.count(gk, weights=dur),
+              cells.count(graph_work & in_steps & np.isin(table.kind, [Kind.MEMCPY, Kind.MEMSET])),
+              cells.count(gpu_kernel & in_steps))
     outside = np.bincount(table.device[(copy | graph_call | gpu_kernel) & ~in_steps], minlength=len(table.devices))
-
-    devices = []
-    for code, device in enumerate(table.devices):
-        if not (copy_n[code].any() or launches_n[code].any() or gk_n[code].any() or outside[code]):
-            continue
-        per_step = {s: {COPY_KINDS[k]: CopyCount(int(copy_n[code, i, k]), int(copy_b[code, i, k]),
-                                                 int(copy_u[code, i, k]), float(copy_t[code, i, k]))
-                        for k in range(len(COPY_KINDS)) if copy_n[code, i, k]}
-                    for i, s in enumerate(steps)}
-        graphs = {s: GraphCount(int(launches_n[code, i]), int(gk_n[code, i]), float(gk_t[code, i]),
-                                int(g_other[code, i]), int(all_k[code, i])) for i, s in enumerate(steps)}
-        devices.append(DeviceCopies(device.label, per_step, graphs, int(outside[code])))
+    devices = [_device_copies(device.label, steps, copies, graphs, int(outside[code]), code)
+               for code, device in enumerate(table.devices)
+               if copies[0][code].any() or graphs[0][code].any() or graphs[1][code].any() or outside[code]]
     launch_names = tuple(sorted({table.strings[c] for c in np.unique(table.name[graph_call])}))
     return CopyReport(available=True, steps=steps, devices=tuple(sorted(devices, key=lambda d: d.device)),
                       graph_launch_names=launch_names)
+
+
+def _work_steps(table: EventTable, launcher: np.ndarray) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+    """The steps counted ((-1,) without step markers); whether each event is in one of them (GPU work: the step of
+    its launch call, other events their own), and the index of its step (0 where in none)."""
+    n = len(table)
+    has_launcher = launcher >= 0
+    step = table.step.astype(np.int64).copy()
+    step[has_launcher] = table.step[launcher[has_launcher]]
+    known = table.steps()
+    steps = tuple(int(s) for s in known) if len(known) else (-1,)
+    in_steps = np.isin(step, known) if len(known) else np.ones(n, dtype=bool)
+    step_index = np.searchsorted(np.array(steps), step) if len(known) else np.zeros(n, dtype=np.int64)
+    return steps, in_steps, np.where(in_steps, step_index, 0)
+
+
+def _graph_launches(table: EventTable, launcher: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which events are graph launch calls, which are work a graph launched, and the device each launch call is
+    counted on: the one its work ran on (the first of it), else its own."""
+    has_launcher = launcher >= 0
+    names = np.array([bool(GRAPH_LAUNCH.match(s)) for s in table.strings] or [False], dtype=bool)
+    graph_call = (table.kind == Kind.RUNTIME) & names[table.name]
+    graph_work = has_launcher & graph_call[np.where(has_launcher, launcher, 0)]
+    call_device = table.device.astype(np.int64).copy()
+    worked = np.flatnonzero(graph_work)
+    call_device[launcher[worked][::-1]] = table.device[worked][::-1]
+    return graph_call, graph_work, call_device
+
+
+class _Cells:
+    """Sums over (device, step) cells, or (device, step, copy kind) cells."""
+
+    def __init__(self, n_devices: int, width: int, cell: np.ndarray):
+        self.n_devices, self.width, self.cell = n_devices, width, cell
+
+    def count(self, mask: np.ndarray, key: np.ndarray | None = None, weights: np.ndarray | None = None,
+              kinds: int = 1) -> np.ndarray:
+        """How many (or the summed ``weights``) of the events of ``mask`` per cell (``key``: each event's cell)."""
+        key = self.cell if key is None else key
+        found = np.bincount(key[mask], weights=None if weights is None else weights[mask],
+                            minlength=self.n_devices * self.width * kinds)
+        return found.reshape(self.n_devices, self.width, kinds) if kinds > 1 else found.reshape(-1, self.width)
+
+
+def _copy_figures(table: EventTable, cells: _Cells, counted: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per (device, step, copy kind): the copies of ``counted``, their bytes, those without a byte count, and
+    their time. A copy's kind is its op type's where that says one (TF: MEMCPYHtoD), else its name's."""
+    kinds = _kind_of_strings(table)
+    other = COPY_KINDS.index("other")
+    kind = np.where(kinds[table.op_type] != other, kinds[table.op_type], kinds[table.name])
+    key = cells.cell * len(COPY_KINDS) + kind
+    n = len(COPY_KINDS)
+    return (cells.count(counted, key, kinds=n),
+            cells.count(counted, key, np.maximum(table.nbytes, 0).astype(float), kinds=n),
+            cells.count(counted & (table.nbytes < 0), key, kinds=n),
+            cells.count(counted, key, np.maximum(table.dur, 0.0), kinds=n))
+
+
+def _device_copies(label: str, steps: tuple[int, ...], copies: tuple[np.ndarray, ...],
+                   graphs: tuple[np.ndarray, ...], outside: int, code: int) -> DeviceCopies:
+    """Device ``code``'s figures per step."""
+    copy_n, copy_b, copy_u, copy_t = (a[code] for a in copies)
+    launches_n, gk_n, gk_t, g_other, all_k = (a[code] for a in graphs)
+    per_step = {s: {COPY_KINDS[k]: CopyCount(int(copy_n[i, k]), int(copy_b[i, k]), int(copy_u[i, k]),
+                                             float(copy_t[i, k]))
+                    for k in range(len(COPY_KINDS)) if copy_n[i, k]}
+                for i, s in enumerate(steps)}
+    graph_counts = {s: GraphCount(int(launches_n[i]), int(gk_n[i]), float(gk_t[i]), int(g_other[i]), int(all_k[i]))
+                    for i, s in enumerate(steps)}
+    return DeviceCopies(label, per_step, graph_counts, outside)
 
 
 def combine_copies(parts) -> CopyReport | None:

@@ -356,6 +356,25 @@ def _gloo_edges(table: EventTable, host_ops: np.ndarray, cand: np.ndarray
     """``enqueue`` (call's last leaf -> run) and ``complete`` (run -> the caller's next leaf) pairs of rows: on
     each rank, the k-th ``c10d::*`` call and the k-th ``gloo:*`` run of one collective type."""
     empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    call, run = _gloo_calls_and_runs(table, host_ops)
+    if not len(call):
+        return empty, empty
+    leaves = _LaneLeaves(table, cand)
+    # the last leaf of the caller that starts within the call (the call itself when it is a leaf)
+    pos, lo, _ = leaves.position(call, table.end[call], "right")
+    last = pos - 1
+    ok_e = (last >= lo) & (leaves.ts[np.maximum(last, 0)] >= table.ts[call] - _EPS_US)
+    enqueue = (leaves.rows[last[ok_e]], run[ok_e])
+    # the first leaf of the caller that starts after the run ended
+    pos, _, hi = leaves.position(call, table.end[run] - _EPS_US, "left")
+    ok_c = pos < hi
+    complete = (run[ok_c], leaves.rows[np.minimum(pos, len(leaves.rows) - 1)[ok_c]])
+    return enqueue, complete
+
+
+def _gloo_calls_and_runs(table: EventTable, host_ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``c10d::*`` call and the ``gloo:*`` run of each collective: on each rank and collective type, the k-th
+    of each (a call whose run the trace lacks is one of the earliest: the window opened late)."""
     is_run = np.fromiter((bool(CPU_COLLECTIVE_RUN.match(s)) for s in table.strings), dtype=bool,
                          count=len(table.strings))
     is_call = np.fromiter((bool(CPU_COLLECTIVE_CALL.match(s)) for s in table.strings), dtype=bool,
@@ -363,7 +382,7 @@ def _gloo_edges(table: EventTable, host_ops: np.ndarray, cand: np.ndarray
     runs = np.flatnonzero(is_run[table.name] & (table.dur >= 0))
     calls = host_ops[is_call[table.name[host_ops]]]
     if not len(runs) or not len(calls):
-        return empty, empty
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     worker = np.array([d.worker for d in table.devices], dtype=object)
     run_type, call_type = collective_types(table, runs), collective_types(table, calls)
     pairs = []
@@ -372,43 +391,69 @@ def _gloo_edges(table: EventTable, host_ops: np.ndarray, cand: np.ndarray
             r = runs[(worker[table.device[runs]] == w) & (run_type == kind)]
             c = calls[(worker[table.device[calls]] == w) & (call_type == kind)]
             r, c = r[np.argsort(table.ts[r], kind="stable")], c[np.argsort(table.ts[c], kind="stable")]
-            extra = len(c) - len(r)  # calls whose run the trace lacks: the earliest ones (the window opened late)
+            extra = len(c) - len(r)
             c = c[extra:] if extra > 0 else c
             r = r[-extra:] if extra < 0 else r
             ok = table.ts[c] <= table.ts[r] + _EPS_US
             pairs.extend(zip(c[ok].tolist(), r[ok].tolist()))
     if not pairs:
-        return empty, empty
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     call, run = (np.array(x, dtype=np.int64) for x in zip(*pairs))
-    # leaves by lane, in start order
-    lane = table.device[cand].astype(np.int64) * (int(table.lane.max(initial=0)) + 1) + table.lane[cand]
-    order = np.lexsort((table.ts[cand], lane))
-    c_rows, c_lane, c_ts = cand[order], lane[order], table.ts[cand][order]
-    key = c_lane  # sorted by (lane, ts)
-    call_lane = table.device[call].astype(np.int64) * (int(table.lane.max(initial=0)) + 1) + table.lane[call]
+    return call, run
 
-    def position(lanes, ts, side):
-        # index into (lane, ts) order: lanes compared first, then times
-        lo = np.searchsorted(key, lanes, side="left")
-        hi = np.searchsorted(key, lanes, side="right")
+
+class _LaneLeaves:
+    """Leaf events by lane, in start order."""
+
+    def __init__(self, table: EventTable, cand: np.ndarray):
+        self.table = table
+        self.lane_max = int(table.lane.max(initial=0)) + 1
+        lane = self.lane_of(cand)
+        order = np.lexsort((table.ts[cand], lane))
+        self.rows, self.lane, self.ts = cand[order], lane[order], table.ts[cand][order]  # by (lane, ts)
+
+    def lane_of(self, rows: np.ndarray) -> np.ndarray:
+        return self.table.device[rows].astype(np.int64) * self.lane_max + self.table.lane[rows]
+
+    def position(self, rows: np.ndarray, ts: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where each time ``ts`` falls among the leaves of the lane of ``rows`` (lanes first, then times), with
+        each lane's first and past-last positions."""
+        lanes = self.lane_of(rows)
+        lo = np.searchsorted(self.lane, lanes, side="left")
+        hi = np.searchsorted(self.lane, lanes, side="right")
         out = np.empty(len(lanes), dtype=np.int64)
         for k, (a, b, t) in enumerate(zip(lo.tolist(), hi.tolist(), ts.tolist())):
-            out[k] = a + np.searchsorted(c_ts[a:b], t, side=side)
+            out[k] = a + np.searchsorted(self.ts[a:b], t, side=side)
         return out, lo, hi
-
-    # the last leaf of the caller that starts within the call (the call itself when it is a leaf)
-    pos, lo, _ = position(call_lane, table.end[call], "right")
-    last = pos - 1
-    ok_e = (last >= lo) & (c_ts[np.maximum(last, 0)] >= table.ts[call] - _EPS_US)
-    enqueue = (c_rows[last[ok_e]], run[ok_e])
-    # the first leaf of the caller that starts after the run ended
-    pos, _, hi = position(call_lane, table.end[run] - _EPS_US, "left")
-    ok_c = pos < hi
-    complete = (run[ok_c], c_rows[np.minimum(pos, len(c_rows) - 1)[ok_c]])
-    return enqueue, complete
 
 
 # -- one step's DAG, as arrays ----------------------------------------------------------------------------
+
+
+class _Edges:
+    """Edges ``src -> dst`` of kinds ``EDGE_KINDS[kind]``, gathered in batches."""
+
+    def __init__(self):
+        self.src: list[np.ndarray] = []
+        self.dst: list[np.ndarray] = []
+        self.kind: list[np.ndarray] = []
+
+    def add(self, u, v, k: str) -> None:
+        u, v = np.asarray(u, dtype=np.int64), np.asarray(v, dtype=np.int64)
+        self.src.append(u)
+        self.dst.append(v)
+        self.kind.append(np.full(len(u), EDGE_KINDS.index(k), dtype=np.int8))
+
+    def extend(self, src: list[int], dst: list[int], kinds: list[str]) -> None:
+        if src:
+            self.src.append(np.array(src, dtype=np.int64))
+            self.dst.append(np.array(dst, dtype=np.int64))
+            self.kind.append(np.array([EDGE_KINDS.index(k) for k in kinds], dtype=np.int8))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (np.concatenate(self.src) if self.src else np.zeros(0, dtype=np.int64),
+                np.concatenate(self.dst) if self.dst else np.zeros(0, dtype=np.int64),
+                np.concatenate(self.kind) if self.kind else np.zeros(0, dtype=np.int8))
 
 
 class _StepDAG:
@@ -416,68 +461,79 @@ class _StepDAG:
     (``entry_of``: the member's node). Edges ``src -> dst`` of kinds ``EDGE_KINDS[kind]``."""
 
     def __init__(self, tt: _Table, step: int, window: tuple[float, float], dependencies: Dependencies):
-        t = tt.table
-        self.tt, self.step = tt, step
-        ws, we = window
-        self.window = window
-        rows = np.sort(tt.overlapping(ws, we) if tt.has_steps else tt.cand)
-        self.rows = rows
-        self.base = ws
-        # times from the window's start: wall-clock microseconds near 1.7e15 keep only about 0.25 µs, and a path
-        # sums thousands of differences of them
+        self.tt, self.step, self.window, self.base = tt, step, window, window[0]
+        self.rows = np.sort(tt.overlapping(*window) if tt.has_steps else tt.cand)
+        self.n = len(self.rows)
+        self._clip_to_window()
+        edges = _Edges()
+        self._lane_edges(edges)
+        self._launch_edges(edges)
+        edges.extend(*self._dependency_edges(dependencies))
+        self._gloo_edges(edges)
+        src, dst, kind = edges.arrays()
+        join_key = self._join_collectives(src, dst, kind, self._collective_groups(dependencies))
+        # node times: entries are zero-length at their member's start
+        self.n_start = np.concatenate([self.start, self.start[self.entry_of]])
+        self.n_end = np.concatenate([self.end, self.start[self.entry_of]])
+        self.n_dur = self.n_end - self.n_start
+        self._order(np.where(np.isfinite(join_key), np.maximum(join_key, self.start), self.start))
+        self._weigh()
+
+    # -- construction
+
+    def _clip_to_window(self) -> None:
+        """Each event's start and end from the window's start, clipped to the window: wall-clock microseconds near
+        1.7e15 keep only about 0.25 µs, and a path sums thousands of differences of them."""
+        t, rows = self.tt.table, self.rows
+        ws, we = self.window
         rel = t.ts[rows] - ws
         self.start = np.maximum(rel, 0.0)
         end = rel + t.dur[rows]
         limit = we - ws
         self.end = np.maximum(np.where(end > limit + _EPS_US, limit, end), self.start)
-        self.own = t.step[rows] == step
-        n = len(rows)
-        self.n = n
-        src, dst, kind = [], [], []
+        self.own = t.step[rows] == self.step
 
-        def add(u, v, k):
-            u, v = np.asarray(u, dtype=np.int64), np.asarray(v, dtype=np.int64)
-            src.append(u)
-            dst.append(v)
-            kind.append(np.full(len(u), EDGE_KINDS.index(k), dtype=np.int8))
-
-        # lane order
+    def _lane_edges(self, edges: "_Edges") -> None:
+        """Lane order: each event to the first event of its lane that starts once it has ended."""
+        t, rows, n = self.tt.table, self.rows, self.n
         device = t.device[rows].astype(np.int64)
-        lane = device * tt.lane_max + t.lane[rows]
+        lane = device * self.tt.lane_max + t.lane[rows]
         _, lane_id = np.unique(lane, return_inverse=True)
         lane_id = lane_id.reshape(-1)
         self.lane_id = lane_id
         order = np.lexsort((-(self.end - self.start), self.start, lane_id))
-        span = float(we - ws) + 1.0
+        span = float(self.window[1] - self.window[0]) + 1.0
         key = lane_id[order] * span + self.start[order]
         nxt = np.searchsorted(key, lane_id[order] * span + self.end[order], side="left")
         nxt = np.maximum(nxt, np.arange(n) + 1)
         ok = nxt < n
         ok[ok] &= lane_id[order][nxt[ok]] == lane_id[order][ok]
-        add(order[ok], order[nxt[ok]], EDGE_LANE)
-        # launches
+        edges.add(order[ok], order[nxt[ok]], EDGE_LANE)
+
+    def _launch_edges(self, edges: "_Edges") -> None:
+        """Launches: each runtime call to the device work of its correlation id."""
+        tt, rows = self.tt, self.rows
+        t = tt.table
         corr = tt.pcorr[rows]
         runtime = (t.kind[rows] == Kind.RUNTIME) & (corr >= 0)
-        work = ~(t.kind[rows] == Kind.RUNTIME) & (corr >= 0) & tt.is_gpu[device]
+        work = ~(t.kind[rows] == Kind.RUNTIME) & (corr >= 0) & tt.is_gpu[t.device[rows].astype(np.int64)]
         calls, works = np.flatnonzero(runtime), np.flatnonzero(work)
         found = match_correlation(corr[calls], corr[works])
-        add(calls[found[found >= 0]], works[found >= 0], EDGE_LAUNCH)
-        # graph inputs, arrows
-        src_d, dst_d, kind_d = self._dependency_edges(dependencies)
-        if src_d:
-            src.append(np.array(src_d, dtype=np.int64))
-            dst.append(np.array(dst_d, dtype=np.int64))
-            kind.append(np.array([EDGE_KINDS.index(k) for k in kind_d], dtype=np.int8))
-        # gloo: call -> run -> the caller's next op
-        for (a, b), k in ((tt.enqueue, EDGE_ENQUEUE), (tt.complete, EDGE_COMPLETE)):
+        edges.add(calls[found[found >= 0]], works[found >= 0], EDGE_LAUNCH)
+
+    def _gloo_edges(self, edges: "_Edges") -> None:
+        """gloo: call -> run -> the caller's next op (those with both ends in the window)."""
+        for (a, b), k in ((self.tt.enqueue, EDGE_ENQUEUE), (self.tt.complete, EDGE_COMPLETE)):
             u, v = self.node_of(a), self.node_of(b)
             keep = (u >= 0) & (v >= 0)
-            add(u[keep], v[keep], k)
-        src_a = np.concatenate(src) if src else np.zeros(0, dtype=np.int64)
-        dst_a = np.concatenate(dst) if dst else np.zeros(0, dtype=np.int64)
-        kind_a = np.concatenate(kind) if kind else np.zeros(0, dtype=np.int8)
-        # collective joins: each member's entry takes its incoming edges; every entry precedes every member
-        groups = self._collective_groups(dependencies)
+            edges.add(u[keep], v[keep], k)
+
+    def _join_collectives(self, src: np.ndarray, dst: np.ndarray, kind: np.ndarray,
+                          groups: list[list[int]]) -> np.ndarray:
+        """Collective joins: each member's entry takes its incoming edges; every entry precedes every member.
+        Sets ``entry_of`` and the edges (one per pair, the first kind found, no self-loops); returns each
+        member's join time (its group's last start; ``-inf`` for other events)."""
+        n = self.n
         entry_of: list[int] = []
         member_entry = np.full(n, -1, dtype=np.int64)
         join_src, join_dst, join_key = [], [], np.full(n, -np.inf)
@@ -493,30 +549,22 @@ class _StepDAG:
             last = max(self.start[m] for m in members)
             for m in members:
                 join_key[m] = last
-                for e in entries:
-                    join_src.append(e)
-                    join_dst.append(m)
+                join_src.extend(entries)
+                join_dst.extend([m] * len(entries))
         self.entry_of = np.array(entry_of, dtype=np.int64)
-        redirect = member_entry[dst_a] if len(dst_a) else dst_a
-        dst_a = np.where(redirect >= 0, redirect, dst_a)
+        redirect = member_entry[dst] if len(dst) else dst
+        dst = np.where(redirect >= 0, redirect, dst)
         if join_src:
-            src_a = np.concatenate([src_a, np.array(join_src, dtype=np.int64)])
-            dst_a = np.concatenate([dst_a, np.array(join_dst, dtype=np.int64)])
-            kind_a = np.concatenate([kind_a, np.full(len(join_src), EDGE_KINDS.index(EDGE_COLLECTIVE), np.int8)])
-        # one edge per pair (the first kind found), no self-loops
-        keep = src_a != dst_a
-        src_a, dst_a, kind_a = src_a[keep], dst_a[keep], kind_a[keep]
-        total = n + len(entry_of)
-        pair = src_a * max(total, 1) + dst_a
+            src = np.concatenate([src, np.array(join_src, dtype=np.int64)])
+            dst = np.concatenate([dst, np.array(join_dst, dtype=np.int64)])
+            kind = np.concatenate([kind, np.full(len(join_src), EDGE_KINDS.index(EDGE_COLLECTIVE), np.int8)])
+        keep = src != dst
+        src, dst, kind = src[keep], dst[keep], kind[keep]
+        pair = src * max(n + len(entry_of), 1) + dst
         _, first = np.unique(pair, return_index=True)
         first.sort()
-        self.src, self.dst, self.kind = src_a[first], dst_a[first], kind_a[first]
-        # node times: entries are zero-length at their member's start
-        self.n_start = np.concatenate([self.start, self.start[self.entry_of]])
-        self.n_end = np.concatenate([self.end, self.start[self.entry_of]])
-        self.n_dur = self.n_end - self.n_start
-        self._order(np.where(np.isfinite(join_key), np.maximum(join_key, self.start), self.start))
-        self._weigh()
+        self.src, self.dst, self.kind = src[first], dst[first], kind[first]
+        return join_key
 
     # -- lookups
 
@@ -650,17 +698,36 @@ class _StepDAG:
         """The longest path ending at one of the step's own events: (nodes, length); one pass in topological order
         (``dist``: the longest path ending at each node), then one back (``tail``: the longest starting at each node
         and ending at one of the step's events), for the what-if."""
-        total = len(self.n_start)
         if not self.n:
             return [], 0.0
-        pu, pv = self.pos[self.src], self.pos[self.dst]
+        self._pu, self._pv = self.pos[self.src], self.pos[self.dst]
+        self._dur = self.n_dur[self.order]
+        self._gain = (self.n_dur + self.wait_in)[self.order]
+        lead = self.lead[self.order]
+        dist, back = self._pass_forward(lead)
+        eligible = self._path_ends()
+        ranked = np.flatnonzero(eligible)
+        end = int(ranked[np.argmax(dist[ranked])])  # the first of the longest
+        length = float(dist[end])
+        chain = []
+        while end >= 0:
+            chain.append(end)
+            end = back[end]
+        chain.reverse()
+        self._dist, self._tail, self._eligible = dist, self._pass_back(eligible), eligible
+        self._prefix = np.maximum.accumulate(np.where(eligible, dist, -np.inf))
+        self._suffix = np.maximum.accumulate((self._tail + lead)[::-1])[::-1]
+        return [int(self.order[k]) for k in chain], length
+
+    def _pass_forward(self, lead: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """In topological order: the longest path ending at each node, and the predecessor it comes through
+        (-1: it starts there)."""
+        total = len(self.n_start)
+        pu, pv = self._pu, self._pv
         by = np.lexsort((pu, pv))
         pred, ptr = pu[by].tolist(), np.searchsorted(pv[by], np.arange(total + 1), side="left").tolist()
-        dur = self.n_dur[self.order]
-        gain = (self.n_dur + self.wait_in)[self.order]
-        dur_l, gain_l = dur.tolist(), gain.tolist()
-        lead = self.lead[self.order]
-        first_l = (dur + lead).tolist()
+        gain_l = self._gain.tolist()
+        first_l = (self._dur + lead).tolist()
         dist = [0.0] * total
         back = [-1] * total
         for k in range(total):
@@ -676,23 +743,24 @@ class _StepDAG:
                     if length > best or (arg < 0 and length > best - _TIE_US):
                         best, arg = length, u
             dist[k], back[k] = best, arg
-        eligible = np.zeros(total, dtype=bool)
+        return np.asarray(dist), back
+
+    def _path_ends(self) -> np.ndarray:
+        """Where a path may end, by topological position: the step's own events (every event when it has none)."""
+        eligible = np.zeros(len(self.n_start), dtype=bool)
         eligible[self.pos[np.flatnonzero(self.own)]] = True
         if not eligible.any():
             eligible[self.pos[np.arange(self.n)]] = True
-        dist_a = np.asarray(dist)
-        ranked = np.flatnonzero(eligible)
-        end = int(ranked[np.argmax(dist_a[ranked])])  # the first of the longest
-        length = dist[end]
-        chain = []
-        while end >= 0:
-            chain.append(end)
-            end = back[end]
-        chain.reverse()
-        # the pass back
+        return eligible
+
+    def _pass_back(self, eligible: np.ndarray) -> np.ndarray:
+        """In reverse topological order: the longest path starting at each node and ending where ``eligible``."""
+        total = len(self.n_start)
+        pu, pv = self._pu, self._pv
         by = np.lexsort((pv, pu))
         succ, sptr = pv[by].tolist(), np.searchsorted(pu[by], np.arange(total + 1), side="left").tolist()
         ok = eligible.tolist()
+        dur_l, gain_l = self._dur.tolist(), self._gain.tolist()
         tail = [0.0] * total
         for k in range(total - 1, -1, -1):
             best = 0.0 if ok[k] else -np.inf
@@ -702,12 +770,7 @@ class _StepDAG:
                 if value > best:
                     best = value
             tail[k] = best + dur_l[k]
-        self._dist, self._tail, self._eligible, self._dur = dist_a, np.asarray(tail), eligible, dur
-        self._gain = gain
-        self._pu, self._pv = pu, pv
-        self._prefix = np.maximum.accumulate(np.where(eligible, dist_a, -np.inf))
-        self._suffix = np.maximum.accumulate((self._tail + lead)[::-1])[::-1]
-        return [int(self.order[k]) for k in chain], length
+        return np.asarray(tail)
 
     def without(self, node: int) -> float:
         """The longest path's length with ``node`` weighing nothing (waits kept): the longest through it, less its
@@ -783,120 +846,169 @@ def build_step_graph(table: EventTable, step: int, dependencies: Dependencies = 
 
 def _step_path(tt: _Table, step: int, window: tuple[float, float], dependencies: Dependencies,
                what_if_ops: int) -> StepPath | None:
-    t, classes = tt.table, tt.classes
+    """One step's longest path, its events' waits split by what the lane or device did meanwhile, and the shares
+    of the path by device and by class."""
     dag = _StepDAG(tt, step, window, dependencies)
     if not dag.n:
         return None
     path, length = dag.longest()
-    ws = window[0]
-    path = np.asarray(path, dtype=np.int64)
-    # the kind of each hop of the path
+    events = _PathEvents(tt.table, dag, np.asarray(path, dtype=np.int64))
+    events.split_waits(tt, window[0])
+    by_device, wait_by_device = _device_shares(tt.table, events)
+    edges = {EDGE_KINDS[int(code)]: int(count) for code, count in zip(*np.unique(dag.kind, return_counts=True))}
+    return StepPath(step=step, length_us=float(length), span_us=float(window[1] - window[0]),
+                    links=_links(tt.table, tt.classes, events, step, window[0]), by_device=by_device,
+                    by_class=_class_shares(tt.classes, events, step),
+                    what_if=_what_if(tt.table, dag, events, length, what_if_ops), events=dag.n, edges=edges,
+                    window_us=(float(window[0]), float(window[1])), wait_by_device=wait_by_device)
+
+
+def _hop_kinds(dag: _StepDAG, path: np.ndarray) -> np.ndarray:
+    """The kind of each hop of the path (node to node)."""
     total = len(dag.n_start)
     keys = dag.src * total + dag.dst
     order = np.argsort(keys)
     hop = order[np.searchsorted(keys[order], path[:-1] * total + path[1:])] if len(path) > 1 else order[:0]
-    hop_kind = dag.kind[hop]
-    is_event = path < dag.n
-    at = np.flatnonzero(is_event)  # positions in the path of its events
-    wait_in = dag.wait_in[path]
-    wait_in[0] = dag.lead[path[0]]  # from the window's start
-    # each event's wait: its own and its entry's (an entry's wait belongs to the member that follows)
-    group = np.minimum(np.cumsum(np.concatenate([[0], is_event[:-1]])), len(at) - 1)
-    wait = np.zeros(len(at))
-    np.add.at(wait, group, wait_in)
-    into = np.full(len(at), -1, dtype=np.int64)  # the kind of the first edge after the previous event
-    first_hop = at[:-1]  # the hop leaving each event (but the last)
-    into[1:] = hop_kind[first_hop]
-    # the kind of the edge on to the next event (through an entry: the join's kind, unless the first is not lane)
-    edge = np.full(len(at), -1, dtype=np.int64)
-    edge[:-1] = hop_kind[first_hop]
-    through = (at[1:] - at[:-1]) > 1
-    lane = EDGE_KINDS.index(EDGE_LANE)
-    second = np.minimum(first_hop + 1, max(len(hop_kind) - 1, 0))
-    edge[:-1] = np.where(through & (edge[:-1] == lane), hop_kind[second] if len(hop_kind) else edge[:-1], edge[:-1])
-    nodes = path[at]
-    rows = dag.rows[nodes]
-    start, dur = dag.n_start[nodes], dag.n_dur[nodes]
-    device = t.device[rows].astype(np.int64)
-    is_host = tt.is_thread[device]
-    # positive waits: host thread gaps (enclosing operators, else untraced) or idle / other lanes of the device
-    gap = wait > 0
-    if dag.lead[path[0]] > 0:
-        into[0] = lane  # a thread's time before its first event in the window is its own
-    a, b = ws + start - wait, ws + start
-    host_gap = gap & is_host & (into == lane)
-    covered = np.zeros(len(at))
-    for d, ln in set(zip(device[host_gap].tolist(), t.lane[rows[host_gap]].tolist())):
-        sel = host_gap & (device == d) & (t.lane[rows] == ln)
-        covered[sel] = tt.lane_ops(d, ln).covered(a[sel], b[sel])
-    other = gap & ~host_gap
-    for d in set(device[other].tolist()):
-        sel = other & (device == d)
-        covered[sel] = tt.busy(d).covered(a[sel], b[sel])
-    covered = np.minimum(covered, np.maximum(wait, 0))
-    rest = np.where(gap, wait - covered, 0.0)
-    classes_of = classes[rows]
-    labels = [d.label for d in t.devices]
-    workers = [d.worker or "host" for d in t.devices]
-    strings = t.strings
+    return dag.kind[hop]
+
+
+class _PathEvents:
+    """The events of a step's longest path, in order (collective entries folded into the member that follows):
+    ``wait`` (from what it waited for, or from the window's start for the first), ``into`` (the kind of the edge
+    that reached it) and ``edge`` (the kind of the edge on to the next event; through an entry: the join's kind,
+    unless the first hop is not a lane edge)."""
+
+    def __init__(self, table: EventTable, dag: _StepDAG, path: np.ndarray):
+        hop_kind = _hop_kinds(dag, path)
+        is_event = path < dag.n
+        at = np.flatnonzero(is_event)  # positions in the path of its events
+        wait_in = dag.wait_in[path]
+        wait_in[0] = dag.lead[path[0]]  # from the window's start
+        # each event's wait: its own and its entry's (an entry's wait belongs to the member that follows)
+        group = np.minimum(np.cumsum(np.concatenate([[0], is_event[:-1]])), len(at) - 1)
+        self.wait = np.zeros(len(at))
+        np.add.at(self.wait, group, wait_in)
+        lane = EDGE_KINDS.index(EDGE_LANE)
+        first_hop = at[:-1]  # the hop leaving each event (but the last)
+        self.into = np.full(len(at), -1, dtype=np.int64)
+        self.into[1:] = hop_kind[first_hop]
+        if dag.lead[path[0]] > 0:
+            self.into[0] = lane  # a thread's time before its first event in the window is its own
+        edge = np.full(len(at), -1, dtype=np.int64)
+        edge[:-1] = hop_kind[first_hop]
+        through = (at[1:] - at[:-1]) > 1
+        second = np.minimum(first_hop + 1, max(len(hop_kind) - 1, 0))
+        edge[:-1] = np.where(through & (edge[:-1] == lane), hop_kind[second] if len(hop_kind) else edge[:-1],
+                             edge[:-1])
+        self.edge = edge
+        self.nodes = path[at]
+        self.rows = dag.rows[self.nodes]
+        self.start, self.dur = dag.n_start[self.nodes], dag.n_dur[self.nodes]
+        self.device = table.device[self.rows].astype(np.int64)
+        self.of_steps = table.step[self.rows].astype(np.int64)
+
+    def split_waits(self, tt: _Table, ws: float) -> None:
+        """Positive waits: on a host thread reached along its lane (``host_gap``), the time its enclosing
+        operators cover, the rest untraced; elsewhere (``other``), the time other lanes of the device were busy,
+        the rest idle. Sets ``covered`` and ``rest`` (each event's wait, split) and ``gap_start``."""
+        t = tt.table
+        lanes = t.lane[self.rows]
+        self.gap = gap = self.wait > 0
+        self.gap_start = a = ws + self.start - self.wait
+        b = ws + self.start
+        self.host_gap = host_gap = gap & tt.is_thread[self.device] & (self.into == EDGE_KINDS.index(EDGE_LANE))
+        self.other = other = gap & ~host_gap
+        covered = np.zeros(len(self.rows))
+        for d, ln in set(zip(self.device[host_gap].tolist(), lanes[host_gap].tolist())):
+            sel = host_gap & (self.device == d) & (lanes == ln)
+            covered[sel] = tt.lane_ops(d, ln).covered(a[sel], b[sel])
+        for d in set(self.device[other].tolist()):
+            sel = other & (self.device == d)
+            covered[sel] = tt.busy(d).covered(a[sel], b[sel])
+        self.covered = np.minimum(covered, np.maximum(self.wait, 0))
+        self.rest = np.where(gap, self.wait - self.covered, 0.0)
+
+    @property
+    def share(self) -> np.ndarray:
+        """Each event's duration less its overlap with the previous one (a negative wait)."""
+        return self.dur + np.minimum(self.wait, 0.0)
+
+
+def _device_shares(table: EventTable, ev: _PathEvents) -> tuple[dict[str, float], dict[str, float]]:
+    """The path's time by device (events and their waits), and the idle waits (not covered by other lanes)."""
+    n_dev = len(table.devices)
+    labels = [d.label for d in table.devices]
+    device, gap, other = ev.device, ev.gap, ev.other
+    per_device = np.bincount(device, weights=ev.share, minlength=n_dev) + \
+        np.bincount(device[gap], weights=ev.wait[gap], minlength=n_dev)
+    by_device = {labels[d]: float(per_device[d]) for d in np.unique(device).tolist()}
+    wait_dev = np.bincount(device[other], weights=ev.rest[other], minlength=n_dev)
+    wait_by_device = {labels[d]: float(wait_dev[d]) for d in np.unique(device[other & (ev.rest > 0)]).tolist()}
+    return by_device, wait_by_device
+
+
+def _class_shares(classes: np.ndarray, ev: _PathEvents, step: int) -> dict[str, float]:
+    """The path's time by class: each event's duration (less overlap) under its class, or under the step its
+    work belongs to; each positive wait as ``split_waits`` split it."""
     class_names = {int(c): name for c, name in CLASS_NAMES.items()}
-    # the shares, summed with numpy: each event's duration (less overlap) under its class, or under the step its
-    # work belongs to; each positive wait as split above
-    n_dev = len(t.devices)
-    of_steps = t.step[rows].astype(np.int64)
-    share = dur + np.minimum(wait, 0.0)
-    other = gap & ~host_gap
-    per_device = np.bincount(device, weights=share, minlength=n_dev) + \
-        np.bincount(device[gap], weights=wait[gap], minlength=n_dev)
-    by_device = {labels[d]: float(v) for d in np.unique(device).tolist() for v in [per_device[d]]}
-    wait_dev = np.bincount(device[other], weights=rest[other], minlength=n_dev)
-    wait_by_device = {labels[d]: float(wait_dev[d]) for d in np.unique(device[other & (rest > 0)]).tolist()}
-    owner = np.where(of_steps == step, classes_of.astype(np.int64),
+    of_steps = ev.of_steps
+    owner = np.where(of_steps == step, classes[ev.rows].astype(np.int64),
                      np.where(of_steps < 0, -3, np.where(of_steps < step, -1, -2)))
     by_class: dict[str, float] = defaultdict(float)
     kinds, inverse = np.unique(owner, return_inverse=True)
-    sums = np.bincount(inverse.reshape(-1), weights=share)
+    sums = np.bincount(inverse.reshape(-1), weights=ev.share)
     named = {-1: PREVIOUS_STEP, -2: NEXT_STEP, -3: NO_STEP}
     for kind, total in zip(kinds.tolist(), sums.tolist()):
         by_class[named.get(kind) or class_names.get(kind, "compute")] += total
-    for key, mask, values in (("host", host_gap, covered), (UNTRACED, host_gap, rest), (OTHER_LANES, other, covered),
-                              (WAIT, other, rest)):
+    for key, mask, values in (("host", ev.host_gap, ev.covered), (UNTRACED, ev.host_gap, ev.rest),
+                              (OTHER_LANES, ev.other, ev.covered), (WAIT, ev.other, ev.rest)):
         total = float(values[mask].sum())
         if total > 0:
             by_class[key] += total
-    by_class = {k: v for k, v in by_class.items() if v != 0 or k in CLASS_NAMES.values()}
-    # the links
+    return {k: v for k, v in by_class.items() if v != 0 or k in CLASS_NAMES.values()}
+
+
+def _links(table: EventTable, classes: np.ndarray, ev: _PathEvents, step: int, ws: float) -> tuple[Link, ...]:
+    """The path's links, an untraced host gap long enough as a link of its own before its event."""
+    strings = table.strings
+    labels = [d.label for d in table.devices]
+    workers = [d.worker or "host" for d in table.devices]
+    class_names = {int(c): name for c, name in CLASS_NAMES.items()}
+    rows = ev.rows
+    names = [strings[c] for c in table.name[rows].tolist()]
+    op_types = [strings[c] for c in table.op_type[rows].tolist()]
+    lanes = [strings[c] for c in table.lane[rows].tolist()]
+    cls_names = [class_names.get(c, "compute") for c in classes[rows].tolist()]
+    edge_names = [EDGE_KINDS[e] if e >= 0 else "" for e in ev.edge.tolist()]
+    waits, starts = ev.wait.tolist(), ev.start.tolist()
+    untraced_link = (ev.host_gap & (ev.rest >= UNTRACED_LINK_US)).tolist()
     links: list[Link] = []
-    names = [strings[c] for c in t.name[rows].tolist()]
-    op_types = [strings[c] for c in t.op_type[rows].tolist()]
-    lanes = [strings[c] for c in t.lane[rows].tolist()]
-    cls_names = [class_names.get(c, "compute") for c in classes_of.tolist()]
-    edge_names = [EDGE_KINDS[e] if e >= 0 else "" for e in edge.tolist()]
-    waits = wait.tolist()
-    starts = start.tolist()
-    untraced_link = (host_gap & (rest >= UNTRACED_LINK_US)).tolist()
-    for k, (row, dev, of_step, d) in enumerate(zip(rows.tolist(), device.tolist(), of_steps.tolist(), dur.tolist())):
+    for k, (row, dev, of_step, d) in enumerate(zip(rows.tolist(), ev.device.tolist(), ev.of_steps.tolist(),
+                                                   ev.dur.tolist())):
         label, s, w = labels[dev], starts[k], waits[k]
         if untraced_link[k]:
-            links.append(Link(f"untraced host time on {workers[dev]}", "", label, lanes[k], s - w, float(rest[k]),
-                              UNTRACED, EDGE_LANE, 0.0, float(a[k]), -1, step))
-            w = float(covered[k])
+            links.append(Link(f"untraced host time on {workers[dev]}", "", label, lanes[k], s - w, float(ev.rest[k]),
+                              UNTRACED, EDGE_LANE, 0.0, float(ev.gap_start[k]), -1, step))
+            w = float(ev.covered[k])
         links.append(Link(names[k], op_types[k], label, lanes[k], s, d, cls_names[k], edge_names[k], w, ws + s, row,
                           of_step))
-    edges: dict[str, int] = {}
-    for code, count in zip(*np.unique(dag.kind, return_counts=True)):
-        edges[EDGE_KINDS[int(code)]] = int(count)
+    return tuple(links)
+
+
+def _what_if(table: EventTable, dag: _StepDAG, ev: _PathEvents, length: float, what_if_ops: int
+             ) -> tuple[WhatIf, ...]:
+    """The path's ``what_if_ops`` longest events, each with the path's saving were it to take no time."""
+    labels = [d.label for d in table.devices]
     what_if = []
-    for k in np.argsort(-dur, kind="stable")[:what_if_ops].tolist():
-        if dur[k] <= 0:
+    for k in np.argsort(-ev.dur, kind="stable")[:what_if_ops].tolist():
+        if ev.dur[k] <= 0:
             continue
-        row = int(rows[k])
-        what_if.append(WhatIf(name=strings[t.name[row]], device=labels[t.device[row]], dur_us=float(dur[k]),
-                              saving_us=max(0.0, float(length - dag.without(int(nodes[k]))))))
+        row = int(ev.rows[k])
+        what_if.append(WhatIf(name=table.strings[table.name[row]], device=labels[table.device[row]],
+                              dur_us=float(ev.dur[k]),
+                              saving_us=max(0.0, float(length - dag.without(int(ev.nodes[k]))))))
     what_if.sort(key=lambda x: -x.saving_us)
-    return StepPath(step=step, length_us=float(length), span_us=float(window[1] - window[0]), links=tuple(links),
-                    by_device=dict(by_device), by_class=dict(by_class), what_if=tuple(what_if), events=dag.n,
-                    edges=edges, window_us=(float(window[0]), float(window[1])), wait_by_device=wait_by_device)
+    return tuple(what_if)
 
 
 def analyze_critical_path(table: EventTable, dependencies: Dependencies = Dependencies(),

@@ -5,7 +5,7 @@ once; there is no Python loop over intervals. Intervals are half-open
 ``[start, end)``, so touching intervals do not overlap and zero-length ones
 cover nothing.
 
-The core is one sweep (``sweep``): all interval boundaries, sorted by
+The core is one sweep (``sweep_segments``): all interval boundaries, sorted by
 ``(group, time)``, with a running count per *layer* (e.g. compute vs
 communication). Because every group's +1/-1 steps sum to zero, a single
 ``cumsum`` over all groups gives each group's own coverage count, so many
@@ -72,7 +72,7 @@ def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
 
 def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
     """Time covered by at least one interval of ``a`` and at the same moment by one of ``b``."""
-    result = sweep(
+    result = sweep_segments(
         np.concatenate([a[0], b[0]]),
         np.concatenate([a[1], b[1]]),
         groups=np.zeros(len(a[0]) + len(b[0]), dtype=np.int64),
@@ -84,7 +84,7 @@ def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.nda
 
 
 @dataclass(frozen=True)
-class Sweep:
+class Segments:
     """Elementary segments between consecutive boundaries of each group.
 
     ``group[i]`` and ``dt[i]`` describe segment i; ``active[i, k]`` says whether
@@ -118,14 +118,14 @@ class Sweep:
         return self._time(a & b)
 
 
-def sweep(
+def sweep_segments(
     starts: np.ndarray,
     ends: np.ndarray,
     groups: np.ndarray | None = None,
     n_groups: int | None = None,
     layers: np.ndarray | None = None,
     n_layers: int = 1,
-) -> Sweep:
+) -> Segments:
     """Sweep intervals partitioned into ``groups`` (ints in ``[0, n_groups)``), each in one of ``n_layers`` layers."""
     starts = np.asarray(starts, dtype=np.float64)
     ends = np.asarray(ends, dtype=np.float64)
@@ -137,32 +137,11 @@ def sweep(
     keep = ends > starts
     if not keep.all():
         starts, ends, groups, layers = starts[keep], ends[keep], groups[keep], layers[keep]
-        n = len(starts)
-
-    first_start = np.full(n_groups, np.inf)
-    last_end = np.full(n_groups, -np.inf)
-    np.minimum.at(first_start, groups, starts)
-    np.maximum.at(last_end, groups, ends)
-    empty = ~np.isfinite(first_start)
-    first_start[empty] = np.nan
-    last_end[empty] = np.nan
-
-    times = np.concatenate([starts, ends])
-    boundary_group = np.concatenate([groups, groups])
-    order = np.lexsort((times, boundary_group))
-    times = times[order]
-    boundary_group = boundary_group[order]
-    # Per-layer +1/-1 steps; a running sum over all groups stays per group (each group nets to zero).
-    steps = np.zeros((2 * n, n_layers), dtype=np.int32)
-    rows = np.arange(2 * n)
-    steps[rows, np.concatenate([layers, layers])] = np.concatenate(
-        [np.ones(n, dtype=np.int32), -np.ones(n, dtype=np.int32)]
-    )
-    steps = steps[order]
-    counts = np.cumsum(steps, axis=0)
+    first_start, last_end = _group_spans(starts, ends, groups, n_groups)
+    times, boundary_group, counts = _boundaries(starts, ends, groups, layers, n_layers)
     # Segment i runs from boundary i to boundary i+1 when both belong to the same group.
     same = boundary_group[1:] == boundary_group[:-1]
-    return Sweep(
+    return Segments(
         n_groups=n_groups,
         group=boundary_group[:-1][same],
         dt=np.diff(times)[same],
@@ -170,3 +149,38 @@ def sweep(
         start=first_start,
         end=last_end,
     )
+
+
+def _group_spans(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray, n_groups: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Each group's first start and last end (NaN for groups without intervals)."""
+    first_start = np.full(n_groups, np.inf)
+    last_end = np.full(n_groups, -np.inf)
+    np.minimum.at(first_start, groups, starts)
+    np.maximum.at(last_end, groups, ends)
+    empty = ~np.isfinite(first_start)
+    first_start[empty] = np.nan
+    last_end[empty] = np.nan
+    return first_start, last_end
+
+
+def _boundaries(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray, layers: np.ndarray, n_layers: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every start and end, in order by group then time: its time, its group, and how many intervals of each
+    layer are active from it on."""
+    n = len(starts)
+    times = np.concatenate([starts, ends])
+    boundary_group = np.concatenate([groups, groups])
+    order = np.lexsort((times, boundary_group))
+    # Per-layer +1/-1 steps; a running sum over all groups stays per group (each group nets to zero).
+    steps = np.zeros((2 * n, n_layers), dtype=np.int32)
+    rows = np.arange(2 * n)
+    steps[rows, np.concatenate([layers, layers])] = np.concatenate(
+        [np.ones(n, dtype=np.int32), -np.ones(n, dtype=np.int32)]
+    )
+    return times[order], boundary_group[order], np.cumsum(steps[order], axis=0)
+
+
+# The former name, kept for callers not yet renamed (``sweep`` is also ``profiler.run.sweep``'s sweep of
+# configurations).
+sweep = sweep_segments

@@ -214,22 +214,44 @@ def counted_steps(table: EventTable) -> tuple[tuple[int, ...], np.ndarray]:
 
 
 def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
+    """Kernels (CPU op executions, GPU kernels), GPU launches and copies per device and step, and kernels by op
+    type, over the events inside step markers."""
     if table is None or len(table) == 0:
         return KernelCounts(available=False, reason=reason or "no trace events in this input")
-    on_gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])
-    lanes = np.array([s.startswith("stream:") for s in table.strings], dtype=bool)[table.lane]
     cpu, gpu = kernel_masks(table)
-    copies = on_gpu & np.isin(table.kind, np.array([Kind.MEMCPY, Kind.MEMSET], dtype=np.int8))
-    # Host-side launch records: GPU-device executor ops (TF) and runtime calls that launched GPU work.
+    steps, in_steps = counted_steps(table)
+    devices = _device_kernels(table, cpu, gpu, steps, in_steps)
+    if not devices:
+        return KernelCounts(available=False, reason="the trace holds no op executions or kernels", steps=steps)
+    by_type = _kernels_by_type(table, cpu & in_steps, gpu & in_steps)
+    ran_as = {op: kernels for op, kernels in ran_as_of(table.metadata).items() if op in by_type}
+    return KernelCounts(available=True, steps=steps, devices=tuple(sorted(devices, key=lambda d: d.device)),
+                        by_type=by_type, by_device_type=_kernels_by_device_type(table, (cpu | gpu) & in_steps),
+                        ran_as=ran_as, gpu_outside_steps=outside_steps(table) if steps != (-1,) else {})
+
+
+def _launch_devices(table: EventTable, on_gpu: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+    """Host-side launch records: the GPU each launched on (-1: not a launch). GPU-device executor ops (TF) and
+    runtime calls that launched GPU work (matched by correlation id, per process: a merged table's ranks reuse
+    each other's ids)."""
+    lanes = np.array([s.startswith("stream:") for s in table.strings], dtype=bool)[table.lane]
     launch_device = np.where(on_gpu & ~lanes & np.isin(table.kind, CPU_KERNEL_KINDS), table.device, -1)
     runtime = (table.kind == Kind.RUNTIME) & (table.correlation >= 0)
     gpu_work = gpu & (table.correlation >= 0)
     runtime_idx, work_idx = np.flatnonzero(runtime), np.flatnonzero(gpu_work)
-    correlation = table.process_correlation()  # a merged table's ranks reuse each other's ids
+    correlation = table.process_correlation()
     launched = match_correlation(correlation[work_idx], correlation[runtime_idx])
     found = launched >= 0
     launch_device[runtime_idx[found]] = table.device[work_idx[launched[found]]]
-    steps, in_steps = counted_steps(table)
+    return launch_device
+
+
+def _device_kernels(table: EventTable, cpu: np.ndarray, gpu: np.ndarray, steps: tuple[int, ...],
+                    in_steps: np.ndarray) -> list[DeviceKernels]:
+    """Each device's kernels per step (and outside every step), launches and copies; devices with none left out."""
+    on_gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])
+    copies = on_gpu & np.isin(table.kind, np.array([Kind.MEMCPY, Kind.MEMSET], dtype=np.int8))
+    launch_device = _launch_devices(table, on_gpu, gpu)
     # Counts per (device, step) in one pass: bincount over a combined key.
     step_index = (np.zeros(len(table), dtype=np.int64) if steps == (-1,) else  # no markers: one step
                   np.where(in_steps, np.searchsorted(np.array(steps), table.step), len(steps)))  # else overflow slot
@@ -253,27 +275,28 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
         )
         if entry.cpu_kernels or entry.gpu_kernels or entry.gpu_launches or entry.copies or entry.outside_steps:
             devices.append(entry)
-    # By op type, over the same events as the per-device counts (inside step markers).
+    return devices
+
+
+def _kernels_by_type(table: EventTable, cpu: np.ndarray, gpu: np.ndarray) -> dict[str, tuple[int, int]]:
+    """Op type -> (CPU kernels, GPU kernels), most first."""
     n_strings = len(table.strings)
-    cpu_by_type = np.bincount(table.op_type[cpu & in_steps], minlength=n_strings)
-    gpu_by_type = np.bincount(table.op_type[gpu & in_steps], minlength=n_strings)
+    cpu_by_type = np.bincount(table.op_type[cpu], minlength=n_strings)
+    gpu_by_type = np.bincount(table.op_type[gpu], minlength=n_strings)
     used = np.flatnonzero(cpu_by_type + gpu_by_type)
     by_type = {table.strings[c]: (int(cpu_by_type[c]), int(gpu_by_type[c])) for c in used}
-    by_type = dict(sorted(by_type.items(), key=lambda kv: (-(kv[1][0] + kv[1][1]), kv[0])))
-    counted = (cpu | gpu) & in_steps
+    return dict(sorted(by_type.items(), key=lambda kv: (-(kv[1][0] + kv[1][1]), kv[0])))
+
+
+def _kernels_by_device_type(table: EventTable, counted: np.ndarray) -> dict[str, dict[str, int]]:
+    """Device -> op type -> kernels of ``counted``, devices in order, op types most first."""
+    n_strings = len(table.strings)
     keys, key_counts = _count_pairs(table.device[counted], table.op_type[counted], n_strings)
     by_device_type: dict[str, dict[str, int]] = {}
     for key, n in zip(keys.tolist(), key_counts.tolist()):
         code, op = divmod(key, n_strings)
         by_device_type.setdefault(table.devices[code].label, {})[table.strings[op]] = n
-    by_device_type = {d: dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))
-                      for d, ops in sorted(by_device_type.items())}
-    if not devices:
-        return KernelCounts(available=False, reason="the trace holds no op executions or kernels", steps=steps)
-    ran_as = {op: kernels for op, kernels in ran_as_of(table.metadata).items() if op in by_type}
-    return KernelCounts(available=True, steps=steps, devices=tuple(sorted(devices, key=lambda d: d.device)),
-                        by_type=by_type, by_device_type=by_device_type, ran_as=ran_as,
-                        gpu_outside_steps=outside_steps(table) if steps != (-1,) else {})
+    return {d: dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))) for d, ops in sorted(by_device_type.items())}
 
 
 def _count_pairs(devices: np.ndarray, ops: np.ndarray, n_strings: int) -> tuple[np.ndarray, np.ndarray]:

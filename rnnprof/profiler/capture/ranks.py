@@ -84,13 +84,7 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None, exi
         for record in records:
             if exited and record["rank"] in exited:
                 record["exited"] = exited[record["rank"]]
-        try:
-            manifest = read_manifest(run_dir)
-        except InputError:
-            manifest = {}
-        if manifest.get("format") != rundir.MANIFEST_FORMAT:
-            command = list(command if command is not None else sys.argv)
-            manifest = new_manifest(command, {"script": command})
+        manifest = _manifest_or_new(run_dir, command)
         finished = exit_code is not None
         if finished:
             for record in records:
@@ -98,26 +92,8 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None, exi
                     record["status"] = rundir.STATUS_INTERRUPTED
                     record.setdefault("error", DIED)
             _match_disk(run_dir, records)
-        versions = next((r["versions"] for r in records if isinstance(r.get("versions"), dict)), None)
-        if versions:  # the ranks' own: torch and its libraries, TensorFlow only where a rank imported it
-            manifest["versions"] = dict(versions)
-        world = max([r.get("world_size") or 1 for r in records] or [1])
-        manifest.update({
-            "framework": FRAMEWORK,
-            "world_size": world,
-            "backend": next((r["backend"] for r in records if r.get("backend")), None),
-            "ranks": records,
-            "steps_seen": max([r.get("steps_run") or 0 for r in records] or [0]),
-        })
-        traces = [r["trace"] for r in records if r.get("trace") and (run_dir / r["trace"]).is_file()]
-        manifest.setdefault("captured", {})["kineto"] = sorted(traces)
-        statuses = [r.get("status") for r in records]
-        if rundir.STATUS_INTERRUPTED in statuses or (finished and exit_code != 0):
-            manifest["status"] = rundir.STATUS_INTERRUPTED
-        elif len(records) >= world and all(s == rundir.STATUS_COMPLETE for s in statuses):
-            manifest["status"] = rundir.STATUS_COMPLETE
-        else:
-            manifest["status"] = rundir.STATUS_RUNNING
+        _record_ranks(manifest, run_dir, records)
+        manifest["status"] = _job_status(records, manifest["world_size"], exit_code)
         failed = failing_rank(records)
         if failed is not None:
             manifest["error"] = f"rank {failed['rank']}: {failed['error']}"
@@ -129,6 +105,46 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None, exi
             manifest["finished"] = now()
         atomic_write_json(run_dir / rundir.MANIFEST, manifest)
         return manifest
+
+
+def _manifest_or_new(run_dir: Path, command) -> dict:
+    """The run directory's manifest, or a new one for ``command`` (default: this process's) where it has none."""
+    try:
+        manifest = read_manifest(run_dir)
+    except InputError:
+        manifest = {}
+    if manifest.get("format") != rundir.MANIFEST_FORMAT:
+        command = list(command if command is not None else sys.argv)
+        manifest = new_manifest(command, {"script": command})
+    return manifest
+
+
+def _record_ranks(manifest: dict, run_dir: Path, records: list[dict]) -> None:
+    """The job's figures from its ranks' records: versions, world size, backend, the records, steps seen and the
+    traces on disk."""
+    versions = next((r["versions"] for r in records if isinstance(r.get("versions"), dict)), None)
+    if versions:  # the ranks' own: torch and its libraries, TensorFlow only where a rank imported it
+        manifest["versions"] = dict(versions)
+    manifest.update({
+        "framework": FRAMEWORK,
+        "world_size": max([r.get("world_size") or 1 for r in records] or [1]),
+        "backend": next((r["backend"] for r in records if r.get("backend")), None),
+        "ranks": records,
+        "steps_seen": max([r.get("steps_run") or 0 for r in records] or [0]),
+    })
+    traces = [r["trace"] for r in records if r.get("trace") and (run_dir / r["trace"]).is_file()]
+    manifest.setdefault("captured", {})["kineto"] = sorted(traces)
+
+
+def _job_status(records: list[dict], world: int, exit_code: int | None) -> str:
+    """Interrupted when a rank was (or the launcher exited with an error), complete when every rank of the world
+    completed, else running."""
+    statuses = [r.get("status") for r in records]
+    if rundir.STATUS_INTERRUPTED in statuses or (exit_code is not None and exit_code != 0):
+        return rundir.STATUS_INTERRUPTED
+    if len(records) >= world and all(s == rundir.STATUS_COMPLETE for s in statuses):
+        return rundir.STATUS_COMPLETE
+    return rundir.STATUS_RUNNING
 
 
 def _match_disk(run_dir: Path, records: list[dict]) -> None:

@@ -38,12 +38,9 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
     """
     from rnnprof.models import get_workload
     from rnnprof.profiler import rundir
-    from rnnprof.profiler.capture.nvtx import NvtxSteps
     from rnnprof.profiler.capture.session import capture_after
     from rnnprof.profiler.run.cluster import running_cluster
-    from rnnprof.profiler.run.measure import measure
     from rnnprof.profiler.run.runner import DataParallelRun
-    from rnnprof.profiler.rundir.manifest import session_config_fields
     from rnnprof.profiler.rundir.writer import RunWriter, default_run_dir
 
     workload = get_workload(config)  # a bad --data file stops here, before a run directory exists
@@ -59,28 +56,45 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
                 DataParallelRun(config, workload=workload, cluster=spec) as run:
             for warning in run.warnings:
                 on_warning(warning)
-            if spec is not None:
-                writer.update(cluster=cluster_fields(spec, tasks))
-            writer.update(session_config=session_config_fields(run.session_proto))
-            writer.set_devices(run.device_names, run.device_kind)
-            times = writer.manifest["step_times"]
-            steps = NvtxSteps(run, config.warmup)
-            try:
-                measurement = measure(steps, config.warmup, config.batches,
-                                      on_step=lambda phase, index, step: times[phase].append(step.seconds))
-            finally:
-                steps.end()
-            throughput = dataclasses.asdict(measurement.timed)
-            throughput["words_definition"] = run.workload.words_definition
-            if config.include_warmup:
-                throughput["with_warmup"] = dataclasses.asdict(measurement.with_warmup)
-            writer.update(throughput=throughput)
+            _record_setup(writer, run, spec, tasks)
+            timed = _timed_steps(writer, run, config)
             with clock_offsets(writer, run):
                 capture_after(writer, run.step, config.warmup + config.batches, trace_steps, graph=run.graph,
                               cluster_tasks=spec.tasks() if spec is not None else None,
-                              step_seconds=measurement.timed.median_step_seconds)
-    return WorkloadCapture(path=writer.path, device_kind=run.device_kind, timed=measurement.timed,
+                              step_seconds=timed.median_step_seconds)
+    return WorkloadCapture(path=writer.path, device_kind=run.device_kind, timed=timed,
                            captured=writer.manifest["captured"])
+
+
+def _record_setup(writer, run, spec, tasks: list[dict]) -> None:
+    """The manifest's cluster (when there is one), session config and devices."""
+    from rnnprof.profiler.rundir.manifest import session_config_fields
+
+    if spec is not None:
+        writer.update(cluster=cluster_fields(spec, tasks))
+    writer.update(session_config=session_config_fields(run.session_proto))
+    writer.set_devices(run.device_names, run.device_kind)
+
+
+def _timed_steps(writer, run, config: WorkloadConfig) -> TimingSummary:
+    """Time the run as ``rnnprof scale`` does (warm-up, then timed steps, inside NVTX ranges), recording each
+    step's time and the throughput in the manifest; returns the timed steps' summary."""
+    from rnnprof.profiler.capture.nvtx import NvtxSteps
+    from rnnprof.profiler.run.measure import measure
+
+    times = writer.manifest["step_times"]
+    steps = NvtxSteps(run, config.warmup)
+    try:
+        measurement = measure(steps, config.warmup, config.batches,
+                              on_step=lambda phase, index, step: times[phase].append(step.seconds))
+    finally:
+        steps.end()
+    throughput = dataclasses.asdict(measurement.timed)
+    throughput["words_definition"] = run.workload.words_definition
+    if config.include_warmup:
+        throughput["with_warmup"] = dataclasses.asdict(measurement.with_warmup)
+    writer.update(throughput=throughput)
+    return measurement.timed
 
 
 def cluster_fields(spec, tasks: list[dict]) -> dict:

@@ -31,10 +31,10 @@ def load_events(path_or_paths, align: str = "absolute") -> EventTable:
     paths = list(path_or_paths)
     if not paths:
         raise InputError("(no paths)", "nothing to load", EXPECTED)
-    return merge([open_source(p, holding="events").events() for p in paths], align)
+    return merge_tables([open_source(p, holding="events").events() for p in paths], align)
 
 
-def merge(tables: list[EventTable], align: str = "absolute") -> EventTable:
+def merge_tables(tables: list[EventTable], align: str = "absolute") -> EventTable:
     """One table, or several merged on a common clock (``align`` recorded in the metadata)."""
     if len(tables) == 1:
         return tables[0]
@@ -69,9 +69,9 @@ def load_aligned(paths, align: str = "none") -> EventTable:
                              "traces of ranks that ran the same collectives (NCCL kernels, gloo collectives)") from None
     else:
         offsets = clock.zero_offsets(tables)
-    table = merge(clock.align(tables, offsets))
+    table = merge_tables(clock.align(tables, offsets))
     table.metadata["alignment"] = {"method": align, "offsets": [o.as_dict() for o in offsets]}
     return table
 
 
-__all__ = ["load_events", "load_aligned", "detect_format", "merge", "EXPECTED", "REGISTRY"]
+__all__ = ["load_events", "load_aligned", "detect_format", "merge_tables", "EXPECTED", "REGISTRY"]

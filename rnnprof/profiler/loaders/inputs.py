@@ -24,7 +24,7 @@ from typing import Sequence
 
 from rnnprof.errors import InputError
 from rnnprof.events import EventTable
-from rnnprof.profiler.loaders import load_events, merge, rnnprof_run
+from rnnprof.profiler.loaders import load_events, merge_tables, rnnprof_run
 from rnnprof.profiler.loaders.registry import Source, open_source
 
 MERGED_TRACES = "graphs are read from one run directory or graph file, not from merged traces"
@@ -123,7 +123,7 @@ def _one_run(sources: list[Source], label: str) -> Inputs:
             defs.warnings += found.warnings
         if source.holds_events and (not _is_run(source) or rnnprof_run.has_traces(source.path)):
             tables.append(source.events())
-    events = merge(tables) if tables else None
+    events = merge_tables(tables) if tables else None
     has_graph = bool(defs.user or defs.runtime)
     if events is None and not has_graph:
         for run in runs:

@@ -103,56 +103,63 @@ class EventStream:
         self.cuts = {"guessed": 0, "exact": 0}  # pieces decoded after a guessed / an exactly found cut
 
     def __iter__(self) -> Iterator[list]:
-        path = self.path
         try:
-            f = open_maybe_gzip(path)
+            f = open_maybe_gzip(self.path)
         except OSError as exc:
-            raise InputError(path, f"cannot read: {exc}") from None
-        head = b""  # bytes before the events array (and its '[')
-        tail = b""  # bytes after the events array
-        carry = b""
-        state = "head"
+            raise InputError(self.path, f"cannot read: {exc}") from None
         with f:
-            while True:
-                try:
-                    block = f.read(self.block_bytes)
-                except (OSError, EOFError, gzip.BadGzipFile) as exc:
-                    raise InputError(path, f"truncated or corrupt compressed data ({exc})",
-                                     "a complete gzip file") from None
-                self.bytes_read += len(block)
-                if state == "head":
-                    head += block
-                    start = self._find_events_start(head)
-                    if start is None:
-                        if not block:
-                            raise InputError(path, 'no "traceEvents" array found', "a Chrome trace JSON object")
-                        continue
-                    carry = head[start:]
-                    head = head[:start]
-                    state = "events"
-                elif state == "events":
-                    carry += block
-                else:
-                    tail += block
-                    if not block:
-                        break
-                    continue
-                if state == "events":
-                    if block:
-                        pos, all_cut = yield from self._pieces(carry)
-                        carry = carry[pos:]
-                        if all_cut:
-                            continue  # less than a piece is left: read on
-                    events, carry, done = self._split(carry, final=not block)
-                    if events:
-                        yield events
-                    if done:
-                        tail, carry, state = carry, b"", "tail"
-                        continue
-                    if not block:
-                        raise InputError(path, "the traceEvents array is cut off (truncated file?)",
-                                         "a complete JSON document")
+            blocks = self._blocks(f)
+            head, carry, block = self._read_head(blocks)  # head: the bytes before the events array (and its '[')
+            tail = yield from self._events(blocks, carry, block)  # tail: the bytes after the events array
+            tail += b"".join(blocks)
         self.header = self._decode_header(head, tail)
+
+    def _blocks(self, f) -> Iterator[bytes]:
+        """The file's blocks, counted in ``bytes_read``, then one empty block at its end."""
+        while True:
+            try:
+                block = f.read(self.block_bytes)
+            except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                raise InputError(self.path, f"truncated or corrupt compressed data ({exc})",
+                                 "a complete gzip file") from None
+            self.bytes_read += len(block)
+            yield block
+            if not block:
+                return
+
+    def _read_head(self, blocks: Iterator[bytes]) -> tuple[bytes, bytes, bytes]:
+        """The bytes before the events array (and its '['), the array's first bytes, and the block that read them."""
+        head = b""
+        for block in blocks:
+            head += block
+            start = self._find_events_start(head)
+            if start is not None:
+                return head[:start], head[start:], block
+            if not block:
+                break
+        raise InputError(self.path, 'no "traceEvents" array found', "a Chrome trace JSON object")
+
+    def _events(self, blocks: Iterator[bytes], carry: bytes, block: bytes) -> Generator[list, None, bytes]:
+        """Yield the events array's pieces, decoded, from ``carry`` (its first bytes, read with ``block``) and the
+        blocks after; returns the bytes after the array."""
+        while True:
+            if block:
+                pos, all_cut = yield from self._pieces(carry)
+                carry = carry[pos:]
+                if all_cut:  # less than a piece is left: read on
+                    block = next(blocks)
+                    carry += block
+                    continue
+            events, carry, done = self._split(carry, final=not block)
+            if events:
+                yield events
+            if done:
+                return carry
+            if not block:
+                raise InputError(self.path, "the traceEvents array is cut off (truncated file?)",
+                                 "a complete JSON document")
+            block = next(blocks)
+            carry += block
 
     def _find_events_start(self, head: bytes) -> int | None:
         """Offset just after the '[' of the top-level traceEvents array, if present yet."""

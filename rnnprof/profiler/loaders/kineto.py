@@ -156,69 +156,10 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     list); numpy sees every column once, at the end. Host-only chunks (most of them) skip the GPU
     columns' work. Step markers are found once per distinct name, at the end.
     """
-    builder = EventTableBuilder(FORMAT, [str(path)])
-    code = builder.strings.code
-    known_code = builder.strings.known
-    host_code = builder.device_code(Device("host"))
-    gpu_codes: dict[Any, int] = {}
-    lanes = _Lanes(code)
-    columns = _Columns()
-    skipped = 0
-    collective_args: dict[str, list] = {"correlation": [], "group": [], "seq": [], "collective": []}
-
-    def gpu_code(args: _Args, event: _Event) -> int:
-        c = gpu_codes.get(args.device)
-        if c is None:
-            index = _int(args.device if args.device is not None else event.pid, 0)
-            c = gpu_codes.get(index)
-            if c is None:
-                c = gpu_codes[index] = builder.device_code(Device("gpu", index))
-        return c
-
-    kind_code = _KIND_CODE.__getitem__
+    reader = _ChunkReader(EventTableBuilder(FORMAT, [str(path)]))
     for chunk in chunks:
-        events = [e for e in chunk if e.ph == "X" and e.cat in _KIND_CODE]
-        skipped += len(chunk) - len(events)
-        n = len(events)
-        if not n:
-            continue
-        names = [e.name for e in events]
-        codes = list(map(known_code, names))
-        if None in codes:  # names seen for the first time, coded in the order of the events
-            codes = [c if c is not None else code(v) for c, v in zip(codes, names)]
-        cats = [e.cat for e in events]
-        args = [e.args or _NO_ARGS for e in events]
-        if GPU_CATEGORIES.isdisjoint(cats):
-            on_gpu = None
-            devices = [host_code] * n
-            lane_keys = [e.tid for e in events]
-        else:
-            on_gpu = [c in GPU_CATEGORIES for c in cats]
-            devices = [gpu_code(a, e) if g else host_code for e, a, g in zip(events, args, on_gpu)]
-            lane_keys = [(a.stream if a.stream is not None else e.tid) if g else e.tid
-                         for e, a, g in zip(events, args, on_gpu)]
-            for a, g in zip(args, on_gpu):
-                if g and (a.group is not None or a.seq is not None or a.collective is not None) \
-                        and a.correlation is not None:
-                    collective_args["correlation"].append(_int(a.correlation))
-                    collective_args["group"].append("" if a.group is None else str(a.group))
-                    collective_args["seq"].append(_int(a.seq))
-                    collective_args["collective"].append("" if a.collective is None else str(a.collective))
-        columns.add(
-            n,
-            ts=[e.ts for e in events],
-            dur=[e.dur for e in events],
-            name=codes,
-            device=devices,
-            lane=lanes.codes(lane_keys, on_gpu),
-            kind=bytes(map(kind_code, cats)),
-            correlation=[a.correlation if a.correlation is not None
-                         else (a.external_id if a.external_id is not None else -1) for a in args],
-            nbytes=[a.bytes if a.bytes is not None else -1 for a in args],
-        )
-    if len(columns):
-        arrays = columns.arrays()
-        builder.add_columns(**arrays, op_type=arrays["name"])
+        reader.add(chunk)
+    builder = reader.finish()
     header = header_of()
     if len(builder) == 0:
         raise InputError(path, "no profiler events (cpu_op, kernel, cuda_runtime, ...) in traceEvents",
@@ -226,25 +167,112 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     info = header.get("distributedInfo") or {}
     worker = f"rank{info['rank']}" if isinstance(info, dict) and "rank" in info else ""
     builder.metadata.update({
-        "skipped_events": skipped,
+        "skipped_events": reader.skipped,
         "distributed": info,
         "base_time_ns": header.get("baseTimeNanoseconds"),
         "devices_properties": header.get("deviceProperties", []),
     })
-    if collective_args["correlation"]:
-        builder.metadata["collective_args"] = {"worker": worker, **collective_args}
+    if reader.collective_args["correlation"]:
+        builder.metadata["collective_args"] = {"worker": worker, **reader.collective_args}
     table = builder.build()
     table = _mark_nccl(table)
     table = _assign_steps(table, _step_spans(table))
     if worker and _without_gpu(table):
         table = _cpu_rank(table)
-    if worker:
-        table = dataclasses.replace(table, devices=tuple(dataclasses.replace(d, worker=worker)
-                                                         for d in table.devices))
-        if "host_operator_devices" in table.metadata:
-            table.metadata["host_operator_devices"] = [dataclasses.replace(d, worker=worker)
-                                                       for d in table.metadata["host_operator_devices"]]
+    return _on_worker(table, worker) if worker else table
+
+
+def _on_worker(table: EventTable, worker: str) -> EventTable:
+    """The table with every device (those of ``host_operator_devices`` too) on ``worker``."""
+    table = dataclasses.replace(table, devices=tuple(dataclasses.replace(d, worker=worker) for d in table.devices))
+    if "host_operator_devices" in table.metadata:
+        table.metadata["host_operator_devices"] = [dataclasses.replace(d, worker=worker)
+                                                   for d in table.metadata["host_operator_devices"]]
     return table
+
+
+class _ChunkReader:
+    """The columns of the profiler events of a stream of chunks of decoded events, into ``builder``; ``skipped``
+    counts the other events, ``collective_args`` the args of GPU events that name their collective."""
+
+    def __init__(self, builder: EventTableBuilder):
+        self.builder = builder
+        self.code = builder.strings.code
+        self.known_code = builder.strings.known
+        self.host_code = builder.device_code(Device("host"))
+        self.gpu_codes: dict[Any, int] = {}
+        self.lanes = _Lanes(self.code)
+        self.columns = _Columns()
+        self.skipped = 0
+        self.collective_args: dict[str, list] = {"correlation": [], "group": [], "seq": [], "collective": []}
+
+    def add(self, chunk: list) -> None:
+        events = [e for e in chunk if e.ph == "X" and e.cat in _KIND_CODE]
+        self.skipped += len(chunk) - len(events)
+        n = len(events)
+        if not n:
+            return
+        names = [e.name for e in events]
+        codes = list(map(self.known_code, names))
+        if None in codes:  # names seen for the first time, coded in the order of the events
+            codes = [c if c is not None else self.code(v) for c, v in zip(codes, names)]
+        cats = [e.cat for e in events]
+        args = [e.args or _NO_ARGS for e in events]
+        if GPU_CATEGORIES.isdisjoint(cats):
+            on_gpu = None
+            devices = [self.host_code] * n
+            lane_keys = [e.tid for e in events]
+        else:
+            on_gpu, devices, lane_keys = self._places(events, args, cats)
+            self._collectives(args, on_gpu)
+        self.columns.add(
+            n,
+            ts=[e.ts for e in events],
+            dur=[e.dur for e in events],
+            name=codes,
+            device=devices,
+            lane=self.lanes.codes(lane_keys, on_gpu),
+            kind=bytes(map(_KIND_CODE.__getitem__, cats)),
+            correlation=[a.correlation if a.correlation is not None
+                         else (a.external_id if a.external_id is not None else -1) for a in args],
+            nbytes=[a.bytes if a.bytes is not None else -1 for a in args],
+        )
+
+    def _places(self, events: list, args: list, cats: list) -> tuple[list[bool], list[int], list]:
+        """Which events are on a GPU, each one's device code and lane key (a GPU event's stream, else its tid)."""
+        host_code, gpu_code = self.host_code, self._gpu_code
+        on_gpu = [c in GPU_CATEGORIES for c in cats]
+        devices = [gpu_code(a, e) if g else host_code for e, a, g in zip(events, args, on_gpu)]
+        lane_keys = [(a.stream if a.stream is not None else e.tid) if g else e.tid
+                     for e, a, g in zip(events, args, on_gpu)]
+        return on_gpu, devices, lane_keys
+
+    def _gpu_code(self, args: _Args, event: _Event) -> int:
+        """The device code of a GPU event: ``args.device``, else its pid."""
+        c = self.gpu_codes.get(args.device)
+        if c is None:
+            index = _int(args.device if args.device is not None else event.pid, 0)
+            c = self.gpu_codes.get(index)
+            if c is None:
+                c = self.gpu_codes[index] = self.builder.device_code(Device("gpu", index))
+        return c
+
+    def _collectives(self, args: list, on_gpu: list[bool]) -> None:
+        """The args of the GPU events that name their collective (and have a correlation id)."""
+        found = self.collective_args
+        for a, g in zip(args, on_gpu):
+            if g and (a.group is not None or a.seq is not None or a.collective is not None) \
+                    and a.correlation is not None:
+                found["correlation"].append(_int(a.correlation))
+                found["group"].append("" if a.group is None else str(a.group))
+                found["seq"].append(_int(a.seq))
+                found["collective"].append("" if a.collective is None else str(a.collective))
+
+    def finish(self) -> EventTableBuilder:
+        if len(self.columns):
+            arrays = self.columns.arrays()
+            self.builder.add_columns(**arrays, op_type=arrays["name"])
+        return self.builder
 
 
 class _Lanes:

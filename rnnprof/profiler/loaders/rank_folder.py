@@ -124,14 +124,14 @@ JOB_NOTES = "job_notes"  # metadata key of ``events``' table: what a reader of t
 def events(path: Path, folder: RankFolder) -> EventTable:
     """Every rank loaded here, one after another, and merged on their common clock; the folder's notes
     (``loaded_notes``) are in ``metadata[JOB_NOTES]``."""
-    from rnnprof.profiler.loaders import merge
+    from rnnprof.profiler.loaders import merge_tables
 
     tables = [load_rank(f) for f in folder.files]
     infos = [t.metadata.get("distributed") if isinstance(t.metadata.get("distributed"), dict) else None
              for t in tables]
     workers = [",".join(sorted({d.worker for d in t.devices})) for t in tables]
     notes = [*folder.notes, *loaded_notes(folder, infos, workers)]
-    table = merge(tables)
+    table = merge_tables(tables)
     table.metadata[JOB_NOTES] = notes
     return table
 

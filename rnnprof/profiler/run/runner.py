@@ -25,6 +25,7 @@ HOST_DEVICE = f"{LOCAL}/device:CPU:0"  # without a cluster; ``DataParallelRun.ho
 
 
 def visible_gpus() -> int:
+    """GPUs TensorFlow sees."""
     tf = import_tensorflow()
     return len(tf.config.list_physical_devices("GPU"))
 
@@ -154,36 +155,35 @@ class DataParallelRun:
     # -- graph construction -------------------------------------------------
 
     def _build(self, tf, tf1) -> None:
+        """Each tower's loss and gradients, the updates of the variable-update mode, then the metrics."""
         config = self.config
-        mode = config.variable_update
         chief = self.worker_prefixes[0]
         ps_device = self.host_device if config.local_parameter_device == "cpu" else f"{chief}/device:GPU:0"
-        self.parameter_device = ps_device if mode == "parameter_server" else None
-        spread = ParameterSpread(getattr(self, "ps_devices", None) or [ps_device], config.ps_placement)
-        self.parameter_spread = spread
-        self._inputs, self._tower_vars, losses, words, grads = [], [], [], [], []
+        self.parameter_device = ps_device if config.variable_update == "parameter_server" else None
+        self.parameter_spread = ParameterSpread(getattr(self, "ps_devices", None) or [ps_device], config.ps_placement)
+        losses, words, grads = self._build_towers(tf, tf1)
+        n = len(self.device_names)
+        self._sync_op = None
+        if config.variable_update == "independent":
+            updates = self._independent_updates(tf, tf1, grads)
+        elif config.variable_update == "parameter_server":
+            updates = self._parameter_server_updates(tf, tf1, grads)
+        else:
+            updates = self._all_reduce_updates(tf, tf1, grads)
+        with tf1.name_scope(names.METRICS_SCOPE), tf.device(self.host_device):
+            self.loss = tf.add_n(losses) / n if n > 1 else tf.identity(losses[0])
+            self.words = tf.add_n([tf.cast(w, tf.int64) for w in words])
+        self.train_op = tf.group(*updates, name="train_op")
 
+    def _build_towers(self, tf, tf1) -> tuple[list, list, list]:
+        """One tower per device: its inputs, model and gradients (its trainable variables in ``_tower_vars``);
+        returns the towers' losses, word counts and gradients."""
+        mode = self.config.variable_update
         exchange = mode != "independent" and len(self.device_names) > 1
+        self._inputs, self._tower_vars, losses, words, grads = [], [], [], [], []
         for k, device in enumerate(self.device_names):
             created: list = []
-
-            def record(getter, *args, _created=created, **kwargs):
-                if mode == "parameter_server":
-                    with tf.device(spread.device_for(kwargs.get("name", ""), kwargs.get("shape"),
-                                                     kwargs.get("dtype"))):
-                        variable = getter(*args, **kwargs)
-                else:
-                    variable = getter(*args, **kwargs)
-                if kwargs.get("trainable", True) and all(variable is not v for v in _created):
-                    _created.append(variable)
-                return variable
-
-            if mode == "parameter_server":
-                var_scope = tf1.variable_scope(names.SHARED_SCOPE, reuse=tf1.AUTO_REUSE, custom_getter=record,
-                                               auxiliary_name_scope=False)
-            else:
-                var_scope = tf1.variable_scope(names.tower_scope(k), custom_getter=record, auxiliary_name_scope=False)
-            with tf.device(device), var_scope, tf1.name_scope(names.tower_scope(k)):
+            with tf.device(device), self._variable_scope(tf, tf1, k, created), tf1.name_scope(names.tower_scope(k)):
                 inputs = self.workload.make_inputs(k)
                 out = self.workload.build_tower(inputs, k, self.device_names)
                 with tf1.name_scope(names.GRADIENTS_SCOPE):
@@ -194,49 +194,71 @@ class DataParallelRun:
             losses.append(out.loss)
             words.append(out.words)
             grads.append(tower_grads)
+        return losses, words, grads
 
-        n = len(self.device_names)
-        updates = []
-        self._sync_op = None
-        if mode == "independent":
-            with tf1.name_scope(names.UPDATE_SCOPE):
-                for k, device in enumerate(self.device_names):
-                    with tf.device(device):
-                        opt = _optimizer(config, f"{config.optimizer}_{names.tower_scope(k)}")
-                        updates.append(opt.apply_gradients(zip(grads[k], self._tower_vars[k])))
-        elif mode == "parameter_server":
-            # Each gradient is averaged, and its variable updated, on the task holding the variable.
-            averaged = []
-            with tf1.name_scope(names.AGGREGATION_SCOPE):
-                for i, variable in enumerate(self._tower_vars[0]):
-                    with tf.device(variable.device):
-                        averaged.append(tf.add_n([g[i] for g in grads]) / n if n > 1 else grads[0][i])
-            with tf1.name_scope(names.UPDATE_SCOPE), tf.device(spread.devices[0]):
-                opt = _optimizer(config, config.optimizer)
-                updates.append(opt.apply_gradients(zip(averaged, self._tower_vars[0])))
-        else:
-            from rnnprof.profiler.run.allreduce import all_reduce_sum
+    def _variable_scope(self, tf, tf1, k: int, created: list):
+        """Tower ``k``'s variable scope, recording its trainable variables in ``created``: shared variables
+        placed by the parameter spread (parameter server), else the tower's own."""
+        mode, spread = self.config.variable_update, self.parameter_spread
 
-            with tf1.name_scope(names.ALLREDUCE_SCOPE):
-                summed = all_reduce_sum(grads, self.reduce_devices, config.all_reduce, self.host_device,
-                                        config.gradient_repacking)
-            with tf1.name_scope(names.UPDATE_SCOPE):
-                for k, device in enumerate(self.device_names):
-                    with tf.device(device):
-                        averaged = [g / n for g in summed[k]] if n > 1 else summed[k]
-                        opt = _optimizer(config, f"{config.optimizer}_{names.tower_scope(k)}")
-                        updates.append(opt.apply_gradients(zip(averaged, self._tower_vars[k])))
-            if n > 1:
-                # Replicas must start equal: copy tower 0's initial values to the others.
-                with tf1.name_scope(names.INIT_SYNC_SCOPE):
-                    assigns = [tf1.assign(v, v0) for k in range(1, n)
-                               for v, v0 in zip(self._tower_vars[k], self._tower_vars[0])]
-                    self._sync_op = tf.group(*assigns)
+        def record(getter, *args, **kwargs):
+            if mode == "parameter_server":
+                with tf.device(spread.device_for(kwargs.get("name", ""), kwargs.get("shape"), kwargs.get("dtype"))):
+                    variable = getter(*args, **kwargs)
+            else:
+                variable = getter(*args, **kwargs)
+            if kwargs.get("trainable", True) and all(variable is not v for v in created):
+                created.append(variable)
+            return variable
 
-        with tf1.name_scope(names.METRICS_SCOPE), tf.device(self.host_device):
-            self.loss = tf.add_n(losses) / n if n > 1 else tf.identity(losses[0])
-            self.words = tf.add_n([tf.cast(w, tf.int64) for w in words])
-        self.train_op = tf.group(*updates, name="train_op")
+        if mode == "parameter_server":
+            return tf1.variable_scope(names.SHARED_SCOPE, reuse=tf1.AUTO_REUSE, custom_getter=record,
+                                      auxiliary_name_scope=False)
+        return tf1.variable_scope(names.tower_scope(k), custom_getter=record, auxiliary_name_scope=False)
+
+    def _independent_updates(self, tf, tf1, grads: list) -> list:
+        """Each tower updates its own variables with its own gradients."""
+        config, updates = self.config, []
+        with tf1.name_scope(names.UPDATE_SCOPE):
+            for k, device in enumerate(self.device_names):
+                with tf.device(device):
+                    opt = _optimizer(config, f"{config.optimizer}_{names.tower_scope(k)}")
+                    updates.append(opt.apply_gradients(zip(grads[k], self._tower_vars[k])))
+        return updates
+
+    def _parameter_server_updates(self, tf, tf1, grads: list) -> list:
+        """Each gradient is averaged, and its variable updated, on the task holding the variable."""
+        config, n, averaged = self.config, len(self.device_names), []
+        with tf1.name_scope(names.AGGREGATION_SCOPE):
+            for i, variable in enumerate(self._tower_vars[0]):
+                with tf.device(variable.device):
+                    averaged.append(tf.add_n([g[i] for g in grads]) / n if n > 1 else grads[0][i])
+        with tf1.name_scope(names.UPDATE_SCOPE), tf.device(self.parameter_spread.devices[0]):
+            opt = _optimizer(config, config.optimizer)
+            return [opt.apply_gradients(zip(averaged, self._tower_vars[0]))]
+
+    def _all_reduce_updates(self, tf, tf1, grads: list) -> list:
+        """The gradients summed across towers by all-reduce, each tower updating its replica with their average;
+        ``_sync_op`` copies tower 0's initial values to the other replicas."""
+        from rnnprof.profiler.run.allreduce import all_reduce_sum
+
+        config, n, updates = self.config, len(self.device_names), []
+        with tf1.name_scope(names.ALLREDUCE_SCOPE):
+            summed = all_reduce_sum(grads, self.reduce_devices, config.all_reduce, self.host_device,
+                                    config.gradient_repacking)
+        with tf1.name_scope(names.UPDATE_SCOPE):
+            for k, device in enumerate(self.device_names):
+                with tf.device(device):
+                    averaged = [g / n for g in summed[k]] if n > 1 else summed[k]
+                    opt = _optimizer(config, f"{config.optimizer}_{names.tower_scope(k)}")
+                    updates.append(opt.apply_gradients(zip(averaged, self._tower_vars[k])))
+        if n > 1:
+            # Replicas must start equal: copy tower 0's initial values to the others.
+            with tf1.name_scope(names.INIT_SYNC_SCOPE):
+                assigns = [tf1.assign(v, v0) for k in range(1, n)
+                           for v, v0 in zip(self._tower_vars[k], self._tower_vars[0])]
+                self._sync_op = tf.group(*assigns)
+        return updates
 
     # -- running --------------------------------------------------------------
 

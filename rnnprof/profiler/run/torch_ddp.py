@@ -97,7 +97,8 @@ def check_gpu_count(processes: int, gpus: int) -> None:
         raise UsageError(f"--devices {processes} but only {gpus} GPU(s) are visible")
 
 
-def visible_gpus() -> int:
+def torch_visible_gpus() -> int:
+    """GPUs torch sees (0 without CUDA)."""
     torch = import_torch("--framework torch")
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -114,7 +115,7 @@ def rank_main(job: RankJob) -> dict:
     from rnnprof.profiler.run.torch_training import TorchTraining, no_phase
 
     world = int(os.environ["WORLD_SIZE"])
-    plan = rank_plan(world, int(os.environ.get("LOCAL_RANK", "0")), visible_gpus(), job.threads)
+    plan = rank_plan(world, int(os.environ.get("LOCAL_RANK", "0")), torch_visible_gpus(), job.threads)
     torch.set_num_threads(plan.threads)
     group_backend, device = plan.backend, plan.device
     dist.init_process_group(group_backend)
@@ -249,7 +250,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     from rnnprof.models.torch.rnnlm import lm_data
 
     processes = options.workload.devices
-    check_gpu_count(processes, visible_gpus())
+    check_gpu_count(processes, torch_visible_gpus())
     lm_data(options)  # a --data file that cannot be read is one line here, not N tracebacks
     job = RankJob(options=options, threads=options.workload.intra_op_threads or threads_per_process(processes),
                   return_parameters=return_parameters, capture=capture)
