@@ -249,7 +249,7 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
     # per operator: its activities' time and count, and the step of its earliest activity
     attributed = op_of >= 0
     owner = op_of[attributed]
-    instance_us = np.bincount(owner, weights=table.dur[work[attributed]], minlength=n_ops)
+    instance_us = np.bincount(owner, weights=table.dur[work[attributed]], minlength=n_ops).astype(np.float64)
     instance_kernels = np.bincount(owner, minlength=n_ops)
     instance_step = np.full(n_ops, -1, dtype=np.int64)
     if len(owner):
@@ -260,7 +260,7 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
     # a TensorFlow run's kernels, or a trace without GPU work (a CPU run): an operator's own duration is its work
     own_time = bool(n_ops) and (bool(getattr(shapes, "own_time", False)) or not len(work))
     if own_time and len(outermost_rows):
-        instance_us[outermost_rows] = (ends - starts)[outermost_rows]
+        instance_us[outermost_rows] = np.asarray(shapes.dur, dtype=np.float64)[outermost_rows]
         instance_kernels[outermost_rows] = 1
         instance_step[outermost_rows] = _op_steps(table, shapes, starts)[outermost_rows]
     ran = outermost_rows[instance_kernels[outermost_rows] > 0] if len(outermost_rows) else outermost_rows
@@ -400,8 +400,8 @@ def _judge(row: OpRow, peaks: Peaks | None) -> None:
     if peaks is None:
         return
     top = peaks.tflops(row.dtype or "bf16", row.matrix) if row.dtype or row.matrix else peaks.tflops("fp32", False)
-    if row.family == row.name and row.matrix:  # a family mixes dtypes: judged at bf16's matrix peak
-        top = peaks.tflops("bf16", True) or top
+    if row.family == row.name and row.matrix:  # a family mixes dtypes: judged at bf16's (else fp32's) matrix peak
+        top = peaks.tflops("bf16", True) or peaks.tflops("fp32", True) or top
     row.peak_tflops = top
     intensity = row.rates.intensity
     achieved = row.rates.tflops_per_s

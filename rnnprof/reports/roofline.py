@@ -53,12 +53,19 @@ def _render_one(worker: str, report: RooflineReport, console: Console, top: int)
     elif head:
         console.print(Text(head.rstrip(": ")))
     c = report.counts
-    console.print(Text(
-        f"GPU time attributed to modeled operators: {_f(c['gpu_us_attributed'] / 1e3, 3)} of {_f(c['gpu_us'] / 1e3, 3)} "
-        f"ms ({c['gpu_activities_attributed']} of {c['gpu_activities']} kernels, memsets and copies; "
-        f"{c['gpu_activities_unlaunched']} with no launch in the trace); operators: {c['operators']} seen, "
-        f"{c['operators_with_shapes']} with shapes, {c['operators_modeled']} modeled "
-        f"({c['operators_modeled_outermost']} outermost, {c['operators_modeled_without_gpu_work']} ran no GPU work)"))
+    if c.get("time_basis") == "operator":
+        console.print(Text(
+            f"no GPU work: each operator's own duration is its time ('kernel ms'), {_f(c['operator_us_modeled'] / 1e3, 3)} "
+            f"ms for the modeled operators; operators: {c['operators']} seen, {c['operators_with_shapes']} with "
+            f"shapes, {c['operators_modeled']} modeled ({c['operators_modeled_outermost']} outermost)"))
+    else:
+        console.print(Text(
+            f"GPU time attributed to modeled operators: {_f(c['gpu_us_attributed'] / 1e3, 3)} of {_f(c['gpu_us'] / 1e3, 3)} "
+            f"ms ({c['gpu_activities_attributed']} of {c['gpu_activities']} kernels, memsets and copies; "
+            f"{c['gpu_activities_unlaunched']} with no launch in the trace); operators: {c['operators']} seen, "
+            f"{c['operators_with_shapes']} with shapes, {c['operators_modeled']} modeled "
+            f"({c['operators_modeled_outermost']} outermost, {c['operators_modeled_without_gpu_work']} ran no GPU "
+            f"work)"))
     if report.families:
         table = compact_table("family", ("ops", "GFLOP", "GB", "kernel ms", "TFLOP/s", "TB/s", "FLOP/B",
                                          "of roofline"), text_columns=("bound",), title="per op family")
