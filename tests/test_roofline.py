@@ -216,3 +216,25 @@ def test_an_operator_owns_every_kernel_launched_inside_it():
     conv = report.families["CONV_fwd"]
     assert conv.kernels == row["kernel_details__summarize_kernel_stats"].count("'name'") == 7
     assert conv.rates.kernel_us == pytest.approx(float(row["Kernel Time (µs)_sum"]), rel=1e-5)
+
+
+def test_report_page_has_the_roofline_and_the_steps_mfu(tmp_path, capsys):
+    """``rnnprof report`` on bert-small: its Roofline section gives the step's MFU as computed here from the raw
+    JSON (TraceLens's GEMM + attention FLOPs / the ProfilerStep's duration / the H100's bf16 peak), and a chart."""
+    import re
+
+    events = raw("kineto-h100-bert-small-shapes.json.gz")
+    matrix = sum(tracelens_totals("h100-bert-small", f)[1] for f in ("GEMM", "SDPA_fwd"))
+    out = tmp_path / "bert.html"
+    assert main(["report", str(FIXTURES / "kineto-h100-bert-small-shapes.json.gz"), "-o", str(out)]) == 0
+    capsys.readouterr()
+    page = out.read_text()
+    section = page[page.index("<h2>Roofline and MFU</h2>"):]
+    assert 'data-chart="roofline"' in section
+    rows = re.findall(r"<tr><td>(\d+)</td><td>bf16</td>(.*?)</tr>", section)
+    assert rows
+    spans = {int(e["name"].split("#")[1]): e["dur"] for e in events
+             if e.get("cat") in ("user_annotation", "cpu_op") and e["name"].startswith("ProfilerStep#")}
+    shown = {int(step): re.findall(r">([^<]*)</td>", cells) for step, cells in rows}
+    (step, cells), = [(s, c) for s, c in shown.items() if c[2] != "0.000"]
+    assert float(cells[-1]) == pytest.approx(100 * matrix / (spans[step] * 1e-6) / (H100_BF16 * 1e12), abs=0.006)

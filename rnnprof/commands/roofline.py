@@ -43,10 +43,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _steps.add_arguments(parser)
 
 
-def run(args: argparse.Namespace, console: Console) -> int:
+def _peaks(loaded, args, notes: list[str]):
+    """The table's peaks for the device the trace names; for a CPU run recorded on this machine, measured now;
+    the flags over either. A note says where they come from, or that there are none."""
     from rnnprof.analyzers.peaks import lookup, override
-    from rnnprof.analyzers.roofline import analyze_roofline
     from rnnprof.profiler.cpu_peaks import measure_cpu_peaks, this_host
+
+    label = loaded.worker or str(loaded.path)
+    tflops, tbps = getattr(args, "peak_tflops", None), getattr(args, "peak_tbps", None)
+    found = next((p for p in map(lookup, loaded.devices) if p is not None), None)
+    if found is None and loaded.cpu_only and (tflops is None or tbps is None) and loaded.host == this_host():
+        found = measure_cpu_peaks()
+        notes.append(f"{label}: a CPU run recorded on this machine ({loaded.host}): its peaks are measured now "
+                     f"(numpy FP32 matmul {found.vector_tflops * 1e3:,.1f} GFLOP/s, array copy "
+                     f"{found.tbps * 1e3:,.1f} GB/s); --peak-tflops and --peak-tbps override them")
+    peaks = override(found, tflops, tbps)
+    if peaks is None:
+        where = ", ".join(loaded.devices) or (f"a CPU of {loaded.host or 'an unnamed host'}, not this machine"
+                                              if loaded.cpu_only else "(the trace names none)")
+        notes.append(f"{label}: no peaks for device {where}: rates are given, bounds and MFU are not "
+                     f"(give --peak-tflops and --peak-tbps)")
+    return peaks
+
+
+def for_report(paths: list[str], table, selected, args, notes: list[str]):
+    """(RooflineReport, "") of the report's input when it is one process (one Kineto trace, one run directory),
+    else (None, why); ``table`` is its event table as loaded, ``selected`` the steps the report analyses."""
+    from rnnprof.analyzers.roofline import analyze_roofline
+    from rnnprof.profiler.loaders.roofline_inputs import NotAvailable, load, sources
+
+    try:
+        found = sources(paths)
+    except NotAvailable as exc:
+        return None, exc.reason
+    if len(found) != 1 or table is None:
+        return None, "the report shows one process's roofline; run rnnprof roofline on the ranks"
+    try:
+        loaded = load(found[0], table)
+    except InputError as exc:
+        return None, str(exc)
+    if not len(loaded.shapes):
+        return None, "no operator shapes (a PyTorch trace needs record_shapes=True)"
+    return analyze_roofline(selected, loaded.shapes, _peaks(loaded, args, notes)), ""
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from rnnprof.analyzers.roofline import analyze_roofline
     from rnnprof.profiler.loaders.roofline_inputs import NotAvailable, load, sources
     from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_json, render_notes
@@ -64,21 +106,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         table, label = loaded.table, loaded.worker or str(loaded.path)
         tables.append(table)
         selected = _steps.select(table, args)
-        found_peaks = next((p for p in map(lookup, loaded.devices) if p is not None), None)
-        cpu_only = loaded.cpu_only
-        if found_peaks is None and cpu_only and (args.peak_tflops is None or args.peak_tbps is None):
-            if loaded.host and loaded.host == this_host():
-                found_peaks = measure_cpu_peaks()
-                notes.append(f"{label}: a CPU run recorded on this machine ({loaded.host}): its peaks are measured "
-                             f"now (numpy FP32 matmul {found_peaks.vector_tflops * 1e3:,.1f} GFLOP/s, array copy "
-                             f"{found_peaks.tbps * 1e3:,.1f} GB/s); --peak-tflops and --peak-tbps override them")
-        peaks = override(found_peaks, args.peak_tflops, args.peak_tbps)
-        if peaks is None:
-            where = ", ".join(loaded.devices) or (f"a CPU of {loaded.host or 'an unnamed host'}, not this machine"
-                                                  if cpu_only else "(the trace names none)")
-            notes.append(f"{label}: no peaks for device {where}: rates are given, bounds and MFU are not "
-                         f"(give --peak-tflops and --peak-tbps)")
-        report = analyze_roofline(selected, loaded.shapes, peaks, _steps.selection(args).describe())
+        report = analyze_roofline(selected, loaded.shapes, _peaks(loaded, args, notes),
+                                  _steps.selection(args).describe())
         if not report.has_shapes:
             notes.append(f"{label}: no operator shapes: FLOPs and bytes need the trace recorded with "
                          f"record_shapes=True; still given: GPU time per step and the collectives' bandwidth "
@@ -96,8 +125,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     else:
         render(reports, console, top=args.top)
     if plot is not None:
-        from rnnprof.reports.charts import save_chart
-        from rnnprof.reports.roofline import roofline_chart
+        from rnnprof.reports.charts import roofline_chart, save_chart
 
         save_chart(roofline_chart(reports), plot)
     return 0

@@ -76,10 +76,12 @@ def _run_dir(path: Path, several: bool) -> list[Source]:
     return [Source(prefix.rstrip("/"), path, "tf-run", host)]
 
 
-def load(source: Source) -> Loaded:
+def load(source: Source, table=None) -> Loaded:
+    """``source`` read; ``table``: its event table when already loaded (before any step selection)."""
     from rnnprof.profiler.loaders import load_events
 
-    table = load_events(str(source.path))
+    if table is None:
+        table = load_events(str(source.path))
     if source.kind == "tf-run":
         from rnnprof.profiler.loaders.tf_shapes import load_tf_shapes
 
