@@ -238,3 +238,28 @@ def test_report_page_has_the_roofline_and_the_steps_mfu(tmp_path, capsys):
     shown = {int(step): re.findall(r">([^<]*)</td>", cells) for step, cells in rows}
     (step, cells), = [(s, c) for s, c in shown.items() if c[2] != "0.000"]
     assert float(cells[-1]) == pytest.approx(100 * matrix / (spans[step] * 1e-6) / (H100_BF16 * 1e12), abs=0.006)
+
+
+def test_diff_compares_achieved_rates_per_family(capsys):
+    """``rnnprof diff`` bert-small (A) against ViT (B): each family's TFLOP/s on each side is TraceLens's FLOPs
+    over its kernel time for that trace, and the ratio B ÷ A."""
+    assert main(["diff", str(FIXTURES / "kineto-h100-bert-small-shapes.json.gz"),
+                 str(FIXTURES / "kineto-h100-vit-shapes.json.gz"), "--json"]) == 0
+    rates = json.loads(capsys.readouterr().out)["rates"]
+    assert rates["available"]
+    rows = {r["family"]: r for r in rates["families"]}
+    for family in ("GEMM", "SDPA_fwd"):
+        _, flops_a, us_a = tracelens_totals("h100-bert-small", family)
+        _, flops_b, us_b = tracelens_totals("h100-vit", family)
+        row = rows[family]
+        assert row["tflops_a"] == pytest.approx(flops_a / us_a / 1e6, rel=1e-5)
+        assert row["tflops_b"] == pytest.approx(flops_b / us_b / 1e6, rel=1e-5)
+        assert row["ratio"] == pytest.approx(row["tflops_b"] / row["tflops_a"])
+    assert rows["CONV_fwd"]["tflops_a"] is None and rows["CONV_fwd"]["tflops_b"] > 0  # ViT's alone
+
+
+def test_diff_without_shapes_says_why_no_rates(capsys):
+    assert main(["diff", str(FIXTURES / "kineto-1gpu-v100.json.gz"),
+                 str(FIXTURES / "kineto-h100-vit-shapes.json.gz"), "--json"]) == 0
+    rates = json.loads(capsys.readouterr().out)["rates"]
+    assert not rates["available"] and "record_shapes" in rates["reason"]

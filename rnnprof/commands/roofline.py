@@ -66,17 +66,22 @@ def _peaks(loaded, args, notes: list[str]):
     return peaks
 
 
-def for_report(paths: list[str], table, selected, args, notes: list[str]):
+def for_report(paths: list[str], table, selected, args, notes: list[str], with_peaks: bool = True):
     """(RooflineReport, "") of the report's input when it is one process (one Kineto trace, one run directory),
-    else (None, why); ``table`` is its event table as loaded, ``selected`` the steps the report analyses."""
+    else (None, why); ``table`` is its event table as loaded, ``selected`` the steps the report analyses;
+    ``with_peaks`` False: rates only (no peaks looked up or measured)."""
     from rnnprof.analyzers.roofline import analyze_roofline
     from rnnprof.profiler.loaders.roofline_inputs import NotAvailable, load, sources
 
+    if table is None:
+        return None, "no trace events"
     try:
         found = sources(paths)
     except NotAvailable as exc:
         return None, exc.reason
-    if len(found) != 1 or table is None:
+    except InputError as exc:
+        return None, str(exc)
+    if len(found) != 1:
         return None, "the report shows one process's roofline; run rnnprof roofline on the ranks"
     try:
         loaded = load(found[0], table)
@@ -84,7 +89,8 @@ def for_report(paths: list[str], table, selected, args, notes: list[str]):
         return None, str(exc)
     if not len(loaded.shapes):
         return None, "no operator shapes (a PyTorch trace needs record_shapes=True)"
-    return analyze_roofline(selected, loaded.shapes, _peaks(loaded, args, notes)), ""
+    peaks = _peaks(loaded, args, notes) if with_peaks else None
+    return analyze_roofline(selected, loaded.shapes, peaks), ""
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

@@ -91,7 +91,8 @@ def load(source: Source, table=None) -> Loaded:
         from rnnprof.profiler.loaders.shapes import load_shapes
 
         shapes = load_shapes(source.path, table)
-        names = [p.get("name", "") for p in table.metadata.get("devices_properties") or [] if isinstance(p, dict)]
+        listed = table.metadata.get("devices_properties")
+        names = [str(p.get("name", "")) for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
     host = source.host or str(table.metadata.get("host_name") or "")
     cpu_only = not any(d.kind == "gpu" for d in table.devices)
     return Loaded(source.worker, source.path, table, shapes, host, names, cpu_only)
