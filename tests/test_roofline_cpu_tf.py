@@ -11,7 +11,7 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.cli import main
-from rnnprof.profiler.cpu_peaks import measure_cpu_peaks
+from rnnprof.profiler.run.cpu_peaks import measure_cpu_peaks
 
 GLOO = FIXTURES / "torch-gloo-rank0.json.gz"
 

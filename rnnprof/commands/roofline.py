@@ -47,7 +47,7 @@ def _peaks(loaded, args, notes: list[str]):
     """The table's peaks for the device the trace names; for a CPU run recorded on this machine, measured now;
     the flags over either. A note says where they come from, or that there are none."""
     from rnnprof.analyzers.peaks import lookup, override
-    from rnnprof.profiler.cpu_peaks import measure_cpu_peaks, this_host
+    from rnnprof.profiler.run.cpu_peaks import measure_cpu_peaks, this_host
 
     label = loaded.worker or str(loaded.path)
     tflops, tbps = getattr(args, "peak_tflops", None), getattr(args, "peak_tbps", None)
