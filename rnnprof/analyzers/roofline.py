@@ -9,8 +9,11 @@ called. An operator's kernel time is the sum of its activities' durations; its a
 its FLOPs and bytes over that time, its arithmetic intensity FLOPs/bytes. Against the device's peaks it is
 memory-bound when its intensity is below the ridge point (peak FLOP/s / peak bytes/s), else compute-bound.
 
+Without GPU work (a CPU trace, or shapes that say ``own_time``: a TensorFlow run's executed kernels), an outermost
+modeled operator's own duration is its time, and its step is its own.
+
 Per step: the modeled FLOPs of the operators whose kernels ran in it, over the step's wall time (its host
-``ProfilerStep`` range). MFU = the step's FLOPs on matrix units (GEMM, convolution, attention) / step time /
+``ProfilerStep`` range; without such markers, the span of the step's events). MFU = the step's FLOPs on matrix units (GEMM, convolution, attention) / step time /
 the matrix peak of the dtype most of them use.
 
 Collectives: the message a communication kernel carries (newer Kineto: ``In msg nelems``, ``Out msg nelems``,
