@@ -27,7 +27,7 @@ def _positive(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="TRACE_OR_FOLDER",
+    parser.add_argument("paths", nargs="+", metavar="TRACE_OR_RUN",
                         help="a Kineto trace (.json or .json.gz), several (one per rank), a folder of rank traces, or a "
                              "run directory (TensorFlow or PyTorch)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
