@@ -263,3 +263,23 @@ def test_diff_without_shapes_says_why_no_rates(capsys):
                  str(FIXTURES / "kineto-h100-vit-shapes.json.gz"), "--json"]) == 0
     rates = json.loads(capsys.readouterr().out)["rates"]
     assert not rates["available"] and "record_shapes" in rates["reason"]
+
+
+def test_a_trace_judged_shapeless_from_its_first_mb_has_no_shapes_anywhere():
+    """The report and diff skip streaming a trace for shapes when its first MB says it recorded none: checked on
+    every real Kineto trace against all of its operators, read from the raw JSON."""
+    from fixtures import KINETO
+    from rnnprof.profiler.loaders.shapes import recorded_without_shapes
+
+    judged = 0
+    for name in KINETO:
+        path = FIXTURES / name
+        with gzip.open(path) if str(path).endswith(".gz") else open(path, "rb") as f:
+            events = json.load(f)["traceEvents"]
+        with_dims = sum("Input Dims" in (e.get("args") or {}) for e in events if e.get("cat") == "cpu_op")
+        if recorded_without_shapes(path):
+            assert with_dims == 0, path
+            judged += 1
+        elif with_dims == 0:  # few operators: streamed, and found empty
+            assert sum(e.get("cat") == "cpu_op" for e in events) < 500, path
+    assert judged >= 3

@@ -71,7 +71,7 @@ def for_report(paths: list[str], table, selected, args, notes: list[str], with_p
     else (None, why); ``table`` is its event table as loaded, ``selected`` the steps the report analyses;
     ``with_peaks`` False: rates only (no peaks looked up or measured)."""
     from rnnprof.analyzers.roofline import analyze_roofline
-    from rnnprof.profiler.loaders.roofline_inputs import NotAvailable, load, sources
+    from rnnprof.profiler.loaders.roofline_inputs import NotAvailable, load, sources, without_shapes
 
     if table is None:
         return None, "no trace events"
@@ -83,12 +83,15 @@ def for_report(paths: list[str], table, selected, args, notes: list[str], with_p
         return None, str(exc)
     if len(found) != 1:
         return None, "the report shows one process's roofline; run rnnprof roofline on the ranks"
+    no_shapes = "no operator shapes (a PyTorch trace needs record_shapes=True)"
     try:
+        if without_shapes(found[0]):
+            return None, no_shapes
         loaded = load(found[0], table)
     except InputError as exc:
         return None, str(exc)
     if not len(loaded.shapes):
-        return None, "no operator shapes (a PyTorch trace needs record_shapes=True)"
+        return None, no_shapes
     peaks = _peaks(loaded, args, notes) if with_peaks else None
     return analyze_roofline(selected, loaded.shapes, peaks), ""
 

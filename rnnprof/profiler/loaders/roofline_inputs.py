@@ -76,6 +76,13 @@ def _run_dir(path: Path, several: bool) -> list[Source]:
     return [Source(prefix.rstrip("/"), path, "tf-run", host)]
 
 
+def without_shapes(source: Source) -> bool:
+    """A Kineto trace that visibly records no shapes (``shapes.recorded_without_shapes``)."""
+    from rnnprof.profiler.loaders.shapes import recorded_without_shapes
+
+    return source.kind == "kineto" and recorded_without_shapes(source.path)
+
+
 def load(source: Source, table=None) -> Loaded:
     """``source`` read; ``table``: its event table when already loaded (before any step selection)."""
     from rnnprof.profiler.loaders import load_events
@@ -98,4 +105,4 @@ def load(source: Source, table=None) -> Loaded:
     return Loaded(source.worker, source.path, table, shapes, host, names, cpu_only)
 
 
-__all__ = ["NotAvailable", "Source", "Loaded", "sources", "load"]
+__all__ = ["NotAvailable", "Source", "Loaded", "sources", "load", "without_shapes"]

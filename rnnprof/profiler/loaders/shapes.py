@@ -172,6 +172,20 @@ def _signature(shapes: OpShapes, key: tuple, a: _Args) -> int:
     return len(shapes.signatures) - 1
 
 
+_PREFIX_BYTES = 1 << 20
+_PREFIX_OPERATORS = 50
+
+
+def recorded_without_shapes(path: str | Path) -> bool:
+    """The trace was recorded without ``record_shapes``: its first MB holds many operators (50 or more) and
+    none with ``Input Dims`` (with shapes recorded, nearly every operator has them). A cheap look before
+    streaming the whole file for shapes it does not have."""
+    from rnnprof.profiler.loaders.jsonstream import read_prefix
+
+    prefix = read_prefix(Path(path), _PREFIX_BYTES)
+    return prefix.count(b'"cpu_op"') >= _PREFIX_OPERATORS and b'"Input Dims"' not in prefix
+
+
 def load_shapes(path: str | Path, table=None) -> OpShapes:
     """The shapes and messages of a Kineto trace (plain or gzip JSON); with ``table`` (the trace's event table,
     before any selection), each operator's lane, start and duration too."""
