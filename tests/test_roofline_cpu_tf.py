@@ -113,3 +113,20 @@ def test_tensorflow_run_directory_gets_flops_from_its_step_stats(tmp_path, capsy
     assert flops in ([product, product, product + bias], [product, product, product]), flops
     step, = rank["steps"]
     assert step["matrix_flops"] >= 3 * product and step["mfu"] is not None
+
+
+def test_cpu_trace_step_selection_keeps_the_selected_steps_operators(capsys):
+    """--steps 3:3 on the gloo rank: only the aten::linear calls inside ProfilerStep#3's range (raw JSON) count."""
+    with gzip.open(GLOO) as f:
+        events = json.load(f)["traceEvents"]
+    (step,) = [e for e in events if e.get("name") == "ProfilerStep#3" and e.get("ph") == "X"
+               and e.get("cat") in ("user_annotation", "cpu_op")]
+    inside = [e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::linear"
+              and step["ts"] <= e["ts"] < step["ts"] + step["dur"]]
+    code, out, err = run_cli(capsys, GLOO, "--json", "--steps", "3:3", "--peak-tflops", "1", "--peak-tbps", "1")
+    assert code == 0, err
+    (rank,) = json.loads(out)["ranks"]
+    mine = [o for o in rank["ops"] if o["name"] == "aten::linear"]
+    assert sum(o["count"] for o in mine) == len(inside) >= 1
+    assert [s["step"] for s in rank["steps"]] == [3]
+    assert rank["counts"]["operators_modeled_outside_selected_steps"] > 0

@@ -262,12 +262,18 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
     outermost_rows = np.concatenate([idx for _, _, idx in outer.values()]) if outer else np.zeros(0, np.int64)
     # a TensorFlow run's kernels, or a trace without GPU work (a CPU run): an operator's own duration is its work
     own_time = bool(n_ops) and (bool(getattr(shapes, "own_time", False)) or not len(work))
+    outside_selection = 0
     if own_time and len(outermost_rows):
-        instance_us[outermost_rows] = np.asarray(shapes.dur, dtype=np.float64)[outermost_rows]
-        instance_kernels[outermost_rows] = 1
-        instance_step[outermost_rows] = _op_steps(table, shapes, starts)[outermost_rows]
+        op_steps = _op_steps(table, shapes, starts)[outermost_rows]
+        # the operators of the steps this table holds (it may be a selection of the steps the shapes cover)
+        kept = np.isin(op_steps, np.unique(table.step)) if len(table) else np.zeros(len(op_steps), dtype=bool)
+        outside_selection = int((~kept).sum())
+        rows = outermost_rows[kept]
+        instance_us[rows] = np.asarray(shapes.dur, dtype=np.float64)[rows]
+        instance_kernels[rows] = 1
+        instance_step[rows] = op_steps[kept]
     ran = outermost_rows[instance_kernels[outermost_rows] > 0] if len(outermost_rows) else outermost_rows
-    without_kernels = int(len(outermost_rows) - len(ran))
+    without_kernels = int(len(outermost_rows) - len(ran)) - outside_selection
     n_sig = len(signatures)
     per_sig_count = np.bincount(sig[ran], minlength=n_sig)
     per_sig_kernels = np.bincount(sig[ran], weights=instance_kernels[ran], minlength=n_sig)
@@ -329,6 +335,7 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
         "gpu_us_attributed": float(table.dur[work[attributed]].sum()),
         "time_basis": "operator" if own_time else "gpu",
         "operator_us_modeled": float(instance_us[ran].sum()) if own_time and len(ran) else 0.0,
+        "operators_modeled_outside_selected_steps": outside_selection,
         **comm_counts,
     }
     op_rows = sorted(ops.values(), key=lambda o: -o.rates.kernel_us)

@@ -57,7 +57,9 @@ def _render_one(worker: str, report: RooflineReport, console: Console, top: int)
         console.print(Text(
             f"no GPU work: each operator's own duration is its time ('kernel ms'), {_f(c['operator_us_modeled'] / 1e3, 3)} "
             f"ms for the modeled operators; operators: {c['operators']} seen, {c['operators_with_shapes']} with "
-            f"shapes, {c['operators_modeled']} modeled ({c['operators_modeled_outermost']} outermost)"))
+            f"shapes, {c['operators_modeled']} modeled ({c['operators_modeled_outermost']} outermost"
+            + (f", {c['operators_modeled_outside_selected_steps']} outside the selected steps"
+               if c.get("operators_modeled_outside_selected_steps") else "") + ")"))
     else:
         console.print(Text(
             f"GPU time attributed to modeled operators: {_f(c['gpu_us_attributed'] / 1e3, 3)} of {_f(c['gpu_us'] / 1e3, 3)} "
