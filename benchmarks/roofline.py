@@ -2,8 +2,9 @@
 
     python benchmarks/roofline.py [--events 1000000] [--repeat 3] [--fixture tests/data/X.json.gz]
 
-The trace is written by ``_tile.tile`` (the 2-rank NCCL fixture by default, which records no shapes; pass
-``--fixture tests/data/kineto-8rank-rank3-a100.json.gz`` for an A100 training trace recorded with shapes). Each
+The trace is written by ``_tile.tile`` from an A100 training trace recorded with shapes
+(``tests/data/kineto-8rank-rank3-a100.json.gz`` by default; the other benchmarks' default, the 2-rank NCCL
+fixture, records no shapes and leaves the roofline nothing to model). Each
 repeat runs comm (load + analysis) and roofline (load + shapes + analysis) one after the other, each in its own
 process. Target: roofline <= 1.5x comm, on the median of the repeats' own ratios. Exits 1 only when missed.
 """
@@ -18,7 +19,9 @@ import time
 from pathlib import Path
 
 from _measure import Targets, ratio_spread, run_child, spread
-from _tile import DEFAULT_FIXTURE, tile
+from _tile import FIXTURES, tile
+
+DEFAULT_FIXTURE = FIXTURES / "kineto-8rank-rank3-a100.json.gz"
 
 COMM = """
 import json, sys, time

@@ -216,3 +216,70 @@ def test_an_operator_owns_every_kernel_launched_inside_it():
     conv = report.families["CONV_fwd"]
     assert conv.kernels == row["kernel_details__summarize_kernel_stats"].count("'name'") == 7
     assert conv.rates.kernel_us == pytest.approx(float(row["Kernel Time (µs)_sum"]), rel=1e-5)
+
+
+def test_report_page_has_the_roofline_and_the_steps_mfu(tmp_path, capsys):
+    """``rnnprof report`` on bert-small: its Roofline section gives the step's MFU as computed here from the raw
+    JSON (TraceLens's GEMM + attention FLOPs / the ProfilerStep's duration / the H100's bf16 peak), and a chart."""
+    import re
+
+    events = raw("kineto-h100-bert-small-shapes.json.gz")
+    matrix = sum(tracelens_totals("h100-bert-small", f)[1] for f in ("GEMM", "SDPA_fwd"))
+    out = tmp_path / "bert.html"
+    assert main(["report", str(FIXTURES / "kineto-h100-bert-small-shapes.json.gz"), "-o", str(out)]) == 0
+    capsys.readouterr()
+    page = out.read_text()
+    section = page[page.index("<h2>Roofline and MFU</h2>"):]
+    assert 'data-chart="roofline"' in section
+    rows = re.findall(r"<tr><td>(\d+)</td><td>bf16</td>(.*?)</tr>", section)
+    assert rows
+    spans = {int(e["name"].split("#")[1]): e["dur"] for e in events
+             if e.get("cat") in ("user_annotation", "cpu_op") and e["name"].startswith("ProfilerStep#")}
+    shown = {int(step): re.findall(r">([^<]*)</td>", cells) for step, cells in rows}
+    (step, cells), = [(s, c) for s, c in shown.items() if c[2] != "0.000"]
+    assert float(cells[-1]) == pytest.approx(100 * matrix / (spans[step] * 1e-6) / (H100_BF16 * 1e12), abs=0.006)
+
+
+def test_diff_compares_achieved_rates_per_family(capsys):
+    """``rnnprof diff`` bert-small (A) against ViT (B): each family's TFLOP/s on each side is TraceLens's FLOPs
+    over its kernel time for that trace, and the ratio B ÷ A."""
+    assert main(["diff", str(FIXTURES / "kineto-h100-bert-small-shapes.json.gz"),
+                 str(FIXTURES / "kineto-h100-vit-shapes.json.gz"), "--json"]) == 0
+    rates = json.loads(capsys.readouterr().out)["rates"]
+    assert rates["available"]
+    rows = {r["family"]: r for r in rates["families"]}
+    for family in ("GEMM", "SDPA_fwd"):
+        _, flops_a, us_a = tracelens_totals("h100-bert-small", family)
+        _, flops_b, us_b = tracelens_totals("h100-vit", family)
+        row = rows[family]
+        assert row["tflops_a"] == pytest.approx(flops_a / us_a / 1e6, rel=1e-5)
+        assert row["tflops_b"] == pytest.approx(flops_b / us_b / 1e6, rel=1e-5)
+        assert row["ratio"] == pytest.approx(row["tflops_b"] / row["tflops_a"])
+    assert rows["CONV_fwd"]["tflops_a"] is None and rows["CONV_fwd"]["tflops_b"] > 0  # ViT's alone
+
+
+def test_diff_without_shapes_says_why_no_rates(capsys):
+    assert main(["diff", str(FIXTURES / "kineto-1gpu-v100.json.gz"),
+                 str(FIXTURES / "kineto-h100-vit-shapes.json.gz"), "--json"]) == 0
+    rates = json.loads(capsys.readouterr().out)["rates"]
+    assert not rates["available"] and "record_shapes" in rates["reason"]
+
+
+def test_a_trace_judged_shapeless_from_its_first_mb_has_no_shapes_anywhere():
+    """The report and diff skip streaming a trace for shapes when its first MB says it recorded none: checked on
+    every real Kineto trace against all of its operators, read from the raw JSON."""
+    from fixtures import KINETO
+    from rnnprof.profiler.loaders.shapes import recorded_without_shapes
+
+    judged = 0
+    for name in KINETO:
+        path = FIXTURES / name
+        with gzip.open(path) if str(path).endswith(".gz") else open(path, "rb") as f:
+            events = json.load(f)["traceEvents"]
+        with_dims = sum("Input Dims" in (e.get("args") or {}) for e in events if e.get("cat") == "cpu_op")
+        if recorded_without_shapes(path):
+            assert with_dims == 0, path
+            judged += 1
+        elif with_dims == 0:  # few operators: streamed, and found empty
+            assert sum(e.get("cat") == "cpu_op" for e in events) < 500, path
+    assert judged >= 3

@@ -1,6 +1,6 @@
 """FLOPs and bytes per operator against TraceLens's own perf reports on its public traces (tests/data/tracelens,
 provenance in tests/data/README.md): GEMMs and attention equal exactly, the other families agree within the
-tolerances stated here and documented in README.md ("## rnnprof roofline")."""
+tolerances stated here and documented in docs/commands/roofline.md ("Against TraceLens")."""
 
 import ast
 import csv

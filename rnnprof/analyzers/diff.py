@@ -9,6 +9,7 @@ Every figure comes from the analysis that defines it, run once on each side:
   step; the summary figures are ``opcount.compare``'s, the same as ``count-ops B --vs A``;
 * graphs: ``opcount.count_graph``'s op counts by device and type; ops that moved device are those
   whose placement (``placement.AuditInput.placements``) differs between the sides;
+* achieved rates: ``roofline.analyze_roofline``'s TFLOP/s and TB/s per op family (given on each ``Side``);
 * configuration: the manifest of a run directory, or what a trace records (Kineto
   ``distributedInfo`` and ``deviceProperties``, the devices it names).
 
@@ -58,6 +59,9 @@ DEFINITIONS = {
                  "aten::_local_scalar_dense) do not count the same time twice",
     "normalized name": "template arguments become <…> and argument lists are dropped, so variants of "
                        "one templated kernel group together",
+    "achieved rates": "per op family, rnnprof roofline's achieved TFLOP/s (FLOPs / kernel time; a CPU or "
+                      "TensorFlow run's: the operators' own time) and TB/s on each side; ratio = B ÷ A; only where "
+                      "each side is one process whose operators' shapes are recorded",
     "appeared / vanished": "a name or op type that runs only in B / only in A",
     "moved": "a graph node on both sides whose device differs: the device it was assigned (partition graphs, "
              "else the one its events ran on) on both sides, or, where neither side assigned it (a user graph "
@@ -81,6 +85,8 @@ class Side:
     runtime_reason: str = ""
     graph: "networkx.DiGraph | None" = None  # user graph with assigned devices joined in (placements)
     manifest: dict | None = None
+    roofline: object | None = None  # roofline.RooflineReport of a one-process side
+    roofline_reason: str = "not computed"
 
     @property
     def kind(self) -> str:
@@ -392,6 +398,54 @@ class CopiesSection:
 
 
 @dataclass(frozen=True)
+class RateChange:
+    """One op family's achieved rates on each side (``rnnprof roofline``'s figures; None: not run there)."""
+
+    family: str
+    tflops_a: float | None
+    tflops_b: float | None
+    tbps_a: float | None
+    tbps_b: float | None
+    kernel_us_a: float
+    kernel_us_b: float
+    flops_a: float
+    flops_b: float
+
+    @property
+    def ratio(self) -> float | None:
+        a, b = self.tflops_a, self.tflops_b
+        return b / a if a and b is not None else None
+
+
+@dataclass(frozen=True)
+class RatesSection:
+    available: bool
+    reason: str = ""
+    rows: tuple[RateChange, ...] = ()  # the families of either side, most kernel time (A + B) first
+
+    @property
+    def changed(self) -> bool:
+        return any(r.tflops_a != r.tflops_b or r.flops_a != r.flops_b for r in self.rows)
+
+
+def diff_rates(a: Side, b: Side) -> RatesSection:
+    """Achieved TFLOP/s and TB/s per op family, A against B, where each side is one process with shapes."""
+    ra, rb = a.roofline, b.roofline
+    if ra is None or rb is None:
+        reasons = [f"{side.label}: {side.roofline_reason}" for side, r in ((a, ra), (b, rb)) if r is None]
+        return RatesSection(available=False, reason="; ".join(reasons))
+    rows = []
+    for family in dict.fromkeys([*ra.families, *rb.families]):
+        fa, fb = ra.families.get(family), rb.families.get(family)
+        rows.append(RateChange(family, fa.rates.tflops_per_s if fa else None, fb.rates.tflops_per_s if fb else None,
+                               fa.rates.tb_per_s if fa else None, fb.rates.tb_per_s if fb else None,
+                               fa.rates.kernel_us if fa else 0.0, fb.rates.kernel_us if fb else 0.0,
+                               fa.rates.flops if fa else 0.0, fb.rates.flops if fb else 0.0))
+    rows.sort(key=lambda r: -(r.kernel_us_a + r.kernel_us_b))
+    return RatesSection(available=True, rows=tuple(rows))
+
+
+@dataclass(frozen=True)
 class DiffReport:
     a: str
     b: str
@@ -402,12 +456,13 @@ class DiffReport:
     graphs: GraphSection
     config: ConfigSection
     copies: CopiesSection = CopiesSection(available=False)
+    rates: RatesSection = RatesSection(available=False)
     definitions: dict[str, str] = field(default_factory=lambda: {**DEFINITIONS, **copy_counts.DEFINITIONS})
 
     @property
     def identical(self) -> bool:
         """No section found a difference."""
-        return not any(s.changed for s in (self.time, self.ops, self.graphs, self.config, self.copies))
+        return not any(s.changed for s in (self.time, self.ops, self.graphs, self.config, self.copies, self.rates))
 
 
 class IncompatibleSides(ValueError):
@@ -421,7 +476,7 @@ def diff(a: Side, b: Side) -> DiffReport:
     ca, cb = _comm(a), _comm(b)
     return DiffReport(a=a.label, b=b.label, kind_a=a.kind, kind_b=b.kind, time=diff_time(a, b, ca, cb),
                       ops=diff_ops(a, b), graphs=diff_graphs(a, b), config=diff_config(a, b),
-                      copies=diff_copies(a, b, ca[0], cb[0]))
+                      copies=diff_copies(a, b, ca[0], cb[0]), rates=diff_rates(a, b))
 
 
 # -- copies and graph launches --------------------------------------------------------------------------------

@@ -24,6 +24,18 @@ Definitions (a FLOP is one multiply or one add; bytes are what an ideal kernel r
   broadcast of the inputs, in-place ops included).
 * reductions (``sum``, ``mean``, ``amax``, ``softmax``...): one FLOP per input element (softmax: 5); bytes:
   input and output.
+
+TensorFlow ops (``tf_op_cost``, or ``op_cost`` with a TF op type) take the shapes of the executed kernel's inputs
+and, last, of its output, as a run's step stats record them; no attribute is needed:
+
+* ``MatMul`` (and the ``_Mkl``/``_Fused`` kernels it becomes): out ``[M, N]``, ``K = elements of A / M`` whatever
+  the transposes, ``2*M*N*K``, plus ``M*N`` for a fused bias (a third input); ``BatchMatMul*``: per batch of the
+  output, ``K`` = the last two dimensions of A over ``M``.
+* ``Conv2D`` (``NHWC`` or ``NCHW``, filter ``[kh, kw, C_in, C_out]``): ``2 * output elements * kh*kw*C_in``;
+  ``Conv2DBackpropInput``/``Conv2DBackpropFilter``: the same product over the gradient of the output.
+* ``BlockLSTM``: per time step the gate product ``2*B*(I+H)*4H`` (GEMM); its gradient twice that (inputs and
+  weights).
+* elementwise ops: one FLOP per output element; reductions: one per input element (softmax: 5).
 """
 
 from __future__ import annotations
@@ -477,7 +489,128 @@ for _names, _inputs in ((_UNARY, 1), (_BINARY, 2), (_TERNARY, 3)):
     for _name in _names:
         _MODELS[f"aten::{_name}"] = _elementwise(_inputs)
 
-MODELED = frozenset(_MODELS)
+
+# -- TensorFlow kernels: dims = the inputs' shapes then the output's, types likewise -----------------------------
+
+
+def _tf_last(dims, types):
+    return dims[-1], (_bpe(types, len(dims) - 1) or _bpe(types, 0)), _dtype(types, 0)
+
+
+def _tf_matmul(dims, types, concrete) -> OpCost | None:
+    a, b = dims[0], dims[1]
+    out, out_bpe, dtype = _tf_last(dims, types)
+    if len(out) != 2 or len(a) != 2 or len(b) != 2 or not out[0]:
+        return None
+    m, n = out
+    k = _numel(a) // m
+    bias = _numel(dims[2]) if len(dims) > 3 and len(dims[2]) == 1 and dims[2][0] == n else 0
+    return _gemm(1, m, n, k, bias, _bpe(types, 0), _bpe(types, 1), _bpe(types, 2), out_bpe, dtype)
+
+
+def _tf_batch_matmul(dims, types, concrete) -> OpCost | None:
+    a, b = dims[0], dims[1]
+    out, out_bpe, dtype = _tf_last(dims, types)
+    if len(out) < 2 or len(a) < 2 or not out[-2]:
+        return None
+    m, n = out[-2], out[-1]
+    k = a[-1] * a[-2] // m
+    batch = _numel(out[:-2])
+    flops = batch * 2 * m * n * k
+    nbytes = _numel(a) * _bpe(types, 0) + _numel(b) * _bpe(types, 1) + _numel(out) * out_bpe
+    return OpCost(GEMM, flops, nbytes, dtype)
+
+
+def _tf_conv(family: str, filter_i: int | None, grad_i: int):
+    """``filter_i``: the input holding the filter (None: the output is the filter's gradient); ``grad_i``: the
+    tensor whose elements each take ``kh*kw*C_in`` multiply-adds (the output, or the output's gradient)."""
+
+    def cost(dims, types, concrete) -> OpCost | None:
+        w = dims[filter_i] if filter_i is not None else dims[-1]
+        big = dims[grad_i]
+        if len(w) != 4 or len(big) != 4:
+            return None
+        flops = 2 * _numel(big) * w[0] * w[1] * w[2]
+        if len(dims) > 3 and family == CONV_FWD and len(dims[2]) == 1:  # fused bias
+            flops += _numel(big)
+        nbytes = sum(_numel(d) * (_bpe(types, i) or _bpe(types, 0)) for i, d in enumerate(dims) if len(d) > 1)
+        return OpCost(family, flops, nbytes, _dtype(types, 0))
+
+    return cost
+
+
+def _tf_block_lstm(backward: bool):
+    def cost(dims, types, concrete) -> OpCost | None:
+        # BlockLSTM(seq_len_max, x [T, B, I], cs_prev, h_prev, w [I+H, 4H], wci, wcf, wco, b)
+        x, w = dims[1], dims[4]
+        if len(x) != 3 or len(w) != 2:
+            return None
+        t, b, _ = x
+        flops = t * 2 * b * w[0] * w[1] * (2 if backward else 1)
+        nbytes = sum(_numel(d) * (_bpe(types, i) or _bpe(types, 1)) for i, d in enumerate(dims) if d)
+        return OpCost(GEMM, flops, nbytes, _dtype(types, 1))
+
+    return cost
+
+
+def _tf_elementwise(dims, types, concrete) -> OpCost | None:
+    out, out_bpe, dtype = _tf_last(dims, types)
+    nbytes = sum(_numel(d) * _bpe(types, i) for i, d in enumerate(dims[:-1])) + _numel(out) * out_bpe
+    return OpCost(ELEMENTWISE, _numel(out), nbytes, dtype)
+
+
+def _tf_reduce(per_element: int):
+    def cost(dims, types, concrete) -> OpCost | None:
+        x = dims[0]
+        out, out_bpe, dtype = _tf_last(dims, types)
+        return OpCost(REDUCE, per_element * _numel(x), _numel(x) * _bpe(types, 0) + _numel(out) * out_bpe, dtype)
+
+    return cost
+
+
+_TF_MODELS = {}
+for _name in ("MatMul", "_MklMatMul", "_FusedMatMul", "_MklFusedMatMul", "_MklNativeFusedMatMul"):
+    _TF_MODELS[_name] = _tf_matmul
+for _name in ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "_MklBatchMatMul", "_MklBatchMatMulV2",
+              "_MklBatchMatMulV3"):
+    _TF_MODELS[_name] = _tf_batch_matmul
+for _name in ("Conv2D", "_MklConv2D", "_MklNativeConv2D", "_FusedConv2D", "_MklNativeFusedConv2D",
+              "_MklFusedConv2D"):
+    _TF_MODELS[_name] = _tf_conv(CONV_FWD, 1, -1)
+for _name in ("Conv2DBackpropInput", "_MklConv2DBackpropInput", "_MklNativeConv2DBackpropInput"):
+    _TF_MODELS[_name] = _tf_conv(CONV_BWD, 1, 2)
+for _name in ("Conv2DBackpropFilter", "_MklConv2DBackpropFilter", "_MklNativeConv2DBackpropFilter"):
+    _TF_MODELS[_name] = _tf_conv(CONV_BWD, None, 2)
+_TF_MODELS.update({"BlockLSTM": _tf_block_lstm(False), "BlockLSTMV2": _tf_block_lstm(False),
+                   "BlockLSTMGrad": _tf_block_lstm(True), "BlockLSTMGradV2": _tf_block_lstm(True)})
+for _name in ("Add", "AddV2", "_MklAdd", "_MklAddV2", "Sub", "Mul", "_MklMul", "RealDiv", "Maximum", "Minimum",
+              "Tanh", "Sigmoid", "Relu", "_MklRelu", "Relu6", "Elu", "Exp", "Log", "Neg", "Square", "Sqrt", "Rsqrt",
+              "Reciprocal", "TanhGrad", "SigmoidGrad", "ReluGrad", "_MklReluGrad", "BiasAdd", "AddN", "_MklAddN",
+              "SquaredDifference", "Select", "SelectV2", "Cast", "ResourceApplyGradientDescent",
+              "ResourceApplyMomentum", "ResourceApplyAdam"):
+    _TF_MODELS[_name] = _tf_elementwise
+for _name in ("Sum", "Mean", "Max", "Min", "Prod", "BiasAddGrad", "L2Loss"):
+    _TF_MODELS[_name] = _tf_reduce(1)
+for _name in ("Softmax", "LogSoftmax", "SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyWithLogits"):
+    _TF_MODELS[_name] = _tf_reduce(5)
+
+
+def tf_op_cost(op_type: str, dims, types) -> OpCost | None:
+    """The FLOPs and bytes of TensorFlow kernel ``op_type`` whose inputs and output (last) have shapes ``dims``
+    and dtypes ``types`` (the recorded names: ``float``, ``c10::BFloat16``...); None without a model or shapes."""
+    model = _TF_MODELS.get(op_type)
+    if model is None or not isinstance(dims, list) or len(dims) < 2 or not all(isinstance(d, list) for d in dims):
+        return None
+    try:
+        cost = model(dims, types if isinstance(types, list) else [], None)
+    except _INPUT_SHAPE_ERRORS:
+        return None
+    if cost is None or cost.flops < 0 or cost.bytes < 0:
+        return None
+    return cost
+
+
+MODELED = frozenset(_MODELS) | frozenset(_TF_MODELS)
 _INPUT_SHAPE_ERRORS = (ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError)
 
 
@@ -485,6 +618,8 @@ def op_cost(name: str, dims, types, concrete=None) -> OpCost | None:
     """The FLOPs and bytes of operator ``name`` with inputs of shapes ``dims`` and dtypes ``types``; None when
     the operator has no model here or its recorded shapes do not fit one."""
     model = _MODELS.get(name)
+    if model is None and name in _TF_MODELS:
+        return tf_op_cost(name, dims, types)
     if model is None or not isinstance(dims, list) or not isinstance(types, list):
         return None
     try:

@@ -21,7 +21,7 @@ class Peaks:
     matrix_tflops: dict[str, float] = field(default_factory=dict)  # dtype short name -> TFLOP/s
     vector_tflops: float = 0.0  # FP32, ordinary cores
     tbps: float = 0.0  # memory bandwidth
-    source: str = "table"  # "table", "flags", "table+flags"
+    source: str = "table"  # "table", "measured" (a CPU, on this machine), "flags", "table+flags", "measured+flags"
 
     def tflops(self, dtype: str, matrix: bool) -> float | None:
         """The peak for work of ``dtype`` on matrix units (``matrix``) or vector units; None when unknown."""
@@ -88,4 +88,4 @@ def override(peaks: Peaks | None, tflops: float | None, tbps: float | None) -> P
         matrix = {k: float(tflops) for k in (set(matrix) | {"fp32", "fp16", "bf16", "fp8", "tf32", "fp64"})}
         vector = float(tflops)
     return Peaks(base.device, matrix, vector, float(tbps) if tbps is not None else base.tbps,
-                 "flags" if peaks is None else "table+flags")
+                 "flags" if peaks is None else f"{base.source}+flags")

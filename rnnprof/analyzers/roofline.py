@@ -9,8 +9,11 @@ called. An operator's kernel time is the sum of its activities' durations; its a
 its FLOPs and bytes over that time, its arithmetic intensity FLOPs/bytes. Against the device's peaks it is
 memory-bound when its intensity is below the ridge point (peak FLOP/s / peak bytes/s), else compute-bound.
 
+Without GPU work (a CPU trace, or shapes that say ``own_time``: a TensorFlow run's executed kernels), an outermost
+modeled operator's own duration is its time, and its step is its own.
+
 Per step: the modeled FLOPs of the operators whose kernels ran in it, over the step's wall time (its host
-``ProfilerStep`` range). MFU = the step's FLOPs on matrix units (GEMM, convolution, attention) / step time /
+``ProfilerStep`` range; without such markers, the span of the step's events). MFU = the step's FLOPs on matrix units (GEMM, convolution, attention) / step time /
 the matrix peak of the dtype most of them use.
 
 Collectives: the message a communication kernel carries (newer Kineto: ``In msg nelems``, ``Out msg nelems``,
@@ -249,7 +252,7 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
     # per operator: its activities' time and count, and the step of its earliest activity
     attributed = op_of >= 0
     owner = op_of[attributed]
-    instance_us = np.bincount(owner, weights=table.dur[work[attributed]], minlength=n_ops)
+    instance_us = np.bincount(owner, weights=table.dur[work[attributed]], minlength=n_ops).astype(np.float64)
     instance_kernels = np.bincount(owner, minlength=n_ops)
     instance_step = np.full(n_ops, -1, dtype=np.int64)
     if len(owner):
@@ -257,8 +260,20 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
         instance_step[owner[order]] = table.step[work[attributed]][order]
 
     outermost_rows = np.concatenate([idx for _, _, idx in outer.values()]) if outer else np.zeros(0, np.int64)
+    # a TensorFlow run's kernels, or a trace without GPU work (a CPU run): an operator's own duration is its work
+    own_time = bool(n_ops) and (bool(getattr(shapes, "own_time", False)) or not len(work))
+    outside_selection = 0
+    if own_time and len(outermost_rows):
+        op_steps = _op_steps(table, shapes, starts)[outermost_rows]
+        # the operators of the steps this table holds (it may be a selection of the steps the shapes cover)
+        kept = np.isin(op_steps, np.unique(table.step)) if len(table) else np.zeros(len(op_steps), dtype=bool)
+        outside_selection = int((~kept).sum())
+        rows = outermost_rows[kept]
+        instance_us[rows] = np.asarray(shapes.dur, dtype=np.float64)[rows]
+        instance_kernels[rows] = 1
+        instance_step[rows] = op_steps[kept]
     ran = outermost_rows[instance_kernels[outermost_rows] > 0] if len(outermost_rows) else outermost_rows
-    without_kernels = int(len(outermost_rows) - len(ran))
+    without_kernels = int(len(outermost_rows) - len(ran)) - outside_selection
     n_sig = len(signatures)
     per_sig_count = np.bincount(sig[ran], minlength=n_sig)
     per_sig_kernels = np.bincount(sig[ran], weights=instance_kernels[ran], minlength=n_sig)
@@ -299,7 +314,12 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
             if c.family in MATRIX_FAMILIES:
                 totals[1] += c.flops * count
                 step_dtypes[step][c.dtype] += c.flops * count
-    steps = _steps(table, step_flops, step_dtypes, peaks)
+    busy = None
+    if own_time and len(ran):
+        busy = defaultdict(float)
+        for step, us in zip(instance_step[ran].tolist(), instance_us[ran].tolist()):
+            busy[step] += us
+    steps = _steps(table, step_flops, step_dtypes, peaks, busy)
 
     collectives, comm_counts = _collectives(table, shapes, runtime, lane_codes, starts, ends)
     counts = {
@@ -313,6 +333,9 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
         "gpu_activities_unlaunched": int((~launched).sum()),
         "gpu_us": float(table.dur[work].sum()),
         "gpu_us_attributed": float(table.dur[work[attributed]].sum()),
+        "time_basis": "operator" if own_time else "gpu",
+        "operator_us_modeled": float(instance_us[ran].sum()) if own_time and len(ran) else 0.0,
+        "operators_modeled_outside_selected_steps": outside_selection,
         **comm_counts,
     }
     op_rows = sorted(ops.values(), key=lambda o: -o.rates.kernel_us)
@@ -320,28 +343,61 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
                           steps, collectives, counts, has_shapes=n_ops > 0, step_selection=step_selection)
 
 
-def _steps(table: EventTable, step_flops: dict, step_dtypes: dict, peaks: Peaks | None) -> list[StepRow]:
-    """A row per host ``ProfilerStep`` range."""
-    steps = []
+def _step_markers(table: EventTable) -> np.ndarray:
     on_host = np.array([d.kind != "gpu" for d in table.devices] or [True], dtype=bool)
     marker_codes = [code for code, text in enumerate(table.strings) if text.startswith(STEP_PREFIX)]
     if not marker_codes:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.isin(table.name, marker_codes) & on_host[table.device] & (table.step >= 0)
+                          & (table.kind != Kind.KERNEL))
+
+
+def _op_steps(table: EventTable, shapes, starts: np.ndarray) -> np.ndarray:
+    """Each operator's step: the table's where the shapes were placed on it, else the step marker around it."""
+    known = np.asarray(getattr(shapes, "step", []), dtype=np.int64)
+    if len(known) == len(starts) and (known >= 0).any():
+        return known
+    markers = _step_markers(table)
+    found = np.full(len(starts), -1, dtype=np.int64)
+    if not len(markers):
+        return found
+    markers = markers[np.argsort(table.ts[markers], kind="stable")]
+    pos = np.searchsorted(table.ts[markers], starts, side="right") - 1
+    inside = (pos >= 0) & (starts < table.end[markers][np.maximum(pos, 0)])
+    found[inside] = table.step[markers][pos[inside]]
+    return found
+
+
+def _steps(table: EventTable, step_flops: dict, step_dtypes: dict, peaks: Peaks | None,
+           busy: dict | None = None) -> list[StepRow]:
+    """A row per host ``ProfilerStep`` range; without them (a TensorFlow run), per step of the table: the span
+    of its events. ``busy``: the work per step where it is the operators' own time (else the kernels')."""
+    steps = []
+    markers = _step_markers(table)
+    spans = {}
+    if len(markers):
+        for row in markers.tolist():
+            spans[int(table.step[row])] = float(table.dur[row])
+    else:
+        stepped = table.step >= 0
+        for number in np.unique(table.step[stepped]).tolist():
+            mine = table.step == number
+            spans[number] = float(table.end[mine].max() - table.ts[mine].min())
+    if not spans:
         return steps
-    markers = np.flatnonzero(np.isin(table.name, marker_codes) & on_host[table.device] & (table.step >= 0)
-                             & (table.kind != Kind.KERNEL))
     kernels = table.kind == Kind.KERNEL
     busy_by_step = defaultdict(float)
-    if kernels.any():
+    if busy is not None:
+        busy_by_step.update(busy)
+    elif kernels.any():
         k_steps = table.step[kernels]
         k_dur = table.dur[kernels]
         for step in np.unique(k_steps[k_steps >= 0]).tolist():
             busy_by_step[step] = float(k_dur[k_steps == step].sum())
-    for row in markers:
-        number = int(table.step[row])
+    for number, wall in spans.items():
         flops, mflops, nbytes = step_flops.get(number, (0.0, 0.0, 0.0))
         dtypes = step_dtypes.get(number, {})
         dtype = max(dtypes, key=dtypes.get) if dtypes else ""
-        wall = float(table.dur[row])
         top = peaks.tflops(dtype, True) if peaks is not None and dtype else None
         rate = flops / wall / 1e6 if wall > 0 else None
         mfu = mflops / wall / 1e6 / top if wall > 0 and top else None
@@ -354,8 +410,8 @@ def _judge(row: OpRow, peaks: Peaks | None) -> None:
     if peaks is None:
         return
     top = peaks.tflops(row.dtype or "bf16", row.matrix) if row.dtype or row.matrix else peaks.tflops("fp32", False)
-    if row.family == row.name and row.matrix:  # a family mixes dtypes: judged at bf16's matrix peak
-        top = peaks.tflops("bf16", True) or top
+    if row.family == row.name and row.matrix:  # a family mixes dtypes: judged at bf16's (else fp32's) matrix peak
+        top = peaks.tflops("bf16", True) or peaks.tflops("fp32", True) or top
     row.peak_tflops = top
     intensity = row.rates.intensity
     achieved = row.rates.tflops_per_s

@@ -2,7 +2,8 @@
 
 ``analyze_run`` runs the analyses the other commands run (``comm``, ``count-ops``,
 ``placement-audit``, ``critical-path``) on inputs read once, plus the top ops by time and one step's
-timeline; the critical path is that of the timeline's step. The events are classified once for all of
+timeline; the critical path is that of the timeline's step; the roofline (``roofline``) comes computed,
+as it needs the operators' shapes. The events are classified once for all of
 them; count-ops' launch statistics are left out, as the report does not show them. A part
 that cannot be computed is None with the reason, which the report prints in its place.
 """
@@ -40,11 +41,14 @@ class RunReport:
     timeline_reason: str
     critical_path: CriticalPathReport | None = None  # of the timeline's step
     critical_path_reason: str = ""
+    roofline: object | None = None  # roofline.RooflineReport of the input's one process
+    roofline_reason: str = "not computed"
 
 
 def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
                 user_reason: str = "", runtime_reason: str = "", audit_input=None, audit_reason: str = "",
-                manifest: dict | None = None, dependencies: Dependencies | None = None) -> RunReport:
+                manifest: dict | None = None, dependencies: Dependencies | None = None, roofline=None,
+                roofline_reason: str = "") -> RunReport:
     """All the report's analyses; ``audit_input`` (``placement.AuditInput``) is None when nothing can be audited;
     ``dependencies``: what the input says beyond its events, for the critical path."""
     from rnnprof.analyzers.placement import audit, configured_rules
@@ -55,7 +59,7 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     no_events = events_reason or "the input holds no trace events"
     if events is None or len(events) == 0:
         return RunReport(label, manifest, 0, "graph", None, no_events, opcount, placement, audit_reason, (), (),
-                         no_events, None, no_events, None, no_events)
+                         no_events, None, no_events, None, no_events, None, no_events)
     classes = classify(events)
     comm = analyze_comm(events, classes=classes)
     comm_reason = ""
@@ -80,4 +84,4 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     return RunReport(label, manifest, len(events), events.source_format, comm, comm_reason, opcount, placement,
                      audit_reason, top_device, top_host,
                      "" if top_device or top_host else "no device activity and no host operators",
-                     timeline, timeline_reason, critical_path, critical_path_reason)
+                     timeline, timeline_reason, critical_path, critical_path_reason, roofline, roofline_reason)

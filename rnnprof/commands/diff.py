@@ -52,13 +52,16 @@ def read_side(paths: list[str], args: argparse.Namespace | None = None):
     from rnnprof.analyzers.diff import Side
     from rnnprof.profiler.loaders.inputs import read_inputs
 
+    from rnnprof.commands.roofline import for_report as roofline_of
+
     inputs = read_inputs(paths)
     graphs = inputs.graph_set
     events = _steps.select(inputs.events, args) if args is not None else inputs.events
+    roofline, roofline_reason = roofline_of(paths, inputs.events, events, args, [], with_peaks=False)
     return Side(label=inputs.label, events=events, events_reason=inputs.events_reason,
                 user_graph=graphs.user if graphs else None, user_reason=inputs.user_graph_reason,
                 runtime_graph=graphs.runtime if graphs else None, runtime_reason=inputs.runtime_graph_reason,
-                graph=inputs.graph, manifest=inputs.manifest)
+                graph=inputs.graph, manifest=inputs.manifest, roofline=roofline, roofline_reason=roofline_reason)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

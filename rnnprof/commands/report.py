@@ -78,6 +78,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
     from rnnprof.analyzers.run_report import analyze_run
+    from rnnprof.commands.roofline import for_report as roofline_for_report
     from rnnprof.profiler.loaders.dependencies import read_dependencies
     from rnnprof.profiler.loaders.inputs import read_inputs
     from rnnprof.profiler.loaders.rank_folder import job_notes
@@ -94,10 +95,12 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
     chosen = _steps.selection(args)
     if chosen.active:
         notes = [*notes, f"steps selected by {chosen.describe()}: {', '.join(map(str, events.steps())) or 'none'}"]
+    roofline, roofline_reason = roofline_for_report(paths, inputs.events, events, args, notes)
     report = analyze_run(inputs.label, events, inputs.events_reason,
                          user_graph=graphs.user if graphs else None, runtime_graph=graphs.runtime if graphs else None,
                          user_reason=inputs.user_graph_reason, runtime_reason=inputs.runtime_graph_reason,
                          audit_input=audit, audit_reason=audit_reason, manifest=inputs.manifest,
-                         dependencies=read_dependencies(paths) if events is not None else None)
+                         dependencies=read_dependencies(paths) if events is not None else None,
+                         roofline=roofline, roofline_reason=roofline_reason)
     render_notes(notes)
     return run_page(report, name, notes)

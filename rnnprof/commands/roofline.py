@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 
@@ -12,9 +11,9 @@ from rnnprof.config import positive_int
 from rnnprof.errors import InputError, UsageError
 
 NAME = "roofline"
-HELP = "FLOPs, bytes and achieved TFLOP/s and TB/s per op, op family and step against the GPU's roofline, MFU, " \
-       "and collectives' bus bandwidth (PyTorch traces recorded with record_shapes=True)"
-EXPECTED = "a PyTorch profiler (Kineto) trace, several, or a folder of rank traces"
+HELP = "FLOPs, bytes and achieved TFLOP/s and TB/s per op, op family and step against the device's roofline, " \
+       "MFU, and collectives' bus bandwidth (PyTorch traces recorded with record_shapes=True, TensorFlow runs)"
+EXPECTED = "a PyTorch profiler (Kineto) trace, several, a folder of rank traces, or a run directory"
 
 
 def _positive(text: str) -> float:
@@ -28,88 +27,104 @@ def _positive(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="TRACE_OR_FOLDER",
-                        help="a Kineto trace (.json or .json.gz), several (one per rank), or a folder of rank traces")
+    parser.add_argument("paths", nargs="+", metavar="TRACE_OR_RUN",
+                        help="a Kineto trace (.json or .json.gz), several (one per rank), a folder of rank traces, or a "
+                             "run directory (TensorFlow or PyTorch)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
     parser.add_argument("--peak-tflops", type=_positive, metavar="X",
                         help="the device's peak TFLOP/s, for every dtype (default: the table's figure for the "
-                             "device the trace names)")
+                             "device the trace names; a CPU run recorded on this machine: measured now)")
     parser.add_argument("--peak-tbps", type=_positive, metavar="Y",
-                        help="the device's peak memory bandwidth in TB/s (default: the table's figure)")
+                        help="the device's peak memory bandwidth in TB/s (default: the table's figure, or measured "
+                             "as for --peak-tflops)")
     parser.add_argument("--top", type=positive_int, default=15, metavar="N",
                         help="operators shown in the text report (default: %(default)s; --json has them all)")
     parser.add_argument("--plot", metavar="FILE", help="also write the roofline chart to FILE, .png or .svg")
     _steps.add_arguments(parser)
 
 
-def _files(paths: list[str]) -> list[tuple[str, Path]]:
-    """(worker label, file) per Kineto trace given; TensorFlow and other formats are refused by the caller."""
-    from rnnprof.profiler.loaders import detect_format
-    from rnnprof.profiler.loaders.rank_folder import job_of
+def _peaks(loaded, args, notes: list[str]):
+    """The table's peaks for the device the trace names; for a CPU run recorded on this machine, measured now;
+    the flags over either. A note says where they come from, or that there are none."""
+    from rnnprof.analyzers.peaks import lookup, override
+    from rnnprof.profiler.run.cpu_peaks import measure_cpu_peaks, this_host
 
-    job = job_of(paths)
-    if job is not None:
-        return [(f"rank{f.rank}", f.path) for f in job.files]
-    files = []
-    for path in paths:
-        kind = detect_format(path)
-        if kind != "kineto":
-            from rnnprof.profiler.loaders import load_events
+    label = loaded.worker or str(loaded.path)
+    tflops, tbps = getattr(args, "peak_tflops", None), getattr(args, "peak_tbps", None)
+    found = next((p for p in map(lookup, loaded.devices) if p is not None), None)
+    if found is None and loaded.cpu_only and (tflops is None or tbps is None) and loaded.host == this_host():
+        found = measure_cpu_peaks()
+        notes.append(f"{label}: a CPU run recorded on this machine ({loaded.host}): its peaks are measured now "
+                     f"(numpy FP32 matmul {found.vector_tflops * 1e3:,.1f} GFLOP/s, array copy "
+                     f"{found.tbps * 1e3:,.1f} GB/s); --peak-tflops and --peak-tbps override them")
+    peaks = override(found, tflops, tbps)
+    if peaks is None:
+        where = ", ".join(loaded.devices) or (f"a CPU of {loaded.host or 'an unnamed host'}, not this machine"
+                                              if loaded.cpu_only else "(the trace names none)")
+        notes.append(f"{label}: no peaks for device {where}: rates are given, bounds and MFU are not "
+                     f"(give --peak-tflops and --peak-tbps)")
+    return peaks
 
-            load_events(path)  # input that is not a trace at all is a one-line error, not "not available"
-            raise _NotAvailable(path, kind)
-        files.append(("" if len(paths) == 1 else Path(path).name, Path(path)))
-    return files
 
+def for_report(paths: list[str], table, selected, args, notes: list[str], with_peaks: bool = True):
+    """(RooflineReport, "") of the report's input when it is one process (one Kineto trace, one run directory),
+    else (None, why); ``table`` is its event table as loaded, ``selected`` the steps the report analyses;
+    ``with_peaks`` False: rates only (no peaks looked up or measured)."""
+    from rnnprof.analyzers.roofline import analyze_roofline
+    from rnnprof.profiler.loaders.roofline_inputs import NotAvailable, load, sources, without_shapes
 
-class _NotAvailable(Exception):
-    def __init__(self, path, kind):
-        self.path, self.kind = path, kind
-        super().__init__(path)
-
-    @property
-    def reason(self) -> str:
-        if self.kind in ("rundir", "chrome-json", "xplane", "xplane-dir", "run-metadata", "tf-chrome"):
-            return (f"{self.path}: roofline is not available for TensorFlow traces ({self.kind}): they record no "
-                    f"input shapes per op event, and FLOPs from the graph's cost model are not read yet")
-        return f"{self.path}: roofline is not available for {self.kind} input: it reads Kineto traces' recorded shapes"
+    if table is None:
+        return None, "no trace events"
+    try:
+        found = sources(paths)
+    except NotAvailable as exc:
+        return None, exc.reason
+    except InputError as exc:
+        return None, str(exc)
+    if len(found) != 1:
+        return None, "the report shows one process's roofline; run rnnprof roofline on the ranks"
+    no_shapes = "no operator shapes (a PyTorch trace needs record_shapes=True)"
+    try:
+        if without_shapes(found[0]):
+            return None, no_shapes
+        loaded = load(found[0], table)
+    except InputError as exc:
+        return None, str(exc)
+    if not len(loaded.shapes):
+        return None, no_shapes
+    peaks = _peaks(loaded, args, notes) if with_peaks else None
+    return analyze_roofline(selected, loaded.shapes, peaks), ""
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.peaks import lookup, override
     from rnnprof.analyzers.roofline import analyze_roofline
-    from rnnprof.profiler.loaders import load_events
-    from rnnprof.profiler.loaders.shapes import load_shapes
+    from rnnprof.profiler.loaders.roofline_inputs import NotAvailable, load, sources
     from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_json, render_notes
     from rnnprof.reports.roofline import not_available, render, to_document
 
     plot = check_plot_path(args.plot)
     try:
-        files = _files(args.paths)
-    except _NotAvailable as exc:
+        found = sources(args.paths)
+    except NotAvailable as exc:
         not_available(exc.reason, args.json, console)
         return 0
     reports, notes, tables = [], [], []
-    for worker, path in files:
-        table = load_events(str(path))
+    for source in found:
+        loaded = load(source)
+        table, label = loaded.table, loaded.worker or str(loaded.path)
         tables.append(table)
         selected = _steps.select(table, args)
-        names = [p.get("name", "") for p in selected.metadata.get("devices_properties") or [] if isinstance(p, dict)]
-        found = next((p for p in map(lookup, names) if p is not None), None)
-        peaks = override(found, args.peak_tflops, args.peak_tbps)
-        if peaks is None:
-            notes.append(f"{worker or path}: no peaks for device {', '.join(names) or '(the trace names none)'}: "
-                         f"rates are given, bounds and MFU are not (give --peak-tflops and --peak-tbps)")
-        report = analyze_roofline(selected, load_shapes(path, table), peaks, _steps.selection(args).describe())
+        report = analyze_roofline(selected, loaded.shapes, _peaks(loaded, args, notes),
+                                  _steps.selection(args).describe())
         if not report.has_shapes:
-            notes.append(f"{worker or path}: no operator shapes: FLOPs and bytes need the trace recorded with "
+            notes.append(f"{label}: no operator shapes: FLOPs and bytes need the trace recorded with "
                          f"record_shapes=True; still given: GPU time per step and the collectives' bandwidth "
                          f"where their messages are recorded")
-        reports.append((worker, report))
-    if not any(r.counts["gpu_activities"] for _, r in reports):
-        raise InputError(", ".join(args.paths), "no GPU activity (no kernel, memcpy or memset)",
-                         "a PyTorch profiler trace of a GPU run")
+        reports.append((source.worker, report))
+    if not any(r.counts["gpu_activities"] or r.counts["operator_us_modeled"] for _, r in reports):
+        raise InputError(", ".join(args.paths), "no GPU activity and no operator with a FLOPs model",
+                         "a PyTorch profiler trace (GPU, or CPU with shapes) or a TensorFlow run directory")
     notes += _left_out.notes(args, *tables)
     render_notes(notes)
     if args.json:
@@ -119,8 +134,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     else:
         render(reports, console, top=args.top)
     if plot is not None:
-        from rnnprof.reports.charts import save_chart
-        from rnnprof.reports.roofline import roofline_chart
+        from rnnprof.reports.charts import roofline_chart, save_chart
 
         save_chart(roofline_chart(reports), plot)
     return 0

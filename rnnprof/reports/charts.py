@@ -298,3 +298,36 @@ def comm_chart(comm, per_step: bool = False):
         steps = step_breakdown_chart(comm)
         return Figure(alt.vconcat(whole.chart, steps.chart), {**whole.datasets, **steps.datasets})
     return whole
+
+
+def roofline_chart(reports):
+    """Log-log roofline of ``[(worker, RooflineReport)]``: each operator row a point (intensity, achieved TFLOP/s),
+    the device's roofs (one per dtype) as lines."""
+    alt = altair()
+    points, roofs = [], []
+    for worker, report in reports:
+        for row in report.ops:
+            r = row.rates
+            if r.intensity and r.tflops_per_s:
+                points.append({"worker": worker, "op": row.name, "family": row.family, "dtype": row.dtype,
+                               "shapes": row.shapes, "intensity": r.intensity, "tflops": r.tflops_per_s,
+                               "kernel_ms": r.kernel_us / 1e3})
+        peaks = report.peaks
+        if peaks is not None and peaks.tbps:
+            for dtype, top in sorted(peaks.matrix_tflops.items()):
+                ridge = top / peaks.tbps
+                for x in (0.01, ridge, max(1e4, 10 * ridge)):
+                    roofs.append({"roof": f"{peaks.device} {dtype}", "intensity": x, "tflops": min(top, x * peaks.tbps)})
+    base = alt.Chart(alt.Data(name="ops"), title="roofline: achieved TFLOP/s vs FLOP/byte per operator")
+    dots = base.mark_circle(opacity=0.7).encode(
+        x=alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity, FLOP/byte"),
+        y=alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="achieved TFLOP/s"),
+        color=alt.Color("family:N"), size=alt.Size("kernel_ms:Q", title="kernel ms"),
+        tooltip=["op:N", "dtype:N", "shapes:N", alt.Tooltip("intensity:Q", format=",.1f"),
+                 alt.Tooltip("tflops:Q", format=",.2f"), alt.Tooltip("kernel_ms:Q", format=",.3f")])
+    chart = dots
+    if roofs:
+        lines = alt.Chart(alt.Data(name="roofs")).mark_line(strokeDash=[4, 2]).encode(
+            x="intensity:Q", y="tflops:Q", detail="roof:N", tooltip=["roof:N"])
+        chart = alt.layer(lines, dots)
+    return Figure(chart.properties(width=520, height=360), {"ops": points, "roofs": roofs})

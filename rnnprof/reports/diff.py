@@ -60,6 +60,7 @@ def render_table(report: DiffReport, *, top: int, console: Console) -> None:
     _render_time(report, top, console)
     _render_copies(report, console)
     _render_ops(report, top, console)
+    _render_rates(report, console)
     _render_graphs(report, top, console)
     _render_config(report, top, console)
     render_definitions(report.definitions, console)
@@ -194,6 +195,23 @@ def _render_ops(report: DiffReport, top: int, console: Console) -> None:
                                 len(by_type), "op types"))
 
 
+def _render_rates(report: DiffReport, console: Console) -> None:
+    section = report.rates
+    if not section.available:
+        _unavailable("Achieved rates per op family", section.reason, console)
+        return
+    table = compact_table("op family", ("A TFLOP/s", "B TFLOP/s", "ratio", "A TB/s", "B TB/s", "A kernel ms",
+                                        "B kernel ms"), title="achieved rates per op family (rnnprof roofline)")
+    for r in section.rows:
+        table.add_row(r.family, _rate(r.tflops_a), _rate(r.tflops_b), _ratio(r.ratio), _rate(r.tbps_a),
+                      _rate(r.tbps_b), _ms(r.kernel_us_a), _ms(r.kernel_us_b))
+    console.print(table)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.3f}"
+
+
 def _render_graphs(report: DiffReport, top: int, console: Console) -> None:
     section = report.graphs
     if not section.available:
@@ -321,6 +339,11 @@ def to_document(report: DiffReport, top: int) -> dict:
                    "moved_by_scope": [{"scope": s, "device_a": a, "device_b": b, "ops": n}
                                       for s, a, b, n in graphs.moved_by_scope]},
         "copies": _copies_dict(report),
+        "rates": {"available": report.rates.available, "reason": report.rates.reason,
+                  "families": [{"family": r.family, "tflops_a": r.tflops_a, "tflops_b": r.tflops_b, "ratio": r.ratio,
+                                "tbps_a": r.tbps_a, "tbps_b": r.tbps_b, "kernel_us_a": r.kernel_us_a,
+                                "kernel_us_b": r.kernel_us_b, "flops_a": r.flops_a, "flops_b": r.flops_b}
+                               for r in report.rates.rows]},
         "config": {"available": config.available, "reason": config.reason, "compared": config.compared,
                    **_listed("changes", list(config.changes), top,
                              lambda c: {"key": c.key, "a": c.a, "b": c.b})},

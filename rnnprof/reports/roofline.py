@@ -53,12 +53,21 @@ def _render_one(worker: str, report: RooflineReport, console: Console, top: int)
     elif head:
         console.print(Text(head.rstrip(": ")))
     c = report.counts
-    console.print(Text(
-        f"GPU time attributed to modeled operators: {_f(c['gpu_us_attributed'] / 1e3, 3)} of {_f(c['gpu_us'] / 1e3, 3)} "
-        f"ms ({c['gpu_activities_attributed']} of {c['gpu_activities']} kernels, memsets and copies; "
-        f"{c['gpu_activities_unlaunched']} with no launch in the trace); operators: {c['operators']} seen, "
-        f"{c['operators_with_shapes']} with shapes, {c['operators_modeled']} modeled "
-        f"({c['operators_modeled_outermost']} outermost, {c['operators_modeled_without_gpu_work']} ran no GPU work)"))
+    if c.get("time_basis") == "operator":
+        console.print(Text(
+            f"no GPU work: each operator's own duration is its time ('kernel ms'), {_f(c['operator_us_modeled'] / 1e3, 3)} "
+            f"ms for the modeled operators; operators: {c['operators']} seen, {c['operators_with_shapes']} with "
+            f"shapes, {c['operators_modeled']} modeled ({c['operators_modeled_outermost']} outermost"
+            + (f", {c['operators_modeled_outside_selected_steps']} outside the selected steps"
+               if c.get("operators_modeled_outside_selected_steps") else "") + ")"))
+    else:
+        console.print(Text(
+            f"GPU time attributed to modeled operators: {_f(c['gpu_us_attributed'] / 1e3, 3)} of {_f(c['gpu_us'] / 1e3, 3)} "
+            f"ms ({c['gpu_activities_attributed']} of {c['gpu_activities']} kernels, memsets and copies; "
+            f"{c['gpu_activities_unlaunched']} with no launch in the trace); operators: {c['operators']} seen, "
+            f"{c['operators_with_shapes']} with shapes, {c['operators_modeled']} modeled "
+            f"({c['operators_modeled_outermost']} outermost, {c['operators_modeled_without_gpu_work']} ran no GPU "
+            f"work)"))
     if report.families:
         table = compact_table("family", ("ops", "GFLOP", "GB", "kernel ms", "TFLOP/s", "TB/s", "FLOP/B",
                                          "of roofline"), text_columns=("bound",), title="per op family")
@@ -93,37 +102,3 @@ def _render_one(worker: str, report: RooflineReport, console: Console, top: int)
     if c["collectives"]:
         console.print(Text(f"collectives: {c['collectives']} on the GPU, {c['collectives_without_message']} with no "
                            f"recorded message size (left out of the bandwidths)"))
-
-
-def roofline_chart(reports: list[tuple[str, RooflineReport]]):
-    """Log-log roofline: each operator group a point (intensity, achieved TFLOP/s), the device's roof as lines."""
-    from rnnprof.reports.charts import Figure, altair
-
-    alt = altair()
-    points, roofs = [], []
-    for worker, report in reports:
-        for row in report.ops:
-            r = row.rates
-            if r.intensity and r.tflops_per_s:
-                points.append({"worker": worker, "op": row.name, "family": row.family, "dtype": row.dtype,
-                               "shapes": row.shapes, "intensity": r.intensity, "tflops": r.tflops_per_s,
-                               "kernel_ms": r.kernel_us / 1e3})
-        peaks = report.peaks
-        if peaks is not None and peaks.tbps:
-            for dtype, top in sorted(peaks.matrix_tflops.items()):
-                ridge = top / peaks.tbps
-                for x in (0.01, ridge, max(1e4, 10 * ridge)):
-                    roofs.append({"roof": f"{peaks.device} {dtype}", "intensity": x, "tflops": min(top, x * peaks.tbps)})
-    base = alt.Chart(alt.Data(name="ops"), title="roofline: achieved TFLOP/s vs FLOP/byte per operator")
-    dots = base.mark_circle(opacity=0.7).encode(
-        x=alt.X("intensity:Q", scale=alt.Scale(type="log"), title="arithmetic intensity, FLOP/byte"),
-        y=alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="achieved TFLOP/s"),
-        color=alt.Color("family:N"), size=alt.Size("kernel_ms:Q", title="kernel ms"),
-        tooltip=["op:N", "dtype:N", "shapes:N", alt.Tooltip("intensity:Q", format=",.1f"),
-                 alt.Tooltip("tflops:Q", format=",.2f"), alt.Tooltip("kernel_ms:Q", format=",.3f")])
-    chart = dots
-    if roofs:
-        lines = alt.Chart(alt.Data(name="roofs")).mark_line(strokeDash=[4, 2]).encode(
-            x="intensity:Q", y="tflops:Q", detail="roof:N", tooltip=["roof:N"])
-        chart = alt.layer(lines, dots)
-    return Figure(chart.properties(width=520, height=360), {"ops": points, "roofs": roofs})

@@ -1,7 +1,8 @@
 """The HTML report of one run (or of trace files): ``rnnprof report`` renders a ``RunReport`` here.
 
 Sections: the run, throughput, time per device, a timeline of one step, ops, placement, the critical path
-of the timeline's step (``rnnprof.reports.critical_path`` picks the chain's rows and defines the terms). A section
+of the timeline's step (``rnnprof.reports.critical_path`` picks the chain's rows and defines the terms), the
+roofline and MFU (as ``rnnprof roofline`` computes them). A section
 the input cannot provide says why in its place.
 """
 
@@ -37,6 +38,7 @@ def run_page(report: RunReport, name: str, notes: list[str]) -> str:
     _ops(page, report)
     _placement(page, report)
     _critical_path(page, report)
+    _roofline(page, report)
     return page.render()
 
 
@@ -283,3 +285,34 @@ def _critical_path(page: Page, report: RunReport) -> None:
     for lack in result.lacks:
         page.paragraph(f"note: {lack}", "note")
     page.paragraph(DEFINITIONS, "sub")
+
+
+def _roofline(page: Page, report: RunReport) -> None:
+    page.heading("Roofline and MFU")
+    result = report.roofline
+    if result is None:
+        page.missing("The roofline", report.roofline_reason)
+        return
+    peaks = result.peaks
+    page.paragraph("peaks: " + ("none known for this device (rnnprof roofline --peak-tflops/--peak-tbps)"
+                                if peaks is None else f"{peaks.device} ({peaks.source}), {peaks.tbps:g} TB/s")
+                   + "; as rnnprof roofline computes them: achieved rates over each operator's kernel time (a CPU "
+                     "run's: its own time), MFU = matrix FLOPs / step wall time / peak", "sub")
+    if result.steps:
+        page.table(["step", "dtype", "wall ms", "GFLOP", "matrix GFLOP", "TFLOP/s", "MFU %"],
+                   [[s.step, s.dtype or "-", _ms(s.wall_us), f"{s.flops / 1e9:,.3f}", f"{s.matrix_flops / 1e9:,.3f}",
+                     "-" if s.tflops_per_s is None else f"{s.tflops_per_s:,.3f}",
+                     "-" if s.mfu is None else f"{100 * s.mfu:.2f}"] for s in result.steps], numeric={2, 3, 4, 5, 6})
+    if not result.families:
+        page.missing("Operator rates", "no modeled operator ran")
+        return
+    page.table(["family", "bound", "ops", "GFLOP", "kernel ms", "TFLOP/s", "TB/s", "FLOP/B", "of roofline %"],
+               [[name, row.bound or "-", row.count, f"{row.rates.flops / 1e9:,.3f}", _ms(row.rates.kernel_us),
+                 _rate(row.rates.tflops_per_s), _rate(row.rates.tb_per_s), _rate(row.rates.intensity),
+                 "-" if row.of_roofline is None else f"{100 * row.of_roofline:.1f}"]
+                for name, row in result.families.items()], numeric={2, 3, 4, 5, 6, 7, 8})
+    page.chart("roofline", charts.spec(charts.roofline_chart([("", result)])))
+
+
+def _rate(value) -> str:
+    return "-" if value is None else f"{value:,.3f}"

@@ -171,6 +171,7 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
         "distributed": info,
         "base_time_ns": header.get("baseTimeNanoseconds"),
         "devices_properties": header.get("deviceProperties", []),
+        "host_name": header.get("host_name"),
     })
     if reader.collective_args["correlation"]:
         builder.metadata["collective_args"] = {"worker": worker, **reader.collective_args}

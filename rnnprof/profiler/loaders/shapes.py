@@ -102,6 +102,10 @@ class OpShapes:
     ts: np.ndarray = field(default_factory=lambda: np.zeros(0))
     dur: np.ndarray = field(default_factory=lambda: np.zeros(0))
     times_from: str = ""  # "table" or "file" (read again)
+    # per operator: its step (the table's, -1 when read from the file); own_time: an operator's own duration is
+    # its work (a TensorFlow run's kernels), no GPU activity is attributed to it
+    step: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    own_time: bool = False
     # operator row -> its collective message (record_param_comms and the c10d operators that carry one)
     op_messages: dict[int, Message] = field(default_factory=dict)
     # kernel correlation id -> the collective message the kernel carries
@@ -168,6 +172,20 @@ def _signature(shapes: OpShapes, key: tuple, a: _Args) -> int:
     return len(shapes.signatures) - 1
 
 
+_PREFIX_BYTES = 1 << 20
+_PREFIX_OPERATORS = 50
+
+
+def recorded_without_shapes(path: str | Path) -> bool:
+    """The trace was recorded without ``record_shapes``: its first MB holds many operators (50 or more) and
+    none with ``Input Dims`` (with shapes recorded, nearly every operator has them). A cheap look before
+    streaming the whole file for shapes it does not have."""
+    from rnnprof.profiler.loaders.jsonstream import read_prefix
+
+    prefix = read_prefix(Path(path), _PREFIX_BYTES)
+    return prefix.count(b'"cpu_op"') >= _PREFIX_OPERATORS and b'"Input Dims"' not in prefix
+
+
 def load_shapes(path: str | Path, table=None) -> OpShapes:
     """The shapes and messages of a Kineto trace (plain or gzip JSON); with ``table`` (the trace's event table,
     before any selection), each operator's lane, start and duration too."""
@@ -220,6 +238,7 @@ def _place(shapes: OpShapes, table, path: Path) -> None:
         codes = np.array([table.code_of(g.name) for g in shapes.signatures] or [-1], dtype=np.int64)
         if np.array_equal(table.name[rows], codes[np.asarray(shapes.sig, dtype=np.int64)]) if len(rows) else True:
             shapes.lane, shapes.ts, shapes.dur = table.lane[rows], table.ts[rows], table.dur[rows]
+            shapes.step = table.step[rows]
             shapes.times_from = "table"
             return
     lanes, starts, durs = [], [], []
@@ -236,4 +255,5 @@ def _place(shapes: OpShapes, table, path: Path) -> None:
     bad = ~np.isfinite(ts) | ~np.isfinite(dur) | (dur < 0)
     lane[bad] = -1  # an operator of impossible times is placed nowhere
     shapes.lane, shapes.ts, shapes.dur = lane, np.where(bad, 0.0, ts), np.where(bad, 0.0, dur)
+    shapes.step = np.full(len(ordinal), -1, dtype=np.int64)
     shapes.times_from = "file"

@@ -1,0 +1,132 @@
+"""rnnprof roofline on CPU runs: the CPU's peaks measured on this machine (and overridden by the flags), a
+PyTorch CPU trace's operators timed by their own durations, and a TensorFlow run directory's FLOPs from its
+step stats, against products computed here from the model's configured sizes."""
+
+import gzip
+import json
+import os
+import socket
+
+import pytest
+
+from fixtures import FIXTURES
+from rnnprof.cli import main
+from rnnprof.profiler.run.cpu_peaks import measure_cpu_peaks
+
+GLOO = FIXTURES / "torch-gloo-rank0.json.gz"
+
+
+def run_cli(capsys, *argv):
+    code = main(["roofline", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_measured_cpu_peak_is_positive_and_below_what_the_cores_could_do():
+    peaks = measure_cpu_peaks()
+    # 64 FP32 FLOPs per cycle per core (two 16-lane FMA units) at 6 GHz bounds any CPU this runs on
+    bound = (os.cpu_count() or 1) * 6e9 * 64 / 1e12
+    assert 0 < peaks.vector_tflops < bound
+    assert peaks.tflops("fp32", True) == peaks.vector_tflops
+    assert 0 < peaks.tbps < 10  # no CPU memory system moves 10 TB/s
+    assert peaks.source == "measured"
+
+
+def _here(tmp_path, host):
+    """The gloo rank's trace, its recorded host set to ``host``."""
+    with gzip.open(GLOO, "rt") as f:
+        doc = json.load(f)
+    doc["host_name"] = host
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_cpu_trace_from_this_machine_gets_measured_peaks_and_flags_override(tmp_path, capsys):
+    path = _here(tmp_path, socket.gethostname())
+    code, out, err = run_cli(capsys, path, "--json")
+    assert code == 0, err
+    assert "measured now" in err
+    (rank,) = json.loads(out)["ranks"]
+    measured = rank["peaks"]
+    assert measured["source"] == "measured" and measured["vector_tflops"] > 0 and measured["tbps"] > 0
+    # MFU = matrix FLOPs / step wall time / the measured FP32 peak
+    for step in rank["steps"]:
+        assert step["mfu"] == pytest.approx(step["matrix_flops"] / (step["wall_us"] * 1e-6)
+                                            / (measured["vector_tflops"] * 1e12))
+    code, out, err = run_cli(capsys, path, "--json", "--peak-tflops", "7")
+    assert code == 0, err
+    peaks = json.loads(out)["ranks"][0]["peaks"]
+    assert peaks["source"] == "measured+flags" and peaks["vector_tflops"] == 7.0
+    assert peaks["matrix_tflops"]["fp32"] == 7.0 and peaks["tbps"] == measured["tbps"]
+
+
+def test_cpu_trace_from_another_machine_is_not_measured(tmp_path, capsys):
+    path = _here(tmp_path, socket.gethostname() + "-elsewhere")
+    code, out, err = run_cli(capsys, path, "--json")
+    assert code == 0, err
+    assert "not this machine" in err and "measured now" not in err
+    assert json.loads(out)["ranks"][0]["peaks"] is None
+
+
+def test_cpu_trace_operators_are_timed_by_their_own_duration(capsys):
+    """The gloo rank's aten::linear calls ran no GPU work: each is timed by its own cpu_op duration, read here
+    from the raw JSON (every aten::linear is outermost: none runs inside another modeled operator)."""
+    with gzip.open(GLOO) as f:
+        events = json.load(f)["traceEvents"]
+    linears = [e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::linear"]
+    assert linears
+    code, out, err = run_cli(capsys, GLOO, "--json", "--peak-tflops", "1", "--peak-tbps", "1")
+    assert code == 0, err
+    (rank,) = json.loads(out)["ranks"]
+    assert rank["counts"]["time_basis"] == "operator"
+    mine = [o for o in rank["ops"] if o["name"] == "aten::linear"]
+    assert sum(o["count"] for o in mine) == len(linears)
+    assert sum(o["kernel_us"] for o in mine) == pytest.approx(sum(e["dur"] for e in linears))
+    for o in mine:  # x [B, T, H] @ W[V, H]^T + b: 2*B*T*H*V + B*T*V
+        x, w = (list(map(int, s.split("x"))) for s in o["shapes"].split(",")[:2])
+        rows = x[0] * x[1]
+        assert o["flops"] == o["count"] * (2 * rows * x[2] * w[0] + rows * w[0])
+
+
+RNNLM = {"batch": 3, "steps": 7, "units": 24, "vocab": 50}
+
+
+@pytest.mark.slow
+def test_tensorflow_run_directory_gets_flops_from_its_step_stats(tmp_path, capsys):
+    """A built-in RNNLM traced on CPU: its three projection matmuls (forward, grad of the input, grad of the
+    weights) each do 2*B*T*H*V FLOPs, the forward's fused bias B*T*V more."""
+    b, t, h, v = RNNLM["batch"], RNNLM["steps"], RNNLM["units"], RNNLM["vocab"]
+    out = tmp_path / "rnnlm"
+    assert main(["trace", "--model", "rnnlm", "--preset", "small", "--devices", "1", "--layers", "1",
+                 "--units", str(h), "--vocab-size", str(v), "--batch-size", str(b), "--src-max-len", str(t),
+                 "--warmup", "1", "--batches", "1", "--trace-steps", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    code, text, err = run_cli(capsys, out, "--json", "--peak-tflops", "1", "--peak-tbps", "1")
+    assert code == 0, err
+    (rank,) = json.loads(text)["ranks"]
+    assert rank["has_shapes"] and rank["counts"]["time_basis"] == "operator"
+    product = 2 * b * t * h * v
+    projections = [o for o in rank["ops"] if o["family"] == "GEMM" and "BlockLSTM" not in o["name"]]
+    flops = sorted(o["flops"] / o["count"] for o in projections)
+    bias = b * t * v
+    assert flops in ([product, product, product + bias], [product, product, product]), flops
+    step, = rank["steps"]
+    assert step["matrix_flops"] >= 3 * product and step["mfu"] is not None
+
+
+def test_cpu_trace_step_selection_keeps_the_selected_steps_operators(capsys):
+    """--steps 3:3 on the gloo rank: only the aten::linear calls inside ProfilerStep#3's range (raw JSON) count."""
+    with gzip.open(GLOO) as f:
+        events = json.load(f)["traceEvents"]
+    (step,) = [e for e in events if e.get("name") == "ProfilerStep#3" and e.get("ph") == "X"
+               and e.get("cat") in ("user_annotation", "cpu_op")]
+    inside = [e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::linear"
+              and step["ts"] <= e["ts"] < step["ts"] + step["dur"]]
+    code, out, err = run_cli(capsys, GLOO, "--json", "--steps", "3:3", "--peak-tflops", "1", "--peak-tbps", "1")
+    assert code == 0, err
+    (rank,) = json.loads(out)["ranks"]
+    mine = [o for o in rank["ops"] if o["name"] == "aten::linear"]
+    assert sum(o["count"] for o in mine) == len(inside) >= 1
+    assert [s["step"] for s in rank["steps"]] == [3]
+    assert rank["counts"]["operators_modeled_outside_selected_steps"] > 0
