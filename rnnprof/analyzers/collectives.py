@@ -129,27 +129,31 @@ class CollectivesReport:
     unmatched: int  # collectives seen on one rank only
     workers: int = 0  # ranks with collectives
 
-    def lateness(self, worker: str) -> dict[int, float]:
-        """Per step (per collective where no step is known: keys -1, -2, ...), how much later ``worker``
-        arrived than the latest other member, summed over the step's collectives (negative: earlier)."""
+    def lateness(self, worker: str, by_step: bool = True) -> dict[int, float]:
+        """Per step (per collective where no step is known, or with ``by_step`` False: keys -1, -2, ...), how
+        much later ``worker`` arrived than the latest other member, summed over the step's collectives
+        (negative: earlier)."""
         out: dict[int, float] = {}
         for i, c in enumerate(self.collectives):
             mine = [a.start_us for a in c.arrivals if a.worker == worker]
             others = [a.start_us for a in c.arrivals if a.worker != worker]
             if not mine or not others:
                 continue
-            key = c.step if c.step >= 0 else -1 - i
+            key = c.step if c.step >= 0 and by_step else -1 - i
             out[key] = out.get(key, 0.0) + mine[0] - max(others)
         return out
 
     def straggler_significance(self, jitter_us: float = 0.0):
-        """The straggler's lateness per step judged against the run's jitter (``rnnprof.analyzers.noise``);
-        None without a straggler."""
-        from rnnprof.analyzers.noise import significance
+        """The straggler's lateness per step judged against the run's jitter (``rnnprof.analyzers.noise``),
+        per collective when fewer than ``noise.MIN_STEPS`` steps hold collectives; None without a straggler."""
+        from rnnprof.analyzers.noise import MIN_STEPS, significance
 
         if self.straggler is None:
             return None
-        return significance(list(self.lateness(self.straggler).values()), jitter_us)
+        late, per = self.lateness(self.straggler), "step"
+        if len(late) < MIN_STEPS:
+            late, per = self.lateness(self.straggler, by_step=False), "collective"
+        return significance(list(late.values()), jitter_us, per)
 
     def as_dict(self) -> dict:
         return {"straggler": self.straggler, "matched": len(self.collectives), "unmatched": self.unmatched,

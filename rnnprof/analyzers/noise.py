@@ -90,21 +90,22 @@ class Significance:
     steps: int
     significant: bool
     confidence: float
+    per: str = "step"  # what one sample is: a step, or a collective where too few steps hold any
 
     def describe(self) -> str:
         if self.steps < MIN_STEPS:
-            return f"{self.steps} step(s): too few to measure the run's jitter (needs {MIN_STEPS})"
-        return (f"median {self.difference_us / 1000:.2f} ms/step vs {K:g} x jitter = "
-                f"{self.threshold_us / 1000:.2f} ms over {self.steps} steps")
+            return f"{self.steps} {self.per}(s): too few to measure the run's jitter (needs {MIN_STEPS})"
+        return (f"median {self.difference_us / 1000:.2f} ms per {self.per} vs {K:g} x jitter = "
+                f"{self.threshold_us / 1000:.2f} ms over {self.steps} {self.per}s")
 
     def as_dict(self) -> dict:
         return {"difference_ms": round(self.difference_us / 1000, 3), "spread_ms": round(self.spread_us / 1000, 3),
                 "jitter_ms": round(self.jitter_us / 1000, 3), "threshold_ms": round(self.threshold_us / 1000, 3),
-                "steps": self.steps, "k": K, "significant": self.significant,
+                "samples": self.steps, "per": self.per, "k": K, "significant": self.significant,
                 "confidence": round(self.confidence, 3)}
 
 
-def significance(per_step_us: Sequence[float], jitter_us: float = 0.0) -> Significance:
+def significance(per_step_us: Sequence[float], jitter_us: float = 0.0, per: str = "step") -> Significance:
     """Whether the median of ``per_step_us`` (a difference, one value per step) stands out of the jitter:
     the quantity's own spread across the steps and ``jitter_us`` (``StepNoise.spread_us``)."""
     x = np.asarray(per_step_us, dtype=np.float64)
@@ -113,4 +114,5 @@ def significance(per_step_us: Sequence[float], jitter_us: float = 0.0) -> Signif
     threshold = K * max(spread, jitter_us)
     ok = len(x) >= MIN_STEPS and abs(diff) > threshold
     confidence = (1.0 - threshold / abs(diff)) if ok else 0.0
-    return Significance(diff, spread, jitter_us, threshold, len(x), bool(ok), float(min(max(confidence, 0.0), 1.0)))
+    return Significance(diff, spread, jitter_us, threshold, len(x), bool(ok), float(min(max(confidence, 0.0), 1.0)),
+                        per)
