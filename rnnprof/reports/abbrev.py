@@ -20,7 +20,7 @@ _JOBS = {"worker": "w", "ps": "ps", "chief": "c", "master": "m", "evaluator": "e
 _NAME = re.compile(
     r"(?P<worker>(?:/job:(?P<job>[A-Za-z_][\w-]*))(?:/replica:(?P<replica>\d+))?(?:/task:(?P<task>\d+))?"
     r"|rank(?P<rank>\d+))?"
-    r"(?:/?(?:device:)?(?P<kind>CPU|GPU|XLA_CPU|XLA_GPU|cpu|gpu|host)(?::(?P<index>\d+))?)?(?![\w:])")
+    r"(?:/?(?:device:)?(?P<kind>CPU|GPU|XLA_CPU|XLA_GPU|cpu|gpu|host)(?::(?P<index>\d+))?)?(?!\w)")
 
 
 def _worker(match: re.Match) -> str:
@@ -66,7 +66,7 @@ class Legend:
         """``text`` with every device name in it shortened (names with a job or a rank only)."""
         def one(match: re.Match) -> str:
             whole = match.group(0)
-            if not (match.group("job") or match.group("rank")) or not whole:
+            if not (match.group("job") or (match.group("rank") and match.group("kind"))):
                 return whole
             return self.short(whole)
         return _NAME.sub(one, text)
