@@ -55,10 +55,10 @@ def _ops(finding: Finding) -> Text:
     return _listed(list(finding.ops))
 
 
-def _listed(items: list[str]) -> Text:
-    shown = items[:_OPS_SHOWN]
+def _listed(items: list[str], name=None, more_text: str = " more (--json lists all)") -> Text:
+    shown = [name(i) if name else i for i in items[:_OPS_SHOWN]]
     more = len(items) - len(shown)
-    return Text("\n".join(shown + ([f"… {more} more (--json lists all)"] if more > 0 else [])))
+    return Text("\n".join(shown + ([f"… {more}{more_text}"] if more > 0 else [])))
 
 
 def _finding_cell(finding: Finding, legend: Legend) -> Text:
@@ -89,7 +89,7 @@ def render_table(result: AuditResult, sources: list[str], console: Console) -> N
         table.add_column("cost/step", justify="right", no_wrap=True)
         for f in group:
             table.add_row(f.rule_id.split("-")[0], _finding_cell(f, legend),
-                          _listed([legend.short(d) for d in f.devices]), _ops(f), _cost(f))
+                          _listed(list(f.devices), legend.short, " more"), _ops(f), _cost(f))
         console.print(table)
     if not result.findings:
         console.print("[green]No placement problems found by the rules that could run.[/green]")

@@ -1,0 +1,189 @@
+"""rnnprof audit: the noise rule, the straggler verdict against the run's jitter, the rules on real traces and
+on balanced controls, the JSON schema, 80-column output with short device names, exit codes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from rnnprof.analyzers import noise
+from rnnprof.analyzers.audit import RULES, Severity, audit
+from rnnprof.cli import main
+from rnnprof.profiler.loaders import load_events
+from rnnprof.reports.abbrev import Legend, abbreviate
+
+from fixtures import FIXTURES, KINETO
+
+GLOO = [str(FIXTURES / f"torch-gloo-rank{r}.json.gz") for r in (0, 1)]
+SAMPLED = [str(FIXTURES / f"kineto-sampled-rank{r}.json.gz") for r in (0, 1)]
+SCHEMA = {"rule", "severity", "title", "saving_ms", "saving_pct", "saving_basis", "confidence", "evidence",
+          "subject"}
+
+
+def _raw(path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+def _printed(argv, width=80) -> tuple[int, str]:
+    console = Console(record=True, width=width, color_system=None)
+    code = main(argv, console=console)
+    return code, console.export_text()
+
+
+# -- the noise rule -------------------------------------------------------------------------------------------
+
+def test_robust_spread_is_the_scaled_median_absolute_deviation():
+    values = [10.0, 12.0, 11.0, 50.0, 9.0]  # median 11, deviations 1, 1, 0, 39, 2 -> MAD 1
+    assert noise.robust_spread(values) == pytest.approx(1.4826)
+
+
+def test_a_steady_difference_is_significant_and_a_jittering_one_is_not():
+    steady = noise.significance([60_000, 61_000, 59_500, 60_200, 60_800], jitter_us=1_000)
+    assert steady.significant and 0.9 < steady.confidence <= 1.0
+    # the same median, but alternating by more than it: within the jitter
+    jittery = noise.significance([60_000, -40_000, 150_000, -20_000, 90_000], jitter_us=1_000)
+    assert not jittery.significant and jittery.confidence == 0.0
+    # a steady but tiny difference inside the step time's own jitter
+    tiny = noise.significance([100, 100, 100, 100], jitter_us=1_000)
+    assert not tiny.significant
+    # too few steps: nothing is significant
+    assert not noise.significance([60_000, 60_000], jitter_us=0).significant
+
+
+# -- comm's straggler line ------------------------------------------------------------------------------------
+
+def test_comm_calls_no_straggler_on_the_balanced_gloo_pair():
+    # From the raw JSON: each rank has 2 gloo:all_reduce runs, and rank1 starts after rank0 at one and before
+    # it at the other: no steady lateness to judge.
+    starts = [[e["ts"] for e in _raw(p) if e.get("ph") == "X" and e.get("name") == "gloo:all_reduce"] for p in GLOO]
+    assert len(starts[0]) == len(starts[1]) == 2
+    late = [b - a for a, b in zip(sorted(starts[0]), sorted(starts[1]))]
+    assert min(late) < 0 < max(late)
+    code, text = _printed(["comm", *GLOO], width=200)
+    flat = " ".join(text.split())
+    assert code == 0
+    assert "straggler: no straggler beyond the run's jitter (rank1 arrived last at 1 of 2 collectives" in flat
+
+
+# -- the rules on real traces ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", KINETO)
+def test_every_real_trace_gives_the_schema_ranked_by_saving(name, capsys):
+    code = main(["audit", str(FIXTURES / name), "--json", "--fail-on", "never"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) >= {"findings", "noise", "left_out", "notes"}
+    assert set(doc["noise"]) == {"step_ms_median", "step_ms_mad", "steps"}
+    savings = [f["saving_ms"] for f in doc["findings"] if f["saving_ms"] is not None]
+    assert savings == sorted(savings, reverse=True)
+    for f in doc["findings"]:
+        assert set(f) == SCHEMA and set(f["subject"]) == {"rank", "device", "op"}
+        assert f["severity"] in ("info", "warning", "error") and 0.0 <= f["confidence"] <= 1.0
+        assert re.fullmatch(r"P[AF]\d{3}", f["rule"])
+
+
+def test_the_balanced_gloo_pair_has_no_finding_at_warning_or_above(capsys):
+    assert main(["audit", *GLOO, "--json", "--fail-on", "warning"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert not [f for f in doc["findings"] if f["severity"] != "info"]
+    assert any(n.startswith("PF001: no straggler beyond the run's jitter") for n in doc["notes"])
+
+
+def test_copy_churn_counts_the_real_traces_copies():
+    # kineto-1gpu-v100: DtoD copies per ProfilerStep, counted from the raw JSON by the launching runtime
+    # call's step (the copies run on the GPU; their cudaMemcpyAsync is inside a ProfilerStep range).
+    path = FIXTURES / "kineto-1gpu-v100.json.gz"
+    events = _raw(path)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    runtime = {e["args"]["correlation"]: e["ts"] for e in events
+               if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    per_step = [0] * len(steps)
+    for e in events:
+        if e.get("cat") == "gpu_memcpy" and "DtoD" in e["name"]:
+            ts = runtime.get(e["args"].get("correlation"))
+            for i, (a, b) in enumerate(steps):
+                if ts is not None and a <= ts < b:
+                    per_step[i] += 1
+    result = audit(load_events(str(path)))
+    (churn,) = [f for f in result.findings if f.rule == "PF004"]
+    assert churn.evidence["kind"] == "DtoD"
+    assert churn.evidence["copies_per_step"] == pytest.approx(float(np.median(per_step)))
+
+
+def test_placement_rules_and_performance_rules_share_one_registry():
+    ids = [r.id for r in RULES]
+    assert {"PF001", "PF002", "PF003", "PF004"} <= set(ids)
+    assert {f"PA00{k}" for k in range(1, 9)} <= set(ids)
+    assert len(ids) == len(set(ids))
+
+
+# -- 80 columns and short device names ------------------------------------------------------------------------
+
+def test_device_names_shorten_consistently():
+    assert abbreviate("/job:worker/replica:0/task:1/device:CPU:0") == "w1/cpu0"
+    assert abbreviate("/job:worker/replica:0/task:1/cpu:0") == "w1/cpu0"
+    assert abbreviate("/job:ps/replica:0/task:0/device:CPU:0") == "ps0/cpu0"
+    assert abbreviate("rank3/gpu:0") == "r3/gpu0"
+    legend = Legend()
+    text = legend.shorten_text("rank1/cpu:0 waits for /job:worker/replica:0/task:12/device:GPU:3: MatMul")
+    assert text == "r1/cpu0 waits for w12/gpu3: MatMul"
+    assert legend.entries() == [("r1/cpu0", "rank1/cpu:0"), ("w12/gpu3", "/job:worker/replica:0/task:12/device:GPU:3")]
+
+
+def _cluster_timeline(path, tasks=8):
+    """A TF1 timeline of a gRPC cluster: one CPU device per worker task, task k running k+1 ms of MatMuls."""
+    events = []
+    for k in range(tasks):
+        events.append({"ph": "M", "pid": k, "name": "process_name",
+                       "args": {"name": f"/job:worker/replica:0/task:{k}/device:CPU:0 Compute"}})
+        for i in range(4):
+            events.append({"ph": "X", "pid": k, "tid": 0, "cat": "Op", "name": "MatMul", "ts": 1000 + i * 2000,
+                           "dur": 250 * (k + 1), "args": {"name": f"tower_{k}/MatMul_{i}", "op": "MatMul"}})
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_placement_audit_of_a_cluster_run_fits_80_columns_and_is_short(tmp_path):
+    trace = _cluster_timeline(tmp_path / "cluster.json")
+    code, text = _printed(["placement-audit", str(trace), "--fail-on", "never"])
+    assert code == 0
+    lines = text.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert "w7/cpu0 = /job:worker/replica:0/task:7/cpu:0" in text  # the legend, once
+    assert text.count("/job:worker/replica:0/task:7") == 1
+    assert len(lines) < 45, len(lines)  # 61 with full names in every column
+
+
+def test_audit_text_fits_80_columns():
+    for argv in (SAMPLED, GLOO, [str(FIXTURES / "kineto-2rank-nccl-rank0.json.gz")]):
+        code, text = _printed(["audit", *argv, "--fail-on", "never"])
+        assert code == 0
+        assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+
+
+# -- exit codes -----------------------------------------------------------------------------------------------
+
+def test_fail_on_decides_the_exit_code(capsys):
+    nccl = str(FIXTURES / "kineto-2rank-nccl-rank0.json.gz")
+    assert main(["audit", nccl, "--json", "--fail-on", "never"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    worst = max((Severity.parse(f["severity"]) for f in doc["findings"]), default=None)
+    assert worst is not None and worst >= Severity.WARNING
+    assert main(["audit", nccl, "--fail-on", worst.label]) == 1
+    assert main(["audit", *GLOO, "--fail-on", "warning"]) == 0
+
+
+@pytest.mark.parametrize("content", ["{not json", ""])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content):
+    bad = tmp_path / "trace.json"
+    bad.write_text(content)
+    assert main(["audit", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and err
