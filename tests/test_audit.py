@@ -187,3 +187,29 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content):
     assert main(["audit", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err and err
+
+
+# -- a real 2-rank gloo job with a planted straggler ---------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("sleep_s", [0.060, 0.0])
+def test_the_straggler_rule_finds_the_sleeping_rank_and_its_sleep(tmp_path, capsys, sleep_s):
+    from test_critical_path_ddp import STEPS, _run
+
+    out = _run(tmp_path / "job", sleep_s)
+    assert main(["audit", str(out / "rank0.json"), str(out / "rank1.json"), "--json", "--fail-on", "never"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    stragglers = [f for f in doc["findings"] if f["rule"] == "PF001"]
+    if sleep_s == 0:
+        assert not [f for f in stragglers if f["severity"] != "info"]
+        assert any(n.startswith("PF001: no straggler beyond the run's jitter") for n in doc["notes"])
+        return
+    # the script's own clock: how long rank 1 slept in each profiled step
+    sleeps = json.loads((out / "rank1-sleeps.json").read_text())
+    slept_ms = float(np.median([sleeps[str(s)] for s in STEPS])) / 1000
+    (finding,) = stragglers
+    assert finding["severity"] in ("warning", "error") and finding["subject"]["rank"] == "rank1"
+    assert finding["saving_ms"] == pytest.approx(slept_ms, rel=0.40)
+    assert finding["evidence"]["cause"] == "host gap/untraced time"
+    assert finding["confidence"] > 0.5
