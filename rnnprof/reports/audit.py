@@ -35,7 +35,7 @@ def findings_table(result: AuditResult, legend: Legend) -> Table:
             text.append(f"\n{legend.shorten_text(f.saving_basis)}", style="dim")
         if f.fix:
             text.append("\nfix: ", style="green").append(legend.shorten_text(f.fix))
-        table.add_row(f.rule, Text(f.severity.label[:4], style=_STYLE[f.severity]), _saving(f, step),
+        table.add_row(f.rule, Text(f.severity.label, style=_STYLE[f.severity]), _saving(f, step),
                       f"{f.confidence:.2f}", text)
     return table
 
