@@ -215,3 +215,51 @@ def test_the_straggler_rule_finds_the_sleeping_rank_and_its_sleep(tmp_path, caps
     assert finding["confidence"] > 0.5
     # rank 0's wait for it is the straggler's, not exposed communication
     assert not [f for f in doc["findings"] if f["rule"] == "PF002" and f["severity"] != "info"]
+
+
+def _union(intervals):
+    merged = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
+
+
+def _length(merged):
+    return sum(b - a for a, b in merged)
+
+
+def _intersection(x, y):
+    out, i, j = 0.0, 0, 0
+    while i < len(x) and j < len(y):
+        out += max(0.0, min(x[i][1], y[j][1]) - max(x[i][0], y[j][0]))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def test_exposed_communication_of_a_real_nccl_rank_matches_the_raw_json():
+    # From the raw JSON: the GPU kernels launched inside a ProfilerStep (by their runtime call's correlation);
+    # exposed = union of the NCCL kernels - their overlap with the union of the other kernels.
+    path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
+    events = _raw(path)
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    launched = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    nccl, compute = [], []
+    for e in events:
+        ts = launched.get(e.get("args", {}).get("correlation")) if e.get("cat") == "kernel" else None
+        if ts is None or not any(a <= ts < b for a, b in steps):
+            continue
+        (nccl if e["name"].startswith("nccl") else compute).append((e["ts"], e["ts"] + e["dur"]))
+    comm = _union(nccl)
+    exposed = _length(comm) - _intersection(comm, _union(compute))
+    result = audit(load_events(str(path)))
+    (finding,) = [f for f in result.findings if f.rule == "PF002"]
+    assert finding.subject.device == "rank0/gpu:0"
+    assert finding.evidence["exposed_ms_total"] == pytest.approx(exposed / 1000, rel=0.02)

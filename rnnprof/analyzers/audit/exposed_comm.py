@@ -43,6 +43,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         title=f"{device.device.label}: {median / 1000:.2f} ms/step of communication not overlapped with compute",
         subject=Subject(rank=device.device.worker or None, device=device.device.label),
         evidence={"exposed_ms_per_step": round(median / 1000, 3), "communication_ms_per_step": round(comm / 1000, 3),
+                  "exposed_ms_total": round(sum(exposed) / 1000, 3),
                   "steps": len(exposed), "significance": verdict.as_dict()},
         saving_us=median,
         saving_basis=("bound: exposed communication (not counting waits for late ranks), median per step "
