@@ -119,7 +119,7 @@ def test_copy_churn_counts_the_real_traces_copies():
 
 def test_placement_rules_and_performance_rules_share_one_registry():
     ids = [r.id for r in RULES]
-    assert {"PF001", "PF002", "PF003", "PF004"} <= set(ids)
+    assert {"PF001", "PF002", "PF003", "PF004", "PF007"} <= set(ids)
     assert {f"PA00{k}" for k in range(1, 9)} <= set(ids)
     assert len(ids) == len(set(ids))
 
@@ -263,3 +263,18 @@ def test_exposed_communication_of_a_real_nccl_rank_matches_the_raw_json():
     (finding,) = [f for f in result.findings if f.rule == "PF002"]
     assert finding.subject.device == "rank0/gpu:0"
     assert finding.evidence["exposed_ms_total"] == pytest.approx(exposed / 1000, rel=0.02)
+
+
+def test_cuda_graph_rule_sees_the_graphs_of_the_cudagraph_pair_and_spares_the_control():
+    # From the raw JSON: the pair launches graphs (cudaGraphLaunch runtime calls), the control none.
+    for name in ("kineto-2rank-rank1-v100-cudagraph.json.gz", "kineto-16rank-rank0-a100-cudagraph.json.gz",
+                 "kineto-8rank-rank3-a100.json.gz"):
+        launches = sum(1 for e in _raw(FIXTURES / name)
+                       if e.get("ph") == "X" and str(e.get("name", "")).startswith("cudaGraphLaunch"))
+        result = audit(load_events(str(FIXTURES / name)))
+        noted = [n for n in result.notes if n.startswith("PF007:")]
+        assert not [f for f in result.findings if f.rule == "PF007" and f.severity >= Severity.WARNING], name
+        if "cudagraph" in name:
+            assert launches > 0 and len(noted) == 1 and f"({launches} launches" in noted[0], (name, noted)
+        else:
+            assert launches == 0 and not noted
