@@ -213,6 +213,8 @@ def test_the_straggler_rule_finds_the_sleeping_rank_and_its_sleep(tmp_path, caps
     assert finding["saving_ms"] == pytest.approx(slept_ms, rel=0.40)
     assert finding["evidence"]["cause"] == "host gap/untraced time"
     assert finding["confidence"] > 0.5
+    # the critical path crosses to rank 1 at the all-reduce and names the sleep as its untraced time
+    assert finding["evidence"]["critical_path_ms_per_step"]["untraced"] == pytest.approx(slept_ms, rel=0.40)
     # rank 0's wait for it is the straggler's, not exposed communication
     assert not [f for f in doc["findings"] if f["rule"] == "PF002" and f["severity"] != "info"]
 

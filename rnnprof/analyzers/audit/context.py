@@ -36,6 +36,13 @@ class AuditContext:
         return found if found.steps else step_noise(self.table)
 
     @cached_property
+    def critical_path(self):
+        """``critical_path.analyze_critical_path`` of the table (ranks joined at their collectives)."""
+        from rnnprof.analyzers.critical_path import analyze_critical_path
+
+        return analyze_critical_path(self.table)
+
+    @cached_property
     def launches(self):
         from rnnprof.analyzers.launches import launch_stats
 

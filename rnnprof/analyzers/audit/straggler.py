@@ -10,7 +10,9 @@ Saving (a bound): the median over the steps of its positive lateness, the time t
 removing the delay cannot shorten a step by more. Cause: *compute* when its extra compute over the other
 ranks' median (comm's per-step compute) explains at least half the lateness, *input* when its data-loading
 operators (``DataLoader``) do, else *host gap/untraced time*: its thread ran no traced operator (a sleep, the
-Python between operators, a blocking call the profiler does not record).
+Python between operators, a blocking call the profiler does not record). The evidence also gives, from the
+critical path (``rnnprof.analyzers.critical_path``, which crosses to the last-arriving rank at a collective's
+join), the median per step of the rank's untraced and compute time on the path.
 """
 
 from __future__ import annotations
@@ -98,8 +100,10 @@ def _cause(ctx: AuditContext, worker: str, late: dict[int, float]) -> tuple[str,
             extra.append(mine - float(np.median(list(others.values()))))
     extra_compute = float(np.median(extra)) if extra else 0.0
     input_us = _input_us(ctx, worker, steps)
+    on_path = _on_path(ctx, worker)
     figures = {"extra_compute_ms_per_step": round(extra_compute / 1000, 3),
-               "input_ms_per_step": round(input_us / 1000, 3)}
+               "input_ms_per_step": round(input_us / 1000, 3),
+               "critical_path_ms_per_step": {k: round(v / 1000, 3) for k, v in on_path.items()}}
     if lateness > 0 and extra_compute >= 0.5 * lateness:
         return "compute", figures
     if lateness > 0 and input_us >= 0.5 * lateness:
@@ -119,3 +123,16 @@ def _input_us(ctx: AuditContext, worker: str, steps: list[int]) -> float:
     rows = np.isin(table.name, codes) & workers[table.device]
     per = [float(table.dur[rows & (table.step == s)].sum()) for s in steps]
     return float(np.median(per))
+
+
+def _on_path(ctx: AuditContext, worker: str) -> dict[str, float]:
+    """Median per step of the rank's time on the critical path, by class (untraced, compute, ...)."""
+    steps = ctx.critical_path.steps
+    classes = sorted({link.event_class for s in steps for link in s.links})
+    out = {}
+    for cls in classes:
+        per = [sum(link.dur_us for link in s.links if link.event_class == cls and link.device.startswith(worker + "/"))
+               for s in steps]
+        if any(per):
+            out[cls] = float(np.median(per))
+    return out
