@@ -280,3 +280,23 @@ def test_cuda_graph_rule_sees_the_graphs_of_the_cudagraph_pair_and_spares_the_co
             assert launches > 0 and len(noted) == 1 and f"({launches} launches" in noted[0], (name, noted)
         else:
             assert launches == 0 and not noted
+
+
+@pytest.mark.parametrize("name", ["kineto-2rank-rank1-v100-cudagraph.json.gz", "kineto-8rank-rank3-a100.json.gz"])
+def test_input_stalls_are_the_dataloader_fetches_of_each_step(name):
+    # From the raw JSON: each ProfilerStep#N's enumerate(DataLoader)#...__next__ ranges, summed
+    events = _raw(FIXTURES / name)
+    steps = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")}
+    fetches = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("enumerate(DataLoader)#")]
+    expected = {str(s): sum(e["dur"] for e in fetches if a <= e["ts"] < b) / 1000 for s, (a, b) in steps.items()}
+    (finding,) = [f for f in audit(load_events(str(FIXTURES / name))).findings if f.rule == "PF005"]
+    assert finding.evidence["per_step_ms"] == pytest.approx(expected, abs=1e-3)
+    assert finding.evidence["ms_per_step"] == pytest.approx(float(np.median(list(expected.values()))), abs=1e-3)
+    # well under a millisecond of a ~100 ms step: never a warning
+    assert finding.severity == Severity.INFO
+
+
+def test_no_input_rule_on_a_trace_without_a_dataloader():
+    result = audit([load_events(p) for p in GLOO])
+    assert "PF005" in {n.rule_id for n in result.not_checked}
