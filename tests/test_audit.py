@@ -200,6 +200,12 @@ def test_the_straggler_rule_finds_the_sleeping_rank_and_its_sleep(tmp_path, caps
     out = _run(tmp_path / "job", sleep_s)
     assert main(["audit", str(out / "rank0.json"), str(out / "rank1.json"), "--json", "--fail-on", "never"]) == 0
     doc = json.loads(capsys.readouterr().out)
+    # comm's straggler line follows the same rule
+    code, text = _printed(["comm", str(out / "rank0.json"), str(out / "rank1.json")], width=200)
+    line = next(line for line in text.splitlines() if line.startswith("straggler:"))
+    assert code == 0
+    assert line.startswith("straggler: no straggler beyond the run's jitter" if sleep_s == 0
+                           else "straggler: rank1 arrived last at"), line
     stragglers = [f for f in doc["findings"] if f["rule"] == "PF001"]
     if sleep_s == 0:
         assert not [f for f in stragglers if f["severity"] != "info"]
