@@ -119,7 +119,7 @@ def test_copy_churn_counts_the_real_traces_copies():
 
 def test_placement_rules_and_performance_rules_share_one_registry():
     ids = [r.id for r in RULES]
-    assert {"PF001", "PF002", "PF003", "PF004", "PF007"} <= set(ids)
+    assert {"PF001", "PF002", "PF003", "PF004", "PF005", "PF006", "PF007"} <= set(ids)
     assert {f"PA00{k}" for k in range(1, 9)} <= set(ids)
     assert len(ids) == len(set(ids))
 
@@ -306,3 +306,40 @@ def test_input_stalls_are_the_dataloader_fetches_of_each_step(name):
 def test_no_input_rule_on_a_trace_without_a_dataloader():
     result = audit([load_events(p) for p in GLOO])
     assert "PF005" in {n.rule_id for n in result.not_checked}
+
+
+def test_host_overhead_matches_the_raw_json_and_spares_a_gpu_bound_trace():
+    # From the raw JSON of a host-bound NCCL rank: each kernel's runtime call (correlation), the innermost
+    # cpu_op on the call's thread around it; per execution, host time - its kernels' time, summed per step.
+    path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
+    events = _raw(path)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    calls = {e["args"]["correlation"]: e for e in events
+             if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    by_thread = {}
+    for i, e in enumerate(ops):
+        by_thread.setdefault((e["pid"], e["tid"]), []).append(i)
+    columns = {k: (np.array([ops[i]["ts"] for i in v], dtype=float), np.array([ops[i]["ts"] + ops[i]["dur"] for i in v],
+                                                                                dtype=float), np.array(v))
+               for k, v in by_thread.items()}
+    kernel_time = {}
+    for e in events:
+        call = calls.get(e.get("args", {}).get("correlation")) if e.get("cat") in ("kernel",) else None
+        if call is None or (call["pid"], call["tid"]) not in columns:
+            continue
+        start, end, index = columns[(call["pid"], call["tid"])]
+        inside = np.flatnonzero((start <= call["ts"]) & (end >= call["ts"] + call["dur"]))
+        if len(inside):
+            innermost = index[inside[np.argmax(start[inside] - 1e-9 * (end[inside] - start[inside]))]]
+            kernel_time[innermost] = kernel_time.get(innermost, 0.0) + e["dur"]
+    name = "aten::cudnn_batch_norm"
+    per_step = [sum(max(ops[i]["dur"] - t, 0.0) for i, t in kernel_time.items()
+                    if ops[i]["name"] == name and a <= ops[i]["ts"] < b) for a, b in steps]
+    (finding,) = [f for f in audit(load_events(str(path))).findings if f.rule == "PF006"]
+    assert finding.subject.op == name
+    assert finding.evidence["excess_ms_per_step"] == pytest.approx(float(np.median(per_step)) / 1000, rel=0.02)
+    # a GPU-bound trace (the GPU ~98% busy): host time costs no step time, never a warning
+    (bound,) = [f for f in audit(load_events(str(FIXTURES / "kineto-1gpu-v100.json.gz"))).findings if f.rule == "PF006"]
+    assert bound.severity == Severity.INFO and bound.saving_us < 0.01 * 95_000

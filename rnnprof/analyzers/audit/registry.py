@@ -13,7 +13,7 @@ from rnnprof.analyzers.placement.inputs import AuditInput
 from rnnprof.analyzers.noise import StepNoise
 from rnnprof.events import EventTable, concat
 
-from . import copy_churn, cuda_graphs, exposed_comm, gpu_idle, input_stalls, straggler
+from . import copy_churn, cuda_graphs, exposed_comm, gpu_idle, host_overhead, input_stalls, straggler
 from .context import AuditContext
 from .finding import Finding, NotChecked, Severity, Subject
 
@@ -55,7 +55,7 @@ def from_placement(f: PlacementFinding) -> Finding:
                    confidence=float(f.evidence.get("confidence", 1.0)), fix=f.fix)
 
 
-PERFORMANCE_MODULES = (straggler, exposed_comm, gpu_idle, copy_churn, input_stalls, cuda_graphs)
+PERFORMANCE_MODULES = (straggler, exposed_comm, gpu_idle, copy_churn, input_stalls, host_overhead, cuda_graphs)
 RULES: tuple[Rule, ...] = (
     tuple(Rule(m.RULE_ID, m.TITLE, PERFORMANCE, m.check) for m in PERFORMANCE_MODULES)
     + tuple(_placement_rule(r) for r in placement_registry.RULES)
