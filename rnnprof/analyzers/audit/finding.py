@@ -52,6 +52,6 @@ class Finding:
             "saving_pct": None if pct is None else round(pct, 2),
             "saving_basis": self.saving_basis,
             "confidence": round(float(self.confidence), 3),
-            "evidence": self.evidence,
+            "evidence": {**self.evidence, "fix": self.fix} if self.fix else self.evidence,
             "subject": self.subject.as_dict(),
         }

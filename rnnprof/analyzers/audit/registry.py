@@ -81,10 +81,10 @@ class AuditResult:
     def as_dict(self, left_out: dict | None = None) -> dict:
         """The document ``rnnprof audit --json`` prints."""
         step = self.noise.median_us
+        notes = [*self.notes, f"rules checked: {', '.join(self.checked) or 'none'}",
+                 *(f"{n.rule_id} not checked: {n.reason}" for n in self.not_checked)]
         return {"findings": [f.as_dict(step) for f in self.findings], "noise": self.noise.as_dict(),
-                "left_out": dict(left_out or {}), "notes": list(self.notes),
-                "rules_checked": list(self.checked),
-                "rules_not_checked": [{"rule": n.rule_id, "reason": n.reason} for n in self.not_checked]}
+                "left_out": dict(left_out or {}), "notes": notes}
 
 
 def audit(table_or_job: "EventTable | AuditInput | Sequence[EventTable]", rules: tuple[Rule, ...] = RULES,
