@@ -207,6 +207,9 @@ def test_the_straggler_rule_finds_the_sleeping_rank_and_its_sleep(tmp_path, caps
     assert line.startswith("straggler: no straggler beyond the run's jitter" if sleep_s == 0
                            else "straggler: rank1 arrived last at"), line
     stragglers = [f for f in doc["findings"] if f["rule"] == "PF001"]
+    # PA004: the sleeping rank's untraced time is its work; no imbalance beyond the jitter without the sleep
+    imbalance = [f for f in doc["findings"] if f["rule"] == "PA004" and f["severity"] != "info"]
+    assert [f["subject"]["device"] for f in imbalance] == ([] if sleep_s == 0 else ["rank1/cpu:0"]), imbalance
     if sleep_s == 0:
         assert not [f for f in stragglers if f["severity"] != "info"]
         assert any(n.startswith("PF001: no straggler beyond the run's jitter") for n in doc["notes"])

@@ -45,8 +45,10 @@ def _placement_rule(rule: placement_registry.Rule) -> Rule:
 
 
 def from_placement(f: PlacementFinding) -> Finding:
-    """A placement finding as an audit finding: its first device is the subject, its cost the saving."""
-    device = f.devices[0] if f.devices else None
+    """A placement finding as an audit finding: the device its title names first (else its first device) is the
+    subject, its cost the saving."""
+    named = sorted((f.title.find(d), d) for d in f.devices if d in f.title)
+    device = named[0][1] if named else f.devices[0] if f.devices else None  # the one its title names first
     rank = device.split("/")[0] if device and device.startswith("rank") else None
     return Finding(rule=f.rule_id.split("-")[0], severity=f.severity, title=f.title,
                    subject=Subject(rank=rank, device=device, op=f.ops[0] if f.ops else None),
