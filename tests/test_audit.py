@@ -54,6 +54,9 @@ def test_a_steady_difference_is_significant_and_a_jittering_one_is_not():
     assert not tiny.significant
     # too few steps: nothing is significant
     assert not noise.significance([60_000, 60_000], jitter_us=0).significant
+    # between ranks, a steady lateness under the floor (a scheduling time slice) is not called
+    assert noise.significance([1_300, 1_250, 1_310, 1_290], jitter_us=300).significant
+    assert not noise.significance([1_300, 1_250, 1_310, 1_290], 300, floor_us=noise.CROSS_RANK_FLOOR_US).significant
 
 
 # -- comm's straggler line ------------------------------------------------------------------------------------

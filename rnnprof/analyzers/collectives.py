@@ -146,14 +146,14 @@ class CollectivesReport:
     def straggler_significance(self, jitter_us: float = 0.0):
         """The straggler's lateness per step judged against the run's jitter (``rnnprof.analyzers.noise``),
         per collective when fewer than ``noise.MIN_STEPS`` steps hold collectives; None without a straggler."""
-        from rnnprof.analyzers.noise import MIN_STEPS, significance
+        from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, MIN_STEPS, significance
 
         if self.straggler is None:
             return None
         late, per = self.lateness(self.straggler), "step"
         if len(late) < MIN_STEPS:
             late, per = self.lateness(self.straggler, by_step=False), "collective"
-        return significance(list(late.values()), jitter_us, per)
+        return significance(list(late.values()), jitter_us, per, CROSS_RANK_FLOOR_US)
 
     def as_dict(self) -> dict:
         return {"straggler": self.straggler, "matched": len(self.collectives), "unmatched": self.unmatched,

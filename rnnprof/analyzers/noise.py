@@ -11,6 +11,11 @@ where the spread of values ``x`` is ``1.4826 * median(|x - median(x)|)`` (the me
 MAD, scaled so that it estimates the standard deviation of normally distributed values). With fewer than
 ``MIN_STEPS`` (3) steps there is no spread to measure and nothing is significant.
 
+Between ranks (processes: a rank's lateness at collectives, one rank's work against another's), the threshold
+is at least ``CROSS_RANK_FLOOR_US`` (2 ms): below that, one process arriving after another is within what an
+operating system's scheduling can cause on a loaded host (a process waiting for a core for a time slice, 1-4
+ms on Linux), step after step, and it is not called.
+
 Confidence, in [0, 1]: ``1 - threshold / |difference|`` for a significant difference (0 at the threshold,
 towards 1 far beyond it), 0 for one within the jitter. A difference within the run's own jitter is never a
 warning (``rnnprof.analyzers.audit``).
@@ -27,6 +32,7 @@ from rnnprof.events import EventTable
 
 K = 3.0  # how many robust spreads a difference must exceed
 MIN_STEPS = 3  # fewer steps: no spread to measure
+CROSS_RANK_FLOOR_US = 2000.0  # the least difference between processes that is called (see above)
 MAD_TO_SIGMA = 1.4826  # MAD of normally distributed values * this = their standard deviation
 
 
@@ -86,7 +92,7 @@ class Significance:
     difference_us: float  # median over the steps
     spread_us: float  # the quantity's own robust spread across the steps
     jitter_us: float  # the step time's robust spread
-    threshold_us: float  # K * max(spread, jitter)
+    threshold_us: float  # max(K * max(spread, jitter), floor)
     steps: int
     significant: bool
     confidence: float
@@ -95,8 +101,9 @@ class Significance:
     def describe(self) -> str:
         if self.steps < MIN_STEPS:
             return f"{self.steps} {self.per}(s): too few to measure the run's jitter (needs {MIN_STEPS})"
-        return (f"median {self.difference_us / 1000:.2f} ms per {self.per} vs {K:g} x jitter = "
-                f"{self.threshold_us / 1000:.2f} ms over {self.steps} {self.per}s")
+        return (f"median {self.difference_us / 1000:.2f} ms per {self.per} vs threshold "
+                f"{self.threshold_us / 1000:.2f} ms ({K:g} x jitter {self.jitter_us / 1000:.2f} ms, spread "
+                f"{self.spread_us / 1000:.2f} ms) over {self.steps} {self.per}s")
 
     def as_dict(self) -> dict:
         return {"difference_ms": round(self.difference_us / 1000, 3), "spread_ms": round(self.spread_us / 1000, 3),
@@ -105,13 +112,15 @@ class Significance:
                 "confidence": round(self.confidence, 3)}
 
 
-def significance(per_step_us: Sequence[float], jitter_us: float = 0.0, per: str = "step") -> Significance:
+def significance(per_step_us: Sequence[float], jitter_us: float = 0.0, per: str = "step",
+                 floor_us: float = 0.0) -> Significance:
     """Whether the median of ``per_step_us`` (a difference, one value per step) stands out of the jitter:
-    the quantity's own spread across the steps and ``jitter_us`` (``StepNoise.spread_us``)."""
+    the quantity's own spread across the steps and ``jitter_us`` (``StepNoise.spread_us``); the threshold is
+    at least ``floor_us`` (``CROSS_RANK_FLOOR_US`` for differences between ranks)."""
     x = np.asarray(per_step_us, dtype=np.float64)
     diff = float(np.median(x)) if len(x) else 0.0
     spread = robust_spread(x)
-    threshold = K * max(spread, jitter_us)
+    threshold = max(K * max(spread, jitter_us), floor_us)
     ok = len(x) >= MIN_STEPS and abs(diff) > threshold
     confidence = (1.0 - threshold / abs(diff)) if ok else 0.0
     return Significance(diff, spread, jitter_us, threshold, len(x), bool(ok), float(min(max(confidence, 0.0), 1.0)),

@@ -4,7 +4,8 @@ Collectives are matched across ranks as ``rnnprof.analyzers.collectives`` matche
 step is the sum, over the step's collectives, of its start minus the latest other member's start (negative
 when it is early); per collective when fewer than ``noise.MIN_STEPS`` steps hold collectives. The rank with
 the largest median lateness is a straggler only when that median is significant against the run's jitter
-(``rnnprof.analyzers.noise.significance``, with the step time's spread).
+(``rnnprof.analyzers.noise.significance``, with the step time's spread and the floor between ranks,
+``noise.CROSS_RANK_FLOOR_US``).
 
 Saving (a bound): the median over the steps of its positive lateness, the time the other ranks waited for it;
 removing the delay cannot shorten a step by more. Cause: *compute* when its extra compute over the other
@@ -21,7 +22,7 @@ import re
 
 import numpy as np
 
-from rnnprof.analyzers.noise import MIN_STEPS, significance
+from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, MIN_STEPS, significance
 
 from .context import AuditContext
 from .finding import Finding, NotChecked, Severity, Subject
@@ -45,7 +46,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         late, per = report.lateness(rank.worker), "step"
         if len(late) < MIN_STEPS:
             late, per = report.lateness(rank.worker, by_step=False), "collective"
-        verdict = significance(list(late.values()), jitter, per)
+        verdict = significance(list(late.values()), jitter, per, CROSS_RANK_FLOOR_US)
         if best is None or verdict.difference_us > best[1].difference_us:
             best = (rank, verdict, late)
     rank, verdict, late = best

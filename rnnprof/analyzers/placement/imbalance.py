@@ -11,7 +11,8 @@ as its work, and its waiting inside collectives for the other ranks does not. Th
 time, and the finding says so (``evidence["busy_measure"]``).
 
 Noise: the heaviest device's busy time minus the lightest's, per step, must be significant against the run's
-jitter (``rnnprof.analyzers.noise.significance``, with the step time's spread); a difference within it, or
+jitter (``rnnprof.analyzers.noise.significance``, with the step time's spread, and between PyTorch ranks at
+least ``noise.CROSS_RANK_FLOOR_US``); a difference within it, or
 one over fewer than ``noise.MIN_STEPS`` steps, is info, never a warning (``evidence["significance"]``,
 ``evidence["confidence"]``).
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from rnnprof.analyzers.comm import analyze_comm, host_operator_devices
-from rnnprof.analyzers.noise import significance, step_noise
+from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, significance, step_noise
 
 from . import frameworks
 from .finding import Finding, NotChecked, Severity
@@ -62,8 +63,10 @@ def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[Finding] |
         return []
     mean = busy.mean(axis=0)
     heaviest, lightest = devices[int(mean.argmax())], devices[int(mean.argmin())]
+    across_ranks = heaviest.worker != lightest.worker and heaviest.worker.startswith("rank")
     verdict = significance((busy[:, int(mean.argmax())] - busy[:, int(mean.argmin())]).tolist(),
-                           step_noise(events).spread_us if len(busy) > 1 else 0.0)
+                           step_noise(events).spread_us if len(busy) > 1 else 0.0,
+                           floor_us=CROSS_RANK_FLOOR_US if across_ranks else 0.0)
     lost = float((top - busy.mean(axis=1))[over].sum() / len(busy))
     evidence_extra, basis_extra = {}, ""
     if cpu_ranks:
