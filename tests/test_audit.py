@@ -349,3 +349,33 @@ def test_host_overhead_matches_the_raw_json_and_spares_a_gpu_bound_trace():
     # a GPU-bound trace (the GPU ~98% busy): host time costs no step time, never a warning
     (bound,) = [f for f in audit(load_events(str(FIXTURES / "kineto-1gpu-v100.json.gz"))).findings if f.rule == "PF006"]
     assert bound.severity == Severity.INFO and bound.saving_us < 0.01 * 95_000
+
+
+def test_gpu_idle_of_a_host_bound_rank_is_host_wait_by_the_raw_json():
+    # From the raw JSON: the GPU's kernels, copies and memsets launched inside a ProfilerStep, in start order;
+    # a gap opens where the next one starts after all before it ended, and is host wait when its launch (the
+    # runtime call with its correlation id) came after the gap began.
+    path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
+    events = _raw(path)
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    launched = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    work = sorted((e["ts"], e["ts"] + e["dur"], launched[e["args"]["correlation"]]) for e in events
+                  if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["dur"] > 0
+                  and e["args"].get("correlation") in launched
+                  and any(a <= launched[e["args"]["correlation"]] < b for a, b in steps))
+    reach, host_wait, idle = work[0][1], 0.0, 0.0
+    for start, end, launch in work[1:]:
+        if start > reach:
+            idle += start - reach
+            host_wait += start - reach if launch > reach else 0.0
+        reach = max(reach, end)
+    assert host_wait > 0.5 * idle  # host-bound by the raw JSON itself
+    (finding,) = [f for f in audit(load_events(str(path))).findings if f.rule == "PF003"]
+    assert finding.evidence["cause"] == "host_wait" and finding.subject.device == "rank0/gpu:0"
+    assert finding.evidence["cause_ms_total"] == pytest.approx(host_wait / 1000, rel=0.01)
+    assert finding.severity >= Severity.WARNING
+    # control: a GPU-bound trace (the GPU ~98% busy by its ProfilerSteps) idles too little for a warning
+    control = audit(load_events(str(FIXTURES / "kineto-1gpu-v100.json.gz")))
+    assert not [f for f in control.findings if f.rule == "PF003" and f.severity >= Severity.WARNING]

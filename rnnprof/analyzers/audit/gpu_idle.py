@@ -48,6 +48,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         title=f"{device.device.label} idle {median / 1000:.2f} ms/step, {CAUSES[cause]}",
         subject=Subject(rank=device.device.worker or None, device=device.device.label),
         evidence={"cause": cause.removesuffix("_us"), "cause_ms_per_step": round(median / 1000, 3),
+                  "cause_ms_total": round(sum(per) / 1000, 3),
                   "idle_ms_per_step": round(idle / 1000, 3), "steps": len(per),
                   "significance": verdict.as_dict()},
         saving_us=median,
