@@ -379,3 +379,18 @@ def test_gpu_idle_of_a_host_bound_rank_is_host_wait_by_the_raw_json():
     # control: a GPU-bound trace (the GPU ~98% busy by its ProfilerSteps) idles too little for a warning
     control = audit(load_events(str(FIXTURES / "kineto-1gpu-v100.json.gz")))
     assert not [f for f in control.findings if f.rule == "PF003" and f.severity >= Severity.WARNING]
+
+
+def test_a_rank_folder_is_audited_as_its_files(tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r, path in enumerate(GLOO):
+        shutil.copy(path, folder / f"rank{r}.json.gz")
+    assert main(["audit", str(folder), "--json", "--fail-on", "never"]) == 0
+    from_folder = json.loads(capsys.readouterr().out)
+    assert main(["audit", *GLOO, "--json", "--fail-on", "never"]) == 0
+    from_files = json.loads(capsys.readouterr().out)
+    assert from_folder["noise"] == from_files["noise"] and from_folder["noise"]["steps"] == 2
+    assert [f["title"] for f in from_folder["findings"]] == [f["title"] for f in from_files["findings"]]
