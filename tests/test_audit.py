@@ -165,7 +165,8 @@ def test_placement_audit_of_a_cluster_run_fits_80_columns_and_is_short(tmp_path)
 
 
 def test_audit_text_fits_80_columns():
-    for argv in (SAMPLED, GLOO, [str(FIXTURES / "kineto-2rank-nccl-rank0.json.gz")]):
+    for argv in (SAMPLED, GLOO, [str(FIXTURES / "kineto-2rank-nccl-rank0.json.gz")],
+                 [str(FIXTURES / "tf1-timeline-gpu-loop-step0.json")]):
         code, text = _printed(["audit", *argv, "--fail-on", "never"])
         assert code == 0
         assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
