@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "rnnprof.commands.trace",
     "rnnprof.commands.count_ops",
     "rnnprof.commands.placement_audit",
+    "rnnprof.commands.audit",
     "rnnprof.commands.comm",
     "rnnprof.commands.view",
     "rnnprof.commands.diff",

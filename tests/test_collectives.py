@@ -164,7 +164,8 @@ def test_the_table_says_which_alignment_it_used_and_the_measured_offset(tmp_path
     assert "aligned on the end times of collectives" in flat
     assert "clock offsets against rank0: rank1 +37.0" in flat
     assert "collectives across ranks" in flat and "ranks at collectives" in flat
-    assert "straggler: rank1 arrived last at 8 of 10 collectives" in flat
+    # rank1 arrives last at 8 of 10, but by 0.08 to 164 ms (spread 41 ms, median 12.8 ms): not beyond the jitter
+    assert "straggler: no straggler beyond the run's jitter (rank1 arrived last at 8 of 10 collectives" in flat
 
 
 def test_align_start_puts_the_first_events_together(tmp_path):

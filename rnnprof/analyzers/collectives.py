@@ -55,6 +55,7 @@ class Instance:
     end_us: float
     row: int = field(default=-1, compare=False)  # the event's row in the table it was found in
     collective: str = field(default=UNKNOWN_COLLECTIVE, compare=False)  # its type (rnnprof.names.COLLECTIVE_TYPES)
+    step: int = field(default=-1, compare=False)  # the step of its event (-1: none)
 
     @property
     def dur_us(self) -> float:
@@ -80,6 +81,7 @@ class Collective:
     matched_by: str
     arrivals: tuple[Arrival, ...]  # by rank
     collective_type: str = UNKNOWN_COLLECTIVE  # rnnprof.names.COLLECTIVE_TYPES; the members' known one
+    step: int = -1  # the earliest step among its members' events (-1: none known)
 
     @property
     def last(self) -> Arrival:
@@ -101,7 +103,7 @@ class Collective:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "collective_type": self.collective_type, "group": self.group, "index": self.index,
-                "matched_by": self.matched_by, "ranks": len(self.arrivals), "last_rank": self.last.worker, "skew_us": self.skew_us,
+                "matched_by": self.matched_by, "step": self.step, "ranks": len(self.arrivals), "last_rank": self.last.worker, "skew_us": self.skew_us,
                 "caused_wait_us": self.caused_wait_us, "end_spread_us": self.end_spread_us,
                 "arrivals": [a.as_dict() for a in self.arrivals]}
 
@@ -126,6 +128,32 @@ class CollectivesReport:
     straggler: str | None  # arrived last most often, then caused the most waiting; None without a match
     unmatched: int  # collectives seen on one rank only
     workers: int = 0  # ranks with collectives
+
+    def lateness(self, worker: str, by_step: bool = True) -> dict[int, float]:
+        """Per step (per collective where no step is known, or with ``by_step`` False: keys -1, -2, ...), how
+        much later ``worker`` arrived than the latest other member, summed over the step's collectives
+        (negative: earlier)."""
+        out: dict[int, float] = {}
+        for i, c in enumerate(self.collectives):
+            mine = [a.start_us for a in c.arrivals if a.worker == worker]
+            others = [a.start_us for a in c.arrivals if a.worker != worker]
+            if not mine or not others:
+                continue
+            key = c.step if c.step >= 0 and by_step else -1 - i
+            out[key] = out.get(key, 0.0) + mine[0] - max(others)
+        return out
+
+    def straggler_significance(self, jitter_us: float = 0.0):
+        """The straggler's lateness per step judged against the run's jitter (``rnnprof.analyzers.noise``),
+        per collective when fewer than ``noise.MIN_STEPS`` steps hold collectives; None without a straggler."""
+        from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, MIN_STEPS, significance
+
+        if self.straggler is None:
+            return None
+        late, per = self.lateness(self.straggler), "step"
+        if len(late) < MIN_STEPS:
+            late, per = self.lateness(self.straggler, by_step=False), "collective"
+        return significance(list(late.values()), jitter_us, per, CROSS_RANK_FLOOR_US)
 
     def as_dict(self) -> dict:
         return {"straggler": self.straggler, "matched": len(self.collectives), "unmatched": self.unmatched,
@@ -193,7 +221,8 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
                 k = ordinal.get((group, name), 0)
                 ordinal[(group, name)] = k + 1
                 key = (BY_ORDER, group, name, k)
-            found.append(Instance(key, name, group, start, end, int(r), COLLECTIVE_TYPES[kind]))
+            found.append(Instance(key, name, group, start, end, int(r), COLLECTIVE_TYPES[kind],
+                                  int(table.step[r])))
         result[worker] = found
     return result
 
@@ -226,8 +255,10 @@ def match(per_worker: dict[str, list[Instance]]) -> tuple[list[Collective], int]
                          for w, inst in sorted(group, key=lambda m: m[0]))
         first = group[0][1]
         known = sorted({inst.collective for _, inst in group} - {UNKNOWN_COLLECTIVE})
+        steps = [inst.step for _, inst in group if inst.step >= 0]
         matched.append(Collective(name=first.name, group=first.group, index=key[-1], matched_by=key[0],
-                                  arrivals=arrivals, collective_type="+".join(known) or UNKNOWN_COLLECTIVE))
+                                  arrivals=arrivals, collective_type="+".join(known) or UNKNOWN_COLLECTIVE,
+                                  step=min(steps, default=-1)))
     matched.sort(key=lambda c: (min(a.start_us for a in c.arrivals), c.group, c.name, c.index))
     return matched, unmatched
 

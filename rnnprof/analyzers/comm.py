@@ -73,6 +73,7 @@ from rnnprof.analyzers.device_work import (BASIS_EXECUTOR, BASIS_HOST_OPS, BASIS
                                            STREAM_LANE_PREFIXES, device_work_mask, host_operator_devices)
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep
+from rnnprof.analyzers.noise import Significance, StepNoise
 from rnnprof.analyzers.steps import step_windows
 from rnnprof.events import Device, EventTable, Kind, outside_steps
 from rnnprof.names import COLLECTIVE_TYPES, UNKNOWN_COLLECTIVE
@@ -232,6 +233,21 @@ class CommReport:
     # GPU events in no step, by reason (``rnnprof.events.OUTSIDE_REASONS``), as the loaders counted them
     outside_steps: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def step_noise(self) -> StepNoise:
+        """Each step's time (the longest of its windows over the devices) and their jitter."""
+        spans = {s: max((d.steps[s].span_us for d in self.devices if s in d.steps), default=0.0)
+                 for s in self.steps}
+        return StepNoise(tuple(spans), tuple(spans.values()))
+
+    @property
+    def straggler_significance(self) -> Significance | None:
+        """The straggler rank's lateness at collectives against the run's jitter (``rnnprof.analyzers.noise``);
+        None without collectives matched across ranks."""
+        if self.collectives is None:
+            return None
+        return self.collectives.straggler_significance(self.step_noise.spread_us)
+
     def as_dict(self) -> dict:
         extra = {}
         if self.copies is not None:
@@ -240,6 +256,12 @@ class CommReport:
             extra["alignment"] = self.alignment
         if self.collectives is not None:
             extra["collectives"] = self.collectives.as_dict()
+            verdict = self.straggler_significance
+            extra["collectives"]["straggler_significance"] = None if verdict is None else verdict.as_dict()
+            if verdict is not None and not verdict.significant:
+                extra["collectives"]["straggler_beyond_jitter"] = None
+            else:
+                extra["collectives"]["straggler_beyond_jitter"] = self.collectives.straggler
         return {
             "source_format": self.source_format,
             "sources": list(self.sources),

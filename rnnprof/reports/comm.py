@@ -180,14 +180,21 @@ def ranks_table(collectives: CollectivesReport) -> Table:
     return table
 
 
-def straggler_text(collectives: CollectivesReport) -> Text:
+def straggler_text(collectives: CollectivesReport, verdict=None) -> Text:
+    """The straggler line; ``verdict`` (``noise.Significance`` of its lateness per step): within the run's
+    jitter, no rank is called a straggler."""
     if collectives.straggler is None:
         return Text(f"collectives: none matched across ranks ({collectives.unmatched} seen on one rank only)",
                     style="yellow")
     rank = next(r for r in collectives.ranks if r.worker == collectives.straggler)
+    if verdict is not None and not verdict.significant:
+        return Text.assemble(("straggler: ", "bold"),
+                             f"no straggler beyond the run's jitter ({collectives.straggler} arrived last at "
+                             f"{rank.arrived_last} of {rank.collectives} collectives; {verdict.describe()})")
+    beyond = f" ({verdict.describe()}, confidence {verdict.confidence:.2f})" if verdict is not None else ""
     return Text.assemble(("straggler: ", "bold"), collectives.straggler,
                          f" arrived last at {rank.arrived_last} of {rank.collectives} collectives, costing the "
-                         f"other ranks {_ms(rank.caused_wait_us)} ms of waiting")
+                         f"other ranks {_ms(rank.caused_wait_us)} ms of waiting{beyond}")
 
 
 def render_collectives(report: CommReport, console: Console) -> None:
@@ -198,7 +205,7 @@ def render_collectives(report: CommReport, console: Console) -> None:
     if collectives.collectives:
         console.print(collectives_table(collectives))
         console.print(ranks_table(collectives))
-    console.print(straggler_text(collectives))
+    console.print(straggler_text(collectives, report.straggler_significance))
 
 
 TASKS_CAPTION = ("busy / comm = union of the task's device activity / communication; from other tasks = union "

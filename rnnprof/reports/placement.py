@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rnnprof.analyzers.placement import AuditResult, Finding, Severity
+from rnnprof.reports.abbrev import Legend
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 _OPS_SHOWN = 4
@@ -51,21 +52,27 @@ def _cost(finding: Finding) -> str:
 
 
 def _ops(finding: Finding) -> Text:
-    shown = list(finding.ops[:_OPS_SHOWN])
-    more = len(finding.ops) - len(shown)
-    return Text("\n".join(shown + ([f"… {more} more (--json lists all)"] if more > 0 else [])))
+    return _listed(list(finding.ops))
 
 
-def _finding_cell(finding: Finding) -> Text:
-    text = Text(finding.title)
+def _listed(items: list[str], name=None, more_text: str = " more (--json lists all)") -> Text:
+    shown = [name(i) if name else i for i in items[:_OPS_SHOWN]]
+    more = len(items) - len(shown)
+    return Text("\n".join(shown + ([f"… {more}{more_text}"] if more > 0 else [])))
+
+
+def _finding_cell(finding: Finding, legend: Legend) -> Text:
+    text = Text(legend.shorten_text(finding.title))
     if finding.cost_basis:
-        text.append(f"\ncost: {finding.cost_basis}", style="dim")
+        text.append(f"\ncost: {legend.shorten_text(finding.cost_basis)}", style="dim")
     if finding.fix:
-        text.append("\n").append("fix:", style="green").append(f" {finding.fix}")
+        text.append("\n").append("fix:", style="green").append(f" {legend.shorten_text(finding.fix)}")
     return text
 
 
 def render_table(result: AuditResult, sources: list[str], console: Console) -> None:
+    """Device names are shortened (``reports.abbrev``) with their legend printed once, after the tables."""
+    legend = Legend()
     console.print(Text.assemble(("Placement audit", "bold"), f" of {', '.join(sources)}"), highlight=False)
     for severity in reversed(Severity):
         group = [f for f in result.findings if f.severity == severity]
@@ -81,7 +88,8 @@ def render_table(result: AuditResult, sources: list[str], console: Console) -> N
         table.add_column("ops", ratio=2, overflow="fold")
         table.add_column("cost/step", justify="right", no_wrap=True)
         for f in group:
-            table.add_row(f.rule_id.split("-")[0], _finding_cell(f), Text("\n".join(f.devices)), _ops(f), _cost(f))
+            table.add_row(f.rule_id.split("-")[0], _finding_cell(f, legend),
+                          _listed(list(f.devices), legend.short, " more"), _ops(f), _cost(f))
         console.print(table)
     if not result.findings:
         console.print("[green]No placement problems found by the rules that could run.[/green]")
@@ -93,6 +101,7 @@ def render_table(result: AuditResult, sources: list[str], console: Console) -> N
     if result.not_checked:
         console.print("[bold]Not checked[/bold]")
         for item in result.not_checked:
-            console.print(Text(f"  {item.rule_id}: {item.reason}"), highlight=False)
+            console.print(Text(f"  {item.rule_id}: {legend.shorten_text(item.reason)}"), highlight=False)
+    legend.render(console)
     console.print(f"[dim]Rules checked: {', '.join(r.split('-')[0] for r in result.checked) or 'none'}. "
                   "Costs are per traced step and may overlap between findings.[/dim]")

@@ -5,9 +5,16 @@ accelerators, ops elsewhere; receives and collectives left out since they includ
 waiting). Spread is (max - min) / max over the towers' devices.
 
 A PyTorch rank without a GPU (a gloo CPU rank, ``comm.host_operator_devices``) has no kernels: its busy
-time is its compute as ``rnnprof comm`` measures it, the union of its host operators except while their
-thread is inside a collective (DDP's gradient hook waits in ``c10d::allreduce_``). That is operator time
-on the host, not kernel time, and the finding says so (``evidence["busy_measure"]``).
+time is its step window on the rank (``rnnprof comm``'s per-step windows) minus its communication, so what
+its thread does outside every traced operator (untraced host time: a sleep, Python between operators) counts
+as its work, and its waiting inside collectives for the other ranks does not. That is host time, not kernel
+time, and the finding says so (``evidence["busy_measure"]``).
+
+Noise: the heaviest device's busy time minus the lightest's, per step, must be significant against the run's
+jitter (``rnnprof.analyzers.noise.significance``, with the step time's spread, and between PyTorch ranks at
+least ``noise.CROSS_RANK_FLOOR_US``); a difference within it, or
+one over fewer than ``noise.MIN_STEPS`` steps, is info, never a warning (``evidence["significance"]``,
+``evidence["confidence"]``).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from rnnprof.analyzers.comm import analyze_comm, host_operator_devices
+from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, significance, step_noise
 
 from . import frameworks
 from .finding import Finding, NotChecked, Severity
@@ -24,8 +32,9 @@ from .busy import ALL_STEPS, busy_intervals, compute_devices, compute_mask, in_s
 RULE_ID = "PA004-device-imbalance"
 TITLE = "Per-device imbalance"
 WARNING_SPREAD = 0.20
-CPU_RANK_MEASURE = ("on ranks without a GPU, busy time is host operator time (cpu_op, except while the "
-                    "operator's thread is in a collective, as rnnprof comm's compute), not kernel time as on a GPU")
+CPU_RANK_MEASURE = ("on ranks without a GPU, busy time is the rank's step window minus its communication "
+                    "(rnnprof comm's per-step figures): host operators and untraced host time count, waiting "
+                    "in collectives does not; not kernel time as on a GPU")
 
 
 def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[Finding] | NotChecked:
@@ -54,6 +63,10 @@ def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[Finding] |
         return []
     mean = busy.mean(axis=0)
     heaviest, lightest = devices[int(mean.argmax())], devices[int(mean.argmin())]
+    across_ranks = heaviest.worker != lightest.worker and heaviest.worker.startswith("rank")
+    verdict = significance((busy[:, int(mean.argmax())] - busy[:, int(mean.argmin())]).tolist(),
+                           step_noise(events).spread_us if len(busy) > 1 else 0.0,
+                           floor_us=CROSS_RANK_FLOOR_US if across_ranks else 0.0)
     lost = float((top - busy.mean(axis=1))[over].sum() / len(busy))
     evidence_extra, basis_extra = {}, ""
     if cpu_ranks:
@@ -68,7 +81,7 @@ def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[Finding] |
                f"updates pinned to one device; otherwise balance the batch per device.")
     return [Finding(
         rule_id=RULE_ID,
-        severity=Severity.WARNING,
+        severity=Severity.WARNING if verdict.significant else Severity.INFO,
         title=(f"{heaviest.label} is busy {mean.max() / max(mean.min(), 1e-9):.1f}x as long as {lightest.label} "
                f"per step; spread above {threshold:.0%} in {int(over.sum())} of {len(busy)} steps "
                f"(median {float(np.median(spread)):.0%}, max {float(spread.max()):.0%})"),
@@ -80,6 +93,8 @@ def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[Finding] |
             "median_spread": round(float(np.median(spread)), 3),
             "max_spread": round(float(spread.max()), 3),
             "busy_us_per_step": {d.label: round(float(m), 1) for d, m in zip(devices, mean)},
+            "significance": verdict.as_dict(),
+            "confidence": round(verdict.confidence, 3),
             **evidence_extra,
         },
         cost_us_per_step=lost,
@@ -89,8 +104,8 @@ def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[Finding] |
 
 
 def _rank_compute(device_comm, step: int) -> float:
-    """A CPU rank's compute µs in ``step`` (the whole trace for ``ALL_STEPS``), 0 where it did nothing."""
+    """A CPU rank's work µs in ``step`` (its window minus its communication) (the whole trace for ``ALL_STEPS``), 0 where it did nothing."""
     if device_comm is None:
         return 0.0
     breakdown = device_comm.total if step == ALL_STEPS else device_comm.steps.get(step)
-    return breakdown.compute_us if breakdown is not None else 0.0
+    return max(breakdown.span_us - breakdown.communication_us, 0.0) if breakdown is not None else 0.0

@@ -1,0 +1,23 @@
+"""Shared by the performance rules: a per-step figure judged against the run's jitter, and its severity."""
+
+from __future__ import annotations
+
+from rnnprof.analyzers.noise import Significance, significance
+
+from .context import AuditContext
+from .finding import Severity
+
+WARNING_PCT = 5.0  # a significant saving above this share of the step is a warning
+ERROR_PCT = 25.0  # and above this one an error
+
+
+def judged(ctx: AuditContext, per_step_us: list[float]) -> Significance:
+    return significance(per_step_us, ctx.noise.spread_us)
+
+
+def severity(ctx: AuditContext, verdict: Significance, saving_us: float) -> Severity:
+    """Info unless the figure is significant against the jitter; then by its share of the step time."""
+    if not verdict.significant or ctx.step_us <= 0:
+        return Severity.INFO
+    pct = 100 * saving_us / ctx.step_us
+    return Severity.ERROR if pct >= ERROR_PCT else Severity.WARNING if pct >= WARNING_PCT else Severity.INFO

@@ -1,0 +1,53 @@
+"""What the audit rules read: one table of events (all ranks on one clock), the placement input, and the
+analyses several rules share, each computed once on first use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from rnnprof.analyzers.placement.inputs import AuditInput
+from rnnprof.events import EventTable
+
+
+@dataclass(frozen=True, eq=False)
+class AuditContext:
+    placement: AuditInput
+    notes: list = field(default_factory=list)  # what the rules say beyond their findings
+
+    @property
+    def table(self) -> EventTable | None:
+        return self.placement.events
+
+    @cached_property
+    def comm(self):
+        from rnnprof.analyzers.comm import analyze_comm
+
+        return analyze_comm(self.table)
+
+    @cached_property
+    def noise(self):
+        """The run's step times and jitter (``noise.StepNoise``): the comm windows' longest span per step."""
+        from rnnprof.analyzers.noise import StepNoise, step_noise
+
+        if self.table is None or not len(self.table):
+            return StepNoise((), ())
+        found = self.comm.step_noise if self.comm.devices else StepNoise((), ())
+        return found if found.steps else step_noise(self.table)
+
+    @cached_property
+    def critical_path(self):
+        """``critical_path.analyze_critical_path`` of the table (ranks joined at their collectives)."""
+        from rnnprof.analyzers.critical_path import analyze_critical_path
+
+        return analyze_critical_path(self.table)
+
+    @cached_property
+    def launches(self):
+        from rnnprof.analyzers.launches import launch_stats
+
+        return launch_stats(self.table)
+
+    @property
+    def step_us(self) -> float:
+        return self.noise.median_us

@@ -1,0 +1,54 @@
+"""PF005: input pipeline stalls: the training loop waiting for its next batch.
+
+Per rank and step, the time of its data-loading ranges (PyTorch's ``enumerate(DataLoader)#...__next__``,
+the loop fetching the next batch; ``INPUT_RANGE``), summed over the step (the range's own step). The rank with
+the largest median per step is reported; saving (a bound): that median, what a prefetched input would save
+at most. Judged against the run's jitter (``rnnprof.analyzers.noise``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from . import _per_step
+from .context import AuditContext
+from .finding import Finding, NotChecked, Subject
+
+RULE_ID = "PF005"
+TITLE = "Input pipeline stalls"
+INPUT_RANGE = re.compile(r"^enumerate\(DataLoader\)#.*__next__")
+
+
+def check(ctx: AuditContext) -> list[Finding] | NotChecked:
+    table = ctx.table
+    if table is None or not len(table):
+        return NotChecked(RULE_ID, "needs a trace")
+    codes = [i for i, s in enumerate(table.strings) if INPUT_RANGE.match(s)]
+    rows = np.flatnonzero(np.isin(table.name, codes) & (table.step >= 0)) if codes else np.zeros(0, dtype=int)
+    if not len(rows):
+        return NotChecked(RULE_ID, "no data-loading ranges (enumerate(DataLoader)#...__next__) in the steps")
+    steps = [int(s) for s in np.unique(table.step[table.step >= 0])]
+    workers = sorted({table.devices[d].worker for d in np.unique(table.device[rows])})
+    best = None
+    for worker in workers:
+        mine = rows[[table.devices[d].worker == worker for d in table.device[rows]]]
+        per = [float(table.dur[mine][table.step[mine] == s].sum()) for s in steps]
+        median = float(np.median(per))
+        if best is None or median > best[1]:
+            best = (worker, median, per, len(mine))
+    worker, median, per, n = best
+    verdict = _per_step.judged(ctx, per)
+    return [Finding(
+        rule=RULE_ID, severity=_per_step.severity(ctx, verdict, median),
+        title=f"{worker or 'the loop'} waits {median / 1000:.2f} ms/step for its next batch (DataLoader)",
+        subject=Subject(rank=worker or None, op="enumerate(DataLoader)"),
+        evidence={"ms_per_step": round(median / 1000, 3), "fetches": n, "steps": len(per),
+                  "per_step_ms": {str(s): round(v / 1000, 3) for s, v in zip(steps, per)},
+                  "significance": verdict.as_dict()},
+        saving_us=median,
+        saving_basis="bound: the time fetching the next batch, median per step (prefetching saves at most this)",
+        confidence=verdict.confidence,
+        fix="prefetch: more DataLoader workers (num_workers), prefetch_factor, pin_memory, persistent_workers",
+    )]

@@ -1,0 +1,113 @@
+"""One registry of audit rules: the placement rules (PA001-PA008, ``rnnprof.analyzers.placement``) and the
+performance rules (PF001-...), in report order, and the function that runs them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from rnnprof.analyzers.placement import frameworks
+from rnnprof.analyzers.placement import registry as placement_registry
+from rnnprof.analyzers.placement.finding import Finding as PlacementFinding
+from rnnprof.analyzers.placement.inputs import AuditInput
+from rnnprof.analyzers.noise import StepNoise
+from rnnprof.events import EventTable, concat
+
+from . import copy_churn, cuda_graphs, exposed_comm, gpu_idle, host_overhead, input_stalls, straggler
+from .context import AuditContext
+from .finding import Finding, NotChecked, Severity, Subject
+
+PLACEMENT = "placement"
+PERFORMANCE = "performance"
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str  # short id, e.g. "PF001", "PA004"
+    title: str
+    family: str  # PLACEMENT or PERFORMANCE
+    check: Callable[[AuditContext], "list[Finding] | NotChecked"]
+
+
+def _placement_rule(rule: placement_registry.Rule) -> Rule:
+    short = rule.id.split("-")[0]
+
+    def check(ctx: AuditContext):
+        excluded = frameworks.not_applicable(ctx.placement)
+        if rule.id in excluded:
+            return NotChecked(short, excluded[rule.id])
+        outcome = rule.check(ctx.placement)
+        if isinstance(outcome, NotChecked):
+            return NotChecked(short, outcome.reason)
+        return [from_placement(f) for f in outcome]
+
+    return Rule(short, rule.title, PLACEMENT, check)
+
+
+def from_placement(f: PlacementFinding) -> Finding:
+    """A placement finding as an audit finding: the device its title names first (else its first device) is the
+    subject, its cost the saving."""
+    named = sorted((f.title.find(d), d) for d in f.devices if d in f.title)
+    device = named[0][1] if named else f.devices[0] if f.devices else None  # the one its title names first
+    rank = device.split("/")[0] if device and device.startswith("rank") else None
+    return Finding(rule=f.rule_id.split("-")[0], severity=f.severity, title=f.title,
+                   subject=Subject(rank=rank, device=device, op=f.ops[0] if f.ops else None),
+                   evidence={**f.evidence, "devices": list(f.devices), "ops": list(f.ops)},
+                   saving_us=f.cost_us_per_step, saving_basis=f.cost_basis,
+                   confidence=float(f.evidence.get("confidence", 1.0)), fix=f.fix)
+
+
+PERFORMANCE_MODULES = (straggler, exposed_comm, gpu_idle, copy_churn, input_stalls, host_overhead, cuda_graphs)
+RULES: tuple[Rule, ...] = (
+    tuple(Rule(m.RULE_ID, m.TITLE, PERFORMANCE, m.check) for m in PERFORMANCE_MODULES)
+    + tuple(_placement_rule(r) for r in placement_registry.RULES)
+)
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    findings: tuple[Finding, ...]  # by estimated saving, largest first (unknown savings last)
+    not_checked: tuple[NotChecked, ...]
+    checked: tuple[str, ...]
+    noise: StepNoise
+    notes: tuple[str, ...] = ()
+    rules: tuple[Rule, ...] = field(default=RULES, repr=False)
+
+    def at_or_above(self, severity: Severity) -> list[Finding]:
+        return [f for f in self.findings if f.severity >= severity]
+
+    @property
+    def worst(self) -> Severity | None:
+        return max((f.severity for f in self.findings), default=None)
+
+    def as_dict(self, left_out: dict | None = None) -> dict:
+        """The document ``rnnprof audit --json`` prints."""
+        step = self.noise.median_us
+        notes = [*self.notes, f"rules checked: {', '.join(self.checked) or 'none'}",
+                 *(f"{n.rule_id} not checked: {n.reason}" for n in self.not_checked)]
+        return {"findings": [f.as_dict(step) for f in self.findings], "noise": self.noise.as_dict(),
+                "left_out": dict(left_out or {}), "notes": notes}
+
+
+def audit(table_or_job: "EventTable | AuditInput | Sequence[EventTable]", rules: tuple[Rule, ...] = RULES,
+          ) -> AuditResult:
+    """Run every rule on one run: an ``EventTable``, a placement ``AuditInput`` (graph, events, manifest), or
+    the tables of a job's ranks (merged on their common clock, ``events.concat``)."""
+    if isinstance(table_or_job, AuditInput):
+        inp = table_or_job
+    elif isinstance(table_or_job, EventTable):
+        inp = AuditInput(events=table_or_job)
+    else:
+        tables = list(table_or_job)
+        inp = AuditInput(events=tables[0] if len(tables) == 1 else concat(tables, align="absolute"))
+    ctx = AuditContext(inp)
+    findings, not_checked, checked = [], [], []
+    for rule in rules:
+        outcome = rule.check(ctx)
+        if isinstance(outcome, NotChecked):
+            not_checked.append(outcome)
+        else:
+            checked.append(rule.id)
+            findings.extend(outcome)
+    findings.sort(key=lambda f: (f.saving_us is None, -(f.saving_us or 0.0), -int(f.severity), f.rule))
+    return AuditResult(tuple(findings), tuple(not_checked), tuple(checked), ctx.noise, tuple(ctx.notes), rules)

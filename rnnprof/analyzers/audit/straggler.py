@@ -1,0 +1,139 @@
+"""PF001: a rank that arrives last at the collectives, beyond the run's jitter.
+
+Collectives are matched across ranks as ``rnnprof.analyzers.collectives`` matches them. A rank's lateness in a
+step is the sum, over the step's collectives, of its start minus the latest other member's start (negative
+when it is early); per collective when fewer than ``noise.MIN_STEPS`` steps hold collectives. The rank with
+the largest median lateness is a straggler only when that median is significant against the run's jitter
+(``rnnprof.analyzers.noise.significance``, with the step time's spread and the floor between ranks,
+``noise.CROSS_RANK_FLOOR_US``).
+
+Saving (a bound): the median over the steps of its positive lateness, the time the other ranks waited for it;
+removing the delay cannot shorten a step by more. Cause: *compute* when its extra compute over the other
+ranks' median (comm's per-step compute) explains at least half the lateness, *input* when its data-loading
+operators (``DataLoader``) do, else *host gap/untraced time*: its thread ran no traced operator (a sleep, the
+Python between operators, a blocking call the profiler does not record). The evidence also gives, from the
+critical path (``rnnprof.analyzers.critical_path``, which crosses to the last-arriving rank at a collective's
+join), the median per step of the rank's untraced and compute time on the path.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, MIN_STEPS, significance
+
+from .context import AuditContext
+from .finding import Finding, NotChecked, Severity, Subject
+
+RULE_ID = "PF001"
+TITLE = "Straggling rank at collectives"
+ERROR_PCT = 20.0  # a saving above this share of the step is an error
+INPUT_OP = re.compile(r"DataLoader|dataloader|_next_data|enumerate\(")
+
+
+def check(ctx: AuditContext) -> list[Finding] | NotChecked:
+    table = ctx.table
+    if table is None or not len(table):
+        return NotChecked(RULE_ID, "needs a trace")
+    report = ctx.comm.collectives if ctx.comm.devices else None
+    if report is None or not report.collectives:
+        return NotChecked(RULE_ID, "needs collectives matched across two or more ranks")
+    jitter = ctx.noise.spread_us
+    best = None
+    for rank in report.ranks:
+        late, per = report.lateness(rank.worker), "step"
+        if len(late) < MIN_STEPS:
+            late, per = report.lateness(rank.worker, by_step=False), "collective"
+        verdict = significance(list(late.values()), jitter, per, CROSS_RANK_FLOOR_US)
+        if best is None or verdict.difference_us > best[1].difference_us:
+            best = (rank, verdict, late)
+    rank, verdict, late = best
+    ctx.notes.append(f"{RULE_ID}: " + (f"{rank.worker} arrives last beyond the run's jitter ({verdict.describe()})"
+                                       if verdict.significant else
+                                       f"no straggler beyond the run's jitter ({verdict.describe()})"))
+    if not verdict.significant or verdict.difference_us <= 0:
+        return []
+    saving = float(np.median([max(v, 0.0) for v in late.values()]))
+    cause, cause_figures = _cause(ctx, rank.worker, late)
+    step_us = ctx.step_us
+    severity = Severity.ERROR if step_us > 0 and 100 * saving / step_us >= ERROR_PCT else Severity.WARNING
+    device = _device_of(ctx, rank.worker)
+    return [Finding(
+        rule=RULE_ID, severity=severity,
+        title=(f"{rank.worker} arrives last at collectives by {verdict.difference_us / 1000:.1f} ms per "
+               f"{verdict.per} (cause: {cause})"),
+        subject=Subject(rank=rank.worker, device=device, op=None),
+        evidence={"arrived_last": rank.arrived_last, "collectives": rank.collectives,
+                  "caused_wait_ms": round(rank.caused_wait_us / 1000, 3),
+                  "lateness_ms": {str(k): round(v / 1000, 3) for k, v in sorted(late.items())},
+                  "cause": cause, **cause_figures, "significance": verdict.as_dict()},
+        saving_us=saving,
+        saving_basis=("bound: the other ranks' wait for it at collectives, median per step (a step cannot "
+                      "shorten by more by removing its delay)"),
+        confidence=verdict.confidence,
+        fix={"compute": "give it less work (batch/sequence lengths per rank) or find what it runs that the others "
+                        "do not (count-ops per rank)",
+             "input": "prefetch its input (DataLoader num_workers, pin_memory) so it does not wait for data",
+             }.get(cause, "find what its thread does outside the traced operators before the collective "
+                          "(sleeps, logging, blocking I/O, Python work): critical-path names it as untraced time"),
+    )]
+
+
+def _device_of(ctx: AuditContext, worker: str) -> str | None:
+    mine = [d.device for d in ctx.comm.devices if d.device.worker == worker]
+    return mine[0].label if mine else None
+
+
+def _cause(ctx: AuditContext, worker: str, late: dict[int, float]) -> tuple[str, dict]:
+    """Which of its work explains the lateness, with the per-step figures behind it."""
+    steps = [s for s in late if s >= 0]
+    lateness = float(np.median([late[s] for s in steps])) if steps else 0.0
+    extra = []
+    for s in steps:
+        mine = sum(d.steps[s].compute_us for d in ctx.comm.devices if d.device.worker == worker and s in d.steps)
+        others = {}
+        for d in ctx.comm.devices:
+            if d.device.worker != worker and s in d.steps:
+                others[d.device.worker] = others.get(d.device.worker, 0.0) + d.steps[s].compute_us
+        if others:
+            extra.append(mine - float(np.median(list(others.values()))))
+    extra_compute = float(np.median(extra)) if extra else 0.0
+    input_us = _input_us(ctx, worker, steps)
+    on_path = _on_path(ctx, worker)
+    figures = {"extra_compute_ms_per_step": round(extra_compute / 1000, 3),
+               "input_ms_per_step": round(input_us / 1000, 3),
+               "critical_path_ms_per_step": {k: round(v / 1000, 3) for k, v in on_path.items()}}
+    if lateness > 0 and extra_compute >= 0.5 * lateness:
+        return "compute", figures
+    if lateness > 0 and input_us >= 0.5 * lateness:
+        return "input", figures
+    return "host gap/untraced time", figures
+
+
+def _input_us(ctx: AuditContext, worker: str, steps: list[int]) -> float:
+    """Median per step of the time of the rank's data-loading operators."""
+    table = ctx.table
+    if not steps:
+        return 0.0
+    codes = [i for i, s in enumerate(table.strings) if INPUT_OP.search(s)]
+    if not codes:
+        return 0.0
+    workers = np.array([d.worker == worker for d in table.devices] or [False])
+    rows = np.isin(table.name, codes) & workers[table.device]
+    per = [float(table.dur[rows & (table.step == s)].sum()) for s in steps]
+    return float(np.median(per))
+
+
+def _on_path(ctx: AuditContext, worker: str) -> dict[str, float]:
+    """Median per step of the rank's time on the critical path, by class (untraced, compute, ...)."""
+    steps = ctx.critical_path.steps
+    classes = sorted({link.event_class for s in steps for link in s.links})
+    out = {}
+    for cls in classes:
+        per = [sum(link.dur_us for link in s.links if link.event_class == cls and link.device.startswith(worker + "/"))
+               for s in steps]
+        if any(per):
+            out[cls] = float(np.median(per))
+    return out

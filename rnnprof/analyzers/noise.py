@@ -1,0 +1,127 @@
+"""A run's own step-to-step jitter, and when a difference is larger than it.
+
+The rule (``significance``): a difference measured per step (a rank's lateness at collectives, a device's
+extra work, ...) is *significant* only when its median over the steps exceeds ``K`` (3) times the run's
+robust spread, the larger of
+
+* the spread of that quantity itself across the steps, and
+* the spread of the step time across the steps (the run's jitter: ``step_noise``),
+
+where the spread of values ``x`` is ``1.4826 * median(|x - median(x)|)`` (the median absolute deviation,
+MAD, scaled so that it estimates the standard deviation of normally distributed values). With fewer than
+``MIN_STEPS`` (3) steps there is no spread to measure and nothing is significant.
+
+Between ranks (processes: a rank's lateness at collectives, one rank's work against another's), the threshold
+is at least ``CROSS_RANK_FLOOR_US`` (2 ms): below that, one process arriving after another is within what an
+operating system's scheduling can cause on a loaded host (a process waiting for a core for a time slice, 1-4
+ms on Linux), step after step, and it is not called.
+
+Confidence, in [0, 1]: ``1 - threshold / |difference|`` for a significant difference (0 at the threshold,
+towards 1 far beyond it), 0 for one within the jitter. A difference within the run's own jitter is never a
+warning (``rnnprof.analyzers.audit``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from rnnprof.events import EventTable
+
+K = 3.0  # how many robust spreads a difference must exceed
+MIN_STEPS = 3  # fewer steps: no spread to measure
+CROSS_RANK_FLOOR_US = 2000.0  # the least difference between processes that is called (see above)
+MAD_TO_SIGMA = 1.4826  # MAD of normally distributed values * this = their standard deviation
+
+
+def robust_spread(values: Sequence[float]) -> float:
+    """``1.4826 * MAD`` of ``values`` (0 for fewer than two)."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2:
+        return 0.0
+    return float(MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
+
+
+@dataclass(frozen=True)
+class StepNoise:
+    """The run's step times (µs, per step) and their jitter."""
+
+    steps: tuple[int, ...]
+    step_us: tuple[float, ...]
+
+    @property
+    def median_us(self) -> float:
+        return float(np.median(self.step_us)) if self.step_us else 0.0
+
+    @property
+    def mad_us(self) -> float:
+        """The median absolute deviation (unscaled) of the step times."""
+        x = np.asarray(self.step_us, dtype=np.float64)
+        return float(np.median(np.abs(x - np.median(x)))) if len(x) else 0.0
+
+    @property
+    def spread_us(self) -> float:
+        return robust_spread(self.step_us)
+
+    def as_dict(self) -> dict:
+        return {"step_ms_median": round(self.median_us / 1000, 3), "step_ms_mad": round(self.mad_us / 1000, 3),
+                "steps": len(self.steps)}
+
+
+def step_noise(table: EventTable) -> StepNoise:
+    """Each step's time: from the first start to the last end of the step's events on any device (the
+    ranks' slowest), over the table's steps (events of no step left out)."""
+    keep = table.step >= 0
+    if not keep.any():
+        return StepNoise((), ())
+    step = table.step[keep].astype(np.int64)
+    steps, inverse = np.unique(step, return_inverse=True)
+    start = np.full(len(steps), np.inf)
+    end = np.full(len(steps), -np.inf)
+    np.minimum.at(start, inverse, table.ts[keep])
+    np.maximum.at(end, inverse, table.end[keep])
+    return StepNoise(tuple(int(s) for s in steps), tuple(float(v) for v in end - start))
+
+
+@dataclass(frozen=True)
+class Significance:
+    """A per-step difference judged against the run's jitter (see the module docstring)."""
+
+    difference_us: float  # median over the steps
+    spread_us: float  # the quantity's own robust spread across the steps
+    jitter_us: float  # the step time's robust spread
+    threshold_us: float  # max(K * max(spread, jitter), floor)
+    steps: int
+    significant: bool
+    confidence: float
+    per: str = "step"  # what one sample is: a step, or a collective where too few steps hold any
+
+    def describe(self) -> str:
+        if self.steps < MIN_STEPS:
+            return f"{self.steps} {self.per}(s): too few to measure the run's jitter (needs {MIN_STEPS})"
+        return (f"median {self.difference_us / 1000:.2f} ms per {self.per} vs threshold "
+                f"{self.threshold_us / 1000:.2f} ms ({K:g} x jitter {self.jitter_us / 1000:.2f} ms, spread "
+                f"{self.spread_us / 1000:.2f} ms) over {self.steps} {self.per}s")
+
+    def as_dict(self) -> dict:
+        return {"difference_ms": round(self.difference_us / 1000, 3), "spread_ms": round(self.spread_us / 1000, 3),
+                "jitter_ms": round(self.jitter_us / 1000, 3), "threshold_ms": round(self.threshold_us / 1000, 3),
+                "samples": self.steps, "per": self.per, "k": K, "significant": self.significant,
+                "confidence": round(self.confidence, 3)}
+
+
+def significance(per_step_us: Sequence[float], jitter_us: float = 0.0, per: str = "step",
+                 floor_us: float = 0.0) -> Significance:
+    """Whether the median of ``per_step_us`` (a difference, one value per step) stands out of the jitter:
+    the quantity's own spread across the steps and ``jitter_us`` (``StepNoise.spread_us``); the threshold is
+    at least ``floor_us`` (``CROSS_RANK_FLOOR_US`` for differences between ranks)."""
+    x = np.asarray(per_step_us, dtype=np.float64)
+    diff = float(np.median(x)) if len(x) else 0.0
+    spread = robust_spread(x)
+    threshold = max(K * max(spread, jitter_us), floor_us)
+    ok = len(x) >= MIN_STEPS and abs(diff) > threshold
+    confidence = (1.0 - threshold / abs(diff)) if ok else 0.0
+    return Significance(diff, spread, jitter_us, threshold, len(x), bool(ok), float(min(max(confidence, 0.0), 1.0)),
+                        per)

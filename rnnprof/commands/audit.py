@@ -1,0 +1,54 @@
+"""rnnprof audit: what to fix first, ranked by the step time each finding costs, judged against the run's jitter."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from rnnprof import limits
+from rnnprof.commands import _left_out, _steps
+from rnnprof.errors import FindingsError
+
+NAME = "audit"
+HELP = "what to fix first: stragglers, imbalance, exposed communication, idle GPUs, copies and placement, " \
+       "ranked by estimated saving per step and judged against the run's own step-to-step jitter"
+FAIL_ON = ("error", "warning", "info", "never")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="RUN_TRACES_OR_RANK_FOLDER",
+                        help="one run: its run directory, trace files (several Kineto files are the ranks of one "
+                             "job, on their common clock), a folder of rank files, and/or graph files")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of text")
+    parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
+                        help="exit with status 1 when a finding is at or above this severity (default: error)")
+    _steps.add_arguments(parser)
+    limits.add_argument(parser)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    from rnnprof.analyzers.audit import Severity, audit
+    from rnnprof.commands import _job
+    from rnnprof.commands.placement_audit import audit_input
+    from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.reports.audit import render_text
+    from rnnprof.reports.layout import render_json, render_notes
+
+    job = _job.rank_job(args.paths)
+    paths = [str(f.path) for f in job.files] if job is not None else list(args.paths)
+    notes = run_notes(args.paths)
+    given = audit_input(paths, args)
+    result = audit(given)
+    notes += _left_out.notes(args, given.events)
+    render_notes(notes)
+    if args.json:
+        render_json(result.as_dict(_left_out.counts(given.events)), console)
+    else:
+        render_text(result, list(args.paths), console)
+    if args.fail_on != "never":
+        failing = result.at_or_above(Severity.parse(args.fail_on))
+        if failing:
+            raise FindingsError(f"{len(failing)} finding(s) at or above {args.fail_on} "
+                                f"({', '.join(sorted({f.rule for f in failing}))})")
+    return 0

@@ -1,0 +1,397 @@
+"""rnnprof audit: the noise rule, the straggler verdict against the run's jitter, the rules on real traces and
+on balanced controls, the JSON schema, 80-column output with short device names, exit codes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from rnnprof.analyzers import noise
+from rnnprof.analyzers.audit import RULES, Severity, audit
+from rnnprof.cli import main
+from rnnprof.profiler.loaders import load_events
+from rnnprof.reports.abbrev import Legend, abbreviate
+
+from fixtures import FIXTURES, KINETO
+
+GLOO = [str(FIXTURES / f"torch-gloo-rank{r}.json.gz") for r in (0, 1)]
+SAMPLED = [str(FIXTURES / f"kineto-sampled-rank{r}.json.gz") for r in (0, 1)]
+SCHEMA = {"rule", "severity", "title", "saving_ms", "saving_pct", "saving_basis", "confidence", "evidence",
+          "subject"}
+
+
+def _raw(path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+def _printed(argv, width=80) -> tuple[int, str]:
+    console = Console(record=True, width=width, color_system=None)
+    code = main(argv, console=console)
+    return code, console.export_text()
+
+
+# -- the noise rule -------------------------------------------------------------------------------------------
+
+def test_robust_spread_is_the_scaled_median_absolute_deviation():
+    values = [10.0, 12.0, 11.0, 50.0, 9.0]  # median 11, deviations 1, 1, 0, 39, 2 -> MAD 1
+    assert noise.robust_spread(values) == pytest.approx(1.4826)
+
+
+def test_a_steady_difference_is_significant_and_a_jittering_one_is_not():
+    steady = noise.significance([60_000, 61_000, 59_500, 60_200, 60_800], jitter_us=1_000)
+    assert steady.significant and 0.9 < steady.confidence <= 1.0
+    # the same median, but alternating by more than it: within the jitter
+    jittery = noise.significance([60_000, -40_000, 150_000, -20_000, 90_000], jitter_us=1_000)
+    assert not jittery.significant and jittery.confidence == 0.0
+    # a steady but tiny difference inside the step time's own jitter
+    tiny = noise.significance([100, 100, 100, 100], jitter_us=1_000)
+    assert not tiny.significant
+    # too few steps: nothing is significant
+    assert not noise.significance([60_000, 60_000], jitter_us=0).significant
+    # between ranks, a steady lateness under the floor (a scheduling time slice) is not called
+    assert noise.significance([1_300, 1_250, 1_310, 1_290], jitter_us=300).significant
+    assert not noise.significance([1_300, 1_250, 1_310, 1_290], 300, floor_us=noise.CROSS_RANK_FLOOR_US).significant
+
+
+# -- comm's straggler line ------------------------------------------------------------------------------------
+
+def test_comm_calls_no_straggler_on_the_balanced_gloo_pair():
+    # From the raw JSON: each rank has 2 gloo:all_reduce runs, and rank1 starts after rank0 at one and before
+    # it at the other: no steady lateness to judge.
+    starts = [[e["ts"] for e in _raw(p) if e.get("ph") == "X" and e.get("name") == "gloo:all_reduce"] for p in GLOO]
+    assert len(starts[0]) == len(starts[1]) == 2
+    late = [b - a for a, b in zip(sorted(starts[0]), sorted(starts[1]))]
+    assert min(late) < 0 < max(late)
+    code, text = _printed(["comm", *GLOO], width=200)
+    flat = " ".join(text.split())
+    assert code == 0
+    assert "straggler: no straggler beyond the run's jitter (rank1 arrived last at 1 of 2 collectives" in flat
+
+
+# -- the rules on real traces ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", KINETO)
+def test_every_real_trace_gives_the_schema_ranked_by_saving(name, capsys):
+    code = main(["audit", str(FIXTURES / name), "--json", "--fail-on", "never"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"findings", "noise", "left_out", "notes"}
+    assert set(doc["noise"]) == {"step_ms_median", "step_ms_mad", "steps"}
+    savings = [f["saving_ms"] for f in doc["findings"] if f["saving_ms"] is not None]
+    assert savings == sorted(savings, reverse=True)
+    for f in doc["findings"]:
+        assert set(f) == SCHEMA and set(f["subject"]) == {"rank", "device", "op"}
+        assert f["severity"] in ("info", "warning", "error") and 0.0 <= f["confidence"] <= 1.0
+        assert re.fullmatch(r"P[AF]\d{3}", f["rule"])
+
+
+def test_the_balanced_gloo_pair_has_no_finding_at_warning_or_above(capsys):
+    assert main(["audit", *GLOO, "--json", "--fail-on", "warning"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert not [f for f in doc["findings"] if f["severity"] != "info"]
+    assert any(n.startswith("PF001: no straggler beyond the run's jitter") for n in doc["notes"])
+
+
+def test_copy_churn_counts_the_real_traces_copies():
+    # kineto-1gpu-v100: DtoD copies per ProfilerStep, counted from the raw JSON by the launching runtime
+    # call's step (the copies run on the GPU; their cudaMemcpyAsync is inside a ProfilerStep range).
+    path = FIXTURES / "kineto-1gpu-v100.json.gz"
+    events = _raw(path)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    runtime = {e["args"]["correlation"]: e["ts"] for e in events
+               if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    per_step = [0] * len(steps)
+    for e in events:
+        if e.get("cat") == "gpu_memcpy" and "DtoD" in e["name"]:
+            ts = runtime.get(e["args"].get("correlation"))
+            for i, (a, b) in enumerate(steps):
+                if ts is not None and a <= ts < b:
+                    per_step[i] += 1
+    result = audit(load_events(str(path)))
+    (churn,) = [f for f in result.findings if f.rule == "PF004"]
+    assert churn.evidence["kind"] == "DtoD"
+    assert churn.evidence["copies_per_step"] == pytest.approx(float(np.median(per_step)))
+
+
+def test_placement_rules_and_performance_rules_share_one_registry():
+    ids = [r.id for r in RULES]
+    assert {"PF001", "PF002", "PF003", "PF004", "PF005", "PF006", "PF007"} <= set(ids)
+    assert {f"PA00{k}" for k in range(1, 9)} <= set(ids)
+    assert len(ids) == len(set(ids))
+
+
+# -- 80 columns and short device names ------------------------------------------------------------------------
+
+def test_device_names_shorten_consistently():
+    assert abbreviate("/job:worker/replica:0/task:1/device:CPU:0") == "w1/cpu0"
+    assert abbreviate("/job:worker/replica:0/task:1/cpu:0") == "w1/cpu0"
+    assert abbreviate("/job:ps/replica:0/task:0/device:CPU:0") == "ps0/cpu0"
+    assert abbreviate("rank3/gpu:0") == "r3/gpu0"
+    legend = Legend()
+    text = legend.shorten_text("rank1/cpu:0 waits for /job:worker/replica:0/task:12/device:GPU:3: MatMul")
+    assert text == "r1/cpu0 waits for w12/gpu3: MatMul"
+    assert legend.entries() == [("r1/cpu0", "rank1/cpu:0"), ("w12/gpu3", "/job:worker/replica:0/task:12/device:GPU:3")]
+
+
+def _cluster_timeline(path, tasks=8):
+    """A TF1 timeline of a gRPC cluster: one CPU device per worker task, task k running k+1 ms of MatMuls."""
+    events = []
+    for k in range(tasks):
+        events.append({"ph": "M", "pid": k, "name": "process_name",
+                       "args": {"name": f"/job:worker/replica:0/task:{k}/device:CPU:0 Compute"}})
+        for i in range(4):
+            events.append({"ph": "X", "pid": k, "tid": 0, "cat": "Op", "name": "MatMul", "ts": 1000 + i * 2000,
+                           "dur": 250 * (k + 1), "args": {"name": f"tower_{k}/MatMul_{i}", "op": "MatMul"}})
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_placement_audit_of_a_cluster_run_fits_80_columns_and_is_short(tmp_path):
+    trace = _cluster_timeline(tmp_path / "cluster.json")
+    code, text = _printed(["placement-audit", str(trace), "--fail-on", "never"])
+    assert code == 0
+    lines = text.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert "w7/cpu0 = /job:worker/replica:0/task:7/cpu:0" in text  # the legend, once
+    assert text.count("/job:worker/replica:0/task:7") == 1
+    assert len(lines) < 45, len(lines)  # 61 with full names in every column
+
+
+def test_audit_text_fits_80_columns():
+    for argv in (SAMPLED, GLOO, [str(FIXTURES / "kineto-2rank-nccl-rank0.json.gz")],
+                 [str(FIXTURES / "tf1-timeline-gpu-loop-step0.json")]):
+        code, text = _printed(["audit", *argv, "--fail-on", "never"])
+        assert code == 0
+        assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+
+
+# -- exit codes -----------------------------------------------------------------------------------------------
+
+def test_fail_on_decides_the_exit_code(capsys):
+    nccl = str(FIXTURES / "kineto-2rank-nccl-rank0.json.gz")
+    assert main(["audit", nccl, "--json", "--fail-on", "never"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    worst = max((Severity.parse(f["severity"]) for f in doc["findings"]), default=None)
+    assert worst is not None and worst >= Severity.WARNING
+    assert main(["audit", nccl, "--fail-on", worst.label]) == 1
+    assert main(["audit", *GLOO, "--fail-on", "warning"]) == 0
+
+
+@pytest.mark.parametrize("content", ["{not json", ""])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content):
+    bad = tmp_path / "trace.json"
+    bad.write_text(content)
+    assert main(["audit", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and err
+
+
+# -- a real 2-rank gloo job with a planted straggler ---------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
+@pytest.mark.parametrize("sleep_s", [0.060, 0.0])
+def test_the_straggler_rule_finds_the_sleeping_rank_and_its_sleep(tmp_path, capsys, sleep_s):
+    from test_critical_path_ddp import STEPS, _run
+
+    out = _run(tmp_path / "job", sleep_s)
+    assert main(["audit", str(out / "rank0.json"), str(out / "rank1.json"), "--json", "--fail-on", "never"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    # comm's straggler line follows the same rule
+    code, text = _printed(["comm", str(out / "rank0.json"), str(out / "rank1.json")], width=200)
+    line = next(line for line in text.splitlines() if line.startswith("straggler:"))
+    assert code == 0
+    assert line.startswith("straggler: no straggler beyond the run's jitter" if sleep_s == 0
+                           else "straggler: rank1 arrived last at"), line
+    stragglers = [f for f in doc["findings"] if f["rule"] == "PF001"]
+    # PA004: the sleeping rank's untraced time is its work; no imbalance beyond the jitter without the sleep
+    imbalance = [f for f in doc["findings"] if f["rule"] == "PA004" and f["severity"] != "info"]
+    assert [f["subject"]["device"] for f in imbalance] == ([] if sleep_s == 0 else ["rank1/cpu:0"]), imbalance
+    if sleep_s == 0:
+        assert not [f for f in stragglers if f["severity"] != "info"]
+        assert any(n.startswith("PF001: no straggler beyond the run's jitter") for n in doc["notes"])
+        return
+    # the script's own clock: how long rank 1 slept in each profiled step
+    sleeps = json.loads((out / "rank1-sleeps.json").read_text())
+    slept_ms = float(np.median([sleeps[str(s)] for s in STEPS])) / 1000
+    (finding,) = stragglers
+    assert finding["severity"] in ("warning", "error") and finding["subject"]["rank"] == "rank1"
+    assert finding["saving_ms"] == pytest.approx(slept_ms, rel=0.40)
+    assert finding["evidence"]["cause"] == "host gap/untraced time"
+    assert finding["confidence"] > 0.5
+    # the critical path crosses to rank 1 at the all-reduce and names the sleep as its untraced time
+    assert finding["evidence"]["critical_path_ms_per_step"]["untraced"] == pytest.approx(slept_ms, rel=0.40)
+    # rank 0's wait for it is the straggler's, not exposed communication
+    assert not [f for f in doc["findings"] if f["rule"] == "PF002" and f["severity"] != "info"]
+
+
+def _union(intervals):
+    merged = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
+
+
+def _length(merged):
+    return sum(b - a for a, b in merged)
+
+
+def _intersection(x, y):
+    out, i, j = 0.0, 0, 0
+    while i < len(x) and j < len(y):
+        out += max(0.0, min(x[i][1], y[j][1]) - max(x[i][0], y[j][0]))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def test_exposed_communication_of_a_real_nccl_rank_matches_the_raw_json():
+    # From the raw JSON: the GPU kernels launched inside a ProfilerStep (by their runtime call's correlation);
+    # exposed = union of the NCCL kernels - their overlap with the union of the other kernels.
+    path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
+    events = _raw(path)
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    launched = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    nccl, compute = [], []
+    for e in events:
+        ts = launched.get(e.get("args", {}).get("correlation")) if e.get("cat") == "kernel" else None
+        if ts is None or not any(a <= ts < b for a, b in steps):
+            continue
+        (nccl if e["name"].startswith("nccl") else compute).append((e["ts"], e["ts"] + e["dur"]))
+    comm = _union(nccl)
+    exposed = _length(comm) - _intersection(comm, _union(compute))
+    result = audit(load_events(str(path)))
+    (finding,) = [f for f in result.findings if f.rule == "PF002"]
+    assert finding.subject.device == "rank0/gpu:0"
+    assert finding.evidence["exposed_ms_total"] == pytest.approx(exposed / 1000, rel=0.02)
+
+
+def test_cuda_graph_rule_sees_the_graphs_of_the_cudagraph_pair_and_spares_the_control():
+    # From the raw JSON: the pair launches graphs (cudaGraphLaunch runtime calls), the control none.
+    for name in ("kineto-2rank-rank1-v100-cudagraph.json.gz", "kineto-16rank-rank0-a100-cudagraph.json.gz",
+                 "kineto-8rank-rank3-a100.json.gz"):
+        launches = sum(1 for e in _raw(FIXTURES / name)
+                       if e.get("ph") == "X" and str(e.get("name", "")).startswith("cudaGraphLaunch"))
+        result = audit(load_events(str(FIXTURES / name)))
+        noted = [n for n in result.notes if n.startswith("PF007:")]
+        assert not [f for f in result.findings if f.rule == "PF007" and f.severity >= Severity.WARNING], name
+        if "cudagraph" in name:
+            assert launches > 0 and len(noted) == 1 and f"({launches} launches" in noted[0], (name, noted)
+        else:
+            assert launches == 0 and not noted
+
+
+@pytest.mark.parametrize("name", ["kineto-2rank-rank1-v100-cudagraph.json.gz", "kineto-8rank-rank3-a100.json.gz"])
+def test_input_stalls_are_the_dataloader_fetches_of_each_step(name):
+    # From the raw JSON: each ProfilerStep#N's enumerate(DataLoader)#...__next__ ranges, summed
+    events = _raw(FIXTURES / name)
+    steps = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")}
+    fetches = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("enumerate(DataLoader)#")]
+    expected = {str(s): sum(e["dur"] for e in fetches if a <= e["ts"] < b) / 1000 for s, (a, b) in steps.items()}
+    (finding,) = [f for f in audit(load_events(str(FIXTURES / name))).findings if f.rule == "PF005"]
+    assert finding.evidence["per_step_ms"] == pytest.approx(expected, abs=1e-3)
+    assert finding.evidence["ms_per_step"] == pytest.approx(float(np.median(list(expected.values()))), abs=1e-3)
+    # well under a millisecond of a ~100 ms step: never a warning
+    assert finding.severity == Severity.INFO
+
+
+def test_no_input_rule_on_a_trace_without_a_dataloader():
+    result = audit([load_events(p) for p in GLOO])
+    assert "PF005" in {n.rule_id for n in result.not_checked}
+
+
+def test_host_overhead_matches_the_raw_json_and_spares_a_gpu_bound_trace():
+    # From the raw JSON of a host-bound NCCL rank: each kernel's runtime call (correlation), the innermost
+    # cpu_op on the call's thread around it; per execution, host time - its kernels' time, summed per step.
+    path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
+    events = _raw(path)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    calls = {e["args"]["correlation"]: e for e in events
+             if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    by_thread = {}
+    for i, e in enumerate(ops):
+        by_thread.setdefault((e["pid"], e["tid"]), []).append(i)
+    columns = {k: (np.array([ops[i]["ts"] for i in v], dtype=float), np.array([ops[i]["ts"] + ops[i]["dur"] for i in v],
+                                                                                dtype=float), np.array(v))
+               for k, v in by_thread.items()}
+    kernel_time = {}
+    for e in events:
+        call = calls.get(e.get("args", {}).get("correlation")) if e.get("cat") in ("kernel",) else None
+        if call is None or (call["pid"], call["tid"]) not in columns:
+            continue
+        start, end, index = columns[(call["pid"], call["tid"])]
+        inside = np.flatnonzero((start <= call["ts"]) & (end >= call["ts"] + call["dur"]))
+        if len(inside):
+            innermost = index[inside[np.argmax(start[inside] - 1e-9 * (end[inside] - start[inside]))]]
+            kernel_time[innermost] = kernel_time.get(innermost, 0.0) + e["dur"]
+    name = "aten::cudnn_batch_norm"
+    per_step = [sum(max(ops[i]["dur"] - t, 0.0) for i, t in kernel_time.items()
+                    if ops[i]["name"] == name and a <= ops[i]["ts"] < b) for a, b in steps]
+    (finding,) = [f for f in audit(load_events(str(path))).findings if f.rule == "PF006"]
+    assert finding.subject.op == name
+    assert finding.evidence["excess_ms_per_step"] == pytest.approx(float(np.median(per_step)) / 1000, rel=0.02)
+    # a GPU-bound trace (the GPU ~98% busy): host time costs no step time, never a warning
+    (bound,) = [f for f in audit(load_events(str(FIXTURES / "kineto-1gpu-v100.json.gz"))).findings if f.rule == "PF006"]
+    assert bound.severity == Severity.INFO and bound.saving_us < 0.01 * 95_000
+
+
+def test_gpu_idle_of_a_host_bound_rank_is_host_wait_by_the_raw_json():
+    # From the raw JSON: the GPU's kernels, copies and memsets launched inside a ProfilerStep, in start order;
+    # a gap opens where the next one starts after all before it ended, and is host wait when its launch (the
+    # runtime call with its correlation id) came after the gap began.
+    path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
+    events = _raw(path)
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    launched = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    work = sorted((e["ts"], e["ts"] + e["dur"], launched[e["args"]["correlation"]]) for e in events
+                  if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["dur"] > 0
+                  and e["args"].get("correlation") in launched
+                  and any(a <= launched[e["args"]["correlation"]] < b for a, b in steps))
+    reach, host_wait, idle = work[0][1], 0.0, 0.0
+    for start, end, launch in work[1:]:
+        if start > reach:
+            idle += start - reach
+            host_wait += start - reach if launch > reach else 0.0
+        reach = max(reach, end)
+    assert host_wait > 0.5 * idle  # host-bound by the raw JSON itself
+    (finding,) = [f for f in audit(load_events(str(path))).findings if f.rule == "PF003"]
+    assert finding.evidence["cause"] == "host_wait" and finding.subject.device == "rank0/gpu:0"
+    assert finding.evidence["cause_ms_total"] == pytest.approx(host_wait / 1000, rel=0.01)
+    assert finding.severity >= Severity.WARNING
+    # control: a GPU-bound trace (the GPU ~98% busy by its ProfilerSteps) idles too little for a warning
+    control = audit(load_events(str(FIXTURES / "kineto-1gpu-v100.json.gz")))
+    assert not [f for f in control.findings if f.rule == "PF003" and f.severity >= Severity.WARNING]
+
+
+def test_a_rank_folder_is_audited_as_its_files(tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r, path in enumerate(GLOO):
+        shutil.copy(path, folder / f"rank{r}.json.gz")
+    assert main(["audit", str(folder), "--json", "--fail-on", "never"]) == 0
+    from_folder = json.loads(capsys.readouterr().out)
+    assert main(["audit", *GLOO, "--json", "--fail-on", "never"]) == 0
+    from_files = json.loads(capsys.readouterr().out)
+    assert from_folder["noise"] == from_files["noise"] and from_folder["noise"]["steps"] == 2
+    assert [f["title"] for f in from_folder["findings"]] == [f["title"] for f in from_files["findings"]]
