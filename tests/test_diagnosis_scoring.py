@@ -62,6 +62,18 @@ def test_the_saving_must_be_within_40_percent_of_the_measured_cost(saving, ok):
     assert fault.first and fault.saving_ok is ok
 
 
+@pytest.mark.parametrize("saving, cost, noise, ok", [
+    (3.0, 0.5, 4.0, True),  # a fault that costs nothing measurable here, estimated within the noise
+    (6.0, 0.5, 4.0, False),  # claimed far beyond the noise
+    (45.0, 40.0, 30.0, True), (75.0, 40.0, 30.0, False),  # a wide noise widens the tolerance, up to the noise
+    (2.0, -1.0, 1.0, False)])
+def test_a_cost_within_the_noise_is_met_by_an_estimate_within_the_noise(saving, cost, noise, ok):
+    results = [CaseResult("p", "planted", [finding("PF1", "straggler", saving_ms=saving, rank="1")], (STRAGGLER,),
+                          cost_ms=cost, noise_ms=noise)]
+    (fault,) = score(results).faults
+    assert fault.saving_ok is ok
+
+
 @pytest.mark.parametrize("subject, matches", [
     (dict(rank="rank1"), True), (dict(rank="1"), True), (dict(rank=1), True), (dict(device="rank1/gpu:1"), True),
     (dict(rank="rank0"), False), (dict(rank="11"), False), (dict(), False), (dict(device="gpu:1"), False)])
@@ -104,7 +116,7 @@ def test_targets_are_met_only_when_controls_are_quiet_faults_first_and_savings_c
 def test_a_ddp_jobs_step_time_is_its_slowest_ranks_median_after_the_first_steps(tmp_path):
     (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "step_s": [9, 9, 9, 0.010, 0.012, 0.011]}))
     (tmp_path / "rank1.json").write_text(json.dumps({"rank": 1, "step_s": [9, 9, 9, 0.020, 0.030, 0.050]}))
-    assert diagnosis.ddp_step_ms(tmp_path) == pytest.approx(30.0)
+    assert diagnosis.ddp_step_ms(tmp_path) == pytest.approx((30.0, 10.0))  # rank 1: median 30 ms, MAD 10 ms
 
 
 def test_every_case_names_real_inputs_and_valid_patterns():
