@@ -115,7 +115,7 @@ def test_kineto_report_draws_every_chart_offline_in_chromium(kineto_page, tmp_pa
 def test_kineto_report_is_self_contained_and_says_what_it_cannot_show(kineto_page):
     page = kineto_page.read_text()
     assert not re.search(r"""<(script|link|img)[^>]+(src|href)=["']?https?:""", page)
-    left_out = page.split('id="left-out"')[1]  # the one line at the end naming what the page leaves out
+    (left_out,) = re.findall(r'<p class="left-out sub" id="left-out">(.*?)</p>', page)  # the line at the end
     assert "Configuration and environment (kineto input carries no run manifest" in left_out
     assert "<h2>Throughput</h2>" in page and "Throughput (" not in left_out  # from the ProfilerStep ranges
     assert "The user graph (graphs are read from one run directory" in left_out
@@ -332,7 +332,8 @@ def test_report_of_a_real_capture_in_chromium(captured_run, tmp_path, capsys):
     assert "logical CPU devices sharing" in html  # the shared-cores note
     assert f"{manifest['throughput']['words_per_second']:,.0f}" in html
     assert 'id="left-out"' not in html.split("<h2>Ops</h2>")[0]  # run, throughput, time, timeline all there
-    assert "Throughput (" not in html.partition('id="left-out"')[2] and "Time per device (" not in html
+    left_out = "".join(re.findall(r'<p class="left-out sub" id="left-out">(.*?)</p>', html))
+    assert "Throughput (" not in left_out and "Time per device (" not in left_out
 
 
 @pytest.mark.slow
