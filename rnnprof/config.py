@@ -229,7 +229,8 @@ def _model_flags(add, g, sweep: bool, actions: list) -> None:
                  "on the host every step), python (numpy through a prefetching tf.data pipeline) "
                  "(default: device)")
     add(g, "--plant", choices=PLANTS, default=None,
-        help="opt-in demo of a mishap for the audits to find: softmax-on-device0 pins every tower's softmax to "
+        help="opt-in demo of a placement mishap (or a starved thread pool) for the audits to find: "
+             "softmax-on-device0 pins every tower's softmax to "
              "device 0 (RNNLM); few-inter-op-threads runs the session with one inter-op thread (one op at a time) "
              "over several devices; updates-on-device0 keeps every tower's variables, so all parameter updates, "
              "on device 0 (replicated or independent) (default: none)")
