@@ -251,3 +251,14 @@ def test_an_audit_with_no_finding_says_so(tmp_path, capsys, monkeypatch):
          "notes": []}, ""))
     page = _page([ONE_GPU], tmp_path / "n.html", capsys)
     assert "<p>No finding.</p>" in _section(page, "Findings")
+
+
+def test_cpu_ranks_say_why_they_have_no_idle_time_by_cause(tmp_path, capsys):
+    gloo = [DATA / "torch-gloo-rank0.json.gz", DATA / "torch-gloo-rank1.json.gz"]
+    document = _json(capsys, "comm", *gloo)
+    assert {d["basis"] for d in document["devices"]} == {"host operators"}
+    assert all(d["idle_by_cause"] is None for d in document["devices"])
+    page = _page(gloo, tmp_path / "gloo.html", capsys)
+    (left,) = re.findall(r'id="left-out">Left out: (.*?)</p>', page)
+    assert "Idle time by cause (ranks without a GPU, measured by their host operators" in html.unescape(left)
+    assert "<h3>Idle time by cause</h3>" not in page

@@ -233,11 +233,15 @@ def _time(page: Page, report: RunReport) -> None:
 
 
 def _idle(page: Page, comm) -> None:
+    from rnnprof.analyzers.comm import BASIS_HOST_OPS
     from rnnprof.reports.comm import idle_caption
 
     devices = [d for d in comm.devices if d.idle is not None]
-    without = [d.device.label for d in comm.devices if d.idle is None and d.total.idle_us > 0]
-    why = "the trace links no launch call to this work (PyTorch profiler traces do)"
+    without = [d for d in comm.devices if d.idle is None and d.total.idle_us > 0]
+    why = ("ranks without a GPU, measured by their host operators: no launch to wait on"
+           if without and all(d.basis == BASIS_HOST_OPS for d in without)
+           else "the trace links no launch call to this work (PyTorch profiler traces do)")
+    without = [d.device.label for d in without]
     if not devices:
         page.leave_out("Idle time by cause", why)
         return
