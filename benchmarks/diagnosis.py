@@ -22,7 +22,8 @@ Scores, over the findings at warning or above ("alarms"): precision = alarms tha
 their case / all alarms; recall = expected faults matched by an alarm / all expected faults. A finding matches
 a fault when its rule id or title matches the fault's pattern (case-insensitive) and its subject agrees with the
 fault's (``rank1`` and ``1`` name the same rank). Targets: no alarm on any control; every planted fault matched
-by the audit's first finding; every first finding's ``saving_ms`` within +-40% of the measured cost, or within the
+by the audit's first finding; every fault's ``saving_ms`` (of the first alarm matching it) within +-40% of the
+measured cost, or within the
 cost's noise where that is wider (the fault's and the control's step-time median absolute deviations, summed: a
 fault that costs about nothing on this machine must be estimated at about nothing). Exits 1 when a target is
 missed, 2 when the audit cannot run at all.
@@ -103,7 +104,7 @@ class FaultScore:
     fault: str
     found: bool  # an alarm matches it
     first: bool  # the audit's first finding matches it
-    saving_ms: float | None  # the first finding's
+    saving_ms: float | None  # the first alarm matching it (the audit's first finding when ranked first)
     cost_ms: float | None
     error: float | None  # (saving - cost) / cost; None without both
     noise_ms: float = 0.0
@@ -142,8 +143,8 @@ def _label(finding: dict) -> str:
 
 
 def score(results: list[CaseResult]) -> Score:
-    """Precision and recall over the alarms, and per planted fault whether it is found, ranked first, and its
-    first finding's saving against the measured cost."""
+    """Precision and recall over the alarms, and per planted fault whether it is found, ranked first, and the
+    saving of the first alarm that matches it against the measured cost."""
     out = Score()
     for case in results:
         alarms = [f for f in case.findings if is_alarm(f)]
@@ -164,7 +165,8 @@ def score(results: list[CaseResult]) -> Score:
                 continue
             top = case.findings[0] if case.findings else None
             first = top is not None and is_alarm(top) and fault.matches(top)
-            saving = top.get("saving_ms") if first else None
+            match = next((f for f in alarms if fault.matches(f)), None)  # the top finding when ranked first
+            saving = match.get("saving_ms") if match is not None else None
             saving = float(saving) if isinstance(saving, (int, float)) and not isinstance(saving, bool) else None
             error = ((saving - case.cost_ms) / case.cost_ms
                      if saving is not None and case.cost_ms is not None and case.cost_ms > 0 else None)
