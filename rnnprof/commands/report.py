@@ -58,11 +58,12 @@ def audit_input(inputs, events=None):
 FINDINGS_NOT_WIRED = "rnnprof audit is not part of this build"
 
 
-def _findings(paths: list[str], args: argparse.Namespace) -> tuple[dict | None, str]:
+def _findings(paths: list[str], args: argparse.Namespace, inputs, events) -> tuple[dict | None, str]:
     """The findings of ``rnnprof audit`` on the report's input, as the document ``rnnprof audit PATHS --json``
     prints (``{"findings": [...], "noise": {...}, "left_out": {...}, "notes": [...]}``), for the page's
-    Findings section; ``(None, why)`` when there are none to show. This is where the audit is connected:
-    return its document (e.g. ``audit(...).as_dict()``) here."""
+    Findings section; ``(None, why)`` when there are none to show. ``inputs``: the input as read once
+    (``read_inputs``); ``events``: its trace events with the steps selected (None without events). This is
+    where the audit is connected: return its document (e.g. ``audit(...).as_dict()``) here."""
     return None, FINDINGS_NOT_WIRED
 
 
@@ -111,5 +112,5 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
                          audit_input=audit, audit_reason=audit_reason, manifest=inputs.manifest,
                          dependencies=read_dependencies(paths) if events is not None else None)
     render_notes(notes)
-    findings, findings_reason = _findings(paths, args)
+    findings, findings_reason = _findings(paths, args, inputs, events)
     return run_page(report, name, notes, findings, findings_reason)
