@@ -203,7 +203,8 @@ SLOW_LOADER = Fault("slow data loader on rank 1", r"data ?load|input pipeline|lo
                     "rank 1's dataset takes 40 ms per batch", (("rank", "rank1"),))
 TINY_OPS = Fault("many tiny operators", r"tiny|small (op|kernel)|short (op|kernel)|launch|overhead|dispatch|many op",
                  "an indexing operator (and its backward) per token instead of one embedding lookup")
-SOFTMAX = Fault("softmax of every tower on device 0", r"softmax|placement|one device|device ?0|imbalanc",
+SOFTMAX = Fault("softmax of every tower on device 0",
+                r"softmax|placement|pinned|PA002|one device|device ?0|tower 0|imbalanc",
                 "--plant softmax-on-device0 pins every tower's projection and softmax to device 0")
 THREADS = Fault("one inter-op thread", r"inter[- _]?op|thread",
                 "--plant few-inter-op-threads runs the session with inter_op_parallelism_threads=1 over 2 devices")
