@@ -1,6 +1,6 @@
 """Benchmark: does ``rnnprof audit`` find planted faults, rank them first and estimate what they cost?
 
-    python benchmarks/diagnosis.py [--only NAME ...] [--keep DIR] [--list]
+    python benchmarks/diagnosis.py [--only NAME ...] [--rounds 3] [--keep DIR] [--list]
 
 Each planted fault runs next to its control (the same job without the fault), captured with
 ``rnnprof trace ... --out DIR`` and audited with ``rnnprof audit DIR --json``:
@@ -15,18 +15,19 @@ The real traces of ``tests/data`` are audited too, each with the findings it is 
 the reason for each).
 
 What a fault costs is measured without rnnprof's analyses: step time with the fault minus step time without it,
-each the median of the job's own clock (its timed steps) (a DDP job's ranks time their steps with ``time.perf_counter``,
-``diagnosis_jobs/_ddp.py``; a built-in workload's timed steps are in its manifest, ``throughput``).
+each from the job's own clock (a DDP job's ranks time their steps with ``time.perf_counter``,
+``diagnosis_jobs/_ddp.py``; a built-in workload's timed steps are in its manifest, ``step_times``), over
+``--rounds`` runs of each, taking turns: the median of the runs' medians. The first round's runs are audited.
 
 Scores, over the findings at warning or above ("alarms"): precision = alarms that match an expected fault of
 their case / all alarms; recall = expected faults matched by an alarm / all expected faults. A finding matches
 a fault when its rule id or title matches the fault's pattern (case-insensitive) and its subject agrees with the
 fault's (``rank1`` and ``1`` name the same rank). Targets: no alarm on any control; every planted fault matched
 by the audit's first finding; every fault's ``saving_ms`` (of the first alarm matching it) within +-40% of the
-measured cost, or within the
-cost's noise where that is wider (the fault's and the control's step-time median absolute deviations, summed: a
-fault that costs about nothing on this machine must be estimated at about nothing). Exits 1 when a target is
-missed, 2 when the audit cannot run at all.
+measured cost, or within the cost's noise where that is wider (a fault that costs about nothing on this machine
+must be estimated at about nothing). The noise is the fault's and the control's, summed: each the larger of its
+runs' median absolute deviation and half the range of its runs' medians. Exits 1 when a target is missed, 2
+when the audit cannot run at all.
 """
 
 from __future__ import annotations
@@ -294,7 +295,7 @@ def ddp_step_ms(clock: Path) -> tuple[float, float]:
 def run_ddp(name: str, control: bool, folder: Path) -> tuple[Path, tuple[float, float]]:
     script, _, extra = DDP[name]
     out, clock = folder / "run", folder / "clock"
-    _run([_python(), "-m", "rnnprof", "trace", "--out", str(out), "--steps", str(DDP_TRACED), "--skip-steps",
+    _run([_python(), "-m", "rnnprof", "trace", "--force", "--out", str(out), "--steps", str(DDP_TRACED), "--skip-steps",
           str(DDP_SKIP), "--", _python(), "-m", "torch.distributed.run", "--nproc-per-node", "2",
           str(JOBS / script), "--steps", str(DDP_STEPS), "--clock", str(clock), *extra,
           *(["--control"] if control else [])], f"{name}{' control' if control else ''}")
@@ -304,7 +305,7 @@ def run_ddp(name: str, control: bool, folder: Path) -> tuple[Path, tuple[float, 
 def run_tf(plant: str | None, folder: Path) -> tuple[Path, tuple[float, float]]:
     """The run, and the median and MAD (ms) of its timed steps (the runner's clock, in its manifest)."""
     out = folder / "run"
-    _run([_python(), "-m", "rnnprof", "trace", *TF_WORKLOAD, *(["--plant", plant] if plant else []),
+    _run([_python(), "-m", "rnnprof", "trace", "--force", *TF_WORKLOAD, *(["--plant", plant] if plant else []),
           "--out", str(out)], f"rnnlm {plant or 'control'}")
     times = json.loads((out / "manifest.json").read_text()).get("step_times") or {}
     timed = [float(t) * 1000 for t in times.get("timed") or [] if isinstance(t, (int, float))]
@@ -313,7 +314,18 @@ def run_tf(plant: str | None, folder: Path) -> tuple[Path, tuple[float, float]]:
     return out, median_mad(timed)
 
 
-def run_cases(names: set[str] | None, keep: Path) -> list[CaseResult]:
+def combine(timings: list[tuple[float, float]]) -> tuple[float, float]:
+    """One configuration's step time over its runs (each ``(median, MAD)`` in ms): the median of the runs'
+    medians, and its noise: the larger of the runs' median MAD and half the range of their medians (on a
+    shared machine one run can be twice as slow as the next)."""
+    medians = [m for m, _ in timings]
+    return statistics.median(medians), max(statistics.median(d for _, d in timings),
+                                           (max(medians) - min(medians)) / 2)
+
+
+def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseResult]:
+    """Every case wanted; a fault and its control run ``rounds`` times, taking turns, and the first round's runs
+    are audited."""
     results = []
 
     def wanted(name: str) -> bool:
@@ -323,23 +335,32 @@ def run_cases(names: set[str] | None, keep: Path) -> list[CaseResult]:
         if not wanted(name):
             continue
         t0 = time.perf_counter()
-        run, (step, mad) = run_ddp(name, False, keep / name)
-        control_run, (control_step, control_mad) = run_ddp(name, True, keep / f"{name}-control")
-        results.append(CaseResult(name, "planted", audit([run])["findings"], (fault,), step - control_step, step,
-                                  mad + control_mad))
-        results.append(CaseResult(f"{name} control", "control", audit([control_run])["findings"], (),
+        runs: dict[bool, list] = {False: [], True: []}
+        for k in range(rounds):
+            for control in (False, True) if k % 2 == 0 else (True, False):
+                runs[control].append(run_ddp(name, control, keep / f"{name}{'-control' if control else ''}-{k}"))
+        (step, noise), (control_step, control_noise) = (combine([t for _, t in runs[c]]) for c in (False, True))
+        results.append(CaseResult(name, "planted", audit([runs[False][0][0]])["findings"], (fault,),
+                                  step - control_step, step, noise + control_noise))
+        results.append(CaseResult(f"{name} control", "control", audit([runs[True][0][0]])["findings"], (),
                                   step_ms=control_step))
         print(f"  {name}: {step:,.1f} ms/step against {control_step:,.1f} ({time.perf_counter() - t0:.0f} s)",
               flush=True)
     plants = [p for p in TF_PLANTS if wanted(p)]
     if plants:
-        control_run, (control_step, control_mad) = run_tf(None, keep / "rnnlm-control")
-        results.append(CaseResult("rnnlm control", "control", audit([control_run])["findings"], (),
+        configs = [None, *plants]
+        runs = {plant: [] for plant in configs}
+        for k in range(rounds):
+            for plant in configs if k % 2 == 0 else configs[::-1]:
+                runs[plant].append(run_tf(plant, keep / f"{plant or 'rnnlm-control'}-{k}"))
+        timed = {plant: combine([t for _, t in runs[plant]]) for plant in configs}
+        control_step, control_noise = timed[None]
+        results.append(CaseResult("rnnlm control", "control", audit([runs[None][0][0]])["findings"], (),
                                   step_ms=control_step))
         for plant in plants:
-            run, (step, mad) = run_tf(plant, keep / plant)
-            results.append(CaseResult(plant, "planted", audit([run])["findings"], (TF_PLANTS[plant],),
-                                      step - control_step, step, mad + control_mad))
+            step, noise = timed[plant]
+            results.append(CaseResult(plant, "planted", audit([runs[plant][0][0]])["findings"], (TF_PLANTS[plant],),
+                                      step - control_step, step, noise + control_noise))
             print(f"  {plant}: {step:,.1f} ms/step against {control_step:,.1f}", flush=True)
     for name, (paths, expected) in REAL.items():
         if wanted(name):
@@ -381,6 +402,8 @@ def main() -> int:
     parser.add_argument("--only", action="append", choices=every, metavar="NAME",
                         help=f"run only this case (repeatable): {', '.join(every)}")
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs in this folder")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="runs of each fault and its control, taking turns (default: %(default)s)")
     parser.add_argument("--list", action="store_true", help="list the cases and what each is expected to show")
     args = parser.parse_args()
     if args.list:
@@ -395,7 +418,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rnnprof-diagnosis-") as tmp:
         keep = args.keep or Path(tmp)
         try:
-            results = run_cases(set(args.only) if args.only else None, keep)
+            results = run_cases(set(args.only) if args.only else None, keep, max(1, args.rounds))
         except AuditUnavailable as exc:
             print(f"diagnosis: {exc}; expected `rnnprof audit PATH --json`", file=sys.stderr)
             return 2

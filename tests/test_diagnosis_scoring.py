@@ -137,3 +137,9 @@ def test_every_case_names_real_inputs_and_valid_patterns():
     from rnnprof.config import PLANTS
 
     assert set(diagnosis.TF_PLANTS) == set(PLANTS)
+
+
+def test_a_configurations_step_time_is_the_median_of_its_runs_and_its_noise_covers_their_spread():
+    assert diagnosis.combine([(30.0, 0.5), (58.0, 0.9), (31.0, 0.4)]) == (31.0, 14.0)  # half of 58 - 30
+    assert diagnosis.combine([(40.0, 3.0), (41.0, 2.0), (40.5, 4.0)]) == (40.5, 3.0)  # the runs' median MAD
+    assert diagnosis.combine([(12.0, 1.0)]) == (12.0, 1.0)
