@@ -33,7 +33,13 @@ BATCH_SCALINGS = ("per-device", "total")
 RNNLM_PRESETS = ("rnn_benchmark", "small")
 PRESETS = RNNLM_PRESETS  # small: every model; rnn_benchmark: the RNNLM
 FAKE_LOCATIONS = ("device", "cpu", "python")  # where a ResNet's synthetic images are made
-PLANTS = ("softmax-on-device0",)
+# Planted mishaps (``--plant``), for the diagnosis benchmark and the audits to find: softmax-on-device0 (RNNLM,
+# ``models.tensorflow.rnnlm``); few-inter-op-threads and updates-on-device0 (every TensorFlow workload,
+# ``profiler.run.runner``).
+SOFTMAX_ON_DEVICE0 = "softmax-on-device0"
+FEW_INTER_OP_THREADS = "few-inter-op-threads"  # the session runs with inter_op_parallelism_threads=1
+UPDATES_ON_DEVICE0 = "updates-on-device0"  # every tower's variables, so their updates, on device 0
+PLANTS = (SOFTMAX_ON_DEVICE0, FEW_INTER_OP_THREADS, UPDATES_ON_DEVICE0)
 # greedy: each variable to the ps task holding the fewest bytes so far (tf_cnn_benchmarks' greedy
 # load balancing); first: every variable on ps task 0 (a deliberate imbalance, for testing the audit).
 PS_PLACEMENTS = ("greedy", "first")
@@ -223,8 +229,11 @@ def _model_flags(add, g, sweep: bool, actions: list) -> None:
                  "on the host every step), python (numpy through a prefetching tf.data pipeline) "
                  "(default: device)")
     add(g, "--plant", choices=PLANTS, default=None,
-        help="opt-in demo of a placement mishap for the placement audit to find: softmax-on-device0 pins every "
-             "tower's softmax to device 0 (RNNLM) (default: none)")
+        help="opt-in demo of a placement mishap (or a starved thread pool) for the audits to find: "
+             "softmax-on-device0 pins every tower's softmax to "
+             "device 0 (RNNLM); few-inter-op-threads runs the session with one inter-op thread (one op at a time) "
+             "over several devices; updates-on-device0 keeps every tower's variables, so all parameter updates, "
+             "on device 0 (replicated or independent) (default: none)")
     add(g, "--seed", type=int, default=1, help="seed of the initial weights and the batches (default: %(default)s)")
 
 
@@ -416,8 +425,16 @@ def validate_without_gpus(config: WorkloadConfig) -> None:
         raise UsageError(f"--learning-rate must be a positive number, got {config.learning_rate}")
     if config.model == "nmt" and config.attention != "none" and config.encoder == "fused":
         raise UsageError("--attention needs the loop decoder; use --encoder loop or --attention none")
-    if config.plant and config.model != "rnnlm":
+    if config.plant == SOFTMAX_ON_DEVICE0 and config.model != "rnnlm":
         raise UsageError(f"--plant {config.plant} applies to --model rnnlm")
+    if config.plant in (FEW_INTER_OP_THREADS, UPDATES_ON_DEVICE0) and config.devices < 2:
+        raise UsageError(f"--plant {config.plant} needs several devices; got --devices {config.devices}")
+    if config.plant == FEW_INTER_OP_THREADS and (config.inter_op_threads or config.workers):
+        raise UsageError(f"--plant {config.plant} sets the session's inter-op threads itself; it runs without "
+                         "--inter-op-threads and --workers")
+    if config.plant == UPDATES_ON_DEVICE0 and config.variable_update not in ("replicated", "independent"):
+        raise UsageError(f"--plant {config.plant} applies to --variable-update replicated or independent "
+                         f"(parameter_server updates on the parameter device by design)")
     if config.preset == "rnn_benchmark" and config.model != "rnnlm":
         raise UsageError("--preset rnn_benchmark applies to --model rnnlm")
     if config.preset and config.model == "nmt":

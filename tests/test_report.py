@@ -115,9 +115,10 @@ def test_kineto_report_draws_every_chart_offline_in_chromium(kineto_page, tmp_pa
 def test_kineto_report_is_self_contained_and_says_what_it_cannot_show(kineto_page):
     page = kineto_page.read_text()
     assert not re.search(r"""<(script|link|img)[^>]+(src|href)=["']?https?:""", page)
-    assert "Configuration and environment not available: kineto input carries no run manifest" in page
-    assert "Throughput not available" in page
-    assert "The user graph not available: graphs are read from one run directory" in page
+    (left_out,) = re.findall(r'<p class="left-out sub" id="left-out">(.*?)</p>', page)  # the line at the end
+    assert "Configuration and environment (kineto input carries no run manifest" in left_out
+    assert "<h2>Throughput</h2>" in page and "Throughput (" not in left_out  # from the ProfilerStep ranges
+    assert "The user graph (graphs are read from one run directory" in left_out
     assert "The placement audit" not in page  # the audit runs on the trace alone
     assert "Rules checked:" in page
 
@@ -145,7 +146,7 @@ def test_tf1_timeline_report_has_a_bar_per_device_and_no_step_chart(tmp_path, ca
                for m in [re.search(r"(gpu|cpu):\d+", e["args"]["name"], re.I)] if m}
     specs = _specs(page)
     assert len(specs["breakdown"]["datasets"]["breakdown"]) == len(devices) * SEGMENTS
-    assert "step-breakdown" not in specs and "Per-step bars not available: the trace has no step markers" in page
+    assert "step-breakdown" not in specs and "Per-step bars (the trace has no step markers)" in page
     assert "<title>rnnprof report: tf1-timeline-gpu-loop-step0.json</title>" in page
     assert "Timeline of the whole trace" in json.dumps(specs["timeline"])
     assert "Critical path of the whole trace" in json.dumps(specs["critical-path"])
@@ -178,12 +179,14 @@ def test_a_step_with_more_events_than_the_bound_is_merged_without_losing_busy_ti
 
 # -- what the report computes --------------------------------------------------------------------------
 
-def test_the_report_classifies_the_events_once_and_leaves_out_launch_statistics(tmp_path, capsys, monkeypatch):
+def test_the_report_classifies_the_events_once_and_computes_launch_statistics_once(tmp_path, capsys, monkeypatch):
     """comm, the timeline and the critical path read one classification of the events; count-ops' launch
-    statistics, which the page does not show, are not computed (they cost more than the rest of count-ops)."""
+    statistics are computed once, their launch-bound shares taken from comm's idle time by cause (not by
+    classifying the events again)."""
     import rnnprof.analyzers.classify as classify_module
     import rnnprof.analyzers.comm as comm_module
     import rnnprof.analyzers.critical_path as critical_path_module
+    import rnnprof.analyzers.launches as launches_module
     import rnnprof.analyzers.opcount as opcount_module
     import rnnprof.analyzers.run_report as run_report_module
 
@@ -195,16 +198,18 @@ def test_the_report_classifies_the_events_once_and_leaves_out_launch_statistics(
         return real(*args, **kwargs)
 
     def refused(*args, **kwargs):
-        raise AssertionError("the report computed launch statistics")
+        raise AssertionError("the report computed launch statistics twice")
 
     for module in (classify_module, comm_module, critical_path_module, run_report_module):
         monkeypatch.setattr(module, "classify", counted)
     monkeypatch.setattr(opcount_module, "launch_stats", refused)
+    monkeypatch.setattr(launches_module, "host_wait_shares", refused)
     page = _report(RANKS[:1], tmp_path / "r.html", capsys)  # a trace whose kernels have launch calls
     assert len(calls) == 1
     specs = _specs(page)
     assert {"breakdown", "step-breakdown", "timeline", "opcount", "top-device", "top-host",
             "critical-path"} <= set(specs)
+    assert "<h2>Kernel launches</h2>" in page
 
 
 def test_altair_is_imported_without_format_checkers_it_never_uses():
@@ -326,7 +331,9 @@ def test_report_of_a_real_capture_in_chromium(captured_run, tmp_path, capsys):
         assert f"<h2>{heading}</h2>" in html
     assert "logical CPU devices sharing" in html  # the shared-cores note
     assert f"{manifest['throughput']['words_per_second']:,.0f}" in html
-    assert "not available" not in html.split("<h2>Ops</h2>")[0]  # run, throughput, time, timeline all there
+    assert 'id="left-out"' not in html.split("<h2>Ops</h2>")[0]  # run, throughput, time, timeline all there
+    left_out = "".join(re.findall(r'<p class="left-out sub" id="left-out">(.*?)</p>', html))
+    assert "Throughput (" not in left_out and "Time per device (" not in left_out
 
 
 @pytest.mark.slow

@@ -2,10 +2,11 @@
 
 ``analyze_run`` runs the analyses the other commands run (``comm``, ``count-ops``,
 ``placement-audit``, ``critical-path``) on inputs read once, plus the top ops by time and one step's
-timeline; the critical path is that of the timeline's step; the roofline (``roofline``) comes computed,
-as it needs the operators' shapes. The events are classified once for all of
-them; count-ops' launch statistics are left out, as the report does not show them. A part
-that cannot be computed is None with the reason, which the report prints in its place.
+timeline, the kernels' launch statistics (``rnnprof.analyzers.launches``, as count-ops reports them) and the
+step times of the trace's step markers; the critical path is that of the timeline's step; the roofline (``roofline``) comes computed,
+as it needs the operators' shapes. The events are
+classified once for all of them (the launch statistics' launch-bound shares come from comm's idle time by
+cause). A part that cannot be computed is None with the reason, which the report lists among what it left out.
 """
 
 from __future__ import annotations
@@ -17,10 +18,47 @@ import numpy as np
 from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.comm import CommReport, analyze_comm, device_work_mask
 from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies, analyze_critical_path
+from rnnprof.analyzers.diff import step_marker_periods
+from rnnprof.analyzers.launches import LaunchStats, launch_stats
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
 from rnnprof.analyzers.timeline import Timeline, step_timeline
 from rnnprof.analyzers.topops import TimedOp, top_by_time
 from rnnprof.events import EventTable, Kind
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Durations of the trace's host step markers (``ProfilerStep#N`` ranges), one per rank and step."""
+
+    steps: int
+    median_us: float
+    mad_us: float  # median absolute deviation from the median
+    min_us: float
+    max_us: float
+
+    @property
+    def steps_per_second(self) -> float:
+        return 1e6 / self.median_us if self.median_us > 0 else 0.0
+
+
+def step_times(events: EventTable | None) -> StepTimes | None:
+    """The step markers' durations (None when the trace has none, or only empty ones)."""
+    periods = step_marker_periods(events)
+    periods = periods[periods > 0]
+    if not len(periods):
+        return None
+    median = float(np.median(periods))
+    return StepTimes(len(periods), median, float(np.median(np.abs(periods - median))), float(periods.min()),
+                     float(periods.max()))
+
+
+def host_wait_share(comm: CommReport | None) -> dict[str, float]:
+    """Per GPU with idle time by cause: its host-wait idle time as a share of its span (what
+    ``launches.host_wait_shares`` computes, here from comm's figures)."""
+    if comm is None:
+        return {}
+    return {d.device.label: (d.idle.total.host_wait_us / d.total.span_us if d.total.span_us > 0 else 0.0)
+            for d in comm.devices if d.idle is not None and d.device.kind == "gpu"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +81,8 @@ class RunReport:
     critical_path_reason: str = ""
     roofline: object | None = None  # roofline.RooflineReport of the input's one process
     roofline_reason: str = "not computed"
+    launches: LaunchStats | None = None  # None: no trace events
+    step_times: StepTimes | None = None  # None: no step markers with a duration
 
 
 def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
@@ -84,4 +124,6 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     return RunReport(label, manifest, len(events), events.source_format, comm, comm_reason, opcount, placement,
                      audit_reason, top_device, top_host,
                      "" if top_device or top_host else "no device activity and no host operators",
-                     timeline, timeline_reason, critical_path, critical_path_reason, roofline, roofline_reason)
+                     timeline, timeline_reason, critical_path, critical_path_reason,
+                     launches=launch_stats(events, host_wait_share=host_wait_share(comm)),
+                     step_times=step_times(events), roofline=roofline, roofline_reason=roofline_reason)

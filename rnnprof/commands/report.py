@@ -55,6 +55,18 @@ def audit_input(inputs, events=None):
     return AuditInput(graph, events, inputs.manifest, kernels_for(graph)), ""
 
 
+FINDINGS_NOT_WIRED = "rnnprof audit is not part of this build"
+
+
+def _findings(paths: list[str], args: argparse.Namespace, inputs, events) -> tuple[dict | None, str]:
+    """The findings of ``rnnprof audit`` on the report's input, as the document ``rnnprof audit PATHS --json``
+    prints (``{"findings": [...], "noise": {...}, "left_out": {...}, "notes": [...]}``), for the page's
+    Findings section; ``(None, why)`` when there are none to show. ``inputs``: the input as read once
+    (``read_inputs``); ``events``: its trace events with the steps selected (None without events). This is
+    where the audit is connected: return its document (e.g. ``audit(...).as_dict()``) here."""
+    return None, FINDINGS_NOT_WIRED
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.profiler.rundir.sweep import is_sweep_dir, read_sweep
     from rnnprof.profiler.rundir.writer import atomic_write_bytes
@@ -103,4 +115,5 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
                          dependencies=read_dependencies(paths) if events is not None else None,
                          roofline=roofline, roofline_reason=roofline_reason)
     render_notes(notes)
-    return run_page(report, name, notes)
+    findings, findings_reason = _findings(paths, args, inputs, events)
+    return run_page(report, name, notes, findings, findings_reason)

@@ -82,6 +82,7 @@ class Page:
         self.title = title
         self.parts: list[str] = []
         self.charts = 0
+        self.left_out: list[tuple[str, str]] = []  # (what, why): sections the input cannot provide
 
     def add(self, markup: str) -> None:
         self.parts.append(markup)
@@ -94,6 +95,15 @@ class Page:
 
     def missing(self, what: str, reason: str) -> None:
         self.add(f"<p class=\"missing\">{esc(what)} not available: {esc(reason)}</p>")
+
+    def leave_out(self, what: str, reason: str) -> None:
+        """A section the input cannot provide: named with why in one line at the end (``left_out_line``)."""
+        self.left_out.append((what, reason))
+
+    def left_out_line(self) -> None:
+        if self.left_out:
+            items = "; ".join(f"{esc(what)} ({esc(why)})" for what, why in self.left_out)
+            self.add(f"<p class=\"left-out sub\" id=\"left-out\">Left out: {items}.</p>")
 
     def facts(self, pairs: list[tuple[str, object]]) -> None:
         rows = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs if v not in (None, ""))

@@ -1,9 +1,9 @@
 """The HTML report of one run (or of trace files): ``rnnprof report`` renders a ``RunReport`` here.
 
-Sections: the run, throughput, time per device, a timeline of one step, ops, placement, the critical path
-of the timeline's step (``rnnprof.reports.critical_path`` picks the chain's rows and defines the terms), the
-roofline and MFU (as ``rnnprof roofline`` computes them). A section
-the input cannot provide says why in its place.
+Sections: findings (``rnnprof audit``'s, when given), the run, throughput, time per device with idle time by
+cause and stragglers (per step and across ranks), kernel launches, a timeline of one step, ops, placement, the
+critical path of the timeline's step (``rnnprof.reports.critical_path`` picks the chain's rows and defines the
+terms), the roofline and MFU (as ``rnnprof roofline`` computes them). A section the input cannot provide is left out; one line at the end names each with why.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from rnnprof.reports.layout import outside_note
 
 _MS = 1000.0
 TOP_TYPES = 15
+TOP_LAUNCHED = 15
+TOP_SKEW = 10
+SEVERITY_ORDER = ("error", "warning", "info")
 
 
 def _ms(us: float) -> str:
@@ -27,31 +30,81 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def run_page(report: RunReport, name: str, notes: list[str]) -> str:
+def run_page(report: RunReport, name: str, notes: list[str], findings: dict | None = None,
+             findings_reason: str = "") -> str:
+    """``findings``: a document of ``rnnprof audit --json``'s shape (``{"findings": [...], "noise": {...},
+    "left_out": {...}, "notes": [...]}``), shown first; None with ``findings_reason`` when there is none."""
     page = Page(f"rnnprof report: {name}")
     page.heading(f"rnnprof report: {name}", 1)
     page.paragraph(f"input: {report.label} ({report.source_format or 'graph'}, {report.events:,} trace events)", "sub")
+    _findings(page, findings, findings_reason)
     _run(page, report, notes)
-    _throughput(page, report.manifest)
+    _throughput(page, report)
     _time(page, report)
+    _launches(page, report)
     _timeline(page, report)
     _ops(page, report)
     _placement(page, report)
     _critical_path(page, report)
     _roofline(page, report)
+    page.left_out_line()
     return page.render()
 
 
+def _findings(page: Page, document: dict | None, reason: str) -> None:
+    if document is None:
+        page.leave_out("Findings", reason or "no audit of this input")
+        return
+    page.heading("Findings")
+    found = [f for f in document.get("findings") or [] if isinstance(f, dict)]
+    if found:
+        page.table(["severity", "rule", "finding", "where", "saving ms/step", "saving %", "basis", "confidence",
+                    "evidence"],
+                   [[f.get("severity", ""), f.get("rule", ""), f.get("title", ""), _subject(f.get("subject")),
+                     _optional(f.get("saving_ms"), "{:,.3f}"), _optional(f.get("saving_pct"), "{:.1f}"),
+                     f.get("saving_basis", ""), _optional(f.get("confidence"), "{:.2f}"),
+                     _evidence(f.get("evidence") if isinstance(f.get("evidence"), dict) else {})] for f in found],
+                   numeric={4, 5, 7}, clip={8},
+                   caption="in the audit's order, most costly first; saving = the step time the fix would save "
+                           "(an estimate, on the basis named)")
+    else:
+        page.paragraph("No finding.")
+    noise = document.get("noise")
+    if isinstance(noise, dict) and isinstance(noise.get("step_ms_median"), (int, float)):
+        page.paragraph(f"Step time {noise['step_ms_median']:,.3f} ms (median) ± {noise.get('step_ms_mad', 0):,.3f} "
+                       f"ms (median absolute deviation) over {noise.get('steps', 0)} step(s): savings below the "
+                       "spread are within the noise.", "sub")
+    for note in document.get("notes") or []:
+        page.paragraph(f"note: {note}", "note")
+    left = document.get("left_out")
+    if isinstance(left, dict) and left:
+        page.paragraph(f"left out of the audit: {_value(left)}", "note")
+
+
+def _subject(subject) -> str:
+    if not isinstance(subject, dict):
+        return ""
+    return ", ".join(f"{k} {subject[k]}" for k in ("rank", "device", "op") if subject.get(k) not in (None, ""))
+
+
+def _optional(value, fmt: str) -> str:
+    return fmt.format(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
 def _run(page: Page, report: RunReport, notes: list[str]) -> None:
+    manifest = report.manifest
+    if manifest is None:
+        if notes:
+            page.heading("The run")
+            for note in notes:
+                page.paragraph(f"note: {note}", "note")
+        page.leave_out("Configuration and environment",
+                       f"{report.source_format or 'graph'} input carries no run manifest (only rnnprof run "
+                       "directories record configuration, versions and devices)")
+        return
     page.heading("The run")
     for note in notes:
         page.paragraph(f"note: {note}", "note")
-    manifest = report.manifest
-    if manifest is None:
-        page.missing("Configuration and environment",
-                     f"{report.source_format or 'graph'} input carries no run manifest (only rnnprof run "
-                     "directories record configuration, versions and devices)")
-        return
     machine = manifest.get("machine") if isinstance(manifest.get("machine"), dict) else {}
     versions = manifest.get("versions") if isinstance(manifest.get("versions"), dict) else {}
     page.facts([("status", manifest.get("status")), ("created", manifest.get("created")),
@@ -89,12 +142,23 @@ def _value(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _throughput(page: Page, manifest: dict | None) -> None:
-    page.heading("Throughput")
+def _throughput(page: Page, report: RunReport) -> None:
+    manifest = report.manifest
     throughput = (manifest or {}).get("throughput")
-    if not isinstance(throughput, dict) or not isinstance(throughput.get("words_per_second"), (int, float)):
-        page.missing("Throughput", "the input holds no measured training steps (rnnprof trace of a built-in "
-                     "workload records them; traces and scripts do not)")
+    measured = isinstance(throughput, dict) and isinstance(throughput.get("words_per_second"), (int, float))
+    steps = report.step_times
+    if not measured and steps is None:
+        page.leave_out("Throughput", "the input holds neither measured training steps (rnnprof trace of a built-in "
+                       "workload records them) nor step markers with durations (ProfilerStep#N ranges)")
+        return
+    page.heading("Throughput")
+    if steps is not None:
+        page.table(["step markers", "steps/s", "median step ms", "spread ms (MAD)", "shortest ms", "longest ms"],
+                   [[steps.steps, f"{steps.steps_per_second:,.3f}", _ms(steps.median_us), _ms(steps.mad_us),
+                     _ms(steps.min_us), _ms(steps.max_us)]], numeric=set(range(6)),
+                   caption="from the trace's ProfilerStep#N ranges, one per rank and step; steps/s = 1 / median "
+                           "step; MAD = median absolute deviation from the median")
+    if not measured:
         return
     rows = [["timed batches", throughput.get("steps"), throughput.get("words_per_second"),
              throughput.get("mean_step_seconds"), throughput.get("median_step_seconds"),
@@ -125,11 +189,11 @@ def _number(value) -> str:
 
 
 def _time(page: Page, report: RunReport) -> None:
-    page.heading("Time per device")
     comm = report.comm
     if comm is None:
-        page.missing("The compute / communication / idle breakdown", report.comm_reason)
+        page.leave_out("Time per device", report.comm_reason)
         return
+    page.heading("Time per device")
     page.paragraph("As rnnprof comm measures it: span = first start to last end of the device's activity; the bars "
                    "split it into compute alone, compute overlapping communication, communication alone, copies and "
                    "other work alone, and idle.", "sub")
@@ -152,7 +216,8 @@ def _time(page: Page, report: RunReport) -> None:
         if outside:
             page.paragraph(f"note: {outside}", "note")
     else:
-        page.missing("Per-step bars", "the trace has no step markers")
+        page.leave_out("Per-step bars", "the trace has no step markers")
+    _idle(page, comm)
     if comm.stragglers:
         shown = comm.stragglers[:20]
         page.heading("Stragglers", 3)
@@ -165,14 +230,105 @@ def _time(page: Page, report: RunReport) -> None:
                     for s in shown], numeric={1, 3, 4, 6},
                    caption=(f"first {len(shown)} of {len(comm.stragglers)}" if len(comm.stragglers) > len(shown)
                             else ""))
+    _across_ranks(page, comm)
+
+
+def _idle(page: Page, comm) -> None:
+    from rnnprof.analyzers.comm import BASIS_HOST_OPS
+    from rnnprof.reports.comm import idle_caption
+
+    devices = [d for d in comm.devices if d.idle is not None]
+    without = [d for d in comm.devices if d.idle is None and d.total.idle_us > 0]
+    why = ("ranks without a GPU, measured by their host operators: no launch to wait on"
+           if without and all(d.basis == BASIS_HOST_OPS for d in without)
+           else "the trace links no launch call to this work (PyTorch profiler traces do)")
+    without = [d.device.label for d in without]
+    if not devices:
+        page.leave_out("Idle time by cause", why)
+        return
+    page.heading("Idle time by cause", 3)
+    rows = []
+    for d in devices:
+        for label, c in ((d.device.label, d.idle.total),
+                         *((f"{d.device.label} {s.stream}", s.total) for s in d.idle.streams)):
+            rows.append([label, _ms(c.idle_us), *(f"{100 * c.share(us):.1f}"
+                                                   for us in (c.host_wait_us, c.kernel_wait_us, c.other_us))])
+    page.table(["device / stream", "idle ms", "host wait %", "kernel wait %", "other %"], rows, numeric={1, 2, 3, 4},
+               caption="as rnnprof comm measures it: " + idle_caption(comm))
+    if without:
+        page.leave_out(f"Idle time by cause of {', '.join(without)}", why)
+
+
+def _across_ranks(page: Page, comm) -> None:
+    collectives = comm.collectives
+    if collectives is None:
+        return
+    page.heading("Stragglers across ranks", 3)
+    if collectives.straggler is None:
+        page.paragraph(f"No collective was matched across ranks ({collectives.unmatched} seen on one rank only).")
+        return
+    rank = next(r for r in collectives.ranks if r.worker == collectives.straggler)
+    page.paragraph(f"Straggler: {collectives.straggler} arrived last at {rank.arrived_last} of {rank.collectives} "
+                   f"collectives, costing the other ranks {_ms(rank.caused_wait_us)} ms of waiting.")
+    page.table(["rank", "collectives", "arrived last", "caused ms", "waited ms"],
+               [[r.worker, r.collectives, r.arrived_last, _ms(r.caused_wait_us), _ms(r.waited_us)]
+                for r in collectives.ranks], numeric={1, 2, 3, 4},
+               caption="as rnnprof comm measures it: caused = the other ranks' wait at the collectives it arrived "
+                       "last at; waited = its own wait for the last rank")
+    shown = sorted(collectives.collectives, key=lambda c: -c.skew_us)[:TOP_SKEW]
+    page.table(["collective", "type", "#", "ranks", "last rank", "skew ms", "waited ms"],
+               [[c.name.split("(")[0] + (f" [{c.group}]" if c.group else ""), c.collective_type,
+                 f"{c.index} {c.matched_by}", len(c.arrivals), c.last.worker, _ms(c.skew_us), _ms(c.caused_wait_us)]
+                for c in shown], numeric={3, 5, 6}, clip={0},
+               caption=f"the {len(shown)} of {len(collectives.collectives)} matched collectives with the largest "
+                       "arrival skew (last rank's start - first rank's start)")
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _launches(page: Page, report: RunReport) -> None:
+    launches = report.launches
+    if launches is None or not launches.available:
+        page.leave_out("Kernel launches", launches.reason if launches is not None else report.comm_reason
+                       or "the input holds no trace events")
+        return
+    page.heading("Kernel launches")
+    page.paragraph(f"{launches.kernels:,} GPU kernels, {launches.launched:,} with their launch call; launch delay "
+                   f"median {_us(launches.delay_median_us)} µs, p95 {_us(launches.delay_p95_us)} µs; "
+                   f"{100 * launches.short_share:.1f}% shorter than {launches.short_kernel_us:g} µs; "
+                   f"{100 * launches.shorter_than_launch / max(launches.launched, 1):.1f}% ran shorter than their "
+                   "launch call. As rnnprof count-ops measures them.")
+    if launches.host_wait_share:
+        page.table(["GPU", "host-wait idle % of span", "launch-bound"],
+                   [[gpu, f"{100 * share:.1f}", "yes" if gpu in launches.launch_bound else "no"]
+                    for gpu, share in launches.host_wait_share.items()], numeric={1})
+    shown = launches.by_name[:TOP_LAUNCHED]
+    page.table(["kernel", "kernels", "launched", "total ms", "kernel median µs", "call median µs",
+                "delay median µs", "delay p95 µs", "shorter than call", "short"],
+               [[k.name, k.kernels, k.launched, _ms(k.total_us), _us(k.kernel_median_us),
+                 _us(k.launch_call_median_us), _us(k.delay_median_us), _us(k.delay_p95_us), k.shorter_than_launch,
+                 k.short] for k in shown], numeric=set(range(1, 10)), clip={0},
+               caption=f"the {len(shown)} of {len(launches.by_name)} kernel names with the most summed time; delay = "
+                       "kernel start - start of its launch call")
+    ops = launches.by_host_op[:TOP_LAUNCHED]
+    if ops:
+        page.table(["host op", "executions", "kernels", "host total ms", "host median µs", "kernels median µs",
+                    "longer on host"],
+                   [[o.name, o.ops, o.kernels, _ms(o.host_total_us), _us(o.host_median_us), _us(o.kernels_median_us),
+                     o.longer_on_host] for o in ops], numeric=set(range(1, 7)), clip={0},
+                   caption=f"the {len(ops)} of {len(launches.by_host_op)} host operators that launched kernels with "
+                           "the most host time: host = its duration, kernels = the summed duration of the kernels "
+                           "it launched, medians per execution")
 
 
 def _timeline(page: Page, report: RunReport) -> None:
-    page.heading("Timeline of one step")
     timeline = report.timeline
     if timeline is None:
-        page.missing("The timeline", report.timeline_reason)
+        page.leave_out("The timeline", report.timeline_reason)
         return
+    page.heading("Timeline of one step")
     what = (f"step {timeline.step}, the step of median length among {timeline.steps_seen} steps"
             if timeline.step is not None else "the whole trace (no step markers)")
     page.paragraph(f"{what}: {timeline.events:,} device events over {_ms(timeline.span_us)} ms; scroll to zoom, "
@@ -186,22 +342,22 @@ def _ops(page: Page, report: RunReport) -> None:
     page.heading("Ops")
     counts = report.opcount
     kernels = counts.kernels
-    page.heading("Kernels per device per step", 3)
     if kernels.available:
+        page.heading("Kernels per device per step", 3)
         page.table(["device", "CPU kernels", "GPU kernels", "GPU launches", "copies", "outside steps"],
                    [[d.device, f"{kernels.per_step(d.cpu_kernels):,.1f}", f"{kernels.per_step(d.gpu_kernels):,.1f}",
                      f"{kernels.per_step(d.gpu_launches):,.1f}", f"{kernels.per_step(d.copies):,.1f}", d.outside_steps]
                     for d in kernels.devices], numeric={1, 2, 3, 4, 5},
                    caption=f"per step over {kernels.n_steps} step(s); launches and copies are not kernels")
     else:
-        page.missing("Kernel counts", kernels.reason)
+        page.leave_out("Kernel counts", kernels.reason)
     if kernels.available or counts.runtime_graph.available or counts.user_graph.available:
         page.chart("opcount", charts.spec(charts.opcount_chart(counts)))
     for title, graph in (("User graph", counts.user_graph), ("Runtime graph", counts.runtime_graph)):
-        page.heading(f"{title} ops", 3)
         if not graph.available:
-            page.missing(f"The {title.lower()}", graph.reason)
+            page.leave_out(f"The {title.lower()}", graph.reason)
             continue
+        page.heading(f"{title} ops", 3)
         page.paragraph(f"{graph.total:,} ops: {graph.top_level:,} top-level, {graph.in_functions:,} in function "
                        "bodies", "sub")
         page.table(["device", "ops"], [[device or "(none)", n] for device, n in graph.by_device.items()], numeric={1})
@@ -210,10 +366,10 @@ def _ops(page: Page, report: RunReport) -> None:
                    caption=f"the {len(top)} most common of {len(graph.by_type)} op types")
     for title, entries in (("Top kernels and device ops by time", report.top_device),
                            ("Top host operators by time", report.top_host)):
-        page.heading(title, 3)
         if not entries:
-            page.missing(title, report.top_reason or "none in this input")
+            page.leave_out(title, report.top_reason or "none in this input")
             continue
+        page.heading(title, 3)
         page.table(["name", "class", "events", "devices", "total ms", "share %"],
                    [[e.name, e.cls, e.events, e.devices, _ms(e.total_us), f"{100 * e.share:.1f}"] for e in entries],
                    numeric={2, 3, 4, 5}, clip={0})
@@ -222,11 +378,11 @@ def _ops(page: Page, report: RunReport) -> None:
 
 
 def _placement(page: Page, report: RunReport) -> None:
-    page.heading("Placement findings")
     result = report.placement
     if result is None:
-        page.missing("The placement audit", report.placement_reason)
+        page.leave_out("The placement audit", report.placement_reason)
         return
+    page.heading("Placement findings")
     if result.findings:
         page.table(["severity", "rule", "finding", "devices", "evidence", "cost per step", "fix"],
                    [[f.severity.label, f.rule_id, f.title, ", ".join(f.devices), _evidence(f.evidence),
@@ -246,11 +402,11 @@ def _evidence(evidence: dict) -> str:
 def _critical_path(page: Page, report: RunReport) -> None:
     from rnnprof.reports.critical_path import CHAIN_ROWS, DEFINITIONS, _shown
 
-    page.heading("Critical path")
     result = report.critical_path
     if result is None:
-        page.missing("The critical path", report.critical_path_reason)
+        page.leave_out("The critical path", report.critical_path_reason)
         return
+    page.heading("Critical path")
     for step in result.steps:
         what = "the whole trace (no step markers)" if step.step < 0 else f"step {step.step}, the timeline's step"
         page.paragraph(f"{what}: critical path {_ms(step.length_us)} ms of a {_ms(step.span_us)} ms step, "
@@ -288,11 +444,11 @@ def _critical_path(page: Page, report: RunReport) -> None:
 
 
 def _roofline(page: Page, report: RunReport) -> None:
-    page.heading("Roofline and MFU")
     result = report.roofline
     if result is None:
-        page.missing("The roofline", report.roofline_reason)
+        page.leave_out("Roofline and MFU", report.roofline_reason)
         return
+    page.heading("Roofline and MFU")
     peaks = result.peaks
     page.paragraph("peaks: " + ("none known for this device (rnnprof roofline --peak-tflops/--peak-tbps)"
                                 if peaks is None else f"{peaks.device} ({peaks.source}), {peaks.tbps:g} TB/s")
@@ -304,7 +460,7 @@ def _roofline(page: Page, report: RunReport) -> None:
                      "-" if s.tflops_per_s is None else f"{s.tflops_per_s:,.3f}",
                      "-" if s.mfu is None else f"{100 * s.mfu:.2f}"] for s in result.steps], numeric={2, 3, 4, 5, 6})
     if not result.families:
-        page.missing("Operator rates", "no modeled operator ran")
+        page.leave_out("Operator rates", "no modeled operator ran")
         return
     page.table(["family", "bound", "ops", "GFLOP", "kernel ms", "TFLOP/s", "TB/s", "FLOP/B", "of roofline %"],
                [[name, row.bound or "-", row.count, f"{row.rates.flops / 1e9:,.3f}", _ms(row.rates.kernel_us),

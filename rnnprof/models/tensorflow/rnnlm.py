@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 import tensorflow as tf
 
-from rnnprof.config import WorkloadConfig
+from rnnprof.config import SOFTMAX_ON_DEVICE0, WorkloadConfig
 from rnnprof.models.tensorflow.base import TokenWorkload, TowerOutput
 from rnnprof.models.data import LMData
 from rnnprof.models.tensorflow.layers import (embed_time_major, embedding_table, masked_mean, project,
@@ -21,8 +21,6 @@ from rnnprof.models.tensorflow.layers import (embed_time_major, embedding_table,
 from rnnprof.models.tensorflow.lstm import run_stack, wants_cudnn
 
 tf1 = tf.compat.v1
-
-SOFTMAX_ON_DEVICE0 = "softmax-on-device0"
 
 
 class RNNLMWorkload(TokenWorkload):

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from rnnprof.config import WorkloadConfig, validate
+from rnnprof.config import FEW_INTER_OP_THREADS, UPDATES_ON_DEVICE0, WorkloadConfig, validate
 from rnnprof import names
 from rnnprof.errors import UsageError
 from rnnprof.profiler.run.measure import StepResult
@@ -68,10 +68,11 @@ def _reduce_devices(device_names: list[str], gpus: int) -> list[str]:
 
 
 def session_config(config: WorkloadConfig, device_kind: str, leader: str = LOCAL):
+    """The session's ConfigProto; ``--plant few-inter-op-threads`` gives it one inter-op thread."""
     tf = import_tensorflow()
     proto = tf.compat.v1.ConfigProto(
         allow_soft_placement=config.soft_placement or config.request_gpu,
-        inter_op_parallelism_threads=config.inter_op_threads,
+        inter_op_parallelism_threads=1 if config.plant == FEW_INTER_OP_THREADS else config.inter_op_threads,
         intra_op_parallelism_threads=config.intra_op_threads,
     )
     if device_kind == "logical-cpu":
@@ -200,9 +201,15 @@ class DataParallelRun:
         """Tower ``k``'s variable scope, recording its trainable variables in ``created``: shared variables
         placed by the parameter spread (parameter server), else the tower's own."""
         mode, spread = self.config.variable_update, self.parameter_spread
+        # --plant updates-on-device0: every tower's variables on device 0, so their updates (colocated with
+        # them) all run there, as a stray device scope around variable creation would do.
+        variables_on = self.device_names[0] if self.config.plant == UPDATES_ON_DEVICE0 else None
 
         def record(getter, *args, **kwargs):
-            if mode == "parameter_server":
+            if variables_on is not None:
+                with tf.device(variables_on):
+                    variable = getter(*args, **kwargs)
+            elif mode == "parameter_server":
                 with tf.device(spread.device_for(kwargs.get("name", ""), kwargs.get("shape"), kwargs.get("dtype"))):
                     variable = getter(*args, **kwargs)
             else:

@@ -1,0 +1,437 @@
+"""Benchmark: does ``rnnprof audit`` find planted faults, rank them first and estimate what they cost?
+
+    python benchmarks/diagnosis.py [--only NAME ...] [--rounds 3] [--keep DIR] [--list]
+
+Each planted fault runs next to its control (the same job without the fault), captured with
+``rnnprof trace ... --out DIR`` and audited with ``rnnprof audit DIR --json``:
+
+* PyTorch DDP jobs under torchrun (gloo, CPU, 2 ranks; ``benchmarks/diagnosis_jobs/``): a rank that sleeps
+  40 ms per step (``straggler_rank.py``), one rank's slow data loader, 40 ms per batch (``slow_loader.py``),
+  embeddings looked up one token at a time (``tiny_ops.py``); ``--control`` removes the fault;
+* the built-in TensorFlow RNNLM (small preset, 2 logical devices) with ``--plant softmax-on-device0``,
+  ``few-inter-op-threads`` and ``updates-on-device0``; the control is the same run without ``--plant``.
+
+The real traces of ``tests/data`` are audited too, each with the findings it is expected to show (``REAL``, with
+the reason for each).
+
+What a fault costs is measured without rnnprof's analyses: step time with the fault minus step time without it,
+each from the job's own clock (a DDP job's ranks time their steps with ``time.perf_counter``,
+``diagnosis_jobs/_ddp.py``; a built-in workload's timed steps are in its manifest, ``step_times``), over
+``--rounds`` runs of each, taking turns: the median of the runs' medians. The first round's runs are audited.
+
+Scores, over the findings at warning or above ("alarms"): precision = alarms that match an expected fault of
+their case / all alarms; recall = expected faults matched by an alarm / all expected faults. A finding matches
+a fault when its rule id or title matches the fault's pattern (case-insensitive) and its subject agrees with the
+fault's (``rank1`` and ``1`` name the same rank). Targets: no alarm on any control; every planted fault matched
+by the audit's first finding; every fault's ``saving_ms`` (of the first alarm matching it) within +-40% of the
+measured cost, or within the cost's noise where that is wider (a fault that costs about nothing on this machine
+must be estimated at about nothing). The noise is the fault's and the control's, summed: each the larger of its
+runs' median absolute deviation and half the range of its runs' medians. Exits 1 when a target is missed, 2
+when the audit cannot run at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = Path(__file__).resolve().parent / "diagnosis_jobs"
+DATA = ROOT / "tests" / "data"
+ALARM = ("warning", "error")
+SAVING_TOLERANCE = 0.40  # |saving_ms - cost| / cost
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What a finding about one fault looks like: ``pattern`` (a regex) on its rule id or title, ``subject``
+    values its subject must have; ``reason``: why the case shows it."""
+
+    name: str
+    pattern: str
+    reason: str
+    subject: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, finding: dict) -> bool:
+        text = f"{finding.get('rule', '')} {finding.get('title', '')}"
+        if not re.search(self.pattern, text, re.I):
+            return False
+        subject = finding.get("subject") if isinstance(finding.get("subject"), dict) else {}
+        return all(_same(subject.get(key), value) or (key == "rank" and _on_rank(subject.get("device"), value))
+                   for key, value in self.subject)
+
+
+def _same(found, wanted: str) -> bool:
+    if found is None:
+        return False
+    strip = lambda v: re.sub(r"^rank\s*", "", str(v).strip(), flags=re.I)  # noqa: E731
+    return strip(found) == strip(wanted)
+
+
+def _on_rank(device, rank: str) -> bool:
+    """A device label of that rank (``rank1/gpu:1``)."""
+    return device is not None and _same(str(device).split("/")[0], rank) and "/" in str(device)
+
+
+def is_alarm(finding: dict) -> bool:
+    return finding.get("severity") in ALARM
+
+
+@dataclass
+class CaseResult:
+    """One audited case: ``kind`` planted | control | real; ``cost_ms``: the measured cost of a planted fault."""
+
+    name: str
+    kind: str
+    findings: list[dict]
+    expected: tuple[Fault, ...] = ()
+    cost_ms: float | None = None
+    step_ms: float | None = None  # the case's own step time (clock), for the table
+    noise_ms: float = 0.0  # the spread of the cost: the fault's and the control's step-time MADs, summed
+
+
+@dataclass
+class FaultScore:
+    case: str
+    fault: str
+    found: bool  # an alarm matches it
+    first: bool  # the audit's first finding matches it
+    saving_ms: float | None  # the first alarm matching it (the audit's first finding when ranked first)
+    cost_ms: float | None
+    error: float | None  # (saving - cost) / cost; None without both
+    noise_ms: float = 0.0
+
+    @property
+    def saving_ok(self) -> bool:
+        """Within +-40% of the cost, or of the cost's noise when that is wider (a fault that costs about
+        nothing on this machine must be estimated at about nothing)."""
+        if self.saving_ms is None or self.cost_ms is None:
+            return False
+        return abs(self.saving_ms - self.cost_ms) <= max(SAVING_TOLERANCE * abs(self.cost_ms), self.noise_ms)
+
+
+@dataclass
+class Score:
+    true_alarms: int = 0
+    false_alarms: list[tuple[str, str]] = field(default_factory=list)  # (case, rule: title)
+    expected: int = 0
+    matched: int = 0
+    faults: list[FaultScore] = field(default_factory=list)  # planted cases only
+    control_alarms: list[tuple[str, str]] = field(default_factory=list)
+    missed: list[tuple[str, str]] = field(default_factory=list)  # (case, fault) not matched by any alarm
+
+    @property
+    def precision(self) -> float | None:
+        alarms = self.true_alarms + len(self.false_alarms)
+        return self.true_alarms / alarms if alarms else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.matched / self.expected if self.expected else None
+
+
+def _label(finding: dict) -> str:
+    return f"{finding.get('rule', '?')}: {finding.get('title', '')}"
+
+
+def score(results: list[CaseResult]) -> Score:
+    """Precision and recall over the alarms, and per planted fault whether it is found, ranked first, and the
+    saving of the first alarm that matches it against the measured cost."""
+    out = Score()
+    for case in results:
+        alarms = [f for f in case.findings if is_alarm(f)]
+        for finding in alarms:
+            if any(fault.matches(finding) for fault in case.expected):
+                out.true_alarms += 1
+            else:
+                out.false_alarms.append((case.name, _label(finding)))
+            if case.kind == "control":
+                out.control_alarms.append((case.name, _label(finding)))
+        for fault in case.expected:
+            out.expected += 1
+            found = any(fault.matches(f) for f in alarms)
+            out.matched += found
+            if not found:
+                out.missed.append((case.name, fault.name))
+            if case.kind != "planted":
+                continue
+            top = case.findings[0] if case.findings else None
+            first = top is not None and is_alarm(top) and fault.matches(top)
+            match = next((f for f in alarms if fault.matches(f)), None)  # the top finding when ranked first
+            saving = match.get("saving_ms") if match is not None else None
+            saving = float(saving) if isinstance(saving, (int, float)) and not isinstance(saving, bool) else None
+            error = ((saving - case.cost_ms) / case.cost_ms
+                     if saving is not None and case.cost_ms is not None and case.cost_ms > 0 else None)
+            out.faults.append(FaultScore(case.name, fault.name, found, first, saving, case.cost_ms, error,
+                                         case.noise_ms))
+    return out
+
+
+def check_targets(result: Score, targets) -> None:
+    """The benchmark's targets on a ``Score``, into ``_measure.Targets``."""
+    targets.check("no alarm on a control", not result.control_alarms,
+                  "none" if not result.control_alarms else
+                  "; ".join(f"{case}: {label}" for case, label in result.control_alarms))
+    unranked = [f for f in result.faults if not f.first]
+    targets.check("every planted fault found and ranked first", not unranked,
+                  f"{len(result.faults) - len(unranked)} of {len(result.faults)}"
+                  + ("" if not unranked else " (not first: " + ", ".join(f.case for f in unranked) + ")"))
+    off = [f for f in result.faults if not f.saving_ok]
+    targets.check(f"every saving within +-{SAVING_TOLERANCE:.0%} of the measured cost", not off,
+                  f"{len(result.faults) - len(off)} of {len(result.faults)}"
+                  + ("" if not off else " (off: " + ", ".join(
+                      f"{f.case} {'no estimate' if f.saving_ms is None else _off(f)}" for f in off) + ")"))
+
+
+def _off(f: FaultScore) -> str:
+    return f"{f.error:+.0%}" if f.error is not None else f"{f.saving_ms:,.1f} ms against {_ms(f.cost_ms)} ms"
+
+
+# -- the cases --------------------------------------------------------------------------------------------------------
+
+STRAGGLER = Fault("straggler rank 1", r"straggl|arriv\w* last|slow(est)? rank|wait\w* (on|for) rank",
+                  "rank 1 sleeps 40 ms per step before its backward pass", (("rank", "rank1"),))
+SLOW_LOADER = Fault("slow data loader on rank 1", r"data ?load|input pipeline|loading|dataloader",
+                    "rank 1's dataset takes 40 ms per batch", (("rank", "rank1"),))
+TINY_OPS = Fault("many tiny operators", r"tiny|small (op|kernel)|short (op|kernel)|launch|overhead|dispatch|many op",
+                 "an indexing operator (and its backward) per token instead of one embedding lookup")
+SOFTMAX = Fault("softmax of every tower on device 0",
+                r"softmax|placement|pinned|PA002|one device|device ?0|tower 0|imbalanc",
+                "--plant softmax-on-device0 pins every tower's projection and softmax to device 0")
+THREADS = Fault("one inter-op thread", r"inter[- _]?op|thread",
+                "--plant few-inter-op-threads runs the session with inter_op_parallelism_threads=1 over 2 devices")
+UPDATES = Fault("updates on device 0", r"update|PA003",
+                "--plant updates-on-device0 keeps every tower's variables, so all updates, on device 0")
+
+DDP = {"straggler-rank": ("straggler_rank.py", STRAGGLER, []),
+       "slow-loader": ("slow_loader.py", SLOW_LOADER, []),
+       "tiny-ops": ("tiny_ops.py", TINY_OPS, ["--batch", "16", "--length", "32"])}
+TF_PLANTS = {"softmax-on-device0": SOFTMAX, "few-inter-op-threads": THREADS, "updates-on-device0": UPDATES}
+TF_WORKLOAD = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "2", "--batches", "20",
+               "--trace-steps", "1"]
+DDP_STEPS, DDP_SKIP, DDP_TRACED = 14, 3, 6  # steps run; the capture's --skip-steps and --steps
+CLOCK_WARMUP = 3  # a DDP rank's first steps, left out of its median step time
+
+# The real traces, with the findings each is expected to show (none: nothing at warning or above).
+REAL = {
+    "sampled ranks 0+1": ([DATA / "kineto-sampled-rank0.json.gz", DATA / "kineto-sampled-rank1.json.gz"],
+                          (Fault("straggler rank 1", STRAGGLER.pattern,
+                                 "rank1 arrives last at 8 of the 10 collectives matched across the two ranks, the "
+                                 "others' wait 381 ms against 132 ms (rnnprof comm)", (("rank", "rank1"),)),)),
+    "1 GPU V100": ([DATA / "kineto-1gpu-v100.json.gz"], ()),  # ~98% busy, the CPU runs ahead: nothing to fix
+    "2-rank V100 with CUDA graphs": (
+        [DATA / "kineto-2rank-rank1-v100-cudagraph.json.gz"],
+        (Fault("device-to-device copies", r"cop(y|ies)|memcpy|dtod|device[- ]to[- ]device",
+               "4,645 DtoD copies where the same model's control trace (8-rank A100, rank 3) has 18"),)),
+    "8-rank A100 rank 3": ([DATA / "kineto-8rank-rank3-a100.json.gz"], ()),  # the control of the pair above
+}
+
+
+def _python() -> str:
+    return sys.executable
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                PYTHONWARNINGS="ignore")
+
+
+def _run(argv: list[str], what: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=timeout)
+    if done.returncode != 0:
+        raise CaseError(f"{what} failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-1500:]}")
+    return done
+
+
+class CaseError(RuntimeError):
+    pass
+
+
+class AuditUnavailable(RuntimeError):
+    pass
+
+
+def audit(paths: list[Path]) -> dict:
+    """``rnnprof audit PATHS --json``'s document."""
+    done = subprocess.run([_python(), "-m", "rnnprof", "audit", *map(str, paths), "--json"], capture_output=True,
+                          text=True, env=_env(), cwd=ROOT, timeout=600)
+    if done.returncode == 2 and "invalid choice: 'audit'" in done.stderr:
+        raise AuditUnavailable("this checkout of rnnprof has no audit command")
+    if done.returncode != 0:
+        raise CaseError(f"rnnprof audit {' '.join(map(str, paths))} failed (exit {done.returncode}): "
+                        f"{done.stderr.strip()[-1500:]}")
+    document = json.loads(done.stdout)
+    if not isinstance(document.get("findings"), list):
+        raise CaseError(f"rnnprof audit {' '.join(map(str, paths))}: no findings list in its --json")
+    return document
+
+
+def median_mad(values: list[float]) -> tuple[float, float]:
+    median = statistics.median(values)
+    return median, statistics.median(abs(v - median) for v in values)
+
+
+def ddp_step_ms(clock: Path) -> tuple[float, float]:
+    """The job's step time by the ranks' own clocks: the slowest rank's median step after ``CLOCK_WARMUP``,
+    and its median absolute deviation (ms)."""
+    ranks = []
+    for path in sorted(clock.glob("rank*.json")):
+        steps = json.loads(path.read_text())["step_s"][CLOCK_WARMUP:]
+        ranks.append(median_mad([1000 * s for s in steps]))
+    if not ranks:
+        raise CaseError(f"no rank clock in {clock}")
+    return max(ranks)
+
+
+def run_ddp(name: str, control: bool, folder: Path) -> tuple[Path, tuple[float, float]]:
+    script, _, extra = DDP[name]
+    out, clock = folder / "run", folder / "clock"
+    _run([_python(), "-m", "rnnprof", "trace", "--force", "--out", str(out), "--steps", str(DDP_TRACED), "--skip-steps",
+          str(DDP_SKIP), "--", _python(), "-m", "torch.distributed.run", "--nproc-per-node", "2",
+          str(JOBS / script), "--steps", str(DDP_STEPS), "--clock", str(clock), *extra,
+          *(["--control"] if control else [])], f"{name}{' control' if control else ''}")
+    return out, ddp_step_ms(clock)
+
+
+def run_tf(plant: str | None, folder: Path) -> tuple[Path, tuple[float, float]]:
+    """The run, and the median and MAD (ms) of its timed steps (the runner's clock, in its manifest)."""
+    out = folder / "run"
+    _run([_python(), "-m", "rnnprof", "trace", "--force", *TF_WORKLOAD, *(["--plant", plant] if plant else []),
+          "--out", str(out)], f"rnnlm {plant or 'control'}")
+    times = json.loads((out / "manifest.json").read_text()).get("step_times") or {}
+    timed = [float(t) * 1000 for t in times.get("timed") or [] if isinstance(t, (int, float))]
+    if not timed:
+        raise CaseError(f"{out}/manifest.json records no timed step")
+    return out, median_mad(timed)
+
+
+def combine(timings: list[tuple[float, float]]) -> tuple[float, float]:
+    """One configuration's step time over its runs (each ``(median, MAD)`` in ms): the median of the runs'
+    medians, and its noise: the larger of the runs' median MAD and half the range of their medians (on a
+    shared machine one run can be twice as slow as the next)."""
+    medians = [m for m, _ in timings]
+    return statistics.median(medians), max(statistics.median(d for _, d in timings),
+                                           (max(medians) - min(medians)) / 2)
+
+
+def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseResult]:
+    """Every case wanted; a fault and its control run ``rounds`` times, taking turns, and the first round's runs
+    are audited."""
+    results = []
+
+    def wanted(name: str) -> bool:
+        return names is None or name in names
+
+    for name, (_, fault, _) in DDP.items():
+        if not wanted(name):
+            continue
+        t0 = time.perf_counter()
+        runs: dict[bool, list] = {False: [], True: []}
+        for k in range(rounds):
+            for control in (False, True) if k % 2 == 0 else (True, False):
+                runs[control].append(run_ddp(name, control, keep / f"{name}{'-control' if control else ''}-{k}"))
+        (step, noise), (control_step, control_noise) = (combine([t for _, t in runs[c]]) for c in (False, True))
+        results.append(CaseResult(name, "planted", audit([runs[False][0][0]])["findings"], (fault,),
+                                  step - control_step, step, noise + control_noise))
+        results.append(CaseResult(f"{name} control", "control", audit([runs[True][0][0]])["findings"], (),
+                                  step_ms=control_step))
+        print(f"  {name}: {step:,.1f} ms/step against {control_step:,.1f} ({time.perf_counter() - t0:.0f} s)",
+              flush=True)
+    plants = [p for p in TF_PLANTS if wanted(p)]
+    if plants:
+        configs = [None, *plants]
+        runs = {plant: [] for plant in configs}
+        for k in range(rounds):
+            for plant in configs if k % 2 == 0 else configs[::-1]:
+                runs[plant].append(run_tf(plant, keep / f"{plant or 'rnnlm-control'}-{k}"))
+        timed = {plant: combine([t for _, t in runs[plant]]) for plant in configs}
+        control_step, control_noise = timed[None]
+        results.append(CaseResult("rnnlm control", "control", audit([runs[None][0][0]])["findings"], (),
+                                  step_ms=control_step))
+        for plant in plants:
+            step, noise = timed[plant]
+            results.append(CaseResult(plant, "planted", audit([runs[plant][0][0]])["findings"], (TF_PLANTS[plant],),
+                                      step - control_step, step, noise + control_noise))
+            print(f"  {plant}: {step:,.1f} ms/step against {control_step:,.1f}", flush=True)
+    for name, (paths, expected) in REAL.items():
+        if wanted(name):
+            results.append(CaseResult(name, "real", audit(paths)["findings"], expected))
+    return results
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def print_results(results: list[CaseResult], result: Score) -> None:
+    print(f"{'case':<30} {'kind':<8} {'step ms':>8} {'alarms':>6}  first finding")
+    for case in results:
+        top = _label(case.findings[0]) if case.findings else "(none)"
+        print(f"{case.name:<30} {case.kind:<8} {_ms(case.step_ms):>8} {sum(map(is_alarm, case.findings)):>6}  "
+              f"{top[:70]}")
+    print(f"\n{'planted fault':<24} {'found':>5} {'first':>5} {'cost ms':>8} {'noise ms':>8} {'saving ms':>9} "
+          f"{'error':>7}")
+    for f in result.faults:
+        error = "-" if f.error is None else f"{f.error:+.0%}"
+        print(f"{f.case:<24} {'yes' if f.found else 'no':>5} {'yes' if f.first else 'no':>5} {_ms(f.cost_ms):>8} "
+              f"{_ms(f.noise_ms):>8} {_ms(f.saving_ms):>9} {error:>7}")
+    precision = "-" if result.precision is None else f"{result.precision:.2f}"
+    recall = "-" if result.recall is None else f"{result.recall:.2f}"
+    print(f"\nprecision {precision} ({result.true_alarms} of {result.true_alarms + len(result.false_alarms)} alarms "
+          f"match an expected fault); recall {recall} ({result.matched} of {result.expected} expected faults)")
+    for case, label in result.false_alarms:
+        print(f"  unexpected alarm: {case}: {label}")
+    for case, fault in result.missed:
+        print(f"  missed: {case}: {fault}")
+
+
+def main() -> int:
+    from _measure import Targets
+
+    every = [*DDP, *TF_PLANTS, *REAL]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", choices=every, metavar="NAME",
+                        help=f"run only this case (repeatable): {', '.join(every)}")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the runs in this folder")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="runs of each fault and its control, taking turns (default: %(default)s)")
+    parser.add_argument("--list", action="store_true", help="list the cases and what each is expected to show")
+    args = parser.parse_args()
+    if args.list:
+        for name, (_, fault, _) in DDP.items():
+            print(f"{name} (DDP, and its control): {fault.name}: {fault.reason}")
+        for name, fault in TF_PLANTS.items():
+            print(f"{name} (RNNLM, and its control): {fault.name}: {fault.reason}")
+        for name, (paths, expected) in REAL.items():
+            print(f"{name} ({', '.join(p.name for p in paths)}): "
+                  + ("; ".join(f"{f.name}: {f.reason}" for f in expected) or "nothing at warning or above"))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="rnnprof-diagnosis-") as tmp:
+        keep = args.keep or Path(tmp)
+        try:
+            results = run_cases(set(args.only) if args.only else None, keep, max(1, args.rounds))
+        except AuditUnavailable as exc:
+            print(f"diagnosis: {exc}; expected `rnnprof audit PATH --json`", file=sys.stderr)
+            return 2
+        except CaseError as exc:
+            print(f"diagnosis: {exc}", file=sys.stderr)
+            return 1
+    result = score(results)
+    print_results(results, result)
+    targets = Targets()
+    check_targets(result, targets)
+    return targets.report()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""What the diagnosis jobs share: a tiny LSTM language model trained with DistributedDataParallel over gloo on
+the CPU, one step per ``optimizer.step()``, and each rank's own clock of its steps.
+
+A job script builds its batches and its model and calls ``train``; ``--clock DIR`` makes every rank write
+``DIR/rank<r>.json``: ``{"rank", "step_s": [duration of each step by time.perf_counter, from one step's start
+to the next's]}``. The step time the benchmark compares is the median of a rank's steps after ``--warmup``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+VOCAB, EMBED, HIDDEN = 64, 16, 32
+
+
+def arguments(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=14, help="training steps (default: %(default)s)")
+    parser.add_argument("--batch", type=int, default=8, help="sequences per rank and step (default: %(default)s)")
+    parser.add_argument("--length", type=int, default=16, help="tokens per sequence (default: %(default)s)")
+    parser.add_argument("--clock", type=Path, default=None, help="folder for each rank's own step times")
+    parser.add_argument("--control", action="store_true", help="run without the fault (the control)")
+    return parser
+
+
+def start():
+    """Initialise gloo; (torch, the process group's rank, world size)."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    return torch, dist.get_rank(), dist.get_world_size()
+
+
+def language_model(torch):
+    from torch import nn
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, EMBED)
+            self.lstm = nn.LSTM(EMBED, HIDDEN, batch_first=True)
+            self.out = nn.Linear(HIDDEN, VOCAB)
+
+        def features(self, tokens):
+            return self.embed(tokens)
+
+        def forward(self, tokens):
+            hidden, _ = self.lstm(self.features(tokens))
+            return self.out(hidden)
+
+    return LM
+
+
+def train(torch, model, batches, rank: int, clock: Path | None, before_backward=None) -> None:
+    """Train ``model`` (wrapped in DDP here) on ``batches`` (an iterable of token tensors), one optimizer step
+    each; ``before_backward(step)`` runs between the forward pass and the backward pass."""
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = nn.CrossEntropyLoss()
+    starts = []
+    for step, tokens in enumerate(batches):
+        starts.append(time.perf_counter())
+        logits = model(tokens[:, :-1])
+        loss = loss_fn(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+        if before_backward is not None:
+            before_backward(step)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    dist.barrier()
+    starts.append(time.perf_counter())
+    if clock is not None:
+        clock.mkdir(parents=True, exist_ok=True)
+        durations = [b - a for a, b in zip(starts, starts[1:])]
+        (clock / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "step_s": durations}))
+    dist.destroy_process_group()
+
+
+def random_batches(torch, rank: int, steps: int, batch: int, length: int):
+    generator = torch.Generator().manual_seed(1 + rank)
+    return [torch.randint(0, VOCAB, (batch, length + 1), generator=generator) for _ in range(steps)]

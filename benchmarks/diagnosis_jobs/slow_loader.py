@@ -1,0 +1,41 @@
+"""Planted fault: one rank's data loader is slow: its dataset takes ``--load-ms`` to produce each batch (a
+``torch.utils.data.DataLoader`` with no worker process, so the loading runs in the training loop), and the
+other ranks wait for it at every gradient all-reduce. ``--control``: every rank's batches come at once.
+
+    python -m torch.distributed.run --nproc-per-node 2 benchmarks/diagnosis_jobs/slow_loader.py \
+        [--load-ms 40] [--slow-rank 1] [--control] [--clock DIR]
+"""
+
+from __future__ import annotations
+
+import time
+
+from _ddp import arguments, language_model, random_batches, start, train
+
+
+def main() -> None:
+    parser = arguments(__doc__.splitlines()[0])
+    parser.add_argument("--load-ms", type=float, default=40.0, help="the slow rank's loading time per batch")
+    parser.add_argument("--slow-rank", type=int, default=1, help="the rank whose loader is slow (default: %(default)s)")
+    args = parser.parse_args()
+    torch, rank, _ = start()
+    from torch.utils.data import DataLoader, Dataset
+
+    delay_s = 0.0 if args.control or rank != args.slow_rank else args.load_ms / 1000
+    made = random_batches(torch, rank, args.steps, args.batch, args.length)
+
+    class Batches(Dataset):
+        def __len__(self) -> int:
+            return len(made)
+
+        def __getitem__(self, index: int):
+            if delay_s:
+                time.sleep(delay_s)  # reading and decoding, as a slow storage or transform would take
+            return made[index]
+
+    loader = DataLoader(Batches(), batch_size=None, shuffle=False, num_workers=0)
+    train(torch, language_model(torch)(), loader, rank, args.clock)
+
+
+if __name__ == "__main__":
+    main()

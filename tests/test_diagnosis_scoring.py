@@ -1,0 +1,145 @@
+"""benchmarks/diagnosis.py's scoring: precision, recall, ranked first and the saving's error, from findings built
+here in ``rnnprof audit --json``'s shape; the targets it checks; the step time of a DDP job's own clocks."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import diagnosis  # noqa: E402
+from _measure import Targets  # noqa: E402
+from diagnosis import CaseResult, Fault, check_targets, score  # noqa: E402
+
+STRAGGLER = Fault("straggler", r"straggl|arriv\w* last", "planted", (("rank", "rank1"),))
+COPIES = Fault("copies", r"cop(y|ies)", "real")
+
+
+def finding(rule, title, severity="warning", saving_ms=None, rank=None, device=None):
+    return {"rule": rule, "severity": severity, "title": title, "saving_ms": saving_ms,
+            "saving_pct": None, "saving_basis": "test", "confidence": 0.8, "evidence": {},
+            "subject": {"rank": rank, "device": device, "op": None}}
+
+
+def test_precision_and_recall_count_alarms_only():
+    results = [
+        CaseResult("planted", "planted", [finding("PF1", "rank 1 is a straggler", "error", 44.0, rank="1"),
+                                          finding("PF2", "many short kernels"),  # unexpected alarm
+                                          finding("PF3", "copies", "info")],  # info: not an alarm
+                   (STRAGGLER,), cost_ms=40.0),
+        CaseResult("control", "control", [finding("PF2", "many short kernels")]),  # an alarm on a control
+        CaseResult("real", "real", [finding("PF4", "idle GPU", "info")], (COPIES,)),  # missed: only info
+    ]
+    result = score(results)
+    assert result.true_alarms == 1 and len(result.false_alarms) == 2
+    assert result.precision == pytest.approx(1 / 3)
+    assert (result.matched, result.expected) == (1, 2) and result.recall == 0.5
+    assert result.control_alarms == [("control", "PF2: many short kernels")]
+    assert result.missed == [("real", "copies")]
+    (planted,) = result.faults
+    assert planted.found and planted.first and planted.saving_ms == 44.0 and planted.cost_ms == 40.0
+    assert planted.error == pytest.approx(0.1) and planted.saving_ok
+
+
+def test_a_fault_found_below_the_first_finding_is_not_ranked_first_and_its_own_saving_is_scored():
+    results = [CaseResult("p", "planted", [finding("PF2", "many short kernels", "error", 40.0),
+                                           finding("PF1", "rank1 straggles", "info", saving_ms=41.0, rank="rank1"),
+                                           finding("PF1", "rank1 arrives last at every collective", saving_ms=50.0,
+                                                   rank="rank1")], (STRAGGLER,), cost_ms=40.0)]
+    (fault,) = score(results).faults
+    assert fault.found and not fault.first
+    assert fault.saving_ms == 50.0 and fault.error == pytest.approx(0.25)  # the matching alarm's, not the info's
+
+
+def test_a_fault_no_alarm_matches_has_no_saving():
+    results = [CaseResult("p", "planted", [finding("PF2", "many short kernels", "error", 40.0)], (STRAGGLER,),
+                          cost_ms=40.0)]
+    (fault,) = score(results).faults
+    assert not fault.found and not fault.first and fault.saving_ms is None and not fault.saving_ok
+
+
+@pytest.mark.parametrize("saving, ok", [(56.0, True), (24.0, True), (57.0, False), (23.0, False), (None, False)])
+def test_the_saving_must_be_within_40_percent_of_the_measured_cost(saving, ok):
+    results = [CaseResult("p", "planted", [finding("PF1", "straggler", saving_ms=saving, rank="1")], (STRAGGLER,),
+                          cost_ms=40.0)]
+    (fault,) = score(results).faults
+    assert fault.first and fault.saving_ok is ok
+
+
+@pytest.mark.parametrize("saving, cost, noise, ok", [
+    (3.0, 0.5, 4.0, True),  # a fault that costs nothing measurable here, estimated within the noise
+    (6.0, 0.5, 4.0, False),  # claimed far beyond the noise
+    (45.0, 40.0, 30.0, True), (75.0, 40.0, 30.0, False),  # a wide noise widens the tolerance, up to the noise
+    (2.0, -1.0, 1.0, False)])
+def test_a_cost_within_the_noise_is_met_by_an_estimate_within_the_noise(saving, cost, noise, ok):
+    results = [CaseResult("p", "planted", [finding("PF1", "straggler", saving_ms=saving, rank="1")], (STRAGGLER,),
+                          cost_ms=cost, noise_ms=noise)]
+    (fault,) = score(results).faults
+    assert fault.saving_ok is ok
+
+
+@pytest.mark.parametrize("subject, matches", [
+    (dict(rank="rank1"), True), (dict(rank="1"), True), (dict(rank=1), True), (dict(device="rank1/gpu:1"), True),
+    (dict(rank="rank0"), False), (dict(rank="11"), False), (dict(), False), (dict(device="gpu:1"), False)])
+def test_a_fault_with_a_subject_matches_that_rank_only(subject, matches):
+    assert STRAGGLER.matches(finding("PF1", "straggler rank", **subject)) is matches
+
+
+def test_the_pattern_reads_the_rule_id_and_the_title_case_insensitively():
+    assert Fault("u", r"PA003", "").matches(finding("PA003-update-on-one-device", "Updates on one device"))
+    assert COPIES.matches(finding("PF9", "Many Device-to-device COPIES"))
+    assert not COPIES.matches(finding("PF9", "idle time"))
+
+
+def _targets(results) -> tuple[int, list]:
+    targets = Targets()
+    check_targets(score(results), targets)
+    return targets.report(), targets.rows
+
+
+def test_targets_are_met_only_when_controls_are_quiet_faults_first_and_savings_close(capsys):
+    good = [CaseResult("p", "planted", [finding("PF1", "straggler", "error", 45.0, rank="1")], (STRAGGLER,),
+                       cost_ms=40.0),
+            CaseResult("c", "control", [finding("PF2", "short kernels", "info")])]
+    assert _targets(good)[0] == 0
+    loud = [good[0], CaseResult("c", "control", [finding("PF2", "short kernels", "warning")])]
+    code, rows = _targets(loud)
+    assert code == 1 and [ok for _, _, ok in rows] == [False, True, True]
+    far = [CaseResult("p", "planted", [finding("PF1", "straggler", "error", 80.0, rank="1")], (STRAGGLER,),
+                      cost_ms=40.0), good[1]]
+    code, rows = _targets(far)
+    assert code == 1 and [ok for _, _, ok in rows] == [True, True, False] and "+100%" in rows[2][1]
+    second = [CaseResult("p", "planted", [finding("PF2", "short kernels", "error", 40.0),
+                                          finding("PF1", "straggler", "error", 40.0, rank="1")], (STRAGGLER,),
+                         cost_ms=40.0), good[1]]
+    code, rows = _targets(second)
+    assert code == 1 and [ok for _, _, ok in rows] == [True, False, True]  # its own estimate is right
+    capsys.readouterr()
+
+
+def test_a_ddp_jobs_step_time_is_its_slowest_ranks_median_after_the_first_steps(tmp_path):
+    (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "step_s": [9, 9, 9, 0.010, 0.012, 0.011]}))
+    (tmp_path / "rank1.json").write_text(json.dumps({"rank": 1, "step_s": [9, 9, 9, 0.020, 0.030, 0.050]}))
+    assert diagnosis.ddp_step_ms(tmp_path) == pytest.approx((30.0, 10.0))  # rank 1: median 30 ms, MAD 10 ms
+
+
+def test_every_case_names_real_inputs_and_valid_patterns():
+    for paths, expected in diagnosis.REAL.values():
+        assert all(p.is_file() for p in paths)
+        for fault in expected:
+            re.compile(fault.pattern)
+    for script, fault, _ in diagnosis.DDP.values():
+        assert (diagnosis.JOBS / script).is_file() and fault.reason
+    from rnnprof.config import PLANTS
+
+    assert set(diagnosis.TF_PLANTS) == set(PLANTS)
+
+
+def test_a_configurations_step_time_is_the_median_of_its_runs_and_its_noise_covers_their_spread():
+    assert diagnosis.combine([(30.0, 0.5), (58.0, 0.9), (31.0, 0.4)]) == (31.0, 14.0)  # half of 58 - 30
+    assert diagnosis.combine([(40.0, 3.0), (41.0, 2.0), (40.5, 4.0)]) == (40.5, 3.0)  # the runs' median MAD
+    assert diagnosis.combine([(12.0, 1.0)]) == (12.0, 1.0)

@@ -1,0 +1,112 @@
+"""The planted mishaps of the TensorFlow workloads (``--plant``): each changes what it claims, in the graph's
+placement or the session's ConfigProto, and nothing else; bad combinations are refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rnnprof.cli import main
+from rnnprof.config import (FEW_INTER_OP_THREADS, PLANTS, SOFTMAX_ON_DEVICE0, UPDATES_ON_DEVICE0, WorkloadConfig,
+                            validate_without_gpus)
+from rnnprof.errors import UsageError
+
+
+def tiny(**changes) -> WorkloadConfig:
+    base = WorkloadConfig(model="rnnlm", encoder="fused", layers=1, units=16, embedding=16, vocab_size=50,
+                          src_max_len=6, tgt_max_len=6, batch_size=4, learning_rate=0.5, warmup=1, batches=2,
+                          devices=2)
+    return base.replace(**changes)
+
+
+def test_the_plants_are_named_once():
+    assert PLANTS == ("softmax-on-device0", "few-inter-op-threads", "updates-on-device0")
+    assert (SOFTMAX_ON_DEVICE0, FEW_INTER_OP_THREADS, UPDATES_ON_DEVICE0) == PLANTS
+
+
+@pytest.mark.parametrize("changes, says", [
+    (dict(plant=FEW_INTER_OP_THREADS, devices=1), "needs several devices"),
+    (dict(plant=UPDATES_ON_DEVICE0, devices=1), "needs several devices"),
+    (dict(plant=FEW_INTER_OP_THREADS, inter_op_threads=4), "runs without --inter-op-threads"),
+    (dict(plant=UPDATES_ON_DEVICE0, variable_update="parameter_server"), "replicated or independent"),
+    (dict(plant=SOFTMAX_ON_DEVICE0, model="nmt"), "applies to --model rnnlm"),
+])
+def test_a_plant_that_cannot_apply_is_refused(changes, says):
+    with pytest.raises(UsageError, match=says):
+        validate_without_gpus(tiny(**changes))
+
+
+@pytest.mark.parametrize("plant", [FEW_INTER_OP_THREADS, UPDATES_ON_DEVICE0])
+def test_the_new_plants_apply_to_every_tensorflow_model(plant):
+    validate_without_gpus(tiny(plant=plant, model="nmt"))  # no error
+
+
+def test_trace_refuses_a_bad_plant_in_one_line(capsys):
+    code = main(["trace", "--model", "rnnlm", "--devices", "1", "--plant", UPDATES_ON_DEVICE0, "--out",
+                 "/nonexistent/never"])
+    err = capsys.readouterr().err
+    assert code == 2 and "needs several devices" in err and "Traceback" not in err
+
+
+# -- in the graph and the session (TensorFlow) ------------------------------------------------------------------------
+
+VARIABLE_OPS = ("VarHandleOp", "AssignVariableOp", "VarIsInitializedOp", "ReadVariableOp")  # colocated with it
+
+
+def _update_ops(run):
+    return [op for op in run.graph.get_operations() if op.name.startswith("update/") and op.type.startswith(
+        ("Apply", "ResourceApply"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["replicated", "independent"])
+def test_updates_on_device0_puts_every_towers_variables_and_updates_on_device_0(mode):
+    from rnnprof.profiler.run.runner import DataParallelRun
+
+    for plant in (None, UPDATES_ON_DEVICE0):
+        with DataParallelRun(tiny(plant=plant, variable_update=mode)) as run:
+            updates = _update_ops(run)
+            variables = [op for op in run.graph.get_operations() if op.type == "VarHandleOp"
+                         and op.name.startswith("tower_1/")]
+            forward = [op for op in run.graph.get_operations() if op.name.startswith("tower_1/rnn") and op.device
+                       and op.type not in VARIABLE_OPS and "Initializer" not in op.name]
+            assert len(updates) >= 2 * 3 and variables and forward  # embedding, LSTM, projection per tower
+            result = run.step()
+            assert result.loss == result.loss  # a number: the step ran
+        # update/sgd_tower_k/update_tower_k/...: the device index of each tower's updates
+        where = {}
+        for op in updates:
+            where.setdefault(op.name.split("/")[1].rsplit("_", 1)[1], set()).add(op.device.rsplit(":", 1)[1])
+        if plant is None:  # each tower updates its own copy on its own device
+            assert where == {"0": {"0"}, "1": {"1"}}
+            assert all(op.device.endswith("CPU:1") for op in variables)
+        else:
+            assert where == {"0": {"0"}, "1": {"0"}}, {op.name: op.device for op in updates}
+            assert all(op.device.endswith("CPU:0") for op in variables)
+        # the tower's own compute stays on its device either way
+        assert all(op.device.endswith("CPU:1") for op in forward), {op.name: op.device for op in forward
+                                                                    if not op.device.endswith("CPU:1")}
+
+
+@pytest.mark.slow
+def test_few_inter_op_threads_gives_the_session_one_inter_op_thread():
+    from rnnprof.profiler.run.runner import DataParallelRun
+
+    with DataParallelRun(tiny(plant=FEW_INTER_OP_THREADS)) as run:
+        assert run.session_proto.inter_op_parallelism_threads == 1
+        planted = sorted((op.name, op.device) for op in run.graph.get_operations())
+    with DataParallelRun(tiny()) as run:
+        assert run.session_proto.inter_op_parallelism_threads == 0
+        plain = sorted((op.name, op.device) for op in run.graph.get_operations())
+    assert planted == plain  # the graph and its placement are the same
+
+
+@pytest.mark.slow
+def test_a_traced_run_records_the_plant_in_its_manifest(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["trace", "--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches",
+                 "1", "--trace-steps", "1", "--plant", FEW_INTER_OP_THREADS, "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["plant"] == FEW_INTER_OP_THREADS
+    assert manifest["session_config"]["inter_op_threads"] == 1
