@@ -158,7 +158,7 @@ class ExplainReport:
         return {"scaling": self.scaling, "scaling_source": self.scaling_source,
                 "ideal": self.ideal_definition, "parts": {p: PART_LABELS[p] for p in PARTS},
                 "definitions": {
-                    "step_us": "the median timed step (the traced steps where no timed figure exists), µs",
+                    "step_us": "the mean timed step, total time of the timed steps / their number (the traced steps where no timed figure exists), µs",
                     "parts": "the busiest device's step split into parts, by their shares of the traced steps",
                     "gap_by_part_us": "each part minus its ideal; they add up to step_us - ideal_step_us",
                     "lost_speedup_by_part": "ideal_speedup * gap_by_part_us / step_us; they add up to "

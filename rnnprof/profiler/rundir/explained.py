@@ -75,7 +75,7 @@ def _load_one(path: Path, stated: int | None, loaded: Loaded) -> None:
         run_devices = _run_devices(manifest, config)
         if n is None:
             n = run_devices
-        median = (manifest.get("throughput") or {}).get("median_step_seconds")
+        median = (manifest.get("throughput") or {}).get("mean_step_seconds")
         if isinstance(median, (int, float)) and median > 0:
             timed_us = median * 1e6
         mode = str(config.get("variable_update") or "")
