@@ -76,7 +76,7 @@ def show(document: dict, report, as_json: bool, plot, console: Console) -> None:
     from rnnprof.reports.explain import render_table
 
     render_table(report, console)
-    render_notes(document["notes"], console)
+    render_notes(document["notes"])
 
 
 def _scaling(flag: str | None, from_config: set) -> tuple[str, str]:

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
             console.print()
             render_table(explained[1], console)
-            render_notes([n for n in explained[0]["notes"] if n not in notes], console)
+            render_notes([n for n in explained[0]["notes"] if n not in notes])
             console.print(Text.assemble("sweep and traced runs: ", (str(args.out), "bold"),
                                         f" (rnnprof explain {args.out}; rnnprof report {args.out})"))
     return 0

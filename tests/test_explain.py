@@ -1,0 +1,184 @@
+"""rnnprof explain and scale --explain: the step time of each device count split into parts, and their shares
+of the gap from the ideal speedup."""
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rnnprof.cli import main
+
+DATA = Path(__file__).parent / "data"
+PARTS = ("compute_not_scaled", "exposed_communication", "waiting", "host_overhead", "input")
+
+
+def assert_adds_up(document: dict) -> None:
+    """The invariant of every explained sweep: for every N the parts' gaps add up to the measured gap (and the
+    parts to the measured step, the lost speedups to the lost speedup) within 5%; the ideal is stated."""
+    assert document["scaling"] in ("weak", "strong") and "ideal step time" in document["ideal"]
+    assert document["rows"]
+    for row in document["rows"]:
+        gap = row["step_us"] - row["ideal_step_us"]
+        parts = sum(row["gap_by_part_us"][p] for p in PARTS)
+        assert abs(parts - gap) <= 0.05 * max(abs(gap), 1e-6 * row["step_us"]), row
+        assert abs(row["parts"]["total_us"] - row["step_us"]) <= 0.05 * row["step_us"]
+        lost = sum(row["lost_speedup_by_part"][p] for p in PARTS)
+        assert abs(lost - (row["ideal_speedup"] - row["speedup"])) <= 0.05 * max(abs(row["lost_speedup"]), 1e-3)
+
+
+def _explain_json(capsys, *argv) -> dict:
+    code = main(["explain", *argv, "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out)
+
+
+@pytest.fixture
+def kineto_sweep(tmp_path):
+    """A 1-rank trace as N=1 and the gloo pair as N=2, each in its own folder."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    shutil.copy(DATA / "kineto-1gpu-v100.json.gz", one)
+    for rank in (0, 1):
+        shutil.copy(DATA / f"torch-gloo-rank{rank}.json.gz", two)
+    return one, two
+
+
+def _device_span_per_step_ms(path: Path) -> float:
+    """From the raw JSON: first GPU event start to last GPU event end, over the ProfilerStep# count."""
+    events = json.load(gzip.open(path))["traceEvents"]
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    span = max(e["ts"] + e["dur"] for e in gpu) - min(e["ts"] for e in gpu)
+    return span / len(steps) / 1000.0
+
+
+def test_kineto_folders_are_explained_and_add_up(kineto_sweep, capsys):
+    one, two = kineto_sweep
+    document = _explain_json(capsys, str(one), str(two), "--scaling", "weak")
+    assert_adds_up(document)
+    rows = {r["devices"]: r for r in document["rows"]}
+    assert set(rows) == {1, 2}  # N from the folders' rank counts
+    # N=1's step: the GPU's span over its steps, read from the raw JSON here
+    assert rows[1]["step_us"] / 1000 == pytest.approx(_device_span_per_step_ms(one / "kineto-1gpu-v100.json.gz"),
+                                                      rel=0.05)
+    assert rows[1]["ideal_step_us"] == rows[1]["step_us"] and rows[2]["ideal_step_us"] == rows[1]["step_us"]
+    assert rows[2]["ideal_speedup"] == 2
+    assert "weak scaling" in document["ideal"]
+
+
+def test_strong_scaling_halves_the_ideal_and_the_table_says_how_the_ideal_is_defined(kineto_sweep, capsys):
+    one, two = kineto_sweep
+    document = _explain_json(capsys, str(one), str(two), "--scaling", "strong")
+    assert_adds_up(document)
+    rows = {r["devices"]: r for r in document["rows"]}
+    assert rows[2]["ideal_step_us"] == pytest.approx(rows[1]["step_us"] / 2)
+    code = main(["explain", str(one), str(two), "--scaling", "strong"])
+    out = capsys.readouterr().out
+    assert code == 0 and "strong scaling (fixed total batch): ideal step time = T_base * base / N" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_devices_flag_states_n_where_the_runs_do_not(kineto_sweep, capsys):
+    one, two = kineto_sweep
+    document = _explain_json(capsys, str(one), str(two), "--scaling", "weak", "--devices", "1,4")
+    assert [r["devices"] for r in document["rows"]] == [1, 4]
+    assert_adds_up(document)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--devices", "1"], "--devices names 1 device count(s) for 2 run(s)"),
+    ([], "state the ideal with --scaling weak"),
+    (["--scaling", "weak", "--devices", "2,2"], "device count given twice"),
+])
+def test_bad_input_is_one_line_and_exit_2(kineto_sweep, capsys, argv, message):
+    one, two = kineto_sweep
+    code = main(["explain", str(one), str(two), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_sweep_saved_without_explain_is_refused(tmp_path, capsys):
+    (tmp_path / "sweep.json").write_text(json.dumps({"format": "rnnprof-sweep", "rows": [
+        {"devices": 1, "variable_update": "replicated", "words_per_second": 1.0, "speedup": 1.0}]}))
+    code = main(["explain", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "without --explain" in err
+
+
+def test_lost_speedup_chart_stacks_every_part_per_device_count(kineto_sweep, capsys):
+    from rnnprof.reports.charts import spec
+    from rnnprof.reports.explain import lost_speedup_chart
+
+    one, two = kineto_sweep
+    document = _explain_json(capsys, str(one), str(two), "--scaling", "weak")
+    data = spec(lost_speedup_chart(document))["datasets"]["lost"]
+    assert len(data) == 2 * len(PARTS)
+    for row in document["rows"]:
+        bars = [d["lost_speedup"] for d in data if d["devices"] == row["devices"]]
+        assert sum(bars) == pytest.approx(row["lost_speedup"], abs=1e-3)
+
+
+# --- real sweeps (TensorFlow, logical CPU devices) -----------------------------------------------------------
+
+SMALL = ["--model", "rnnlm", "--preset", "small", "--devices", "1,2", "--warmup", "1", "--batches", "3"]
+
+
+def _scale_explain(tmp_path, capsys, name, *argv) -> dict:
+    out = tmp_path / name
+    code = main(["scale", *SMALL, *argv, "--explain", "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    document = json.loads(captured.out)
+    assert json.loads((out / "explain.json").read_text()) == document["explain"]
+    assert_adds_up(document["explain"])
+    return document
+
+
+@pytest.mark.slow
+def test_timed_steps_all_come_before_tracing_starts(tmp_path, capsys, monkeypatch):
+    from rnnprof.profiler.capture import session
+
+    seen = []
+    original = session.capture_after
+
+    def recording(writer, *args, **kwargs):  # what had been timed when the first traced step began
+        seen.append(list(writer.manifest["step_times"]["timed"]))
+        return original(writer, *args, **kwargs)
+
+    monkeypatch.setattr(session, "capture_after", recording)
+    document = _scale_explain(tmp_path, capsys, "sweep")
+    assert len(seen) == 2
+    for row, timed_before_tracing in zip(document["rows"], seen):
+        assert len(timed_before_tracing) == 3
+        assert row["step_seconds"] == timed_before_tracing
+
+
+@pytest.mark.slow
+def test_planted_softmax_is_compute_left_on_device0_and_unplanted_is_not(tmp_path, capsys):
+    planted = _scale_explain(tmp_path, capsys, "planted", "--plant", "softmax-on-device0")["explain"]
+    plain = _scale_explain(tmp_path, capsys, "plain")["explain"]
+    p2 = next(r for r in planted["rows"] if r["devices"] == 2)
+    u2 = next(r for r in plain["rows"] if r["devices"] == 2)
+    # planted: the step is bound by cpu:0, whose compute above the devices' mean is most of what did not scale
+    assert p2["bounding_devices"].count("cpu:0") > len(p2["bounding_devices"]) / 2
+    assert p2["parts"]["left_on_one_device_us"] > 0.5 * p2["parts"]["compute_not_scaled_us"] > 0
+    assert max(PARTS, key=lambda p: p2["gap_by_part_us"][p]) == "compute_not_scaled"
+    # unplanted: no device holds much more compute than the other
+    assert u2["parts"]["left_on_one_device_us"] < 0.5 * max(u2["parts"]["compute_not_scaled_us"], 1e-9)
+    assert p2["parts"]["left_on_one_device_us"] > 2 * u2["parts"]["left_on_one_device_us"]
+
+
+@pytest.mark.slow
+def test_replicated_and_parameter_server_are_explained_side_by_side(tmp_path, capsys):
+    document = _scale_explain(tmp_path, capsys, "modes", "--variable-update", "replicated,parameter_server")
+    explained = document["explain"]
+    modes = {r["mode"] for r in explained["rows"]}
+    assert modes == {"replicated", "parameter_server"}
+    rows = {(r["mode"], r["devices"]): r for r in explained["rows"]}
+    # replicated exchanges gradients with collective all-reduce ops on the devices; parameter_server has none
+    assert rows["replicated", 2]["parts"]["exposed_communication_us"] > \
+        rows["parameter_server", 2]["parts"]["exposed_communication_us"]
