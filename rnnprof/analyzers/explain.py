@@ -11,7 +11,8 @@ device that bounds it is the busiest one (most busy time in the step); its time 
 
 * compute: its compute time; of it, what exceeds the ideal compute (below) did not scale, itself split into
   work left on one device (its compute above the devices' mean: pinned softmax, updates on device 0) and
-  work duplicated or grown on every device (the devices' mean above the ideal);
+  work on every device (the devices' mean above the ideal: work duplicated on every device, or every device's
+  work running slower, as when logical devices share the same cores);
 * exposed communication: communication not overlapped by its compute;
 * input and copies: the rest of its busy time (memcpys, memsets not under compute or communication);
 * idle, split by ``idle.idle_by_cause`` where the trace has launches: host wait and kernel wait are host
@@ -79,7 +80,7 @@ class Parts:
     waiting: float
     host_overhead: float
     input: float
-    left_on_one_device: float = 0.0  # of compute_not_scaled (the rest: duplicated or grown on every device)
+    left_on_one_device: float = 0.0  # of compute_not_scaled (the rest: on every device, duplicated or slower)
 
     @property
     def compute(self) -> float:
@@ -92,7 +93,7 @@ class Parts:
     def as_dict(self) -> dict:
         return {"compute_scaled_us": self.compute_scaled, "compute_not_scaled_us": self.compute_not_scaled,
                 "left_on_one_device_us": self.left_on_one_device,
-                "duplicated_us": self.compute_not_scaled - self.left_on_one_device,
+                "on_every_device_us": self.compute_not_scaled - self.left_on_one_device,
                 "exposed_communication_us": self.exposed_communication, "waiting_us": self.waiting,
                 "host_overhead_us": self.host_overhead, "input_us": self.input, "total_us": self.total}
 
@@ -160,6 +161,10 @@ class ExplainReport:
                 "definitions": {
                     "step_us": "the mean timed step, total time of the timed steps / their number (the traced steps where no timed figure exists), µs",
                     "parts": "the busiest device's step split into parts, by their shares of the traced steps",
+                    "left_on_one_device_us": "of compute_not_scaled: the bounding device's compute above the "
+                                             "devices' mean (work left on one device)",
+                    "on_every_device_us": "of compute_not_scaled: the devices' mean compute above the ideal (work "
+                                          "duplicated on every device, or running slower on each)",
                     "gap_by_part_us": "each part minus its ideal; they add up to step_us - ideal_step_us",
                     "lost_speedup_by_part": "ideal_speedup * gap_by_part_us / step_us; they add up to "
                                             "lost_speedup"},
