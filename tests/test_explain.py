@@ -185,3 +185,18 @@ def test_replicated_and_parameter_server_are_explained_side_by_side(tmp_path, ca
     # replicated exchanges gradients with collective all-reduce ops on the devices; parameter_server has none
     assert rows["replicated", 2]["parts"]["exposed_communication_us"] > \
         rows["parameter_server", 2]["parts"]["exposed_communication_us"]
+
+
+def test_report_of_an_explained_sweep_shows_the_lost_speedup(kineto_sweep, tmp_path, capsys):
+    one, two = kineto_sweep
+    explained = _explain_json(capsys, str(one), str(two), "--scaling", "weak")
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    rows = [{"devices": r["devices"], "variable_update": "replicated", "words_per_second": 1000.0 * r["speedup"],
+             "speedup": r["speedup"]} for r in explained["rows"]]
+    (sweep / "sweep.json").write_text(json.dumps({"format": "rnnprof-sweep", "rows": rows, "explain": explained}))
+    html = tmp_path / "report.html"
+    assert main(["report", str(sweep), "-o", str(html)]) == 0
+    text = html.read_text()
+    assert "Why the speedup falls short of linear" in text and "lost speedup (ideal - measured)" in text
+    assert explained["ideal"] in text
