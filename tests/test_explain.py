@@ -200,3 +200,42 @@ def test_report_of_an_explained_sweep_shows_the_lost_speedup(kineto_sweep, tmp_p
     text = html.read_text()
     assert "Why the speedup falls short of linear" in text and "lost speedup (ideal - measured)" in text
     assert explained["ideal"] in text
+
+
+def _comm(*devices):
+    """A CommReport of one step: per device (compute, communication, overlap, memcpy, busy), window 0..150 µs
+    (or 0..100 µs for a lone device)."""
+    from rnnprof.analyzers.comm import Breakdown, CommReport, DeviceComm
+    from rnnprof.events import Device
+
+    end = 100.0 if len(devices) == 1 else 150.0
+    rows = []
+    for k, (compute, comm, overlap, memcpy, busy) in enumerate(devices):
+        b = Breakdown(start_us=0.0, end_us=end, busy_us=busy, compute_us=compute, communication_us=comm,
+                      memcpy_us=memcpy, memset_us=0.0, overlap_us=overlap, events=3)
+        rows.append(DeviceComm(device=Device("cpu", k), total=b, steps={0: b}))
+    return CommReport(devices=tuple(rows), stragglers=(), steps=(0,), extra_patterns=(), comm_event_names=())
+
+
+def test_parts_by_hand():
+    from rnnprof.analyzers.explain import ExplainInput, explain_sweep
+
+    one = ExplainInput(devices=1, comm=_comm((80.0, 0.0, 0.0, 10.0, 90.0)))
+    two = ExplainInput(devices=2, comm=_comm((110.0, 30.0, 0.0, 0.0, 140.0), (70.0, 30.0, 0.0, 0.0, 100.0)))
+    weak = explain_sweep([two, one], "weak")
+    row = {r.devices: r for r in weak.rows}[2]
+    # the busiest device (cpu:0) bounds the step: 110 compute (ideal 80; the mean 90), 30 comm, 10 idle
+    assert row.bounding_devices == ("cpu:0",)
+    assert row.step_us == 150 and row.ideal_step_us == 100
+    assert row.parts.compute_not_scaled == pytest.approx(30) and row.parts.left_on_one_device == pytest.approx(20)
+    assert row.gap_us == pytest.approx({"compute_not_scaled": 30, "exposed_communication": 30, "waiting": 0,
+                                        "host_overhead": 0, "input": -10})
+    assert row.speedup == pytest.approx(2 * 100 / 150)
+    strong = {r.devices: r for r in explain_sweep([one, two], "strong").rows}[2]
+    assert strong.ideal_step_us == 50
+    assert strong.gap_us == pytest.approx({"compute_not_scaled": 70, "exposed_communication": 30, "waiting": 0,
+                                           "host_overhead": 5, "input": -5})
+    # the timed step time scales every part by the same factor
+    timed = {r.devices: r for r in explain_sweep([one, ExplainInput(2, two.comm, timed_step_us=300.0)],
+                                                 "weak").rows}[2]
+    assert timed.parts.exposed_communication == pytest.approx(60) and timed.gap_total_us == 200
