@@ -238,3 +238,26 @@ def test_parts_by_hand():
     timed = {r.devices: r for r in explain_sweep([one, ExplainInput(2, two.comm, timed_step_us=300.0)],
                                                  "weak").rows}[2]
     assert timed.parts.exposed_communication == pytest.approx(60) and timed.gap_total_us == 200
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--trace-steps", "3"], "--trace-steps applies with --explain"),
+    (["--explain", "--trainer", "rnnprof,distribute"], "does not combine with --trainer"),
+])
+def test_scale_explain_flags_are_refused_before_training(tmp_path, capsys, argv, message):
+    code = main(["scale", *SMALL, "--out", str(tmp_path / "sweep"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.slow
+def test_torch_ddp_sweep_is_explained_with_n_from_the_world_size(tmp_path, capsys):
+    document = _scale_explain(tmp_path, capsys, "torch", "--framework", "torch")
+    rows = {r["devices"]: r for r in document["explain"]["rows"]}
+    assert set(rows) == {1, 2}
+    manifest = json.loads((tmp_path / "torch" / "runs" / "replicated-2dev" / "manifest.json").read_text())
+    assert manifest["world_size"] == 2 and len(manifest["ranks"]) == 2
+    # the explained step is the sweep's own timed figure: total time of the timed steps / their number
+    row = next(r for r in document["rows"] if r["devices"] == 2)
+    assert rows[2]["step_us"] == pytest.approx(1e6 * sum(row["step_seconds"]) / len(row["step_seconds"]), rel=1e-6)

@@ -14,6 +14,7 @@ from rnnprof.config import (FAKE_LOCATIONS, VARIABLE_UPDATES, add_workload_argum
 from rnnprof.errors import UsageError
 
 NAME = "scale"
+TRACE_STEPS = 2  # --explain's traced steps per configuration
 HELP = "time training on several device counts (after warm-up) and print words/s (images/s) and speedup"
 
 
@@ -32,9 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "timed figures come from the steps before tracing starts), save the sweep and the "
                              "traced runs in --out DIR (default: a fresh runs/<model>-sweep-<time>) and print why "
                              "the speedup falls short of linear (as rnnprof explain DIR)")
-    parser.add_argument("--trace-steps", type=positive_int, default=2,
-                        help="with --explain: steps traced after each configuration's timed steps "
-                             "(default: %(default)s)")
+    parser.add_argument("--trace-steps", type=positive_int, default=None,
+                        help=f"with --explain: steps traced after each configuration's timed steps "
+                             f"(default: {TRACE_STEPS})")
     parser.add_argument("--plot", metavar="FILE", help="also write the scaling chart (words/s against devices, "
                                                        "with the ideal line) to FILE, .png or .svg")
 
@@ -46,6 +47,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.profiler.rundir.sweep import check_sweep_out
 
     plot = check_plot_path(args.plot)
+    if args.trace_steps is not None and not args.explain:
+        raise UsageError("--trace-steps applies with --explain (the steps traced after the timed ones)")
     if args.explain and args.out is None:
         from rnnprof.profiler.rundir.writer import default_run_dir
 
@@ -115,7 +118,7 @@ def _traced(args: argparse.Namespace, sweep_points: list[dict]):
 
         configs = [workload_config_from_args(args, visible_gpus(), **point) for point in sweep_points]
     argv = ["rnnprof", *sys.argv[1:]]
-    swept = traced_sweep(configs, args.out, args.trace_steps, argv,
+    swept = traced_sweep(configs, args.out, args.trace_steps or TRACE_STEPS, argv,
                          on_warning=_warning_printer(Console(stderr=True)), framework=args.framework)
     return swept, configs
 
