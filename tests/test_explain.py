@@ -261,3 +261,16 @@ def test_torch_ddp_sweep_is_explained_with_n_from_the_world_size(tmp_path, capsy
     # the explained step is the sweep's own timed figure: total time of the timed steps / their number
     row = next(r for r in document["rows"] if r["devices"] == 2)
     assert rows[2]["step_us"] == pytest.approx(1e6 * sum(row["step_seconds"]) / len(row["step_seconds"]), rel=1e-6)
+
+
+@pytest.mark.slow
+def test_grpc_cluster_sweep_is_explained_with_n_from_the_workers(tmp_path, capsys):
+    out = tmp_path / "cluster"
+    code = main(["scale", "--model", "rnnlm", "--preset", "small", "--devices", "1", "--workers", "1,2",
+                 "--warmup", "1", "--batches", "3", "--explain", "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    explained = json.loads(captured.out)["explain"]
+    assert_adds_up(explained)
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["replicated-1x1dev", "replicated-2x1dev"]
+    assert [r["devices"] for r in explained["rows"]] == [1, 2]

@@ -101,7 +101,8 @@ def traced_sweep(configs: Sequence, out, trace_steps: int, command: Sequence[str
     points, device_kind, words_definition, model = [], "", "", ""
     for options in configs:
         config = options.workload if framework == "torch" else options
-        path = Path(out) / RUNS_DIR / run_dir_name(config.variable_update, config.devices * (config.workers or 1))
+        path = Path(out) / RUNS_DIR / run_dir_name(config.variable_update, config.devices, config.workers,
+                                                   getattr(config, "fake_location", None))
         if framework == "torch":
             from rnnprof.profiler.capture.torch_workload import capture_torch_workload
 

@@ -31,8 +31,11 @@ class Loaded:
     notes: list = field(default_factory=list)
 
 
-def run_dir_name(variable_update: str, devices: int) -> str:
-    return f"{variable_update}-{devices}dev"
+def run_dir_name(variable_update: str, devices: int, workers: int | None = None,
+                 fake_location: str | None = None) -> str:
+    """``<mode>-<n>dev``, ``<mode>-<w>x<n>dev`` on a cluster, ``-<location>`` for a ResNet's image location."""
+    return (f"{variable_update}-" + (f"{workers}x" if workers else "") + f"{devices}dev"
+            + (f"-{fake_location}" if fake_location else ""))
 
 
 def sweep_runs(path: str | Path) -> list[Path]:
@@ -79,6 +82,8 @@ def _load_one(path: Path, stated: int | None, loaded: Loaded) -> None:
         if isinstance(median, (int, float)) and median > 0:
             timed_us = median * 1e6
         mode = str(config.get("variable_update") or "")
+        if config.get("fake_location"):
+            mode += f", {config['fake_location']} images"
         if config.get("batch_scaling") in SCALING_OF_BATCH:
             loaded.scalings.add(SCALING_OF_BATCH[config["batch_scaling"]])
         kinds = {d.get("kind") for d in manifest.get("devices") or [] if isinstance(d, dict)}
