@@ -181,9 +181,12 @@ def test_replicated_and_parameter_server_are_explained_side_by_side(tmp_path, ca
     modes = {r["mode"] for r in explained["rows"]}
     assert modes == {"replicated", "parameter_server"}
     rows = {(r["mode"], r["devices"]): r for r in explained["rows"]}
-    # replicated exchanges gradients with collective all-reduce ops on the devices; parameter_server has none
-    assert rows["replicated", 2]["parts"]["exposed_communication_us"] > \
-        rows["parameter_server", 2]["parts"]["exposed_communication_us"]
+    # replicated exchanges gradients with collective all-reduce ops on the devices (time in them, exposed or
+    # waiting for the other device); parameter_server averages them on the CPU, with no collective at all
+    def in_collectives(row):
+        return row["parts"]["exposed_communication_us"] + row["parts"]["waiting_us"]
+
+    assert in_collectives(rows["replicated", 2]) > in_collectives(rows["parameter_server", 2])
 
 
 def test_report_of_an_explained_sweep_shows_the_lost_speedup(kineto_sweep, tmp_path, capsys):
@@ -209,9 +212,10 @@ def _comm(*devices):
 
     end = 100.0 if len(devices) == 1 else 150.0
     rows = []
-    for k, (compute, comm, overlap, memcpy, busy) in enumerate(devices):
+    for k, (compute, comm, overlap, memcpy, busy, *first_comm) in enumerate(devices):
         b = Breakdown(start_us=0.0, end_us=end, busy_us=busy, compute_us=compute, communication_us=comm,
-                      memcpy_us=memcpy, memset_us=0.0, overlap_us=overlap, events=3)
+                      memcpy_us=memcpy, memset_us=0.0, overlap_us=overlap, events=3,
+                      first_comm_us=first_comm[0] if first_comm else None)
         rows.append(DeviceComm(device=Device("cpu", k), total=b, steps={0: b}))
     return CommReport(devices=tuple(rows), stragglers=(), steps=(0,), extra_patterns=(), comm_event_names=())
 
@@ -274,3 +278,15 @@ def test_grpc_cluster_sweep_is_explained_with_n_from_the_workers(tmp_path, capsy
     assert_adds_up(explained)
     assert sorted(p.name for p in (out / "runs").iterdir()) == ["replicated-1x1dev", "replicated-2x1dev"]
     assert [r["devices"] for r in explained["rows"]] == [1, 2]
+
+
+def test_time_in_collectives_before_the_last_device_starts_is_waiting():
+    from rnnprof.analyzers.explain import ExplainInput, explain_sweep
+
+    one = ExplainInput(devices=1, comm=_comm((80.0, 0.0, 0.0, 10.0, 90.0)))
+    # cpu:0 (busiest) enters its collectives at 100 µs, cpu:1 at 112 µs: 12 of cpu:0's 30 µs of exposed
+    # communication wait for cpu:1
+    two = ExplainInput(devices=2, comm=_comm((110.0, 30.0, 0.0, 0.0, 140.0, 100.0), (70.0, 30.0, 0.0, 0.0, 100.0, 112.0)))
+    row = {r.devices: r for r in explain_sweep([one, two], "weak").rows}[2]
+    assert row.parts.waiting == pytest.approx(12) and row.parts.exposed_communication == pytest.approx(18)
+    assert row.parts.input == 0 and row.parts.total == pytest.approx(150)

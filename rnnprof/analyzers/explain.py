@@ -13,13 +13,15 @@ device that bounds it is the busiest one (most busy time in the step); its time 
   work left on one device (its compute above the devices' mean: pinned softmax, updates on device 0) and
   work on every device (the devices' mean above the ideal: work duplicated on every device, or every device's
   work running slower, as when logical devices share the same cores);
-* exposed communication: communication not overlapped by its compute;
+* exposed communication: communication not overlapped by its compute, less the time it spent in collectives
+  waiting for the last device to start its own (comm's straggler figure: the last device's first
+  communication minus its own), which is waiting for stragglers;
 * input and copies: the rest of its busy time (memcpys, memsets not under compute or communication);
 * idle, split by ``idle.idle_by_cause`` where the trace has launches: host wait and kernel wait are host
   and launch overhead, the rest (waiting on an event, another stream, another device) is waiting for
-  stragglers. Without launches in the trace (TensorFlow timelines, CPU ranks) the cause of a gap is not
-  recorded: idle counts as host and launch overhead, and waiting for another device shows up inside the
-  collective ops (exposed communication) or as work left on one device.
+  stragglers too. Without launches in the trace (TensorFlow timelines, CPU ranks) the cause of a gap is not
+  recorded: idle counts as host and launch overhead, and waiting for another device is only the straggler
+  wait inside collectives (above), or shows as work left on one device.
 
 The traced steps' parts are averaged and scaled to the timed step time (the traced steps run under the
 profiler, slower); each part keeps its share of the traced step. So the parts add up to the measured step
@@ -196,6 +198,13 @@ def _step_parts(comm) -> tuple[list[dict], list[str], bool]:
         compute = b.compute_us
         exposed = float(np.clip(b.communication_us - b.overlap_us, 0.0, max(b.busy_us - compute, 0.0)))
         copies = max(b.busy_us - compute - exposed, 0.0)
+        # comm's straggler figure: a device that starts its collectives before the last device does waits
+        # inside them for that long (at most its exposed communication)
+        starts = [r.first_comm_us for _, r in rows if r.first_comm_us is not None]
+        straggled = 0.0
+        if b.first_comm_us is not None and len(starts) > 1:
+            straggled = float(np.clip(max(starts) - b.first_comm_us, 0.0, exposed))
+        exposed -= straggled
         idle = max(window - b.busy_us, 0.0)
         causes = None
         if device.idle is not None:
@@ -206,7 +215,7 @@ def _step_parts(comm) -> tuple[list[dict], list[str], bool]:
             causes_known = causes_known and causes is not None
             host = idle
         out.append({"window": window, "compute": compute, "mean_compute": mean_compute, "comm": exposed,
-                    "input": copies, "host": host, "waiting": idle - host})
+                    "input": copies, "host": host, "waiting": idle - host + straggled})
         names.append(device.device.label)
     if not out:
         raise ExplainError("no step with device activity in the trace")
@@ -272,8 +281,8 @@ def explain_sweep(points: Sequence[ExplainInput], scaling: str, scaling_source: 
                                  f"are the traced steps' shares applied to the timed step")
     if any(not r.idle_causes_known for r in rows):
         out_notes.append("the traces link no launch call to the work of some devices (TensorFlow timelines, CPU "
-                         "ranks): their idle time counts as host and launch overhead, and waiting for another "
-                         "device shows up inside collectives (exposed communication)")
+                         "ranks): their idle time counts as host and launch overhead; waiting for another device "
+                         "is the time spent in collectives before the last device started its own")
     return ExplainReport(scaling=scaling, scaling_source=scaling_source, rows=tuple(rows), notes=tuple(out_notes))
 
 
