@@ -163,6 +163,8 @@ def test_planted_softmax_is_compute_left_on_device0_and_unplanted_is_not(tmp_pat
     planted = _scale_explain(tmp_path, capsys, "planted", "--vocab-size", "8000", "--plant",
                              "softmax-on-device0")["explain"]
     plain = _scale_explain(tmp_path, capsys, "plain", "--vocab-size", "8000")["explain"]
+    # logical CPU devices share the machine's cores: the explanation says so
+    assert any("logical CPU devices sharing the same" in note for note in planted["notes"])
     p2 = next(r for r in planted["rows"] if r["devices"] == 2)
     u2 = next(r for r in plain["rows"] if r["devices"] == 2)
     # planted: the step is bound by cpu:0, whose compute above the devices' mean is a large part of the step
@@ -260,6 +262,7 @@ def test_torch_ddp_sweep_is_explained_with_n_from_the_world_size(tmp_path, capsy
     document = _scale_explain(tmp_path, capsys, "torch", "--framework", "torch")
     rows = {r["devices"]: r for r in document["explain"]["rows"]}
     assert set(rows) == {1, 2}
+    assert any("processes sharing the same" in note for note in document["explain"]["notes"])
     manifest = json.loads((tmp_path / "torch" / "runs" / "replicated-2dev" / "manifest.json").read_text())
     assert manifest["world_size"] == 2 and len(manifest["ranks"]) == 2
     # the explained step is the sweep's own timed figure: total time of the timed steps / their number
@@ -290,3 +293,9 @@ def test_time_in_collectives_before_the_last_device_starts_is_waiting():
     row = {r.devices: r for r in explain_sweep([one, two], "weak").rows}[2]
     assert row.parts.waiting == pytest.approx(12) and row.parts.exposed_communication == pytest.approx(18)
     assert row.parts.input == 0 and row.parts.total == pytest.approx(150)
+
+
+def test_a_path_that_does_not_exist_is_one_line(tmp_path, capsys):
+    code = main(["explain", str(tmp_path / "nowhere"), "--scaling", "weak"])
+    err = capsys.readouterr().err
+    assert code == 2 and "nowhere: does not exist" in err and len(err.strip().splitlines()) == 1
