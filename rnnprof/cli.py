@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "rnnprof.commands.report",
     "rnnprof.commands.worker",
     "rnnprof.commands.roofline",
+    "rnnprof.commands.explain",
 )
 INTERNAL_ERROR = 3  # a bug in rnnprof, not in the user's input (see rnnprof.errors)
 

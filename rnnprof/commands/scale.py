@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from rich.console import Console
 from rich.text import Text
 
 from rnnprof.config import (FAKE_LOCATIONS, VARIABLE_UPDATES, add_workload_arguments, parse_choice_list,
-                            parse_int_list)
+                            parse_int_list, positive_int)
 from rnnprof.errors import UsageError
 
 NAME = "scale"
+TRACE_STEPS = 2  # --explain's traced steps per configuration
 HELP = "time training on several device counts (after warm-up) and print words/s (images/s) and speedup"
 
 
@@ -26,6 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of a table")
     parser.add_argument("--out", metavar="DIR", help="also save the sweep in DIR (a new or empty folder): the --json "
                                                      "document and one file per configuration, for rnnprof report")
+    parser.add_argument("--explain", action="store_true",
+                        help="also trace --trace-steps steps of every configuration after its timed steps (the "
+                             "timed figures come from the steps before tracing starts), save the sweep and the "
+                             "traced runs in --out DIR (default: a fresh runs/<model>-sweep-<time>) and print why "
+                             "the speedup falls short of linear (as rnnprof explain DIR)")
+    parser.add_argument("--trace-steps", type=positive_int, default=None,
+                        help=f"with --explain: steps traced after each configuration's timed steps "
+                             f"(default: {TRACE_STEPS})")
     parser.add_argument("--plot", metavar="FILE", help="also write the scaling chart (words/s against devices, "
                                                        "with the ideal line) to FILE, .png or .svg")
 
@@ -37,30 +47,80 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.profiler.rundir.sweep import check_sweep_out
 
     plot = check_plot_path(args.plot)
+    if args.trace_steps is not None and not args.explain:
+        raise UsageError("--trace-steps applies with --explain (the steps traced after the timed ones)")
+    if args.explain and args.out is None:
+        from rnnprof.profiler.rundir.writer import default_run_dir
+
+        args.out = str(default_run_dir(f"{args.model}-sweep"))
     if args.out is not None:
         check_sweep_out(args.out)
     sweep_points, lists = _sweep_points(args)
     trainers = _trainers(args, lists["variable_update"])
-    if args.framework == "torch":
+    if args.explain:
+        if trainers:
+            raise UsageError("--explain traces rnnprof's own trainer; it does not combine with --trainer")
+        swept, configs = _traced(args, sweep_points)
+    elif args.framework == "torch":
         swept, configs = _torch(args, sweep_points)
     else:
         swept, configs = _tensorflow(args, sweep_points, lists["devices"], trainers)
     result = speedup_table(swept.points)
     notes = [n for n in [shared_cores_note(swept.device_kind, os.cpu_count())] if n]
     document = _document(args, result, swept, configs, lists, trainers, notes)
-    if args.out is not None:
-        from rnnprof.profiler.rundir.sweep import write_sweep
+    from rnnprof.profiler.rundir.sweep import write_sweep
 
+    if args.out is not None:
         write_sweep(args.out, document)
     if plot is not None:
         from rnnprof.reports.charts import save_chart, scaling_chart
 
         save_chart(scaling_chart(document["rows"]), plot)
+    explained = None
+    if args.explain:
+        from rnnprof.commands.explain import explain_paths
+        from rnnprof.profiler.rundir.explained import EXPLAIN_FILE
+        from rnnprof.profiler.rundir.writer import atomic_write_json
+
+        explained = explain_paths([args.out], None, None, args)
+        atomic_write_json(Path(args.out) / EXPLAIN_FILE, explained[0])
+        document["explain"] = explained[0]
+        write_sweep(args.out, document)  # again, with the explanation for rnnprof report
     if args.json:
         render_json(document, console)
     else:
         _render(result, swept, configs, trainers, notes, console)
+        if explained is not None:
+            from rnnprof.reports.explain import render_table
+            from rnnprof.reports.layout import render_notes
+
+            console.print()
+            render_table(explained[1], console)
+            render_notes([n for n in explained[0]["notes"] if n not in notes])
+            console.print(Text.assemble("sweep and traced runs: ", (str(args.out), "bold"),
+                                        f" (rnnprof explain {args.out}; rnnprof report {args.out})"))
     return 0
+
+
+def _traced(args: argparse.Namespace, sweep_points: list[dict]):
+    """Every configuration timed, then traced, into ``--out``'s runs/ (``sweep.traced_sweep``)."""
+    import sys
+
+    from rnnprof.profiler.run.sweep import traced_sweep
+
+    if args.framework == "torch":
+        from rnnprof.config import torch_options_from_args
+
+        configs = [torch_options_from_args(args, 0, **point) for point in sweep_points]
+    else:
+        from rnnprof.config import workload_config_from_args
+        from rnnprof.profiler.run.runner import visible_gpus
+
+        configs = [workload_config_from_args(args, visible_gpus(), **point) for point in sweep_points]
+    argv = ["rnnprof", *sys.argv[1:]]
+    swept = traced_sweep(configs, args.out, args.trace_steps or TRACE_STEPS, argv,
+                         on_warning=_warning_printer(Console(stderr=True)), framework=args.framework)
+    return swept, configs
 
 
 def _sweep_points(args: argparse.Namespace) -> tuple[list[dict], dict]:

@@ -38,6 +38,8 @@ def sweep_page(document: dict, name: str) -> str:
                caption="; ".join(str(definitions[k]) if str(definitions[k]).startswith(k) else f"{k} = {definitions[k]}"
                                 for k in ("words", "speedup") if k in definitions))
     page.chart("scaling", charts.spec(charts.scaling_chart(rows)))
+    if isinstance(document.get("explain"), dict) and document["explain"].get("rows"):
+        _explained(page, document["explain"])
 
     page.heading("Warm-up", 3)
     measured = [r for r in rows if r.get("warmup_step_seconds")]
@@ -55,3 +57,22 @@ def sweep_page(document: dict, name: str) -> str:
         [(f"{r['variable_update']}, {r['devices']} dev", r["warmup_step_seconds"], r.get("step_seconds") or [])
          for r in measured], "Step times: warm-up, then timed")))
     return page.render()
+
+
+def _explained(page: Page, explained: dict) -> None:
+    """Why the speedup falls short of linear (``scale --explain``): each part's share of the lost speedup."""
+    from rnnprof.analyzers.explain import PART_LABELS, PARTS
+    from rnnprof.reports.explain import lost_speedup_chart
+
+    page.heading("Why the speedup falls short of linear")
+    page.paragraph(f"ideal: {explained.get('ideal', '-')}", "sub")
+    for note in explained.get("notes") or []:
+        page.paragraph(f"note: {note}", "note")
+    page.table(["variable update", "devices", "step (ms)", "ideal (ms)", "speedup", "lost speedup",
+                *[PART_LABELS[p] for p in PARTS]],
+               [[r.get("mode") or "-", r["devices"], _f(r["step_us"] / 1000, 1), _f(r["ideal_step_us"] / 1000, 1),
+                 f"{r['speedup']:.2f}x", _f(r["lost_speedup"], 2),
+                 *[_f(r["lost_speedup_by_part"][p], 2) for p in PARTS]] for r in explained["rows"]],
+               numeric=set(range(1, 6 + len(PARTS))),
+               caption="each part's share of the lost speedup (ideal - measured); they add up to the lost speedup")
+    page.chart("lost-speedup", charts.spec(lost_speedup_chart(explained)))

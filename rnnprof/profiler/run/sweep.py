@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from rnnprof.analyzers.scale import ScalePoint
-from rnnprof.config import WorkloadConfig
+from rnnprof.config import IMAGE_MODELS, WorkloadConfig
 from rnnprof.profiler.run.cluster import running_cluster
 from rnnprof.profiler.run.measure import StepCallback, measure
 from rnnprof.profiler.run.runner import DataParallelRun
@@ -82,3 +82,57 @@ def sweep(configs: Sequence[WorkloadConfig], progress: Progress = no_progress,
         ))
     return Sweep(points=tuple(points), device_kind=device_kind, words_definition=words_definition, model=model,
                  unit=unit)
+
+
+def traced_sweep(configs: Sequence, out, trace_steps: int, command: Sequence[str] = (),
+                 on_warning: Callable[[str], None] = lambda warning: None, framework: str = "tensorflow") -> Sweep:
+    """``sweep``, each configuration captured into its own run directory under ``out/runs`` the way ``rnnprof
+    trace`` captures: warm-up, the timed steps (the figures of the sweep), and only then ``trace_steps`` traced
+    steps; the timed figures never include a traced step. ``configs``: ``WorkloadConfig`` (TensorFlow) or
+    ``TorchOptions`` (``framework="torch"``)."""
+    from pathlib import Path
+
+    from rnnprof.analyzers.throughput import TimingSummary
+    from rnnprof.profiler.rundir.explained import RUNS_DIR, run_dir_name
+    from rnnprof.profiler.rundir.manifest import read_manifest
+
+    if not configs:
+        raise ValueError("sweep needs at least one configuration")
+    points, device_kind, words_definition, model = [], "", "", ""
+    for options in configs:
+        config = options.workload if framework == "torch" else options
+        path = Path(out) / RUNS_DIR / run_dir_name(config.variable_update, config.devices, config.workers,
+                                                   getattr(config, "fake_location", None))
+        if framework == "torch":
+            from rnnprof.profiler.capture.torch_workload import capture_torch_workload
+
+            done = capture_torch_workload(options, path, False, command, trace_steps)
+        else:
+            from rnnprof.profiler.capture.workload import capture_workload
+
+            done = capture_workload(config, path, False, command, trace_steps, on_warning=on_warning)
+        manifest = read_manifest(done.path)
+        times = manifest.get("step_times") or {}
+        throughput = manifest.get("throughput") or {}
+        with_warmup = throughput.get("with_warmup")
+        device_kind = done.device_kind
+        words_definition = throughput.get("words_definition", "")
+        model = config.model
+        points.append(ScalePoint(
+            variable_update=config.variable_update,
+            all_reduce=(config.all_reduce if framework != "torch" else f"DDP {manifest.get('backend')}")
+            if config.variable_update == "replicated" else None,
+            devices=config.devices,
+            per_device_batch=config.per_device_batch(),
+            total_batch=config.total_batch(),
+            timed=done.timed,
+            with_warmup=TimingSummary(**with_warmup) if isinstance(with_warmup, dict) else None,
+            step_seconds=tuple(times.get("timed") or ()),
+            warmup_step_seconds=tuple(times.get("warmup") or ()),
+            workers=config.workers,
+            fake_location=getattr(config, "fake_location", None),
+        ))
+    unit = "images" if model in IMAGE_MODELS else "words"
+    return Sweep(points=tuple(points), device_kind=device_kind, words_definition=words_definition, model=model,
+                 unit=unit, step_definition="wall time of each timed step, before any traced step (the traced "
+                                            "steps follow the timed ones)")

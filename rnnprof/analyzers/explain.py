@@ -1,0 +1,309 @@
+"""Why a device-count sweep falls short of linear speedup: each run's step time split into parts, and each
+part's share of the gap between the measured step time and the ideal one.
+
+Input: one traced run per device count N, already analysed by ``rnnprof.analyzers.comm`` (per device and
+step: busy, compute, communication, overlap, idle and, where the trace links launches, idle by cause from
+``rnnprof.analyzers.idle``; step windows from ``rnnprof.analyzers.steps.step_windows``), and the run's timed step
+time where it was measured apart from the trace.
+
+Per traced step, the step time is its window across devices (the earliest start to the latest end). The
+device that bounds it is the busiest one (most busy time in the step); its time is split without remainder:
+
+* compute: its compute time; of it, what exceeds the ideal compute (below) did not scale, itself split into
+  work left on one device (its compute above the devices' mean: pinned softmax, updates on device 0) and
+  work on every device (the devices' mean above the ideal: work duplicated on every device, or every device's
+  work running slower, as when logical devices share the same cores);
+* exposed communication: communication not overlapped by its compute, less the time it spent in collectives
+  waiting for the last device to start its own (comm's straggler figure: the last device's first
+  communication minus its own), which is waiting for stragglers;
+* input and copies: the rest of its busy time (memcpys, memsets not under compute or communication);
+* idle, split by ``idle.idle_by_cause`` where the trace has launches: host wait and kernel wait are host
+  and launch overhead, the rest (waiting on an event, another stream, another device) is waiting for
+  stragglers too. Without launches in the trace (TensorFlow timelines, CPU ranks) the cause of a gap is not
+  recorded: idle counts as host and launch overhead, and waiting for another device is only the straggler
+  wait inside collectives (above), or shows as work left on one device.
+
+The traced steps' parts are averaged and scaled to the timed step time (the traced steps run under the
+profiler, slower); each part keeps its share of the traced step. So the parts add up to the measured step
+time, and their differences from the ideal parts add up to the measured gap.
+
+Ideal (base: the 1-device run, or the smallest N in the sweep): weak scaling (fixed batch per device):
+ideal step time = T_base, every part as in the base run; strong scaling (fixed total batch): ideal step
+time = T_base * base / N, every part shrunk by the same factor. Ideal speedup = N / base in both. Lost
+speedup = ideal - measured = ideal * gap / T_N, split by the parts' gaps in proportion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+SCALINGS = ("weak", "strong")
+# The parts of a step, in the order of the table and the stacked chart.
+PARTS = ("compute_not_scaled", "exposed_communication", "waiting", "host_overhead", "input")
+PART_LABELS = {
+    "compute_scaled": "compute that scaled",
+    "compute_not_scaled": "compute that did not scale",
+    "exposed_communication": "exposed communication",
+    "waiting": "waiting for stragglers",
+    "host_overhead": "host and launch overhead",
+    "input": "input and copies",
+}
+IDEAL_DEFINITIONS = {
+    "weak": "weak scaling (fixed batch per device): ideal step time = T_base, ideal speedup = N / base",
+    "strong": "strong scaling (fixed total batch): ideal step time = T_base * base / N, ideal speedup = N / base",
+}
+
+
+class ExplainError(ValueError):
+    """The runs cannot be explained together (no device activity, a device count given twice)."""
+
+
+@dataclass(frozen=True)
+class ExplainInput:
+    """One traced run of the sweep."""
+
+    devices: int  # N
+    comm: object  # rnnprof.analyzers.comm.CommReport of the traced steps
+    timed_step_us: float | None = None  # the median timed step; None: the traced steps are the measurement
+    label: str = ""  # where it came from
+    mode: str = ""  # variable update (or "") — points of different modes are explained separately
+
+
+@dataclass(frozen=True)
+class Parts:
+    """µs per step of the bounding device; ``total`` adds them up."""
+
+    compute_scaled: float
+    compute_not_scaled: float
+    exposed_communication: float
+    waiting: float
+    host_overhead: float
+    input: float
+    left_on_one_device: float = 0.0  # of compute_not_scaled (the rest: on every device, duplicated or slower)
+
+    @property
+    def compute(self) -> float:
+        return self.compute_scaled + self.compute_not_scaled
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.exposed_communication + self.waiting + self.host_overhead + self.input
+
+    def as_dict(self) -> dict:
+        return {"compute_scaled_us": self.compute_scaled, "compute_not_scaled_us": self.compute_not_scaled,
+                "left_on_one_device_us": self.left_on_one_device,
+                "on_every_device_us": self.compute_not_scaled - self.left_on_one_device,
+                "exposed_communication_us": self.exposed_communication, "waiting_us": self.waiting,
+                "host_overhead_us": self.host_overhead, "input_us": self.input, "total_us": self.total}
+
+
+@dataclass(frozen=True)
+class ExplainRow:
+    mode: str
+    devices: int
+    label: str
+    step_us: float  # measured (timed, or traced when no timed figure)
+    traced_step_us: float
+    ideal_step_us: float
+    speedup: float
+    ideal_speedup: float
+    parts: Parts  # of step_us
+    gap_us: dict[str, float]  # per part in PARTS: its contribution to step_us - ideal_step_us
+    bounding_devices: tuple[str, ...]  # the busiest device of each traced step
+    traced_steps: int
+    idle_causes_known: bool
+
+    @property
+    def gap_total_us(self) -> float:
+        return self.step_us - self.ideal_step_us
+
+    @property
+    def lost_speedup(self) -> float:
+        return self.ideal_speedup - self.speedup
+
+    def lost(self, part: str) -> float:
+        """The part's share of the lost speedup."""
+        return self.ideal_speedup * self.gap_us[part] / self.step_us if self.step_us > 0 else 0.0
+
+    def share(self, part: str) -> float | None:
+        """The part's share of the gap (None without a gap)."""
+        gap = self.gap_total_us
+        return self.gap_us[part] / gap if abs(gap) > 1e-9 else None
+
+    def as_dict(self) -> dict:
+        return {"mode": self.mode, "devices": self.devices, "source": self.label, "step_us": self.step_us,
+                "traced_step_us": self.traced_step_us, "ideal_step_us": self.ideal_step_us,
+                "gap_us": self.gap_total_us, "speedup": self.speedup, "ideal_speedup": self.ideal_speedup,
+                "lost_speedup": self.lost_speedup, "parts": self.parts.as_dict(),
+                "gap_by_part_us": dict(self.gap_us),
+                "gap_share_by_part": {p: self.share(p) for p in PARTS},
+                "lost_speedup_by_part": {p: self.lost(p) for p in PARTS},
+                "bounding_devices": list(self.bounding_devices), "traced_steps": self.traced_steps,
+                "idle_causes_known": self.idle_causes_known}
+
+
+@dataclass(frozen=True)
+class ExplainReport:
+    scaling: str
+    scaling_source: str  # how it was decided: the configuration, the flag
+    rows: tuple[ExplainRow, ...]
+    notes: tuple[str, ...] = ()
+    left_out: dict[str, int] = field(default_factory=dict)  # what was not explained, by reason
+
+    @property
+    def ideal_definition(self) -> str:
+        return IDEAL_DEFINITIONS[self.scaling]
+
+    def as_dict(self) -> dict:
+        return {"scaling": self.scaling, "scaling_source": self.scaling_source,
+                "ideal": self.ideal_definition, "parts": {p: PART_LABELS[p] for p in PARTS},
+                "definitions": {
+                    "step_us": "the mean timed step, total time of the timed steps / their number (the traced steps where no timed figure exists), µs",
+                    "parts": "the busiest device's step split into parts, by their shares of the traced steps",
+                    "left_on_one_device_us": "of compute_not_scaled: the bounding device's compute above the "
+                                             "devices' mean (work left on one device)",
+                    "on_every_device_us": "of compute_not_scaled: the devices' mean compute above the ideal (work "
+                                          "duplicated on every device, or running slower on each)",
+                    "gap_by_part_us": "each part minus its ideal; they add up to step_us - ideal_step_us",
+                    "lost_speedup_by_part": "ideal_speedup * gap_by_part_us / step_us; they add up to "
+                                            "lost_speedup"},
+                "rows": [r.as_dict() for r in self.rows], "notes": list(self.notes),
+                "left_out": dict(self.left_out)}
+
+
+def _step_parts(comm) -> tuple[list[dict], list[str], bool]:
+    """Per traced step: the busiest device's parts (µs, unscaled) and the step window; and whether idle causes
+    were known for every bounding device."""
+    devices = list(comm.devices)
+    if not devices:
+        raise ExplainError("no device activity in the trace")
+    steps = list(comm.steps) or [None]
+    out, names, causes_known = [], [], True
+    for step in steps:
+        rows = []
+        for d in devices:
+            b = d.total if step is None else d.steps.get(step)
+            if b is not None:
+                rows.append((d, b))
+        if not rows:
+            continue
+        window = max(b.end_us for _, b in rows) - min(b.start_us for _, b in rows)
+        if window <= 0:
+            continue
+        mean_compute = float(np.mean([b.compute_us for _, b in rows]))
+        device, b = max(rows, key=lambda r: r[1].busy_us)
+        compute = b.compute_us
+        exposed = float(np.clip(b.communication_us - b.overlap_us, 0.0, max(b.busy_us - compute, 0.0)))
+        copies = max(b.busy_us - compute - exposed, 0.0)
+        # comm's straggler figure: a device that starts its collectives before the last device does waits
+        # inside them for that long (at most its exposed communication)
+        starts = [r.first_comm_us for _, r in rows if r.first_comm_us is not None]
+        straggled = 0.0
+        if b.first_comm_us is not None and len(starts) > 1:
+            straggled = float(np.clip(max(starts) - b.first_comm_us, 0.0, exposed))
+        exposed -= straggled
+        idle = max(window - b.busy_us, 0.0)
+        causes = None
+        if device.idle is not None:
+            causes = device.idle.total if step is None else device.idle.steps.get(step)
+        if causes is not None and causes.idle_us > 0:
+            host = idle * (causes.host_wait_us + causes.kernel_wait_us) / causes.idle_us
+        else:
+            causes_known = causes_known and causes is not None
+            host = idle
+        out.append({"window": window, "compute": compute, "mean_compute": mean_compute, "comm": exposed,
+                    "input": copies, "host": host, "waiting": idle - host + straggled})
+        names.append(device.device.label)
+    if not out:
+        raise ExplainError("no step with device activity in the trace")
+    return out, names, causes_known
+
+
+@dataclass(frozen=True)
+class _Measured:
+    point: ExplainInput
+    step_us: float
+    traced_us: float
+    compute: float
+    mean_compute: float
+    comm: float
+    input: float
+    host: float
+    waiting: float
+    bounding: tuple[str, ...]
+    steps: int
+    causes_known: bool
+
+
+def _measure(point: ExplainInput) -> _Measured:
+    steps, names, known = _step_parts(point.comm)
+    traced = float(np.mean([s["window"] for s in steps]))
+    step_us = point.timed_step_us if point.timed_step_us and point.timed_step_us > 0 else traced
+    scale = step_us / traced  # the traced shares applied to the measured step
+
+    def mean(key: str) -> float:
+        return float(np.mean([s[key] for s in steps])) * scale
+
+    return _Measured(point, step_us, traced, mean("compute"), mean("mean_compute"), mean("comm"), mean("input"),
+                     mean("host"), mean("waiting"), tuple(names), len(steps), known)
+
+
+def explain_sweep(points: Sequence[ExplainInput], scaling: str, scaling_source: str = "",
+                  notes: Sequence[str] = ()) -> ExplainReport:
+    """Explain every mode's sweep (points grouped by ``mode``, each against its smallest device count)."""
+    if scaling not in SCALINGS:
+        raise ExplainError(f"scaling {scaling!r} is not one of {', '.join(SCALINGS)}")
+    if not points:
+        raise ExplainError("no traced run to explain")
+    out_notes = list(notes)
+    rows: list[ExplainRow] = []
+    by_mode: dict[str, list[ExplainInput]] = {}
+    for p in points:
+        by_mode.setdefault(p.mode, []).append(p)
+    for mode, group in by_mode.items():
+        counts = [p.devices for p in group]
+        if len(set(counts)) != len(counts):
+            raise ExplainError(f"device count given twice{f' for {mode}' if mode else ''}: "
+                               f"{sorted(counts)} (one run per device count)")
+        measured = sorted((_measure(p) for p in group), key=lambda m: m.point.devices)
+        base = measured[0]
+        if base.point.devices != 1:
+            out_notes.append(f"{mode + ': ' if mode else ''}no 1-device run: the ideal is taken from the "
+                             f"{base.point.devices}-device run")
+        for m in measured:
+            rows.append(_row(mode, m, base, scaling))
+            if abs(m.traced_us / m.step_us - 1) > 0.10 and m.point.timed_step_us:
+                out_notes.append(f"{mode + ' ' if mode else ''}N={m.point.devices}: traced steps took "
+                                 f"{m.traced_us / 1000:.1f} ms against {m.step_us / 1000:.1f} ms timed; the parts "
+                                 f"are the traced steps' shares applied to the timed step")
+    if any(not r.idle_causes_known for r in rows):
+        out_notes.append("the traces link no launch call to the work of some devices (TensorFlow timelines, CPU "
+                         "ranks): their idle time counts as host and launch overhead; waiting for another device "
+                         "is the time spent in collectives before the last device started its own")
+    return ExplainReport(scaling=scaling, scaling_source=scaling_source, rows=tuple(rows), notes=tuple(out_notes))
+
+
+def _row(mode: str, m: _Measured, base: _Measured, scaling: str) -> ExplainRow:
+    n, b = m.point.devices, base.point.devices
+    factor = 1.0 if scaling == "weak" else b / n
+    ideal_step = base.step_us * factor
+    ideal_compute = base.compute * factor
+    ideal = {"exposed_communication": base.comm * factor, "waiting": base.waiting * factor,
+             "host_overhead": base.host * factor, "input": base.input * factor}
+    not_scaled = m.compute - ideal_compute
+    parts = Parts(compute_scaled=ideal_compute, compute_not_scaled=not_scaled, exposed_communication=m.comm,
+                  waiting=m.waiting, host_overhead=m.host, input=m.input,
+                  left_on_one_device=m.compute - m.mean_compute)
+    gap = {"compute_not_scaled": not_scaled,
+           "exposed_communication": m.comm - ideal["exposed_communication"],
+           "waiting": m.waiting - ideal["waiting"], "host_overhead": m.host - ideal["host_overhead"],
+           "input": m.input - ideal["input"]}
+    ideal_speedup = n / b
+    speedup = ideal_speedup * ideal_step / m.step_us if m.step_us > 0 else 0.0
+    return ExplainRow(mode=mode, devices=n, label=m.point.label, step_us=m.step_us, traced_step_us=m.traced_us,
+                      ideal_step_us=ideal_step, speedup=speedup, ideal_speedup=ideal_speedup, parts=parts,
+                      gap_us=gap, bounding_devices=m.bounding, traced_steps=m.steps,
+                      idle_causes_known=m.causes_known)

@@ -1,0 +1,91 @@
+"""The explanation of a sweep (``rnnprof.analyzers.explain``): a table per mode that fits 80 columns, the JSON
+document, and the stacked "lost speedup" chart."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from rnnprof.analyzers.explain import PART_LABELS, PARTS, ExplainReport
+
+# Short column heads (the table's caption names them in full).
+_HEADS = {"compute_not_scaled": "not\nscaled", "exposed_communication": "exposed\ncomm", "waiting": "wait",
+          "host_overhead": "host,\nlaunch", "input": "input,\ncopies"}
+PART_COLORS = ("#4c78a8", "#e45756", "#b279a2", "#9d755d", "#f58518")
+
+
+def to_document(report: ExplainReport, notes: list[str], left_out: dict | None = None) -> dict:
+    document = {"format": "rnnprof-explain", **report.as_dict()}
+    document["notes"] = list(report.notes) + list(notes)
+    if left_out is not None:
+        document["left_out"] = left_out
+    return document
+
+
+def render_table(report: ExplainReport, console: Console) -> None:
+    console.print(Text(f"ideal: {report.ideal_definition}"
+                       + (f" ({report.scaling_source})" if report.scaling_source else "")))
+    for mode in dict.fromkeys(r.mode for r in report.rows):
+        rows = [r for r in report.rows if r.mode == mode]
+        table = Table(title=Text(mode or "the sweep", style="bold"), title_justify="left", box=box.SIMPLE_HEAD,
+                      collapse_padding=True, pad_edge=False)
+        table.add_column("N", justify="right")
+        table.add_column("step\nms", justify="right")
+        table.add_column("ideal\nms", justify="right")
+        table.add_column("speed\nup", justify="right")
+        table.add_column("lost", justify="right")
+        for part in PARTS:
+            table.add_column(_HEADS[part], justify="right")
+        for r in rows:
+            cells = [str(r.devices), f"{r.step_us / 1000:.1f}", f"{r.ideal_step_us / 1000:.1f}",
+                     f"{r.speedup:.2f}x", f"{r.lost_speedup:.2f}"]
+            for part in PARTS:
+                share = r.share(part)
+                cells.append("-" if share is None or r.devices == rows[0].devices else f"{100 * share:.0f}%")
+            table.add_row(*cells)
+        console.print(table)
+    console.print(Text("lost = ideal speedup - measured speedup; each part: its share of the gap between the step "
+                       "time and the ideal step time (they add up to 100%); " + "; ".join(
+                           f"{_HEADS[p].replace(chr(10), ' ')} = {PART_LABELS[p]}" for p in PARTS),
+                       style="dim"))
+    for r in report.rows:
+        if r.devices != min(x.devices for x in report.rows if x.mode == r.mode):
+            left = r.parts.left_on_one_device
+            if r.parts.compute_not_scaled > 0 and left > 0.5 * r.parts.compute_not_scaled:
+                console.print(Text(f"{r.mode + ' ' if r.mode else ''}N={r.devices}: compute left on "
+                                   f"{_most(r.bounding_devices)} ({left / 1000:.1f} ms/step above the devices' "
+                                   f"mean) bounds the step"))
+
+
+def _most(names) -> str:
+    names = list(names)
+    return max(set(names), key=names.count) if names else "one device"
+
+
+def lost_speedup_chart(document: dict):
+    """Per mode and N, the lost speedup stacked by part (negative parts: below zero), from the JSON document."""
+    from rnnprof.reports.charts import Figure, altair
+
+    alt = altair()
+    rows = []
+    for row in document.get("rows", []):
+        by_part = row.get("lost_speedup_by_part") or {}
+        for k, part in enumerate(PARTS):
+            rows.append({"mode": row.get("mode") or "-", "devices": row["devices"], "part": PART_LABELS[part],
+                         "order": k, "lost_speedup": round(float(by_part.get(part, 0.0)), 6),
+                         "speedup": row.get("speedup"), "ideal_speedup": row.get("ideal_speedup")})
+    domain = [PART_LABELS[p] for p in PARTS]
+    chart = alt.Chart(alt.Data(name="lost")).mark_bar().encode(
+        x=alt.X("devices:O", title="devices"),
+        y=alt.Y("sum(lost_speedup):Q", title="lost speedup (ideal - measured)", stack="zero"),
+        color=alt.Color("part:N", title=None, scale=alt.Scale(domain=domain, range=list(PART_COLORS)),
+                        sort=domain, legend=alt.Legend(orient="bottom", columns=3)),
+        order=alt.Order("order:Q"),
+        column=alt.Column("mode:N", title=None),
+        tooltip=[alt.Tooltip("mode:N"), alt.Tooltip("devices:O"), alt.Tooltip("part:N"),
+                 alt.Tooltip("lost_speedup:Q", format=".3f"), alt.Tooltip("speedup:Q", format=".2f"),
+                 alt.Tooltip("ideal_speedup:Q", format=".2f")],
+    ).properties(width=260, height=260, title=f"Lost speedup by cause ({document.get('scaling', '?')} scaling)")
+    return Figure(chart, {"lost": rows})
