@@ -55,16 +55,19 @@ def audit_input(inputs, events=None):
     return AuditInput(graph, events, inputs.manifest, kernels_for(graph)), ""
 
 
-FINDINGS_NOT_WIRED = "rnnprof audit is not part of this build"
 
 
-def _findings(paths: list[str], args: argparse.Namespace, inputs, events) -> tuple[dict | None, str]:
+def _findings(given, given_reason: str, events) -> tuple[dict | None, str]:
     """The findings of ``rnnprof audit`` on the report's input, as the document ``rnnprof audit PATHS --json``
-    prints (``{"findings": [...], "noise": {...}, "left_out": {...}, "notes": [...]}``), for the page's
-    Findings section; ``(None, why)`` when there are none to show. ``inputs``: the input as read once
-    (``read_inputs``); ``events``: its trace events with the steps selected (None without events). This is
-    where the audit is connected: return its document (e.g. ``audit(...).as_dict()``) here."""
-    return None, FINDINGS_NOT_WIRED
+    prints (``{"findings": [...], "noise": {...}, "left_out": {...}, "notes": [...]}``), for the page's Findings
+    section; ``(None, why)`` when the input holds nothing to audit. ``given``: the placement audit's input
+    (graphs, events, manifest), else ``events`` alone."""
+    from rnnprof.analyzers.audit import audit
+
+    if given is None and events is None:
+        return None, given_reason or "the input holds neither graphs nor trace events"
+    result = audit(given if given is not None else events)
+    return result.as_dict(_left_out.counts(events)), ""
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -115,5 +118,5 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
                          dependencies=read_dependencies(paths) if events is not None else None,
                          roofline=roofline, roofline_reason=roofline_reason)
     render_notes(notes)
-    findings, findings_reason = _findings(paths, args, inputs, events)
+    findings, findings_reason = _findings(audit, audit_reason, events)
     return run_page(report, name, notes, findings, findings_reason)
