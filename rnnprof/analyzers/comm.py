@@ -72,7 +72,7 @@ from rnnprof.analyzers.copies import CopyReport, combine_copies, count_copies
 from rnnprof.analyzers.device_work import (BASIS_EXECUTOR, BASIS_HOST_OPS, BASIS_OPS, BASIS_STREAMS,  # noqa: F401
                                            STREAM_LANE_PREFIXES, device_work_mask, host_operator_devices)
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
-from rnnprof.analyzers.intervals import subtract, sweep
+from rnnprof.analyzers.intervals import subtract, sweep_segments
 from rnnprof.analyzers.noise import Significance, StepNoise
 from rnnprof.analyzers.steps import step_windows
 from rnnprof.events import Device, EventTable, Kind, outside_steps
@@ -368,7 +368,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
 
     is_comm = cls == EventClass.COMMUNICATION
     totals = _breakdowns(
-        sweep(s_ts, s_end, groups=s_dev, n_groups=n_dev, layers=layers, n_layers=len(_LAYERS)),
+        sweep_segments(s_ts, s_end, groups=s_dev, n_groups=n_dev, layers=layers, n_layers=len(_LAYERS)),
         np.bincount(dev, minlength=n_dev),
         _first(dev[is_comm], ts[is_comm], n_dev),
     )
@@ -385,7 +385,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
         n_windows = len(windows)
         own = windows.index(dev[step >= 0], step[step >= 0])
         found = _breakdowns(
-            sweep(p_ts, p_end, groups=p_window, n_groups=n_windows, layers=p_layers, n_layers=len(_LAYERS)),
+            sweep_segments(p_ts, p_end, groups=p_window, n_groups=n_windows, layers=p_layers, n_layers=len(_LAYERS)),
             np.bincount(own, minlength=n_windows),
             _first(p_window[p_comm], p_ts[p_comm], n_windows),
             bounds=(windows.start, windows.end),

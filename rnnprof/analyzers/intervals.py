@@ -180,7 +180,3 @@ def _boundaries(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray, layers
     )
     return times[order], boundary_group[order], np.cumsum(steps[order], axis=0)
 
-
-# The former name, kept for callers not yet renamed (``sweep`` is also ``profiler.run.sweep``'s sweep of
-# configurations).
-sweep = sweep_segments

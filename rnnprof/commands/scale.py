@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     explained = None
     if args.explain:
         from rnnprof.commands.explain import explain_paths
-        from rnnprof.profiler.rundir.explained import EXPLAIN_FILE
+        from rnnprof.profiler.rundir.sweep import EXPLAIN_FILE
         from rnnprof.profiler.rundir.writer import atomic_write_json
 
         explained = explain_paths([args.out], None, None, args)

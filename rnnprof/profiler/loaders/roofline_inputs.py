@@ -20,7 +20,7 @@ class NotAvailable(Exception):
 
 
 @dataclass(frozen=True)
-class Source:
+class RooflineSource:
     worker: str
     path: Path
     kind: str  # "kineto" or "tf-run"
@@ -28,7 +28,7 @@ class Source:
 
 
 @dataclass
-class Loaded:
+class RooflineInput:
     worker: str
     path: Path
     table: object  # EventTable
@@ -38,19 +38,19 @@ class Loaded:
     cpu_only: bool  # no GPU among the trace's devices
 
 
-def sources(paths) -> list[Source]:
+def sources(paths) -> list[RooflineSource]:
     """The processes ``paths`` hold; input that is not a trace at all is an ``InputError``."""
     from rnnprof.profiler.loaders import detect_format, load_events
     from rnnprof.profiler.loaders.rank_folder import job_of
 
     job = job_of(paths)
     if job is not None:
-        return [Source(f"rank{f.rank}", f.path, "kineto") for f in job.files]
+        return [RooflineSource(f"rank{f.rank}", f.path, "kineto") for f in job.files]
     found = []
     for path in paths:
         kind = detect_format(path)
         if kind == "kineto":
-            found.append(Source("" if len(paths) == 1 else Path(path).name, Path(path), "kineto"))
+            found.append(RooflineSource("" if len(paths) == 1 else Path(path).name, Path(path), "kineto"))
         elif kind == "rundir":
             found += _run_dir(Path(path), len(paths) > 1)
         else:
@@ -64,26 +64,26 @@ def sources(paths) -> list[Source]:
     return found
 
 
-def _run_dir(path: Path, several: bool) -> list[Source]:
+def _run_dir(path: Path, several: bool) -> list[RooflineSource]:
     from rnnprof.profiler.rundir.manifest import is_torch_run, listed_torch_traces, read_manifest
 
     manifest = read_manifest(path)
     host = manifest.get("host") if isinstance(manifest.get("host"), str) else ""
     prefix = f"{path.name}/" if several else ""
     if is_torch_run(manifest):
-        return [Source(f"{prefix}{p.name.split('.')[0]}", p, "kineto", host)
+        return [RooflineSource(f"{prefix}{p.name.split('.')[0]}", p, "kineto", host)
                 for p in listed_torch_traces(path, manifest) if p.is_file()]
-    return [Source(prefix.rstrip("/"), path, "tf-run", host)]
+    return [RooflineSource(prefix.rstrip("/"), path, "tf-run", host)]
 
 
-def without_shapes(source: Source) -> bool:
+def without_shapes(source: RooflineSource) -> bool:
     """A Kineto trace that visibly records no shapes (``shapes.recorded_without_shapes``)."""
     from rnnprof.profiler.loaders.shapes import recorded_without_shapes
 
     return source.kind == "kineto" and recorded_without_shapes(source.path)
 
 
-def load(source: Source, table=None) -> Loaded:
+def load(source: RooflineSource, table=None) -> RooflineInput:
     """``source`` read; ``table``: its event table when already loaded (before any step selection)."""
     from rnnprof.profiler.loaders import load_events
 
@@ -102,7 +102,7 @@ def load(source: Source, table=None) -> Loaded:
         names = [str(p.get("name", "")) for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
     host = source.host or str(table.metadata.get("host_name") or "")
     cpu_only = not any(d.kind == "gpu" for d in table.devices)
-    return Loaded(source.worker, source.path, table, shapes, host, names, cpu_only)
+    return RooflineInput(source.worker, source.path, table, shapes, host, names, cpu_only)
 
 
-__all__ = ["NotAvailable", "Source", "Loaded", "sources", "load", "without_shapes"]
+__all__ = ["NotAvailable", "RooflineSource", "RooflineInput", "sources", "load", "without_shapes"]

@@ -93,7 +93,7 @@ def traced_sweep(configs: Sequence, out, trace_steps: int, command: Sequence[str
     from pathlib import Path
 
     from rnnprof.analyzers.throughput import TimingSummary
-    from rnnprof.profiler.rundir.explained import RUNS_DIR, run_dir_name
+    from rnnprof.profiler.rundir.sweep import RUNS_DIR, run_dir_name
     from rnnprof.profiler.rundir.manifest import read_manifest
 
     if not configs:

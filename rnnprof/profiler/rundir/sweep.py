@@ -68,3 +68,16 @@ def read_sweep(path: str | Path) -> dict:
         if not isinstance(row["devices"], int) or not isinstance(row["words_per_second"], (int, float)):
             raise InputError(file, "a row's devices or words_per_second is not a number", EXPECTED)
     return document
+
+
+# A sweep traced by scale --explain: each configuration's run directory under RUNS_DIR, the explanation in
+# EXPLAIN_FILE.
+RUNS_DIR = "runs"
+EXPLAIN_FILE = "explain.json"
+
+
+def run_dir_name(variable_update: str, devices: int, workers: int | None = None,
+                 fake_location: str | None = None) -> str:
+    """``<mode>-<n>dev``, ``<mode>-<w>x<n>dev`` on a cluster, ``-<location>`` for a ResNet's image location."""
+    return (f"{variable_update}-" + (f"{workers}x" if workers else "") + f"{devices}dev"
+            + (f"-{fake_location}" if fake_location else ""))

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Sequence
 
 from rnnprof.errors import InputError, UsageError
+from rnnprof.profiler.rundir.sweep import EXPLAIN_FILE, RUNS_DIR, run_dir_name  # noqa: F401 (the sweep's layout)
 
-RUNS_DIR = "runs"
-EXPLAIN_FILE = "explain.json"
 EXPECTED = ("a sweep directory made by rnnprof scale --explain, or one run directory, Kineto rank folder or "
             "trace file per device count")
 # The workload's batch setting -> the kind of scaling it is.
@@ -23,19 +22,12 @@ SCALING_OF_BATCH = {"per-device": "weak", "total": "strong"}
 
 
 @dataclass
-class Loaded:
+class ExplainInputs:
     inputs: list = field(default_factory=list)  # ExplainInput
     scalings: set = field(default_factory=set)  # from the runs' configuration
     device_kinds: set = field(default_factory=set)
     tables: list = field(default_factory=list)  # for the left-out counts
     notes: list = field(default_factory=list)
-
-
-def run_dir_name(variable_update: str, devices: int, workers: int | None = None,
-                 fake_location: str | None = None) -> str:
-    """``<mode>-<n>dev``, ``<mode>-<w>x<n>dev`` on a cluster, ``-<location>`` for a ResNet's image location."""
-    return (f"{variable_update}-" + (f"{workers}x" if workers else "") + f"{devices}dev"
-            + (f"-{fake_location}" if fake_location else ""))
 
 
 def sweep_runs(path: str | Path) -> list[Path]:
@@ -46,7 +38,7 @@ def sweep_runs(path: str | Path) -> list[Path]:
     return runs
 
 
-def load_inputs(paths: Sequence[str], devices: Sequence[int] | None = None) -> Loaded:
+def load_inputs(paths: Sequence[str], devices: Sequence[int] | None = None) -> ExplainInputs:
     """Every run, analysed by ``analyze_comm``; ``devices`` states N per path where it cannot be read."""
     from rnnprof.profiler.rundir.sweep import is_sweep_dir
 
@@ -56,13 +48,13 @@ def load_inputs(paths: Sequence[str], devices: Sequence[int] | None = None) -> L
         paths = [str(p) for p in sweep_runs(paths[0])]
     if devices and len(devices) != len(paths):
         raise UsageError(f"--devices names {len(devices)} device count(s) for {len(paths)} run(s); give one per run")
-    loaded = Loaded()
+    loaded = ExplainInputs()
     for i, path in enumerate(paths):
         _load_one(Path(path), devices[i] if devices else None, loaded)
     return loaded
 
 
-def _load_one(path: Path, stated: int | None, loaded: Loaded) -> None:
+def _load_one(path: Path, stated: int | None, loaded: ExplainInputs) -> None:
     from rnnprof.analyzers.comm import analyze_comm
     from rnnprof.analyzers.explain import ExplainInput
     from rnnprof.profiler.loaders import load_aligned, load_events
