@@ -7,8 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _left_out, _steps
-from rnnprof.errors import FindingsError
+from rnnprof.commands import _fail_on, _left_out, _steps
 
 NAME = "audit"
 HELP = "what to fix first: stragglers, imbalance, exposed communication, idle GPUs, copies and placement, " \
@@ -28,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.audit import Severity, audit
+    from rnnprof.analyzers.audit import audit
     from rnnprof.commands import _job
     from rnnprof.commands.placement_audit import audit_input
     from rnnprof.profiler.rundir.manifest import run_notes
@@ -46,9 +45,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
         render_json(result.as_dict(_left_out.counts(given.events)), console)
     else:
         render_text(result, list(args.paths), console)
-    if args.fail_on != "never":
-        failing = result.at_or_above(Severity.parse(args.fail_on))
-        if failing:
-            raise FindingsError(f"{len(failing)} finding(s) at or above {args.fail_on} "
-                                f"({', '.join(sorted({f.rule for f in failing}))})")
+    _fail_on.raise_if_failing(result, args.fail_on, lambda f: f.rule)
     return 0

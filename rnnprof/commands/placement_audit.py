@@ -7,9 +7,8 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _left_out, _steps
+from rnnprof.commands import _fail_on, _left_out, _steps
 from rnnprof.config import percentage
-from rnnprof.errors import FindingsError
 
 NAME = "placement-audit"
 HELP = "find ops placed on the wrong device (soft-placement fallback, replica work on device 0, ...) and their cost"
@@ -45,7 +44,7 @@ def audit_input(paths: list[str], args: argparse.Namespace | None = None):
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.placement import Severity, audit, configured_rules
+    from rnnprof.analyzers.placement import audit, configured_rules
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_json, render_notes
     from rnnprof.reports.placement import render_table, to_document
@@ -61,9 +60,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
                     console)
     else:
         render_table(result, list(args.paths), console)
-    if args.fail_on != "never":
-        failing = result.at_or_above(Severity.parse(args.fail_on))
-        if failing:
-            raise FindingsError(f"{len(failing)} finding(s) at or above {args.fail_on} "
-                                f"({', '.join(sorted({f.rule_id for f in failing}))})")
+    _fail_on.raise_if_failing(result, args.fail_on, lambda f: f.rule_id)
     return 0
