@@ -3,7 +3,7 @@
 ``analyze_run`` runs the analyses the other commands run (``comm``, ``count-ops``,
 ``placement-audit``, ``critical-path``) on inputs read once, plus the top ops by time and one step's
 timeline, the kernels' launch statistics (``rnnprof.analyzers.launches``, as count-ops reports them) and the
-step times of the trace's step markers; the critical path is that of the timeline's step; the roofline (``roofline``) comes computed,
+step times of the trace's step markers and ``rnnprof audit``'s findings; the critical path is that of the timeline's step; the roofline (``roofline``) comes computed,
 as it needs the operators' shapes. The events are
 classified once for all of them (the launch statistics' launch-bound shares come from comm's idle time by
 cause). A part that cannot be computed is None with the reason, which the report lists among what it left out.
@@ -83,6 +83,8 @@ class RunReport:
     roofline_reason: str = "not computed"
     launches: LaunchStats | None = None  # None: no trace events
     step_times: StepTimes | None = None  # None: no step markers with a duration
+    findings: object | None = None  # audit.AuditResult of rnnprof audit's rules on the same input
+    findings_reason: str = "the input holds neither graphs nor trace events"
 
 
 def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
@@ -91,6 +93,7 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
                 roofline_reason: str = "") -> RunReport:
     """All the report's analyses; ``audit_input`` (``placement.AuditInput``) is None when nothing can be audited;
     ``dependencies``: what the input says beyond its events, for the critical path."""
+    from rnnprof.analyzers.audit import Known, audit as audit_rules
     from rnnprof.analyzers.placement import audit, configured_rules
 
     opcount = count_ops(label, events, user_graph, runtime_graph, user_reason=user_reason,
@@ -98,10 +101,15 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     placement = audit(audit_input, configured_rules()) if audit_input is not None else None
     no_events = events_reason or "the input holds no trace events"
     if events is None or len(events) == 0:
+        findings = audit_rules(audit_input) if audit_input is not None else None
         return RunReport(label, manifest, 0, "graph", None, no_events, opcount, placement, audit_reason, (), (),
-                         no_events, None, no_events, None, no_events, None, no_events)
+                         no_events, None, no_events, None, no_events, None, no_events, findings=findings,
+                         findings_reason=audit_reason)
     classes = classify(events)
     comm = analyze_comm(events, classes=classes)
+    launches = launch_stats(events, host_wait_share=host_wait_share(comm))
+    findings = audit_rules(audit_input if audit_input is not None else events,
+                           known=Known(classes=classes, comm=comm, launches=launches))
     comm_reason = ""
     if not comm.devices:
         comm_reason = ("every event is on the host (a CPU-only tf.profiler XSpace, for one, names no device for "
@@ -125,5 +133,5 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
                      audit_reason, top_device, top_host,
                      "" if top_device or top_host else "no device activity and no host operators",
                      timeline, timeline_reason, critical_path, critical_path_reason,
-                     launches=launch_stats(events, host_wait_share=host_wait_share(comm)),
-                     step_times=step_times(events), roofline=roofline, roofline_reason=roofline_reason)
+                     launches=launches, step_times=step_times(events), roofline=roofline,
+                     roofline_reason=roofline_reason, findings=findings, findings_reason="")

@@ -57,17 +57,13 @@ def audit_input(inputs, events=None):
 
 
 
-def _findings(given, given_reason: str, events) -> tuple[dict | None, str]:
-    """The findings of ``rnnprof audit`` on the report's input, as the document ``rnnprof audit PATHS --json``
-    prints (``{"findings": [...], "noise": {...}, "left_out": {...}, "notes": [...]}``), for the page's Findings
-    section; ``(None, why)`` when the input holds nothing to audit. ``given``: the placement audit's input
-    (graphs, events, manifest), else ``events`` alone."""
-    from rnnprof.analyzers.audit import audit
-
-    if given is None and events is None:
-        return None, given_reason or "the input holds neither graphs nor trace events"
-    result = audit(given if given is not None else events)
-    return result.as_dict(_left_out.counts(events)), ""
+def _findings(report, events) -> tuple[dict | None, str]:
+    """The document ``rnnprof audit PATHS --json`` prints (``{"findings": [...], "noise": {...}, "left_out":
+    {...}, "notes": [...]}``) of the report's audit, for the page's Findings section; ``(None, why)`` when the
+    input holds nothing to audit."""
+    if report.findings is None:
+        return None, report.findings_reason or "the input holds neither graphs nor trace events"
+    return report.findings.as_dict(_left_out.counts(events)), ""
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -118,5 +114,5 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
                          dependencies=read_dependencies(paths) if events is not None else None,
                          roofline=roofline, roofline_reason=roofline_reason)
     render_notes(notes)
-    findings, findings_reason = _findings(audit, audit_reason, events)
+    findings, findings_reason = _findings(report, events)
     return run_page(report, name, notes, findings, findings_reason)

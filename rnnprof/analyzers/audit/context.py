@@ -11,9 +11,19 @@ from rnnprof.events import EventTable
 
 
 @dataclass(frozen=True, eq=False)
+class Known:
+    """Analyses of the same table a caller has already computed (``rnnprof report``'s), so that the audit reads
+    them rather than computing them again: the events' ``classify``, ``analyze_comm`` and ``launch_stats``."""
+    classes: object | None = None
+    comm: object | None = None
+    launches: object | None = None
+
+
+@dataclass(frozen=True, eq=False)
 class AuditContext:
     placement: AuditInput
     notes: list = field(default_factory=list)  # what the rules say beyond their findings
+    known: Known = Known()
 
     @property
     def table(self) -> EventTable | None:
@@ -23,7 +33,9 @@ class AuditContext:
     def comm(self):
         from rnnprof.analyzers.comm import analyze_comm
 
-        return analyze_comm(self.table)
+        if self.known.comm is not None:
+            return self.known.comm
+        return analyze_comm(self.table, classes=self.known.classes)
 
     @cached_property
     def noise(self):
@@ -40,13 +52,13 @@ class AuditContext:
         """``critical_path.analyze_critical_path`` of the table (ranks joined at their collectives)."""
         from rnnprof.analyzers.critical_path import analyze_critical_path
 
-        return analyze_critical_path(self.table)
+        return analyze_critical_path(self.table, classes=self.known.classes)
 
     @cached_property
     def launches(self):
         from rnnprof.analyzers.launches import launch_stats
 
-        return launch_stats(self.table)
+        return self.known.launches if self.known.launches is not None else launch_stats(self.table)
 
     @property
     def step_us(self) -> float:

@@ -14,7 +14,7 @@ from rnnprof.analyzers.noise import StepNoise
 from rnnprof.events import EventTable, concat
 
 from . import copy_churn, cuda_graphs, exposed_comm, gpu_idle, host_overhead, input_stalls, straggler
-from .context import AuditContext
+from .context import AuditContext, Known
 from .finding import Finding, NotChecked, Severity, Subject
 
 PLACEMENT = "placement"
@@ -90,9 +90,10 @@ class AuditResult:
 
 
 def audit(table_or_job: "EventTable | AuditInput | Sequence[EventTable]", rules: tuple[Rule, ...] = RULES,
-          ) -> AuditResult:
+          known: Known = Known()) -> AuditResult:
     """Run every rule on one run: an ``EventTable``, a placement ``AuditInput`` (graph, events, manifest), or
-    the tables of a job's ranks (merged on their common clock, ``events.concat``)."""
+    the tables of a job's ranks (merged on their common clock, ``events.concat``); ``known``: analyses of the
+    same events the caller has computed already."""
     if isinstance(table_or_job, AuditInput):
         inp = table_or_job
     elif isinstance(table_or_job, EventTable):
@@ -100,7 +101,7 @@ def audit(table_or_job: "EventTable | AuditInput | Sequence[EventTable]", rules:
     else:
         tables = list(table_or_job)
         inp = AuditInput(events=tables[0] if len(tables) == 1 else concat(tables, align="absolute"))
-    ctx = AuditContext(inp)
+    ctx = AuditContext(inp, known=known)
     findings, not_checked, checked = [], [], []
     for rule in rules:
         outcome = rule.check(ctx)

@@ -56,11 +56,10 @@ def sources(paths) -> list[RooflineSource]:
         else:
             load_events(path)  # input that is not a trace at all is a one-line error, not "not available"
             if kind in ("chrome-json", "xplane", "xplane-dir", "run-metadata", "tf-chrome"):
-                raise NotAvailable(f"{path}: roofline is not available for TensorFlow traces ({kind}) outside a "
-                                   f"run directory: they record no input shapes per op (a run directory's "
-                                   f"RunMetadata does)")
-            raise NotAvailable(f"{path}: roofline is not available for {kind} input: it reads Kineto traces' "
-                               f"recorded shapes and TensorFlow run directories")
+                raise NotAvailable(f"{path}: no roofline for a TensorFlow trace ({kind}) outside a run directory: "
+                                   f"it records no input shapes per op (a run directory's RunMetadata does)")
+            raise NotAvailable(f"{path}: no roofline for {kind} input: it reads Kineto traces' recorded shapes "
+                               f"and TensorFlow run directories")
     return found
 
 
