@@ -260,6 +260,21 @@ def test_pa008_flags_traffic_to_one_ps_task():
     assert findings[0].devices == (PS0,)
 
 
+def test_pa008_does_not_judge_traffic_when_a_task_holding_variables_has_no_transfer_in_the_trace():
+    """A greedy split (bytes balanced) whose ps task 1 capture was cut short: the trace holds task 0's
+    transfers only. 100% of the recorded traffic on task 0 says nothing about the split."""
+    graph = _ps_graph({"emb": (PS0, 4000), "w": (PS1, 3000), "b": (PS1, 1000)})
+    b = EventTableBuilder("test")
+    for k in range(3):
+        b.add(k * 10, 5, "RecvTensor", "RecvTensor", Device("cpu", 0, PS0), "ops", Kind.COMMUNICATION, step=1,
+              nbytes=4000)
+    events = b.build()
+    assert ps_balance.check(AuditInput(graph=graph, events=events, manifest={"config": {"ps_tasks": 2}})) == []
+    b.add(40, 5, "RecvTensor", "RecvTensor", Device("cpu", 0, PS1), "ops", Kind.COMMUNICATION, step=1, nbytes=100)
+    complete = ps_balance.check(AuditInput(graph=graph, events=b.build(), manifest={"config": {"ps_tasks": 2}}))
+    assert [f.evidence["measure"] for f in complete] == ["traffic received (bytes)"]  # both tasks recorded
+
+
 # -- scale's table with workers ----------------------------------------------------------------------
 
 def test_scale_prints_a_table_per_mode_with_a_workers_column_and_speedup_over_the_fewest_workers():

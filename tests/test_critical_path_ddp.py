@@ -29,13 +29,18 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")]
 
 
-def _run(out: Path, sleep_s: float) -> Path:
+def _run(out: Path, sleep_s: float, attempts: int = 2) -> Path:
+    """The job under torchrun. Its gloo rendezvous on a loaded 2-core machine fails now and then before the
+    first step (a peer's connection reset): the launch is tried again then, the analysis never is."""
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
-                    "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", str(JOB), str(out), str(sleep_s)],
-                   check=True, env=env, timeout=180, capture_output=True)
-    return out
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", str(JOB), str(out), str(sleep_s)]
+    for attempt in range(attempts):
+        done = subprocess.run(command, env=env, timeout=180, capture_output=True, text=True)
+        if done.returncode == 0:
+            return out
+    raise AssertionError(f"torchrun failed {attempts} times; last stderr:\n{done.stderr[-3000:]}")
 
 
 def _raw_steps(path: Path) -> dict[int, tuple[float, float]]:

@@ -96,7 +96,7 @@ def test_pinned_softmax_of_tower_1_is_named_with_a_cost(pinned_run):
     assert not any("tower_0/" in name for name in f.ops)
     assert not any(name.startswith("v1/tower_1/hidden") or name == "v1/tower_1/MatMul" for name in f.ops)
     assert f.cost_us_per_step is not None and f.cost_us_per_step > 0
-    assert f.evidence["us_per_step_on_wrong_device"] >= f.cost_us_per_step
+    assert f.evidence["us_per_step_on_wrong_device"] >= round(f.cost_us_per_step, 1)  # evidence is rounded
 
 
 def test_without_the_pin_there_is_no_error(clean_run):

@@ -306,7 +306,7 @@ def test_view_refuses_a_torch_run_in_one_line_saying_what_opens_it(run, capsys):
 
 @pytest.mark.slow
 def test_placement_audit_says_which_rules_apply_to_the_torch_run_and_measures_cpu_ranks_as_comm_does(run):
-    from test_torch_gloo import raw_figures
+    from test_torch_gloo import raw_figures, raw_windows
 
     from rnnprof.analyzers.placement import RULES
 
@@ -319,12 +319,14 @@ def test_placement_audit_says_which_rules_apply_to_the_torch_run_and_measures_cp
     assert set(not_applicable) == {r.id for r in RULES} - {"PA004-device-imbalance"}
     assert "inter-op pool" in not_applicable["PA006-inter-op-threads"]  # not TF's threads read off the config
     (finding,) = document["findings"]
-    assert "host operator time" in finding["evidence"]["busy_measure"] and "not kernel time" in finding["cost_basis"]
+    assert "untraced host time count" in finding["evidence"]["busy_measure"] and "not kernel time" in finding["cost_basis"]
     assert "PA002" not in finding["fix"]  # no TF rule is offered as the way out
     for rank, path in enumerate(rank_traces(run)):
         events = raw_events(path)
-        # a rank's busy time per step: its operators' time outside its thread's collectives, as comm's compute
-        expected = sum(raw_figures(events, step)["compute_us"] for step in WINDOW) / len(WINDOW)
+        # a rank's busy time per step: its step window less its communication, as comm's per-step figures
+        windows = raw_windows(events)
+        expected = sum(windows[step][1] - windows[step][0] - raw_figures(events, step)["communication_us"]
+                       for step in WINDOW) / len(WINDOW)
         assert finding["evidence"]["busy_us_per_step"][f"rank{rank}/cpu:0"] == pytest.approx(expected, abs=0.1)
     code, text = run_cli("placement-audit", run, "--fail-on", "never")
     flat = " ".join(text.split())

@@ -5,7 +5,10 @@ size, as tf_cnn_benchmarks' greedy strategy does) and so serve a fair share of t
 
 * variable bytes: the sizes (shape x dtype) of the variables assigned to the task in the runtime graphs;
 * traffic: bytes the task fetched from other tasks in the trace (``RecvTensor``: the gradients pushed to
-  it), judged only where every such transfer has its size (counts of transfers are no fair measure).
+  it), judged only where every such transfer has its size (counts of transfers are no fair measure) and the
+  trace holds every ps task's transfers: a task that holds variables (in the graphs) with no transfer to it
+  in the trace had its capture cut short, and the shares of the others would follow what happened to be
+  recorded.
 
 A task holding ``IMBALANCE`` times its fair share (1 / tasks) or more of either is flagged; a variable
 larger than the fair share cannot be split, so the finding names the largest one.
@@ -42,7 +45,9 @@ def _variables_by_task(inp: AuditInput) -> dict[str, list[tuple[str, int]]]:
     return found
 
 
-def _traffic_by_task(inp: AuditInput) -> tuple[dict[str, float], str]:
+def _traffic_by_task(inp: AuditInput, holders: set[str] = frozenset()) -> tuple[dict[str, float], str]:
+    """Bytes received per ps task; ``({}, "")`` where the trace cannot say (see the module's docstring):
+    ``holders``, the tasks holding variables in the graphs."""
     events = inp.events
     if events is None or not len(events):
         return {}, ""
@@ -59,6 +64,9 @@ def _traffic_by_task(inp: AuditInput) -> tuple[dict[str, float], str]:
         if device.worker.startswith(PS_JOB):
             amount = float(events.nbytes[rows & (events.device == code)].sum())
             totals[device.worker] = totals.get(device.worker, 0.0) + amount
+    received = {t for t, amount in totals.items() if amount > 0}
+    if not holders <= received:
+        return {}, ""
     return totals, "bytes"
 
 
@@ -70,7 +78,7 @@ def _ps_tasks(inp: AuditInput, seen: set[str]) -> int:
 
 def check(inp: AuditInput, imbalance: float = IMBALANCE) -> list[Finding] | NotChecked:
     variables = _variables_by_task(inp)
-    traffic, unit = _traffic_by_task(inp)
+    traffic, unit = _traffic_by_task(inp, {t for t, held in variables.items() if held})
     tasks = _ps_tasks(inp, set(variables) | set(traffic))
     if tasks < 2:
         return NotChecked(RULE_ID, f"needs a cluster with 2 or more ps tasks (found {tasks})")
