@@ -99,6 +99,7 @@ def for_report(paths: list[str], table, selected, args, notes: list[str], with_p
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.roofline import analyze_roofline
     from rnnprof.profiler.loaders.roofline_inputs import NotAvailable, load, sources
+    from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_json, render_notes
     from rnnprof.reports.roofline import not_available, render, to_document
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     except NotAvailable as exc:
         not_available(exc.reason, args.json, console)
         return 0
-    reports, notes, tables = [], [], []
+    reports, notes, tables = [], run_notes(args.paths), []
     for source in found:
         loaded = load(source)
         table, label = loaded.table, loaded.worker or str(loaded.path)
