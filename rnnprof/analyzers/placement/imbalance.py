@@ -26,7 +26,7 @@ from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, Significance, significa
 from rnnprof.events import Device, EventTable
 
 from . import frameworks
-from .finding import Finding, NotChecked, Severity
+from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput
 from .busy import ALL_STEPS, busy_intervals, compute_devices, compute_mask, in_step, length, step_keys
 
@@ -38,7 +38,7 @@ CPU_RANK_MEASURE = ("on ranks without a GPU, busy time is the rank's step window
                     "in collectives does not; not kernel time as on a GPU")
 
 
-def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[Finding] | NotChecked:
+def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[PlacementFinding] | NotChecked:
     events = inp.events
     if events is None or not len(events):
         return NotChecked(RULE_ID, "needs a trace with per-device op or kernel times")
@@ -82,7 +82,7 @@ def _spread(busy: np.ndarray) -> np.ndarray:
 
 
 def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: np.ndarray, threshold: float,
-             cpu_ranks: bool) -> Finding:
+             cpu_ranks: bool) -> PlacementFinding:
     """The imbalance of the steps whose spread is above ``threshold``, the heaviest device against the lightest
     (by mean busy time); ``cpu_ranks``: some devices are CPU ranks, measured by their windows."""
     over = spread > threshold
@@ -90,7 +90,7 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
     heaviest, lightest = int(mean.argmax()), int(mean.argmin())
     verdict = _significance(inp.events, busy, devices, heaviest, lightest)
     lost = float((busy.max(axis=1) - busy.mean(axis=1))[over].sum() / len(busy))
-    return Finding(
+    return PlacementFinding(
         rule_id=RULE_ID,
         severity=Severity.WARNING if verdict.significant else Severity.INFO,
         title=(f"{devices[heaviest].label} is busy {mean.max() / max(mean.min(), 1e-9):.1f}x as long as "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 
 from . import scopes
-from .finding import Finding, NotChecked, Severity
+from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput, NodePlacement, requested_differs, steps_in, time_by_name, wall_time
 
 RULE_ID = "PA001-soft-placement-fallback"
@@ -21,7 +21,7 @@ def fallen_back_compute(inp: AuditInput) -> set[str]:
             and requested_differs(n.requested, n.assigned)}
 
 
-def check(inp: AuditInput) -> list[Finding] | NotChecked:
+def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
     if inp.graph is None:
         return NotChecked(RULE_ID, "needs a graph with requested devices (GraphDef, RunMetadata or run "
                                    "directory); a trace records only where ops ran")
@@ -55,11 +55,11 @@ def _groups(nodes: list[NodePlacement], times: dict[str, float], steps: int) -> 
             for (op, scope), (count, us) in sorted(groups.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))]
 
 
-def _finding(inp: AuditInput, wanted: str, got: str, nodes: list[NodePlacement], steps: int) -> Finding:
+def _finding(inp: AuditInput, wanted: str, got: str, nodes: list[NodePlacement], steps: int) -> PlacementFinding:
     """The ops that asked for ``wanted`` and ran on ``got``: an error when compute ops are among them."""
     names = {n.name for n in nodes}
     compute = [n for n in nodes if n.op not in scopes.PLUMBING_OPS]
-    return Finding(
+    return PlacementFinding(
         rule_id=RULE_ID,
         severity=Severity.ERROR if compute else Severity.INFO,
         title=f"{len(nodes)} ops asked for {wanted} but ran on {got}"
