@@ -155,17 +155,11 @@ MAX_LINES = 50
 LONG_ALLOWED: frozenset[str] = frozenset()
 # Functions over MAX_LINES in modules being changed elsewhere, to be split once those changes are in; empty it.
 PENDING_SPLIT = frozenset({
-    "rnnprof/analyzers/comm.py::analyze_comm",
     "rnnprof/commands/comm.py::run",
-    "rnnprof/analyzers/placement/imbalance.py::check",
-    "rnnprof/analyzers/placement/soft_placement.py::check",
-    "rnnprof/analyzers/idle.py::idle_by_cause",
-    "rnnprof/analyzers/roofline.py::analyze_roofline",
     "rnnprof/reports/roofline.py::_render_one",
     "rnnprof/commands/scale.py::run",
     "rnnprof/config.py::_model_flags",
     "rnnprof/profiler/run/sweep.py::traced_sweep",
-    "rnnprof/analyzers/audit/host_overhead.py::check",
 })
 
 
@@ -226,9 +220,6 @@ INTERFACES = {
 # Names still defined in two modules, one of them in a module being changed elsewhere; empty it.
 PENDING_RENAME = frozenset({
     "audit_input",  # commands/report.py and commands/placement_audit.py
-    # rnnprof.analyzers.audit (every rule) wraps rnnprof.analyzers.placement (the placement subset): their
-    # finding, rule and result types differ in fields; placement's are to become audit's.
-    "Finding", "Rule", "AuditResult", "audit",
 })
 
 

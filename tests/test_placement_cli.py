@@ -71,15 +71,15 @@ def test_table_folds_long_words_instead_of_cutting_them(width):
 
     from rich.console import Console
 
-    from rnnprof.analyzers.placement import AuditResult, Finding, Severity
+    from rnnprof.analyzers.placement import PlacementFinding, PlacementResult, Severity
     from rnnprof.reports.placement import render_table
 
     long_word = "colocate_gradients_with_ops=True"
-    finding = Finding("PA002-replica-work-pinned", Severity.ERROR, "t", devices=("cpu:0",),
-                      ops=("tower_1/projection/MatMul",), cost_us_per_step=32400.0, cost_basis="b",
-                      fix=f"build the gradients with {long_word} so they follow")
+    finding = PlacementFinding("PA002-replica-work-pinned", Severity.ERROR, "t", devices=("cpu:0",),
+                               ops=("tower_1/projection/MatMul",), cost_us_per_step=32400.0, cost_basis="b",
+                               fix=f"build the gradients with {long_word} so they follow")
     out = io.StringIO()
-    render_table(AuditResult((finding,), (), ("PA002-replica-work-pinned",)), ["run"],
+    render_table(PlacementResult((finding,), (), ("PA002-replica-work-pinned",)), ["run"],
                  Console(file=out, width=width, color_system=None))
     text = out.getvalue()
     assert "…" not in text and "32.40 ms" in text

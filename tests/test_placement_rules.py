@@ -5,7 +5,8 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from rnnprof.analyzers.placement import AuditInput, Finding, KernelList, NotChecked, Severity, audit
+from rnnprof.analyzers.placement import (AuditInput, KernelList, NotChecked, PlacementFinding, Severity,
+                                         audit_placement)
 from rnnprof.analyzers.placement import (imbalance, inter_op_threads, missing_kernels, replica_pinning,
                                          soft_placement, transfers, update_placement)
 from rnnprof.events import Device, EventTableBuilder, Kind
@@ -38,7 +39,7 @@ def events(*rows, steps=1, step_len=1000.0):
     return b.build()
 
 
-def findings(outcome) -> list[Finding]:
+def findings(outcome) -> list[PlacementFinding]:
     assert not isinstance(outcome, NotChecked), outcome
     return outcome
 
@@ -368,7 +369,7 @@ def test_missing_kernel_needs_the_kernel_list_given_with_the_graph():
 
 
 def test_audit_collects_findings_and_reasons():
-    result = audit(AuditInput(graph=towers(True), events=tower_events(True)))
+    result = audit_placement(AuditInput(graph=towers(True), events=tower_events(True)))
     assert result.worst == Severity.ERROR
     assert result.findings[0].rule_id == replica_pinning.RULE_ID
     reasons = {n.rule_id: n.reason for n in result.not_checked}

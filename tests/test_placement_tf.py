@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from rnnprof.analyzers.placement import Severity, audit
+from rnnprof.analyzers.placement import Severity, audit_placement
 from rnnprof.cli import main
 from rnnprof.commands.placement_audit import audit_input
 
@@ -85,7 +85,7 @@ def clean_run(tmp_path_factory):
 
 
 def test_pinned_softmax_of_tower_1_is_named_with_a_cost(pinned_run):
-    result = audit(audit_input([str(pinned_run)]))
+    result = audit_placement(audit_input([str(pinned_run)]))
     pinned = [f for f in result.findings if f.rule_id.startswith("PA002")]
     assert len(pinned) == 1
     f = pinned[0]
@@ -100,7 +100,7 @@ def test_pinned_softmax_of_tower_1_is_named_with_a_cost(pinned_run):
 
 
 def test_without_the_pin_there_is_no_error(clean_run):
-    result = audit(audit_input([str(clean_run)]))
+    result = audit_placement(audit_input([str(clean_run)]))
     assert result.at_or_above(Severity.ERROR) == []
     assert not [f for f in result.findings if f.rule_id.startswith("PA002")]
 
@@ -118,7 +118,7 @@ def test_cli_fail_on_gates_the_pinned_run_only(pinned_run, clean_run, capsys):
 
 def test_gpu_requests_on_a_cpu_machine_fall_back_and_are_listed(tmp_path):
     run = _two_tower_run(tmp_path / "gpu", pin_softmax=False, request_gpu=True, steps=1)
-    result = audit(audit_input([str(run)]))
+    result = audit_placement(audit_input([str(run)]))
     fallbacks = [f for f in result.findings if f.rule_id.startswith("PA001")]
     assert fallbacks and all(f.evidence["requested"].startswith("gpu") for f in fallbacks)
     errors = [f for f in fallbacks if f.severity == Severity.ERROR]
@@ -184,7 +184,7 @@ def test_graph_file_and_run_metadata_of_the_pinned_run_audit_like_the_run(pinned
             if name in requested and data["assigned_device"]]
     assert both and all(data["requested_device"] == requested[name] for name, data in both)
     assert inp.events is not None and list(inp.events.steps()) == [0]
-    (pinned,) = [f for f in audit(inp).findings if f.rule_id.startswith("PA002")]
+    (pinned,) = [f for f in audit_placement(inp).findings if f.rule_id.startswith("PA002")]
     assert pinned.severity == Severity.ERROR and "v1/tower_1/projection" in pinned.ops
     assert pinned.cost_us_per_step is not None and pinned.cost_us_per_step > 0
 

@@ -337,6 +337,90 @@ def _breakdowns(result, counts: np.ndarray, first_comm: np.ndarray,
     return out
 
 
+@dataclass(frozen=True)
+class _DeviceWork:
+    """The events that make their device busy (``device_work_mask``), as arrays in table order, and the intervals
+    the sweeps measure (``sweep_*``, ``_outside_own_collectives``: a CPU rank's operators cut where their thread
+    is in a collective), each with its event's device, step and sweep layer."""
+
+    ts: np.ndarray
+    end: np.ndarray
+    dev: np.ndarray
+    step: np.ndarray
+    cls: np.ndarray
+    n_dev: int
+    sweep_ts: np.ndarray
+    sweep_end: np.ndarray
+    sweep_dev: np.ndarray
+    sweep_step: np.ndarray
+    layers: np.ndarray
+
+    @property
+    def is_comm(self) -> np.ndarray:
+        return self.cls == EventClass.COMMUNICATION
+
+
+def _device_work(table: EventTable, work: np.ndarray, classes: np.ndarray, basis: dict) -> _DeviceWork:
+    """The events of ``work`` (a mask of the table) and the intervals measured of them."""
+    ts = table.ts[work]
+    end = ts + np.maximum(table.dur[work], 0.0)
+    dev = table.device[work].astype(np.int64)
+    step = table.step[work].astype(np.int64)
+    cls = classes[work]
+    n_dev = len(table.devices)
+    host_ops = np.array([basis.get(d) == BASIS_HOST_OPS for d in range(n_dev)] or [False], dtype=bool)
+    s_ts, s_end, origin = _outside_own_collectives(ts, end, dev, table.lane[work], cls, host_ops)
+    return _DeviceWork(ts, end, dev, step, cls, n_dev, s_ts, s_end, dev[origin], step[origin],
+                       _layer_codes(cls[origin]))
+
+
+def _device_totals(w: _DeviceWork) -> list[Breakdown | None]:
+    """Per device index, its breakdown over the whole trace (None: no activity)."""
+    is_comm = w.is_comm
+    return _breakdowns(
+        sweep_segments(w.sweep_ts, w.sweep_end, groups=w.sweep_dev, n_groups=w.n_dev, layers=w.layers,
+                       n_layers=len(_LAYERS)),
+        np.bincount(w.dev, minlength=w.n_dev),
+        _first(w.dev[is_comm], w.ts[is_comm], w.n_dev),
+    )
+
+
+def _step_breakdowns(w: _DeviceWork) -> dict[tuple[int, int], Breakdown]:
+    """Per (device index, step), the breakdown of the device's window of the step; empty without steps."""
+    in_step = w.step >= 0
+    if not in_step.any():
+        return {}
+    # Each device's step windows partition its time; the events are cut at the windows' bounds.
+    windows = step_windows(w.dev, w.step, w.ts, w.end)
+    known = w.sweep_step >= 0
+    p_ts, p_end, p_origin, p_window = windows.clip(w.sweep_dev[known], w.sweep_ts[known], w.sweep_end[known])
+    p_layers = w.layers[known][p_origin]
+    p_comm = p_layers == _COMM
+    n_windows = len(windows)
+    own = windows.index(w.dev[in_step], w.step[in_step])
+    found = _breakdowns(
+        sweep_segments(p_ts, p_end, groups=p_window, n_groups=n_windows, layers=p_layers, n_layers=len(_LAYERS)),
+        np.bincount(own, minlength=n_windows),
+        _first(p_window[p_comm], p_ts[p_comm], n_windows),
+        bounds=(windows.start, windows.end),
+    )
+    return {(int(d), int(k)): b for d, k, b in zip(windows.device, windows.step, found) if b is not None}
+
+
+def _device_comms(table: EventTable, basis: dict, totals: list[Breakdown | None],
+                  per_step: dict[tuple[int, int], Breakdown], step_values: np.ndarray,
+                  idle: dict[Device, DeviceIdle]) -> list[DeviceComm]:
+    """One ``DeviceComm`` per device with activity, in device order."""
+    devices = []
+    for d, total in enumerate(totals):
+        if total is None:
+            continue
+        steps = {int(k): per_step[(d, int(k))] for k in step_values if (d, int(k)) in per_step}
+        devices.append(DeviceComm(device=table.devices[d], total=total, steps=steps, basis=basis[d],
+                                  idle=idle.get(table.devices[d])))
+    return sorted(devices, key=lambda d: d.device)
+
+
 def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
                  kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US, step_selection: str = "",
                  classes: np.ndarray | None = None) -> CommReport:
@@ -355,60 +439,18 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
     extra = tuple(comm_patterns)
     classes = classify(table, extra) if classes is None else classes
     work, basis = device_work_mask(table, classes)
-    ts = table.ts[work]
-    end = ts + np.maximum(table.dur[work], 0.0)
-    dev = table.device[work].astype(np.int64)
-    step = table.step[work].astype(np.int64)
-    cls = classes[work]
-    n_dev = len(table.devices)
-    # What the sweeps measure: the events, a CPU rank's operators cut where their thread is in a collective.
-    host_ops = np.array([basis.get(d) == BASIS_HOST_OPS for d in range(n_dev)] or [False], dtype=bool)
-    s_ts, s_end, origin = _outside_own_collectives(ts, end, dev, table.lane[work], cls, host_ops)
-    s_dev, s_step, layers = dev[origin], step[origin], _layer_codes(cls[origin])
-
-    is_comm = cls == EventClass.COMMUNICATION
-    totals = _breakdowns(
-        sweep_segments(s_ts, s_end, groups=s_dev, n_groups=n_dev, layers=layers, n_layers=len(_LAYERS)),
-        np.bincount(dev, minlength=n_dev),
-        _first(dev[is_comm], ts[is_comm], n_dev),
-    )
-
-    step_values = np.unique(step[step >= 0])
-    per_step: dict[tuple[int, int], Breakdown] = {}
-    if len(step_values):
-        # Each device's step windows partition its time; the events are cut at the windows' bounds.
-        windows = step_windows(dev, step, ts, end)
-        known = s_step >= 0
-        p_ts, p_end, p_origin, p_window = windows.clip(s_dev[known], s_ts[known], s_end[known])
-        p_layers = layers[known][p_origin]
-        p_comm = p_layers == _COMM
-        n_windows = len(windows)
-        own = windows.index(dev[step >= 0], step[step >= 0])
-        found = _breakdowns(
-            sweep_segments(p_ts, p_end, groups=p_window, n_groups=n_windows, layers=p_layers, n_layers=len(_LAYERS)),
-            np.bincount(own, minlength=n_windows),
-            _first(p_window[p_comm], p_ts[p_comm], n_windows),
-            bounds=(windows.start, windows.end),
-        )
-        per_step = {(int(d), int(k)): b for d, k, b in zip(windows.device, windows.step, found) if b is not None}
-    idle = idle_by_cause(table, work, kernel_wait_us)
-    devices = []
-    for d in range(n_dev):
-        if totals[d] is None:
-            continue
-        steps = {int(k): per_step[(d, int(k))] for k in step_values if (d, int(k)) in per_step}
-        devices.append(DeviceComm(device=table.devices[d], total=totals[d], steps=steps, basis=basis[d],
-                                  idle=idle.get(table.devices[d])))
-
-    devices = sorted(devices, key=lambda d: d.device)
-    comm_names = np.unique(table.name[work][is_comm])
+    w = _device_work(table, work, classes, basis)
+    step_values = np.unique(w.step[w.step >= 0])
+    devices = _device_comms(table, basis, _device_totals(w), _step_breakdowns(w), step_values,
+                            idle_by_cause(table, work, kernel_wait_us))
+    comm_names = np.unique(table.name[work][w.is_comm])
     return CommReport(
         devices=tuple(devices),
         stragglers=tuple(_stragglers(devices, step_values)),
         steps=tuple(int(s) for s in step_values),
         extra_patterns=extra,
         comm_event_names=tuple(sorted(table.strings[c] for c in comm_names)),
-        comm_ops=_comm_ops(table, np.flatnonzero(work)[is_comm]),
+        comm_ops=_comm_ops(table, np.flatnonzero(work)[w.is_comm]),
         source_format=table.source_format,
         sources=table.sources,
         host_only=len(table) > 0 and all(d.kind == "host" for d in table.devices),

@@ -131,11 +131,66 @@ def _causes(row) -> IdleCauses:
     return IdleCauses(host_wait_us=float(row[0]), kernel_wait_us=float(row[1]), other_us=float(row[2]))
 
 
-def idle_by_cause(table: EventTable, work: np.ndarray,
-                  threshold_us: float = DEFAULT_KERNEL_WAIT_US) -> dict[Device, DeviceIdle]:
-    """Idle causes of every device whose work (``work``: a mask of the events that make their device busy,
-    ``rnnprof.analyzers.device_work.device_work_mask``) has launches in the trace, whole and per step, with its streams."""
+@dataclass(frozen=True)
+class _Work:
+    """The events that make their device busy, as arrays in table order (``rows``: their rows in the table):
+    times, the start of the runtime call that launched each (NaN: no launch in the trace), device, step, and the
+    step's index among the steps present (``slot``; -1: in no step)."""
 
+    rows: np.ndarray
+    ts: np.ndarray
+    end: np.ndarray
+    launch_ts: np.ndarray
+    dev: np.ndarray
+    step: np.ndarray
+    step_values: np.ndarray  # the steps present, sorted
+    slot: np.ndarray
+    n_dev: int
+
+    @property
+    def known(self) -> np.ndarray:
+        """The events in a step."""
+        return self.slot >= 0
+
+    @property
+    def width(self) -> int:
+        """Step slots per group in the per-step arrays (at least 1)."""
+        return max(len(self.step_values), 1)
+
+
+@dataclass(frozen=True)
+class _GroupCauses:
+    """Idle causes of groups (devices or streams): ``[host wait, kernel wait, other]`` µs per group over the
+    whole trace (``totals``) and per group and step slot (``steps``, row ``group * width + slot``), and whether
+    the group is in that step (``present``)."""
+
+    totals: np.ndarray
+    steps: np.ndarray
+    present: np.ndarray
+
+    def by_step(self, group: int, step_values: np.ndarray) -> dict[int, IdleCauses]:
+        """The group's causes in each step it is in."""
+        n = len(step_values)
+        return {int(step_values[j]): _causes(self.steps[group * n + j]) for j in range(n)
+                if self.present[group * n + j]}
+
+
+@dataclass(frozen=True)
+class _Streams:
+    """The (device, stream lane) pairs with work: ``pairs[0]`` their devices, ``pairs[1]`` their lanes, in that
+    order; ``group``: each work event's stream (-1: not on a stream)."""
+
+    pairs: np.ndarray
+    group: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return self.pairs.shape[1]
+
+
+def _work_events(table: EventTable, work: np.ndarray) -> tuple[_Work, np.ndarray]:
+    """The events of ``work`` (a mask of the table), and per device whether any of them has its launch in the
+    trace."""
     launcher = launchers(table)
     rows = np.flatnonzero(work)
     launch_ts = np.where(launcher[rows] >= 0, table.ts[np.maximum(launcher[rows], 0)], np.nan)
@@ -146,61 +201,84 @@ def idle_by_cause(table: EventTable, work: np.ndarray,
     end = ts + np.maximum(table.dur[rows], 0.0)
     step = table.step[rows].astype(np.int64)
     step_values = np.unique(step[step >= 0])
-    n_steps = len(step_values)
     slot = np.where(step >= 0, np.searchsorted(step_values, step), -1)
-    known = slot >= 0
+    return _Work(rows, ts, end, launch_ts, dev, step, step_values, slot, n_dev), launched
 
-    totals = _gap_causes(ts, end, launch_ts, dev, n_dev, threshold_us)
-    # Per step: the gaps between the work of every step, cut at each device's step windows (as comm's per-step
-    # figures are), so the steps' idle adds up to the idle time of the steps' work.
-    width = max(n_steps, 1)
-    windows = step_windows(dev, step, ts, end)
-    windows = dataclasses.replace(windows, slot=np.searchsorted(step_values, windows.step))
-    per_step = _window_causes(windows, np.arange(n_dev), ts[known], end[known], launch_ts[known], dev[known],
-                              n_dev, threshold_us, width)
 
+def _slotted_windows(w: _Work):
+    """The devices' step windows (``rnnprof.analyzers.steps.step_windows``), each with its step's slot."""
+    windows = step_windows(w.dev, w.step, w.ts, w.end)
+    return dataclasses.replace(windows, slot=np.searchsorted(w.step_values, windows.step))
+
+
+def _device_causes(w: _Work, windows, threshold_us: float) -> _GroupCauses:
+    """Per device, the causes of the gaps between its work; per step, the gaps between the work of every step,
+    cut at each device's step windows (as comm's per-step figures are), so the steps' idle adds up to the idle
+    time of the steps' work."""
+    known = w.known
+    totals = _gap_causes(w.ts, w.end, w.launch_ts, w.dev, w.n_dev, threshold_us)
+    per_step = _window_causes(windows, np.arange(w.n_dev), w.ts[known], w.end[known], w.launch_ts[known],
+                              w.dev[known], w.n_dev, threshold_us, w.width)
+    present = np.zeros(w.n_dev * w.width, dtype=bool)
+    present[w.dev[known] * w.width + w.slot[known]] = True
+    return _GroupCauses(totals, per_step, present)
+
+
+def _streams(table: EventTable, w: _Work) -> _Streams:
+    """The streams of the work: its kernels, copies, memsets and collectives on stream lanes."""
     is_stream = np.array([s.startswith(STREAM_LANE_PREFIXES) for s in table.strings] or [False], dtype=bool)
-    on_stream = is_stream[table.lane[rows]] & np.isin(table.kind[rows], (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET,
-                                                                       Kind.COMMUNICATION))
+    lane = table.lane[w.rows]
+    on_stream = is_stream[lane] & np.isin(table.kind[w.rows], (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET,
+                                                               Kind.COMMUNICATION))
     # The (device, stream lane) pairs, in that order: one key per pair, unique in one dimension (fast).
     n_lanes = max(len(table.strings), 1)
-    keys, stream_of = np.unique(dev[on_stream] * n_lanes + table.lane[rows][on_stream], return_inverse=True)
+    keys, stream_of = np.unique(w.dev[on_stream] * n_lanes + lane[on_stream], return_inverse=True)
     pairs = np.stack([keys // n_lanes, keys % n_lanes])
-    n_streams = pairs.shape[1]
-    stream_group = np.full(len(rows), -1, dtype=np.int64)
-    if n_streams:
-        stream_group[on_stream] = stream_of.ravel()
-    s_rows = stream_group >= 0
-    s_known = s_rows & known
-    stream_totals = _gap_causes(ts[s_rows], end[s_rows], launch_ts[s_rows], stream_group[s_rows], n_streams,
-                                threshold_us)
-    stream_steps = _window_causes(windows, pairs[0], ts[s_known], end[s_known], launch_ts[s_known],
-                                  stream_group[s_known], n_streams, threshold_us, width)
-    present_step = np.zeros(n_dev * max(n_steps, 1), dtype=bool)
-    present_step[dev[known] * max(n_steps, 1) + slot[known]] = True
-    present_stream_step = np.zeros(n_streams * max(n_steps, 1), dtype=bool)
-    # A stream is in a step where it has work or idle time in the step's window on its device.
-    _, _, origin, window = windows.clip(dev[s_known], ts[s_known], end[s_known])
-    present_stream_step[stream_group[s_known][origin] * width + windows.slot[window]] = True
-    present_stream_step[np.flatnonzero(stream_steps.sum(axis=1) > 0)] = True
+    group = np.full(len(w.rows), -1, dtype=np.int64)
+    if pairs.shape[1]:
+        group[on_stream] = stream_of.ravel()
+    return _Streams(pairs, group)
 
-    result: dict[Device, DeviceIdle] = {}
-    for d in range(n_dev):
-        if not launched[d]:
-            continue
-        streams = []
-        for k in np.flatnonzero(pairs[0] == d) if n_streams else ():
-            streams.append(StreamIdle(
-                device=table.devices[d], stream=table.strings[int(pairs[1, k])], total=_causes(stream_totals[k]),
-                steps={int(step_values[j]): _causes(stream_steps[k * n_steps + j]) for j in range(n_steps)
-                       if present_stream_step[k * n_steps + j]}))
-        streams.sort(key=lambda s: _stream_order(s.stream))
-        result[table.devices[d]] = DeviceIdle(
-            device=table.devices[d], total=_causes(totals[d]),
-            steps={int(step_values[j]): _causes(per_step[d * n_steps + j]) for j in range(n_steps)
-                   if present_step[d * n_steps + j]},
-            streams=tuple(streams))
-    return result
+
+def _stream_causes(w: _Work, windows, streams: _Streams, threshold_us: float) -> _GroupCauses:
+    """Per stream, the causes of the gaps between its work, whole and cut at its device's step windows; a stream
+    is in a step where it has work or idle time in the step's window on its device."""
+    on_stream = streams.group >= 0
+    known = on_stream & w.known
+    n = streams.count
+    totals = _gap_causes(w.ts[on_stream], w.end[on_stream], w.launch_ts[on_stream], streams.group[on_stream], n,
+                         threshold_us)
+    per_step = _window_causes(windows, streams.pairs[0], w.ts[known], w.end[known], w.launch_ts[known],
+                              streams.group[known], n, threshold_us, w.width)
+    present = np.zeros(n * w.width, dtype=bool)
+    _, _, origin, window = windows.clip(w.dev[known], w.ts[known], w.end[known])
+    present[streams.group[known][origin] * w.width + windows.slot[window]] = True
+    present[np.flatnonzero(per_step.sum(axis=1) > 0)] = True
+    return _GroupCauses(totals, per_step, present)
+
+
+def _stream_idles(table: EventTable, d: int, streams: _Streams, causes: _GroupCauses,
+                  step_values: np.ndarray) -> tuple[StreamIdle, ...]:
+    """The idle causes of device ``d``'s streams, in stream order."""
+    found = [StreamIdle(device=table.devices[d], stream=table.strings[int(streams.pairs[1, k])],
+                        total=_causes(causes.totals[k]), steps=causes.by_step(k, step_values))
+             for k in (np.flatnonzero(streams.pairs[0] == d) if streams.count else ())]
+    return tuple(sorted(found, key=lambda s: _stream_order(s.stream)))
+
+
+def idle_by_cause(table: EventTable, work: np.ndarray,
+                  threshold_us: float = DEFAULT_KERNEL_WAIT_US) -> dict[Device, DeviceIdle]:
+    """Idle causes of every device whose work (``work``: a mask of the events that make their device busy,
+    ``rnnprof.analyzers.device_work.device_work_mask``) has launches in the trace, whole and per step, with its streams."""
+    w, launched = _work_events(table, work)
+    windows = _slotted_windows(w)
+    devices = _device_causes(w, windows, threshold_us)
+    streams = _streams(table, w)
+    stream_causes = _stream_causes(w, windows, streams, threshold_us)
+    return {table.devices[d]: DeviceIdle(device=table.devices[d], total=_causes(devices.totals[d]),
+                                         steps=devices.by_step(d, w.step_values),
+                                         streams=_stream_idles(table, d, streams, stream_causes, w.step_values))
+            for d in range(w.n_dev) if launched[d]}
 
 
 def _stream_order(lane: str) -> tuple:

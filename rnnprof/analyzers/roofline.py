@@ -224,8 +224,58 @@ def _containing(outer, lanes: np.ndarray, times: np.ndarray) -> np.ndarray:
     return found
 
 
-def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_selection: str = "") -> RooflineReport:
-    """The roofline of one process's trace: ``shapes`` is its ``OpShapes`` (None or empty: no shapes recorded)."""
+@dataclass(frozen=True)
+class _Operators:
+    """The operators whose shapes the trace records (``OpShapes``; ``count`` 0: none): each distinct signature's
+    cost (None: no FLOPs model), each operator's signature (``sig``), host lane and interval, the rows of those
+    with a model (``modeled``), and per lane the outermost modeled ones (``outer``, ``_outermost``)."""
+
+    count: int
+    signatures: list
+    costs: list
+    sig: np.ndarray
+    modeled: np.ndarray
+    lanes: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    outer: dict
+
+    @property
+    def outermost_rows(self) -> np.ndarray:
+        return (np.concatenate([idx for _, _, idx in self.outer.values()]) if self.outer
+                else np.zeros(0, np.int64))
+
+
+@dataclass(frozen=True)
+class _GpuWork:
+    """The table's GPU activities (``rows``: kernels, memsets, memcpys), the runtime calls with a correlation id
+    (``runtime``), whether each activity's launch is in the trace, and the operator it is attributed to (``op_of``,
+    a row of the shapes; -1: none)."""
+
+    runtime: np.ndarray
+    rows: np.ndarray
+    launched: np.ndarray
+    op_of: np.ndarray
+
+    @property
+    def attributed(self) -> np.ndarray:
+        return self.op_of >= 0
+
+
+@dataclass(frozen=True)
+class _Instances:
+    """Per operator (a row of the shapes): its work's time in µs, its activities, the step its work ran in
+    (-1: none); ``outside_selection``: outermost modeled operators left out as in steps the table does not hold."""
+
+    us: np.ndarray
+    kernels: np.ndarray
+    step: np.ndarray
+    outside_selection: int = 0
+
+
+def _operators(shapes) -> _Operators:
+    """The operators of ``shapes`` (None or empty: none) with their costs; raises ``ValueError`` when the shapes
+    were not placed on the table."""
     n_ops = len(shapes) if shapes is not None else 0
     signatures = shapes.signatures if n_ops else []
     costs = [op_cost(g.name, g.dims, g.types, g.concrete) for g in signatures]
@@ -234,11 +284,15 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
     modeled = np.flatnonzero(is_modeled[sig]) if n_ops else np.zeros(0, dtype=np.int64)
     if n_ops and len(shapes.lane) != n_ops:
         raise ValueError("the operators' shapes are not placed on this table (load_shapes(path, table))")
-    lane_codes = np.asarray(shapes.lane if n_ops else [], dtype=np.int64)
+    lanes = np.asarray(shapes.lane if n_ops else [], dtype=np.int64)
     starts = np.asarray(shapes.ts if n_ops else [], dtype=np.float64)
     ends = starts + np.asarray(shapes.dur if n_ops else [], dtype=np.float64)
-    outer = _outermost(lane_codes, starts, ends, modeled)
+    return _Operators(n_ops, signatures, costs, sig, modeled, lanes, starts, ends,
+                      _outermost(lanes, starts, ends, modeled))
 
+
+def _gpu_work(table: EventTable, ops: _Operators) -> _GpuWork:
+    """Each GPU activity attributed to the outermost modeled operator around the runtime call that launched it."""
     corr = table.correlation
     runtime = np.flatnonzero((table.kind == Kind.RUNTIME) & (corr >= 0))
     work = np.flatnonzero(np.isin(table.kind, [int(k) for k in _GPU_WORK]))
@@ -247,100 +301,143 @@ def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_select
     rt_rows = runtime[launcher[launched]]
     op_of = np.full(len(work), -1, dtype=np.int64)
     if len(rt_rows):
-        op_of[launched] = _containing(outer, table.lane[rt_rows], table.ts[rt_rows])
+        op_of[launched] = _containing(ops.outer, table.lane[rt_rows], table.ts[rt_rows])
+    return _GpuWork(runtime, work, launched, op_of)
 
-    # per operator: its activities' time and count, and the step of its earliest activity
-    attributed = op_of >= 0
-    owner = op_of[attributed]
-    instance_us = np.bincount(owner, weights=table.dur[work[attributed]], minlength=n_ops).astype(np.float64)
-    instance_kernels = np.bincount(owner, minlength=n_ops)
-    instance_step = np.full(n_ops, -1, dtype=np.int64)
+
+def _kernel_instances(table: EventTable, ops: _Operators, gpu: _GpuWork) -> _Instances:
+    """Per operator: its activities' time and count, and the step of its earliest activity."""
+    owner = gpu.op_of[gpu.attributed]
+    rows = gpu.rows[gpu.attributed]
+    us = np.bincount(owner, weights=table.dur[rows], minlength=ops.count).astype(np.float64)
+    kernels = np.bincount(owner, minlength=ops.count)
+    step = np.full(ops.count, -1, dtype=np.int64)
     if len(owner):
-        order = np.argsort(table.ts[work[attributed]], kind="stable")[::-1]  # the earliest written last
-        instance_step[owner[order]] = table.step[work[attributed]][order]
+        order = np.argsort(table.ts[rows], kind="stable")[::-1]  # the earliest written last
+        step[owner[order]] = table.step[rows][order]
+    return _Instances(us, kernels, step)
 
-    outermost_rows = np.concatenate([idx for _, _, idx in outer.values()]) if outer else np.zeros(0, np.int64)
-    # a TensorFlow run's kernels, or a trace without GPU work (a CPU run): an operator's own duration is its work
-    own_time = bool(n_ops) and (bool(getattr(shapes, "own_time", False)) or not len(work))
-    outside_selection = 0
-    if own_time and len(outermost_rows):
-        op_steps = _op_steps(table, shapes, starts)[outermost_rows]
-        # the operators of the steps this table holds (it may be a selection of the steps the shapes cover)
-        kept = np.isin(op_steps, np.unique(table.step)) if len(table) else np.zeros(len(op_steps), dtype=bool)
-        outside_selection = int((~kept).sum())
-        rows = outermost_rows[kept]
-        instance_us[rows] = np.asarray(shapes.dur, dtype=np.float64)[rows]
-        instance_kernels[rows] = 1
-        instance_step[rows] = op_steps[kept]
-    ran = outermost_rows[instance_kernels[outermost_rows] > 0] if len(outermost_rows) else outermost_rows
-    without_kernels = int(len(outermost_rows) - len(ran)) - outside_selection
-    n_sig = len(signatures)
-    per_sig_count = np.bincount(sig[ran], minlength=n_sig)
-    per_sig_kernels = np.bincount(sig[ran], weights=instance_kernels[ran], minlength=n_sig)
-    per_sig_us = np.bincount(sig[ran], weights=instance_us[ran], minlength=n_sig)
 
-    ops: dict[tuple, OpRow] = {}
+def _with_own_time(table: EventTable, shapes, ops: _Operators, found: _Instances) -> _Instances:
+    """``found`` with each outermost modeled operator's own duration as its work, in its own step; those of steps
+    the table does not hold (it may be a selection of the steps the shapes cover) are left out."""
+    outermost = ops.outermost_rows
+    if not len(outermost):
+        return found
+    op_steps = _op_steps(table, shapes, ops.starts)[outermost]
+    kept = np.isin(op_steps, np.unique(table.step)) if len(table) else np.zeros(len(op_steps), dtype=bool)
+    rows = outermost[kept]
+    us, kernels, step = found.us.copy(), found.kernels.copy(), found.step.copy()
+    us[rows] = np.asarray(shapes.dur, dtype=np.float64)[rows]
+    kernels[rows] = 1
+    step[rows] = op_steps[kept]
+    return _Instances(us, kernels, step, int((~kept).sum()))
+
+
+def _add_to(target: OpRow, cost, count: int, kernels: float, kernel_us: float) -> None:
+    """Add ``count`` instances of an operator of cost ``cost`` to ``target``."""
+    target.count += count
+    target.kernels += int(kernels)
+    target.rates.flops += cost.flops * count
+    target.rates.bytes += cost.bytes * count
+    target.rates.kernel_us += float(kernel_us)
+
+
+def _op_rows(ops: _Operators, inst: _Instances, ran: np.ndarray,
+             peaks: Peaks | None) -> tuple[dict[tuple, OpRow], dict[str, OpRow]]:
+    """The operators that ran, summed per (name, family, dtype, shapes) and per family, judged against
+    ``peaks``."""
+    n_sig = len(ops.signatures)
+    per_sig_count = np.bincount(ops.sig[ran], minlength=n_sig)
+    per_sig_kernels = np.bincount(ops.sig[ran], weights=inst.kernels[ran], minlength=n_sig)
+    per_sig_us = np.bincount(ops.sig[ran], weights=inst.us[ran], minlength=n_sig)
+    rows: dict[tuple, OpRow] = {}
     families: dict[str, OpRow] = {}
     for k in np.flatnonzero(per_sig_count):
-        c, g = costs[k], signatures[k]
+        c, g = ops.costs[k], ops.signatures[k]
         key = (g.name, c.family, c.dtype, _shape_text(g.dims))
         matrix = c.family in MATRIX_FAMILIES
-        row = ops.get(key)
+        row = rows.get(key)
         if row is None:
-            row = ops[key] = OpRow(*key, matrix=matrix)
+            row = rows[key] = OpRow(*key, matrix=matrix)
         fam = families.get(c.family)
         if fam is None:
             fam = families[c.family] = OpRow(c.family, c.family, "", "", matrix=matrix)
-        count = int(per_sig_count[k])
         for target in (row, fam):
-            target.count += count
-            target.kernels += int(per_sig_kernels[k])
-            target.rates.flops += c.flops * count
-            target.rates.bytes += c.bytes * count
-            target.rates.kernel_us += float(per_sig_us[k])
-    for row in list(ops.values()) + list(families.values()):
+            _add_to(target, c, int(per_sig_count[k]), per_sig_kernels[k], per_sig_us[k])
+    for row in list(rows.values()) + list(families.values()):
         _judge(row, peaks)
+    return rows, families
 
-    # per step: FLOPs, matrix FLOPs per dtype, bytes of the operators whose work ran in it
+
+def _step_work(ops: _Operators, inst: _Instances, ran: np.ndarray) -> tuple[dict, dict]:
+    """Per step, ``[FLOPs, matrix FLOPs, bytes]`` of the operators whose work ran in it, and its matrix FLOPs per
+    dtype."""
     step_flops: dict[int, list[float]] = {}
     step_dtypes: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    if len(ran):
-        pairs, counts = np.unique(np.stack([instance_step[ran], sig[ran]]), axis=1, return_counts=True)
-        for (step, k), count in zip(pairs.T.tolist(), counts.tolist()):
-            c = costs[k]
-            totals = step_flops.setdefault(step, [0.0, 0.0, 0.0])
-            totals[0] += c.flops * count
-            totals[2] += c.bytes * count
-            if c.family in MATRIX_FAMILIES:
-                totals[1] += c.flops * count
-                step_dtypes[step][c.dtype] += c.flops * count
-    busy = None
-    if own_time and len(ran):
-        busy = defaultdict(float)
-        for step, us in zip(instance_step[ran].tolist(), instance_us[ran].tolist()):
-            busy[step] += us
-    steps = _steps(table, step_flops, step_dtypes, peaks, busy)
+    if not len(ran):
+        return step_flops, step_dtypes
+    pairs, counts = np.unique(np.stack([inst.step[ran], ops.sig[ran]]), axis=1, return_counts=True)
+    for (step, k), count in zip(pairs.T.tolist(), counts.tolist()):
+        c = ops.costs[k]
+        totals = step_flops.setdefault(step, [0.0, 0.0, 0.0])
+        totals[0] += c.flops * count
+        totals[2] += c.bytes * count
+        if c.family in MATRIX_FAMILIES:
+            totals[1] += c.flops * count
+            step_dtypes[step][c.dtype] += c.flops * count
+    return step_flops, step_dtypes
 
-    collectives, comm_counts = _collectives(table, shapes, runtime, lane_codes, starts, ends)
-    counts = {
+
+def _own_busy(inst: _Instances, ran: np.ndarray) -> dict[int, float]:
+    """Per step, the operators' own time (the work where there are no kernels)."""
+    busy = defaultdict(float)
+    for step, us in zip(inst.step[ran].tolist(), inst.us[ran].tolist()):
+        busy[step] += us
+    return busy
+
+
+def _counts(table: EventTable, shapes, ops: _Operators, gpu: _GpuWork, inst: _Instances, ran: np.ndarray,
+            own_time: bool) -> dict[str, float]:
+    """What was seen, attributed and left out (the collectives' counts apart)."""
+    outermost = len(ops.outermost_rows)
+    return {
         "operators": shapes.operators if shapes is not None else 0,
-        "operators_with_shapes": n_ops,
-        "operators_modeled": int(len(modeled)),
-        "operators_modeled_outermost": int(len(outermost_rows)),
-        "operators_modeled_without_gpu_work": without_kernels,
-        "gpu_activities": int(len(work)),
-        "gpu_activities_attributed": int(attributed.sum()),
-        "gpu_activities_unlaunched": int((~launched).sum()),
-        "gpu_us": float(table.dur[work].sum()),
-        "gpu_us_attributed": float(table.dur[work[attributed]].sum()),
+        "operators_with_shapes": ops.count,
+        "operators_modeled": int(len(ops.modeled)),
+        "operators_modeled_outermost": int(outermost),
+        "operators_modeled_without_gpu_work": int(outermost - len(ran)) - inst.outside_selection,
+        "gpu_activities": int(len(gpu.rows)),
+        "gpu_activities_attributed": int(gpu.attributed.sum()),
+        "gpu_activities_unlaunched": int((~gpu.launched).sum()),
+        "gpu_us": float(table.dur[gpu.rows].sum()),
+        "gpu_us_attributed": float(table.dur[gpu.rows[gpu.attributed]].sum()),
         "time_basis": "operator" if own_time else "gpu",
-        "operator_us_modeled": float(instance_us[ran].sum()) if own_time and len(ran) else 0.0,
-        "operators_modeled_outside_selected_steps": outside_selection,
-        **comm_counts,
+        "operator_us_modeled": float(inst.us[ran].sum()) if own_time and len(ran) else 0.0,
+        "operators_modeled_outside_selected_steps": inst.outside_selection,
     }
-    op_rows = sorted(ops.values(), key=lambda o: -o.rates.kernel_us)
-    return RooflineReport(peaks, op_rows, dict(sorted(families.items(), key=lambda kv: -kv[1].rates.kernel_us)),
-                          steps, collectives, counts, has_shapes=n_ops > 0, step_selection=step_selection)
+
+
+def analyze_roofline(table: EventTable, shapes, peaks: Peaks | None, step_selection: str = "") -> RooflineReport:
+    """The roofline of one process's trace: ``shapes`` is its ``OpShapes`` (None or empty: no shapes recorded)."""
+    ops = _operators(shapes)
+    gpu = _gpu_work(table, ops)
+    inst = _kernel_instances(table, ops, gpu)
+    # a TensorFlow run's kernels, or a trace without GPU work (a CPU run): an operator's own duration is its work
+    own_time = bool(ops.count) and (bool(getattr(shapes, "own_time", False)) or not len(gpu.rows))
+    if own_time:
+        inst = _with_own_time(table, shapes, ops, inst)
+    outermost = ops.outermost_rows
+    ran = outermost[inst.kernels[outermost] > 0] if len(outermost) else outermost
+    op_rows, families = _op_rows(ops, inst, ran, peaks)
+    step_flops, step_dtypes = _step_work(ops, inst, ran)
+    busy = _own_busy(inst, ran) if own_time and len(ran) else None
+    steps = _steps(table, step_flops, step_dtypes, peaks, busy)
+    collectives, comm_counts = _collectives(table, shapes, gpu.runtime, ops.lanes, ops.starts, ops.ends)
+    counts = {**_counts(table, shapes, ops, gpu, inst, ran, own_time), **comm_counts}
+    return RooflineReport(peaks, sorted(op_rows.values(), key=lambda o: -o.rates.kernel_us),
+                          dict(sorted(families.items(), key=lambda kv: -kv[1].rates.kernel_us)),
+                          steps, collectives, counts, has_shapes=ops.count > 0, step_selection=step_selection)
 
 
 def _step_markers(table: EventTable) -> np.ndarray:

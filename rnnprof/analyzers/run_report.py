@@ -70,7 +70,7 @@ class RunReport:
     comm: CommReport | None
     comm_reason: str
     opcount: OpCountReport
-    placement: object | None  # placement.AuditResult
+    placement: object | None  # placement.PlacementResult
     placement_reason: str
     top_device: tuple[TimedOp, ...]
     top_host: tuple[TimedOp, ...]
@@ -93,23 +93,23 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
                 roofline_reason: str = "") -> RunReport:
     """All the report's analyses; ``audit_input`` (``placement.AuditInput``) is None when nothing can be audited;
     ``dependencies``: what the input says beyond its events, for the critical path."""
-    from rnnprof.analyzers.audit import Known, audit as audit_rules
-    from rnnprof.analyzers.placement import audit, configured_rules
+    from rnnprof.analyzers.audit import Known, audit
+    from rnnprof.analyzers.placement import audit_placement, configured_rules
 
     opcount = count_ops(label, events, user_graph, runtime_graph, user_reason=user_reason,
                         runtime_reason=runtime_reason, events_reason=events_reason, launches=False)
-    placement = audit(audit_input, configured_rules()) if audit_input is not None else None
+    placement = audit_placement(audit_input, configured_rules()) if audit_input is not None else None
     no_events = events_reason or "the input holds no trace events"
     if events is None or len(events) == 0:
-        findings = audit_rules(audit_input) if audit_input is not None else None
+        findings = audit(audit_input) if audit_input is not None else None
         return RunReport(label, manifest, 0, "graph", None, no_events, opcount, placement, audit_reason, (), (),
                          no_events, None, no_events, None, no_events, None, no_events, findings=findings,
                          findings_reason=audit_reason)
     classes = classify(events)
     comm = analyze_comm(events, classes=classes)
     launches = launch_stats(events, host_wait_share=host_wait_share(comm))
-    findings = audit_rules(audit_input if audit_input is not None else events,
-                           known=Known(classes=classes, comm=comm, launches=launches))
+    findings = audit(audit_input if audit_input is not None else events,
+                     known=Known(classes=classes, comm=comm, launches=launches))
     comm_reason = ""
     if not comm.devices:
         comm_reason = ("every event is on the host (a CPU-only tf.profiler XSpace, for one, names no device for "

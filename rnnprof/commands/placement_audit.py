@@ -44,7 +44,7 @@ def audit_input(paths: list[str], args: argparse.Namespace | None = None):
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.placement import audit, configured_rules
+    from rnnprof.analyzers.placement import audit_placement, configured_rules
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_json, render_notes
     from rnnprof.reports.placement import render_table, to_document
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     notes = run_notes(args.paths)
     rules = configured_rules(imbalance_threshold=args.imbalance_threshold / 100)
     given = audit_input(args.paths, args)
-    result = audit(given, rules)
+    result = audit_placement(given, rules)
     notes += _left_out.notes(args, given.events)
     render_notes(notes)
     if args.json:

@@ -6,14 +6,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rnnprof.analyzers.placement import AuditResult, Finding, Severity
+from rnnprof.analyzers.placement import PlacementFinding, PlacementResult, Severity
 from rnnprof.reports.abbrev import Legend
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "dim"}
 _OPS_SHOWN = 4
 
 
-def finding_document(finding: Finding) -> dict:
+def finding_document(finding: PlacementFinding) -> dict:
     return {
         "rule": finding.rule_id,
         "severity": finding.severity.label,
@@ -27,7 +27,7 @@ def finding_document(finding: Finding) -> dict:
     }
 
 
-def to_document(result: AuditResult, sources: list[str], fail_on: str) -> dict:
+def to_document(result: PlacementResult, sources: list[str], fail_on: str) -> dict:
     counts = {s.label: sum(f.severity == s for f in result.findings) for s in reversed(Severity)}
     pytorch = {}
     if result.not_applicable:  # PyTorch input: which rules cannot apply to it, and why
@@ -44,14 +44,14 @@ def to_document(result: AuditResult, sources: list[str], fail_on: str) -> dict:
     }
 
 
-def _cost(finding: Finding) -> str:
+def _cost(finding: PlacementFinding) -> str:
     if finding.cost_us_per_step is None:
         return "-"
     us = finding.cost_us_per_step
     return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
 
 
-def _ops(finding: Finding) -> Text:
+def _ops(finding: PlacementFinding) -> Text:
     return _listed(list(finding.ops))
 
 
@@ -61,7 +61,7 @@ def _listed(items: list[str], name=None, more_text: str = " more (--json lists a
     return Text("\n".join(shown + ([f"… {more}{more_text}"] if more > 0 else [])))
 
 
-def _finding_cell(finding: Finding, legend: Legend) -> Text:
+def _finding_cell(finding: PlacementFinding, legend: Legend) -> Text:
     text = Text(legend.shorten_text(finding.title))
     if finding.cost_basis:
         text.append(f"\ncost: {legend.shorten_text(finding.cost_basis)}", style="dim")
@@ -70,7 +70,7 @@ def _finding_cell(finding: Finding, legend: Legend) -> Text:
     return text
 
 
-def render_table(result: AuditResult, sources: list[str], console: Console) -> None:
+def render_table(result: PlacementResult, sources: list[str], console: Console) -> None:
     """Device names are shortened (``reports.abbrev``) with their legend printed once, after the tables."""
     legend = Legend()
     console.print(Text.assemble(("Placement audit", "bold"), f" of {', '.join(sources)}"), highlight=False)

@@ -10,11 +10,13 @@ waits for the host, so the saving (a bound) is that median, capped by the GPU's 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from rnnprof.analyzers.device_work import launchers
 from rnnprof.analyzers.launches import enclosing_host_ops
-from rnnprof.events import Kind
+from rnnprof.events import EventTable, Kind
 
 from . import _per_step
 from .context import AuditContext
@@ -24,49 +26,92 @@ RULE_ID = "PF006"
 TITLE = "CPU-side operator overhead"
 
 
+@dataclass(frozen=True)
+class _LaunchingOps:
+    """The host operator executions that launched GPU kernels (``rows`` of the table): the summed time of the
+    kernels each launched and its excess, host time beyond that (0 when none)."""
+
+    rows: np.ndarray
+    kernel_us: np.ndarray
+    excess_us: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Worst:
+    """The host operator name (a string code) with the largest median excess per step: the median, the excess
+    in each step, its executions, and its kernels' and its own summed time."""
+
+    name: int
+    median_us: float
+    per_step_us: list[float]
+    executions: int
+    kernels_us: float
+    host_us: float
+
+
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     table = ctx.table
     if table is None or not len(table):
         return NotChecked(RULE_ID, "needs a trace")
+    ops = _launching_ops(table)
+    if isinstance(ops, str):
+        return NotChecked(RULE_ID, ops)
+    steps = sorted(int(s) for s in np.unique(table.step[table.step >= 0]))
+    if not steps:
+        return NotChecked(RULE_ID, "needs steps")
+    worst = _worst(table, ops, steps)
+    if worst.median_us <= 0:
+        return []
+    return [_finding(ctx, worst)]
+
+
+def _launching_ops(table: EventTable) -> _LaunchingOps | str:
+    """The innermost host operators around the runtime calls that launched GPU kernels, or why there are none."""
     launcher = launchers(table)
     is_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
     kernels = np.flatnonzero(is_gpu[table.device] & np.isin(table.kind, (Kind.KERNEL, Kind.COMMUNICATION))
                              & (launcher >= 0))
     if not len(kernels):
-        return NotChecked(RULE_ID, "needs GPU kernels with their launches in the trace")
+        return "needs GPU kernels with their launches in the trace"
     calls, call_of = np.unique(launcher[kernels], return_inverse=True)
     op = enclosing_host_ops(table, calls)[call_of]
     known = op >= 0
     if not known.any():
-        return NotChecked(RULE_ID, "no launch is inside a host operator")
+        return "no launch is inside a host operator"
     ops, op_of = np.unique(op[known], return_inverse=True)
     kernel_time = np.bincount(op_of, weights=np.maximum(table.dur[kernels[known]], 0.0), minlength=len(ops))
     excess = np.maximum(np.maximum(table.dur[ops], 0.0) - kernel_time, 0.0)
-    step = table.step[ops]
-    steps = sorted(int(s) for s in np.unique(table.step[table.step >= 0]))
-    if not steps:
-        return NotChecked(RULE_ID, "needs steps")
+    return _LaunchingOps(ops, kernel_time, excess)
+
+
+def _worst(table: EventTable, ops: _LaunchingOps, steps: list[int]) -> _Worst:
+    """Per operator name, the summed excess of its executions in each step (an execution's own step); the name
+    with the largest median (the first of equals)."""
+    step = table.step[ops.rows]
     best = None
-    for name in np.unique(table.name[ops]):
-        mine = table.name[ops] == name
-        per = [float(excess[mine & (step == s)].sum()) for s in steps]
+    for name in np.unique(table.name[ops.rows]):
+        mine = table.name[ops.rows] == name
+        per = [float(ops.excess_us[mine & (step == s)].sum()) for s in steps]
         median = float(np.median(per))
-        if best is None or median > best[1]:
-            best = (int(name), median, per, int(mine.sum()), float(kernel_time[mine].sum()),
-                    float(np.maximum(table.dur[ops[mine]], 0.0).sum()))
-    name, median, per, executions, kernels_us, host_us = best
-    if median <= 0:
-        return []
+        if best is None or median > best.median_us:
+            best = _Worst(int(name), median, per, int(mine.sum()), float(ops.kernel_us[mine].sum()),
+                          float(np.maximum(table.dur[ops.rows[mine]], 0.0).sum()))
+    return best
+
+
+def _finding(ctx: AuditContext, worst: _Worst) -> Finding:
+    """The finding for the worst operator: its saving is its median excess, capped by the GPUs' host wait."""
     host_wait = _host_wait_per_step(ctx)
-    saving = min(median, host_wait) if host_wait is not None else median
-    verdict = _per_step.judged(ctx, per)
-    op_name = table.strings[name]
-    return [Finding(
+    saving = min(worst.median_us, host_wait) if host_wait is not None else worst.median_us
+    verdict = _per_step.judged(ctx, worst.per_step_us)
+    op_name = ctx.table.strings[worst.name]
+    return Finding(
         rule=RULE_ID, severity=_per_step.severity(ctx, verdict, saving),
-        title=f"{op_name}: {median / 1000:.2f} ms/step on the host beyond its kernels' GPU time",
+        title=f"{op_name}: {worst.median_us / 1000:.2f} ms/step on the host beyond its kernels' GPU time",
         subject=Subject(op=op_name),
-        evidence={"executions": executions, "host_ms_total": round(host_us / 1000, 3),
-                  "kernels_ms_total": round(kernels_us / 1000, 3), "excess_ms_per_step": round(median / 1000, 3),
+        evidence={"executions": worst.executions, "host_ms_total": round(worst.host_us / 1000, 3),
+                  "kernels_ms_total": round(worst.kernels_us / 1000, 3),
+                  "excess_ms_per_step": round(worst.median_us / 1000, 3),
                   "gpu_host_wait_ms_per_step": None if host_wait is None else round(host_wait / 1000, 3),
                   "significance": verdict.as_dict()},
         saving_us=saving,
@@ -75,7 +120,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         confidence=verdict.confidence,
         fix="cut the operator's host work: fewer, larger operations (batching, fused ops, torch.compile), no "
             "Python-side loops over tensors, CUDA graphs for fixed shapes",
-    )]
+    )
 
 
 def _host_wait_per_step(ctx: AuditContext) -> float | None:

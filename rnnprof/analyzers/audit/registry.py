@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 
 from rnnprof.analyzers.placement import frameworks
 from rnnprof.analyzers.placement import registry as placement_registry
-from rnnprof.analyzers.placement.finding import Finding as PlacementFinding
+from rnnprof.analyzers.placement.finding import PlacementFinding
 from rnnprof.analyzers.placement.inputs import AuditInput
 from rnnprof.analyzers.noise import StepNoise
 from rnnprof.events import EventTable, concat
@@ -29,7 +29,7 @@ class Rule:
     check: Callable[[AuditContext], "list[Finding] | NotChecked"]
 
 
-def _placement_rule(rule: placement_registry.Rule) -> Rule:
+def _placement_rule(rule: placement_registry.PlacementRule) -> Rule:
     short = rule.id.split("-")[0]
 
     def check(ctx: AuditContext):

@@ -21,8 +21,9 @@ class Severity(enum.IntEnum):
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One problem a rule found, with the numbers behind it and how to fix it.
+class PlacementFinding:
+    """One problem a placement rule found, with the numbers behind it and how to fix it (``rnnprof audit`` turns
+    it into its own ``Finding``: ``rnnprof.analyzers.audit.from_placement``).
 
     ``cost_us_per_step`` is the rule's estimate of step time lost (None when the
     input holds no trace to time it); ``cost_basis`` says how it was estimated.

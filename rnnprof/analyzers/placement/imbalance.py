@@ -22,10 +22,11 @@ from __future__ import annotations
 import numpy as np
 
 from rnnprof.analyzers.comm import analyze_comm, host_operator_devices
-from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, significance, step_noise
+from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, Significance, significance, step_noise
+from rnnprof.events import Device, EventTable
 
 from . import frameworks
-from .finding import Finding, NotChecked, Severity
+from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput
 from .busy import ALL_STEPS, busy_intervals, compute_devices, compute_mask, in_step, length, step_keys
 
@@ -37,54 +38,64 @@ CPU_RANK_MEASURE = ("on ranks without a GPU, busy time is the rank's step window
                     "in collectives does not; not kernel time as on a GPU")
 
 
-def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[Finding] | NotChecked:
+def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[PlacementFinding] | NotChecked:
     events = inp.events
     if events is None or not len(events):
         return NotChecked(RULE_ID, "needs a trace with per-device op or kernel times")
-    homes = sorted(set(inp.tower_homes.values()))
-    devices = [d for d in homes if d in events.devices] if len(homes) >= 2 else compute_devices(events)
+    devices = _compared_devices(inp)
     if len(devices) < 2:
         kinds = ", ".join(d.label for d in devices) or "none"
         return NotChecked(RULE_ID, f"the trace has one compute device ({kinds}); balance needs at least 2")
-    mask = compute_mask(events)
     cpu_ranks = host_operator_devices(events) & set(devices)
+    busy = _busy_per_step(events, devices, cpu_ranks)
+    spread = _spread(busy)
+    if not (spread > threshold).any():
+        return []
+    return [_finding(inp, devices, busy, spread, threshold, bool(cpu_ranks))]
+
+
+def _compared_devices(inp: AuditInput) -> list[Device]:
+    """The towers' home devices in the trace when the graph has two or more towers, else the trace's compute
+    devices."""
+    homes = sorted(set(inp.tower_homes.values()))
+    return [d for d in homes if d in inp.events.devices] if len(homes) >= 2 else compute_devices(inp.events)
+
+
+def _busy_per_step(events: EventTable, devices: list[Device], cpu_ranks: set[Device]) -> np.ndarray:
+    """Busy µs, steps x devices: the union of a device's compute intervals in the step, or for a CPU rank its
+    step window less its communication (``_rank_compute``)."""
+    mask = compute_mask(events)
     by_rank = {d.device: d for d in analyze_comm(events).devices} if cpu_ranks else {}
-    busy = []  # steps x devices
+    busy = []
     for step in step_keys(events):
         sel = in_step(events, step)
         step_events, step_mask = events.select(sel), mask[sel]
         busy.append([_rank_compute(by_rank.get(d), step) if d in cpu_ranks
                      else length(busy_intervals(step_events, d, step_mask)) for d in devices])
-    busy = np.asarray(busy)
+    return np.asarray(busy)
+
+
+def _spread(busy: np.ndarray) -> np.ndarray:
+    """Per step, (max - min) / max of the devices' busy time (0 where none is busy)."""
     top = busy.max(axis=1)
-    spread = np.where(top > 0, (top - busy.min(axis=1)) / np.where(top > 0, top, 1), 0.0)
+    return np.where(top > 0, (top - busy.min(axis=1)) / np.where(top > 0, top, 1), 0.0)
+
+
+def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: np.ndarray, threshold: float,
+             cpu_ranks: bool) -> PlacementFinding:
+    """The imbalance of the steps whose spread is above ``threshold``, the heaviest device against the lightest
+    (by mean busy time); ``cpu_ranks``: some devices are CPU ranks, measured by their windows."""
     over = spread > threshold
-    if not over.any():
-        return []
     mean = busy.mean(axis=0)
-    heaviest, lightest = devices[int(mean.argmax())], devices[int(mean.argmin())]
-    across_ranks = heaviest.worker != lightest.worker and heaviest.worker.startswith("rank")
-    verdict = significance((busy[:, int(mean.argmax())] - busy[:, int(mean.argmin())]).tolist(),
-                           step_noise(events).spread_us if len(busy) > 1 else 0.0,
-                           floor_us=CROSS_RANK_FLOOR_US if across_ranks else 0.0)
-    lost = float((top - busy.mean(axis=1))[over].sum() / len(busy))
-    evidence_extra, basis_extra = {}, ""
-    if cpu_ranks:
-        evidence_extra = {"busy_measure": CPU_RANK_MEASURE}
-        basis_extra = f"; {CPU_RANK_MEASURE}"
-    if frameworks.framework(inp) == frameworks.PYTORCH:
-        fix = (f"Find what {heaviest.label} runs that the other ranks do not (rnnprof count-ops by type per rank), "
-               f"then balance the work per rank: the batch and sequence lengths each rank gets, and, for ranks "
-               f"sharing a machine's cores, their threads (torch.set_num_threads).")
-    else:
-        fix = (f"Find what {heaviest.label} runs that the others do not: PA002 and PA003 name replica work and "
-               f"updates pinned to one device; otherwise balance the batch per device.")
-    return [Finding(
+    heaviest, lightest = int(mean.argmax()), int(mean.argmin())
+    verdict = _significance(inp.events, busy, devices, heaviest, lightest)
+    lost = float((busy.max(axis=1) - busy.mean(axis=1))[over].sum() / len(busy))
+    return PlacementFinding(
         rule_id=RULE_ID,
         severity=Severity.WARNING if verdict.significant else Severity.INFO,
-        title=(f"{heaviest.label} is busy {mean.max() / max(mean.min(), 1e-9):.1f}x as long as {lightest.label} "
-               f"per step; spread above {threshold:.0%} in {int(over.sum())} of {len(busy)} steps "
-               f"(median {float(np.median(spread)):.0%}, max {float(spread.max()):.0%})"),
+        title=(f"{devices[heaviest].label} is busy {mean.max() / max(mean.min(), 1e-9):.1f}x as long as "
+               f"{devices[lightest].label} per step; spread above {threshold:.0%} in {int(over.sum())} of "
+               f"{len(busy)} steps (median {float(np.median(spread)):.0%}, max {float(spread.max()):.0%})"),
         devices=tuple(d.label for d in devices),
         evidence={
             "threshold": threshold,
@@ -95,12 +106,34 @@ def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[Finding] |
             "busy_us_per_step": {d.label: round(float(m), 1) for d, m in zip(devices, mean)},
             "significance": verdict.as_dict(),
             "confidence": round(verdict.confidence, 3),
-            **evidence_extra,
+            **({"busy_measure": CPU_RANK_MEASURE} if cpu_ranks else {}),
         },
         cost_us_per_step=lost,
-        cost_basis="busiest device's busy time minus the devices' mean, per step, in unbalanced steps" + basis_extra,
-        fix=fix,
-    )]
+        cost_basis="busiest device's busy time minus the devices' mean, per step, in unbalanced steps"
+                   + (f"; {CPU_RANK_MEASURE}" if cpu_ranks else ""),
+        fix=_fix(inp, devices[heaviest]),
+    )
+
+
+def _significance(events: EventTable, busy: np.ndarray, devices: list[Device], heaviest: int,
+                  lightest: int) -> Significance:
+    """The heaviest device's busy time less the lightest's, per step, against the run's jitter (at least
+    ``CROSS_RANK_FLOOR_US`` between PyTorch ranks)."""
+    across_ranks = (devices[heaviest].worker != devices[lightest].worker
+                    and devices[heaviest].worker.startswith("rank"))
+    return significance((busy[:, heaviest] - busy[:, lightest]).tolist(),
+                        step_noise(events).spread_us if len(busy) > 1 else 0.0,
+                        floor_us=CROSS_RANK_FLOOR_US if across_ranks else 0.0)
+
+
+def _fix(inp: AuditInput, heaviest: Device) -> str:
+    """What to do, in the terms of the framework the input was recorded from."""
+    if frameworks.framework(inp) == frameworks.PYTORCH:
+        return (f"Find what {heaviest.label} runs that the other ranks do not (rnnprof count-ops by type per rank), "
+                f"then balance the work per rank: the batch and sequence lengths each rank gets, and, for ranks "
+                f"sharing a machine's cores, their threads (torch.set_num_threads).")
+    return (f"Find what {heaviest.label} runs that the others do not: PA002 and PA003 name replica work and "
+            f"updates pinned to one device; otherwise balance the batch per device.")
 
 
 def _rank_compute(device_comm, step: int) -> float:

@@ -8,7 +8,7 @@ means TF's default: one thread per core.
 
 from __future__ import annotations
 
-from .finding import Finding, NotChecked, Severity
+from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput
 
 RULE_ID = "PA006-inter-op-threads"
@@ -35,7 +35,7 @@ def device_count(inp: AuditInput) -> int | None:
     return None
 
 
-def check(inp: AuditInput) -> list[Finding] | NotChecked:
+def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
     if inp.manifest is None:
         return NotChecked(RULE_ID, "needs a run manifest (session_config); graphs and traces do not record "
                                    "the thread pool sizes")
@@ -57,7 +57,7 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
         return []
     severity = Severity.ERROR if effective < devices else Severity.WARNING
     relation = "fewer than" if effective < devices else "only as many as"
-    return [Finding(
+    return [PlacementFinding(
         rule_id=RULE_ID,
         severity=severity,
         title=f"inter-op threads ({how}) {relation} the {devices} devices",

@@ -12,14 +12,14 @@ import collections
 
 from rnnprof.names import user_op
 
-from .finding import Finding, NotChecked, Severity
+from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput
 
 RULE_ID = "PA007-no-kernel-for-device"
 TITLE = "No kernel for the requested device type"
 
 
-def check(inp: AuditInput) -> list[Finding] | NotChecked:
+def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
     if inp.graph is None:
         return NotChecked(RULE_ID, "needs a graph with requested devices")
     wanted = collections.defaultdict(list)  # (device type, op) -> nodes
@@ -46,7 +46,7 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
         types = kernels.by_op.get(op)  # none: a function call or an op of a library not loaded there
         if not types or device_type in types or "DEFAULT" in types:  # DEFAULT kernels run anywhere
             continue
-        findings.append(Finding(
+        findings.append(PlacementFinding(
             rule_id=RULE_ID,
             severity=Severity.ERROR if soft is False else Severity.WARNING,
             title=f"{op} has no {device_type} kernel; {len(nodes)} op(s) request {device_type}",
@@ -62,7 +62,7 @@ def check(inp: AuditInput) -> list[Finding] | NotChecked:
                  + ("; without soft placement this graph fails to run." if soft is False else
                     "; soft placement moves it and the copies around it."))))
     if unknowable:
-        findings.append(Finding(
+        findings.append(PlacementFinding(
             rule_id=RULE_ID, severity=Severity.INFO,
             title=f"{'/'.join(unknowable)} kernels not checked: TensorFlow {kernels.version} is built without them",
             evidence={"unchecked_device_types": unknowable}))

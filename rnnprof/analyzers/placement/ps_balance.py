@@ -21,7 +21,7 @@ import numpy as np
 from rnnprof.events import parse_tf_device
 from rnnprof.names import CROSS_TASK_RECV_OPS
 
-from .finding import Finding, NotChecked, Severity
+from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput
 
 RULE_ID = "PA008-ps-task-imbalance"
@@ -76,7 +76,7 @@ def _ps_tasks(inp: AuditInput, seen: set[str]) -> int:
     return max(count, len(seen))
 
 
-def check(inp: AuditInput, imbalance: float = IMBALANCE) -> list[Finding] | NotChecked:
+def check(inp: AuditInput, imbalance: float = IMBALANCE) -> list[PlacementFinding] | NotChecked:
     variables = _variables_by_task(inp)
     traffic, unit = _traffic_by_task(inp, {t for t, held in variables.items() if held})
     tasks = _ps_tasks(inp, set(variables) | set(traffic))
@@ -94,7 +94,7 @@ def check(inp: AuditInput, imbalance: float = IMBALANCE) -> list[Finding] | NotC
         share = held[heaviest] / total
         if share >= min(1.0, imbalance * fair):
             largest = max(variables[heaviest], key=lambda v: v[1])
-            findings.append(Finding(
+            findings.append(PlacementFinding(
                 rule_id=RULE_ID, severity=Severity.WARNING,
                 title=(f"{heaviest} holds {share:.0%} of the variable bytes ({len(variables[heaviest])} of "
                        f"{sum(len(v) for v in variables.values())} variables) across {len(names)} ps tasks"),
@@ -113,7 +113,7 @@ def check(inp: AuditInput, imbalance: float = IMBALANCE) -> list[Finding] | NotC
         busiest = max(names, key=lambda t: traffic.get(t, 0.0))
         share = traffic.get(busiest, 0.0) / moved
         if share >= min(1.0, imbalance * fair):
-            findings.append(Finding(
+            findings.append(PlacementFinding(
                 rule_id=RULE_ID, severity=Severity.WARNING,
                 title=f"{busiest} receives {share:.0%} of the ps tasks' traffic ({unit}) across {len(names)} ps tasks",
                 devices=(busiest,),

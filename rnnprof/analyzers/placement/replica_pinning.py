@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from rnnprof.events import Device
 
 from . import scopes
-from .finding import Finding, NotChecked, Severity
+from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput, NodePlacement, is_tower_work, op_events_mask, steps_in, time_by_name
 from .busy import busy_intervals, compute_mask, in_step, length, minus, step_keys, union_array
 
@@ -114,7 +114,7 @@ def misplaced_names(inp: AuditInput) -> set[str]:
     return {name for name, (_, variable) in misplaced(inp).items() if variable is None}
 
 
-def check(inp: AuditInput) -> list[Finding] | NotChecked:
+def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
     if not inp.placements:
         return NotChecked(RULE_ID, "needs a graph or a trace that names the ops it ran")
     homes = inp.tower_homes
@@ -168,11 +168,11 @@ def _moved_ops(inp, tower, home, device, nodes, **extra) -> dict:
     )
 
 
-def _finding(inp, tower, home, device, other, nodes, attribution) -> Finding:
+def _finding(inp, tower, home, device, other, nodes, attribution) -> PlacementFinding:
     groups = collections.Counter((n.op, scopes.group_scope(n.name)) for n in nodes)
     consumed = sorted(n.name for n in nodes if attribution[n.name][1] == "consumes")
     where = f"tower {other}'s device {device.label}" if other is not None else f"{device.label}"
-    return Finding(
+    return PlacementFinding(
         severity=Severity.ERROR if other is not None else Severity.WARNING,
         title=f"{len(nodes)} ops of tower {tower} ran on {where} instead of {home.label}",
         **_moved_ops(inp, tower, home, device, nodes, ops_attributed_by_consumption=len(consumed),
@@ -185,9 +185,9 @@ def _finding(inp, tower, home, device, other, nodes, attribution) -> Finding:
     )
 
 
-def _follows_variables(inp, tower, home, device, nodes) -> Finding:
+def _follows_variables(inp, tower, home, device, nodes) -> PlacementFinding:
     variables = collections.Counter(shared_variable_of(inp, n) for n in nodes)
-    return Finding(
+    return PlacementFinding(
         severity=Severity.INFO,
         title=(f"{len(nodes)} ops of tower {tower} ran on {device.label} next to the shared variable(s) "
                f"they read ({', '.join(sorted(variables))}), by TF's colocation, not a stray device scope"),
@@ -198,7 +198,7 @@ def _follows_variables(inp, tower, home, device, nodes) -> Finding:
     )
 
 
-def _all_on_one_device(inp: AuditInput, homes: dict[int, Device]) -> Finding:
+def _all_on_one_device(inp: AuditInput, homes: dict[int, Device]) -> PlacementFinding:
     device = next(iter(homes.values()))
     steps = steps_in(inp.events)
     busy = None
@@ -206,7 +206,7 @@ def _all_on_one_device(inp: AuditInput, homes: dict[int, Device]) -> Finding:
         mask = compute_mask(inp.events)
         busy = length(busy_intervals(inp.events, device, mask)) / steps
     n = len(homes)
-    return Finding(
+    return PlacementFinding(
         rule_id=RULE_ID,
         severity=Severity.ERROR,
         title=f"all {n} towers ran on {device.label}",

@@ -18,7 +18,7 @@ import numpy as np
 from rnnprof.names import RECV_OPS
 from rnnprof.events import EventTable, Kind
 
-from .finding import Finding, NotChecked, Severity
+from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput, steps_in
 from .replica_pinning import misplaced_names
 from .soft_placement import fallen_back_compute
@@ -113,7 +113,7 @@ def _output_bytes(events: EventTable | None) -> dict[str, int]:
     return {events.strings[n]: int(b) for n, b in zip(events.name[known].tolist(), events.nbytes[known].tolist())}
 
 
-def check(inp: AuditInput) -> list[Finding] | NotChecked:
+def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
     transfers, steps, timed = [], 0, True
     if inp.events is not None and len(inp.events):
         transfers, steps = transfers_from_events(inp.events), steps_in(inp.events)
@@ -183,12 +183,12 @@ def _stats(transfers: list[TensorCopy], steps: int) -> dict:
     }
 
 
-def _summary(transfers: list[TensorCopy], steps: int) -> Finding:
+def _summary(transfers: list[TensorCopy], steps: int) -> PlacementFinding:
     groups = collections.defaultdict(list)
     for t in transfers:
         groups[(t.direction, t.device)].append(t)
     stats = _stats(transfers, steps)
-    return Finding(
+    return PlacementFinding(
         rule_id=RULE_ID,
         severity=Severity.INFO,
         title=f"{stats['per_step']:g} copies/receives per step ({_kinds(transfers, steps)})",
@@ -207,12 +207,13 @@ def _kinds(transfers: list[TensorCopy], steps: int) -> str:
     return ", ".join(f"{kind} {n / max(steps, 1):g}" for kind, n in counts.most_common())
 
 
-def _avoidable_finding(transfers: list[TensorCopy], steps: int, from_misplacement: bool, untimed: str) -> Finding:
+def _avoidable_finding(transfers: list[TensorCopy], steps: int, from_misplacement: bool,
+                       untimed: str) -> PlacementFinding:
     stats = _stats(transfers, steps)
     producers = collections.Counter(t.producer for t in transfers)
     cause = ("they carry tensors of ops placed off their tower's or requested device"
              if from_misplacement else "computed tensors go device -> host -> device within a step")
-    return Finding(
+    return PlacementFinding(
         rule_id=RULE_ID,
         severity=Severity.WARNING,
         title=f"{stats['per_step']:g} avoidable copies per step: {cause}",

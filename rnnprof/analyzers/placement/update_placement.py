@@ -17,7 +17,7 @@ import re
 from rnnprof.names import REPLICA_PART
 
 from . import scopes
-from .finding import Finding, NotChecked, Severity
+from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput, steps_in, time_by_name
 
 RULE_ID = "PA003-update-on-one-device"
@@ -44,7 +44,7 @@ def infer_mode(inp: AuditInput, update_names: list[str]) -> tuple[str | None, st
     return None, ""
 
 
-def check(inp: AuditInput) -> list[Finding] | NotChecked:
+def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
     if not inp.placements:
         return NotChecked(RULE_ID, "needs a graph or a trace that names the ops it ran")
     updates = [n for n in inp.placements.values() if scopes.is_update_op(n.name, n.op) and n.assigned]
@@ -88,13 +88,13 @@ def aggregates_centrally(all_reduce: str | None, devices: int) -> bool:
     return all_reduce in CENTRAL_ALL_REDUCES or (all_reduce in PAIR_ALL_REDUCES and devices <= 2)
 
 
-def _finding(inp, what, nodes, tower_devices, mode, mode_source, severity, ps_tasks: int = 0) -> Finding:
+def _finding(inp, what, nodes, tower_devices, mode, mode_source, severity, ps_tasks: int = 0) -> PlacementFinding:
     device = nodes[0].assigned
     steps = steps_in(inp.events)
     times = time_by_name(inp.events, {n.name for n in nodes}, device)
     per_step = sum(times.values()) / steps if steps else None
     n = len(tower_devices)
-    return Finding(
+    return PlacementFinding(
         rule_id=RULE_ID,
         severity=severity,
         title=(f"all {len(nodes)} {what} ops run on {device.label} in {mode} mode ({n} tower devices"
