@@ -85,7 +85,7 @@ def override(peaks: Peaks | None, tflops: float | None, tbps: float | None) -> P
     matrix = dict(base.matrix_tflops)
     vector = base.vector_tflops
     if tflops is not None:
-        matrix = {k: float(tflops) for k in (set(matrix) | {"fp32", "fp16", "bf16", "fp8", "tf32", "fp64"})}
+        matrix = {k: float(tflops) for k in sorted(set(matrix) | {"fp32", "fp16", "bf16", "fp8", "tf32", "fp64"})}
         vector = float(tflops)
     return Peaks(base.device, matrix, vector, float(tbps) if tbps is not None else base.tbps,
                  "flags" if peaks is None else f"{base.source}+flags")
