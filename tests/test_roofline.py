@@ -283,3 +283,21 @@ def test_a_trace_judged_shapeless_from_its_first_mb_has_no_shapes_anywhere():
         elif with_dims == 0:  # few operators: streamed, and found empty
             assert sum(e.get("cat") == "cpu_op" for e in events) < 500, path
     assert judged >= 3
+
+
+def test_the_json_is_the_same_whatever_the_hash_seed():
+    """The peak table given by --peak-tflops covers a set of dtypes: its order must not follow string hashing."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    trace = FIXTURES / "kineto-1gpu-v100.json.gz"
+    outputs = set()
+    for seed in ("1", "2", "3"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        done = subprocess.run([sys.executable, "-m", "rnnprof", "roofline", str(trace), "--json", "--peak-tflops", "1",
+                               "--peak-tbps", "1"], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
