@@ -40,6 +40,8 @@ from typing import Sequence
 
 import numpy as np
 
+from rnnprof.analyzers.noise import MIN_STEPS, Significance, robust_spread, significance
+
 SCALINGS = ("weak", "strong")
 # The parts of a step, in the order of the table and the stacked chart.
 PARTS = ("compute_not_scaled", "exposed_communication", "waiting", "host_overhead", "input")
@@ -67,9 +69,10 @@ class ExplainInput:
 
     devices: int  # N
     comm: object  # rnnprof.analyzers.comm.CommReport of the traced steps
-    timed_step_us: float | None = None  # the median timed step; None: the traced steps are the measurement
+    timed_step_us: float | None = None  # the mean timed step; None: the traced steps are the measurement
     label: str = ""  # where it came from
     mode: str = ""  # variable update (or "") — points of different modes are explained separately
+    timed_steps_us: tuple[float, ...] = ()  # each timed step, for the gap's significance; () where not recorded
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class ExplainRow:
     bounding_devices: tuple[str, ...]  # the busiest device of each traced step
     traced_steps: int
     idle_causes_known: bool
+    gap_significance: Significance | None = None  # the gap against the timed steps' jitter; None: not timed
 
     @property
     def gap_total_us(self) -> float:
@@ -142,7 +146,8 @@ class ExplainRow:
                 "gap_share_by_part": {p: self.share(p) for p in PARTS},
                 "lost_speedup_by_part": {p: self.lost(p) for p in PARTS},
                 "bounding_devices": list(self.bounding_devices), "traced_steps": self.traced_steps,
-                "idle_causes_known": self.idle_causes_known}
+                "idle_causes_known": self.idle_causes_known,
+                "gap_significance": self.gap_significance.as_dict() if self.gap_significance else None}
 
 
 @dataclass(frozen=True)
@@ -169,7 +174,10 @@ class ExplainReport:
                                           "duplicated on every device, or running slower on each)",
                     "gap_by_part_us": "each part minus its ideal; they add up to step_us - ideal_step_us",
                     "lost_speedup_by_part": "ideal_speedup * gap_by_part_us / step_us; they add up to "
-                                            "lost_speedup"},
+                                            "lost_speedup",
+                    "gap_significance": "each timed step minus the ideal step against the jitter of the timed "
+                                        "steps of this run and of the base run (rnnprof.analyzers.noise); a "
+                                        "gap within it is not split into a verdict"},
                 "rows": [r.as_dict() for r in self.rows], "notes": list(self.notes),
                 "left_out": dict(self.left_out)}
 
@@ -275,6 +283,7 @@ def explain_sweep(points: Sequence[ExplainInput], scaling: str, scaling_source: 
                              f"{base.point.devices}-device run")
         for m in measured:
             rows.append(_row(mode, m, base, scaling))
+            out_notes += _gap_note(mode, rows[-1], base)
             if abs(m.traced_us / m.step_us - 1) > 0.10 and m.point.timed_step_us:
                 out_notes.append(f"{mode + ' ' if mode else ''}N={m.point.devices}: traced steps took "
                                  f"{m.traced_us / 1000:.1f} ms against {m.step_us / 1000:.1f} ms timed; the parts "
@@ -306,4 +315,26 @@ def _row(mode: str, m: _Measured, base: _Measured, scaling: str) -> ExplainRow:
     return ExplainRow(mode=mode, devices=n, label=m.point.label, step_us=m.step_us, traced_step_us=m.traced_us,
                       ideal_step_us=ideal_step, speedup=speedup, ideal_speedup=ideal_speedup, parts=parts,
                       gap_us=gap, bounding_devices=m.bounding, traced_steps=m.steps,
-                      idle_causes_known=m.causes_known)
+                      idle_causes_known=m.causes_known,
+                      gap_significance=_gap_significance(m, base, ideal_step, factor))
+
+
+def _gap_significance(m: _Measured, base: _Measured, ideal_step: float, factor: float) -> Significance | None:
+    """Each timed step's excess over the ideal against the larger of this run's and the base run's timed-step
+    jitter (the base's scaled as the ideal is); None where either run's timed steps are not recorded, and for
+    the base itself."""
+    if m is base or not m.point.timed_steps_us or not base.point.timed_steps_us:
+        return None
+    jitter = max(robust_spread(base.point.timed_steps_us) * factor, robust_spread(m.point.timed_steps_us))
+    return significance([t - ideal_step for t in m.point.timed_steps_us], jitter)
+
+
+def _gap_note(mode: str, row: ExplainRow, base: _Measured) -> list[str]:
+    """A note for a gap no larger than the timed steps' jitter: its split into parts is no verdict."""
+    verdict = row.gap_significance
+    if verdict is None or verdict.significant:
+        return []
+    return [f"{mode + ' ' if mode else ''}N={row.devices}: the gap from the ideal, {row.gap_total_us / 1000:.1f} ms "
+            f"per step, is within the jitter of the timed steps (it would need {verdict.threshold_us / 1000:.1f} "
+            f"ms over at least {MIN_STEPS} steps, against the {base.point.devices}-device run): its split "
+            f"into parts is no verdict"]

@@ -63,16 +63,17 @@ def _load_one(path: Path, stated: int | None, loaded: ExplainInputs) -> None:
 
     if not path.exists():
         raise InputError(path, "does not exist", EXPECTED)
-    timed_us, mode, n = None, "", stated
+    timed_us, timed_steps, mode, n = None, (), "", stated
     if path.is_dir() and (path / "manifest.json").is_file():
         manifest = read_manifest(path)
         config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
         run_devices = _run_devices(manifest, config)
         if n is None:
             n = run_devices
-        median = (manifest.get("throughput") or {}).get("mean_step_seconds")
-        if isinstance(median, (int, float)) and median > 0:
-            timed_us = median * 1e6
+        mean = (manifest.get("throughput") or {}).get("mean_step_seconds")
+        if isinstance(mean, (int, float)) and mean > 0:
+            timed_us = mean * 1e6
+        timed_steps = _timed_steps_us(manifest)
         mode = str(config.get("variable_update") or "")
         if config.get("fake_location"):
             mode += f", {config['fake_location']} images"
@@ -97,7 +98,17 @@ def _load_one(path: Path, stated: int | None, loaded: ExplainInputs) -> None:
     if not report.devices:
         raise InputError(path, "no device activity (no kernels, memcpys or ops on a device)", EXPECTED)
     loaded.tables.append(table)
-    loaded.inputs.append(ExplainInput(devices=n, comm=report, timed_step_us=timed_us, label=str(path), mode=mode))
+    loaded.inputs.append(ExplainInput(devices=n, comm=report, timed_step_us=timed_us, label=str(path), mode=mode,
+                                      timed_steps_us=timed_steps))
+
+
+def _timed_steps_us(manifest: dict) -> tuple[float, ...]:
+    """The run's timed steps (manifest ``step_times.timed``, seconds) in µs; () where any is not a duration."""
+    times = manifest.get("step_times") if isinstance(manifest.get("step_times"), dict) else {}
+    timed = times.get("timed") if isinstance(times.get("timed"), list) else []
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 for t in timed):
+        return ()
+    return tuple(float(t) * 1e6 for t in timed)
 
 
 def _run_devices(manifest: dict, config: dict) -> int | None:
