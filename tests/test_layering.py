@@ -220,7 +220,6 @@ INTERFACES = {
 }
 # Names still defined in two modules, one of them in a module being changed elsewhere; empty it.
 PENDING_RENAME = frozenset({
-    "audit_input",  # commands/report.py and commands/placement_audit.py
     # rnnprof.analyzers.audit (every rule) wraps rnnprof.analyzers.placement (the placement subset): their
     # finding, rule and result types differ in fields; placement's are to become audit's.
     "Finding", "Rule", "AuditResult", "audit",
