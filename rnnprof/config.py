@@ -172,7 +172,11 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
     def add(group, *flags, **kwargs):
         actions.append(group.add_argument(*flags, **kwargs))
 
-    _model_flags(add, parser.add_argument_group("workload"), sweep, actions)
+    workload = parser.add_argument_group("workload")
+    _model_flags(add, workload)
+    _training_flags(add, workload, actions)
+    _fake_location_flag(add, workload, sweep)
+    _plant_and_seed_flags(add, workload)
     _torch_flags(add, parser.add_argument_group("PyTorch (--framework torch)"))
     devices = parser.add_argument_group("devices and variable updates")
     _device_flags(add, devices, sweep)
@@ -182,7 +186,8 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
     return actions
 
 
-def _model_flags(add, g, sweep: bool, actions: list) -> None:
+def _model_flags(add, g) -> None:
+    """The framework, the model and its sizes."""
     add(g, "--framework", choices=FRAMEWORKS, default="tensorflow",
         help="tensorflow: graph-mode towers in one process; torch: the RNNLM in PyTorch, one process per "
              "device with DistributedDataParallel (default: %(default)s)")
@@ -204,6 +209,10 @@ def _model_flags(add, g, sweep: bool, actions: list) -> None:
     add(g, "--tgt-max-len", type=positive_int, default=None,
         help=f"longest target sentence in tokens (NMT) (default: {model_defaults('nmt', None)['tgt_max_len']})")
     add(g, "--vocab-size", type=positive_int, default=None, help=f"words in the vocabulary {_per_model('vocab_size')}")
+
+
+def _training_flags(add, g, actions: list) -> None:
+    """The optimizer, the sizes' presets and the training data (``actions`` gets the limit on reading it)."""
     add(g, "--optimizer", choices=OPTIMIZERS, default=None,
         help=f"the optimizer of every tower; momentum is SGD with momentum {MOMENTUM:g} (default: sgd; momentum "
              f"for the ResNets; adam with --framework torch)")
@@ -218,6 +227,10 @@ def _model_flags(add, g, sweep: bool, actions: list) -> None:
         help="a tokenized text file (one sentence a line) (default: the bundled corpus for rnnlm, synthetic "
              "sentences for nmt)")
     actions.append(limits.add_argument(g))  # applies to --data
+
+
+def _fake_location_flag(add, g, sweep: bool) -> None:
+    """Where a ResNet's synthetic images are made (with ``sweep``, a comma list)."""
     if sweep:
         add(g, "--fake-location", default=None,
             help="ResNet: comma-separated places where synthetic images are made: device (a batch kept on each "
@@ -228,6 +241,10 @@ def _model_flags(add, g, sweep: bool, actions: list) -> None:
             help="ResNet: where synthetic images are made: device (a batch kept on each device), cpu (a TF op "
                  "on the host every step), python (numpy through a prefetching tf.data pipeline) "
                  "(default: device)")
+
+
+def _plant_and_seed_flags(add, g) -> None:
+    """The planted mishap, if any, and the seed."""
     add(g, "--plant", choices=PLANTS, default=None,
         help="opt-in demo of a placement mishap (or a starved thread pool) for the audits to find: "
              "softmax-on-device0 pins every tower's softmax to "

@@ -153,14 +153,6 @@ def test_the_circle_scan_finds_a_planted_circle(tmp_path, monkeypatch):
 MAX_LINES = 50
 # Functions allowed over MAX_LINES for good ("path::qualified name"); each docstring says why ("Long because").
 LONG_ALLOWED: frozenset[str] = frozenset()
-# Functions over MAX_LINES in modules being changed elsewhere, to be split once those changes are in; empty it.
-PENDING_SPLIT = frozenset({
-    "rnnprof/commands/comm.py::run",
-    "rnnprof/reports/roofline.py::_render_one",
-    "rnnprof/commands/scale.py::run",
-    "rnnprof/config.py::_model_flags",
-    "rnnprof/profiler/run/sweep.py::traced_sweep",
-})
 
 
 def _functions(root: Path):
@@ -187,11 +179,11 @@ def test_functions_are_at_most_50_lines_but_a_few_that_say_why():
     assert len(LONG_ALLOWED) <= 3
     found = _long_functions(PACKAGE.parent)
     assert len(list(_functions(PACKAGE.parent))) > 500, "the scan sees rnnprof's functions"
-    assert sorted(set(found) - LONG_ALLOWED - PENDING_SPLIT) == []
+    assert sorted(set(found) - LONG_ALLOWED) == []
     unexplained = [key for key in LONG_ALLOWED & set(found)
                    if not re.search(r"(^|[.!?]\s+)Long because", ast.get_docstring(found[key]) or "")]
     assert unexplained == [], "each allowed long function's docstring has a sentence starting 'Long because'"
-    assert sorted((LONG_ALLOWED | PENDING_SPLIT) - set(found)) == [], "no longer long: take it off the list"
+    assert sorted(LONG_ALLOWED - set(found)) == [], "no longer long: take it off the list"
 
 
 def test_the_length_scan_finds_a_long_method_and_a_long_nested_function(tmp_path):
@@ -217,10 +209,6 @@ INTERFACES = {
     "render_table": "rnnprof/reports/", "to_document": "rnnprof/reports/",
     "main": "rnnprof/",  # a module's entry point when run as a program
 }
-# Names still defined in two modules, one of them in a module being changed elsewhere; empty it.
-PENDING_RENAME = frozenset({
-    "audit_input",  # commands/report.py and commands/placement_audit.py
-})
 
 
 def _public_definitions(root: Path) -> dict[str, list[str]]:
@@ -249,8 +237,7 @@ def _names_with_two_meanings(root: Path) -> dict[str, list[str]]:
 def test_each_public_name_is_defined_in_one_module():
     assert len(_public_definitions(PACKAGE.parent)) > 300, "the scan sees rnnprof's names"
     found = _names_with_two_meanings(PACKAGE.parent)
-    assert {n: p for n, p in found.items() if n not in PENDING_RENAME} == {}
-    assert sorted(PENDING_RENAME - set(found)) == [], "defined once now: take it off the list"
+    assert found == {}
 
 
 def test_the_name_scan_finds_a_name_defined_twice_and_an_interface_name_out_of_its_package(tmp_path):

@@ -210,7 +210,7 @@ def test_graphdef_and_run_metadata_of_one_run_are_combined_node_by_node(tmp_path
     combined, a node keeps both (neither file's empty field wipes the other's)."""
     from tensorboard.compat.proto import config_pb2
 
-    from rnnprof.commands.placement_audit import audit_input
+    from rnnprof.commands._audit_input import read_audit_input
     from test_graphs import CPU0, CPU1, partitions, user_graph
 
     graph_file = tmp_path / "graph.pb"
@@ -221,7 +221,7 @@ def test_graphdef_and_run_metadata_of_one_run_are_combined_node_by_node(tmp_path
     meta_file = tmp_path / "functions.pb"
     meta_file.write_bytes(meta.SerializeToString())
     for order in ([graph_file, meta_file], [meta_file, graph_file]):
-        g = audit_input([str(p) for p in order]).graph
+        g = read_audit_input([str(p) for p in order]).graph
         assert (g.nodes["x"]["requested_device"], g.nodes["x"]["assigned_device"]) == ("/device:CPU:0", CPU0)
         assert (g.nodes["w"]["requested_device"], g.nodes["w"]["assigned_device"]) == ("/device:CPU:1", CPU1)
         assert g.nodes["split/_send"]["requested_device"] == ""  # only the runtime has it

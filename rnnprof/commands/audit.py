@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _fail_on, _left_out, _steps
+from rnnprof.commands import _audit_input, _fail_on, _left_out, _steps
 
 NAME = "audit"
 HELP = "what to fix first: stragglers, imbalance, exposed communication, idle GPUs, copies and placement, " \
@@ -29,7 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.audit import audit
     from rnnprof.commands import _job
-    from rnnprof.commands.placement_audit import audit_input
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.audit import render_text
     from rnnprof.reports.layout import render_json, render_notes
@@ -37,7 +36,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     job = _job.rank_job(args.paths)
     paths = [str(f.path) for f in job.files] if job is not None else list(args.paths)
     notes = run_notes(args.paths)
-    given = audit_input(paths, args)
+    given = _audit_input.read_audit_input(paths, args)
     result = audit(given)
     notes += _left_out.notes(args, given.events)
     render_notes(notes)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import NamedTuple
 
 from rich.console import Console
 
-from rnnprof.commands import _left_out, _steps
+from rnnprof import limits
+from rnnprof.commands import _job, _left_out, _steps
 from rnnprof.config import non_negative_us
 from rnnprof.errors import InputError, UsageError
-from rnnprof import limits
-from rnnprof.commands import _job
 
 NAME = "comm"
 HELP = "communication vs compute vs idle time per device (and step), with stragglers"
@@ -41,59 +41,90 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.comm import analyze_comm
-    from rnnprof.analyzers.tasks import analyze_tasks
-    from rnnprof.profiler.loaders import load_aligned, load_events
-    from rnnprof.reports.comm import render_table, render_tasks, to_document
     from rnnprof.profiler.rundir.manifest import run_notes
     from rnnprof.reports.charts import check_plot_path
-    from rnnprof.reports.layout import render_json, render_notes
+    from rnnprof.reports.layout import render_notes
 
     plot = check_plot_path(args.plot)
-    for pattern in args.comm_pattern:
+    _check_patterns(args.comm_pattern)
+    notes = run_notes(args.paths)
+    analysis = _analyze(args)
+    _require_devices(analysis.report, args.paths)
+    render_notes([*notes, *analysis.notes, *_left_out.notes(args, analysis.left_out)])
+    _render(args, analysis, console)
+    if plot is not None:
+        from rnnprof.reports.charts import comm_chart, save_chart
+
+        save_chart(comm_chart(analysis.report, per_step=args.per_step), plot)
+    return 0
+
+
+def _check_patterns(patterns: list[str]) -> None:
+    """Refuse a ``--comm-pattern`` that is no regular expression."""
+    for pattern in patterns:
         try:
             re.compile(pattern)
         except re.error as exc:
             raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
 
-    notes = run_notes(args.paths)
-    tasks = None  # per TF cluster task: from a merged table only (Kineto rank files are no cluster)
+
+class _Analysis(NamedTuple):
+    """What comm found in its input."""
+
+    report: object  # analyzers.comm.CommReport
+    tasks: object  # per TF cluster task (analyzers.tasks); None for a whole job (Kineto rank files are no cluster)
+    left_out: object  # what the loaders left out: the table as loaded, or a whole job's per-rank metadata
+    notes: list[str]  # of a whole job's analysis
+
+
+def _analyze(args: argparse.Namespace) -> _Analysis:
+    """comm's analysis of ``args.paths``: a whole job's rank files one rank per worker (with ``--align none``),
+    anything else merged into one table."""
     job = _job.rank_job(args.paths)
     selection = _steps.selection(args)
     if job is not None and args.align == "none":
         from rnnprof.whole_job import job_comm
 
         report, job_notes, left_out = _job.run_job(job_comm, job, args, comm_patterns=args.comm_pattern,
-                                         kernel_wait_us=args.kernel_wait_us, selection=selection)
-        notes += job_notes
-    else:
-        _job.refuse_job_options(args, "" if job is None else f"--align {args.align}")
-        paths = [str(f.path) for f in job.files] if job is not None else args.paths
-        table = load_events(paths[0]) if len(paths) == 1 else load_aligned(paths, args.align)
-        left_out = table
-        table = _steps.select(table, args)
-        report = analyze_comm(table, args.comm_pattern, kernel_wait_us=args.kernel_wait_us,
-                              step_selection=selection.describe())
-        tasks = analyze_tasks(table, args.comm_pattern)
-    if not report.devices:
-        problem = ("no device activity: every event is on the host (a CPU-only tf.profiler XSpace, for one, "
-                   "names no device for its ops)" if report.host_only
-                   else "no device activity (no kernels, memcpys or ops on a device)")
-        raise InputError(", ".join(args.paths), problem,
-                         "a trace of GPU streams or TF device ops, e.g. an rnnprof run directory")
-    notes += _left_out.notes(args, left_out)
-    render_notes(notes)
-    if args.json:
-        document = to_document(report, per_step=args.per_step)
-        document["left_out"] = _left_out.counts(left_out)
-        if tasks is not None and tasks.tasks:
-            document.update(tasks.as_dict())
-        render_json(document, console)
-    else:
-        render_table(report, per_step=args.per_step, console=console)
-        render_tasks(tasks, console)
-    if plot is not None:
-        from rnnprof.reports.charts import comm_chart, save_chart
+                                                   kernel_wait_us=args.kernel_wait_us, selection=selection)
+        return _Analysis(report, None, left_out, job_notes)
+    _job.refuse_job_options(args, "" if job is None else f"--align {args.align}")
+    paths = [str(f.path) for f in job.files] if job is not None else args.paths
+    return _analyze_table(paths, args, selection)
 
-        save_chart(comm_chart(report, per_step=args.per_step), plot)
-    return 0
+
+def _analyze_table(paths: list[str], args: argparse.Namespace, selection) -> _Analysis:
+    """comm's analysis of ``paths`` merged into one table, on the clock ``--align`` says."""
+    from rnnprof.analyzers.comm import analyze_comm
+    from rnnprof.analyzers.tasks import analyze_tasks
+    from rnnprof.profiler.loaders import load_aligned, load_events
+
+    loaded = load_events(paths[0]) if len(paths) == 1 else load_aligned(paths, args.align)
+    table = _steps.select(loaded, args)
+    report = analyze_comm(table, args.comm_pattern, kernel_wait_us=args.kernel_wait_us,
+                          step_selection=selection.describe())
+    return _Analysis(report, analyze_tasks(table, args.comm_pattern), loaded, [])
+
+
+def _require_devices(report, paths: list[str]) -> None:
+    """Refuse input with no device activity: nothing for comm to split."""
+    if report.devices:
+        return
+    problem = ("no device activity: every event is on the host (a CPU-only tf.profiler XSpace, for one, "
+               "names no device for its ops)" if report.host_only
+               else "no device activity (no kernels, memcpys or ops on a device)")
+    raise InputError(", ".join(paths), problem,
+                     "a trace of GPU streams or TF device ops, e.g. an rnnprof run directory")
+
+
+def _render(args: argparse.Namespace, analysis: _Analysis, console: Console) -> None:
+    """The tables, or with ``--json`` one JSON document."""
+    from rnnprof.reports.comm import json_document, render_table, render_tasks
+    from rnnprof.reports.layout import render_json
+
+    if args.json:
+        counts = _left_out.counts(analysis.left_out)
+        render_json(json_document(analysis.report, analysis.tasks, counts, per_step=args.per_step), console)
+    else:
+        render_table(analysis.report, per_step=args.per_step, console=console)
+        render_tasks(analysis.tasks, console)

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _fail_on, _left_out, _steps
+from rnnprof.commands import _audit_input, _fail_on, _left_out, _steps
 from rnnprof.config import percentage
 
 NAME = "placement-audit"
@@ -31,18 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument(parser)
 
 
-def audit_input(paths: list[str], args: argparse.Namespace | None = None):
-    """One run's graph, events (those of the selected steps) and manifest, with TensorFlow's kernel list when the
-    graph requests devices."""
-    from rnnprof.analyzers.placement import AuditInput
-    from rnnprof.profiler.loaders.inputs import read_inputs
-    from rnnprof.profiler.loaders.kernels import kernels_for
-
-    inputs = read_inputs(paths, one_run=True)
-    events = _steps.select(inputs.events, args) if args is not None else inputs.events
-    return AuditInput(inputs.graph, events, inputs.manifest, kernels_for(inputs.graph))
-
-
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.placement import audit_placement, configured_rules
     from rnnprof.profiler.rundir.manifest import run_notes
@@ -51,7 +39,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
     notes = run_notes(args.paths)
     rules = configured_rules(imbalance_threshold=args.imbalance_threshold / 100)
-    given = audit_input(args.paths, args)
+    given = _audit_input.read_audit_input(args.paths, args)
     result = audit_placement(given, rules)
     notes += _left_out.notes(args, given.events)
     render_notes(notes)

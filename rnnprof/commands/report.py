@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from rnnprof import limits
-from rnnprof.commands import _left_out, _steps
+from rnnprof.commands import _audit_input, _left_out, _steps
 from rnnprof.errors import UsageError
 
 NAME = "report"
@@ -40,21 +40,6 @@ def _check_output(path: str, force: bool) -> Path:
 
 def _name(paths: list[str]) -> str:
     return ", ".join(Path(os.path.abspath(p)).name or str(p) for p in paths)
-
-
-def audit_input(inputs, events=None):
-    """What the placement audit reads, from inputs already read (``events``: their trace events with the steps
-    selected, by default all of them); None (and why) when there is nothing."""
-    from rnnprof.analyzers.placement import AuditInput
-    from rnnprof.profiler.loaders.kernels import kernels_for
-
-    graph = inputs.graph
-    events = inputs.events if events is None else events
-    if graph is None and events is None:
-        return None, "the input holds neither a graph nor trace events"
-    return AuditInput(graph, events, inputs.manifest, kernels_for(graph)), ""
-
-
 
 
 def _findings(report, events) -> tuple[dict | None, str]:
@@ -102,7 +87,8 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
     notes = [*notes, *job_notes(inputs.events), *_left_out.notes(args, inputs.events)]
     graphs = inputs.graph_set
     events = _steps.select(inputs.events, args)
-    audit, audit_reason = audit_input(inputs, events)
+    audit = _audit_input.audit_input(inputs, events)
+    audit_reason = "" if audit is not None else _audit_input.NOTHING_TO_AUDIT
     chosen = _steps.selection(args)
     if chosen.active:
         notes = [*notes, f"steps selected by {chosen.describe()}: {', '.join(map(str, events.steps())) or 'none'}"]

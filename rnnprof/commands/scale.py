@@ -44,9 +44,31 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.scale import shared_cores_note, speedup_table
     from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_json
-    from rnnprof.profiler.rundir.sweep import check_sweep_out
 
     plot = check_plot_path(args.plot)
+    _check_out(args)
+    sweep_points, lists = _sweep_points(args)
+    trainers = _trainers(args, lists["variable_update"])
+    swept, configs = _measure(args, sweep_points, lists["devices"], trainers)
+    result = speedup_table(swept.points)
+    notes = [n for n in [shared_cores_note(swept.device_kind, os.cpu_count())] if n]
+    document = _document(args, result, swept, configs, lists, trainers, notes)
+    _save(args.out, document, plot)
+    explained = _explain(args, document) if args.explain else None
+    if args.json:
+        render_json(document, console)
+        return 0
+    _render(result, swept, configs, trainers, notes, console)
+    if explained is not None:
+        _render_explanation(args.out, explained, notes, console)
+    return 0
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """Refuse ``--trace-steps`` without ``--explain``; give ``--explain`` its default ``--out`` (a fresh run
+    directory), and refuse an ``--out`` that is not a new or empty folder."""
+    from rnnprof.profiler.rundir.sweep import check_sweep_out
+
     if args.trace_steps is not None and not args.explain:
         raise UsageError("--trace-steps applies with --explain (the steps traced after the timed ones)")
     if args.explain and args.out is None:
@@ -55,51 +77,57 @@ def run(args: argparse.Namespace, console: Console) -> int:
         args.out = str(default_run_dir(f"{args.model}-sweep"))
     if args.out is not None:
         check_sweep_out(args.out)
-    sweep_points, lists = _sweep_points(args)
-    trainers = _trainers(args, lists["variable_update"])
+
+
+def _measure(args: argparse.Namespace, sweep_points: list[dict], device_counts: list[int],
+             trainers: list[str] | None):
+    """The sweep of every configuration, and the configurations: traced after timing with ``--explain``, else
+    timed in TensorFlow or torch."""
     if args.explain:
         if trainers:
             raise UsageError("--explain traces rnnprof's own trainer; it does not combine with --trainer")
-        swept, configs = _traced(args, sweep_points)
-    elif args.framework == "torch":
-        swept, configs = _torch(args, sweep_points)
-    else:
-        swept, configs = _tensorflow(args, sweep_points, lists["devices"], trainers)
-    result = speedup_table(swept.points)
-    notes = [n for n in [shared_cores_note(swept.device_kind, os.cpu_count())] if n]
-    document = _document(args, result, swept, configs, lists, trainers, notes)
+        return _traced(args, sweep_points)
+    if args.framework == "torch":
+        return _torch(args, sweep_points)
+    return _tensorflow(args, sweep_points, device_counts, trainers)
+
+
+def _save(out: str | None, document: dict, plot) -> None:
+    """The sweep's document into ``--out`` and its chart into ``--plot``, each when given."""
     from rnnprof.profiler.rundir.sweep import write_sweep
 
-    if args.out is not None:
-        write_sweep(args.out, document)
+    if out is not None:
+        write_sweep(out, document)
     if plot is not None:
         from rnnprof.reports.charts import save_chart, scaling_chart
 
         save_chart(scaling_chart(document["rows"]), plot)
-    explained = None
-    if args.explain:
-        from rnnprof.commands.explain import explain_paths
-        from rnnprof.profiler.rundir.sweep import EXPLAIN_FILE
-        from rnnprof.profiler.rundir.writer import atomic_write_json
 
-        explained = explain_paths([args.out], None, None, args)
-        atomic_write_json(Path(args.out) / EXPLAIN_FILE, explained[0])
-        document["explain"] = explained[0]
-        write_sweep(args.out, document)  # again, with the explanation for rnnprof report
-    if args.json:
-        render_json(document, console)
-    else:
-        _render(result, swept, configs, trainers, notes, console)
-        if explained is not None:
-            from rnnprof.reports.explain import render_table
-            from rnnprof.reports.layout import render_notes
 
-            console.print()
-            render_table(explained[1], console)
-            render_notes([n for n in explained[0]["notes"] if n not in notes])
-            console.print(Text.assemble("sweep and traced runs: ", (str(args.out), "bold"),
-                                        f" (rnnprof explain {args.out}; rnnprof report {args.out})"))
-    return 0
+def _explain(args: argparse.Namespace, document: dict):
+    """``rnnprof explain``'s document and report on the sweep saved in ``--out``, saved beside it and added to
+    the sweep's document (saved again, for rnnprof report)."""
+    from rnnprof.commands.explain import explain_paths
+    from rnnprof.profiler.rundir.sweep import EXPLAIN_FILE, write_sweep
+    from rnnprof.profiler.rundir.writer import atomic_write_json
+
+    explained = explain_paths([args.out], None, None, args)
+    atomic_write_json(Path(args.out) / EXPLAIN_FILE, explained[0])
+    document["explain"] = explained[0]
+    write_sweep(args.out, document)
+    return explained
+
+
+def _render_explanation(out: str, explained, notes: list[str], console: Console) -> None:
+    """The explanation's table, its notes not already printed, and where the sweep and its runs were saved."""
+    from rnnprof.reports.explain import render_table
+    from rnnprof.reports.layout import render_notes
+
+    console.print()
+    render_table(explained[1], console)
+    render_notes([n for n in explained[0]["notes"] if n not in notes])
+    console.print(Text.assemble("sweep and traced runs: ", (str(out), "bold"),
+                                f" (rnnprof explain {out}; rnnprof report {out})"))
 
 
 def _traced(args: argparse.Namespace, sweep_points: list[dict]):

@@ -322,6 +322,16 @@ def to_document(report: CommReport, *, per_step: bool) -> dict:
     return document
 
 
+def json_document(report: CommReport, tasks, left_out: dict[str, int], *, per_step: bool) -> dict:
+    """``rnnprof comm --json``'s document: the report's, the counts of events the loaders left out, and the
+    per-task figures when the trace holds several tasks."""
+    document = to_document(report, per_step=per_step)
+    document["left_out"] = left_out
+    if tasks is not None and tasks.tasks:
+        document.update(tasks.as_dict())
+    return document
+
+
 def render_copies(report: CommReport, *, per_step: bool, console: Console) -> None:
     """Copies by kind and graph launches (``analyzers.copies``), as count-ops shows them."""
     from rnnprof.reports.opcount import copy_parts

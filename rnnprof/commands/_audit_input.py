@@ -1,0 +1,32 @@
+"""What the audits read of one run (``rnnprof.analyzers.placement.AuditInput``), for the commands that audit:
+audit, placement-audit and report."""
+
+from __future__ import annotations
+
+import argparse
+
+from rnnprof.commands import _steps
+
+NOTHING_TO_AUDIT = "the input holds neither a graph nor trace events"
+
+
+def audit_input(inputs, events=None):
+    """The ``AuditInput`` of inputs already read (``rnnprof.profiler.loaders.inputs.Inputs``): their graph, trace
+    events (``events``: those of the selected steps; by default all of them) and manifest, with TensorFlow's kernel
+    list when the graph requests devices; None when the inputs hold neither a graph nor trace events."""
+    from rnnprof.analyzers.placement import AuditInput
+    from rnnprof.profiler.loaders.kernels import kernels_for
+
+    events = inputs.events if events is None else events
+    if inputs.graph is None and events is None:
+        return None
+    return AuditInput(inputs.graph, events, inputs.manifest, kernels_for(inputs.graph))
+
+
+def read_audit_input(paths: list[str], args: argparse.Namespace | None = None):
+    """``audit_input`` of one run read from ``paths`` (its run directory, trace and graph files), its events
+    restricted to the steps ``args``' step flags select when ``args`` is given."""
+    from rnnprof.profiler.loaders.inputs import read_inputs
+
+    inputs = read_inputs(paths, one_run=True)
+    return audit_input(inputs, _steps.select(inputs.events, args) if args is not None else None)
