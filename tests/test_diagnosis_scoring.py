@@ -143,10 +143,17 @@ def test_targets_are_met_only_when_controls_are_quiet_faults_first_and_savings_c
     capsys.readouterr()
 
 
-def test_a_ddp_jobs_step_time_is_its_slowest_ranks_median_after_the_first_steps(tmp_path):
-    (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "step_s": [9, 9, 9, 0.010, 0.012, 0.011]}))
-    (tmp_path / "rank1.json").write_text(json.dumps({"rank": 1, "step_s": [9, 9, 9, 0.020, 0.030, 0.050]}))
+def test_a_ddp_jobs_step_time_is_its_slowest_ranks_median_after_the_capture(tmp_path):
+    # the warm-up, traced and export steps (9 s each here) are left out
+    assert diagnosis.CLOCK_FIRST >= diagnosis.DDP_SKIP + diagnosis.DDP_TRACED + 1
+    assert diagnosis.DDP_STEPS - diagnosis.CLOCK_FIRST >= 9
+    skipped = [9] * diagnosis.CLOCK_FIRST
+    (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "step_s": skipped + [0.010, 0.012, 0.011]}))
+    (tmp_path / "rank1.json").write_text(json.dumps({"rank": 1, "step_s": skipped + [0.020, 0.030, 0.050]}))
     assert diagnosis.ddp_step_ms(tmp_path) == pytest.approx((30.0, 10.0))  # rank 1: median 30 ms, MAD 10 ms
+    (tmp_path / "rank1.json").write_text(json.dumps({"rank": 1, "step_s": skipped}))
+    with pytest.raises(diagnosis.CaseError):
+        diagnosis.ddp_step_ms(tmp_path)
 
 
 def test_every_case_names_real_inputs_and_the_audits_own_rule_ids():
@@ -154,9 +161,10 @@ def test_every_case_names_real_inputs_and_the_audits_own_rule_ids():
 
     ids = {rule.id for rule in RULES}
     faults = [*diagnosis.TF_PLANTS.values(), *(fault for _, fault, _ in diagnosis.DDP.values())]
-    for paths, expected in diagnosis.REAL.values():
-        assert all(p.is_file() for p in paths)
-        faults.extend(expected)
+    for real in diagnosis.REAL.values():
+        assert all(p.is_file() for p in real.paths) and real.reason
+        assert {spec.split()[0] for spec in real.judged} <= ids
+        faults.extend(real.expected)
     for fault in faults:
         assert fault.rules and fault.reason
         assert {spec.split()[0] for spec in (*fault.rules, *fault.related)} <= ids, fault.name
@@ -171,3 +179,15 @@ def test_a_configurations_step_time_is_the_median_of_its_runs_and_its_noise_cove
     assert diagnosis.combine([(30.0, 0.5), (58.0, 0.9), (31.0, 0.4)]) == (31.0, 14.0)  # half of 58 - 30
     assert diagnosis.combine([(40.0, 3.0), (41.0, 2.0), (40.5, 4.0)]) == (40.5, 3.0)  # the runs' median MAD
     assert diagnosis.combine([(12.0, 1.0)]) == (12.0, 1.0)
+
+
+def test_a_real_trace_known_for_some_rules_scores_only_their_alarms():
+    results = [CaseResult("copies pair", "real", [finding("PF2", "exposed communication"),  # not judged
+                                                  finding("PF4", "DtoD copies", "warning")], (COPIES,),
+                          judged=("PF4",)),
+               CaseResult("copies control", "real", [finding("PF4", "HtoD copies"), finding("PF3", "idle")],
+                          judged=("PF4",))]
+    result = score(results)
+    assert result.true_alarms == 1 and result.false_alarms == [("copies control", "PF4: HtoD copies")]
+    assert result.not_judged == [("copies pair", "PF2: exposed communication"), ("copies control", "PF3: idle")]
+    assert (result.matched, result.expected) == (1, 1)
