@@ -122,6 +122,26 @@ def test_replica_pinning_names_pinned_ops_and_estimates_the_wait():
     assert f.evidence["us_per_step_on_wrong_device"] == pytest.approx(80.0)
 
 
+def _logical_cpus(cores: int) -> dict:
+    return {"devices": [{"name": CPU0, "kind": "logical-cpu"}, {"name": CPU1, "kind": "logical-cpu"}],
+            "machine": {"cpu_count": cores}}
+
+
+def test_replica_pinning_on_logical_cpus_costs_only_the_time_their_shared_cores_idle():
+    # The pinned ops run 200..280 on device 0 while device 1 waits; a second op of device 0 (another thread
+    # of the shared pool) runs 200..240 beside them. On 2 cores the wait idles no core until 240.
+    busy = tower_events(True, steps=1)
+    extra = events(("tower_0/loss", "Mean", 0, 200, 40))
+    from rnnprof.events import concat
+
+    both = concat([busy, extra])
+    for manifest, cost in ((_logical_cpus(2), 40.0), (_logical_cpus(8), 80.0), (None, 80.0),
+                           ({**_logical_cpus(2), "devices": [{"name": CPU0, "kind": "gpu"}]}, 80.0)):
+        (f,) = findings(replica_pinning.check(AuditInput(graph=towers(True), events=both, manifest=manifest)))
+        assert f.severity == Severity.ERROR and f.cost_us_per_step == pytest.approx(cost), manifest
+        assert f.evidence["us_per_step_tower_device_idle_meanwhile"] == pytest.approx(80.0)
+
+
 def test_replica_pinning_without_pin_finds_nothing():
     inp = AuditInput(graph=towers(pin_softmax=False), events=tower_events(False))
     assert findings(replica_pinning.check(inp)) == []

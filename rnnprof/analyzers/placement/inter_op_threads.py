@@ -26,25 +26,14 @@ import numpy as np
 
 from .busy import busy_intervals, compute_devices, compute_mask, in_step, length, step_keys
 from .finding import Finding, NotChecked, Severity
-from .inputs import AuditInput
+from .inputs import AuditInput, host_cores
 
 RULE_ID = "PA006-inter-op-threads"
 TITLE = "Too few inter-op threads"
 TOOK_TURNS = 0.05  # side-by-side share of the devices' busy union under which the towers took turns
-_CORE_KEYS = ("cpu_count", "cores", "logical_cpus")
 COST_BASIS = ("bound: the devices' busy union less the busiest device's busy time (or the summed busy time over "
               "the host's cores, when fewer), median per step: what running the towers side by side saves at "
               "most, when the host's cores are free for them")
-
-
-def host_cores(manifest: dict) -> int | None:
-    for section in (manifest.get("host"), manifest.get("machine"), manifest):
-        if not isinstance(section, dict):
-            continue
-        for key in _CORE_KEYS:
-            if isinstance(section.get(key), int) and section[key] > 0:
-                return section[key]
-    return None
 
 
 def device_count(inp: AuditInput) -> int | None:
