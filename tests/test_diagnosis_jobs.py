@@ -63,8 +63,8 @@ def test_a_slow_loader_is_slow_on_one_rank_only(runs):
 def test_tiny_ops_run_an_operator_per_token_and_the_control_one_lookup(runs):
     run, (step, _) = runs("tiny-ops", False)
     control, (control_step, _) = runs("tiny-ops", True)
-    tokens = 16 * 32  # --batch 16 --length 32 (DDP["tiny-ops"])
-    assert diagnosis.DDP["tiny-ops"][2] == ["--batch", "16", "--length", "32"]
+    tokens = 32 * 64  # --batch 32 --length 64 (DDP["tiny-ops"])
+    assert diagnosis.DDP["tiny-ops"][2] == ["--batch", "32", "--length", "64"]
     for rank in (0, 1):
         events = _events(run, rank)
         selects = sum(e["name"] == "aten::select" for e in events)
@@ -107,7 +107,7 @@ def test_the_audit_measures_the_tiny_operators_as_the_raw_json_does(runs):
     run, _ = runs("tiny-ops", False)
     (tiny,) = [f for f in diagnosis.audit([run])["findings"] if f["rule"] == "PF006"]
     assert tiny["saving_ms"] == pytest.approx(_tiny_ms_per_step(run), rel=0.01)
-    assert tiny["evidence"]["executions_per_step"]["aten::select"] >= 16 * 32
+    assert tiny["evidence"]["executions_per_step"]["aten::select"] >= 32 * 64
     control, _ = runs("tiny-ops", True)
     assert not [f for f in diagnosis.audit([control])["findings"] if f["rule"] == "PF006"]  # none tiny
 
