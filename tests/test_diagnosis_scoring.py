@@ -191,3 +191,16 @@ def test_a_real_trace_known_for_some_rules_scores_only_their_alarms():
     assert result.true_alarms == 1 and result.false_alarms == [("copies control", "PF4: HtoD copies")]
     assert result.not_judged == [("copies pair", "PF2: exposed communication"), ("copies control", "PF3: idle")]
     assert (result.matched, result.expected) == (1, 1)
+
+
+def test_the_output_says_why_a_fault_with_known_limits_misses_its_target(capsys):
+    threads = Fault("one thread", ("PA6",), "planted", limits="the bound assumes free cores")
+    far = [CaseResult("threads", "planted", [finding("PA6", "towers took turns", "error", 30.0)], (threads,),
+                      cost_ms=10.0, noise_ms=1.0)]
+    diagnosis.print_results(far, score(far))
+    out = capsys.readouterr().out
+    assert "saving off: threads: one thread; why: the bound assumes free cores" in out
+    close = [CaseResult("threads", "planted", [finding("PA6", "towers took turns", "error", 11.0)], (threads,),
+                        cost_ms=10.0, noise_ms=1.0)]
+    diagnosis.print_results(close, score(close))
+    assert "why:" not in capsys.readouterr().out
