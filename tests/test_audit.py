@@ -489,3 +489,27 @@ def test_tiny_operators_on_a_cpu_rank_are_their_time_and_the_gaps_between_them()
     assert not [f for f in audit(_cpu_rank(few)).findings if f.rule == "PF006"]
     long = [("aten::lstm", 0, 3000)] + [("aten::select", 3000 + 65 * k, 60) for k in range(200)]
     assert not [f for f in audit(_cpu_rank(long, step_len=20_000.0)).findings if f.rule == "PF006"]
+
+
+def test_copy_churn_counts_only_the_copies_beside_no_kernel_by_the_raw_json():
+    # From the raw JSON of the A100 rank: its HtoD copies (pinned, on a stream of their own) per ProfilerStep of
+    # their cudaMemcpyAsync, less the union of the GPU's kernels; two thirds of their time runs beside kernels.
+    path = FIXTURES / "kineto-8rank-rank3-a100.json.gz"
+    events = _raw(path)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    launched = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    kernels = _union([(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "kernel"])
+    exposed, whole = [], []
+    for a, b in steps:
+        copies = _union([(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "gpu_memcpy"
+                         and "HtoD" in e["name"] and a <= launched.get(e["args"].get("correlation"), -1) < b])
+        whole.append(_length(copies))
+        exposed.append(_length(copies) - _intersection(copies, kernels))
+    (churn,) = [f for f in audit(load_events(str(path))).findings if f.rule == "PF004"]
+    assert churn.evidence["kind"] == "HtoD"
+    assert churn.evidence["exposed_ms_per_step"] == pytest.approx(float(np.median(exposed)) / 1000, rel=0.01)
+    assert churn.saving_us == pytest.approx(float(np.median(exposed)), rel=0.01)
+    assert churn.saving_us < 0.5 * float(np.median(whole))  # most of it hidden behind kernels
+    assert churn.severity == Severity.INFO  # ~3 % of a 77 ms step

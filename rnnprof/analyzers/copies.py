@@ -238,15 +238,17 @@ def exposed_copies(table: EventTable, kind: str) -> dict[tuple[str, int], float]
     kinds = _kind_of_strings(table)
     other = COPY_KINDS.index("other")
     kind_of = np.where(kinds[table.op_type] != other, kinds[table.op_type], kinds[table.name])
-    copy = (table.kind == Kind.MEMCPY) & in_steps & (kind_of == COPY_KINDS.index(kind))
+    copies = np.flatnonzero((table.kind == Kind.MEMCPY) & in_steps & (kind_of == COPY_KINDS.index(kind)))
+    kernels = np.flatnonzero(gpu_kernel)
     end = table.ts + np.maximum(table.dur, 0.0)
     out = {}
-    for code in np.unique(table.device[copy]):
-        on_device = table.device == code
-        hidden_s, hidden_e = intervals.merge(table.ts[gpu_kernel & on_device], end[gpu_kernel & on_device])
-        for index in np.unique(step_index[copy & on_device]):
-            mine = copy & on_device & (step_index == index)
-            starts, ends = intervals.merge(table.ts[mine], end[mine])
+    for code in np.unique(table.device[copies]):
+        hidden = kernels[table.device[kernels] == code]
+        hidden_s, hidden_e = intervals.merge(table.ts[hidden], end[hidden])
+        mine = copies[table.device[copies] == code]
+        for index in np.unique(step_index[mine]):
+            rows = mine[step_index[mine] == index]
+            starts, ends = intervals.merge(table.ts[rows], end[rows])
             left_s, left_e, _ = intervals.subtract(starts, ends, hidden_s, hidden_e)
             out[(table.devices[int(code)].label, steps[int(index)])] = float((left_e - left_s).sum())
     return out

@@ -88,29 +88,32 @@ def _waits(ctx: AuditContext) -> dict[tuple[str, int], float]:
 
 def _beside_other_devices(ctx: AuditContext) -> dict:
     """(device, step) -> the part of the device's communication not overlapped with its own compute during
-    which another device of the same process (worker) computes; only for processes with several devices."""
+    which another device of the same process (worker) computes; only for processes with several devices that
+    work (a Kineto rank's host device does no device work)."""
     table = ctx.table
+    classes = ctx.known.classes if ctx.known.classes is not None else classify(table)
+    work, _ = device_work_mask(table, classes)
     workers: dict[str, list[int]] = {}
-    for code, device in enumerate(table.devices):
-        workers.setdefault(device.worker, []).append(code)
+    for code in np.unique(table.device[work]):
+        workers.setdefault(table.devices[int(code)].worker, []).append(int(code))
     shared = [codes for codes in workers.values() if len(codes) > 1]
     if not shared:
         return {}
-    classes = ctx.known.classes if ctx.known.classes is not None else classify(table)
-    work, _ = device_work_mask(table, classes)
-    comm = work & (classes == EventClass.COMMUNICATION)
-    compute = work & (classes == EventClass.COMPUTE)
     out = {}
     for codes in shared:
-        for step in np.unique(table.step[np.isin(table.device, codes) & (table.step >= 0)]):
-            in_step = table.step == step
+        rows = np.flatnonzero(work & np.isin(table.device, codes) & (table.step >= 0))
+        ts, end, device, step = table.ts[rows], table.end[rows], table.device[rows], table.step[rows]
+        comm = classes[rows] == EventClass.COMMUNICATION
+        compute = classes[rows] == EventClass.COMPUTE
+        for s in np.unique(step):
+            in_step = step == s
             for code in codes:
-                mine = in_step & (table.device == code)
-                talk = union_array(table.ts[mine & comm], table.end[mine & comm])
+                mine = in_step & (device == code)
+                talk = union_array(ts[mine & comm], end[mine & comm])
                 if not len(talk):
                     continue
-                exposed = minus(talk, union_array(table.ts[mine & compute], table.end[mine & compute]))
-                others = in_step & compute & np.isin(table.device, [c for c in codes if c != code])
-                rest = minus(exposed, union_array(table.ts[others], table.end[others]))
-                out[(table.devices[code], int(step))] = length(exposed) - length(rest)
+                exposed = minus(talk, union_array(ts[mine & compute], end[mine & compute]))
+                others = in_step & compute & (device != code)
+                rest = minus(exposed, union_array(ts[others], end[others]))
+                out[(table.devices[code], int(s))] = length(exposed) - length(rest)
     return out

@@ -121,8 +121,8 @@ def _tiny_operators(ctx: AuditContext, ranks) -> list[Finding] | NotChecked:
                f"{MANY_PER_STEP}+ runs a step; most time: {op_name})"),
         subject=Subject(rank=device.worker or None, device=device.label, op=op_name),
         evidence={"tiny_ms_per_step": round(saving / 1000, 3),
-                  "operators": {table.strings[n]: round(t / 1000, 3) for n, t in
-                                sorted(by_name.items(), key=lambda kv: -kv[1])[:8]},
+                  "operators_ms_in_the_busiest_step": {table.strings[n]: round(t / 1000, 3) for n, t in
+                                                       sorted(by_name.items(), key=lambda kv: -kv[1])[:8]},
                   "executions_per_step": {table.strings[n]: int(np.median(c)) for n, c in executions.items()},
                   "many_per_step": MANY_PER_STEP, "tiny_us": TINY_US, "steps": len(values),
                   "significance": verdict.as_dict()},
@@ -150,7 +150,8 @@ def _tiny_per_step(table, ranks, steps: list[int]) -> tuple[dict, dict]:
             if not len(rows):
                 continue
             names, inverse, counts = np.unique(table.name[rows], return_inverse=True, return_counts=True)
-            medians = np.array([np.median(table.dur[rows[inverse == k]]) for k in range(len(names))])
+            by_name_durations = np.split(table.dur[rows][np.argsort(inverse, kind="stable")], np.cumsum(counts)[:-1])
+            medians = np.array([np.median(d) for d in by_name_durations])
             tiny_names = names[(counts >= MANY_PER_STEP) & (medians < TINY_US)]
             if not len(tiny_names):
                 continue
