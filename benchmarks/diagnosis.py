@@ -18,8 +18,8 @@ What a fault costs is measured without rnnprof's analyses: step time with the fa
 each from the job's own clock (a DDP job's ranks time their steps with ``time.perf_counter``,
 ``diagnosis_jobs/_ddp.py``, and its untraced steps after the capture count; a built-in workload's timed steps
 are in its manifest, ``step_times``), over ``--rounds`` runs of each, taking turns: the median of the runs'
-medians. The first round's runs are audited. A full run takes about 6 minutes on 2 loaded cores;
-``--rounds 1`` about a third of that.
+medians. The first round's runs are audited. A full run takes about 3 minutes on 2 cores (6 under heavier
+load); ``--rounds 1`` about a third of that.
 
 Scores, over the findings at warning or above ("alarms"): precision = alarms that match an expected fault of
 their case / all alarms; recall = expected faults matched by an alarm / all expected faults. A finding matches
