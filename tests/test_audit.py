@@ -77,14 +77,18 @@ def test_comm_calls_no_straggler_on_the_balanced_gloo_pair():
 # -- the rules on real traces ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", KINETO)
-def test_every_real_trace_gives_the_schema_ranked_by_saving(name, capsys):
+def test_every_real_trace_gives_the_schema_alarms_first_ranked_by_saving(name, capsys):
     code = main(["audit", str(FIXTURES / name), "--json", "--fail-on", "never"])
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"findings", "noise", "left_out", "notes"}
     assert set(doc["noise"]) == {"step_ms_median", "step_ms_mad", "steps"}
-    savings = [f["saving_ms"] for f in doc["findings"] if f["saving_ms"] is not None]
-    assert savings == sorted(savings, reverse=True)
+    alarm = [f["severity"] != "info" for f in doc["findings"]]
+    assert alarm == sorted(alarm, reverse=True)  # warnings and errors before infos
+    for group in (True, False):
+        savings = [f["saving_ms"] for f, a in zip(doc["findings"], alarm) if a is group]
+        known = [s for s in savings if s is not None]
+        assert known == sorted(known, reverse=True) and savings == known + [None] * (len(savings) - len(known))
     for f in doc["findings"]:
         assert set(f) == SCHEMA and set(f["subject"]) == {"rank", "device", "op"}
         assert f["severity"] in ("info", "warning", "error") and 0.0 <= f["confidence"] <= 1.0
@@ -395,3 +399,117 @@ def test_a_rank_folder_is_audited_as_its_files(tmp_path, capsys):
     from_files = json.loads(capsys.readouterr().out)
     assert from_folder["noise"] == from_files["noise"] and from_folder["noise"]["steps"] == 2
     assert [f["title"] for f in from_folder["findings"]] == [f["title"] for f in from_files["findings"]]
+
+
+# -- exposed communication: what overlapping it could save -----------------------------------------------------
+
+def _two_devices(rows, steps=4, step_len=1000.0, workers=("", "")):
+    """rows: (device index, start, dur, communication?) repeated per step; the devices' workers as given."""
+    from rnnprof.events import Device, EventTableBuilder, Kind
+
+    b = EventTableBuilder("test")
+    for step in range(steps):
+        for dev, start, dur, comm in rows:
+            device = Device("cpu", dev, worker=workers[dev])
+            name = "CollectiveReduceV2" if comm else "MatMul"
+            b.add(step * step_len + start, dur, f"{name}_{dev}", name, device, "ops",
+                  Kind.COMMUNICATION if comm else Kind.HOST_OP, step=step)
+    return b.build()
+
+
+def test_a_towers_wait_for_another_tower_of_its_process_is_not_exposed_communication():
+    # One process, two towers: device 0 computes 0-100 µs then waits in its all-reduce 100-300 while device 1
+    # computes 100-280 (taking turns): only 280-300 has no compute anywhere.
+    rows = [(0, 0, 100, False), (0, 100, 200, True), (1, 100, 180, False), (1, 280, 20, True)]
+    (finding,) = [f for f in audit(_two_devices(rows)).findings if f.rule == "PF002"]
+    assert finding.evidence["exposed_ms_per_step"] == pytest.approx(0.020)
+    assert finding.saving_us == pytest.approx(20.0)
+
+
+def test_exposed_communication_saves_at_most_the_compute_it_could_hide_behind():
+    # Each step: 50 µs of compute, then 400 µs of communication on one device: overlapping the communication
+    # with compute hides at most 50 µs of it.
+    rows = [(0, 0, 50, False), (0, 50, 400, True)]
+    (finding,) = [f for f in audit(_two_devices(rows)).findings if f.rule == "PF002"]
+    assert finding.evidence["exposed_ms_per_step"] == pytest.approx(0.400)
+    assert finding.evidence["compute_outside_communication_ms_per_step"] == pytest.approx(0.050)
+    assert finding.saving_us == pytest.approx(50.0)
+
+
+def test_exposed_communication_between_processes_is_judged_against_the_cross_rank_floor():
+    # 1.5 ms of compute, then 1.5 ms in a collective, every step alike (no jitter): between two processes that
+    # is within what the scheduling of the other process can cause (under 2 ms), so info; within one process
+    # the same figure is an error (half the step).
+    rows = [(0, 0, 1500, False), (0, 1500, 1500, True), (1, 0, 1500, False), (1, 1500, 1500, True)]
+    for workers, severity in ((("rank0", "rank1"), Severity.INFO), (("", ""), Severity.ERROR)):
+        (finding,) = [f for f in audit(_two_devices(rows, step_len=3000.0, workers=workers)).findings
+                      if f.rule == "PF002"]
+        assert finding.saving_us == pytest.approx(1500.0, rel=0.01) and finding.severity == severity, workers
+
+
+def test_alarms_rank_before_findings_within_the_jitter_whatever_their_savings():
+    from rnnprof.analyzers.audit.finding import Finding
+    from rnnprof.analyzers.audit.registry import rank_key
+
+    made = [Finding("PF002", Severity.INFO, "within the jitter", saving_us=30_000.0),
+            Finding("PA003", Severity.ERROR, "updates on one device", saving_us=500.0),
+            Finding("PA005", Severity.WARNING, "copies", saving_us=None),
+            Finding("PA006", Severity.WARNING, "threads", saving_us=9_000.0),
+            Finding("PF004", Severity.INFO, "copies", saving_us=None)]
+    assert [f.rule for f in sorted(made, key=rank_key)] == ["PA006", "PA003", "PA005", "PF002", "PF004"]
+
+
+def _cpu_rank(per_step_ops, steps=4, step_len=10_000.0):
+    """One gloo CPU rank: ``per_step_ops`` (name, start, dur) host operators repeated each step."""
+    from rnnprof.events import Device, EventTableBuilder, Kind
+
+    cpu = Device("cpu", 0, worker="rank0")
+    b = EventTableBuilder("test")
+    for step in range(steps):
+        for name, start, dur in per_step_ops:
+            b.add(step * step_len + start, dur, name, name, cpu, "1", Kind.HOST_OP, step=step)
+    table = b.build()
+    table.metadata["host_operator_devices"] = [cpu]
+    return table
+
+
+def test_tiny_operators_on_a_cpu_rank_are_their_time_and_the_gaps_between_them():
+    # 200 selects of 10 µs, 5 µs apart (the Python loop issuing them), each with a nested 2 µs op, then one
+    # 3 ms LSTM: 200 * 10 + 199 * 5 µs in tiny operators per step.
+    ops = [("aten::lstm", 0, 3000)]
+    for k in range(200):
+        ops += [("aten::select", 3000 + 15 * k, 10), ("aten::as_strided", 3000 + 15 * k + 1, 2)]
+    (finding,) = [f for f in audit(_cpu_rank(ops)).findings if f.rule == "PF006"]
+    assert finding.saving_us == pytest.approx(200 * 10 + 199 * 5)
+    assert finding.subject.op == "aten::select" and finding.subject.rank == "rank0"
+    assert finding.evidence["executions_per_step"] == {"aten::select": 200, "aten::as_strided": 200}
+    assert finding.severity == Severity.ERROR  # 2,995 µs of a ~6 ms step (25% or more), steady
+    # the same work in fewer, longer operators is not tiny: 50 selects, or 200 of 60 µs
+    few = [("aten::lstm", 0, 3000)] + [("aten::select", 3000 + 15 * k, 10) for k in range(50)]
+    assert not [f for f in audit(_cpu_rank(few)).findings if f.rule == "PF006"]
+    long = [("aten::lstm", 0, 3000)] + [("aten::select", 3000 + 65 * k, 60) for k in range(200)]
+    assert not [f for f in audit(_cpu_rank(long, step_len=20_000.0)).findings if f.rule == "PF006"]
+
+
+def test_copy_churn_counts_only_the_copies_beside_no_kernel_by_the_raw_json():
+    # From the raw JSON of the A100 rank: its HtoD copies (pinned, on a stream of their own) per ProfilerStep of
+    # their cudaMemcpyAsync, less the union of the GPU's kernels; two thirds of their time runs beside kernels.
+    path = FIXTURES / "kineto-8rank-rank3-a100.json.gz"
+    events = _raw(path)
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    launched = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    kernels = _union([(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "kernel"])
+    exposed, whole = [], []
+    for a, b in steps:
+        copies = _union([(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "gpu_memcpy"
+                         and "HtoD" in e["name"] and a <= launched.get(e["args"].get("correlation"), -1) < b])
+        whole.append(_length(copies))
+        exposed.append(_length(copies) - _intersection(copies, kernels))
+    (churn,) = [f for f in audit(load_events(str(path))).findings if f.rule == "PF004"]
+    assert churn.evidence["kind"] == "HtoD"
+    assert churn.evidence["exposed_ms_per_step"] == pytest.approx(float(np.median(exposed)) / 1000, rel=0.01)
+    assert churn.saving_us == pytest.approx(float(np.median(exposed)), rel=0.01)
+    assert churn.saving_us < 0.5 * float(np.median(whole))  # most of it hidden behind kernels
+    assert churn.severity == Severity.INFO  # ~3 % of a 77 ms step

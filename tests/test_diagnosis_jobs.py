@@ -44,7 +44,7 @@ def test_a_straggler_rank_costs_every_rank_its_sleep(runs):
     control, (control_step, _) = runs("straggler-rank", True)
     assert step - control_step >= 25.0  # 40 ms of sleep; the all-reduce makes rank 0 wait for it
     for rank in (0, 1):  # both ranks' clocks see it
-        steps = json.loads((run.parent / "clock" / f"rank{rank}.json").read_text())["step_s"][3:]
+        steps = json.loads((run.parent / "clock" / f"rank{rank}.json").read_text())["step_s"][diagnosis.CLOCK_FIRST:]
         assert statistics.median(steps) >= 0.040
     assert _steps(_events(run, 0)) == diagnosis.DDP_TRACED
 
@@ -63,8 +63,8 @@ def test_a_slow_loader_is_slow_on_one_rank_only(runs):
 def test_tiny_ops_run_an_operator_per_token_and_the_control_one_lookup(runs):
     run, (step, _) = runs("tiny-ops", False)
     control, (control_step, _) = runs("tiny-ops", True)
-    tokens = 16 * 32  # --batch 16 --length 32 (DDP["tiny-ops"])
-    assert diagnosis.DDP["tiny-ops"][2] == ["--batch", "16", "--length", "32"]
+    tokens = 32 * 64  # --batch 32 --length 64 (DDP["tiny-ops"])
+    assert diagnosis.DDP["tiny-ops"][2] == ["--batch", "32", "--length", "64"]
     for rank in (0, 1):
         events = _events(run, rank)
         selects = sum(e["name"] == "aten::select" for e in events)
@@ -74,3 +74,59 @@ def test_tiny_ops_run_an_operator_per_token_and_the_control_one_lookup(runs):
         assert sum(e["name"] == "aten::select" for e in quiet) < 10 * _steps(quiet)
         assert sum(e["name"] == "aten::embedding" for e in quiet) == _steps(quiet)
     assert step > control_step
+
+
+def _tiny_ms_per_step(run: Path) -> float:
+    """From the raw Kineto JSON: per rank and ProfilerStep, the operators run 100+ times with a median under
+    50 µs, their outermost executions on each thread and the gaps under 50 µs between them, summed; the largest
+    rank's per step; the median over the steps (ms)."""
+    per_step: dict[str, float] = {}
+    for rank in (0, 1):
+        events = _events(run, rank)
+        steps = [e for e in events if e["name"].startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"]
+        for step in steps:
+            ops = [e for e in events if e.get("cat") == "cpu_op" and step["ts"] <= e["ts"] < step["ts"] + step["dur"]]
+            durations: dict[str, list[float]] = {}
+            for e in ops:
+                durations.setdefault(e["name"], []).append(e["dur"])
+            tiny = {n for n, d in durations.items() if len(d) >= 100 and statistics.median(d) < 50}
+            total, reach = 0.0, {}
+            for e in sorted((e for e in ops if e["name"] in tiny), key=lambda e: (e["tid"], e["ts"], -e["dur"])):
+                end = reach.get(e["tid"])
+                if end is not None and e["ts"] < end:
+                    continue
+                if end is not None and 0 < e["ts"] - end < 50:
+                    total += e["ts"] - end
+                total += e["dur"]
+                reach[e["tid"]] = e["ts"] + e["dur"]
+            per_step[step["name"]] = max(per_step.get(step["name"], 0.0), total)
+    return statistics.median(per_step.values()) / 1000
+
+
+def test_the_audit_measures_the_tiny_operators_as_the_raw_json_does(runs):
+    run, _ = runs("tiny-ops", False)
+    (tiny,) = [f for f in diagnosis.audit([run])["findings"] if f["rule"] == "PF006"]
+    assert tiny["saving_ms"] == pytest.approx(_tiny_ms_per_step(run), rel=0.01)
+    assert tiny["evidence"]["executions_per_step"]["aten::select"] >= 32 * 64
+    control, _ = runs("tiny-ops", True)
+    assert not [f for f in diagnosis.audit([control])["findings"] if f["rule"] == "PF006"]  # none tiny
+
+
+@pytest.mark.parametrize("name", list(diagnosis.DDP))
+def test_the_audit_ranks_each_fault_first_and_raises_no_alarm_on_its_control(runs, name):
+    _, fault, _ = diagnosis.DDP[name]
+    run, (step, step_mad) = runs(name, False)
+    control, (control_step, control_mad) = runs(name, True)
+    findings = diagnosis.audit([run])["findings"]
+    assert findings and fault.matches(findings[0]), findings[:2]
+    first = findings[0]
+    if not diagnosis.is_alarm(first):
+        # only the run's own jitter may keep it from a warning: on a loaded machine the traced steps of the
+        # tiny-ops job vary by up to 15 ms, and a figure within 3 times that is info
+        assert name == "tiny-ops" and not first["evidence"]["significance"]["significant"], first
+    # the estimate is within the fault's measured cost, +-60%, or its noise where wider (the benchmark's target,
+    # +-40%, is over 3 rounds)
+    cost = step - control_step
+    assert abs(first["saving_ms"] - cost) <= max(0.6 * cost, step_mad + control_mad), (first["saving_ms"], cost)
+    alarms = [f for f in diagnosis.audit([control])["findings"] if diagnosis.is_alarm(f)]
+    assert not alarms, alarms

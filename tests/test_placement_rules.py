@@ -123,6 +123,26 @@ def test_replica_pinning_names_pinned_ops_and_estimates_the_wait():
     assert f.evidence["us_per_step_on_wrong_device"] == pytest.approx(80.0)
 
 
+def _logical_cpus(cores: int) -> dict:
+    return {"devices": [{"name": CPU0, "kind": "logical-cpu"}, {"name": CPU1, "kind": "logical-cpu"}],
+            "machine": {"cpu_count": cores}}
+
+
+def test_replica_pinning_on_logical_cpus_costs_only_the_time_their_shared_cores_idle():
+    # The pinned ops run 200..280 on device 0 while device 1 waits; a second op of device 0 (another thread
+    # of the shared pool) runs 200..240 beside them. On 2 cores the wait idles no core until 240.
+    busy = tower_events(True, steps=1)
+    extra = events(("tower_0/loss", "Mean", 0, 200, 40))
+    from rnnprof.events import concat
+
+    both = concat([busy, extra])
+    for manifest, cost in ((_logical_cpus(2), 40.0), (_logical_cpus(8), 80.0), (None, 80.0),
+                           ({**_logical_cpus(2), "devices": [{"name": CPU0, "kind": "gpu"}]}, 80.0)):
+        (f,) = findings(replica_pinning.check(AuditInput(graph=towers(True), events=both, manifest=manifest)))
+        assert f.severity == Severity.ERROR and f.cost_us_per_step == pytest.approx(cost), manifest
+        assert f.evidence["us_per_step_tower_device_idle_meanwhile"] == pytest.approx(80.0)
+
+
 def test_replica_pinning_without_pin_finds_nothing():
     inp = AuditInput(graph=towers(pin_softmax=False), events=tower_events(False))
     assert findings(replica_pinning.check(inp)) == []
@@ -318,23 +338,64 @@ def test_receives_of_pinned_tensors_are_avoidable():
     assert not [f for f in clean if f.severity > Severity.INFO]
 
 
-@pytest.mark.parametrize("threads, cores, expected", [
-    (1, None, Severity.ERROR), (2, None, Severity.WARNING), (3, None, None),
-    (0, 2, Severity.WARNING), (0, 16, None),
-])
-def test_inter_op_threads_against_devices(threads, cores, expected):
-    manifest = {"config": {"devices": 2}, "session_config": {"inter_op_threads": threads}}
-    if cores:
-        manifest["host"] = {"cpu_count": cores}
-    found = findings(inter_op_threads.check(AuditInput(manifest=manifest)))
-    assert [f.severity for f in found] == ([expected] if expected else [])
+def _threads_manifest(threads, cores=2, devices=2):
+    return {"config": {"devices": devices}, "session_config": {"inter_op_threads": threads},
+            "machine": {"cpu_count": cores}}
 
 
-def test_inter_op_threads_not_checked_without_what_it_needs():
+# Two towers' ops per step: side by side (both devices busy 0-100 µs, then 100-180 on device 0) or taking turns
+# (device 0 busy 0-100, device 1 100-180): one inter-op thread runs one op at a time.
+SIDE_BY_SIDE = (("tower_0/a", "MatMul", 0, 0, 60), ("tower_0/b", "Tanh", 0, 60, 120),
+                ("tower_1/a", "MatMul", 1, 0, 50), ("tower_1/b", "Tanh", 1, 50, 30))
+TURNS = (("tower_0/a", "MatMul", 0, 0, 60), ("tower_0/b", "Tanh", 0, 60, 40),
+         ("tower_1/a", "MatMul", 1, 100, 50), ("tower_1/b", "Tanh", 1, 150, 30))
+
+
+@pytest.mark.parametrize("threads, expected", [(1, Severity.WARNING), (2, Severity.INFO), (3, None)])
+def test_inter_op_threads_without_a_trace_judge_the_setting_alone(threads, expected):
+    found = findings(inter_op_threads.check(AuditInput(manifest=_threads_manifest(threads))))
+    assert [f.severity for f in found] == ([] if expected is None else [expected])
+    assert all(f.cost_us_per_step is None for f in found)
+
+
+def test_tfs_default_pool_is_not_judged_without_a_trace():
+    # 0: TF sizes the pool itself (not recorded), whatever the cores; the core count alone proves nothing
+    for cores in (2, 16, None):
+        manifest = _threads_manifest(0, cores)
+        outcome = inter_op_threads.check(AuditInput(manifest=manifest))
+        assert isinstance(outcome, NotChecked) and "trace" in outcome.reason
     assert isinstance(inter_op_threads.check(AuditInput()), NotChecked)
-    default_unknown_cores = {"config": {"devices": 2}, "session_config": {"inter_op_threads": 0}}
-    outcome = inter_op_threads.check(AuditInput(manifest=default_unknown_cores))
-    assert isinstance(outcome, NotChecked) and "core" in outcome.reason
+    outcome = inter_op_threads.check(AuditInput(manifest={"session_config": {"inter_op_threads": 0}}))
+    assert isinstance(outcome, NotChecked) and "device count" in outcome.reason
+
+
+@pytest.mark.parametrize("threads, rows, expected", [
+    (0, SIDE_BY_SIDE, None), (0, TURNS, Severity.WARNING),  # TF's default: judged by the trace alone
+    (1, TURNS, Severity.ERROR), (1, SIDE_BY_SIDE, Severity.INFO),
+    (2, SIDE_BY_SIDE, Severity.INFO), (2, TURNS, Severity.WARNING), (4, TURNS, None)])
+def test_inter_op_threads_judged_by_whether_the_towers_ran_side_by_side(threads, rows, expected):
+    inp = AuditInput(manifest=_threads_manifest(threads), events=events(*rows, steps=3))
+    found = findings(inter_op_threads.check(inp))
+    assert [f.severity for f in found] == ([] if expected is None else [expected])
+    for f in found:
+        # side by side: both busy 0-80 µs of a 180 µs union; taking turns: never
+        share = 80 / 180 if rows is SIDE_BY_SIDE else 0.0
+        assert f.evidence["side_by_side_share"] == pytest.approx(share, abs=1e-3)
+        assert f.evidence["busy_union_ms_per_step"] == pytest.approx(0.180)
+        assert f.evidence["took_turns"] is (rows is TURNS)
+        # the union less the busiest device's busy time: 180 - 100 (turns), 180 - 180 (side by side)
+        assert f.cost_us_per_step == pytest.approx(80.0 if rows is TURNS else 0.0)
+
+
+def test_inter_op_threads_cost_counts_the_cores_the_towers_could_share():
+    # Four towers taking turns, 50 µs each, on a 2-core host: side by side they need at least 200/2 µs
+    rows = tuple((f"tower_{k}/a", "MatMul", k, 50 * k, 50) for k in range(4))
+    manifest = _threads_manifest(1, cores=2, devices=4)
+    (found,) = findings(inter_op_threads.check(AuditInput(manifest=manifest, events=events(*rows, steps=3))))
+    assert found.severity == Severity.ERROR and found.cost_us_per_step == pytest.approx(100.0)
+    (found,) = findings(inter_op_threads.check(AuditInput(manifest=_threads_manifest(1, cores=8, devices=4),
+                                                          events=events(*rows, steps=3))))
+    assert found.cost_us_per_step == pytest.approx(150.0)  # enough cores: down to one tower's 50 µs
 
 
 def kernel_list(by_op, gpu=False):

@@ -110,3 +110,35 @@ def test_a_traced_run_records_the_plant_in_its_manifest(tmp_path, capsys):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["plant"] == FEW_INTER_OP_THREADS
     assert manifest["session_config"]["inter_op_threads"] == 1
+
+
+@pytest.mark.slow
+def test_the_audit_finds_one_inter_op_thread_by_the_towers_taking_turns_and_spares_tfs_default(tmp_path, capsys):
+    """PA006 on real captures: the plant's two towers never run side by side and the audit says so, with its
+    cost; the control (TF's default pool) runs them side by side and draws nothing from PA006. Each capture
+    runs in a process of its own: TensorFlow's inter-op pool is the process's, sized by its first session."""
+    import subprocess
+    import sys
+
+    from rnnprof.analyzers.placement import inter_op_threads
+    from rnnprof.commands._audit_input import read_audit_input
+
+    common = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "2",
+              "--trace-steps", "1"]
+    docs, shares = {}, {}
+    for name, plant in (("planted", ["--plant", FEW_INTER_OP_THREADS]), ("control", [])):
+        out = tmp_path / name
+        subprocess.run([sys.executable, "-m", "rnnprof", "trace", *common, *plant, "--out", str(out)], check=True,
+                       capture_output=True)
+        assert main(["audit", str(out), "--json", "--fail-on", "never"]) == 0
+        docs[name] = json.loads(capsys.readouterr().out)
+        shares[name] = inter_op_threads.side_by_side(read_audit_input([str(out)]), cores=2)["share"]
+    assert shares["planted"] == 0.0 and shares["control"] > 0.3  # one op at a time; TF's pool overlaps them
+    (threads,) = [f for f in docs["planted"]["findings"] if f["rule"] == "PA006"]
+    assert threads["severity"] == "error" and threads["evidence"]["took_turns"] is True
+    assert threads["evidence"]["inter_op_threads"] == 1 and threads["evidence"]["side_by_side_share"] == 0.0
+    busy = threads["evidence"]["busy_ms_per_step"]
+    assert threads["saving_ms"] == pytest.approx(sum(busy.values()) - max(busy.values()), abs=0.01)
+    assert docs["planted"]["findings"][0]["rule"] == "PA006"  # ranked first
+    assert not [f for f in docs["control"]["findings"] if f["rule"] == "PA006"]
+    assert "PA006" in next(n for n in docs["control"]["notes"] if n.startswith("rules checked"))

@@ -224,6 +224,36 @@ def count_copies(table: EventTable | None, reason: str = "") -> CopyReport:
                       graph_launch_names=launch_names)
 
 
+def exposed_copies(table: EventTable, kind: str) -> dict[tuple[str, int], float]:
+    """(device label, step) -> the time (µs) of the device's copies of ``kind`` in that step (``count_copies``'
+    steps) during which no kernel (compute or communication) runs on the device: the copies' time not hidden
+    behind other work of the device."""
+    from rnnprof.analyzers import intervals
+
+    if table is None or len(table) == 0:
+        return {}
+    launcher = launchers(table)
+    steps, in_steps, step_index = _work_steps(table, launcher)
+    _, gpu_kernel = kernel_masks(table)
+    kinds = _kind_of_strings(table)
+    other = COPY_KINDS.index("other")
+    kind_of = np.where(kinds[table.op_type] != other, kinds[table.op_type], kinds[table.name])
+    copies = np.flatnonzero((table.kind == Kind.MEMCPY) & in_steps & (kind_of == COPY_KINDS.index(kind)))
+    kernels = np.flatnonzero(gpu_kernel)
+    end = table.ts + np.maximum(table.dur, 0.0)
+    out = {}
+    for code in np.unique(table.device[copies]):
+        hidden = kernels[table.device[kernels] == code]
+        hidden_s, hidden_e = intervals.merge(table.ts[hidden], end[hidden])
+        mine = copies[table.device[copies] == code]
+        for index in np.unique(step_index[mine]):
+            rows = mine[step_index[mine] == index]
+            starts, ends = intervals.merge(table.ts[rows], end[rows])
+            left_s, left_e, _ = intervals.subtract(starts, ends, hidden_s, hidden_e)
+            out[(table.devices[int(code)].label, steps[int(index)])] = float((left_e - left_s).sum())
+    return out
+
+
 def _work_steps(table: EventTable, launcher: np.ndarray) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
     """The steps counted ((-1,) without step markers); whether each event is in one of them (GPU work: the step of
     its launch call, other events their own), and the index of its step (0 where in none)."""

@@ -6,6 +6,16 @@ kernels it launched, when positive. Per operator name and step (the execution's 
 excess; the name with the largest median per step is reported. Host time only costs step time while the GPU
 waits for the host, so the saving (a bound) is that median, capped by the GPU's host-wait idle time per step
 (``rnnprof.analyzers.idle``; PF003). Judged against the run's jitter (``rnnprof.analyzers.noise``).
+
+On ranks without a GPU (gloo CPU ranks, ``device_work.host_operator_devices``) an operator's host time is its
+work, so there is no excess over kernels to measure; what is measured instead is the time in *tiny
+operators*: operator names that run at least ``MANY_PER_STEP`` (100) times in a step on one rank with a median
+duration under ``TINY_US`` (50 µs), where the framework's per-operator dispatch, not the arithmetic, is most of
+the time. Per rank and step: the summed duration of their outermost executions (one not inside another tiny
+execution on its thread) plus the gaps of under ``TINY_US`` between consecutive ones on a thread (the Python
+that issues them one by one). The saving (a bound: what one batched operator instead of the many would save at
+most) is the largest rank's figure per step (the other ranks wait for it at the next collective), median over
+the steps. The finding names the tiny operator with the most time and the rank.
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnprof.analyzers.device_work import launchers
+from rnnprof.analyzers.device_work import host_operator_devices, launchers
 from rnnprof.analyzers.launches import enclosing_host_ops
 from rnnprof.events import EventTable, Kind
 
@@ -24,6 +34,9 @@ from .finding import Finding, NotChecked, Subject
 
 RULE_ID = "PF006"
 TITLE = "CPU-side operator overhead"
+MANY_PER_STEP = 100  # executions of one operator name per step and rank, for the CPU-rank measure
+TINY_US = 50.0  # median duration under which an operator is mostly dispatch (CPU ranks)
+NO_LAUNCHES = "needs GPU kernels with their launches in the trace, or CPU ranks' operators"
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,8 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     if table is None or not len(table):
         return NotChecked(RULE_ID, "needs a trace")
     ops = _launching_ops(table)
+    if ops is NO_LAUNCHES and host_operator_devices(table):
+        return _tiny_operators(ctx, host_operator_devices(table))
     if isinstance(ops, str):
         return NotChecked(RULE_ID, ops)
     steps = sorted(int(s) for s in np.unique(table.step[table.step >= 0]))
@@ -72,7 +87,7 @@ def _launching_ops(table: EventTable) -> _LaunchingOps | str:
     kernels = np.flatnonzero(is_gpu[table.device] & np.isin(table.kind, (Kind.KERNEL, Kind.COMMUNICATION))
                              & (launcher >= 0))
     if not len(kernels):
-        return "needs GPU kernels with their launches in the trace"
+        return NO_LAUNCHES
     calls, call_of = np.unique(launcher[kernels], return_inverse=True)
     op = enclosing_host_ops(table, calls)[call_of]
     known = op >= 0
@@ -128,3 +143,87 @@ def _host_wait_per_step(ctx: AuditContext) -> float | None:
     found = [float(np.median([c.host_wait_us for c in d.idle.steps.values()]))
              for d in ctx.comm.devices if d.device.kind == "gpu" and d.idle is not None and d.idle.steps]
     return max(found) if found else None
+
+
+def _tiny_operators(ctx: AuditContext, ranks) -> list[Finding] | NotChecked:
+    """The CPU-rank measure (module docstring): time in tiny operators per step, the largest rank's."""
+    table = ctx.table
+    steps = sorted(int(s) for s in np.unique(table.step[table.step >= 0]))
+    if not steps:
+        return NotChecked(RULE_ID, "needs steps")
+    per_step, executions = _tiny_per_step(table, ranks, steps)
+    values = [per_step[s][0] for s in steps]
+    saving = float(np.median(values))
+    if saving <= 0:
+        return []
+    _, code, by_name = max((v for v in per_step.values() if v[1] is not None), key=lambda v: v[0])
+    op_name = table.strings[max(by_name, key=by_name.get)]
+    verdict = _per_step.judged(ctx, values)
+    device = table.devices[code]
+    return [Finding(
+        rule=RULE_ID, severity=_per_step.severity(ctx, verdict, saving),
+        title=(f"{device.worker}: {saving / 1000:.2f} ms/step in tiny operators (under {TINY_US:.0f} µs, "
+               f"{MANY_PER_STEP}+ runs a step; most time: {op_name})"),
+        subject=Subject(rank=device.worker or None, device=device.label, op=op_name),
+        evidence={"tiny_ms_per_step": round(saving / 1000, 3),
+                  "operators_ms_in_the_busiest_step": {table.strings[n]: round(t / 1000, 3) for n, t in
+                                                       sorted(by_name.items(), key=lambda kv: -kv[1])[:8]},
+                  "executions_per_step": {table.strings[n]: int(np.median(c)) for n, c in executions.items()},
+                  "many_per_step": MANY_PER_STEP, "tiny_us": TINY_US, "steps": len(values),
+                  "significance": verdict.as_dict()},
+        saving_us=saving,
+        saving_basis=("bound: per step, the largest rank's time in tiny operators (outermost executions, and "
+                      "the gaps between them under the tiny threshold), median over the steps; one batched "
+                      "operator instead saves at most this"),
+        confidence=verdict.confidence,
+        fix="batch the work: one operator over a whole tensor instead of one per element or token (an "
+            "embedding lookup, indexing with a tensor, vectorized arithmetic), no Python loops over tensors; "
+            "torch.compile fuses what remains",
+    )]
+
+
+def _tiny_per_step(table, ranks, steps: list[int]) -> tuple[dict, dict]:
+    """step -> (the largest rank's time in tiny operators, that rank's device code, its time per operator name),
+    and operator name -> its executions per step on each rank where it is tiny."""
+    codes = [i for i, d in enumerate(table.devices) if d in ranks]
+    ops = np.flatnonzero(np.isin(table.device, codes) & (table.kind == Kind.HOST_OP) & (table.step >= 0))
+    per_step = {s: (0.0, None, None) for s in steps}
+    executions: dict[int, list[int]] = {}
+    for code in codes:
+        for step in steps:
+            rows = ops[(table.device[ops] == code) & (table.step[ops] == step)]
+            if not len(rows):
+                continue
+            names, inverse, counts = np.unique(table.name[rows], return_inverse=True, return_counts=True)
+            by_name_durations = np.split(table.dur[rows][np.argsort(inverse, kind="stable")], np.cumsum(counts)[:-1])
+            medians = np.array([np.median(d) for d in by_name_durations])
+            tiny_names = names[(counts >= MANY_PER_STEP) & (medians < TINY_US)]
+            if not len(tiny_names):
+                continue
+            total, by_name = _outermost_time(table, rows[np.isin(table.name[rows], tiny_names)])
+            if total > per_step[step][0]:
+                per_step[step] = (total, code, by_name)
+            for name in tiny_names:
+                executions.setdefault(int(name), []).append(int(counts[names == name][0]))
+    return per_step, executions
+
+
+def _outermost_time(table, rows: np.ndarray) -> tuple[float, dict]:
+    """The summed duration of the outermost of ``rows`` on each thread (lane), plus the gaps under ``TINY_US``
+    between consecutive outermost ones; and that duration per operator name (µs)."""
+    total, by_name = 0.0, {}
+    for lane in np.unique(table.lane[rows]):
+        mine = rows[table.lane[rows] == lane]
+        mine = mine[np.lexsort((-table.dur[mine], table.ts[mine]))]
+        last_end = -np.inf
+        for row in mine:
+            start, end = float(table.ts[row]), float(table.ts[row] + max(table.dur[row], 0.0))
+            if start < last_end:
+                continue  # inside an outermost tiny execution
+            if 0.0 < start - last_end < TINY_US:
+                total += start - last_end
+            total += end - start
+            name = int(table.name[row])
+            by_name[name] = by_name.get(name, 0.0) + end - start
+            last_end = end
+    return total, by_name

@@ -64,9 +64,15 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def rank_key(f: Finding) -> tuple:
+    """Alarms (warning or above) first, then by saving, largest first (unknown savings last): a figure the rule
+    could not tell from the run's jitter, or too small a share of the step (info), never outranks one it could."""
+    return (f.severity < Severity.WARNING, f.saving_us is None, -(f.saving_us or 0.0), -int(f.severity), f.rule)
+
+
 @dataclass(frozen=True)
 class AuditResult:
-    findings: tuple[Finding, ...]  # by estimated saving, largest first (unknown savings last)
+    findings: tuple[Finding, ...]  # alarms first, each group by estimated saving, largest first (``rank_key``)
     not_checked: tuple[NotChecked, ...]
     checked: tuple[str, ...]
     noise: StepNoise
@@ -110,5 +116,5 @@ def audit(table_or_job: "EventTable | AuditInput | Sequence[EventTable]", rules:
         else:
             checked.append(rule.id)
             findings.extend(outcome)
-    findings.sort(key=lambda f: (f.saving_us is None, -(f.saving_us or 0.0), -int(f.severity), f.rule))
+    findings.sort(key=rank_key)
     return AuditResult(tuple(findings), tuple(not_checked), tuple(checked), ctx.noise, tuple(ctx.notes), rules)

@@ -69,3 +69,18 @@ def compute_devices(events: EventTable) -> list[Device]:
     present = {events.devices[int(c)] for c in np.unique(events.device[mask])}
     gpus = sorted(d for d in present if d.kind == "gpu")
     return gpus or sorted(d for d in present if d.kind in ("cpu", "host"))
+
+
+def saturated(events: EventTable, mask: np.ndarray, cores: int) -> np.ndarray:
+    """The intervals during which ``cores`` or more of the ``mask`` events run at once (every core busy, as far
+    as the events show: one op occupies one thread), as an (n, 2) array."""
+    starts, ends = events.ts[mask], events.end[mask]
+    if not len(starts):
+        return np.zeros((0, 2))
+    times = np.concatenate([starts, ends])
+    delta = np.concatenate([np.ones(len(starts)), -np.ones(len(ends))])
+    order = np.lexsort((delta, times))  # at one instant, ends before starts
+    times, delta = times[order], delta[order]
+    level = np.cumsum(delta)[:-1]
+    full = np.flatnonzero(level >= cores)
+    return union_array(times[full], times[full + 1])

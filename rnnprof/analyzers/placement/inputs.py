@@ -107,6 +107,30 @@ class AuditInput:
         value = (self.manifest or {}).get("session_config")
         return value if isinstance(value, dict) else {}
 
+    @property
+    def shared_cores(self) -> int | None:
+        """The host's cores when the run's devices are logical CPU devices, which share them and one thread
+        pool (a device waiting is then no idle hardware while the cores are busy); else None."""
+        devices = (self.manifest or {}).get("devices")
+        if not isinstance(devices, list) or not devices:
+            return None
+        kinds = {d.get("kind") for d in devices if isinstance(d, dict)} - {"host"}
+        return host_cores(self.manifest) if kinds == {"logical-cpu"} else None
+
+
+_CORE_KEYS = ("cpu_count", "cores", "logical_cpus")
+
+
+def host_cores(manifest: dict) -> int | None:
+    """The host's CPU count as the manifest records it."""
+    for section in (manifest.get("host"), manifest.get("machine"), manifest):
+        if not isinstance(section, dict):
+            continue
+        for key in _CORE_KEYS:
+            if isinstance(section.get(key), int) and section[key] > 0:
+                return section[key]
+    return None
+
 
 def assign_homes(votes: dict[int, collections.Counter]) -> dict[int, Device]:
     """Give each tower a device of its own, maximizing the ops that agree with it.

@@ -1,29 +1,39 @@
-"""PA006: too few inter-op threads for the number of devices.
+"""PA006: too few inter-op threads for the number of devices, judged by whether the towers ran side by side.
 
-Each device's executor schedules its ops on the shared inter-op pool; with fewer
-threads than devices, towers take turns instead of running side by side (and TF
-can stall outright). The study recommends more inter-op threads than devices. 0
-means TF's default: one thread per core.
+Each device's executor schedules its ops on the session's shared inter-op pool; with fewer threads than
+devices the towers take turns instead of running side by side (one thread runs one op at a time). What the
+rule measures, per traced step: each device's busy time (its compute intervals, ``busy.compute_mask``), their
+union, and the share of that union during which two or more devices were busy at once (``side_by_side``).
+Towers took turns when that share is under ``TOOK_TURNS`` (5%).
+
+* ``inter_op_threads`` set below the number of devices: an error when the trace shows the towers took turns,
+  a warning when no trace says (the setting alone), info when the trace shows them side by side anyway.
+* as many threads as devices: info, a warning only when the trace shows the towers took turns.
+* 0, TensorFlow's default: TF sizes the pool itself (one thread per schedulable core, or
+  ``TF_NUM_INTEROP_THREADS``), which the manifest does not record; a warning only when the trace shows the
+  towers took turns, nothing otherwise; without a trace, not checked.
+
+Cost (a bound, per step, the median over the traced steps): the union of the devices' busy time less what it
+could shrink to with the towers side by side: the busiest device's busy time, or the summed busy time spread
+over the host's cores when there are fewer cores than devices. It assumes the cores are free for the second
+tower; on a host whose cores are busy with other work the towers gain less (``rnnprof scale
+--inter-op-threads N`` measures it).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from .busy import busy_intervals, compute_devices, compute_mask, in_step, length, step_keys
 from .finding import NotChecked, PlacementFinding, Severity
-from .inputs import AuditInput
+from .inputs import AuditInput, host_cores
 
 RULE_ID = "PA006-inter-op-threads"
 TITLE = "Too few inter-op threads"
-_CORE_KEYS = ("cpu_count", "cores", "logical_cpus")
-
-
-def host_cores(manifest: dict) -> int | None:
-    for section in (manifest.get("host"), manifest.get("machine"), manifest):
-        if not isinstance(section, dict):
-            continue
-        for key in _CORE_KEYS:
-            if isinstance(section.get(key), int) and section[key] > 0:
-                return section[key]
-    return None
+TOOK_TURNS = 0.05  # side-by-side share of the devices' busy union under which the towers took turns
+COST_BASIS = ("bound: the devices' busy union less the busiest device's busy time (or the summed busy time over "
+              "the host's cores, when fewer), median per step: what running the towers side by side saves at "
+              "most, when the host's cores are free for them")
 
 
 def device_count(inp: AuditInput) -> int | None:
@@ -33,6 +43,52 @@ def device_count(inp: AuditInput) -> int | None:
     if isinstance(devices, list) and devices:
         return len([d for d in devices if not isinstance(d, dict) or d.get("kind", "") != "host"])
     return None
+
+
+def side_by_side(inp: AuditInput, cores: int | None) -> dict | None:
+    """Per traced step, the devices' busy time, its union and the time two or more were busy at once (µs), as
+    medians over the steps; None without a trace of two or more compute devices."""
+    events = inp.events
+    if events is None or not len(events):
+        return None
+    devices = compute_devices(events)
+    if len(devices) < 2:
+        return None
+    mask = compute_mask(events)
+    rows = []
+    for step in step_keys(events):
+        step_mask = mask & in_step(events, step)
+        busy = [busy_intervals(events, d, step_mask) for d in devices]
+        union, together = _union_and_together(busy)
+        if union <= 0:
+            continue
+        per_device = [length(b) for b in busy]
+        parallel = max(max(per_device), sum(per_device) / min(cores or len(devices), len(devices)))
+        rows.append((union, together, max(union - parallel, 0.0), per_device))
+    if not rows:
+        return None
+    union = float(np.median([r[0] for r in rows]))
+    together = float(np.median([r[1] for r in rows]))
+    return {"devices": [d.label for d in devices], "steps": len(rows), "union_us": union,
+            "side_by_side_us": together, "share": float(np.median([r[1] / r[0] for r in rows])),
+            "turns_cost_us": float(np.median([r[2] for r in rows])),
+            "busy_us": {d.label: float(np.median([r[3][k] for r in rows])) for k, d in enumerate(devices)}}
+
+
+def _union_and_together(busy: list[np.ndarray]) -> tuple[float, float]:
+    """The length of the union of the devices' (disjoint, per device) intervals, and of the time two or more
+    of them overlap."""
+    starts = np.concatenate([b[:, 0] for b in busy if len(b)] or [np.zeros(0)])
+    ends = np.concatenate([b[:, 1] for b in busy if len(b)] or [np.zeros(0)])
+    if not len(starts):
+        return 0.0, 0.0
+    times = np.concatenate([starts, ends])
+    delta = np.concatenate([np.ones(len(starts)), -np.ones(len(ends))])
+    order = np.lexsort((delta, times))  # at one instant, ends (-1) before starts (+1)
+    times, delta = times[order], delta[order]
+    level = np.cumsum(delta)[:-1]  # how many devices are busy from times[i] to times[i + 1]
+    width = np.diff(times)
+    return float(width[level >= 1].sum()), float(width[level >= 2].sum())
 
 
 def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
@@ -45,28 +101,62 @@ def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
     devices = device_count(inp)
     if threads is None or devices is None:
         return NotChecked(RULE_ID, "the manifest records no inter_op_threads or device count")
-    cores = host_cores(inp.manifest)
-    if threads == 0:
-        if cores is None:
-            return NotChecked(RULE_ID, "inter_op_threads is 0 (TF's default: one per core) and the manifest "
-                                       "does not record the core count")
-        effective, how = cores, f"0, TF's default of one per core = {cores}"
-    else:
-        effective, how = threads, str(threads)
-    if devices < 2 or effective > devices:
+    if devices < 2:
         return []
-    severity = Severity.ERROR if effective < devices else Severity.WARNING
-    relation = "fewer than" if effective < devices else "only as many as"
-    return [PlacementFinding(
+    cores = host_cores(inp.manifest)
+    measured = side_by_side(inp, cores)
+    if threads == 0 and measured is None:
+        return NotChecked(RULE_ID, "inter_op_threads is 0: TensorFlow sizes the pool itself (by the schedulable "
+                                   "cores or TF_NUM_INTEROP_THREADS, not recorded); it needs a trace of two or "
+                                   "more devices to see whether the towers ran side by side")
+    took_turns = measured is not None and measured["share"] < TOOK_TURNS
+    severity = _severity(threads, devices, measured, took_turns)
+    if severity is None:
+        return []
+    return [_finding(threads, devices, cores, measured, took_turns, severity)]
+
+
+def _severity(threads: int, devices: int, measured: dict | None, took_turns: bool) -> Severity | None:
+    """What the setting and the trace say (module docstring); None: nothing to report."""
+    if threads == 0:  # TF's own pool size: judged by the trace alone
+        return Severity.WARNING if took_turns else None
+    if threads < devices:
+        return Severity.ERROR if took_turns else Severity.WARNING if measured is None else Severity.INFO
+    if threads == devices:
+        return Severity.WARNING if took_turns else Severity.INFO
+    return None
+
+
+def _finding(threads: int, devices: int, cores: int | None, measured: dict | None, took_turns: bool,
+             severity: Severity) -> PlacementFinding:
+    if measured is None:
+        seen = "no trace shows whether the towers took turns"
+    else:
+        seen = (f"the devices were busy side by side {measured['share']:.0%} of "
+                f"{measured['union_us'] / 1000:.1f} ms/step")
+    if threads == 0:
+        title = f"inter-op threads (0, TF's default) with {devices} devices: {seen}"
+    else:
+        relation = "fewer than" if threads < devices else "as many as"
+        title = f"inter-op threads ({threads}) {relation} the {devices} devices; {seen}"
+    evidence = {"inter_op_threads": threads, "device_count": devices, "cores": cores, "took_turns": took_turns}
+    if measured is not None:
+        evidence.update({"side_by_side_share": round(measured["share"], 3),
+                         "side_by_side_ms_per_step": round(measured["side_by_side_us"] / 1000, 3),
+                         "busy_union_ms_per_step": round(measured["union_us"] / 1000, 3),
+                         "busy_ms_per_step": {k: round(v / 1000, 3) for k, v in measured["busy_us"].items()},
+                         "steps": measured["steps"]})
+    return PlacementFinding(
         rule_id=RULE_ID,
         severity=severity,
-        title=f"inter-op threads ({how}) {relation} the {devices} devices",
-        devices=(),
-        evidence={"inter_op_threads": threads, "effective_threads": effective, "devices": devices,
-                  "cores": cores},
-        cost_us_per_step=None,
-        cost_basis="not estimable from one run: towers take turns on the pool; compare with "
-                   "`rnnprof scale --inter-op-threads N`",
+        title=title,
+        devices=tuple(measured["devices"]) if measured is not None else (),
+        evidence=evidence,
+        cost_us_per_step=measured["turns_cost_us"] if measured is not None else None,
+        cost_basis=COST_BASIS if measured is not None else
+        "not estimable without a trace: towers take turns on the pool; compare with "
+        "`rnnprof scale --inter-op-threads N`",
         fix=(f"Set inter_op_parallelism_threads (--inter-op-threads) to more than {devices}, e.g. "
-             f"{max(devices + 1, 2 * devices)}, so each device's executor has a thread while the others run."),
-    )]
+             f"{max(devices + 1, 2 * devices)}, or leave it at 0 for TF's default, so each device's executor "
+             f"has a thread while the others run; `rnnprof scale --inter-op-threads N` measures the gain."),
+    )

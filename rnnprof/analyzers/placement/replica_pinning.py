@@ -20,7 +20,7 @@ from rnnprof.events import Device
 from . import scopes
 from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput, NodePlacement, is_tower_work, op_events_mask, steps_in, time_by_name
-from .busy import busy_intervals, compute_mask, in_step, length, minus, step_keys, union_array
+from .busy import busy_intervals, compute_mask, in_step, length, minus, saturated, step_keys, union_array
 
 if TYPE_CHECKING:  # networkx is only needed when there is a graph
     import networkx as nx
@@ -161,10 +161,16 @@ def _moved_ops(inp, tower, home, device, nodes, **extra) -> dict:
             "steps_traced": cost["steps"],
             "us_per_step_on_wrong_device": _round(cost["busy"]),
             "us_per_step_tower_device_idle_meanwhile": _round(cost["wait"]),
+            **({"shared_cores": cost["shared_cores"],
+                "us_per_step_cores_idle_meanwhile": _round(cost["cores_idle"])} if cost.get("shared_cores") else {}),
         },
-        cost_us_per_step=cost["wait"],
-        cost_basis=(f"time per step {home.label} sat idle while {device.label} ran these ops of tower {tower}"
-                    if cost["steps"] else "no trace given: cost not estimated"),
+        cost_us_per_step=cost["cores_idle"] if cost.get("shared_cores") else cost["wait"],
+        cost_basis=(("" if not cost["steps"] else
+                     f"time per step {home.label} sat idle while {device.label} ran these ops of tower {tower}"
+                     + (f", counted only while fewer ops ran than the {cost['shared_cores']} cores the logical "
+                        f"devices share (with every core busy the wait idles no hardware)"
+                        if cost.get("shared_cores") else ""))
+                    or "no trace given: cost not estimated"),
     )
 
 
@@ -223,22 +229,29 @@ def _all_on_one_device(inp: AuditInput, homes: dict[int, Device]) -> PlacementFi
 
 
 def _wait_cost(inp: AuditInput, home: Device, device: Device, names: set[str]) -> dict:
+    """The ops' busy time per step and the home device's wait for them; on logical CPU devices, which share the
+    host's cores, only the part of the wait during which fewer ops ran than there are cores (``cores_idle``):
+    while every core is busy the waiting device idles no hardware, and moving the ops back gains nothing."""
     events = inp.events
     steps = steps_in(events)
     if not steps:
         return {"steps": 0, "busy": None, "wait": None, "us_by_name": {}}
     mask = compute_mask(events)
     mine = op_events_mask(events, names, device)
-    busy = wait = 0.0
+    cores = inp.shared_cores
+    busy = wait = cores_idle = 0.0
     for step in step_keys(events):
         sel = mine & in_step(events, step)
         wrong = union_array(events.ts[sel], events.end[sel])
         busy += length(wrong)
         home_busy = busy_intervals(events.select(in_step(events, step)), home,
                                    mask[in_step(events, step)])
-        wait += length(minus(wrong, home_busy))
-    return {"steps": steps, "busy": busy / steps, "wait": wait / steps,
-            "us_by_name": time_by_name(events, names, device)}
+        waiting = minus(wrong, home_busy)
+        wait += length(waiting)
+        if cores:
+            cores_idle += length(minus(waiting, saturated(events, mask & in_step(events, step), cores)))
+    return {"steps": steps, "busy": busy / steps, "wait": wait / steps, "shared_cores": cores,
+            "cores_idle": cores_idle / steps if cores else None, "us_by_name": time_by_name(events, names, device)}
 
 
 def _round(value: float | None) -> float | None:
