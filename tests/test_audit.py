@@ -102,15 +102,22 @@ def test_the_balanced_gloo_pair_has_no_finding_at_warning_or_above(capsys):
     assert any(n.startswith("PF001: no straggler beyond the run's jitter") for n in doc["notes"])
 
 
+def _raw_steps_and_launches(events):
+    """From a Kineto trace's raw events: its ProfilerStep ranges (start, end), in order, and each runtime call's
+    start by its correlation id."""
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    launches = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    return steps, launches
+
+
 def test_copy_churn_counts_the_real_traces_copies():
     # kineto-1gpu-v100: DtoD copies per ProfilerStep, counted from the raw JSON by the launching runtime
     # call's step (the copies run on the GPU; their cudaMemcpyAsync is inside a ProfilerStep range).
     path = FIXTURES / "kineto-1gpu-v100.json.gz"
     events = _raw(path)
-    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
-                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
-    runtime = {e["args"]["correlation"]: e["ts"] for e in events
-               if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    steps, runtime = _raw_steps_and_launches(events)
     per_step = [0] * len(steps)
     for e in events:
         if e.get("cat") == "gpu_memcpy" and "DtoD" in e["name"]:
@@ -496,10 +503,7 @@ def test_copy_churn_counts_only_the_copies_beside_no_kernel_by_the_raw_json():
     # their cudaMemcpyAsync, less the union of the GPU's kernels; two thirds of their time runs beside kernels.
     path = FIXTURES / "kineto-8rank-rank3-a100.json.gz"
     events = _raw(path)
-    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
-                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
-    launched = {e["args"]["correlation"]: e["ts"] for e in events
-                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    steps, launched = _raw_steps_and_launches(events)
     kernels = _union([(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "kernel"])
     exposed, whole = [], []
     for a, b in steps:
