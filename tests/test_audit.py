@@ -273,10 +273,7 @@ def test_exposed_communication_of_a_real_nccl_rank_matches_the_raw_json():
     # exposed = union of the NCCL kernels - their overlap with the union of the other kernels.
     path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
     events = _raw(path)
-    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
-             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
-    launched = {e["args"]["correlation"]: e["ts"] for e in events
-                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    steps, launched = _raw_steps_and_launches(events)
     nccl, compute = [], []
     for e in events:
         ts = launched.get(e.get("args", {}).get("correlation")) if e.get("cat") == "kernel" else None
@@ -331,8 +328,7 @@ def test_host_overhead_matches_the_raw_json_and_spares_a_gpu_bound_trace():
     # cpu_op on the call's thread around it; per execution, host time - its kernels' time, summed per step.
     path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
     events = _raw(path)
-    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
-                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    steps, _ = _raw_steps_and_launches(events)
     calls = {e["args"]["correlation"]: e for e in events
              if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
     ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
@@ -369,10 +365,7 @@ def test_gpu_idle_of_a_host_bound_rank_is_host_wait_by_the_raw_json():
     # runtime call with its correlation id) came after the gap began.
     path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
     events = _raw(path)
-    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
-             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
-    launched = {e["args"]["correlation"]: e["ts"] for e in events
-                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    steps, launched = _raw_steps_and_launches(events)
     work = sorted((e["ts"], e["ts"] + e["dur"], launched[e["args"]["correlation"]]) for e in events
                   if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["dur"] > 0
                   and e["args"].get("correlation") in launched

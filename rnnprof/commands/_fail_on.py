@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+
 from rnnprof.errors import FindingsError
+
+
+def add_arguments(parser: argparse.ArgumentParser, levels: tuple[str, ...]) -> None:
+    """``--fail-on`` with the severities ``levels`` (``never`` last), error by default."""
+    parser.add_argument("--fail-on", choices=levels, default="error",
+                        help="exit with status 1 when a finding is at or above this severity (default: error)")
 
 
 def raise_if_failing(result, fail_on: str, rule_of) -> None:

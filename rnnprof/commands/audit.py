@@ -20,8 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one run: its run directory, trace files (several Kineto files are the ranks of one "
                              "job, on their common clock), a folder of rank files, and/or graph files")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of text")
-    parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
-                        help="exit with status 1 when a finding is at or above this severity (default: error)")
+    _fail_on.add_arguments(parser, FAIL_ON)
     _steps.add_arguments(parser)
     limits.add_argument(parser)
 

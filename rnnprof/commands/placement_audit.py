@@ -21,8 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one run: its run directory, trace files (any format rnnprof reads) and/or graph "
                              "files (GraphDef or RunMetadata, .pb/.pbtxt)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
-    parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
-                        help="exit with status 1 when a finding is at or above this severity (default: error)")
+    _fail_on.add_arguments(parser, FAIL_ON)
     parser.add_argument("--imbalance-threshold", type=percentage, default=DEFAULT_IMBALANCE_PERCENT,
                         metavar="PERCENT",
                         help="PA004 flags steps whose busy-time spread across devices, (max - min) / max, is above "

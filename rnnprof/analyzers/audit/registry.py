@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 
 from rnnprof.analyzers.placement import frameworks
 from rnnprof.analyzers.placement import registry as placement_registry
-from rnnprof.analyzers.placement.finding import PlacementFinding
+from rnnprof.analyzers.placement.finding import PlacementFinding, run_checks
 from rnnprof.analyzers.placement.inputs import AuditInput
 from rnnprof.analyzers.noise import StepNoise
 from rnnprof.events import EventTable, concat
@@ -108,13 +108,6 @@ def audit(table_or_job: "EventTable | AuditInput | Sequence[EventTable]", rules:
         tables = list(table_or_job)
         inp = AuditInput(events=tables[0] if len(tables) == 1 else concat(tables, align="absolute"))
     ctx = AuditContext(inp, known=known)
-    findings, not_checked, checked = [], [], []
-    for rule in rules:
-        outcome = rule.check(ctx)
-        if isinstance(outcome, NotChecked):
-            not_checked.append(outcome)
-        else:
-            checked.append(rule.id)
-            findings.extend(outcome)
+    findings, not_checked, checked = run_checks(rules, ctx)
     findings.sort(key=rank_key)
     return AuditResult(tuple(findings), tuple(not_checked), tuple(checked), ctx.noise, tuple(ctx.notes), rules)

@@ -47,3 +47,17 @@ class NotChecked:
 
     rule_id: str
     reason: str
+
+
+def run_checks(rules, subject) -> tuple[list, list[NotChecked], list[str]]:
+    """Each rule's ``check(subject)``: the findings of those that ran, the ``NotChecked`` of those that could
+    not, and the ids of those that ran, in the rules' order."""
+    findings, not_checked, checked = [], [], []
+    for rule in rules:
+        outcome = rule.check(subject)
+        if isinstance(outcome, NotChecked):
+            not_checked.append(outcome)
+        else:
+            checked.append(rule.id)
+            findings.extend(outcome)
+    return findings, not_checked, checked

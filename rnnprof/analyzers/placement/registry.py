@@ -8,7 +8,7 @@ from typing import Callable
 
 from . import (frameworks, imbalance, inter_op_threads, missing_kernels, ps_balance, replica_pinning, soft_placement,
                transfers, update_placement)
-from .finding import NotChecked, PlacementFinding, Severity
+from .finding import NotChecked, PlacementFinding, Severity, run_checks
 from .inputs import AuditInput
 
 
@@ -56,18 +56,9 @@ class PlacementResult:
 
 def audit_placement(inp: AuditInput, rules: tuple[PlacementRule, ...] = RULES) -> PlacementResult:
     """Run every rule that applies to the input's framework; findings sorted worst first, then by estimated cost."""
-    findings, not_checked, checked, skipped = [], [], [], []
     excluded = frameworks.not_applicable(inp)
-    for rule in rules:
-        if rule.id in excluded:
-            skipped.append(NotChecked(rule.id, excluded[rule.id]))
-            continue
-        outcome = rule.check(inp)
-        if isinstance(outcome, NotChecked):
-            not_checked.append(outcome)
-        else:
-            checked.append(rule.id)
-            findings.extend(outcome)
+    skipped = [NotChecked(rule.id, excluded[rule.id]) for rule in rules if rule.id in excluded]
+    findings, not_checked, checked = run_checks([rule for rule in rules if rule.id not in excluded], inp)
     findings.sort(key=lambda f: (-int(f.severity), -(f.cost_us_per_step or 0.0), f.rule_id))
     return PlacementResult(tuple(findings), tuple(not_checked), tuple(checked), rules, frameworks.framework(inp),
                            tuple(skipped))
