@@ -261,7 +261,7 @@ def test_tf1_timeline_uses_lane_order_and_its_data_flows_and_says_what_it_lacks(
 def planted_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("planted") / "run"
     assert main(["trace", "--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1",
-                 "--batches", "1", "--trace-steps", "2", "--plant", "softmax-on-device0", "--out", str(out)]) == 0
+                 "--batches", "1", "--trace-steps", "4", "--plant", "softmax-on-device0", "--out", str(out)]) == 0
     return out
 
 
@@ -270,9 +270,9 @@ def test_planted_softmax_of_tower_1_on_device_0_is_on_the_critical_path(planted_
     capsys.readouterr()
     assert main(["critical-path", str(planted_run), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert len(doc["steps"]) == 2
+    assert len(doc["steps"]) == 4
     # Which device ends last varies from step to step on shared cores (logical devices share one thread pool):
-    # the path runs through tower 1's ops pinned to device 0 in at least one traced step.
+    # the path runs through tower 1's ops pinned to device 0 in at least one of the 4 traced steps.
     moved = {step["step"]: [link["name"] for link in step["links"] if link["name"].startswith("tower_1/")
                             and ("/softmax/" in link["name"] or "/projection/" in link["name"])
                             and link["device"] == "cpu:0"] for step in doc["steps"]}
