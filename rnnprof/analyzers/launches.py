@@ -163,6 +163,15 @@ class LaunchSample:
     host_wait_share: dict[str, float]
 
 
+def host_wait_share(comm) -> dict[str, float]:
+    """Per GPU with idle time by cause: its host-wait idle time as a share of its span, from a
+    ``comm.CommReport``'s figures (what ``host_wait_shares`` computes from the table); {} without one."""
+    if comm is None:
+        return {}
+    return {d.device.label: (d.idle.total.host_wait_us / d.total.span_us if d.total.span_us > 0 else 0.0)
+            for d in comm.devices if d.idle is not None and d.device.kind == "gpu"}
+
+
 def launch_sample(table: EventTable, host_wait_share: dict[str, float] | None = None) -> LaunchSample | None:
     """The table's ``LaunchSample``; None when no runtime call is linked to a kernel."""
     launcher = launchers(table)

@@ -19,7 +19,7 @@ from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.comm import CommReport, analyze_comm, device_work_mask
 from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies, analyze_critical_path
 from rnnprof.analyzers.diff import step_marker_periods
-from rnnprof.analyzers.launches import LaunchStats, launch_stats
+from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
 from rnnprof.analyzers.timeline import Timeline, step_timeline
 from rnnprof.analyzers.topops import TimedOp, top_by_time
@@ -50,15 +50,6 @@ def step_times(events: EventTable | None) -> StepTimes | None:
     median = float(np.median(periods))
     return StepTimes(len(periods), median, float(np.median(np.abs(periods - median))), float(periods.min()),
                      float(periods.max()))
-
-
-def host_wait_share(comm: CommReport | None) -> dict[str, float]:
-    """Per GPU with idle time by cause: its host-wait idle time as a share of its span (what
-    ``launches.host_wait_shares`` computes, here from comm's figures)."""
-    if comm is None:
-        return {}
-    return {d.device.label: (d.idle.total.host_wait_us / d.total.span_us if d.total.span_us > 0 else 0.0)
-            for d in comm.devices if d.idle is not None and d.device.kind == "gpu"}
 
 
 @dataclass(frozen=True)
@@ -101,7 +92,7 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     placement = audit_placement(audit_input, configured_rules()) if audit_input is not None else None
     no_events = events_reason or "the input holds no trace events"
     if events is None or len(events) == 0:
-        findings = audit(audit_input) if audit_input is not None else None
+        findings = audit(audit_input, known=Known(placement=placement)) if audit_input is not None else None
         return RunReport(label, manifest, 0, "graph", None, no_events, opcount, placement, audit_reason, (), (),
                          no_events, None, no_events, None, no_events, None, no_events, findings=findings,
                          findings_reason=audit_reason)
@@ -109,7 +100,7 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     comm = analyze_comm(events, classes=classes)
     launches = launch_stats(events, host_wait_share=host_wait_share(comm))
     findings = audit(audit_input if audit_input is not None else events,
-                     known=Known(classes=classes, comm=comm, launches=launches))
+                     known=Known(classes=classes, comm=comm, launches=launches, placement=placement))
     comm_reason = ""
     if not comm.devices:
         comm_reason = ("every event is on the host (a CPU-only tf.profiler XSpace, for one, names no device for "

@@ -13,10 +13,12 @@ from rnnprof.events import EventTable
 @dataclass(frozen=True, eq=False)
 class Known:
     """Analyses of the same table a caller has already computed (``rnnprof report``'s), so that the audit reads
-    them rather than computing them again: the events' ``classify``, ``analyze_comm`` and ``launch_stats``."""
+    them rather than computing them again: the events' ``classify``, ``analyze_comm`` and ``launch_stats``, and
+    the placement rules' result."""
     classes: object | None = None
     comm: object | None = None
     launches: object | None = None
+    placement: object | None = None  # placement.PlacementResult of the default rules on the same input
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,12 +32,19 @@ class AuditContext:
         return self.placement.events
 
     @cached_property
+    def classes(self):
+        """``classify`` of the table, once."""
+        from rnnprof.analyzers.classify import classify
+
+        return self.known.classes if self.known.classes is not None else classify(self.table)
+
+    @cached_property
     def comm(self):
         from rnnprof.analyzers.comm import analyze_comm
 
         if self.known.comm is not None:
             return self.known.comm
-        return analyze_comm(self.table, classes=self.known.classes)
+        return analyze_comm(self.table, classes=self.classes)
 
     @cached_property
     def noise(self):
@@ -52,13 +61,15 @@ class AuditContext:
         """``critical_path.analyze_critical_path`` of the table (ranks joined at their collectives)."""
         from rnnprof.analyzers.critical_path import analyze_critical_path
 
-        return analyze_critical_path(self.table, classes=self.known.classes)
+        return analyze_critical_path(self.table, classes=self.classes)
 
     @cached_property
     def launches(self):
-        from rnnprof.analyzers.launches import launch_stats
+        from rnnprof.analyzers.launches import host_wait_share, launch_stats
 
-        return self.known.launches if self.known.launches is not None else launch_stats(self.table)
+        if self.known.launches is not None:
+            return self.known.launches
+        return launch_stats(self.table, host_wait_share=host_wait_share(self.comm))
 
     @property
     def step_us(self) -> float:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rnnprof.analyzers.classify import EventClass, classify
+from rnnprof.analyzers.classify import EventClass
 from rnnprof.analyzers.device_work import device_work_mask
 from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, significance
 from rnnprof.analyzers.placement.busy import length, minus, union_array
@@ -91,7 +91,7 @@ def _beside_other_devices(ctx: AuditContext) -> dict:
     which another device of the same process (worker) computes; only for processes with several devices that
     work (a Kineto rank's host device does no device work)."""
     table = ctx.table
-    classes = ctx.known.classes if ctx.known.classes is not None else classify(table)
+    classes = ctx.classes
     work, _ = device_work_mask(table, classes)
     workers: dict[str, list[int]] = {}
     for code in np.unique(table.device[work]):

@@ -33,15 +33,28 @@ def _placement_rule(rule: placement_registry.PlacementRule) -> Rule:
     short = rule.id.split("-")[0]
 
     def check(ctx: AuditContext):
-        excluded = frameworks.not_applicable(ctx.placement)
-        if rule.id in excluded:
-            return NotChecked(short, excluded[rule.id])
-        outcome = rule.check(ctx.placement)
+        outcome = _placement_outcome(ctx, rule)
         if isinstance(outcome, NotChecked):
             return NotChecked(short, outcome.reason)
         return [from_placement(f) for f in outcome]
 
     return Rule(short, rule.title, PLACEMENT, check)
+
+
+def _placement_outcome(ctx: AuditContext, rule: placement_registry.PlacementRule):
+    """The placement rule's findings or ``NotChecked`` on the context's input: from the caller's result of the
+    placement rules (``Known.placement``) where it holds the rule, else by running it."""
+    given = ctx.known.placement
+    if given is not None:
+        for n in (*given.not_applicable, *given.not_checked):
+            if n.rule_id == rule.id:
+                return n
+        if rule.id in given.checked:
+            return [f for f in given.findings if f.rule_id == rule.id]
+    excluded = frameworks.not_applicable(ctx.placement)
+    if rule.id in excluded:
+        return NotChecked(rule.id, excluded[rule.id])
+    return rule.check(ctx.placement)
 
 
 def from_placement(f: PlacementFinding) -> Finding:
