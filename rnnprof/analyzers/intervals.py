@@ -64,6 +64,17 @@ def subtract(starts: np.ndarray, ends: np.ndarray, cut_starts: np.ndarray,
     return piece_s[keep], piece_e[keep], origin[keep]
 
 
+def concurrency(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How many intervals are open between consecutive boundaries: the sorted boundary times (n + 1 of them,
+    an interval that ends where another starts closing first) and the level from ``times[i]`` to
+    ``times[i + 1]`` (n values)."""
+    times = np.concatenate([starts, ends])
+    delta = np.concatenate([np.ones(len(starts)), -np.ones(len(ends))])
+    order = np.lexsort((delta, times))  # at one instant, ends (-1) before starts (+1)
+    times, delta = times[order], delta[order]
+    return times, np.cumsum(delta)[:-1]
+
+
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     """Total time covered by at least one interval."""
     merged_starts, merged_ends = merge(starts, ends)

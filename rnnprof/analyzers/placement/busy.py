@@ -77,10 +77,6 @@ def saturated(events: EventTable, mask: np.ndarray, cores: int) -> np.ndarray:
     starts, ends = events.ts[mask], events.end[mask]
     if not len(starts):
         return np.zeros((0, 2))
-    times = np.concatenate([starts, ends])
-    delta = np.concatenate([np.ones(len(starts)), -np.ones(len(ends))])
-    order = np.lexsort((delta, times))  # at one instant, ends before starts
-    times, delta = times[order], delta[order]
-    level = np.cumsum(delta)[:-1]
+    times, level = intervals.concurrency(starts, ends)
     full = np.flatnonzero(level >= cores)
     return union_array(times[full], times[full + 1])

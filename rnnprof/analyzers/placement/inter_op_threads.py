@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rnnprof.analyzers.intervals import concurrency
+
 from .busy import busy_intervals, compute_devices, compute_mask, in_step, length, step_keys
 from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput, host_cores
@@ -82,11 +84,7 @@ def _union_and_together(busy: list[np.ndarray]) -> tuple[float, float]:
     ends = np.concatenate([b[:, 1] for b in busy if len(b)] or [np.zeros(0)])
     if not len(starts):
         return 0.0, 0.0
-    times = np.concatenate([starts, ends])
-    delta = np.concatenate([np.ones(len(starts)), -np.ones(len(ends))])
-    order = np.lexsort((delta, times))  # at one instant, ends (-1) before starts (+1)
-    times, delta = times[order], delta[order]
-    level = np.cumsum(delta)[:-1]  # how many devices are busy from times[i] to times[i + 1]
+    times, level = concurrency(starts, ends)  # how many devices are busy from times[i] to times[i + 1]
     width = np.diff(times)
     return float(width[level >= 1].sum()), float(width[level >= 2].sum())
 
