@@ -76,7 +76,7 @@ def for_report(paths: list[str], table, selected, args, notes: list[str], with_p
     if table is None:
         return None, "no trace events"
     try:
-        found = sources(paths)
+        found = sources(paths, loaded=True)
     except NotAvailable as exc:
         return None, exc.reason
     except InputError as exc:

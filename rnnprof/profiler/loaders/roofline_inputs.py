@@ -38,8 +38,9 @@ class RooflineInput:
     cpu_only: bool  # no GPU among the trace's devices
 
 
-def sources(paths) -> list[RooflineSource]:
-    """The processes ``paths`` hold; input that is not a trace at all is an ``InputError``."""
+def sources(paths, loaded: bool = False) -> list[RooflineSource]:
+    """The processes ``paths`` hold; input that is not a trace at all is an ``InputError`` (``loaded``: the
+    caller has loaded ``paths`` already, so they are traces, and are not loaded again to find out)."""
     from rnnprof.profiler.loaders import detect_format, load_events
     from rnnprof.profiler.loaders.rank_folder import job_of
 
@@ -54,7 +55,8 @@ def sources(paths) -> list[RooflineSource]:
         elif kind == "rundir":
             found += _run_dir(Path(path), len(paths) > 1)
         else:
-            load_events(path)  # input that is not a trace at all is a one-line error, not "not available"
+            if not loaded:
+                load_events(path)  # input that is not a trace at all is a one-line error, not "not available"
             if kind in ("chrome-json", "xplane", "xplane-dir", "run-metadata", "tf-chrome"):
                 raise NotAvailable(f"{path}: no roofline for a TensorFlow trace ({kind}) outside a run directory: "
                                    f"it records no input shapes per op (a run directory's RunMetadata does)")
