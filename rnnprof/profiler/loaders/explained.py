@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rnnprof.errors import InputError, UsageError
-from rnnprof.profiler.rundir.sweep import EXPLAIN_FILE, RUNS_DIR, run_dir_name  # noqa: F401 (the sweep's layout)
+from rnnprof.profiler.rundir.sweep import RUNS_DIR
 
 EXPECTED = ("a sweep directory made by rnnprof scale --explain, or one run directory, Kineto rank folder or "
             "trace file per device count")
@@ -27,7 +27,6 @@ class ExplainInputs:
     scalings: set = field(default_factory=set)  # from the runs' configuration
     device_kinds: set = field(default_factory=set)
     tables: list = field(default_factory=list)  # for the left-out counts
-    notes: list = field(default_factory=list)
 
 
 def sweep_runs(path: str | Path) -> list[Path]:

@@ -22,7 +22,6 @@ from rnnprof.profiler.loaders.shapes import OpShapes, Signature
 _DTYPES = {1: "float", 2: "double", 3: "int", 4: "unsigned char", 5: "short int", 6: "signed char", 9: "long int",
            10: "bool", 14: "c10::BFloat16", 19: "c10::Half"}
 _LABEL = re.compile(r"^\s*(?P<node>[^=]+?)\s*=\s*(?P<op>[A-Za-z0-9_.>-]+)\((?P<inputs>.*)\)\s*$", re.S)
-_STEP = re.compile(r"step-(\d+)\.pb$")
 
 
 def _tensor(name: str) -> tuple[str, int]:
