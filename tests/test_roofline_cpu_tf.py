@@ -131,3 +131,23 @@ def test_cpu_trace_step_selection_keeps_the_selected_steps_operators(capsys):
     assert sum(o["count"] for o in mine) == len(inside) >= 1
     assert [s["step"] for s in rank["steps"]] == [3]
     assert rank["counts"]["operators_modeled_outside_selected_steps"] > 0
+
+
+def test_a_tensorflow_runs_kernels_overlapping_on_one_device_lane_are_each_counted():
+    """TensorFlow kernels never contain one another; on a device's lane two run at once when the inter-op pool
+    gives them two threads. Both are counted, where a PyTorch operator inside another is not."""
+    import numpy as np
+
+    from rnnprof.analyzers.roofline import _operators
+    from rnnprof.profiler.loaders.shapes import OpShapes, Signature
+
+    def shapes(own_time):
+        s = OpShapes(own_time=own_time)
+        s.signatures.append(Signature("MatMul", [[21, 24], [24, 50], [21, 50]], ["float", "float", "float"], None))
+        s.sig = [0, 0]
+        s.lane = np.array([3, 3])
+        s.ts, s.dur = np.array([0.0, 10.0]), np.array([100.0, 50.0])  # the second starts inside the first
+        return s
+
+    assert sorted(_operators(shapes(True)).outermost_rows.tolist()) == [0, 1]
+    assert _operators(shapes(False)).outermost_rows.tolist() == [0]

@@ -189,9 +189,11 @@ def _shape_text(dims) -> str:
     return ",".join("x".join(str(d) for d in shape) for shape in dims if isinstance(shape, list) and shape)
 
 
-def _outermost(lanes: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray):
+def _outermost(lanes: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, nest: bool = True):
     """Per lane, the ``rows`` not nested in an earlier one of ``rows`` on that lane: {lane: (starts, ends, rows)}
-    sorted by start. A row is kept when it starts at or after the end of every row that started before it."""
+    sorted by start. A row is kept when it starts at or after the end of every row that started before it;
+    ``nest`` False (operators that never contain one another, a TensorFlow run's kernels, which overlap on a
+    device's lane when they run on different threads): every row is kept."""
     result = {}
     rows = np.asarray(rows, dtype=np.int64)
     rows = rows[lanes[rows] >= 0] if len(rows) else rows
@@ -205,7 +207,8 @@ def _outermost(lanes: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np
         s, e = starts[part], ends[part]
         reach = np.maximum.accumulate(e)
         keep = np.ones(len(part), dtype=bool)
-        keep[1:] = s[1:] >= reach[:-1]
+        if nest:
+            keep[1:] = s[1:] >= reach[:-1]
         result[int(lanes[part[0]])] = (s[keep], e[keep], part[keep])
     return result
 
@@ -288,7 +291,7 @@ def _operators(shapes) -> _Operators:
     starts = np.asarray(shapes.ts if n_ops else [], dtype=np.float64)
     ends = starts + np.asarray(shapes.dur if n_ops else [], dtype=np.float64)
     return _Operators(n_ops, signatures, costs, sig, modeled, lanes, starts, ends,
-                      _outermost(lanes, starts, ends, modeled))
+                      _outermost(lanes, starts, ends, modeled, nest=not (n_ops and shapes.own_time)))
 
 
 def _gpu_work(table: EventTable, ops: _Operators) -> _GpuWork:
