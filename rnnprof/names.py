@@ -38,6 +38,12 @@ def tower_scope(k: int) -> str:
     return f"{TOWER_SCOPE}_{k}"
 
 
+# -- manifest fields the runner writes and the analyses read ---------------------------------------
+
+STEP_TIMES = "step_times"  # {"warmup": [seconds, ...], "timed": [...]}: each step's wall time
+STEP_CPU = "step_cpu"  # {"warmup": [{"process_s", "host_busy_s"}, ...], "timed": [...]}: each step's CPU times
+
+
 # -- scopes as readers match them ------------------------------------------------------------------
 
 # ``tower_k`` or ``replica_k``, as a name component (``TOWER_PATTERN``: the innermost one gives a

@@ -457,3 +457,46 @@ def test_busy_minus_cuts_every_interval_by_the_union_of_the_others():
     b = np.array([[2.0, 4.0], [3.0, 6.0], [9.0, 22.0], [25.0, 26.0]])
     assert minus(a, b).tolist() == [[0.0, 2.0], [6.0, 9.0], [22.0, 25.0], [26.0, 30.0]]
     assert length(minus(a, np.zeros((0, 2)))) == 20.0 and minus(np.zeros((0, 2)), b).shape == (0, 2)
+
+
+def _cpu_manifest(step_cpu, kind="logical-cpu", cores=2):
+    """One inter-op thread over 2 devices of ``kind``; each timed step 100 µs of wall time, with CPU times."""
+    manifest = _threads_manifest(1, cores=cores)
+    manifest["devices"] = [{"name": f"/device:CPU:{k}", "kind": kind} for k in range(2)]
+    manifest["step_times"] = {"warmup": [], "timed": [100e-6] * len(step_cpu)}
+    manifest["step_cpu"] = {"warmup": [], "timed": [{"process_s": p, "host_busy_s": h} for p, h in step_cpu]}
+    return manifest
+
+
+@pytest.mark.parametrize("step_cpu, cost", [
+    # the process used 1.5 of 2 free cores: side by side, its 150 µs of CPU time need 75 µs: 25 µs saved at most
+    ([(150e-6, 150e-6)] * 5, 25.0),
+    # another process took one of the 2 cores meanwhile: 120 µs of CPU time on the one left need 120 µs: nothing
+    ([(120e-6, 220e-6)] * 5, 0.0),
+    # one core's worth, nobody else: 100 µs spread over 2 cores is 50 µs, the towers' own bound (80 µs) is larger
+    ([(100e-6, 100e-6)] * 5, 50.0),
+    # a single-threaded process on an idle host: the towers' bound, 80 µs, is the smaller
+    ([(40e-6, 40e-6)] * 5, 80.0),
+    # the host's busy time unknown: every core counted free
+    ([(150e-6, None)] * 5, 25.0),
+])
+def test_inter_op_threads_cost_on_shared_cores_is_at_most_what_the_cores_left_unused(step_cpu, cost):
+    # TURNS: the towers' union 180 µs less the busiest tower's 100 µs = 80 µs, when cores are free for both
+    inp = AuditInput(manifest=_cpu_manifest(step_cpu), events=events(*TURNS, steps=3))
+    (found,) = findings(inter_op_threads.check(inp))
+    assert found.severity == Severity.ERROR
+    assert found.cost_us_per_step == pytest.approx(cost, abs=1e-6)
+    assert found.evidence["timed_steps"] == 5
+    assert "CPU time" in found.cost_basis
+
+
+def test_inter_op_threads_cpu_bound_only_for_devices_sharing_the_hosts_cores():
+    # GPUs do not run on the host's cores: the process's CPU time says nothing of what their towers gain
+    inp = AuditInput(manifest=_cpu_manifest([(150e-6, 150e-6)] * 5, kind="gpu"), events=events(*TURNS, steps=3))
+    (found,) = findings(inter_op_threads.check(inp))
+    assert found.cost_us_per_step == pytest.approx(80.0) and "timed_steps" not in found.evidence
+    # CPU times that do not pair with the step times one for one are not used
+    manifest = _cpu_manifest([(150e-6, 150e-6)] * 5)
+    manifest["step_times"]["timed"].append(100e-6)
+    (found,) = findings(inter_op_threads.check(AuditInput(manifest=manifest, events=events(*TURNS, steps=3))))
+    assert found.cost_us_per_step == pytest.approx(80.0)

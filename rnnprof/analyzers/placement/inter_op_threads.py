@@ -15,9 +15,13 @@ Towers took turns when that share is under ``TOOK_TURNS`` (5%).
 
 Cost (a bound, per step, the median over the traced steps): the union of the devices' busy time less what it
 could shrink to with the towers side by side: the busiest device's busy time, or the summed busy time spread
-over the host's cores when there are fewer cores than devices. It assumes the cores are free for the second
-tower; on a host whose cores are busy with other work the towers gain less (``rnnprof scale
---inter-op-threads N`` measures it).
+over the host's cores when there are fewer cores than devices. That assumes the cores are free for the second
+tower. When the devices are logical CPU devices, they share the host's cores, and an op of one tower already
+uses several of them (its intra-op threads): running the towers side by side can then gain at most what the
+cores left unused. So, where the manifest records each timed step's CPU times (``names.STEP_CPU``), the cost
+is also at most the step's wall time less the process's CPU time spread over the cores other processes left
+free during the timed steps (``cpu_bound``; the median over the timed steps): a step whose process already kept every free core busy
+cannot get faster with more threads. ``rnnprof scale --inter-op-threads N`` measures the gain.
 """
 
 from __future__ import annotations
@@ -36,6 +40,29 @@ TOOK_TURNS = 0.05  # side-by-side share of the devices' busy union under which t
 COST_BASIS = ("bound: the devices' busy union less the busiest device's busy time (or the summed busy time over "
               "the host's cores, when fewer), median per step: what running the towers side by side saves at "
               "most, when the host's cores are free for them")
+CPU_BOUND_BASIS = ("; and at most the step time less the process's CPU time spread over the cores other processes "
+                   "left free, median over the timed steps (the towers share the host's cores: side by side they "
+                   "gain only what the cores left unused)")
+
+
+def cpu_bound(inp: AuditInput) -> dict | None:
+    """What more threads can gain at most when the devices share the host's cores (module docstring): per timed
+    step, ``wall - process CPU / free cores`` (median, µs), the free cores being the host's less what other
+    processes used during the timed steps (at least 1; over all of them, as the host's busy time comes in ticks
+    of 10 ms). None unless the devices are logical CPU devices and the manifest records the steps' CPU times."""
+    cores = inp.shared_cores
+    rows = inp.timed_step_cpu
+    if cores is None or not rows:
+        return None
+    seconds, process, host = (np.array(column, dtype=object) for column in zip(*rows))
+    seconds, process = seconds.astype(np.float64), process.astype(np.float64)
+    known = np.array([h is not None for h in host])
+    others = (max(float(np.sum(host[known].astype(np.float64) - process[known])), 0.0)
+              / float(np.sum(seconds[known])) if known.any() else 0.0)
+    free = min(max(cores - others, 1.0), float(cores))
+    bound = np.maximum(seconds - process / free, 0.0)
+    return {"bound_us": float(np.median(bound)) * 1e6, "process_cores": float(np.median(process / seconds)),
+            "free_cores": free, "steps": len(rows)}
 
 
 def device_count(inp: AuditInput) -> int | None:
@@ -111,7 +138,7 @@ def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
     severity = _severity(threads, devices, measured, took_turns)
     if severity is None:
         return []
-    return [_finding(threads, devices, cores, measured, took_turns, severity)]
+    return [_finding(threads, devices, cores, measured, cpu_bound(inp), took_turns, severity)]
 
 
 def _severity(threads: int, devices: int, measured: dict | None, took_turns: bool) -> Severity | None:
@@ -125,8 +152,8 @@ def _severity(threads: int, devices: int, measured: dict | None, took_turns: boo
     return None
 
 
-def _finding(threads: int, devices: int, cores: int | None, measured: dict | None, took_turns: bool,
-             severity: Severity) -> PlacementFinding:
+def _finding(threads: int, devices: int, cores: int | None, measured: dict | None, cpu: dict | None,
+             took_turns: bool, severity: Severity) -> PlacementFinding:
     if measured is None:
         seen = "no trace shows whether the towers took turns"
     else:
@@ -144,17 +171,30 @@ def _finding(threads: int, devices: int, cores: int | None, measured: dict | Non
                          "busy_union_ms_per_step": round(measured["union_us"] / 1000, 3),
                          "busy_ms_per_step": {k: round(v / 1000, 3) for k, v in measured["busy_us"].items()},
                          "steps": measured["steps"]})
+    cost, basis = _cost(measured, cpu)
+    if cpu is not None:
+        evidence.update({"process_cores_per_step": round(cpu["process_cores"], 2),
+                         "free_cores_per_step": round(cpu["free_cores"], 2),
+                         "cpu_bound_ms_per_step": round(cpu["bound_us"] / 1000, 3), "timed_steps": cpu["steps"]})
     return PlacementFinding(
         rule_id=RULE_ID,
         severity=severity,
         title=title,
         devices=tuple(measured["devices"]) if measured is not None else (),
         evidence=evidence,
-        cost_us_per_step=measured["turns_cost_us"] if measured is not None else None,
-        cost_basis=COST_BASIS if measured is not None else
-        "not estimable without a trace: towers take turns on the pool; compare with "
-        "`rnnprof scale --inter-op-threads N`",
+        cost_us_per_step=cost,
+        cost_basis=basis,
         fix=(f"Set inter_op_parallelism_threads (--inter-op-threads) to more than {devices}, e.g. "
              f"{max(devices + 1, 2 * devices)}, or leave it at 0 for TF's default, so each device's executor "
              f"has a thread while the others run; `rnnprof scale --inter-op-threads N` measures the gain."),
     )
+
+
+def _cost(measured: dict | None, cpu: dict | None) -> tuple[float | None, str]:
+    """The finding's cost per step (µs) and how it was estimated (module docstring)."""
+    if measured is None:
+        return None, ("not estimable without a trace: towers take turns on the pool; compare with "
+                      "`rnnprof scale --inter-op-threads N`")
+    if cpu is None:
+        return measured["turns_cost_us"], COST_BASIS
+    return min(measured["turns_cost_us"], cpu["bound_us"]), COST_BASIS + CPU_BOUND_BASIS

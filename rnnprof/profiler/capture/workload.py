@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import TimingSummary
+from rnnprof import names
 from rnnprof.config import WorkloadConfig
 
 
@@ -82,11 +83,16 @@ def _timed_steps(writer, run, config: WorkloadConfig) -> TimingSummary:
     from rnnprof.profiler.capture.nvtx import NvtxSteps
     from rnnprof.profiler.run.measure import measure
 
-    times = writer.manifest["step_times"]
+    times, cpu = writer.manifest[names.STEP_TIMES], writer.manifest[names.STEP_CPU]
+
+    def record(phase: str, index: int, step) -> None:
+        times[phase].append(step.seconds)
+        if step.cpu is not None:
+            cpu[phase].append(step.cpu.as_dict())
+
     steps = NvtxSteps(run, config.warmup)
     try:
-        measurement = measure(steps, config.warmup, config.batches,
-                              on_step=lambda phase, index, step: times[phase].append(step.seconds))
+        measurement = measure(steps, config.warmup, config.batches, on_step=record)
     finally:
         steps.end()
     throughput = dataclasses.asdict(measurement.timed)

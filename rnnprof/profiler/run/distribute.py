@@ -104,11 +104,11 @@ class DistributeRun:
 
     def step(self, options=None, run_metadata=None) -> StepResult:
         """Run one training step on every replica; only session.run is timed."""
-        (loss, words), seconds = timed_run(self.session, [self.loss, self.words],
-                                           feed_of(self._inputs, self._batches), self.steps_run == 0,
-                                           options, run_metadata)
+        (loss, words), seconds, cpu = timed_run(self.session, [self.loss, self.words],
+                                                feed_of(self._inputs, self._batches), self.steps_run == 0,
+                                                options, run_metadata)
         self.steps_run += 1
-        return StepResult(seconds=seconds, words=int(words), loss=float(loss))
+        return StepResult(seconds=seconds, words=int(words), loss=float(loss), cpu=cpu)
 
     def replica_variables(self) -> list[dict[str, np.ndarray]]:
         """Each copy's trainable variables by name (one copy under CentralStorageStrategy), with its device."""

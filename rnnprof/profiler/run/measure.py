@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from rnnprof.analyzers.throughput import Step, TimingSummary, summarize
+from rnnprof.profiler.run.cpu_clock import CpuTimes
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class StepResult:
     seconds: float  # wall time of the step (a TF session.run call; on N ranks, the slowest rank's)
     words: int  # as the workload defines words, summed over towers or ranks
     loss: float  # mean over towers or ranks
+    cpu: CpuTimes | None = None  # CPU time during the step (a TF session.run call); None: not measured
 
 
 @dataclass(frozen=True)

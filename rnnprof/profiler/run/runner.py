@@ -17,6 +17,7 @@ import numpy as np
 from rnnprof.config import FEW_INTER_OP_THREADS, UPDATES_ON_DEVICE0, WorkloadConfig, validate
 from rnnprof import names
 from rnnprof.errors import UsageError
+from rnnprof.profiler.run.cpu_clock import CpuClock, CpuTimes
 from rnnprof.profiler.run.measure import StepResult
 from rnnprof.profiler.tensorflow_import import import_tensorflow, quiet_first_run
 
@@ -271,11 +272,11 @@ class DataParallelRun:
 
     def step(self, options=None, run_metadata=None) -> StepResult:
         """Run one training step on every tower; only session.run is timed."""
-        (_, loss, words), seconds = timed_run(self.session, [self.train_op, self.loss, self.words],
-                                              feed_of(self._inputs, self._batches), self.steps_run == 0,
-                                              options, run_metadata)
+        (_, loss, words), seconds, cpu = timed_run(self.session, [self.train_op, self.loss, self.words],
+                                                   feed_of(self._inputs, self._batches), self.steps_run == 0,
+                                                   options, run_metadata)
         self.steps_run += 1
-        return StepResult(seconds=seconds, words=int(words), loss=float(loss))
+        return StepResult(seconds=seconds, words=int(words), loss=float(loss), cpu=cpu)
 
     def tower_variables(self) -> list[dict[str, np.ndarray]]:
         """Each tower's trainable variables by name without the tower prefix."""
@@ -344,12 +345,17 @@ def feed_of(inputs_per_tower, batches_per_tower) -> dict:
     return feed
 
 
-def timed_run(session, fetches, feed: dict, first: bool, options=None, run_metadata=None) -> tuple[list, float]:
-    """``session.run(fetches)`` and its wall time: the one timed call of a training step (the first one quiet)."""
+def timed_run(session, fetches, feed: dict, first: bool, options=None, run_metadata=None
+              ) -> tuple[list, float, CpuTimes]:
+    """``session.run(fetches)``, its wall time and its CPU times (``cpu_clock``): the one timed call of a
+    training step (the first one quiet)."""
+    clock = CpuClock()
     with quiet_first_run() if first else contextlib.nullcontext():
+        clock.start()
         start = time.perf_counter()
         values = session.run(fetches, feed_dict=feed, options=options, run_metadata=run_metadata)
-        return values, time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        return values, seconds, clock.stop()
 
 
 def _strip_scope(name: str, tower: int) -> str:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from rnnprof import __version__, limits
+from rnnprof import __version__, limits, names
 from rnnprof.errors import InputError
 from rnnprof.profiler import rundir
 
@@ -44,7 +44,8 @@ def new_manifest(command: Iterable[str] | None = None, config: dict | None = Non
         "session_config": {},
         "devices": [],
         "throughput": {},
-        "step_times": {"warmup": [], "timed": []},
+        names.STEP_TIMES: {"warmup": [], "timed": []},
+        names.STEP_CPU: {"warmup": [], "timed": []},
         "traced_steps": [],
         "profiled_steps": [],
         "captured": {"timelines": [], "xplane": [], "graphs": [], "run_metadata": []},
