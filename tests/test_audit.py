@@ -126,7 +126,7 @@ def test_copy_churn_counts_the_real_traces_copies():
                 if ts is not None and a <= ts < b:
                     per_step[i] += 1
     result = audit(load_events(str(path)))
-    (churn,) = [f for f in result.findings if f.rule == "PF004"]
+    (churn,) = [f for f in result.findings if f.rule == "PF004" and f.evidence["kind"] != "sync"]
     assert churn.evidence["kind"] == "DtoD"
     assert churn.evidence["copies_per_step"] == pytest.approx(float(np.median(per_step)))
 
@@ -504,7 +504,8 @@ def test_copy_churn_counts_only_the_copies_beside_no_kernel_by_the_raw_json():
                          and "HtoD" in e["name"] and a <= launched.get(e["args"].get("correlation"), -1) < b])
         whole.append(_length(copies))
         exposed.append(_length(copies) - _intersection(copies, kernels))
-    (churn,) = [f for f in audit(load_events(str(path))).findings if f.rule == "PF004"]
+    (churn,) = [f for f in audit(load_events(str(path))).findings if f.rule == "PF004"
+                 and f.evidence["kind"] != "sync"]
     assert churn.evidence["kind"] == "HtoD"
     assert churn.evidence["exposed_ms_per_step"] == pytest.approx(float(np.median(exposed)) / 1000, rel=0.01)
     assert churn.saving_us == pytest.approx(float(np.median(exposed)), rel=0.01)

@@ -224,10 +224,24 @@ def count_copies(table: EventTable | None, reason: str = "") -> CopyReport:
                       graph_launch_names=launch_names)
 
 
-def exposed_copies(table: EventTable, kind: str) -> dict[tuple[str, int], float]:
-    """(device label, step) -> the time (µs) of the device's copies of ``kind`` in that step (``count_copies``'
-    steps) during which no kernel (compute or communication) runs on the device: the copies' time not hidden
-    behind other work of the device."""
+@dataclass(frozen=True)
+class StepCopies:
+    """One device's copies of one kind in one step: their time not hidden behind its kernels (µs), and how many of
+    them, and how long, came from or went to pageable host memory (Kineto names them ``(Pageable -> Device)``;
+    a pageable copy is staged through a pinned buffer by the driver and cannot run asynchronously)."""
+
+    exposed_us: float = 0.0
+    pageable: int = 0
+    pageable_us: float = 0.0
+
+
+PAGEABLE = re.compile(r"\bPageable\b")
+
+
+def exposed_copies(table: EventTable) -> dict[tuple[str, str, int], StepCopies]:
+    """(copy kind, device label, step) -> the device's copies of that kind in that step (``count_copies``' steps):
+    the time during which no kernel (compute or communication) runs on the device, so not hidden behind other
+    work of the device, and the pageable ones among them."""
     from rnnprof.analyzers import intervals
 
     if table is None or len(table) == 0:
@@ -238,7 +252,8 @@ def exposed_copies(table: EventTable, kind: str) -> dict[tuple[str, int], float]
     kinds = _kind_of_strings(table)
     other = COPY_KINDS.index("other")
     kind_of = np.where(kinds[table.op_type] != other, kinds[table.op_type], kinds[table.name])
-    copies = np.flatnonzero((table.kind == Kind.MEMCPY) & in_steps & (kind_of == COPY_KINDS.index(kind)))
+    copies = np.flatnonzero((table.kind == Kind.MEMCPY) & in_steps & (kind_of != other))
+    pageable = np.array([bool(PAGEABLE.search(text)) for text in table.strings] or [False])[table.name]
     kernels = np.flatnonzero(gpu_kernel)
     end = table.ts + np.maximum(table.dur, 0.0)
     out = {}
@@ -246,11 +261,13 @@ def exposed_copies(table: EventTable, kind: str) -> dict[tuple[str, int], float]
         hidden = kernels[table.device[kernels] == code]
         hidden_s, hidden_e = intervals.merge(table.ts[hidden], end[hidden])
         mine = copies[table.device[copies] == code]
-        for index in np.unique(step_index[mine]):
-            rows = mine[step_index[mine] == index]
+        for kind, index in set(zip(kind_of[mine].tolist(), step_index[mine].tolist())):
+            rows = mine[(kind_of[mine] == kind) & (step_index[mine] == index)]
             starts, ends = intervals.merge(table.ts[rows], end[rows])
             left_s, left_e, _ = intervals.subtract(starts, ends, hidden_s, hidden_e)
-            out[(table.devices[int(code)].label, steps[int(index)])] = float((left_e - left_s).sum())
+            paged = rows[pageable[rows]]
+            out[(COPY_KINDS[kind], table.devices[int(code)].label, steps[int(index)])] = StepCopies(
+                float((left_e - left_s).sum()), len(paged), float(np.maximum(table.dur[paged], 0.0).sum()))
     return out
 
 

@@ -1,17 +1,25 @@
-"""PF004: copy churn: time per step in host/device copies (HtoD, DtoH, DtoD; ``rnnprof.analyzers.copies``).
+"""PF004: copy churn: time per step in host/device copies (HtoD, DtoH, DtoD; ``rnnprof.analyzers.copies``) and in
+host calls that synchronize with the GPU (``rnnprof.analyzers.syncs``).
 
-Per copy kind and step: the copies' time, and the part of it during which no kernel runs on the device
+Copies, per copy kind and step: the copies' time, and the part of it during which no kernel runs on the device
 (``copies.exposed_copies``: a copy running beside kernels, on a stream of its own, is hidden behind them and
 costs the step nothing). The kind with the largest median exposed time per step is reported, with its count,
-its whole time and bytes; saving (a bound): that median exposed time, what avoiding the copies saves at most.
-Judged against the run's jitter (``rnnprof.analyzers.noise``).
+its whole time and bytes, and how many came from or went to pageable host memory (Kineto's names say
+``Pageable`` or ``Pinned``); saving (a bound): that median exposed time, what avoiding the copies saves at most.
+
+Synchronizing calls (``cudaStreamSynchronize``, a blocking ``cudaMemcpy``, ...), per GPU and step: the GPU idle
+time they leave (``syncs.sync_stalls``: the GPU's queue is empty when such a call returns); the GPU with the
+largest median is reported, a finding of its own; saving (a bound): that median.
+
+Each judged against the run's jitter (``rnnprof.analyzers.noise``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from rnnprof.analyzers.copies import exposed_copies
+from rnnprof.analyzers.copies import StepCopies, exposed_copies
+from rnnprof.analyzers.syncs import sync_stalls
 
 from . import _per_step
 from .context import AuditContext
@@ -20,17 +28,32 @@ from .finding import Finding, NotChecked, Subject
 RULE_ID = "PF004"
 TITLE = "Copy churn"
 KINDS = ("HtoD", "DtoH", "DtoD")
+SYNC = "sync"  # the evidence's ``kind`` of a synchronizing-call finding
 FIXES = {"HtoD": "pin the host memory (pin_memory=True) and copy asynchronously (non_blocking=True), or keep "
                  "the data on the device",
+         "HtoD pinned": "the copies already come from pinned memory: copy fewer, larger tensors, or keep the "
+                        "data on the device",
          "DtoH": "avoid reading device values on the host each step (.item(), .cpu(), printing losses)",
-         "DtoD": "avoid copies within the device: .contiguous(), dtype casts and clones on the hot path"}
+         "DtoD": "avoid copies within the device: .contiguous(), dtype casts and clones on the hot path",
+         SYNC: "remove host synchronization from the step: .item(), .cpu(), .tolist() or printing device values, "
+               "torch.cuda.synchronize(), blocking copies (use non_blocking=True); read values every N steps"}
 
 
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
-    copies = ctx.comm.copies if ctx.table is not None and len(ctx.table) else None
-    if copies is None or not copies.available or not copies.copies:
+    if ctx.table is None or not len(ctx.table):
         return NotChecked(RULE_ID, "no copies in the trace")
+    found = [f for f in (_copies(ctx), _syncs(ctx)) if f is not None]
+    if not found:
+        return NotChecked(RULE_ID, "no HtoD, DtoH or DtoD copies and no synchronizing calls in the trace")
+    return found
+
+
+def _copies(ctx: AuditContext) -> Finding | None:
+    copies = ctx.comm.copies
+    if copies is None or not copies.available or not copies.copies:
+        return None
     steps = [s for s in copies.steps if s >= 0] or list(copies.steps)
+    by_step = exposed_copies(ctx.table)
     best = None
     for kind in KINDS:
         per = [copies.step_copies(s).get(kind) for s in steps]
@@ -38,29 +61,68 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         if not any(times):
             continue
         device = max(copies.devices, key=lambda d: d.copies.get(kind).time_us if kind in d.copies else 0.0).device
-        exposed_by = exposed_copies(ctx.table, kind)
-        exposed = [exposed_by.get((device, s), 0.0) for s in steps]
-        median = float(np.median(exposed))
+        mine = [by_step.get((kind, device, s), StepCopies()) for s in steps]
+        median = float(np.median([c.exposed_us for c in mine]))
         if best is None or median > best[1]:
-            best = (kind, median, exposed, times, [c.count if c is not None else 0 for c in per], device)
+            best = (kind, median, mine, times, [c.count if c is not None else 0 for c in per], device)
     if best is None:
-        return NotChecked(RULE_ID, "no HtoD, DtoH or DtoD copies in the trace")
-    kind, median, exposed, times, counts, device = best
+        return None
+    kind, median, mine, times, counts, device = best
+    exposed = [c.exposed_us for c in mine]
     verdict = _per_step.judged(ctx, exposed)
     severity = _per_step.severity(ctx, verdict, median)
     total = copies.copies[kind]
     whole = float(np.median(times))
-    return [Finding(
+    pageable = float(np.median([c.pageable for c in mine]))
+    evidence = {"kind": kind, "copies_per_step": float(np.median(counts)), "ms_per_step": round(whole / 1000, 3),
+                "exposed_ms_per_step": round(median / 1000, 3), "bytes_total": total.bytes, "steps": len(times),
+                "significance": verdict.as_dict()}
+    if kind in ("HtoD", "DtoH"):
+        evidence.update({"pageable_per_step": pageable,
+                         "pageable_ms_per_step": round(float(np.median([c.pageable_us for c in mine])) / 1000, 3)})
+    return Finding(
         rule=RULE_ID, severity=severity,
         title=(f"{device}: {np.median(counts):.0f} {kind} copies/step, {whole / 1000:.2f} ms/step"
-               + (f" ({median / 1000:.2f} ms beside no kernel)" if median < 0.95 * whole else "")),
+               + (f" ({median / 1000:.2f} ms beside no kernel)" if median < 0.95 * whole else "")
+               + (f", {pageable:.0f} pageable" if pageable else "")),
         subject=Subject(device=device),
-        evidence={"kind": kind, "copies_per_step": float(np.median(counts)), "ms_per_step": round(whole / 1000, 3),
-                  "exposed_ms_per_step": round(median / 1000, 3), "bytes_total": total.bytes, "steps": len(times),
-                  "significance": verdict.as_dict()},
+        evidence=evidence,
         saving_us=median,
         saving_basis=("bound: the copies' time during which no kernel runs on the device, median per step "
                       "(copies beside kernels are hidden behind them; avoiding the rest saves at most this)"),
         confidence=verdict.confidence,
-        fix=FIXES[kind],
-    )]
+        fix=FIXES["HtoD pinned" if kind == "HtoD" and not pageable else kind],
+    )
+
+
+def _syncs(ctx: AuditContext) -> Finding | None:
+    stalls = sync_stalls(ctx.table, ctx.classes)
+    steps = [int(s) for s in np.unique(ctx.table.step) if s >= 0] or [-1]  # calls outside every step: in none
+    if not any(s in steps for _, s in stalls):
+        return None
+    best = None
+    for device in sorted({d for d, _ in stalls}):
+        idle = [stalls[(device, s)].idle_after_us if (device, s) in stalls else 0.0 for s in steps]
+        if best is None or np.median(idle) > np.median(best[1]):
+            best = (device, idle)
+    device, idle = best
+    calls = [stalls[(device, s)].calls if (device, s) in stalls else 0 for s in steps]
+    median = float(np.median(idle))
+    verdict = _per_step.judged(ctx, idle)
+    return Finding(
+        rule=RULE_ID, severity=_per_step.severity(ctx, verdict, median),
+        title=f"{device}: {np.median(calls):.0f} synchronizing calls/step leave the GPU idle {median / 1000:.2f} "
+              f"ms/step",
+        subject=Subject(device=device),
+        evidence={"kind": SYNC, "calls_per_step": float(np.median(calls)),
+                  "host_blocked_ms_per_step": round(float(np.median(
+                      [stalls[(device, s)].host_us if (device, s) in stalls else 0.0 for s in steps])) / 1000, 3),
+                  "gpu_idle_after_ms_per_step": round(median / 1000, 3), "steps": len(steps),
+                  "significance": verdict.as_dict()},
+        saving_us=median,
+        saving_basis=("bound: the GPU idle time from where a synchronizing call returns (its queue empty) to the "
+                      "next GPU work, median per step (the host could have launched ahead; removing the calls "
+                      "saves at most this)"),
+        confidence=verdict.confidence,
+        fix=FIXES[SYNC],
+    )
