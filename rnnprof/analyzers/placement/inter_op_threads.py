@@ -13,15 +13,20 @@ Towers took turns when that share is under ``TOOK_TURNS`` (5%).
   ``TF_NUM_INTEROP_THREADS``), which the manifest does not record; a warning only when the trace shows the
   towers took turns, nothing otherwise; without a trace, not checked.
 
-Cost (a bound, per step, the median over the traced steps): the union of the devices' busy time less what it
-could shrink to with the towers side by side: the busiest device's busy time, or the summed busy time spread
-over the host's cores when there are fewer cores than devices. That assumes the cores are free for the second
-tower. When the devices are logical CPU devices, they share the host's cores, and an op of one tower already
-uses several of them (its intra-op threads): running the towers side by side can then gain at most what the
-cores left unused. So, where the manifest records each timed step's CPU times (``names.STEP_CPU``), the cost
-is also at most the step's wall time less the process's CPU time spread over the cores other processes left
-free during the timed steps (``cpu_bound``; the median over the timed steps): a step whose process already kept every free core busy
-cannot get faster with more threads. ``rnnprof scale --inter-op-threads N`` measures the gain.
+Cost, per step (the median over the traced steps): the union of the devices' busy time less what it could
+shrink to with the towers side by side: the busiest device's busy time, or the summed busy time spread over
+the host's cores when there are fewer cores than devices (``turns_cost_us``). That is a bound, what side by
+side saves if no op slows down beside another. When the devices are logical CPU devices they share the host's
+cores, and an op of one tower already uses several of them (its intra-op threads), so side by side they gain
+less. Where the manifest records each timed step's CPU times (``names.STEP_CPU``), a second figure says how
+much less: the step's wall time less the process's CPU time spread over the cores other processes left free
+during the timed steps (``cpu_bound``; the median over the timed steps), what side by side saves if it kept
+every free core busy with the CPU work the step does now. That one errs low: a thread that waits for the one
+inter-op thread's next op spins on a core, so part of today's CPU time is waiting that side by side would not
+repeat (on the 2-core development machine the planted run spent 71 ms of CPU per step where the same work side
+by side spent 57). The cost is then the geometric mean of the two, the estimate whose ratio to any cost
+between them is at most the square root of their ratio (the smaller alone when it is the bound). ``rnnprof
+scale --inter-op-threads N`` measures the gain; ``benchmarks/diagnosis.py`` measures the estimate's error.
 """
 
 from __future__ import annotations
@@ -40,13 +45,15 @@ TOOK_TURNS = 0.05  # side-by-side share of the devices' busy union under which t
 COST_BASIS = ("bound: the devices' busy union less the busiest device's busy time (or the summed busy time over "
               "the host's cores, when fewer), median per step: what running the towers side by side saves at "
               "most, when the host's cores are free for them")
-CPU_BOUND_BASIS = ("; and at most the step time less the process's CPU time spread over the cores other processes "
-                   "left free, median over the timed steps (the towers share the host's cores: side by side they "
-                   "gain only what the cores left unused)")
+CPU_BOUND_BASIS = ("estimate: the geometric mean of two figures, per step: the devices' busy union less the busiest "
+                   "device's busy time (what side by side saves if no op slows down beside another, the most it "
+                   "can save) and the step time less the process's CPU time spread over the cores other processes "
+                   "left free, median over the timed steps (what it saves if it kept every free core busy with "
+                   "today's CPU work, which errs low: part of that work is threads spinning while they wait)")
 
 
 def cpu_bound(inp: AuditInput) -> dict | None:
-    """What more threads can gain at most when the devices share the host's cores (module docstring): per timed
+    """What more threads gain if they keep every free core busy with today's CPU work (module docstring): per timed
     step, ``wall - process CPU / free cores`` (median, µs), the free cores being the host's less what other
     processes used during the timed steps (at least 1; over all of them, as the host's busy time comes in ticks
     of 10 ms). None unless the devices are logical CPU devices and the manifest records the steps' CPU times."""
@@ -195,6 +202,6 @@ def _cost(measured: dict | None, cpu: dict | None) -> tuple[float | None, str]:
     if measured is None:
         return None, ("not estimable without a trace: towers take turns on the pool; compare with "
                       "`rnnprof scale --inter-op-threads N`")
-    if cpu is None:
+    if cpu is None or cpu["bound_us"] >= measured["turns_cost_us"]:
         return measured["turns_cost_us"], COST_BASIS
-    return min(measured["turns_cost_us"], cpu["bound_us"]), COST_BASIS + CPU_BOUND_BASIS
+    return float(np.sqrt(cpu["bound_us"] * measured["turns_cost_us"])), CPU_BOUND_BASIS
