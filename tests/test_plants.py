@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from rnnprof.cli import main
@@ -138,7 +139,18 @@ def test_the_audit_finds_one_inter_op_thread_by_the_towers_taking_turns_and_spar
     assert threads["severity"] == "error" and threads["evidence"]["took_turns"] is True
     assert threads["evidence"]["inter_op_threads"] == 1 and threads["evidence"]["side_by_side_share"] == 0.0
     busy = threads["evidence"]["busy_ms_per_step"]
-    assert threads["saving_ms"] == pytest.approx(sum(busy.values()) - max(busy.values()), abs=0.01)
+    towers = sum(busy.values()) - max(busy.values())  # the towers' bound: what side by side saves at most
+    # the CPU figure from the manifest's timed steps: wall time less the process's CPU time over the free cores
+    manifest = json.loads((tmp_path / "planted" / "manifest.json").read_text())
+    walls, cpu = manifest["step_times"]["timed"], manifest["step_cpu"]["timed"]
+    cores = manifest["machine"]["cpu_count"]
+    known = [(w, c) for w, c in zip(walls, cpu) if c["host_busy_s"] is not None]
+    others = max(sum(c["host_busy_s"] - c["process_s"] for _, c in known), 0) / sum(w for w, _ in known)
+    free = min(max(cores - others, 1.0), cores)
+    figure = 1000 * float(np.median([max(w - c["process_s"] / free, 0.0) for w, c in zip(walls, cpu)]))
+    assert threads["evidence"]["cpu_bound_ms_per_step"] == pytest.approx(figure, abs=0.01)
+    expected = (figure * towers) ** 0.5 if figure < towers else towers
+    assert threads["saving_ms"] == pytest.approx(expected, abs=0.02)
     assert docs["planted"]["findings"][0]["rule"] == "PA006"  # ranked first
     assert not [f for f in docs["control"]["findings"] if f["rule"] == "PA006"]
     assert "PA006" in next(n for n in docs["control"]["notes"] if n.startswith("rules checked"))
