@@ -143,17 +143,20 @@ class CollectivesReport:
             out[key] = out.get(key, 0.0) + mine[0] - max(others)
         return out
 
-    def straggler_significance(self, jitter_us: float = 0.0):
-        """The straggler's lateness per step judged against the run's jitter (``rnnprof.analyzers.noise``),
-        per collective when fewer than ``noise.MIN_STEPS`` steps hold collectives; None without a straggler."""
+    def lateness_verdict(self, worker: str, jitter_us: float = 0.0):
+        """The worker's lateness (``lateness``: per step, or per collective when fewer than ``noise.MIN_STEPS``
+        steps hold collectives) and its median judged against the run's jitter (``rnnprof.analyzers.noise``, with
+        the floor between ranks)."""
         from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, MIN_STEPS, significance
 
-        if self.straggler is None:
-            return None
-        late, per = self.lateness(self.straggler), "step"
+        late, per = self.lateness(worker), "step"
         if len(late) < MIN_STEPS:
-            late, per = self.lateness(self.straggler, by_step=False), "collective"
-        return significance(list(late.values()), jitter_us, per, CROSS_RANK_FLOOR_US)
+            late, per = self.lateness(worker, by_step=False), "collective"
+        return late, significance(list(late.values()), jitter_us, per, CROSS_RANK_FLOOR_US)
+
+    def straggler_significance(self, jitter_us: float = 0.0):
+        """The straggler's ``lateness_verdict``'s verdict; None without a straggler."""
+        return None if self.straggler is None else self.lateness_verdict(self.straggler, jitter_us)[1]
 
     def as_dict(self) -> dict:
         return {"straggler": self.straggler, "matched": len(self.collectives), "unmatched": self.unmatched,

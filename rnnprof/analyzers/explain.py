@@ -35,7 +35,7 @@ speedup = ideal - measured = ideal * gap / T_N, split by the parts' gaps in prop
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -156,7 +156,6 @@ class ExplainReport:
     scaling_source: str  # how it was decided: the configuration, the flag
     rows: tuple[ExplainRow, ...]
     notes: tuple[str, ...] = ()
-    left_out: dict[str, int] = field(default_factory=dict)  # what was not explained, by reason
 
     @property
     def ideal_definition(self) -> str:
@@ -178,8 +177,7 @@ class ExplainReport:
                     "gap_significance": "each timed step minus the ideal step against the jitter of the timed "
                                         "steps of this run and of the base run (rnnprof.analyzers.noise); a "
                                         "gap within it is not split into a verdict"},
-                "rows": [r.as_dict() for r in self.rows], "notes": list(self.notes),
-                "left_out": dict(self.left_out)}
+                "rows": [r.as_dict() for r in self.rows], "notes": list(self.notes)}
 
 
 def _step_parts(comm) -> tuple[list[dict], list[str], bool]:

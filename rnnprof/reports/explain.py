@@ -16,12 +16,11 @@ _HEADS = {"compute_not_scaled": "not\nscaled", "exposed_communication": "exposed
 PART_COLORS = ("#4c78a8", "#e45756", "#b279a2", "#9d755d", "#f58518")
 
 
-def to_document(report: ExplainReport, notes: list[str], left_out: dict | None = None) -> dict:
-    document = {"format": "rnnprof-explain", **report.as_dict()}
-    document["notes"] = list(report.notes) + list(notes)
-    if left_out is not None:
-        document["left_out"] = left_out
-    return document
+def to_document(report: ExplainReport, notes: list[str], left_out: dict) -> dict:
+    """The JSON document: the report, the loaders' notes after its own, and what the loaders left out (counts by
+    reason, ``commands._left_out.counts``)."""
+    return {"format": "rnnprof-explain", **report.as_dict(), "notes": list(report.notes) + list(notes),
+            "left_out": left_out}
 
 
 def render_table(report: ExplainReport, console: Console) -> None:

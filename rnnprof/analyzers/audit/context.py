@@ -46,6 +46,13 @@ class AuditContext:
             return self.known.comm
         return analyze_comm(self.table, classes=self.classes)
 
+    @property
+    def idle_gpus(self) -> list:
+        """comm's GPU devices whose idle time has causes per step (``comm.DeviceComm`` with ``idle.steps``)."""
+        if self.table is None or not len(self.table):
+            return []
+        return [d for d in self.comm.devices if d.device.kind == "gpu" and d.idle is not None and d.idle.steps]
+
     @cached_property
     def noise(self):
         """The run's step times and jitter (``noise.StepNoise``): the comm windows' longest span per step."""

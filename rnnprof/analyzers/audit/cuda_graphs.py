@@ -27,7 +27,7 @@ DOMINANT_SHARE = 0.5  # as launches.LAUNCH_BOUND_SHARE
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     if ctx.table is None or not len(ctx.table) or not ctx.comm.devices:
         return NotChecked(RULE_ID, "needs a trace with GPU work")
-    gpus = [d for d in ctx.comm.devices if d.device.kind == "gpu" and d.idle is not None and d.idle.steps]
+    gpus = ctx.idle_gpus
     launches = ctx.launches
     if not gpus or not launches.available:
         return NotChecked(RULE_ID, "needs GPU kernels with their launches in the trace")

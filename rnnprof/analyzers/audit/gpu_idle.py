@@ -29,7 +29,7 @@ FIXES = {"host_wait_us": "take work off the host thread (larger batches, fewer P
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     if ctx.table is None or not len(ctx.table) or not ctx.comm.devices:
         return NotChecked(RULE_ID, "needs a trace with device activity")
-    gpus = [d for d in ctx.comm.devices if d.device.kind == "gpu" and d.idle is not None and d.idle.steps]
+    gpus = ctx.idle_gpus
     if not gpus:
         return NotChecked(RULE_ID, "needs GPU work with its launches in the trace")
     best = None

@@ -140,8 +140,7 @@ def _finding(ctx: AuditContext, worst: _Worst) -> Finding:
 
 def _host_wait_per_step(ctx: AuditContext) -> float | None:
     """The largest median per step of host-wait idle time over the GPUs; None without causes."""
-    found = [float(np.median([c.host_wait_us for c in d.idle.steps.values()]))
-             for d in ctx.comm.devices if d.device.kind == "gpu" and d.idle is not None and d.idle.steps]
+    found = [float(np.median([c.host_wait_us for c in d.idle.steps.values()])) for d in ctx.idle_gpus]
     return max(found) if found else None
 
 

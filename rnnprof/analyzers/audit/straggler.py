@@ -22,8 +22,6 @@ import re
 
 import numpy as np
 
-from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, MIN_STEPS, significance
-
 from .context import AuditContext
 from .finding import Finding, NotChecked, Severity, Subject
 
@@ -43,10 +41,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     jitter = ctx.noise.spread_us
     best = None
     for rank in report.ranks:
-        late, per = report.lateness(rank.worker), "step"
-        if len(late) < MIN_STEPS:
-            late, per = report.lateness(rank.worker, by_step=False), "collective"
-        verdict = significance(list(late.values()), jitter, per, CROSS_RANK_FLOOR_US)
+        late, verdict = report.lateness_verdict(rank.worker, jitter)
         if best is None or verdict.difference_us > best[1].difference_us:
             best = (rank, verdict, late)
     rank, verdict, late = best
