@@ -31,20 +31,15 @@ class AuditContext:
     def table(self) -> EventTable | None:
         return self.placement.events
 
-    @cached_property
+    @property
     def classes(self):
-        """``classify`` of the table, once."""
-        from rnnprof.analyzers.classify import classify
+        """``classify`` of the table, once (the caller's, or the placement input's, which its rules share)."""
+        return self.known.classes if self.known.classes is not None else self.placement.classes
 
-        return self.known.classes if self.known.classes is not None else classify(self.table)
-
-    @cached_property
+    @property
     def comm(self):
-        from rnnprof.analyzers.comm import analyze_comm
-
-        if self.known.comm is not None:
-            return self.known.comm
-        return analyze_comm(self.table, classes=self.classes)
+        """``analyze_comm`` of the table, once (the caller's, or the placement input's)."""
+        return self.known.comm if self.known.comm is not None else self.placement.comm
 
     @property
     def idle_gpus(self) -> list:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rnnprof.analyzers.comm import analyze_comm, host_operator_devices
+from rnnprof.analyzers.comm import host_operator_devices
 from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, Significance, significance, step_noise
 from rnnprof.events import Device, EventTable
 
@@ -47,7 +47,7 @@ def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[PlacementF
         kinds = ", ".join(d.label for d in devices) or "none"
         return NotChecked(RULE_ID, f"the trace has one compute device ({kinds}); balance needs at least 2")
     cpu_ranks = host_operator_devices(events) & set(devices)
-    busy = _busy_per_step(events, devices, cpu_ranks)
+    busy = _busy_per_step(events, inp.comm if cpu_ranks else None, devices, cpu_ranks)
     spread = _spread(busy)
     if not (spread > threshold).any():
         return []
@@ -61,11 +61,11 @@ def _compared_devices(inp: AuditInput) -> list[Device]:
     return [d for d in homes if d in inp.events.devices] if len(homes) >= 2 else compute_devices(inp.events)
 
 
-def _busy_per_step(events: EventTable, devices: list[Device], cpu_ranks: set[Device]) -> np.ndarray:
+def _busy_per_step(events: EventTable, comm, devices: list[Device], cpu_ranks: set[Device]) -> np.ndarray:
     """Busy µs, steps x devices: the union of a device's compute intervals in the step, or for a CPU rank its
-    step window less its communication (``_rank_compute``)."""
+    step window less its communication (``_rank_compute``; ``comm``: ``analyze_comm`` of the events)."""
     mask = compute_mask(events)
-    by_rank = {d.device: d for d in analyze_comm(events).devices} if cpu_ranks else {}
+    by_rank = {d.device: d for d in comm.devices} if cpu_ranks else {}
     busy = []
     for step in step_keys(events):
         sel = in_step(events, step)

@@ -88,6 +88,20 @@ class AuditInput:
         return out
 
     @cached_property
+    def classes(self) -> np.ndarray:
+        """``classify.classify`` of the trace's events, once for every rule that reads it."""
+        from rnnprof.analyzers.classify import classify
+
+        return classify(self.events)
+
+    @cached_property
+    def comm(self):
+        """``comm.analyze_comm`` of the trace's events (``comm.CommReport``), once for every rule that reads it."""
+        from rnnprof.analyzers.comm import analyze_comm
+
+        return analyze_comm(self.events, classes=self.classes)
+
+    @cached_property
     def tower_homes(self) -> dict[int, Device]:
         """Each tower's own device: where most of its compute ops were placed (see ``assign_homes``)."""
         votes: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
