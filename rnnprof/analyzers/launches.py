@@ -287,23 +287,33 @@ def enclosing_host_ops(table: EventTable, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def _host_op_executions(table: EventTable, launcher: np.ndarray, kernel_rows: np.ndarray, dur: np.ndarray):
-    """Host-op executions that launched kernels: (names, name per execution, host time, kernels' summed time,
-    kernels launched)."""
-    empty = ((), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64))
+def launching_ops(table: EventTable, launcher: np.ndarray, kernel_rows: np.ndarray, kernel_dur: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The innermost host operators around the runtime calls that launched the kernels ``kernel_rows``
+    (``launcher``: ``device_work.launchers``; ``kernel_dur``: each kernel's duration, one per row): their rows,
+    sorted, and for each the summed duration and the count of the kernels it launched; empty where no launch is
+    inside a host operator."""
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64))
     launched = launcher[kernel_rows] >= 0
     calls = launcher[kernel_rows][launched]
     if not len(calls):
         return empty
     unique_calls, call_of = np.unique(calls, return_inverse=True)
-    op_of_call = enclosing_host_ops(table, unique_calls)
-    op = op_of_call[call_of]
+    op = enclosing_host_ops(table, unique_calls)[call_of]
     has_op = op >= 0
     if not has_op.any():
         return empty
     ops, op_index = np.unique(op[has_op], return_inverse=True)
-    kernel_time = np.bincount(op_index, weights=dur[launched][has_op], minlength=len(ops))
-    kernel_count = np.bincount(op_index, minlength=len(ops))
+    kernel_time = np.bincount(op_index, weights=kernel_dur[launched][has_op], minlength=len(ops))
+    return ops, kernel_time, np.bincount(op_index, minlength=len(ops))
+
+
+def _host_op_executions(table: EventTable, launcher: np.ndarray, kernel_rows: np.ndarray, dur: np.ndarray):
+    """Host-op executions that launched kernels: (names, name per execution, host time, kernels' summed time,
+    kernels launched)."""
+    ops, kernel_time, kernel_count = launching_ops(table, launcher, kernel_rows, dur)
+    if not len(ops):
+        return (), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)
     host_time = np.maximum(table.dur[ops], 0.0)
     names, name_of = np.unique(table.name[ops], return_inverse=True)
     return tuple(table.strings[c] for c in names), name_of.astype(np.int64), host_time, kernel_time, kernel_count

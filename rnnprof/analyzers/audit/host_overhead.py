@@ -1,7 +1,7 @@
 """PF006: CPU-side operator overhead: host operators that take longer on the host than their kernels on the GPU.
 
 For every host operator execution that launched GPU work (the innermost host operator around the runtime
-call that launched it: ``launches.enclosing_host_ops``), its excess = host time - the summed time of the
+call that launched it: ``launches.launching_ops``), its excess = host time - the summed time of the
 kernels it launched, when positive. Per operator name and step (the execution's own step), the summed
 excess; the name with the largest median per step is reported. Host time only costs step time while the GPU
 waits for the host, so the saving (a bound) is that median, capped by the GPU's host-wait idle time per step
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnprof.analyzers.device_work import host_operator_devices, launchers
-from rnnprof.analyzers.launches import enclosing_host_ops
+from rnnprof.analyzers.launches import launching_ops
 from rnnprof.events import EventTable, Kind
 
 from . import _per_step
@@ -88,13 +88,9 @@ def _launching_ops(table: EventTable) -> _LaunchingOps | str:
                              & (launcher >= 0))
     if not len(kernels):
         return NO_LAUNCHES
-    calls, call_of = np.unique(launcher[kernels], return_inverse=True)
-    op = enclosing_host_ops(table, calls)[call_of]
-    known = op >= 0
-    if not known.any():
+    ops, kernel_time, _ = launching_ops(table, launcher, kernels, np.maximum(table.dur[kernels], 0.0))
+    if not len(ops):
         return "no launch is inside a host operator"
-    ops, op_of = np.unique(op[known], return_inverse=True)
-    kernel_time = np.bincount(op_of, weights=np.maximum(table.dur[kernels[known]], 0.0), minlength=len(ops))
     excess = np.maximum(np.maximum(table.dur[ops], 0.0) - kernel_time, 0.0)
     return _LaunchingOps(ops, kernel_time, excess)
 
