@@ -19,7 +19,7 @@ from rnnprof import names
 from rnnprof.events import Device, EventTable, Kind, parse_tf_device
 
 from . import scopes
-from .busy import compute_mask, length, step_keys, union_array
+from .busy import compute_mask, in_step, length, saturated, step_keys, union_array
 
 if TYPE_CHECKING:  # networkx is only needed by whoever builds the graph
     import networkx
@@ -138,6 +138,17 @@ class AuditInput:
                 return []
             rows.append((float(seconds), float(process), float(host) if _seconds(host, zero=True) else None))
         return rows
+
+    @cached_property
+    def saturated_steps(self) -> dict[int, np.ndarray]:
+        """Per step of the trace (``busy.step_keys``), the intervals during which every one of the host's cores ran
+        an op (``busy.saturated``), when the devices share the host's cores (``shared_cores``); else {}."""
+        cores = self.shared_cores
+        if not cores or self.events is None:
+            return {}
+        mask = compute_mask(self.events)
+        return {step: saturated(self.events, mask & in_step(self.events, step), cores)
+                for step in step_keys(self.events)}
 
     @property
     def shared_cores(self) -> int | None:

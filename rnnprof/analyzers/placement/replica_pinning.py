@@ -20,7 +20,7 @@ from rnnprof.events import Device
 from . import scopes
 from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput, NodePlacement, is_tower_work, op_events_mask, steps_in, time_by_name
-from .busy import busy_intervals, compute_mask, in_step, length, minus, saturated, step_keys, union_array
+from .busy import busy_intervals, compute_mask, in_step, length, minus, step_keys, union_array
 
 if TYPE_CHECKING:  # networkx is only needed when there is a graph
     import networkx as nx
@@ -241,15 +241,14 @@ def _wait_cost(inp: AuditInput, home: Device, device: Device, names: set[str]) -
     cores = inp.shared_cores
     busy = wait = cores_idle = 0.0
     for step in step_keys(events):
-        sel = mine & in_step(events, step)
+        step_sel = in_step(events, step)
+        sel = mine & step_sel
         wrong = union_array(events.ts[sel], events.end[sel])
         busy += length(wrong)
-        home_busy = busy_intervals(events.select(in_step(events, step)), home,
-                                   mask[in_step(events, step)])
-        waiting = minus(wrong, home_busy)
+        waiting = minus(wrong, busy_intervals(events.select(step_sel), home, mask[step_sel]))
         wait += length(waiting)
         if cores:
-            cores_idle += length(minus(waiting, saturated(events, mask & in_step(events, step), cores)))
+            cores_idle += length(minus(waiting, inp.saturated_steps[step]))
     return {"steps": steps, "busy": busy / steps, "wait": wait / steps, "shared_cores": cores,
             "cores_idle": cores_idle / steps if cores else None, "us_by_name": time_by_name(events, names, device)}
 
