@@ -601,13 +601,7 @@ def tf_op_cost(op_type: str, dims, types) -> OpCost | None:
     model = _TF_MODELS.get(op_type)
     if model is None or not isinstance(dims, list) or len(dims) < 2 or not all(isinstance(d, list) for d in dims):
         return None
-    try:
-        cost = model(dims, types if isinstance(types, list) else [], None)
-    except _INPUT_SHAPE_ERRORS:
-        return None
-    if cost is None or cost.flops < 0 or cost.bytes < 0:
-        return None
-    return cost
+    return _modeled(model, dims, types if isinstance(types, list) else [], None)
 
 
 MODELED = frozenset(_MODELS) | frozenset(_TF_MODELS)
@@ -622,8 +616,13 @@ def op_cost(name: str, dims, types, concrete=None) -> OpCost | None:
         return tf_op_cost(name, dims, types)
     if model is None or not isinstance(dims, list) or not isinstance(types, list):
         return None
+    return _modeled(model, dims, types, concrete if isinstance(concrete, list) else None)
+
+
+def _modeled(model, dims: list, types: list, concrete: list | None) -> OpCost | None:
+    """``model``'s cost of these shapes; None where the shapes do not fit it or it gives a negative figure."""
     try:
-        cost = model(dims, types, concrete if isinstance(concrete, list) else None)
+        cost = model(dims, types, concrete)
     except _INPUT_SHAPE_ERRORS:
         return None
     if cost is None or cost.flops < 0 or cost.bytes < 0:
