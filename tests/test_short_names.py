@@ -20,6 +20,8 @@ def test_a_demangled_signature_keeps_its_qualified_name():
 
 def test_short_names_are_left_alone_and_long_plain_names_keep_head_and_tail():
     assert short_name("aten::view") == "aten::view"
+    # a bracket that does not close is no template or argument list: kept, not folded away
+    assert short_name("aten::lt (a < b)") == "aten::lt (…)" and short_name("x < y") == "x < y"
     name = "cudnn_train_volta_scudnn_128x128_stridedB_splitK_medium_nn_v1"
     shortened = short_name(name, 40)
     assert len(shortened) == 40 and shortened.startswith(name[:26]) and shortened.endswith(name[-13:])

@@ -665,6 +665,22 @@ def diff_time(a: Side, b: Side, comm_a: tuple[CommReport | None, str] | None = N
 
 # -- ops and kernels ------------------------------------------------------------------------------------------
 
+def fold_brackets(text: str, opening: str, closing: str) -> str | None:
+    """``text`` with every outermost ``opening…closing`` group's content replaced by one ellipsis (``f<int, 2>(x)``
+    -> ``f<…>(x)``); None when the brackets do not balance."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == opening:
+            if depth == 0:
+                out.append(opening + "…" + closing)
+            depth += 1
+        elif ch == closing and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return None if depth else "".join(out)
+
+
 def normalize_name(name: str) -> str:
     """A kernel or op name with template arguments folded to ``<…>`` and the argument list dropped.
 
@@ -673,19 +689,10 @@ def normalize_name(name: str) -> str:
     (TF node names, ``aten::mm``) are kept as they are.
     """
     text = name[5:] if name.startswith("void ") else name
-    out, depth = [], 0
-    for ch in text:
-        if ch == "<":
-            if depth == 0:
-                out.append("<…>")
-            depth += 1
-        elif ch == ">" and depth:
-            depth -= 1
-        elif depth == 0:
-            out.append(ch)
-    if depth:
+    folded = fold_brackets(text, "<", ">")
+    if folded is None:
         return name  # unbalanced brackets: not a template, keep the name
-    folded = "".join(out).strip()
+    folded = folded.strip()
     if folded.endswith(")"):  # drop the argument list: the last top-level (...) group
         depth = 0
         for i in range(len(folded) - 1, -1, -1):
@@ -868,4 +875,4 @@ def diff_config(a: Side, b: Side) -> ConfigSection:
 
 __all__ = ["ConfigChange", "ConfigSection", "CopiesSection", "CopyKindChange", "GraphLaunchChange", "DeviceFigure", "DiffReport", "PairedFigure", "GraphOpChange", "GraphSection",
            "Headline", "IncompatibleSides", "MovedOp", "OpChange", "OpsSection", "STEP_BASES", "Side", "StepTime",
-           "TimeSection", "diff", "diff_copies", "headline", "normalize_name", "pair_devices", "settings", "step_marker_periods"]
+           "TimeSection", "diff", "diff_copies", "fold_brackets", "headline", "normalize_name", "pair_devices", "settings", "step_marker_periods"]

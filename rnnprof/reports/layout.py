@@ -21,6 +21,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from rnnprof.analyzers.diff import fold_brackets
 from rnnprof.events import OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH
 
 
@@ -45,28 +46,12 @@ def short_name(name: str, limit: int = 60) -> str:
     text = name
     if text.startswith("void "):
         text = text[5:]
-    text = _collapse(_collapse(text, "<", ">"), "(", ")")
+    for opening, closing in (("<", ">"), ("(", ")")):
+        text = fold_brackets(text, opening, closing) or text
     if len(text) > limit:
         head = (limit - 1) * 2 // 3
         text = text[:head] + "…" + text[len(text) - (limit - 1 - head):]
     return text
-
-
-def _collapse(text: str, opening: str, closing: str) -> str:
-    """Every outermost ``opening…closing`` group's content replaced by one ellipsis."""
-    out, depth = [], 0
-    for ch in text:
-        if ch == opening:
-            if depth == 0:
-                out.append(opening + "…")
-            depth += 1
-        elif ch == closing and depth:
-            depth -= 1
-            if depth == 0:
-                out.append(closing)
-        elif depth == 0:
-            out.append(ch)
-    return "".join(out)
 
 
 def render_json(document: dict, console: Console) -> None:
