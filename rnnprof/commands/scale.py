@@ -86,7 +86,7 @@ def _measure(args: argparse.Namespace, sweep_points: list[dict], device_counts: 
     if args.explain:
         if trainers:
             raise UsageError("--explain traces rnnprof's own trainer; it does not combine with --trainer")
-        return _traced(args, sweep_points)
+        return _traced(args, sweep_points, device_counts)
     if args.framework == "torch":
         return _torch(args, sweep_points)
     return _tensorflow(args, sweep_points, device_counts, trainers)
@@ -130,7 +130,7 @@ def _render_explanation(out: str, explained, notes: list[str], console: Console)
                                 f" (rnnprof explain {out}; rnnprof report {out})"))
 
 
-def _traced(args: argparse.Namespace, sweep_points: list[dict]):
+def _traced(args: argparse.Namespace, sweep_points: list[dict], device_counts: list[int]):
     """Every configuration timed, then traced, into ``--out``'s runs/ (``sweep.traced_sweep``)."""
     import sys
 
@@ -141,10 +141,7 @@ def _traced(args: argparse.Namespace, sweep_points: list[dict]):
 
         configs = [torch_options_from_args(args, 0, **point) for point in sweep_points]
     else:
-        from rnnprof.config import workload_config_from_args
-        from rnnprof.profiler.run.runner import visible_gpus
-
-        configs = [workload_config_from_args(args, visible_gpus(), **point) for point in sweep_points]
+        configs = _tf_configs(args, sweep_points, device_counts)
     argv = ["rnnprof", *sys.argv[1:]]
     swept = traced_sweep(configs, args.out, args.trace_steps or TRACE_STEPS, argv,
                          on_warning=_warning_printer(Console(stderr=True)), framework=args.framework)
@@ -245,18 +242,24 @@ def _trainers(args: argparse.Namespace, modes: list[str]) -> list[str] | None:
     return trainers
 
 
-def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_counts: list[int],
-                trainers: list[str] | None = None):
+def _tf_configs(args: argparse.Namespace, sweep_points: list[dict], device_counts: list[int]) -> list:
+    """Every TensorFlow configuration, each validated, and the device counts against the visible GPUs, before
+    minutes are spent on the first one."""
     from rnnprof.config import workload_config_from_args
-    from rnnprof.reports.progress import StepProgress
     from rnnprof.profiler.run.runner import visible_gpus
-    from rnnprof.profiler.run.sweep import sweep
 
     gpus = visible_gpus()
     if gpus and max(device_counts) > gpus:
         raise UsageError(f"--devices {args.devices} asks for {max(device_counts)} GPUs but {gpus} are visible")
-    # Validate every configuration before spending minutes on the first one.
-    configs = [workload_config_from_args(args, gpus, **point) for point in sweep_points]
+    return [workload_config_from_args(args, gpus, **point) for point in sweep_points]
+
+
+def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_counts: list[int],
+                trainers: list[str] | None = None):
+    from rnnprof.reports.progress import StepProgress
+    from rnnprof.profiler.run.sweep import sweep
+
+    configs = _tf_configs(args, sweep_points, device_counts)
     names = [None] * len(configs)
     if trainers:  # each configuration once per trainer, side by side
         names = [t for _ in configs for t in trainers]
