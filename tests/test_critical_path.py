@@ -117,6 +117,29 @@ def test_a_collective_joins_its_members_so_the_late_arrival_is_on_the_path():
     assert what_if["b1"] == 10
 
 
+def test_a_collective_flow_binds_to_the_collective_not_to_an_op_overlapping_it_on_the_lane():
+    """With two inter-op threads, an op runs beside a collective on the same device lane: cA [100, 200] and x
+    [150, 400] on A; cB [50, 199] on B. The timeline's collective arrow ends 1 µs inside cA's end, where x (the
+    later start) encloses it too: the join is cA with cB, and x (which starts after cB and cA began) is no member,
+    so the path never goes back in time from x to the collective."""
+    builder = EventTableBuilder("test")
+    a, b = Device("cpu", 0), Device("cpu", 1)
+    for name, device, ts, dur, kind in (("cA", a, 100, 100, Kind.COMMUNICATION), ("x", a, 150, 250, Kind.HOST_OP),
+                                        ("cB", b, 50, 149, Kind.COMMUNICATION)):
+        builder.add(ts=ts, dur=dur, name=name, op_type=name, device=device, lane="ops", kind=kind, step=0)
+    flows = (Flow("collective", FlowEnd(b, "ops", 51), FlowEnd(a, "ops", 199)),
+             Flow("collective", FlowEnd(a, "ops", 101), FlowEnd(b, "ops", 198)))
+    table = builder.build()
+    graph = build_step_graph(table, 0, Dependencies(flows=flows))
+    row = lambda node: node[1] if isinstance(node, tuple) else node  # noqa: E731 (an entry is ("entry", row))
+    members = {table.strings[table.name[row(n)]] for u, v, kind in graph.edges(data="kind") if kind == "collective"
+               for n in (u, v)}
+    assert members == {"cA", "cB"}
+    (step,) = analyze_critical_path(table, Dependencies(flows=flows)).steps
+    for link, nxt in zip(step.links, step.links[1:]):
+        assert nxt.ts_us + nxt.dur_us >= link.ts_us, (link, nxt)
+
+
 def test_without_the_join_the_two_lanes_are_independent():
     table, deps = _two_device_step(with_join=False)
     graph = build_step_graph(table, 0, deps)
@@ -285,6 +308,33 @@ def test_planted_softmax_of_tower_1_on_device_0_is_on_the_critical_path(planted_
     (alone,) = single["steps"]
     assert single["lacks"] == [] and alone["edges"] == doc["steps"][0]["edges"]
     assert [link["name"] for link in alone["links"]] == [link["name"] for link in doc["steps"][0]["links"]]
+
+
+@pytest.mark.slow
+def test_collective_joins_of_a_real_run_hold_only_collectives_that_ran_together(planted_run):
+    """Two inter-op threads run ops beside the collectives on each device's lane: a join binds only the
+    collective ops the timeline's arrows name (communication events), and the members of one join all run at
+    once (each ends after the last one starts), in every traced step."""
+    from rnnprof.analyzers.classify import EventClass, classify
+    from rnnprof.profiler.loaders import load_events
+    from rnnprof.profiler.loaders.dependencies import read_dependencies
+
+    table = load_events(str(planted_run))
+    deps, classes = read_dependencies([str(planted_run)]), classify(table)
+    joins = 0
+    for step in table.steps():
+        graph = build_step_graph(table, int(step), deps, classes)
+        groups = {}
+        for u, v, kind in graph.edges(data="kind"):
+            if kind == "collective":
+                groups.setdefault(frozenset(p for p, _ in graph.in_edges(v) if isinstance(p, tuple)), set()).add(v)
+        for members in groups.values():
+            rows = [m[1] if isinstance(m, tuple) else m for m in members]
+            assert all(classes[r] == EventClass.COMMUNICATION for r in rows), [table.strings[table.name[r]]
+                                                                               for r in rows]
+            assert min(table.end[r] for r in rows) >= max(table.ts[r] for r in rows) - 1.0
+            joins += 1
+    assert joins >= 4  # the all-reduce's collectives, in each of the 4 steps
 
 
 @pytest.mark.slow

@@ -575,23 +575,33 @@ class _StepDAG:
         k = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
         return np.where(self.rows[k] == rows, k, -1)
 
-    def _event_at(self, end: FlowEnd, device_codes: dict[Device, int]) -> int | None:
+    def _event_at(self, end: FlowEnd, device_codes: dict[Device, int], collective: bool = False) -> int | None:
+        """The event a flow end is bound to: on its device's lane, of the events that enclose its time (within
+        ``_EPS_US``; among the 64 that start last before it), the one with a start or end nearest it, the later
+        starting of equals. A timeline places a flow end just inside its own slice, near its start or its end
+        (``rundir.chrome_trace``); with two or more inter-op threads, other ops on the device's lane enclose that
+        time too. ``collective``: only communication events (a collective's members are collectives)."""
         t = self.tt.table
         code = device_codes.get(end.device)
         lane = t.code_of(end.lane)
         if code is None or lane < 0:
             return None
-        members = np.flatnonzero((t.device[self.rows] == code) & (t.lane[self.rows] == lane))
+        on_lane = (t.device[self.rows] == code) & (t.lane[self.rows] == lane)
+        if collective:
+            on_lane &= self.tt.classes[self.rows] == EventClass.COMMUNICATION
+        members = np.flatnonzero(on_lane)
         if not len(members):
             return None
         members = members[np.argsort(self.start[members], kind="stable")]
         ts = end.ts - self.base
-        k = int(np.searchsorted(self.start[members], ts + _EPS_US, side="right")) - 1
-        for j in range(k, max(k - 64, -1), -1):
-            node = int(members[j])
-            if self.end[node] >= ts - _EPS_US:
-                return node
-        return None
+        k = int(np.searchsorted(self.start[members], ts + _EPS_US, side="right"))
+        near = members[max(k - 64, 0):k]
+        near = near[self.end[near] >= ts - _EPS_US]
+        if not len(near):
+            return None
+        distance = np.minimum(np.abs(self.start[near] - ts), np.abs(self.end[near] - ts))
+        best = np.flatnonzero(distance == distance.min())
+        return int(near[best[-1]])
 
     def _dependency_edges(self, dependencies: Dependencies):
         t = self.tt.table
@@ -641,7 +651,8 @@ class _StepDAG:
         for flow in dependencies.flows:
             if flow.kind != EDGE_COLLECTIVE:
                 continue
-            a, b = self._event_at(flow.source, device_codes), self._event_at(flow.target, device_codes)
+            a = self._event_at(flow.source, device_codes, collective=True)
+            b = self._event_at(flow.target, device_codes, collective=True)
             if a is not None and b is not None:
                 parent[find(a)] = find(b)
         groups: dict[int, list[int]] = defaultdict(list)
