@@ -489,7 +489,8 @@ def test_inter_op_threads_cost_on_shared_cores_lies_between_the_towers_and_the_c
     assert found.evidence["timed_steps"] == 5
     if cpu_figure < 80:  # the geometric mean of the two
         assert found.cost_us_per_step == pytest.approx((cpu_figure * 80) ** 0.5, abs=1e-6)
-        assert "geometric mean" in found.cost_basis
+        assert "geometric mean" in found.cost_basis and f"{cpu_figure / 1000:.2f} ms" in found.cost_basis
+        assert "0.08 ms, the devices' busy union" in found.cost_basis
     else:  # the towers' figure is the bound
         assert found.cost_us_per_step == pytest.approx(80.0)
 

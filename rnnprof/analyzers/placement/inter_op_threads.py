@@ -45,11 +45,12 @@ TOOK_TURNS = 0.05  # side-by-side share of the devices' busy union under which t
 COST_BASIS = ("bound: the devices' busy union less the busiest device's busy time (or the summed busy time over "
               "the host's cores, when fewer), median per step: what running the towers side by side saves at "
               "most, when the host's cores are free for them")
-CPU_BOUND_BASIS = ("estimate: the geometric mean of two figures, per step: the devices' busy union less the busiest "
-                   "device's busy time (what side by side saves if no op slows down beside another, the most it "
-                   "can save) and the step time less the process's CPU time spread over the cores other processes "
-                   "left free, median over the timed steps (what it saves if it kept every free core busy with "
-                   "today's CPU work, which errs low: part of that work is threads spinning while they wait)")
+CPU_BOUND_BASIS = ("estimate: the geometric mean of two figures per step: {towers:.2f} ms, the devices' busy union "
+                   "less the busiest device's busy time (what side by side saves if no op slows down beside "
+                   "another, the most it can save), and {cpu:.2f} ms, the step time less the process's CPU time "
+                   "spread over the {free:.2f} cores other processes left free, median over the timed steps (what "
+                   "it saves if it kept every free core busy with the step's present CPU work, which errs low: "
+                   "part of that work is threads spinning while they wait)")
 
 
 def cpu_bound(inp: AuditInput) -> dict | None:
@@ -204,4 +205,5 @@ def _cost(measured: dict | None, cpu: dict | None) -> tuple[float | None, str]:
                       "`rnnprof scale --inter-op-threads N`")
     if cpu is None or cpu["bound_us"] >= measured["turns_cost_us"]:
         return measured["turns_cost_us"], COST_BASIS
-    return float(np.sqrt(cpu["bound_us"] * measured["turns_cost_us"])), CPU_BOUND_BASIS
+    return float(np.sqrt(cpu["bound_us"] * measured["turns_cost_us"])), CPU_BOUND_BASIS.format(
+        towers=measured["turns_cost_us"] / 1000, cpu=cpu["bound_us"] / 1000, free=cpu["free_cores"])
