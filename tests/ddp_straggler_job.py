@@ -70,6 +70,7 @@ def main(out_dir: Path, sleep_s: float) -> None:
                 optimizer.step()
             prof.step()
     (out_dir / f"rank{rank}-sleeps.json").write_text(json.dumps(sleeps))
+    dist.barrier()  # neither rank tears its group down while the other still talks to it
     dist.destroy_process_group()
 
 

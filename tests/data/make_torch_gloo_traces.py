@@ -72,6 +72,7 @@ def worker(out_dir: Path) -> None:
             with record_function("optimizer"):
                 optimizer.step()
             prof.step()
+    dist.barrier()  # neither rank tears its group down while the other still talks to it
     dist.destroy_process_group()
 
 
