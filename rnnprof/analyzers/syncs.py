@@ -31,9 +31,9 @@ SYNC_CALL = re.compile(r"^(?:cuda|hip)(?:(?:Device|Stream|Event)Synchronize|Memc
 class StepSyncs:
     """One GPU's synchronizing calls in one step (calls of its process)."""
 
-    calls: int
-    host_us: float  # the calls' own time on the host (blocked)
-    idle_after_us: float  # the GPU idle time they leave (see the module docstring)
+    calls: int = 0
+    host_us: float = 0.0  # the calls' own time on the host (blocked)
+    idle_after_us: float = 0.0  # the GPU idle time they leave (see the module docstring)
 
 
 def sync_stalls(table: EventTable | None, classes: np.ndarray) -> dict[tuple[str, int], StepSyncs]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from rnnprof.analyzers.copies import StepCopies, exposed_copies
-from rnnprof.analyzers.syncs import sync_stalls
+from rnnprof.analyzers.syncs import StepSyncs, sync_stalls
 
 from . import _per_step
 from .context import AuditContext
@@ -97,16 +97,14 @@ def _copies(ctx: AuditContext) -> Finding | None:
 
 def _syncs(ctx: AuditContext) -> Finding | None:
     stalls = sync_stalls(ctx.table, ctx.classes)
-    steps = [int(s) for s in np.unique(ctx.table.step) if s >= 0] or [-1]  # calls outside every step: in none
+    steps = [int(s) for s in ctx.table.steps()] or [-1]  # calls outside every step: in none
     if not any(s in steps for _, s in stalls):
         return None
-    best = None
-    for device in sorted({d for d, _ in stalls}):
-        idle = [stalls[(device, s)].idle_after_us if (device, s) in stalls else 0.0 for s in steps]
-        if best is None or np.median(idle) > np.median(best[1]):
-            best = (device, idle)
-    device, idle = best
-    calls = [stalls[(device, s)].calls if (device, s) in stalls else 0 for s in steps]
+    per_device = {d: [stalls.get((d, s), StepSyncs()) for s in steps] for d in sorted({d for d, _ in stalls})}
+    device = max(per_device, key=lambda d: np.median([c.idle_after_us for c in per_device[d]]))  # first of equals
+    mine = per_device[device]
+    idle = [c.idle_after_us for c in mine]
+    calls = [c.calls for c in mine]
     median = float(np.median(idle))
     verdict = _per_step.judged(ctx, idle)
     return Finding(
@@ -115,8 +113,7 @@ def _syncs(ctx: AuditContext) -> Finding | None:
               f"ms/step",
         subject=Subject(device=device),
         evidence={"kind": SYNC, "calls_per_step": float(np.median(calls)),
-                  "host_blocked_ms_per_step": round(float(np.median(
-                      [stalls[(device, s)].host_us if (device, s) in stalls else 0.0 for s in steps])) / 1000, 3),
+                  "host_blocked_ms_per_step": round(float(np.median([c.host_us for c in mine])) / 1000, 3),
                   "gpu_idle_after_ms_per_step": round(median / 1000, 3), "steps": len(steps),
                   "significance": verdict.as_dict()},
         saving_us=median,

@@ -62,11 +62,10 @@ def cpu_bound(inp: AuditInput) -> dict | None:
     rows = inp.timed_step_cpu
     if cores is None or not rows:
         return None
-    seconds, process, host = (np.array(column, dtype=object) for column in zip(*rows))
-    seconds, process = seconds.astype(np.float64), process.astype(np.float64)
-    known = np.array([h is not None for h in host])
-    others = (max(float(np.sum(host[known].astype(np.float64) - process[known])), 0.0)
-              / float(np.sum(seconds[known])) if known.any() else 0.0)
+    seconds = np.array([r[0] for r in rows])
+    process = np.array([r[1] for r in rows])
+    known = [(wall, own, host) for wall, own, host in rows if host is not None]
+    others = max(sum(host - own for _, own, host in known), 0.0) / sum(w for w, _, _ in known) if known else 0.0
     free = min(max(cores - others, 1.0), float(cores))
     bound = np.maximum(seconds - process / free, 0.0)
     return {"bound_us": float(np.median(bound)) * 1e6, "process_cores": float(np.median(process / seconds)),
