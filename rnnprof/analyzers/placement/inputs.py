@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from rnnprof import names
+from rnnprof.analyzers.throughput import is_seconds, manifest_timed
 from rnnprof.events import Device, EventTable, Kind, parse_tf_device
 
 from . import scopes
@@ -127,16 +128,16 @@ class AuditInput:
         """Each timed step's ``(wall seconds, process CPU seconds, host busy CPU seconds or None)`` from the
         manifest (``names.STEP_TIMES`` and ``names.STEP_CPU``); [] where it records no CPU times, or they do
         not pair with the step times one for one."""
-        times, cpu = (_timed(self.manifest or {}, key) for key in (names.STEP_TIMES, names.STEP_CPU))
-        if not isinstance(times, list) or not isinstance(cpu, list) or not cpu or len(times) != len(cpu):
+        times, cpu = (manifest_timed(self.manifest or {}, key) for key in (names.STEP_TIMES, names.STEP_CPU))
+        if not times or not cpu or len(times) != len(cpu):
             return []
         rows = []
         for seconds, entry in zip(times, cpu):
             process = entry.get("process_s") if isinstance(entry, dict) else None
             host = entry.get("host_busy_s") if isinstance(entry, dict) else None
-            if not _seconds(seconds) or not _seconds(process, zero=True):
+            if not is_seconds(seconds) or not is_seconds(process, zero=True):
                 return []
-            rows.append((float(seconds), float(process), float(host) if _seconds(host, zero=True) else None))
+            rows.append((float(seconds), float(process), float(host) if is_seconds(host, zero=True) else None))
         return rows
 
     @cached_property
@@ -162,18 +163,6 @@ class AuditInput:
 
 
 _CORE_KEYS = ("cpu_count", "cores", "logical_cpus")
-
-
-def _timed(manifest: dict, key: str):
-    """The ``timed`` list of the manifest's per-step section ``key`` (None when absent or malformed)."""
-    section = manifest.get(key)
-    return section.get("timed") if isinstance(section, dict) else None
-
-
-def _seconds(value, zero: bool = False) -> bool:
-    """A finite duration in seconds: a positive number (or zero, with ``zero``), not a bool."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
-            and (value >= 0 if zero else value > 0))
 
 
 def host_cores(manifest: dict) -> int | None:

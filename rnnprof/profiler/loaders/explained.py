@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from rnnprof.analyzers.throughput import is_seconds, manifest_timed
 from rnnprof.errors import InputError, UsageError
 from rnnprof.profiler.rundir.sweep import RUNS_DIR
 
@@ -102,10 +103,9 @@ def _load_one(path: Path, stated: int | None, loaded: ExplainInputs) -> None:
 
 
 def _timed_steps_us(manifest: dict) -> tuple[float, ...]:
-    """The run's timed steps (manifest ``step_times.timed``, seconds) in µs; () where any is not a duration."""
-    times = manifest.get("step_times") if isinstance(manifest.get("step_times"), dict) else {}
-    timed = times.get("timed") if isinstance(times.get("timed"), list) else []
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0 for t in timed):
+    """The run's timed steps (manifest ``step_times.timed``, seconds) in µs; () where any is not a finite duration."""
+    timed = manifest_timed(manifest) or []
+    if not all(is_seconds(t) for t in timed):
         return ()
     return tuple(float(t) * 1e6 for t in timed)
 
