@@ -67,11 +67,12 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     if table is None or not len(table):
         return NotChecked(RULE_ID, "needs a trace")
     ops = _launching_ops(table)
-    if ops is NO_LAUNCHES and host_operator_devices(table):
-        return _tiny_operators(ctx, host_operator_devices(table))
+    cpu_ranks = host_operator_devices(table) if ops is NO_LAUNCHES else None
+    if cpu_ranks:
+        return _tiny_operators(ctx, cpu_ranks)
     if isinstance(ops, str):
         return NotChecked(RULE_ID, ops)
-    steps = sorted(int(s) for s in np.unique(table.step[table.step >= 0]))
+    steps = [int(s) for s in table.steps()]
     if not steps:
         return NotChecked(RULE_ID, "needs steps")
     worst = _worst(table, ops, steps)
@@ -143,7 +144,7 @@ def _host_wait_per_step(ctx: AuditContext) -> float | None:
 def _tiny_operators(ctx: AuditContext, ranks) -> list[Finding] | NotChecked:
     """The CPU-rank measure (module docstring): time in tiny operators per step, the largest rank's."""
     table = ctx.table
-    steps = sorted(int(s) for s in np.unique(table.step[table.step >= 0]))
+    steps = [int(s) for s in table.steps()]
     if not steps:
         return NotChecked(RULE_ID, "needs steps")
     per_step, executions = _tiny_per_step(table, ranks, steps)

@@ -29,7 +29,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     rows = np.flatnonzero(np.isin(table.name, codes) & (table.step >= 0)) if codes else np.zeros(0, dtype=int)
     if not len(rows):
         return NotChecked(RULE_ID, "no data-loading ranges (enumerate(DataLoader)#...__next__) in the steps")
-    steps = [int(s) for s in np.unique(table.step[table.step >= 0])]
+    steps = [int(s) for s in table.steps()]
     workers = sorted({table.devices[d].worker for d in np.unique(table.device[rows])})
     best = None
     for worker in workers:
