@@ -1,8 +1,8 @@
 """CPU time around a timed call: the process's own, and the whole host's busy time.
 
 A step's wall time says how long it took; its CPU time says how much of the host's cores it used. Together
-they bound what running more work side by side can gain on a CPU: a step that already kept every core busy
-cannot get faster by more threads (PA006, ``rnnprof.analyzers.placement.inter_op_threads``). The host's busy
+they say what running more work side by side can gain on a CPU: a step that already kept every core busy
+cannot get faster by more threads (PA006's CPU figure, ``rnnprof.analyzers.placement.inter_op_threads``). The host's busy
 time (all processes, from ``/proc/stat``; ``None`` where it cannot be read) less the process's own is what
 other work took from the same cores meanwhile.
 """
