@@ -23,7 +23,7 @@ from _tile import DEFAULT_FIXTURE, tile
 CHILD = """
 import json, sys, time
 from rnnprof.analyzers.comm import analyze_comm
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 t0 = time.perf_counter()
 table = load_events(sys.argv[1])
 t1 = time.perf_counter()

@@ -29,7 +29,7 @@ HTA_MAX_EVENTS = 2_000_000  # HTA needs ~1.2 GB per million events: not run abov
 RNNPROF_CHILD = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 from rnnprof.analyzers.opcount import count_kernels
 t1 = time.perf_counter()
 table = load_events(sys.argv[1])
@@ -68,7 +68,7 @@ print(json.dumps({"events": n}))
 
 BASELINE_CHILD = """
 import json, resource
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 from rnnprof.analyzers.opcount import count_kernels
 print(json.dumps({"maxrss_mb": peak_rss_mb()}))
 """

@@ -36,8 +36,8 @@ WIDTH, CLASSES, MOMENTUM, WEIGHT_DECAY, LEARNING_RATE = 64, 10, 0.9, 1e-4, 0.01
 def _builtin(args) -> dict:
     from rnnprof.config import WorkloadConfig
     from rnnprof.models.tensorflow.resnet import ResNetWorkload, Shape, ARCHITECTURES
-    from rnnprof.profiler.run.measure import measure
-    from rnnprof.profiler.run.runner import DataParallelRun
+    from rnnprof.training.measure import measure
+    from rnnprof.training.runner import DataParallelRun
 
     config = WorkloadConfig(model="resnet50", devices=1, variable_update="independent", batch_size=args.batch_size,
                             optimizer="momentum", learning_rate=LEARNING_RATE, fake_location="device",

@@ -42,7 +42,7 @@ def _config(args):
 
 def _builtin(args):
     """rnnprof's graph-mode trainer, one tower: its own ``step()`` (only session.run is timed)."""
-    from rnnprof.profiler.run.runner import DataParallelRun
+    from rnnprof.training.runner import DataParallelRun
 
     run = DataParallelRun(_config(args))
 

@@ -26,7 +26,7 @@ DEFAULT_FIXTURE = FIXTURES / "kineto-8rank-rank3-a100.json.gz"
 COMM = """
 import json, sys, time
 from rnnprof.analyzers.comm import analyze_comm
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 t0 = time.perf_counter()
 table = load_events(sys.argv[1])
 report = analyze_comm(table)
@@ -37,8 +37,8 @@ ROOFLINE = """
 import json, sys, time
 from rnnprof.analyzers.peaks import lookup
 from rnnprof.analyzers.roofline import analyze_roofline
-from rnnprof.profiler.loaders import load_events
-from rnnprof.profiler.loaders.shapes import load_shapes
+from rnnprof.traces import load_events
+from rnnprof.traces.shapes import load_shapes
 t0 = time.perf_counter()
 table = load_events(sys.argv[1])
 t1 = time.perf_counter()

@@ -99,7 +99,7 @@ def _reference_step(options):
 
 def _builtin_step(options):
     """``TorchTraining``'s step, as ``rank_main`` runs it: () -> (seconds, words)."""
-    from rnnprof.profiler.run.torch_training import TorchTraining
+    from rnnprof.training.torch_training import TorchTraining
 
     training = TorchTraining(options)
 
@@ -141,7 +141,7 @@ def _rate(steps) -> float:
 
 
 def main() -> int:
-    from rnnprof.profiler.run.torch_ddp import run_ranks, threads_per_process
+    from rnnprof.training.torch_ddp import run_ranks, threads_per_process
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=("small", "rnn_benchmark"), default="small")

@@ -8,7 +8,7 @@ _CAPTURE_API = ("capture", "step", "Capture", "KerasCaptureCallback")
 def __getattr__(name: str):
     # The capture API pulls in TensorFlow only when used, never at ``import rnnprof``.
     if name in _CAPTURE_API:
-        from rnnprof.profiler.capture import api
+        from rnnprof.recording import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'rnnprof' has no attribute {name!r}")

@@ -392,7 +392,7 @@ def _cluster_values(values: dict) -> None:
         for dest in ("workers", "ps_tasks"):
             if dest in values:
                 raise UsageError(f"{_flag(dest)} and --cluster-spec cannot be combined: the spec lists the tasks")
-        from rnnprof.profiler.run.cluster import read_cluster_spec
+        from rnnprof.training.cluster import read_cluster_spec
 
         spec = read_cluster_spec(spec_path)
         values["workers"], values["ps_tasks"] = spec.workers, spec.ps_tasks

@@ -4,7 +4,7 @@ The runner builds its graph under these scopes; the run-directory writers, the l
 analyzers read them back. Every one of those modules takes the names from here, so renaming a
 scope in the runner cannot silently break an analysis.
 
-Scopes the runner builds (``rnnprof.profiler.run.runner``):
+Scopes the runner builds (``rnnprof.training.runner``):
 
 * ``tower_k/...``: tower k's forward ops, and its gradients under ``tower_k/gradients/...``;
 * ``shared/...``: the one copy of the variables in ``parameter_server`` mode;

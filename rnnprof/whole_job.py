@@ -17,7 +17,7 @@ from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US
 from rnnprof.analyzers.steps import StepSelection
 from rnnprof.errors import UsageError
 from rnnprof.parallel import map_items
-from rnnprof.profiler.loaders.rank_folder import RankFile, RankFolder, load_rank, loaded_notes
+from rnnprof.traces.rank_folder import RankFile, RankFolder, load_rank, loaded_notes
 
 OnDone = Callable[[int, int], None]
 
@@ -140,7 +140,7 @@ def _map(function, folder: RankFolder, tasks, jobs, scheduler, on_done) -> tuple
 
 
 def _left_out(table) -> dict:
-    from rnnprof.profiler.loaders.left_out import LEFT_OUT, LEFT_OUT_EXAMPLES
+    from rnnprof.traces.left_out import LEFT_OUT, LEFT_OUT_EXAMPLES
 
     return {k: table.metadata[k] for k in (LEFT_OUT, LEFT_OUT_EXAMPLES) if k in table.metadata}
 

@@ -10,16 +10,12 @@ from pathlib import Path
 from test_layering import _module_graph
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
-PROFILER_PARTS = ("run", "capture", "rundir", "loaders")
-
 
 def part(module: str) -> str:
     """The part of rnnprof a module belongs to, as the page names it."""
     names = module.split(".")
     if len(names) == 1:
         return "rnnprof"
-    if names[1] == "profiler":
-        return f"profiler/{names[2]}" if len(names) > 2 and names[2] in PROFILER_PARTS else "profiler"
     return names[1]
 
 
@@ -68,8 +64,8 @@ def test_every_import_the_page_lists_is_made():
 
 def test_a_planted_upward_import_is_caught(monkeypatch):
     graph = _module_graph(any_depth=True)
-    graph.add_edge("rnnprof.analyzers.comm", "rnnprof.profiler.loaders.kineto")
+    graph.add_edge("rnnprof.analyzers.comm", "rnnprof.traces.kineto")
     monkeypatch.setattr(__import__(__name__), "_module_graph", lambda any_depth: graph)
     rules = documented()
     found = imported()
-    assert "profiler/loaders" in found["analyzers"] - rules["analyzers"]
+    assert "traces" in found["analyzers"] - rules["analyzers"]

@@ -14,7 +14,7 @@ from rich.console import Console
 from rnnprof.analyzers import noise
 from rnnprof.analyzers.audit import RULES, Severity, audit
 from rnnprof.cli import main
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 from rnnprof.reports.abbrev import Legend, abbreviate
 
 from fixtures import FIXTURES, KINETO

@@ -13,9 +13,9 @@ from types import SimpleNamespace as NS
 import pytest
 
 from rnnprof.errors import UsageError
-from rnnprof.profiler import rundir
-from rnnprof.profiler.rundir.writer import RunWriter, atomic_write_bytes, default_run_dir, prepare_out_dir, safe_name
-from rnnprof.profiler.rundir.chrome_trace import OpEvent, pack_threads, parse_label, split_device, step_stats_to_chrome
+from rnnprof import rundir
+from rnnprof.rundir.writer import RunWriter, atomic_write_bytes, default_run_dir, prepare_out_dir, safe_name
+from rnnprof.rundir.chrome_trace import OpEvent, pack_threads, parse_label, split_device, step_stats_to_chrome
 
 DEV0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 DEV1 = "/job:localhost/replica:0/task:0/device:CPU:1"
@@ -107,7 +107,7 @@ def test_pack_threads_puts_nested_and_overlapping_events_in_separate_threads():
 
 def test_device_xspace_lines_hold_no_overlapping_ops():
     pytest.importorskip("tensorflow")
-    from rnnprof.profiler.rundir.xspace import build_xspace
+    from rnnprof.rundir.xspace import build_xspace
 
     stats, _ = _two_device_step()  # b nests in a, c overlaps a
     plane = build_xspace([(0, stats)]).planes[0]
@@ -132,7 +132,7 @@ def _overview_steps(xplane: Path, tmp_path: Path) -> tuple[dict, list[dict]]:
 
 def test_device_xspace_gives_xprof_overview_a_step_time_per_step(tmp_path):
     pytest.importorskip("xprof")
-    from rnnprof.profiler.rundir.xspace import build_xspace
+    from rnnprof.rundir.xspace import build_xspace
 
     stats, _ = _two_device_step()  # ops from 100 µs (a) to 210 µs (d)
     later = NS(dev_stats=[NS(device=d.device, node_stats=[
@@ -318,7 +318,7 @@ def test_writer_manifest_lists_written_files(tmp_path):
 def test_session_config_in_the_manifest_is_read_from_the_config_proto():
     from tensorflow.core.protobuf import config_pb2
 
-    from rnnprof.profiler.rundir.manifest import session_config_fields
+    from rnnprof.rundir.manifest import session_config_fields
 
     proto = config_pb2.ConfigProto(inter_op_parallelism_threads=3, intra_op_parallelism_threads=5,
                                    allow_soft_placement=True)
@@ -359,7 +359,7 @@ class TwoDeviceToy:
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
     tf = pytest.importorskip("tensorflow")
-    from rnnprof.profiler.capture.session import capture_after
+    from rnnprof.recording.session import capture_after
 
     toy = TwoDeviceToy(tf)
     writer = RunWriter(tmp_path_factory.mktemp("toy") / "run", command=["test"])

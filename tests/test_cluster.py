@@ -14,10 +14,10 @@ from rnnprof.analyzers.tasks import analyze_tasks
 from rnnprof.cli import main
 from rnnprof.errors import InputError
 from rnnprof.events import Device, EventTableBuilder, Kind
-from rnnprof.profiler.rundir.manifest import applied_offsets
-from rnnprof.profiler.run import clock
-from rnnprof.profiler.run.cluster import free_ports, local_spec, parse_cluster_spec
-from rnnprof.profiler.run.runner import ParameterSpread
+from rnnprof.rundir.manifest import applied_offsets
+from rnnprof.training import clock
+from rnnprof.training.cluster import free_ports, local_spec, parse_cluster_spec
+from rnnprof.training.runner import ParameterSpread
 
 W0, W1, PS0 = "/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1", "/job:ps/replica:0/task:0"
 
@@ -141,7 +141,7 @@ def _partitions():
 
 
 def test_a_cross_task_transfer_is_a_timed_receive_with_an_arrow_from_the_sender():
-    from rnnprof.profiler.rundir.chrome_trace import step_stats_to_chrome
+    from rnnprof.rundir.chrome_trace import step_stats_to_chrome
 
     doc = step_stats_to_chrome(_step_stats(), 3, _partitions())
     names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
@@ -157,7 +157,7 @@ def test_a_cross_task_transfer_is_a_timed_receive_with_an_arrow_from_the_sender(
 
 
 def test_clock_offsets_put_each_task_on_the_chiefs_clock():
-    from rnnprof.profiler.rundir.chrome_trace import step_stats_to_chrome
+    from rnnprof.rundir.chrome_trace import step_stats_to_chrome
 
     doc = step_stats_to_chrome(_step_stats(offset_w1_us=37_000), 3, _partitions(), offsets={W1: 37_000.0})
     grad = next(e for e in doc["traceEvents"] if e.get("ph") == "X" and e["args"]["name"] == "tower_1/grad")
@@ -282,7 +282,7 @@ def test_scale_prints_a_table_per_mode_with_a_workers_column_and_speedup_over_th
 
     from rnnprof.analyzers.scale import ScalePoint, speedup_table
     from rnnprof.analyzers.throughput import summarize
-    from rnnprof.profiler.run.measure import StepResult
+    from rnnprof.training.measure import StepResult
     from rnnprof.reports.scale import render_table, to_document
 
     def point(mode, workers, seconds):

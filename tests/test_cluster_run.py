@@ -17,8 +17,8 @@ import pytest
 from processes import alive
 from rnnprof.cli import main
 from rnnprof.errors import TaskFailed
-from rnnprof.profiler.run import cluster as cluster_module
-from rnnprof.profiler.run.cluster import LocalCluster, local_spec, running_cluster
+from rnnprof.training import cluster as cluster_module
+from rnnprof.training.cluster import LocalCluster, local_spec, running_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -277,7 +277,7 @@ def test_scale_sweeps_workers_for_each_mode_on_separate_processes(capsys):
 
 def test_a_cluster_spec_runs_on_tasks_started_with_rnnprof_worker(tmp_path, capsys):
     from rnnprof import process_group
-    from rnnprof.profiler.run.cluster import free_ports
+    from rnnprof.training.cluster import free_ports
 
     spec = tmp_path / "cluster.json"
     spec.write_text(json.dumps({"worker": [f"localhost:{port}" for port in free_ports(2)]}))
@@ -336,7 +336,7 @@ def _reachable_from_outside(port: int) -> bool:
 
 
 def test_worker_says_what_it_exposes_where_and_until_when_and_stops_then(tmp_path):
-    from rnnprof.profiler.run.cluster import free_ports
+    from rnnprof.training.cluster import free_ports
 
     port = free_ports(1)[0]
     spec = tmp_path / "cs.json"

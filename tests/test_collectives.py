@@ -15,7 +15,7 @@ from rnnprof.analyzers.align import (ClockOffset, align, offsets_from_collective
                                      weighted_median)
 from rnnprof.analyzers.collectives import analyze_collectives
 from rnnprof.cli import main
-from rnnprof.profiler.loaders import load_aligned, load_events
+from rnnprof.traces import load_aligned, load_events
 
 from fixtures import FIXTURES, nccl_rank
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from rnnprof.analyzers.comm import analyze_comm
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 
 SMALL = ["--model", "rnnlm", "--preset", "small", "--layers", "1", "--units", "32", "--vocab-size", "200",
          "--batch-size", "8", "--devices", "2", "--warmup", "1", "--batches", "1", "--trace-steps", "2"]

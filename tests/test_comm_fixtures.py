@@ -14,7 +14,7 @@ import pytest
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.cli import main
 from rnnprof.events import Device
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 
 from fixtures import FIXTURES
 NCCL = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"

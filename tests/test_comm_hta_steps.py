@@ -175,7 +175,7 @@ def test_device_idle_causes_add_up_to_its_idle_time_whole_and_per_step(capsys):
 # Every real Kineto trace in tests/data against HTA's default (include_last_profiler_step=False): comm --drop-last,
 # or the whole trace where HTA filters no step (fewer than two ProfilerSteps).
 from fixtures import KINETO  # noqa: E402
-from rnnprof.profiler.loaders import load_events  # noqa: E402
+from rnnprof.traces import load_events  # noqa: E402
 
 _NO_GPU = ("a CPU gloo job without GPU kernels: HTA 0.5.0's temporal breakdown takes the first of its GPU kernels "
            "(IndexError: single positional indexer is out-of-bounds)")

@@ -181,7 +181,7 @@ def test_a_long_chain_on_the_wall_clock_keeps_its_length_exact():
 
 @pytest.fixture(scope="module")
 def kineto_tables():
-    from rnnprof.profiler.loaders import load_events
+    from rnnprof.traces import load_events
 
     return {"rank0": load_events(RANK0), "rank1": load_events(RANK1), "both": load_events([RANK0, RANK1])}
 
@@ -245,7 +245,7 @@ def test_ranks_are_joined_by_process_group_and_seq_not_by_order(tmp_path):
     kernels = {"rank0": [("0", 1, 7, 100, 50), ("1", 1, 9, 120, 50), ("0", 2, 7, 300, 50)],
                "rank1": [("1", 1, 7, 100, 90), ("0", 1, 9, 180, 40), ("0", 2, 9, 320, 20)]}
     paths = [nccl_rank(tmp_path, r, kernels[f"rank{r}"]) for r in (0, 1)]
-    from rnnprof.profiler.loaders import load_events
+    from rnnprof.traces import load_events
 
     table = load_events([str(p) for p in paths])
     (step,) = table.steps() if len(table.steps()) else (-1,)
@@ -316,8 +316,8 @@ def test_collective_joins_of_a_real_run_hold_only_collectives_that_ran_together(
     collective ops the timeline's arrows name (communication events), and the members of one join all run at
     once (each ends after the last one starts), in every traced step."""
     from rnnprof.analyzers.classify import EventClass, classify
-    from rnnprof.profiler.loaders import load_events
-    from rnnprof.profiler.loaders.dependencies import read_dependencies
+    from rnnprof.traces import load_events
+    from rnnprof.inputs.dependencies import read_dependencies
 
     table = load_events(str(planted_run))
     deps, classes = read_dependencies([str(planted_run)]), classify(table)
@@ -396,7 +396,7 @@ def test_a_graph_without_events_is_bad_input(tmp_path, capsys):
 
 
 def test_a_forced_capture_removes_a_stale_overlay_and_keeps_the_users_files(tmp_path):
-    from rnnprof.profiler.rundir.writer import prepare_out_dir
+    from rnnprof.rundir.writer import prepare_out_dir
 
     (tmp_path / "manifest.json").write_text("{}")
     (tmp_path / "critical-path.trace.json").write_text("{}")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rnnprof.analyzers.critical_path import analyze_critical_path
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 
 JOB = Path(__file__).resolve().parent / "ddp_straggler_job.py"
 UNTRACED = "untraced"  # the class of a host thread's time outside every traced operator

@@ -20,7 +20,7 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.analyzers.critical_path import analyze_critical_path
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 
 CPU = ("cpu_op", "cuda_runtime")
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")

@@ -19,7 +19,7 @@ import pytest
 from fixtures import FILES, FIXTURES, KINETO
 from rnnprof.analyzers.classify import EventClass, classify
 from rnnprof.analyzers.critical_path import Dependencies, analyze_critical_path
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 
 GLOO = ("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz")
 INPUTS = [(name,) for name in KINETO if name not in GLOO] + [GLOO] + \

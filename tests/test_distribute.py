@@ -20,7 +20,7 @@ def resnet(**changes) -> WorkloadConfig:
 
 @pytest.mark.slow
 def test_mirrored_replicas_hold_equal_variables_on_their_devices():
-    from rnnprof.profiler.run.distribute import DistributeRun
+    from rnnprof.training.distribute import DistributeRun
 
     with DistributeRun(resnet(fake_location="cpu")) as run:
         assert run.strategy_name == "MirroredStrategy"
@@ -39,8 +39,8 @@ def test_mirrored_replicas_hold_equal_variables_on_their_devices():
 def test_central_storage_keeps_one_copy_on_the_host_and_counts_words_like_rnnprof():
     """The RNNLM under CentralStorageStrategy: one copy of the variables, on the parameter device, and the
     same words per step as rnnprof's trainer on the same batches."""
-    from rnnprof.profiler.run.distribute import DistributeRun
-    from rnnprof.profiler.run.runner import DataParallelRun
+    from rnnprof.training.distribute import DistributeRun
+    from rnnprof.training.runner import DataParallelRun
 
     sizes = {**model_defaults("rnnlm", "small"), "batch_size": 2}  # a WorkloadConfig does not apply its preset
     config = WorkloadConfig(model="rnnlm", preset="small", devices=2, variable_update="parameter_server", **sizes)

@@ -140,7 +140,7 @@ def _scale_explain(tmp_path, capsys, name, *argv) -> dict:
 
 @pytest.mark.slow
 def test_timed_steps_all_come_before_tracing_starts(tmp_path, capsys, monkeypatch):
-    from rnnprof.profiler.capture import session
+    from rnnprof.recording import session
 
     seen = []
     original = session.capture_after

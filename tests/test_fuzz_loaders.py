@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rnnprof.errors import InputError
-from rnnprof.profiler import rundir
-from rnnprof.profiler.loaders import graphs
-from rnnprof.profiler.loaders import load_events
+from rnnprof import rundir
+from rnnprof.traces import graphs
+from rnnprof.traces import load_events
 
 from fixtures import FIXTURES
 SEEDS = Path(__file__).parent / "fuzz_seeds"
@@ -317,7 +317,7 @@ def test_fuzz_impossible_times_are_left_out_and_counted(work, name, data):
     """Events given a negative duration or a time 10^18 µs away: every one is left out, counted under its reason,
     and the table keeps every other event. (A NaN or infinite time is not valid JSON: the JSON loaders refuse
     the file in one line, as the byte fuzzing checks.)"""
-    from rnnprof.profiler.loaders.left_out import left_out_of
+    from rnnprof.traces.left_out import left_out_of
 
     doc = json.loads(JSON_SEEDS[name])
     clean = load_events(_write(work / ("clean-" + name), json.dumps(doc).encode(), False))

@@ -9,7 +9,7 @@ from tensorboard.compat.proto import config_pb2, graph_pb2
 
 from rnnprof.errors import InputError
 from rnnprof.events import Device
-from rnnprof.profiler.loaders.graphs import load_graph, load_graph_set
+from rnnprof.traces.graphs import load_graph, load_graph_set
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 CPU1 = "/job:localhost/replica:0/task:0/device:CPU:1"

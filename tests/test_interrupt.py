@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rnnprof.profiler import rundir
+from rnnprof import rundir
 
 from processes import alive
 

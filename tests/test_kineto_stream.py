@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rnnprof.errors import InputError
-from rnnprof.profiler.loaders import kineto
+from rnnprof.traces import kineto
 
 from fixtures import FIXTURES
 KINETO = sorted(FIXTURES.glob("kineto-*.json.gz"))

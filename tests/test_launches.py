@@ -10,7 +10,7 @@ import pytest
 from rnnprof.analyzers.launches import launch_stats, launchers
 from rnnprof.cli import main
 from rnnprof.events import Device, EventTableBuilder, Kind
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 
 from fixtures import FIXTURES
 

@@ -1,4 +1,4 @@
-"""Layering: analyzers are pure (no TensorFlow, torch or profiler side); models and the event table import no
+"""Layering: analyzers are pure (no TensorFlow, torch, training, recording or trace reading); models and the event table import no
 run or capture code; commands stay thin."""
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ from pathlib import Path
 import rnnprof
 
 ANALYZERS = Path(rnnprof.__file__).parent / "analyzers"
-FORBIDDEN = ("tensorflow", "torch", "rnnprof.profiler")
+# The parts that run, record or read training: nothing an analyzer may import.
+PIPELINE_ABOVE = ("rnnprof.training", "rnnprof.recording", "rnnprof.rundir", "rnnprof.traces", "rnnprof.inputs",
+                  "rnnprof.tensorflow_import", "rnnprof.torch_import")
+FORBIDDEN = ("tensorflow", "torch", *PIPELINE_ABOVE)
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -33,14 +36,13 @@ def _forbidden(name: str) -> bool:
 
 def test_the_scan_sees_imports_inside_functions(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from rnnprof.profiler.tensorflow_import import import_tensorflow\n"
-                     "    import torch.nn\n    from rnnprof import profiler\n")
+    probe.write_text("def f():\n    from rnnprof.tensorflow_import import import_tensorflow\n"
+                     "    import torch.nn\n    import rnnprof.traces\n")
     assert [name for _, name in _imports(probe) if _forbidden(name)] == [
-        "rnnprof.profiler.tensorflow_import", "rnnprof.profiler.tensorflow_import.import_tensorflow", "torch.nn",
-        "rnnprof.profiler"]
+        "rnnprof.tensorflow_import", "rnnprof.tensorflow_import.import_tensorflow", "torch.nn", "rnnprof.traces"]
 
 
-def test_no_analyzer_module_imports_tensorflow_torch_or_the_profiler():
+def test_no_analyzer_module_imports_tensorflow_torch_or_the_pipeline_above_it():
     modules = sorted(ANALYZERS.rglob("*.py"))
     assert len(modules) > 10
     offenders = [f"{path.relative_to(ANALYZERS)}:{line}: {name}"
@@ -53,7 +55,7 @@ def test_importing_every_analyzer_loads_no_tensorflow_or_torch():
             "names = [m.name for m in pkgutil.walk_packages(a.__path__, 'rnnprof.analyzers.')]\n"
             "[importlib.import_module(n) for n in names]\n"
             "print(len(names), sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'torch')\n"
-            "                         or m.startswith('rnnprof.profiler')))\n")
+            "                         or m.startswith(%r)))\n" % (PIPELINE_ABOVE,))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     count, loaded = done.stdout.split(" ", 1)
@@ -72,7 +74,7 @@ def _offenders(paths, forbidden: tuple[str, ...], root: Path) -> list[str]:
 def test_models_import_no_run_or_capture_code():
     modules = sorted((PACKAGE / "models").rglob("*.py"))
     assert len(modules) >= 8
-    assert _offenders(modules, ("rnnprof.profiler", "rnnprof.commands", "rnnprof.reports"), PACKAGE) == []
+    assert _offenders(modules, (*PIPELINE_ABOVE, "rnnprof.commands", "rnnprof.reports"), PACKAGE) == []
 
 
 def test_the_event_table_and_names_import_nothing_of_rnnprof_but_errors():
@@ -203,9 +205,9 @@ def test_the_length_scan_finds_a_long_method_and_a_long_nested_function(tmp_path
 INTERFACES = {
     "add_arguments": "rnnprof/commands/", "run": "rnnprof/commands/",
     "check": "rnnprof/analyzers/",  # a rule's check, in placement/ and audit/
-    "sniff": "rnnprof/profiler/loaders/", "parse": "rnnprof/profiler/loaders/", "events": "rnnprof/profiler/loaders/",
-    "load": "rnnprof/profiler/loaders/", "load_doc": "rnnprof/profiler/loaders/",
-    "graph_defs": "rnnprof/profiler/loaders/", "sniff_graphs_only": "rnnprof/profiler/loaders/",
+    "sniff": "rnnprof/traces/", "parse": "rnnprof/traces/", "events": "rnnprof/traces/",
+    "load": "rnnprof/traces/", "load_doc": "rnnprof/traces/",
+    "graph_defs": "rnnprof/traces/", "sniff_graphs_only": "rnnprof/traces/",
     "render_table": "rnnprof/reports/", "to_document": "rnnprof/reports/",
     "main": "rnnprof/",  # a module's entry point when run as a program
 }

@@ -12,9 +12,9 @@ import pytest
 from rnnprof.cli import main
 from rnnprof.errors import InputError
 from rnnprof.events import Device, Kind
-from rnnprof.profiler.loaders import detect_format, load_events
-from rnnprof.profiler.loaders import kineto
-from rnnprof.profiler.rundir.manifest import capture_notes
+from rnnprof.traces import detect_format, load_events
+from rnnprof.traces import kineto
+from rnnprof.rundir.manifest import capture_notes
 
 from fixtures import FIXTURES
 KINETO_NCCL = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
@@ -323,7 +323,7 @@ def test_json_loaders_do_not_import_tensorflow():
     import subprocess
     import sys
 
-    code = ("import sys; from rnnprof.profiler.loaders import load_events; "
+    code = ("import sys; from rnnprof.traces import load_events; "
             f"[load_events(p) for p in {[str(KINETO_R0), str(TF1_GPU_LOOP)]!r}]; "
             "from rnnprof.cli import main; main(['count-ops', '--json', %r]); "
             "assert 'tensorflow' not in sys.modules" % str(TF1_CPU_LOOP))
@@ -393,7 +393,7 @@ def _folders(tmp_path):
 
 
 def test_every_real_file_and_folder_is_sniffed_as_exactly_one_format(tmp_path):
-    from rnnprof.profiler.loaders.registry import REGISTRY, probe
+    from rnnprof.traces.registry import REGISTRY, probe
 
     inputs = {**REAL_FILES, **_graph_only_run_metadata(tmp_path), **_folders(tmp_path)}
     assert {f.name for f in REGISTRY} == set(inputs.values())  # every format is exercised
@@ -404,8 +404,8 @@ def test_every_real_file_and_folder_is_sniffed_as_exactly_one_format(tmp_path):
 
 def test_sniffing_reads_only_the_first_bytes(tmp_path):
     """A file cut to its first 64 KB is still recognised: the sniffs never need the rest."""
-    from rnnprof.profiler.loaders.jsonstream import read_prefix
-    from rnnprof.profiler.loaders.registry import REGISTRY, probe
+    from rnnprof.traces.jsonstream import read_prefix
+    from rnnprof.traces.registry import REGISTRY, probe
 
     for path, expected in REAL_FILES.items():
         head = tmp_path / ("head-" + path.name.replace(".gz", ""))
@@ -420,7 +420,7 @@ class ParseCounter:
         from google.protobuf import text_format
         from tensorboard.compat.proto import config_pb2, graph_pb2
 
-        from rnnprof.profiler.loaders.xplane import xplane_pb2
+        from rnnprof.traces.xplane import xplane_pb2
 
         self.calls = Counter()
         for cls in (config_pb2.RunMetadata, graph_pb2.GraphDef, xplane_pb2().XSpace):
@@ -480,7 +480,7 @@ def test_count_ops_parses_each_protobuf_once_for_events_and_graphs(monkeypatch, 
 def test_reading_a_run_directory_parses_each_graph_file_once(tmp_path, monkeypatch, one_run):
     from test_count_ops import _run_with_graphs
 
-    from rnnprof.profiler.loaders.inputs import read_inputs
+    from rnnprof.inputs.read import read_inputs
 
     run = _run_with_graphs(tmp_path)
     files = sorted((run / "graphs").rglob("*.pb"))

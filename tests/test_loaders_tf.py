@@ -11,8 +11,8 @@ import pytest
 
 from rnnprof.cli import main
 from rnnprof.events import Device, Kind
-from rnnprof.profiler.loaders.graphs import load_graph, load_graph_set
-from rnnprof.profiler.loaders import detect_format, load_events
+from rnnprof.traces.graphs import load_graph, load_graph_set
+from rnnprof.traces import detect_format, load_events
 
 pytestmark = pytest.mark.slow
 
@@ -21,8 +21,8 @@ PROGRAM = textwrap.dedent('''
     from pathlib import Path
     import numpy as np
     import tensorflow as tf
-    from rnnprof.profiler.rundir.writer import RunWriter
-    from rnnprof.profiler.capture.session import write_device_xspace
+    from rnnprof.rundir.writer import RunWriter
+    from rnnprof.recording.session import write_device_xspace
 
     out = Path(sys.argv[1])
     tf1 = tf.compat.v1
@@ -189,7 +189,7 @@ def _captures(artifacts) -> dict:
 
 
 def test_every_capture_is_sniffed_as_exactly_one_format(artifacts):
-    from rnnprof.profiler.loaders.registry import REGISTRY, probe
+    from rnnprof.traces.registry import REGISTRY, probe
 
     captures = _captures(artifacts)
     # Kineto traces come from PyTorch (tests/data); no capture writes a graphs folder without a manifest, nor a
@@ -203,7 +203,7 @@ def test_every_capture_is_sniffed_as_exactly_one_format(artifacts):
 def test_reading_any_capture_parses_each_protobuf_once(artifacts, monkeypatch):
     from test_loaders import ParseCounter
 
-    from rnnprof.profiler.loaders.inputs import read_inputs
+    from rnnprof.inputs.read import read_inputs
 
     counter = ParseCounter(monkeypatch)
     run = artifacts / "long"

@@ -89,7 +89,7 @@ def _timeline(ops: list[tuple[str, str]]) -> dict:
 
 
 def test_timeline_loader_counts_the_users_op_and_keeps_the_kernel(tmp_path):
-    from rnnprof.profiler.loaders import tf_chrome
+    from rnnprof.traces import tf_chrome
 
     table = tf_chrome.load_doc(tmp_path / "t.json", _timeline([
         ("tower_0/conv/Conv2D", "_MklNativeConv2D"), ("tower_0/conv2/Conv2D", "_MklNativeConv2D"),
@@ -107,7 +107,7 @@ def test_timeline_loader_counts_the_users_op_and_keeps_the_kernel(tmp_path):
 
 
 def test_xplane_host_ops_count_the_users_op(tmp_path):
-    from rnnprof.profiler.loaders import xplane
+    from rnnprof.traces import xplane
 
     builder = EventTableBuilder(xplane.FORMAT)
     lane = (Device("host"), "tf_Compute", Kind.HOST_OP)
@@ -139,7 +139,7 @@ def _graph_def(nodes: list[tuple[str, str]], device: str = CPU):
 
 def test_graphs_name_nodes_by_the_users_op_and_keep_the_kernel():
     from rnnprof.analyzers.opcount import count_graph
-    from rnnprof.profiler.loaders.graphs import GraphDefs, graph_set, merged_graph
+    from rnnprof.traces.graphs import GraphDefs, graph_set, merged_graph
 
     user = _graph_def([("conv", "Conv2D"), ("conv2", "Conv2D"), ("mm", "MatMul"), ("ln", "Mean")])
     runtime = _graph_def([("conv", "_MklNativeConv2D"), ("conv2", "Conv2D"), ("mm", "_MklMatMul"),

@@ -26,7 +26,7 @@ def _two_tower_run(out_dir, pin_softmax: bool, request_gpu: bool = False, steps:
     as a stray ``tf.device`` would do."""
     import tensorflow as tf
 
-    from rnnprof.profiler.rundir.writer import RunWriter
+    from rnnprof.rundir.writer import RunWriter
 
     tf1 = tf.compat.v1
     kind = "GPU" if request_gpu else "CPU"
@@ -200,7 +200,7 @@ def test_pa007_finds_an_op_without_a_kernel_in_the_real_registry(tmp_path, capsy
     from tensorflow.core.framework import graph_pb2
     from tensorflow.python.framework import kernels, op_def_registry
 
-    from rnnprof.profiler.tensorflow_import import import_tensorflow
+    from rnnprof.tensorflow_import import import_tensorflow
 
     import_tensorflow()
     registered = collections.defaultdict(set)

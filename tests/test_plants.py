@@ -63,7 +63,7 @@ def _update_ops(run):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["replicated", "independent"])
 def test_updates_on_device0_puts_every_towers_variables_and_updates_on_device_0(mode):
-    from rnnprof.profiler.run.runner import DataParallelRun
+    from rnnprof.training.runner import DataParallelRun
 
     for plant in (None, UPDATES_ON_DEVICE0):
         with DataParallelRun(tiny(plant=plant, variable_update=mode)) as run:
@@ -92,7 +92,7 @@ def test_updates_on_device0_puts_every_towers_variables_and_updates_on_device_0(
 
 @pytest.mark.slow
 def test_few_inter_op_threads_gives_the_session_one_inter_op_thread():
-    from rnnprof.profiler.run.runner import DataParallelRun
+    from rnnprof.training.runner import DataParallelRun
 
     with DataParallelRun(tiny(plant=FEW_INTER_OP_THREADS)) as run:
         assert run.session_proto.inter_op_parallelism_threads == 1

@@ -17,8 +17,8 @@ import rnnprof
 from rnnprof.cli import main
 from rnnprof.errors import InputError, InterruptedRun, UsageError
 from rnnprof import limits
-from rnnprof.profiler import rundir
-from rnnprof.profiler.rundir.writer import RunWriter, check_out_dir, default_run_dir, prepare_out_dir, safe_name
+from rnnprof import rundir
+from rnnprof.rundir.writer import RunWriter, check_out_dir, default_run_dir, prepare_out_dir, safe_name
 
 from fixtures import FIXTURES
 SEEDS = Path(__file__).parent / "fuzz_seeds"
@@ -190,7 +190,7 @@ def test_size_limit_from_flag_and_environment(tmp_path, capsys, monkeypatch):
 
 
 def test_size_limit_counts_decompressed_bytes_and_applies_to_protobufs(tmp_path, monkeypatch):
-    from rnnprof.profiler.loaders import load_events
+    from rnnprof.traces import load_events
 
     monkeypatch.setenv(limits.ENV_MAX_INPUT, str(KINETO.stat().st_size * 2))
     with pytest.raises(InputError, match="once decompressed"):
@@ -199,7 +199,7 @@ def test_size_limit_counts_decompressed_bytes_and_applies_to_protobufs(tmp_path,
     monkeypatch.setenv(limits.ENV_MAX_INPUT, str(xplane.stat().st_size - 1))
     with pytest.raises(InputError, match="input limit"):
         load_events(xplane)
-    from rnnprof.profiler.loaders import graphs
+    from rnnprof.traces import graphs
 
     monkeypatch.setenv(limits.ENV_MAX_INPUT, "100")
     with pytest.raises(InputError, match="input limit"):
@@ -447,7 +447,7 @@ def test_a_symlink_that_leads_nowhere_is_one_line_exit_2_on_every_command(tmp_pa
 def test_a_symlink_loop_inside_a_run_directory_is_named_and_the_rest_analysed(tmp_path, capsys, argv):
     """A run directory whose manifest lists a rank trace that is a symlink loop: the other rank is analysed and
     a note names the loop (never an internal error)."""
-    from rnnprof.profiler.rundir.manifest import new_manifest
+    from rnnprof.rundir.manifest import new_manifest
 
     run = tmp_path / "run"
     (run / "torch").mkdir(parents=True)

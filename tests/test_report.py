@@ -159,7 +159,7 @@ def test_a_step_with_more_events_than_the_bound_is_merged_without_losing_busy_ti
     from rnnprof.analyzers.classify import classify
     from rnnprof.analyzers.comm import device_work_mask
     from rnnprof.analyzers.timeline import CLASS_NAMES, step_timeline
-    from rnnprof.profiler.loaders import load_events
+    from rnnprof.traces import load_events
 
     table = load_events([str(p) for p in RANKS])
     classes = classify(table)

@@ -32,7 +32,7 @@ def _moving_averages(run) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def replicated_run():
     """Two towers of ResNet-18 (small), replicated; closed after the module's tests."""
-    from rnnprof.profiler.run.runner import DataParallelRun
+    from rnnprof.training.runner import DataParallelRun
 
     with DataParallelRun(small()) as run:
         yield run
@@ -60,7 +60,7 @@ def test_replicated_towers_hold_identical_variables_after_steps(replicated_run):
 
 
 def test_independent_towers_see_different_images_and_diverge():
-    from rnnprof.profiler.run.runner import DataParallelRun
+    from rnnprof.training.runner import DataParallelRun
 
     with DataParallelRun(small(variable_update="independent", fake_location="cpu")) as run:
         for _ in range(2):
@@ -71,7 +71,7 @@ def test_independent_towers_see_different_images_and_diverge():
 
 def test_the_loss_falls_on_a_batch_kept_on_the_device():
     """The same images every step: a working model and optimizer fit them."""
-    from rnnprof.profiler.run.runner import DataParallelRun
+    from rnnprof.training.runner import DataParallelRun
 
     with DataParallelRun(small(devices=1, learning_rate=0.05)) as run:
         losses = [run.step().loss for _ in range(12)]
@@ -79,7 +79,7 @@ def test_the_loss_falls_on_a_batch_kept_on_the_device():
 
 
 def test_resnet50_builds_bottlenecks_and_counts_images():
-    from rnnprof.profiler.run.runner import DataParallelRun
+    from rnnprof.training.runner import DataParallelRun
 
     with DataParallelRun(small(model="resnet50", devices=1, batch_size=2, fake_location="python")) as run:
         assert run.step().words == 2

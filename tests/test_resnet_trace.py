@@ -47,7 +47,7 @@ def two_device_run(tmp_path_factory):
 
 def _profiler_table(run: Path):
     """The tf.profiler XSpace of the profiled steps (not the one rnnprof builds from step stats)."""
-    from rnnprof.profiler.loaders import xplane
+    from rnnprof.traces import xplane
 
     manifest = json.loads((run / "manifest.json").read_text())
     files = [run / rel for rel in manifest["captured"]["xplane"] if "_devices" not in Path(rel).parent.name]

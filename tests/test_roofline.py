@@ -11,8 +11,8 @@ from fixtures import FIXTURES
 from rnnprof.analyzers.peaks import lookup, override
 from rnnprof.analyzers.roofline import analyze_roofline, bus_factor
 from rnnprof.cli import main
-from rnnprof.profiler.loaders import load_events
-from rnnprof.profiler.loaders.shapes import load_shapes
+from rnnprof.traces import load_events
+from rnnprof.traces.shapes import load_shapes
 
 REPORTS = FIXTURES / "tracelens"
 H100_BF16 = 989.4
@@ -269,7 +269,7 @@ def test_a_trace_judged_shapeless_from_its_first_mb_has_no_shapes_anywhere():
     """The report and diff skip streaming a trace for shapes when its first MB says it recorded none: checked on
     every real Kineto trace against all of its operators, read from the raw JSON."""
     from fixtures import KINETO
-    from rnnprof.profiler.loaders.shapes import recorded_without_shapes
+    from rnnprof.traces.shapes import recorded_without_shapes
 
     judged = 0
     for name in KINETO:

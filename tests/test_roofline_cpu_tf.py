@@ -11,7 +11,7 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.cli import main
-from rnnprof.profiler.run.cpu_peaks import measure_cpu_peaks
+from rnnprof.training.cpu_peaks import measure_cpu_peaks
 
 GLOO = FIXTURES / "torch-gloo-rank0.json.gz"
 
@@ -139,7 +139,7 @@ def test_a_tensorflow_runs_kernels_overlapping_on_one_device_lane_are_each_count
     import numpy as np
 
     from rnnprof.analyzers.roofline import _operators
-    from rnnprof.profiler.loaders.shapes import OpShapes, Signature
+    from rnnprof.traces.shapes import OpShapes, Signature
 
     def shapes(own_time):
         s = OpShapes(own_time=own_time)

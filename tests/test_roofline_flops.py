@@ -11,7 +11,7 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.analyzers.flops import op_cost
-from rnnprof.profiler.loaders.shapes import load_shapes
+from rnnprof.traces.shapes import load_shapes
 
 REPORTS = FIXTURES / "tracelens"
 TRACES = {"h100-bert-small": "kineto-h100-bert-small-shapes.json.gz", "h100-vit": "kineto-h100-vit-shapes.json.gz",

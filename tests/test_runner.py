@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rnnprof.config import WorkloadConfig
-from rnnprof.profiler.run.runner import DataParallelRun, thread_warnings
+from rnnprof.training.runner import DataParallelRun, thread_warnings
 
 pytestmark = pytest.mark.slow
 
@@ -148,7 +148,7 @@ def test_one_inter_op_thread_warns_but_runs():
 
 
 def test_warmup_steps_are_not_timed_on_a_real_run():
-    from rnnprof.profiler.run.measure import measure
+    from rnnprof.training.measure import measure
 
     with DataParallelRun(tiny(devices=2)) as run:
         m = measure(run, warmup=2, batches=3)

@@ -103,7 +103,7 @@ def test_table_on_the_terminal_names_the_columns_and_the_note():
 def test_sweep_measures_each_config_in_order_and_reports_progress():
     """The sweep without the command: a point per config, in order, each step passed to its progress."""
     from rnnprof.config import WorkloadConfig
-    from rnnprof.profiler.run.sweep import sweep
+    from rnnprof.training.sweep import sweep
 
     base = WorkloadConfig(model="rnnlm", layers=1, units=16, embedding=16, vocab_size=50, src_max_len=6,
                           tgt_max_len=6, batch_size=4, warmup=1, batches=2, learning_rate=1.0)
@@ -201,8 +201,8 @@ def test_negative_numbers_and_misapplied_flags_are_one_line(argv, message, capsy
 @pytest.mark.parametrize("explain", [[], ["--explain"]])
 def test_more_devices_than_visible_gpus_is_refused_before_training(explain, tmp_path, monkeypatch, capsys):
     # a machine with one GPU: --devices 1,2 asks for two, with or without --explain, before any run starts
-    import rnnprof.profiler.run.runner as runner
-    import rnnprof.profiler.run.sweep as sweep
+    import rnnprof.training.runner as runner
+    import rnnprof.training.sweep as sweep
 
     monkeypatch.setattr(runner, "visible_gpus", lambda: 1)
     ran = []

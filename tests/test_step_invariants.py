@@ -29,7 +29,7 @@ from rich.console import Console
 from fixtures import FILES, FIXTURES, KINETO
 from rnnprof.cli import main
 from rnnprof.events import Kind, outside_steps
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 
 TF1 = tuple(name for name in FILES if name.startswith("tf1-timeline"))
 RUNTIME = ("cuda_runtime", "cuda_driver")

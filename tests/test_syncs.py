@@ -14,7 +14,7 @@ from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.copies import exposed_copies
 from rnnprof.analyzers.syncs import sync_stalls
 from rnnprof.events import Device, EventTableBuilder, Kind
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 
 
 def _table():

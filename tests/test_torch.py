@@ -28,7 +28,7 @@ def tiny(devices=2, variable_update="replicated", **changes) -> TorchOptions:
 
 def crash_on_rank_1(job):
     """A worker whose rank 1 fails before it joins the group; rank 0 waits for it until stopped."""
-    from rnnprof.profiler.run.torch_ddp import rank_main
+    from rnnprof.training.torch_ddp import rank_main
 
     if os.environ["RANK"] == "1":
         raise RuntimeError("planted failure on rank 1")
@@ -37,7 +37,7 @@ def crash_on_rank_1(job):
 
 @pytest.mark.slow
 def test_ddp_replicas_hold_identical_parameters_and_independent_replicas_diverge():
-    from rnnprof.profiler.run.torch_ddp import run_ranks
+    from rnnprof.training.torch_ddp import run_ranks
 
     replicated = run_ranks(tiny(batches=2), return_parameters=True)
     independent = run_ranks(tiny(batches=2, variable_update="independent"), return_parameters=True)
@@ -55,7 +55,7 @@ def test_ddp_replicas_hold_identical_parameters_and_independent_replicas_diverge
 
 @pytest.mark.slow
 def test_the_loss_falls_on_the_bundled_corpus():
-    from rnnprof.profiler.run.torch_training import TorchTraining
+    from rnnprof.training.torch_training import TorchTraining
 
     options = TorchOptions(workload=WorkloadConfig(model="rnnlm", preset="small", devices=1, optimizer="adam",
                                                    learning_rate=1e-2, batch_size=16, layers=1, units=64,
@@ -68,7 +68,7 @@ def test_the_loss_falls_on_the_bundled_corpus():
 
 def test_tied_projection_is_the_embedding_table_and_words_are_the_target_tokens():
     pytest.importorskip("torch")
-    from rnnprof.profiler.run.torch_training import TorchTraining
+    from rnnprof.training.torch_training import TorchTraining
 
     training = TorchTraining(TorchOptions(workload=WorkloadConfig(**{**TINY, "devices": 1}), tied=True))
     assert training.model.projection.weight is training.model.embedding.weight
@@ -82,7 +82,7 @@ def test_a_crashing_rank_is_named_in_one_line_and_nothing_is_left_running(capfd,
     import tempfile
 
     from rnnprof.errors import RankFailed
-    from rnnprof.profiler.run.torch_ddp import run_ranks
+    from rnnprof.training.torch_ddp import run_ranks
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     steps = []
@@ -214,7 +214,7 @@ def test_without_torch_the_command_says_how_to_install_it():
 
 
 def test_threads_per_process_split_the_cores_at_least_one_each():
-    from rnnprof.profiler.run.torch_ddp import threads_per_process
+    from rnnprof.training.torch_ddp import threads_per_process
 
     assert threads_per_process(1, cores=16) == 16
     assert threads_per_process(3, cores=16) == 5
@@ -223,7 +223,7 @@ def test_threads_per_process_split_the_cores_at_least_one_each():
 
 def test_ranks_use_nccl_and_their_own_gpu_only_where_every_rank_has_one():
     from rnnprof.errors import UsageError
-    from rnnprof.profiler.run.torch_ddp import RankPlan, check_gpu_count, rank_plan
+    from rnnprof.training.torch_ddp import RankPlan, check_gpu_count, rank_plan
 
     assert [rank_plan(2, r, gpus=2, threads=4) for r in (0, 1)] == [RankPlan("nccl", "cuda:0", 4),
                                                                       RankPlan("nccl", "cuda:1", 4)]
@@ -238,7 +238,7 @@ def test_ranks_use_nccl_and_their_own_gpu_only_where_every_rank_has_one():
 
 
 def test_combined_steps_take_the_slowest_rank_and_every_ranks_words():
-    from rnnprof.profiler.run.torch_ddp import combine_ranks
+    from rnnprof.training.torch_ddp import combine_ranks
 
     steps = combine_ranks([[(0.5, 10, 2.0), (0.2, 10, 1.0)], [(0.3, 12, 4.0), (0.4, 12, 3.0)]])
     assert [(s.seconds, s.words, s.loss) for s in steps] == [(0.5, 22, 3.0), (0.4, 22, 2.0)]

@@ -17,7 +17,7 @@ from rnnprof.analyzers.comm import BASIS_HOST_OPS, analyze_comm
 from rnnprof.analyzers.opcount import count_kernels
 from rnnprof.cli import main
 from rnnprof.events import Device
-from rnnprof.profiler.loaders import load_events
+from rnnprof.traces import load_events
 
 from fixtures import FIXTURES
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from rnnprof.profiler.run.measure import StepResult
-from rnnprof.profiler.run.torch_progress import StepFollower, StepLog, step_log_path
+from rnnprof.training.measure import StepResult
+from rnnprof.training.torch_progress import StepFollower, StepLog, step_log_path
 
 
 def _log(folder, rank, steps):
@@ -52,8 +52,8 @@ def test_a_line_the_rank_has_only_half_written_waits_for_its_end(tmp_path):
 def test_the_follower_reports_steps_while_the_ranks_run_and_the_rest_when_it_stops(tmp_path):
     """Two processes log steps apart in time; the thread reports them as they come, in order, each once."""
     code = ("import sys, time\n"
-            "from rnnprof.profiler.run.measure import StepResult\n"
-            "from rnnprof.profiler.run.torch_progress import StepLog\n"
+            "from rnnprof.training.measure import StepResult\n"
+            "from rnnprof.training.torch_progress import StepLog\n"
             "log = StepLog(sys.argv[1], int(sys.argv[2]))\n"
             "for i in range(6):\n"
             "    log('timed', i, StepResult(0.1, 5, float(i)))\n"

@@ -284,7 +284,7 @@ def test_capture_api_in_torch_code_records_optimizer_steps(tmp_path):
     import torch
 
     import rnnprof
-    from rnnprof.profiler.capture.torch_script import TorchScriptCapture
+    from rnnprof.recording.torch_script import TorchScriptCapture
 
     model = torch.nn.Linear(8, 8)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -8,9 +8,9 @@ import pytest
 
 from rnnprof.cli import main
 from rnnprof.errors import UsageError
-from rnnprof.profiler.capture.imports import when_imported
-from rnnprof.profiler.capture.launch import BOOTSTRAP, launch_command
-from rnnprof.profiler.capture.script import script_framework
+from rnnprof.recording.imports import when_imported
+from rnnprof.recording.launch import BOOTSTRAP, launch_command
+from rnnprof.recording.script import script_framework
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
@@ -137,7 +137,7 @@ def test_delay_is_refused_for_torchrun_before_anything_runs(tmp_path, script, ca
 
 
 def test_a_rank_that_died_without_a_word_marks_the_run_and_is_named(tmp_path):
-    from rnnprof.profiler.capture import ranks
+    from rnnprof.recording import ranks
 
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "rank0.json.gz").write_bytes(b"")

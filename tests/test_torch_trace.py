@@ -28,7 +28,7 @@ def spans(events, name):
 def test_capture_records_exactly_the_window_with_its_phases_and_shapes(tmp_path):
     import torch
 
-    from rnnprof.profiler.capture.torch_profiler import TorchCapture
+    from rnnprof.recording.torch_profiler import TorchCapture
 
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 16)
@@ -64,7 +64,7 @@ def test_capture_records_exactly_the_window_with_its_phases_and_shapes(tmp_path)
 def test_a_run_stopped_inside_the_window_keeps_the_steps_it_ran(tmp_path):
     import torch
 
-    from rnnprof.profiler.capture.torch_profiler import TorchCapture
+    from rnnprof.recording.torch_profiler import TorchCapture
 
     capture = TorchCapture(tmp_path, rank=0, skip_steps=1, steps=5)
     for _ in range(3):
@@ -80,7 +80,7 @@ def test_a_run_stopped_inside_the_window_keeps_the_steps_it_ran(tmp_path):
 def test_a_run_stopped_before_its_window_writes_no_trace(tmp_path, skip_steps, done):
     import torch
 
-    from rnnprof.profiler.capture.torch_profiler import TorchCapture
+    from rnnprof.recording.torch_profiler import TorchCapture
 
     capture = TorchCapture(tmp_path, rank=0, skip_steps=skip_steps, steps=3)
     for _ in range(done):
@@ -93,7 +93,7 @@ def test_a_run_stopped_before_its_window_writes_no_trace(tmp_path, skip_steps, d
 
 
 def test_a_window_needs_a_step():
-    from rnnprof.profiler.capture.torch_profiler import TorchCapture
+    from rnnprof.recording.torch_profiler import TorchCapture
 
     with pytest.raises(ValueError, match="steps >= 1"):
         TorchCapture("unused", steps=0)
@@ -260,7 +260,7 @@ def fail_on_rank_1_after_its_window(job):
     """Rank 1 captures its window, then fails; rank 0 ends normally."""
     import os
 
-    from rnnprof.profiler.run.torch_ddp import rank_main
+    from rnnprof.training.torch_ddp import rank_main
 
     result = rank_main(job)
     if os.environ["RANK"] == "1":
@@ -272,7 +272,7 @@ def fail_on_rank_1_after_its_window(job):
 def test_a_crashing_rank_is_one_line_naming_it_and_the_run_is_marked(tmp_path, monkeypatch, capfd):
     from processes import left_running
     from rnnprof.cli import main
-    from rnnprof.profiler.run import torch_ddp
+    from rnnprof.training import torch_ddp
 
     monkeypatch.setattr(torch_ddp, "rank_main", fail_on_rank_1_after_its_window)
     out = tmp_path / "run"
@@ -341,7 +341,7 @@ def test_imbalance_of_cpu_ranks_leaves_out_operator_time_spent_waiting_in_collec
 
     from rnnprof.analyzers.placement import AuditInput
     from rnnprof.analyzers.placement.imbalance import check
-    from rnnprof.profiler.loaders import load_events
+    from rnnprof.traces import load_events
 
     (finding,) = check(AuditInput(events=load_events(RANKS)), threshold=0.0)
     for rank, path in enumerate(RANKS):

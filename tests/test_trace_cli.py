@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from rnnprof.cli import main
-from rnnprof.profiler import rundir
-from rnnprof.profiler.loaders import load_events
+from rnnprof import rundir
+from rnnprof.traces import load_events
 
 from fixtures import TINY_NMT
 
@@ -146,7 +146,7 @@ def test_nmt_xplanes_convert(nmt_run, tmp_path):
 def test_capture_workload_reports_what_it_wrote(tmp_path):
     """The capture sequence without the command: its result agrees with the run directory it wrote."""
     from rnnprof.config import WorkloadConfig
-    from rnnprof.profiler.capture.workload import capture_workload
+    from rnnprof.recording.workload import capture_workload
 
     config = WorkloadConfig(model="rnnlm", layers=1, units=16, embedding=16, vocab_size=50, src_max_len=6,
                             tgt_max_len=6, batch_size=4, devices=2, warmup=1, batches=2, inter_op_threads=1,
@@ -405,7 +405,7 @@ def test_a_failing_script_shows_its_own_traceback_and_its_exit_code(tmp_path):
     assert result.returncode == 1
     err = result.stderr.strip().splitlines()
     assert err[-1] == f"rnnprof trace: error: the script raised ValueError: no such shard (run directory: {out})"
-    assert "in load_batch" in result.stderr and "rnnprof/profiler/script.py" not in result.stderr
+    assert "in load_batch" in result.stderr and "rnnprof/recording/script.py" not in result.stderr
     assert result.stdout == ""
     m = _manifest(out)
     assert m["status"] == "interrupted" and m["exit_code"] == 1

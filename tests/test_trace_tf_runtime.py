@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rnnprof.profiler import rundir
-from rnnprof.profiler.loaders import load_events
+from rnnprof import rundir
+from rnnprof.traces import load_events
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 

@@ -20,7 +20,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from rnnprof.cli import main
-from rnnprof.profiler import rundir
+from rnnprof import rundir
 
 from processes import Proc, descendants, processes
 
@@ -37,8 +37,8 @@ def _node(name, label, start_us, dur_us):
 def _make_run(root: Path, name: str = "nmt-test") -> Path:
     """A run directory whose per-device XSpace is built from two devices' step_stats."""
     pytest.importorskip("tensorflow")
-    from rnnprof.profiler.rundir.writer import RunWriter
-    from rnnprof.profiler.rundir.xspace import build_xspace
+    from rnnprof.rundir.writer import RunWriter
+    from rnnprof.rundir.xspace import build_xspace
 
     stats = NS(dev_stats=[NS(device=DEV0, node_stats=[_node("enc/matmul", "enc/matmul = MatMul(a, b)", 1000, 40)]),
                           NS(device=DEV1, node_stats=[_node("dec/matmul", "dec/matmul = MatMul(c, d)", 1010, 30)])])

@@ -24,7 +24,7 @@ from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.opcount import count_kernels
 from rnnprof.cli import main
 from rnnprof.parallel import map_items
-from rnnprof.profiler.loaders import kineto, merge_tables
+from rnnprof.traces import kineto, merge_tables
 from rnnprof.reports.comm import to_document
 from rnnprof.whole_job import combine_comm
 
@@ -69,7 +69,7 @@ def _without_sources(doc: dict) -> dict:
 
 def _merged_comm(files) -> dict:
     """The reference: every rank in one table, analysed at once, in this process."""
-    from rnnprof.profiler.loaders.left_out import leave_out, left_out_of
+    from rnnprof.traces.left_out import leave_out, left_out_of
 
     table = load_aligned_tables([leave_out(kineto.load(f)) for f in files])
     return {**to_document(analyze_comm(table), per_step=True), "left_out": left_out_of(table.metadata)}

@@ -11,11 +11,11 @@ NOTHING_TO_AUDIT = "the input holds neither a graph nor trace events"
 
 
 def audit_input(inputs, events=None):
-    """The ``AuditInput`` of inputs already read (``rnnprof.profiler.loaders.inputs.Inputs``): their graph, trace
+    """The ``AuditInput`` of inputs already read (``rnnprof.inputs.read.Inputs``): their graph, trace
     events (``events``: those of the selected steps; by default all of them) and manifest, with TensorFlow's kernel
     list when the graph requests devices; None when the inputs hold neither a graph nor trace events."""
     from rnnprof.analyzers.placement import AuditInput
-    from rnnprof.profiler.loaders.kernels import kernels_for
+    from rnnprof.inputs.kernels import kernels_for
 
     events = inputs.events if events is None else events
     if inputs.graph is None and events is None:
@@ -26,7 +26,7 @@ def audit_input(inputs, events=None):
 def read_audit_input(paths: list[str], args: argparse.Namespace | None = None):
     """``audit_input`` of one run read from ``paths`` (its run directory, trace and graph files), its events
     restricted to the steps ``args``' step flags select when ``args`` is given."""
-    from rnnprof.profiler.loaders.inputs import read_inputs
+    from rnnprof.inputs.read import read_inputs
 
     inputs = read_inputs(paths, one_run=True)
     return audit_input(inputs, _steps.select(inputs.events, args) if args is not None else None)

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def rank_job(paths):
     """The job's rank files when ``paths`` are a job's (``rank_folder.job_of``), else None."""
-    from rnnprof.profiler.loaders.rank_folder import job_of
+    from rnnprof.traces.rank_folder import job_of
 
     return job_of(paths)
 

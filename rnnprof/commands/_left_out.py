@@ -1,5 +1,5 @@
 """What the loaders left out for impossible times: one note on stderr and counts for ``--json``, the same on
-every command that reads events (see ``rnnprof.profiler.loaders.left_out``)."""
+every command that reads events (see ``rnnprof.traces.left_out``)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ def _metadata(sources) -> dict:
 
 def counts(*sources) -> dict[str, int]:
     """Events left out, by reason, over ``sources`` (tables or their metadata)."""
-    from rnnprof.profiler.loaders.left_out import left_out_of
+    from rnnprof.traces.left_out import left_out_of
 
     return left_out_of(_metadata(sources))
 
 
 def notes(args, *sources) -> list[str]:
     """The note saying what was left out (none when nothing was); ``--debug`` names the first few events."""
-    from rnnprof.profiler.loaders.left_out import describe, examples_of, left_out_of
+    from rnnprof.traces.left_out import describe, examples_of, left_out_of
 
     meta = _metadata(sources)
     line = describe(left_out_of(meta), examples_of(meta), bool(getattr(args, "debug", False)))

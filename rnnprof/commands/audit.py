@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.audit import audit
     from rnnprof.commands import _job
-    from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.rundir.manifest import run_notes
     from rnnprof.reports.audit import render_text
     from rnnprof.reports.layout import render_json, render_notes
 

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.rundir.manifest import run_notes
     from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_notes
 
@@ -97,7 +97,7 @@ def _analyze_table(paths: list[str], args: argparse.Namespace, selection) -> _An
     """comm's analysis of ``paths`` merged into one table, on the clock ``--align`` says."""
     from rnnprof.analyzers.comm import analyze_comm
     from rnnprof.analyzers.tasks import analyze_tasks
-    from rnnprof.profiler.loaders import load_aligned, load_events
+    from rnnprof.traces import load_aligned, load_events
 
     loaded = load_events(paths[0]) if len(paths) == 1 else load_aligned(paths, args.align)
     table = _steps.select(loaded, args)

@@ -39,7 +39,7 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
     import dataclasses
 
     from rnnprof.analyzers.opcount import count_ops, with_kernels
-    from rnnprof.profiler.loaders.inputs import MERGED_TRACES, read_inputs
+    from rnnprof.inputs.read import MERGED_TRACES, read_inputs
 
     notes = [] if notes is None else notes
 
@@ -69,7 +69,7 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.opcount import compare
     from rnnprof.reports import opcount as report
-    from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.rundir.manifest import run_notes
     from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_json, render_notes
 

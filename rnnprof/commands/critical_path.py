@@ -45,11 +45,11 @@ def _overlay_path(args: argparse.Namespace) -> Path | None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.critical_path import analyze_critical_path
-    from rnnprof.profiler.loaders import load_events
-    from rnnprof.profiler.loaders.dependencies import read_dependencies
-    from rnnprof.profiler.loaders.rank_folder import job_notes
-    from rnnprof.profiler.rundir.manifest import run_notes
-    from rnnprof.profiler.rundir.writer import atomic_write_json
+    from rnnprof.traces import load_events
+    from rnnprof.inputs.dependencies import read_dependencies
+    from rnnprof.traces.rank_folder import job_notes
+    from rnnprof.rundir.manifest import run_notes
+    from rnnprof.rundir.writer import atomic_write_json
     from rnnprof.reports.critical_path import overlay_trace, render_table, to_document
     from rnnprof.reports.layout import render_json, render_notes
 

@@ -50,7 +50,7 @@ def read_side(paths: list[str], args: argparse.Namespace | None = None):
     """A ``diff.Side`` from what ``read_inputs`` reads of ``paths`` (its events restricted to the steps
     ``args`` select, when given)."""
     from rnnprof.analyzers.diff import Side
-    from rnnprof.profiler.loaders.inputs import read_inputs
+    from rnnprof.inputs.read import read_inputs
 
     from rnnprof.commands.roofline import for_report as roofline_of
 
@@ -66,8 +66,8 @@ def read_side(paths: list[str], args: argparse.Namespace | None = None):
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.diff import IncompatibleSides, diff
-    from rnnprof.profiler.loaders.rank_folder import job_notes
-    from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.traces.rank_folder import job_notes
+    from rnnprof.rundir.manifest import run_notes
     from rnnprof.reports import diff as report
     from rnnprof.reports.layout import render_json, render_notes
 

@@ -46,7 +46,7 @@ def explain_paths(paths, devices, scaling: str | None, args=None):
     from rnnprof.analyzers.explain import ExplainError, explain_sweep
     from rnnprof.analyzers.scale import shared_cores_note
     from rnnprof.commands import _left_out
-    from rnnprof.profiler.loaders.explained import load_inputs
+    from rnnprof.inputs.explained import load_inputs
     from rnnprof.reports.explain import to_document
 
     loaded = load_inputs(paths, devices)

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.placement import audit_placement, configured_rules
-    from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_json, render_notes
     from rnnprof.reports.placement import render_table, to_document
 

@@ -52,8 +52,8 @@ def _findings(report, events) -> tuple[dict | None, str]:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.profiler.rundir.sweep import is_sweep_dir, read_sweep
-    from rnnprof.profiler.rundir.writer import atomic_write_bytes
+    from rnnprof.rundir.sweep import is_sweep_dir, read_sweep
+    from rnnprof.rundir.writer import atomic_write_bytes
 
     out = _check_output(args.output, args.force)
     name = _name(args.paths)
@@ -75,10 +75,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
     from rnnprof.analyzers.run_report import analyze_run
     from rnnprof.commands.roofline import for_report as roofline_for_report
-    from rnnprof.profiler.loaders.dependencies import read_dependencies
-    from rnnprof.profiler.loaders.inputs import read_inputs
-    from rnnprof.profiler.loaders.rank_folder import job_notes
-    from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.inputs.dependencies import read_dependencies
+    from rnnprof.inputs.read import read_inputs
+    from rnnprof.traces.rank_folder import job_notes
+    from rnnprof.rundir.manifest import run_notes
     from rnnprof.reports.layout import render_notes
     from rnnprof.reports.run_page import run_page
 

@@ -47,7 +47,7 @@ def _peaks(loaded, args, notes: list[str]):
     """The table's peaks for the device the trace names; for a CPU run recorded on this machine, measured now;
     the flags over either. A note says where they come from, or that there are none."""
     from rnnprof.analyzers.peaks import lookup, override
-    from rnnprof.profiler.run.cpu_peaks import measure_cpu_peaks, this_host
+    from rnnprof.training.cpu_peaks import measure_cpu_peaks, this_host
 
     label = loaded.worker or str(loaded.path)
     tflops, tbps = getattr(args, "peak_tflops", None), getattr(args, "peak_tbps", None)
@@ -71,7 +71,7 @@ def for_report(paths: list[str], table, selected, args, notes: list[str], with_p
     else (None, why); ``table`` is its event table as loaded, ``selected`` the steps the report analyses;
     ``with_peaks`` False: rates only (no peaks looked up or measured)."""
     from rnnprof.analyzers.roofline import analyze_roofline
-    from rnnprof.profiler.loaders.roofline_inputs import NotAvailable, load, sources, without_shapes
+    from rnnprof.inputs.roofline_inputs import NotAvailable, load_source, sources, without_shapes
 
     if table is None:
         return None, "no trace events"
@@ -87,7 +87,7 @@ def for_report(paths: list[str], table, selected, args, notes: list[str], with_p
     try:
         if without_shapes(found[0]):
             return None, no_shapes
-        loaded = load(found[0], table)
+        loaded = load_source(found[0], table)
     except InputError as exc:
         return None, str(exc)
     if not len(loaded.shapes):
@@ -98,8 +98,8 @@ def for_report(paths: list[str], table, selected, args, notes: list[str], with_p
 
 def run(args: argparse.Namespace, console: Console) -> int:
     from rnnprof.analyzers.roofline import analyze_roofline
-    from rnnprof.profiler.loaders.roofline_inputs import NotAvailable, load, sources
-    from rnnprof.profiler.rundir.manifest import run_notes
+    from rnnprof.inputs.roofline_inputs import NotAvailable, load_source, sources
+    from rnnprof.rundir.manifest import run_notes
     from rnnprof.reports.charts import check_plot_path
     from rnnprof.reports.layout import render_json, render_notes
     from rnnprof.reports.roofline import not_available, render, to_document
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         return 0
     reports, notes, tables = [], run_notes(args.paths), []
     for source in found:
-        loaded = load(source)
+        loaded = load_source(source)
         table, label = loaded.table, loaded.worker or str(loaded.path)
         tables.append(table)
         selected = _steps.select(table, args)

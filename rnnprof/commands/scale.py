@@ -67,12 +67,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _check_out(args: argparse.Namespace) -> None:
     """Refuse ``--trace-steps`` without ``--explain``; give ``--explain`` its default ``--out`` (a fresh run
     directory), and refuse an ``--out`` that is not a new or empty folder."""
-    from rnnprof.profiler.rundir.sweep import check_sweep_out
+    from rnnprof.rundir.sweep import check_sweep_out
 
     if args.trace_steps is not None and not args.explain:
         raise UsageError("--trace-steps applies with --explain (the steps traced after the timed ones)")
     if args.explain and args.out is None:
-        from rnnprof.profiler.rundir.writer import default_run_dir
+        from rnnprof.rundir.writer import default_run_dir
 
         args.out = str(default_run_dir(f"{args.model}-sweep"))
     if args.out is not None:
@@ -94,7 +94,7 @@ def _measure(args: argparse.Namespace, sweep_points: list[dict], device_counts: 
 
 def _save(out: str | None, document: dict, plot) -> None:
     """The sweep's document into ``--out`` and its chart into ``--plot``, each when given."""
-    from rnnprof.profiler.rundir.sweep import write_sweep
+    from rnnprof.rundir.sweep import write_sweep
 
     if out is not None:
         write_sweep(out, document)
@@ -108,8 +108,8 @@ def _explain(args: argparse.Namespace, document: dict):
     """``rnnprof explain``'s document and report on the sweep saved in ``--out``, saved beside it and added to
     the sweep's document (saved again, for rnnprof report)."""
     from rnnprof.commands.explain import explain_paths
-    from rnnprof.profiler.rundir.sweep import EXPLAIN_FILE, write_sweep
-    from rnnprof.profiler.rundir.writer import atomic_write_json
+    from rnnprof.rundir.sweep import EXPLAIN_FILE, write_sweep
+    from rnnprof.rundir.writer import atomic_write_json
 
     explained = explain_paths([args.out], None, None, args)
     atomic_write_json(Path(args.out) / EXPLAIN_FILE, explained[0])
@@ -134,7 +134,7 @@ def _traced(args: argparse.Namespace, sweep_points: list[dict], device_counts: l
     """Every configuration timed, then traced, into ``--out``'s runs/ (``sweep.traced_sweep``)."""
     import sys
 
-    from rnnprof.profiler.run.sweep import traced_sweep
+    from rnnprof.training.sweep import traced_sweep
 
     if args.framework == "torch":
         from rnnprof.config import torch_options_from_args
@@ -185,7 +185,7 @@ def _document(args, result, swept, configs, lists: dict, trainers, notes: list[s
                            unit=unit)
     if trainers:
         from rnnprof.analyzers.scale import trainer_table
-        from rnnprof.profiler.run.distribute import STRATEGIES
+        from rnnprof.training.distribute import STRATEGIES
         from rnnprof.reports.scale import trainer_document
 
         base["trainer"] = trainers
@@ -200,7 +200,7 @@ def _render(result, swept, configs, trainers, notes: list[str], console: Console
     unit = getattr(swept, "unit", "words")
     if trainers:
         from rnnprof.analyzers.scale import trainer_table
-        from rnnprof.profiler.run.distribute import STRATEGIES
+        from rnnprof.training.distribute import STRATEGIES
         from rnnprof.reports.scale import render_trainer_tables
 
         render_trainer_tables(trainer_table(swept.points, trainers), trainers, model=swept.model,
@@ -228,7 +228,7 @@ def _trainers(args: argparse.Namespace, modes: list[str]) -> list[str] | None:
     """The trainers of ``--trainer`` (None when not given), refused before TensorFlow loads."""
     if args.trainer is None:
         return None
-    from rnnprof.profiler.run.distribute import TRAINERS, check_trainer
+    from rnnprof.training.distribute import TRAINERS, check_trainer
 
     trainers = list(dict.fromkeys(parse_choice_list(args.trainer, "--trainer", TRAINERS)))
     if args.framework == "torch" and trainers != ["rnnprof"]:
@@ -246,7 +246,7 @@ def _tf_configs(args: argparse.Namespace, sweep_points: list[dict], device_count
     """Every TensorFlow configuration, each validated, and the device counts against the visible GPUs, before
     minutes are spent on the first one."""
     from rnnprof.config import workload_config_from_args
-    from rnnprof.profiler.run.runner import visible_gpus
+    from rnnprof.training.runner import visible_gpus
 
     gpus = visible_gpus()
     if gpus and max(device_counts) > gpus:
@@ -257,7 +257,7 @@ def _tf_configs(args: argparse.Namespace, sweep_points: list[dict], device_count
 def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_counts: list[int],
                 trainers: list[str] | None = None):
     from rnnprof.reports.progress import StepProgress
-    from rnnprof.profiler.run.sweep import sweep
+    from rnnprof.training.sweep import sweep
 
     configs = _tf_configs(args, sweep_points, device_counts)
     names = [None] * len(configs)
@@ -271,7 +271,7 @@ def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_count
 
 def _torch(args: argparse.Namespace, sweep_points: list[dict]):
     from rnnprof.config import torch_options_from_args
-    from rnnprof.profiler.run.torch_ddp import torch_sweep
+    from rnnprof.training.torch_ddp import torch_sweep
     from rnnprof.reports.progress import StepProgress, own_stderr_console
 
     configs = [torch_options_from_args(args, 0, **point) for point in sweep_points]

@@ -11,7 +11,7 @@ from rnnprof.commands._given import given_options, record_given_options
 from rnnprof.config import (IMAGE_MODELS, add_workload_arguments, check_workload_args, non_negative_int,
                             non_negative_seconds, positive_int, workload_config_from_args)
 from rnnprof.errors import InterruptedRun, RnnprofError, UsageError
-from rnnprof.profiler.capture.interrupt import terminate_as_interrupt
+from rnnprof.recording.interrupt import terminate_as_interrupt
 
 NAME = "trace"
 HELP = ("Capture a run directory (timelines, TensorBoard profile, graphs, run metadata; Kineto traces per "
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace, console) -> int:
     if not args.attach and not command:
         check_workload_args(args)  # before TensorFlow or torch loads: a bad flag is refused at once
     if args.out:
-        from rnnprof.profiler.rundir.writer import check_out_dir
+        from rnnprof.rundir.writer import check_out_dir
 
         check_out_dir(args.out, args.force)
     with terminate_as_interrupt():  # SIGTERM ends a capture the way Ctrl-C does
@@ -99,7 +99,7 @@ def _require_out(args, what: str):
 
 
 def _attach(args, console, argv) -> int:
-    from rnnprof.profiler.capture.attach import attach_capture
+    from rnnprof.recording.attach import attach_capture
 
     writer = attach_capture(args.attach, args.duration, _require_out(args, "a running job"), force=args.force,
                             command=argv)
@@ -109,7 +109,7 @@ def _attach(args, console, argv) -> int:
 
 def _script(args, command, console) -> int:
     from rnnprof.errors import FindingsError
-    from rnnprof.profiler.capture.script import (errors_after_failure, nothing_captured, run_script, script_failure,
+    from rnnprof.recording.script import (errors_after_failure, nothing_captured, run_script, script_failure,
                                                   what_was_kept)
 
     out = _require_out(args, "a script")
@@ -132,7 +132,7 @@ def _script(args, command, console) -> int:
 
 def _torch_workload(args, console, argv) -> int:
     from rnnprof.config import torch_options_from_args
-    from rnnprof.profiler.capture.torch_workload import capture_torch_workload
+    from rnnprof.recording.torch_workload import capture_torch_workload
 
     options = torch_options_from_args(args, 0)
     config = options.workload
@@ -149,8 +149,8 @@ def _torch_workload(args, console, argv) -> int:
 def _workload(args, console, argv) -> int:
     if args.framework == "torch":
         return _torch_workload(args, console, argv)
-    from rnnprof.profiler.capture.workload import capture_workload
-    from rnnprof.profiler.run.runner import visible_gpus
+    from rnnprof.recording.workload import capture_workload
+    from rnnprof.training.runner import visible_gpus
 
     config = workload_config_from_args(args, gpus_available=visible_gpus())
     done = capture_workload(config, args.out, args.force, argv, args.trace_steps,

@@ -63,8 +63,8 @@ def run(args: argparse.Namespace, console) -> int:
 
 def _refuse_torch_run(path: Path) -> None:
     """A PyTorch run holds Kineto traces, which TensorBoard's profile plugin does not read: say what opens them."""
-    from rnnprof.profiler import rundir
-    from rnnprof.profiler.rundir.manifest import is_torch_run, read_manifest
+    from rnnprof import rundir
+    from rnnprof.rundir.manifest import is_torch_run, read_manifest
 
     if rundir.is_run_dir(path) and is_torch_run(read_manifest(path)):
         raise InputError(path, f"is a PyTorch run, whose Kineto traces ({rundir.TORCH_TRACES_DIR}/rank<r>.json.gz) "

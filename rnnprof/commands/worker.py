@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _duration(text: str) -> str:
-    from rnnprof.profiler.run.exposure import parse_duration
+    from rnnprof.training.exposure import parse_duration
 
     try:
         parse_duration(text)
@@ -38,8 +38,8 @@ def run(args: argparse.Namespace, console) -> int:
 
     from rich.text import Text
 
-    from rnnprof.profiler.run.cluster import read_cluster_spec, serve
-    from rnnprof.profiler.run.exposure import listening, parse_duration, worker_line
+    from rnnprof.training.cluster import read_cluster_spec, serve
+    from rnnprof.training.exposure import listening, parse_duration, worker_line
 
     spec = read_cluster_spec(args.cluster_spec)
     address = spec.jobs.get(args.job, ())[args.task] if args.task < len(spec.jobs.get(args.job, ())) else "?:0"

@@ -21,7 +21,7 @@ def _keep(repeated, n):
 def main(run: Path) -> None:
     from tensorboard.compat.proto import config_pb2, graph_pb2
 
-    from rnnprof.profiler.loaders.xplane import xplane_pb2
+    from rnnprof.traces.xplane import xplane_pb2
 
     timeline = next((run / "timelines").glob("*.trace.json.gz"))
     doc = json.loads(gzip.decompress(timeline.read_bytes()))

@@ -1,0 +1,109 @@
+"""What ``rnnprof roofline`` reads: per process, its event table, its operators' shapes and the machine that
+recorded it.
+
+Kineto traces (one, several, a folder of rank files, a PyTorch run directory's ranks) give the shapes
+``record_shapes=True`` recorded (``shapes.load_shapes``); a TensorFlow run directory gives its executed kernels'
+shapes from its RunMetadata step stats (``tf_shapes.load_tf_shapes``). Other input (a TF1 timeline, an xplane)
+records no shapes: ``NotAvailable`` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class NotAvailable(Exception):
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(frozen=True)
+class RooflineSource:
+    worker: str
+    path: Path
+    kind: str  # "kineto" or "tf-run"
+    host: str = ""  # the machine the run directory says it ran on ("" for a bare trace: its own header says)
+
+
+@dataclass
+class RooflineInput:
+    worker: str
+    path: Path
+    table: object  # EventTable
+    shapes: object  # OpShapes
+    host: str  # the machine that recorded it, "" when unknown
+    devices: list  # device names the trace gives (Kineto deviceProperties)
+    cpu_only: bool  # no GPU among the trace's devices
+
+
+def sources(paths, loaded: bool = False) -> list[RooflineSource]:
+    """The processes ``paths`` hold; input that is not a trace at all is an ``InputError`` (``loaded``: the
+    caller has loaded ``paths`` already, so they are traces, and are not loaded again to find out)."""
+    from rnnprof.traces import detect_format, load_events
+    from rnnprof.traces.rank_folder import job_of
+
+    job = job_of(paths)
+    if job is not None:
+        return [RooflineSource(f"rank{f.rank}", f.path, "kineto") for f in job.files]
+    found = []
+    for path in paths:
+        kind = detect_format(path)
+        if kind == "kineto":
+            found.append(RooflineSource("" if len(paths) == 1 else Path(path).name, Path(path), "kineto"))
+        elif kind == "rundir":
+            found += _run_dir(Path(path), len(paths) > 1)
+        else:
+            if not loaded:
+                load_events(path)  # input that is not a trace at all is a one-line error, not "not available"
+            if kind in ("chrome-json", "xplane", "xplane-dir", "run-metadata", "tf-chrome"):
+                raise NotAvailable(f"{path}: no roofline for a TensorFlow trace ({kind}) outside a run directory: "
+                                   f"it records no input shapes per op (a run directory's RunMetadata does)")
+            raise NotAvailable(f"{path}: no roofline for {kind} input: it reads Kineto traces' recorded shapes "
+                               f"and TensorFlow run directories")
+    return found
+
+
+def _run_dir(path: Path, several: bool) -> list[RooflineSource]:
+    from rnnprof.rundir.manifest import is_torch_run, listed_torch_traces, read_manifest
+
+    manifest = read_manifest(path)
+    host = manifest.get("host") if isinstance(manifest.get("host"), str) else ""
+    prefix = f"{path.name}/" if several else ""
+    if is_torch_run(manifest):
+        return [RooflineSource(f"{prefix}{p.name.split('.')[0]}", p, "kineto", host)
+                for p in listed_torch_traces(path, manifest) if p.is_file()]
+    return [RooflineSource(prefix.rstrip("/"), path, "tf-run", host)]
+
+
+def without_shapes(source: RooflineSource) -> bool:
+    """A Kineto trace that visibly records no shapes (``shapes.recorded_without_shapes``)."""
+    from rnnprof.traces.shapes import recorded_without_shapes
+
+    return source.kind == "kineto" and recorded_without_shapes(source.path)
+
+
+def load_source(source: RooflineSource, table=None) -> RooflineInput:
+    """``source`` read; ``table``: its event table when already loaded (before any step selection)."""
+    from rnnprof.traces import load_events
+
+    if table is None:
+        table = load_events(str(source.path))
+    if source.kind == "tf-run":
+        from rnnprof.traces.tf_shapes import load_tf_shapes
+
+        shapes = load_tf_shapes(source.path, table)
+        names = []
+    else:
+        from rnnprof.traces.shapes import load_shapes
+
+        shapes = load_shapes(source.path, table)
+        listed = table.metadata.get("devices_properties")
+        names = [str(p.get("name", "")) for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
+    host = source.host or str(table.metadata.get("host_name") or "")
+    cpu_only = not any(d.kind == "gpu" for d in table.devices)
+    return RooflineInput(source.worker, source.path, table, shapes, host, names, cpu_only)
+
+
+__all__ = ["NotAvailable", "RooflineSource", "RooflineInput", "sources", "load", "without_shapes"]

@@ -1,0 +1,179 @@
+"""Capture of one PyTorch rank: ``torch.profiler`` over a window of steps, one Kineto trace per rank.
+
+    capture = TorchCapture(run_dir, rank, skip_steps=2, steps=3)   # profiling starts here: step 0 begins
+    for batch in batches:
+        with capture.phase("forward"):
+            loss = model(batch)
+        with capture.phase("backward"):
+            loss.backward()
+        with capture.phase("optimizer"):
+            optimizer.step()
+        capture.step()                                             # after each optimizer step
+    facts = capture.close()                                        # what the manifest records of this rank
+
+Steps are counted from 0 at construction. Steps ``skip_steps`` to ``skip_steps + steps - 1`` are recorded
+(``record_shapes``, the CPU activity and, where CUDA is available, the GPU's), each inside a ``ProfilerStep#N``
+range; the step before the window is the profiler's warm-up (recorded, then dropped), the others run
+unprofiled. No FLOPs are estimated in the traced process (the analysis computes them from the recorded
+shapes). The window's last step costs what torch's own export costs: Kineto writes its JSON to a scratch file
+there, and a thread beside the training compresses it and renames it into place whole as
+``<run_dir>/torch/rank<r>.json.gz`` (``rundir.TORCH_TRACES_DIR``/``rundir.torch_trace_name``) with only
+calls that release the GIL (read, zlib, write, rename), starting once the closing step has returned, so
+the training's thread barely waits for it; ``close()`` (or ``wait()``) waits for it. A run stopped inside the window writes it at
+``close()``. ``phase(name)`` is a ``record_function`` range plus an NVTX range; every step is an NVTX
+range "step N" too, for Nsight Systems. Writing the manifest is the caller's (one parent for all ranks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from rnnprof import rundir
+from rnnprof.recording.interrupt import interrupts_deferred
+from rnnprof.recording.nvtx import NvtxSpan, nvtx_range
+from rnnprof.rundir.writer import atomic_write_bytes
+from rnnprof.torch_import import import_torch
+
+PHASES = ("forward", "backward", "optimizer")
+
+
+def trace_path(run_dir: str | Path, rank: int) -> Path:
+    """Where rank ``rank`` of the run in ``run_dir`` writes its Kineto trace."""
+    return Path(run_dir) / rundir.TORCH_TRACES_DIR / rundir.torch_trace_name(rank)
+
+
+class TorchCapture:
+    """``torch.profiler`` over steps ``skip_steps`` .. ``skip_steps + steps - 1`` of one rank (see the module)."""
+
+    def __init__(self, run_dir: str | Path, rank: int = 0, skip_steps: int = 1, steps: int = 2):
+        if skip_steps < 0 or steps < 1:
+            raise ValueError(f"TorchCapture needs skip_steps >= 0 and steps >= 1 (got {skip_steps}, {steps})")
+        torch = import_torch("capturing a PyTorch run")
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        self.run_dir = Path(run_dir)
+        self.rank = int(rank)
+        self.skip_steps = int(skip_steps)
+        self.steps = int(steps)
+        self.path = trace_path(self.run_dir, self.rank)
+        self._torch = torch
+        self._done = 0  # steps completed (calls to step())
+        self._written = False
+        self._closed = False
+        self._compressing: threading.Thread | None = None
+        self._step_left = threading.Event()  # the step that exported the window has returned
+        self._export_error: BaseException | None = None
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self.activities = [a.name.lower() for a in activities]
+        warmup = min(1, self.skip_steps)  # Kineto wants one warm-up step where there is room for it
+        self._profile = profile(
+            activities=activities,
+            schedule=schedule(wait=self.skip_steps - warmup, warmup=warmup, active=self.steps, repeat=1),
+            on_trace_ready=self._export, record_shapes=True)
+        self._profile.start()
+        self._nvtx = NvtxSpan("step 0")
+
+    # -- the training loop's calls -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """A ``record_function`` range (in the trace) and an NVTX range (for Nsight Systems) named ``name``."""
+        with nvtx_range(name), self._torch.profiler.record_function(name):
+            yield
+
+    def step(self) -> None:
+        """The current step has ended (call after each optimizer step); the next one begins."""
+        if self._closed:
+            return
+        self._nvtx.end()
+        self._done += 1
+        with interrupts_deferred():  # a Ctrl-C in the window's export comes once the trace is written
+            self._profile.step()  # ends ProfilerStep#N, begins #N+1; writes the trace as the window ends
+        self._step_left.set()  # the compressing thread starts only now, off the closing step's time
+        self._nvtx = NvtxSpan(f"step {self._done}")
+
+    def close(self, wait: bool = True) -> dict:
+        """Stop profiling (writing a window cut short) and return this rank's facts for the manifest;
+        ``wait=False``: return at once ({}), the trace still being written (``wait()``, then ``facts()``)."""
+        if not self._closed:
+            self._closed = True
+            self._nvtx.end()
+            self._profile.stop()
+        if not wait:
+            return {}
+        self.wait()
+        return self.facts()
+
+    def __enter__(self) -> "TorchCapture":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- what was captured ---------------------------------------------------------------------------
+
+    @property
+    def captured_steps(self) -> list[int]:
+        """The window's steps that ran to their end (a step cut short by ``close`` is in the trace, not here)."""
+        return list(range(self.skip_steps, min(self.skip_steps + self.steps, self._done)))
+
+    def facts(self) -> dict:
+        """``{"rank", "trace" (relative to the run directory, or None), "steps", "skip_steps", "window_steps",
+        "steps_run", "activities", "backend", "world_size"}``: ``backend`` and ``world_size`` are None
+        without a process group."""
+        backend = world = None
+        distributed = self._torch.distributed
+        if distributed.is_available() and distributed.is_initialized():
+            backend, world = str(distributed.get_backend()), distributed.get_world_size()
+        return {"rank": self.rank,
+                "trace": self.path.relative_to(self.run_dir).as_posix() if self._written else None,
+                "steps": self.captured_steps, "skip_steps": self.skip_steps, "window_steps": self.steps,
+                "steps_run": self._done, "activities": self.activities,
+                "backend": backend, "world_size": world}
+
+    def wait(self) -> None:
+        """Until the window's trace is in place (or failed: the failure is raised here)."""
+        self._step_left.set()
+        thread = self._compressing
+        if thread is not None:
+            thread.join()
+        error, self._export_error = self._export_error, None
+        if error is not None:
+            raise error
+
+    def _export(self, prof) -> None:
+        """``on_trace_ready``: Kineto writes plain JSON to a scratch file, as torch's own export does; a thread
+        compresses it and renames it into place whole (``_compress``)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, scratch = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".json", dir=self.path.parent)
+        os.close(fd)
+        try:
+            prof.export_chrome_trace(scratch)
+        except BaseException:
+            os.unlink(scratch)
+            raise
+        # Not a daemon: a script that returns before the thread is done still leaves its trace.
+        self._compressing = threading.Thread(target=self._compress, args=(scratch,), name="rnnprof-trace-writer")
+        self._compressing.start()
+
+    def _compress(self, scratch: str) -> None:
+        self._step_left.wait()  # the training's thread keeps the GIL until its closing step is over
+        try:
+            with open(scratch, "rb") as handle:
+                data = handle.read()
+            atomic_write_bytes(self.path, gzip.compress(data, compresslevel=3, mtime=0))
+            self._written = True
+        except BaseException as exc:  # raised by wait(), in the caller's thread
+            self._export_error = exc
+        finally:
+            try:
+                os.unlink(scratch)
+            except OSError:
+                pass

@@ -1,0 +1,194 @@
+"""Capturing one rank of a user's own PyTorch code, with no change to the training loop.
+
+    with rnnprof.capture("runs/mine", steps=3, skip_steps=1):   # in torch code, or run by `rnnprof trace`
+        for batch in data:
+            ...
+            optimizer.step()          # a step ends after each optimizer step
+
+A step is one ``optimizer.step()`` of any optimizer (torch's global optimizer step hooks), or, once the
+script calls ``rnnprof.step()``, the stretch from one such call to the next (several optimizers, gradient
+accumulation): the optimizer hooks then stop counting. The profiler (``TorchCapture``) starts at the
+first step's start, which hooks see as the first optimizer step (so with ``skip_steps=0`` step 0 holds
+only that optimizer step) or the first ``rnnprof.step()``. It records steps ``skip_steps`` ..
+``skip_steps + steps - 1`` into ``torch/rank<r>.json.gz``; after the window the hooks are removed, so the
+rest of the run goes at the speed it has without rnnprof. The rank is ``RANK`` from the environment
+(torchrun sets it; 0 without). Each rank records itself and rebuilds the manifest (``capture.ranks``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rnnprof import rundir
+from rnnprof.recording import ranks
+from rnnprof.rundir.manifest import process_versions
+from rnnprof.rundir.writer import prepare_out_dir
+
+_BIG = 2**31 - 1  # steps=None: the window lasts until the capture closes
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class TorchScriptCapture:
+    """One rank's capture of the user's torch code (see the module); ``start``/``close`` or ``with``."""
+
+    def __init__(self, out_dir: str | Path, steps: int | None = 3, skip_steps: int = 1, force: bool = False,
+                 command=None, _prepared: bool = False):
+        if steps is not None and steps < 1:
+            raise ValueError("steps must be at least 1 or None")
+        self.out_dir = Path(out_dir)
+        self.steps = steps
+        self.skip_steps = max(0, int(skip_steps))
+        self.rank = _env_int("RANK", 0)
+        self.world_size = _env_int("WORLD_SIZE", 1)
+        self._force = force
+        self._prepared = _prepared
+        self._command = command
+        self._profiler = None  # TorchCapture, from the first step's start
+        self._finished = None  # the TorchCapture whose window ended, its trace maybe still being written
+        self._marked = False  # the script calls rnnprof.step(): optimizer steps no longer count
+        self._open = False  # a marked step has begun and not ended
+        self._handles: list = []
+        self._backend: str | None = None
+        self._facts: dict = {}
+        self._window_done = False  # the window was written: no profiler again
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def __enter__(self) -> "TorchScriptCapture":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None or (issubclass(exc_type, SystemExit) and not exc.code):
+            self.close()
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.close(rundir.STATUS_INTERRUPTED, exit_code=130, stopped=True)
+        else:
+            self.close(rundir.STATUS_INTERRUPTED, exit_code=1, error=f"the script raised {exc_type.__name__}: {exc}")
+
+    def start(self) -> "TorchScriptCapture":
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        from rnnprof.recording import api
+
+        if not self._prepared:
+            if self.world_size == 1:
+                prepare_out_dir(self.out_dir, force=self._force)
+            else:  # the ranks of one job share the folder; each writes only its own files
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._handles = [register_optimizer_step_pre_hook(self._before_optimizer),
+                         register_optimizer_step_post_hook(self._after_optimizer)]
+        api._active = self
+        self._record(rundir.STATUS_RUNNING)
+        return self
+
+    def close(self, status: str = rundir.STATUS_COMPLETE, exit_code: int = 0, error: str | None = None,
+              stopped: bool = False) -> dict:
+        """End the capture (writing a window cut short) and record how this rank ended; returns the manifest."""
+        from rnnprof.recording import api
+
+        if self._closed:
+            return {}
+        self._closed = True
+        self._end_window()
+        if api._active is self:
+            api._active = None
+        return self._record(status, exit_code=exit_code, error=error, stopped=stopped, ended=time.time())
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    def step(self, n: int | None = None):
+        """``rnnprof.step()``: a step begins here (ending the one before); ``with`` ends it at the block's end.
+        Steps are numbered by the profiler, from 0; ``n`` is not used."""
+        self._marked = True
+        if self._profiler is None:
+            self._begin()
+        elif self._open:
+            self._step_done()
+        self._open = self._profiler is not None
+        return _StepEnd(self)
+
+    def _end_marked_step(self) -> None:
+        if self._open:
+            self._open = False
+            self._step_done()
+
+    def _before_optimizer(self, optimizer, args, kwargs) -> None:
+        if self._profiler is None and not self._marked:
+            self._begin()
+
+    def _after_optimizer(self, optimizer, args, kwargs) -> None:
+        if not self._marked:
+            self._step_done()
+
+    def _begin(self) -> None:
+        if self._closed or self._window_done:
+            return
+        from rnnprof.recording.torch_profiler import TorchCapture
+
+        self._profiler = TorchCapture(self.out_dir, self.rank, skip_steps=self.skip_steps,
+                                      steps=self.steps or _BIG)
+
+    def _step_done(self) -> None:
+        profiler = self._profiler
+        if profiler is None or self._closed:
+            return
+        if self._backend is None:
+            self._backend = _backend()
+        profiler.step()
+        if profiler.captured_steps and len(profiler.captured_steps) >= profiler.steps:
+            self._end_window(wait=False)  # the hooks go; the trace is written beside the training
+
+    def _end_window(self, wait: bool = True) -> None:
+        """Stop profiling; ``wait=False`` (the window's last step): the trace is written beside the training."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if self._profiler is not None:
+            self._window_done = True
+            self._finished = self._profiler
+            self._profiler = None
+            self._open = False
+            self._finished.close(wait=False)
+        if wait and self._finished is not None:
+            finished, self._finished = self._finished, None
+            self._facts = finished.close()
+
+    # -- record ----------------------------------------------------------------------------------
+
+    def _record(self, status: str, **fields) -> dict:
+        record = {"rank": self.rank, "local_rank": _env_int("LOCAL_RANK", self.rank), "pid": os.getpid(),
+                  "trace": None, "steps": [], "steps_run": 0, "skip_steps": self.skip_steps,
+                  "window_steps": self.steps, **self._facts, "status": status,
+                  "world_size": self.world_size, "backend": self._facts.get("backend") or self._backend,
+                  "versions": process_versions()}
+        record.update({k: v for k, v in fields.items() if v is not None})
+        return ranks.write_record(self.out_dir, record, self._command)
+
+
+class _StepEnd:
+    def __init__(self, capture: TorchScriptCapture):
+        self._capture = capture
+
+    def __enter__(self):
+        return self._capture
+
+    def __exit__(self, *exc) -> None:
+        self._capture._end_marked_step()
+
+
+def _backend() -> str | None:
+    """The process group's backend once ``torch.distributed`` is initialised."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return str(dist.get_backend())
+    return None

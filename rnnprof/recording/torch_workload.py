@@ -1,0 +1,77 @@
+"""The capture sequence of the built-in PyTorch workload (``rnnprof trace --framework torch``).
+
+The ranks run as ``rnnprof scale --framework torch`` runs them (``torch_ddp.run_ranks``: warm-up, timed
+steps), then each profiles ``trace_steps`` more steps with ``TorchCapture`` into the one run directory,
+which this parent process owns: it writes the manifest (framework, backend, world size, the ranks' trace
+files, steps and FLOP estimates, per-rank and combined throughput of the timed steps, the config) and
+its status says how the run ended, as for TensorFlow runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rnnprof.analyzers.throughput import summarize
+from rnnprof.config import TorchOptions
+from rnnprof.recording.workload import WorkloadCapture
+from rnnprof.training.measure import StepResult
+
+
+def capture_torch_workload(options: TorchOptions, out: str | Path | None, force: bool, command: Sequence[str],
+                           trace_steps: int, worker: Callable[..., dict] | None = None) -> WorkloadCapture:
+    """Capture ``options``' workload into ``out`` (None: a fresh ``runs/rnnlm-<time>``); ``worker`` replaces
+    each rank's ``torch_ddp.rank_main`` (tests plant failures with it).
+
+    Ctrl-C or SIGTERM marks the run interrupted and raises ``InterruptedRun``; a failing rank
+    (``RankFailed``, naming it) or any other failure is recorded in the manifest's ``error`` and raised.
+    Either way the traces that ranks had written are listed.
+    """
+    from rnnprof.models.torch.rnnlm import WORDS_DEFINITION, lm_data
+    from rnnprof.training import torch_ddp
+    from rnnprof.recording.torch_profiler import TorchCapture
+    from rnnprof.training.torch_ddp import CPU_PROCESSES, CaptureWindow, combine_ranks, run_ranks
+    from rnnprof.rundir.manifest import process_versions
+    from rnnprof.rundir.writer import RunWriter, default_run_dir
+    from rnnprof.torch_import import import_torch
+
+    torch = import_torch("--framework torch")
+    config = options.workload
+    lm_data(options)  # a bad --data file stops here, before a run directory exists
+    writer = RunWriter(out or default_run_dir(config.model), command=command, force=force,
+                       config=options.to_dict())
+    writer.manifest["versions"] = process_versions()
+    writer.update(framework="torch", world_size=config.devices, backend=None, ranks=[])
+    with writer.recording():
+        results = run_ranks(options, worker=worker or torch_ddp.rank_main,
+                            capture=CaptureWindow(str(writer.path), trace_steps, TorchCapture))
+        group_backend = results[0]["backend"]
+        gpu = group_backend == "nccl"
+        writer.set_devices([f"rank{r['rank']}/{'gpu' if gpu else 'cpu'}:0" for r in results], "gpu" if gpu else "cpu")
+        timed = combine_ranks([r["timed"] for r in results])
+        warmup = combine_ranks([r["warmup"] for r in results])
+        throughput = dataclasses.asdict(summarize(timed))
+        throughput["words_definition"] = WORDS_DEFINITION
+        throughput["step_definition"] = "the slowest rank's wall time of each timed step"
+        if config.include_warmup:
+            throughput["with_warmup"] = dataclasses.asdict(summarize(warmup + timed))
+        if options.eval:
+            throughput["eval"] = dataclasses.asdict(summarize(combine_ranks([r["eval"] for r in results])))
+        ranks = [_rank_entry(r) for r in results]
+        window = sorted({step for r in ranks for step in r["steps"]})
+        writer.update(backend=group_backend, device_kind="gpu" if gpu else CPU_PROCESSES, ranks=ranks,
+                      throughput=throughput, profiled_steps=window,
+                      step_times={"warmup": [s.seconds for s in warmup], "timed": [s.seconds for s in timed]})
+    return WorkloadCapture(path=writer.path, device_kind=writer.manifest["device_kind"],
+                           timed=summarize(timed), captured=writer.manifest["captured"])
+
+
+def _rank_entry(result: dict) -> dict:
+    """A rank in the manifest: its trace and window (``TorchCapture.facts``) and its own timed throughput."""
+    facts = dict(result["capture"])
+    own = summarize([StepResult(*record) for record in result["timed"]])
+    facts["throughput"] = {"words_per_second": own.words_per_second, "words": own.words,
+                           "total_seconds": own.total_seconds, "median_step_seconds": own.median_step_seconds}
+    facts["traced_step_seconds"] = [record[0] for record in result["traced"]]
+    return facts

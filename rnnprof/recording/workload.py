@@ -1,0 +1,129 @@
+"""The capture sequence of a built-in workload (``rnnprof trace`` without a script or ``--attach``).
+
+Open the data-parallel run, record its session config and devices, time it exactly as ``rnnprof scale``
+does (warm-up, then timed steps, inside NVTX ranges), record the throughput, then trace and profile
+steps after the timed window (``session.capture_after``). The run directory's status says how it ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rnnprof.analyzers.throughput import TimingSummary
+from rnnprof import names
+from rnnprof.config import WorkloadConfig
+
+
+@dataclass(frozen=True)
+class WorkloadCapture:
+    """What a finished capture reports: where it went, how fast the timed steps ran, what was written."""
+
+    path: Path
+    device_kind: str
+    timed: TimingSummary
+    captured: dict  # the manifest's lists of written files, by kind
+
+
+def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool, command: Sequence[str],
+                     trace_steps: int, on_warning: Callable[[str], None] = lambda warning: None
+                     ) -> WorkloadCapture:
+    """Capture ``config``'s workload into ``out`` (None: a fresh ``runs/<model>-<time>``).
+
+    A ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM under ``interrupt.terminate_as_interrupt``) keeps what
+    was captured, marks the run interrupted and raises ``InterruptedRun``; any other failure is recorded
+    in the manifest's ``error`` and raised.
+    """
+    from rnnprof.models import get_workload
+    from rnnprof import rundir
+    from rnnprof.recording.session import capture_after
+    from rnnprof.training.cluster import running_cluster
+    from rnnprof.training.runner import DataParallelRun
+    from rnnprof.rundir.writer import RunWriter, default_run_dir
+
+    workload = get_workload(config)  # a bad --data file stops here, before a run directory exists
+    writer = RunWriter(out or default_run_dir(config.model), command=command, force=force,
+                       config=config.to_dict())
+
+    def task_died(failure) -> None:  # the chief is stuck in a step: the process ends after this
+        writer.manifest["error"] = str(failure)
+        writer.finish(rundir.STATUS_INTERRUPTED)
+
+    with writer.recording():
+        with running_cluster(config, on_hung=task_died) as (spec, tasks), \
+                DataParallelRun(config, workload=workload, cluster=spec) as run:
+            for warning in run.warnings:
+                on_warning(warning)
+            _record_setup(writer, run, spec, tasks)
+            timed = _timed_steps(writer, run, config)
+            with clock_offsets(writer, run):
+                capture_after(writer, run.step, config.warmup + config.batches, trace_steps, graph=run.graph,
+                              cluster_tasks=spec.tasks() if spec is not None else None,
+                              step_seconds=timed.median_step_seconds)
+    return WorkloadCapture(path=writer.path, device_kind=run.device_kind, timed=timed,
+                           captured=writer.manifest["captured"])
+
+
+def _record_setup(writer, run, spec, tasks: list[dict]) -> None:
+    """The manifest's cluster (when there is one), session config and devices."""
+    from rnnprof.rundir.manifest import session_config_fields
+
+    if spec is not None:
+        writer.update(cluster=cluster_fields(spec, tasks))
+    writer.update(session_config=session_config_fields(run.session_proto))
+    writer.set_devices(run.device_names, run.device_kind)
+
+
+def _timed_steps(writer, run, config: WorkloadConfig) -> TimingSummary:
+    """Time the run as ``rnnprof scale`` does (warm-up, then timed steps, inside NVTX ranges), recording each
+    step's time and the throughput in the manifest; returns the timed steps' summary."""
+    from rnnprof.recording.nvtx import NvtxSteps
+    from rnnprof.training.measure import measure
+
+    times, cpu = writer.manifest[names.STEP_TIMES], writer.manifest[names.STEP_CPU]
+
+    def record(phase: str, index: int, step) -> None:
+        times[phase].append(step.seconds)
+        if step.cpu is not None:
+            cpu[phase].append(step.cpu.as_dict())
+
+    steps = NvtxSteps(run, config.warmup)
+    try:
+        measurement = measure(steps, config.warmup, config.batches, on_step=record)
+    finally:
+        steps.end()
+    throughput = dataclasses.asdict(measurement.timed)
+    throughput["words_definition"] = run.workload.words_definition
+    if config.include_warmup:
+        throughput["with_warmup"] = dataclasses.asdict(measurement.with_warmup)
+    writer.update(throughput=throughput)
+    return measurement.timed
+
+
+def cluster_fields(spec, tasks: list[dict]) -> dict:
+    """The manifest's ``cluster``: the spec, every task's job, index, address, host and pid, and the chief."""
+    import os
+    import socket
+
+    return {"spec": spec.to_dict(), "tasks": tasks, "chief": {"host": socket.gethostname(), "pid": os.getpid()},
+            "master": spec.master()}
+
+
+@contextlib.contextmanager
+def clock_offsets(writer, run):
+    """Around a cluster run's capture: each task's clock offset measured before it (applied to the timelines)
+    and after it, into the manifest's ``clock_offsets``."""
+    if run.cluster is None:
+        yield
+        return
+    from rnnprof.training.clock import manifest_offsets, measure_offsets
+    from rnnprof.rundir.manifest import applied_offsets
+
+    start = measure_offsets(run.session, run.clock_ops)
+    writer.update(clock_offsets=manifest_offsets(start))
+    writer.clock_offsets = applied_offsets(writer.manifest["clock_offsets"])
+    yield
+    writer.update(clock_offsets=manifest_offsets(start, measure_offsets(run.session, run.clock_ops)))
