@@ -10,8 +10,7 @@ from rnnprof import limits
 from rnnprof.commands import _audit_input, _fail_on, _left_out, _steps
 
 NAME = "audit"
-HELP = "what to fix first: stragglers, imbalance, exposed communication, idle GPUs, copies and placement, " \
-       "ranked by estimated saving per step and judged against the run's own step-to-step jitter"
+HELP = "rank what to fix first by estimated saving per step, judged against the run's own jitter"
 FAIL_ON = ("error", "warning", "info", "never")
 
 

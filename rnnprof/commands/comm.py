@@ -14,7 +14,7 @@ from rnnprof.config import non_negative_us
 from rnnprof.errors import InputError, UsageError
 
 NAME = "comm"
-HELP = "communication vs compute vs idle time per device (and step), with stragglers"
+HELP = "split each device's time into communication, compute and idle, and find stragglers"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

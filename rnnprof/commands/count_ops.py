@@ -11,7 +11,7 @@ from rnnprof.commands import _left_out, _steps
 from rnnprof.config import non_negative_us
 
 NAME = "count-ops"
-HELP = "count graph operators and kernel invocations per device and step; --vs compares two runs"
+HELP = "count graph operators and kernel invocations per device and step, or compare two runs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

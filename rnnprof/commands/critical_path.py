@@ -13,7 +13,7 @@ from rnnprof.commands import _left_out, _steps
 from rnnprof.errors import InputError, UsageError
 
 NAME = "critical-path"
-HELP = "the critical path of a step across devices and ranks, its shares and a what-if, with a Perfetto overlay"
+HELP = "find a step's critical path across devices and ranks, its shares and a what-if"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,8 +12,7 @@ from rnnprof.config import non_negative_int
 from rnnprof.errors import UsageError
 
 NAME = "diff"
-HELP = ("compare two runs, traces or graphs: time per device or rank, ops and kernels, graph op counts and "
-        "placement, configuration")
+HELP = "compare two runs, traces or graphs: time, ops and kernels, op counts, placement, configuration"
 
 _SIDES = "give two inputs, A B, or several files per side with --a FILE... --b FILE..."
 

@@ -11,8 +11,7 @@ from rnnprof.config import parse_int_list
 from rnnprof.errors import UsageError
 
 NAME = "explain"
-HELP = ("split each device count's step time into compute that scaled, compute that did not, exposed "
-        "communication, waiting, host overhead and input, and each part's share of the lost speedup")
+HELP = "split each device count's step time into parts and give each part's share of the lost speedup"
 SCALING_CHOICES = ("weak", "strong")
 
 

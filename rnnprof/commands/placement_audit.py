@@ -11,7 +11,7 @@ from rnnprof.commands import _audit_input, _fail_on, _left_out, _steps
 from rnnprof.config import percentage
 
 NAME = "placement-audit"
-HELP = "find ops placed on the wrong device (soft-placement fallback, replica work on device 0, ...) and their cost"
+HELP = "find ops placed on the wrong device and what they cost"
 FAIL_ON = ("error", "warning", "never")
 DEFAULT_IMBALANCE_PERCENT = 20.0  # analyzers.placement.imbalance.WARNING_SPREAD; not imported so --help stays light
 

@@ -14,7 +14,7 @@ from rnnprof.commands import _audit_input, _left_out, _steps
 from rnnprof.errors import UsageError
 
 NAME = "report"
-HELP = "write one self-contained HTML report (charts and tables, no network) of a run, trace files or a sweep"
+HELP = "write one self-contained HTML report of a run, trace files or a sweep"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,8 +11,7 @@ from rnnprof.config import positive_int
 from rnnprof.errors import InputError, UsageError
 
 NAME = "roofline"
-HELP = "FLOPs, bytes and achieved TFLOP/s and TB/s per op, op family and step against the device's roofline, " \
-       "MFU, and collectives' bus bandwidth (PyTorch traces recorded with record_shapes=True, TensorFlow runs)"
+HELP = "measure FLOPs, bytes, TFLOP/s, TB/s and MFU per op and step against the device's roofline"
 EXPECTED = "a PyTorch profiler (Kineto) trace, several, a folder of rank traces, or a run directory"
 
 

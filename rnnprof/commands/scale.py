@@ -15,7 +15,7 @@ from rnnprof.errors import UsageError
 
 NAME = "scale"
 TRACE_STEPS = 2  # --explain's traced steps per configuration
-HELP = "time training on several device counts (after warm-up) and print words/s (images/s) and speedup"
+HELP = "time training on several device counts and print throughput and speedup"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

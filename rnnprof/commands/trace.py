@@ -14,9 +14,7 @@ from rnnprof.errors import InterruptedRun, RnnprofError, UsageError
 from rnnprof.recording.interrupt import terminate_as_interrupt
 
 NAME = "trace"
-HELP = ("Capture a run directory (timelines, TensorBoard profile, graphs, run metadata; Kineto traces per "
-        "rank with --framework torch) from a built-in workload, your own script (-- python train.py ... or "
-        "-- torchrun ... train.py ...), or a running job (--attach)")
+HELP = "capture a run directory from a built-in workload, your own script or a running job"
 
 
 class ScriptFailed(RnnprofError):

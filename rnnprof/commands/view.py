@@ -15,7 +15,7 @@ from rnnprof.paths import broken
 from rnnprof.errors import InputError, UsageError
 
 NAME = "view"
-HELP = "Open a run directory (or a folder of runs) in TensorBoard's profile viewer"
+HELP = "open a run directory (or a folder of runs) in TensorBoard's profile viewer"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,9 +7,7 @@ import argparse
 from rnnprof.config import non_negative_int, positive_int
 
 NAME = "worker"
-HELP = ("run one task of a TensorFlow gRPC cluster (tf.distribute.Server) for --timeout (default 12h) or until "
-        "stopped, for `rnnprof trace/scale --cluster-spec FILE` on several hosts; the server has no authentication "
-        "and listens on every interface: run it only on a trusted network")
+HELP = "serve one task of a TensorFlow gRPC cluster; it has no authentication: trusted networks only"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
