@@ -1,6 +1,6 @@
 """rnnprof: run, instrument and explain multi-device data-parallel training (TensorFlow and PyTorch)."""
 
-__version__ = "0.1.0"
+from rnnprof.version import __version__
 
 _CAPTURE_API = ("capture", "step", "Capture", "KerasCaptureCallback")
 

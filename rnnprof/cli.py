@@ -16,7 +16,7 @@ from typing import Sequence
 
 from rich.console import Console
 
-from rnnprof import __version__
+from rnnprof.version import __version__
 from rnnprof import limits
 from rnnprof.errors import RnnprofError
 from rnnprof.paths import is_loop_error

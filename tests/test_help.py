@@ -74,7 +74,7 @@ def test_plant_is_described_as_an_opt_in_demo_of_a_placement_mishap():
 @pytest.mark.parametrize("dest", ["layers", "units", "src_max_len", "vocab_size", "batch_size", "learning_rate"])
 def test_model_dependent_defaults_shown_are_the_ones_a_run_gets(dest):
     """The help of a flag whose default depends on --model and --preset names what each run really uses."""
-    from rnnprof.config import workload_config_from_args
+    from rnnprof.commands.workload_flags import workload_config_from_args
 
     scale = COMMANDS["scale"]
     action = next(a for a in _flags(scale) if a.dest == dest)

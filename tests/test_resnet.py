@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rnnprof.cli import main
-from rnnprof.config import WorkloadConfig
+from rnnprof.workload import WorkloadConfig
 
 pytestmark = pytest.mark.slow
 

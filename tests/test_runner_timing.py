@@ -217,7 +217,7 @@ def test_first_run_filter_on_a_real_stderr_drops_the_notice_only_inside_it():
 def test_the_runner_filters_its_first_step_and_only_that(capfd):
     """TF prints the notice only on machines without AVX-512, so the session here writes it (and a real error) at
     every run, as TF would at the first: the runner must drop it at the first step and let everything else by."""
-    from rnnprof.config import WorkloadConfig, model_defaults
+    from rnnprof.workload import WorkloadConfig, model_defaults
     from rnnprof.training.runner import DataParallelRun
 
     sizes = dict(model_defaults("rnnlm", "small"), units=16, embedding=16, layers=1, batch_size=4)

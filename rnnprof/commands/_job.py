@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rnnprof.config import positive_int
+from rnnprof.commands.flags import positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from rnnprof.config import non_negative_int
+from rnnprof.commands.flags import non_negative_int
 from rnnprof.errors import UsageError
 
 

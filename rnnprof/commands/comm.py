@@ -10,7 +10,7 @@ from rich.console import Console
 
 from rnnprof import limits
 from rnnprof.commands import _job, _left_out, _steps
-from rnnprof.config import non_negative_us
+from rnnprof.commands.flags import non_negative_us
 from rnnprof.errors import InputError, UsageError
 
 NAME = "comm"

@@ -8,7 +8,7 @@ from rich.console import Console
 from rnnprof import limits
 from rnnprof.commands import _job
 from rnnprof.commands import _left_out, _steps
-from rnnprof.config import non_negative_us
+from rnnprof.commands.flags import non_negative_us
 
 NAME = "count-ops"
 HELP = "count graph operators and kernel invocations per device and step, or compare two runs"

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from rnnprof import limits
 from rnnprof.commands import _left_out, _steps
-from rnnprof.config import non_negative_int
+from rnnprof.commands.flags import non_negative_int
 from rnnprof.errors import UsageError
 
 NAME = "diff"

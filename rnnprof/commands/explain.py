@@ -7,7 +7,7 @@ import os
 
 from rich.console import Console
 
-from rnnprof.config import parse_int_list
+from rnnprof.commands.flags import parse_int_list
 from rnnprof.errors import UsageError
 
 NAME = "explain"

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from rnnprof import limits
 from rnnprof.commands import _audit_input, _fail_on, _left_out, _steps
-from rnnprof.config import percentage
+from rnnprof.commands.flags import percentage
 
 NAME = "placement-audit"
 HELP = "find ops placed on the wrong device and what they cost"

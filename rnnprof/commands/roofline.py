@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof.commands import _left_out, _steps
-from rnnprof.config import positive_int
+from rnnprof.commands.flags import positive_int
 from rnnprof.errors import InputError, UsageError
 
 NAME = "roofline"

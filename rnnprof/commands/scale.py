@@ -9,8 +9,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.text import Text
 
-from rnnprof.config import (FAKE_LOCATIONS, VARIABLE_UPDATES, add_workload_arguments, parse_choice_list,
-                            parse_int_list, positive_int)
+from rnnprof.commands.flags import parse_choice_list, parse_int_list, positive_int
+from rnnprof.commands.workload_flags import add_workload_arguments
+from rnnprof.workload import FAKE_LOCATIONS, VARIABLE_UPDATES
 from rnnprof.errors import UsageError
 
 NAME = "scale"
@@ -137,7 +138,7 @@ def _traced(args: argparse.Namespace, sweep_points: list[dict], device_counts: l
     from rnnprof.training.sweep import traced_sweep
 
     if args.framework == "torch":
-        from rnnprof.config import torch_options_from_args
+        from rnnprof.commands.workload_flags import torch_options_from_args
 
         configs = [torch_options_from_args(args, 0, **point) for point in sweep_points]
     else:
@@ -151,7 +152,7 @@ def _traced(args: argparse.Namespace, sweep_points: list[dict], device_counts: l
 def _sweep_points(args: argparse.Namespace) -> tuple[list[dict], dict]:
     """Every configuration of the sweep (checked before TensorFlow or torch loads: a bad flag is refused at once),
     and the swept lists by flag."""
-    from rnnprof.config import check_workload_args
+    from rnnprof.commands.workload_flags import check_workload_args
 
     lists = {
         "devices": parse_int_list(args.devices, "--devices"),
@@ -245,7 +246,7 @@ def _trainers(args: argparse.Namespace, modes: list[str]) -> list[str] | None:
 def _tf_configs(args: argparse.Namespace, sweep_points: list[dict], device_counts: list[int]) -> list:
     """Every TensorFlow configuration, each validated, and the device counts against the visible GPUs, before
     minutes are spent on the first one."""
-    from rnnprof.config import workload_config_from_args
+    from rnnprof.commands.workload_flags import workload_config_from_args
     from rnnprof.training.runner import visible_gpus
 
     gpus = visible_gpus()
@@ -270,7 +271,7 @@ def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_count
 
 
 def _torch(args: argparse.Namespace, sweep_points: list[dict]):
-    from rnnprof.config import torch_options_from_args
+    from rnnprof.commands.workload_flags import torch_options_from_args
     from rnnprof.training.torch_ddp import torch_sweep
     from rnnprof.reports.progress import StepProgress, own_stderr_console
 

@@ -8,8 +8,9 @@ import sys
 from rich.text import Text
 
 from rnnprof.commands._given import given_options, record_given_options
-from rnnprof.config import (IMAGE_MODELS, add_workload_arguments, check_workload_args, non_negative_int,
-                            non_negative_seconds, positive_int, workload_config_from_args)
+from rnnprof.commands.flags import non_negative_int, non_negative_seconds, positive_int
+from rnnprof.commands.workload_flags import add_workload_arguments, check_workload_args, workload_config_from_args
+from rnnprof.workload import IMAGE_MODELS
 from rnnprof.errors import InterruptedRun, RnnprofError, UsageError
 from rnnprof.recording.interrupt import terminate_as_interrupt
 
@@ -129,7 +130,7 @@ def _script(args, command, console) -> int:
 
 
 def _torch_workload(args, console, argv) -> int:
-    from rnnprof.config import torch_options_from_args
+    from rnnprof.commands.workload_flags import torch_options_from_args
     from rnnprof.recording.torch_workload import capture_torch_workload
 
     options = torch_options_from_args(args, 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rnnprof.config import non_negative_int, positive_int
+from rnnprof.commands.flags import non_negative_int, positive_int
 
 NAME = "worker"
 HELP = "serve one task of a TensorFlow gRPC cluster; it has no authentication: trusted networks only"

@@ -32,7 +32,6 @@ import traceback
 from pathlib import Path
 from typing import Sequence
 
-import rnnprof
 from rnnprof.errors import InputError, UsageError
 from rnnprof import rundir
 from rnnprof.recording import ranks
@@ -57,7 +56,7 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
     out = prepare_out_dir(out_dir, force=force)
     atomic_write_json(out / rundir.MANIFEST, new_manifest(list(command), {"script": list(command)}))
     env = dict(os.environ)
-    package_root = str(Path(rnnprof.__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder holding rnnprof/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's info lines (profiler sessions) are rnnprof's noise
     env[ENV] = json.dumps({"out": str(out), "steps": steps, "skip_steps": skip_steps, "delay": delay,

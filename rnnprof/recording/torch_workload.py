@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import summarize
-from rnnprof.config import TorchOptions
+from rnnprof.workload import TorchOptions
 from rnnprof.recording.workload import WorkloadCapture
 from rnnprof.training.measure import StepResult
 

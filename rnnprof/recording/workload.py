@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import TimingSummary
 from rnnprof import names
-from rnnprof.config import WorkloadConfig
+from rnnprof.workload import WorkloadConfig
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from rnnprof import __version__, limits, names
+from rnnprof import limits, names
+from rnnprof.version import __version__
 from rnnprof.errors import InputError
 from rnnprof import rundir
 

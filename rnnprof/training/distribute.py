@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rnnprof.config import WorkloadConfig, validate
+from rnnprof.workload import WorkloadConfig, validate
 from rnnprof.errors import UsageError
 from rnnprof.training.measure import StepResult
 from rnnprof.training.runner import (HOST_DEVICE, LOCAL, _device_plan, _optimizer, feed_of, session_config,

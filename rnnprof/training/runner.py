@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from rnnprof.config import FEW_INTER_OP_THREADS, UPDATES_ON_DEVICE0, WorkloadConfig, validate
+from rnnprof.workload import FEW_INTER_OP_THREADS, UPDATES_ON_DEVICE0, WorkloadConfig, validate
 from rnnprof import names
 from rnnprof.errors import UsageError
 from rnnprof.training.cpu_clock import CpuClock, CpuTimes
@@ -89,7 +89,7 @@ def _optimizer(config: WorkloadConfig, name: str):
     if config.optimizer == "adam":
         return tf.compat.v1.train.AdamOptimizer(config.learning_rate, name=name)
     if config.optimizer == "momentum":
-        from rnnprof.config import MOMENTUM
+        from rnnprof.workload import MOMENTUM
 
         return tf.compat.v1.train.MomentumOptimizer(config.learning_rate, MOMENTUM, name=name)
     return tf.compat.v1.train.GradientDescentOptimizer(config.learning_rate, name=name)

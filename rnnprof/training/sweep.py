@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from rnnprof.analyzers.scale import ScalePoint
-from rnnprof.config import IMAGE_MODELS, WorkloadConfig
+from rnnprof.workload import IMAGE_MODELS, WorkloadConfig
 from rnnprof.training.cluster import running_cluster
 from rnnprof.training.measure import StepCallback, measure
 from rnnprof.training.runner import DataParallelRun

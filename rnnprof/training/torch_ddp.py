@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from rnnprof.analyzers.scale import ScalePoint
 from rnnprof.analyzers.throughput import summarize
-from rnnprof.config import TorchOptions
+from rnnprof.workload import TorchOptions
 from rnnprof.errors import RankFailed, UsageError
 from rnnprof.training.measure import StepCallback, StepResult, measure
 from rnnprof.training.sweep import Progress, Sweep, no_progress, run_label

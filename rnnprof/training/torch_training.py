@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from rnnprof.config import TorchOptions
+from rnnprof.workload import TorchOptions
 from rnnprof.torch_import import import_torch
 from rnnprof.training.measure import StepResult
 

@@ -1,0 +1,56 @@
+"""Flags every command shares: number types that refuse bad values in argparse's one-line error, the one
+metavar of the paths a command reads (``INPUT``) and comma lists of values."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from rnnprof.errors import UsageError
+
+INPUT = "INPUT"  # the metavar of the paths a command reads (traces, run directories, sweeps)
+
+
+def _number_in(minimum, maximum=None, kind=int, what="a whole number"):
+    """An argparse type: ``kind`` parsed from text, refused outside [minimum, maximum] or not finite."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f"between {minimum} and {maximum}" if maximum is not None else f"of at least {minimum}"
+            raise argparse.ArgumentTypeError(f"expected a number {bound}, got {value}")
+        return value
+
+    return parse
+
+
+positive_int = _number_in(1)
+non_negative_int = _number_in(0)
+non_negative_seconds = _number_in(0, kind=float, what="a number of seconds")
+non_negative_us = _number_in(0, kind=float, what="a number of microseconds")
+percentage = _number_in(0, 100, kind=float, what="a percentage")
+positive_float = _number_in(1e-12, kind=float, what="a positive number")
+dropout_rate = _number_in(0, 0.99, kind=float, what="a dropout rate")
+
+
+def parse_int_list(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} takes comma-separated whole numbers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise UsageError(f"{flag} takes device counts of at least 1, got {text!r}")
+    return values
+
+
+def parse_choice_list(text: str, flag: str, choices: tuple[str, ...]) -> list[str]:
+    values = [v.strip() for v in str(text).split(",") if v.strip()]
+    bad = [v for v in values if v not in choices]
+    if not values or bad:
+        raise UsageError(f"{flag}: unknown value {', '.join(bad) or repr(text)} (expected one of {', '.join(choices)})")
+    return values
