@@ -201,13 +201,13 @@ def test_negative_numbers_and_misapplied_flags_are_one_line(argv, message, capsy
 @pytest.mark.parametrize("explain", [[], ["--explain"]])
 def test_more_devices_than_visible_gpus_is_refused_before_training(explain, tmp_path, monkeypatch, capsys):
     # a machine with one GPU: --devices 1,2 asks for two, with or without --explain, before any run starts
+    import rnnprof.commands.scale as scale_command
     import rnnprof.training.runner as runner
-    import rnnprof.training.sweep as sweep
 
     monkeypatch.setattr(runner, "visible_gpus", lambda: 1)
     ran = []
-    monkeypatch.setattr(sweep, "sweep", lambda *a, **k: ran.append(a))
-    monkeypatch.setattr(sweep, "traced_sweep", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(scale_command, "sweep", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(scale_command, "traced_sweep", lambda *a, **k: ran.append(a))
     out = tmp_path / "sweep"
     code = main(["scale", "--model", "rnnlm", "--preset", "small", "--devices", "1,2", *explain, "--out", str(out)])
     err = capsys.readouterr().err

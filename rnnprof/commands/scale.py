@@ -132,10 +132,10 @@ def _render_explanation(out: str, explained, notes: list[str], console: Console)
 
 
 def _traced(args: argparse.Namespace, sweep_points: list[dict], device_counts: list[int]):
-    """Every configuration timed, then traced, into ``--out``'s runs/ (``sweep.traced_sweep``)."""
+    """Every configuration timed, then traced, into ``--out``'s runs/ (``commands.traced_sweep``)."""
     import sys
 
-    from rnnprof.training.sweep import traced_sweep
+    from rnnprof.commands.traced_sweep import traced_sweep
 
     if args.framework == "torch":
         from rnnprof.commands.workload_flags import torch_options_from_args

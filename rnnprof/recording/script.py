@@ -1,21 +1,13 @@
 """Running a user's script under capture: ``rnnprof trace --out DIR -- python train.py ARGS``, or
 ``-- torchrun OPTIONS train.py ARGS`` for PyTorch jobs of several ranks.
 
-The script runs in a child Python process started as ``python -m rnnprof.recording.script``
-(``capture.launch`` says how that bootstrap becomes every rank's program under torchrun). The bootstrap
-decides the framework by what the script imports (the ``import`` statements of the script and of the modules
-it imports from its own folder; where they name neither, TensorFlow's capture, which gives way to torch's if
-torch is imported before a TensorFlow step, through ``capture.imports``),
-opens the capture (TensorFlow: a ``Capture``, hooks on ``Session.run`` and ``tf.function``; torch: a
-``TorchScriptCapture``, the global optimizer step hooks), then runs the script with ``runpy`` as
-``__main__``. TensorFlow scripts run as one process; torch ranks each record themselves (``capture.ranks``).
-
-The parent only prepares the directory, waits, and marks the run interrupted if the child died before it
-could; for torch it rebuilds the manifest from the ranks' records, passes on the failing rank's exit code
-and stops any rank still running. Interrupted (SIGINT or SIGTERM, to the process group or to rnnprof alone),
-it passes SIGTERM on to the child and to the ranks (see ``_stop``), and a child still running
-``STOP_GRACE_S`` seconds later (or at a second interrupt) is killed; a child whose parent dies outright gets
-SIGTERM, and so does a rank whose torchrun dies.
+The script runs in a child ``python -m rnnprof.recording.script``, which picks the framework by what the
+script imports (``capture.imports``), opens the capture (TensorFlow: a ``Capture`` hooking ``Session.run`` and
+``tf.function``; torch: a ``TorchScriptCapture``) and runs the script with ``runpy`` as ``__main__``. The parent
+prepares the directory, waits, and marks the run interrupted if the child died first; for torch it rebuilds
+the manifest from the ranks' records and passes on a failing rank's exit code. On SIGINT or SIGTERM it passes
+SIGTERM on (``_stop``) and kills what still runs ``STOP_GRACE_S`` seconds later or at a second interrupt.
+See docs/commands/trace.md.
 """
 
 from __future__ import annotations
@@ -324,10 +316,10 @@ def _switch_to_torch(caps: list, settings: dict) -> None:
 
 
 def _tensorflow_capture(settings: dict, writer: RunWriter):
-    from rnnprof.recording.api import Capture
+    from rnnprof.recording.tf_capture import TensorFlowCapture
 
-    cap = Capture(settings["out"], steps=settings.get("steps"), skip_steps=settings.get("skip_steps", 0),
-                  delay=settings.get("delay", 0.0), _writer=writer)
+    cap = TensorFlowCapture(settings["out"], steps=settings.get("steps"), skip_steps=settings.get("skip_steps", 0),
+                            delay=settings.get("delay", 0.0), _writer=writer)
     return cap.start()
 
 
@@ -391,9 +383,9 @@ def _run(argv: list[str]) -> tuple[str, int, str | None]:
 
 def _close(cap, status: str, code: int, error: str | None) -> None:
     """Close either framework's capture with how the script ended."""
-    from rnnprof.recording.api import Capture
+    from rnnprof.recording.tf_capture import TensorFlowCapture
 
-    if isinstance(cap, Capture):
+    if isinstance(cap, TensorFlowCapture):
         if error:
             cap.writer.manifest["error"] = error
         cap.close(status)

@@ -4,24 +4,15 @@
     for batch in batches:
         with capture.phase("forward"):
             loss = model(batch)
-        with capture.phase("backward"):
-            loss.backward()
-        with capture.phase("optimizer"):
-            optimizer.step()
+        ...
         capture.step()                                             # after each optimizer step
     facts = capture.close()                                        # what the manifest records of this rank
 
-Steps are counted from 0 at construction. Steps ``skip_steps`` to ``skip_steps + steps - 1`` are recorded
-(``record_shapes``, the CPU activity and, where CUDA is available, the GPU's), each inside a ``ProfilerStep#N``
-range; the step before the window is the profiler's warm-up (recorded, then dropped), the others run
-unprofiled. No FLOPs are estimated in the traced process (the analysis computes them from the recorded
-shapes). The window's last step costs what torch's own export costs: Kineto writes its JSON to a scratch file
-there, and a thread beside the training compresses it and renames it into place whole as
-``<run_dir>/torch/rank<r>.json.gz`` (``rundir.TORCH_TRACES_DIR``/``rundir.torch_trace_name``) with only
-calls that release the GIL (read, zlib, write, rename), starting once the closing step has returned, so
-the training's thread barely waits for it; ``close()`` (or ``wait()``) waits for it. A run stopped inside the window writes it at
-``close()``. ``phase(name)`` is a ``record_function`` range plus an NVTX range; every step is an NVTX
-range "step N" too, for Nsight Systems. Writing the manifest is the caller's (one parent for all ranks).
+Steps ``skip_steps`` to ``skip_steps + steps - 1`` are recorded (shapes, CPU and GPU activity), each in a
+``ProfilerStep#N`` range; the step before is the profiler's warm-up. A thread beside the training compresses
+Kineto's export into ``<run_dir>/torch/rank<r>.json.gz`` with calls that release the GIL; ``close()`` waits
+for it. ``phase(name)`` is a ``record_function`` and an NVTX range. The manifest is the caller's to write.
+See docs/commands/trace.md.
 """
 
 from __future__ import annotations

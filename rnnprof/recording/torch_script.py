@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rnnprof import rundir
 from rnnprof.recording import ranks
+from rnnprof.recording.active import StepContext, clear_active_capture, set_active_capture
 from rnnprof.rundir.manifest import process_versions
 from rnnprof.rundir.writer import prepare_out_dir
 
@@ -77,8 +78,6 @@ class TorchScriptCapture:
     def start(self) -> "TorchScriptCapture":
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        from rnnprof.recording import api
-
         if not self._prepared:
             if self.world_size == 1:
                 prepare_out_dir(self.out_dir, force=self._force)
@@ -86,21 +85,18 @@ class TorchScriptCapture:
                 self.out_dir.mkdir(parents=True, exist_ok=True)
         self._handles = [register_optimizer_step_pre_hook(self._before_optimizer),
                          register_optimizer_step_post_hook(self._after_optimizer)]
-        api._active = self
+        set_active_capture(self)
         self._record(rundir.STATUS_RUNNING)
         return self
 
     def close(self, status: str = rundir.STATUS_COMPLETE, exit_code: int = 0, error: str | None = None,
               stopped: bool = False) -> dict:
         """End the capture (writing a window cut short) and record how this rank ended; returns the manifest."""
-        from rnnprof.recording import api
-
         if self._closed:
             return {}
         self._closed = True
         self._end_window()
-        if api._active is self:
-            api._active = None
+        clear_active_capture(self)
         return self._record(status, exit_code=exit_code, error=error, stopped=stopped, ended=time.time())
 
     # -- steps -----------------------------------------------------------------------------------
@@ -114,9 +110,10 @@ class TorchScriptCapture:
         elif self._open:
             self._step_done()
         self._open = self._profiler is not None
-        return _StepEnd(self)
+        return StepContext(self)
 
-    def _end_marked_step(self) -> None:
+    def end_step(self) -> None:
+        """The end of ``with rnnprof.step():``."""
         if self._open:
             self._open = False
             self._step_done()
@@ -172,17 +169,6 @@ class TorchScriptCapture:
                   "versions": process_versions()}
         record.update({k: v for k, v in fields.items() if v is not None})
         return ranks.write_record(self.out_dir, record, self._command)
-
-
-class _StepEnd:
-    def __init__(self, capture: TorchScriptCapture):
-        self._capture = capture
-
-    def __enter__(self):
-        return self._capture
-
-    def __exit__(self, *exc) -> None:
-        self._capture._end_marked_step()
 
 
 def _backend() -> str | None:
