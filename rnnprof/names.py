@@ -1,19 +1,10 @@
 """Names that tie the runner to the analyses: graph scopes, and what counts as communication.
 
-The runner builds its graph under these scopes; the run-directory writers, the loaders and the
-analyzers read them back. Every one of those modules takes the names from here, so renaming a
-scope in the runner cannot silently break an analysis.
-
-Scopes the runner builds (``rnnprof.training.runner``):
-
-* ``tower_k/...``: tower k's forward ops, and its gradients under ``tower_k/gradients/...``;
-* ``shared/...``: the one copy of the variables in ``parameter_server`` mode;
-* ``allreduce/...`` (``replicated``) or ``gradient_aggregation/...`` (``parameter_server``): the
-  gradient exchange;
-* ``update/...``: the optimizer's variable updates; ``init_sync/...``: replicas copying tower 0's
-  initial values; ``metrics/...``: loss and word counts gathered on the host.
-
-Readers also accept the names other trainers use (``replica_k``, ``all_reduce``, tf_cnn_benchmarks'
+The runner (``rnnprof.training.runner``) builds its graph under these scopes and the writers, loaders and
+analyzers read them back from here, so renaming a scope cannot silently break an analysis: ``tower_k/...``
+(a tower's forward ops and gradients), ``shared/...`` (``parameter_server`` variables), ``allreduce/...`` or
+``gradient_aggregation/...`` (the gradient exchange), ``update/...``, ``init_sync/...`` and ``metrics/...``.
+Readers also accept other trainers' names (``replica_k``, ``all_reduce``, tf_cnn_benchmarks'
 ``hierarchical_copy`` and ``ring_reduce``), so traces from elsewhere are understood too.
 """
 

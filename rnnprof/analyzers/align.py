@@ -1,20 +1,11 @@
 """One clock for traces from several processes: measure each table's clock offset, then shift it.
 
-Tables from different processes or machines do not share a clock. Alignment is an explicit step on
-the tables before they are merged:
-
-* ``offsets_from_start(tables)``: each table's first event is put where the first table's is;
-* ``offsets_from_collectives(tables)``: collectives finish at nearly the same moment on every member,
-  so the end of a collective matched across ranks (``rnnprof.analyzers.collectives``) is a common
-  instant. A table's offset against the first table is the median of the differences of the matched
-  end times, each weighted by how tight a sync point that collective is (the inverse of the two members'
-  summed durations: a member's end can lag the common instant by at most its own duration); its
-  spread is the weighted median absolute deviation from the offset;
-* offsets measured elsewhere (a round-trip exchange at capture) are ``ClockOffset``s too;
-* ``align(tables, offsets)`` subtracts each offset from its table's times.
-
-An offset is how far a table's clock runs ahead of the reference (the first table's): ``t_reference =
-t_table - offset_us``.
+An offset is how far a table's clock runs ahead of the first table's: ``t_reference = t_table - offset_us``.
+``offsets_from_start`` puts each table's first event where the first table's is; ``offsets_from_collectives``
+takes the weighted median of the differences of matched collectives' end times (``rnnprof.analyzers.collectives``;
+weights the inverse of the two members' summed durations), its spread the weighted median absolute deviation;
+offsets measured at capture are ``ClockOffset``s too. ``align(tables, offsets)`` subtracts each offset.
+See docs/commands/comm.md (One clock).
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """What each event does: compute, communication, memcpy, memset, host/runtime or annotation.
 
-An event is
-communication when its kind is ``Kind.COMMUNICATION`` or when its name or op
-type matches one of ``rnnprof.names.COMM_PATTERNS`` (or a user's ``--comm-pattern``):
+An event is communication when its kind is ``Kind.COMMUNICATION`` or its name or op type matches
+``rnnprof.names.COMM_PATTERNS`` (or a user's ``--comm-pattern``): NCCL kernels, collective ops, point-to-point
+transfers (``_Send``/``_Recv``...), and the ops under the gradient-aggregation scopes rnnprof's runner builds
+(matched on the node name, as their op types are plain copies and adds).
 
-* NCCL kernels: ``ncclKernel_*``, ``ncclDevKernel_*``;
-* collective ops: ``CollectiveReduce*``, ``CollectiveGather*``, ``CollectiveBcast*``,
-  ``NcclAllReduce``, anything named all-reduce / all-gather / reduce-scatter / all-to-all;
-* point-to-point transfers: ``_Send``, ``_Recv``, ``_HostSend``, ``_HostRecv``, ``Send``, ``Recv``;
-* ops inside the gradient aggregation name scopes the rnnprof runner builds for ring
-  and hierarchical-copy all-reduce (``allreduce/...``, ``gradient_aggregation/...``),
-  which are matched on the node name because their op types are plain copies and adds.
-
-What a communication event's collective is (``collective_types``; the vocabulary is
-``rnnprof.names.COLLECTIVE_TYPES``), first that answers: the collective the kernel's Kineto args name
-(``Collective name``, kept by the loader in ``metadata["collective_args"]``), the ``nccl:*`` range the GPU
-records around it on its stream (RCCL's ``ncclDevKernel_Generic`` names nothing itself), its op type and its
-name (``rnnprof.names.collective_type``).
-
-Classification is vectorized: each distinct string is tested once and the
-result is mapped onto the event columns by code.
+A communication event's collective type (``collective_types``, vocabulary ``names.COLLECTIVE_TYPES``) is the
+first that answers of: the kernel's Kineto ``Collective name``, the ``nccl:*`` range around it on its stream,
+its op type, its name. Classification is vectorized: each distinct string is tested once and the result
+mapped onto the event columns by code. The patterns in full: docs/commands/comm.md.
 """
 
 from __future__ import annotations

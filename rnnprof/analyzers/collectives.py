@@ -1,32 +1,15 @@
 """Collectives matched across ranks: who arrives last at each, by how much, and the straggler rank.
 
-A rank's collectives (``instances``) are what runs the collective on that rank:
+A rank's collectives are its NCCL kernels on a GPU, or on a CPU rank the ranges gloo's worker threads record
+(``names.CPU_COLLECTIVE_RUN``), else its ``c10d::*`` calls. The same collective has the same key on every
+rank: ``(group, seq)`` where the trace records them (``metadata["collective_args"]``), else ``(group, name, k)``,
+the k-th of that name in the group by start time (the group: the process group, else the GPU stream, else one
+per CPU rank). Each has its type (``classify.collective_types``; "+"-joined should members differ).
 
-* on a GPU, its NCCL kernels (``Kind.COMMUNICATION`` on the GPU's streams);
-* on a CPU rank (a gloo job, measured by its host operators), the ranges gloo's worker threads record
-  while they run it (``names.CPU_COLLECTIVE_RUN``: ``gloo:all_reduce``), else the ``c10d::*`` calls
-  (``names.CPU_COLLECTIVE_CALL``).
-
-Matching: the same collective on two ranks has the same key.
-
-* When the trace names the collective's process group and sequence number (newer Kineto args
-  ``Process Group Name`` and ``Seq`` on NCCL kernels, kept by the loader in
-  ``metadata["collective_args"]``), the key is ``(group, seq)``;
-* otherwise every member of a process group issues its collectives in the same order, so the key is
-  ``(group, name, k)``: the k-th collective of that name in the group, by start time. The group is the
-  process group when the trace names it, else the GPU stream the kernels run on (NCCL runs each
-  communicator on its own stream), else one group per CPU rank.
-
-Each collective has its type (``rnnprof.names.COLLECTIVE_TYPES``, ``classify.collective_types``): the one its
-members name (one rank's RCCL kernel may lack the range that names it), their types joined by "+" should they
-differ. For each collective seen on two or more ranks: its arrival skew = the last member's start - the first
-member's start, and which rank arrived last; a member waits ``last start - its start`` for the last
-one. Per rank: how often it arrived last, the waiting it caused (summed over the collectives it arrived
-last at, the other members' waits) and the waiting it did. The straggler is the rank that arrived last
-most often, ties broken by the waiting it caused.
-
-Times are compared as the table holds them: the ranks must share a clock, or be aligned first
-(``rnnprof.analyzers.align``).
+Per collective seen on two or more ranks: the arrival skew (last start - first start) and the rank that came
+last; per rank: how often it came last, the waiting it caused and the waiting it did. The straggler arrived
+last most often, ties broken by the waiting it caused. The ranks must share a clock or be aligned first
+(``rnnprof.analyzers.align``). The figures as reported: docs/commands/comm.md.
 """
 
 from __future__ import annotations

@@ -1,63 +1,17 @@
 """Communication vs compute vs idle, per device and per step, and who straggles.
 
-Which events count on which device (``device_work_mask``):
+Which events count on which device (``device_work_mask``): a GPU's stream work (kernels, memcpys, memsets;
+its executor ops only when it has no stream record, ``basis`` says so); a TF CPU device's ops; a GPU-less
+PyTorch rank's host operators and collectives (``metadata["host_operator_devices"]``). The host itself
+and annotations never count.
 
-* a GPU's activity is what runs on its streams: kernels (compute or NCCL),
-  memcpys and memsets. Host-side events (PyTorch ``cpu_op``, CUDA runtime calls,
-  the TF executor's launches of a GPU's ops) are host activity and never make a
-  GPU busy. Only a GPU without any stream record (step stats captured without the
-  GPU tracer) is measured by its executor ops instead, and says so (``basis``);
-* a TF CPU device's activity is the ops executed on that device (``/device:CPU:k``);
-* a PyTorch rank without a GPU (gloo) is measured by its host operators (basis ``"host operators"``,
-  the devices the loader lists in ``metadata["host_operator_devices"]``): compute = union of its
-  ``cpu_op`` intervals (nested operators count once), communication = union of its collectives
-  (``c10d::*``, gloo's ``gloo:*`` ranges on its worker threads), and an operator's time while its own
-  thread is inside a collective (DDP's hook around ``c10d::allreduce_``) is communication, not compute.
-  Compute is then operator time on the host, not kernel time;
-* the host itself (``Device.kind == "host"``) is not reported: its events are
-  launches and framework overhead, not device time;
-* annotations (step markers, user ranges, ``gpu_user_annotation``) never count.
+Per device, and per device and step over the step windows (``rnnprof.analyzers.steps.step_windows``):
+``span``, ``busy`` (union of the activity), ``idle``, the class times, ``non_compute`` and ``overlap``; the
+stragglers per step; across ranks the matched ``collectives`` (``rnnprof.analyzers.collectives``) and the
+clocks' ``alignment``. For Kineto traces these are holistictraceanalysis's (HTA) temporal breakdown and
+overlap, with the differences listed in the docs. Idle time by cause is ``rnnprof.analyzers.idle``.
 
-Per device with ``[start, end)`` the first start and last end of its activity, and per device and step with
-``[start, end)`` the step's window on the device (``rnnprof.analyzers.steps.step_windows``): from the first start
-of the step's events there (or the previous step's window start, if later) to the next step's window start, the
-last step's to the last end of any step's event. A device's windows never overlap: GPU work that runs past the
-start of the next step's work (the host ran ahead) is cut at the bound and counted in the next window, idle
-time between two steps' work is the earlier step's, and events in no step (``step`` -1: GPU work without its
-launch in the trace, or launched outside every step marker; counted in ``outside_steps``) are in no window. So
-the windows' spans, busy, idle and class times add up to those of the steps' work. Each step's ``events`` counts
-its own events (by ``step``), and ``last_work_us`` is the end of the last activity in its window:
-
-* ``span`` = end - start; ``busy`` = length of the union of all its activity intervals;
-* ``idle`` = span - busy;
-* ``compute`` / ``communication`` / ``memcpy`` / ``memset`` = length of the union of
-  that class's intervals (they may overlap each other, so they need not add up to busy);
-* ``non_compute`` = busy - compute: time the device works but no compute runs;
-* ``overlap`` = time communication and compute run at the same moment;
-  ``overlap_pct`` = overlap / communication.
-
-For Kineto traces these are the definitions of holistictraceanalysis (HTA):
-``idle``/``compute``/``non_compute``/``span`` are its temporal breakdown
-(idle_time, compute_time, non_compute_time, kernel_time) and ``overlap_pct`` is its
-comm/comp overlap. Differences on purpose: HTA drops the kernels launched in the
-last ``ProfilerStep`` (often cut short by the profiler) and we keep the whole
-trace unless steps are selected (``rnnprof.analyzers.steps``: ``drop_last`` reproduces HTA's
-figures); HTA's compute excludes any
-kernel whose name merely contains ``Sync``, ours does not; and our communication
-patterns also cover TF collectives and Send/Recv, which HTA does not know.
-
-Stragglers: for each step seen on two or more devices of the same kind (GPUs are compared
-with GPUs, CPU devices with CPU devices), the device whose activity in the step's window ends last
-(``work_end_us``; lag against the median and the earliest end), and the device whose first communication in
-the window starts last (lag against the earliest first communication).
-
-Across ranks (two or more workers with collectives), ``collectives`` holds the collectives matched
-across ranks, their arrival skew and the straggler rank (``rnnprof.analyzers.collectives``), and
-``alignment`` how the ranks' clocks were aligned before merging (``metadata["alignment"]``, written by
-``load_aligned``).
-
-Idle time by cause (host wait, kernel wait, other) per device, per stream and per step: see
-``rnnprof.analyzers.idle``.
+The definitions, window by window: docs/commands/comm.md.
 """
 
 from __future__ import annotations

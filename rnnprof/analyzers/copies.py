@@ -1,20 +1,12 @@
 """Copies by kind and work launched through CUDA (HIP) graphs, per device and step.
 
-Copies (``Kind.MEMCPY``) are named by their kind, read from the event's op type or name: Kineto's
-``Memcpy DtoD (Device -> Device)``, TensorFlow's ``MEMCPYHtoD`` (the op type of its memcpy lanes), or the
-spelled-out ``DeviceToHost`` form: ``HtoD`` (host to device), ``DtoH``, ``DtoD`` (within one device),
-``PtoP`` (between devices, peer to peer), ``HtoH``; a copy whose name says none of these is ``other``.
-For each device, kind and step: how many, their bytes (where the trace records them; copies without a
-byte count are counted apart) and their summed duration.
+A copy's kind is read from its op type or name: ``HtoD``, ``DtoH``, ``DtoD``, ``PtoP``, ``HtoH``, else ``other``;
+per device, kind and step: count, bytes (copies without a byte count counted apart) and summed duration.
+Graph launches are ``cudaGraphLaunch``/``hipGraphLaunch`` calls; a graph's work is the GPU work whose launcher
+(``launches.launchers``) is one, counted on the device it ran on.
 
-Graph launches are runtime calls named ``cudaGraphLaunch`` or ``hipGraphLaunch``. Every kernel, copy and
-memset a graph runs carries the correlation id of the launch call, so the work of a graph is the GPU work
-whose launcher (``launches.launchers``: same worker, same correlation id) is a graph launch; a launch is
-counted on the device its work ran on (on its own device when the trace holds none of its work).
-
-Steps: GPU work belongs to the step of the runtime call that launched it (a graph's kernels to the step of
-their ``cudaGraphLaunch``), other events to their own step; what lies outside every step is counted in
-``outside_steps`` and left out of the figures. A trace without step markers is one step (-1).
+GPU work belongs to its launch's step, other events to their own; what lies outside every step is counted in
+``outside_steps`` and left out. A trace without step markers is one step (-1). See docs/commands/count-ops.md.
 """
 
 from __future__ import annotations

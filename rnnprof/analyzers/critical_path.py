@@ -1,48 +1,15 @@
 """The critical path of a step: the chain of events, across devices and ranks, that sets the step time.
 
-**The step's window.** Steps in order; step k's window ends where its last event ends and starts at its first
-event, or where step k-1's window ends if that is later: the windows of a trace touch and never overlap. In a
-job whose host runs ahead of its GPU, step k's host operators start long before its kernels can run (the GPU
-is still running step k-1's); those operators end before the window and are not in it, and the window is the
-step's period. Every event that overlaps the window is in the DAG, cut to the window, whatever its step: on a
-stream shared with other steps the path goes through the work the device was really doing, labelled with its
-own step (``Link.of_step``: previous-step work, next-step work, or work of no step).
+Per step, every event overlapping the step's window (windows touch and never overlap) is a node of a DAG
+whose edges say "could not start before": ``lane`` (program order), ``launch``, ``data``, ``transfer``,
+``collective`` (a join through zero-length entry nodes), and on CPU ranks ``enqueue`` and ``complete``. An
+event weighs its duration; an edge into ``v`` weighs ``v.start`` less the last end of its predecessors, so a
+chain through the predecessor each event waited for measures its first start to its last end. The critical
+path is the longest path that ends at an event of the step (one pass in topological order over arrays); its
+positive waits are split into ``host``, untraced host time, ``wait`` and ``other lanes``. What-if (an
+estimate): the longest path with one op weighing nothing and every wait kept.
 
-The DAG's edges say "could not start before":
-
-* ``lane``: program order on each lane (an executor lane, a host thread, a GPU stream): an event precedes
-  the first event of its lane that starts after it ends;
-* ``launch``: a runtime call precedes the GPU work it launched (same correlation id, same worker);
-* ``data``: a node's input precedes it (partition graphs: node inputs; TF1 timelines: their data-flow arrows);
-* ``transfer``: a tensor's producer on one device precedes its reader on another (``_Send``/``_Recv`` pairs);
-* ``collective``: a join: no member's instance of a collective completes before every member's instance has
-  started. Each member gets a zero-length *entry* node at its start; every entry precedes every member, so
-  a member that waited inside the collective depends on the last member to arrive. The members are a TF1
-  timeline's collective arrows, and across ranks the collectives matched by
-  ``rnnprof.analyzers.collectives`` (by process group and ``Seq`` where the trace has them, else by order
-  within the group), the matching ``comm`` reports;
-* ``enqueue``: on a CPU rank, the ``c10d::*`` call that hands a collective to gloo precedes the run of it on
-  gloo's worker thread (``gloo:*``; the k-th call and the k-th run of one collective type on a rank);
-* ``complete``: that run precedes the first event of the calling thread that starts after it ended (the
-  thread waited for it: DDP waits for its all-reduce before the optimizer).
-
-Weights. An event weighs its duration; an edge ``u -> v`` weighs ``v.start - max(p.end for p in preds(v))``,
-the same for every edge into ``v``: the wait of ``v`` after the last of its predecessors finished (negative
-when ``v`` started before that, as a collective member that waited inside its op does). A chain through the
-predecessor each event waited for (its *binding* predecessor) therefore measures exactly its first start to
-its last end; a chain through another predecessor loses that predecessor's slack. The critical path is the
-longest path that ends at an event of the step (one pass in topological order over arrays).
-
-What a positive wait on the path was. Before an event on a host thread, after the previous event of that thread:
-the part the thread's enclosing operators cover is ``host``; the rest is *untraced host time* (a sleep, data
-loading outside any operator), a link of its own. Any other wait before an event on device D: the part in
-which D ran no event at all is ``wait`` (so the wait booked on a device never exceeds its idle time in the
-window); the part in which D ran other events (other streams or threads) is ``other lanes``.
-
-What-if (an estimate): setting one op's duration to zero, with every wait kept, the longest path of the
-changed DAG; the saving is the difference, so it is bounded by the next-longest path.
-
-Pure: takes an ``EventTable`` and plain ``Dependencies``; no I/O.
+Pure: takes an ``EventTable`` and plain ``Dependencies``; no I/O. The definitions: docs/commands/critical-path.md.
 """
 
 from __future__ import annotations

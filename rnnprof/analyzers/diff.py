@@ -1,19 +1,10 @@
 """What changed from one input (A) to another (B): device time, ops and kernels, graphs, configuration.
 
-Every figure comes from the analysis that defines it, run once on each side:
-
-* time per device or rank: ``comm.analyze_comm``'s breakdowns (step span, busy, compute,
-  communication, copies, memset, idle, overlap), as a mean per step;
-* ops and kernels: the events ``opcount`` counts as CPU and GPU kernels inside step markers
-  (``kernel_masks``/``counted_steps``), grouped by normalized name and by op type, count and time per
-  step; the summary figures are ``opcount.compare``'s, the same as ``count-ops B --vs A``;
-* graphs: ``opcount.count_graph``'s op counts by device and type; ops that moved device are those
-  whose placement (``placement.AuditInput.placements``) differs between the sides;
-* achieved rates: ``roofline.analyze_roofline``'s TFLOP/s and TB/s per op family (given on each ``Side``);
-* configuration: the manifest of a run directory, or what a trace records (Kineto
-  ``distributedInfo`` and ``deviceProperties``, the devices it names).
-
-``Δ = B − A`` and ``ratio = B ÷ A`` throughout: A is the reference, B the changed input.
+Every figure comes from the analysis that defines it, run once on each side: time per device or rank from
+``comm.analyze_comm`` (mean per step); ops and kernels as ``opcount`` counts them (``count-ops B --vs A``);
+graph op counts from ``opcount.count_graph`` and moved ops from the placements; achieved rates from
+``roofline.analyze_roofline``; configuration from a run's manifest or what a trace records.
+``Δ = B − A`` and ``ratio = B ÷ A`` throughout. See docs/commands/diff.md.
 """
 
 from __future__ import annotations

@@ -1,36 +1,14 @@
-"""Why a device-count sweep falls short of linear speedup: each run's step time split into parts, and each
-part's share of the gap between the measured step time and the ideal one.
+"""Why a device-count sweep falls short of linear speedup: each run's step time split into parts.
 
-Input: one traced run per device count N, already analysed by ``rnnprof.analyzers.comm`` (per device and
-step: busy, compute, communication, overlap, idle and, where the trace links launches, idle by cause from
-``rnnprof.analyzers.idle``; step windows from ``rnnprof.analyzers.steps.step_windows``), and the run's timed step
-time where it was measured apart from the trace.
+Input: one traced run per device count N, analysed by ``rnnprof.analyzers.comm`` (and ``idle`` where the
+trace links launches), and each run's timed step time. Per traced step the device that bounds the step (the
+busiest) has its time split without remainder into compute that scaled, compute that did not (left on one
+device, or on every device), exposed communication, input and copies, host and launch overhead, and waiting
+for stragglers. The traced steps' parts are averaged and scaled to the timed step time, so they add up to
+it, and their differences from the ideal parts (weak or strong scaling against the base run) to the gap;
+the lost speedup is split by the parts' gaps in proportion.
 
-Per traced step, the step time is its window across devices (the earliest start to the latest end). The
-device that bounds it is the busiest one (most busy time in the step); its time is split without remainder:
-
-* compute: its compute time; of it, what exceeds the ideal compute (below) did not scale, itself split into
-  work left on one device (its compute above the devices' mean: pinned softmax, updates on device 0) and
-  work on every device (the devices' mean above the ideal: work duplicated on every device, or every device's
-  work running slower, as when logical devices share the same cores);
-* exposed communication: communication not overlapped by its compute, less the time it spent in collectives
-  waiting for the last device to start its own (comm's straggler figure: the last device's first
-  communication minus its own), which is waiting for stragglers;
-* input and copies: the rest of its busy time (memcpys, memsets not under compute or communication);
-* idle, split by ``idle.idle_by_cause`` where the trace has launches: host wait and kernel wait are host
-  and launch overhead, the rest (waiting on an event, another stream, another device) is waiting for
-  stragglers too. Without launches in the trace (TensorFlow timelines, CPU ranks) the cause of a gap is not
-  recorded: idle counts as host and launch overhead, and waiting for another device is only the straggler
-  wait inside collectives (above), or shows as work left on one device.
-
-The traced steps' parts are averaged and scaled to the timed step time (the traced steps run under the
-profiler, slower); each part keeps its share of the traced step. So the parts add up to the measured step
-time, and their differences from the ideal parts add up to the measured gap.
-
-Ideal (base: the 1-device run, or the smallest N in the sweep): weak scaling (fixed batch per device):
-ideal step time = T_base, every part as in the base run; strong scaling (fixed total batch): ideal step
-time = T_base * base / N, every part shrunk by the same factor. Ideal speedup = N / base in both. Lost
-speedup = ideal - measured = ideal * gap / T_N, split by the parts' gaps in proportion.
+The definitions: docs/commands/explain.md.
 """
 
 from __future__ import annotations

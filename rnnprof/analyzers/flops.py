@@ -1,41 +1,13 @@
-"""FLOPs and bytes of one PyTorch operator from the shapes the profiler recorded (``record_shapes=True``).
+"""FLOPs and bytes of one operator from its recorded shapes: PyTorch ``cpu_op``s and TensorFlow kernels.
 
 ``op_cost(name, dims, types, concrete)`` takes a ``cpu_op``'s ``Input Dims``, ``Input type`` and ``Concrete
-Inputs`` (the scalars' values, as text) and gives an ``OpCost``: its family, FLOPs, bytes moved and the dtype it
-computes in, or None for an operator with no model here (or whose shapes do not fit the model).
+Inputs`` and gives an ``OpCost`` (family, FLOPs, bytes moved, the dtype it computes in), or None for an
+operator with no model here or whose shapes do not fit it. ``tf_op_cost`` does the same for a TensorFlow op
+type from the shapes of the executed kernel's inputs and output, as a run's step stats record them.
 
-Definitions (a FLOP is one multiply or one add; bytes are what an ideal kernel reads and writes once):
-
-* GEMM (``aten::mm``, ``addmm``, ``bmm``, ``baddbmm``, ``matmul``, ``linear``, ``_scaled_mm``): ``2*M*N*K`` per
-  batch, plus ``M*N`` when a bias/``C`` term is added; bytes: A, B, the bias as recorded and the output.
-  ``matmul``/``linear`` fold leading dimensions into M (and broadcast batch dimensions into the batch).
-* convolution (``aten::convolution``, ``_convolution``, ``conv1d/2d/3d``, ``cudnn_convolution``,
-  ``miopen_convolution``...): ``2 * output elements * C_in/groups * kernel volume`` (+ output elements for a
-  bias); transposed: ``2 * input elements * C_out/groups * kernel volume``. Bytes: input, weight, bias, output.
-  ``aten::convolution_backward``: one forward's FLOPs for each of grad-input and grad-weight its
-  ``output_mask`` asks for, plus the output's elements for grad-bias; bytes: what each gradient reads and writes.
-* attention (``scaled_dot_product_attention`` and its flash/efficient/cudnn kernels, ``flash_attn``'s ops):
-  forward ``4 * B * H_q * N_q * N_kv * d`` (QK^T and PV), halved when causal; backward five such products (the
-  flash recomputation of QK^T, dV, dP, dQ, dK). Bytes: Q, K, V, O (backward: Q, K, V, dO read, dQ, dK, dV written).
-* normalization (layer, batch, group, instance, RMS; forward and backward): per element 5 FLOPs for
-  statistics and normalizing (RMS: 3), 2 more for an affine scale and shift (RMS: 1); backward twice the forward.
-  Bytes: input and output (backward: input, grad-output, grad-input) and the parameters.
-* elementwise ops: one FLOP per output element; bytes: every tensor input as recorded and the output (the
-  broadcast of the inputs, in-place ops included).
-* reductions (``sum``, ``mean``, ``amax``, ``softmax``...): one FLOP per input element (softmax: 5); bytes:
-  input and output.
-
-TensorFlow ops (``tf_op_cost``, or ``op_cost`` with a TF op type) take the shapes of the executed kernel's inputs
-and, last, of its output, as a run's step stats record them; no attribute is needed:
-
-* ``MatMul`` (and the ``_Mkl``/``_Fused`` kernels it becomes): out ``[M, N]``, ``K = elements of A / M`` whatever
-  the transposes, ``2*M*N*K``, plus ``M*N`` for a fused bias (a third input); ``BatchMatMul*``: per batch of the
-  output, ``K`` = the last two dimensions of A over ``M``.
-* ``Conv2D`` (``NHWC`` or ``NCHW``, filter ``[kh, kw, C_in, C_out]``): ``2 * output elements * kh*kw*C_in``;
-  ``Conv2DBackpropInput``/``Conv2DBackpropFilter``: the same product over the gradient of the output.
-* ``BlockLSTM``: per time step the gate product ``2*B*(I+H)*4H`` (GEMM); its gradient twice that (inputs and
-  weights).
-* elementwise ops: one FLOP per output element; reductions: one per input element (softmax: 5).
+A FLOP is one multiply or one add; bytes are what an ideal kernel reads and writes once. The models (GEMM,
+convolution and its backward, attention, normalization, elementwise, reductions; TensorFlow's ``MatMul``,
+``Conv2D``, ``BlockLSTM``...) are tabled in docs/commands/roofline.md.
 """
 
 from __future__ import annotations

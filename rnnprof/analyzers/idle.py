@@ -1,24 +1,12 @@
 """Idle time by cause: why a GPU stream, or a whole device, waits between pieces of work.
 
-An idle gap is a stretch of time between two pieces of work on one stream (or, for a device, between
-two intervals of the union of its streams' work); it is the next piece's gap, and its cause is:
-
-* host wait: the runtime call that launched the next piece started after the gap began, so the host
-  had not yet asked for it (the launch came late);
-* kernel wait: otherwise, when the gap is shorter than a threshold: the overhead of running
-  back-to-back kernels;
-* other: otherwise; the work was queued but waited, on an event, another stream or a dependency.
-
-Per stream these are the definitions of holistictraceanalysis's ``get_idle_time_breakdown`` (kernels,
-memcpys and memsets of a stream in start order). Its threshold, ``consecutive_kernel_delay=30``, is
-documented as nanoseconds but compared with timestamps in microseconds, so HTA's default is 30 µs in
-effect; ``DEFAULT_KERNEL_WAIT_US`` is the same 30 µs. A device's gaps add up to its idle time
-(span - busy) in ``rnnprof.analyzers.comm``. Per step, the gaps between the work of all steps, cut at the
-device's step windows (``rnnprof.analyzers.steps.step_windows``, the windows comm's per-step figures use): a
-step's gaps add up to its idle time there, and the steps' to the idle time of their work.
-
-Host wait needs the launches: a device whose work has no launching runtime call in the trace
-(TensorFlow traces, GPU-less ranks) gets no causes (None).
+An idle gap lies between two pieces of work on one stream (or between two intervals of a device's busy
+union) and is the next piece's. Its cause: *host wait* when the next piece's launch started after the gap
+began; else *kernel wait* when the gap is under a threshold (``DEFAULT_KERNEL_WAIT_US``, 30 µs, HTA's default
+in effect); else *other* (an event, another stream, a dependency). Per stream these are holistictraceanalysis's
+``get_idle_time_breakdown``. A device's gaps add up to its idle time in ``rnnprof.analyzers.comm``; per step
+they are cut at the step windows, so a step's add up to its idle time there. Without launches in the trace
+(TensorFlow traces, GPU-less ranks) there are no causes (None). See docs/commands/comm.md.
 """
 
 from __future__ import annotations

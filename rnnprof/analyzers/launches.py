@@ -1,25 +1,14 @@
 """Kernel launches: which runtime call started each piece of GPU work, and what launching costs.
 
-A launch is a runtime call (``Kind.RUNTIME``, e.g. ``cudaLaunchKernel``) linked to the GPU work it
-started by a correlation id, matched within one worker (correlation ids restart in every process).
-Only traces that record that link have launch statistics: PyTorch profiler (Kineto) traces do;
-the TensorFlow traces rnnprof reads (step stats, TF1 timelines, tf.profiler XSpace) do not link a
-GPU op's launch to its kernel, so for them ``LaunchStats.available`` is False with the reason.
+A launch is a runtime call (``Kind.RUNTIME``) linked to the GPU work it started by a correlation id within one
+worker. Only Kineto traces record that link; for the TensorFlow traces rnnprof reads
+``LaunchStats.available`` is False, with the reason.
 
-Per kernel name (kernels on GPU streams, NCCL kernels included; copies and memsets are not kernels):
-
-* launch delay = kernel start - start of its runtime call (median and 95th percentile);
-* kernel duration against its launch call's duration (medians), and the share of kernels that ran
-  shorter than the call that launched them (the host spent longer launching than the GPU running);
-* short kernels: the share of kernels shorter than ``short_kernel_us``.
-
-Per host operator name (the innermost host op, e.g. ``aten::addmm``, around a launch call on the same
-thread), over the op executions that launched kernels: the op's duration on the host against the summed
-duration of the kernels it launched (medians), and how many executions took longer on the host than
-their kernels on the GPU.
-
-``launch_bound`` lists the GPUs that mostly wait on the host: host-wait idle time (see
-``rnnprof.analyzers.idle``) at least half of the GPU's span.
+Per kernel name: launch delay (kernel start - call start; median, p95), kernel against call duration, the
+share of kernels shorter than their launch, and of kernels shorter than ``short_kernel_us``. Per host
+operator name (the innermost op around a launch): its host time against its kernels' summed time.
+``launch_bound`` lists the GPUs whose host-wait idle time (``rnnprof.analyzers.idle``) is at least half their
+span. The figures as reported: docs/commands/count-ops.md.
 """
 
 from __future__ import annotations

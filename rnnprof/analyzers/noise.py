@@ -1,24 +1,13 @@
 """A run's own step-to-step jitter, and when a difference is larger than it.
 
-The rule (``significance``): a difference measured per step (a rank's lateness at collectives, a device's
-extra work, ...) is *significant* only when its median over the steps exceeds ``K`` (3) times the run's
-robust spread, the larger of
+``significance``: a difference measured per step is significant only when its median over the steps exceeds
+``K`` (3) times the larger of its own spread and the step time's (``step_noise``), a spread being the scaled
+median absolute deviation ``1.4826 * median(|x - median(x)|)``. With fewer than ``MIN_STEPS`` (3) steps nothing
+is significant. Between ranks the threshold is at least ``CROSS_RANK_FLOOR_US`` (2 ms), what an operating
+system's scheduling can cause on a loaded host.
 
-* the spread of that quantity itself across the steps, and
-* the spread of the step time across the steps (the run's jitter: ``step_noise``),
-
-where the spread of values ``x`` is ``1.4826 * median(|x - median(x)|)`` (the median absolute deviation,
-MAD, scaled so that it estimates the standard deviation of normally distributed values). With fewer than
-``MIN_STEPS`` (3) steps there is no spread to measure and nothing is significant.
-
-Between ranks (processes: a rank's lateness at collectives, one rank's work against another's), the threshold
-is at least ``CROSS_RANK_FLOOR_US`` (2 ms): below that, one process arriving after another is within what an
-operating system's scheduling can cause on a loaded host (a process waiting for a core for a time slice, 1-4
-ms on Linux), step after step, and it is not called.
-
-Confidence, in [0, 1]: ``1 - threshold / |difference|`` for a significant difference (0 at the threshold,
-towards 1 far beyond it), 0 for one within the jitter. A difference within the run's own jitter is never a
-warning (``rnnprof.analyzers.audit``).
+Confidence, in [0, 1]: ``1 - threshold / |difference|`` when significant, else 0. A difference within the
+run's jitter is never a warning. See docs/commands/audit.md.
 """
 
 from __future__ import annotations

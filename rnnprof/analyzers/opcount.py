@@ -1,20 +1,13 @@
 """Operator and kernel counts: how many ops the graphs hold and how many kernels run per step.
 
-Graph operators are counted twice, in two graphs that answer different questions:
+Graph operators are counted in the user graph (what Python built; requested devices) and in the runtime
+graph (TF's partition graphs after placement and Grappler; assigned devices), with function-body nodes
+(while-loop and tf.function bodies, run once per iteration) apart from top-level ones.
 
-* the user graph (what Python built; requested devices), and
-* the runtime graph (TF's partition graphs after placement and Grappler; assigned devices) — the
-  "number of operators in the C++ end graph".
-
-Nodes in function-library bodies (while-loop bodies, tf.function bodies) are counted separately
-from top-level nodes, since a body runs once per iteration.
-
-Kernel invocations per device per step (see ``DEFINITIONS``): a CPU kernel is one op execution on
-a CPU device (TF executor op on a CPU device; PyTorch ``cpu_op`` on the host, or on the CPU device of
-a GPU-less rank, nested operators each counted; a cluster task's timed fetches from other tasks, RecvTensor and
-RecvBuf, are transfers, not op runs); a GPU kernel is one kernel on a GPU stream. Host-side launch records of a GPU
-device's ops (TF ``<gpu> Compute`` lane; CUDA runtime calls that launched a kernel) are reported
-as launches and never added to either count. Copies and memsets are not kernels.
+Kernel invocations per device per step (``DEFINITIONS``): a CPU kernel is one op execution on a CPU device
+(PyTorch ``cpu_op``s on the host or a GPU-less rank's CPU device, nested ones each counted); a GPU kernel is
+one kernel on a GPU stream. Host-side launch records are launches, never kernels; copies and memsets are
+not kernels. See docs/commands/count-ops.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
-"""Achieved FLOP/s and bytes/s per operator, op family and step, against the device's roofline; collectives' bus
-bandwidth.
+"""Achieved FLOP/s and bytes/s per operator, op family and step against the device's roofline; collectives'
+bus bandwidth.
 
-Attribution: each GPU activity (kernel, memset, memcpy) is linked to the runtime call that launched it by
-correlation id; the call runs on a host thread inside the operators that issued it, and the activity belongs to
-the outermost of those operators that has a FLOPs model (``rnnprof.analyzers.flops``), so ``aten::linear``'s
-``aten::addmm`` kernel, or a convolution's memsets and layout transposes, count once, for the operator the user
-called. An operator's kernel time is the sum of its activities' durations; its achieved TFLOP/s and TB/s are
-its FLOPs and bytes over that time, its arithmetic intensity FLOPs/bytes. Against the device's peaks it is
-memory-bound when its intensity is below the ridge point (peak FLOP/s / peak bytes/s), else compute-bound.
+Each GPU activity belongs, through its launch's correlation id, to the outermost enclosing host operator that
+has a FLOPs model (``rnnprof.analyzers.flops``), so an operator's kernels count once, for the operator the user
+called; without GPU work an operator's own duration is its time. Achieved TFLOP/s and TB/s are FLOPs and bytes
+over that time; below the ridge point (peak FLOP/s / peak bytes/s) an operator is memory-bound. Per step: the
+modeled FLOPs over the step's wall time, and MFU = matrix-unit FLOPs / step time / the dtype's matrix peak.
+Collectives: message size from the kernel's (or ``record_param_comms``') args, algorithm and bus bandwidth as
+NCCL's performance notes define them.
 
-Without GPU work (a CPU trace, or shapes that say ``own_time``: a TensorFlow run's executed kernels), an outermost
-modeled operator's own duration is its time, and its step is its own.
-
-Per step: the modeled FLOPs of the operators whose kernels ran in it, over the step's wall time (its host
-``ProfilerStep`` range; without such markers, the span of the step's events). MFU = the step's FLOPs on matrix units (GEMM, convolution, attention) / step time /
-the matrix peak of the dtype most of them use.
-
-Collectives: the message a communication kernel carries (newer Kineto: ``In msg nelems``, ``Out msg nelems``,
-``Group size``, ``dtype`` on the kernel, else on the ``record_param_comms`` operator that launched it); its size
-and bandwidths follow NCCL's performance notes: algorithm bandwidth = size / time, bus bandwidth = algorithm
-bandwidth x 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, 1 otherwise; size is
-the input for all-reduce, reduce-scatter, all-to-all, broadcast and reduce, the output for all-gather.
+The definitions: docs/commands/roofline.md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
-"""Step selection: which of a trace's steps an analysis looks at.
+"""Step selection (which of a trace's steps an analysis looks at) and step windows.
 
-A selection keeps the events of the chosen steps and drops the rest, events outside every step
-marker included, before any analysis runs. An event's step is the one the loader gave it: a host
-event's is the step marker its start falls in, and GPU work's is the step of the runtime call that
-launched it (a CUDA/HIP graph's kernels: their graph launch's), so a kernel launched in the last step and
-still running after it stays in that step; GPU work whose launch is not in the trace, or lies outside every
-step marker, is in no step (``rnnprof.events.outside_steps`` counts it).
+A selection keeps the events of the chosen steps and drops the rest, events outside every step marker
+included, before any analysis runs; an event's step is the one the loader gave it (GPU work: its launch's).
+The chosen steps are those within ``FIRST:LAST`` (the trace's own numbers, inclusive, either end open), less
+the first ``skip_first``, less the last one with ``drop_last`` (HTA's default: ``drop_last=True``). A selection
+that leaves no step, or one on a trace without step markers, is a ``StepSelectionError``.
 
-Step windows (``step_windows``): on a device, the time each step owns, for per-step figures. Because the host
-runs ahead of a busy GPU, a step's GPU work can run past the start of the next step's, so spans of a step's own
-events overlap and add up to more than the trace. Windows do not: on each device, step k's window starts at its
-first event (or where step k-1's window starts, if later) and ends where step k+1's starts, the last one at the
-last end of the steps' events; analyses cut events (and idle gaps) at the bounds, so no busy or idle
-microsecond is counted twice or lost.
-
-The chosen steps are, in order: the steps of the trace within ``FIRST:LAST`` (inclusive, the trace's
-own step numbers; either end may be left open), less the first ``skip_first`` of them, less the
-last one with ``drop_last``. A selection that leaves no step is an error (``StepSelectionError``),
-and so is a selection on a trace without step markers.
-
-HTA's temporal breakdown and overlap (holistictraceanalysis, by default) count the GPU work
-launched in every ``ProfilerStep`` but the last, spanned as one window: ``drop_last=True``.
+``step_windows``: on each device, step k's window starts at its first event (or where step k-1's starts, if
+later) and ends where step k+1's starts, the last at the last end of the steps' events, so no busy or idle
+microsecond is counted twice or lost although a step's GPU work may run past the next step's start.
+The user's side: docs/commands/comm.md (Step selection, step windows).
 """
 
 from __future__ import annotations

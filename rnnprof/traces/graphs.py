@@ -1,24 +1,14 @@
 """TensorFlow graphs -> networkx DiGraphs: GraphDef (.pb/.pbtxt), RunMetadata, run directories.
 
-Two views of one program are kept apart because they answer different questions:
+Two views are kept apart: the **user graph** (what Python built: ``graphs/graph.pb``, a RunMetadata's
+``pre_optimization_graph``; *requested* devices) and the **runtime graph** (the partition graphs TF executes
+after placement and Grappler; *assigned* devices, and the nodes the runtime added such as ``_Send``/``_Recv``).
 
-* the **user graph**: what Python built (``graphs/graph.pb``; ``pre_optimization_graph`` of a
-  RunMetadata's function graphs). Its ``device`` fields are the *requested* devices.
-* the **runtime graph**: the partition graphs TF actually executes after placement and Grappler
-  (``graphs/partitions/*.pb``; ``partition_graphs`` of a RunMetadata). Its ``device`` fields are the
-  *assigned* devices, and it holds nodes the runtime added (``_Send``/``_Recv``, constant folds...).
-
-Node ids are node names; nodes of a function body are ``"<function>/<node>"``. Node attributes:
-``name``, ``op``, ``requested_device`` and ``assigned_device`` (TF strings, "" when unknown),
-``device`` (``assigned_device`` parsed to a ``Device``, else the requested one, else None),
-``function`` (library function the node lives in, "" at top level), ``partition`` (the file
-or section it came from) and, for user-graph nodes built under ``colocate_with``, ``colocation``
-(the names of the nodes they must share a device with). A node TensorFlow's oneDNN build rewrote has the op of the
-user's graph (``Conv2D``; ``rnnprof.names.user_op``) and the rewritten name as ``kernel``
-(``_MklNativeConv2D``). Edges carry ``control`` (True for ``^name`` inputs) and ``port``.
-
-Which file is which format is ``registry``'s answer; the parsing is ``graphdef`` and ``run_metadata``.
-Protos come from TensorBoard's copies of the TF protos, so TensorFlow is never imported here.
+Node ids are node names (``"<function>/<node>"`` in a function body); node attributes ``name``, ``op``,
+``requested_device``, ``assigned_device``, ``device``, ``function``, ``partition``, ``colocation`` and, for a
+oneDNN-rewritten op, ``kernel``; edges carry ``control`` and ``port``. Which file is which format is
+``registry``'s answer; the protos are TensorBoard's copies, so TensorFlow is never imported.
+See docs/formats.md (Graphs).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Stream the ``traceEvents`` array of a large Chrome-trace JSON document in chunks.
 
-A trace of millions of events is hundreds of MB of JSON; decoding it whole needs
-several times that in memory. Instead the bytes are read in blocks and cut into
-pieces of about ``PIECE_BYTES`` (small enough that a piece's decoded events stay
-in the CPU cache while the loader turns them into columns), each decoded by msgspec
-on its own. Everything outside ``traceEvents`` (a few KB of headers) is decoded at
-the end as a normal JSON object.
-
-Cutting is fast and exact: a piece ends at a ``}`` followed by ``,`` and ``{``, a
-guess that is checked by decoding the piece. ``[`` + piece + ``]`` is valid JSON only
-when the piece ends between two complete events (inside a string or a nested object
-the closing ``]`` cannot parse), so a decoded piece is a correct cut. When the guess
-fails (such a pattern inside a string, the end of the array, malformed data) the
-rest of the block is cut from the quote and bracket positions found with numpy
-(string-aware bracket depth), which also finds the end of the array and reports
-malformed input.
+Decoding hundreds of MB of JSON whole needs several times that in memory, so the bytes are read in blocks
+and cut into pieces of about ``PIECE_BYTES``, each decoded by msgspec on its own; the rest of the document
+(a few KB of headers) is decoded at the end. A piece ends at a ``}`` followed by ``,`` and ``{``, a guess
+checked by decoding ``[`` + piece + ``]``, which parses only between two complete events. When the guess
+fails, the rest of the block is cut from the quote and bracket positions found with numpy (string-aware
+depth), which also finds the array's end and reports malformed input.
 """
 
 from __future__ import annotations

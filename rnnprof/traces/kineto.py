@@ -1,27 +1,16 @@
-"""PyTorch profiler (Kineto) JSON traces, plain or gzip, streamed chunk by chunk.
+"""PyTorch profiler (Kineto) JSON traces, plain or gzip, streamed chunk by chunk, into an ``EventTable``.
 
-Mapping: ``cpu_op`` -> HOST_OP, ``cuda_runtime``/``cuda_driver`` -> RUNTIME, ``kernel`` -> KERNEL
-(NCCL kernels -> COMMUNICATION), ``gpu_memcpy`` -> MEMCPY, ``gpu_memset`` -> MEMSET,
-``user_annotation``/``python_function``/``gpu_user_annotation`` -> ANNOTATION. Other categories
-(flow arrows, profiler spans) are not events of the program and are skipped.
+Mapping: ``cpu_op`` -> HOST_OP, ``cuda_runtime``/``cuda_driver`` -> RUNTIME, ``kernel`` -> KERNEL (NCCL kernels
+-> COMMUNICATION), ``gpu_memcpy``/``gpu_memset`` -> MEMCPY/MEMSET, annotations -> ANNOTATION; other categories
+are skipped. GPU events sit on ``Device("gpu", args.device or pid)``, host events on ``Device("host")``, on
+worker ``rank<r>`` when the trace has ``distributedInfo``; lanes are thread ids or ``stream:<n>``. Steps come
+from ``ProfilerStep#N``: host events by their start, GPU work through its launch's correlation id (a graph's
+kernels through their graph launch); the rest is counted in ``metadata["outside_steps"]``.
 
-GPU events sit on ``Device("gpu", args.device or pid)``, host events on ``Device("host")``; both on
-worker ``rank<r>`` when the trace has ``distributedInfo``. Lanes are the host thread id or
-``stream:<n>``. Steps come from ``ProfilerStep#N`` ranges: host events by the range their start
-falls in, GPU events through their correlation id to the runtime call that launched them (a CUDA/HIP graph's
-kernels through their ``cudaGraphLaunch``/``hipGraphLaunch``); GPU work without its launch in the trace, or
-launched outside every range, is in no step, counted in ``metadata["outside_steps"]``.
-
-A rank without a GPU (no GPU event and no CUDA runtime call in a trace with ``distributedInfo``, e.g.
-a gloo CPU job) has its host operators as its device activity: its ``cpu_op``s sit on
-``Device("cpu", 0, "rank<r>")`` instead of the host, and its collectives (``names.CPU_COLLECTIVE``:
-``c10d::*`` operators, the ``gloo:*`` ranges of gloo's threads, ``record_param_comms``) are
-COMMUNICATION on that device. ``metadata["host_operator_devices"]`` lists such devices.
-
-GPU events whose args name their collective (newer Kineto: ``Process Group Name``, ``Seq``, ``Collective name``
-on NCCL kernels) are listed in ``metadata["collective_args"]`` (``worker``, and per event its ``correlation``,
-``group``, ``seq`` (-1 when absent) and ``collective`` ("" when absent)), which ``rnnprof.analyzers.collectives``
-matches ranks by and ``rnnprof.analyzers.classify.collective_types`` types collectives by.
+A rank without GPU events or runtime calls (gloo) has its ``cpu_op``s on ``Device("cpu", 0, "rank<r>")`` and its
+collectives (``names.CPU_COLLECTIVE``) as COMMUNICATION (``metadata["host_operator_devices"]``). NCCL kernels'
+``Process Group Name``, ``Seq`` and ``Collective name`` are kept in ``metadata["collective_args"]`` for
+matching and typing collectives. The format as the user reads it: docs/formats.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""Chrome traces of TensorFlow step stats: TF1 ``timeline.Timeline`` output and rnnprof's own timelines.
+"""Chrome traces of TensorFlow step stats (TF1 ``timeline.Timeline`` output, rnnprof's timelines) into an ``EventTable``.
 
-Which of the two (if either) a decoded document is, ``chrome_json`` decides. Both put one trace process per TF
-device. Lanes and kinds:
-
-* a device's executor (TF1 ``"<device> Compute"``, rnnprof thread ``"ops"``) -> lane ``ops``,
-  ``HOST_OP``: one op execution by that device's executor. On a GPU device these are the
-  host-side launches of the device's ops, not the GPU kernels themselves.
-* ``/gpu:N/stream:<id>`` (rnnprof thread ``stream:<id>``) -> ``KERNEL`` on GPU N.
-* ``/gpu:N/memcpy`` (rnnprof thread ``memcpy``) -> ``MEMCPY``.
-
-TF's GPU tracer writes every kernel twice (``stream:all`` and its own stream) and every copy twice
-(``memcpy`` and the stream that ran it). The loader keeps one record of each: ``stream:all`` is
-dropped when per-stream lanes exist, and a stream record identical (name, start, duration) to a
-``memcpy`` record is the copy, not a kernel. Ops that move data between devices or take part in
-collectives (Send/Recv, Collective*, Nccl*) are ``COMMUNICATION``. An op oneDNN rewrote
-(``_MklNativeConv2D``) is the op of the user's graph (``Conv2D``; ``rnnprof.names.user_op``), its rewritten name
-kept in ``metadata["ran_as"]``.
+Which of the two a decoded document is, ``chrome_json`` decides; both hold one process per TF device. A
+device's executor lane (TF1 ``"<device> Compute"``, rnnprof ``"ops"``) is HOST_OP (on a GPU: the host-side
+launches); ``/gpu:N/stream:<id>`` is KERNEL, ``/gpu:N/memcpy`` MEMCPY. TF's GPU tracer writes every kernel and
+copy twice; one record of each is kept (``stream:all`` dropped when per-stream lanes exist; a stream record
+identical to a ``memcpy`` one is the copy). Send/Recv and collective ops are COMMUNICATION; a oneDNN-rewritten
+op is the user's op, its kernel name in ``metadata["ran_as"]``. See docs/formats.md.
 """
 
 from __future__ import annotations

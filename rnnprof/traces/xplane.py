@@ -1,25 +1,14 @@
-"""TensorFlow profiler XSpace files (``*.xplane.pb``).
+"""TensorFlow profiler XSpace files (``*.xplane.pb``) into an ``EventTable``.
 
-Planes and lines:
+* ``/device:GPU:k`` planes: each ``Stream #n`` line is a stream of kernels (NCCL: COMMUNICATION), copies and
+  memsets; lines the profiler derives from the streams ("XLA Ops", "Steps", ...) are skipped.
+* ``/host:CPU``: TraceMe ``"<node>:<OpType>"`` events are HOST_OPs (a oneDNN-rewritten op is the user's op,
+  its kernel name in ``metadata["ran_as"]``); user ranges are ANNOTATIONs; ``step_num`` stats mark steps;
+  tf.data's threads become ANNOTATIONs on lane ``tf_data`` named by pipeline stage.
+* rnnprof's own XSpaces: a plane per device whose lines are lanes of ops.
 
-* ``/device:GPU:k`` planes: each ``Stream #n`` line is a stream; its events are kernels
-  (``KERNEL``; NCCL kernels ``COMMUNICATION``), copies (``MEMCPY``) and memsets. Lines that
-  the profiler derives from the streams ("XLA Ops", "TensorFlow Ops", "Steps", ...) are skipped
-  so nothing is counted twice.
-* ``/host:CPU``: TF op executions (TraceMe ``"<node>:<OpType>"`` on executor threads) are
-  ``HOST_OP`` on the host (an op oneDNN rewrote, ``_MklNativeConv2D``, is the op of the user's graph,
-  ``Conv2D``, and its rewritten name is kept in ``metadata["ran_as"]``); the ``python`` line and other user ranges are ``ANNOTATION``; events
-  carrying a ``step_num`` stat (``tf.profiler.experimental.Trace(..., step_num=N)``) mark steps.
-  tf.data's input pipeline runs on its own threads (lines ``tf_data_iterator_get_next/<id>``: a
-  step's ``IteratorGetNext`` taking a batch; ``tf_data_iterator_resource/<id>``: the background
-  ``PrefetchProduce`` and the generator or map filling the buffer): their events are ``ANNOTATION``s
-  on lane ``tf_data`` named by the pipeline stage (``Iterator::Root::Prefetch::FlatMap[0]::Generator``),
-  so they show where input work runs without counting as ops.
-* rnnprof's own XSpaces (built from step stats): a plane per device (``/device:CPU:k``) whose
-  lines are lanes, or lines named by a TF device string. Events are ops (``HOST_OP``).
-
-The proto module comes from TensorFlow's installed ``xplane_pb2.py``, loaded by file so that
-reading an XSpace does not import TensorFlow itself.
+The proto module is TensorFlow's installed ``xplane_pb2.py``, loaded by file, so TensorFlow itself is never
+imported. The format as the user reads it: docs/formats.md.
 """
 
 from __future__ import annotations

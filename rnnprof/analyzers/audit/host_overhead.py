@@ -1,21 +1,13 @@
 """PF006: CPU-side operator overhead: host operators that take longer on the host than their kernels on the GPU.
 
-For every host operator execution that launched GPU work (the innermost host operator around the runtime
-call that launched it: ``launches.launching_ops``), its excess = host time - the summed time of the
-kernels it launched, when positive. Per operator name and step (the execution's own step), the summed
-excess; the name with the largest median per step is reported. Host time only costs step time while the GPU
-waits for the host, so the saving (a bound) is that median, capped by the GPU's host-wait idle time per step
-(``rnnprof.analyzers.idle``; PF003). Judged against the run's jitter (``rnnprof.analyzers.noise``).
+For every host operator that launched GPU work (``launches.launching_ops``), its excess = host time - its
+kernels' summed time, when positive; per operator name and step the summed excess, and the name with the
+largest median per step is reported. The saving (a bound) is that median, capped by the GPU's host-wait idle
+time per step (``rnnprof.analyzers.idle``), judged against the run's jitter (``rnnprof.analyzers.noise``).
 
-On ranks without a GPU (gloo CPU ranks, ``device_work.host_operator_devices``) an operator's host time is its
-work, so there is no excess over kernels to measure; what is measured instead is the time in *tiny
-operators*: operator names that run at least ``MANY_PER_STEP`` (100) times in a step on one rank with a median
-duration under ``TINY_US`` (50 µs), where the framework's per-operator dispatch, not the arithmetic, is most of
-the time. Per rank and step: the summed duration of their outermost executions (one not inside another tiny
-execution on its thread) plus the gaps of under ``TINY_US`` between consecutive ones on a thread (the Python
-that issues them one by one). The saving (a bound: what one batched operator instead of the many would save at
-most) is the largest rank's figure per step (the other ranks wait for it at the next collective), median over
-the steps. The finding names the tiny operator with the most time and the rank.
+On GPU-less ranks the measure is the time in *tiny operators* (names run at least ``MANY_PER_STEP`` times a step
+with a median under ``TINY_US``): their outermost executions plus the short gaps between them, the largest
+rank's figure per step, median over the steps. See docs/commands/audit.md.
 """
 
 from __future__ import annotations

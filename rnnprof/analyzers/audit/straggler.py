@@ -1,19 +1,11 @@
 """PF001: a rank that arrives last at the collectives, beyond the run's jitter.
 
-Collectives are matched across ranks as ``rnnprof.analyzers.collectives`` matches them. A rank's lateness in a
-step is the sum, over the step's collectives, of its start minus the latest other member's start (negative
-when it is early); per collective when fewer than ``noise.MIN_STEPS`` steps hold collectives. The rank with
-the largest median lateness is a straggler only when that median is significant against the run's jitter
-(``rnnprof.analyzers.noise.significance``, with the step time's spread and the floor between ranks,
-``noise.CROSS_RANK_FLOOR_US``).
-
-Saving (a bound): the median over the steps of its positive lateness, the time the other ranks waited for it;
-removing the delay cannot shorten a step by more. Cause: *compute* when its extra compute over the other
-ranks' median (comm's per-step compute) explains at least half the lateness, *input* when its data-loading
-operators (``DataLoader``) do, else *host gap/untraced time*: its thread ran no traced operator (a sleep, the
-Python between operators, a blocking call the profiler does not record). The evidence also gives, from the
-critical path (``rnnprof.analyzers.critical_path``, which crosses to the last-arriving rank at a collective's
-join), the median per step of the rank's untraced and compute time on the path.
+With collectives matched across ranks (``rnnprof.analyzers.collectives``), a rank's lateness in a step is the
+sum over the step's collectives of its start minus the latest other member's start. The rank with the largest
+median lateness is a straggler only when that median is significant (``noise.significance``, with the step
+time's spread and ``noise.CROSS_RANK_FLOOR_US``). Saving (a bound): the median of its positive lateness. Cause:
+*compute*, *input* (``DataLoader``) or *host gap/untraced time*, whichever explains at least half of it; the
+evidence adds the rank's untraced and compute time on the critical path. See docs/commands/audit.md.
 """
 
 from __future__ import annotations

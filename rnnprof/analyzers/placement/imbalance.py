@@ -1,20 +1,12 @@
 """PA004: devices doing unequal amounts of work in the same step.
 
-Busy time is the union of a device's compute intervals within the step (kernels on
-accelerators, ops elsewhere; receives and collectives left out since they include
-waiting). Spread is (max - min) / max over the towers' devices.
-
-A PyTorch rank without a GPU (a gloo CPU rank, ``comm.host_operator_devices``) has no kernels: its busy
-time is its step window on the rank (``rnnprof comm``'s per-step windows) minus its communication, so what
-its thread does outside every traced operator (untraced host time: a sleep, Python between operators) counts
-as its work, and its waiting inside collectives for the other ranks does not. That is host time, not kernel
-time, and the finding says so (``evidence["busy_measure"]``).
-
-Noise: the heaviest device's busy time minus the lightest's, per step, must be significant against the run's
-jitter (``rnnprof.analyzers.noise.significance``, with the step time's spread, and between PyTorch ranks at
-least ``noise.CROSS_RANK_FLOOR_US``); a difference within it, or
-one over fewer than ``noise.MIN_STEPS`` steps, is info, never a warning (``evidence["significance"]``,
-``evidence["confidence"]``).
+Busy time is the union of a device's compute intervals in the step (kernels on accelerators, ops elsewhere;
+receives and collectives left out, since they include waiting); a GPU-less PyTorch rank's is its step window
+less its communication, so untraced host time counts (``evidence["busy_measure"]``). Spread is
+(max - min) / max over the towers' devices. The heaviest minus the lightest device per step must be
+significant against the run's jitter (``noise.significance``; between ranks at least
+``noise.CROSS_RANK_FLOOR_US``); otherwise, or over fewer than ``noise.MIN_STEPS`` steps, it is info.
+See docs/commands/placement-audit.md.
 """
 
 from __future__ import annotations

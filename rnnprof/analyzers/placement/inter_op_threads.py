@@ -1,32 +1,15 @@
 """PA006: too few inter-op threads for the number of devices, judged by whether the towers ran side by side.
 
-Each device's executor schedules its ops on the session's shared inter-op pool; with fewer threads than
-devices the towers take turns instead of running side by side (one thread runs one op at a time). What the
-rule measures, per traced step: each device's busy time (its compute intervals, ``busy.compute_mask``), their
-union, and the share of that union during which two or more devices were busy at once (``side_by_side``).
-Towers took turns when that share is under ``TOOK_TURNS`` (5%).
+With fewer inter-op threads than devices the towers take turns instead of running side by side. Per traced
+step: each device's busy time, their union, and the share of it with two or more devices busy at once
+(``side_by_side``); under ``TOOK_TURNS`` (5%) the towers took turns. The severity follows the setting
+(below the devices, as many, or TF's default 0) and what the trace shows.
 
-* ``inter_op_threads`` set below the number of devices: an error when the trace shows the towers took turns,
-  a warning when no trace says (the setting alone), info when the trace shows them side by side anyway.
-* as many threads as devices: info, a warning only when the trace shows the towers took turns.
-* 0, TensorFlow's default: TF sizes the pool itself (one thread per schedulable core, or
-  ``TF_NUM_INTEROP_THREADS``), which the manifest does not record; a warning only when the trace shows the
-  towers took turns, nothing otherwise; without a trace, not checked.
-
-Cost, per step (the median over the traced steps): the union of the devices' busy time less what it could
-shrink to with the towers side by side: the busiest device's busy time, or the summed busy time spread over
-the host's cores when there are fewer cores than devices (``turns_cost_us``). That is a bound, what side by
-side saves if no op slows down beside another. When the devices are logical CPU devices they share the host's
-cores, and an op of one tower already uses several of them (its intra-op threads), so side by side they gain
-less. Where the manifest records each timed step's CPU times (``names.STEP_CPU``), a second figure says how
-much less: the step's wall time less the process's CPU time spread over the cores other processes left free
-during the timed steps (``cpu_bound``; the median over the timed steps), what side by side saves if it kept
-every free core busy with the CPU work the step does now. That one errs low: a thread that waits for the one
-inter-op thread's next op spins on a core, so part of today's CPU time is waiting that side by side would not
-repeat (on the 2-core development machine the planted run spent 71 ms of CPU per step where the same work side
-by side spent 57). The cost is then the geometric mean of the two, the estimate whose ratio to any cost
-between them is at most the square root of their ratio (the smaller alone when it is the bound). ``rnnprof
-scale --inter-op-threads N`` measures the gain; ``benchmarks/diagnosis.py`` measures the estimate's error.
+Cost per step (median over the traced steps): the union less what side by side could shrink it to
+(``turns_cost_us``, a bound); on logical CPU devices with the manifest's step CPU times (``names.STEP_CPU``),
+the geometric mean of that bound and ``cpu_bound`` (the step less its CPU time over the free cores, which errs
+low as waiting threads spin). ``rnnprof scale --inter-op-threads N`` measures the gain;
+``benchmarks/diagnosis.py`` the estimate's error. The rule as the user reads it: docs/commands/placement-audit.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
 """ResNet-50 (and ResNet-18) image classification from raw TensorFlow ops, in graph mode, on synthetic images.
 
-The model is tf_cnn_benchmarks' ResNet v1.5 (the stride of a bottleneck block in its 3x3 convolution):
+The model is tf_cnn_benchmarks' ResNet v1.5 (a bottleneck block's stride in its 3x3 convolution): a 7x7/2
+convolution, batch norm, relu and 3x3/2 max pooling; four stages of bottleneck blocks (ResNet-50: 3, 4, 6, 3)
+or basic blocks (ResNet-18: 2, 2, 2, 2) with projection shortcuts; global average pooling, a fully connected
+layer, softmax cross-entropy plus L2 weight decay. Batch norm keeps moving averages (decay 0.9) updated every
+step. Images are NHWC on a CPU and NCHW on a GPU.
 
-* a 7x7/2 convolution with batch norm and relu, a 3x3/2 max pooling;
-* four stages of blocks (ResNet-50: 3, 4, 6, 3 bottleneck blocks of 1x1, 3x3, 1x1 convolutions with 4x
-  expansion; ResNet-18: 2, 2, 2, 2 basic blocks of two 3x3 convolutions), a projection shortcut where the
-  shape changes;
-* global average pooling, a fully connected layer, softmax cross-entropy.
-
-Batch norm normalizes with the batch's statistics and keeps moving averages of them (decay 0.9, as
-tf_cnn_benchmarks); their updates run with every training step (the loss depends on them). The loss adds
-L2 weight decay over the convolution and fully connected kernels (not batch norm's scale and offset).
-Images are NHWC on a CPU and NCHW on a GPU (cuDNN's layout).
-
-Where the synthetic images are made (``--fake-location``, the question the tensorpack comparison asked):
-
-* ``device``: one random batch kept in a variable on each tower's device, made once at initialization;
-  a step reads it, nothing moves;
-* ``cpu``: random images made by a TensorFlow op on the host CPU every step, copied to the tower's device;
-* ``python``: numpy batches made in Python, fed through ``tf.data`` (a generator and ``prefetch`` on the
-  host), so the host makes the next batch while the device computes; the copy of a prefetched batch to
-  a GPU happens inside the step.
-
-Throughput counts images: a tower's ``words`` is its batch size.
+``--fake-location`` picks where the synthetic images are made: ``device`` (one batch in a variable on each
+tower), ``cpu`` (a TF op on the host every step, copied to the tower) or ``python`` (numpy batches through
+``tf.data`` with prefetch). Throughput counts images: a tower's ``words`` is its batch size.
+The workload as the user sees it: docs/workloads.md.
 """
 
 from __future__ import annotations
