@@ -39,3 +39,19 @@ def test_every_page_is_in_the_site(site):
     pages = {p.relative_to(DOCS).with_suffix("") for p in DOCS.rglob("*.md") if "_build" not in p.parts}
     built = {p.relative_to(site).with_suffix("") for p in site.rglob("*.html")}
     assert pages <= built, pages - built
+
+
+MODULE_DOCSTRING_MAX_LINES = 15
+
+
+def test_module_docstrings_are_short():
+    """A module's docstring says what it is in a few lines; specifications live in docs/."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "rnnprof"
+    long = {}
+    for path in sorted(package.rglob("*.py")):
+        docstring = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+        if docstring and len(docstring.splitlines()) > MODULE_DOCSTRING_MAX_LINES:
+            long[str(path.relative_to(package.parent))] = len(docstring.splitlines())
+    assert not long, f"module docstrings over {MODULE_DOCSTRING_MAX_LINES} lines: {long}"
