@@ -163,7 +163,7 @@ def collective_args(table: EventTable) -> dict[tuple[str, int], tuple[str, int]]
 
 
 def instances(table: EventTable) -> dict[str, list[Instance]]:
-    """Per worker (rank), its collectives in start order (see the module docstring), keyed for matching."""
+    """Per worker (rank), its collectives in start order (the module docstring says which), keyed for matching."""
     args = collective_args(table)
     comm = table.kind == Kind.COMMUNICATION
     names = np.asarray(table.strings, dtype=object)

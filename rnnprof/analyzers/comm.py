@@ -551,7 +551,8 @@ def _comm_ops(table: EventTable, rows: np.ndarray) -> tuple[CommOp, ...]:
 
 
 def _straggler(step, devices, ends, comm_starts) -> Straggler | None:
-    """``ends``/``comm_starts``: per device index (NaN where the device has no activity / communication)."""
+    """The step's straggler among ``devices``, or None with fewer than two active; ``ends``/``comm_starts`` per device
+    index (NaN where the device has no activity / communication)."""
     present = np.flatnonzero(~np.isnan(ends))
     if len(present) < 2:
         return None

@@ -191,7 +191,7 @@ def _kind_of_strings(table: EventTable) -> np.ndarray:
 
 
 def count_copies(table: EventTable | None, reason: str = "") -> CopyReport:
-    """Copies by kind and graph-launched work per device and step (see the module's docstring)."""
+    """Copies by kind and graph-launched work per device and step (docs/commands/count-ops.md)."""
     if table is None or len(table) == 0:
         return CopyReport(available=False, reason=reason or "no trace events in this input")
     launcher = launchers(table)

@@ -768,7 +768,7 @@ class _StepDAG:
 
 
 def _windows(tt: _Table, steps: Sequence[int]) -> dict[int, tuple[float, float]]:
-    """Each step's window (see the module docstring), over every step of the table."""
+    """Each step's window (docs/commands/critical-path.md), over every step of the table."""
     t = tt.table
     cand = tt.cand
     known = np.unique(t.step[cand])

@@ -337,7 +337,8 @@ def _norm(x_i: int, params: tuple[int, ...], rms: bool = False, backward: bool =
 
 
 def _elementwise(n_inputs: int | None):
-    """``n_inputs``: how many leading arguments are inputs (a tensor after them is an ``out=``); None: all."""
+    """The cost model of an elementwise op; ``n_inputs``: how many leading arguments are inputs (a tensor after
+    them is an ``out=``), None: all."""
 
     def cost(dims, types, concrete) -> OpCost | None:
         last = len(dims) if n_inputs is None else min(n_inputs, len(dims))
@@ -494,7 +495,8 @@ def _tf_batch_matmul(dims, types, concrete) -> OpCost | None:
 
 
 def _tf_conv(family: str, filter_i: int | None, grad_i: int):
-    """``filter_i``: the input holding the filter (None: the output is the filter's gradient); ``grad_i``: the
+    """The cost model of a TensorFlow convolution kernel; ``filter_i``: the input holding the filter (None: the
+    output is the filter's gradient); ``grad_i``: the
     tensor whose elements each take ``kh*kw*C_in`` multiply-adds (the output, or the output's gradient)."""
 
     def cost(dims, types, concrete) -> OpCost | None:

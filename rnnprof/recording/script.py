@@ -306,7 +306,7 @@ def _capture(writer: RunWriter, settings: dict, argv: list[str], watch_torch: bo
 
 
 def _switch_to_torch(caps: list, settings: dict) -> None:
-    """torch was imported before TensorFlow ran a step: the run is a PyTorch one after all."""
+    """Close TensorFlow's capture and open torch's: torch was imported before TensorFlow ran a step."""
     tensorflow = caps[-1]
     if tensorflow._seen_steps:
         return
@@ -431,7 +431,7 @@ def _print_user_traceback(exc: BaseException) -> None:
 
 
 def _exit_now(code: int) -> None:
-    """After an interrupt the capture is closed and on disk: the process ends at once, without the
+    """End the process at once after an interrupt (the capture is closed and on disk), without the
     interpreter's teardown (a second or more with torch or TensorFlow loaded), so the job stops in seconds."""
     for stream in (sys.stdout, sys.stderr):
         try:

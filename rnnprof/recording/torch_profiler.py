@@ -80,7 +80,7 @@ class TorchCapture:
             yield
 
     def step(self) -> None:
-        """The current step has ended (call after each optimizer step); the next one begins."""
+        """End the current step and begin the next (call after each optimizer step)."""
         if self._closed:
             return
         self._nvtx.end()

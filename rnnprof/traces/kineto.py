@@ -102,7 +102,7 @@ def sniff(probe) -> bool:
 
 
 def parse(path: Path) -> None:
-    """Nothing up front: ``events`` streams the file, decoding it once, piece by piece."""
+    """None: nothing is parsed up front, as ``events`` streams the file, decoding it once, piece by piece."""
     return None
 
 

@@ -134,7 +134,7 @@ def _host_wait_per_step(ctx: AuditContext) -> float | None:
 
 
 def _tiny_operators(ctx: AuditContext, ranks) -> list[Finding] | NotChecked:
-    """The CPU-rank measure (module docstring): time in tiny operators per step, the largest rank's."""
+    """The CPU-rank measure: time in tiny operators per step, the largest rank's (docs/commands/audit.md, PF006)."""
     table = ctx.table
     steps = [int(s) for s in table.steps()]
     if not steps:

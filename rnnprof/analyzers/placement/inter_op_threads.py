@@ -37,7 +37,7 @@ CPU_BOUND_BASIS = ("estimate: the geometric mean of two figures per step: {tower
 
 
 def cpu_bound(inp: AuditInput) -> dict | None:
-    """What more threads gain if they keep every free core busy with today's CPU work (module docstring): per timed
+    """What more threads gain if they keep every free core busy with today's CPU work (placement-audit.md): per timed
     step, ``wall - process CPU / free cores`` (median, µs), the free cores being the host's less what other
     processes used during the timed steps (at least 1; over all of them, as the host's busy time comes in ticks
     of 10 ms). None unless the devices are logical CPU devices and the manifest records the steps' CPU times."""
@@ -132,7 +132,7 @@ def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
 
 
 def _severity(threads: int, devices: int, measured: dict | None, took_turns: bool) -> Severity | None:
-    """What the setting and the trace say (module docstring); None: nothing to report."""
+    """The severity the setting and the trace give (docs/commands/placement-audit.md); None: nothing to report."""
     if threads == 0:  # TF's own pool size: judged by the trace alone
         return Severity.WARNING if took_turns else None
     if threads < devices:
@@ -181,7 +181,7 @@ def _finding(threads: int, devices: int, cores: int | None, measured: dict | Non
 
 
 def _cost(measured: dict | None, cpu: dict | None) -> tuple[float | None, str]:
-    """The finding's cost per step (µs) and how it was estimated (module docstring)."""
+    """The finding's cost per step (µs) and how it was estimated (docs/commands/placement-audit.md)."""
     if measured is None:
         return None, ("not estimable without a trace: towers take turns on the pool; compare with "
                       "`rnnprof scale --inter-op-threads N`")
