@@ -139,7 +139,8 @@ def _graph_def(nodes: list[tuple[str, str]], device: str = CPU):
 
 def test_graphs_name_nodes_by_the_users_op_and_keep_the_kernel():
     from rnnprof.analyzers.opcount import count_graph
-    from rnnprof.traces.graphs import GraphDefs, graph_set, merged_graph
+    from rnnprof.traces.formats import GraphDefs
+    from rnnprof.traces.graphs import graph_set, merged_graph
 
     user = _graph_def([("conv", "Conv2D"), ("conv2", "Conv2D"), ("mm", "MatMul"), ("ln", "Mean")])
     runtime = _graph_def([("conv", "_MklNativeConv2D"), ("conv2", "Conv2D"), ("mm", "_MklMatMul"),

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 
+from rnnprof.analyzers import align as clock
 from rnnprof.errors import InputError
-from rnnprof.events import EventTable, concat
-from rnnprof.traces.registry import EXPECTED, REGISTRY, identify, open_source, probe
+from rnnprof.events import EventTable
+from rnnprof.traces.merge import merge_tables
+from rnnprof.traces.messages import EXPECTED
+from rnnprof.traces.registry import REGISTRY, identify, open_source, probe
 
 
 def detect_format(path: str | os.PathLike) -> str:
@@ -34,15 +37,6 @@ def load_events(path_or_paths, align: str = "absolute") -> EventTable:
     return merge_tables([open_source(p, holding="events").events() for p in paths], align)
 
 
-def merge_tables(tables: list[EventTable], align: str = "absolute") -> EventTable:
-    """One table, or several merged on a common clock (``align`` recorded in the metadata)."""
-    if len(tables) == 1:
-        return tables[0]
-    merged = concat(tables, align=align)
-    merged.metadata["align"] = align
-    return merged
-
-
 def load_aligned(paths, align: str = "none") -> EventTable:
     """Several traces (one per rank or process) put on one clock, then merged.
 
@@ -51,8 +45,6 @@ def load_aligned(paths, align: str = "none") -> EventTable:
     ``metadata["alignment"]`` holds the method and each trace's ``ClockOffset`` as a dict. A trace that
     shares no collective with the first one under "collectives" is an ``InputError``.
     """
-    from rnnprof.analyzers import align as clock
-
     paths = list(paths)
     if not paths:
         raise InputError("(no paths)", "nothing to load", EXPECTED)

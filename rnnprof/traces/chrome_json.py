@@ -20,6 +20,7 @@ from rnnprof.errors import InputError
 from rnnprof.events import EventTable, parse_tf_device
 from rnnprof.traces import kineto, tf_chrome, trace_viewer
 from rnnprof.traces.jsonstream import read_content
+from rnnprof.traces.messages import EXPECTED
 from rnnprof.traces.tf_chrome import as_dict, as_key, metadata_names, trace_events
 
 _KINETO_LOOKAHEAD = 10000  # events inspected for Kineto categories
@@ -48,8 +49,6 @@ def events(path: Path, doc: object) -> EventTable:
     if has_kineto_events(doc):
         header = {k: v for k, v in doc.items() if k != "traceEvents"} if isinstance(doc, dict) else {}
         return kineto.load_decoded(path, trace_events(doc), header)
-    from rnnprof.traces.registry import EXPECTED
-
     raise InputError(path, "is JSON but not a trace this tool knows", EXPECTED)
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from rnnprof.errors import InputError
 from rnnprof.traces import wire
+from rnnprof.traces.formats import GraphDefs
 from rnnprof.traces.jsonstream import read_content
+from rnnprof.traces.messages import GRAPHS_EXPECTED, UNREADABLE
 
 OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_>.]*$")
 _NODE_NAME = re.compile(r"^[A-Za-z0-9._][^\x00-\x1f]*$")
@@ -22,8 +24,6 @@ _GRAPH_FIELDS = {1: wire.LEN, 2: wire.LEN, 3: wire.VARINT, 4: wire.LEN, 5: wire.
 # NodeDef: name, op, input, device, attr, experimental_debug_info, experimental_type.
 _NODE_FIELDS = {k: wire.LEN for k in range(1, 8)}
 _TEXT_START = re.compile(r"\A\s*(?:#[^\n]*\n\s*)*(?:node|library|versions)\s*\{")
-EXPECTED = "a TensorFlow GraphDef (.pb/.pbtxt), a RunMetadata .pb or an rnnprof run directory"
-UNREADABLE = "not a readable GraphDef or RunMetadata (truncated or another format?)"
 
 
 def _text(value: bytes | None) -> str | None:
@@ -84,9 +84,9 @@ def parse(path: Path):
     try:
         graph.ParseFromString(read_content(path))
     except (DecodeError, ValueError):
-        raise InputError(path, UNREADABLE, EXPECTED) from None
+        raise InputError(path, UNREADABLE, GRAPHS_EXPECTED) from None
     if not plausible(graph):
-        raise InputError(path, UNREADABLE, EXPECTED)
+        raise InputError(path, UNREADABLE, GRAPHS_EXPECTED)
     return graph
 
 
@@ -97,14 +97,12 @@ def parse_text(path: Path):
     try:
         text_format.Parse(read_content(path).decode("utf-8"), graph)
     except (UnicodeDecodeError, text_format.ParseError, ValueError, RecursionError):
-        raise InputError(path, UNREADABLE, EXPECTED) from None
+        raise InputError(path, UNREADABLE, GRAPHS_EXPECTED) from None
     if not plausible(graph):
-        raise InputError(path, UNREADABLE, EXPECTED)
+        raise InputError(path, UNREADABLE, GRAPHS_EXPECTED)
     return graph
 
 
 def graph_defs(path: Path, graph):
     """A GraphDef file is a user graph: the devices its nodes request."""
-    from rnnprof.traces.graphs import GraphDefs
-
     return GraphDefs(user=[(str(path), graph, "")])

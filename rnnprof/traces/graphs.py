@@ -22,16 +22,9 @@ from rnnprof.errors import InputError
 from rnnprof.events import parse_tf_device
 from rnnprof.names import user_op
 from rnnprof import rundir
-from rnnprof.traces.registry import GRAPHS_EXPECTED, open_source
-
-
-@dataclass
-class GraphDefs:
-    """The GraphDef protos found in one input, by role; ``source`` names each one."""
-
-    user: list = field(default_factory=list)  # [(source, GraphDef, function_prefix)]
-    runtime: list = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+from rnnprof.traces.formats import GraphDefs
+from rnnprof.traces.messages import GRAPHS_EXPECTED
+from rnnprof.traces.registry import open_source
 
 
 @dataclass
@@ -48,55 +41,6 @@ def read_graph_defs(path: str | Path) -> GraphDefs:
     """The graphs of a run directory (or a folder with ``graphs/``), a GraphDef or a RunMetadata file, whose
     format is recognised from its first bytes; each file is parsed once."""
     return open_source(path, holding="graphs").graph_defs()
-
-
-def read_run_dir(path: Path) -> GraphDefs:
-    """``graphs/graph.pb``, ``graphs/partitions/*.pb`` and ``graphs/functions/**``; RunMetadata otherwise."""
-    path = Path(path)
-    graphs_dir = path / rundir.GRAPHS_DIR
-    found = GraphDefs()
-    user_file = _pb_or_pbtxt(graphs_dir / rundir.GRAPH_FILE)
-    if user_file:
-        found.user += read_graph_defs(user_file).user
-    for f in _graph_files(graphs_dir / rundir.PARTITIONS_DIR):
-        part = read_graph_defs(f)
-        found.runtime += part.user + part.runtime
-    functions = graphs_dir / rundir.FUNCTIONS_DIR
-    for f in _graph_files(functions, recursive=True):
-        part = read_graph_defs(f)
-        if rundir.PARTITIONS_DIR in f.relative_to(functions).parts:
-            found.runtime += part.user + part.runtime
-        else:
-            found.user += part.user
-            found.runtime += part.runtime
-    if not found.runtime:
-        # Partitions may be missing (interrupted run); RunMetadata holds them too.
-        for f in sorted((path / rundir.RUN_METADATA_DIR).glob("step-*.pb"))[:1]:
-            try:
-                found.runtime += read_graph_defs(f).runtime
-            except InputError as exc:
-                found.warnings.append(str(exc))
-    if not found.user and not found.runtime:
-        found.warnings.append(f"{path}: no graphs captured")
-    return found
-
-
-def _pb_or_pbtxt(stem: Path) -> Path | None:
-    for candidate in (stem, stem.with_suffix(".pbtxt")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _graph_files(folder: Path, recursive: bool = False) -> list[Path]:
-    """``.pb`` files, or ``.pbtxt`` where no binary twin exists."""
-    if not folder.is_dir():
-        return []
-    pattern = "**/*" if recursive else "*"
-    binary = sorted(folder.glob(pattern + ".pb"))
-    stems = {f.with_suffix("") for f in binary}
-    text = [f for f in sorted(folder.glob(pattern + ".pbtxt")) if f.with_suffix("") not in stems]
-    return binary + text
 
 
 # -- networkx conversion ---------------------------------------------------------------------------

@@ -26,14 +26,15 @@ from rnnprof.errors import InputError
 from rnnprof.events import EventTable
 from rnnprof import rundir
 from rnnprof.traces import kineto
+from rnnprof.traces.formats import PREFIX_BYTES
 from rnnprof.traces.jsonstream import read_prefix
+from rnnprof.traces.merge import merge_tables
 
 PATTERNS = ("*.json", "*.json.gz")
 EXPECTED = "a folder of Kineto/PyTorch profiler traces, one per rank (*.json or *.json.gz)"
 FROM_INFO, FROM_NAME = "distributedInfo", "file name"
 _INFO = re.compile(rb'"distributedInfo"\s*:\s*(?=\{)')
 _NUMBER = re.compile(r"(\d+)")
-PREFIX_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,6 @@ JOB_NOTES = "job_notes"  # metadata key of ``events``' table: what a reader of t
 def events(path: Path, folder: RankFolder) -> EventTable:
     """Every rank loaded here, one after another, and merged on their common clock; the folder's notes
     (``loaded_notes``) are in ``metadata[JOB_NOTES]``."""
-    from rnnprof.traces import merge_tables
-
     tables = [load_rank(f) for f in folder.files]
     infos = [t.metadata.get("distributed") if isinstance(t.metadata.get("distributed"), dict) else None
              for t in tables]

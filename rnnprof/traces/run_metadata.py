@@ -18,9 +18,14 @@ from pathlib import Path
 from rnnprof.errors import InputError
 from rnnprof.events import EventTable
 from rnnprof.traces import wire
-from rnnprof.traces.graphdef import EXPECTED as GRAPHS_EXPECTED
-from rnnprof.traces.graphdef import UNREADABLE, looks_like_graph, plausible
+from rnnprof import rundir
+from rnnprof.rundir.chrome_trace import step_stats_to_chrome
+from rnnprof.rundir.manifest import applied_offsets, read_manifest
+from rnnprof.traces import tf_chrome
+from rnnprof.traces.formats import GraphDefs
+from rnnprof.traces.graphdef import looks_like_graph, plausible
 from rnnprof.traces.jsonstream import read_content
+from rnnprof.traces.messages import GRAPHS_EXPECTED, UNREADABLE
 
 FORMAT = "tf-run-metadata"
 _STEP = re.compile(r"step-(\d+)\.pb$")
@@ -76,9 +81,6 @@ def parse(path: Path):
 
 
 def events(path: Path, meta) -> EventTable:
-    from rnnprof.traces import tf_chrome
-    from rnnprof.rundir.chrome_trace import step_stats_to_chrome
-
     path = Path(path)
     match = _STEP.search(path.name)
     step = int(match.group(1)) if match else -1
@@ -89,24 +91,18 @@ def events(path: Path, meta) -> EventTable:
 def _run_offsets(path: Path) -> dict[str, float]:
     """The clock offsets the capture applied to its timelines, when ``path`` lies in a run directory's
     ``run_metadata/``: each task's step stats are on its own clock and are aligned before merging."""
-    from rnnprof import rundir
-    from rnnprof.rundir.manifest import read_manifest
-    from rnnprof.rundir.manifest import applied_offsets
-
     run = path.parent.parent
     if path.parent.name != rundir.RUN_METADATA_DIR or not rundir.is_run_dir(run):
         return {}
     try:
-        return applied_offsets(read_manifest(run).get("clock_offsets"))
-    except (InputError, AttributeError):
+        return applied_offsets(read_manifest(run).clock_offsets)
+    except InputError:
         return {}
 
 
 def graph_defs(path: Path, meta):
     """``partition_graphs`` are runtime graphs; each function's pre-optimization graph is a user graph and
     its partitions runtime graphs."""
-    from rnnprof.traces.graphs import GraphDefs
-
     found = GraphDefs()
     if not (meta.partition_graphs or meta.function_graphs) or not all(plausible(g) for g in meta.partition_graphs):
         raise InputError(path, UNREADABLE, GRAPHS_EXPECTED)

@@ -24,7 +24,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from rnnprof.traces.jsonstream import EventStream
+from rnnprof.events import EventTable, Kind
+from rnnprof.traces.jsonstream import EventStream, read_prefix
 
 
 _ABSENT = msgspec.Raw(b"")
@@ -180,13 +181,11 @@ def recorded_without_shapes(path: str | Path) -> bool:
     """The trace was recorded without ``record_shapes``: its first MB holds many operators (50 or more) and
     none with ``Input Dims`` (with shapes recorded, nearly every operator has them). A cheap look before
     streaming the whole file for shapes it does not have."""
-    from rnnprof.traces.jsonstream import read_prefix
-
     prefix = read_prefix(Path(path), _PREFIX_BYTES)
     return prefix.count(b'"cpu_op"') >= _PREFIX_OPERATORS and b'"Input Dims"' not in prefix
 
 
-def load_shapes(path: str | Path, table=None) -> OpShapes:
+def load_shapes(path: str | Path, table: EventTable | None = None) -> OpShapes:
     """The shapes and messages of a Kineto trace (plain or gzip JSON); with ``table`` (the trace's event table,
     before any selection), each operator's lane, start and duration too."""
     shapes = OpShapes()
@@ -226,11 +225,9 @@ def load_shapes(path: str | Path, table=None) -> OpShapes:
     return shapes
 
 
-def _place(shapes: OpShapes, table, path: Path) -> None:
+def _place(shapes: OpShapes, table: EventTable, path: Path) -> None:
     """Each operator's lane, start and duration: the table's host operator of the same position, or (when the
     table's host operators are not the file's) the file's own, read again."""
-    from rnnprof.events import Kind
-
     host = np.flatnonzero(table.kind == Kind.HOST_OP)
     ordinal = np.asarray(shapes.ordinal, dtype=np.int64)
     if len(host) == shapes.operators:

@@ -15,7 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnprof import rundir
 from rnnprof.errors import InputError
+from rnnprof.events import EventTable, Kind
+from rnnprof.traces import run_metadata
 from rnnprof.traces.shapes import OpShapes, Signature
 
 # tensorflow DataType enum -> the dtype names the FLOPs models read (as PyTorch records them)
@@ -31,8 +34,6 @@ def _tensor(name: str) -> tuple[str, int]:
 
 def _read(files) -> tuple[dict, dict]:
     """(node -> (op, [input tensors]), node -> {slot: (dims, dtype)}) over the step stats of ``files``."""
-    from rnnprof.traces import run_metadata
-
     kernels, outputs = {}, {}
     for path in files:
         meta = run_metadata.parse(path)
@@ -50,11 +51,8 @@ def _read(files) -> tuple[dict, dict]:
     return kernels, outputs
 
 
-def load_tf_shapes(run_dir: str | Path, table) -> OpShapes:
+def load_tf_shapes(run_dir: str | Path, table: EventTable) -> OpShapes:
     """The executed kernels' shapes of a TensorFlow run directory, placed on its event ``table``'s host ops."""
-    from rnnprof.events import Kind
-    from rnnprof import rundir
-
     run_dir = Path(run_dir)
     files = sorted((run_dir / rundir.RUN_METADATA_DIR).glob("step-*.pb"))
     if not files:

@@ -18,11 +18,12 @@ import re
 import sys
 from pathlib import Path
 
+from rnnprof import rundir
 from rnnprof.errors import TENSORFLOW_EXTRAS, InputError, MissingDependency
 from rnnprof.traces import wire
 from rnnprof.traces.jsonstream import read_content
 from rnnprof.names import COMMUNICATION_OP, NCCL_KERNEL, RAN_AS, note_ran_as, user_op
-from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device, steps_in_spans
+from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, concat, parse_tf_device, steps_in_spans
 
 FORMAT = "xplane"
 _STREAM_LINE = re.compile(r"^Stream #(\d+)")
@@ -123,8 +124,6 @@ def load(path: Path) -> EventTable:
 
 def sniff_dir(probe) -> bool:
     """A folder (not a run directory) holding ``*.xplane.pb`` files, e.g. a tf.profiler log directory."""
-    from rnnprof import rundir
-
     return probe.is_dir and not rundir.is_run_dir(probe.path) and next(probe.path.rglob("*.xplane.pb"), None) is not None
 
 
@@ -134,8 +133,6 @@ def parse_dir(path: Path) -> list[Path]:
 
 
 def events_dir(path: Path, files: list[Path]) -> EventTable:
-    from rnnprof.events import concat
-
     tables = [load(f) for f in files]
     return tables[0] if len(tables) == 1 else concat(tables, align="absolute")
 

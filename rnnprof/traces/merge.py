@@ -1,0 +1,14 @@
+"""Several event tables made one: merged on a common clock, the alignment recorded in the metadata."""
+
+from __future__ import annotations
+
+from rnnprof.events import EventTable, concat
+
+
+def merge_tables(tables: list[EventTable], align: str = "absolute") -> EventTable:
+    """One table, or several merged on a common clock (``align`` recorded in the metadata)."""
+    if len(tables) == 1:
+        return tables[0]
+    merged = concat(tables, align=align)
+    merged.metadata["align"] = align
+    return merged

@@ -1,0 +1,45 @@
+"""What error messages say about the trace formats: how each format is named, what was expected, and the
+error for an input no format matches. A leaf: the format modules and the registry both read it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rnnprof.errors import InputError
+
+# How error messages name each format (``Format.description``).
+RUNDIR = "rnnprof run directory"
+XPLANE_DIR = "folder of TensorFlow XSpace files (*.xplane.pb)"
+GRAPHS_DIR = "folder with a graphs/ subfolder of GraphDefs"
+RANK_FOLDER = "folder of Kineto rank files"
+KINETO = "Kineto/PyTorch profiler JSON (.json, .json.gz)"
+CHROME_JSON = "TF1 timeline Chrome trace, rnnprof Chrome trace, xprof trace_viewer JSON"
+XPLANE = "TensorFlow XSpace (.xplane.pb)"
+RUN_METADATA = "TensorFlow RunMetadata with step_stats (.pb)"
+RUN_METADATA_GRAPHS = "TensorFlow RunMetadata with graphs (.pb)"
+GRAPHDEF = "TensorFlow GraphDef (.pb)"
+GRAPHDEF_TEXT = "TensorFlow GraphDef in text form (.pbtxt)"
+
+# The formats holding events, in the registry's order (the folder of XSpaces is named by "xplane").
+EXPECTED = "one of: " + ", ".join((RUNDIR, RANK_FOLDER, KINETO, CHROME_JSON, XPLANE, RUN_METADATA))
+GRAPHS_EXPECTED = "a TensorFlow GraphDef (.pb/.pbtxt), a RunMetadata .pb or an rnnprof run directory"
+ANY_EXPECTED = f"{EXPECTED}, or a GraphDef (.pb, .pbtxt)"
+UNREADABLE = "not a readable GraphDef or RunMetadata (truncated or another format?)"
+
+# What to say when no format holding what the caller wants matches, by what was wanted: the problem for a
+# directory, for an empty file and for another file, and the expected formats ("matches" wanting anything).
+_NO_MATCH = {
+    "events": (("is a directory without manifest.json, *.xplane.pb or rank files", EXPECTED), ("is empty", EXPECTED),
+               ("matches no known trace format", EXPECTED)),
+    "graphs": (("is a directory without manifest.json or graphs/", GRAPHS_EXPECTED), ("is empty", GRAPHS_EXPECTED),
+               (UNREADABLE, GRAPHS_EXPECTED)),
+    None: (("is a directory without manifest.json, *.xplane.pb or rank files", EXPECTED), ("is empty", EXPECTED),
+           ("matches no known trace format and is not a TensorFlow graph", ANY_EXPECTED)),
+}
+
+
+def no_match_error(path: Path, is_dir: bool, holding: str | None, is_empty: bool = False) -> InputError:
+    """The error for ``path`` when no format holding ``holding`` ("events", "graphs"; None: any) matches it."""
+    directory, empty, other = _NO_MATCH[holding]
+    problem, expected = directory if is_dir else empty if is_empty else other
+    return InputError(path, problem, expected)
