@@ -1,9 +1,9 @@
 """Command-line entry point: a registry of thin commands.
 
-Each command lives in ``rnnprof.commands.<module>`` and provides ``NAME``,
-``HELP``, ``add_arguments(parser)`` and ``run(args, console) -> int``. Command
-modules must import without TensorFlow; they import it inside ``run`` only when
-the input or the command needs it.
+``COMMANDS`` maps each command's name to its module and one-line help, so ``rnnprof --help`` imports no command
+and ``main(argv)`` imports only the command asked for. Each module ``rnnprof.commands.<module>`` provides
+``add_arguments(parser)`` and ``run(args, console) -> int``; it imports without TensorFlow or torch, which
+load inside ``run`` only when the input or the command needs them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import argparse
 import importlib
 import sys
 import traceback
-from typing import Sequence
+from types import ModuleType
+from typing import NamedTuple, Sequence
 
 from rich.console import Console
 
@@ -21,32 +22,46 @@ from rnnprof import limits
 from rnnprof.errors import RnnprofError
 from rnnprof.paths import is_loop_error
 
-COMMAND_MODULES = (
-    "rnnprof.commands.scale",
-    "rnnprof.commands.trace",
-    "rnnprof.commands.count_ops",
-    "rnnprof.commands.placement_audit",
-    "rnnprof.commands.audit",
-    "rnnprof.commands.comm",
-    "rnnprof.commands.view",
-    "rnnprof.commands.diff",
-    "rnnprof.commands.critical_path",
-    "rnnprof.commands.report",
-    "rnnprof.commands.worker",
-    "rnnprof.commands.roofline",
-    "rnnprof.commands.explain",
-)
+
+class Command(NamedTuple):
+    module: str  # imported only when the command runs (or for the whole parser, build_parser())
+    help: str  # one lowercase line: what the command does
+
+
+COMMANDS: dict[str, Command] = {
+    "scale": Command("rnnprof.commands.scale",
+                     "time training on several device counts and print throughput and speedup"),
+    "trace": Command("rnnprof.commands.trace",
+                     "capture a run directory from a built-in workload, your own script or a running job"),
+    "count-ops": Command("rnnprof.commands.count_ops",
+                         "count graph operators and kernel invocations per device and step, or compare two runs"),
+    "placement-audit": Command("rnnprof.commands.placement_audit",
+                               "find ops placed on the wrong device and what they cost"),
+    "audit": Command("rnnprof.commands.audit",
+                     "rank what to fix first by estimated saving per step, judged against the run's own jitter"),
+    "comm": Command("rnnprof.commands.comm",
+                    "split each device's time into communication, compute and idle, and find stragglers"),
+    "view": Command("rnnprof.commands.view",
+                    "open a run directory (or a folder of runs) in TensorBoard's profile viewer"),
+    "diff": Command("rnnprof.commands.diff",
+                    "compare two runs, traces or graphs: time, ops and kernels, op counts, placement, configuration"),
+    "critical-path": Command("rnnprof.commands.critical_path",
+                             "find a step's critical path across devices and ranks, its shares and a what-if"),
+    "report": Command("rnnprof.commands.report",
+                      "write one self-contained HTML report of a run, trace files or a sweep"),
+    "worker": Command("rnnprof.commands.worker",
+                      "serve one task of a TensorFlow gRPC cluster; it has no authentication: trusted networks only"),
+    "roofline": Command("rnnprof.commands.roofline",
+                        "measure FLOPs, bytes, TFLOP/s, TB/s and MFU per op and step against the device's roofline"),
+    "explain": Command("rnnprof.commands.explain",
+                       "split each device count's step time into parts and give each part's share of the lost speedup"),
+}
 INTERNAL_ERROR = 3  # a bug in rnnprof, not in the user's input (see rnnprof.errors)
 
 
-def _available_commands():
-    for module_name in COMMAND_MODULES:
-        try:
-            yield importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            # A command still being written is simply absent from the menu.
-            if exc.name != module_name:
-                raise
+def load_command(name: str) -> ModuleType:
+    """The module of the command ``name`` (a key of ``COMMANDS``)."""
+    return importlib.import_module(COMMANDS[name].module)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -56,7 +71,9 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command (the CLI reference's), or with ``chosen`` one whose other commands are
+    only listed: their modules are not imported."""
     parser = OneLineErrorParser(
         prog="rnnprof",
         description="Run, instrument and explain multi-device data-parallel training: any TensorFlow graph or PyTorch "
@@ -66,18 +83,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for command in _available_commands():
-        sub = subparsers.add_parser(command.NAME, help=command.HELP, description=command.HELP)
-        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                         help="show tracebacks for errors")
-        command.add_arguments(sub)
-        sub.set_defaults(run=command.run)
+    for name, command in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=command.help, description=command.help)
+        if chosen is None or name == chosen:
+            sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show tracebacks for errors")
+            module = load_command(name)
+            module.add_arguments(sub)
+            sub.set_defaults(run=module.run)
     return parser
+
+
+def _chosen_command(argv: Sequence[str]) -> str:
+    """The command ``argv`` names (its first word that is no flag; the top level's flags take no value), or ""."""
+    name = next((word for word in argv if not word.startswith("-")), "")
+    return name if name in COMMANDS else ""
 
 
 def main(argv: Sequence[str] | None = None, console: Console | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(_chosen_command(argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already printed its one-line usage error

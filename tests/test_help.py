@@ -100,9 +100,9 @@ HELP_MAX = 100  # two lines at most in `rnnprof --help` at 80 columns
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_command_help_is_one_lowercase_line_saying_what_it_does(name):
     """One voice: a lowercase verb phrase (what the command does or answers), one line, no full stop."""
-    from rnnprof.cli import _available_commands
+    from rnnprof.cli import COMMANDS as REGISTRY
 
-    help_text = next(c.HELP for c in _available_commands() if c.NAME == name)
+    help_text = REGISTRY[name].help
     assert help_text[:1].islower(), help_text
     assert "\n" not in help_text and not help_text.endswith("."), help_text
     assert len(help_text) <= HELP_MAX, (len(help_text), help_text)

@@ -202,9 +202,8 @@ def test_negative_numbers_and_misapplied_flags_are_one_line(argv, message, capsy
 def test_more_devices_than_visible_gpus_is_refused_before_training(explain, tmp_path, monkeypatch, capsys):
     # a machine with one GPU: --devices 1,2 asks for two, with or without --explain, before any run starts
     import rnnprof.commands.scale as scale_command
-    import rnnprof.training.runner as runner
 
-    monkeypatch.setattr(runner, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(scale_command, "visible_gpus", lambda: 1)
     ran = []
     monkeypatch.setattr(scale_command, "sweep", lambda *a, **k: ran.append(a))
     monkeypatch.setattr(scale_command, "traced_sweep", lambda *a, **k: ran.append(a))

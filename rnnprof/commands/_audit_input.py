@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 
 from rnnprof.commands import _steps
+from rnnprof.analyzers.placement import AuditInput
+from rnnprof.inputs.kernels import kernels_for
+from rnnprof.inputs.read import read_inputs
 
 NOTHING_TO_AUDIT = "the input holds neither a graph nor trace events"
 
@@ -14,8 +17,6 @@ def audit_input(inputs, events=None):
     """The ``AuditInput`` of inputs already read (``rnnprof.inputs.read.Inputs``): their graph, trace
     events (``events``: those of the selected steps; by default all of them) and manifest, with TensorFlow's kernel
     list when the graph requests devices; None when the inputs hold neither a graph nor trace events."""
-    from rnnprof.analyzers.placement import AuditInput
-    from rnnprof.inputs.kernels import kernels_for
 
     events = inputs.events if events is None else events
     if inputs.graph is None and events is None:
@@ -26,7 +27,6 @@ def audit_input(inputs, events=None):
 def read_audit_input(paths: list[str], args: argparse.Namespace | None = None):
     """``audit_input`` of one run read from ``paths`` (its run directory, trace and graph files), its events
     restricted to the steps ``args``' step flags select when ``args`` is given."""
-    from rnnprof.inputs.read import read_inputs
 
     inputs = read_inputs(paths, one_run=True)
     return audit_input(inputs, _steps.select(inputs.events, args) if args is not None else None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rnnprof.errors import FindingsError
+from rnnprof.analyzers.placement.finding import Severity
 
 
 def add_arguments(parser: argparse.ArgumentParser, levels: tuple[str, ...]) -> None:
@@ -18,7 +19,6 @@ def raise_if_failing(result, fail_on: str, rule_of) -> None:
     ``rule_of(finding)`` is the id the message names."""
     if fail_on == "never":
         return
-    from rnnprof.analyzers.placement.finding import Severity
 
     failing = result.at_or_above(Severity.parse(fail_on))
     if failing:

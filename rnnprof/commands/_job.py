@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 
 from rnnprof.commands.flags import positive_int
+from rnnprof.errors import UsageError
+from rnnprof.reports.progress import RankProgress
+from rnnprof.traces.rank_folder import job_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,14 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def rank_job(paths):
     """The job's rank files when ``paths`` are a job's (``rank_folder.job_of``), else None."""
-    from rnnprof.traces.rank_folder import job_of
 
     return job_of(paths)
 
 
 def run_job(function, folder, args, **kwargs):
     """``function(folder, ..., jobs=, scheduler=, on_done=)`` under a progress bar counting ranks."""
-    from rnnprof.reports.progress import RankProgress
 
     with RankProgress(len(folder.files)) as progress:
         return function(folder, jobs=args.jobs, scheduler=args.scheduler, on_done=progress.on_done, **kwargs)
@@ -34,7 +35,6 @@ def run_job(function, folder, args, **kwargs):
 def refuse_job_options(args, instead: str = "") -> None:
     """``--jobs``/``--scheduler`` given for input that is not a job's rank files (or, with ``instead``, for
     a job read in one process: ``--align`` other than none merges the ranks before analysing them)."""
-    from rnnprof.errors import UsageError
 
     given = [flag for flag, value in (("--jobs", args.jobs), ("--scheduler", args.scheduler)) if value]
     if not given:

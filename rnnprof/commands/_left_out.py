@@ -2,6 +2,7 @@
 every command that reads events (see ``rnnprof.traces.left_out``)."""
 
 from __future__ import annotations
+from rnnprof.traces.left_out import describe, examples_of, left_out_of
 
 
 
@@ -12,14 +13,12 @@ def _metadata(sources) -> dict:
 
 def counts(*sources) -> dict[str, int]:
     """Events left out, by reason, over ``sources`` (tables or their metadata)."""
-    from rnnprof.traces.left_out import left_out_of
 
     return left_out_of(_metadata(sources))
 
 
 def notes(args, *sources) -> list[str]:
     """The note saying what was left out (none when nothing was); ``--debug`` names the first few events."""
-    from rnnprof.traces.left_out import describe, examples_of, left_out_of
 
     meta = _metadata(sources)
     line = describe(left_out_of(meta), examples_of(meta), bool(getattr(args, "debug", False)))

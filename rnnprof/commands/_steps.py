@@ -11,11 +11,10 @@ import argparse
 
 from rnnprof.commands.flags import non_negative_int
 from rnnprof.errors import UsageError
+from rnnprof.analyzers.steps import StepSelection, StepSelectionError, parse_range, select_steps
 
 
 def _step_range(text: str) -> tuple[int | None, int | None]:
-    from rnnprof.analyzers.steps import StepSelectionError, parse_range
-
     try:
         return parse_range(text)
     except StepSelectionError as exc:
@@ -36,15 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def selection(args: argparse.Namespace):
-    from rnnprof.analyzers.steps import StepSelection
-
     first, last = args.steps if args.steps is not None else (None, None)
     return StepSelection(first=first, last=last, skip_first=args.skip_first, drop_last=args.drop_last)
 
 
 def select(table, args: argparse.Namespace):
     """``table`` (an EventTable, or None) restricted to the selected steps."""
-    from rnnprof.analyzers.steps import StepSelectionError, select_steps
 
     chosen = selection(args)
     if not chosen.active:

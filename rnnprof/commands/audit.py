@@ -7,10 +7,12 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _audit_input, _fail_on, _left_out, _steps
+from rnnprof.commands import _audit_input, _fail_on, _job, _left_out, _steps
+from rnnprof.analyzers.audit import audit
+from rnnprof.reports.audit import render_text
+from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.rundir.manifest import run_notes
 
-NAME = "audit"
-HELP = "rank what to fix first by estimated saving per step, judged against the run's own jitter"
 FAIL_ON = ("error", "warning", "info", "never")
 
 
@@ -25,12 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.audit import audit
-    from rnnprof.commands import _job
-    from rnnprof.rundir.manifest import run_notes
-    from rnnprof.reports.audit import render_text
-    from rnnprof.reports.layout import render_json, render_notes
-
     job = _job.rank_job(args.paths)
     paths = [str(f.path) for f in job.files] if job is not None else list(args.paths)
     notes = run_notes(args.paths)

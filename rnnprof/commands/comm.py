@@ -12,9 +12,15 @@ from rnnprof import limits
 from rnnprof.commands import _job, _left_out, _steps
 from rnnprof.commands.flags import non_negative_us
 from rnnprof.errors import InputError, UsageError
+from rnnprof.analyzers.comm import analyze_comm
+from rnnprof.analyzers.tasks import analyze_tasks
+from rnnprof.reports.charts import check_plot_path, comm_chart, save_chart
+from rnnprof.reports.comm import json_document, render_table, render_tasks
+from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.rundir.manifest import run_notes
+from rnnprof.traces import load_aligned, load_events
+from rnnprof.whole_job import job_comm
 
-NAME = "comm"
-HELP = "split each device's time into communication, compute and idle, and find stragglers"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,10 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.rundir.manifest import run_notes
-    from rnnprof.reports.charts import check_plot_path
-    from rnnprof.reports.layout import render_notes
-
     plot = check_plot_path(args.plot)
     _check_patterns(args.comm_pattern)
     notes = run_notes(args.paths)
@@ -53,8 +55,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
     render_notes([*notes, *analysis.notes, *_left_out.notes(args, analysis.left_out)])
     _render(args, analysis, console)
     if plot is not None:
-        from rnnprof.reports.charts import comm_chart, save_chart
-
         save_chart(comm_chart(analysis.report, per_step=args.per_step), plot)
     return 0
 
@@ -83,8 +83,6 @@ def _analyze(args: argparse.Namespace) -> _Analysis:
     job = _job.rank_job(args.paths)
     selection = _steps.selection(args)
     if job is not None and args.align == "none":
-        from rnnprof.whole_job import job_comm
-
         report, job_notes, left_out = _job.run_job(job_comm, job, args, comm_patterns=args.comm_pattern,
                                                    kernel_wait_us=args.kernel_wait_us, selection=selection)
         return _Analysis(report, None, left_out, job_notes)
@@ -95,9 +93,6 @@ def _analyze(args: argparse.Namespace) -> _Analysis:
 
 def _analyze_table(paths: list[str], args: argparse.Namespace, selection) -> _Analysis:
     """comm's analysis of ``paths`` merged into one table, on the clock ``--align`` says."""
-    from rnnprof.analyzers.comm import analyze_comm
-    from rnnprof.analyzers.tasks import analyze_tasks
-    from rnnprof.traces import load_aligned, load_events
 
     loaded = load_events(paths[0]) if len(paths) == 1 else load_aligned(paths, args.align)
     table = _steps.select(loaded, args)
@@ -119,8 +114,6 @@ def _require_devices(report, paths: list[str]) -> None:
 
 def _render(args: argparse.Namespace, analysis: _Analysis, console: Console) -> None:
     """The tables, or with ``--json`` one JSON document."""
-    from rnnprof.reports.comm import json_document, render_table, render_tasks
-    from rnnprof.reports.layout import render_json
 
     if args.json:
         counts = _left_out.counts(analysis.left_out)

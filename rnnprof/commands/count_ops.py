@@ -9,9 +9,14 @@ from rnnprof import limits
 from rnnprof.commands import _job
 from rnnprof.commands import _left_out, _steps
 from rnnprof.commands.flags import non_negative_us
+from rnnprof.analyzers.opcount import compare, count_ops, with_kernels
+from rnnprof.inputs.read import MERGED_TRACES, read_inputs
+from rnnprof.reports import opcount as report
+from rnnprof.reports.charts import check_plot_path, opcount_chart, save_chart
+from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.rundir.manifest import run_notes
+from rnnprof.whole_job import job_kernels
 
-NAME = "count-ops"
-HELP = "count graph operators and kernel invocations per device and step, or compare two runs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,15 +43,10 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
     What the loaders left out for impossible times is appended to ``left_out`` (tables' metadata)."""
     import dataclasses
 
-    from rnnprof.analyzers.opcount import count_ops, with_kernels
-    from rnnprof.inputs.read import MERGED_TRACES, read_inputs
-
     notes = [] if notes is None else notes
 
     job = _job.rank_job(paths) if args is not None else None
     if job is not None:
-        from rnnprof.whole_job import job_kernels
-
         (kernels, launches, copies), job_notes, dropped = _job.run_job(job_kernels, job, args, selection=_steps.selection(args),
                                                      short_kernel_us=args.short_kernel_us)
         notes += job_notes
@@ -67,12 +67,6 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.opcount import compare
-    from rnnprof.reports import opcount as report
-    from rnnprof.rundir.manifest import run_notes
-    from rnnprof.reports.charts import check_plot_path
-    from rnnprof.reports.layout import render_json, render_notes
-
     plot = check_plot_path(args.plot)
     notes = run_notes([*args.paths, *([args.vs] if args.vs else [])])
     if _job.rank_job(args.paths) is None and (not args.vs or _job.rank_job([args.vs]) is None):
@@ -92,7 +86,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
     else:
         report.render_table(result, by=args.by, console=console)
     if plot is not None:
-        from rnnprof.reports.charts import opcount_chart, save_chart
-
         save_chart(opcount_chart(result), plot)
     return 0

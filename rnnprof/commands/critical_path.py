@@ -11,9 +11,15 @@ from rich.console import Console
 from rnnprof import limits
 from rnnprof.commands import _left_out, _steps
 from rnnprof.errors import InputError, UsageError
+from rnnprof.analyzers.critical_path import analyze_critical_path
+from rnnprof.inputs.dependencies import read_dependencies
+from rnnprof.reports.critical_path import overlay_trace, render_table, to_document
+from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.rundir.manifest import run_notes
+from rnnprof.rundir.writer import atomic_write_json
+from rnnprof.traces import load_events
+from rnnprof.traces.rank_folder import job_notes
 
-NAME = "critical-path"
-HELP = "find a step's critical path across devices and ranks, its shares and a what-if"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,15 +50,6 @@ def _overlay_path(args: argparse.Namespace) -> Path | None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.critical_path import analyze_critical_path
-    from rnnprof.traces import load_events
-    from rnnprof.inputs.dependencies import read_dependencies
-    from rnnprof.traces.rank_folder import job_notes
-    from rnnprof.rundir.manifest import run_notes
-    from rnnprof.rundir.writer import atomic_write_json
-    from rnnprof.reports.critical_path import overlay_trace, render_table, to_document
-    from rnnprof.reports.layout import render_json, render_notes
-
     for pattern in args.comm_pattern:
         try:
             re.compile(pattern)

@@ -10,9 +10,14 @@ from rnnprof import limits
 from rnnprof.commands import _left_out, _steps
 from rnnprof.commands.flags import non_negative_int
 from rnnprof.errors import UsageError
+from rnnprof.analyzers.diff import IncompatibleSides, Side, diff
+from rnnprof.commands.roofline import for_report as roofline_of
+from rnnprof.inputs.read import read_inputs
+from rnnprof.reports import diff as report
+from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.rundir.manifest import run_notes
+from rnnprof.traces.rank_folder import job_notes
 
-NAME = "diff"
-HELP = "compare two runs, traces or graphs: time, ops and kernels, op counts, placement, configuration"
 
 _SIDES = "give two inputs, A B, or several files per side with --a FILE... --b FILE..."
 
@@ -48,10 +53,6 @@ def sides_of(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def read_side(paths: list[str], args: argparse.Namespace | None = None):
     """A ``diff.Side`` from what ``read_inputs`` reads of ``paths`` (its events restricted to the steps
     ``args`` select, when given)."""
-    from rnnprof.analyzers.diff import Side
-    from rnnprof.inputs.read import read_inputs
-
-    from rnnprof.commands.roofline import for_report as roofline_of
 
     inputs = read_inputs(paths)
     graphs = inputs.graph_set
@@ -64,12 +65,6 @@ def read_side(paths: list[str], args: argparse.Namespace | None = None):
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.diff import IncompatibleSides, diff
-    from rnnprof.traces.rank_folder import job_notes
-    from rnnprof.rundir.manifest import run_notes
-    from rnnprof.reports import diff as report
-    from rnnprof.reports.layout import render_json, render_notes
-
     paths_a, paths_b = sides_of(args)
     notes = run_notes([*paths_a, *paths_b])
     side_a, side_b = read_side(paths_a, args), read_side(paths_b, args)

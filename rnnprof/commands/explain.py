@@ -9,9 +9,14 @@ from rich.console import Console
 
 from rnnprof.commands.flags import parse_int_list
 from rnnprof.errors import UsageError
+from rnnprof.analyzers.explain import ExplainError, explain_sweep
+from rnnprof.analyzers.scale import shared_cores_note
+from rnnprof.commands import _left_out
+from rnnprof.inputs.explained import load_inputs
+from rnnprof.reports.charts import check_plot_path, save_chart
+from rnnprof.reports.explain import lost_speedup_chart, render_table, to_document
+from rnnprof.reports.layout import render_json, render_notes
 
-NAME = "explain"
-HELP = "split each device count's step time into parts and give each part's share of the lost speedup"
 SCALING_CHOICES = ("weak", "strong")
 
 
@@ -31,8 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.reports.charts import check_plot_path
-
     plot = check_plot_path(args.plot)
     devices = parse_int_list(args.devices, "--devices") if args.devices is not None else None
     document, report = explain_paths(args.paths, devices, args.scaling, args)
@@ -42,11 +45,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def explain_paths(paths, devices, scaling: str | None, args=None):
     """The explanation of ``paths`` as (JSON document, report); also what ``scale --explain`` runs."""
-    from rnnprof.analyzers.explain import ExplainError, explain_sweep
-    from rnnprof.analyzers.scale import shared_cores_note
-    from rnnprof.commands import _left_out
-    from rnnprof.inputs.explained import load_inputs
-    from rnnprof.reports.explain import to_document
 
     loaded = load_inputs(paths, devices)
     scaling, source = _scaling(scaling, loaded.scalings)
@@ -61,18 +59,12 @@ def explain_paths(paths, devices, scaling: str | None, args=None):
 
 
 def show(document: dict, report, as_json: bool, plot, console: Console) -> None:
-    from rnnprof.reports.layout import render_json, render_notes
-
     if plot is not None:
-        from rnnprof.reports.charts import save_chart
-        from rnnprof.reports.explain import lost_speedup_chart
-
         save_chart(lost_speedup_chart(document), plot)
     if as_json:
         render_notes(document["notes"])
         render_json(document, console)
         return
-    from rnnprof.reports.explain import render_table
 
     render_table(report, console)
     render_notes(document["notes"])

@@ -9,9 +9,11 @@ from rich.console import Console
 from rnnprof import limits
 from rnnprof.commands import _audit_input, _fail_on, _left_out, _steps
 from rnnprof.commands.flags import percentage
+from rnnprof.analyzers.placement import audit_placement, configured_rules
+from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.reports.placement import render_table, to_document
+from rnnprof.rundir.manifest import run_notes
 
-NAME = "placement-audit"
-HELP = "find ops placed on the wrong device and what they cost"
 FAIL_ON = ("error", "warning", "never")
 DEFAULT_IMBALANCE_PERCENT = 20.0  # analyzers.placement.imbalance.WARNING_SPREAD; not imported so --help stays light
 
@@ -31,11 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.placement import audit_placement, configured_rules
-    from rnnprof.rundir.manifest import run_notes
-    from rnnprof.reports.layout import render_json, render_notes
-    from rnnprof.reports.placement import render_table, to_document
-
     notes = run_notes(args.paths)
     rules = configured_rules(imbalance_threshold=args.imbalance_threshold / 100)
     given = _audit_input.read_audit_input(args.paths, args)

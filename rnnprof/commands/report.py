@@ -12,9 +12,18 @@ from rich.text import Text
 from rnnprof import limits
 from rnnprof.commands import _audit_input, _left_out, _steps
 from rnnprof.errors import UsageError
+from rnnprof.analyzers.run_report import analyze_run
+from rnnprof.commands.roofline import for_report as roofline_for_report
+from rnnprof.inputs.dependencies import read_dependencies
+from rnnprof.inputs.read import read_inputs
+from rnnprof.reports.layout import render_notes
+from rnnprof.reports.run_page import run_page
+from rnnprof.reports.sweep_page import sweep_page
+from rnnprof.rundir.manifest import run_notes
+from rnnprof.rundir.sweep import is_sweep_dir, read_sweep
+from rnnprof.rundir.writer import atomic_write_bytes
+from rnnprof.traces.rank_folder import job_notes
 
-NAME = "report"
-HELP = "write one self-contained HTML report of a run, trace files or a sweep"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,14 +61,9 @@ def _findings(report, events) -> tuple[dict | None, str]:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.rundir.sweep import is_sweep_dir, read_sweep
-    from rnnprof.rundir.writer import atomic_write_bytes
-
     out = _check_output(args.output, args.force)
     name = _name(args.paths)
     if len(args.paths) == 1 and is_sweep_dir(args.paths[0]):
-        from rnnprof.reports.sweep_page import sweep_page
-
         if _steps.selection(args).active:
             raise UsageError(f"{_steps.selection(args).describe()} selects steps of a trace's events; "
                              f"{args.paths[0]} is a saved sweep (give a run directory or trace files)")
@@ -73,15 +77,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
-    from rnnprof.analyzers.run_report import analyze_run
-    from rnnprof.commands.roofline import for_report as roofline_for_report
-    from rnnprof.inputs.dependencies import read_dependencies
-    from rnnprof.inputs.read import read_inputs
-    from rnnprof.traces.rank_folder import job_notes
-    from rnnprof.rundir.manifest import run_notes
-    from rnnprof.reports.layout import render_notes
-    from rnnprof.reports.run_page import run_page
-
     notes = run_notes(paths)
     inputs = read_inputs(paths)
     notes = [*notes, *job_notes(inputs.events), *_left_out.notes(args, inputs.events)]

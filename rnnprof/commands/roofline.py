@@ -9,9 +9,15 @@ from rich.console import Console
 from rnnprof.commands import _left_out, _steps
 from rnnprof.commands.flags import positive_int
 from rnnprof.errors import InputError, UsageError
+from rnnprof.analyzers.peaks import lookup, override
+from rnnprof.analyzers.roofline import analyze_roofline
+from rnnprof.inputs.roofline_inputs import NotAvailable, load_source, sources, without_shapes
+from rnnprof.reports.charts import check_plot_path, roofline_chart, save_chart
+from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.reports.roofline import not_available, render, to_document
+from rnnprof.rundir.manifest import run_notes
+from rnnprof.training.cpu_peaks import measure_cpu_peaks, this_host
 
-NAME = "roofline"
-HELP = "measure FLOPs, bytes, TFLOP/s, TB/s and MFU per op and step against the device's roofline"
 EXPECTED = "a PyTorch profiler (Kineto) trace, several, a folder of rank traces, or a run directory"
 
 
@@ -45,8 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _peaks(loaded, args, notes: list[str]):
     """The table's peaks for the device the trace names; for a CPU run recorded on this machine, measured now;
     the flags over either. A note says where they come from, or that there are none."""
-    from rnnprof.analyzers.peaks import lookup, override
-    from rnnprof.training.cpu_peaks import measure_cpu_peaks, this_host
 
     label = loaded.worker or str(loaded.path)
     tflops, tbps = getattr(args, "peak_tflops", None), getattr(args, "peak_tbps", None)
@@ -69,8 +73,6 @@ def for_report(paths: list[str], table, selected, args, notes: list[str], with_p
     """(RooflineReport, "") of the report's input when it is one process (one Kineto trace, one run directory),
     else (None, why); ``table`` is its event table as loaded, ``selected`` the steps the report analyses;
     ``with_peaks`` False: rates only (no peaks looked up or measured)."""
-    from rnnprof.analyzers.roofline import analyze_roofline
-    from rnnprof.inputs.roofline_inputs import NotAvailable, load_source, sources, without_shapes
 
     if table is None:
         return None, "no trace events"
@@ -96,13 +98,6 @@ def for_report(paths: list[str], table, selected, args, notes: list[str], with_p
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.roofline import analyze_roofline
-    from rnnprof.inputs.roofline_inputs import NotAvailable, load_source, sources
-    from rnnprof.rundir.manifest import run_notes
-    from rnnprof.reports.charts import check_plot_path
-    from rnnprof.reports.layout import render_json, render_notes
-    from rnnprof.reports.roofline import not_available, render, to_document
-
     plot = check_plot_path(args.plot)
     try:
         found = sources(args.paths)
@@ -134,10 +129,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     else:
         render(reports, console, top=args.top)
     if plot is not None:
-        from rnnprof.reports.charts import roofline_chart, save_chart
-
         save_chart(roofline_chart(reports), plot)
     return 0
 
 
-__all__ = ["NAME", "HELP", "add_arguments", "run", "UsageError"]
+__all__ = ["add_arguments", "run", "UsageError"]

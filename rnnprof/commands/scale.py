@@ -10,13 +10,26 @@ from rich.console import Console
 from rich.text import Text
 
 from rnnprof.commands.flags import parse_choice_list, parse_int_list, positive_int
-from rnnprof.commands.workload_flags import add_workload_arguments
+from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
+                                             workload_config_from_args)
 from rnnprof.workload import FAKE_LOCATIONS, VARIABLE_UPDATES
 from rnnprof.errors import UsageError
+from rnnprof.analyzers.scale import shared_cores_note, speedup_table, trainer_table
+from rnnprof.commands.explain import explain_paths
+from rnnprof.commands.traced_sweep import traced_sweep
+from rnnprof.reports.charts import check_plot_path, save_chart, scaling_chart
+from rnnprof.reports.explain import render_table as render_explain_table
+from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.reports.progress import StepProgress, own_stderr_console
+from rnnprof.reports.scale import render_table, render_trainer_tables, to_document, trainer_document
+from rnnprof.rundir.sweep import EXPLAIN_FILE, check_sweep_out, write_sweep
+from rnnprof.rundir.writer import atomic_write_json, default_run_dir
+from rnnprof.training.distribute import STRATEGIES, TRAINERS, check_trainer
+from rnnprof.training.runner import visible_gpus
+from rnnprof.training.sweep import sweep
+from rnnprof.training.torch_ddp import torch_sweep
 
-NAME = "scale"
 TRACE_STEPS = 2  # --explain's traced steps per configuration
-HELP = "time training on several device counts and print throughput and speedup"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,10 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    from rnnprof.analyzers.scale import shared_cores_note, speedup_table
-    from rnnprof.reports.charts import check_plot_path
-    from rnnprof.reports.layout import render_json
-
     plot = check_plot_path(args.plot)
     _check_out(args)
     sweep_points, lists = _sweep_points(args)
@@ -68,13 +77,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _check_out(args: argparse.Namespace) -> None:
     """Refuse ``--trace-steps`` without ``--explain``; give ``--explain`` its default ``--out`` (a fresh run
     directory), and refuse an ``--out`` that is not a new or empty folder."""
-    from rnnprof.rundir.sweep import check_sweep_out
 
     if args.trace_steps is not None and not args.explain:
         raise UsageError("--trace-steps applies with --explain (the steps traced after the timed ones)")
     if args.explain and args.out is None:
-        from rnnprof.rundir.writer import default_run_dir
-
         args.out = str(default_run_dir(f"{args.model}-sweep"))
     if args.out is not None:
         check_sweep_out(args.out)
@@ -95,22 +101,16 @@ def _measure(args: argparse.Namespace, sweep_points: list[dict], device_counts: 
 
 def _save(out: str | None, document: dict, plot) -> None:
     """The sweep's document into ``--out`` and its chart into ``--plot``, each when given."""
-    from rnnprof.rundir.sweep import write_sweep
 
     if out is not None:
         write_sweep(out, document)
     if plot is not None:
-        from rnnprof.reports.charts import save_chart, scaling_chart
-
         save_chart(scaling_chart(document["rows"]), plot)
 
 
 def _explain(args: argparse.Namespace, document: dict):
     """``rnnprof explain``'s document and report on the sweep saved in ``--out``, saved beside it and added to
     the sweep's document (saved again, for rnnprof report)."""
-    from rnnprof.commands.explain import explain_paths
-    from rnnprof.rundir.sweep import EXPLAIN_FILE, write_sweep
-    from rnnprof.rundir.writer import atomic_write_json
 
     explained = explain_paths([args.out], None, None, args)
     atomic_write_json(Path(args.out) / EXPLAIN_FILE, explained[0])
@@ -121,11 +121,9 @@ def _explain(args: argparse.Namespace, document: dict):
 
 def _render_explanation(out: str, explained, notes: list[str], console: Console) -> None:
     """The explanation's table, its notes not already printed, and where the sweep and its runs were saved."""
-    from rnnprof.reports.explain import render_table
-    from rnnprof.reports.layout import render_notes
 
     console.print()
-    render_table(explained[1], console)
+    render_explain_table(explained[1], console)
     render_notes([n for n in explained[0]["notes"] if n not in notes])
     console.print(Text.assemble("sweep and traced runs: ", (str(out), "bold"),
                                 f" (rnnprof explain {out}; rnnprof report {out})"))
@@ -135,11 +133,7 @@ def _traced(args: argparse.Namespace, sweep_points: list[dict], device_counts: l
     """Every configuration timed, then traced, into ``--out``'s runs/ (``commands.traced_sweep``)."""
     import sys
 
-    from rnnprof.commands.traced_sweep import traced_sweep
-
     if args.framework == "torch":
-        from rnnprof.commands.workload_flags import torch_options_from_args
-
         configs = [torch_options_from_args(args, 0, **point) for point in sweep_points]
     else:
         configs = _tf_configs(args, sweep_points, device_counts)
@@ -152,7 +146,6 @@ def _traced(args: argparse.Namespace, sweep_points: list[dict], device_counts: l
 def _sweep_points(args: argparse.Namespace) -> tuple[list[dict], dict]:
     """Every configuration of the sweep (checked before TensorFlow or torch loads: a bad flag is refused at once),
     and the swept lists by flag."""
-    from rnnprof.commands.workload_flags import check_workload_args
 
     lists = {
         "devices": parse_int_list(args.devices, "--devices"),
@@ -171,7 +164,6 @@ def _sweep_points(args: argparse.Namespace) -> tuple[list[dict], dict]:
 
 def _document(args, result, swept, configs, lists: dict, trainers, notes: list[str]) -> dict:
     """The sweep's --json document (also what --out saves)."""
-    from rnnprof.reports.scale import to_document
 
     base = configs[0].to_dict()
     base["devices"] = lists["devices"]
@@ -185,25 +177,15 @@ def _document(args, result, swept, configs, lists: dict, trainers, notes: list[s
                            device_kind=swept.device_kind, notes=notes, step_definition=swept.step_definition,
                            unit=unit)
     if trainers:
-        from rnnprof.analyzers.scale import trainer_table
-        from rnnprof.training.distribute import STRATEGIES
-        from rnnprof.reports.scale import trainer_document
-
         base["trainer"] = trainers
         document["trainers"] = trainer_document(trainer_table(swept.points, trainers), trainers, unit, STRATEGIES)
     return document
 
 
 def _render(result, swept, configs, trainers, notes: list[str], console: Console) -> None:
-    from rnnprof.reports.scale import render_table
-
     first = getattr(configs[0], "workload", configs[0])
     unit = getattr(swept, "unit", "words")
     if trainers:
-        from rnnprof.analyzers.scale import trainer_table
-        from rnnprof.training.distribute import STRATEGIES
-        from rnnprof.reports.scale import render_trainer_tables
-
         render_trainer_tables(trainer_table(swept.points, trainers), trainers, model=swept.model,
                               warmup=first.warmup, batches=first.batches, unit=unit,
                               strategies=STRATEGIES, notes=list(result.notes) + notes, console=console)
@@ -229,7 +211,6 @@ def _trainers(args: argparse.Namespace, modes: list[str]) -> list[str] | None:
     """The trainers of ``--trainer`` (None when not given), refused before TensorFlow loads."""
     if args.trainer is None:
         return None
-    from rnnprof.training.distribute import TRAINERS, check_trainer
 
     trainers = list(dict.fromkeys(parse_choice_list(args.trainer, "--trainer", TRAINERS)))
     if args.framework == "torch" and trainers != ["rnnprof"]:
@@ -246,8 +227,6 @@ def _trainers(args: argparse.Namespace, modes: list[str]) -> list[str] | None:
 def _tf_configs(args: argparse.Namespace, sweep_points: list[dict], device_counts: list[int]) -> list:
     """Every TensorFlow configuration, each validated, and the device counts against the visible GPUs, before
     minutes are spent on the first one."""
-    from rnnprof.commands.workload_flags import workload_config_from_args
-    from rnnprof.training.runner import visible_gpus
 
     gpus = visible_gpus()
     if gpus and max(device_counts) > gpus:
@@ -257,9 +236,6 @@ def _tf_configs(args: argparse.Namespace, sweep_points: list[dict], device_count
 
 def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_counts: list[int],
                 trainers: list[str] | None = None):
-    from rnnprof.reports.progress import StepProgress
-    from rnnprof.training.sweep import sweep
-
     configs = _tf_configs(args, sweep_points, device_counts)
     names = [None] * len(configs)
     if trainers:  # each configuration once per trainer, side by side
@@ -271,10 +247,6 @@ def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_count
 
 
 def _torch(args: argparse.Namespace, sweep_points: list[dict]):
-    from rnnprof.commands.workload_flags import torch_options_from_args
-    from rnnprof.training.torch_ddp import torch_sweep
-    from rnnprof.reports.progress import StepProgress, own_stderr_console
-
     configs = [torch_options_from_args(args, 0, **point) for point in sweep_points]
     with own_stderr_console() as errors, StepProgress(errors) as progress:
         return torch_sweep(configs, progress.run, on_warning=_warning_printer(errors)), configs

@@ -9,13 +9,18 @@ from rich.text import Text
 
 from rnnprof.commands._given import given_options, record_given_options
 from rnnprof.commands.flags import non_negative_int, non_negative_seconds, positive_int
-from rnnprof.commands.workload_flags import add_workload_arguments, check_workload_args, workload_config_from_args
+from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
+                                             workload_config_from_args)
 from rnnprof.workload import IMAGE_MODELS
-from rnnprof.errors import InterruptedRun, RnnprofError, UsageError
+from rnnprof.errors import FindingsError, InterruptedRun, RnnprofError, UsageError
 from rnnprof.recording.interrupt import terminate_as_interrupt
+from rnnprof.recording.attach import attach_capture
+from rnnprof.recording.script import errors_after_failure, nothing_captured, run_script, script_failure, what_was_kept
+from rnnprof.recording.torch_workload import capture_torch_workload
+from rnnprof.recording.workload import capture_workload
+from rnnprof.rundir.writer import check_out_dir
+from rnnprof.training.runner import visible_gpus
 
-NAME = "trace"
-HELP = "capture a run directory from a built-in workload, your own script or a running job"
 
 
 class ScriptFailed(RnnprofError):
@@ -70,8 +75,6 @@ def run(args: argparse.Namespace, console) -> int:
     if not args.attach and not command:
         check_workload_args(args)  # before TensorFlow or torch loads: a bad flag is refused at once
     if args.out:
-        from rnnprof.rundir.writer import check_out_dir
-
         check_out_dir(args.out, args.force)
     with terminate_as_interrupt():  # SIGTERM ends a capture the way Ctrl-C does
         if args.attach:
@@ -98,8 +101,6 @@ def _require_out(args, what: str):
 
 
 def _attach(args, console, argv) -> int:
-    from rnnprof.recording.attach import attach_capture
-
     writer = attach_capture(args.attach, args.duration, _require_out(args, "a running job"), force=args.force,
                             command=argv)
     console.print(Text.assemble(f"captured {args.duration:g} s from {args.attach} into ", (str(writer.path), "bold")))
@@ -107,10 +108,6 @@ def _attach(args, console, argv) -> int:
 
 
 def _script(args, command, console) -> int:
-    from rnnprof.errors import FindingsError
-    from rnnprof.recording.script import (errors_after_failure, nothing_captured, run_script, script_failure,
-                                                  what_was_kept)
-
     out = _require_out(args, "a script")
     code = run_script(out, command, steps=args.steps, skip_steps=args.skip_steps, delay=args.delay,
                       force=args.force)
@@ -130,9 +127,6 @@ def _script(args, command, console) -> int:
 
 
 def _torch_workload(args, console, argv) -> int:
-    from rnnprof.commands.workload_flags import torch_options_from_args
-    from rnnprof.recording.torch_workload import capture_torch_workload
-
     options = torch_options_from_args(args, 0)
     config = options.workload
     done = capture_torch_workload(options, args.out, args.force, argv, args.trace_steps)
@@ -148,8 +142,6 @@ def _torch_workload(args, console, argv) -> int:
 def _workload(args, console, argv) -> int:
     if args.framework == "torch":
         return _torch_workload(args, console, argv)
-    from rnnprof.recording.workload import capture_workload
-    from rnnprof.training.runner import visible_gpus
 
     config = workload_config_from_args(args, gpus_available=visible_gpus())
     done = capture_workload(config, args.out, args.force, argv, args.trace_steps,

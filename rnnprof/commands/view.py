@@ -10,12 +10,11 @@ from pathlib import Path
 
 from rich.text import Text
 
-from rnnprof import process_group
+from rnnprof import process_group, rundir
 from rnnprof.paths import broken
 from rnnprof.errors import InputError, UsageError
+from rnnprof.rundir.manifest import is_torch_run, read_manifest
 
-NAME = "view"
-HELP = "open a run directory (or a folder of runs) in TensorBoard's profile viewer"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,8 +62,6 @@ def run(args: argparse.Namespace, console) -> int:
 
 def _refuse_torch_run(path: Path) -> None:
     """A PyTorch run holds Kineto traces, which TensorBoard's profile plugin does not read: say what opens them."""
-    from rnnprof import rundir
-    from rnnprof.rundir.manifest import is_torch_run, read_manifest
 
     if rundir.is_run_dir(path) and is_torch_run(read_manifest(path)):
         raise InputError(path, f"is a PyTorch run, whose Kineto traces ({rundir.TORCH_TRACES_DIR}/rank<r>.json.gz) "

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from rnnprof.commands.flags import non_negative_int, positive_int
+from rnnprof.training.cluster import read_cluster_spec, serve
+from rnnprof.training.exposure import listening, parse_duration, worker_line
 
-NAME = "worker"
-HELP = "serve one task of a TensorFlow gRPC cluster; it has no authentication: trusted networks only"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,8 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _duration(text: str) -> str:
-    from rnnprof.training.exposure import parse_duration
-
     try:
         parse_duration(text)
     except ValueError as exc:
@@ -35,9 +33,6 @@ def run(args: argparse.Namespace, console) -> int:
     import datetime
 
     from rich.text import Text
-
-    from rnnprof.training.cluster import read_cluster_spec, serve
-    from rnnprof.training.exposure import listening, parse_duration, worker_line
 
     spec = read_cluster_spec(args.cluster_spec)
     address = spec.jobs.get(args.job, ())[args.task] if args.task < len(spec.jobs.get(args.job, ())) else "?:0"

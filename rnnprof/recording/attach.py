@@ -10,6 +10,7 @@ from pathlib import Path
 from rnnprof.errors import InputError, InterruptedRun, UsageError
 from rnnprof import rundir
 from rnnprof.rundir.writer import RunWriter
+from rnnprof.tensorflow_import import import_tensorflow
 
 _ADDRESS = re.compile(r"^(?:grpc://)?(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")
 
@@ -28,7 +29,6 @@ def attach_capture(address: str, duration_s: float, out_dir: str | Path, force: 
     address = service_address(address)
     if duration_s <= 0:
         raise UsageError(f"--duration must be positive, got {duration_s}")
-    from rnnprof.tensorflow_import import import_tensorflow
 
     tf = import_tensorflow()
 

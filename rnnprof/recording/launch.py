@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rnnprof.errors import UsageError
+from rnnprof.torch_import import import_torch
 
 BOOTSTRAP = "rnnprof.recording.script"
 TORCHRUN_MODULES = ("torch.distributed.run",)
@@ -62,7 +63,6 @@ def _script(rest: list[str]) -> list[str]:
 
 def _torchrun(python: str, launcher: list[str], options: list[str]) -> Launch:
     """torchrun with ``options``, each rank's program replaced by the bootstrap running the same script."""
-    from rnnprof.torch_import import import_torch
 
     import_torch("-- torchrun")
     from torch.distributed.run import get_args_parser

@@ -31,6 +31,9 @@ from rnnprof.recording.interrupt import ignore_interrupts, interrupt_once
 from rnnprof.rundir.manifest import new_manifest, read_manifest
 from rnnprof.recording.launch import launch_command
 from rnnprof.rundir.writer import RunWriter, atomic_write_json, prepare_out_dir
+from rnnprof.recording.imports import when_imported
+from rnnprof.recording.tf_capture import TensorFlowCapture
+from rnnprof.recording.torch_script import TorchScriptCapture
 
 ENV = "RNNPROF_CAPTURE"
 STOP_GRACE_S = 4  # how long an interrupted script may take to close its capture before it is killed
@@ -292,8 +295,6 @@ def _capture(writer: RunWriter, settings: dict, argv: list[str], watch_torch: bo
     caps = [_tensorflow_capture(settings, writer)]
     cancel = lambda: None  # noqa: E731
     if watch_torch:
-        from rnnprof.recording.imports import when_imported
-
         cancel = when_imported("torch", lambda module: _switch_to_torch(caps, settings))
     status, code, error = rundir.STATUS_COMPLETE, 0, None
     try:
@@ -316,16 +317,12 @@ def _switch_to_torch(caps: list, settings: dict) -> None:
 
 
 def _tensorflow_capture(settings: dict, writer: RunWriter):
-    from rnnprof.recording.tf_capture import TensorFlowCapture
-
     cap = TensorFlowCapture(settings["out"], steps=settings.get("steps"), skip_steps=settings.get("skip_steps", 0),
                             delay=settings.get("delay", 0.0), _writer=writer)
     return cap.start()
 
 
 def _torch_capture(settings: dict):
-    from rnnprof.recording.torch_script import TorchScriptCapture
-
     return TorchScriptCapture(settings["out"], steps=settings.get("steps"), skip_steps=settings.get("skip_steps", 0),
                               command=settings.get("command"), _prepared=True).start()
 
@@ -383,7 +380,6 @@ def _run(argv: list[str]) -> tuple[str, int, str | None]:
 
 def _close(cap, status: str, code: int, error: str | None) -> None:
     """Close either framework's capture with how the script ended."""
-    from rnnprof.recording.tf_capture import TensorFlowCapture
 
     if isinstance(cap, TensorFlowCapture):
         if error:

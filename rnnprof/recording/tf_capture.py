@@ -24,6 +24,8 @@ from rnnprof.recording.interrupt import interrupts_deferred
 from rnnprof.recording.nvtx import nvtx_range
 from rnnprof.rundir.manifest import session_config_fields
 from rnnprof.rundir.writer import RunWriter
+from rnnprof.recording.session import write_device_xspace
+from rnnprof.training.runner import LOCAL
 
 
 class TensorFlowCapture:
@@ -188,8 +190,6 @@ class TensorFlowCapture:
                 manifest["profiled_steps"] = list(self._window_steps)
             self._write_function_graphs()
         elif self.mode == "tf1" and self._traced:
-            from rnnprof.recording.session import write_device_xspace
-
             name = time.strftime("%Y_%m_%d_%H_%M_%S")
             write_device_xspace(self.writer, self._traced, name)
         self.writer.save_manifest()
@@ -353,8 +353,6 @@ class TensorFlowCapture:
 
 
 def _full_device(name: str) -> str:
-    from rnnprof.training.runner import LOCAL
-
     return name if name.startswith("/job:") else LOCAL + name
 
 

@@ -26,6 +26,7 @@ from rnnprof.recording import ranks
 from rnnprof.recording.active import StepContext, clear_active_capture, set_active_capture
 from rnnprof.rundir.manifest import process_versions
 from rnnprof.rundir.writer import prepare_out_dir
+from rnnprof.recording.torch_profiler import TorchCapture
 
 _BIG = 2**31 - 1  # steps=None: the window lasts until the capture closes
 
@@ -129,7 +130,6 @@ class TorchScriptCapture:
     def _begin(self) -> None:
         if self._closed or self._window_done:
             return
-        from rnnprof.recording.torch_profiler import TorchCapture
 
         self._profiler = TorchCapture(self.out_dir, self.rank, skip_steps=self.skip_steps,
                                       steps=self.steps or _BIG)

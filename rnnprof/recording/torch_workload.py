@@ -17,6 +17,12 @@ from rnnprof.analyzers.throughput import summarize
 from rnnprof.workload import TorchOptions
 from rnnprof.recording.workload import WorkloadCapture
 from rnnprof.training.measure import StepResult
+from rnnprof.recording.torch_profiler import TorchCapture
+from rnnprof.rundir.manifest import process_versions
+from rnnprof.rundir.writer import RunWriter, default_run_dir
+from rnnprof.torch_import import import_torch
+from rnnprof.training import torch_ddp
+from rnnprof.training.torch_ddp import CPU_PROCESSES, CaptureWindow, combine_ranks, run_ranks
 
 
 def capture_torch_workload(options: TorchOptions, out: str | Path | None, force: bool, command: Sequence[str],
@@ -29,12 +35,6 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
     Either way the traces that ranks had written are listed.
     """
     from rnnprof.models.torch.rnnlm import WORDS_DEFINITION, lm_data
-    from rnnprof.training import torch_ddp
-    from rnnprof.recording.torch_profiler import TorchCapture
-    from rnnprof.training.torch_ddp import CPU_PROCESSES, CaptureWindow, combine_ranks, run_ranks
-    from rnnprof.rundir.manifest import process_versions
-    from rnnprof.rundir.writer import RunWriter, default_run_dir
-    from rnnprof.torch_import import import_torch
 
     torch = import_torch("--framework torch")
     config = options.workload

@@ -14,8 +14,17 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import TimingSummary
-from rnnprof import names
+from rnnprof import names, rundir
 from rnnprof.workload import WorkloadConfig
+from rnnprof.models import get_workload
+from rnnprof.recording.nvtx import NvtxSteps
+from rnnprof.recording import session  # session.capture_after, looked up when called (tests wrap it)
+from rnnprof.rundir.manifest import applied_offsets, session_config_fields
+from rnnprof.rundir.writer import RunWriter, default_run_dir
+from rnnprof.training.clock import manifest_offsets, measure_offsets
+from rnnprof.training.cluster import running_cluster
+from rnnprof.training.measure import measure
+from rnnprof.training.runner import DataParallelRun
 
 
 @dataclass(frozen=True)
@@ -37,12 +46,6 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
     was captured, marks the run interrupted and raises ``InterruptedRun``; any other failure is recorded
     in the manifest's ``error`` and raised.
     """
-    from rnnprof.models import get_workload
-    from rnnprof import rundir
-    from rnnprof.recording.session import capture_after
-    from rnnprof.training.cluster import running_cluster
-    from rnnprof.training.runner import DataParallelRun
-    from rnnprof.rundir.writer import RunWriter, default_run_dir
 
     workload = get_workload(config)  # a bad --data file stops here, before a run directory exists
     writer = RunWriter(out or default_run_dir(config.model), command=command, force=force,
@@ -60,7 +63,7 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
             _record_setup(writer, run, spec, tasks)
             timed = _timed_steps(writer, run, config)
             with clock_offsets(writer, run):
-                capture_after(writer, run.step, config.warmup + config.batches, trace_steps, graph=run.graph,
+                session.capture_after(writer, run.step, config.warmup + config.batches, trace_steps, graph=run.graph,
                               cluster_tasks=spec.tasks() if spec is not None else None,
                               step_seconds=timed.median_step_seconds)
     return WorkloadCapture(path=writer.path, device_kind=run.device_kind, timed=timed,
@@ -69,7 +72,6 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
 
 def _record_setup(writer, run, spec, tasks: list[dict]) -> None:
     """The manifest's cluster (when there is one), session config and devices."""
-    from rnnprof.rundir.manifest import session_config_fields
 
     if spec is not None:
         writer.update(cluster=cluster_fields(spec, tasks))
@@ -80,8 +82,6 @@ def _record_setup(writer, run, spec, tasks: list[dict]) -> None:
 def _timed_steps(writer, run, config: WorkloadConfig) -> TimingSummary:
     """Time the run as ``rnnprof scale`` does (warm-up, then timed steps, inside NVTX ranges), recording each
     step's time and the throughput in the manifest; returns the timed steps' summary."""
-    from rnnprof.recording.nvtx import NvtxSteps
-    from rnnprof.training.measure import measure
 
     times, cpu = writer.manifest[names.STEP_TIMES], writer.manifest[names.STEP_CPU]
 
@@ -119,8 +119,6 @@ def clock_offsets(writer, run):
     if run.cluster is None:
         yield
         return
-    from rnnprof.training.clock import manifest_offsets, measure_offsets
-    from rnnprof.rundir.manifest import applied_offsets
 
     start = measure_offsets(run.session, run.clock_ops)
     writer.update(clock_offsets=manifest_offsets(start))

@@ -21,6 +21,7 @@ from rnnprof import limits, names
 from rnnprof.version import __version__
 from rnnprof.errors import InputError
 from rnnprof import rundir
+from rnnprof.paths import broken
 
 _TIMELINE = re.compile(r"step-(\d+)\.trace\.json\.gz$")
 
@@ -179,7 +180,6 @@ def capture_notes(path: Path, manifest: dict, missing: list[str]) -> list[str]:
 
 def _why_missing(path: Path, name: str) -> str:
     """``name``, with the reason where it is there but cannot be read (a symlink loop, a dangling link)."""
-    from rnnprof.paths import broken
 
     reason = broken(path / name)
     return name if reason in (None, "does not exist") else f"{name} ({reason})"

@@ -22,6 +22,7 @@ from rnnprof.errors import InputError, InterruptedRun, UsageError
 from rnnprof import rundir
 from rnnprof.files import atomic_write_bytes, atomic_write_json  # noqa: F401 (the run's writers)
 from rnnprof.rundir.manifest import new_manifest, now
+from rnnprof.rundir.chrome_trace import step_stats_to_chrome
 
 PBTXT_LIMIT = 2 * 1024 * 1024  # text copies of graphs are for reading by eye; skip huge ones
 # Where each kind of the manifest's "captured" lists lies in the run directory.
@@ -203,7 +204,6 @@ class RunWriter:
 
     def write_step(self, step: int, run_metadata) -> None:
         """Raw RunMetadata, its Chrome timeline and (once) its partition graphs."""
-        from rnnprof.rundir.chrome_trace import step_stats_to_chrome
 
         self.write_run_metadata(rundir.run_metadata_name(step), run_metadata.SerializeToString())
         partitions = list(run_metadata.partition_graphs)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from rnnprof.tensorflow_import import import_tensorflow
+from rnnprof.training.cluster import task_name
 
 EXCHANGES = 5
 
@@ -27,8 +29,6 @@ class MeasuredOffset:
 
 def clock_ops(cluster) -> dict:
     """One ``tf.timestamp()`` op on CPU:0 of every task of ``cluster`` (built into the default graph)."""
-    from rnnprof.training.cluster import task_name
-    from rnnprof.tensorflow_import import import_tensorflow
 
     tf = import_tensorflow()
     ops = {}

@@ -29,6 +29,8 @@ from typing import Callable
 from rnnprof import process_group
 from rnnprof.errors import InputError, TaskFailed, UsageError
 from rnnprof.rundir.writer import atomic_write_json
+from rnnprof.tensorflow_import import import_tensorflow
+from rnnprof.training.exposure import cluster_line, listening
 
 WORKER_JOB = "worker"
 PS_JOB = "ps"
@@ -138,7 +140,6 @@ def local_spec(workers: int, ps_tasks: int, host: str = "localhost") -> ClusterS
 
 def server_config(devices: int, inter_op_threads: int = 0, intra_op_threads: int = 0):
     """The ConfigProto every task's server runs with: ``devices`` logical CPU devices, worker 0 leads collectives."""
-    from rnnprof.tensorflow_import import import_tensorflow
 
     tf = import_tensorflow()
     proto = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=inter_op_threads,
@@ -156,7 +157,6 @@ def serve(spec: ClusterSpec, job: str, task: int, devices: int = 1, on_ready: Ca
         raise UsageError(f"--job {job}: the cluster spec has no such job (it has {', '.join(spec.jobs)})")
     if not 0 <= task < len(spec.jobs[job]):
         raise UsageError(f"--task {task}: job {job} has tasks 0 to {len(spec.jobs[job]) - 1}")
-    from rnnprof.tensorflow_import import import_tensorflow
 
     tf = import_tensorflow()
     server = tf.distribute.Server(tf.train.ClusterSpec(spec.to_dict()), job_name=job, task_index=task,
@@ -312,7 +312,6 @@ class LocalCluster:
 
     def exposure(self) -> str:
         """One line: the addresses the tasks' servers listen on (measured) and what that exposes."""
-        from rnnprof.training.exposure import cluster_line, listening
 
         return cluster_line([(t.address, listening(int(t.address.rpartition(":")[2]))) for t in self.tasks])
 

@@ -14,12 +14,16 @@ import time
 
 import numpy as np
 
-from rnnprof.workload import FEW_INTER_OP_THREADS, UPDATES_ON_DEVICE0, WorkloadConfig, validate
+from rnnprof.workload import FEW_INTER_OP_THREADS, MOMENTUM, UPDATES_ON_DEVICE0, WorkloadConfig, validate
 from rnnprof import names
 from rnnprof.errors import UsageError
 from rnnprof.training.cpu_clock import CpuClock, CpuTimes
 from rnnprof.training.measure import StepResult
 from rnnprof.tensorflow_import import import_tensorflow, quiet_first_run
+from rnnprof.models import get_workload
+from rnnprof.training.allreduce import all_reduce_sum
+from rnnprof.training.clock import clock_ops
+from rnnprof.training.cluster import PS_JOB, WORKER_JOB, task_name
 
 LOCAL = "/job:localhost/replica:0/task:0"
 HOST_DEVICE = f"{LOCAL}/device:CPU:0"  # without a cluster; ``DataParallelRun.host_device`` in general
@@ -89,8 +93,6 @@ def _optimizer(config: WorkloadConfig, name: str):
     if config.optimizer == "adam":
         return tf.compat.v1.train.AdamOptimizer(config.learning_rate, name=name)
     if config.optimizer == "momentum":
-        from rnnprof.workload import MOMENTUM
-
         return tf.compat.v1.train.MomentumOptimizer(config.learning_rate, MOMENTUM, name=name)
     return tf.compat.v1.train.GradientDescentOptimizer(config.learning_rate, name=name)
 
@@ -121,8 +123,6 @@ class DataParallelRun:
         if cluster is None:
             self.worker_prefixes, leader, target = [LOCAL], LOCAL, ""
         else:
-            from rnnprof.training.cluster import PS_JOB, WORKER_JOB, task_name
-
             self.worker_prefixes = [task_name(WORKER_JOB, t) for t in range(cluster.workers)]
             self.ps_devices = [f"{task_name(PS_JOB, t)}/device:CPU:0" for t in range(cluster.ps_tasks)]
             leader, target = self.worker_prefixes[0], cluster.master()
@@ -137,8 +137,6 @@ class DataParallelRun:
             self._build(tf, tf1)
             init = tf1.global_variables_initializer()
             if cluster is not None:
-                from rnnprof.training.clock import clock_ops
-
                 self.clock_ops = clock_ops(cluster)
         # the ConfigProto the session runs with
         self.session_proto = session_config(config, self.device_kind, leader)
@@ -248,7 +246,6 @@ class DataParallelRun:
     def _all_reduce_updates(self, tf, tf1, grads: list) -> list:
         """The gradients summed across towers by all-reduce, each tower updating its replica with their average;
         ``_sync_op`` copies tower 0's initial values to the other replicas."""
-        from rnnprof.training.allreduce import all_reduce_sum
 
         config, n, updates = self.config, len(self.device_names), []
         with tf1.name_scope(names.ALLREDUCE_SCOPE):
@@ -331,7 +328,6 @@ def workload_of(config: WorkloadConfig, workload=None):
     """``workload`` when given, else the built-in workload ``config`` names."""
     if workload is not None:
         return workload
-    from rnnprof.models import get_workload
 
     return get_workload(config)
 

@@ -10,6 +10,7 @@ from rnnprof.workload import WorkloadConfig
 from rnnprof.training.cluster import running_cluster
 from rnnprof.training.measure import StepCallback, measure
 from rnnprof.training.runner import DataParallelRun
+from rnnprof.training.distribute import DistributeRun
 
 # progress(label, warmup, batches) -> the ``measure`` callback of one run (``reports.progress.StepProgress.run``)
 Progress = Callable[[str, int, int], StepCallback]
@@ -32,8 +33,6 @@ def no_progress(label: str, warmup: int, batches: int) -> None:
 def _run(trainer: str | None, config: WorkloadConfig, cluster):
     """The training of one configuration: rnnprof's own (on the cluster, if any) or tf.distribute's."""
     if trainer == "distribute":
-        from rnnprof.training.distribute import DistributeRun
-
         return DistributeRun(config)
     return DataParallelRun(config, cluster=cluster)
 

@@ -31,6 +31,7 @@ from rnnprof.training.measure import StepCallback, StepResult, measure
 from rnnprof.training.sweep import Progress, Sweep, no_progress, run_label
 from rnnprof.training.torch_progress import StepLog, follow_steps
 from rnnprof.torch_import import import_torch
+from rnnprof.training.torch_training import TorchTraining, no_phase
 
 CPU_PROCESSES = "cpu-processes"  # the device kind of ranks that share the host's cores
 STEP_DEFINITION = ("wall time of each timed step (forward, backward with the gradient all-reduce, update) on "
@@ -111,8 +112,6 @@ def rank_main(job: RankJob) -> dict:
     """One worker process: join the group, train with warm-up then timed batches, return the step records."""
     torch = import_torch("--framework torch")
     import torch.distributed as dist
-
-    from rnnprof.training.torch_training import TorchTraining, no_phase
 
     world = int(os.environ["WORLD_SIZE"])
     plan = rank_plan(world, int(os.environ.get("LOCAL_RANK", "0")), torch_visible_gpus(), job.threads)

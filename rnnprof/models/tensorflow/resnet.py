@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
+from rnnprof.models.tensorflow.base import TowerOutput
 
 tf1 = tf.compat.v1
 
@@ -116,8 +117,6 @@ class ResNetWorkload:
     # -- the model ------------------------------------------------------------
 
     def build_tower(self, inputs: Mapping[str, object], tower: int, device_names: Sequence[str]):
-        from rnnprof.models.tensorflow.base import TowerOutput
-
         net = _Net(self.data_format)
         x = inputs["images"]
         with tf1.variable_scope("stem"):
