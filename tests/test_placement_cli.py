@@ -210,7 +210,7 @@ def test_graphdef_and_run_metadata_of_one_run_are_combined_node_by_node(tmp_path
     combined, a node keeps both (neither file's empty field wipes the other's)."""
     from tensorboard.compat.proto import config_pb2
 
-    from rnnprof.commands._audit_input import read_audit_input
+    from rnnprof.commands.audit_inputs import read_audit_input
     from test_graphs import CPU0, CPU1, partitions, user_graph
 
     graph_file = tmp_path / "graph.pb"

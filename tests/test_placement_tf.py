@@ -12,7 +12,7 @@ import pytest
 
 from rnnprof.analyzers.placement import Severity, audit_placement
 from rnnprof.cli import main
-from rnnprof.commands._audit_input import read_audit_input
+from rnnprof.commands.audit_inputs import read_audit_input
 
 pytestmark = pytest.mark.slow
 

@@ -122,7 +122,7 @@ def test_the_audit_finds_one_inter_op_thread_by_the_towers_taking_turns_and_spar
     import sys
 
     from rnnprof.analyzers.placement import inter_op_threads
-    from rnnprof.commands._audit_input import read_audit_input
+    from rnnprof.commands.audit_inputs import read_audit_input
 
     common = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "2",
               "--trace-steps", "1"]

@@ -7,7 +7,8 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _audit_input, _fail_on, _job, _left_out, _steps
+from rnnprof.commands import audit_inputs, fail_on_flag, job_flags, left_out_notes, step_flags
+from rnnprof.commands.flags import INPUT
 from rnnprof.analyzers.audit import audit
 from rnnprof.reports.audit import render_text
 from rnnprof.reports.layout import render_json, render_notes
@@ -17,26 +18,26 @@ FAIL_ON = ("error", "warning", "info", "never")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="RUN_TRACES_OR_RANK_FOLDER",
+    parser.add_argument("paths", nargs="+", metavar=INPUT,
                         help="one run: its run directory, trace files (several Kineto files are the ranks of one "
                              "job, on their common clock), a folder of rank files, and/or graph files")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of text")
-    _fail_on.add_arguments(parser, FAIL_ON)
-    _steps.add_arguments(parser)
+    fail_on_flag.add_arguments(parser, FAIL_ON)
+    step_flags.add_arguments(parser)
     limits.add_argument(parser)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    job = _job.rank_job(args.paths)
+    job = job_flags.rank_job(args.paths)
     paths = [str(f.path) for f in job.files] if job is not None else list(args.paths)
     notes = run_notes(args.paths)
-    given = _audit_input.read_audit_input(paths, args)
+    given = audit_inputs.read_audit_input(paths, args)
     result = audit(given)
-    notes += _left_out.notes(args, given.events)
+    notes += left_out_notes.notes(args, given.events)
     render_notes(notes)
     if args.json:
-        render_json(result.as_dict(_left_out.counts(given.events)), console)
+        render_json(result.as_dict(left_out_notes.counts(given.events)), console)
     else:
         render_text(result, list(args.paths), console)
-    _fail_on.raise_if_failing(result, args.fail_on, lambda f: f.rule)
+    fail_on_flag.raise_if_failing(result, args.fail_on, lambda f: f.rule)
     return 0

@@ -9,8 +9,8 @@ from typing import NamedTuple
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _job, _left_out, _steps
-from rnnprof.commands.flags import non_negative_us
+from rnnprof.commands import job_flags, left_out_notes, step_flags
+from rnnprof.commands.flags import INPUT, non_negative_us
 from rnnprof.errors import InputError, UsageError
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.tasks import analyze_tasks
@@ -24,7 +24,7 @@ from rnnprof.whole_job import job_comm
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="FILE_OR_RUN",
+    parser.add_argument("paths", nargs="+", metavar=INPUT,
                         help="a trace file or run directory; several files (e.g. one Kineto trace per rank) are "
                              "merged; a folder of Kineto rank files is a whole job, one rank per worker process")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
@@ -39,11 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=30.0, metavar="US",
                         help="idle gaps between kernels shorter than US (and not waiting on a launch) are kernel "
                              "wait (default: %(default)g, HTA's default in effect)")
-    _steps.add_arguments(parser)
+    step_flags.add_arguments(parser)
     parser.add_argument("--plot", metavar="FILE", help="also write the chart of time per device (and per step with "
                                                        "--per-step) to FILE, .png or .svg")
     limits.add_argument(parser)
-    _job.add_arguments(parser)
+    job_flags.add_arguments(parser)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     notes = run_notes(args.paths)
     analysis = _analyze(args)
     _require_devices(analysis.report, args.paths)
-    render_notes([*notes, *analysis.notes, *_left_out.notes(args, analysis.left_out)])
+    render_notes([*notes, *analysis.notes, *left_out_notes.notes(args, analysis.left_out)])
     _render(args, analysis, console)
     if plot is not None:
         save_chart(comm_chart(analysis.report, per_step=args.per_step), plot)
@@ -80,13 +80,13 @@ class _Analysis(NamedTuple):
 def _analyze(args: argparse.Namespace) -> _Analysis:
     """comm's analysis of ``args.paths``: a whole job's rank files one rank per worker (with ``--align none``),
     anything else merged into one table."""
-    job = _job.rank_job(args.paths)
-    selection = _steps.selection(args)
+    job = job_flags.rank_job(args.paths)
+    selection = step_flags.selection(args)
     if job is not None and args.align == "none":
-        report, job_notes, left_out = _job.run_job(job_comm, job, args, comm_patterns=args.comm_pattern,
+        report, job_notes, left_out = job_flags.run_job(job_comm, job, args, comm_patterns=args.comm_pattern,
                                                    kernel_wait_us=args.kernel_wait_us, selection=selection)
         return _Analysis(report, None, left_out, job_notes)
-    _job.refuse_job_options(args, "" if job is None else f"--align {args.align}")
+    job_flags.refuse_job_options(args, "" if job is None else f"--align {args.align}")
     paths = [str(f.path) for f in job.files] if job is not None else args.paths
     return _analyze_table(paths, args, selection)
 
@@ -95,7 +95,7 @@ def _analyze_table(paths: list[str], args: argparse.Namespace, selection) -> _An
     """comm's analysis of ``paths`` merged into one table, on the clock ``--align`` says."""
 
     loaded = load_events(paths[0]) if len(paths) == 1 else load_aligned(paths, args.align)
-    table = _steps.select(loaded, args)
+    table = step_flags.select(loaded, args)
     report = analyze_comm(table, args.comm_pattern, kernel_wait_us=args.kernel_wait_us,
                           step_selection=selection.describe())
     return _Analysis(report, analyze_tasks(table, args.comm_pattern), loaded, [])
@@ -116,7 +116,7 @@ def _render(args: argparse.Namespace, analysis: _Analysis, console: Console) -> 
     """The tables, or with ``--json`` one JSON document."""
 
     if args.json:
-        counts = _left_out.counts(analysis.left_out)
+        counts = left_out_notes.counts(analysis.left_out)
         render_json(json_document(analysis.report, analysis.tasks, counts, per_step=args.per_step), console)
     else:
         render_table(analysis.report, per_step=args.per_step, console=console)

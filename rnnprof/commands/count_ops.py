@@ -6,9 +6,9 @@ import argparse
 
 from rich.console import Console
 from rnnprof import limits
-from rnnprof.commands import _job
-from rnnprof.commands import _left_out, _steps
-from rnnprof.commands.flags import non_negative_us
+from rnnprof.commands import job_flags
+from rnnprof.commands import left_out_notes, step_flags
+from rnnprof.commands.flags import INPUT, non_negative_us
 from rnnprof.analyzers.opcount import compare, count_ops, with_kernels
 from rnnprof.inputs.read import MERGED_TRACES, read_inputs
 from rnnprof.reports import opcount as report
@@ -20,20 +20,20 @@ from rnnprof.whole_job import job_kernels
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="RUN_OR_FILE",
+    parser.add_argument("paths", nargs="+", metavar=INPUT,
                         help="run directory, trace file (several: merged, e.g. one Kineto file per rank), "
                              "GraphDef or RunMetadata")
-    parser.add_argument("--vs", metavar="OTHER", help="a second input; prints RUN_OR_FILE ÷ OTHER ratios")
+    parser.add_argument("--vs", metavar="OTHER", help="a second input; prints INPUT ÷ OTHER ratios")
     parser.add_argument("--by", choices=("device", "type"), default="device",
                         help="break counts down by device (default) or by op type")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
     parser.add_argument("--short-kernel-us", type=non_negative_us, default=10.0, metavar="US",
                         help="kernel launch statistics count kernels shorter than US as short (default: %(default)g)")
-    _steps.add_arguments(parser)
+    step_flags.add_arguments(parser)
     parser.add_argument("--plot", metavar="FILE", help="also write the chart of kernels per device per step (graph ops "
                                                        "per device without a trace) to FILE, .png or .svg")
     limits.add_argument(parser)
-    _job.add_arguments(parser)
+    job_flags.add_arguments(parser)
 
 
 def analyze_input(paths: list[str], args: argparse.Namespace | None = None, notes: list[str] | None = None,
@@ -45,9 +45,9 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
 
     notes = [] if notes is None else notes
 
-    job = _job.rank_job(paths) if args is not None else None
+    job = job_flags.rank_job(paths) if args is not None else None
     if job is not None:
-        (kernels, launches, copies), job_notes, dropped = _job.run_job(job_kernels, job, args, selection=_steps.selection(args),
+        (kernels, launches, copies), job_notes, dropped = job_flags.run_job(job_kernels, job, args, selection=step_flags.selection(args),
                                                      short_kernel_us=args.short_kernel_us)
         notes += job_notes
         if left_out is not None:
@@ -59,7 +59,7 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
     if left_out is not None:
         left_out.append(inputs.events)
     graphs = inputs.graph_set
-    events = _steps.select(inputs.events, args) if args is not None else inputs.events
+    events = step_flags.select(inputs.events, args) if args is not None else inputs.events
     extra = {"short_kernel_us": args.short_kernel_us} if args is not None else {}
     return count_ops(inputs.label, events, graphs.user if graphs else None, graphs.runtime if graphs else None,
                      user_reason=inputs.user_graph_reason, runtime_reason=inputs.runtime_graph_reason,
@@ -69,20 +69,20 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
     notes = run_notes([*args.paths, *([args.vs] if args.vs else [])])
-    if _job.rank_job(args.paths) is None and (not args.vs or _job.rank_job([args.vs]) is None):
-        _job.refuse_job_options(args)
+    if job_flags.rank_job(args.paths) is None and (not args.vs or job_flags.rank_job([args.vs]) is None):
+        job_flags.refuse_job_options(args)
     dropped: list = []
     result = analyze_input(args.paths, args, notes, dropped)
     comparison = compare(result, analyze_input([args.vs], args, notes, dropped)) if args.vs else None
-    notes += _left_out.notes(args, *dropped)
+    notes += left_out_notes.notes(args, *dropped)
     render_notes(notes)
     if comparison is not None:
         if args.json:
-            render_json({**report.comparison_document(comparison), "left_out": _left_out.counts(*dropped)}, console)
+            render_json({**report.comparison_document(comparison), "left_out": left_out_notes.counts(*dropped)}, console)
         else:
             report.render_comparison(comparison, by=args.by, console=console)
     elif args.json:
-        render_json({**report.to_document(result), "left_out": _left_out.counts(*dropped)}, console)
+        render_json({**report.to_document(result), "left_out": left_out_notes.counts(*dropped)}, console)
     else:
         report.render_table(result, by=args.by, console=console)
     if plot is not None:

@@ -9,7 +9,8 @@ from pathlib import Path
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _left_out, _steps
+from rnnprof.commands import left_out_notes, step_flags
+from rnnprof.commands.flags import INPUT
 from rnnprof.errors import InputError, UsageError
 from rnnprof.analyzers.critical_path import analyze_critical_path
 from rnnprof.inputs.dependencies import read_dependencies
@@ -23,7 +24,7 @@ from rnnprof.traces.rank_folder import job_notes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="RUN_OR_FILES",
+    parser.add_argument("paths", nargs="+", metavar=INPUT,
                         help="a run directory or trace file; several Kineto files (one per rank) are joined "
                              "through their collectives")
     parser.add_argument("--step", type=int, metavar="N",
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "an analysis never writes into what it reads)")
     parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
                         help="also count events whose name or op type matches REGEX as communication (repeatable)")
-    _steps.add_arguments(parser)
+    step_flags.add_arguments(parser)
     limits.add_argument(parser)
 
 
@@ -58,11 +59,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     overlay = _overlay_path(args)
     notes = run_notes(args.paths)
     table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
-    notes += [*job_notes(table), *_left_out.notes(args, table)]
-    left_out = _left_out.counts(table)
+    notes += [*job_notes(table), *left_out_notes.notes(args, table)]
+    left_out = left_out_notes.counts(table)
     # The selection picks the steps analysed; the table stays whole, so a step's window still starts where the
     # previous step's work ends (a GPU-bound step's first kernels queue behind the previous step's).
-    steps = _steps.select(table, args).steps()
+    steps = step_flags.select(table, args).steps()
     if args.step is not None and args.step not in steps:
         raise InputError(", ".join(args.paths), f"has no step {args.step}",
                          f"one of its steps: {', '.join(map(str, steps))}" if len(steps)

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _left_out, _steps
+from rnnprof.commands import left_out_notes, step_flags
 from rnnprof.commands.flags import non_negative_int
 from rnnprof.errors import UsageError
 from rnnprof.analyzers.diff import IncompatibleSides, Side, diff
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=non_negative_int, default=10, metavar="N",
                         help="rows per section and list (default: %(default)s; 0: all)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
-    _steps.add_arguments(parser)  # each side's trace events, on its own step numbers
+    step_flags.add_arguments(parser)  # each side's trace events, on its own step numbers
     limits.add_argument(parser)
 
 
@@ -56,7 +56,7 @@ def read_side(paths: list[str], args: argparse.Namespace | None = None):
 
     inputs = read_inputs(paths)
     graphs = inputs.graph_set
-    events = _steps.select(inputs.events, args) if args is not None else inputs.events
+    events = step_flags.select(inputs.events, args) if args is not None else inputs.events
     roofline, roofline_reason = roofline_of(paths, inputs.events, events, args, [], with_peaks=False)
     return Side(label=inputs.label, events=events, events_reason=inputs.events_reason,
                 user_graph=graphs.user if graphs else None, user_reason=inputs.user_graph_reason,
@@ -68,8 +68,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     paths_a, paths_b = sides_of(args)
     notes = run_notes([*paths_a, *paths_b])
     side_a, side_b = read_side(paths_a, args), read_side(paths_b, args)
-    notes += [*job_notes(side_a.events), *job_notes(side_b.events), *_left_out.notes(args, side_a.events),
-              *_left_out.notes(args, side_b.events)]
+    notes += [*job_notes(side_a.events), *job_notes(side_b.events), *left_out_notes.notes(args, side_a.events),
+              *left_out_notes.notes(args, side_b.events)]
     try:
         result = diff(side_a, side_b)
     except IncompatibleSides as exc:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     render_notes(notes)
     if args.json:
         render_json({**report.to_document(result, args.top),
-                     "left_out": {"a": _left_out.counts(side_a.events), "b": _left_out.counts(side_b.events)}},
+                     "left_out": {"a": left_out_notes.counts(side_a.events), "b": left_out_notes.counts(side_b.events)}},
                     console)
     else:
         report.render_table(result, top=args.top, console=console)

@@ -7,11 +7,11 @@ import os
 
 from rich.console import Console
 
-from rnnprof.commands.flags import parse_int_list
+from rnnprof.commands.flags import INPUT, parse_int_list
 from rnnprof.errors import UsageError
 from rnnprof.analyzers.explain import ExplainError, explain_sweep
 from rnnprof.analyzers.scale import shared_cores_note
-from rnnprof.commands import _left_out
+from rnnprof.commands import left_out_notes
 from rnnprof.inputs.explained import load_inputs
 from rnnprof.reports.charts import check_plot_path, save_chart
 from rnnprof.reports.explain import lost_speedup_chart, render_table, to_document
@@ -21,7 +21,7 @@ SCALING_CHOICES = ("weak", "strong")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="SWEEP_DIR|RUN",
+    parser.add_argument("paths", nargs="+", metavar=INPUT,
                         help="a sweep directory made by rnnprof scale --explain, or one run directory, Kineto rank "
                              "folder or trace file per device count")
     parser.add_argument("--devices", default=None, metavar="N,N,...",
@@ -53,8 +53,8 @@ def explain_paths(paths, devices, scaling: str | None, args=None):
         report = explain_sweep(loaded.inputs, scaling, source, notes)
     except ExplainError as exc:
         raise UsageError(f"{', '.join(map(str, paths))}: {exc}") from None
-    left_notes = _left_out.notes(args, *loaded.tables) if args is not None else []
-    document = to_document(report, left_notes, _left_out.counts(*loaded.tables))
+    left_notes = left_out_notes.notes(args, *loaded.tables) if args is not None else []
+    document = to_document(report, left_notes, left_out_notes.counts(*loaded.tables))
     return document, report
 
 

@@ -7,8 +7,8 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import _audit_input, _fail_on, _left_out, _steps
-from rnnprof.commands.flags import percentage
+from rnnprof.commands import audit_inputs, fail_on_flag, left_out_notes, step_flags
+from rnnprof.commands.flags import INPUT, percentage
 from rnnprof.analyzers.placement import audit_placement, configured_rules
 from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.placement import render_table, to_document
@@ -19,30 +19,30 @@ DEFAULT_IMBALANCE_PERCENT = 20.0  # analyzers.placement.imbalance.WARNING_SPREAD
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="RUN_OR_FILES",
+    parser.add_argument("paths", nargs="+", metavar=INPUT,
                         help="one run: its run directory, trace files (any format rnnprof reads) and/or graph "
                              "files (GraphDef or RunMetadata, .pb/.pbtxt)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
-    _fail_on.add_arguments(parser, FAIL_ON)
+    fail_on_flag.add_arguments(parser, FAIL_ON)
     parser.add_argument("--imbalance-threshold", type=percentage, default=DEFAULT_IMBALANCE_PERCENT,
                         metavar="PERCENT",
                         help="PA004 flags steps whose busy-time spread across devices, (max - min) / max, is above "
                              "PERCENT (default: %(default)g)")
-    _steps.add_arguments(parser)
+    step_flags.add_arguments(parser)
     limits.add_argument(parser)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     notes = run_notes(args.paths)
     rules = configured_rules(imbalance_threshold=args.imbalance_threshold / 100)
-    given = _audit_input.read_audit_input(args.paths, args)
+    given = audit_inputs.read_audit_input(args.paths, args)
     result = audit_placement(given, rules)
-    notes += _left_out.notes(args, given.events)
+    notes += left_out_notes.notes(args, given.events)
     render_notes(notes)
     if args.json:
-        render_json({**to_document(result, list(args.paths), args.fail_on), "left_out": _left_out.counts(given.events)},
+        render_json({**to_document(result, list(args.paths), args.fail_on), "left_out": left_out_notes.counts(given.events)},
                     console)
     else:
         render_table(result, list(args.paths), console)
-    _fail_on.raise_if_failing(result, args.fail_on, lambda f: f.rule_id)
+    fail_on_flag.raise_if_failing(result, args.fail_on, lambda f: f.rule_id)
     return 0

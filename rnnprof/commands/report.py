@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.text import Text
 
 from rnnprof import limits
-from rnnprof.commands import _audit_input, _left_out, _steps
+from rnnprof.commands import audit_inputs, left_out_notes, step_flags
+from rnnprof.commands.flags import INPUT
 from rnnprof.errors import UsageError
 from rnnprof.analyzers.run_report import analyze_run
 from rnnprof.commands.roofline import for_report as roofline_for_report
@@ -27,12 +28,12 @@ from rnnprof.traces.rank_folder import job_notes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="RUN_OR_FILES",
+    parser.add_argument("paths", nargs="+", metavar=INPUT,
                         help="a run directory, trace files (several: merged, e.g. one Kineto file per rank), "
                              "or a folder saved by rnnprof scale --out")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the HTML file to write")
     parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
-    _steps.add_arguments(parser)
+    step_flags.add_arguments(parser)
     limits.add_argument(parser)
 
 
@@ -57,15 +58,15 @@ def _findings(report, events) -> tuple[dict | None, str]:
     input holds nothing to audit."""
     if report.findings is None:
         return None, report.findings_reason or "the input holds neither graphs nor trace events"
-    return report.findings.as_dict(_left_out.counts(events)), ""
+    return report.findings.as_dict(left_out_notes.counts(events)), ""
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     out = _check_output(args.output, args.force)
     name = _name(args.paths)
     if len(args.paths) == 1 and is_sweep_dir(args.paths[0]):
-        if _steps.selection(args).active:
-            raise UsageError(f"{_steps.selection(args).describe()} selects steps of a trace's events; "
+        if step_flags.selection(args).active:
+            raise UsageError(f"{step_flags.selection(args).describe()} selects steps of a trace's events; "
                              f"{args.paths[0]} is a saved sweep (give a run directory or trace files)")
         page = sweep_page(read_sweep(args.paths[0]), name)
     else:
@@ -79,12 +80,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
 def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
     notes = run_notes(paths)
     inputs = read_inputs(paths)
-    notes = [*notes, *job_notes(inputs.events), *_left_out.notes(args, inputs.events)]
+    notes = [*notes, *job_notes(inputs.events), *left_out_notes.notes(args, inputs.events)]
     graphs = inputs.graph_set
-    events = _steps.select(inputs.events, args)
-    audit = _audit_input.audit_input(inputs, events)
-    audit_reason = "" if audit is not None else _audit_input.NOTHING_TO_AUDIT
-    chosen = _steps.selection(args)
+    events = step_flags.select(inputs.events, args)
+    audit = audit_inputs.audit_input(inputs, events)
+    audit_reason = "" if audit is not None else audit_inputs.NOTHING_TO_AUDIT
+    chosen = step_flags.selection(args)
     if chosen.active:
         notes = [*notes, f"steps selected by {chosen.describe()}: {', '.join(map(str, events.steps())) or 'none'}"]
     roofline, roofline_reason = roofline_for_report(paths, inputs.events, events, args, notes)

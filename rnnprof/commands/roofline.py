@@ -6,8 +6,8 @@ import argparse
 
 from rich.console import Console
 
-from rnnprof.commands import _left_out, _steps
-from rnnprof.commands.flags import positive_int
+from rnnprof.commands import left_out_notes, step_flags
+from rnnprof.commands.flags import INPUT, positive_int
 from rnnprof.errors import InputError, UsageError
 from rnnprof.analyzers.peaks import lookup, override
 from rnnprof.analyzers.roofline import analyze_roofline
@@ -32,7 +32,7 @@ def _positive(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="TRACE_OR_RUN",
+    parser.add_argument("paths", nargs="+", metavar=INPUT,
                         help="a Kineto trace (.json or .json.gz), several (one per rank), a folder of rank traces, or a "
                              "run directory (TensorFlow or PyTorch)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=positive_int, default=15, metavar="N",
                         help="operators shown in the text report (default: %(default)s; --json has them all)")
     parser.add_argument("--plot", metavar="FILE", help="also write the roofline chart to FILE, .png or .svg")
-    _steps.add_arguments(parser)
+    step_flags.add_arguments(parser)
 
 
 def _peaks(loaded, args, notes: list[str]):
@@ -109,9 +109,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         loaded = load_source(source)
         table, label = loaded.table, loaded.worker or str(loaded.path)
         tables.append(table)
-        selected = _steps.select(table, args)
+        selected = step_flags.select(table, args)
         report = analyze_roofline(selected, loaded.shapes, _peaks(loaded, args, notes),
-                                  _steps.selection(args).describe())
+                                  step_flags.selection(args).describe())
         if not report.has_shapes:
             notes.append(f"{label}: no operator shapes: FLOPs and bytes need the trace recorded with "
                          f"record_shapes=True; still given: GPU time per step and the collectives' bandwidth "
@@ -120,11 +120,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if not any(r.counts["gpu_activities"] or r.counts["operator_us_modeled"] for _, r in reports):
         raise InputError(", ".join(args.paths), "no GPU activity and no operator with a FLOPs model",
                          "a PyTorch profiler trace (GPU, or CPU with shapes) or a TensorFlow run directory")
-    notes += _left_out.notes(args, *tables)
+    notes += left_out_notes.notes(args, *tables)
     render_notes(notes)
     if args.json:
         document = to_document(reports)
-        document["left_out"] = _left_out.counts(*tables)
+        document["left_out"] = left_out_notes.counts(*tables)
         render_json(document, console)
     else:
         render(reports, console, top=args.top)

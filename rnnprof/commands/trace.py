@@ -7,7 +7,7 @@ import sys
 
 from rich.text import Text
 
-from rnnprof.commands._given import given_options, record_given_options
+from rnnprof.commands.given_flags import given_options, record_given_options
 from rnnprof.commands.flags import non_negative_int, non_negative_seconds, positive_int
 from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
                                              workload_config_from_args)

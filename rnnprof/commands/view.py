@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.text import Text
 
 from rnnprof import process_group, rundir
+from rnnprof.commands.flags import INPUT
 from rnnprof.paths import broken
 from rnnprof.errors import InputError, UsageError
 from rnnprof.rundir.manifest import is_torch_run, read_manifest
@@ -18,7 +19,7 @@ from rnnprof.rundir.manifest import is_torch_run, read_manifest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="RUN_OR_RUNS_DIR", help="a run directory or a folder holding run directories")
+    parser.add_argument("path", metavar=INPUT, help="a run directory or a folder holding run directories")
     parser.add_argument("--port", type=int, default=6006, help="port to serve on (default 6006; 0 picks a free one)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 shares the run)")

@@ -22,8 +22,8 @@ import numpy as np
 from rnnprof.workload import WorkloadConfig, validate
 from rnnprof.errors import UsageError
 from rnnprof.training.measure import StepResult
-from rnnprof.training.runner import (HOST_DEVICE, LOCAL, _device_plan, _optimizer, feed_of, session_config,
-                                         thread_warnings, timed_run, visible_gpus, workload_of)
+from rnnprof.training.runner import (HOST_DEVICE, LOCAL, device_plan, feed_of, make_optimizer, session_config,
+                                     thread_warnings, timed_run, visible_gpus, workload_of)
 from rnnprof.tensorflow_import import import_tensorflow
 
 TRAINERS = ("rnnprof", "distribute")
@@ -59,7 +59,7 @@ class DistributeRun:
         check_trainer("distribute", config.variable_update)
         self.config = config
         self.warnings = thread_warnings(config)
-        self.device_names, self.device_kind = _device_plan(config, gpus, [LOCAL])
+        self.device_names, self.device_kind = device_plan(config, gpus, [LOCAL])
         self.workload = workload = workload_of(config, workload)
         self.steps_run = 0
         self.graph = tf.Graph()
@@ -84,7 +84,7 @@ class DistributeRun:
         inputs: dict[int, dict] = {}
         strategy = self.strategy
         with strategy.scope():
-            optimizer = _optimizer(self.config, self.config.optimizer)
+            optimizer = make_optimizer(self.config, self.config.optimizer)
 
             @tf.autograph.experimental.do_not_convert  # plain graph code: nothing for autograph to convert
             def replica_step():

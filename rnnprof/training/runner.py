@@ -48,7 +48,7 @@ def thread_warnings(config: WorkloadConfig) -> list[str]:
     return []
 
 
-def _device_plan(config: WorkloadConfig, gpus: int, prefixes: list[str]) -> tuple[list[str], str]:
+def device_plan(config: WorkloadConfig, gpus: int, prefixes: list[str]) -> tuple[list[str], str]:
     """Tower devices: ``config.devices`` on each task prefix (one prefix, ``LOCAL``, without a cluster)."""
     if gpus:
         if config.devices > gpus:
@@ -88,7 +88,7 @@ def session_config(config: WorkloadConfig, device_kind: str, leader: str = LOCAL
     return proto
 
 
-def _optimizer(config: WorkloadConfig, name: str):
+def make_optimizer(config: WorkloadConfig, name: str):
     tf = import_tensorflow()
     if config.optimizer == "adam":
         return tf.compat.v1.train.AdamOptimizer(config.learning_rate, name=name)
@@ -127,7 +127,7 @@ class DataParallelRun:
             self.ps_devices = [f"{task_name(PS_JOB, t)}/device:CPU:0" for t in range(cluster.ps_tasks)]
             leader, target = self.worker_prefixes[0], cluster.master()
         self.host_device = f"{self.worker_prefixes[0]}/device:CPU:0"  # the chief's: metrics, pscpu sums
-        self.device_names, self.device_kind = _device_plan(config, gpus, self.worker_prefixes)
+        self.device_names, self.device_kind = device_plan(config, gpus, self.worker_prefixes)
         self.reduce_devices = _reduce_devices(self.device_names, gpus)
         self.workload = workload = workload_of(config, workload)
         self.steps_run = 0
@@ -228,7 +228,7 @@ class DataParallelRun:
         with tf1.name_scope(names.UPDATE_SCOPE):
             for k, device in enumerate(self.device_names):
                 with tf.device(device):
-                    opt = _optimizer(config, f"{config.optimizer}_{names.tower_scope(k)}")
+                    opt = make_optimizer(config, f"{config.optimizer}_{names.tower_scope(k)}")
                     updates.append(opt.apply_gradients(zip(grads[k], self._tower_vars[k])))
         return updates
 
@@ -240,7 +240,7 @@ class DataParallelRun:
                 with tf.device(variable.device):
                     averaged.append(tf.add_n([g[i] for g in grads]) / n if n > 1 else grads[0][i])
         with tf1.name_scope(names.UPDATE_SCOPE), tf.device(self.parameter_spread.devices[0]):
-            opt = _optimizer(config, config.optimizer)
+            opt = make_optimizer(config, config.optimizer)
             return [opt.apply_gradients(zip(averaged, self._tower_vars[0]))]
 
     def _all_reduce_updates(self, tf, tf1, grads: list) -> list:
@@ -255,7 +255,7 @@ class DataParallelRun:
             for k, device in enumerate(self.device_names):
                 with tf.device(device):
                     averaged = [g / n for g in summed[k]] if n > 1 else summed[k]
-                    opt = _optimizer(config, f"{config.optimizer}_{names.tower_scope(k)}")
+                    opt = make_optimizer(config, f"{config.optimizer}_{names.tower_scope(k)}")
                     updates.append(opt.apply_gradients(zip(averaged, self._tower_vars[k])))
         if n > 1:
             # Replicas must start equal: copy tower 0's initial values to the others.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from rnnprof.commands import _steps
+from rnnprof.commands import step_flags
 from rnnprof.analyzers.placement import AuditInput
 from rnnprof.inputs.kernels import kernels_for
 from rnnprof.inputs.read import read_inputs
@@ -29,4 +29,4 @@ def read_audit_input(paths: list[str], args: argparse.Namespace | None = None):
     restricted to the steps ``args``' step flags select when ``args`` is given."""
 
     inputs = read_inputs(paths, one_run=True)
-    return audit_input(inputs, _steps.select(inputs.events, args) if args is not None else None)
+    return audit_input(inputs, step_flags.select(inputs.events, args) if args is not None else None)
