@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench docs clean
+.PHONY: demo test test-fast bench docs pictures clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test-fast: $(STAMP)
 # warnings are errors.
 docs: $(STAMP)
 	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
+# The pictures in docs/ from the current code (docs/pictures.py; needs chromium; a sweep of a few minutes).
+pictures: $(STAMP)
+	$(BIN)/python docs/pictures.py
 
 bench: $(STAMP)
 	for b in benchmarks/[!_]*.py; do $(BIN)/python $$b || exit 1; done
