@@ -17,12 +17,15 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/rnnprof scale --model nmt --devices 1,2 --warmup 1 --batches 4
 
+# Two workers (pytest-xdist), each test module on one of them (tests/conftest.py): about 10 minutes on 2 cores.
+# TEST_WORKERS=auto uses every core; TEST_WORKERS=0 runs in this process, one test after another.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Everything but the tests that run real TensorFlow training or capture.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
 
 # The documentation site (Sphinx, Markdown pages through MyST, the CLI reference from the parsers);
 # warnings are errors.

@@ -1,21 +1,48 @@
-"""Checks over the whole test session."""
+"""Checks over the whole test session, and how the tests share out under pytest-xdist (``make test``: ``-n 2
+--dist loadgroup``).
+
+* Every test module is one xdist group (its module-scoped captures are made once), unless a test names its
+  own ``xdist_group``; the modules with slow tests are handed out first, so that no long module starts last.
+* The captures several modules read (``tiny_nmt_run``, ``nmt_loop_fused``) are made once per session, by the
+  first worker that needs them, under a file lock in the session's shared temporary folder.
+* torchrun jobs rendezvous on a port the OS chooses (``PET_RDZV_*``, as ``torchrun --standalone``), so two
+  jobs on two workers never both ask for the default 29500.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
 from fixtures import TINY_NMT
 from processes import become_subreaper, left_running
 
+# torchrun's options read PET_<OPTION> from the environment: a c10d rendezvous on a free local port.
+os.environ.setdefault("PET_RDZV_BACKEND", "c10d")
+os.environ.setdefault("PET_RDZV_ENDPOINT", "localhost:0")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each module its own xdist group where a test names none; modules with the most slow tests first (a
+    stable sort: the order within a module is kept)."""
+    slow: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        slow[module] = slow.get(module, 0) + (item.get_closest_marker("slow") is not None)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(module))
+    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
+
 
 @pytest.fixture(scope="session", autouse=True)
 def no_process_left_running():
     """The suite leaves no process behind: at the end, every process it started (children, their
-    children, and orphans re-parented to the test process) has exited, or the last test fails naming it."""
+    children, and orphans re-parented to the test process) has exited, or the last test fails naming it.
+    Under xdist each worker checks its own."""
     become_subreaper()
     yield
     left = left_running()
@@ -30,30 +57,51 @@ def no_process_left_running():
                     pytrace=False)
 
 
+def shared_once(tmp_path_factory, name: str, make) -> Path:
+    """``make(folder)`` run once per test session, whichever xdist worker asks first; the others wait on a file
+    lock and read the same ``folder``. Without xdist, once per process."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above every worker's own
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            make(folder)
+            done.touch()
+    return folder
+
+
 NMT_LOOP_FUSED = ["--model", "nmt", "--direction", "bi", "--layers", "4", "--units", "16", "--vocab-size", "200",
                   "--src-max-len", "12", "--tgt-max-len", "12", "--batch-size", "4", "--devices", "2",
                   "--warmup", "1", "--batches", "1", "--trace-steps", "1"]
+
+
+def _capture_loop_fused(root: Path) -> None:
+    from processes import run_together
+
+    for done in run_together([[sys.executable, "-m", "rnnprof", "trace", *NMT_LOOP_FUSED, "--encoder", encoder,
+                               "--out", str(root / encoder)] for encoder in ("loop", "fused")]):
+        assert done.returncode == 0, done.stderr
 
 
 @pytest.fixture(scope="session")
 def nmt_loop_fused(tmp_path_factory):
     """Loop and fused NMT (4 layers, bi encoder, 2 devices) captured once for the session: ``root/loop``,
     ``root/fused``."""
-    root = tmp_path_factory.mktemp("nmt")
-    from processes import run_together
+    return shared_once(tmp_path_factory, "nmt", _capture_loop_fused)
 
-    for done in run_together([[sys.executable, "-m", "rnnprof", "trace", *NMT_LOOP_FUSED, "--encoder", encoder,
-                               "--out", str(root / encoder)] for encoder in ("loop", "fused")]):
-        assert done.returncode == 0, done.stderr
-    return root
+
+def _capture_tiny(root: Path) -> None:
+    from rnnprof.cli import main
+
+    assert main(["trace", *TINY_NMT, "--out", str(root / "nmt2")]) == 0
 
 
 @pytest.fixture(scope="session")
 def tiny_nmt_run(tmp_path_factory):
     """``rnnprof trace`` of TINY_NMT captured once for the session, into a folder named ``nmt2``; tests only
     read it."""
-    from rnnprof.cli import main
-
-    out = tmp_path_factory.mktemp("tiny") / "nmt2"
-    assert main(["trace", *TINY_NMT, "--out", str(out)]) == 0
-    return out
+    return shared_once(tmp_path_factory, "tiny", _capture_tiny) / "nmt2"
