@@ -54,8 +54,16 @@ def short_name(name: str, limit: int = 60) -> str:
     return text
 
 
+# The version of every ``--json`` document's layout (docs/json.md): raised when a key is renamed or removed, or
+# a value changes its type or meaning; a new key does not raise it.
+SCHEMA_VERSION = 1
+
+
 def render_json(document: dict, console: Console) -> None:
-    console.print(_Verbatim(json.dumps(document, indent=2)), soft_wrap=True)
+    """``document`` as one JSON document with ``"schema_version"`` first, on the opening brace's line (so
+    ``head -1`` shows the version)."""
+    text = json.dumps({"schema_version": SCHEMA_VERSION, **document}, indent=2)
+    console.print(_Verbatim(text.replace('{\n  "schema_version"', '{"schema_version"', 1)), soft_wrap=True)
 
 
 class _Verbatim:
