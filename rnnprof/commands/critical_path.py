@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step", type=int, metavar="N",
                         help="only step N (default: every step of the input, or of the step selection)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    parser.add_argument("--links", action="store_true",
+                        help="also print every step's path link by link, its shares and all its what-ifs (without "
+                             "it: the steps, and the median step's shares, top ops and what-ifs)")
     parser.add_argument("--overlay", metavar="FILE",
                         help="write the path as a Chrome trace to FILE, a new file (without it, no overlay is written: "
                              "an analysis never writes into what it reads)")
@@ -81,5 +84,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         render_json({**to_document(report, shown), "left_out": left_out}, console)
     else:
-        render_table(report, console, shown)
+        render_table(report, console, shown, links=args.links)
     return 0

@@ -10,10 +10,14 @@ from rich.text import Text
 
 from rnnprof.analyzers.critical_path import CriticalPathReport, StepPath
 from rnnprof.reports.comm import _ms
-from rnnprof.reports.layout import compact_table, short_name
+from rnnprof.reports.abbrev import Legend
+from rnnprof.reports.fit import Column, fit_table
+from rnnprof.reports.layout import short_name
 
-OP_WIDTH = 20  # the op column folds long node names at this width rather than at a few characters
 CHAIN_ROWS = 30  # links shown per step in the table; the shorter ones in between are folded into one row
+STEP_ROWS = 10  # steps in the summary table: the ones with the longest paths, in step order
+TOP_OPS = 8  # operators in the summary's list of where the median step's path spends its time
+WHAT_IFS = 5  # what-ifs in the summary (--links: all, for every step)
 
 DEFINITIONS = (
     "critical path = the longest chain of the step's DAG (edges: lane order, launch, data inputs, transfers, "
@@ -26,6 +30,84 @@ DEFINITIONS = (
     "window's start; what-if = estimated step shrink if that op took no time, waits unchanged (bounded by the "
     "next-longest path); long kernel names are shortened (template arguments and parameters as …; --json has them whole)"
 )
+SUMMARY = (
+    "path = the longest chain of events and waits that sets the step's time (docs/commands/critical-path.md); "
+    "wait = time on the path in which its device ran nothing; what-if = estimated step shrink if that op took no "
+    "time, waits unchanged; names are shortened (--json has them whole). --links: every step's path, link by link"
+)
+
+
+def _step_label(step: StepPath) -> str:
+    return "whole trace (no step markers)" if step.step < 0 else f"step {step.step}"
+
+
+def median_step(report: CriticalPathReport) -> StepPath:
+    """The step whose path length is the median (the lower of two)."""
+    ranked = sorted(report.steps, key=lambda s: (s.length_us, s.step))
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def _classes(report: CriticalPathReport) -> list[str]:
+    total: dict[str, float] = {}
+    for step in report.steps:
+        for cls, us in step.by_class.items():
+            total[cls] = total.get(cls, 0.0) + us
+    return sorted(total, key=lambda c: -total[c])
+
+
+def steps_table(report: CriticalPathReport, width: int):
+    """One row per step (the longest paths, at most STEP_ROWS): the path, the window and the share per class."""
+    classes = _classes(report)
+    columns = [Column("step", "label"), Column("path\nms"), Column("window\nms"), Column("links"),
+               *(Column("\n".join([*c.split(), "%"]), drop=k + 1) for k, c in enumerate(classes))]
+    shown = sorted(sorted(report.steps, key=lambda s: -s.length_us)[:STEP_ROWS], key=lambda s: s.step)
+    rows = [[str(s.step) if s.step >= 0 else "whole trace", _ms(s.length_us), _ms(s.span_us), f"{len(s.links):,}",
+             *(f"{100 * s.by_class.get(c, 0.0) / (s.length_us or 1.0):.1f}" for c in classes)] for s in shown]
+    more = f"the {len(shown)} longest paths of {len(report.steps)} steps" if len(shown) < len(report.steps) else ""
+    return fit_table(width, columns, rows, title="critical path per step (ms; % of the path per class)",
+                     caption=more)
+
+
+def shares_table(step: StepPath, width: int, legend: Legend, title: str = ""):
+    """Where the path spends its time: per class and per device, side by side."""
+    total = step.length_us or 1.0
+    by_class = sorted(step.by_class.items(), key=lambda kv: -kv[1])
+    by_device = sorted(step.by_device.items(), key=lambda kv: -kv[1])
+    rows = []
+    for k in range(max(len(by_class), len(by_device))):
+        row = []
+        for pairs, shorten in ((by_class, str), (by_device, legend.short)):
+            key, us = pairs[k] if k < len(pairs) else ("", None)
+            row += [Text(shorten(key)), "" if us is None else _ms(us), "" if us is None else f"{100 * us / total:.1f}"]
+        rows.append(row)
+    columns = [Column("class", "label"), Column("ms"), Column("%"), Column("device", "label"), Column("ms"),
+               Column("%")]
+    return fit_table(width, columns, rows, title=title or f"{_step_label(step)}: where the path spends its time")
+
+
+def top_ops_table(step: StepPath, width: int, legend: Legend, top: int = TOP_OPS):
+    """The operators (by shortened name and device) with the most time on the path."""
+    total: dict[tuple[str, str], list[float]] = {}
+    for link in step.links:
+        if link.event >= 0:
+            entry = total.setdefault((short_name(link.name, 1 << 20), link.device), [0, 0.0])
+            entry[0] += 1
+            entry[1] += link.dur_us
+    ranked = sorted(total.items(), key=lambda kv: -kv[1][1])
+    rows = [[Text(name), Text(legend.short(device)), f"{n:,}", _ms(us), f"{100 * us / (step.length_us or 1.0):.1f}"]
+            for (name, device), (n, us) in ranked[:top]]
+    columns = [Column("op", "name"), Column("device", "label"), Column("links"), Column("ms"), Column("%")]
+    return fit_table(width, columns, rows, title=f"{_step_label(step)}: the ops with the most time on the path",
+                     caption=f"top {len(rows)} of {len(ranked)} ops" if len(ranked) > len(rows) else "")
+
+
+def what_if_table(step: StepPath, width: int, legend: Legend, top: int | None = None):
+    rows = [[Text(w.name), Text(legend.short(w.device)), _ms(w.dur_us), _ms(w.saving_us)]
+            for w in step.what_if[:top]]
+    columns = [Column("op", "name"), Column("device", "label"), Column("dur\nms"),
+               Column("step shrinks\nms (estimate)")]
+    return fit_table(width, columns, rows,
+                     title=f"{_step_label(step)}: what if one op on the path took no time (estimate)")
 
 
 def _shown(step: StepPath, rows: int) -> set[int]:
@@ -41,63 +123,57 @@ def _shown(step: StepPath, rows: int) -> set[int]:
     return keep
 
 
-def _step_label(step: StepPath) -> str:
-    return "whole trace (no step markers)" if step.step < 0 else f"step {step.step}"
+def _link_class(step: StepPath, link) -> str:
+    if link.of_step == step.step or link.event == -1:
+        return link.event_class
+    return f"{link.event_class} (step {link.of_step})" if link.of_step >= 0 else f"{link.event_class} (no step)"
 
 
-def chain_table(step: StepPath, rows: int = CHAIN_ROWS):
-    title = (f"{_step_label(step)}: critical path {_ms(step.length_us)} ms of a {_ms(step.span_us)} ms step window, "
-             f"{len(step.links)} links")
-    table = compact_table("op", ("start\nms", "dur\nms", "wait\nms"), title=title,
-                          text_columns=("device", "class", "edge to\nnext"))
-    table.columns[0].min_width = OP_WIDTH
-    keep = _shown(step, rows)
+def chain_table(step: StepPath, width: int, legend: Legend, rows: int = CHAIN_ROWS):
+    """The path link by link: the longest links, every change of device and the ends; the rest folded."""
+    keep, table_rows = _shown(step, rows), []
     folded, folded_us = 0, 0.0
     for k, link in enumerate(step.links):
         if k not in keep:
-            folded += 1
-            folded_us += link.dur_us + max(link.wait_us, 0)
+            folded, folded_us = folded + 1, folded_us + link.dur_us + max(link.wait_us, 0)
             continue
         if folded:
-            table.add_row(Text(f"… {folded} shorter events", style="dim"), "", "", "", "", _ms(folded_us), "")
+            table_rows.append([Text(f"… {folded} shorter events", style="dim"), "", "", "", "", _ms(folded_us), ""])
             folded, folded_us = 0, 0.0
-        cls = link.event_class if link.of_step == step.step or link.event == -1 else (
-            f"{link.event_class} (step {link.of_step})" if link.of_step >= 0 else f"{link.event_class} (no step)")
-        table.add_row(Text(short_name(link.name, 40)), Text(link.device), cls, link.edge or "end",
-                      _ms(link.start_us), _ms(link.dur_us), _ms(link.wait_us) if link.wait_us else "")
-    return table
+        table_rows.append([Text(link.name), Text(legend.short(link.device)), _link_class(step, link),
+                           link.edge or "end", _ms(link.start_us), _ms(link.dur_us),
+                           _ms(link.wait_us) if link.wait_us else ""])
+    columns = [Column("op", "name"), Column("device", "label"), Column("class", "label"),
+               Column("edge to\nnext", "label"), Column("start\nms"), Column("dur\nms"), Column("wait\nms")]
+    return fit_table(width, columns, table_rows,
+                     title=(f"{_step_label(step)}: critical path {_ms(step.length_us)} ms of a "
+                            f"{_ms(step.span_us)} ms step window, {len(step.links)} links"))
 
 
-def shares_table(step: StepPath):
-    table = compact_table("share of the path", ("ms", "%"), title=f"{_step_label(step)}: where the path spends its time")
-    total = step.length_us or 1.0
-    for label, values in (("device", step.by_device), ("class", step.by_class)):
-        for key, us in sorted(values.items(), key=lambda kv: -kv[1]):
-            table.add_row(Text(f"{label} {key}"), _ms(us), f"{100 * us / total:.1f}")
-    return table
-
-
-def what_if_table(step: StepPath):
-    table = compact_table("op", ("dur\nms", "step shrinks\nms (estimate)"),
-                          title=f"{_step_label(step)}: what if one op on the path took no time (estimate)",
-                          text_columns=("device",))
-    table.columns[0].min_width = OP_WIDTH
-    for w in step.what_if:
-        table.add_row(Text(short_name(w.name, 40)), Text(w.device), _ms(w.dur_us), _ms(w.saving_us))
-    return table
-
-
-def render_table(report: CriticalPathReport, console: Console, overlay: str | None = None) -> None:
-    for step in report.steps:
-        console.print(chain_table(step))
-        console.print(shares_table(step))
+def render_table(report: CriticalPathReport, console: Console, overlay: str | None = None,
+                 links: bool = False) -> None:
+    """A screen's worth: the steps, then the median step's shares, top ops and what-ifs; ``links``: then every
+    step's path link by link, its shares and all its what-ifs."""
+    width, legend = console.width, Legend()
+    console.print(steps_table(report, width))
+    median = median_step(report)
+    which = f"{_step_label(median)}" + (f" (the median path of {len(report.steps)} steps)"
+                                         if len(report.steps) > 1 else "")
+    console.print(shares_table(median, width, legend, title=f"{which}: where the path spends its time"))
+    console.print(top_ops_table(median, width, legend))
+    if median.what_if:
+        console.print(what_if_table(median, width, legend, WHAT_IFS))
+    for step in report.steps if links else ():
+        console.print(chain_table(step, width, legend))
+        console.print(shares_table(step, width, legend))
         if step.what_if:
-            console.print(what_if_table(step))
+            console.print(what_if_table(step, width, legend))
     for lack in report.lacks:
         console.print(Text.assemble(("note: ", "bold yellow"), lack))
     if overlay:
         console.print(Text.assemble("overlay (open in Perfetto): ", (overlay, "bold")))
-    console.print(Text(DEFINITIONS, style="dim"))
+    legend.render(console)
+    console.print(Text(DEFINITIONS if links else SUMMARY, style="dim"))
 
 
 def to_document(report: CriticalPathReport, overlay: str | None = None) -> dict:

@@ -1,0 +1,84 @@
+"""Tables that fit the terminal's width: a number or a label is never broken across lines, a name is shortened
+in its middle (``short_name``) to the width left to it, and where even that does not fit, the columns a table
+can do without are left out, the least needed first, and its caption says which (``--json`` has them all)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from rnnprof.reports.layout import short_name
+
+Cell = str | Text
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str  # lines split at "\n"
+    kind: str = "number"  # "number": right-aligned; "label": kept whole; "name": shortened in its middle to fit
+    drop: int = 0  # 0: always shown; otherwise left out where the width is short, the highest first
+    least: int = 16  # a name column's narrowest width
+
+
+def _plain(cell: Cell) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
+
+
+def _longest_line(text: str) -> int:
+    return max((cell_len(line) for line in text.split("\n")), default=0)
+
+
+def _natural(column: Column, cells: list[Cell]) -> int:
+    texts = [short_name(_plain(c), 1 << 20) if column.kind == "name" else _plain(c) for c in cells]
+    return max([_longest_line(column.header), *map(_longest_line, texts)])
+
+
+def _layout(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int) -> dict[int, int]:
+    """The columns kept, each with its width: the narrowest layout first, columns dropped until it fits,
+    then the room left given to the names, in column order."""
+    natural = [_natural(c, [r[i] for r in rows]) for i, c in enumerate(columns)]
+    least = [min(n, max(c.least, _longest_line(c.header))) if c.kind == "name" else n
+             for n, c in zip(natural, columns)]
+    kept = list(range(len(columns)))
+    droppable = sorted((i for i, c in enumerate(columns) if c.drop), key=lambda i: (-columns[i].drop, -i))
+
+    def spare() -> int:  # a column takes 3 more characters: padding and the space between columns
+        return width - sum(least[i] for i in kept) - 3 * len(kept) + 1
+
+    while spare() < 0 and droppable:
+        kept.remove(droppable.pop(0))
+    room, widths = spare(), {}
+    for i in kept:
+        more = max(0, min(natural[i] - least[i], room))
+        widths[i], room = least[i] + more, room - more
+    return widths
+
+
+def _cell(cell: Cell, column: Column, width: int) -> Text:
+    text = short_name(_plain(cell), max(width, 4)) if column.kind == "name" else _plain(cell)
+    return Text(text, style=cell.style if isinstance(cell, Text) else "")
+
+
+def fit_table(width: int, columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, title: str = "",
+              caption: str = "") -> Group:
+    """``rows`` as a compact table (``layout.compact_table``'s look) at most ``width`` characters wide, under
+    ``title``; the caption names the columns left out."""
+    widths = _layout(columns, rows, width)
+    left_out = [columns[i].header.replace("\n", " ") for i in range(len(columns)) if i not in widths]
+    if left_out:
+        caption = (f"{caption}; " if caption else "") + (f"left out at {width} columns: {', '.join(left_out)} "
+                                                       f"(a wider terminal or --json has them)")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, caption=caption or None, caption_justify="left")
+    for i, w in widths.items():
+        column = columns[i]
+        table.add_column(column.header, justify="right" if column.kind == "number" else "left", no_wrap=True,
+                         width=w if column.kind == "name" else None)
+    for row in rows:
+        table.add_row(*(_cell(row[i], columns[i], w) for i, w in widths.items()))
+    return Group(*([Text(title, style="table.title")] if title else []), table)
