@@ -13,7 +13,7 @@ from rnnprof.analyzers.placement.inputs import AuditInput
 from rnnprof.analyzers.tasks import analyze_tasks
 from rnnprof.cli import main
 from rnnprof.errors import InputError
-from rnnprof.events import Device, EventTableBuilder, Kind
+from rnnprof.events import Device, EventTableBuilder, Kind, Manifest
 from rnnprof.rundir.manifest import applied_offsets
 from rnnprof.training import clock
 from rnnprof.training.cluster import free_ports, local_spec, parse_cluster_spec
@@ -230,23 +230,28 @@ def _ps_graph(placement: dict[str, tuple[str, int]]):
 PS1 = "/job:ps/replica:0/task:1"
 
 
+def _ps_tasks(n: int) -> Manifest:
+    """A run manifest that records ``n`` parameter-server tasks."""
+    return Manifest.from_dict({"config": {"ps_tasks": n}})
+
+
 def test_pa008_flags_a_ps_task_holding_most_variable_bytes():
     graph = _ps_graph({"emb": (PS0, 4000), "w": (PS0, 3000), "b": (PS1, 100)})
-    findings = ps_balance.check(AuditInput(graph=graph, manifest={"config": {"ps_tasks": 2}}))
+    findings = ps_balance.check(AuditInput(graph=graph, manifest=_ps_tasks(2)))
     assert len(findings) == 1 and findings[0].devices == (PS0,)
     assert findings[0].evidence["share"] == pytest.approx(7000 / 7100, abs=1e-3)
 
 
 def test_pa008_counts_a_ps_task_holding_nothing():
     graph = _ps_graph({"emb": (PS0, 4000), "w": (PS0, 3000)})  # ps task 1 exists but holds no variable
-    findings = ps_balance.check(AuditInput(graph=graph, manifest={"config": {"ps_tasks": 2}}))
+    findings = ps_balance.check(AuditInput(graph=graph, manifest=_ps_tasks(2)))
     assert findings and findings[0].evidence["bytes_by_task"] == {PS0: 7000, PS1: 0}
 
 
 def test_pa008_passes_a_fair_split_and_skips_a_single_ps_task():
     graph = _ps_graph({"emb": (PS0, 4000), "w": (PS1, 3000), "b": (PS1, 100)})
-    assert ps_balance.check(AuditInput(graph=graph, manifest={"config": {"ps_tasks": 2}})) == []
-    one = ps_balance.check(AuditInput(graph=_ps_graph({"emb": (PS0, 10)}), manifest={"config": {"ps_tasks": 1}}))
+    assert ps_balance.check(AuditInput(graph=graph, manifest=_ps_tasks(2))) == []
+    one = ps_balance.check(AuditInput(graph=_ps_graph({"emb": (PS0, 10)}), manifest=_ps_tasks(1)))
     assert one.rule_id == ps_balance.RULE_ID and "2 or more ps tasks" in one.reason
 
 
@@ -269,9 +274,9 @@ def test_pa008_does_not_judge_traffic_when_a_task_holding_variables_has_no_trans
         b.add(k * 10, 5, "RecvTensor", "RecvTensor", Device("cpu", 0, PS0), "ops", Kind.COMMUNICATION, step=1,
               nbytes=4000)
     events = b.build()
-    assert ps_balance.check(AuditInput(graph=graph, events=events, manifest={"config": {"ps_tasks": 2}})) == []
+    assert ps_balance.check(AuditInput(graph=graph, events=events, manifest=_ps_tasks(2))) == []
     b.add(40, 5, "RecvTensor", "RecvTensor", Device("cpu", 0, PS1), "ops", Kind.COMMUNICATION, step=1, nbytes=100)
-    complete = ps_balance.check(AuditInput(graph=graph, events=b.build(), manifest={"config": {"ps_tasks": 2}}))
+    complete = ps_balance.check(AuditInput(graph=graph, events=b.build(), manifest=_ps_tasks(2)))
     assert [f.evidence["measure"] for f in complete] == ["traffic received (bytes)"]  # both tasks recorded
 
 

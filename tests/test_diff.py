@@ -305,13 +305,14 @@ def test_names_from_the_input_are_printed_verbatim(tmp_path):
     assert f"0{TOKEN}, 1{TOKEN}" in text
 
 
-def test_manifest_and_kineto_header_of_unexpected_shape_are_not_recorded(run_dir, tmp_path):
+def test_manifest_of_unexpected_shape_is_an_input_error_and_kineto_header_is_not_recorded(run_dir, tmp_path,
+                                                                                          capsys):
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    manifest.update(throughput=[1, 2], config="fast", devices=[{"name": "/device:CPU:0"}, "cpu:1"])
+    manifest.update(throughput=[1, 2])
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    doc = diff_json([run_dir, run_dir])
-    assert doc["identical"] is True
-    assert not any(r["device"] == "run" for r in doc["time"]["rows"])  # no median step to read
+    assert run_diff(["--json", "--top", "0", run_dir, run_dir])[0] == 2
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    assert "malformed manifest" in error and "$.throughput" in error
     with gzip.open(KINETO_R0, "rt") as f:
         trace = json.load(f)
     trace["deviceProperties"] = 5

@@ -11,7 +11,7 @@ import pytest
 
 from rnnprof.cli import main
 from rnnprof.errors import InputError
-from rnnprof.events import Device, Kind
+from rnnprof.events import Device, Kind, Manifest
 from rnnprof.traces import detect_format, load_events
 from rnnprof.traces import kineto
 from rnnprof.rundir.manifest import capture_notes
@@ -230,22 +230,25 @@ def test_interrupted_run_reads_what_exists(tmp_path):
 
 
 def test_capture_notes_say_which_steps_the_figures_cover(tmp_path):
-    assert capture_notes(tmp_path, {"status": "complete", "traced_steps": [2, 3]}, []) == []
-    interrupted = capture_notes(tmp_path, {"status": "interrupted", "traced_steps": [2, 3, 5]},
-                                ["timelines/step-3.trace.json.gz"])
+    def notes(path, manifest: dict, missing):
+        return capture_notes(path, Manifest.from_dict(manifest), missing)
+
+    assert notes(tmp_path, {"status": "complete", "traced_steps": [2, 3]}, []) == []
+    interrupted = notes(tmp_path, {"status": "interrupted", "traced_steps": [2, 3, 5]},
+                        ["timelines/step-3.trace.json.gz"])
     assert len(interrupted) == 2
     assert "interrupted" in interrupted[0] and "2 traced step(s) (steps 2, 5)" in interrupted[0]
     assert "1 timeline(s)" in interrupted[1] and "step-3.trace.json.gz" in interrupted[1]
-    killed = capture_notes(tmp_path, {"status": "running", "traced_steps": [4, 5, 6]}, [])
+    killed = notes(tmp_path, {"status": "running", "traced_steps": [4, 5, 6]}, [])
     assert len(killed) == 1 and '"running"' in killed[0] and "killed" in killed[0] and "steps 4-6" in killed[0]
-    scattered = capture_notes(tmp_path, {"status": "interrupted", "traced_steps": list(range(0, 2000, 2))}, [])
+    scattered = notes(tmp_path, {"status": "interrupted", "traced_steps": list(range(0, 2000, 2))}, [])
     assert "1000 traced step(s) (steps 0, 2, 4, 6, 8, 10, 12, 14, ... 1998)" in scattered[0]
-    odd = capture_notes(tmp_path, {"status": "paused"}, [])
+    odd = notes(tmp_path, {"status": "paused"}, [])
     assert len(odd) == 1 and "'paused'" in odd[0] and "no traced step" in odd[0]
-    many_missing = capture_notes(tmp_path, {"status": "complete"}, [f"timelines/step-{k}.trace.json.gz"
-                                                                   for k in range(100)])
+    many_missing = notes(tmp_path, {"status": "complete"}, [f"timelines/step-{k}.trace.json.gz"
+                                                           for k in range(100)])
     assert len(many_missing) == 1 and "100 timeline(s)" in many_missing[0] and "(95 more)" in many_missing[0]
-    assert "status is missing" in capture_notes(tmp_path, {}, [])[0]
+    assert "status is missing" in notes(tmp_path, {}, [])[0]
 
 
 @pytest.mark.parametrize("command", ["count-ops", "comm", "placement-audit"])

@@ -9,7 +9,7 @@ from rnnprof.analyzers.placement import (AuditInput, KernelList, NotChecked, Pla
                                          audit_placement)
 from rnnprof.analyzers.placement import (imbalance, inter_op_threads, missing_kernels, replica_pinning,
                                          soft_placement, transfers, update_placement)
-from rnnprof.events import Device, EventTableBuilder, Kind
+from rnnprof.events import Device, EventTableBuilder, Kind, Manifest
 
 CPU0 = "/job:localhost/replica:0/task:0/device:CPU:0"
 CPU1 = "/job:localhost/replica:0/task:0/device:CPU:1"
@@ -123,6 +123,11 @@ def test_replica_pinning_names_pinned_ops_and_estimates_the_wait():
     assert f.evidence["us_per_step_on_wrong_device"] == pytest.approx(80.0)
 
 
+def _manifest(data: dict | None) -> Manifest | None:
+    """A run manifest of these fields (None stays None)."""
+    return None if data is None else Manifest.from_dict(data)
+
+
 def _logical_cpus(cores: int) -> dict:
     return {"devices": [{"name": CPU0, "kind": "logical-cpu"}, {"name": CPU1, "kind": "logical-cpu"}],
             "machine": {"cpu_count": cores}}
@@ -138,7 +143,8 @@ def test_replica_pinning_on_logical_cpus_costs_only_the_time_their_shared_cores_
     both = concat([busy, extra])
     for manifest, cost in ((_logical_cpus(2), 40.0), (_logical_cpus(8), 80.0), (None, 80.0),
                            ({**_logical_cpus(2), "devices": [{"name": CPU0, "kind": "gpu"}]}, 80.0)):
-        (f,) = findings(replica_pinning.check(AuditInput(graph=towers(True), events=both, manifest=manifest)))
+        inp = AuditInput(graph=towers(True), events=both, manifest=_manifest(manifest))
+        (f,) = findings(replica_pinning.check(inp))
         assert f.severity == Severity.ERROR and f.cost_us_per_step == pytest.approx(cost), manifest
         assert f.evidence["us_per_step_tower_device_idle_meanwhile"] == pytest.approx(80.0)
 
@@ -213,7 +219,7 @@ def _updates(devices, mode=None):
         g.add_node(f"update/tower_{k}/w/ApplyGradientDescent", op="ApplyGradientDescent",
                    requested_device="", assigned_device=dev)
     assert nodes
-    return AuditInput(graph=g, manifest={"config": {"variable_update": mode}} if mode else None)
+    return AuditInput(graph=g, manifest=_manifest({"config": {"variable_update": mode}} if mode else None))
 
 
 def test_updates_of_all_replicas_on_one_device_is_an_error_in_replicated_mode():
@@ -353,7 +359,7 @@ TURNS = (("tower_0/a", "MatMul", 0, 0, 60), ("tower_0/b", "Tanh", 0, 60, 40),
 
 @pytest.mark.parametrize("threads, expected", [(1, Severity.WARNING), (2, Severity.INFO), (3, None)])
 def test_inter_op_threads_without_a_trace_judge_the_setting_alone(threads, expected):
-    found = findings(inter_op_threads.check(AuditInput(manifest=_threads_manifest(threads))))
+    found = findings(inter_op_threads.check(AuditInput(manifest=_manifest(_threads_manifest(threads)))))
     assert [f.severity for f in found] == ([] if expected is None else [expected])
     assert all(f.cost_us_per_step is None for f in found)
 
@@ -362,10 +368,10 @@ def test_tfs_default_pool_is_not_judged_without_a_trace():
     # 0: TF sizes the pool itself (not recorded), whatever the cores; the core count alone proves nothing
     for cores in (2, 16, None):
         manifest = _threads_manifest(0, cores)
-        outcome = inter_op_threads.check(AuditInput(manifest=manifest))
+        outcome = inter_op_threads.check(AuditInput(manifest=_manifest(manifest)))
         assert isinstance(outcome, NotChecked) and "trace" in outcome.reason
     assert isinstance(inter_op_threads.check(AuditInput()), NotChecked)
-    outcome = inter_op_threads.check(AuditInput(manifest={"session_config": {"inter_op_threads": 0}}))
+    outcome = inter_op_threads.check(AuditInput(manifest=_manifest({"session_config": {"inter_op_threads": 0}})))
     assert isinstance(outcome, NotChecked) and "device count" in outcome.reason
 
 
@@ -374,7 +380,7 @@ def test_tfs_default_pool_is_not_judged_without_a_trace():
     (1, TURNS, Severity.ERROR), (1, SIDE_BY_SIDE, Severity.INFO),
     (2, SIDE_BY_SIDE, Severity.INFO), (2, TURNS, Severity.WARNING), (4, TURNS, None)])
 def test_inter_op_threads_judged_by_whether_the_towers_ran_side_by_side(threads, rows, expected):
-    inp = AuditInput(manifest=_threads_manifest(threads), events=events(*rows, steps=3))
+    inp = AuditInput(manifest=_manifest(_threads_manifest(threads)), events=events(*rows, steps=3))
     found = findings(inter_op_threads.check(inp))
     assert [f.severity for f in found] == ([] if expected is None else [expected])
     for f in found:
@@ -391,9 +397,9 @@ def test_inter_op_threads_cost_counts_the_cores_the_towers_could_share():
     # Four towers taking turns, 50 µs each, on a 2-core host: side by side they need at least 200/2 µs
     rows = tuple((f"tower_{k}/a", "MatMul", k, 50 * k, 50) for k in range(4))
     manifest = _threads_manifest(1, cores=2, devices=4)
-    (found,) = findings(inter_op_threads.check(AuditInput(manifest=manifest, events=events(*rows, steps=3))))
+    (found,) = findings(inter_op_threads.check(AuditInput(manifest=_manifest(manifest), events=events(*rows, steps=3))))
     assert found.severity == Severity.ERROR and found.cost_us_per_step == pytest.approx(100.0)
-    (found,) = findings(inter_op_threads.check(AuditInput(manifest=_threads_manifest(1, cores=8, devices=4),
+    (found,) = findings(inter_op_threads.check(AuditInput(manifest=_manifest(_threads_manifest(1, cores=8, devices=4)),
                                                           events=events(*rows, steps=3))))
     assert found.cost_us_per_step == pytest.approx(150.0)  # enough cores: down to one tower's 50 µs
 
@@ -482,7 +488,7 @@ def _cpu_manifest(step_cpu, kind="logical-cpu", cores=2):
 ])
 def test_inter_op_threads_cost_on_shared_cores_lies_between_the_towers_and_the_cores_figures(step_cpu, cpu_figure):
     # TURNS: the towers' union 180 µs less the busiest tower's 100 µs = 80 µs, if no op slows down beside another
-    inp = AuditInput(manifest=_cpu_manifest(step_cpu), events=events(*TURNS, steps=3))
+    inp = AuditInput(manifest=_manifest(_cpu_manifest(step_cpu)), events=events(*TURNS, steps=3))
     (found,) = findings(inter_op_threads.check(inp))
     assert found.severity == Severity.ERROR
     assert found.evidence["cpu_bound_ms_per_step"] == pytest.approx(cpu_figure / 1000, abs=1e-6)
@@ -497,11 +503,13 @@ def test_inter_op_threads_cost_on_shared_cores_lies_between_the_towers_and_the_c
 
 def test_inter_op_threads_cpu_bound_only_for_devices_sharing_the_hosts_cores():
     # GPUs do not run on the host's cores: the process's CPU time says nothing of what their towers gain
-    inp = AuditInput(manifest=_cpu_manifest([(150e-6, 150e-6)] * 5, kind="gpu"), events=events(*TURNS, steps=3))
+    inp = AuditInput(manifest=_manifest(_cpu_manifest([(150e-6, 150e-6)] * 5, kind="gpu")),
+                     events=events(*TURNS, steps=3))
     (found,) = findings(inter_op_threads.check(inp))
     assert found.cost_us_per_step == pytest.approx(80.0) and "timed_steps" not in found.evidence
     # CPU times that do not pair with the step times one for one are not used
     manifest = _cpu_manifest([(150e-6, 150e-6)] * 5)
     manifest["step_times"]["timed"].append(100e-6)
-    (found,) = findings(inter_op_threads.check(AuditInput(manifest=manifest, events=events(*TURNS, steps=3))))
+    inp = AuditInput(manifest=_manifest(manifest), events=events(*TURNS, steps=3))
+    (found,) = findings(inter_op_threads.check(inp))
     assert found.cost_us_per_step == pytest.approx(80.0)

@@ -93,8 +93,13 @@ RUN_INPUTS = {
                            {"timelines/step-0.trace.json.gz": None}, "no readable timeline"),
     "timeline-corrupt": (json.dumps({"traced_steps": [0]}).encode(),
                          {"timelines/step-0.trace.json.gz": b"\x1f\x8b\x08\x00junk"}, "compressed data"),
-    "hostile-step-numbers": (json.dumps({"traced_steps": [-1, 10**40, "x", True]}).encode(), {},
-                             "no readable timeline"),
+    "hostile-step-numbers": (json.dumps({"traced_steps": [-1, 10**40]}).encode(), {}, "no readable timeline"),
+    "manifest-step-not-a-number": (json.dumps({"traced_steps": [0, "x", True]}).encode(), {},
+                                   "malformed manifest: Expected `int`, got `str` - at `$.traced_steps[1]`"),
+    "manifest-field-not-an-object": (json.dumps({"status": "complete", "config": "fast"}).encode(), {},
+                                     "malformed manifest: Expected `object`, got `str` - at `$.config`"),
+    "manifest-device-without-name": (json.dumps({"devices": [{"kind": "gpu"}]}).encode(), {},
+                                     "malformed manifest: Object missing required field `name` - at `$.devices[0]`"),
 }
 
 

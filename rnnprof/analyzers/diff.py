@@ -21,7 +21,7 @@ from rnnprof.analyzers.comm import CommReport, analyze_comm
 from rnnprof.analyzers.placement import AuditInput
 from rnnprof.analyzers.placement import scopes
 from rnnprof.analyzers.launches import host_self_time
-from rnnprof.events import Device, EventTable, Kind
+from rnnprof.events import Device, EventTable, Kind, Manifest
 
 if TYPE_CHECKING:
     import networkx
@@ -75,7 +75,7 @@ class Side:
     runtime_graph: "networkx.DiGraph | None" = None
     runtime_reason: str = ""
     graph: "networkx.DiGraph | None" = None  # user graph with assigned devices joined in (placements)
-    manifest: dict | None = None
+    manifest: Manifest | None = None
     roofline: object | None = None  # roofline.RooflineReport of a one-process side
     roofline_reason: str = "not computed"
 
@@ -543,10 +543,9 @@ def _activity_span(report: CommReport) -> float:
     return float(np.mean(spans))
 
 
-def _timed_step_us(manifest: dict | None) -> float | None:
-    throughput = (manifest or {}).get("throughput")
-    value = throughput.get("median_step_seconds") if isinstance(throughput, dict) else None
-    return float(value) * 1e6 if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def _timed_step_us(manifest: Manifest | None) -> float | None:
+    seconds = manifest.median_step_seconds if manifest is not None else None
+    return seconds * 1e6 if seconds is not None else None
 
 
 STEP_MARKER = re.compile(r"^ProfilerStep#(\d{1,9})$")
@@ -833,9 +832,10 @@ def settings(side: Side) -> dict[str, str]:
     """What a side records about how it ran, flattened to ``key -> text``."""
     out: dict[str, str] = {}
     if side.manifest is not None:
+        recorded = side.manifest.as_dict()
         for key in _MANIFEST_FIELDS:
-            if key in side.manifest:
-                _flatten(side.manifest[key], key, out)
+            if key in recorded:
+                _flatten(recorded[key], key, out)
     if side.events is not None:
         parts = _trace_metadata(side.events)
         distributed = [p["distributed"] for p in parts if isinstance(p.get("distributed"), dict) and p["distributed"]]

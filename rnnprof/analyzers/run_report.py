@@ -23,7 +23,7 @@ from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stat
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
 from rnnprof.analyzers.timeline import Timeline, step_timeline
 from rnnprof.analyzers.topops import TimedOp, top_by_time
-from rnnprof.events import EventTable, Kind
+from rnnprof.events import EventTable, Kind, Manifest
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def step_times(events: EventTable | None) -> StepTimes | None:
 @dataclass(frozen=True)
 class RunReport:
     label: str  # the paths as given
-    manifest: dict | None
+    manifest: Manifest | None
     events: int
     source_format: str
     comm: CommReport | None
@@ -80,7 +80,7 @@ class RunReport:
 
 def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
                 user_reason: str = "", runtime_reason: str = "", audit_input=None, audit_reason: str = "",
-                manifest: dict | None = None, dependencies: Dependencies | None = None, roofline=None,
+                manifest: Manifest | None = None, dependencies: Dependencies | None = None, roofline=None,
                 roofline_reason: str = "") -> RunReport:
     """All the report's analyses; ``audit_input`` (``placement.AuditInput``) is None when nothing can be audited;
     ``dependencies``: what the input says beyond its events, for the critical path."""

@@ -7,8 +7,6 @@ import statistics
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from rnnprof import names
-
 
 class Step(Protocol):
     seconds: float
@@ -48,11 +46,3 @@ def is_seconds(value, zero: bool = False) -> bool:
     """A finite duration in seconds: a positive number (or zero, with ``zero``), not a bool."""
     return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
             and (value >= 0 if zero else value > 0))
-
-
-def manifest_timed(manifest: dict, key: str = names.STEP_TIMES) -> list | None:
-    """The ``timed`` list of a run manifest's per-step section ``key`` (``names.STEP_TIMES``, ``names.STEP_CPU``);
-    None when absent or not a list."""
-    section = manifest.get(key)
-    timed = section.get("timed") if isinstance(section, dict) else None
-    return timed if isinstance(timed, list) else None

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 
 from rnnprof.analyzers.scale import ScalePoint
 from rnnprof.analyzers.throughput import TimingSummary
+from rnnprof.events import Manifest
 from rnnprof.recording.torch_workload import capture_torch_workload
 from rnnprof.recording.workload import capture_workload
 from rnnprof.rundir.manifest import read_manifest
@@ -35,7 +36,7 @@ def traced_sweep(configs: Sequence, out, trace_steps: int, command: Sequence[str
         done = _capture(options, _traced_run_dir(out, config), trace_steps, command, on_warning, framework)
         manifest = read_manifest(done.path)
         points.append(_traced_point(config, done.timed, manifest, framework))
-    throughput = manifest.get("throughput") or {}  # the last run's, as its device kind and model: all runs share them
+    throughput = manifest.throughput  # the last run's, as its device kind and model: all runs share them
     return Sweep(points=tuple(points), device_kind=done.device_kind,
                  words_definition=throughput.get("words_definition", ""), model=config.model,
                  unit="images" if config.model in IMAGE_MODELS else "words",
@@ -57,22 +58,21 @@ def _capture(options, path, trace_steps: int, command: Sequence[str], on_warning
     return capture_workload(options, path, False, command, trace_steps, on_warning=on_warning)
 
 
-def _traced_point(config, timed, manifest: dict, framework: str) -> ScalePoint:
+def _traced_point(config, timed, manifest: Manifest, framework: str) -> ScalePoint:
     """The sweep's point of one captured configuration: ``timed`` (its timed steps' summary) and the step times
     and throughput its run directory's manifest records."""
-    times = manifest.get("step_times") or {}
-    with_warmup = (manifest.get("throughput") or {}).get("with_warmup")
+    with_warmup = manifest.throughput.get("with_warmup")
     return ScalePoint(
         variable_update=config.variable_update,
-        all_reduce=(config.all_reduce if framework != "torch" else f"DDP {manifest.get('backend')}")
+        all_reduce=(config.all_reduce if framework != "torch" else f"DDP {manifest.backend}")
         if config.variable_update == "replicated" else None,
         devices=config.devices,
         per_device_batch=config.per_device_batch(),
         total_batch=config.total_batch(),
         timed=timed,
         with_warmup=TimingSummary(**with_warmup) if isinstance(with_warmup, dict) else None,
-        step_seconds=tuple(times.get("timed") or ()),
-        warmup_step_seconds=tuple(times.get("warmup") or ()),
+        step_seconds=manifest.step_times.timed,
+        warmup_step_seconds=manifest.step_times.warmup,
         workers=config.workers,
         fake_location=getattr(config, "fake_location", None),
     )

@@ -14,7 +14,7 @@ from rnnprof import process_group, rundir
 from rnnprof.commands.flags import INPUT
 from rnnprof.paths import broken
 from rnnprof.errors import InputError, UsageError
-from rnnprof.rundir.manifest import is_torch_run, read_manifest
+from rnnprof.rundir.manifest import read_manifest
 
 
 
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace, console) -> int:
 def _refuse_torch_run(path: Path) -> None:
     """A PyTorch run holds Kineto traces, which TensorBoard's profile plugin does not read: say what opens them."""
 
-    if rundir.is_run_dir(path) and is_torch_run(read_manifest(path)):
+    if rundir.is_run_dir(path) and read_manifest(path).is_torch:
         raise InputError(path, f"is a PyTorch run, whose Kineto traces ({rundir.TORCH_TRACES_DIR}/rank<r>.json.gz) "
                                "TensorBoard's profile viewer cannot read; open them in Perfetto (ui.perfetto.dev "
                                "reads the file in the browser) or chrome://tracing",

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from rnnprof.analyzers.throughput import is_seconds, manifest_timed
+from rnnprof.analyzers.throughput import is_seconds
 from rnnprof.errors import InputError, UsageError
+from rnnprof.events import Manifest
 from rnnprof.rundir.sweep import RUNS_DIR
 
 EXPECTED = ("a sweep directory made by rnnprof scale --explain, or one run directory, Kineto rank folder or "
@@ -66,11 +67,11 @@ def _load_one(path: Path, stated: int | None, loaded: ExplainInputs) -> None:
     timed_us, timed_steps, mode, n = None, (), "", stated
     if path.is_dir() and (path / "manifest.json").is_file():
         manifest = read_manifest(path)
-        config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
-        run_devices = _run_devices(manifest, config)
+        config = manifest.config
+        run_devices = _run_devices(manifest)
         if n is None:
             n = run_devices
-        mean = (manifest.get("throughput") or {}).get("mean_step_seconds")
+        mean = manifest.throughput.get("mean_step_seconds")
         if isinstance(mean, (int, float)) and mean > 0:
             timed_us = mean * 1e6
         timed_steps = _timed_steps_us(manifest)
@@ -79,8 +80,8 @@ def _load_one(path: Path, stated: int | None, loaded: ExplainInputs) -> None:
             mode += f", {config['fake_location']} images"
         if config.get("batch_scaling") in SCALING_OF_BATCH:
             loaded.scalings.add(SCALING_OF_BATCH[config["batch_scaling"]])
-        kinds = {d.get("kind") for d in manifest.get("devices") or [] if isinstance(d, dict)}
-        loaded.device_kinds |= {k for k in kinds | {manifest.get("device_kind")} if k}
+        kinds = {d.kind for d in manifest.devices}
+        loaded.device_kinds |= {k for k in kinds | {manifest.device_kind} if k}
         table = load_events(str(path))
     else:
         job = job_of([str(path)])
@@ -102,21 +103,20 @@ def _load_one(path: Path, stated: int | None, loaded: ExplainInputs) -> None:
                                       timed_steps_us=timed_steps))
 
 
-def _timed_steps_us(manifest: dict) -> tuple[float, ...]:
+def _timed_steps_us(manifest: Manifest) -> tuple[float, ...]:
     """The run's timed steps (manifest ``step_times.timed``, seconds) in µs; () where any is not a finite duration."""
-    timed = manifest_timed(manifest) or []
+    timed = manifest.step_times.timed
     if not all(is_seconds(t) for t in timed):
         return ()
     return tuple(float(t) * 1e6 for t in timed)
 
 
-def _run_devices(manifest: dict, config: dict) -> int | None:
+def _run_devices(manifest: Manifest) -> int | None:
     """N of a run directory: its world size (torch), else devices per worker times the workers."""
-    if isinstance(manifest.get("world_size"), int):
-        return manifest["world_size"]
-    devices = config.get("devices")
+    if manifest.world_size is not None:
+        return manifest.world_size
+    devices = manifest.config.get("devices")
     if not isinstance(devices, int):
-        listed = manifest.get("devices")
-        return len(listed) if isinstance(listed, list) and listed else None
-    workers = config.get("workers")
+        return len(manifest.devices) or None
+    workers = manifest.config.get("workers")
     return devices * (workers if isinstance(workers, int) and workers > 0 else 1)

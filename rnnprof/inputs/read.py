@@ -23,7 +23,7 @@ from functools import cached_property
 from typing import Sequence
 
 from rnnprof.errors import InputError
-from rnnprof.events import EventTable
+from rnnprof.events import EventTable, Manifest
 from rnnprof.traces import load_events, merge_tables, rnnprof_run
 from rnnprof.traces.registry import Source, open_source
 
@@ -41,7 +41,7 @@ class Inputs:
     events_reason: str = ""  # why ``events`` is None
     graph_defs: object | None = None  # ``graphs.GraphDefs``: the parsed GraphDef protos, by role
     graphs_reason: str = ""  # why ``graph_defs`` is None
-    manifest: dict | None = None
+    manifest: Manifest | None = None  # a run directory's
 
     @cached_property
     def graph_set(self):

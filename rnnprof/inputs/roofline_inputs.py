@@ -66,12 +66,12 @@ def sources(paths, loaded: bool = False) -> list[RooflineSource]:
 
 
 def _run_dir(path: Path, several: bool) -> list[RooflineSource]:
-    from rnnprof.rundir.manifest import is_torch_run, listed_torch_traces, read_manifest
+    from rnnprof.rundir.manifest import listed_torch_traces, read_manifest
 
     manifest = read_manifest(path)
-    host = manifest.get("host") if isinstance(manifest.get("host"), str) else ""
+    host = manifest.host or ""
     prefix = f"{path.name}/" if several else ""
-    if is_torch_run(manifest):
+    if manifest.is_torch:
         return [RooflineSource(f"{prefix}{p.name.split('.')[0]}", p, "kineto", host)
                 for p in listed_torch_traces(path, manifest) if p.is_file()]
     return [RooflineSource(prefix.rstrip("/"), path, "tf-run", host)]

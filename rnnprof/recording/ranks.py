@@ -29,7 +29,7 @@ from pathlib import Path
 
 from rnnprof.errors import InputError
 from rnnprof import rundir
-from rnnprof.rundir.manifest import new_manifest, now, read_manifest
+from rnnprof.rundir.manifest import new_manifest, now, read_manifest_json
 from rnnprof.rundir.writer import atomic_write_json
 
 FRAMEWORK = "torch"
@@ -110,7 +110,7 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None, exi
 def _manifest_or_new(run_dir: Path, command) -> dict:
     """The run directory's manifest, or a new one for ``command`` (default: this process's) where it has none."""
     try:
-        manifest = read_manifest(run_dir)
+        manifest = read_manifest_json(run_dir)  # rewritten below, every key kept
     except InputError:
         manifest = {}
     if manifest.get("format") != rundir.MANIFEST_FORMAT:

@@ -28,7 +28,8 @@ from rnnprof.errors import InputError, UsageError
 from rnnprof import rundir
 from rnnprof.recording import ranks
 from rnnprof.recording.interrupt import ignore_interrupts, interrupt_once
-from rnnprof.rundir.manifest import new_manifest, read_manifest
+from rnnprof.events import Manifest
+from rnnprof.rundir.manifest import new_manifest, read_manifest, read_manifest_json
 from rnnprof.recording.launch import launch_command
 from rnnprof.rundir.writer import RunWriter, atomic_write_json, prepare_out_dir
 from rnnprof.recording.imports import when_imported
@@ -131,7 +132,7 @@ def _end_with_parent():
 
 def _mark_unfinished(out: Path, command: list[str], code: int) -> None:
     """Record the exit code of a failed script; a child that died early leaves the manifest to the parent."""
-    manifest = _child_manifest(out) or new_manifest(command, {"script": command})
+    manifest = _child_manifest_json(out) or new_manifest(command, {"script": command})
     if manifest.get("status") == rundir.STATUS_COMPLETE and code == 0:
         return
     if manifest.get("status") != rundir.STATUS_COMPLETE:
@@ -140,29 +141,36 @@ def _mark_unfinished(out: Path, command: list[str], code: int) -> None:
     atomic_write_json(out / rundir.MANIFEST, manifest)
 
 
-def _child_manifest(out: str | Path) -> dict:
-    """The run's manifest as the child left it; empty when it cannot be read."""
+def _child_manifest_json(out: str | Path) -> dict:
+    """The run's manifest as the child left it, as a JSON object to rewrite; empty when it cannot be read."""
     try:
-        return read_manifest(Path(out))
+        return read_manifest_json(Path(out))
     except InputError:
         return {}
 
 
+def _child_manifest(out: str | Path) -> Manifest:
+    """The run's manifest as the child left it; empty (every field its default) when it cannot be read."""
+    try:
+        return read_manifest(Path(out))
+    except InputError:
+        return Manifest()
+
+
 def script_failure(out: str | Path) -> str | None:
     """Why the script's capture stopped, as the child recorded it in the manifest."""
-    return _child_manifest(out).get("error")
+    return _child_manifest(out).error
 
 
 def what_was_kept(out: str | Path) -> str:
     """What an interrupted run holds, as its manifest lists it (the manifest matches the files on disk)."""
     manifest = _child_manifest(out)
-    if manifest.get("framework") == ranks.FRAMEWORK:
+    if manifest.framework == ranks.FRAMEWORK:
         kept = [f"{r['trace']} (rank {r['rank']}, {_steps_text(r.get('steps'))})"
-                for r in manifest.get("ranks", []) if isinstance(r, dict) and r.get("trace")]
+                for r in manifest.ranks if r.get("trace")]
     else:
-        captured = manifest.get("captured") if isinstance(manifest.get("captured"), dict) else {}
-        files = sum(len(v) for v in captured.values() if isinstance(v, list))
-        steps = manifest.get("profiled_steps") or manifest.get("traced_steps") or []
+        files = sum(len(v) for v in manifest.captured.values())
+        steps = list(manifest.profiled_steps or manifest.traced_steps)
         kept = [f"{files} file(s) of {_steps_text(steps)}"] if files else []
     if not kept:
         return f"nothing was kept in {out}: no capture window had been written"
@@ -181,17 +189,16 @@ def _steps_text(steps) -> str:
 def errors_after_failure(out: str | Path) -> tuple[int | None, list[str]]:
     """The rank that failed first and the other ranks' errors after it (its consequences), in order."""
     manifest = _child_manifest(out)
-    after = manifest.get("errors_after")
-    return manifest.get("failed_rank"), ([str(e) for e in after] if isinstance(after, list) else [])
+    return manifest.failed_rank, list(manifest.errors_after)
 
 
 def nothing_captured(out: str | Path, skip_steps: int, delay: float) -> str | None:
     """Why a script that ran to its end left no capture behind, or None when something was captured."""
     manifest = _child_manifest(out)
-    if any(manifest.get("captured", {}).values()):
+    if any(manifest.captured.values()):
         return None
-    seen = manifest.get("steps_seen", 0)
-    if manifest.get("framework") == ranks.FRAMEWORK:
+    seen = manifest.steps_seen if manifest.has("steps_seen") else 0
+    if manifest.framework == ranks.FRAMEWORK:
         return (f"nothing was captured: the script ran {seen} step(s) (optimizer.step calls or rnnprof.step "
                 f"marks) and the window opens after --skip-steps {skip_steps}")
     return (f"nothing was captured: the script ran {seen} step(s) (tf.function calls, Session.run calls or "

@@ -105,37 +105,35 @@ def _run(page: Page, report: RunReport, notes: list[str]) -> None:
     page.heading("The run")
     for note in notes:
         page.paragraph(f"note: {note}", "note")
-    machine = manifest.get("machine") if isinstance(manifest.get("machine"), dict) else {}
-    versions = manifest.get("versions") if isinstance(manifest.get("versions"), dict) else {}
-    page.facts([("status", manifest.get("status")), ("created", manifest.get("created")),
-                ("finished", manifest.get("finished")), ("command", " ".join(map(str, manifest.get("command") or []))),
-                ("host", manifest.get("host")), ("CPU cores", machine.get("cpu_count")),
+    machine = manifest.machine
+    page.facts([("status", manifest.status if manifest.has("status") else None), ("created", manifest.created),
+                ("finished", manifest.finished), ("command", " ".join(manifest.command)),
+                ("host", manifest.host), ("CPU cores", machine.get("cpu_count")),
                 ("platform", machine.get("platform")),
-                ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)),
-                ("traced steps", _join(manifest.get("traced_steps"))),
-                ("profiled steps", _join(manifest.get("profiled_steps")))])
-    devices = [d for d in manifest.get("devices") or [] if isinstance(d, dict)]
+                ("versions", ", ".join(f"{k} {v}" for k, v in manifest.versions.items() if v)),
+                ("traced steps", _join(manifest.traced_steps)),
+                ("profiled steps", _join(manifest.profiled_steps))])
+    devices = manifest.devices
     if devices:
         page.heading("Devices", 3)
-        page.table(["device", "kind"], [[d.get("name"), d.get("kind")] for d in devices])
-        kind = devices[0].get("kind")
+        page.table(["device", "kind"], [[d.name, d.kind] for d in devices])
+        kind = devices[0].kind
         from rnnprof.analyzers.scale import shared_cores_note
 
         shared = shared_cores_note(str(kind), machine.get("cpu_count"))
         if shared:
             page.paragraph(f"note: {shared}", "note")
-    for title, key in (("Configuration", "config"), ("Session configuration", "session_config")):
-        values = manifest.get(key)
-        if isinstance(values, dict) and values:
+    for title, values in (("Configuration", manifest.config), ("Session configuration", manifest.session_config)):
+        if values:
             page.heading(title, 3)
             page.table(["setting", "value"], [[k, _value(v)] for k, v in values.items()])
-    for key in ("error", "exit_code"):
-        if manifest.get(key) not in (None, ""):
-            page.paragraph(f"{key}: {manifest[key]}", "note")
+    for key, value in (("error", manifest.error), ("exit_code", manifest.exit_code)):
+        if value not in (None, ""):
+            page.paragraph(f"{key}: {value}", "note")
 
 
-def _join(values) -> str:
-    return ", ".join(map(str, values)) if isinstance(values, list) else ""
+def _join(values: tuple[int, ...]) -> str:
+    return ", ".join(map(str, values))
 
 
 def _value(value) -> str:
@@ -144,7 +142,7 @@ def _value(value) -> str:
 
 def _throughput(page: Page, report: RunReport) -> None:
     manifest = report.manifest
-    throughput = (manifest or {}).get("throughput")
+    throughput = manifest.throughput if manifest is not None else None
     measured = isinstance(throughput, dict) and isinstance(throughput.get("words_per_second"), (int, float))
     steps = report.step_times
     if not measured and steps is None:
@@ -171,15 +169,10 @@ def _throughput(page: Page, report: RunReport) -> None:
     page.table(["batches", "steps", "words/s", "mean step (s)", "median step (s)", "std (s)"],
                [[r[0], r[1], *(_number(v) for v in r[2:])] for r in rows], numeric={1, 2, 3, 4, 5},
                caption=f"words = {throughput.get('words_definition', 'as the workload counts them')}")
-    times = manifest.get("step_times") if isinstance(manifest.get("step_times"), dict) else {}
-    warmup, timed = _seconds(times.get("warmup")), _seconds(times.get("timed"))
+    warmup, timed = list(manifest.step_times.warmup), list(manifest.step_times.timed)
     if warmup or timed:
         page.chart("step-times", charts.spec(charts.step_times_chart([("this run", warmup, timed)],
                                                                      "Step times: warm-up, then timed")))
-
-
-def _seconds(values) -> list[float]:
-    return [float(v) for v in values if isinstance(v, (int, float))] if isinstance(values, list) else []
 
 
 def _number(value) -> str:

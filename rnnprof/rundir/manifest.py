@@ -1,8 +1,9 @@
 """The manifest of a run directory, written and read in one place.
 
 ``new_manifest`` is what a capture starts with (status ``running``); ``RunWriter``
-(``rnnprof.rundir.writer``) updates and saves it. ``read_manifest`` is the one reader;
-``run_notes`` says what a reader of a partial run's figures must know.
+(``rnnprof.rundir.writer``) updates and saves it. ``read_manifest`` is the one reader: the JSON checked
+once into an ``events.Manifest`` (``read_manifest_json`` gives the object itself to a capture that
+rewrites it); ``run_notes`` says what a reader of a partial run's figures must know.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
+import msgspec
+
 from rnnprof import limits, names
 from rnnprof.version import __version__
 from rnnprof.errors import InputError
+from rnnprof.events import Manifest
 from rnnprof import rundir
 from rnnprof.paths import broken
 
@@ -61,7 +65,9 @@ def session_config_fields(proto) -> dict:
             "allow_soft_placement": proto.allow_soft_placement}
 
 
-def read_manifest(path: Path) -> dict:
+def read_manifest_json(path: Path) -> dict:
+    """The JSON object of the run directory ``path``'s manifest, unchecked beyond that: for a capture that
+    rewrites it (every key kept); readers take ``read_manifest``."""
     manifest_path = Path(path) / rundir.MANIFEST
     try:
         manifest = json.loads(limits.read_bytes(manifest_path))
@@ -72,11 +78,26 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
+def read_manifest(path: Path) -> Manifest:
+    """The run directory ``path``'s manifest, every field checked; a field of the wrong type or an entry without
+    a required field is an ``InputError`` that names it (``$.devices[1]``)."""
+    return parse_manifest(read_manifest_json(path), Path(path) / rundir.MANIFEST)
+
+
+def parse_manifest(data: dict, source: object) -> Manifest:
+    """``data`` (a manifest's JSON object, read from ``source``) as a ``Manifest``; ``InputError`` as ``read_manifest``."""
+    try:
+        return Manifest.from_dict(data)
+    except msgspec.ValidationError as exc:
+        raise InputError(source, f"malformed manifest: {str(exc).splitlines()[0]}",
+                         "the fields of docs/run-directory.md, each of its type") from None
+
+
 def is_step(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
-def listed_timelines(path: Path, manifest: dict) -> list[Path]:
+def listed_timelines(path: Path, manifest: Manifest) -> list[Path]:
     """Timelines the manifest names (any string or step list that refers to them), else those on disk."""
     names: set[str] = set()
 
@@ -92,39 +113,28 @@ def listed_timelines(path: Path, manifest: dict) -> list[Path]:
         elif is_step(value) and key in ("traced_steps", "trace_steps"):
             names.add(str(Path(rundir.TIMELINES_DIR) / rundir.timeline_name(value)))
 
-    walk(manifest)
+    walk(manifest.as_dict())
     if not names:
         names = {str(p.relative_to(path)) for p in (path / rundir.TIMELINES_DIR).glob("step-*.trace.json.gz")}
     return sorted((path / n for n in names), key=lambda p: int(_TIMELINE.search(p.name).group(1)))
 
 
-def is_torch_run(manifest: dict) -> bool:
-    """A run of ``trace --framework torch``: one Kineto trace per rank, no timelines."""
-    return manifest.get("framework") == "torch"
-
-
-def listed_torch_traces(path: Path, manifest: dict) -> list[Path]:
-    """The ranks' Kineto traces the manifest lists (``captured["kineto"]``, then ``ranks[].trace``), else those
-    on disk; only paths inside ``torch/``."""
-    captured = manifest.get("captured")
-    names = captured.get("kineto") if isinstance(captured, dict) else None
-    names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
-    ranks = manifest.get("ranks")
-    if isinstance(ranks, list):
-        names += [r["trace"] for r in ranks if isinstance(r, dict) and isinstance(r.get("trace"), str)]
-    found = {Path(rundir.TORCH_TRACES_DIR) / Path(n).name for n in names}
+def listed_torch_traces(path: Path, manifest: Manifest) -> list[Path]:
+    """The ranks' Kineto traces the manifest lists (``Manifest.rank_traces``), else those on disk; only paths
+    inside ``torch/``."""
+    found = {Path(rundir.TORCH_TRACES_DIR) / Path(n).name for n in manifest.rank_traces}
     if not found:
         found = {p.relative_to(path) for p in (path / rundir.TORCH_TRACES_DIR).glob("*.json.gz")
                  if not p.name.startswith(".")}
     return sorted(path / n for n in found)
 
 
-def listed_traces(path: Path, manifest: dict) -> list[Path]:
+def listed_traces(path: Path, manifest: Manifest) -> list[Path]:
     """The run's per-step timelines, or a PyTorch run's rank traces."""
-    return listed_torch_traces(path, manifest) if is_torch_run(manifest) else listed_timelines(path, manifest)
+    return listed_torch_traces(path, manifest) if manifest.is_torch else listed_timelines(path, manifest)
 
 
-def missing_timelines(path: Path, manifest: dict) -> list[str]:
+def missing_timelines(path: Path, manifest: Manifest) -> list[str]:
     """The listed timelines (a PyTorch run's rank traces) that are not there."""
     return [str(p.relative_to(path)) for p in listed_traces(path, manifest) if not p.is_file()]
 
@@ -143,25 +153,24 @@ def run_notes(paths) -> list[str]:
     return notes
 
 
-def capture_notes(path: Path, manifest: dict, missing: list[str]) -> list[str]:
+def capture_notes(path: Path, manifest: Manifest, missing: list[str]) -> list[str]:
     """What a reader of the figures must know about how the capture ended; empty for a complete run."""
     notes = []
-    status = manifest.get("status", "")
-    if is_torch_run(manifest):
+    status = manifest.status
+    if manifest.is_torch:
         kept = [p.name for p in listed_torch_traces(Path(path), manifest) if p.is_file()]
         covered = (f"{len(kept)} rank trace(s) ({', '.join(kept[:8])}{', ...' if len(kept) > 8 else ''})" if kept
                    else "no rank's trace")
         what = "rank trace(s)"
     else:
-        listed = manifest.get("traced_steps")
-        listed = sorted({s for s in listed if is_step(s)}) if isinstance(listed, list) else []
+        listed = sorted({s for s in manifest.traced_steps if is_step(s)})
         gone = {Path(m).name for m in missing}
         kept = [s for s in listed if rundir.timeline_name(s) not in gone]
         covered = (f"{len(kept)} traced step(s) ({_step_list(kept)})" if kept
                    else "no traced step's timeline, only its profiler capture if it has one")
         what = "timeline(s)"
-    error = manifest.get("error") if is_torch_run(manifest) else None
-    if status == rundir.STATUS_INTERRUPTED and isinstance(error, str) and error:
+    error = manifest.error if manifest.is_torch else None
+    if status == rundir.STATUS_INTERRUPTED and error:
         notes.append(f"{path}: the capture stopped ({error[:200]}); the figures cover what it kept: {covered}")
     elif status == rundir.STATUS_INTERRUPTED:
         notes.append(f"{path}: the capture was interrupted; the figures cover what it kept: {covered}")

@@ -37,7 +37,7 @@ NOT_FOR_PYTORCH = {
 
 def framework(inp: AuditInput) -> str:
     """``PYTORCH`` for a ``--framework torch`` run directory or Kineto traces, else ``TENSORFLOW``."""
-    if (inp.manifest or {}).get("framework") == "torch":
+    if inp.manifest is not None and inp.manifest.is_torch:
         return PYTORCH
     if inp.graph is None and inp.events is not None and "kineto" in inp.events.source_format.split("+"):
         return PYTORCH

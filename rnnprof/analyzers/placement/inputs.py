@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from rnnprof import names
-from rnnprof.analyzers.throughput import is_seconds, manifest_timed
-from rnnprof.events import Device, EventTable, Kind, parse_tf_device
+from rnnprof.analyzers.throughput import is_seconds
+from rnnprof.events import Device, EventTable, Kind, Manifest, parse_tf_device
 
 from . import scopes
 from .busy import compute_mask, in_step, length, saturated, step_keys, union_array
@@ -70,7 +69,7 @@ class AuditInput:
 
     graph: "networkx.DiGraph | None" = None
     events: EventTable | None = None
-    manifest: dict | None = None
+    manifest: Manifest | None = None
     kernels: KernelList | None = None
 
     @cached_property
@@ -115,26 +114,25 @@ class AuditInput:
 
     @property
     def config(self) -> dict:
-        value = (self.manifest or {}).get("config")
-        return value if isinstance(value, dict) else {}
+        return self.manifest.config if self.manifest is not None else {}
 
     @property
     def session_config(self) -> dict:
-        value = (self.manifest or {}).get("session_config")
-        return value if isinstance(value, dict) else {}
+        return self.manifest.session_config if self.manifest is not None else {}
 
     @property
     def timed_step_cpu(self) -> list[tuple[float, float, float | None]]:
         """Each timed step's ``(wall seconds, process CPU seconds, host busy CPU seconds or None)`` from the
         manifest (``names.STEP_TIMES`` and ``names.STEP_CPU``); [] where it records no CPU times, or they do
         not pair with the step times one for one."""
-        times, cpu = (manifest_timed(self.manifest or {}, key) for key in (names.STEP_TIMES, names.STEP_CPU))
+        if self.manifest is None:
+            return []
+        times, cpu = self.manifest.step_times.timed, self.manifest.step_cpu.timed
         if not times or not cpu or len(times) != len(cpu):
             return []
         rows = []
         for seconds, entry in zip(times, cpu):
-            process = entry.get("process_s") if isinstance(entry, dict) else None
-            host = entry.get("host_busy_s") if isinstance(entry, dict) else None
+            process, host = entry.process_s, entry.host_busy_s
             if not is_seconds(seconds) or not is_seconds(process, zero=True):
                 return []
             rows.append((float(seconds), float(process), float(host) if is_seconds(host, zero=True) else None))
@@ -155,25 +153,9 @@ class AuditInput:
     def shared_cores(self) -> int | None:
         """The host's cores when the run's devices are logical CPU devices, which share them and one thread
         pool (a device waiting is then no idle hardware while the cores are busy); else None."""
-        devices = (self.manifest or {}).get("devices")
-        if not isinstance(devices, list) or not devices:
+        if self.manifest is None:
             return None
-        kinds = {d.get("kind") for d in devices if isinstance(d, dict)} - {"host"}
-        return host_cores(self.manifest) if kinds == {"logical-cpu"} else None
-
-
-_CORE_KEYS = ("cpu_count", "cores", "logical_cpus")
-
-
-def host_cores(manifest: dict) -> int | None:
-    """The host's CPU count as the manifest records it."""
-    for section in (manifest.get("host"), manifest.get("machine"), manifest):
-        if not isinstance(section, dict):
-            continue
-        for key in _CORE_KEYS:
-            if isinstance(section.get(key), int) and section[key] > 0:
-                return section[key]
-    return None
+        return self.manifest.host_cores if self.manifest.device_kinds == {"logical-cpu"} else None
 
 
 def assign_homes(votes: dict[int, collections.Counter]) -> dict[int, Device]:

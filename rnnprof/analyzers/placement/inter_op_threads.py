@@ -20,7 +20,7 @@ from rnnprof.analyzers.intervals import concurrency
 
 from .busy import busy_intervals, compute_devices, compute_mask, in_step, length, step_keys
 from .finding import NotChecked, PlacementFinding, Severity
-from .inputs import AuditInput, host_cores
+from .inputs import AuditInput
 
 RULE_ID = "PA006-inter-op-threads"
 TITLE = "Too few inter-op threads"
@@ -58,10 +58,8 @@ def cpu_bound(inp: AuditInput) -> dict | None:
 def device_count(inp: AuditInput) -> int | None:
     if isinstance(inp.config.get("devices"), int) and not isinstance(inp.config["devices"], bool):
         return inp.config["devices"]
-    devices = (inp.manifest or {}).get("devices")
-    if isinstance(devices, list) and devices:
-        return len([d for d in devices if not isinstance(d, dict) or d.get("kind", "") != "host"])
-    return None
+    devices = inp.manifest.devices if inp.manifest is not None else ()
+    return len([d for d in devices if d.kind != "host"]) if devices else None
 
 
 def side_by_side(inp: AuditInput, cores: int | None) -> dict | None:
@@ -118,7 +116,7 @@ def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
         return NotChecked(RULE_ID, "the manifest records no inter_op_threads or device count")
     if devices < 2:
         return []
-    cores = host_cores(inp.manifest)
+    cores = inp.manifest.host_cores
     measured = side_by_side(inp, cores)
     if threads == 0 and measured is None:
         return NotChecked(RULE_ID, "inter_op_threads is 0: TensorFlow sizes the pool itself (by the schedulable "
