@@ -1,0 +1,122 @@
+"""Every command's --json document carries the schema version and validates against its JSON Schema in
+docs/schemas, which is the one its document types give (docs/schemas/generate.py); a wrong document does not."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from rnnprof.cli import main
+from rnnprof.reports.layout import SCHEMA_VERSION
+from rnnprof.reports.schema import DOCUMENTS
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+SCHEMAS = ROOT / "docs" / "schemas"
+KINETO = [DATA / "kineto-1gpu-v100.json.gz"]
+GLOO = [DATA / "torch-gloo-rank0.json.gz", DATA / "torch-gloo-rank1.json.gz"]
+TF1 = [DATA / "tf1-timeline-gpu-matmul.json"]
+ANALYSES = ("count-ops", "comm", "critical-path", "roofline", "placement-audit", "audit")
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("generate_schemas", SCHEMAS / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _validator(command: str) -> jsonschema.Draft202012Validator:
+    schema = json.loads((SCHEMAS / f"{command}.schema.json").read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _document(capsys, command: str, *argv) -> dict:
+    code = main([command, *map(str, argv), "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert out.out.startswith('{"schema_version": %d,\n' % SCHEMA_VERSION)
+    return json.loads(out.out)
+
+
+def _assert_valid(command: str, document: dict) -> None:
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in _validator(command).iter_errors(document)]
+    assert errors == []
+    assert document["schema_version"] == SCHEMA_VERSION
+
+
+def test_the_committed_schemas_are_those_the_document_types_give():
+    generator = _generator()
+    assert generator.stale() == [], "run python docs/schemas/generate.py"
+    assert sorted(p.name for p in SCHEMAS.glob("*.schema.json")) == sorted(f"{c}.schema.json" for c in DOCUMENTS)
+
+
+@pytest.mark.parametrize("command", ANALYSES)
+@pytest.mark.parametrize("paths", [KINETO, GLOO, TF1], ids=["kineto", "gloo-pair", "tf1-timeline"])
+def test_each_analysis_document_validates(capsys, command, paths):
+    _assert_valid(command, _document(capsys, command, *paths))
+
+
+def test_comparisons_and_diff_validate(capsys):
+    _assert_valid("count-ops", _document(capsys, "count-ops", *KINETO, "--vs", GLOO[0]))
+    _assert_valid("diff", _document(capsys, "diff", DATA / "kineto-2rank-rank1-v100-cudagraph.json.gz",
+                                    DATA / "kineto-8rank-rank3-a100.json.gz"))
+
+
+def test_explain_of_a_sweep_validates(tmp_path, capsys):
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    shutil.copy(KINETO[0], one)
+    for path in GLOO:
+        shutil.copy(path, two)
+    _assert_valid("explain", _document(capsys, "explain", one, two, "--scaling", "weak"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ANALYSES)
+def test_each_analysis_of_a_tensorflow_run_validates(tiny_nmt_run, capsys, command):
+    _assert_valid(command, _document(capsys, command, tiny_nmt_run))
+
+
+@pytest.mark.slow
+def test_scale_validates(capsys):
+    tiny = ["--model", "rnnlm", "--encoder", "fused", "--layers", "1", "--units", "16", "--vocab-size", "50",
+            "--src-max-len", "6", "--tgt-max-len", "6", "--batch-size", "4", "--warmup", "1", "--batches", "2"]
+    _assert_valid("scale", _document(capsys, "scale", "--devices", "1", *tiny))
+
+
+def _errors(command: str, document: dict) -> list[str]:
+    return [e.message for e in _validator(command).iter_errors(document)]
+
+
+def test_planted_wrong_documents_fail(capsys):
+    audit = _document(capsys, "audit", *GLOO)
+    assert audit["findings"] and _errors("audit", audit) == []
+    wrong = {
+        "another version": {**audit, "schema_version": SCHEMA_VERSION + 1},
+        "no version": {k: v for k, v in audit.items() if k != "schema_version"},
+        "a key missing": {k: v for k, v in audit.items() if k != "noise"},
+        "an unknown key": {**audit, "findings_by_rule": {}},
+    }
+    finding = copy.deepcopy(audit)
+    finding["findings"][0]["saving_ms"] = "1.5 ms"
+    wrong["a saving as text"] = finding
+    severity = copy.deepcopy(audit)
+    severity["findings"][0]["severity"] = "fatal"
+    wrong["an unknown severity"] = severity
+    assert {what: bool(_errors("audit", document)) for what, document in wrong.items()} == dict.fromkeys(wrong, True)
+
+
+def test_a_planted_link_type_fails_in_a_result_dataclass_part(capsys):
+    document = _document(capsys, "critical-path", *KINETO)
+    assert _errors("critical-path", document) == []
+    document["steps"][0]["links"][0]["dur_us"] = None
+    assert _errors("critical-path", document)
