@@ -48,8 +48,8 @@ def _layout(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: in
     kept = list(range(len(columns)))
     droppable = sorted((i for i, c in enumerate(columns) if c.drop), key=lambda i: (-columns[i].drop, -i))
 
-    def spare() -> int:  # a column takes 3 more characters: padding and the space between columns
-        return width - sum(least[i] for i in kept) - 3 * len(kept) + 1
+    def spare() -> int:  # a column takes 2 more characters: the space between columns (or the edge), padding
+        return width - sum(least[i] for i in kept) - 2 * len(kept)
 
     while spare() < 0 and droppable:
         kept.remove(droppable.pop(0))
@@ -72,9 +72,10 @@ def fit_table(width: int, columns: Sequence[Column], rows: Sequence[Sequence[Cel
     widths = _layout(columns, rows, width)
     left_out = [columns[i].header.replace("\n", " ") for i in range(len(columns)) if i not in widths]
     if left_out:
-        caption = (f"{caption}; " if caption else "") + (f"left out at {width} columns: {', '.join(left_out)} "
-                                                       f"(a wider terminal or --json has them)")
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, caption=caption or None, caption_justify="left")
+        caption = (f"{caption}; " if caption else "") + (f"left out at this width: {', '.join(left_out)} "
+                                                       "(a wider terminal or --json has them)")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, caption=caption or None,
+                  caption_justify="left")
     for i, w in widths.items():
         column = columns[i]
         table.add_column(column.header, justify="right" if column.kind == "number" else "left", no_wrap=True,

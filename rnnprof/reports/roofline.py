@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from rnnprof.analyzers.roofline import RooflineReport, per_group
-from rnnprof.reports.layout import compact_table, render_json
+from rnnprof.reports.fit import Column, fit_table
+from rnnprof.reports.layout import render_json
 
 
 def _f(value, digits: int = 2) -> str:
@@ -36,7 +36,7 @@ def render(reports: list[tuple[str, RooflineReport]], console: Console, top: int
         _render_one(worker, report, console, top)
     groups = per_group([c for _, r in reports for c in r.collectives])
     if len(reports) > 1 and groups:
-        console.print(_collectives_table(groups, "collectives per process group, all ranks"))
+        console.print(_collectives_table(groups, "collectives per process group, all ranks", console.width))
 
 
 def _render_one(worker: str, report: RooflineReport, console: Console, top: int) -> None:
@@ -46,12 +46,12 @@ def _render_one(worker: str, report: RooflineReport, console: Console, top: int)
         console.print(Text(heading))
     console.print(Text(_time_basis(report.counts)))
     if report.families:
-        console.print(_families_table(report))
-        console.print(_ops_table(report, top))
+        console.print(_families_table(report, console.width))
+        console.print(_ops_table(report, top, console.width))
     if report.steps:
-        console.print(_steps_table(report))
+        console.print(_steps_table(report, console.width))
     if report.collectives:
-        console.print(_collectives_table(report.collectives, "collectives (NCCL's bus bandwidth)"))
+        console.print(_collectives_table(report.collectives, "collectives (NCCL's bus bandwidth)", console.width))
     c = report.counts
     if c["collectives"]:
         console.print(Text(f"collectives: {c['collectives']} on the GPU, {c['collectives_without_message']} with no "
@@ -88,45 +88,44 @@ def _time_basis(c: dict) -> str:
         f"work)")
 
 
-def _families_table(report: RooflineReport) -> Table:
+def _families_table(report: RooflineReport, width: int):
     """Figures per op family, each against its roofline."""
-    table = compact_table("family", ("ops", "GFLOP", "GB", "kernel ms", "TFLOP/s", "TB/s", "FLOP/B",
-                                     "of roofline"), text_columns=("bound",), title="per op family")
-    for name, row in report.families.items():
-        r = row.rates
-        table.add_row(name, row.bound or "-", str(row.count), _f(r.flops / 1e9, 3), _f(r.bytes / 1e9, 4),
-                      _f(r.kernel_us / 1e3, 3), _f(r.tflops_per_s), _f(r.tb_per_s, 3), _f(r.intensity, 1),
-                      _pct(row.of_roofline))
-    return table
+    columns = [Column("family", "label"), Column("bound", "label"), Column("ops", drop=2), Column("GFLOP"),
+               Column("GB", drop=3), Column("kernel\nms"), Column("TFLOP/s"), Column("TB/s", drop=1),
+               Column("FLOP/B"), Column("of\nroof-\nline")]
+    rows = [[Text(name), row.bound or "-", str(row.count), _f(row.rates.flops / 1e9, 3),
+             _f(row.rates.bytes / 1e9, 4), _f(row.rates.kernel_us / 1e3, 3), _f(row.rates.tflops_per_s),
+             _f(row.rates.tb_per_s, 3), _f(row.rates.intensity, 1), _pct(row.of_roofline)]
+            for name, row in report.families.items()]
+    return fit_table(width, columns, rows, title="per op family")
 
 
-def _ops_table(report: RooflineReport, top: int) -> Table:
+def _ops_table(report: RooflineReport, top: int, width: int):
     """The ``top`` operators by kernel time."""
-    table = compact_table("operator", ("count", "kernel ms", "TFLOP/s", "FLOP/B", "of roofline"),
-                          text_columns=("dtype", "shapes", "bound"),
-                          title=f"operators by kernel time (top {min(top, len(report.ops))} of {len(report.ops)})")
-    for row in report.ops[:top]:
-        r = row.rates
-        table.add_row(Text(row.name), row.dtype, Text(row.shapes), row.bound or "-", str(row.count),
-                      _f(r.kernel_us / 1e3, 3), _f(r.tflops_per_s), _f(r.intensity, 1), _pct(row.of_roofline))
-    return table
+    columns = [Column("operator", "name", least=22), Column("dtype", "label", drop=2),
+               Column("shapes", "name", least=18),
+               Column("bound", "label"), Column("count", drop=3), Column("kernel\nms"), Column("TFLOP/s"),
+               Column("FLOP/B", drop=1), Column("of\nroof-\nline")]
+    rows = [[Text(row.name), row.dtype, Text(row.shapes), row.bound or "-", str(row.count),
+             _f(row.rates.kernel_us / 1e3, 3), _f(row.rates.tflops_per_s), _f(row.rates.intensity, 1),
+             _pct(row.of_roofline)] for row in report.ops[:top]]
+    return fit_table(width, columns, rows,
+                     title=f"operators by kernel time (top {min(top, len(report.ops))} of {len(report.ops)})")
 
 
-def _steps_table(report: RooflineReport) -> Table:
+def _steps_table(report: RooflineReport, width: int):
     """Figures per step, with its MFU."""
-    table = compact_table("step", ("wall ms", "kernel ms", "GFLOP", "matrix GFLOP", "TFLOP/s", "MFU"),
-                          text_columns=("dtype",), title="per step (MFU: matrix FLOPs / wall time / peak)")
-    for s in report.steps:
-        table.add_row(str(s.step), s.dtype or "-", _f(s.wall_us / 1e3, 3), _f(s.kernel_us / 1e3, 3),
-                      _f(s.flops / 1e9, 3), _f(s.matrix_flops / 1e9, 3), _f(s.tflops_per_s), _pct(s.mfu))
-    return table
+    columns = [Column("step", "label"), Column("dtype", "label", drop=1), Column("wall\nms"),
+               Column("kernel\nms"), Column("GFLOP"), Column("matrix\nGFLOP"), Column("TFLOP/s"), Column("MFU")]
+    rows = [[str(s.step), s.dtype or "-", _f(s.wall_us / 1e3, 3), _f(s.kernel_us / 1e3, 3), _f(s.flops / 1e9, 3),
+             _f(s.matrix_flops / 1e9, 3), _f(s.tflops_per_s), _pct(s.mfu)] for s in report.steps]
+    return fit_table(width, columns, rows, title="per step (MFU: matrix FLOPs / wall time / peak)")
 
 
-def _collectives_table(groups, title: str) -> Table:
+def _collectives_table(groups, title: str, width: int):
     """Collectives by process group: their message sizes, time and NCCL's algorithm and bus bandwidths."""
-    table = compact_table("process group", ("size", "count", "MB", "ms", "algbw GB/s", "busbw GB/s"),
-                          text_columns=("collective",), title=title)
-    for g in groups:
-        table.add_row(Text(g.group or "-"), g.collective, str(g.group_size), str(g.count), _f(g.bytes / 1e6),
-                      _f(g.time_us / 1e3, 3), _f(g.algbw_gbps), _f(g.busbw_gbps))
-    return table
+    columns = [Column("process group", "name", least=14), Column("collective", "label"), Column("size"),
+               Column("count"), Column("MB"), Column("ms"), Column("algbw\nGB/s", drop=1), Column("busbw\nGB/s")]
+    rows = [[Text(g.group or "-"), Text(g.collective), str(g.group_size), str(g.count), _f(g.bytes / 1e6),
+             _f(g.time_us / 1e3, 3), _f(g.algbw_gbps), _f(g.busbw_gbps)] for g in groups]
+    return fit_table(width, columns, rows, title=title)
