@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench docs pictures clean
+.PHONY: demo test test-fast bench docs schemas pictures clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,12 @@ test-fast: $(STAMP)
 
 # The documentation site (Sphinx, Markdown pages through MyST, the CLI reference from the parsers);
 # warnings are errors.
-docs: $(STAMP)
+docs: schemas
 	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
+# The JSON Schemas of the --json documents, from their types (docs/json.md).
+schemas: $(STAMP)
+	$(BIN)/python docs/schemas/generate.py
 
 # The pictures in docs/ from the current code (docs/pictures.py; needs chromium; a sweep of a few minutes).
 pictures: $(STAMP)
