@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fixtures import FIXTURES, nccl_rank
-from rnnprof.analyzers.critical_path import (Dependencies, Flow, FlowEnd, analyze_critical_path,
-                                             build_step_graph, longest_path, path_length)
+from critical_path_oracle import Weighted, longest_path, path_length
+from rnnprof.analyzers.critical_path import Dependencies, Flow, FlowEnd, analyze_critical_path, build_step_graph
 from rnnprof.cli import main
 from rnnprof.events import Device, EventTableBuilder, Kind
 
@@ -77,10 +77,8 @@ def _networkx_path(g: nx.DiGraph, without=None) -> list:
 def test_the_path_and_each_what_if_are_networkx_longest_paths_ties_included(g):
     """Small integer weights tie often: among paths of one length the same one is chosen as networkx chooses,
     for the path and for every what-if (one node weighing nothing), whatever order they are asked in."""
-    from rnnprof.analyzers.critical_path import _Weighted
-
     assert longest_path(g)[0] == _networkx_path(g)
-    weighted = _Weighted(g)
+    weighted = Weighted(g)
     for node in [*reversed(list(g.nodes)), None, *g.nodes]:
         path, length = weighted.longest(without=node)
         assert path == _networkx_path(g, node)

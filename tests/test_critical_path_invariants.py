@@ -109,22 +109,24 @@ def test_each_what_if_is_the_longest_path_passed_again_with_that_op_weighing_not
     pass over the DAG with the op's duration set to zero."""
     import copy
 
-    from rnnprof.analyzers.critical_path import _StepDAG, _Table, _windows
+    from rnnprof.analyzers.critical_path.graph import StepDAG
+    from rnnprof.analyzers.critical_path.path import LongestPath
+    from rnnprof.analyzers.critical_path.table_index import TableIndex, dag_windows
 
     table = load_events([str(FIXTURES / n) for n in names] if len(names) > 1 else str(FIXTURES / names[0]))
     deps = Dependencies()
-    tt = _Table(table, classify(table), deps)
+    tt = TableIndex(table, classify(table), deps)
     steps = [int(s) for s in table.steps()]
-    windows = _windows(tt, steps)
+    windows = dag_windows(tt, steps)
     checked = 0
     for step in steps[:2]:
-        dag = _StepDAG(tt, step, windows[step], deps)
-        path, _ = dag.longest()
-        for node in sorted((x for x in path if x < dag.n), key=lambda x: -dag.n_dur[x])[:6]:
+        dag = StepDAG(tt, step, windows[step], deps)
+        longest = LongestPath(dag)
+        for node in sorted((x for x in longest.nodes if x < dag.n), key=lambda x: -dag.n_dur[x])[:6]:
             again = copy.copy(dag)
             again.n_dur = dag.n_dur.copy()
             again.n_dur[node] = 0.0
-            assert dag.without(node) == pytest.approx(again.longest()[1], abs=1e-6)
+            assert longest.without(node) == pytest.approx(LongestPath(again).length, abs=1e-6)
             checked += 1
     assert checked >= 6
 

@@ -185,7 +185,7 @@ def test_the_report_classifies_the_events_once_and_computes_launch_statistics_on
     classifying the events again)."""
     import rnnprof.analyzers.classify as classify_module
     import rnnprof.analyzers.comm as comm_module
-    import rnnprof.analyzers.critical_path as critical_path_module
+    import rnnprof.analyzers.critical_path.analysis as critical_path_module
     import rnnprof.analyzers.launches as launches_module
     import rnnprof.analyzers.opcount as opcount_module
     import rnnprof.analyzers.run_report as run_report_module

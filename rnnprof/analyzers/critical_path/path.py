@@ -1,0 +1,108 @@
+"""The longest path of a step's DAG that ends at one of the step's own events, by one pass in topological order
+over arrays; one pass back gives, for any node, the length were that node to weigh nothing (``without``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rnnprof.analyzers.critical_path.graph import StepDAG
+
+_TIE_US = 1e-6  # lengths this close are equal (sums of the same times in another order)
+
+
+class LongestPath:
+    """The longest path of ``dag`` ending at one of the step's own events: ``nodes`` and ``length``; one pass in
+    topological order (``dist``: the longest path ending at each node), then one back (``tail``: the longest
+    starting at each node and ending at one of the step's events), for ``without``."""
+
+    def __init__(self, dag: StepDAG):
+        self.nodes: list[int] = []
+        self.length = 0.0
+        if not dag.n:
+            return
+        self._total, self._pos = len(dag.n_start), dag.pos
+        self._pu, self._pv = dag.pos[dag.src], dag.pos[dag.dst]
+        self._dur = dag.n_dur[dag.order]
+        self._gain = (dag.n_dur + dag.wait_in)[dag.order]
+        lead = dag.lead[dag.order]
+        dist, back = self._pass_forward(lead)
+        eligible = _path_ends(dag)
+        ranked = np.flatnonzero(eligible)
+        end = int(ranked[np.argmax(dist[ranked])])  # the first of the longest
+        self.length = float(dist[end])
+        chain = []
+        while end >= 0:
+            chain.append(end)
+            end = back[end]
+        chain.reverse()
+        self._dist, self._tail = dist, self._pass_back(eligible)
+        self._prefix = np.maximum.accumulate(np.where(eligible, dist, -np.inf))
+        self._suffix = np.maximum.accumulate((self._tail + lead)[::-1])[::-1]
+        self.nodes = [int(dag.order[k]) for k in chain]
+
+    def _pass_forward(self, lead: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """In topological order: the longest path ending at each node, and the predecessor it comes through
+        (-1: it starts there)."""
+        total = self._total
+        pu, pv = self._pu, self._pv
+        by = np.lexsort((pu, pv))
+        pred, ptr = pu[by].tolist(), np.searchsorted(pv[by], np.arange(total + 1), side="left").tolist()
+        gain_l = self._gain.tolist()
+        first_l = (self._dur + lead).tolist()
+        dist = [0.0] * total
+        back = [-1] * total
+        for k in range(total):
+            best, arg = first_l[k], -1
+            lo, hi = ptr[k], ptr[k + 1]
+            if hi > lo:
+                g = gain_l[k]
+                for j in range(lo, hi):
+                    u = pred[j]
+                    length = dist[u] + g
+                    # a chain through a predecessor as long as starting here wins: it says what the node waited
+                    # for (a collective member that waited all window long, for the last rank to arrive)
+                    if length > best or (arg < 0 and length > best - _TIE_US):
+                        best, arg = length, u
+            dist[k], back[k] = best, arg
+        return np.asarray(dist), back
+
+    def _pass_back(self, eligible: np.ndarray) -> np.ndarray:
+        """In reverse topological order: the longest path starting at each node and ending where ``eligible``."""
+        total = self._total
+        pu, pv = self._pu, self._pv
+        by = np.lexsort((pv, pu))
+        succ, sptr = pv[by].tolist(), np.searchsorted(pu[by], np.arange(total + 1), side="left").tolist()
+        ok = eligible.tolist()
+        dur_l, gain_l = self._dur.tolist(), self._gain.tolist()
+        tail = [0.0] * total
+        for k in range(total - 1, -1, -1):
+            best = 0.0 if ok[k] else -np.inf
+            for j in range(sptr[k], sptr[k + 1]):
+                s = succ[j]
+                value = tail[s] + gain_l[s] - dur_l[s]
+                if value > best:
+                    best = value
+            tail[k] = best + dur_l[k]
+        return np.asarray(tail)
+
+    def without(self, node: int) -> float:
+        """The longest path's length with ``node`` weighing nothing (waits kept): the longest through it, less its
+        duration, or the longest avoiding it: ending before it, starting after it, or over an edge across its
+        place in the topological order."""
+        p = int(self._pos[node])
+        through = self._dist[p] + self._tail[p] - 2 * self._dur[p]
+        before = self._prefix[p - 1] if p > 0 else -np.inf
+        after = self._suffix[p + 1] if p + 1 < len(self._suffix) else -np.inf
+        across = (self._pu < p) & (self._pv > p)
+        over = (self._dist[self._pu[across]] + self._gain[self._pv[across]] - self._dur[self._pv[across]]
+                + self._tail[self._pv[across]]).max(initial=-np.inf)
+        return float(max(through, before, after, over))
+
+
+def _path_ends(dag: StepDAG) -> np.ndarray:
+    """Where a path may end, by topological position: the step's own events (every event when it has none)."""
+    eligible = np.zeros(len(dag.n_start), dtype=bool)
+    eligible[dag.pos[np.flatnonzero(dag.own)]] = True
+    if not eligible.any():
+        eligible[dag.pos[np.arange(dag.n)]] = True
+    return eligible
