@@ -2,8 +2,10 @@
 
 Per device and step (``rnnprof.analyzers.comm``'s windows): exposed = communication - the part of it during
 which compute runs - the device's waits for the last rank at the collectives matched across ranks
-(``rnnprof.analyzers.collectives``: waiting for a straggler is PF001's, not the communication's) - the part
-during which another device of the same process computes (towers of one TensorFlow process: a device whose
+(``rnnprof.analyzers.collectives``: waiting for a straggler is PF001's, not the communication's) - on a CPU
+rank (gloo), the part of its collective after the first member finished: every member's data had been exchanged
+by then, and the rest is the rank's worker thread waiting for a core (its main thread, released, runs on) - the
+part during which another device of the same process computes (towers of one TensorFlow process: a device whose
 receive or all-reduce waits for a tower still computing is waiting for that tower, which overlapping its own
 communication cannot shorten). The device with the largest median exposed time per step is reported.
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from rnnprof.analyzers.classify import EventClass
-from rnnprof.analyzers.device_work import device_work_mask
+from rnnprof.analyzers.device_work import BASIS_HOST_OPS, device_work_mask
 from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, significance
 from rnnprof.analyzers.placement.busy import length, minus, union_array
 
@@ -67,8 +69,9 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
                                                                      / 1000, 3),
                   "steps": len(exposed), "significance": verdict.as_dict()},
         saving_us=saving,
-        saving_basis=("bound: exposed communication (not counting waits for late ranks or for another device of "
-                      "the process), at most the device's compute outside its communication, median per step "
+        saving_basis=("bound: exposed communication (not counting waits for late ranks, a CPU rank's finishing "
+                      "after the first member did, or waits for another device of the process), at most the "
+                      "device's compute outside its communication, median per step "
                       "(overlapping it with compute hides it behind that compute and no more)"),
         confidence=verdict.confidence,
         fix="overlap the communication with compute: DDP bucketing (bucket_cap_mb), gradient accumulation "
@@ -77,12 +80,16 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
 
 
 def _waits(ctx: AuditContext) -> dict[tuple[str, int], float]:
-    """(worker, step) -> its summed waits for the last member at the step's matched collectives."""
+    """(worker, step) -> its summed waits at the step's matched collectives: for the last member to start, and
+    on a CPU rank for its own thread to finish after the first member has (``end - first end``)."""
     report = ctx.comm.collectives
+    cpu_ranks = {d.device.worker for d in ctx.comm.devices if d.basis == BASIS_HOST_OPS}
     out: dict[tuple[str, int], float] = {}
     for c in report.collectives if report is not None else ():
+        first_end = min(a.end_us for a in c.arrivals)
         for a in c.arrivals:
-            out[(a.worker, c.step)] = out.get((a.worker, c.step), 0.0) + a.wait_us
+            late = max(a.end_us - first_end, 0.0) if a.worker in cpu_ranks else 0.0
+            out[(a.worker, c.step)] = out.get((a.worker, c.step), 0.0) + a.wait_us + late
     return out
 
 
