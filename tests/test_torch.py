@@ -123,7 +123,7 @@ def test_scale_prints_the_table_with_the_process_note_and_eval_words_per_second(
     assert left_running(grace_s=5.0) == {}
 
 
-TF_TOP_KEYS = {"config", "device_kind", "unit", "rows", "definitions", "notes"}
+TF_TOP_KEYS = {"schema_version", "config", "device_kind", "unit", "rows", "definitions", "notes"}
 TF_ROW_KEYS = {"variable_update", "all_reduce", "devices", "batch_per_device", "batch_total", "timed_batches",
                "total_seconds", "words", "words_per_second", "mean_step_seconds", "median_step_seconds",
                "std_step_seconds", "speedup", "baseline_devices", "step_seconds", "warmup_step_seconds"}

@@ -52,13 +52,11 @@ def _name(paths: list[str]) -> str:
     return ", ".join(Path(os.path.abspath(p)).name or str(p) for p in paths)
 
 
-def _findings(report, events) -> tuple[dict | None, str]:
-    """The document ``rnnprof audit PATHS --json`` prints (``{"findings": [...], "noise": {...}, "left_out":
-    {...}, "notes": [...]}``) of the report's audit, for the page's Findings section; ``(None, why)`` when the
-    input holds nothing to audit."""
+def _findings_reason(report) -> str:
+    """Why the page has no Findings section ("" when the report holds an audit)."""
     if report.findings is None:
-        return None, report.findings_reason or "the input holds neither graphs nor trace events"
-    return report.findings.as_dict(left_out_notes.counts(events)), ""
+        return report.findings_reason or "the input holds neither graphs nor trace events"
+    return ""
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -96,5 +94,4 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
                          dependencies=read_dependencies(paths) if events is not None else None,
                          roofline=roofline, roofline_reason=roofline_reason)
     render_notes(notes)
-    findings, findings_reason = _findings(report, events)
-    return run_page(report, name, notes, findings, findings_reason)
+    return run_page(report, name, notes, report.findings, _findings_reason(report), left_out_notes.counts(events))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from rnnprof.analyzers.audit import AuditResult, Finding, Subject
 from rnnprof.analyzers.run_report import RunReport
 from rnnprof.reports import charts
 from rnnprof.reports.html import Page
@@ -30,14 +31,14 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def run_page(report: RunReport, name: str, notes: list[str], findings: dict | None = None,
-             findings_reason: str = "") -> str:
-    """``findings``: a document of ``rnnprof audit --json``'s shape (``{"findings": [...], "noise": {...},
-    "left_out": {...}, "notes": [...]}``), shown first; None with ``findings_reason`` when there is none."""
+def run_page(report: RunReport, name: str, notes: list[str], findings: AuditResult | None = None,
+             findings_reason: str = "", left_out: dict[str, int] | None = None) -> str:
+    """``findings``: the audit shown first (None with ``findings_reason`` when there is none); ``left_out``: the
+    events the loaders left out, by reason (``commands.left_out_notes.counts``)."""
     page = Page(f"rnnprof report: {name}")
     page.heading(f"rnnprof report: {name}", 1)
     page.paragraph(f"input: {report.label} ({report.source_format or 'graph'}, {report.events:,} trace events)", "sub")
-    _findings(page, findings, findings_reason)
+    _findings(page, findings, findings_reason, left_out or {})
     _run(page, report, notes)
     _throughput(page, report)
     _time(page, report)
@@ -51,44 +52,48 @@ def run_page(report: RunReport, name: str, notes: list[str], findings: dict | No
     return page.render()
 
 
-def _findings(page: Page, document: dict | None, reason: str) -> None:
-    if document is None:
+def _findings(page: Page, result: AuditResult | None, reason: str, left_out: dict[str, int]) -> None:
+    """The audit's findings with the figures ``rnnprof audit --json`` gives, its step time, notes and what the
+    loaders left out."""
+    if result is None:
         page.leave_out("Findings", reason or "no audit of this input")
         return
     page.heading("Findings")
-    found = [f for f in document.get("findings") or [] if isinstance(f, dict)]
-    if found:
+    step, noise = result.noise.median_us, result.noise
+    if result.findings:
         page.table(["severity", "rule", "finding", "where", "saving ms/step", "saving %", "basis", "confidence",
                     "evidence"],
-                   [[f.get("severity", ""), f.get("rule", ""), f.get("title", ""), _subject(f.get("subject")),
-                     _optional(f.get("saving_ms"), "{:,.3f}"), _optional(f.get("saving_pct"), "{:.1f}"),
-                     f.get("saving_basis", ""), _optional(f.get("confidence"), "{:.2f}"),
-                     _evidence(f.get("evidence") if isinstance(f.get("evidence"), dict) else {})] for f in found],
+                   [[f.severity.label, f.rule, f.title, _subject(f.subject), _saving_ms(f), _saving_pct(f, step),
+                     f.saving_basis, f"{round(float(f.confidence), 3):.2f}",
+                     _evidence({**f.evidence, "fix": f.fix} if f.fix else f.evidence)] for f in result.findings],
                    numeric={4, 5, 7}, clip={8},
                    caption="in the audit's order, most costly first; saving = the step time the fix would save "
                            "(an estimate, on the basis named)")
     else:
         page.paragraph("No finding.")
-    noise = document.get("noise")
-    if isinstance(noise, dict) and isinstance(noise.get("step_ms_median"), (int, float)):
-        page.paragraph(f"Step time {noise['step_ms_median']:,.3f} ms (median) ± {noise.get('step_ms_mad', 0):,.3f} "
-                       f"ms (median absolute deviation) over {noise.get('steps', 0)} step(s): savings below the "
-                       "spread are within the noise.", "sub")
-    for note in document.get("notes") or []:
+    page.paragraph(f"Step time {noise.median_us / 1000:,.3f} ms (median) ± {noise.mad_us / 1000:,.3f} ms (median "
+                   f"absolute deviation) over {len(noise.steps)} step(s): savings below the spread are within the "
+                   "noise.", "sub")
+    for note in [*result.notes, f"rules checked: {', '.join(result.checked) or 'none'}",
+                 *(f"{n.rule_id} not checked: {n.reason}" for n in result.not_checked)]:
         page.paragraph(f"note: {note}", "note")
-    left = document.get("left_out")
-    if isinstance(left, dict) and left:
-        page.paragraph(f"left out of the audit: {_value(left)}", "note")
+    if left_out:
+        page.paragraph(f"left out of the audit: {_value(left_out)}", "note")
 
 
-def _subject(subject) -> str:
-    if not isinstance(subject, dict):
-        return ""
-    return ", ".join(f"{k} {subject[k]}" for k in ("rank", "device", "op") if subject.get(k) not in (None, ""))
+def _subject(subject: Subject) -> str:
+    named = (("rank", subject.rank), ("device", subject.device), ("op", subject.op))
+    return ", ".join(f"{k} {v}" for k, v in named if v not in (None, ""))
 
 
-def _optional(value, fmt: str) -> str:
-    return fmt.format(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+def _saving_ms(finding: Finding) -> str:
+    return "-" if finding.saving_us is None else f"{finding.saving_us / 1000:,.3f}"
+
+
+def _saving_pct(finding: Finding, step_us: float) -> str:
+    """The share of the step, to 0.1 of the figure to 0.01 that ``audit --json`` gives."""
+    pct = finding.saving_pct(step_us)
+    return "-" if pct is None else f"{round(pct, 2):.1f}"
 
 
 def _run(page: Page, report: RunReport, notes: list[str]) -> None:
