@@ -18,7 +18,10 @@ from typing import Sequence
 
 import numpy as np
 
+from rnnprof.analyzers.classify import EventClass, classify
 from rnnprof.analyzers.noise import MIN_STEPS, Significance, robust_spread, significance
+from rnnprof.events import EventTable
+from rnnprof.names import REPLICA_PART
 
 SCALINGS = ("weak", "strong")
 # The parts of a step, in the order of the table and the stacked chart.
@@ -51,6 +54,7 @@ class ExplainInput:
     label: str = ""  # where it came from
     mode: str = ""  # variable update (or "") — points of different modes are explained separately
     timed_steps_us: tuple[float, ...] = ()  # each timed step, for the gap's significance; () where not recorded
+    more_work_us: dict[tuple[str, int], float] | None = None  # more_work_us of its table; None: not known
 
 
 @dataclass(frozen=True)
@@ -146,9 +150,10 @@ class ExplainReport:
                     "step_us": "the mean timed step, total time of the timed steps / their number (the traced steps where no timed figure exists), µs",
                     "parts": "the busiest device's step split into parts, by their shares of the traced steps",
                     "left_on_one_device_us": "of compute_not_scaled: the bounding device's compute above the "
-                                             "devices' mean (work left on one device)",
-                    "on_every_device_us": "of compute_not_scaled: the devices' mean compute above the ideal (work "
-                                          "duplicated on every device, or running slower on each)",
+                                             "devices' mean, as far as it runs more op executions than they "
+                                             "do (work left on one device)",
+                    "on_every_device_us": "the rest of compute_not_scaled (work duplicated on every device, or "
+                                          "the same work running slower, as on a device waiting for cores)",
                     "gap_by_part_us": "each part minus its ideal; they add up to step_us - ideal_step_us",
                     "lost_speedup_by_part": "ideal_speedup * gap_by_part_us / step_us; they add up to "
                                             "lost_speedup",
@@ -158,7 +163,7 @@ class ExplainReport:
                 "rows": [r.as_dict() for r in self.rows], "notes": list(self.notes)}
 
 
-def _step_parts(comm) -> tuple[list[dict], list[str], bool]:
+def _step_parts(comm, more_work: dict | None) -> tuple[list[dict], list[str], bool]:
     """Per traced step: the busiest device's parts (µs, unscaled) and the step window; and whether idle causes
     were known for every bounding device."""
     devices = list(comm.devices)
@@ -180,6 +185,9 @@ def _step_parts(comm) -> tuple[list[dict], list[str], bool]:
         mean_compute = float(np.mean([b.compute_us for _, b in rows]))
         device, b = max(rows, key=lambda r: r[1].busy_us)
         compute = b.compute_us
+        left = compute - mean_compute  # as far as the device runs more op executions, where those are known
+        if more_work is not None:
+            left = min(max(left, 0.0), more_work.get((device.device.label, step), 0.0))
         exposed = float(np.clip(b.communication_us - b.overlap_us, 0.0, max(b.busy_us - compute, 0.0)))
         copies = max(b.busy_us - compute - exposed, 0.0)
         # comm's straggler figure: a device that starts its collectives before the last device does waits
@@ -198,7 +206,7 @@ def _step_parts(comm) -> tuple[list[dict], list[str], bool]:
         else:
             causes_known = causes_known and causes is not None
             host = idle
-        out.append({"window": window, "compute": compute, "mean_compute": mean_compute, "comm": exposed,
+        out.append({"window": window, "compute": compute, "left": left, "comm": exposed,
                     "input": copies, "host": host, "waiting": idle - host + straggled})
         names.append(device.device.label)
     if not out:
@@ -212,7 +220,7 @@ class _Measured:
     step_us: float
     traced_us: float
     compute: float
-    mean_compute: float
+    left: float
     comm: float
     input: float
     host: float
@@ -223,7 +231,7 @@ class _Measured:
 
 
 def _measure(point: ExplainInput) -> _Measured:
-    steps, names, known = _step_parts(point.comm)
+    steps, names, known = _step_parts(point.comm, point.more_work_us)
     traced = float(np.mean([s["window"] for s in steps]))
     step_us = point.timed_step_us if point.timed_step_us and point.timed_step_us > 0 else traced
     scale = step_us / traced  # the traced shares applied to the measured step
@@ -231,7 +239,7 @@ def _measure(point: ExplainInput) -> _Measured:
     def mean(key: str) -> float:
         return float(np.mean([s[key] for s in steps])) * scale
 
-    return _Measured(point, step_us, traced, mean("compute"), mean("mean_compute"), mean("comm"), mean("input"),
+    return _Measured(point, step_us, traced, mean("compute"), mean("left"), mean("comm"), mean("input"),
                      mean("host"), mean("waiting"), tuple(names), len(steps), known)
 
 
@@ -281,7 +289,7 @@ def _row(mode: str, m: _Measured, base: _Measured, scaling: str) -> ExplainRow:
     not_scaled = m.compute - ideal_compute
     parts = Parts(compute_scaled=ideal_compute, compute_not_scaled=not_scaled, exposed_communication=m.comm,
                   waiting=m.waiting, host_overhead=m.host, input=m.input,
-                  left_on_one_device=m.compute - m.mean_compute)
+                  left_on_one_device=m.left)
     gap = {"compute_not_scaled": not_scaled,
            "exposed_communication": m.comm - ideal["exposed_communication"],
            "waiting": m.waiting - ideal["waiting"], "host_overhead": m.host - ideal["host_overhead"],
@@ -314,3 +322,29 @@ def _gap_note(mode: str, row: ExplainRow, base: _Measured) -> list[str]:
             f"per step, is within the jitter of the timed steps (it would need {verdict.threshold_us / 1000:.1f} "
             f"ms over at least {MIN_STEPS} steps, against the {base.point.devices}-device run): its split "
             f"into parts is no verdict"]
+
+
+def more_work_us(table: EventTable) -> dict[tuple[str, int], float]:
+    """(device label, step) -> the device's compute in op executions beyond the devices' mean: per op (its name,
+    tower and replica scopes made alike, ``names.REPLICA_PART``), the executions beyond the mean count of the
+    step's devices, at the device's own mean duration of that op. Devices running the same ops (the towers of
+    one model) have none, however long their ops took; a device with another's op pinned to it has its time."""
+    rows = np.flatnonzero((classify(table) == EventClass.COMPUTE) & (table.step >= 0))
+    rows = rows[np.array([table.devices[int(d)].kind != "host" for d in table.device[rows]], dtype=bool)]
+    if not len(rows):
+        return {}
+    alike = {int(n): REPLICA_PART.sub("replica", table.strings[int(n)]) for n in np.unique(table.name[rows])}
+    _, op = np.unique([alike[int(n)] for n in table.name[rows]], return_inverse=True)
+    device, step, dur = table.device[rows].astype(np.int64), table.step[rows].astype(np.int64), table.dur[rows]
+    out: dict[tuple[str, int], float] = {}
+    for s in np.unique(step):
+        here = step == s
+        codes, dev = np.unique(device[here], return_inverse=True)
+        count = np.zeros((len(codes), int(op.max()) + 1))
+        total = np.zeros_like(count)
+        np.add.at(count, (dev, op[here]), 1.0)
+        np.add.at(total, (dev, op[here]), np.maximum(dur[here], 0.0))
+        extra = np.maximum(count - count.mean(axis=0), 0.0) * total / np.maximum(count, 1.0)
+        for k, code in enumerate(codes):
+            out[(table.devices[int(code)].label, int(s))] = float(extra[k].sum())
+    return out

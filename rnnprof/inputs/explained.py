@@ -57,7 +57,7 @@ def load_inputs(paths: Sequence[str], devices: Sequence[int] | None = None) -> E
 
 def _load_one(path: Path, stated: int | None, loaded: ExplainInputs) -> None:
     from rnnprof.analyzers.comm import analyze_comm
-    from rnnprof.analyzers.explain import ExplainInput
+    from rnnprof.analyzers.explain import ExplainInput, more_work_us
     from rnnprof.traces import load_aligned, load_events
     from rnnprof.traces.rank_folder import job_of
     from rnnprof.rundir.manifest import read_manifest
@@ -100,7 +100,7 @@ def _load_one(path: Path, stated: int | None, loaded: ExplainInputs) -> None:
         raise InputError(path, "no device activity (no kernels, memcpys or ops on a device)", EXPECTED)
     loaded.tables.append(table)
     loaded.inputs.append(ExplainInput(devices=n, comm=report, timed_step_us=timed_us, label=str(path), mode=mode,
-                                      timed_steps_us=timed_steps))
+                                      timed_steps_us=timed_steps, more_work_us=more_work_us(table)))
 
 
 def _timed_steps_us(manifest: Manifest) -> tuple[float, ...]:
