@@ -220,7 +220,7 @@ def test_report_of_an_explained_sweep_shows_the_lost_speedup(kineto_sweep, tmp_p
 def _comm(*devices):
     """A CommReport of one step: per device (compute, communication, overlap, memcpy, busy), window 0..150 µs
     (or 0..100 µs for a lone device)."""
-    from rnnprof.analyzers.comm import Breakdown, CommReport, DeviceComm
+    from rnnprof.analyzers.comm_result import Breakdown, CommReport, DeviceComm
     from rnnprof.events import Device
 
     end = 100.0 if len(devices) == 1 else 150.0

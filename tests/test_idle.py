@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from rnnprof.analyzers.classify import classify
-from rnnprof.analyzers.comm import analyze_comm, device_work_mask
+from rnnprof.analyzers.comm import analyze_comm
+from rnnprof.analyzers.device_work import device_work_mask
 from rnnprof.analyzers.idle import idle_by_cause
 from rnnprof.events import Device, EventTableBuilder, Kind
 

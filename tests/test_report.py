@@ -157,7 +157,7 @@ def test_tf1_timeline_report_has_a_bar_per_device_and_no_step_chart(tmp_path, ca
 
 def test_a_step_with_more_events_than_the_bound_is_merged_without_losing_busy_time():
     from rnnprof.analyzers.classify import classify
-    from rnnprof.analyzers.comm import device_work_mask
+    from rnnprof.analyzers.device_work import device_work_mask
     from rnnprof.analyzers.timeline import CLASS_NAMES, step_timeline
     from rnnprof.traces import load_events
 

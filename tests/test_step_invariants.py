@@ -211,7 +211,7 @@ def test_per_step_windows_are_those_of_the_raw_json(name):
 
 def test_the_reports_median_step_is_measured_by_its_windows():
     from rnnprof.analyzers.classify import classify
-    from rnnprof.analyzers.comm import device_work_mask
+    from rnnprof.analyzers.device_work import device_work_mask
     from rnnprof.analyzers.timeline import step_timeline
 
     name = OVERLAPPING[0]

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from rnnprof.analyzers.comm import BASIS_HOST_OPS, analyze_comm
+from rnnprof.analyzers.comm import analyze_comm
+from rnnprof.analyzers.device_work import BASIS_HOST_OPS
 from rnnprof.analyzers.opcount import count_kernels
 from rnnprof.cli import main
 from rnnprof.events import Device

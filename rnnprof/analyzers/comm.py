@@ -11,242 +11,32 @@ stragglers per step; across ranks the matched ``collectives`` (``rnnprof.analyze
 clocks' ``alignment``. For Kineto traces these are holistictraceanalysis's (HTA) temporal breakdown and
 overlap, with the differences listed in the docs. Idle time by cause is ``rnnprof.analyzers.idle``.
 
-The definitions, window by window: docs/commands/comm.md.
+The definitions, window by window: docs/commands/comm.md; the results: ``comm_result``; who straggles: ``stragglers``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
 
 import numpy as np
 
-from rnnprof.analyzers.classify import DEVICE_WORK, EventClass, classify, collective_types
-from rnnprof.analyzers.copies import CopyReport, combine_copies, count_copies
-from rnnprof.analyzers.device_work import (BASIS_EXECUTOR, BASIS_HOST_OPS, BASIS_OPS, BASIS_STREAMS,  # noqa: F401
-                                           STREAM_LANE_PREFIXES, device_work_mask, host_operator_devices)
+from rnnprof.analyzers.classify import EventClass, classify, collective_types
+from rnnprof.analyzers.collectives import CollectivesReport, analyze_collectives
+from rnnprof.analyzers.comm_result import Breakdown, CommOp, CommReport, DeviceComm
+from rnnprof.analyzers.copies import combine_copies, count_copies
+from rnnprof.analyzers.device_work import BASIS_HOST_OPS, device_work_mask
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep_segments
-from rnnprof.analyzers.noise import Significance, StepNoise
 from rnnprof.analyzers.steps import step_windows
-from rnnprof.events import Device, EventTable, Kind, outside_steps
-from rnnprof.names import COLLECTIVE_TYPES, UNKNOWN_COLLECTIVE
+from rnnprof.analyzers.stragglers import find_stragglers
+from rnnprof.events import Device, EventTable, outside_steps
+from rnnprof.names import COLLECTIVE_TYPES
 
-if TYPE_CHECKING:
-    from rnnprof.analyzers.collectives import CollectivesReport
 
 # Sweep layers, in this order.
 _LAYERS = (EventClass.COMPUTE, EventClass.COMMUNICATION, EventClass.MEMCPY, EventClass.MEMSET)
 _COMPUTE, _COMM, _MEMCPY, _MEMSET = range(4)
-
-# Lanes on which loaders put a GPU's own records (``stream:<n>``, ``memcpy``), as opposed to the
-# executor lane of TF step stats whose GPU "ops" are host-side launches.
-
-
-@dataclass(frozen=True)
-class Breakdown:
-    """Times in µs for one device over the whole trace or one step."""
-
-    start_us: float
-    end_us: float
-    busy_us: float
-    compute_us: float
-    communication_us: float
-    memcpy_us: float
-    memset_us: float
-    overlap_us: float  # communication running while compute runs
-    events: int
-    first_comm_us: float | None = None  # start of its first communication (stragglers compare these)
-    last_work_us: float | None = None  # end of its last activity in [start, end) (None: end_us; stragglers)
-
-    @property
-    def work_end_us(self) -> float:
-        """When its last activity ends: ``end_us`` for a whole trace, the last busy moment of a step's window."""
-        return self.end_us if self.last_work_us is None else self.last_work_us
-
-    @property
-    def span_us(self) -> float:
-        return self.end_us - self.start_us
-
-    @property
-    def idle_us(self) -> float:
-        return max(self.span_us - self.busy_us, 0.0)
-
-    @property
-    def non_compute_us(self) -> float:
-        return max(self.busy_us - self.compute_us, 0.0)
-
-    def pct(self, value_us: float) -> float:
-        """``value_us`` as a percentage of the span."""
-        return 100.0 * value_us / self.span_us if self.span_us > 0 else 0.0
-
-    @property
-    def overlap_pct(self) -> float | None:
-        """Share of communication time overlapped by compute; None without communication."""
-        return 100.0 * self.overlap_us / self.communication_us if self.communication_us > 0 else None
-
-    def as_dict(self) -> dict:
-        return {
-            "start_us": self.start_us,
-            "end_us": self.end_us,
-            "span_us": self.span_us,
-            "busy_us": self.busy_us,
-            "idle_us": self.idle_us,
-            "compute_us": self.compute_us,
-            "non_compute_us": self.non_compute_us,
-            "communication_us": self.communication_us,
-            "memcpy_us": self.memcpy_us,
-            "memset_us": self.memset_us,
-            "overlap_us": self.overlap_us,
-            "idle_pct": self.pct(self.idle_us),
-            "compute_pct": self.pct(self.compute_us),
-            "non_compute_pct": self.pct(self.non_compute_us),
-            "communication_pct": self.pct(self.communication_us),
-            "overlap_pct": self.overlap_pct,
-            "events": self.events,
-            "work_end_us": self.work_end_us,
-        }
-
-
-@dataclass(frozen=True)
-class DeviceComm:
-    device: Device
-    total: Breakdown
-    steps: dict[int, Breakdown]
-    # what counts as its activity: "streams", "executor ops" (GPU fallback), "ops", "host operators" (CPU rank)
-    basis: str = "streams"
-    idle: DeviceIdle | None = None  # idle time by cause; None without launches in the trace (analyzers.idle)
-
-
-@dataclass(frozen=True)
-class Straggler:
-    """One step (None: the whole trace when no steps are known) across devices."""
-
-    step: int | None
-    devices: int
-    last_to_finish: Device
-    finish_lag_vs_median_us: float
-    finish_lag_vs_earliest_us: float
-    last_comm_start: Device | None
-    comm_start_lag_vs_median_us: float | None
-    comm_start_lag_vs_earliest_us: float | None
-
-    def as_dict(self) -> dict:
-        return {
-            "step": self.step,
-            "devices": self.devices,
-            "last_to_finish": self.last_to_finish.label,
-            "finish_lag_vs_median_us": self.finish_lag_vs_median_us,
-            "finish_lag_vs_earliest_us": self.finish_lag_vs_earliest_us,
-            "last_comm_start": self.last_comm_start.label if self.last_comm_start else None,
-            "comm_start_lag_vs_median_us": self.comm_start_lag_vs_median_us,
-            "comm_start_lag_vs_earliest_us": self.comm_start_lag_vs_earliest_us,
-        }
-
-
-@dataclass(frozen=True)
-class CommOp:
-    """One communication op (events with the same name) on the devices: what the communication time is."""
-
-    name: str
-    op_type: str
-    events: int
-    devices: int
-    total_us: float  # summed durations over its events (not a union: instances on two devices both count)
-    # collective type (rnnprof.names.COLLECTIVE_TYPES) -> events of that type (one name may run several: RCCL)
-    collective_types: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def collective_type(self) -> str:
-        """Its events' collective type; the types joined by "+" when they differ."""
-        return "+".join(t for t, _ in self.collective_types) or UNKNOWN_COLLECTIVE
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "op_type": self.op_type, "events": self.events, "devices": self.devices,
-                "total_us": self.total_us, "collective_type": self.collective_type,
-                "collective_types": dict(self.collective_types)}
-
-
-@dataclass(frozen=True)
-class CommReport:
-    devices: tuple[DeviceComm, ...]
-    stragglers: tuple[Straggler, ...]
-    steps: tuple[int, ...]
-    extra_patterns: tuple[str, ...]
-    comm_event_names: tuple[str, ...]  # distinct names counted as communication on devices
-    comm_ops: tuple[CommOp, ...] = ()  # by summed time, longest first
-    source_format: str = ""
-    sources: tuple[str, ...] = ()
-    host_only: bool = False  # the trace has events, all of them on hosts (so no device to report)
-    time_base_us: float = 0.0  # the clock the times are relative to (the table's)
-    collectives: "CollectivesReport | None" = None  # across ranks; None with fewer than two ranks
-    alignment: dict | None = None  # {"method", "offsets"} when several traces were put on one clock
-    kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US  # idle gaps shorter than this (and not host wait) are kernel wait
-    step_selection: str = ""  # the flags that selected the steps analysed ("": the whole trace)
-    copies: CopyReport | None = None  # copies by kind and graph launches per device and step (analyzers.copies)
-    # GPU events in no step, by reason (``rnnprof.events.OUTSIDE_REASONS``), as the loaders counted them
-    outside_steps: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def step_noise(self) -> StepNoise:
-        """Each step's time (the longest of its windows over the devices) and their jitter."""
-        spans = {s: max((d.steps[s].span_us for d in self.devices if s in d.steps), default=0.0)
-                 for s in self.steps}
-        return StepNoise(tuple(spans), tuple(spans.values()))
-
-    @property
-    def straggler_significance(self) -> Significance | None:
-        """The straggler rank's lateness at collectives against the run's jitter (``rnnprof.analyzers.noise``);
-        None without collectives matched across ranks."""
-        if self.collectives is None:
-            return None
-        return self.collectives.straggler_significance(self.step_noise.spread_us)
-
-    def as_dict(self) -> dict:
-        extra = {}
-        if self.copies is not None:
-            extra["copies"] = self.copies.as_dict()
-        if self.alignment is not None:
-            extra["alignment"] = self.alignment
-        if self.collectives is not None:
-            extra["collectives"] = self.collectives.as_dict()
-            verdict = self.straggler_significance
-            extra["collectives"]["straggler_significance"] = None if verdict is None else verdict.as_dict()
-            if verdict is not None and not verdict.significant:
-                extra["collectives"]["straggler_beyond_jitter"] = None
-            else:
-                extra["collectives"]["straggler_beyond_jitter"] = self.collectives.straggler
-        return {
-            "source_format": self.source_format,
-            "sources": list(self.sources),
-            "extra_comm_patterns": list(self.extra_patterns),
-            "steps": list(self.steps),
-            "step_selection": self.step_selection or None,
-            "outside_steps": {"gpu_events": sum(self.outside_steps.values()), "by_reason": dict(self.outside_steps)},
-            "kernel_wait_us": self.kernel_wait_us,
-            "devices": [
-                {
-                    "device": d.device.label,
-                    "worker": d.device.worker,
-                    "basis": d.basis,
-                    "total": d.total.as_dict(),
-                    "steps": {str(s): b.as_dict() for s, b in d.steps.items()},
-                    "idle_by_cause": _idle_document(d.idle),
-                }
-                for d in self.devices
-            ],
-            "stragglers": [s.as_dict() for s in self.stragglers],
-            "communication_events": list(self.comm_event_names),
-            "communication_ops": [op.as_dict() for op in self.comm_ops],
-            **extra,
-        }
-
-
-def _idle_document(idle: DeviceIdle | None) -> dict | None:
-    if idle is None:
-        return None
-    return {"total": idle.total.as_dict(), "steps": {str(s): c.as_dict() for s, c in idle.steps.items()},
-            "streams": [s.as_dict() for s in idle.streams]}
 
 
 def _layer_codes(classes: np.ndarray) -> np.ndarray:
@@ -388,8 +178,6 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
     Devices without activity are left out; a table without any device activity
     gives a report with no devices.
     """
-    from rnnprof.analyzers.collectives import analyze_collectives
-
     extra = tuple(comm_patterns)
     classes = classify(table, extra) if classes is None else classes
     work, basis = device_work_mask(table, classes)
@@ -400,7 +188,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
     comm_names = np.unique(table.name[work][w.is_comm])
     return CommReport(
         devices=tuple(devices),
-        stragglers=tuple(_stragglers(devices, step_values)),
+        stragglers=tuple(find_stragglers(devices, step_values)),
         steps=tuple(int(s) for s in step_values),
         extra_patterns=extra,
         comm_event_names=tuple(sorted(table.strings[c] for c in comm_names)),
@@ -419,7 +207,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
 
 
 def combine_reports(reports: Sequence[CommReport],
-                    collectives: "CollectivesReport | None" = None) -> CommReport:
+                    collectives: CollectivesReport | None = None) -> CommReport:
     """One report of several analysed apart (e.g. one per rank, in worker processes), as if their
     tables had been merged on their common clock (``concat(..., align="absolute")``) and analysed
     at once: the devices of each, times moved to the earliest time base, stragglers and
@@ -453,7 +241,7 @@ def combine_reports(reports: Sequence[CommReport],
                       key=lambda op: (-op.total_us, op.name))
     return CommReport(
         devices=tuple(devices),
-        stragglers=tuple(_stragglers(devices, np.array(steps, dtype=np.int64))),
+        stragglers=tuple(find_stragglers(devices, np.array(steps, dtype=np.int64))),
         steps=tuple(steps),
         extra_patterns=reports[0].extra_patterns,
         comm_event_names=tuple(sorted({n for r in reports for n in r.comm_event_names})),
@@ -498,7 +286,7 @@ def _first(groups: np.ndarray, ts: np.ndarray, n_groups: int) -> np.ndarray:
     return first
 
 
-def _across_ranks(report: "CollectivesReport") -> "CollectivesReport | None":
+def _across_ranks(report: CollectivesReport) -> CollectivesReport | None:
     """The collectives report where there are ranks to compare: two or more ranks with collectives."""
     return report if report.workers >= 2 else None
 
@@ -550,55 +338,3 @@ def _comm_ops(table: EventTable, rows: np.ndarray) -> tuple[CommOp, ...]:
                  for i in order)
 
 
-def _straggler(step, devices, ends, comm_starts) -> Straggler | None:
-    """The step's straggler among ``devices``, or None with fewer than two active; ``ends``/``comm_starts`` per device
-    index (NaN where the device has no activity / communication)."""
-    present = np.flatnonzero(~np.isnan(ends))
-    if len(present) < 2:
-        return None
-    finish = ends[present]
-    last = present[int(np.argmax(finish))]
-    comm = comm_starts[present]
-    has_comm = ~np.isnan(comm)
-    last_comm = None
-    comm_vs_median = comm_vs_earliest = None
-    if has_comm.sum() >= 2:
-        starts = comm[has_comm]
-        last_comm = devices[present[has_comm][int(np.argmax(starts))]]
-        comm_vs_median = float(starts.max() - np.median(starts))
-        comm_vs_earliest = float(starts.max() - starts.min())
-    return Straggler(
-        step=step,
-        devices=len(present),
-        last_to_finish=devices[last],
-        finish_lag_vs_median_us=float(finish.max() - np.median(finish)),
-        finish_lag_vs_earliest_us=float(finish.max() - finish.min()),
-        last_comm_start=last_comm,
-        comm_start_lag_vs_median_us=comm_vs_median,
-        comm_start_lag_vs_earliest_us=comm_vs_earliest,
-    )
-
-
-def _stragglers(devices: Sequence[DeviceComm], step_values: np.ndarray) -> list[Straggler]:
-    """Per step (or the whole trace), among devices of the same kind: a GPU is never compared with a CPU."""
-    named = tuple(d.device for d in devices)
-
-    def column(pick) -> tuple[np.ndarray, np.ndarray]:
-        parts = [pick(d) for d in devices]
-        ends = np.array([b.work_end_us if b else np.nan for b in parts], dtype=np.float64)
-        comm = np.array([b.first_comm_us if b and b.first_comm_us is not None else np.nan for b in parts],
-                        dtype=np.float64)
-        return ends, comm
-
-    if len(step_values) == 0:
-        columns = [(None, column(lambda d: d.total))]
-    else:
-        columns = [(int(s), column(lambda d, s=int(s): d.steps.get(s))) for s in step_values]
-    result = []
-    for step, (ends, comm) in columns:
-        for kind in sorted({d.kind for d in named}):
-            peers = np.array([d.kind == kind for d in named])
-            straggler = _straggler(step, named, np.where(peers, ends, np.nan), np.where(peers, comm, np.nan))
-            if straggler:
-                result.append(straggler)
-    return result

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnprof.analyzers.classify import EventClass, classify
-from rnnprof.analyzers.comm import device_work_mask
+from rnnprof.analyzers.device_work import device_work_mask
 from rnnprof.analyzers.intervals import union_length
 from rnnprof.events import EventTable
 from rnnprof.names import CROSS_TASK_RECV_OPS

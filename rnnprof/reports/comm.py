@@ -11,7 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from rnnprof.analyzers.collectives import CollectivesReport
-from rnnprof.analyzers.comm import BASIS_EXECUTOR, BASIS_HOST_OPS, Breakdown, CommReport, Straggler
+from rnnprof.analyzers.comm_result import Breakdown, CommReport, Straggler
+from rnnprof.analyzers.device_work import BASIS_EXECUTOR, BASIS_HOST_OPS
 from rnnprof.analyzers.idle import IdleCauses
 from rnnprof.reports.layout import compact_table, outside_note
 

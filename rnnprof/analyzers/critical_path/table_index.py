@@ -10,8 +10,8 @@ import numpy as np
 
 from rnnprof.analyzers.classify import EventClass, collective_types
 from rnnprof.analyzers.collectives import matched_rows
-from rnnprof.analyzers.comm import host_operator_devices
 from rnnprof.analyzers.critical_path.result import Dependencies
+from rnnprof.analyzers.device_work import host_operator_devices
 from rnnprof.events import EventTable
 from rnnprof.names import CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rnnprof.analyzers.comm import host_operator_devices
+from rnnprof.analyzers.device_work import host_operator_devices
 from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, Significance, significance, step_noise
 from rnnprof.events import Device, EventTable
 
