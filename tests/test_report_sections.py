@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rnnprof.analyzers.audit import AuditResult, Finding, NotChecked, Severity, Subject
+from rnnprof.analyzers.noise import StepNoise
 from rnnprof.cli import main
 
 DATA = Path(__file__).parent / "data"
@@ -64,7 +66,7 @@ def pages(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sections")
     out = {}
     with pytest.MonkeyPatch.context() as patch:  # no audit document: the Findings section is left out
-        patch.setattr(report_command, "_findings", lambda report, events: (None, "no audit in this test"))
+        patch.setattr(report_command, "_findings", lambda report: (None, "no audit in this test"))
         for name, paths in (("one", [ONE_GPU]), ("ranks", RANKS), ("tf1", [TF1])):
             assert main(["report", *map(str, paths), "-o", str(folder / f"{name}.html")]) == 0
             out[name] = (folder / f"{name}.html").read_text()
@@ -197,19 +199,15 @@ def test_one_rank_has_no_cross_rank_section(pages):
 
 # -- findings ------------------------------------------------------------------------------------------------------
 
-FINDINGS = {
-    "findings": [
-        {"rule": "PF007", "severity": "error", "title": "rank1 arrives last at <every> collective",
-         "saving_ms": 12.3456, "saving_pct": 8.25, "saving_basis": "other ranks' wait per step", "confidence": 0.9,
-         "evidence": {"arrived_last": 8, "of": 10}, "subject": {"rank": "rank1", "device": "gpu:1", "op": None}},
-        {"rule": "PF002", "severity": "info", "title": "many short kernels", "saving_ms": None, "saving_pct": None,
-         "saving_basis": "not estimated", "confidence": 0.4, "evidence": {},
-         "subject": {"rank": None, "device": None, "op": "aten::add"}},
-    ],
-    "noise": {"step_ms_median": 96.5, "step_ms_mad": 1.25, "steps": 5},
-    "left_out": {"events_outside_steps": 3},
-    "notes": ["two of 128 ranks given"],
-}
+FINDINGS = AuditResult(
+    findings=(Finding("PF007", Severity.ERROR, "rank1 arrives last at <every> collective",
+                      Subject(rank="rank1", device="gpu:1"), {"arrived_last": 8, "of": 10}, saving_us=12345.6,
+                      saving_basis="other ranks' wait per step", confidence=0.9),
+              Finding("PF002", Severity.INFO, "many short kernels", Subject(op="aten::add"),
+                      saving_basis="not estimated", confidence=0.4)),
+    not_checked=(NotChecked("PF004", "no synchronizing call in the trace"),), checked=("PF007", "PF002"),
+    noise=StepNoise((1, 2, 3, 4, 5), (94000.0, 95250.0, 96500.0, 97750.0, 99000.0)),
+    notes=("two of 128 ranks given",))
 
 
 def test_findings_come_first_before_any_chart_in_the_audits_order(tmp_path, capsys, monkeypatch):
@@ -217,21 +215,21 @@ def test_findings_come_first_before_any_chart_in_the_audits_order(tmp_path, caps
 
     seen = []
 
-    def findings(report, events):
-        seen.append(len(events))
+    def findings(report):
+        seen.append(report.findings)
         return FINDINGS, ""
 
     monkeypatch.setattr(report_command, "_findings", findings)
     page = _page(RANKS, tmp_path / "f.html", capsys)
-    assert len(seen) == 1 and seen[0] > 0  # asked once, with the report's own events
+    assert len(seen) == 1 and isinstance(seen[0], AuditResult)  # asked once, for the report's own audit
     body = page.split("<body>")[1]
     assert re.search(r"<h2>(.*?)</h2>", body).group(1) == "Findings"
     assert body.index("<h2>Findings</h2>") < body.index('<div class="chart"')
     section = _section(page, "Findings")
     (table,) = _tables(section)
     assert table[0][:7] == ["severity", "rule", "finding", "where", "saving ms/step", "saving %", "basis"]
-    assert [r[:7] for r in table[1:]] == [
-        ["error", "PF007", "rank1 arrives last at <every> collective", "rank rank1, device gpu:1", "12.346", "8.2",
+    assert [r[:7] for r in table[1:]] == [  # 12.3456 ms of a 96.5 ms median step: 12.79%
+        ["error", "PF007", "rank1 arrives last at <every> collective", "rank rank1, device gpu:1", "12.346", "12.8",
          "other ranks' wait per step"],
         ["info", "PF002", "many short kernels", "op aten::add", "-", "-", "not estimated"]]
     assert [r[7] for r in table[1:]] == ["0.90", "0.40"]
@@ -239,16 +237,17 @@ def test_findings_come_first_before_any_chart_in_the_audits_order(tmp_path, caps
     assert "<every>" not in page  # escaped
     text = html.unescape(section)
     assert "96.500 ms (median) ± 1.250 ms" in text and "over 5 step(s)" in text
-    assert "note: two of 128 ranks given" in text and "events_outside_steps" in text
+    assert "note: two of 128 ranks given" in text and "note: rules checked: PF007, PF002" in text
+    assert "note: PF004 not checked: no synchronizing call in the trace" in text
+    assert 'left out of the audit: {"negative duration": 0' in text  # the loaders' counts, as audit --json has them
     assert "Findings (" not in "".join(re.findall(r'id="left-out">(.*?)</p>', page))
 
 
 def test_an_audit_with_no_finding_says_so(tmp_path, capsys, monkeypatch):
     import rnnprof.commands.report as report_command
 
-    monkeypatch.setattr(report_command, "_findings", lambda report, events: (
-        {"findings": [], "noise": {"step_ms_median": 1.0, "step_ms_mad": 0.0, "steps": 3}, "left_out": {},
-         "notes": []}, ""))
+    monkeypatch.setattr(report_command, "_findings", lambda report: (
+        AuditResult((), (), ("PF001",), StepNoise((1, 2, 3), (1000.0, 1000.0, 1000.0))), ""))
     page = _page([ONE_GPU], tmp_path / "n.html", capsys)
     assert "<p>No finding.</p>" in _section(page, "Findings")
 

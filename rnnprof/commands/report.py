@@ -13,6 +13,7 @@ from rnnprof import limits
 from rnnprof.commands import audit_inputs, left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT
 from rnnprof.errors import UsageError
+from rnnprof.analyzers.audit import AuditResult
 from rnnprof.analyzers.run_report import analyze_run
 from rnnprof.commands.roofline import for_report as roofline_for_report
 from rnnprof.inputs.dependencies import read_dependencies
@@ -52,11 +53,12 @@ def _name(paths: list[str]) -> str:
     return ", ".join(Path(os.path.abspath(p)).name or str(p) for p in paths)
 
 
-def _findings_reason(report) -> str:
-    """Why the page has no Findings section ("" when the report holds an audit)."""
+def _findings(report) -> tuple[AuditResult | None, str]:
+    """The report's audit, for the page's Findings section; ``(None, why)`` when the input holds nothing to
+    audit."""
     if report.findings is None:
-        return report.findings_reason or "the input holds neither graphs nor trace events"
-    return ""
+        return None, report.findings_reason or "the input holds neither graphs nor trace events"
+    return report.findings, ""
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -94,4 +96,5 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
                          dependencies=read_dependencies(paths) if events is not None else None,
                          roofline=roofline, roofline_reason=roofline_reason)
     render_notes(notes)
-    return run_page(report, name, notes, report.findings, _findings_reason(report), left_out_notes.counts(events))
+    findings, findings_reason = _findings(report)
+    return run_page(report, name, notes, findings, findings_reason, left_out_notes.counts(events))
