@@ -35,6 +35,10 @@ STEP_TIMES = "step_times"  # {"warmup": [seconds, ...], "timed": [...]}: each st
 STEP_CPU = "step_cpu"  # {"warmup": [{"process_s", "host_busy_s"}, ...], "timed": [...]}: each step's CPU times
 
 
+# The host step markers PyTorch's profiler records: ``ProfilerStep#N``.
+STEP_MARKER = re.compile(r"^ProfilerStep#(\d{1,9})$")
+
+
 # -- scopes as readers match them ------------------------------------------------------------------
 
 # ``tower_k`` or ``replica_k``, as a name component (``TOWER_PATTERN``: the innermost one gives a
@@ -221,3 +225,45 @@ def ran_as_of(metadata: dict) -> dict[str, list[str]]:
             for kernel in kernels:
                 note_ran_as(found, op, kernel)
     return dict(sorted(found.items()))
+
+
+# -- kernel and op names, folded ------------------------------------------------------------------
+
+def fold_brackets(text: str, opening: str, closing: str) -> str | None:
+    """``text`` with every outermost ``opening…closing`` group's content replaced by one ellipsis (``f<int, 2>(x)``
+    -> ``f<…>(x)``); None when the brackets do not balance."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == opening:
+            if depth == 0:
+                out.append(opening + "…" + closing)
+            depth += 1
+        elif ch == closing and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return None if depth else "".join(out)
+
+
+
+def normalize_name(name: str) -> str:
+    """A kernel or op name with template arguments folded to ``<…>`` and the argument list dropped.
+
+    ``void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, ...>(int, ...)``
+    becomes ``at::native::vectorized_elementwise_kernel<…>``; names without templates or arguments
+    (TF node names, ``aten::mm``) are kept as they are.
+    """
+    text = name[5:] if name.startswith("void ") else name
+    folded = fold_brackets(text, "<", ">")
+    if folded is None:
+        return name  # unbalanced brackets: not a template, keep the name
+    folded = folded.strip()
+    if folded.endswith(")"):  # drop the argument list: the last top-level (...) group
+        depth = 0
+        for i in range(len(folded) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(folded[i], 0)
+            if depth == 0:
+                folded = folded[:i].strip() if folded[:i].strip() else folded
+                break
+    return folded or name
+

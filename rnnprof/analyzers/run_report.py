@@ -18,7 +18,7 @@ import numpy as np
 from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.comm import CommReport, analyze_comm, device_work_mask
 from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies, analyze_critical_path
-from rnnprof.analyzers.diff import step_marker_periods
+from rnnprof.analyzers.steps import step_marker_periods
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
 from rnnprof.analyzers.timeline import Timeline, step_timeline

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnprof.events import EventTable
+from rnnprof.events import EventTable, Kind
+from rnnprof.names import STEP_MARKER
 
 _RANGE = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*$|^\s*(-?\d+)\s*$")
 
@@ -193,3 +194,22 @@ def step_windows(device: np.ndarray, step: np.ndarray, ts: np.ndarray, end: np.n
         e[:-1] = np.where(apart, np.maximum(s[:-1], np.minimum(s[1:], ended)), e[:-1])
         stop[rows] = e
     return StepWindows(pairs[0].astype(np.int64), pairs[1].astype(np.int64), start, stop)
+
+
+def step_marker_periods(table: EventTable | None) -> np.ndarray:
+    """Durations (µs) of the host step markers (``ProfilerStep#N`` annotations) of the table's steps, one per
+    rank and step: the steps left after a step selection, every marker when the events carry no step."""
+    if table is None or not len(table):
+        return np.zeros(0)
+    numbers = np.full(len(table.strings), -1, dtype=np.int64)
+    for code, text in enumerate(table.strings):
+        match = STEP_MARKER.match(text) if text.startswith("ProfilerStep#") else None
+        if match:
+            numbers[code] = int(match.group(1))
+    step_of = numbers[table.name]
+    rows = (step_of >= 0) & (table.kind == Kind.ANNOTATION)
+    known = table.steps()
+    if len(known):
+        rows &= np.isin(step_of, known)
+    return table.dur[rows].astype(float)
+

@@ -21,7 +21,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from rnnprof.analyzers.diff import fold_brackets
+from rnnprof.names import fold_brackets
 from rnnprof.events import OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH
 
 

@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 
 from rnnprof.errors import InputError
-from rnnprof.names import CPU_COLLECTIVE, NCCL_KERNEL
+from rnnprof.names import CPU_COLLECTIVE, NCCL_KERNEL, STEP_MARKER
 from rnnprof.events import (OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH, Device, EventTable, EventTableBuilder, Kind,
                             match_correlation, steps_in_spans)
 from rnnprof.traces.jsonstream import EventStream
@@ -45,7 +45,6 @@ CATEGORY_KIND = {
 }
 _KIND_CODE = {cat: int(kind) for cat, kind in CATEGORY_KIND.items()}
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
-STEP_NAME = re.compile(r"^ProfilerStep#(\d{1,9})$")
 # Markers that only a Kineto trace carries; checked on the first bytes of the content.
 SIGNATURES = (b'"schemaVersion"', b'"distributedInfo"', b'"deviceProperties"', b'"cpu_op"',
               b'"cuda_runtime"', b'"python_function"', b'"user_annotation"', b'"gpu_memcpy"',
@@ -358,7 +357,7 @@ def _step_spans(table: EventTable) -> list[tuple[float, float, int]]:
     numbers = np.full(len(table.strings), -1, dtype=np.int64)
     for code, text in enumerate(table.strings):
         if text.startswith("ProfilerStep#"):
-            match = STEP_NAME.match(text)
+            match = STEP_MARKER.match(text)
             if match:
                 numbers[code] = int(match.group(1))
     on_host = np.array([d.kind != "gpu" for d in table.devices], dtype=bool)
