@@ -295,12 +295,12 @@ def test_names_from_the_input_are_printed_verbatim(tmp_path):
     from test_report_markup import FILE_TOKEN, TOKEN, hostile_kineto, hostile_tf1, printed
 
     trace = hostile_tf1(tmp_path, f"trace{FILE_TOKEN}.json")
-    text = printed(["diff", str(TF1_GPU_LOOP), str(trace), "--top", "0"])
+    text = printed(["diff", str(TF1_GPU_LOOP), str(trace), "--top", "0", "--all"])
     assert f"B: {trace}" in text
     assert f"MatMul{TOKEN}" in text  # an op type that appeared
     assert f"gradients/Mean_grad{TOKEN}/Prod" in text  # a name that appeared
     ranks = [str(hostile_kineto(tmp_path, r)) for r in (0, 1)]
-    text = printed(["diff", "--a", str(KINETO_R0), str(KINETO_R1), "--b", *ranks, "--top", "0"])
+    text = printed(["diff", "--a", str(KINETO_R0), str(KINETO_R1), "--b", *ranks, "--top", "0", "--all"])
     assert f"rank1{TOKEN}/gpu:1" in text  # a device label, and a configuration value
     assert f"0{TOKEN}, 1{TOKEN}" in text
 

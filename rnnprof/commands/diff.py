@@ -30,8 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="side A as several trace files, merged (e.g. one Kineto file per rank)")
     parser.add_argument("--b", nargs="+", metavar="FILE", default=None,
                         help="side B as several trace files, merged")
-    parser.add_argument("--top", type=non_negative_int, default=10, metavar="N",
-                        help="rows per section and list (default: %(default)s; 0: all)")
+    parser.add_argument("--top", type=non_negative_int, default=None, metavar="N",
+                        help="rows per section and list (default: 6, with --all or --json 10; 0: all)")
+    parser.add_argument("--all", action="store_true", dest="every",
+                        help="every section and list (appeared, vanished, by op type, the copies table, the counts "
+                             "that did not change) and the definitions; without it, what fits a screen")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
     step_flags.add_arguments(parser)  # each side's trace events, on its own step numbers
     limits.add_argument(parser)
@@ -81,5 +84,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
                      "left_out": {"a": left_out_notes.counts(side_a.events), "b": left_out_notes.counts(side_b.events)}},
                     console)
     else:
-        report.render_table(result, top=args.top, console=console)
+        report.render_table(result, top=args.top, console=console, every=args.every)
     return 0

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.text import Text
 
 from rnnprof.analyzers.diff import CopyKindChange, DiffReport, GraphLaunchChange, Headline, OpChange, StepTime
-from rnnprof.reports.layout import compact_table
+from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.opcount import render_definitions
 
 _ALWAYS = ("run", "all devices")  # time rows shown whatever --top says
@@ -38,6 +38,10 @@ def _more(shown: int, total: int, what: str) -> str:
     return f"top {shown} of {total} {what}" if total > shown else ""
 
 
+def _titled(title: str, more: str) -> str:
+    return f"{title} ({more})" if more else title
+
+
 def _time_rows(report: DiffReport, top: int) -> list:
     rows = report.time.rows
     fixed = [r for r in rows if r.device in _ALWAYS]
@@ -47,23 +51,36 @@ def _time_rows(report: DiffReport, top: int) -> list:
     return fixed + [r for r in rows if id(r) in chosen]
 
 
-def render_table(report: DiffReport, *, top: int, console: Console) -> None:
+SUMMARY_ROWS = 6  # rows per list in the summary (without --all)
+JSON_ROWS = 10  # rows per list with --all and in --json, unless --top says otherwise
+
+
+def render_table(report: DiffReport, *, top: int | None, console: Console, every: bool = False) -> None:
+    """What fits a screen: the step time, what changed most, time per device, the counts that changed, the
+    largest changes in time by name, the rates and the configuration; ``every`` (--all): every section and
+    list, and the definitions. ``top``: rows per list (None: SUMMARY_ROWS, with ``every`` JSON_ROWS; 0: all)."""
     console.print(Text.assemble(("A: ", "bold"), report.a, f" ({report.kind_a})"))
     console.print(Text.assemble(("B: ", "bold"), report.b, f" ({report.kind_b})"))
     if report.identical:
         console.print("[bold green]No differences[/bold green]: device time, ops and kernels, graphs and "
                       "configuration are the same on both sides.")
         return
-    console.print("[dim]Δ = B − A, ratio = B ÷ A[/dim]")
+    rows = top if top is not None else JSON_ROWS if every else SUMMARY_ROWS
+    if every:
+        console.print("[dim]Δ = B − A, ratio = B ÷ A[/dim]")
     _render_headline(report, console)
     _render_notable(report, console)
-    _render_time(report, top, console)
-    _render_copies(report, console)
-    _render_ops(report, top, console)
+    _render_time(report, rows, console)
+    _render_copies(report, console, every)
+    _render_ops(report, rows, console, every)
     _render_rates(report, console)
-    _render_graphs(report, top, console)
-    _render_config(report, top, console)
-    render_definitions(report.definitions, console)
+    _render_graphs(report, rows, console, every)
+    _render_config(report, rows, console)
+    if every:
+        render_definitions(report.definitions, console)
+    else:
+        console.print(Text("Δ = B − A, ratio = B ÷ A, figures per step (mean); --all: every section and list, "
+                           "and the definitions; --json: everything", style="dim"))
 
 
 def _unavailable(title: str, reason: str, console: Console) -> None:
@@ -122,28 +139,37 @@ def _render_notable(report: DiffReport, console: Console) -> None:
         console.print(Text(f"  {_change_text(row)}", style="bold yellow"))
 
 
-def _render_copies(report: DiffReport, console: Console) -> None:
-    section = report.copies
-    if not section.available:
-        return _unavailable("Copies and graph launches", section.reason, console)
-    if not section.changed:
-        console.print(Text.assemble(("Copies and graph launches", "bold"), ": the same per step"))
-        return
-    table = compact_table("per step", ("A", "B", "Δ", "ratio"), title="Copies by kind and graph launches (per step)")
+def _copy_rows(section) -> list[list[str]]:
+    rows = []
     for k in section.kinds:
         for what, a, b, scale in ((f"{k.kind} copies", k.count_a, k.count_b, 1), (f"{k.kind} ms", k.time_a_us,
                                   k.time_b_us, 1000), (f"{k.kind} MB", k.bytes_a, k.bytes_b, 1e6)):
-            table.add_row(what, _num(a / scale), _num(b / scale), _num((b - a) / scale, signed=True),
-                          _ratio(b / a if a else None))
+            rows.append([what, _num(a / scale), _num(b / scale), _num((b - a) / scale, signed=True),
+                         _ratio(b / a if a else None)])
     g = section.graphs
     if g is not None:
         for what, a, b, scale in (("graph launches", g.launches_a, g.launches_b, 1),
                                   ("GPU kernels launched by graphs", g.kernels_a, g.kernels_b, 1),
                                   ("their kernel ms", g.kernel_a_us, g.kernel_b_us, 1000)):
-            table.add_row(what, _num(a / scale), _num(b / scale), _num((b - a) / scale, signed=True),
-                          _ratio(b / a if a else None))
-        table.add_row("share of GPU kernels launched by graphs", _share(g.share_a), _share(g.share_b), "", "")
-    console.print(table)
+            rows.append([what, _num(a / scale), _num(b / scale), _num((b - a) / scale, signed=True),
+                         _ratio(b / a if a else None)])
+        rows.append(["share of GPU kernels launched by graphs", _share(g.share_a), _share(g.share_b), "", ""])
+    return rows
+
+
+def _render_copies(report: DiffReport, console: Console, every: bool) -> None:
+    section = report.copies
+    if not section.available:
+        return _unavailable("Copies and graph launches", section.reason, console) if every else None
+    if not section.changed:
+        console.print(Text.assemble(("Copies and graph launches", "bold"), ": the same per step"))
+        return
+    if not every:
+        console.print(Text.assemble(("Copies by kind and graph launches", "bold"), ": changed (--all: the table)"))
+        return
+    columns = [Column("per step", "label"), Column("A"), Column("B"), Column("Δ"), Column("ratio")]
+    console.print(fit_table(console.width, columns, _copy_rows(section),
+                            title="Copies by kind and graph launches (per step)"))
 
 
 def _render_time(report: DiffReport, top: int, console: Console) -> None:
@@ -156,43 +182,58 @@ def _render_time(report: DiffReport, top: int, console: Console) -> None:
                                     + " (their labels differ: A's device ~ B's device)"))
     changed = [r for r in section.rows if r.device not in _ALWAYS and r.changed]
     rows = _time_rows(report, top)
-    table = compact_table("device", ("A ms", "B ms", "Δ ms"), text_columns=("per step",),
-                          title="Time per device or rank (mean per step)",
-                          caption=_more(len(rows) - len([r for r in rows if r.device in _ALWAYS]), len(changed),
-                                        "changed device figures"))
-    for r in rows:
-        table.add_row(Text(r.device), r.metric, _ms(r.a), _ms(r.b), _ms(r.delta, signed=True))
-    console.print(table)
+    columns = [Column("device", "text", least=12), Column("per step", "label"), Column("A ms"), Column("B ms"),
+               Column("Δ ms")]
+    console.print(fit_table(console.width, columns,
+                            [[Text(r.device), r.metric, _ms(r.a), _ms(r.b), _ms(r.delta, signed=True)] for r in rows],
+                            title=_titled("Time per device or rank (mean per step)",
+                                          _more(len(rows) - len([r for r in rows if r.device in _ALWAYS]),
+                                                len(changed), "changed device figures"))))
 
 
-def _op_table(title: str, first: str, rows: list[OpChange], total: int, what: str):
-    table = compact_table(first, ("A\nper step", "B\nper step", "A ms\nper step", "B ms\nper step", "Δ ms"),
-                          title=title, caption=_more(len(rows), total, what))
-    for r in rows:
-        table.add_row(Text(r.key), _num(r.count_a), _num(r.count_b), _ms(r.time_a_us), _ms(r.time_b_us),
-                      _ms(r.time_delta_us, signed=True))
-    return table
+def _op_table(width: int, title: str, first: str, rows: list[OpChange], total: int, what: str):
+    columns = [Column(first, "name"), Column("A"), Column("B"), Column("A ms"), Column("B ms"), Column("Δ ms")]
+    more = _more(len(rows), total, what)
+    return fit_table(width, columns, [[Text(r.key), _num(r.count_a), _num(r.count_b), _ms(r.time_a_us),
+                                       _ms(r.time_b_us), _ms(r.time_delta_us, signed=True)] for r in rows],
+                     title=_titled(title, more))
 
 
-def _render_ops(report: DiffReport, top: int, console: Console) -> None:
+def _render_counts(section, console: Console, every: bool) -> None:
+    shown = [f for f in section.counts if every or (f.changed and (f.a, f.b) != (None, None))]
+    left = len(section.counts) - len(shown)
+    columns = [Column("count (count-ops)", "label"), Column("A"), Column("B"), Column("Δ"), Column("ratio")]
+    console.print(fit_table(console.width, columns, [[Text(f.key), _num(f.a), _num(f.b), _num(f.delta, signed=True),
+                                                      _ratio(f.ratio)] for f in shown],
+                            title="Ops and kernels" + ("" if every or not left else
+                                                       f": the counts that changed ({left} more with --all)")))
+
+
+def _render_ops(report: DiffReport, top: int, console: Console, every: bool) -> None:
     section = report.ops
-    counts = compact_table("count (count-ops)", ("A", "B", "Δ", "ratio"), title="Ops and kernels")
-    for f in section.counts:
-        counts.add_row(Text(f.key), _num(f.a), _num(f.b), _num(f.delta, signed=True), _ratio(f.ratio))
-    console.print(counts)
+    _render_counts(section, console, every)
     if not section.available:
         return _unavailable("Kernels by name and op type", section.reason, console)
-    lists = (("Took more time in B (by normalized name)", section.gainers),
-             ("Took less time in B (by normalized name)", section.losers),
+    changed = [r for r in section.by_name if r.status != "same"]
+    by_type = [r for r in section.by_type if r.status != "same"]
+    if not every:
+        if changed:
+            console.print(_op_table(console.width, "Largest changes in time per step", "name",
+                                    _top(changed, top), len(changed), "changed names"))
+        counts = (f"{len(section.of_status('appeared'))} names appeared in B, "
+                  f"{len(section.of_status('vanished'))} vanished, {len(by_type)} op types changed")
+        console.print(Text(f"{counts} (--all lists them)", style="dim"))
+        return
+    lists = (("Took more time in B, per step (by normalized name)", section.gainers),
+             ("Took less time in B, per step (by normalized name)", section.losers),
              ("Appeared in B", section.of_status("appeared")),
              ("Vanished from B", section.of_status("vanished")))
     for title, rows in lists:
         if rows:
-            console.print(_op_table(title, "name", _top(rows, top), len(rows), "names"))
-    by_type = [r for r in section.by_type if r.status != "same"]
+            console.print(_op_table(console.width, title, "name", _top(rows, top), len(rows), "names"))
     if by_type:
-        console.print(_op_table("By op type (largest change in time first)", "op type", _top(by_type, top),
-                                len(by_type), "op types"))
+        console.print(_op_table(console.width, "By op type, per step (largest change in time first)", "op type",
+                                _top(by_type, top), len(by_type), "op types"))
 
 
 def _render_rates(report: DiffReport, console: Console) -> None:
@@ -200,31 +241,38 @@ def _render_rates(report: DiffReport, console: Console) -> None:
     if not section.available:
         _unavailable("Achieved rates per op family", section.reason, console)
         return
-    table = compact_table("op family", ("A TFLOP/s", "B TFLOP/s", "ratio", "A TB/s", "B TB/s", "A kernel ms",
-                                        "B kernel ms"), title="achieved rates per op family (rnnprof roofline)")
-    for r in section.rows:
-        table.add_row(r.family, _rate(r.tflops_a), _rate(r.tflops_b), _ratio(r.ratio), _rate(r.tbps_a),
-                      _rate(r.tbps_b), _ms(r.kernel_us_a), _ms(r.kernel_us_b))
-    console.print(table)
+    columns = [Column("op family", "label"), Column("A\nTFLOP/s"), Column("B\nTFLOP/s"), Column("ratio"),
+               Column("A\nTB/s"), Column("B\nTB/s"), Column("A kernel\nms", drop=1),
+               Column("B kernel\nms", drop=1)]
+    rows = [[r.family, _rate(r.tflops_a), _rate(r.tflops_b), _ratio(r.ratio), _rate(r.tbps_a), _rate(r.tbps_b),
+             _ms(r.kernel_us_a), _ms(r.kernel_us_b)] for r in section.rows]
+    console.print(fit_table(console.width, columns, rows, title="achieved rates per op family (rnnprof roofline)"))
 
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.3f}"
 
 
-def _render_graphs(report: DiffReport, top: int, console: Console) -> None:
+def _render_graph_counts(section, top: int, console: Console) -> None:
+    rows = _top(section.counts, top)
+    columns = [Column("graph", "label"), Column("device", "text", least=12), Column("op type", "name", least=12),
+               Column("A"), Column("B"), Column("Δ")]
+    console.print(fit_table(console.width, columns,
+                            [[r.view, Text(r.device), Text(r.op_type or "(all types)"), _num(r.a), _num(r.b),
+                              _num(r.delta, signed=True)] for r in rows],
+                            title=_titled("Graph op counts by device and op type (largest change first)",
+                                          _more(len(rows), len(section.counts), "changed counts"))))
+
+
+def _render_graphs(report: DiffReport, top: int, console: Console, every: bool) -> None:
     section = report.graphs
+    if not every and not section.available and not section.placement_available:
+        console.print(Text.assemble(("Graph op counts and placement", "bold"), ": not compared (--all says why)"))
+        return
     if not section.available:
         _unavailable("Graph op counts", section.reason, console)
     elif section.counts:
-        rows = _top(section.counts, top)
-        table = compact_table("graph", ("A", "B", "Δ"), text_columns=("device", "op type"),
-                              title="Graph op counts by device and op type (largest change first)",
-                              caption=_more(len(rows), len(section.counts), "changed counts"))
-        for r in rows:
-            table.add_row(r.view, Text(r.device), Text(r.op_type or "(all types)"), _num(r.a), _num(r.b),
-                          _num(r.delta, signed=True))
-        console.print(table)
+        _render_graph_counts(section, top, console)
     else:
         console.print(Text.assemble(("Graph op counts", "bold"), ": the same by device and op type"
                                     + (f" ({section.reason})" if section.reason else "")))
@@ -236,13 +284,14 @@ def _render_graphs(report: DiffReport, top: int, console: Console) -> None:
     groups = section.moved_by_scope
     shown = _top(groups, top)
     assigned = sum(m.basis == "assigned" for m in section.moved)
-    table = compact_table("scope", ("ops",), text_columns=("A device", "B device"),
-                          title=f"Ops that moved device: {len(section.moved)} ({assigned} as assigned, "
-                                f"{len(section.moved) - assigned} as requested, not assigned on either side)",
-                          caption=_more(len(shown), len(groups), "scopes"))
-    for scope, device_a, device_b, n in shown:
-        table.add_row(Text(scope), Text(device_a), Text(device_b), _num(n))
-    console.print(table)
+    columns = [Column("scope", "text"), Column("A device", "text", least=12), Column("B device", "text", least=12),
+               Column("ops")]
+    console.print(fit_table(console.width, columns,
+                            [[Text(scope), Text(device_a), Text(device_b), _num(n)]
+                             for scope, device_a, device_b, n in shown],
+                            title=_titled(f"Ops that moved device: {len(section.moved)} ({assigned} as assigned, "
+                                          f"{len(section.moved) - assigned} as requested, not assigned on either "
+                                          f"side)", _more(len(shown), len(groups), "scopes"))))
 
 
 def _render_config(report: DiffReport, top: int, console: Console) -> None:
@@ -253,12 +302,12 @@ def _render_config(report: DiffReport, top: int, console: Console) -> None:
         console.print(Text.assemble(("Configuration", "bold"), f": the same ({section.compared} settings)"))
         return
     rows = _top(section.changes, top)
-    table = compact_table("setting", (), text_columns=("A", "B"), title="Configuration",
-                          caption=_more(len(rows), len(section.changes), "changed settings"))
-    for c in rows:
-        table.add_row(Text(c.key), Text("(not recorded)" if c.a is None else c.a),
-                      Text("(not recorded)" if c.b is None else c.b))
-    console.print(table)
+    columns = [Column("setting", "text"), Column("A", "text"), Column("B", "text")]
+    console.print(fit_table(console.width, columns,
+                            [[Text(c.key), Text("(not recorded)" if c.a is None else c.a),
+                              Text("(not recorded)" if c.b is None else c.b)] for c in rows],
+                            title=_titled("Configuration", _more(len(rows), len(section.changes),
+                                                                 "changed settings"))))
 
 
 def _op_dict(r: OpChange) -> dict:
@@ -305,8 +354,9 @@ def _listed(name: str, rows: list, top: int, as_dict) -> dict:
     return {name: [as_dict(r) for r in _top(rows, top)], f"{name}_total": len(rows)}
 
 
-def to_document(report: DiffReport, top: int) -> dict:
-    """The report as JSON; each list holds its first ``top`` rows (all with ``top`` 0) and says how many there are."""
+def to_document(report: DiffReport, top: int | None) -> dict:
+    """The report as JSON; each list holds its first ``top`` rows (None: 10; 0: all) and says how many there are."""
+    top = JSON_ROWS if top is None else top
     time, ops, graphs, config = report.time, report.ops, report.graphs, report.config
     return {
         "a": {"source": report.a, "kind": report.kind_a},

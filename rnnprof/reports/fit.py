@@ -21,7 +21,8 @@ Cell = str | Text
 @dataclass(frozen=True)
 class Column:
     header: str  # lines split at "\n"
-    kind: str = "number"  # "number": right-aligned; "label": kept whole; "name": shortened in its middle to fit
+    kind: str = "number"  # "number": right-aligned; "label": kept whole; "text": cut in its middle to fit;
+    # "name": an op or kernel name, also shortened as short_name shortens it (brackets folded)
     drop: int = 0  # 0: always shown; otherwise left out where the width is short, the highest first
     least: int = 16  # a name column's narrowest width
 
@@ -43,13 +44,13 @@ def _layout(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: in
     """The columns kept, each with its width: the narrowest layout first, columns dropped until it fits,
     then the room left given to the names, in column order."""
     natural = [_natural(c, [r[i] for r in rows]) for i, c in enumerate(columns)]
-    least = [min(n, max(c.least, _longest_line(c.header))) if c.kind == "name" else n
+    least = [min(n, max(c.least, _longest_line(c.header))) if c.kind in ("name", "text") else n
              for n, c in zip(natural, columns)]
     kept = list(range(len(columns)))
     droppable = sorted((i for i, c in enumerate(columns) if c.drop), key=lambda i: (-columns[i].drop, -i))
 
-    def spare() -> int:  # a column takes 2 more characters: the space between columns (or the edge), padding
-        return width - sum(least[i] for i in kept) - 2 * len(kept)
+    def spare() -> int:  # two characters between columns
+        return width - sum(least[i] for i in kept) - 2 * (len(kept) - 1)
 
     while spare() < 0 and droppable:
         kept.remove(droppable.pop(0))
@@ -60,26 +61,36 @@ def _layout(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: in
     return widths
 
 
+def _cut(text: str, limit: int) -> str:
+    """``text`` at most ``limit`` characters: its head and tail around an ellipsis."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) * 2 // 3
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+
+
 def _cell(cell: Cell, column: Column, width: int) -> Text:
-    text = short_name(_plain(cell), max(width, 4)) if column.kind == "name" else _plain(cell)
+    text = _plain(cell)
+    if column.kind in ("name", "text"):
+        text = short_name(text, max(width, 4)) if column.kind == "name" else _cut(text, max(width, 4))
     return Text(text, style=cell.style if isinstance(cell, Text) else "")
 
 
 def fit_table(width: int, columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, title: str = "",
               caption: str = "") -> Group:
-    """``rows`` as a compact table (``layout.compact_table``'s look) at most ``width`` characters wide, under
-    ``title``; the caption names the columns left out."""
+    """``rows`` as a table at most ``width`` characters wide (two spaces between columns, a rule under the
+    header, no edges), under ``title``, and a blank line; the caption names the columns left out."""
     widths = _layout(columns, rows, width)
     left_out = [columns[i].header.replace("\n", " ") for i in range(len(columns)) if i not in widths]
     if left_out:
         caption = (f"{caption}; " if caption else "") + (f"left out at this width: {', '.join(left_out)} "
                                                        "(a wider terminal or --json has them)")
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, caption=caption or None,
-                  caption_justify="left")
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
+                  caption=caption or None, caption_justify="left")
     for i, w in widths.items():
         column = columns[i]
         table.add_column(column.header, justify="right" if column.kind == "number" else "left", no_wrap=True,
-                         width=w if column.kind == "name" else None)
+                         width=w if column.kind in ("name", "text") else None)
     for row in rows:
         table.add_row(*(_cell(row[i], columns[i], w) for i, w in widths.items()))
-    return Group(*([Text(title, style="table.title")] if title else []), table)
+    return Group(*([Text(title, style="table.title")] if title else []), table, Text(""))

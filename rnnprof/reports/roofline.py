@@ -103,7 +103,7 @@ def _families_table(report: RooflineReport, width: int):
 def _ops_table(report: RooflineReport, top: int, width: int):
     """The ``top`` operators by kernel time."""
     columns = [Column("operator", "name", least=22), Column("dtype", "label", drop=2),
-               Column("shapes", "name", least=18),
+               Column("shapes", "text", least=18),
                Column("bound", "label"), Column("count", drop=3), Column("kernel\nms"), Column("TFLOP/s"),
                Column("FLOP/B", drop=1), Column("of\nroof-\nline")]
     rows = [[Text(row.name), row.dtype, Text(row.shapes), row.bound or "-", str(row.count),
@@ -124,7 +124,7 @@ def _steps_table(report: RooflineReport, width: int):
 
 def _collectives_table(groups, title: str, width: int):
     """Collectives by process group: their message sizes, time and NCCL's algorithm and bus bandwidths."""
-    columns = [Column("process group", "name", least=14), Column("collective", "label"), Column("size"),
+    columns = [Column("process group", "text", least=14), Column("collective", "label"), Column("size"),
                Column("count"), Column("MB"), Column("ms"), Column("algbw\nGB/s", drop=1), Column("busbw\nGB/s")]
     rows = [[Text(g.group or "-"), Text(g.collective), str(g.group_size), str(g.count), _f(g.bytes / 1e6),
              _f(g.time_us / 1e3, 3), _f(g.algbw_gbps), _f(g.busbw_gbps)] for g in groups]
