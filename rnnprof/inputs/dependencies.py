@@ -16,7 +16,7 @@ from pathlib import Path
 from rnnprof.analyzers.critical_path import EDGE_COLLECTIVE, EDGE_DATA, EDGE_TRANSFER, Dependencies, Flow, FlowEnd
 from rnnprof.traces import chrome_json
 from rnnprof.traces.registry import identify, probe
-from rnnprof.traces.tf_chrome import _lane_kind, as_dict, as_float, as_key, metadata_names, trace_events
+from rnnprof.traces.tf_chrome import as_dict, as_float, as_key, lane_kind, metadata_names, trace_events
 
 _FLOW_KINDS = {"transfer": EDGE_TRANSFER, "collective": EDGE_COLLECTIVE, "DataFlow": EDGE_DATA}
 TF1_LACKS = ("a TF1 timeline holds no graph: only lane order and its data-flow arrows are dependencies "
@@ -37,7 +37,7 @@ def flows(doc: object) -> list[Flow]:
             continue
         kind = _FLOW_KINDS.get(str(e.get("cat")))
         pid, tid = as_key(e.get("pid")), as_key(e.get("tid"))
-        lane = _lane_kind(processes.get(pid, ""), threads.get((pid, tid)) if rnnprof else None)
+        lane = lane_kind(processes.get(pid, ""), threads.get((pid, tid)) if rnnprof else None)
         if kind is None or lane is None:
             continue
         end = FlowEnd(lane[0], lane[1], as_float(e.get("ts")))

@@ -14,7 +14,9 @@ from rnnprof.analyzers.collectives import CollectivesReport
 from rnnprof.analyzers.comm_result import Breakdown, CommReport, Straggler
 from rnnprof.analyzers.device_work import BASIS_EXECUTOR, BASIS_HOST_OPS
 from rnnprof.analyzers.idle import IdleCauses
+from rnnprof.analyzers.tasks import TaskReport
 from rnnprof.reports.layout import compact_table, outside_note
+from rnnprof.reports.units import fmt_ms_narrow
 
 TOP_COMM_OPS = 10
 TOP_COLLECTIVES = 10
@@ -34,19 +36,11 @@ DEFINITIONS = (
 _BREAKDOWN_COLUMNS = ("span\nms", "busy\n%", "compute\n%", "comm\n%", "mem\n%", "idle\n%", "comm\nms", "overlap\n%")
 
 
-def _ms(us: float | None) -> str:
-    """Milliseconds with about four significant digits, so that columns stay narrow."""
-    if us is None:
-        return "-"
-    ms = us / 1000
-    digits = 0 if abs(ms) >= 1000 else 1 if abs(ms) >= 100 else 2 if abs(ms) >= 10 else 3
-    return f"{ms:,.{digits}f}"
-
-
 def _cells(b: Breakdown) -> list[str]:
     overlap = "-" if b.overlap_pct is None else f"{b.overlap_pct:.1f}"
     shares = (b.busy_us, b.compute_us, b.communication_us, b.memcpy_us + b.memset_us, b.idle_us)
-    return [_ms(b.span_us), *(f"{b.pct(us):.1f}" for us in shares), _ms(b.communication_us), overlap]
+    return [fmt_ms_narrow(b.span_us), *(f"{b.pct(us):.1f}" for us in shares), fmt_ms_narrow(b.communication_us),
+            overlap]
 
 
 def _table(title: str, first: str, numeric: tuple[str, ...], caption: str = "") -> Table:
@@ -79,7 +73,8 @@ def idle_caption(report: CommReport) -> str:
 
 
 def _idle_cells(c: IdleCauses) -> list[str]:
-    return [_ms(c.idle_us), *(f"{100 * c.share(us):.1f}" for us in (c.host_wait_us, c.kernel_wait_us, c.other_us))]
+    shares = (c.host_wait_us, c.kernel_wait_us, c.other_us)
+    return [fmt_ms_narrow(c.idle_us), *(f"{100 * c.share(us):.1f}" for us in shares)]
 
 
 def idle_table(report: CommReport, *, per_step: bool) -> Table | None:
@@ -117,7 +112,7 @@ def comm_ops_table(report: CommReport, top: int = TOP_COMM_OPS) -> Table:
     for op in shown:
         type_cell = (op.op_type if op.op_type != op.name else "",) if with_type else ()
         table.add_row(Text(op.name), *map(Text, type_cell), Text(op.collective_type), str(op.devices),
-                      f"{op.events:,}", _ms(op.total_us))
+                      f"{op.events:,}", fmt_ms_narrow(op.total_us))
     return table
 
 
@@ -128,9 +123,9 @@ def straggler_table(stragglers: tuple[Straggler, ...]) -> Table:
                                    "started\ncomm last", "+ vs\nearliest"), caption)
     for s in stragglers:
         table.add_row("all" if s.step is None else str(s.step), Text(s.last_to_finish.label),
-                      _ms(s.finish_lag_vs_median_us), _ms(s.finish_lag_vs_earliest_us),
+                      fmt_ms_narrow(s.finish_lag_vs_median_us), fmt_ms_narrow(s.finish_lag_vs_earliest_us),
                       Text(s.last_comm_start.label if s.last_comm_start is not None else "-"),
-                      _ms(s.comm_start_lag_vs_earliest_us))
+                      fmt_ms_narrow(s.comm_start_lag_vs_earliest_us))
     return table
 
 
@@ -165,7 +160,8 @@ def collectives_table(collectives: CollectivesReport, top: int = TOP_COLLECTIVES
         name = c.name.split("(")[0]
         table.add_row(Text(f"{name} [{c.group}]" if c.group else name), Text(c.collective_type),
                       f"{c.index} {c.matched_by}",
-                      str(len(c.arrivals)), Text(c.last.worker), _ms(c.skew_us), _ms(c.caused_wait_us))
+                      str(len(c.arrivals)), Text(c.last.worker), fmt_ms_narrow(c.skew_us),
+                      fmt_ms_narrow(c.caused_wait_us))
     return table
 
 
@@ -176,8 +172,8 @@ def ranks_table(collectives: CollectivesReport) -> Table:
     table = _table("ranks at collectives", "rank", ("collectives", "arrived\nlast", "caused\nms", "waited\nms"),
                    caption)
     for r in collectives.ranks:
-        table.add_row(Text(r.worker), str(r.collectives), str(r.arrived_last), _ms(r.caused_wait_us),
-                      _ms(r.waited_us))
+        table.add_row(Text(r.worker), str(r.collectives), str(r.arrived_last), fmt_ms_narrow(r.caused_wait_us),
+                      fmt_ms_narrow(r.waited_us))
     return table
 
 
@@ -195,7 +191,7 @@ def straggler_text(collectives: CollectivesReport, verdict=None) -> Text:
     beyond = f" ({verdict.describe()}, confidence {verdict.confidence:.2f})" if verdict is not None else ""
     return Text.assemble(("straggler: ", "bold"), collectives.straggler,
                          f" arrived last at {rank.arrived_last} of {rank.collectives} collectives, costing the "
-                         f"other ranks {_ms(rank.caused_wait_us)} ms of waiting{beyond}")
+                         f"other ranks {fmt_ms_narrow(rank.caused_wait_us)} ms of waiting{beyond}")
 
 
 def render_collectives(report: CommReport, console: Console) -> None:
@@ -213,22 +209,22 @@ TASKS_CAPTION = ("busy / comm = union of the task's device activity / communicat
                  "of its fetches of tensors (RecvTensor) and collective chunks (RecvBuf) from other tasks")
 
 
-def tasks_table(tasks) -> Table:
-    """Per task of a gRPC cluster (``analyzers.tasks.TaskReport``)."""
+def tasks_table(tasks: TaskReport) -> Table:
+    """Per task of a gRPC cluster."""
     table = _table("per task", "task", ("busy\nms", "comm\nms", "from other\ntasks ms", "fetches"), TASKS_CAPTION)
     for t in tasks.tasks:
-        table.add_row(Text(t.task), _ms(t.busy_us), _ms(t.communication_us), _ms(t.cross_task_us),
-                      f"{t.cross_task_events:,}")
+        table.add_row(Text(t.task), fmt_ms_narrow(t.busy_us), fmt_ms_narrow(t.communication_us),
+                      fmt_ms_narrow(t.cross_task_us), f"{t.cross_task_events:,}")
     return table
 
 
-def straggler_workers_table(tasks) -> Table:
+def straggler_workers_table(tasks: TaskReport) -> Table:
     caption = "+ vs median / earliest: how much later, in ms, the last worker finished than the median / earliest"
     table = _table("straggler worker: per step, the worker task that finished last", "step",
                    ("worker", "+ vs\nmedian", "+ vs\nearliest"), caption)
     for s in tasks.stragglers:
-        table.add_row("all" if s.step is None else str(s.step), Text(s.last_to_finish), _ms(s.lag_vs_median_us),
-                      _ms(s.lag_vs_earliest_us))
+        table.add_row("all" if s.step is None else str(s.step), Text(s.last_to_finish),
+                      fmt_ms_narrow(s.lag_vs_median_us), fmt_ms_narrow(s.lag_vs_earliest_us))
     return table
 
 

@@ -4,15 +4,16 @@ as rich tables or one JSON document, and the Chrome trace overlay of the path (P
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 from rich.console import Console
 from rich.text import Text
 
 from rnnprof.analyzers.critical_path import CriticalPathReport, StepPath
-from rnnprof.reports.comm import _ms
 from rnnprof.reports.abbrev import Legend
 from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.layout import short_name
+from rnnprof.reports.units import fmt_ms_narrow as _ms
 
 CHAIN_ROWS = 30  # links shown per step in the table; the shorter ones in between are folded into one row
 STEP_ROWS = 10  # steps in the summary table: the ones with the longest paths, in step order
@@ -59,7 +60,7 @@ def steps_table(report: CriticalPathReport, width: int):
     """One row per step (the longest paths, at most STEP_ROWS): the path, the window and the share per class."""
     classes = _classes(report)
     columns = [Column("step", "label"), Column("path\nms"), Column("window\nms"), Column("links"),
-               *(Column("\n".join([*c.split(), "%"]), drop=k + 1) for k, c in enumerate(classes))]
+               *(Column("\n".join([*textwrap.wrap(c, 9), "%"]), drop=k + 1) for k, c in enumerate(classes))]
     shown = sorted(sorted(report.steps, key=lambda s: -s.length_us)[:STEP_ROWS], key=lambda s: s.step)
     rows = [[str(s.step) if s.step >= 0 else "whole trace", _ms(s.length_us), _ms(s.span_us), f"{len(s.links):,}",
              *(f"{100 * s.by_class.get(c, 0.0) / (s.length_us or 1.0):.1f}" for c in classes)] for s in shown]

@@ -12,6 +12,7 @@ from rnnprof.analyzers.copies import CopyCount, CopyReport, GraphCount
 from rnnprof.analyzers.launches import LaunchStats
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts, OpCountComparison, OpCountReport
 from rnnprof.reports.layout import compact_table, outside_note
+from rnnprof.reports.units import fmt_mb, fmt_ms
 
 TOP_TYPES = 15
 TOP_LAUNCHED = 10
@@ -172,10 +173,6 @@ def _launch_parts(launches: LaunchStats | None) -> list:
     return parts
 
 
-def _mb(n_bytes: float) -> str:
-    return f"{n_bytes / 1e6:,.2f}"
-
-
 def _graph_line(graphs: GraphCount, n: int, names: tuple[str, ...]) -> Text:
     share = graphs.kernel_share
     return Text.assemble(
@@ -206,8 +203,8 @@ def copy_parts(copies: CopyReport | None, per_step: bool = True) -> list:
         if len(copies.devices) > 1:
             rows += [("all devices", k, c) for k, c in copies.copies.items()]
         for device, kind, c in rows:
-            table.add_row(Text(device), kind, _fmt(c.count / n, 2), _mb(c.bytes / n), f"{c.time_us / n / 1000:,.3f}",
-                          f"{c.count:,}", _mb(c.bytes), f"{c.time_us / 1000:,.3f}")
+            table.add_row(Text(device), kind, _fmt(c.count / n, 2), fmt_mb(c.bytes / n), fmt_ms(c.time_us / n),
+                          f"{c.count:,}", fmt_mb(c.bytes), fmt_ms(c.time_us))
         parts += [Text.assemble(("Copies by kind per step", "bold"), " ", steps), table]
         unknown = sum(c.unknown_bytes for c in copies.copies.values())
         if unknown:

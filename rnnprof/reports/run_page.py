@@ -15,16 +15,12 @@ from rnnprof.analyzers.run_report import RunReport
 from rnnprof.reports import charts
 from rnnprof.reports.html import Page
 from rnnprof.reports.layout import outside_note
+from rnnprof.reports.units import fmt_ms
 
-_MS = 1000.0
 TOP_TYPES = 15
 TOP_LAUNCHED = 15
 TOP_SKEW = 10
 SEVERITY_ORDER = ("error", "warning", "info")
-
-
-def _ms(us: float) -> str:
-    return f"{us / _MS:,.3f}"
 
 
 def _pct(value: float | None) -> str:
@@ -71,7 +67,7 @@ def _findings(page: Page, result: AuditResult | None, reason: str, left_out: dic
                            "(an estimate, on the basis named)")
     else:
         page.paragraph("No finding.")
-    page.paragraph(f"Step time {noise.median_us / 1000:,.3f} ms (median) ± {noise.mad_us / 1000:,.3f} ms (median "
+    page.paragraph(f"Step time {fmt_ms(noise.median_us)} ms (median) ± {fmt_ms(noise.mad_us)} ms (median "
                    f"absolute deviation) over {len(noise.steps)} step(s): savings below the spread are within the "
                    "noise.", "sub")
     for note in [*result.notes, f"rules checked: {', '.join(result.checked) or 'none'}",
@@ -87,7 +83,7 @@ def _subject(subject: Subject) -> str:
 
 
 def _saving_ms(finding: Finding) -> str:
-    return "-" if finding.saving_us is None else f"{finding.saving_us / 1000:,.3f}"
+    return fmt_ms(finding.saving_us, missing="-")
 
 
 def _saving_pct(finding: Finding, step_us: float) -> str:
@@ -157,8 +153,8 @@ def _throughput(page: Page, report: RunReport) -> None:
     page.heading("Throughput")
     if steps is not None:
         page.table(["step markers", "steps/s", "median step ms", "spread ms (MAD)", "shortest ms", "longest ms"],
-                   [[steps.steps, f"{steps.steps_per_second:,.3f}", _ms(steps.median_us), _ms(steps.mad_us),
-                     _ms(steps.min_us), _ms(steps.max_us)]], numeric=set(range(6)),
+                   [[steps.steps, f"{steps.steps_per_second:,.3f}", fmt_ms(steps.median_us), fmt_ms(steps.mad_us),
+                     fmt_ms(steps.min_us), fmt_ms(steps.max_us)]], numeric=set(range(6)),
                    caption="from the trace's ProfilerStep#N ranges, one per rank and step; steps/s = 1 / median "
                            "step; MAD = median absolute deviation from the median")
     if not measured:
@@ -197,9 +193,9 @@ def _time(page: Page, report: RunReport) -> None:
                    "other work alone, and idle.", "sub")
     page.table(["device", "basis", "span ms", "busy ms", "idle %", "compute %", "communication %", "memcpy ms",
                 "overlap %"],
-               [[d.device.label, d.basis, _ms(d.total.span_us), _ms(d.total.busy_us),
+               [[d.device.label, d.basis, fmt_ms(d.total.span_us), fmt_ms(d.total.busy_us),
                  _pct(d.total.pct(d.total.idle_us)), _pct(d.total.pct(d.total.compute_us)), _pct(d.total.pct(d.total.communication_us)),
-                 _ms(d.total.memcpy_us), _pct(d.total.overlap_pct)] for d in comm.devices],
+                 fmt_ms(d.total.memcpy_us), _pct(d.total.overlap_pct)] for d in comm.devices],
                numeric=set(range(2, 9)))
     page.chart("breakdown", charts.spec(charts.breakdown_chart(comm)))
     if comm.steps:
@@ -222,9 +218,9 @@ def _time(page: Page, report: RunReport) -> None:
         page.table(["step", "devices", "last to finish", "lag vs median ms", "lag vs earliest ms",
                     "last to start communication", "lag vs earliest ms"],
                    [[s.step if s.step is not None else "all", s.devices, s.last_to_finish.label,
-                     _ms(s.finish_lag_vs_median_us), _ms(s.finish_lag_vs_earliest_us),
+                     fmt_ms(s.finish_lag_vs_median_us), fmt_ms(s.finish_lag_vs_earliest_us),
                      s.last_comm_start.label if s.last_comm_start else "-",
-                     _ms(s.comm_start_lag_vs_earliest_us) if s.comm_start_lag_vs_earliest_us is not None else "-"]
+                     fmt_ms(s.comm_start_lag_vs_earliest_us) if s.comm_start_lag_vs_earliest_us is not None else "-"]
                     for s in shown], numeric={1, 3, 4, 6},
                    caption=(f"first {len(shown)} of {len(comm.stragglers)}" if len(comm.stragglers) > len(shown)
                             else ""))
@@ -249,7 +245,7 @@ def _idle(page: Page, comm) -> None:
     for d in devices:
         for label, c in ((d.device.label, d.idle.total),
                          *((f"{d.device.label} {s.stream}", s.total) for s in d.idle.streams)):
-            rows.append([label, _ms(c.idle_us), *(f"{100 * c.share(us):.1f}"
+            rows.append([label, fmt_ms(c.idle_us), *(f"{100 * c.share(us):.1f}"
                                                    for us in (c.host_wait_us, c.kernel_wait_us, c.other_us))])
     page.table(["device / stream", "idle ms", "host wait %", "kernel wait %", "other %"], rows, numeric={1, 2, 3, 4},
                caption="as rnnprof comm measures it: " + idle_caption(comm))
@@ -267,16 +263,17 @@ def _across_ranks(page: Page, comm) -> None:
         return
     rank = next(r for r in collectives.ranks if r.worker == collectives.straggler)
     page.paragraph(f"Straggler: {collectives.straggler} arrived last at {rank.arrived_last} of {rank.collectives} "
-                   f"collectives, costing the other ranks {_ms(rank.caused_wait_us)} ms of waiting.")
+                   f"collectives, costing the other ranks {fmt_ms(rank.caused_wait_us)} ms of waiting.")
     page.table(["rank", "collectives", "arrived last", "caused ms", "waited ms"],
-               [[r.worker, r.collectives, r.arrived_last, _ms(r.caused_wait_us), _ms(r.waited_us)]
+               [[r.worker, r.collectives, r.arrived_last, fmt_ms(r.caused_wait_us), fmt_ms(r.waited_us)]
                 for r in collectives.ranks], numeric={1, 2, 3, 4},
                caption="as rnnprof comm measures it: caused = the other ranks' wait at the collectives it arrived "
                        "last at; waited = its own wait for the last rank")
     shown = sorted(collectives.collectives, key=lambda c: -c.skew_us)[:TOP_SKEW]
     page.table(["collective", "type", "#", "ranks", "last rank", "skew ms", "waited ms"],
                [[c.name.split("(")[0] + (f" [{c.group}]" if c.group else ""), c.collective_type,
-                 f"{c.index} {c.matched_by}", len(c.arrivals), c.last.worker, _ms(c.skew_us), _ms(c.caused_wait_us)]
+                 f"{c.index} {c.matched_by}", len(c.arrivals), c.last.worker, fmt_ms(c.skew_us),
+                 fmt_ms(c.caused_wait_us)]
                 for c in shown], numeric={3, 5, 6}, clip={0},
                caption=f"the {len(shown)} of {len(collectives.collectives)} matched collectives with the largest "
                        "arrival skew (last rank's start - first rank's start)")
@@ -305,7 +302,7 @@ def _launches(page: Page, report: RunReport) -> None:
     shown = launches.by_name[:TOP_LAUNCHED]
     page.table(["kernel", "kernels", "launched", "total ms", "kernel median µs", "call median µs",
                 "delay median µs", "delay p95 µs", "shorter than call", "short"],
-               [[k.name, k.kernels, k.launched, _ms(k.total_us), _us(k.kernel_median_us),
+               [[k.name, k.kernels, k.launched, fmt_ms(k.total_us), _us(k.kernel_median_us),
                  _us(k.launch_call_median_us), _us(k.delay_median_us), _us(k.delay_p95_us), k.shorter_than_launch,
                  k.short] for k in shown], numeric=set(range(1, 10)), clip={0},
                caption=f"the {len(shown)} of {len(launches.by_name)} kernel names with the most summed time; delay = "
@@ -314,7 +311,7 @@ def _launches(page: Page, report: RunReport) -> None:
     if ops:
         page.table(["host op", "executions", "kernels", "host total ms", "host median µs", "kernels median µs",
                     "longer on host"],
-                   [[o.name, o.ops, o.kernels, _ms(o.host_total_us), _us(o.host_median_us), _us(o.kernels_median_us),
+                   [[o.name, o.ops, o.kernels, fmt_ms(o.host_total_us), _us(o.host_median_us), _us(o.kernels_median_us),
                      o.longer_on_host] for o in ops], numeric=set(range(1, 7)), clip={0},
                    caption=f"the {len(ops)} of {len(launches.by_host_op)} host operators that launched kernels with "
                            "the most host time: host = its duration, kernels = the summed duration of the kernels "
@@ -329,7 +326,7 @@ def _timeline(page: Page, report: RunReport) -> None:
     page.heading("Timeline of one step")
     what = (f"step {timeline.step}, the step of median length among {timeline.steps_seen} steps"
             if timeline.step is not None else "the whole trace (no step markers)")
-    page.paragraph(f"{what}: {timeline.events:,} device events over {_ms(timeline.span_us)} ms; scroll to zoom, "
+    page.paragraph(f"{what}: {timeline.events:,} device events over {fmt_ms(timeline.span_us)} ms; scroll to zoom, "
                    "drag to pan, hover for names.", "sub")
     if timeline.note:
         page.paragraph(f"note: {timeline.note}", "note")
@@ -369,7 +366,7 @@ def _ops(page: Page, report: RunReport) -> None:
             continue
         page.heading(title, 3)
         page.table(["name", "class", "events", "devices", "total ms", "share %"],
-                   [[e.name, e.cls, e.events, e.devices, _ms(e.total_us), f"{100 * e.share:.1f}"] for e in entries],
+                   [[e.name, e.cls, e.events, e.devices, fmt_ms(e.total_us), f"{100 * e.share:.1f}"] for e in entries],
                    numeric={2, 3, 4, 5}, clip={0})
         name = "top-device" if entries is report.top_device else "top-host"
         page.chart(name, charts.spec(charts.top_chart(entries, title)))
@@ -407,7 +404,7 @@ def _critical_path(page: Page, report: RunReport) -> None:
     page.heading("Critical path")
     for step in result.steps:
         what = "the whole trace (no step markers)" if step.step < 0 else f"step {step.step}, the timeline's step"
-        page.paragraph(f"{what}: critical path {_ms(step.length_us)} ms of a {_ms(step.span_us)} ms step, "
+        page.paragraph(f"{what}: critical path {fmt_ms(step.length_us)} ms of a {fmt_ms(step.span_us)} ms step, "
                        f"{len(step.links):,} events; as rnnprof critical-path computes it.", "sub")
         page.chart("critical-path", charts.spec(charts.critical_path_chart(step)))
         if len(step.links) > charts.MAX_PATH_BARS:
@@ -420,21 +417,21 @@ def _critical_path(page: Page, report: RunReport) -> None:
                 folded, folded_us = folded + 1, folded_us + link.dur_us + max(link.wait_us, 0)
                 continue
             if folded:
-                rows.append([f"… {folded} shorter events", "", "", "", "", _ms(folded_us), ""])
+                rows.append([f"… {folded} shorter events", "", "", "", "", fmt_ms(folded_us), ""])
                 folded, folded_us = 0, 0.0
-            rows.append([link.name, link.device, link.event_class, link.edge or "end", _ms(link.start_us),
-                         _ms(link.dur_us), _ms(link.wait_us) if link.wait_us else ""])
+            rows.append([link.name, link.device, link.event_class, link.edge or "end", fmt_ms(link.start_us),
+                         fmt_ms(link.dur_us), fmt_ms(link.wait_us) if link.wait_us else ""])
         page.table(["op", "device", "class", "edge to next", "start ms", "dur ms", "wait ms"], rows,
                    numeric={4, 5, 6}, clip={0}, caption="the chain: its longest links, its ends and where it changes "
                                                      "device; the links between folded")
         total = step.length_us or 1.0
         page.table(["share of the path", "ms", "%"],
-                   [[f"{label} {key}", _ms(us), f"{100 * us / total:.1f}"]
+                   [[f"{label} {key}", fmt_ms(us), f"{100 * us / total:.1f}"]
                     for label, values in (("device", step.by_device), ("class", step.by_class))
                     for key, us in sorted(values.items(), key=lambda kv: -kv[1])], numeric={1, 2})
         if step.what_if:
             page.table(["op", "device", "dur ms", "step shrinks ms (estimate)"],
-                       [[w.name, w.device, _ms(w.dur_us), _ms(w.saving_us)] for w in step.what_if],
+                       [[w.name, w.device, fmt_ms(w.dur_us), fmt_ms(w.saving_us)] for w in step.what_if],
                        numeric={2, 3}, clip={0}, caption="what if one op on the path took no time (an estimate)")
     for lack in result.lacks:
         page.paragraph(f"note: {lack}", "note")
@@ -454,14 +451,14 @@ def _roofline(page: Page, report: RunReport) -> None:
                      "run's: its own time), MFU = matrix FLOPs / step wall time / peak", "sub")
     if result.steps:
         page.table(["step", "dtype", "wall ms", "GFLOP", "matrix GFLOP", "TFLOP/s", "MFU %"],
-                   [[s.step, s.dtype or "-", _ms(s.wall_us), f"{s.flops / 1e9:,.3f}", f"{s.matrix_flops / 1e9:,.3f}",
+                   [[s.step, s.dtype or "-", fmt_ms(s.wall_us), f"{s.flops / 1e9:,.3f}", f"{s.matrix_flops / 1e9:,.3f}",
                      "-" if s.tflops_per_s is None else f"{s.tflops_per_s:,.3f}",
                      "-" if s.mfu is None else f"{100 * s.mfu:.2f}"] for s in result.steps], numeric={2, 3, 4, 5, 6})
     if not result.families:
         page.leave_out("Operator rates", "no modeled operator ran")
         return
     page.table(["family", "bound", "ops", "GFLOP", "kernel ms", "TFLOP/s", "TB/s", "FLOP/B", "of roofline %"],
-               [[name, row.bound or "-", row.count, f"{row.rates.flops / 1e9:,.3f}", _ms(row.rates.kernel_us),
+               [[name, row.bound or "-", row.count, f"{row.rates.flops / 1e9:,.3f}", fmt_ms(row.rates.kernel_us),
                  _rate(row.rates.tflops_per_s), _rate(row.rates.tb_per_s), _rate(row.rates.intensity),
                  "-" if row.of_roofline is None else f"{100 * row.of_roofline:.1f}"]
                 for name, row in result.families.items()], numeric={2, 3, 4, 5, 6, 7, 8})

@@ -76,7 +76,7 @@ def complete_events(events: list, processes: dict, threads: dict, classify: Call
             yield lane, e
 
 
-def _lane_kind(process: str, thread: str | None) -> tuple[Device, str, Kind] | None:
+def lane_kind(process: str, thread: str | None) -> tuple[Device, str, Kind] | None:
     """Device, lane and kind for events of one (process, thread); None to skip the lane."""
     if process.endswith(" Tensors") or process == "Allocators":
         return None
@@ -103,7 +103,7 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
     rnnprof = source_format == RNNPROF_FORMAT
     rows = [(lane, e, as_dict(e.get("args")))
             for lane, e in complete_events(events, processes, threads,
-                                           lambda process, thread: _lane_kind(process, thread if rnnprof else None))]
+                                           lambda process, thread: lane_kind(process, thread if rnnprof else None))]
     # Drop stream:all where the device also has per-stream lanes (same kernels twice).
     streams = {(lane[0], lane[1]) for lane, _, _ in rows if lane[2] == Kind.KERNEL}
     has_streams = {dev for dev, name in streams if name != "stream:all"}

@@ -21,7 +21,7 @@ import numpy as np
 from rnnprof.analyzers.copies import StepCopies, exposed_copies
 from rnnprof.analyzers.syncs import StepSyncs, sync_stalls
 
-from . import _per_step
+from . import judge
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
 
@@ -69,8 +69,8 @@ def _copies(ctx: AuditContext) -> Finding | None:
         return None
     kind, median, mine, times, counts, device = best
     exposed = [c.exposed_us for c in mine]
-    verdict = _per_step.judged(ctx, exposed)
-    severity = _per_step.severity(ctx, verdict, median)
+    verdict = judge.judged(ctx, exposed)
+    severity = judge.severity(ctx, verdict, median)
     total = copies.copies[kind]
     whole = float(np.median(times))
     pageable = float(np.median([c.pageable for c in mine]))
@@ -106,9 +106,9 @@ def _syncs(ctx: AuditContext) -> Finding | None:
     idle = [c.idle_after_us for c in mine]
     calls = [c.calls for c in mine]
     median = float(np.median(idle))
-    verdict = _per_step.judged(ctx, idle)
+    verdict = judge.judged(ctx, idle)
     return Finding(
-        rule=RULE_ID, severity=_per_step.severity(ctx, verdict, median),
+        rule=RULE_ID, severity=judge.severity(ctx, verdict, median),
         title=f"{device}: {np.median(calls):.0f} synchronizing calls/step leave the GPU idle {median / 1000:.2f} "
               f"ms/step",
         subject=Subject(device=device),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _per_step
+from . import judge
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
 
@@ -47,9 +47,9 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         median = float(np.median(per))
         if ctx.step_us <= 0 or median < DOMINANT_SHARE * ctx.step_us:
             continue
-        verdict = _per_step.judged(ctx, per)
+        verdict = judge.judged(ctx, per)
         found.append(Finding(
-            rule=RULE_ID, severity=_per_step.severity(ctx, verdict, median),
+            rule=RULE_ID, severity=judge.severity(ctx, verdict, median),
             title=(f"{d.device.label}: {launches.short_share:.0%} of kernels are short and launch overhead idles "
                    f"it {median / 1000:.2f} ms/step, with no CUDA graph"),
             subject=Subject(rank=d.device.worker or None, device=d.device.label),

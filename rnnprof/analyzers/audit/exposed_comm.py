@@ -26,7 +26,7 @@ from rnnprof.analyzers.device_work import BASIS_HOST_OPS, device_work_mask
 from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, significance
 from rnnprof.analyzers.placement.busy import length, minus, union_array
 
-from . import _per_step
+from . import judge as _per_step
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _per_step
+from . import judge
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
 
@@ -40,8 +40,8 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
             if best is None or median > best[2]:
                 best = (d, cause, median, per)
     device, cause, median, per = best
-    verdict = _per_step.judged(ctx, per)
-    severity = _per_step.severity(ctx, verdict, median)
+    verdict = judge.judged(ctx, per)
+    severity = judge.severity(ctx, verdict, median)
     idle = float(np.median([c.idle_us for c in device.idle.steps.values()]))
     return [Finding(
         rule=RULE_ID, severity=severity,

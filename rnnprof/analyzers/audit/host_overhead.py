@@ -20,7 +20,7 @@ from rnnprof.analyzers.device_work import host_operator_devices, launchers
 from rnnprof.analyzers.launches import launching_ops
 from rnnprof.events import EventTable, Kind
 
-from . import _per_step
+from . import judge
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
 
@@ -107,10 +107,10 @@ def _finding(ctx: AuditContext, worst: _Worst) -> Finding:
     """The finding for the worst operator: its saving is its median excess, capped by the GPUs' host wait."""
     host_wait = _host_wait_per_step(ctx)
     saving = min(worst.median_us, host_wait) if host_wait is not None else worst.median_us
-    verdict = _per_step.judged(ctx, worst.per_step_us)
+    verdict = judge.judged(ctx, worst.per_step_us)
     op_name = ctx.table.strings[worst.name]
     return Finding(
-        rule=RULE_ID, severity=_per_step.severity(ctx, verdict, saving),
+        rule=RULE_ID, severity=judge.severity(ctx, verdict, saving),
         title=f"{op_name}: {worst.median_us / 1000:.2f} ms/step on the host beyond its kernels' GPU time",
         subject=Subject(op=op_name),
         evidence={"executions": worst.executions, "host_ms_total": round(worst.host_us / 1000, 3),
@@ -146,10 +146,10 @@ def _tiny_operators(ctx: AuditContext, ranks) -> list[Finding] | NotChecked:
         return []
     _, code, by_name = max((v for v in per_step.values() if v[1] is not None), key=lambda v: v[0])
     op_name = table.strings[max(by_name, key=by_name.get)]
-    verdict = _per_step.judged(ctx, values)
+    verdict = judge.judged(ctx, values)
     device = table.devices[code]
     return [Finding(
-        rule=RULE_ID, severity=_per_step.severity(ctx, verdict, saving),
+        rule=RULE_ID, severity=judge.severity(ctx, verdict, saving),
         title=(f"{device.worker}: {saving / 1000:.2f} ms/step in tiny operators (under {TINY_US:.0f} µs, "
                f"{MANY_PER_STEP}+ runs a step; most time: {op_name})"),
         subject=Subject(rank=device.worker or None, device=device.label, op=op_name),

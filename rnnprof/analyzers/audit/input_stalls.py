@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from . import _per_step
+from . import judge
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
 
@@ -39,9 +39,9 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         if best is None or median > best[1]:
             best = (worker, median, per, len(mine))
     worker, median, per, n = best
-    verdict = _per_step.judged(ctx, per)
+    verdict = judge.judged(ctx, per)
     return [Finding(
-        rule=RULE_ID, severity=_per_step.severity(ctx, verdict, median),
+        rule=RULE_ID, severity=judge.severity(ctx, verdict, median),
         title=f"{worker or 'the loop'} waits {median / 1000:.2f} ms/step for its next batch (DataLoader)",
         subject=Subject(rank=worker or None, op="enumerate(DataLoader)"),
         evidence={"ms_per_step": round(median / 1000, 3), "fetches": n, "steps": len(per),

@@ -1,4 +1,5 @@
-"""Shared by the performance rules: a per-step figure judged against the run's jitter, and its severity."""
+"""Judging a per-step figure, for the performance rules: against the run's jitter (significant or not), and the
+severity of its saving as a share of the step time."""
 
 from __future__ import annotations
 
