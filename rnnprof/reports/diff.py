@@ -255,7 +255,7 @@ def _rate(value: float | None) -> str:
 
 def _render_graph_counts(section, top: int, console: Console) -> None:
     rows = _top(section.counts, top)
-    columns = [Column("graph", "label"), Column("device", "text", least=12), Column("op type", "name", least=12),
+    columns = [Column("graph", "label"), Column("device", "text", least=12), Column("op type", "text", least=12),
                Column("A"), Column("B"), Column("Δ")]
     console.print(fit_table(console.width, columns,
                             [[r.view, Text(r.device), Text(r.op_type or "(all types)"), _num(r.a), _num(r.b),

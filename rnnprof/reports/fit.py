@@ -42,7 +42,7 @@ def _natural(column: Column, cells: list[Cell]) -> int:
 
 def _layout(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int) -> dict[int, int]:
     """The columns kept, each with its width: the narrowest layout first, columns dropped until it fits,
-    then the room left given to the names, in column order."""
+    then the room left shared among the names and texts, the narrowest first."""
     natural = [_natural(c, [r[i] for r in rows]) for i, c in enumerate(columns)]
     least = [min(n, max(c.least, _longest_line(c.header))) if c.kind in ("name", "text") else n
              for n, c in zip(natural, columns)]
@@ -54,10 +54,13 @@ def _layout(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: in
 
     while spare() < 0 and droppable:
         kept.remove(droppable.pop(0))
-    room, widths = spare(), {}
-    for i in kept:
-        more = max(0, min(natural[i] - least[i], room))
-        widths[i], room = least[i] + more, room - more
+    room, widths = spare(), {i: least[i] for i in kept}
+    short = {i for i in kept if natural[i] > least[i]}
+    while room > 0 and short:  # a character at a time to the narrowest column still short of its width
+        i = min(short, key=lambda k: (widths[k], k))
+        widths[i], room = widths[i] + 1, room - 1
+        if widths[i] == natural[i]:
+            short.discard(i)
     return widths
 
 
