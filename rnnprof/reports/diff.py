@@ -8,18 +8,13 @@ from rich.text import Text
 from rnnprof.analyzers.diff import CopyKindChange, DiffReport, GraphLaunchChange, Headline, OpChange, StepTime
 from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.opcount import render_definitions
+from rnnprof.reports.units import fmt_ms
 
 _ALWAYS = ("run", "all devices")  # time rows shown whatever --top says
 
 
 def _top(rows, top: int) -> list:
     return list(rows) if top <= 0 else list(rows)[:top]
-
-
-def _ms(us: float | None, signed: bool = False) -> str:
-    if us is None:
-        return "n/a"
-    return f"{us / 1000:+,.3f}" if signed else f"{us / 1000:,.3f}"
 
 
 def _num(value: float | None, signed: bool = False) -> str:
@@ -90,14 +85,14 @@ def _unavailable(title: str, reason: str, console: Console) -> None:
 def _step_text(t: StepTime) -> str:
     if t.us is None:
         return "n/a"
-    return f"{_ms(t.us)} ms"
+    return f"{fmt_ms(t.us)} ms"
 
 
 def _render_headline(report: DiffReport, console: Console) -> None:
     top = report.time.headline
     if top is None:
         return
-    ratio = f" ({_ratio(top.ratio)}, Δ {_ms(top.delta, signed=True)} ms)" if top.ratio is not None else ""
+    ratio = f" ({_ratio(top.ratio)}, Δ {fmt_ms(top.delta, signed=True)} ms)" if top.ratio is not None else ""
     if not top.comparable:
         ratio = " (no ratio: the sides' step times are not measured alike)"
     console.print(Text.assemble(("Step time: ", "bold"), f"A {_step_text(top.a)}, B {_step_text(top.b)}", (ratio, "bold")))
@@ -121,12 +116,12 @@ def _times(a: float, b: float) -> str:
 def _change_text(row: CopyKindChange | GraphLaunchChange) -> str:
     if isinstance(row, CopyKindChange):
         return (f"{row.kind} copies: {_num(row.count_a)} -> {_num(row.count_b)} per step "
-                f"({_times(row.count_a, row.count_b)}), {_ms(row.time_a_us)} -> {_ms(row.time_b_us)} ms per step, "
-                f"{row.bytes_a / 1e6:,.1f} -> {row.bytes_b / 1e6:,.1f} MB per step")
+                f"({_times(row.count_a, row.count_b)}), {fmt_ms(row.time_a_us)} -> {fmt_ms(row.time_b_us)} ms "
+                f"per step, {row.bytes_a / 1e6:,.1f} -> {row.bytes_b / 1e6:,.1f} MB per step")
     names = ", ".join(row.names) or "graph launches"
     return (f"{names}: {_num(row.launches_a)} -> {_num(row.launches_b)} per step, launching "
             f"{_num(row.kernels_a)} -> {_num(row.kernels_b)} GPU kernels per step ({_share(row.share_a)} -> "
-            f"{_share(row.share_b)} of the GPU kernels), {_ms(row.kernel_a_us)} -> {_ms(row.kernel_b_us)} ms "
+            f"{_share(row.share_b)} of the GPU kernels), {fmt_ms(row.kernel_a_us)} -> {fmt_ms(row.kernel_b_us)} ms "
             f"of their kernels per step")
 
 
@@ -185,7 +180,8 @@ def _render_time(report: DiffReport, top: int, console: Console) -> None:
     columns = [Column("device", "text", least=12), Column("per step", "label"), Column("A ms"), Column("B ms"),
                Column("Δ ms")]
     console.print(fit_table(console.width, columns,
-                            [[Text(r.device), r.metric, _ms(r.a), _ms(r.b), _ms(r.delta, signed=True)] for r in rows],
+                            [[Text(r.device), r.metric, fmt_ms(r.a), fmt_ms(r.b), fmt_ms(r.delta, signed=True)]
+                             for r in rows],
                             title=_titled("Time per device or rank (mean per step)",
                                           _more(len(rows) - len([r for r in rows if r.device in _ALWAYS]),
                                                 len(changed), "changed device figures"))))
@@ -194,8 +190,8 @@ def _render_time(report: DiffReport, top: int, console: Console) -> None:
 def _op_table(width: int, title: str, first: str, rows: list[OpChange], total: int, what: str):
     columns = [Column(first, "name"), Column("A"), Column("B"), Column("A ms"), Column("B ms"), Column("Δ ms")]
     more = _more(len(rows), total, what)
-    return fit_table(width, columns, [[Text(r.key), _num(r.count_a), _num(r.count_b), _ms(r.time_a_us),
-                                       _ms(r.time_b_us), _ms(r.time_delta_us, signed=True)] for r in rows],
+    return fit_table(width, columns, [[Text(r.key), _num(r.count_a), _num(r.count_b), fmt_ms(r.time_a_us),
+                                       fmt_ms(r.time_b_us), fmt_ms(r.time_delta_us, signed=True)] for r in rows],
                      title=_titled(title, more))
 
 
@@ -245,7 +241,7 @@ def _render_rates(report: DiffReport, console: Console) -> None:
                Column("A\nTB/s"), Column("B\nTB/s"), Column("A kernel\nms", drop=1),
                Column("B kernel\nms", drop=1)]
     rows = [[r.family, _rate(r.tflops_a), _rate(r.tflops_b), _ratio(r.ratio), _rate(r.tbps_a), _rate(r.tbps_b),
-             _ms(r.kernel_us_a), _ms(r.kernel_us_b)] for r in section.rows]
+             fmt_ms(r.kernel_us_a), fmt_ms(r.kernel_us_b)] for r in section.rows]
     console.print(fit_table(console.width, columns, rows, title="achieved rates per op family (rnnprof roofline)"))
 
 
