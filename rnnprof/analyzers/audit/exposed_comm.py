@@ -1,20 +1,17 @@
 """PF002: communication not overlapped with compute.
 
-Per device and step (``rnnprof.analyzers.comm``'s windows): exposed = communication - the part of it during
-which compute runs - the device's waits for the last rank at the collectives matched across ranks
-(``rnnprof.analyzers.collectives``: waiting for a straggler is PF001's, not the communication's) - on a CPU
-rank (gloo), the part of its collective after the first member finished: every member's data had been exchanged
-by then, and the rest is the rank's worker thread waiting for a core (its main thread, released, runs on) - the
-part during which another device of the same process computes (towers of one TensorFlow process: a device whose
-receive or all-reduce waits for a tower still computing is waiting for that tower, which overlapping its own
-communication cannot shorten). The device with the largest median exposed time per step is reported.
+Per device and step (``rnnprof.analyzers.comm``'s windows): exposed = communication - the part during which
+compute runs - the waits for the last rank at the collectives matched across ranks (``collectives``; a
+straggler is PF001's) - on a CPU rank (gloo), its part of a collective after the first member finished
+(the data was exchanged; the rest is its worker thread waiting for a core while its main thread runs on) -
+the part during which another device of the same process computes (a TensorFlow tower waiting for another
+tower, which overlapping cannot shorten). The device with the largest median exposed time is reported.
 
-Saving (a bound), per step: the exposed time, but at most the device's compute that runs outside its
-communication, since overlapping communication with compute hides it behind that compute and no more; the
-median over the steps. Judged against the run's jitter (``rnnprof.analyzers.noise``), and when the
-communication is between processes (the ranks of a job, the tasks of a cluster) against at least
-``noise.CROSS_RANK_FLOOR_US``: a collective lasts as long as its slowest member takes to be scheduled, which
-on a loaded host is a time slice or more; a figure within it is at most info.
+Saving (a bound), per step: the exposed time, at most the device's compute outside its communication
+(overlap hides it behind that compute and no more); the median over the steps. Judged against the run's
+jitter (``rnnprof.analyzers.noise``), and between processes (ranks, cluster tasks) against at least
+``noise.CROSS_RANK_FLOOR_US``: a collective lasts as long as its slowest member takes to be scheduled, a
+time slice or more on a loaded host; a figure within it is at most info.
 """
 
 from __future__ import annotations
