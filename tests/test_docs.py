@@ -57,14 +57,9 @@ def test_module_docstrings_are_short():
     assert not long, f"module docstrings over {MODULE_DOCSTRING_MAX_LINES} lines: {long}"
 
 
-OPENING_PENDING = {"critical-path", "diff", "roofline"}  # their pages are being rewritten; openings follow
-
-
 @pytest.mark.parametrize("command", sorted(name for name in COMMANDS if name != "worker"))
 def test_every_command_page_opens_with_an_example(command):
     """After its title a command page shows the command run (a console block), before any definition."""
-    if command in OPENING_PENDING:
-        pytest.skip("opening example still to write")
     text = (DOCS / "commands" / f"{command}.md").read_text()
     body = text.split("\n", 1)[1].lstrip("\n")
     assert body.startswith(f"```console\n$ rnnprof {command} "), body[:200]

@@ -1,6 +1,7 @@
 """What a person reads at 80 columns: README's example of each command on a trace in tests/data prints no line
 wider than the terminal, breaks no figure across lines, and critical-path and diff fit about a screen unless
-asked for their long lists (--links, --all)."""
+asked for their long lists (--links, --all); a command page that opens with a command on tests/data shows that
+command's real output."""
 
 from __future__ import annotations
 
@@ -100,3 +101,39 @@ def test_a_wide_figure_stays_whole_in_a_narrow_table():
     assert "5,515.196" in text and "Normalization_fwd" in text and "Elementwise" in text
     assert "0.4327" not in text and "left out at this width: GB" in text
     assert max(cell_len(line) for line in text.splitlines()) <= 40
+
+
+def page_openings() -> list[tuple[str, list[str], list[str]]]:
+    """(page, argv, lines shown) of each command page whose opening example reads only files in tests/data."""
+    found = []
+    for page in sorted((ROOT / "docs" / "commands").glob("*.md")):
+        body = page.read_text().split("```console\n", 1)
+        if len(body) < 2:
+            continue
+        command, *shown = body[1].split("\n```", 1)[0].splitlines()
+        argv = command.removeprefix("$ rnnprof ").split()
+        paths = [a for a in argv[1:] if "/" in a or a.endswith((".gz", ".json"))]
+        if paths and all(p.startswith("tests/data/") for p in paths) and "-o" not in argv:
+            found.append((page.stem, argv, shown))
+    return found
+
+
+OPENINGS = page_openings()
+
+
+def test_the_pages_opening_on_the_test_traces_are_found():
+    assert {page for page, _, _ in OPENINGS} >= {"audit", "comm", "count-ops", "critical-path", "diff", "roofline"}
+
+
+@pytest.mark.parametrize("page, argv, shown", OPENINGS, ids=[page for page, _, _ in OPENINGS])
+def test_a_command_page_opens_with_the_commands_real_output(page, argv, shown, capsys):
+    """Every line the page shows is in the output at 80 columns, in order ("[...]" marks lines left out; a
+    note printed on stderr may stand anywhere)."""
+    out = [line.rstrip() for line in printed(argv, 80).splitlines()]
+    err = {line.rstrip() for line in capsys.readouterr().err.splitlines()}
+    at = 0
+    for line in (line.rstrip() for line in shown if line.strip() != "[...]"):
+        if line in err:
+            continue
+        assert line in out[at:], f"docs/commands/{page}.md shows a line its command does not print: {line!r}"
+        at = out.index(line, at) + 1
