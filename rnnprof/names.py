@@ -160,7 +160,7 @@ MEMSET_PATTERN = r"^(Memset|MEMSET)"
 # rewrite graph nodes to oneDNN kernels: a ``Conv2D`` node runs as ``_MklNativeConv2D`` (native tensor
 # format) or ``_MklConv2D`` (oneDNN's own layout, older builds). The runtime graph, step stats, XSpaces and
 # timelines then name the rewritten op. The loaders give every event and runtime-graph node the op the
-# user's graph holds (``user_op``) and keep the rewritten name as a detail (``RAN_AS``; a node's
+# user's graph holds (``user_op``) and keep the rewritten name as a detail (a table's ``metadata.ran_as``; a node's
 # ``kernel`` attribute), so counts, placement audits and diffs of runs with and without oneDNN agree.
 #
 # The table is explicit (TensorFlow 2.21's registry of ``_Mkl*`` ops): a name not in it is left as it is,
@@ -197,8 +197,6 @@ ONEDNN_OPS: dict[str, str] = {
     f"{prefix}{op.lstrip('_')}": op
     for op in (*_ONEDNN_KERNELS_OF, *_ONEDNN_KERNELS_OF_FUSED) for prefix in ONEDNN_PREFIXES
 }
-# Event tables' metadata key: ``{op: [names it ran as]}`` for the ops a loader renamed (``user_op``).
-RAN_AS = "ran_as"
 
 
 def user_op(op: str) -> str:
@@ -212,19 +210,6 @@ def note_ran_as(ran_as: dict, op: str, kernel: str) -> None:
     if kernel not in names:
         names.append(kernel)
         names.sort()
-
-
-def ran_as_of(metadata: dict) -> dict[str, list[str]]:
-    """``{op: [names it ran as]}`` of an event table's metadata, merged tables' parts included."""
-    found: dict[str, list[str]] = {}
-    pending = [metadata]
-    while pending:
-        current = pending.pop()
-        pending.extend(p for p in current.get("parts", ()) if isinstance(p, dict))
-        for op, kernels in (current.get(RAN_AS) or {}).items():
-            for kernel in kernels:
-                note_ran_as(found, op, kernel)
-    return dict(sorted(found.items()))
 
 
 # -- kernel and op names, folded ------------------------------------------------------------------

@@ -16,6 +16,7 @@ from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US
 from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US
 from rnnprof.analyzers.steps import StepSelection
 from rnnprof.errors import UsageError
+from rnnprof.events import Alignment, TableMetadata, merge_metadata
 from rnnprof.parallel import map_items
 from rnnprof.traces.rank_folder import RankFile, RankFolder, load_rank, loaded_notes
 
@@ -56,7 +57,7 @@ class RankResult:
     result: object
     distributed: dict | None  # the file's distributedInfo, wherever in the file it was
     worker: str  # the rank its events name (``rank<r>``)
-    left_out: dict | None = None  # what its loader left out (``loaders.left_out`` metadata)
+    left_out: TableMetadata | None = None  # what its loader left out (``left_out``, ``left_out_examples``)
 
 
 def comm_of_rank(task: RankTask) -> RankResult:
@@ -112,7 +113,7 @@ def combine_comm(results):
     combined = combine_reports(reports, collectives_report(found))
     if len(results) < 2:
         return combined
-    return replace(combined, alignment={"method": NONE, "offsets": [offset.as_dict() for _, _, offset in results]})
+    return replace(combined, alignment=Alignment(NONE, tuple(offset for _, _, offset in results)).as_dict())
 
 
 def job_kernels(folder: RankFolder, jobs: int | None = None, scheduler: str | None = None,
@@ -132,22 +133,19 @@ def job_kernels(folder: RankFolder, jobs: int | None = None, scheduler: str | No
             combine_copies([c for _, _, c in results])), notes, left_out
 
 
-def _map(function, folder: RankFolder, tasks, jobs, scheduler, on_done) -> tuple[list, list[str], dict]:
-    """The ranks' results, the folder's notes, and what the ranks' loaders left out (one metadata tree)."""
+def _map(function, folder: RankFolder, tasks, jobs, scheduler, on_done) -> tuple[list, list[str], TableMetadata]:
+    """The ranks' results, the folder's notes, and what the ranks' loaders left out (their records merged)."""
     outcomes = map_items(function, tasks, jobs, scheduler, on_done)
     notes = [*folder.notes, *loaded_notes(folder, [o.distributed for o in outcomes], [o.worker for o in outcomes])]
-    return [o.result for o in outcomes], notes, {"parts": [o.left_out or {} for o in outcomes]}
+    return [o.result for o in outcomes], notes, merge_metadata([o.left_out or TableMetadata() for o in outcomes])
 
 
-def _left_out(table) -> dict:
-    from rnnprof.traces.left_out import LEFT_OUT, LEFT_OUT_EXAMPLES
-
-    return {k: table.metadata[k] for k in (LEFT_OUT, LEFT_OUT_EXAMPLES) if k in table.metadata}
+def _left_out(table) -> TableMetadata:
+    return TableMetadata(left_out=dict(table.metadata.left_out), left_out_examples=table.metadata.left_out_examples)
 
 
 def _info(table) -> dict | None:
-    info = table.metadata.get("distributed")
-    return info if isinstance(info, dict) and info else None
+    return table.metadata.distributed[0] if table.metadata.distributed else None
 
 
 def _worker(table) -> str:

@@ -469,7 +469,7 @@ def _cpu_rank(per_step_ops, steps=4, step_len=10_000.0):
         for name, start, dur in per_step_ops:
             b.add(step * step_len + start, dur, name, name, cpu, "1", Kind.HOST_OP, step=step)
     table = b.build()
-    table.metadata["host_operator_devices"] = [cpu]
+    table.metadata.host_operator_devices = (cpu,)
     return table
 
 

@@ -174,9 +174,10 @@ def test_align_start_puts_the_first_events_together(tmp_path):
     # The first event of the program (the profiler's own "Trace" span is no event of it).
     firsts = [min(e["ts"] for e in raw_document(p)["traceEvents"] if e.get("ph") == "X" and e["cat"] != "Trace")
               for p in GLOO]
-    (zero, offset) = table.metadata["alignment"]["offsets"]
-    assert zero["offset_us"] == 0
-    assert offset["offset_us"] == pytest.approx(firsts[1] + SHIFT_US - firsts[0], abs=1e-3)
+    assert table.metadata.alignment.method == "start"
+    (zero, offset) = table.metadata.alignment.offsets
+    assert zero.offset_us == 0
+    assert offset.offset_us == pytest.approx(firsts[1] + SHIFT_US - firsts[0], abs=1e-3)
     per_rank = {w: table.ts[np.isin(table.device, [i for i, d in enumerate(table.devices) if d.worker == w])].min()
                 for w in ("rank0", "rank1")}
     assert per_rank["rank0"] == pytest.approx(per_rank["rank1"], abs=1e-3)
@@ -271,10 +272,10 @@ def test_the_loader_keeps_the_process_group_of_nccl_kernels():
     path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
     kernels = [e for e in raw_document(path)["traceEvents"]
                if e.get("ph") == "X" and e.get("cat") == "kernel" and "Process Group Name" in e.get("args", {})]
-    args = load_events(path).metadata["collective_args"]
-    assert args["worker"] == "rank0" and len(kernels) == 21
-    assert args["correlation"] == [e["args"]["correlation"] for e in kernels]
-    assert args["group"] == [e["args"]["Process Group Name"] for e in kernels] and set(args["seq"]) == {-1}
+    (args,) = load_events(path).metadata.collective_args
+    assert args.worker == "rank0" and len(kernels) == 21
+    assert list(args.correlation) == [e["args"]["correlation"] for e in kernels]
+    assert list(args.group) == [e["args"]["Process Group Name"] for e in kernels] and set(args.seq) == {-1}
 
 
 # -- collective types ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ decoding; these tests pin that the table never depends on where the cuts fall, i
 traces built to fool the guess (the boundary pattern inside strings and nested objects).
 """
 
+import dataclasses
 import gzip
 import json
 import re
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from rnnprof.errors import InputError
+from rnnprof.events import JsonCuts, TableMetadata
 from rnnprof.traces import kineto
 
 from fixtures import FIXTURES
@@ -92,8 +94,8 @@ def assert_same_table(a, b):
     assert _without_cuts(a.metadata) == _without_cuts(b.metadata)
 
 
-def _without_cuts(metadata: dict) -> dict:
-    return {k: v for k, v in metadata.items() if k != "json_cuts"}
+def _without_cuts(metadata: TableMetadata) -> TableMetadata:
+    return dataclasses.replace(metadata, json_cuts=JsonCuts())
 
 
 @pytest.mark.parametrize("path", KINETO, ids=lambda p: p.name)
@@ -111,9 +113,9 @@ def test_table_does_not_depend_on_piece_or_block_size(path):
     exact_only = kineto.load(path, piece_bytes=1 << 30)  # no guesses: exact cuts only
     assert_same_table(default, exact_only)
     # On a well-formed trace the guesses hold: only the end of the array needs the exact cut.
-    guessed = every_event.metadata["json_cuts"]
-    assert guessed["guessed"] >= len(_doc(path)["traceEvents"]) - 2 and guessed["exact"] <= 2
-    assert exact_only.metadata["json_cuts"]["guessed"] == 0
+    guessed = every_event.metadata.json_cuts
+    assert guessed.guessed >= len(_doc(path)["traceEvents"]) - 2 and guessed.exact <= 2
+    assert exact_only.metadata.json_cuts.guessed == 0
 
 
 def test_odd_thread_stream_and_device_values_in_every_chunking(tmp_path):
@@ -186,8 +188,8 @@ def test_boundary_pattern_inside_strings_and_nested_objects(tmp_path):
     for piece in (1, 200, 5000):
         again = kineto.load(path, block_bytes=4096, piece_bytes=piece)
         assert_same_table(table, again)
-        cuts = again.metadata["json_cuts"]
-        assert cuts["exact"] > 10 and cuts["guessed"] > 10  # wrong guesses were caught and cut exactly
+        cuts = again.metadata.json_cuts
+        assert cuts.exact > 10 and cuts.guessed > 10  # wrong guesses were caught and cut exactly
 
 
 def test_events_array_followed_by_a_long_tail(tmp_path):

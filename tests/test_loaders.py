@@ -11,7 +11,7 @@ import pytest
 
 from rnnprof.cli import main
 from rnnprof.errors import InputError
-from rnnprof.events import Device, Kind, Manifest
+from rnnprof.events import Alignment, Device, Kind, Manifest
 from rnnprof.traces import detect_format, load_events
 from rnnprof.traces import kineto
 from rnnprof.rundir.manifest import capture_notes
@@ -124,7 +124,7 @@ def test_two_ranks_merge_with_absolute_alignment():
     assert {d.worker for d in merged.devices} == {"rank0", "rank1"}
     assert Device("gpu", 1, "rank1") in merged.devices
     assert merged.ts.min() == min(r0.ts.min(), r1.ts.min())  # same clock: not shifted
-    assert merged.metadata["align"] == "absolute"
+    assert merged.metadata.alignment == Alignment("absolute")  # merged on the recorded clocks: no offsets
 
 
 def tf1_expected(path):
@@ -169,7 +169,7 @@ def test_tf1_stream_all_is_not_double_counted():
     assert "stream:all" not in set(kernels.text(kernels.lane))
     keys = Counter(zip(kernels.text(kernels.name), kernels.ts))
     assert max(keys.values()) == 1  # every kernel once
-    assert table.metadata["dropped_stream_all"] == len(all_lane)
+    assert table.metadata.dropped_stream_all == len(all_lane)
 
 
 def test_tf1_ops_keep_node_names_and_op_types():
@@ -217,15 +217,15 @@ def test_run_directory_timelines(tmp_path):
     assert counts[("cpu:0", "COMMUNICATION")] == 2  # _Send
     assert set(table.text(table.lane)) == {"ops"}  # "ops/2" is a second thread of lane "ops"
     assert table.nbytes.max() == 64
-    assert table.metadata["missing"] == []
+    assert table.metadata.missing == ()
 
 
 def test_interrupted_run_reads_what_exists(tmp_path):
     run = _write_rnnprof_run(tmp_path / "run", [0], listed=[0, 1], status="interrupted")
     table = load_events(run)
     assert list(table.steps()) == [0]
-    assert table.metadata["missing"] == ["timelines/step-1.trace.json.gz"]
-    interrupted, missing = table.metadata["warnings"]
+    assert table.metadata.missing == ("timelines/step-1.trace.json.gz",)
+    interrupted, missing = table.metadata.warnings
     assert "interrupted" in interrupted and "(step 0)" in interrupted and "step-1.trace.json.gz" in missing
 
 

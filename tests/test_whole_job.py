@@ -23,6 +23,7 @@ from rnnprof.analyzers.collectives import instances
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.opcount import count_kernels
 from rnnprof.cli import main
+from rnnprof.events import Alignment
 from rnnprof.parallel import map_items
 from rnnprof.traces import kineto, merge_tables
 from rnnprof.reports.comm import to_document
@@ -49,7 +50,7 @@ def _folder(tmp_path: Path, files, name="job") -> Path:
 def load_aligned_tables(tables):
     """The tables merged as ``load_aligned(paths, "none")`` merges the files."""
     table = merge_tables(align(tables, zero_offsets(tables)))
-    table.metadata["alignment"] = {"method": "none", "offsets": [o.as_dict() for o in zero_offsets(tables)]}
+    table.metadata.alignment = Alignment("none", tuple(zero_offsets(tables)))
     return table
 
 
@@ -59,8 +60,9 @@ def _raw(path: Path) -> dict:
 
 
 def _without_sources(doc: dict) -> dict:
-    """The document with its file paths cut to file names (a folder's copies are the same files)."""
-    doc = {k: v for k, v in doc.items() if k != "sources"}
+    """The document with its file paths cut to file names (a folder's copies are the same files), without the
+    schema_version the command adds."""
+    doc = {k: v for k, v in doc.items() if k not in ("sources", "schema_version")}
     if "alignment" in doc:
         offsets = [{**o, "source": Path(o["source"]).name} for o in doc["alignment"]["offsets"]]
         doc["alignment"] = {**doc["alignment"], "offsets": offsets}

@@ -11,13 +11,12 @@ See docs/commands/comm.md (One clock).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from rnnprof.analyzers.collectives import instances
-from rnnprof.events import EventTable
+from rnnprof.events import ClockOffset, EventTable
 
 NONE = "none"
 START = "start"
@@ -32,21 +31,6 @@ class NothingToAlignOn(ValueError):
         self.source = source
         self.reference = reference
         super().__init__(f"{source}: no collective matched with {reference}")
-
-
-@dataclass(frozen=True)
-class ClockOffset:
-    """A table's clock against the reference: ``t_reference = t_table - offset_us``."""
-
-    source: str  # the table's sources, joined
-    workers: tuple[str, ...]
-    offset_us: float
-    spread_us: float | None = None  # uncertainty of the offset (None: exact or not measured)
-    samples: int = 0  # matched collectives it was measured on
-
-    def as_dict(self) -> dict:
-        return {"source": self.source, "ranks": list(self.workers), "offset_us": self.offset_us,
-                "spread_us": self.spread_us, "collectives": self.samples}
 
 
 def align(tables: Sequence[EventTable], offsets: Sequence[ClockOffset | float]) -> list[EventTable]:

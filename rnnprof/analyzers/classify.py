@@ -150,17 +150,11 @@ def _ranged_types(table: EventTable, rows: np.ndarray) -> np.ndarray:
 
 def _args_types(table: EventTable) -> dict[tuple[str, int], int]:
     """``(worker, correlation) -> index in COLLECTIVE_TYPES`` of the kernels whose Kineto args name their
-    collective (``Collective name``), merged tables' parts included."""
+    collective (``Collective name``), every merged trace's (the first trace's where two share a worker)."""
     index = {t: i for i, t in enumerate(COLLECTIVE_TYPES)}
     found: dict[tuple[str, int], int] = {}
-    pending = [table.metadata]
-    while pending:
-        metadata = pending.pop()
-        pending.extend(p for p in metadata.get("parts", ()) if isinstance(p, dict))
-        args = metadata.get("collective_args")
-        if isinstance(args, dict) and args.get("collective"):
-            worker = args.get("worker", "")
-            for correlation, name in zip(args.get("correlation", ()), args["collective"]):
-                if name:
-                    found[(worker, int(correlation))] = index[collective_type(str(name))]
+    for args in reversed(table.metadata.collective_args):
+        for correlation, name in zip(args.correlation, args.collective):
+            if name:
+                found[(args.worker, correlation)] = index[collective_type(name)]
     return found

@@ -2,7 +2,7 @@
 
 A rank's collectives are its NCCL kernels on a GPU, or on a CPU rank the ranges gloo's worker threads record
 (``names.CPU_COLLECTIVE_RUN``), else its ``c10d::*`` calls. The same collective has the same key on every
-rank: ``(group, seq)`` where the trace records them (``metadata["collective_args"]``), else ``(group, name, k)``,
+rank: ``(group, seq)`` where the trace records them (``metadata.collective_args``), else ``(group, name, k)``,
 the k-th of that name in the group by start time (the group: the process group, else the GPU stream, else one
 per CPU rank). Each has its type (``classify.collective_types``; "+"-joined should members differ).
 
@@ -148,17 +148,12 @@ class CollectivesReport:
 
 
 def collective_args(table: EventTable) -> dict[tuple[str, int], tuple[str, int]]:
-    """``(worker, correlation) -> (process group, seq)`` of the NCCL kernels whose args name them."""
+    """``(worker, correlation) -> (process group, seq)`` of the NCCL kernels whose args name them (the first
+    trace's where two merged traces share a worker)."""
     found: dict[tuple[str, int], tuple[str, int]] = {}
-    pending = [table.metadata]
-    while pending:
-        metadata = pending.pop()
-        pending.extend(p for p in metadata.get("parts", ()) if isinstance(p, dict))
-        args = metadata.get("collective_args")
-        if isinstance(args, dict):
-            worker = args.get("worker", "")
-            for c, g, s in zip(args.get("correlation", ()), args.get("group", ()), args.get("seq", ())):
-                found[(worker, int(c))] = (str(g), int(s))
+    for args in reversed(table.metadata.collective_args):
+        for c, g, s in zip(args.correlation, args.group, args.seq):
+            found[(args.worker, c)] = (g, s)
     return found
 
 

@@ -2,7 +2,7 @@
 
 Which events count on which device (``device_work_mask``): a GPU's stream work (kernels, memcpys, memsets;
 its executor ops only when it has no stream record, ``basis`` says so); a TF CPU device's ops; a GPU-less
-PyTorch rank's host operators and collectives (``metadata["host_operator_devices"]``). The host itself
+PyTorch rank's host operators and collectives (``metadata.host_operator_devices``). The host itself
 and annotations never count.
 
 Per device, and per device and step over the step windows (``rnnprof.analyzers.steps.step_windows``):
@@ -30,7 +30,7 @@ from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_c
 from rnnprof.analyzers.intervals import subtract, sweep_segments
 from rnnprof.analyzers.steps import step_windows
 from rnnprof.analyzers.stragglers import find_stragglers
-from rnnprof.events import Device, EventTable, outside_steps
+from rnnprof.events import Alignment, Device, EventTable, outside_steps
 from rnnprof.names import COLLECTIVE_TYPES
 
 
@@ -198,12 +198,18 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
         host_only=len(table) > 0 and all(d.kind == "host" for d in table.devices),
         time_base_us=table.time_base_us,
         collectives=_across_ranks(analyze_collectives(table)),
-        alignment=table.metadata.get("alignment"),
+        alignment=_offsets_applied(table.metadata.alignment),
         kernel_wait_us=kernel_wait_us,
         step_selection=step_selection,
         copies=count_copies(table),
         outside_steps=outside_steps(table),
     )
+
+
+def _offsets_applied(alignment: Alignment | None) -> dict | None:
+    """The report's ``alignment``: the method and offsets where offsets were applied to put traces on one clock
+    (``load_aligned``); None for a trace on its own clock or traces merged on their recorded clocks."""
+    return alignment.as_dict() if alignment is not None and alignment.offsets else None
 
 
 def combine_reports(reports: Sequence[CommReport],

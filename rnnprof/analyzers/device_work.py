@@ -64,13 +64,7 @@ def device_work_mask(table: EventTable, classes: np.ndarray) -> tuple[np.ndarray
 
 def host_operator_devices(table: EventTable) -> set[Device]:
     """Devices whose activity is their host operators (CPU ranks), as the loaders listed them, merged tables included."""
-    found: set[Device] = set()
-    pending = [table.metadata]
-    while pending:
-        metadata = pending.pop()
-        found.update(metadata.get("host_operator_devices", ()))
-        pending.extend(p for p in metadata.get("parts", ()) if isinstance(p, dict))
-    return found
+    return set(table.metadata.host_operator_devices)
 
 
 def worker_of_events(table: EventTable) -> np.ndarray:

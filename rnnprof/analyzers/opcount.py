@@ -23,7 +23,7 @@ from rnnprof.analyzers import copies as copy_counts
 from rnnprof.analyzers.launches import (CPU_KERNEL_KINDS, DEFAULT_SHORT_KERNEL_US, LaunchStats, kernel_masks,
                                       launch_stats)
 from rnnprof.events import EventTable, Kind, match_correlation, outside_steps
-from rnnprof.names import CROSS_TASK_RECV_OPS, note_ran_as, ran_as_of
+from rnnprof.names import CROSS_TASK_RECV_OPS, note_ran_as
 
 DEFINITIONS = {
     "user graph ops": "nodes of the graph Python built (GraphDef as written by the program), by requested device",
@@ -217,7 +217,7 @@ def count_kernels(table: EventTable | None, reason: str = "") -> KernelCounts:
     if not devices:
         return KernelCounts(available=False, reason="the trace holds no op executions or kernels", steps=steps)
     by_type = _kernels_by_type(table, cpu & in_steps, gpu & in_steps)
-    ran_as = {op: kernels for op, kernels in ran_as_of(table.metadata).items() if op in by_type}
+    ran_as = {op: list(kernels) for op, kernels in table.metadata.ran_as.items() if op in by_type}
     return KernelCounts(available=True, steps=steps, devices=tuple(sorted(devices, key=lambda d: d.device)),
                         by_type=by_type, by_device_type=_kernels_by_device_type(table, (cpu | gpu) & in_steps),
                         ran_as=ran_as, gpu_outside_steps=outside_steps(table) if steps != (-1,) else {})

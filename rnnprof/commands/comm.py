@@ -73,7 +73,7 @@ class _Analysis(NamedTuple):
 
     report: object  # analyzers.comm.CommReport
     tasks: object  # per TF cluster task (analyzers.tasks); None for a whole job (Kineto rank files are no cluster)
-    left_out: object  # what the loaders left out: the table as loaded, or a whole job's per-rank metadata
+    left_out: object  # what the loaders left out: the table as loaded, or a whole job's ranks' metadata merged
     notes: list[str]  # of a whole job's analysis
 
 

@@ -2,13 +2,14 @@
 every command that reads events (see ``rnnprof.traces.left_out``)."""
 
 from __future__ import annotations
+
+from rnnprof.events import EventTable, TableMetadata, merge_metadata
 from rnnprof.traces.left_out import describe, examples_of, left_out_of
 
 
-
-def _metadata(sources) -> dict:
-    """One metadata tree over tables, or metadata dicts of tables analysed apart (None entries skipped)."""
-    return {"parts": [getattr(s, "metadata", s) for s in sources if s is not None]}
+def _metadata(sources) -> TableMetadata:
+    """The metadata of tables, or the records of tables analysed apart, merged (None entries skipped)."""
+    return merge_metadata([s.metadata if isinstance(s, EventTable) else s for s in sources if s is not None])
 
 
 def counts(*sources) -> dict[str, int]:

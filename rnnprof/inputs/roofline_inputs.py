@@ -90,6 +90,7 @@ def load_source(source: RooflineSource, table=None) -> RooflineInput:
 
     if table is None:
         table = load_events(str(source.path))
+    host = source.host
     if source.kind == "tf-run":
         from rnnprof.traces.tf_shapes import load_tf_shapes
 
@@ -99,9 +100,8 @@ def load_source(source: RooflineSource, table=None) -> RooflineInput:
         from rnnprof.traces.shapes import load_shapes
 
         shapes = load_shapes(source.path, table)
-        listed = table.metadata.get("devices_properties")
-        names = [str(p.get("name", "")) for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
-    host = source.host or str(table.metadata.get("host_name") or "")
+        names = [str(p.get("name", "")) for p in table.metadata.devices_properties]
+        host = host or next(iter(table.metadata.hostnames), "")  # the Kineto trace's own host_name
     cpu_only = not any(d.kind == "gpu" for d in table.devices)
     return RooflineInput(source.worker, source.path, table, shapes, host, names, cpu_only)
 

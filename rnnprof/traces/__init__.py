@@ -4,7 +4,7 @@
 loads each and merges them with ``concat`` (``align="absolute"``: the sources share a wall
 clock, as the ranks of one job do; pass ``align="start"`` when they do not). ``load_aligned(paths, align)``
 puts the tables on one clock first (``rnnprof.analyzers.align``: none, start or collectives) and records
-the offsets it applied in ``metadata["alignment"]``. The formats, how each
+the offsets it applied in ``metadata.alignment``. The formats, how each
 is recognised and which module loads it are ``registry.REGISTRY``; what a command reads from the
 paths it is given (events, graphs, manifest) is ``inputs.read_inputs``.
 """
@@ -15,7 +15,7 @@ import os
 
 from rnnprof.analyzers import align as clock
 from rnnprof.errors import InputError
-from rnnprof.events import EventTable
+from rnnprof.events import Alignment, EventTable
 from rnnprof.traces.merge import merge_tables
 from rnnprof.traces.messages import EXPECTED
 from rnnprof.traces.registry import REGISTRY, identify, open_source, probe
@@ -42,7 +42,7 @@ def load_aligned(paths, align: str = "none") -> EventTable:
 
     ``align``: "none" (the clocks as they are), "start" (every trace starts where the first does) or
     "collectives" (offsets measured on the end times of the collectives matched across the traces).
-    ``metadata["alignment"]`` holds the method and each trace's ``ClockOffset`` as a dict. A trace that
+    ``metadata.alignment`` holds the method and each trace's ``ClockOffset``. A trace that
     shares no collective with the first one under "collectives" is an ``InputError``.
     """
     paths = list(paths)
@@ -62,7 +62,7 @@ def load_aligned(paths, align: str = "none") -> EventTable:
     else:
         offsets = clock.zero_offsets(tables)
     table = merge_tables(clock.align(tables, offsets))
-    table.metadata["alignment"] = {"method": align, "offsets": [o.as_dict() for o in offsets]}
+    table.metadata.alignment = Alignment(align, tuple(offsets))
     return table
 
 

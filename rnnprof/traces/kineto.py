@@ -5,11 +5,11 @@ Mapping: ``cpu_op`` -> HOST_OP, ``cuda_runtime``/``cuda_driver`` -> RUNTIME, ``k
 are skipped. GPU events sit on ``Device("gpu", args.device or pid)``, host events on ``Device("host")``, on
 worker ``rank<r>`` when the trace has ``distributedInfo``; lanes are thread ids or ``stream:<n>``. Steps come
 from ``ProfilerStep#N``: host events by their start, GPU work through its launch's correlation id (a graph's
-kernels through their graph launch); the rest is counted in ``metadata["outside_steps"]``.
+kernels through their graph launch); the rest is counted in ``metadata.outside_steps``.
 
 A rank without GPU events or runtime calls (gloo) has its ``cpu_op``s on ``Device("cpu", 0, "rank<r>")`` and its
-collectives (``names.CPU_COLLECTIVE``) as COMMUNICATION (``metadata["host_operator_devices"]``). NCCL kernels'
-``Process Group Name``, ``Seq`` and ``Collective name`` are kept in ``metadata["collective_args"]`` for
+collectives (``names.CPU_COLLECTIVE``) as COMMUNICATION (``metadata.host_operator_devices``). NCCL kernels'
+``Process Group Name``, ``Seq`` and ``Collective name`` are kept in ``metadata.collective_args`` for
 matching and typing collectives. The format as the user reads it: docs/formats.md.
 """
 
@@ -26,8 +26,8 @@ import numpy as np
 
 from rnnprof.errors import InputError
 from rnnprof.names import CPU_COLLECTIVE, NCCL_KERNEL, STEP_MARKER
-from rnnprof.events import (OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH, Device, EventTable, EventTableBuilder, Kind,
-                            match_correlation, steps_in_spans)
+from rnnprof.events import (OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH, CollectiveArgs, Device, EventTable,
+                            EventTableBuilder, JsonCuts, Kind, TableMetadata, match_correlation, steps_in_spans)
 from rnnprof.traces.jsonstream import EventStream
 
 FORMAT = "kineto"
@@ -121,7 +121,8 @@ def load(path: Path, block_bytes: int | None = None, piece_bytes: int | None = N
     sizes = {k: v for k, v in (("block_bytes", block_bytes), ("piece_bytes", piece_bytes)) if v}
     stream = EventStream(path, _DECODER.decode, **sizes)
     table = _build(path, stream, lambda: stream.header)
-    table.metadata.update({"json_bytes": stream.bytes_read, "json_cuts": dict(stream.cuts)})
+    table.metadata.json_bytes = stream.bytes_read
+    table.metadata.json_cuts = JsonCuts(**stream.cuts)
     return table
 
 
@@ -154,15 +155,11 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
                          "a PyTorch profiler trace")
     info = header.get("distributedInfo") or {}
     worker = f"rank{info['rank']}" if isinstance(info, dict) and "rank" in info else ""
-    builder.metadata.update({
-        "skipped_events": reader.skipped,
-        "distributed": info,
-        "base_time_ns": header.get("baseTimeNanoseconds"),
-        "devices_properties": header.get("deviceProperties", []),
-        "host_name": header.get("host_name"),
-    })
-    if reader.collective_args["correlation"]:
-        builder.metadata["collective_args"] = {"worker": worker, **reader.collective_args}
+    _header_metadata(builder.metadata, header)
+    builder.metadata.skipped_events = reader.skipped
+    args = reader.collective_args
+    if args["correlation"]:
+        builder.metadata.collective_args = (CollectiveArgs(worker, **{k: tuple(v) for k, v in args.items()}),)
     table = builder.build()
     table = _mark_nccl(table)
     table = _assign_steps(table, _step_spans(table))
@@ -171,12 +168,21 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     return _on_worker(table, worker) if worker else table
 
 
+def _header_metadata(metadata: TableMetadata, header: dict) -> None:
+    """What the document's other keys say of the trace, in ``metadata`` (entries of the wrong type left out)."""
+    info, base = header.get("distributedInfo"), header.get("baseTimeNanoseconds")
+    listed, host = header.get("deviceProperties"), header.get("host_name")
+    metadata.distributed = (info,) if isinstance(info, dict) and info else ()
+    metadata.base_time_ns = base if isinstance(base, int) and not isinstance(base, bool) else None
+    metadata.devices_properties = tuple(p for p in listed if isinstance(p, dict)) if isinstance(listed, list) else ()
+    metadata.hostnames = (str(host),) if host else ()
+
+
 def _on_worker(table: EventTable, worker: str) -> EventTable:
     """The table with every device (those of ``host_operator_devices`` too) on ``worker``."""
     table = dataclasses.replace(table, devices=tuple(dataclasses.replace(d, worker=worker) for d in table.devices))
-    if "host_operator_devices" in table.metadata:
-        table.metadata["host_operator_devices"] = [dataclasses.replace(d, worker=worker)
-                                                   for d in table.metadata["host_operator_devices"]]
+    table.metadata.host_operator_devices = tuple(dataclasses.replace(d, worker=worker)
+                                                 for d in table.metadata.host_operator_devices)
     return table
 
 
@@ -382,7 +388,7 @@ def _cpu_rank(table: EventTable) -> EventTable:
     device[(table.kind == Kind.HOST_OP) | collective] = len(devices) - 1
     kind = table.kind.copy()
     kind[collective] = Kind.COMMUNICATION
-    metadata = {**table.metadata, "host_operator_devices": [cpu]}
+    metadata = dataclasses.replace(table.metadata, host_operator_devices=(cpu,))
     return dataclasses.replace(table, devices=devices, device=device, kind=kind, metadata=metadata)
 
 
@@ -405,7 +411,7 @@ def _assign_steps(table: EventTable, spans: list[tuple[float, float, int]]) -> E
     the runtime call that launched it (``cudaLaunchKernel``, ``cudaGraphLaunch``... with the same correlation id:
     a graph's kernels share the id of their graph launch), never its own start time. GPU work whose launch is not
     in the trace, or was made outside every step marker, is in no step (-1); how many, by reason, is
-    ``metadata["outside_steps"]`` (``OUTSIDE_NO_LAUNCH``, ``OUTSIDE_LAUNCH``)."""
+    ``metadata.outside_steps`` (``OUTSIDE_NO_LAUNCH``, ``OUTSIDE_LAUNCH``)."""
     if not spans:
         return table
     step = steps_in_spans(table.ts, spans)
@@ -417,7 +423,7 @@ def _assign_steps(table: EventTable, spans: list[tuple[float, float, int]]) -> E
     step[gpu_idx] = np.where(found, step[launch[np.maximum(launcher, 0)]], -1)
     table.step[:] = step
     work = table.kind[gpu_idx] != Kind.ANNOTATION
-    table.metadata["outside_steps"] = {
+    table.metadata.outside_steps = {
         OUTSIDE_NO_LAUNCH: int((work & ~found).sum()),
         OUTSIDE_LAUNCH: int((work & found & (step[gpu_idx] < 0)).sum()),
     }

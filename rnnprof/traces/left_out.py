@@ -5,20 +5,19 @@ number, or when it lies outside the trace's time range: starting or ending farth
 median timestamp than ``max(FAR_FLOOR_US, FAR_SPREADS x`` the median absolute deviation of the
 timestamps``)``. A real trace spans seconds to hours, so only a broken clock (an event 10^18 µs away)
 is that far. Every loader's table passes through ``leave_out``; the counts by reason are in
-``metadata[LEFT_OUT]`` (summed over merged parts by ``left_out_of``) and the first few events in
-``metadata[LEFT_OUT_EXAMPLES]``.
+``metadata.left_out`` (summed when tables merge; ``left_out_of`` gives every reason) and the first few events in
+``metadata.left_out_examples``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence
 
 import numpy as np
 
-from rnnprof.events import EventTable
+from rnnprof.events import EventTable, LeftOutExample, TableMetadata
 
-LEFT_OUT = "left_out"
-LEFT_OUT_EXAMPLES = "left_out_examples"
 NEGATIVE = "negative duration"
 NON_FINITE = "non-finite time"
 FAR_OFF = "outside the trace's time range"
@@ -42,15 +41,15 @@ def leave_out(table: EventTable) -> EventTable:
         far = plausible & ((np.abs(ts - middle) > limit) | (ts + dur - middle > limit))
     reasons[FAR_OFF] = far
     bad = reasons[NON_FINITE] | reasons[NEGATIVE] | far
-    counts = {**{r: 0 for r in REASONS}, **dict(table.metadata.get(LEFT_OUT) or {})}
+    counts = {**{r: 0 for r in REASONS}, **table.metadata.left_out}
     for reason, mask in reasons.items():
         counts[reason] += int(mask.sum())
-    metadata = {**table.metadata, LEFT_OUT: counts}
+    metadata = dataclasses.replace(table.metadata, left_out=counts)
     if bad.any():
         names = table.text(table.name[bad][:EXAMPLES])
-        metadata[LEFT_OUT_EXAMPLES] = [*table.metadata.get(LEFT_OUT_EXAMPLES, ()), *(
-            {"name": n, "ts": float(t), "dur": float(d), "reason": _reason(t, d, f)}
-            for n, t, d, f in zip(names, ts[bad][:EXAMPLES], dur[bad][:EXAMPLES], far[bad][:EXAMPLES]))][:EXAMPLES]
+        metadata.left_out_examples = (*table.metadata.left_out_examples, *(
+            LeftOutExample(str(n), float(t), float(d), _reason(t, d, f))
+            for n, t, d, f in zip(names, ts[bad][:EXAMPLES], dur[bad][:EXAMPLES], far[bad][:EXAMPLES])))[:EXAMPLES]
         table = table.select(~bad)
     return dataclasses.replace(table, metadata=metadata)
 
@@ -61,26 +60,14 @@ def _reason(ts: float, dur: float, far: bool) -> str:
     return FAR_OFF if far else NEGATIVE
 
 
-def left_out_of(metadata: dict | None) -> dict[str, int]:
-    """Counts by reason in ``metadata`` and its merged parts' (every reason present, zeros included)."""
-    counts = {r: 0 for r in REASONS}
-    for part in _parts(metadata or {}):
-        for reason, n in (part.get(LEFT_OUT) or {}).items():
-            counts[reason] = counts.get(reason, 0) + int(n)
-    return counts
+def left_out_of(metadata: TableMetadata | None) -> dict[str, int]:
+    """Counts by reason in ``metadata`` (every reason present, zeros included)."""
+    return {**{r: 0 for r in REASONS}, **(metadata.left_out if metadata is not None else {})}
 
 
-def examples_of(metadata: dict | None) -> list[dict]:
-    return [e for part in _parts(metadata or {}) for e in part.get(LEFT_OUT_EXAMPLES, ())][:EXAMPLES]
-
-
-def _parts(metadata: dict):
-    parts = metadata.get("parts")
-    if parts:
-        for part in parts:
-            yield from _parts(part)
-    else:
-        yield metadata
+def examples_of(metadata: TableMetadata | None) -> list[LeftOutExample]:
+    """The first few events left out."""
+    return list(metadata.left_out_examples[:EXAMPLES]) if metadata is not None else []
 
 
 def sum_left_out(counts) -> dict[str, int]:
@@ -92,7 +79,7 @@ def sum_left_out(counts) -> dict[str, int]:
     return total
 
 
-def describe(counts: dict[str, int], examples: list[dict] = (), debug: bool = False) -> str | None:
+def describe(counts: dict[str, int], examples: Sequence[LeftOutExample] = (), debug: bool = False) -> str | None:
     """One line: ``left out 3 events with a negative duration, 1 outside the trace's time range`` (None if none)."""
     parts = [f"{n:,} {'event' if n == 1 else 'events'} {_phrase(r)}" if i == 0 else f"{n:,} {_phrase(r)}"
              for i, (r, n) in enumerate((r, n) for r, n in counts.items() if n)]
@@ -100,7 +87,7 @@ def describe(counts: dict[str, int], examples: list[dict] = (), debug: bool = Fa
         return None
     text = "left out " + ", ".join(parts) + " (impossible times: no figure includes them"
     if debug and examples:
-        shown = "; ".join(f"{e['name'][:80]!r} ts={e['ts']:g} dur={e['dur']:g} ({e['reason']})" for e in examples)
+        shown = "; ".join(f"{e.name[:80]!r} ts={e.ts:g} dur={e.dur:g} ({e.reason})" for e in examples)
         return text + f"; first {len(examples)}: {shown})"
     return text + "; --debug names the first few)"
 
@@ -109,5 +96,5 @@ def _phrase(reason: str) -> str:
     return f"with a {reason}" if reason != FAR_OFF else reason
 
 
-__all__ = ["FAR_OFF", "LEFT_OUT", "NEGATIVE", "NON_FINITE", "REASONS", "describe", "examples_of", "leave_out",
+__all__ = ["FAR_OFF", "NEGATIVE", "NON_FINITE", "REASONS", "describe", "examples_of", "leave_out",
            "left_out_of", "sum_left_out"]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from rnnprof.events import EventTable, concat
+from rnnprof.events import Alignment, EventTable, concat
 
 
 def merge_tables(tables: list[EventTable], align: str = "absolute") -> EventTable:
-    """One table, or several merged on a common clock (``align`` recorded in the metadata)."""
+    """One table, or several merged on a common clock (``align`` recorded in ``metadata.alignment``)."""
     if len(tables) == 1:
         return tables[0]
     merged = concat(tables, align=align)
-    merged.metadata["align"] = align
+    merged.metadata.alignment = Alignment(align)
     return merged

@@ -119,25 +119,21 @@ def loaded_notes(folder: RankFolder, infos: Sequence[dict | None], loaded_worker
     return notes
 
 
-JOB_NOTES = "job_notes"  # metadata key of ``events``' table: what a reader of the job must know
-
-
 def events(path: Path, folder: RankFolder) -> EventTable:
     """Every rank loaded here, one after another, and merged on their common clock; the folder's notes
-    (``loaded_notes``) are in ``metadata[JOB_NOTES]``."""
+    (``loaded_notes``) are in ``metadata.job_notes``."""
     tables = [load_rank(f) for f in folder.files]
-    infos = [t.metadata.get("distributed") if isinstance(t.metadata.get("distributed"), dict) else None
-             for t in tables]
+    infos = [t.metadata.distributed[0] if t.metadata.distributed else None for t in tables]
     workers = [",".join(sorted({d.worker for d in t.devices})) for t in tables]
     notes = [*folder.notes, *loaded_notes(folder, infos, workers)]
     table = merge_tables(tables)
-    table.metadata[JOB_NOTES] = notes
+    table.metadata.job_notes = tuple(notes)
     return table
 
 
 def job_notes(table: EventTable | None) -> list[str]:
     """The notes of a folder of rank files that ``events`` loaded (none for other input)."""
-    return list(table.metadata.get(JOB_NOTES, ())) if table is not None else []
+    return list(table.metadata.job_notes) if table is not None else []
 
 
 def load_rank(rank_file: RankFile) -> EventTable:

@@ -1,7 +1,7 @@
 """rnnprof run directories: the per-step Chrome timelines listed by the manifest, and the captured graphs.
 
 A run can be interrupted part way: the loader reads the timelines that the manifest lists and
-that exist, records the missing ones under ``metadata["missing"]``, and fails only when nothing
+that exist, records the missing ones under ``metadata.missing``, and fails only when nothing
 is readable. Without timelines it falls back to the run's XSpace captures. Its graphs (``graph_defs``) are
 the files of ``graphs/`` (each read by ``graph_files``), else a RunMetadata of ``run_metadata/``. A folder
 without a manifest but with ``graphs/`` is read for its graphs only (format "graphs-dir").
@@ -72,13 +72,10 @@ def _torch_events(path: Path, manifest: Manifest, missing: list[str]) -> EventTa
 def _with_run(tables: list[EventTable], path: Path, manifest: Manifest, missing: list[str]) -> EventTable:
     """One table with the run's metadata and the notes on how its capture ended."""
     table = tables[0] if len(tables) == 1 else concat(tables, align="absolute")
-    table.metadata.update({
-        "run_dir": str(path),
-        "status": manifest.status,
-        "missing": missing,
-        "manifest": manifest,
-    })
-    table.metadata.setdefault("warnings", []).extend(capture_notes(path, manifest, missing))
+    metadata = table.metadata
+    metadata.run_dir, metadata.status, metadata.manifest = str(path), manifest.status, manifest
+    metadata.missing = tuple(missing)
+    metadata.warnings = (*metadata.warnings, *capture_notes(path, manifest, missing))
     return table
 
 

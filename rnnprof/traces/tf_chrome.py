@@ -5,7 +5,7 @@ device's executor lane (TF1 ``"<device> Compute"``, rnnprof ``"ops"``) is HOST_O
 launches); ``/gpu:N/stream:<id>`` is KERNEL, ``/gpu:N/memcpy`` MEMCPY. TF's GPU tracer writes every kernel and
 copy twice; one record of each is kept (``stream:all`` dropped when per-stream lanes exist; a stream record
 identical to a ``memcpy`` one is the copy). Send/Recv and collective ops are COMMUNICATION; a oneDNN-rewritten
-op is the user's op, its kernel name in ``metadata["ran_as"]``. See docs/formats.md.
+op is the user's op, its kernel name in ``metadata.ran_as``. See docs/formats.md.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from rnnprof.errors import InputError
-from rnnprof.names import COMMUNICATION_OP, RAN_AS, note_ran_as, user_op
+from rnnprof.names import COMMUNICATION_OP, note_ran_as, user_op
 from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device
 
 TF1_FORMAT = "tf1-timeline"
@@ -135,11 +135,10 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
     if len(builder) == 0:
         raise InputError(path, "no op or kernel events on any TensorFlow device lane",
                          "a trace with '<device> Compute' or per-device processes")
-    builder.metadata.update({"dropped_stream_all": dropped_all, "dropped_duplicate_copies": dropped_copies})
-    if ran_as:
-        builder.metadata[RAN_AS] = ran_as
+    builder.metadata.dropped_stream_all, builder.metadata.dropped_duplicate_copies = dropped_all, dropped_copies
+    builder.metadata.ran_as = {op: tuple(kernels) for op, kernels in sorted(ran_as.items())}
     if isinstance(doc, dict) and isinstance(doc.get("otherData"), dict):
-        builder.metadata["otherData"] = doc["otherData"]
+        builder.metadata.other_data = doc["otherData"]
     return builder.build()
 
 

@@ -3,7 +3,7 @@
 * ``/device:GPU:k`` planes: each ``Stream #n`` line is a stream of kernels (NCCL: COMMUNICATION), copies and
   memsets; lines the profiler derives from the streams ("XLA Ops", "Steps", ...) are skipped.
 * ``/host:CPU``: TraceMe ``"<node>:<OpType>"`` events are HOST_OPs (a oneDNN-rewritten op is the user's op,
-  its kernel name in ``metadata["ran_as"]``); user ranges are ANNOTATIONs; ``step_num`` stats mark steps;
+  its kernel name in ``metadata.ran_as``); user ranges are ANNOTATIONs; ``step_num`` stats mark steps;
   tf.data's threads become ANNOTATIONs on lane ``tf_data`` named by pipeline stage.
 * rnnprof's own XSpaces: a plane per device whose lines are lanes of ops.
 
@@ -22,7 +22,7 @@ from rnnprof import rundir
 from rnnprof.errors import TENSORFLOW_EXTRAS, InputError, MissingDependency
 from rnnprof.traces import wire
 from rnnprof.traces.jsonstream import read_content
-from rnnprof.names import COMMUNICATION_OP, NCCL_KERNEL, RAN_AS, note_ran_as, user_op
+from rnnprof.names import COMMUNICATION_OP, NCCL_KERNEL, user_op
 from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, concat, parse_tf_device, steps_in_spans
 
 FORMAT = "xplane"
@@ -112,7 +112,7 @@ def events(path: Path, space) -> EventTable:
         _load_plane(plane, builder, steps)
     if len(builder) == 0:
         raise InputError(path, "XSpace holds no op, kernel or annotation events", "a captured profile")
-    builder.metadata["hostnames"] = list(space.hostnames)
+    builder.metadata.hostnames = tuple(space.hostnames)
     table = builder.build()
     return assign_steps(table, steps)
 
@@ -213,13 +213,20 @@ def add_event(builder: EventTableBuilder, steps: list, lane_info: tuple, on_host
     if default_kind == Kind.HOST_OP:
         ran, op = op, user_op(op)
         if ran != op:  # a oneDNN kernel (_MklNativeConv2D): counted as the op of the user's graph
-            note_ran_as(builder.metadata.setdefault(RAN_AS, {}), op, ran)
+            builder.metadata.ran_as = _noted(builder.metadata.ran_as, op, ran)
             name = op if name == ran else name
     step = _as_int(stats.get("step"))
     step = step if step is not None else (step_num if default_kind != Kind.ANNOTATION else None)
     nbytes = _as_int(stats.get("bytes"))
     builder.add(ts, dur, name, op, device, lane, kind,
                 step=step if step is not None else -1, nbytes=nbytes if nbytes is not None else -1)
+
+
+def _noted(ran_as: dict[str, tuple[str, ...]], op: str, kernel: str) -> dict[str, tuple[str, ...]]:
+    """``ran_as`` with ``op`` run as ``kernel`` noted (ops and names sorted)."""
+    if kernel in ran_as.get(op, ()):
+        return ran_as
+    return dict(sorted({**ran_as, op: tuple(sorted({*ran_as.get(op, ()), kernel}))}.items()))
 
 
 def _load_plane(plane, builder: EventTableBuilder, steps: list) -> None:

@@ -4,7 +4,6 @@ settings, GPU model, format and devices), flattened to ``key -> text``."""
 from __future__ import annotations
 
 from rnnprof.analyzers.diff.result import ConfigChange, ConfigSection, Side
-from rnnprof.events import EventTable
 
 # Manifest fields that say what was run and where; the rest (paths, times, results) differ on every run.
 _MANIFEST_FIELDS = ("config", "session_config", "versions", "machine", "host", "devices")
@@ -23,16 +22,6 @@ def _flatten(value, prefix: str, out: dict[str, str]) -> None:
 
 
 
-def _trace_metadata(table: EventTable) -> list[dict]:
-    found, pending = [], [table.metadata]
-    while pending:
-        metadata = pending.pop(0)
-        found.append(metadata)
-        pending.extend(p for p in metadata.get("parts", ()) if isinstance(p, dict))
-    return found
-
-
-
 def settings(side: Side) -> dict[str, str]:
     """What a side records about how it ran, flattened to ``key -> text``."""
     out: dict[str, str] = {}
@@ -42,8 +31,7 @@ def settings(side: Side) -> dict[str, str]:
             if key in recorded:
                 _flatten(recorded[key], key, out)
     if side.events is not None:
-        parts = _trace_metadata(side.events)
-        distributed = [p["distributed"] for p in parts if isinstance(p.get("distributed"), dict) and p["distributed"]]
+        distributed = side.events.metadata.distributed
         for key in ("world_size", "backend"):
             values = sorted({str(d[key]) for d in distributed if key in d})
             if values:
@@ -52,8 +40,7 @@ def settings(side: Side) -> dict[str, str]:
         if ranks:
             out["distributed.ranks"] = ", ".join(
                 str(r) for r in sorted(ranks, key=lambda r: (0, r, "") if isinstance(r, int) else (1, 0, str(r))))
-        models = sorted({str(g["name"]) for p in parts if isinstance(p.get("devices_properties"), list)
-                         for g in p["devices_properties"] if isinstance(g, dict) and "name" in g})
+        models = sorted({str(g["name"]) for g in side.events.metadata.devices_properties if "name" in g})
         if models:
             out["gpu model"] = ", ".join(models)
         out["trace format"] = side.events.source_format

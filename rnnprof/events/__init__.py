@@ -7,7 +7,8 @@ source format.
 
 Times are microseconds as float64 on the source's own clock; ``time_base_us``
 records what zero means so that tables from different sources can be aligned
-explicitly before they are merged (see ``concat``).
+explicitly before they are merged (see ``concat``). ``metadata`` (``TableMetadata``) holds what the loaders
+recorded beside the events. A run directory's manifest, typed, is ``Manifest`` (``events.manifest``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+
+from rnnprof.events.manifest import Manifest, ManifestDevice, ManifestStepCpu, ManifestStepTimes, StepCpuTime
 
 
 class Kind(enum.IntEnum):
@@ -99,6 +102,156 @@ class StringTable:
         return np.fromiter((self.code(v) for v in values), dtype=np.int32)
 
 
+# -- what a loader records beside the events ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClockOffset:
+    """A table's clock against the reference: ``t_reference = t_table - offset_us``."""
+
+    source: str  # the table's sources, joined
+    workers: tuple[str, ...]
+    offset_us: float
+    spread_us: float | None = None  # uncertainty of the offset (None: exact or not measured)
+    samples: int = 0  # matched collectives it was measured on
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "ranks": list(self.workers), "offset_us": self.offset_us,
+                "spread_us": self.spread_us, "collectives": self.samples}
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """How a merged table's traces were put on one clock: ``method`` (``concat``'s "absolute" or "start", or
+    ``load_aligned``'s "none", "start", "collectives") and the offset applied to each trace (empty: none applied,
+    the traces merged on their recorded clocks)."""
+
+    method: str
+    offsets: tuple[ClockOffset, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"method": self.method, "offsets": [o.as_dict() for o in self.offsets]}
+
+
+@dataclass(frozen=True)
+class JsonCuts:
+    """Pieces of a streamed JSON document decoded after a guessed and after an exactly found cut."""
+
+    guessed: int = 0
+    exact: int = 0
+
+
+@dataclass(frozen=True)
+class CollectiveArgs:
+    """The args of one worker's GPU events that name their collective (NCCL kernels' ``Process Group Name``,
+    ``Seq``, ``Collective name``), by the event's correlation id: parallel tuples."""
+
+    worker: str = ""
+    correlation: tuple[int, ...] = ()
+    group: tuple[str, ...] = ()
+    seq: tuple[int, ...] = ()
+    collective: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LeftOutExample:
+    """One event left out for impossible times (``traces.left_out``): its name, times and reason."""
+
+    name: str
+    ts: float
+    dur: float
+    reason: str
+
+
+SUM = "sum"  # numbers added; counts by key added key by key; a record of counts added field by field
+CONCAT = "concat"  # each part's entries, in order
+UNION = "union"  # each part's entries once, in order of appearance; ``{op: names}``: names merged and sorted per op
+SHARED = "shared"  # the value every part has, else the empty default
+
+
+def _merged(rule: str, default=None, factory=None):
+    if factory is not None:
+        return field(default_factory=factory, metadata={"merge": rule})
+    return field(default=default, metadata={"merge": rule})
+
+
+@dataclass(slots=True)
+class TableMetadata:
+    """What a table's loaders recorded beside its events, by field; an unknown name is an ``AttributeError``.
+
+    Producers: Kineto traces (``json_bytes``, ``json_cuts``, ``skipped_events``, ``distributed``, ``base_time_ns``,
+    ``devices_properties``, ``hostnames``, ``collective_args``, ``host_operator_devices``, ``outside_steps``),
+    ``traces.left_out`` (``left_out``, ``left_out_examples``), XSpaces (``hostnames``, ``ran_as``), TF Chrome
+    timelines (``ran_as``, ``dropped_*``, ``other_data``), ``merge_tables`` and ``load_aligned`` (``alignment``),
+    a folder of rank files (``job_notes``), a run directory (``run_dir``, ``status``, ``manifest``, ``missing``,
+    ``warnings``). ``concat`` merges the parts' records by each field's rule (``merge_metadata``): SUM, CONCAT,
+    UNION or SHARED, as each field says.
+    """
+
+    json_bytes: int = _merged(SUM, 0)  # bytes of JSON the Kineto stream read
+    json_cuts: JsonCuts = _merged(SUM, JsonCuts())
+    skipped_events: int = _merged(SUM, 0)  # Kineto events that are no profiler event (instants, flows, ...)
+    distributed: tuple[dict[str, Any], ...] = _merged(CONCAT, ())  # each trace's non-empty ``distributedInfo``
+    base_time_ns: int | None = _merged(SHARED)  # Kineto's ``baseTimeNanoseconds``
+    devices_properties: tuple[dict[str, Any], ...] = _merged(CONCAT, ())  # Kineto's ``deviceProperties``
+    hostnames: tuple[str, ...] = _merged(UNION, ())  # the machines that recorded the trace
+    collective_args: tuple[CollectiveArgs, ...] = _merged(CONCAT, ())  # one per worker
+    host_operator_devices: tuple[Device, ...] = _merged(UNION, ())  # CPU ranks: their activity is host operators
+    outside_steps: dict[str, int] = _merged(SUM, factory=dict)  # GPU events in no step, by ``OUTSIDE_REASONS``
+    left_out: dict[str, int] = _merged(SUM, factory=dict)  # events left out for impossible times, by reason
+    left_out_examples: tuple[LeftOutExample, ...] = _merged(CONCAT, ())  # the first few of each trace
+    ran_as: dict[str, tuple[str, ...]] = _merged(UNION, factory=dict)  # ``{op: kernel names}``, sorted (names.user_op)
+    dropped_stream_all: int = _merged(SUM, 0)  # TF kernels of a ``stream:all`` lane also on a stream's lane
+    dropped_duplicate_copies: int = _merged(SUM, 0)  # TF kernels that repeat a copy
+    other_data: dict[str, Any] = _merged(SHARED, factory=dict)  # a Chrome trace's ``otherData``
+    alignment: Alignment | None = _merged(SHARED)  # how a merged table's traces were put on one clock
+    job_notes: tuple[str, ...] = _merged(CONCAT, ())  # what a reader of a folder of rank files must know
+    run_dir: str = _merged(SHARED, "")
+    status: str = _merged(SHARED, "")  # the run's status as its manifest records it
+    manifest: Manifest | None = _merged(SHARED)
+    missing: tuple[str, ...] = _merged(CONCAT, ())  # timelines the manifest lists that are not there
+    warnings: tuple[str, ...] = _merged(CONCAT, ())  # how the run's capture ended, when that matters
+
+
+def merge_metadata(records: Sequence[TableMetadata]) -> TableMetadata:
+    """One record of several tables' (merged tables, or tables analysed apart): each field by its rule."""
+    merged = TableMetadata()
+    for f in dataclasses.fields(TableMetadata):
+        empty = getattr(merged, f.name)
+        values = [getattr(r, f.name) for r in records]
+        setattr(merged, f.name, _MERGE[f.metadata["merge"]](values, empty))
+    return merged
+
+
+def _sum(values: list, empty):
+    if isinstance(empty, dict):
+        total: dict = {}
+        for counts in values:
+            for key, n in counts.items():
+                total[key] = total.get(key, 0) + n
+        return total
+    if dataclasses.is_dataclass(empty):
+        return type(empty)(*(sum(getattr(v, f.name) for v in values) for f in dataclasses.fields(empty)))
+    return sum(values, empty)
+
+
+def _union(values: list, empty):
+    if isinstance(empty, dict):
+        names: dict[str, set] = {}
+        for mapping in values:
+            for key, items in mapping.items():
+                names.setdefault(key, set()).update(items)
+        return {key: tuple(sorted(items)) for key, items in sorted(names.items())}
+    return tuple(dict.fromkeys(item for items in values for item in items))
+
+
+def _shared(values: list, empty):
+    return values[0] if values and all(v == values[0] for v in values) else empty
+
+
+_MERGE = {SUM: _sum, CONCAT: lambda values, empty: tuple(item for items in values for item in items),
+          UNION: _union, SHARED: _shared}
+
+
 @dataclass(frozen=True)
 class EventTable:
     """Parallel arrays, one element per event. Strings are codes into ``strings``.
@@ -124,7 +277,7 @@ class EventTable:
     source_format: str = ""
     sources: tuple[str, ...] = ()
     time_base_us: float = 0.0
-    metadata: dict = field(default_factory=dict, compare=False)
+    metadata: TableMetadata = field(default_factory=TableMetadata, compare=False)
 
     COLUMNS = ("ts", "dur", "name", "op_type", "device", "lane", "kind", "step", "correlation", "nbytes")
 
@@ -215,7 +368,7 @@ class EventTableBuilder:
         self._columns: dict[str, list] = {c: [] for c in EventTable.COLUMNS}
         self._chunks: list[dict[str, np.ndarray]] = []
         self._chunk_rows = 0
-        self.metadata: dict = {}
+        self.metadata = TableMetadata()
 
     def device_code(self, device: Device) -> int:
         code = self._devices.get(device)
@@ -323,11 +476,11 @@ class EventTableBuilder:
             source_format=self.source_format,
             sources=self.sources,
             time_base_us=time_base_us,
-            metadata=dict(self.metadata),
+            metadata=dataclasses.replace(self.metadata),
         )
 
 
-# Why a trace's GPU work is in no step: the keys of a loader's ``metadata["outside_steps"]`` (counts of GPU
+# Why a trace's GPU work is in no step: the keys of a loader's ``metadata.outside_steps`` (counts of GPU
 # kernels, copies and memsets), written where a trace has step markers.
 OUTSIDE_NO_LAUNCH = "no_launch_in_trace"  # its runtime call (by correlation id) is not in the trace
 OUTSIDE_LAUNCH = "launched_outside_steps"  # its runtime call lies outside every step marker
@@ -337,13 +490,7 @@ OUTSIDE_REASONS = (OUTSIDE_NO_LAUNCH, OUTSIDE_LAUNCH)
 def outside_steps(table: EventTable) -> dict[str, int]:
     """GPU events in no step, by reason, as the loaders counted them (summed over a merged table's parts);
     empty when no loader counted any (no step markers, or a format whose GPU work has no launch link)."""
-    found: dict[str, int] = {}
-    pending = [table.metadata]
-    while pending:
-        metadata = pending.pop()
-        for reason, n in (metadata.get("outside_steps") or {}).items():
-            found[reason] = found.get(reason, 0) + int(n)
-        pending.extend(p for p in metadata.get("parts", ()) if isinstance(p, dict))
+    found = table.metadata.outside_steps
     return {reason: found[reason] for reason in OUTSIDE_REASONS if reason in found}
 
 
@@ -384,7 +531,8 @@ def concat(tables: Sequence[EventTable], align: str = "absolute") -> EventTable:
     ``align="absolute"`` puts every table on a common clock by adding its
     ``time_base_us`` (use when the sources share a wall clock, e.g. ranks of one
     job). ``align="start"`` shifts each table so its first event is at 0 (use when
-    the clocks are unrelated). Strings and devices are re-coded into shared tables.
+    the clocks are unrelated). Strings and devices are re-coded into shared tables; the metadata is the
+    tables' records merged field by field (``merge_metadata``: counts added, lists joined, a value all share kept).
     """
     if not tables:
         raise ValueError("concat needs at least one table")
@@ -418,148 +566,11 @@ def concat(tables: Sequence[EventTable], align: str = "absolute") -> EventTable:
         source_format="+".join(formats),
         sources=tuple(s for t in tables for s in t.sources),
         time_base_us=base,
-        metadata={"parts": [t.metadata for t in tables]},
+        metadata=merge_metadata([t.metadata for t in tables]),
     )
 
 
-# -- a run directory's manifest, as the analyses read it ------------------------------------------------------
-
-@dataclass(frozen=True)
-class ManifestDevice:
-    """One of the run's devices: its TensorFlow or rank name and its kind (``gpu``, ``logical-cpu``, ``cpu``)."""
-
-    name: str
-    kind: str = ""
-
-
-@dataclass(frozen=True)
-class StepCpuTime:
-    """One step's CPU seconds: this process's, and the whole host's busy time (None where not readable)."""
-
-    process_s: float
-    host_busy_s: float | None = None
-
-
-@dataclass(frozen=True)
-class ManifestStepTimes:
-    """The manifest's ``names.STEP_TIMES``: each warm-up and timed step's wall seconds."""
-
-    warmup: tuple[float, ...] = ()
-    timed: tuple[float, ...] = ()
-
-
-@dataclass(frozen=True)
-class ManifestStepCpu:
-    """The manifest's ``names.STEP_CPU``: each warm-up and timed step's CPU times."""
-
-    warmup: tuple[StepCpuTime, ...] = ()
-    timed: tuple[StepCpuTime, ...] = ()
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """A run directory's ``manifest.json``, each field typed (docs/run-directory.md says what each holds).
-
-    ``rnnprof.rundir.manifest.read_manifest`` reads and checks it once (``from_dict``); a field the JSON
-    does not hold has its default here. ``keys`` (the JSON's keys, in order) and ``extra`` (those no field
-    names) give the same JSON object back (``as_dict``).
-    """
-
-    format: str | None = None
-    version: int | None = None
-    status: str = ""
-    created: str | None = None
-    finished: str | None = None
-    command: tuple[str, ...] = ()
-    versions: dict[str, str | None] = field(default_factory=dict)
-    host: str | None = None
-    machine: dict[str, Any] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
-    session_config: dict[str, Any] = field(default_factory=dict)
-    devices: tuple[ManifestDevice, ...] = ()
-    device_kind: str | None = None
-    throughput: dict[str, Any] = field(default_factory=dict)
-    step_times: ManifestStepTimes = ManifestStepTimes()
-    step_cpu: ManifestStepCpu = ManifestStepCpu()
-    traced_steps: tuple[int, ...] = ()
-    profiled_steps: tuple[int, ...] = ()
-    steps_seen: int | None = None
-    captured: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    cluster: dict[str, Any] | None = None
-    clock_offsets: dict[str, Any] | None = None
-    error: str | None = None
-    profile_error: str | None = None
-    exit_code: int | None = None
-    framework: str | None = None
-    world_size: int | None = None
-    backend: str | None = None
-    ranks: tuple[dict[str, Any], ...] = ()
-    failed_rank: int | None = None
-    errors_after: tuple[str, ...] = ()
-    keys: tuple[str, ...] = field(default=(), repr=False)
-    extra: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "Manifest":
-        """The manifest of a parsed ``manifest.json``; ``msgspec.ValidationError`` naming the field (``$.devices[1]``)
-        where a field has the wrong type or an entry lacks a required one."""
-        import msgspec
-
-        if not isinstance(data, dict):
-            raise msgspec.ValidationError(f"Expected `object`, got `{type(data).__name__}`")
-        known = {k: v for k, v in data.items() if k in _MANIFEST_FIELDS}
-        manifest = msgspec.convert(known, cls)
-        return dataclasses.replace(manifest, keys=tuple(data), extra={k: v for k, v in data.items() if k not in known})
-
-    def as_dict(self) -> dict:
-        """The JSON object it was read from: the same keys in the same order, the same values."""
-        return {k: self.extra[k] if k in self.extra else _plain(getattr(self, k)) for k in self.keys}
-
-    def has(self, key: str) -> bool:
-        """Whether the JSON holds ``key``."""
-        return key in self.keys
-
-    @property
-    def is_torch(self) -> bool:
-        """A run of ``trace --framework torch``: one Kineto trace per rank, no timelines."""
-        return self.framework == "torch"
-
-    @property
-    def device_kinds(self) -> set[str]:
-        """The kinds of the run's devices (``gpu``, ``logical-cpu``, ``cpu``), without ``host``; empty when unknown."""
-        return {d.kind for d in self.devices if d.kind} - {"host"}
-
-    @property
-    def host_cores(self) -> int | None:
-        """The host's CPU count as the manifest records it."""
-        for key in ("cpu_count", "cores", "logical_cpus"):
-            value = self.machine.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-        return None
-
-    @property
-    def rank_traces(self) -> list[str]:
-        """The ranks' Kineto traces as listed: ``captured["kineto"]``, then each rank's ``trace``."""
-        return [*self.captured.get("kineto", ()),
-                *(r["trace"] for r in self.ranks if isinstance(r.get("trace"), str))]
-
-    @property
-    def median_step_seconds(self) -> float | None:
-        """The median of the timed steps as ``throughput`` records it; None where it records none."""
-        value = self.throughput.get("median_step_seconds")
-        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-_MANIFEST_FIELDS = frozenset(f.name for f in dataclasses.fields(Manifest)) - {"keys", "extra"}
-
-
-def _plain(value):
-    """A manifest field's value as JSON holds it: records as objects, tuples as arrays."""
-    if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+__all__ = ["Alignment", "ClockOffset", "CollectiveArgs", "Device", "EventTable", "EventTableBuilder", "JsonCuts", "Kind",
+           "LeftOutExample", "Manifest", "ManifestDevice", "ManifestStepCpu", "ManifestStepTimes", "OUTSIDE_LAUNCH",
+           "OUTSIDE_NO_LAUNCH", "OUTSIDE_REASONS", "StepCpuTime", "StringTable", "TableMetadata", "concat",
+           "match_correlation", "merge_metadata", "outside_steps", "parse_tf_device", "steps_in_spans"]
