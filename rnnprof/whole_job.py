@@ -8,15 +8,20 @@ all ranks merged into one table gives (the tests hold the two equal), wherever e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from rnnprof import limits
+from rnnprof.analyzers.align import NONE, zero_offsets
+from rnnprof.analyzers.collectives import collectives_report, instances, shifted
+from rnnprof.analyzers.comm import analyze_comm, combine_reports
+from rnnprof.analyzers.copies import combine_copies, count_copies
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US
-from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US
-from rnnprof.analyzers.steps import StepSelection
+from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US, launch_sample, launch_stats_of
+from rnnprof.analyzers.opcount import combine_kernel_counts, count_kernels
+from rnnprof.analyzers.steps import StepSelection, StepSelectionError, select_steps
 from rnnprof.errors import UsageError
-from rnnprof.events import Alignment, TableMetadata, merge_metadata
+from rnnprof.events import Alignment, EventTable, TableMetadata, merge_metadata
 from rnnprof.parallel import map_items
 from rnnprof.traces.rank_folder import RankFile, RankFolder, load_rank, loaded_notes
 
@@ -34,10 +39,8 @@ class RankTask:
     kernel_wait_us: float = DEFAULT_KERNEL_WAIT_US
     short_kernel_us: float = DEFAULT_SHORT_KERNEL_US
 
-    def load(self):
+    def load(self) -> EventTable:
         """The rank's table, restricted to the selected steps (a selection this rank cannot meet is a UsageError)."""
-        from rnnprof.analyzers.steps import StepSelectionError, select_steps
-
         limits.set_max_input_bytes(self.max_input_bytes)
         table = load_rank(self.rank_file)
         if self.selection is None or not self.selection.active:
@@ -62,10 +65,6 @@ class RankResult:
 
 def comm_of_rank(task: RankTask) -> RankResult:
     """The rank's ``CommReport`` and its collectives (``instances``), on its own clock, for matching across ranks."""
-    from rnnprof.analyzers.align import zero_offsets
-    from rnnprof.analyzers.collectives import instances
-    from rnnprof.analyzers.comm import analyze_comm
-
     table = task.load()
     report = analyze_comm(table, task.comm_patterns, kernel_wait_us=task.kernel_wait_us,
                           step_selection=task.step_selection)
@@ -75,10 +74,6 @@ def comm_of_rank(task: RankTask) -> RankResult:
 
 def kernels_of_rank(task: RankTask) -> RankResult:
     """The rank's ``KernelCounts``, its ``LaunchSample`` (None without linked launches) and its ``CopyReport``."""
-    from rnnprof.analyzers.copies import count_copies
-    from rnnprof.analyzers.launches import launch_sample
-    from rnnprof.analyzers.opcount import count_kernels
-
     table = task.load()
     return RankResult((count_kernels(table), launch_sample(table) if len(table) else None, count_copies(table)),
                       _info(table), _worker(table), _left_out(table))
@@ -99,12 +94,6 @@ def combine_comm(results):
     """One ``CommReport`` of ``(report, instances, clock offset)`` per rank (``comm_of_rank``): the reports
     combined and the collectives matched across ranks, on the earliest rank's clock, as ``comm`` of the ranks
     merged with ``--align none`` gives them."""
-    from dataclasses import replace
-
-    from rnnprof.analyzers.align import NONE
-    from rnnprof.analyzers.collectives import collectives_report, shifted
-    from rnnprof.analyzers.comm import combine_reports
-
     reports = [report for report, _, _ in results]
     base = min(r.time_base_us for r in reports)
     found: dict = {}
@@ -121,10 +110,6 @@ def job_kernels(folder: RankFolder, jobs: int | None = None, scheduler: str | No
                 short_kernel_us: float = DEFAULT_SHORT_KERNEL_US):
     """``((KernelCounts, LaunchStats, CopyReport), notes, left_out)`` of every rank in ``folder``, as ``count_kernels``,
     ``launch_stats`` and ``count_copies`` of them merged give them."""
-    from rnnprof.analyzers.copies import combine_copies
-    from rnnprof.analyzers.launches import launch_stats_of
-    from rnnprof.analyzers.opcount import combine_kernel_counts
-
     tasks = [RankTask(f, (), limits.max_input_bytes(), selection, short_kernel_us=short_kernel_us)
              for f in folder.files]
     results, notes, left_out = _map(kernels_of_rank, folder, tasks, jobs, scheduler, on_done)
@@ -140,13 +125,13 @@ def _map(function, folder: RankFolder, tasks, jobs, scheduler, on_done) -> tuple
     return [o.result for o in outcomes], notes, merge_metadata([o.left_out or TableMetadata() for o in outcomes])
 
 
-def _left_out(table) -> TableMetadata:
+def _left_out(table: EventTable) -> TableMetadata:
     return TableMetadata(left_out=dict(table.metadata.left_out), left_out_examples=table.metadata.left_out_examples)
 
 
-def _info(table) -> dict | None:
+def _info(table: EventTable) -> dict | None:
     return table.metadata.distributed[0] if table.metadata.distributed else None
 
 
-def _worker(table) -> str:
+def _worker(table: EventTable) -> str:
     return ",".join(sorted({d.worker for d in table.devices}))

@@ -1,6 +1,7 @@
 """Layering: analyzers are pure (no TensorFlow, torch, training, recording or trace reading); models and the event table import no
 run or capture code; commands stay thin; no import circle at any depth; imports of rnnprof's own modules at the
-top of a module but for a listed few; no private name taken from another module."""
+top of a module but for a listed few; no private name taken from another module; short functions and modules;
+one meaning per public name."""
 
 from __future__ import annotations
 
@@ -182,62 +183,14 @@ def test_the_circle_scan_finds_a_planted_circle(tmp_path):
 FRAMEWORK = "the module imports TensorFlow or torch at its top: loaded only when a workload is built"
 LAZY_API = "rnnprof's capture API, imported when first used so that `import rnnprof` stays light"
 # (cli imports the chosen command by name, through importlib, so no statement needs listing for it.)
-PENDING = "pending: analyzers/, inputs/, reports/ and whole_job.py are being reworked"
 IN_FUNCTION_ALLOWED: dict[tuple[str, str], str] = {
     ("rnnprof", "rnnprof.recording.api"): LAZY_API,
-    ("rnnprof.analyzers.audit.context", "rnnprof.analyzers.critical_path"): PENDING,
-    ("rnnprof.analyzers.audit.context", "rnnprof.analyzers.launches"): PENDING,
-    ("rnnprof.analyzers.audit.context", "rnnprof.analyzers.noise"): PENDING,
-    ("rnnprof.analyzers.collectives", "rnnprof.analyzers.noise"): PENDING,
-    ("rnnprof.analyzers.comm", "rnnprof.analyzers.collectives"): PENDING,
-    ("rnnprof.analyzers.copies", "rnnprof.analyzers.intervals"): PENDING,
-    ("rnnprof.analyzers.launches", "rnnprof.analyzers.classify"): PENDING,
-    ("rnnprof.analyzers.placement.inputs", "rnnprof.analyzers.classify"): PENDING,
-    ("rnnprof.analyzers.placement.inputs", "rnnprof.analyzers.comm"): PENDING,
-    ("rnnprof.analyzers.run_report", "rnnprof.analyzers.audit"): PENDING,
-    ("rnnprof.analyzers.run_report", "rnnprof.analyzers.placement"): PENDING,
-    ("rnnprof.inputs.dependencies", "rnnprof.rundir.chrome_trace"): PENDING,
-    ("rnnprof.inputs.dependencies", "rnnprof.rundir.manifest"): PENDING,
-    ("rnnprof.inputs.dependencies", "rnnprof.traces.graphs"): PENDING,
-    ("rnnprof.inputs.dependencies", "rnnprof.traces.run_metadata"): PENDING,
-    ("rnnprof.inputs.explained", "rnnprof.analyzers.comm"): PENDING,
-    ("rnnprof.inputs.explained", "rnnprof.analyzers.explain"): PENDING,
-    ("rnnprof.inputs.explained", "rnnprof.rundir.manifest"): PENDING,
-    ("rnnprof.inputs.explained", "rnnprof.rundir.sweep"): PENDING,
-    ("rnnprof.inputs.explained", "rnnprof.traces"): PENDING,
-    ("rnnprof.inputs.explained", "rnnprof.traces.rank_folder"): PENDING,
-    ("rnnprof.inputs.kernels", "rnnprof.analyzers.placement"): PENDING,
-    ("rnnprof.inputs.kernels", "rnnprof.tensorflow_import"): PENDING,
-    ("rnnprof.inputs.read", "rnnprof.traces.graphs"): PENDING,
-    ("rnnprof.inputs.roofline_inputs", "rnnprof.rundir.manifest"): PENDING,
-    ("rnnprof.inputs.roofline_inputs", "rnnprof.traces"): PENDING,
-    ("rnnprof.inputs.roofline_inputs", "rnnprof.traces.rank_folder"): PENDING,
-    ("rnnprof.inputs.roofline_inputs", "rnnprof.traces.shapes"): PENDING,
-    ("rnnprof.inputs.roofline_inputs", "rnnprof.traces.tf_shapes"): PENDING,
     ("rnnprof.models", "rnnprof.models.tensorflow.nmt"): FRAMEWORK,
     ("rnnprof.models", "rnnprof.models.tensorflow.resnet"): FRAMEWORK,
     ("rnnprof.models", "rnnprof.models.tensorflow.rnnlm"): FRAMEWORK,
     ("rnnprof.recording.torch_workload", "rnnprof.models.torch.rnnlm"): FRAMEWORK,
-    ("rnnprof.reports.charts", "rnnprof.files"): PENDING,
-    ("rnnprof.reports.comm", "rnnprof.reports.opcount"): PENDING,
-    ("rnnprof.reports.explain", "rnnprof.reports.charts"): PENDING,
-    ("rnnprof.reports.html", "rnnprof.files"): PENDING,
-    ("rnnprof.reports.run_page", "rnnprof.analyzers.comm"): PENDING,
-    ("rnnprof.reports.run_page", "rnnprof.analyzers.scale"): PENDING,
-    ("rnnprof.reports.run_page", "rnnprof.reports.comm"): PENDING,
-    ("rnnprof.reports.run_page", "rnnprof.reports.critical_path"): PENDING,
-    ("rnnprof.reports.sweep_page", "rnnprof.analyzers.explain"): PENDING,
-    ("rnnprof.reports.sweep_page", "rnnprof.reports.explain"): PENDING,
     ("rnnprof.training.torch_ddp", "rnnprof.models.torch.rnnlm"): FRAMEWORK,
     ("rnnprof.training.torch_training", "rnnprof.models.torch.rnnlm"): FRAMEWORK,
-    ("rnnprof.whole_job", "rnnprof.analyzers.align"): PENDING,
-    ("rnnprof.whole_job", "rnnprof.analyzers.collectives"): PENDING,
-    ("rnnprof.whole_job", "rnnprof.analyzers.comm"): PENDING,
-    ("rnnprof.whole_job", "rnnprof.analyzers.copies"): PENDING,
-    ("rnnprof.whole_job", "rnnprof.analyzers.launches"): PENDING,
-    ("rnnprof.whole_job", "rnnprof.analyzers.opcount"): PENDING,
-    ("rnnprof.whole_job", "rnnprof.analyzers.steps"): PENDING,
-    ("rnnprof.whole_job", "rnnprof.traces.left_out"): PENDING,
 }
 
 
@@ -263,9 +216,9 @@ def test_imports_of_rnnprof_inside_functions_are_only_the_allowed_ones():
     assert sorted(set(found) - set(IN_FUNCTION_ALLOWED)) == [], (
         "move the import to the module's top; if it must stay inside (a module that imports TensorFlow or "
         "torch at its top), list it in IN_FUNCTION_ALLOWED with its reason")
-    stale = sorted(pair for pair, reason in IN_FUNCTION_ALLOWED.items() if pair not in found and reason != PENDING)
+    stale = sorted(set(IN_FUNCTION_ALLOWED) - set(found))
     assert stale == [], "no longer inside a function: take it off the list"
-    assert set(IN_FUNCTION_ALLOWED.values()) <= {FRAMEWORK, LAZY_API, PENDING}
+    assert set(IN_FUNCTION_ALLOWED.values()) <= {FRAMEWORK, LAZY_API}
 
 
 def test_the_in_function_scan_finds_a_planted_import(tmp_path):
@@ -300,19 +253,8 @@ def _private_imports(root: Path) -> list[str]:
     return found
 
 
-# (file, private name) still imported across modules in the parts being reworked: PENDING, as above.
-PRIVATE_PENDING = frozenset({
-    *((f"rnnprof/analyzers/audit/{rule}.py", "_per_step")
-      for rule in ("gpu_idle", "copy_churn", "exposed_comm", "cuda_graphs", "input_stalls", "host_overhead")),
-    ("rnnprof/inputs/dependencies.py", "_lane_kind"), ("rnnprof/reports/critical_path.py", "_ms"),
-    ("rnnprof/reports/run_page.py", "_shown"),
-})
-
-
 def test_no_private_name_is_imported_from_another_module():
-    found = [line for line in _private_imports(PACKAGE.parent)
-             if (line.split(":")[0], line.rsplit(" ", 1)[-1]) not in PRIVATE_PENDING]
-    assert found == []
+    assert _private_imports(PACKAGE.parent) == []
 
 
 def test_the_private_name_scan_finds_planted_ones(tmp_path):
@@ -374,6 +316,31 @@ def test_the_length_scan_finds_a_long_method_and_a_long_nested_function(tmp_path
         f"def outer():\n    def inner():\n{nested}        return 1\n    return inner\n")
     assert sorted(_long_functions(tmp_path)) == ["rnnprof/probe.py::C.long", "rnnprof/probe.py::outer",
                                                  "rnnprof/probe.py::outer.inner"]
+
+
+# -- short modules -------------------------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 600
+
+
+def _long_modules(root: Path) -> dict[str, int]:
+    """Modules under ``root``'s ``rnnprof/`` over ``MAX_MODULE_LINES`` lines, with their line counts."""
+    counts = {path.relative_to(root).as_posix(): len(path.read_text().splitlines())
+              for path in sorted((root / "rnnprof").rglob("*.py"))}
+    return {path: n for path, n in counts.items() if n > MAX_MODULE_LINES}
+
+
+def test_no_module_is_over_600_lines():
+    """A module that grows past 600 lines holds several concerns: split it into a package, by concern."""
+    assert len(list(PACKAGE.rglob("*.py"))) > 100, "the scan sees rnnprof's modules"
+    assert _long_modules(PACKAGE.parent) == {}
+
+
+def test_the_module_length_scan_finds_a_planted_long_module(tmp_path):
+    (tmp_path / "rnnprof" / "sub").mkdir(parents=True)
+    (tmp_path / "rnnprof" / "fits.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    (tmp_path / "rnnprof" / "sub" / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert _long_modules(tmp_path) == {"rnnprof/sub/long.py": MAX_MODULE_LINES + 1}
 
 
 # -- one meaning per public name -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy as np
 
 from rnnprof.analyzers.classify import collective_types
 from rnnprof.analyzers.device_work import host_operator_devices
+from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, MIN_STEPS, significance
 from rnnprof.events import EventTable, Kind
 from rnnprof.names import COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, NCCL_KERNEL, UNKNOWN_COLLECTIVE
 
@@ -130,8 +131,6 @@ class CollectivesReport:
         """The worker's lateness (``lateness``: per step, or per collective when fewer than ``noise.MIN_STEPS``
         steps hold collectives) and its median judged against the run's jitter (``rnnprof.analyzers.noise``, with
         the floor between ranks)."""
-        from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, MIN_STEPS, significance
-
         late, per = self.lateness(worker), "step"
         if len(late) < MIN_STEPS:
             late, per = self.lateness(worker, by_step=False), "collective"

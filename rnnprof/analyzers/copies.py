@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rnnprof.analyzers import intervals
 from rnnprof.analyzers.device_work import kernel_masks, launchers
 from rnnprof.events import EventTable, Kind
 
@@ -234,8 +235,6 @@ def exposed_copies(table: EventTable) -> dict[tuple[str, str, int], StepCopies]:
     """(copy kind, device label, step) -> the device's copies of that kind in that step (``count_copies``' steps):
     the time during which no kernel (compute or communication) runs on the device, so not hidden behind other
     work of the device, and the pageable ones among them."""
-    from rnnprof.analyzers import intervals
-
     if table is None or len(table) == 0:
         return {}
     launcher = launchers(table)

@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from rnnprof.analyzers.classify import EventClass, classify
+from rnnprof.analyzers.comm_result import CommReport
 from rnnprof.analyzers.noise import MIN_STEPS, Significance, robust_spread, significance
 from rnnprof.events import EventTable
 from rnnprof.names import REPLICA_PART
@@ -49,7 +50,7 @@ class ExplainInput:
     """One traced run of the sweep."""
 
     devices: int  # N
-    comm: object  # rnnprof.analyzers.comm.CommReport of the traced steps
+    comm: CommReport  # of the traced steps
     timed_step_us: float | None = None  # the mean timed step; None: the traced steps are the measurement
     label: str = ""  # where it came from
     mode: str = ""  # variable update (or "") — points of different modes are explained separately

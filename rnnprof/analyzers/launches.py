@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.device_work import (CPU_KERNEL_KINDS, GPU_KERNEL_KINDS, STREAM_LANE_PREFIXES,  # noqa: F401
                                            device_work_mask, kernel_masks, launchers, worker_of_events)
 from rnnprof.analyzers.idle import idle_by_cause
@@ -118,8 +119,6 @@ def _p95(values: np.ndarray) -> float | None:
 
 def host_wait_shares(table: EventTable) -> dict[str, float]:
     """Per GPU with launches in the trace: its host-wait idle time as a share of its span."""
-    from rnnprof.analyzers.classify import classify
-
     work, _ = device_work_mask(table, classify(table))
     shares = {}
     for device, idle in idle_by_cause(table, work).items():

@@ -15,12 +15,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rnnprof.analyzers.audit import AuditResult, Known, audit
 from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.comm import CommReport, analyze_comm, device_work_mask
 from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies, analyze_critical_path
-from rnnprof.analyzers.steps import step_marker_periods
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
+from rnnprof.analyzers.placement import AuditInput, PlacementResult, audit_placement, configured_rules
+from rnnprof.analyzers.roofline import RooflineReport
+from rnnprof.analyzers.steps import step_marker_periods
 from rnnprof.analyzers.timeline import Timeline, step_timeline
 from rnnprof.analyzers.topops import TimedOp, top_by_time
 from rnnprof.events import EventTable, Kind, Manifest
@@ -61,7 +64,7 @@ class RunReport:
     comm: CommReport | None
     comm_reason: str
     opcount: OpCountReport
-    placement: object | None  # placement.PlacementResult
+    placement: PlacementResult | None
     placement_reason: str
     top_device: tuple[TimedOp, ...]
     top_host: tuple[TimedOp, ...]
@@ -70,23 +73,20 @@ class RunReport:
     timeline_reason: str
     critical_path: CriticalPathReport | None = None  # of the timeline's step
     critical_path_reason: str = ""
-    roofline: object | None = None  # roofline.RooflineReport of the input's one process
+    roofline: RooflineReport | None = None  # of the input's one process
     roofline_reason: str = "not computed"
     launches: LaunchStats | None = None  # None: no trace events
     step_times: StepTimes | None = None  # None: no step markers with a duration
-    findings: object | None = None  # audit.AuditResult of rnnprof audit's rules on the same input
+    findings: AuditResult | None = None  # rnnprof audit's rules on the same input
     findings_reason: str = "the input holds neither graphs nor trace events"
 
 
 def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
-                user_reason: str = "", runtime_reason: str = "", audit_input=None, audit_reason: str = "",
-                manifest: Manifest | None = None, dependencies: Dependencies | None = None, roofline=None,
-                roofline_reason: str = "") -> RunReport:
-    """All the report's analyses; ``audit_input`` (``placement.AuditInput``) is None when nothing can be audited;
+                user_reason: str = "", runtime_reason: str = "", audit_input: AuditInput | None = None,
+                audit_reason: str = "", manifest: Manifest | None = None, dependencies: Dependencies | None = None,
+                roofline: RooflineReport | None = None, roofline_reason: str = "") -> RunReport:
+    """All the report's analyses; ``audit_input`` is None when nothing can be audited;
     ``dependencies``: what the input says beyond its events, for the critical path."""
-    from rnnprof.analyzers.audit import Known, audit
-    from rnnprof.analyzers.placement import audit_placement, configured_rules
-
     opcount = count_ops(label, events, user_graph, runtime_graph, user_reason=user_reason,
                         runtime_reason=runtime_reason, events_reason=events_reason, launches=False)
     placement = audit_placement(audit_input, configured_rules()) if audit_input is not None else None

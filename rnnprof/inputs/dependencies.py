@@ -14,7 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rnnprof.analyzers.critical_path import EDGE_COLLECTIVE, EDGE_DATA, EDGE_TRANSFER, Dependencies, Flow, FlowEnd
-from rnnprof.traces import chrome_json
+from rnnprof.rundir.chrome_trace import step_stats_to_chrome
+from rnnprof.rundir.manifest import listed_timelines
+from rnnprof.traces import chrome_json, run_metadata
+from rnnprof.traces.graphs import load_graph_set, to_networkx
 from rnnprof.traces.registry import identify, probe
 from rnnprof.traces.tf_chrome import as_dict, as_float, as_key, lane_kind, metadata_names, trace_events
 
@@ -52,10 +55,6 @@ def flows(doc: object) -> list[Flow]:
 
 def _run_metadata(path: Path, meta) -> tuple[list[tuple[str, str]], list[Flow]]:
     """A RunMetadata's partition graphs: node inputs, and the arrows its step stats' timeline would carry."""
-    from rnnprof.traces import run_metadata
-    from rnnprof.traces.graphs import to_networkx
-    from rnnprof.rundir.chrome_trace import step_stats_to_chrome
-
     if not meta.partition_graphs:
         return [], []
     runtime = to_networkx(run_metadata.graph_defs(path, meta).runtime, "runtime")
@@ -71,9 +70,6 @@ def read_dependencies(paths: list[str]) -> Dependencies:
     for path in paths:
         fmt = identify(probe(path), holding="events")
         if fmt.name == "rundir":
-            from rnnprof.traces.graphs import load_graph_set
-            from rnnprof.rundir.manifest import listed_timelines
-
             runtime = load_graph_set(path).runtime
             if runtime is None:
                 lacks.append(f"{path}: no partition graphs, so no node inputs")

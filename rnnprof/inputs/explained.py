@@ -12,10 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from rnnprof.analyzers.comm import analyze_comm
+from rnnprof.analyzers.explain import ExplainInput, more_work_us
 from rnnprof.analyzers.throughput import is_seconds
 from rnnprof.errors import InputError, UsageError
 from rnnprof.events import Manifest
-from rnnprof.rundir.sweep import RUNS_DIR
+from rnnprof.rundir.manifest import read_manifest
+from rnnprof.rundir.sweep import RUNS_DIR, is_sweep_dir
+from rnnprof.traces import load_aligned, load_events
+from rnnprof.traces.rank_folder import job_of
 
 EXPECTED = ("a sweep directory made by rnnprof scale --explain, or one run directory, Kineto rank folder or "
             "trace file per device count")
@@ -41,8 +46,6 @@ def sweep_runs(path: str | Path) -> list[Path]:
 
 def load_inputs(paths: Sequence[str], devices: Sequence[int] | None = None) -> ExplainInputs:
     """Every run, analysed by ``analyze_comm``; ``devices`` states N per path where it cannot be read."""
-    from rnnprof.rundir.sweep import is_sweep_dir
-
     if len(paths) == 1 and is_sweep_dir(paths[0]):
         if devices:
             raise UsageError("--devices applies to runs named one by one, not to a sweep directory")
@@ -56,12 +59,6 @@ def load_inputs(paths: Sequence[str], devices: Sequence[int] | None = None) -> E
 
 
 def _load_one(path: Path, stated: int | None, loaded: ExplainInputs) -> None:
-    from rnnprof.analyzers.comm import analyze_comm
-    from rnnprof.analyzers.explain import ExplainInput, more_work_us
-    from rnnprof.traces import load_aligned, load_events
-    from rnnprof.traces.rank_folder import job_of
-    from rnnprof.rundir.manifest import read_manifest
-
     if not path.exists():
         raise InputError(path, "does not exist", EXPECTED)
     timed_us, timed_steps, mode, n = None, (), "", stated

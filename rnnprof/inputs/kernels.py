@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import collections
 
+from rnnprof.analyzers.placement import KernelList
+from rnnprof.tensorflow_import import import_tensorflow
+
 
 def read_kernels():
     """Every registered kernel's op type and device type; None when TensorFlow cannot be imported."""
-    from rnnprof.analyzers.placement import KernelList
-    from rnnprof.tensorflow_import import import_tensorflow
-
     try:
         tf = import_tensorflow()  # importing TensorFlow registers its kernels
     except ImportError:

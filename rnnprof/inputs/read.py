@@ -24,7 +24,8 @@ from typing import Sequence
 
 from rnnprof.errors import InputError
 from rnnprof.events import EventTable, Manifest
-from rnnprof.traces import load_events, merge_tables, rnnprof_run
+from rnnprof.traces import graphs, load_events, merge_tables, rnnprof_run
+from rnnprof.traces.formats import GraphDefs
 from rnnprof.traces.registry import Source, open_source
 
 MERGED_TRACES = "graphs are read from one run directory or graph file, not from merged traces"
@@ -39,22 +40,18 @@ class Inputs:
     label: str  # the paths as given, for reports
     events: EventTable | None = None
     events_reason: str = ""  # why ``events`` is None
-    graph_defs: object | None = None  # ``graphs.GraphDefs``: the parsed GraphDef protos, by role
+    graph_defs: GraphDefs | None = None  # the parsed GraphDef protos, by role
     graphs_reason: str = ""  # why ``graph_defs`` is None
     manifest: Manifest | None = None  # a run directory's
 
     @cached_property
     def graph_set(self):
         """``graphs.GraphSet``: the user and the runtime graph apart (None without graphs)."""
-        from rnnprof.traces import graphs
-
         return graphs.graph_set(self.graph_defs) if self.graph_defs is not None else None
 
     @cached_property
     def graph(self):
         """One networkx graph: user graph with the runtime's assigned devices joined in (None without graphs)."""
-        from rnnprof.traces import graphs
-
         return graphs.merged_graph(self.graph_defs) if self.graph_defs is not None else None
 
     @property
@@ -107,8 +104,6 @@ def _one_input(source: Source, label: str) -> Inputs:
 
 def _one_run(sources: list[Source], label: str) -> Inputs:
     """The parts of one run, combined; anything unreadable is an error."""
-    from rnnprof.traces.graphs import GraphDefs
-
     runs = [s for s in sources if _is_run(s)]
     if len(runs) > 1:
         raise InputError(", ".join(str(s.path) for s in runs),

@@ -12,6 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rnnprof.events import EventTable
+from rnnprof.rundir.manifest import listed_torch_traces, read_manifest
+from rnnprof.traces import detect_format, load_events
+from rnnprof.traces.rank_folder import job_of
+from rnnprof.traces.shapes import OpShapes, load_shapes, recorded_without_shapes
+from rnnprof.traces.tf_shapes import load_tf_shapes
+
 
 class NotAvailable(Exception):
     def __init__(self, reason: str):
@@ -31,19 +38,16 @@ class RooflineSource:
 class RooflineInput:
     worker: str
     path: Path
-    table: object  # EventTable
-    shapes: object  # OpShapes
+    table: EventTable
+    shapes: OpShapes
     host: str  # the machine that recorded it, "" when unknown
-    devices: list  # device names the trace gives (Kineto deviceProperties)
+    devices: list[str]  # device names the trace gives (Kineto deviceProperties)
     cpu_only: bool  # no GPU among the trace's devices
 
 
 def sources(paths, loaded: bool = False) -> list[RooflineSource]:
     """The processes ``paths`` hold; input that is not a trace at all is an ``InputError`` (``loaded``: the
     caller has loaded ``paths`` already, so they are traces, and are not loaded again to find out)."""
-    from rnnprof.traces import detect_format, load_events
-    from rnnprof.traces.rank_folder import job_of
-
     job = job_of(paths)
     if job is not None:
         return [RooflineSource(f"rank{f.rank}", f.path, "kineto") for f in job.files]
@@ -66,8 +70,6 @@ def sources(paths, loaded: bool = False) -> list[RooflineSource]:
 
 
 def _run_dir(path: Path, several: bool) -> list[RooflineSource]:
-    from rnnprof.rundir.manifest import listed_torch_traces, read_manifest
-
     manifest = read_manifest(path)
     host = manifest.host or ""
     prefix = f"{path.name}/" if several else ""
@@ -79,26 +81,18 @@ def _run_dir(path: Path, several: bool) -> list[RooflineSource]:
 
 def without_shapes(source: RooflineSource) -> bool:
     """A Kineto trace that visibly records no shapes (``shapes.recorded_without_shapes``)."""
-    from rnnprof.traces.shapes import recorded_without_shapes
-
     return source.kind == "kineto" and recorded_without_shapes(source.path)
 
 
-def load_source(source: RooflineSource, table=None) -> RooflineInput:
+def load_source(source: RooflineSource, table: EventTable | None = None) -> RooflineInput:
     """``source`` read; ``table``: its event table when already loaded (before any step selection)."""
-    from rnnprof.traces import load_events
-
     if table is None:
         table = load_events(str(source.path))
     host = source.host
     if source.kind == "tf-run":
-        from rnnprof.traces.tf_shapes import load_tf_shapes
-
         shapes = load_tf_shapes(source.path, table)
         names = []
     else:
-        from rnnprof.traces.shapes import load_shapes
-
         shapes = load_shapes(source.path, table)
         names = [str(p.get("name", "")) for p in table.metadata.devices_properties]
         host = host or next(iter(table.metadata.hostnames), "")  # the Kineto trace's own host_name

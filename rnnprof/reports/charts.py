@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rnnprof.errors import UsageError
+from rnnprof.files import atomic_write_bytes
 
 PLOT_SUFFIXES = (".png", ".svg")
 
@@ -82,8 +83,6 @@ def spec(figure: Figure) -> dict:
 def save_chart(figure: Figure, path: str | Path) -> Path:
     """Render ``figure`` to ``path`` (.png or .svg), written atomically."""
     import vl_convert
-
-    from rnnprof.files import atomic_write_bytes
 
     path = Path(path)
     vega_lite = spec(figure)

@@ -16,6 +16,7 @@ from rnnprof.analyzers.device_work import BASIS_EXECUTOR, BASIS_HOST_OPS
 from rnnprof.analyzers.idle import IdleCauses
 from rnnprof.analyzers.tasks import TaskReport
 from rnnprof.reports.layout import compact_table, outside_note
+from rnnprof.reports.opcount import copy_parts
 from rnnprof.reports.units import fmt_ms_narrow
 
 TOP_COMM_OPS = 10
@@ -331,8 +332,6 @@ def json_document(report: CommReport, tasks, left_out: dict[str, int], *, per_st
 
 def render_copies(report: CommReport, *, per_step: bool, console: Console) -> None:
     """Copies by kind and graph launches (``analyzers.copies``), as count-ops shows them."""
-    from rnnprof.reports.opcount import copy_parts
-
     for part in copy_parts(report.copies, per_step=per_step):
         console.print(part)
 

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rnnprof.analyzers.explain import PART_LABELS, PARTS, ExplainReport
+from rnnprof.reports.charts import Figure, altair
 
 # Short column heads (the table's caption names them in full).
 _HEADS = {"compute_not_scaled": "not\nscaled", "exposed_communication": "exposed\ncomm", "waiting": "wait",
@@ -65,8 +66,6 @@ def _most(names) -> str:
 
 def lost_speedup_chart(document: dict):
     """Per mode and N, the lost speedup stacked by part (negative parts: below zero), from the JSON document."""
-    from rnnprof.reports.charts import Figure, altair
-
     alt = altair()
     rows = []
     for row in document.get("rows", []):

@@ -17,6 +17,8 @@ import json
 import os
 from pathlib import Path
 
+from rnnprof.files import atomic_write_bytes
+
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#222;
 padding:0 16px;line-height:1.4}
@@ -67,8 +69,6 @@ def vega_bundle() -> str:
         pass
     bundle = vl_convert.javascript_bundle()
     try:
-        from rnnprof.files import atomic_write_bytes
-
         atomic_write_bytes(cache, bundle.encode("utf-8"))
     except Exception:  # a read-only home only costs the next report the build again
         pass

@@ -21,8 +21,9 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from rnnprof.names import fold_brackets
+from rnnprof.analyzers.critical_path import StepPath
 from rnnprof.events import OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH
+from rnnprof.names import fold_brackets
 
 
 def compact_table(first: str, numeric: tuple[str | Text, ...] | list[str | Text], *, title: str = "",
@@ -99,3 +100,17 @@ def outside_note(counts: dict[str, int], *, selected: bool, counted: str = "") -
     left_out = ("left out of the selection" if selected
                 else "counted in the whole-trace figures, in no step's")
     return f"{total:,} GPU events are in no step ({reasons}): {counted or left_out}"
+
+
+def shown_links(step: StepPath, rows: int) -> set[int]:
+    """Indexes of a critical path's links worth a row when ``rows`` are shown: the longest ones, where the edge
+    changes device, and the ends (the text table and the HTML page fold the rest)."""
+    links = step.links
+    keep = {0, len(links) - 1}
+    keep |= {k for k, link in enumerate(links[:-1]) if links[k + 1].device != link.device}
+    ranked = sorted(range(len(links)), key=lambda k: -(links[k].dur_us + max(links[k].wait_us, 0)))
+    for k in ranked:
+        if len(keep) >= rows:
+            break
+        keep.add(k)
+    return keep

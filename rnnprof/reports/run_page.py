@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 
 from rnnprof.analyzers.audit import AuditResult, Finding, Subject
+from rnnprof.analyzers.device_work import BASIS_HOST_OPS
 from rnnprof.analyzers.run_report import RunReport
+from rnnprof.analyzers.scale import shared_cores_note
 from rnnprof.reports import charts
+from rnnprof.reports.comm import idle_caption
+from rnnprof.reports.critical_path import CHAIN_ROWS, DEFINITIONS
 from rnnprof.reports.html import Page
-from rnnprof.reports.layout import outside_note
+from rnnprof.reports.layout import outside_note, shown_links
 from rnnprof.reports.units import fmt_ms
 
 TOP_TYPES = 15
@@ -119,8 +123,6 @@ def _run(page: Page, report: RunReport, notes: list[str]) -> None:
         page.heading("Devices", 3)
         page.table(["device", "kind"], [[d.name, d.kind] for d in devices])
         kind = devices[0].kind
-        from rnnprof.analyzers.scale import shared_cores_note
-
         shared = shared_cores_note(str(kind), machine.get("cpu_count"))
         if shared:
             page.paragraph(f"note: {shared}", "note")
@@ -228,9 +230,6 @@ def _time(page: Page, report: RunReport) -> None:
 
 
 def _idle(page: Page, comm) -> None:
-    from rnnprof.analyzers.comm import BASIS_HOST_OPS
-    from rnnprof.reports.comm import idle_caption
-
     devices = [d for d in comm.devices if d.idle is not None]
     without = [d for d in comm.devices if d.idle is None and d.total.idle_us > 0]
     why = ("ranks without a GPU, measured by their host operators: no launch to wait on"
@@ -395,8 +394,6 @@ def _evidence(evidence: dict) -> str:
 
 
 def _critical_path(page: Page, report: RunReport) -> None:
-    from rnnprof.reports.critical_path import CHAIN_ROWS, DEFINITIONS, _shown
-
     result = report.critical_path
     if result is None:
         page.leave_out("The critical path", report.critical_path_reason)
@@ -410,7 +407,7 @@ def _critical_path(page: Page, report: RunReport) -> None:
         if len(step.links) > charts.MAX_PATH_BARS:
             page.paragraph(f"note: the chart shows the first {charts.MAX_PATH_BARS:,} of {len(step.links):,} events "
                            "of the path", "note")
-        keep = _shown(step, CHAIN_ROWS)
+        keep = shown_links(step, CHAIN_ROWS)
         rows, folded, folded_us = [], 0, 0.0
         for k, link in enumerate(step.links):
             if k not in keep:

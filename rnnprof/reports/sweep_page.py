@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import statistics
 
+from rnnprof.analyzers.explain import PART_LABELS, PARTS
 from rnnprof.reports import charts
+from rnnprof.reports.explain import lost_speedup_chart
 from rnnprof.reports.html import Page
 
 
@@ -61,9 +63,6 @@ def sweep_page(document: dict, name: str) -> str:
 
 def _explained(page: Page, explained: dict) -> None:
     """Why the speedup falls short of linear (``scale --explain``): each part's share of the lost speedup."""
-    from rnnprof.analyzers.explain import PART_LABELS, PARTS
-    from rnnprof.reports.explain import lost_speedup_chart
-
     page.heading("Why the speedup falls short of linear")
     page.paragraph(f"ideal: {explained.get('ideal', '-')}", "sub")
     for note in explained.get("notes") or []:

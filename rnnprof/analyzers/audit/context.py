@@ -6,7 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
+
+from rnnprof.analyzers.comm_result import CommReport, DeviceComm
+from rnnprof.analyzers.critical_path import CriticalPathReport, analyze_critical_path
+from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
+from rnnprof.analyzers.noise import StepNoise, step_noise
 from rnnprof.analyzers.placement.inputs import AuditInput
+from rnnprof.analyzers.placement.registry import PlacementResult
 from rnnprof.events import EventTable
 
 
@@ -15,10 +22,10 @@ class Known:
     """Analyses of the same table a caller has already computed (``rnnprof report``'s), so that the audit reads
     them rather than computing them again: the events' ``classify``, ``analyze_comm`` and ``launch_stats``, and
     the placement rules' result."""
-    classes: object | None = None
-    comm: object | None = None
-    launches: object | None = None
-    placement: object | None = None  # placement.PlacementResult of the default rules on the same input
+    classes: np.ndarray | None = None
+    comm: CommReport | None = None
+    launches: LaunchStats | None = None
+    placement: PlacementResult | None = None  # of the default rules on the same input
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,43 +39,37 @@ class AuditContext:
         return self.placement.events
 
     @property
-    def classes(self):
+    def classes(self) -> np.ndarray:
         """``classify`` of the table, once (the caller's, or the placement input's, which its rules share)."""
         return self.known.classes if self.known.classes is not None else self.placement.classes
 
     @property
-    def comm(self):
+    def comm(self) -> CommReport:
         """``analyze_comm`` of the table, once (the caller's, or the placement input's)."""
         return self.known.comm if self.known.comm is not None else self.placement.comm
 
     @property
-    def idle_gpus(self) -> list:
+    def idle_gpus(self) -> list[DeviceComm]:
         """comm's GPU devices whose idle time has causes per step (``comm.DeviceComm`` with ``idle.steps``)."""
         if self.table is None or not len(self.table):
             return []
         return [d for d in self.comm.devices if d.device.kind == "gpu" and d.idle is not None and d.idle.steps]
 
     @cached_property
-    def noise(self):
+    def noise(self) -> StepNoise:
         """The run's step times and jitter (``noise.StepNoise``): the comm windows' longest span per step."""
-        from rnnprof.analyzers.noise import StepNoise, step_noise
-
         if self.table is None or not len(self.table):
             return StepNoise((), ())
         found = self.comm.step_noise if self.comm.devices else StepNoise((), ())
         return found if found.steps else step_noise(self.table)
 
     @cached_property
-    def critical_path(self):
+    def critical_path(self) -> CriticalPathReport:
         """``critical_path.analyze_critical_path`` of the table (ranks joined at their collectives)."""
-        from rnnprof.analyzers.critical_path import analyze_critical_path
-
         return analyze_critical_path(self.table, classes=self.classes)
 
     @cached_property
-    def launches(self):
-        from rnnprof.analyzers.launches import host_wait_share, launch_stats
-
+    def launches(self) -> LaunchStats:
         if self.known.launches is not None:
             return self.known.launches
         return launch_stats(self.table, host_wait_share=host_wait_share(self.comm))

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
+from rnnprof.analyzers.classify import classify
+from rnnprof.analyzers.comm import analyze_comm
+from rnnprof.analyzers.comm_result import CommReport
 from rnnprof.analyzers.throughput import is_seconds
 from rnnprof.events import Device, EventTable, Kind, Manifest, parse_tf_device
 
@@ -90,15 +93,11 @@ class AuditInput:
     @cached_property
     def classes(self) -> np.ndarray:
         """``classify.classify`` of the trace's events, once for every rule that reads it."""
-        from rnnprof.analyzers.classify import classify
-
         return classify(self.events)
 
     @cached_property
-    def comm(self):
+    def comm(self) -> CommReport:
         """``comm.analyze_comm`` of the trace's events (``comm.CommReport``), once for every rule that reads it."""
-        from rnnprof.analyzers.comm import analyze_comm
-
         return analyze_comm(self.events, classes=self.classes)
 
     @cached_property
