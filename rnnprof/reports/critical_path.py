@@ -12,8 +12,8 @@ from rich.text import Text
 from rnnprof.analyzers.critical_path import CriticalPathReport, StepPath
 from rnnprof.reports.abbrev import Legend
 from rnnprof.reports.fit import Column, fit_table
-from rnnprof.reports.layout import short_name
-from rnnprof.reports.units import fmt_ms_narrow as _ms
+from rnnprof.reports.layout import short_name, shown_links
+from rnnprof.reports.units import fmt_ms_narrow
 
 CHAIN_ROWS = 30  # links shown per step in the table; the shorter ones in between are folded into one row
 STEP_ROWS = 10  # steps in the summary table: the ones with the longest paths, in step order
@@ -62,8 +62,9 @@ def steps_table(report: CriticalPathReport, width: int):
     columns = [Column("step", "label"), Column("path\nms"), Column("window\nms"), Column("links"),
                *(Column("\n".join([*textwrap.wrap(c, 9), "%"]), drop=k + 1) for k, c in enumerate(classes))]
     shown = sorted(sorted(report.steps, key=lambda s: -s.length_us)[:STEP_ROWS], key=lambda s: s.step)
-    rows = [[str(s.step) if s.step >= 0 else "whole trace", _ms(s.length_us), _ms(s.span_us), f"{len(s.links):,}",
-             *(f"{100 * s.by_class.get(c, 0.0) / (s.length_us or 1.0):.1f}" for c in classes)] for s in shown]
+    rows = [[str(s.step) if s.step >= 0 else "whole trace", fmt_ms_narrow(s.length_us), fmt_ms_narrow(s.span_us),
+             f"{len(s.links):,}", *(f"{100 * s.by_class.get(c, 0.0) / (s.length_us or 1.0):.1f}" for c in classes)]
+            for s in shown]
     more = f"the {len(shown)} longest paths of {len(report.steps)} steps" if len(shown) < len(report.steps) else ""
     return fit_table(width, columns, rows, title="critical path per step (ms; % of the path per class)",
                      caption=more)
@@ -79,7 +80,8 @@ def shares_table(step: StepPath, width: int, legend: Legend, title: str = ""):
         row = []
         for pairs, shorten in ((by_class, str), (by_device, legend.short)):
             key, us = pairs[k] if k < len(pairs) else ("", None)
-            row += [Text(shorten(key)), "" if us is None else _ms(us), "" if us is None else f"{100 * us / total:.1f}"]
+            row += [Text(shorten(key)), "" if us is None else fmt_ms_narrow(us),
+                    "" if us is None else f"{100 * us / total:.1f}"]
         rows.append(row)
     columns = [Column("class", "label"), Column("ms"), Column("%"), Column("device", "label"), Column("ms"),
                Column("%")]
@@ -95,33 +97,20 @@ def top_ops_table(step: StepPath, width: int, legend: Legend, top: int = TOP_OPS
             entry[0] += 1
             entry[1] += link.dur_us
     ranked = sorted(total.items(), key=lambda kv: -kv[1][1])
-    rows = [[Text(name), Text(legend.short(device)), f"{n:,}", _ms(us), f"{100 * us / (step.length_us or 1.0):.1f}"]
-            for (name, device), (n, us) in ranked[:top]]
+    rows = [[Text(name), Text(legend.short(device)), f"{n:,}", fmt_ms_narrow(us),
+             f"{100 * us / (step.length_us or 1.0):.1f}"] for (name, device), (n, us) in ranked[:top]]
     columns = [Column("op", "name"), Column("device", "label"), Column("links"), Column("ms"), Column("%")]
     return fit_table(width, columns, rows, title=f"{_step_label(step)}: the ops with the most time on the path",
                      caption=f"top {len(rows)} of {len(ranked)} ops" if len(ranked) > len(rows) else "")
 
 
 def what_if_table(step: StepPath, width: int, legend: Legend, top: int | None = None):
-    rows = [[Text(w.name), Text(legend.short(w.device)), _ms(w.dur_us), _ms(w.saving_us)]
+    rows = [[Text(w.name), Text(legend.short(w.device)), fmt_ms_narrow(w.dur_us), fmt_ms_narrow(w.saving_us)]
             for w in step.what_if[:top]]
     columns = [Column("op", "name"), Column("device", "label"), Column("dur\nms"),
                Column("step shrinks\nms (estimate)")]
     return fit_table(width, columns, rows,
                      title=f"{_step_label(step)}: what if one op on the path took no time (estimate)")
-
-
-def _shown(step: StepPath, rows: int) -> set[int]:
-    """Indexes of the links worth a row: the longest ones, where the edge changes device, and the ends."""
-    links = step.links
-    keep = {0, len(links) - 1}
-    keep |= {k for k, link in enumerate(links[:-1]) if links[k + 1].device != link.device}
-    ranked = sorted(range(len(links)), key=lambda k: -(links[k].dur_us + max(links[k].wait_us, 0)))
-    for k in ranked:
-        if len(keep) >= rows:
-            break
-        keep.add(k)
-    return keep
 
 
 def _link_class(step: StepPath, link) -> str:
@@ -132,23 +121,24 @@ def _link_class(step: StepPath, link) -> str:
 
 def chain_table(step: StepPath, width: int, legend: Legend, rows: int = CHAIN_ROWS):
     """The path link by link: the longest links, every change of device and the ends; the rest folded."""
-    keep, table_rows = _shown(step, rows), []
+    keep, table_rows = shown_links(step, rows), []
     folded, folded_us = 0, 0.0
     for k, link in enumerate(step.links):
         if k not in keep:
             folded, folded_us = folded + 1, folded_us + link.dur_us + max(link.wait_us, 0)
             continue
         if folded:
-            table_rows.append([Text(f"… {folded} shorter events", style="dim"), "", "", "", "", _ms(folded_us), ""])
+            table_rows.append([Text(f"… {folded} shorter events", style="dim"), "", "", "", "",
+                               fmt_ms_narrow(folded_us), ""])
             folded, folded_us = 0, 0.0
         table_rows.append([Text(link.name), Text(legend.short(link.device)), _link_class(step, link),
-                           link.edge or "end", _ms(link.start_us), _ms(link.dur_us),
-                           _ms(link.wait_us) if link.wait_us else ""])
+                           link.edge or "end", fmt_ms_narrow(link.start_us), fmt_ms_narrow(link.dur_us),
+                           fmt_ms_narrow(link.wait_us) if link.wait_us else ""])
     columns = [Column("op", "name"), Column("device", "label"), Column("class", "label"),
                Column("edge to\nnext", "label"), Column("start\nms"), Column("dur\nms"), Column("wait\nms")]
     return fit_table(width, columns, table_rows,
-                     title=(f"{_step_label(step)}: critical path {_ms(step.length_us)} ms of a "
-                            f"{_ms(step.span_us)} ms step window, {len(step.links)} links"))
+                     title=(f"{_step_label(step)}: critical path {fmt_ms_narrow(step.length_us)} ms of a "
+                            f"{fmt_ms_narrow(step.span_us)} ms step window, {len(step.links)} links"))
 
 
 def render_table(report: CriticalPathReport, console: Console, overlay: str | None = None,
