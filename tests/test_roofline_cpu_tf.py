@@ -11,6 +11,8 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.cli import main
+from rnnprof.traces import run_metadata
+from rnnprof.traces.tf_shapes import _parse_label
 from rnnprof.training.cpu_peaks import measure_cpu_peaks
 
 GLOO = FIXTURES / "torch-gloo-rank0.json.gz"
@@ -89,22 +91,37 @@ def test_cpu_trace_operators_are_timed_by_their_own_duration(capsys):
         assert o["flops"] == o["count"] * (2 * rows * x[2] * w[0] + rows * w[0])
 
 
-RNNLM = {"batch": 3, "steps": 7, "units": 24, "vocab": 50}
+# Sizes at which the projection's forward and weight-gradient matmuls and the LSTM's kernels each allocate over
+# 0.1 MB, so that TensorFlow labels them "[mklcpu 0.3MB 0.3MB] node = Op(...)" (the input gradient stays below)
+RNNLM = {"batch": 4, "steps": 10, "units": 128, "vocab": 2000}
+GEMM_KERNELS = {"MatMul", "_MklMatMul", "_FusedMatMul", "_MklNativeFusedMatMul", "BlockLSTM", "BlockLSTMGrad"}
+
+
+@pytest.fixture(scope="module")
+def rnnlm_run(tmp_path_factory):
+    """A built-in 1-layer RNNLM traced on CPU (one traced step), RNNLM's sizes."""
+    out = tmp_path_factory.mktemp("tf") / "rnnlm"
+    assert main(["trace", "--model", "rnnlm", "--preset", "small", "--devices", "1", "--layers", "1",
+                 "--units", str(RNNLM["units"]), "--vocab-size", str(RNNLM["vocab"]),
+                 "--batch-size", str(RNNLM["batch"]), "--src-max-len", str(RNNLM["steps"]),
+                 "--warmup", "1", "--batches", "1", "--trace-steps", "1", "--out", str(out)]) == 0
+    return out
+
+
+def _roofline_rank(capsys, run):
+    capsys.readouterr()
+    code, text, err = run_cli(capsys, run, "--json", "--peak-tflops", "1", "--peak-tbps", "1")
+    assert code == 0, err
+    (rank,) = json.loads(text)["ranks"]
+    return rank
 
 
 @pytest.mark.slow
-def test_tensorflow_run_directory_gets_flops_from_its_step_stats(tmp_path, capsys):
-    """A built-in RNNLM traced on CPU: its three projection matmuls (forward, grad of the input, grad of the
-    weights) each do 2*B*T*H*V FLOPs, the forward's fused bias B*T*V more."""
+def test_tensorflow_run_directory_gets_flops_from_its_step_stats(rnnlm_run, capsys):
+    """The RNNLM's three projection matmuls (forward, grad of the input, grad of the weights) each do 2*B*T*H*V
+    FLOPs, the forward's fused bias B*T*V more."""
     b, t, h, v = RNNLM["batch"], RNNLM["steps"], RNNLM["units"], RNNLM["vocab"]
-    out = tmp_path / "rnnlm"
-    assert main(["trace", "--model", "rnnlm", "--preset", "small", "--devices", "1", "--layers", "1",
-                 "--units", str(h), "--vocab-size", str(v), "--batch-size", str(b), "--src-max-len", str(t),
-                 "--warmup", "1", "--batches", "1", "--trace-steps", "1", "--out", str(out)]) == 0
-    capsys.readouterr()
-    code, text, err = run_cli(capsys, out, "--json", "--peak-tflops", "1", "--peak-tbps", "1")
-    assert code == 0, err
-    (rank,) = json.loads(text)["ranks"]
+    rank = _roofline_rank(capsys, rnnlm_run)
     assert rank["has_shapes"] and rank["counts"]["time_basis"] == "operator"
     product = 2 * b * t * h * v
     projections = [o for o in rank["ops"] if o["family"] == "GEMM" and "BlockLSTM" not in o["name"]]
@@ -114,6 +131,67 @@ def test_tensorflow_run_directory_gets_flops_from_its_step_stats(tmp_path, capsy
         flops, [(o["name"], o["count"], o["flops"]) for o in projections], rank["counts"])
     step, = rank["steps"]
     assert step["matrix_flops"] >= 3 * product and step["mfu"] is not None
+
+
+def _gemm_labels(run) -> dict[str, str]:
+    """node -> timeline_label of the run's matmul and LSTM kernels, from its step stats."""
+    labels = {}
+    for path in sorted((run / "run_metadata").glob("step-*.pb")):
+        for dev in run_metadata.parse(path).step_stats.dev_stats:
+            for ns in dev.node_stats:
+                op = ns.timeline_label.partition(" = ")[2].partition("(")[0]
+                if op in GEMM_KERNELS:
+                    labels[ns.node_name] = ns.timeline_label
+    return labels
+
+
+def _dims(shapes: str) -> list[list[int]]:
+    return [[int(d) for d in s.split("x")] if s else [] for s in shapes.split(",")]
+
+
+@pytest.mark.slow
+def test_tensorflow_runs_matmuls_and_lstms_that_allocate_memory_are_modeled(rnnlm_run, capsys):
+    """Every matmul and LSTM kernel of the run is modeled, those whose label opens with their allocations
+    ("[mklcpu 0.3MB 0.3MB] ") too: a matmul does 2*M*N*K FLOPs from its shapes (out [M, N], K = A's elements / M;
+    M*N more for a fused bias), an LSTM T*2*B*(I+H)*4H (x [T, B, I], w [I+H, 4H]), its gradient twice that."""
+    labels = _gemm_labels(rnnlm_run)
+    allocating = {label.partition(" = ")[2].partition("(")[0] for label in labels.values() if label.startswith("[")}
+    assert {"_MklNativeFusedMatMul", "BlockLSTM", "BlockLSTMGrad"} <= allocating, labels  # RNNLM's sizes do
+    rank = _roofline_rank(capsys, rnnlm_run)
+    gemms = [o for o in rank["ops"] if o["family"] == "GEMM"]
+    assert sum(o["count"] for o in gemms) == len(labels), (labels, gemms)
+    for o in gemms:
+        dims = _dims(o["shapes"])
+        if "LSTM" in o["name"]:
+            (t, b, i), (ih, h4) = dims[0], dims[3]
+            expected = t * 2 * b * ih * h4 * (2 if o["name"].endswith("Grad") else 1)
+            assert ih == i + h4 // 4, o
+        else:
+            a, out = dims[0], dims[-1]
+            m, n = out
+            expected = 2 * m * n * (a[0] * a[1] // m) + (m * n if len(dims) == 4 else 0)
+        assert o["flops"] == o["count"] * expected, o
+
+
+def test_step_stats_labels_with_allocations_are_parsed():
+    """Labels copied from a 2-device RNNLM run's step stats (``timeline_label``): a node that allocated memory
+    opens with "[<allocator> <total>MB <peak>MB] "; on a GPU one per allocator, without the peak where it is 0
+    (the form TensorFlow's SetTimelineLabel prints, no GPU run at hand)."""
+    assert _parse_label("[mklcpu 4.9MB 4.9MB] tower_0/projection/BiasAdd = _MklNativeFusedMatMul("
+                        "tower_0/projection/Reshape, tower_0/projection/MatMul/ReadVariableOp, "
+                        "tower_0/projection/BiasAdd/ReadVariableOp)") == (
+        "tower_0/projection/BiasAdd", "_MklNativeFusedMatMul",
+        [("tower_0/projection/Reshape", 0), ("tower_0/projection/MatMul/ReadVariableOp", 0),
+         ("tower_0/projection/BiasAdd/ReadVariableOp", 0)])
+    assert _parse_label("[mklcpu 0.3MB 0.3MB] tower_1/gradients/gradients/zeros_like_8 = ZerosLike("
+                        "tower_1/rnn/layer_0/BlockLSTM:1)") == (
+        "tower_1/gradients/gradients/zeros_like_8", "ZerosLike", [("tower_1/rnn/layer_0/BlockLSTM", 1)])
+    assert _parse_label("tower_0/projection/MatMul/ReadVariableOp = ReadVariableOp(tower_0/projection/kernel)") == (
+        "tower_0/projection/MatMul/ReadVariableOp", "ReadVariableOp", [("tower_0/projection/kernel", 0)])
+    assert _parse_label("[GPU_0_bfc 12.0MB 12.0MB] [cuda_host_bfc 0.1MB] [gpu_host_bfc 1.5MB 0.5MB] "
+                        "tower_0/MatMul = MatMul(tower_0/a, tower_0/b:2, ^tower_0/c)") == (
+        "tower_0/MatMul", "MatMul", [("tower_0/a", 0), ("tower_0/b", 2), ("tower_0/c", 0)])
+    assert _parse_label("[4000B] [30.0Mb/s] edge_39_foo from /job:w/device:CPU:1 to /job:c/device:CPU:0") is None
 
 
 def test_cpu_trace_step_selection_keeps_the_selected_steps_operators(capsys):

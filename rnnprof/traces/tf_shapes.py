@@ -24,12 +24,25 @@ from rnnprof.traces.shapes import OpShapes, Signature
 # tensorflow DataType enum -> the dtype names the FLOPs models read (as PyTorch records them)
 _DTYPES = {1: "float", 2: "double", 3: "int", 4: "unsigned char", 5: "short int", 6: "signed char", 9: "long int",
            10: "bool", 14: "c10::BFloat16", 19: "c10::Half"}
-_LABEL = re.compile(r"^\s*(?P<node>[^=]+?)\s*=\s*(?P<op>[A-Za-z0-9_.>-]+)\((?P<inputs>.*)\)\s*$", re.S)
+# A node that allocated memory has, first, one "[<allocator> <total>MB <peak>MB] " per allocator (no peak where it
+# is 0; TensorFlow's SetTimelineLabel): "[mklcpu 2.3MB 2.3MB] node = Op(...)", "[GPU_0_bfc 1.0MB] [cuda_host_bfc ..."
+_ALLOCATED = r"\[[^\]]+? \d+\.\dMB(?: \d+\.\dMB)?\]\s*"
+_LABEL = re.compile(rf"^\s*(?:{_ALLOCATED})*(?P<node>[^=]+?)\s*=\s*(?P<op>[A-Za-z0-9_.>-]+)\((?P<inputs>.*)\)\s*$",
+                    re.S)
 
 
 def _tensor(name: str) -> tuple[str, int]:
     node, _, slot = name.strip().lstrip("^").partition(":")
     return node, int(slot) if slot.isdigit() else 0
+
+
+def _parse_label(label: str) -> tuple[str, str, list[tuple[str, int]]] | None:
+    """(node, op, input tensors) of a step stats ``timeline_label`` ``node = Op(a, b:1, ^c)``; None for another form."""
+    match = _LABEL.match(label or "")
+    if match is None:
+        return None
+    inputs = [t for t in match.group("inputs").split(",") if t.strip()]
+    return match.group("node"), match.group("op"), [_tensor(t) for t in inputs]
 
 
 def _read(files) -> tuple[dict, dict]:
@@ -44,10 +57,9 @@ def _read(files) -> tuple[dict, dict]:
                     if desc.HasField("shape") and not desc.shape.unknown_rank:
                         outputs.setdefault(ns.node_name, {})[out.slot] = (
                             [int(d.size) for d in desc.shape.dim], _DTYPES.get(int(desc.dtype), ""))
-                match = _LABEL.match(ns.timeline_label or "")
-                if match and match.group("node") == ns.node_name:
-                    inputs = [t for t in match.group("inputs").split(",") if t.strip()]
-                    kernels[ns.node_name] = (match.group("op"), [_tensor(t) for t in inputs])
+                parsed = _parse_label(ns.timeline_label)
+                if parsed and parsed[0] == ns.node_name:
+                    kernels[ns.node_name] = parsed[1:]
     return kernels, outputs
 
 
