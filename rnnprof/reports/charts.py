@@ -11,7 +11,14 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
+from rnnprof.analyzers.comm_result import CommReport
+from rnnprof.analyzers.critical_path import StepPath
+from rnnprof.analyzers.opcount import OpCountReport
+from rnnprof.analyzers.roofline import RooflineReport
+from rnnprof.analyzers.timeline import Timeline
+from rnnprof.analyzers.topops import TimedOp
 from rnnprof.errors import UsageError
 from rnnprof.files import atomic_write_bytes
 
@@ -112,7 +119,7 @@ def _segment_color(alt):
                      sort=list(SEGMENTS), legend=alt.Legend(orient="bottom"))
 
 
-def breakdown_chart(comm):
+def breakdown_chart(comm: CommReport) -> Figure:
     """Per device, one bar of its whole span: compute, overlap, communication, copies, idle."""
     alt = altair()
     rows = [r for d in comm.devices for r in _segment_rows(d.device.label, d.total)]
@@ -127,7 +134,7 @@ def breakdown_chart(comm):
     return Figure(chart, {"breakdown": rows})
 
 
-def step_breakdown_chart(comm, max_steps: int = MAX_STEP_BARS):
+def step_breakdown_chart(comm: CommReport, max_steps: int = MAX_STEP_BARS) -> Figure:
     """Per step, one bar per device, stacked like ``breakdown_chart``; the first ``max_steps`` steps."""
     alt = altair()
     steps = list(comm.steps[:max_steps])
@@ -147,7 +154,7 @@ def step_breakdown_chart(comm, max_steps: int = MAX_STEP_BARS):
     return Figure(chart, {"step_breakdown": rows})
 
 
-def timeline_chart(timeline):
+def timeline_chart(timeline: Timeline) -> Figure:
     """A Gantt of one step: a row per device and class, a bar per event (or merged events); zoom with the wheel."""
     alt = altair()
     rows = [{"device": b.device, "class": b.cls, "start_ms": round(b.start_us / 1000.0, 6),
@@ -168,7 +175,7 @@ def timeline_chart(timeline):
     return Figure(chart, {"timeline": rows})
 
 
-def critical_path_chart(step, max_bars: int = MAX_PATH_BARS):
+def critical_path_chart(step: StepPath, max_bars: int = MAX_PATH_BARS) -> Figure:
     """The chain of one step's critical path as a Gantt: a bar per event of the path (the first ``max_bars``),
     a row per device, coloured by class; zoom with the wheel."""
     alt = altair()
@@ -192,7 +199,7 @@ def critical_path_chart(step, max_bars: int = MAX_PATH_BARS):
     return Figure(chart, {"critical_path": rows})
 
 
-def top_chart(entries, title: str):
+def top_chart(entries: Sequence[TimedOp], title: str) -> Figure:
     """Horizontal bars of summed time per op or kernel name, longest first."""
     alt = altair()
     rows = [{"name": e.name, "class": e.cls, "ms": round(e.total_us / 1000.0, 6), "events": e.events,
@@ -209,7 +216,7 @@ def top_chart(entries, title: str):
     return Figure(chart, {"top": rows})
 
 
-def opcount_chart(report):
+def opcount_chart(report: OpCountReport) -> Figure:
     """Kernels per device per step (CPU and GPU kernels stacked); graph ops per device when there is no trace."""
     alt = altair()
     kernels = report.kernels
@@ -289,7 +296,7 @@ def step_times_chart(series: list[tuple[str, list[float], list[float]]], title: 
     return Figure(chart, {"step_times": rows})
 
 
-def comm_chart(comm, per_step: bool = False):
+def comm_chart(comm: CommReport, per_step: bool = False) -> Figure:
     """``comm --plot``: time per device, with the per-step bars below when asked for and the trace has steps."""
     alt = altair()
     whole = breakdown_chart(comm)
@@ -299,7 +306,7 @@ def comm_chart(comm, per_step: bool = False):
     return whole
 
 
-def roofline_chart(reports):
+def roofline_chart(reports: Sequence[tuple[str, RooflineReport]]) -> Figure:
     """Log-log roofline of ``[(worker, RooflineReport)]``: each operator row a point (intensity, achieved TFLOP/s),
     the device's roofs (one per dtype) as lines."""
     alt = altair()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from rnnprof.analyzers.audit import AuditResult, Finding, Subject
+from rnnprof.analyzers.comm_result import CommReport
 from rnnprof.analyzers.device_work import BASIS_HOST_OPS
 from rnnprof.analyzers.run_report import RunReport
 from rnnprof.analyzers.scale import shared_cores_note
@@ -229,7 +230,7 @@ def _time(page: Page, report: RunReport) -> None:
     _across_ranks(page, comm)
 
 
-def _idle(page: Page, comm) -> None:
+def _idle(page: Page, comm: CommReport) -> None:
     devices = [d for d in comm.devices if d.idle is not None]
     without = [d for d in comm.devices if d.idle is None and d.total.idle_us > 0]
     why = ("ranks without a GPU, measured by their host operators: no launch to wait on"
@@ -252,7 +253,7 @@ def _idle(page: Page, comm) -> None:
         page.leave_out(f"Idle time by cause of {', '.join(without)}", why)
 
 
-def _across_ranks(page: Page, comm) -> None:
+def _across_ranks(page: Page, comm: CommReport) -> None:
     collectives = comm.collectives
     if collectives is None:
         return
