@@ -314,7 +314,7 @@ def _capture(writer: RunWriter, settings: dict, argv: list[str], watch_torch: bo
 
 
 def _switch_to_torch(caps: list, settings: dict) -> None:
-    """Close TensorFlow's capture and open torch's: torch was imported before TensorFlow ran a step."""
+    """Close TensorFlow's capture and open torch's when torch was imported before TensorFlow ran a step."""
     tensorflow = caps[-1]
     if tensorflow._seen_steps:
         return
