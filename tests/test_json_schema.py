@@ -42,7 +42,7 @@ def _document(capsys, command: str, *argv) -> dict:
     code = main([command, *map(str, argv), "--json"])
     out = capsys.readouterr()
     assert code == 0, out.err
-    assert out.out.startswith('{"schema_version": %d,\n' % SCHEMA_VERSION)
+    assert out.out.startswith('{\n  "schema_version": %d,\n' % SCHEMA_VERSION)
     return json.loads(out.out)
 
 

@@ -136,12 +136,13 @@ def test_view_prints_the_address_verbatim(tmp_path, monkeypatch):
 
 
 def test_json_output_is_the_document_as_json_dumps_writes_it():
-    """``--json`` prints ``json.dumps(document, indent=2)`` unchanged: markup, emoji codes and long lines are
+    """``--json`` prints ``json.dumps`` of the document (indent 2, its schema version first) unchanged: markup, emoji codes and long lines are
     neither applied nor wrapped, on a plain file, under ``capture()`` and in a recording console alike."""
-    from rnnprof.reports.layout import render_json
+    from rnnprof.reports.layout import SCHEMA_VERSION, render_json
 
     document = {"name": f"k{TOKEN}", "long": "x" * 500, "unicode": "ü 漢字 \t\x1b[31m", "n": [1.5, None, True]}
-    expected = json.dumps(document, indent=2) + "\n"
+    expected = json.dumps({"schema_version": SCHEMA_VERSION, **document}, indent=2) + "\n"
+    assert expected.startswith('{\n  "schema_version": 1,\n  "name": ')
     out = io.StringIO()
     render_json(document, Console(file=out, width=40, color_system=None))
     assert out.getvalue() == expected

@@ -61,10 +61,9 @@ SCHEMA_VERSION = 1
 
 
 def render_json(document: dict, console: Console) -> None:
-    """``document`` as one JSON document with ``"schema_version"`` first, on the opening brace's line (so
-    ``head -1`` shows the version)."""
+    """Print ``document`` as ``json.dumps`` writes it (indent 2), with ``"schema_version"`` as its first key."""
     text = json.dumps({"schema_version": SCHEMA_VERSION, **document}, indent=2)
-    console.print(_Verbatim(text.replace('{\n  "schema_version"', '{"schema_version"', 1)), soft_wrap=True)
+    console.print(_Verbatim(text), soft_wrap=True)
 
 
 class _Verbatim:
