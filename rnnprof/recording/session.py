@@ -116,10 +116,10 @@ def write_device_xspace(writer: RunWriter, run_metadata: list, run_name: str) ->
     """The per-device XSpace next to the profiler's: ``plugins/profile/<run>_devices/``."""
     if not run_metadata:
         return None
-    space = build_xspace(((n, rm.step_stats) for n, rm in run_metadata), hostname=writer.manifest["host"],
+    space = build_xspace(((n, rm.step_stats) for n, rm in run_metadata), hostname=writer.host,
                          offsets=writer.clock_offsets)
     return writer.write_xspace(space, safe_name(run_name) + rundir.DEVICES_RUN_SUFFIX,
-                               host=writer.manifest["host"] or socket.gethostname())
+                               host=writer.host or socket.gethostname())
 
 
 def capture_after(writer: RunWriter, step: StepFn, first_step: int, count: int, graph=None,

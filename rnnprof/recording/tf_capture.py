@@ -292,7 +292,7 @@ class TensorFlowCapture:
             if auto:
                 self._begin_step(None)
             tracing = self._window_open and self.mode == "tf1" and self._current is not None
-            if tracing and not self.writer.manifest["session_config"]:
+            if tracing and not self.writer.session_config:
                 self._record_session(sess)
         try:
             if not tracing:

@@ -63,8 +63,8 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
         writer.update(backend=group_backend, device_kind="gpu" if gpu else CPU_PROCESSES, ranks=ranks,
                       throughput=throughput, profiled_steps=window,
                       step_times={"warmup": [s.seconds for s in warmup], "timed": [s.seconds for s in timed]})
-    return WorkloadCapture(path=writer.path, device_kind=writer.manifest["device_kind"],
-                           timed=summarize(timed), captured=writer.manifest["captured"])
+    return WorkloadCapture(path=writer.path, device_kind=writer.device_kind,
+                           timed=summarize(timed), captured=writer.captured)
 
 
 def _rank_entry(result: dict) -> dict:

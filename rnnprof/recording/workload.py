@@ -67,7 +67,7 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
                               cluster_tasks=spec.tasks() if spec is not None else None,
                               step_seconds=timed.median_step_seconds)
     return WorkloadCapture(path=writer.path, device_kind=run.device_kind, timed=timed,
-                           captured=writer.manifest["captured"])
+                           captured=writer.captured)
 
 
 def _record_setup(writer, run, spec, tasks: list[dict]) -> None:
@@ -83,7 +83,7 @@ def _timed_steps(writer, run, config: WorkloadConfig) -> TimingSummary:
     """Time the run as ``rnnprof scale`` does (warm-up, then timed steps, inside NVTX ranges), recording each
     step's time and the throughput in the manifest; returns the timed steps' summary."""
 
-    times, cpu = writer.manifest[names.STEP_TIMES], writer.manifest[names.STEP_CPU]
+    times, cpu = writer.recorded(names.STEP_TIMES), writer.recorded(names.STEP_CPU)
 
     def record(phase: str, index: int, step) -> None:
         times[phase].append(step.seconds)
@@ -122,6 +122,6 @@ def clock_offsets(writer, run):
 
     start = measure_offsets(run.session, run.clock_ops)
     writer.update(clock_offsets=manifest_offsets(start))
-    writer.clock_offsets = applied_offsets(writer.manifest["clock_offsets"])
+    writer.clock_offsets = applied_offsets(writer.recorded("clock_offsets"))
     yield
     writer.update(clock_offsets=manifest_offsets(start, measure_offsets(run.session, run.clock_ops)))

@@ -116,6 +116,32 @@ class RunWriter:
         self._partitions_written = False
         self.save_manifest()
 
+    # -- what the run has recorded so far (the manifest being written) ------------------------
+
+    @property
+    def host(self) -> str | None:
+        """The host the run is captured on."""
+        return self.manifest["host"]
+
+    @property
+    def captured(self) -> dict[str, list[str]]:
+        """The files captured so far by kind (``timelines``, ``xplane``, ``graphs``, ``kineto``, ...)."""
+        return self.manifest["captured"]
+
+    @property
+    def device_kind(self) -> str | None:
+        """The kind of the run's devices, once set."""
+        return self.manifest["device_kind"]
+
+    @property
+    def session_config(self) -> dict:
+        """The TensorFlow session's configuration recorded so far (empty before the first traced step)."""
+        return self.manifest["session_config"]
+
+    def recorded(self, key: str):
+        """The value the run recorded under ``key`` (a name shared with the readers, e.g. ``names.STEP_TIMES``)."""
+        return self.manifest[key]
+
     # -- files ---------------------------------------------------------------------------------
 
     def rel(self, path: Path) -> str:
