@@ -13,7 +13,8 @@ import pytest
 
 from rnnprof.analyzers.align import (ClockOffset, align, offsets_from_collectives, offsets_from_start,
                                      weighted_median)
-from rnnprof.analyzers.collectives import analyze_collectives
+from rnnprof.analyzers import noise
+from rnnprof.analyzers.collectives import BY_ORDER, Instance, analyze_collectives, collectives_report
 from rnnprof.cli import main
 from rnnprof.traces import load_aligned, load_events
 
@@ -311,3 +312,32 @@ def test_a_member_that_names_the_collective_types_it_for_all(tmp_path):
         paths.append(path)
     report = analyze_collectives(load_events(paths))
     assert [(c.index, c.collective_type) for c in report.collectives] == [(0, "all-reduce"), (1, "unknown")]
+
+
+def _gloo_ranks(lateness_ms: list[list[float]], name: str = "gloo:all_reduce"):
+    """A 2-rank job with, per step, one collective per value: rank1 starts that many ms after rank0."""
+    found: dict[str, list[Instance]] = {"rank0": [], "rank1": []}
+    for step, values in enumerate(lateness_ms):
+        for k, late in enumerate(values):
+            t0 = 50_000.0 * step + 10_000.0 * k
+            index = len(found["rank0"])
+            for worker, start in (("rank0", t0), ("rank1", t0 + 1000 * late)):
+                found[worker].append(Instance((BY_ORDER, "", name, index), name, "", start, max(t0, start) + 300,
+                                              step=step))
+    return collectives_report(found)
+
+
+def test_a_cpu_rank_waiting_a_time_slice_for_a_core_is_no_straggler_and_a_sleeping_one_is():
+    # a balanced control on two busy cores (diagnosis benchmark, slow-loader --control): rank1's lateness at its
+    # one all-reduce per step; 2 ms waits for a core at 4 of 6 steps, a median of 2.0 ms, above the 2 ms floor
+    measured = [[0.17], [2.08], [0.19], [2.29], [1.97], [2.33]]
+    verdict = _gloo_ranks(measured).lateness_verdict("rank1")[1]
+    assert verdict.difference_us > noise.CROSS_RANK_FLOOR_US and not verdict.significant
+    assert verdict.threshold_us == noise.CPU_RANK_FLOOR_US
+    # the same waits at each of two collectives per step sum to 4 ms: still a slice per collective
+    assert not _gloo_ranks([v * 2 for v in measured]).lateness_verdict("rank1")[1].significant
+    # a rank sleeping 40 ms before its all-reduce (the planted straggler) is one
+    verdict = _gloo_ranks([[40.1], [39.8], [40.3], [40.0], [41.2], [40.2]]).lateness_verdict("rank1")[1]
+    assert verdict.significant and verdict.difference_us == pytest.approx(40_150)
+    # NCCL kernels keep the 2 ms floor
+    assert _gloo_ranks(measured, "ncclDevKernel_AllReduce_Sum_f32_RING_LL").lateness_verdict("rank1")[1].significant

@@ -20,7 +20,7 @@ import numpy as np
 
 from rnnprof.analyzers.classify import collective_types
 from rnnprof.analyzers.device_work import host_operator_devices
-from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, MIN_STEPS, significance
+from rnnprof.analyzers.noise import CPU_RANK_FLOOR_US, CROSS_RANK_FLOOR_US, MIN_STEPS, significance
 from rnnprof.events import EventTable, Kind
 from rnnprof.names import COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, NCCL_KERNEL, UNKNOWN_COLLECTIVE
 
@@ -130,11 +130,27 @@ class CollectivesReport:
     def lateness_verdict(self, worker: str, jitter_us: float = 0.0):
         """The worker's lateness (``lateness``: per step, or per collective when fewer than ``noise.MIN_STEPS``
         steps hold collectives) and its median judged against the run's jitter (``rnnprof.analyzers.noise``, with
-        the floor between ranks)."""
+        the floor between ranks, ``lateness_floor``)."""
         late, per = self.lateness(worker), "step"
         if len(late) < MIN_STEPS:
             late, per = self.lateness(worker, by_step=False), "collective"
-        return late, significance(list(late.values()), jitter_us, per, CROSS_RANK_FLOOR_US)
+        return late, significance(list(late.values()), jitter_us, per, self.lateness_floor(worker, per == "step"))
+
+    def lateness_floor(self, worker: str, by_step: bool = True) -> float:
+        """The least lateness called for ``worker``: ``noise.CROSS_RANK_FLOOR_US``; where its collectives run on
+        a CPU (gloo), ``noise.CPU_RANK_FLOOR_US`` per collective, times the median number of its collectives per
+        step (one per sample when ``by_step`` is False)."""
+        counts: dict[int, int] = {}
+        cpu = False
+        for i, c in enumerate(self.collectives):
+            if len(c.arrivals) < 2 or not any(a.worker == worker for a in c.arrivals):
+                continue
+            key = c.step if c.step >= 0 and by_step else -1 - i
+            counts[key] = counts.get(key, 0) + 1
+            cpu = cpu or bool(CPU_COLLECTIVE_RUN.match(c.name) or CPU_COLLECTIVE_CALL.match(c.name))
+        if not cpu or not counts:
+            return CROSS_RANK_FLOOR_US
+        return max(CROSS_RANK_FLOOR_US, CPU_RANK_FLOOR_US * float(np.median(list(counts.values()))))
 
     def straggler_significance(self, jitter_us: float = 0.0):
         """The straggler's ``lateness_verdict``'s verdict; None without a straggler."""

@@ -4,7 +4,9 @@
 ``K`` (3) times the larger of its own spread and the step time's (``step_noise``), a spread being the scaled
 median absolute deviation ``1.4826 * median(|x - median(x)|)``. With fewer than ``MIN_STEPS`` (3) steps nothing
 is significant. Between ranks the threshold is at least ``CROSS_RANK_FLOOR_US`` (2 ms), what an operating
-system's scheduling can cause on a loaded host.
+system's scheduling can cause on a loaded host; a CPU (gloo) rank's lateness at least ``CPU_RANK_FLOOR_US`` (4 ms,
+a time slice at HZ=250) per collective summed: on 2 busy cores a balanced gloo job's ranks arrive 1.8-2.9 ms apart
+(a gloo thread waiting for a core), often at several steps of a run (docs/commands/audit.md).
 
 Confidence, in [0, 1]: ``1 - threshold / |difference|`` when significant, else 0. A difference within the
 run's jitter is never a warning. See docs/commands/audit.md.
@@ -22,6 +24,7 @@ from rnnprof.events import EventTable
 K = 3.0  # how many robust spreads a difference must exceed
 MIN_STEPS = 3  # fewer steps: no spread to measure
 CROSS_RANK_FLOOR_US = 2000.0  # the least difference between processes that is called (see above)
+CPU_RANK_FLOOR_US = 4000.0  # the least lateness per collective of a CPU rank that is called (see above)
 MAD_TO_SIGMA = 1.4826  # MAD of normally distributed values * this = their standard deviation
 
 

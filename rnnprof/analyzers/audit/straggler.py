@@ -3,7 +3,7 @@
 With collectives matched across ranks (``rnnprof.analyzers.collectives``), a rank's lateness in a step is the
 sum over the step's collectives of its start minus the latest other member's start. The rank with the largest
 median lateness is a straggler only when that median is significant (``noise.significance``, with the step
-time's spread and ``noise.CROSS_RANK_FLOOR_US``). Saving (a bound): the median of its positive lateness. Cause:
+time's spread and ``CollectivesReport.lateness_floor``). Saving (a bound): the median of its positive lateness. Cause:
 *compute*, *input* (``DataLoader``) or *host gap/untraced time*, whichever explains at least half of it; the
 evidence adds the rank's untraced and compute time on the critical path. See docs/commands/audit.md.
 """
