@@ -373,11 +373,13 @@ def _run(argv: list[str]) -> tuple[str, int, str | None]:
         ignore_interrupts()  # one interrupt is enough: the capture closes now
         status, code = rundir.STATUS_INTERRUPTED, 130
     except SystemExit as exc:
+        ignore_interrupts()  # the script has ended: a stop arriving now must not replace how it ended
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if code:
             status = rundir.STATUS_INTERRUPTED
             error = f"the script exited with code {code}"
     except BaseException as exc:
+        ignore_interrupts()
         _print_user_traceback(exc)
         status, code = rundir.STATUS_INTERRUPTED, 1
         last_line = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
