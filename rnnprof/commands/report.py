@@ -20,6 +20,7 @@ from rnnprof.inputs.dependencies import read_dependencies
 from rnnprof.inputs.read import read_inputs
 from rnnprof.reports.layout import render_notes
 from rnnprof.reports.run_page import run_page
+from rnnprof.reports.units import fmt_mb
 from rnnprof.reports.sweep_page import sweep_page
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.rundir.sweep import is_sweep_dir, read_sweep
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         page = _run_page(args.paths, name, args)
     data = page.encode("utf-8")
     atomic_write_bytes(out, data)
-    console.print(Text(f"wrote {out} ({len(data) / 1e6:,.2f} MB)"))
+    console.print(Text(f"wrote {out} ({fmt_mb(len(data))} MB)"))
     return 0
 
 

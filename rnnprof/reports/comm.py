@@ -17,7 +17,7 @@ from rnnprof.analyzers.idle import IdleCauses
 from rnnprof.analyzers.tasks import TaskReport
 from rnnprof.reports.layout import compact_table, outside_note
 from rnnprof.reports.opcount import copy_parts
-from rnnprof.reports.units import fmt_ms_narrow
+from rnnprof.reports.units import fmt_ms, fmt_ms_narrow
 
 TOP_COMM_OPS = 10
 TOP_COLLECTIVES = 10
@@ -140,9 +140,9 @@ def alignment_text(alignment: dict) -> Text:
         parts = []
         for o in offsets[1:]:
             who = ", ".join(o["ranks"]) or o["source"]
-            part = f"{who} {o['offset_us'] / 1000:+,.3f} ms"
+            part = f"{who} {fmt_ms(o['offset_us'], signed=True)} ms"
             if o.get("spread_us") is not None:
-                part += f" (spread {o['spread_us'] / 1000:,.3f} ms, {o['collectives']} collectives)"
+                part += f" (spread {fmt_ms(o['spread_us'])} ms, {o['collectives']} collectives)"
             parts.append(part)
         line.append(f"; clock offsets against {reference}: " + "; ".join(parts))
     return line

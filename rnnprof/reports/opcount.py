@@ -180,7 +180,7 @@ def _graph_line(graphs: GraphCount, n: int, names: tuple[str, ...]) -> Text:
         f"{_fmt(graphs.launches / n, 2)} per step ({graphs.launches:,} in all), launching "
         f"{_fmt(graphs.kernels / n, 2)} GPU kernels per step ({graphs.kernels:,} in all, "
         f"{'n/a' if share is None else f'{100 * share:.1f}%'} of the GPU kernels; "
-        f"{graphs.kernel_us / n / 1000:,.3f} ms of kernel time per step) and {graphs.other_work:,} copies "
+        f"{fmt_ms(graphs.kernel_us / n)} ms of kernel time per step) and {graphs.other_work:,} copies "
         f"and memsets")
 
 
@@ -224,7 +224,7 @@ def copy_parts(copies: CopyReport | None, per_step: bool = True) -> list:
         for step in copies.steps:
             of_step, g = copies.step_copies(step), copies.step_graphs(step)
             table.add_row(str(step), *(f"{of_step.get(k, CopyCount()).count:,}" for k in kinds),
-                          *(f"{of_step.get(k, CopyCount()).time_us / 1000:,.3f}" for k in kinds),
+                          *(fmt_ms(of_step.get(k, CopyCount()).time_us) for k in kinds),
                           *((f"{g.launches:,}", f"{g.kernels:,}") if graphs.launches else ()))
         parts.append(table)
     if copies.outside_steps:
