@@ -113,18 +113,22 @@ class CollectivesReport:
     unmatched: int  # collectives seen on one rank only
     workers: int = 0  # ranks with collectives
 
+    def _shared(self, worker: str, by_step: bool):
+        """(key, collective, ``worker``'s start, the latest other member's start) of each collective ``worker``
+        shares with another rank; the key is its step (with ``by_step``, where known), else -1, -2, ..."""
+        for i, c in enumerate(self.collectives):
+            mine = [a.start_us for a in c.arrivals if a.worker == worker]
+            others = [a.start_us for a in c.arrivals if a.worker != worker]
+            if mine and others:
+                yield (c.step if c.step >= 0 and by_step else -1 - i), c, mine[0], max(others)
+
     def lateness(self, worker: str, by_step: bool = True) -> dict[int, float]:
         """Per step (per collective where no step is known, or with ``by_step`` False: keys -1, -2, ...), how
         much later ``worker`` arrived than the latest other member, summed over the step's collectives
         (negative: earlier)."""
         out: dict[int, float] = {}
-        for i, c in enumerate(self.collectives):
-            mine = [a.start_us for a in c.arrivals if a.worker == worker]
-            others = [a.start_us for a in c.arrivals if a.worker != worker]
-            if not mine or not others:
-                continue
-            key = c.step if c.step >= 0 and by_step else -1 - i
-            out[key] = out.get(key, 0.0) + mine[0] - max(others)
+        for key, _, mine, latest_other in self._shared(worker, by_step):
+            out[key] = out.get(key, 0.0) + mine - latest_other
         return out
 
     def lateness_verdict(self, worker: str, jitter_us: float = 0.0):
@@ -139,13 +143,10 @@ class CollectivesReport:
     def lateness_floor(self, worker: str, by_step: bool = True) -> float:
         """The least lateness called for ``worker``: ``noise.CROSS_RANK_FLOOR_US``; where its collectives run on
         a CPU (gloo), ``noise.CPU_RANK_FLOOR_US`` per collective, times the median number of its collectives per
-        step (one per sample when ``by_step`` is False)."""
+        step (one per sample when ``by_step`` is False): the collectives ``lateness`` sums."""
         counts: dict[int, int] = {}
         cpu = False
-        for i, c in enumerate(self.collectives):
-            if len(c.arrivals) < 2 or not any(a.worker == worker for a in c.arrivals):
-                continue
-            key = c.step if c.step >= 0 and by_step else -1 - i
+        for key, c, _, _ in self._shared(worker, by_step):
             counts[key] = counts.get(key, 0) + 1
             cpu = cpu or bool(CPU_COLLECTIVE_RUN.match(c.name) or CPU_COLLECTIVE_CALL.match(c.name))
         if not cpu or not counts:
