@@ -325,12 +325,14 @@ def _gap_note(mode: str, row: ExplainRow, base: _Measured) -> list[str]:
             f"into parts is no verdict"]
 
 
-def more_work_us(table: EventTable) -> dict[tuple[str, int], float]:
+def more_work_us(table: EventTable, classes: np.ndarray | None = None) -> dict[tuple[str, int], float]:
     """(device label, step) -> the device's compute in op executions beyond the devices' mean: per op (its name,
     tower and replica scopes made alike, ``names.REPLICA_PART``), the executions beyond the mean count of the
     step's devices, at the device's own mean duration of that op. Devices running the same ops (the towers of
-    one model) have none, however long their ops took; a device with another's op pinned to it has its time."""
-    rows = np.flatnonzero((classify(table) == EventClass.COMPUTE) & (table.step >= 0))
+    one model) have none, however long their ops took; a device with another's op pinned to it has its time.
+    ``classes``: ``classify(table)``, when the caller has it already."""
+    classes = classify(table) if classes is None else classes
+    rows = np.flatnonzero((classes == EventClass.COMPUTE) & (table.step >= 0))
     rows = rows[np.array([table.devices[int(d)].kind != "host" for d in table.device[rows]], dtype=bool)]
     if not len(rows):
         return {}

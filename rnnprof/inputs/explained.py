@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.explain import ExplainInput, more_work_us
 from rnnprof.analyzers.throughput import is_seconds
@@ -92,12 +93,13 @@ def _load_one(path: Path, stated: int | None, loaded: ExplainInputs) -> None:
                 n = len({d for d in table.devices if d.kind != "host"}) or None
     if not n:
         raise InputError(path, "cannot tell how many devices the run used", f"{EXPECTED}; state it with --devices")
-    report = analyze_comm(table)
+    classes = classify(table)
+    report = analyze_comm(table, classes=classes)
     if not report.devices:
         raise InputError(path, "no device activity (no kernels, memcpys or ops on a device)", EXPECTED)
     loaded.tables.append(table)
     loaded.inputs.append(ExplainInput(devices=n, comm=report, timed_step_us=timed_us, label=str(path), mode=mode,
-                                      timed_steps_us=timed_steps, more_work_us=more_work_us(table)))
+                                      timed_steps_us=timed_steps, more_work_us=more_work_us(table, classes)))
 
 
 def _timed_steps_us(manifest: Manifest) -> tuple[float, ...]:
