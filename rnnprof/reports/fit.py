@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from rnnprof.reports.layout import short_name
+from rnnprof.reports.layout import cut_middle, short_name
 
 Cell = str | Text
 
@@ -64,18 +64,10 @@ def _layout(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: in
     return widths
 
 
-def _cut(text: str, limit: int) -> str:
-    """``text`` at most ``limit`` characters: its head and tail around an ellipsis."""
-    if len(text) <= limit:
-        return text
-    head = (limit - 1) * 2 // 3
-    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
-
-
 def _cell(cell: Cell, column: Column, width: int) -> Text:
     text = _plain(cell)
     if column.kind in ("name", "text"):
-        text = short_name(text, max(width, 4)) if column.kind == "name" else _cut(text, max(width, 4))
+        text = short_name(text, max(width, 4)) if column.kind == "name" else cut_middle(text, max(width, 4))
     return Text(text, style=cell.style if isinstance(cell, Text) else "")
 
 

@@ -49,10 +49,15 @@ def short_name(name: str, limit: int = 60) -> str:
         text = text[5:]
     for opening, closing in (("<", ">"), ("(", ")")):
         text = fold_brackets(text, opening, closing) or text
-    if len(text) > limit:
-        head = (limit - 1) * 2 // 3
-        text = text[:head] + "…" + text[len(text) - (limit - 1 - head):]
-    return text
+    return cut_middle(text, limit)
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """``text`` at most ``limit`` characters: its head (two thirds) and tail around an ellipsis."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) * 2 // 3
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
 
 
 # The version of every ``--json`` document's layout (docs/json.md): raised when a key is renamed or removed, or
