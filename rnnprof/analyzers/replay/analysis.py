@@ -1,0 +1,127 @@
+"""``whatif``: each step replayed without a change and with the changes, on the critical path's DAG."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from rnnprof.analyzers.classify import classify
+from rnnprof.analyzers.critical_path import Dependencies
+from rnnprof.analyzers.critical_path.graph import StepDAG
+from rnnprof.analyzers.critical_path.table_index import TableIndex, dag_windows
+from rnnprof.analyzers.replay.changes import Knobs, StepGraph, apply
+from rnnprof.analyzers.replay.engine import calibrate, replay, topological_order
+from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
+from rnnprof.analyzers.replay.outcome import chain, rank_waits, step_time, waits_table
+from rnnprof.analyzers.replay.result import (EVEN_HOST, EVEN_INPUT, FAMILY, SCALE, SCALE_HOST, Change, ChangeError,
+                                             StepReplay, WhatIfReport)
+from rnnprof.analyzers.replay.families import family_members
+from rnnprof.events import EventTable
+
+TOLERANCE_PCT = 2.0  # an unchanged replay further than this from the measured step says why
+
+
+def _steps(table: EventTable, steps: Iterable[int] | None) -> list[int]:
+    if steps is None:
+        steps = table.steps() if len(table.steps()) else ([-1] if len(table) else [])
+    return [int(s) for s in steps]
+
+
+def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
+    """Raise ``ChangeError`` for a change that names what the input lacks."""
+    workers = sorted({d.worker for d in table.devices} - {""})
+    for c in changes:
+        if c.kind in (SCALE, SCALE_HOST) and c.subject not in set(table.strings):
+            raise ChangeError(f"{c.describe()}: no event or operator named {c.subject!r} in the input")
+        if c.kind == FAMILY and not family_members(c.subject) & set(table.strings):
+            raise ChangeError(f"{c.describe()}: no operator of family {c.subject} in the input")
+        if c.kind in (EVEN_HOST, EVEN_INPUT):
+            if len(workers) < 2:
+                raise ChangeError(f"{c.describe()}: needs two or more ranks (the input has "
+                                  f"{len(workers) or 'no named'} rank{'s' if len(workers) != 1 else ''})")
+            if c.subject and c.subject not in workers:
+                raise ChangeError(f"{c.describe()}: no rank {c.subject!r} in the input (its ranks: "
+                                  f"{', '.join(workers)})")
+
+
+def _latest_rank(graphs: list[StepGraph]) -> str:
+    """The rank that arrives last at its collectives: the largest summed wait it makes the others' do."""
+    late: dict[str, float] = {}
+    for sg in graphs:
+        g = sg.graph
+        arrival = g.edge_kind(EDGE_ARRIVAL) & (g.node_kind[g.dst] == DONE) & (g.node_kind[g.src] == ARRIVAL)
+        for d in np.unique(g.dst[arrival]).tolist():
+            members = g.src[arrival & (g.dst == d)]
+            starts = g.start[members]
+            if len(members) > 1:
+                last = int(members[np.argmax(starts)])
+                late[sg.worker[last]] = late.get(sg.worker[last], 0.0) + float(starts.max() - np.median(starts))
+    if not late:
+        raise ChangeError("no collective is matched across ranks: name the rank (rank1, say)")
+    return max(sorted(late), key=late.get)
+
+
+def _reasons(sg: StepGraph, keep: np.ndarray) -> tuple[str, ...]:
+    reasons = []
+    if (~keep).any():
+        reasons.append(f"{int((~keep).sum())} dependencies left out: the measured clocks put their ends after "
+                       "their targets' starts (a cycle)")
+    if sg.graph.skewed:
+        reasons.append(f"{sg.graph.skewed} collective member(s) ended before the last member arrived: the ranks' "
+                       "clocks disagree")
+    return tuple(reasons)
+
+
+def whatif(table: EventTable, changes: Sequence[Change], dependencies: Dependencies = Dependencies(),
+           steps: Iterable[int] | None = None, comm_patterns: Iterable[str] = (),
+           classes: np.ndarray | None = None) -> WhatIfReport:
+    """Each step (``steps``: the table's by default; -1: a table without steps) replayed without a change and
+    with ``changes``, all at once."""
+    check_changes(table, changes)
+    classes = classify(table, comm_patterns) if classes is None else classes
+    tt = TableIndex(table, classes, dependencies)
+    wanted = _steps(table, steps)
+    windows = dag_windows(tt, wanted)
+    graphs = []
+    for s in wanted:
+        if s in windows:
+            dag = StepDAG(tt, s, windows[s], dependencies)
+            if dag.n:
+                graphs.append((s, StepGraph(replay_graph(dag, table, classes, tt.is_thread), table, classes,
+                                            float(windows[s][0]))))
+    rank = ""
+    if any(c.kind in (EVEN_HOST, EVEN_INPUT) and not c.subject for c in changes):
+        rank = _latest_rank([sg for _, sg in graphs])
+    changed = {c.describe(): 0 for c in changes}
+    results = []
+    for s, sg in graphs:
+        result, counts = _replay_step(s, sg, changes, rank)
+        results.append(result)
+        for c, n in zip(changes, counts):
+            changed[c.describe()] += n
+    notes = (f"the latest rank at the collectives: {rank}",) if rank else ()
+    return WhatIfReport(changes=tuple(changes), steps=tuple(results), changed=changed, notes=notes,
+                        lacks=tuple(dependencies.lacks))
+
+
+def _replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str) -> tuple[StepReplay, list[int]]:
+    g = sg.graph
+    order, keep = topological_order(g)
+    base = calibrate(g, keep)
+    before = replay(g, order, keep, g.dur, g.pre, g.lag, base)
+    knobs = Knobs(g, g.dur.copy(), g.pre.copy(), g.lag.copy(), keep.copy(), base.copy())
+    counts = [apply(c, sg, knobs, c.subject or rank) for c in changes]
+    after_graph = knobs.graph
+    if after_graph is not g:
+        order, _ = topological_order(after_graph)
+    changed_sg = StepGraph(after_graph, sg.table, sg.classes, sg.window_start)
+    after = replay(after_graph, order, knobs.keep, knobs.dur, knobs.pre, knobs.lag, knobs.base)
+    measured = step_time(g, g.end)
+    replayed = step_time(g, before.end)
+    links, length, by_device = chain(changed_sg, after, knobs.dur, knobs.pre)
+    reasons = _reasons(sg, keep) if abs(replayed - measured) > TOLERANCE_PCT / 100 * measured else ()
+    return StepReplay(step=step, measured_us=measured, replayed_us=replayed, predicted_us=step_time(g, after.end),
+                      chain=links, chain_links=length, chain_by_device=by_device,
+                      waits=waits_table(rank_waits(sg, before), rank_waits(changed_sg, after)),
+                      reasons=reasons), counts

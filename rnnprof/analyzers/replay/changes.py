@@ -1,0 +1,277 @@
+"""Changes applied to one step's replay graph: new durations, host work, delays and edges (docs/commands/whatif.md
+says what each change does to which nodes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from rnnprof.analyzers.classify import EventClass
+from rnnprof.analyzers.critical_path import EDGE_COMPLETE, EDGE_LANE, EDGE_LAUNCH
+from rnnprof.analyzers.replay.families import family_members
+from rnnprof.analyzers.replay.graph import EDGE_DONE, EDGE_SYNC, EVENT, REPLAY_EDGES, SYNC_END, DONE, ReplayGraph
+from rnnprof.analyzers.replay.result import (COMM, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
+                                             OVERLAP, SCALE, SCALE_HOST, Change)
+from rnnprof.analyzers.syncs import SYNC_CALL
+from rnnprof.events import EventTable
+
+INPUT_RANGE = re.compile(r"^enumerate\(DataLoader\)#.*__next__")  # as audit's PF005 reads data loading
+
+
+@dataclass
+class StepGraph:
+    """One step's replay graph with what the changes read about its nodes."""
+
+    graph: ReplayGraph
+    table: EventTable
+    classes: np.ndarray
+    window_start: float  # absolute, on the table's clock
+
+    def __post_init__(self):
+        t, rows = self.table, self.graph.rows
+        self.worker = np.array([d.worker or "host" for d in t.devices] or [""], dtype=object)[t.device[rows]]
+        self.cls = self.classes[rows]
+        self.is_event = np.isin(self.graph.node_kind, [EVENT, SYNC_END])
+
+
+@dataclass
+class Knobs:
+    """What the replay runs with: per node ``dur``, ``pre``, ``base``; per edge ``lag`` and ``keep``."""
+
+    graph: ReplayGraph
+    dur: np.ndarray
+    pre: np.ndarray
+    lag: np.ndarray
+    keep: np.ndarray
+    base: np.ndarray
+
+    def add_edges(self, src: list[int], dst: list[int], kind: str) -> None:
+        if not src:
+            return
+        g = self.graph
+        k = REPLAY_EDGES.index(kind)
+        self.graph = dataclasses.replace(
+            g, src=np.concatenate([g.src, src]), dst=np.concatenate([g.dst, dst]),
+            kind=np.concatenate([g.kind, np.full(len(src), k, dtype=np.int8)]),
+            from_start=np.concatenate([g.from_start, np.zeros(len(src), dtype=bool)]),
+            lag=np.concatenate([g.lag, np.zeros(len(src))]))
+        self.lag = np.concatenate([self.lag, np.zeros(len(src))])
+        self.keep = np.concatenate([self.keep, np.ones(len(src), dtype=bool)])
+
+
+def apply(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    """Apply ``change`` (``rank``: the rank an even-host or even-input change is about); the nodes it changed."""
+    handler = {SCALE: _scale, SCALE_HOST: _scale, FAMILY: _scale, EVEN_HOST: _even_host, EVEN_INPUT: _even_input,
+               COMM: _comm, OVERLAP: _overlap, NO_COPIES: _no_copies, NO_SYNCS: _no_syncs,
+               GRAPH_LAUNCH: _graph_launch}[change.kind]
+    return handler(change, sg, knobs, rank)
+
+
+def _codes(table: EventTable, names) -> np.ndarray:
+    return np.array([k for k, s in enumerate(table.strings) if s in names], dtype=np.int64)
+
+
+def _named(table: EventTable, rows: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    return np.isin(table.name[rows], codes) | np.isin(table.op_type[rows], codes)
+
+
+def _inside(sg: StepGraph, codes: np.ndarray, at: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Whether each node's time ``at`` (from the window's start) falls inside an event named by ``codes`` on the
+    node's device and lane (an operator enclosing a host thread's leaves and gaps)."""
+    t, rows = sg.table, sg.graph.rows
+    found = np.zeros(len(sg.graph.rows), dtype=bool)
+    named = np.flatnonzero(np.isin(t.name, codes) | np.isin(t.op_type, codes))
+    if not len(named) or not nodes.any():
+        return found
+    lane_max = int(t.lane.max(initial=0)) + 1
+    key = t.device[named].astype(np.int64) * lane_max + t.lane[named]
+    node_key = t.device[rows].astype(np.int64) * lane_max + t.lane[rows]
+    when = sg.window_start + at
+    for k in np.unique(key).tolist():
+        ops = named[key == k]
+        s, e = t.ts[ops], t.ts[ops] + t.dur[ops]
+        order = np.argsort(s)
+        s, reach = s[order], np.maximum.accumulate(e[order])
+        sel = np.flatnonzero(nodes & (node_key == k))
+        p = np.searchsorted(s, when[sel], side="right") - 1
+        found[sel] = (p >= 0) & (reach[np.maximum(p, 0)] > when[sel])
+    return found
+
+
+def _launchers(g: ReplayGraph) -> np.ndarray:
+    mask = np.zeros(g.size, dtype=bool)
+    mask[g.src[g.edge_kind(EDGE_LAUNCH)]] = True
+    return mask
+
+
+def _scale(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    g, t = sg.graph, sg.table
+    names = family_members(change.subject) if change.kind == FAMILY else {change.subject}
+    codes = _codes(t, names)
+    if not len(codes):
+        return 0
+    direct = sg.is_event & _named(t, g.rows, codes)
+    inside = _inside(sg, codes, (g.start + g.end) / 2, g.host) | direct
+    gap = _inside(sg, codes, g.start - g.pre / 2, g.host & (g.pre > 0))
+    if change.kind == SCALE_HOST:
+        work = inside & g.host & ~_launchers(g)
+    else:
+        launch = g.edge_kind(EDGE_LAUNCH)
+        launched = np.zeros(g.size, dtype=bool)
+        launched[g.dst[launch][inside[g.src[launch]]]] = True
+        work = inside | launched
+    knobs.dur[work] *= change.factor
+    knobs.pre[gap] *= change.factor
+    return int(work.sum() + gap.sum())
+
+
+def _lane_keys(sg: StepGraph, nodes: np.ndarray) -> list[tuple]:
+    """A key per host node that names its place in the program on any rank: its lane's rank among its rank's
+    lanes (by how many nodes they hold), its name, and how many nodes of that name came before it there."""
+    t, g = sg.table, sg.graph
+    rows = g.rows[nodes]
+    lane = list(zip(sg.worker[nodes].tolist(), t.device[rows].tolist(), t.lane[rows].tolist()))
+    counts: dict[tuple, int] = defaultdict(int)
+    for key in lane:
+        counts[key] += 1
+    ordinal: dict[tuple, int] = {}
+    for worker in set(k[0] for k in counts):
+        mine = sorted((k for k in counts if k[0] == worker), key=lambda k: (-counts[k], k))
+        ordinal.update({k: i for i, k in enumerate(mine)})
+    seen: dict[tuple, int] = defaultdict(int)
+    keys = []
+    names = t.name[rows].tolist()
+    for k in np.argsort(g.start[nodes], kind="stable").tolist():
+        base = (lane[k][0], ordinal[lane[k]], t.strings[names[k]])
+        keys.append((k, (base[1], base[2], seen[base])))
+        seen[base] += 1
+    keys.sort()
+    return [key for _, key in keys]
+
+
+def _even_host(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    """Each gap of ``rank``'s threads at the median of the same gap (``_lane_keys``) on the other ranks."""
+    g = sg.graph
+    nodes = np.flatnonzero(g.host)
+    keys = _lane_keys(sg, nodes)
+    others: dict[tuple, list[float]] = defaultdict(list)
+    workers = sg.worker[nodes].tolist()
+    for node, key, worker in zip(nodes.tolist(), keys, workers):
+        if worker != rank:
+            others[key].append(float(g.pre[node]))
+    changed = 0
+    for node, key, worker in zip(nodes.tolist(), keys, workers):
+        if worker == rank and key in others:
+            knobs.pre[node] = statistics.median(others[key])
+            changed += 1
+    return changed
+
+
+def _even_input(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    """``rank``'s data loading (its work and gaps inside ``INPUT_RANGE``) scaled to the others' median."""
+    t, g = sg.table, sg.graph
+    codes = np.array([k for k, s in enumerate(t.strings) if INPUT_RANGE.match(s)], dtype=np.int64)
+    if not len(codes):
+        return 0
+    work = _inside(sg, codes, (g.start + g.end) / 2, g.host)
+    gap = _inside(sg, codes, g.start - g.pre / 2, g.host & (g.pre > 0))
+    spent = defaultdict(float)
+    for w, d, p, a, b in zip(sg.worker.tolist(), g.dur.tolist(), g.pre.tolist(), work.tolist(), gap.tolist()):
+        spent[w] += d * a + p * b
+    mine = spent.get(rank, 0.0)
+    rest = [v for w, v in spent.items() if w != rank and w in set(sg.worker[g.host].tolist())]
+    if mine <= 0 or not rest:
+        return 0
+    factor = statistics.median(rest) / mine
+    sel_w, sel_g = work & (sg.worker == rank), gap & (sg.worker == rank)
+    knobs.dur[sel_w] *= factor
+    knobs.pre[sel_g] *= factor
+    return int(sel_w.sum() + sel_g.sum())
+
+
+def _comm(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    g = sg.graph
+    sel = (g.node_kind == DONE) | (sg.is_event & (g.group < 0) & (sg.cls == EventClass.COMMUNICATION))
+    knobs.dur[sel] *= change.factor
+    return int(sel.sum())
+
+
+def _overlap(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    """No thread or stream waits for communication: the edges from a collective to the threads that waited for
+    it, gloo's complete edges and syncs on communication go; a lane's compute after communication follows the
+    compute before it."""
+    g = knobs.graph
+    comm = ((sg.cls == EventClass.COMMUNICATION) & sg.is_event) | (g.node_kind == DONE)
+    drop = (g.edge_kind(EDGE_DONE) & (g.node_kind[g.dst] == EVENT) & (g.group[g.dst] < 0))
+    drop |= g.edge_kind(EDGE_COMPLETE) | (g.edge_kind(EDGE_SYNC) & comm[g.src])
+    lane = g.edge_kind(EDGE_LANE) & knobs.keep
+    cut = lane & comm[g.src] & ~comm[g.dst]
+    drop |= cut
+    knobs.keep &= ~drop
+    pred = {int(v): int(u) for u, v in zip(g.src[lane].tolist(), g.dst[lane].tolist())}
+    src, dst = [], []
+    for v in g.dst[cut].tolist():
+        u = pred.get(int(v))
+        while u is not None and comm[u]:
+            u = pred.get(u)
+        if u is not None:
+            src.append(u)
+            dst.append(int(v))
+    knobs.add_edges(src, dst, EDGE_LANE)
+    return int(drop.sum())
+
+
+def _copies(sg: StepGraph) -> np.ndarray:
+    return sg.is_event & np.isin(sg.cls, [EventClass.MEMCPY, EventClass.MEMSET]) & (sg.graph.node_kind == EVENT)
+
+
+def _no_copies(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    g = knobs.graph
+    copies = _copies(sg)
+    launch = g.edge_kind(EDGE_LAUNCH) & copies[g.dst]
+    calls = np.zeros(g.size, dtype=bool)
+    calls[g.src[launch]] = True
+    sync = g.edge_kind(EDGE_SYNC)
+    ends = np.zeros(g.size, dtype=bool)
+    ends[g.dst[sync & copies[g.src]]] = True
+    knobs.keep &= ~(sync & copies[g.src])
+    sel = copies | calls | ends
+    knobs.dur[sel] = 0.0
+    return int(copies.sum())
+
+
+def _no_syncs(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    g, t = knobs.graph, sg.table
+    names = np.array([bool(SYNC_CALL.match(s)) for s in t.strings] or [False], dtype=bool)
+    calls = sg.is_event & names[t.name[g.rows]]
+    sync = g.edge_kind(EDGE_SYNC) & (g.node_kind[g.src] != SYNC_END) & ~calls[g.src]
+    knobs.keep &= ~sync
+    knobs.dur[calls] = 0.0
+    return int((calls & (g.node_kind == EVENT)).sum())
+
+
+def _graph_launch(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    """Kernels follow each other on their stream, launched at once: only each stream's first kernel of the
+    window waits for its launch; launch calls take no time; the gaps between kernels go."""
+    g, t = knobs.graph, sg.table
+    launch = g.edge_kind(EDGE_LAUNCH) & knobs.keep
+    if not launch.any():
+        return 0
+    targets = g.dst[launch]
+    lane = t.device[g.rows[targets]].astype(np.int64) * (int(t.lane.max(initial=0)) + 1) + t.lane[g.rows[targets]]
+    order = np.lexsort((g.start[targets], lane))
+    first = np.zeros(len(targets), dtype=bool)
+    first[order[np.concatenate([[True], lane[order][1:] != lane[order][:-1]])]] = True
+    idx = np.flatnonzero(launch)
+    knobs.keep[idx[~first]] = False
+    knobs.dur[np.unique(g.src[launch])] = 0.0
+    gpu = np.zeros(g.size, dtype=bool)
+    gpu[targets] = True
+    on_lane = g.edge_kind(EDGE_LANE) & gpu[g.dst]
+    knobs.lag[on_lane] = np.minimum(knobs.lag[on_lane], 0.0)
+    return int(len(targets))

@@ -1,0 +1,108 @@
+"""What a replay is asked (``Change``s) and what it gives: per step the measured, replayed and predicted step
+times, the chain critical after the change and each rank's waits, before and after."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+SCALE = "scale"  # an operator's or kernel's time (host side and the kernels it launched) times ``factor``
+SCALE_HOST = "scale-host"  # an operator's host-side time only (not its kernels, not its launch calls)
+FAMILY = "family"  # every operator of a kernel family (``flops.FAMILIES``)
+EVEN_HOST = "even-host"  # a rank's untraced host time set to the other ranks' median, gap by gap
+EVEN_INPUT = "even-input"  # a rank's data loading set to the other ranks' median
+COMM = "comm"  # communication's transfer times times ``factor``
+OVERLAP = "overlap"  # communication moved off compute's dependencies (no thread or stream waits for it)
+NO_COPIES = "no-copies"  # device copies (and their launch calls) take no time
+NO_SYNCS = "no-syncs"  # synchronizing calls neither wait nor take time
+GRAPH_LAUNCH = "graph-launch"  # kernels no longer wait for their launch calls, which take no time
+CHANGE_KINDS = (SCALE, SCALE_HOST, FAMILY, EVEN_HOST, EVEN_INPUT, COMM, OVERLAP, NO_COPIES, NO_SYNCS, GRAPH_LAUNCH)
+
+# What a replay cannot express, and why: asked for, each is refused with this line.
+INEXPRESSIBLE = {
+    "fuse": "fusing operators: the fused kernel's time is in no trace",
+    "threads": "a different thread count: how the host's work would share out is in no trace",
+    "devices": "more or fewer devices: the other devices' work and communication are in no trace",
+}
+
+
+class ChangeError(ValueError):
+    """A change that cannot be replayed on this input (its message says why, in one line)."""
+
+
+class Inexpressible(ChangeError):
+    """A change the replay cannot express at all (its message says which and why)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: str
+    subject: str = ""  # an operator, a family or a rank
+    factor: float = 1.0
+
+    def describe(self) -> str:
+        if self.kind in (SCALE, SCALE_HOST, FAMILY):
+            what = f"family:{self.subject}" if self.kind == FAMILY else self.subject
+            return f"{what} x{self.factor:g}" + (" (host side)" if self.kind == SCALE_HOST else "")
+        if self.kind == COMM:
+            return f"communication x{self.factor:g}"
+        return {EVEN_HOST: f"{self.subject or 'the latest rank'}'s untraced host time at the others' median",
+                EVEN_INPUT: f"{self.subject or 'the latest rank'}'s data loading at the others' median",
+                OVERLAP: "communication overlapped with compute", NO_COPIES: "device copies removed",
+                NO_SYNCS: "synchronizing calls removed",
+                GRAPH_LAUNCH: "kernels launched by a graph launch"}[self.kind]
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """A node of the critical chain after the change: its own work (``dur_us``) and the host work before it."""
+
+    name: str
+    device: str
+    node: str  # event, arrival, done (a collective's transfer) or sync end
+    dur_us: float
+    pre_us: float
+    start_us: float  # replayed, from the window's start
+
+
+@dataclass(frozen=True)
+class RankWaits:
+    """A rank's time waiting for the last member of its collectives and for the GPU at synchronizing calls."""
+
+    rank: str
+    measured_us: float
+    predicted_us: float
+
+
+@dataclass(frozen=True)
+class StepReplay:
+    step: int
+    measured_us: float  # the step's window: its first start to its last own event's end
+    replayed_us: float  # the replay without the change (the model's own error, against measured_us)
+    predicted_us: float  # the replay with the change
+    chain: tuple[ChainLink, ...]  # the longest links of the chain critical after the change
+    chain_links: int  # how many nodes that chain has
+    chain_by_device: dict[str, float]
+    waits: tuple[RankWaits, ...]
+    reasons: tuple[str, ...] = ()  # why the unchanged replay differs from the measured step, where it does
+
+    @property
+    def change_us(self) -> float:
+        return self.predicted_us - self.measured_us
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.replayed_us - self.measured_us) / self.measured_us if self.measured_us else 0.0
+
+
+@dataclass(frozen=True)
+class WhatIfReport:
+    changes: tuple[Change, ...]
+    steps: tuple[StepReplay, ...]
+    changed: dict[str, int] = field(default_factory=dict)  # per change: the nodes it changed over every step
+    notes: tuple[str, ...] = ()
+    lacks: tuple[str, ...] = ()
+
+    def median(self, attribute: str) -> float:
+        values = [getattr(s, attribute) for s in self.steps]
+        return float(statistics.median(values)) if values else 0.0
