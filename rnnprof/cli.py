@@ -47,6 +47,8 @@ COMMANDS: dict[str, Command] = {
                     "compare two runs, traces or graphs: time, ops and kernels, op counts, placement, configuration"),
     "critical-path": Command("rnnprof.commands.critical_path",
                              "find a step's critical path across devices and ranks, its shares and a what-if"),
+    "whatif": Command("rnnprof.commands.whatif",
+                      "predict the step time a change would give by replaying each step's graph across ranks"),
     "report": Command("rnnprof.commands.report",
                       "write one self-contained HTML report of a run, trace files or a sweep"),
     "worker": Command("rnnprof.commands.worker",

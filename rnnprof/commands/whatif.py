@@ -1,0 +1,138 @@
+"""rnnprof whatif: each step's dependency graph across ranks replayed with changed durations: the step time a
+change would give, the chain critical after it and the waits that appear or vanish."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from rich.console import Console
+
+from rnnprof import limits
+from rnnprof.analyzers.replay import (COMM, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, INEXPRESSIBLE, NO_COPIES,
+                                     NO_SYNCS, OVERLAP, SCALE, Change, ChangeError, whatif)
+from rnnprof.analyzers.replay.families import family_named
+from rnnprof.analyzers.replay.fixes import fix_changes
+from rnnprof.analyzers.flops import FAMILIES
+from rnnprof.commands import left_out_notes, step_flags
+from rnnprof.commands.flags import INPUT
+from rnnprof.errors import InputError, UsageError
+from rnnprof.inputs.dependencies import read_dependencies
+from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.reports.whatif import render_table, to_document
+from rnnprof.rundir.manifest import run_notes
+from rnnprof.traces import load_events
+from rnnprof.traces.rank_folder import job_notes
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar=INPUT,
+                        help="a run directory, trace file or rank folder; several Kineto files (one per rank) are "
+                             "joined through their collectives")
+    group = parser.add_argument_group("changes (one or more; together when several)")
+    group.add_argument("--scale", action="append", default=[], metavar="OP=F",
+                       help="an operator's or kernel's time times F, the kernels it launched included "
+                            "('aten::mm=0.5'); 'family:NAME=F' for a kernel family (" + ", ".join(FAMILIES) + ")")
+    group.add_argument("--even-host", nargs="?", action="append", const="", metavar="RANK",
+                       help="RANK's untraced host time at the other ranks' median, gap by gap (a straggler "
+                            "fixed; without RANK: the rank that arrives last at the collectives)")
+    group.add_argument("--even-input", nargs="?", action="append", const="", metavar="RANK",
+                       help="RANK's data loading at the other ranks' median (without RANK: the latest rank)")
+    group.add_argument("--comm", type=_factor, metavar="F", help="communication's transfer times times F")
+    group.add_argument("--overlap-comm", action="store_true",
+                       help="communication moved off compute's dependencies (overlapped)")
+    group.add_argument("--no-copies", action="store_true", help="device copies and their launch calls removed")
+    group.add_argument("--no-syncs", action="store_true", help="synchronizing calls removed")
+    group.add_argument("--graph-launch", action="store_true",
+                       help="launches replaced by a graph launch: host launch overhead gone")
+    group.add_argument("--fix", action="append", default=[], metavar="RULE[:SUBJECT]",
+                       help="the fix of an audit finding (--fix PF001, --fix PF006:aten::add_); "
+                            "docs/commands/whatif.md lists what each rule's fix changes")
+    for flag, why in INEXPRESSIBLE.items():
+        group.add_argument(f"--{flag}", nargs="?", const="", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
+                        help="also count events whose name or op type matches REGEX as communication (repeatable)")
+    step_flags.add_arguments(parser)
+    limits.add_argument(parser)
+
+
+def _factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (expected a factor such as 0.5)") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a factor of 0 or more")
+    return value
+
+
+def _scale(text: str) -> Change:
+    name, sep, value = text.rpartition("=")
+    if not sep or not name:
+        raise UsageError(f"--scale {text!r}: expected OP=F or family:NAME=F (--scale 'aten::mm=0.5')")
+    try:
+        factor = _factor(value)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--scale {text!r}: {exc}") from None
+    if name.startswith("family:"):
+        family = family_named(name.removeprefix("family:"))
+        if family is None:
+            raise UsageError(f"--scale {text!r}: no kernel family {name.removeprefix('family:')!r} "
+                             f"(expected one of {', '.join(FAMILIES)})")
+        return Change(FAMILY, family, factor)
+    return Change(SCALE, name, factor)
+
+
+def changes_of(args: argparse.Namespace, table) -> list[Change]:
+    for flag, why in INEXPRESSIBLE.items():
+        if getattr(args, flag) is not None:
+            raise UsageError(f"--{flag}: a replay cannot express {why}")
+    changes = [_scale(text) for text in args.scale]
+    changes += [Change(EVEN_HOST, rank) for rank in args.even_host or ()]
+    changes += [Change(EVEN_INPUT, rank) for rank in args.even_input or ()]
+    if args.comm is not None:
+        changes.append(Change(COMM, "", args.comm))
+    flags = ((args.overlap_comm, OVERLAP), (args.no_copies, NO_COPIES), (args.no_syncs, NO_SYNCS),
+             (args.graph_launch, GRAPH_LAUNCH))
+    changes += [Change(kind) for on, kind in flags if on]
+    try:
+        for text in args.fix:
+            changes += fix_changes(text, table)
+    except ChangeError as exc:
+        raise UsageError(str(exc)) from None
+    if not changes:
+        raise UsageError("no change given (expected one or more of --scale, --even-host, --even-input, --comm, "
+                         "--overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
+    return changes
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    for pattern in args.comm_pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
+    if not (args.scale or args.even_host or args.even_input or args.comm is not None or args.fix or args.overlap_comm
+            or args.no_copies or args.no_syncs or args.graph_launch or any(
+                getattr(args, f) is not None for f in INEXPRESSIBLE)):
+        changes_of(args, None)  # the one line saying that a change is needed, before the input is read
+    notes = run_notes(args.paths)
+    table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
+    changes = changes_of(args, table)
+    notes += [*job_notes(table), *left_out_notes.notes(args, table)]
+    steps = step_flags.select(table, args).steps()
+    try:
+        report = whatif(table, changes, read_dependencies(args.paths), steps=steps if len(steps) else None,
+                        comm_patterns=args.comm_pattern)
+    except ChangeError as exc:
+        raise UsageError(str(exc)) from None
+    if not report.steps:
+        raise InputError(", ".join(args.paths), "has no event on a device in the chosen steps",
+                         "a trace of device ops or kernels")
+    render_notes(notes)
+    if args.json:
+        render_json({**to_document(report), "left_out": left_out_notes.counts(table)}, console)
+    else:
+        render_table(report, console)
+    return 0
