@@ -13,7 +13,7 @@ from rnnprof.analyzers.critical_path.table_index import TableIndex, dag_windows
 from rnnprof.analyzers.replay.changes import Knobs, StepGraph, apply
 from rnnprof.analyzers.replay.engine import calibrate, replay, topological_order
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
-from rnnprof.analyzers.replay.outcome import chain, rank_waits, step_time, waits_table
+from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_time, waits_by_rank
 from rnnprof.analyzers.replay.result import (EVEN_HOST, EVEN_INPUT, FAMILY, SCALE, SCALE_HOST, Change, ChangeError,
                                              StepReplay, WhatIfReport)
 from rnnprof.analyzers.replay.families import family_members
@@ -117,11 +117,11 @@ def _replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str)
         order, _ = topological_order(after_graph)
     changed_sg = StepGraph(after_graph, sg.table, sg.classes, sg.window_start)
     after = replay(after_graph, order, knobs.keep, knobs.dur, knobs.pre, knobs.lag, knobs.base)
-    measured = step_time(g, g.end)
-    replayed = step_time(g, before.end)
+    measured = replayed_step_time(g, g.end)
+    replayed = replayed_step_time(g, before.end)
     links, length, by_device = chain(changed_sg, after, knobs.dur, knobs.pre)
     reasons = _reasons(sg, keep) if abs(replayed - measured) > TOLERANCE_PCT / 100 * measured else ()
-    return StepReplay(step=step, measured_us=measured, replayed_us=replayed, predicted_us=step_time(g, after.end),
+    return StepReplay(step=step, measured_us=measured, replayed_us=replayed, predicted_us=replayed_step_time(g, after.end),
                       chain=links, chain_links=length, chain_by_device=by_device,
-                      waits=waits_table(rank_waits(sg, before), rank_waits(changed_sg, after)),
+                      waits=waits_by_rank(rank_waits(sg, before), rank_waits(changed_sg, after)),
                       reasons=reasons), counts

@@ -4,13 +4,13 @@ says what each change does to which nodes)."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
+from rnnprof.analyzers.audit.input_stalls import INPUT_RANGE
 from rnnprof.analyzers.classify import EventClass
 from rnnprof.analyzers.critical_path import EDGE_COMPLETE, EDGE_LANE, EDGE_LAUNCH
 from rnnprof.analyzers.replay.families import family_members
@@ -19,8 +19,8 @@ from rnnprof.analyzers.replay.result import (COMM, EVEN_HOST, EVEN_INPUT, FAMILY
                                              OVERLAP, SCALE, SCALE_HOST, Change)
 from rnnprof.analyzers.syncs import SYNC_CALL
 from rnnprof.events import EventTable
+from rnnprof.names import CPU_COLLECTIVE_CALL
 
-INPUT_RANGE = re.compile(r"^enumerate\(DataLoader\)#.*__next__")  # as audit's PF005 reads data loading
 
 
 @dataclass
@@ -195,8 +195,12 @@ def _even_input(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
 
 
 def _comm(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
-    g = sg.graph
-    sel = (g.node_kind == DONE) | (sg.is_event & (g.group < 0) & (sg.cls == EventClass.COMMUNICATION))
+    """Collectives' transfers (done nodes), and communication of one rank only (its whole time); not the host
+    calls that hand a collective to gloo's thread (``c10d::*``)."""
+    g, t = sg.graph, sg.table
+    calls = np.array([bool(CPU_COLLECTIVE_CALL.match(s)) for s in t.strings] or [False], dtype=bool)
+    alone = sg.is_event & (g.group < 0) & (sg.cls == EventClass.COMMUNICATION) & ~calls[t.name[g.rows]]
+    sel = (g.node_kind == DONE) | alone
     knobs.dur[sel] *= change.factor
     return int(sel.sum())
 
