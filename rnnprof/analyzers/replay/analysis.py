@@ -28,6 +28,21 @@ def _steps(table: EventTable, steps: Iterable[int] | None) -> list[int]:
     return [int(s) for s in steps]
 
 
+def step_windows(tt: TableIndex, steps: list[int]) -> dict[int, tuple[float, float]]:
+    """Each step's window: its own events' first start to their last end, over every rank. Unlike the critical
+    path's windows these may overlap: a step starts where its first event does, even while the previous step's
+    last work (a collective's tail on gloo's thread) still runs."""
+    t, cand = tt.table, tt.cand
+    windows = {}
+    if tt.has_steps:
+        step = t.step[cand]
+        for s in steps:
+            rows = cand[step == s]
+            if len(rows):
+                windows[s] = (float(t.ts[rows].min()), float((t.ts[rows] + t.dur[rows]).max()))
+    return windows if tt.has_steps else dag_windows(tt, steps)
+
+
 def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
     """Raise ``ChangeError`` for a change that names what the input lacks."""
     workers = sorted({d.worker for d in table.devices} - {""})
@@ -82,7 +97,7 @@ def whatif(table: EventTable, changes: Sequence[Change], dependencies: Dependenc
     classes = classify(table, comm_patterns) if classes is None else classes
     tt = TableIndex(table, classes, dependencies)
     wanted = _steps(table, steps)
-    windows = dag_windows(tt, wanted)
+    windows = step_windows(tt, wanted)
     graphs = []
     for s in wanted:
         if s in windows:
