@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--graph-launch", action="store_true",
                        help="launches replaced by a graph launch: host launch overhead gone")
     group.add_argument("--fix", action="append", default=[], metavar="RULE[:SUBJECT]",
-                       help="the fix of an audit finding (--fix PF001, --fix PF006:aten::add_); "
+                       help="the fix of an audit finding (--fix PF001, --fix PF001:rank1, --fix PF006:OP); "
                             "docs/commands/whatif.md lists what each rule's fix changes")
     for flag, why in INEXPRESSIBLE.items():
         group.add_argument(f"--{flag}", nargs="?", const="", default=None, help=argparse.SUPPRESS)

@@ -48,7 +48,7 @@ def fix_changes(text: str, table: EventTable) -> list[Change]:
             raise Inexpressible(f"--fix {text}: on ranks without a GPU PF006 is about tiny operators, whose fix is "
                                 "fusing them: the fused kernel's time is in no trace")
         if not subject:
-            raise Inexpressible(f"--fix {text}: name the operator, as the finding does (--fix PF006:aten::add_)")
+            raise Inexpressible(f"--fix {text}: name the operator, as the finding does (--fix PF006:aten::mul)")
         return [Change(SCALE_HOST, subject, 0.0)]
     if rule == "PF007":
         return [Change(GRAPH_LAUNCH)]
