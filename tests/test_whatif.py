@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 
 import pytest
 
@@ -175,3 +176,19 @@ def test_a_change_that_cannot_be_replayed_is_one_line_and_exit_2(argv, words, ca
 def test_a_straggler_fix_needs_two_ranks(capsys):
     assert main(["whatif", GLOO[0], "--fix", "PF001"]) == 2
     assert "needs two or more ranks" in capsys.readouterr().err
+
+
+def test_audit_takes_a_findings_saving_from_a_replay_of_its_fix_and_says_which_keep_their_bound(capsys):
+    assert main(["audit", *GLOO, "--json", "--fail-on", "never"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_rule = {f["rule"]: f for f in doc["findings"]}
+    replayed = by_rule["PF002"]  # exposed communication: its fix, communication overlapped, is a replay
+    assert replayed["saving_basis"].startswith("replay of its fix (communication overlapped with compute)")
+    assert replayed["evidence"]["bound_ms"] > 0 and replayed["evidence"]["bound_basis"]
+    overlap = whatif(load_events(GLOO), [Change(OVERLAP)])
+    expected = statistics.median(s.replayed_us - s.predicted_us for s in overlap.steps) / 1000
+    assert replayed["saving_ms"] == pytest.approx(expected, abs=1e-3)
+    kept = by_rule["PA004"]  # a placement fix: no replay, its bound kept and a note says why
+    assert not kept["saving_basis"].startswith("replay")
+    assert any(n.startswith("PA004 keeps its bound: PA004: a placement fix") for n in doc["notes"])
+    assert any(n.startswith("replay: fixing PF002 rank0 together saves") for n in doc["notes"])

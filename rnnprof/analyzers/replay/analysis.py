@@ -28,7 +28,7 @@ def _steps(table: EventTable, steps: Iterable[int] | None) -> list[int]:
     return [int(s) for s in steps]
 
 
-def step_windows(tt: TableIndex, steps: list[int]) -> dict[int, tuple[float, float]]:
+def replay_windows(tt: TableIndex, steps: list[int]) -> dict[int, tuple[float, float]]:
     """Each step's window: its own events' first start to their last end, over every rank. Unlike the critical
     path's windows these may overlap: a step starts where its first event does, even while the previous step's
     last work (a collective's tail on gloo's thread) still runs."""
@@ -51,13 +51,12 @@ def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
             raise ChangeError(f"{c.describe()}: no event or operator named {c.subject!r} in the input")
         if c.kind == FAMILY and not family_members(c.subject) & set(table.strings):
             raise ChangeError(f"{c.describe()}: no operator of family {c.subject} in the input")
-        if c.kind in (EVEN_HOST, EVEN_INPUT):
-            if len(workers) < 2:
-                raise ChangeError(f"{c.describe()}: needs two or more ranks (the input has "
-                                  f"{len(workers) or 'no named'} rank{'s' if len(workers) != 1 else ''})")
-            if c.subject and c.subject not in workers:
-                raise ChangeError(f"{c.describe()}: no rank {c.subject!r} in the input (its ranks: "
-                                  f"{', '.join(workers)})")
+        if c.kind == EVEN_HOST and len(workers) < 2:
+            raise ChangeError(f"{c.describe()}: needs two or more ranks (the input has "
+                              f"{len(workers) or 'no named'} rank{'s' if len(workers) != 1 else ''})")
+        if c.kind in (EVEN_HOST, EVEN_INPUT) and c.subject and c.subject not in workers:
+            raise ChangeError(f"{c.describe()}: no rank {c.subject!r} in the input (its ranks: "
+                              f"{', '.join(workers) or 'none named'})")
 
 
 def _latest_rank(graphs: list[StepGraph]) -> str:
@@ -88,36 +87,51 @@ def _reasons(sg: StepGraph, keep: np.ndarray) -> tuple[str, ...]:
     return tuple(reasons)
 
 
+class Replayer:
+    """A table's step graphs, built once, replayed with any number of change sets (``run``)."""
+
+    def __init__(self, table: EventTable, dependencies: Dependencies = Dependencies(),
+                 steps: Iterable[int] | None = None, comm_patterns: Iterable[str] = (),
+                 classes: np.ndarray | None = None):
+        self.table, self.lacks = table, tuple(dependencies.lacks)
+        classes = classify(table, comm_patterns) if classes is None else classes
+        tt = TableIndex(table, classes, dependencies)
+        wanted = _steps(table, steps)
+        windows = replay_windows(tt, wanted)
+        self.graphs: list[tuple[int, StepGraph]] = []
+        for s in wanted:
+            if s in windows:
+                dag = StepDAG(tt, s, windows[s], dependencies)
+                if dag.n:
+                    self.graphs.append((s, StepGraph(replay_graph(dag, table, classes, tt.is_thread), table,
+                                                     classes, float(windows[s][0]))))
+
+    def run(self, changes: Sequence[Change]) -> WhatIfReport:
+        """Each step replayed without a change and with ``changes``, all at once."""
+        check_changes(self.table, changes)
+        rank = ""
+        if any(c.kind in (EVEN_HOST, EVEN_INPUT) and not c.subject for c in changes):
+            workers = sorted({d.worker for d in self.table.devices} - {""})
+            rank = _latest_rank([sg for _, sg in self.graphs]) if len(workers) > 1 else "".join(workers[:1])
+        changed = {c.describe(): 0 for c in changes}
+        results = []
+        for s, sg in self.graphs:
+            result, counts = _replay_step(s, sg, changes, rank)
+            results.append(result)
+            for c, n in zip(changes, counts):
+                changed[c.describe()] += n
+        notes = (f"the latest rank at the collectives: {rank}",) if rank else ()
+        return WhatIfReport(changes=tuple(changes), steps=tuple(results), changed=changed, notes=notes,
+                            lacks=self.lacks)
+
+
 def whatif(table: EventTable, changes: Sequence[Change], dependencies: Dependencies = Dependencies(),
            steps: Iterable[int] | None = None, comm_patterns: Iterable[str] = (),
            classes: np.ndarray | None = None) -> WhatIfReport:
     """Each step (``steps``: the table's by default; -1: a table without steps) replayed without a change and
     with ``changes``, all at once."""
     check_changes(table, changes)
-    classes = classify(table, comm_patterns) if classes is None else classes
-    tt = TableIndex(table, classes, dependencies)
-    wanted = _steps(table, steps)
-    windows = step_windows(tt, wanted)
-    graphs = []
-    for s in wanted:
-        if s in windows:
-            dag = StepDAG(tt, s, windows[s], dependencies)
-            if dag.n:
-                graphs.append((s, StepGraph(replay_graph(dag, table, classes, tt.is_thread), table, classes,
-                                            float(windows[s][0]))))
-    rank = ""
-    if any(c.kind in (EVEN_HOST, EVEN_INPUT) and not c.subject for c in changes):
-        rank = _latest_rank([sg for _, sg in graphs])
-    changed = {c.describe(): 0 for c in changes}
-    results = []
-    for s, sg in graphs:
-        result, counts = _replay_step(s, sg, changes, rank)
-        results.append(result)
-        for c, n in zip(changes, counts):
-            changed[c.describe()] += n
-    notes = (f"the latest rank at the collectives: {rank}",) if rank else ()
-    return WhatIfReport(changes=tuple(changes), steps=tuple(results), changed=changed, notes=notes,
-                        lacks=tuple(dependencies.lacks))
+    return Replayer(table, dependencies, steps, comm_patterns, classes).run(changes)
 
 
 def _replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str) -> tuple[StepReplay, list[int]]:

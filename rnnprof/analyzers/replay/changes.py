@@ -155,7 +155,8 @@ def _lane_keys(sg: StepGraph, nodes: np.ndarray) -> list[tuple]:
 
 
 def _even_host(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
-    """Each gap of ``rank``'s threads at the median of the same gap (``_lane_keys``) on the other ranks."""
+    """Each gap of ``rank``'s threads at the median of the same gap (``_lane_keys``) on the other ranks, where
+    that is shorter."""
     g = sg.graph
     nodes = np.flatnonzero(g.host)
     keys = _lane_keys(sg, nodes)
@@ -167,7 +168,7 @@ def _even_host(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     changed = 0
     for node, key, worker in zip(nodes.tolist(), keys, workers):
         if worker == rank and key in others:
-            knobs.pre[node] = statistics.median(others[key])
+            knobs.pre[node] = min(knobs.pre[node], statistics.median(others[key]))  # a fix never lengthens it
             changed += 1
     return changed
 
@@ -183,11 +184,14 @@ def _even_input(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     spent = defaultdict(float)
     for w, d, p, a, b in zip(sg.worker.tolist(), g.dur.tolist(), g.pre.tolist(), work.tolist(), gap.tolist()):
         spent[w] += d * a + p * b
+    ranks = set(sg.worker[g.host].tolist())
+    if len(ranks) < 2:  # one rank: its data loading hidden by prefetching
+        rank = next(iter(ranks), rank)
     mine = spent.get(rank, 0.0)
-    rest = [v for w, v in spent.items() if w != rank and w in set(sg.worker[g.host].tolist())]
-    if mine <= 0 or not rest:
+    rest = [v for w, v in spent.items() if w != rank and w in ranks]
+    if mine <= 0:
         return 0
-    factor = statistics.median(rest) / mine
+    factor = statistics.median(rest) / mine if rest else 0.0
     sel_w, sel_g = work & (sg.worker == rank), gap & (sg.worker == rank)
     knobs.dur[sel_w] *= factor
     knobs.pre[sel_g] *= factor
