@@ -132,7 +132,8 @@ def _scale(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
 
 def _lane_keys(sg: StepGraph, nodes: np.ndarray) -> list[tuple]:
     """A key per host node that names its place in the program on any rank: its lane's rank among its rank's
-    lanes (by how many nodes they hold), its name, and how many nodes of that name came before it there."""
+    lanes (by how many nodes they hold), its name, its step, and how many nodes of that name and step came before
+    it there (the previous step's last work in the window on one rank and not the other shifts no count)."""
     t, g = sg.table, sg.graph
     rows = g.rows[nodes]
     lane = list(zip(sg.worker[nodes].tolist(), t.device[rows].tolist(), t.lane[rows].tolist()))
@@ -145,10 +146,10 @@ def _lane_keys(sg: StepGraph, nodes: np.ndarray) -> list[tuple]:
         ordinal.update({k: i for i, k in enumerate(mine)})
     seen: dict[tuple, int] = defaultdict(int)
     keys = []
-    names = t.name[rows].tolist()
+    names, steps = t.name[rows].tolist(), t.step[rows].tolist()
     for k in np.argsort(g.start[nodes], kind="stable").tolist():
-        base = (lane[k][0], ordinal[lane[k]], t.strings[names[k]])
-        keys.append((k, (base[1], base[2], seen[base])))
+        base = (lane[k][0], ordinal[lane[k]], t.strings[names[k]], steps[k])
+        keys.append((k, (*base[1:], seen[base])))
         seen[base] += 1
     keys.sort()
     return [key for _, key in keys]
