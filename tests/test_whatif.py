@@ -192,3 +192,32 @@ def test_audit_takes_a_findings_saving_from_a_replay_of_its_fix_and_says_which_k
     assert not kept["saving_basis"].startswith("replay")
     assert any(n.startswith("PA004 keeps its bound: PA004: a placement fix") for n in doc["notes"])
     assert any(n.startswith("replay: fixing PF002 rank0 together saves") for n in doc["notes"])
+
+
+MONOTONE = ["kineto-event-sync.json.gz", "kineto-1gpu-v100.json.gz", "kineto-2rank-nccl-rank0.json.gz",
+            "kineto-mi250-rocm.json.gz"]
+
+
+@pytest.mark.parametrize("name", MONOTONE)
+def test_less_work_or_fewer_dependencies_never_lengthen_a_step(name):
+    """Every replayed time is a maximum of sums: removing copies, syncs or launch waits, or shortening
+    communication, can only move each node earlier."""
+    from rnnprof.analyzers.replay import GRAPH_LAUNCH, NO_COPIES, Replayer
+
+    replayer = Replayer(load_events(str(DATA / name)))
+    for changes in ([Change(NO_COPIES)], [Change(NO_SYNCS)], [Change(GRAPH_LAUNCH)], [Change(COMM, "", 0.5)],
+                    [Change(NO_COPIES), Change(NO_SYNCS), Change(GRAPH_LAUNCH)]):
+        for step in replayer.run(changes).steps:
+            assert step.predicted_us <= step.replayed_us + 1e-6, (changes, step.step)
+
+
+@pytest.mark.parametrize("fix, flag", [("PF007", "--graph-launch"), ("PF004", "--no-copies"),
+                                       ("PF004:syncs", "--no-syncs"), ("PF002", "--overlap-comm")])
+def test_an_audit_rules_fix_is_the_change_it_names(fix, flag, capsys):
+    trace = str(DATA / "kineto-event-sync.json.gz")
+    docs = []
+    for argv in (["--fix", fix], [flag]):
+        assert main(["whatif", trace, *argv, "--json"]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert [s["predicted_us"] for s in docs[0]["steps"]] == [s["predicted_us"] for s in docs[1]["steps"]]
+    assert docs[0]["changes"] == docs[1]["changes"]
