@@ -87,5 +87,6 @@ def _together(findings: list[Finding], fixes: dict[int, list[Change]], replayer:
     changes = list(dict.fromkeys(c for f in top for c in fixes[id(f)]))
     saving = replay_saving_us(replayer.run(changes))
     names = ", ".join(f.rule + (f" {f.subject.rank or f.subject.op or ''}".rstrip()) for f in top)
-    share = f" ({100 * saving / step_us:.1f}% of the median step)" if step_us > 0 else ""
+    share = (f" ({100 * saving / step_us:.1f}% of the median step): a predicted step of "
+             f"{(step_us - saving) / 1000:.3f} ms" if step_us > 0 else "")
     return [f"replay: fixing {names} together saves {saving / 1000:.3f} ms a step{share}"]
