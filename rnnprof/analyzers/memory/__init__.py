@@ -1,0 +1,126 @@
+"""Device memory from an event table's allocator records (``EventTable.memory``): per device its peak and what
+was live then (by category and by allocating operator), its memory at each step's end and growth per step, the
+reserved-but-unallocated bytes at the peak; across devices of one kind, a peak above the others' median.
+Definitions and thresholds: docs/commands/memory.md."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from rnnprof.events import EventTable
+
+from .context import OUTSIDE, RecordContext, record_context
+from .result import (CATEGORIES, DeviceMemory, Growth, Imbalance, MemoryReport, Peak, Share)
+from .series import NO_OPERATOR, Series, categories_at, device_series, operators_at
+
+__all__ = ["CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak", "Share",
+           "analyze_memory", "has_memory"]
+
+MIN_GROWTH_STEPS = 4  # step ends needed to judge growth: three differences, so one odd step is outvoted
+MIN_GROWTH_SHARE = 0.001  # growth below this share of the peak per step is no leak
+JITTER_FACTOR = 3.0  # growth or excess must exceed this many times the steps' median absolute deviation
+IMBALANCE_SHARE = 0.05  # a peak this share above the others' median is an imbalance
+TOP_OPERATORS = 8
+
+
+def has_memory(table: EventTable) -> bool:
+    return len(table.memory) > 0
+
+
+def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_selection: str = "") -> MemoryReport:
+    """The memory of every device with allocator records; ``steps``: the peak is sought in these steps only
+    (the series still sums every record before them)."""
+    mem = table.memory
+    ctx = record_context(table)
+    chosen = None if steps is None else np.asarray(sorted(set(steps)), dtype=np.int64)
+    devices = []
+    for code in np.unique(mem.device):
+        rows = np.flatnonzero(mem.device == code)
+        device = table.devices[code]
+        devices.append(_device(table, ctx, device.label, device.worker, rows, chosen))
+    devices = [d for d in devices if d is not None]
+    return MemoryReport(", ".join(table.sources) or table.source_format, tuple(devices),
+                        tuple(_imbalances(table, devices)), mem.unusable, step_selection)
+
+
+def _device(table: EventTable, ctx: RecordContext, label: str, worker: str, rows: np.ndarray,
+            chosen: np.ndarray | None) -> DeviceMemory | None:
+    mem = table.memory
+    series = device_series(mem.nbytes, mem.addr, mem.total_allocated, rows)
+    step = mem.step[rows]
+    eligible = np.ones(len(rows), dtype=bool) if chosen is None else np.isin(step, chosen)
+    if not eligible.any():
+        return None
+    peak = int(np.flatnonzero(eligible)[np.argmax(series.allocated[eligible])])
+    reserved = mem.total_reserved[rows]
+    has_reserved = bool((reserved > 0).any())
+    end_phase = _free_phase(series, ctx)
+    at = Peak(allocated=int(series.allocated[peak]),
+              reserved=int(reserved[peak]) if has_reserved and reserved[peak] >= 0 else None,
+              ts_us=float(mem.ts[rows[peak]]), step=int(step[peak]),
+              operator=table.strings[ctx.operator[rows[peak]]] if ctx.operator[rows[peak]] >= 0 else "",
+              by_category=categories_at(series, peak, ctx, end_phase),
+              by_operator=operators_at(series, peak, ctx, table.strings))
+    source = "the allocator's Total Allocated" if series.baseline_known else "none reported (0)"
+    return DeviceMemory(label, worker, len(rows), series.baseline, source, at,
+                        int(reserved.max()) if has_reserved else None, _growth(series, step, chosen, at.allocated),
+                        series.mismatches)
+
+
+def _free_phase(series: Series, ctx: RecordContext) -> np.ndarray:
+    """For each position, the phase of the record freeing it (OUTSIDE where never freed)."""
+    free = series.free_of
+    freed = free < len(series.rows)
+    phase = ctx.phase[series.rows[np.minimum(free, max(len(series.rows) - 1, 0))]]
+    return np.where(freed, phase, OUTSIDE)
+
+
+def _growth(series: Series, step: np.ndarray, chosen: np.ndarray | None, peak: int) -> Growth:
+    """Allocated bytes after each step's last record; growth is the median step-to-step difference, a leak when it
+    exceeds JITTER_FACTOR times their median absolute deviation and MIN_GROWTH_SHARE of the peak."""
+    known = np.unique(step[step >= 0])
+    if chosen is not None:
+        known = known[np.isin(known, chosen)]
+    ends = tuple((int(s), int(series.allocated[np.flatnonzero(step == s)[-1]])) for s in known)
+    if len(ends) < MIN_GROWTH_STEPS:
+        return Growth(ends, 0, 0, False, f"{len(ends)} step(s) with memory records; growth needs "
+                                         f"{MIN_GROWTH_STEPS}")
+    diffs = np.diff([v for _, v in ends])
+    per_step = float(np.median(diffs))
+    jitter = float(np.median(np.abs(diffs - per_step)))
+    leak = per_step > JITTER_FACTOR * jitter and per_step > MIN_GROWTH_SHARE * peak
+    return Growth(ends, int(round(per_step)), int(round(jitter)), bool(leak))
+
+
+def _imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance]:
+    """Devices whose peak exceeds the median of the other devices of their kind by more than IMBALANCE_SHARE of
+    it and JITTER_FACTOR times the per-step jitter of the peaks' device."""
+    kinds: dict[str, list[DeviceMemory]] = {}
+    by_label = {d.label: d for d in table.devices}
+    for d in devices:
+        kind = by_label[d.device].kind
+        kinds.setdefault("cpu" if kind == "host" else kind, []).append(d)
+    found = []
+    for group in kinds.values():
+        if len(group) < 2:
+            continue
+        for d in group:
+            others = [o for o in group if o is not d]
+            median = int(np.median([o.peak.allocated for o in others]))
+            excess = d.peak.allocated - median
+            threshold = int(max(IMBALANCE_SHARE * median, JITTER_FACTOR * max(o.growth.jitter for o in group)))
+            if excess > threshold:
+                found.append(Imbalance(d.device, d.peak.allocated, median, excess, threshold,
+                                       _difference(d, others)))
+    return sorted(found, key=lambda i: -i.excess)
+
+
+def _difference(device: DeviceMemory, others: list[DeviceMemory]) -> tuple[Share, ...]:
+    """The operators whose live bytes at ``device``'s peak exceed the others' median most."""
+    mine = {s.name: s.bytes for s in device.peak.by_operator}
+    theirs = [{s.name: s.bytes for s in o.peak.by_operator} for o in others]
+    extra = {name: b - int(np.median([t.get(name, 0) for t in theirs])) for name, b in mine.items()}
+    ranked = sorted(((n, e) for n, e in extra.items() if e > 0), key=lambda kv: (-kv[1], kv[0]))
+    return tuple(Share(n, e) for n, e in ranked[:TOP_OPERATORS])
