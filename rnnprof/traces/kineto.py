@@ -211,7 +211,7 @@ class _ChunkReader:
         self.columns = _Columns()
         self.skipped = 0
         self.collective_args: dict[str, list] = {"correlation": [], "group": [], "seq": [], "collective": []}
-        self.memory = MemoryReader(self.code)
+        self.memory = MemoryReader()
 
     def add(self, chunk: list) -> None:
         events = [e for e in chunk if e.ph == "X" and e.cat in _KIND_CODE]

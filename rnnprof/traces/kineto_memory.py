@@ -29,8 +29,7 @@ def _number(value) -> int | None:
 class MemoryReader:
     """Collects the ``[memory]`` events of a stream of decoded chunks; ``records`` builds them once at the end."""
 
-    def __init__(self, lane_code):
-        self.lane_code = lane_code  # the string code of a thread id
+    def __init__(self):
         self.rows: dict[str, list] = {c: [] for c in ("ts", "lane", "nbytes", "addr", "total_allocated",
                                                       "total_reserved", "place")}
         self.unusable = 0
@@ -44,7 +43,7 @@ class MemoryReader:
                 self.unusable += 1
                 continue
             rows["ts"].append(e.ts)
-            rows["lane"].append(self.lane_code(str(e.tid)))
+            rows["lane"].append(str(e.tid))
             rows["nbytes"].append(nbytes)
             for column, value in (("addr", a.addr), ("total_allocated", a.total_allocated),
                                   ("total_reserved", a.total_reserved)):
@@ -54,8 +53,10 @@ class MemoryReader:
             rows["place"].append((CPU_DEVICE_TYPE if kind is None else kind, _number(a.device_id) or 0))
 
     def records(self, builder: EventTableBuilder, host: Device) -> MemoryRecords:
-        """The records, their devices coded in ``builder`` (after its events', so the events' codes are unchanged)."""
+        """The records, their devices and threads coded in ``builder`` after its events', so that the events' codes
+        are those of the trace without memory events."""
         places = self.rows.pop("place")
+        self.rows["lane"] = builder.strings.codes(self.rows["lane"])
         codes = {p: builder.device_code(host if p[0] == CPU_DEVICE_TYPE else Device("gpu", max(p[1], 0)))
                  for p in dict.fromkeys(places)}
         device = np.fromiter((codes[p] for p in places), dtype=np.int16, count=len(places))

@@ -9,7 +9,7 @@ from typing import Iterable
 
 import numpy as np
 
-from rnnprof.events import EventTable
+from rnnprof.events import Device, EventTable
 
 from .context import OUTSIDE, RecordContext, record_context
 from .result import (CATEGORIES, DeviceMemory, Growth, Imbalance, MemoryReport, Peak, Share)
@@ -23,6 +23,9 @@ MIN_GROWTH_SHARE = 0.001  # growth below this share of the peak per step is no l
 JITTER_FACTOR = 3.0  # growth or excess must exceed this many times the steps' median absolute deviation
 IMBALANCE_SHARE = 0.05  # a peak this share above the others' median is an imbalance
 TOP_OPERATORS = 8
+BASELINE_TOTAL = "the allocator's Total Allocated before the first record"
+BASELINE_CPU = "0: a CPU's records count only what the window allocated"
+BASELINE_NONE = "0: the allocator reported no total"
 
 
 def has_memory(table: EventTable) -> bool:
@@ -39,16 +42,16 @@ def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_s
     for code in np.unique(mem.device):
         rows = np.flatnonzero(mem.device == code)
         device = table.devices[code]
-        devices.append(_device(table, ctx, device.label, device.worker, rows, chosen))
+        devices.append(_device(table, ctx, device, rows, chosen))
     devices = [d for d in devices if d is not None]
     return MemoryReport(", ".join(table.sources) or table.source_format, tuple(devices),
                         tuple(_imbalances(table, devices)), mem.unusable, step_selection)
 
 
-def _device(table: EventTable, ctx: RecordContext, label: str, worker: str, rows: np.ndarray,
+def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndarray,
             chosen: np.ndarray | None) -> DeviceMemory | None:
-    mem = table.memory
-    series = device_series(mem.nbytes, mem.addr, mem.total_allocated, rows)
+    mem, kind = table.memory, device.kind
+    series = device_series(mem.nbytes, mem.addr, mem.total_allocated, rows, total_is_baseline=kind == "gpu")
     step = mem.step[rows]
     eligible = np.ones(len(rows), dtype=bool) if chosen is None else np.isin(step, chosen)
     if not eligible.any():
@@ -63,8 +66,8 @@ def _device(table: EventTable, ctx: RecordContext, label: str, worker: str, rows
               operator=table.strings[ctx.operator[rows[peak]]] if ctx.operator[rows[peak]] >= 0 else "",
               by_category=categories_at(series, peak, ctx, end_phase),
               by_operator=operators_at(series, peak, ctx, table.strings))
-    source = "the allocator's Total Allocated" if series.baseline_known else "none reported (0)"
-    return DeviceMemory(label, worker, len(rows), series.baseline, source, at,
+    source = BASELINE_TOTAL if series.baseline_known else BASELINE_CPU if kind != "gpu" else BASELINE_NONE
+    return DeviceMemory(device.label, device.worker, len(rows), series.baseline, source, at,
                         int(reserved.max()) if has_reserved else None, _growth(series, step, chosen, at.allocated),
                         series.mismatches)
 

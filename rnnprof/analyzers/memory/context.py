@@ -63,6 +63,8 @@ def record_context(table: EventTable) -> RecordContext:
         mine = ops[op_key == key]
         mine = mine[np.lexsort((-table.dur[mine], table.ts[mine]))]
         top = mine[_top_level(table.ts[mine], table.end[mine])]
+        if not len(top):
+            continue
         found = _enclosing(table.ts[top], table.end[top], mem.ts[rows])
         operator[rows] = np.where(found >= 0, table.name[top[np.maximum(found, 0)]], -1)
         instance[rows] = np.where(found >= 0, found + offset, -1)

@@ -28,15 +28,20 @@ class Series:
     mismatches: int
 
 
-def device_series(nbytes: np.ndarray, addr: np.ndarray, total: np.ndarray, rows: np.ndarray) -> Series:
-    """The series of one device's records ``rows`` (time-ordered)."""
+def device_series(nbytes: np.ndarray, addr: np.ndarray, total: np.ndarray, rows: np.ndarray,
+                  total_is_baseline: bool = True) -> Series:
+    """The series of one device's records ``rows`` (time-ordered). With ``total_is_baseline`` the allocator's first
+    Total Allocated less the first record's bytes is the baseline; otherwise (a CPU's, whose total counts only what
+    profiling saw, across the process's profiling sessions) the baseline is 0 and the totals are checked by their
+    changes."""
     b = nbytes[rows]
     first_total = int(total[rows[0]]) if len(rows) else -1
-    known = first_total >= 0
-    baseline = first_total - int(b[0]) if known else 0
+    known = first_total >= 0 and total_is_baseline
+    offset = first_total - int(b[0]) if first_total >= 0 else 0
+    baseline = offset if known else 0
     allocated = baseline + np.cumsum(b)
     reported = total[rows]
-    mismatches = int(((reported >= 0) & (reported != allocated)).sum())
+    mismatches = int(((reported >= 0) & (reported != allocated + (offset - baseline))).sum())
     return Series(rows, b, allocated, baseline, known, _pair(b, addr[rows]), mismatches)
 
 

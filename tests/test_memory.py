@@ -1,0 +1,151 @@
+"""rnnprof's memory analysis: invariants from the raw JSON of every real trace with allocator records, and the
+analysis's rules on small tables made here."""
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixtures import FIXTURES
+from rnnprof.analyzers.memory import analyze_memory
+from rnnprof.events import Device, EventTableBuilder, Kind
+from rnnprof.events.memory import memory_records
+from rnnprof.traces import load_events
+
+
+def _with_memory() -> list[Path]:
+    """Every trace in tests/data that holds ``[memory]`` events (found by reading them, not listed by hand)."""
+    found = []
+    for path in sorted(FIXTURES.glob("*.json*")):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as f:
+            if b'"[memory]"' in f.read():
+                found.append(path)
+    return found
+
+
+MEMORY_TRACES = _with_memory()
+
+
+def test_the_real_traces_with_memory_events_are_found():
+    assert len(MEMORY_TRACES) >= 3
+
+
+def _raw_series(path: Path) -> dict[str, dict]:
+    """From the file alone: per device (labelled as rnnprof labels it), the records in time order, the running
+    sum from the first record's Total Allocated less its Bytes, and the reported totals."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        doc = json.load(f)
+    events = [e for e in doc["traceEvents"] if e.get("name") == "[memory]" and e.get("ph") == "i"]
+    events.sort(key=lambda e: e["ts"])  # a stable sort: file order among equal times
+    by_device: dict[str, list] = {}
+    for e in events:
+        a = e["args"]
+        label = "host" if a["Device Type"] == 0 else f"gpu:{a['Device Id']}"
+        by_device.setdefault(label, []).append(a)
+    out = {}
+    for label, records in by_device.items():
+        base = records[0]["Total Allocated"] - records[0]["Bytes"]
+        running = base + np.cumsum([r["Bytes"] for r in records])
+        # a CPU's Total Allocated counts only what profiling saw: rnnprof's CPU series starts at 0
+        out[label] = {"running": running, "from_zero": running - (base if label == "host" else 0), "total": np.array([r["Total Allocated"] for r in records]),
+                      "reserved": np.array([r["Total Reserved"] for r in records])}
+    return out
+
+
+@pytest.mark.parametrize("path", MEMORY_TRACES, ids=lambda p: p.name)
+def test_invariants_from_the_raw_json(path):
+    raw = _raw_series(path)
+    report = analyze_memory(load_events(path))
+    analysed = {d.device: d for d in report.devices}
+    assert set(analysed) == set(raw)
+    for label, series in raw.items():
+        device = analysed[label]
+        # allocated at every moment is the running sum of allocations and frees, and the allocator's total agrees
+        assert (series["running"] == series["total"]).all()
+        assert device.mismatches == 0 and device.records == len(series["running"])
+        # the peak is the maximum of that series
+        assert device.peak.allocated == series["from_zero"].max()
+        if (series["reserved"] > 0).any():
+            assert device.peak_reserved == series["reserved"].max()
+            assert device.peak.reserved == series["reserved"][int(np.argmax(series["running"]))]
+        # categories, and operators, add up to the total at the peak
+        assert sum(s.bytes for s in device.peak.by_category) == device.peak.allocated
+        assert sum(s.bytes for s in device.peak.by_operator) == device.peak.allocated
+    assert report.unusable == 0
+
+
+def test_memory_records_leave_every_event_column_unchanged(tmp_path):
+    """The loader reads the [memory] events beside the events; the events and devices are as without them."""
+    path = FIXTURES / "kineto-h100-bert-small-shapes.json.gz"
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") != "[memory]"]
+    table = load_events(path)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(doc))
+    without = load_events(plain)
+    assert len(without.memory) == 0 and len(table.memory) == 236
+    assert table.devices == without.devices
+    for column in table.COLUMNS:  # strings by their text: codes follow the order the stream's pieces met them
+        if column in ("name", "op_type", "lane"):
+            assert (table.text(getattr(table, column)) == without.text(getattr(without, column))).all(), column
+        else:
+            assert np.array_equal(getattr(table, column), getattr(without, column)), column
+
+
+def _table(records, ops=(), steps=()):
+    """A CPU table: host operators ``(name, ts, dur)``, step markers ``(n, ts, dur)`` and memory records
+    ``(ts, bytes, addr)`` on thread 1 of ``cpu:0``."""
+    b = EventTableBuilder("test")
+    cpu = Device("cpu", 0)
+    for name, ts, dur in ops:
+        b.add(ts, dur, name, name, cpu, "1", Kind.HOST_OP)
+    step_of = {}
+    for n, ts, dur in steps:
+        b.add(ts, dur, f"ProfilerStep#{n}", "", cpu, "1", Kind.ANNOTATION, step=n)
+        step_of[n] = (ts, ts + dur)
+    code = b.device_code(cpu)
+    lane = b.strings.code("1")
+    ts = [r[0] for r in records]
+    running = np.cumsum([r[1] for r in records])
+    step = [next((n for n, (s, e) in step_of.items() if s <= t < e), -1) for t in ts]
+    b.memory = memory_records(ts=ts, device=[code] * len(ts), lane=[lane] * len(ts), nbytes=[r[1] for r in records],
+                              addr=[r[2] for r in records], total_allocated=running, total_reserved=[0] * len(ts),
+                              step=step)
+    return b.build()
+
+
+def test_a_leak_is_growth_per_step_and_a_steady_run_is_none():
+    mb = 1 << 20
+    steps = [(n, 100 * n, 100) for n in range(6)]
+    leak, steady = [], []
+    for n in range(6):
+        t = 100 * n
+        leak += [(t + 10, 3 * mb, 1000 + n), (t + 20, -3 * mb, 1000 + n), (t + 30, mb, 5000 + n)]
+        steady += [(t + 10, 3 * mb, 1000 + n), (t + 20, -3 * mb, 1000 + n)]
+    grew = analyze_memory(_table(leak, steps=steps)).devices[0].growth
+    assert grew.leak and grew.per_step == mb and grew.jitter == 0
+    kept = analyze_memory(_table(steady, steps=steps)).devices[0].growth
+    assert not kept.leak and kept.per_step == 0
+
+
+def test_a_first_step_that_makes_state_is_no_leak():
+    mb = 1 << 20
+    steps = [(n, 100 * n, 100) for n in range(5)]
+    records = [(5, 4 * mb, 1)]  # optimizer state made once
+    for n in range(5):
+        records += [(100 * n + 10, mb, 100 + n), (100 * n + 20, -mb, 100 + n)]
+    assert not analyze_memory(_table(records, steps=steps)).devices[0].growth.leak
+
+
+def test_temporaries_and_operators_at_the_peak():
+    records = [(1, 100, 1), (2, 50, 2), (3, -50, 2), (11, 30, 3), (12, 1000, 4), (13, -1000, 4)]
+    table = _table(records, ops=[("aten::linear", 0, 5), ("aten::relu", 10, 5)], steps=[(0, 0, 20)])
+    peak = analyze_memory(table).devices[0].peak
+    assert peak.allocated == 1130 and peak.operator == "aten::relu" and peak.step == 0
+    assert {s.name: s.bytes for s in peak.by_category} == {"temporary": 1000, "activation": 130}
+    assert {s.name: s.bytes for s in peak.by_operator} == {"aten::relu": 1030, "aten::linear": 100}
