@@ -149,3 +149,24 @@ def test_temporaries_and_operators_at_the_peak():
     assert peak.allocated == 1130 and peak.operator == "aten::relu" and peak.step == 0
     assert {s.name: s.bytes for s in peak.by_category} == {"temporary": 1000, "activation": 130}
     assert {s.name: s.bytes for s in peak.by_operator} == {"aten::relu": 1030, "aten::linear": 100}
+
+
+def test_the_command_on_a_trace_without_memory_events_says_how_to_record_them(capsys):
+    from rnnprof.cli import main
+
+    assert main(["memory", str(FIXTURES / "torch-gloo-rank0.json.gz")]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.strip().splitlines()) == 1
+    assert "profile_memory=True" in out.err
+
+
+def test_the_command_prints_the_peak_and_plots_it(tmp_path, capsys):
+    from rnnprof.cli import main
+
+    plot = tmp_path / "memory.svg"
+    path = FIXTURES / "kineto-h100-vit-shapes.json.gz"
+    assert main(["memory", str(path), "--plot", str(plot)]) == 0
+    text = capsys.readouterr().out
+    peak = _raw_series(path)["gpu:0"]["running"].max()
+    assert f"{peak / 1e6:,.2f}" in text and "aten::gelu" in text
+    assert plot.stat().st_size > 1000 and b"<svg" in plot.read_bytes()[:200]

@@ -5,6 +5,7 @@ Definitions and thresholds: docs/commands/memory.md."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable
 
 import numpy as np
@@ -12,18 +13,19 @@ import numpy as np
 from rnnprof.events import Device, EventTable
 
 from .context import OUTSIDE, RecordContext, record_context
-from .result import (CATEGORIES, DeviceMemory, Growth, Imbalance, MemoryReport, Peak, Share)
-from .series import NO_OPERATOR, Series, categories_at, device_series, operators_at
+from .result import CATEGORIES, DeviceMemory, Growth, Imbalance, MemoryReport, Peak, Share, TimelinePoint
+from .series import NO_OPERATOR, Series, allocation_categories, categories_at, device_series, operators_at, stacked
 
 __all__ = ["CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak", "Share",
-           "analyze_memory", "has_memory"]
+           "TimelinePoint", "analyze_memory", "has_memory"]
 
 MIN_GROWTH_STEPS = 4  # step ends needed to judge growth: three differences, so one odd step is outvoted
 MIN_GROWTH_SHARE = 0.001  # growth below this share of the peak per step is no leak
 JITTER_FACTOR = 3.0  # growth or excess must exceed this many times the steps' median absolute deviation
 IMBALANCE_SHARE = 0.05  # a peak this share above the others' median is an imbalance
 TOP_OPERATORS = 8
-BASELINE_TOTAL = "the allocator's Total Allocated before the first record"
+TIMELINE_POINTS = 200
+BASELINE_TOTAL = "the allocator's total before the first record"
 BASELINE_CPU = "0: a CPU's records count only what the window allocated"
 BASELINE_NONE = "0: the allocator reported no total"
 
@@ -59,17 +61,23 @@ def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndar
     peak = int(np.flatnonzero(eligible)[np.argmax(series.allocated[eligible])])
     reserved = mem.total_reserved[rows]
     has_reserved = bool((reserved > 0).any())
-    end_phase = _free_phase(series, ctx)
+    cats = allocation_categories(series, ctx, _free_phase(series, ctx))
     at = Peak(allocated=int(series.allocated[peak]),
               reserved=int(reserved[peak]) if has_reserved and reserved[peak] >= 0 else None,
               ts_us=float(mem.ts[rows[peak]]), step=int(step[peak]),
               operator=table.strings[ctx.operator[rows[peak]]] if ctx.operator[rows[peak]] >= 0 else "",
-              by_category=categories_at(series, peak, ctx, end_phase),
+              by_category=categories_at(series, peak, cats),
               by_operator=operators_at(series, peak, ctx, table.strings))
+    at = dataclasses.replace(at, fragmentation=None if at.reserved is None else at.reserved - at.allocated)
     source = BASELINE_TOTAL if series.baseline_known else BASELINE_CPU if kind != "gpu" else BASELINE_NONE
     return DeviceMemory(device.label, device.worker, len(rows), series.baseline, source, at,
                         int(reserved.max()) if has_reserved else None, _growth(series, step, chosen, at.allocated),
-                        series.mismatches)
+                        series.mismatches, _timeline(series, cats, mem.ts[rows]))
+
+
+def _timeline(series: Series, cats: np.ndarray, ts: np.ndarray) -> tuple[TimelinePoint, ...]:
+    chosen, by_cat = stacked(series, cats, TIMELINE_POINTS)
+    return tuple(TimelinePoint(float(ts[k]), tuple(int(v) for v in row)) for k, row in zip(chosen, by_cat))
 
 
 def _free_phase(series: Series, ctx: RecordContext) -> np.ndarray:

@@ -75,9 +75,9 @@ def record_context(table: EventTable) -> RecordContext:
 
 def _phases(table: EventTable, operator: np.ndarray, rec_worker: np.ndarray) -> np.ndarray:
     """A record's phase: inside an optimizer's step or zero_grad (an annotation on any thread of its worker), in a
-    backward function (its outermost operator), in a step (forward), else outside."""
+    backward function (its outermost operator), in a step or an operator (forward), else outside."""
     mem = table.memory
-    phase = np.where(mem.step >= 0, FORWARD, OUTSIDE).astype(np.int8)
+    phase = np.where((mem.step >= 0) | (operator >= 0), FORWARD, OUTSIDE).astype(np.int8)
     names = table.strings
     backward = np.fromiter((s.startswith(BACKWARD_PREFIXES) for s in names), dtype=bool, count=len(names))
     phase[(operator >= 0) & backward[np.maximum(operator, 0)]] = BACKWARD

@@ -39,11 +39,7 @@ class Peak:
     operator: str  # the outermost operator running on the allocating thread ("" : none)
     by_category: tuple[Share, ...]  # every category of CATEGORIES with bytes, in that order; sums to allocated
     by_operator: tuple[Share, ...]  # the live bytes by the operator that allocated them, largest first
-
-    @property
-    def fragmentation(self) -> int | None:
-        """Reserved but not allocated at the peak (None where reserved is not reported)."""
-        return None if self.reserved is None else self.reserved - self.allocated
+    fragmentation: int | None = None  # reserved but not allocated at the peak (None where reserved is not reported)
 
 
 @dataclass(frozen=True)
@@ -58,6 +54,14 @@ class Growth:
 
 
 @dataclass(frozen=True)
+class TimelinePoint:
+    """Allocated bytes at one moment, by category (``bytes``: one figure per CATEGORIES entry)."""
+
+    ts_us: float
+    bytes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class DeviceMemory:
     device: str  # the device's label (``rank1/cpu:0``)
     worker: str
@@ -68,6 +72,7 @@ class DeviceMemory:
     peak_reserved: int | None  # the allocator's largest reserved bytes
     growth: Growth
     mismatches: int  # records whose Total Allocated disagrees with the running sum
+    timeline: tuple[TimelinePoint, ...] = ()  # at most TIMELINE_POINTS moments, the peak of each run of records
 
 
 @dataclass(frozen=True)

@@ -57,17 +57,45 @@ def _pair(b: np.ndarray, addr: np.ndarray) -> np.ndarray:
     return free_of
 
 
-def categories_at(series: Series, peak: int, ctx: RecordContext, end_phase: np.ndarray) -> tuple[Share, ...]:
-    """What was live after record ``peak`` by category; the categories sum to the allocated bytes then.
+def allocation_categories(series: Series, ctx: RecordContext, end_phase: np.ndarray) -> np.ndarray:
+    """The index into CATEGORIES of every position: an allocation's own category (``_category_masks``), a free's
+    the category of the allocation it frees, BEFORE_WINDOW for a free of memory allocated before the window.
 
-    ``end_phase[k]``: the phase of the record that frees allocation k (-1: never freed in the window)."""
+    ``end_phase[k]``: the phase of the record that frees allocation k."""
+    n = len(series.rows)
+    cats = np.full(n, CATEGORIES.index(BEFORE_WINDOW), dtype=np.int8)
+    allocs = np.flatnonzero(series.nbytes > 0)
+    for category, mask in _category_masks(series, allocs, series.rows[allocs], ctx, end_phase).items():
+        cats[allocs[mask]] = CATEGORIES.index(category)
+    paired = allocs[series.free_of[allocs] < n]
+    cats[series.free_of[paired]] = cats[paired]
+    return cats
+
+
+def categories_at(series: Series, peak: int, cats: np.ndarray) -> tuple[Share, ...]:
+    """What was live after record ``peak`` by category (``allocation_categories``); the categories sum to the
+    allocated bytes then, what the window's allocations do not account for being BEFORE_WINDOW."""
     live, b = _live(series, peak)
-    bytes_by: dict[str, int] = dict.fromkeys(CATEGORIES, 0)
-    rows = series.rows[live]
-    for category, mask in _category_masks(series, live, rows, ctx, end_phase).items():
-        bytes_by[category] += int(b[live][mask].sum())
-    bytes_by[BEFORE_WINDOW] += int(series.allocated[peak]) - int(b[live].sum())
-    return tuple(Share(c, v) for c, v in bytes_by.items() if v)
+    sums = np.bincount(cats[live], weights=b[live], minlength=len(CATEGORIES)).astype(np.int64)
+    sums[CATEGORIES.index(BEFORE_WINDOW)] += int(series.allocated[peak]) - int(b[live].sum())
+    return tuple(Share(c, int(v)) for c, v in zip(CATEGORIES, sums) if v)
+
+
+def stacked(series: Series, cats: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``points`` positions (in each of as many equal runs of records, the one of most memory) and the
+    bytes of each category there (rows: positions, columns: CATEGORIES); each row sums to the allocated bytes."""
+    n = len(series.rows)
+    bins = np.minimum(np.arange(n) * points // max(n, 1), points - 1)
+    order = np.lexsort((-series.allocated, bins))
+    first = np.ones(n, dtype=bool)
+    first[1:] = bins[order][1:] != bins[order][:-1]
+    chosen = np.sort(order[first])
+    signed = np.zeros((n, len(CATEGORIES)), dtype=np.int64)
+    signed[np.arange(n), cats] = series.nbytes
+    by_cat = np.cumsum(signed, axis=0)[chosen]
+    before = CATEGORIES.index(BEFORE_WINDOW)
+    by_cat[:, before] = series.allocated[chosen] - (by_cat.sum(axis=1) - by_cat[:, before])
+    return chosen, by_cat
 
 
 def _live(series: Series, peak: int) -> tuple[np.ndarray, np.ndarray]:
@@ -80,7 +108,7 @@ def _live(series: Series, peak: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _category_masks(series: Series, live: np.ndarray, rows: np.ndarray, ctx: RecordContext,
                     end_phase: np.ndarray) -> dict[str, np.ndarray]:
-    """Each live allocation's category: freed within the operator run that made it, a temporary; else by the phase
+    """Each allocation's category: freed within the operator run that made it, a temporary; else by the phase
     it was made in and when it is freed (docs/commands/memory.md)."""
     free = series.free_of[live]
     freed = free < len(series.rows)
