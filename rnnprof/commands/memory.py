@@ -13,7 +13,7 @@ from rnnprof.commands.flags import INPUT
 from rnnprof.errors import InputError
 from rnnprof.reports.charts import check_plot_path, save_chart
 from rnnprof.reports.layout import render_json, render_notes
-from rnnprof.reports.memory import memory_chart, render, to_document
+from rnnprof.reports.memory import memory_chart, render_memory, to_document
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces import load_events
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         render_json({**to_document(report), "left_out": left_out_notes.counts(table)}, console)
     else:
-        render(report, console)
+        render_memory(report, console)
     if plot is not None:
         save_chart(memory_chart(report), plot)
     return 0

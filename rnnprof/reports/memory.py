@@ -40,7 +40,7 @@ def _mb(value: int | None) -> str:
     return "-" if value is None else fmt_mb(value)
 
 
-def render(report: MemoryReport, console: Console) -> None:
+def render_memory(report: MemoryReport, console: Console) -> None:
     width = console.width
     rows = [[Text(d.device), fmt_mb(d.peak.allocated), _mb(d.peak.reserved), _mb(d.peak.fragmentation),
              str(d.peak.step) if d.peak.step >= 0 else "-", Text(d.peak.operator or "-")] for d in report.devices]

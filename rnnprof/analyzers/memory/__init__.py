@@ -26,8 +26,8 @@ IMBALANCE_SHARE = 0.05  # a peak this share above the others' median is an imbal
 TOP_OPERATORS = 8
 TIMELINE_POINTS = 200
 BASELINE_TOTAL = "the allocator's total before the first record"
-BASELINE_CPU = "0: a CPU's records count only what the window allocated"
-BASELINE_NONE = "0: the allocator reported no total"
+BASELINE_CPU = "none, a CPU's records count only what the window allocated"
+BASELINE_NONE = "none, the allocator reported no total"
 
 
 def has_memory(table: EventTable) -> bool:
@@ -45,7 +45,7 @@ def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_s
         rows = np.flatnonzero(mem.device == code)
         device = table.devices[code]
         devices.append(_device(table, ctx, device, rows, chosen))
-    devices = [d for d in devices if d is not None]
+    devices = sorted((d for d in devices if d is not None), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
     return MemoryReport(", ".join(table.sources) or table.source_format, tuple(devices),
                         tuple(_imbalances(table, devices)), mem.unusable, step_selection)
 
