@@ -14,6 +14,8 @@ from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.units import fmt_mb
 
 TOP = 5  # operators shown per device in the text tables
+WINDOW_START = {"process_rss": "the process's resident memory: more than tensors, not in the series",
+                "cuda_allocator": "the CUDA allocator's count"}
 CATEGORY_COLORS = ("#54a24b", "#eeca3b", "#4c4c4c", "#b279a2", "#e45756", "#4c78a8", "#72b7b2", "#bab0ac",
                    "#d9d9d9")
 DEFINITIONS = {
@@ -77,6 +79,13 @@ def _render_device(device: DeviceMemory, width: int, console: Console) -> None:
                 f"(jitter {fmt_mb(growth.jitter)} MB): {verdict}")
     console.print(Text(line))
     console.print(Text(f"{device.device}: baseline {fmt_mb(device.baseline)} MB: {device.baseline_source}"))
+    if device.window_start is not None:
+        what = WINDOW_START.get(device.window_start_source, device.window_start_source)
+        console.print(Text(f"{device.device}: in use when the window started: {fmt_mb(device.window_start)} MB "
+                           f"({what})"))
+    if device.allocator_max is not None:
+        console.print(Text(f"{device.device}: the CUDA allocator's peak over the process: "
+                           f"{fmt_mb(device.allocator_max)} MB"))
     console.print(Text(""))
 
 

@@ -45,6 +45,8 @@ def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_s
         rows = np.flatnonzero(mem.device == code)
         device = table.devices[code]
         devices.append(_device(table, ctx, device, rows, chosen))
+    devices = [_with_manifest(d, table, table.devices[code]) for d, code in zip(devices, np.unique(mem.device))
+               if d is not None]
     devices = sorted((d for d in devices if d is not None), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
     return MemoryReport(", ".join(table.sources) or table.source_format, tuple(devices),
                         tuple(_imbalances(table, devices)), mem.unusable, step_selection)
@@ -73,6 +75,22 @@ def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndar
     return DeviceMemory(device.label, device.worker, len(rows), series.baseline, source, at,
                         int(reserved.max()) if has_reserved else None, _growth(series, step, chosen, at.allocated),
                         series.mismatches, _timeline(series, cats, mem.ts[rows]))
+
+
+def _with_manifest(memory: DeviceMemory, table: EventTable, device: Device) -> DeviceMemory:
+    """The device's memory with what its rank's capture recorded (``Manifest.rank_memory``): the memory in use when
+    the window started, for the rank's CPU its resident memory, for its GPU the CUDA allocator's, and the CUDA
+    allocator's peak."""
+    manifest = table.metadata.manifest
+    recorded = manifest.rank_memory.get(device.worker) if manifest is not None else None
+    if recorded is None or recorded.baseline_source is None:
+        return memory
+    on_gpu = recorded.baseline_source == "cuda_allocator"
+    if on_gpu != (device.kind == "gpu"):
+        return memory
+    return dataclasses.replace(memory, window_start=recorded.baseline_allocated,
+                               window_start_source=recorded.baseline_source,
+                               allocator_max=recorded.max_allocated if on_gpu else None)
 
 
 def _timeline(series: Series, cats: np.ndarray, ts: np.ndarray) -> tuple[TimelinePoint, ...]:

@@ -72,6 +72,9 @@ class DeviceMemory:
     peak_reserved: int | None  # the allocator's largest reserved bytes
     growth: Growth
     mismatches: int  # records whose Total Allocated disagrees with the running sum
+    window_start: int | None = None  # memory in use when the capture's window started (the run's manifest)
+    window_start_source: str = ""  # cuda_allocator, or process_rss (more than tensors: not in the series)
+    allocator_max: int | None = None  # the CUDA allocator's max_memory_allocated over the process (the manifest)
     timeline: tuple[TimelinePoint, ...] = ()  # at most TIMELINE_POINTS moments, the peak of each run of records
 
 
