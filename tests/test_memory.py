@@ -170,3 +170,16 @@ def test_the_command_prints_the_peak_and_plots_it(tmp_path, capsys):
     peak = _raw_series(path)["gpu:0"]["running"].max()
     assert f"{peak / 1e6:,.2f}" in text and "aten::gelu" in text
     assert plot.stat().st_size > 1000 and b"<svg" in plot.read_bytes()[:200]
+
+
+def test_the_html_report_has_the_memory_section_and_chart(tmp_path):
+    from rnnprof.cli import main
+
+    out = tmp_path / "report.html"
+    path = FIXTURES / "kineto-h100-vit-shapes.json.gz"
+    assert main(["report", str(path), "-o", str(out)]) == 0
+    html = out.read_text()
+    section = html[html.index("Memory</h2>"):]
+    peak = _raw_series(path)["gpu:0"]["running"].max()
+    assert f"{peak / 1e6:,.2f}" in section[:3000]
+    assert '"data":{"name":"memory"}' in section and '"category":"activation"' in section

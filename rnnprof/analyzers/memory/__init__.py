@@ -74,7 +74,7 @@ def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndar
     source = BASELINE_TOTAL if series.baseline_known else BASELINE_CPU if kind != "gpu" else BASELINE_NONE
     return DeviceMemory(device.label, device.worker, len(rows), series.baseline, source, at,
                         int(reserved.max()) if has_reserved else None, _growth(series, step, chosen, at.allocated),
-                        series.mismatches, _timeline(series, cats, mem.ts[rows]))
+                        series.mismatches, timeline=_timeline(series, cats, mem.ts[rows]))
 
 
 def _with_manifest(memory: DeviceMemory, table: EventTable, device: Device) -> DeviceMemory:
