@@ -3,6 +3,7 @@ and torchrun, each against the size the script allocated, and a control without 
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -79,3 +80,52 @@ def test_the_control_has_no_memory_finding(runs, capsys):
     assert not any(d["growth"]["leak"] for d in document["devices"])
     assert all(len(d["growth"]["step_end"]) == WINDOW for d in document["devices"])
     assert _alarms(capsys, runs("control")) == []
+
+
+TF_RUN = ["--model", "rnnlm", "--devices", "2", "--vocab-size", "8000", "--batch-size", "8", "--warmup", "1",
+          "--batches", "1", "--trace-steps", "4"]
+
+
+@pytest.fixture(scope="module")
+def tf_runs(tmp_path_factory):
+    def make(folder: Path, plant: list[str]) -> None:
+        assert main(["trace", *TF_RUN, *plant, "--out", str(folder / "run")]) == 0
+
+    return {name: shared_once(tmp_path_factory, f"memory-tf-{name}", lambda f, p=plant: make(f, p)) / "run"
+            for name, plant in (("plant", ["--plant", "softmax-on-device0"]), ("control", []))}
+
+
+def _raw_live(run: Path, device: str, step: int, until_us: float, scope: str) -> int:
+    """From the run's timeline of ``step`` alone: bytes allocated on ``device`` by nodes under ``scope`` up to
+    ``until_us`` and not freed by then."""
+    doc = json.loads(gzip.open(run / "timelines" / f"step-{step}.trace.json.gz", "rt").read())
+    pids = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    live: dict[int, int] = {}
+    for e in sorted((e for e in doc["traceEvents"] if e.get("name") == "[memory]"), key=lambda e: e["ts"]):
+        if not pids[e["pid"]].endswith(device) or e["ts"] > until_us or not e["args"]["node"].startswith(scope):
+            continue
+        if e["args"]["Bytes"] > 0:
+            live[e["args"]["Addr"]] = e["args"]["Bytes"]
+        else:
+            live.pop(e["args"]["Addr"], None)
+    return sum(live.values())
+
+
+def test_softmax_pinned_to_device0_is_found_with_the_bytes_it_holds_there(tf_runs, capsys):
+    run = tf_runs["plant"]
+    document = _document(capsys, "memory", str(run))
+    (imbalance,) = document["imbalances"]
+    assert imbalance["device"] == "cpu:0"
+    assert "tower_*/projection/" in imbalance["operators"][0]["name"]  # the softmax's logits or their gradient
+    pinned = imbalance["other_replicas"]
+    assert pinned and all(s["name"].startswith("tower_1/") for s in pinned)
+    held = sum(s["bytes"] for s in pinned)
+    assert held >= 0.5 * imbalance["excess"]  # most of the excess is tower 1's work on device 0
+    peak = next(d["peak"] for d in document["devices"] if d["device"] == "cpu:0")
+    assert held == _raw_live(run, "CPU:0", peak["step"], peak["ts_us"], "tower_1/")
+    assert [f["rule"] for f in _alarms(capsys, run)] == ["PF008"]
+
+
+def test_the_unplanted_run_has_no_memory_finding(tf_runs, capsys):
+    assert _document(capsys, "memory", str(tf_runs["control"]))["imbalances"] == []
+    assert _alarms(capsys, tf_runs["control"]) == []

@@ -2,7 +2,8 @@
 
 Kineto's ``[memory]`` instant events and TensorFlow's allocation records become ``MemoryRecords``: parallel
 arrays on the table's clock, ``device`` coding into the table's ``devices``, ``lane`` (the thread) into its
-``strings``. ``nbytes`` is signed (a free is negative); ``total_allocated`` and ``total_reserved`` are what the
+``strings``, as ``operator`` (the allocating operator, where the source names it: TensorFlow's node; -1
+otherwise). ``nbytes`` is signed (a free is negative); ``total_allocated`` and ``total_reserved`` are what the
 allocator reported after the event (-1: not reported). The records are apart from the events so that every
 analysis of the events reads the same table as before. The meaning of each field: docs/commands/memory.md.
 """
@@ -15,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 _DTYPES = {"ts": np.float64, "device": np.int16, "lane": np.int32, "nbytes": np.int64, "addr": np.int64,
-           "total_allocated": np.int64, "total_reserved": np.int64, "step": np.int32}
+           "total_allocated": np.int64, "total_reserved": np.int64, "step": np.int32, "operator": np.int32}
 
 
 def _empty(column: str):
@@ -34,6 +35,7 @@ class MemoryRecords:
     total_allocated: np.ndarray = _empty("total_allocated")
     total_reserved: np.ndarray = _empty("total_reserved")
     step: np.ndarray = _empty("step")
+    operator: np.ndarray = _empty("operator")  # string code of the allocating operator, where the source names it
     unusable: int = 0  # memory events of the source left out: a field missing or not a number
 
     COLUMNS = tuple(_DTYPES)
@@ -49,7 +51,9 @@ class MemoryRecords:
         """The records with their device and lane codes translated (a table's codes into a merged table's)."""
         if not len(self):
             return self
-        return replace(self, device=device_map[self.device].astype(np.int16), lane=string_map[self.lane])
+        operator = np.where(self.operator >= 0, string_map[np.maximum(self.operator, 0)], -1).astype(np.int32)
+        return replace(self, device=device_map[self.device].astype(np.int16), lane=string_map[self.lane],
+                       operator=operator)
 
     def with_steps(self, step: np.ndarray) -> "MemoryRecords":
         return replace(self, step=np.asarray(step, dtype=np.int32))

@@ -56,6 +56,10 @@ def render_memory(report: MemoryReport, console: Console) -> None:
         ops = ", ".join(f"{s.name} {fmt_mb(s.bytes)}" for s in imbalance.operators[:3])
         console.print(Text(f"imbalance: {imbalance.device} peaks {fmt_mb(imbalance.excess)} MB above the others' "
                            f"median ({fmt_mb(imbalance.others_median)} MB)" + (f"; most of it: {ops}" if ops else "")))
+        if imbalance.other_replicas:
+            held = sum(s.bytes for s in imbalance.other_replicas)
+            names = ", ".join(s.name for s in imbalance.other_replicas[:3])
+            console.print(Text(f"  {imbalance.device} holds {fmt_mb(held)} MB for other replicas: {names}"))
     if report.unusable:
         console.print(Text(f"left out: {report.unusable:,} memory events without a number for Bytes"))
 

@@ -13,7 +13,9 @@ import numpy as np
 from rnnprof.events import Device, EventTable
 
 from .context import OUTSIDE, RecordContext, record_context
-from .result import CATEGORIES, DeviceMemory, Growth, Imbalance, MemoryReport, Peak, Share, TimelinePoint
+from .imbalance import imbalances
+from .result import (CATEGORIES, PER_STEP_WINDOWS, DeviceMemory, Growth, Imbalance, MemoryReport, Peak, Share,
+                     TimelinePoint)
 from .series import NO_OPERATOR, Series, allocation_categories, categories_at, device_series, operators_at, stacked
 
 __all__ = ["CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak", "Share",
@@ -22,8 +24,6 @@ __all__ = ["CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", 
 MIN_GROWTH_STEPS = 4  # step ends needed to judge growth: three differences, so one odd step is outvoted
 MIN_GROWTH_SHARE = 0.001  # growth below this share of the peak per step is no leak
 JITTER_FACTOR = 3.0  # growth or excess must exceed this many times the steps' median absolute deviation
-IMBALANCE_SHARE = 0.05  # a peak this share above the others' median is an imbalance
-TOP_OPERATORS = 8
 TIMELINE_POINTS = 200
 BASELINE_TOTAL = "the allocator's total before the first record"
 BASELINE_CPU = "none, a CPU's records count only what the window allocated"
@@ -49,7 +49,7 @@ def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_s
                if d is not None]
     devices = sorted((d for d in devices if d is not None), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
     return MemoryReport(", ".join(table.sources) or table.source_format, tuple(devices),
-                        tuple(_imbalances(table, devices)), mem.unusable, step_selection)
+                        tuple(imbalances(table, devices)), mem.unusable, step_selection)
 
 
 def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndarray,
@@ -57,6 +57,8 @@ def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndar
     mem, kind = table.memory, device.kind
     series = device_series(mem.nbytes, mem.addr, mem.total_allocated, rows, total_is_baseline=kind == "gpu")
     step = mem.step[rows]
+    if _per_step_windows(table, rows):
+        series = _each_step_apart(series, step, mem.addr[rows] < 0)
     eligible = np.ones(len(rows), dtype=bool) if chosen is None else np.isin(step, chosen)
     if not eligible.any():
         return None
@@ -73,8 +75,11 @@ def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndar
     at = dataclasses.replace(at, fragmentation=None if at.reserved is None else at.reserved - at.allocated)
     source = BASELINE_TOTAL if series.baseline_known else BASELINE_CPU if kind != "gpu" else BASELINE_NONE
     return DeviceMemory(device.label, device.worker, len(rows), series.baseline, source, at,
-                        int(reserved.max()) if has_reserved else None, _growth(series, step, chosen, at.allocated),
-                        series.mismatches, timeline=_timeline(series, cats, mem.ts[rows]))
+                        int(reserved.max()) if has_reserved else None,
+                        _growth(series, step, chosen, at.allocated) if not _per_step_windows(table, rows) else
+                        Growth((), 0, 0, False, PER_STEP_WINDOWS),
+                        series.mismatches, timeline=_timeline(series, cats, mem.ts[rows]),
+                        step_peaks=_step_peaks(series, step, eligible))
 
 
 def _with_manifest(memory: DeviceMemory, table: EventTable, device: Device) -> DeviceMemory:
@@ -123,33 +128,27 @@ def _growth(series: Series, step: np.ndarray, chosen: np.ndarray | None, peak: i
     return Growth(ends, int(round(per_step)), int(round(jitter)), bool(leak))
 
 
-def _imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance]:
-    """Devices whose peak exceeds the median of the other devices of their kind by more than IMBALANCE_SHARE of
-    it and JITTER_FACTOR times the per-step jitter of the peaks' device."""
-    kinds: dict[str, list[DeviceMemory]] = {}
-    by_label = {d.label: d for d in table.devices}
-    for d in devices:
-        kind = by_label[d.device].kind
-        kinds.setdefault("cpu" if kind == "host" else kind, []).append(d)
-    found = []
-    for group in kinds.values():
-        if len(group) < 2:
-            continue
-        for d in group:
-            others = [o for o in group if o is not d]
-            median = int(np.median([o.peak.allocated for o in others]))
-            excess = d.peak.allocated - median
-            threshold = int(max(IMBALANCE_SHARE * median, JITTER_FACTOR * max(o.growth.jitter for o in group)))
-            if excess > threshold:
-                found.append(Imbalance(d.device, d.peak.allocated, median, excess, threshold,
-                                       _difference(d, others)))
-    return sorted(found, key=lambda i: -i.excess)
+def _step_peaks(series: Series, step: np.ndarray, eligible: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """The largest allocated bytes in each (selected) step."""
+    return tuple((int(s), int(series.allocated[(step == s) & eligible].max()))
+                 for s in np.unique(step[eligible & (step >= 0)]))
 
 
-def _difference(device: DeviceMemory, others: list[DeviceMemory]) -> tuple[Share, ...]:
-    """The operators whose live bytes at ``device``'s peak exceed the others' median most."""
-    mine = {s.name: s.bytes for s in device.peak.by_operator}
-    theirs = [{s.name: s.bytes for s in o.peak.by_operator} for o in others]
-    extra = {name: b - int(np.median([t.get(name, 0) for t in theirs])) for name, b in mine.items()}
-    ranked = sorted(((n, e) for n, e in extra.items() if e > 0), key=lambda kv: (-kv[1], kv[0]))
-    return tuple(Share(n, e) for n, e in ranked[:TOP_OPERATORS])
+def _each_step_apart(series: Series, step: np.ndarray, unpaired: np.ndarray) -> Series:
+    """The series started again from 0 at each step's first record (each step recorded apart), leaving out the
+    frees of what an earlier step allocated (``unpaired``: the source matched them to no allocation)."""
+    if not len(step):
+        return series
+    nbytes = np.where(unpaired & (series.nbytes < 0), 0, series.nbytes)
+    cum = np.cumsum(nbytes)
+    first = np.flatnonzero(np.concatenate(([True], step[1:] != step[:-1])))
+    before = np.where(first > 0, cum[np.maximum(first - 1, 0)], 0)
+    group = np.cumsum(np.isin(np.arange(len(step)), first)) - 1
+    return dataclasses.replace(series, nbytes=nbytes, allocated=cum - before[group], baseline=0,
+                               baseline_known=False, window=step)
+
+
+def _per_step_windows(table: EventTable, rows: np.ndarray) -> bool:
+    """Records whose source names their operator (TensorFlow's step stats): each step's are recorded apart, so
+    memory carried from one step to the next is not in them."""
+    return bool((table.memory.operator[rows] >= 0).any())

@@ -69,7 +69,10 @@ def record_context(table: EventTable) -> RecordContext:
         operator[rows] = np.where(found >= 0, table.name[top[np.maximum(found, 0)]], -1)
         instance[rows] = np.where(found >= 0, found + offset, -1)
         offset += len(top)
+    named = mem.operator >= 0  # the source named the allocating operator (TensorFlow's node): no phase to tell
+    operator[named] = mem.operator[named]
     phases = _phases(table, operator, worker[mem.device] if n else worker[:0])
+    phases[named] = OUTSIDE
     return RecordContext(operator, instance, phases, mem.step)
 
 

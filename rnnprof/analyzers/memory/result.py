@@ -16,6 +16,7 @@ GRADIENT = "gradient"
 AUTOGRAD_DETAIL = "autograd_detail"
 UNKNOWN = "unknown"  # allocated in the window where no phase tells what it is
 BEFORE_WINDOW = "before_window"  # allocated before the trace's window began: parameters, state, inputs, ...
+PER_STEP_WINDOWS = "TensorFlow records each step's allocations apart; growth across steps is not told"
 CATEGORIES = (PARAMETER, OPTIMIZER_STATE, INPUT, TEMPORARY, ACTIVATION, GRADIENT, AUTOGRAD_DETAIL, UNKNOWN,
               BEFORE_WINDOW)
 
@@ -75,7 +76,8 @@ class DeviceMemory:
     window_start: int | None = None  # memory in use when the capture's window started (the run's manifest)
     window_start_source: str = ""  # cuda_allocator, or process_rss (more than tensors: not in the series)
     allocator_max: int | None = None  # the CUDA allocator's max_memory_allocated over the process (the manifest)
-    timeline: tuple[TimelinePoint, ...] = ()  # at most TIMELINE_POINTS moments, the peak of each run of records
+    timeline: tuple[TimelinePoint, ...] = ()
+    step_peaks: tuple[tuple[int, int], ...] = ()  # (step, its largest allocated bytes)  # at most TIMELINE_POINTS moments, the peak of each run of records
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,11 @@ class Imbalance:
     device: str
     peak: int
     others_median: int
-    excess: int  # bytes
-    threshold: int  # the excess that counts: the larger of a share of the median and the per-step jitter
+    excess: int  # bytes: the median over steps of the step's peak less the others' (the peaks' without steps)
+    threshold: int  # the excess that counts, in every shared step: a share of the others' median peak
     operators: tuple[Share, ...]  # operators whose live bytes at the peak exceed the others' median most
+    other_replicas: tuple[Share, ...] = ()  # live bytes of operators of another replica's scope (tower_k, k not
+    # the device's index): a replica's work pinned here
 
 
 @dataclass(frozen=True)

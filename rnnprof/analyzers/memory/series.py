@@ -26,6 +26,7 @@ class Series:
     baseline_known: bool  # the allocator's Total Allocated gave it
     free_of: np.ndarray  # for each row that allocates, the position of its free in ``rows`` (len(rows): never)
     mismatches: int
+    window: np.ndarray | None = None  # where each step is recorded apart: the step of each position
 
 
 def device_series(nbytes: np.ndarray, addr: np.ndarray, total: np.ndarray, rows: np.ndarray,
@@ -102,8 +103,10 @@ def _live(series: Series, peak: int) -> tuple[np.ndarray, np.ndarray]:
     """The positions of the allocations made up to ``peak`` and not freed by then, and the bytes of every record."""
     positions = np.arange(peak + 1)
     b = series.nbytes
-    live = positions[(b[: peak + 1] > 0) & (series.free_of[: peak + 1] > peak)]
-    return live, b
+    held = (b[: peak + 1] > 0) & (series.free_of[: peak + 1] > peak)
+    if series.window is not None:  # only what the peak's own step recorded
+        held &= series.window[: peak + 1] == series.window[peak]
+    return positions[held], b
 
 
 def _category_masks(series: Series, live: np.ndarray, rows: np.ndarray, ctx: RecordContext,
