@@ -8,12 +8,11 @@
         capture.step()                                             # after each optimizer step
     facts = capture.close()                                        # what the manifest records of this rank
 
-Steps ``skip_steps`` to ``skip_steps + steps - 1`` are recorded (shapes, CPU and GPU activity), each in a
-``ProfilerStep#N`` range; the step before is the profiler's warm-up. Allocations are recorded too
-(``profile_memory``, on by default), with the memory already in use when the window starts (``memory``). A thread beside the training compresses
-Kineto's export into ``<run_dir>/torch/rank<r>.json.gz`` with calls that release the GIL; ``close()`` waits
-for it. ``phase(name)`` is a ``record_function`` and an NVTX range. The manifest is the caller's to write.
-See docs/commands/trace.md.
+Steps ``skip_steps`` to ``skip_steps + steps - 1`` are recorded (shapes, CPU and GPU activity, allocations
+and the memory in use as the window starts), each in a ``ProfilerStep#N`` range; the step before is the
+profiler's warm-up. A thread beside the training compresses Kineto's export into
+``<run_dir>/torch/rank<r>.json.gz`` with calls that release the GIL; ``close()`` waits for it.
+``phase(name)`` is a ``record_function`` and an NVTX range; the manifest is the caller's (docs/commands/trace.md).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import dataclasses
 from rich.console import Console
 from rich.text import Text
 
-from rnnprof.analyzers.memory import CATEGORIES, DeviceMemory, MemoryReport
+from rnnprof.analyzers.memory import BASELINE_TOTAL, CATEGORIES, DeviceMemory, MemoryReport
 from rnnprof.reports.charts import Figure, altair
 from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.units import fmt_mb
@@ -82,10 +82,12 @@ def _render_device(device: DeviceMemory, width: int, console: Console) -> None:
         line = (f"{device.device}: growth {fmt_mb(growth.per_step)} MB/step over {len(growth.step_end)} steps "
                 f"(jitter {fmt_mb(growth.jitter)} MB): {verdict}")
     console.print(Text(line))
-    console.print(Text(f"{device.device}: baseline {fmt_mb(device.baseline)} MB: {device.baseline_source}"))
+    known = device.baseline_source == BASELINE_TOTAL
+    console.print(Text(f"{device.device}: baseline " + (f"{fmt_mb(device.baseline)} MB: " if known else "")
+                       + device.baseline_source))
     if device.window_start is not None:
         what = WINDOW_START.get(device.window_start_source, device.window_start_source)
-        console.print(Text(f"{device.device}: in use when the window started: {fmt_mb(device.window_start)} MB "
+        console.print(Text(f"{device.device}: {fmt_mb(device.window_start)} MB in use when the window began "
                            f"({what})"))
     if device.allocator_max is not None:
         console.print(Text(f"{device.device}: the CUDA allocator's peak over the process: "

@@ -46,7 +46,7 @@ def basis(facts: dict) -> str:
             f"{megabytes(facts['headroom_after_bytes'])}")
 
 
-def severity(device: DeviceMemory, freed: int, size: int | None) -> Severity:
+def memory_severity(device: DeviceMemory, freed: int, size: int | None) -> Severity:
     """Warning; error where the bytes freed are at least ERROR_SHARE of the device's size (else its peak)."""
     whole = size if size else device.peak.allocated
     return Severity.ERROR if whole and freed >= ERROR_SHARE * whole else Severity.WARNING

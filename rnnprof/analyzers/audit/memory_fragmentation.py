@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
-from .memory_common import basis, device_size, evidence, megabytes, severity
+from .memory_common import basis, device_size, evidence, megabytes, memory_severity
 
 RULE_ID = "PF010"
 TITLE = "memory reserved but unused at the peak"
@@ -30,7 +30,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
             continue
         facts = evidence(ctx.table, device, unused)
         found.append(Finding(
-            rule=RULE_ID, severity=severity(device, unused, device_size(ctx.table, device)),
+            rule=RULE_ID, severity=memory_severity(device, unused, device_size(ctx.table, device)),
             title=(f"{device.device}: {megabytes(unused)} reserved but unused at the peak "
                    f"({unused / device.peak.reserved:.0%} of {megabytes(device.peak.reserved)})"),
             subject=Subject(rank=device.worker or None, device=device.device),

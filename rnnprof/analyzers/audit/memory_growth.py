@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
-from .memory_common import basis, device_size, evidence, megabytes, severity
+from .memory_common import basis, device_size, evidence, megabytes, memory_severity
 
 RULE_ID = "PF009"
 TITLE = "memory that grows from step to step"
@@ -31,7 +31,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         facts = evidence(ctx.table, device, freed)
         left = facts["headroom_bytes"] // growth.per_step if facts["headroom_bytes"] is not None else None
         found.append(Finding(
-            rule=RULE_ID, severity=severity(device, freed, device_size(ctx.table, device)),
+            rule=RULE_ID, severity=memory_severity(device, freed, device_size(ctx.table, device)),
             title=(f"{device.device}: memory grows {megabytes(growth.per_step)} per step over "
                    f"{len(growth.step_end)} steps (jitter {megabytes(growth.jitter)})"),
             subject=Subject(rank=device.worker or None, device=device.device),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
-from .memory_common import basis, device_size, evidence, megabytes, severity
+from .memory_common import basis, device_size, evidence, megabytes, memory_severity
 
 RULE_ID = "PF008"
 TITLE = "one device's memory peak above the others'"
@@ -29,7 +29,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         facts = evidence(ctx.table, device, imbalance.excess)
         ops = ", ".join(f"{s.name} {megabytes(s.bytes)}" for s in imbalance.operators[:3])
         found.append(Finding(
-            rule=RULE_ID, severity=severity(device, imbalance.excess, device_size(ctx.table, device)),
+            rule=RULE_ID, severity=memory_severity(device, imbalance.excess, device_size(ctx.table, device)),
             title=(f"{imbalance.device}: memory peak {megabytes(imbalance.excess)} above the others' median "
                    f"({megabytes(imbalance.others_median)})" + (f"; most of it {ops}" if ops else "")),
             subject=Subject(rank=device.worker or None, device=device.device,

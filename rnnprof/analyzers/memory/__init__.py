@@ -18,7 +18,7 @@ from .result import (CATEGORIES, PER_STEP_WINDOWS, DeviceMemory, Growth, Imbalan
                      TimelinePoint)
 from .series import NO_OPERATOR, Series, allocation_categories, categories_at, device_series, operators_at, stacked
 
-__all__ = ["CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak", "Share",
+__all__ = ["BASELINE_TOTAL", "CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak", "Share",
            "TimelinePoint", "analyze_memory", "has_memory"]
 
 MIN_GROWTH_STEPS = 4  # step ends needed to judge growth: three differences, so one odd step is outvoted
