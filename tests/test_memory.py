@@ -183,3 +183,72 @@ def test_the_html_report_has_the_memory_section_and_chart(tmp_path):
     peak = _raw_series(path)["gpu:0"]["running"].max()
     assert f"{peak / 1e6:,.2f}" in section[:3000]
     assert '"data":{"name":"memory"}' in section and '"category":"activation"' in section
+
+
+def test_tensorflow_allocation_records_become_memory_records_with_their_node():
+    """Step stats as TensorFlow writes them (built here with its protos): each node's allocation records, an
+    allocation and its free, and a free of what an earlier step allocated."""
+    from tensorboard.compat.proto import step_stats_pb2
+
+    from rnnprof.rundir.chrome_trace import step_stats_to_chrome
+    from rnnprof.traces.tf_chrome import load_doc
+
+    stats = step_stats_pb2.StepStats()
+    for index, node_name, records in ((0, "tower_0/MatMul", [(100, 4096), (180, -4096), (150, -64)]),
+                                      (1, "tower_1/MatMul", [(110, 4096)])):
+        dev = stats.dev_stats.add(device=f"/job:localhost/replica:0/task:0/device:CPU:{index}")
+        node = dev.node_stats.add(node_name=node_name, all_start_micros=90, all_end_rel_micros=20,
+                                  timeline_label=f"{node_name} = MatMul(a, b)")
+        used = node.memory.add(allocator_name="cpu")
+        for micros, size in records:
+            used.allocation_records.add(alloc_micros=micros, alloc_bytes=size)
+    table = load_doc(Path("step-3.trace.json"), step_stats_to_chrome(stats, 3), "rnnprof")
+    mem = table.memory
+    assert len(mem) == 4 and mem.unusable == 0
+    assert list(mem.nbytes) == [4096, 4096, -64, -4096]  # in time order
+    assert [table.strings[c] for c in mem.operator] == ["tower_0/MatMul", "tower_1/MatMul", "tower_0/MatMul",
+                                                        "tower_0/MatMul"]
+    assert mem.addr[0] == mem.addr[3] != mem.addr[1] and mem.addr[2] == -1 and set(mem.step) == {3}
+    report = analyze_memory(table)
+    peaks = {d.device: d.peak for d in report.devices}
+    assert peaks["cpu:0"].allocated == 4096 and peaks["cpu:1"].allocated == 4096
+    assert peaks["cpu:0"].by_operator[0].name == "tower_0/MatMul"
+
+
+def test_the_manifest_gives_each_ranks_memory_at_the_window_start():
+    from rnnprof.events import Manifest
+
+    manifest = Manifest.from_dict({"ranks": [
+        {"rank": 0, "memory": {"profile_memory": True, "baseline": {"source": "process_rss", "allocated": 5000,
+                                                                    "reserved": None},
+                               "max_allocated": None, "max_reserved": None}},
+        {"rank": 1, "memory": "not a record"}]})
+    (memory,) = manifest.rank_memory.values()
+    assert list(manifest.rank_memory) == ["rank0"]
+    assert memory.profile_memory and memory.baseline_source == "process_rss" and memory.baseline_allocated == 5000
+    assert memory.max_allocated is None
+
+
+def _gpu_table(reserved: int):
+    """One GPU: 100 MB allocated then freed, the allocator reserving ``reserved`` bytes; its memory size 1 GB."""
+    b = EventTableBuilder("test")
+    gpu, host = Device("gpu", 0), Device("host")
+    b.add(0, 10, "aten::empty", "aten::empty", host, "1", Kind.HOST_OP)
+    b.add(0, 10, "kernel", "kernel", gpu, "stream:7", Kind.KERNEL)
+    code, lane = b.device_code(gpu), b.strings.code("1")
+    b.memory = memory_records(ts=[1, 2], device=[code, code], lane=[lane, lane], nbytes=[100_000_000, -100_000_000],
+                              addr=[5, 5], total_allocated=[100_000_000, 0], total_reserved=[reserved, reserved],
+                              step=[-1, -1])
+    b.metadata.devices_properties = ({"id": 0, "totalGlobalMem": 1_000_000_000},)
+    return b.build()
+
+
+def test_reserved_but_unused_memory_is_a_finding_in_bytes_with_the_headroom():
+    from rnnprof.analyzers.audit import audit
+
+    found = [f for f in audit(_gpu_table(300_000_000)).findings if f.rule == "PF010"]
+    (finding,) = found
+    assert finding.evidence["freed_at_peak_bytes"] == 200_000_000 and finding.saving_us is None
+    assert finding.evidence["headroom_bytes"] == 700_000_000
+    assert finding.evidence["headroom_after_bytes"] == 900_000_000
+    assert not [f for f in audit(_gpu_table(110_000_000)).findings if f.rule == "PF010"]

@@ -79,6 +79,10 @@ def test_the_control_has_no_memory_finding(runs, capsys):
     assert document["imbalances"] == []
     assert not any(d["growth"]["leak"] for d in document["devices"])
     assert all(len(d["growth"]["step_end"]) == WINDOW for d in document["devices"])
+    # each rank's resident memory when the window began, from its capture (the manifest): a Python process with
+    # torch loaded holds tens of MB at least
+    assert all(d["window_start_source"] == "process_rss" and d["window_start"] > 50_000_000
+               for d in document["devices"])
     assert _alarms(capsys, runs("control")) == []
 
 
