@@ -288,7 +288,7 @@ def memory_events(step_stats, pids: dict[str, int], threads: dict[tuple[str, str
             continue
         tid, shift = threads.get((device, lane), threads.get((device, EXECUTOR_LANE), 0)), offset_of(device, offsets)
         for node in dev.node_stats:
-            for used in node.memory:
+            for used in getattr(node, "memory", ()):  # absent from step stats built by hand
                 held: list[tuple[int, int]] = []
                 for record in used.allocation_records:
                     size = int(record.alloc_bytes)
