@@ -10,7 +10,7 @@ from rnnprof import limits
 from rnnprof.analyzers.memory import analyze_memory, has_memory
 from rnnprof.commands import left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT
-from rnnprof.errors import InputError
+from rnnprof.errors import InputError, UsageError
 from rnnprof.reports.charts import check_plot_path, save_chart
 from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.memory import memory_chart, render_memory, to_document
@@ -43,6 +43,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     chosen = step_flags.selection(args)
     report = analyze_memory(table, steps=selected.steps() if chosen.active else None,
                             step_selection=chosen.describe() if chosen.active else "")
+    if not report.devices:
+        raise UsageError(f"{report.steps} selects no step with allocator records ([memory] events)")
     render_notes([*notes, *left_out_notes.notes(args, table)])
     if args.json:
         render_json({**to_document(report), "left_out": left_out_notes.counts(table)}, console)
