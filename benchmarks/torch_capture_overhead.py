@@ -2,7 +2,7 @@
 
 A small PyTorch training script (an LSTM language model on random tokens, no DDP, written here) runs
 as two processes: ``plain``, the script with torch.profiler around its loop (the same activities,
-``record_shapes``, the same schedule: ``--skip`` steps before a ``--window``-step window, one warm-up,
+``record_shapes`` and ``profile_memory`` (``--plain-memory off``: without it), the same schedule: ``--skip`` steps before a ``--window``-step window, one warm-up,
 its own ``export_chrome_trace`` as ``on_trace_ready``, ``prof.step()`` after each optimizer step), and
 ``rnnprof``, the script with no profiler under ``rnnprof trace --steps WINDOW --skip-steps SKIP --
 python train.py``. Both processes are built first, then take turns step by step (the parent asks one for a
@@ -43,6 +43,7 @@ import json, os, sys, time
 import torch
 
 mode, skip, window, trace_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+memory = sys.argv[5] == "on"
 torch.set_num_threads(1)
 torch.manual_seed(0)
 vocab, embed, hidden, batch, length = 2000, 64, 128, 16, 20
@@ -71,7 +72,7 @@ if mode == "plain":  # as TorchCapture sets it up: one warm-up step before the w
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     warmup = min(1, skip)
-    profiler = profile(activities=activities, record_shapes=True,
+    profiler = profile(activities=activities, record_shapes=True, profile_memory=memory,
                        schedule=schedule(wait=skip - warmup, warmup=warmup, active=window, repeat=1),
                        on_trace_ready=lambda p: p.export_chrome_trace(os.path.join(trace_dir, "plain.json")))
     profiler.start()
@@ -97,7 +98,7 @@ if profiler is not None:
 
 def _argv(side: str, folder: Path, args, k: int) -> list[str]:
     train = [str(folder / "train.py"), "plain" if side == "plain" else "none", str(args.skip), str(args.window),
-             str(folder)]
+             str(folder), args.plain_memory]
     if side == "plain":
         return train
     return ["-m", "rnnprof", "trace", "--out", str(folder / f"run-{k}"), "--steps", str(args.window),
@@ -144,6 +145,9 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=5, help="--steps of the capture")
     parser.add_argument("--settle", type=int, default=3, help="steps after the window left out of the comparison")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--plain-memory", choices=("on", "off"), default="on",
+                        help="whether plain torch.profiler records memory (profile_memory) as rnnprof does; off "
+                             "measures what recording memory costs on top of rnnprof's overhead")
     args = parser.parse_args()
     closing = args.skip + args.window - 1
     first = closing + 1 + args.settle

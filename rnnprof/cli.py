@@ -41,6 +41,8 @@ COMMANDS: dict[str, Command] = {
                      "rank what to fix first by estimated saving per step, judged against the run's own jitter"),
     "comm": Command("rnnprof.commands.comm",
                     "split each device's time into communication, compute and idle, and find stragglers"),
+    "memory": Command("rnnprof.commands.memory",
+                      "find each device's peak memory, what was live then, growth per step and imbalance"),
     "view": Command("rnnprof.commands.view",
                     "open a run directory (or a folder of runs) in TensorBoard's profile viewer"),
     "diff": Command("rnnprof.commands.diff",

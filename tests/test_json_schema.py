@@ -127,3 +127,7 @@ def test_a_planted_link_type_fails_in_a_result_dataclass_part(capsys):
     assert _errors("critical-path", document) == []
     document["steps"][0]["links"][0]["dur_us"] = None
     assert _errors("critical-path", document)
+
+
+def test_memory_document_validates(capsys):
+    _assert_valid("memory", _document(capsys, "memory", DATA / "kineto-h100-vit-shapes.json.gz"))

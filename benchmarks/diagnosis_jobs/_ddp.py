@@ -57,9 +57,11 @@ def language_model(torch):
     return LM
 
 
-def train(torch, model, batches, rank: int, clock: Path | None, before_backward=None) -> None:
+def train(torch, model, batches, rank: int, clock: Path | None, before_backward=None, before_forward=None,
+          after_step=None) -> None:
     """Train ``model`` (wrapped in DDP here) on ``batches`` (an iterable of token tensors), one optimizer step
-    each; ``before_backward(step)`` runs between the forward pass and the backward pass."""
+    each; ``before_backward(step)`` runs between the forward pass and the backward pass, ``before_forward(step)``
+    and ``after_step(step)`` at a step's start and after its optimizer step."""
     import torch.distributed as dist
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
@@ -70,6 +72,8 @@ def train(torch, model, batches, rank: int, clock: Path | None, before_backward=
     starts = []
     for step, tokens in enumerate(batches):
         starts.append(time.perf_counter())
+        if before_forward is not None:
+            before_forward(step)
         logits = model(tokens[:, :-1])
         loss = loss_fn(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
         if before_backward is not None:
@@ -77,6 +81,8 @@ def train(torch, model, batches, rank: int, clock: Path | None, before_backward=
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        if after_step is not None:
+            after_step(step)
     dist.barrier()
     starts.append(time.perf_counter())
     if clock is not None:

@@ -40,7 +40,8 @@ def align(tables: Sequence[EventTable], offsets: Sequence[ClockOffset | float]) 
     out = []
     for table, offset in zip(tables, offsets):
         shift = offset.offset_us if isinstance(offset, ClockOffset) else float(offset)
-        out.append(table if shift == 0 else dataclasses.replace(table, ts=table.ts - shift))
+        out.append(table if shift == 0 else dataclasses.replace(table, ts=table.ts - shift,
+                                                                memory=table.memory.shifted(-shift)))
     return out
 
 

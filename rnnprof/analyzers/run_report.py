@@ -20,6 +20,7 @@ from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.comm import CommReport, analyze_comm, device_work_mask
 from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies, analyze_critical_path
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
+from rnnprof.analyzers.memory import MemoryReport, analyze_memory
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
 from rnnprof.analyzers.placement import AuditInput, PlacementResult, audit_placement, configured_rules
 from rnnprof.analyzers.roofline import RooflineReport
@@ -55,6 +56,9 @@ def step_times(events: EventTable | None) -> StepTimes | None:
                      float(periods.max()))
 
 
+NO_MEMORY = "no allocator records (a PyTorch trace recorded with profile_memory=True has them)"
+
+
 @dataclass(frozen=True)
 class RunReport:
     label: str  # the paths as given
@@ -79,6 +83,8 @@ class RunReport:
     step_times: StepTimes | None = None  # None: no step markers with a duration
     findings: AuditResult | None = None  # rnnprof audit's rules on the same input
     findings_reason: str = "the input holds neither graphs nor trace events"
+    memory: MemoryReport | None = None  # rnnprof memory's analysis, where the trace holds allocator records
+    memory_reason: str = NO_MEMORY
 
 
 def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
@@ -125,4 +131,5 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
                      "" if top_device or top_host else "no device activity and no host operators",
                      timeline, timeline_reason, critical_path, critical_path_reason,
                      launches=launches, step_times=step_times(events), roofline=roofline,
-                     roofline_reason=roofline_reason, findings=findings, findings_reason="")
+                     roofline_reason=roofline_reason, findings=findings, findings_reason="",
+                     memory=analyze_memory(events) if len(events.memory) else None)

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from rnnprof.events.manifest import Manifest, ManifestDevice, ManifestStepCpu, ManifestStepTimes, StepCpuTime
+from rnnprof.events.memory import MemoryRecords, concat_records
 
 
 class Kind(enum.IntEnum):
@@ -259,7 +260,7 @@ class EventTable:
     Columns: ``ts``/``dur`` (µs, float64), ``name``/``op_type``/``lane`` (int32 codes into
     ``strings``), ``device`` (int16 index into ``devices``), ``kind`` (int8 ``Kind``),
     ``step`` (int32, -1 when unknown), ``correlation`` (int64, -1 when none),
-    ``nbytes`` (int64, -1 when unknown).
+    ``nbytes`` (int64, -1 when unknown). ``memory``: the allocator's records beside the events (``events.memory``).
     """
 
     ts: np.ndarray
@@ -278,6 +279,7 @@ class EventTable:
     sources: tuple[str, ...] = ()
     time_base_us: float = 0.0
     metadata: TableMetadata = field(default_factory=TableMetadata, compare=False)
+    memory: MemoryRecords = field(default_factory=MemoryRecords, compare=False)
 
     COLUMNS = ("ts", "dur", "name", "op_type", "device", "lane", "kind", "step", "correlation", "nbytes")
 
@@ -318,6 +320,7 @@ class EventTable:
             sources=self.sources,
             time_base_us=self.time_base_us,
             metadata=self.metadata,
+            memory=self.memory,
         )
 
     def of_kind(self, *kinds: Kind) -> "EventTable":
@@ -369,6 +372,7 @@ class EventTableBuilder:
         self._chunks: list[dict[str, np.ndarray]] = []
         self._chunk_rows = 0
         self.metadata = TableMetadata()
+        self.memory = MemoryRecords()
 
     def device_code(self, device: Device) -> int:
         code = self._devices.get(device)
@@ -477,6 +481,7 @@ class EventTableBuilder:
             sources=self.sources,
             time_base_us=time_base_us,
             metadata=dataclasses.replace(self.metadata),
+            memory=self.memory,
         )
 
 
@@ -541,6 +546,7 @@ def concat(tables: Sequence[EventTable], align: str = "absolute") -> EventTable:
     strings = StringTable()
     devices: dict[Device, int] = {}
     parts: dict[str, list[np.ndarray]] = {c: [] for c in EventTable.COLUMNS}
+    memory = []
     base = min(t.time_base_us for t in tables) if align == "absolute" else 0.0
     for table in tables:
         string_map = np.array([strings.code(s) for s in table.strings], dtype=np.int32)
@@ -558,6 +564,7 @@ def concat(tables: Sequence[EventTable], align: str = "absolute") -> EventTable:
             elif column == "ts":
                 values = values + shift
             parts[column].append(values)
+        memory.append(table.memory.remapped(device_map, string_map).shifted(shift))
     formats = sorted({t.source_format for t in tables})
     return EventTable(
         **{c: np.concatenate(v) for c, v in parts.items()},
@@ -567,10 +574,11 @@ def concat(tables: Sequence[EventTable], align: str = "absolute") -> EventTable:
         sources=tuple(s for t in tables for s in t.sources),
         time_base_us=base,
         metadata=merge_metadata([t.metadata for t in tables]),
+        memory=concat_records(memory),
     )
 
 
 __all__ = ["Alignment", "ClockOffset", "CollectiveArgs", "Device", "EventTable", "EventTableBuilder", "JsonCuts", "Kind",
-           "LeftOutExample", "Manifest", "ManifestDevice", "ManifestStepCpu", "ManifestStepTimes", "OUTSIDE_LAUNCH",
+           "LeftOutExample", "Manifest", "MemoryRecords", "ManifestDevice", "ManifestStepCpu", "ManifestStepTimes", "OUTSIDE_LAUNCH",
            "OUTSIDE_NO_LAUNCH", "OUTSIDE_REASONS", "StepCpuTime", "StringTable", "TableMetadata", "concat",
            "match_correlation", "merge_metadata", "outside_steps", "parse_tf_device", "steps_in_spans"]

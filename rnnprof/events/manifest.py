@@ -40,6 +40,23 @@ class ManifestStepCpu:
 
 
 @dataclass(frozen=True)
+class RankMemory:
+    """One rank's memory as its capture recorded it (a rank's ``memory``): the memory in use when the window
+    started, from ``baseline_source`` (``cuda_allocator`` or ``process_rss``), and the CUDA allocator's peaks."""
+
+    profile_memory: bool = False
+    baseline_source: str | None = None
+    baseline_allocated: int | None = None
+    baseline_reserved: int | None = None
+    max_allocated: int | None = None
+    max_reserved: int | None = None
+
+
+def _count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@dataclass(frozen=True)
 class Manifest:
     """A run directory's ``manifest.json``, each field typed (docs/run-directory.md says what each holds).
 
@@ -126,6 +143,22 @@ class Manifest:
         """The ranks' Kineto traces as listed: ``captured["kineto"]``, then each rank's ``trace``."""
         return [*self.captured.get("kineto", ()),
                 *(r["trace"] for r in self.ranks if isinstance(r.get("trace"), str))]
+
+    @property
+    def rank_memory(self) -> dict[str, RankMemory]:
+        """Each rank's ``memory`` record by worker name (``rank<r>``); ranks without one are left out."""
+        found = {}
+        for r in self.ranks:
+            memory, rank = r.get("memory"), r.get("rank")
+            if not isinstance(memory, dict) or not isinstance(rank, int):
+                continue
+            baseline = memory.get("baseline") if isinstance(memory.get("baseline"), dict) else {}
+            source = baseline.get("source")
+            found[f"rank{rank}"] = RankMemory(
+                memory.get("profile_memory") is True, source if isinstance(source, str) else None,
+                _count(baseline.get("allocated")), _count(baseline.get("reserved")),
+                _count(memory.get("max_allocated")), _count(memory.get("max_reserved")))
+        return found
 
     @property
     def median_step_seconds(self) -> float | None:

@@ -8,11 +8,11 @@
         capture.step()                                             # after each optimizer step
     facts = capture.close()                                        # what the manifest records of this rank
 
-Steps ``skip_steps`` to ``skip_steps + steps - 1`` are recorded (shapes, CPU and GPU activity), each in a
-``ProfilerStep#N`` range; the step before is the profiler's warm-up. A thread beside the training compresses
-Kineto's export into ``<run_dir>/torch/rank<r>.json.gz`` with calls that release the GIL; ``close()`` waits
-for it. ``phase(name)`` is a ``record_function`` and an NVTX range. The manifest is the caller's to write.
-See docs/commands/trace.md.
+Steps ``skip_steps`` to ``skip_steps + steps - 1`` are recorded (shapes, CPU and GPU activity, allocations
+and the memory in use as the window starts), each in a ``ProfilerStep#N`` range; the step before is the
+profiler's warm-up. A thread beside the training compresses Kineto's export into
+``<run_dir>/torch/rank<r>.json.gz`` with calls that release the GIL; ``close()`` waits for it.
+``phase(name)`` is a ``record_function`` and an NVTX range; the manifest is the caller's (docs/commands/trace.md).
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def trace_path(run_dir: str | Path, rank: int) -> Path:
 class TorchCapture:
     """``torch.profiler`` over steps ``skip_steps`` .. ``skip_steps + steps - 1`` of one rank (see the module)."""
 
-    def __init__(self, run_dir: str | Path, rank: int = 0, skip_steps: int = 1, steps: int = 2):
+    def __init__(self, run_dir: str | Path, rank: int = 0, skip_steps: int = 1, steps: int = 2,
+                 profile_memory: bool = True):
         if skip_steps < 0 or steps < 1:
             raise ValueError(f"TorchCapture needs skip_steps >= 0 and steps >= 1 (got {skip_steps}, {steps})")
         torch = import_torch("capturing a PyTorch run")
@@ -59,6 +60,8 @@ class TorchCapture:
         self._compressing: threading.Thread | None = None
         self._step_left = threading.Event()  # the step that exported the window has returned
         self._export_error: BaseException | None = None
+        self.profile_memory = bool(profile_memory)
+        self._baseline: dict | None = None
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
@@ -67,8 +70,10 @@ class TorchCapture:
         self._profile = profile(
             activities=activities,
             schedule=schedule(wait=self.skip_steps - warmup, warmup=warmup, active=self.steps, repeat=1),
-            on_trace_ready=self._export, record_shapes=True)
+            on_trace_ready=self._export, record_shapes=True, profile_memory=self.profile_memory)
         self._profile.start()
+        if self.skip_steps == 0:
+            self._baseline = window_baseline(torch)
         self._nvtx = NvtxSpan("step 0")
 
     # -- the training loop's calls -------------------------------------------------------------------
@@ -85,6 +90,8 @@ class TorchCapture:
             return
         self._nvtx.end()
         self._done += 1
+        if self._done == self.skip_steps and self.profile_memory:
+            self._baseline = window_baseline(self._torch)
         with interrupts_deferred():  # a Ctrl-C in the window's export comes once the trace is written
             self._profile.step()  # ends ProfilerStep#N, begins #N+1; writes the trace as the window ends
         self._step_left.set()  # the compressing thread starts only now, off the closing step's time
@@ -127,7 +134,16 @@ class TorchCapture:
                 "trace": self.path.relative_to(self.run_dir).as_posix() if self._written else None,
                 "steps": self.captured_steps, "skip_steps": self.skip_steps, "window_steps": self.steps,
                 "steps_run": self._done, "activities": self.activities,
-                "backend": backend, "world_size": world}
+                "backend": backend, "world_size": world, "memory": self.memory_facts()}
+
+    def memory_facts(self) -> dict:
+        """``{"profile_memory", "baseline" (``window_baseline`` at the window's start, or None), "max_allocated",
+        "max_reserved"}``: the CUDA allocator's peaks over the process (None without CUDA)."""
+        cuda = self._torch.cuda
+        on_cuda = cuda.is_available() and cuda.is_initialized()
+        return {"profile_memory": self.profile_memory, "baseline": self._baseline,
+                "max_allocated": int(cuda.max_memory_allocated()) if on_cuda else None,
+                "max_reserved": int(cuda.max_memory_reserved()) if on_cuda else None}
 
     def wait(self) -> None:
         """Until the window's trace is in place (or failed: the failure is raised here)."""
@@ -168,3 +184,22 @@ class TorchCapture:
                 os.unlink(scratch)
             except OSError:
                 pass
+
+
+def window_baseline(torch) -> dict:
+    """The memory in use as a window starts: the CUDA allocator's allocated and reserved bytes where CUDA is in
+    use, else the process's resident memory (which counts more than tensors: code, libraries, the heap)."""
+    cuda = torch.cuda
+    if cuda.is_available() and cuda.is_initialized():
+        return {"source": "cuda_allocator", "allocated": int(cuda.memory_allocated()),
+                "reserved": int(cuda.memory_reserved())}
+    return {"source": "process_rss", "allocated": resident_bytes(), "reserved": None}
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (Linux's /proc/self/statm), None where it cannot be read."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")

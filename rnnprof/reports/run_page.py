@@ -20,7 +20,8 @@ from rnnprof.reports.comm import idle_caption
 from rnnprof.reports.critical_path import CHAIN_ROWS, DEFINITIONS
 from rnnprof.reports.html import Page
 from rnnprof.reports.layout import outside_note, shown_links
-from rnnprof.reports.units import fmt_ms
+from rnnprof.reports.memory import memory_chart
+from rnnprof.reports.units import fmt_mb, fmt_ms
 
 TOP_TYPES = 15
 TOP_LAUNCHED = 15
@@ -49,6 +50,7 @@ def run_page(report: RunReport, name: str, notes: list[str], findings: AuditResu
     _placement(page, report)
     _critical_path(page, report)
     _roofline(page, report)
+    _memory(page, report)
     page.left_out_line()
     return page.render()
 
@@ -461,6 +463,26 @@ def _roofline(page: Page, report: RunReport) -> None:
                  "-" if row.of_roofline is None else f"{100 * row.of_roofline:.1f}"]
                 for name, row in result.families.items()], numeric={2, 3, 4, 5, 6, 7, 8})
     page.chart("roofline", charts.spec(charts.roofline_chart([("", result)])))
+
+
+def _memory(page: Page, report: RunReport) -> None:
+    result = report.memory
+    if result is None:
+        page.leave_out("Memory", report.memory_reason)
+        return
+    page.heading("Memory")
+    page.paragraph("as rnnprof memory computes them: each device's peak of allocated memory, the allocator's "
+                   "reserved bytes then, and the operator running; MB = 10^6 bytes", "sub")
+    page.table(["device", "peak MB", "reserved MB", "unused MB", "step", "operator at the peak", "growth MB/step"],
+               [[d.device, fmt_mb(d.peak.allocated), _mb(d.peak.reserved), _mb(d.peak.fragmentation),
+                 d.peak.step if d.peak.step >= 0 else "-", d.peak.operator or "-",
+                 "-" if d.growth.reason else fmt_mb(d.growth.per_step)] for d in result.devices],
+               numeric={1, 2, 3, 4, 6})
+    page.chart("memory", charts.spec(memory_chart(result)))
+
+
+def _mb(value: int | None) -> str:
+    return "-" if value is None else fmt_mb(value)
 
 
 def _rate(value) -> str:

@@ -15,6 +15,7 @@ from msgspec import UNSET, UnsetType
 
 from rnnprof.analyzers.audit.finding import Subject
 from rnnprof.analyzers.critical_path import StepPath
+from rnnprof.analyzers.memory import DeviceMemory, Imbalance
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts
 from rnnprof.analyzers.peaks import Peaks
 from rnnprof.analyzers.replay import ChainLink, RankWaits
@@ -306,10 +307,26 @@ class ScaleDocument(_Part, kw_only=True):
     explain: Object | UnsetType = UNSET
 
 
+class MemoryDocument(_Part, kw_only=True):
+    """``rnnprof memory --json``: each device's memory (``analyzers.memory.DeviceMemory``; a timeline point's
+    ``bytes`` has one figure per entry of ``categories``) and the devices above the others' median."""
+
+    schema_version: Version
+    source: str
+    steps: str
+    unusable: int
+    categories: list[str]
+    devices: list[DeviceMemory]
+    imbalances: list[Imbalance]
+    definitions: dict[str, str]
+    left_out: dict[str, int]
+
+
 # Each command's document types: a document is one of them.
 DOCUMENTS: dict[str, tuple[type, ...]] = {
     "count-ops": (CountOpsDocument, CountOpsComparisonDocument),
     "comm": (CommDocument,),
+    "memory": (MemoryDocument,),
     "critical-path": (CriticalPathDocument,),
     "roofline": (RooflineDocument,),
     "placement-audit": (PlacementAuditDocument,),

@@ -265,6 +265,7 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = (),
         trace.append({"ph": "X", "cat": "op", "name": e.op, "pid": pids[e.device], "tid": threads[(e.device, e.thread)],
                       "ts": e.start_us, "dur": e.dur_us, "args": args})
         runs.setdefault((e.device, e.node), []).append(e)
+    trace += memory_events(step_stats, pids, threads, offsets, step)
     arrows = _Arrows(trace, pids, threads)
     partition_graphs = list(partition_graphs)
     _transfer_arrows(arrows, events, runs, partition_graphs, step)
@@ -273,6 +274,35 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = (),
     if offsets:
         other["clock_offsets_us"] = dict(offsets)  # subtracted from each task's timestamps
     return {"traceEvents": trace, "displayTimeUnit": "ms", "otherData": other}
+
+
+def memory_events(step_stats, pids: dict[str, int], threads: dict[tuple[str, str], int],
+                  offsets: dict[str, float] | None, step: int) -> list[dict]:
+    """The allocator's records of each node (``memory[].allocation_records``: an allocation, or a free with
+    negative bytes) as ``[memory]`` instant events on its device's executor thread; ``Addr`` numbers each
+    allocation, and a free takes the number of the oldest allocation of the node's allocator it matches."""
+    found, number = [], itertools.count(1)
+    for dev in step_stats.dev_stats:
+        device, lane = split_device(dev.device)
+        if device not in pids:
+            continue
+        tid, shift = threads.get((device, lane), threads.get((device, EXECUTOR_LANE), 0)), offset_of(device, offsets)
+        for node in dev.node_stats:
+            for used in getattr(node, "memory", ()):  # absent from step stats built by hand
+                held: list[tuple[int, int]] = []
+                for record in used.allocation_records:
+                    size = int(record.alloc_bytes)
+                    if size > 0:
+                        addr = (max(step, 0) << 32) + next(number)  # unique across the run's steps
+                        held.append((size, addr))
+                    else:
+                        addr = next((a for b, a in held if b == -size), -1)
+                        held = [h for h in held if h[1] != addr]
+                    found.append({"ph": "i", "s": "t", "cat": "memory", "name": "[memory]", "pid": pids[device],
+                                  "tid": tid, "ts": float(record.alloc_micros) - shift,
+                                  "args": {"Bytes": size, "Addr": addr, "node": node.node_name,
+                                           "allocator": used.allocator_name, "step": step}})
+    return found
 
 
 def _names(pids: dict[str, int], threads: dict[tuple[str, str], int]) -> list[dict]:

@@ -29,6 +29,7 @@ from rnnprof.names import CPU_COLLECTIVE, NCCL_KERNEL, STEP_MARKER
 from rnnprof.events import (OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH, CollectiveArgs, Device, EventTable,
                             EventTableBuilder, JsonCuts, Kind, TableMetadata, match_correlation, steps_in_spans)
 from rnnprof.traces.jsonstream import EventStream
+from rnnprof.traces.kineto_memory import MEMORY_EVENT, MemoryReader
 
 FORMAT = "kineto"
 
@@ -61,6 +62,13 @@ class _Args(msgspec.Struct, gc=False):
     group: Any = msgspec.field(name="Process Group Name", default=None)
     seq: Any = msgspec.field(name="Seq", default=None)
     collective: Any = msgspec.field(name="Collective name", default=None)  # allreduce, broadcast, ...
+    # an allocator's record (``[memory]`` instant events): kineto_memory
+    mem_bytes: Any = msgspec.field(name="Bytes", default=None)
+    addr: Any = msgspec.field(name="Addr", default=None)
+    total_allocated: Any = msgspec.field(name="Total Allocated", default=None)
+    total_reserved: Any = msgspec.field(name="Total Reserved", default=None)
+    device_type: Any = msgspec.field(name="Device Type", default=None)
+    device_id: Any = msgspec.field(name="Device Id", default=None)
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -160,9 +168,12 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     args = reader.collective_args
     if args["correlation"]:
         builder.metadata.collective_args = (CollectiveArgs(worker, **{k: tuple(v) for k, v in args.items()}),)
+    builder.memory = reader.memory.records(builder, Device("host"))
     table = builder.build()
     table = _mark_nccl(table)
-    table = _assign_steps(table, _step_spans(table))
+    spans = _step_spans(table)
+    table = _assign_steps(table, spans)
+    table = dataclasses.replace(table, memory=table.memory.with_steps(steps_in_spans(table.memory.ts, spans)))
     if worker and _without_gpu(table):
         table = _cpu_rank(table)
     return _on_worker(table, worker) if worker else table
@@ -200,10 +211,14 @@ class _ChunkReader:
         self.columns = _Columns()
         self.skipped = 0
         self.collective_args: dict[str, list] = {"correlation": [], "group": [], "seq": [], "collective": []}
+        self.memory = MemoryReader()
 
     def add(self, chunk: list) -> None:
         events = [e for e in chunk if e.ph == "X" and e.cat in _KIND_CODE]
-        self.skipped += len(chunk) - len(events)
+        if len(events) < len(chunk):
+            memory = [e for e in chunk if e.name == MEMORY_EVENT and e.ph == "i"]
+            self.memory.add(memory)
+            self.skipped += len(chunk) - len(events) - len(memory)
         n = len(events)
         if not n:
             return
@@ -389,7 +404,12 @@ def _cpu_rank(table: EventTable) -> EventTable:
     kind = table.kind.copy()
     kind[collective] = Kind.COMMUNICATION
     metadata = dataclasses.replace(table.metadata, host_operator_devices=(cpu,))
-    return dataclasses.replace(table, devices=devices, device=device, kind=kind, metadata=metadata)
+    memory = table.memory
+    if len(memory):  # CPU memory with the operators, on the CPU device
+        on_host = np.array([d == Device("host") for d in table.devices], dtype=bool)
+        moved = np.where(on_host[memory.device], len(devices) - 1, memory.device)
+        memory = dataclasses.replace(memory, device=moved.astype(np.int16))
+    return dataclasses.replace(table, devices=devices, device=device, kind=kind, metadata=metadata, memory=memory)
 
 
 def _int_column(values: list) -> np.ndarray:

@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 from rnnprof.errors import InputError
 from rnnprof.names import COMMUNICATION_OP, note_ran_as, user_op
 from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device
+from rnnprof.events.memory import MemoryRecords, memory_records
 
 TF1_FORMAT = "tf1-timeline"
 RNNPROF_FORMAT = "rnnprof-trace"
@@ -135,6 +136,7 @@ def load_doc(path: Path, doc: object, source_format: str, step: int = -1) -> Eve
     if len(builder) == 0:
         raise InputError(path, "no op or kernel events on any TensorFlow device lane",
                          "a trace with '<device> Compute' or per-device processes")
+    builder.memory = tf_memory(builder, events, processes, threads, step)
     builder.metadata.dropped_stream_all, builder.metadata.dropped_duplicate_copies = dropped_all, dropped_copies
     builder.metadata.ran_as = {op: tuple(kernels) for op, kernels in sorted(ran_as.items())}
     if isinstance(doc, dict) and isinstance(doc.get("otherData"), dict):
@@ -159,3 +161,27 @@ def _named(e: dict, args: dict, kind: Kind, ran_as: dict[str, list[str]]) -> tup
 
 def _is_int(value, bound: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -bound <= value < bound
+
+
+def tf_memory(builder: EventTableBuilder, events: list, processes: dict, threads: dict, step: int) -> MemoryRecords:
+    """The ``[memory]`` instant events of an rnnprof timeline (``rundir.chrome_trace.memory_events``): each on
+    its device and thread, its node the allocating operator; one without a number for Bytes is unusable."""
+    rows: dict[str, list] = {c: [] for c in ("ts", "device", "lane", "nbytes", "addr", "step", "operator")}
+    unusable = 0
+    for e in events:
+        if not isinstance(e, dict) or e.get("ph") != "i" or e.get("name") != "[memory]":
+            continue
+        args = as_dict(e.get("args"))
+        place = lane_kind(processes.get(as_key(e.get("pid")), ""), threads.get((as_key(e.get("pid")),
+                                                                                 as_key(e.get("tid")))))
+        if place is None or not _is_int(args.get("Bytes"), 2**63):
+            unusable += 1
+            continue
+        rows["ts"].append(as_float(e.get("ts")))
+        rows["device"].append(builder.device_code(place[0]))
+        rows["lane"].append(builder.strings.code(place[1]))
+        rows["nbytes"].append(args["Bytes"])
+        rows["addr"].append(args["Addr"] if _is_int(args.get("Addr"), 2**63) else -1)
+        rows["step"].append(args["step"] if _is_int(args.get("step"), 2**31) else step)
+        rows["operator"].append(builder.strings.code(str(args.get("node") or "")))
+    return memory_records(unusable=unusable, **rows)

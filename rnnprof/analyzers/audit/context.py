@@ -11,6 +11,7 @@ import numpy as np
 from rnnprof.analyzers.comm_result import CommReport, DeviceComm
 from rnnprof.analyzers.critical_path import CriticalPathReport, analyze_critical_path
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
+from rnnprof.analyzers.memory import MemoryReport, analyze_memory
 from rnnprof.analyzers.noise import StepNoise, step_noise
 from rnnprof.analyzers.placement.inputs import AuditInput
 from rnnprof.analyzers.placement.registry import PlacementResult
@@ -73,6 +74,13 @@ class AuditContext:
         if self.known.launches is not None:
             return self.known.launches
         return launch_stats(self.table, host_wait_share=host_wait_share(self.comm))
+
+    @cached_property
+    def memory(self) -> MemoryReport | None:
+        """``analyze_memory`` of the table's allocator records, once; None without any."""
+        if self.table is None or not len(self.table.memory):
+            return None
+        return analyze_memory(self.table)
 
     @property
     def step_us(self) -> float:

@@ -14,6 +14,7 @@ from rnnprof.analyzers.noise import StepNoise
 from rnnprof.events import EventTable, concat
 
 from . import copy_churn, cuda_graphs, exposed_comm, gpu_idle, host_overhead, input_stalls, straggler
+from . import memory_fragmentation, memory_growth, memory_imbalance
 from .context import AuditContext, Known
 from .finding import Finding, NotChecked, Severity, Subject
 
@@ -70,7 +71,8 @@ def from_placement(f: PlacementFinding) -> Finding:
                    confidence=float(f.evidence.get("confidence", 1.0)), fix=f.fix)
 
 
-PERFORMANCE_MODULES = (straggler, exposed_comm, gpu_idle, copy_churn, input_stalls, host_overhead, cuda_graphs)
+PERFORMANCE_MODULES = (straggler, exposed_comm, gpu_idle, copy_churn, input_stalls, host_overhead, cuda_graphs,
+                       memory_imbalance, memory_growth, memory_fragmentation)
 RULES: tuple[Rule, ...] = (
     tuple(Rule(m.RULE_ID, m.TITLE, PERFORMANCE, m.check) for m in PERFORMANCE_MODULES)
     + tuple(_placement_rule(r) for r in placement_registry.RULES)

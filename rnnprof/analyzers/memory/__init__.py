@@ -1,0 +1,154 @@
+"""Device memory from an event table's allocator records (``EventTable.memory``): per device its peak and what
+was live then (by category and by allocating operator), its memory at each step's end and growth per step, the
+reserved-but-unallocated bytes at the peak; across devices of one kind, a peak above the others' median.
+Definitions and thresholds: docs/commands/memory.md."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+import numpy as np
+
+from rnnprof.events import Device, EventTable
+
+from .context import OUTSIDE, RecordContext, record_context
+from .imbalance import imbalances
+from .result import (CATEGORIES, PER_STEP_WINDOWS, DeviceMemory, Growth, Imbalance, MemoryReport, Peak, Share,
+                     TimelinePoint)
+from .series import NO_OPERATOR, Series, allocation_categories, categories_at, device_series, operators_at, stacked
+
+__all__ = ["BASELINE_TOTAL", "CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak", "Share",
+           "TimelinePoint", "analyze_memory", "has_memory"]
+
+MIN_GROWTH_STEPS = 4  # step ends needed to judge growth: three differences, so one odd step is outvoted
+MIN_GROWTH_SHARE = 0.001  # growth below this share of the peak per step is no leak
+JITTER_FACTOR = 3.0  # growth or excess must exceed this many times the steps' median absolute deviation
+TIMELINE_POINTS = 200
+BASELINE_TOTAL = "the allocator's total before the first record"
+BASELINE_CPU = "none, a CPU's records count only what the window allocated"
+BASELINE_NONE = "none, the allocator reported no total"
+
+
+def has_memory(table: EventTable) -> bool:
+    return len(table.memory) > 0
+
+
+def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_selection: str = "") -> MemoryReport:
+    """The memory of every device with allocator records; ``steps``: the peak is sought in these steps only
+    (the series still sums every record before them)."""
+    mem = table.memory
+    ctx = record_context(table)
+    chosen = None if steps is None else np.asarray(sorted(set(steps)), dtype=np.int64)
+    devices = []
+    for code in np.unique(mem.device):
+        rows = np.flatnonzero(mem.device == code)
+        device = table.devices[code]
+        devices.append(_device(table, ctx, device, rows, chosen))
+    devices = [_with_manifest(d, table, table.devices[code]) for d, code in zip(devices, np.unique(mem.device))
+               if d is not None]
+    devices = sorted((d for d in devices if d is not None), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
+    return MemoryReport(", ".join(table.sources) or table.source_format, tuple(devices),
+                        tuple(imbalances(table, devices)), mem.unusable, step_selection)
+
+
+def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndarray,
+            chosen: np.ndarray | None) -> DeviceMemory | None:
+    mem, kind = table.memory, device.kind
+    series = device_series(mem.nbytes, mem.addr, mem.total_allocated, rows, total_is_baseline=kind == "gpu")
+    step = mem.step[rows]
+    if _per_step_windows(table, rows):
+        series = _each_step_apart(series, step, mem.addr[rows] < 0)
+    eligible = np.ones(len(rows), dtype=bool) if chosen is None else np.isin(step, chosen)
+    if not eligible.any():
+        return None
+    peak = int(np.flatnonzero(eligible)[np.argmax(series.allocated[eligible])])
+    reserved = mem.total_reserved[rows]
+    has_reserved = bool((reserved > 0).any())
+    cats = allocation_categories(series, ctx, _free_phase(series, ctx))
+    at = Peak(allocated=int(series.allocated[peak]),
+              reserved=int(reserved[peak]) if has_reserved and reserved[peak] >= 0 else None,
+              ts_us=float(mem.ts[rows[peak]]), step=int(step[peak]),
+              operator=table.strings[ctx.operator[rows[peak]]] if ctx.operator[rows[peak]] >= 0 else "",
+              by_category=categories_at(series, peak, cats),
+              by_operator=operators_at(series, peak, ctx, table.strings))
+    at = dataclasses.replace(at, fragmentation=None if at.reserved is None else at.reserved - at.allocated)
+    source = BASELINE_TOTAL if series.baseline_known else BASELINE_CPU if kind != "gpu" else BASELINE_NONE
+    return DeviceMemory(device.label, device.worker, len(rows), series.baseline, source, at,
+                        int(reserved.max()) if has_reserved else None,
+                        _growth(series, step, chosen, at.allocated) if not _per_step_windows(table, rows) else
+                        Growth((), 0, 0, False, PER_STEP_WINDOWS),
+                        series.mismatches, timeline=_timeline(series, cats, mem.ts[rows]),
+                        step_peaks=_step_peaks(series, step, eligible))
+
+
+def _with_manifest(memory: DeviceMemory, table: EventTable, device: Device) -> DeviceMemory:
+    """The device's memory with what its rank's capture recorded (``Manifest.rank_memory``): the memory in use when
+    the window started, for the rank's CPU its resident memory, for its GPU the CUDA allocator's, and the CUDA
+    allocator's peak."""
+    manifest = table.metadata.manifest
+    recorded = manifest.rank_memory.get(device.worker) if manifest is not None else None
+    if recorded is None or recorded.baseline_source is None:
+        return memory
+    on_gpu = recorded.baseline_source == "cuda_allocator"
+    if on_gpu != (device.kind == "gpu"):
+        return memory
+    return dataclasses.replace(memory, window_start=recorded.baseline_allocated,
+                               window_start_source=recorded.baseline_source,
+                               allocator_max=recorded.max_allocated if on_gpu else None)
+
+
+def _timeline(series: Series, cats: np.ndarray, ts: np.ndarray) -> tuple[TimelinePoint, ...]:
+    chosen, by_cat = stacked(series, cats, TIMELINE_POINTS)
+    return tuple(TimelinePoint(float(ts[k]), tuple(int(v) for v in row)) for k, row in zip(chosen, by_cat))
+
+
+def _free_phase(series: Series, ctx: RecordContext) -> np.ndarray:
+    """For each position, the phase of the record freeing it (OUTSIDE where never freed)."""
+    free = series.free_of
+    freed = free < len(series.rows)
+    phase = ctx.phase[series.rows[np.minimum(free, max(len(series.rows) - 1, 0))]]
+    return np.where(freed, phase, OUTSIDE)
+
+
+def _growth(series: Series, step: np.ndarray, chosen: np.ndarray | None, peak: int) -> Growth:
+    """Allocated bytes after each step's last record; growth is the median step-to-step difference, a leak when it
+    exceeds JITTER_FACTOR times their median absolute deviation and MIN_GROWTH_SHARE of the peak."""
+    known = np.unique(step[step >= 0])
+    if chosen is not None:
+        known = known[np.isin(known, chosen)]
+    ends = tuple((int(s), int(series.allocated[np.flatnonzero(step == s)[-1]])) for s in known)
+    if len(ends) < MIN_GROWTH_STEPS:
+        return Growth(ends, 0, 0, False, f"{len(ends)} step(s) with memory records; growth needs "
+                                         f"{MIN_GROWTH_STEPS}")
+    diffs = np.diff([v for _, v in ends])
+    per_step = float(np.median(diffs))
+    jitter = float(np.median(np.abs(diffs - per_step)))
+    leak = per_step > JITTER_FACTOR * jitter and per_step > MIN_GROWTH_SHARE * peak
+    return Growth(ends, int(round(per_step)), int(round(jitter)), bool(leak))
+
+
+def _step_peaks(series: Series, step: np.ndarray, eligible: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """The largest allocated bytes in each (selected) step."""
+    return tuple((int(s), int(series.allocated[(step == s) & eligible].max()))
+                 for s in np.unique(step[eligible & (step >= 0)]))
+
+
+def _each_step_apart(series: Series, step: np.ndarray, unpaired: np.ndarray) -> Series:
+    """The series started again from 0 at each step's first record (each step recorded apart), leaving out the
+    frees of what an earlier step allocated (``unpaired``: the source matched them to no allocation)."""
+    if not len(step):
+        return series
+    nbytes = np.where(unpaired & (series.nbytes < 0), 0, series.nbytes)
+    cum = np.cumsum(nbytes)
+    first = np.flatnonzero(np.concatenate(([True], step[1:] != step[:-1])))
+    before = np.where(first > 0, cum[np.maximum(first - 1, 0)], 0)
+    group = np.cumsum(np.isin(np.arange(len(step)), first)) - 1
+    return dataclasses.replace(series, nbytes=nbytes, allocated=cum - before[group], baseline=0,
+                               baseline_known=False, window=step)
+
+
+def _per_step_windows(table: EventTable, rows: np.ndarray) -> bool:
+    """Records whose source names their operator (TensorFlow's step stats): each step's are recorded apart, so
+    memory carried from one step to the next is not in them."""
+    return bool((table.memory.operator[rows] >= 0).any())

@@ -1,0 +1,103 @@
+"""What ``analyze_memory`` finds: per device, its peak and what was live then, its memory at each step's end, its
+growth per step; across devices, imbalance. Definitions: docs/commands/memory.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# PyTorch memory profiler's categories (torch.profiler._memory_profiler.Category), as rnnprof tells them from a
+# trace, and what it cannot tell.
+PARAMETER = "parameter"
+OPTIMIZER_STATE = "optimizer_state"
+INPUT = "input"
+TEMPORARY = "temporary"
+ACTIVATION = "activation"
+GRADIENT = "gradient"
+AUTOGRAD_DETAIL = "autograd_detail"
+UNKNOWN = "unknown"  # allocated in the window where no phase tells what it is
+BEFORE_WINDOW = "before_window"  # allocated before the trace's window began: parameters, state, inputs, ...
+PER_STEP_WINDOWS = "TensorFlow records each step's allocations apart; growth across steps is not told"
+CATEGORIES = (PARAMETER, OPTIMIZER_STATE, INPUT, TEMPORARY, ACTIVATION, GRADIENT, AUTOGRAD_DETAIL, UNKNOWN,
+              BEFORE_WINDOW)
+
+
+@dataclass(frozen=True)
+class Share:
+    """Bytes of one category or operator."""
+
+    name: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A device's peak of allocated memory: when, the operator running, what was live."""
+
+    allocated: int  # bytes
+    reserved: int | None  # the allocator's reserved bytes at that moment (None: not reported)
+    ts_us: float  # on the table's clock
+    step: int  # -1: in no step
+    operator: str  # the outermost operator running on the allocating thread ("" : none)
+    by_category: tuple[Share, ...]  # every category of CATEGORIES with bytes, in that order; sums to allocated
+    by_operator: tuple[Share, ...]  # the live bytes by the operator that allocated them, largest first
+    fragmentation: int | None = None  # reserved but not allocated at the peak (None where reserved is not reported)
+
+
+@dataclass(frozen=True)
+class Growth:
+    """Allocated memory at the end of each step, and its growth per step against the steps' own jitter."""
+
+    step_end: tuple[tuple[int, int], ...]  # (step, allocated bytes after the step's last record)
+    per_step: int  # median of the step-to-step differences (bytes/step)
+    jitter: int  # median absolute deviation of those differences
+    leak: bool  # growth beyond the jitter (and above MIN_GROWTH_SHARE of the peak), over enough steps
+    reason: str = ""  # why no verdict: too few steps
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """Allocated bytes at one moment, by category (``bytes``: one figure per CATEGORIES entry)."""
+
+    ts_us: float
+    bytes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    device: str  # the device's label (``rank1/cpu:0``)
+    worker: str
+    records: int  # allocations and frees read
+    baseline: int  # bytes allocated before the first record (the allocator's Total Allocated, else 0)
+    baseline_source: str  # where the baseline came from
+    peak: Peak
+    peak_reserved: int | None  # the allocator's largest reserved bytes
+    growth: Growth
+    mismatches: int  # records whose Total Allocated disagrees with the running sum
+    window_start: int | None = None  # memory in use when the capture's window started (the run's manifest)
+    window_start_source: str = ""  # cuda_allocator, or process_rss (more than tensors: not in the series)
+    allocator_max: int | None = None  # the CUDA allocator's max_memory_allocated over the process (the manifest)
+    timeline: tuple[TimelinePoint, ...] = ()
+    step_peaks: tuple[tuple[int, int], ...] = ()  # (step, its largest allocated bytes)  # at most TIMELINE_POINTS moments, the peak of each run of records
+
+
+@dataclass(frozen=True)
+class Imbalance:
+    """A device whose peak exceeds the median of the others of its kind."""
+
+    device: str
+    peak: int
+    others_median: int
+    excess: int  # bytes: the median over steps of the step's peak less the others' (the peaks' without steps)
+    threshold: int  # the excess that counts, in every shared step: a share of the others' median peak
+    operators: tuple[Share, ...]  # operators whose live bytes at the peak exceed the others' median most
+    other_replicas: tuple[Share, ...] = ()  # live bytes of operators of another replica's scope (tower_k, k not
+    # the device's index): a replica's work pinned here
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    source: str
+    devices: tuple[DeviceMemory, ...]
+    imbalances: tuple[Imbalance, ...]
+    unusable: int  # memory events of the source left out (a field missing or not a number)
+    steps: str = ""  # the step selection, described

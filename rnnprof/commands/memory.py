@@ -1,0 +1,55 @@
+"""rnnprof memory: each device's peak memory, what was live then, growth per step and imbalance across devices."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from rnnprof import limits
+from rnnprof.analyzers.memory import analyze_memory, has_memory
+from rnnprof.commands import left_out_notes, step_flags
+from rnnprof.commands.flags import INPUT
+from rnnprof.errors import InputError, UsageError
+from rnnprof.reports.charts import check_plot_path, save_chart
+from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.reports.memory import memory_chart, render_memory, to_document
+from rnnprof.rundir.manifest import run_notes
+from rnnprof.traces import load_events
+
+NO_MEMORY = ("holds no allocator records ([memory] events)",
+             "a PyTorch profiler trace recorded with profile_memory=True, as `rnnprof trace --framework torch` "
+             "records it")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar=INPUT,
+                        help="a trace file or run directory; several files (one Kineto trace per rank) or a folder "
+                             "of rank files are merged, each rank's devices apart")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of tables")
+    step_flags.add_arguments(parser)
+    parser.add_argument("--plot", metavar="FILE", help="also write each device's memory over time, stacked by "
+                                                       "category, to FILE, .png or .svg")
+    limits.add_argument(parser)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    plot = check_plot_path(args.plot)
+    notes = run_notes(args.paths)
+    table = load_events(args.paths[0]) if len(args.paths) == 1 else load_events(args.paths)
+    if not has_memory(table):
+        raise InputError(", ".join(args.paths), *NO_MEMORY)
+    selected = step_flags.select(table, args)
+    chosen = step_flags.selection(args)
+    report = analyze_memory(table, steps=selected.steps() if chosen.active else None,
+                            step_selection=chosen.describe() if chosen.active else "")
+    if not report.devices:
+        raise UsageError(f"{report.steps} selects no step with allocator records ([memory] events)")
+    render_notes([*notes, *left_out_notes.notes(args, table)])
+    if args.json:
+        render_json({**to_document(report), "left_out": left_out_notes.counts(table)}, console)
+    else:
+        render_memory(report, console)
+    if plot is not None:
+        save_chart(memory_chart(report), plot)
+    return 0

@@ -1,0 +1,115 @@
+"""Formatting of ``rnnprof memory``: text tables, one JSON document, and a chart of each device's memory over
+time stacked by category."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rich.console import Console
+from rich.text import Text
+
+from rnnprof.analyzers.memory import BASELINE_TOTAL, CATEGORIES, DeviceMemory, MemoryReport
+from rnnprof.reports.charts import Figure, altair
+from rnnprof.reports.fit import Column, fit_table
+from rnnprof.reports.units import fmt_mb
+
+TOP = 5  # operators shown per device in the text tables
+WINDOW_START = {"process_rss": "the process's resident memory: more than tensors, not in the series",
+                "cuda_allocator": "the CUDA allocator's count"}
+CATEGORY_COLORS = ("#54a24b", "#eeca3b", "#4c4c4c", "#b279a2", "#e45756", "#4c78a8", "#72b7b2", "#bab0ac",
+                   "#d9d9d9")
+DEFINITIONS = {
+    "allocated": "bytes the allocator handed out and not yet freed: its baseline plus the running sum of the "
+                 "trace's allocations and frees",
+    "reserved": "bytes the allocator holds from the device (the caching allocator's Total Reserved)",
+    "fragmentation": "reserved minus allocated at the peak: held by the allocator, not by any tensor",
+    "categories": "PyTorch memory profiler's, told from each allocation's phase and lifetime (docs/commands/"
+                  "memory.md); before_window: allocated before the trace began",
+    "growth": "median step-to-step change of allocated bytes at each step's end; a leak when above 3x its median "
+              "absolute deviation and 0.1% of the peak, over 4 steps or more",
+    "imbalance": "a peak above the median of the other devices' of its kind by more than 5% of it",
+}
+
+
+def to_document(report: MemoryReport) -> dict:
+    return {"source": report.source, "steps": report.steps, "unusable": report.unusable,
+            "categories": list(CATEGORIES),
+            "devices": [dataclasses.asdict(d) for d in report.devices],
+            "imbalances": [dataclasses.asdict(i) for i in report.imbalances], "definitions": DEFINITIONS}
+
+
+def _mb(value: int | None) -> str:
+    return "-" if value is None else fmt_mb(value)
+
+
+def render_memory(report: MemoryReport, console: Console) -> None:
+    width = console.width
+    rows = [[Text(d.device), fmt_mb(d.peak.allocated), _mb(d.peak.reserved), _mb(d.peak.fragmentation),
+             str(d.peak.step) if d.peak.step >= 0 else "-", Text(d.peak.operator or "-")] for d in report.devices]
+    console.print(fit_table(width, [Column("device", "label"), Column("peak MB"), Column("reserved\nMB", drop=2),
+                                     Column("unused\nMB", drop=1), Column("step"), Column("operator at the peak",
+                                                                                          "name")],
+                            rows, title=f"memory of {report.source} (MB = 10^6 bytes)"))
+    for device in report.devices:
+        _render_device(device, width, console)
+    for imbalance in report.imbalances:
+        ops = ", ".join(f"{s.name} {fmt_mb(s.bytes)}" for s in imbalance.operators[:3])
+        console.print(Text(f"imbalance: {imbalance.device} peaks {fmt_mb(imbalance.excess)} MB above the others' "
+                           f"median ({fmt_mb(imbalance.others_median)} MB)" + (f"; most of it: {ops}" if ops else "")))
+        if imbalance.other_replicas:
+            held = sum(s.bytes for s in imbalance.other_replicas)
+            names = ", ".join(s.name for s in imbalance.other_replicas[:3])
+            console.print(Text(f"  {imbalance.device} holds {fmt_mb(held)} MB for other replicas: {names}"))
+    if report.unusable:
+        console.print(Text(f"left out: {report.unusable:,} memory events without a number for Bytes"))
+
+
+def _render_device(device: DeviceMemory, width: int, console: Console) -> None:
+    peak = device.peak
+    rows = [[s.name, fmt_mb(s.bytes), f"{100 * s.bytes / peak.allocated:.1f}%" if peak.allocated else "-"]
+            for s in peak.by_category]
+    rows += [[Text(s.name), fmt_mb(s.bytes), f"{100 * s.bytes / peak.allocated:.1f}%" if peak.allocated else "-"]
+             for s in peak.by_operator[:TOP]]
+    split = len(peak.by_category)
+    table_rows = [["by category", "", ""], *rows[:split], ["by allocating operator", "", ""], *rows[split:]]
+    console.print(fit_table(width, [Column("", "name", least=24), Column("MB"), Column("share")], table_rows,
+                            title=f"{device.device}: live at the peak"))
+    growth = device.growth
+    if growth.reason:
+        line = f"{device.device}: growth per step not judged: {growth.reason}"
+    else:
+        verdict = "a leak" if growth.leak else "within the steps' jitter" if growth.per_step > 0 else "none"
+        line = (f"{device.device}: growth {fmt_mb(growth.per_step)} MB/step over {len(growth.step_end)} steps "
+                f"(jitter {fmt_mb(growth.jitter)} MB): {verdict}")
+    console.print(Text(line))
+    known = device.baseline_source == BASELINE_TOTAL
+    console.print(Text(f"{device.device}: baseline " + (f"{fmt_mb(device.baseline)} MB: " if known else "")
+                       + device.baseline_source))
+    if device.window_start is not None:
+        what = WINDOW_START.get(device.window_start_source, device.window_start_source)
+        console.print(Text(f"{device.device}: {fmt_mb(device.window_start)} MB in use when the window began "
+                           f"({what})"))
+    if device.allocator_max is not None:
+        console.print(Text(f"{device.device}: the CUDA allocator's peak over the process: "
+                           f"{fmt_mb(device.allocator_max)} MB"))
+    console.print(Text(""))
+
+
+def memory_chart(report: MemoryReport) -> Figure:
+    """Each device's allocated memory over time, stacked by category, one panel per device."""
+    alt = altair()
+    rows = []
+    for device in report.devices:
+        start = device.timeline[0].ts_us if device.timeline else 0.0
+        used = [k for k in range(len(CATEGORIES)) if any(p.bytes[k] for p in device.timeline)]
+        rows += [{"device": device.device, "ms": (point.ts_us - start) / 1000, "category": CATEGORIES[k],
+                  "MB": point.bytes[k] / 1e6} for point in device.timeline for k in used]
+    chart = alt.Chart(alt.Data(name="memory"), title="Allocated memory by category").mark_area().encode(
+        x=alt.X("ms:Q", title="ms from the device's first allocator record"),
+        y=alt.Y("sum(MB):Q", title="MB", stack="zero"),
+        color=alt.Color("category:N", title=None, sort=list(CATEGORIES),
+                        scale=alt.Scale(domain=list(CATEGORIES), range=list(CATEGORY_COLORS)),
+                        legend=alt.Legend(orient="bottom")),
+        tooltip=[alt.Tooltip("device:N"), alt.Tooltip("category:N"), alt.Tooltip("MB:Q", format=",.2f")],
+    ).properties(width=640, height=160).facet(row=alt.Row("device:N", title=None))
+    return Figure(chart, {"memory": rows})

@@ -1,0 +1,254 @@
+"""rnnprof's memory analysis: invariants from the raw JSON of every real trace with allocator records, and the
+analysis's rules on small tables made here."""
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixtures import FIXTURES
+from rnnprof.analyzers.memory import analyze_memory
+from rnnprof.events import Device, EventTableBuilder, Kind
+from rnnprof.events.memory import memory_records
+from rnnprof.traces import load_events
+
+
+def _with_memory() -> list[Path]:
+    """Every trace in tests/data that holds ``[memory]`` events (found by reading them, not listed by hand)."""
+    found = []
+    for path in sorted(FIXTURES.glob("*.json*")):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as f:
+            if b'"[memory]"' in f.read():
+                found.append(path)
+    return found
+
+
+MEMORY_TRACES = _with_memory()
+
+
+def test_the_real_traces_with_memory_events_are_found():
+    assert len(MEMORY_TRACES) >= 3
+
+
+def _raw_series(path: Path) -> dict[str, dict]:
+    """From the file alone: per device (labelled as rnnprof labels it), the records in time order, the running
+    sum from the first record's Total Allocated less its Bytes, and the reported totals."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        doc = json.load(f)
+    events = [e for e in doc["traceEvents"] if e.get("name") == "[memory]" and e.get("ph") == "i"]
+    events.sort(key=lambda e: e["ts"])  # a stable sort: file order among equal times
+    by_device: dict[str, list] = {}
+    for e in events:
+        a = e["args"]
+        label = "host" if a["Device Type"] == 0 else f"gpu:{a['Device Id']}"
+        by_device.setdefault(label, []).append(a)
+    out = {}
+    for label, records in by_device.items():
+        base = records[0]["Total Allocated"] - records[0]["Bytes"]
+        running = base + np.cumsum([r["Bytes"] for r in records])
+        # a CPU's Total Allocated counts only what profiling saw: rnnprof's CPU series starts at 0
+        out[label] = {"running": running, "from_zero": running - (base if label == "host" else 0), "total": np.array([r["Total Allocated"] for r in records]),
+                      "reserved": np.array([r["Total Reserved"] for r in records])}
+    return out
+
+
+@pytest.mark.parametrize("path", MEMORY_TRACES, ids=lambda p: p.name)
+def test_invariants_from_the_raw_json(path):
+    raw = _raw_series(path)
+    report = analyze_memory(load_events(path))
+    analysed = {d.device: d for d in report.devices}
+    assert set(analysed) == set(raw)
+    for label, series in raw.items():
+        device = analysed[label]
+        # allocated at every moment is the running sum of allocations and frees, and the allocator's total agrees
+        assert (series["running"] == series["total"]).all()
+        assert device.mismatches == 0 and device.records == len(series["running"])
+        # the peak is the maximum of that series
+        assert device.peak.allocated == series["from_zero"].max()
+        if (series["reserved"] > 0).any():
+            assert device.peak_reserved == series["reserved"].max()
+            assert device.peak.reserved == series["reserved"][int(np.argmax(series["running"]))]
+        # categories, and operators, add up to the total at the peak
+        assert sum(s.bytes for s in device.peak.by_category) == device.peak.allocated
+        assert sum(s.bytes for s in device.peak.by_operator) == device.peak.allocated
+    assert report.unusable == 0
+
+
+def test_memory_records_leave_every_event_column_unchanged(tmp_path):
+    """The loader reads the [memory] events beside the events; the events and devices are as without them."""
+    path = FIXTURES / "kineto-h100-bert-small-shapes.json.gz"
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") != "[memory]"]
+    table = load_events(path)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(doc))
+    without = load_events(plain)
+    assert len(without.memory) == 0 and len(table.memory) == 236
+    assert table.devices == without.devices
+    for column in table.COLUMNS:  # strings by their text: codes follow the order the stream's pieces met them
+        if column in ("name", "op_type", "lane"):
+            assert (table.text(getattr(table, column)) == without.text(getattr(without, column))).all(), column
+        else:
+            assert np.array_equal(getattr(table, column), getattr(without, column)), column
+
+
+def _table(records, ops=(), steps=()):
+    """A CPU table: host operators ``(name, ts, dur)``, step markers ``(n, ts, dur)`` and memory records
+    ``(ts, bytes, addr)`` on thread 1 of ``cpu:0``."""
+    b = EventTableBuilder("test")
+    cpu = Device("cpu", 0)
+    for name, ts, dur in ops:
+        b.add(ts, dur, name, name, cpu, "1", Kind.HOST_OP)
+    step_of = {}
+    for n, ts, dur in steps:
+        b.add(ts, dur, f"ProfilerStep#{n}", "", cpu, "1", Kind.ANNOTATION, step=n)
+        step_of[n] = (ts, ts + dur)
+    code = b.device_code(cpu)
+    lane = b.strings.code("1")
+    ts = [r[0] for r in records]
+    running = np.cumsum([r[1] for r in records])
+    step = [next((n for n, (s, e) in step_of.items() if s <= t < e), -1) for t in ts]
+    b.memory = memory_records(ts=ts, device=[code] * len(ts), lane=[lane] * len(ts), nbytes=[r[1] for r in records],
+                              addr=[r[2] for r in records], total_allocated=running, total_reserved=[0] * len(ts),
+                              step=step)
+    return b.build()
+
+
+def test_a_leak_is_growth_per_step_and_a_steady_run_is_none():
+    mb = 1 << 20
+    steps = [(n, 100 * n, 100) for n in range(6)]
+    leak, steady = [], []
+    for n in range(6):
+        t = 100 * n
+        leak += [(t + 10, 3 * mb, 1000 + n), (t + 20, -3 * mb, 1000 + n), (t + 30, mb, 5000 + n)]
+        steady += [(t + 10, 3 * mb, 1000 + n), (t + 20, -3 * mb, 1000 + n)]
+    grew = analyze_memory(_table(leak, steps=steps)).devices[0].growth
+    assert grew.leak and grew.per_step == mb and grew.jitter == 0
+    kept = analyze_memory(_table(steady, steps=steps)).devices[0].growth
+    assert not kept.leak and kept.per_step == 0
+
+
+def test_a_first_step_that_makes_state_is_no_leak():
+    mb = 1 << 20
+    steps = [(n, 100 * n, 100) for n in range(5)]
+    records = [(5, 4 * mb, 1)]  # optimizer state made once
+    for n in range(5):
+        records += [(100 * n + 10, mb, 100 + n), (100 * n + 20, -mb, 100 + n)]
+    assert not analyze_memory(_table(records, steps=steps)).devices[0].growth.leak
+
+
+def test_temporaries_and_operators_at_the_peak():
+    records = [(1, 100, 1), (2, 50, 2), (3, -50, 2), (11, 30, 3), (12, 1000, 4), (13, -1000, 4)]
+    table = _table(records, ops=[("aten::linear", 0, 5), ("aten::relu", 10, 5)], steps=[(0, 0, 20)])
+    peak = analyze_memory(table).devices[0].peak
+    assert peak.allocated == 1130 and peak.operator == "aten::relu" and peak.step == 0
+    assert {s.name: s.bytes for s in peak.by_category} == {"temporary": 1000, "activation": 130}
+    assert {s.name: s.bytes for s in peak.by_operator} == {"aten::relu": 1030, "aten::linear": 100}
+
+
+def test_the_command_on_a_trace_without_memory_events_says_how_to_record_them(capsys):
+    from rnnprof.cli import main
+
+    assert main(["memory", str(FIXTURES / "torch-gloo-rank0.json.gz")]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.strip().splitlines()) == 1
+    assert "profile_memory=True" in out.err
+
+
+def test_the_command_prints_the_peak_and_plots_it(tmp_path, capsys):
+    from rnnprof.cli import main
+
+    plot = tmp_path / "memory.svg"
+    path = FIXTURES / "kineto-h100-vit-shapes.json.gz"
+    assert main(["memory", str(path), "--plot", str(plot)]) == 0
+    text = capsys.readouterr().out
+    peak = _raw_series(path)["gpu:0"]["running"].max()
+    assert f"{peak / 1e6:,.2f}" in text and "aten::gelu" in text
+    assert plot.stat().st_size > 1000 and b"<svg" in plot.read_bytes()[:200]
+
+
+def test_the_html_report_has_the_memory_section_and_chart(tmp_path):
+    from rnnprof.cli import main
+
+    out = tmp_path / "report.html"
+    path = FIXTURES / "kineto-h100-vit-shapes.json.gz"
+    assert main(["report", str(path), "-o", str(out)]) == 0
+    html = out.read_text()
+    section = html[html.index("Memory</h2>"):]
+    peak = _raw_series(path)["gpu:0"]["running"].max()
+    assert f"{peak / 1e6:,.2f}" in section[:3000]
+    assert '"data":{"name":"memory"}' in section and '"category":"activation"' in section
+
+
+def test_tensorflow_allocation_records_become_memory_records_with_their_node():
+    """Step stats as TensorFlow writes them (built here with its protos): each node's allocation records, an
+    allocation and its free, and a free of what an earlier step allocated."""
+    from tensorboard.compat.proto import step_stats_pb2
+
+    from rnnprof.rundir.chrome_trace import step_stats_to_chrome
+    from rnnprof.traces.tf_chrome import load_doc
+
+    stats = step_stats_pb2.StepStats()
+    for index, node_name, records in ((0, "tower_0/MatMul", [(100, 4096), (180, -4096), (150, -64)]),
+                                      (1, "tower_1/MatMul", [(110, 4096)])):
+        dev = stats.dev_stats.add(device=f"/job:localhost/replica:0/task:0/device:CPU:{index}")
+        node = dev.node_stats.add(node_name=node_name, all_start_micros=90, all_end_rel_micros=20,
+                                  timeline_label=f"{node_name} = MatMul(a, b)")
+        used = node.memory.add(allocator_name="cpu")
+        for micros, size in records:
+            used.allocation_records.add(alloc_micros=micros, alloc_bytes=size)
+    table = load_doc(Path("step-3.trace.json"), step_stats_to_chrome(stats, 3), "rnnprof")
+    mem = table.memory
+    assert len(mem) == 4 and mem.unusable == 0
+    assert list(mem.nbytes) == [4096, 4096, -64, -4096]  # in time order
+    assert [table.strings[c] for c in mem.operator] == ["tower_0/MatMul", "tower_1/MatMul", "tower_0/MatMul",
+                                                        "tower_0/MatMul"]
+    assert mem.addr[0] == mem.addr[3] != mem.addr[1] and mem.addr[2] == -1 and set(mem.step) == {3}
+    report = analyze_memory(table)
+    peaks = {d.device: d.peak for d in report.devices}
+    assert peaks["cpu:0"].allocated == 4096 and peaks["cpu:1"].allocated == 4096
+    assert peaks["cpu:0"].by_operator[0].name == "tower_0/MatMul"
+
+
+def test_the_manifest_gives_each_ranks_memory_at_the_window_start():
+    from rnnprof.events import Manifest
+
+    manifest = Manifest.from_dict({"ranks": [
+        {"rank": 0, "memory": {"profile_memory": True, "baseline": {"source": "process_rss", "allocated": 5000,
+                                                                    "reserved": None},
+                               "max_allocated": None, "max_reserved": None}},
+        {"rank": 1, "memory": "not a record"}]})
+    (memory,) = manifest.rank_memory.values()
+    assert list(manifest.rank_memory) == ["rank0"]
+    assert memory.profile_memory and memory.baseline_source == "process_rss" and memory.baseline_allocated == 5000
+    assert memory.max_allocated is None
+
+
+def _gpu_table(reserved: int):
+    """One GPU: 100 MB allocated then freed, the allocator reserving ``reserved`` bytes; its memory size 1 GB."""
+    b = EventTableBuilder("test")
+    gpu, host = Device("gpu", 0), Device("host")
+    b.add(0, 10, "aten::empty", "aten::empty", host, "1", Kind.HOST_OP)
+    b.add(0, 10, "kernel", "kernel", gpu, "stream:7", Kind.KERNEL)
+    code, lane = b.device_code(gpu), b.strings.code("1")
+    b.memory = memory_records(ts=[1, 2], device=[code, code], lane=[lane, lane], nbytes=[100_000_000, -100_000_000],
+                              addr=[5, 5], total_allocated=[100_000_000, 0], total_reserved=[reserved, reserved],
+                              step=[-1, -1])
+    b.metadata.devices_properties = ({"id": 0, "totalGlobalMem": 1_000_000_000},)
+    return b.build()
+
+
+def test_reserved_but_unused_memory_is_a_finding_in_bytes_with_the_headroom():
+    from rnnprof.analyzers.audit import audit
+
+    found = [f for f in audit(_gpu_table(300_000_000)).findings if f.rule == "PF010"]
+    (finding,) = found
+    assert finding.evidence["freed_at_peak_bytes"] == 200_000_000 and finding.saving_us is None
+    assert finding.evidence["headroom_bytes"] == 700_000_000
+    assert finding.evidence["headroom_after_bytes"] == 900_000_000
+    assert not [f for f in audit(_gpu_table(110_000_000)).findings if f.rule == "PF010"]
