@@ -167,10 +167,48 @@ def save_part(part: RankPart, folder: Path) -> None:
 
 
 def open_part(folder: Path) -> RankPart:
-    """A part ``save_part`` wrote, its arrays mapped from the files (a step reads the rows of its window only)."""
+    """A part ``save_part`` wrote, its arrays read from the files as they are indexed (a step reads the rows of
+    its window only)."""
     with open(folder / "tables.pickle", "rb") as f:
         strings, devices, names = pickle.load(f)
-    return RankPart({name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in names}, strings, devices)
+    return RankPart({name: StoredArray(folder / f"{name}.npy") for name in names}, strings, devices)
+
+
+class StoredArray:
+    """An array saved by ``numpy.save``, read piece by piece: an item, a slice or a set of rows reads only the
+    bytes from the first to the last (a memory map would map far more than that: the kernel reads ahead and
+    maps the pages around each fault, so a binary search alone mapped most of a file)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            self.shape, _, self.dtype = read(f)
+            self.offset = f.tell()
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _read(self, start: int, count: int) -> np.ndarray:
+        return np.fromfile(self.path, dtype=self.dtype, count=max(count, 0),
+                           offset=self.offset + start * self.dtype.itemsize)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        values = self._read(0, int(np.prod(self.shape))).reshape(self.shape)
+        return values if dtype is None else values.astype(dtype)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            return self._read(start, stop - start)[::step]
+        if isinstance(key, (int, np.integer)):
+            return self._read(int(key) % len(self), 1)[0]
+        rows = np.asarray(key, dtype=np.int64)
+        if not len(rows):
+            return np.zeros(0, dtype=self.dtype)
+        lo = int(rows.min())
+        return self._read(lo, int(rows.max()) + 1 - lo)[rows - lo]
 
 
 def job_critical_path(folder: RankFolder, comm_patterns: Sequence[str] = (), jobs: int | None = None,

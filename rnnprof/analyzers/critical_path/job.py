@@ -23,9 +23,10 @@ from rnnprof.events import Device, EventTable, concat
 
 @dataclass(frozen=True)
 class RankPart:
-    """One rank's DAG candidates in row order: ``arrays`` holds their table columns, ``row`` (their rows in the
-    rank's table), ``classes``, ``by_ts``/``ts_sorted``/``reach`` (start order and the running last end, for a
-    window's rows), ``enqueue``/``complete`` (gloo pairs, as candidate positions), ``is_thread`` (per device)
+    """One rank's DAG candidates in start order: ``arrays`` holds their table columns, ``row`` (their rows in the
+    rank's table), ``classes``, ``reach`` (the running last end, for a window's rows; ``ts_marks`` and
+    ``reach_marks``: every ``_MARK``-th of ``ts`` and ``reach``), ``enqueue``/``complete``
+    (gloo pairs, as candidate positions), ``is_thread`` (per device)
     and the unions of each device's events (``busy_*``) and each host lane's operators (``lane_*``)."""
 
     arrays: dict
@@ -52,6 +53,7 @@ class JobPlan:
     has_steps: bool
 
 
+_MARK = 256  # a window's first and last candidate are looked up in every 256th start and running end
 _LANE_KEY = 1 << 32  # a host lane's key: its device's code times this, plus its lane's string code
 
 
@@ -90,21 +92,24 @@ def rank_part(table: EventTable, classes: np.ndarray) -> tuple[RankPart, RankSum
     """What one rank's table gives the job's critical path (``classes``: ``classify`` of it)."""
     tt = TableIndex(table, classes, Dependencies(match_ranks=False))
     cand = np.sort(tt.cand)
-    arrays = {c: getattr(table, c)[cand] for c in EventTable.COLUMNS}
-    ts, end = table.ts[cand], table.end[cand]
-    by_ts = np.argsort(ts, kind="stable")
-    arrays.update(row=cand, classes=classes[cand], by_ts=by_ts, ts_sorted=ts[by_ts],
-                  reach=np.maximum.accumulate(end[by_ts]) if len(cand) else end, is_thread=tt.is_thread)
+    by_ts = np.argsort(table.ts[cand], kind="stable")
+    rows = cand[by_ts]  # in start order: a window's candidates are a run of them
+    arrays = {c: getattr(table, c)[rows] for c in EventTable.COLUMNS}
+    arrays.update(row=rows, classes=classes[rows], is_thread=tt.is_thread,
+                  reach=np.maximum.accumulate(table.end[rows]) if len(rows) else table.end[rows])
+    arrays.update(ts_marks=arrays["ts"][::_MARK].copy(), reach_marks=arrays["reach"][::_MARK].copy())
+    at = np.empty(len(cand), dtype=np.int64)
+    at[by_ts] = np.arange(len(cand))
     for name, (a, b) in (("enqueue", tt.enqueue), ("complete", tt.complete)):
         pa, pb = _position(cand, a), _position(cand, b)
         keep = (pa >= 0) & (pb >= 0)
-        arrays[name] = np.stack([pa[keep], pb[keep]]).astype(np.int64)
+        arrays[name] = np.stack([at[pa[keep]], at[pb[keep]]]).astype(np.int64)
     busy = np.flatnonzero((classes != EventClass.ANNOTATION) & (table.dur > 0))
     arrays.update(_flat_intervals(table, busy, table.device[busy].astype(np.int64), "busy_"))
     ops = tt.host_ops
     arrays.update(_flat_intervals(table, ops, table.device[ops].astype(np.int64) * _LANE_KEY + table.lane[ops],
                                   "lane_"))
-    step = table.step[cand]
+    step, ts, end = table.step[cand], table.ts[cand], table.end[cand]
     spans = {int(s): (float(ts[step == s].min()), float(end[step == s].max())) for s in np.unique(step).tolist()}
     summary = RankSummary(rows=len(table), steps=tuple(int(s) for s in table.steps()), spans=spans,
                           span_all=(float(ts.min()), float(end.max())) if len(cand) else None,
@@ -153,17 +158,20 @@ def job_plan(summaries: Sequence[RankSummary], steps: Sequence[int] | None = Non
 
 
 def _window_rows(part: RankPart, window: tuple[float, float], has_steps: bool) -> np.ndarray:
-    """The positions of the rank's candidates that ``TableIndex.overlapping`` gives for ``window``."""
+    """The positions of the rank's candidates that ``TableIndex.overlapping`` gives for ``window``, in row order
+    (a run of positions: only the pages of the window's rows are read)."""
     a = part.arrays
     if not has_steps:
-        return np.arange(len(a["row"]))
+        return np.argsort(np.asarray(a["row"]), kind="stable")
     ws, we = window
-    lo = min(int(np.searchsorted(a["reach"], ws, side="right")), int(np.searchsorted(a["ts_sorted"], ws)))
-    hi = int(np.searchsorted(a["ts_sorted"], we, side="right"))
-    idx = np.asarray(a["by_ts"][lo:hi])
-    ts, dur = a["ts"][idx], a["dur"][idx]
+    # bounds from every _MARK-th value (a search of the whole arrays would read most of their pages)
+    lo = _MARK * max(min(int(np.searchsorted(a["reach_marks"], ws, side="right")),
+                         int(np.searchsorted(a["ts_marks"], ws))) - 1, 0)
+    hi = max(min(_MARK * int(np.searchsorted(a["ts_marks"], we, side="right")), len(a["ts"])), lo)
+    ts, dur = np.asarray(a["ts"][lo:hi]), np.asarray(a["dur"][lo:hi])
     e = ts + dur
-    return np.sort(idx[(ts <= we) & ((e > ws) | ((ts >= ws) & (dur == 0)))])
+    keep = np.flatnonzero((ts <= we) & ((e > ws) | ((ts >= ws) & (dur == 0))))
+    return lo + keep[np.argsort(np.asarray(a["row"][lo:hi])[keep], kind="stable")]
 
 
 class JobIndex:
@@ -204,10 +212,11 @@ class JobIndex:
         us, vs = [], []
         for p, k, base in zip(self.parts, picked, first.tolist()):
             pairs = np.asarray(p.arrays[name])
-            u, v = _position(k, pairs[0]), _position(k, pairs[1])
+            by = np.argsort(k, kind="stable")
+            u, v = _position(k[by], pairs[0]), _position(k[by], pairs[1])
             keep = (u >= 0) & (v >= 0)
-            us.append(base + u[keep])
-            vs.append(base + v[keep])
+            us.append(base + by[u[keep]])
+            vs.append(base + by[v[keep]])
         return np.concatenate(us).astype(np.int64), np.concatenate(vs).astype(np.int64)
 
     def overlapping(self, start: float, end: float) -> np.ndarray:
