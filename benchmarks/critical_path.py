@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _measure import Targets, ratio_spread
-from _tile import DEFAULT_FIXTURE, FIXTURES, tile
+from _measure import Targets, ratio_spread, run_child
+from _tile import DEFAULT_FIXTURE, FIXTURES
 from whole_job import build_job, measured
 
 CHILD = """
@@ -38,6 +38,13 @@ from rnnprof.cli import main
 with open(sys.argv[3], "w") as out:
     code = main([sys.argv[1], sys.argv[2], "--json"], console=Console(file=out, width=200))
 print(json.dumps({"code": code, "s": time.perf_counter() - t0, "rss_mb": peak_rss_mb()}))
+"""
+TILE_CHILD = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from _tile import tile
+print(json.dumps({"events": tile(int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))}))
 """
 A100 = FIXTURES / "kineto-8rank-rank3-a100.json.gz"
 SIDES = ("comm", "critical-path")
@@ -91,7 +98,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rnnprof-bench-", dir=args.job.parent if args.job else None) as tmp:
         path, out = Path(tmp) / "trace.json", Path(tmp) / "out.json"
         t0 = time.perf_counter()
-        n = tile(args.events, path, args.fixture)
+        # in a child: Linux keeps a process's peak RSS across fork and exec, so this one must stay small
+        n = run_child(TILE_CHILD, str(Path(__file__).resolve().parent), str(args.events), str(path),
+                      str(args.fixture))["events"]
         print(f"built {n:,} trace events of {args.fixture.name} tiled ({path.stat().st_size / 1e6:,.0f} MB JSON) "
               f"in {time.perf_counter() - t0:.1f} s")
         report("tiled rank", compare(path, args.repeat, out), targets, 2.5, 2.0, rss_absolute=False)

@@ -159,19 +159,23 @@ def path_of_step(task: StepTask) -> StepPath | None:
 
 
 def save_part(part: RankPart, folder: Path) -> None:
+    """Each array in a ``.npy`` file of its own; the strings, devices and the arrays' headers in one pickle."""
     folder.mkdir(parents=True, exist_ok=True)
+    headers = {}
     for name, values in part.arrays.items():
         np.save(folder / f"{name}.npy", values)
+        headers[name] = StoredArray(folder / f"{name}.npy").header
     with open(folder / "tables.pickle", "wb") as f:
-        pickle.dump((part.strings, part.devices, tuple(part.arrays)), f)
+        pickle.dump((part.strings, part.devices, headers), f)
 
 
 def open_part(folder: Path) -> RankPart:
     """A part ``save_part`` wrote, its arrays read from the files as they are indexed (a step reads the rows of
     its window only)."""
     with open(folder / "tables.pickle", "rb") as f:
-        strings, devices, names = pickle.load(f)
-    return RankPart({name: StoredArray(folder / f"{name}.npy") for name in names}, strings, devices)
+        strings, devices, headers = pickle.load(f)
+    return RankPart({name: StoredArray(folder / f"{name}.npy", header) for name, header in headers.items()},
+                    strings, devices)
 
 
 class StoredArray:
@@ -179,13 +183,17 @@ class StoredArray:
     bytes from the first to the last (a memory map would map far more than that: the kernel reads ahead and
     maps the pages around each fault, so a binary search alone mapped most of a file)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, header: tuple | None = None):
         self.path = path
-        with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            self.shape, _, self.dtype = read(f)
-            self.offset = f.tell()
+        if header is None:  # (shape, dtype, where the data starts), read from the file's header
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+                header = (shape, dtype, f.tell())
+        self.header = header
+        self.shape, self.dtype, self.offset = header
 
     def __len__(self) -> int:
         return self.shape[0]

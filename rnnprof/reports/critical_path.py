@@ -4,6 +4,7 @@ as rich tables or one JSON document, and the Chrome trace overlay of the path (P
 from __future__ import annotations
 
 import dataclasses
+import operator
 import textwrap
 
 from rich.console import Console
@@ -176,6 +177,7 @@ def to_document(report: CriticalPathReport, overlay: str | None = None, lazy: bo
 
 
 _LINK_KEYS = tuple(f.name for f in dataclasses.fields(Link) if f.name != "event")  # the row is no output
+_link_values = operator.attrgetter(*_LINK_KEYS)
 
 
 def _step_document(step: StepPath) -> dict:
@@ -185,7 +187,7 @@ def _step_document(step: StepPath) -> dict:
     for f in dataclasses.fields(StepPath):
         value = getattr(step, f.name)
         if f.name == "links":
-            value = [{key: getattr(link, key) for key in _LINK_KEYS} for link in value]
+            value = [dict(zip(_LINK_KEYS, _link_values(link))) for link in value]
         elif f.name == "what_if":
             value = [dataclasses.asdict(w) for w in value]
         elif isinstance(value, dict):

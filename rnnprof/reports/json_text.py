@@ -26,14 +26,17 @@ class Lazy:
         return (self.build(x) for x in self.items)
 
 
+_SPECIAL = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
 def _float(value: float) -> str:
-    if value != value:
-        return "NaN"
-    if value == _INF:
-        return "Infinity"
-    if value == -_INF:
-        return "-Infinity"
-    return float.__repr__(value)
+    text = float.__repr__(value)
+    return _SPECIAL.get(text, text)
+
+
+# The plain types by their exact class (a subclass goes through ``_scalar``'s checks, as ``json`` makes them).
+_FORMAT = {str: encode_basestring_ascii, float: _float, int: int.__repr__, bool: lambda v: "true" if v else "false",
+           type(None): lambda v: "null"}
 
 
 def _scalar(value) -> str | None:
@@ -68,6 +71,9 @@ def _key(key) -> str:
 
 
 def _encode(value, indent: str) -> str:
+    form = _FORMAT.get(value.__class__)
+    if form is not None:
+        return form(value)
     text = _scalar(value)
     if text is not None:
         return text
@@ -75,7 +81,11 @@ def _encode(value, indent: str) -> str:
     if isinstance(value, dict):
         if not value:
             return "{}"
-        parts = [_key(key) + ": " + _encode(item, inner) for key, item in value.items()]
+        parts = []
+        for key, item in value.items():
+            form = _FORMAT.get(item.__class__)
+            parts.append((encode_basestring_ascii(key) if key.__class__ is str else _key(key)) + ": "
+                         + (form(item) if form is not None else _encode(item, inner)))
     else:
         parts = [_encode(item, inner) for item in value]
         if not parts:
