@@ -87,11 +87,45 @@ def _encode(value, indent: str) -> str:
             parts.append((encode_basestring_ascii(key) if key.__class__ is str else _key(key)) + ": "
                          + (form(item) if form is not None else _encode(item, inner)))
     else:
-        parts = [_encode(item, inner) for item in value]
+        parts = _records(value, inner) if len(value) >= _RECORDS else None
+        if parts is None:
+            parts = [_encode(item, inner) for item in value]
         if not parts:
             return "[]"
     opening, closing = ("{", "}") if isinstance(value, dict) else ("[", "]")
     return opening + "\n" + inner + (",\n" + inner).join(parts) + "\n" + indent + closing
+
+
+_RECORDS = 16  # a list this long of dicts with the same keys is written column by column
+
+
+def _column(values: list, indent: str) -> list[str]:
+    """The texts of one key's values in every record: a plain type's at once (``map`` of its formatter)."""
+    kinds = set(map(type, values))
+    if len(kinds) == 1:
+        kind = kinds.pop()
+        if kind is str:
+            return list(map(encode_basestring_ascii, values))
+        if kind is int:
+            return list(map(int.__repr__, values))
+        if kind is float:
+            texts = list(map(float.__repr__, values))
+            return list(map(_SPECIAL.get, texts, texts))
+    return [_encode(v, indent) for v in values]
+
+
+def _records(value, inner: str) -> list[str] | None:
+    """The texts of a list's items when they are dicts with the same keys in the same order (the rows of a
+    table, such as a path's links), else None."""
+    if not all(item.__class__ is dict for item in value):
+        return None
+    keys = tuple(value[0])
+    if not keys or not all(tuple(item) == keys for item in value) or not all(k.__class__ is str for k in keys):
+        return None
+    deeper = inner + "  "
+    template = "{{\n" + ",\n".join(deeper + encode_basestring_ascii(k).replace("{", "{{").replace("}", "}}") + ": {}"
+                                    for k in keys) + "\n" + inner + "}}"
+    return list(map(template.format, *(_column([item[k] for item in value], deeper) for k in keys)))
 
 
 def _pieces(value, indent: str, depth: int) -> Iterator[str]:
