@@ -11,7 +11,7 @@ from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.critical_path.graph import StepDAG
 from rnnprof.analyzers.critical_path.table_index import TableIndex, dag_windows
 from rnnprof.analyzers.replay.changes import Knobs, StepGraph, apply
-from rnnprof.analyzers.replay.engine import calibrate, replay, topological_order
+from rnnprof.analyzers.replay.engine import calibrate, replay, replay_order
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
 from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_time, waits_by_rank
 from rnnprof.analyzers.replay.result import (EVEN_HOST, EVEN_INPUT, FAMILY, SCALE, SCALE_HOST, Change, ChangeError,
@@ -136,14 +136,14 @@ def whatif(table: EventTable, changes: Sequence[Change], dependencies: Dependenc
 
 def _replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str) -> tuple[StepReplay, list[int]]:
     g = sg.graph
-    order, keep = topological_order(g)
+    order, keep = replay_order(g)
     base = calibrate(g, keep)
     before = replay(g, order, keep, g.dur, g.pre, g.lag, base)
     knobs = Knobs(g, g.dur.copy(), g.pre.copy(), g.lag.copy(), keep.copy(), base.copy())
     counts = [apply(c, sg, knobs, c.subject or rank) for c in changes]
     after_graph = knobs.graph
     if after_graph is not g:
-        order, _ = topological_order(after_graph)
+        order, _ = replay_order(after_graph)
     changed_sg = StepGraph(after_graph, sg.table, sg.classes, sg.window_start)
     after = replay(after_graph, order, knobs.keep, knobs.dur, knobs.pre, knobs.lag, knobs.base)
     measured = replayed_step_time(g, g.end)
