@@ -2,7 +2,8 @@
 --dist loadgroup``).
 
 * Every test module is one xdist group (its module-scoped captures are made once), unless a test names its
-  own ``xdist_group``; the modules with slow tests are handed out first, so that no long module starts last.
+  own ``xdist_group``; the longest modules are handed out first, then those with slow tests, so that no long
+  module starts last (xdist's own reordering by number of tests is turned off).
 * The captures several modules read (``tiny_nmt_run``, ``nmt_loop_fused``) are made once per session, by the
   first worker that needs them, under a file lock in the session's shared temporary folder.
 * torchrun jobs rendezvous on a port the OS chooses (``PET_RDZV_*``, as ``torchrun --standalone``), so two
@@ -26,16 +27,33 @@ os.environ.setdefault("PET_RDZV_BACKEND", "c10d")
 os.environ.setdefault("PET_RDZV_ENDPOINT", "localhost:0")
 
 
+# The longest modules, longest first (seconds of one worker on idle 2 cores, measured with --durations): they are
+# handed out before every other, so that none of them starts late and runs alone at the end.
+LONGEST = ("tests/test_cluster_run.py", "tests/test_diagnosis_jobs.py", "tests/test_diff.py",
+           "tests/test_torch.py", "tests/test_torch_script.py", "tests/test_trace_signals.py")
+
+
+def pytest_configure(config):
+    """xdist hands the groups out in the order of the collection (below), not by their number of tests."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
-    """Each module its own xdist group where a test names none; modules with the most slow tests first (a
-    stable sort: the order within a module is kept)."""
+    """Each module its own xdist group where a test names none; the LONGEST modules first, then those with the
+    most slow tests (a stable sort: the order within a module is kept)."""
     slow: dict[str, int] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
         slow[module] = slow.get(module, 0) + (item.get_closest_marker("slow") is not None)
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(module))
-    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
+
+    def order(item):
+        module = item.nodeid.split("::")[0]
+        return (LONGEST.index(module), 0) if module in LONGEST else (len(LONGEST), -slow[module])
+
+    items.sort(key=order)
 
 
 @pytest.fixture(scope="session", autouse=True)
