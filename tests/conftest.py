@@ -92,7 +92,7 @@ def shared_once(tmp_path_factory, name: str, make) -> Path:
     return folder
 
 
-NMT_LOOP_FUSED = ["--model", "nmt", "--direction", "bi", "--layers", "4", "--units", "16", "--vocab-size", "200",
+NMT_LOOP_FUSED = ["--model", "nmt", "--direction", "bi", "--layers", "2", "--units", "16", "--vocab-size", "200",
                   "--src-max-len", "12", "--tgt-max-len", "12", "--batch-size", "4", "--devices", "2",
                   "--warmup", "1", "--batches", "1", "--trace-steps", "1"]
 
@@ -107,7 +107,7 @@ def _capture_loop_fused(root: Path) -> None:
 
 @pytest.fixture(scope="session")
 def nmt_loop_fused(tmp_path_factory):
-    """Loop and fused NMT (4 layers, bi encoder, 2 devices) captured once for the session: ``root/loop``,
+    """Loop and fused NMT (2 layers, bi encoder, 2 devices) captured once for the session: ``root/loop``,
     ``root/fused``."""
     return shared_once(tmp_path_factory, "nmt", _capture_loop_fused)
 
