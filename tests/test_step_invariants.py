@@ -39,7 +39,7 @@ NO_LAUNCH, LAUNCHED_OUTSIDE = "no_launch_in_trace", "launched_outside_steps"
 OVERLAPPING = ("kineto-2rank-rank1-v100-cudagraph.json.gz", "kineto-16rank-rank0-a100-cudagraph.json.gz")
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=None)  # every file, once: the collection reads them all (WITH_STEPS), the tests again
 def raw(name: str) -> dict:
     """From the raw JSON: the step ranges, and every GPU event as ``(device, ts, end, step)``, step None when it
     is in no step, with the reason counted."""
