@@ -1,9 +1,10 @@
 """Checks over the whole test session, and how the tests share out under pytest-xdist (``make test``: ``-n 2
---dist loadgroup``).
+--dist loadfile``).
 
-* Every test module is one xdist group (its module-scoped captures are made once), unless a test names its
-  own ``xdist_group``; the longest modules are handed out first, then those with slow tests, so that no long
-  module starts last (xdist's own reordering by number of tests is turned off).
+* Every test module runs on one worker (``--dist loadfile``), so its module-scoped captures are made once
+  (``--dist loadgroup`` no longer keeps a group together: xdist 3.8 writes the group into ``item._nodeid``,
+  which pytest 9 does not read, so each test was handed out alone); the longest modules are handed out first,
+  then those with slow tests, so that no long module starts last (xdist's reordering by number of tests is off).
 * The captures several modules read (``tiny_nmt_run``, ``nmt_loop_fused``) are made once per session, by the
   first worker that needs them, under a file lock in the session's shared temporary folder.
 * torchrun jobs rendezvous on a port the OS chooses (``PET_RDZV_*``, as ``torchrun --standalone``), so two
@@ -35,20 +36,18 @@ LONGEST = ("tests/test_cluster_run.py", "tests/test_diagnosis_jobs.py", "tests/t
 
 
 def pytest_configure(config):
-    """xdist hands the groups out in the order of the collection (below), not by their number of tests."""
+    """xdist hands the modules out in the order of the collection (below), not by their number of tests."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(config, items):
-    """Each module its own xdist group where a test names none; the LONGEST modules first, then those with the
-    most slow tests (a stable sort: the order within a module is kept)."""
+    """The LONGEST modules first, then those with the most slow tests (a stable sort: the order within a module
+    is kept)."""
     slow: dict[str, int] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
         slow[module] = slow.get(module, 0) + (item.get_closest_marker("slow") is not None)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(module))
 
     def order(item):
         module = item.nodeid.split("::")[0]
