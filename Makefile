@@ -21,11 +21,11 @@ demo: $(STAMP)
 # TEST_WORKERS=auto uses every core; TEST_WORKERS=0 runs in this process, one test after another.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Everything but the tests that run real TensorFlow training or capture.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 # The documentation site (Sphinx, Markdown pages through MyST, the CLI reference from the parsers);
 # warnings are errors.

@@ -1,8 +1,10 @@
 """Checks over the whole test session, and how the tests share out under pytest-xdist (``make test``: ``-n 2
---dist loadgroup``).
+--dist loadfile``).
 
-* Every test module is one xdist group (its module-scoped captures are made once), unless a test names its
-  own ``xdist_group``; the modules with slow tests are handed out first, so that no long module starts last.
+* Every test module runs on one worker (``--dist loadfile``), so its module-scoped captures are made once
+  (``--dist loadgroup`` no longer keeps a group together: xdist 3.8 writes the group into ``item._nodeid``,
+  which pytest 9 does not read, so each test was handed out alone); the longest modules are handed out first,
+  then those with slow tests, so that no long module starts last (xdist's reordering by number of tests is off).
 * The captures several modules read (``tiny_nmt_run``, ``nmt_loop_fused``) are made once per session, by the
   first worker that needs them, under a file lock in the session's shared temporary folder.
 * torchrun jobs rendezvous on a port the OS chooses (``PET_RDZV_*``, as ``torchrun --standalone``), so two
@@ -26,16 +28,32 @@ os.environ.setdefault("PET_RDZV_BACKEND", "c10d")
 os.environ.setdefault("PET_RDZV_ENDPOINT", "localhost:0")
 
 
+# The longest modules, longest first (CPU seconds of each, 40 to 115, measured alone): they are handed out before
+# every other, so that none of them starts late and runs alone at the end.
+LONGEST = ("tests/test_cluster_run.py", "tests/test_diagnosis_jobs.py", "tests/test_torch.py",
+           "tests/test_torch_script.py", "tests/test_explain.py", "tests/test_diff.py", "tests/test_trace_signals.py",
+           "tests/test_trace_cli.py", "tests/test_interrupt.py")
+
+
+def pytest_configure(config):
+    """xdist hands the modules out in the order of the collection (below), not by their number of tests."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
-    """Each module its own xdist group where a test names none; modules with the most slow tests first (a
-    stable sort: the order within a module is kept)."""
+    """The LONGEST modules first, then those with the most slow tests (a stable sort: the order within a module
+    is kept)."""
     slow: dict[str, int] = {}
     for item in items:
         module = item.nodeid.split("::")[0]
         slow[module] = slow.get(module, 0) + (item.get_closest_marker("slow") is not None)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(module))
-    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
+
+    def order(item):
+        module = item.nodeid.split("::")[0]
+        return (LONGEST.index(module), 0) if module in LONGEST else (len(LONGEST), -slow[module])
+
+    items.sort(key=order)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -74,7 +92,7 @@ def shared_once(tmp_path_factory, name: str, make) -> Path:
     return folder
 
 
-NMT_LOOP_FUSED = ["--model", "nmt", "--direction", "bi", "--layers", "4", "--units", "16", "--vocab-size", "200",
+NMT_LOOP_FUSED = ["--model", "nmt", "--direction", "bi", "--layers", "2", "--units", "16", "--vocab-size", "200",
                   "--src-max-len", "12", "--tgt-max-len", "12", "--batch-size", "4", "--devices", "2",
                   "--warmup", "1", "--batches", "1", "--trace-steps", "1"]
 
@@ -89,7 +107,7 @@ def _capture_loop_fused(root: Path) -> None:
 
 @pytest.fixture(scope="session")
 def nmt_loop_fused(tmp_path_factory):
-    """Loop and fused NMT (4 layers, bi encoder, 2 devices) captured once for the session: ``root/loop``,
+    """Loop and fused NMT (2 layers, bi encoder, 2 devices) captured once for the session: ``root/loop``,
     ``root/fused``."""
     return shared_once(tmp_path_factory, "nmt", _capture_loop_fused)
 

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 TINY = ["--model", "nmt", "--devices", "1", "--units", "16", "--layers", "1", "--src-max-len", "6",
         "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", "1", "--batches", "1"]
 W0, W1, PS0 = "/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1", "/job:ps/replica:0/task:0"
+PS1 = "/job:ps/replica:0/task:1"
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -100,8 +101,10 @@ def test_an_error_while_a_task_is_dead_becomes_that_tasks_failure():
 
 @pytest.fixture(scope="module")
 def ps_run(tmp_path_factory):
+    """A traced parameter_server run on 2 workers and 2 ps tasks, the variables split over the ps tasks by the
+    default greedy placement (also the run the ps-balance rule must not flag)."""
     out = tmp_path_factory.mktemp("cluster") / "run"
-    code = main(["trace", *TINY, "--trace-steps", "1", "--workers", "2", "--ps-tasks", "1",
+    code = main(["trace", *TINY, "--trace-steps", "1", "--workers", "2", "--ps-tasks", "2",
                  "--variable-update", "parameter_server", "--out", str(out)])
     assert code == 0
     return out
@@ -115,14 +118,14 @@ def _timeline(run: Path) -> dict:
 def test_timelines_name_the_devices_of_each_worker_and_the_ps(ps_run):
     doc = _timeline(ps_run)
     processes = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
-    assert {f"{W0}/device:CPU:0", f"{W1}/device:CPU:0", f"{PS0}/device:CPU:0"} <= processes
+    assert {f"{W0}/device:CPU:0", f"{W1}/device:CPU:0", f"{PS0}/device:CPU:0", f"{PS1}/device:CPU:0"} <= processes
 
 
 def test_every_task_is_profiled_into_its_own_xplane(ps_run):
     manifest = json.loads((ps_run / "manifest.json").read_text())
     (run,) = [p for p in (ps_run / "plugins" / "profile").iterdir() if not p.name.endswith("_devices")]
-    assert sorted(p.name for p in run.glob("*.xplane.pb")) == ["ps_0.xplane.pb", "worker_0.xplane.pb",
-                                                               "worker_1.xplane.pb"]
+    assert sorted(p.name for p in run.glob("*.xplane.pb")) == ["ps_0.xplane.pb", "ps_1.xplane.pb",
+                                                               "worker_0.xplane.pb", "worker_1.xplane.pb"]
     assert all(p.stat().st_size > 0 for p in run.glob("*.xplane.pb"))
     assert len(manifest["profiled_steps"]) >= 1 and "profile_error" not in manifest
 
@@ -147,10 +150,10 @@ def test_manifest_records_the_cluster_and_clock_offsets_and_no_task_is_left(ps_r
     cluster = manifest["cluster"]
     assert sorted(cluster["spec"]) == ["ps", "worker"] and len(cluster["spec"]["worker"]) == 2
     pids = [t["pid"] for t in cluster["tasks"]]
-    assert len(set(pids)) == 3 and os.getpid() not in pids and cluster["chief"]["pid"] == os.getpid()
+    assert len(set(pids)) == 4 and os.getpid() not in pids and cluster["chief"]["pid"] == os.getpid()
     assert {t["host"] for t in cluster["tasks"]} == {"localhost"}
     offsets = manifest["clock_offsets"]
-    assert set(offsets) == {W0, W1, PS0}
+    assert set(offsets) == {W0, W1, PS0, PS1}
     for entry in offsets.values():
         assert entry["uncertainty_us"] > 0 and entry["end"] is not None
         assert abs(entry["offset_us"]) < 1e6  # one host, one clock: well under a second apart
@@ -162,7 +165,7 @@ def test_comm_reports_cross_worker_transfer_time_and_the_straggler_worker(ps_run
     assert main(["comm", "--json", str(ps_run)]) == 0
     document = json.loads(capsys.readouterr().out)
     tasks = {t["task"]: t for t in document["tasks"]}
-    assert set(tasks) == {W0, W1, PS0}
+    assert set(tasks) == {W0, W1, PS0, PS1}
     assert all(t["cross_task_transfer_us"] > 0 and t["cross_task_transfers"] > 0 for t in tasks.values())
     assert [s["last_to_finish"] in (W0, W1) for s in document["straggler_workers"]] == [True]
     assert main(["comm", str(ps_run)]) == 0
@@ -173,7 +176,7 @@ def test_comm_reports_cross_worker_transfer_time_and_the_straggler_worker(ps_run
 def test_count_ops_per_task(ps_run, capsys):
     assert main(["count-ops", "--json", str(ps_run)]) == 0
     by_task = json.loads(capsys.readouterr().out)["kernels"]["by_task"]
-    assert set(by_task) == {W0, W1, PS0} and all(t["cpu_kernels"] > 0 for t in by_task.values())
+    assert set(by_task) == {W0, W1, PS0, PS1} and all(t["cpu_kernels"] > 0 for t in by_task.values())
 
 
 # -- a worker killed mid-run -----------------------------------------------------------------------------
@@ -218,15 +221,12 @@ def test_a_worker_killed_mid_run_is_one_line_and_the_run_is_interrupted(tmp_path
 # -- parameter servers: the greedy split against all variables on one ps task -----------------------------
 
 @pytest.fixture(scope="module")
-def two_ps_runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("two_ps")
-    runs = {}
-    for placement in ("greedy", "first"):
-        runs[placement] = root / placement
-        extra = ["--ps-placement", placement] if placement == "first" else []
-        assert main(["trace", *TINY, "--trace-steps", "1", "--workers", "2", "--ps-tasks", "2",
-                     "--variable-update", "parameter_server", *extra, "--out", str(runs[placement])]) == 0
-    return runs
+def two_ps_runs(tmp_path_factory, ps_run):
+    """The greedy split is ``ps_run``; against it, every variable on the first of the two ps tasks."""
+    first = tmp_path_factory.mktemp("two_ps") / "first"
+    assert main(["trace", *TINY, "--trace-steps", "1", "--workers", "2", "--ps-tasks", "2",
+                 "--variable-update", "parameter_server", "--ps-placement", "first", "--out", str(first)]) == 0
+    return {"greedy": ps_run, "first": first}
 
 
 def _audit(run: Path, capsys) -> dict:
@@ -343,7 +343,7 @@ def test_worker_says_what_it_exposes_where_and_until_when_and_stops_then(tmp_pat
     spec.write_text(json.dumps({"worker": [f"localhost:{port}"]}))
     started = time.monotonic()
     worker = subprocess.Popen([sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec), "--job",
-                               "worker", "--task", "0", "--timeout", "20s"], cwd=REPO, stdout=subprocess.PIPE,
+                               "worker", "--task", "0", "--timeout", "8s"], cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "300"})
     try:
         first = worker.stdout.readline()
@@ -357,9 +357,10 @@ def test_worker_says_what_it_exposes_where_and_until_when_and_stops_then(tmp_pat
     assert {ip for ip, p in listening if p == port} & {"0.0.0.0", "::"}, listening
     assert reachable, "the server accepts connections through a non-loopback address"
     assert f":{port}, every interface" in first and "the cluster spec's host localhost limits nothing" in first
-    assert "no authentication" in first and "trusted network" in first and "(--timeout 20s)" in first
-    assert worker.returncode == 0 and 20 <= elapsed < 50, elapsed
-    assert "stopped after --timeout 20s" in worker.stdout.read()
+    assert "no authentication" in first and "trusted network" in first and "(--timeout 8s)" in first
+    # the timeout counts from the moment the server listens: TensorFlow's import (seconds on loaded cores) comes first
+    assert worker.returncode == 0 and 8 <= elapsed < 38, elapsed
+    assert "stopped after --timeout 8s" in worker.stdout.read()
 
 
 def test_a_local_cluster_says_once_what_its_servers_expose():

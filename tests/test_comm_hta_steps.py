@@ -4,7 +4,8 @@ HTA counts the GPU work launched in every ProfilerStep but the last (``include_l
 its default) and spans it as one window; ``--drop-last`` (and, on a trace of steps 4 to 6,
 ``--steps 4:5``) must give its temporal breakdown and overlap within 0.1 percentage points. Its
 ``get_idle_time_breakdown`` gives the idle time of every stream by cause; ours must agree within 1%.
-HTA parses ranks in a fork pool: it runs in a fresh interpreter, once per trace folder and setting.
+HTA parses ranks in a fork pool: it runs in a fresh interpreter (one for the module), once per trace folder and
+setting.
 
 The same holds on every real Kineto trace in tests/data (``test_every_kineto_trace_*``): the kernels launched in
 a step are the step's, GPU work without its launch in the trace is in no step (HTA leaves it out too), and the
@@ -15,6 +16,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -32,49 +34,70 @@ import json, os, sys, warnings
 warnings.simplefilter("ignore")
 os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
 from hta.trace_analysis import TraceAnalysis
-analysis = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=sys.argv[2] == "1")
-ranks = sorted(analysis.t.traces)
-out = {"breakdown": {}, "idle": {}}
-breakdown = analysis.get_temporal_breakdown(visualize=False).set_index("rank")
-overlap = analysis.get_comm_comp_overlap(visualize=False).set_index("rank")
-for rank, row in breakdown.iterrows():
-    span = row["kernel_time(us)"]
-    out["breakdown"][str(rank)] = {"idle_pct": 100 * row["idle_time(us)"] / span,
-                                   "compute_pct": 100 * row["compute_time(us)"] / span,
-                                   "non_compute_pct": 100 * row["non_compute_time(us)"] / span,
-                                   "span_us": span, "overlap_pct": overlap.loc[rank, "comp_comm_overlap_pctg"]}
-for delay in sys.argv[3:]:
-    idle, _ = analysis.get_idle_time_breakdown(ranks=ranks, visualize=False, consecutive_kernel_delay=float(delay))
-    out["idle"][delay] = [[int(r.rank), int(r.stream), r.idle_category, float(r.idle_time)]
-                          for r in idle.itertuples()]
-print(json.dumps(out))
-"""
 
+
+def analyse(folder, include_last, delays):
+    analysis = TraceAnalysis(trace_dir=folder, include_last_profiler_step=include_last)
+    ranks = sorted(analysis.t.traces)
+    out = {"breakdown": {}, "idle": {}}
+    breakdown = analysis.get_temporal_breakdown(visualize=False).set_index("rank")
+    overlap = analysis.get_comm_comp_overlap(visualize=False).set_index("rank")
+    for rank, row in breakdown.iterrows():
+        span = row["kernel_time(us)"]
+        out["breakdown"][str(rank)] = {"idle_pct": 100 * row["idle_time(us)"] / span,
+                                       "compute_pct": 100 * row["compute_time(us)"] / span,
+                                       "non_compute_pct": 100 * row["non_compute_time(us)"] / span,
+                                       "span_us": span, "overlap_pct": overlap.loc[rank, "comp_comm_overlap_pctg"]}
+    for delay in delays:
+        idle, _ = analysis.get_idle_time_breakdown(ranks=ranks, visualize=False, consecutive_kernel_delay=float(delay))
+        out["idle"][delay] = [[int(r.rank), int(r.stream), r.idle_category, float(r.idle_time)]
+                              for r in idle.itertuples()]
+    return out
+
+
+for line in sys.stdin:  # a job a line, [folder, include_last, delays]; its result a line, after the marker
+    print("hta-result " + json.dumps(analyse(*json.loads(line))), flush=True)
+"""
 # HTA's consecutive_kernel_delay: 30 is its default (compared with µs timestamps), 0.03 is 30 ns.
 DELAYS = ("30", "0.03")
-
-
-def _hta(tmp_path_factory, files, include_last: bool) -> dict:
-    folder = tmp_path_factory.mktemp("hta")
-    for path in files:
-        shutil.copy(path, folder / path.name)
-    done = subprocess.run([sys.executable, "-c", HTA_SCRIPT, str(folder), "1" if include_last else "0", *DELAYS],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+RESULT = "hta-result "
+HTA_TIMEOUT_S = 300  # one trace folder's analysis
 
 
 @pytest.fixture(scope="module")
 def hta(tmp_path_factory):
-    cache = {}
+    """HTA's figures for a folder of ``files``, each folder and setting analysed once, all in one fresh interpreter
+    that imports HTA once: a job a line on its stdin, its result a line on its stdout."""
+    cache, log = {}, tmp_path_factory.mktemp("hta-log") / "stderr.txt"
+    started = []
 
     def get(files, include_last):
         key = (tuple(files), include_last)
         if key not in cache:
-            cache[key] = _hta(tmp_path_factory, files, include_last)
+            if not started:
+                with log.open("w") as err:
+                    started.append(subprocess.Popen([sys.executable, "-c", HTA_SCRIPT], stdin=subprocess.PIPE,
+                                                    stdout=subprocess.PIPE, stderr=err, text=True))
+            process = started[0]
+            folder = tmp_path_factory.mktemp("hta")
+            for path in files:
+                shutil.copy(path, folder / path.name)
+            watchdog = threading.Timer(HTA_TIMEOUT_S, process.kill)
+            watchdog.start()
+            try:
+                process.stdin.write(json.dumps([str(folder), include_last, DELAYS]) + "\n")
+                process.stdin.flush()
+                line = next((out for out in iter(process.stdout.readline, "") if out.startswith(RESULT)), None)
+            finally:
+                watchdog.cancel()
+            assert line is not None, log.read_text()[-2000:]
+            cache[key] = json.loads(line[len(RESULT):])
         return cache[key]
 
-    return get
+    yield get
+    for process in started:
+        process.stdin.close()
+        process.wait(timeout=60)
 
 
 def comm_json(capsys, *argv) -> dict:

@@ -1,4 +1,4 @@
-"""Loop NMT against fused NMT (4 layers, bi encoder, 2 devices), captured and counted through the CLI."""
+"""Loop NMT against fused NMT (2 layers, bi encoder, 2 devices), captured and counted through the CLI."""
 
 import collections
 import gzip

@@ -1,6 +1,7 @@
 """rnnprof diff: no change against itself, figures equal to count-ops' and comm's, normalized kernel names,
 bad input; a planted RNNLM against the unplanted one, and loop against fused NMT (slow)."""
 
+import functools
 import gzip
 import json
 import re
@@ -331,9 +332,14 @@ PAIR_A = FIXTURES / "kineto-8rank-rank3-a100.json.gz"
 PAIR_B = FIXTURES / "kineto-2rank-rank1-v100-cudagraph.json.gz"
 
 
+@functools.lru_cache(maxsize=2)  # the pair's two files, read by most tests below (100k events each)
+def _raw_events(path):
+    return raw_events(path)
+
+
 def _markers(path):
     """ProfilerStep#N -> (start, duration), from the raw JSON."""
-    return {int(e["name"].split("#")[1]): (e["ts"], e["dur"]) for e in raw_events(path)
+    return {int(e["name"].split("#")[1]): (e["ts"], e["dur"]) for e in _raw_events(path)
             if e.get("ph") == "X" and re.fullmatch(r"ProfilerStep#\d+", e.get("name", ""))}
 
 
@@ -360,7 +366,7 @@ def test_headline_step_time_is_the_ratio_of_the_profiler_step_periods(selection)
 
 
 def _rank_and_gpu(path):
-    events = raw_events(path)
+    events = _raw_events(path)
     with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
         rank = json.load(f)["distributedInfo"]["rank"]
     gpus = {e["args"]["device"] for e in events if e.get("cat") == "kernel"}
@@ -391,23 +397,31 @@ def _self_time_per_step(path, op):
     """Summed self time of ``op`` per step, from the raw JSON: each execution's duration less that of the cpu_ops
     directly nested in it on the same thread (cut to its end), over the executions starting inside a
     ProfilerStep range. Of two ops with one start and one duration the first in the file is the outer one (as
-    Kineto writes them: aten::to before its aten::_to_copy)."""
-    events = raw_events(path)
+    Kineto writes them: aten::to before its aten::_to_copy).
+
+    A thread's ops in (start, longest first, file order): those nested in an execution follow it while they start
+    before its end, and one of them is directly nested when it ends after every one before it in that run."""
+    events = _raw_events(path)
     marks = _markers(path)
-    ops = [(e["ts"], -e["dur"], i, e) for i, e in enumerate(events) if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
     by_thread = {}
-    for o in ops:
-        by_thread.setdefault((o[3]["pid"], o[3]["tid"]), []).append(o)
+    for i, e in enumerate(events):
+        if e.get("ph") == "X" and e.get("cat") == "cpu_op":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], -e["dur"], i, e))
     total = 0.0
-    for key in ops:
-        e = key[3]
-        if e["name"] != op or not any(s <= e["ts"] < s + d for s, d in marks.values()):
-            continue
-        start, end = e["ts"], e["ts"] + e["dur"]
-        inside = [c for c in by_thread[(e["pid"], e["tid"])] if start <= c[0] < end and c[:3] > key[:3]]
-        direct = [c for c in inside
-                  if not any(o[:3] < c[:3] and o[0] - o[1] >= c[0] - c[1] for o in inside if o[0] <= c[0])]
-        total += e["dur"] - sum(min(c[0] - c[1], end) - c[0] for c in direct)
+    for ops in by_thread.values():
+        ops.sort(key=lambda o: o[:3])
+        for k, (start, minus_dur, _, e) in enumerate(ops):
+            if e["name"] != op or not any(s <= start < s + d for s, d in marks.values()):
+                continue
+            end, reach, nested = start - minus_dur, float("-inf"), 0.0
+            for c_start, c_minus_dur, _, _ in ops[k + 1:]:
+                if c_start >= end:
+                    break
+                c_end = c_start - c_minus_dur
+                if c_end > reach:  # no op before it in the run reaches as far: directly nested
+                    nested += min(c_end, end) - c_start
+                reach = max(reach, c_end)
+            total += e["dur"] - nested
     return total / len(marks)
 
 

@@ -11,7 +11,9 @@ failure reproduces locally.
 from __future__ import annotations
 
 import collections
+import collections.abc
 import copy
+import functools
 import gzip
 import json
 import shutil
@@ -51,11 +53,32 @@ def _kineto_slice(path: Path) -> bytes:
     return json.dumps(doc).encode()
 
 
-def _json_seeds() -> dict[str, bytes]:
-    seeds = {p.name: p.read_bytes() for p in sorted(FIXTURES.glob("tf1-*.json"))}
-    seeds.update({p.name.replace(".gz", ""): _kineto_slice(p) for p in sorted(FIXTURES.glob("kineto-*.json.gz"))})
-    seeds["rnnprof-timeline.trace.json"] = gzip.decompress((SEEDS / "rnnprof-timeline.trace.json.gz").read_bytes())
-    return seeds
+class _Seeds(collections.abc.Mapping):
+    """Seed name -> its bytes, each made when a test first reads it: collecting the tests reads only the names
+    (cutting the Kineto traces takes seconds, on every xdist worker)."""
+
+    def __init__(self, makers: dict):
+        self._makers, self._made = makers, {}
+
+    def __getitem__(self, name: str) -> bytes:
+        if name not in self._made:
+            self._made[name] = self._makers[name]()
+        return self._made[name]
+
+    def __iter__(self):
+        return iter(self._makers)
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+
+def _json_seeds() -> _Seeds:
+    makers = {p.name: p.read_bytes for p in sorted(FIXTURES.glob("tf1-*.json"))}
+    makers.update({p.name.replace(".gz", ""): functools.partial(_kineto_slice, p)
+                   for p in sorted(FIXTURES.glob("kineto-*.json.gz"))})
+    timeline = SEEDS / "rnnprof-timeline.trace.json.gz"
+    makers["rnnprof-timeline.trace.json"] = lambda: gzip.decompress(timeline.read_bytes())
+    return _Seeds(makers)
 
 
 JSON_SEEDS = _json_seeds()
@@ -298,14 +321,6 @@ def test_fuzz_commands_end_to_end(work, name, data, capsys):
     EXECUTED["test_fuzz_commands_end_to_end"] += 1
 
 
-def test_fuzzing_ran_at_least_1000_mutations():
-    """Hypothesis may stop early (an exhausted search space, a changed setting): count what really ran."""
-    fuzzers = {name for name in globals() if name.startswith("test_fuzz_")}
-    if set(EXECUTED) != fuzzers:
-        pytest.skip(f"only {sorted(EXECUTED)} of the fuzz tests ran in this session")
-    assert sum(EXECUTED.values()) >= MIN_MUTATIONS, dict(EXECUTED)
-
-
 # -- impossible times -------------------------------------------------------------------------------
 
 PLANTED_REASONS = ("negative duration", "outside the trace's time range")
@@ -347,3 +362,12 @@ def test_fuzz_impossible_times_are_left_out_and_counted(work, name, data):
     assert len(table) + sum(counts.values()) == len(clean)
     assert np.isfinite(table.ts).all() and np.isfinite(table.dur).all() and (table.dur >= 0).all()
     EXECUTED["test_fuzz_impossible_times_are_left_out_and_counted"] += 1
+
+
+# after every fuzz test of the module (a test runs in the order of the file)
+def test_fuzzing_ran_at_least_1000_mutations():
+    """Hypothesis may stop early (an exhausted search space, a changed setting): count what really ran."""
+    fuzzers = {name for name in globals() if name.startswith("test_fuzz_")}
+    if set(EXECUTED) != fuzzers:
+        pytest.skip(f"only {sorted(EXECUTED)} of the fuzz tests ran in this session")
+    assert sum(EXECUTED.values()) >= MIN_MUTATIONS, dict(EXECUTED)

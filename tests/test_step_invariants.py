@@ -39,7 +39,7 @@ NO_LAUNCH, LAUNCHED_OUTSIDE = "no_launch_in_trace", "launched_outside_steps"
 OVERLAPPING = ("kineto-2rank-rank1-v100-cudagraph.json.gz", "kineto-16rank-rank0-a100-cudagraph.json.gz")
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=None)  # every file once: several tests read each
 def raw(name: str) -> dict:
     """From the raw JSON: the step ranges, and every GPU event as ``(device, ts, end, step)``, step None when it
     is in no step, with the reason counted."""
@@ -128,9 +128,24 @@ def test_tf1_timelines_have_no_steps_so_nothing_is_outside_one(name):
     assert len(table.steps()) == 0 and outside_steps(table) == {}
 
 
-WITH_STEPS = [name for name in KINETO if len(raw(name)["steps"]) >= 1]
+MARKED = re.compile(rb'"ProfilerStep#(\d+)"')
+
+
+@lru_cache(maxsize=None)
+def marked_steps(name: str) -> list[int]:
+    """The step numbers the file's ProfilerStep markers name, by a search of its text: what choosing the cases
+    needs, without parsing every trace at collection on every xdist worker (checked against ``raw`` below)."""
+    return sorted({int(n) for n in MARKED.findall(gzip.decompress((FIXTURES / name).read_bytes()))})
+
+
+@pytest.mark.parametrize("name", KINETO)
+def test_the_cases_are_chosen_by_the_steps_the_raw_json_marks(name):
+    assert marked_steps(name) == raw(name)["steps"]
+
+
+WITH_STEPS = [name for name in KINETO if len(marked_steps(name)) >= 1]
 CASES = ([((name,), flags) for name in WITH_STEPS for flags in ([], ["--drop-last"])
-          if flags == [] or len(raw(name)["steps"]) >= 2]
+          if flags == [] or len(marked_steps(name)) >= 2]
          + [(("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz"), []),
             (("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz"), ["--drop-last"])])
 
