@@ -82,6 +82,33 @@ def test_the_late_rank_set_to_the_others_gap_removes_the_wait_on_every_rank():
     assert {w.rank: w.predicted_us for w in step.waits} == {"rank0": 0, "rank1": 0}
 
 
+def test_a_ranks_data_loading_on_its_host_annotations_thread_is_evened_out():
+    """As a CPU rank's trace has it: the DataLoader's range is an annotation on ``rankN/host`` and the operators
+    it encloses are on ``rankN/cpu:0``, the same thread (lane). Rank 1 loads for 22 µs, rank 0 for 2:
+        rank r main: stack [0, L]  A [L, L+10]  call [L+10, L+12]          B [52, 60]
+        rank r gloo:                             run [L+12, 50]
+    Rank 1's loading at rank 0's, it calls at 12 like rank 0, the transfer (50 - 34 = 16) ends at 30, and B,
+    2 µs after it as measured, ends at 40."""
+    builder = EventTableBuilder("test")
+    devices = []
+    for r, load in ((0, 2.0), (1, 22.0)):
+        cpu, host = Device("cpu", 0, worker=f"rank{r}"), Device("host", 0, worker=f"rank{r}")
+        devices.append(cpu)
+        builder.add(ts=0, dur=load, name="enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+                    op_type="user_annotation", device=host, lane="main", kind=Kind.ANNOTATION, step=0)
+        for name, lane, ts, dur, kind in (("aten::stack", "main", 0, load, Kind.HOST_OP),
+                                          ("A", "main", load, 10, Kind.HOST_OP),
+                                          ("c10d::allreduce_", "main", load + 10, 2, Kind.HOST_OP),
+                                          ("gloo:all_reduce", "gloo", load + 12, 38 - load, Kind.COMMUNICATION),
+                                          ("B", "main", 52, 8, Kind.HOST_OP)):
+            builder.add(ts=ts, dur=dur, name=name, op_type=name, device=cpu, lane=lane, kind=kind, step=0)
+    builder.metadata = dataclasses.replace(builder.metadata, host_operator_devices=tuple(devices))
+    report = whatif(builder.build(), [Change("even-input", "rank1")])
+    (step,) = report.steps
+    assert step.measured_us == step.replayed_us == 60
+    assert step.predicted_us == pytest.approx(40)
+
+
 def _gpu_step(sync: bool):
     """One rank: cudaLaunchKernel calls on the host thread at 0 and 5 launch k1 [6, 26] and k2, which queues
     behind k1 on the stream ([26, 36]); with ``sync``, cudaDeviceSynchronize [10, 40] waits for the GPU, and X

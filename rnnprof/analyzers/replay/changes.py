@@ -82,15 +82,18 @@ def _named(table: EventTable, rows: np.ndarray, codes: np.ndarray) -> np.ndarray
 
 def _inside(sg: StepGraph, codes: np.ndarray, at: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     """Whether each node's time ``at`` (from the window's start) falls inside an event named by ``codes`` on the
-    node's device and lane (an operator enclosing a host thread's leaves and gaps)."""
+    node's thread (an operator enclosing a host thread's leaves and gaps). A thread is its lane on its worker's
+    host side: a rank's annotations (``rank0/host``) and its operators (``rank0/cpu:0`` on a CPU rank) on one
+    thread share the lane; a GPU's streams are threads of their own device."""
     t, rows = sg.table, sg.graph.rows
     found = np.zeros(len(sg.graph.rows), dtype=bool)
     named = np.flatnonzero(np.isin(t.name, codes) | np.isin(t.op_type, codes))
     if not len(named) or not nodes.any():
         return found
+    side = _thread_side(t)
     lane_max = int(t.lane.max(initial=0)) + 1
-    key = t.device[named].astype(np.int64) * lane_max + t.lane[named]
-    node_key = t.device[rows].astype(np.int64) * lane_max + t.lane[rows]
+    key = side[t.device[named]] * lane_max + t.lane[named]
+    node_key = side[t.device[rows]] * lane_max + t.lane[rows]
     when = sg.window_start + at
     for k in np.unique(key).tolist():
         ops = named[key == k]
@@ -101,6 +104,15 @@ def _inside(sg: StepGraph, codes: np.ndarray, at: np.ndarray, nodes: np.ndarray)
         p = np.searchsorted(s, when[sel], side="right") - 1
         found[sel] = (p >= 0) & (reach[np.maximum(p, 0)] > when[sel])
     return found
+
+
+def _thread_side(t: EventTable) -> np.ndarray:
+    """Per device, a number shared by the host-side devices of one worker (host and logical CPUs), distinct for
+    each GPU."""
+    sides: dict[tuple, int] = {}
+    out = [sides.setdefault((d.worker,) if d.kind != "gpu" else (d.worker, d.kind, d.index), len(sides))
+           for d in t.devices]
+    return np.array(out or [0], dtype=np.int64)
 
 
 def _launchers(g: ReplayGraph) -> np.ndarray:
