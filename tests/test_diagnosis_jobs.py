@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import diagnosis  # noqa: E402
+import diagnosis_replay  # noqa: E402
 
 pytestmark = pytest.mark.slow
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -112,9 +113,10 @@ def test_the_audit_measures_the_tiny_operators_as_the_raw_json_does(runs):
     assert not [f for f in diagnosis.audit([control])["findings"] if f["rule"] == "PF006"]  # none tiny
 
 
-@pytest.mark.parametrize("name", list(diagnosis.DDP))
+# the jobs with one fault each (the benchmark alone runs the extra operator and the two faults at once)
+@pytest.mark.parametrize("name", ["straggler-rank", "slow-loader", "tiny-ops"])
 def test_the_audit_ranks_each_fault_first_and_raises_no_alarm_on_its_control(runs, name):
-    _, fault, _ = diagnosis.DDP[name]
+    _, (fault,), _ = diagnosis.DDP[name]
     run, (step, step_mad) = runs(name, False)
     control, (control_step, control_mad) = runs(name, True)
     findings = diagnosis.audit([run])["findings"]
@@ -130,3 +132,19 @@ def test_the_audit_ranks_each_fault_first_and_raises_no_alarm_on_its_control(run
     assert abs(first["saving_ms"] - cost) <= max(0.6 * cost, step_mad + control_mad), (first["saving_ms"], cost)
     alarms = [f for f in diagnosis.audit([control])["findings"] if diagnosis.is_alarm(f)]
     assert not alarms, alarms
+
+
+@pytest.mark.xfail(reason="rnnprof whatif keeps most of the sleep: in steps whose window starts after the sleeping "
+                          "rank's previous step ended, the other rank's events before it are not in the step's "
+                          "graph, so --even-host finds no gap to copy; where that rank resumed before its gloo "
+                          "all-reduce's annotation ended, its wait is replayed as its own host work", strict=False)
+def test_the_replay_of_the_straggler_fix_predicts_the_controls_step_within_10_percent(runs):
+    run, (step, step_mad) = runs("straggler-rank", False)
+    _, (control_step, control_mad) = runs("straggler-rank", True)
+    # the replay's change, added to the planted run's step by the job's clock (the traced steps carry the
+    # profiler's cost, which the fix leaves)
+    change = diagnosis_replay.whatif_change_ms(run, ["--fix", "PF001:rank1"], diagnosis._env())
+    assert change < -25.0  # most of the 40 ms sleep goes
+    predicted = step + change
+    assert abs(predicted - control_step) <= max(0.10 * control_step, step_mad + control_mad), \
+        (step, change, predicted, control_step)
