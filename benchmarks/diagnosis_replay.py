@@ -145,7 +145,7 @@ def _markers(events: list[dict], before: str, name: str) -> list[dict]:
             continue
         anchor = inside[0]
         ends = [e["ts"] + e["dur"] for e in ops if e["tid"] == anchor["tid"] and e["ts"] + e["dur"] <= anchor["ts"]]
-        if anchor["ts"] - max(ends, default=anchor["ts"] - 2 * MARKER_US) < 2 * MARKER_US:
+        if ends and anchor["ts"] - max(ends) < 2 * MARKER_US:
             continue
         added.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": anchor["pid"], "tid": anchor["tid"],
                       "ts": anchor["ts"] - MARKER_US, "dur": MARKER_US, "args": {}})
