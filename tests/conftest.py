@@ -94,6 +94,39 @@ def nmt_loop_fused(tmp_path_factory):
     return shared_once(tmp_path_factory, "nmt", _capture_loop_fused)
 
 
+DDP_STRAGGLER_JOB = Path(__file__).resolve().parent / "ddp_straggler_job.py"
+DDP_SLEEP_S = 0.060  # rank 1's planted sleep per step in ``ddp_straggler_run``
+
+
+def _ddp_job(out: Path, sleep_s: float, attempts: int = 2) -> None:
+    """``tests/ddp_straggler_job.py`` under torchrun. Its gloo rendezvous on a loaded 2-core machine fails now and
+    then before the first step (a peer's connection reset): the launch is tried again then."""
+    import subprocess
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", str(DDP_STRAGGLER_JOB), str(out),
+               str(sleep_s)]
+    for _ in range(attempts):
+        done = subprocess.run(command, env=env, timeout=180, capture_output=True, text=True)
+        if done.returncode == 0:
+            return
+    raise AssertionError(f"torchrun failed {attempts} times; last stderr:\n{done.stderr[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def ddp_straggler_run(tmp_path_factory):
+    """The 2-rank gloo job of ``tests/ddp_straggler_job.py`` with rank 1 sleeping ``DDP_SLEEP_S`` a step, run
+    once for the session; tests only read it."""
+    return shared_once(tmp_path_factory, "ddp-straggler", lambda folder: _ddp_job(folder, DDP_SLEEP_S))
+
+
+@pytest.fixture(scope="session")
+def ddp_balanced_run(tmp_path_factory):
+    """The same job without the sleep (the control), run once for the session."""
+    return shared_once(tmp_path_factory, "ddp-balanced", lambda folder: _ddp_job(folder, 0.0))
+
+
 def _capture_tiny(root: Path) -> None:
     from rnnprof.cli import main
 

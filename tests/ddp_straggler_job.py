@@ -5,7 +5,8 @@
 Each rank trains a tiny LSTM LM for ``STEPS`` steps under ``torch.profiler`` (``schedule(wait=1, warmup=1,
 active=10)``: ``ProfilerStep#2`` to ``#11`` are recorded) and writes ``rank{r}.json`` (its Kineto trace) and
 ``rank{r}-sleeps.json``: for each step number, how long ``time.sleep`` took by the script's own clock
-(``time.perf_counter``). The sleep is outside every operator and every ``record_function`` range but the step's.
+(``time.perf_counter``), and ``rank{r}-steps.json``: for each step number, its time by that clock (from its
+start to the next step's). The sleep is outside every operator and every ``record_function`` range but the step's.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def main(out_dir: Path, sleep_s: float) -> None:
     loss_fn = nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(1 + rank)
     sleeps: dict[int, float] = {}
+    starts: list[float] = []
 
     def on_trace_ready(prof):
         prof.export_chrome_trace(str(out_dir / f"rank{rank}.json"))
@@ -55,6 +57,7 @@ def main(out_dir: Path, sleep_s: float) -> None:
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=ACTIVE),
                  on_trace_ready=on_trace_ready) as prof:
         for step in range(STEPS):
+            starts.append(time.perf_counter())
             tokens = torch.randint(0, VOCAB, (BATCH, LENGTH + 1), generator=generator)
             with record_function("forward"):
                 logits = model(tokens[:, :-1])
@@ -69,7 +72,10 @@ def main(out_dir: Path, sleep_s: float) -> None:
             with record_function("optimizer"):
                 optimizer.step()
             prof.step()
+    starts.append(time.perf_counter())
     (out_dir / f"rank{rank}-sleeps.json").write_text(json.dumps(sleeps))
+    (out_dir / f"rank{rank}-steps.json").write_text(json.dumps({k: (b - a) * 1e6 for k, (a, b) in
+                                                               enumerate(zip(starts, starts[1:]))}))
     dist.barrier()  # neither rank tears its group down while the other still talks to it
     dist.destroy_process_group()
 

@@ -209,10 +209,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content):
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")
 @pytest.mark.parametrize("sleep_s", [0.060, 0.0])
-def test_the_straggler_rule_finds_the_sleeping_rank_and_its_sleep(tmp_path, capsys, sleep_s):
-    from test_critical_path_ddp import STEPS, _run
+def test_the_straggler_rule_finds_the_sleeping_rank_and_its_sleep(request, capsys, sleep_s):
+    from conftest import DDP_SLEEP_S
+    from test_critical_path_ddp import STEPS
 
-    out = _run(tmp_path / "job", sleep_s)
+    assert sleep_s in (DDP_SLEEP_S, 0.0)  # the session's shared captures of tests/ddp_straggler_job.py
+    out = request.getfixturevalue("ddp_straggler_run" if sleep_s else "ddp_balanced_run")
     assert main(["audit", str(out / "rank0.json"), str(out / "rank1.json"), "--json", "--fail-on", "never"]) == 0
     doc = json.loads(capsys.readouterr().out)
     # comm's straggler line follows the same rule

@@ -10,9 +10,6 @@ without the sleep; the path must not blame untraced host time beyond what the ru
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,27 +17,12 @@ import pytest
 from rnnprof.analyzers.critical_path import analyze_critical_path
 from rnnprof.traces import load_events
 
-JOB = Path(__file__).resolve().parent / "ddp_straggler_job.py"
 UNTRACED = "untraced"  # the class of a host thread's time outside every traced operator
-SLEEP_S = 0.060
+SLEEP_S = 0.060  # conftest.DDP_SLEEP_S: the captures are conftest's ddp_straggler_run and ddp_balanced_run
 STEPS = list(range(2, 12))  # ProfilerStep#2..#11: the 10 active steps of the job's schedule
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")]
-
-
-def _run(out: Path, sleep_s: float, attempts: int = 2) -> Path:
-    """The job under torchrun. Its gloo rendezvous on a loaded 2-core machine fails now and then before the
-    first step (a peer's connection reset): the launch is tried again then, the analysis never is."""
-    out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", str(JOB), str(out), str(sleep_s)]
-    for attempt in range(attempts):
-        done = subprocess.run(command, env=env, timeout=180, capture_output=True, text=True)
-        if done.returncode == 0:
-            return out
-    raise AssertionError(f"torchrun failed {attempts} times; last stderr:\n{done.stderr[-3000:]}")
 
 
 def _raw_steps(path: Path) -> dict[int, tuple[float, float]]:
@@ -51,16 +33,16 @@ def _raw_steps(path: Path) -> dict[int, tuple[float, float]]:
 
 
 @pytest.fixture(scope="module")
-def straggler(tmp_path_factory):
-    out = _run(tmp_path_factory.mktemp("straggler"), SLEEP_S)
+def straggler(ddp_straggler_run):
+    out = ddp_straggler_run
     table = load_events([str(out / "rank0.json"), str(out / "rank1.json")])
     sleeps = {int(k): v for k, v in json.loads((out / "rank1-sleeps.json").read_text()).items()}
     return analyze_critical_path(table), sleeps
 
 
 @pytest.fixture(scope="module")
-def balanced(tmp_path_factory):
-    out = _run(tmp_path_factory.mktemp("balanced"), 0.0)
+def balanced(ddp_balanced_run):
+    out = ddp_balanced_run
     table = load_events([str(out / "rank0.json"), str(out / "rank1.json")])
     periods = [_raw_steps(out / f"rank{r}.json") for r in (0, 1)]
     return analyze_critical_path(table), periods

@@ -64,6 +64,13 @@ def test_each_analysis_document_validates(capsys, command, paths):
     _assert_valid(command, _document(capsys, command, *paths))
 
 
+@pytest.mark.parametrize("paths, change", [(KINETO, ["--scale", "family:gemm=0.7", "--graph-launch"]),
+                                           (GLOO, ["--fix", "PF001", "--comm", "0.5"]),
+                                           (TF1, ["--scale", "MatMul=0.5"])], ids=["kineto", "gloo-pair", "tf1"])
+def test_whatif_documents_validate(capsys, paths, change):
+    _assert_valid("whatif", _document(capsys, "whatif", *paths, *change))
+
+
 def test_comparisons_and_diff_validate(capsys):
     _assert_valid("count-ops", _document(capsys, "count-ops", *KINETO, "--vs", GLOO[0]))
     _assert_valid("diff", _document(capsys, "diff", DATA / "kineto-2rank-rank1-v100-cudagraph.json.gz",

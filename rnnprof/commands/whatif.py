@@ -34,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="an operator's or kernel's time times F, the kernels it launched included "
                             "('aten::mm=0.5'); 'family:NAME=F' for a kernel family (" + ", ".join(FAMILIES) + ")")
     group.add_argument("--even-host", nargs="?", action="append", const="", metavar="RANK",
-                       help="RANK's untraced host time at the other ranks' median, gap by gap (a straggler "
-                            "fixed; without RANK: the rank that arrives last at the collectives)")
+                       help="RANK's untraced host time at the other ranks' median, gap by gap, where shorter (a "
+                            "straggler fixed; without RANK: the rank that arrives last at the collectives)")
     group.add_argument("--even-input", nargs="?", action="append", const="", metavar="RANK",
                        help="RANK's data loading at the other ranks' median (without RANK: the latest rank)")
     group.add_argument("--comm", type=_factor, metavar="F", help="communication's transfer times times F")
@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--graph-launch", action="store_true",
                        help="launches replaced by a graph launch: host launch overhead gone")
     group.add_argument("--fix", action="append", default=[], metavar="RULE[:SUBJECT]",
-                       help="the fix of an audit finding (--fix PF001, --fix PF006:aten::add_); "
+                       help="the fix of an audit finding (--fix PF001, --fix PF001:rank1, --fix PF006:OP); "
                             "docs/commands/whatif.md lists what each rule's fix changes")
     for flag, why in INEXPRESSIBLE.items():
         group.add_argument(f"--{flag}", nargs="?", const="", default=None, help=argparse.SUPPRESS)

@@ -17,6 +17,7 @@ from rnnprof.analyzers.audit.finding import Subject
 from rnnprof.analyzers.critical_path import StepPath
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts
 from rnnprof.analyzers.peaks import Peaks
+from rnnprof.analyzers.replay import ChainLink, RankWaits
 from rnnprof.analyzers.roofline import StepRow
 from rnnprof.reports.layout import SCHEMA_VERSION
 
@@ -110,6 +111,49 @@ class CriticalPathDocument(_Part, kw_only=True):
     overlay: str | None
     definitions: str
     what_if_is_estimate: bool
+    left_out: dict[str, int]
+
+
+class WhatIfChange(_Part, kw_only=True):
+    kind: str  # analyzers.replay.CHANGE_KINDS
+    subject: str
+    factor: float
+    description: str
+
+
+class WhatIfStep(_Part, kw_only=True):
+    """A ``StepReplay`` with its change and its unchanged replay's error."""
+
+    step: int
+    measured_us: float
+    replayed_us: float
+    predicted_us: float
+    change_us: float  # predicted_us - measured_us
+    replay_error_pct: float  # (replayed_us - measured_us) / measured_us, in %
+    chain: list[ChainLink]
+    chain_links: int
+    chain_by_device: dict[str, float]
+    waits: list[RankWaits]
+    reasons: list[str]
+
+
+class WhatIfMedian(_Part, kw_only=True):
+    measured_us: float
+    replayed_us: float
+    predicted_us: float
+
+
+class WhatIfDocument(_Part, kw_only=True):
+    """``rnnprof whatif --json`` (``reports.whatif.to_document``)."""
+
+    schema_version: Version
+    changes: list[WhatIfChange]
+    changed_nodes: dict[str, int]
+    steps: list[WhatIfStep]
+    median: WhatIfMedian
+    notes: list[str]
+    lacks: list[str]
+    definitions: str
     left_out: dict[str, int]
 
 
@@ -273,6 +317,7 @@ DOCUMENTS: dict[str, tuple[type, ...]] = {
     "diff": (DiffDocument,),
     "explain": (ExplainDocument,),
     "scale": (ScaleDocument,),
+    "whatif": (WhatIfDocument,),
 }
 
 # Where a document reshapes a result dataclass: (component, property) -> the type of what it holds instead

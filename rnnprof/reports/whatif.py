@@ -13,10 +13,10 @@ from rnnprof.reports.abbrev import Legend
 from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.units import fmt_ms_narrow
 
-STEP_ROWS = 12
+_STEP_ROWS = 12
 WAIT_FLOOR_PCT = 1.0  # a rank's wait that changes by less than this share of the step is not listed
 
-SUMMARY = (
+WHATIF_SUMMARY = (
     "predicted = the step replayed with the change: each node's own work, earliest start in dependency order, "
     "collectives done at their last member's arrival plus their transfer (docs/commands/whatif.md); replayed = "
     "the same replay unchanged (its distance to measured is the model's own error); waits = a rank's time "
@@ -32,8 +32,8 @@ def _pct(step_us: float, change_us: float) -> str:
     return f"{100 * change_us / step_us:+.1f}" if step_us else "-"
 
 
-def steps_table(report: WhatIfReport, width: int):
-    shown = report.steps[:STEP_ROWS]
+def _steps_table(report: WhatIfReport, width: int):
+    shown = report.steps[:_STEP_ROWS]
     rows = [[_label(s), fmt_ms_narrow(s.measured_us), fmt_ms_narrow(s.replayed_us), fmt_ms_narrow(s.predicted_us),
              _pct(s.measured_us, s.change_us)] for s in shown]
     if len(report.steps) > 1:
@@ -47,12 +47,12 @@ def steps_table(report: WhatIfReport, width: int):
                      caption=more)
 
 
-def median_step(report: WhatIfReport) -> StepReplay:
+def _median_step(report: WhatIfReport) -> StepReplay:
     ranked = sorted(report.steps, key=lambda s: (s.predicted_us, s.step))
     return ranked[(len(ranked) - 1) // 2]
 
 
-def chain_table(step: StepReplay, width: int, legend: Legend):
+def _chain_table(step: StepReplay, width: int, legend: Legend):
     rows = [[Text(link.name), Text(legend.short(link.device)), link.node, fmt_ms_narrow(link.start_us),
              fmt_ms_narrow(link.dur_us), fmt_ms_narrow(link.pre_us) if link.pre_us else ""] for link in step.chain]
     columns = [Column("node", "name"), Column("device", "label"), Column("kind", "label", drop=2),
@@ -64,7 +64,7 @@ def chain_table(step: StepReplay, width: int, legend: Legend):
                      caption=f"{step.chain_links:,} nodes; ms by device: {by_device}")
 
 
-def waits_table(step: StepReplay, width: int, legend: Legend):
+def _waits_table(step: StepReplay, width: int, legend: Legend):
     floor = WAIT_FLOOR_PCT / 100 * step.measured_us
     rows = []
     for w in step.waits:
@@ -83,11 +83,11 @@ def render_table(report: WhatIfReport, console: Console) -> None:
     for change in report.changes:
         console.print(Text.assemble(("change: ", "bold"), change.describe(),
                                     f" ({report.changed.get(change.describe(), 0):,} nodes)"))
-    console.print(steps_table(report, width))
-    median = median_step(report)
-    console.print(chain_table(median, width, legend))
+    console.print(_steps_table(report, width))
+    median = _median_step(report)
+    console.print(_chain_table(median, width, legend))
     if any(abs(w.predicted_us - w.measured_us) >= WAIT_FLOOR_PCT / 100 * median.measured_us for w in median.waits):
-        console.print(waits_table(median, width, legend))
+        console.print(_waits_table(median, width, legend))
     for step in report.steps:
         for reason in step.reasons:
             console.print(Text.assemble(("note: ", "bold yellow"), f"step {_label(step)}: the unchanged replay is "
@@ -95,7 +95,7 @@ def render_table(report: WhatIfReport, console: Console) -> None:
     for line in (*report.notes, *report.lacks):
         console.print(Text.assemble(("note: ", "bold yellow"), line))
     legend.render(console)
-    console.print(Text(SUMMARY, style="dim"))
+    console.print(Text(WHATIF_SUMMARY, style="dim"))
 
 
 def to_document(report: WhatIfReport) -> dict:
@@ -109,4 +109,4 @@ def to_document(report: WhatIfReport) -> dict:
             "changed_nodes": report.changed, "steps": steps,
             "median": {"measured_us": report.median("measured_us"), "replayed_us": report.median("replayed_us"),
                        "predicted_us": report.median("predicted_us")},
-            "notes": list(report.notes), "lacks": list(report.lacks), "definitions": SUMMARY}
+            "notes": list(report.notes), "lacks": list(report.lacks), "definitions": WHATIF_SUMMARY}

@@ -13,7 +13,7 @@ from rnnprof.analyzers.critical_path.table_index import TableIndex, dag_windows
 from rnnprof.analyzers.replay.changes import Knobs, StepGraph, apply
 from rnnprof.analyzers.replay.engine import calibrate, replay, topological_order
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
-from rnnprof.analyzers.replay.outcome import chain, rank_waits, step_time, waits_table
+from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_time, waits_by_rank
 from rnnprof.analyzers.replay.result import (EVEN_HOST, EVEN_INPUT, FAMILY, SCALE, SCALE_HOST, Change, ChangeError,
                                              StepReplay, WhatIfReport)
 from rnnprof.analyzers.replay.families import family_members
@@ -28,6 +28,21 @@ def _steps(table: EventTable, steps: Iterable[int] | None) -> list[int]:
     return [int(s) for s in steps]
 
 
+def replay_windows(tt: TableIndex, steps: list[int]) -> dict[int, tuple[float, float]]:
+    """Each step's window: its own events' first start to their last end, over every rank. Unlike the critical
+    path's windows these may overlap: a step starts where its first event does, even while the previous step's
+    last work (a collective's tail on gloo's thread) still runs."""
+    t, cand = tt.table, tt.cand
+    windows = {}
+    if tt.has_steps:
+        step = t.step[cand]
+        for s in steps:
+            rows = cand[step == s]
+            if len(rows):
+                windows[s] = (float(t.ts[rows].min()), float((t.ts[rows] + t.dur[rows]).max()))
+    return windows if tt.has_steps else dag_windows(tt, steps)
+
+
 def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
     """Raise ``ChangeError`` for a change that names what the input lacks."""
     workers = sorted({d.worker for d in table.devices} - {""})
@@ -36,13 +51,12 @@ def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
             raise ChangeError(f"{c.describe()}: no event or operator named {c.subject!r} in the input")
         if c.kind == FAMILY and not family_members(c.subject) & set(table.strings):
             raise ChangeError(f"{c.describe()}: no operator of family {c.subject} in the input")
-        if c.kind in (EVEN_HOST, EVEN_INPUT):
-            if len(workers) < 2:
-                raise ChangeError(f"{c.describe()}: needs two or more ranks (the input has "
-                                  f"{len(workers) or 'no named'} rank{'s' if len(workers) != 1 else ''})")
-            if c.subject and c.subject not in workers:
-                raise ChangeError(f"{c.describe()}: no rank {c.subject!r} in the input (its ranks: "
-                                  f"{', '.join(workers)})")
+        if c.kind == EVEN_HOST and len(workers) < 2:
+            raise ChangeError(f"{c.describe()}: needs two or more ranks (the input has "
+                              f"{len(workers) or 'no named'} rank{'s' if len(workers) != 1 else ''})")
+        if c.kind in (EVEN_HOST, EVEN_INPUT) and c.subject and c.subject not in workers:
+            raise ChangeError(f"{c.describe()}: no rank {c.subject!r} in the input (its ranks: "
+                              f"{', '.join(workers) or 'none named'})")
 
 
 def _latest_rank(graphs: list[StepGraph]) -> str:
@@ -73,36 +87,51 @@ def _reasons(sg: StepGraph, keep: np.ndarray) -> tuple[str, ...]:
     return tuple(reasons)
 
 
+class Replayer:
+    """A table's step graphs, built once, replayed with any number of change sets (``run``)."""
+
+    def __init__(self, table: EventTable, dependencies: Dependencies = Dependencies(),
+                 steps: Iterable[int] | None = None, comm_patterns: Iterable[str] = (),
+                 classes: np.ndarray | None = None):
+        self.table, self.lacks = table, tuple(dependencies.lacks)
+        classes = classify(table, comm_patterns) if classes is None else classes
+        tt = TableIndex(table, classes, dependencies)
+        wanted = _steps(table, steps)
+        windows = replay_windows(tt, wanted)
+        self.graphs: list[tuple[int, StepGraph]] = []
+        for s in wanted:
+            if s in windows:
+                dag = StepDAG(tt, s, windows[s], dependencies)
+                if dag.n:
+                    self.graphs.append((s, StepGraph(replay_graph(dag, table, classes, tt.is_thread), table,
+                                                     classes, float(windows[s][0]))))
+
+    def run(self, changes: Sequence[Change]) -> WhatIfReport:
+        """Each step replayed without a change and with ``changes``, all at once."""
+        check_changes(self.table, changes)
+        rank = ""
+        if any(c.kind in (EVEN_HOST, EVEN_INPUT) and not c.subject for c in changes):
+            workers = sorted({d.worker for d in self.table.devices} - {""})
+            rank = _latest_rank([sg for _, sg in self.graphs]) if len(workers) > 1 else "".join(workers[:1])
+        changed = {c.describe(): 0 for c in changes}
+        results = []
+        for s, sg in self.graphs:
+            result, counts = _replay_step(s, sg, changes, rank)
+            results.append(result)
+            for c, n in zip(changes, counts):
+                changed[c.describe()] += n
+        notes = (f"the latest rank at the collectives: {rank}",) if rank else ()
+        return WhatIfReport(changes=tuple(changes), steps=tuple(results), changed=changed, notes=notes,
+                            lacks=self.lacks)
+
+
 def whatif(table: EventTable, changes: Sequence[Change], dependencies: Dependencies = Dependencies(),
            steps: Iterable[int] | None = None, comm_patterns: Iterable[str] = (),
            classes: np.ndarray | None = None) -> WhatIfReport:
     """Each step (``steps``: the table's by default; -1: a table without steps) replayed without a change and
     with ``changes``, all at once."""
     check_changes(table, changes)
-    classes = classify(table, comm_patterns) if classes is None else classes
-    tt = TableIndex(table, classes, dependencies)
-    wanted = _steps(table, steps)
-    windows = dag_windows(tt, wanted)
-    graphs = []
-    for s in wanted:
-        if s in windows:
-            dag = StepDAG(tt, s, windows[s], dependencies)
-            if dag.n:
-                graphs.append((s, StepGraph(replay_graph(dag, table, classes, tt.is_thread), table, classes,
-                                            float(windows[s][0]))))
-    rank = ""
-    if any(c.kind in (EVEN_HOST, EVEN_INPUT) and not c.subject for c in changes):
-        rank = _latest_rank([sg for _, sg in graphs])
-    changed = {c.describe(): 0 for c in changes}
-    results = []
-    for s, sg in graphs:
-        result, counts = _replay_step(s, sg, changes, rank)
-        results.append(result)
-        for c, n in zip(changes, counts):
-            changed[c.describe()] += n
-    notes = (f"the latest rank at the collectives: {rank}",) if rank else ()
-    return WhatIfReport(changes=tuple(changes), steps=tuple(results), changed=changed, notes=notes,
-                        lacks=tuple(dependencies.lacks))
+    return Replayer(table, dependencies, steps, comm_patterns, classes).run(changes)
 
 
 def _replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str) -> tuple[StepReplay, list[int]]:
@@ -117,11 +146,11 @@ def _replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str)
         order, _ = topological_order(after_graph)
     changed_sg = StepGraph(after_graph, sg.table, sg.classes, sg.window_start)
     after = replay(after_graph, order, knobs.keep, knobs.dur, knobs.pre, knobs.lag, knobs.base)
-    measured = step_time(g, g.end)
-    replayed = step_time(g, before.end)
+    measured = replayed_step_time(g, g.end)
+    replayed = replayed_step_time(g, before.end)
     links, length, by_device = chain(changed_sg, after, knobs.dur, knobs.pre)
     reasons = _reasons(sg, keep) if abs(replayed - measured) > TOLERANCE_PCT / 100 * measured else ()
-    return StepReplay(step=step, measured_us=measured, replayed_us=replayed, predicted_us=step_time(g, after.end),
+    return StepReplay(step=step, measured_us=measured, replayed_us=replayed, predicted_us=replayed_step_time(g, after.end),
                       chain=links, chain_links=length, chain_by_device=by_device,
-                      waits=waits_table(rank_waits(sg, before), rank_waits(changed_sg, after)),
+                      waits=waits_by_rank(rank_waits(sg, before), rank_waits(changed_sg, after)),
                       reasons=reasons), counts

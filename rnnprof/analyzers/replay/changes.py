@@ -4,13 +4,13 @@ says what each change does to which nodes)."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
+from rnnprof.analyzers.audit.input_stalls import INPUT_RANGE
 from rnnprof.analyzers.classify import EventClass
 from rnnprof.analyzers.critical_path import EDGE_COMPLETE, EDGE_LANE, EDGE_LAUNCH
 from rnnprof.analyzers.replay.families import family_members
@@ -19,8 +19,8 @@ from rnnprof.analyzers.replay.result import (COMM, EVEN_HOST, EVEN_INPUT, FAMILY
                                              OVERLAP, SCALE, SCALE_HOST, Change)
 from rnnprof.analyzers.syncs import SYNC_CALL
 from rnnprof.events import EventTable
+from rnnprof.names import CPU_COLLECTIVE_CALL
 
-INPUT_RANGE = re.compile(r"^enumerate\(DataLoader\)#.*__next__")  # as audit's PF005 reads data loading
 
 
 @dataclass
@@ -132,7 +132,8 @@ def _scale(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
 
 def _lane_keys(sg: StepGraph, nodes: np.ndarray) -> list[tuple]:
     """A key per host node that names its place in the program on any rank: its lane's rank among its rank's
-    lanes (by how many nodes they hold), its name, and how many nodes of that name came before it there."""
+    lanes (by how many nodes they hold), its name, its step, and how many nodes of that name and step came before
+    it there (the previous step's last work in the window on one rank and not the other shifts no count)."""
     t, g = sg.table, sg.graph
     rows = g.rows[nodes]
     lane = list(zip(sg.worker[nodes].tolist(), t.device[rows].tolist(), t.lane[rows].tolist()))
@@ -145,17 +146,18 @@ def _lane_keys(sg: StepGraph, nodes: np.ndarray) -> list[tuple]:
         ordinal.update({k: i for i, k in enumerate(mine)})
     seen: dict[tuple, int] = defaultdict(int)
     keys = []
-    names = t.name[rows].tolist()
+    names, steps = t.name[rows].tolist(), t.step[rows].tolist()
     for k in np.argsort(g.start[nodes], kind="stable").tolist():
-        base = (lane[k][0], ordinal[lane[k]], t.strings[names[k]])
-        keys.append((k, (base[1], base[2], seen[base])))
+        base = (lane[k][0], ordinal[lane[k]], t.strings[names[k]], steps[k])
+        keys.append((k, (*base[1:], seen[base])))
         seen[base] += 1
     keys.sort()
     return [key for _, key in keys]
 
 
 def _even_host(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
-    """Each gap of ``rank``'s threads at the median of the same gap (``_lane_keys``) on the other ranks."""
+    """Each gap of ``rank``'s threads at the median of the same gap (``_lane_keys``) on the other ranks, where
+    that is shorter."""
     g = sg.graph
     nodes = np.flatnonzero(g.host)
     keys = _lane_keys(sg, nodes)
@@ -167,7 +169,7 @@ def _even_host(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     changed = 0
     for node, key, worker in zip(nodes.tolist(), keys, workers):
         if worker == rank and key in others:
-            knobs.pre[node] = statistics.median(others[key])
+            knobs.pre[node] = min(knobs.pre[node], statistics.median(others[key]))  # a fix never lengthens it
             changed += 1
     return changed
 
@@ -183,11 +185,14 @@ def _even_input(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     spent = defaultdict(float)
     for w, d, p, a, b in zip(sg.worker.tolist(), g.dur.tolist(), g.pre.tolist(), work.tolist(), gap.tolist()):
         spent[w] += d * a + p * b
+    ranks = set(sg.worker[g.host].tolist())
+    if len(ranks) < 2:  # one rank: its data loading hidden by prefetching
+        rank = next(iter(ranks), rank)
     mine = spent.get(rank, 0.0)
-    rest = [v for w, v in spent.items() if w != rank and w in set(sg.worker[g.host].tolist())]
-    if mine <= 0 or not rest:
+    rest = [v for w, v in spent.items() if w != rank and w in ranks]
+    if mine <= 0:
         return 0
-    factor = statistics.median(rest) / mine
+    factor = statistics.median(rest) / mine if rest else 0.0
     sel_w, sel_g = work & (sg.worker == rank), gap & (sg.worker == rank)
     knobs.dur[sel_w] *= factor
     knobs.pre[sel_g] *= factor
@@ -195,8 +200,12 @@ def _even_input(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
 
 
 def _comm(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
-    g = sg.graph
-    sel = (g.node_kind == DONE) | (sg.is_event & (g.group < 0) & (sg.cls == EventClass.COMMUNICATION))
+    """Collectives' transfers (done nodes), and communication of one rank only (its whole time); not the host
+    calls that hand a collective to gloo's thread (``c10d::*``)."""
+    g, t = sg.graph, sg.table
+    calls = np.array([bool(CPU_COLLECTIVE_CALL.match(s)) for s in t.strings] or [False], dtype=bool)
+    alone = sg.is_event & (g.group < 0) & (sg.cls == EventClass.COMMUNICATION) & ~calls[t.name[g.rows]]
+    sel = (g.node_kind == DONE) | alone
     knobs.dur[sel] *= change.factor
     return int(sel.sum())
 

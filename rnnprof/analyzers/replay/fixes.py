@@ -20,6 +20,7 @@ FIXES = {
 NOT_REPLAYED = {
     "PF003": "GPU idle has several causes; replay the one you mean (--graph-launch, --scale OP=F)",
     "PA": "a placement fix moves operators to other devices, whose times there are in no trace",
+    "PA006": "its fix is a different thread count: how the host's work would share out is in no trace",
 }
 _SYNC_SUBJECTS = ("sync", "syncs")
 
@@ -32,7 +33,7 @@ def fix_changes(text: str, table: EventTable) -> list[Change]:
     rule = rule.strip().upper()
     subject = subject.strip()
     if rule.startswith("PA"):
-        raise Inexpressible(f"--fix {text}: {NOT_REPLAYED['PA']}")
+        raise Inexpressible(f"--fix {text}: {NOT_REPLAYED.get(rule, NOT_REPLAYED['PA'])}")
     if rule in NOT_REPLAYED:
         raise Inexpressible(f"--fix {text}: {NOT_REPLAYED[rule]}")
     if rule == "PF001":
@@ -48,10 +49,10 @@ def fix_changes(text: str, table: EventTable) -> list[Change]:
             raise Inexpressible(f"--fix {text}: on ranks without a GPU PF006 is about tiny operators, whose fix is "
                                 "fusing them: the fused kernel's time is in no trace")
         if not subject:
-            raise Inexpressible(f"--fix {text}: name the operator, as the finding does (--fix PF006:aten::add_)")
+            raise Inexpressible(f"--fix {text}: name the operator, as the finding does (--fix PF006:aten::mul)")
         return [Change(SCALE_HOST, subject, 0.0)]
     if rule == "PF007":
         return [Change(GRAPH_LAUNCH)]
-    known = ", ".join([*FIXES, *NOT_REPLAYED])
+    known = ", ".join([*FIXES, "PF003", "PA001-PA008"])
     raise ChangeError(f"--fix {text}: no audit rule {rule!r} (expected one of {known})")
 

@@ -150,31 +150,35 @@ def _groups(n: int, entry_of: np.ndarray, src: np.ndarray, dst: np.ndarray) -> n
 
 def _collectives(b: _Builder, dag: StepDAG, table: EventTable, entry_of: np.ndarray, arrivals: np.ndarray,
                  groups: np.ndarray, src: np.ndarray, dst: np.ndarray, kind: np.ndarray) -> int:
-    """A done node per collective (its last arrival, then the transfer until its first member ended); each
-    member's run from its arrival and its done node; the threads that waited for the result (the first node
-    of each caller's lane after it, where the lane sat idle). Returns the members whose end precedes the last
-    arrival (clock skew between ranks)."""
+    """A done node per collective: its last arrival, then the transfer until the data was there: its first
+    member's end, or earlier where a caller's thread, idle when the last member arrived, went on before that
+    (gloo's thread may record its end late, waiting for a core). Each member's run follows its arrival and its
+    done node; each waiting caller's thread follows the done node. Returns the members whose end precedes the
+    last arrival (clock skew between ranks)."""
     member_groups = groups[entry_of]
     ids = np.unique(member_groups[member_groups >= 0])
     if not len(ids):
         return 0
-    start, end = dag.n_start[entry_of], dag.n_end[entry_of]
+    ok = member_groups >= 0
+    start, end = dag.n_start[entry_of][ok], dag.n_end[entry_of][ok]
+    members, arr = entry_of[ok], arrivals[ok]
+    g = np.searchsorted(ids, member_groups[ok])
     last = np.full(len(ids), -np.inf)
     first_end = np.full(len(ids), np.inf)
-    at = np.searchsorted(ids, np.maximum(member_groups, ids[0]))
-    ok = member_groups >= 0
-    np.maximum.at(last, at[ok], start[ok])
-    np.minimum.at(first_end, at[ok], end[ok])
+    np.maximum.at(last, g, start)
+    np.minimum.at(first_end, g, end)
+    waiter, resumed = _waiters(dag, table, members, last[g], src, dst, kind)
+    has = waiter >= 0
+    np.minimum.at(first_end, g[has], resumed[has])
     done_at = np.maximum(first_end, last)
-    done = b.nodes(dag.rows[entry_of[ok]][np.unique(at[ok], return_index=True)[1]], DONE, last, done_at, ids)
-    members, arr, g = entry_of[ok], arrivals[ok], at[ok]
+    done = b.nodes(dag.rows[members][np.unique(g, return_index=True)[1]], DONE, last, done_at, ids)
     b.edges(arr, done[g], EDGE_ARRIVAL)
     b.edges(arr, members, EDGE_ARRIVAL)
     b.edges(done[g], members, EDGE_DONE)
+    b.edges(done[g][has], waiter[has], EDGE_DONE)
     b.start[0][members] = done_at[g]
-    skewed = int(np.sum(end[ok] < done_at[g] - _EPS_US))
-    b.end[0][members] = np.maximum(end[ok], done_at[g])
-    _waiters(b, dag, table, members, done[g], done_at[g], src, dst, kind)
+    skewed = int(np.sum(end < done_at[g] - _EPS_US))
+    b.end[0][members] = np.maximum(end, done_at[g])
     return skewed
 
 
@@ -183,10 +187,11 @@ def _lanes(dag: StepDAG, table: EventTable) -> np.ndarray:
     return table.device[rows].astype(np.int64) * (int(table.lane.max(initial=0)) + 1) + table.lane[rows]
 
 
-def _waiters(b: _Builder, dag: StepDAG, table: EventTable, members: np.ndarray, done: np.ndarray,
-             done_at: np.ndarray, src: np.ndarray, dst: np.ndarray, kind: np.ndarray) -> None:
-    """``done -> waiter``: for each member handed over by a call (an enqueue edge), the first node of the
-    caller's lane that starts once the collective is done, where that lane's previous node ended before."""
+def _waiters(dag: StepDAG, table: EventTable, members: np.ndarray, last: np.ndarray, src: np.ndarray,
+             dst: np.ndarray, kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each member handed over by a call (an enqueue edge), the node of the caller's lane that waited for its
+    collective: the first that starts once the last member arrived (``last``), where the lane sat idle then;
+    and when it started (-1 and inf where none)."""
     n = dag.n
     entry_of = np.asarray(dag.entry_of, dtype=np.int64)
     enq = kind == EDGE_KINDS.index(EDGE_ENQUEUE)
@@ -197,18 +202,17 @@ def _waiters(b: _Builder, dag: StepDAG, table: EventTable, members: np.ndarray, 
     o_lane, o_start, o_end = lane[order], dag.n_start[:n][order], dag.n_end[:n][order]
     reach = _lane_reach(o_lane, o_end)
     position = {int(m): k for k, m in enumerate(members.tolist())}
-    w_src, w_dst = [], []
+    waiter, resumed = np.full(len(members), -1, dtype=np.int64), np.full(len(members), np.inf)
     for c, m in zip(caller.tolist(), member.tolist()):
         k = position.get(m)
         if k is None or c >= n:
             continue
-        t, ln = float(done_at[k]), lane[c]
+        t, ln = float(last[k]), lane[c]
         lo, hi = np.searchsorted(o_lane, ln, "left"), np.searchsorted(o_lane, ln, "right")
         p = lo + int(np.searchsorted(o_start[lo:hi], t - _EPS_US, "left"))
-        if p < hi and (p == lo or reach[p - 1] <= t + _EPS_US):
-            w_src.append(int(done[k]))
-            w_dst.append(int(order[p]))
-    b.edges(w_src, w_dst, EDGE_DONE)
+        if p < hi and p > lo and reach[p - 1] <= t + _EPS_US:
+            waiter[k], resumed[k] = int(order[p]), float(o_start[p])
+    return waiter, resumed
 
 
 def _lane_reach(lane: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ from rnnprof.analyzers.replay.result import ChainLink, RankWaits
 CHAIN_LINKS = 8  # the chain's longest links that a step keeps
 
 
-def step_time(graph: ReplayGraph, end: np.ndarray) -> float:
+def replayed_step_time(graph: ReplayGraph, end: np.ndarray) -> float:
     """The step's time: the last end (``end``: measured or replayed) of its own events and of its collectives'
     transfers (communication moved off the compute's dependencies still ends within the step), from the
     window's start."""
@@ -71,6 +71,6 @@ def rank_waits(sg: StepGraph, schedule: Schedule) -> dict[str, float]:
     return dict(waits)
 
 
-def waits_table(before: dict[str, float], after: dict[str, float]) -> tuple[RankWaits, ...]:
+def waits_by_rank(before: dict[str, float], after: dict[str, float]) -> tuple[RankWaits, ...]:
     ranks = sorted(set(before) | set(after))
     return tuple(RankWaits(r, before.get(r, 0.0), after.get(r, 0.0)) for r in ranks)

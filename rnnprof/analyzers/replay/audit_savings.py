@@ -1,0 +1,91 @@
+"""Audit findings' savings from a replay of their fixes (``fixes.fix_changes``): a finding whose fix can be
+replayed gets the saving the replay predicts, basis ``replay``, its rule's bound kept in its evidence; one whose
+fix cannot keeps its bound, and a note says which and why. The audit ends with the saving its top findings'
+fixes would give together."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+from rnnprof.analyzers.audit.finding import Finding, Severity
+from rnnprof.analyzers.audit.registry import AuditResult, rank_key
+from rnnprof.analyzers.replay.analysis import Replayer
+from rnnprof.analyzers.replay.fixes import fix_changes
+from rnnprof.analyzers.replay.result import Change, ChangeError, WhatIfReport
+
+TOGETHER = 3  # the top findings whose fixes are replayed together
+REPLAY_BASIS = "replay"  # a saving_basis that starts with it: the saving a replay of the fix predicts
+
+
+def fix_of(finding: Finding) -> str:
+    """The ``--fix`` text of a finding: its rule, with the subject its fix needs."""
+    rule, subject = finding.rule, finding.subject
+    if rule in ("PF001", "PF005"):
+        return f"{rule}:{subject.rank or ''}"
+    if rule == "PF004":
+        return "PF004:syncs" if "synchroniz" in finding.title else "PF004"
+    if rule == "PF006":
+        return f"PF006:{subject.op or ''}"
+    return rule
+
+
+def replay_saving_us(report: WhatIfReport) -> float:
+    """The median over the steps of the unchanged replay less the changed one (the model's own error cancels)."""
+    return max(0.0, float(statistics.median(s.replayed_us - s.predicted_us for s in report.steps)))
+
+
+def _changes(finding: Finding, replayer: Replayer) -> list[Change] | str:
+    try:
+        changes = fix_changes(fix_of(finding), replayer.table)
+        for change in changes:
+            if change.subject == "" and change.kind in ("even-host", "even-input"):
+                raise ChangeError(f"{finding.rule}: names no rank")
+        return changes
+    except ChangeError as exc:
+        return str(exc)
+
+
+def replayed_savings(result: AuditResult, replayer: Replayer) -> AuditResult:
+    """``result`` with each finding's saving from a replay of its fix where it can be replayed, re-ranked, and
+    notes saying which kept their bound and what the top findings' fixes give together."""
+    if not replayer.graphs or not result.findings:
+        return result
+    findings, notes, fixes = [], [], {}
+    for f in result.findings:
+        changes = _changes(f, replayer)
+        if isinstance(changes, str):
+            findings.append(f)
+            if f.saving_us is not None:
+                notes.append(f"{f.rule} keeps its bound: {changes.removeprefix('--fix ')}")
+            continue
+        try:
+            report = replayer.run(changes)
+        except ChangeError as exc:
+            findings.append(f)
+            notes.append(f"{f.rule} keeps its bound: {exc}")
+            continue
+        evidence = {**f.evidence, "bound_ms": None if f.saving_us is None else round(f.saving_us / 1000, 3),
+                    "bound_basis": f.saving_basis, "replayed": "; ".join(c.describe() for c in changes)}
+        bound = "" if f.saving_us is None else f"; the rule's bound: {f.saving_us / 1000:.3f} ms"
+        basis = f"{REPLAY_BASIS} of its fix ({evidence['replayed']}){bound}"
+        replayed = dataclasses.replace(f, saving_us=replay_saving_us(report), saving_basis=basis, evidence=evidence)
+        findings.append(replayed)
+        fixes[id(replayed)] = changes
+    findings.sort(key=rank_key)
+    notes.extend(_together(findings, fixes, replayer, result.noise.median_us))
+    return dataclasses.replace(result, findings=tuple(findings), notes=(*result.notes, *notes))
+
+
+def _together(findings: list[Finding], fixes: dict[int, list[Change]], replayer: Replayer,
+              step_us: float) -> list[str]:
+    """The note on the top findings (alarms first) whose fixes were replayed, fixed together."""
+    alarms = [f for f in findings if id(f) in fixes and f.severity >= Severity.WARNING]
+    top = (alarms or [f for f in findings if id(f) in fixes])[:TOGETHER]
+    if not top:
+        return []
+    changes = list(dict.fromkeys(c for f in top for c in fixes[id(f)]))
+    saving = replay_saving_us(replayer.run(changes))
+    names = ", ".join(f.rule + (f" {f.subject.rank or f.subject.op or ''}".rstrip()) for f in top)
+    share = f" ({100 * saving / step_us:.1f}% of the median step)" if step_us > 0 else ""
+    return [f"replay: fixing {names} together saves {saving / 1000:.3f} ms a step{share}"]

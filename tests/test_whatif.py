@@ -1,0 +1,223 @@
+"""rnnprof whatif: the replay of a step's graph across ranks (``rnnprof.analyzers.replay``).
+
+Hand-built steps whose replay is worked out by hand (a collective waiting for a late rank, kernels in stream
+order, a call that synchronizes with the GPU); the unchanged replay against the measured step on every real
+trace of tests/data; changes a replay cannot express, refused in one line with exit 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+
+import pytest
+
+from fixtures import FIXTURES as DATA
+from rnnprof.analyzers.replay import COMM, FAMILY, NO_SYNCS, OVERLAP, SCALE, TOLERANCE_PCT, Change, whatif
+from rnnprof.cli import main
+from rnnprof.events import Device, EventTableBuilder, Kind
+from rnnprof.traces import load_events
+
+GLOO = [str(DATA / "torch-gloo-rank0.json.gz"), str(DATA / "torch-gloo-rank1.json.gz")]
+
+
+def _gloo_pair(rank1_a_us: float = 30.0):
+    """Two CPU ranks: A on the main thread, then c10d::allreduce_ hands the gradient to gloo's thread, whose
+    gloo:all_reduce waits for the other rank's; B follows once the all-reduce is done. Rank 1's A is longer: rank
+    0's all-reduce waits for it.
+        rank0 main: A [0, 10]  call [10, 12]                       B [52, 60]
+        rank0 gloo:                     run [12, 50]
+        rank1 main: A [0, 30]  call [30, 32]                       B [52, 60]
+        rank1 gloo:                                  run [32, 50]"""
+    builder = EventTableBuilder("test")
+    devices = []
+    for r, a in ((0, 10.0), (1, rank1_a_us)):
+        cpu = Device("cpu", 0, worker=f"rank{r}")
+        devices.append(cpu)
+        for name, lane, ts, dur, kind in (("A", "main", 0, a, Kind.HOST_OP),
+                                          ("c10d::allreduce_", "main", a, 2, Kind.HOST_OP),
+                                          ("gloo:all_reduce", "gloo", a + 2, 48 - a, Kind.COMMUNICATION),
+                                          ("B", "main", 52, 8, Kind.HOST_OP)):
+            builder.add(ts=ts, dur=dur, name=name, op_type=name, device=cpu, lane=lane, kind=kind, step=0)
+    builder.metadata = dataclasses.replace(builder.metadata, host_operator_devices=tuple(devices))
+    return builder.build()
+
+
+def test_a_collective_waits_for_its_late_rank_and_finishes_its_transfer_after_it_arrives():
+    table = _gloo_pair()
+    (step,) = whatif(table, [Change(SCALE, "A", 0.5)]).steps
+    assert step.measured_us == step.replayed_us == 60
+    # A halves: rank 1 arrives at 15 + 2 = 17, the transfer (50 - 32 = 18) ends at 35, B follows 2 µs later
+    assert step.predicted_us == pytest.approx(45)
+    waits = {w.rank: (w.measured_us, w.predicted_us) for w in step.waits}
+    assert waits["rank0"] == pytest.approx((20, 10)) and waits["rank1"] == (0, 0)
+    (comm,) = whatif(table, [Change(COMM, "", 0.5)]).steps  # the transfer halves, the wait stays
+    assert comm.predicted_us == pytest.approx(60 - 9)
+    # overlapped: B no longer waits for the all-reduce (on rank 1: its call ends at 32, then 2 µs of its own
+    # host time before B: [34, 42]); the step still ends with the all-reduce, at 50
+    (overlap,) = whatif(table, [Change(OVERLAP)]).steps
+    assert overlap.predicted_us == pytest.approx(50)
+
+
+def test_the_late_rank_set_to_the_others_gap_removes_the_wait_on_every_rank():
+    """Rank 1's 20 extra µs are an untraced gap before its call (its A as long as rank 0's): evened out, both
+    ranks arrive at 12 and the step ends 20 µs earlier."""
+    builder = EventTableBuilder("test")
+    devices = []
+    for r, gap in ((0, 0.0), (1, 20.0)):
+        cpu = Device("cpu", 0, worker=f"rank{r}")
+        devices.append(cpu)
+        call = 10 + gap
+        for name, lane, ts, dur, kind in (("A", "main", 0, 10, Kind.HOST_OP),
+                                          ("c10d::allreduce_", "main", call, 2, Kind.HOST_OP),
+                                          ("gloo:all_reduce", "gloo", call + 2, 48 - call, Kind.COMMUNICATION),
+                                          ("B", "main", 52, 8, Kind.HOST_OP)):
+            builder.add(ts=ts, dur=dur, name=name, op_type=name, device=cpu, lane=lane, kind=kind, step=0)
+    builder.metadata = dataclasses.replace(builder.metadata, host_operator_devices=tuple(devices))
+    report = whatif(builder.build(), [Change("even-host", "")])
+    assert report.notes == ("the latest rank at the collectives: rank1",)
+    (step,) = report.steps
+    assert step.predicted_us == pytest.approx(40)
+    assert {w.rank: w.predicted_us for w in step.waits} == {"rank0": 0, "rank1": 0}
+
+
+def _gpu_step(sync: bool):
+    """One rank: cudaLaunchKernel calls on the host thread at 0 and 5 launch k1 [6, 26] and k2, which queues
+    behind k1 on the stream ([26, 36]); with ``sync``, cudaDeviceSynchronize [10, 40] waits for the GPU, and X
+    [41, 45] follows it (measured: the step ends at 45)."""
+    builder = EventTableBuilder("test")
+    host, gpu = Device("host", 0, worker="rank0"), Device("gpu", 0, worker="rank0")
+    events = [("cudaLaunchKernel", host, "thread 1", 0, 5, Kind.RUNTIME, 1),
+              ("cudaLaunchKernel", host, "thread 1", 5, 5, Kind.RUNTIME, 2),
+              ("k1", gpu, "stream 7", 6, 20, Kind.KERNEL, 1), ("k2", gpu, "stream 7", 26, 10, Kind.KERNEL, 2)]
+    if sync:
+        events += [("cudaDeviceSynchronize", host, "thread 1", 10, 30, Kind.RUNTIME, -1),
+                   ("X", host, "thread 1", 41, 4, Kind.HOST_OP, -1)]
+    for name, device, lane, ts, dur, kind, corr in events:
+        builder.add(ts=ts, dur=dur, name=name, op_type=name, device=device, lane=lane, kind=kind, step=0,
+                    correlation=corr)
+    return builder.build()
+
+
+def test_kernels_keep_their_stream_order():
+    (step,) = whatif(_gpu_step(sync=False), [Change(SCALE, "k1", 0.5)]).steps
+    assert step.measured_us == step.replayed_us == 36
+    assert step.predicted_us == pytest.approx(26)  # k1 [6, 16], k2 right behind it [16, 26]
+    (slower,) = whatif(_gpu_step(sync=False), [Change(SCALE, "k1", 2.0)]).steps
+    assert slower.predicted_us == pytest.approx(6 + 40 + 10)
+
+
+def test_a_synchronizing_call_waits_for_the_gpu_and_no_longer_when_removed():
+    table = _gpu_step(sync=True)
+    (step,) = whatif(table, [Change(SCALE, "k1", 0.5)]).steps
+    assert step.measured_us == step.replayed_us == 45
+    # the call waited for k2 (ended at 36) and then took 4 µs of its own: k2 now ends at 26, the call returns at
+    # 30, X follows 1 µs later: [31, 35]
+    assert step.predicted_us == pytest.approx(35)
+    (removed,) = whatif(table, [Change(NO_SYNCS)]).steps
+    assert removed.predicted_us == pytest.approx(36)  # X no longer waits; the GPU's work still ends at 36
+    assert {w.rank: (w.measured_us, w.predicted_us) for w in step.waits} == {"rank0": (26, 16)}
+
+
+REAL = sorted(p.name for p in DATA.glob("*.json*") if p.name.startswith(("kineto-", "tf1-", "torch-")))
+
+
+@pytest.mark.parametrize("name", [*REAL, "torch-gloo pair"])
+def test_the_unchanged_replay_reproduces_each_measured_step_or_says_why(name):
+    table = load_events(GLOO if name == "torch-gloo pair" else str(DATA / name))
+    report = whatif(table, [Change(SCALE, table.strings[int(table.name[0])], 1.0)])
+    assert report.steps
+    for step in report.steps:
+        off = abs(step.replayed_us - step.measured_us) / step.measured_us * 100
+        assert off <= TOLERANCE_PCT or step.reasons, (step.step, step.measured_us, step.replayed_us)
+        assert step.predicted_us == pytest.approx(step.replayed_us, rel=1e-9)  # a factor of 1 changes nothing
+
+
+def test_gemms_scaled_shorten_a_gpu_step_by_at_most_their_share():
+    table = load_events(str(DATA / "kineto-h100-bert-small-shapes.json.gz"))
+    half = whatif(table, [Change(FAMILY, "GEMM", 0.5)])
+    none = whatif(table, [Change(FAMILY, "GEMM", 0.0)])
+    for h, z in zip(half.steps, none.steps):
+        assert z.predicted_us <= h.predicted_us <= h.measured_us
+        assert h.measured_us - h.predicted_us <= (h.measured_us - z.predicted_us) + 1e-6
+
+
+def test_json_says_which_step_time_is_measured_and_which_predicted(capsys):
+    assert main(["whatif", *GLOO, "--fix", "PF001:rank1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_version"] == 1
+    assert [c["kind"] for c in doc["changes"]] == ["even-host", "even-input"]
+    for step in doc["steps"]:
+        assert step["measured_us"] > 0 and step["predicted_us"] > 0
+        assert step["change_us"] == pytest.approx(step["predicted_us"] - step["measured_us"])
+    # a balanced run: evening out a rank that is no straggler changes its median step by little
+    assert abs(doc["median"]["predicted_us"] / doc["median"]["measured_us"] - 1) < 0.05
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--fuse", "aten::add,aten::mul"], "cannot express fusing"),
+    (["--threads", "4"], "cannot express a different thread count"),
+    (["--devices", "8"], "cannot express more or fewer devices"),
+    (["--fix", "PA004"], "placement fix"),
+    (["--fix", "PF003"], "several causes"),
+    (["--fix", "PF999"], "no audit rule"),
+    ([], "no change given"),
+    (["--scale", "aten::mm"], "expected OP=F"),
+    (["--scale", "no::such_op=0.5"], "no event or operator named"),
+    (["--even-host", "rank7"], "no rank 'rank7'"),
+])
+def test_a_change_that_cannot_be_replayed_is_one_line_and_exit_2(argv, words, capsys):
+    assert main(["whatif", *GLOO, *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1, err
+
+
+def test_a_straggler_fix_needs_two_ranks(capsys):
+    assert main(["whatif", GLOO[0], "--fix", "PF001"]) == 2
+    assert "needs two or more ranks" in capsys.readouterr().err
+
+
+def test_audit_takes_a_findings_saving_from_a_replay_of_its_fix_and_says_which_keep_their_bound(capsys):
+    assert main(["audit", *GLOO, "--json", "--fail-on", "never"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_rule = {f["rule"]: f for f in doc["findings"]}
+    replayed = by_rule["PF002"]  # exposed communication: its fix, communication overlapped, is a replay
+    assert replayed["saving_basis"].startswith("replay of its fix (communication overlapped with compute)")
+    assert replayed["evidence"]["bound_ms"] > 0 and replayed["evidence"]["bound_basis"]
+    overlap = whatif(load_events(GLOO), [Change(OVERLAP)])
+    expected = statistics.median(s.replayed_us - s.predicted_us for s in overlap.steps) / 1000
+    assert replayed["saving_ms"] == pytest.approx(expected, abs=1e-3)
+    kept = by_rule["PA004"]  # a placement fix: no replay, its bound kept and a note says why
+    assert not kept["saving_basis"].startswith("replay")
+    assert any(n.startswith("PA004 keeps its bound: PA004: a placement fix") for n in doc["notes"])
+    assert any(n.startswith("replay: fixing PF002 rank0 together saves") for n in doc["notes"])
+
+
+MONOTONE = ["kineto-event-sync.json.gz", "kineto-1gpu-v100.json.gz", "kineto-2rank-nccl-rank0.json.gz",
+            "kineto-mi250-rocm.json.gz"]
+
+
+@pytest.mark.parametrize("name", MONOTONE)
+def test_less_work_or_fewer_dependencies_never_lengthen_a_step(name):
+    """Every replayed time is a maximum of sums: removing copies, syncs or launch waits, or shortening
+    communication, can only move each node earlier."""
+    from rnnprof.analyzers.replay import GRAPH_LAUNCH, NO_COPIES, Replayer
+
+    replayer = Replayer(load_events(str(DATA / name)))
+    for changes in ([Change(NO_COPIES)], [Change(NO_SYNCS)], [Change(GRAPH_LAUNCH)], [Change(COMM, "", 0.5)],
+                    [Change(NO_COPIES), Change(NO_SYNCS), Change(GRAPH_LAUNCH)]):
+        for step in replayer.run(changes).steps:
+            assert step.predicted_us <= step.replayed_us + 1e-6, (changes, step.step)
+
+
+@pytest.mark.parametrize("fix, flag", [("PF007", "--graph-launch"), ("PF004", "--no-copies"),
+                                       ("PF004:syncs", "--no-syncs"), ("PF002", "--overlap-comm")])
+def test_an_audit_rules_fix_is_the_change_it_names(fix, flag, capsys):
+    trace = str(DATA / "kineto-event-sync.json.gz")
+    docs = []
+    for argv in (["--fix", fix], [flag]):
+        assert main(["whatif", trace, *argv, "--json"]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert [s["predicted_us"] for s in docs[0]["steps"]] == [s["predicted_us"] for s in docs[1]["steps"]]
+    assert docs[0]["changes"] == docs[1]["changes"]
