@@ -473,10 +473,11 @@ def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseR
 
 
 def _savings(case: CaseResult) -> float | None:
-    """The audit's savings of the first alarm diagnosing each of the case's faults, summed (what a user adding
-    up the findings would expect from fixing them all); None where an alarm diagnoses none."""
+    """The audit rules' bounds of the first alarm diagnosing each of the case's faults (``evidence.bound_ms``
+    where the audit's saving comes from a replay of the fix, else ``saving_ms``), summed (what a user adding up
+    the findings would expect from fixing them all); None where an alarm diagnoses none."""
     found = [next((f for f in case.findings if is_alarm(f) and fault.matches(f)), None) for fault in case.expected]
-    savings = [f.get("saving_ms") for f in found if f is not None]
+    savings = [(f.get("evidence") or {}).get("bound_ms", f.get("saving_ms")) for f in found if f is not None]
     savings = [float(v) for v in savings if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return sum(savings) if savings else None
 

@@ -85,14 +85,15 @@ def test_two_faults_fixed_at_once_are_judged_against_the_control():
 def test_a_case_with_two_faults_ranks_each_within_its_first_findings_and_judges_their_savings_together():
     a = Fault("sleeper", ("PF1",), "planted", (("rank", "rank1"),))
     b = Fault("loader", ("PF5",), "planted", (("rank", "rank0"),))
-    findings = [{"rule": "PF5", "severity": "error", "title": "", "saving_ms": 20.0, "subject": {"rank": "rank0"}},
+    findings = [{"rule": "PF5", "severity": "error", "title": "", "saving_ms": 20.0, "subject": {"rank": "rank0"},
+                 "evidence": {"bound_ms": 25.0}},  # a saving from a replay keeps the rule's bound in evidence
                 {"rule": "PF1", "severity": "error", "title": "", "saving_ms": 18.0, "subject": {"rank": "rank1"}},
                 {"rule": "PA4", "severity": "warning", "title": "", "saving_ms": 9.0, "subject": {"rank": "rank1"}}]
     case = CaseResult("two", "planted", findings, (a, b), cost_ms=40.0)
     faults = score([case]).faults
     assert [f.first for f in faults] == [True, True] and not any(f.alone for f in faults)
     assert all(f.cost_ms is None for f in faults)
-    assert diagnosis._savings(case) == 38.0
+    assert diagnosis._savings(case) == 43.0  # the rules' bounds: 25 + 18
     targets = Targets()
     diagnosis.check_targets(score([case]), targets)
     assert "0 of 0" in targets.rows[-1][1]  # no saving judged alone
