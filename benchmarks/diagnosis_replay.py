@@ -74,6 +74,12 @@ class Prediction:
     bound_ms: float | None = None
     failure: str = ""
     combined: bool = False  # two faults fixed at once
+    traced: tuple[float, float] | None = None  # the same step measured in the traced steps, and predicted there
+
+    @property
+    def traced_error(self) -> float | None:
+        """The prediction against the other configuration's traced steps (no clock): the replay's own error."""
+        return None if self.traced is None else (self.traced[1] - self.traced[0]) / self.traced[0]
 
     @property
     def error(self) -> float | None:
@@ -92,8 +98,9 @@ class WhatIfFailed(RuntimeError):
     pass
 
 
-def whatif_change_ms(run: Path, flags: list[str], env: dict) -> float:
-    """The median over the run's traced steps of (predicted - measured), ms, from ``rnnprof whatif --json``."""
+def whatif_steps_ms(run: Path, flags: list[str], env: dict) -> tuple[float, float, float]:
+    """From ``rnnprof whatif --json`` on the run's traced steps: the median of (predicted - measured), the median
+    measured and the median predicted step, ms."""
     done = subprocess.run([sys.executable, "-m", "rnnprof", "whatif", str(run), *flags, "--json"], capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=600)
     if done.returncode != 0:
@@ -102,7 +109,9 @@ def whatif_change_ms(run: Path, flags: list[str], env: dict) -> float:
     steps = json.loads(done.stdout)["steps"]
     if not steps:
         raise WhatIfFailed(f"rnnprof whatif {' '.join(flags)}: no step")
-    return statistics.median((s["predicted_us"] - s["measured_us"]) / 1000 for s in steps)
+    return (statistics.median((s["predicted_us"] - s["measured_us"]) / 1000 for s in steps),
+            statistics.median(s["measured_us"] / 1000 for s in steps),
+            statistics.median(s["predicted_us"] / 1000 for s in steps))
 
 
 def _events(path: Path) -> dict:
@@ -161,10 +170,12 @@ class Config:
     noise_ms: float
 
 
-def _by_clock(runs, replayed, env: dict) -> tuple[float, ...]:
+def _by_clock(runs, replayed, env: dict) -> tuple[tuple[float, ...], float, float]:
     """Per round, the prediction by the clock: the round's step plus the replay's change (``replayed(run)``: the
-    run to replay and the change's flags)."""
-    return tuple(step + whatif_change_ms(*replayed(run), env) for run, step in runs)
+    run to replay and the change's flags); and over the rounds, the median measured and predicted traced step."""
+    got = [whatif_steps_ms(*replayed(run), env) for run, _ in runs]
+    return (tuple(step + change for (_, step), (change, _, _) in zip(runs, got)),
+            statistics.median(m for _, m, _ in got), statistics.median(p for _, _, p in got))
 
 
 def predict(name: str, planted: Config, control: Config, env: dict, work: Path, costs_ms: dict[str, float],
@@ -183,14 +194,19 @@ def predict(name: str, planted: Config, control: Config, env: dict, work: Path, 
                   ("fault", _describe(replay.fault, costs_ms), control, planted,
                    planted_copy,
                    None if saving_ms is None else control.step_ms + saving_ms))
+    traced = {}  # direction -> (the source's measured traced step, the predicted one)
     for direction, change, source, target, replayed, bound in directions:
         try:
-            rounds = _by_clock(source.runs, replayed, env)
+            rounds, traced_measured, traced_predicted = _by_clock(source.runs, replayed, env)
             predicted, failure = statistics.median(rounds), ""
+            traced[direction] = (traced_measured, traced_predicted)
         except WhatIfFailed as exc:
             rounds, predicted, failure = (), None, str(exc)
         out.append(Prediction(name, direction, change, target.step_ms, noise, predicted, rounds, bound, failure,
                               combined=direction == "fix" and len(replay.fault) > 1))
+    if len(traced) == 2:  # each direction's traced prediction against the other's measured traced step
+        out[0].traced = (traced["fault"][0], traced["fix"][1])
+        out[1].traced = (traced["fix"][0], traced["fault"][1])
     return out
 
 
@@ -215,16 +231,19 @@ def _pct(value: float | None) -> str:
 
 def print_predictions(predictions: list[Prediction]) -> None:
     print(f"\n{'case':<15} {'way':<5} {'measured ms':>11} {'noise':>6} {'predicted':>9} {'error':>7} "
-          f"{'bound':>6} {'error':>7}  change replayed")
+          f"{'bound':>6} {'error':>7} {'traced':>7}  change replayed")
     for p in predictions:
         print(f"{p.case:<15} {p.direction:<5} {p.measured_ms:>11.1f} {100 * p.noise:>5.1f}% "
               f"{'-' if p.predicted_ms is None else f'{p.predicted_ms:.1f}':>9} {_pct(p.error):>7} "
-              f"{'-' if p.bound_ms is None else f'{p.bound_ms:.1f}':>6} {_pct(p.bound_error):>7}  {p.change}"
+              f"{'-' if p.bound_ms is None else f'{p.bound_ms:.1f}':>6} {_pct(p.bound_error):>7} "
+              f"{_pct(p.traced_error):>7}  {p.change}"
               + (f" ({p.failure})" if p.failure else ""))
     print("(fix = the control's step predicted from the planted runs by replaying the fix; fault = the planted "
           "step predicted from the controls by replaying the fault; measured by the job's own clock, median of "
           "the rounds; noise = the fault's and the control's, summed, of the measured step; bound = the same step "
-          "from the audit's savings, the planted step minus them or the control's plus them)")
+          "from the audit rules' bounds, the planted step minus them or the control's plus them; traced = the "
+          "replay's prediction against the other configuration's traced steps, no clock: the profiled steps "
+          "both)")
 
 
 def check_predictions(predictions: list[Prediction], targets) -> None:
