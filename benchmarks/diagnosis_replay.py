@@ -215,14 +215,15 @@ def _describe(fault: tuple[Grow, ...], costs_ms: dict[str, float]) -> str:
 
 
 def extra_ms(clocks: list[Path], rank: str, first: int) -> dict[str, float]:
-    """A job's own clock of its planted operator (``extra_s``) on ``rank``: the median over its runs' steps from
-    ``first`` on, ms; empty where the job times none."""
-    values = []
+    """A job's own clock of its planted operator (``extra_s``) on ``rank``: the median of its runs' medians over
+    their steps from ``first`` on (as the step times are combined), ms; empty where the job times none."""
+    medians = []
     for clock in clocks:
         path = clock / f"{rank}.json"
         record = json.loads(path.read_text()) if path.exists() else {}
-        values += [1000 * v for v in (record.get("extra_s") or [])[first:] if isinstance(v, (int, float))]
-    return {rank: statistics.median(values)} if values else {}
+        values = [1000 * v for v in (record.get("extra_s") or [])[first:] if isinstance(v, (int, float))]
+        medians += [statistics.median(values)] if values else []
+    return {rank: statistics.median(medians)} if medians else {}
 
 
 def _pct(value: float | None) -> str:
