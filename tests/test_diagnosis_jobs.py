@@ -134,9 +134,10 @@ def test_the_audit_measures_the_tiny_operators_as_the_raw_json_does(runs, audite
     assert not [f for f in audited(control)["findings"] if f["rule"] == "PF006"]  # none tiny
 
 
-@pytest.mark.parametrize("name", list(diagnosis.DDP))
+# the jobs with one fault each (the benchmark alone runs the extra operator and the two faults at once)
+@pytest.mark.parametrize("name", ["straggler-rank", "slow-loader", "tiny-ops"])
 def test_the_audit_ranks_each_fault_first_and_raises_no_alarm_on_its_control(runs, audited, name):
-    _, fault, _ = diagnosis.DDP[name]
+    _, (fault,), _ = diagnosis.DDP[name]
     run, (step, step_mad) = runs(name, False)
     control, (control_step, control_mad) = runs(name, True)
     findings = audited(run)["findings"]
@@ -152,3 +153,4 @@ def test_the_audit_ranks_each_fault_first_and_raises_no_alarm_on_its_control(run
     assert abs(first["saving_ms"] - cost) <= max(0.6 * cost, step_mad + control_mad), (first["saving_ms"], cost)
     alarms = [f for f in audited(control)["findings"] if diagnosis.is_alarm(f)]
     assert not alarms, alarms
+

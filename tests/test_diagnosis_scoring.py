@@ -160,7 +160,7 @@ def test_every_case_names_real_inputs_and_the_audits_own_rule_ids():
     from rnnprof.analyzers.audit.registry import RULES
 
     ids = {rule.id for rule in RULES}
-    faults = [*diagnosis.TF_PLANTS.values(), *(fault for _, fault, _ in diagnosis.DDP.values())]
+    faults = [*diagnosis.TF_PLANTS.values(), *(fault for _, ddp, _ in diagnosis.DDP.values() for fault in ddp)]
     for real in diagnosis.REAL.values():
         assert all(p.is_file() for p in real.paths) and real.reason
         assert {spec.split()[0] for spec in real.judged} <= ids
@@ -168,7 +168,7 @@ def test_every_case_names_real_inputs_and_the_audits_own_rule_ids():
     for fault in faults:
         assert fault.rules and fault.reason
         assert {spec.split()[0] for spec in (*fault.rules, *fault.related)} <= ids, fault.name
-    for script, fault, _ in diagnosis.DDP.values():
+    for script, _, _ in diagnosis.DDP.values():
         assert (diagnosis.JOBS / script).is_file()
     from rnnprof.workload import PLANTS
 

@@ -3,7 +3,7 @@ the CPU, one step per ``optimizer.step()``, and each rank's own clock of its ste
 
 A job script builds its batches and its model and calls ``train``; ``--clock DIR`` makes every rank write
 ``DIR/rank<r>.json``: ``{"rank", "step_s": [duration of each step by time.perf_counter, from one step's start
-to the next's]}``. The step time the benchmark compares is the median of a rank's steps after ``--warmup``.
+to the next's]}``, and ``extra_s`` where the job times a planted operator of its own. The step time the benchmark compares is the median of a rank's steps after ``--warmup``.
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ def language_model(torch):
 def train(torch, model, batches, rank: int, clock: Path | None, before_backward=None, before_forward=None,
           after_step=None) -> None:
     """Train ``model`` (wrapped in DDP here) on ``batches`` (an iterable of token tensors), one optimizer step
-    each; ``before_backward(step)`` runs between the forward pass and the backward pass, ``before_forward(step)``
-    and ``after_step(step)`` at a step's start and after its optimizer step."""
+    each; ``before_backward(step)`` runs between the forward pass and the backward pass (what it returns, a
+    duration in seconds or None, goes to the clock's ``extra_s``), ``before_forward(step)`` and
+    ``after_step(step)`` at a step's start and after its optimizer step."""
     import torch.distributed as dist
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
@@ -69,7 +70,7 @@ def train(torch, model, batches, rank: int, clock: Path | None, before_backward=
     model = DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = nn.CrossEntropyLoss()
-    starts = []
+    starts, extra = [], []
     for step, tokens in enumerate(batches):
         starts.append(time.perf_counter())
         if before_forward is not None:
@@ -77,7 +78,7 @@ def train(torch, model, batches, rank: int, clock: Path | None, before_backward=
         logits = model(tokens[:, :-1])
         loss = loss_fn(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
         if before_backward is not None:
-            before_backward(step)
+            extra.append(before_backward(step))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -88,10 +89,30 @@ def train(torch, model, batches, rank: int, clock: Path | None, before_backward=
     if clock is not None:
         clock.mkdir(parents=True, exist_ok=True)
         durations = [b - a for a, b in zip(starts, starts[1:])]
-        (clock / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "step_s": durations}))
+        record = {"rank": rank, "step_s": durations}
+        if any(e is not None for e in extra):
+            record["extra_s"] = extra
+        (clock / f"rank{rank}.json").write_text(json.dumps(record))
     dist.destroy_process_group()
 
 
 def random_batches(torch, rank: int, steps: int, batch: int, length: int):
     generator = torch.Generator().manual_seed(1 + rank)
     return [torch.randint(0, VOCAB, (batch, length + 1), generator=generator) for _ in range(steps)]
+
+
+def loader(torch, made: list, delay_s: float):
+    """A ``DataLoader`` with no worker process over ``made``, its dataset taking ``delay_s`` per batch (the loading
+    runs in the training loop, traced as ``enumerate(DataLoader)#...__next__``)."""
+    from torch.utils.data import DataLoader, Dataset
+
+    class Batches(Dataset):
+        def __len__(self) -> int:
+            return len(made)
+
+        def __getitem__(self, index: int):
+            if delay_s:
+                time.sleep(delay_s)  # reading and decoding, as a slow storage or transform would take
+            return made[index]
+
+    return DataLoader(Batches(), batch_size=None, shuffle=False, num_workers=0)

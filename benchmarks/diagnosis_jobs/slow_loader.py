@@ -8,9 +8,7 @@ other ranks wait for it at every gradient all-reduce. ``--control``: every rank'
 
 from __future__ import annotations
 
-import time
-
-from _ddp import arguments, language_model, random_batches, start, train
+from _ddp import arguments, language_model, loader, random_batches, start, train
 
 
 def main() -> None:
@@ -19,22 +17,9 @@ def main() -> None:
     parser.add_argument("--slow-rank", type=int, default=1, help="the rank whose loader is slow (default: %(default)s)")
     args = parser.parse_args()
     torch, rank, _ = start()
-    from torch.utils.data import DataLoader, Dataset
-
     delay_s = 0.0 if args.control or rank != args.slow_rank else args.load_ms / 1000
     made = random_batches(torch, rank, args.steps, args.batch, args.length)
-
-    class Batches(Dataset):
-        def __len__(self) -> int:
-            return len(made)
-
-        def __getitem__(self, index: int):
-            if delay_s:
-                time.sleep(delay_s)  # reading and decoding, as a slow storage or transform would take
-            return made[index]
-
-    loader = DataLoader(Batches(), batch_size=None, shuffle=False, num_workers=0)
-    train(torch, language_model(torch)(), loader, rank, args.clock)
+    train(torch, language_model(torch)(), loader(torch, made, delay_s), rank, args.clock)
 
 
 if __name__ == "__main__":
