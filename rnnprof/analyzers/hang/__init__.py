@@ -1,0 +1,12 @@
+"""Why a job hung: which rank, in which collective, at which line of its code (docs/commands/hang.md).
+
+Input: each rank's flight-recorder entries (``RankRecorder``) and its threads' stacks (``RankStacks``), parsed
+by ``rnnprof.traces.flight_recorder`` and ``rnnprof.traces.stack_dump``. No I/O here."""
+
+from .analysis import analyze_hang, own_frame, slow_verdict, still_moving
+from .model import Collective, Frame, RankRecorder, RankStacks, ThreadStack
+from .verdict import DESYNC, KINDS, MISMATCH, NEVER_ARRIVED, SLOW, STUCK, Culprit, HangVerdict, Waiter
+
+__all__ = ["Collective", "Culprit", "DESYNC", "Frame", "HangVerdict", "KINDS", "MISMATCH", "NEVER_ARRIVED",
+           "RankRecorder", "RankStacks", "SLOW", "STUCK", "ThreadStack", "Waiter", "analyze_hang", "own_frame",
+           "slow_verdict", "still_moving"]
