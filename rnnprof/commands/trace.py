@@ -15,10 +15,12 @@ from rnnprof.workload import IMAGE_MODELS
 from rnnprof.errors import FindingsError, InterruptedRun, RnnprofError, UsageError
 from rnnprof.recording.interrupt import terminate_as_interrupt
 from rnnprof.recording.attach import attach_capture
-from rnnprof.recording.script import errors_after_failure, nothing_captured, run_script, script_failure, what_was_kept
+from rnnprof.recording.hang_watch import HUNG_EXIT, HangOptions
+from rnnprof.recording.script import hang_verdict, errors_after_failure, nothing_captured, run_script, script_failure, what_was_kept
 from rnnprof.recording.torch_workload import capture_torch_workload
 from rnnprof.recording.workload import capture_workload
 from rnnprof.rundir.writer import check_out_dir
+from rnnprof.training.exposure import parse_duration
 from rnnprof.training.runner import visible_gpus
 
 
@@ -31,10 +33,17 @@ class ScriptFailed(RnnprofError):
         self.exit_code = exit_code
 
 
+class JobHung(RnnprofError):
+    """The job under capture hung and was stopped; its verdict is the message (docs/commands/hang.md)."""
+
+    exit_code = HUNG_EXIT
+
+
 # What each kind of capture is called in messages.
 WORKLOAD, SCRIPT, ATTACH = "a built-in workload", "a script (-- python ...)", "a running job (--attach)"
 # Options that only one kind of capture reads (the workload flags are added to these in ``run``).
-_ONLY = {"trace_steps": WORKLOAD, "steps": SCRIPT, "skip_steps": SCRIPT, "delay": SCRIPT, "duration": ATTACH}
+_ONLY = {"trace_steps": WORKLOAD, "steps": SCRIPT, "skip_steps": SCRIPT, "delay": SCRIPT, "duration": ATTACH,
+         "hang_after": SCRIPT, "on_hang": SCRIPT}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     script.add_argument("--delay", type=non_negative_seconds, default=0.0,
                         help="seconds to wait before the capture window may open; TensorFlow scripts only "
                              "(default: %(default)g)")
+    script.add_argument("--hang-after", metavar="DURATION", type=_duration, default=None,
+                        help="take the job as hung when no rank finishes a step for this long (90s, 5m); default: "
+                             "10x the longest step so far, at least 5m (15m before the first step)")
+    script.add_argument("--on-hang", choices=("stop", "wait"), default="stop",
+                        help="a hung job: stop it after saving its stacks and verdict, or leave it running "
+                             "(default: %(default)s)")
     attach = parser.add_argument_group("a running job")
     attach.add_argument("--attach", metavar="grpc://HOST:PORT", default=None,
                         help="capture from a job that called tf.profiler.experimental.server.start(PORT)")
@@ -107,10 +122,24 @@ def _attach(args, console, argv) -> int:
     return 0
 
 
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _say(text: str) -> None:
+    print(f"rnnprof trace: {text}", file=sys.stderr, flush=True)
+
+
 def _script(args, command, console) -> int:
     out = _require_out(args, "a script")
+    hang = HangOptions(after=args.hang_after, stop=args.on_hang == "stop", on_note=_say)
     code = run_script(out, command, steps=args.steps, skip_steps=args.skip_steps, delay=args.delay,
-                      force=args.force)
+                      force=args.force, hang=hang)
+    if code == HUNG_EXIT:
+        raise JobHung(f"hung: {hang_verdict(out)}; stopped; {what_was_kept(out)}")
     if code == 130:
         raise InterruptedRun(f"interrupted; {what_was_kept(out)}")
     if code != 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 
@@ -10,7 +11,7 @@ from .verdict import DESYNC, MISMATCH, NEVER_ARRIVED, SLOW, STUCK, Culprit, Hang
 
 # Frames in these files are torch's, Python's or rnnprof's own, not the caller's code.
 _LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen", "/rnnprof/recording/")
-_LOCK_WORDS = ("acquire(", "lock", "Lock", "mutex", ".wait(")
+_LOCK = re.compile(r"acquire\(|\.wait\(|\block\b|_lock\b|Lock\b|[Mm]utex|Semaphore|Condition")
 
 
 def own_frame(frames) -> Frame | None:
@@ -102,7 +103,7 @@ def _split_verdict(seq, recorders, stacks, waiters, ranks, notes) -> HangVerdict
     kind = DESYNC if any(c.state == "skipped" for c in culprits) else MISMATCH
     if kind == DESYNC:
         c = culprits[0]
-        head = (f"rank {c.rank} skipped {c.op} #{c.seq} ({c.op_where}) that rank(s) {_list(sorted(set(at) - set(deviants)))}"
+        head = (f"rank {c.rank} skipped {c.op} #{c.seq} ({c.op_where}) that {_ranks(sorted(set(at) - set(deviants)))}"
                 f" made: its later collectives paired with their next ones")
     else:
         head = _mismatch_text(seq, at, deviants, reference)
@@ -112,15 +113,15 @@ def _split_verdict(seq, recorders, stacks, waiters, ranks, notes) -> HangVerdict
 
 def _mismatch_text(seq: int, at: dict, deviants: list[int], reference: int) -> str:
     ref = at[reference]
-    others = _list(sorted(r for r in at if r not in deviants))
+    others = _ranks(sorted(r for r in at if r not in deviants))
     parts = []
     for rank in deviants:
         c = at[rank]
         if c.op == ref.op and c.input_sizes != ref.input_sizes:
             parts.append(f"rank {rank} called {_op(c)} #{seq} ({_where(c)}) with sizes {list(c.input_sizes)} where "
-                         f"rank(s) {others} passed {list(ref.input_sizes)}")
+                         f"{others} passed {list(ref.input_sizes)}")
         else:
-            parts.append(f"rank {rank} called {_op(c)} #{seq} ({_where(c)}) where rank(s) {others} called "
+            parts.append(f"rank {rank} called {_op(c)} #{seq} ({_where(c)}) where {others} called "
                          f"{_op(ref)} #{seq} ({_where(ref)})")
     return "; ".join(parts)
 
@@ -177,7 +178,7 @@ def _is_lock(thread: ThreadStack | None, main: Frame) -> bool:
     inner = thread.frames[0] if thread and thread.frames else main
     if inner.file.endswith("threading.py") and inner.function in ("acquire", "wait", "__enter__", "join"):
         return True
-    return any(word in main.text for word in _LOCK_WORDS)
+    return bool(_LOCK.search(main.text.split("#", 1)[0]))  # the code, not its comment
 
 
 def _main_frame(rank_stacks: RankStacks | None) -> Frame | None:
@@ -224,6 +225,10 @@ def _where(c: Collective) -> str | None:
 
 def _clock(ns: int) -> str:
     return time.strftime("%H:%M:%S UTC", time.gmtime(ns / 1e9))
+
+
+def _ranks(ranks) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {_list(ranks)}"
 
 
 def _list(ranks) -> str:

@@ -1,0 +1,122 @@
+"""``rnnprof trace``'s hang watch over a captured job's ranks (docs/commands/hang.md).
+
+The ranks count their finished steps (``hang_probe``). When none has finished a step for the hang threshold
+(``--hang-after``, or by default ``max(DEFAULT_FLOOR_S, GAP_FACTOR x`` the longest wait between steps so far``)``,
+``FIRST_STEP_S`` before the first step), the watch samples every live rank's flight recorder and stacks, waits
+``confirm_s`` (the threshold, at most ``CONFIRM_MAX_S``) and samples again. A step finished, a collective
+finished or a main thread moved in between: slow, not hung (said, and the clock starts again). Nothing moved:
+hung; the second sample and the verdict go to ``RUN/hang/`` and the run is marked ``hung``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rnnprof import rundir
+from rnnprof.analyzers.hang import HangVerdict, analyze_hang, own_frame, slow_verdict, still_moving
+from rnnprof.recording import hang_collect
+from rnnprof.recording.hang_probe import probe_files
+from rnnprof.recording.ranks import read_records
+
+DEFAULT_FLOOR_S = 300.0  # the default threshold is never shorter than this
+GAP_FACTOR = 10  # ... nor than this many times the longest wait between two steps seen so far
+FIRST_STEP_S = 900.0  # before the first step (imports, data loading, compilation)
+CONFIRM_MAX_S = 10.0
+POLL_S = 0.25
+HUNG_EXIT = 124  # rnnprof trace's exit status when the job hung and was stopped (as `timeout` uses)
+
+
+@dataclass(frozen=True)
+class HangOptions:
+    """``--hang-after`` (seconds; None: the default threshold), ``--on-hang stop`` (``stop``) and where the watch
+    says what it sees (slow, not hung; hung with ``--on-hang wait``)."""
+
+    after: float | None = None
+    stop: bool = True
+    on_note: Callable[[str], None] = lambda text: None
+
+
+class HangWatch:
+    """Call ``poll()`` every ``POLL_S`` while the job runs; it returns the verdict once the job has hung."""
+
+    def __init__(self, run_dir: str | Path, hang_after: float | None = None,
+                 on_note: Callable[[str], None] = lambda text: None):
+        self.run_dir = Path(run_dir)
+        self.hang_after = hang_after
+        self.on_note = on_note
+        self._counts: dict[int, int] = {}
+        self._last = time.monotonic()
+        self._longest_gap = 0.0
+        self._stepped = False
+
+    def threshold(self) -> float:
+        if self.hang_after is not None:
+            return self.hang_after
+        if not self._stepped:
+            return FIRST_STEP_S
+        return max(DEFAULT_FLOOR_S, GAP_FACTOR * self._longest_gap)
+
+    def _moved(self) -> bool:
+        """Whether a rank finished a step since the last look (and the longest gap so far)."""
+        counts = {}
+        for record in read_records(self.run_dir):
+            try:
+                counts[record["rank"]] = int(probe_files(self.run_dir, record["rank"])["progress"].read_bytes() or 0)
+            except (OSError, ValueError):
+                counts[record["rank"]] = self._counts.get(record["rank"], 0)
+        if not counts:  # no rank has opened its capture yet: the clock starts when one has
+            self._last = time.monotonic()
+        moved = any(n > self._counts.get(rank, 0) for rank, n in counts.items())
+        self._counts.update(counts)
+        if moved:
+            now = time.monotonic()
+            if self._stepped:
+                self._longest_gap = max(self._longest_gap, now - self._last)
+            self._stepped, self._last = True, now
+        return moved
+
+    def poll(self) -> HangVerdict | None:
+        if self._moved():
+            return None
+        quiet = time.monotonic() - self._last
+        if quiet < self.threshold():
+            return None
+        live = hang_collect.live_ranks(self.run_dir)
+        if not live:
+            return None
+        verdict = self._judge(live, quiet)
+        if verdict is None:
+            self._last = time.monotonic()
+        return verdict
+
+    def _judge(self, live: dict[int, int], quiet: float) -> HangVerdict | None:
+        scratch = self.run_dir / rundir.HANG_DIR / ".sample"
+        first = hang_collect.sample(self.run_dir, live, scratch / "1")
+        deadline = time.monotonic() + min(self.threshold(), CONFIRM_MAX_S)
+        stepped = False
+        while time.monotonic() < deadline and not stepped:
+            time.sleep(POLL_S)
+            stepped = self._moved()
+        second = hang_collect.sample(self.run_dir, live, scratch / "2") if not stepped else None
+        moved = still_moving(first.recorders, second.recorders) if second else []
+        if stepped or moved or (second and _threads_moved(first, second)):
+            hang_collect.clear(self.run_dir / rundir.HANG_DIR)
+            self.on_note(slow_verdict(quiet, moved, stepped).summary)
+            return None
+        world = max([r.get("world_size") or 1 for r in read_records(self.run_dir)] or [1])
+        verdict = analyze_hang(second.recorders, second.stacks, world)
+        files = hang_collect.save(self.run_dir, second, verdict.summary)
+        hang_collect.clear(scratch)
+        hang_collect.record_hang(self.run_dir, verdict, files, self.threshold(), second.notes)
+        return verdict
+
+
+def _threads_moved(first, second) -> bool:
+    """Whether a rank's main thread is at another line of the user's code in the second sample."""
+    for rank in set(first.stacks) & set(second.stacks):
+        a, b = first.stacks[rank].main_thread, second.stacks[rank].main_thread
+        if a and b and own_frame(a.frames) != own_frame(b.frames):
+            return True
+    return False
