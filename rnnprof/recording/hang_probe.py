@@ -9,6 +9,7 @@ Nothing is written while the job runs normally; ``close`` removes the files when
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -69,6 +70,8 @@ class RankProbe:
     def close(self) -> None:
         if self._stacks is not None:
             faulthandler.unregister(STACKS_SIGNAL)
+            with contextlib.suppress(ValueError):  # not the main thread: the default stays
+                signal.signal(STACKS_SIGNAL, signal.SIG_IGN)  # a late ask must not end the process
             self._stacks.close()
             if self.files["stacks"].stat().st_size <= 64:  # only the main-thread line: never asked
                 self.files["stacks"].unlink(missing_ok=True)

@@ -61,13 +61,14 @@ class HangWatch:
     def _moved(self) -> bool:
         """Whether a rank finished a step since the last look (and the longest gap so far)."""
         counts = {}
-        for record in read_records(self.run_dir):
+        records = read_records(self.run_dir)
+        for record in records:
             try:
                 counts[record["rank"]] = int(probe_files(self.run_dir, record["rank"])["progress"].read_bytes() or 0)
             except (OSError, ValueError):
                 counts[record["rank"]] = self._counts.get(record["rank"], 0)
-        if not counts:  # no rank has opened its capture yet: the clock starts when one has
-            self._last = time.monotonic()
+        if len(counts) < max([r.get("world_size") or 1 for r in records] or [1]):
+            self._last = time.monotonic()  # the clock starts once every rank has opened its capture
         moved = any(n > self._counts.get(rank, 0) for rank, n in counts.items())
         self._counts.update(counts)
         if moved:
@@ -100,10 +101,13 @@ class HangWatch:
             time.sleep(POLL_S)
             stepped = self._moved()
         second = hang_collect.sample(self.run_dir, live, scratch / "2") if not stepped else None
-        moved = still_moving(first.recorders, second.recorders) if second else []
-        if stepped or moved or (second and _threads_moved(first, second)):
+        if second is not None and (hang_collect.live_ranks(self.run_dir) != live or not _answered(second)):
             hang_collect.clear(self.run_dir / rundir.HANG_DIR)
-            self.on_note(slow_verdict(quiet, moved, stepped).summary)
+            return None  # ranks are ending (or none could answer): not a hang to judge
+        why = "a step finished meanwhile" if stepped else _what_moved(first, second)
+        if why:
+            hang_collect.clear(self.run_dir / rundir.HANG_DIR)
+            self.on_note(slow_verdict(quiet, why).summary)
             return None
         world = max([r.get("world_size") or 1 for r in read_records(self.run_dir)] or [1])
         verdict = analyze_hang(second.recorders, second.stacks, world)
@@ -113,10 +117,19 @@ class HangWatch:
         return verdict
 
 
-def _threads_moved(first, second) -> bool:
-    """Whether a rank's main thread is at another line of the user's code in the second sample."""
-    for rank in set(first.stacks) & set(second.stacks):
+def _what_moved(first, second) -> str:
+    """What went on between two samples: collectives that finished, or a main thread now at another line of the
+    user's code; empty when nothing did."""
+    moved = still_moving(first.recorders, second.recorders)
+    if moved:
+        return f"collectives still finish ({', '.join(moved[:4])})"
+    for rank in sorted(set(first.stacks) & set(second.stacks)):
         a, b = first.stacks[rank].main_thread, second.stacks[rank].main_thread
-        if a and b and own_frame(a.frames) != own_frame(b.frames):
-            return True
-    return False
+        was, now = (own_frame(a.frames) if a else None), (own_frame(b.frames) if b else None)
+        if was and now and was != now:
+            return f"rank {rank}'s main thread moved ({was.where} -> {now.where})"
+    return ""
+
+
+def _answered(got) -> bool:
+    return bool(got.recorders or got.stacks)

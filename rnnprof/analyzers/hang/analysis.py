@@ -54,9 +54,8 @@ def still_moving(before: dict[int, RankRecorder], after: dict[int, RankRecorder]
     return moved
 
 
-def slow_verdict(quiet_s: float, moved: list[str], steps_moved: bool) -> HangVerdict:
-    """Steps or collectives still finish although none did for ``quiet_s``: slow, not hung."""
-    why = "a step finished meanwhile" if steps_moved else f"collectives still finish ({', '.join(moved[:4])})"
+def slow_verdict(quiet_s: float, why: str) -> HangVerdict:
+    """Something still moves although no step finished for ``quiet_s`` (``why``: what): slow, not hung."""
     return HangVerdict(SLOW, f"slow, not hung: no step finished for {quiet_s:.1f} s, but {why}")
 
 
