@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from rnnprof.analyzers.hang import Collective, Frame, RankRecorder, own_frame
+from rnnprof.analyzers.hang import RecordedCollective, Frame, RankRecorder, own_frame
 from rnnprof.errors import InputError
 from rnnprof.limits import read_bytes
 
@@ -80,14 +80,14 @@ def _group(entry: dict) -> str:
     return str(entry.get("pg_id", DEFAULT_GROUP))
 
 
-def _collective(entry: dict, group: str, last_completed: int | None) -> Collective:
+def _collective(entry: dict, group: str, last_completed: int | None) -> RecordedCollective:
     seq = entry["collective_seq_id"]
     if last_completed is not None:
         completed = seq <= last_completed
     else:
         completed = bool(entry.get("retired")) or entry.get("state") == "completed"
     created = entry.get("time_created_ns")
-    return Collective(seq=seq, op=str(entry.get("profiling_name") or "?"),
+    return RecordedCollective(seq=seq, op=str(entry.get("profiling_name") or "?"),
                       input_sizes=_sizes(entry.get("input_sizes")), output_sizes=_sizes(entry.get("output_sizes")),
                       completed=completed, created_ns=created if isinstance(created, int) else None,
                       frame=own_frame(_frames(entry.get("frames"))), group=group)

@@ -6,8 +6,11 @@ after it (as a traceback does) when it collects them; both are optional. The las
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from rnnprof.analyzers.hang import Frame, RankStacks, ThreadStack
+from rnnprof.errors import InputError
+from rnnprof.limits import read_bytes
 
 MAIN_MARK = "# main thread "
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)")
@@ -35,6 +38,14 @@ def parse_stacks(text: str, rank: int) -> RankStacks:
             current[-1] = Frame(last.file, last.line, last.function, line.strip())
     return RankStacks(rank, tuple(ThreadStack(ident, tuple(frames), ident == main)
                                   for ident, frames in threads.items()))
+
+
+def read_stacks(path: Path, rank: int) -> RankStacks:
+    """One rank's stack file; ``InputError`` when it holds no thread's stack."""
+    stacks = parse_stacks(read_bytes(Path(path)).decode("utf-8", errors="replace"), rank)
+    if not stacks.threads:
+        raise InputError(path, "holds no thread's stack", "faulthandler's dump of every thread")
+    return stacks
 
 
 def with_source(text: str, line_of) -> str:

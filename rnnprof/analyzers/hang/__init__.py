@@ -4,9 +4,9 @@ Input: each rank's flight-recorder entries (``RankRecorder``) and its threads' s
 by ``rnnprof.traces.flight_recorder`` and ``rnnprof.traces.stack_dump``. No I/O here."""
 
 from .analysis import analyze_hang, own_frame, slow_verdict, still_moving
-from .model import Collective, Frame, RankRecorder, RankStacks, ThreadStack
+from .model import RecordedCollective, Frame, RankRecorder, RankStacks, ThreadStack
 from .verdict import DESYNC, KINDS, MISMATCH, NEVER_ARRIVED, SLOW, STUCK, Culprit, HangVerdict, Waiter
 
-__all__ = ["Collective", "Culprit", "DESYNC", "Frame", "HangVerdict", "KINDS", "MISMATCH", "NEVER_ARRIVED",
+__all__ = ["RecordedCollective", "Culprit", "DESYNC", "Frame", "HangVerdict", "KINDS", "MISMATCH", "NEVER_ARRIVED",
            "RankRecorder", "RankStacks", "SLOW", "STUCK", "ThreadStack", "Waiter", "analyze_hang", "own_frame",
            "slow_verdict", "still_moving"]

@@ -6,7 +6,7 @@ import re
 import time
 from collections import Counter
 
-from .model import Collective, Frame, RankRecorder, RankStacks, ThreadStack
+from .model import RecordedCollective, Frame, RankRecorder, RankStacks, ThreadStack
 from .verdict import DESYNC, MISMATCH, NEVER_ARRIVED, SLOW, STUCK, Culprit, HangVerdict, Waiter
 
 # Frames in these files are torch's, Python's or rnnprof's own, not the caller's code.
@@ -125,7 +125,7 @@ def _mismatch_text(seq: int, at: dict, deviants: list[int], reference: int) -> s
     return "; ".join(parts)
 
 
-def _deviants(seq: int, at: dict[int, Collective], recorders) -> tuple[list[int], int]:
+def _deviants(seq: int, at: dict[int, RecordedCollective], recorders) -> tuple[list[int], int]:
     """The ranks that broke ranks at ``seq`` and one rank of the others: the minority; between groups of one size,
     the group whose step from ``seq - 1`` to ``seq`` the common history never made."""
     groups: dict[tuple, list[int]] = {}
@@ -157,7 +157,7 @@ def _shifted(mine: RankRecorder, ref: RankRecorder, seq: int, by: int) -> bool:
     return bool(pairs) and all(a.signature == b.signature for a, b in pairs)
 
 
-def _at(recorder: RankRecorder, seq: int) -> Collective | None:
+def _at(recorder: RankRecorder, seq: int) -> RecordedCollective | None:
     return next((c for c in recorder.collectives if c.seq == seq), None)
 
 
@@ -200,7 +200,7 @@ def _culprit_text(c: Culprit) -> str:
     return f"rank {c.rank} is in no collective: {where}"
 
 
-def _waiting_text(waiters: dict[int, Collective]) -> str:
+def _waiting_text(waiters: dict[int, RecordedCollective]) -> str:
     groups: dict[tuple, list[int]] = {}
     for rank, c in sorted(waiters.items()):
         groups.setdefault((_op(c), c.seq, _where(c)), []).append(rank)
@@ -210,15 +210,15 @@ def _waiting_text(waiters: dict[int, Collective]) -> str:
     return ", ".join(parts) + (f" since {_clock(since)}" if since else "")
 
 
-def _waiters(waiters: dict[int, Collective]) -> tuple[Waiter, ...]:
+def _waiters(waiters: dict[int, RecordedCollective]) -> tuple[Waiter, ...]:
     return tuple(Waiter(r, _op(c), c.seq, c.created_ns, _where(c)) for r, c in sorted(waiters.items()))
 
 
-def _op(c: Collective) -> str:
+def _op(c: RecordedCollective) -> str:
     return c.op.split(":", 1)[-1]  # "gloo:all_reduce" -> "all_reduce"
 
 
-def _where(c: Collective) -> str | None:
+def _where(c: RecordedCollective) -> str | None:
     return c.frame.where if c.frame else None
 
 

@@ -21,7 +21,7 @@ class Frame:
 
 
 @dataclass(frozen=True)
-class Collective:
+class RecordedCollective:
     """One flight-recorder entry: a collective a rank entered, with its sequence number in its process group.
 
     ``frame``: the first frame of the caller's code (torch's own and rnnprof's frames passed over).
@@ -47,11 +47,11 @@ class RankRecorder:
     """One rank's flight recorder: its collectives of one process group, by sequence number."""
 
     rank: int
-    collectives: tuple[Collective, ...] = ()
+    collectives: tuple[RecordedCollective, ...] = ()
     last_completed: int | None = None
 
     @property
-    def pending(self) -> Collective | None:
+    def pending(self) -> RecordedCollective | None:
         """The first collective the rank entered and has not finished: where it waits."""
         return next((c for c in self.collectives if not c.completed), None)
 
