@@ -4,7 +4,7 @@ The ranks count their finished steps (``hang_probe``). When none has finished a 
 (``--hang-after``, or by default ``max(DEFAULT_FLOOR_S, GAP_FACTOR x`` the longest wait between steps so far``)``,
 ``FIRST_STEP_S`` before the first step), the watch samples every live rank's flight recorder and stacks, waits
 ``confirm_s`` (the threshold, at most ``CONFIRM_MAX_S``) and samples again. A step finished, a collective
-finished or a main thread moved in between: slow, not hung (said, and the clock starts again). Nothing moved:
+finished or a main thread's stack changed in between: slow, not hung (said, and the clock starts again). Nothing moved:
 hung; the second sample and the verdict go to ``RUN/hang/`` and the run is marked ``hung``."""
 
 from __future__ import annotations
@@ -118,16 +118,16 @@ class HangWatch:
 
 
 def _what_moved(first, second) -> str:
-    """What went on between two samples: collectives that finished, or a main thread now at another line of the
-    user's code; empty when nothing did."""
+    """What went on between two samples: collectives that finished, or a main thread whose stack changed (at
+    any depth); empty when nothing did."""
     moved = still_moving(first.recorders, second.recorders)
     if moved:
         return f"collectives still finish ({', '.join(moved[:4])})"
     for rank in sorted(set(first.stacks) & set(second.stacks)):
         a, b = first.stacks[rank].main_thread, second.stacks[rank].main_thread
-        was, now = (own_frame(a.frames) if a else None), (own_frame(b.frames) if b else None)
-        if was and now and was != now:
-            return f"rank {rank}'s main thread moved ({was.where} -> {now.where})"
+        if a and b and a.frames != b.frames:  # any frame, the library's too: a thread that runs is not hung
+            was, now = own_frame(a.frames), own_frame(b.frames)
+            return f"rank {rank}'s main thread runs ({was.where if was else '?'} -> {now.where if now else '?'})"
     return ""
 
 

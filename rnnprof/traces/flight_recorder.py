@@ -82,10 +82,9 @@ def _group(entry: dict) -> str:
 
 def _collective(entry: dict, group: str, last_completed: int | None) -> RecordedCollective:
     seq = entry["collective_seq_id"]
-    if last_completed is not None:
-        completed = seq <= last_completed
-    else:
-        completed = bool(entry.get("retired")) or entry.get("state") == "completed"
+    # gloo marks an entry retired when its work ends, and moves the group's last completed number later
+    completed = (bool(entry.get("retired")) or entry.get("state") == "completed"
+                 or (last_completed is not None and seq <= last_completed))
     created = entry.get("time_created_ns")
     return RecordedCollective(seq=seq, op=str(entry.get("profiling_name") or "?"),
                       input_sizes=_sizes(entry.get("input_sizes")), output_sizes=_sizes(entry.get("output_sizes")),

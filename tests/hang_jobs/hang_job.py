@@ -2,10 +2,12 @@
 
 Each step: load a batch, backward, all_reduce the gradient (#2s+1), all_reduce a statistic (#2s+2), step.
 At step 5 rank 1 does MODE's fault: "data" sleeps in load_batch, "skip" leaves out the statistic's all_reduce,
-"mismatch" calls all_gather for the gradient, "lock" blocks on a lock another of its threads holds. "slow"
+"mismatch" calls all_gather for the gradient, "lock" blocks on a lock another of its threads holds, "gil"
+locks a C mutex it already holds, holding the interpreter (no thread of it runs Python again). "slow"
 and "healthy" plant nothing ("slow": each step sleeps SLOW_S). Lines marked `# plant:` are what the verdict
-must name."""
+must name. Rank 1 prints `planted at TIME` (time.time()) as step 5 begins."""
 
+import ctypes
 import sys
 import threading
 import time
@@ -38,6 +40,8 @@ def hold_lock():
 
 
 for step in range(STEPS):
+    if faulty and step == FAULT_STEP:
+        print(f"planted at {time.time()!r}", file=sys.stderr, flush=True)  # the script's own clock
     batch = load_batch(step)
     loss = (weight * batch).sum()
     loss.backward()
@@ -46,6 +50,10 @@ for step in range(STEPS):
         time.sleep(0.2)
         with lock:  # plant: lock
             pass
+    if MODE == "gil" and faulty and step == FAULT_STEP:
+        mutex, libc = ctypes.create_string_buffer(64), ctypes.PyDLL(None)  # PyDLL: the call keeps the GIL
+        libc.pthread_mutex_lock(mutex)
+        libc.pthread_mutex_lock(mutex)  # plant: gil
     if MODE == "mismatch" and faulty and step == FAULT_STEP:
         dist.all_gather([torch.zeros(8) for _ in range(world)], weight.grad)  # plant: mismatch
     else:
