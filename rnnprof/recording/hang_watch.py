@@ -24,6 +24,10 @@ DEFAULT_FLOOR_S = 300.0  # the default threshold is never shorter than this
 GAP_FACTOR = 10  # ... nor than this many times the longest wait between two steps seen so far
 FIRST_STEP_S = 900.0  # before the first step (imports, data loading, compilation)
 CONFIRM_MAX_S = 10.0
+# A hung job is stopped within threshold + confirm + STOP_BOUND_S of its last finished step: two samples
+# (hang_collect.ANSWER_WAIT_S and a little each), then SIGTERM and SIGKILL (script.HANG_STOP_GRACE_S) and the
+# manifest rebuilt.
+STOP_BOUND_S = 12.0
 POLL_S = 0.25
 HUNG_EXIT = 124  # rnnprof trace's exit status when the job hung and was stopped (as `timeout` uses)
 

@@ -1,0 +1,98 @@
+"""Planted hangs, each a real 2-rank gloo job under `rnnprof trace --hang-after 2s -- torchrun`, all run side by
+side once for the module: the verdict names the rank, the collective and the script's marked line; rnnprof ends
+within the stated bound of the script's own clock, leaves no process and keeps the traces already written. A
+healthy job of slow steps under the same short --hang-after is "slow, not hung" and completes."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from processes import processes, run_together
+from rnnprof.cli import main
+from rnnprof.recording.hang_watch import CONFIRM_MAX_S, STOP_BOUND_S
+from test_hang import GRADIENT, JOB, LAST, STATISTIC, plant
+
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+HANG_AFTER_S = 2.0
+PLANTS = ("data", "lock", "mismatch", "skip")
+
+
+def _trace(run: Path, mode: str, *more: str) -> list[str]:
+    return [sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--hang-after", f"{HANG_AFTER_S:g}s",
+            "--steps", "1", "--", TORCHRUN, "--nproc-per-node", "2", str(JOB), mode, *more]
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hangs")
+    modes = {**{m: () for m in PLANTS}, "slow": ("4",)}
+    done = run_together([_trace(root / mode, mode, *more) for mode, more in modes.items()], timeout=400)
+    assert not [p for p in processes() if "hang_job.py" in p.cmdline and p.state not in ("Z", "X")], "a rank of a planted job still runs"
+    return {mode: (root / mode, result) for mode, result in zip(modes, done)}
+
+
+def _manifest(run: Path) -> dict:
+    return json.loads((run / "manifest.json").read_text())
+
+
+def _hang_json(run: Path, capsys) -> dict:
+    assert main(["hang", str(run), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+EXPECTED = {  # the culprit (rank 1) as (state, where, op, seq, op_where); the waiters as (rank, op, seq, where)
+    "data": (("in no collective", plant("data"), None, None, None), {(0, "all_reduce", GRADIENT, plant("gradient"))}),
+    "lock": (("in a lock", plant("lock"), None, None, None), {(0, "all_reduce", GRADIENT, plant("gradient"))}),
+    "mismatch": (("in another collective", plant("mismatch"), "all_gather", GRADIENT, plant("mismatch")),
+                 {(0, "all_reduce", GRADIENT, plant("gradient")), (1, "all_gather", GRADIENT, plant("mismatch"))}),
+    "skip": (("skipped", plant("barrier"), "all_reduce", STATISTIC, plant("statistic")),
+             {(0, "all_reduce", LAST, plant("statistic")), (1, "barrier", LAST, plant("barrier"))}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", PLANTS)
+def test_a_planted_hang_is_named_stopped_in_bound_and_its_traces_kept(jobs, mode, capsys):
+    run, result = jobs[mode]
+    assert result.returncode == 124, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    manifest = _manifest(run)
+    assert last.startswith("rnnprof trace: error: hung: ") and manifest["hang"]["verdict"] in last
+    assert manifest["status"] == "hung" and manifest["hang"]["ranks"] == [1]
+    document = _hang_json(run, capsys)
+    (culprit,) = document["culprits"]
+    culprit_fields = (culprit["state"], culprit["where"], culprit["op"], culprit["seq"], culprit["op_where"])
+    assert (culprit["rank"], culprit_fields) == (1, EXPECTED[mode][0])
+    assert {(w["rank"], w["op"], w["seq"], w["where"]) for w in document["waiters"]} == EXPECTED[mode][1]
+    planted = float(re.search(r"planted at ([0-9.]+)", result.stderr).group(1))  # the script's own clock
+    finished = datetime.datetime.fromisoformat(manifest["finished"]).timestamp()
+    assert finished - planted <= HANG_AFTER_S + min(HANG_AFTER_S, CONFIRM_MAX_S) + STOP_BOUND_S
+    traces = manifest["captured"]["kineto"]
+    assert traces == ["torch/rank0.json.gz", "torch/rank1.json.gz"] and all((run / t).is_file() for t in traces)
+    assert sorted(p.name for p in (run / "hang").iterdir()) == sorted(
+        [f"rank{r}.{k}" for r in (0, 1) for k in ("fr.pkl", "stacks.txt")] + ["verdict.txt"])
+    assert not list((run / "torch").glob(".rank*.stacks")) and not list((run / "torch").glob(".rank*.fr"))
+
+
+@pytest.mark.slow
+def test_audit_of_a_hung_run_leads_with_its_verdict(jobs, capsys):
+    run, _ = jobs["data"]
+    main(["audit", str(run)])
+    first = capsys.readouterr().err.strip().splitlines()[0]
+    assert first.startswith(f"note: {run}: the job hung: rank 1 is in no collective: its main thread is at "
+                            f"{plant('data')} in load_batch")
+
+
+@pytest.mark.slow
+def test_a_healthy_job_of_slow_steps_is_slow_not_hung_and_completes(jobs):
+    run, result = jobs["slow"]
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "rnnprof trace: slow, not hung: no step finished for " in result.stderr
+    assert "error: hung:" not in result.stderr and _manifest(run)["status"] == "complete" and "hang" not in _manifest(run)
+    assert not (run / "hang").exists()
