@@ -1,5 +1,5 @@
 """What ``rnnprof hang`` reads: a run directory's ``hang/`` folder, or flight-recorder dumps and stack files
-made elsewhere (one per rank, the rank the last number of the file's name)."""
+made elsewhere (one per rank, the rank the last number of the file's name), given or in a folder."""
 
 from __future__ import annotations
 
@@ -42,8 +42,13 @@ def read_hang_inputs(paths: Sequence[str | Path]) -> HangInputs:
 
 
 def _run_dir(path: Path, got: HangInputs) -> None:
-    if not rundir.is_run_dir(path):
-        raise InputError(path, "is a folder but not a run directory", EXPECTED)
+    if not rundir.is_run_dir(path):  # a folder of dumps and stack files
+        files = [f for f in sorted(path.iterdir()) if f.is_file() and not f.name.startswith(".")]
+        if not files:
+            raise InputError(path, "is an empty folder", EXPECTED)
+        for file in files:
+            _file(file, got)
+        return
     manifest = read_manifest(path)
     folder = path / rundir.HANG_DIR
     if not folder.is_dir():

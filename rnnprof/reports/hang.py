@@ -18,14 +18,14 @@ def hang_document(verdict: HangVerdict) -> dict:
 
 
 def render_hang(verdict: HangVerdict, console: Console) -> None:
+    """The verdict, then one line per rank it names and per rank that waits."""
     console.print(Text.assemble((f"{verdict.kind.replace('_', ' ')}: ", "bold"), verdict.summary))
+    console.print()
     for c in verdict.culprits:
-        where = f"{c.where} in {c.function}" if c.where else "no stack"
-        line = f"  rank {c.rank}: {c.state}; main thread at {where}"
-        if c.op:
-            line += f"; {c.op} #{c.seq} ({c.op_where})"
-        console.print(Text(line))
+        where = f"at {c.where} in {c.function}" if c.where else "no stack"
+        missed = f"{'' if c.state == 'skipped' else ':'} {c.op} #{c.seq} ({c.op_where})" if c.op else ""
+        console.print(Text(f"  rank {c.rank}  {c.state}{missed}; main thread {where}"), overflow="fold")
     for w in verdict.waiters:
-        console.print(Text(f"  rank {w.rank}: waits in {w.op} #{w.seq} ({w.where})"))
+        console.print(Text(f"  rank {w.rank}  waits in {w.op} #{w.seq} ({w.where})"))
     for note in verdict.notes:
         console.print(Text(f"note: {note}", style="yellow"))
