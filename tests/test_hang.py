@@ -48,6 +48,7 @@ def test_a_rank_that_never_arrived_is_named_at_its_line_and_the_others_wait_in_t
     assert (culprit.state, culprit.where, culprit.function) == (state, plant(case), function)
     assert [(w.rank, w.op, w.seq, w.where) for w in verdict.waiters] == [(0, "all_reduce", GRADIENT, plant("gradient"))]
     assert f"all_reduce #{GRADIENT} ({plant('gradient')})" in verdict.summary and plant(case) in verdict.summary
+    assert culprit.others == ((f"{plant('holder')} in hold_lock",) if case == "lock" else ())
 
 
 def test_a_rank_that_calls_all_gather_where_the_other_calls_all_reduce_is_a_mismatch():

@@ -138,8 +138,9 @@ def _script(args, command, console) -> int:
     hang = HangOptions(after=args.hang_after, stop=args.on_hang == "stop", on_note=_say)
     code = run_script(out, command, steps=args.steps, skip_steps=args.skip_steps, delay=args.delay,
                       force=args.force, hang=hang)
-    if code == HUNG_EXIT:
-        raise JobHung(f"hung: {hang_verdict(out)}; stopped; {what_was_kept(out)}")
+    verdict = hang_verdict(out)
+    if code == HUNG_EXIT and verdict:  # the script's own exit code 124 is passed on below, as any other
+        raise JobHung(f"hung: {verdict}; stopped; {what_was_kept(out)}")
     if code == 130:
         raise InterruptedRun(f"interrupted; {what_was_kept(out)}")
     if code != 0:

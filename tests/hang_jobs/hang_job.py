@@ -36,7 +36,7 @@ def load_batch(step):
 
 def hold_lock():
     lock.acquire()
-    time.sleep(3600)
+    time.sleep(3600)  # plant: holder
 
 
 for step in range(STEPS):

@@ -169,7 +169,7 @@ def _outside(rank: int, recorders, stacks) -> Culprit:
     if recorders and rank not in recorders:
         return Culprit(rank, "outside Python", *_place(main))
     if main is not None and _is_lock(stacks[rank].main_thread, main):
-        return Culprit(rank, "in a lock", *_place(main))
+        return Culprit(rank, "in a lock", *_place(main), others=_other_threads(stacks[rank]))
     return Culprit(rank, "in no collective", *_place(main))
 
 
@@ -178,6 +178,17 @@ def _is_lock(thread: ThreadStack | None, main: Frame) -> bool:
     if inner.file.endswith("threading.py") and inner.function in ("acquire", "wait", "__enter__", "join"):
         return True
     return bool(_LOCK.search(main.text.split("#", 1)[0]))  # the code, not its comment
+
+
+def _other_threads(rank_stacks: RankStacks) -> tuple[str, ...]:
+    """Where the rank's other threads are in the user's code; threads with no frame of it left out."""
+    main = rank_stacks.main_thread
+    found = []
+    for thread in rank_stacks.threads:
+        frame = own_frame(thread.frames) if thread is not main else None
+        if frame is not None and not any(part in frame.file for part in _LIBRARY):
+            found.append(f"{frame.where} in {frame.function}")
+    return tuple(found)
 
 
 def _main_frame(rank_stacks: RankStacks | None) -> Frame | None:
@@ -194,7 +205,8 @@ def _culprit_text(c: Culprit) -> str:
         return f"rank {c.rank} {c.state} (no stack)"
     where = f"its main thread is at {c.where} in {c.function}"
     if c.state == "in a lock":
-        return f"rank {c.rank} is blocked in a lock: {where}"
+        others = f" (its other threads: {', '.join(c.others)})" if c.others else ""
+        return f"rank {c.rank} is blocked in a lock: {where}{others}"
     if c.state == "outside Python":
         return f"rank {c.rank} is stuck outside Python (its threads could not run to answer): {where}"
     return f"rank {c.rank} is in no collective: {where}"

@@ -25,8 +25,9 @@ class Waiter:
 
 @dataclass(frozen=True)
 class Culprit:
-    """A rank the hang comes from: where its main thread is (file:line and function), and how it is blocked
-    (``state``: "in no collective", "in a lock", "outside Python", "skipped", "in another collective")."""
+    """A rank the hang comes from: where its main thread is (file:line and function), how it is blocked
+    (``state``: "in no collective", "in a lock", "outside Python", "skipped", "in another collective") and,
+    for one in a lock, where its other threads are in the user's code (one of them may hold the lock)."""
 
     rank: int
     state: str
@@ -35,6 +36,7 @@ class Culprit:
     op: str | None = None
     seq: int | None = None
     op_where: str | None = None
+    others: tuple[str, ...] = ()  # where the rank's other threads are in the user's code ("a.py:3 in f")
 
 
 @dataclass(frozen=True)
