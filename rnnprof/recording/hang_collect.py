@@ -14,7 +14,7 @@ from rnnprof import rundir
 from rnnprof.analyzers.hang import RankRecorder, RankStacks
 from rnnprof.errors import InputError
 from rnnprof.recording import ranks
-from rnnprof.recording.hang_probe import STACKS_SIGNAL, probe_files
+from rnnprof.recording.hang_probe import STACKS_SIGNAL, probe_files, read_progress
 from rnnprof.traces.flight_recorder import parse_flight_recorder, plain_unpickle
 from rnnprof.traces.stack_dump import MAIN_MARK, parse_stacks, with_source
 
@@ -34,9 +34,15 @@ class Sample:
 
 def live_ranks(run_dir: Path) -> dict[int, int]:
     """rank -> pid of each rank whose capture is open and whose process still runs."""
-    records = [r for r in ranks.read_records(run_dir) if r.get("status") == rundir.STATUS_RUNNING]
-    alive = set(ranks.leftover_ranks(records))
-    return {r["rank"]: r["pid"] for r in records if r.get("pid") in alive}
+    live = {}
+    for rank, (_, pid) in read_progress(run_dir).items():
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            live[rank] = pid
+    return live
 
 
 def sample(run_dir: Path, live: dict[int, int], scratch: Path) -> Sample:

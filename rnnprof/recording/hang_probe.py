@@ -4,7 +4,8 @@
   (after a ``# main thread`` line naming the main thread); it works even while a thread holds the interpreter.
 * A thread waits on the FIFO ``torch/.rank<r>.fr``: a path written to it asks for the flight recorder's
   entries (``_dump_fr_trace()``), written there whole. The launcher turns the recorder on (``FR_BUFFER``).
-* ``tick()`` counts finished steps into ``torch/.rank<r>.progress`` (one ``pwrite``, after the window too).
+* ``tick()`` counts finished steps into ``torch/.rank<r>.progress`` with the rank's pid (one ``pwrite``, after
+  the window too); the file is there while the rank's capture is open.
 Nothing is written while the job runs normally; ``close`` removes the files when nothing was asked."""
 
 from __future__ import annotations
@@ -29,6 +30,18 @@ def probe_files(run_dir: str | Path, rank: int) -> dict[str, Path]:
     return {kind: folder / f".rank{int(rank)}.{kind}" for kind in ("stacks", "fr", "progress")}
 
 
+def read_progress(run_dir: str | Path) -> dict[int, tuple[int, int]]:
+    """rank -> (steps finished, pid) of every rank whose capture is open."""
+    found = {}
+    for path in (Path(run_dir) / rundir.TORCH_TRACES_DIR).glob(".rank*.progress"):
+        try:
+            steps, pid = path.read_text().split()
+            found[int(path.name.split(".")[1].removeprefix("rank"))] = (int(steps), int(pid))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def remove_probe_files(run_dir: str | Path) -> None:
     """Once the job has ended: the ranks' probe files (what a hung job's ranks said is in ``RUN/hang/``)."""
     for kind in ("stacks", "fr", "progress"):
@@ -48,6 +61,7 @@ class RankProbe:
     def install(self) -> "RankProbe":
         self.files["stacks"].parent.mkdir(parents=True, exist_ok=True)
         self._progress_fd = os.open(self.files["progress"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.tick(0)
         if signal.getsignal(STACKS_SIGNAL) in (signal.SIG_DFL, None):  # the script's own handler is left alone
             self._stacks = open(self.files["stacks"], "w")
             self._stacks.write(f"{MAIN_MARK}0x{threading.main_thread().ident:016x}\n")
@@ -61,11 +75,11 @@ class RankProbe:
         threading.Thread(target=_serve, args=(self.files["fr"],), name="rnnprof-hang-probe", daemon=True).start()
         return self
 
-    def tick(self) -> None:
-        """A step finished."""
-        self.steps += 1
+    def tick(self, steps: int = 1) -> None:
+        """``steps`` more steps finished: the count and this process's pid, rewritten in place."""
+        self.steps += steps
         if self._progress_fd is not None:
-            os.pwrite(self._progress_fd, b"%12d\n" % self.steps, 0)
+            os.pwrite(self._progress_fd, b"%12d %d\n" % (self.steps, os.getpid()), 0)
 
     def close(self) -> None:
         if self._stacks is not None:

@@ -17,7 +17,7 @@ from typing import Callable
 from rnnprof import rundir
 from rnnprof.analyzers.hang import HangVerdict, analyze_hang, own_frame, slow_verdict, still_moving
 from rnnprof.recording import hang_collect
-from rnnprof.recording.hang_probe import probe_files
+from rnnprof.recording.hang_probe import read_progress
 from rnnprof.recording.ranks import read_records
 
 DEFAULT_FLOOR_S = 300.0  # the default threshold is never shorter than this
@@ -46,8 +46,9 @@ class HangWatch:
     """Call ``poll()`` every ``POLL_S`` while the job runs; it returns the verdict once the job has hung."""
 
     def __init__(self, run_dir: str | Path, hang_after: float | None = None,
-                 on_note: Callable[[str], None] = lambda text: None):
+                 on_note: Callable[[str], None] = lambda text: None, world_size: int | None = None):
         self.run_dir = Path(run_dir)
+        self.world_size = world_size  # None: the ranks' records say
         self.hang_after = hang_after
         self.on_note = on_note
         self._counts: dict[int, int] = {}
@@ -64,14 +65,9 @@ class HangWatch:
 
     def _moved(self) -> bool:
         """Whether a rank finished a step since the last look (and the longest gap so far)."""
-        counts = {}
-        records = read_records(self.run_dir)
-        for record in records:
-            try:
-                counts[record["rank"]] = int(probe_files(self.run_dir, record["rank"])["progress"].read_bytes() or 0)
-            except (OSError, ValueError):
-                counts[record["rank"]] = self._counts.get(record["rank"], 0)
-        if len(counts) < max([r.get("world_size") or 1 for r in records] or [1]):
+        counts = {rank: steps for rank, (steps, _) in read_progress(self.run_dir).items()}
+        world = self.world_size or max([r.get("world_size") or 1 for r in read_records(self.run_dir)] or [1])
+        if len(counts) < world and not self._stepped:
             self._last = time.monotonic()  # the clock starts once every rank has opened its capture
         moved = any(n > self._counts.get(rank, 0) for rank, n in counts.items())
         self._counts.update(counts)
@@ -113,7 +109,7 @@ class HangWatch:
             hang_collect.clear(self.run_dir / rundir.HANG_DIR)
             self.on_note(slow_verdict(quiet, why).summary)
             return None
-        world = max([r.get("world_size") or 1 for r in read_records(self.run_dir)] or [1])
+        world = self.world_size or max([r.get("world_size") or 1 for r in read_records(self.run_dir)] or [1])
         verdict = analyze_hang(second.recorders, second.stacks, world)
         files = hang_collect.save(self.run_dir, second, verdict.summary)
         hang_collect.clear(scratch)
