@@ -96,3 +96,48 @@ def test_a_healthy_job_of_slow_steps_is_slow_not_hung_and_completes(jobs):
     assert "rnnprof trace: slow, not hung: no step finished for " in result.stderr
     assert "error: hung:" not in result.stderr and _manifest(run)["status"] == "complete" and "hang" not in _manifest(run)
     assert not (run / "hang").exists()
+
+
+def sleep_in_rank_1s_third_step(job):
+    """The built-in workload's rank, except that rank 1 sleeps as its third training step begins."""
+    import os
+    import time
+
+    from rnnprof.training import torch_ddp
+    from rnnprof.training.torch_training import TorchTraining
+
+    if os.environ["RANK"] == "1":
+        original, calls = TorchTraining.step, []
+
+        def step(self):
+            calls.append(1)
+            if len(calls) == 3:
+                time.sleep(3600)  # plant: workload
+            return original(self)
+
+        TorchTraining.step = step
+    return torch_ddp.rank_main(job)
+
+
+@pytest.mark.slow
+def test_a_hung_built_in_torch_workload_is_named_stopped_and_marked(tmp_path, monkeypatch, capfd):
+    from rnnprof.training import torch_ddp
+
+    monkeypatch.setattr(torch_ddp, "rank_main", sleep_in_rank_1s_third_step)
+    out = tmp_path / "run"
+    code = main(["trace", "--framework", "torch", "--model", "rnnlm", "--devices", "2", "--warmup", "1",
+                 "--batches", "4", "--trace-steps", "1", "--units", "16", "--vocab-size", "60",
+                 "--hang-after", f"{HANG_AFTER_S:g}s", "--out", str(out)])
+    err = capfd.readouterr().err
+    assert code == 124, err[-2000:]
+    lines = Path(__file__).read_text().splitlines()
+    where = f"test_hang_jobs.py:{next(i for i, l in enumerate(lines, 1) if l.endswith('# plant: workload'))}"
+    last = err.strip().splitlines()[-1]
+    source = (Path(torch_ddp.__file__).parent / "torch_training.py").read_text().splitlines()
+    backward = f"torch_training.py:{next(i for i, l in enumerate(source, 1) if l.strip() == 'loss.backward()')}"
+    assert last.startswith(f"rnnprof trace: error: hung: rank 1 is in no collective: its main thread is at {where} "
+                           f"in step; rank 0 has waited in all_reduce #"), last  # DDP's, in rank 0's backward
+    assert f"({backward}) since " in last
+    manifest = _manifest(out)
+    assert manifest["status"] == "hung" and manifest["hang"]["ranks"] == [1] and "error" not in manifest
+    assert not [p for p in processes() if str(out) in p.cmdline or "spawn_main" in p.cmdline and p.state != "Z"]

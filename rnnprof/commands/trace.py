@@ -12,7 +12,7 @@ from rnnprof.commands.flags import non_negative_int, non_negative_seconds, posit
 from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
                                              workload_config_from_args)
 from rnnprof.workload import IMAGE_MODELS
-from rnnprof.errors import FindingsError, InterruptedRun, RnnprofError, UsageError
+from rnnprof.errors import FindingsError, InterruptedRun, JobHung, RnnprofError, UsageError
 from rnnprof.recording.interrupt import terminate_as_interrupt
 from rnnprof.recording.attach import attach_capture
 from rnnprof.recording.hang_watch import HUNG_EXIT, HangOptions
@@ -33,17 +33,11 @@ class ScriptFailed(RnnprofError):
         self.exit_code = exit_code
 
 
-class JobHung(RnnprofError):
-    """The job under capture hung and was stopped; its verdict is the message (docs/commands/hang.md)."""
-
-    exit_code = HUNG_EXIT
-
-
 # What each kind of capture is called in messages.
 WORKLOAD, SCRIPT, ATTACH = "a built-in workload", "a script (-- python ...)", "a running job (--attach)"
 # Options that only one kind of capture reads (the workload flags are added to these in ``run``).
-_ONLY = {"trace_steps": WORKLOAD, "steps": SCRIPT, "skip_steps": SCRIPT, "delay": SCRIPT, "duration": ATTACH,
-         "hang_after": SCRIPT, "on_hang": SCRIPT}
+_ONLY = {"trace_steps": WORKLOAD, "steps": SCRIPT, "skip_steps": SCRIPT, "delay": SCRIPT, "duration": ATTACH}
+_HANG_FLAGS = ("hang_after", "on_hang")  # PyTorch scripts and --framework torch
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,7 +98,11 @@ def _refuse_options_of_other_modes(args: argparse.Namespace, mode: str) -> None:
     only = dict(_ONLY)
     for action in add_workload_arguments(argparse.ArgumentParser(add_help=False)):
         only[action.dest] = WORKLOAD
+    watched = mode == SCRIPT or (mode == WORKLOAD and args.framework == "torch")
     for dest, option in given_options(args).items():
+        if dest in _HANG_FLAGS and not watched:
+            raise UsageError(f"{option} does not apply when tracing {mode}; it is for PyTorch scripts and "
+                             f"--framework torch")
         if only.get(dest, mode) != mode:
             raise UsageError(f"{option} does not apply when tracing {mode}; it is for {only[dest]}")
 
@@ -129,13 +127,17 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _hang_options(args) -> HangOptions:
+    return HangOptions(after=args.hang_after, stop=args.on_hang == "stop", on_note=_say)
+
+
 def _say(text: str) -> None:
     print(f"rnnprof trace: {text}", file=sys.stderr, flush=True)
 
 
 def _script(args, command, console) -> int:
     out = _require_out(args, "a script")
-    hang = HangOptions(after=args.hang_after, stop=args.on_hang == "stop", on_note=_say)
+    hang = _hang_options(args)
     code = run_script(out, command, steps=args.steps, skip_steps=args.skip_steps, delay=args.delay,
                       force=args.force, hang=hang)
     verdict = hang_verdict(out)
@@ -159,7 +161,7 @@ def _script(args, command, console) -> int:
 def _torch_workload(args, console, argv) -> int:
     options = torch_options_from_args(args, 0)
     config = options.workload
-    done = capture_torch_workload(options, args.out, args.force, argv, args.trace_steps)
+    done = capture_torch_workload(options, args.out, args.force, argv, args.trace_steps, hang=_hang_options(args))
     timed = done.timed
     console.print(Text(f"{config.model} on {config.devices} rank(s) ({done.device_kind}): "
                        f"{timed.words_per_second:,.0f} words/s over {timed.steps} timed steps "

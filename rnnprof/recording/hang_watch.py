@@ -9,12 +9,16 @@ hung; the second sample and the verdict go to ``RUN/hang/`` and the run is marke
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from rnnprof import rundir
+from rnnprof.errors import JobHung
 from rnnprof.analyzers.hang import HangVerdict, analyze_hang, own_frame, slow_verdict, still_moving
 from rnnprof.recording import hang_collect
 from rnnprof.recording.hang_probe import read_progress
@@ -29,7 +33,7 @@ CONFIRM_MAX_S = 10.0
 # manifest rebuilt.
 STOP_BOUND_S = 12.0
 POLL_S = 0.25
-HUNG_EXIT = 124  # rnnprof trace's exit status when the job hung and was stopped (as `timeout` uses)
+HUNG_EXIT = JobHung.exit_code  # rnnprof trace's exit status when the job hung and was stopped
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class HangWatch:
         self._last = time.monotonic()
         self._longest_gap = 0.0
         self._stepped = False
+        self.record: dict | None = None  # the manifest's ``hang`` object, once hung
 
     def threshold(self) -> float:
         if self.hang_after is not None:
@@ -113,7 +118,7 @@ class HangWatch:
         verdict = analyze_hang(second.recorders, second.stacks, world)
         files = hang_collect.save(self.run_dir, second, verdict.summary)
         hang_collect.clear(scratch)
-        hang_collect.record_hang(self.run_dir, verdict, files, self.threshold(), second.notes)
+        self.record = hang_collect.record_hang(self.run_dir, verdict, files, self.threshold(), second.notes)
         return verdict
 
 
@@ -133,3 +138,40 @@ def _what_moved(first, second) -> str:
 
 def _answered(got) -> bool:
     return bool(got.recorders or got.stacks)
+
+
+class HangWatchThread:
+    """``HangWatch`` polled from a thread, for a job whose launch blocks this process's main thread (the built-in
+    workload's ranks): a hung job's live ranks are killed (``hang.stop``), which ends the launch with a failure
+    the caller turns into ``JobHung`` (``verdict`` is set); with ``--on-hang wait`` the verdict is only said."""
+
+    def __init__(self, run_dir: str | Path, hang: HangOptions, world_size: int):
+        self.hang = hang
+        self.watch = HangWatch(run_dir, hang.after, hang.on_note, world_size)
+        self.verdict: HangVerdict | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rnnprof-hang-watch", daemon=True)
+
+    def __enter__(self) -> "HangWatchThread":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            verdict = self.watch.poll()
+            if verdict is None:
+                continue
+            self.verdict = verdict
+            if not self.hang.stop:
+                self.hang.on_note(f"hung: {verdict.summary}; --on-hang wait: the job keeps running")
+                return
+            for pid in hang_collect.live_ranks(self.watch.run_dir).values():
+                try:
+                    os.kill(pid, signal.SIGKILL)  # blocked in a collective, a rank cannot act on SIGTERM
+                except OSError:
+                    pass
+            return
