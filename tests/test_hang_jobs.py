@@ -33,7 +33,8 @@ def jobs(tmp_path_factory):
     root = tmp_path_factory.mktemp("hangs")
     modes = {**{m: () for m in PLANTS}, "slow": ("4",)}
     done = run_together([_trace(root / mode, mode, *more) for mode, more in modes.items()], timeout=400)
-    assert not [p for p in processes() if "hang_job.py" in p.cmdline and p.state not in ("Z", "X")], "a rank of a planted job still runs"
+    left = [p for p in processes() if "hang_job.py" in p.cmdline and p.state not in ("Z", "X")]
+    assert not left, "a rank of a planted job still runs"
     return {mode: (root / mode, result) for mode, result in zip(modes, done)}
 
 
@@ -94,7 +95,8 @@ def test_a_healthy_job_of_slow_steps_is_slow_not_hung_and_completes(jobs):
     run, result = jobs["slow"]
     assert result.returncode == 0, result.stderr[-2000:]
     assert "rnnprof trace: slow, not hung: no step finished for " in result.stderr
-    assert "error: hung:" not in result.stderr and _manifest(run)["status"] == "complete" and "hang" not in _manifest(run)
+    manifest = _manifest(run)
+    assert "error: hung:" not in result.stderr and manifest["status"] == "complete" and "hang" not in manifest
     assert not (run / "hang").exists()
 
 

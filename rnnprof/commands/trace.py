@@ -16,7 +16,8 @@ from rnnprof.errors import FindingsError, InterruptedRun, JobHung, RnnprofError,
 from rnnprof.recording.interrupt import terminate_as_interrupt
 from rnnprof.recording.attach import attach_capture
 from rnnprof.recording.hang_watch import HUNG_EXIT, HangOptions
-from rnnprof.recording.script import hang_verdict, errors_after_failure, nothing_captured, run_script, script_failure, what_was_kept
+from rnnprof.recording.script import (errors_after_failure, hang_verdict, nothing_captured, run_script, script_failure,
+                                      what_was_kept)
 from rnnprof.recording.torch_workload import capture_torch_workload
 from rnnprof.recording.workload import capture_workload
 from rnnprof.rundir.writer import check_out_dir
