@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from processes import processes, run_together
+from processes import left_running, processes, run_together
 from rnnprof.cli import main
 from rnnprof.recording.hang_watch import CONFIRM_MAX_S, STOP_BOUND_S
 from test_hang import GRADIENT, JOB, LAST, STATISTIC, plant
@@ -142,4 +142,4 @@ def test_a_hung_built_in_torch_workload_is_named_stopped_and_marked(tmp_path, mo
     assert f"({backward}) since " in last
     manifest = _manifest(out)
     assert manifest["status"] == "hung" and manifest["hang"]["ranks"] == [1] and "error" not in manifest
-    assert not [p for p in processes() if str(out) in p.cmdline or "spawn_main" in p.cmdline and p.state != "Z"]
+    assert left_running(grace_s=5.0) == {}
