@@ -143,3 +143,41 @@ def test_a_hung_built_in_torch_workload_is_named_stopped_and_marked(tmp_path, mo
     manifest = _manifest(out)
     assert manifest["status"] == "hung" and manifest["hang"]["ranks"] == [1] and "error" not in manifest
     assert left_running(grace_s=5.0) == {}
+
+
+TINY_CLUSTER = ["--model", "nmt", "--devices", "1", "--units", "16", "--layers", "1", "--src-max-len", "6",
+                "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", "1", "--batches", "1",
+                "--trace-steps", "1", "--workers", "2"]
+
+
+@pytest.mark.slow
+def test_a_tf_cluster_whose_worker_blocks_before_its_first_step_names_that_worker(tmp_path):
+    import os
+    import subprocess
+
+    from processes import alive
+
+    plant_dir = Path(__file__).parent / "hang_jobs" / "tf_plant"
+    out, mark = tmp_path / "run", tmp_path / "planted"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plant_dir), str(Path(__file__).parents[1])]),
+               RNNPROF_PLANT_TASK="worker:1", RNNPROF_PLANT_MARK=str(mark))
+    result = subprocess.run([sys.executable, "-m", "rnnprof", "trace", *TINY_CLUSTER, "--hang-after",
+                             f"{HANG_AFTER_S:g}s", "--out", str(out)], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 124, result.stderr[-2000:]
+    plant_source = (plant_dir / "sitecustomize.py").read_text().splitlines()
+    blocked = next(i for i, l in enumerate(plant_source, 1) if l.endswith("# plant: task"))
+    runner = (Path(__file__).parents[1] / "rnnprof" / "training" / "runner.py").read_text().splitlines()
+    init = next(i for i, l in enumerate(runner, 1) if l.strip() == "self.session.run(init)")
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"rnnprof trace: error: hung: task worker:1 has not started serving: its main thread is at "
+        f"sitecustomize.py:{blocked} in blocked_serve; the chief waits at runner.py:{init} in __init__; "
+        f"worker:0 serves; stopped; run directory: {out}")
+    manifest = _manifest(out)
+    assert manifest["status"] == "hung" and "error" not in manifest
+    assert manifest["hang"]["tasks"] == ["worker:1"] and manifest["hang"]["ranks"] == [1]
+    assert sorted(p.name for p in (out / "hang").iterdir()) == [
+        "chief.stacks.txt", "rank0.stacks.txt", "rank1.stacks.txt", "verdict.txt"]
+    assert not [p.name for p in (out / "timelines").iterdir() if p.name.startswith(".rank")]
+    _, pid = mark.read_text().split()
+    assert not alive(int(pid)) and left_running(grace_s=5.0) == {}

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.analyzers.hang import analyze_hang
+from rnnprof.analyzers.hang import analyze_cluster_hang, analyze_hang
 from rnnprof.commands.flags import INPUT
 from rnnprof.inputs.hang import read_hang_inputs
 from rnnprof.reports.hang import hang_document, render_hang
@@ -25,7 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     given = read_hang_inputs(args.paths)
-    verdict = analyze_hang(given.recorders, given.stacks, given.world_size)
+    if given.task_names:  # a TensorFlow cluster's tasks: stacks only, judged against where a serving task waits
+        verdict = analyze_cluster_hang(given.task_names, given.stacks, given.chief)
+    else:
+        verdict = analyze_hang(given.recorders, given.stacks, given.world_size)
     render_notes(given.notes)
     if args.json:
         render_json(hang_document(verdict), console)

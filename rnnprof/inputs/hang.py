@@ -17,6 +17,7 @@ from rnnprof.traces.stack_dump import read_stacks
 EXPECTED = ("a run directory that `rnnprof trace` marked hung, or flight-recorder dumps (one per rank) and "
             "faulthandler stack files (*.txt)")
 STACKS_SUFFIX = ".txt"
+CHIEF_STACKS = "chief.stacks.txt"  # a TensorFlow cluster's chief, beside its tasks' rank<N>.stacks.txt
 
 
 @dataclass
@@ -24,6 +25,8 @@ class HangInputs:
     recorders: dict[int, RankRecorder] = field(default_factory=dict)
     stacks: dict[int, RankStacks] = field(default_factory=dict)
     world_size: int | None = None
+    task_names: dict[int, str] = field(default_factory=dict)  # a TensorFlow cluster's tasks, by number
+    chief: RankStacks | None = None  # ... and its chief's stacks
     notes: list[str] = field(default_factory=list)
 
 
@@ -55,6 +58,9 @@ def _run_dir(path: Path, got: HangInputs) -> None:
         raise InputError(path, f"has no {rundir.HANG_DIR}/ folder: the run did not hang (its status is "
                                f"{manifest.status or 'missing'!r})", EXPECTED)
     got.world_size = manifest.world_size
+    got.task_names = dict(enumerate((manifest.hang or {}).get("task_names") or []))
+    if got.task_names and (folder / CHIEF_STACKS).is_file():
+        got.chief = read_stacks(folder / CHIEF_STACKS, -1)
     for file in sorted(folder.iterdir()):
         if file.name.startswith("rank") and file.is_file():
             _file(file, got)

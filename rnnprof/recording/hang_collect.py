@@ -14,7 +14,7 @@ from rnnprof import rundir
 from rnnprof.analyzers.hang import RankRecorder, RankStacks
 from rnnprof.errors import InputError
 from rnnprof.recording import ranks
-from rnnprof.recording.hang_probe import STACKS_SIGNAL, probe_files, read_progress
+from rnnprof.recording.hang_probe import RANKS, STACKS_SIGNAL, probe_files, read_progress
 from rnnprof.rundir.manifest import read_manifest_json
 from rnnprof.rundir.writer import atomic_write_json
 from rnnprof.traces.flight_recorder import parse_flight_recorder, plain_unpickle
@@ -34,10 +34,11 @@ class Sample:
     notes: list[str] = field(default_factory=list)
 
 
-def live_ranks(run_dir: Path) -> dict[int, int]:
-    """rank -> pid of each rank whose capture is open and whose process still runs."""
+def live_ranks(run_dir: Path, folder: str = RANKS) -> dict[int, int]:
+    """rank -> pid of each rank whose capture is open and whose process still runs (``folder``: where the ranks
+    keep their probe files, ``hang_probe.RANKS`` or ``TASKS``)."""
     live = {}
-    for rank, (_, pid) in read_progress(run_dir).items():
+    for rank, (_, pid) in read_progress(run_dir, folder).items():
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
@@ -47,12 +48,12 @@ def live_ranks(run_dir: Path) -> dict[int, int]:
     return live
 
 
-def sample(run_dir: Path, live: dict[int, int], scratch: Path) -> Sample:
+def sample(run_dir: Path, live: dict[int, int], scratch: Path, folder: str = RANKS) -> Sample:
     """Ask each live rank for its flight recorder and its stacks; wait up to ``ANSWER_WAIT_S`` for the answers."""
     scratch.mkdir(parents=True, exist_ok=True)
     asked, offsets = {}, {}
     for rank, pid in live.items():
-        files = probe_files(run_dir, rank)
+        files = probe_files(run_dir, rank, folder)
         target = scratch / f"rank{rank}.fr.pkl"
         target.unlink(missing_ok=True)
         if _request(files["fr"], target):
@@ -66,7 +67,7 @@ def sample(run_dir: Path, live: dict[int, int], scratch: Path) -> Sample:
     while time.monotonic() < deadline and not all(p.exists() for p in asked.values()):
         time.sleep(0.05)
     time.sleep(0.2)  # faulthandler writes as it walks the threads: let it finish
-    return _read(run_dir, asked, offsets)
+    return _read(run_dir, asked, offsets, folder)
 
 
 def _request(fifo: Path, target: Path) -> bool:
@@ -88,7 +89,7 @@ def _size(path: Path) -> int:
         return -1
 
 
-def _read(run_dir: Path, asked: dict[int, Path], offsets: dict[int, int]) -> Sample:
+def _read(run_dir: Path, asked: dict[int, Path], offsets: dict[int, int], folder: str) -> Sample:
     got = Sample()
     for rank, path in sorted(asked.items()):
         data = path.read_bytes() if path.exists() else b""
@@ -103,7 +104,7 @@ def _read(run_dir: Path, asked: dict[int, Path], offsets: dict[int, int]) -> Sam
         got.dumps[rank] = data
         got.notes += notes
     for rank, offset in sorted(offsets.items()):
-        text = _new_stacks(probe_files(run_dir, rank)["stacks"], offset)
+        text = _new_stacks(probe_files(run_dir, rank, folder)["stacks"], offset)
         if text:
             got.stack_texts[rank] = with_source(text, lambda f, n: linecache.getline(f, n))
             got.stacks[rank] = parse_stacks(got.stack_texts[rank], rank)

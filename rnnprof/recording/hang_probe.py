@@ -19,21 +19,24 @@ from pathlib import Path
 
 from rnnprof import rundir
 from rnnprof.traces.stack_dump import MAIN_MARK
+from rnnprof.training.cluster import TASK_PROBE_ENV
 
 STACKS_SIGNAL = signal.SIGUSR2
 FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 FR_BUFFER = "2000"  # entries each rank's flight recorder keeps, unless the user set TORCH_FR_BUFFER_SIZE
+RANKS = rundir.TORCH_TRACES_DIR  # where PyTorch ranks keep their probe files
+TASKS = rundir.TIMELINES_DIR  # ... and a TensorFlow cluster's tasks (``task_probe``: stacks only)
 
 
-def probe_files(run_dir: str | Path, rank: int) -> dict[str, Path]:
-    folder = Path(run_dir) / rundir.TORCH_TRACES_DIR
-    return {kind: folder / f".rank{int(rank)}.{kind}" for kind in ("stacks", "fr", "progress")}
+def probe_files(run_dir: str | Path, rank: int, folder: str = RANKS) -> dict[str, Path]:
+    where = Path(run_dir) / folder
+    return {kind: where / f".rank{int(rank)}.{kind}" for kind in ("stacks", "fr", "progress")}
 
 
-def read_progress(run_dir: str | Path) -> dict[int, tuple[int, int]]:
+def read_progress(run_dir: str | Path, folder: str = RANKS) -> dict[int, tuple[int, int]]:
     """rank -> (steps finished, pid) of every rank whose capture is open."""
     found = {}
-    for path in (Path(run_dir) / rundir.TORCH_TRACES_DIR).glob(".rank*.progress"):
+    for path in (Path(run_dir) / folder).glob(".rank*.progress"):
         try:
             steps, pid = path.read_text().split()
             found[int(path.name.split(".")[1].removeprefix("rank"))] = (int(steps), int(pid))
@@ -42,18 +45,19 @@ def read_progress(run_dir: str | Path) -> dict[int, tuple[int, int]]:
     return found
 
 
-def remove_probe_files(run_dir: str | Path) -> None:
+def remove_probe_files(run_dir: str | Path, folder: str = RANKS) -> None:
     """Once the job has ended: the ranks' probe files (what a hung job's ranks said is in ``RUN/hang/``)."""
     for kind in ("stacks", "fr", "progress"):
-        for path in (Path(run_dir) / rundir.TORCH_TRACES_DIR).glob(f".rank*.{kind}"):
+        for path in (Path(run_dir) / folder).glob(f".rank*.{kind}"):
             path.unlink(missing_ok=True)
 
 
 class RankProbe:
     """One rank's side of the hang watch (see the module)."""
 
-    def __init__(self, run_dir: str | Path, rank: int):
-        self.files = probe_files(run_dir, rank)
+    def __init__(self, run_dir: str | Path, rank: int, folder: str = RANKS, recorder: bool = True):
+        self.files = probe_files(run_dir, rank, folder)
+        self.recorder = recorder  # False: no flight recorder to serve (a TensorFlow task)
         self.steps = 0
         self._stacks = None
         self._progress_fd: int | None = None
@@ -67,6 +71,8 @@ class RankProbe:
             self._stacks.write(f"{MAIN_MARK}0x{threading.main_thread().ident:016x}\n")
             self._stacks.flush()
             faulthandler.register(STACKS_SIGNAL, file=self._stacks, all_threads=True, chain=False)
+        if not self.recorder:
+            return self
         try:
             self.files["fr"].unlink(missing_ok=True)
             os.mkfifo(self.files["fr"], 0o600)
@@ -95,6 +101,15 @@ class RankProbe:
             self._progress_fd = None
         self.files["progress"].unlink(missing_ok=True)
         self.files["fr"].unlink(missing_ok=True)  # the waiting thread stays blocked; it ends with the process
+
+
+def task_probe(environ) -> RankProbe | None:
+    """A TensorFlow task's probe, when the chief that started it watches for hangs (``TASK_PROBE_ENV`` holds the
+    run directory and the task's number, tab-separated): its stacks and pid, no flight recorder."""
+    run_dir, _, number = environ.get(TASK_PROBE_ENV, "").rpartition("\t")
+    if not run_dir or not number.isdigit():
+        return None
+    return RankProbe(run_dir, int(number), TASKS, recorder=False)
 
 
 def _serve(fifo: Path) -> None:

@@ -46,6 +46,15 @@ class HangOptions:
     on_note: Callable[[str], None] = lambda text: None
 
 
+def threshold_s(hang_after: float | None, stepped: bool, longest_gap_s: float) -> float:
+    """How long no step may finish before the job is looked at: ``--hang-after``, or the default."""
+    if hang_after is not None:
+        return hang_after
+    if not stepped:
+        return FIRST_STEP_S
+    return max(DEFAULT_FLOOR_S, GAP_FACTOR * longest_gap_s)
+
+
 class HangWatch:
     """Call ``poll()`` every ``POLL_S`` while the job runs; it returns the verdict once the job has hung."""
 
@@ -62,11 +71,7 @@ class HangWatch:
         self.record: dict | None = None  # the manifest's ``hang`` object, once hung
 
     def threshold(self) -> float:
-        if self.hang_after is not None:
-            return self.hang_after
-        if not self._stepped:
-            return FIRST_STEP_S
-        return max(DEFAULT_FLOOR_S, GAP_FACTOR * self._longest_gap)
+        return threshold_s(self.hang_after, self._stepped, self._longest_gap)
 
     def _moved(self) -> bool:
         """Whether a rank finished a step since the last look (and the longest gap so far)."""
