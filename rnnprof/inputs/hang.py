@@ -12,12 +12,11 @@ from rnnprof.analyzers.hang import RankRecorder, RankStacks
 from rnnprof.errors import InputError
 from rnnprof.rundir.manifest import read_manifest
 from rnnprof.traces.flight_recorder import rank_of, read_flight_recorder
-from rnnprof.traces.stack_dump import read_stacks
+from rnnprof.traces.stack_dump import CHIEF_STACKS, read_stacks
 
 EXPECTED = ("a run directory that `rnnprof trace` marked hung, or flight-recorder dumps (one per rank) and "
             "faulthandler stack files (*.txt)")
 STACKS_SUFFIX = ".txt"
-CHIEF_STACKS = "chief.stacks.txt"  # a TensorFlow cluster's chief, beside its tasks' rank<N>.stacks.txt
 
 
 @dataclass

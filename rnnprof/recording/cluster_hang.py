@@ -21,9 +21,8 @@ from rnnprof import rundir
 from rnnprof.analyzers.hang import HangVerdict, RankStacks, analyze_cluster_hang, slow_verdict
 from rnnprof.recording import hang_collect
 from rnnprof.recording.hang_probe import TASKS
-from rnnprof.inputs.hang import CHIEF_STACKS
 from rnnprof.recording.hang_watch import CONFIRM_MAX_S, POLL_S, HangOptions, threshold_s
-from rnnprof.traces.stack_dump import MAIN_MARK, parse_stacks, with_source
+from rnnprof.traces.stack_dump import CHIEF_STACKS, MAIN_MARK, parse_stacks, with_source
 
 CHIEF = -1  # the chief's number among the stacks sampled
 
