@@ -130,3 +130,39 @@ def test_inputs_it_cannot_judge_are_one_line(tmp_path, capsys, name, expected):
     assert main(["hang", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0]
+
+
+@pytest.mark.parametrize("extra", [[], ["--cluster-spec", "cluster.json"]])
+def test_hang_after_is_refused_in_one_line_where_no_task_of_a_tf_run_is_watched(extra, tmp_path, capsys):
+    """A TF workload in this process, or on tasks started elsewhere, has no probe to ask."""
+    code = main(["trace", "--model", "nmt", "--hang-after", "2s", *extra, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["rnnprof trace: error: --hang-after does not apply when tracing a built-in "
+                                 "workload; it is for PyTorch scripts, --framework torch and TensorFlow clusters "
+                                 "started with --workers N"]
+    assert not (tmp_path / "run").exists()
+
+
+TF_CLUSTER = ROOT / "tests" / "data" / "hang" / "tf_cluster"
+
+
+def test_a_tf_cluster_task_that_is_not_serving_is_named_and_a_serving_cluster_names_none():
+    from rnnprof.analyzers.hang import NEVER_ARRIVED, STUCK, analyze_cluster_hang, serving
+    from rnnprof.traces.stack_dump import read_stacks
+
+    serving_task, blocked = (read_stacks(TF_CLUSTER / f"rank{n}.stacks.txt", n) for n in (0, 1))
+    chief = read_stacks(TF_CLUSTER / "chief.stacks.txt", -1)
+    names = {0: "worker:0", 1: "worker:1"}
+    plant_lines = (ROOT / "tests" / "hang_jobs" / "tf_plant" / "sitecustomize.py").read_text().splitlines()
+    blocked_at = next(i for i, line in enumerate(plant_lines, 1) if line.endswith("# plant: task"))
+    assert serving(serving_task) and not serving(blocked) and not serving(chief)
+    verdict = analyze_cluster_hang(names, {0: serving_task, 1: blocked}, chief)
+    (culprit,) = verdict.culprits
+    assert verdict.kind == NEVER_ARRIVED and (culprit.rank, culprit.state, culprit.where, culprit.function) == (
+        1, "not serving", f"sitecustomize.py:{blocked_at}", "blocked_serve")
+    assert "the chief waits at runner.py:" in verdict.summary and verdict.summary.endswith("worker:0 serves")
+    # the balanced control: both tasks where a serving task waits
+    control = analyze_cluster_hang(names, {0: serving_task, 1: read_stacks(TF_CLUSTER / "rank0.stacks.txt", 1)}, chief)
+    assert control.kind == STUCK and control.culprits == () and "every task serves" in control.summary
+    gone = analyze_cluster_hang(names, {0: serving_task}, chief)  # a task that did not answer is named
+    assert [(c.rank, c.state) for c in gone.culprits] == [(1, "did not answer")]

@@ -1,7 +1,10 @@
-"""Planted hangs, each a real 2-rank gloo job under `rnnprof trace --hang-after 2s -- torchrun`, all run side by
-side once for the module: the verdict names the rank, the collective and the script's marked line; rnnprof ends
-within the stated bound of the script's own clock, leaves no process and keeps the traces already written. A
-healthy job of slow steps under the same short --hang-after is "slow, not hung" and completes."""
+"""Planted hangs, real gloo jobs under `rnnprof trace --hang-after 2s -- torchrun`, all run side by side once for
+the module: the verdict names the rank, the collective and the script's marked line; rnnprof ends within the
+stated bound of the script's own clock, leaves no process and keeps the traces already written. "data" and
+"lock" share one 3-rank job (rank 1 sleeps in its data, rank 2 blocks in a lock: each is judged on its own
+stacks); "mismatch" and "skip" are 2-rank jobs. A healthy job of slow steps (one process, gloo) under the same
+short --hang-after is "slow, not hung" and completes. Then a built-in PyTorch workload and a TensorFlow cluster
+that hang."""
 
 from __future__ import annotations
 
@@ -21,21 +24,34 @@ from test_hang import GRADIENT, JOB, LAST, STATISTIC, plant
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 HANG_AFTER_S = 2.0
 PLANTS = ("data", "lock", "mismatch", "skip")
+JOB_OF = {"data": ("data+lock", 1), "lock": ("data+lock", 2), "mismatch": ("mismatch", 1), "skip": ("skip", 1)}
+RANKS_OF = {"data+lock": 3, "mismatch": 2, "skip": 2}
 
 
-def _trace(run: Path, mode: str, *more: str) -> list[str]:
+def _trace(run: Path, mode: str, ranks: int) -> list[str]:
     return [sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--hang-after", f"{HANG_AFTER_S:g}s",
-            "--steps", "1", "--", TORCHRUN, "--nproc-per-node", "2", str(JOB), mode, *more]
+            "--steps", "1", "--", TORCHRUN, "--nproc-per-node", str(ranks), str(JOB), mode]
+
+
+def _slow_alone(run: Path) -> list[str]:
+    """The slow job as one gloo process of its own, without torchrun."""
+    from rnnprof.training.cluster import free_ports
+
+    world = ["MASTER_ADDR=localhost", f"MASTER_PORT={free_ports(1)[0]}", "RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=1"]
+    return ["env", *world, sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--hang-after",
+            f"{HANG_AFTER_S:g}s", "--steps", "1", "--", sys.executable, str(JOB), "slow", "4"]
 
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     root = tmp_path_factory.mktemp("hangs")
-    modes = {**{m: () for m in PLANTS}, "slow": ("4",)}
-    done = run_together([_trace(root / mode, mode, *more) for mode, more in modes.items()], timeout=400)
+    commands = {mode: _trace(root / mode, mode, n) for mode, n in RANKS_OF.items()}
+    commands["slow"] = _slow_alone(root / "slow")
+    done = run_together(list(commands.values()), timeout=400)
     left = [p for p in processes() if "hang_job.py" in p.cmdline and p.state not in ("Z", "X")]
     assert not left, "a rank of a planted job still runs"
-    return {mode: (root / mode, result) for mode, result in zip(modes, done)}
+    runs = {mode: (root / mode, result) for mode, result in zip(commands, done)}
+    return {**runs, **{plant: runs[job] for plant, (job, _) in JOB_OF.items()}}
 
 
 def _manifest(run: Path) -> dict:
@@ -47,7 +63,8 @@ def _hang_json(run: Path, capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-EXPECTED = {  # the culprit (rank 1) as (state, where, op, seq, op_where); the waiters as (rank, op, seq, where)
+# the culprit (its rank: JOB_OF) as (state, where, op, seq, op_where); the waiters as (rank, op, seq, where)
+EXPECTED = {
     "data": (("in no collective", plant("data"), None, None, None), {(0, "all_reduce", GRADIENT, plant("gradient"))}),
     "lock": (("in a lock", plant("lock"), None, None, None), {(0, "all_reduce", GRADIENT, plant("gradient"))}),
     "mismatch": (("in another collective", plant("mismatch"), "all_gather", GRADIENT, plant("mismatch")),
@@ -61,23 +78,27 @@ EXPECTED = {  # the culprit (rank 1) as (state, where, op, seq, op_where); the w
 @pytest.mark.parametrize("mode", PLANTS)
 def test_a_planted_hang_is_named_stopped_in_bound_and_its_traces_kept(jobs, mode, capsys):
     run, result = jobs[mode]
+    job, rank = JOB_OF[mode]
+    faulty = [r for plant, (j, r) in JOB_OF.items() if j == job]
     assert result.returncode == 124, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
     manifest = _manifest(run)
     assert last.startswith("rnnprof trace: error: hung: ") and manifest["hang"]["verdict"] in last
-    assert manifest["status"] == "hung" and manifest["hang"]["ranks"] == [1]
+    assert manifest["status"] == "hung" and manifest["hang"]["ranks"] == faulty
     document = _hang_json(run, capsys)
-    (culprit,) = document["culprits"]
+    assert sorted(c["rank"] for c in document["culprits"]) == faulty
+    (culprit,) = [c for c in document["culprits"] if c["rank"] == rank]
     culprit_fields = (culprit["state"], culprit["where"], culprit["op"], culprit["seq"], culprit["op_where"])
-    assert (culprit["rank"], culprit_fields) == (1, EXPECTED[mode][0])
+    assert (culprit["rank"], culprit_fields) == (rank, EXPECTED[mode][0])
     assert {(w["rank"], w["op"], w["seq"], w["where"]) for w in document["waiters"]} == EXPECTED[mode][1]
     planted = float(re.search(r"planted at ([0-9.]+)", result.stderr).group(1))  # the script's own clock
     finished = datetime.datetime.fromisoformat(manifest["finished"]).timestamp()
     assert finished - planted <= HANG_AFTER_S + min(HANG_AFTER_S, CONFIRM_MAX_S) + STOP_BOUND_S
     traces = manifest["captured"]["kineto"]
-    assert traces == ["torch/rank0.json.gz", "torch/rank1.json.gz"] and all((run / t).is_file() for t in traces)
+    ranks = range(RANKS_OF[job])
+    assert traces == [f"torch/rank{r}.json.gz" for r in ranks] and all((run / t).is_file() for t in traces)
     assert sorted(p.name for p in (run / "hang").iterdir()) == sorted(
-        [f"rank{r}.{k}" for r in (0, 1) for k in ("fr.pkl", "stacks.txt")] + ["verdict.txt"])
+        [f"rank{r}.{k}" for r in ranks for k in ("fr.pkl", "stacks.txt")] + ["verdict.txt"])
     assert not list((run / "torch").glob(".rank*.stacks")) and not list((run / "torch").glob(".rank*.fr"))
 
 
@@ -128,7 +149,7 @@ def test_a_hung_built_in_torch_workload_is_named_stopped_and_marked(tmp_path, mo
     monkeypatch.setattr(torch_ddp, "rank_main", sleep_in_rank_1s_third_step)
     out = tmp_path / "run"
     code = main(["trace", "--framework", "torch", "--model", "rnnlm", "--devices", "2", "--warmup", "1",
-                 "--batches", "4", "--trace-steps", "1", "--units", "16", "--vocab-size", "60",
+                 "--batches", "2", "--trace-steps", "1", "--units", "16", "--vocab-size", "60",
                  "--hang-after", f"{HANG_AFTER_S:g}s", "--out", str(out)])
     err = capfd.readouterr().err
     assert code == 124, err[-2000:]

@@ -183,9 +183,10 @@ def _workload(args, console, argv) -> int:
         return _torch_workload(args, console, argv)
 
     config = workload_config_from_args(args, gpus_available=visible_gpus())
+    watched = config.workers and config.cluster_spec is None  # a cluster started here: its tasks keep probes
     done = capture_workload(config, args.out, args.force, argv, args.trace_steps,
                             on_warning=lambda warning: console.print(Text.assemble(("warning:", "yellow"), f" {warning}")),
-                            hang=_hang_options(args) if config.workers and config.cluster_spec is None else None)
+                            hang=_hang_options(args) if watched else None)
     timed = done.timed
     unit = "images" if config.model in IMAGE_MODELS else "words"
     where = f"{config.devices} {done.device_kind} device(s)"

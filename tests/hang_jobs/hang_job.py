@@ -1,11 +1,11 @@
 """A tiny gloo job with one planted hang, for `rnnprof trace -- torchrun --nproc-per-node 2 hang_job.py MODE`.
 
 Each step: load a batch, backward, all_reduce the gradient (#2s+1), all_reduce a statistic (#2s+2), step.
-At step 5 rank 1 does MODE's fault: "data" sleeps in load_batch, "skip" leaves out the statistic's all_reduce,
-"mismatch" calls all_gather for the gradient, "lock" blocks on a lock another of its threads holds, "gil"
-locks a C mutex it already holds, holding the interpreter (no thread of it runs Python again). "slow"
-and "healthy" plant nothing ("slow": each step sleeps SLOW_S). Lines marked `# plant:` are what the verdict
-must name. Rank 1 prints `planted at TIME` (time.time()) as step 5 begins."""
+At step 5 rank 1 does MODE's fault ("a+b": rank 2 does b): "data" sleeps in load_batch, "skip" leaves out
+the statistic's all_reduce, "mismatch" calls all_gather for the gradient, "lock" blocks on a lock another of
+its threads holds, "gil" locks a C mutex it already holds, holding the interpreter (no thread runs Python
+again). "slow" and "healthy" plant nothing ("slow": each step sleeps SLOW_S). Lines marked `# plant:` are
+what the verdict must name. Each faulty rank prints `planted at TIME` (time.time()) as step 5 begins."""
 
 import ctypes
 import sys
@@ -25,11 +25,11 @@ rank, world = dist.get_rank(), dist.get_world_size()
 weight = torch.nn.Parameter(torch.ones(8))
 optimizer = torch.optim.SGD([weight], lr=0.01)
 lock = threading.Lock()
-faulty = rank == 1
+fault = dict(enumerate(MODE.split("+"), 1)).get(rank)  # "data+lock": rank 1 data, rank 2 lock
 
 
 def load_batch(step):
-    if MODE == "data" and faulty and step == FAULT_STEP:
+    if fault == "data" and step == FAULT_STEP:
         time.sleep(3600)  # plant: data
     return torch.ones(8)
 
@@ -40,26 +40,26 @@ def hold_lock():
 
 
 for step in range(STEPS):
-    if faulty and step == FAULT_STEP:
+    if fault and step == FAULT_STEP:
         print(f"planted at {time.time()!r}", file=sys.stderr, flush=True)  # the script's own clock
     batch = load_batch(step)
     loss = (weight * batch).sum()
     loss.backward()
-    if MODE == "lock" and faulty and step == FAULT_STEP:
+    if fault == "lock" and step == FAULT_STEP:
         threading.Thread(target=hold_lock, daemon=True).start()
         time.sleep(0.2)
         with lock:  # plant: lock
             pass
-    if MODE == "gil" and faulty and step == FAULT_STEP:
+    if fault == "gil" and step == FAULT_STEP:
         mutex, libc = ctypes.create_string_buffer(64), ctypes.PyDLL(None)  # PyDLL: the call keeps the GIL
         libc.pthread_mutex_lock(mutex)
         libc.pthread_mutex_lock(mutex)  # plant: gil
-    if MODE == "mismatch" and faulty and step == FAULT_STEP:
+    if fault == "mismatch" and step == FAULT_STEP:
         dist.all_gather([torch.zeros(8) for _ in range(world)], weight.grad)  # plant: mismatch
     else:
         dist.all_reduce(weight.grad)  # plant: gradient
     statistic = torch.ones(8) * loss.detach()
-    if not (MODE == "skip" and faulty and step == FAULT_STEP):
+    if not (fault == "skip" and step == FAULT_STEP):
         dist.all_reduce(statistic)  # plant: statistic
     optimizer.step()
     optimizer.zero_grad()

@@ -9,5 +9,5 @@ from .model import RecordedCollective, Frame, RankRecorder, RankStacks, ThreadSt
 from .verdict import DESYNC, KINDS, MISMATCH, NEVER_ARRIVED, SLOW, STUCK, Culprit, HangVerdict, Waiter
 
 __all__ = ["RecordedCollective", "Culprit", "DESYNC", "Frame", "HangVerdict", "KINDS", "MISMATCH", "NEVER_ARRIVED",
-           "RankRecorder", "RankStacks", "SLOW", "STUCK", "ThreadStack", "Waiter", "analyze_cluster_hang", "analyze_hang", "serving", "own_frame",
-           "slow_verdict", "still_moving"]
+           "RankRecorder", "RankStacks", "SLOW", "STUCK", "ThreadStack", "Waiter", "analyze_cluster_hang", "analyze_hang",
+           "own_frame", "serving", "slow_verdict", "still_moving"]
