@@ -75,6 +75,12 @@ class ClusterHangWatch:
         return threshold_s(self.hang.after, self._seen > 0, self._longest_gap)
 
     def _run(self) -> None:
+        try:
+            self._watch()
+        except Exception as exc:  # the job runs on unwatched: said, not dropped
+            self.hang.on_note(f"the hang watch stopped ({type(exc).__name__}: {exc}); the job is not watched")
+
+    def _watch(self) -> None:
         while not self._stop.wait(POLL_S):
             quiet = time.monotonic() - self._last
             if self._moved() or quiet < self.threshold():

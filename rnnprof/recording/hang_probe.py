@@ -6,7 +6,8 @@
   entries (``_dump_fr_trace()``), written there whole. The launcher turns the recorder on (``FR_BUFFER``).
 * ``tick()`` counts finished steps into ``torch/.rank<r>.progress`` with the rank's pid (one ``pwrite``, after
   the window too); the file is there while the rank's capture is open.
-Nothing is written while the job runs normally; ``close`` removes the files when nothing was asked."""
+Nothing is written while the job runs normally; ``close`` removes the files when nothing was asked.
+A TensorFlow cluster's task keeps the stacks and its pid only, in ``timelines/`` (``task_probe``)."""
 
 from __future__ import annotations
 
