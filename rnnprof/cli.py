@@ -57,6 +57,8 @@ COMMANDS: dict[str, Command] = {
                       "serve one task of a TensorFlow gRPC cluster; it has no authentication: trusted networks only"),
     "roofline": Command("rnnprof.commands.roofline",
                         "measure FLOPs, bytes, TFLOP/s, TB/s and MFU per op and step against the device's roofline"),
+    "hang": Command("rnnprof.commands.hang",
+                    "name the rank a hung job waits for, its collective and its line, from a run or dumps"),
     "explain": Command("rnnprof.commands.explain",
                        "split each device count's step time into parts and give each part's share of the lost speedup"),
 }

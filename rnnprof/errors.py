@@ -64,6 +64,13 @@ class InterruptedRun(RnnprofError):
 TORCH_EXTRAS = "pip install 'rnnprof[torch]'"
 
 
+class JobHung(RnnprofError):
+    """The job under capture hung and was stopped; the message is the verdict (docs/commands/hang.md). Exit
+    status 124, as ``timeout`` uses."""
+
+    exit_code = 124
+
+
 class RankFailed(RnnprofError):
     """A worker process of a multi-process run failed; the others were stopped."""
 

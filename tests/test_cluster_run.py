@@ -105,8 +105,8 @@ def ps_run(tmp_path_factory):
     default greedy placement (also the run the ps-balance rule must not flag)."""
     out = tmp_path_factory.mktemp("cluster") / "run"
     code = main(["trace", *TINY, "--trace-steps", "1", "--workers", "2", "--ps-tasks", "2",
-                 "--variable-update", "parameter_server", "--out", str(out)])
-    assert code == 0
+                 "--variable-update", "parameter_server", "--hang-after", "5s", "--out", str(out)])
+    assert code == 0  # the hang watch's balanced control too: a healthy cluster watched with a short --hang-after
     return out
 
 
@@ -157,7 +157,8 @@ def test_manifest_records_the_cluster_and_clock_offsets_and_no_task_is_left(ps_r
     for entry in offsets.values():
         assert entry["uncertainty_us"] > 0 and entry["end"] is not None
         assert abs(entry["offset_us"]) < 1e6  # one host, one clock: well under a second apart
-    assert manifest["status"] == "complete"
+    assert manifest["status"] == "complete" and "hang" not in manifest and not (ps_run / "hang").exists()
+    assert not [p.name for p in (ps_run / "timelines").iterdir() if p.name.startswith(".rank")]  # probes removed
     assert _gone(pids, 0.5)
 
 

@@ -12,13 +12,16 @@ from rnnprof.commands.flags import non_negative_int, non_negative_seconds, posit
 from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
                                              workload_config_from_args)
 from rnnprof.workload import IMAGE_MODELS
-from rnnprof.errors import FindingsError, InterruptedRun, RnnprofError, UsageError
+from rnnprof.errors import FindingsError, InterruptedRun, JobHung, RnnprofError, UsageError
 from rnnprof.recording.interrupt import terminate_as_interrupt
 from rnnprof.recording.attach import attach_capture
-from rnnprof.recording.script import errors_after_failure, nothing_captured, run_script, script_failure, what_was_kept
+from rnnprof.recording.hang_watch import HUNG_EXIT, HangOptions
+from rnnprof.recording.script import (errors_after_failure, hang_verdict, nothing_captured, run_script, script_failure,
+                                      what_was_kept)
 from rnnprof.recording.torch_workload import capture_torch_workload
 from rnnprof.recording.workload import capture_workload
 from rnnprof.rundir.writer import check_out_dir
+from rnnprof.training.exposure import parse_duration
 from rnnprof.training.runner import visible_gpus
 
 
@@ -35,6 +38,7 @@ class ScriptFailed(RnnprofError):
 WORKLOAD, SCRIPT, ATTACH = "a built-in workload", "a script (-- python ...)", "a running job (--attach)"
 # Options that only one kind of capture reads (the workload flags are added to these in ``run``).
 _ONLY = {"trace_steps": WORKLOAD, "steps": SCRIPT, "skip_steps": SCRIPT, "delay": SCRIPT, "duration": ATTACH}
+_HANG_FLAGS = ("hang_after", "on_hang")  # PyTorch scripts, --framework torch and TensorFlow clusters (--workers)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     script.add_argument("--delay", type=non_negative_seconds, default=0.0,
                         help="seconds to wait before the capture window may open; TensorFlow scripts only "
                              "(default: %(default)g)")
+    script.add_argument("--hang-after", metavar="DURATION", type=_duration, default=None,
+                        help="take the job as hung when no rank finishes a step for this long (90s, 5m); default: "
+                             "10x the longest step so far, at least 5m (15m before the first step)")
+    script.add_argument("--on-hang", choices=("stop", "wait"), default="stop",
+                        help="a hung job: stop it after saving its stacks and verdict, or leave it running "
+                             "(default: %(default)s)")
     attach = parser.add_argument_group("a running job")
     attach.add_argument("--attach", metavar="grpc://HOST:PORT", default=None,
                         help="capture from a job that called tf.profiler.experimental.server.start(PORT)")
@@ -89,9 +99,19 @@ def _refuse_options_of_other_modes(args: argparse.Namespace, mode: str) -> None:
     only = dict(_ONLY)
     for action in add_workload_arguments(argparse.ArgumentParser(add_help=False)):
         only[action.dest] = WORKLOAD
+    watched = mode == SCRIPT or (mode == WORKLOAD and (args.framework == "torch" or _local_cluster(args)))
     for dest, option in given_options(args).items():
+        if dest in _HANG_FLAGS and not watched:
+            raise UsageError(f"{option} does not apply when tracing {mode}; it is for PyTorch scripts, "
+                             f"--framework torch and TensorFlow clusters started with --workers N")
         if only.get(dest, mode) != mode:
             raise UsageError(f"{option} does not apply when tracing {mode}; it is for {only[dest]}")
+
+
+def _local_cluster(args) -> bool:
+    """A TensorFlow cluster this process starts: its tasks keep hang probes in the run directory."""
+    workers = getattr(args, "workers", None)
+    return bool(workers) and getattr(args, "cluster_spec", None) is None
 
 
 def _require_out(args, what: str):
@@ -107,10 +127,29 @@ def _attach(args, console, argv) -> int:
     return 0
 
 
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _hang_options(args) -> HangOptions:
+    return HangOptions(after=args.hang_after, stop=args.on_hang == "stop", on_note=_say)
+
+
+def _say(text: str) -> None:
+    print(f"rnnprof trace: {text}", file=sys.stderr, flush=True)
+
+
 def _script(args, command, console) -> int:
     out = _require_out(args, "a script")
+    hang = _hang_options(args)
     code = run_script(out, command, steps=args.steps, skip_steps=args.skip_steps, delay=args.delay,
-                      force=args.force)
+                      force=args.force, hang=hang)
+    verdict = hang_verdict(out)
+    if code == HUNG_EXIT and verdict:  # the script's own exit code 124 is passed on below, as any other
+        raise JobHung(f"hung: {verdict}; stopped; {what_was_kept(out)}")
     if code == 130:
         raise InterruptedRun(f"interrupted; {what_was_kept(out)}")
     if code != 0:
@@ -129,7 +168,7 @@ def _script(args, command, console) -> int:
 def _torch_workload(args, console, argv) -> int:
     options = torch_options_from_args(args, 0)
     config = options.workload
-    done = capture_torch_workload(options, args.out, args.force, argv, args.trace_steps)
+    done = capture_torch_workload(options, args.out, args.force, argv, args.trace_steps, hang=_hang_options(args))
     timed = done.timed
     console.print(Text(f"{config.model} on {config.devices} rank(s) ({done.device_kind}): "
                        f"{timed.words_per_second:,.0f} words/s over {timed.steps} timed steps "
@@ -144,8 +183,10 @@ def _workload(args, console, argv) -> int:
         return _torch_workload(args, console, argv)
 
     config = workload_config_from_args(args, gpus_available=visible_gpus())
+    watched = config.workers and config.cluster_spec is None  # a cluster started here: its tasks keep probes
     done = capture_workload(config, args.out, args.force, argv, args.trace_steps,
-                            on_warning=lambda warning: console.print(Text.assemble(("warning:", "yellow"), f" {warning}")))
+                            on_warning=lambda warning: console.print(Text.assemble(("warning:", "yellow"), f" {warning}")),
+                            hang=_hang_options(args) if watched else None)
     timed = done.timed
     unit = "images" if config.model in IMAGE_MODELS else "words"
     where = f"{config.devices} {done.device_kind} device(s)"

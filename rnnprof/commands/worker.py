@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+import os
+
 from rnnprof.commands.flags import non_negative_int, positive_int
+from rnnprof.recording.hang_probe import task_probe
 from rnnprof.training.cluster import read_cluster_spec, serve
 from rnnprof.training.exposure import listening, parse_duration, worker_line
 
@@ -43,6 +46,13 @@ def run(args: argparse.Namespace, console) -> int:
         found = listening(int(address.rpartition(":")[2]))
         console.print(Text(worker_line(args.job, args.task, address, found, until, args.timeout)), soft_wrap=True)
 
-    serve(spec, args.job, args.task, args.devices, on_ready=ready, timeout_s=timeout_s)
+    probe = task_probe(os.environ)  # a chief that started this task watches it for a hang
+    if probe is not None:
+        probe.install()
+    try:
+        serve(spec, args.job, args.task, args.devices, on_ready=ready, timeout_s=timeout_s)
+    finally:
+        if probe is not None:
+            probe.close()
     console.print(Text(f"{args.job} task {args.task}: stopped after --timeout {args.timeout}"))
     return 0

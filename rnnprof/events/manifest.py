@@ -96,6 +96,7 @@ class Manifest:
     ranks: tuple[dict[str, Any], ...] = ()
     failed_rank: int | None = None
     errors_after: tuple[str, ...] = ()
+    hang: dict[str, Any] | None = None
     keys: tuple[str, ...] = field(default=(), repr=False)
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 

@@ -93,8 +93,9 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None, exi
                     record.setdefault("error", DIED)
             _match_disk(run_dir, records)
         _record_ranks(manifest, run_dir, records)
-        manifest["status"] = _job_status(records, manifest["world_size"], exit_code)
-        failed = failing_rank(records)
+        hung = manifest.get("status") == rundir.STATUS_HUNG  # kept: the ranks were stopped because they hung
+        manifest["status"] = rundir.STATUS_HUNG if hung else _job_status(records, manifest["world_size"], exit_code)
+        failed = None if hung else failing_rank(records)
         if failed is not None:
             manifest["error"] = f"rank {failed['rank']}: {failed['error']}"
             manifest["failed_rank"] = failed["rank"]
@@ -105,6 +106,16 @@ def combine(run_dir: str | Path, command=None, exit_code: int | None = None, exi
             manifest["finished"] = now()
         atomic_write_json(run_dir / rundir.MANIFEST, manifest)
         return manifest
+
+
+def mark_hung(run_dir: str | Path, hang: dict) -> None:
+    """Mark the run ``hung`` with what the hang watch found (``hang``: the manifest's ``hang`` object)."""
+    run_dir = Path(run_dir)
+    with _locked(run_dir):
+        manifest = _manifest_or_new(run_dir, None)
+        manifest["status"] = rundir.STATUS_HUNG
+        manifest["hang"] = hang
+        atomic_write_json(run_dir / rundir.MANIFEST, manifest)
 
 
 def _manifest_or_new(run_dir: Path, command) -> dict:

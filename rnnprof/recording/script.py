@@ -31,12 +31,15 @@ from rnnprof.recording.interrupt import ignore_interrupts, interrupt_once
 from rnnprof.events import Manifest
 from rnnprof.rundir.manifest import new_manifest, read_manifest, read_manifest_json
 from rnnprof.recording.launch import launch_command
+from rnnprof.recording.hang_probe import FR_BUFFER, FR_BUFFER_ENV, remove_probe_files
+from rnnprof.recording.hang_watch import HUNG_EXIT, POLL_S, HangOptions, HangWatch
 from rnnprof.rundir.writer import RunWriter, atomic_write_json, prepare_out_dir
 from rnnprof.recording.imports import when_imported
 from rnnprof.recording.tf_capture import TensorFlowCapture
 from rnnprof.recording.torch_script import TorchScriptCapture
 
 ENV = "RNNPROF_CAPTURE"
+HANG_STOP_GRACE_S = 2  # a hung job: how long its ranks have after SIGTERM before SIGKILL
 STOP_GRACE_S = 4  # how long an interrupted script may take to close its capture before it is killed
 _PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
 _NO_DELAY = "--delay applies to TensorFlow scripts; a PyTorch script's window is set by --skip-steps and --steps"
@@ -44,8 +47,9 @@ NO_TENSORFLOW = 2  # the child's exit code when its Python has no TensorFlow (rn
 
 
 def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 3, skip_steps: int = 1,
-               delay: float = 0.0, force: bool = False) -> int:
-    """Run ``command`` under capture into ``out_dir``; returns the script's exit code."""
+               delay: float = 0.0, force: bool = False, hang: HangOptions = HangOptions()) -> int:
+    """Run ``command`` under capture into ``out_dir``; returns the script's exit code (``HUNG_EXIT`` when the
+    job hung and was stopped)."""
     launch = launch_command(command)
     if launch.torchrun and delay:
         raise UsageError(_NO_DELAY)
@@ -58,24 +62,59 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
     env[ENV] = json.dumps({"out": str(out), "steps": steps, "skip_steps": skip_steps, "delay": delay,
                            "command": list(command), "rnnprof_python": sys.executable,
                            "torchrun": launch.torchrun})
+    env.setdefault(FR_BUFFER_ENV, FR_BUFFER)  # each rank's flight recorder, for the hang watch
     child = subprocess.Popen(launch.argv, env=env, preexec_fn=_end_with_parent())
-    interrupted = False
+    interrupted, hung = False, False
     with ranks.ExitWatch(out) as exits:  # which rank ended first, when one fails
         try:
-            code = child.wait()
+            code, hung = _wait(child, out, hang)
         except KeyboardInterrupt:
             interrupted = True
             code = _stop(child, out)
     records = ranks.read_records(out)
     if records:  # torch: the ranks recorded themselves
-        _stop_leftover_ranks(records, time.monotonic() + STOP_GRACE_S)
+        _stop_leftover_ranks(records, time.monotonic() + (HANG_STOP_GRACE_S if hung else STOP_GRACE_S))
         for record in records:
             record["exited"] = exits.exited.get(record["rank"])
-        code = ranks.exit_code_of(records, code)
+        code = HUNG_EXIT if hung else ranks.exit_code_of(records, code)
         ranks.combine(out, list(command), exit_code=130 if interrupted else code, exited=exits.exited)
+        remove_probe_files(out)
     else:
         _mark_unfinished(out, list(command), code)
     return 130 if interrupted or code == -signal.SIGINT else code
+
+
+def _wait(child: subprocess.Popen, out: Path, hang: HangOptions) -> tuple[int, bool]:
+    """Wait for the job, watching it for a hang (``HangWatch``): (its exit code, whether it hung and was stopped).
+    With ``hang.stop`` a hung job is stopped at once; otherwise the verdict is said and the job waited for."""
+    watch = HangWatch(out, hang.after, hang.on_note)
+    while True:
+        try:
+            return child.wait(timeout=POLL_S), False
+        except subprocess.TimeoutExpired:
+            pass
+        if watch is None:
+            continue
+        verdict = watch.poll()
+        if verdict is not None and hang.stop:
+            return _stop_hung(child, out), True
+        if verdict is not None:
+            hang.on_note(f"hung: {verdict.summary}; --on-hang wait: the job keeps running")
+            watch = None
+
+
+def _stop_hung(child: subprocess.Popen, out: Path) -> int:
+    """Stop a hung job: SIGTERM to the launcher and every rank, SIGKILL to what runs ``HANG_STOP_GRACE_S`` later
+    (a rank blocked in a collective cannot act on SIGTERM: its main thread does not return to Python)."""
+    deadline = time.monotonic() + HANG_STOP_GRACE_S
+    child.send_signal(signal.SIGTERM)
+    _signal_pids(ranks.leftover_ranks(ranks.read_records(out)), signal.SIGTERM)
+    try:
+        return child.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _signal_pids(ranks.leftover_ranks(ranks.read_records(out)), signal.SIGKILL)
+        child.kill()
+        return child.wait()
 
 
 def _stop_leftover_ranks(records: list[dict], deadline: float) -> None:
@@ -184,6 +223,12 @@ def _steps_text(steps) -> str:
     if steps == list(range(steps[0], steps[-1] + 1)) and len(steps) > 1:
         return f"steps {steps[0]}-{steps[-1]}"
     return ("step " if len(steps) == 1 else "steps ") + ", ".join(map(str, steps))
+
+
+def hang_verdict(out: str | Path) -> str | None:
+    """The verdict the hang watch recorded in the manifest, or None."""
+    hang = _child_manifest(out).hang
+    return str(hang.get("verdict")) if hang and hang.get("verdict") else None
 
 
 def errors_after_failure(out: str | Path) -> tuple[int | None, list[str]]:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rnnprof import rundir
 from rnnprof.recording import ranks
+from rnnprof.recording.hang_probe import RankProbe
 from rnnprof.recording.active import StepContext, clear_active_capture, set_active_capture
 from rnnprof.rundir.manifest import process_versions
 from rnnprof.rundir.writer import prepare_out_dir
@@ -62,6 +63,7 @@ class TorchScriptCapture:
         self._facts: dict = {}
         self._window_done = False  # the window was written: no profiler again
         self._closed = False
+        self._probe: RankProbe | None = None  # stacks, flight recorder and steps for the hang watch
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -84,6 +86,9 @@ class TorchScriptCapture:
                 prepare_out_dir(self.out_dir, force=self._force)
             else:  # the ranks of one job share the folder; each writes only its own files
                 self.out_dir.mkdir(parents=True, exist_ok=True)
+        if self._prepared:  # under `rnnprof trace`, which watches for hangs; before the window's hooks, which
+            self._probe = RankProbe(self.out_dir, self.rank).install()  # remove themselves as they run
+            self._progress = register_optimizer_step_post_hook(self._count_step)
         self._handles = [register_optimizer_step_pre_hook(self._before_optimizer),
                          register_optimizer_step_post_hook(self._after_optimizer)]
         set_active_capture(self)
@@ -97,6 +102,9 @@ class TorchScriptCapture:
             return {}
         self._closed = True
         self._end_window()
+        if self._probe is not None:
+            self._progress.remove()
+            self._probe.close()
         clear_active_capture(self)
         return self._record(status, exit_code=exit_code, error=error, stopped=stopped, ended=time.time())
 
@@ -106,6 +114,8 @@ class TorchScriptCapture:
         """``rnnprof.step()``: a step begins here (ending the one before); ``with`` ends it at the block's end.
         Steps are numbered by the profiler, from 0; ``n`` is not used."""
         self._marked = True
+        if self._probe is not None:
+            self._probe.tick()
         if self._profiler is None:
             self._begin()
         elif self._open:
@@ -118,6 +128,10 @@ class TorchScriptCapture:
         if self._open:
             self._open = False
             self._step_done()
+
+    def _count_step(self, optimizer, args, kwargs) -> None:
+        if not self._marked:
+            self._probe.tick()
 
     def _before_optimizer(self, optimizer, args, kwargs) -> None:
         if self._profiler is None and not self._marked:

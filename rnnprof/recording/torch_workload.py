@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import summarize
+from rnnprof.errors import InterruptedRun, JobHung, RankFailed
+from rnnprof.recording.hang_collect import remark_hung
+from rnnprof.recording.hang_probe import FR_BUFFER, FR_BUFFER_ENV, RankProbe, remove_probe_files
+from rnnprof.recording.hang_watch import HangOptions, HangWatchThread
 from rnnprof.workload import TorchOptions
 from rnnprof.recording.workload import WorkloadCapture
 from rnnprof.training.measure import StepResult
@@ -26,15 +30,17 @@ from rnnprof.training.torch_ddp import CPU_PROCESSES, CaptureWindow, combine_ran
 
 
 def capture_torch_workload(options: TorchOptions, out: str | Path | None, force: bool, command: Sequence[str],
-                           trace_steps: int, worker: Callable[..., dict] | None = None) -> WorkloadCapture:
+                           trace_steps: int, worker: Callable[..., dict] | None = None,
+                           hang: HangOptions = HangOptions()) -> WorkloadCapture:
     """Capture ``options``' workload into ``out`` (None: a fresh ``runs/rnnlm-<time>``); ``worker`` replaces
-    each rank's ``torch_ddp.rank_main`` (tests plant failures with it).
+    each rank's ``torch_ddp.rank_main`` (tests plant failures with it); ``hang``: the hang watch's options
+    (a hung job raises ``JobHung`` with the verdict, the run marked ``hung``).
 
     Ctrl-C or SIGTERM marks the run interrupted and raises ``InterruptedRun``; a failing rank
     (``RankFailed``, naming it) or any other failure is recorded in the manifest's ``error`` and raised.
     Either way the traces that ranks had written are listed.
     """
-    from rnnprof.models.torch.rnnlm import WORDS_DEFINITION, lm_data
+    from rnnprof.models.torch.rnnlm import lm_data
 
     torch = import_torch("--framework torch")
     config = options.workload
@@ -43,28 +49,22 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
                        config=options.to_dict())
     writer.manifest["versions"] = process_versions()
     writer.update(framework="torch", world_size=config.devices, backend=None, ranks=[])
-    with writer.recording():
-        results = run_ranks(options, worker=worker or torch_ddp.rank_main,
-                            capture=CaptureWindow(str(writer.path), trace_steps, TorchCapture))
-        group_backend = results[0]["backend"]
-        gpu = group_backend == "nccl"
-        writer.set_devices([f"rank{r['rank']}/{'gpu' if gpu else 'cpu'}:0" for r in results], "gpu" if gpu else "cpu")
-        timed = combine_ranks([r["timed"] for r in results])
-        warmup = combine_ranks([r["warmup"] for r in results])
-        throughput = dataclasses.asdict(summarize(timed))
-        throughput["words_definition"] = WORDS_DEFINITION
-        throughput["step_definition"] = "the slowest rank's wall time of each timed step"
-        if config.include_warmup:
-            throughput["with_warmup"] = dataclasses.asdict(summarize(warmup + timed))
-        if options.eval:
-            throughput["eval"] = dataclasses.asdict(summarize(combine_ranks([r["eval"] for r in results])))
-        ranks = [_rank_entry(r) for r in results]
-        window = sorted({step for r in ranks for step in r["steps"]})
-        writer.update(backend=group_backend, device_kind="gpu" if gpu else CPU_PROCESSES, ranks=ranks,
-                      throughput=throughput, profiled_steps=window,
-                      step_times={"warmup": [s.seconds for s in warmup], "timed": [s.seconds for s in timed]})
+    window = CaptureWindow(str(writer.path), trace_steps, TorchCapture, probe=RankProbe,
+                           environment=((FR_BUFFER_ENV, FR_BUFFER),))
+    watch = HangWatchThread(writer.path, hang, config.devices)
+    try:
+        with writer.recording(), watch:
+            results = run_ranks(options, worker=worker or torch_ddp.rank_main, capture=window)
+            timed = _record_results(writer, options, results)
+    except (RankFailed, InterruptedRun):
+        if watch.verdict is None or not hang.stop:
+            raise
+        remark_hung(writer.path, watch.watch.record)  # the writer closed the run as failed: it hung
+        raise JobHung(f"hung: {watch.verdict.summary}; stopped; run directory: {writer.path}") from None
+    finally:
+        remove_probe_files(writer.path)
     return WorkloadCapture(path=writer.path, device_kind=writer.device_kind,
-                           timed=summarize(timed), captured=writer.captured)
+                           timed=timed, captured=writer.captured)
 
 
 def _rank_entry(result: dict) -> dict:
@@ -75,3 +75,28 @@ def _rank_entry(result: dict) -> dict:
                            "total_seconds": own.total_seconds, "median_step_seconds": own.median_step_seconds}
     facts["traced_step_seconds"] = [record[0] for record in result["traced"]]
     return facts
+
+
+def _record_results(writer: RunWriter, options: TorchOptions, results: list[dict]):
+    """The run's devices, throughput, ranks and window in the manifest; returns the timed steps' summary."""
+    from rnnprof.models.torch.rnnlm import WORDS_DEFINITION
+
+    config = options.workload
+    group_backend = results[0]["backend"]
+    gpu = group_backend == "nccl"
+    writer.set_devices([f"rank{r['rank']}/{'gpu' if gpu else 'cpu'}:0" for r in results], "gpu" if gpu else "cpu")
+    timed = combine_ranks([r["timed"] for r in results])
+    warmup = combine_ranks([r["warmup"] for r in results])
+    throughput = dataclasses.asdict(summarize(timed))
+    throughput["words_definition"] = WORDS_DEFINITION
+    throughput["step_definition"] = "the slowest rank's wall time of each timed step"
+    if config.include_warmup:
+        throughput["with_warmup"] = dataclasses.asdict(summarize(warmup + timed))
+    if options.eval:
+        throughput["eval"] = dataclasses.asdict(summarize(combine_ranks([r["eval"] for r in results])))
+    ranks = [_rank_entry(r) for r in results]
+    window = sorted({step for r in ranks for step in r["steps"]})
+    writer.update(backend=group_backend, device_kind="gpu" if gpu else CPU_PROCESSES, ranks=ranks,
+                  throughput=throughput, profiled_steps=window,
+                  step_times={"warmup": [s.seconds for s in warmup], "timed": [s.seconds for s in timed]})
+    return summarize(timed)

@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import TimingSummary
+from rnnprof.errors import JobHung
+from rnnprof.recording.cluster_hang import ClusterHangWatch
+from rnnprof.recording.hang_probe import TASKS, remove_probe_files
+from rnnprof.recording.hang_watch import HangOptions
 from rnnprof import names, rundir
 from rnnprof.workload import WorkloadConfig
 from rnnprof.models import get_workload
@@ -22,7 +26,7 @@ from rnnprof.recording import session  # session.capture_after, looked up when c
 from rnnprof.rundir.manifest import applied_offsets, session_config_fields
 from rnnprof.rundir.writer import RunWriter, default_run_dir
 from rnnprof.training.clock import manifest_offsets, measure_offsets
-from rnnprof.training.cluster import running_cluster
+from rnnprof.training.cluster import PS_JOB, WORKER_JOB, running_cluster
 from rnnprof.training.measure import measure
 from rnnprof.training.runner import DataParallelRun
 
@@ -38,36 +42,63 @@ class WorkloadCapture:
 
 
 def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool, command: Sequence[str],
-                     trace_steps: int, on_warning: Callable[[str], None] = lambda warning: None
-                     ) -> WorkloadCapture:
+                     trace_steps: int, on_warning: Callable[[str], None] = lambda warning: None,
+                     hang: HangOptions | None = None) -> WorkloadCapture:
     """Capture ``config``'s workload into ``out`` (None: a fresh ``runs/<model>-<time>``).
 
     A ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM under ``interrupt.terminate_as_interrupt``) keeps what
     was captured, marks the run interrupted and raises ``InterruptedRun``; any other failure is recorded
-    in the manifest's ``error`` and raised.
+    in the manifest's ``error`` and raised. ``hang``: watch the cluster it starts (``--workers``) for a hang
+    (``cluster_hang``); a hung job is marked ``hung`` and the process ends with ``JobHung``'s exit status.
     """
 
     workload = get_workload(config)  # a bad --data file stops here, before a run directory exists
     writer = RunWriter(out or default_run_dir(config.model), command=command, force=force,
                        config=config.to_dict())
 
-    def task_died(failure) -> None:  # the chief is stuck in a step: the process ends after this
-        writer.manifest["error"] = str(failure)
-        writer.finish(rundir.STATUS_INTERRUPTED)
+    started: list = []  # the LocalCluster, once it runs
+    watch = _cluster_watch(writer, config, hang, started)
 
-    with writer.recording():
-        with running_cluster(config, on_hung=task_died) as (spec, tasks), \
-                DataParallelRun(config, workload=workload, cluster=spec) as run:
-            for warning in run.warnings:
-                on_warning(warning)
-            _record_setup(writer, run, spec, tasks)
-            timed = _timed_steps(writer, run, config)
-            with clock_offsets(writer, run):
-                session.capture_after(writer, run.step, config.warmup + config.batches, trace_steps, graph=run.graph,
-                              cluster_tasks=spec.tasks() if spec is not None else None,
-                              step_seconds=timed.median_step_seconds)
+    def task_died(failure) -> None:  # the chief is stuck in a step: the process ends after this
+        if isinstance(failure, JobHung) and watch is not None:
+            writer.manifest["hang"] = watch.record or {}
+            writer.finish(rundir.STATUS_HUNG)
+        else:
+            writer.manifest["error"] = str(failure)
+            writer.finish(rundir.STATUS_INTERRUPTED)
+        remove_probe_files(writer.path, TASKS)
+
+    with writer.recording(), contextlib.ExitStack() as stack:
+        spec, tasks = stack.enter_context(running_cluster(config, on_hung=task_died, on_started=started.append,
+                                                          probe_dir=writer.path if watch else None))
+        count = stack.enter_context(watch).ticking if watch is not None else lambda step: step
+        stack.callback(remove_probe_files, writer.path, TASKS)
+        run = stack.enter_context(DataParallelRun(config, workload=workload, cluster=spec))
+        for warning in run.warnings:
+            on_warning(warning)
+        _record_setup(writer, run, spec, tasks)
+        timed = _timed_steps(writer, run, config, count)
+        with clock_offsets(writer, run):
+            session.capture_after(writer, count(run.step), config.warmup + config.batches, trace_steps,
+                                  graph=run.graph, cluster_tasks=spec.tasks() if spec is not None else None,
+                                  step_seconds=timed.median_step_seconds)
     return WorkloadCapture(path=writer.path, device_kind=run.device_kind, timed=timed,
                            captured=writer.captured)
+
+
+def _cluster_watch(writer: RunWriter, config: WorkloadConfig, hang: HangOptions | None,
+                   started: list) -> ClusterHangWatch | None:
+    """The hang watch of a cluster this process starts (``--workers``), or None. Its tasks are numbered as
+    ``ClusterSpec.tasks()`` lists them: workers, then ps tasks."""
+    if hang is None or not config.workers or config.cluster_spec is not None:
+        return None
+    jobs = [(WORKER_JOB, k) for k in range(config.workers)] + [(PS_JOB, k) for k in range(config.ps_tasks or 0)]
+    names = {n: f"{job}:{index}" for n, (job, index) in enumerate(jobs)}
+
+    def give_up(verdict) -> None:
+        started[0].give_up(JobHung(f"hung: {verdict.summary}; stopped; run directory: {writer.path}"))
+
+    return ClusterHangWatch(writer.path, hang, names, give_up)
 
 
 def _record_setup(writer, run, spec, tasks: list[dict]) -> None:
@@ -79,7 +110,7 @@ def _record_setup(writer, run, spec, tasks: list[dict]) -> None:
     writer.set_devices(run.device_names, run.device_kind)
 
 
-def _timed_steps(writer, run, config: WorkloadConfig) -> TimingSummary:
+def _timed_steps(writer, run, config: WorkloadConfig, count: Callable = lambda step: step) -> TimingSummary:
     """Time the run as ``rnnprof scale`` does (warm-up, then timed steps, inside NVTX ranges), recording each
     step's time and the throughput in the manifest; returns the timed steps' summary."""
 
@@ -91,6 +122,7 @@ def _timed_steps(writer, run, config: WorkloadConfig) -> TimingSummary:
             cpu[phase].append(step.cpu.as_dict())
 
     steps = NvtxSteps(run, config.warmup)
+    steps.step = count(steps.step)  # each step the hang watch counts
     try:
         measurement = measure(steps, config.warmup, config.batches, on_step=record)
     finally:

@@ -16,6 +16,7 @@ from msgspec import UNSET, UnsetType
 from rnnprof.analyzers.audit.finding import Subject
 from rnnprof.analyzers.critical_path import StepPath
 from rnnprof.analyzers.memory import DeviceMemory, Imbalance
+from rnnprof.analyzers.hang import Culprit, Waiter
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts
 from rnnprof.analyzers.peaks import Peaks
 from rnnprof.analyzers.replay import ChainLink, RankWaits
@@ -251,6 +252,18 @@ class AuditDocument(_Part, kw_only=True):
     notes: list[str]
 
 
+class HangDocument(_Part, kw_only=True):
+    """``rnnprof hang --json`` (``reports.hang.hang_document``)."""
+
+    schema_version: Version
+    kind: str
+    summary: str
+    culprits: list[Culprit]
+    waiters: list[Waiter]
+    ranks: list[int]
+    notes: list[str]
+
+
 class DiffSide(_Part, kw_only=True):
     source: str
     kind: str
@@ -335,6 +348,7 @@ DOCUMENTS: dict[str, tuple[type, ...]] = {
     "explain": (ExplainDocument,),
     "scale": (ScaleDocument,),
     "whatif": (WhatIfDocument,),
+    "hang": (HangDocument,),
 }
 
 # Where a document reshapes a result dataclass: (component, property) -> the type of what it holds instead

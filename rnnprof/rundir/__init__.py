@@ -8,6 +8,7 @@
       run_metadata/step-<N>.pb                    raw RunMetadata of traced step N
       graphs/graph.pb, partitions/, functions/    user graph, partition graphs, TF2 function graphs
       torch/rank<r>.json.gz                       PyTorch runs: rank r's Kineto trace of its window
+      hang/                                       a hung job: each rank's stacks, flight recorder, the verdict
 
 What each file holds, the timelines' schema (lanes, ops, transfer and collective arrows) and the step
 numbering (``traced_steps``, ``profiled_steps``): docs/run-directory.md.
@@ -33,6 +34,8 @@ TORCH_TRACES_DIR = "torch"
 STATUS_COMPLETE = "complete"
 STATUS_INTERRUPTED = "interrupted"
 STATUS_RUNNING = "running"
+STATUS_HUNG = "hung"  # the job stopped making progress (rnnprof trace's hang watch)
+HANG_DIR = "hang"
 
 
 def timeline_name(step: int) -> str:

@@ -170,7 +170,11 @@ def capture_notes(path: Path, manifest: Manifest, missing: list[str]) -> list[st
                    else "no traced step's timeline, only its profiler capture if it has one")
         what = "timeline(s)"
     error = manifest.error if manifest.is_torch else None
-    if status == rundir.STATUS_INTERRUPTED and error:
+    if status == rundir.STATUS_HUNG:
+        verdict = (manifest.hang or {}).get("verdict") or "no verdict recorded"
+        notes.append(f"{path}: the job hung: {str(verdict)[:400]} (rnnprof hang {path}); the figures cover what "
+                     f"it kept: {covered}")
+    elif status == rundir.STATUS_INTERRUPTED and error:
         notes.append(f"{path}: the capture stopped ({error[:200]}); the figures cover what it kept: {covered}")
     elif status == rundir.STATUS_INTERRUPTED:
         notes.append(f"{path}: the capture was interrupted; the figures cover what it kept: {covered}")

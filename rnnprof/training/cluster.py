@@ -42,6 +42,9 @@ WATCH_INTERVAL_S = 0.2
 HUNG_GRACE_S = 10.0
 # After an error in the chief, how long to look for a task that died and caused it.
 DEATH_WAIT_S = 1.0
+# Set in a task's environment when the chief watches for hangs: "RUN<TAB>N", the task's probe (its stacks and pid)
+# under the run directory, N its place in ``ClusterSpec.tasks()`` (rnnprof.recording.hang_probe.task_probe).
+TASK_PROBE_ENV = "RNNPROF_TASK_PROBE"
 EXPECTED = 'a JSON object mapping "worker" (and optionally "ps") to lists of "host:port"'
 
 
@@ -220,8 +223,10 @@ class LocalCluster:
     chief is still blocked ``HUNG_GRACE_S`` after a death, ``on_hung`` runs (it should end the process).
     """
 
-    def __init__(self, spec: ClusterSpec, devices: int = 1, on_hung: Callable[[TaskFailed], None] | None = None):
+    def __init__(self, spec: ClusterSpec, devices: int = 1, on_hung: Callable[[TaskFailed], None] | None = None,
+                 probe_dir: Path | None = None):
         self.spec = spec
+        self.probe_dir = probe_dir  # the run directory, when the chief watches the tasks for a hang
         self.devices = devices
         self.tasks: list[TaskProcess] = []
         self.on_hung = on_hung
@@ -240,7 +245,9 @@ class LocalCluster:
         env["PYTHONPATH"] = os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[3]),
                                                         env.get("PYTHONPATH", "")] if p)
         try:
-            for job, index, address in self.spec.tasks():
+            for number, (job, index, address) in enumerate(self.spec.tasks()):
+                if self.probe_dir is not None:
+                    env[TASK_PROBE_ENV] = f"{self.probe_dir}\t{number}"
                 log = self._dir / f"{job}-{index}.log"  # the task's own output, in the temporary folder
                 out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 try:
@@ -286,11 +293,14 @@ class LocalCluster:
             self._dead = dead
             if self._handled.wait(HUNG_GRACE_S) or self._stopping.is_set():
                 return
-            failure = self.failure()
-            self.stop()
-            if self.on_hung is not None:
-                self.on_hung(failure)
+            self.give_up(self.failure())
             return
+
+    def give_up(self, failure: TaskFailed) -> None:
+        """Stop every task and hand ``failure`` to ``on_hung`` (which ends the process): the chief is blocked."""
+        self.stop()
+        if self.on_hung is not None:
+            self.on_hung(failure)
 
     def failure(self) -> TaskFailed | None:
         """The first dead task as one line, or None while all run."""
@@ -341,7 +351,8 @@ def _exit_on_hung(failure: TaskFailed) -> None:
 
 
 @contextlib.contextmanager
-def running_cluster(config, on_hung: Callable[[TaskFailed], None] | None = None,
+def running_cluster(config, on_hung: Callable[[TaskFailed], None] | None = None, probe_dir: Path | None = None,
+                    on_started: Callable[[LocalCluster], None] = lambda cluster: None,
                     on_exposed: Callable[[str], None] = lambda line: print(f"note: {line}", file=sys.stderr,
                                                                                flush=True)):
     """The cluster ``config`` runs on, for the length of the block: yields ``(spec, tasks)``.
@@ -350,7 +361,8 @@ def running_cluster(config, on_hung: Callable[[TaskFailed], None] | None = None,
     tasks as described (started elsewhere with ``rnnprof worker``). With ``--workers``: a ``LocalCluster``
     started here and stopped when the block ends, however it ends; an error raised while a task is
     dead becomes that task's one-line ``TaskFailed``. ``on_hung(failure)`` runs, then the process exits,
-    if the chief stays blocked after a task died (a dead worker 0 leaves its session waiting).
+    if the chief stays blocked after a task died (a dead worker 0 leaves its session waiting). ``probe_dir``:
+    the tasks keep their hang probes there; ``on_started`` gets the ``LocalCluster`` once it runs.
     """
     if config.cluster_spec is not None:
         spec = read_cluster_spec(config.cluster_spec)
@@ -367,7 +379,8 @@ def running_cluster(config, on_hung: Callable[[TaskFailed], None] | None = None,
 
     spec = local_spec(config.workers, config.ps_tasks)
     with process_group.signals_interrupt():
-        cluster = LocalCluster(spec, devices=config.devices, on_hung=hung).start()
+        cluster = LocalCluster(spec, devices=config.devices, on_hung=hung, probe_dir=probe_dir).start()
+        on_started(cluster)
         on_exposed(cluster.exposure())
         try:
             yield spec, cluster.describe()

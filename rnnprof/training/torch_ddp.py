@@ -46,6 +46,8 @@ class CaptureWindow:
     run_dir: str
     steps: int
     profiler: Callable[..., Any]
+    probe: Callable[..., Any] | None = None  # the hang watch's RankProbe(run_dir, rank), given the same way
+    environment: tuple[tuple[str, str], ...] = ()  # set in each rank unless set (the flight recorder's buffer)
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,24 @@ class _CapturedSteps:
     def step(self):
         result = self.training.step()
         self.capture.step()
+        return result
+
+
+class _Ticks:
+    """``measure``'s ``on_step``: the step log's line, and the hang watch's count of finished steps."""
+
+    def __init__(self, step_log, probe):
+        self.step_log, self.probe = step_log, probe
+
+    def __call__(self, phase: str, index: int, step) -> None:
+        if self.step_log is not None:
+            self.step_log(phase, index, step)
+        if self.probe is not None:
+            self.probe.tick()
+
+    def after(self, result):
+        if self.probe is not None:
+            self.probe.tick()
         return result
 
 
@@ -117,6 +137,8 @@ def rank_main(job: RankJob) -> dict:
     plan = rank_plan(world, int(os.environ.get("LOCAL_RANK", "0")), torch_visible_gpus(), job.threads)
     torch.set_num_threads(plan.threads)
     group_backend, device = plan.backend, plan.device
+    for name, value in job.capture.environment if job.capture is not None else ():
+        os.environ.setdefault(name, value)  # before the process group: torch reads it there
     dist.init_process_group(group_backend)
     try:
         rank = dist.get_rank()
@@ -129,12 +151,14 @@ def rank_main(job: RankJob) -> dict:
             training.phase = capture.phase
             runnable = _CapturedSteps(training, capture)
         step_log = StepLog(job.step_logs, rank) if job.step_logs is not None else None
+        probe = job.capture.probe(job.capture.run_dir, rank).install() if job.capture and job.capture.probe else None
         try:
-            m = measure(runnable, config.warmup, config.batches, on_step=step_log)
-            traced = [runnable.step() for _ in range(job.capture.steps)] if capture is not None else []
+            m = measure(runnable, config.warmup, config.batches, on_step=_Ticks(step_log, probe))
+            traced = [_Ticks(None, probe).after(runnable.step()) for _ in range(job.capture.steps)] if capture else []
         finally:
-            if step_log is not None:
-                step_log.close()
+            for done in (step_log, probe):
+                if done is not None:
+                    done.close()
             if capture is not None:  # a failing step still ends the window and writes what it recorded
                 training.phase = no_phase
                 facts = capture.close()

@@ -1,0 +1,67 @@
+"""The verdict on a hung TensorFlow gRPC cluster from its tasks' and its chief's Python stacks.
+
+A task (``rnnprof worker``) only serves: its main thread waits in ``serve`` (or in the server's ``join``) while
+TensorFlow's own threads run the steps the chief asks for. A task whose main thread is anywhere else has not
+started serving: it is what the chief's step waits for. A task that did not answer is named too. When every
+task serves, the hang is inside TensorFlow's runtime: the verdict names no task and says where the chief waits."""
+
+from __future__ import annotations
+
+from .analysis import own_frame
+from .model import Frame, RankStacks
+from .verdict import NEVER_ARRIVED, STUCK, Culprit, HangVerdict
+
+# Where a task's main thread waits while its server serves: (file ending, function).
+SERVING = (("rnnprof/training/cluster.py", "serve"), ("tensorflow/python/training/server_lib.py", "join"))
+NOT_SERVING = "not serving"
+NO_ANSWER = "did not answer"
+
+
+def serving(stacks: RankStacks | None) -> bool:
+    """Whether the task's main thread waits where a serving task waits (its innermost frame)."""
+    main = stacks.main_thread if stacks is not None else None
+    if main is None or not main.frames:
+        return False
+    inner = main.frames[0]
+    return any(inner.file.endswith(path) and inner.function == function for path, function in SERVING)
+
+
+def analyze_cluster_hang(names: dict[int, str], stacks: dict[int, RankStacks],
+                         chief: RankStacks | None) -> HangVerdict:
+    """``names``: each task's number (its place in the cluster spec's tasks) -> its name ("worker:1");
+    ``stacks``: what each task answered; ``chief``: the chief's own threads."""
+    culprits, fine = [], []
+    for number, name in sorted(names.items()):
+        got = stacks.get(number)
+        if got is None:
+            culprits.append(Culprit(number, NO_ANSWER))
+        elif serving(got):
+            fine.append(name)
+        else:
+            frame = own_frame(got.main_thread.frames) if got.main_thread else None
+            culprits.append(Culprit(number, NOT_SERVING, *_place(frame)))
+    chief_frame = _chief_frame(chief)
+    waits = (f"the chief waits at {chief_frame.where} in {chief_frame.function}" if chief_frame
+             else "the chief's stack is unknown")
+    serving_text = f"; {', '.join(fine)} serv{'e' if len(fine) > 1 else 'es'}" if fine else ""
+    notes = tuple(f"task {names[c.rank]} did not answer" for c in culprits if c.state == NO_ANSWER)
+    if culprits:
+        head = "; ".join(_culprit_text(c, names[c.rank]) for c in culprits)
+        return HangVerdict(NEVER_ARRIVED, f"{head}; {waits}{serving_text}", tuple(culprits), (), tuple(names), notes)
+    return HangVerdict(STUCK, f"every task serves and no step finishes (inside TensorFlow's runtime): {waits}",
+                       (), (), tuple(names), notes)
+
+
+def _chief_frame(chief: RankStacks | None) -> Frame | None:
+    main = chief.main_thread if chief is not None else None
+    return own_frame(main.frames) if main is not None and main.frames else None
+
+
+def _place(frame: Frame | None) -> tuple[str | None, str | None]:
+    return (frame.where, frame.function) if frame else (None, None)
+
+
+def _culprit_text(c: Culprit, name: str) -> str:
+    if c.state == NO_ANSWER or c.where is None:
+        return f"task {name} did not answer (no stack)"
+    return f"task {name} has not started serving: its main thread is at {c.where} in {c.function}"

@@ -1,0 +1,56 @@
+"""The verdict's types: what kind of hang, which ranks caused it, where they are and where the others wait."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NEVER_ARRIVED = "never_arrived"  # a rank is in no collective while the others wait in one
+DESYNC = "desync"  # a rank skipped a collective: its later ones paired with the others' next ones
+MISMATCH = "mismatch"  # the ranks are in different collectives (or sizes) at one sequence number
+STUCK = "stuck"  # every rank waits in the same collective, or no rank is in one
+SLOW = "slow"  # steps or collectives still finish: slow, not hung
+KINDS = (NEVER_ARRIVED, DESYNC, MISMATCH, STUCK, SLOW)
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """A rank waiting in a collective: which, since when (ns since the epoch) and called from where."""
+
+    rank: int
+    op: str
+    seq: int
+    since_ns: int | None
+    where: str | None
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """A rank the hang comes from: where its main thread is (file:line and function), how it is blocked
+    (``state``: "in no collective", "in a lock", "outside Python", "skipped", "in another collective") and,
+    for one in a lock, where its other threads are in the user's code (one of them may hold the lock)."""
+
+    rank: int
+    state: str
+    where: str | None = None
+    function: str | None = None
+    op: str | None = None
+    seq: int | None = None
+    op_where: str | None = None
+    others: tuple[str, ...] = ()  # where the rank's other threads are in the user's code ("a.py:3 in f")
+
+
+@dataclass(frozen=True)
+class HangVerdict:
+    """One verdict: ``kind`` (KINDS), ``summary`` (the one line printed), ``culprits``, ``waiters``, and
+    ``notes`` (what the analysis could not see: ranks with no dump, other process groups)."""
+
+    kind: str
+    summary: str
+    culprits: tuple[Culprit, ...] = ()
+    waiters: tuple[Waiter, ...] = ()
+    ranks: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def hung(self) -> bool:
+        return self.kind != SLOW

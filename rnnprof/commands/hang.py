@@ -1,0 +1,37 @@
+"""rnnprof hang: why a job hung, from its run directory or from flight-recorder dumps made elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from rnnprof import limits
+from rnnprof.analyzers.hang import analyze_cluster_hang, analyze_hang
+from rnnprof.commands.flags import INPUT
+from rnnprof.inputs.hang import read_hang_inputs
+from rnnprof.reports.hang import hang_document, render_hang
+from rnnprof.reports.layout import render_json, render_notes
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar=INPUT,
+                        help="a run directory `rnnprof trace` marked hung, or one flight-recorder dump per rank "
+                             "(TORCH_FR_DUMP_TEMP_FILE files; the rank is the last number of each name) and "
+                             "faulthandler stack files (*.txt)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of text")
+    limits.add_argument(parser)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    given = read_hang_inputs(args.paths)
+    if given.task_names:  # a TensorFlow cluster's tasks: stacks only, judged against where a serving task waits
+        verdict = analyze_cluster_hang(given.task_names, given.stacks, given.chief)
+    else:
+        verdict = analyze_hang(given.recorders, given.stacks, given.world_size)
+    render_notes(given.notes)
+    if args.json:
+        render_json(hang_document(verdict), console)
+    else:
+        render_hang(verdict, console)
+    return 0

@@ -1,0 +1,167 @@
+"""Asking every live rank of a captured job for its stacks and its flight recorder (``hang_probe`` answers), and
+saving what a hung job left in ``RUN/hang/`` (docs/commands/hang.md)."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rnnprof import rundir
+from rnnprof.analyzers.hang import RankRecorder, RankStacks
+from rnnprof.errors import InputError
+from rnnprof.recording import ranks
+from rnnprof.recording.hang_probe import RANKS, STACKS_SIGNAL, probe_files, read_progress
+from rnnprof.rundir.manifest import read_manifest_json
+from rnnprof.rundir.writer import atomic_write_json
+from rnnprof.traces.flight_recorder import parse_flight_recorder, plain_unpickle
+from rnnprof.traces.stack_dump import MAIN_MARK, parse_stacks, with_source
+
+ANSWER_WAIT_S = 3.0  # how long the ranks have to write their stacks and flight recorders
+
+
+@dataclass
+class Sample:
+    """What the live ranks answered at one moment: raw dumps and stack texts, and their parsed forms."""
+
+    dumps: dict[int, bytes] = field(default_factory=dict)
+    stack_texts: dict[int, str] = field(default_factory=dict)
+    recorders: dict[int, RankRecorder] = field(default_factory=dict)
+    stacks: dict[int, RankStacks] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def live_ranks(run_dir: Path, folder: str = RANKS) -> dict[int, int]:
+    """rank -> pid of each rank whose capture is open and whose process still runs (``folder``: where the ranks
+    keep their probe files, ``hang_probe.RANKS`` or ``TASKS``)."""
+    live = {}
+    for rank, (_, pid) in read_progress(run_dir, folder).items():
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            live[rank] = pid
+    return live
+
+
+def sample(run_dir: Path, live: dict[int, int], scratch: Path, folder: str = RANKS) -> Sample:
+    """Ask each live rank for its flight recorder and its stacks; wait up to ``ANSWER_WAIT_S`` for the answers."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    asked, offsets = {}, {}
+    for rank, pid in live.items():
+        files = probe_files(run_dir, rank, folder)
+        target = scratch / f"rank{rank}.fr.pkl"
+        target.unlink(missing_ok=True)
+        if _request(files["fr"], target):
+            asked[rank] = target
+        offsets[rank] = _size(files["stacks"])
+        try:
+            os.kill(pid, STACKS_SIGNAL)
+        except OSError:
+            offsets.pop(rank)
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    while time.monotonic() < deadline and not all(p.exists() for p in asked.values()):
+        time.sleep(0.05)
+    time.sleep(0.2)  # faulthandler writes as it walks the threads: let it finish
+    return _read(run_dir, asked, offsets, folder)
+
+
+def _request(fifo: Path, target: Path) -> bool:
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # fails at once when no thread waits on it
+    except OSError:
+        return False
+    try:
+        os.write(fd, str(target).encode())
+    finally:
+        os.close(fd)
+    return True
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _read(run_dir: Path, asked: dict[int, Path], offsets: dict[int, int], folder: str) -> Sample:
+    got = Sample()
+    for rank, path in sorted(asked.items()):
+        data = path.read_bytes() if path.exists() else b""
+        if not data or data.startswith(b"error:"):
+            got.notes.append(f"rank {rank}: no flight recorder ({data.decode(errors='replace')[:120] or 'no answer'})")
+            continue
+        try:
+            got.recorders[rank], notes = parse_flight_recorder(plain_unpickle(data, path), path, rank)
+        except InputError as exc:
+            got.notes.append(str(exc))
+            continue
+        got.dumps[rank] = data
+        got.notes += notes
+    for rank, offset in sorted(offsets.items()):
+        text = _new_stacks(probe_files(run_dir, rank, folder)["stacks"], offset)
+        if text:
+            got.stack_texts[rank] = with_source(text, lambda f, n: linecache.getline(f, n))
+            got.stacks[rank] = parse_stacks(got.stack_texts[rank], rank)
+    return got
+
+
+def _new_stacks(path: Path, offset: int) -> str:
+    """The main-thread line and what faulthandler wrote after ``offset``."""
+    if offset < 0:
+        return ""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.readline().decode(errors="replace")
+            handle.seek(max(offset, len(head.encode())))
+            new = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return (head if head.startswith(MAIN_MARK) else "") + new if new.strip() else ""
+
+
+def save(run_dir: Path, got: Sample, verdict_line: str) -> list[str]:
+    """``RUN/hang/``: each rank's flight recorder and stacks and the verdict; returns the files, relative to RUN."""
+    folder = run_dir / rundir.HANG_DIR
+    folder.mkdir(exist_ok=True)
+    written = []
+    for rank, data in sorted(got.dumps.items()):
+        written.append(_write(folder / f"rank{rank}.fr.pkl", data))
+    for rank, text in sorted(got.stack_texts.items()):
+        written.append(_write(folder / f"rank{rank}.stacks.txt", text.encode()))
+    written.append(_write(folder / "verdict.txt", (verdict_line + "\n").encode()))
+    return [Path(p).relative_to(run_dir).as_posix() for p in written]
+
+
+def _write(path: Path, data: bytes) -> Path:
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_bytes(data)
+    os.replace(scratch, path)
+    return path
+
+
+def clear(scratch: Path) -> None:
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def record_hang(run_dir: Path, verdict, files: list[str], hang_after_s: float, notes: list[str]) -> dict:
+    """Mark the run ``hung`` with the verdict; returns the manifest's ``hang`` object."""
+    hang = {"kind": verdict.kind, "verdict": verdict.summary, "ranks": sorted({c.rank for c in verdict.culprits}),
+            "files": files, "hang_after_s": hang_after_s, "notes": [*verdict.notes, *notes],
+            "detected": time.time()}
+    ranks.mark_hung(run_dir, hang)
+    return hang
+
+
+def remark_hung(run_dir: Path, hang: dict | None) -> None:
+    """Mark the run ``hung`` again after its writer closed it as failed, which stopping the job caused: the
+    failure is no error of the run."""
+    manifest = read_manifest_json(run_dir)
+    manifest.pop("error", None)
+    manifest.update(status=rundir.STATUS_HUNG, hang=hang or {})
+    atomic_write_json(run_dir / rundir.MANIFEST, manifest)

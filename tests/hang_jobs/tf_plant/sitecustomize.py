@@ -1,0 +1,37 @@
+"""A TensorFlow cluster task that blocks before it serves, for the hang watch's test (on PYTHONPATH, with
+RNNPROF_PLANT_TASK=job:index and RNNPROF_PLANT_MARK=FILE): that task of a cluster `rnnprof trace --workers N`
+starts opens its port (the chief sees it listen), writes `time.time() pid` to FILE and blocks at the line marked
+`# plant: task`, never starting its server. Every other process runs unchanged."""
+
+import os
+import socket
+import threading
+import time
+
+
+def blocked_serve(spec, job, task, devices=1, on_ready=lambda: None, timeout_s=None):
+    host, _, port = spec.jobs[job][task].rpartition(":")
+    listener = socket.create_server((host, int(port)))  # accepts connections, answers none
+    on_ready()
+    with open(os.environ["RNNPROF_PLANT_MARK"], "w") as mark:
+        mark.write(f"{time.time()!r} {os.getpid()}\n")  # the task's own clock
+    threading.Event().wait()  # plant: task
+    listener.close()
+
+
+def _plant() -> None:
+    wanted = os.environ.get("RNNPROF_PLANT_TASK")
+    try:
+        args = open("/proc/self/cmdline", "rb").read().decode().split("\0")
+    except OSError:
+        return
+    if not wanted or "worker" not in args or "--job" not in args or "--task" not in args:
+        return
+    if f"{args[args.index('--job') + 1]}:{args[args.index('--task') + 1]}" != wanted:
+        return
+    from rnnprof.training import cluster
+
+    cluster.serve = blocked_serve
+
+
+_plant()
