@@ -62,15 +62,47 @@ def map_items(function: Callable[[T], R], items: Sequence[T], jobs: int | None =
 
 
 def _local(function, items, jobs, on_done) -> list:
-    results: list = [None] * len(items)
     context = multiprocessing.get_context("spawn")
     with context.Pool(jobs, initializer=_ignore_interrupts) as pool:  # leaving the block terminates the workers
-        tasks = ((function, index, item) for index, item in enumerate(items))
-        for done, (index, outcome) in enumerate(pool.imap_unordered(_call, tasks), start=1):
-            results[index] = _unwrap(outcome)
-            if on_done:
-                on_done(done, len(items))
+        return _on_pool(pool, function, items, on_done)
+
+
+def _on_pool(pool, function, items, on_done) -> list:
+    results: list = [None] * len(items)
+    tasks = ((function, index, item) for index, item in enumerate(items))
+    for done, (index, outcome) in enumerate(pool.imap_unordered(_call, tasks), start=1):
+        results[index] = _unwrap(outcome)
+        if on_done:
+            on_done(done, len(items))
     return results
+
+
+class Workers:
+    """Worker processes kept for several maps, one after another (``with Workers(jobs, scheduler, most) as w:
+    w.map(f, items)``): started once, at the first map of two items or more; ``most``: the most items a map will
+    have, which bounds the processes started. With ``scheduler``, each map goes to the Dask cluster."""
+
+    def __init__(self, jobs: int | None = None, scheduler: str | None = None, most: int = 1):
+        self.jobs, self.scheduler = min(jobs or default_jobs(), max(most, 1)), scheduler
+        self._pool = None
+
+    def map(self, function: Callable[[T], R], items: Sequence[T],
+            on_done: Callable[[int, int], None] | None = None) -> list[R]:
+        items = list(items)
+        if self.scheduler or self.jobs <= 1 or len(items) <= 1:
+            return map_items(function, items, self.jobs if not self.scheduler else None, self.scheduler, on_done)
+        if self._pool is None:
+            self._pool = multiprocessing.get_context("spawn").Pool(self.jobs, initializer=_ignore_interrupts)
+        return _on_pool(self._pool, function, items, on_done)
+
+    def __enter__(self) -> "Workers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
 
 
 def _on_dask(function, items, address: str, on_done) -> list:

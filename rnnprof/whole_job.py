@@ -8,13 +8,21 @@ all ranks merged into one table gives (the tests hold the two equal), wherever e
 
 from __future__ import annotations
 
+import pickle
+import tempfile
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable, Sequence
+
+import numpy as np
 
 from rnnprof import limits
 from rnnprof.analyzers.align import NONE, zero_offsets
 from rnnprof.analyzers.collectives import collectives_report, instances, shifted
+from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.comm import analyze_comm, combine_reports
+from rnnprof.analyzers.critical_path import WHAT_IF_OPS, Dependencies, StepPath
+from rnnprof.analyzers.critical_path.job import JobPlan, RankPart, job_plan, job_report, job_step_path, rank_part
 from rnnprof.analyzers.copies import combine_copies, count_copies
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US
 from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US, launch_sample, launch_stats_of
@@ -22,7 +30,7 @@ from rnnprof.analyzers.opcount import combine_kernel_counts, count_kernels
 from rnnprof.analyzers.steps import StepSelection, StepSelectionError, select_steps
 from rnnprof.errors import UsageError
 from rnnprof.events import Alignment, EventTable, TableMetadata, merge_metadata
-from rnnprof.parallel import map_items
+from rnnprof.parallel import Workers, map_items
 from rnnprof.traces.rank_folder import RankFile, RankFolder, load_rank, loaded_notes
 
 OnDone = Callable[[int, int], None]
@@ -118,9 +126,128 @@ def job_kernels(folder: RankFolder, jobs: int | None = None, scheduler: str | No
             combine_copies([c for _, _, c in results])), notes, left_out
 
 
+@dataclass(frozen=True)
+class PartTask:
+    """One rank for the critical path: its part is saved under ``scratch`` (a folder every worker reaches)."""
+
+    rank: RankTask
+    scratch: str
+
+
+@dataclass(frozen=True)
+class StepTask:
+    """One step's path over the ranks' parts saved in ``scratch`` (one folder per rank, in rank order)."""
+
+    scratch: tuple[str, ...]
+    plan: JobPlan
+    step: int
+    dependencies: Dependencies
+    what_if_ops: int
+
+
+def path_part_of_rank(task: PartTask) -> RankResult:
+    """The rank's ``RankSummary``; its ``RankPart`` saved under ``task.scratch`` (``critical_path.job``)."""
+    table = task.rank.load()
+    part, summary = rank_part(table, classify(table, task.rank.comm_patterns))
+    save_part(part, Path(task.scratch))
+    return RankResult(summary, _info(table), _worker(table), _left_out(table))
+
+
+def path_of_step(task: StepTask) -> StepPath | None:
+    return job_step_path([open_part(Path(d)) for d in task.scratch], task.plan, task.step, task.dependencies,
+                         task.what_if_ops)
+
+
+def save_part(part: RankPart, folder: Path) -> None:
+    """Each array in a ``.npy`` file of its own; the strings, devices and the arrays' headers in one pickle."""
+    folder.mkdir(parents=True, exist_ok=True)
+    headers = {}
+    for name, values in part.arrays.items():
+        np.save(folder / f"{name}.npy", values)
+        headers[name] = StoredArray(folder / f"{name}.npy").header
+    with open(folder / "tables.pickle", "wb") as f:
+        pickle.dump((part.strings, part.devices, headers), f)
+
+
+def open_part(folder: Path) -> RankPart:
+    """A part ``save_part`` wrote, its arrays read from the files as they are indexed (a step reads the rows of
+    its window only)."""
+    with open(folder / "tables.pickle", "rb") as f:
+        strings, devices, headers = pickle.load(f)
+    return RankPart({name: StoredArray(folder / f"{name}.npy", header) for name, header in headers.items()},
+                    strings, devices)
+
+
+class StoredArray:
+    """An array saved by ``numpy.save``, read piece by piece: an item, a slice or a set of rows reads only the
+    bytes from the first to the last (a memory map would map far more than that: the kernel reads ahead and
+    maps the pages around each fault, so a binary search alone mapped most of a file)."""
+
+    def __init__(self, path: Path, header: tuple | None = None):
+        self.path = path
+        if header is None:  # (shape, dtype, where the data starts), read from the file's header
+            with open(path, "rb") as f:
+                version = np.lib.format.read_magic(f)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(f)
+                header = (shape, dtype, f.tell())
+        self.header = header
+        self.shape, self.dtype, self.offset = header
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _read(self, start: int, count: int) -> np.ndarray:
+        return np.fromfile(self.path, dtype=self.dtype, count=max(count, 0),
+                           offset=self.offset + start * self.dtype.itemsize)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        values = self._read(0, int(np.prod(self.shape))).reshape(self.shape)
+        return values if dtype is None else values.astype(dtype)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            return self._read(start, stop - start)[::step]
+        if isinstance(key, (int, np.integer)):
+            return self._read(int(key) % len(self), 1)[0]
+        rows = np.asarray(key, dtype=np.int64)
+        if not len(rows):
+            return np.zeros(0, dtype=self.dtype)
+        lo = int(rows.min())
+        return self._read(lo, int(rows.max()) + 1 - lo)[rows - lo]
+
+
+def job_critical_path(folder: RankFolder, comm_patterns: Sequence[str] = (), jobs: int | None = None,
+                      scheduler: str | None = None, on_done: OnDone | None = None,
+                      dependencies: Dependencies = Dependencies(), choose: Callable | None = None,
+                      what_if_ops: int | None = None):
+    """``(CriticalPathReport, notes, left_out)`` of every rank in ``folder``, the report as
+    ``analyze_critical_path`` of them merged gives it. Each rank is read once, in a worker, into a part saved
+    in a scratch folder (``tempfile``'s, removed at the end: with ``scheduler``, every worker must reach it at
+    the same path); then each step's path is found in a worker from the parts' rows in its window.
+    ``choose(steps)``: the steps to analyse of the job's sorted steps (None: every step)."""
+    with tempfile.TemporaryDirectory(prefix="rnnprof-paths-") as scratch:
+        dirs = tuple(str(Path(scratch) / f"rank{k}") for k in range(len(folder.files)))
+        tasks = [PartTask(RankTask(f, tuple(comm_patterns), limits.max_input_bytes()), d)
+                 for f, d in zip(folder.files, dirs)]
+        with Workers(jobs, scheduler, len(tasks)) as workers:
+            outcomes = workers.map(path_part_of_rank, tasks, on_done)
+            summaries, notes, left_out = _results(folder, outcomes)
+            known = sorted({s for summary in summaries for s in summary.steps})
+            plan = job_plan(summaries, choose(known) if choose is not None else None, dependencies)
+            ops = WHAT_IF_OPS if what_if_ops is None else what_if_ops
+            paths = workers.map(path_of_step, [StepTask(dirs, plan, s, dependencies, ops) for s in plan.steps])
+    return job_report(paths, [w for summary in summaries for w in summary.workers], dependencies), notes, left_out
+
+
 def _map(function, folder: RankFolder, tasks, jobs, scheduler, on_done) -> tuple[list, list[str], TableMetadata]:
     """The ranks' results, the folder's notes, and what the ranks' loaders left out (their records merged)."""
-    outcomes = map_items(function, tasks, jobs, scheduler, on_done)
+    return _results(folder, map_items(function, tasks, jobs, scheduler, on_done))
+
+
+def _results(folder: RankFolder, outcomes: list[RankResult]) -> tuple[list, list[str], TableMetadata]:
     notes = [*folder.notes, *loaded_notes(folder, [o.distributed for o in outcomes], [o.worker for o in outcomes])]
     return [o.result for o in outcomes], notes, merge_metadata([o.left_out or TableMetadata() for o in outcomes])
 

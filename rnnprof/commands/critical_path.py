@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.commands import left_out_notes, step_flags
+from rnnprof.commands import job_flags, left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT
 from rnnprof.errors import InputError, UsageError
 from rnnprof.analyzers.critical_path import analyze_critical_path
@@ -20,6 +20,7 @@ from rnnprof.rundir.manifest import run_notes
 from rnnprof.rundir.writer import atomic_write_json
 from rnnprof.traces import load_events
 from rnnprof.traces.rank_folder import job_notes
+from rnnprof.whole_job import job_critical_path
 
 
 
@@ -39,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
                         help="also count events whose name or op type matches REGEX as communication (repeatable)")
     step_flags.add_arguments(parser)
+    job_flags.add_arguments(parser)
     limits.add_argument(parser)
 
 
@@ -53,6 +55,35 @@ def _overlay_path(args: argparse.Namespace) -> Path | None:
     return None
 
 
+def _steps(args: argparse.Namespace, known) -> list[int] | None:
+    """The steps to analyse of ``known`` (the input's steps, sorted): ``--step``, or the step selection's."""
+    steps = step_flags.chosen(known, args)
+    if args.step is not None and args.step not in steps:
+        raise InputError(", ".join(args.paths), f"has no step {args.step}",
+                         f"one of its steps: {', '.join(map(str, steps))}" if len(steps)
+                         else "a trace with step markers for --step (this one is taken whole)")
+    return [args.step] if args.step is not None else list(steps) if len(steps) else None
+
+
+def _analyze(args: argparse.Namespace):
+    """``(report, notes, left_out counts)``: a whole job's rank files a rank per worker, else one table."""
+    dependencies = read_dependencies(args.paths)
+    job = job_flags.rank_job(args.paths)
+    if job is not None:
+        report, notes, left_out = job_flags.run_job(job_critical_path, job, args, comm_patterns=args.comm_pattern,
+                                                    dependencies=dependencies,
+                                                    choose=lambda known: _steps(args, known))
+        return report, [*notes, *left_out_notes.notes(args, left_out)], left_out_notes.counts(left_out)
+    job_flags.refuse_job_options(args)
+    table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
+    notes = [*job_notes(table), *left_out_notes.notes(args, table)]
+    # The selection picks the steps analysed; the table stays whole, so a step's window still starts where the
+    # previous step's work ends (a GPU-bound step's first kernels queue behind the previous step's).
+    report = analyze_critical_path(table, dependencies, steps=_steps(args, table.steps()),
+                                   comm_patterns=args.comm_pattern)
+    return report, notes, left_out_notes.counts(table)
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
     for pattern in args.comm_pattern:
         try:
@@ -61,19 +92,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
     overlay = _overlay_path(args)
     notes = run_notes(args.paths)
-    table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
-    notes += [*job_notes(table), *left_out_notes.notes(args, table)]
-    left_out = left_out_notes.counts(table)
-    # The selection picks the steps analysed; the table stays whole, so a step's window still starts where the
-    # previous step's work ends (a GPU-bound step's first kernels queue behind the previous step's).
-    steps = step_flags.select(table, args).steps()
-    if args.step is not None and args.step not in steps:
-        raise InputError(", ".join(args.paths), f"has no step {args.step}",
-                         f"one of its steps: {', '.join(map(str, steps))}" if len(steps)
-                         else "a trace with step markers for --step (this one is taken whole)")
-    report = analyze_critical_path(table, read_dependencies(args.paths),
-                                   steps=[args.step] if args.step is not None else steps if len(steps) else None,
-                                   comm_patterns=args.comm_pattern)
+    report, more_notes, left_out = _analyze(args)
+    notes += more_notes
     if not report.steps:
         raise InputError(", ".join(args.paths), "has no event on a device in the chosen steps",
                          "a trace of device ops or kernels")
@@ -82,7 +102,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     render_notes(notes)
     shown = str(overlay) if overlay is not None else None
     if args.json:
-        render_json({**to_document(report, shown), "left_out": left_out}, console)
+        render_json({**to_document(report, shown, lazy=True), "left_out": left_out}, console)
     else:
         render_table(report, console, shown, links=args.links)
     return 0

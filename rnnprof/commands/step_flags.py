@@ -11,7 +11,7 @@ import argparse
 
 from rnnprof.commands.flags import non_negative_int
 from rnnprof.errors import UsageError
-from rnnprof.analyzers.steps import StepSelection, StepSelectionError, parse_range, select_steps
+from rnnprof.analyzers.steps import StepSelection, StepSelectionError, chosen_steps, parse_range, select_steps
 
 
 def _step_range(text: str) -> tuple[int | None, int | None]:
@@ -49,5 +49,14 @@ def select(table, args: argparse.Namespace):
         raise UsageError(f"{chosen.describe()} selects steps of a trace's events, and the input has no trace")
     try:
         return select_steps(table, chosen)
+    except StepSelectionError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def chosen(steps, args: argparse.Namespace):
+    """The step numbers the selection keeps of ``steps`` (sorted), as ``select(table, args).steps()`` gives them
+    for a table with those steps."""
+    try:
+        return chosen_steps(steps, selection(args))
     except StepSelectionError as exc:
         raise UsageError(str(exc)) from None

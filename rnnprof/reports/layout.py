@@ -13,8 +13,6 @@ Markup strings hold only the reports' own words.
 
 from __future__ import annotations
 
-import json
-
 from rich import box
 from rich.console import Console
 from rich.segment import Segment
@@ -24,6 +22,7 @@ from rich.text import Text
 from rnnprof.analyzers.critical_path import StepPath
 from rnnprof.events import OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH
 from rnnprof.names import fold_brackets
+from rnnprof.reports import json_text
 
 
 def compact_table(first: str, numeric: tuple[str | Text, ...] | list[str | Text], *, title: str = "",
@@ -66,22 +65,36 @@ SCHEMA_VERSION = 1
 
 
 def render_json(document: dict, console: Console) -> None:
-    """Print ``document`` as ``json.dumps`` writes it (indent 2), with ``"schema_version"`` as its first key."""
-    text = json.dumps({"schema_version": SCHEMA_VERSION, **document}, indent=2)
-    console.print(_Verbatim(text), soft_wrap=True)
+    """Print ``document`` as ``json.dumps`` writes it (indent 2), with ``"schema_version"`` as its first key.
+
+    The text is printed in pieces of about a megabyte (``json_text.pieces``), so a large document is never
+    held as one string."""
+    chunk: list[str] = []
+    size = 0
+    for piece in json_text.pieces({"schema_version": SCHEMA_VERSION, **document}):
+        chunk.append(piece)
+        size += len(piece)
+        if size >= _CHUNK_CHARS:
+            console.print(_Verbatim("".join(chunk), end=False), soft_wrap=True)
+            chunk, size = [], 0
+    console.print(_Verbatim("".join(chunk)), soft_wrap=True)
+
+
+_CHUNK_CHARS = 1 << 20
 
 
 class _Verbatim:
     """Text printed as it is, in one piece: rich does not split, wrap or scan it. For a large JSON document
     (``json.dumps`` keeps its text to printable ASCII), printing it as a string cost seconds; capture and
-    record still apply."""
+    record still apply. ``end``: a line break after it."""
 
-    def __init__(self, text: str):
-        self.text = text
+    def __init__(self, text: str, end: bool = True):
+        self.text, self.end = text, end
 
     def __rich_console__(self, console: Console, options):
         yield Segment(self.text)
-        yield Segment.line()
+        if self.end:
+            yield Segment.line()
 
 
 def render_notes(notes: list[str], console: Console | None = None) -> None:

@@ -18,7 +18,7 @@ from rnnprof.analyzers.critical_path.whatif import what_ifs
 from rnnprof.events import EventTable
 
 
-def _step_path(tt: TableIndex, step: int, window: tuple[float, float], dependencies: Dependencies,
+def step_path(tt: TableIndex, step: int, window: tuple[float, float], dependencies: Dependencies,
                what_if_ops: int) -> StepPath | None:
     """One step's longest path, its events' waits split by what the lane or device did meanwhile, and the shares
     of the path by device and by class."""
@@ -48,7 +48,7 @@ def analyze_critical_path(table: EventTable, dependencies: Dependencies = Depend
     wanted = [int(s) for s in steps]
     tt = TableIndex(table, classes, dependencies)
     windows = dag_windows(tt, wanted)
-    paths = [p for p in (_step_path(tt, s, windows[s], dependencies, what_if_ops) for s in wanted if s in windows)
+    paths = [p for p in (step_path(tt, s, windows[s], dependencies, what_if_ops) for s in wanted if s in windows)
              if p is not None]
     return CriticalPathReport(steps=tuple(paths), lacks=tuple(dependencies.lacks),
                               workers=tuple(sorted({d.worker for d in table.devices} - {""})))

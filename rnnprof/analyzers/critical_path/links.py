@@ -131,17 +131,20 @@ def path_links(table: EventTable, classes: np.ndarray, ev: PathEvents, step: int
     lanes = [strings[c] for c in table.lane[rows].tolist()]
     cls_names = [class_names.get(c, "compute") for c in classes[rows].tolist()]
     edge_names = [EDGE_KINDS[e] if e >= 0 else "" for e in ev.edge.tolist()]
-    waits, starts = ev.wait.tolist(), ev.start.tolist()
-    untraced_link = (ev.host_gap & (ev.rest >= UNTRACED_LINK_US)).tolist()
-    links: list[Link] = []
-    for k, (row, dev, of_step, d) in enumerate(zip(rows.tolist(), ev.device.tolist(), ev.of_steps.tolist(),
-                                                   ev.dur.tolist())):
-        label, s, w = labels[dev], starts[k], waits[k]
-        if untraced_link[k]:
-            links.append(Link(f"untraced host time on {workers[dev]}", "", label, lanes[k], s - w, float(ev.rest[k]),
-                              UNTRACED, EDGE_LANE, 0.0, float(ev.gap_start[k]), -1, step))
-            w = float(ev.covered[k])
-        links.append(Link(names[k], op_types[k], label, lanes[k], s, d, cls_names[k], edge_names[k], w, ws + s, row,
-                          of_step))
-    return tuple(links)
-
+    untraced = ev.host_gap & (ev.rest >= UNTRACED_LINK_US)
+    devices = [labels[d] for d in ev.device.tolist()]
+    waits = np.where(untraced, ev.covered, ev.wait).tolist()  # an untraced stretch's link takes the rest
+    links = list(map(Link, names, op_types, devices, lanes, ev.start.tolist(), ev.dur.tolist(), cls_names, edge_names,
+                     waits, (ws + ev.start).tolist(), rows.tolist(), ev.of_steps.tolist()))
+    if not untraced.any():
+        return tuple(links)
+    out: list[Link] = []
+    before = set(np.flatnonzero(untraced).tolist())
+    for k, link in enumerate(links):
+        if k in before:
+            dev = int(ev.device[k])
+            out.append(Link(f"untraced host time on {workers[dev]}", "", link.device, link.lane,
+                            float(ev.start[k] - ev.wait[k]), float(ev.rest[k]), UNTRACED, EDGE_LANE, 0.0,
+                            float(ev.gap_start[k]), -1, step))
+        out.append(link)
+    return tuple(out)

@@ -35,7 +35,7 @@ def _leaf_mask(table: EventTable, rows: np.ndarray) -> np.ndarray:
     return keep
 
 
-class _Intervals:
+class Intervals:
     """The union of intervals, for how much of ``[a, b]`` it covers (vectorised)."""
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray):
@@ -50,6 +50,13 @@ class _Intervals:
         if len(s):
             np.maximum.at(self.e, group, e)
         self.cum = np.concatenate([[0.0], np.cumsum(self.e - self.s)])
+
+    @classmethod
+    def of(cls, s: np.ndarray, e: np.ndarray, cum: np.ndarray) -> "Intervals":
+        """The union already computed (``s``, ``e``, ``cum`` of another ``Intervals``)."""
+        made = cls.__new__(cls)
+        made.s, made.e, made.cum = s, e, cum
+        return made
 
     def _upto(self, t: np.ndarray) -> np.ndarray:
         k = np.searchsorted(self.s, t, side="right")
@@ -91,8 +98,8 @@ class TableIndex:
         self.pcorr = table.process_correlation()
         self.rank_rows = _rank_rows(table, dependencies)
         self.enqueue, self.complete = _gloo_edges(table, self.host_ops, cand)
-        self._busy: dict[int, _Intervals] = {}
-        self._lane_ops: dict[tuple[int, int], _Intervals] = {}
+        self._busy: dict[int, Intervals] = {}
+        self._lane_ops: dict[tuple[int, int], Intervals] = {}
         self.lane_max = int(table.lane.max(initial=0)) + 1
         self.has_steps = bool(len(table.steps()))
 
@@ -104,21 +111,21 @@ class TableIndex:
         ts, e = t.ts[rows], t.end[rows]
         return rows[(ts <= end) & ((e > start) | ((ts >= start) & (t.dur[rows] == 0)))]
 
-    def busy(self, device: int) -> _Intervals:
+    def busy(self, device: int) -> Intervals:
         """When ``device`` ran any event (every lane, every step)."""
         if device not in self._busy:
             t = self.table
             rows = np.flatnonzero((t.device == device) & (self.classes != EventClass.ANNOTATION) & (t.dur > 0))
-            self._busy[device] = _Intervals(t.ts[rows], t.end[rows])
+            self._busy[device] = Intervals(t.ts[rows], t.end[rows])
         return self._busy[device]
 
-    def lane_ops(self, device: int, lane: int) -> _Intervals:
+    def lane_ops(self, device: int, lane: int) -> Intervals:
         """When a host thread ran any operator (its leaves and the operators enclosing them)."""
         key = (device, lane)
         if key not in self._lane_ops:
             t, rows = self.table, self.host_ops
             rows = rows[(t.device[rows] == device) & (t.lane[rows] == lane)]
-            self._lane_ops[key] = _Intervals(t.ts[rows], t.end[rows])
+            self._lane_ops[key] = Intervals(t.ts[rows], t.end[rows])
         return self._lane_ops[key]
 
 
