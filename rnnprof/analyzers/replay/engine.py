@@ -25,7 +25,7 @@ class Schedule:
     ready: np.ndarray  # when its dependencies allowed it to start (before its host work)
 
 
-def topological_order(graph: ReplayGraph) -> tuple[np.ndarray, np.ndarray]:
+def replay_order(graph: ReplayGraph) -> tuple[np.ndarray, np.ndarray]:
     """An order in which every edge's source comes first (by measured start, arrivals and done nodes before
     events starting with them), and the mask of the edges kept: a graph whose measured clocks disagree with
     its dependencies (a cycle) loses the edges into the earliest node still waiting, counted by the caller."""
