@@ -3,7 +3,8 @@
 ``analyze_run`` runs the analyses the other commands run (``comm``, ``count-ops``,
 ``placement-audit``, ``critical-path``) on inputs read once, plus the top ops by time and one step's
 timeline, the kernels' launch statistics (``rnnprof.analyzers.launches``, as count-ops reports them) and the
-step times of the trace's step markers and ``rnnprof audit``'s findings; the critical path is that of the timeline's step; the roofline (``roofline``) comes computed,
+step times of the trace's step markers and ``rnnprof audit``'s findings (savings from replays of their fixes,
+and the step predicted after the top fixes, as audit gives them); the critical path is that of the timeline's step; the roofline (``roofline``) comes computed,
 as it needs the operators' shapes. The events are
 classified once for all of them (the launch statistics' launch-bound shares come from comm's idle time by
 cause). A part that cannot be computed is None with the reason, which the report lists among what it left out.
@@ -22,6 +23,8 @@ from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies, an
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
 from rnnprof.analyzers.memory import MemoryReport, analyze_memory
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
+from rnnprof.analyzers.replay import Replayer
+from rnnprof.analyzers.replay.audit_savings import TopFixes, replayed_audit
 from rnnprof.analyzers.placement import AuditInput, PlacementResult, audit_placement, configured_rules
 from rnnprof.analyzers.roofline import RooflineReport
 from rnnprof.analyzers.steps import step_marker_periods
@@ -85,6 +88,7 @@ class RunReport:
     findings_reason: str = "the input holds neither graphs nor trace events"
     memory: MemoryReport | None = None  # rnnprof memory's analysis, where the trace holds allocator records
     memory_reason: str = NO_MEMORY
+    top_fixes: TopFixes | None = None  # the top findings' fixes replayed together (audit's closing note)
 
 
 def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
@@ -107,6 +111,7 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     launches = launch_stats(events, host_wait_share=host_wait_share(comm))
     findings = audit(audit_input if audit_input is not None else events,
                      known=Known(classes=classes, comm=comm, launches=launches, placement=placement))
+    findings, top_fixes = replayed_audit(findings, Replayer(events, dependencies or Dependencies(), classes=classes))
     comm_reason = ""
     if not comm.devices:
         comm_reason = ("every event is on the host (a CPU-only tf.profiler XSpace, for one, names no device for "
@@ -132,4 +137,5 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
                      timeline, timeline_reason, critical_path, critical_path_reason,
                      launches=launches, step_times=step_times(events), roofline=roofline,
                      roofline_reason=roofline_reason, findings=findings, findings_reason="",
-                     memory=analyze_memory(events) if len(events.memory) else None)
+                     memory=analyze_memory(events) if len(events.memory) else None,
+                     top_fixes=top_fixes)

@@ -14,15 +14,18 @@ from rnnprof.analyzers.replay import (COMM, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.fixes import fix_changes
 from rnnprof.analyzers.flops import FAMILIES
-from rnnprof.commands import left_out_notes, step_flags
+from rnnprof.analyzers.replay.job import JobNames, scanned_names
+from rnnprof.commands import job_flags, left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT
 from rnnprof.errors import InputError, UsageError
+from rnnprof.events import Device
 from rnnprof.inputs.dependencies import read_dependencies
 from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.whatif import render_table, to_document
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces import load_events
 from rnnprof.traces.rank_folder import job_notes
+from rnnprof.whatif_job import job_whatif
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comm-pattern", action="append", default=[], metavar="REGEX",
                         help="also count events whose name or op type matches REGEX as communication (repeatable)")
     step_flags.add_arguments(parser)
+    job_flags.add_arguments(parser)
     limits.add_argument(parser)
 
 
@@ -118,13 +122,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
                 getattr(args, f) is not None for f in INEXPRESSIBLE)):
         changes_of(args, None)  # the one line saying that a change is needed, before the input is read
     notes = run_notes(args.paths)
-    table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
-    changes = changes_of(args, table)
-    notes += [*job_notes(table), *left_out_notes.notes(args, table)]
-    steps = step_flags.select(table, args).steps()
+    job = job_flags.rank_job(args.paths)
     try:
-        report = whatif(table, changes, read_dependencies(args.paths), steps=steps if len(steps) else None,
-                        comm_patterns=args.comm_pattern)
+        if job is not None:
+            report, more, left_out = _job(job, args)
+            notes += more
+        else:
+            job_flags.refuse_job_options(args)
+            report, more, left_out = _one_table(args)
+            notes += more
     except ChangeError as exc:
         raise UsageError(str(exc)) from None
     if not report.steps:
@@ -132,7 +138,33 @@ def run(args: argparse.Namespace, console: Console) -> int:
                          "a trace of device ops or kernels")
     render_notes(notes)
     if args.json:
-        render_json({**to_document(report), "left_out": left_out_notes.counts(table)}, console)
+        render_json({**to_document(report), "left_out": left_out}, console)
     else:
         render_table(report, console)
     return 0
+
+
+def _one_table(args: argparse.Namespace):
+    """``(report, notes, left_out counts)`` of the input read into one table."""
+    table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
+    changes = changes_of(args, table)
+    notes = [*job_notes(table), *left_out_notes.notes(args, table)]
+    steps = step_flags.select(table, args).steps()
+    report = whatif(table, changes, read_dependencies(args.paths), steps=steps if len(steps) else None,
+                    comm_patterns=args.comm_pattern)
+    return report, notes, left_out_notes.counts(table)
+
+
+def _job(job, args: argparse.Namespace):
+    """``(report, notes, left_out counts)`` of a whole job's rank files, a rank per worker."""
+    names = scanned_names(changes_of(args, JobNames((), (Device("gpu", 0),))))
+    report, notes, left_out = job_flags.run_job(
+        job_whatif, job, args, changes_of=lambda found: changes_of(args, found), names=names,
+        comm_patterns=args.comm_pattern, dependencies=read_dependencies(args.paths),
+        choose=lambda known: _chosen(args, known))
+    return report, [*notes, *left_out_notes.notes(args, left_out)], left_out_notes.counts(left_out)
+
+
+def _chosen(args: argparse.Namespace, known) -> list[int] | None:
+    steps = step_flags.chosen(known, args)
+    return list(steps) if len(steps) else None

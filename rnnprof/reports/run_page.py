@@ -41,6 +41,7 @@ def run_page(report: RunReport, name: str, notes: list[str], findings: AuditResu
     page.heading(f"rnnprof report: {name}", 1)
     page.paragraph(f"input: {report.label} ({report.source_format or 'graph'}, {report.events:,} trace events)", "sub")
     _findings(page, findings, findings_reason, left_out or {})
+    _top_fixes(page, report)
     _run(page, report, notes)
     _throughput(page, report)
     _time(page, report)
@@ -82,6 +83,17 @@ def _findings(page: Page, result: AuditResult | None, reason: str, left_out: dic
         page.paragraph(f"note: {note}", "note")
     if left_out:
         page.paragraph(f"left out of the audit: {_value(left_out)}", "note")
+
+
+def _top_fixes(page: Page, report: RunReport) -> None:
+    """The step predicted after the top findings' fixes, replayed together (``whatif --fix ...``)."""
+    top = report.top_fixes if report.findings is not None else None
+    if top is not None and top.step_us > 0:
+        page.paragraph(f"Predicted step after fixing {', '.join(top.findings)} together: "
+                       f"{fmt_ms(top.predicted_us)} ms, {fmt_ms(top.saving_us)} ms "
+                       f"({100 * top.saving_us / top.step_us:.1f}%) less than the measured "
+                       f"{fmt_ms(top.step_us)} ms (a replay: whatif "
+                       f"{' '.join('--fix ' + f for f in top.fixes)})")
 
 
 def _subject(subject: Subject) -> str:

@@ -6,8 +6,8 @@ A node's duration is its own work, never its waits: a collective member waits fo
 untraced gap before a host thread's node is that thread's work while a gap before a kernel is a delay of the
 dependency it waited for. Unchanged, the replay gives the measured times. Pure: no I/O.
 Modules: ``result`` (changes and results), ``graph`` (one step's replay graph), ``engine`` (order, calibration,
-replay), ``changes``, ``families``, ``fixes`` (audit rules as changes), ``outcome``, ``analysis`` (``whatif``).
-The model in full: docs/commands/whatif.md.
+replay), ``changes``, ``families``, ``fixes`` (audit rules as changes), ``outcome``, ``analysis`` (``whatif``),
+``job`` (a whole job's replay, a step at a time, on the critical path's rank parts). The model in full: docs/commands/whatif.md.
 """
 
 from rnnprof.analyzers.replay.analysis import TOLERANCE_PCT, Replayer, check_changes, whatif

@@ -44,7 +44,8 @@ def replay_windows(tt: TableIndex, steps: list[int]) -> dict[int, tuple[float, f
 
 
 def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
-    """Raise ``ChangeError`` for a change that names what the input lacks."""
+    """Raise ``ChangeError`` for a change that names what the input lacks (``table``: anything with the
+    ``strings`` and ``devices`` of the input)."""
     workers = sorted({d.worker for d in table.devices} - {""})
     for c in changes:
         if c.kind in (SCALE, SCALE_HOST) and c.subject not in set(table.strings):
@@ -59,18 +60,31 @@ def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
                               f"{', '.join(workers) or 'none named'})")
 
 
-def _latest_rank(graphs: list[StepGraph]) -> str:
-    """The rank that arrives last at its collectives: the largest summed wait it makes the others' do."""
+def needs_latest_rank(changes: Sequence[Change]) -> bool:
+    """Whether a change is about the rank that arrives last (an even-host or even-input change naming none)."""
+    return any(c.kind in (EVEN_HOST, EVEN_INPUT) and not c.subject for c in changes)
+
+
+def lateness(sg: StepGraph) -> dict[str, float]:
+    """Per rank, the summed wait its late arrivals at the step's collectives make the others' do."""
     late: dict[str, float] = {}
-    for sg in graphs:
-        g = sg.graph
-        arrival = g.edge_kind(EDGE_ARRIVAL) & (g.node_kind[g.dst] == DONE) & (g.node_kind[g.src] == ARRIVAL)
-        for d in np.unique(g.dst[arrival]).tolist():
-            members = g.src[arrival & (g.dst == d)]
-            starts = g.start[members]
-            if len(members) > 1:
-                last = int(members[np.argmax(starts)])
-                late[sg.worker[last]] = late.get(sg.worker[last], 0.0) + float(starts.max() - np.median(starts))
+    g = sg.graph
+    arrival = g.edge_kind(EDGE_ARRIVAL) & (g.node_kind[g.dst] == DONE) & (g.node_kind[g.src] == ARRIVAL)
+    for d in np.unique(g.dst[arrival]).tolist():
+        members = g.src[arrival & (g.dst == d)]
+        starts = g.start[members]
+        if len(members) > 1:
+            last = int(members[np.argmax(starts)])
+            late[sg.worker[last]] = late.get(sg.worker[last], 0.0) + float(starts.max() - np.median(starts))
+    return late
+
+
+def latest_rank(lates: Iterable[dict[str, float]]) -> str:
+    """The rank that arrives last at its collectives: the largest summed wait (``lateness``, over the steps)."""
+    late: dict[str, float] = {}
+    for step in lates:
+        for worker, wait in step.items():
+            late[worker] = late.get(worker, 0.0) + wait
     if not late:
         raise ChangeError("no collective is matched across ranks: name the rank (rank1, say)")
     return max(sorted(late), key=late.get)
@@ -110,19 +124,24 @@ class Replayer:
         """Each step replayed without a change and with ``changes``, all at once."""
         check_changes(self.table, changes)
         rank = ""
-        if any(c.kind in (EVEN_HOST, EVEN_INPUT) and not c.subject for c in changes):
+        if needs_latest_rank(changes):
             workers = sorted({d.worker for d in self.table.devices} - {""})
-            rank = _latest_rank([sg for _, sg in self.graphs]) if len(workers) > 1 else "".join(workers[:1])
-        changed = {c.describe(): 0 for c in changes}
-        results = []
-        for s, sg in self.graphs:
-            result, counts = _replay_step(s, sg, changes, rank)
-            results.append(result)
-            for c, n in zip(changes, counts):
-                changed[c.describe()] += n
-        notes = (f"the latest rank at the collectives: {rank}",) if rank else ()
-        return WhatIfReport(changes=tuple(changes), steps=tuple(results), changed=changed, notes=notes,
-                            lacks=self.lacks)
+            rank = latest_rank(lateness(sg) for _, sg in self.graphs) if len(workers) > 1 else "".join(workers[:1])
+        return whatif_report(changes, [replay_step(s, sg, changes, rank) for s, sg in self.graphs], rank,
+                             self.lacks)
+
+
+def whatif_report(changes: Sequence[Change], replays: Iterable[tuple[StepReplay, list[int]]], rank: str,
+                  lacks: tuple) -> WhatIfReport:
+    """The report of the steps' replays (``replay_step``'s); ``rank``: the latest rank, where it was asked for."""
+    changed = {c.describe(): 0 for c in changes}
+    results = []
+    for result, counts in replays:
+        results.append(result)
+        for c, n in zip(changes, counts):
+            changed[c.describe()] += n
+    notes = (f"the latest rank at the collectives: {rank}",) if rank else ()
+    return WhatIfReport(changes=tuple(changes), steps=tuple(results), changed=changed, notes=notes, lacks=lacks)
 
 
 def whatif(table: EventTable, changes: Sequence[Change], dependencies: Dependencies = Dependencies(),
@@ -134,7 +153,8 @@ def whatif(table: EventTable, changes: Sequence[Change], dependencies: Dependenc
     return Replayer(table, dependencies, steps, comm_patterns, classes).run(changes)
 
 
-def _replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str) -> tuple[StepReplay, list[int]]:
+def replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str) -> tuple[StepReplay, list[int]]:
+    """One step replayed unchanged and with ``changes``; the nodes each change changed."""
     g = sg.graph
     order, keep = replay_order(g)
     base = calibrate(g, keep)

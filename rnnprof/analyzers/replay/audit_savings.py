@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from dataclasses import dataclass
 
 from rnnprof.analyzers.audit.finding import Finding, Severity
 from rnnprof.analyzers.audit.registry import AuditResult, rank_key
@@ -16,6 +17,26 @@ from rnnprof.analyzers.replay.result import Change, ChangeError, WhatIfReport
 
 TOGETHER = 3  # the top findings whose fixes are replayed together
 REPLAY_BASIS = "replay"  # a saving_basis that starts with it: the saving a replay of the fix predicts
+
+
+@dataclass(frozen=True)
+class TopFixes:
+    """The top findings' fixes replayed together: ``whatif --fix F ...`` with ``fixes`` gives the same saving."""
+
+    findings: tuple[str, ...]  # each finding's rule and subject ("PF006 aten::mm")
+    fixes: tuple[str, ...]  # each finding's ``--fix`` text (``fix_of``)
+    saving_us: float  # the median over the steps of the unchanged replay less the changed one
+    step_us: float  # the audit's median step
+
+    @property
+    def predicted_us(self) -> float:
+        return self.step_us - self.saving_us
+
+    def note(self) -> str:
+        share = (f" ({100 * self.saving_us / self.step_us:.1f}% of the median step): a predicted step of "
+                 f"{self.predicted_us / 1000:.3f} ms" if self.step_us > 0 else "")
+        return (f"replay: fixing {', '.join(self.findings)} together saves {self.saving_us / 1000:.3f} ms a "
+                f"step{share}")
 
 
 def fix_of(finding: Finding) -> str:
@@ -49,8 +70,13 @@ def _changes(finding: Finding, replayer: Replayer) -> list[Change] | str:
 def replayed_savings(result: AuditResult, replayer: Replayer) -> AuditResult:
     """``result`` with each finding's saving from a replay of its fix where it can be replayed, re-ranked, and
     notes saying which kept their bound and what the top findings' fixes give together."""
+    return replayed_audit(result, replayer)[0]
+
+
+def replayed_audit(result: AuditResult, replayer: Replayer) -> tuple[AuditResult, TopFixes | None]:
+    """``replayed_savings`` and the top findings' fixes replayed together (None: no fix could be replayed)."""
     if not replayer.graphs or not result.findings:
-        return result
+        return result, None
     findings, notes, fixes = [], [], {}
     for f in result.findings:
         changes = _changes(f, replayer)
@@ -73,20 +99,19 @@ def replayed_savings(result: AuditResult, replayer: Replayer) -> AuditResult:
         findings.append(replayed)
         fixes[id(replayed)] = changes
     findings.sort(key=rank_key)
-    notes.extend(_together(findings, fixes, replayer, result.noise.median_us))
-    return dataclasses.replace(result, findings=tuple(findings), notes=(*result.notes, *notes))
+    top = _together(findings, fixes, replayer, result.noise.median_us)
+    notes.extend([top.note()] if top else [])
+    return dataclasses.replace(result, findings=tuple(findings), notes=(*result.notes, *notes)), top
 
 
 def _together(findings: list[Finding], fixes: dict[int, list[Change]], replayer: Replayer,
-              step_us: float) -> list[str]:
-    """The note on the top findings (alarms first) whose fixes were replayed, fixed together."""
+              step_us: float) -> TopFixes | None:
+    """The top findings (alarms first) whose fixes were replayed, fixed together."""
     alarms = [f for f in findings if id(f) in fixes and f.severity >= Severity.WARNING]
     top = (alarms or [f for f in findings if id(f) in fixes])[:TOGETHER]
     if not top:
-        return []
+        return None
     changes = list(dict.fromkeys(c for f in top for c in fixes[id(f)]))
     saving = replay_saving_us(replayer.run(changes))
-    names = ", ".join(f.rule + (f" {f.subject.rank or f.subject.op or ''}".rstrip()) for f in top)
-    share = (f" ({100 * saving / step_us:.1f}% of the median step): a predicted step of "
-             f"{(step_us - saving) / 1000:.3f} ms" if step_us > 0 else "")
-    return [f"replay: fixing {names} together saves {saving / 1000:.3f} ms a step{share}"]
+    names = tuple(f.rule + (f" {f.subject.rank or f.subject.op or ''}".rstrip()) for f in top)
+    return TopFixes(names, tuple(fix_of(f) for f in top), saving, step_us)

@@ -1,0 +1,104 @@
+"""A whole job's replay, rank by rank, on the critical path's job parts (``critical_path.job``): each rank alone
+gives its DAG candidates (``rank_part``) and the events the changes look inside (``named_events``: the
+operators a scale names, the data-loading ranges); a step's replay graph is built from the candidates of every
+rank that overlap the step's window (``JobIndex``), joined at the collectives matched across ranks, and
+replayed, the same graph, numbers and changes as ``whatif`` of the ranks merged into one table gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from rnnprof.analyzers.audit.input_stalls import INPUT_RANGE
+from rnnprof.analyzers.classify import EventClass
+from rnnprof.analyzers.critical_path.graph import StepDAG
+from rnnprof.analyzers.critical_path.job import JobIndex, JobPlan, RankPart, RankSummary, job_plan
+from rnnprof.analyzers.critical_path.result import Dependencies
+from rnnprof.analyzers.replay.analysis import lateness, replay_step
+from rnnprof.analyzers.replay.changes import StepGraph
+from rnnprof.analyzers.replay.families import family_members
+from rnnprof.analyzers.replay.graph import replay_graph
+from rnnprof.analyzers.replay.result import FAMILY, SCALE, SCALE_HOST, Change, StepReplay
+from rnnprof.events import Device, EventTable, concat
+
+
+@dataclass(frozen=True)
+class JobNames:
+    """What ``check_changes`` and ``fix_changes`` read of a job: its strings and devices."""
+
+    strings: tuple[str, ...]
+    devices: tuple[Device, ...]
+
+
+def scanned_names(changes: Iterable[Change]) -> frozenset[str]:
+    """The names of the events whose spans the changes look inside (operators scaled; data loading is always)."""
+    names: set[str] = set()
+    for c in changes:
+        if c.kind in (SCALE, SCALE_HOST):
+            names.add(c.subject)
+        elif c.kind == FAMILY:
+            names |= family_members(c.subject)
+    return frozenset(names)
+
+
+def named_events(table: EventTable, names: frozenset[str]) -> EventTable:
+    """The rank's events named by ``names`` (name or op type) or data-loading ranges, in row order."""
+    wanted = np.array([s in names or bool(INPUT_RANGE.match(s)) for s in table.strings] or [False], dtype=bool)
+    rows = np.flatnonzero(wanted[table.name] | wanted[table.op_type])
+    return EventTable(**{c: getattr(table, c)[rows] for c in EventTable.COLUMNS}, strings=table.strings,
+                      devices=table.devices)
+
+
+def replay_plan(summaries: Sequence[RankSummary], steps: Sequence[int] | None = None,
+                dependencies: Dependencies = Dependencies()) -> JobPlan:
+    """``job_plan`` with the replay's windows: a step's own candidates' first start to last end over the ranks
+    (``analysis.replay_windows``; they may overlap), where the job has steps."""
+    plan = job_plan(summaries, steps, dependencies)
+    if not plan.has_steps:
+        return plan
+    windows = {}
+    for s in plan.steps:
+        spans = [x.spans[s] for x in summaries if s in x.spans]
+        if spans:
+            windows[s] = (min(a for a, _ in spans), max(b for _, b in spans))
+    return replace(plan, steps=tuple(s for s in plan.steps if s in windows), windows=windows)
+
+
+def _in_window(named: EventTable, window: tuple[float, float]) -> EventTable:
+    keep = np.flatnonzero((named.ts <= window[1]) & (named.ts + named.dur >= window[0]))
+    return EventTable(**{c: getattr(named, c)[keep] for c in EventTable.COLUMNS}, strings=named.strings,
+                      devices=named.devices)
+
+
+def job_step_graph(parts: Sequence[RankPart], named: Sequence[EventTable], plan: JobPlan, step: int,
+                   dependencies: Dependencies = Dependencies()) -> StepGraph | None:
+    """One step's replay graph over the ranks' ``parts``; its table also holds the ranks' ``named`` events in
+    the window (after the candidates: the graph's rows are the candidates')."""
+    window = plan.windows[step]
+    index = JobIndex(parts, plan, window)
+    dag = StepDAG(index, step, window, dependencies)
+    if not dag.n:
+        return None
+    graph = replay_graph(dag, index.table, index.classes, index.is_thread)
+    extra = [_in_window(t, window) for t in named]
+    table = concat([index.table, *extra])
+    classes = np.concatenate([index.classes, np.full(len(table) - len(index.table), EventClass.ANNOTATION,
+                                                     dtype=index.classes.dtype)])
+    return StepGraph(graph, table, classes, float(window[0]))
+
+
+def job_step_lateness(parts: Sequence[RankPart], named: Sequence[EventTable], plan: JobPlan, step: int,
+                      dependencies: Dependencies = Dependencies()) -> dict[str, float]:
+    sg = job_step_graph(parts, named, plan, step, dependencies)
+    return lateness(sg) if sg is not None else {}
+
+
+def job_step_replay(parts: Sequence[RankPart], named: Sequence[EventTable], plan: JobPlan, step: int,
+                    changes: Sequence[Change], rank: str, dependencies: Dependencies = Dependencies()
+                    ) -> tuple[StepReplay, list[int]] | None:
+    """One step replayed unchanged and with ``changes`` (``rank``: the latest rank, where a change needs it)."""
+    sg = job_step_graph(parts, named, plan, step, dependencies)
+    return replay_step(step, sg, changes, rank) if sg is not None else None

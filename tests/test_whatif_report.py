@@ -1,0 +1,57 @@
+"""rnnprof report's predicted step after the top fixes, against ``rnnprof whatif --fix ...`` of the same findings
+on the same input: two paths through the CLI (report's analyses in one process; audit --json's findings and
+whatif --json's replayed steps) must give the same figures."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import statistics
+
+from fixtures import FIXTURES as DATA
+from rnnprof.cli import main
+
+SAMPLED = [str(DATA / "kineto-sampled-rank0.json.gz"), str(DATA / "kineto-sampled-rank1.json.gz")]
+LINE = re.compile(r"Predicted step after fixing (.+?) together: ([\d,.]+) ms, ([\d,.]+) ms \(([\d.]+)%\) less "
+                  r"than the measured ([\d,.]+) ms \(a replay: whatif ((?:--fix \S+ ?)+)\)")
+
+
+def _ms(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _fix_of(finding: dict) -> str:
+    """A finding's --fix text, as a user reads it off audit --json."""
+    rule, subject = finding["rule"], finding["subject"]
+    if rule in ("PF001", "PF005"):
+        return f"{rule}:{subject.get('rank') or ''}"
+    if rule == "PF004":
+        return "PF004:syncs" if "synchroniz" in finding["title"] else "PF004"
+    return f"PF006:{subject.get('op') or ''}" if rule == "PF006" else rule
+
+
+def test_the_reports_predicted_step_after_the_top_fixes_is_whatifs_of_the_same_fixes(tmp_path, capsys):
+    out = tmp_path / "report.html"
+    assert main(["report", *SAMPLED, "-o", str(out)]) == 0
+    found = LINE.search(html.unescape(re.sub(r"<[^>]+>", "", out.read_text())))
+    assert found, "the findings section gives the predicted step after the top fixes"
+    names, predicted, saving, share, measured, flags = found.groups()
+    fixes = flags.split()[1::2]
+    capsys.readouterr()
+
+    assert main(["audit", *SAMPLED, "--json", "--fail-on", "never"]) == 0
+    audit = json.loads(capsys.readouterr().out)
+    replayed = [f for f in audit["findings"] if f["saving_basis"].startswith("replay")]
+    alarms = [f for f in replayed if f["severity"] in ("warning", "error")]
+    top = (alarms or replayed)[:3]
+    assert fixes == [_fix_of(f) for f in top] and len(fixes) >= 2  # the audit's top replayed findings
+    assert _ms(measured) == audit["noise"]["step_ms_median"]
+    assert any(n.startswith(f"replay: fixing {names} together saves {saving} ms") for n in audit["notes"])
+
+    assert main(["whatif", *SAMPLED, *(a for f in fixes for a in ("--fix", f)), "--json"]) == 0
+    steps = json.loads(capsys.readouterr().out)["steps"]
+    expected = max(0.0, statistics.median(s["replayed_us"] - s["predicted_us"] for s in steps)) / 1000
+    assert _ms(saving) == round(expected, 3) and expected > 0
+    assert abs(_ms(predicted) - (audit["noise"]["step_ms_median"] - expected)) <= 0.0015
+    assert abs(float(share) - 100 * expected / audit["noise"]["step_ms_median"]) <= 0.05
