@@ -5,7 +5,6 @@ is then built and replayed in a worker from the parts' rows in its window. Wirin
 
 from __future__ import annotations
 
-import pickle
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +20,9 @@ from rnnprof.analyzers.replay.result import Change, WhatIfReport
 from rnnprof.events import TableMetadata, merge_metadata
 from rnnprof.parallel import Workers
 from rnnprof.traces.rank_folder import RankFolder, loaded_notes
-from rnnprof.whole_job import OnDone, RankResult, RankTask, open_part, save_part
+from rnnprof.whole_job import OnDone, RankResult, RankTask, open_part, open_table, save_part, save_table
 
-NAMED = "named.pickle"
+NAMED = "named"  # the folder of a rank's named events
 
 
 @dataclass(frozen=True)
@@ -53,8 +52,7 @@ def replay_part_of_rank(task: ReplayPartTask) -> RankResult:
     part, summary = rank_part(table, classify(table, task.rank.comm_patterns))
     folder = Path(task.scratch)
     save_part(part, folder)
-    with open(folder / NAMED, "wb") as f:
-        pickle.dump(named_events(table, task.names), f)
+    save_table(named_events(table, task.names), folder / NAMED)
     return RankResult((summary, table.strings, table.devices),
                       table.metadata.distributed[0] if table.metadata.distributed else None,
                       ",".join(sorted({d.worker for d in table.devices})),
@@ -71,10 +69,7 @@ def _results(folder: RankFolder, outcomes: list[RankResult]) -> tuple[list, list
 def replay_of_step(task: ReplayStepTask):
     """The step's ``(StepReplay, counts)`` (None: no event in its window), or its lateness per rank."""
     parts = [open_part(Path(d)) for d in task.scratch]
-    named = []
-    for d in task.scratch:
-        with open(Path(d) / NAMED, "rb") as f:
-            named.append(pickle.load(f))
+    named = [open_table(Path(d) / NAMED) for d in task.scratch]
     if task.changes is None:
         return job_step_lateness(parts, named, task.plan, task.step, task.dependencies)
     return job_step_replay(parts, named, task.plan, task.step, task.changes, task.rank, task.dependencies)

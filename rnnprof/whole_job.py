@@ -8,12 +8,12 @@ all ranks merged into one table gives (the tests hold the two equal), wherever e
 
 from __future__ import annotations
 
-import pickle
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+import msgspec
 import numpy as np
 
 from rnnprof import limits
@@ -29,9 +29,12 @@ from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US, launch_sample, l
 from rnnprof.analyzers.opcount import combine_kernel_counts, count_kernels
 from rnnprof.analyzers.steps import StepSelection, StepSelectionError, select_steps
 from rnnprof.errors import UsageError
-from rnnprof.events import Alignment, EventTable, TableMetadata, merge_metadata
+from rnnprof.events import Alignment, Device, EventTable, TableMetadata, merge_metadata
+from rnnprof.files import atomic_write_bytes
 from rnnprof.parallel import Workers, map_items
 from rnnprof.traces.rank_folder import RankFile, RankFolder, load_rank, loaded_notes
+
+PART_TABLES = "tables.json"  # a rank part's strings, devices and array headers
 
 OnDone = Callable[[int, int], None]
 
@@ -159,23 +162,54 @@ def path_of_step(task: StepTask) -> StepPath | None:
 
 
 def save_part(part: RankPart, folder: Path) -> None:
-    """Each array in a ``.npy`` file of its own; the strings, devices and the arrays' headers in one pickle."""
+    """Each array in a ``.npy`` file of its own; the strings, devices and the arrays' headers in one JSON file
+    (plain data: nothing in a scratch folder is unpickled)."""
     folder.mkdir(parents=True, exist_ok=True)
-    headers = {}
-    for name, values in part.arrays.items():
-        np.save(folder / f"{name}.npy", values)
-        headers[name] = StoredArray(folder / f"{name}.npy").header
-    with open(folder / "tables.pickle", "wb") as f:
-        pickle.dump((part.strings, part.devices, headers), f)
+    headers = save_arrays(part.arrays, folder)
+    atomic_write_bytes(folder / PART_TABLES, msgspec.json.encode(
+        {"strings": list(part.strings), "devices": [[d.kind, d.index, d.worker] for d in part.devices],
+         "headers": headers}))
 
 
 def open_part(folder: Path) -> RankPart:
     """A part ``save_part`` wrote, its arrays read from the files as they are indexed (a step reads the rows of
     its window only)."""
-    with open(folder / "tables.pickle", "rb") as f:
-        strings, devices, headers = pickle.load(f)
-    return RankPart({name: StoredArray(folder / f"{name}.npy", header) for name, header in headers.items()},
-                    strings, devices)
+    tables = msgspec.json.decode((folder / PART_TABLES).read_bytes())
+    return RankPart(open_arrays(folder, tables["headers"]), tuple(tables["strings"]),
+                    tuple(Device(kind, index, worker) for kind, index, worker in tables["devices"]))
+
+
+def save_arrays(arrays: dict, folder: Path) -> dict:
+    """``arrays`` (name -> array) each saved by ``numpy.save`` in ``folder``; their headers, as plain data."""
+    headers = {}
+    for name, values in arrays.items():
+        np.save(folder / f"{name}.npy", np.asarray(values))
+        shape, dtype, offset = StoredArray(folder / f"{name}.npy").header
+        headers[name] = [list(shape), dtype.str, offset]
+    return headers
+
+
+def open_arrays(folder: Path, headers: dict) -> dict:
+    """The arrays ``save_arrays`` saved, each a ``StoredArray`` read as it is indexed."""
+    return {name: StoredArray(folder / f"{name}.npy", (tuple(shape), np.dtype(dtype), offset))
+            for name, (shape, dtype, offset) in headers.items()}
+
+
+def save_table(table: EventTable, folder: Path) -> None:
+    """An event table's columns, strings and devices (not its metadata or memory records) in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    headers = save_arrays({c: getattr(table, c) for c in EventTable.COLUMNS}, folder)
+    atomic_write_bytes(folder / PART_TABLES, msgspec.json.encode(
+        {"strings": list(table.strings), "devices": [[d.kind, d.index, d.worker] for d in table.devices],
+         "headers": headers}))
+
+
+def open_table(folder: Path) -> EventTable:
+    """The table ``save_table`` saved, read whole."""
+    tables = msgspec.json.decode((folder / PART_TABLES).read_bytes())
+    arrays = open_arrays(folder, tables["headers"])
+    return EventTable(**{c: np.asarray(arrays[c]) for c in EventTable.COLUMNS}, strings=tuple(tables["strings"]),
+                      devices=tuple(Device(kind, index, worker) for kind, index, worker in tables["devices"]))
 
 
 class StoredArray:

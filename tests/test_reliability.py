@@ -316,10 +316,15 @@ def test_every_file_write_in_the_package_goes_through_a_rename():
     """Direct writes would leave half files on a crash; everything goes through atomic_write_*."""
     # The one sanctioned writer is capture._write_then_rename: mkstemp + os.fdopen + os.replace.
     direct = re.compile(r"\.write_(text|bytes)\(|(?<!fd)open\([^)]*['\"][wax]b?['\"]|gzip\.open\([^)]*['\"]w")
+    # faulthandler writes a rank's stacks into a file kept open from the capture's start (a hung rank cannot
+    # write a whole file on request); the collector copies it whole, through a rename, into hang/
+    streamed = {"recording/hang_probe.py": 'self._stacks = open(self.files["stacks"], "w")'}
     offenders = []
-    for path in Path(rnnprof.__file__).parent.rglob("*.py"):
+    root = Path(rnnprof.__file__).parent
+    for path in root.rglob("*.py"):
         for n, line in enumerate(path.read_text().splitlines(), 1):
-            if direct.search(line) and "corpus/make_corpus.py" not in path.as_posix():
+            if direct.search(line) and "corpus/make_corpus.py" not in path.as_posix() \
+                    and streamed.get(path.relative_to(root).as_posix()) != line.strip():
                 offenders.append(f"{path.name}:{n}: {line.strip()}")
     assert offenders == []
 
@@ -331,8 +336,13 @@ def test_nothing_read_is_unpickled_or_evaluated():
     forbidden = re.compile(r"\bimport pickle\b|\bpickle\.|\bcPickle\b|\bdill\b|\bmarshal\.loads|\bshelve\b"
                            r"|allow_pickle\s*=\s*True|yaml\.(unsafe_)?load\(|(?<![\w.])eval\(|(?<![\w.])exec\("
                            r"|\btorch\.load\(|np\.load\(")
+    # flight-recorder dumps are pickles: the one reader loads plain data only (its Unpickler refuses every
+    # global and persistent reference; tests/test_hang.py plants a pickle that would run code)
+    plain_only = "traces/flight_recorder.py"
     hits = []
     for path in Path(rnnprof.__file__).parent.rglob("*.py"):
+        if path.relative_to(Path(rnnprof.__file__).parent).as_posix() == plain_only:
+            continue
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if forbidden.search(line):
                 hits.append(f"{path.relative_to(Path(rnnprof.__file__).parent)}:{n}: {line.strip()}")

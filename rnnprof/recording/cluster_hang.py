@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from rnnprof import rundir
+from rnnprof.files import atomic_write_bytes
 from rnnprof.analyzers.hang import HangVerdict, RankStacks, analyze_cluster_hang, slow_verdict
 from rnnprof.recording import hang_collect
 from rnnprof.recording.hang_probe import TASKS
@@ -122,7 +123,7 @@ class ClusterHangWatch:
         verdict = analyze_cluster_hang(self.names, tasks, second.stacks[CHIEF])
         chief_text = second.stack_texts.pop(CHIEF)
         files = hang_collect.save(self.run_dir, second, verdict.summary)
-        (self.run_dir / rundir.HANG_DIR / CHIEF_STACKS).write_text(chief_text)
+        atomic_write_bytes(self.run_dir / rundir.HANG_DIR / CHIEF_STACKS, chief_text.encode())
         hang_collect.clear(scratch)
         self.record = {"kind": verdict.kind, "verdict": verdict.summary,
                        "ranks": sorted({c.rank for c in verdict.culprits}),

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rnnprof import rundir
+from rnnprof.files import atomic_write_bytes
 from rnnprof.analyzers.hang import RankRecorder, RankStacks
 from rnnprof.errors import InputError
 from rnnprof.recording import ranks
@@ -139,10 +140,7 @@ def save(run_dir: Path, got: Sample, verdict_line: str) -> list[str]:
 
 
 def _write(path: Path, data: bytes) -> Path:
-    scratch = path.with_name(path.name + ".tmp")
-    scratch.write_bytes(data)
-    os.replace(scratch, path)
-    return path
+    return atomic_write_bytes(path, data)
 
 
 def clear(scratch: Path) -> None:

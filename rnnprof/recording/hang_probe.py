@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 from rnnprof import rundir
+from rnnprof.files import atomic_write_bytes
 from rnnprof.traces.stack_dump import MAIN_MARK
 from rnnprof.training.cluster import TASK_PROBE_ENV
 
@@ -132,9 +133,7 @@ def _dump_to(target: Path) -> None:
         data = torch._C._distributed_c10d._dump_fr_trace()
     except Exception as exc:  # no recorder in this torch, or none initialised: say so in the file
         data = f"error: {type(exc).__name__}: {exc}".encode()
-    scratch = target.with_name(target.name + ".tmp")
     try:
-        scratch.write_bytes(data)
-        os.replace(scratch, target)
+        atomic_write_bytes(target, data)
     except OSError:
         pass
