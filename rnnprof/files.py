@@ -7,7 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 from rnnprof.errors import InputError
@@ -34,21 +34,35 @@ _FILE_MODE = _file_mode()
 
 
 def _write_then_rename(path: Path, data: bytes) -> None:
+    """The scratch file is named before it is made, so that an interruption at any point (a signal handler that
+    raises, even between the file's creation and the call's return) leaves no scratch file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        while True:
+            tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                break
+            except FileExistsError:
+                tmp = None
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fchmod(handle.fileno(), _FILE_MODE)  # mkstemp makes 0600; a run is shared like any file
+            os.fchmod(handle.fileno(), _FILE_MODE)  # made 0600; a run is shared like any file
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if tmp is not None:
+            _remove(tmp)
         raise
+
+
+def _remove(tmp: Path) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
 
 
 def atomic_write_json(path: str | Path, value, gzipped: bool = False) -> Path:

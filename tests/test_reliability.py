@@ -551,3 +551,25 @@ def test_no_analysis_changes_the_run_directory_it_reads(tmp_path, capsys):
         assert code in (0, 1), argv
         assert _digest(run) == before, f"{argv[0]} changed the run directory it read"
     assert (out / "r.html").exists()
+
+
+def test_a_write_interrupted_right_after_its_scratch_file_is_made_leaves_nothing(tmp_path, monkeypatch):
+    """A signal whose handler raises can land between the scratch file's creation and the call's return (an
+    interrupted run once kept ``.step-4.trace.json.gz.*.tmp``): the scratch file is removed all the same, and
+    what was there before is kept."""
+    from rnnprof import files
+
+    target = tmp_path / "manifest.json"
+    target.write_bytes(b"before")
+    real_open = os.open
+
+    def open_then_interrupted(path, flags, mode=0o777):
+        real_open(path, flags, mode)  # made, and its descriptor lost to the interruption
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(files.os, "open", open_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        files.atomic_write_bytes(target, b"after")
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
+    assert target.read_bytes() == b"before"
