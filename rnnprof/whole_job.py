@@ -164,19 +164,13 @@ def path_of_step(task: StepTask) -> StepPath | None:
 def save_part(part: RankPart, folder: Path) -> None:
     """Each array in a ``.npy`` file of its own; the strings, devices and the arrays' headers in one JSON file
     (plain data: nothing in a scratch folder is unpickled)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    headers = save_arrays(part.arrays, folder)
-    atomic_write_bytes(folder / PART_TABLES, msgspec.json.encode(
-        {"strings": list(part.strings), "devices": [[d.kind, d.index, d.worker] for d in part.devices],
-         "headers": headers}))
+    _save(part.arrays, part.strings, part.devices, folder)
 
 
 def open_part(folder: Path) -> RankPart:
     """A part ``save_part`` wrote, its arrays read from the files as they are indexed (a step reads the rows of
     its window only)."""
-    tables = msgspec.json.decode((folder / PART_TABLES).read_bytes())
-    return RankPart(open_arrays(folder, tables["headers"]), tuple(tables["strings"]),
-                    tuple(Device(kind, index, worker) for kind, index, worker in tables["devices"]))
+    return RankPart(*_open(folder))
 
 
 def save_arrays(arrays: dict, folder: Path) -> dict:
@@ -197,19 +191,26 @@ def open_arrays(folder: Path, headers: dict) -> dict:
 
 def save_table(table: EventTable, folder: Path) -> None:
     """An event table's columns, strings and devices (not its metadata or memory records) in ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    headers = save_arrays({c: getattr(table, c) for c in EventTable.COLUMNS}, folder)
-    atomic_write_bytes(folder / PART_TABLES, msgspec.json.encode(
-        {"strings": list(table.strings), "devices": [[d.kind, d.index, d.worker] for d in table.devices],
-         "headers": headers}))
+    _save({c: getattr(table, c) for c in EventTable.COLUMNS}, table.strings, table.devices, folder)
 
 
 def open_table(folder: Path) -> EventTable:
     """The table ``save_table`` saved, read whole."""
+    arrays, strings, devices = _open(folder)
+    return EventTable(**{c: np.asarray(arrays[c]) for c in EventTable.COLUMNS}, strings=strings, devices=devices)
+
+
+def _save(arrays: dict, strings, devices, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    headers = save_arrays(arrays, folder)
+    atomic_write_bytes(folder / PART_TABLES, msgspec.json.encode(
+        {"strings": list(strings), "devices": [[d.kind, d.index, d.worker] for d in devices], "headers": headers}))
+
+
+def _open(folder: Path) -> tuple[dict, tuple[str, ...], tuple[Device, ...]]:
     tables = msgspec.json.decode((folder / PART_TABLES).read_bytes())
-    arrays = open_arrays(folder, tables["headers"])
-    return EventTable(**{c: np.asarray(arrays[c]) for c in EventTable.COLUMNS}, strings=tuple(tables["strings"]),
-                      devices=tuple(Device(kind, index, worker) for kind, index, worker in tables["devices"]))
+    return (open_arrays(folder, tables["headers"]), tuple(tables["strings"]),
+            tuple(Device(kind, index, worker) for kind, index, worker in tables["devices"]))
 
 
 class StoredArray:
