@@ -30,7 +30,11 @@ MEMORY_TRACES = _with_memory()
 
 
 def test_the_real_traces_with_memory_events_are_found():
-    assert len(MEMORY_TRACES) >= 3
+    """NVIDIA and AMD traces (TraceLens's H100 and MI300X)."""
+    names = {p.name for p in MEMORY_TRACES}
+    assert {"kineto-h100-bert-small-shapes.json.gz", "kineto-h100-vit-shapes.json.gz", "kineto-h100-qwen-shapes.json.gz",
+            "kineto-mi300x-vit-shapes.json.gz", "kineto-mi300x-qwen-shapes.json.gz",
+            "kineto-normalization-shapes.json.gz"} <= names
 
 
 def _raw_series(path: Path) -> dict[str, dict]:
@@ -57,25 +61,29 @@ def _raw_series(path: Path) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("path", MEMORY_TRACES, ids=lambda p: p.name)
-def test_invariants_from_the_raw_json(path):
+def test_invariants_from_the_raw_json(path, capsys):
+    """``rnnprof memory --json`` on the trace against the file's own ``[memory]`` events."""
+    from rnnprof.cli import main
+
     raw = _raw_series(path)
-    report = analyze_memory(load_events(path))
-    analysed = {d.device: d for d in report.devices}
+    assert main(["memory", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    analysed = {d["device"]: d for d in doc["devices"]}
     assert set(analysed) == set(raw)
     for label, series in raw.items():
-        device = analysed[label]
+        device, peak = analysed[label], analysed[label]["peak"]
         # allocated at every moment is the running sum of allocations and frees, and the allocator's total agrees
         assert (series["running"] == series["total"]).all()
-        assert device.mismatches == 0 and device.records == len(series["running"])
+        assert device["mismatches"] == 0 and device["records"] == len(series["running"])
         # the peak is the maximum of that series
-        assert device.peak.allocated == series["from_zero"].max()
+        assert peak["allocated"] == series["from_zero"].max()
         if (series["reserved"] > 0).any():
-            assert device.peak_reserved == series["reserved"].max()
-            assert device.peak.reserved == series["reserved"][int(np.argmax(series["running"]))]
+            assert device["peak_reserved"] == series["reserved"].max()
+            assert peak["reserved"] == series["reserved"][int(np.argmax(series["running"]))]
         # categories, and operators, add up to the total at the peak
-        assert sum(s.bytes for s in device.peak.by_category) == device.peak.allocated
-        assert sum(s.bytes for s in device.peak.by_operator) == device.peak.allocated
-    assert report.unusable == 0
+        assert sum(s["bytes"] for s in peak["by_category"]) == peak["allocated"]
+        assert sum(s["bytes"] for s in peak["by_operator"]) == peak["allocated"]
+    assert doc["unusable"] == 0
 
 
 def test_memory_records_leave_every_event_column_unchanged(tmp_path):
