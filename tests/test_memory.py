@@ -30,11 +30,11 @@ MEMORY_TRACES = _with_memory()
 
 
 def test_the_real_traces_with_memory_events_are_found():
-    """NVIDIA and AMD traces (TraceLens's H100 and MI300X)."""
+    """NVIDIA and AMD traces (TraceLens's H100 and MI300X) and a rank of HTA's 2-GPU V100 training."""
     names = {p.name for p in MEMORY_TRACES}
-    assert {"kineto-h100-bert-small-shapes.json.gz", "kineto-h100-vit-shapes.json.gz", "kineto-h100-qwen-shapes.json.gz",
-            "kineto-mi300x-vit-shapes.json.gz", "kineto-mi300x-qwen-shapes.json.gz",
-            "kineto-normalization-shapes.json.gz"} <= names
+    assert {"kineto-h100-bert-small-shapes.json.gz", "kineto-h100-vit-shapes.json.gz",
+            "kineto-h100-qwen-shapes.json.gz", "kineto-mi300x-vit-shapes.json.gz", "kineto-mi300x-qwen-shapes.json.gz",
+            "kineto-normalization-shapes.json.gz", "kineto-2rank-rank1-v100-memory.json.gz"} <= names
 
 
 def _raw_series(path: Path) -> dict[str, dict]:
@@ -45,17 +45,21 @@ def _raw_series(path: Path) -> dict[str, dict]:
         doc = json.load(f)
     events = [e for e in doc["traceEvents"] if e.get("name") == "[memory]" and e.get("ph") == "i"]
     events.sort(key=lambda e: e["ts"])  # a stable sort: file order among equal times
+    rank = doc.get("distributedInfo", {}).get("rank")
+    worker = f"rank{rank}/" if rank is not None else ""  # a rank's trace: its devices named with the rank
     by_device: dict[str, list] = {}
     for e in events:
         a = e["args"]
-        label = "host" if a["Device Type"] == 0 else f"gpu:{a['Device Id']}"
+        label = worker + ("host" if a["Device Type"] == 0 else f"gpu:{a['Device Id']}")
         by_device.setdefault(label, []).append(a)
     out = {}
     for label, records in by_device.items():
         base = records[0]["Total Allocated"] - records[0]["Bytes"]
         running = base + np.cumsum([r["Bytes"] for r in records])
         # a CPU's Total Allocated counts only what profiling saw: rnnprof's CPU series starts at 0
-        out[label] = {"running": running, "from_zero": running - (base if label == "host" else 0), "total": np.array([r["Total Allocated"] for r in records]),
+        from_zero = running - (base if label.endswith("host") else 0)
+        out[label] = {"running": running, "from_zero": from_zero,
+                      "total": np.array([r["Total Allocated"] for r in records]),
                       "reserved": np.array([r["Total Reserved"] for r in records])}
     return out
 
