@@ -30,7 +30,11 @@ MEMORY_TRACES = _with_memory()
 
 
 def test_the_real_traces_with_memory_events_are_found():
-    assert len(MEMORY_TRACES) >= 3
+    """NVIDIA and AMD traces (TraceLens's H100 and MI300X) and a rank of HTA's 2-GPU V100 training."""
+    names = {p.name for p in MEMORY_TRACES}
+    assert {"kineto-h100-bert-small-shapes.json.gz", "kineto-h100-vit-shapes.json.gz",
+            "kineto-h100-qwen-shapes.json.gz", "kineto-mi300x-vit-shapes.json.gz", "kineto-mi300x-qwen-shapes.json.gz",
+            "kineto-normalization-shapes.json.gz", "kineto-2rank-rank1-v100-memory.json.gz"} <= names
 
 
 def _raw_series(path: Path) -> dict[str, dict]:
@@ -41,41 +45,49 @@ def _raw_series(path: Path) -> dict[str, dict]:
         doc = json.load(f)
     events = [e for e in doc["traceEvents"] if e.get("name") == "[memory]" and e.get("ph") == "i"]
     events.sort(key=lambda e: e["ts"])  # a stable sort: file order among equal times
+    rank = doc.get("distributedInfo", {}).get("rank")
+    worker = f"rank{rank}/" if rank is not None else ""  # a rank's trace: its devices named with the rank
     by_device: dict[str, list] = {}
     for e in events:
         a = e["args"]
-        label = "host" if a["Device Type"] == 0 else f"gpu:{a['Device Id']}"
+        label = worker + ("host" if a["Device Type"] == 0 else f"gpu:{a['Device Id']}")
         by_device.setdefault(label, []).append(a)
     out = {}
     for label, records in by_device.items():
         base = records[0]["Total Allocated"] - records[0]["Bytes"]
         running = base + np.cumsum([r["Bytes"] for r in records])
         # a CPU's Total Allocated counts only what profiling saw: rnnprof's CPU series starts at 0
-        out[label] = {"running": running, "from_zero": running - (base if label == "host" else 0), "total": np.array([r["Total Allocated"] for r in records]),
+        from_zero = running - (base if label.endswith("host") else 0)
+        out[label] = {"running": running, "from_zero": from_zero,
+                      "total": np.array([r["Total Allocated"] for r in records]),
                       "reserved": np.array([r["Total Reserved"] for r in records])}
     return out
 
 
 @pytest.mark.parametrize("path", MEMORY_TRACES, ids=lambda p: p.name)
-def test_invariants_from_the_raw_json(path):
+def test_invariants_from_the_raw_json(path, capsys):
+    """``rnnprof memory --json`` on the trace against the file's own ``[memory]`` events."""
+    from rnnprof.cli import main
+
     raw = _raw_series(path)
-    report = analyze_memory(load_events(path))
-    analysed = {d.device: d for d in report.devices}
+    assert main(["memory", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    analysed = {d["device"]: d for d in doc["devices"]}
     assert set(analysed) == set(raw)
     for label, series in raw.items():
-        device = analysed[label]
+        device, peak = analysed[label], analysed[label]["peak"]
         # allocated at every moment is the running sum of allocations and frees, and the allocator's total agrees
         assert (series["running"] == series["total"]).all()
-        assert device.mismatches == 0 and device.records == len(series["running"])
+        assert device["mismatches"] == 0 and device["records"] == len(series["running"])
         # the peak is the maximum of that series
-        assert device.peak.allocated == series["from_zero"].max()
+        assert peak["allocated"] == series["from_zero"].max()
         if (series["reserved"] > 0).any():
-            assert device.peak_reserved == series["reserved"].max()
-            assert device.peak.reserved == series["reserved"][int(np.argmax(series["running"]))]
+            assert device["peak_reserved"] == series["reserved"].max()
+            assert peak["reserved"] == series["reserved"][int(np.argmax(series["running"]))]
         # categories, and operators, add up to the total at the peak
-        assert sum(s.bytes for s in device.peak.by_category) == device.peak.allocated
-        assert sum(s.bytes for s in device.peak.by_operator) == device.peak.allocated
-    assert report.unusable == 0
+        assert sum(s["bytes"] for s in peak["by_category"]) == peak["allocated"]
+        assert sum(s["bytes"] for s in peak["by_operator"]) == peak["allocated"]
+    assert doc["unusable"] == 0
 
 
 def test_memory_records_leave_every_event_column_unchanged(tmp_path):
