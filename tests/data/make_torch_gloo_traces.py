@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,8 +54,10 @@ def worker(out_dir: Path) -> None:
     def on_trace_ready(prof):
         plain = out_dir / f"torch-gloo-rank{rank}.json"
         prof.export_chrome_trace(str(plain))
-        with open(plain, "rb") as src, gzip.open(f"{plain}.gz", "wb", compresslevel=9) as dst:
-            shutil.copyfileobj(src, dst)
+        # the trace names its file by the path it was written to: keep only the file's name, not this machine's folder
+        data = plain.read_bytes().replace(f'"traceName": "{plain}"'.encode(), f'"traceName": "{plain.name}"'.encode())
+        with gzip.open(f"{plain}.gz", "wb", compresslevel=9) as dst:
+            dst.write(data)
         plain.unlink()
 
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
