@@ -88,6 +88,7 @@ def test_the_control_has_no_memory_finding(runs, capsys):
 
 TF_RUN = ["--model", "rnnlm", "--devices", "2", "--vocab-size", "8000", "--batch-size", "8", "--warmup", "1",
           "--batches", "1", "--trace-steps", "4"]
+LOGITS = 8 * 20 * 8000 * 4  # bytes of one tower's float32 logits: its batch, rnnlm's 20 steps, the vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +125,9 @@ def test_softmax_pinned_to_device0_is_found_with_the_bytes_it_holds_there(tf_run
     pinned = imbalance["other_replicas"]
     assert pinned and all(s["name"].startswith("tower_1/") for s in pinned)
     held = sum(s["bytes"] for s in pinned)
-    assert held >= 0.5 * imbalance["excess"]  # most of the excess is tower 1's work on device 0
+    # at device 0's peak, tower 1's softmax holds a logits-sized tensor or more there (which of its buffers are
+    # live at that moment depends on the order the shared thread pool ran them in), and the excess covers it
+    assert held >= LOGITS and imbalance["excess"] >= LOGITS
     peak = next(d["peak"] for d in document["devices"] if d["device"] == "cpu:0")
     assert held == _raw_live(run, "CPU:0", peak["step"], peak["ts_us"], "tower_1/")
     assert [f["rule"] for f in _alarms(capsys, run)] == ["PF008"]
