@@ -320,17 +320,19 @@ def test_capture_api_in_torch_code_records_optimizer_steps(tmp_path):
     assert not any(getattr(h, "__self__", None) is cap for h in hooks)  # removed after the window
 
 
-def test_the_capture_times_every_step_in_the_window_and_after_it(tmp_path):
+def test_the_capture_times_every_step_in_the_window_and_after_it(tmp_path, capsys):
+    import statistics
     import time
 
     import torch
 
     import rnnprof
     from rnnprof import names
+    from rnnprof.cli import main
 
     model = torch.nn.Linear(8, 8)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    ends, naps = [], [0.0, 0.010, 0.0, 0.020, 0.0, 0.030, 0.0, 0.040]
+    ends, naps = [], [0.0, 0.010, 0.0, 0.020, 0.0, 0.030, 0.0, 0.040, 0.0, 0.0, 0.0]
     with rnnprof.capture(tmp_path / "run", steps=2, skip_steps=2, framework="torch"):
         for nap in naps:  # a step begins after one optimizer step and ends after the next (step 0: the first)
             time.sleep(nap)
@@ -351,6 +353,14 @@ def test_the_capture_times_every_step_in_the_window_and_after_it(tmp_path):
     assert rank[names.RANK_PROFILER_WARMUP_STEPS] == [1]
     assert rank[names.RANK_EXPORT_STEPS][:1] == [4]  # the export runs as the window's last step ends
     assert len(rank[names.RANK_STEP_CPU_SECONDS]) == len(naps)
+    # the run page sets the traced steps (2, 3) against the untraced ones (not 0, the warm-up or the export)
+    untraced = [s for i, s in enumerate(seconds) if i not in {0, 1, 2, 3, *rank[names.RANK_EXPORT_STEPS]}]
+    assert main(["report", str(tmp_path / "run"), "-o", str(tmp_path / "run.html")]) == 0, capsys.readouterr().err
+    page = (tmp_path / "run.html").read_text()
+    row = re.search(r"<td>rank0</td>(.*?)</tr>", page[page.index("profiler ms/step"):], re.S).group(1)
+    cells = [float(c.replace(",", "")) for c in re.findall(r"<td[^>]*>([\d.,]+)</td>", row)]
+    traced, untraced = 1000 * statistics.median(seconds[2:4]), 1000 * statistics.median(untraced)
+    assert cells[:3] == pytest.approx([traced, untraced, max(traced - untraced, 0.0)], abs=0.01)
 
 
 @pytest.mark.slow

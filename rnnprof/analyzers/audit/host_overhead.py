@@ -211,16 +211,16 @@ def _tiny_finding(ctx: AuditContext, busiest: _TinyStep, saving: float, gross: f
     op_name = table.strings[max(busiest.by_name, key=busiest.by_name.get)]
     device = table.devices[busiest.code]
     net = "profiler_ms_in_tiny_per_step" in profiler
-    basis = ("net of the profiler's cost: the step's excess over the rank's median untraced step (its own clock), "
-             "in the tiny operators' share of the step, at most the operators recorded in them times the "
-             "profiler's cost per operator" if net else
-             "it includes the profiler's cost of recording each operator (unknown for this run: too few untraced "
-             "steps timed)")
+    basis = ("less the profiler's cost in it: the step's excess over the rank's median untraced step (the "
+             "capture's clock), in the tiny operators' share of the step, at most the operators recorded in them "
+             "times the profiler's cost per operator" if net else
+             "the profiler's cost of recording each operator included (unknown here: profiler_cost_per_rank says "
+             "why)")
+    suffix = "" if net else ", the profiler's cost included"
     return Finding(
         rule=RULE_ID, severity=judge.severity(ctx, verdict, saving),
         title=(f"{device.worker}: {saving / 1000:.2f} ms/step in tiny operators (under {TINY_US:.0f} µs, "
-               f"{MANY_PER_STEP}+ runs a step; most time: {op_name})"
-               f"{'' if net else ', the profiler' + chr(39) + 's cost included'}"),
+               f"{MANY_PER_STEP}+ runs a step; most time: {op_name}){suffix}"),
         subject=Subject(rank=device.worker or None, device=device.label, op=op_name),
         evidence={"tiny_ms_per_step": round(gross / 1000, 3), **profiler,
                   "operators_ms_in_the_busiest_step": {table.strings[n]: round(t / 1000, 3) for n, t in
@@ -229,9 +229,9 @@ def _tiny_finding(ctx: AuditContext, busiest: _TinyStep, saving: float, gross: f
                   "many_per_step": MANY_PER_STEP, "tiny_us": TINY_US, "steps": steps,
                   "significance": verdict.as_dict()},
         saving_us=saving,
-        saving_basis=("bound: per step, the largest rank's time in tiny operators (outermost executions, and "
-                      f"the gaps between them under the tiny threshold), {basis}; median over the steps; one "
-                      "batched operator instead saves at most this"),
+        saving_basis=(f"{'estimate' if net else 'bound'}: per step, the largest rank's time in tiny operators "
+                      f"(outermost executions, and the gaps between them under the tiny threshold), {basis}; "
+                      "median over the steps; one batched operator instead saves at most the time itself"),
         confidence=verdict.confidence,
         fix="batch the work: one operator over a whole tensor instead of one per element or token (an "
             "embedding lookup, indexing with a tensor, vectorized arithmetic), no Python loops over tensors; "
