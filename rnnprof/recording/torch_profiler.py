@@ -14,11 +14,13 @@ profiler's warm-up. A thread beside the training compresses Kineto's export into
 ``<run_dir>/torch/rank<r>.json.gz`` with calls that release the GIL; ``close()`` waits for it.
 ``phase(name)`` is a ``record_function`` and an NVTX range; the manifest is the caller's (docs/commands/trace.md).
 
-Every ``step()`` also records the step's wall time (``time.perf_counter`` from one call to the next, step 0 from
-the capture's start), before, in and after the window, until ``close()``; the facts carry them with the steps
-the profiler warmed up in and those during which the window's trace was exported (``names.RANK_STEP_SECONDS``,
-``RANK_PROFILER_WARMUP_STEPS``, ``RANK_EXPORT_STEPS``), so that an analysis can tell the profiler's cost from the
-untraced steps. A caller that keeps calling ``step()`` after ``close()`` adds those steps' times only.
+Every ``step()`` also records the step's wall and CPU time (``time.perf_counter`` and ``time.process_time`` from
+one call to the next, step 0 from the capture's start), before, in and after the window, until the facts are
+taken; the facts carry them with the step the profiler warmed up in and those during which the window's trace
+was exported (``names.RANK_STEP_SECONDS``, ``RANK_STEP_CPU_SECONDS``, ``RANK_PROFILER_WARMUP_STEPS``,
+``RANK_EXPORT_STEPS``), so that an analysis can tell the profiler's cost from the untraced steps. A caller that
+keeps calling ``step()`` after ``close(wait=False)`` adds those steps' times only. The profiler's own work after
+a step (starting, exporting the trace) counts in the next step.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ class TorchCapture:
 
     def step(self) -> None:
         """End the current step and begin the next (call after each optimizer step); after ``close()`` it only
-        records the step's wall time."""
+        records the step's times."""
         self._step_ends.append((time.perf_counter(), time.process_time()))
         self._done += 1
         if self._closed:
@@ -135,9 +137,10 @@ class TorchCapture:
         return list(range(self.skip_steps, min(self.skip_steps + self.steps, self._done)))
 
     def step_times(self) -> dict:
-        """``{names.RANK_STEP_SECONDS: [each step's wall seconds], names.RANK_PROFILER_WARMUP_STEPS: [the step
-        the profiler warmed up in, where there was one], names.RANK_EXPORT_STEPS: [the steps that overlap the
-        export of the window's trace, from Kineto's export to the compressed file in place]}``."""
+        """``{names.RANK_STEP_SECONDS: [each step's wall seconds], names.RANK_STEP_CPU_SECONDS: [its CPU seconds,
+        all the process's threads], names.RANK_PROFILER_WARMUP_STEPS: [the step the profiler warmed up in, where
+        there was one], names.RANK_EXPORT_STEPS: [the steps that overlap the export of the window's trace, from
+        Kineto's export to the compressed file in place]}``."""
         bounds = [self._began, *self._step_ends]
         seconds = [round(b[0] - a[0], 6) for a, b in zip(bounds, bounds[1:])]
         cpu = [round(b[1] - a[1], 6) for a, b in zip(bounds, bounds[1:])]

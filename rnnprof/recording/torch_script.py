@@ -11,9 +11,10 @@ accumulation): the optimizer hooks then stop counting. The profiler (``TorchCapt
 first step's start, which hooks see as the first optimizer step (so with ``skip_steps=0`` step 0 holds
 only that optimizer step) or the first ``rnnprof.step()``. It records steps ``skip_steps`` ..
 ``skip_steps + steps - 1`` into ``torch/rank<r>.json.gz``; after the window the profiler is gone and one hook
-stays, after each optimizer step (or ``rnnprof.step()``), which only reads the clock: each step's wall time, in
-the window and out of it, goes to the rank's record (``TorchCapture.step_times``) when the capture closes. The rank is ``RANK`` from the environment
-(torchrun sets it; 0 without). Each rank records itself and rebuilds the manifest (``capture.ranks``).
+stays, after each optimizer step (or ``rnnprof.step()``), which only reads the clocks: each step's wall and CPU
+time, in the window and out of it, goes to the rank's record (``TorchCapture.step_times``) when the capture
+closes. The rank is ``RANK`` from the environment (torchrun sets it; 0 without). Each rank records itself and
+rebuilds the manifest (``capture.ranks``).
 """
 
 from __future__ import annotations
