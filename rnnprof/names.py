@@ -33,6 +33,13 @@ def tower_scope(k: int) -> str:
 
 STEP_TIMES = "step_times"  # {"warmup": [seconds, ...], "timed": [...]}: each step's wall time
 STEP_CPU = "step_cpu"  # {"warmup": [{"process_s", "host_busy_s"}, ...], "timed": [...]}: each step's CPU times
+# A PyTorch rank's record (``TorchCapture.facts``): each step's wall seconds from the capture's start to its close,
+# step 0 first, numbered as the trace's ``ProfilerStep#N``; the steps the profiler warmed up in (recording, the
+# events discarded); the steps during which the window's trace was exported and compressed.
+RANK_STEP_SECONDS = "step_seconds"
+RANK_STEP_CPU_SECONDS = "step_cpu_seconds"  # each step's CPU seconds of the rank's process (all its threads)
+RANK_PROFILER_WARMUP_STEPS = "profiler_warmup_steps"
+RANK_EXPORT_STEPS = "export_steps"
 
 
 # The host step markers PyTorch's profiler records: ``ProfilerStep#N``.

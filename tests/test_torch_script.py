@@ -320,6 +320,49 @@ def test_capture_api_in_torch_code_records_optimizer_steps(tmp_path):
     assert not any(getattr(h, "__self__", None) is cap for h in hooks)  # removed after the window
 
 
+def test_the_capture_times_every_step_in_the_window_and_after_it(tmp_path, capsys):
+    import statistics
+    import time
+
+    import torch
+
+    import rnnprof
+    from rnnprof import names
+    from rnnprof.cli import main
+
+    model = torch.nn.Linear(8, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ends, naps = [], [0.0, 0.010, 0.0, 0.020, 0.0, 0.030, 0.0, 0.040, 0.0, 0.0, 0.0]
+    with rnnprof.capture(tmp_path / "run", steps=2, skip_steps=2, framework="torch"):
+        for nap in naps:  # a step begins after one optimizer step and ends after the next (step 0: the first)
+            time.sleep(nap)
+            model(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+            ends.append(time.perf_counter())
+    (rank,) = manifest(tmp_path / "run")["ranks"]
+    seconds = rank[names.RANK_STEP_SECONDS]
+    assert rank["steps"] == [2, 3] and len(seconds) == len(naps)  # the 4 steps after the window too
+    # by this test's own clock, from one optimizer step's end to the next's: the same for each step after the
+    # window; before and in it, the profiler's work after an optimizer step (preparing, starting, exporting the
+    # trace) runs after the capture reads the step's end and before this clock does: the capture counts it in
+    # the next step (step 4 is the export's), this clock in the step before, so its steps 1-7 hold less of it
+    mine = [b - a for a, b in zip(ends, ends[1:])]
+    assert seconds[5:] == pytest.approx(mine[4:], abs=0.005)
+    assert sum(seconds[1:]) >= sum(mine) - 0.005
+    assert all(s >= nap for s, nap in zip(seconds[1:], naps[1:]))
+    assert rank[names.RANK_PROFILER_WARMUP_STEPS] == [1]
+    assert rank[names.RANK_EXPORT_STEPS][:1] == [4]  # the export runs as the window's last step ends
+    assert len(rank[names.RANK_STEP_CPU_SECONDS]) == len(naps)
+    # the run page sets the traced steps (2, 3) against the untraced ones (not 0, the warm-up or the export)
+    untraced = [s for i, s in enumerate(seconds) if i not in {0, 1, 2, 3, *rank[names.RANK_EXPORT_STEPS]}]
+    assert main(["report", str(tmp_path / "run"), "-o", str(tmp_path / "run.html")]) == 0, capsys.readouterr().err
+    page = (tmp_path / "run.html").read_text()
+    row = re.search(r"<td>rank0</td>(.*?)</tr>", page[page.index("profiler ms/step"):], re.S).group(1)
+    cells = [float(c.replace(",", "")) for c in re.findall(r"<td[^>]*>([\d.,]+)</td>", row)]
+    traced, untraced = 1000 * statistics.median(seconds[2:4]), 1000 * statistics.median(untraced)
+    assert cells[:3] == pytest.approx([traced, untraced, max(traced - untraced, 0.0)], abs=0.01)
+
+
 @pytest.mark.slow
 def test_a_script_that_gets_torch_from_a_module_elsewhere_is_captured_as_pytorch(tmp_path):
     """The script names neither framework: TensorFlow's capture starts, then gives way as torch is imported."""

@@ -12,7 +12,7 @@ cause). A part that cannot be computed is None with the reason, which the report
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies, an
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
 from rnnprof.analyzers.memory import MemoryReport, analyze_memory
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
+from rnnprof.analyzers.profiler_cost import RankProfilerCost, profiler_cost
 from rnnprof.analyzers.replay import Replayer
 from rnnprof.analyzers.replay.audit_savings import TopFixes, replayed_audit
 from rnnprof.analyzers.placement import AuditInput, PlacementResult, audit_placement, configured_rules
@@ -89,6 +90,7 @@ class RunReport:
     memory: MemoryReport | None = None  # rnnprof memory's analysis, where the trace holds allocator records
     memory_reason: str = NO_MEMORY
     top_fixes: TopFixes | None = None  # the top findings' fixes replayed together (audit's closing note)
+    profiler_cost: dict[str, RankProfilerCost] = field(default_factory=dict)  # PyTorch ranks' profiler cost
 
 
 def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
@@ -138,4 +140,4 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
                      launches=launches, step_times=step_times(events), roofline=roofline,
                      roofline_reason=roofline_reason, findings=findings, findings_reason="",
                      memory=analyze_memory(events) if len(events.memory) else None,
-                     top_fixes=top_fixes)
+                     top_fixes=top_fixes, profiler_cost=profiler_cost(events, manifest))

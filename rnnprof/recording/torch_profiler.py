@@ -13,6 +13,14 @@ and the memory in use as the window starts), each in a ``ProfilerStep#N`` range;
 profiler's warm-up. A thread beside the training compresses Kineto's export into
 ``<run_dir>/torch/rank<r>.json.gz`` with calls that release the GIL; ``close()`` waits for it.
 ``phase(name)`` is a ``record_function`` and an NVTX range; the manifest is the caller's (docs/commands/trace.md).
+
+Every ``step()`` also records the step's wall and CPU time (``time.perf_counter`` and ``time.process_time`` from
+one call to the next, step 0 from the capture's start), before, in and after the window, until the facts are
+taken; the facts carry them with the step the profiler warmed up in and those during which the window's trace
+was exported (``names.RANK_STEP_SECONDS``, ``RANK_STEP_CPU_SECONDS``, ``RANK_PROFILER_WARMUP_STEPS``,
+``RANK_EXPORT_STEPS``), so that an analysis can tell the profiler's cost from the untraced steps. A caller that
+keeps calling ``step()`` after ``close(wait=False)`` adds those steps' times only. The profiler's own work after
+a step (starting, exporting the trace) counts in the next step.
 """
 
 from __future__ import annotations
@@ -22,9 +30,10 @@ import gzip
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 
-from rnnprof import rundir
+from rnnprof import names, rundir
 from rnnprof.recording.interrupt import interrupts_deferred
 from rnnprof.recording.nvtx import NvtxSpan, nvtx_range
 from rnnprof.rundir.writer import atomic_write_bytes
@@ -62,6 +71,8 @@ class TorchCapture:
         self._export_error: BaseException | None = None
         self.profile_memory = bool(profile_memory)
         self._baseline: dict | None = None
+        self._step_ends: list[tuple[float, float]] = []  # (perf_counter, process_time) at each step()
+        self._export_span: list[float] = []  # perf_counter as the export began and as the trace was in place
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
@@ -75,6 +86,7 @@ class TorchCapture:
         if self.skip_steps == 0:
             self._baseline = window_baseline(torch)
         self._nvtx = NvtxSpan("step 0")
+        self._began = (time.perf_counter(), time.process_time())
 
     # -- the training loop's calls -------------------------------------------------------------------
 
@@ -85,11 +97,13 @@ class TorchCapture:
             yield
 
     def step(self) -> None:
-        """End the current step and begin the next (call after each optimizer step)."""
+        """End the current step and begin the next (call after each optimizer step); after ``close()`` it only
+        records the step's times."""
+        self._step_ends.append((time.perf_counter(), time.process_time()))
+        self._done += 1
         if self._closed:
             return
         self._nvtx.end()
-        self._done += 1
         if self._done == self.skip_steps and self.profile_memory:
             self._baseline = window_baseline(self._torch)
         with interrupts_deferred():  # a Ctrl-C in the window's export comes once the trace is written
@@ -122,10 +136,27 @@ class TorchCapture:
         """The window's steps that ran to their end (a step cut short by ``close`` is in the trace, not here)."""
         return list(range(self.skip_steps, min(self.skip_steps + self.steps, self._done)))
 
+    def step_times(self) -> dict:
+        """``{names.RANK_STEP_SECONDS: [each step's wall seconds], names.RANK_STEP_CPU_SECONDS: [its CPU seconds,
+        all the process's threads], names.RANK_PROFILER_WARMUP_STEPS: [the step the profiler warmed up in, where
+        there was one], names.RANK_EXPORT_STEPS: [the steps that overlap the export of the window's trace, from
+        Kineto's export to the compressed file in place]}``."""
+        bounds = [self._began, *self._step_ends]
+        seconds = [round(b[0] - a[0], 6) for a, b in zip(bounds, bounds[1:])]
+        cpu = [round(b[1] - a[1], 6) for a, b in zip(bounds, bounds[1:])]
+        exporting = []
+        if self._export_span:
+            start = self._export_span[0]
+            end = self._export_span[1] if len(self._export_span) > 1 else float("inf")
+            exporting = [i for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if a[0] < end and b[0] > start]
+        warmup = [self.skip_steps - 1] if self.skip_steps >= 1 and self._done >= self.skip_steps else []
+        return {names.RANK_STEP_SECONDS: seconds, names.RANK_STEP_CPU_SECONDS: cpu,
+                names.RANK_PROFILER_WARMUP_STEPS: warmup, names.RANK_EXPORT_STEPS: exporting}
+
     def facts(self) -> dict:
         """``{"rank", "trace" (relative to the run directory, or None), "steps", "skip_steps", "window_steps",
-        "steps_run", "activities", "backend", "world_size"}``: ``backend`` and ``world_size`` are None
-        without a process group."""
+        "steps_run", "activities", "backend", "world_size", "memory"}`` and ``step_times()``'s fields:
+        ``backend`` and ``world_size`` are None without a process group."""
         backend = world = None
         distributed = self._torch.distributed
         if distributed.is_available() and distributed.is_initialized():
@@ -134,7 +165,7 @@ class TorchCapture:
                 "trace": self.path.relative_to(self.run_dir).as_posix() if self._written else None,
                 "steps": self.captured_steps, "skip_steps": self.skip_steps, "window_steps": self.steps,
                 "steps_run": self._done, "activities": self.activities,
-                "backend": backend, "world_size": world, "memory": self.memory_facts()}
+                "backend": backend, "world_size": world, "memory": self.memory_facts(), **self.step_times()}
 
     def memory_facts(self) -> dict:
         """``{"profile_memory", "baseline" (``window_baseline`` at the window's start, or None), "max_allocated",
@@ -158,6 +189,7 @@ class TorchCapture:
     def _export(self, prof) -> None:
         """``on_trace_ready``: Kineto writes plain JSON to a scratch file, as torch's own export does; a thread
         compresses it and renames it into place whole (``_compress``)."""
+        self._export_span = [time.perf_counter()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, scratch = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".json", dir=self.path.parent)
         os.close(fd)
@@ -184,6 +216,7 @@ class TorchCapture:
                 os.unlink(scratch)
             except OSError:
                 pass
+            self._export_span.append(time.perf_counter())
 
 
 def window_baseline(torch) -> dict:

@@ -10,9 +10,11 @@ script calls ``rnnprof.step()``, the stretch from one such call to the next (sev
 accumulation): the optimizer hooks then stop counting. The profiler (``TorchCapture``) starts at the
 first step's start, which hooks see as the first optimizer step (so with ``skip_steps=0`` step 0 holds
 only that optimizer step) or the first ``rnnprof.step()``. It records steps ``skip_steps`` ..
-``skip_steps + steps - 1`` into ``torch/rank<r>.json.gz``; after the window the hooks are removed, so the
-rest of the run goes at the speed it has without rnnprof. The rank is ``RANK`` from the environment
-(torchrun sets it; 0 without). Each rank records itself and rebuilds the manifest (``capture.ranks``).
+``skip_steps + steps - 1`` into ``torch/rank<r>.json.gz``; after the window the profiler is gone and one hook
+stays, after each optimizer step (or ``rnnprof.step()``), which only reads the clocks: each step's wall and CPU
+time, in the window and out of it, goes to the rank's record (``TorchCapture.step_times``) when the capture
+closes. The rank is ``RANK`` from the environment (torchrun sets it; 0 without). Each rank records itself and
+rebuilds the manifest (``capture.ranks``).
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class TorchScriptCapture:
         self._finished = None  # the TorchCapture whose window ended, its trace maybe still being written
         self._marked = False  # the script calls rnnprof.step(): optimizer steps no longer count
         self._open = False  # a marked step has begun and not ended
-        self._handles: list = []
+        self._handles: list = []  # the optimizer hooks of the window
+        self._after_window = None  # the hook that times the steps after it
         self._backend: str | None = None
         self._facts: dict = {}
         self._window_done = False  # the window was written: no profiler again
@@ -116,11 +119,11 @@ class TorchScriptCapture:
         self._marked = True
         if self._probe is not None:
             self._probe.tick()
-        if self._profiler is None:
+        if self._profiler is None and self._finished is None:
             self._begin()
         elif self._open:
             self._step_done()
-        self._open = self._profiler is not None
+        self._open = self._profiler is not None or self._finished is not None
         return StepContext(self)
 
     def end_step(self) -> None:
@@ -149,6 +152,8 @@ class TorchScriptCapture:
                                       steps=self.steps or _BIG)
 
     def _step_done(self) -> None:
+        if self._profiler is None and self._finished is not None and not self._closed:
+            self._finished.step()  # after the window: the step's wall time only
         profiler = self._profiler
         if profiler is None or self._closed:
             return
@@ -160,15 +165,20 @@ class TorchScriptCapture:
 
     def _end_window(self, wait: bool = True) -> None:
         """Stop profiling; ``wait=False`` (the window's last step): the trace is written beside the training."""
-        for handle in self._handles:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        for handle in [*self._handles, *filter(None, [self._after_window])]:
             handle.remove()
         self._handles.clear()
+        self._after_window = None
         if self._profiler is not None:
             self._window_done = True
             self._finished = self._profiler
             self._profiler = None
             self._open = False
             self._finished.close(wait=False)
+            if not wait:  # the run goes on: its steps are timed until the capture closes
+                self._after_window = register_optimizer_step_post_hook(self._after_optimizer)
         if wait and self._finished is not None:
             finished, self._finished = self._finished, None
             self._facts = finished.close()

@@ -174,6 +174,7 @@ def _throughput(page: Page, report: RunReport) -> None:
                      fmt_ms(steps.min_us), fmt_ms(steps.max_us)]], numeric=set(range(6)),
                    caption="from the trace's ProfilerStep#N ranges, one per rank and step; steps/s = 1 / median "
                            "step; MAD = median absolute deviation from the median")
+        _profiler_cost(page, report)
     if not measured:
         return
     rows = [["timed batches", throughput.get("steps"), throughput.get("words_per_second"),
@@ -191,6 +192,19 @@ def _throughput(page: Page, report: RunReport) -> None:
     if warmup or timed:
         page.chart("step-times", charts.spec(charts.step_times_chart([("this run", warmup, timed)],
                                                                      "Step times: warm-up, then timed")))
+
+
+def _profiler_cost(page: Page, report: RunReport) -> None:
+    """Each PyTorch rank's traced steps against its untraced ones, where its capture timed enough of both."""
+    known = [c for c in report.profiler_cost.values() if c.step_cost_us is not None]
+    if not known:
+        return
+    page.table(["rank", "traced median ms", "untraced median ms", "profiler ms/step", "µs per recorded op"],
+               [[c.worker, fmt_ms(c.traced_median_us), fmt_ms(c.untraced_median_us), fmt_ms(c.step_cost_us),
+                 "-" if c.per_op_us is None else f"{c.per_op_us:.2f}"] for c in known], numeric={1, 2, 3, 4},
+               caption="the profiler's own cost: each rank's steps by its capture's clock, traced against untraced "
+                       "(not step 0, the profiler's warm-up or the export); the step markers above are traced "
+                       "steps and hold it")
 
 
 def _number(value) -> str:

@@ -13,6 +13,7 @@ from rnnprof.analyzers.critical_path import CriticalPathReport, analyze_critical
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
 from rnnprof.analyzers.memory import MemoryReport, analyze_memory
 from rnnprof.analyzers.noise import StepNoise, step_noise
+from rnnprof.analyzers.profiler_cost import RankProfilerCost, profiler_cost
 from rnnprof.analyzers.placement.inputs import AuditInput
 from rnnprof.analyzers.placement.registry import PlacementResult
 from rnnprof.events import EventTable
@@ -81,6 +82,11 @@ class AuditContext:
         if self.table is None or not len(self.table.memory):
             return None
         return analyze_memory(self.table)
+
+    @cached_property
+    def profiler_cost(self) -> dict[str, RankProfilerCost]:
+        """Each PyTorch rank's profiler cost (``profiler_cost``), by worker; {} where the manifest records no rank."""
+        return profiler_cost(self.table, self.placement.manifest)
 
     @property
     def step_us(self) -> float:

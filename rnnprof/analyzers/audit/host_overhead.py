@@ -133,49 +133,118 @@ def _host_wait_per_step(ctx: AuditContext) -> float | None:
     return max(found) if found else None
 
 
+@dataclass(frozen=True)
+class _TinyStep:
+    """One rank's tiny operators in one step: their time (µs, gross of the profiler's cost), that time per
+    operator name, the host operators the trace records inside it (their own and nested ones), and the time net
+    of the profiler's cost of those (None where the rank's cost is unknown)."""
+
+    total_us: float
+    code: int
+    by_name: dict
+    recorded: int
+    net_us: float | None
+
+
 def _tiny_operators(ctx: AuditContext, ranks) -> list[Finding] | NotChecked:
-    """The CPU-rank measure: time in tiny operators per step, the largest rank's (docs/commands/audit.md, PF006)."""
+    """The CPU-rank measure: time in tiny operators per step, the largest rank's, net of the profiler's cost
+    (docs/commands/audit.md, PF006)."""
     table = ctx.table
     steps = [int(s) for s in table.steps()]
     if not steps:
         return NotChecked(RULE_ID, "needs steps")
-    per_step, executions = _tiny_per_step(table, ranks, steps)
-    values = [per_step[s][0] for s in steps]
+    costs, described = _profiler_costs(ctx, {d.worker for d in table.devices if d in ranks})
+    found, executions = _tiny_per_step(table, ranks, steps, costs)
+    found = {s: v for s, v in found.items() if v}
+    gross = [max(t.total_us for t in found.get(s, ())) if found.get(s) else 0.0 for s in steps]
+    net = [max(t.net_us for t in found.get(s, ())) if found.get(s) else 0.0 for s in steps] \
+        if costs is not None else None
+    values = net if net is not None else gross
     saving = float(np.median(values))
-    if saving <= 0:
+    if saving <= 0 or not found:
         return []
-    _, code, by_name = max((v for v in per_step.values() if v[1] is not None), key=lambda v: v[0])
-    op_name = table.strings[max(by_name, key=by_name.get)]
+    busiest = max((t for v in found.values() for t in v), key=lambda t: t.total_us)
     verdict = judge.judged(ctx, values)
-    device = table.devices[code]
-    return [Finding(
+    return [_tiny_finding(ctx, busiest, saving, float(np.median(gross)), executions, verdict,
+                          _profiler_evidence(found, steps, costs, described), len(values))]
+
+
+def _profiler_costs(ctx: AuditContext, workers: set) -> tuple[dict | None, dict]:
+    """The profiler's cost (``profiler_cost.RankProfilerCost``) by worker for ``workers`` (None where one's is
+    unknown), and each one's figures or why unknown."""
+    costs = ctx.profiler_cost
+    found = {w: costs[w] for w in sorted(workers) if w in costs}
+    described = {w: c.as_dict() for w, c in found.items()}
+    for worker in sorted(workers - set(found)):
+        described[worker] = {"worker": worker, "unknown": "the run directory's manifest does not record this rank"}
+    if len(found) < len(workers) or any(c.per_op_us is None for c in found.values()):
+        return None, described
+    return found, described
+
+
+def _net_of_profiler(total: float, recorded: int, cost, step: int) -> float:
+    """``total`` µs of tiny operators in ``step``, holding ``recorded`` recorded operators, less the profiler's
+    cost in it: the step's excess over the rank's median untraced step, in the tiny operators' share of the
+    step's time, and no more than the recorded operators' cost (``recorded`` x the cost per operator)."""
+    step_us = cost.traced_step_us.get(step, cost.traced_median_us)
+    share = max(0.0, 1.0 - cost.untraced_median_us / step_us) if step_us > 0 else 0.0
+    return total - min(recorded * cost.per_op_us, total * share)
+
+
+def _profiler_evidence(found: dict, steps: list[int], costs: dict | None, described: dict) -> dict:
+    """The profiler's cost that the saving leaves out (per step, of the rank the net figure comes from; median
+    over the steps), the operators recorded in the tiny time, each rank's cost per operator and figures."""
+    if costs is None:
+        return {"profiler_cost": "unknown: the figure includes the profiler's cost of recording each operator",
+                "profiler_cost_per_rank": described}
+    chosen = [max(found[s], key=lambda t: t.net_us) for s in steps if found.get(s)]
+    removed = [t.total_us - t.net_us for t in chosen]
+    return {"profiler_ms_in_tiny_per_step": round(float(np.median(removed)) / 1000, 3),
+            "recorded_ops_in_tiny_per_step": int(np.median([t.recorded for t in chosen])),
+            "profiler_us_per_op": {w: round(c.per_op_us, 3) for w, c in costs.items()},
+            "profiler_cost_per_rank": described}
+
+
+def _tiny_finding(ctx: AuditContext, busiest: _TinyStep, saving: float, gross: float, executions: dict, verdict,
+                  profiler: dict, steps: int) -> Finding:
+    table = ctx.table
+    op_name = table.strings[max(busiest.by_name, key=busiest.by_name.get)]
+    device = table.devices[busiest.code]
+    net = "profiler_ms_in_tiny_per_step" in profiler
+    basis = ("less the profiler's cost in it: the step's excess over the rank's median untraced step (the "
+             "capture's clock), in the tiny operators' share of the step, at most the operators recorded in them "
+             "times the profiler's cost per operator" if net else
+             "the profiler's cost of recording each operator included (unknown here: profiler_cost_per_rank says "
+             "why)")
+    suffix = "" if net else ", the profiler's cost included"
+    return Finding(
         rule=RULE_ID, severity=judge.severity(ctx, verdict, saving),
         title=(f"{device.worker}: {saving / 1000:.2f} ms/step in tiny operators (under {TINY_US:.0f} µs, "
-               f"{MANY_PER_STEP}+ runs a step; most time: {op_name})"),
+               f"{MANY_PER_STEP}+ runs a step; most time: {op_name}){suffix}"),
         subject=Subject(rank=device.worker or None, device=device.label, op=op_name),
-        evidence={"tiny_ms_per_step": round(saving / 1000, 3),
+        evidence={"tiny_ms_per_step": round(gross / 1000, 3), **profiler,
                   "operators_ms_in_the_busiest_step": {table.strings[n]: round(t / 1000, 3) for n, t in
-                                                       sorted(by_name.items(), key=lambda kv: -kv[1])[:8]},
+                                                       sorted(busiest.by_name.items(), key=lambda kv: -kv[1])[:8]},
                   "executions_per_step": {table.strings[n]: int(np.median(c)) for n, c in executions.items()},
-                  "many_per_step": MANY_PER_STEP, "tiny_us": TINY_US, "steps": len(values),
+                  "many_per_step": MANY_PER_STEP, "tiny_us": TINY_US, "steps": steps,
                   "significance": verdict.as_dict()},
         saving_us=saving,
-        saving_basis=("bound: per step, the largest rank's time in tiny operators (outermost executions, and "
-                      "the gaps between them under the tiny threshold), median over the steps; one batched "
-                      "operator instead saves at most this"),
+        saving_basis=(f"{'estimate' if net else 'bound'}: per step, the largest rank's time in tiny operators "
+                      f"(outermost executions, and the gaps between them under the tiny threshold), {basis}; "
+                      "median over the steps; one batched operator instead saves at most the time itself"),
         confidence=verdict.confidence,
         fix="batch the work: one operator over a whole tensor instead of one per element or token (an "
             "embedding lookup, indexing with a tensor, vectorized arithmetic), no Python loops over tensors; "
             "torch.compile fuses what remains",
-    )]
+    )
 
 
-def _tiny_per_step(table, ranks, steps: list[int]) -> tuple[dict, dict]:
-    """step -> (the largest rank's time in tiny operators, that rank's device code, its time per operator name),
-    and operator name -> its executions per step on each rank where it is tiny."""
+def _tiny_per_step(table, ranks, steps: list[int], costs: dict | None) -> tuple[dict, dict]:
+    """step -> each rank's ``_TinyStep`` where it has tiny operators, and operator name -> its executions per
+    step on each rank where it is tiny."""
     codes = [i for i, d in enumerate(table.devices) if d in ranks]
     ops = np.flatnonzero(np.isin(table.device, codes) & (table.kind == Kind.HOST_OP) & (table.step >= 0))
-    per_step = {s: (0.0, None, None) for s in steps}
+    per_step: dict[int, list[_TinyStep]] = {s: [] for s in steps}
     executions: dict[int, list[int]] = {}
     for code in codes:
         for step in steps:
@@ -188,30 +257,50 @@ def _tiny_per_step(table, ranks, steps: list[int]) -> tuple[dict, dict]:
             tiny_names = names[(counts >= MANY_PER_STEP) & (medians < TINY_US)]
             if not len(tiny_names):
                 continue
-            total, by_name = _outermost_time(table, rows[np.isin(table.name[rows], tiny_names)])
-            if total > per_step[step][0]:
-                per_step[step] = (total, code, by_name)
+            total, by_name, spans = _outermost_time(table, rows[np.isin(table.name[rows], tiny_names)])
+            recorded = _recorded_inside(table, rows, spans)
+            cost = costs.get(table.devices[code].worker) if costs is not None else None
+            net = None if cost is None else _net_of_profiler(total, recorded, cost, step)
+            per_step[step].append(_TinyStep(total, code, by_name, recorded, net))
             for name in tiny_names:
                 executions.setdefault(int(name), []).append(int(counts[names == name][0]))
     return per_step, executions
 
 
-def _outermost_time(table, rows: np.ndarray) -> tuple[float, dict]:
+def _outermost_time(table, rows: np.ndarray) -> tuple[float, dict, dict]:
     """The summed duration of the outermost of ``rows`` on each thread (lane), plus the gaps under ``TINY_US``
-    between consecutive outermost ones; and that duration per operator name (µs)."""
-    total, by_name = 0.0, {}
+    between consecutive outermost ones; that duration per operator name (µs); and per lane the stretches
+    counted, as ``(starts, ends)`` arrays in time order."""
+    total, by_name, spans = 0.0, {}, {}
     for lane in np.unique(table.lane[rows]):
         mine = rows[table.lane[rows] == lane]
         mine = mine[np.lexsort((-table.dur[mine], table.ts[mine]))]
         last_end = -np.inf
+        starts, ends = [], []
         for row in mine:
             start, end = float(table.ts[row]), float(table.ts[row] + max(table.dur[row], 0.0))
             if start < last_end:
                 continue  # inside an outermost tiny execution
             if 0.0 < start - last_end < TINY_US:
                 total += start - last_end
+                ends[-1] = end  # the gap joins the stretch before
+            else:
+                starts.append(start)
+                ends.append(end)
             total += end - start
             name = int(table.name[row])
             by_name[name] = by_name.get(name, 0.0) + end - start
             last_end = end
-    return total, by_name
+        spans[int(lane)] = (np.array(starts), np.array(ends))
+    return total, by_name, spans
+
+
+def _recorded_inside(table, rows: np.ndarray, spans: dict) -> int:
+    """How many of ``rows`` (host operators) start inside the stretches ``spans`` of their lane."""
+    count = 0
+    for lane, (starts, ends) in spans.items():
+        ts = table.ts[rows[table.lane[rows] == lane]]
+        at = np.searchsorted(starts, ts, side="right") - 1
+        which = np.maximum(at, 0)
+        count += int(np.count_nonzero((at >= 0) & ((ts < ends[which]) | (ts == starts[which]))))
+    return count

@@ -1,0 +1,144 @@
+"""The profiler's own cost on each PyTorch rank: how much longer its traced steps took than its untraced ones.
+
+``torch.profiler`` records every operator it sees (its name, shapes, allocations, times), which costs each
+execution microseconds of host time: the traced steps are longer than the same steps untraced, and the traced
+durations hold that cost. A rank's record (``TorchCapture.step_times``) times every step the capture saw, in wall
+and CPU seconds; per rank:
+
+* traced steps: the trace's (the rank's ``steps``); untraced: every other step except step 0 (it starts the
+  run), the profiler's warm-up step (it may record) and the steps during which any rank exported its trace
+  (seconds of writing and compressing; ranks that exchange gradients wait for each other, so one rank's export
+  slows the others' steps too);
+* the profiler's cost per step = median traced step - median untraced step (0 where negative: within the noise),
+  in wall time and in CPU time (CPU time does not count the time a loaded machine gives to other processes);
+* per recorded operator: that cost divided by the median number of host operators (Kineto's ``cpu_op``) the
+  trace holds of the rank per traced step.
+
+With fewer than ``MIN_UNTRACED`` untraced steps, or no record of the steps' times, the cost is unknown and
+``unknown`` says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rnnprof import names
+from rnnprof.events import EventTable, Kind, Manifest
+
+MIN_UNTRACED = 3  # untraced steps a rank needs for its median to be worth comparing
+
+
+@dataclass(frozen=True)
+class RankProfilerCost:
+    """One rank's (``worker``, ``rank<r>``) profiler cost; the figures are None where ``unknown`` says why.
+    ``traced_step_us``: each traced step's wall time by step number."""
+
+    worker: str
+    traced_steps: int = 0
+    untraced_steps: int = 0
+    traced_median_us: float | None = None
+    untraced_median_us: float | None = None
+    traced_cpu_median_us: float | None = None
+    untraced_cpu_median_us: float | None = None
+    ops_per_traced_step: float | None = None
+    traced_step_us: dict = field(default_factory=dict)
+    unknown: str | None = None
+
+    @property
+    def step_cost_us(self) -> float | None:
+        """What the profiler adds to a step: median traced step - median untraced step, at least 0."""
+        if self.traced_median_us is None or self.untraced_median_us is None:
+            return None
+        return max(self.traced_median_us - self.untraced_median_us, 0.0)
+
+    @property
+    def step_cpu_cost_us(self) -> float | None:
+        """The same in CPU time: median traced step's CPU time - median untraced one's, at least 0."""
+        if self.traced_cpu_median_us is None or self.untraced_cpu_median_us is None:
+            return None
+        return max(self.traced_cpu_median_us - self.untraced_cpu_median_us, 0.0)
+
+    @property
+    def per_op_us(self) -> float | None:
+        """The profiler's cost per recorded host operator (µs of wall time)."""
+        cost = self.step_cost_us
+        if cost is None or not self.ops_per_traced_step:
+            return None
+        return cost / self.ops_per_traced_step
+
+    def as_dict(self) -> dict:
+        return {"worker": self.worker, "traced_steps": self.traced_steps, "untraced_steps": self.untraced_steps,
+                "traced_median_ms": _ms(self.traced_median_us), "untraced_median_ms": _ms(self.untraced_median_us),
+                "profiler_ms_per_step": _ms(self.step_cost_us),
+                "traced_cpu_median_ms": _ms(self.traced_cpu_median_us),
+                "untraced_cpu_median_ms": _ms(self.untraced_cpu_median_us),
+                "profiler_cpu_ms_per_step": _ms(self.step_cpu_cost_us),
+                "ops_per_traced_step": self.ops_per_traced_step,
+                "profiler_us_per_op": None if self.per_op_us is None else round(self.per_op_us, 3),
+                "unknown": self.unknown}
+
+
+def profiler_cost(table: EventTable | None, manifest: Manifest | None) -> dict[str, RankProfilerCost]:
+    """Each rank's profiler cost (see the module), by worker name (``rank<r>``), for the ranks the manifest
+    records; {} where it records none."""
+    records = [r for r in (manifest.ranks if manifest is not None else ())
+               if isinstance(r.get("rank"), int) and not isinstance(r.get("rank"), bool)]
+    exporting = {s for r in records for s in _steps(r.get(names.RANK_EXPORT_STEPS))}
+    return {f"rank{r['rank']}": rank_cost(f"rank{r['rank']}", r, table, exporting) for r in records}
+
+
+def rank_cost(worker: str, record: dict, table: EventTable | None, exporting: set = frozenset()) -> RankProfilerCost:
+    """The profiler cost of the rank whose record is ``record`` and whose events in ``table`` are ``worker``'s;
+    ``exporting``: steps during which another rank exported its trace, left out of the untraced ones too."""
+    seconds = record.get(names.RANK_STEP_SECONDS)
+    if not isinstance(seconds, list) or not all(_is_seconds(s) for s in seconds):
+        return RankProfilerCost(worker, unknown="its record has no time for each step (a capture older than this "
+                                                "field, or none)")
+    cpu = record.get(names.RANK_STEP_CPU_SECONDS)
+    cpu = cpu if isinstance(cpu, list) and len(cpu) == len(seconds) and all(map(_is_seconds, cpu)) else None
+    traced = sorted(s for s in _steps(record.get("steps")) if s < len(seconds))
+    left_out = {0, *traced, *exporting, *_steps(record.get(names.RANK_PROFILER_WARMUP_STEPS)),
+                *_steps(record.get(names.RANK_EXPORT_STEPS))}
+    untraced = [i for i in range(len(seconds)) if i not in left_out]
+    counted = RankProfilerCost(worker, len(traced), len(untraced))
+    if not traced:
+        return dataclasses.replace(counted, unknown="no traced step was timed")
+    if len(untraced) < MIN_UNTRACED:
+        return dataclasses.replace(counted, unknown=(
+            f"{len(untraced)} untraced step(s) timed outside step 0, the profiler's warm-up and the export, "
+            f"{MIN_UNTRACED} needed"))
+    ops = _ops_per_step(table, worker, traced)
+    median = lambda values, steps: float(np.median([values[i] for i in steps])) * 1e6  # noqa: E731
+    return dataclasses.replace(
+        counted, traced_median_us=median(seconds, traced), untraced_median_us=median(seconds, untraced),
+        traced_cpu_median_us=median(cpu, traced) if cpu else None,
+        untraced_cpu_median_us=median(cpu, untraced) if cpu else None, ops_per_traced_step=ops,
+        traced_step_us={i: seconds[i] * 1e6 for i in traced},
+        unknown=None if ops else "the trace holds none of its host operators in its traced steps")
+
+
+def _ops_per_step(table: EventTable | None, worker: str, steps: list[int]) -> float | None:
+    """The median number of ``worker``'s host operators per step of ``steps`` in ``table``."""
+    if table is None or not len(table):
+        return None
+    codes = [i for i, d in enumerate(table.devices) if d.worker == worker]
+    mine = np.isin(table.device, codes) & (table.kind == Kind.HOST_OP)
+    counts = [int(np.count_nonzero(mine & (table.step == s))) for s in steps]
+    median = float(np.median(counts)) if counts else 0.0
+    return median or None
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value / 1000, 3)
+
+
+def _steps(value) -> list[int]:
+    return [v for v in value if isinstance(v, int) and not isinstance(v, bool) and v >= 0] \
+        if isinstance(value, list) else []
+
+
+def _is_seconds(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and bool(np.isfinite(value))
