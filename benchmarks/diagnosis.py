@@ -292,13 +292,11 @@ DDP = {"straggler-rank": ("straggler_rank.py", (STRAGGLER,), []),
 TF_PLANTS = {"softmax-on-device0": SOFTMAX, "few-inter-op-threads": THREADS, "updates-on-device0": UPDATES}
 TF_WORKLOAD = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "2", "--batches", "20",
                "--trace-steps", "1"]
-DDP_STEPS, DDP_SKIP, DDP_TRACED = 36, 3, 6  # steps run; the capture's --skip-steps and --steps
+DDP_STEPS, DDP_SKIP, DDP_TRACED = 24, 3, 6  # steps run; the capture's --skip-steps and --steps
 # A DDP rank's step time is the median of its untraced steps after the capture: the first steps warm up, the
 # traced ones carry the profiler's cost, and the two after them its export (hundreds of ms in the last one).
-# The compression of a large trace goes on beside the steps after those: the tiny-ops job's (170k events a
-# rank) took 5-8 s to export and slowed the next 5-9 steps to twice their time on 2 loaded cores, so the
-# median needs many more steps after it than that (with 24 steps, 8 of the 13 were in it once: 143 ms of
-# fault where the steps after it said 75).
+# The compression of a large trace goes on beside the steps after those, at nice 19 (the tiny-ops job's, 170k
+# events a rank, slowed the next 5-9 steps to twice their time on 2 loaded cores at nice 0).
 CLOCK_FIRST = DDP_SKIP + DDP_TRACED + 2
 
 @dataclass(frozen=True)

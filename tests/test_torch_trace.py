@@ -5,7 +5,10 @@ Expected figures are computed here from the raw Kineto JSON, not taken from rnnp
 
 import gzip
 import json
+import os
 import re
+import sys
+import threading
 
 import pytest
 
@@ -90,6 +93,23 @@ def test_a_run_stopped_before_its_window_writes_no_trace(tmp_path, skip_steps, d
     facts = capture.close()
     assert facts["trace"] is None and facts["steps"] == []
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads have their own nice value on Linux only")
+def test_the_trace_writer_thread_runs_at_nice_19_and_leaves_the_process_as_it_was():
+    from rnnprof.recording.torch_profiler import background_priority
+
+    seen = {}
+
+    def writer():
+        background_priority()
+        seen["writer"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    before = os.getpriority(os.PRIO_PROCESS, os.getpid())  # the main thread's id is the process's
+    thread = threading.Thread(target=writer)
+    thread.start()
+    thread.join()
+    assert seen["writer"] == 19 and os.getpriority(os.PRIO_PROCESS, os.getpid()) == before
 
 
 def test_a_window_needs_a_step():

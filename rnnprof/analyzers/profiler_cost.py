@@ -1,21 +1,15 @@
 """The profiler's own cost on each PyTorch rank: how much longer its traced steps took than its untraced ones.
 
-``torch.profiler`` records every operator it sees (its name, shapes, allocations, times), which costs each
-execution microseconds of host time: the traced steps are longer than the same steps untraced, and the traced
-durations hold that cost. A rank's record (``TorchCapture.step_times``) times every step the capture saw, in wall
-and CPU seconds; per rank:
+``torch.profiler`` records every operator it sees, which costs each execution microseconds of host time. A
+rank's record (``TorchCapture.step_times``) times every step the capture saw, in wall and CPU seconds; per rank:
 
-* traced steps: the trace's (the rank's ``steps``); untraced: every other step except step 0 (it starts the
-  run), the profiler's warm-up step (it may record) and the steps during which any rank exported its trace
-  (seconds of writing and compressing; ranks that exchange gradients wait for each other, so one rank's export
-  slows the others' steps too);
-* the profiler's cost per step = median traced step - median untraced step (0 where negative: within the noise),
-  in wall time and in CPU time (CPU time does not count the time a loaded machine gives to other processes);
-* per recorded operator: that cost divided by the median number of host operators (Kineto's ``cpu_op``) the
-  trace holds of the rank per traced step.
+* untraced steps: all but the trace's, step 0, the profiler's warm-up step and the steps during which any rank
+  exported its trace (ranks that exchange gradients wait for each other);
+* the cost per step = median traced step - median untraced step (0 where negative), in wall and CPU time;
+* per recorded operator: that cost over the median number of the rank's ``cpu_op`` per traced step.
 
 With fewer than ``MIN_UNTRACED`` untraced steps, or no record of the steps' times, the cost is unknown and
-``unknown`` says why.
+``unknown`` says why (docs/commands/audit.md, "The profiler's own cost").
 """
 
 from __future__ import annotations

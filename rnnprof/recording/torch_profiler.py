@@ -8,19 +8,11 @@
         capture.step()                                             # after each optimizer step
     facts = capture.close()                                        # what the manifest records of this rank
 
-Steps ``skip_steps`` to ``skip_steps + steps - 1`` are recorded (shapes, CPU and GPU activity, allocations
-and the memory in use as the window starts), each in a ``ProfilerStep#N`` range; the step before is the
-profiler's warm-up. A thread beside the training compresses Kineto's export into
-``<run_dir>/torch/rank<r>.json.gz`` with calls that release the GIL; ``close()`` waits for it.
-``phase(name)`` is a ``record_function`` and an NVTX range; the manifest is the caller's (docs/commands/trace.md).
-
-Every ``step()`` also records the step's wall and CPU time (``time.perf_counter`` and ``time.process_time`` from
-one call to the next, step 0 from the capture's start), before, in and after the window, until the facts are
-taken; the facts carry them with the step the profiler warmed up in and those during which the window's trace
-was exported (``names.RANK_STEP_SECONDS``, ``RANK_STEP_CPU_SECONDS``, ``RANK_PROFILER_WARMUP_STEPS``,
-``RANK_EXPORT_STEPS``), so that an analysis can tell the profiler's cost from the untraced steps. A caller that
-keeps calling ``step()`` after ``close(wait=False)`` adds those steps' times only. The profiler's own work after
-a step (starting, exporting the trace) counts in the next step.
+Steps ``skip_steps`` to ``skip_steps + steps - 1`` are recorded, each in a ``ProfilerStep#N`` range; the step
+before is the profiler's warm-up. A thread compresses Kineto's export into ``<run_dir>/torch/rank<r>.json.gz``
+beside the training, at nice 19 on Linux (``background_priority``); ``close()`` waits for it. Every ``step()``
+also times the step, in the window and out of it (``step_times``), so that an analysis can tell the profiler's
+cost from the untraced steps. What is recorded: docs/commands/trace.md.
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -72,7 +65,7 @@ class TorchCapture:
         self.profile_memory = bool(profile_memory)
         self._baseline: dict | None = None
         self._step_ends: list[tuple[float, float]] = []  # (perf_counter, process_time) at each step()
-        self._export_span: list[float] = []  # perf_counter as the export began and as the trace was in place
+        self._export_span: list[float] = []  # perf_counter as the export began and as it ended (step_times)
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
@@ -140,7 +133,8 @@ class TorchCapture:
         """``{names.RANK_STEP_SECONDS: [each step's wall seconds], names.RANK_STEP_CPU_SECONDS: [its CPU seconds,
         all the process's threads], names.RANK_PROFILER_WARMUP_STEPS: [the step the profiler warmed up in, where
         there was one], names.RANK_EXPORT_STEPS: [the steps that overlap the export of the window's trace, from
-        Kineto's export to the compressed file in place]}``."""
+        Kineto's export to the compressed file in place, or to the end of Kineto's export where the compression
+        runs at nice 19]}``."""
         bounds = [self._began, *self._step_ends]
         seconds = [round(b[0] - a[0], 6) for a, b in zip(bounds, bounds[1:])]
         cpu = [round(b[1] - a[1], 6) for a, b in zip(bounds, bounds[1:])]
@@ -198,12 +192,14 @@ class TorchCapture:
         except BaseException:
             os.unlink(scratch)
             raise
+        self._exported_at = time.perf_counter()
         # Not a daemon: a script that returns before the thread is done still leaves its trace.
         self._compressing = threading.Thread(target=self._compress, args=(scratch,), name="rnnprof-trace-writer")
         self._compressing.start()
 
     def _compress(self, scratch: str) -> None:
         self._step_left.wait()  # the training's thread keeps the GIL until its closing step is over
+        lowered = background_priority()
         try:
             with open(scratch, "rb") as handle:
                 data = handle.read()
@@ -216,7 +212,21 @@ class TorchCapture:
                 os.unlink(scratch)
             except OSError:
                 pass
-            self._export_span.append(time.perf_counter())
+            # the steps a compression at nice 19 runs beside are not slowed by it: the export ended with Kineto's
+            self._export_span.append(self._exported_at if lowered else time.perf_counter())
+
+
+def background_priority() -> bool:
+    """The calling thread at nice 19, where the kernel schedules threads on their own (Linux: a thread's native
+    id is a scheduling entity of its own). Elsewhere the same call would renice the whole process, or whichever
+    process has that id, so nothing is done there; nor where the kernel refuses. True where the thread runs at 19."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except OSError:
+        return False
+    return True
 
 
 def window_baseline(torch) -> dict:

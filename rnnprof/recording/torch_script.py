@@ -6,15 +6,11 @@
             optimizer.step()          # a step ends after each optimizer step
 
 A step is one ``optimizer.step()`` of any optimizer (torch's global optimizer step hooks), or, once the
-script calls ``rnnprof.step()``, the stretch from one such call to the next (several optimizers, gradient
-accumulation): the optimizer hooks then stop counting. The profiler (``TorchCapture``) starts at the
-first step's start, which hooks see as the first optimizer step (so with ``skip_steps=0`` step 0 holds
-only that optimizer step) or the first ``rnnprof.step()``. It records steps ``skip_steps`` ..
-``skip_steps + steps - 1`` into ``torch/rank<r>.json.gz``; after the window the profiler is gone and one hook
-stays, after each optimizer step (or ``rnnprof.step()``), which only reads the clocks: each step's wall and CPU
-time, in the window and out of it, goes to the rank's record (``TorchCapture.step_times``) when the capture
-closes. The rank is ``RANK`` from the environment (torchrun sets it; 0 without). Each rank records itself and
-rebuilds the manifest (``capture.ranks``).
+script calls ``rnnprof.step()``, the stretch from one such call to the next. The profiler (``TorchCapture``)
+starts at the first step's start and records steps ``skip_steps`` .. ``skip_steps + steps - 1`` into
+``torch/rank<r>.json.gz``; after the window one hook stays, which only times the steps for the rank's record.
+The rank is ``RANK`` from the environment (0 without). Each rank records itself and rebuilds the manifest
+(``capture.ranks``); details: docs/commands/trace.md.
 """
 
 from __future__ import annotations
