@@ -1,11 +1,13 @@
-"""``rnnprof trace``'s hang watch over a TensorFlow gRPC cluster it started (``--workers N``; docs/commands/hang.md).
+"""``rnnprof trace``'s hang watch over a TensorFlow job this process drives: a gRPC cluster it started
+(``--workers N``), or a built-in workload on this process's own devices (docs/commands/hang.md).
 
-The chief (this process) finishes the steps: each step it ends is counted (``tick``). Each task keeps a probe
+The chief (this process) finishes the steps: each step it ends is counted (``tick``). Without a cluster the
+watch has only the chief's own stacks to judge (``analyze_process_hang``); with one: Each task keeps a probe
 (``hang_probe.task_probe``: faulthandler's stacks on a signal, its pid; no flight recorder). When no step finished
 for the threshold (as ``hang_watch``: ``--hang-after``, or the default), the watch samples every task's stacks and
 the chief's own, waits ``confirm_s`` and samples again. A step finished or a main thread moved: slow, not hung.
 Else hung: the stacks and the verdict (``analyze_cluster_hang``) go to ``RUN/hang/`` and ``give_up`` runs
-(it stops the tasks and ends the chief, which is blocked inside TensorFlow)."""
+(it stops the tasks, if any, and ends the chief, which is blocked inside TensorFlow)."""
 
 from __future__ import annotations
 
@@ -19,18 +21,19 @@ from typing import Callable
 
 from rnnprof import rundir
 from rnnprof.files import atomic_write_bytes
-from rnnprof.analyzers.hang import HangVerdict, RankStacks, analyze_cluster_hang, slow_verdict
+from rnnprof.analyzers.hang import HangVerdict, analyze_cluster_hang, analyze_process_hang, slow_verdict
 from rnnprof.recording import hang_collect
 from rnnprof.recording.hang_probe import TASKS
 from rnnprof.recording.hang_watch import CONFIRM_MAX_S, POLL_S, HangOptions, threshold_s
-from rnnprof.traces.stack_dump import CHIEF_STACKS, MAIN_MARK, parse_stacks, with_source
+from rnnprof.traces.stack_dump import CHIEF_STACKS, MAIN_MARK, PROCESS_STACKS, parse_stacks, with_source
 
 CHIEF = -1  # the chief's number among the stacks sampled
 
 
 class ClusterHangWatch:
     """Watch a cluster's steps from a thread while the block runs; ``tick()`` after each step the chief ends.
-    ``names``: each task's number -> "job:index"; ``give_up(verdict)`` runs once it hung (with ``--on-hang stop``)."""
+    ``names``: each task's number -> "job:index" (empty: no cluster, one process); ``give_up(verdict)`` runs once
+    it hung (with ``--on-hang stop``)."""
 
     def __init__(self, run_dir: str | Path, hang: HangOptions, names: dict[int, str],
                  give_up: Callable[[HangVerdict], None]):
@@ -119,19 +122,32 @@ class ClusterHangWatch:
             hang_collect.clear(self.run_dir / rundir.HANG_DIR)
             self.hang.on_note(slow_verdict(quiet, why).summary)
             return None
-        tasks = {n: s for n, s in second.stacks.items() if n != CHIEF}
-        verdict = analyze_cluster_hang(self.names, tasks, second.stacks[CHIEF])
+        verdict, chief_file = self._verdict(second)
         chief_text = second.stack_texts.pop(CHIEF)
         files = hang_collect.save(self.run_dir, second, verdict.summary)
-        atomic_write_bytes(self.run_dir / rundir.HANG_DIR / CHIEF_STACKS, chief_text.encode())
+        atomic_write_bytes(self.run_dir / rundir.HANG_DIR / chief_file, chief_text.encode())
         hang_collect.clear(scratch)
-        self.record = {"kind": verdict.kind, "verdict": verdict.summary,
-                       "ranks": sorted({c.rank for c in verdict.culprits}),
-                       "tasks": [self.names[c.rank] for c in verdict.culprits],
-                       "task_names": [self.names[n] for n in sorted(self.names)],
-                       "files": [*files, f"{rundir.HANG_DIR}/{CHIEF_STACKS}"], "hang_after_s": self.threshold(),
-                       "notes": list(verdict.notes), "detected": time.time()}
+        self.record = self._record(verdict, [*files, f"{rundir.HANG_DIR}/{chief_file}"])
         return verdict
+
+    def _verdict(self, second: hang_collect.Sample) -> tuple[HangVerdict, str]:
+        """The verdict on the last sample, and the name the chief's stacks are saved under in ``hang/``."""
+        if not self.names:  # one process: it is the job
+            return analyze_process_hang(second.stacks[CHIEF]), PROCESS_STACKS
+        tasks = {n: s for n, s in second.stacks.items() if n != CHIEF}
+        return analyze_cluster_hang(self.names, tasks, second.stacks[CHIEF]), CHIEF_STACKS
+
+    def _record(self, verdict: HangVerdict, files: list[str]) -> dict:
+        """The manifest's ``hang`` object."""
+        record = {"kind": verdict.kind, "verdict": verdict.summary, "ranks": sorted({c.rank for c in verdict.culprits}),
+                  "files": files, "hang_after_s": self.threshold(), "notes": list(verdict.notes),
+                  "detected": time.time()}
+        if self.names:
+            record.update(tasks=[self.names[c.rank] for c in verdict.culprits],
+                          task_names=[self.names[n] for n in sorted(self.names)])
+        else:
+            record["scope"] = rundir.HANG_SCOPE_PROCESS
+        return record
 
 
 def _own_stacks() -> str:

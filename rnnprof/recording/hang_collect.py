@@ -16,7 +16,7 @@ from rnnprof.analyzers.hang import RankRecorder, RankStacks
 from rnnprof.errors import InputError
 from rnnprof.recording import ranks
 from rnnprof.recording.hang_probe import RANKS, STACKS_SIGNAL, probe_files, read_progress
-from rnnprof.rundir.manifest import read_manifest_json
+from rnnprof.rundir.manifest import now, read_manifest_json
 from rnnprof.rundir.writer import atomic_write_json
 from rnnprof.traces.flight_recorder import parse_flight_recorder, plain_unpickle
 from rnnprof.traces.stack_dump import MAIN_MARK, parse_stacks, with_source
@@ -147,19 +147,25 @@ def clear(scratch: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def record_hang(run_dir: Path, verdict, files: list[str], hang_after_s: float, notes: list[str]) -> dict:
-    """Mark the run ``hung`` with the verdict; returns the manifest's ``hang`` object."""
+def record_hang(run_dir: Path, verdict, files: list[str], hang_after_s: float, notes: list[str],
+                scope: str | None = None) -> dict:
+    """Mark the run ``hung`` with the verdict; returns the manifest's ``hang`` object (``scope``:
+    ``rundir.HANG_SCOPE_PROCESS`` for one TensorFlow process)."""
     hang = {"kind": verdict.kind, "verdict": verdict.summary, "ranks": sorted({c.rank for c in verdict.culprits}),
             "files": files, "hang_after_s": hang_after_s, "notes": [*verdict.notes, *notes],
             "detected": time.time()}
+    if scope:
+        hang["scope"] = scope
     ranks.mark_hung(run_dir, hang)
     return hang
 
 
 def remark_hung(run_dir: Path, hang: dict | None) -> None:
-    """Mark the run ``hung`` again after its writer closed it as failed, which stopping the job caused: the
-    failure is no error of the run."""
+    """Mark the run ``hung`` again after its writer closed it as failed, which stopping the job caused (or
+    closed it at all: a job left running with ``--on-hang wait`` hung all the same): the failure is no error of
+    the run. A writer killed before it closed leaves no end time: the time now is recorded."""
     manifest = read_manifest_json(run_dir)
     manifest.pop("error", None)
     manifest.update(status=rundir.STATUS_HUNG, hang=hang or {})
+    manifest.setdefault("finished", now())
     atomic_write_json(run_dir / rundir.MANIFEST, manifest)

@@ -36,6 +36,7 @@ STATUS_INTERRUPTED = "interrupted"
 STATUS_RUNNING = "running"
 STATUS_HUNG = "hung"  # the job stopped making progress (rnnprof trace's hang watch)
 HANG_DIR = "hang"
+HANG_SCOPE_PROCESS = "process"  # the manifest's hang.scope when the job is one TensorFlow process
 
 
 def timeline_name(step: int) -> str:
