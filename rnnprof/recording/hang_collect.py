@@ -150,13 +150,14 @@ def clear(scratch: Path) -> None:
 def record_hang(run_dir: Path, verdict, files: list[str], hang_after_s: float, notes: list[str],
                 scope: str | None = None) -> dict:
     """Mark the run ``hung`` with the verdict; returns the manifest's ``hang`` object (``scope``:
-    ``rundir.HANG_SCOPE_PROCESS`` for one TensorFlow process)."""
+    ``rundir.HANG_SCOPE_PROCESS`` for one TensorFlow process, whose manifest is marked once it ended)."""
     hang = {"kind": verdict.kind, "verdict": verdict.summary, "ranks": sorted({c.rank for c in verdict.culprits}),
             "files": files, "hang_after_s": hang_after_s, "notes": [*verdict.notes, *notes],
             "detected": time.time()}
-    if scope:
+    if scope:  # the process writes the manifest until it ends; ``remark_hung`` marks it then
         hang["scope"] = scope
-    ranks.mark_hung(run_dir, hang)
+    else:
+        ranks.mark_hung(run_dir, hang)
     return hang
 
 

@@ -1,0 +1,200 @@
+"""Planted hangs of one TensorFlow process under `rnnprof trace --hang-after 2s`, all run side by side once for the
+module: a built-in workload on its own two devices (no cluster) that blocks inside TensorFlow's runtime at a
+traced step (tests/hang_jobs/tf_plant, `RNNPROF_PLANT_STEP`), and a TF2 script that sleeps in its data loading
+(tests/hang_jobs/tf_hang_job.py), stopped (the default) or left running with `--on-hang wait`: once until the
+script ends by itself, once until rnnprof is sent SIGTERM. The verdict names the frame the script marks with
+`# plant:`; rnnprof ends within the stated bound of the process's own clock, leaves no process and keeps the
+traces already written."""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from processes import left_running, run_together
+from rnnprof.cli import main
+from rnnprof.recording.hang_watch import CONFIRM_MAX_S, STOP_BOUND_S
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANT_DIR = ROOT / "tests" / "hang_jobs" / "tf_plant"
+SCRIPT = ROOT / "tests" / "hang_jobs" / "tf_hang_job.py"
+HANG_AFTER_S = 2.0
+BOUND_S = HANG_AFTER_S + min(HANG_AFTER_S, CONFIRM_MAX_S) + STOP_BOUND_S
+WARMUP, BATCHES, TRACE_STEPS = 1, 2, 2
+PLANT_STEP = WARMUP + BATCHES + 2  # the workload's 5th step (1-based): its second traced step, index 4
+PAUSE_S = 15.0  # "pause": long enough for the watch to judge it hung (HANG_AFTER_S + confirm + sampling)
+WAIT_LINE = "; --on-hang wait: the job keeps running"
+TINY_RNNLM = ["--model", "rnnlm", "--devices", "2", "--units", "16", "--layers", "1", "--src-max-len", "6",
+              "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", str(WARMUP),
+              "--batches", str(BATCHES), "--trace-steps", str(TRACE_STEPS)]
+
+
+def marked(path: Path, name: str) -> str:
+    """``file:N``, N the line ``path`` marks ``# plant: name``."""
+    lines = path.read_text().splitlines()
+    return f"{path.name}:{next(i for i, line in enumerate(lines, 1) if line.endswith(f'# plant: {name}'))}"
+
+
+def _trace(run: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--hang-after", f"{HANG_AFTER_S:g}s", *extra]
+
+
+def _script(run: Path, mode: str, *extra: str) -> list[str]:
+    return _trace(run, "--steps", "1", *extra, "--", sys.executable, str(SCRIPT), mode, f"{PAUSE_S:g}")
+
+
+def _stopped_once_waiting(argv: list[str]) -> tuple[subprocess.Popen, threading.Thread, list[str]]:
+    """``argv`` started; SIGTERM to it as soon as it says it leaves the hung job running. Join the thread, then
+    read the lines it printed on stderr."""
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in child.stderr:
+            lines.append(line)
+            if WAIT_LINE in line:
+                child.send_signal(signal.SIGTERM)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return child, reader, lines
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tf-hangs")
+    mark = root / "workload.planted"
+    pythonpath = os.pathsep.join([str(PLANT_DIR), str(ROOT)])
+    commands = {
+        "workload": ["env", f"PYTHONPATH={pythonpath}", f"RNNPROF_PLANT_STEP={PLANT_STEP}",
+                     f"RNNPROF_PLANT_MARK={mark}", *_trace(root / "workload", *TINY_RNNLM)],
+        "script": _script(root / "script", "data"),
+        "wait-ends": _script(root / "wait-ends", "pause", "--on-hang", "wait"),
+    }
+    stopped, reader, stopped_err = _stopped_once_waiting(_script(root / "wait-stopped", "data", "--on-hang", "wait"))
+    try:
+        done = run_together(list(commands.values()), timeout=400)
+        stopped.wait(timeout=120)
+    finally:
+        if stopped.poll() is None:
+            stopped.kill()
+            stopped.wait()
+    reader.join(timeout=10)
+    runs = {name: (root / name, result) for name, result in zip(commands, done)}
+    runs["wait-stopped"] = (root / "wait-stopped", subprocess.CompletedProcess([], stopped.returncode, "",
+                                                                               "".join(stopped_err)))
+    runs["mark"] = mark
+    assert left_running(grace_s=5.0) == {}, "a process of a planted job still runs"
+    return runs
+
+
+def _manifest(run: Path) -> dict:
+    return json.loads((run / "manifest.json").read_text())
+
+
+def _finished(manifest: dict) -> float:
+    return datetime.datetime.fromisoformat(manifest["finished"]).timestamp()
+
+
+def _planted(stderr: str) -> float:
+    return float(re.search(r"planted at ([0-9.]+)", stderr).group(1))  # the script's own clock
+
+
+def _hang_json(run: Path, capsys) -> dict:
+    assert main(["hang", str(run), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _no_probe_left(run: Path) -> None:
+    assert not (run / "torch").exists()  # no rank folder in a TensorFlow run
+    assert not list(run.glob("timelines/.rank*"))
+
+
+@pytest.mark.slow
+def test_a_built_in_tf_workload_blocked_inside_tensorflow_is_named_stopped_in_bound_and_its_traces_kept(jobs, capsys):
+    run, result = jobs["workload"]
+    assert result.returncode == 124, result.stderr[-2000:]
+    step_at = marked(PLANT_DIR / "sitecustomize.py", "step")
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"rnnprof trace: error: hung: no step finishes: the main thread waits inside TensorFlow's "
+                        rf"runtime, in run \(session\.py:\d+\) called at {step_at} in step; stopped; run directory: "
+                        rf"{re.escape(str(run))}", last), last
+    manifest = _manifest(run)
+    assert manifest["status"] == "hung" and "error" not in manifest
+    assert manifest["hang"]["ranks"] == [0] and manifest["hang"]["scope"] == "process"
+    planted, pid = (run.parent / "workload.planted").read_text().split()
+    assert _finished(manifest) - float(planted) <= BOUND_S
+    assert sorted(p.name for p in (run / "hang").iterdir()) == ["rank0.stacks.txt", "verdict.txt"]
+    stacks = (run / "hang" / "rank0.stacks.txt").read_text()
+    assert f'tf_plant/sitecustomize.py", line {step_at.split(":")[1]} in step' in stacks
+    # the traced steps before the planted one (index PLANT_STEP - 1) were written and are kept
+    traced = list(range(WARMUP + BATCHES, PLANT_STEP - 1))
+    assert manifest["traced_steps"] == traced
+    assert manifest["captured"]["timelines"] == [f"timelines/step-{s}.trace.json.gz" for s in traced]
+    for timeline in manifest["captured"]["timelines"]:
+        assert json.loads(gzip.decompress((run / timeline).read_bytes()))["traceEvents"]
+    _no_probe_left(run)
+    document = _hang_json(run, capsys)  # the same verdict from the run directory
+    assert document["summary"] == manifest["hang"]["verdict"] and last.startswith(
+        f"rnnprof trace: error: hung: {document['summary']}; ")
+    assert [(c["rank"], c["state"], c["where"]) for c in document["culprits"]] == [(0, "in TensorFlow", step_at)]
+
+
+@pytest.mark.slow
+def test_a_tf_script_sleeping_in_its_data_loading_is_named_stopped_in_bound_and_its_window_kept(jobs, capsys):
+    run, result = jobs["script"]
+    assert result.returncode == 124, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"rnnprof trace: error: hung: no step finishes: the main thread is at "
+                           f"{marked(SCRIPT, 'data')} in load_batch, in Python, outside TensorFlow; stopped; kept "
+                           f"in {run}: "), last
+    manifest = _manifest(run)
+    assert manifest["status"] == "hung" and manifest["hang"]["scope"] == "process" and "error" not in manifest
+    assert _finished(manifest) - _planted(result.stderr) <= BOUND_S
+    assert manifest["profiled_steps"] == [1]  # --skip-steps 1 --steps 1: written before the hang, kept
+    assert manifest["captured"]["xplane"] and all((run / x).is_file() for x in manifest["captured"]["xplane"])
+    assert sorted(p.name for p in (run / "hang").iterdir()) == ["rank0.stacks.txt", "verdict.txt"]
+    _no_probe_left(run)
+    document = _hang_json(run, capsys)
+    assert [(c["rank"], c["state"], c["where"], c["function"]) for c in document["culprits"]] == [
+        (0, "in Python", marked(SCRIPT, "data"), "load_batch")]
+
+
+@pytest.mark.slow
+def test_on_hang_wait_leaves_the_job_running_to_its_end_and_the_run_marked_hung(jobs):
+    run, result = jobs["wait-ends"]
+    assert result.returncode == 0, result.stderr[-2000:]
+    err = result.stderr
+    said = next(line for line in err.splitlines() if WAIT_LINE in line)
+    assert said.startswith(f"rnnprof trace: hung: no step finishes: the main thread is at {marked(SCRIPT, 'data')} "
+                           f"in load_batch")
+    done = float(re.search(r"done at ([0-9.]+)", err).group(1))  # the script went on and ended by itself
+    assert err.index(said) < err.index("done at ")
+    manifest = _manifest(run)
+    assert manifest["status"] == "hung" and manifest["steps_seen"] == 8  # every step of the script ran
+    assert _planted(err) < manifest["hang"]["detected"] < done  # judged while the script slept
+    assert (run / "hang" / "verdict.txt").read_text().strip() == manifest["hang"]["verdict"]
+    _no_probe_left(run)
+
+
+@pytest.mark.slow
+def test_on_hang_wait_then_sigterm_ends_rnnprof_and_the_job_and_keeps_the_run_hung(jobs):
+    run, result = jobs["wait-stopped"]
+    lines = result.stderr.splitlines()
+    assert result.returncode == 130, result.stderr[-2000:]
+    assert any(WAIT_LINE in line for line in lines) and "done at " not in result.stderr
+    assert lines[-1].startswith("rnnprof trace: error: interrupted; kept in "), lines[-1]
+    manifest = _manifest(run)
+    assert manifest["status"] == "hung" and manifest["hang"]["scope"] == "process"
+    assert manifest["profiled_steps"] == [1] and (run / "hang" / "rank0.stacks.txt").is_file()
+    _no_probe_left(run)
