@@ -79,9 +79,9 @@ class HangWatch:
 
     def _moved(self) -> bool:
         """Whether a rank finished a step since the last look (and the longest gap so far)."""
-        found = read_progress(self.run_dir)
-        if not found and read_progress(self.run_dir, TASKS):
-            self.folder, found = TASKS, read_progress(self.run_dir, TASKS)
+        found, self.folder = read_progress(self.run_dir), RANKS
+        if not found and read_progress(self.run_dir, TASKS):  # a TensorFlow script's process (torch's ranks win:
+            found, self.folder = read_progress(self.run_dir, TASKS), TASKS  # a script may switch to torch)
         counts = {rank: steps for rank, (steps, _) in found.items()}
         world = self.world_size or max([r.get("world_size") or 1 for r in read_records(self.run_dir)] or [1])
         if len(counts) < world and not self._stepped:
