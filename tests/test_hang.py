@@ -133,15 +133,12 @@ def test_inputs_it_cannot_judge_are_one_line(tmp_path, capsys, name, expected):
     assert len(err) == 1 and expected in err[0]
 
 
-def test_hang_after_is_refused_in_one_line_for_tasks_started_elsewhere(tmp_path, capsys):
-    """A cluster of tasks started elsewhere (--cluster-spec) has no probe to ask; a TF workload on its own devices
-    is watched (tests/test_hang_tf.py)."""
-    code = main(["trace", "--model", "nmt", "--hang-after", "2s", "--cluster-spec", "cluster.json", "--out",
-                 str(tmp_path / "run")])
+def test_hang_after_is_refused_in_one_line_when_attaching(tmp_path, capsys):
+    """A running job rnnprof attaches to is not its to watch nor stop; every job it runs is watched."""
+    code = main(["trace", "--attach", "grpc://localhost:1", "--hang-after", "2s", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err == ["rnnprof trace: error: --hang-after does not apply to a cluster of tasks started "
-                                 "elsewhere (--cluster-spec): rnnprof cannot ask them for their stacks; it applies "
-                                 "to scripts, built-in workloads and the clusters --workers N starts"]
+    assert code == 2 and err == ["rnnprof trace: error: --hang-after does not apply when tracing a running job "
+                                 "(--attach); it is for scripts and built-in workloads"]
     assert not (tmp_path / "run").exists()
 
 
@@ -201,3 +198,17 @@ def test_a_tf_cluster_task_that_is_not_serving_is_named_and_a_serving_cluster_na
     assert control.kind == STUCK and control.culprits == () and "every task serves" in control.summary
     gone = analyze_cluster_hang(names, {0: serving_task}, chief)  # a task that did not answer is named
     assert [(c.rank, c.state) for c in gone.culprits] == [(1, "did not answer")]
+
+
+def test_a_cluster_of_tasks_started_elsewhere_names_no_task_and_says_where_its_chief_waits():
+    """The chief's stacks of a real hung cluster (its first Session.run waits for worker 1): with tasks started
+    elsewhere none can be blamed, the chief's frame is named and the tasks it could not see are said."""
+    from rnnprof.analyzers.hang import analyze_remote_cluster_hang
+    from rnnprof.traces.stack_dump import read_stacks
+
+    verdict = analyze_remote_cluster_hang(["worker:0", "worker:1"], read_stacks(TF_CLUSTER / "chief.stacks.txt", -1))
+    assert verdict.culprits == () and verdict.kind == "stuck"
+    assert re.match(r"no step finishes: the chief's main thread waits inside TensorFlow's runtime, in run "
+                    r"\(session\.py:\d+\) called at runner\.py:\d+ in __init__; the tasks \(worker:0, worker:1\) "
+                    r"were started elsewhere", verdict.summary), verdict.summary
+    assert verdict.notes == ("no stacks from worker:0, worker:1: started elsewhere (--cluster-spec)",)

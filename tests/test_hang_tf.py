@@ -198,3 +198,43 @@ def test_on_hang_wait_then_sigterm_ends_rnnprof_and_the_job_and_keeps_the_run_hu
     assert manifest["status"] == "hung" and manifest["hang"]["scope"] == "process"
     assert manifest["profiled_steps"] == [1] and (run / "hang" / "rank0.stacks.txt").is_file()
     _no_probe_left(run)
+
+
+@pytest.mark.slow
+def test_a_cluster_of_tasks_started_elsewhere_is_judged_on_its_chief_and_its_tasks_left_alone(tmp_path, capsys):
+    """--cluster-spec: two `rnnprof worker` tasks this test starts, worker 1 blocked before it serves (the plant
+    of tests/test_hang_jobs.py's cluster); the chief waits for it in its first Session.run."""
+    from processes import alive
+    from rnnprof import process_group
+    from rnnprof.training.cluster import free_ports
+
+    spec, out, mark = tmp_path / "cluster.json", tmp_path / "run", tmp_path / "planted"
+    spec.write_text(json.dumps({"worker": [f"localhost:{port}" for port in free_ports(2)]}))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLANT_DIR), str(ROOT)]), RNNPROF_PLANT_TASK="worker:1",
+               RNNPROF_PLANT_MARK=str(mark))
+    workers = [process_group.start([sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec), "--job",
+                                    "worker", "--task", str(k)], env=env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL) for k in range(2)]
+    try:
+        result = subprocess.run(_trace(out, "--model", "nmt", "--devices", "1", "--units", "16", "--layers", "1",
+                                       "--src-max-len", "6", "--tgt-max-len", "6", "--vocab-size", "100",
+                                       "--batch-size", "4", "--warmup", "1", "--batches", "1", "--trace-steps", "1",
+                                       "--cluster-spec", str(spec)), capture_output=True, text=True, timeout=300)
+        assert all(w.poll() is None for w in workers)  # rnnprof leaves the tasks it did not start alone
+    finally:
+        for w in workers:
+            process_group.stop(w)
+    assert result.returncode == 124, result.stderr[-2000:]
+    runner = (ROOT / "rnnprof" / "training" / "runner.py").read_text().splitlines()
+    init = next(i for i, line in enumerate(runner, 1) if line.strip() == "self.session.run(init)")
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"rnnprof trace: error: hung: no step finishes: the chief's main thread waits inside "
+                        rf"TensorFlow's runtime, in run \(session\.py:\d+\) called at runner\.py:{init} in __init__; "
+                        r"the tasks \(worker:0, worker:1\) were started elsewhere \(--cluster-spec\): rnnprof cannot "
+                        rf"ask them for their stacks; stopped; run directory: {re.escape(str(out))}", last), last
+    manifest = _manifest(out)
+    assert manifest["status"] == "hung" and manifest["hang"]["scope"] == "remote_cluster"
+    assert manifest["hang"]["task_names"] == ["worker:0", "worker:1"] and manifest["hang"]["ranks"] == []
+    assert sorted(p.name for p in (out / "hang").iterdir()) == ["chief.stacks.txt", "verdict.txt"]
+    assert _hang_json(out, capsys)["summary"] == manifest["hang"]["verdict"]
+    assert not alive(int(mark.read_text().split()[1])) and left_running(grace_s=5.0) == {}

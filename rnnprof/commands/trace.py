@@ -38,7 +38,7 @@ class ScriptFailed(RnnprofError):
 WORKLOAD, SCRIPT, ATTACH = "a built-in workload", "a script (-- python ...)", "a running job (--attach)"
 # Options that only one kind of capture reads (the workload flags are added to these in ``run``).
 _ONLY = {"trace_steps": WORKLOAD, "steps": SCRIPT, "skip_steps": SCRIPT, "delay": SCRIPT, "duration": ATTACH}
-_HANG_FLAGS = ("hang_after", "on_hang")  # every capture that runs the job, but tasks started elsewhere (--cluster-spec)
+_HANG_FLAGS = ("hang_after", "on_hang")  # every capture that runs the job (not --attach)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,13 +99,8 @@ def _refuse_options_of_other_modes(args: argparse.Namespace, mode: str) -> None:
     only = dict(_ONLY)
     for action in add_workload_arguments(argparse.ArgumentParser(add_help=False)):
         only[action.dest] = WORKLOAD
-    watched = mode == SCRIPT or (mode == WORKLOAD and getattr(args, "cluster_spec", None) is None)
     for dest, option in given_options(args).items():
-        if dest in _HANG_FLAGS and mode == WORKLOAD and not watched:
-            raise UsageError(f"{option} does not apply to a cluster of tasks started elsewhere (--cluster-spec): "
-                             f"rnnprof cannot ask them for their stacks; it applies to scripts, built-in workloads "
-                             f"and the clusters --workers N starts")
-        if dest in _HANG_FLAGS and not watched:
+        if dest in _HANG_FLAGS and mode == ATTACH:
             raise UsageError(f"{option} does not apply when tracing {mode}; it is for scripts and built-in workloads")
         if only.get(dest, mode) != mode:
             raise UsageError(f"{option} does not apply when tracing {mode}; it is for {only[dest]}")
@@ -180,10 +175,9 @@ def _workload(args, console, argv) -> int:
         return _torch_workload(args, console, argv)
 
     config = workload_config_from_args(args, gpus_available=visible_gpus())
-    watched = config.cluster_spec is None  # this process's devices, or a cluster started here: its tasks keep probes
     done = capture_workload(config, args.out, args.force, argv, args.trace_steps,
                             on_warning=lambda warning: console.print(Text.assemble(("warning:", "yellow"), f" {warning}")),
-                            hang=_hang_options(args) if watched else None)
+                            hang=_hang_options(args))
     timed = done.timed
     unit = "images" if config.model in IMAGE_MODELS else "words"
     where = f"{config.devices} {done.device_kind} device(s)"

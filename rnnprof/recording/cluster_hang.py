@@ -1,5 +1,6 @@
 """``rnnprof trace``'s hang watch over a TensorFlow job this process drives: a gRPC cluster it started
-(``--workers N``), or a built-in workload on this process's own devices (docs/commands/hang.md).
+(``--workers N``), a built-in workload on this process's own devices, or a cluster of tasks started elsewhere
+(``--cluster-spec``: they cannot be asked, the chief is judged alone; docs/commands/hang.md).
 
 The chief (this process) finishes the steps: each step it ends is counted (``tick``). Without a cluster the
 watch has only the chief's own stacks to judge (``analyze_process_hang``); with one: Each task keeps a probe
@@ -21,7 +22,8 @@ from typing import Callable
 
 from rnnprof import rundir
 from rnnprof.files import atomic_write_bytes
-from rnnprof.analyzers.hang import HangVerdict, analyze_cluster_hang, analyze_process_hang, slow_verdict
+from rnnprof.analyzers.hang import (HangVerdict, analyze_cluster_hang, analyze_process_hang, analyze_remote_cluster_hang,
+                                    slow_verdict)
 from rnnprof.recording import hang_collect
 from rnnprof.recording.hang_probe import TASKS
 from rnnprof.recording.hang_watch import CONFIRM_MAX_S, POLL_S, HangOptions, threshold_s
@@ -32,14 +34,16 @@ CHIEF = -1  # the chief's number among the stacks sampled
 
 class ClusterHangWatch:
     """Watch a cluster's steps from a thread while the block runs; ``tick()`` after each step the chief ends.
-    ``names``: each task's number -> "job:index" (empty: no cluster, one process); ``give_up(verdict)`` runs once
-    it hung (with ``--on-hang stop``)."""
+    ``names``: each task's number -> "job:index" of the tasks it can ask (empty: no cluster, one process, or a
+    cluster of tasks started elsewhere: ``remote`` names them once known); ``give_up(verdict)`` runs once it hung
+    (with ``--on-hang stop``)."""
 
     def __init__(self, run_dir: str | Path, hang: HangOptions, names: dict[int, str],
                  give_up: Callable[[HangVerdict], None]):
         self.run_dir, self.hang, self.names, self.give_up = Path(run_dir), hang, names, give_up
         self.verdict: HangVerdict | None = None
         self.record: dict | None = None  # the manifest's ``hang`` object, once hung
+        self.remote: list[str] = []  # "job:index" of each task started elsewhere (--cluster-spec)
         self.steps, self._seen, self._last, self._longest_gap = 0, 0, time.monotonic(), 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rnnprof-cluster-hang-watch", daemon=True)
@@ -132,6 +136,8 @@ class ClusterHangWatch:
 
     def _verdict(self, second: hang_collect.Sample) -> tuple[HangVerdict, str]:
         """The verdict on the last sample, and the name the chief's stacks are saved under in ``hang/``."""
+        if self.remote:  # tasks started elsewhere: the chief's stacks alone
+            return analyze_remote_cluster_hang(self.remote, second.stacks[CHIEF]), CHIEF_STACKS
         if not self.names:  # one process: it is the job
             return analyze_process_hang(second.stacks[CHIEF]), PROCESS_STACKS
         tasks = {n: s for n, s in second.stacks.items() if n != CHIEF}
@@ -142,7 +148,9 @@ class ClusterHangWatch:
         record = {"kind": verdict.kind, "verdict": verdict.summary, "ranks": sorted({c.rank for c in verdict.culprits}),
                   "files": files, "hang_after_s": self.threshold(), "notes": list(verdict.notes),
                   "detected": time.time()}
-        if self.names:
+        if self.remote:
+            record.update(scope=rundir.HANG_SCOPE_REMOTE, tasks=[], task_names=list(self.remote))
+        elif self.names:
             record.update(tasks=[self.names[c.rank] for c in verdict.culprits],
                           task_names=[self.names[n] for n in sorted(self.names)])
         else:

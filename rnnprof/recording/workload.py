@@ -83,6 +83,8 @@ def _capture(writer: RunWriter, config: WorkloadConfig, workload, trace_steps: i
         spec, tasks = stack.enter_context(running_cluster(config, on_hung=task_died, on_started=started.append,
                                                           probe_dir=writer.path if watch else None))
         count = stack.enter_context(watch).ticking if watch is not None else lambda step: step
+        if watch is not None and config.cluster_spec is not None:
+            watch.remote = [f"{job}:{index}" for job, index, _ in spec.tasks()]
         stack.callback(remove_probe_files, writer.path, TASKS)
         run = stack.enter_context(DataParallelRun(config, workload=workload, cluster=spec))
         for warning in run.warnings:
@@ -99,14 +101,16 @@ def _capture(writer: RunWriter, config: WorkloadConfig, workload, trace_steps: i
 
 def _hang_watch(writer: RunWriter, config: WorkloadConfig, hang: HangOptions | None, started: list,
                 task_died: Callable) -> ClusterHangWatch | None:
-    """The hang watch of a job this process drives, or None (no ``hang``, or tasks started elsewhere with
-    ``--cluster-spec``): a cluster it starts (``--workers``; its tasks are numbered as ``ClusterSpec.tasks()``
-    lists them: workers, then ps tasks), or its own devices (no task). A hung job's tasks are stopped, the run is
-    marked ``hung`` (``task_died``) and the process ends with ``JobHung``'s exit status."""
-    if hang is None or config.cluster_spec is not None:
+    """The hang watch of a job this process drives, or None (no ``hang``): a cluster it starts (``--workers``; its
+    tasks are numbered as ``ClusterSpec.tasks()`` lists them: workers, then ps tasks), its own devices (no task),
+    or tasks started elsewhere (``--cluster-spec``: named once the spec is read, never asked nor stopped). A hung
+    job's tasks are stopped if rnnprof started them, the run is marked ``hung`` (``task_died``) and the process
+    ends with ``JobHung``'s exit status."""
+    if hang is None:
         return None
     jobs = [(WORKER_JOB, k) for k in range(config.workers or 0)] + [(PS_JOB, k) for k in range(config.ps_tasks or 0)]
-    names = {n: f"{job}:{index}" for n, (job, index) in enumerate(jobs)} if config.workers else {}
+    started_here = config.workers and config.cluster_spec is None
+    names = {n: f"{job}:{index}" for n, (job, index) in enumerate(jobs)} if started_here else {}
 
     def give_up(verdict) -> None:
         failure = JobHung(f"hung: {verdict.summary}; stopped; run directory: {writer.path}")

@@ -16,8 +16,9 @@ NO_ANSWER = "did not answer"
 _TENSORFLOW = "/tensorflow/"
 
 
-def analyze_process_hang(stacks: RankStacks | None) -> HangVerdict:
-    """``stacks``: the process's threads (its number 0); None when it gave none."""
+def analyze_process_hang(stacks: RankStacks | None, who: str = "the main thread") -> HangVerdict:
+    """``stacks``: the process's threads (its number 0); None when it gave none. ``who``: what the verdict
+    calls its main thread."""
     main = stacks.main_thread if stacks is not None else None
     if main is None or not main.frames:
         culprit = Culprit(0, NO_ANSWER)
@@ -27,15 +28,15 @@ def analyze_process_hang(stacks: RankStacks | None) -> HangVerdict:
     entry = _tensorflow_entry(main.frames, frame)
     if entry is not None:
         culprit = Culprit(0, IN_TENSORFLOW, frame.where, frame.function)
-        text = (f"no step finishes: the main thread waits inside TensorFlow's runtime, in {entry.function} "
+        text = (f"no step finishes: {who} waits inside TensorFlow's runtime, in {entry.function} "
                 f"({entry.where}) called at {frame.where} in {frame.function}")
     elif is_lock(main, frame):
         culprit = Culprit(0, IN_LOCK, frame.where, frame.function, others=other_threads(stacks))
         others = f" (its other threads: {', '.join(culprit.others)})" if culprit.others else ""
-        text = f"no step finishes: the main thread is blocked in a lock at {frame.where} in {frame.function}{others}"
+        text = f"no step finishes: {who} is blocked in a lock at {frame.where} in {frame.function}{others}"
     else:
         culprit = Culprit(0, IN_PYTHON, frame.where, frame.function)
-        text = (f"no step finishes: the main thread is at {frame.where} in {frame.function}, in Python, "
+        text = (f"no step finishes: {who} is at {frame.where} in {frame.function}, in Python, "
                 f"outside TensorFlow")
     return HangVerdict(STUCK, text, (culprit,), (), (0,))
 
