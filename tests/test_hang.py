@@ -164,7 +164,7 @@ def test_one_tf_process_is_named_where_its_main_thread_is_stuck():
     assert runtime.kind == STUCK and re.search(r"inside TensorFlow's runtime, in run \(session\.py:\d+\) called at "
                                                + re.escape(step_at), runtime.summary)
     python = analyze_process_hang(read_stacks(TF_PROCESS / "python" / "rank0.stacks.txt", 0))
-    data_at = _marked(plants / "tf_hang_job.py", "data")
+    data_at = _marked(plants / "tf_hang_script.py", "data")
     assert [(c.state, c.where, c.function) for c in python.culprits] == [("in Python", data_at, "load_batch")]
     assert "TensorFlow's runtime" not in python.summary
     lock = analyze_process_hang(read_stacks(DATA / "lock" / "rank1.stacks.txt", 0))

@@ -1,7 +1,7 @@
-"""Planted hangs of one TensorFlow process under `rnnprof trace --hang-after 2s`, all run side by side once for the
-module: a built-in workload on its own two devices (no cluster) that blocks inside TensorFlow's runtime at a
+"""Planted hangs of one TensorFlow process under `rnnprof trace --hang-after 4s` (6s), all run side by side once
+for the module: a built-in workload on its own two devices (no cluster) that blocks inside TensorFlow's runtime at a
 traced step (tests/hang_jobs/tf_plant, `RNNPROF_PLANT_STEP`), and a TF2 script that sleeps in its data loading
-(tests/hang_jobs/tf_hang_job.py), stopped (the default) or left running with `--on-hang wait`: once until the
+(tests/hang_jobs/tf_hang_script.py), stopped (the default) or left running with `--on-hang wait`: once until the
 script ends by itself, once until rnnprof is sent SIGTERM. The verdict names the frame the script marks with
 `# plant:`; rnnprof ends within the stated bound of the process's own clock, leaves no process and keeps the
 traces already written."""
@@ -27,12 +27,23 @@ from rnnprof.recording.hang_watch import CONFIRM_MAX_S, STOP_BOUND_S
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANT_DIR = ROOT / "tests" / "hang_jobs" / "tf_plant"
-SCRIPT = ROOT / "tests" / "hang_jobs" / "tf_hang_job.py"
-HANG_AFTER_S = 2.0
-BOUND_S = HANG_AFTER_S + min(HANG_AFTER_S, CONFIRM_MAX_S) + STOP_BOUND_S
+SCRIPT = ROOT / "tests" / "hang_jobs" / "tf_hang_script.py"
+# A healthy TensorFlow process may spend seconds in one call into TensorFlow, its stack unchanged: the workload's
+# first step optimizes its graph inside one Session.run (on a loaded machine it took over 2 s + 2 s, and a 2 s
+# --hang-after judged it hung), a script's profiler window starts and stops. These leave them room (and
+# docs/commands/hang.md says so to users).
+HANG_AFTER_S = 4.0
+WORKLOAD_HANG_AFTER_S = 6.0
+
+
+def bound_s(hang_after_s: float) -> float:
+    """How long after its last step rnnprof has ended (docs/commands/hang.md)."""
+    return hang_after_s + min(hang_after_s, CONFIRM_MAX_S) + STOP_BOUND_S
+
+
 WARMUP, BATCHES, TRACE_STEPS = 1, 2, 2
 PLANT_STEP = WARMUP + BATCHES + 2  # the workload's 5th step (1-based): its second traced step, index 4
-PAUSE_S = 15.0  # "pause": long enough for the watch to judge it hung (HANG_AFTER_S + confirm + sampling)
+PAUSE_S = 20.0  # "pause": long enough for the watch to judge it hung (HANG_AFTER_S + confirm + sampling)
 WAIT_LINE = "; --on-hang wait: the job keeps running"
 TINY_RNNLM = ["--model", "rnnlm", "--devices", "2", "--units", "16", "--layers", "1", "--src-max-len", "6",
               "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", str(WARMUP),
@@ -45,8 +56,8 @@ def marked(path: Path, name: str) -> str:
     return f"{path.name}:{next(i for i, line in enumerate(lines, 1) if line.endswith(f'# plant: {name}'))}"
 
 
-def _trace(run: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--hang-after", f"{HANG_AFTER_S:g}s", *extra]
+def _trace(run: Path, *extra: str, hang_after_s: float = HANG_AFTER_S) -> list[str]:
+    return [sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--hang-after", f"{hang_after_s:g}s", *extra]
 
 
 def _script(run: Path, mode: str, *extra: str) -> list[str]:
@@ -77,7 +88,8 @@ def jobs(tmp_path_factory):
     pythonpath = os.pathsep.join([str(PLANT_DIR), str(ROOT)])
     commands = {
         "workload": ["env", f"PYTHONPATH={pythonpath}", f"RNNPROF_PLANT_STEP={PLANT_STEP}",
-                     f"RNNPROF_PLANT_MARK={mark}", *_trace(root / "workload", *TINY_RNNLM)],
+                     f"RNNPROF_PLANT_MARK={mark}", *_trace(root / "workload", *TINY_RNNLM,
+                                                                     hang_after_s=WORKLOAD_HANG_AFTER_S)],
         "script": _script(root / "script", "data"),
         "wait-ends": _script(root / "wait-ends", "pause", "--on-hang", "wait"),
     }
@@ -128,12 +140,12 @@ def test_a_built_in_tf_workload_blocked_inside_tensorflow_is_named_stopped_in_bo
     last = result.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"rnnprof trace: error: hung: no step finishes: the main thread waits inside TensorFlow's "
                         rf"runtime, in run \(session\.py:\d+\) called at {step_at} in step; stopped; run directory: "
-                        rf"{re.escape(str(run))}", last), last
+                        rf"{re.escape(str(run))}", last), result.stderr[-3000:]
     manifest = _manifest(run)
     assert manifest["status"] == "hung" and "error" not in manifest
     assert manifest["hang"]["ranks"] == [0] and manifest["hang"]["scope"] == "process"
     planted, pid = (run.parent / "workload.planted").read_text().split()
-    assert _finished(manifest) - float(planted) <= BOUND_S
+    assert _finished(manifest) - float(planted) <= bound_s(WORKLOAD_HANG_AFTER_S)
     assert sorted(p.name for p in (run / "hang").iterdir()) == ["rank0.stacks.txt", "verdict.txt"]
     stacks = (run / "hang" / "rank0.stacks.txt").read_text()
     assert f'tf_plant/sitecustomize.py", line {step_at.split(":")[1]} in step' in stacks
@@ -160,7 +172,7 @@ def test_a_tf_script_sleeping_in_its_data_loading_is_named_stopped_in_bound_and_
                            f"in {run}: "), last
     manifest = _manifest(run)
     assert manifest["status"] == "hung" and manifest["hang"]["scope"] == "process" and "error" not in manifest
-    assert _finished(manifest) - _planted(result.stderr) <= BOUND_S
+    assert _finished(manifest) - _planted(result.stderr) <= bound_s(HANG_AFTER_S)
     assert manifest["profiled_steps"] == [1]  # --skip-steps 1 --steps 1: written before the hang, kept
     assert manifest["captured"]["xplane"] and all((run / x).is_file() for x in manifest["captured"]["xplane"])
     assert sorted(p.name for p in (run / "hang").iterdir()) == ["rank0.stacks.txt", "verdict.txt"]

@@ -22,8 +22,8 @@ from typing import Callable
 
 from rnnprof import rundir
 from rnnprof.files import atomic_write_bytes
-from rnnprof.analyzers.hang import (HangVerdict, analyze_cluster_hang, analyze_process_hang, analyze_remote_cluster_hang,
-                                    slow_verdict)
+from rnnprof.analyzers.hang import (HangVerdict, analyze_cluster_hang, analyze_process_hang,
+                                    analyze_remote_cluster_hang, slow_verdict)
 from rnnprof.recording import hang_collect
 from rnnprof.recording.hang_probe import TASKS
 from rnnprof.recording.hang_watch import CONFIRM_MAX_S, POLL_S, HangOptions, threshold_s

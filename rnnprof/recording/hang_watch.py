@@ -22,7 +22,8 @@ from typing import Callable
 
 from rnnprof import rundir
 from rnnprof.errors import JobHung
-from rnnprof.analyzers.hang import HangVerdict, analyze_hang, analyze_process_hang, own_frame, slow_verdict, still_moving
+from rnnprof.analyzers.hang import (HangVerdict, analyze_hang, analyze_process_hang, own_frame, slow_verdict,
+                                    still_moving)
 from rnnprof.recording import hang_collect
 from rnnprof.recording.hang_probe import RANKS, TASKS, read_progress
 from rnnprof.recording.ranks import read_records

@@ -1,4 +1,4 @@
-"""A tiny TensorFlow 2 training script with one planted hang, for `rnnprof trace -- python tf_hang_job.py MODE`.
+"""A tiny TensorFlow 2 training script with one planted hang, for `rnnprof trace -- python tf_hang_script.py MODE`.
 
 Each step loads a batch (``load_batch``) and runs a ``tf.function`` training step (what `rnnprof trace` counts as
 a step). At step 5 ("data") load_batch sleeps forever; ("pause") it sleeps PAUSE_S seconds, then the script goes on
