@@ -2,9 +2,9 @@
 for the module: a built-in workload on its own two devices (no cluster) that blocks inside TensorFlow's runtime at a
 traced step (tests/hang_jobs/tf_plant, `RNNPROF_PLANT_STEP`), and a TF2 script that sleeps in its data loading
 (tests/hang_jobs/tf_hang_script.py), stopped (the default) or left running with `--on-hang wait`: once until the
-script ends by itself, once until rnnprof is sent SIGTERM. The verdict names the frame the script marks with
-`# plant:`; rnnprof ends within the stated bound of the process's own clock, leaves no process and keeps the
-traces already written."""
+script ends by itself, once until rnnprof is sent SIGTERM; the same script with nothing planted is the control. The
+verdict names the frame the script marks with `# plant:`; rnnprof ends within the stated bound of the process's own
+clock, leaves no process and keeps the traces already written."""
 
 from __future__ import annotations
 
@@ -92,6 +92,7 @@ def jobs(tmp_path_factory):
                                                                      hang_after_s=WORKLOAD_HANG_AFTER_S)],
         "script": _script(root / "script", "data"),
         "wait-ends": _script(root / "wait-ends", "pause", "--on-hang", "wait"),
+        "healthy": _script(root / "healthy", "healthy"),
     }
     stopped, reader, stopped_err = _stopped_once_waiting(_script(root / "wait-stopped", "data", "--on-hang", "wait"))
     try:
@@ -180,6 +181,17 @@ def test_a_tf_script_sleeping_in_its_data_loading_is_named_stopped_in_bound_and_
     document = _hang_json(run, capsys)
     assert [(c["rank"], c["state"], c["where"], c["function"]) for c in document["culprits"]] == [
         (0, "in Python", marked(SCRIPT, "data"), "load_batch")]
+
+
+@pytest.mark.slow
+def test_a_healthy_tf_script_under_the_same_short_hang_after_is_not_hung_and_completes(jobs):
+    run, result = jobs["healthy"]
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "done at " in result.stderr and "hung:" not in result.stderr
+    manifest = _manifest(run)
+    assert manifest["status"] == "complete" and "hang" not in manifest and manifest["steps_seen"] == 8
+    assert not (run / "hang").exists()
+    _no_probe_left(run)
 
 
 @pytest.mark.slow

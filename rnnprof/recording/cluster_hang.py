@@ -121,7 +121,8 @@ class ClusterHangWatch:
             hang_collect.clear(self.run_dir / rundir.HANG_DIR)
             return None
         second = self._sample(scratch / "2")
-        why = "a step finished meanwhile" if self.steps != self._seen else _what_moved(first, second)
+        chief = "the chief" if self.names or self.remote else "the process"
+        why = "a step finished meanwhile" if self.steps != self._seen else _what_moved(first, second, chief)
         if why:
             hang_collect.clear(self.run_dir / rundir.HANG_DIR)
             self.hang.on_note(slow_verdict(quiet, why).summary)
@@ -168,10 +169,10 @@ def _own_stacks() -> str:
     return with_source(text, lambda f, n: linecache.getline(f, n))
 
 
-def _what_moved(first: hang_collect.Sample, second: hang_collect.Sample) -> str:
+def _what_moved(first: hang_collect.Sample, second: hang_collect.Sample, chief: str) -> str:
     """A main thread whose stack changed between the samples (any frame); empty when none did."""
     for number in sorted(set(first.stacks) & set(second.stacks)):
         a, b = first.stacks[number].main_thread, second.stacks[number].main_thread
         if a and b and a.frames != b.frames:
-            return f"{'the chief' if number == CHIEF else 'task ' + str(number)}'s main thread runs"
+            return f"{chief if number == CHIEF else 'task ' + str(number)}'s main thread runs"
     return ""
