@@ -50,24 +50,26 @@ def live_ranks(run_dir: Path, folder: str = RANKS) -> dict[int, int]:
 
 
 def sample(run_dir: Path, live: dict[int, int], scratch: Path, folder: str = RANKS) -> Sample:
-    """Ask each live rank for its flight recorder and its stacks; wait up to ``ANSWER_WAIT_S`` for the answers."""
+    """Ask each live rank for its flight recorder, wait up to ``ANSWER_WAIT_S`` for the answers, then for its
+    stacks. One after the other: faulthandler walks every thread of the process from its signal handler, which
+    is not safe while another of its threads runs (the one writing the flight recorder: a rank crashed so)."""
     scratch.mkdir(parents=True, exist_ok=True)
     asked, offsets = {}, {}
-    for rank, pid in live.items():
-        files = probe_files(run_dir, rank, folder)
+    for rank in live:
         target = scratch / f"rank{rank}.fr.pkl"
         target.unlink(missing_ok=True)
-        if _request(files["fr"], target):
+        if _request(probe_files(run_dir, rank, folder)["fr"], target):
             asked[rank] = target
-        offsets[rank] = _size(files["stacks"])
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    while time.monotonic() < deadline and not all(p.exists() for p in asked.values()):
+        time.sleep(0.05)
+    for rank, pid in live.items():
+        offsets[rank] = _size(probe_files(run_dir, rank, folder)["stacks"])
         try:
             os.kill(pid, STACKS_SIGNAL)
         except OSError:
             offsets.pop(rank)
-    deadline = time.monotonic() + ANSWER_WAIT_S
-    while time.monotonic() < deadline and not all(p.exists() for p in asked.values()):
-        time.sleep(0.05)
-    time.sleep(0.2)  # faulthandler writes as it walks the threads: let it finish
+    time.sleep(0.3)  # faulthandler writes as it walks the threads: let it finish
     return _read(run_dir, asked, offsets, folder)
 
 
