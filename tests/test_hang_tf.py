@@ -84,29 +84,35 @@ def _stopped_once_waiting(argv: list[str]) -> tuple[subprocess.Popen, threading.
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
     root = tmp_path_factory.mktemp("tf-hangs")
-    mark = root / "workload.planted"
     pythonpath = os.pathsep.join([str(PLANT_DIR), str(ROOT)])
+
+    def workload(name: str, *extra: str) -> list[str]:
+        return ["env", f"PYTHONPATH={pythonpath}", f"RNNPROF_PLANT_STEP={PLANT_STEP}",
+                f"RNNPROF_PLANT_MARK={root / name}.planted",
+                *_trace(root / name, *TINY_RNNLM, *extra, hang_after_s=WORKLOAD_HANG_AFTER_S)]
+
     commands = {
-        "workload": ["env", f"PYTHONPATH={pythonpath}", f"RNNPROF_PLANT_STEP={PLANT_STEP}",
-                     f"RNNPROF_PLANT_MARK={mark}", *_trace(root / "workload", *TINY_RNNLM,
-                                                                     hang_after_s=WORKLOAD_HANG_AFTER_S)],
+        "workload": workload("workload"),
         "script": _script(root / "script", "data"),
         "wait-ends": _script(root / "wait-ends", "pause", "--on-hang", "wait"),
         "healthy": _script(root / "healthy", "healthy"),
     }
-    stopped, reader, stopped_err = _stopped_once_waiting(_script(root / "wait-stopped", "data", "--on-hang", "wait"))
+    stopped = {"wait-stopped": _script(root / "wait-stopped", "data", "--on-hang", "wait"),
+               "workload-wait-stopped": workload("workload-wait-stopped", "--on-hang", "wait")}
+    started = {name: _stopped_once_waiting(argv) for name, argv in stopped.items()}
     try:
         done = run_together(list(commands.values()), timeout=400)
-        stopped.wait(timeout=120)
+        for child, _, _ in started.values():
+            child.wait(timeout=120)
     finally:
-        if stopped.poll() is None:
-            stopped.kill()
-            stopped.wait()
-    reader.join(timeout=10)
+        for child, _, _ in started.values():
+            if child.poll() is None:
+                child.kill()
+                child.wait()
     runs = {name: (root / name, result) for name, result in zip(commands, done)}
-    runs["wait-stopped"] = (root / "wait-stopped", subprocess.CompletedProcess([], stopped.returncode, "",
-                                                                               "".join(stopped_err)))
-    runs["mark"] = mark
+    for name, (child, reader, lines) in started.items():
+        reader.join(timeout=10)
+        runs[name] = (root / name, subprocess.CompletedProcess([], child.returncode, "", "".join(lines)))
     assert left_running(grace_s=5.0) == {}, "a process of a planted job still runs"
     return runs
 
@@ -145,7 +151,7 @@ def test_a_built_in_tf_workload_blocked_inside_tensorflow_is_named_stopped_in_bo
     manifest = _manifest(run)
     assert manifest["status"] == "hung" and "error" not in manifest
     assert manifest["hang"]["ranks"] == [0] and manifest["hang"]["scope"] == "process"
-    planted, pid = (run.parent / "workload.planted").read_text().split()
+    planted, pid = (run.parent / "workload.planted").read_text().split()  # the process's own clock
     assert _finished(manifest) - float(planted) <= bound_s(WORKLOAD_HANG_AFTER_S)
     assert sorted(p.name for p in (run / "hang").iterdir()) == ["rank0.stacks.txt", "verdict.txt"]
     stacks = (run / "hang" / "rank0.stacks.txt").read_text()
@@ -262,3 +268,20 @@ def test_a_cluster_of_tasks_started_elsewhere_is_judged_on_its_chief_and_its_tas
     assert sorted(p.name for p in (out / "hang").iterdir()) == ["chief.stacks.txt", "verdict.txt"]
     assert _hang_json(out, capsys)["summary"] == manifest["hang"]["verdict"]
     assert not alive(int(mark.read_text().split()[1])) and left_running(grace_s=5.0) == {}
+
+
+@pytest.mark.slow
+def test_a_built_in_workload_left_hung_by_on_hang_wait_ends_on_sigterm_though_stuck_inside_tensorflow(jobs):
+    """Its main thread never runs Python again to act on the signal: the watch ends the process."""
+    from rnnprof.recording.cluster_hang import INTERRUPT_GRACE_S
+
+    run, result = jobs["workload-wait-stopped"]
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 130, result.stderr[-2000:]
+    assert any(WAIT_LINE in line and marked(PLANT_DIR / "sitecustomize.py", "step") in line for line in lines)
+    assert lines[-1] == f"rnnprof trace: error: interrupted; the job hung; what was captured is in {run}"
+    manifest = _manifest(run)
+    assert manifest["status"] == "hung" and manifest["hang"]["scope"] == "process"
+    # the signal came after the verdict, and the process waited the grace for the main thread (whole seconds)
+    assert _finished(manifest) - manifest["hang"]["detected"] >= INTERRUPT_GRACE_S - 1
+    assert sorted(p.name for p in (run / "hang").iterdir()) == ["rank0.stacks.txt", "verdict.txt"]

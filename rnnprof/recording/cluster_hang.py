@@ -13,8 +13,11 @@ Else hung: the stacks and the verdict (``analyze_cluster_hang``) go to ``RUN/han
 from __future__ import annotations
 
 import faulthandler
-import tempfile
 import linecache
+import os
+import select
+import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,6 +33,7 @@ from rnnprof.recording.hang_watch import CONFIRM_MAX_S, POLL_S, HangOptions, thr
 from rnnprof.traces.stack_dump import CHIEF_STACKS, MAIN_MARK, PROCESS_STACKS, parse_stacks, with_source
 
 CHIEF = -1  # the chief's number among the stacks sampled
+INTERRUPT_GRACE_S = 4.0  # --on-hang wait: how long a stuck chief has to act on Ctrl-C or SIGTERM itself
 
 
 class ClusterHangWatch:
@@ -39,8 +43,10 @@ class ClusterHangWatch:
     (with ``--on-hang stop``)."""
 
     def __init__(self, run_dir: str | Path, hang: HangOptions, names: dict[int, str],
-                 give_up: Callable[[HangVerdict], None]):
+                 give_up: Callable[[HangVerdict], None], on_interrupt: Callable[[], None] = lambda: None):
         self.run_dir, self.hang, self.names, self.give_up = Path(run_dir), hang, names, give_up
+        self.on_interrupt = on_interrupt  # --on-hang wait: ends the process on a Ctrl-C or SIGTERM it cannot act on
+        self._wakeup: _Wakeup | None = None
         self.verdict: HangVerdict | None = None
         self.record: dict | None = None  # the manifest's ``hang`` object, once hung
         self.remote: list[str] = []  # "job:index" of each task started elsewhere (--cluster-spec)
@@ -60,12 +66,15 @@ class ClusterHangWatch:
         return counted
 
     def __enter__(self) -> "ClusterHangWatch":
+        self._wakeup = _Wakeup.install() if not self.hang.stop else None
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        if self._wakeup is not None:
+            self._wakeup.close()
 
     def _moved(self) -> bool:
         steps = self.steps
@@ -100,9 +109,20 @@ class ClusterHangWatch:
             self.verdict = verdict
             if not self.hang.stop:
                 self.hang.on_note(f"hung: {verdict.summary}; --on-hang wait: the job keeps running")
+                self._await_interrupt()
                 return
             self.give_up(verdict)
             return
+
+    def _await_interrupt(self) -> None:
+        """A hung job left running: a Ctrl-C or SIGTERM reaches the main thread only once it runs Python again,
+        which one stuck inside TensorFlow never does. ``INTERRUPT_GRACE_S`` after one, unless the block has
+        ended meanwhile, ``on_interrupt`` ends the process."""
+        while self._wakeup is not None and not self._stop.is_set():
+            if self._wakeup.interrupted(POLL_S):
+                if not self._stop.wait(INTERRUPT_GRACE_S):
+                    self.on_interrupt()
+                return
 
     def _sample(self, scratch: Path) -> hang_collect.Sample:
         live = hang_collect.live_ranks(self.run_dir, TASKS)
@@ -157,6 +177,41 @@ class ClusterHangWatch:
         else:
             record["scope"] = rundir.HANG_SCOPE_PROCESS
         return record
+
+
+class _Wakeup:
+    """The signals this process's Python handlers take (Ctrl-C, SIGTERM), seen from another thread: written to a
+    pipe by the C handler (``signal.set_wakeup_fd``) even while the main thread never runs Python."""
+
+    def __init__(self, read_fd: int, write_fd: int, old: int):
+        self._read, self._write, self._old = read_fd, write_fd, old
+
+    @classmethod
+    def install(cls) -> "_Wakeup | None":
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        os.set_blocking(write_fd, False)
+        try:
+            old = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: interrupts stay the main thread's alone
+            os.close(read_fd)
+            os.close(write_fd)
+            return None
+        return cls(read_fd, write_fd, old)
+
+    def interrupted(self, timeout_s: float) -> bool:
+        """Whether SIGINT or SIGTERM came (since the last look), waiting up to ``timeout_s``."""
+        ready, _, _ = select.select([self._read], [], [], timeout_s)
+        try:
+            got = os.read(self._read, 512) if ready else b""
+        except OSError:
+            return False
+        return int(signal.SIGINT) in got or int(signal.SIGTERM) in got
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._old)
+        os.close(self._read)
+        os.close(self._write)
 
 
 def _own_stacks() -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import TimingSummary
-from rnnprof.errors import JobHung
+from rnnprof.errors import InterruptedRun, JobHung
 from rnnprof.recording.cluster_hang import ClusterHangWatch
 from rnnprof.recording.hang_collect import remark_hung
 from rnnprof.recording.hang_probe import TASKS, remove_probe_files
@@ -120,7 +120,16 @@ def _hang_watch(writer: RunWriter, config: WorkloadConfig, hang: HangOptions | N
             task_died(failure)
             exit_with(failure)
 
-    return ClusterHangWatch(writer.path, hang, names, give_up)
+    def interrupted() -> None:  # --on-hang wait, then Ctrl-C or SIGTERM while the chief is stuck
+        if started:
+            started[0].stop()
+        writer.manifest["hang"] = watch.record or {}
+        writer.finish(rundir.STATUS_HUNG)  # what was written listed, the run kept hung
+        remove_probe_files(writer.path, TASKS)
+        exit_with(InterruptedRun(f"interrupted; the job hung; what was captured is in {writer.path}"))
+
+    watch = ClusterHangWatch(writer.path, hang, names, give_up, interrupted)
+    return watch
 
 
 def _record_setup(writer, run, spec, tasks: list[dict]) -> None:
