@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import jsonschema
@@ -132,15 +133,46 @@ def test_inputs_it_cannot_judge_are_one_line(tmp_path, capsys, name, expected):
     assert len(err) == 1 and expected in err[0]
 
 
-@pytest.mark.parametrize("extra", [[], ["--cluster-spec", "cluster.json"]])
-def test_hang_after_is_refused_in_one_line_where_no_task_of_a_tf_run_is_watched(extra, tmp_path, capsys):
-    """A TF workload in this process, or on tasks started elsewhere, has no probe to ask."""
-    code = main(["trace", "--model", "nmt", "--hang-after", "2s", *extra, "--out", str(tmp_path / "run")])
+def test_hang_after_is_refused_in_one_line_when_attaching(tmp_path, capsys):
+    """A running job rnnprof attaches to is not its to watch nor stop; every job it runs is watched."""
+    code = main(["trace", "--attach", "grpc://localhost:1", "--hang-after", "2s", "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err == ["rnnprof trace: error: --hang-after does not apply when tracing a built-in "
-                                 "workload; it is for PyTorch scripts, --framework torch and TensorFlow clusters "
-                                 "started with --workers N"]
+    assert code == 2 and err == ["rnnprof trace: error: --hang-after does not apply when tracing a running job "
+                                 "(--attach); it is for scripts and built-in workloads"]
     assert not (tmp_path / "run").exists()
+
+
+TF_PROCESS = ROOT / "tests" / "data" / "hang" / "tf_process"
+
+
+def _marked(path: Path, name: str) -> str:
+    lines = path.read_text().splitlines()
+    return f"{path.name}:{next(i for i, line in enumerate(lines, 1) if line.endswith(f'# plant: {name}'))}"
+
+
+def test_one_tf_process_is_named_where_its_main_thread_is_stuck():
+    """Stacks of real planted hangs (tests/test_hang_tf.py's jobs): a built-in workload blocked in a Session.run
+    that never returns, a script asleep in its data loading, and a rank blocked on a lock another of its threads
+    holds (hang_job.py's lock case, read as one process)."""
+    from rnnprof.analyzers.hang import STUCK, analyze_process_hang
+    from rnnprof.traces.stack_dump import read_stacks
+
+    plants = ROOT / "tests" / "hang_jobs"
+    runtime = analyze_process_hang(read_stacks(TF_PROCESS / "runtime" / "rank0.stacks.txt", 0))
+    step_at = _marked(plants / "tf_plant" / "sitecustomize.py", "step")
+    assert [(c.rank, c.state, c.where, c.function) for c in runtime.culprits] == [(0, "in TensorFlow", step_at, "step")]
+    assert runtime.kind == STUCK and re.search(r"inside TensorFlow's runtime, in run \(session\.py:\d+\) called at "
+                                               + re.escape(step_at), runtime.summary)
+    python = analyze_process_hang(read_stacks(TF_PROCESS / "python" / "rank0.stacks.txt", 0))
+    data_at = _marked(plants / "tf_hang_script.py", "data")
+    assert [(c.state, c.where, c.function) for c in python.culprits] == [("in Python", data_at, "load_batch")]
+    assert "TensorFlow's runtime" not in python.summary
+    lock = analyze_process_hang(read_stacks(DATA / "lock" / "rank1.stacks.txt", 0))
+    (culprit,) = lock.culprits
+    assert (culprit.state, culprit.where, culprit.others) == ("in a lock", plant("lock"),
+                                                              (f"{plant('holder')} in hold_lock",))
+    nothing = analyze_process_hang(None)
+    assert [(c.rank, c.state) for c in nothing.culprits] == [(0, "did not answer")] and nothing.notes
 
 
 TF_CLUSTER = ROOT / "tests" / "data" / "hang" / "tf_cluster"
@@ -166,3 +198,17 @@ def test_a_tf_cluster_task_that_is_not_serving_is_named_and_a_serving_cluster_na
     assert control.kind == STUCK and control.culprits == () and "every task serves" in control.summary
     gone = analyze_cluster_hang(names, {0: serving_task}, chief)  # a task that did not answer is named
     assert [(c.rank, c.state) for c in gone.culprits] == [(1, "did not answer")]
+
+
+def test_a_cluster_of_tasks_started_elsewhere_names_no_task_and_says_where_its_chief_waits():
+    """The chief's stacks of a real hung cluster (its first Session.run waits for worker 1): with tasks started
+    elsewhere none can be blamed, the chief's frame is named and the tasks it could not see are said."""
+    from rnnprof.analyzers.hang import analyze_remote_cluster_hang
+    from rnnprof.traces.stack_dump import read_stacks
+
+    verdict = analyze_remote_cluster_hang(["worker:0", "worker:1"], read_stacks(TF_CLUSTER / "chief.stacks.txt", -1))
+    assert verdict.culprits == () and verdict.kind == "stuck"
+    assert re.match(r"no step finishes: the chief's main thread waits inside TensorFlow's runtime, in run "
+                    r"\(session\.py:\d+\) called at runner\.py:\d+ in __init__; the tasks \(worker:0, worker:1\) "
+                    r"were started elsewhere", verdict.summary), verdict.summary
+    assert verdict.notes == ("no stacks from worker:0, worker:1: started elsewhere (--cluster-spec)",)

@@ -38,7 +38,7 @@ class ScriptFailed(RnnprofError):
 WORKLOAD, SCRIPT, ATTACH = "a built-in workload", "a script (-- python ...)", "a running job (--attach)"
 # Options that only one kind of capture reads (the workload flags are added to these in ``run``).
 _ONLY = {"trace_steps": WORKLOAD, "steps": SCRIPT, "skip_steps": SCRIPT, "delay": SCRIPT, "duration": ATTACH}
-_HANG_FLAGS = ("hang_after", "on_hang")  # PyTorch scripts, --framework torch and TensorFlow clusters (--workers)
+_HANG_FLAGS = ("hang_after", "on_hang")  # every capture that runs the job (not --attach)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,19 +99,11 @@ def _refuse_options_of_other_modes(args: argparse.Namespace, mode: str) -> None:
     only = dict(_ONLY)
     for action in add_workload_arguments(argparse.ArgumentParser(add_help=False)):
         only[action.dest] = WORKLOAD
-    watched = mode == SCRIPT or (mode == WORKLOAD and (args.framework == "torch" or _local_cluster(args)))
     for dest, option in given_options(args).items():
-        if dest in _HANG_FLAGS and not watched:
-            raise UsageError(f"{option} does not apply when tracing {mode}; it is for PyTorch scripts, "
-                             f"--framework torch and TensorFlow clusters started with --workers N")
+        if dest in _HANG_FLAGS and mode == ATTACH:
+            raise UsageError(f"{option} does not apply when tracing {mode}; it is for scripts and built-in workloads")
         if only.get(dest, mode) != mode:
             raise UsageError(f"{option} does not apply when tracing {mode}; it is for {only[dest]}")
-
-
-def _local_cluster(args) -> bool:
-    """A TensorFlow cluster this process starts: its tasks keep hang probes in the run directory."""
-    workers = getattr(args, "workers", None)
-    return bool(workers) and getattr(args, "cluster_spec", None) is None
 
 
 def _require_out(args, what: str):
@@ -183,10 +175,9 @@ def _workload(args, console, argv) -> int:
         return _torch_workload(args, console, argv)
 
     config = workload_config_from_args(args, gpus_available=visible_gpus())
-    watched = config.workers and config.cluster_spec is None  # a cluster started here: its tasks keep probes
     done = capture_workload(config, args.out, args.force, argv, args.trace_steps,
                             on_warning=lambda warning: console.print(Text.assemble(("warning:", "yellow"), f" {warning}")),
-                            hang=_hang_options(args) if watched else None)
+                            hang=_hang_options(args))
     timed = done.timed
     unit = "images" if config.model in IMAGE_MODELS else "words"
     where = f"{config.devices} {done.device_kind} device(s)"

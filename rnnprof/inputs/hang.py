@@ -26,6 +26,8 @@ class HangInputs:
     world_size: int | None = None
     task_names: dict[int, str] = field(default_factory=dict)  # a TensorFlow cluster's tasks, by number
     chief: RankStacks | None = None  # ... and its chief's stacks
+    process: bool = False  # one TensorFlow process (a script, a workload without a cluster): its stacks alone
+    remote: bool = False  # a TensorFlow cluster of tasks started elsewhere: its chief's stacks alone
     notes: list[str] = field(default_factory=list)
 
 
@@ -38,7 +40,7 @@ def read_hang_inputs(paths: Sequence[str | Path]) -> HangInputs:
             _file(path, got)
         else:
             raise InputError(path, "does not exist", EXPECTED)
-    if not got.recorders and not got.stacks:
+    if not got.recorders and not got.stacks and got.chief is None:
         raise InputError(", ".join(map(str, paths)), "holds no flight-recorder dump and no stacks", EXPECTED)
     return got
 
@@ -58,6 +60,8 @@ def _run_dir(path: Path, got: HangInputs) -> None:
                                f"{manifest.status or 'missing'!r})", EXPECTED)
     got.world_size = manifest.world_size
     got.task_names = dict(enumerate((manifest.hang or {}).get("task_names") or []))
+    got.process = (manifest.hang or {}).get("scope") == rundir.HANG_SCOPE_PROCESS
+    got.remote = (manifest.hang or {}).get("scope") == rundir.HANG_SCOPE_REMOTE
     if got.task_names and (folder / CHIEF_STACKS).is_file():
         got.chief = read_stacks(folder / CHIEF_STACKS, -1)
     for file in sorted(folder.iterdir()):

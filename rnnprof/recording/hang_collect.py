@@ -16,7 +16,7 @@ from rnnprof.analyzers.hang import RankRecorder, RankStacks
 from rnnprof.errors import InputError
 from rnnprof.recording import ranks
 from rnnprof.recording.hang_probe import RANKS, STACKS_SIGNAL, probe_files, read_progress
-from rnnprof.rundir.manifest import read_manifest_json
+from rnnprof.rundir.manifest import now, read_manifest_json
 from rnnprof.rundir.writer import atomic_write_json
 from rnnprof.traces.flight_recorder import parse_flight_recorder, plain_unpickle
 from rnnprof.traces.stack_dump import MAIN_MARK, parse_stacks, with_source
@@ -50,24 +50,26 @@ def live_ranks(run_dir: Path, folder: str = RANKS) -> dict[int, int]:
 
 
 def sample(run_dir: Path, live: dict[int, int], scratch: Path, folder: str = RANKS) -> Sample:
-    """Ask each live rank for its flight recorder and its stacks; wait up to ``ANSWER_WAIT_S`` for the answers."""
+    """Ask each live rank for its flight recorder, wait up to ``ANSWER_WAIT_S`` for the answers, then for its
+    stacks. One after the other: faulthandler walks every thread of the process from its signal handler, which
+    is not safe while another of its threads runs (the one writing the flight recorder: a rank crashed so)."""
     scratch.mkdir(parents=True, exist_ok=True)
     asked, offsets = {}, {}
-    for rank, pid in live.items():
-        files = probe_files(run_dir, rank, folder)
+    for rank in live:
         target = scratch / f"rank{rank}.fr.pkl"
         target.unlink(missing_ok=True)
-        if _request(files["fr"], target):
+        if _request(probe_files(run_dir, rank, folder)["fr"], target):
             asked[rank] = target
-        offsets[rank] = _size(files["stacks"])
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    while time.monotonic() < deadline and not all(p.exists() for p in asked.values()):
+        time.sleep(0.05)
+    for rank, pid in live.items():
+        offsets[rank] = _size(probe_files(run_dir, rank, folder)["stacks"])
         try:
             os.kill(pid, STACKS_SIGNAL)
         except OSError:
             offsets.pop(rank)
-    deadline = time.monotonic() + ANSWER_WAIT_S
-    while time.monotonic() < deadline and not all(p.exists() for p in asked.values()):
-        time.sleep(0.05)
-    time.sleep(0.2)  # faulthandler writes as it walks the threads: let it finish
+    time.sleep(0.3)  # faulthandler writes as it walks the threads: let it finish
     return _read(run_dir, asked, offsets, folder)
 
 
@@ -147,19 +149,26 @@ def clear(scratch: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def record_hang(run_dir: Path, verdict, files: list[str], hang_after_s: float, notes: list[str]) -> dict:
-    """Mark the run ``hung`` with the verdict; returns the manifest's ``hang`` object."""
+def record_hang(run_dir: Path, verdict, files: list[str], hang_after_s: float, notes: list[str],
+                scope: str | None = None) -> dict:
+    """Mark the run ``hung`` with the verdict; returns the manifest's ``hang`` object (``scope``:
+    ``rundir.HANG_SCOPE_PROCESS`` for one TensorFlow process, whose manifest is marked once it ended)."""
     hang = {"kind": verdict.kind, "verdict": verdict.summary, "ranks": sorted({c.rank for c in verdict.culprits}),
             "files": files, "hang_after_s": hang_after_s, "notes": [*verdict.notes, *notes],
             "detected": time.time()}
-    ranks.mark_hung(run_dir, hang)
+    if scope:  # the process writes the manifest until it ends; ``remark_hung`` marks it then
+        hang["scope"] = scope
+    else:
+        ranks.mark_hung(run_dir, hang)
     return hang
 
 
 def remark_hung(run_dir: Path, hang: dict | None) -> None:
-    """Mark the run ``hung`` again after its writer closed it as failed, which stopping the job caused: the
-    failure is no error of the run."""
+    """Mark the run ``hung`` again after its writer closed it as failed, which stopping the job caused (or
+    closed it at all: a job left running with ``--on-hang wait`` hung all the same): the failure is no error of
+    the run. A writer killed before it closed leaves no end time: the time now is recorded."""
     manifest = read_manifest_json(run_dir)
     manifest.pop("error", None)
     manifest.update(status=rundir.STATUS_HUNG, hang=hang or {})
+    manifest.setdefault("finished", now())
     atomic_write_json(run_dir / rundir.MANIFEST, manifest)

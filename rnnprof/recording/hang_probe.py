@@ -7,7 +7,8 @@
 * ``tick()`` counts finished steps into ``torch/.rank<r>.progress`` with the rank's pid (one ``pwrite``, after
   the window too); the file is there while the rank's capture is open.
 Nothing is written while the job runs normally; ``close`` removes the files when nothing was asked.
-A TensorFlow cluster's task keeps the stacks and its pid only, in ``timelines/`` (``task_probe``)."""
+A TensorFlow process keeps the stacks, its pid and its steps, no flight recorder, in ``timelines/``: a cluster's
+task (``task_probe``: number N, its place among the cluster's tasks, no steps) or a script's only process (0)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ STACKS_SIGNAL = signal.SIGUSR2
 FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 FR_BUFFER = "2000"  # entries each rank's flight recorder keeps, unless the user set TORCH_FR_BUFFER_SIZE
 RANKS = rundir.TORCH_TRACES_DIR  # where PyTorch ranks keep their probe files
-TASKS = rundir.TIMELINES_DIR  # ... and a TensorFlow cluster's tasks (``task_probe``: stacks only)
+TASKS = rundir.TIMELINES_DIR  # ... and TensorFlow processes (a cluster's tasks, a script): no flight recorder
 
 
 def probe_files(run_dir: str | Path, rank: int, folder: str = RANKS) -> dict[str, Path]:
@@ -48,10 +49,16 @@ def read_progress(run_dir: str | Path, folder: str = RANKS) -> dict[int, tuple[i
 
 
 def remove_probe_files(run_dir: str | Path, folder: str = RANKS) -> None:
-    """Once the job has ended: the ranks' probe files (what a hung job's ranks said is in ``RUN/hang/``)."""
+    """Once the job has ended: the ranks' probe files (what a hung job's ranks said is in ``RUN/hang/``), and
+    their folder if nothing else is in it."""
     for kind in ("stacks", "fr", "progress"):
         for path in (Path(run_dir) / folder).glob(f".rank*.{kind}"):
             path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty, or not there
+        (Path(run_dir) / folder).rmdir()
+
+
+_closed_here = threading.Event()  # a probe of this process ignored STACKS_SIGNAL as it closed
 
 
 class RankProbe:
@@ -68,7 +75,9 @@ class RankProbe:
         self.files["stacks"].parent.mkdir(parents=True, exist_ok=True)
         self._progress_fd = os.open(self.files["progress"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.tick(0)
-        if signal.getsignal(STACKS_SIGNAL) in (signal.SIG_DFL, None):  # the script's own handler is left alone
+        current = signal.getsignal(STACKS_SIGNAL)
+        if current in (signal.SIG_DFL, None) or (current == signal.SIG_IGN and _closed_here.is_set()):  # the
+            # script's own handler is left alone
             self._stacks = open(self.files["stacks"], "w")
             self._stacks.write(f"{MAIN_MARK}0x{threading.main_thread().ident:016x}\n")
             self._stacks.flush()
@@ -94,6 +103,7 @@ class RankProbe:
             faulthandler.unregister(STACKS_SIGNAL)
             with contextlib.suppress(ValueError):  # not the main thread: the default stays
                 signal.signal(STACKS_SIGNAL, signal.SIG_IGN)  # a late ask must not end the process
+                _closed_here.set()  # ... and a probe opened later (torch's, after TensorFlow's) may replace it
             self._stacks.close()
             if self.files["stacks"].stat().st_size <= 64:  # only the main-thread line: never asked
                 self.files["stacks"].unlink(missing_ok=True)
@@ -112,6 +122,11 @@ def task_probe(environ) -> RankProbe | None:
     if not run_dir or not number.isdigit():
         return None
     return RankProbe(run_dir, int(number), TASKS, recorder=False)
+
+
+def tensorflow_probe(run_dir: str | Path) -> RankProbe:
+    """The probe of a TensorFlow script's process under ``rnnprof trace``: number 0, stacks and steps."""
+    return RankProbe(run_dir, 0, TASKS, recorder=False)
 
 
 def _serve(fifo: Path) -> None:

@@ -5,7 +5,10 @@ The ranks count their finished steps (``hang_probe``). When none has finished a 
 ``FIRST_STEP_S`` before the first step), the watch samples every live rank's flight recorder and stacks, waits
 ``confirm_s`` (the threshold, at most ``CONFIRM_MAX_S``) and samples again. A step finished, a collective
 finished or a main thread's stack changed in between: slow, not hung (said, and the clock starts again). Nothing moved:
-hung; the second sample and the verdict go to ``RUN/hang/`` and the run is marked ``hung``."""
+hung; the second sample and the verdict go to ``RUN/hang/`` and the run is marked ``hung``.
+
+A TensorFlow script is one process (its probe in ``TASKS``, no flight recorder): judged on its stacks alone
+(``analyze_process_hang``)."""
 
 from __future__ import annotations
 
@@ -19,9 +22,10 @@ from typing import Callable
 
 from rnnprof import rundir
 from rnnprof.errors import JobHung
-from rnnprof.analyzers.hang import HangVerdict, analyze_hang, own_frame, slow_verdict, still_moving
+from rnnprof.analyzers.hang import (HangVerdict, analyze_hang, analyze_process_hang, own_frame, slow_verdict,
+                                    still_moving)
 from rnnprof.recording import hang_collect
-from rnnprof.recording.hang_probe import read_progress
+from rnnprof.recording.hang_probe import RANKS, TASKS, read_progress
 from rnnprof.recording.ranks import read_records
 
 DEFAULT_FLOOR_S = 300.0  # the default threshold is never shorter than this
@@ -68,6 +72,7 @@ class HangWatch:
         self._last = time.monotonic()
         self._longest_gap = 0.0
         self._stepped = False
+        self.folder = RANKS  # where the probes are: TASKS once a TensorFlow script's process opened its own
         self.record: dict | None = None  # the manifest's ``hang`` object, once hung
 
     def threshold(self) -> float:
@@ -75,7 +80,10 @@ class HangWatch:
 
     def _moved(self) -> bool:
         """Whether a rank finished a step since the last look (and the longest gap so far)."""
-        counts = {rank: steps for rank, (steps, _) in read_progress(self.run_dir).items()}
+        found, self.folder = read_progress(self.run_dir), RANKS
+        if not found and read_progress(self.run_dir, TASKS):  # a TensorFlow script's process (torch's ranks win:
+            found, self.folder = read_progress(self.run_dir, TASKS), TASKS  # a script may switch to torch)
+        counts = {rank: steps for rank, (steps, _) in found.items()}
         world = self.world_size or max([r.get("world_size") or 1 for r in read_records(self.run_dir)] or [1])
         if len(counts) < world and not self._stepped:
             self._last = time.monotonic()  # the clock starts once every rank has opened its capture
@@ -94,7 +102,7 @@ class HangWatch:
         quiet = time.monotonic() - self._last
         if quiet < self.threshold():
             return None
-        live = hang_collect.live_ranks(self.run_dir)
+        live = hang_collect.live_ranks(self.run_dir, self.folder)
         if not live:
             return None
         verdict = self._judge(live, quiet)
@@ -104,14 +112,15 @@ class HangWatch:
 
     def _judge(self, live: dict[int, int], quiet: float) -> HangVerdict | None:
         scratch = self.run_dir / rundir.HANG_DIR / ".sample"
-        first = hang_collect.sample(self.run_dir, live, scratch / "1")
+        first = hang_collect.sample(self.run_dir, live, scratch / "1", self.folder)
         deadline = time.monotonic() + min(self.threshold(), CONFIRM_MAX_S)
         stepped = False
         while time.monotonic() < deadline and not stepped:
             time.sleep(POLL_S)
             stepped = self._moved()
-        second = hang_collect.sample(self.run_dir, live, scratch / "2") if not stepped else None
-        if second is not None and (hang_collect.live_ranks(self.run_dir) != live or not _answered(second)):
+        second = hang_collect.sample(self.run_dir, live, scratch / "2", self.folder) if not stepped else None
+        if second is not None and (hang_collect.live_ranks(self.run_dir, self.folder) != live
+                                   or not _answered(second)):
             hang_collect.clear(self.run_dir / rundir.HANG_DIR)
             return None  # ranks are ending (or none could answer): not a hang to judge
         why = "a step finished meanwhile" if stepped else _what_moved(first, second)
@@ -119,12 +128,18 @@ class HangWatch:
             hang_collect.clear(self.run_dir / rundir.HANG_DIR)
             self.on_note(slow_verdict(quiet, why).summary)
             return None
-        world = self.world_size or max([r.get("world_size") or 1 for r in read_records(self.run_dir)] or [1])
-        verdict = analyze_hang(second.recorders, second.stacks, world)
+        verdict = self._verdict(second)
         files = hang_collect.save(self.run_dir, second, verdict.summary)
         hang_collect.clear(scratch)
-        self.record = hang_collect.record_hang(self.run_dir, verdict, files, self.threshold(), second.notes)
+        scope = rundir.HANG_SCOPE_PROCESS if self.folder == TASKS else None
+        self.record = hang_collect.record_hang(self.run_dir, verdict, files, self.threshold(), second.notes, scope)
         return verdict
+
+    def _verdict(self, second) -> HangVerdict:
+        if self.folder == TASKS:  # a TensorFlow script: one process, judged on its stacks
+            return analyze_process_hang(second.stacks.get(0))
+        world = self.world_size or max([r.get("world_size") or 1 for r in read_records(self.run_dir)] or [1])
+        return analyze_hang(second.recorders, second.stacks, world)
 
 
 def _what_moved(first, second) -> str:

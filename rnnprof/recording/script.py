@@ -31,7 +31,8 @@ from rnnprof.recording.interrupt import ignore_interrupts, interrupt_once
 from rnnprof.events import Manifest
 from rnnprof.rundir.manifest import new_manifest, read_manifest, read_manifest_json
 from rnnprof.recording.launch import launch_command
-from rnnprof.recording.hang_probe import FR_BUFFER, FR_BUFFER_ENV, remove_probe_files
+from rnnprof.recording.hang_collect import remark_hung
+from rnnprof.recording.hang_probe import FR_BUFFER, FR_BUFFER_ENV, TASKS, remove_probe_files, tensorflow_probe
 from rnnprof.recording.hang_watch import HUNG_EXIT, POLL_S, HangOptions, HangWatch
 from rnnprof.rundir.writer import RunWriter, atomic_write_json, prepare_out_dir
 from rnnprof.recording.imports import when_imported
@@ -64,10 +65,10 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
                            "torchrun": launch.torchrun})
     env.setdefault(FR_BUFFER_ENV, FR_BUFFER)  # each rank's flight recorder, for the hang watch
     child = subprocess.Popen(launch.argv, env=env, preexec_fn=_end_with_parent())
-    interrupted, hung = False, False
+    interrupted, hung, watch = False, False, HangWatch(out, hang.after, hang.on_note)
     with ranks.ExitWatch(out) as exits:  # which rank ended first, when one fails
         try:
-            code, hung = _wait(child, out, hang)
+            code, hung = _wait(child, out, hang, watch)
         except KeyboardInterrupt:
             interrupted = True
             code = _stop(child, out)
@@ -79,28 +80,33 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
         code = HUNG_EXIT if hung else ranks.exit_code_of(records, code)
         ranks.combine(out, list(command), exit_code=130 if interrupted else code, exited=exits.exited)
         remove_probe_files(out)
+    elif watch.record is not None:  # a TensorFlow script that hung: its process closed its capture, or was killed
+        code = HUNG_EXIT if hung else code
+        remark_hung(out, watch.record)
+        remove_probe_files(out, TASKS)
     else:
         _mark_unfinished(out, list(command), code)
+        remove_probe_files(out, TASKS)
     return 130 if interrupted or code == -signal.SIGINT else code
 
 
-def _wait(child: subprocess.Popen, out: Path, hang: HangOptions) -> tuple[int, bool]:
-    """Wait for the job, watching it for a hang (``HangWatch``): (its exit code, whether it hung and was stopped).
+def _wait(child: subprocess.Popen, out: Path, hang: HangOptions, watch: HangWatch) -> tuple[int, bool]:
+    """Wait for the job, watching it for a hang (``watch``): (its exit code, whether it hung and was stopped).
     With ``hang.stop`` a hung job is stopped at once; otherwise the verdict is said and the job waited for."""
-    watch = HangWatch(out, hang.after, hang.on_note)
+    waiting = False
     while True:
         try:
             return child.wait(timeout=POLL_S), False
         except subprocess.TimeoutExpired:
             pass
-        if watch is None:
+        if waiting:
             continue
         verdict = watch.poll()
         if verdict is not None and hang.stop:
             return _stop_hung(child, out), True
         if verdict is not None:
             hang.on_note(f"hung: {verdict.summary}; --on-hang wait: the job keeps running")
-            watch = None
+            waiting = True
 
 
 def _stop_hung(child: subprocess.Popen, out: Path) -> int:
@@ -370,7 +376,7 @@ def _switch_to_torch(caps: list, settings: dict) -> None:
 
 def _tensorflow_capture(settings: dict, writer: RunWriter):
     cap = TensorFlowCapture(settings["out"], steps=settings.get("steps"), skip_steps=settings.get("skip_steps", 0),
-                            delay=settings.get("delay", 0.0), _writer=writer)
+                            delay=settings.get("delay", 0.0), _writer=writer, _probe=tensorflow_probe(settings["out"]))
     return cap.start()
 
 

@@ -34,7 +34,7 @@ class TensorFlowCapture:
 
     def __init__(self, out_dir: str | Path, steps: int | None = None, skip_steps: int = 0, delay: float = 0.0,
                  force: bool = False, command=None, config: dict | None = None, auto_steps: bool = True,
-                 _writer: RunWriter | None = None):
+                 _writer: RunWriter | None = None, _probe=None):
         if steps is not None and steps < 1:
             raise ValueError("steps must be at least 1 or None")
         self.out_dir = Path(out_dir)
@@ -64,6 +64,8 @@ class TensorFlowCapture:
         self._hooked_context = None  # the eager context whose initialization enables run metadata
         self._unhooks: list = []
         self._function_depth = threading.local()
+        self._probe = _probe  # under ``rnnprof trace``: stacks and finished steps for its hang watch (hang_probe)
+        self._unfinished = False  # a step has begun and not finished (for the probe's count)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -85,6 +87,8 @@ class TensorFlowCapture:
             self._enable_eager_metadata()
         if tf is not None:
             self._install_hooks(tf)
+        if self._probe is not None:
+            self._probe.install()
         set_active_capture(self)
         if self.steps is None and not self.auto_steps and self.delay == 0 and self.skip_steps == 0:
             self._open_window()
@@ -103,6 +107,8 @@ class TensorFlowCapture:
                 self._unhooks.clear()
                 self._disable_eager_metadata()
                 clear_active_capture(self)
+                if self._probe is not None:
+                    self._probe.close()
                 if self.writer is not None:
                     self.writer.manifest["steps_seen"] = self._seen_steps  # tells an empty window apart
                     self.writer.finish(status)
@@ -119,9 +125,18 @@ class TensorFlowCapture:
     def end_step(self) -> None:
         """End the current step (the end of ``with cap.step():``, or a Keras batch's end)."""
         with self._lock:
+            self._finished()
             self._end_step()
 
+    def _finished(self) -> None:
+        """The step begun last has finished: counted once for the hang watch."""
+        if self._unfinished and self._probe is not None:
+            self._probe.tick()
+        self._unfinished = False
+
     def _begin_step(self, n: int | None) -> None:
+        self._finished()  # the step before, when nothing ended it
+        self._unfinished = True
         if self._current is not None:
             self._end_step()
         number = self._seen_steps if n is None else int(n)
@@ -314,6 +329,7 @@ class TensorFlowCapture:
         finally:
             if auto:
                 with self._lock:
+                    self._finished()
                     self._end_step()
 
     def _record_session(self, sess) -> None:
@@ -346,6 +362,7 @@ class TensorFlowCapture:
                 depth.value = level
                 if auto:
                     with capture._lock:
+                        capture._finished()
                         capture._end_step()
 
         pf.Function.__call__ = call

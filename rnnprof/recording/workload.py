@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import TimingSummary
-from rnnprof.errors import JobHung
+from rnnprof.errors import InterruptedRun, JobHung
 from rnnprof.recording.cluster_hang import ClusterHangWatch
+from rnnprof.recording.hang_collect import remark_hung
 from rnnprof.recording.hang_probe import TASKS, remove_probe_files
 from rnnprof.recording.hang_watch import HangOptions
 from rnnprof import names, rundir
@@ -26,7 +27,7 @@ from rnnprof.recording import session  # session.capture_after, looked up when c
 from rnnprof.rundir.manifest import applied_offsets, session_config_fields
 from rnnprof.rundir.writer import RunWriter, default_run_dir
 from rnnprof.training.clock import manifest_offsets, measure_offsets
-from rnnprof.training.cluster import PS_JOB, WORKER_JOB, running_cluster
+from rnnprof.training.cluster import PS_JOB, WORKER_JOB, exit_with, running_cluster
 from rnnprof.training.measure import measure
 from rnnprof.training.runner import DataParallelRun
 
@@ -48,8 +49,9 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
 
     A ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM under ``interrupt.terminate_as_interrupt``) keeps what
     was captured, marks the run interrupted and raises ``InterruptedRun``; any other failure is recorded
-    in the manifest's ``error`` and raised. ``hang``: watch the cluster it starts (``--workers``) for a hang
-    (``cluster_hang``); a hung job is marked ``hung`` and the process ends with ``JobHung``'s exit status.
+    in the manifest's ``error`` and raised. ``hang``: watch the job for a hang (``cluster_hang``: the cluster
+    it starts with ``--workers``, or its own devices); a hung job is marked ``hung`` and the process ends with
+    ``JobHung``'s exit status (with ``--on-hang wait`` it runs on, and the run stays marked ``hung``).
     """
 
     workload = get_workload(config)  # a bad --data file stops here, before a run directory exists
@@ -57,7 +59,6 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
                        config=config.to_dict())
 
     started: list = []  # the LocalCluster, once it runs
-    watch = _cluster_watch(writer, config, hang, started)
 
     def task_died(failure) -> None:  # the chief is stuck in a step: the process ends after this
         if isinstance(failure, JobHung) and watch is not None:
@@ -68,10 +69,22 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
             writer.finish(rundir.STATUS_INTERRUPTED)
         remove_probe_files(writer.path, TASKS)
 
+    watch = _hang_watch(writer, config, hang, started, task_died)
+    try:
+        return _capture(writer, config, workload, trace_steps, on_warning, watch, started, task_died)
+    finally:
+        if watch is not None and watch.record is not None and not hang.stop:
+            remark_hung(writer.path, watch.record)  # --on-hang wait: however the job ended, it hung
+
+
+def _capture(writer: RunWriter, config: WorkloadConfig, workload, trace_steps: int, on_warning,
+             watch: ClusterHangWatch | None, started: list, task_died) -> WorkloadCapture:
     with writer.recording(), contextlib.ExitStack() as stack:
         spec, tasks = stack.enter_context(running_cluster(config, on_hung=task_died, on_started=started.append,
                                                           probe_dir=writer.path if watch else None))
         count = stack.enter_context(watch).ticking if watch is not None else lambda step: step
+        if watch is not None and config.cluster_spec is not None:
+            watch.remote = [f"{job}:{index}" for job, index, _ in spec.tasks()]
         stack.callback(remove_probe_files, writer.path, TASKS)
         run = stack.enter_context(DataParallelRun(config, workload=workload, cluster=spec))
         for warning in run.warnings:
@@ -86,19 +99,37 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
                            captured=writer.captured)
 
 
-def _cluster_watch(writer: RunWriter, config: WorkloadConfig, hang: HangOptions | None,
-                   started: list) -> ClusterHangWatch | None:
-    """The hang watch of a cluster this process starts (``--workers``), or None. Its tasks are numbered as
-    ``ClusterSpec.tasks()`` lists them: workers, then ps tasks."""
-    if hang is None or not config.workers or config.cluster_spec is not None:
+def _hang_watch(writer: RunWriter, config: WorkloadConfig, hang: HangOptions | None, started: list,
+                task_died: Callable) -> ClusterHangWatch | None:
+    """The hang watch of a job this process drives, or None (no ``hang``): a cluster it starts (``--workers``; its
+    tasks are numbered as ``ClusterSpec.tasks()`` lists them: workers, then ps tasks), its own devices (no task),
+    or tasks started elsewhere (``--cluster-spec``: named once the spec is read, never asked nor stopped). A hung
+    job's tasks are stopped if rnnprof started them, the run is marked ``hung`` (``task_died``) and the process
+    ends with ``JobHung``'s exit status."""
+    if hang is None:
         return None
-    jobs = [(WORKER_JOB, k) for k in range(config.workers)] + [(PS_JOB, k) for k in range(config.ps_tasks or 0)]
-    names = {n: f"{job}:{index}" for n, (job, index) in enumerate(jobs)}
+    jobs = [(WORKER_JOB, k) for k in range(config.workers or 0)] + [(PS_JOB, k) for k in range(config.ps_tasks or 0)]
+    started_here = config.workers and config.cluster_spec is None
+    names = {n: f"{job}:{index}" for n, (job, index) in enumerate(jobs)} if started_here else {}
 
     def give_up(verdict) -> None:
-        started[0].give_up(JobHung(f"hung: {verdict.summary}; stopped; run directory: {writer.path}"))
+        failure = JobHung(f"hung: {verdict.summary}; stopped; run directory: {writer.path}")
+        if started:
+            started[0].give_up(failure)  # stops the tasks, then task_died, then the process ends
+        else:
+            task_died(failure)
+            exit_with(failure)
 
-    return ClusterHangWatch(writer.path, hang, names, give_up)
+    def interrupted() -> None:  # --on-hang wait, then Ctrl-C or SIGTERM while the chief is stuck
+        if started:
+            started[0].stop()
+        writer.manifest["hang"] = watch.record or {}
+        writer.finish(rundir.STATUS_HUNG)  # what was written listed, the run kept hung
+        remove_probe_files(writer.path, TASKS)
+        exit_with(InterruptedRun(f"interrupted; the job hung; what was captured is in {writer.path}"))
+
+    watch = ClusterHangWatch(writer.path, hang, names, give_up, interrupted)
+    return watch
 
 
 def _record_setup(writer, run, spec, tasks: list[dict]) -> None:

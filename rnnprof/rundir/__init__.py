@@ -36,6 +36,8 @@ STATUS_INTERRUPTED = "interrupted"
 STATUS_RUNNING = "running"
 STATUS_HUNG = "hung"  # the job stopped making progress (rnnprof trace's hang watch)
 HANG_DIR = "hang"
+HANG_SCOPE_PROCESS = "process"  # the manifest's hang.scope when the job is one TensorFlow process
+HANG_SCOPE_REMOTE = "remote_cluster"  # ... a TensorFlow cluster of tasks started elsewhere: the chief's stacks only
 
 
 def timeline_name(step: int) -> str:

@@ -14,6 +14,7 @@ from rnnprof.limits import read_bytes
 
 MAIN_MARK = "# main thread "
 CHIEF_STACKS = "chief.stacks.txt"  # in hang/: a TensorFlow cluster's chief, beside its tasks' rank<N>.stacks.txt
+PROCESS_STACKS = "rank0.stacks.txt"  # ... and one TensorFlow process's, the whole job
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 

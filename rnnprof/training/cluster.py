@@ -343,7 +343,7 @@ def describe_remote(spec: ClusterSpec) -> list[dict]:
             for job, k, address in spec.tasks()]
 
 
-def _exit_on_hung(failure: TaskFailed) -> None:
+def exit_with(failure: TaskFailed) -> None:
     """End the process with the one line ``cli.main`` would print for ``failure``."""
     command = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in ("trace", "scale") else ""
     print(f"rnnprof{' ' + command if command else ''}: error: {failure}", file=sys.stderr, flush=True)
@@ -375,7 +375,7 @@ def running_cluster(config, on_hung: Callable[[TaskFailed], None] | None = None,
     def hung(failure: TaskFailed) -> None:
         if on_hung is not None:
             on_hung(failure)
-        _exit_on_hung(failure)
+        exit_with(failure)
 
     spec = local_spec(config.workers, config.ps_tasks)
     with process_group.signals_interrupt():

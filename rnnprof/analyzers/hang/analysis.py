@@ -9,15 +9,15 @@ from collections import Counter
 from .model import RecordedCollective, Frame, RankRecorder, RankStacks, ThreadStack
 from .verdict import DESYNC, MISMATCH, NEVER_ARRIVED, SLOW, STUCK, Culprit, HangVerdict, Waiter
 
-# Frames in these files are torch's, Python's or rnnprof's own, not the caller's code.
-_LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen", "/rnnprof/recording/")
+# Frames in these files are torch's, TensorFlow's, Python's or rnnprof's own, not the caller's code.
+LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen", "/rnnprof/recording/")
 _LOCK = re.compile(r"acquire\(|\.wait\(|\block\b|_lock\b|Lock\b|[Mm]utex|Semaphore|Condition")
 
 
 def own_frame(frames) -> Frame | None:
     """The innermost frame of the user's code; the innermost of all where none is."""
     frames = tuple(frames)
-    return next((f for f in frames if not any(part in f.file for part in _LIBRARY)), frames[0] if frames else None)
+    return next((f for f in frames if not any(part in f.file for part in LIBRARY)), frames[0] if frames else None)
 
 
 def analyze_hang(recorders: dict[int, RankRecorder], stacks: dict[int, RankStacks],
@@ -168,25 +168,26 @@ def _outside(rank: int, recorders, stacks) -> Culprit:
         return Culprit(rank, "did not answer")
     if recorders and rank not in recorders:
         return Culprit(rank, "outside Python", *_place(main))
-    if main is not None and _is_lock(stacks[rank].main_thread, main):
-        return Culprit(rank, "in a lock", *_place(main), others=_other_threads(stacks[rank]))
+    if main is not None and is_lock(stacks[rank].main_thread, main):
+        return Culprit(rank, "in a lock", *_place(main), others=other_threads(stacks[rank]))
     return Culprit(rank, "in no collective", *_place(main))
 
 
-def _is_lock(thread: ThreadStack | None, main: Frame) -> bool:
+def is_lock(thread: ThreadStack | None, main: Frame) -> bool:
+    """Whether a main thread at ``main`` (its own code's frame) waits on a lock, a condition or a join."""
     inner = thread.frames[0] if thread and thread.frames else main
     if inner.file.endswith("threading.py") and inner.function in ("acquire", "wait", "__enter__", "join"):
         return True
     return bool(_LOCK.search(main.text.split("#", 1)[0]))  # the code, not its comment
 
 
-def _other_threads(rank_stacks: RankStacks) -> tuple[str, ...]:
+def other_threads(rank_stacks: RankStacks) -> tuple[str, ...]:
     """Where the rank's other threads are in the user's code; threads with no frame of it left out."""
     main = rank_stacks.main_thread
     found = []
     for thread in rank_stacks.threads:
         frame = own_frame(thread.frames) if thread is not main else None
-        if frame is not None and not any(part in frame.file for part in _LIBRARY):
+        if frame is not None and not any(part in frame.file for part in LIBRARY):
             found.append(f"{frame.where} in {frame.function}")
     return tuple(found)
 

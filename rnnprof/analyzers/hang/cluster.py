@@ -7,8 +7,11 @@ task serves, the hang is inside TensorFlow's runtime: the verdict names no task 
 
 from __future__ import annotations
 
+import dataclasses
+
 from .analysis import own_frame
 from .model import Frame, RankStacks
+from .process import analyze_process_hang
 from .verdict import NEVER_ARRIVED, STUCK, Culprit, HangVerdict
 
 # Where a task's main thread waits while its server serves: (file ending, function).
@@ -50,6 +53,16 @@ def analyze_cluster_hang(names: dict[int, str], stacks: dict[int, RankStacks],
         return HangVerdict(NEVER_ARRIVED, f"{head}; {waits}{serving_text}", tuple(culprits), (), tuple(names), notes)
     return HangVerdict(STUCK, f"every task serves and no step finishes (inside TensorFlow's runtime): {waits}",
                        (), (), tuple(names), notes)
+
+
+def analyze_remote_cluster_hang(task_names: list[str], chief: RankStacks | None) -> HangVerdict:
+    """A cluster of tasks started elsewhere (``--cluster-spec``): no task can be asked for its stacks, so the
+    verdict names no task; it says where the chief is stuck (as one process's) and which tasks it could not see."""
+    verdict = analyze_process_hang(chief, "the chief's main thread")
+    names = ", ".join(task_names)
+    unseen = f"the tasks ({names}) were started elsewhere (--cluster-spec): rnnprof cannot ask them for their stacks"
+    return dataclasses.replace(verdict, summary=f"{verdict.summary}; {unseen}", culprits=(), ranks=(),
+                               notes=(*verdict.notes, f"no stacks from {names}: started elsewhere (--cluster-spec)"))
 
 
 def _chief_frame(chief: RankStacks | None) -> Frame | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 NEVER_ARRIVED = "never_arrived"  # a rank is in no collective while the others wait in one
 DESYNC = "desync"  # a rank skipped a collective: its later ones paired with the others' next ones
 MISMATCH = "mismatch"  # the ranks are in different collectives (or sizes) at one sequence number
-STUCK = "stuck"  # every rank waits in the same collective, or no rank is in one
+STUCK = "stuck"  # every rank waits in the same collective, or no rank is in one, or one process makes no step
 SLOW = "slow"  # steps or collectives still finish: slow, not hung
 KINDS = (NEVER_ARRIVED, DESYNC, MISMATCH, STUCK, SLOW)
 
@@ -26,7 +26,8 @@ class Waiter:
 @dataclass(frozen=True)
 class Culprit:
     """A rank the hang comes from: where its main thread is (file:line and function), how it is blocked
-    (``state``: "in no collective", "in a lock", "outside Python", "skipped", "in another collective") and,
+    (``state``: "in no collective", "in a lock", "outside Python", "skipped", "in another collective", "did not
+    answer"; a TensorFlow cluster's task: "not serving"; one TensorFlow process: "in TensorFlow", "in Python") and,
     for one in a lock, where its other threads are in the user's code (one of them may hold the lock)."""
 
     rank: int

@@ -1,7 +1,7 @@
 """A TensorFlow cluster task that blocks before it serves, for the hang watch's test (on PYTHONPATH, with
 RNNPROF_PLANT_TASK=job:index and RNNPROF_PLANT_MARK=FILE): that task of a cluster `rnnprof trace --workers N`
 starts opens its port (the chief sees it listen), writes `time.time() pid` to FILE and blocks at the line marked
-`# plant: task`, never starting its server. Every other process runs unchanged."""
+`# plant: task`, never starting its server. Every other process runs unchanged (but see ``blocked_step``)."""
 
 import os
 import socket
@@ -19,12 +19,45 @@ def blocked_serve(spec, job, task, devices=1, on_ready=lambda: None, timeout_s=N
     listener.close()
 
 
+def blocked_step(original, wanted):
+    """With RNNPROF_PLANT_STEP=N instead, the built-in TensorFlow workload of `rnnprof trace` (its own devices, no
+    cluster) blocks inside TensorFlow's runtime at its Nth step: the step runs a dequeue from a queue nothing fills
+    (a Session.run that never returns, as one waiting on input that never comes), at the line marked
+    `# plant: step`, after writing `time.time() pid` to FILE."""
+    calls = []
+
+    def step(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == wanted:
+            import tensorflow as tf
+
+            with tf.Graph().as_default():
+                empty = tf.queue.FIFOQueue(1, tf.float32).dequeue()
+                session = tf.compat.v1.Session()
+            with open(os.environ["RNNPROF_PLANT_MARK"], "w") as mark:
+                mark.write(f"{time.time()!r} {os.getpid()}\n")  # the process's own clock
+            session.run(empty)  # plant: step
+        return original(self, *args, **kwargs)
+
+    return step
+
+
+def _plant_step(args) -> None:
+    wanted = os.environ.get("RNNPROF_PLANT_STEP")
+    if not wanted or "trace" not in args:
+        return
+    from rnnprof.training.runner import DataParallelRun
+
+    DataParallelRun.step = blocked_step(DataParallelRun.step, int(wanted))
+
+
 def _plant() -> None:
     wanted = os.environ.get("RNNPROF_PLANT_TASK")
     try:
         args = open("/proc/self/cmdline", "rb").read().decode().split("\0")
     except OSError:
         return
+    _plant_step(args)
     if not wanted or "worker" not in args or "--job" not in args or "--task" not in args:
         return
     if f"{args[args.index('--job') + 1]}:{args[args.index('--task') + 1]}" != wanted:
