@@ -32,7 +32,8 @@ os.environ.setdefault("PET_RDZV_ENDPOINT", "localhost:0")
 # every other, so that none of them starts late and runs alone at the end.
 LONGEST = ("tests/test_cluster_run.py", "tests/test_diagnosis_jobs.py", "tests/test_torch.py",
            "tests/test_torch_script.py", "tests/test_explain.py", "tests/test_diff.py", "tests/test_trace_signals.py",
-           "tests/test_trace_cli.py", "tests/test_interrupt.py")
+           "tests/test_trace_cli.py", "tests/test_interrupt.py", "tests/test_hang_tf.py", "tests/test_memory_faults.py",
+           "tests/test_hang_jobs.py")
 
 
 def pytest_configure(config):
