@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rnnprof.analyzers.critical_path.graph import sources_first
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, ReplayGraph
 
 _TIE_US = 1e-6
@@ -36,29 +37,10 @@ def replay_order(graph: ReplayGraph) -> tuple[np.ndarray, np.ndarray]:
     keep = np.ones(len(graph.src), dtype=bool)
     if not len(graph.src) or np.all(pos[graph.src] < pos[graph.dst]):
         return order, keep
-    moved = _moved_after_sources(graph, pos)
+    moved = sources_first(graph.size, graph.src, graph.dst, pos)
     if moved is not None:  # no cycle: any order with every source first gives the same replay
         return moved, keep
     return _kahn(graph, pos, keep)
-
-
-_PASSES = 64  # of _moved_after_sources before a cycle is presumed (and _kahn breaks it)
-
-
-def _moved_after_sources(graph: ReplayGraph, pos: np.ndarray) -> np.ndarray | None:
-    """The measured order with each node that starts before a source of its moved just after it, pass by pass;
-    None when edges still point backwards after ``_PASSES`` passes (a cycle, or a long chain of them)."""
-    key = pos.astype(np.float64)
-    src, dst = graph.src, graph.dst
-    for _ in range(_PASSES):
-        order = np.argsort(key, kind="stable")
-        at = np.empty(graph.size, dtype=np.int64)
-        at[order] = np.arange(graph.size)
-        back = at[src] >= at[dst]
-        if not back.any():
-            return order
-        np.maximum.at(key, dst[back], key[src[back]] + 1e-6)
-    return None
 
 
 def _kahn(graph: ReplayGraph, pos: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
