@@ -17,68 +17,16 @@ comm's peak RSS, on the job at most 1 GB. Exits 1 only when a target is missed.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _measure import Targets, ratio_spread, run_child
+from _against_comm import compare, report, tiled
+from _measure import Targets
 from _tile import DEFAULT_FIXTURE
-from whole_job import build_job, measured
+from whole_job import build_job
 
-CHILD = """
-import json, sys, time
-t0 = time.perf_counter()
-from rich.console import Console
-from rnnprof.cli import main
-argv = json.loads(sys.argv[1])
-with open(sys.argv[2], "w") as out:
-    code = main(argv, console=Console(file=out, width=200))
-print(json.dumps({"code": code, "s": time.perf_counter() - t0, "rss_mb": peak_rss_mb()}))
-"""
-TILE_CHILD = """
-import json, sys
-from pathlib import Path
-sys.path.insert(0, sys.argv[1])
-from _tile import tile
-print(json.dumps({"events": tile(int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))}))
-"""
 COMMANDS = {"comm": ["comm", "--json"], "whatif": ["whatif", "--comm", "0.5", "--json"]}
-
-
-def compare(path: Path, repeat: int, out: Path) -> dict[str, list[dict]]:
-    """Each side ``repeat`` times on ``path``, taking turns (the first side alternating)."""
-    runs: dict[str, list[dict]] = {side: [] for side in COMMANDS}
-    sides = tuple(COMMANDS)
-    for k in range(max(1, repeat)):
-        for side in sides if k % 2 == 0 else sides[::-1]:
-            argv = [COMMANDS[side][0], str(path), *COMMANDS[side][1:]]
-            result = measured(CHILD, json.dumps(argv), str(out))
-            if result["code"] != 0:
-                raise SystemExit(f"rnnprof {side} exited {result['code']}")
-            runs[side].append(result)
-            print(f"  {side}: {result['s']:.1f} s (CPU {result['cpu_s']:.1f} s), peak RSS {result['rss_mb']:,.0f} MB, "
-                  f"--json {out.stat().st_size / 1e6:,.1f} MB", flush=True)
-    return runs
-
-
-def report(label: str, runs: dict[str, list[dict]], targets: Targets, rss_limit: float, rss_absolute: bool) -> None:
-    comm, replay = runs["comm"], runs["whatif"]
-    ratio, spread = ratio_spread([r["s"] for r in replay], [r["s"] for r in comm])
-    cpu = statistics.median(r["cpu_s"] for r in replay) / statistics.median(r["cpu_s"] for r in comm)
-    rss_w, rss_c = (statistics.median(r["rss_mb"] for r in rows) for rows in (replay, comm))
-    print(f"{label}: whatif {statistics.median(r['s'] for r in replay):.1f} s / comm "
-          f"{statistics.median(r['s'] for r in comm):.1f} s = {ratio:.2f}x ({spread}); CPU time {cpu:.2f}x; "
-          f"peak RSS {rss_w:,.0f} MB / {rss_c:,.0f} MB = {rss_w / rss_c:.2f}x; load average "
-          f"{os.getloadavg()[0]:.1f}", flush=True)
-    targets.at_most(f"{label}: whatif time / comm time", ratio, 3.0, "x")
-    if rss_absolute:
-        targets.at_most(f"{label}: whatif peak RSS of its process tree", rss_w, rss_limit, "MB")
-    else:
-        targets.at_most(f"{label}: whatif peak RSS / comm peak RSS", rss_w / rss_c, rss_limit, "x")
 
 
 def main() -> int:
@@ -98,20 +46,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rnnprof-bench-", dir=args.job.parent if args.job else None) as tmp:
         path, out = Path(tmp) / "trace.json", Path(tmp) / "out.json"
         if not args.no_rank:
-            t0 = time.perf_counter()
-            # in a child: Linux keeps a process's peak RSS across fork and exec, so this one must stay small
-            n = run_child(TILE_CHILD, str(Path(__file__).resolve().parent), str(args.events), str(path),
-                          str(args.fixture))["events"]
-            print(f"built {n:,} trace events of {args.fixture.name} tiled ({path.stat().st_size / 1e6:,.0f} MB "
-                  f"JSON) in {time.perf_counter() - t0:.1f} s", flush=True)
-            report("tiled rank", compare(path, args.repeat, out), targets, 2.0, rss_absolute=False)
+            tiled(args.events, path, args.fixture)
+            report("tiled rank", compare(path, COMMANDS, args.repeat, out), "whatif", targets, 3.0, 2.0,
+                   rss_absolute=False)
             path.unlink()
         if not args.no_job:
             folder = args.job or Path(tmp) / "job"
             build_job(folder, args.job_ranks, args.job_events, DEFAULT_FIXTURE)
             print(f"job: {args.job_ranks} ranks of ~{args.job_events:,} events in {folder}", flush=True)
-            report(f"{args.job_ranks}-rank job", compare(folder, args.job_repeat, out), targets, 1024.0,
-                   rss_absolute=True)
+            report(f"{args.job_ranks}-rank job", compare(folder, COMMANDS, args.job_repeat, out), "whatif", targets,
+                   3.0, 1024.0, rss_absolute=True)
     return targets.report()
 
 

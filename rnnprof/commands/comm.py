@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import re
 from typing import NamedTuple
 
 from rich.console import Console
 
 from rnnprof import limits
 from rnnprof.commands import job_flags, left_out_notes, step_flags
-from rnnprof.commands.flags import INPUT, non_negative_us
+from rnnprof.commands.flags import INPUT, check_comm_patterns, non_negative_us
 from rnnprof.errors import InputError, UsageError
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.tasks import analyze_tasks
@@ -48,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
-    _check_patterns(args.comm_pattern)
+    check_comm_patterns(args.comm_pattern)
     notes = run_notes(args.paths)
     analysis = _analyze(args)
     _require_devices(analysis.report, args.paths)
@@ -57,15 +56,6 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if plot is not None:
         save_chart(comm_chart(analysis.report, per_step=args.per_step), plot)
     return 0
-
-
-def _check_patterns(patterns: list[str]) -> None:
-    """Refuse a ``--comm-pattern`` that is no regular expression."""
-    for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
 
 
 class _Analysis(NamedTuple):

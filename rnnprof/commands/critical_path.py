@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 from rich.console import Console
 
 from rnnprof import limits
 from rnnprof.commands import job_flags, left_out_notes, step_flags
-from rnnprof.commands.flags import INPUT
+from rnnprof.commands.flags import INPUT, check_comm_patterns
 from rnnprof.errors import InputError, UsageError
 from rnnprof.analyzers.critical_path import analyze_critical_path
 from rnnprof.inputs.dependencies import read_dependencies
@@ -85,11 +84,7 @@ def _analyze(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    for pattern in args.comm_pattern:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
+    check_comm_patterns(args.comm_pattern)
     overlay = _overlay_path(args)
     notes = run_notes(args.paths)
     report, more_notes, left_out = _analyze(args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 
 from rnnprof.errors import UsageError
 
@@ -54,3 +55,12 @@ def parse_choice_list(text: str, flag: str, choices: tuple[str, ...]) -> list[st
     if not values or bad:
         raise UsageError(f"{flag}: unknown value {', '.join(bad) or repr(text)} (expected one of {', '.join(choices)})")
     return values
+
+
+def check_comm_patterns(patterns: list[str]) -> None:
+    """Refuse a ``--comm-pattern`` that is no regular expression."""
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None

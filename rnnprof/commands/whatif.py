@@ -4,7 +4,6 @@ change would give, the chain critical after it and the waits that appear or vani
 from __future__ import annotations
 
 import argparse
-import re
 
 from rich.console import Console
 
@@ -16,7 +15,7 @@ from rnnprof.analyzers.replay.fixes import fix_changes
 from rnnprof.analyzers.flops import FAMILIES
 from rnnprof.analyzers.replay.job import JobNames, scanned_names
 from rnnprof.commands import job_flags, left_out_notes, step_flags
-from rnnprof.commands.flags import INPUT
+from rnnprof.commands.flags import INPUT, check_comm_patterns
 from rnnprof.errors import InputError, UsageError
 from rnnprof.events import Device
 from rnnprof.inputs.dependencies import read_dependencies
@@ -112,11 +111,7 @@ def changes_of(args: argparse.Namespace, table) -> list[Change]:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
-    for pattern in args.comm_pattern:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
+    check_comm_patterns(args.comm_pattern)
     if not (args.scale or args.even_host or args.even_input or args.comm is not None or args.fix or args.overlap_comm
             or args.no_copies or args.no_syncs or args.graph_launch or any(
                 getattr(args, f) is not None for f in INEXPRESSIBLE)):

@@ -48,7 +48,8 @@ class StepDAG:
     """The DAG of one window. Nodes ``0..n-1`` are events (``rows``), ``n..`` the entries of collective members
     (``entry_of``: the member's node). Edges ``src -> dst`` of kinds ``EDGE_KINDS[kind]``."""
 
-    def __init__(self, tt: TableIndex, step: int, window: tuple[float, float], dependencies: Dependencies):
+    def __init__(self, tt: TableIndex, step: int, window: tuple[float, float], dependencies: Dependencies,
+                 ordered: bool = True):
         self.tt, self.step, self.window, self.base = tt, step, window, window[0]
         self.rows = np.sort(tt.overlapping(*window) if tt.has_steps else tt.cand)
         self.n = len(self.rows)
@@ -64,8 +65,12 @@ class StepDAG:
         self.n_start = np.concatenate([self.start, self.start[self.entry_of]])
         self.n_end = np.concatenate([self.end, self.start[self.entry_of]])
         self.n_dur = self.n_end - self.n_start
-        self._order(np.where(np.isfinite(join_key), np.maximum(join_key, self.start), self.start))
-        self._weigh()
+        key = np.where(np.isfinite(join_key), np.maximum(join_key, self.start), self.start)
+        if ordered:  # the path's order and weights (without: the edges only, as the path's DAG has them)
+            self._order(key)
+            self._weigh()
+        elif not self._acyclic(key):
+            self._order(key)  # drops the edges that close a cycle
 
     # -- construction
 
@@ -287,6 +292,16 @@ class StepDAG:
             pos[order] = np.arange(total)
         self.order, self.pos = order, pos
 
+    def _acyclic(self, key: np.ndarray) -> bool:
+        """Whether an order with every edge's source first is found in arrays (``sources_first`` of ``_order``'s
+        first order): then the edges make no cycle and ``_order`` would keep them all."""
+        total = len(self.n_start)
+        k = np.concatenate([key, self.start[self.entry_of]])
+        order = np.lexsort((np.arange(total), self.n_end, ~(np.arange(total) >= self.n), k))
+        pos = np.empty(total, dtype=np.int64)
+        pos[order] = np.arange(total)
+        return sources_first(total, self.src, self.dst, pos) is not None
+
     def _weigh(self) -> None:
         total = len(self.n_start)
         latest = np.full(total, -np.inf)
@@ -295,6 +310,25 @@ class StepDAG:
         # A node without predecessors in the window (its lane's previous event ended before the window) is
         # reached from the window's start: its lead is the time from there.
         self.lead = np.where(np.isfinite(latest), 0.0, self.n_start)
+
+
+_PASSES = 64  # of ``sources_first`` before a cycle is presumed
+
+
+def sources_first(total: int, src: np.ndarray, dst: np.ndarray, pos: np.ndarray) -> np.ndarray | None:
+    """The order ``pos`` (each node's place) with each node that comes before a source of its moved just after
+    it, pass by pass: an order of nodes ``0..total-1`` with every edge's source first; None when edges still
+    point backwards after ``_PASSES`` passes (a cycle, or a long chain of them)."""
+    key = pos.astype(np.float64)
+    for _ in range(_PASSES):
+        order = np.argsort(key, kind="stable")
+        at = np.empty(total, dtype=np.int64)
+        at[order] = np.arange(total)
+        back = at[src] >= at[dst]
+        if not back.any():
+            return order
+        np.maximum.at(key, dst[back], key[src[back]] + 1e-6)
+    return None
 
 
 def topological_order(total: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:

@@ -115,7 +115,7 @@ class Replayer:
         self.graphs: list[tuple[int, StepGraph]] = []
         for s in wanted:
             if s in windows:
-                dag = StepDAG(tt, s, windows[s], dependencies)
+                dag = StepDAG(tt, s, windows[s], dependencies, ordered=False)
                 if dag.n:
                     self.graphs.append((s, StepGraph(replay_graph(dag, table, classes, tt.is_thread), table,
                                                      classes, float(windows[s][0]))))

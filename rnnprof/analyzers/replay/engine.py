@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rnnprof.analyzers.critical_path.graph import sources_first
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, ReplayGraph
 
 _TIE_US = 1e-6
@@ -36,29 +37,10 @@ def replay_order(graph: ReplayGraph) -> tuple[np.ndarray, np.ndarray]:
     keep = np.ones(len(graph.src), dtype=bool)
     if not len(graph.src) or np.all(pos[graph.src] < pos[graph.dst]):
         return order, keep
-    moved = _moved_after_sources(graph, pos)
+    moved = sources_first(graph.size, graph.src, graph.dst, pos)
     if moved is not None:  # no cycle: any order with every source first gives the same replay
         return moved, keep
     return _kahn(graph, pos, keep)
-
-
-_PASSES = 64  # of _moved_after_sources before a cycle is presumed (and _kahn breaks it)
-
-
-def _moved_after_sources(graph: ReplayGraph, pos: np.ndarray) -> np.ndarray | None:
-    """The measured order with each node that starts before a source of its moved just after it, pass by pass;
-    None when edges still point backwards after ``_PASSES`` passes (a cycle, or a long chain of them)."""
-    key = pos.astype(np.float64)
-    src, dst = graph.src, graph.dst
-    for _ in range(_PASSES):
-        order = np.argsort(key, kind="stable")
-        at = np.empty(graph.size, dtype=np.int64)
-        at[order] = np.arange(graph.size)
-        back = at[src] >= at[dst]
-        if not back.any():
-            return order
-        np.maximum.at(key, dst[back], key[src[back]] + 1e-6)
-    return None
 
 
 def _kahn(graph: ReplayGraph, pos: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -138,27 +120,110 @@ def calibrate(graph: ReplayGraph, keep: np.ndarray) -> np.ndarray:
 
 def replay(graph: ReplayGraph, order: np.ndarray, keep: np.ndarray, dur: np.ndarray, pre: np.ndarray,
            lag: np.ndarray, base: np.ndarray) -> Schedule:
-    """Earliest start times in ``order``, with these durations, host work and delays, over the edges ``keep``."""
+    """Earliest start times in ``order``, with these durations, host work and delays, over the edges ``keep``:
+    an edge whose source comes after its target in ``order`` reads the source's times before they are set
+    (zero). A graph wide enough (a job's ranks side by side) is replayed level by level in arrays, else node by
+    node; both make the same operations on the same numbers, so the schedules are the same."""
     total = graph.size
     e = np.flatnonzero(keep)
-    by = e[np.argsort(graph.dst[e], kind="stable")]
-    ptr = np.searchsorted(graph.dst[by], np.arange(total + 1), side="left").tolist()
-    src_l, lag_l, fs_l = graph.src[by].tolist(), lag[by].tolist(), graph.from_start[by].tolist()
-    dur_l, pre_l, base_l = dur.tolist(), pre.tolist(), base.tolist()
-    start = [0.0] * total
-    end = [0.0] * total
-    ready = [0.0] * total
-    bind = [-1] * total
-    for v in order.tolist():
-        t, arg = base_l[v], -1
-        for j in range(ptr[v], ptr[v + 1]):
-            u = src_l[j]
-            x = (start[u] if fs_l[j] else end[u]) + lag_l[j]
-            if x > t:
-                t, arg = x, u
+    by = e[np.argsort(graph.dst[e], kind="stable")]  # the edges into each node, in edge order
+    src, dst = graph.src[by], graph.dst[by]
+    ptr = np.searchsorted(dst, np.arange(total + 1), side="left")
+    pos = np.empty(total, dtype=np.int64)
+    pos[order] = np.arange(total)
+    forward = pos[src] < pos[dst]
+    # where an edge reads its source's time: starts at 0.., ends at total.., a zero at 2 total (not yet set)
+    ref = np.where(forward, src + np.where(graph.from_start[by], 0, total), 2 * total)
+    level = _levels(total, src[forward], dst[forward])
+    if level is None:
+        times, ready = _in_order(total, order, ref, ptr, lag[by], dur, pre, base)
+    else:
+        times, ready = _by_levels(total, level, ref, ptr, lag[by], dur, pre, base)
+    x = times[ref] + lag[by]
+    hit = np.flatnonzero((x == ready[dst]) & (x > base[dst]))  # the first edge giving a node's start: bound
+    first = hit[np.r_[True, dst[hit][1:] != dst[hit][:-1]]] if len(hit) else hit
+    bind = np.full(total, -1, dtype=np.int64)
+    bind[dst[first]] = src[first]
+    return Schedule(times[:total].copy(), times[total:2 * total].copy(), bind, ready)
+
+
+_PROBE_LEVELS = 64  # levels seen before a graph may be found too narrow for the replay by levels
+_MIN_WIDTH = 32  # nodes per level, on average, below which the replay goes node by node
+
+
+def _levels(total: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
+    """Each node's level (0: no edge in; else one more than its highest source's) over edges ``src -> dst`` of
+    a DAG; None when the levels so far hold fewer than ``_MIN_WIDTH`` nodes on average (a chain, mostly)."""
+    waiting = np.bincount(dst, minlength=total)
+    by = np.argsort(src, kind="stable")
+    children = dst[by]
+    optr = np.searchsorted(src[by], np.arange(total + 1), side="left")
+    level = np.zeros(total, dtype=np.int64)
+    slot = np.zeros(total, dtype=np.int64)
+    free = np.flatnonzero(waiting == 0)
+    k = done = 0
+    while len(free):
+        level[free] = k
+        k, done = k + 1, done + len(free)
+        if k >= _PROBE_LEVELS and done < k * _MIN_WIDTH:
+            return None
+        starts = optr[free]
+        counts = optr[free + 1] - starts
+        n = int(counts.sum())
+        if not n:
+            break
+        kids = children[np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(n)]
+        np.subtract.at(waiting, kids, 1)
+        free = kids[waiting[kids] == 0]
+        slot[free] = np.arange(len(free))  # a node freed by two sources at once is kept once
+        free = free[slot[free] == np.arange(len(free))]
+    return level
+
+
+def _by_levels(total: int, level: np.ndarray, ref: np.ndarray, ptr: np.ndarray, lag: np.ndarray,
+               dur: np.ndarray, pre: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_in_order``'s times and readiness, a level at a time (a node's sources set before it)."""
+    times = np.zeros(2 * total + 1)
+    count = ptr[1:] - ptr[:-1]
+    alone = np.flatnonzero(count == 0)
+    ready = base.copy()
+    times[alone] = base[alone] + pre[alone]
+    times[alone + total] = times[alone] + dur[alone]
+    nodes = np.flatnonzero(count)
+    nodes = nodes[np.argsort(level[nodes], kind="stable")]
+    n_edges = count[nodes]
+    seg = np.concatenate([[0], np.cumsum(n_edges)])
+    edges = np.repeat(ptr[nodes] - seg[:-1], n_edges) + np.arange(seg[-1])
+    ref_n, lag_n = ref[edges], lag[edges]
+    base_n, pre_n, dur_n = base[nodes], pre[nodes], dur[nodes]
+    bounds = np.searchsorted(level[nodes], np.arange(int(level[nodes].max(initial=0)) + 2), side="left")
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if a == b:
+            continue
+        ea, eb = seg[a], seg[b]
+        x = times[ref_n[ea:eb]] + lag_n[ea:eb]
+        t = np.maximum(base_n[a:b], np.maximum.reduceat(x, seg[a:b] - ea))
+        v = nodes[a:b]
         ready[v] = t
-        t += pre_l[v]
-        start[v] = t
-        end[v] = t + dur_l[v]
-        bind[v] = arg
-    return Schedule(np.asarray(start), np.asarray(end), np.asarray(bind, dtype=np.int64), np.asarray(ready))
+        t = t + pre_n[a:b]
+        times[v] = t
+        times[v + total] = t + dur_n[a:b]
+    return times, ready
+
+
+def _in_order(total: int, order: np.ndarray, ref: np.ndarray, ptr: np.ndarray, lag: np.ndarray,
+              dur: np.ndarray, pre: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's start and end (``ref``'s layout) and when its dependencies allowed it, node by node."""
+    ref_l, lag_l, ptr_l = ref.tolist(), lag.tolist(), ptr.tolist()
+    times = [0.0] * (2 * total + 1)
+    ready = [0.0] * total
+    for v, b, p, d in zip(order.tolist(), base[order].tolist(), pre[order].tolist(), dur[order].tolist()):
+        for j in range(ptr_l[v], ptr_l[v + 1]):
+            x = times[ref_l[j]] + lag_l[j]
+            if x > b:
+                b = x
+        ready[v] = b
+        b += p
+        times[v] = b
+        times[v + total] = b + d
+    return np.asarray(times), np.asarray(ready)

@@ -79,7 +79,7 @@ def job_step_graph(parts: Sequence[RankPart], named: Sequence[EventTable], plan:
     the window (after the candidates: the graph's rows are the candidates')."""
     window = plan.windows[step]
     index = JobIndex(parts, plan, window)
-    dag = StepDAG(index, step, window, dependencies)
+    dag = StepDAG(index, step, window, dependencies, ordered=False)
     if not dag.n:
         return None
     graph = replay_graph(dag, index.table, index.classes, index.is_thread)
