@@ -197,10 +197,28 @@ def step(x):
 with open(sys.argv[1] + ".tmp", "w") as f:
     f.write(str(os.getpid()))
 os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+done = 0
 while True:
     step(tf.ones([32, 32]))
+    done += 1
+    with open(sys.argv[1] + ".steps", "w") as f:  # the script's own count of its steps
+        f.write(str(done))
     time.sleep(0.01)
 """
+
+
+def _wait_for_steps(count_file: Path, more: int, seconds: float = 60) -> None:
+    """Until the endless script has finished ``more`` steps after this call (its own count)."""
+    def done() -> int:
+        try:
+            return int(count_file.read_text() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    start, deadline = done(), time.monotonic() + seconds
+    while done() < start + more:
+        assert time.monotonic() < deadline, f"the script finished no {more} steps in {seconds} s"
+        time.sleep(0.02)
 
 
 def _gone_within(pid: int, seconds: float) -> bool:
@@ -246,6 +264,7 @@ def _stop_all(rnnprof: subprocess.Popen, script_pid: int | None) -> None:
 def test_sigterm_stops_the_script_under_capture_and_marks_the_run_interrupted(tmp_path):
     rnnprof, script_pid, run = _start_script_capture(tmp_path)
     try:
+        _wait_for_steps(tmp_path / "script.pid.steps", 3)  # steps finished in the open window, whatever the load
         os.kill(rnnprof.pid, signal.SIGTERM)  # rnnprof alone, as `kill PID` or a job scheduler sends it
         out, err = rnnprof.communicate(timeout=120)
         assert rnnprof.returncode == 130, err
@@ -283,6 +302,7 @@ def test_a_script_that_ignores_sigterm_is_killed_at_the_second_one(tmp_path):
 def test_the_script_does_not_outlive_rnnprof_killed_outright(tmp_path):
     rnnprof, script_pid, run = _start_script_capture(tmp_path)
     try:
+        _wait_for_steps(tmp_path / "script.pid.steps", 3)  # steps finished in the open window, whatever the load
         os.kill(rnnprof.pid, signal.SIGKILL)  # no handler runs in rnnprof
         rnnprof.wait(timeout=60)
         assert _gone_within(script_pid, 60), "the script kept running after rnnprof was killed"
