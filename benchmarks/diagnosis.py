@@ -298,6 +298,10 @@ DDP_STEPS, DDP_SKIP, DDP_TRACED = 24, 3, 6  # steps run; the capture's --skip-st
 # The compression of a large trace goes on beside the steps after those, at nice 19 (the tiny-ops job's, 170k
 # events a rank, slowed the next 5-9 steps to twice their time on 2 loaded cores at nice 0).
 CLOCK_FIRST = DDP_SKIP + DDP_TRACED + 2
+# The tiny-ops control's step is ~6 ms untraced: 6 traced steps span well under 0.1 s, short enough for one burst
+# of another process on the 2 cores to slow a rank through the whole window, where the steps' spread cannot show
+# it (a balanced control once read as 5 ms/step of exposed communication). Its window is 40 steps.
+CONTROL_TRACED = {"tiny-ops": 40}
 
 @dataclass(frozen=True)
 class Real:
@@ -376,14 +380,14 @@ def median_mad(values: list[float]) -> tuple[float, float]:
     return median, statistics.median(abs(v - median) for v in values)
 
 
-def ddp_step_ms(clock: Path) -> tuple[float, float]:
-    """The job's step time by the ranks' own clocks: the slowest rank's median step from ``CLOCK_FIRST`` on (the
+def ddp_step_ms(clock: Path, first: int = CLOCK_FIRST) -> tuple[float, float]:
+    """The job's step time by the ranks' own clocks: the slowest rank's median step from ``first`` on (the
     untraced steps after the capture), and its median absolute deviation (ms)."""
     ranks = []
     for path in sorted(clock.glob("rank*.json")):
-        steps = json.loads(path.read_text())["step_s"][CLOCK_FIRST:]
+        steps = json.loads(path.read_text())["step_s"][first:]
         if not steps:
-            raise CaseError(f"{path}: no step after the first {CLOCK_FIRST}")
+            raise CaseError(f"{path}: no step after the first {first}")
         ranks.append(median_mad([1000 * s for s in steps]))
     if not ranks:
         raise CaseError(f"no rank clock in {clock}")
@@ -393,11 +397,12 @@ def ddp_step_ms(clock: Path) -> tuple[float, float]:
 def run_ddp(name: str, control: bool, folder: Path) -> tuple[Path, tuple[float, float]]:
     script, _, extra = DDP[name]
     out, clock = folder / "run", folder / "clock"
-    _run([_python(), "-m", "rnnprof", "trace", "--force", "--out", str(out), "--steps", str(DDP_TRACED), "--skip-steps",
+    traced = CONTROL_TRACED.get(name, DDP_TRACED) if control else DDP_TRACED  # the untraced steps stay as many
+    _run([_python(), "-m", "rnnprof", "trace", "--force", "--out", str(out), "--steps", str(traced), "--skip-steps",
           str(DDP_SKIP), "--", _python(), "-m", "torch.distributed.run", "--nproc-per-node", "2",
-          str(JOBS / script), "--steps", str(DDP_STEPS), "--clock", str(clock), *extra,
+          str(JOBS / script), "--steps", str(DDP_STEPS + traced - DDP_TRACED), "--clock", str(clock), *extra,
           *(["--control"] if control else [])], f"{name}{' control' if control else ''}")
-    return out, ddp_step_ms(clock)
+    return out, ddp_step_ms(clock, CLOCK_FIRST + traced - DDP_TRACED)
 
 
 def run_tf(plant: str | None, folder: Path) -> tuple[Path, tuple[float, float]]:
