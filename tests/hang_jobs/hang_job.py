@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 MODE = sys.argv[1]
 STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
-SLOW_S = 1.5
+SLOW_S = 3.0  # longer than the tests' --hang-after (2 s), ending inside its confirmation (2 s more), whatever the load
 FAULT_STEP = 5
 
 dist.init_process_group("gloo")
