@@ -2,7 +2,8 @@
 for the module: a built-in workload on its own two devices (no cluster) that blocks inside TensorFlow's runtime at a
 traced step (tests/hang_jobs/tf_plant, `RNNPROF_PLANT_STEP`), and a TF2 script that sleeps in its data loading
 (tests/hang_jobs/tf_hang_script.py), stopped (the default) or left running with `--on-hang wait`: once until the
-script ends by itself, once until rnnprof is sent SIGTERM; the same script with nothing planted is the control. The
+job ends by itself (the workload's input then comes late), once until rnnprof is sent SIGTERM; the same script with
+nothing planted is the control. The
 verdict names the frame the script marks with `# plant:`; rnnprof ends within the stated bound of the process's own
 clock, leaves no process and keeps the traces already written."""
 
@@ -86,8 +87,8 @@ def jobs(tmp_path_factory):
     root = tmp_path_factory.mktemp("tf-hangs")
     pythonpath = os.pathsep.join([str(PLANT_DIR), str(ROOT)])
 
-    def workload(name: str, *extra: str) -> list[str]:
-        return ["env", f"PYTHONPATH={pythonpath}", f"RNNPROF_PLANT_STEP={PLANT_STEP}",
+    def workload(name: str, *extra: str, pause: str = "") -> list[str]:
+        return ["env", f"PYTHONPATH={pythonpath}", f"RNNPROF_PLANT_STEP={PLANT_STEP}", f"RNNPROF_PLANT_PAUSE_S={pause}",
                 f"RNNPROF_PLANT_MARK={root / name}.planted",
                 *_trace(root / name, *TINY_RNNLM, *extra, hang_after_s=WORKLOAD_HANG_AFTER_S)]
 
@@ -95,6 +96,7 @@ def jobs(tmp_path_factory):
         "workload": workload("workload"),
         "script": _script(root / "script", "data"),
         "wait-ends": _script(root / "wait-ends", "pause", "--on-hang", "wait"),
+        "workload-wait-ends": workload("workload-wait-ends", "--on-hang", "wait", pause=f"{PAUSE_S:g}"),
         "healthy": _script(root / "healthy", "healthy"),
     }
     stopped = {"wait-stopped": _script(root / "wait-stopped", "data", "--on-hang", "wait"),
@@ -213,6 +215,25 @@ def test_on_hang_wait_leaves_the_job_running_to_its_end_and_the_run_marked_hung(
     manifest = _manifest(run)
     assert manifest["status"] == "hung" and manifest["steps_seen"] == 8  # every step of the script ran
     assert _planted(err) < manifest["hang"]["detected"] < done  # judged while the script slept
+    assert (run / "hang" / "verdict.txt").read_text().strip() == manifest["hang"]["verdict"]
+    _no_probe_left(run)
+
+
+@pytest.mark.slow
+def test_a_built_in_workload_left_hung_by_on_hang_wait_that_goes_on_ends_by_itself_with_every_step_traced(jobs):
+    """Its blocked step's input comes PAUSE_S after it blocked (tests/hang_jobs/tf_plant, RNNPROF_PLANT_PAUSE_S)."""
+    run, result = jobs["workload-wait-ends"]
+    assert result.returncode == 0, result.stderr[-2000:]
+    said = next(line for line in result.stderr.splitlines() if WAIT_LINE in line)
+    assert marked(PLANT_DIR / "sitecustomize.py", "step") in said
+    manifest = _manifest(run)
+    assert manifest["status"] == "hung" and manifest["hang"]["scope"] == "process" and "error" not in manifest
+    traced = list(range(WARMUP + BATCHES, WARMUP + BATCHES + TRACE_STEPS))  # the blocked step's trace too
+    assert manifest["traced_steps"] == traced
+    assert manifest["captured"]["timelines"] == [f"timelines/step-{s}.trace.json.gz" for s in traced]
+    planted = float((run.parent / "workload-wait-ends.planted").read_text().split()[0])  # the process's own clock
+    # judged while the step was blocked, and the job ended after its input came (``finished``: whole seconds)
+    assert planted < manifest["hang"]["detected"] < planted + PAUSE_S < _finished(manifest) + 1
     assert (run / "hang" / "verdict.txt").read_text().strip() == manifest["hang"]["verdict"]
     _no_probe_left(run)
 

@@ -23,7 +23,8 @@ def blocked_step(original, wanted):
     """With RNNPROF_PLANT_STEP=N instead, the built-in TensorFlow workload of `rnnprof trace` (its own devices, no
     cluster) blocks inside TensorFlow's runtime at its Nth step: the step runs a dequeue from a queue nothing fills
     (a Session.run that never returns, as one waiting on input that never comes), at the line marked
-    `# plant: step`, after writing `time.time() pid` to FILE."""
+    `# plant: step`, after writing `time.time() pid` to FILE. With RNNPROF_PLANT_PAUSE_S=S too, the input comes
+    S seconds later (another thread fills the queue) and the workload goes on to its end."""
     calls = []
 
     def step(self, *args, **kwargs):
@@ -32,8 +33,12 @@ def blocked_step(original, wanted):
             import tensorflow as tf
 
             with tf.Graph().as_default():
-                empty = tf.queue.FIFOQueue(1, tf.float32).dequeue()
+                queue = tf.queue.FIFOQueue(1, tf.float32)
+                empty, fill = queue.dequeue(), queue.enqueue(0.0)
                 session = tf.compat.v1.Session()
+            pause_s = os.environ.get("RNNPROF_PLANT_PAUSE_S")
+            if pause_s:
+                threading.Timer(float(pause_s), session.run, (fill,)).start()
             with open(os.environ["RNNPROF_PLANT_MARK"], "w") as mark:
                 mark.write(f"{time.time()!r} {os.getpid()}\n")  # the process's own clock
             session.run(empty)  # plant: step
