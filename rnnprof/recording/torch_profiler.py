@@ -66,6 +66,7 @@ class TorchCapture:
         self._baseline: dict | None = None
         self._step_ends: list[tuple[float, float]] = []  # (perf_counter, process_time) at each step()
         self._export_span: list[float] = []  # perf_counter as the export began and as it ended (step_times)
+        self._exported_at = 0.0  # perf_counter as Kineto's export ended (set by _export, before the thread starts)
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
