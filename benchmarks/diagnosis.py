@@ -452,7 +452,7 @@ def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseR
         if name in REPLAYS:
             planted.predictions = predict(
                 name, *(Config(tuple((run, t[0]) for run, t in runs[c]), *combine([t for _, t in runs[c]]))
-                        for c in (False, True)), _env(), keep / "replayed",
+                        for c in (False, True)), _env(),
                 extra_ms([run.parent / "clock" for run, _ in runs[False]], "rank1", CLOCK_FIRST),
                 _savings(planted))
         results.append(planted)
