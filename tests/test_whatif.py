@@ -22,15 +22,19 @@ from rnnprof.traces import load_events
 GLOO = [str(DATA / "torch-gloo-rank0.json.gz"), str(DATA / "torch-gloo-rank1.json.gz")]
 
 
-def _gloo_pair(rank1_a_us: float = 30.0):
+def _gloo_pair(rank1_a_us: float = 30.0, ranged: tuple | None = None):
     """Two CPU ranks: A on the main thread, then c10d::allreduce_ hands the gradient to gloo's thread, whose
     gloo:all_reduce waits for the other rank's; B follows once the all-reduce is done. Rank 1's A is longer: rank
     0's all-reduce waits for it.
         rank0 main: A [0, 10]  call [10, 12]                       B [52, 60]
         rank0 gloo:                     run [12, 50]
         rank1 main: A [0, 30]  call [30, 32]                       B [52, 60]
-        rank1 gloo:                                  run [32, 50]"""
+        rank1 gloo:                                  run [32, 50]
+    ``ranged``: (rank, name, start, duration) of an annotation on that rank's host annotations thread."""
     builder = EventTableBuilder("test")
+    if ranged is not None:
+        builder.add(ts=ranged[2], dur=ranged[3], name=ranged[1], op_type="user_annotation",
+                    device=Device("host", 0, worker=ranged[0]), lane="main", kind=Kind.ANNOTATION, step=0)
     devices = []
     for r, a in ((0, 10.0), (1, rank1_a_us)):
         cpu = Device("cpu", 0, worker=f"rank{r}")
@@ -75,6 +79,13 @@ def test_host_time_added_to_a_rank_delays_its_thread_and_the_ranks_that_wait_for
     # before rank 1's B: nothing waits for it; B [82, 90]
     (last,) = whatif(table, [Change(DELAY, "rank1", delay_ms=0.03, before="^B$")]).steps
     assert last.predicted_us == pytest.approx(90)
+    # before a range on rank 1's host annotations thread that closed before the step's first operator (the
+    # window's start, as a data loader's range does): before A, A [30, 60], its call [60, 62], the transfer ends
+    # at 80, B [82, 90]
+    ranged = _gloo_pair(ranged=("rank1", "load", -5.0, 4.0))
+    (opened,) = whatif(ranged, [Change(DELAY, "rank1", delay_ms=0.03, before="^load$")]).steps
+    assert opened.measured_us == opened.replayed_us == 60
+    assert opened.predicted_us == pytest.approx(90)
     # with A halved too: rank 0's A [30, 35], its call [35, 37]; rank 1 arrives at 17; the transfer ends at 55,
     # B [57, 65]
     (both,) = whatif(table, [Change(DELAY, "rank0", delay_ms=0.03), Change(SCALE, "A", 0.5)]).steps

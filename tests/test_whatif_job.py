@@ -24,7 +24,8 @@ SAMPLED = ("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz")
 GLOO_CHANGES = [[Change(COMM, "", 0.5), Change(SCALE, "aten::add_", 0.5)],
                 [Change(EVEN_HOST, ""), Change(EVEN_INPUT, "")],  # the latest rank found over the steps
                 [Change(OVERLAP)],
-                [Change(DELAY, "rank1", delay_ms=0.5, before=r"^aten::add_$"), Change(DELAY, "rank0", delay_ms=0.2)]]
+                [Change(DELAY, "rank1", delay_ms=0.5, before=r"^Optimizer\.zero_grad#"),
+                 Change(DELAY, "rank0", delay_ms=0.2)]]
 SAMPLED_CHANGES = [[Change(NO_COPIES), Change(SCALE_HOST, "aten::mm", 0.0), Change(OVERLAP)],
                    [Change(FAMILY, family_named("gemm"), 0.5), Change(EVEN_HOST, "rank1")],
                    [Change(NO_SYNCS), Change(GRAPH_LAUNCH)]]

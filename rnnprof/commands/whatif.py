@@ -131,15 +131,15 @@ def changes_of(args: argparse.Namespace, table) -> list[Change]:
     except ChangeError as exc:
         raise UsageError(str(exc)) from None
     if not changes:
-        raise UsageError("no change given (expected one or more of --scale, --even-host, --even-input, --delay, --comm, "
-                         "--overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
+        raise UsageError("no change given (expected one or more of --scale, --even-host, --even-input, --delay, "
+                         "--comm, --overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
     return changes
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     check_comm_patterns(args.comm_pattern)
-    if not (args.scale or args.even_host or args.even_input or args.delay or args.comm is not None or args.fix or args.overlap_comm
-            or args.no_copies or args.no_syncs or args.graph_launch or any(
+    if not (args.scale or args.even_host or args.even_input or args.delay or args.comm is not None or args.fix
+            or args.overlap_comm or args.no_copies or args.no_syncs or args.graph_launch or any(
                 getattr(args, f) is not None for f in INEXPRESSIBLE)):
         changes_of(args, None)  # the one line saying that a change is needed, before the input is read
     notes = run_notes(args.paths)

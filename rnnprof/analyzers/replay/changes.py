@@ -214,15 +214,18 @@ _EPS_US = 1e-3
 
 
 def _first_matching(sg: StepGraph, rank: str, pattern: str, steps: np.ndarray) -> tuple[float, int] | None:
-    """The start (from the window's start) and the thread key (``_inside``'s) of the first event of ``steps`` on
-    ``rank``'s host side whose name matches ``pattern``; None where none does."""
+    """The start (from the window's start; before it for a range that closed before the window opened) and the
+    thread key (``_inside``'s) of the first event of ``steps`` on ``rank``'s host side whose name matches
+    ``pattern``; None where none does."""
     t = sg.table
     compiled = re.compile(pattern)
     codes = np.array([k for k, s in enumerate(t.strings) if compiled.search(s)], dtype=np.int64)
     worker = np.array([d.worker for d in t.devices] or [""], dtype=object)
     host_side = np.array([d.kind != "gpu" for d in t.devices] or [False], dtype=bool)
-    rows = np.flatnonzero(np.isin(t.name, codes) & (worker[t.device] == rank) & host_side[t.device]
-                          & np.isin(t.step, steps) & (t.ts >= sg.window_start - _EPS_US))
+    # the step's events, where the table has steps: a range (a data loader's) may close before the window, the
+    # step's first operator, opens; else those that end in the window
+    of_step = np.isin(t.step, steps) if (steps >= 0).any() else t.ts + t.dur >= sg.window_start - _EPS_US
+    rows = np.flatnonzero(np.isin(t.name, codes) & (worker[t.device] == rank) & host_side[t.device] & of_step)
     if not len(rows):
         return None
     row = rows[np.argmin(t.ts[rows])]

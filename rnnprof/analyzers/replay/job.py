@@ -74,8 +74,10 @@ def replay_plan(summaries: Sequence[RankSummary], steps: Sequence[int] | None = 
     return replace(plan, steps=tuple(s for s in plan.steps if s in windows), windows=windows)
 
 
-def _in_window(named: EventTable, window: tuple[float, float]) -> EventTable:
-    keep = np.flatnonzero((named.ts <= window[1]) & (named.ts + named.dur >= window[0]))
+def _in_window(named: EventTable, window: tuple[float, float], step: int) -> EventTable:
+    """The named events that overlap ``window`` or belong to ``step`` (a range that closed before the step's first
+    operator, a delay's place, as the merged table has it)."""
+    keep = np.flatnonzero(((named.ts <= window[1]) & (named.ts + named.dur >= window[0])) | (named.step == step))
     return EventTable(**{c: getattr(named, c)[keep] for c in EventTable.COLUMNS}, strings=named.strings,
                       devices=named.devices)
 
@@ -90,7 +92,7 @@ def job_step_graph(parts: Sequence[RankPart], named: Sequence[EventTable], plan:
     if not dag.n:
         return None
     graph = replay_graph(dag, index.table, index.classes, index.is_thread)
-    extra = [_in_window(t, window) for t in named]
+    extra = [_in_window(t, window, step) for t in named]
     table = concat([index.table, *extra])
     classes = np.concatenate([index.classes, np.full(len(table) - len(index.table), EventClass.ANNOTATION,
                                                      dtype=index.classes.dtype)])
