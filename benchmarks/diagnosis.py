@@ -281,14 +281,18 @@ EXTRA_OP = Fault("an extra operator on rank 1", ("PF001",),
 SLOW_LOADER_0 = Fault("slow data loader on rank 0", ("PF005", "PF001 cause=input"),
                       "rank 0's dataset takes 20 ms per batch", (("rank", "rank0"),), related=("PF001", "PA004"))
 
+# The cases the replay predicts run 64 sequences of 64 tokens a rank and step (the scripts' default, 8 x 16, is
+# what the test suite runs): a control step of ~3-5 ms varied by 60-120 % from step to step on 2 shared cores,
+# mostly the host's own jitter, so no prediction could be judged to 10 %; at 64 x 64 it is ~16 ms.
+REPLAY_SIZE = ["--batch", "64", "--length", "64"]
 # case -> (job script, its faults, the job's arguments)
-DDP = {"straggler-rank": ("straggler_rank.py", (STRAGGLER,), []),
-       "slow-loader": ("slow_loader.py", (SLOW_LOADER,), []),
+DDP = {"straggler-rank": ("straggler_rank.py", (STRAGGLER,), REPLAY_SIZE),
+       "slow-loader": ("slow_loader.py", (SLOW_LOADER,), REPLAY_SIZE),
        # 2,048 lookups per rank and step: at 16 x 32 (512) the 6-8 ms in tiny operators were within the traced
        # steps' jitter on 2 loaded cores (spread 5-6 ms), so at most info
        "tiny-ops": ("tiny_ops.py", (TINY_OPS,), ["--batch", "32", "--length", "64"]),
-       "extra-op": ("extra_op.py", (EXTRA_OP,), []),
-       "two-faults": ("two_faults.py", (STRAGGLER, SLOW_LOADER_0), [])}
+       "extra-op": ("extra_op.py", (EXTRA_OP,), REPLAY_SIZE),
+       "two-faults": ("two_faults.py", (STRAGGLER, SLOW_LOADER_0), REPLAY_SIZE)}
 TF_PLANTS = {"softmax-on-device0": SOFTMAX, "few-inter-op-threads": THREADS, "updates-on-device0": UPDATES}
 TF_WORKLOAD = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "2", "--batches", "20",
                "--trace-steps", "1"]
@@ -448,7 +452,7 @@ def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseR
         if name in REPLAYS:
             planted.predictions = predict(
                 name, *(Config(tuple((run, t[0]) for run, t in runs[c]), *combine([t for _, t in runs[c]]))
-                        for c in (False, True)), _env(), keep / "replayed",
+                        for c in (False, True)), _env(),
                 extra_ms([run.parent / "clock" for run, _ in runs[False]], "rank1", CLOCK_FIRST),
                 _savings(planted))
         results.append(planted)

@@ -1,10 +1,8 @@
 """The diagnosis benchmark's predictions: ``rnnprof whatif`` on each DDP fault and its control, both ways.
 
 * the fix: ``rnnprof whatif PLANTED_RUN <the fix> --json`` predicts the control's step;
-* the fault: the control's step with the fault replayed on it. ``whatif`` has no change that adds host time to
-  one rank, so the fault is written into a copy of the control's trace as a 0.1 µs marker operator
-  (``planted::RANK``) on the rank's main thread, just before the operator the fault precedes in every step, and
-  ``--scale planted::RANK=F`` grows it to the fault's cost.
+* the fault: the control's step with the fault replayed on it: ``--delay RANK=MS@OP``, the fault's host time on
+  its rank just before the operator it precedes in every step.
 
 A prediction in ms by the job's own clock is the run's clock step plus the replay's change: the median over the
 traced steps of (predicted - measured) from ``whatif --json``, added to the measured step of the run it was made
@@ -15,10 +13,7 @@ medians). Its noise: the two configurations' noises, summed (``diagnosis.combine
 
 from __future__ import annotations
 
-import gzip
 import json
-import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -26,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKER_US = 0.1  # a marker's own duration, µs: shorter than any gap before an operator of these jobs
 ZERO_GRAD = r"^Optimizer\.zero_grad#"
 LOADING = r"^enumerate\(DataLoader\)#"
 MEDIAN_LIMIT, EACH_LIMIT, COMBINED_LIMIT = 0.05, 0.10, 0.10  # |error| of the predictions, the targets
@@ -114,51 +108,13 @@ def whatif_steps_ms(run: Path, flags: list[str], env: dict) -> tuple[float, floa
             statistics.median(s["predicted_us"] / 1000 for s in steps))
 
 
-def _events(path: Path) -> dict:
-    with gzip.open(path, "rt") as f:
-        return json.load(f)
-
-
-def plant(run: Path, out: Path, fault: tuple[Grow, ...], costs_ms: dict[str, float]) -> list[str]:
-    """A copy of ``run`` at ``out`` whose ranks hold the fault's markers; the ``--scale`` flags that grow them to
-    the fault's cost (``costs_ms``: per rank, a ``Grow`` without ``ms``)."""
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.copytree(run, out)
+def delay_flags(fault: tuple[Grow, ...], costs_ms: dict[str, float]) -> list[str]:
+    """The ``--delay`` flags that replay ``fault`` (``costs_ms``: per rank, the cost of a ``Grow`` without ``ms``)."""
     flags = []
     for grow in fault:
-        path = out / "torch" / f"{grow.rank}.json.gz"
-        trace = _events(path)
-        name = f"planted::{grow.rank}"
-        added = _markers(trace["traceEvents"], grow.before, name)
-        if not added:
-            raise WhatIfFailed(f"{path}: no operator matching {grow.before!r} to plant the fault before")
-        trace["traceEvents"].extend(added)
-        with gzip.open(path, "wt") as f:
-            json.dump(trace, f)
         cost_ms = grow.ms if grow.ms is not None else costs_ms[grow.rank]
-        flags += ["--scale", f"{name}={1000 * cost_ms / MARKER_US:g}"]
+        flags += ["--delay", f"{grow.rank}={cost_ms:g}@{grow.before}"]
     return flags
-
-
-def _markers(events: list[dict], before: str, name: str) -> list[dict]:
-    """A ``MARKER_US`` operator ending where the first event matching ``before`` in each profiler step starts, on
-    its thread; none where the thread's gap before that event is under twice the marker."""
-    ops = [e for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
-    steps = sorted((e for e in ops if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
-    pattern = re.compile(before)
-    anchors = sorted((e for e in ops if pattern.search(str(e.get("name", "")))), key=lambda e: e["ts"])
-    added = []
-    for step in steps:
-        inside = [a for a in anchors if step["ts"] <= a["ts"] < step["ts"] + step["dur"]]
-        if not inside:
-            continue
-        anchor = inside[0]
-        ends = [e["ts"] + e["dur"] for e in ops if e["tid"] == anchor["tid"] and e["ts"] + e["dur"] <= anchor["ts"]]
-        if ends and anchor["ts"] - max(ends) < 2 * MARKER_US:
-            continue
-        added.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": anchor["pid"], "tid": anchor["tid"],
-                      "ts": anchor["ts"] - MARKER_US, "dur": MARKER_US, "args": {}})
-    return added
 
 
 @dataclass(frozen=True)
@@ -178,21 +134,18 @@ def _by_clock(runs, replayed, env: dict) -> tuple[tuple[float, ...], float, floa
             statistics.median(m for _, m, _ in got), statistics.median(p for _, _, p in got))
 
 
-def predict(name: str, planted: Config, control: Config, env: dict, work: Path, costs_ms: dict[str, float],
+def predict(name: str, planted: Config, control: Config, env: dict, costs_ms: dict[str, float],
             saving_ms: float | None) -> list[Prediction]:
     """Both directions of case ``name``: the fix on the planted runs, the fault on the controls; ``saving_ms``:
     the audit's savings of the alarms that diagnose the case's faults, summed (None: no alarm diagnoses one)."""
     replay = REPLAYS[name]
     noise = planted.noise_ms + control.noise_ms
     out = []
-    def planted_copy(run: Path) -> tuple[Path, list[str]]:
-        copy = work / f"{name}-{run.parent.name}"
-        return copy, plant(run, copy, replay.fault, costs_ms)
-
+    faulty = delay_flags(replay.fault, costs_ms)
     directions = (("fix", " ".join(replay.fix), planted, control, lambda run: (run, list(replay.fix)),
                    None if saving_ms is None else planted.step_ms - saving_ms),
                   ("fault", _describe(replay.fault, costs_ms), control, planted,
-                   planted_copy,
+                   lambda run: (run, faulty),
                    None if saving_ms is None else control.step_ms + saving_ms))
     traced = {}  # direction -> (the source's measured traced step, the predicted one)
     for direction, change, source, target, replayed, bound in directions:

@@ -31,7 +31,7 @@ class ReplayPartTask:
 
     rank: RankTask
     scratch: str
-    names: frozenset[str]
+    names: frozenset  # exact names and compiled regexes (replay.job.scanned_names)
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def replay_of_step(task: ReplayStepTask):
     return job_step_replay(parts, named, task.plan, task.step, task.changes, task.rank, task.dependencies)
 
 
-def job_whatif(folder: RankFolder, changes_of: Callable[[JobNames], list[Change]], names: frozenset[str],
+def job_whatif(folder: RankFolder, changes_of: Callable[[JobNames], list[Change]], names: frozenset,
                comm_patterns: Sequence[str] = (), jobs: int | None = None, scheduler: str | None = None,
                on_done: OnDone | None = None, dependencies: Dependencies = Dependencies(),
                choose: Callable | None = None) -> tuple[WhatIfReport, list[str], object]:

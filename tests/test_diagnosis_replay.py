@@ -3,7 +3,6 @@ predictions are judged against the targets, and the scoring of a case with two f
 
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -16,40 +15,20 @@ import diagnosis_replay as replay  # noqa: E402
 from _measure import Targets  # noqa: E402
 from diagnosis import CaseResult, Fault, score  # noqa: E402
 from diagnosis_replay import Grow, Prediction, check_predictions  # noqa: E402
+from rnnprof.cli import main  # noqa: E402
 
 
-def op(name, ts, dur, tid=1):
-    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 7, "tid": tid, "ts": ts, "dur": dur, "args": {}}
-
-
-def test_a_marker_ends_where_the_first_matching_operator_of_each_step_starts_on_its_thread():
-    events = [op("ProfilerStep#3", 100.0, 50.0), op("aten::mm", 101.0, 4.0), op("Optimizer.zero_grad#SGD", 120.0, 2.0),
-              op("Optimizer.zero_grad#SGD", 130.0, 2.0),  # a second one in the step: no marker
-              op("ProfilerStep#4", 150.0, 50.0), op("aten::mm", 151.0, 10.0),
-              op("Optimizer.zero_grad#SGD", 161.15, 1.0),  # 0.15 µs after the last operator: too close for one
-              op("ProfilerStep#5", 200.0, 50.0), op("Optimizer.zero_grad#SGD", 210.0, 1.0, tid=2)]
-    markers = replay._markers(events, replay.ZERO_GRAD, "planted::rank1")
-    assert [(m["ts"], m["dur"], m["tid"]) for m in markers] == [(pytest.approx(119.9), 0.1, 1),
-                                                                (pytest.approx(209.9), 0.1, 2)]
-    assert all(m["name"] == "planted::rank1" and m["cat"] == "cpu_op" and m["pid"] == 7 for m in markers)
-
-
-def test_a_planted_copy_holds_the_markers_and_scales_them_to_the_faults_cost(tmp_path):
-    run = tmp_path / "run"
-    (run / "torch").mkdir(parents=True)
-    for rank in (0, 1):
-        with gzip.open(run / "torch" / f"rank{rank}.json.gz", "wt") as f:
-            json.dump({"traceEvents": [op("ProfilerStep#1", 0.0, 90.0), op("aten::add", 5.0, 1.0),
-                                       op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 10.0, 3.0),
-                                       op("Optimizer.zero_grad#SGD.zero_grad", 50.0, 2.0)]}, f)
-    flags = replay.plant(run, tmp_path / "copy", (Grow("rank1", replay.ZERO_GRAD, 40.0),
-                                                  Grow("rank0", replay.LOADING)), {"rank0": 12.5})
-    assert flags == ["--scale", "planted::rank1=400000", "--scale", "planted::rank0=125000"]  # 40 ms, 12.5 ms
-    with gzip.open(tmp_path / "copy" / "torch" / "rank0.json.gz", "rt") as f:
-        (marker,) = [e for e in json.load(f)["traceEvents"] if e["name"].startswith("planted::")]
-    assert marker["name"] == "planted::rank0" and marker["ts"] == pytest.approx(9.9)
-    with gzip.open(run / "torch" / "rank1.json.gz", "rt") as f:  # the control itself is left as it was
-        assert len(json.load(f)["traceEvents"]) == 4
+def test_a_fault_is_replayed_as_host_time_before_its_operator_on_its_rank(capsys):
+    """The flags, and what ``whatif`` makes of them on the gloo pair: rank 1's 5 ms before its first
+    ``aten::add_`` of each step, and rank 0's 2 ms (the job's own clock of it) before its first ``aten::view``,
+    lengthen every step, by at most their sum (the slack of the rank that did not end the step absorbs some)."""
+    flags = replay.delay_flags((Grow("rank1", "^aten::add_$", 5.0), Grow("rank0", "^aten::view$")), {"rank0": 2.0})
+    assert flags == ["--delay", "rank1=5@^aten::add_$", "--delay", "rank0=2@^aten::view$"]
+    data = Path(__file__).resolve().parent / "data"
+    assert main(["whatif", str(data / "torch-gloo-rank0.json.gz"), str(data / "torch-gloo-rank1.json.gz"), *flags,
+                 "--json"]) == 0
+    for step in json.loads(capsys.readouterr().out)["steps"]:
+        assert 0 < step["change_us"] <= 7000 + 1e-6, step
 
 
 def prediction(error, noise=0.0, combined=False):

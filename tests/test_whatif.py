@@ -14,7 +14,7 @@ import statistics
 import pytest
 
 from fixtures import FIXTURES as DATA
-from rnnprof.analyzers.replay import COMM, FAMILY, NO_SYNCS, OVERLAP, SCALE, TOLERANCE_PCT, Change, whatif
+from rnnprof.analyzers.replay import COMM, DELAY, FAMILY, NO_SYNCS, OVERLAP, SCALE, TOLERANCE_PCT, Change, whatif
 from rnnprof.cli import main
 from rnnprof.events import Device, EventTableBuilder, Kind
 from rnnprof.traces import load_events
@@ -22,15 +22,19 @@ from rnnprof.traces import load_events
 GLOO = [str(DATA / "torch-gloo-rank0.json.gz"), str(DATA / "torch-gloo-rank1.json.gz")]
 
 
-def _gloo_pair(rank1_a_us: float = 30.0):
+def _gloo_pair(rank1_a_us: float = 30.0, ranged: tuple | None = None):
     """Two CPU ranks: A on the main thread, then c10d::allreduce_ hands the gradient to gloo's thread, whose
     gloo:all_reduce waits for the other rank's; B follows once the all-reduce is done. Rank 1's A is longer: rank
     0's all-reduce waits for it.
         rank0 main: A [0, 10]  call [10, 12]                       B [52, 60]
         rank0 gloo:                     run [12, 50]
         rank1 main: A [0, 30]  call [30, 32]                       B [52, 60]
-        rank1 gloo:                                  run [32, 50]"""
+        rank1 gloo:                                  run [32, 50]
+    ``ranged``: (rank, name, start, duration) of an annotation on that rank's host annotations thread."""
     builder = EventTableBuilder("test")
+    if ranged is not None:
+        builder.add(ts=ranged[2], dur=ranged[3], name=ranged[1], op_type="user_annotation",
+                    device=Device("host", 0, worker=ranged[0]), lane="main", kind=Kind.ANNOTATION, step=0)
     devices = []
     for r, a in ((0, 10.0), (1, rank1_a_us)):
         cpu = Device("cpu", 0, worker=f"rank{r}")
@@ -58,6 +62,34 @@ def test_a_collective_waits_for_its_late_rank_and_finishes_its_transfer_after_it
     # host time before B: [34, 42]); the step still ends with the all-reduce, at 50
     (overlap,) = whatif(table, [Change(OVERLAP)]).steps
     assert overlap.predicted_us == pytest.approx(50)
+
+
+def test_host_time_added_to_a_rank_delays_its_thread_and_the_ranks_that_wait_for_it():
+    """``_gloo_pair``'s step with 30 µs of host time on one rank."""
+    table = _gloo_pair()
+    # rank 0, at its step's start: A [30, 40], call [40, 42]: it now arrives after rank 1 (32); the transfer (18)
+    # ends at 60, and B, 2 µs after the all-reduce as measured, runs [62, 70]; rank 1 now waits 10 µs, rank 0 none
+    (start,) = whatif(table, [Change(DELAY, "rank0", delay_ms=0.03)]).steps
+    assert start.measured_us == start.replayed_us == 60
+    assert start.predicted_us == pytest.approx(70)
+    assert {w.rank: w.predicted_us for w in start.waits} == pytest.approx({"rank0": 0, "rank1": 10})
+    # before rank 0's call (regex): A [0, 10], 30 µs, the call [40, 42]: the same
+    (call,) = whatif(table, [Change(DELAY, "rank0", delay_ms=0.03, before="^c10d::")]).steps
+    assert call.predicted_us == pytest.approx(70)
+    # before rank 1's B: nothing waits for it; B [82, 90]
+    (last,) = whatif(table, [Change(DELAY, "rank1", delay_ms=0.03, before="^B$")]).steps
+    assert last.predicted_us == pytest.approx(90)
+    # before a range on rank 1's host annotations thread that closed before the step's first operator (the
+    # window's start, as a data loader's range does): before A, A [30, 60], its call [60, 62], the transfer ends
+    # at 80, B [82, 90]
+    ranged = _gloo_pair(ranged=("rank1", "load", -5.0, 4.0))
+    (opened,) = whatif(ranged, [Change(DELAY, "rank1", delay_ms=0.03, before="^load$")]).steps
+    assert opened.measured_us == opened.replayed_us == 60
+    assert opened.predicted_us == pytest.approx(90)
+    # with A halved too: rank 0's A [30, 35], its call [35, 37]; rank 1 arrives at 17; the transfer ends at 55,
+    # B [57, 65]
+    (both,) = whatif(table, [Change(DELAY, "rank0", delay_ms=0.03), Change(SCALE, "A", 0.5)]).steps
+    assert both.predicted_us == pytest.approx(5 + 30 + 2 + 18 + 2 + 8)
 
 
 def test_the_late_rank_set_to_the_others_gap_removes_the_wait_on_every_rank():
@@ -193,6 +225,13 @@ def test_json_says_which_step_time_is_measured_and_which_predicted(capsys):
     (["--scale", "aten::mm"], "expected OP=F"),
     (["--scale", "no::such_op=0.5"], "no event or operator named"),
     (["--even-host", "rank7"], "no rank 'rank7'"),
+    (["--delay", "rank7=40"], "no rank 'rank7'"),
+    (["--delay", "rank1"], "expected RANK=MS"),
+    (["--delay", "rank1=soon"], "is not a number of ms"),
+    (["--delay", "rank1=-5"], "0 ms or more"),
+    (["--delay", "rank1=40@"], "nothing after '@'"),
+    (["--delay", "rank1=40@(unclosed"], "no regular expression"),
+    (["--delay", "rank1=40@^no::such_op$"], "no event or operator matching"),
 ])
 def test_a_change_that_cannot_be_replayed_is_one_line_and_exit_2(argv, words, capsys):
     assert main(["whatif", *GLOO, *argv]) == 2

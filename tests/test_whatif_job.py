@@ -10,7 +10,7 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.analyzers.critical_path import Dependencies
-from rnnprof.analyzers.replay import (COMM, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
+from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
                                      OVERLAP, SCALE, SCALE_HOST, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.job import scanned_names
@@ -23,7 +23,9 @@ GLOO = ("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz")
 SAMPLED = ("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz")
 GLOO_CHANGES = [[Change(COMM, "", 0.5), Change(SCALE, "aten::add_", 0.5)],
                 [Change(EVEN_HOST, ""), Change(EVEN_INPUT, "")],  # the latest rank found over the steps
-                [Change(OVERLAP)]]
+                [Change(OVERLAP)],
+                [Change(DELAY, "rank1", delay_ms=0.5, before=r"^Optimizer\.zero_grad#"),
+                 Change(DELAY, "rank0", delay_ms=0.2)]]
 SAMPLED_CHANGES = [[Change(NO_COPIES), Change(SCALE_HOST, "aten::mm", 0.0), Change(OVERLAP)],
                    [Change(FAMILY, family_named("gemm"), 0.5), Change(EVEN_HOST, "rank1")],
                    [Change(NO_SYNCS), Change(GRAPH_LAUNCH)]]

@@ -4,11 +4,12 @@ change would give, the chain critical after it and the waits that appear or vani
 from __future__ import annotations
 
 import argparse
+import re
 
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.analyzers.replay import (COMM, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, INEXPRESSIBLE, NO_COPIES,
+from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, INEXPRESSIBLE, NO_COPIES,
                                      NO_SYNCS, OVERLAP, SCALE, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.fixes import fix_changes
@@ -40,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "straggler fixed; without RANK: the rank that arrives last at the collectives)")
     group.add_argument("--even-input", nargs="?", action="append", const="", metavar="RANK",
                        help="RANK's data loading at the other ranks' median (without RANK: the latest rank)")
+    group.add_argument("--delay", action="append", default=[], metavar="RANK=MS[@OP]",
+                       help="MS milliseconds of host time added to RANK's every step, at its start, or before the "
+                            "first operator matching the regex OP ('rank1=40@^Optimizer.zero_grad'): a straggler")
     group.add_argument("--comm", type=_factor, metavar="F", help="communication's transfer times times F")
     group.add_argument("--overlap-comm", action="store_true",
                        help="communication moved off compute's dependencies (overlapped)")
@@ -87,6 +91,27 @@ def _scale(text: str) -> Change:
     return Change(SCALE, name, factor)
 
 
+def _delay(text: str) -> Change:
+    rank, sep, rest = text.partition("=")
+    value, at, before = rest.partition("@")
+    expected = "expected RANK=MS or RANK=MS@OP (--delay 'rank1=40@^Optimizer.zero_grad')"
+    if not sep or not rank.strip():
+        raise UsageError(f"--delay {text!r}: {expected}")
+    try:
+        ms = float(value)
+    except ValueError:
+        raise UsageError(f"--delay {text!r}: {value!r} is not a number of ms; {expected}") from None
+    if not ms >= 0 or ms == float("inf"):
+        raise UsageError(f"--delay {text!r}: expected a delay of 0 ms or more")
+    if at and not before:
+        raise UsageError(f"--delay {text!r}: nothing after '@'; {expected}")
+    try:
+        re.compile(before)
+    except re.error as exc:
+        raise UsageError(f"--delay {text!r}: {before!r} is no regular expression ({exc})") from None
+    return Change(DELAY, rank.strip(), delay_ms=ms, before=before)
+
+
 def changes_of(args: argparse.Namespace, table) -> list[Change]:
     for flag, why in INEXPRESSIBLE.items():
         if getattr(args, flag) is not None:
@@ -94,6 +119,7 @@ def changes_of(args: argparse.Namespace, table) -> list[Change]:
     changes = [_scale(text) for text in args.scale]
     changes += [Change(EVEN_HOST, rank) for rank in args.even_host or ()]
     changes += [Change(EVEN_INPUT, rank) for rank in args.even_input or ()]
+    changes += [_delay(text) for text in args.delay]
     if args.comm is not None:
         changes.append(Change(COMM, "", args.comm))
     flags = ((args.overlap_comm, OVERLAP), (args.no_copies, NO_COPIES), (args.no_syncs, NO_SYNCS),
@@ -105,15 +131,15 @@ def changes_of(args: argparse.Namespace, table) -> list[Change]:
     except ChangeError as exc:
         raise UsageError(str(exc)) from None
     if not changes:
-        raise UsageError("no change given (expected one or more of --scale, --even-host, --even-input, --comm, "
-                         "--overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
+        raise UsageError("no change given (expected one or more of --scale, --even-host, --even-input, --delay, "
+                         "--comm, --overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
     return changes
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     check_comm_patterns(args.comm_pattern)
-    if not (args.scale or args.even_host or args.even_input or args.comm is not None or args.fix or args.overlap_comm
-            or args.no_copies or args.no_syncs or args.graph_launch or any(
+    if not (args.scale or args.even_host or args.even_input or args.delay or args.comm is not None or args.fix
+            or args.overlap_comm or args.no_copies or args.no_syncs or args.graph_launch or any(
                 getattr(args, f) is not None for f in INEXPRESSIBLE)):
         changes_of(args, None)  # the one line saying that a change is needed, before the input is read
     notes = run_notes(args.paths)

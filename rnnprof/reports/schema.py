@@ -120,6 +120,8 @@ class WhatIfChange(_Part, kw_only=True):
     kind: str  # analyzers.replay.CHANGE_KINDS
     subject: str
     factor: float
+    delay_ms: float  # a delay's host time (kind "delay"), else 0
+    before: str  # a delay's place: the regex of the operator it comes before ("": the step's start)
     description: str
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -14,7 +15,7 @@ from rnnprof.analyzers.replay.changes import Knobs, StepGraph, apply
 from rnnprof.analyzers.replay.engine import calibrate, replay, replay_order
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
 from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_time, waits_by_rank
-from rnnprof.analyzers.replay.result import (EVEN_HOST, EVEN_INPUT, FAMILY, SCALE, SCALE_HOST, Change, ChangeError,
+from rnnprof.analyzers.replay.result import (DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, SCALE, SCALE_HOST, Change, ChangeError,
                                              StepReplay, WhatIfReport)
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.events import EventTable
@@ -55,9 +56,11 @@ def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
         if c.kind == EVEN_HOST and len(workers) < 2:
             raise ChangeError(f"{c.describe()}: needs two or more ranks (the input has "
                               f"{len(workers) or 'no named'} rank{'s' if len(workers) != 1 else ''})")
-        if c.kind in (EVEN_HOST, EVEN_INPUT) and c.subject and c.subject not in workers:
+        if c.kind in (EVEN_HOST, EVEN_INPUT, DELAY) and c.subject and c.subject not in workers:
             raise ChangeError(f"{c.describe()}: no rank {c.subject!r} in the input (its ranks: "
                               f"{', '.join(workers) or 'none named'})")
+        if c.kind == DELAY and c.before and not any(re.search(c.before, s) for s in table.strings):
+            raise ChangeError(f"{c.describe()}: no event or operator matching {c.before!r} in the input")
 
 
 def needs_latest_rank(changes: Sequence[Change]) -> bool:

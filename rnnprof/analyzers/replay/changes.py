@@ -4,6 +4,7 @@ says what each change does to which nodes)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from rnnprof.analyzers.classify import EventClass
 from rnnprof.analyzers.critical_path import EDGE_COMPLETE, EDGE_LANE, EDGE_LAUNCH
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.replay.graph import EDGE_DONE, EDGE_SYNC, EVENT, REPLAY_EDGES, SYNC_END, DONE, ReplayGraph
-from rnnprof.analyzers.replay.result import (COMM, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
+from rnnprof.analyzers.replay.result import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
                                              OVERLAP, SCALE, SCALE_HOST, Change)
 from rnnprof.analyzers.syncs import SYNC_CALL
 from rnnprof.events import EventTable
@@ -68,7 +69,7 @@ def apply(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     """Apply ``change`` (``rank``: the rank an even-host or even-input change is about); the nodes it changed."""
     handler = {SCALE: _scale, SCALE_HOST: _scale, FAMILY: _scale, EVEN_HOST: _even_host, EVEN_INPUT: _even_input,
                COMM: _comm, OVERLAP: _overlap, NO_COPIES: _no_copies, NO_SYNCS: _no_syncs,
-               GRAPH_LAUNCH: _graph_launch}[change.kind]
+               GRAPH_LAUNCH: _graph_launch, DELAY: _delay}[change.kind]
     return handler(change, sg, knobs, rank)
 
 
@@ -184,6 +185,52 @@ def _even_host(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
             knobs.pre[node] = min(knobs.pre[node], statistics.median(others[key]))  # a fix never lengthens it
             changed += 1
     return changed
+
+
+def _delay(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    """``change.delay_ms`` of host work on rank ``change.subject``, before its first host node of the step (the
+    earliest starting), or with ``change.before``: before its first host node that starts once the step's first
+    event matching that regex on the rank has started, on that event's thread (an enclosing range such as
+    ``Optimizer.zero_grad#...`` or a leaf operator alike)."""
+    g, t = sg.graph, sg.table
+    mine = g.host & g.own & (g.node_kind == EVENT) & (sg.worker == change.subject)
+    nodes = np.flatnonzero(mine)
+    if change.before and len(nodes):
+        found = _first_matching(sg, change.subject, change.before, np.unique(t.step[g.rows[nodes]]))
+        if found is None:
+            return 0
+        at, key = found
+        side, lane_max = _thread_side(t), int(t.lane.max(initial=0)) + 1
+        node_key = side[t.device[g.rows[nodes]]] * lane_max + t.lane[g.rows[nodes]]
+        nodes = nodes[(node_key == key) & (g.start[nodes] >= at - _EPS_US)]
+    if not len(nodes):
+        return 0
+    first = nodes[np.lexsort((nodes, g.start[nodes]))[0]]
+    knobs.pre[first] += 1000.0 * change.delay_ms
+    return 1
+
+
+_EPS_US = 1e-3
+
+
+def _first_matching(sg: StepGraph, rank: str, pattern: str, steps: np.ndarray) -> tuple[float, int] | None:
+    """The start (from the window's start; before it for a range that closed before the window opened) and the
+    thread key (``_inside``'s) of the first event of ``steps`` on ``rank``'s host side whose name matches
+    ``pattern``; None where none does."""
+    t = sg.table
+    compiled = re.compile(pattern)
+    codes = np.array([k for k, s in enumerate(t.strings) if compiled.search(s)], dtype=np.int64)
+    worker = np.array([d.worker for d in t.devices] or [""], dtype=object)
+    host_side = np.array([d.kind != "gpu" for d in t.devices] or [False], dtype=bool)
+    # the step's events, where the table has steps: a range (a data loader's) may close before the window, the
+    # step's first operator, opens; else those that end in the window
+    of_step = np.isin(t.step, steps) if (steps >= 0).any() else t.ts + t.dur >= sg.window_start - _EPS_US
+    rows = np.flatnonzero(np.isin(t.name, codes) & (worker[t.device] == rank) & host_side[t.device] & of_step)
+    if not len(rows):
+        return None
+    row = rows[np.argmin(t.ts[rows])]
+    lane_max = int(t.lane.max(initial=0)) + 1
+    return float(t.ts[row] - sg.window_start), int(_thread_side(t)[t.device[row]] * lane_max + t.lane[row])
 
 
 def _even_input(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:

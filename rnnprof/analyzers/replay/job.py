@@ -7,6 +7,7 @@ replayed, the same graph, numbers and changes as ``whatif`` of the ranks merged 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
@@ -21,7 +22,7 @@ from rnnprof.analyzers.replay.analysis import lateness, replay_step
 from rnnprof.analyzers.replay.changes import StepGraph
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.replay.graph import replay_graph
-from rnnprof.analyzers.replay.result import FAMILY, SCALE, SCALE_HOST, Change, StepReplay
+from rnnprof.analyzers.replay.result import DELAY, FAMILY, SCALE, SCALE_HOST, Change, StepReplay
 from rnnprof.events import Device, EventTable, concat
 
 
@@ -33,20 +34,26 @@ class JobNames:
     devices: tuple[Device, ...]
 
 
-def scanned_names(changes: Iterable[Change]) -> frozenset[str]:
-    """The names of the events whose spans the changes look inside (operators scaled; data loading is always)."""
-    names: set[str] = set()
+def scanned_names(changes: Iterable[Change]) -> frozenset:
+    """The names of the events whose spans the changes look inside (operators scaled; data loading is always),
+    and the compiled regexes of the operators a delay comes before."""
+    names: set = set()
     for c in changes:
         if c.kind in (SCALE, SCALE_HOST):
             names.add(c.subject)
         elif c.kind == FAMILY:
             names |= family_members(c.subject)
+        elif c.kind == DELAY and c.before:
+            names.add(re.compile(c.before))
     return frozenset(names)
 
 
-def named_events(table: EventTable, names: frozenset[str]) -> EventTable:
-    """The rank's events named by ``names`` (name or op type) or data-loading ranges, in row order."""
-    wanted = np.array([s in names or bool(INPUT_RANGE.match(s)) for s in table.strings] or [False], dtype=bool)
+def named_events(table: EventTable, names: frozenset) -> EventTable:
+    """The rank's events named by ``names`` (name or op type; a compiled regex: its name matching it) or
+    data-loading ranges, in row order."""
+    patterns = [n for n in names if isinstance(n, re.Pattern)]
+    wanted = np.array([s in names or bool(INPUT_RANGE.match(s)) or any(p.search(s) for p in patterns)
+                       for s in table.strings] or [False], dtype=bool)
     rows = np.flatnonzero(wanted[table.name] | wanted[table.op_type])
     return EventTable(**{c: getattr(table, c)[rows] for c in EventTable.COLUMNS}, strings=table.strings,
                       devices=table.devices)
@@ -67,8 +74,10 @@ def replay_plan(summaries: Sequence[RankSummary], steps: Sequence[int] | None = 
     return replace(plan, steps=tuple(s for s in plan.steps if s in windows), windows=windows)
 
 
-def _in_window(named: EventTable, window: tuple[float, float]) -> EventTable:
-    keep = np.flatnonzero((named.ts <= window[1]) & (named.ts + named.dur >= window[0]))
+def _in_window(named: EventTable, window: tuple[float, float], step: int) -> EventTable:
+    """The named events that overlap ``window`` or belong to ``step`` (a range that closed before the step's first
+    operator, a delay's place, as the merged table has it)."""
+    keep = np.flatnonzero(((named.ts <= window[1]) & (named.ts + named.dur >= window[0])) | (named.step == step))
     return EventTable(**{c: getattr(named, c)[keep] for c in EventTable.COLUMNS}, strings=named.strings,
                       devices=named.devices)
 
@@ -83,7 +92,7 @@ def job_step_graph(parts: Sequence[RankPart], named: Sequence[EventTable], plan:
     if not dag.n:
         return None
     graph = replay_graph(dag, index.table, index.classes, index.is_thread)
-    extra = [_in_window(t, window) for t in named]
+    extra = [_in_window(t, window, step) for t in named]
     table = concat([index.table, *extra])
     classes = np.concatenate([index.classes, np.full(len(table) - len(index.table), EventClass.ANNOTATION,
                                                      dtype=index.classes.dtype)])

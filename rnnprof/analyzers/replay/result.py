@@ -16,7 +16,9 @@ OVERLAP = "overlap"  # communication moved off compute's dependencies (no thread
 NO_COPIES = "no-copies"  # device copies (and their launch calls) take no time
 NO_SYNCS = "no-syncs"  # synchronizing calls neither wait nor take time
 GRAPH_LAUNCH = "graph-launch"  # kernels no longer wait for their launch calls, which take no time
-CHANGE_KINDS = (SCALE, SCALE_HOST, FAMILY, EVEN_HOST, EVEN_INPUT, COMM, OVERLAP, NO_COPIES, NO_SYNCS, GRAPH_LAUNCH)
+DELAY = "delay"  # host time added to a rank's step (``delay_ms``), at its start or before an operator (``before``)
+CHANGE_KINDS = (SCALE, SCALE_HOST, FAMILY, EVEN_HOST, EVEN_INPUT, COMM, OVERLAP, NO_COPIES, NO_SYNCS, GRAPH_LAUNCH,
+                DELAY)
 
 # What a replay cannot express, and why: asked for, each is refused with this line.
 INEXPRESSIBLE = {
@@ -39,8 +41,13 @@ class Change:
     kind: str
     subject: str = ""  # an operator, a family or a rank
     factor: float = 1.0
+    delay_ms: float = 0.0  # a delay's host time, ms
+    before: str = ""  # a delay's place: before the step's first event matching this regex on the rank (re.search)
 
     def describe(self) -> str:
+        if self.kind == DELAY:
+            return (f"{self.subject}: +{self.delay_ms:g} ms of host time "
+                    + (f"before {self.before!r}" if self.before else "at its step's start"))
         if self.kind in (SCALE, SCALE_HOST, FAMILY):
             what = f"family:{self.subject}" if self.kind == FAMILY else self.subject
             return f"{what} x{self.factor:g}" + (" (host side)" if self.kind == SCALE_HOST else "")
