@@ -55,3 +55,8 @@ def test_the_reports_predicted_step_after_the_top_fixes_is_whatifs_of_the_same_f
     assert _ms(saving) == round(expected, 3) and expected > 0
     assert abs(_ms(predicted) - (audit["noise"]["step_ms_median"] - expected)) <= 0.0015
     assert abs(float(share) - 100 * expected / audit["noise"]["step_ms_median"]) <= 0.05
+    # audit --json says the same in its own field: where those findings are, their fixes, the figures
+    together = audit["top_fixes"]
+    assert [audit["findings"][k] for k in together["findings"]] == top and together["fixes"] == fixes
+    assert together["saving_ms"] == round(expected, 3)
+    assert abs(together["predicted_step_ms"] - (audit["noise"]["step_ms_median"] - expected)) <= 0.0015

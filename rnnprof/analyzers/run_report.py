@@ -25,7 +25,8 @@ from rnnprof.analyzers.memory import MemoryReport, analyze_memory
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
 from rnnprof.analyzers.profiler_cost import RankProfilerCost, profiler_cost
 from rnnprof.analyzers.replay import Replayer
-from rnnprof.analyzers.replay.audit_savings import TopFixes, replayed_audit
+from rnnprof.analyzers.audit.top_fixes import TopFixes
+from rnnprof.analyzers.replay.audit_savings import replayed_audit
 from rnnprof.analyzers.placement import AuditInput, PlacementResult, audit_placement, configured_rules
 from rnnprof.analyzers.roofline import RooflineReport
 from rnnprof.analyzers.steps import step_marker_periods

@@ -244,14 +244,26 @@ class Noise(_Part, kw_only=True):
     steps: int
 
 
+class TopFixesRow(_Part, kw_only=True):
+    """The top findings' fixes replayed together (``TopFixes.as_dict``): ``findings`` are their places in the
+    document's findings (from 0); ``whatif --fix F ...`` with ``fixes`` predicts the same step."""
+
+    findings: list[int]
+    labels: list[str]
+    fixes: list[str]
+    saving_ms: float
+    predicted_step_ms: float
+
+
 class AuditDocument(_Part, kw_only=True):
-    """``rnnprof audit --json`` (``AuditResult.as_dict``)."""
+    """``rnnprof audit --json`` (``AuditResult.as_dict``); ``top_fixes`` is null where no fix could be replayed."""
 
     schema_version: Version
     findings: list[AuditFindingRow]
     noise: Noise
     left_out: dict[str, int]
     notes: list[str]
+    top_fixes: TopFixesRow | None
 
 
 class HangDocument(_Part, kw_only=True):

@@ -17,6 +17,7 @@ from . import copy_churn, cuda_graphs, exposed_comm, gpu_idle, host_overhead, in
 from . import memory_fragmentation, memory_growth, memory_imbalance
 from .context import AuditContext, Known
 from .finding import Finding, NotChecked, Severity, Subject
+from .top_fixes import TopFixes
 
 PLACEMENT = "placement"
 PERFORMANCE = "performance"
@@ -93,6 +94,7 @@ class AuditResult:
     noise: StepNoise
     notes: tuple[str, ...] = ()
     rules: tuple[Rule, ...] = field(default=RULES, repr=False)
+    top_fixes: TopFixes | None = None  # the top findings' fixes replayed together (``replay.audit_savings``)
 
     def at_or_above(self, severity: Severity) -> list[Finding]:
         return [f for f in self.findings if f.severity >= severity]
@@ -107,7 +109,8 @@ class AuditResult:
         notes = [*self.notes, f"rules checked: {', '.join(self.checked) or 'none'}",
                  *(f"{n.rule_id} not checked: {n.reason}" for n in self.not_checked)]
         return {"findings": [f.as_dict(step) for f in self.findings], "noise": self.noise.as_dict(),
-                "left_out": dict(left_out or {}), "notes": notes}
+                "left_out": dict(left_out or {}), "notes": notes,
+                "top_fixes": self.top_fixes.as_dict() if self.top_fixes is not None else None}
 
 
 def audit(table_or_job: "EventTable | AuditInput | Sequence[EventTable]", rules: tuple[Rule, ...] = RULES,

@@ -7,36 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from dataclasses import dataclass
 
 from rnnprof.analyzers.audit.finding import Finding, Severity
 from rnnprof.analyzers.audit.registry import AuditResult, rank_key
+from rnnprof.analyzers.audit.top_fixes import TopFixes
 from rnnprof.analyzers.replay.analysis import Replayer
 from rnnprof.analyzers.replay.fixes import fix_changes
 from rnnprof.analyzers.replay.result import Change, ChangeError, WhatIfReport
 
 TOGETHER = 3  # the top findings whose fixes are replayed together
 REPLAY_BASIS = "replay"  # a saving_basis that starts with it: the saving a replay of the fix predicts
-
-
-@dataclass(frozen=True)
-class TopFixes:
-    """The top findings' fixes replayed together: ``whatif --fix F ...`` with ``fixes`` gives the same saving."""
-
-    findings: tuple[str, ...]  # each finding's rule and subject ("PF006 aten::mm")
-    fixes: tuple[str, ...]  # each finding's ``--fix`` text (``fix_of``)
-    saving_us: float  # the median over the steps of the unchanged replay less the changed one
-    step_us: float  # the audit's median step
-
-    @property
-    def predicted_us(self) -> float:
-        return self.step_us - self.saving_us
-
-    def note(self) -> str:
-        share = (f" ({100 * self.saving_us / self.step_us:.1f}% of the median step): a predicted step of "
-                 f"{self.predicted_us / 1000:.3f} ms" if self.step_us > 0 else "")
-        return (f"replay: fixing {', '.join(self.findings)} together saves {self.saving_us / 1000:.3f} ms a "
-                f"step{share}")
 
 
 def fix_of(finding: Finding) -> str:
@@ -101,7 +81,7 @@ def replayed_audit(result: AuditResult, replayer: Replayer) -> tuple[AuditResult
     findings.sort(key=rank_key)
     top = _together(findings, fixes, replayer, result.noise.median_us)
     notes.extend([top.note()] if top else [])
-    return dataclasses.replace(result, findings=tuple(findings), notes=(*result.notes, *notes)), top
+    return dataclasses.replace(result, findings=tuple(findings), notes=(*result.notes, *notes), top_fixes=top), top
 
 
 def _together(findings: list[Finding], fixes: dict[int, list[Change]], replayer: Replayer,
@@ -114,4 +94,5 @@ def _together(findings: list[Finding], fixes: dict[int, list[Change]], replayer:
     changes = list(dict.fromkeys(c for f in top for c in fixes[id(f)]))
     saving = replay_saving_us(replayer.run(changes))
     names = tuple(f.rule + (f" {f.subject.rank or f.subject.op or ''}".rstrip()) for f in top)
-    return TopFixes(names, tuple(fix_of(f) for f in top), saving, step_us)
+    positions = tuple(next(k for k, g in enumerate(findings) if g is f) for f in top)
+    return TopFixes(names, tuple(fix_of(f) for f in top), saving, step_us, positions)
