@@ -61,14 +61,14 @@ def test_two_faults_fixed_at_once_are_judged_against_the_control():
     assert targets.rows[-1][2] is False and "-15.0%" in targets.rows[-1][1]
 
 
-def test_a_case_with_two_faults_ranks_each_within_its_first_findings_and_judges_their_savings_together():
+def test_a_case_with_two_faults_ranks_each_among_the_audits_top_fixes_and_judges_their_savings_together():
     a = Fault("sleeper", ("PF1",), "planted", (("rank", "rank1"),))
     b = Fault("loader", ("PF5",), "planted", (("rank", "rank0"),))
     findings = [{"rule": "PF5", "severity": "error", "title": "", "saving_ms": 20.0, "subject": {"rank": "rank0"},
                  "evidence": {"bound_ms": 25.0}},  # a saving from a replay keeps the rule's bound in evidence
                 {"rule": "PF1", "severity": "error", "title": "", "saving_ms": 18.0, "subject": {"rank": "rank1"}},
                 {"rule": "PA4", "severity": "warning", "title": "", "saving_ms": 9.0, "subject": {"rank": "rank1"}}]
-    case = CaseResult("two", "planted", findings, (a, b), cost_ms=40.0)
+    case = CaseResult("two", "planted", findings, (a, b), cost_ms=40.0, top_fixes=(0, 1))
     faults = score([case]).faults
     assert [f.first for f in faults] == [True, True] and not any(f.alone for f in faults)
     assert all(f.cost_ms is None for f in faults)
@@ -76,5 +76,10 @@ def test_a_case_with_two_faults_ranks_each_within_its_first_findings_and_judges_
     targets = Targets()
     diagnosis.check_targets(score([case]), targets)
     assert "0 of 0" in targets.rows[-1][1]  # no saving judged alone
-    late = CaseResult("two", "planted", [findings[2], *findings[:2]], (a, b), cost_ms=40.0)
-    assert [f.first for f in score([late]).faults] == [False, True]  # third: not among the first two
+    # the symptom ranked above them (its fix not replayed): each is still among the fixes replayed together
+    late = CaseResult("two", "planted", [findings[2], *findings[:2]], (a, b), cost_ms=40.0, top_fixes=(1, 2))
+    assert [f.first for f in score([late]).faults] == [True, True]
+    left = CaseResult("two", "planted", findings, (a, b), cost_ms=40.0, top_fixes=(0, 2))
+    assert [f.first for f in score([left]).faults] == [False, True]  # the sleeper's finding is not among them
+    none = CaseResult("two", "planted", findings, (a, b), cost_ms=40.0)  # no fix replayed
+    assert [f.first for f in score([none]).faults] == [False, False]

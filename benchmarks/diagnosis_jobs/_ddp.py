@@ -21,6 +21,7 @@ def arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=14, help="training steps (default: %(default)s)")
     parser.add_argument("--batch", type=int, default=8, help="sequences per rank and step (default: %(default)s)")
     parser.add_argument("--length", type=int, default=16, help="tokens per sequence (default: %(default)s)")
+    parser.add_argument("--hidden", type=int, default=HIDDEN, help="the LSTM's units (default: %(default)s)")
     parser.add_argument("--clock", type=Path, default=None, help="folder for each rank's own step times")
     parser.add_argument("--control", action="store_true", help="run without the fault (the control)")
     return parser
@@ -37,15 +38,15 @@ def start():
     return torch, dist.get_rank(), dist.get_world_size()
 
 
-def language_model(torch):
+def language_model(torch, hidden: int = HIDDEN):
     from torch import nn
 
     class LM(nn.Module):
         def __init__(self):
             super().__init__()
             self.embed = nn.Embedding(VOCAB, EMBED)
-            self.lstm = nn.LSTM(EMBED, HIDDEN, batch_first=True)
-            self.out = nn.Linear(HIDDEN, VOCAB)
+            self.lstm = nn.LSTM(EMBED, hidden, batch_first=True)
+            self.out = nn.Linear(hidden, VOCAB)
 
         def features(self, tokens):
             return self.embed(tokens)

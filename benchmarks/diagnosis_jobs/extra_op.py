@@ -32,7 +32,7 @@ def main() -> None:
         torch.bmm(a, a)
         return time.perf_counter() - t0
 
-    train(torch, language_model(torch)(), random_batches(torch, rank, args.steps, args.batch, args.length), rank,
+    train(torch, language_model(torch, args.hidden)(), random_batches(torch, rank, args.steps, args.batch, args.length), rank,
           args.clock, before_backward=extra)
 
 

@@ -35,7 +35,7 @@ def main() -> None:
         if args.fault == "buffer":
             kept.clear()
 
-    train(torch, language_model(torch)(), random_batches(torch, rank, args.steps, args.batch, args.length), rank,
+    train(torch, language_model(torch, args.hidden)(), random_batches(torch, rank, args.steps, args.batch, args.length), rank,
           args.clock, before_forward=fault, after_step=release)
 
 

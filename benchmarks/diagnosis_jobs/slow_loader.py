@@ -19,7 +19,7 @@ def main() -> None:
     torch, rank, _ = start()
     delay_s = 0.0 if args.control or rank != args.slow_rank else args.load_ms / 1000
     made = random_batches(torch, rank, args.steps, args.batch, args.length)
-    train(torch, language_model(torch)(), loader(torch, made, delay_s), rank, args.clock)
+    train(torch, language_model(torch, args.hidden)(), loader(torch, made, delay_s), rank, args.clock)
 
 
 if __name__ == "__main__":

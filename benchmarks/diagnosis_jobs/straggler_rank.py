@@ -24,7 +24,7 @@ def main() -> None:
         if sleep_s:
             time.sleep(sleep_s)
 
-    train(torch, language_model(torch)(), random_batches(torch, rank, args.steps, args.batch, args.length), rank,
+    train(torch, language_model(torch, args.hidden)(), random_batches(torch, rank, args.steps, args.batch, args.length), rank,
           args.clock, before_backward=sleep)
 
 

@@ -29,7 +29,7 @@ def main() -> None:
             time.sleep(sleep_s)
 
     made = random_batches(torch, rank, args.steps, args.batch, args.length)
-    train(torch, language_model(torch)(), loader(torch, made, delay_s), rank, args.clock, before_backward=sleep)
+    train(torch, language_model(torch, args.hidden)(), loader(torch, made, delay_s), rank, args.clock, before_backward=sleep)
 
 
 if __name__ == "__main__":
