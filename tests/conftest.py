@@ -5,8 +5,8 @@
   (``--dist loadgroup`` no longer keeps a group together: xdist 3.8 writes the group into ``item._nodeid``,
   which pytest 9 does not read, so each test was handed out alone); the longest modules are handed out first,
   then those with slow tests, so that no long module starts last (xdist's reordering by number of tests is off).
-* The captures several modules read (``tiny_nmt_run``, ``nmt_loop_fused``) are made once per session, by the
-  first worker that needs them, under a file lock in the session's shared temporary folder.
+* The captures several modules read (``tiny_nmt_run``, ``nmt_loop_fused``, ``rnnlm_planted``) are made once per
+  session, by the first worker that needs them, under a file lock in the session's shared temporary folder.
 * torchrun jobs rendezvous on a port the OS chooses (``PET_RDZV_*``, as ``torchrun --standalone``), so two
   jobs on two workers never both ask for the default 29500.
 """
@@ -98,12 +98,24 @@ NMT_LOOP_FUSED = ["--model", "nmt", "--direction", "bi", "--layers", "2", "--uni
                   "--warmup", "1", "--batches", "1", "--trace-steps", "1"]
 
 
-def _capture_loop_fused(root: Path) -> None:
+def _trace_together(root: Path, runs: dict[str, list[str]]) -> None:
+    """``rnnprof trace`` of each of ``runs`` (name -> arguments) into ``root/name``, side by side, each in a
+    process of its own."""
     from processes import run_together
 
-    for done in run_together([[sys.executable, "-m", "rnnprof", "trace", *NMT_LOOP_FUSED, "--encoder", encoder,
-                               "--out", str(root / encoder)] for encoder in ("loop", "fused")]):
+    for done in run_together([[sys.executable, "-m", "rnnprof", "trace", *argv, "--out", str(root / name)]
+                              for name, argv in runs.items()]):
         assert done.returncode == 0, done.stderr
+
+
+def _read_only(root: Path) -> None:
+    """Every file and folder under ``root`` made read-only: the tests that share a capture can only read it."""
+    for path in sorted(root.rglob("*"), reverse=True):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+
+
+def _capture_loop_fused(root: Path) -> None:
+    _trace_together(root, {encoder: [*NMT_LOOP_FUSED, "--encoder", encoder] for encoder in ("loop", "fused")})
 
 
 @pytest.fixture(scope="session")
@@ -111,6 +123,24 @@ def nmt_loop_fused(tmp_path_factory):
     """Loop and fused NMT (2 layers, bi encoder, 2 devices) captured once for the session: ``root/loop``,
     ``root/fused``."""
     return shared_once(tmp_path_factory, "nmt", _capture_loop_fused)
+
+
+# The small RNNLM on 2 logical devices with tower 1's softmax and projection pinned to device 0, and the same
+# without the plant: 4 traced steps (the critical path's), 2 timed batches (the placement audit's).
+RNNLM_SMALL_2 = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "2",
+                 "--trace-steps", "4"]
+
+
+def _capture_rnnlm_planted(root: Path) -> None:
+    _trace_together(root, {"plain": RNNLM_SMALL_2, "planted": [*RNNLM_SMALL_2, "--plant", "softmax-on-device0"]})
+    _read_only(root)
+
+
+@pytest.fixture(scope="session")
+def rnnlm_planted(tmp_path_factory):
+    """``RNNLM_SMALL_2`` captured once for the session with the softmax-on-device0 plant (``root/planted``) and
+    without it (``root/plain``); read-only."""
+    return shared_once(tmp_path_factory, "rnnlm-planted", _capture_rnnlm_planted)
 
 
 DDP_STRAGGLER_JOB = Path(__file__).resolve().parent / "ddp_straggler_job.py"

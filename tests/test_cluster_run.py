@@ -49,12 +49,21 @@ class _OneTask(_Config):
     ps_tasks = 0
 
 
-def test_tasks_run_while_the_block_runs_and_stop_on_success():
-    with running_cluster(_OneTask()) as (spec, tasks):
+@pytest.fixture(scope="module")
+def one_task():
+    """A one-task local cluster run through once: what was seen while its block ran, and after."""
+    lines = []
+    with running_cluster(_OneTask(), on_exposed=lines.append) as (spec, tasks):
         pids = [t["pid"] for t in tasks]
-        assert [(t["job"], t["task"]) for t in tasks] == [("worker", 0)]
-        assert all(alive(p) for p in pids) and spec.master().startswith("grpc://localhost:")
-    assert _gone(pids, 0.5)
+        seen = dict(tasks=tasks, alive=all(alive(p) for p in pids), master=spec.master(),
+                    listening=_listening(tasks[0]["pid"]))
+    return {**seen, "gone": _gone(pids, 0.5), "exposed": lines}
+
+
+def test_tasks_run_while_the_block_runs_and_stop_on_success(one_task):
+    assert [(t["job"], t["task"]) for t in one_task["tasks"]] == [("worker", 0)]
+    assert one_task["alive"] and one_task["master"].startswith("grpc://localhost:")
+    assert one_task["gone"]
 
 
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, RuntimeError])
@@ -364,11 +373,9 @@ def test_worker_says_what_it_exposes_where_and_until_when_and_stops_then(tmp_pat
     assert "stopped after --timeout 8s" in worker.stdout.read()
 
 
-def test_a_local_cluster_says_once_what_its_servers_expose():
-    lines = []
-    with running_cluster(_OneTask(), on_exposed=lines.append) as (spec, tasks):
-        port = int(tasks[0]["address"].rpartition(":")[2])
-        listening = _listening(tasks[0]["pid"])
+def test_a_local_cluster_says_once_what_its_servers_expose(one_task):
+    port = int(one_task["tasks"][0]["address"].rpartition(":")[2])
+    listening, lines = one_task["listening"], one_task["exposed"]
     assert {ip for ip, p in listening if p == port} & {"0.0.0.0", "::"}
     assert len(lines) == 1 and f"every interface, ports {port}" in lines[0] and "no authentication" in lines[0]
 

@@ -278,12 +278,10 @@ def test_tf1_timeline_uses_lane_order_and_its_data_flows_and_says_what_it_lacks(
 # -- a planted placement mishap on two devices ---------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def planted_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("planted") / "run"
-    assert main(["trace", "--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1",
-                 "--batches", "1", "--trace-steps", "4", "--plant", "softmax-on-device0", "--out", str(out)]) == 0
-    return out
+@pytest.fixture
+def planted_run(rnnlm_planted):
+    """The small RNNLM on 2 devices, 4 traced steps, tower 1's softmax pinned to device 0."""
+    return rnnlm_planted / "planted"
 
 
 @pytest.mark.slow
@@ -301,7 +299,8 @@ def test_planted_softmax_of_tower_1_on_device_0_is_on_the_critical_path(planted_
     for step in doc["steps"]:
         assert step["edges"]["data"] > 0 and step["edges"]["collective"] > 0
     # one step's RunMetadata holds the same partition graphs: the same dependencies, the same path
-    assert main(["critical-path", str(planted_run / "run_metadata" / "step-2.pb"), "--json"]) == 0
+    first = json.loads((planted_run / "manifest.json").read_text())["traced_steps"][0]
+    assert main(["critical-path", str(planted_run / "run_metadata" / f"step-{first}.pb"), "--json"]) == 0
     single = json.loads(capsys.readouterr().out)
     (alone,) = single["steps"]
     assert single["lacks"] == [] and alone["edges"] == doc["steps"][0]["edges"]

@@ -217,24 +217,14 @@ def test_bad_input_is_one_line_exit_2(args, says, tmp_path, capsys):
 
 # -- captured runs (TensorFlow) -------------------------------------------------------------------------------
 
-RNNLM = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "1",
-         "--trace-steps", "2"]
-
-
 def _rnnprof(*args):
     return subprocess.run([sys.executable, "-m", "rnnprof", *args], capture_output=True, text=True, timeout=300)
 
 
-@pytest.fixture(scope="module")
-def planted(tmp_path_factory):
-    root = tmp_path_factory.mktemp("diff")
-    from processes import run_together
-
-    sides = (("plain", []), ("planted", ["--plant", "softmax-on-device0"]))
-    for done in run_together([[sys.executable, "-m", "rnnprof", "trace", *RNNLM, *extra, "--out", str(root / name)]
-                              for name, extra in sides]):
-        assert done.returncode == 0, done.stderr
-    return root
+@pytest.fixture
+def planted(rnnlm_planted):
+    """The small RNNLM on 2 devices with and without the softmax-on-device0 plant (``plain``, ``planted``)."""
+    return rnnlm_planted
 
 
 def _partition_nodes(path):

@@ -305,7 +305,9 @@ def test_scale_explain_flags_are_refused_before_training(tmp_path, capsys, argv,
 
 @pytest.mark.slow
 def test_torch_ddp_sweep_is_explained_with_n_from_the_world_size(tmp_path, capsys):
-    document = _scale_explain(tmp_path, capsys, "torch", "--framework", "torch")
+    # the small preset's batches through a smaller LSTM and vocabulary: what is checked is N and the step's figure
+    document = _scale_explain(tmp_path, capsys, "torch", "--framework", "torch", "--layers", "1", "--units", "16",
+                              "--vocab-size", "60")
     rows = {r["devices"]: r for r in document["explain"]["rows"]}
     assert set(rows) == {1, 2}
     assert any("processes sharing the same" in note for note in document["explain"]["notes"])

@@ -132,13 +132,9 @@ def test_gpu_requests_on_a_cpu_machine_fall_back_and_are_listed(tmp_path):
     assert "PA007-no-kernel-for-device" in reasons and "GPU" in reasons["PA007-no-kernel-for-device"]
 
 
-def test_rnnlm_plant_is_flagged_and_the_clean_config_is_not(tmp_path, capsys):
-    common = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "2",
-              "--trace-steps", "2"]
-    assert main(["trace", *common, "--plant", "softmax-on-device0", "--out", str(tmp_path / "planted")]) == 0
-    assert main(["trace", *common, "--out", str(tmp_path / "clean")]) == 0
+def test_rnnlm_plant_is_flagged_and_the_clean_config_is_not(rnnlm_planted, capsys):
     capsys.readouterr()
-    assert main(["placement-audit", str(tmp_path / "planted"), "--json"]) == 1
+    assert main(["placement-audit", str(rnnlm_planted / "planted"), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     (pinned,) = [f for f in doc["findings"] if f["rule"].startswith("PA002")]
     assert pinned["severity"] == "error" and pinned["evidence"]["tower"] == 1
@@ -148,7 +144,7 @@ def test_rnnlm_plant_is_flagged_and_the_clean_config_is_not(tmp_path, capsys):
     wait = pinned["evidence"]["us_per_step_tower_device_idle_meanwhile"]
     assert wait > 0 and 0 <= pinned["cost_us_per_step"] <= wait
     assert pinned["evidence"]["shared_cores"] == os.cpu_count()
-    assert main(["placement-audit", str(tmp_path / "clean"), "--json"]) == 0
+    assert main(["placement-audit", str(rnnlm_planted / "plain"), "--json"]) == 0
     clean = json.loads(capsys.readouterr().out)
     assert clean["counts"]["error"] == 0
     # the manifest records the host's cores, so TF's default inter-op pool can be judged
