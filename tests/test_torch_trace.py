@@ -112,6 +112,43 @@ def test_the_trace_writer_thread_runs_at_nice_19_and_leaves_the_process_as_it_wa
     assert seen["writer"] == 19 and os.getpriority(os.PRIO_PROCESS, os.getpid()) == before
 
 
+class _SetAfter:
+    """An event that reads as set from its ``n``-th look on."""
+
+    def __init__(self, n: int):
+        self.looks, self.n = 0, n
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        return self.looks > self.n
+
+
+def test_a_compression_stopped_between_blocks_is_finished_by_whoever_takes_over(tmp_path, monkeypatch):
+    from rnnprof.recording.torch_profiler import BlockCompression
+
+    monkeypatch.setattr(BlockCompression, "BLOCK", 1000)
+    data = json.dumps({"traceEvents": [{"name": f"op{k}", "ts": k, "dur": 1} for k in range(2000)]}).encode()
+    scratch, target = tmp_path / ".scratch.json", tmp_path / "rank0.json.gz"
+    scratch.write_bytes(data)
+    job = BlockCompression(str(scratch), target)
+    assert job.run(until=_SetAfter(3)) is None  # the background thread stops after 3 blocks
+    assert not job.done and not target.exists() and scratch.exists()
+    assert job.run() is None  # the waiting thread does the rest
+    assert job.done and not scratch.exists() and gzip.decompress(target.read_bytes()) == data
+    assert len(data) > 3 * BlockCompression.BLOCK  # it was stopped part way
+
+
+def test_a_compression_that_fails_says_why_and_leaves_no_scratch_file(tmp_path):
+    from rnnprof.recording.torch_profiler import BlockCompression
+
+    scratch = tmp_path / ".scratch.json"
+    scratch.write_bytes(b"{}")
+    (tmp_path / "taken").mkdir()  # a folder where the trace should go
+    job = BlockCompression(str(scratch), tmp_path / "taken")
+    error = job.run()
+    assert error is not None and "taken" in str(error) and job.done and not scratch.exists()
+
+
 def test_a_window_needs_a_step():
     from rnnprof.recording.torch_profiler import TorchCapture
 

@@ -18,12 +18,12 @@ cost from the untraced steps. What is recorded: docs/commands/trace.md.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import sys
 import tempfile
 import threading
 import time
+import zlib
 from pathlib import Path
 
 from rnnprof import names, rundir
@@ -60,6 +60,8 @@ class TorchCapture:
         self._written = False
         self._closed = False
         self._compressing: threading.Thread | None = None
+        self._compression: "BlockCompression | None" = None
+        self._taking_over = threading.Event()  # wait() compresses what is left itself, at its own priority
         self._step_left = threading.Event()  # the step that exported the window has returned
         self._export_error: BaseException | None = None
         self.profile_memory = bool(profile_memory)
@@ -172,11 +174,16 @@ class TorchCapture:
                 "max_reserved": int(cuda.max_memory_reserved()) if on_cuda else None}
 
     def wait(self) -> None:
-        """Until the window's trace is in place (or failed: the failure is raised here)."""
+        """Until the window's trace is in place (or failed: the failure is raised here). The caller takes over
+        what is left of the compression: a thread at nice 19 can be slow to finish on busy cores."""
         self._step_left.set()
         thread = self._compressing
         if thread is not None:
-            thread.join()
+            self._taking_over.set()
+            with interrupts_deferred():  # a Ctrl-C now comes once the trace is in place
+                thread.join()  # it stops after the block it is compressing
+                if self._compression is not None and not self._compression.done:
+                    self._finish_compression(self._compression.run(), lowered=False)
         error, self._export_error = self._export_error, None
         if error is not None:
             raise error
@@ -194,27 +201,66 @@ class TorchCapture:
             os.unlink(scratch)
             raise
         self._exported_at = time.perf_counter()
+        self._compression = BlockCompression(scratch, self.path)
         # Not a daemon: a script that returns before the thread is done still leaves its trace.
-        self._compressing = threading.Thread(target=self._compress, args=(scratch,), name="rnnprof-trace-writer")
+        self._compressing = threading.Thread(target=self._compress, name="rnnprof-trace-writer")
         self._compressing.start()
 
-    def _compress(self, scratch: str) -> None:
+    def _compress(self) -> None:
         self._step_left.wait()  # the training's thread keeps the GIL until its closing step is over
         lowered = background_priority()
+        outcome = self._compression.run(until=self._taking_over)
+        if self._compression.done:
+            self._finish_compression(outcome, lowered)
+
+    def _finish_compression(self, error: BaseException | None, lowered: bool) -> None:
+        """The trace in place, or the failure kept for ``wait()`` to raise in the caller's thread."""
+        self._written = error is None
+        self._export_error = error
+        # the steps a compression at nice 19 runs beside are not slowed by it: the export ended with Kineto's
+        self._export_span.append(self._exported_at if lowered else time.perf_counter())
+
+
+class BlockCompression:
+    """A window's scratch trace gzipped a block at a time into its place, so that a thread that must wait for
+    it can take over between two blocks (``run(until=...)``) instead of waiting on a thread at nice 19."""
+
+    BLOCK = 1 << 20  # bytes read and compressed at a time
+
+    def __init__(self, scratch: str, target: Path):
+        self.scratch, self.target = scratch, target
+        self.done = False
+        self._parts: list[bytes] = []
+        self._packer = zlib.compressobj(3, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # a gzip stream, mtime 0
+        self._offset = 0
+
+    def run(self, until: threading.Event | None = None) -> BaseException | None:
+        """Compress block after block until the trace is in place and the scratch file gone (``done``), or until
+        ``until`` is set; the failure that ended it, if one did."""
         try:
-            with open(scratch, "rb") as handle:
-                data = handle.read()
-            atomic_write_bytes(self.path, gzip.compress(data, compresslevel=3, mtime=0))
-            self._written = True
-        except BaseException as exc:  # raised by wait(), in the caller's thread
-            self._export_error = exc
-        finally:
-            try:
-                os.unlink(scratch)
-            except OSError:
-                pass
-            # the steps a compression at nice 19 runs beside are not slowed by it: the export ended with Kineto's
-            self._export_span.append(self._exported_at if lowered else time.perf_counter())
+            while not self.done and (until is None or not until.is_set()):
+                with open(self.scratch, "rb") as handle:
+                    handle.seek(self._offset)
+                    block = handle.read(self.BLOCK)
+                self._offset += len(block)
+                if block:
+                    self._parts.append(self._packer.compress(block))
+                    continue
+                self._parts.append(self._packer.flush())
+                atomic_write_bytes(self.target, b"".join(self._parts))
+                self._end()
+        except BaseException as exc:
+            self._end()
+            return exc
+        return None
+
+    def _end(self) -> None:
+        self.done = True
+        self._parts = []
+        try:
+            os.unlink(self.scratch)
+        except OSError:
+            pass
 
 
 def background_priority() -> bool:
