@@ -62,6 +62,7 @@ class TorchCapture:
         self._compressing: threading.Thread | None = None
         self._compression: "BlockCompression | None" = None
         self._taking_over = threading.Event()  # wait() compresses what is left itself, at its own priority
+        self._lowered = False  # the writer thread runs at nice 19 (``background_priority``)
         self._step_left = threading.Event()  # the step that exported the window has returned
         self._export_error: BaseException | None = None
         self.profile_memory = bool(profile_memory)
@@ -183,7 +184,8 @@ class TorchCapture:
             with interrupts_deferred():  # a Ctrl-C now comes once the trace is in place
                 thread.join()  # it stops after the block it is compressing
                 if self._compression is not None and not self._compression.done:
-                    self._finish_compression(self._compression.run(), lowered=False)
+                    # the steps ran beside the part at nice 19; the rest runs once they are over
+                    self._finish_compression(self._compression.run(), lowered=self._lowered)
         error, self._export_error = self._export_error, None
         if error is not None:
             raise error
@@ -208,10 +210,10 @@ class TorchCapture:
 
     def _compress(self) -> None:
         self._step_left.wait()  # the training's thread keeps the GIL until its closing step is over
-        lowered = background_priority()
+        self._lowered = background_priority()
         outcome = self._compression.run(until=self._taking_over)
         if self._compression.done:
-            self._finish_compression(outcome, lowered)
+            self._finish_compression(outcome, self._lowered)
 
     def _finish_compression(self, error: BaseException | None, lowered: bool) -> None:
         """The trace in place, or the failure kept for ``wait()`` to raise in the caller's thread."""

@@ -23,8 +23,7 @@ def blocked_step(original, wanted):
     """With RNNPROF_PLANT_STEP=N instead, the built-in TensorFlow workload of `rnnprof trace` (its own devices, no
     cluster) blocks inside TensorFlow's runtime at its Nth step: the step runs a dequeue from a queue nothing fills
     (a Session.run that never returns, as one waiting on input that never comes), at the line marked
-    `# plant: step`, after writing `time.time() pid` to FILE. With RNNPROF_PLANT_PAUSE_S=S too, the input comes
-    S seconds later (another thread fills the queue) and the workload goes on to its end."""
+    `# plant: step`, after writing `time.time() pid` to FILE."""
     calls = []
 
     def step(self, *args, **kwargs):
@@ -33,18 +32,30 @@ def blocked_step(original, wanted):
             import tensorflow as tf
 
             with tf.Graph().as_default():
-                queue = tf.queue.FIFOQueue(1, tf.float32)
-                empty, fill = queue.dequeue(), queue.enqueue(0.0)
-                session = tf.compat.v1.Session()
-            pause_s = os.environ.get("RNNPROF_PLANT_PAUSE_S")
-            if pause_s:
-                threading.Timer(float(pause_s), session.run, (fill,)).start()
+                empty, fill = _queue(tf)
+                session = _session(tf, fill)
             with open(os.environ["RNNPROF_PLANT_MARK"], "w") as mark:
                 mark.write(f"{time.time()!r} {os.getpid()}\n")  # the process's own clock
             session.run(empty)  # plant: step
         return original(self, *args, **kwargs)
 
     return step
+
+
+def _queue(tf):
+    """A queue of one value that nothing fills: its dequeue op, and the enqueue op that would fill it."""
+    queue = tf.queue.FIFOQueue(1, tf.float32)
+    return queue.dequeue(), queue.enqueue(0.0)
+
+
+def _session(tf, fill):
+    """The blocked step's session. With RNNPROF_PLANT_PAUSE_S=S, another thread fills the queue S seconds later:
+    the input comes late, and the workload goes on to its end."""
+    session = tf.compat.v1.Session()
+    pause_s = os.environ.get("RNNPROF_PLANT_PAUSE_S")
+    if pause_s:
+        threading.Timer(float(pause_s), session.run, (fill,)).start()
+    return session
 
 
 def _plant_step(args) -> None:
