@@ -91,10 +91,7 @@ def _inside(sg: StepGraph, codes: np.ndarray, at: np.ndarray, nodes: np.ndarray)
     named = np.flatnonzero(np.isin(t.name, codes) | np.isin(t.op_type, codes))
     if not len(named) or not nodes.any():
         return found
-    side = _thread_side(t)
-    lane_max = int(t.lane.max(initial=0)) + 1
-    key = side[t.device[named]] * lane_max + t.lane[named]
-    node_key = side[t.device[rows]] * lane_max + t.lane[rows]
+    key, node_key = _thread_keys(t, named), _thread_keys(t, rows)
     when = sg.window_start + at
     for k in np.unique(key).tolist():
         ops = named[key == k]
@@ -105,6 +102,11 @@ def _inside(sg: StepGraph, codes: np.ndarray, at: np.ndarray, nodes: np.ndarray)
         p = np.searchsorted(s, when[sel], side="right") - 1
         found[sel] = (p >= 0) & (reach[np.maximum(p, 0)] > when[sel])
     return found
+
+
+def _thread_keys(t: EventTable, rows: np.ndarray) -> np.ndarray:
+    """Each row's thread (``_inside``'s): its lane on its device's side (``_thread_side``), one number."""
+    return _thread_side(t)[t.device[rows]] * (int(t.lane.max(initial=0)) + 1) + t.lane[rows]
 
 
 def _thread_side(t: EventTable) -> np.ndarray:
@@ -200,9 +202,7 @@ def _delay(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
         if found is None:
             return 0
         at, key = found
-        side, lane_max = _thread_side(t), int(t.lane.max(initial=0)) + 1
-        node_key = side[t.device[g.rows[nodes]]] * lane_max + t.lane[g.rows[nodes]]
-        nodes = nodes[(node_key == key) & (g.start[nodes] >= at - _EPS_US)]
+        nodes = nodes[(_thread_keys(t, g.rows[nodes]) == key) & (g.start[nodes] >= at - _EPS_US)]
     if not len(nodes):
         return 0
     first = nodes[np.lexsort((nodes, g.start[nodes]))[0]]
@@ -215,7 +215,7 @@ _EPS_US = 1e-3
 
 def _first_matching(sg: StepGraph, rank: str, pattern: str, steps: np.ndarray) -> tuple[float, int] | None:
     """The start (from the window's start; before it for a range that closed before the window opened) and the
-    thread key (``_inside``'s) of the first event of ``steps`` on ``rank``'s host side whose name matches
+    thread key (``_thread_keys``) of the first event of ``steps`` on ``rank``'s host side whose name matches
     ``pattern``; None where none does."""
     t = sg.table
     compiled = re.compile(pattern)
@@ -229,8 +229,7 @@ def _first_matching(sg: StepGraph, rank: str, pattern: str, steps: np.ndarray) -
     if not len(rows):
         return None
     row = rows[np.argmin(t.ts[rows])]
-    lane_max = int(t.lane.max(initial=0)) + 1
-    return float(t.ts[row] - sg.window_start), int(_thread_side(t)[t.device[row]] * lane_max + t.lane[row])
+    return float(t.ts[row] - sg.window_start), int(_thread_keys(t, np.array([row]))[0])
 
 
 def _even_input(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
