@@ -183,9 +183,8 @@ class TorchCapture:
             self._taking_over.set()
             with interrupts_deferred():  # a Ctrl-C now comes once the trace is in place
                 thread.join()  # it stops after the block it is compressing
-                if self._compression is not None and not self._compression.done:
-                    # the steps ran beside the part at nice 19; the rest runs once they are over
-                    self._finish_compression(self._compression.run(), lowered=self._lowered)
+                if not self._compression.done:  # set with the thread, in _export
+                    self._finish_compression(self._compression.run())
         error, self._export_error = self._export_error, None
         if error is not None:
             raise error
@@ -213,14 +212,15 @@ class TorchCapture:
         self._lowered = background_priority()
         outcome = self._compression.run(until=self._taking_over)
         if self._compression.done:
-            self._finish_compression(outcome, self._lowered)
+            self._finish_compression(outcome)
 
-    def _finish_compression(self, error: BaseException | None, lowered: bool) -> None:
+    def _finish_compression(self, error: BaseException | None) -> None:
         """The trace in place, or the failure kept for ``wait()`` to raise in the caller's thread."""
         self._written = error is None
         self._export_error = error
-        # the steps a compression at nice 19 runs beside are not slowed by it: the export ended with Kineto's
-        self._export_span.append(self._exported_at if lowered else time.perf_counter())
+        # the steps a compression at nice 19 runs beside are not slowed by it, and what wait() takes over runs
+        # once they are over: the export ended with Kineto's
+        self._export_span.append(self._exported_at if self._lowered else time.perf_counter())
 
 
 class BlockCompression:
