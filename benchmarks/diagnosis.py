@@ -394,14 +394,15 @@ def median_mad(values: list[float]) -> tuple[float, float]:
     return median, statistics.median(abs(v - median) for v in values)
 
 
-def ddp_step_ms(clock: Path, first: int = CLOCK_FIRST) -> tuple[float, float]:
+def ddp_step_ms(clock: Path, first: int = CLOCK_FIRST, key: str = "step_s") -> tuple[float, float]:
     """The job's step time by the ranks' own clocks: the slowest rank's median step from ``first`` on (the
-    untraced steps after the capture), and its median absolute deviation (ms)."""
+    untraced steps after the capture), and its median absolute deviation (ms); ``key="thread_cpu_s"``: the
+    training threads' CPU time instead of the wall time."""
     ranks = []
     for path in sorted(clock.glob("rank*.json")):
-        steps = json.loads(path.read_text())["step_s"][first:]
+        steps = json.loads(path.read_text()).get(key, [])[first:]
         if not steps:
-            raise CaseError(f"{path}: no step after the first {first}")
+            raise CaseError(f"{path}: no {key} after the first {first} steps")
         ranks.append(median_mad([1000 * s for s in steps]))
     if not ranks:
         raise CaseError(f"no rank clock in {clock}")
@@ -414,12 +415,22 @@ def run_ddp(name: str, control: bool, folder: Path, more: list[str] | tuple = ()
     script, _, extra = DDP[name]
     extra = [*extra, *more]
     out, clock = folder / "run", folder / "clock"
-    traced = CONTROL_TRACED.get(name, DDP_TRACED) if control else DDP_TRACED  # the untraced steps stay as many
+    traced = traced_steps(name, control)
     _run([_python(), "-m", "rnnprof", "trace", "--force", "--out", str(out), "--steps", str(traced), "--skip-steps",
           str(DDP_SKIP), "--", _python(), "-m", "torch.distributed.run", "--nproc-per-node", "2",
           str(JOBS / script), "--steps", str(DDP_STEPS + traced - DDP_TRACED), "--clock", str(clock), *extra,
           *(["--control"] if control else [])], f"{name}{' control' if control else ''}")
-    return out, ddp_step_ms(clock, CLOCK_FIRST + traced - DDP_TRACED)
+    return out, ddp_step_ms(clock, clock_first(name, control))
+
+
+def traced_steps(name: str, control: bool) -> int:
+    """The steps the capture of the case's run traces."""
+    return CONTROL_TRACED.get(name, DDP_TRACED) if control else DDP_TRACED
+
+
+def clock_first(name: str, control: bool) -> int:
+    """The first step of the case's run that its clock is read from: the untraced steps stay as many."""
+    return CLOCK_FIRST + traced_steps(name, control) - DDP_TRACED
 
 
 def run_tf(plant: str | None, folder: Path) -> tuple[Path, tuple[float, float]]:

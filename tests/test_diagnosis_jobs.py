@@ -157,6 +157,13 @@ def test_the_audit_ranks_each_fault_first_and_raises_no_alarm_on_its_control(run
         assert name == "tiny-ops" and not first["evidence"]["significance"]["significant"], first
     # the estimate is within the fault's measured cost, +-60%, or its noise where wider (the benchmark's target,
     # +-40%, is over 3 rounds)
+    if name == "tiny-ops":
+        # the tiny operators are the ranks' own work: their cost by the training threads' CPU time, which another
+        # process on the cores does not inflate (by the wall clock, a run beside another test's once cost
+        # 101.7 ms a step against an idle 26-45 ms, its steps' MAD 21 ms, its control's 0.5 ms)
+        (step, step_mad), (control_step, control_mad) = (
+            diagnosis.ddp_step_ms(r.parent / "clock", diagnosis.clock_first(name, c), "thread_cpu_s")
+            for r, c in ((run, False), (control, True)))
     cost = step - control_step
     assert abs(first["saving_ms"] - cost) <= max(0.6 * cost, step_mad + control_mad), (first["saving_ms"], cost)
     alarms = [f for f in audited(control)["findings"] if diagnosis.is_alarm(f)]

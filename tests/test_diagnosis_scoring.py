@@ -151,6 +151,13 @@ def test_a_ddp_jobs_step_time_is_its_slowest_ranks_median_after_the_capture(tmp_
     (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "step_s": skipped + [0.010, 0.012, 0.011]}))
     (tmp_path / "rank1.json").write_text(json.dumps({"rank": 1, "step_s": skipped + [0.020, 0.030, 0.050]}))
     assert diagnosis.ddp_step_ms(tmp_path) == pytest.approx((30.0, 10.0))  # rank 1: median 30 ms, MAD 10 ms
+    # by the training threads' CPU time: rank 0's is the larger here
+    (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "step_s": skipped + [0.010, 0.012, 0.011],
+                                                     "thread_cpu_s": skipped + [0.009, 0.007, 0.008]}))
+    (tmp_path / "rank1.json").write_text(json.dumps({"rank": 1, "step_s": skipped + [0.020, 0.030, 0.050],
+                                                     "thread_cpu_s": skipped + [0.004, 0.005, 0.006]}))
+    assert diagnosis.ddp_step_ms(tmp_path, key="thread_cpu_s") == pytest.approx((8.0, 1.0))
+    assert diagnosis.ddp_step_ms(tmp_path) == pytest.approx((30.0, 10.0))
     (tmp_path / "rank1.json").write_text(json.dumps({"rank": 1, "step_s": skipped}))
     with pytest.raises(diagnosis.CaseError):
         diagnosis.ddp_step_ms(tmp_path)

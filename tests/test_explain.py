@@ -178,15 +178,17 @@ def test_planted_softmax_is_compute_left_on_device0_and_unplanted_is_not(tmp_pat
     assert u2["parts"]["left_on_one_device_us"] < 0.05 * u2["step_us"]
     assert p2["parts"]["left_on_one_device_us"] > 2 * u2["parts"]["left_on_one_device_us"]
     # the gap from the ideal: the 1-device baseline is timed apart on shared cores; where a gap stands out of
-    # the timed steps' jitter, the planted sweep puts most of it in compute that did not scale, at least half
-    # of that left on cpu:0, and the unplanted one puts little on one device; where it does not, the
-    # explanation says its split is no verdict
+    # the timed steps' jitter, the planted sweep puts most of it in compute that did not scale, and the
+    # unplanted one puts little on one device; where it does not, the explanation says its split is no verdict
     for row, explained in ((p2, planted), (u2, plain)):
         if not row["gap_significance"]["significant"]:
             assert any("N=2: the gap from the ideal" in n and "no verdict" in n for n in explained["notes"])
+    # cpu:0 is named as bounding the step by its compute above the mean, a share of the same run's step; a
+    # share of the compute that did not scale is not judged: that grows with whatever slowed the 2-device run
+    # and not its baseline, timed apart (once 39.7 of 79.5 ms beside another test's TensorFlow run)
+    assert p2["bound_by"] == "cpu:0" and u2["bound_by"] is None
     if p2["gap_significance"]["significant"]:
         assert p2["gap_share_by_part"]["compute_not_scaled"] > 0.5
-        assert p2["parts"]["left_on_one_device_us"] >= 0.5 * p2["parts"]["compute_not_scaled_us"]
     if u2["gap_significance"]["significant"]:
         assert u2["parts"]["left_on_one_device_us"] < 0.25 * u2["gap_us"]  # measured 2-11 %
 
@@ -258,6 +260,13 @@ def test_parts_by_hand():
     assert row.gap_us == pytest.approx({"compute_not_scaled": 30, "exposed_communication": 30, "waiting": 0,
                                         "host_overhead": 0, "input": -10})
     assert row.speedup == pytest.approx(2 * 100 / 150)
+    # cpu:0 holds 20 of the 150 µs step above the mean (13 %, at least LEFT_BOUNDS_SHARE): it bounds the step
+    assert row.bound_by == "cpu:0" and row.as_dict()["bound_by"] == "cpu:0"
+    # 10 of 150 µs above the mean (7 %): too little to say so
+    small = {r.devices: r for r in explain_sweep(
+        [one, ExplainInput(2, _comm((100.0, 40.0, 0.0, 0.0, 140.0), (80.0, 40.0, 0.0, 0.0, 120.0)))],
+        "weak").rows}[2]
+    assert small.parts.left_on_one_device == pytest.approx(10) and small.bound_by is None
     strong = {r.devices: r for r in explain_sweep([one, two], "strong").rows}[2]
     assert strong.ideal_step_us == 50
     assert strong.gap_us == pytest.approx({"compute_not_scaled": 70, "exposed_communication": 30, "waiting": 0,

@@ -3,7 +3,10 @@ the CPU, one step per ``optimizer.step()``, and each rank's own clock of its ste
 
 A job script builds its batches and its model and calls ``train``; ``--clock DIR`` makes every rank write
 ``DIR/rank<r>.json``: ``{"rank", "step_s": [duration of each step by time.perf_counter, from one step's start
-to the next's]}``, and ``extra_s`` where the job times a planted operator of its own. The step time the benchmark compares is the median of a rank's steps after ``--warmup``.
+to the next's], "thread_cpu_s": [the training thread's CPU time in each step, by time.thread_time]}``, and
+``extra_s`` where the job times a planted operator of its own. The training thread's CPU time leaves out what
+other processes take of the cores (and the rank's other threads: gloo's, the capture's compression), so a fault
+that is the rank's own work costs the same in it on a busy machine as on an idle one. The step time the benchmark compares is the median of a rank's steps after ``--warmup``.
 """
 
 from __future__ import annotations
@@ -71,9 +74,10 @@ def train(torch, model, batches, rank: int, clock: Path | None, before_backward=
     model = DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = nn.CrossEntropyLoss()
-    starts, extra = [], []
+    starts, cpu, extra = [], [], []
     for step, tokens in enumerate(batches):
         starts.append(time.perf_counter())
+        cpu.append(time.thread_time())
         if before_forward is not None:
             before_forward(step)
         logits = model(tokens[:, :-1])
@@ -87,10 +91,11 @@ def train(torch, model, batches, rank: int, clock: Path | None, before_backward=
             after_step(step)
     dist.barrier()
     starts.append(time.perf_counter())
+    cpu.append(time.thread_time())
     if clock is not None:
         clock.mkdir(parents=True, exist_ok=True)
         durations = [b - a for a, b in zip(starts, starts[1:])]
-        record = {"rank": rank, "step_s": durations}
+        record = {"rank": rank, "step_s": durations, "thread_cpu_s": [b - a for a, b in zip(cpu, cpu[1:])]}
         if any(e is not None for e in extra):
             record["extra_s"] = extra
         (clock / f"rank{rank}.json").write_text(json.dumps(record))

@@ -35,6 +35,10 @@ PART_LABELS = {
     "host_overhead": "host and launch overhead",
     "input": "input and copies",
 }
+# Compute left on one device is said to bound the step where it is at least this share of the step: a share of the
+# same run's step, which another process slowing the whole run does not move (a share of the compute that did not
+# scale would: that is measured against a base run timed apart, and grows with whatever slowed this run alone).
+LEFT_BOUNDS_SHARE = 0.10
 IDEAL_DEFINITIONS = {
     "weak": "weak scaling (fixed batch per device): ideal step time = T_base, ideal speedup = N / base",
     "strong": "strong scaling (fixed total batch): ideal step time = T_base * base / N, ideal speedup = N / base",
@@ -115,6 +119,17 @@ class ExplainRow:
         """The part's share of the lost speedup."""
         return self.ideal_speedup * self.gap_us[part] / self.step_us if self.step_us > 0 else 0.0
 
+    @property
+    def bound_by(self) -> str | None:
+        """The device whose compute left above the devices' mean bounds the step: the busiest device of most
+        traced steps, where it holds at least ``LEFT_BOUNDS_SHARE`` of the step above the mean; None otherwise."""
+        if not self.bounding_devices or self.step_us <= 0:
+            return None
+        device = max(sorted(set(self.bounding_devices)), key=self.bounding_devices.count)
+        if 2 * self.bounding_devices.count(device) <= len(self.bounding_devices):
+            return None
+        return device if self.parts.left_on_one_device >= LEFT_BOUNDS_SHARE * self.step_us else None
+
     def share(self, part: str) -> float | None:
         """The part's share of the gap (None without a gap)."""
         gap = self.gap_total_us
@@ -128,7 +143,8 @@ class ExplainRow:
                 "gap_by_part_us": dict(self.gap_us),
                 "gap_share_by_part": {p: self.share(p) for p in PARTS},
                 "lost_speedup_by_part": {p: self.lost(p) for p in PARTS},
-                "bounding_devices": list(self.bounding_devices), "traced_steps": self.traced_steps,
+                "bounding_devices": list(self.bounding_devices), "bound_by": self.bound_by,
+                "traced_steps": self.traced_steps,
                 "idle_causes_known": self.idle_causes_known,
                 "gap_significance": self.gap_significance.as_dict() if self.gap_significance else None}
 
@@ -153,6 +169,9 @@ class ExplainReport:
                     "left_on_one_device_us": "of compute_not_scaled: the bounding device's compute above the "
                                              "devices' mean, as far as it runs more op executions than they "
                                              "do (work left on one device)",
+                    "bound_by": "the device whose compute left above the devices' mean bounds the step: the "
+                                "busiest device of most traced steps, holding at least "
+                                f"{LEFT_BOUNDS_SHARE:.0%} of the step above the mean; null where none does",
                     "on_every_device_us": "the rest of compute_not_scaled (work duplicated on every device, or "
                                           "the same work running slower, as on a device waiting for cores)",
                     "gap_by_part_us": "each part minus its ideal; they add up to step_us - ideal_step_us",

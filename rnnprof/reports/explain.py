@@ -51,17 +51,10 @@ def render_table(report: ExplainReport, console: Console) -> None:
                            f"{_HEADS[p].replace(chr(10), ' ')} = {PART_LABELS[p]}" for p in PARTS),
                        style="dim"))
     for r in report.rows:
-        if r.devices != min(x.devices for x in report.rows if x.mode == r.mode):
-            left = r.parts.left_on_one_device
-            if r.parts.compute_not_scaled > 0 and left > 0.5 * r.parts.compute_not_scaled:
-                console.print(Text(f"{r.mode + ' ' if r.mode else ''}N={r.devices}: compute left on "
-                                   f"{_most(r.bounding_devices)} ({left / 1000:.1f} ms/step above the devices' "
-                                   f"mean) bounds the step"))
-
-
-def _most(names) -> str:
-    names = list(names)
-    return max(set(names), key=names.count) if names else "one device"
+        if r.devices != min(x.devices for x in report.rows if x.mode == r.mode) and r.bound_by:
+            console.print(Text(f"{r.mode + ' ' if r.mode else ''}N={r.devices}: compute left on {r.bound_by} "
+                               f"({r.parts.left_on_one_device / 1000:.1f} ms/step above the devices' mean, "
+                               f"{r.parts.left_on_one_device / r.step_us:.0%} of the step) bounds the step"))
 
 
 def lost_speedup_chart(document: dict):
