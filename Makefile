@@ -19,13 +19,16 @@ demo: $(STAMP)
 
 # Two workers (pytest-xdist), each test module on one of them (tests/conftest.py): about 11 minutes on 2 cores.
 # TEST_WORKERS=auto uses every core; TEST_WORKERS=0 runs in this process, one test after another.
+# The suite starts ~600 Python processes: with PYTHONDONTWRITEBYTECODE set, each one compiled rnnprof's modules
+# from source again, and each worker rewrote every test module's asserts. The bytecode goes to __pycache__.
 TEST_WORKERS ?= 2
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile
 
 # Everything but the tests that run real TensorFlow training or capture.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 # The documentation site (Sphinx, Markdown pages through MyST, the CLI reference from the parsers);
 # warnings are errors.
