@@ -15,7 +15,8 @@ from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.critical_path.job import JobPlan, rank_part
 from rnnprof.analyzers.replay.analysis import check_changes, latest_rank, needs_latest_rank, whatif_report
-from rnnprof.analyzers.replay.job import (JobNames, job_step_lateness, job_step_replay, named_events, replay_plan)
+from rnnprof.analyzers.replay.job import (JobNames, ScannedNames, job_step_lateness, job_step_replay, named_events,
+                                         replay_plan)
 from rnnprof.analyzers.replay.result import Change, WhatIfReport
 from rnnprof.events import TableMetadata, merge_metadata
 from rnnprof.parallel import Workers
@@ -31,7 +32,7 @@ class ReplayPartTask:
 
     rank: RankTask
     scratch: str
-    names: frozenset  # exact names and compiled regexes (replay.job.scanned_names)
+    names: ScannedNames  # replay.job.scanned_names
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def replay_of_step(task: ReplayStepTask):
     return job_step_replay(parts, named, task.plan, task.step, task.changes, task.rank, task.dependencies)
 
 
-def job_whatif(folder: RankFolder, changes_of: Callable[[JobNames], list[Change]], names: frozenset,
+def job_whatif(folder: RankFolder, changes_of: Callable[[JobNames], list[Change]], names: ScannedNames,
                comm_patterns: Sequence[str] = (), jobs: int | None = None, scheduler: str | None = None,
                on_done: OnDone | None = None, dependencies: Dependencies = Dependencies(),
                choose: Callable | None = None) -> tuple[WhatIfReport, list[str], object]:

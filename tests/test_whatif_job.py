@@ -13,7 +13,7 @@ from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
                                      OVERLAP, SCALE, SCALE_HOST, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
-from rnnprof.analyzers.replay.job import scanned_names
+from rnnprof.analyzers.replay.job import ScannedNames, scanned_names
 from rnnprof.cli import main
 from rnnprof.traces import load_events
 from rnnprof.traces.rank_folder import job_of
@@ -60,7 +60,7 @@ def test_a_step_selection_replays_those_steps_only():
 def test_a_jobs_changes_are_checked_against_its_ranks(capsys):
     paths = [str(FIXTURES / n) for n in GLOO]
     with pytest.raises(ChangeError, match="no rank 'rank7'"):
-        job_whatif(job_of(paths), lambda found: [Change(EVEN_HOST, "rank7")], frozenset(), jobs=1)
+        job_whatif(job_of(paths), lambda found: [Change(EVEN_HOST, "rank7")], ScannedNames(), jobs=1)
     assert main(["whatif", *paths, "--scale", "no_such_op=0.5", "--jobs", "1"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 

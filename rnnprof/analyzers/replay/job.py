@@ -34,25 +34,34 @@ class JobNames:
     devices: tuple[Device, ...]
 
 
-def scanned_names(changes: Iterable[Change]) -> frozenset:
-    """The names of the events whose spans the changes look inside (operators scaled; data loading is always),
-    and the compiled regexes of the operators a delay comes before."""
-    names: set = set()
+@dataclass(frozen=True)
+class ScannedNames:
+    """The events whose spans the changes look inside: operators by name (``exact``), and the operators a delay
+    comes before (``before``, regexes on the name). Data-loading ranges always are."""
+
+    exact: frozenset[str] = frozenset()
+    before: tuple[re.Pattern, ...] = ()
+
+
+def scanned_names(changes: Iterable[Change]) -> ScannedNames:
+    """What ``named_events`` keeps for ``changes``: the operators scaled (by name, or a family's members) and the
+    regexes of the operators a delay comes before."""
+    exact: set[str] = set()
+    before: list[re.Pattern] = []
     for c in changes:
         if c.kind in (SCALE, SCALE_HOST):
-            names.add(c.subject)
+            exact.add(c.subject)
         elif c.kind == FAMILY:
-            names |= family_members(c.subject)
+            exact |= family_members(c.subject)
         elif c.kind == DELAY and c.before:
-            names.add(re.compile(c.before))
-    return frozenset(names)
+            before.append(re.compile(c.before))
+    return ScannedNames(frozenset(exact), tuple(before))
 
 
-def named_events(table: EventTable, names: frozenset) -> EventTable:
-    """The rank's events named by ``names`` (name or op type; a compiled regex: its name matching it) or
-    data-loading ranges, in row order."""
-    patterns = [n for n in names if isinstance(n, re.Pattern)]
-    wanted = np.array([s in names or bool(INPUT_RANGE.match(s)) or any(p.search(s) for p in patterns)
+def named_events(table: EventTable, names: ScannedNames) -> EventTable:
+    """The rank's events named by ``names`` (by name or op type; a regex of ``names.before``: its name matching
+    it) or data-loading ranges, in row order."""
+    wanted = np.array([s in names.exact or bool(INPUT_RANGE.match(s)) or any(p.search(s) for p in names.before)
                        for s in table.strings] or [False], dtype=bool)
     rows = np.flatnonzero(wanted[table.name] | wanted[table.op_type])
     return EventTable(**{c: getattr(table, c)[rows] for c in EventTable.COLUMNS}, strings=table.strings,
