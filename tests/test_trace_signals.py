@@ -95,6 +95,22 @@ def _wait_for(rnnprof, marks: Path, names: list[str], timeout: float = 120) -> N
         time.sleep(0.005)
 
 
+def _wait_for_export(rnnprof, marks: Path, run: Path, ranks: int) -> None:
+    """Until every rank has begun writing its window's trace: its closing mark, then its scratch file in the run
+    (made as the export begins; or the trace in place, where a rank's export is already over). The mark alone
+    comes just before the optimizer step that closes the window: on a busy machine a signal sent on seeing it
+    could land before that step ended, cutting the window short."""
+    _wait_for(rnnprof, marks, [f"rank{r}.closing" for r in range(ranks)])
+    deadline = time.monotonic() + 120
+    torch = run / "torch"
+    while not all(list(torch.glob(f".rank{r}.json.gz.*")) or (torch / f"rank{r}.json.gz").is_file()
+                  for r in range(ranks)):
+        if rnnprof.poll() is not None:
+            raise AssertionError(rnnprof.communicate()[1][-3000:])
+        assert time.monotonic() < deadline, "never saw the export begin"
+        time.sleep(0.005)
+
+
 def _step_of(marks: Path, rank: int) -> int:
     return int((marks / f"rank{rank}.step").read_text())
 
@@ -167,7 +183,7 @@ def _check_kept(run: Path, stderr: str, ranks: list[int]) -> None:
                          ids=["SIGTERM-rnnprof", "SIGINT-group", "SIGINT-rnnprof"])
 def test_a_signal_during_the_export_keeps_the_window(tmp_path, signum, group):
     rnnprof, marks, run = _start(tmp_path, ranks=1)
-    _wait_for(rnnprof, marks, ["rank0.closing"])
+    _wait_for_export(rnnprof, marks, run, 1)
     sent, took, stderr = _stop(rnnprof, signum, group, _rank_pids(marks, 1))
     assert rnnprof.returncode == 130, stderr[-3000:]
     assert took < STOP_WITHIN_S
@@ -194,7 +210,7 @@ def test_sigint_to_rnnprof_alone_stops_a_torchrun_job_and_keeps_its_windows(tmp_
 @pytest.mark.slow
 def test_sigint_to_the_group_during_a_torchrun_export_keeps_both_windows(tmp_path):
     rnnprof, marks, run = _start(tmp_path, ranks=2)
-    _wait_for(rnnprof, marks, ["rank0.closing", "rank1.closing"])
+    _wait_for_export(rnnprof, marks, run, 2)
     pids = _rank_pids(marks, 2)
     _, took, stderr = _stop(rnnprof, signal.SIGINT, True, pids)
     assert rnnprof.returncode == 130, stderr[-3000:]
