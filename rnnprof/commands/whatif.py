@@ -112,7 +112,13 @@ def _delay(text: str) -> Change:
     return Change(DELAY, rank.strip(), delay_ms=ms, before=before)
 
 
-def changes_of(args: argparse.Namespace, table) -> list[Change]:
+NO_CHANGE = ("no change given (expected one or more of --scale, --even-host, --even-input, --delay, --comm, "
+             "--overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
+
+
+def _stated(args: argparse.Namespace) -> list[Change]:
+    """The changes the flags state by themselves (all but ``--fix``, whose changes depend on the input); a flag a
+    replay cannot express is refused."""
     for flag, why in INEXPRESSIBLE.items():
         if getattr(args, flag) is not None:
             raise UsageError(f"--{flag}: a replay cannot express {why}")
@@ -124,24 +130,25 @@ def changes_of(args: argparse.Namespace, table) -> list[Change]:
         changes.append(Change(COMM, "", args.comm))
     flags = ((args.overlap_comm, OVERLAP), (args.no_copies, NO_COPIES), (args.no_syncs, NO_SYNCS),
              (args.graph_launch, GRAPH_LAUNCH))
-    changes += [Change(kind) for on, kind in flags if on]
+    return changes + [Change(kind) for on, kind in flags if on]
+
+
+def changes_of(args: argparse.Namespace, table) -> list[Change]:
+    changes = _stated(args)
     try:
         for text in args.fix:
             changes += fix_changes(text, table)
     except ChangeError as exc:
         raise UsageError(str(exc)) from None
     if not changes:
-        raise UsageError("no change given (expected one or more of --scale, --even-host, --even-input, --delay, "
-                         "--comm, --overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
+        raise UsageError(NO_CHANGE)
     return changes
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     check_comm_patterns(args.comm_pattern)
-    if not (args.scale or args.even_host or args.even_input or args.delay or args.comm is not None or args.fix
-            or args.overlap_comm or args.no_copies or args.no_syncs or args.graph_launch or any(
-                getattr(args, f) is not None for f in INEXPRESSIBLE)):
-        changes_of(args, None)  # the one line saying that a change is needed, before the input is read
+    if not _stated(args) and not args.fix:  # the flags checked, and a change needed, before the input is read
+        raise UsageError(NO_CHANGE)
     notes = run_notes(args.paths)
     job = job_flags.rank_job(args.paths)
     try:
