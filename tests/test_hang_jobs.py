@@ -18,6 +18,7 @@ import pytest
 
 from processes import left_running, processes, run_together
 from rnnprof.cli import main
+from rnnprof.recording.hang_probe import STACKS_END
 from rnnprof.recording.hang_watch import CONFIRM_MAX_S, STOP_BOUND_S
 from test_hang import GRADIENT, JOB, LAST, STATISTIC, plant
 
@@ -25,7 +26,7 @@ TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 HANG_AFTER_S = 2.0
 PLANTS = ("data", "lock", "mismatch", "skip")
 JOB_OF = {"data": ("data+lock", 1), "lock": ("data+lock", 2), "mismatch": ("mismatch", 1), "skip": ("skip", 1)}
-RANKS_OF = {"data+lock": 3, "mismatch": 2, "skip": 2}
+RANKS_OF = {"data+lock": 3, "mismatch": 2, "skip": 2, "gil": 2}
 
 
 def _trace(run: Path, mode: str, ranks: int) -> list[str]:
@@ -100,6 +101,23 @@ def test_a_planted_hang_is_named_stopped_in_bound_and_its_traces_kept(jobs, mode
     assert sorted(p.name for p in (run / "hang").iterdir()) == sorted(
         [f"rank{r}.{k}" for r in ranks for k in ("fr.pkl", "stacks.txt")] + ["verdict.txt"])
     assert not list((run / "torch").glob(".rank*.stacks")) and not list((run / "torch").glob(".rank*.fr"))
+
+
+@pytest.mark.slow
+def test_a_rank_holding_the_interpreter_is_named_from_faulthandlers_stacks_and_the_others_from_their_threads(
+        jobs, capsys):
+    """The ranks' probe threads give their stacks, read under the interpreter lock; rank 1's main thread holds
+    that lock in a C call, so its thread cannot answer, and faulthandler's signal handler gives its stacks."""
+    run, result = jobs["gil"]
+    assert result.returncode == 124, result.stderr[-2000:]
+    document = _hang_json(run, capsys)
+    assert [(c["rank"], c["state"], c["where"]) for c in document["culprits"]] == [(1, "outside Python", plant("gil"))]
+    assert {(w["rank"], w["op"], w["seq"], w["where"]) for w in document["waiters"]} == {
+        (0, "all_reduce", GRADIENT, plant("gradient"))}
+    assert STACKS_END in (run / "hang" / "rank0.stacks.txt").read_text()  # its probe thread's answer
+    rank1 = (run / "hang" / "rank1.stacks.txt").read_text()
+    assert STACKS_END not in rank1 and "Current thread" in rank1  # faulthandler's, from the signal
+    assert not (run / "hang" / "rank1.fr.pkl").exists()  # no thread could serve its flight recorder either
 
 
 @pytest.mark.slow

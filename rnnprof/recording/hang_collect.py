@@ -15,7 +15,8 @@ from rnnprof.files import atomic_write_bytes
 from rnnprof.analyzers.hang import RankRecorder, RankStacks
 from rnnprof.errors import InputError
 from rnnprof.recording import ranks
-from rnnprof.recording.hang_probe import RANKS, STACKS_SIGNAL, probe_files, read_progress
+from rnnprof.recording.hang_probe import (RANKS, STACKS_END, STACKS_REQUEST, STACKS_SIGNAL, probe_files,
+                                         read_progress)
 from rnnprof.rundir.manifest import now, read_manifest_json
 from rnnprof.rundir.writer import atomic_write_json
 from rnnprof.traces.flight_recorder import parse_flight_recorder, plain_unpickle
@@ -51,35 +52,69 @@ def live_ranks(run_dir: Path, folder: str = RANKS) -> dict[int, int]:
 
 def sample(run_dir: Path, live: dict[int, int], scratch: Path, folder: str = RANKS) -> Sample:
     """Ask each live rank for its flight recorder, wait up to ``ANSWER_WAIT_S`` for the answers, then for its
-    stacks. One after the other: faulthandler walks every thread of the process from its signal handler, which
-    is not safe while another of its threads runs (the one writing the flight recorder: a rank crashed so)."""
+    stacks: from its probe thread where that thread answered (it reads them under the interpreter lock), else
+    from faulthandler on ``STACKS_SIGNAL``. faulthandler walks the threads' frames without that lock, which is
+    not safe while another thread runs Python (a rank crashed so: its probe thread, finishing the flight
+    recorder's answer; its main thread, training, when the job was only slow); it stays for a rank whose
+    thread cannot answer (a thread holding the interpreter)."""
     scratch.mkdir(parents=True, exist_ok=True)
     asked, offsets = {}, {}
     for rank in live:
         target = scratch / f"rank{rank}.fr.pkl"
         target.unlink(missing_ok=True)
-        if _request(probe_files(run_dir, rank, folder)["fr"], target):
+        if _request(probe_files(run_dir, rank, folder)["fr"], str(target)):
             asked[rank] = target
     deadline = time.monotonic() + ANSWER_WAIT_S
     while time.monotonic() < deadline and not all(p.exists() for p in asked.values()):
         time.sleep(0.05)
-    for rank, pid in live.items():
+    threads = {}  # the ranks whose probe thread answered: asked for their stacks the same way
+    for rank in live:
         offsets[rank] = _size(probe_files(run_dir, rank, folder)["stacks"])
+        if rank in asked and asked[rank].exists() and offsets[rank] >= 0 and _request(
+                probe_files(run_dir, rank, folder)["fr"], STACKS_REQUEST, wait_s=1.0):
+            threads[rank] = offsets[rank]
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    while threads and time.monotonic() < deadline and not all(
+            _answered(probe_files(run_dir, r, folder)["stacks"], o) for r, o in threads.items()):
+        time.sleep(0.02)
+    signalled = False
+    for rank, pid in live.items():
+        if rank in threads and _answered(probe_files(run_dir, rank, folder)["stacks"], threads[rank]):
+            continue
         try:
             os.kill(pid, STACKS_SIGNAL)
+            signalled = True
         except OSError:
             offsets.pop(rank)
-    time.sleep(0.3)  # faulthandler writes as it walks the threads: let it finish
+    if signalled:
+        time.sleep(0.3)  # faulthandler writes as it walks the threads: let it finish
     return _read(run_dir, asked, offsets, folder)
 
 
-def _request(fifo: Path, target: Path) -> bool:
+def _answered(stacks: Path, offset: int) -> bool:
+    """Whether the probe thread's answer is whole in ``stacks`` after ``offset``."""
     try:
-        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # fails at once when no thread waits on it
+        with open(stacks, "rb") as handle:
+            handle.seek(offset)
+            return handle.read().endswith(STACKS_END.encode())
     except OSError:
         return False
+
+
+def _request(fifo: Path, text: str, wait_s: float = 0.0) -> bool:
+    """Write ``text`` to the probe thread waiting on ``fifo``; False where no thread waits on it within
+    ``wait_s`` (a thread that has just answered is on its way back to the FIFO)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # fails at once when no thread waits on it
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
     try:
-        os.write(fd, str(target).encode())
+        os.write(fd, text.encode())
     finally:
         os.close(fd)
     return True

@@ -2,8 +2,12 @@
 
 * ``faulthandler`` on ``STACKS_SIGNAL`` writes every thread's Python stack into ``torch/.rank<r>.stacks``
   (after a ``# main thread`` line naming the main thread); it works even while a thread holds the interpreter.
+  It walks the other threads' frames without the interpreter lock, so a thread running Python meanwhile can
+  crash the process: it is the fallback.
 * A thread waits on the FIFO ``torch/.rank<r>.fr``: a path written to it asks for the flight recorder's
   entries (``_dump_fr_trace()``), written there whole. The launcher turns the recorder on (``FR_BUFFER``).
+  ``STACKS_REQUEST`` asks it for every thread's stack instead, in faulthandler's format, taken under the
+  interpreter lock and appended to the stacks file, ending with ``STACKS_END``.
 * ``tick()`` counts finished steps into ``torch/.rank<r>.progress`` with the rank's pid (one ``pwrite``, after
   the window too); the file is there while the rank's capture is open.
 Nothing is written while the job runs normally; ``close`` removes the files when nothing was asked.
@@ -16,6 +20,7 @@ import contextlib
 import faulthandler
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -25,6 +30,8 @@ from rnnprof.traces.stack_dump import MAIN_MARK
 from rnnprof.training.cluster import TASK_PROBE_ENV
 
 STACKS_SIGNAL = signal.SIGUSR2
+STACKS_REQUEST = "stacks"  # written to a rank's FIFO: its probe thread appends every thread's stack
+STACKS_END = "# end of stacks\n"  # the last line of such an answer
 FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 FR_BUFFER = "2000"  # entries each rank's flight recorder keeps, unless the user set TORCH_FR_BUFFER_SIZE
 RANKS = rundir.TORCH_TRACES_DIR  # where PyTorch ranks keep their probe files
@@ -89,8 +96,14 @@ class RankProbe:
             os.mkfifo(self.files["fr"], 0o600)
         except OSError:
             return self
-        threading.Thread(target=_serve, args=(self.files["fr"],), name="rnnprof-hang-probe", daemon=True).start()
+        threading.Thread(target=_serve, args=(self.files["fr"], self._stacks_fd), name="rnnprof-hang-probe",
+                         daemon=True).start()
         return self
+
+    def _stacks_fd(self) -> int | None:
+        """The stacks file's descriptor while it is open (None once closed: its number may be reused)."""
+        stacks = self._stacks
+        return stacks.fileno() if stacks is not None and not stacks.closed else None
 
     def tick(self, steps: int = 1) -> None:
         """``steps`` more steps finished: the count and this process's pid, rewritten in place."""
@@ -129,16 +142,40 @@ def tensorflow_probe(run_dir: str | Path) -> RankProbe:
     return RankProbe(run_dir, 0, TASKS, recorder=False)
 
 
-def _serve(fifo: Path) -> None:
-    """Answer each request on ``fifo``: the flight recorder's dump, written whole to the path requested."""
+def _serve(fifo: Path, stacks_fd=lambda: None) -> None:
+    """Answer each request on ``fifo``: the flight recorder's dump, written whole to the path requested, or, for
+    ``STACKS_REQUEST``, every thread's stack appended to the stacks file (``stacks_fd()``: its descriptor, None
+    once closed)."""
     while True:
         try:
             with open(fifo, "rb") as requests:
                 target = requests.read(4096).decode(errors="replace").strip()
         except OSError:
             return
-        if target:
+        if target == STACKS_REQUEST:
+            text = all_stacks().encode(errors="replace")
+            fd = stacks_fd()
+            if fd is not None:
+                with contextlib.suppress(OSError):  # closed with the capture meanwhile
+                    os.write(fd, text)
+        elif target:
             _dump_to(Path(target))
+
+
+def all_stacks() -> str:
+    """Every other thread's Python stack, innermost frame first, as faulthandler writes them, then
+    ``STACKS_END``: read under the interpreter lock, so no frame changes while it is read."""
+    me = threading.get_ident()
+    out = []
+    for ident, frame in sys._current_frames().items():
+        if ident == me:
+            continue
+        out.append(f"Thread 0x{ident:016x} (most recent call first):\n")
+        while frame is not None:
+            out.append(f'  File "{frame.f_code.co_filename}", line {frame.f_lineno} in {frame.f_code.co_name}\n')
+            frame = frame.f_back
+        out.append("\n")
+    return "".join(out) + STACKS_END
 
 
 def _dump_to(target: Path) -> None:
