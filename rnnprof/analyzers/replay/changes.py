@@ -91,7 +91,7 @@ def _inside(sg: StepGraph, codes: np.ndarray, at: np.ndarray, nodes: np.ndarray)
     named = np.flatnonzero(np.isin(t.name, codes) | np.isin(t.op_type, codes))
     if not len(named) or not nodes.any():
         return found
-    key, node_key = _thread_keys(t, named), _thread_keys(t, rows)
+    key, node_key = _thread_keys(t, named, rows)
     when = sg.window_start + at
     for k in np.unique(key).tolist():
         ops = named[key == k]
@@ -104,9 +104,11 @@ def _inside(sg: StepGraph, codes: np.ndarray, at: np.ndarray, nodes: np.ndarray)
     return found
 
 
-def _thread_keys(t: EventTable, rows: np.ndarray) -> np.ndarray:
-    """Each row's thread (``_inside``'s): its lane on its device's side (``_thread_side``), one number."""
-    return _thread_side(t)[t.device[rows]] * (int(t.lane.max(initial=0)) + 1) + t.lane[rows]
+def _thread_keys(t: EventTable, *row_sets: np.ndarray) -> list[np.ndarray]:
+    """For each of ``row_sets``, each row's thread: its lane on its device's side (``_thread_side``), one number
+    (the sides and the table's lane count computed once for all the sets)."""
+    side, lanes = _thread_side(t), int(t.lane.max(initial=0)) + 1
+    return [side[t.device[rows]] * lanes + t.lane[rows] for rows in row_sets]
 
 
 def _thread_side(t: EventTable) -> np.ndarray:
@@ -202,7 +204,8 @@ def _delay(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
         if found is None:
             return 0
         at, key = found
-        nodes = nodes[(_thread_keys(t, g.rows[nodes]) == key) & (g.start[nodes] >= at - _EPS_US)]
+        (node_key,) = _thread_keys(t, g.rows[nodes])
+        nodes = nodes[(node_key == key) & (g.start[nodes] >= at - _EPS_US)]
     if not len(nodes):
         return 0
     first = nodes[np.lexsort((nodes, g.start[nodes]))[0]]
@@ -229,7 +232,8 @@ def _first_matching(sg: StepGraph, rank: str, pattern: str, steps: np.ndarray) -
     if not len(rows):
         return None
     row = rows[np.argmin(t.ts[rows])]
-    return float(t.ts[row] - sg.window_start), int(_thread_keys(t, np.array([row]))[0])
+    (key,) = _thread_keys(t, np.array([row]))
+    return float(t.ts[row] - sg.window_start), int(key[0])
 
 
 def _even_input(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
