@@ -86,13 +86,18 @@ def _start(tmp_path: Path, ranks: int, steps: int = 100000, ops: int = 6000):
     return rnnprof, marks, run
 
 
-def _wait_for(rnnprof, marks: Path, names: list[str], timeout: float = 120) -> None:
+def _wait_until(rnnprof, done, what: str, timeout: float = 120) -> None:
+    """Until ``done()``, polling every 5 ms; rnnprof's stderr as the failure where it ends first."""
     deadline = time.monotonic() + timeout
-    while not all((marks / n).is_file() for n in names):
+    while not done():
         if rnnprof.poll() is not None:
             raise AssertionError(rnnprof.communicate()[1][-3000:])
-        assert time.monotonic() < deadline, f"never saw {names}"
+        assert time.monotonic() < deadline, f"never saw {what}"
         time.sleep(0.005)
+
+
+def _wait_for(rnnprof, marks: Path, names: list[str], timeout: float = 120) -> None:
+    _wait_until(rnnprof, lambda: all((marks / n).is_file() for n in names), str(names), timeout)
 
 
 def _wait_for_export(rnnprof, marks: Path, run: Path, ranks: int) -> None:
@@ -101,14 +106,9 @@ def _wait_for_export(rnnprof, marks: Path, run: Path, ranks: int) -> None:
     comes just before the optimizer step that closes the window: on a busy machine a signal sent on seeing it
     could land before that step ended, cutting the window short."""
     _wait_for(rnnprof, marks, [f"rank{r}.closing" for r in range(ranks)])
-    deadline = time.monotonic() + 120
     torch = run / "torch"
-    while not all(list(torch.glob(f".rank{r}.json.gz.*")) or (torch / f"rank{r}.json.gz").is_file()
-                  for r in range(ranks)):
-        if rnnprof.poll() is not None:
-            raise AssertionError(rnnprof.communicate()[1][-3000:])
-        assert time.monotonic() < deadline, "never saw the export begin"
-        time.sleep(0.005)
+    _wait_until(rnnprof, lambda: all(list(torch.glob(f".rank{r}.json.gz.*")) or (torch / f"rank{r}.json.gz").is_file()
+                                     for r in range(ranks)), "the export begin")
 
 
 def _step_of(marks: Path, rank: int) -> int:
