@@ -264,3 +264,60 @@ def test_reserved_but_unused_memory_is_a_finding_in_bytes_with_the_headroom():
     assert finding.evidence["headroom_bytes"] == 700_000_000
     assert finding.evidence["headroom_after_bytes"] == 900_000_000
     assert not [f for f in audit(_gpu_table(110_000_000)).findings if f.rule == "PF010"]
+
+
+def _two_devices(peaks0, peaks1, tensors=None):
+    """A CPU table of ``cpu:0`` and ``cpu:1``: in step n each device allocates, then frees, its n-th bytes of
+    ``peaks0`` / ``peaks1`` (so its step peak is that figure). ``tensors``: instead, for each device its tensors of
+    every step, ``(start, end, bytes)`` within the step's 100 us, recorded as TensorFlow's step stats are (each
+    named by its node, each step apart)."""
+    b = EventTableBuilder("test")
+    cpus = [Device("cpu", 0), Device("cpu", 1)]
+    steps = len(peaks0) if tensors is None else tensors[2]
+    for n in range(steps):
+        b.add(100 * n, 100, f"ProfilerStep#{n}", "", cpus[0], "1", Kind.ANNOTATION, step=n)
+    codes = [b.device_code(c) for c in cpus]
+    lane = b.strings.code("1")
+    node = b.strings.code("tower_0/MatMul")
+    rows = []
+    for n in range(steps):
+        for d in (0, 1):
+            made = [(10 + d, 50 + d, (peaks0, peaks1)[d][n])] if tensors is None else tensors[d]
+            for k, (start, end, nbytes) in enumerate(made):
+                addr = 1000 * n + 10 * k + d
+                rows += [(100 * n + start, codes[d], nbytes, addr, n), (100 * n + end, codes[d], -nbytes, addr, n)]
+    ts, device, nbytes, addr, step = (list(c) for c in zip(*rows))
+    b.memory = memory_records(ts=ts, device=device, lane=[lane] * len(ts), nbytes=nbytes, addr=addr,
+                              total_allocated=[0] * len(ts), total_reserved=[0] * len(ts), step=step,
+                              operator=[-1 if tensors is None else node] * len(ts))
+    return b.build()
+
+
+def test_an_imbalance_is_judged_by_the_median_step_with_the_device_above_in_every_step():
+    mb = 1 << 20
+    # 3 steps 30 % above the other device and one 2 % above (under the 5 % share): the median step decides
+    (found,) = analyze_memory(_two_devices([13 * mb, 13 * mb, 102 * mb // 10, 13 * mb], [10 * mb] * 4)).imbalances
+    assert found.device == "cpu:0" and found.excess == 3 * mb and found.others_median == 10 * mb
+    assert found.threshold == int(0.05 * 10 * mb)
+    # 50 % above in 3 steps but below the other device in one: which device stands higher is not settled
+    assert analyze_memory(_two_devices([15 * mb, 15 * mb, 15 * mb, 9 * mb], [10 * mb] * 4)).imbalances == ()
+    # above in every step, but the median step only 4 % above: within the share
+    assert analyze_memory(_two_devices([104 * mb // 10, 104 * mb // 10, 13 * mb, 101 * mb // 10],
+                                       [10 * mb] * 4)).imbalances == ()
+    # balanced: neither device
+    assert analyze_memory(_two_devices([10 * mb] * 4, [10 * mb] * 4)).imbalances == ()
+
+
+def test_on_steps_recorded_apart_a_peak_from_the_order_alone_is_no_imbalance():
+    mb = 1 << 20
+    apart, together = [(10, 20, 5 * mb), (30, 40, 4 * mb)], [(10, 40, 5 * mb), (20, 30, 4 * mb)]
+    # the same tensors on both devices, alive together only on cpu:1: its peak 80 % above in every step, by the
+    # order its operators ran in; what each allocates in a step is the same
+    report = analyze_memory(_two_devices(None, None, (apart, together, 4)))
+    assert [d.peak.allocated for d in report.devices] == [5 * mb, 9 * mb]
+    assert report.imbalances == ()
+    # cpu:0 also runs another replica's 5 MB operator each step, alive with its own: placed there
+    (found,) = analyze_memory(_two_devices(None, None, (apart + [(15, 25, 5 * mb)], apart, 4))).imbalances
+    assert found.device == "cpu:0" and found.allocates_more == 5 * mb and found.excess == 5 * mb
+    # placed there but never alive with the rest: the peak stands no higher, and no imbalance is said
+    assert analyze_memory(_two_devices(None, None, (apart + [(50, 60, 5 * mb)], apart, 4))).imbalances == ()

@@ -27,7 +27,9 @@ DEFINITIONS = {
                   "memory.md); before_window: allocated before the trace began",
     "growth": "median step-to-step change of allocated bytes at each step's end; a leak when above 3x its median "
               "absolute deviation and 0.1% of the peak, over 4 steps or more",
-    "imbalance": "a peak above the median of the other devices' of its kind by more than 5% of it",
+    "imbalance": "a peak above the median of the other devices' of its kind by more than 5% of it, in the median "
+                 "step and above them in every step; where each step is recorded apart (TensorFlow), the device "
+                 "also allocates more than 5% above their median in a step",
 }
 
 
@@ -54,8 +56,10 @@ def render_memory(report: MemoryReport, console: Console) -> None:
         _render_device(device, width, console)
     for imbalance in report.imbalances:
         ops = ", ".join(f"{s.name} {fmt_mb(s.bytes)}" for s in imbalance.operators[:3])
+        more = f", allocates {fmt_mb(imbalance.allocates_more)} MB more a step" if imbalance.allocates_more > 0 else ""
         console.print(Text(f"imbalance: {imbalance.device} peaks {fmt_mb(imbalance.excess)} MB above the others' "
-                           f"median ({fmt_mb(imbalance.others_median)} MB)" + (f"; most of it: {ops}" if ops else "")))
+                           f"median ({fmt_mb(imbalance.others_median)} MB){more}"
+                           + (f"; most of it: {ops}" if ops else "")))
         if imbalance.other_replicas:
             held = sum(s.bytes for s in imbalance.other_replicas)
             names = ", ".join(s.name for s in imbalance.other_replicas[:3])

@@ -1,7 +1,7 @@
 """PF008: one device's memory peak above the others'.
 
 A device whose peak of allocated memory exceeds the median of the other devices' of its kind by more than
-``analyzers.memory.IMBALANCE_SHARE`` of it and the steps' jitter (``analyzers.memory``: imbalance), as soft
+``analyzers.memory.IMBALANCE_SHARE`` of it, step by step (``analyzers.memory.imbalance``), as soft
 placement makes device 0 hold every replica's softmax, or a rank keeps a buffer the others do not. What it
 frees: the excess at its peak; the operators whose live bytes make the difference are named.
 """
@@ -35,7 +35,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
             subject=Subject(rank=device.worker or None, device=device.device,
                             op=imbalance.operators[0].name if imbalance.operators else None),
             evidence={**facts, "others_median_bytes": imbalance.others_median,
-                      "threshold_bytes": imbalance.threshold,
+                      "threshold_bytes": imbalance.threshold, "allocates_more_bytes": imbalance.allocates_more,
                       "operators": {s.name: s.bytes for s in imbalance.operators}},
             saving_us=None, saving_basis=basis(facts),
             fix="spread what the device holds alone over every device (replicas' operators on their own device, "

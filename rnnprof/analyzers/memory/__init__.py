@@ -79,7 +79,8 @@ def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndar
                         _growth(series, step, chosen, at.allocated) if not _per_step_windows(table, rows) else
                         Growth((), 0, 0, False, PER_STEP_WINDOWS),
                         series.mismatches, timeline=_timeline(series, cats, mem.ts[rows]),
-                        step_peaks=_step_peaks(series, step, eligible))
+                        step_peaks=_step_peaks(series, step, eligible),
+                        step_allocations=_step_allocations(series, step, eligible))
 
 
 def _with_manifest(memory: DeviceMemory, table: EventTable, device: Device) -> DeviceMemory:
@@ -132,6 +133,12 @@ def _step_peaks(series: Series, step: np.ndarray, eligible: np.ndarray) -> tuple
     """The largest allocated bytes in each (selected) step."""
     return tuple((int(s), int(series.allocated[(step == s) & eligible].max()))
                  for s in np.unique(step[eligible & (step >= 0)]))
+
+
+def _step_allocations(series: Series, step: np.ndarray, eligible: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """The bytes allocated in each (selected) step, added up."""
+    made = np.where(series.nbytes > 0, series.nbytes, 0)
+    return tuple((int(s), int(made[(step == s) & eligible].sum())) for s in np.unique(step[eligible & (step >= 0)]))
 
 
 def _each_step_apart(series: Series, step: np.ndarray, unpaired: np.ndarray) -> Series:

@@ -11,19 +11,23 @@ from rnnprof.names import REPLICA_PART, TOWER_PATTERN
 from .result import PER_STEP_WINDOWS, DeviceMemory, Imbalance, Share
 
 IMBALANCE_SHARE = 0.05  # a peak this share above the others' median is an imbalance
-# TensorFlow's executor runs independent ops in an order that varies from run to run, so which large tensors
-# are alive together, and a step's peak, varies with it: between the two identical devices of an unplanted
-# RNNLM run, up to 25 % in every step of a run (docs/commands/memory.md)
-PER_STEP_SHARE = 0.35
 MIN_STEPS = 3  # steps the devices must share for the step-by-step comparison
 TOP_OPERATORS = 8
 
 
 def imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance]:
-    """For each device of a kind with two devices or more: its excess over the others' median peak. Where the
-    devices share MIN_STEPS steps or more, it must exceed IMBALANCE_SHARE of the others' median peak in every
-    one of them (the step-to-step jitter cannot make that), and the excess is the median over those steps;
-    otherwise the whole peaks are compared."""
+    """For each device of a kind with two devices or more: its excess over the others' median peak, when it is
+    more than IMBALANCE_SHARE of that median. Where the devices share MIN_STEPS steps or more, the excess is the
+    median over those steps of the device's step peak less the others' median, and the device must stand above
+    the others in every one of them: one step whose tensors happened to be alive together neither makes an
+    imbalance nor hides one. Otherwise the whole peaks are compared.
+
+    Where each step's allocations are recorded apart (TensorFlow's step stats), the order the executor runs
+    independent operators in changes from step to step and run to run, and with it which large tensors are alive
+    together and each step's peak: in one unplanted run, one of two identical replicas stood 25 % to 52 % above
+    the other in every step (docs/commands/memory.md). What the device allocates in a step does not depend on that order, only
+    on what was placed there; there the device must also allocate more than IMBALANCE_SHARE above the others'
+    median in its median step."""
     kinds: dict[str, list[DeviceMemory]] = {}
     by_label = {d.label: d for d in table.devices}
     for d in devices:
@@ -34,12 +38,14 @@ def imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance
         for d in group if len(group) > 1 else ():
             others = [o for o in group if o is not d]
             median = int(np.median([o.peak.allocated for o in others]))
-            share = PER_STEP_SHARE if d.growth.reason == PER_STEP_WINDOWS else IMBALANCE_SHARE
-            threshold = int(share * median)
+            threshold = int(IMBALANCE_SHARE * median)
             excess, least = _excess(d, others)
-            if excess > threshold and least > threshold:
+            more, _, their_level = _step_excess([dict(x.step_allocations) for x in (d, *others)])
+            placed = d.growth.reason != PER_STEP_WINDOWS or more > IMBALANCE_SHARE * their_level
+            if excess > threshold and least > 0 and placed:
                 found.append(Imbalance(d.device, d.peak.allocated, median, excess, threshold,
-                                       _difference(d, others), _foreign(d, by_label[d.device].index)))
+                                       _difference(d, others), _foreign(d, by_label[d.device].index),
+                                       allocates_more=int(round(more))))
     return sorted(found, key=lambda i: -i.excess)
 
 
@@ -47,12 +53,23 @@ def _excess(device: DeviceMemory, others: list[DeviceMemory]) -> tuple[int, int]
     """The median over the shared steps of the device's step peak less the others' median, and the least of
     them; the whole peaks' difference (twice) where the devices share fewer than MIN_STEPS steps."""
     peaks = [dict(d.step_peaks) for d in (device, *others)]
-    shared = sorted(set.intersection(*(set(p) for p in peaks)))
-    if len(shared) < MIN_STEPS:
+    if len(set.intersection(*(set(p) for p in peaks))) < MIN_STEPS:
         whole = device.peak.allocated - int(np.median([o.peak.allocated for o in others]))
         return whole, whole
-    per_step = np.array([peaks[0][s] - np.median([p[s] for p in peaks[1:]]) for s in shared], dtype=np.float64)
-    return int(round(float(np.median(per_step)))), int(per_step.min())
+    median, least, _ = _step_excess(peaks)
+    return int(round(median)), int(least)
+
+
+def _step_excess(per_step: list[dict[int, int]]) -> tuple[float, float, float]:
+    """Over the steps all of ``per_step`` (the device's figure by step, then each other device's) share: the
+    median of the device's figure less the others' median, the least of those, and the others' median figure in
+    the median step (0, 0, 0 where they share none)."""
+    shared = sorted(set.intersection(*(set(p) for p in per_step)))
+    if not shared:
+        return 0.0, 0.0, 0.0
+    theirs = np.array([np.median([p[s] for p in per_step[1:]]) for s in shared], dtype=np.float64)
+    diff = np.array([per_step[0][s] for s in shared], dtype=np.float64) - theirs
+    return float(np.median(diff)), float(diff.min()), float(np.median(theirs))
 
 
 def _replicas_alike(shares: tuple[Share, ...]) -> dict[str, int]:

@@ -76,8 +76,9 @@ class DeviceMemory:
     window_start: int | None = None  # memory in use when the capture's window started (the run's manifest)
     window_start_source: str = ""  # cuda_allocator, or process_rss (more than tensors: not in the series)
     allocator_max: int | None = None  # the CUDA allocator's max_memory_allocated over the process (the manifest)
-    timeline: tuple[TimelinePoint, ...] = ()
-    step_peaks: tuple[tuple[int, int], ...] = ()  # (step, its largest allocated bytes)  # at most TIMELINE_POINTS moments, the peak of each run of records
+    timeline: tuple[TimelinePoint, ...] = ()  # at most TIMELINE_POINTS moments, the peak of each run of records
+    step_peaks: tuple[tuple[int, int], ...] = ()  # (step, its largest allocated bytes)
+    step_allocations: tuple[tuple[int, int], ...] = ()  # (step, the bytes of its allocations, added up)
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,12 @@ class Imbalance:
     peak: int
     others_median: int
     excess: int  # bytes: the median over steps of the step's peak less the others' (the peaks' without steps)
-    threshold: int  # the excess that counts, in every shared step: a share of the others' median peak
+    threshold: int  # the excess that counts: a share of the others' median peak
     operators: tuple[Share, ...]  # operators whose live bytes at the peak exceed the others' median most
     other_replicas: tuple[Share, ...] = ()  # live bytes of operators of another replica's scope (tower_k, k not
     # the device's index): a replica's work pinned here
+    allocates_more: int = 0  # bytes: the median over shared steps of what the device allocates in a step, less
+    # the others' median (what was placed there, whatever the order the operators ran in)
 
 
 @dataclass(frozen=True)
