@@ -25,9 +25,9 @@ def imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance
     Where each step's allocations are recorded apart (TensorFlow's step stats), the order the executor runs
     independent operators in changes from step to step and run to run, and with it which large tensors are alive
     together and each step's peak: in one unplanted run, one of two identical replicas stood 25 % to 52 % above
-    the other in every step (docs/commands/memory.md). What the device allocates in a step does not depend on that order, only
-    on what was placed there; there the device must also allocate more than IMBALANCE_SHARE above the others'
-    median in its median step."""
+    the other in every step (docs/commands/memory.md). What the device allocates in a step does not depend on
+    that order, only on what was placed there; there the device must also allocate more than IMBALANCE_SHARE
+    above the others' median in its median step."""
     kinds: dict[str, list[DeviceMemory]] = {}
     by_label = {d.label: d for d in table.devices}
     for d in devices:
