@@ -97,6 +97,8 @@ class Manifest:
     failed_rank: int | None = None
     errors_after: tuple[str, ...] = ()
     hang: dict[str, Any] | None = None
+    untimed_fetches: dict[str, dict[str, int]] = field(default_factory=dict)  # step -> task -> tensors it fetched
+    # from other tasks (its partition graph) that TensorFlow timed none of in that step
     keys: tuple[str, ...] = field(default=(), repr=False)
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 

@@ -31,6 +31,8 @@ PARTITIONS_DIR = "partitions"
 FUNCTIONS_DIR = "functions"
 CRITICAL_PATH_OVERLAY = "critical-path.trace.json"
 TORCH_TRACES_DIR = "torch"
+# in a timeline's otherData and the manifest: the tasks whose fetches from other tasks TensorFlow timed none of
+UNTIMED_FETCHES = "untimed_fetches"
 STATUS_COMPLETE = "complete"
 STATUS_INTERRUPTED = "interrupted"
 STATUS_RUNNING = "running"

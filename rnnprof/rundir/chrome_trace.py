@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from rnnprof.names import COLLECTIVE_PREFIX, CROSS_TASK_RECV_OPS, RECV_OPS, SEND_OPS
-from rnnprof.rundir import MANIFEST_VERSION
+from rnnprof.rundir import MANIFEST_VERSION, UNTIMED_FETCHES
 
 EXECUTOR_LANE = "ops"
 _DEVICE_LANE = re.compile(r"^(?P<device>.*?/device:[A-Za-z_]+:\d+)(?:[/ ](?P<lane>.+))?$")
@@ -271,6 +271,9 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = (),
     _transfer_arrows(arrows, events, runs, partition_graphs, step)
     _collective_arrows(arrows, runs, partition_graphs, step)
     other = {"producer": "rnnprof", "version": MANIFEST_VERSION, "step": step}
+    untimed = untimed_fetches(events, partition_graphs)
+    if untimed:
+        other[UNTIMED_FETCHES] = untimed
     if offsets:
         other["clock_offsets_us"] = dict(offsets)  # subtracted from each task's timestamps
     return {"traceEvents": trace, "displayTimeUnit": "ms", "otherData": other}
@@ -354,6 +357,25 @@ def _transfer_arrows(arrows: _Arrows, events, runs, partition_graphs: list, step
             target = min(candidates, key=lambda r: r.start_us)
             args = {"tensor": t.tensor, "key": t.key, "from": t.src_device, "to": t.dst_device, "step": step}
             arrows.add("transfer", source, _near_end(source), target, _near_start(target), args)
+
+
+def _task(device: str) -> str:
+    """The gRPC task of a device name (``/job:ps/replica:0/task:0/device:CPU:0`` -> ``/job:ps/replica:0/task:0``);
+    "" outside a cluster."""
+    return device.split("/device:")[0] if device.startswith("/job:") else ""
+
+
+def untimed_fetches(events: Sequence[OpEvent], partition_graphs: list) -> dict[str, int]:
+    """Tasks whose partition graphs receive tensors from another task (the count) but whose step stats hold no
+    timed fetch (``RecvTensor``): TensorFlow's master gathers each task's RPC log after the step, and now and then
+    one does not come back (seen on a loaded machine: a parameter server's 13 fetches absent)."""
+    timed = {_task(e.device) for e in events if e.remote and e.op in CROSS_TASK_RECV_OPS}
+    expected: dict[str, int] = {}
+    for t in transfers_from_partitions(partition_graphs, set()):
+        dst = _task(t.dst_device)
+        if dst and dst != _task(t.src_device):
+            expected[dst] = expected.get(dst, 0) + 1
+    return {task: n for task, n in sorted(expected.items()) if task not in timed}
 
 
 def _collective_arrows(arrows: _Arrows, runs, partition_graphs: list, step: int) -> None:

@@ -241,6 +241,9 @@ class RunWriter:
             self._partitions_written = True
         if step not in self.manifest["traced_steps"]:
             self.manifest["traced_steps"].append(step)
+        untimed = trace["otherData"].get(rundir.UNTIMED_FETCHES)
+        if untimed:
+            self.manifest.setdefault(rundir.UNTIMED_FETCHES, {})[str(step)] = untimed
         self.save_manifest()
 
     def adopt_profile(self, logdir: Path, run_name: str | None = None) -> list[str]:
