@@ -58,28 +58,24 @@ def sample(run_dir: Path, live: dict[int, int], scratch: Path, folder: str = RAN
     recorder's answer; its main thread, training, when the job was only slow); it stays for a rank whose
     thread cannot answer (a thread holding the interpreter)."""
     scratch.mkdir(parents=True, exist_ok=True)
+    files = {rank: probe_files(run_dir, rank, folder) for rank in live}
     asked, offsets = {}, {}
     for rank in live:
         target = scratch / f"rank{rank}.fr.pkl"
         target.unlink(missing_ok=True)
-        if _request(probe_files(run_dir, rank, folder)["fr"], str(target)):
+        if _request(files[rank]["fr"], str(target)):
             asked[rank] = target
-    deadline = time.monotonic() + ANSWER_WAIT_S
-    while time.monotonic() < deadline and not all(p.exists() for p in asked.values()):
-        time.sleep(0.05)
+    _until(lambda: all(p.exists() for p in asked.values()), ANSWER_WAIT_S, 0.05)
     threads = {}  # the ranks whose probe thread answered: asked for their stacks the same way
     for rank in live:
-        offsets[rank] = _size(probe_files(run_dir, rank, folder)["stacks"])
+        offsets[rank] = _size(files[rank]["stacks"])
         if rank in asked and asked[rank].exists() and offsets[rank] >= 0 and _request(
-                probe_files(run_dir, rank, folder)["fr"], STACKS_REQUEST, wait_s=1.0):
+                files[rank]["fr"], STACKS_REQUEST, wait_s=1.0):
             threads[rank] = offsets[rank]
-    deadline = time.monotonic() + ANSWER_WAIT_S
-    while threads and time.monotonic() < deadline and not all(
-            _answered(probe_files(run_dir, r, folder)["stacks"], o) for r, o in threads.items()):
-        time.sleep(0.02)
+    _until(lambda: all(_answered(files[r]["stacks"], o) for r, o in threads.items()), ANSWER_WAIT_S, 0.02)
     signalled = False
     for rank, pid in live.items():
-        if rank in threads and _answered(probe_files(run_dir, rank, folder)["stacks"], threads[rank]):
+        if rank in threads and _answered(files[rank]["stacks"], threads[rank]):
             continue
         try:
             os.kill(pid, STACKS_SIGNAL)
@@ -89,6 +85,13 @@ def sample(run_dir: Path, live: dict[int, int], scratch: Path, folder: str = RAN
     if signalled:
         time.sleep(0.3)  # faulthandler writes as it walks the threads: let it finish
     return _read(run_dir, asked, offsets, folder)
+
+
+def _until(done, timeout_s: float, poll_s: float) -> None:
+    """Poll ``done()`` every ``poll_s`` until it is true or ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        time.sleep(poll_s)
 
 
 def _answered(stacks: Path, offset: int) -> bool:
