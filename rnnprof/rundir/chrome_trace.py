@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+from rnnprof.events import parse_tf_device
 from rnnprof.names import COLLECTIVE_PREFIX, CROSS_TASK_RECV_OPS, RECV_OPS, SEND_OPS
 from rnnprof.rundir import MANIFEST_VERSION, UNTIMED_FETCHES
 
@@ -268,10 +269,11 @@ def step_stats_to_chrome(step_stats, step: int, partition_graphs: Iterable = (),
     trace += memory_events(step_stats, pids, threads, offsets, step)
     arrows = _Arrows(trace, pids, threads)
     partition_graphs = list(partition_graphs)
-    _transfer_arrows(arrows, events, runs, partition_graphs, step)
+    transfers = transfers_from_partitions(partition_graphs, {e.node for e in events})
+    _transfer_arrows(arrows, events, runs, transfers, step)
     _collective_arrows(arrows, runs, partition_graphs, step)
     other = {"producer": "rnnprof", "version": MANIFEST_VERSION, "step": step}
-    untimed = untimed_fetches(events, partition_graphs)
+    untimed = untimed_fetches(events, transfers)
     if untimed:
         other[UNTIMED_FETCHES] = untimed
     if offsets:
@@ -337,14 +339,13 @@ class _Arrows:
                            "ts": target_ts, "args": args})
 
 
-def _transfer_arrows(arrows: _Arrows, events, runs, partition_graphs: list, step: int) -> None:
+def _transfer_arrows(arrows: _Arrows, events, runs, transfers: list[Transfer], step: int) -> None:
     """An arrow from each run of a transferred tensor's producer to the run of its reader that it fed."""
-    executed = {e.node for e in events}
     fetched: dict[tuple[str, str], list[OpEvent]] = {}  # (receiving device, tensor) -> its timed receives
     for e in events:
         if e.remote and e.op == "RecvTensor":
             fetched.setdefault((e.device, e.remote["tensor"]), []).append(e)
-    for t in transfers_from_partitions(partition_graphs, executed):
+    for t in transfers:
         produced = runs.get((t.src_device, t.producer), [])
         received = fetched.get((t.dst_device, t.tensor))
         # between tasks, the arrow ends on the timed fetch; within one, on the first op reading the tensor
@@ -360,18 +361,18 @@ def _transfer_arrows(arrows: _Arrows, events, runs, partition_graphs: list, step
 
 
 def _task(device: str) -> str:
-    """The gRPC task of a device name (``/job:ps/replica:0/task:0/device:CPU:0`` -> ``/job:ps/replica:0/task:0``);
-    "" outside a cluster."""
-    return device.split("/device:")[0] if device.startswith("/job:") else ""
+    """The gRPC task of a device name (``parse_tf_device``'s worker); "" outside a cluster."""
+    parsed = parse_tf_device(device)
+    return parsed.worker if parsed is not None else ""
 
 
-def untimed_fetches(events: Sequence[OpEvent], partition_graphs: list) -> dict[str, int]:
-    """Tasks whose partition graphs receive tensors from another task (the count) but whose step stats hold no
+def untimed_fetches(events: Sequence[OpEvent], transfers: list[Transfer]) -> dict[str, int]:
+    """Tasks that receive tensors from another task (``transfers``, the count) but whose step stats hold no
     timed fetch (``RecvTensor``): TensorFlow's master gathers each task's RPC log after the step, and now and then
     one does not come back (seen on a loaded machine: a parameter server's 13 fetches absent)."""
     timed = {_task(e.device) for e in events if e.remote and e.op in CROSS_TASK_RECV_OPS}
     expected: dict[str, int] = {}
-    for t in transfers_from_partitions(partition_graphs, set()):
+    for t in transfers:
         dst = _task(t.dst_device)
         if dst and dst != _task(t.src_device):
             expected[dst] = expected.get(dst, 0) + 1
