@@ -3,6 +3,8 @@ difference: operators by name (a replica's scope written alike), and what a devi
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from rnnprof.events import EventTable
@@ -40,36 +42,42 @@ def imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance
             median = int(np.median([o.peak.allocated for o in others]))
             threshold = int(IMBALANCE_SHARE * median)
             excess, least = _excess(d, others)
-            more, _, their_level = _step_excess([dict(x.step_allocations) for x in (d, *others)])
-            placed = d.growth.reason != PER_STEP_WINDOWS or more > IMBALANCE_SHARE * their_level
+            allocated = _step_excess([dict(x.step_allocations) for x in (d, *others)])
+            placed = d.growth.reason != PER_STEP_WINDOWS or allocated.median > IMBALANCE_SHARE * allocated.theirs
             if excess > threshold and least > 0 and placed:
                 found.append(Imbalance(d.device, d.peak.allocated, median, excess, threshold,
                                        _difference(d, others), _foreign(d, by_label[d.device].index),
-                                       allocates_more=int(round(more))))
+                                       allocates_more=int(round(allocated.median))))
     return sorted(found, key=lambda i: -i.excess)
 
 
 def _excess(device: DeviceMemory, others: list[DeviceMemory]) -> tuple[int, int]:
     """The median over the shared steps of the device's step peak less the others' median, and the least of
     them; the whole peaks' difference (twice) where the devices share fewer than MIN_STEPS steps."""
-    peaks = [dict(d.step_peaks) for d in (device, *others)]
-    if len(set.intersection(*(set(p) for p in peaks))) < MIN_STEPS:
+    peaks = _step_excess([dict(d.step_peaks) for d in (device, *others)])
+    if peaks.steps < MIN_STEPS:
         whole = device.peak.allocated - int(np.median([o.peak.allocated for o in others]))
         return whole, whole
-    median, least, _ = _step_excess(peaks)
-    return int(round(median)), int(least)
+    return int(round(peaks.median)), int(peaks.least)
 
 
-def _step_excess(per_step: list[dict[int, int]]) -> tuple[float, float, float]:
-    """Over the steps all of ``per_step`` (the device's figure by step, then each other device's) share: the
-    median of the device's figure less the others' median, the least of those, and the others' median figure in
-    the median step (0, 0, 0 where they share none)."""
+class _StepExcess(NamedTuple):
+    """A device's figure by step against the other devices', over the steps they share."""
+
+    median: float  # the median over those steps of the device's figure less the others' median
+    least: float  # the least of those differences
+    theirs: float  # the median of the others' medians
+    steps: int  # how many steps they share (0: the figures are 0)
+
+
+def _step_excess(per_step: list[dict[int, int]]) -> _StepExcess:
+    """``per_step``: the device's figure by step, then each other device's."""
     shared = sorted(set.intersection(*(set(p) for p in per_step)))
     if not shared:
-        return 0.0, 0.0, 0.0
+        return _StepExcess(0.0, 0.0, 0.0, 0)
     theirs = np.array([np.median([p[s] for p in per_step[1:]]) for s in shared], dtype=np.float64)
     diff = np.array([per_step[0][s] for s in shared], dtype=np.float64) - theirs
-    return float(np.median(diff)), float(diff.min()), float(np.median(theirs))
+    return _StepExcess(float(np.median(diff)), float(diff.min()), float(np.median(theirs)), len(shared))
 
 
 def _replicas_alike(shares: tuple[Share, ...]) -> dict[str, int]:
