@@ -91,3 +91,19 @@ def test_a_malformed_manifest_is_one_line_naming_the_field(tmp_path, capsys, cas
     assert main(["comm", str(run)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert str(run / rundir.MANIFEST) in line and expected in line
+
+
+def test_untimed_fetches_round_trip_and_each_is_a_note_in_step_order(tmp_path):
+    """A cluster task whose fetches TensorFlow left untimed (``untimed_fetches``, the writer's record of the
+    timeline's) is named by every command reading the run, steps in their numeric order."""
+    from rnnprof.rundir.manifest import run_notes
+
+    writer = RunWriter(tmp_path / "run", command=["rnnprof", "trace"], config={"model": "x"})
+    writer.update(untimed_fetches={"10": {"/job:ps/replica:0/task:1": 3}, "2": {"/job:ps/replica:0/task:0": 13}},
+                  traced_steps=[])
+    writer.finish()
+    manifest = _round_trips(writer.path)
+    assert manifest.untimed_fetches["2"] == {"/job:ps/replica:0/task:0": 13}
+    notes = [n for n in run_notes([writer.path]) if "TensorFlow timed none" in n]
+    assert [n.split(": ")[1] for n in notes] == ["step 2", "step 10"]
+    assert "the 13 tensor(s) that /job:ps/replica:0/task:0 fetched from other tasks" in notes[0]

@@ -188,7 +188,7 @@ def capture_notes(path: Path, manifest: Manifest, missing: list[str]) -> list[st
         names = ", ".join(_why_missing(Path(path), m) for m in missing[:5])
         names += f", ... ({len(missing) - 5} more)" if len(missing) > 5 else ""
         notes.append(f"{path}: {len(missing)} {what} listed in the manifest are missing: {names}")
-    for step, tasks in sorted(manifest.untimed_fetches.items(), key=lambda kv: str(kv[0])):
+    for step, tasks in sorted(manifest.untimed_fetches.items(), key=lambda kv: (len(kv[0]), kv[0])):  # 2 before 10
         for task, n in sorted(tasks.items()):
             notes.append(f"{path}: step {step}: TensorFlow timed none of the {n} tensor(s) that {task} fetched from "
                          f"other tasks (its RPC log did not come back): its cross-task transfer time reads 0 there")
