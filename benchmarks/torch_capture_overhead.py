@@ -8,7 +8,8 @@ its own ``export_chrome_trace`` as ``on_trace_ready``, ``prof.step()`` after eac
 python train.py``. Both processes are built first, then take turns step by step (the parent asks one for a
 step, waits for its answer, asks the other; who goes first swaps every round), so only one computes at any
 moment and both meet the same load on a shared machine. Each side times its own steps (wall clock of one
-training step, the profiler's step or rnnprof's hooks included). Both have one intra-op thread.
+training step, the profiler's step or rnnprof's hooks included; ``--device cuda``: the model on the GPU, each
+step ended by ``torch.cuda.synchronize()``). Both have one intra-op thread.
 
 Per repeat (fresh processes), three ratios rnnprof / plain:
 
@@ -44,6 +45,7 @@ import torch
 
 mode, skip, window, trace_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 memory = sys.argv[5] == "on"
+device = torch.device(sys.argv[6])
 torch.set_num_threads(1)
 torch.manual_seed(0)
 vocab, embed, hidden, batch, length = 2000, 64, 128, 16, 20
@@ -61,10 +63,10 @@ class LM(torch.nn.Module):
         return self.output(hidden_states)
 
 
-model = LM()
+model = LM().to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=2e-4)
 loss_fn = torch.nn.CrossEntropyLoss()
-data = torch.randint(0, vocab, (64, batch, length + 1))
+data = torch.randint(0, vocab, (64, batch, length + 1), device=device)
 
 profiler = None
 if mode == "plain":  # as TorchCapture sets it up: one warm-up step before the window where there is room
@@ -86,6 +88,8 @@ for line in sys.stdin:
     logits = model(data[i % len(data), :, :-1])
     loss_fn(logits.reshape(-1, vocab), data[i % len(data), :, 1:].reshape(-1)).backward()
     optimizer.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     if profiler is not None:
         profiler.step()
     seconds = time.perf_counter() - start
@@ -98,7 +102,7 @@ if profiler is not None:
 
 def _argv(side: str, folder: Path, args, k: int) -> list[str]:
     train = [str(folder / "train.py"), "plain" if side == "plain" else "none", str(args.skip), str(args.window),
-             str(folder), args.plain_memory]
+             str(folder), args.plain_memory, args.device]
     if side == "plain":
         return train
     return ["-m", "rnnprof", "trace", "--out", str(folder / f"run-{k}"), "--steps", str(args.window),
@@ -148,6 +152,9 @@ def main() -> int:
     parser.add_argument("--plain-memory", choices=("on", "off"), default="on",
                         help="whether plain torch.profiler records memory (profile_memory) as rnnprof does; off "
                              "measures what recording memory costs on top of rnnprof's overhead")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the model runs; cuda: the steps end with torch.cuda.synchronize(), and both sides "
+                             "record CUDA activities")
     args = parser.parse_args()
     closing = args.skip + args.window - 1
     first = closing + 1 + args.settle
@@ -170,7 +177,7 @@ def main() -> int:
             ratios["closing"].append(parts["rnnprof"]["closing"] / parts["plain"]["closing"])
             ratios["traced"].append(parts["rnnprof"]["traced"] / parts["plain"]["traced"])
             ratios["untraced"].append(parts["plain"]["untraced"] / parts["rnnprof"]["untraced"])
-    print(f"LSTM LM on random tokens, 1 thread, {args.steps} steps per run; window steps {args.skip}..{closing} "
+    print(f"LSTM LM on random tokens on {args.device}, 1 thread, {args.steps} steps per run; window steps {args.skip}..{closing} "
           f"(step {closing} closes it and writes the trace), untraced steps compared from {first}; "
           f"{args.repeat} repeats, the two sides taking turns step by step")
     for side in SIDES:

@@ -1,0 +1,285 @@
+"""rnnprof on a real GPU, each figure against the GPU's own counters (CUDA events, the caching allocator).
+
+A small DDP training script (written here; nccl on CUDA, gloo where there is none) runs under
+``rnnprof trace -- python -m torch.distributed.run --nproc-per-node 1``. Each step it does, in order:
+
+* ``MATMULS`` bf16 matrix products of ``N``x``N`` by ``N``x``N``, timed together by a pair of CUDA events;
+* a host-to-device and a device-to-host copy of a pinned buffer, and a device-to-device copy;
+* one replay of a CUDA graph (``torch.cuda.graphs``) of a few elementwise kernels;
+* a DDP forward and backward of a two-layer bf16 MLP (DDP's gradient all-reduce);
+* explicit collectives timed by one pair of events: an all-reduce (AVG) and an out-of-place all-gather;
+* the optimizer step; the whole step inside an NVTX range ``train_step``.
+
+The script writes what its own clock saw, per step: each event pair's milliseconds, the step's wall time and
+``torch.cuda.max_memory_allocated()`` since the step began (``reset_peak_memory_stats`` at its start).
+Then rnnprof's commands run on the run directory and the figures are set side by side:
+
+1. count-ops: kernels, NCCL kernels, memcpy kinds, the graph launch and the NVTX range are there;
+2. comm: communication busy time per step against the collectives' event time;
+3. roofline: the matrix product's achieved TFLOP/s against the events' (2 N^3 per product), and the peak
+   rnnprof looks up for the name torch reports;
+4. memory: the device's peak per step against ``max_memory_allocated``;
+5. hang: the same script made to stop in a collective-free sleep after a few steps, under ``--hang-after``,
+   so the flight recorder's dump goes through the nccl backend;
+
+and the built-in torch RNNLM (``trace --framework torch --devices 1``, nccl where there is a GPU) is captured.
+
+Everything lands under OUT (run directories, each command's ``--json``, the script's clock), and one table is
+printed. ``--compare OUT`` re-reads an OUT made elsewhere (a GPU machine) and prints the table again.
+
+    python benchmarks/gpu_checks.py OUT
+    python benchmarks/gpu_checks.py --compare OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SCRIPT = r'''
+import contextlib, json, os, sys, time
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+clock_path, steps, hang_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+cuda = torch.cuda.is_available()
+dist.init_process_group("nccl" if cuda else "gloo")
+local = int(os.environ.get("LOCAL_RANK", "0"))
+device = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
+if cuda:
+    torch.cuda.set_device(device)
+n, width, batch, matmuls = (8192, 4096, 512, 5) if cuda else (256, 256, 32, 2)
+dtype = torch.bfloat16 if cuda else torch.float32
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width))
+model = model.to(device=device, dtype=dtype)
+ddp = DistributedDataParallel(model, device_ids=[local] if cuda else None)
+optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+a = torch.randn(n, n, device=device, dtype=dtype)
+b = torch.randn(n, n, device=device, dtype=dtype)
+host = torch.randn(16 << 20)
+host = host.pin_memory() if cuda else host
+on_device = torch.empty_like(host, device=device)
+copy = torch.empty_like(on_device)
+shard = torch.randn(4 << 20, device=device)
+gathered = torch.empty(shard.numel() * dist.get_world_size(), device=device)
+static = torch.randn(1 << 20, device=device)
+graph = None
+if cuda:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            out = (static * 2 + 1).relu_()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = (static * 2 + 1).relu_()
+
+
+class Timer:
+    """A pair of CUDA events around a block (wall clock on CPU)."""
+    def __init__(self):
+        self.pair = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else None
+    def __enter__(self):
+        if self.pair: self.pair[0].record()
+        else: self.t = time.perf_counter()
+        return self
+    def __exit__(self, *exc):
+        if self.pair: self.pair[1].record()
+        else: self.t = time.perf_counter() - self.t
+    def ms(self):
+        return self.pair[0].elapsed_time(self.pair[1]) if self.pair else self.t * 1e3
+
+
+records = []
+for step in range(steps):
+    if step == hang_at:
+        print(f"rank {dist.get_rank()}: stopping in a sleep at step {step}", flush=True)
+        time.sleep(3600)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    timers = {name: Timer() for name in ("step", "matmul", "copies", "graph", "collectives")}
+    with timers["step"], (torch.cuda.nvtx.range("train_step") if cuda else contextlib.nullcontext()):
+        with timers["matmul"]:
+            for _ in range(matmuls):
+                c = a @ b
+        with timers["copies"]:
+            on_device.copy_(host, non_blocking=True)
+            host.copy_(on_device, non_blocking=True)
+            copy.copy_(on_device)
+        with timers["graph"]:
+            if graph is not None:
+                graph.replay()
+        x = torch.randn(batch, width, device=device, dtype=dtype)
+        loss = ddp(x).float().pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        with timers["collectives"]:
+            dist.all_reduce(shard, op=dist.ReduceOp.AVG)
+            dist.all_gather_into_tensor(gathered, shard)
+        optimizer.step()
+    if cuda:
+        torch.cuda.synchronize()
+    records.append({"step": step, "wall_ms": (time.perf_counter() - start) * 1e3,
+                    **{f"{name}_ms": timer.ms() for name, timer in timers.items()},
+                    "matmul_flop": 2 * n ** 3 * matmuls,
+                    "max_allocated": int(torch.cuda.max_memory_allocated()) if cuda else None})
+if dist.get_rank() == 0:
+    Path = __import__("pathlib").Path
+    Path(clock_path).write_text(json.dumps({"device": torch.cuda.get_device_name() if cuda else "cpu",
+                                            "torch": torch.__version__, "steps": records}, indent=1))
+dist.destroy_process_group()
+'''
+
+STEPS, SKIP, WINDOW = 10, 3, 4
+COMMANDS = ("count-ops", "comm", "roofline", "memory", "critical-path", "audit")
+
+
+def _rnnprof(*args: str, log) -> subprocess.CompletedProcess:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "rnnprof", *args], capture_output=True, text=True)
+    log.write(f"$ rnnprof {' '.join(args)}  # exit {done.returncode}, {time.perf_counter() - started:.1f} s\n"
+              f"{done.stdout[-4000:]}{done.stderr[-4000:]}\n")
+    log.flush()
+    return done
+
+
+def run(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train.py").write_text(SCRIPT)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1"]
+    with open(out / "log.txt", "a") as log:
+        _rnnprof("trace", "--out", str(out / "run"), "--force", "--steps", str(WINDOW), "--skip-steps", str(SKIP),
+                 "--", *torchrun, str(out / "train.py"), str(out / "clock.json"), str(STEPS), "-1", log=log)
+        for command in COMMANDS:
+            done = _rnnprof(command, str(out / "run"), "--json", log=log)
+            (out / f"{command}.json").write_text(done.stdout)
+        done = _rnnprof("whatif", str(out / "run"), "--scale", "family:gemm=0.5", "--json", log=log)
+        (out / "whatif.json").write_text(done.stdout)
+        _rnnprof("trace", "--out", str(out / "hung"), "--force", "--steps", "2", "--skip-steps", "1",
+                 "--hang-after", "20s", "--", *torchrun, str(out / "train.py"), str(out / "clock-hung.json"),
+                 str(STEPS), "5", log=log)
+        done = _rnnprof("hang", str(out / "hung"), "--json", log=log)
+        (out / "hang.json").write_text(done.stdout)
+        _rnnprof("trace", "--out", str(out / "builtin"), "--force", "--framework", "torch", "--model", "rnnlm",
+                 "--devices", "1", "--warmup", "5", "--batches", "10", log=log)
+        done = _rnnprof("comm", str(out / "builtin"), "--json", log=log)
+        (out / "builtin-comm.json").write_text(done.stdout)
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _gpu(devices: list, key: str = "device") -> list:
+    """The entries of GPU devices (a CPU-only run: all of them)."""
+    gpu = [d for d in devices or [] if "cpu" not in str(d.get(key, ""))]
+    return gpu or list(devices or [])
+
+
+def _row(label: str, values, form: str = "9.3f") -> None:
+    print(f"  {label:<30} " + " ".join(format(v, form) if isinstance(v, (int, float)) else f"{v!s:>9}"
+                                       for v in values))
+
+
+def compare(out: Path) -> None:
+    clock = _json(out / "clock.json")
+    if clock is None:
+        raise SystemExit(f"{out / 'clock.json'}: missing or unreadable; the traced script did not finish")
+    traced = clock["steps"][SKIP:SKIP + WINDOW]
+    print(f"device: {clock['device']}, torch {clock['torch']}; traced steps {SKIP}-{SKIP + WINDOW - 1}, "
+          f"the script's own clock (CUDA events; wall clock on a CPU):")
+    for key in ("step_ms", "wall_ms", "matmul_ms", "copies_ms", "graph_ms", "collectives_ms"):
+        _row(key, [r[key] for r in traced])
+    script_tflops = [r["matmul_flop"] / r["matmul_ms"] / 1e9 for r in traced]
+    _row("matmul TFLOP/s", script_tflops, "9.1f")
+    if traced and traced[0].get("max_allocated") is not None:
+        _row("max_memory_allocated (MB)", [r["max_allocated"] / 1e6 for r in traced], "9.2f")
+
+    counts = _json(out / "count-ops.json") or {}
+    kernels = counts.get("kernels") or {}
+    print("1. count-ops:")
+    for device in _gpu(kernels.get("devices")):
+        _row(f"{device['device']} GPU kernels/step", [v.get("gpu_kernels") for v in device.get("per_step", {}).values()],
+             "9d")
+    by_type = kernels.get("by_type") or {}
+    nccl = {name: c for name, c in by_type.items() if "nccl" in name.lower()}
+    print(f"  types named nccl: {nccl or 'none'}")
+    comm = _json(out / "comm.json") or {}
+    copies = comm.get("copies") or {}
+    print(f"  copies by kind: {(copies.get('total') or {}).get('copies') or 'none'}")
+    print(f"  graphs: {(copies.get('total') or {}).get('graphs')}; launch names {copies.get('graph_launch_names')}")
+    trace = next((out / "run").rglob("rank0*.json*"), None)
+    if trace is not None:
+        import gzip
+        opener = gzip.open if trace.suffix == ".gz" else open
+        with opener(trace, "rt") as f:
+            events = json.load(f).get("traceEvents", [])
+        ranges = [e for e in events if e.get("name") == "train_step"]
+        print(f"  NVTX train_step in {trace.name}: {len(ranges)} events, categories "
+              f"{sorted({e.get('cat', '') for e in ranges})}")
+
+    print("2. comm (whole window of traced steps):")
+    for device in _gpu(comm.get("devices")):
+        total = device.get("total") or {}
+        print(f"  {device['device']}: communication {total.get('communication_us', 0) / 1e3:.3f} ms against the "
+              f"collectives' events {sum(r['collectives_ms'] for r in traced):.3f} ms; memcpy "
+              f"{total.get('memcpy_us', 0) / 1e3:.3f} ms against the copies' events "
+              f"{sum(r['copies_ms'] for r in traced):.3f} ms; busy {total.get('busy_us', 0) / 1e3:.3f} ms, "
+              f"span {total.get('span_us', 0) / 1e3:.3f} ms, steps' events {sum(r['step_ms'] for r in traced):.3f} ms")
+    print(f"  communication ops: {[(o['name'], o['events'], round(o['total_us'], 1)) for o in comm.get('communication_ops', [])]}")
+
+    roofline = _json(out / "roofline.json") or {}
+    print("3. roofline:")
+    for rank in roofline.get("ranks", []):
+        print(f"  {rank['worker']} peaks: {rank.get('peaks')}")
+        for op in rank.get("ops", []):
+            if op["name"] in ("aten::mm", "aten::matmul") or op.get("family") == "GEMM":
+                print(f"  {op['name']} {op.get('dtype')} [{op.get('shapes')}] x{op['count']}: "
+                      f"{op['tflops_per_s']:.1f} TFLOP/s over {op['kernel_us'] / 1e3:.3f} ms "
+                      f"(script: {statistics.median(script_tflops):.1f} TFLOP/s)")
+
+    memory = _json(out / "memory.json") or {}
+    print("4. memory:")
+    for device in _gpu(memory.get("devices")):
+        peaks = {step: peak for step, peak in device.get("step_peaks", [])}
+        _row(f"{device['device']} step peak (MB)", [peaks.get(r["step"], float("nan")) / 1e6 for r in traced], "9.2f")
+        print(f"  baseline {device.get('baseline')} ({device.get('baseline_source')}), allocator_max "
+              f"{device.get('allocator_max')}, whole-window peak {(device.get('peak') or {}).get('allocated')}")
+
+    whatif = _json(out / "whatif.json") or {}
+    print(f"whatif --scale family:gemm=0.5: median {whatif.get('median')}")
+    hang = _json(out / "hang.json") or {}
+    print(f"5. hang: {hang.get('kind')}: {hang.get('summary')}; notes {hang.get('notes')}")
+    builtin = _json(out / "builtin-comm.json") or {}
+    print(f"built-in RNNLM: comm devices {[(d['device'], d.get('basis')) for d in builtin.get('devices', [])]}")
+    audit = _json(out / "audit.json") or {}
+    print(f"audit: {[(f.get('rule'), f.get('subject')) for f in audit.get('findings', [])]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="folder for the runs, the JSON and the log")
+    parser.add_argument("--compare", action="store_true", help="only print the table of an OUT made before")
+    args = parser.parse_args(argv)
+    if not args.compare:
+        run(args.out)
+    compare(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
