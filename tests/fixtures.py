@@ -13,7 +13,8 @@ FILES = ("tf1-timeline-gpu-matmul.json", "tf1-timeline-gpu-loop-step0.json", "tf
          "kineto-1gpu-v100.json.gz", "kineto-8rank-rank3-a100.json.gz", "kineto-2rank-rank1-v100-cudagraph.json.gz",
          "kineto-16rank-rank0-a100-cudagraph.json.gz", "kineto-event-sync.json.gz", "kineto-event-sync-multistream.json.gz",
          "kineto-simple-add.json.gz", "kineto-simple-add-hta-critical-path.json.gz", "kineto-mi250-rocm.json.gz",
-         "kineto-b200-8rank-rank0.json.gz", "kineto-mi300x-8rank-ddp-rank0.json.gz", "kineto-mi300x-hipgraph.json.gz")
+         "kineto-b200-8rank-rank0.json.gz", "kineto-mi300x-8rank-ddp-rank0.json.gz", "kineto-mi300x-hipgraph.json.gz",
+         "kineto-h200-gpu-checks.json.gz")
 
 # Every real Kineto trace in this folder: the invariant and HTA-parity tests run over all of them.
 KINETO = tuple(name for name in FILES if name.startswith(("kineto-", "torch-")))

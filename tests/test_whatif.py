@@ -193,6 +193,41 @@ def test_the_unchanged_replay_reproduces_each_measured_step_or_says_why(name):
         assert step.predicted_us == pytest.approx(step.replayed_us, rel=1e-9)  # a factor of 1 changes nothing
 
 
+def test_a_step_that_first_waits_for_the_previous_steps_gpu_work_is_timed_from_that_works_end():
+    """rnnprof's capture of benchmarks/gpu_checks.py on an H200: each step starts with torch.cuda.synchronize(),
+    which waits for the previous step's kernels, so the steps' windows overlap by about 4 ms. The oracle is the
+    script's own clock: CUDA events around each step (h200-gpu-checks-clock.json). Timed from its window's
+    start, a step counted that wait twice (14.7 and 15.4 ms for steps of 10.1)."""
+    rows = {r["step"]: r for r in json.loads((DATA / "h200-gpu-checks-clock.json").read_text())["steps"]}
+    table = load_events(str(DATA / "kineto-h200-gpu-checks.json.gz"))
+    report = whatif(table, [Change(FAMILY, "GEMM", 0.5)])
+    measured = {s.step: s.measured_us / 1e3 for s in report.steps}
+    assert sorted(measured) == [3, 4, 5, 6]
+    for step in (4, 5):  # after the window's first step; step 6 closes the window, its events include the writing
+        assert measured[step] == pytest.approx(rows[step]["step_ms"], rel=0.10), (step, measured[step], rows[step])
+    matmul_ms = statistics.median(rows[s]["matmul_ms"] for s in (4, 5))
+    for step in report.steps:  # half the products' time off each step, give or take the other GEMMs (< 0.3 ms)
+        saved = step.measured_us / 1e3 - step.predicted_us / 1e3
+        assert matmul_ms / 2 <= saved <= matmul_ms / 2 + 0.3, (step.step, saved, matmul_ms)
+
+
+def test_copies_removed_save_what_the_scripts_events_timed_and_a_kind_saves_its_share(capsys):
+    """The H200 script copies 64 MB host to device, back, and within the device once a step; its CUDA events
+    around the three copies are the oracle. Removing every copy saves that much a step; removing one kind
+    (as audit replays a PF004 finding about HtoD copies) saves about its half of the two equal PCIe copies."""
+    rows = json.loads((DATA / "h200-gpu-checks-clock.json").read_text())["steps"]
+    copies_ms = statistics.median(r["copies_ms"] for r in rows if r["step"] in (4, 5))
+    trace = str(DATA / "kineto-h200-gpu-checks.json.gz")
+    saved = {}
+    for kind in ("", "HtoD", "DtoH"):
+        assert main(["whatif", trace, "--no-copies", *([kind] if kind else []), "--json"]) == 0
+        median = json.loads(capsys.readouterr().out)["median"]
+        saved[kind] = (median["replayed_us"] - median["predicted_us"]) / 1e3
+    assert saved[""] == pytest.approx(copies_ms, rel=0.10), (saved, copies_ms)
+    for kind in ("HtoD", "DtoH"):
+        assert 0.4 * copies_ms <= saved[kind] <= 0.55 * copies_ms, (saved, copies_ms)
+
+
 def test_gemms_scaled_shorten_a_gpu_step_by_at_most_their_share():
     table = load_events(str(DATA / "kineto-h100-bert-small-shapes.json.gz"))
     half = whatif(table, [Change(FAMILY, "GEMM", 0.5)])

@@ -191,6 +191,14 @@ def _kind_of_strings(table: EventTable) -> np.ndarray:
                     dtype=np.int64)
 
 
+def copy_kind_of_rows(table: EventTable) -> np.ndarray:
+    """Each row's copy kind, as an index into ``COPY_KINDS``: its op type's where that says one (TF: MEMCPYHtoD),
+    else its name's, else ``other``."""
+    kinds = _kind_of_strings(table)
+    other = COPY_KINDS.index("other")
+    return np.where(kinds[table.op_type] != other, kinds[table.op_type], kinds[table.name])
+
+
 def count_copies(table: EventTable | None, reason: str = "") -> CopyReport:
     """Copies by kind and graph-launched work per device and step (docs/commands/count-ops.md)."""
     if table is None or len(table) == 0:
@@ -307,10 +315,7 @@ class _Cells:
 def _copy_figures(table: EventTable, cells: _Cells, counted: np.ndarray) -> tuple[np.ndarray, ...]:
     """Per (device, step, copy kind): the copies of ``counted``, their bytes, those without a byte count, and
     their time. A copy's kind is its op type's where that says one (TF: MEMCPYHtoD), else its name's."""
-    kinds = _kind_of_strings(table)
-    other = COPY_KINDS.index("other")
-    kind = np.where(kinds[table.op_type] != other, kinds[table.op_type], kinds[table.name])
-    key = cells.cell * len(COPY_KINDS) + kind
+    key = cells.cell * len(COPY_KINDS) + copy_kind_of_rows(table)
     n = len(COPY_KINDS)
     return (cells.count(counted, key, kinds=n),
             cells.count(counted, key, np.maximum(table.nbytes, 0).astype(float), kinds=n),

@@ -12,7 +12,7 @@ from rnnprof import limits
 from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, INEXPRESSIBLE, NO_COPIES,
                                      NO_SYNCS, OVERLAP, SCALE, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
-from rnnprof.analyzers.replay.fixes import fix_changes
+from rnnprof.analyzers.replay.fixes import REMOVABLE_COPIES, fix_changes
 from rnnprof.analyzers.flops import FAMILIES
 from rnnprof.analyzers.replay.job import JobNames, scanned_names
 from rnnprof.commands import job_flags, left_out_notes, step_flags
@@ -47,7 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--comm", type=_factor, metavar="F", help="communication's transfer times times F")
     group.add_argument("--overlap-comm", action="store_true",
                        help="communication moved off compute's dependencies (overlapped)")
-    group.add_argument("--no-copies", action="store_true", help="device copies and their launch calls removed")
+    group.add_argument("--no-copies", nargs="?", const="", default=None, metavar="KIND",
+                       help="device copies and their launch calls removed; KIND: only those of one kind (HtoD, "
+                            "DtoH, DtoD, PtoP, HtoH)")
     group.add_argument("--no-syncs", action="store_true", help="synchronizing calls removed")
     group.add_argument("--graph-launch", action="store_true",
                        help="launches replaced by a graph launch: host launch overhead gone")
@@ -128,8 +130,12 @@ def _stated(args: argparse.Namespace) -> list[Change]:
     changes += [_delay(text) for text in args.delay]
     if args.comm is not None:
         changes.append(Change(COMM, "", args.comm))
-    flags = ((args.overlap_comm, OVERLAP), (args.no_copies, NO_COPIES), (args.no_syncs, NO_SYNCS),
-             (args.graph_launch, GRAPH_LAUNCH))
+    if args.no_copies is not None:
+        if args.no_copies and args.no_copies not in REMOVABLE_COPIES:
+            raise UsageError(f"--no-copies {args.no_copies}: no copy kind of that name (expected one of "
+                             f"{', '.join(REMOVABLE_COPIES)}, or none for every copy)")
+        changes.append(Change(NO_COPIES, args.no_copies))
+    flags = ((args.overlap_comm, OVERLAP), (args.no_syncs, NO_SYNCS), (args.graph_launch, GRAPH_LAUNCH))
     return changes + [Change(kind) for on, kind in flags if on]
 
 

@@ -85,6 +85,7 @@ class StepDAG:
         limit = we - ws
         self.end = np.maximum(np.where(end > limit + EPS_US, limit, end), self.start)
         self.own = t.step[rows] == self.step
+        self.earlier = (t.step[rows] >= 0) & (t.step[rows] < self.step)  # a previous step's tail in the window
 
     def _lane_edges(self, edges: _Edges) -> None:
         """Lane order: each event to the first event of its lane that starts once it has ended."""

@@ -25,7 +25,7 @@ def fix_of(finding: Finding) -> str:
     if rule in ("PF001", "PF005"):
         return f"{rule}:{subject.rank or ''}"
     if rule == "PF004":
-        return "PF004:syncs" if "synchroniz" in finding.title else "PF004"
+        return "PF004:syncs" if "synchroniz" in finding.title else f"PF004:{finding.evidence.get('kind', '')}"
     if rule == "PF006":
         return f"PF006:{subject.op or ''}"
     return rule

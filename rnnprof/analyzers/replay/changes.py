@@ -18,6 +18,7 @@ from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.replay.graph import EDGE_DONE, EDGE_SYNC, EVENT, REPLAY_EDGES, SYNC_END, DONE, ReplayGraph
 from rnnprof.analyzers.replay.result import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
                                              OVERLAP, SCALE, SCALE_HOST, Change)
+from rnnprof.analyzers.copies import COPY_KINDS, copy_kind_of_rows
 from rnnprof.analyzers.syncs import SYNC_CALL
 from rnnprof.events import EventTable
 from rnnprof.names import CPU_COLLECTIVE_CALL
@@ -297,13 +298,17 @@ def _overlap(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     return int(drop.sum())
 
 
-def _copies(sg: StepGraph) -> np.ndarray:
-    return sg.is_event & np.isin(sg.cls, [EventClass.MEMCPY, EventClass.MEMSET]) & (sg.graph.node_kind == EVENT)
+def _copies(sg: StepGraph, kind: str = "") -> np.ndarray:
+    """The step's copies and memsets; ``kind``: its copies of that kind alone (HtoD, DtoH, DtoD, PtoP, HtoH)."""
+    copies = sg.is_event & np.isin(sg.cls, [EventClass.MEMCPY, EventClass.MEMSET]) & (sg.graph.node_kind == EVENT)
+    if kind:
+        copies &= copy_kind_of_rows(sg.table)[sg.graph.rows] == COPY_KINDS.index(kind)
+    return copies
 
 
 def _no_copies(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     g = knobs.graph
-    copies = _copies(sg)
+    copies = _copies(sg, change.subject)
     launch = g.edge_kind(EDGE_LAUNCH) & copies[g.dst]
     calls = np.zeros(g.size, dtype=bool)
     calls[g.src[launch]] = True

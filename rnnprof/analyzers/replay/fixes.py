@@ -3,6 +3,7 @@ replayed. The rules: ``analyzers.audit`` (PF...) and ``analyzers.placement`` (PA
 
 from __future__ import annotations
 
+from rnnprof.analyzers.copies import COPY_KINDS
 from rnnprof.events import EventTable
 from rnnprof.analyzers.replay.result import (EVEN_HOST, EVEN_INPUT, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS, OVERLAP,
                                              SCALE_HOST, Change, ChangeError,
@@ -12,7 +13,7 @@ from rnnprof.analyzers.replay.result import (EVEN_HOST, EVEN_INPUT, GRAPH_LAUNCH
 FIXES = {
     "PF001": "the straggler's untraced host time and data loading at the other ranks' median",
     "PF002": "communication overlapped with compute",
-    "PF004": "device copies removed (PF004:syncs: synchronizing calls removed)",
+    "PF004": "device copies removed (PF004:HtoD: those of one kind; PF004:syncs: synchronizing calls removed)",
     "PF005": "the rank's data loading at the other ranks' median",
     "PF006": "the operator's host-side time removed, its kernels and launch calls kept (PF006:OP)",
     "PF007": "kernels launched by a graph launch",
@@ -23,6 +24,7 @@ NOT_REPLAYED = {
     "PA006": "its fix is a different thread count: how the host's work would share out is in no trace",
 }
 _SYNC_SUBJECTS = ("sync", "syncs")
+REMOVABLE_COPIES = tuple(k for k in COPY_KINDS if k != "other")  # the kinds a copy removal can name
 
 
 def fix_changes(text: str, table: EventTable) -> list[Change]:
@@ -41,7 +43,12 @@ def fix_changes(text: str, table: EventTable) -> list[Change]:
     if rule == "PF002":
         return [Change(OVERLAP)]
     if rule == "PF004":
-        return [Change(NO_SYNCS)] if subject.lower() in _SYNC_SUBJECTS else [Change(NO_COPIES)]
+        if subject.lower() in _SYNC_SUBJECTS:
+            return [Change(NO_SYNCS)]
+        if subject and subject not in REMOVABLE_COPIES:
+            raise ChangeError(f"--fix {text}: no copy kind {subject!r} (expected one of "
+                              f"{', '.join(REMOVABLE_COPIES)}, or syncs)")
+        return [Change(NO_COPIES, subject)]
     if rule == "PF005":
         return [Change(EVEN_INPUT, subject)]
     if rule == "PF006":

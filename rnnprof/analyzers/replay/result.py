@@ -39,7 +39,7 @@ class Inexpressible(ChangeError):
 @dataclass(frozen=True)
 class Change:
     kind: str
-    subject: str = ""  # an operator, a family or a rank
+    subject: str = ""  # an operator, a family, a rank or a copy kind
     factor: float = 1.0
     delay_ms: float = 0.0  # a delay's host time, ms
     before: str = ""  # a delay's place: before the step's first event matching this regex on the rank (re.search)
@@ -53,6 +53,8 @@ class Change:
             return f"{what} x{self.factor:g}" + (" (host side)" if self.kind == SCALE_HOST else "")
         if self.kind == COMM:
             return f"communication x{self.factor:g}"
+        if self.kind == NO_COPIES and self.subject:
+            return f"{self.subject} copies removed"
         return {EVEN_HOST: f"{self.subject or 'the latest rank'}'s untraced host time at the others' median",
                 EVEN_INPUT: f"{self.subject or 'the latest rank'}'s data loading at the others' median",
                 OVERLAP: "communication overlapped with compute", NO_COPIES: "device copies removed",
@@ -84,7 +86,7 @@ class RankWaits:
 @dataclass(frozen=True)
 class StepReplay:
     step: int
-    measured_us: float  # the step's window: its first start to its last own event's end
+    measured_us: float  # from the window's start (or an earlier step's last end in it) to its last own event's end
     replayed_us: float  # the replay without the change (the model's own error, against measured_us)
     predicted_us: float  # the replay with the change
     chain: tuple[ChainLink, ...]  # the longest links of the chain critical after the change
