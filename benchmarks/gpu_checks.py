@@ -22,6 +22,11 @@ Then rnnprof's commands run on the run directory and the figures are set side by
 5. hang: the same script made to stop in a collective-free sleep after a few steps, under ``--hang-after``,
    so the flight recorder's dump goes through the nccl backend;
 
+6. whatif: the script run again, each under ``rnnprof trace``, with 2 matrix products instead of 5, without
+   the copies, without the HtoD copy, and with a 3 ms host sleep before the products; the replay of the base
+   run with the same change (``--scale aten::matmul=0.4``, ``--no-copies``, ``--no-copies HtoD``,
+   ``--delay rank0=3@^aten::matmul$``) against the change really measured (the script's median step);
+
 and the built-in torch RNNLM (``trace --framework torch --devices 1``, nccl where there is a GPU) is captured.
 
 Everything lands under OUT (run directories, each command's ``--json``, the script's clock), and one table is
@@ -49,13 +54,15 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 clock_path, steps, hang_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+variant = sys.argv[4] if len(sys.argv) > 4 else "base"  # base or one of VARIANTS
 cuda = torch.cuda.is_available()
 dist.init_process_group("nccl" if cuda else "gloo")
 local = int(os.environ.get("LOCAL_RANK", "0"))
 device = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
 if cuda:
     torch.cuda.set_device(device)
-n, width, batch, matmuls = (8192, 4096, 512, 5) if cuda else (256, 256, 32, 2)
+n, width, batch, matmuls = (8192, 4096, 512, 5) if cuda else (256, 256, 32, 5)
+matmuls = 2 if variant == "fewer-matmuls" else matmuls
 dtype = torch.bfloat16 if cuda else torch.float32
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width))
@@ -110,13 +117,17 @@ for step in range(steps):
     start = time.perf_counter()
     timers = {name: Timer() for name in ("step", "matmul", "copies", "graph", "collectives")}
     with timers["step"], (torch.cuda.nvtx.range("train_step") if cuda else contextlib.nullcontext()):
+        if variant == "host-sleep":
+            time.sleep(0.003)
         with timers["matmul"]:
             for _ in range(matmuls):
                 c = a @ b
         with timers["copies"]:
-            on_device.copy_(host, non_blocking=True)
-            host.copy_(on_device, non_blocking=True)
-            copy.copy_(on_device)
+            if variant not in ("no-copies", "no-htod"):
+                on_device.copy_(host, non_blocking=True)
+            if variant != "no-copies":
+                host.copy_(on_device, non_blocking=True)
+                copy.copy_(on_device)
         with timers["graph"]:
             if graph is not None:
                 graph.replay()
@@ -142,6 +153,9 @@ dist.destroy_process_group()
 '''
 
 STEPS, SKIP, WINDOW = 10, 3, 4
+# runs really changed, each with the replay that predicts it from the base run
+VARIANTS = (("fewer-matmuls", ("--scale", "aten::matmul=0.4")), ("no-copies", ("--no-copies",)),
+            ("no-htod", ("--no-copies", "HtoD")), ("host-sleep", ("--delay", "rank0=3@^aten::matmul$")))
 COMMANDS = ("count-ops", "comm", "roofline", "memory", "critical-path", "audit")
 
 
@@ -171,6 +185,13 @@ def run(out: Path) -> None:
                  str(STEPS), "5", log=log)
         done = _rnnprof("hang", str(out / "hung"), "--json", log=log)
         (out / "hang.json").write_text(done.stdout)
+        for variant, _ in VARIANTS:
+            _rnnprof("trace", "--out", str(out / variant), "--force", "--steps", str(WINDOW), "--skip-steps",
+                     str(SKIP), "--", *torchrun, str(out / "train.py"), str(out / f"clock-{variant}.json"),
+                     str(STEPS), "-1", variant, log=log)
+        for variant, change in VARIANTS:
+            done = _rnnprof("whatif", str(out / "run"), *change, "--json", log=log)
+            (out / f"whatif-{variant}.json").write_text(done.stdout)
         _rnnprof("trace", "--out", str(out / "builtin"), "--force", "--framework", "torch", "--model", "rnnlm",
                  "--devices", "1", "--warmup", "5", "--batches", "10", log=log)
         done = _rnnprof("comm", str(out / "builtin"), "--json", log=log)
@@ -182,6 +203,15 @@ def _json(path: Path):
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _step_ms(path: Path) -> float | None:
+    """The median step_ms of a clock's steps after the warm-up, the window's closing step left out."""
+    clock = _json(path)
+    if clock is None:
+        return None
+    steps = [r["step_ms"] for r in clock["steps"][SKIP:] if r["step"] != SKIP + WINDOW - 1]
+    return statistics.median(steps) if steps else None
 
 
 def _gpu(devices: list, key: str = "device") -> list:
@@ -264,6 +294,21 @@ def compare(out: Path) -> None:
     print(f"whatif --scale family:gemm=0.5: median {whatif.get('median')}")
     hang = _json(out / "hang.json") or {}
     print(f"5. hang: {hang.get('kind')}: {hang.get('summary')}; notes {hang.get('notes')}")
+    print("6. whatif against runs really changed (the script's step_ms, median of the steps after the warm-up "
+          "but the closing one; each run under rnnprof trace):")
+    base = _step_ms(out / "clock.json")
+    for variant, change in VARIANTS:
+        real, doc = _step_ms(out / f"clock-{variant}.json"), _json(out / f"whatif-{variant}.json") or {}
+        median = doc.get("median") or {}
+        if base is None or real is None or not median.get("measured_us"):
+            print(f"  {variant}: no figures (see log.txt)")
+            continue
+        predicted = 100 * (median["predicted_us"] / median["measured_us"] - 1)
+        measured = 100 * (real / base - 1)
+        print(f"  {variant} ({' '.join(change)}): measured {base:.3f} -> {real:.3f} ms ({real - base:+.3f} ms, "
+              f"{measured:+.1f} %); replay {median['measured_us'] / 1e3:.3f} -> {median['predicted_us'] / 1e3:.3f} "
+              f"ms ({(median['predicted_us'] - median['measured_us']) / 1e3:+.3f} ms, {predicted:+.1f} %); error "
+              f"of the predicted change {predicted - measured:+.1f} points")
     builtin = _json(out / "builtin-comm.json") or {}
     print(f"built-in RNNLM: comm devices {[(d['device'], d.get('basis')) for d in builtin.get('devices', [])]}")
     audit = _json(out / "audit.json") or {}
