@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "data"
+# benchmarks/gpu_checks.py's second H200 run: its base run and the runs really changed (h200-whatif-clocks.json)
+H200_RUNS = ("base", "fewer-matmuls", "no-copies", "no-htod", "host-sleep")
 FILES = ("tf1-timeline-gpu-matmul.json", "tf1-timeline-gpu-loop-step0.json", "tf1-timeline-cpu-loop-step0.json",
          "kineto-2rank-nccl-rank0.json.gz", "kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz",
          "torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz",
@@ -14,7 +16,7 @@ FILES = ("tf1-timeline-gpu-matmul.json", "tf1-timeline-gpu-loop-step0.json", "tf
          "kineto-16rank-rank0-a100-cudagraph.json.gz", "kineto-event-sync.json.gz", "kineto-event-sync-multistream.json.gz",
          "kineto-simple-add.json.gz", "kineto-simple-add-hta-critical-path.json.gz", "kineto-mi250-rocm.json.gz",
          "kineto-b200-8rank-rank0.json.gz", "kineto-mi300x-8rank-ddp-rank0.json.gz", "kineto-mi300x-hipgraph.json.gz",
-         "kineto-h200-gpu-checks.json.gz")
+         "kineto-h200-gpu-checks.json.gz", *(f"kineto-h200-whatif-{run}.json.gz" for run in H200_RUNS))
 
 # Every real Kineto trace in this folder: the invariant and HTA-parity tests run over all of them.
 KINETO = tuple(name for name in FILES if name.startswith(("kineto-", "torch-")))

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from fixtures import FIXTURES
 from rnnprof.analyzers.classify import EventClass, classify
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.cli import main
@@ -304,3 +305,15 @@ def test_cli_host_only_trace_says_why_there_is_nothing_per_device(tmp_path, caps
     code, out, err = run_cli(capsys, path)
     assert code == 2 and out == ""
     assert "every event is on the host" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_gpus_copy_time_agrees_with_the_cuda_events_around_its_copies(capsys):
+    """rnnprof's H200 capture of benchmarks/gpu_checks.py: each step copies 64 MB host to device, back, and within
+    the device, inside one pair of CUDA events (h200-gpu-checks-clock.json). comm's memcpy time over the window
+    also holds the few small copies DDP and the all-gather make (under 2 % here)."""
+    clock = json.loads((FIXTURES / "h200-gpu-checks-clock.json").read_text())
+    events_ms = sum(r["copies_ms"] for r in clock["steps"] if 3 <= r["step"] <= 6)
+    assert main(["comm", str(FIXTURES / "kineto-h200-gpu-checks.json.gz"), "--json"]) == 0
+    (gpu,) = [d for d in json.loads(capsys.readouterr().out)["devices"] if d["device"].endswith("gpu:0")]
+    assert events_ms <= gpu["total"]["memcpy_us"] / 1e3 <= 1.05 * events_ms, (gpu["total"], events_ms)
+    assert gpu["total"]["communication_us"] == 0  # one rank: NCCL runs no kernel for its all-reduce

@@ -37,6 +37,19 @@ def test_the_real_traces_with_memory_events_are_found():
             "kineto-normalization-shapes.json.gz", "kineto-2rank-rank1-v100-memory.json.gz"} <= names
 
 
+def test_each_steps_gpu_peak_is_the_caching_allocators_own_maximum():
+    """rnnprof's H200 capture of benchmarks/gpu_checks.py: the script read torch.cuda.max_memory_allocated()
+    at the end of each step, after reset_peak_memory_stats() at its start (h200-gpu-checks-clock.json)."""
+    clock = json.loads((FIXTURES / "h200-gpu-checks-clock.json").read_text())
+    allocator = {r["step"]: r["max_allocated"] for r in clock["steps"]}
+    result = analyze_memory(load_events(str(FIXTURES / "kineto-h200-gpu-checks.json.gz")))
+    gpu = next(d for d in result.devices if d.device.endswith("gpu:0"))
+    peaks = dict(gpu.step_peaks)
+    assert sorted(peaks) == [3, 4, 5, 6]
+    for step, peak in peaks.items():
+        assert peak == allocator[step], (step, peak, allocator[step])
+
+
 def _raw_series(path: Path) -> dict[str, dict]:
     """From the file alone: per device (labelled as rnnprof labels it), the records in time order, the running
     sum from the first record's Total Allocated less its Bytes, and the reported totals."""

@@ -171,6 +171,22 @@ def test_cli_json_document(capsys):
     assert all(o["bound"] == "" for o in json.loads(out)["ranks"][0]["ops"])
 
 
+def test_a_bf16_products_achieved_rate_agrees_with_cuda_events_on_an_h200(capsys):
+    """rnnprof's H200 capture of benchmarks/gpu_checks.py: five bf16 8192x8192 products a step, timed together by
+    the script's CUDA events (2 n^3 flops each; h200-gpu-checks-clock.json). The events also hold the launch gaps
+    between the products, so rnnprof's rate over the kernels alone may be a little higher, never lower."""
+    clock = json.loads((FIXTURES / "h200-gpu-checks-clock.json").read_text())
+    rows = [r for r in clock["steps"] if 3 <= r["step"] <= 6]
+    events_tflops = sum(r["matmul_flop"] for r in rows) / sum(r["matmul_ms"] for r in rows) / 1e9
+    code, out, err = run_cli(capsys, FIXTURES / "kineto-h200-gpu-checks.json.gz", "--json")
+    assert code == 0, err
+    (rank,) = json.loads(out)["ranks"]
+    assert rank["peaks"]["device"] == "NVIDIA H200 SXM" and clock["device"] == "NVIDIA H200"
+    (products,) = [o for o in rank["ops"] if o["name"] == "aten::matmul" and o["shapes"] == "8192x8192,8192x8192"]
+    assert products["count"] == 5 * len(rows) and products["flops"] == sum(r["matmul_flop"] for r in rows)
+    assert events_tflops <= products["tflops_per_s"] <= 1.05 * events_tflops, (products, events_tflops)
+
+
 def test_cli_trace_without_shapes_says_what_is_missing(capsys):
     code, out, err = run_cli(capsys, FIXTURES / "kineto-1gpu-v100.json.gz")
     assert code == 0

@@ -228,6 +228,29 @@ def test_copies_removed_save_what_the_scripts_events_timed_and_a_kind_saves_its_
         assert 0.4 * copies_ms <= saved[kind] <= 0.55 * copies_ms, (saved, copies_ms)
 
 
+def _median_step_ms(clock: dict) -> float:
+    """The script's median step (CUDA events) after the warm-up (steps 0-2), the capture's closing step (6) left out."""
+    return statistics.median(r["step_ms"] for r in clock["steps"] if r["step"] >= 3 and r["step"] != 6)
+
+
+@pytest.mark.parametrize("run, change", [
+    ("fewer-matmuls", ["--scale", "aten::matmul=0.4"]),  # 2 of the 5 products
+    ("no-copies", ["--no-copies"]),
+    ("no-htod", ["--no-copies", "HtoD"]),
+    ("host-sleep", ["--delay", "rank0=3@^aten::matmul$"]),  # time.sleep(0.003) before the products
+])
+def test_a_replay_of_the_h200_base_run_predicts_the_run_really_changed(run, change, capsys):
+    """benchmarks/gpu_checks.py on an H200: the base run and each run really changed, all captured by rnnprof;
+    the oracle is each script's own clock (CUDA events around the step). The replay of the base trace with the
+    change predicts the change of the step within 5 % of the step (the H200 gave 0.0-0.1 ms of 10 ms)."""
+    clocks = json.loads((DATA / "h200-whatif-clocks.json").read_text())
+    base, changed = _median_step_ms(clocks["base"]), _median_step_ms(clocks[run])
+    assert main(["whatif", str(DATA / "kineto-h200-whatif-base.json.gz"), *change, "--json"]) == 0
+    median = json.loads(capsys.readouterr().out)["median"]
+    predicted = (median["predicted_us"] - median["replayed_us"]) / 1e3
+    assert abs(predicted - (changed - base)) <= 0.05 * base, (run, predicted, changed - base)
+
+
 def test_gemms_scaled_shorten_a_gpu_step_by_at_most_their_share():
     table = load_events(str(DATA / "kineto-h100-bert-small-shapes.json.gz"))
     half = whatif(table, [Change(FAMILY, "GEMM", 0.5)])
