@@ -32,7 +32,7 @@ and the built-in torch RNNLM (``trace --framework torch --devices 1``, nccl wher
 Everything lands under OUT (run directories, each command's ``--json``, the script's clock), and one table is
 printed. ``--compare OUT`` re-reads an OUT made elsewhere (a GPU machine) and prints the table again.
 
-    python benchmarks/gpu_checks.py OUT
+    python benchmarks/gpu_checks.py [OUT]          # on a machine with a GPU; elsewhere it says so and exits 0
     python benchmarks/gpu_checks.py --compare OUT
 """
 
@@ -44,6 +44,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -295,7 +296,7 @@ def compare(out: Path) -> None:
     hang = _json(out / "hang.json") or {}
     print(f"5. hang: {hang.get('kind')}: {hang.get('summary')}; notes {hang.get('notes')}")
     print("6. whatif against runs really changed (the script's step_ms, median of the steps after the warm-up "
-          "but the closing one; each run under rnnprof trace):")
+          "but the closing one; each run under rnnprof trace; predicted: the base's step plus the replay's change):")
     base = _step_ms(out / "clock.json")
     for variant, change in VARIANTS:
         real, doc = _step_ms(out / f"clock-{variant}.json"), _json(out / f"whatif-{variant}.json") or {}
@@ -303,12 +304,11 @@ def compare(out: Path) -> None:
         if base is None or real is None or not median.get("measured_us"):
             print(f"  {variant}: no figures (see log.txt)")
             continue
-        predicted = 100 * (median["predicted_us"] / median["measured_us"] - 1)
-        measured = 100 * (real / base - 1)
-        print(f"  {variant} ({' '.join(change)}): measured {base:.3f} -> {real:.3f} ms ({real - base:+.3f} ms, "
-              f"{measured:+.1f} %); replay {median['measured_us'] / 1e3:.3f} -> {median['predicted_us'] / 1e3:.3f} "
-              f"ms ({(median['predicted_us'] - median['measured_us']) / 1e3:+.3f} ms, {predicted:+.1f} %); error "
-              f"of the predicted change {predicted - measured:+.1f} points")
+        change_ms = (median["predicted_us"] - median["replayed_us"]) / 1e3
+        predicted = base + change_ms  # the base run's clock plus the replay's change, as diagnosis_replay.py
+        print(f"  {variant} ({' '.join(change)}): base {base:.3f} ms; changed run {real:.3f} ms "
+              f"({real - base:+.3f}); replay's change {change_ms:+.3f} ms, so {predicted:.3f} ms, "
+              f"error {100 * (predicted - real) / real:+.1f} %")
     builtin = _json(out / "builtin-comm.json") or {}
     print(f"built-in RNNLM: comm devices {[(d['device'], d.get('basis')) for d in builtin.get('devices', [])]}")
     audit = _json(out / "audit.json") or {}
@@ -317,10 +317,23 @@ def compare(out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="folder for the runs, the JSON and the log")
+    parser.add_argument("out", type=Path, nargs="?", help="folder for the runs, the JSON and the log (default: a "
+                                                             "new temporary folder, kept)")
     parser.add_argument("--compare", action="store_true", help="only print the table of an OUT made before")
+    parser.add_argument("--cpu", action="store_true", help="run the same flow where there is no GPU (gloo, fp32, "
+                                                           "wall clocks): a check of the script, not of rnnprof")
     args = parser.parse_args(argv)
+    if args.compare and args.out is None:
+        parser.error("--compare needs the OUT of an earlier run")
     if not args.compare:
+        import torch
+
+        if not torch.cuda.is_available() and not args.cpu:
+            print("gpu_checks: no CUDA device here; its figures are checked against a GPU's own counters "
+                  "(--cpu runs the same flow on the CPU)")
+            return 0
+        args.out = args.out or Path(tempfile.mkdtemp(prefix="rnnprof-gpu-checks-"))
+        print(f"runs, JSON and log in {args.out}")
         run(args.out)
     compare(args.out)
     return 0

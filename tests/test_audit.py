@@ -13,6 +13,8 @@ from rich.console import Console
 
 from rnnprof.analyzers import noise
 from rnnprof.analyzers.audit import RULES, Severity, audit
+from rnnprof.analyzers.replay import Replayer
+from rnnprof.analyzers.replay.audit_savings import replayed_savings
 from rnnprof.cli import main
 from rnnprof.traces import load_events
 from rnnprof.reports.abbrev import Legend, abbreviate
@@ -513,3 +515,18 @@ def test_copy_churn_counts_only_the_copies_beside_no_kernel_by_the_raw_json():
     assert churn.saving_us == pytest.approx(float(np.median(exposed)), rel=0.01)
     assert churn.saving_us < 0.5 * float(np.median(whole))  # most of it hidden behind kernels
     assert churn.severity == Severity.INFO  # ~3 % of a 77 ms step
+
+
+def test_copy_churn_names_each_kind_that_costs_the_step_and_replays_its_removal_alone():
+    """The H200 capture of benchmarks/gpu_checks.py copies 64 MB host to device and back each step, on the compute
+    stream (nothing hides them), inside one pair of CUDA events (h200-gpu-checks-clock.json): two equal copies
+    over PCIe, each about half of that time, and each a finding of its own whose saving is its removal alone."""
+    clock = json.loads((FIXTURES / "h200-gpu-checks-clock.json").read_text())
+    copies_ms = float(np.median([r["copies_ms"] for r in clock["steps"] if r["step"] in (4, 5)]))
+    table = load_events(str(FIXTURES / "kineto-h200-gpu-checks.json.gz"))
+    replayed = replayed_savings(audit(table), Replayer(table))
+    churn = {f.evidence["kind"]: f for f in replayed.findings if f.rule == "PF004" and f.evidence["kind"] != "sync"}
+    assert set(churn) == {"HtoD", "DtoH"}  # the small DtoD copies (0.08 ms a step) are within the jitter
+    for finding in churn.values():
+        assert finding.severity == Severity.WARNING and finding.saving_basis.startswith("replay")
+        assert 0.4 * copies_ms <= finding.saving_us / 1000 <= 0.55 * copies_ms, (finding.evidence, copies_ms)

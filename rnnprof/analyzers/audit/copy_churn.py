@@ -3,9 +3,10 @@ host calls that synchronize with the GPU (``rnnprof.analyzers.syncs``).
 
 Copies, per copy kind and step: the copies' time, and the part of it during which no kernel runs on the device
 (``copies.exposed_copies``: a copy running beside kernels, on a stream of its own, is hidden behind them and
-costs the step nothing). The kind with the largest median exposed time per step is reported, with its count,
-its whole time and bytes, and how many came from or went to pageable host memory (Kineto's names say
-``Pageable`` or ``Pinned``); saving (a bound): that median exposed time, what avoiding the copies saves at most.
+costs the step nothing). Each kind whose median exposed time per step is significant is reported (where none
+is, the kind with the most), with its count, its whole time and bytes, and how many came from or went to
+pageable host memory (Kineto's names say ``Pageable`` or ``Pinned``); saving (a bound): that median exposed
+time, what avoiding the copies saves at most; audit replays the kind's removal instead where it can.
 
 Synchronizing calls (``cudaStreamSynchronize``, a blocking ``cudaMemcpy``, ...), per GPU and step: the GPU idle
 time they leave (``syncs.sync_stalls``: the GPU's queue is empty when such a call returns); the GPU with the
@@ -42,19 +43,20 @@ FIXES = {"HtoD": "pin the host memory (pin_memory=True) and copy asynchronously 
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     if ctx.table is None or not len(ctx.table):
         return NotChecked(RULE_ID, "no copies in the trace")
-    found = [f for f in (_copies(ctx), _syncs(ctx)) if f is not None]
+    found = [*_copies(ctx), *([sync] if (sync := _syncs(ctx)) is not None else [])]
     if not found:
         return NotChecked(RULE_ID, "no HtoD, DtoH or DtoD copies and no synchronizing calls in the trace")
     return found
 
 
-def _copies(ctx: AuditContext) -> Finding | None:
+def _copies(ctx: AuditContext) -> list[Finding]:
+    """A finding for each copy kind whose exposed time is significant; where none is, the kind with the most."""
     copies = ctx.comm.copies
     if copies is None or not copies.available or not copies.copies:
-        return None
+        return []
     steps = [s for s in copies.steps if s >= 0] or list(copies.steps)
     by_step = exposed_copies(ctx.table)
-    best = None
+    found = []
     for kind in KINDS:
         per = [copies.step_copies(s).get(kind) for s in steps]
         times = [c.time_us if c is not None else 0.0 for c in per]
@@ -62,16 +64,21 @@ def _copies(ctx: AuditContext) -> Finding | None:
             continue
         device = max(copies.devices, key=lambda d: d.copies.get(kind).time_us if kind in d.copies else 0.0).device
         mine = [by_step.get((kind, device, s), StepCopies()) for s in steps]
-        median = float(np.median([c.exposed_us for c in mine]))
-        if best is None or median > best[1]:
-            best = (kind, median, mine, times, [c.count if c is not None else 0 for c in per], device)
-    if best is None:
-        return None
-    kind, median, mine, times, counts, device = best
+        counts = [c.count if c is not None else 0 for c in per]
+        found.append(_copy_finding(ctx, kind, device, mine, times, counts))
+    significant = [f for f in found if f.evidence["significance"]["significant"]]
+    return sorted(significant, key=lambda f: -f.saving_us) or sorted(found, key=lambda f: -f.saving_us)[:1]
+
+
+def _copy_finding(ctx: AuditContext, kind: str, device: str, mine: list[StepCopies], times: list[float],
+                  counts: list[int]) -> Finding:
+    """The finding of one copy kind on ``device``: ``mine``, its exposed copies per step; ``times``, their whole
+    time per step; ``counts``, how many."""
     exposed = [c.exposed_us for c in mine]
+    median = float(np.median(exposed))
     verdict = judge.judged(ctx, exposed)
     severity = judge.severity(ctx, verdict, median)
-    total = copies.copies[kind]
+    total = ctx.comm.copies.copies[kind]
     whole = float(np.median(times))
     pageable = float(np.median([c.pageable for c in mine]))
     evidence = {"kind": kind, "copies_per_step": float(np.median(counts)), "ms_per_step": round(whole / 1000, 3),
