@@ -244,8 +244,8 @@ def compare(out: Path) -> None:
     kernels = counts.get("kernels") or {}
     print("1. count-ops:")
     for device in _gpu(kernels.get("devices")):
-        _row(f"{device['device']} GPU kernels/step", [v.get("gpu_kernels") for v in device.get("per_step", {}).values()],
-             "9d")
+        per_step = device.get("per_step", {}).values()
+        _row(f"{device['device']} GPU kernels/step", [v.get("gpu_kernels") for v in per_step], "9d")
     by_type = kernels.get("by_type") or {}
     nccl = {name: c for name, c in by_type.items() if "nccl" in name.lower()}
     print(f"  types named nccl: {nccl or 'none'}")
@@ -271,7 +271,8 @@ def compare(out: Path) -> None:
               f"{total.get('memcpy_us', 0) / 1e3:.3f} ms against the copies' events "
               f"{sum(r['copies_ms'] for r in traced):.3f} ms; busy {total.get('busy_us', 0) / 1e3:.3f} ms, "
               f"span {total.get('span_us', 0) / 1e3:.3f} ms, steps' events {sum(r['step_ms'] for r in traced):.3f} ms")
-    print(f"  communication ops: {[(o['name'], o['events'], round(o['total_us'], 1)) for o in comm.get('communication_ops', [])]}")
+    ops = [(o["name"], o["events"], round(o["total_us"], 1)) for o in comm.get("communication_ops", [])]
+    print(f"  communication ops: {ops}")
 
     roofline = _json(out / "roofline.json") or {}
     print("3. roofline:")

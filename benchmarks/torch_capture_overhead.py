@@ -177,7 +177,8 @@ def main() -> int:
             ratios["closing"].append(parts["rnnprof"]["closing"] / parts["plain"]["closing"])
             ratios["traced"].append(parts["rnnprof"]["traced"] / parts["plain"]["traced"])
             ratios["untraced"].append(parts["plain"]["untraced"] / parts["rnnprof"]["untraced"])
-    print(f"LSTM LM on random tokens on {args.device}, 1 thread, {args.steps} steps per run; window steps {args.skip}..{closing} "
+    print(f"LSTM LM on random tokens on {args.device}, 1 thread, {args.steps} steps per run; window steps "
+          f"{args.skip}..{closing} "
           f"(step {closing} closes it and writes the trace), untraced steps compared from {first}; "
           f"{args.repeat} repeats, the two sides taking turns step by step")
     for side in SIDES:

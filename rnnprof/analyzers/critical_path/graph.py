@@ -85,7 +85,10 @@ class StepDAG:
         limit = we - ws
         self.end = np.maximum(np.where(end > limit + EPS_US, limit, end), self.start)
         self.own = t.step[rows] == self.step
-        self.earlier = (t.step[rows] >= 0) & (t.step[rows] < self.step)  # a previous step's tail in the window
+        # a previous step's GPU work still running in the window: a device runs its queue in order, so this step's
+        # device work (and a host call that waits for it) begins after it; a host thread's tail (gloo's) does not
+        gpu = np.array([d.kind == "gpu" for d in t.devices] or [False], dtype=bool)
+        self.earlier = (t.step[rows] >= 0) & (t.step[rows] < self.step) & gpu[t.device[rows]]
 
     def _lane_edges(self, edges: _Edges) -> None:
         """Lane order: each event to the first event of its lane that starts once it has ended."""

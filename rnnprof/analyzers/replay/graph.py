@@ -47,7 +47,7 @@ class ReplayGraph:
     pre: np.ndarray
     host: np.ndarray  # a node of a host thread (its gaps are the thread's work)
     own: np.ndarray  # an event of the step itself (the step's time is the last end of these)
-    earlier: np.ndarray  # an event of an earlier step, its tail in this step's window (the step starts at its end)
+    earlier: np.ndarray  # an earlier step's GPU work still running in this step's window (the step starts at its end)
     src: np.ndarray
     dst: np.ndarray
     kind: np.ndarray  # index into REPLAY_EDGES
@@ -285,6 +285,7 @@ def _finish(b: _Builder, dag: StepDAG, table: EventTable, is_thread: np.ndarray,
     host = np.zeros(len(rows), dtype=bool)
     host[:dag.n] = is_thread[table.device[rows[:dag.n]]] & (node_kind[:dag.n] == EVENT)
     graph = ReplayGraph(rows=rows, node_kind=node_kind, group=b.cat(b.group, np.int64), start=start, end=end,
-                        dur=end - start, pre=np.zeros(len(rows)), host=host, own=own, earlier=earlier, src=src, dst=dst, kind=kind,
-                        from_start=kind == REPLAY_EDGES.index(EDGE_LAUNCH), lag=np.zeros(len(src)), skewed=skewed)
+                        dur=end - start, pre=np.zeros(len(rows)), host=host, own=own, earlier=earlier, src=src,
+                        dst=dst, kind=kind, from_start=kind == REPLAY_EDGES.index(EDGE_LAUNCH), lag=np.zeros(len(src)),
+                        skewed=skewed)
     return graph

@@ -17,10 +17,10 @@ CHAIN_LINKS = 8  # the chain's longest links that a step keeps
 def replayed_step_time(graph: ReplayGraph, end: np.ndarray) -> float:
     """The step's time (``end``: measured or replayed): the last end of its own events and of its collectives'
     transfers (communication moved off the compute's dependencies still ends within the step), less the last end
-    of the earlier steps' events in its window, or less the window's start where there are none. Where a step's
-    host waits for the GPU work of the step before (a synchronizing call at its top), the windows overlap, and
-    the time from the previous step's end to this one's is the step's share of the loop: counting from the
-    window's start would count the overlap in both steps."""
+    of the earlier steps' GPU work in its window, or less the window's start where there is none. Where a host
+    runs ahead of its GPU, or waits at the top of a step for the GPU work of the step before, the windows
+    overlap, and the time from the previous step's end to this one's is the step's share of the loop: counting
+    from the window's start would count the overlap in both steps."""
     own = graph.own if graph.own.any() else graph.node_kind == 0
     last = float(end[own | (graph.node_kind == DONE)].max(initial=0.0))
     before = graph.earlier & (end <= last)
