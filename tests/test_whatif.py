@@ -8,6 +8,7 @@ trace of tests/data; changes a replay cannot express, refused in one line with e
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import statistics
 
@@ -209,6 +210,25 @@ def test_a_step_that_first_waits_for_the_previous_steps_gpu_work_is_timed_from_t
     for step in report.steps:  # half the products' time off each step, give or take the other GEMMs (< 0.3 ms)
         saved = step.measured_us / 1e3 - step.predicted_us / 1e3
         assert matmul_ms / 2 <= saved <= matmul_ms / 2 + 0.3, (step.step, saved, matmul_ms)
+
+
+@pytest.mark.parametrize("name", ["kineto-1gpu-v100.json.gz", "kineto-16rank-rank0-a100-cudagraph.json.gz"])
+def test_a_gpu_bound_steps_replayed_time_is_its_profilersteps_length(name):
+    """Two real GPU-bound traces (HTA's): the host runs ahead of the GPU, so each step's window opens while the
+    GPU still runs the step before. The oracle is the trace's own ProfilerStep#N ranges, read from its JSON:
+    once the GPU's queue is full, each lasts the loop's period. Timed from the window's start, the V100's steps
+    were 184 ms, the A100's 376."""
+    with gzip.open(DATA / name, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    marks = {int(e["name"].split("#")[1]): e["dur"] for e in events
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")}
+    report = whatif(load_events(str(DATA / name)), [Change(FAMILY, "GEMM", 1.0)])
+    steps = {s.step: s.measured_us for s in report.steps}
+    assert sorted(steps) == sorted(marks)
+    full = [s for s in sorted(marks)[1:] if marks[s] >= 0.98 * max(marks.values())]  # the queue full
+    assert len(full) >= 3
+    for step in full:
+        assert steps[step] == pytest.approx(marks[step], rel=0.02), (step, steps[step], marks[step])
 
 
 def test_copies_removed_save_what_the_scripts_events_timed_and_a_kind_saves_its_share(capsys):
