@@ -153,6 +153,57 @@ if dist.get_rank() == 0:
 dist.destroy_process_group()
 '''
 
+# A launch-bound step: OPS elementwise kernels on a small tensor, each launched by the host (eager) or all of
+# them replayed from one CUDA graph (graph); an optimizer step of one parameter marks the step.
+LAUNCH_SCRIPT = r'''
+import json, sys, time
+import torch
+
+clock_path, steps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+OPS = 200
+device = torch.device("cuda")
+weight = torch.nn.Parameter(torch.zeros(1, device=device))
+optimizer = torch.optim.SGD([weight], lr=0.1)
+weight.grad = torch.ones_like(weight)
+x = torch.randn(4096, device=device)
+
+
+def work():
+    for _ in range(OPS):
+        x.mul_(0.999).add_(0.001)
+
+
+graph = None
+if mode == "graph":
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        work()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        work()
+records = []
+for step in range(steps):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    if graph is not None:
+        graph.replay()
+    else:
+        work()
+    optimizer.step()
+    end.record()
+    torch.cuda.synchronize()
+    records.append({"step": step, "wall_ms": (time.perf_counter() - start) * 1e3, "step_ms": begin.elapsed_time(end)})
+with open(clock_path, "w") as f:
+    json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "mode": mode,
+               "kernels_per_step": 2 * OPS, "steps": records}, f, indent=1)
+'''
+LAUNCH_MODES = ("eager", "graph")
+LAUNCH_CHANGES = (("graph-launch", ("--graph-launch",)), ("fix-PF007", ("--fix", "PF007")))
+
 STEPS, SKIP, WINDOW = 10, 3, 4
 # runs really changed, each with the replay that predicts it from the base run
 VARIANTS = (("fewer-matmuls", ("--scale", "aten::matmul=0.4")), ("no-copies", ("--no-copies",)),
@@ -197,6 +248,40 @@ def run(out: Path) -> None:
                  "--devices", "1", "--warmup", "5", "--batches", "10", log=log)
         done = _rnnprof("comm", str(out / "builtin"), "--json", log=log)
         (out / "builtin-comm.json").write_text(done.stdout)
+
+
+def run_launch(out: Path) -> None:
+    """The launch-bound step, eager and from a CUDA graph, each under rnnprof trace; the eager run replayed with
+    its launches replaced by a graph launch."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "launch.py").write_text(LAUNCH_SCRIPT)
+    with open(out / "log.txt", "a") as log:
+        for mode in LAUNCH_MODES:
+            _rnnprof("trace", "--out", str(out / f"launch-{mode}"), "--force", "--steps", str(WINDOW),
+                     "--skip-steps", str(SKIP), "--", sys.executable, str(out / "launch.py"),
+                     str(out / f"clock-launch-{mode}.json"), str(STEPS), mode, log=log)
+        for name, change in LAUNCH_CHANGES:
+            done = _rnnprof("whatif", str(out / "launch-eager"), *change, "--json", log=log)
+            (out / f"whatif-launch-{name}.json").write_text(done.stdout)
+
+
+def compare_launch(out: Path) -> None:
+    eager, graph = (_step_ms(out / f"clock-launch-{mode}.json") for mode in LAUNCH_MODES)
+    if eager is None or graph is None:
+        print("7. launches: no figures (see log.txt)")
+        return
+    print(f"7. a launch-bound step (the script's clock, median): eager {eager:.3f} ms, from a CUDA graph "
+          f"{graph:.3f} ms ({graph - eager:+.3f})")
+    for name, change in LAUNCH_CHANGES:
+        median = (_json(out / f"whatif-launch-{name}.json") or {}).get("median") or {}
+        if not median.get("replayed_us"):
+            print(f"  {' '.join(change)}: no figures (see log.txt)")
+            continue
+        change_ms = (median["predicted_us"] - median["replayed_us"]) / 1e3
+        predicted = eager + change_ms
+        print(f"  {' '.join(change)} on the eager run: replay {median['replayed_us'] / 1e3:.3f} -> "
+              f"{median['predicted_us'] / 1e3:.3f} ms ({change_ms:+.3f}), so {predicted:.3f} ms, error "
+              f"{100 * (predicted - graph) / graph:+.1f} % against the graph run")
 
 
 def _json(path: Path):
@@ -321,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, nargs="?", help="folder for the runs, the JSON and the log (default: a "
                                                              "new temporary folder, kept)")
     parser.add_argument("--compare", action="store_true", help="only print the table of an OUT made before")
+    parser.add_argument("--launch-only", action="store_true", help="only the launch-bound step (section 7)")
     parser.add_argument("--cpu", action="store_true", help="run the same flow where there is no GPU (gloo, fp32, "
                                                            "wall clocks): a check of the script, not of rnnprof")
     args = parser.parse_args(argv)
@@ -335,8 +421,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         args.out = args.out or Path(tempfile.mkdtemp(prefix="rnnprof-gpu-checks-"))
         print(f"runs, JSON and log in {args.out}")
-        run(args.out)
-    compare(args.out)
+        if not args.launch_only:
+            run(args.out)
+        if torch.cuda.is_available():
+            run_launch(args.out)
+    if not args.launch_only:
+        compare(args.out)
+    compare_launch(args.out)
     return 0
 
 
