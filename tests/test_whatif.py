@@ -15,7 +15,8 @@ import statistics
 import pytest
 
 from fixtures import FIXTURES as DATA
-from rnnprof.analyzers.replay import COMM, DELAY, FAMILY, NO_SYNCS, OVERLAP, SCALE, TOLERANCE_PCT, Change, whatif
+from rnnprof.analyzers.replay import (COMM, DELAY, FAMILY, GRAPH_LAUNCH, NO_SYNCS, OVERLAP, SCALE, TOLERANCE_PCT, Change,
+                                     whatif)
 from rnnprof.cli import main
 from rnnprof.events import Device, EventTableBuilder, Kind
 from rnnprof.traces import load_events
@@ -269,6 +270,22 @@ def test_a_replay_of_the_h200_base_run_predicts_the_run_really_changed(run, chan
     median = json.loads(capsys.readouterr().out)["median"]
     predicted = (median["predicted_us"] - median["replayed_us"]) / 1e3
     assert abs(predicted - (changed - base)) <= 0.05 * base, (run, predicted, changed - base)
+
+
+def test_a_graph_launch_replayed_on_a_launch_bound_step_saves_about_what_a_cuda_graph_really_saved():
+    """benchmarks/gpu_checks.py's launch-bound step on an H200: 400 elementwise kernels of about 1 us, each issued
+    by the host (eager, ~10 us apart), or all replayed from one CUDA graph, each run under rnnprof trace; the
+    oracle is each script's clock over its untraced steps (7-9: a traced step carries the profiler's cost, more
+    so in a graph, whose kernels it traces one by one). A graph does away with the launch calls and with the
+    dispatch that issues each kernel; the share of the step left is compared, as the traced and untraced steps'
+    lengths differ. Keeping the host's dispatch, the replay left 58 % of the step where the graph left 15 %."""
+    clocks = json.loads((DATA / "h200-launch-clocks.json").read_text())
+    untraced = {mode: statistics.median(r["step_ms"] for r in clocks[mode]["steps"] if r["step"] >= 7)
+                for mode in ("eager", "graph")}
+    left = untraced["graph"] / untraced["eager"]
+    report = whatif(load_events(str(DATA / "kineto-h200-launch-eager.json.gz")), [Change(GRAPH_LAUNCH)])
+    predicted = statistics.median(s.predicted_us / s.replayed_us for s in report.steps)
+    assert abs(predicted - left) <= 0.10, (predicted, left, untraced)
 
 
 def test_gemms_scaled_shorten_a_gpu_step_by_at_most_their_share():

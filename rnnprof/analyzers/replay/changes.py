@@ -333,7 +333,8 @@ def _no_syncs(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
 
 def _graph_launch(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     """Kernels follow each other on their stream, launched at once: only each stream's first kernel of the
-    window waits for its launch; launch calls take no time; the gaps between kernels go."""
+    window waits for its launch; launch calls take no time, nor does the host work before each but a thread's
+    first (the dispatch that issues a kernel); the gaps between kernels go."""
     g, t = knobs.graph, sg.table
     launch = g.edge_kind(EDGE_LAUNCH) & knobs.keep
     if not launch.any():
@@ -345,7 +346,14 @@ def _graph_launch(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int
     first[order[np.concatenate([[True], lane[order][1:] != lane[order][:-1]])]] = True
     idx = np.flatnonzero(launch)
     knobs.keep[idx[~first]] = False
-    knobs.dur[np.unique(g.src[launch])] = 0.0
+    calls = np.unique(g.src[launch])
+    knobs.dur[calls] = 0.0
+    # the host work before each launch (the framework's dispatch that issues the kernel) is not done for a graph's
+    # kernels either: only the first launch of each thread keeps the work before it
+    thread = t.device[g.rows[calls]].astype(np.int64) * (int(t.lane.max(initial=0)) + 1) + t.lane[g.rows[calls]]
+    by_time = np.lexsort((g.start[calls], thread))
+    later = np.concatenate([[False], thread[by_time][1:] == thread[by_time][:-1]])
+    knobs.pre[calls[by_time[later]]] = 0.0
     gpu = np.zeros(g.size, dtype=bool)
     gpu[targets] = True
     on_lane = g.edge_kind(EDGE_LANE) & gpu[g.dst]
