@@ -530,3 +530,18 @@ def test_copy_churn_names_each_kind_that_costs_the_step_and_replays_its_removal_
     for finding in churn.values():
         assert finding.severity == Severity.WARNING and finding.saving_basis.startswith("replay")
         assert 0.4 * copies_ms <= finding.saving_us / 1000 <= 0.55 * copies_ms, (finding.evidence, copies_ms)
+
+
+def test_a_finding_whose_fix_alone_the_replay_finds_worth_little_is_no_alarm():
+    """The H200's launch-bound step (benchmarks/gpu_checks.py): 200 aten::mul_ and 200 aten::add_ a step, each
+    issued by the host. mul_'s host time beyond its kernels (about 1.5 ms of a 4.7 ms step) is an error by its
+    bound, but fixed alone it buys nothing: add_'s launches still come one by one and set the pace. The replay
+    says so, and the finding falls to info; the graph launch, which removes both, stays the alarm."""
+    table = load_events(str(FIXTURES / "kineto-h200-launch-eager.json.gz"))
+    replayed = replayed_savings(audit(table), Replayer(table))
+    (mul,) = [f for f in replayed.findings if f.rule == "PF006" and f.subject.op == "aten::mul_"]
+    assert mul.evidence["bound_ms"] > 0.25 * replayed.noise.median_us / 1000  # an error by its bound
+    assert mul.severity == Severity.INFO and mul.evidence["severity_by_bound"] == "error"
+    assert mul.saving_us < 0.05 * replayed.noise.median_us
+    (graphs,) = [f for f in replayed.findings if f.rule == "PF007"]
+    assert graphs.severity == Severity.ERROR and graphs.saving_us > 0.5 * replayed.noise.median_us

@@ -9,6 +9,7 @@ import dataclasses
 import statistics
 
 from rnnprof.analyzers.audit.finding import Finding, Severity
+from rnnprof.analyzers.audit.judge import WARNING_PCT
 from rnnprof.analyzers.audit.registry import AuditResult, rank_key
 from rnnprof.analyzers.audit.top_fixes import TopFixes
 from rnnprof.analyzers.replay.analysis import Replayer
@@ -75,7 +76,12 @@ def replayed_audit(result: AuditResult, replayer: Replayer) -> tuple[AuditResult
                     "bound_basis": f.saving_basis, "replayed": "; ".join(c.describe() for c in changes)}
         bound = "" if f.saving_us is None else f"; the rule's bound: {f.saving_us / 1000:.3f} ms"
         basis = f"{REPLAY_BASIS} of its fix ({evidence['replayed']}){bound}"
-        replayed = dataclasses.replace(f, saving_us=replay_saving_us(report), saving_basis=basis, evidence=evidence)
+        saving = replay_saving_us(report)
+        severity = f.severity
+        if severity >= Severity.WARNING and 100 * saving < WARNING_PCT * result.noise.median_us:
+            severity = Severity.INFO  # fixed alone it buys too little to be an alarm: another cause hides it
+            evidence["severity_by_bound"] = f.severity.label
+        replayed = dataclasses.replace(f, saving_us=saving, saving_basis=basis, evidence=evidence, severity=severity)
         findings.append(replayed)
         fixes[id(replayed)] = changes
     findings.sort(key=rank_key)
