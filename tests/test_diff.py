@@ -464,3 +464,24 @@ def test_pair_devices_same_label_first_then_by_role_in_rank_order():
                      ("rank2/gpu:1", "rank0/gpu:0"), ("rank10/gpu:0", "rank1/gpu:3"),  # rank order, not text order
                      ("rank2/host", "rank0/host")}
     assert (None, "rank5/gpu:0") in {(x, y.label) for x, y in pair_devices([], [Device("gpu", 0, "rank5")])}
+
+
+def test_the_step_time_is_the_hosts_profilersteps_not_the_gpus_annotation(capsys):
+    """rnnprof's H200 captures (benchmarks/gpu_checks.py): Kineto gives the window's first ProfilerStep#N a GPU
+    annotation too (``gpu_user_annotation``) that spans the whole window, 41 ms for steps of 10. The headline's
+    step time is the mean of the host's markers (``user_annotation``), read here from each file's JSON."""
+    def host_marks_ms(name):
+        with gzip.open(FIXTURES / name, "rt") as f:
+            events = json.load(f)["traceEvents"]
+        marks = [e["dur"] for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                 and str(e.get("name", "")).startswith("ProfilerStep#")]
+        gpu = [e["dur"] for e in events if e.get("cat") == "gpu_user_annotation"
+               and str(e.get("name", "")).startswith("ProfilerStep#")]
+        assert gpu and max(gpu) > 3 * max(marks)  # the GPU's one spans the window
+        return float(np.mean(marks)) / 1000
+
+    a, b = "kineto-h200-whatif-base.json.gz", "kineto-h200-whatif-no-copies.json.gz"
+    assert main(["diff", str(FIXTURES / a), str(FIXTURES / b)]) == 0
+    head = re.search(r"Step time: A ([\d.]+) ms, B ([\d.]+) ms", capsys.readouterr().out)
+    assert head and float(head.group(1)) == pytest.approx(host_marks_ms(a), abs=0.001)
+    assert float(head.group(2)) == pytest.approx(host_marks_ms(b), abs=0.001)

@@ -207,7 +207,10 @@ def step_marker_periods(table: EventTable | None) -> np.ndarray:
         if match:
             numbers[code] = int(match.group(1))
     step_of = numbers[table.name]
-    rows = (step_of >= 0) & (table.kind == Kind.ANNOTATION)
+    on_host = np.array([d.kind != "gpu" for d in table.devices] or [True], dtype=bool)
+    # a GPU's own ProfilerStep#N annotation marks when the GPU ran the step's work (Kineto can give the first
+    # step's one the whole window's span), not the step
+    rows = (step_of >= 0) & (table.kind == Kind.ANNOTATION) & on_host[table.device]
     known = table.steps()
     if len(known):
         rows &= np.isin(step_of, known)
