@@ -60,6 +60,7 @@ class StepDAG:
         edges.extend(*self._dependency_edges(dependencies))
         self._gloo_edges(edges)
         src, dst, kind = edges.arrays()
+        self.earlier = self._earlier_gpu_work(dst[kind == EDGE_KINDS.index(EDGE_LAUNCH)])
         join_key = self._join_collectives(src, dst, kind, self._collective_groups(dependencies))
         # node times: entries are zero-length at their member's start
         self.n_start = np.concatenate([self.start, self.start[self.entry_of]])
@@ -85,10 +86,27 @@ class StepDAG:
         limit = we - ws
         self.end = np.maximum(np.where(end > limit + EPS_US, limit, end), self.start)
         self.own = t.step[rows] == self.step
-        # a previous step's GPU work still running in the window: a device runs its queue in order, so this step's
-        # device work (and a host call that waits for it) begins after it; a host thread's tail (gloo's) does not
-        gpu = np.array([d.kind == "gpu" for d in t.devices] or [False], dtype=bool)
-        self.earlier = (t.step[rows] >= 0) & (t.step[rows] < self.step) & gpu[t.device[rows]]
+
+    def _earlier_gpu_work(self, launched: np.ndarray) -> np.ndarray:
+        """The GPU work of earlier steps still running in the window (``launched``: the nodes whose launch is in
+        it). A device runs its queue in order, so this step's device work, and a host call that waits for it,
+        begin after it; a host thread's tail (gloo's) runs beside the step and is not counted. Work of no step
+        that was launched before the window (its launch is not in it) and starts on its stream before this step's
+        first work there is a tail too: the step before the trace's first step, whose launches it does not hold."""
+        t, rows = self.tt.table, self.rows
+        gpu = self.tt.is_gpu[t.device[rows].astype(np.int64)]
+        step = t.step[rows]
+        earlier = gpu & (step >= 0) & (step < self.step)
+        mine = gpu & self.own
+        if mine.any():
+            lane = t.device[rows].astype(np.int64) * self.tt.lane_max + t.lane[rows]
+            _, lane = np.unique(lane, return_inverse=True)
+            first = np.full(int(lane.max()) + 1, np.inf)
+            np.minimum.at(first, lane[mine], self.start[mine])  # each stream's first work of this step
+            outside = np.ones(self.n, dtype=bool)
+            outside[launched[launched < self.n]] = False
+            earlier |= gpu & (step < 0) & outside & (self.start < first[lane])
+        return earlier
 
     def _lane_edges(self, edges: _Edges) -> None:
         """Lane order: each event to the first event of its lane that starts once it has ended."""
