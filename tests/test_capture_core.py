@@ -315,6 +315,23 @@ def test_writer_manifest_lists_written_files(tmp_path):
     assert set(manifest["versions"]) == {"rnnprof", "tensorflow", "python"}
 
 
+def test_an_interrupt_between_a_timeline_in_place_and_its_step_leaves_them_agreeing(tmp_path):
+    """An interrupt can land after a step's timeline was renamed into place and before the step was recorded
+    (a fresh clone's run of tests/test_interrupt.py once listed timelines of steps 2-5 beside traced steps 2-4):
+    the run's end lists the timeline and the step both."""
+    stats, _ = _two_device_step()
+    writer = RunWriter(tmp_path / "run", command=["rnnprof", "trace"])
+    writer.write_step(2, NS(step_stats=stats, partition_graphs=[], SerializeToString=lambda: b"rm"))
+    writer.write_step(3, NS(step_stats=stats, partition_graphs=[], SerializeToString=lambda: b"rm"))
+    writer.manifest["traced_steps"].remove(3)  # as if interrupted before step 3 was recorded
+    writer.manifest["captured"]["timelines"].remove("timelines/step-3.trace.json.gz")
+    writer.finish(rundir.STATUS_INTERRUPTED)
+    manifest = json.loads((writer.path / rundir.MANIFEST).read_text())
+    assert manifest["traced_steps"] == [2, 3]
+    assert manifest["captured"]["timelines"] == ["timelines/step-2.trace.json.gz", "timelines/step-3.trace.json.gz"]
+    assert rundir.timeline_step("step-12.trace.json.gz") == 12 and rundir.timeline_step("step-x.trace.json.gz") is None
+
+
 def test_session_config_in_the_manifest_is_read_from_the_config_proto():
     from tensorflow.core.protobuf import config_pb2
 

@@ -46,6 +46,13 @@ def timeline_name(step: int) -> str:
     return f"step-{step}.trace.json.gz"
 
 
+def timeline_step(name: str) -> int | None:
+    """The step of a file named as ``timeline_name`` names it, else None."""
+    head, _, rest = name.partition("-")
+    number = rest.removesuffix(".trace.json.gz")
+    return int(number) if head == "step" and rest != number and number.isdigit() else None
+
+
 def torch_trace_name(rank: int) -> str:
     """Rank ``rank``'s Kineto trace in ``TORCH_TRACES_DIR``."""
     return f"rank{rank}.json.gz"

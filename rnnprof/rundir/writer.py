@@ -193,12 +193,16 @@ class RunWriter:
         """List the artifacts that are in place but not yet in the manifest.
 
         An interrupt (Ctrl-C, SIGTERM) can land after a file was renamed into place and before it was
-        recorded; every artifact is complete once in place (atomic writes), so the manifest lists it.
+        recorded; every artifact is complete once in place (atomic writes), so the manifest lists it, and a
+        step's timeline in place makes the step one of the traced steps.
         """
         for kind, pattern in _ARTIFACTS:
             for path in sorted(self.path.glob(pattern)):
                 if path.is_file() and not path.name.startswith("."):
                     self._add(kind, path)
+        traced = self.manifest["traced_steps"]  # a step whose timeline is in place was traced, listed or not
+        found = {rundir.timeline_step(Path(rel).name) for rel in self.manifest["captured"].get("timelines", [])}
+        traced.extend(sorted(s for s in found - set(traced) if s is not None))
 
     # -- artifacts -------------------------------------------------------------------------------
 
