@@ -3,7 +3,7 @@
 A small DDP training script (written here; nccl on CUDA, gloo where there is none) runs under
 ``rnnprof trace -- python -m torch.distributed.run --nproc-per-node 1``. Each step it does, in order:
 
-* ``MATMULS`` bf16 matrix products of ``N``x``N`` by ``N``x``N``, timed together by a pair of CUDA events;
+* five bf16 matrix products of 8192x8192 by 8192x8192, timed together by a pair of CUDA events;
 * a host-to-device and a device-to-host copy of a pinned buffer, and a device-to-device copy;
 * one replay of a CUDA graph (``torch.cuda.graphs``) of a few elementwise kernels;
 * a DDP forward and backward of a two-layer bf16 MLP (DDP's gradient all-reduce);
@@ -21,11 +21,13 @@ Then rnnprof's commands run on the run directory and the figures are set side by
 4. memory: the device's peak per step against ``max_memory_allocated``;
 5. hang: the same script made to stop in a collective-free sleep after a few steps, under ``--hang-after``,
    so the flight recorder's dump goes through the nccl backend;
-
 6. whatif: the script run again, each under ``rnnprof trace``, with 2 matrix products instead of 5, without
    the copies, without the HtoD copy, and with a 3 ms host sleep before the products; the replay of the base
    run with the same change (``--scale aten::matmul=0.4``, ``--no-copies``, ``--no-copies HtoD``,
    ``--delay rank0=3@^aten::matmul$``) against the change really measured (the script's median step);
+7. a launch-bound step (400 elementwise kernels of about 1 µs) run eager and replayed from one CUDA graph, each
+   under ``rnnprof trace``: ``whatif --graph-launch`` and ``--fix PF007`` on the eager run against the graph
+   run (``--launch-only``: this alone);
 
 and the built-in torch RNNLM (``trace --framework torch --devices 1``, nccl where there is a GPU) is captured.
 
