@@ -328,6 +328,8 @@ def test_json_says_which_step_time_is_measured_and_which_predicted(capsys):
     (["--fix", "PF003"], "several causes"),
     (["--fix", "PF999"], "no audit rule"),
     ([], "no change given"),
+    (["--no-copies", "HtoX"], "no copy kind 'HtoX'"),
+    (["--fix", "PF004:HtoX"], "no copy kind 'HtoX'"),
     (["--scale", "aten::mm"], "expected OP=F"),
     (["--scale", "no::such_op=0.5"], "no event or operator named"),
     (["--even-host", "rank7"], "no rank 'rank7'"),

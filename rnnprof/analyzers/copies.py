@@ -184,19 +184,16 @@ class CopyReport:
         }
 
 
-def _kind_of_strings(table: EventTable) -> np.ndarray:
-    """Copy-kind index (into ``COPY_KINDS``) of every string code; ``other`` for strings that say none."""
+def copy_kind_of_rows(table: EventTable, rows: np.ndarray | None = None) -> np.ndarray:
+    """The copy kind of each row (of ``rows``; every row by default), as an index into ``COPY_KINDS``: its op
+    type's where that says one (TF: MEMCPYHtoD), else its name's, else ``other``. Only the strings those rows
+    name are read."""
     other = COPY_KINDS.index("other")
-    return np.array([COPY_KINDS.index(k) if (k := copy_kind(s)) else other for s in table.strings] or [other],
-                    dtype=np.int64)
-
-
-def copy_kind_of_rows(table: EventTable) -> np.ndarray:
-    """Each row's copy kind, as an index into ``COPY_KINDS``: its op type's where that says one (TF: MEMCPYHtoD),
-    else its name's, else ``other``."""
-    kinds = _kind_of_strings(table)
-    other = COPY_KINDS.index("other")
-    return np.where(kinds[table.op_type] != other, kinds[table.op_type], kinds[table.name])
+    op_type, name = (table.op_type, table.name) if rows is None else (table.op_type[rows], table.name[rows])
+    kind_of = np.full(max(len(table.strings), 1), other, dtype=np.int64)
+    codes = np.unique(np.concatenate([op_type, name]))
+    kind_of[codes] = [COPY_KINDS.index(k) if (k := copy_kind(table.strings[c])) else other for c in codes.tolist()]
+    return np.where(kind_of[op_type] != other, kind_of[op_type], kind_of[name])
 
 
 def count_copies(table: EventTable | None, reason: str = "") -> CopyReport:
@@ -248,9 +245,8 @@ def exposed_copies(table: EventTable) -> dict[tuple[str, str, int], StepCopies]:
     launcher = launchers(table)
     steps, in_steps, step_index = _work_steps(table, launcher)
     _, gpu_kernel = kernel_masks(table)
-    kinds = _kind_of_strings(table)
     other = COPY_KINDS.index("other")
-    kind_of = np.where(kinds[table.op_type] != other, kinds[table.op_type], kinds[table.name])
+    kind_of = copy_kind_of_rows(table)
     copies = np.flatnonzero((table.kind == Kind.MEMCPY) & in_steps & (kind_of != other))
     pageable = np.array([bool(PAGEABLE.search(text)) for text in table.strings] or [False])[table.name]
     kernels = np.flatnonzero(gpu_kernel)

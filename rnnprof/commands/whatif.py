@@ -9,10 +9,10 @@ import re
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, INEXPRESSIBLE, NO_COPIES,
-                                     NO_SYNCS, OVERLAP, SCALE, Change, ChangeError, whatif)
+from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, INEXPRESSIBLE, NO_SYNCS,
+                                     OVERLAP, SCALE, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
-from rnnprof.analyzers.replay.fixes import REMOVABLE_COPIES, fix_changes
+from rnnprof.analyzers.replay.fixes import copies_removed, fix_changes
 from rnnprof.analyzers.flops import FAMILIES
 from rnnprof.analyzers.replay.job import JobNames, scanned_names
 from rnnprof.commands import job_flags, left_out_notes, step_flags
@@ -131,10 +131,11 @@ def _stated(args: argparse.Namespace) -> list[Change]:
     if args.comm is not None:
         changes.append(Change(COMM, "", args.comm))
     if args.no_copies is not None:
-        if args.no_copies and args.no_copies not in REMOVABLE_COPIES:
-            raise UsageError(f"--no-copies {args.no_copies}: no copy kind of that name (expected one of "
-                             f"{', '.join(REMOVABLE_COPIES)}, or none for every copy)")
-        changes.append(Change(NO_COPIES, args.no_copies))
+        try:
+            changes.append(copies_removed(args.no_copies, f"--no-copies {args.no_copies}",
+                                          "or none for every copy"))
+        except ChangeError as exc:
+            raise UsageError(str(exc)) from None
     flags = ((args.overlap_comm, OVERLAP), (args.no_syncs, NO_SYNCS), (args.graph_launch, GRAPH_LAUNCH))
     return changes + [Change(kind) for on, kind in flags if on]
 

@@ -16,6 +16,7 @@ numbering (``traced_steps``, ``profiled_steps``): docs/run-directory.md.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 MANIFEST = "manifest.json"
@@ -46,11 +47,13 @@ def timeline_name(step: int) -> str:
     return f"step-{step}.trace.json.gz"
 
 
+_TIMELINE = re.compile(r"step-(\d+)\.trace\.json\.gz$")
+
+
 def timeline_step(name: str) -> int | None:
-    """The step of a file named as ``timeline_name`` names it, else None."""
-    head, _, rest = name.partition("-")
-    number = rest.removesuffix(".trace.json.gz")
-    return int(number) if head == "step" and rest != number and number.isdigit() else None
+    """The step of a timeline's file (its name or path, as ``timeline_name`` names it), else None."""
+    found = _TIMELINE.search(name)
+    return int(found.group(1)) if found else None
 
 
 def torch_trace_name(rank: int) -> str:

@@ -12,7 +12,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import re
 import socket
 import sys
 from pathlib import Path
@@ -27,7 +26,6 @@ from rnnprof.events import Manifest
 from rnnprof import rundir
 from rnnprof.paths import broken
 
-_TIMELINE = re.compile(r"step-(\d+)\.trace\.json\.gz$")
 
 
 def now() -> str:
@@ -108,7 +106,7 @@ def listed_timelines(path: Path, manifest: Manifest) -> list[Path]:
         elif isinstance(value, list):
             for v in value:
                 walk(v, key)
-        elif isinstance(value, str) and _TIMELINE.search(value):
+        elif isinstance(value, str) and rundir.timeline_step(value) is not None:
             names.add(str(Path(rundir.TIMELINES_DIR) / Path(value).name))
         elif is_step(value) and key in ("traced_steps", "trace_steps"):
             names.add(str(Path(rundir.TIMELINES_DIR) / rundir.timeline_name(value)))
@@ -116,7 +114,7 @@ def listed_timelines(path: Path, manifest: Manifest) -> list[Path]:
     walk(manifest.as_dict())
     if not names:
         names = {str(p.relative_to(path)) for p in (path / rundir.TIMELINES_DIR).glob("step-*.trace.json.gz")}
-    return sorted((path / n for n in names), key=lambda p: int(_TIMELINE.search(p.name).group(1)))
+    return sorted((path / n for n in names), key=lambda p: rundir.timeline_step(p.name))
 
 
 def listed_torch_traces(path: Path, manifest: Manifest) -> list[Path]:

@@ -201,7 +201,7 @@ class RunWriter:
                 if path.is_file() and not path.name.startswith("."):
                     self._add(kind, path)
         traced = self.manifest["traced_steps"]  # a step whose timeline is in place was traced, listed or not
-        found = {rundir.timeline_step(Path(rel).name) for rel in self.manifest["captured"].get("timelines", [])}
+        found = {rundir.timeline_step(rel) for rel in self.manifest["captured"].get("timelines", [])}
         traced.extend(sorted(s for s in found - set(traced) if s is not None))
 
     # -- artifacts -------------------------------------------------------------------------------

@@ -302,7 +302,8 @@ def _copies(sg: StepGraph, kind: str = "") -> np.ndarray:
     """The step's copies and memsets; ``kind``: its copies of that kind alone (HtoD, DtoH, DtoD, PtoP, HtoH)."""
     copies = sg.is_event & np.isin(sg.cls, [EventClass.MEMCPY, EventClass.MEMSET]) & (sg.graph.node_kind == EVENT)
     if kind:
-        copies &= copy_kind_of_rows(sg.table)[sg.graph.rows] == COPY_KINDS.index(kind)
+        found = np.flatnonzero(copies)
+        copies[found] = copy_kind_of_rows(sg.table, sg.graph.rows[found]) == COPY_KINDS.index(kind)
     return copies
 
 
@@ -350,7 +351,7 @@ def _graph_launch(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int
     knobs.dur[calls] = 0.0
     # the host work before each launch (the framework's dispatch that issues the kernel) is not done for a graph's
     # kernels either: only the first launch of each thread keeps the work before it
-    thread = t.device[g.rows[calls]].astype(np.int64) * (int(t.lane.max(initial=0)) + 1) + t.lane[g.rows[calls]]
+    (thread,) = _thread_keys(t, g.rows[calls])
     by_time = np.lexsort((g.start[calls], thread))
     later = np.concatenate([[False], thread[by_time][1:] == thread[by_time][:-1]])
     knobs.pre[calls[by_time[later]]] = 0.0

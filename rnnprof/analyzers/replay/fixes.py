@@ -27,6 +27,15 @@ _SYNC_SUBJECTS = ("sync", "syncs")
 REMOVABLE_COPIES = tuple(k for k in COPY_KINDS if k != "other")  # the kinds a copy removal can name
 
 
+def copies_removed(kind: str, said: str, otherwise: str) -> Change:
+    """Every device copy removed, or those of ``kind`` alone; ``said``: the flag as given, ``otherwise``: what
+    else it takes, for the error of a kind that is none."""
+    if kind and kind not in REMOVABLE_COPIES:
+        raise ChangeError(f"{said}: no copy kind {kind!r} (expected one of {', '.join(REMOVABLE_COPIES)}, "
+                          f"{otherwise})")
+    return Change(NO_COPIES, kind)
+
+
 def fix_changes(text: str, table: EventTable) -> list[Change]:
     """The changes of ``--fix RULE[:SUBJECT]`` on ``table`` (PF006 on ranks without a GPU is about tiny
     operators, whose fix is fusion). Raises ``Inexpressible`` for a rule the replay cannot express."""
@@ -45,10 +54,7 @@ def fix_changes(text: str, table: EventTable) -> list[Change]:
     if rule == "PF004":
         if subject.lower() in _SYNC_SUBJECTS:
             return [Change(NO_SYNCS)]
-        if subject and subject not in REMOVABLE_COPIES:
-            raise ChangeError(f"--fix {text}: no copy kind {subject!r} (expected one of "
-                              f"{', '.join(REMOVABLE_COPIES)}, or syncs)")
-        return [Change(NO_COPIES, subject)]
+        return [copies_removed(subject, f"--fix {text}", "or syncs")]
     if rule == "PF005":
         return [Change(EVEN_INPUT, subject)]
     if rule == "PF006":
