@@ -27,9 +27,16 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::F
 
 
 def hta_figures(trace_dir: Path, *, include_last_step: bool) -> dict[int, dict[str, float]]:
+    from hta.common.trace import Trace
     from hta.trace_analysis import TraceAnalysis
 
-    analysis = TraceAnalysis(trace_dir=str(trace_dir), include_last_profiler_step=include_last_step)
+    # TraceAnalysis(trace_dir) parses the ranks in a pool forked from this process, which runs other modules'
+    # threads (TensorFlow's, a chart converter's): a fork can inherit a lock one of them holds, and the pool's
+    # worker then hangs. The same parse, in this process:
+    trace = Trace(trace_dir=str(trace_dir))
+    trace.load_traces(include_last_step, use_multiprocessing=False)
+    analysis = TraceAnalysis.__new__(TraceAnalysis)
+    analysis.t = trace
     breakdown = analysis.get_temporal_breakdown(visualize=False).set_index("rank")
     overlap = analysis.get_comm_comp_overlap(visualize=False).set_index("rank")
     return {

@@ -26,6 +26,15 @@ def tiny(devices=2, variable_update="replicated", **changes) -> TorchOptions:
                                                    "optimizer": "adam", "learning_rate": 1e-2, **changes}))
 
 
+AGENT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")  # the elastic agent's default TORCHELASTIC_SIGNALS_TO_HANDLE
+
+
+def handlers() -> dict:
+    import signal
+
+    return {name: signal.getsignal(getattr(signal, name)) for name in AGENT_SIGNALS}
+
+
 def crash_on_rank_1(job):
     """A worker whose rank 1 fails before it joins the group; rank 0 waits for it until stopped."""
     from rnnprof.training.torch_ddp import rank_main
@@ -39,7 +48,11 @@ def crash_on_rank_1(job):
 def test_ddp_replicas_hold_identical_parameters_and_independent_replicas_diverge():
     from rnnprof.training.torch_ddp import run_ranks
 
+    before = handlers()
     replicated = run_ranks(tiny(batches=2), return_parameters=True)
+    # the agent's handlers (raising SignalException) are gone again: left in place, a SIGTERM to this process, or
+    # to a child it forks (a multiprocessing pool's worker), raised instead of stopping it
+    assert handlers() == before
     independent = run_ranks(tiny(batches=2, variable_update="independent"), return_parameters=True)
     for results in (replicated, independent):
         assert [r["rank"] for r in results] == [0, 1]
@@ -85,9 +98,10 @@ def test_a_crashing_rank_is_named_in_one_line_and_nothing_is_left_running(capfd,
     from rnnprof.training.torch_ddp import run_ranks
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    steps = []
+    steps, before = [], handlers()
     with pytest.raises(RankFailed) as failed:
         run_ranks(tiny(), worker=crash_on_rank_1, on_step=lambda *step: steps.append(step))
+    assert handlers() == before
     message = str(failed.value)
     assert "\n" not in message and "rank 1 of 2 failed" in message and "planted failure on rank 1" in message
     assert failed.value.exit_code not in (0, 3)

@@ -16,9 +16,11 @@ import contextlib
 import dataclasses
 import logging
 import os
+import signal
 import statistics
 import sys
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -222,6 +224,25 @@ def _workers_stderr():
 
 
 @contextlib.contextmanager
+def _signal_handlers_kept():
+    """The agent installs its own handler (one raising ``SignalException``) for each signal in
+    ``TORCHELASTIC_SIGNALS_TO_HANDLE`` and never puts the previous one back: in the process that called rnnprof
+    they would go on raising after the run, and its forked children (a ``multiprocessing`` pool) would catch
+    the SIGTERM that should stop them. The handlers come back as they were."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    listed = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT").split(",")
+    signums = {getattr(signal, name.strip(), None) for name in listed} - {None}
+    previous = {signum: signal.getsignal(signum) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
 def _temporary_files_in(folder: str):
     """Temporary files made meanwhile go to ``folder``: torch.multiprocessing names each worker's error file in
     the temporary directory and leaves the file of a failed worker there (pytorch-errorfile-*.pickle)."""
@@ -282,7 +303,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
         # The workers' own output goes to files: a failure is reported from its error file, once, and the
         # KeyboardInterrupt every worker gets on Ctrl-C is not N tracebacks (see _workers_stderr).
         with tempfile.TemporaryDirectory(prefix="rnnprof-torch-") as logs, _temporary_files_in(logs), \
-                _quiet_agent(), _workers_stderr() as held:
+                _quiet_agent(), _signal_handlers_kept(), _workers_stderr() as held:
             if on_step is not None:
                 job = dataclasses.replace(job, step_logs=os.path.join(logs, "steps"))
                 os.mkdir(job.step_logs)
