@@ -4,7 +4,8 @@ the CPU, one step per ``optimizer.step()``, and each rank's own clock of its ste
 A job script builds its batches and its model and calls ``train``; ``--clock DIR`` makes every rank write
 ``DIR/rank<r>.json``: ``{"rank", "step_s": [duration of each step by time.perf_counter, from one step's start
 to the next's], "thread_cpu_s": [the training thread's CPU time in each step, by time.thread_time]}``, and
-``extra_s`` where the job times a planted operator of its own. The training thread's CPU time leaves out what
+``extra_s`` where the job times a planted operator of its own (``extra_cpu_s``: the training thread's CPU time in
+it, where the job gives one). The training thread's CPU time leaves out what
 other processes take of the cores (and the rank's other threads: gloo's, the capture's compression), so a fault
 that is the rank's own work costs the same in it on a busy machine as on an idle one. The step time the benchmark compares is the median of a rank's steps after ``--warmup``.
 """
@@ -66,7 +67,9 @@ def train(torch, model, batches, rank: int, clock: Path | None, before_backward=
     """Train ``model`` (wrapped in DDP here) on ``batches`` (an iterable of token tensors), one optimizer step
     each; ``before_backward(step)`` runs between the forward pass and the backward pass (what it returns, a
     duration in seconds or None, goes to the clock's ``extra_s``), ``before_forward(step)`` and
-    ``after_step(step)`` at a step's start and after its optimizer step."""
+    ``after_step(step)`` at a step's start and after its optimizer step (what ``after_step`` returns, where
+    ``before_backward`` gave none, goes to ``extra_s``; a pair ``(wall, cpu)`` to ``extra_s`` and
+    ``extra_cpu_s``)."""
     import torch.distributed as dist
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
@@ -82,13 +85,13 @@ def train(torch, model, batches, rank: int, clock: Path | None, before_backward=
             before_forward(step)
         logits = model(tokens[:, :-1])
         loss = loss_fn(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
-        if before_backward is not None:
-            extra.append(before_backward(step))
+        timed = before_backward(step) if before_backward is not None else None
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         if after_step is not None:
-            after_step(step)
+            timed = after_step(step) if timed is None else timed
+        extra.append(timed)
     dist.barrier()
     starts.append(time.perf_counter())
     cpu.append(time.thread_time())
@@ -97,7 +100,9 @@ def train(torch, model, batches, rank: int, clock: Path | None, before_backward=
         durations = [b - a for a, b in zip(starts, starts[1:])]
         record = {"rank": rank, "step_s": durations, "thread_cpu_s": [b - a for a, b in zip(cpu, cpu[1:])]}
         if any(e is not None for e in extra):
-            record["extra_s"] = extra
+            record["extra_s"] = [e[0] if isinstance(e, tuple) else e for e in extra]
+        if any(isinstance(e, tuple) for e in extra):
+            record["extra_cpu_s"] = [e[1] if isinstance(e, tuple) else None for e in extra]
         (clock / f"rank{rank}.json").write_text(json.dumps(record))
     dist.destroy_process_group()
 
