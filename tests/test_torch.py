@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from io import StringIO
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,6 +43,47 @@ def crash_on_rank_1(job):
     if os.environ["RANK"] == "1":
         raise RuntimeError("planted failure on rank 1")
     return rank_main(job)
+
+
+def deaf_to_interrupts(job):
+    """A worker that ignores SIGINT and SIGTERM, as one blocked in C++ (gloo's connect) does, says so in a file
+    of RNNPROF_TEST_DEAF_DIR and waits forever."""
+    import signal
+    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    (Path(os.environ["RNNPROF_TEST_DEAF_DIR"]) / f"rank{os.environ['RANK']}").touch()
+    while True:
+        time.sleep(1)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_worker_that_ignores_it_within_seconds(monkeypatch, tmp_path):
+    """Torch's agent waits 30 s for a worker to exit before SIGKILL; a run that captures nothing waits
+    SHUTDOWN_S."""
+    import signal
+    import time
+
+    from rnnprof.training.torch_ddp import SHUTDOWN_S, run_ranks
+
+    monkeypatch.setenv("RNNPROF_TEST_DEAF_DIR", str(tmp_path))
+    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
+    interrupted_at = []
+
+    def interrupt_when_both_ignore_it():
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("rank*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        interrupted_at.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_both_ignore_it, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_ranks(tiny(), worker=deaf_to_interrupts)
+    took = time.monotonic() - interrupted_at[0]
+    assert SHUTDOWN_S <= took < SHUTDOWN_S + 10, took  # torch's own wait: 30 s
+    assert left_running(grace_s=5.0) == {}
 
 
 @pytest.mark.slow

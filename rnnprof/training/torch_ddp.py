@@ -279,6 +279,19 @@ def _failure_summary(failure) -> tuple[str, str]:
     return text, last
 
 
+SHUTDOWN_S = 5  # how long an interrupted run's worker that captures nothing has to exit before SIGKILL
+
+
+def _shutdown_timeout(capture: CaptureWindow | None) -> int | None:
+    """Seconds the agent gives each worker to exit once interrupted, before SIGKILL (None: torch's own, 30 s, or
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT). A worker blocked in C++ (gloo's connect, while its peer is already gone)
+    never sees the interrupt, and a run that captures nothing has nothing to write on the way out; a capture
+    keeps the time to write its window."""
+    if capture is not None or "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" in os.environ:
+        return None
+    return SHUTDOWN_S
+
+
 def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_main,
               return_parameters: bool = False, capture: CaptureWindow | None = None,
               on_step: StepCallback | None = None) -> list[dict]:
@@ -310,7 +323,8 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
             launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes,
                                   run_id=f"rnnprof-{uuid.uuid4().hex}", rdzv_backend="c10d",
                                   rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
-                                  start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL))
+                                  start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL),
+                                  shutdown_timeout=_shutdown_timeout(capture))
             with follow_steps(job.step_logs, processes, on_step):
                 results = elastic_launch(launch, worker)(job)
             held["keep"] = True
