@@ -292,6 +292,17 @@ def _shutdown_timeout(capture: CaptureWindow | None) -> int | None:
     return SHUTDOWN_S
 
 
+def _launch_config(processes: int, logs: str, capture: CaptureWindow | None):
+    """The elastic agent's configuration: ``processes`` local workers, spawned, their output in ``logs``."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=f"rnnprof-{uuid.uuid4().hex}",
+                        rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
+                        start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL),
+                        shutdown_timeout=_shutdown_timeout(capture))
+
+
 def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_main,
               return_parameters: bool = False, capture: CaptureWindow | None = None,
               on_step: StepCallback | None = None) -> list[dict]:
@@ -299,10 +310,9 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     rank also profiles a window of steps after its timed ones, see ``rank_main``; ``on_step``: called in
     this process once per warm-up and timed step when every rank has finished it, see ``torch_progress``)."""
     import_torch("--framework torch")
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
     from rnnprof.models.torch.rnnlm import lm_data
 
@@ -320,11 +330,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
             if on_step is not None:
                 job = dataclasses.replace(job, step_logs=os.path.join(logs, "steps"))
                 os.mkdir(job.step_logs)
-            launch = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes,
-                                  run_id=f"rnnprof-{uuid.uuid4().hex}", rdzv_backend="c10d",
-                                  rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
-                                  start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL),
-                                  shutdown_timeout=_shutdown_timeout(capture))
+            launch = _launch_config(processes, logs, capture)
             with follow_steps(job.step_logs, processes, on_step):
                 results = elastic_launch(launch, worker)(job)
             held["keep"] = True
