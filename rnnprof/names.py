@@ -38,6 +38,7 @@ STEP_CPU = "step_cpu"  # {"warmup": [{"process_s", "host_busy_s"}, ...], "timed"
 # events discarded); the steps during which the window's trace was exported and compressed.
 RANK_STEP_SECONDS = "step_seconds"
 RANK_STEP_CPU_SECONDS = "step_cpu_seconds"  # each step's CPU seconds of the rank's process (all its threads)
+RANK_STEP_THREAD_CPU_SECONDS = "step_thread_cpu_seconds"  # each step's CPU seconds of the thread that ends the steps
 RANK_PROFILER_WARMUP_STEPS = "profiler_warmup_steps"
 RANK_EXPORT_STEPS = "export_steps"
 

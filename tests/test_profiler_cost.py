@@ -59,8 +59,11 @@ SELECTS = [("aten::lstm", 0, 3000)] + [op for k in range(200) for op in
                                        (("aten::select", 3000 + 15 * k, 10), ("aten::as_strided", 3001 + 15 * k, 2))]
 
 
-def _pf006(table, seconds, traced):
-    job = AuditInput(events=table, manifest=Manifest.from_dict({"ranks": [_record(0, seconds, traced)]}))
+def _pf006(table, seconds, traced, thread_cpu=None):
+    record = _record(0, seconds, traced)
+    if thread_cpu is not None:
+        record[names.RANK_STEP_THREAD_CPU_SECONDS] = list(thread_cpu)
+    job = AuditInput(events=table, manifest=Manifest.from_dict({"ranks": [record]}))
     (finding,) = [f for f in audit(job).findings if f.rule == "PF006"]
     return finding
 
@@ -77,6 +80,29 @@ def test_pf006_takes_the_profilers_share_of_each_step_off_the_tiny_operators_tim
     assert finding.evidence["recorded_ops_in_tiny_per_step"] == 400
     assert finding.evidence["profiler_us_per_op"] == {"rank0": pytest.approx(2_000 / 401, abs=1e-3)}
     assert "less the profiler's cost" in finding.saving_basis
+
+
+def test_pf006_measures_the_profilers_share_in_the_training_threads_cpu_time_where_the_capture_has_it():
+    # Load came after the window: the untraced steps took 20 ms of wall (twice the traced 10), so by wall time
+    # the profiler cost nothing and the whole 2,995 µs would stay. The training thread's CPU time: traced steps
+    # 8 ms, untraced 6 ms, so the profiler is 25% of a traced step: 749 µs of the tiny time. The other bound,
+    # the 400 recorded operators at 2 ms / 401 operators a step, stretched by the step's wall over its CPU time
+    # (10 / 8): 2,494 µs. 2,995 - 748.75 = 2,246.25 µs.
+    seconds = [0.1] + [0.010] * 4 + [0.020] * 4
+    thread_cpu = [0.1] + [0.008] * 4 + [0.006] * 4
+    finding = _pf006(_table(SELECTS, [1, 2, 3, 4]), seconds, [1, 2, 3, 4], thread_cpu)
+    assert finding.saving_us == pytest.approx(2_995 - 0.25 * 2_995)
+    assert finding.evidence["profiler_cost_by"] == "the training thread's CPU time"
+    rank0 = finding.evidence["profiler_cost_per_rank"]["rank0"]
+    assert rank0["profiler_ms_per_step"] == 0 and rank0["profiler_thread_cpu_ms_per_step"] == pytest.approx(2.0)
+    assert "the training thread's CPU time" in finding.saving_basis
+    # the same steps without the thread's clock (an older capture): by wall time, nothing is taken off
+    assert _pf006(_table(SELECTS, [1, 2, 3, 4]), seconds, [1, 2, 3, 4]).saving_us == pytest.approx(2_995)
+    # a heavier profiler, 75% of the thread's traced step (2 ms untraced): 0.75 x 2,995 = 2,246 µs, against the
+    # operators' bound 400 x 6 ms / 401 x 10 / 8 = 7,481 µs; the smaller goes
+    heavy = [0.1] + [0.008] * 4 + [0.002] * 4
+    finding = _pf006(_table(SELECTS, [1, 2, 3, 4]), seconds, [1, 2, 3, 4], heavy)
+    assert finding.saving_us == pytest.approx(2_995 - min(0.75 * 2_995, 400 * 6_000 / 401 * 1.25))
 
 
 def test_pf006_takes_off_no_more_than_the_recorded_operators_cost():

@@ -5,7 +5,10 @@ rank's record (``TorchCapture.step_times``) times every step the capture saw, in
 
 * untraced steps: all but the trace's, step 0, the profiler's warm-up step and the steps during which any rank
   exported its trace (ranks that exchange gradients wait for each other);
-* the cost per step = median traced step - median untraced step (0 where negative), in wall and CPU time;
+* the cost per step = median traced step - median untraced step (0 where negative), in wall time, the
+  process's CPU time and the training thread's CPU time (the thread that ends the steps, where the profiler
+  records its operators; captures that predate this field have none): the last moves least with the load of
+  other processes and threads (the trace's compression runs beside the untraced steps after the window);
 * per recorded operator: that cost over the median number of the rank's ``cpu_op`` per traced step.
 
 With fewer than ``MIN_UNTRACED`` untraced steps, or no record of the steps' times, the cost is unknown and
@@ -37,8 +40,11 @@ class RankProfilerCost:
     untraced_median_us: float | None = None
     traced_cpu_median_us: float | None = None
     untraced_cpu_median_us: float | None = None
+    traced_thread_cpu_median_us: float | None = None
+    untraced_thread_cpu_median_us: float | None = None
     ops_per_traced_step: float | None = None
     traced_step_us: dict = field(default_factory=dict)
+    traced_thread_cpu_us: dict = field(default_factory=dict)
     unknown: str | None = None
 
     @property
@@ -56,6 +62,21 @@ class RankProfilerCost:
         return max(self.traced_cpu_median_us - self.untraced_cpu_median_us, 0.0)
 
     @property
+    def step_thread_cpu_cost_us(self) -> float | None:
+        """The same in the training thread's CPU time."""
+        if self.traced_thread_cpu_median_us is None or self.untraced_thread_cpu_median_us is None:
+            return None
+        return max(self.traced_thread_cpu_median_us - self.untraced_thread_cpu_median_us, 0.0)
+
+    @property
+    def per_op_thread_cpu_us(self) -> float | None:
+        """The profiler's cost per recorded host operator in the training thread's CPU time (µs)."""
+        cost = self.step_thread_cpu_cost_us
+        if cost is None or not self.ops_per_traced_step:
+            return None
+        return cost / self.ops_per_traced_step
+
+    @property
     def per_op_us(self) -> float | None:
         """The profiler's cost per recorded host operator (µs of wall time)."""
         cost = self.step_cost_us
@@ -70,6 +91,9 @@ class RankProfilerCost:
                 "traced_cpu_median_ms": _ms(self.traced_cpu_median_us),
                 "untraced_cpu_median_ms": _ms(self.untraced_cpu_median_us),
                 "profiler_cpu_ms_per_step": _ms(self.step_cpu_cost_us),
+                "traced_thread_cpu_median_ms": _ms(self.traced_thread_cpu_median_us),
+                "untraced_thread_cpu_median_ms": _ms(self.untraced_thread_cpu_median_us),
+                "profiler_thread_cpu_ms_per_step": _ms(self.step_thread_cpu_cost_us),
                 "ops_per_traced_step": self.ops_per_traced_step,
                 "profiler_us_per_op": None if self.per_op_us is None else round(self.per_op_us, 3),
                 "unknown": self.unknown}
@@ -91,8 +115,8 @@ def rank_cost(worker: str, record: dict, table: EventTable | None, exporting: se
     if not isinstance(seconds, list) or not all(_is_seconds(s) for s in seconds):
         return RankProfilerCost(worker, unknown="its record has no time for each step (a capture older than this "
                                                 "field, or none)")
-    cpu = record.get(names.RANK_STEP_CPU_SECONDS)
-    cpu = cpu if isinstance(cpu, list) and len(cpu) == len(seconds) and all(map(_is_seconds, cpu)) else None
+    cpu, thread = (_per_step(record.get(key), len(seconds))
+                   for key in (names.RANK_STEP_CPU_SECONDS, names.RANK_STEP_THREAD_CPU_SECONDS))
     traced = sorted(s for s in _steps(record.get("steps")) if s < len(seconds))
     left_out = {0, *traced, *exporting, *_steps(record.get(names.RANK_PROFILER_WARMUP_STEPS)),
                 *_steps(record.get(names.RANK_EXPORT_STEPS))}
@@ -109,9 +133,17 @@ def rank_cost(worker: str, record: dict, table: EventTable | None, exporting: se
     return dataclasses.replace(
         counted, traced_median_us=median(seconds, traced), untraced_median_us=median(seconds, untraced),
         traced_cpu_median_us=median(cpu, traced) if cpu else None,
-        untraced_cpu_median_us=median(cpu, untraced) if cpu else None, ops_per_traced_step=ops,
+        untraced_cpu_median_us=median(cpu, untraced) if cpu else None,
+        traced_thread_cpu_median_us=median(thread, traced) if thread else None,
+        untraced_thread_cpu_median_us=median(thread, untraced) if thread else None, ops_per_traced_step=ops,
         traced_step_us={i: seconds[i] * 1e6 for i in traced},
+        traced_thread_cpu_us={i: thread[i] * 1e6 for i in traced} if thread else {},
         unknown=None if ops else "the trace holds none of its host operators in its traced steps")
+
+
+def _per_step(values, steps: int) -> list | None:
+    """``values`` where it is a time in seconds for each of ``steps`` steps, else None."""
+    return values if isinstance(values, list) and len(values) == steps and all(map(_is_seconds, values)) else None
 
 
 def _ops_per_step(table: EventTable | None, worker: str, steps: list[int]) -> float | None:

@@ -67,7 +67,7 @@ class TorchCapture:
         self._export_error: BaseException | None = None
         self.profile_memory = bool(profile_memory)
         self._baseline: dict | None = None
-        self._step_ends: list[tuple[float, float]] = []  # (perf_counter, process_time) at each step()
+        self._step_ends: list[tuple[float, float, float]] = []  # (perf_counter, process_time, thread_time) at each step()
         self._export_span: list[float] = []  # perf_counter as the export began and as it ended (step_times)
         self._exported_at = 0.0  # perf_counter as Kineto's export ended (set by _export, before the thread starts)
         activities = [ProfilerActivity.CPU]
@@ -83,7 +83,7 @@ class TorchCapture:
         if self.skip_steps == 0:
             self._baseline = window_baseline(torch)
         self._nvtx = NvtxSpan("step 0")
-        self._began = (time.perf_counter(), time.process_time())
+        self._began = _clocks()
 
     # -- the training loop's calls -------------------------------------------------------------------
 
@@ -96,7 +96,7 @@ class TorchCapture:
     def step(self) -> None:
         """End the current step and begin the next (call after each optimizer step); after ``close()`` it only
         records the step's times."""
-        self._step_ends.append((time.perf_counter(), time.process_time()))
+        self._step_ends.append(_clocks())
         self._done += 1
         if self._closed:
             return
@@ -135,13 +135,15 @@ class TorchCapture:
 
     def step_times(self) -> dict:
         """``{names.RANK_STEP_SECONDS: [each step's wall seconds], names.RANK_STEP_CPU_SECONDS: [its CPU seconds,
-        all the process's threads], names.RANK_PROFILER_WARMUP_STEPS: [the step the profiler warmed up in, where
+        all the process's threads], names.RANK_STEP_THREAD_CPU_SECONDS: [its CPU seconds in the thread that ends
+        the steps, the training loop's, where the profiler records its operators], names.RANK_PROFILER_WARMUP_STEPS: [the step the profiler warmed up in, where
         there was one], names.RANK_EXPORT_STEPS: [the steps that overlap the export of the window's trace, from
         Kineto's export to the compressed file in place, or to the end of Kineto's export where the compression
         runs at nice 19]}``."""
         bounds = [self._began, *self._step_ends]
         seconds = [round(b[0] - a[0], 6) for a, b in zip(bounds, bounds[1:])]
         cpu = [round(b[1] - a[1], 6) for a, b in zip(bounds, bounds[1:])]
+        thread_cpu = [round(b[2] - a[2], 6) for a, b in zip(bounds, bounds[1:])]
         exporting = []
         if self._export_span:
             start = self._export_span[0]
@@ -149,6 +151,7 @@ class TorchCapture:
             exporting = [i for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if a[0] < end and b[0] > start]
         warmup = [self.skip_steps - 1] if self.skip_steps >= 1 and self._done >= self.skip_steps else []
         return {names.RANK_STEP_SECONDS: seconds, names.RANK_STEP_CPU_SECONDS: cpu,
+                names.RANK_STEP_THREAD_CPU_SECONDS: thread_cpu,
                 names.RANK_PROFILER_WARMUP_STEPS: warmup, names.RANK_EXPORT_STEPS: exporting}
 
     def facts(self) -> dict:
@@ -263,6 +266,11 @@ class BlockCompression:
             os.unlink(self.scratch)
         except OSError:
             pass
+
+
+def _clocks() -> tuple[float, float, float]:
+    """Now by the wall clock, the process's CPU time and the calling thread's CPU time (seconds)."""
+    return time.perf_counter(), time.process_time(), time.thread_time()
 
 
 def background_priority() -> bool:

@@ -185,8 +185,18 @@ def _profiler_costs(ctx: AuditContext, workers: set) -> tuple[dict | None, dict]
 def _net_of_profiler(total: float, recorded: int, cost, step: int) -> float:
     """``total`` µs of tiny operators in ``step``, holding ``recorded`` recorded operators, less the profiler's
     cost in it: the step's excess over the rank's median untraced step, in the tiny operators' share of the
-    step's time, and no more than the recorded operators' cost (``recorded`` x the cost per operator)."""
+    step's time, and no more than the recorded operators' cost (``recorded`` x the cost per operator).
+
+    By the training thread's CPU time where the record has it: the share is the step's CPU time less the median
+    untraced step's, over the step's, and an operator's cost is stretched by the step's wall time over its CPU
+    time (the time other processes took of the core meanwhile). By wall time otherwise, which moves with the
+    load: an untraced step twice as long as the traced ones leaves the profiler's cost in the figure."""
+    thread_us = cost.traced_thread_cpu_us.get(step)
     step_us = cost.traced_step_us.get(step, cost.traced_median_us)
+    if thread_us and cost.per_op_thread_cpu_us is not None:
+        share = max(0.0, 1.0 - cost.untraced_thread_cpu_median_us / thread_us)
+        per_op = cost.per_op_thread_cpu_us * max(1.0, step_us / thread_us)
+        return total - min(recorded * per_op, total * share)
     share = max(0.0, 1.0 - cost.untraced_median_us / step_us) if step_us > 0 else 0.0
     return total - min(recorded * cost.per_op_us, total * share)
 
@@ -199,7 +209,9 @@ def _profiler_evidence(found: dict, steps: list[int], costs: dict | None, descri
                 "profiler_cost_per_rank": described}
     chosen = [max(found[s], key=lambda t: t.net_us) for s in steps if found.get(s)]
     removed = [t.total_us - t.net_us for t in chosen]
+    by_thread = all(c.per_op_thread_cpu_us is not None for c in costs.values())
     return {"profiler_ms_in_tiny_per_step": round(float(np.median(removed)) / 1000, 3),
+            "profiler_cost_by": "the training thread's CPU time" if by_thread else "wall time",
             "recorded_ops_in_tiny_per_step": int(np.median([t.recorded for t in chosen])),
             "profiler_us_per_op": {w: round(c.per_op_us, 3) for w, c in costs.items()},
             "profiler_cost_per_rank": described}
@@ -212,8 +224,8 @@ def _tiny_finding(ctx: AuditContext, busiest: _TinyStep, saving: float, gross: f
     device = table.devices[busiest.code]
     net = "profiler_ms_in_tiny_per_step" in profiler
     basis = ("less the profiler's cost in it: the step's excess over the rank's median untraced step (the "
-             "capture's clock), in the tiny operators' share of the step, at most the operators recorded in them "
-             "times the profiler's cost per operator" if net else
+             f"capture's clock, {profiler.get('profiler_cost_by')}), in the tiny operators' share of the step, at "
+             "most the operators recorded in them times the profiler's cost per operator" if net else
              "the profiler's cost of recording each operator included (unknown here: profiler_cost_per_rank says "
              "why)")
     suffix = "" if net else ", the profiler's cost included"
