@@ -50,39 +50,27 @@ class RankProfilerCost:
     @property
     def step_cost_us(self) -> float | None:
         """What the profiler adds to a step: median traced step - median untraced step, at least 0."""
-        if self.traced_median_us is None or self.untraced_median_us is None:
-            return None
-        return max(self.traced_median_us - self.untraced_median_us, 0.0)
+        return _excess(self.traced_median_us, self.untraced_median_us)
 
     @property
     def step_cpu_cost_us(self) -> float | None:
         """The same in CPU time: median traced step's CPU time - median untraced one's, at least 0."""
-        if self.traced_cpu_median_us is None or self.untraced_cpu_median_us is None:
-            return None
-        return max(self.traced_cpu_median_us - self.untraced_cpu_median_us, 0.0)
+        return _excess(self.traced_cpu_median_us, self.untraced_cpu_median_us)
 
     @property
     def step_thread_cpu_cost_us(self) -> float | None:
         """The same in the training thread's CPU time."""
-        if self.traced_thread_cpu_median_us is None or self.untraced_thread_cpu_median_us is None:
-            return None
-        return max(self.traced_thread_cpu_median_us - self.untraced_thread_cpu_median_us, 0.0)
-
-    @property
-    def per_op_thread_cpu_us(self) -> float | None:
-        """The profiler's cost per recorded host operator in the training thread's CPU time (µs)."""
-        cost = self.step_thread_cpu_cost_us
-        if cost is None or not self.ops_per_traced_step:
-            return None
-        return cost / self.ops_per_traced_step
+        return _excess(self.traced_thread_cpu_median_us, self.untraced_thread_cpu_median_us)
 
     @property
     def per_op_us(self) -> float | None:
         """The profiler's cost per recorded host operator (µs of wall time)."""
-        cost = self.step_cost_us
-        if cost is None or not self.ops_per_traced_step:
-            return None
-        return cost / self.ops_per_traced_step
+        return _per_op(self.step_cost_us, self.ops_per_traced_step)
+
+    @property
+    def per_op_thread_cpu_us(self) -> float | None:
+        """The profiler's cost per recorded host operator in the training thread's CPU time (µs)."""
+        return _per_op(self.step_thread_cpu_cost_us, self.ops_per_traced_step)
 
     def as_dict(self) -> dict:
         return {"worker": self.worker, "traced_steps": self.traced_steps, "untraced_steps": self.untraced_steps,
@@ -139,6 +127,14 @@ def rank_cost(worker: str, record: dict, table: EventTable | None, exporting: se
         traced_step_us={i: seconds[i] * 1e6 for i in traced},
         traced_thread_cpu_us={i: thread[i] * 1e6 for i in traced} if thread else {},
         unknown=None if ops else "the trace holds none of its host operators in its traced steps")
+
+
+def _excess(traced: float | None, untraced: float | None) -> float | None:
+    return None if traced is None or untraced is None else max(traced - untraced, 0.0)
+
+
+def _per_op(step_cost: float | None, ops: float | None) -> float | None:
+    return None if step_cost is None or not ops else step_cost / ops
 
 
 def _per_step(values, steps: int) -> list | None:
