@@ -5,9 +5,9 @@ A job script builds its batches and its model and calls ``train``; ``--clock DIR
 ``DIR/rank<r>.json``: ``{"rank", "step_s": [duration of each step by time.perf_counter, from one step's start
 to the next's], "thread_cpu_s": [the training thread's CPU time in each step, by time.thread_time]}``, and
 ``extra_s`` where the job times a planted operator of its own (``extra_cpu_s``: the training thread's CPU time in
-it, where the job gives one). The training thread's CPU time leaves out what
-other processes take of the cores (and the rank's other threads: gloo's, the capture's compression), so a fault
-that is the rank's own work costs the same in it on a busy machine as on an idle one. The step time the benchmark compares is the median of a rank's steps after ``--warmup``.
+it, where the job gives one). The training thread's CPU time leaves out what other processes take of the cores
+(and the rank's other threads: gloo's, the capture's compression), so a fault that is the rank's own work costs
+about the same in it on a busy machine as on an idle one. The step time the benchmark compares is the median of a rank's steps after ``--warmup``.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class TorchCapture:
         self._export_error: BaseException | None = None
         self.profile_memory = bool(profile_memory)
         self._baseline: dict | None = None
-        self._step_ends: list[tuple[float, float, float]] = []  # (perf_counter, process_time, thread_time) at each step()
+        self._step_ends: list[tuple[float, float, float]] = []  # _clocks() at each step()
         self._export_span: list[float] = []  # perf_counter as the export began and as it ended (step_times)
         self._exported_at = 0.0  # perf_counter as Kineto's export ended (set by _export, before the thread starts)
         activities = [ProfilerActivity.CPU]
@@ -136,8 +136,9 @@ class TorchCapture:
     def step_times(self) -> dict:
         """``{names.RANK_STEP_SECONDS: [each step's wall seconds], names.RANK_STEP_CPU_SECONDS: [its CPU seconds,
         all the process's threads], names.RANK_STEP_THREAD_CPU_SECONDS: [its CPU seconds in the thread that ends
-        the steps, the training loop's, where the profiler records its operators], names.RANK_PROFILER_WARMUP_STEPS: [the step the profiler warmed up in, where
-        there was one], names.RANK_EXPORT_STEPS: [the steps that overlap the export of the window's trace, from
+        the steps, the training loop's, where the profiler records its operators],
+        names.RANK_PROFILER_WARMUP_STEPS: [the step the profiler warmed up in, where there was one],
+        names.RANK_EXPORT_STEPS: [the steps that overlap the export of the window's trace, from
         Kineto's export to the compressed file in place, or to the end of Kineto's export where the compression
         runs at nice 19]}``."""
         bounds = [self._began, *self._step_ends]
