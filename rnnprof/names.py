@@ -39,6 +39,8 @@ STEP_CPU = "step_cpu"  # {"warmup": [{"process_s", "host_busy_s"}, ...], "timed"
 RANK_STEP_SECONDS = "step_seconds"
 RANK_STEP_CPU_SECONDS = "step_cpu_seconds"  # each step's CPU seconds of the rank's process (all its threads)
 RANK_STEP_THREAD_CPU_SECONDS = "step_thread_cpu_seconds"  # each step's CPU seconds of the thread that ends the steps
+# each step's seconds that thread was ready to run but waited for a core (Linux schedstat; absent elsewhere)
+RANK_STEP_RUNQUEUE_SECONDS = "step_runqueue_seconds"
 RANK_PROFILER_WARMUP_STEPS = "profiler_warmup_steps"
 RANK_EXPORT_STEPS = "export_steps"
 

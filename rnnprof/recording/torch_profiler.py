@@ -67,7 +67,7 @@ class TorchCapture:
         self._export_error: BaseException | None = None
         self.profile_memory = bool(profile_memory)
         self._baseline: dict | None = None
-        self._step_ends: list[tuple[float, float, float]] = []  # _clocks() at each step()
+        self._step_ends: list[tuple] = []  # _clocks() at each step()
         self._export_span: list[float] = []  # perf_counter as the export began and as it ended (step_times)
         self._exported_at = 0.0  # perf_counter as Kineto's export ended (set by _export, before the thread starts)
         activities = [ProfilerActivity.CPU]
@@ -137,6 +137,7 @@ class TorchCapture:
         """``{names.RANK_STEP_SECONDS: [each step's wall seconds], names.RANK_STEP_CPU_SECONDS: [its CPU seconds,
         all the process's threads], names.RANK_STEP_THREAD_CPU_SECONDS: [its CPU seconds in the thread that ends
         the steps, the training loop's, where the profiler records its operators],
+        names.RANK_STEP_RUNQUEUE_SECONDS: [the seconds that thread waited for a core, where Linux says],
         names.RANK_PROFILER_WARMUP_STEPS: [the step the profiler warmed up in, where there was one],
         names.RANK_EXPORT_STEPS: [the steps that overlap the export of the window's trace, from
         Kineto's export to the compressed file in place, or to the end of Kineto's export where the compression
@@ -145,6 +146,9 @@ class TorchCapture:
         seconds = [round(b[0] - a[0], 6) for a, b in zip(bounds, bounds[1:])]
         cpu = [round(b[1] - a[1], 6) for a, b in zip(bounds, bounds[1:])]
         thread_cpu = [round(b[2] - a[2], 6) for a, b in zip(bounds, bounds[1:])]
+        known = all(b[3] is not None for b in bounds)
+        runqueue = {names.RANK_STEP_RUNQUEUE_SECONDS: [round(b[3] - a[3], 6) for a, b in zip(bounds, bounds[1:])]
+                    } if known else {}
         exporting = []
         if self._export_span:
             start = self._export_span[0]
@@ -152,7 +156,7 @@ class TorchCapture:
             exporting = [i for i, (a, b) in enumerate(zip(bounds, bounds[1:])) if a[0] < end and b[0] > start]
         warmup = [self.skip_steps - 1] if self.skip_steps >= 1 and self._done >= self.skip_steps else []
         return {names.RANK_STEP_SECONDS: seconds, names.RANK_STEP_CPU_SECONDS: cpu,
-                names.RANK_STEP_THREAD_CPU_SECONDS: thread_cpu,
+                names.RANK_STEP_THREAD_CPU_SECONDS: thread_cpu, **runqueue,
                 names.RANK_PROFILER_WARMUP_STEPS: warmup, names.RANK_EXPORT_STEPS: exporting}
 
     def facts(self) -> dict:
@@ -269,9 +273,21 @@ class BlockCompression:
             pass
 
 
-def _clocks() -> tuple[float, float, float]:
-    """Now by the wall clock, the process's CPU time and the calling thread's CPU time (seconds)."""
-    return time.perf_counter(), time.process_time(), time.thread_time()
+SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: the thread's ns on a core, ns waiting on a run queue, slices
+
+
+def _clocks() -> tuple[float, float, float, float | None]:
+    """Now by the wall clock, the process's CPU time, the calling thread's CPU time and the time that thread has
+    waited for a core while ready to run (seconds; None where the kernel does not say)."""
+    return time.perf_counter(), time.process_time(), time.thread_time(), _runqueue_s()
+
+
+def _runqueue_s() -> float | None:
+    try:
+        with open(SCHEDSTAT, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def background_priority() -> bool:

@@ -4,8 +4,10 @@ With collectives matched across ranks (``rnnprof.analyzers.collectives``), a ran
 sum over the step's collectives of its start minus the latest other member's start. The rank with the largest
 median lateness is a straggler only when that median is significant (``noise.significance``, with the step
 time's spread and ``CollectivesReport.lateness_floor``). Saving (a bound): the median of its positive lateness. Cause:
-*compute*, *input* (``DataLoader``) or *host gap/untraced time*, whichever explains at least half of it; the
-evidence adds the rank's untraced and compute time on the critical path. See docs/commands/audit.md.
+*waiting for a core* (its training thread was ready but not running, by the run queue times a PyTorch capture
+records on Linux: the machine's load, not the rank's work; info), *compute*, *input* (``DataLoader``) or *host
+gap/untraced time*, whichever explains at least half of it, in that order; the evidence adds the rank's untraced
+and compute time on the critical path. See docs/commands/audit.md.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import re
 
 import numpy as np
 
+from rnnprof import names
+
 from .context import AuditContext
 from .finding import Finding, NotChecked, Severity, Subject
 
@@ -21,6 +25,7 @@ RULE_ID = "PF001"
 TITLE = "Straggling rank at collectives"
 ERROR_PCT = 20.0  # a saving above this share of the step is an error
 INPUT_OP = re.compile(r"DataLoader|dataloader|_next_data|enumerate\(")
+NO_CORE = "waiting for a core"
 
 
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
@@ -46,6 +51,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     cause, cause_figures = _cause(ctx, rank.worker, late)
     step_us = ctx.step_us
     severity = Severity.ERROR if step_us > 0 and 100 * saving / step_us >= ERROR_PCT else Severity.WARNING
+    severity = Severity.INFO if cause == NO_CORE else severity
     device = _device_of(ctx, rank.worker)
     return [Finding(
         rule=RULE_ID, severity=severity,
@@ -63,6 +69,9 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         fix={"compute": "give it less work (batch/sequence lengths per rank) or find what it runs that the others "
                         "do not (count-ops per rank)",
              "input": "prefetch its input (DataLoader num_workers, pin_memory) so it does not wait for data",
+             NO_CORE: "its thread was ready but other threads held the cores: other processes on the machine, or "
+                      "more ranks x threads than cores (torch.set_num_threads, OMP_NUM_THREADS); measure on an "
+                      "otherwise idle machine",
              }.get(cause, "find what its thread does outside the traced operators before the collective "
                           "(sleeps, logging, blocking I/O, Python work): critical-path names it as untraced time"),
     )]
@@ -89,14 +98,36 @@ def _cause(ctx: AuditContext, worker: str, late: dict[int, float]) -> tuple[str,
     extra_compute = float(np.median(extra)) if extra else 0.0
     input_us = _input_us(ctx, worker, steps)
     on_path = _on_path(ctx, worker)
+    waited = _runqueue_excess_us(ctx, worker, steps)
     figures = {"extra_compute_ms_per_step": round(extra_compute / 1000, 3),
                "input_ms_per_step": round(input_us / 1000, 3),
                "critical_path_ms_per_step": {k: round(v / 1000, 3) for k, v in on_path.items()}}
+    if waited is not None:
+        figures["extra_runqueue_ms_per_step"] = round(waited / 1000, 3)
+    if lateness > 0 and waited is not None and waited >= 0.5 * lateness:
+        return NO_CORE, figures
     if lateness > 0 and extra_compute >= 0.5 * lateness:
         return "compute", figures
     if lateness > 0 and input_us >= 0.5 * lateness:
         return "input", figures
     return "host gap/untraced time", figures
+
+
+def _runqueue_excess_us(ctx: AuditContext, worker: str, steps: list[int]) -> float | None:
+    """Median over ``steps`` of the time the rank's training thread waited for a core less the other ranks'
+    median (µs); None unless the run directory records it for the rank and another."""
+    manifest = ctx.placement.manifest
+    waits = {f"rank{r['rank']}": r[names.RANK_STEP_RUNQUEUE_SECONDS] for r in (manifest.ranks if manifest else ())
+             if isinstance(r.get("rank"), int) and _seconds_list(r.get(names.RANK_STEP_RUNQUEUE_SECONDS))}
+    if worker not in waits or len(waits) < 2:
+        return None
+    per = [waits[worker][s] - float(np.median([v[s] for w, v in waits.items() if w != worker]))
+           for s in steps if all(0 <= s < len(v) for v in waits.values())]
+    return float(np.median(per)) * 1e6 if per else None
+
+
+def _seconds_list(values) -> bool:
+    return isinstance(values, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
 def _input_us(ctx: AuditContext, worker: str, steps: list[int]) -> float:
