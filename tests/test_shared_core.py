@@ -36,8 +36,12 @@ def shared(tmp_path_factory) -> Path:
     return out
 
 
-def _stragglers(run: Path) -> list[dict]:
-    return [f for f in diagnosis.audit([run])["findings"] if f["rule"] == "PF001"]
+def _stragglers(run: Path, alarms: list | None = None) -> list[dict]:
+    """PF001's findings on ``run``; ``alarms`` gets every finding at warning or above."""
+    findings = diagnosis.audit([run])["findings"]
+    if alarms is not None:
+        alarms.extend(f for f in findings if f["severity"] in diagnosis.ALARM)
+    return [f for f in findings if f["rule"] == "PF001"]
 
 
 def test_a_rank_waiting_for_its_core_is_named_and_not_an_alarm(shared, tmp_path):
@@ -46,9 +50,11 @@ def test_a_rank_waiting_for_its_core_is_named_and_not_an_alarm(shared, tmp_path)
     # twice its step's CPU time, with 2 busy loops on its core; less where other processes land on rank 0's too
     extra_ms = 1000 * statistics.median(ranks[1][names.RANK_STEP_RUNQUEUE_SECONDS][s]
                                         - ranks[0][names.RANK_STEP_RUNQUEUE_SECONDS][s] for s in ranks[1]["steps"])
-    found = _stragglers(shared)
-    # the ranks' code is the same: whatever straggle the cores make, no alarm about a rank
-    assert not [f for f in found if f["severity"] in diagnosis.ALARM], found
+    alarms = []
+    found = _stragglers(shared, alarms)
+    # the ranks' code is the same: whatever straggle or imbalance the cores make (PF001, PA004 with the wait left
+    # out of a CPU rank's busy time), no alarm about a rank
+    assert not alarms, alarms
     if extra_ms < 10:
         pytest.skip(f"rank 1 waited only {extra_ms:.1f} ms/step more than rank 0 for a core: the machine's other "
                     "load was on both cores, and the planted straggler was not there to be named")

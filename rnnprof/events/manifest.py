@@ -147,6 +147,19 @@ class Manifest:
         return [*self.captured.get("kineto", ()),
                 *(r["trace"] for r in self.ranks if isinstance(r.get("trace"), str))]
 
+    def rank_seconds(self, key: str) -> dict[str, list[float]]:
+        """Each rank's per-step list of seconds under ``key`` (``names.RANK_STEP_*``) by worker name
+        (``rank<r>``); ranks whose list is missing or holds anything but finite times of 0 or more are left
+        out."""
+        found = {}
+        for r in self.ranks:
+            values, rank = r.get(key), r.get("rank")
+            if isinstance(rank, int) and not isinstance(rank, bool) and isinstance(values, list) and all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
+                    for v in values):
+                found[f"rank{rank}"] = [float(v) for v in values]
+        return found
+
     @property
     def rank_memory(self) -> dict[str, RankMemory]:
         """Each rank's ``memory`` record by worker name (``rank<r>``); ranks without one are left out."""

@@ -117,17 +117,12 @@ def _runqueue_excess_us(ctx: AuditContext, worker: str, steps: list[int]) -> flo
     """Median over ``steps`` of the time the rank's training thread waited for a core less the other ranks'
     median (µs); None unless the run directory records it for the rank and another."""
     manifest = ctx.placement.manifest
-    waits = {f"rank{r['rank']}": r[names.RANK_STEP_RUNQUEUE_SECONDS] for r in (manifest.ranks if manifest else ())
-             if isinstance(r.get("rank"), int) and _seconds_list(r.get(names.RANK_STEP_RUNQUEUE_SECONDS))}
+    waits = manifest.rank_seconds(names.RANK_STEP_RUNQUEUE_SECONDS) if manifest is not None else {}
     if worker not in waits or len(waits) < 2:
         return None
     per = [waits[worker][s] - float(np.median([v[s] for w, v in waits.items() if w != worker]))
            for s in steps if all(0 <= s < len(v) for v in waits.values())]
     return float(np.median(per)) * 1e6 if per else None
-
-
-def _seconds_list(values) -> bool:
-    return isinstance(values, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
 def _input_us(ctx: AuditContext, worker: str, steps: list[int]) -> float:

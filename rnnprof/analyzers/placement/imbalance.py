@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rnnprof import names
 from rnnprof.analyzers.device_work import host_operator_devices
 from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, Significance, significance, step_noise
 from rnnprof.events import Device, EventTable
@@ -28,6 +29,8 @@ WARNING_SPREAD = 0.20
 CPU_RANK_MEASURE = ("on ranks without a GPU, busy time is the rank's step window minus its communication "
                     "(rnnprof comm's per-step figures): host operators and untraced host time count, waiting "
                     "in collectives does not; not kernel time as on a GPU")
+RUNQUEUE_MEASURE = ("; nor the time its training thread waited for a core while ready to run (the run queue's, "
+                    "which the capture recorded per step): other processes' load, not the rank's work")
 
 
 def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[PlacementFinding] | NotChecked:
@@ -39,11 +42,21 @@ def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[PlacementF
         kinds = ", ".join(d.label for d in devices) or "none"
         return NotChecked(RULE_ID, f"the trace has one compute device ({kinds}); balance needs at least 2")
     cpu_ranks = host_operator_devices(events) & set(devices)
-    busy = _busy_per_step(events, inp.comm if cpu_ranks else None, devices, cpu_ranks)
+    waits = _runqueue_waits(inp, cpu_ranks)
+    busy = _busy_per_step(events, inp.comm if cpu_ranks else None, devices, cpu_ranks, waits or {})
     spread = _spread(busy)
     if not (spread > threshold).any():
         return []
-    return [_finding(inp, devices, busy, spread, threshold, bool(cpu_ranks))]
+    measure = (CPU_RANK_MEASURE + (RUNQUEUE_MEASURE if waits else "")) if cpu_ranks else None
+    return [_finding(inp, devices, busy, spread, threshold, measure)]
+
+
+def _runqueue_waits(inp: AuditInput, cpu_ranks: set[Device]) -> dict[Device, list[float]] | None:
+    """Each CPU rank's per-step run-queue wait (seconds) where the manifest records one for every CPU rank."""
+    recorded = inp.manifest.rank_seconds(names.RANK_STEP_RUNQUEUE_SECONDS) if inp.manifest is not None else {}
+    if not cpu_ranks or not all(d.worker in recorded for d in cpu_ranks):
+        return None
+    return {d: recorded[d.worker] for d in cpu_ranks}
 
 
 def _compared_devices(inp: AuditInput) -> list[Device]:
@@ -53,18 +66,29 @@ def _compared_devices(inp: AuditInput) -> list[Device]:
     return [d for d in homes if d in inp.events.devices] if len(homes) >= 2 else compute_devices(inp.events)
 
 
-def _busy_per_step(events: EventTable, comm, devices: list[Device], cpu_ranks: set[Device]) -> np.ndarray:
+def _busy_per_step(events: EventTable, comm, devices: list[Device], cpu_ranks: set[Device],
+                   waits: dict[Device, list[float]]) -> np.ndarray:
     """Busy µs, steps x devices: the union of a device's compute intervals in the step, or for a CPU rank its
-    step window less its communication (``_rank_compute``; ``comm``: ``analyze_comm`` of the events)."""
+    step window less its communication (``_rank_compute``; ``comm``: ``analyze_comm`` of the events) and less
+    its training thread's wait for a core in the step where ``waits`` has it (seconds per step)."""
     mask = compute_mask(events)
     by_rank = {d.device: d for d in comm.devices} if cpu_ranks else {}
     busy = []
     for step in step_keys(events):
         sel = in_step(events, step)
         step_events, step_mask = events.select(sel), mask[sel]
-        busy.append([_rank_compute(by_rank.get(d), step) if d in cpu_ranks
-                     else length(busy_intervals(step_events, d, step_mask)) for d in devices])
+        busy.append([max(_rank_compute(by_rank.get(d), step) - _waited_us(waits.get(d), step), 0.0)
+                     if d in cpu_ranks else length(busy_intervals(step_events, d, step_mask)) for d in devices])
     return np.asarray(busy)
+
+
+def _waited_us(waits: list[float] | None, step) -> float:
+    """The run-queue wait of ``step`` (µs; the steps' sum for ``ALL_STEPS``), 0 where not recorded."""
+    if waits is None:
+        return 0.0
+    if step == ALL_STEPS:
+        return sum(waits) * 1e6
+    return waits[step] * 1e6 if isinstance(step, int) and 0 <= step < len(waits) else 0.0
 
 
 def _spread(busy: np.ndarray) -> np.ndarray:
@@ -74,9 +98,9 @@ def _spread(busy: np.ndarray) -> np.ndarray:
 
 
 def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: np.ndarray, threshold: float,
-             cpu_ranks: bool) -> PlacementFinding:
+             measure: str | None) -> PlacementFinding:
     """The imbalance of the steps whose spread is above ``threshold``, the heaviest device against the lightest
-    (by mean busy time); ``cpu_ranks``: some devices are CPU ranks, measured by their windows."""
+    (by mean busy time); ``measure``: how CPU ranks' busy time was measured, where some devices are CPU ranks."""
     over = spread > threshold
     mean = busy.mean(axis=0)
     heaviest, lightest = int(mean.argmax()), int(mean.argmin())
@@ -98,11 +122,11 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
             "busy_us_per_step": {d.label: round(float(m), 1) for d, m in zip(devices, mean)},
             "significance": verdict.as_dict(),
             "confidence": round(verdict.confidence, 3),
-            **({"busy_measure": CPU_RANK_MEASURE} if cpu_ranks else {}),
+            **({"busy_measure": measure} if measure else {}),
         },
         cost_us_per_step=lost,
         cost_basis="busiest device's busy time minus the devices' mean, per step, in unbalanced steps"
-                   + (f"; {CPU_RANK_MEASURE}" if cpu_ranks else ""),
+                   + (f"; {measure}" if measure else ""),
         fix=_fix(inp, devices[heaviest]),
     )
 
