@@ -32,7 +32,7 @@ def shared(tmp_path_factory) -> Path:
     diagnosis._run([diagnosis._python(), "-m", "rnnprof", "trace", "--out", str(out), "--steps",
                     str(diagnosis.DDP_TRACED), "--skip-steps", str(diagnosis.DDP_SKIP), "--",
                     diagnosis._python(), "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                    str(diagnosis.JOBS / "shared_core.py"), "--steps", "14", *diagnosis.REPLAY_SIZE], "shared-core")
+                    str(diagnosis.JOBS / "shared_core.py"), "--steps", "14", "--busy", "3", *diagnosis.REPLAY_SIZE], "shared-core")
     return out
 
 
@@ -47,7 +47,9 @@ def _stragglers(run: Path, alarms: list | None = None) -> list[dict]:
 def test_a_rank_waiting_for_its_core_is_named_and_not_an_alarm(shared, tmp_path):
     ranks = {r["rank"]: r for r in json.loads((shared / "manifest.json").read_text())["ranks"]}
     # the kernel's count of the time rank 1's thread waited for its core beyond rank 0's, per traced step: about
-    # twice its step's CPU time, with 2 busy loops on its core; less where other processes land on rank 0's too
+    # three times its step's CPU time, with 3 busy loops on its core; less where other processes land on rank 0's
+    # too. Beside one busy process 3 loops were named in 3 runs of 3; 2 loops were once within the jitter. Beside
+    # two, the straggle (86 ms a step) was within 3 x the steps' spread (30 ms), and the test says so and skips
     extra_ms = 1000 * statistics.median(ranks[1][names.RANK_STEP_RUNQUEUE_SECONDS][s]
                                         - ranks[0][names.RANK_STEP_RUNQUEUE_SECONDS][s] for s in ranks[1]["steps"])
     alarms = []
