@@ -57,6 +57,25 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=order)
 
 
+WATCHED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"))
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_left_as_found():
+    """A test leaves this process's signal handlers as it found them. A handler left behind outlives the test:
+    an ignored signal is inherited by every process the later tests start, and a Python handler by every child
+    they fork (torch's elastic agent once left one that kept a forked pool worker from stopping)."""
+    before = {signum: signal.getsignal(signum) for signum in WATCHED_SIGNALS}
+    yield
+    changed = {signal.Signals(s).name: (before[s], signal.getsignal(s)) for s in WATCHED_SIGNALS
+               if signal.getsignal(s) != before[s]}
+    for signum, handler in before.items():
+        if signal.getsignal(signum) != handler:
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    if changed:
+        pytest.fail(f"the test changed this process's signal handlers: {changed}", pytrace=False)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_process_left_running():
     """The suite leaves no process behind: at the end, every process it started (children, their
