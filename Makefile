@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/rnnprof scale --model nmt --devices 1,2 --warmup 1 --batches 4
 
-# Two workers (pytest-xdist), each test module on one of them (tests/conftest.py): about 11 minutes on 2 cores.
+# Two workers (pytest-xdist), each test module on one of them (tests/conftest.py): about 11-12 minutes on 2 cores.
 # TEST_WORKERS=auto uses every core; TEST_WORKERS=0 runs in this process, one test after another.
 # The suite starts ~600 Python processes: with PYTHONDONTWRITEBYTECODE set, each one compiled rnnprof's modules
 # from source again, and each worker rewrote every test module's asserts. The bytecode goes to __pycache__.
