@@ -67,11 +67,11 @@ def signal_handlers_left_as_found():
     they fork (torch's elastic agent once left one that kept a forked pool worker from stopping)."""
     before = {signum: signal.getsignal(signum) for signum in WATCHED_SIGNALS}
     yield
-    changed = {signal.Signals(s).name: (before[s], signal.getsignal(s)) for s in WATCHED_SIGNALS
-               if signal.getsignal(s) != before[s]}
+    changed = {}
     for signum, handler in before.items():
         if signal.getsignal(signum) != handler:
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            changed[signal.Signals(signum).name] = (handler, signal.getsignal(signum))
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)  # put back for the next test
     if changed:
         pytest.fail(f"the test changed this process's signal handlers: {changed}", pytrace=False)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rnnprof import names
-from rnnprof.events import EventTable, Kind, Manifest
+from rnnprof.events import EventTable, Kind, Manifest, seconds_per_step
 
 MIN_UNTRACED = 3  # untraced steps a rank needs for its median to be worth comparing
 
@@ -99,8 +99,8 @@ def profiler_cost(table: EventTable | None, manifest: Manifest | None) -> dict[s
 def rank_cost(worker: str, record: dict, table: EventTable | None, exporting: set = frozenset()) -> RankProfilerCost:
     """The profiler cost of the rank whose record is ``record`` and whose events in ``table`` are ``worker``'s;
     ``exporting``: steps during which another rank exported its trace, left out of the untraced ones too."""
-    seconds = record.get(names.RANK_STEP_SECONDS)
-    if not isinstance(seconds, list) or not all(_is_seconds(s) for s in seconds):
+    seconds = seconds_per_step(record.get(names.RANK_STEP_SECONDS))
+    if seconds is None:
         return RankProfilerCost(worker, unknown="its record has no time for each step (a capture older than this "
                                                 "field, or none)")
     cpu, thread = (_per_step(record.get(key), len(seconds))
@@ -139,7 +139,8 @@ def _per_op(step_cost: float | None, ops: float | None) -> float | None:
 
 def _per_step(values, steps: int) -> list | None:
     """``values`` where it is a time in seconds for each of ``steps`` steps, else None."""
-    return values if isinstance(values, list) and len(values) == steps and all(map(_is_seconds, values)) else None
+    values = seconds_per_step(values)
+    return values if values is not None and len(values) == steps else None
 
 
 def _ops_per_step(table: EventTable | None, worker: str, steps: list[int]) -> float | None:
@@ -160,7 +161,3 @@ def _ms(value: float | None) -> float | None:
 def _steps(value) -> list[int]:
     return [v for v in value if isinstance(v, int) and not isinstance(v, bool) and v >= 0] \
         if isinstance(value, list) else []
-
-
-def _is_seconds(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and bool(np.isfinite(value))

@@ -21,7 +21,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from rnnprof.events.manifest import Manifest, ManifestDevice, ManifestStepCpu, ManifestStepTimes, StepCpuTime
+from rnnprof.events.manifest import (Manifest, ManifestDevice, ManifestStepCpu, ManifestStepTimes, StepCpuTime,
+                                     seconds_per_step)
 from rnnprof.events.memory import MemoryRecords, concat_records
 
 
@@ -581,4 +582,5 @@ def concat(tables: Sequence[EventTable], align: str = "absolute") -> EventTable:
 __all__ = ["Alignment", "ClockOffset", "CollectiveArgs", "Device", "EventTable", "EventTableBuilder", "JsonCuts", "Kind",
            "LeftOutExample", "Manifest", "MemoryRecords", "ManifestDevice", "ManifestStepCpu", "ManifestStepTimes", "OUTSIDE_LAUNCH",
            "OUTSIDE_NO_LAUNCH", "OUTSIDE_REASONS", "StepCpuTime", "StringTable", "TableMetadata", "concat",
-           "match_correlation", "merge_metadata", "outside_steps", "parse_tf_device", "steps_in_spans"]
+           "match_correlation", "merge_metadata", "outside_steps", "parse_tf_device", "seconds_per_step",
+           "steps_in_spans"]

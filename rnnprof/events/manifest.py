@@ -153,11 +153,9 @@ class Manifest:
         out."""
         found = {}
         for r in self.ranks:
-            values, rank = r.get(key), r.get("rank")
-            if isinstance(rank, int) and not isinstance(rank, bool) and isinstance(values, list) and all(
-                    isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
-                    for v in values):
-                found[f"rank{rank}"] = [float(v) for v in values]
+            values, rank = seconds_per_step(r.get(key)), r.get("rank")
+            if isinstance(rank, int) and not isinstance(rank, bool) and values is not None:
+                found[f"rank{rank}"] = values
         return found
 
     @property
@@ -181,6 +179,15 @@ class Manifest:
         """The median of the timed steps as ``throughput`` records it; None where it records none."""
         value = self.throughput.get("median_step_seconds")
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def seconds_per_step(values) -> list[float] | None:
+    """``values`` as floats where it is a list of finite times of 0 or more (a rank's ``names.RANK_STEP_*``
+    record), else None."""
+    if not isinstance(values, list) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") for v in values):
+        return None
+    return [float(v) for v in values]
 
 
 _MANIFEST_FIELDS = frozenset(f.name for f in dataclasses.fields(Manifest)) - {"keys", "extra"}
