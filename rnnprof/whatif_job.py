@@ -21,7 +21,8 @@ from rnnprof.analyzers.replay.result import Change, WhatIfReport
 from rnnprof.events import TableMetadata, merge_metadata
 from rnnprof.parallel import Workers
 from rnnprof.traces.rank_folder import RankFolder, loaded_notes
-from rnnprof.whole_job import OnDone, RankResult, RankTask, open_part, open_table, save_part, save_table
+from rnnprof.whole_job import (OnDone, RankResult, RankTask, local_jobs, open_part, open_table, save_part,
+                               save_table)
 
 NAMED = "named"  # the folder of a rank's named events
 
@@ -87,7 +88,7 @@ def job_whatif(folder: RankFolder, changes_of: Callable[[JobNames], list[Change]
         dirs = tuple(str(Path(scratch) / f"rank{k}") for k in range(len(folder.files)))
         tasks = [ReplayPartTask(RankTask(f, tuple(comm_patterns), limits.max_input_bytes()), d, names)
                  for f, d in zip(folder.files, dirs)]
-        with Workers(jobs, scheduler, len(tasks)) as workers:
+        with Workers(local_jobs(folder, jobs, scheduler), scheduler, len(tasks)) as workers:
             outcomes = workers.map(replay_part_of_rank, tasks, on_done)
             results, notes, left_out = _results(folder, outcomes)
             summaries = [summary for summary, _, _ in results]

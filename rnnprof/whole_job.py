@@ -35,6 +35,10 @@ from rnnprof.parallel import Workers, map_items
 from rnnprof.traces.rank_folder import RankFile, RankFolder, load_rank, loaded_notes
 
 PART_TABLES = "tables.json"  # a rank part's strings, devices and array headers
+# Rank files adding up to less than this are read in this process when --jobs is not given: about half a second
+# of reading (8 MB/s of gzipped Kineto JSON on one core), less than starting worker processes costs (each imports
+# numpy and rnnprof's analyzers, about 0.4 s of CPU).
+SMALL_JOB_BYTES = 4 << 20
 
 OnDone = Callable[[int, int], None]
 
@@ -267,7 +271,7 @@ def job_critical_path(folder: RankFolder, comm_patterns: Sequence[str] = (), job
         dirs = tuple(str(Path(scratch) / f"rank{k}") for k in range(len(folder.files)))
         tasks = [PartTask(RankTask(f, tuple(comm_patterns), limits.max_input_bytes()), d)
                  for f, d in zip(folder.files, dirs)]
-        with Workers(jobs, scheduler, len(tasks)) as workers:
+        with Workers(local_jobs(folder, jobs, scheduler), scheduler, len(tasks)) as workers:
             outcomes = workers.map(path_part_of_rank, tasks, on_done)
             summaries, notes, left_out = _results(folder, outcomes)
             known = sorted({s for summary in summaries for s in summary.steps})
@@ -279,7 +283,21 @@ def job_critical_path(folder: RankFolder, comm_patterns: Sequence[str] = (), job
 
 def _map(function, folder: RankFolder, tasks, jobs, scheduler, on_done) -> tuple[list, list[str], TableMetadata]:
     """The ranks' results, the folder's notes, and what the ranks' loaders left out (their records merged)."""
-    return _results(folder, map_items(function, tasks, jobs, scheduler, on_done))
+    return _results(folder, map_items(function, tasks, local_jobs(folder, jobs, scheduler), scheduler, on_done))
+
+
+def local_jobs(folder: RankFolder, jobs: int | None, scheduler: str | None) -> int | None:
+    """``jobs`` as given; without it and without a scheduler, 1 (this process) for a small job's rank files
+    (``SMALL_JOB_BYTES``), else None (the cores)."""
+    if jobs is not None or scheduler:
+        return jobs
+    size = 0
+    for rank_file in folder.files:
+        try:
+            size += Path(rank_file.path).stat().st_size
+        except OSError:  # the loader says what is wrong with it
+            return None
+    return 1 if size < SMALL_JOB_BYTES else None
 
 
 def _results(folder: RankFolder, outcomes: list[RankResult]) -> tuple[list, list[str], TableMetadata]:

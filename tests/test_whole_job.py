@@ -334,3 +334,40 @@ def test_step_selection_and_launch_statistics_of_a_folder_equal_those_of_the_mer
 
     merged = merge_tables([select_steps(kineto.load(f), StepSelection(drop_last=True)) for f in SAMPLED])
     assert documents["count-ops"]["launches"] == launch_stats(merged).as_dict()
+
+
+def _no_worker_processes(*args, **kwargs):
+    raise AssertionError("worker processes were started")
+
+
+@pytest.mark.parametrize("command", [["comm", "--per-step"], ["count-ops"], ["critical-path"],
+                                     ["whatif", "--scale", "family:Elementwise=0.5"]])
+def test_a_small_job_is_read_in_this_process_unless_jobs_are_asked_for(tmp_path, capsys, monkeypatch, command):
+    """Starting workers costs more than reading two small rank files: without --jobs they are read here; with
+    --jobs 2 (or a job of more bytes than SMALL_JOB_BYTES) in worker processes, with the same document."""
+    import multiprocessing
+
+    from rnnprof import whole_job
+
+    folder = _folder(tmp_path, SAMPLED)
+    started = []
+    real_pool = multiprocessing.get_context("spawn").Pool
+
+    class Context:
+        def Pool(self, *args, **kwargs):
+            started.append(args[0])
+            return real_pool(*args, **kwargs)
+
+    monkeypatch.setattr("rnnprof.parallel.multiprocessing.get_context", lambda method: Context())
+    code, here, err = run_cli(capsys, *command, folder, "--json")
+    assert code == 0, err
+    assert started == []
+    code, workers, err = run_cli(capsys, *command, folder, "--json", "--jobs", "2")
+    assert code == 0, err
+    assert started == [2]
+    assert _without_sources(json.loads(here)) == _without_sources(json.loads(workers))
+    monkeypatch.setattr(whole_job, "SMALL_JOB_BYTES", sum(f.stat().st_size for f in SAMPLED))
+    monkeypatch.setattr("rnnprof.parallel.default_jobs", lambda: 2)  # the cores, on any machine
+    code, _, err = run_cli(capsys, *command, folder, "--json")
+    assert code == 0, err
+    assert started == [2, 2]

@@ -13,7 +13,8 @@ from rnnprof.traces.rank_folder import job_of
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     job = parser.add_argument_group("a whole job (a folder of rank files, or several Kineto files)")
     job.add_argument("--jobs", type=positive_int, default=None, metavar="N",
-                     help="analyse N ranks at a time in worker processes (default: the cores)")
+                     help="analyse N ranks at a time in worker processes (default: the cores; none for rank files of "
+                          "less than 4 MB in all)")
     job.add_argument("--scheduler", default=None, metavar="ADDRESS",
                      help="analyse the ranks on an existing Dask distributed cluster, e.g. tcp://host:8786 "
                           "(its workers need rnnprof and the files at the same paths; extra rnnprof[dask])")
