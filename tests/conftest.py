@@ -1,4 +1,4 @@
-"""Checks over the whole test session, and how the tests share out under pytest-xdist (``make test``: ``-n 2
+"""Checks over the whole test session, and how the tests share out under pytest-xdist (``make test``: ``-n 3
 --dist loadfile``).
 
 * Every test module runs on one worker (``--dist loadfile``), so its module-scoped captures are made once
