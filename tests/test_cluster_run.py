@@ -283,9 +283,16 @@ def _audit(run: Path, capsys) -> dict:
 
 
 def test_all_variables_on_one_of_two_ps_tasks_is_flagged(two_ps_runs, capsys):
-    document = _audit(two_ps_runs["first"], capsys)
+    main(["placement-audit", "--json", str(two_ps_runs["first"])])
+    out, err = capsys.readouterr()
+    document = json.loads(out)
     pa008 = [f for f in document["findings"] if f["rule"] == "PA008-ps-task-imbalance"]
-    assert {f["evidence"]["measure"] for f in pa008} == {"variable bytes", "traffic received (bytes)"}
+    # the traffic is judged where the trace holds it: now and then TensorFlow's RPC log of ps0's fetches does not
+    # come back (the manifest's untimed fetches, said in a note), and the shares would follow what was recorded
+    untimed = _untimed(two_ps_runs["first"])
+    traffic = set() if PS0 in untimed else {"traffic received (bytes)"}
+    assert {f["evidence"]["measure"] for f in pa008} == {"variable bytes"} | traffic
+    assert all(f"tensor(s) that {task} fetched from other tasks" in err for task in untimed)
     assert all(f["devices"] == [PS0] and f["evidence"]["share"] == 1.0 for f in pa008)
     pa003 = [f for f in document["findings"] if f["rule"] == "PA003-update-on-one-device"]
     assert [f["severity"] for f in pa003] == ["warning"] and PS0 in pa003[0]["title"]
