@@ -83,7 +83,7 @@ def test_every_real_trace_gives_the_schema_alarms_first_ranked_by_saving(name, c
     code = main(["audit", str(FIXTURES / name), "--json", "--fail-on", "never"])
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"schema_version", "findings", "noise", "left_out", "notes", "top_fixes"}
+    assert set(doc) == {"schema_version", "findings", "noise", "left_out", "notes", "top_fixes", "input_notes"}
     assert set(doc["noise"]) == {"step_ms_median", "step_ms_mad", "steps"}
     alarm = [f["severity"] != "info" for f in doc["findings"]]
     assert alarm == sorted(alarm, reverse=True)  # warnings and errors before infos

@@ -43,7 +43,29 @@ def _document(capsys, command: str, *argv) -> dict:
     out = capsys.readouterr()
     assert code == 0, out.err
     assert out.out.startswith('{\n  "schema_version": %d,\n' % SCHEMA_VERSION)
-    return json.loads(out.out)
+    document = json.loads(out.out)
+    if "input_notes" in DOCUMENTS_WITH_INPUT_NOTES.get(command, ()):  # the notes said on stderr, in the document
+        said = [line.removeprefix("note: ") for line in out.err.splitlines() if line.startswith("note: ")]
+        assert document["input_notes"] == said
+    return document
+
+
+DOCUMENTS_WITH_INPUT_NOTES = {command: {key for t in types for key in t.__struct_fields__}
+                              for command, types in DOCUMENTS.items()}
+
+
+def test_notes_about_the_input_are_in_the_document_as_on_stderr(tmp_path, capsys):
+    """A job's folder with a file that is no rank's trace: the note that skips it reaches a script reading the
+    JSON too, not only a person reading stderr."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for path in GLOO:
+        shutil.copy(path, job / path.name)
+    (job / "settings.json").write_text('{"lr": 0.1}')
+    for command in ("comm", "count-ops", "critical-path", "audit", "placement-audit", "roofline", "whatif"):
+        change = ["--comm", "0.5"] if command == "whatif" else []
+        notes = _document(capsys, command, job, *change)["input_notes"]
+        assert any("settings.json" in note for note in notes), (command, notes)
 
 
 def _assert_valid(command: str, document: dict) -> None:

@@ -61,8 +61,8 @@ def _raw(path: Path) -> dict:
 
 def _without_sources(doc: dict) -> dict:
     """The document with its file paths cut to file names (a folder's copies are the same files), without the
-    schema_version the command adds."""
-    doc = {k: v for k, v in doc.items() if k not in ("sources", "schema_version")}
+    schema_version the command adds and the notes it said about its input (a folder's, a merge's)."""
+    doc = {k: v for k, v in doc.items() if k not in ("sources", "schema_version", "input_notes")}
     if "alignment" in doc:
         offsets = [{**o, "source": Path(o["source"]).name} for o in doc["alignment"]["offsets"]]
         doc["alignment"] = {**doc["alignment"], "offsets": offsets}

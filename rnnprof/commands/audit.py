@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     job = job_flags.rank_job(args.paths)
     paths = [str(f.path) for f in job.files] if job is not None else list(args.paths)
-    notes = run_notes(args.paths)
+    notes = [*run_notes(args.paths), *(job.notes if job is not None else ())]  # a folder's skipped files
     given = audit_inputs.read_audit_input(paths, args)
     result = audit(given)
     if given.events is not None and len(given.events):
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     notes += left_out_notes.notes(args, given.events)
     render_notes(notes)
     if args.json:
-        render_json(result.as_dict(left_out_notes.counts(given.events)), console)
+        render_json(result.as_dict(left_out_notes.counts(given.events)), console, notes)
     else:
         render_text(result, list(args.paths), console)
     fail_on_flag.raise_if_failing(result, args.fail_on, lambda f: f.rule)

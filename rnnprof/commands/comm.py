@@ -51,8 +51,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     notes = run_notes(args.paths)
     analysis = _analyze(args)
     _require_devices(analysis.report, args.paths)
-    render_notes([*notes, *analysis.notes, *left_out_notes.notes(args, analysis.left_out)])
-    _render(args, analysis, console)
+    notes = [*notes, *analysis.notes, *left_out_notes.notes(args, analysis.left_out)]
+    render_notes(notes)
+    _render(args, analysis, console, notes)
     if plot is not None:
         save_chart(comm_chart(analysis.report, per_step=args.per_step), plot)
     return 0
@@ -102,12 +103,12 @@ def _require_devices(report, paths: list[str]) -> None:
                      "a trace of GPU streams or TF device ops, e.g. an rnnprof run directory")
 
 
-def _render(args: argparse.Namespace, analysis: _Analysis, console: Console) -> None:
-    """The tables, or with ``--json`` one JSON document."""
+def _render(args: argparse.Namespace, analysis: _Analysis, console: Console, notes: list[str]) -> None:
+    """The tables, or with ``--json`` one JSON document (``notes``: those said about the input)."""
 
     if args.json:
         counts = left_out_notes.counts(analysis.left_out)
-        render_json(json_document(analysis.report, analysis.tasks, counts, per_step=args.per_step), console)
+        render_json(json_document(analysis.report, analysis.tasks, counts, per_step=args.per_step), console, notes)
     else:
         render_table(analysis.report, per_step=args.per_step, console=console)
         render_tasks(analysis.tasks, console)

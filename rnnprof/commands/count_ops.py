@@ -78,11 +78,12 @@ def run(args: argparse.Namespace, console: Console) -> int:
     render_notes(notes)
     if comparison is not None:
         if args.json:
-            render_json({**report.comparison_document(comparison), "left_out": left_out_notes.counts(*dropped)}, console)
+            render_json({**report.comparison_document(comparison), "left_out": left_out_notes.counts(*dropped)}, console,
+                        notes)
         else:
             report.render_comparison(comparison, by=args.by, console=console)
     elif args.json:
-        render_json({**report.to_document(result), "left_out": left_out_notes.counts(*dropped)}, console)
+        render_json({**report.to_document(result), "left_out": left_out_notes.counts(*dropped)}, console, notes)
     else:
         report.render_table(result, by=args.by, console=console)
     if plot is not None:

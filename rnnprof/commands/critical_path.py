@@ -97,7 +97,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     render_notes(notes)
     shown = str(overlay) if overlay is not None else None
     if args.json:
-        render_json({**to_document(report, shown, lazy=True), "left_out": left_out}, console)
+        render_json({**to_document(report, shown, lazy=True), "left_out": left_out}, console, notes)
     else:
         render_table(report, console, shown, links=args.links)
     return 0

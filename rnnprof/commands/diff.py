@@ -82,7 +82,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         render_json({**report.to_document(result, args.top),
                      "left_out": {"a": left_out_notes.counts(side_a.events), "b": left_out_notes.counts(side_b.events)}},
-                    console)
+                    console, notes)
     else:
         report.render_table(result, top=args.top, console=console, every=args.every)
     return 0

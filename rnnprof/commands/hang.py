@@ -36,7 +36,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         verdict = analyze_hang(given.recorders, given.stacks, given.world_size)
     render_notes(given.notes)
     if args.json:
-        render_json(hang_document(verdict), console)
+        render_json(hang_document(verdict), console, given.notes)
     else:
         render_hang(verdict, console)
     return 0

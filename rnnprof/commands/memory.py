@@ -15,6 +15,7 @@ from rnnprof.reports.charts import check_plot_path, save_chart
 from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.memory import memory_chart, render_memory, to_document
 from rnnprof.rundir.manifest import run_notes
+from rnnprof.traces.rank_folder import job_notes
 from rnnprof.traces import load_events
 
 NO_MEMORY = ("holds no allocator records ([memory] events)",
@@ -45,9 +46,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
                             step_selection=chosen.describe() if chosen.active else "")
     if not report.devices:
         raise UsageError(f"{report.steps} selects no step with allocator records ([memory] events)")
-    render_notes([*notes, *left_out_notes.notes(args, table)])
+    notes = [*notes, *job_notes(table), *left_out_notes.notes(args, table)]
+    render_notes(notes)
     if args.json:
-        render_json({**to_document(report), "left_out": left_out_notes.counts(table)}, console)
+        render_json({**to_document(report), "left_out": left_out_notes.counts(table)}, console, notes)
     else:
         render_memory(report, console)
     if plot is not None:

@@ -13,6 +13,7 @@ from rnnprof.analyzers.placement import audit_placement, configured_rules
 from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.placement import render_table, to_document
 from rnnprof.rundir.manifest import run_notes
+from rnnprof.traces.rank_folder import job_notes
 
 FAIL_ON = ("error", "warning", "never")
 DEFAULT_IMBALANCE_PERCENT = 20.0  # analyzers.placement.imbalance.WARNING_SPREAD; not imported so --help stays light
@@ -37,11 +38,11 @@ def run(args: argparse.Namespace, console: Console) -> int:
     rules = configured_rules(imbalance_threshold=args.imbalance_threshold / 100)
     given = audit_inputs.read_audit_input(args.paths, args)
     result = audit_placement(given, rules)
-    notes += left_out_notes.notes(args, given.events)
+    notes += [*job_notes(given.events), *left_out_notes.notes(args, given.events)]
     render_notes(notes)
     if args.json:
         render_json({**to_document(result, list(args.paths), args.fail_on), "left_out": left_out_notes.counts(given.events)},
-                    console)
+                    console, notes)
     else:
         render_table(result, list(args.paths), console)
     fail_on_flag.raise_if_failing(result, args.fail_on, lambda f: f.rule_id)

@@ -173,7 +173,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
                          "a trace of device ops or kernels")
     render_notes(notes)
     if args.json:
-        render_json({**to_document(report), "left_out": left_out}, console)
+        render_json({**to_document(report), "left_out": left_out}, console, notes)
     else:
         render_table(report, console)
     return 0

@@ -64,13 +64,16 @@ def cut_middle(text: str, limit: int) -> str:
 SCHEMA_VERSION = 1
 
 
-def render_json(document: dict, console: Console) -> None:
-    """Print ``document`` as ``json.dumps`` writes it (indent 2), with ``"schema_version"`` as its first key.
+def render_json(document: dict, console: Console, input_notes: list[str] | None = None) -> None:
+    """Print ``document`` as ``json.dumps`` writes it (indent 2), with ``"schema_version"`` as its first key and,
+    given ``input_notes`` (what ``render_notes`` said on stderr about the input), ``"input_notes"`` as its last.
 
     The text is printed in pieces of about a megabyte (``json_text.pieces``), so a large document is never
     held as one string."""
     chunk: list[str] = []
     size = 0
+    if input_notes is not None:
+        document = {**document, "input_notes": list(input_notes)}
     for piece in json_text.pieces({"schema_version": SCHEMA_VERSION, **document}):
         chunk.append(piece)
         size += len(piece)

@@ -20,7 +20,7 @@ def _pct(value) -> str:
 
 def not_available(reason: str, as_json: bool, console: Console) -> None:
     if as_json:
-        render_json({"available": False, "reason": reason}, console)
+        render_json({"available": False, "reason": reason}, console, [])  # nothing was said about the input
     else:
         console.print(Text(f"roofline not available: {reason}"))
 

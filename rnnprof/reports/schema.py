@@ -3,7 +3,8 @@
 Each document type names the document's top-level keys as its code builds them; a part that is a result
 dataclass as it is (``dataclasses.asdict``) is typed by that dataclass, so its schema follows the result type.
 A key of a document's type without a default is always there; one defaulting to ``UNSET`` is there only for
-some inputs. ``docs/schemas/generate.py`` writes ``docs/schemas/<command>.schema.json`` from these types.
+some inputs. ``input_notes``: the notes the command said on stderr about its input (a partial capture, files
+skipped, what the trace lacks). ``docs/schemas/generate.py`` writes ``docs/schemas/<command>.schema.json`` from these types.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class CountOpsDocument(OpCounts, kw_only=True):
 
     schema_version: Version
     left_out: dict[str, int]
+    input_notes: list[str]
 
 
 class RatioRow(_Part, kw_only=True):
@@ -74,6 +76,7 @@ class CountOpsComparisonDocument(_Part, kw_only=True):
     right: OpCounts
     ratios: list[RatioRow]
     left_out: dict[str, int]
+    input_notes: list[str]
 
 
 class CommDocument(_Part, kw_only=True):
@@ -100,6 +103,7 @@ class CommDocument(_Part, kw_only=True):
     left_out: dict[str, int]
     tasks: list[Object] | UnsetType = UNSET
     straggler_workers: list[Object] | UnsetType = UNSET
+    input_notes: list[str]
 
 
 class CriticalPathDocument(_Part, kw_only=True):
@@ -114,6 +118,7 @@ class CriticalPathDocument(_Part, kw_only=True):
     definitions: str
     what_if_is_estimate: bool
     left_out: dict[str, int]
+    input_notes: list[str]
 
 
 class WhatIfChange(_Part, kw_only=True):
@@ -159,6 +164,7 @@ class WhatIfDocument(_Part, kw_only=True):
     lacks: list[str]
     definitions: str
     left_out: dict[str, int]
+    input_notes: list[str]
 
 
 class RooflineRank(_Part, kw_only=True):
@@ -185,6 +191,7 @@ class RooflineDocument(_Part, kw_only=True):
     ranks: list[RooflineRank] | UnsetType = UNSET
     collectives_per_group: list[Object] | UnsetType = UNSET
     left_out: dict[str, int] | UnsetType = UNSET
+    input_notes: list[str]
 
 
 class PlacementFindingRow(_Part, kw_only=True):
@@ -220,6 +227,7 @@ class PlacementAuditDocument(_Part, kw_only=True):
     framework: str | UnsetType = UNSET
     rules_not_applicable: list[RuleReason] | UnsetType = UNSET
     left_out: dict[str, int]
+    input_notes: list[str]
 
 
 class AuditFindingRow(_Part, kw_only=True):
@@ -264,6 +272,7 @@ class AuditDocument(_Part, kw_only=True):
     left_out: dict[str, int]
     notes: list[str]
     top_fixes: TopFixesRow | None
+    input_notes: list[str]
 
 
 class HangDocument(_Part, kw_only=True):
@@ -276,6 +285,7 @@ class HangDocument(_Part, kw_only=True):
     waiters: list[Waiter]
     ranks: list[int]
     notes: list[str]
+    input_notes: list[str]
 
 
 class DiffSide(_Part, kw_only=True):
@@ -301,6 +311,7 @@ class DiffDocument(_Part, kw_only=True):
     config: Object
     definitions: dict[str, str]
     left_out: dict[str, dict[str, int]]
+    input_notes: list[str]
 
 
 class ExplainDocument(_Part, kw_only=True):
@@ -347,6 +358,7 @@ class MemoryDocument(_Part, kw_only=True):
     imbalances: list[Imbalance]
     definitions: dict[str, str]
     left_out: dict[str, int]
+    input_notes: list[str]
 
 
 # Each command's document types: a document is one of them.

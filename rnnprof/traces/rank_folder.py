@@ -131,6 +131,12 @@ def events(path: Path, folder: RankFolder) -> EventTable:
     return table
 
 
+def folder_notes(paths) -> list[str]:
+    """The notes of ``paths`` read as a job's rank files (``job_of``: the files it skipped), before any is loaded."""
+    job = job_of(paths)
+    return list(job.notes) if job is not None else []
+
+
 def job_notes(table: EventTable | None) -> list[str]:
     """The notes of a folder of rank files that ``events`` loaded (none for other input)."""
     return list(table.metadata.job_notes) if table is not None else []
