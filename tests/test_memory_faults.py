@@ -125,10 +125,14 @@ def test_softmax_pinned_to_device0_is_found_with_the_bytes_it_holds_there(tf_run
     pinned = imbalance["other_replicas"]
     assert pinned and all(s["name"].startswith("tower_1/") for s in pinned)
     held = sum(s["bytes"] for s in pinned)
-    # at device 0's peak, tower 1's softmax holds a logits-sized tensor or more there (which of its buffers are
-    # live at that moment depends on the order the shared thread pool ran them in), and the excess, the median
-    # step's, covers it to the 5 %: in 1 of 110 windows of 4 steps the median step stood 5.10 MB above
-    assert held >= LOGITS and imbalance["excess"] >= 0.95 * LOGITS
+    # at device 0's peak, tower 1's softmax holds a vocabulary-sized buffer or more there: its logits or, when the
+    # shared thread pool ran its backward first (seen with three test workers and a busy loop on 2 cores), its
+    # projection's weight gradient, units x vocabulary; which of its buffers are live at that moment depends on
+    # the order the pool ran them in. The excess, the median step's, covers the logits to the 5 %: in 1 of
+    # 110 windows of 4 steps the median step stood 5.10 MB above
+    config = json.loads((run / "manifest.json").read_text())["config"]
+    weight_gradient = config["units"] * config["vocab_size"] * 4
+    assert held >= min(LOGITS, weight_gradient) and imbalance["excess"] >= 0.95 * LOGITS
     peak = next(d["peak"] for d in document["devices"] if d["device"] == "cpu:0")
     assert held == _raw_live(run, "CPU:0", peak["step"], peak["ts_us"], "tower_1/")
     assert [f["rule"] for f in _alarms(capsys, run)] == ["PF008"]
