@@ -225,3 +225,42 @@ def test_graphdef_and_run_metadata_of_one_run_are_combined_node_by_node(tmp_path
         assert (g.nodes["x"]["requested_device"], g.nodes["x"]["assigned_device"]) == ("/device:CPU:0", CPU0)
         assert (g.nodes["w"]["requested_device"], g.nodes["w"]["assigned_device"]) == ("/device:CPU:1", CPU1)
         assert g.nodes["split/_send"]["requested_device"] == ""  # only the runtime has it
+
+
+UPDATES = tuple(f"update/sgd/update_shared/{v}/ResourceApplyGradientDescent"
+                for v in ("decoder/layer_0/bias", "decoder/layer_0/kernel", "embedding/decoder", "embedding/encoder",
+                          "encoder/layer_0/bias"))
+
+
+def test_ops_that_share_scopes_are_listed_once_with_what_differs():
+    from rnnprof.reports.placement import scope_folded
+
+    assert scope_folded(list(UPDATES[:2])) == ["update/sgd/update_shared/decoder/layer_0/…/ResourceApplyGradientDescent",
+                                               "  bias", "  kernel"]
+    assert scope_folded(["shared/a/w", "shared/b"]) == ["shared/…", "  a/w", "  b"]
+    assert scope_folded(["MatMul", "tower_1/MatMul"]) == ["MatMul", "tower_1/MatMul"]  # a name of one part: as it is
+    assert scope_folded(["a/x", "b/y"]) == ["a/x", "b/y"]  # nothing shared
+    assert scope_folded(["a/b/c"]) == ["a/b/c"]
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_at_80_columns_the_ops_go_under_the_finding_and_no_name_is_cut(width):
+    """In an ops column of its own, 80 columns left 15 characters, and each node name came out in pieces."""
+    from rich.console import Console
+
+    from rnnprof.analyzers.placement import PlacementFinding, PlacementResult, Severity
+    from rnnprof.reports.placement import render_table
+
+    finding = PlacementFinding("PA003-update-on-one-device", Severity.WARNING,
+                               "all 5 variable update ops run on /job:ps/replica:0/task:0/device:CPU:0",
+                               devices=("/job:ps/replica:0/task:0/device:CPU:0",), ops=UPDATES, cost_us_per_step=19.0)
+    console = Console(width=width, record=True, force_terminal=False)
+    render_table(PlacementResult((finding,), (), ("PA003-update-on-one-device",)), ["run"], console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= width
+    cells = [line.split("│")[2 if width < 120 else 4].strip() for line in lines if line.count("│") >= 4]
+    for part in ("decoder/layer_0/bias", "decoder/layer_0/kernel", "embedding/decoder", "embedding/encoder"):
+        assert part in cells  # whole, on a line of its own
+    assert "… 1 more (--json lists all)" in cells
+    header = next(line for line in lines if "rule" in line and "┃" in line)
+    assert ("ops" in [c.strip() for c in header.split("┃")]) == (width >= 120)  # a column of their own where wide

@@ -86,8 +86,9 @@ def test_placement_audit_prints_op_device_and_file_names_verbatim(tmp_path):
     trace = hostile_tf1(tmp_path, f"trace{FILE_TOKEN}.json")
     text = printed(["placement-audit", str(trace), "--fail-on", "never"])
     assert f"Placement audit of {trace}" in text
-    for op in ("Shape", "Prod", "floordiv"):  # PA005's host round trip, in the ops column
-        assert f"gradients/Mean_grad{TOKEN}/{op}" in text
+    # PA005's host round trip: gradients/Mean_grad{TOKEN}/Shape, /Prod and /floordiv, their shared scope once
+    assert f"gradients/Mean_grad{TOKEN}/…" in text
+    assert {"Shape", "Prod", "floordiv"} <= {cell.strip() for line in text.splitlines() for cell in line.split("│")}
     ranks = [str(hostile_kineto(tmp_path, r)) for r in (0, 1)]
     text = printed(["placement-audit", *ranks, "--fail-on", "never"])
     heavy, light = f"rank1{TOKEN}/gpu:1", f"rank0{TOKEN}/gpu:0"
