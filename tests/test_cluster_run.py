@@ -310,6 +310,18 @@ def test_the_default_greedy_split_is_not_flagged(two_ps_runs, capsys):
     assert len({t["pid"] for t in manifest["cluster"]["tasks"]}) == 4
 
 
+def test_a_balanced_cluster_has_no_memory_finding_between_its_workers_and_its_ps_tasks(ps_run, capsys):
+    """Parameter servers hold variables while workers compute: the workers' peaks are compared with each other,
+    the ps tasks' with each other. Against the four devices together, each worker stood above the ps tasks'
+    median and PF008 raised an error on this balanced run."""
+    assert main(["memory", "--json", str(ps_run)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {d["device"].split("/replica:")[0] for d in document["devices"]} == {"/job:worker", "/job:ps"}
+    assert document["imbalances"] == []
+    main(["audit", "--json", str(ps_run)])
+    assert [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "PF008"] == []
+
+
 # -- scale across worker processes ----------------------------------------------------------------------
 
 def test_scale_sweeps_workers_for_each_mode_on_separate_processes(capsys):

@@ -17,8 +17,15 @@ MIN_STEPS = 3  # steps the devices must share for the step-by-step comparison
 TOP_OPERATORS = 8
 
 
+def _job(worker: str) -> str:
+    """The job of a TensorFlow cluster's task (``/job:ps`` of ``/job:ps/replica:0/task:1``), "" for other
+    workers: a parameter server holds variables while workers compute, so they are no replicas of each other."""
+    return worker.split("/replica:")[0].split("/task:")[0] if worker.startswith("/job:") else ""
+
+
 def imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance]:
-    """For each device of a kind with two devices or more: its excess over the others' median peak, when it is
+    """For each device of a kind (and, in a TensorFlow cluster, of a job) with two devices or more: its excess
+    over the others' median peak, when it is
     more than IMBALANCE_SHARE of that median. Where the devices share MIN_STEPS steps or more, the excess is the
     median over those steps of the device's step peak less the others' median, and the device must stand above
     the others in every one of them: one step whose tensors happened to be alive together neither makes an
@@ -30,11 +37,11 @@ def imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance
     the other in every step (docs/commands/memory.md). What the device allocates in a step does not depend on
     that order, only on what was placed there; there the device must also allocate more than IMBALANCE_SHARE
     above the others' median in its median step."""
-    kinds: dict[str, list[DeviceMemory]] = {}
+    kinds: dict[tuple[str, str], list[DeviceMemory]] = {}
     by_label = {d.label: d for d in table.devices}
     for d in devices:
-        kind = by_label[d.device].kind
-        kinds.setdefault("cpu" if kind == "host" else kind, []).append(d)
+        device = by_label[d.device]
+        kinds.setdefault(("cpu" if device.kind == "host" else device.kind, _job(device.worker)), []).append(d)
     found = []
     for group in kinds.values():
         for d in group if len(group) > 1 else ():
