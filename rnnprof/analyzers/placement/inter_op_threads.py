@@ -3,7 +3,8 @@
 With fewer inter-op threads than devices the towers take turns instead of running side by side. Per traced
 step: each device's busy time, their union, and the share of it with two or more devices busy at once
 (``side_by_side``); under ``TOOK_TURNS`` (5%) the towers took turns. The severity follows the setting
-(below the devices, as many, or TF's default 0) and what the trace shows.
+(below the devices, as many, or TF's default 0) and what the trace shows; with TF's default, only a gain above
+the run's jitter makes a warning.
 
 Cost per step (median over the traced steps): the union less what side by side could shrink it to
 (``turns_cost_us``, a bound); on logical CPU devices with the manifest's step CPU times (``names.STEP_CPU``),
@@ -17,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from rnnprof.analyzers.intervals import concurrency
+from rnnprof.analyzers.noise import significance, step_noise
 
 from .busy import busy_intervals, compute_devices, compute_mask, in_step, length, step_keys
 from .finding import NotChecked, PlacementFinding, Severity
@@ -88,7 +90,7 @@ def side_by_side(inp: AuditInput, cores: int | None) -> dict | None:
     together = float(np.median([r[1] for r in rows]))
     return {"devices": [d.label for d in devices], "steps": len(rows), "union_us": union,
             "side_by_side_us": together, "share": float(np.median([r[1] / r[0] for r in rows])),
-            "turns_cost_us": float(np.median([r[2] for r in rows])),
+            "turns_cost_us": float(np.median([r[2] for r in rows])), "turns_cost_per_step_us": [r[2] for r in rows],
             "busy_us": {d.label: float(np.median([r[3][k] for r in rows])) for k, d in enumerate(devices)}}
 
 
@@ -126,7 +128,20 @@ def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
     severity = _severity(threads, devices, measured, took_turns)
     if severity is None:
         return []
-    return [_finding(threads, devices, cores, measured, cpu_bound(inp), took_turns, severity)]
+    cpu = cpu_bound(inp)
+    if threads == 0 and severity == Severity.WARNING and not _gain_stands_out(inp, measured, cpu):
+        severity = Severity.INFO  # TF sized the pool itself: only a gain above the run's jitter makes it a warning
+    return [_finding(threads, devices, cores, measured, cpu, took_turns, severity)]
+
+
+def _gain_stands_out(inp: AuditInput, measured: dict, cpu: dict | None) -> bool:
+    """Whether the estimated gain (``_cost``), step by step, exceeds the run's jitter (``noise.significance``): the
+    towers may take turns on TF's own pool and lose nothing, as when each op already keeps every core busy."""
+    cost, _ = _cost(measured, cpu)
+    bound = measured["turns_cost_us"]
+    scale = cost / bound if cost and bound > 0 else 0.0
+    per_step = [step * scale for step in measured["turns_cost_per_step_us"]]
+    return significance(per_step, step_noise(inp.events).spread_us).significant
 
 
 def _severity(threads: int, devices: int, measured: dict | None, took_turns: bool) -> Severity | None:
