@@ -38,20 +38,20 @@ def _validator(command: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema)
 
 
+WITH_INPUT_NOTES = {command for command, types in DOCUMENTS.items()
+                    if any("input_notes" in t.__struct_fields__ for t in types)}
+
+
 def _document(capsys, command: str, *argv) -> dict:
     code = main([command, *map(str, argv), "--json"])
     out = capsys.readouterr()
     assert code == 0, out.err
     assert out.out.startswith('{\n  "schema_version": %d,\n' % SCHEMA_VERSION)
     document = json.loads(out.out)
-    if "input_notes" in DOCUMENTS_WITH_INPUT_NOTES.get(command, ()):  # the notes said on stderr, in the document
+    if command in WITH_INPUT_NOTES:  # the notes said on stderr, in the document
         said = [line.removeprefix("note: ") for line in out.err.splitlines() if line.startswith("note: ")]
         assert document["input_notes"] == said
     return document
-
-
-DOCUMENTS_WITH_INPUT_NOTES = {command: {key for t in types for key in t.__struct_fields__}
-                              for command, types in DOCUMENTS.items()}
 
 
 def test_notes_about_the_input_are_in_the_document_as_on_stderr(tmp_path, capsys):

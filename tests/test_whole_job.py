@@ -336,10 +336,6 @@ def test_step_selection_and_launch_statistics_of_a_folder_equal_those_of_the_mer
     assert documents["count-ops"]["launches"] == launch_stats(merged).as_dict()
 
 
-def _no_worker_processes(*args, **kwargs):
-    raise AssertionError("worker processes were started")
-
-
 @pytest.mark.parametrize("command", [["comm", "--per-step"], ["count-ops"], ["critical-path"],
                                      ["whatif", "--scale", "family:Elementwise=0.5"]])
 def test_a_small_job_is_read_in_this_process_unless_jobs_are_asked_for(tmp_path, capsys, monkeypatch, command):

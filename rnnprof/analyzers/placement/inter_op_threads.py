@@ -129,15 +129,16 @@ def check(inp: AuditInput) -> list[PlacementFinding] | NotChecked:
     if severity is None:
         return []
     cpu = cpu_bound(inp)
-    if threads == 0 and severity == Severity.WARNING and not _gain_stands_out(inp, measured, cpu):
+    cost = _cost(measured, cpu)
+    if threads == 0 and severity == Severity.WARNING and not _gain_stands_out(inp, measured, cost[0]):
         severity = Severity.INFO  # TF sized the pool itself: only a gain above the run's jitter makes it a warning
-    return [_finding(threads, devices, cores, measured, cpu, took_turns, severity)]
+    return [_finding(threads, devices, cores, measured, cpu, cost, took_turns, severity)]
 
 
-def _gain_stands_out(inp: AuditInput, measured: dict, cpu: dict | None) -> bool:
-    """Whether the estimated gain (``_cost``), step by step, exceeds the run's jitter (``noise.significance``): the
-    towers may take turns on TF's own pool and lose nothing, as when each op already keeps every core busy."""
-    cost, _ = _cost(measured, cpu)
+def _gain_stands_out(inp: AuditInput, measured: dict, cost: float | None) -> bool:
+    """Whether the estimated gain ``cost`` (``_cost``), step by step, exceeds the run's jitter
+    (``noise.significance``): the towers may take turns on TF's own pool and lose nothing, as when each op
+    already keeps every core busy."""
     bound = measured["turns_cost_us"]
     scale = cost / bound if cost and bound > 0 else 0.0
     per_step = [step * scale for step in measured["turns_cost_per_step_us"]]
@@ -156,7 +157,7 @@ def _severity(threads: int, devices: int, measured: dict | None, took_turns: boo
 
 
 def _finding(threads: int, devices: int, cores: int | None, measured: dict | None, cpu: dict | None,
-             took_turns: bool, severity: Severity) -> PlacementFinding:
+             cost_and_basis: tuple[float | None, str], took_turns: bool, severity: Severity) -> PlacementFinding:
     if measured is None:
         seen = "no trace shows whether the towers took turns"
     else:
@@ -174,7 +175,7 @@ def _finding(threads: int, devices: int, cores: int | None, measured: dict | Non
                          "busy_union_ms_per_step": round(measured["union_us"] / 1000, 3),
                          "busy_ms_per_step": {k: round(v / 1000, 3) for k, v in measured["busy_us"].items()},
                          "steps": measured["steps"]})
-    cost, basis = _cost(measured, cpu)
+    cost, basis = cost_and_basis
     if cpu is not None:
         evidence.update({"process_cores_per_step": round(cpu["process_cores"], 2),
                          "free_cores_per_step": round(cpu["free_cores"], 2),
