@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from rnnprof.analyzers.placement import RULES
+from rnnprof.analyzers.placement import RULES, Severity
 from rnnprof.cli import main
 
 from fixtures import FIXTURES
@@ -264,3 +264,49 @@ def test_at_80_columns_the_ops_go_under_the_finding_and_no_name_is_cut(width):
     assert "… 1 more (--json lists all)" in cells
     header = next(line for line in lines if "rule" in line and "┃" in line)
     assert ("ops" in [c.strip() for c in header.split("┃")]) == (width >= 120)  # a column of their own where wide
+
+
+def _logical_towers(per_device_ops, manifest, steps=5, step_len=1000.0):
+    """Two towers on cpu:0 and cpu:1 of one process: ``per_device_ops`` {device index: [(name, op type, start,
+    dur)]} repeated each step; audited with ``manifest`` (a dict)."""
+    from rnnprof.analyzers.placement import audit_placement
+    from rnnprof.analyzers.placement.inputs import AuditInput
+    from rnnprof.events import Device, EventTableBuilder, Kind
+    from rnnprof.events.manifest import Manifest
+
+    b = EventTableBuilder("test")
+    for step in range(steps):
+        for index, ops in per_device_ops.items():
+            for name, op_type, start, dur in ops:
+                b.add(step * step_len + start, dur, name, op_type, Device("cpu", index), "ops", Kind.HOST_OP, step=step)
+    result = audit_placement(AuditInput(events=b.build(), manifest=Manifest.from_dict(manifest)))
+    (finding,) = [f for f in result.findings if f.rule_id == "PA004-device-imbalance"]
+    return finding
+
+
+SHARED_CORES = {"devices": [{"name": f"/job:localhost/replica:0/task:0/device:CPU:{k}", "kind": "logical-cpu"}
+                            for k in (0, 1)], "machine": {"cpu_count": 2}}
+TOWER_1 = [("tower_1/MatMul", "MatMul", 0, 200), ("tower_1/Softmax", "Softmax", 200, 100)]
+
+
+def test_the_same_ops_running_slower_on_logical_devices_is_contention_not_imbalance():
+    """cpu:0 runs tower 0's MatMul and Softmax in 300 and 150 µs, cpu:1 tower 1's in 200 and 100, each step, and
+    cpu:0 also the client's 10 µs feed: busy 460 against 300 µs (35 % spread), 150 µs of it the same ops taking
+    longer. On logical devices sharing the host's cores that is contention (info); on devices of their own, a
+    warning either way; extra work on cpu:0 is a warning on shared cores too."""
+    slower = {0: [("_arg_tower_0/x_0_0", "_Arg", 0, 10), ("tower_0/MatMul", "MatMul", 10, 300),
+                  ("tower_0/Softmax", "Softmax", 310, 150)], 1: TOWER_1}
+    shared = _logical_towers(slower, SHARED_CORES)
+    assert shared.severity == Severity.INFO
+    assert shared.evidence["op_us_per_step"] == {"unequal_work": 0.0, "same_ops_slower": 150.0}
+    assert shared.evidence["contention"] is True and shared.evidence["shared_cores"] == 2
+    assert "contention" in shared.title and shared.fix.startswith("Nothing to move")
+    own = _logical_towers(slower, {})  # nothing says the devices share cores
+    assert own.severity == Severity.WARNING and "contention" not in own.evidence
+    assert own.evidence["op_us_per_step"] == {"unequal_work": 0.0, "same_ops_slower": 150.0}
+    extra = {0: [("tower_0/MatMul", "MatMul", 0, 200), ("tower_0/Softmax", "Softmax", 200, 100),
+                 ("tower_1/Softmax", "Softmax", 300, 150)], 1: TOWER_1[:1]}
+    more = _logical_towers(extra, SHARED_CORES)
+    # cpu:0 runs the Softmax twice (100 and 150 µs), cpu:1 not at all: 2 x 125 µs of unequal work per step
+    assert more.severity == Severity.WARNING and "contention" not in more.evidence
+    assert more.evidence["op_us_per_step"] == {"unequal_work": 250.0, "same_ops_slower": 0.0}

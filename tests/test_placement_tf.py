@@ -56,12 +56,14 @@ def _two_tower_run(out_dir, pin_softmax: bool, request_gpu: bool = False, steps:
     config = tf1.ConfigProto(device_count={"CPU": 2}, allow_soft_placement=True,
                              inter_op_parallelism_threads=4, intra_op_parallelism_threads=1)
     writer = RunWriter(out_dir, command=["test"], config={"devices": 2})
-    writer.update(session_config={"inter_op_threads": 4, "intra_op_threads": 1, "allow_soft_placement": True})
+    writer.update(session_config={"inter_op_threads": 4, "intra_op_threads": 1, "allow_soft_placement": True},
+                  machine={"cpu_count": os.cpu_count()})
     writer.write_graph(graph.as_graph_def())
     rng = np.random.default_rng(0)
     with tf1.Session(graph=graph, config=config) as session:
         session.run(init)
-        writer.set_devices([d.name for d in session.list_devices() if "CPU" in d.name])
+        writer.set_devices([d.name for d in session.list_devices() if "CPU" in d.name],
+                           kind="logical-cpu")
         feed = {t: (rng.standard_normal(t.shape.as_list()).astype(np.float32) if t.dtype == tf.float32
                     else rng.integers(0, VOCAB, t.shape.as_list()).astype(np.int32))
                 for pair in feeds for t in pair}
@@ -104,6 +106,17 @@ def test_without_the_pin_there_is_no_error(clean_run):
     result = audit_placement(read_audit_input([str(clean_run)]))
     assert result.at_or_above(Severity.ERROR) == []
     assert not [f for f in result.findings if f.rule_id.startswith("PA002")]
+    # both towers run the same ops on logical devices that share the cores: no imbalance to warn of
+    assert not [f for f in result.at_or_above(Severity.WARNING) if f.rule_id.startswith("PA004")]
+
+
+def test_the_pinned_softmax_is_unequal_work_not_contention(pinned_run):
+    """cpu:0 runs tower 1's projection and softmax besides its own: its extra op time is work cpu:1 does not do."""
+    result = audit_placement(read_audit_input([str(pinned_run)]))
+    (imbalance,) = [f for f in result.findings if f.rule_id.startswith("PA004")]
+    split = imbalance.evidence["op_us_per_step"]
+    assert imbalance.severity == Severity.WARNING and "contention" not in imbalance.evidence
+    assert split["unequal_work"] > 4 * abs(split["same_ops_slower"])
 
 
 def test_cli_fail_on_gates_the_pinned_run_only(pinned_run, clean_run, capsys):
