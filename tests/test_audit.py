@@ -545,3 +545,31 @@ def test_a_finding_whose_fix_alone_the_replay_finds_worth_little_is_no_alarm():
     assert mul.saving_us < 0.05 * replayed.noise.median_us
     (graphs,) = [f for f in replayed.findings if f.rule == "PF007"]
     assert graphs.severity == Severity.ERROR and graphs.saving_us > 0.5 * replayed.noise.median_us
+
+
+def _clock_steps_ms(folder) -> list[float]:
+    """A DDP job's steps by its own clock (``diagnosis_jobs/_ddp.py``): the later rank's end, warm-up (3) left out."""
+    ranks = [json.loads((folder / f"rank{r}.json").read_text())["step_s"] for r in (0, 1)]
+    return [1000 * max(pair) for pair in zip(*ranks)][3:]
+
+
+def test_a_fault_hidden_behind_another_ranks_fault_is_fixed_with_it_among_the_top_fixes(capsys):
+    """tests/data/torch-two-faults: benchmarks/diagnosis_jobs/two_faults.py, 2 gloo ranks: rank 1 sleeps 40 ms a
+    step, rank 0's loader takes 20 ms a batch. Rank 0 loads while rank 1 sleeps, so fixing the loader alone buys
+    nothing and its finding falls to info; with the sleep gone, the loader sets the pace. The audit's top fixes take
+    both, and their predicted step is the control's (the same job without either fault) by the jobs' own clocks."""
+    folder = FIXTURES / "torch-two-faults"
+    assert main(["audit", str(folder / "run"), "--json", "--fail-on", "never"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (loader,) = [f for f in doc["findings"] if f["rule"] == "PF005"]
+    (sleeper,) = [f for f in doc["findings"] if f["rule"] == "PF001"]
+    assert loader["subject"]["rank"] == "rank0" and sleeper["subject"]["rank"] == "rank1"
+    assert loader["severity"] == "info" and loader["evidence"]["severity_by_bound"] in ("warning", "error")
+    assert loader["saving_ms"] < 2.0 and 19.0 < loader["evidence"]["bound_ms"] < 25.0  # hidden, though 20 ms long
+    top = doc["top_fixes"]
+    assert set(top["fixes"]) == {"PF001:rank1", "PF005:rank0"}
+    assert top["saving_ms"] > sleeper["saving_ms"] + 10.0  # at least half the loader's 20 ms comes out with the sleep
+    planted, control = _clock_steps_ms(folder / "clock"), _clock_steps_ms(folder / "control-clock")
+    predicted = float(np.median(planted)) - top["saving_ms"]
+    tolerance = max(0.10 * float(np.median(control)), noise.robust_spread(control))
+    assert abs(predicted - float(np.median(control))) <= tolerance, (predicted, np.median(control), tolerance)

@@ -92,8 +92,11 @@ def replayed_audit(result: AuditResult, replayer: Replayer) -> tuple[AuditResult
 
 def _together(findings: list[Finding], fixes: dict[int, list[Change]], replayer: Replayer,
               step_us: float) -> TopFixes | None:
-    """The top findings (alarms first) whose fixes were replayed, fixed together."""
-    alarms = [f for f in findings if id(f) in fixes and f.severity >= Severity.WARNING]
+    """The top findings (alarms first) whose fixes were replayed, fixed together. An alarm by its bound that
+    fixed alone buys little (``severity_by_bound``) counts as an alarm here: another cause hides it, and fixing
+    that cause brings it out (a slow loader on one rank behind another rank's sleep)."""
+    alarms = [f for f in findings if id(f) in fixes and (f.severity >= Severity.WARNING
+                                                         or "severity_by_bound" in f.evidence)]
     top = (alarms or [f for f in findings if id(f) in fixes])[:TOGETHER]
     if not top:
         return None
