@@ -115,8 +115,11 @@ def test_the_pinned_softmax_is_unequal_work_not_contention(pinned_run):
     result = audit_placement(read_audit_input([str(pinned_run)]))
     (imbalance,) = [f for f in result.findings if f.rule_id.startswith("PA004")]
     split = imbalance.evidence["op_us_per_step"]
-    assert imbalance.severity == Severity.WARNING and "contention" not in imbalance.evidence
+    assert "contention" not in imbalance.evidence and "Nothing to move" not in imbalance.fix
     assert split["unequal_work"] > 4 * abs(split["same_ops_slower"])
+    # a warning unless the run's own jitter is as large (3 steps on a loaded machine can be)
+    significant = imbalance.evidence["significance"]["significant"]
+    assert imbalance.severity == (Severity.WARNING if significant else Severity.INFO)
 
 
 def test_cli_fail_on_gates_the_pinned_run_only(pinned_run, clean_run, capsys):
