@@ -310,3 +310,57 @@ def test_the_same_ops_running_slower_on_logical_devices_is_contention_not_imbala
     # cpu:0 runs the Softmax twice (100 and 150 µs), cpu:1 not at all: 2 x 125 µs of unequal work per step
     assert more.severity == Severity.WARNING and "contention" not in more.evidence
     assert more.evidence["op_us_per_step"] == {"unequal_work": 250.0, "same_ops_slower": 0.0}
+
+
+def _cpu_ranks(per_rank_ops, manifest, steps=5, step_len=10_000.0):
+    """Two gloo CPU ranks: ``per_rank_ops`` {rank: [(name, start, dur)]} host operators on one thread, repeated each
+    step (a child inside its parent as PyTorch records it) in a ProfilerStep range to the last one's end; audited
+    with ``manifest`` (a dict)."""
+    from rnnprof.analyzers.placement import audit_placement
+    from rnnprof.analyzers.placement.inputs import AuditInput
+    from rnnprof.events import Device, EventTableBuilder, Kind
+    from rnnprof.events.manifest import Manifest
+
+    b = EventTableBuilder("test")
+    cpus = tuple(Device("cpu", 0, worker=f"rank{r}") for r in sorted(per_rank_ops))
+    for step in range(steps):
+        for rank, ops in per_rank_ops.items():
+            end = max(start + dur for _, start, dur in ops)
+            b.add(step * step_len, end, f"ProfilerStep#{step}", "ProfilerStep", cpus[rank], "1", Kind.ANNOTATION,
+                  step=step)
+            for name, start, dur in ops:
+                b.add(step * step_len + start, dur, name, name, cpus[rank], "1", Kind.HOST_OP, step=step)
+    table = b.build()
+    table.metadata.host_operator_devices = cpus
+    result = audit_placement(AuditInput(events=table, manifest=Manifest.from_dict(manifest)))
+    return [f for f in result.findings if f.rule_id == "PA004-device-imbalance"]
+
+
+TORCH_ON_ONE_HOST = {"framework": "torch", "machine": {"cpu_count": 2}}
+
+
+def test_ranks_sharing_a_hosts_cores_that_run_the_same_operators_slower_are_contention():
+    """Each step rank 0 runs aten::linear (its aten::mm inside) in 3 ms, rank 1 the same in 6 ms: 3 ms more (the
+    child, inside its parent, is not counted twice). Ranks started on one machine share its cores: contention,
+    info; where nothing says where they ran, no contention is called."""
+    def linear(start, dur):
+        return [("aten::linear", start, dur), ("aten::mm", start + 10, dur - 20)]
+
+    (finding,) = _cpu_ranks({0: linear(0, 3000), 1: linear(0, 6000)}, TORCH_ON_ONE_HOST)
+    assert finding.severity == Severity.INFO and finding.evidence["contention"] is True
+    assert finding.evidence["op_us_per_step"] == {"unequal_work": 0.0, "same_ops_slower": 3000.0}
+    assert "the ranks share the host's 2 cores" in finding.title
+    (elsewhere,) = _cpu_ranks({0: linear(0, 3000), 1: linear(0, 6000)}, {})
+    assert "contention" not in elsewhere.evidence and "contention" not in elsewhere.title
+
+
+def test_a_rank_whose_extra_time_is_a_sleep_is_no_contention(capsys):
+    """tests/data/torch-two-faults: rank 1 sleeps 40 ms a step (untraced), rank 0 loads for 20 ms; rank 1's operators
+    also run slower while rank 0's gloo thread waits beside them on the 2 cores, but the sleep is most of rank 1's
+    extra busy time: PA004 stays a warning and says no contention."""
+    assert main(["placement-audit", str(FIXTURES / "torch-two-faults" / "run"), "--json"]) == 0
+    (finding,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "PA004-device-imbalance"]
+    busy = finding["evidence"]["busy_us_per_step"]
+    split = finding["evidence"]["op_us_per_step"]
+    assert finding["severity"] == "warning" and "contention" not in finding["evidence"]
+    assert 0 < split["same_ops_slower"] < 0.5 * (busy["rank1/cpu:0"] - busy["rank0/cpu:0"])

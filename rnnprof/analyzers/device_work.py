@@ -10,9 +10,14 @@ collectives, opcount import from here, never the other way):
 * ``kernel_masks``: the events that are CPU kernels and GPU kernels (``opcount.DEFINITIONS``).
 * ``launchers``: for each piece of GPU work, the runtime call with its correlation id, within one worker
   (correlation ids restart in every process).
+* ``work_split``: one device's op time less another's, split into unequal work and the same ops running slower
+  (contention for shared cores, or a slower device).
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,6 +30,9 @@ BASIS_STREAMS = "streams"
 BASIS_EXECUTOR = "executor ops"
 BASIS_OPS = "ops"
 BASIS_HOST_OPS = "host operators"
+WORK_SHARE = 0.5  # on shared cores, unequal work must explain this much of a difference to be called imbalance
+DIGITS = re.compile(r"\d+")
+FEEDS_AND_FETCHES = ("_Arg", "_Retval")  # TF's client feeds and fetches, on the client's device only
 CPU_KERNEL_KINDS = np.array([Kind.HOST_OP, Kind.COMMUNICATION], dtype=np.int8)
 GPU_KERNEL_KINDS = np.array([Kind.KERNEL, Kind.COMMUNICATION], dtype=np.int8)
 
@@ -103,3 +111,83 @@ def launchers(table: EventTable) -> np.ndarray:
     found = match_correlation(key(calls), key(work))
     out[work[found >= 0]] = calls[found[found >= 0]]
     return out
+
+
+@dataclass(frozen=True)
+class WorkSplit:
+    """The heaviest device's op time less the lightest's, µs per step, split in two: ``unequal_work``, the ops
+    one device runs more often than the other (names with digits folded, so that tower_0/MatMul and tower_1/MatMul
+    are one op), at the two devices' mean time per run of the op; ``slower``, the rest: the same ops taking
+    longer. TF's feeds and fetches (``_Arg``, ``_Retval``), which only the client's device runs, are left out, and
+    so are ops inside another op of their thread (``_outermost``). Op time is a sum: ops overlapping on one
+    device's threads count each."""
+
+    unequal_work: float
+    slower: float
+
+    def is_contention(self, busy_difference_us: float) -> bool:
+        """Whether the same ops running slower, not unequal work, explain the busy-time difference: unequal work
+        under ``WORK_SHARE`` of the op-time difference, and the slower ops at least ``WORK_SHARE`` of
+        ``busy_difference_us`` (a rank's busy time also holds its untraced time, a sleep say)."""
+        return self.share < WORK_SHARE and self.slower >= WORK_SHARE * busy_difference_us
+
+    @property
+    def share(self) -> float:
+        """The share of the difference that unequal work explains: 0 where there is none, 1 where it is all of
+        it or the heavier device's op time is no longer than the lighter's."""
+        total = self.unequal_work + self.slower
+        if self.unequal_work <= 0:
+            return 0.0
+        return min(self.unequal_work / total, 1.0) if total > 0 else 1.0
+
+    def as_dict(self) -> dict:
+        return {"unequal_work": round(self.unequal_work, 1), "same_ops_slower": round(self.slower, 1)}
+
+
+def work_split(events: EventTable, heavy: Device, light: Device, mask: np.ndarray) -> WorkSplit:
+    """``WorkSplit`` of ``heavy`` against ``light`` over the ``mask`` events (their devices' work)."""
+    mask = mask & ~np.isin(events.op_type, [events.code_of(t) for t in FEEDS_AND_FETCHES])
+    steps = max(len(events.steps()), 1)  # a trace that numbers no steps is one
+    tallies = [_tally(events, _outermost(events, mask & (events.device == events.devices.index(d))))
+               for d in (heavy, light)]
+    (n_h, t_h), (n_l, t_l) = tallies
+    unequal = 0.0
+    for name in n_h.keys() | n_l.keys():
+        runs_h, runs_l = n_h.get(name, 0), n_l.get(name, 0)
+        unequal += (runs_h - runs_l) * (t_h.get(name, 0.0) + t_l.get(name, 0.0)) / (runs_h + runs_l)
+    total = sum(t_h.values()) - sum(t_l.values())
+    return WorkSplit(unequal / steps, (total - unequal) / steps)
+
+
+def _outermost(events: EventTable, sel: np.ndarray) -> np.ndarray:
+    """``sel`` less the events inside another ``sel`` event of their lane (a PyTorch operator's children: counted
+    in their parent's time, they would be counted twice)."""
+    rows = np.flatnonzero(sel)
+    if not len(rows):
+        return sel
+    start = events.ts[rows] - events.ts[rows].min()
+    span = float((start + events.dur[rows]).max()) + 1.0
+    _, group = np.unique(events.lane[rows], return_inverse=True)
+    start = start + group * span  # lanes apart in time: one running maximum serves them all
+    end = start + events.dur[rows]
+    order = np.lexsort((-events.dur[rows], start))  # a parent before the child that starts with it
+    reached = np.maximum.accumulate(end[order])
+    inside = np.zeros(len(rows), dtype=bool)
+    inside[order[1:]] = start[order[1:]] < reached[:-1]
+    out = np.zeros_like(sel)
+    out[rows[~inside]] = True
+    return out
+
+
+def _tally(events: EventTable, sel: np.ndarray) -> tuple[dict[str, int], dict[str, float]]:
+    """Runs and summed µs per op name, digits folded, of the ``sel`` events."""
+    codes, inverse = np.unique(events.name[sel], return_inverse=True)
+    runs = np.bincount(inverse, minlength=len(codes))
+    time = np.bincount(inverse, weights=events.dur[sel], minlength=len(codes))
+    n: dict[str, int] = {}
+    t: dict[str, float] = {}
+    for code, k, us in zip(codes, runs, time):
+        name = DIGITS.sub("#", events.text(int(code)))
+        n[name] = n.get(name, 0) + int(k)
+        t[name] = t.get(name, 0.0) + float(us)
+    return n, t

@@ -7,20 +7,17 @@ less its communication, so untraced host time counts (``evidence["busy_measure"]
 significant against the run's jitter (``noise.significance``; between ranks at least
 ``noise.CROSS_RANK_FLOOR_US``); otherwise, or over fewer than ``noise.MIN_STEPS`` steps, it is info.
 The two devices' op time is split into unequal work (ops one runs more often, names with digits folded) and the
-same ops taking longer (``_work_split``); on logical CPU devices, which share the host's cores and one thread
-pool, an imbalance that unequal work explains less than half of is contention, and info.
+same ops taking longer (``device_work.work_split``); where the devices share the host's cores (logical CPU
+devices, or CPU ranks of one torchrun), an imbalance mostly of the same ops running slower is contention, and info.
 See docs/commands/placement-audit.md.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 import numpy as np
 
 from rnnprof import names
-from rnnprof.analyzers.device_work import host_operator_devices
+from rnnprof.analyzers.device_work import host_operator_devices, work_split
 from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, Significance, significance, step_noise
 from rnnprof.events import Device, EventTable
 
@@ -35,9 +32,6 @@ WARNING_SPREAD = 0.20
 CPU_RANK_MEASURE = ("on ranks without a GPU, busy time is the rank's step window minus its communication "
                     "(rnnprof comm's per-step figures): host operators and untraced host time count, waiting "
                     "in collectives does not; not kernel time as on a GPU")
-WORK_SHARE = 0.5  # on shared cores, unequal work must explain this much of the op-time difference to warn
-DIGITS = re.compile(r"\d+")
-FEEDS_AND_FETCHES = ("_Arg", "_Retval")  # TF's client feeds and fetches, on the client's device only
 RUNQUEUE_MEASURE = ("; nor the time its training thread waited for a core while ready to run (the run queue's, "
                     "which the capture recorded per step): other processes' load, not the rank's work")
 
@@ -115,15 +109,16 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
     heaviest, lightest = int(mean.argmax()), int(mean.argmin())
     verdict = _significance(inp.events, busy, devices, heaviest, lightest)
     lost = float((busy.max(axis=1) - busy.mean(axis=1))[over].sum() / len(busy))
-    split = _work_split(inp.events, devices[heaviest], devices[lightest])
-    contention = bool(inp.shared_cores) and split.share < WORK_SHARE
+    split = work_split(inp.events, devices[heaviest], devices[lightest], compute_mask(inp.events))
+    cores = inp.shared_cores or inp.ranks_sharing_cores
+    contention = bool(cores) and split.is_contention(float(mean.max() - mean.min()))
     return PlacementFinding(
         rule_id=RULE_ID,
         severity=Severity.WARNING if verdict.significant and not contention else Severity.INFO,
         title=(f"{devices[heaviest].label} is busy {mean.max() / max(mean.min(), 1e-9):.1f}x as long as "
                f"{devices[lightest].label} per step; spread above {threshold:.0%} in {int(over.sum())} of "
                f"{len(busy)} steps (median {float(np.median(spread)):.0%}, max {float(spread.max()):.0%})"
-               + (_contention_title(split, inp.shared_cores) if contention else "")),
+               + (_contention_title(split, cores, bool(inp.shared_cores)) if contention else "")),
         devices=tuple(d.label for d in devices),
         evidence={
             "threshold": threshold,
@@ -135,7 +130,7 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
             "significance": verdict.as_dict(),
             "confidence": round(verdict.confidence, 3),
             "op_us_per_step": split.as_dict(),
-            **({"contention": True, "shared_cores": inp.shared_cores} if contention else {}),
+            **({"contention": True, "shared_cores": cores} if contention else {}),
             **({"busy_measure": measure} if measure else {}),
         },
         cost_us_per_step=lost,
@@ -145,68 +140,18 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
     )
 
 
-@dataclass(frozen=True)
-class WorkSplit:
-    """The heaviest device's op time less the lightest's, µs per step, split in two: ``unequal_work``, the ops
-    one device runs more often than the other (names with digits folded, so that tower_0/MatMul and tower_1/MatMul
-    are one op), at the two devices' mean time per run of the op; ``slower``, the rest: the same ops taking
-    longer. TF's feeds and fetches (``_Arg``, ``_Retval``), which only the client's device runs, are left out.
-    Op time is a sum: ops overlapping on one device's threads count each."""
-
-    unequal_work: float
-    slower: float
-
-    @property
-    def share(self) -> float:
-        """The share of the difference that unequal work explains: 0 where there is none, 1 where it is all of
-        it or the heavier device's op time is no longer than the lighter's."""
-        total = self.unequal_work + self.slower
-        if self.unequal_work <= 0:
-            return 0.0
-        return min(self.unequal_work / total, 1.0) if total > 0 else 1.0
-
-    def as_dict(self) -> dict:
-        return {"unequal_work": round(self.unequal_work, 1), "same_ops_slower": round(self.slower, 1)}
-
-
-def _work_split(events: EventTable, heavy: Device, light: Device) -> WorkSplit:
-    """``WorkSplit`` of ``heavy`` against ``light`` over the trace's compute ops (``busy.compute_mask``)."""
-    mask = compute_mask(events) & ~np.isin(events.op_type, [events.code_of(t) for t in FEEDS_AND_FETCHES])
-    steps = max(len(step_keys(events)), 1)
-    tallies = [_tally(events, mask & (events.device == events.devices.index(d))) for d in (heavy, light)]
-    (n_h, t_h), (n_l, t_l) = tallies
-    unequal = 0.0
-    for name in n_h.keys() | n_l.keys():
-        runs_h, runs_l = n_h.get(name, 0), n_l.get(name, 0)
-        unequal += (runs_h - runs_l) * (t_h.get(name, 0.0) + t_l.get(name, 0.0)) / (runs_h + runs_l)
-    total = sum(t_h.values()) - sum(t_l.values())
-    return WorkSplit(unequal / steps, (total - unequal) / steps)
-
-
-def _tally(events: EventTable, sel: np.ndarray) -> tuple[dict[str, int], dict[str, float]]:
-    """Runs and summed µs per op name, digits folded, of the ``sel`` events."""
-    codes, inverse = np.unique(events.name[sel], return_inverse=True)
-    runs = np.bincount(inverse, minlength=len(codes))
-    time = np.bincount(inverse, weights=events.dur[sel], minlength=len(codes))
-    n: dict[str, int] = {}
-    t: dict[str, float] = {}
-    for code, k, us in zip(codes, runs, time):
-        name = DIGITS.sub("#", events.text(int(code)))
-        n[name] = n.get(name, 0) + int(k)
-        t[name] = t.get(name, 0.0) + float(us)
-    return n, t
-
-
-def _contention_title(split: WorkSplit, cores: int | None) -> str:
+def _contention_title(split, cores: int | None, logical: bool) -> str:
+    who = "logical CPU devices share the host's {} cores and one thread pool" if logical else \
+        "the ranks share the host's {} cores"
     return (f": the same ops take longer there ({split.slower / 1000:.2f} of "
-            f"{(split.slower + split.unequal_work) / 1000:.2f} ms of op time per step); logical CPU devices share "
-            f"the host's {cores} cores and one thread pool, so this is contention, not unequal work")
+            f"{(split.slower + split.unequal_work) / 1000:.2f} ms of op time per step); {who.format(cores)}, so "
+            f"this is contention, not unequal work")
 
 
 def _contention_fix(heaviest: Device, lightest: Device) -> str:
-    return (f"Nothing to move: {heaviest.label} runs about the ops {lightest.label} runs, more slowly. Logical CPU "
-            f"devices take turns on the same cores; their balance is the thread pool's scheduling, not the "
-            f"model's placement.")
+    return (f"Nothing to move: {heaviest.label} runs about the ops {lightest.label} runs, more slowly. They take "
+            f"turns on the same cores: give the ranks x threads no more than the cores, or measure on an otherwise "
+            f"idle machine; the balance of the work is not the cause.")
 
 
 def _significance(events: EventTable, busy: np.ndarray, devices: list[Device], heaviest: int,

@@ -156,6 +156,14 @@ class AuditInput:
             return None
         return self.manifest.host_cores if self.manifest.device_kinds == {"logical-cpu"} else None
 
+    @property
+    def ranks_sharing_cores(self) -> int | None:
+        """The host's cores when the run is PyTorch ranks without a GPU started on one machine (a run directory's
+        torchrun), which share its cores; else None."""
+        if self.manifest is None or not self.manifest.is_torch or self.events is None:
+            return None
+        return None if any(d.kind == "gpu" for d in self.events.devices) else self.manifest.host_cores
+
 
 def assign_homes(votes: dict[int, collections.Counter]) -> dict[int, Device]:
     """Give each tower a device of its own, maximizing the ops that agree with it.
