@@ -10,6 +10,7 @@ collectives, opcount import from here, never the other way):
 * ``kernel_masks``: the events that are CPU kernels and GPU kernels (``opcount.DEFINITIONS``).
 * ``launchers``: for each piece of GPU work, the runtime call with its correlation id, within one worker
   (correlation ids restart in every process).
+* ``outermost_by_lane``: the events nested in no other of their lane (a PyTorch operator, not its children).
 * ``work_split``: one device's op time less another's, split into unequal work and the same ops running slower
   (contention for shared cores, or a slower device).
 """
@@ -162,21 +163,34 @@ def work_split(events: EventTable, heavy: Device, light: Device, mask: np.ndarra
 def _outermost(events: EventTable, sel: np.ndarray) -> np.ndarray:
     """``sel`` less the events inside another ``sel`` event of their lane (a PyTorch operator's children: counted
     in their parent's time, they would be counted twice)."""
-    rows = np.flatnonzero(sel)
-    if not len(rows):
-        return sel
-    start = events.ts[rows] - events.ts[rows].min()
-    span = float((start + events.dur[rows]).max()) + 1.0
-    _, group = np.unique(events.lane[rows], return_inverse=True)
-    start = start + group * span  # lanes apart in time: one running maximum serves them all
-    end = start + events.dur[rows]
-    order = np.lexsort((-events.dur[rows], start))  # a parent before the child that starts with it
-    reached = np.maximum.accumulate(end[order])
-    inside = np.zeros(len(rows), dtype=bool)
-    inside[order[1:]] = start[order[1:]] < reached[:-1]
     out = np.zeros_like(sel)
-    out[rows[~inside]] = True
+    for _, _, rows in outermost_by_lane(events.lane, events.ts, events.end, np.flatnonzero(sel)).values():
+        out[rows] = True
     return out
+
+
+def outermost_by_lane(lanes: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, nest: bool = True):
+    """Per lane, the ``rows`` not nested in an earlier one of ``rows`` on that lane: {lane: (starts, ends, rows)}
+    sorted by start. A row is kept when it starts at or after the end of every row that started before it;
+    ``nest`` False (operators that never contain one another, a TensorFlow run's kernels, which overlap on a
+    device's lane when they run on different threads): every row is kept."""
+    result = {}
+    rows = np.asarray(rows, dtype=np.int64)
+    rows = rows[lanes[rows] >= 0] if len(rows) else rows
+    if not len(rows):
+        return result
+    order = np.lexsort((-ends[rows], starts[rows], lanes[rows]))
+    rows = rows[order]
+    lane_of = lanes[rows]
+    cuts = np.flatnonzero(lane_of[1:] != lane_of[:-1]) + 1
+    for part in np.split(rows, cuts):
+        s, e = starts[part], ends[part]
+        reach = np.maximum.accumulate(e)
+        keep = np.ones(len(part), dtype=bool)
+        if nest:
+            keep[1:] = s[1:] >= reach[:-1]
+        result[int(lanes[part[0]])] = (s[keep], e[keep], part[keep])
+    return result
 
 
 def _tally(events: EventTable, sel: np.ndarray) -> tuple[dict[str, int], dict[str, float]]:

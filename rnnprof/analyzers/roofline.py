@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from rnnprof.analyzers.device_work import outermost_by_lane
 from rnnprof.analyzers.flops import DTYPE_BYTES, MATRIX_FAMILIES, op_cost
 from rnnprof.analyzers.peaks import Peaks
 from rnnprof.events import EventTable, Kind, match_correlation
@@ -178,30 +179,6 @@ def _shape_text(dims) -> str:
     return ",".join("x".join(str(d) for d in shape) for shape in dims if isinstance(shape, list) and shape)
 
 
-def _outermost(lanes: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray, nest: bool = True):
-    """Per lane, the ``rows`` not nested in an earlier one of ``rows`` on that lane: {lane: (starts, ends, rows)}
-    sorted by start. A row is kept when it starts at or after the end of every row that started before it;
-    ``nest`` False (operators that never contain one another, a TensorFlow run's kernels, which overlap on a
-    device's lane when they run on different threads): every row is kept."""
-    result = {}
-    rows = np.asarray(rows, dtype=np.int64)
-    rows = rows[lanes[rows] >= 0] if len(rows) else rows
-    if not len(rows):
-        return result
-    order = np.lexsort((-ends[rows], starts[rows], lanes[rows]))
-    rows = rows[order]
-    lane_of = lanes[rows]
-    cuts = np.flatnonzero(lane_of[1:] != lane_of[:-1]) + 1
-    for part in np.split(rows, cuts):
-        s, e = starts[part], ends[part]
-        reach = np.maximum.accumulate(e)
-        keep = np.ones(len(part), dtype=bool)
-        if nest:
-            keep[1:] = s[1:] >= reach[:-1]
-        result[int(lanes[part[0]])] = (s[keep], e[keep], part[keep])
-    return result
-
-
 def _containing(outer, lanes: np.ndarray, times: np.ndarray) -> np.ndarray:
     """For each (lane, time), the row of the outermost interval on that lane containing the time, else -1."""
     found = np.full(len(times), -1, dtype=np.int64)
@@ -280,7 +257,7 @@ def _operators(shapes) -> _Operators:
     starts = np.asarray(shapes.ts if n_ops else [], dtype=np.float64)
     ends = starts + np.asarray(shapes.dur if n_ops else [], dtype=np.float64)
     return _Operators(n_ops, signatures, costs, sig, modeled, lanes, starts, ends,
-                      _outermost(lanes, starts, ends, modeled, nest=not (n_ops and shapes.own_time)))
+                      outermost_by_lane(lanes, starts, ends, modeled, nest=not (n_ops and shapes.own_time)))
 
 
 def _gpu_work(table: EventTable, ops: _Operators) -> _GpuWork:
@@ -520,7 +497,7 @@ def _collectives(table: EventTable, shapes, runtime: np.ndarray, lane_codes: np.
     op_messages = shapes.op_messages if shapes is not None else {}
     # messages recorded on the launching operator (record_param_comms), by thread and time
     message_rows = np.fromiter(op_messages, dtype=np.int64, count=len(op_messages))
-    outer = _outermost(lane_codes, starts, ends, message_rows)
+    outer = outermost_by_lane(lane_codes, starts, ends, message_rows)
     launcher = match_correlation(table.correlation[runtime], table.correlation[comm])
     rows: dict[tuple, CollectiveRow] = {}
     without = 0

@@ -16,6 +16,7 @@ from rnnprof.inputs.dependencies import read_dependencies
 from rnnprof.reports.audit import render_text
 from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.rundir.manifest import run_notes
+from rnnprof.traces.rank_folder import folder_notes
 
 FAIL_ON = ("error", "warning", "info", "never")
 
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     job = job_flags.rank_job(args.paths)
     paths = [str(f.path) for f in job.files] if job is not None else list(args.paths)
-    notes = [*run_notes(args.paths), *(job.notes if job is not None else ())]  # a folder's skipped files
+    notes = [*run_notes(args.paths), *folder_notes(job)]
     given = audit_inputs.read_audit_input(paths, args)
     result = audit(given)
     if given.events is not None and len(given.events):

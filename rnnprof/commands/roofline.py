@@ -16,7 +16,7 @@ from rnnprof.reports.charts import check_plot_path, roofline_chart, save_chart
 from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.roofline import not_available, render, to_document
 from rnnprof.rundir.manifest import run_notes
-from rnnprof.traces.rank_folder import folder_notes
+from rnnprof.traces.rank_folder import folder_notes, job_of
 from rnnprof.training.cpu_peaks import measure_cpu_peaks, this_host
 
 EXPECTED = "a PyTorch profiler (Kineto) trace, several, a folder of rank traces, or a run directory"
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     except NotAvailable as exc:
         not_available(exc.reason, args.json, console)
         return 0
-    reports, notes, tables = [], [*run_notes(args.paths), *folder_notes(args.paths)], []
+    reports, notes, tables = [], [*run_notes(args.paths), *folder_notes(job_of(args.paths))], []
     for source in found:
         loaded = load_source(source)
         table, label = loaded.table, loaded.worker or str(loaded.path)

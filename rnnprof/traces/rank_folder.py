@@ -131,9 +131,9 @@ def events(path: Path, folder: RankFolder) -> EventTable:
     return table
 
 
-def folder_notes(paths) -> list[str]:
-    """The notes of ``paths`` read as a job's rank files (``job_of``: the files it skipped), before any is loaded."""
-    job = job_of(paths)
+def folder_notes(job: RankFolder | None) -> list[str]:
+    """The notes of a job's rank files (``job_of``'s: the files it skipped), before any is loaded; none for
+    input that is no job (None)."""
     return list(job.notes) if job is not None else []
 
 
