@@ -573,3 +573,58 @@ def test_a_fault_hidden_behind_another_ranks_fault_is_fixed_with_it_among_the_to
     predicted = float(np.median(planted)) - top["saving_ms"]
     tolerance = max(0.10 * float(np.median(control)), noise.robust_spread(control))
     assert abs(predicted - float(np.median(control))) <= tolerance, (predicted, np.median(control), tolerance)
+
+
+# -- PF001 on ranks that share a host's cores -------------------------------------------------------------------
+
+def _gloo_ranks(per_rank_ops, manifest, steps=8, step_len=20_000.0):
+    """Two gloo CPU ranks on one thread each: per step, ``per_rank_ops`` {rank: [(name, start, dur)]} host
+    operators from the step's start (a child inside its parent, as PyTorch records it), then an all-reduce from
+    the rank's last operator's end to 100 µs after the later rank's (both leave it together); a step starts
+    0-150 µs late, alike on both ranks (the run's jitter). Audited with ``manifest`` (a dict)."""
+    from rnnprof.analyzers.placement.inputs import AuditInput
+    from rnnprof.events import Device, EventTableBuilder, Kind
+    from rnnprof.events.manifest import Manifest
+
+    b = EventTableBuilder("test")
+    cpus = tuple(Device("cpu", 0, worker=f"rank{r}") for r in sorted(per_rank_ops))
+    arrive = {r: max(start + dur for _, start, dur in ops) for r, ops in per_rank_ops.items()}
+    leave = max(arrive.values()) + 100.0
+    for step in range(steps):
+        t0 = step * step_len + 50.0 * (step % 4)
+        for rank, ops in per_rank_ops.items():
+            b.add(t0, leave, f"ProfilerStep#{step}", "ProfilerStep", cpus[rank], "1", Kind.ANNOTATION, step=step)
+            for name, start, dur in ops:
+                b.add(t0 + start, dur, name, name, cpus[rank], "1", Kind.HOST_OP, step=step)
+            b.add(t0 + arrive[rank], leave - arrive[rank], "c10d::allreduce_", "c10d::allreduce_", cpus[rank],
+                  "1", Kind.COMMUNICATION, step=step)
+    table = b.build()
+    table.metadata.host_operator_devices = cpus
+    (found,) = [f for f in audit(AuditInput(events=table, manifest=Manifest.from_dict(manifest))).findings
+                if f.rule == "PF001"]
+    return found
+
+
+def _linear(start, dur):
+    return [("aten::linear", start, dur), ("aten::mm", start + 10, dur - 20)]
+
+
+TORCH_ON_ONE_HOST = {"framework": "torch", "machine": {"cpu_count": 2}}
+
+
+def test_a_rank_late_by_the_same_operators_run_slower_on_shared_cores_is_contention_not_its_code():
+    """Rank 1 runs rank 0's operators, 6 ms slower a step, and arrives 6 ms late at every all-reduce. Ranks
+    started on one host share its cores: contention, info, nothing to move. Where nothing says so, the same
+    trace is a compute straggler; and a rank late by an operator the other does not run is one either way."""
+    slower = {0: _linear(0, 3000), 1: _linear(0, 9000)}
+    finding = _gloo_ranks(slower, TORCH_ON_ONE_HOST)
+    assert finding.subject.rank == "rank1" and finding.severity == Severity.INFO, finding
+    assert finding.evidence["cause"] == "contention" and finding.evidence["shared_cores"] == 2
+    assert finding.evidence["op_us_per_step"] == {"unequal_work": 0.0, "same_ops_slower": 6000.0}
+    assert "(cause: contention)" in finding.title and "nothing in the rank to move" in finding.fix
+    elsewhere = _gloo_ranks(slower, {})
+    assert elsewhere.evidence["cause"] == "compute" and elsewhere.severity == Severity.ERROR, elsewhere
+    extra = {0: _linear(0, 3000), 1: [*_linear(0, 3000), ("aten::add", 3000, 6000)]}
+    more_work = _gloo_ranks(extra, TORCH_ON_ONE_HOST)
+    assert more_work.evidence["cause"] == "compute" and more_work.severity == Severity.ERROR, more_work
+    assert more_work.evidence["op_us_per_step"] == {"unequal_work": 6000.0, "same_ops_slower": 0.0}

@@ -7,7 +7,9 @@ time's spread and ``CollectivesReport.lateness_floor``). Saving (a bound): the m
 *waiting for a core* (its training thread was ready but not running, by the run queue times a PyTorch capture
 records on Linux: the machine's load, not the rank's work; info), *compute*, *input* (``DataLoader``) or *host
 gap/untraced time*, whichever explains at least half of it, in that order; the evidence adds the rank's untraced
-and compute time on the critical path. See docs/commands/audit.md.
+and compute time on the critical path. Extra compute on ranks that share a host's cores (CPU ranks of one
+torchrun) is *contention* (info) when the same operators running slower explain it, not operators the other
+ranks do not run (``device_work.work_split``). See docs/commands/audit.md.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import re
 import numpy as np
 
 from rnnprof import names
+from rnnprof.analyzers.device_work import work_split
+from rnnprof.analyzers.placement.busy import compute_mask
 
 from .context import AuditContext
 from .finding import Finding, NotChecked, Severity, Subject
@@ -26,6 +30,8 @@ TITLE = "Straggling rank at collectives"
 ERROR_PCT = 20.0  # a saving above this share of the step is an error
 INPUT_OP = re.compile(r"DataLoader|dataloader|_next_data|enumerate\(")
 NO_CORE = "waiting for a core"
+CONTENTION = "contention"
+MACHINE = (NO_CORE, CONTENTION)  # causes in the machine, not the rank's code: info
 
 
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
@@ -51,7 +57,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     cause, cause_figures = _cause(ctx, rank.worker, late)
     step_us = ctx.step_us
     severity = Severity.ERROR if step_us > 0 and 100 * saving / step_us >= ERROR_PCT else Severity.WARNING
-    severity = Severity.INFO if cause == NO_CORE else severity
+    severity = Severity.INFO if cause in MACHINE else severity
     device = _device_of(ctx, rank.worker)
     return [Finding(
         rule=RULE_ID, severity=severity,
@@ -72,6 +78,9 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
              NO_CORE: "its thread was ready but other threads held the cores: other processes on the machine, or "
                       "more ranks x threads than cores (torch.set_num_threads, OMP_NUM_THREADS); measure on an "
                       "otherwise idle machine",
+             CONTENTION: "nothing in the rank to move: it runs the others' operators, slower, on cores the ranks "
+                         "share; give each rank cores of its own (fewer threads per rank, OMP_NUM_THREADS) or "
+                         "measure on an otherwise idle machine",
              }.get(cause, "find what its thread does outside the traced operators before the collective "
                           "(sleeps, logging, blocking I/O, Python work): critical-path names it as untraced time"),
     )]
@@ -107,10 +116,30 @@ def _cause(ctx: AuditContext, worker: str, late: dict[int, float]) -> tuple[str,
     if lateness > 0 and waited is not None and waited >= 0.5 * lateness:
         return NO_CORE, figures
     if lateness > 0 and extra_compute >= 0.5 * lateness:
-        return "compute", figures
+        split = _shared_cores_split(ctx, worker)
+        if split is not None:
+            figures.update(op_us_per_step=split.as_dict(), shared_cores=ctx.placement.ranks_sharing_cores)
+        return (CONTENTION if split is not None and split.is_contention(lateness) else "compute"), figures
     if lateness > 0 and input_us >= 0.5 * lateness:
         return "input", figures
     return "host gap/untraced time", figures
+
+
+def _shared_cores_split(ctx: AuditContext, worker: str):
+    """``work_split`` of the rank's device against the other rank's where the ranks share a host's cores, one
+    device each (contention when the same operators running slower explain the lateness:
+    ``WorkSplit.is_contention``); else None. With more than two ranks, against the one whose compute is the
+    others' median."""
+    if not ctx.placement.ranks_sharing_cores:
+        return None
+    devices: dict[str, list] = {}
+    for d in ctx.comm.devices:
+        devices.setdefault(d.device.worker, []).append(d)
+    if worker not in devices or len(devices) < 2 or any(len(v) != 1 for v in devices.values()):
+        return None
+    others = sorted((sum(s.compute_us for s in v[0].steps.values()), w) for w, v in devices.items() if w != worker)
+    other = others[(len(others) - 1) // 2][1]
+    return work_split(ctx.table, devices[worker][0].device, devices[other][0].device, compute_mask(ctx.table))
 
 
 def _runqueue_excess_us(ctx: AuditContext, worker: str, steps: list[int]) -> float | None:
