@@ -19,7 +19,7 @@ import re
 import numpy as np
 
 from rnnprof import names
-from rnnprof.analyzers.device_work import work_split
+from rnnprof.analyzers.device_work import WorkSplit, work_split
 from rnnprof.analyzers.placement.busy import compute_mask
 
 from .context import AuditContext
@@ -125,7 +125,7 @@ def _cause(ctx: AuditContext, worker: str, late: dict[int, float]) -> tuple[str,
     return "host gap/untraced time", figures
 
 
-def _shared_cores_split(ctx: AuditContext, worker: str):
+def _shared_cores_split(ctx: AuditContext, worker: str) -> WorkSplit | None:
     """``work_split`` of the rank's device against the other rank's where the ranks share a host's cores, one
     device each (contention when the same operators running slower explain the lateness:
     ``WorkSplit.is_contention``); else None. With more than two ranks, against the one whose compute is the
