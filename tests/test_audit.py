@@ -3,6 +3,7 @@ on balanced controls, the JSON schema, 80-column output with short device names,
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
 import re
@@ -576,6 +577,28 @@ def test_a_fault_hidden_behind_another_ranks_fault_is_fixed_with_it_among_the_to
 
 
 # -- PF001 on ranks that share a host's cores -------------------------------------------------------------------
+
+def test_a_balanced_control_whose_rank_runs_the_same_operators_slower_raises_no_alarm(capsys):
+    """tests/data/torch-contention-control: the straggler job's control (benchmarks/diagnosis_jobs, no fault):
+    both ranks run the same code, yet rank 1 arrived last at every all-reduce, beyond the run's jitter, its
+    operators slower (its training thread's CPU time per step 1.5x rank 0's, by the job's clock). By the raw
+    traces it ran the same operators as often as rank 0: contention on the shared cores, not the rank's code."""
+    folder = FIXTURES / "torch-contention-control"
+    counts, times = [], []
+    for rank in (0, 1):
+        events = [e for e in _raw(folder / "run" / "torch" / f"rank{rank}.json.gz")
+                  if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+        counts.append(collections.Counter(e["name"] for e in events))
+        times.append(sum(e["dur"] for e in events if e["name"] == "MkldnnRnnLayerBackward0"))
+    assert counts[0] == counts[1] and times[1] > 1.2 * times[0]  # the same operators; rank 1's LSTM slower
+    assert main(["audit", str(folder / "run"), "--json", "--fail-on", "never"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert not [f for f in doc["findings"] if f["severity"] in ("warning", "error")], doc["findings"]
+    (late,) = [f for f in doc["findings"] if f["rule"] == "PF001"]
+    assert late["subject"]["rank"] == "rank1" and late["evidence"]["cause"] == "contention", late
+    split = late["evidence"]["op_us_per_step"]
+    assert split["unequal_work"] < 0.1 * split["same_ops_slower"], split
+
 
 def _gloo_ranks(per_rank_ops, manifest, steps=8, step_len=20_000.0):
     """Two gloo CPU ranks on one thread each: per step, ``per_rank_ops`` {rank: [(name, start, dur)]} host
