@@ -576,6 +576,31 @@ def test_a_fault_hidden_behind_another_ranks_fault_is_fixed_with_it_among_the_to
     assert abs(predicted - float(np.median(control))) <= tolerance, (predicted, np.median(control), tolerance)
 
 
+def test_a_straggler_within_the_jitter_that_hides_another_fault_is_brought_out_by_the_replay(capsys):
+    """tests/data/torch-two-faults-within-jitter: the same two faults, in a run where rank 0 ran its forward pass
+    1.5x slower than rank 1: rank 1 arrived last at every all-reduce, but by 8.7 ms a step in the median, within 3
+    times the lateness's spread, so PF001 held it back; the loader's fix alone saves nothing while rank 1 sleeps.
+    Fixed together with the loader, rank 1's fix saves more than the jitter allows: it comes back at warning,
+    saying what it hides, and the top fixes take both. By the jobs' own clocks fixing both saves 37.6 ms."""
+    folder = FIXTURES / "torch-two-faults-within-jitter"
+    assert main(["audit", str(folder / "run"), "--json", "--fail-on", "never"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any(n.startswith("PF001: no straggler beyond the run's jitter") for n in doc["notes"])
+    (loader,) = [f for f in doc["findings"] if f["rule"] == "PF005"]
+    (sleeper,) = [f for f in doc["findings"] if f["rule"] == "PF001"]
+    assert loader["subject"]["rank"] == "rank0" and loader["saving_ms"] < 2.0  # hidden
+    assert sleeper["subject"]["rank"] == "rank1" and sleeper["severity"] == "warning"
+    assert sleeper["evidence"]["hides"] == ["PF005 rank0"] and "it hides PF005 rank0" in sleeper["title"]
+    top = doc["top_fixes"]
+    assert set(top["fixes"]) == {"PF001:rank1", "PF005:rank0"}
+    assert top["saving_ms"] == sleeper["evidence"]["together_ms"]
+    step = doc["noise"]
+    floor = max(noise.K * noise.MAD_TO_SIGMA * step["step_ms_mad"], 0.05 * step["step_ms_median"])
+    assert top["saving_ms"] > max(sleeper["saving_ms"], loader["saving_ms"]) + floor
+    measured = float(np.median(_clock_steps_ms(folder / "clock")) - np.median(_clock_steps_ms(folder / "control-clock")))
+    assert 0.5 * measured < top["saving_ms"] < 1.2 * measured, (top["saving_ms"], measured)
+
+
 # -- PF001 on ranks that share a host's cores -------------------------------------------------------------------
 
 def test_a_balanced_control_whose_rank_runs_the_same_operators_slower_raises_no_alarm(capsys):

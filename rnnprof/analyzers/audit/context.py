@@ -34,6 +34,9 @@ class Known:
 class AuditContext:
     placement: AuditInput
     notes: list = field(default_factory=list)  # what the rules say beyond their findings
+    # findings a rule held back as within the run's jitter, which a replay may bring out: a fault that hides
+    # another (``replay.audit_savings``)
+    held_back: list = field(default_factory=list)
     known: Known = Known()
 
     @property

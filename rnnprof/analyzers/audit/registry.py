@@ -95,6 +95,7 @@ class AuditResult:
     notes: tuple[str, ...] = ()
     rules: tuple[Rule, ...] = field(default=RULES, repr=False)
     top_fixes: TopFixes | None = None  # the top findings' fixes replayed together (``replay.audit_savings``)
+    held_back: tuple[Finding, ...] = ()  # findings within the jitter that a replay may bring out (``AuditContext``)
 
     def at_or_above(self, severity: Severity) -> list[Finding]:
         return [f for f in self.findings if f.severity >= severity]
@@ -128,4 +129,5 @@ def audit(table_or_job: "EventTable | AuditInput | Sequence[EventTable]", rules:
     ctx = AuditContext(inp, known=known)
     findings, not_checked, checked = run_checks(rules, ctx)
     findings.sort(key=rank_key)
-    return AuditResult(tuple(findings), tuple(not_checked), tuple(checked), ctx.noise, tuple(ctx.notes), rules)
+    return AuditResult(tuple(findings), tuple(not_checked), tuple(checked), ctx.noise, tuple(ctx.notes), rules,
+                       held_back=tuple(ctx.held_back))

@@ -51,15 +51,27 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     ctx.notes.append(f"{RULE_ID}: " + (f"{rank.worker} arrives last beyond the run's jitter ({verdict.describe()})"
                                        if verdict.significant else
                                        f"no straggler beyond the run's jitter ({verdict.describe()})"))
-    if not verdict.significant or verdict.difference_us <= 0:
+    if verdict.difference_us <= 0:
         return []
+    if not verdict.significant:
+        if verdict.difference_us >= report.lateness_floor(rank.worker, verdict.per == "step"):
+            candidate = _finding(ctx, rank, verdict, late, held_back=True)
+            if candidate.evidence["cause"] not in MACHINE:  # the machine's, not a fix in the rank
+                ctx.held_back.append(candidate)
+        return []
+    return [_finding(ctx, rank, verdict, late)]
+
+
+def _finding(ctx: AuditContext, rank, verdict, late: dict[int, float], held_back: bool = False) -> Finding:
+    """The finding on the straggler ``rank``; ``held_back``: its lateness is within the jitter (info, without the
+    critical path's figures, which cost a critical path)."""
     saving = float(np.median([max(v, 0.0) for v in late.values()]))
-    cause, cause_figures = _cause(ctx, rank.worker, late)
+    cause, cause_figures = _cause(ctx, rank.worker, late, on_path=not held_back)
     step_us = ctx.step_us
     severity = Severity.ERROR if step_us > 0 and 100 * saving / step_us >= ERROR_PCT else Severity.WARNING
-    severity = Severity.INFO if cause in MACHINE else severity
+    severity = Severity.INFO if cause in MACHINE or held_back else severity
     device = _device_of(ctx, rank.worker)
-    return [Finding(
+    return Finding(
         rule=RULE_ID, severity=severity,
         title=(f"{rank.worker} arrives last at collectives by {verdict.difference_us / 1000:.1f} ms per "
                f"{verdict.per} (cause: {cause})"),
@@ -83,7 +95,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
                          "measure on an otherwise idle machine",
              }.get(cause, "find what its thread does outside the traced operators before the collective "
                           "(sleeps, logging, blocking I/O, Python work): critical-path names it as untraced time"),
-    )]
+    )
 
 
 def _device_of(ctx: AuditContext, worker: str) -> str | None:
@@ -91,8 +103,9 @@ def _device_of(ctx: AuditContext, worker: str) -> str | None:
     return mine[0].label if mine else None
 
 
-def _cause(ctx: AuditContext, worker: str, late: dict[int, float]) -> tuple[str, dict]:
-    """Which of its work explains the lateness, with the per-step figures behind it."""
+def _cause(ctx: AuditContext, worker: str, late: dict[int, float], on_path: bool = True) -> tuple[str, dict]:
+    """Which of its work explains the lateness, with the per-step figures behind it (``on_path``: with its time
+    on the critical path)."""
     steps = [s for s in late if s >= 0]
     lateness = float(np.median([late[s] for s in steps])) if steps else 0.0
     extra = []
@@ -106,11 +119,11 @@ def _cause(ctx: AuditContext, worker: str, late: dict[int, float]) -> tuple[str,
             extra.append(mine - float(np.median(list(others.values()))))
     extra_compute = float(np.median(extra)) if extra else 0.0
     input_us = _input_us(ctx, worker, steps)
-    on_path = _on_path(ctx, worker)
+    path = _on_path(ctx, worker) if on_path else {}
     waited = _runqueue_excess_us(ctx, worker, steps)
     figures = {"extra_compute_ms_per_step": round(extra_compute / 1000, 3),
                "input_ms_per_step": round(input_us / 1000, 3),
-               "critical_path_ms_per_step": {k: round(v / 1000, 3) for k, v in on_path.items()}}
+               **({"critical_path_ms_per_step": {k: round(v / 1000, 3) for k, v in path.items()}} if on_path else {})}
     if waited is not None:
         figures["extra_runqueue_ms_per_step"] = round(waited / 1000, 3)
     if lateness > 0 and waited is not None and waited >= 0.5 * lateness:

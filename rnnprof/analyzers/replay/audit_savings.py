@@ -12,6 +12,7 @@ from rnnprof.analyzers.audit.finding import Finding, Severity
 from rnnprof.analyzers.audit.judge import WARNING_PCT
 from rnnprof.analyzers.audit.registry import AuditResult, rank_key
 from rnnprof.analyzers.audit.top_fixes import TopFixes
+from rnnprof.analyzers.noise import K
 from rnnprof.analyzers.replay.analysis import Replayer
 from rnnprof.analyzers.replay.fixes import fix_changes
 from rnnprof.analyzers.replay.result import Change, ChangeError, WhatIfReport
@@ -86,8 +87,51 @@ def replayed_audit(result: AuditResult, replayer: Replayer) -> tuple[AuditResult
         fixes[id(replayed)] = changes
     findings.sort(key=rank_key)
     top = _together(findings, fixes, replayer, result.noise.median_us)
+    hider = _hider(result, top, findings, fixes, replayer) if top else None
+    if hider is not None:
+        findings.append(hider)
+        findings.sort(key=rank_key)
+        top = _together(findings, fixes, replayer, result.noise.median_us)
     notes.extend([top.note()] if top else [])
     return dataclasses.replace(result, findings=tuple(findings), notes=(*result.notes, *notes), top_fixes=top), top
+
+
+def _hider(result: AuditResult, top: TopFixes, findings: list[Finding], fixes: dict[int, list[Change]],
+           replayer: Replayer) -> Finding | None:
+    """Where a top finding is hidden (its fix alone buys little: ``severity_by_bound``), the finding a rule held
+    back as within the jitter (``AuditResult.held_back``) whose fix, added to the top fixes, saves more than the
+    run's jitter allows (``noise.K`` times its spread) and ``WARNING_PCT`` of the step beyond them: what hides it
+    (a rank asleep at the collectives while another loads its batch). It comes back at warning, its saving its own
+    fix's replay, and joins ``fixes``; None when no held-back finding does."""
+    hidden = [findings[k] for k in top.positions if "severity_by_bound" in findings[k].evidence]
+    if not hidden or not result.held_back:
+        return None
+    base = list(dict.fromkeys(c for k in top.positions for c in fixes[id(findings[k])]))
+    step_us = result.noise.median_us
+    floor = max(K * result.noise.spread_us, WARNING_PCT * step_us / 100)
+    for candidate in result.held_back:
+        changes = _changes(candidate, replayer)
+        if isinstance(changes, str):
+            continue
+        try:
+            together = replay_saving_us(replayer.run(list(dict.fromkeys([*base, *changes]))))
+            alone = replay_saving_us(replayer.run(changes))
+        except ChangeError:
+            continue
+        if together - top.saving_us <= floor:
+            continue
+        labels = [f.rule + (f" {f.subject.rank or f.subject.op or ''}".rstrip()) for f in hidden]
+        evidence = {**candidate.evidence, "bound_ms": round((candidate.saving_us or 0.0) / 1000, 3),
+                    "bound_basis": candidate.saving_basis, "replayed": "; ".join(c.describe() for c in changes),
+                    "hides": labels, "together_ms": round(together / 1000, 3)}
+        found = dataclasses.replace(
+            candidate, severity=Severity.WARNING, saving_us=alone, evidence=evidence,
+            title=f"{candidate.title}; within the jitter alone, it hides {', '.join(labels)}",
+            saving_basis=(f"{REPLAY_BASIS} of its fix ({evidence['replayed']}); with {', '.join(labels)} fixed too: "
+                          f"{together / 1000:.3f} ms, {(together - top.saving_us) / 1000:.3f} ms more than without it"))
+        fixes[id(found)] = changes
+        return found
+    return None
 
 
 def _together(findings: list[Finding], fixes: dict[int, list[Change]], replayer: Replayer,
