@@ -9,7 +9,9 @@ records on Linux: the machine's load, not the rank's work; info), *compute*, *in
 gap/untraced time*, whichever explains at least half of it, in that order; the evidence adds the rank's untraced
 and compute time on the critical path. Extra compute on ranks that share a host's cores (CPU ranks of one
 torchrun) is *contention* (info) when the same operators running slower explain it, not operators the other
-ranks do not run (``device_work.work_split``). See docs/commands/audit.md.
+ranks do not run (``device_work.work_split``). A straggler beyond the lateness floor but within the jitter, of a
+cause in the rank, is held back (``AuditContext.held_back``): the audit's replay brings it out where it hides
+another finding (``replay.audit_savings``). See docs/commands/audit.md.
 """
 
 from __future__ import annotations
