@@ -120,7 +120,7 @@ def _hider(result: AuditResult, top: TopFixes, findings: list[Finding], fixes: d
             continue
         if together - top.saving_us <= floor:
             continue
-        labels = [f.rule + (f" {f.subject.rank or f.subject.op or ''}".rstrip()) for f in hidden]
+        labels = [_label(f) for f in hidden]
         evidence = {**candidate.evidence, "bound_ms": round((candidate.saving_us or 0.0) / 1000, 3),
                     "bound_basis": candidate.saving_basis, "replayed": "; ".join(c.describe() for c in changes),
                     "hides": labels, "together_ms": round(together / 1000, 3)}
@@ -146,6 +146,11 @@ def _together(findings: list[Finding], fixes: dict[int, list[Change]], replayer:
         return None
     changes = list(dict.fromkeys(c for f in top for c in fixes[id(f)]))
     saving = replay_saving_us(replayer.run(changes))
-    names = tuple(f.rule + (f" {f.subject.rank or f.subject.op or ''}".rstrip()) for f in top)
+    names = tuple(_label(f) for f in top)
     positions = tuple(next(k for k, g in enumerate(findings) if g is f) for f in top)
     return TopFixes(names, tuple(fix_of(f) for f in top), saving, step_us, positions)
+
+
+def _label(f: Finding) -> str:
+    """A finding's rule and subject, as the top fixes name it ("PF005 rank0", "PF006 aten::mm")."""
+    return f.rule + f" {f.subject.rank or f.subject.op or ''}".rstrip()
