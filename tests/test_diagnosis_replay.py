@@ -83,3 +83,21 @@ def test_a_case_with_two_faults_ranks_each_among_the_audits_top_fixes_and_judges
     assert [f.first for f in score([left]).faults] == [False, True]  # the sleeper's finding is not among them
     none = CaseResult("two", "planted", findings, (a, b), cost_ms=40.0)  # no fix replayed
     assert [f.first for f in score([none]).faults] == [False, False]
+
+
+def test_a_fault_hidden_behind_another_counts_among_the_top_fixes_as_the_alarm_its_bound_makes_it():
+    """The loader's fix alone saves nothing while the other rank sleeps: the audit lowers it to info, keeping its
+    severity by the bound (``severity_by_bound``), and replays it among its top fixes. Found and first there; an
+    info finding with no such severity is not; alone in its case, an info finding is never the diagnosis."""
+    a = Fault("sleeper", ("PF1",), "planted", (("rank", "rank1"),))
+    b = Fault("loader", ("PF5",), "planted", (("rank", "rank0"),))
+    sleeper = {"rule": "PF1", "severity": "warning", "title": "", "saving_ms": 16.0, "subject": {"rank": "rank1"}}
+    hidden = {"rule": "PF5", "severity": "info", "title": "", "saving_ms": 0.0, "subject": {"rank": "rank0"},
+              "evidence": {"severity_by_bound": "warning", "bound_ms": 20.0}}
+    quiet = {**hidden, "evidence": {"bound_ms": 20.0}}  # info by its own figure: within the jitter
+    result = score([CaseResult("two", "planted", [sleeper, hidden], (a, b), cost_ms=40.0, top_fixes=(0, 1))])
+    assert [(f.found, f.first) for f in result.faults] == [(True, True), (True, True)] and not result.missed
+    result = score([CaseResult("two", "planted", [sleeper, quiet], (a, b), cost_ms=40.0, top_fixes=(0, 1))])
+    assert [(f.found, f.first) for f in result.faults] == [(True, True), (False, False)]
+    alone = score([CaseResult("one", "planted", [hidden], (b,), cost_ms=20.0)])
+    assert [(f.found, f.first) for f in alone.faults] == [(False, False)]
