@@ -116,7 +116,11 @@ def test_the_pinned_softmax_is_unequal_work_not_contention(pinned_run):
     (imbalance,) = [f for f in result.findings if f.rule_id.startswith("PA004")]
     split = imbalance.evidence["op_us_per_step"]
     assert "contention" not in imbalance.evidence and "Nothing to move" not in imbalance.fix
-    assert split["unequal_work"] > 4 * abs(split["same_ops_slower"]), imbalance.evidence
+    # most of cpu:0's extra op time is ops cpu:1 does not run; the same ops' own difference moves with the load (3
+    # steps: under load cpu:0 once ran them 2.2 ms a step faster, against 2.7 ms of unequal work), so it is not
+    # required to be small
+    unequal, slower = split["unequal_work"], split["same_ops_slower"]
+    assert unequal > 0 and unequal >= 0.5 * (unequal + slower), imbalance.evidence
     # a warning unless the run's own jitter is as large (3 steps on a loaded machine can be)
     significant = imbalance.evidence["significance"]["significant"]
     assert imbalance.severity == (Severity.WARNING if significant else Severity.INFO)
