@@ -121,11 +121,11 @@ def _cause(ctx: AuditContext, worker: str, late: dict[int, float], on_path: bool
             extra.append(mine - float(np.median(list(others.values()))))
     extra_compute = float(np.median(extra)) if extra else 0.0
     input_us = _input_us(ctx, worker, steps)
-    path = _on_path(ctx, worker) if on_path else {}
     waited = _runqueue_excess_us(ctx, worker, steps)
     figures = {"extra_compute_ms_per_step": round(extra_compute / 1000, 3),
-               "input_ms_per_step": round(input_us / 1000, 3),
-               **({"critical_path_ms_per_step": {k: round(v / 1000, 3) for k, v in path.items()}} if on_path else {})}
+               "input_ms_per_step": round(input_us / 1000, 3)}
+    if on_path:
+        figures["critical_path_ms_per_step"] = {k: round(v / 1000, 3) for k, v in _on_path(ctx, worker).items()}
     if waited is not None:
         figures["extra_runqueue_ms_per_step"] = round(waited / 1000, 3)
     if lateness > 0 and waited is not None and waited >= 0.5 * lateness:

@@ -73,8 +73,7 @@ def replayed_audit(result: AuditResult, replayer: Replayer) -> tuple[AuditResult
             findings.append(f)
             notes.append(f"{f.rule} keeps its bound: {exc}")
             continue
-        evidence = {**f.evidence, "bound_ms": None if f.saving_us is None else round(f.saving_us / 1000, 3),
-                    "bound_basis": f.saving_basis, "replayed": "; ".join(c.describe() for c in changes)}
+        evidence = _replayed_evidence(f, changes)
         bound = "" if f.saving_us is None else f"; the rule's bound: {f.saving_us / 1000:.3f} ms"
         basis = f"{REPLAY_BASIS} of its fix ({evidence['replayed']}){bound}"
         saving = replay_saving_us(report)
@@ -115,15 +114,13 @@ def _hider(result: AuditResult, top: TopFixes, findings: list[Finding], fixes: d
             continue
         try:
             together = replay_saving_us(replayer.run(list(dict.fromkeys([*base, *changes]))))
+            if together - top.saving_us <= floor:
+                continue
             alone = replay_saving_us(replayer.run(changes))
         except ChangeError:
             continue
-        if together - top.saving_us <= floor:
-            continue
         labels = [_label(f) for f in hidden]
-        evidence = {**candidate.evidence, "bound_ms": round((candidate.saving_us or 0.0) / 1000, 3),
-                    "bound_basis": candidate.saving_basis, "replayed": "; ".join(c.describe() for c in changes),
-                    "hides": labels, "together_ms": round(together / 1000, 3)}
+        evidence = {**_replayed_evidence(candidate, changes), "hides": labels, "together_ms": round(together / 1000, 3)}
         found = dataclasses.replace(
             candidate, severity=Severity.WARNING, saving_us=alone, evidence=evidence,
             title=f"{candidate.title}; within the jitter alone, it hides {', '.join(labels)}",
@@ -149,6 +146,12 @@ def _together(findings: list[Finding], fixes: dict[int, list[Change]], replayer:
     names = tuple(_label(f) for f in top)
     positions = tuple(next(k for k, g in enumerate(findings) if g is f) for f in top)
     return TopFixes(names, tuple(fix_of(f) for f in top), saving, step_us, positions)
+
+
+def _replayed_evidence(f: Finding, changes: list[Change]) -> dict:
+    """A finding's evidence once its saving comes from a replay: the rule's bound kept, and the changes replayed."""
+    return {**f.evidence, "bound_ms": None if f.saving_us is None else round(f.saving_us / 1000, 3),
+            "bound_basis": f.saving_basis, "replayed": "; ".join(c.describe() for c in changes)}
 
 
 def _label(f: Finding) -> str:
