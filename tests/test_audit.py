@@ -323,6 +323,35 @@ def test_input_stalls_are_the_dataloader_fetches_of_each_step(name):
     assert finding.severity == Severity.INFO
 
 
+def _loading_rank(fetch_ms, compute_ms):
+    """One CPU rank whose step k fetches its batch for ``fetch_ms[k]`` (a DataLoader range) then computes for
+    ``compute_ms[k]``, one step after another."""
+    from rnnprof.events import Device, EventTableBuilder, Kind
+
+    cpu = Device("cpu", 0, worker="rank0")
+    b, t = EventTableBuilder("test"), 0.0
+    for step, (fetch, compute) in enumerate(zip(fetch_ms, compute_ms)):
+        name = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+        b.add(t, 1000 * fetch, name, name, cpu, "1", Kind.HOST_OP, step=step)
+        b.add(t + 1000 * fetch, 1000 * compute, "aten::mm", "aten::mm", cpu, "1", Kind.HOST_OP, step=step)
+        t += 1000 * (fetch + compute)
+    (finding,) = [f for f in audit(b.build()).findings if f.rule == "PF005"]
+    return finding
+
+
+def test_a_steady_wait_for_the_batch_is_judged_against_the_step_jitter_once_not_three_times():
+    """Steps of 70-100 ms (the step's spread 22 ms, as on two loaded cores): a fetch of 40 ms in every step,
+    its own spread a few µs, is beyond that jitter and 47 % of the step, an error; a fetch of 15 ms, within
+    it, and one of 0.04 ms stay info. Three times the jitter (66 ms) would have hidden the 40 ms wait."""
+    compute = [30, 60, 35, 55, 30, 60]
+    for fetch, expected in ((40.0, Severity.ERROR), (15.0, Severity.INFO), (0.04, Severity.INFO)):
+        finding = _loading_rank([fetch + 0.003 * k for k in range(6)], compute)
+        significance = finding.evidence["significance"]
+        assert significance["jitter_ms"] == pytest.approx(1.4826 * 15, abs=0.1), significance
+        assert significance["threshold_ms"] == pytest.approx(significance["jitter_ms"]), significance
+        assert finding.severity == expected, (fetch, finding)
+
+
 def test_no_input_rule_on_a_trace_without_a_dataloader():
     result = audit([load_events(p) for p in GLOO])
     assert "PF005" in {n.rule_id for n in result.not_checked}

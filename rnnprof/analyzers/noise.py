@@ -2,7 +2,8 @@
 
 ``significance``: a difference measured per step is significant only when its median over the steps exceeds
 ``K`` (3) times the larger of its own spread and the step time's (``step_noise``), a spread being the scaled
-median absolute deviation ``1.4826 * median(|x - median(x)|)``. With fewer than ``MIN_STEPS`` (3) steps nothing
+median absolute deviation ``1.4826 * median(|x - median(x)|)``; a duration the trace times itself in every step
+(a wait for the next batch) exceeds ``K`` times its own spread and the step time's spread once. With fewer than ``MIN_STEPS`` (3) steps nothing
 is significant. Between ranks the threshold is at least ``CROSS_RANK_FLOOR_US`` (2 ms), what an operating
 system's scheduling can cause on a loaded host; a CPU (gloo) rank's lateness at least ``CPU_RANK_FLOOR_US`` (4 ms,
 a time slice at HZ=250) per collective summed: on 2 busy cores a balanced gloo job's ranks arrive 1.8-2.9 ms apart
@@ -89,31 +90,35 @@ class Significance:
     significant: bool
     confidence: float
     per: str = "step"  # what one sample is: a step, or a collective where too few steps hold any
+    jitter_k: float = K  # how many step-time spreads the difference must exceed
 
     def describe(self) -> str:
         if self.steps < MIN_STEPS:
             return f"{self.steps} {self.per}(s): too few to measure the run's jitter (needs {MIN_STEPS})"
         return (f"median {self.difference_us / 1000:.2f} ms per {self.per} vs threshold "
-                f"{self.threshold_us / 1000:.2f} ms ({K:g} x jitter {self.jitter_us / 1000:.2f} ms, spread "
-                f"{self.spread_us / 1000:.2f} ms) over {self.steps} {self.per}s")
+                f"{self.threshold_us / 1000:.2f} ms ({self.jitter_k:g} x jitter {self.jitter_us / 1000:.2f} ms, "
+                f"{'' if self.jitter_k == K else f'{K:g} x '}spread {self.spread_us / 1000:.2f} ms) over "
+                f"{self.steps} {self.per}s")
 
     def as_dict(self) -> dict:
         return {"difference_ms": round(self.difference_us / 1000, 3), "spread_ms": round(self.spread_us / 1000, 3),
                 "jitter_ms": round(self.jitter_us / 1000, 3), "threshold_ms": round(self.threshold_us / 1000, 3),
-                "samples": self.steps, "per": self.per, "k": K, "significant": self.significant,
+                "samples": self.steps, "per": self.per, "k": K, "jitter_k": self.jitter_k,
+                "significant": self.significant,
                 "confidence": round(self.confidence, 3)}
 
 
 def significance(per_step_us: Sequence[float], jitter_us: float = 0.0, per: str = "step",
-                 floor_us: float = 0.0) -> Significance:
+                 floor_us: float = 0.0, jitter_k: float = K) -> Significance:
     """Whether the median of ``per_step_us`` (a difference, one value per step) stands out of the jitter:
-    the quantity's own spread across the steps and ``jitter_us`` (``StepNoise.spread_us``); the threshold is
-    at least ``floor_us`` (``CROSS_RANK_FLOOR_US`` for differences between ranks)."""
+    ``K`` times the quantity's own spread across the steps and ``jitter_k`` times ``jitter_us``
+    (``StepNoise.spread_us``); the threshold is at least ``floor_us`` (``CROSS_RANK_FLOOR_US`` for differences
+    between ranks)."""
     x = np.asarray(per_step_us, dtype=np.float64)
     diff = float(np.median(x)) if len(x) else 0.0
     spread = robust_spread(x)
-    threshold = max(K * max(spread, jitter_us), floor_us)
+    threshold = max(K * spread, jitter_k * jitter_us, floor_us)
     ok = len(x) >= MIN_STEPS and abs(diff) > threshold
     confidence = (1.0 - threshold / abs(diff)) if ok else 0.0
     return Significance(diff, spread, jitter_us, threshold, len(x), bool(ok), float(min(max(confidence, 0.0), 1.0)),
-                        per)
+                        per, jitter_k)

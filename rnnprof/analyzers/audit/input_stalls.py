@@ -3,7 +3,7 @@
 Per rank and step, the time of its data-loading ranges (PyTorch's ``enumerate(DataLoader)#...__next__``,
 the loop fetching the next batch; ``INPUT_RANGE``), summed over the step (the range's own step). The rank with
 the largest median per step is reported; saving (a bound): that median, what a prefetched input would save
-at most. Judged against the run's jitter (``rnnprof.analyzers.noise``).
+at most. Judged against the run's jitter as a duration the trace times itself (``judge.judged_duration``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         if best is None or median > best[1]:
             best = (worker, median, per, len(mine))
     worker, median, per, n = best
-    verdict = judge.judged(ctx, per)
+    verdict = judge.judged_duration(ctx, per)
     return [Finding(
         rule=RULE_ID, severity=judge.severity(ctx, verdict, median),
         title=f"{worker or 'the loop'} waits {median / 1000:.2f} ms/step for its next batch (DataLoader)",

@@ -16,6 +16,13 @@ def judged(ctx: AuditContext, per_step_us: list[float]) -> Significance:
     return significance(per_step_us, ctx.noise.spread_us)
 
 
+def judged_duration(ctx: AuditContext, per_step_us: list[float]) -> Significance:
+    """A range's own duration in each step (the loop's wait for its batch): no difference of two noisy times,
+    so the step's jitter cannot make it; it must exceed ``K`` times its own spread and the step time's spread
+    once (a saving within the jitter stays info)."""
+    return significance(per_step_us, ctx.noise.spread_us, jitter_k=1.0)
+
+
 def severity(ctx: AuditContext, verdict: Significance, saving_us: float) -> Severity:
     """Info unless the figure is significant against the jitter; then by its share of the step time."""
     if not verdict.significant or ctx.step_us <= 0:
