@@ -12,7 +12,7 @@ collectives, opcount import from here, never the other way):
   (correlation ids restart in every process).
 * ``outermost_by_lane``: the events nested in no other of their lane (a PyTorch operator, not its children).
 * ``work_split``: one device's op time less another's, split into unequal work and the same ops running slower
-  (contention for shared cores, or a slower device).
+  (contention for shared cores, or a slower device); ``unequal_work_by_step``: the unequal work of each step.
 """
 
 from __future__ import annotations
@@ -149,15 +149,32 @@ def work_split(events: EventTable, heavy: Device, light: Device, mask: np.ndarra
     """``WorkSplit`` of ``heavy`` against ``light`` over the ``mask`` events (their devices' work)."""
     mask = mask & ~np.isin(events.op_type, [events.code_of(t) for t in FEEDS_AND_FETCHES])
     steps = max(len(events.steps()), 1)  # a trace that numbers no steps is one
-    tallies = [_tally(events, _outermost(events, mask & (events.device == events.devices.index(d))))
-               for d in (heavy, light)]
-    (n_h, t_h), (n_l, t_l) = tallies
+    (n_h, t_h), (n_l, t_l) = [_tally(events, rows) for rows in _outermost_of(events, (heavy, light), mask)]
+    unequal = _unequal(n_h, t_h, n_l, t_l)
+    total = sum(t_h.values()) - sum(t_l.values())
+    return WorkSplit(unequal / steps, (total - unequal) / steps)
+
+
+def unequal_work_by_step(events: EventTable, heavy: Device, light: Device, mask: np.ndarray) -> list[float]:
+    """``WorkSplit.unequal_work`` of ``heavy`` against ``light`` in each of the table's steps (µs), in step order:
+    the operators one device runs and the other does not, measured step by step."""
+    mask = mask & ~np.isin(events.op_type, [events.code_of(t) for t in FEEDS_AND_FETCHES])
+    rows_h, rows_l = _outermost_of(events, (heavy, light), mask)
+    return [_unequal(*_tally(events, rows_h & (events.step == s)), *_tally(events, rows_l & (events.step == s)))
+            for s in events.steps()]
+
+
+def _outermost_of(events: EventTable, devices: tuple[Device, ...], mask: np.ndarray) -> list[np.ndarray]:
+    return [_outermost(events, mask & (events.device == events.devices.index(d))) for d in devices]
+
+
+def _unequal(n_h: dict[str, int], t_h: dict[str, float], n_l: dict[str, int], t_l: dict[str, float]) -> float:
+    """The time of the runs one side has more of than the other, op by op, at the two sides' mean time a run."""
     unequal = 0.0
     for name in n_h.keys() | n_l.keys():
         runs_h, runs_l = n_h.get(name, 0), n_l.get(name, 0)
         unequal += (runs_h - runs_l) * (t_h.get(name, 0.0) + t_l.get(name, 0.0)) / (runs_h + runs_l)
-    total = sum(t_h.values()) - sum(t_l.values())
-    return WorkSplit(unequal / steps, (total - unequal) / steps)
+    return unequal
 
 
 def _outermost(events: EventTable, sel: np.ndarray) -> np.ndarray:

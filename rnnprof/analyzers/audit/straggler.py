@@ -3,15 +3,14 @@
 With collectives matched across ranks (``rnnprof.analyzers.collectives``), a rank's lateness in a step is the
 sum over the step's collectives of its start minus the latest other member's start. The rank with the largest
 median lateness is a straggler only when that median is significant (``noise.significance``, with the step
-time's spread and ``CollectivesReport.lateness_floor``). Saving (a bound): the median of its positive lateness. Cause:
-*waiting for a core* (its training thread was ready but not running, by the run queue times a PyTorch capture
-records on Linux: the machine's load, not the rank's work; info), *compute*, *input* (``DataLoader``) or *host
-gap/untraced time*, whichever explains at least half of it, in that order; the evidence adds the rank's untraced
-and compute time on the critical path. Extra compute on ranks that share a host's cores (CPU ranks of one
-torchrun) is *contention* (info) when the same operators running slower explain it, not operators the other
-ranks do not run (``device_work.work_split``). A straggler beyond the lateness floor but within the jitter, of a
-cause in the rank, is held back (``AuditContext.held_back``): the audit's replay brings it out where it hides
-another finding (``replay.audit_savings``). See docs/commands/audit.md.
+time's spread and ``CollectivesReport.lateness_floor``), or beyond the step's spread once and explained by
+operators only it runs, steady beyond the jitter. Saving (a bound): the median of its positive lateness. Cause:
+*waiting for a core* (by the run queue times a PyTorch capture records on Linux; info), *compute*, *input*
+(``DataLoader``) or *host gap/untraced time*, whichever explains at least half of it, in that order. Extra
+compute on ranks that share a host's cores is *contention* (info) when the same operators running slower
+explain it (``device_work.work_split``). A straggler beyond the lateness floor but within the jitter, of a cause
+in the rank, is held back (``AuditContext.held_back``): the audit's replay brings it out where it hides another
+finding (``replay.audit_savings``). See docs/commands/audit.md.
 """
 
 from __future__ import annotations
@@ -21,9 +20,12 @@ import re
 import numpy as np
 
 from rnnprof import names
-from rnnprof.analyzers.device_work import WorkSplit, work_split
+from rnnprof.analyzers.device_work import WorkSplit, unequal_work_by_step, work_split
+from rnnprof.analyzers.noise import Significance
 from rnnprof.analyzers.placement.busy import compute_mask
+from rnnprof.events import Device
 
+from . import judge
 from .context import AuditContext
 from .finding import Finding, NotChecked, Severity, Subject
 
@@ -58,17 +60,37 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     if not verdict.significant:
         if verdict.difference_us >= report.lateness_floor(rank.worker, verdict.per == "step"):
             candidate = _finding(ctx, rank, verdict, late, held_back=True)
+            steady = _steady_own_work(ctx, rank.worker, verdict) if candidate.evidence["cause"] == "compute" else None
+            if steady is not None:
+                return [_finding(ctx, rank, verdict, late, own_work=steady)]
             if candidate.evidence["cause"] not in MACHINE:  # the machine's, not a fix in the rank
                 ctx.held_back.append(candidate)
         return []
     return [_finding(ctx, rank, verdict, late)]
 
 
-def _finding(ctx: AuditContext, rank, verdict, late: dict[int, float], held_back: bool = False) -> Finding:
+def _steady_own_work(ctx: AuditContext, worker: str, verdict: Significance) -> Significance | None:
+    """Where a rank's lateness is within the jitter but beyond the step's spread once, the operators it runs
+    that the others do not (``device_work.unequal_work_by_step``), judged as a duration the trace times in every
+    step (``judge.judged_duration``), when they explain half the lateness or more; None where they do not."""
+    if verdict.per != "step" or verdict.difference_us <= ctx.noise.spread_us:
+        return None
+    pair = _pair(ctx, worker)
+    if pair is None:
+        return None
+    own = judge.judged_duration(ctx, unequal_work_by_step(ctx.table, *pair, compute_mask(ctx.table)))
+    return own if own.significant and own.difference_us >= 0.5 * verdict.difference_us else None
+
+
+def _finding(ctx: AuditContext, rank, verdict, late: dict[int, float], held_back: bool = False,
+             own_work: Significance | None = None) -> Finding:
     """The finding on the straggler ``rank``; ``held_back``: its lateness is within the jitter (info, without the
-    critical path's figures, which cost a critical path)."""
+    critical path's figures, which cost a critical path); ``own_work``: within the jitter, but explained by
+    operators only it runs, steady beyond the jitter (``_steady_own_work``)."""
     saving = float(np.median([max(v, 0.0) for v in late.values()]))
     cause, cause_figures = _cause(ctx, rank.worker, late, on_path=not held_back)
+    if own_work is not None:
+        cause_figures["own_operators_significance"] = own_work.as_dict()
     step_us = ctx.step_us
     severity = Severity.ERROR if step_us > 0 and 100 * saving / step_us >= ERROR_PCT else Severity.WARNING
     severity = Severity.INFO if cause in MACHINE or held_back else severity
@@ -76,7 +98,9 @@ def _finding(ctx: AuditContext, rank, verdict, late: dict[int, float], held_back
     return Finding(
         rule=RULE_ID, severity=severity,
         title=(f"{rank.worker} arrives last at collectives by {verdict.difference_us / 1000:.1f} ms per "
-               f"{verdict.per} (cause: {cause})"),
+               f"{verdict.per} (cause: {cause})" + ("" if own_work is None else
+                                                    f", running {own_work.difference_us / 1000:.1f} ms/step of "
+                                                    f"operators the others do not")),
         subject=Subject(rank=rank.worker, device=device, op=None),
         evidence={"arrived_last": rank.arrived_last, "collectives": rank.collectives,
                   "caused_wait_ms": round(rank.caused_wait_us / 1000, 3),
@@ -85,7 +109,7 @@ def _finding(ctx: AuditContext, rank, verdict, late: dict[int, float], held_back
         saving_us=saving,
         saving_basis=("bound: the other ranks' wait for it at collectives, median per step (a step cannot "
                       "shorten by more by removing its delay)"),
-        confidence=verdict.confidence,
+        confidence=verdict.confidence if own_work is None else own_work.confidence,
         fix={"compute": "give it less work (batch/sequence lengths per rank) or find what it runs that the others "
                         "do not (count-ops per rank)",
              "input": "prefetch its input (DataLoader num_workers, pin_memory) so it does not wait for data",
@@ -147,6 +171,13 @@ def _shared_cores_split(ctx: AuditContext, worker: str) -> WorkSplit | None:
     others' median."""
     if not ctx.placement.ranks_sharing_cores:
         return None
+    pair = _pair(ctx, worker)
+    return None if pair is None else work_split(ctx.table, *pair, compute_mask(ctx.table))
+
+
+def _pair(ctx: AuditContext, worker: str) -> tuple[Device, Device] | None:
+    """The rank's device and, with more than two ranks, that of the one whose compute is the others' median;
+    None unless every rank has one device."""
     devices: dict[str, list] = {}
     for d in ctx.comm.devices:
         devices.setdefault(d.device.worker, []).append(d)
@@ -154,7 +185,7 @@ def _shared_cores_split(ctx: AuditContext, worker: str) -> WorkSplit | None:
         return None
     others = sorted((sum(s.compute_us for s in v[0].steps.values()), w) for w, v in devices.items() if w != worker)
     other = others[(len(others) - 1) // 2][1]
-    return work_split(ctx.table, devices[worker][0].device, devices[other][0].device, compute_mask(ctx.table))
+    return devices[worker][0].device, devices[other][0].device
 
 
 def _runqueue_excess_us(ctx: AuditContext, worker: str, steps: list[int]) -> float | None:
