@@ -120,16 +120,20 @@ class WorkSplit:
     one device runs more often than the other (names with digits folded, so that tower_0/MatMul and tower_1/MatMul
     are one op), at the two devices' mean time per run of the op; ``slower``, the rest: the same ops taking
     longer. TF's feeds and fetches (``_Arg``, ``_Retval``), which only the client's device runs, are left out, and
-    so are ops inside another op of their thread (``_outermost``). Op time is a sum: ops overlapping on one
-    device's threads count each."""
+    so are a CPU rank's operators inside another of their thread (``_outermost_of``). Op time is a sum: ops
+    overlapping on one device's threads count each."""
 
     unequal_work: float
     slower: float
 
-    def is_contention(self, busy_difference_us: float) -> bool:
+    def is_contention(self, busy_difference_us: float | None) -> bool:
         """Whether the same ops running slower, not unequal work, explain the busy-time difference: unequal work
         under ``WORK_SHARE`` of the op-time difference, and the slower ops at least ``WORK_SHARE`` of
-        ``busy_difference_us`` (a rank's busy time also holds its untraced time, a sleep say)."""
+        ``busy_difference_us`` (a rank's busy time also holds its untraced time, a sleep say); None where busy
+        time is the devices' ops alone (logical devices of one process: what unequal work leaves is the same ops
+        taking longer or overlapping less on the shared threads)."""
+        if busy_difference_us is None:
+            return self.share < WORK_SHARE
         return self.share < WORK_SHARE and self.slower >= WORK_SHARE * busy_difference_us
 
     @property
@@ -165,7 +169,10 @@ def unequal_work_by_step(events: EventTable, heavy: Device, light: Device, mask:
 
 
 def _outermost_of(events: EventTable, devices: tuple[Device, ...], mask: np.ndarray) -> list[np.ndarray]:
-    return [_outermost(events, mask & (events.device == events.devices.index(d))) for d in devices]
+    """Each device's ``mask`` events, less those inside another where operators nest (a CPU rank's host
+    operators); a TensorFlow device's ops share one lane across its threads and overlap without nesting."""
+    nesting = host_operator_devices(events)
+    return [_outermost(events, mask & (events.device == events.devices.index(d)), d in nesting) for d in devices]
 
 
 def _unequal(n_h: dict[str, int], t_h: dict[str, float], n_l: dict[str, int], t_l: dict[str, float]) -> float:
@@ -177,11 +184,11 @@ def _unequal(n_h: dict[str, int], t_h: dict[str, float], n_l: dict[str, int], t_
     return unequal
 
 
-def _outermost(events: EventTable, sel: np.ndarray) -> np.ndarray:
+def _outermost(events: EventTable, sel: np.ndarray, nest: bool = True) -> np.ndarray:
     """``sel`` less the events inside another ``sel`` event of their lane (a PyTorch operator's children: counted
-    in their parent's time, they would be counted twice)."""
+    in their parent's time, they would be counted twice); ``nest`` False: all of ``sel`` (``outermost_by_lane``)."""
     out = np.zeros_like(sel)
-    for _, _, rows in outermost_by_lane(events.lane, events.ts, events.end, np.flatnonzero(sel)).values():
+    for _, _, rows in outermost_by_lane(events.lane, events.ts, events.end, np.flatnonzero(sel), nest).values():
         out[rows] = True
     return out
 

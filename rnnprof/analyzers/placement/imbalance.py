@@ -111,7 +111,8 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
     lost = float((busy.max(axis=1) - busy.mean(axis=1))[over].sum() / len(busy))
     split = work_split(inp.events, devices[heaviest], devices[lightest], compute_mask(inp.events))
     cores = inp.shared_cores or inp.ranks_sharing_cores
-    contention = bool(cores) and split.is_contention(float(mean.max() - mean.min()))
+    # logical devices' busy time is their ops' (no untraced time): what unequal work leaves is contention
+    contention = bool(cores) and split.is_contention(None if inp.shared_cores else float(mean.max() - mean.min()))
     return PlacementFinding(
         rule_id=RULE_ID,
         severity=Severity.WARNING if verdict.significant and not contention else Severity.INFO,
