@@ -3,11 +3,12 @@
 ``significance``: a difference measured per step is significant only when its median over the steps exceeds
 ``K`` (3) times the larger of its own spread and the step time's (``step_noise``), a spread being the scaled
 median absolute deviation ``1.4826 * median(|x - median(x)|)``; a duration the trace times itself in every step
-(a wait for the next batch) exceeds ``K`` times its own spread and the step time's spread once. With fewer than ``MIN_STEPS`` (3) steps nothing
-is significant. Between ranks the threshold is at least ``CROSS_RANK_FLOOR_US`` (2 ms), what an operating
-system's scheduling can cause on a loaded host; a CPU (gloo) rank's lateness at least ``CPU_RANK_FLOOR_US`` (4 ms,
-a time slice at HZ=250) per collective summed: on 2 busy cores a balanced gloo job's ranks arrive 1.8-2.9 ms apart
-(a gloo thread waiting for a core), often at several steps of a run (docs/commands/audit.md).
+(a wait for the next batch) exceeds ``K`` times its own spread and the step time's spread once. With fewer than
+``MIN_STEPS`` (3) steps nothing is significant. Between ranks the threshold is at least ``CROSS_RANK_FLOOR_US``
+(2 ms), what an operating system's scheduling can cause on a loaded host; a CPU (gloo) rank's lateness at least
+``CPU_RANK_FLOOR_US`` (4 ms, a time slice at HZ=250) per collective summed: on 2 busy cores a balanced gloo job's
+ranks arrive 1.8-2.9 ms apart (a gloo thread waiting for a core), often at several steps of a run
+(docs/commands/audit.md).
 
 Confidence, in [0, 1]: ``1 - threshold / |difference|`` when significant, else 0. A difference within the
 run's jitter is never a warning. See docs/commands/audit.md.
