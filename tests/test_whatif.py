@@ -116,6 +116,58 @@ def test_the_late_rank_set_to_the_others_gap_removes_the_wait_on_every_rank():
     assert {w.rank: w.predicted_us for w in step.waits} == {"rank0": 0, "rank1": 0}
 
 
+def test_the_operators_only_the_late_rank_runs_are_taken_out_and_its_own_ranges_kept():
+    """Rank 1 runs X [10, 30], which rank 0 does not, before its call; its B sits in a range only it records:
+        rank 0 main: A [0, 10]  call [10, 12]            B [52, 55]
+        rank 1 main: A [0, 10]  X [10, 30]  call [30, 32]  log[ B [52, 60] ]
+        gloo:        the all-reduce ends at 50 on both (an 18 µs transfer after the last arrival)
+    X gone, both ranks arrive at 12, the transfer ends at 30, and rank 1's B, 2 µs later, ends at 40; its range
+    "log" stays (were it taken out with B, the step would end at rank 0's B, 35)."""
+    builder = EventTableBuilder("test")
+    devices = []
+    for r, extra in ((0, 0.0), (1, 20.0)):
+        cpu, host = Device("cpu", 0, worker=f"rank{r}"), Device("host", 0, worker=f"rank{r}")
+        devices.append(cpu)
+        call = 10 + extra
+        rows = [("A", "main", 0, 10, Kind.HOST_OP), ("c10d::allreduce_", "main", call, 2, Kind.HOST_OP),
+                ("gloo:all_reduce", "gloo", call + 2, 48 - call, Kind.COMMUNICATION),
+                ("B", "main", 52, 8 if r else 3, Kind.HOST_OP)]
+        if r:
+            rows.append(("X", "main", 10, 20, Kind.HOST_OP))
+            builder.add(ts=52, dur=8, name="log", op_type="user_annotation", device=host, lane="main",
+                        kind=Kind.ANNOTATION, step=0)
+        for name, lane, ts, dur, kind in rows:
+            builder.add(ts=ts, dur=dur, name=name, op_type=name, device=cpu, lane=lane, kind=kind, step=0)
+    builder.metadata = dataclasses.replace(builder.metadata, host_operator_devices=tuple(devices))
+    table = builder.build()
+    (step,) = whatif(table, [Change("even-work", "rank1")]).steps
+    assert step.measured_us == step.replayed_us == 60
+    assert step.predicted_us == pytest.approx(40)
+    assert {w.rank: w.predicted_us for w in step.waits} == {"rank0": 0, "rank1": 0}
+    report = whatif(table, [Change("even-work", "")])  # the latest rank, as --fix PF001 without a subject
+    assert report.notes == ("the latest rank at the collectives: rank1",)
+    assert report.steps[0].predicted_us == pytest.approx(40)
+    (unchanged,) = whatif(table, [Change("even-work", "rank0")]).steps  # rank 0 runs nothing rank 1 does not
+    assert unchanged.predicted_us == pytest.approx(60)
+
+
+def test_even_work_on_a_real_rank_takes_out_the_operator_only_it_runs(capsys):
+    """tests/data/torch-extra-op-within-jitter: from the raw traces, rank 1 runs one operator rank 0 does not,
+    aten::bmm; ``--even-work rank1`` replays each step as removing it by name does."""
+    run = DATA / "torch-extra-op-within-jitter" / "run"
+    names = []
+    for rank in (0, 1):
+        with gzip.open(run / "torch" / f"rank{rank}.json.gz", "rt") as f:
+            events = json.load(f)["traceEvents"]
+        names.append({e["name"] for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"})
+    assert names[1] - names[0] == {"aten::bmm"}
+    predicted = []
+    for change in (["--even-work", "rank1"], ["--scale", "aten::bmm=0"]):
+        assert main(["whatif", str(run), *change, "--json"]) == 0
+        predicted.append([s["predicted_us"] for s in json.loads(capsys.readouterr().out)["steps"]])
+    assert predicted[0] == predicted[1] and len(predicted[0]) == 6
+
+
 def test_a_ranks_data_loading_on_its_host_annotations_thread_is_evened_out():
     """As a CPU rank's trace has it: the DataLoader's range is an annotation on ``rankN/host`` and the operators
     it encloses are on ``rankN/cpu:0``, the same thread (lane). Rank 1 loads for 22 µs, rank 0 for 2:
@@ -310,9 +362,13 @@ def test_gemms_scaled_shorten_a_gpu_step_by_at_most_their_share():
 
 def test_json_says_which_step_time_is_measured_and_which_predicted(capsys):
     assert main(["whatif", *GLOO, "--fix", "PF001:rank1", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
     assert doc["schema_version"] == 1
+    # two rank files are a job, read rank by rank: the fix's third change, the operators no other rank runs,
+    # needs every rank's operators in one table, and a note says it is left out
     assert [c["kind"] for c in doc["changes"]] == ["even-host", "even-input"]
+    assert "rank1's operators that no other rank runs removed: not replayed" in " ".join(err.split())
     for step in doc["steps"]:
         assert step["measured_us"] > 0 and step["predicted_us"] > 0
         assert step["change_us"] == pytest.approx(step["predicted_us"] - step["measured_us"])
@@ -333,6 +389,7 @@ def test_json_says_which_step_time_is_measured_and_which_predicted(capsys):
     (["--scale", "aten::mm"], "expected OP=F"),
     (["--scale", "no::such_op=0.5"], "no event or operator named"),
     (["--even-host", "rank7"], "no rank 'rank7'"),
+    (["--even-work", "rank1"], "not on a job read rank by rank"),
     (["--delay", "rank7=40"], "no rank 'rank7'"),
     (["--delay", "rank1"], "expected RANK=MS"),
     (["--delay", "rank1=soon"], "is not a number of ms"),

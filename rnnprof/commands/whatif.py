@@ -9,8 +9,8 @@ import re
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, INEXPRESSIBLE, NO_SYNCS,
-                                     OVERLAP, SCALE, Change, ChangeError, whatif)
+from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
+                                     INEXPRESSIBLE, NO_SYNCS, OVERLAP, SCALE, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.fixes import copies_removed, fix_changes
 from rnnprof.analyzers.flops import FAMILIES
@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "straggler fixed; without RANK: the rank that arrives last at the collectives)")
     group.add_argument("--even-input", nargs="?", action="append", const="", metavar="RANK",
                        help="RANK's data loading at the other ranks' median (without RANK: the latest rank)")
+    group.add_argument("--even-work", nargs="?", action="append", const="", metavar="RANK",
+                       help="RANK's operators that no other rank runs removed (a compute straggler's extra work; "
+                            "without RANK: the latest rank)")
     group.add_argument("--delay", action="append", default=[], metavar="RANK=MS[@OP]",
                        help="MS milliseconds of host time added to RANK's every step, at its start, or before the "
                             "first operator matching the regex OP ('rank1=40@^Optimizer.zero_grad'): a straggler")
@@ -114,8 +117,8 @@ def _delay(text: str) -> Change:
     return Change(DELAY, rank.strip(), delay_ms=ms, before=before)
 
 
-NO_CHANGE = ("no change given (expected one or more of --scale, --even-host, --even-input, --delay, --comm, "
-             "--overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
+NO_CHANGE = ("no change given (expected one or more of --scale, --even-host, --even-input, --even-work, --delay, "
+             "--comm, --overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
 
 
 def _stated(args: argparse.Namespace) -> list[Change]:
@@ -127,6 +130,7 @@ def _stated(args: argparse.Namespace) -> list[Change]:
     changes = [_scale(text) for text in args.scale]
     changes += [Change(EVEN_HOST, rank) for rank in args.even_host or ()]
     changes += [Change(EVEN_INPUT, rank) for rank in args.even_input or ()]
+    changes += [Change(EVEN_WORK, rank) for rank in args.even_work or ()]
     changes += [_delay(text) for text in args.delay]
     if args.comm is not None:
         changes.append(Change(COMM, "", args.comm))
@@ -190,14 +194,23 @@ def _one_table(args: argparse.Namespace):
     return report, notes, left_out_notes.counts(table)
 
 
+# a rank's operators that no other rank runs are found by comparing all of the ranks' operators at once
+NOT_RANK_BY_RANK = "compares every rank's operators in one table, not on a job read rank by rank"
+
+
 def _job(job, args: argparse.Namespace):
-    """``(report, notes, left_out counts)`` of a whole job's rank files, a rank per worker."""
-    names = scanned_names(changes_of(args, JobNames((), (Device("gpu", 0),))))
+    """``(report, notes, left_out counts)`` of a whole job's rank files, a rank per worker; an even-work change
+    (``--fix PF001``'s third) is left out, and a note says so (``--even-work`` itself is refused)."""
+    if args.even_work:
+        raise UsageError(f"--even-work {NOT_RANK_BY_RANK} (give a run directory, whose ranks are read into one)")
+    stated = changes_of(args, JobNames((), (Device("gpu", 0),)))
+    names = scanned_names(stated)
     report, notes, left_out = job_flags.run_job(
-        job_whatif, job, args, changes_of=lambda found: changes_of(args, found), names=names,
-        comm_patterns=args.comm_pattern, dependencies=read_dependencies(args.paths),
+        job_whatif, job, args, changes_of=lambda found: [c for c in changes_of(args, found) if c.kind != EVEN_WORK],
+        names=names, comm_patterns=args.comm_pattern, dependencies=read_dependencies(args.paths),
         choose=lambda known: _chosen(args, known))
-    return report, [*notes, *left_out_notes.notes(args, left_out)], left_out_notes.counts(left_out)
+    left = [f"{c.describe()}: not replayed: it {NOT_RANK_BY_RANK}" for c in stated if c.kind == EVEN_WORK]
+    return report, [*notes, *left, *left_out_notes.notes(args, left_out)], left_out_notes.counts(left_out)
 
 
 def _chosen(args: argparse.Namespace, known) -> list[int] | None:

@@ -11,11 +11,12 @@ replay), ``changes``, ``families``, ``fixes`` (audit rules as changes), ``outcom
 """
 
 from rnnprof.analyzers.replay.analysis import TOLERANCE_PCT, Replayer, check_changes, whatif
-from rnnprof.analyzers.replay.result import (CHANGE_KINDS, COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH,
-                                             INEXPRESSIBLE, NO_COPIES, NO_SYNCS, OVERLAP, SCALE, SCALE_HOST, Change,
-                                             ChainLink, ChangeError, Inexpressible, RankWaits, StepReplay,
-                                             WhatIfReport)
+from rnnprof.analyzers.replay.result import (CHANGE_KINDS, COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY,
+                                             GRAPH_LAUNCH, INEXPRESSIBLE, NO_COPIES, NO_SYNCS, OVERLAP, SCALE,
+                                             SCALE_HOST, Change, ChainLink, ChangeError, Inexpressible, RankWaits,
+                                             StepReplay, WhatIfReport)
 
 __all__ = ["whatif", "Replayer", "check_changes", "TOLERANCE_PCT", "Change", "ChainLink", "ChangeError", "Inexpressible",
-           "RankWaits", "StepReplay", "WhatIfReport", "CHANGE_KINDS", "COMM", "DELAY", "EVEN_HOST", "EVEN_INPUT", "FAMILY",
-           "GRAPH_LAUNCH", "INEXPRESSIBLE", "NO_COPIES", "NO_SYNCS", "OVERLAP", "SCALE", "SCALE_HOST"]
+           "RankWaits", "StepReplay", "WhatIfReport", "CHANGE_KINDS", "COMM", "DELAY", "EVEN_HOST", "EVEN_INPUT",
+           "EVEN_WORK", "FAMILY", "GRAPH_LAUNCH", "INEXPRESSIBLE", "NO_COPIES", "NO_SYNCS", "OVERLAP", "SCALE",
+           "SCALE_HOST"]

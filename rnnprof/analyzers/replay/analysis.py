@@ -15,8 +15,8 @@ from rnnprof.analyzers.replay.changes import Knobs, StepGraph, apply
 from rnnprof.analyzers.replay.engine import calibrate, replay, replay_order
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
 from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_time, waits_by_rank
-from rnnprof.analyzers.replay.result import (DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, SCALE, SCALE_HOST, Change, ChangeError,
-                                             StepReplay, WhatIfReport)
+from rnnprof.analyzers.replay.result import (DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, SCALE, SCALE_HOST,
+                                             Change, ChangeError, StepReplay, WhatIfReport)
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.events import EventTable
 
@@ -53,10 +53,10 @@ def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
             raise ChangeError(f"{c.describe()}: no event or operator named {c.subject!r} in the input")
         if c.kind == FAMILY and not family_members(c.subject) & set(table.strings):
             raise ChangeError(f"{c.describe()}: no operator of family {c.subject} in the input")
-        if c.kind == EVEN_HOST and len(workers) < 2:
+        if c.kind in (EVEN_HOST, EVEN_WORK) and len(workers) < 2:
             raise ChangeError(f"{c.describe()}: needs two or more ranks (the input has "
                               f"{len(workers) or 'no named'} rank{'s' if len(workers) != 1 else ''})")
-        if c.kind in (EVEN_HOST, EVEN_INPUT, DELAY) and c.subject and c.subject not in workers:
+        if c.kind in (EVEN_HOST, EVEN_INPUT, EVEN_WORK, DELAY) and c.subject and c.subject not in workers:
             raise ChangeError(f"{c.describe()}: no rank {c.subject!r} in the input (its ranks: "
                               f"{', '.join(workers) or 'none named'})")
         if c.kind == DELAY and c.before and not any(re.search(c.before, s) for s in table.strings):
@@ -64,8 +64,8 @@ def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
 
 
 def needs_latest_rank(changes: Sequence[Change]) -> bool:
-    """Whether a change is about the rank that arrives last (an even-host or even-input change naming none)."""
-    return any(c.kind in (EVEN_HOST, EVEN_INPUT) and not c.subject for c in changes)
+    """Whether a change is about the rank that arrives last (an even-host, -input or -work change naming none)."""
+    return any(c.kind in (EVEN_HOST, EVEN_INPUT, EVEN_WORK) and not c.subject for c in changes)
 
 
 def lateness(sg: StepGraph) -> dict[str, float]:

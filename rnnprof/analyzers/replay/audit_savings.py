@@ -15,7 +15,7 @@ from rnnprof.analyzers.audit.top_fixes import TopFixes
 from rnnprof.analyzers.noise import K
 from rnnprof.analyzers.replay.analysis import Replayer
 from rnnprof.analyzers.replay.fixes import fix_changes
-from rnnprof.analyzers.replay.result import Change, ChangeError, WhatIfReport
+from rnnprof.analyzers.replay.result import EVEN_HOST, EVEN_INPUT, EVEN_WORK, Change, ChangeError, WhatIfReport
 
 TOGETHER = 3  # the top findings whose fixes are replayed together
 REPLAY_BASIS = "replay"  # a saving_basis that starts with it: the saving a replay of the fix predicts
@@ -42,7 +42,7 @@ def _changes(finding: Finding, replayer: Replayer) -> list[Change] | str:
     try:
         changes = fix_changes(fix_of(finding), replayer.table)
         for change in changes:
-            if change.subject == "" and change.kind in ("even-host", "even-input"):
+            if change.subject == "" and change.kind in (EVEN_HOST, EVEN_INPUT, EVEN_WORK):
                 raise ChangeError(f"{finding.rule}: names no rank")
         return changes
     except ChangeError as exc:

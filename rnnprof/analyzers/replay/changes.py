@@ -16,11 +16,11 @@ from rnnprof.analyzers.classify import EventClass
 from rnnprof.analyzers.critical_path import EDGE_COMPLETE, EDGE_LANE, EDGE_LAUNCH
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.replay.graph import EDGE_DONE, EDGE_SYNC, EVENT, REPLAY_EDGES, SYNC_END, DONE, ReplayGraph
-from rnnprof.analyzers.replay.result import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
-                                             OVERLAP, SCALE, SCALE_HOST, Change)
+from rnnprof.analyzers.replay.result import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
+                                             NO_COPIES, NO_SYNCS, OVERLAP, SCALE, SCALE_HOST, Change)
 from rnnprof.analyzers.copies import COPY_KINDS, copy_kind_of_rows
 from rnnprof.analyzers.syncs import SYNC_CALL
-from rnnprof.events import EventTable
+from rnnprof.events import EventTable, Kind
 from rnnprof.names import CPU_COLLECTIVE_CALL
 
 
@@ -67,8 +67,9 @@ class Knobs:
 
 
 def apply(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
-    """Apply ``change`` (``rank``: the rank an even-host or even-input change is about); the nodes it changed."""
+    """Apply ``change`` (``rank``: the rank an even-host, -input or -work change is about); the nodes it changed."""
     handler = {SCALE: _scale, SCALE_HOST: _scale, FAMILY: _scale, EVEN_HOST: _even_host, EVEN_INPUT: _even_input,
+               EVEN_WORK: _even_work,
                COMM: _comm, OVERLAP: _overlap, NO_COPIES: _no_copies, NO_SYNCS: _no_syncs,
                GRAPH_LAUNCH: _graph_launch, DELAY: _delay}[change.kind]
     return handler(change, sg, knobs, rank)
@@ -127,15 +128,19 @@ def _launchers(g: ReplayGraph) -> np.ndarray:
     return mask
 
 
-def _scale(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+def _scale(change: Change, sg: StepGraph, knobs: Knobs, rank: str, on: np.ndarray | None = None,
+           codes: np.ndarray | None = None) -> int:
+    """The named operators' time (their nodes, the nodes inside them and the gaps between, the kernels they
+    launched) times ``change.factor``; ``on``: only these nodes (one rank's), ``codes``: these names."""
     g, t = sg.graph, sg.table
     names = family_members(change.subject) if change.kind == FAMILY else {change.subject}
-    codes = _codes(t, names)
+    codes = _codes(t, names) if codes is None else codes
     if not len(codes):
         return 0
+    on = np.ones(g.size, dtype=bool) if on is None else on
     direct = sg.is_event & _named(t, g.rows, codes)
-    inside = _inside(sg, codes, (g.start + g.end) / 2, g.host) | direct
-    gap = _inside(sg, codes, g.start - g.pre / 2, g.host & (g.pre > 0))
+    inside = (_inside(sg, codes, (g.start + g.end) / 2, g.host) | direct) & on
+    gap = _inside(sg, codes, g.start - g.pre / 2, g.host & (g.pre > 0)) & on
     if change.kind == SCALE_HOST:
         work = inside & g.host & ~_launchers(g)
     else:
@@ -146,6 +151,20 @@ def _scale(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     knobs.dur[work] *= change.factor
     knobs.pre[gap] *= change.factor
     return int(work.sum() + gap.sum())
+
+
+def _even_work(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    """``rank``'s operators whose name no other rank runs in the step (a compute straggler's extra work) take no
+    time, with what they enclose and launched (``_scale`` at 0 on ``rank``'s nodes: an operator with children is
+    no node itself). Operators only: a range of one rank's own (an annotation) may enclose work the others do too."""
+    t = sg.table
+    ops = (t.kind == Kind.HOST_OP) & np.isin(t.step, np.unique(t.step[sg.graph.rows]))
+    worker = np.array([d.worker or "host" for d in t.devices] or [""], dtype=object)[t.device]
+    mine = worker == rank
+    only = np.setdiff1d(np.unique(t.name[ops & mine]), np.unique(t.name[ops & ~mine]))
+    if not len(only):
+        return 0
+    return _scale(dataclasses.replace(change, kind=SCALE, factor=0.0), sg, knobs, rank, sg.worker == rank, only)
 
 
 def _lane_keys(sg: StepGraph, nodes: np.ndarray) -> list[tuple]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from rnnprof.analyzers.copies import COPY_KINDS
 from rnnprof.events import EventTable
-from rnnprof.analyzers.replay.result import (EVEN_HOST, EVEN_INPUT, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS, OVERLAP,
-                                             SCALE_HOST, Change, ChangeError,
-                                             Inexpressible)
+from rnnprof.analyzers.replay.result import (EVEN_HOST, EVEN_INPUT, EVEN_WORK, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
+                                             OVERLAP, SCALE_HOST, Change, ChangeError, Inexpressible)
 
 # rule -> what its fix is, as the replay understands it (docs/commands/whatif.md, "Audit fixes")
 FIXES = {
-    "PF001": "the straggler's untraced host time and data loading at the other ranks' median",
+    "PF001": "the straggler's untraced host time and data loading at the other ranks' median, and the operators no "
+             "other rank runs removed",
     "PF002": "communication overlapped with compute",
     "PF004": "device copies removed (PF004:HtoD: those of one kind; PF004:syncs: synchronizing calls removed)",
     "PF005": "the rank's data loading at the other ranks' median",
@@ -48,7 +48,7 @@ def fix_changes(text: str, table: EventTable) -> list[Change]:
     if rule in NOT_REPLAYED:
         raise Inexpressible(f"--fix {text}: {NOT_REPLAYED[rule]}")
     if rule == "PF001":
-        return [Change(EVEN_HOST, subject), Change(EVEN_INPUT, subject)]
+        return [Change(EVEN_HOST, subject), Change(EVEN_INPUT, subject), Change(EVEN_WORK, subject)]
     if rule == "PF002":
         return [Change(OVERLAP)]
     if rule == "PF004":

@@ -11,14 +11,15 @@ SCALE_HOST = "scale-host"  # an operator's host-side time only (not its kernels,
 FAMILY = "family"  # every operator of a kernel family (``flops.FAMILIES``)
 EVEN_HOST = "even-host"  # a rank's untraced host time set to the other ranks' median, gap by gap
 EVEN_INPUT = "even-input"  # a rank's data loading set to the other ranks' median (one rank: prefetched, none)
+EVEN_WORK = "even-work"  # a rank's operators that no other rank runs in the step take no time
 COMM = "comm"  # communication's transfer times times ``factor``
 OVERLAP = "overlap"  # communication moved off compute's dependencies (no thread or stream waits for it)
 NO_COPIES = "no-copies"  # device copies (and their launch calls) take no time
 NO_SYNCS = "no-syncs"  # synchronizing calls neither wait nor take time
 GRAPH_LAUNCH = "graph-launch"  # kernels no longer wait for their launch calls, which take no time
 DELAY = "delay"  # host time added to a rank's step (``delay_ms``), at its start or before an operator (``before``)
-CHANGE_KINDS = (SCALE, SCALE_HOST, FAMILY, EVEN_HOST, EVEN_INPUT, COMM, OVERLAP, NO_COPIES, NO_SYNCS, GRAPH_LAUNCH,
-                DELAY)
+CHANGE_KINDS = (SCALE, SCALE_HOST, FAMILY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, COMM, OVERLAP, NO_COPIES, NO_SYNCS,
+                GRAPH_LAUNCH, DELAY)
 
 # What a replay cannot express, and why: asked for, each is refused with this line.
 INEXPRESSIBLE = {
@@ -57,6 +58,7 @@ class Change:
             return f"{self.subject} copies removed"
         return {EVEN_HOST: f"{self.subject or 'the latest rank'}'s untraced host time at the others' median",
                 EVEN_INPUT: f"{self.subject or 'the latest rank'}'s data loading at the others' median",
+                EVEN_WORK: f"{self.subject or 'the latest rank'}'s operators that no other rank runs removed",
                 OVERLAP: "communication overlapped with compute", NO_COPIES: "device copies removed",
                 NO_SYNCS: "synchronizing calls removed",
                 GRAPH_LAUNCH: "kernels launched by a graph launch"}[self.kind]
