@@ -151,9 +151,8 @@ class WorkSplit:
 
 def work_split(events: EventTable, heavy: Device, light: Device, mask: np.ndarray) -> WorkSplit:
     """``WorkSplit`` of ``heavy`` against ``light`` over the ``mask`` events (their devices' work)."""
-    mask = mask & ~np.isin(events.op_type, [events.code_of(t) for t in FEEDS_AND_FETCHES])
     steps = max(len(events.steps()), 1)  # a trace that numbers no steps is one
-    (n_h, t_h), (n_l, t_l) = [_tally(events, rows) for rows in _outermost_of(events, (heavy, light), mask)]
+    (n_h, t_h), (n_l, t_l) = [_tally(events, rows) for rows in _outermost_of(events, heavy, light, mask)]
     unequal = _unequal(n_h, t_h, n_l, t_l)
     total = sum(t_h.values()) - sum(t_l.values())
     return WorkSplit(unequal / steps, (total - unequal) / steps)
@@ -162,17 +161,19 @@ def work_split(events: EventTable, heavy: Device, light: Device, mask: np.ndarra
 def unequal_work_by_step(events: EventTable, heavy: Device, light: Device, mask: np.ndarray) -> list[float]:
     """``WorkSplit.unequal_work`` of ``heavy`` against ``light`` in each of the table's steps (µs), in step order:
     the operators one device runs and the other does not, measured step by step."""
-    mask = mask & ~np.isin(events.op_type, [events.code_of(t) for t in FEEDS_AND_FETCHES])
-    rows_h, rows_l = _outermost_of(events, (heavy, light), mask)
+    rows_h, rows_l = _outermost_of(events, heavy, light, mask)
     return [_unequal(*_tally(events, rows_h & (events.step == s)), *_tally(events, rows_l & (events.step == s)))
             for s in events.steps()]
 
 
-def _outermost_of(events: EventTable, devices: tuple[Device, ...], mask: np.ndarray) -> list[np.ndarray]:
-    """Each device's ``mask`` events, less those inside another where operators nest (a CPU rank's host
-    operators); a TensorFlow device's ops share one lane across its threads and overlap without nesting."""
+def _outermost_of(events: EventTable, heavy: Device, light: Device, mask: np.ndarray) -> list[np.ndarray]:
+    """Each device's ``mask`` events but TF's feeds and fetches, less those inside another where operators nest (a
+    CPU rank's host operators); a TensorFlow device's ops share one lane across its threads and overlap without
+    nesting."""
+    mask = mask & ~np.isin(events.op_type, [events.code_of(t) for t in FEEDS_AND_FETCHES])
     nesting = host_operator_devices(events)
-    return [_outermost(events, mask & (events.device == events.devices.index(d)), d in nesting) for d in devices]
+    return [_outermost(events, mask & (events.device == events.devices.index(d)), d in nesting)
+            for d in (heavy, light)]
 
 
 def _unequal(n_h: dict[str, int], t_h: dict[str, float], n_l: dict[str, int], t_l: dict[str, float]) -> float:

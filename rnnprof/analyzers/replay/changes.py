@@ -159,8 +159,7 @@ def _even_work(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     no node itself). Operators only: a range of one rank's own (an annotation) may enclose work the others do too."""
     t = sg.table
     ops = (t.kind == Kind.HOST_OP) & np.isin(t.step, np.unique(t.step[sg.graph.rows]))
-    worker = np.array([d.worker or "host" for d in t.devices] or [""], dtype=object)[t.device]
-    mine = worker == rank
+    mine = np.array([(d.worker or "host") == rank for d in t.devices] or [False], dtype=bool)[t.device]
     only = np.setdiff1d(np.unique(t.name[ops & mine]), np.unique(t.name[ops & ~mine]))
     if not len(only):
         return 0
