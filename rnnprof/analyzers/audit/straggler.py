@@ -4,7 +4,7 @@ With collectives matched across ranks (``rnnprof.analyzers.collectives``), a ran
 sum over the step's collectives of its start minus the latest other member's start. The rank with the largest
 median lateness is a straggler only when that median is significant (``noise.significance``, with the step
 time's spread and ``CollectivesReport.lateness_floor``), or beyond the step's spread once and explained by
-operators only it runs, steady beyond the jitter. Saving (a bound): the median of its positive lateness. Cause:
+time of its own steady beyond the jitter (operators only it runs, or idle time the others do not have). Saving (a bound): the median of its positive lateness. Cause:
 *waiting for a core* (by the run queue times a PyTorch capture records on Linux; info), *compute*, *input*
 (``DataLoader``) or *host gap/untraced time*, whichever explains at least half of it, in that order. Extra
 compute on ranks that share a host's cores is *contention* (info) when the same operators running slower
@@ -16,6 +16,7 @@ finding (``replay.audit_savings``). See docs/commands/audit.md.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,6 +36,7 @@ ERROR_PCT = 20.0  # a saving above this share of the step is an error
 INPUT_OP = re.compile(r"DataLoader|dataloader|_next_data|enumerate\(")
 NO_CORE = "waiting for a core"
 CONTENTION = "contention"
+HOST_GAP = "host gap/untraced time"
 MACHINE = (NO_CORE, CONTENTION)  # causes in the machine, not the rank's code: info
 
 
@@ -60,16 +62,35 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     if not verdict.significant:
         if verdict.difference_us >= report.lateness_floor(rank.worker, verdict.per == "step"):
             candidate = _finding(ctx, rank, verdict, late, held_back=True)
-            steady = _steady_own_work(ctx, rank.worker, verdict) if candidate.evidence["cause"] == "compute" else None
+            steady = {"compute": _steady_own_work, HOST_GAP: _steady_gap}.get(candidate.evidence["cause"])
+            steady = steady(ctx, rank.worker, verdict, late) if steady is not None else None
             if steady is not None:
-                return [_finding(ctx, rank, verdict, late, own_work=steady)]
+                ctx.notes[-1] += (f"; but {rank.worker} is late beyond the step's spread once, "
+                                  + steady.says.format(ms=f"{steady.significance.difference_us / 1000:.1f}")
+                                  + f", steady beyond the jitter ({steady.significance.describe()})")
+                return [_finding(ctx, rank, verdict, late, steady=steady)]
             if candidate.evidence["cause"] not in MACHINE:  # the machine's, not a fix in the rank
                 ctx.held_back.append(candidate)
         return []
     return [_finding(ctx, rank, verdict, late)]
 
 
-def _steady_own_work(ctx: AuditContext, worker: str, verdict: Significance) -> Significance | None:
+@dataclass(frozen=True)
+class Steady:
+    """What makes a lateness within the jitter a finding: the rank's own per-step time that explains it,
+    judged as a duration (``judge.judged_duration``); ``key`` names it in the evidence, ``says`` in the title
+    (``{ms}``: its median per step)."""
+
+    key: str
+    says: str
+    significance: Significance
+
+
+def _explains(verdict: Significance, own: Significance) -> bool:
+    return own.significant and own.difference_us >= 0.5 * verdict.difference_us
+
+
+def _steady_own_work(ctx: AuditContext, worker: str, verdict: Significance, late: dict[int, float]) -> Steady | None:
     """Where a rank's lateness is within the jitter but beyond the step's spread once, the operators it runs
     that the others do not (``device_work.unequal_work_by_step``), judged as a duration the trace times in every
     step (``judge.judged_duration``), when they explain half the lateness or more; None where they do not."""
@@ -79,18 +100,40 @@ def _steady_own_work(ctx: AuditContext, worker: str, verdict: Significance) -> S
     if pair is None:
         return None
     own = judge.judged_duration(ctx, unequal_work_by_step(ctx.table, *pair, compute_mask(ctx.table)))
-    return own if own.significant and own.difference_us >= 0.5 * verdict.difference_us else None
+    return Steady("own_operators_significance", "running {ms} ms/step of operators the others do not", own) \
+        if _explains(verdict, own) else None
+
+
+def _steady_gap(ctx: AuditContext, worker: str, verdict: Significance, late: dict[int, float]) -> Steady | None:
+    """Where a rank's lateness is within the jitter but beyond the step's spread once, and neither its compute
+    nor its input explains it: its device's idle time in each step (no operator or collective running: a sleep,
+    blocking I/O, Python work between operators) less the other ranks' median, judged as a duration the trace
+    times between the rank's own events in every step, when it explains half the lateness or more; else None.
+    One device per rank only (``_pair``'s condition). An annotation runs no operator: another rank's wait for its
+    batch in a ``DataLoader`` range is idle too, and lowers the excess."""
+    if verdict.per != "step" or verdict.difference_us <= ctx.noise.spread_us or _pair(ctx, worker) is None:
+        return None
+    devices = {d.device.worker: d for d in ctx.comm.devices}
+    mine = devices[worker]
+    per = []
+    for step in sorted(s for s in late if s >= 0 and s in mine.steps):
+        others = [d.steps[step].idle_us for w, d in devices.items() if w != worker and step in d.steps]
+        if others:
+            per.append(mine.steps[step].idle_us - float(np.median(others)))
+    gap = judge.judged_duration(ctx, per)
+    return Steady("idle_excess_significance", "idle {ms} ms/step longer than the others", gap) \
+        if _explains(verdict, gap) else None
 
 
 def _finding(ctx: AuditContext, rank, verdict, late: dict[int, float], held_back: bool = False,
-             own_work: Significance | None = None) -> Finding:
+             steady: Steady | None = None) -> Finding:
     """The finding on the straggler ``rank``; ``held_back``: its lateness is within the jitter (info, without the
-    critical path's figures, which cost a critical path); ``own_work``: within the jitter, but explained by
-    operators only it runs, steady beyond the jitter (``_steady_own_work``)."""
+    critical path's figures, which cost a critical path); ``steady``: within the jitter, but explained by time of
+    the rank's own that is steady beyond it (``_steady_own_work``, ``_steady_gap``)."""
     saving = float(np.median([max(v, 0.0) for v in late.values()]))
     cause, cause_figures = _cause(ctx, rank.worker, late, on_path=not held_back)
-    if own_work is not None:
-        cause_figures["own_operators_significance"] = own_work.as_dict()
+    if steady is not None:
+        cause_figures[steady.key] = steady.significance.as_dict()
     step_us = ctx.step_us
     severity = Severity.ERROR if step_us > 0 and 100 * saving / step_us >= ERROR_PCT else Severity.WARNING
     severity = Severity.INFO if cause in MACHINE or held_back else severity
@@ -98,9 +141,8 @@ def _finding(ctx: AuditContext, rank, verdict, late: dict[int, float], held_back
     return Finding(
         rule=RULE_ID, severity=severity,
         title=(f"{rank.worker} arrives last at collectives by {verdict.difference_us / 1000:.1f} ms per "
-               f"{verdict.per} (cause: {cause})" + ("" if own_work is None else
-                                                    f", running {own_work.difference_us / 1000:.1f} ms/step of "
-                                                    f"operators the others do not")),
+               f"{verdict.per} (cause: {cause})" + ("" if steady is None else
+                                                    ", " + steady.says.format(ms=f"{steady.significance.difference_us / 1000:.1f}"))),
         subject=Subject(rank=rank.worker, device=device, op=None),
         evidence={"arrived_last": rank.arrived_last, "collectives": rank.collectives,
                   "caused_wait_ms": round(rank.caused_wait_us / 1000, 3),
@@ -109,7 +151,7 @@ def _finding(ctx: AuditContext, rank, verdict, late: dict[int, float], held_back
         saving_us=saving,
         saving_basis=("bound: the other ranks' wait for it at collectives, median per step (a step cannot "
                       "shorten by more by removing its delay)"),
-        confidence=verdict.confidence if own_work is None else own_work.confidence,
+        confidence=verdict.confidence if steady is None else steady.significance.confidence,
         fix={"compute": "give it less work (batch/sequence lengths per rank) or find what it runs that the others "
                         "do not (count-ops per rank)",
              "input": "prefetch its input (DataLoader num_workers, pin_memory) so it does not wait for data",
@@ -161,7 +203,7 @@ def _cause(ctx: AuditContext, worker: str, late: dict[int, float], on_path: bool
         return (CONTENTION if split is not None and split.is_contention(lateness) else "compute"), figures
     if lateness > 0 and input_us >= 0.5 * lateness:
         return "input", figures
-    return "host gap/untraced time", figures
+    return HOST_GAP, figures
 
 
 def _shared_cores_split(ctx: AuditContext, worker: str) -> WorkSplit | None:
