@@ -10,7 +10,7 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.analyzers.critical_path import Dependencies
-from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, FAMILY, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
+from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
                                      OVERLAP, SCALE, SCALE_HOST, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.job import ScannedNames, scanned_names
@@ -26,6 +26,9 @@ GLOO_CHANGES = [[Change(COMM, "", 0.5), Change(SCALE, "aten::add_", 0.5)],
                 [Change(OVERLAP)],
                 [Change(DELAY, "rank1", delay_ms=0.5, before=r"^Optimizer\.zero_grad#"),
                  Change(DELAY, "rank0", delay_ms=0.2)]]
+# rank 1 of this pair runs a batched product (aten::bmm) rank 0 does not: taken out by name, and as the fix of PF001
+EXTRA_OP = ("torch-extra-op-within-jitter/run/torch/rank0.json.gz", "torch-extra-op-within-jitter/run/torch/rank1.json.gz")
+EXTRA_OP_CHANGES = [[Change(EVEN_WORK, "rank1")], [Change(EVEN_HOST, ""), Change(EVEN_INPUT, ""), Change(EVEN_WORK, "")]]
 SAMPLED_CHANGES = [[Change(NO_COPIES), Change(SCALE_HOST, "aten::mm", 0.0), Change(OVERLAP)],
                    [Change(FAMILY, family_named("gemm"), 0.5), Change(EVEN_HOST, "rank1")],
                    [Change(NO_SYNCS), Change(GRAPH_LAUNCH)]]
@@ -39,8 +42,9 @@ def _both(names, changes, jobs, steps=None):
     return merged, job
 
 
-@pytest.mark.parametrize("names, sets, jobs", [(GLOO, GLOO_CHANGES, 2), (SAMPLED, SAMPLED_CHANGES, 1)],
-                         ids=["gloo-2-workers", "sampled-in-process"])
+@pytest.mark.parametrize("names, sets, jobs", [(GLOO, GLOO_CHANGES, 2), (SAMPLED, SAMPLED_CHANGES, 1),
+                                                (EXTRA_OP, EXTRA_OP_CHANGES, 2)],
+                         ids=["gloo-2-workers", "sampled-in-process", "extra-op-2-workers"])
 def test_a_jobs_replay_is_that_of_its_ranks_merged(names, sets, jobs):
     for changes in sets:
         merged, job = _both(names, changes, jobs)

@@ -194,23 +194,14 @@ def _one_table(args: argparse.Namespace):
     return report, notes, left_out_notes.counts(table)
 
 
-# a rank's operators that no other rank runs are found by comparing all of the ranks' operators at once
-NOT_RANK_BY_RANK = "compares every rank's operators in one table, not on a job read rank by rank"
-
-
 def _job(job, args: argparse.Namespace):
-    """``(report, notes, left_out counts)`` of a whole job's rank files, a rank per worker; an even-work change
-    (``--fix PF001``'s third) is left out, and a note says so (``--even-work`` itself is refused)."""
-    if args.even_work:
-        raise UsageError(f"--even-work {NOT_RANK_BY_RANK} (give a run directory, whose ranks are read into one)")
-    stated = changes_of(args, JobNames((), (Device("gpu", 0),)))
-    names = scanned_names(stated)
+    """``(report, notes, left_out counts)`` of a whole job's rank files, a rank per worker."""
+    names = scanned_names(changes_of(args, JobNames((), (Device("gpu", 0),))))
     report, notes, left_out = job_flags.run_job(
-        job_whatif, job, args, changes_of=lambda found: [c for c in changes_of(args, found) if c.kind != EVEN_WORK],
-        names=names, comm_patterns=args.comm_pattern, dependencies=read_dependencies(args.paths),
+        job_whatif, job, args, changes_of=lambda found: changes_of(args, found), names=names,
+        comm_patterns=args.comm_pattern, dependencies=read_dependencies(args.paths),
         choose=lambda known: _chosen(args, known))
-    left = [f"{c.describe()}: not replayed: it {NOT_RANK_BY_RANK}" for c in stated if c.kind == EVEN_WORK]
-    return report, [*notes, *left, *left_out_notes.notes(args, left_out)], left_out_notes.counts(left_out)
+    return report, [*notes, *left_out_notes.notes(args, left_out)], left_out_notes.counts(left_out)
 
 
 def _chosen(args: argparse.Namespace, known) -> list[int] | None:

@@ -1,6 +1,7 @@
 """A whole job's replay, rank by rank, on the critical path's job parts (``critical_path.job``): each rank alone
 gives its DAG candidates (``rank_part``) and the events the changes look inside (``named_events``: the
-operators a scale names, the data-loading ranges); a step's replay graph is built from the candidates of every
+operators a scale names, the data-loading ranges, every host operator where a rank's operators that no other rank
+runs are taken out); a step's replay graph is built from the candidates of every
 rank that overlap the step's window (``JobIndex``), joined at the collectives matched across ranks, and
 replayed, the same graph, numbers and changes as ``whatif`` of the ranks merged into one table gives.
 """
@@ -22,8 +23,8 @@ from rnnprof.analyzers.replay.analysis import lateness, replay_step
 from rnnprof.analyzers.replay.changes import StepGraph
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.replay.graph import replay_graph
-from rnnprof.analyzers.replay.result import DELAY, FAMILY, SCALE, SCALE_HOST, Change, StepReplay
-from rnnprof.events import Device, EventTable, concat
+from rnnprof.analyzers.replay.result import DELAY, EVEN_WORK, FAMILY, SCALE, SCALE_HOST, Change, StepReplay
+from rnnprof.events import Device, EventTable, Kind, concat
 
 
 @dataclass(frozen=True)
@@ -36,18 +37,21 @@ class JobNames:
 
 @dataclass(frozen=True)
 class ScannedNames:
-    """The events whose spans the changes look inside: operators by name (``exact``), and the operators a delay
-    comes before (``before``, regexes on the name). Data-loading ranges always are."""
+    """The events whose spans the changes look inside: operators by name (``exact``), the operators a delay
+    comes before (``before``, regexes on the name), and every host operator (``host_ops``: an even-work change
+    compares the ranks' operators in each step). Data-loading ranges always are."""
 
     exact: frozenset[str] = frozenset()
     before: tuple[re.Pattern, ...] = ()
+    host_ops: bool = False
 
 
 def scanned_names(changes: Iterable[Change]) -> ScannedNames:
     """What ``named_events`` keeps for ``changes``: the operators scaled (by name, or a family's members) and the
-    regexes of the operators a delay comes before."""
+    regexes of the operators a delay comes before; every host operator for an even-work change."""
     exact: set[str] = set()
     before: list[re.Pattern] = []
+    changes = list(changes)
     for c in changes:
         if c.kind in (SCALE, SCALE_HOST):
             exact.add(c.subject)
@@ -55,15 +59,16 @@ def scanned_names(changes: Iterable[Change]) -> ScannedNames:
             exact |= family_members(c.subject)
         elif c.kind == DELAY and c.before:
             before.append(re.compile(c.before))
-    return ScannedNames(frozenset(exact), tuple(before))
+    return ScannedNames(frozenset(exact), tuple(before), any(c.kind == EVEN_WORK for c in changes))
 
 
 def named_events(table: EventTable, names: ScannedNames) -> EventTable:
     """The rank's events named by ``names`` (by name or op type; a regex of ``names.before``: its name matching
-    it) or data-loading ranges, in row order."""
+    it; every host operator with ``names.host_ops``) or data-loading ranges, in row order."""
     wanted = np.array([s in names.exact or bool(INPUT_RANGE.match(s)) or any(p.search(s) for p in names.before)
                        for s in table.strings] or [False], dtype=bool)
-    rows = np.flatnonzero(wanted[table.name] | wanted[table.op_type])
+    keep = wanted[table.name] | wanted[table.op_type]
+    rows = np.flatnonzero(keep | (table.kind == Kind.HOST_OP) if names.host_ops else keep)
     return EventTable(**{c: getattr(table, c)[rows] for c in EventTable.COLUMNS}, strings=table.strings,
                       devices=table.devices)
 
