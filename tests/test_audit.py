@@ -63,6 +63,25 @@ def test_a_steady_difference_is_significant_and_a_jittering_one_is_not():
     assert not noise.significance([1_300, 1_250, 1_310, 1_290], 300, floor_us=noise.CROSS_RANK_FLOOR_US).significant
 
 
+
+def test_a_duration_above_the_jitter_in_every_step_is_significant_however_it_varies():
+    """A duration the trace times (every_step): 25 to 60 ms in each of 6 steps, its own spread 21.5 ms, so its
+    median (40 ms) is within 3 times that; but it is longer than the step's spread (22 ms) in every step. One
+    step under the jitter, fewer than LEAST_STEPS steps, or a difference (not every_step): not significant."""
+    varying = [25_000, 60_000, 30_000, 50_000, 26_000, 58_000]
+    by_least = noise.significance(varying, 22_000, jitter_k=1.0, every_step=True)
+    assert by_least.significant and by_least.by_least and by_least.least_us == 25_000
+    assert by_least.threshold_us == pytest.approx(3 * noise.robust_spread(varying)) and by_least.threshold_us > 40_000
+    assert by_least.confidence == pytest.approx(1 - 22 / 25)
+    assert by_least.as_dict()["least_ms"] == 25.0 and "in every step above 1 x jitter" in by_least.describe()
+    assert not noise.significance([5_000, *varying[1:]], 22_000, jitter_k=1.0, every_step=True).significant
+    assert not noise.significance(varying[:noise.LEAST_STEPS - 1], 22_000, jitter_k=1.0, every_step=True).significant
+    difference = noise.significance(varying, 22_000, jitter_k=1.0)
+    assert not difference.significant and difference.least_us is None and "least_ms" not in difference.as_dict()
+    # a steady duration is significant by its median, as before
+    steady = noise.significance([40_000 + k for k in range(6)], 22_000, jitter_k=1.0, every_step=True)
+    assert steady.significant and not steady.by_least
+
 # -- comm's straggler line ------------------------------------------------------------------------------------
 
 def test_comm_calls_no_straggler_on_the_balanced_gloo_pair():
@@ -353,6 +372,18 @@ def test_a_steady_wait_for_the_batch_is_judged_against_the_step_jitter_once_not_
         assert finding.severity == expected, (fetch, finding)
 
 
+def test_a_wait_for_the_batch_longer_than_the_jitter_in_every_step_is_an_alarm_however_it_varies():
+    """Steps of 70-100 ms (spread 22 ms): a fetch of 25 to 60 ms, beyond the jitter in every step but with a
+    spread of its own that puts 3 times it above its median, is an error; one step's 5 ms fetch makes it info."""
+    steps = [70, 100, 75, 95, 70, 100]
+    for fetch, expected in (([25, 60, 30, 50, 26, 58], Severity.ERROR), ([5, 60, 30, 50, 26, 58], Severity.INFO)):
+        finding = _loading_rank(fetch, [s - f for s, f in zip(steps, fetch)])
+        significance = finding.evidence["significance"]
+        assert significance["jitter_ms"] == pytest.approx(noise.MAD_TO_SIGMA * 15, abs=0.1), significance
+        assert significance["threshold_ms"] > significance["difference_ms"], significance  # not by its median
+        assert finding.severity == expected and significance["by_least"] == (expected == Severity.ERROR), finding
+
+
 def test_no_input_rule_on_a_trace_without_a_dataloader():
     result = audit([load_events(p) for p in GLOO])
     assert "PF005" in {n.rule_id for n in result.not_checked}
@@ -634,6 +665,31 @@ def test_a_rank_late_within_the_jitter_by_an_operator_only_it_runs_is_a_compute_
     cost = float(np.median(planted) - np.median(control))
     assert abs(first["saving_ms"] - cost) <= 0.4 * cost, (first["saving_ms"], cost)
 
+
+def test_an_operator_only_one_rank_runs_slowed_by_other_load_is_named_by_its_least_time(capsys):
+    """tests/data/torch-extra-op-under-load: the same job beside a busy loop on the 2 cores. The product took 21 to
+    47 ms a step, too spread for its median to stand 3 times its spread out of the jitter, but it took more than
+    the step's spread (14 ms) in every step: rank 1 is named, cause compute, judged by the least step's time,
+    which the raw traces give."""
+    folder = FIXTURES / "torch-extra-op-under-load"
+    per_step = []
+    for rank in (0, 1):
+        events = _raw(folder / "run" / "torch" / f"rank{rank}.json.gz")
+        steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+                 if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+        bmm = [e for e in events if e.get("ph") == "X" and e.get("name") == "aten::bmm"]
+        per_step.append([sum(e["dur"] for e in bmm if a <= e["ts"] < b) / 1000 for a, b in steps])
+    assert not any(per_step[0]) and len(per_step[1]) == 6
+    assert main(["audit", str(folder / "run"), "--json", "--fail-on", "never"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    first = doc["findings"][0]
+    assert first["rule"] == "PF001" and first["subject"]["rank"] == "rank1" and first["severity"] == "error", first
+    assert first["evidence"]["cause"] == "compute"
+    own = first["evidence"]["own_operators_significance"]
+    assert own["significant"] and own["by_least"] and own["threshold_ms"] > own["difference_ms"], own
+    assert own["difference_ms"] == pytest.approx(float(np.median(per_step[1])), abs=0.05)
+    assert own["least_ms"] == pytest.approx(min(per_step[1]), abs=0.05) and own["least_ms"] > own["jitter_ms"]
+    assert own["jitter_ms"] == pytest.approx(noise.MAD_TO_SIGMA * doc["noise"]["step_ms_mad"], abs=0.01)
 
 def test_a_straggler_within_the_jitter_that_hides_another_fault_is_named_by_its_idle_time_and_fixed_with_it(capsys):
     """tests/data/torch-two-faults-within-jitter: the same two faults, in a run where rank 0 ran its forward pass

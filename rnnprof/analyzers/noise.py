@@ -3,7 +3,8 @@
 ``significance``: a difference measured per step is significant only when its median over the steps exceeds
 ``K`` (3) times the larger of its own spread and the step time's (``step_noise``), a spread being the scaled
 median absolute deviation ``1.4826 * median(|x - median(x)|)``; a duration the trace times itself in every step
-(a wait for the next batch) exceeds ``K`` times its own spread and the step time's spread once. With fewer than
+(a wait for the next batch) exceeds ``K`` times its own spread and the step time's spread once, or, over
+``LEAST_STEPS`` (5) steps or more, the step time's spread in every one of them. With fewer than
 ``MIN_STEPS`` (3) steps nothing is significant. Between ranks the threshold is at least ``CROSS_RANK_FLOOR_US``
 (2 ms), what an operating system's scheduling can cause on a loaded host; a CPU (gloo) rank's lateness at least
 ``CPU_RANK_FLOOR_US`` (4 ms, a time slice at HZ=250) per collective summed: on 2 busy cores a balanced gloo job's
@@ -25,6 +26,7 @@ from rnnprof.events import EventTable
 
 K = 3.0  # how many robust spreads a difference must exceed
 MIN_STEPS = 3  # fewer steps: no spread to measure
+LEAST_STEPS = 5  # a duration above the jitter in every one of so many steps is no chance (see above)
 CROSS_RANK_FLOOR_US = 2000.0  # the least difference between processes that is called (see above)
 CPU_RANK_FLOOR_US = 4000.0  # the least lateness per collective of a CPU rank that is called (see above)
 MAD_TO_SIGMA = 1.4826  # MAD of normally distributed values * this = their standard deviation
@@ -92,34 +94,49 @@ class Significance:
     confidence: float
     per: str = "step"  # what one sample is: a step, or a collective where too few steps hold any
     jitter_k: float = K  # how many step-time spreads the difference must exceed
+    least_us: float | None = None  # a duration's least value over the steps (None: not judged by it)
+
+    @property
+    def by_least(self) -> bool:
+        """Significant by its least value only (its median within ``threshold_us``)."""
+        return self.significant and abs(self.difference_us) <= self.threshold_us
 
     def describe(self) -> str:
         if self.steps < MIN_STEPS:
             return f"{self.steps} {self.per}(s): too few to measure the run's jitter (needs {MIN_STEPS})"
+        least = ("" if self.least_us is None else
+                 f"; {'in' if self.by_least else 'not in'} every {self.per} above {self.jitter_k:g} x jitter: "
+                 f"the least {self.least_us / 1000:.2f} ms")
         return (f"median {self.difference_us / 1000:.2f} ms per {self.per} vs threshold "
                 f"{self.threshold_us / 1000:.2f} ms ({self.jitter_k:g} x jitter {self.jitter_us / 1000:.2f} ms, "
                 f"{'' if self.jitter_k == K else f'{K:g} x '}spread {self.spread_us / 1000:.2f} ms) over "
-                f"{self.steps} {self.per}s")
+                f"{self.steps} {self.per}s{least}")
 
     def as_dict(self) -> dict:
+        least = {} if self.least_us is None else {"least_ms": round(self.least_us / 1000, 3), "by_least": self.by_least}
         return {"difference_ms": round(self.difference_us / 1000, 3), "spread_ms": round(self.spread_us / 1000, 3),
                 "jitter_ms": round(self.jitter_us / 1000, 3), "threshold_ms": round(self.threshold_us / 1000, 3),
-                "samples": self.steps, "per": self.per, "k": K, "jitter_k": self.jitter_k,
+                "samples": self.steps, "per": self.per, "k": K, "jitter_k": self.jitter_k, **least,
                 "significant": self.significant,
                 "confidence": round(self.confidence, 3)}
 
 
 def significance(per_step_us: Sequence[float], jitter_us: float = 0.0, per: str = "step",
-                 floor_us: float = 0.0, jitter_k: float = K) -> Significance:
+                 floor_us: float = 0.0, jitter_k: float = K, every_step: bool = False) -> Significance:
     """Whether the median of ``per_step_us`` (a difference, one value per step) stands out of the jitter:
     ``K`` times the quantity's own spread across the steps and ``jitter_k`` times ``jitter_us``
     (``StepNoise.spread_us``); the threshold is at least ``floor_us`` (``CROSS_RANK_FLOOR_US`` for differences
-    between ranks)."""
+    between ranks). ``every_step`` (a duration the trace times): also when, over ``LEAST_STEPS`` or more, its
+    least value exceeds ``jitter_k`` times ``jitter_us`` and ``floor_us``."""
     x = np.asarray(per_step_us, dtype=np.float64)
     diff = float(np.median(x)) if len(x) else 0.0
     spread = robust_spread(x)
     threshold = max(K * spread, jitter_k * jitter_us, floor_us)
     ok = len(x) >= MIN_STEPS and abs(diff) > threshold
     confidence = (1.0 - threshold / abs(diff)) if ok else 0.0
+    least = float(x.min()) if every_step and len(x) else None
+    least_threshold = max(jitter_k * jitter_us, floor_us)
+    if least is not None and not ok and len(x) >= LEAST_STEPS and least > least_threshold:
+        ok, confidence = True, 1.0 - least_threshold / least
     return Significance(diff, spread, jitter_us, threshold, len(x), bool(ok), float(min(max(confidence, 0.0), 1.0)),
-                        per, jitter_k)
+                        per, jitter_k, least)

@@ -19,8 +19,9 @@ def judged(ctx: AuditContext, per_step_us: list[float]) -> Significance:
 def judged_duration(ctx: AuditContext, per_step_us: list[float]) -> Significance:
     """A range's own duration in each step (the loop's wait for its batch): no difference of two noisy times,
     so the step's jitter cannot make it; it must exceed ``K`` times its own spread and the step time's spread
-    once (a saving within the jitter stays info)."""
-    return significance(per_step_us, ctx.noise.spread_us, jitter_k=1.0)
+    once, or the step time's spread in every step (``noise.LEAST_STEPS`` or more; a saving within the jitter
+    stays info)."""
+    return significance(per_step_us, ctx.noise.spread_us, jitter_k=1.0, every_step=True)
 
 
 def severity(ctx: AuditContext, verdict: Significance, saving_us: float) -> Severity:
