@@ -280,7 +280,8 @@ TINY_OPS = Fault("many tiny operators", ("PF006", "PF007"),
                         "within 3 times that spread is at most info")
 SOFTMAX = Fault("softmax of every tower on device 0", ("PA002",),
                 "--plant softmax-on-device0 pins every tower's projection and softmax to device 0",
-                related=("PA004", "PA005"))
+                related=("PA004", "PA005", "PF008"))  # PF008: tower 1's softmax buffers held on device 0
+                # (tests/test_memory_faults.py checks them against the raw allocations)
 THREADS = Fault("one inter-op thread", ("PA006",),
                 "--plant few-inter-op-threads runs the session with inter_op_parallelism_threads=1 over 2 devices",
                 limits="PA006's saving, the towers' serialized busy time beyond the busiest tower's, is a bound: it "
