@@ -10,8 +10,8 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.analyzers.critical_path import Dependencies
-from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
-                                     OVERLAP, SCALE, SCALE_HOST, Change, ChangeError, whatif)
+from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH, NO_COPIES,
+                                     NO_SYNCS, OVERLAP, SCALE, SCALE_HOST, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.job import ScannedNames, scanned_names
 from rnnprof.cli import main
@@ -27,8 +27,9 @@ GLOO_CHANGES = [[Change(COMM, "", 0.5), Change(SCALE, "aten::add_", 0.5)],
                 [Change(DELAY, "rank1", delay_ms=0.5, before=r"^Optimizer\.zero_grad#"),
                  Change(DELAY, "rank0", delay_ms=0.2)]]
 # rank 1 of this pair runs a batched product (aten::bmm) rank 0 does not: taken out by name, and as the fix of PF001
-EXTRA_OP = ("torch-extra-op-within-jitter/run/torch/rank0.json.gz", "torch-extra-op-within-jitter/run/torch/rank1.json.gz")
-EXTRA_OP_CHANGES = [[Change(EVEN_WORK, "rank1")], [Change(EVEN_HOST, ""), Change(EVEN_INPUT, ""), Change(EVEN_WORK, "")]]
+EXTRA_OP = tuple(f"torch-extra-op-within-jitter/run/torch/rank{r}.json.gz" for r in (0, 1))
+EXTRA_OP_CHANGES = [[Change(EVEN_WORK, "rank1")],
+                    [Change(EVEN_HOST, ""), Change(EVEN_INPUT, ""), Change(EVEN_WORK, "")]]
 SAMPLED_CHANGES = [[Change(NO_COPIES), Change(SCALE_HOST, "aten::mm", 0.0), Change(OVERLAP)],
                    [Change(FAMILY, family_named("gemm"), 0.5), Change(EVEN_HOST, "rank1")],
                    [Change(NO_SYNCS), Change(GRAPH_LAUNCH)]]

@@ -104,9 +104,8 @@ class Significance:
     def describe(self) -> str:
         if self.steps < MIN_STEPS:
             return f"{self.steps} {self.per}(s): too few to measure the run's jitter (needs {MIN_STEPS})"
-        least = ("" if self.least_us is None else
-                 f"; {'in' if self.by_least else 'not in'} every {self.per} above {self.jitter_k:g} x jitter: "
-                 f"the least {self.least_us / 1000:.2f} ms")
+        least = ("" if self.least_us is None else f"; the least {self.least_us / 1000:.2f} ms"
+                 + (f", above {self.jitter_k:g} x jitter in every {self.per}" if self.by_least else ""))
         return (f"median {self.difference_us / 1000:.2f} ms per {self.per} vs threshold "
                 f"{self.threshold_us / 1000:.2f} ms ({self.jitter_k:g} x jitter {self.jitter_us / 1000:.2f} ms, "
                 f"{'' if self.jitter_k == K else f'{K:g} x '}spread {self.spread_us / 1000:.2f} ms) over "

@@ -4,9 +4,10 @@ With collectives matched across ranks (``rnnprof.analyzers.collectives``), a ran
 sum over the step's collectives of its start minus the latest other member's start. The rank with the largest
 median lateness is a straggler only when that median is significant (``noise.significance``, with the step
 time's spread and ``CollectivesReport.lateness_floor``), or beyond the step's spread once and explained by
-time of its own steady beyond the jitter (operators only it runs, or idle time the others do not have). Saving (a bound): the median of its positive lateness. Cause:
-*waiting for a core* (by the run queue times a PyTorch capture records on Linux; info), *compute*, *input*
-(``DataLoader``) or *host gap/untraced time*, whichever explains at least half of it, in that order. Extra
+time of its own steady beyond the jitter (operators only it runs, or idle time the others do not have). Saving
+(a bound): the median of its positive lateness. Cause: *waiting for a core* (by the run queue times a PyTorch
+capture records on Linux; info), *compute*, *input* (``DataLoader``) or *host gap/untraced time*, whichever
+explains at least half of it, in that order. Extra
 compute on ranks that share a host's cores is *contention* (info) when the same operators running slower
 explain it (``device_work.work_split``). A straggler beyond the lateness floor but within the jitter, of a cause
 in the rank, is held back (``AuditContext.held_back``): the audit's replay brings it out where it hides another
@@ -65,9 +66,8 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
             steady = {"compute": _steady_own_work, HOST_GAP: _steady_gap}.get(candidate.evidence["cause"])
             steady = steady(ctx, rank.worker, verdict, late) if steady is not None else None
             if steady is not None:
-                ctx.notes[-1] += (f"; but {rank.worker} is late beyond the step's spread once, "
-                                  + steady.says.format(ms=f"{steady.significance.difference_us / 1000:.1f}")
-                                  + f", steady beyond the jitter ({steady.significance.describe()})")
+                ctx.notes[-1] += (f"; but {rank.worker} is late beyond the step's spread once, {steady.said()}, "
+                                  f"steady beyond the jitter ({steady.significance.describe()})")
                 return [_finding(ctx, rank, verdict, late, steady=steady)]
             if candidate.evidence["cause"] not in MACHINE:  # the machine's, not a fix in the rank
                 ctx.held_back.append(candidate)
@@ -84,6 +84,9 @@ class Steady:
     key: str
     says: str
     significance: Significance
+
+    def said(self) -> str:
+        return self.says.format(ms=f"{self.significance.difference_us / 1000:.1f}")
 
 
 def _explains(verdict: Significance, own: Significance) -> bool:
@@ -141,8 +144,7 @@ def _finding(ctx: AuditContext, rank, verdict, late: dict[int, float], held_back
     return Finding(
         rule=RULE_ID, severity=severity,
         title=(f"{rank.worker} arrives last at collectives by {verdict.difference_us / 1000:.1f} ms per "
-               f"{verdict.per} (cause: {cause})" + ("" if steady is None else
-                                                    ", " + steady.says.format(ms=f"{steady.significance.difference_us / 1000:.1f}"))),
+               f"{verdict.per} (cause: {cause})" + ("" if steady is None else ", " + steady.said())),
         subject=Subject(rank=rank.worker, device=device, op=None),
         evidence={"arrived_last": rank.arrived_last, "collectives": rank.collectives,
                   "caused_wait_ms": round(rank.caused_wait_us / 1000, 3),
