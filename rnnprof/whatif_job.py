@@ -16,12 +16,12 @@ from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.critical_path.job import JobPlan, rank_part
 from rnnprof.analyzers.replay.analysis import check_changes, latest_rank, needs_latest_rank, whatif_report
 from rnnprof.analyzers.replay.job import (JobNames, ScannedNames, job_step_lateness, job_step_replay, named_events,
-                                         replay_plan)
+                                         replay_plan, window_rows)
 from rnnprof.analyzers.replay.result import Change, WhatIfReport
 from rnnprof.events import TableMetadata, merge_metadata
 from rnnprof.parallel import Workers
 from rnnprof.traces.rank_folder import RankFolder, loaded_notes
-from rnnprof.whole_job import (OnDone, RankResult, RankTask, local_jobs, open_part, open_table, save_part,
+from rnnprof.whole_job import (OnDone, RankResult, RankTask, local_jobs, open_part, open_table_rows, save_part,
                                save_table)
 
 NAMED = "named"  # the folder of a rank's named events
@@ -69,9 +69,13 @@ def _results(folder: RankFolder, outcomes: list[RankResult]) -> tuple[list, list
 
 
 def replay_of_step(task: ReplayStepTask):
-    """The step's ``(StepReplay, counts)`` (None: no event in its window), or its lateness per rank."""
+    """The step's ``(StepReplay, counts)`` (None: no event in its window), or its lateness per rank. Of each
+    rank's named events only those in the step's window are read (with every host operator kept for an even-work
+    change, the whole of them would be every rank's operators in each step's worker)."""
     parts = [open_part(Path(d)) for d in task.scratch]
-    named = [open_table(Path(d) / NAMED) for d in task.scratch]
+    window = task.plan.windows[task.step]
+    named = [open_table_rows(Path(d) / NAMED, lambda columns: window_rows(columns, window, task.step))
+             for d in task.scratch]
     if task.changes is None:
         return job_step_lateness(parts, named, task.plan, task.step, task.dependencies)
     return job_step_replay(parts, named, task.plan, task.step, task.changes, task.rank, task.dependencies)

@@ -198,10 +198,12 @@ def save_table(table: EventTable, folder: Path) -> None:
     _save({c: getattr(table, c) for c in EventTable.COLUMNS}, table.strings, table.devices, folder)
 
 
-def open_table(folder: Path) -> EventTable:
-    """The table ``save_table`` saved, read whole."""
+def open_table_rows(folder: Path, select: Callable[[dict], np.ndarray]) -> EventTable:
+    """The rows of the table ``save_table`` saved that ``select(columns)`` picks (its columns read as indexed):
+    only those rows' bytes of each column are kept."""
     arrays, strings, devices = _open(folder)
-    return EventTable(**{c: np.asarray(arrays[c]) for c in EventTable.COLUMNS}, strings=strings, devices=devices)
+    rows = select(arrays)
+    return EventTable(**{c: arrays[c][rows] for c in EventTable.COLUMNS}, strings=strings, devices=devices)
 
 
 def _save(arrays: dict, strings, devices, folder: Path) -> None:

@@ -88,10 +88,17 @@ def replay_plan(summaries: Sequence[RankSummary], steps: Sequence[int] | None = 
     return replace(plan, steps=tuple(s for s in plan.steps if s in windows), windows=windows)
 
 
+def window_rows(columns, window: tuple[float, float], step: int) -> np.ndarray:
+    """The rows of a table's ``columns`` (``ts``, ``dur`` and ``step``, arrays or arrays read as indexed) that
+    overlap ``window`` or belong to ``step`` (a range that closed before the step's first operator, a delay's
+    place, as the merged table has it)."""
+    ts, dur, of_step = (np.asarray(columns[c]) for c in ("ts", "dur", "step"))
+    return np.flatnonzero(((ts <= window[1]) & (ts + dur >= window[0])) | (of_step == step))
+
+
 def _in_window(named: EventTable, window: tuple[float, float], step: int) -> EventTable:
-    """The named events that overlap ``window`` or belong to ``step`` (a range that closed before the step's first
-    operator, a delay's place, as the merged table has it)."""
-    keep = np.flatnonzero(((named.ts <= window[1]) & (named.ts + named.dur >= window[0])) | (named.step == step))
+    """The named events in the step's window (``window_rows``)."""
+    keep = window_rows({"ts": named.ts, "dur": named.dur, "step": named.step}, window, step)
     return EventTable(**{c: getattr(named, c)[keep] for c in EventTable.COLUMNS}, strings=named.strings,
                       devices=named.devices)
 
