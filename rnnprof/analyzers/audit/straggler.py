@@ -112,11 +112,11 @@ def _steady_gap(ctx: AuditContext, worker: str, verdict: Significance, late: dic
     nor its input explains it: its device's idle time in each step (no operator or collective running: a sleep,
     blocking I/O, Python work between operators) less the other ranks' median, judged as a duration the trace
     times between the rank's own events in every step, when it explains half the lateness or more; else None.
-    One device per rank only (``_pair``'s condition). An annotation runs no operator: another rank's wait for its
+    One device per rank only (``_one_device_each``). An annotation runs no operator: another rank's wait for its
     batch in a ``DataLoader`` range is idle too, and lowers the excess."""
-    if verdict.per != "step" or verdict.difference_us <= ctx.noise.spread_us or _pair(ctx, worker) is None:
+    devices = _one_device_each(ctx, worker)
+    if verdict.per != "step" or verdict.difference_us <= ctx.noise.spread_us or devices is None:
         return None
-    devices = {d.device.worker: d for d in ctx.comm.devices}
     mine = devices[worker]
     per = []
     for step in sorted(s for s in late if s >= 0 and s in mine.steps):
@@ -219,17 +219,25 @@ def _shared_cores_split(ctx: AuditContext, worker: str) -> WorkSplit | None:
     return None if pair is None else work_split(ctx.table, *pair, compute_mask(ctx.table))
 
 
-def _pair(ctx: AuditContext, worker: str) -> tuple[Device, Device] | None:
-    """The rank's device and, with more than two ranks, that of the one whose compute is the others' median;
-    None unless every rank has one device."""
+def _one_device_each(ctx: AuditContext, worker: str) -> dict | None:
+    """Each rank's one device's figures (``comm``'s), by rank; None unless every rank has one device and
+    ``worker`` is one of two or more ranks."""
     devices: dict[str, list] = {}
     for d in ctx.comm.devices:
         devices.setdefault(d.device.worker, []).append(d)
     if worker not in devices or len(devices) < 2 or any(len(v) != 1 for v in devices.values()):
         return None
-    others = sorted((sum(s.compute_us for s in v[0].steps.values()), w) for w, v in devices.items() if w != worker)
-    other = others[(len(others) - 1) // 2][1]
-    return devices[worker][0].device, devices[other][0].device
+    return {w: v[0] for w, v in devices.items()}
+
+
+def _pair(ctx: AuditContext, worker: str) -> tuple[Device, Device] | None:
+    """The rank's device and, with more than two ranks, that of the one whose compute is the others' median;
+    None unless every rank has one device (``_one_device_each``)."""
+    devices = _one_device_each(ctx, worker)
+    if devices is None:
+        return None
+    others = sorted((sum(s.compute_us for s in d.steps.values()), w) for w, d in devices.items() if w != worker)
+    return devices[worker].device, devices[others[(len(others) - 1) // 2][1]].device
 
 
 def _runqueue_excess_us(ctx: AuditContext, worker: str, steps: list[int]) -> float | None:

@@ -96,25 +96,18 @@ def window_rows(columns, window: tuple[float, float], step: int) -> np.ndarray:
     return np.flatnonzero(((ts <= window[1]) & (ts + dur >= window[0])) | (of_step == step))
 
 
-def _in_window(named: EventTable, window: tuple[float, float], step: int) -> EventTable:
-    """The named events in the step's window (``window_rows``)."""
-    keep = window_rows({"ts": named.ts, "dur": named.dur, "step": named.step}, window, step)
-    return EventTable(**{c: getattr(named, c)[keep] for c in EventTable.COLUMNS}, strings=named.strings,
-                      devices=named.devices)
-
-
 def job_step_graph(parts: Sequence[RankPart], named: Sequence[EventTable], plan: JobPlan, step: int,
                    dependencies: Dependencies = Dependencies()) -> StepGraph | None:
-    """One step's replay graph over the ranks' ``parts``; its table also holds the ranks' ``named`` events in
-    the window (after the candidates: the graph's rows are the candidates')."""
+    """One step's replay graph over the ranks' ``parts``; its table also holds the ranks' ``named`` events, each
+    rank's already cut to the step's window (``window_rows``), after the candidates (the graph's rows are the
+    candidates')."""
     window = plan.windows[step]
     index = JobIndex(parts, plan, window)
     dag = StepDAG(index, step, window, dependencies, ordered=False)
     if not dag.n:
         return None
     graph = replay_graph(dag, index.table, index.classes, index.is_thread)
-    extra = [_in_window(t, window, step) for t in named]
-    table = concat([index.table, *extra])
+    table = concat([index.table, *named])
     classes = np.concatenate([index.classes, np.full(len(table) - len(index.table), EventClass.ANNOTATION,
                                                      dtype=index.classes.dtype)])
     return StepGraph(graph, table, classes, float(window[0]))
