@@ -483,11 +483,12 @@ def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseR
         if not wanted(name):
             continue
         t0 = time.perf_counter()
+        traced = BENCHMARK_TRACED.get(name)  # the runs' traced steps, and where their clocks are read from
         runs: dict[bool, list] = {False: [], True: []}
         for k in range(rounds):
             for control in (False, True) if k % 2 == 0 else (True, False):
                 runs[control].append(run_ddp(name, control, keep / f"{name}{'-control' if control else ''}-{k}",
-                                             BENCHMARK_ARGS.get(name, []), BENCHMARK_TRACED.get(name)))
+                                             BENCHMARK_ARGS.get(name, []), traced))
         (step, noise), (control_step, control_noise) = (combine([t for _, t in runs[c]]) for c in (False, True))
         document, control_document = audit([runs[False][0][0]]), audit([runs[True][0][0]])
         together = (document.get("top_fixes") or {}).get("findings", ())
@@ -497,8 +498,7 @@ def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseR
             planted.predictions = predict(
                 name, *(Config(tuple((run, t[0]) for run, t in runs[c]), *combine([t for _, t in runs[c]]))
                         for c in (False, True)), _env(),
-                extra_ms([run.parent / "clock" for run, _ in runs[False]], "rank1",
-                         clock_first(name, False, BENCHMARK_TRACED.get(name))),
+                extra_ms([run.parent / "clock" for run, _ in runs[False]], "rank1", clock_first(name, False, traced)),
                 _savings(planted))
         results.append(planted)
         results.append(CaseResult(f"{name} control", "control", control_document["findings"], (),
