@@ -211,3 +211,11 @@ def test_the_output_says_why_a_fault_with_known_limits_misses_its_target(capsys)
                         cost_ms=10.0, noise_ms=1.0)]
     diagnosis.print_results(close, score(close))
     assert "why:" not in capsys.readouterr().out
+
+
+def test_rounds_agree_when_half_their_range_is_within_a_tenth_of_their_median():
+    assert diagnosis.settled([(40.0, 1.0), (41.0, 2.0), (38.0, 1.0)])  # half of 3 ms, 40 ms: 3.75 %
+    assert diagnosis.settled([(40.0, 1.0), (48.0, 9.0), (40.5, 1.0)])  # half of 8 ms, within 4.05 ms
+    assert not diagnosis.settled([(37.2, 1.8), (55.4, 6.0), (40.0, 0.4)])  # a round of this machine: 9.1 ms of 40
+    assert not diagnosis.settled([(34.0, 2.3), (25.4, 0.6), (39.1, 1.2)])  # 6.85 ms of 34.0
+    assert diagnosis.settled([(12.0, 1.0)])
