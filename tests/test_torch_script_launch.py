@@ -9,7 +9,9 @@ import pytest
 from rnnprof.cli import main
 from rnnprof.errors import UsageError
 from rnnprof.recording.imports import when_imported
-from rnnprof.recording.launch import BOOTSTRAP, launch_command
+from processes import left_running
+from rnnprof.recording.launch import BOOTSTRAP, LAUNCHER, launch_command
+from rnnprof.recording.torchrun_launch import torchrun_argv
 from rnnprof.recording.script import script_framework
 
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
@@ -27,37 +29,74 @@ def test_python_runs_the_bootstrap_on_the_same_script(script):
     assert launch.argv == ["python3", "-m", BOOTSTRAP, script, "--lr", "1"] and not launch.torchrun
 
 
-def test_torchrun_keeps_its_options_and_runs_the_bootstrap_as_every_ranks_program(script):
+def test_torchrun_runs_through_the_launcher_on_its_own_interpreter_with_its_options_as_given(script):
     launch = launch_command([TORCHRUN, "--nproc-per-node", "2", "--standalone", script, "--nproc-per-node", "9"])
     assert launch.torchrun
-    assert launch.argv == [TORCHRUN, "--nproc-per-node", "2", "--standalone", "--no-python", sys.executable,
-                           "-u", "-m", BOOTSTRAP, script, "--nproc-per-node", "9"]  # the script's own flag kept
+    assert launch.argv == [sys.executable, "-m", LAUNCHER, sys.executable, "--nproc-per-node", "2", "--standalone",
+                           script, "--nproc-per-node", "9"]
+    module = launch_command([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", script])
+    assert module.argv == [sys.executable, "-m", LAUNCHER, sys.executable, "--nnodes", "1", script]
+
+
+def test_torchrun_keeps_its_options_and_runs_the_bootstrap_as_every_ranks_program(script):
+    assert torchrun_argv(sys.executable, ["--nproc-per-node", "2", "--standalone", script, "--nproc-per-node",
+                                          "9"]) == [
+        "--nproc-per-node", "2", "--standalone", "--no-python", sys.executable, "-u", "-m", BOOTSTRAP, script,
+        "--nproc-per-node", "9"]  # the script's own flag kept
 
 
 def test_torchrun_module_flag_becomes_the_bootstraps(script):
-    launch = launch_command([sys.executable, "-m", "torch.distributed.run", "-m", "--nnodes", "1", "pkg.train",
-                             "-m", "x"])
-    assert launch.argv == [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--no-python",
-                           sys.executable, "-u", "-m", BOOTSTRAP, "-m", "pkg.train", "-m", "x"]
+    assert torchrun_argv(sys.executable, ["-m", "--nnodes", "1", "pkg.train", "-m", "x"]) == [
+        "--nnodes", "1", "--no-python", sys.executable, "-u", "-m", BOOTSTRAP, "-m", "pkg.train", "-m", "x"]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--no-python", "SCRIPT"], "not Python"),
+    (["--run-path", "SCRIPT"], "--run-path"),
+    (["--nproc-per-node", "2", "missing.py"], "'missing.py' does not exist"),
+    (["--nproc-per-node"], "torchrun: "),
+])
+def test_torchrun_options_that_cannot_be_captured_are_refused(script, options, message):
+    with pytest.raises(UsageError, match=message):
+        torchrun_argv(sys.executable, [script if o == "SCRIPT" else o for o in options])
 
 
 @pytest.mark.parametrize("command, message", [
-    ([TORCHRUN, "--no-python", "SCRIPT"], "not Python"),
-    ([TORCHRUN, "--run-path", "SCRIPT"], "--run-path"),
-    ([TORCHRUN, "--nproc-per-node", "2", "missing.py"], "'missing.py' does not exist"),
-    ([TORCHRUN, "--nproc-per-node"], "torchrun: "),
     (["bash", "SCRIPT"], "can only run Python or torchrun"),
+    (["python3"], "no script after the interpreter"),
+    (["/nowhere/torchrun", "SCRIPT"], "'/nowhere/torchrun' not found"),
 ])
 def test_commands_that_cannot_be_captured_are_refused(script, command, message):
     with pytest.raises(UsageError, match=message):
         launch_command([script if c == "SCRIPT" else c for c in command])
 
 
-def test_a_refused_torchrun_command_is_one_line_exit_2(tmp_path, capsys):
-    code = main(["trace", "--out", str(tmp_path / "run"), "--", TORCHRUN, "--no-python", "train.sh"])
-    err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "--no-python" in err
+@pytest.mark.parametrize("options, message", [
+    (["--no-python", "train.sh"], "--no-python"),
+    (["--nproc-per-node"], "torchrun: argument --nproc-per-node"),
+    (["--nproc-per-node", "2", "missing.py"], "'missing.py' does not exist"),
+])
+def test_a_refused_torchrun_command_is_one_line_exit_2_and_writes_nothing(tmp_path, capfd, options, message):
+    """The launcher reads the options with torchrun's parser before rnnprof opens the run: a refusal is its one
+    line, exit 2, no run directory, and no process left."""
+    code = main(["trace", "--out", str(tmp_path / "run"), "--", TORCHRUN, *options])
+    err = capfd.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
+    assert err.startswith("rnnprof trace: error: ") and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+    assert left_running(grace_s=5.0) == {}
+
+
+def test_a_run_that_cannot_be_opened_runs_nothing(tmp_path, script, capfd):
+    """torchrun accepts the options, then rnnprof cannot create the run directory (--out lies under a file): one
+    line, exit 2, and the launcher ends without starting a rank."""
+    (tmp_path / "file").write_text("mine")
+    code = main(["trace", "--out", str(tmp_path / "file" / "run"), "--", TORCHRUN, "--nproc-per-node", "2",
+                 script])
+    err = capfd.readouterr().err
+    assert code == 2 and "cannot create the run directory" in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and (tmp_path / "file").read_text() == "mine"
+    assert left_running(grace_s=5.0) == {}
 
 
 @pytest.mark.parametrize("source, framework", [

@@ -2,12 +2,12 @@
 that runs the script.
 
 * ``python train.py ARGS`` / ``python -m pkg ARGS``: ``python -m rnnprof.recording.script train.py ARGS``.
-* ``torchrun OPTIONS train.py ARGS`` (or ``python -m torch.distributed.run ...``): torchrun itself, with its
-  options as given, runs ``--no-python PYTHON -u -m rnnprof.recording.script train.py ARGS`` as each
-  rank's program instead of ``PYTHON -u train.py ARGS``. torchrun's own parser finds where its options end,
-  so no option is misread; its ``-m/--module`` becomes the bootstrap's ``-m``. PYTHON is the interpreter
-  torchrun runs on (its ``#!`` line), the one it would have started the ranks with. torchrun still sets up
-  each rank's environment, rendezvous, restarts and signals; nothing is put on PYTHONPATH but rnnprof itself.
+* ``torchrun OPTIONS train.py ARGS`` (or ``python -m torch.distributed.run ...``): ``PYTHON -m
+  rnnprof.recording.torchrun_launch PYTHON OPTIONS train.py ARGS``, PYTHON being the interpreter torchrun runs
+  on (its ``#!`` line). That launcher reads the options with torchrun's own parser, so no option is misread,
+  and runs torchrun with them as given and ``--no-python PYTHON -u -m rnnprof.recording.script train.py ARGS``
+  as each rank's program (torchrun's ``-m/--module`` becomes the bootstrap's). torchrun still sets up each
+  rank's environment, rendezvous, restarts and signals; nothing is put on PYTHONPATH but rnnprof itself.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Sequence
 
 from rnnprof.errors import UsageError
-from rnnprof.torch_import import import_torch
 
 BOOTSTRAP = "rnnprof.recording.script"
+LAUNCHER = "rnnprof.recording.torchrun_launch"
 TORCHRUN_MODULES = ("torch.distributed.run",)
 EXPECTED = "expected `-- python train.py ARGS` or `-- torchrun OPTIONS train.py ARGS`"
 
@@ -38,16 +38,16 @@ def launch_command(command: Sequence[str]) -> Launch:
         raise UsageError(f"nothing to run after --; {EXPECTED}")
     program = command[0]
     if Path(program).name == "torchrun":
-        return _torchrun(_python_of(program), [_torchrun_path(program)], command[1:])
+        return _torchrun(_python_of(program), command[1:])
     if not Path(program).name.startswith("python"):
         raise UsageError(f"can only run Python or torchrun under capture, got {program!r}; {EXPECTED}")
     rest = command[1:]
     if len(rest) >= 2 and rest[0] == "-m" and rest[1] in TORCHRUN_MODULES:
-        return _torchrun(program, [program, "-m", rest[1]], rest[2:])
-    return Launch([program, "-m", BOOTSTRAP, *_script(rest)], torchrun=False)
+        return _torchrun(program, rest[2:])
+    return Launch([program, "-m", BOOTSTRAP, *script_args(rest)], torchrun=False)
 
 
-def _script(rest: list[str]) -> list[str]:
+def script_args(rest: list[str]) -> list[str]:
     """``script.py ARGS`` or ``-m module ARGS``, checked."""
     if not rest:
         raise UsageError(f"no script after the interpreter; {EXPECTED}")
@@ -61,29 +61,9 @@ def _script(rest: list[str]) -> list[str]:
     return rest
 
 
-def _torchrun(python: str, launcher: list[str], options: list[str]) -> Launch:
-    """torchrun with ``options``, each rank's program replaced by the bootstrap running the same script."""
-
-    import_torch("-- torchrun")
-    from torch.distributed.run import get_args_parser
-
-    parser = get_args_parser()
-
-    def refuse(message):
-        raise UsageError(f"torchrun: {message}; {EXPECTED}")
-
-    parser.error = refuse
-    args = parser.parse_args(options)
-    if args.no_python:
-        raise UsageError("torchrun --no-python runs a program that is not Python; rnnprof captures Python scripts")
-    if args.run_path:
-        raise UsageError("torchrun --run-path runs the script inside the agent; rnnprof captures it in its own "
-                         "processes: leave --run-path out")
-    cut = len(options) - len(args.training_script_args) - 1  # the script, then its arguments
-    own = [o for o in options[:cut] if o not in ("-m", "--module")]
-    script = (["-m"] if args.module else []) + [args.training_script, *args.training_script_args]
-    return Launch([*launcher, *own, "--no-python", python, "-u", "-m", BOOTSTRAP, *_script(script)],
-                  torchrun=True)
+def _torchrun(python: str, options: list[str]) -> Launch:
+    """torchrun with ``options``, through the launcher that checks them with torchrun's parser."""
+    return Launch([python, "-m", LAUNCHER, python, *options], torchrun=True)
 
 
 def _torchrun_path(program: str) -> str:

@@ -17,6 +17,7 @@ import json
 import os
 import runpy
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,10 +35,11 @@ from rnnprof.recording.launch import launch_command
 from rnnprof.recording.hang_collect import remark_hung
 from rnnprof.recording.hang_probe import FR_BUFFER, FR_BUFFER_ENV, TASKS, remove_probe_files, tensorflow_probe
 from rnnprof.recording.hang_watch import HUNG_EXIT, POLL_S, HangOptions, HangWatch
-from rnnprof.rundir.writer import RunWriter, atomic_write_json, prepare_out_dir
+from rnnprof.rundir.writer import RunWriter, atomic_write_json, check_out_dir, prepare_out_dir
 from rnnprof.recording.imports import when_imported
 from rnnprof.recording.tf_capture import TensorFlowCapture
 from rnnprof.recording.torch_script import TorchScriptCapture
+from rnnprof.recording.torchrun_launch import CHANNEL_ENV, GO
 
 ENV = "RNNPROF_CAPTURE"
 HANG_STOP_GRACE_S = 2  # a hung job: how long its ranks have after SIGTERM before SIGKILL
@@ -54,8 +56,12 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
     launch = launch_command(command)
     if launch.torchrun and delay:
         raise UsageError(_NO_DELAY)
-    out = prepare_out_dir(out_dir, force=force)
-    atomic_write_json(out / rundir.MANIFEST, new_manifest(list(command), {"script": list(command)}))
+    out = check_out_dir(out_dir, force=force)  # refused before anything starts
+
+    def open_run() -> None:
+        prepare_out_dir(out, force=force)
+        atomic_write_json(out / rundir.MANIFEST, new_manifest(list(command), {"script": list(command)}))
+
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])  # the folder holding rnnprof/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
@@ -64,7 +70,11 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
                            "command": list(command), "rnnprof_python": sys.executable,
                            "torchrun": launch.torchrun})
     env.setdefault(FR_BUFFER_ENV, FR_BUFFER)  # each rank's flight recorder, for the hang watch
-    child = subprocess.Popen(launch.argv, env=env, preexec_fn=_end_with_parent())
+    if launch.torchrun:
+        child = _start_torchrun(launch.argv, env, open_run)
+    else:
+        open_run()
+        child = subprocess.Popen(launch.argv, env=env, preexec_fn=_end_with_parent())
     interrupted, hung, watch = False, False, HangWatch(out, hang.after, hang.on_note)
     with ranks.ExitWatch(out) as exits:  # which rank ended first, when one fails
         try:
@@ -88,6 +98,31 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
         _mark_unfinished(out, list(command), code)
         remove_probe_files(out, TASKS)
     return 130 if interrupted or code == -signal.SIGINT else code
+
+
+def _start_torchrun(argv: list[str], env: dict, open_run) -> subprocess.Popen:
+    """torchrun's launcher (``torchrun_launch``) started; once it accepts the options, ``open_run()`` and the
+    launcher told to go on. Where it refuses them, its one line is a ``UsageError`` and nothing is written; where
+    ``open_run`` fails, the launcher runs nothing."""
+    ours, theirs = socket.socketpair()
+    with ours:
+        with theirs:
+            child = subprocess.Popen(argv, env={**env, CHANNEL_ENV: str(theirs.fileno())},
+                                     pass_fds=(theirs.fileno(),), preexec_fn=_end_with_parent())
+        try:
+            verdict = ours.makefile("rb").readline()
+            if verdict != b"\n":
+                code = child.wait()
+                raise UsageError(verdict.decode(errors="replace").strip()
+                                 or f"torchrun's launcher ended before it read its options (exit code {code})")
+            open_run()
+            ours.sendall(GO)
+        except BaseException:
+            if child.poll() is None:
+                child.terminate()
+                child.wait()
+            raise
+    return child
 
 
 def _wait(child: subprocess.Popen, out: Path, hang: HangOptions, watch: HangWatch) -> tuple[int, bool]:
