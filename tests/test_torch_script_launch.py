@@ -192,3 +192,16 @@ def test_a_rank_that_died_without_a_word_marks_the_run_and_is_named(tmp_path):
     assert final["status"] == "interrupted" and final["exit_code"] == -9 and final["world_size"] == 2
     assert final["error"] == f"rank 1: {ranks.DIED}"
     assert [r["status"] for r in final["ranks"]] == ["complete", "interrupted"]
+
+
+def test_rnnprof_itself_never_imports_torch_for_torchrun(tmp_path):
+    """torchrun's parser runs in the launcher: rnnprof's own process, which waits out the whole job, stays without
+    torch, whether the launcher takes the options or refuses them."""
+    import subprocess
+
+    probe = ("import sys\nfrom rnnprof.cli import main\n"
+             f"code = main(['trace', '--out', {str(tmp_path / 'run')!r}, '--', {TORCHRUN!r}, '--no-python', 'x.sh'])\n"
+             "print(code, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["2", "False"], done.stdout + done.stderr
+    assert "--no-python" in done.stderr and not (tmp_path / "run").exists()
