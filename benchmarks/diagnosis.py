@@ -19,9 +19,9 @@ What a fault costs is measured without rnnprof's analyses: step time with the fa
 each from the job's own clock (a DDP job's ranks time their steps with ``time.perf_counter``,
 ``diagnosis_jobs/_ddp.py``, and its untraced steps after the capture count; a built-in workload's timed steps
 are in its manifest, ``step_times``), over ``--rounds`` runs of each, taking turns (a DDP case up to 2 more while
-its rounds disagree): the median of the runs' medians. The first round's runs are audited and scored; a line per DDP case says in how many rounds' audits
-every fault is ranked first and the control raises no alarm. A full run takes about 3 minutes on 2 cores (6
-under heavier load); ``--rounds 1`` about a third of that.
+its rounds disagree): the median of the runs' medians. The first round's runs are audited and scored; a line per
+DDP case says in how many rounds' audits every fault is ranked first and the control raises no alarm. A full run
+takes about 3 minutes on 2 cores (6 under heavier load); ``--rounds 1`` about a third of that.
 
 Scores, over the findings at warning or above ("alarms"): precision = alarms that match an expected fault of
 their case / all alarms; recall = expected faults matched by an alarm / all expected faults. A finding matches
