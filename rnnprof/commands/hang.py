@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar=INPUT,
                         help="a run directory `rnnprof trace` marked hung, or one flight-recorder dump per rank "
                              "(TORCH_FR_DUMP_TEMP_FILE files; the rank is the last number of each name) and "
-                             "faulthandler stack files (*.txt)")
+                             "faulthandler stack files, each a .txt file")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout instead of text")
     limits.add_argument(parser)
 
