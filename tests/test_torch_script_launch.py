@@ -196,7 +196,7 @@ def test_a_rank_that_died_without_a_word_marks_the_run_and_is_named(tmp_path):
 
 def test_rnnprof_itself_never_imports_torch_for_torchrun(tmp_path):
     """torchrun's parser runs in the launcher: rnnprof's own process, which waits out the whole job, stays without
-    torch, whether the launcher takes the options or refuses them."""
+    torch. Here the launcher imports torch to read the options and refuses them; rnnprof never needs it."""
     import subprocess
 
     probe = ("import sys\nfrom rnnprof.cli import main\n"
