@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
@@ -113,8 +114,6 @@ def test_every_command_help_is_one_lowercase_line_saying_what_it_does(name):
 def test_no_help_text_opens_an_emphasis_the_cli_reference_cannot_close(name):
     """docs/cli.rst renders each command's help as reStructuredText: a lone ``*`` (as in ``(*.txt)``) opens an
     emphasis with no end, a warning on every docs build."""
-    import re
-
     command = _commands()[name]
     texts = [command.description or "", *(a.help or "" for a in command._actions if a.help != argparse.SUPPRESS)]
     assert [t for t in texts if re.search(r"(^|[\s(])\*[^\s*]", t)] == []

@@ -39,7 +39,7 @@ from rnnprof.rundir.writer import RunWriter, atomic_write_json, check_out_dir, p
 from rnnprof.recording.imports import when_imported
 from rnnprof.recording.tf_capture import TensorFlowCapture
 from rnnprof.recording.torch_script import TorchScriptCapture
-from rnnprof.recording.torchrun_launch import CHANNEL_ENV, GO
+from rnnprof.recording.torchrun_launch import ACCEPTED, CHANNEL_ENV, GO
 
 ENV = "RNNPROF_CAPTURE"
 HANG_STOP_GRACE_S = 2  # a hung job: how long its ranks have after SIGTERM before SIGKILL
@@ -111,7 +111,7 @@ def _start_torchrun(argv: list[str], env: dict, open_run) -> subprocess.Popen:
                                      pass_fds=(theirs.fileno(),), preexec_fn=_end_with_parent())
         try:
             verdict = ours.makefile("rb").readline()
-            if verdict != b"\n":
+            if verdict != ACCEPTED:
                 code = child.wait()
                 raise UsageError(verdict.decode(errors="replace").strip()
                                  or f"torchrun's launcher ended before it read its options (exit code {code})")

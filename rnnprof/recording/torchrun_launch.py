@@ -2,7 +2,7 @@
 rnnprof.recording.torchrun_launch PYTHON OPTIONS train.py ARGS``, on the interpreter torchrun runs on.
 
 It reads the options with torchrun's own parser, says on the channel rnnprof handed it (``CHANNEL_ENV``, a
-socket) whether it accepts them (an empty line) or why not (the one-line error), and waits for rnnprof to open
+socket) whether it accepts them (``ACCEPTED``) or why not (the one-line error), and waits for rnnprof to open
 the run directory: then it runs torchrun with the options as given and the bootstrap as each rank's program
 (``torchrun_argv``). Where rnnprof sends nothing (it could not open the run), it runs nothing. torch is imported
 here, in the launcher, which needs it anyway, and not in rnnprof's own process.
@@ -21,6 +21,7 @@ from rnnprof.recording.launch import BOOTSTRAP, EXPECTED, script_args
 from rnnprof.torch_import import import_torch
 
 CHANNEL_ENV = "RNNPROF_LAUNCH_CHANNEL"  # the file descriptor of the launcher's end of the channel
+ACCEPTED = b"\n"  # the launcher's word where it takes the options (else the one-line error, then a newline)
 GO = b"1"  # what rnnprof sends once the run directory is open
 
 
@@ -59,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except RnnprofError as error:
             _say(channel, " ".join(str(error).split()).encode() + b"\n")
             return 2
-        if not (_say(channel, b"\n") and _heard(channel) == GO):
+        if not (_say(channel, ACCEPTED) and _heard(channel) == GO):
             return 0  # rnnprof stopped, or could not open the run: nothing runs
     sys.argv = [sys.argv[0], *options]
     runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
