@@ -331,6 +331,17 @@ CLOCK_FIRST = DDP_SKIP + DDP_TRACED + 2
 # of another process on the 2 cores to slow a rank through the whole window, where the steps' spread cannot show
 # it (a balanced control once read as 5 ms/step of exposed communication). Its window is 40 steps.
 CONTROL_TRACED = {"tiny-ops": 40}
+# The replay's predictions are measured against runs really changed, in the same run: the untraced steps of a case
+# the replay predicts swap configurations in blocks of SWAP_BLOCK steps (the fault removed in a faulty run, planted
+# in a control: the jobs' --swap-from), SWAP_STEPS in all, half of them swapped. On these cores a single-threaded
+# loop's speed moved by up to half between seconds, and a balanced control's median step by as much from one run
+# to the next (31.7 to 46.0 ms over eight runs, 34.9 to 46.4 ms with 100 untraced steps each; each run's MAD
+# 0.4-3.7 ms): a configuration measured in another run carried the host's speed at another time. Taking turns in
+# one run, both see the same speed. The first and the last step of each block are left out (``ddp_step_ms``): a
+# rank's step runs from one start of its loop to the next, so the batch its loader fetches at the start of a block
+# falls into the last step of the block before (the slow loader's rank 1 timed 83-100 ms in a fast block's last
+# step), and a block's first step may still wait on the last one's.
+SWAP_BLOCK, SWAP_STEPS = 6, 60
 
 @dataclass(frozen=True)
 class Real:
@@ -409,15 +420,26 @@ def median_mad(values: list[float]) -> tuple[float, float]:
     return median, statistics.median(abs(v - median) for v in values)
 
 
-def ddp_step_ms(clock: Path, first: int = CLOCK_FIRST, key: str = "step_s") -> tuple[float, float]:
+def ddp_step_ms(clock: Path, first: int = CLOCK_FIRST, key: str = "step_s",
+                swapped: bool = False) -> tuple[float, float]:
     """The job's step time by the ranks' own clocks: the slowest rank's median step from ``first`` on (the
     untraced steps after the capture), and its median absolute deviation (ms); ``key="thread_cpu_s"``: the
-    training threads' CPU time instead of the wall time."""
+    training threads' CPU time instead of the wall time. In a run that swaps configurations (``SWAP_STEPS``),
+    the steps of the run's own configuration, or ``swapped``: of the other one, the first and the last step of
+    each block left out."""
     ranks = []
     for path in sorted(clock.glob("rank*.json")):
-        steps = json.loads(path.read_text()).get(key, [])[first:]
+        record = json.loads(path.read_text())
+        values = record.get(key, [])
+        marks = record.get("swapped") or [False] * len(values)
+        if any(marks):
+            steps = [v for i, v in enumerate(values[:len(marks) - 1]) if i >= max(first, 1)
+                     and marks[i - 1] == marks[i] == marks[i + 1] == swapped]
+        else:
+            steps = [] if swapped else values[first:]
         if not steps:
-            raise CaseError(f"{path}: no {key} after the first {first} steps")
+            raise CaseError(f"{path}: no {key} after the first {first} steps"
+                            + (" in the swapped configuration" if swapped else ""))
         ranks.append(median_mad([1000 * s for s in steps]))
     if not ranks:
         raise CaseError(f"no rank clock in {clock}")
@@ -425,18 +447,21 @@ def ddp_step_ms(clock: Path, first: int = CLOCK_FIRST, key: str = "step_s") -> t
 
 
 def run_ddp(name: str, control: bool, folder: Path, more: list[str] | tuple = (),
-            traced: int | None = None) -> tuple[Path, tuple[float, float]]:
+            traced: int | None = None, swap: bool = False) -> tuple[Path, tuple[float, float]]:
     """The case's run under rnnprof trace (``more``: the job's arguments beyond the case's; ``traced``: the steps
-    traced, by default ``traced_steps``), and the median and MAD (ms) of its untraced steps by its own clock."""
+    traced, by default ``traced_steps``; ``swap``: its untraced steps swap configurations, ``SWAP_STEPS``), and
+    the median and MAD (ms) of its untraced steps by its own clock (of its own configuration's)."""
     script, _, extra = DDP[name]
-    extra = [*extra, *more]
-    out, clock = folder / "run", folder / "clock"
     traced = traced or traced_steps(name, control)
+    first = clock_first(name, control, traced)
+    extra = [*extra, *more, *(["--swap-from", str(first), "--swap-block", str(SWAP_BLOCK)] if swap else [])]
+    out, clock = folder / "run", folder / "clock"
+    steps = first + SWAP_STEPS if swap else DDP_STEPS + traced - DDP_TRACED
     _run([_python(), "-m", "rnnprof", "trace", "--force", "--out", str(out), "--steps", str(traced), "--skip-steps",
           str(DDP_SKIP), "--", _python(), "-m", "torch.distributed.run", "--nproc-per-node", "2",
-          str(JOBS / script), "--steps", str(DDP_STEPS + traced - DDP_TRACED), "--clock", str(clock), *extra,
+          str(JOBS / script), "--steps", str(steps), "--clock", str(clock), *extra,
           *(["--control"] if control else [])], f"{name}{' control' if control else ''}")
-    return out, ddp_step_ms(clock, clock_first(name, control, traced))
+    return out, ddp_step_ms(clock, first)
 
 
 def traced_steps(name: str, control: bool) -> int:
@@ -505,7 +530,7 @@ def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseR
                              and not all(settled([t for _, t in runs[c]]) for c in (False, True))):
             for control in (False, True) if k % 2 == 0 else (True, False):
                 runs[control].append(run_ddp(name, control, keep / f"{name}{'-control' if control else ''}-{k}",
-                                             BENCHMARK_ARGS.get(name, []), traced))
+                                             BENCHMARK_ARGS.get(name, []), traced, swap=name in REPLAYS))
             k += 1
         (step, noise), (control_step, control_noise) = (combine([t for _, t in runs[c]]) for c in (False, True))
         document, control_document = audit([runs[False][0][0]]), audit([runs[True][0][0]])
@@ -514,7 +539,10 @@ def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseR
                              noise + control_noise, top_fixes=tuple(together))
         if name in REPLAYS:
             planted.predictions = predict(
-                name, *(Config(tuple((run, t[0]) for run, t in runs[c]), *combine([t for _, t in runs[c]]))
+                name, *(Config(tuple((run, t[0]) for run, t in runs[c]), *combine([t for _, t in runs[c]]),
+                               own=tuple(t for _, t in runs[c]),
+                               swapped=tuple(ddp_step_ms(run.parent / "clock", clock_first(name, c, traced), swapped=True)
+                                             for run, _ in runs[c]))
                         for c in (False, True)), _env(),
                 extra_ms([run.parent / "clock" for run, _ in runs[False]], "rank1", clock_first(name, False, traced)),
                 _savings(planted))

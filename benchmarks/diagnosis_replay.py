@@ -6,9 +6,12 @@
 
 A prediction in ms by the job's own clock is the run's clock step plus the replay's change: the median over the
 traced steps of (predicted - measured) from ``whatif --json``, added to the measured step of the run it was made
-from (a traced step also carries the profiler's cost, which the change leaves). Each round's run predicts; the
-prediction is the median over the rounds, compared with the other configuration's step (median of the rounds'
-medians). Its noise: the two configurations' noises, summed (``diagnosis.combine``).
+from (a traced step also carries the profiler's cost, which the change leaves). Each round's run predicts, and is
+measured against the other configuration in the same run: its untraced steps take turns with it
+(``diagnosis.SWAP_STEPS``), so that the prediction and what it predicts ran at the host's same speed. The error is
+the median over the rounds of each run's error; its noise, the median over the rounds of the two configurations'
+MADs in the run, summed. Beside it, ``runs error``: the prediction against the other configuration's own runs
+(median of their medians), as measured before the runs took turns.
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ class Prediction:
     noise_ms: float
     predicted_ms: float | None
     per_round: tuple[float, ...] = ()
+    measured_per_round: tuple[float, ...] = ()  # the same runs' swapped steps, where the runs took turns
+    other_runs_ms: float | None = None  # the other configuration's step over its own runs
     bound_ms: float | None = None
     failure: str = ""
     combined: bool = False  # two faults fixed at once
@@ -77,7 +82,19 @@ class Prediction:
 
     @property
     def error(self) -> float | None:
-        return None if self.predicted_ms is None else (self.predicted_ms - self.measured_ms) / self.measured_ms
+        """Where the runs took turns, the median of each run's error against its own swapped steps."""
+        if self.predicted_ms is None:
+            return None
+        if self.measured_per_round and len(self.measured_per_round) == len(self.per_round):
+            return statistics.median((p - m) / m for p, m in zip(self.per_round, self.measured_per_round))
+        return (self.predicted_ms - self.measured_ms) / self.measured_ms
+
+    @property
+    def runs_error(self) -> float | None:
+        """The prediction against the other configuration's own runs."""
+        if self.predicted_ms is None or self.other_runs_ms is None:
+            return None
+        return (self.predicted_ms - self.other_runs_ms) / self.other_runs_ms
 
     @property
     def bound_error(self) -> float | None:
@@ -119,11 +136,15 @@ def delay_flags(fault: tuple[Grow, ...], costs_ms: dict[str, float]) -> list[str
 
 @dataclass(frozen=True)
 class Config:
-    """One configuration's runs: per round its run folder and clock step (ms); its step and noise over them."""
+    """One configuration's runs: per round its run folder and clock step (ms); its step and noise over them;
+    per round, its own step and MAD (``own``) and the other configuration's in its swapped steps (``swapped``),
+    where the runs took turns."""
 
     runs: tuple[tuple[Path, float], ...]
     step_ms: float
     noise_ms: float
+    own: tuple[tuple[float, float], ...] = ()
+    swapped: tuple[tuple[float, float], ...] = ()
 
 
 def _by_clock(runs, replayed, env: dict) -> tuple[tuple[float, ...], float, float]:
@@ -139,7 +160,6 @@ def predict(name: str, planted: Config, control: Config, env: dict, costs_ms: di
     """Both directions of case ``name``: the fix on the planted runs, the fault on the controls; ``saving_ms``:
     the audit's savings of the alarms that diagnose the case's faults, summed (None: no alarm diagnoses one)."""
     replay = REPLAYS[name]
-    noise = planted.noise_ms + control.noise_ms
     out = []
     faulty = delay_flags(replay.fault, costs_ms)
     directions = (("fix", " ".join(replay.fix), planted, control, lambda run: (run, list(replay.fix)),
@@ -155,12 +175,24 @@ def predict(name: str, planted: Config, control: Config, env: dict, costs_ms: di
             traced[direction] = (traced_measured, traced_predicted)
         except WhatIfFailed as exc:
             rounds, predicted, failure = (), None, str(exc)
-        out.append(Prediction(name, direction, change, target.step_ms, noise, predicted, rounds, bound, failure,
+        measured, noise = measured_against(source, target)
+        out.append(Prediction(name, direction, change, measured, noise, predicted, rounds,
+                              tuple(m for m, _ in source.swapped), target.step_ms, bound, failure,
                               combined=direction == "fix" and len(replay.fault) > 1))
     if len(traced) == 2:  # each direction's traced prediction against the other's measured traced step
         out[0].traced = (traced["fault"][0], traced["fix"][1])
         out[1].traced = (traced["fix"][0], traced["fault"][1])
     return out
+
+
+def measured_against(source: Config, target: Config) -> tuple[float, float]:
+    """What a prediction from ``source``'s runs is measured against, and its noise (ms): where the runs took turns,
+    the median of their swapped steps, and the median of each run's two MADs summed; else ``target``'s step over
+    its own runs, and the two configurations' noises summed."""
+    if source.swapped:
+        return (statistics.median(m for m, _ in source.swapped),
+                statistics.median(own + other for (_, own), (_, other) in zip(source.own, source.swapped)))
+    return target.step_ms, source.noise_ms + target.noise_ms
 
 
 def _describe(fault: tuple[Grow, ...], costs_ms: dict[str, float]) -> str:
@@ -185,19 +217,20 @@ def _pct(value: float | None) -> str:
 
 def print_predictions(predictions: list[Prediction]) -> None:
     print(f"\n{'case':<15} {'way':<5} {'measured ms':>11} {'noise':>6} {'predicted':>9} {'error':>7} "
-          f"{'bound':>6} {'error':>7} {'traced':>7}  change replayed")
+          f"{'bound':>6} {'error':>7} {'traced':>7} {'runs':>7}  change replayed")
     for p in predictions:
         print(f"{p.case:<15} {p.direction:<5} {p.measured_ms:>11.1f} {100 * p.noise:>5.1f}% "
               f"{'-' if p.predicted_ms is None else f'{p.predicted_ms:.1f}':>9} {_pct(p.error):>7} "
               f"{'-' if p.bound_ms is None else f'{p.bound_ms:.1f}':>6} {_pct(p.bound_error):>7} "
-              f"{_pct(p.traced_error):>7}  {p.change}"
+              f"{_pct(p.traced_error):>7} {_pct(p.runs_error):>7}  {p.change}"
               + (f" ({p.failure})" if p.failure else ""))
     print("(fix = the control's step predicted from the planted runs by replaying the fix; fault = the planted "
-          "step predicted from the controls by replaying the fault; measured by the job's own clock, median of "
-          "the rounds; noise = the fault's and the control's, summed, of the measured step; bound = the same step "
-          "from the audit rules' bounds, the planted step minus them or the control's plus them; traced = the "
-          "replay's prediction against the other configuration's traced steps, no clock: the profiled steps "
-          "both)")
+          "step predicted from the controls by replaying the fault; measured by the job's own clock in the same "
+          "runs, where they took turns with the other configuration, median of the rounds; error = the median of "
+          "the runs' errors; noise = the MADs of the two configurations' steps in a run, summed, median of the "
+          "rounds; bound = the same step from the audit rules' bounds, the planted step minus them or the "
+          "control's plus them; traced = the replay's prediction against the other configuration's traced steps, "
+          "no clock: the profiled steps both; runs = the prediction against the other configuration's own runs)")
 
 
 def check_predictions(predictions: list[Prediction], targets) -> None:

@@ -219,3 +219,32 @@ def test_rounds_agree_when_half_their_range_is_within_a_tenth_of_their_median():
     assert not diagnosis.settled([(37.2, 1.8), (55.4, 6.0), (40.0, 0.4)])  # a round of this machine: 9.1 ms of 40
     assert not diagnosis.settled([(34.0, 2.3), (25.4, 0.6), (39.1, 1.2)])  # 6.85 ms of 34.0
     assert diagnosis.settled([(12.0, 1.0)])
+
+
+def test_a_run_that_takes_turns_is_timed_on_its_own_steps_and_the_swapped_ones_apart(tmp_path):
+    """Blocks of 4 after the capture, the first swapped; the first and the last step of each block are left out
+    (50 and 70, 90 and 80, 60 and 75): swapped 10, 12, 14 and 16 ms, its own 40 and 42."""
+    skipped = [9] * diagnosis.CLOCK_FIRST
+    steps = [0.050, 0.010, 0.012, 0.070, 0.090, 0.040, 0.042, 0.080, 0.060, 0.014, 0.016, 0.075]
+    marks = [False] * diagnosis.CLOCK_FIRST + [True] * 4 + [False] * 4 + [True] * 4
+    (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "step_s": skipped + steps, "swapped": marks}))
+    assert diagnosis.ddp_step_ms(tmp_path) == pytest.approx((41.0, 1.0))
+    assert diagnosis.ddp_step_ms(tmp_path, swapped=True) == pytest.approx((13.0, 2.0))
+    (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "step_s": skipped + steps}))
+    with pytest.raises(diagnosis.CaseError, match="swapped"):
+        diagnosis.ddp_step_ms(tmp_path, swapped=True)
+
+
+def test_the_jobs_swap_their_configuration_in_every_other_block_from_the_step_asked():
+    sys.path.insert(0, str(diagnosis.JOBS))
+    import _ddp
+
+    args = _ddp.arguments("job", swap=True).parse_args(["--swap-from", "5", "--swap-block", "2"])
+    assert [_ddp.swapped(args, step) for step in range(11)] == [False] * 5 + [True, True, False, False, True, True]
+    assert [_ddp.faulty(args, step) for step in range(11)] == [True] * 5 + [False, False, True, True, False, False]
+    control = _ddp.arguments("job", swap=True).parse_args(["--control", "--swap-from", "5", "--swap-block", "2"])
+    assert [_ddp.faulty(control, step) for step in range(11)] == [False] * 5 + [True, True, False, False, True, True]
+    plain = _ddp.arguments("job").parse_args([])
+    assert all(_ddp.faulty(plain, step) and not _ddp.swapped(plain, step) for step in range(30))
+    with pytest.raises(SystemExit):
+        _ddp.arguments("job").parse_args(["--swap-from", "5"])

@@ -5,7 +5,8 @@ A job script builds its batches and its model and calls ``train``; ``--clock DIR
 ``DIR/rank<r>.json``: ``{"rank", "step_s": [duration of each step by time.perf_counter, from one step's start
 to the next's], "thread_cpu_s": [the training thread's CPU time in each step, by time.thread_time]}``, and
 ``extra_s`` where the job times a planted operator of its own (``extra_cpu_s``: the training thread's CPU time in
-it, where the job gives one). The training thread's CPU time leaves out what other processes take of the cores
+it, where the job gives one), and ``swapped`` where it runs with ``--swap-from`` (whether each step ran the other
+configuration: ``swapped``). The training thread's CPU time leaves out what other processes take of the cores
 (and the rank's other threads: gloo's, the capture's compression), so a fault that is the rank's own work costs
 about the same in it on a busy machine as on an idle one. The step time the benchmark compares is the median of a rank's steps after ``--warmup``.
 """
@@ -20,7 +21,8 @@ from pathlib import Path
 VOCAB, EMBED, HIDDEN = 64, 16, 32
 
 
-def arguments(description: str) -> argparse.ArgumentParser:
+def arguments(description: str, swap: bool = False) -> argparse.ArgumentParser:
+    """The jobs' arguments; ``swap``: also ``--swap-from`` and ``--swap-block`` (``swapped``)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--steps", type=int, default=14, help="training steps (default: %(default)s)")
     parser.add_argument("--batch", type=int, default=8, help="sequences per rank and step (default: %(default)s)")
@@ -28,7 +30,25 @@ def arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--hidden", type=int, default=HIDDEN, help="the LSTM's units (default: %(default)s)")
     parser.add_argument("--clock", type=Path, default=None, help="folder for each rank's own step times")
     parser.add_argument("--control", action="store_true", help="run without the fault (the control)")
+    if swap:
+        parser.add_argument("--swap-from", type=int, default=None, metavar="STEP",
+                            help="from this step on, every other block of --swap-block steps, the first one "
+                                 "included, runs the other configuration (the control in a faulty run, the fault "
+                                 "in a control): both measured in one run, on the same cores at the same time")
+        parser.add_argument("--swap-block", type=int, default=4, metavar="STEPS",
+                            help="steps in each block of --swap-from (default: %(default)s)")
     return parser
+
+
+def swapped(args, step: int) -> bool:
+    """Whether ``step`` runs the other configuration than the run's (``--swap-from``)."""
+    first = getattr(args, "swap_from", None)
+    return first is not None and step >= first and (step - first) // args.swap_block % 2 == 0
+
+
+def faulty(args, step: int) -> bool:
+    """Whether the fault runs in ``step``: in a faulty run where it is not swapped, in a control where it is."""
+    return args.control == swapped(args, step)
 
 
 def start():
@@ -63,13 +83,13 @@ def language_model(torch, hidden: int = HIDDEN):
 
 
 def train(torch, model, batches, rank: int, clock: Path | None, before_backward=None, before_forward=None,
-          after_step=None) -> None:
+          after_step=None, was_swapped=None) -> None:
     """Train ``model`` (wrapped in DDP here) on ``batches`` (an iterable of token tensors), one optimizer step
     each; ``before_backward(step)`` runs between the forward pass and the backward pass (what it returns, a
     duration in seconds or None, goes to the clock's ``extra_s``), ``before_forward(step)`` and
     ``after_step(step)`` at a step's start and after its optimizer step (what ``after_step`` returns, where
     ``before_backward`` gave none, goes to ``extra_s``; a pair ``(wall, cpu)`` to ``extra_s`` and
-    ``extra_cpu_s``)."""
+    ``extra_cpu_s``); ``was_swapped(step)``: whether the step ran the other configuration (the clock's ``swapped``)."""
     import torch.distributed as dist
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
@@ -103,6 +123,8 @@ def train(torch, model, batches, rank: int, clock: Path | None, before_backward=
             record["extra_s"] = [e[0] if isinstance(e, tuple) else e for e in extra]
         if any(isinstance(e, tuple) for e in extra):
             record["extra_cpu_s"] = [e[1] if isinstance(e, tuple) else None for e in extra]
+        if was_swapped is not None:
+            record["swapped"] = [was_swapped(step) for step in range(len(durations))]
         (clock / f"rank{rank}.json").write_text(json.dumps(record))
     dist.destroy_process_group()
 
@@ -112,9 +134,10 @@ def random_batches(torch, rank: int, steps: int, batch: int, length: int):
     return [torch.randint(0, VOCAB, (batch, length + 1), generator=generator) for _ in range(steps)]
 
 
-def loader(torch, made: list, delay_s: float):
+def loader(torch, made: list, delay_s: float, slow=None):
     """A ``DataLoader`` with no worker process over ``made``, its dataset taking ``delay_s`` per batch (the loading
-    runs in the training loop, traced as ``enumerate(DataLoader)#...__next__``)."""
+    runs in the training loop, traced as ``enumerate(DataLoader)#...__next__``); ``slow(index)``: whether that
+    batch takes it (by default every one)."""
     from torch.utils.data import DataLoader, Dataset
 
     class Batches(Dataset):
@@ -122,7 +145,7 @@ def loader(torch, made: list, delay_s: float):
             return len(made)
 
         def __getitem__(self, index: int):
-            if delay_s:
+            if delay_s and (slow is None or slow(index)):
                 time.sleep(delay_s)  # reading and decoding, as a slow storage or transform would take
             return made[index]
 

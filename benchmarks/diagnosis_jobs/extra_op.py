@@ -11,29 +11,29 @@ from __future__ import annotations
 
 import time
 
-from _ddp import arguments, language_model, random_batches, start, train
+from _ddp import arguments, faulty, language_model, random_batches, start, swapped, train
 
 MATRICES = 8
 
 
 def main() -> None:
-    parser = arguments(__doc__.splitlines()[0])
+    parser = arguments(__doc__.splitlines()[0], swap=True)
     parser.add_argument("--size", type=int, default=384, help="the matrices' side (default: %(default)s)")
     parser.add_argument("--slow-rank", type=int, default=1, help="the rank that runs it (default: %(default)s)")
     args = parser.parse_args()
     torch, rank, _ = start()
-    planted = not args.control and rank == args.slow_rank
+    planted = rank == args.slow_rank
     a = torch.rand(MATRICES, args.size, args.size)
 
     def extra(step: int) -> float | None:
-        if not planted:
+        if not planted or not faulty(args, step):
             return None
         t0 = time.perf_counter()
         torch.bmm(a, a)
         return time.perf_counter() - t0
 
     train(torch, language_model(torch, args.hidden)(), random_batches(torch, rank, args.steps, args.batch, args.length), rank,
-          args.clock, before_backward=extra)
+          args.clock, before_backward=extra, was_swapped=lambda step: swapped(args, step))
 
 
 if __name__ == "__main__":

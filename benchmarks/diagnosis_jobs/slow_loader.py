@@ -8,18 +8,19 @@ other ranks wait for it at every gradient all-reduce. ``--control``: every rank'
 
 from __future__ import annotations
 
-from _ddp import arguments, language_model, loader, random_batches, start, train
+from _ddp import arguments, faulty, language_model, loader, random_batches, start, swapped, train
 
 
 def main() -> None:
-    parser = arguments(__doc__.splitlines()[0])
+    parser = arguments(__doc__.splitlines()[0], swap=True)
     parser.add_argument("--load-ms", type=float, default=40.0, help="the slow rank's loading time per batch")
     parser.add_argument("--slow-rank", type=int, default=1, help="the rank whose loader is slow (default: %(default)s)")
     args = parser.parse_args()
     torch, rank, _ = start()
-    delay_s = 0.0 if args.control or rank != args.slow_rank else args.load_ms / 1000
+    delay_s = args.load_ms / 1000 if rank == args.slow_rank else 0.0
     made = random_batches(torch, rank, args.steps, args.batch, args.length)
-    train(torch, language_model(torch, args.hidden)(), loader(torch, made, delay_s), rank, args.clock)
+    train(torch, language_model(torch, args.hidden)(), loader(torch, made, delay_s, lambda step: faulty(args, step)),
+          rank, args.clock, was_swapped=lambda step: swapped(args, step))
 
 
 if __name__ == "__main__":

@@ -9,23 +9,23 @@ from __future__ import annotations
 
 import time
 
-from _ddp import arguments, language_model, random_batches, start, train
+from _ddp import arguments, faulty, language_model, random_batches, start, swapped, train
 
 
 def main() -> None:
-    parser = arguments(__doc__.splitlines()[0])
+    parser = arguments(__doc__.splitlines()[0], swap=True)
     parser.add_argument("--sleep-ms", type=float, default=40.0, help="the slow rank's sleep per step")
     parser.add_argument("--slow-rank", type=int, default=1, help="the rank that sleeps (default: %(default)s)")
     args = parser.parse_args()
     torch, rank, _ = start()
-    sleep_s = 0.0 if args.control or rank != args.slow_rank else args.sleep_ms / 1000
+    sleep_s = args.sleep_ms / 1000 if rank == args.slow_rank else 0.0
 
     def sleep(step: int) -> None:
-        if sleep_s:
+        if sleep_s and faulty(args, step):
             time.sleep(sleep_s)
 
     train(torch, language_model(torch, args.hidden)(), random_batches(torch, rank, args.steps, args.batch, args.length), rank,
-          args.clock, before_backward=sleep)
+          args.clock, before_backward=sleep, was_swapped=lambda step: swapped(args, step))
 
 
 if __name__ == "__main__":
