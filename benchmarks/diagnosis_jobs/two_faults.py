@@ -29,8 +29,9 @@ def main() -> None:
             time.sleep(sleep_s)
 
     made = random_batches(torch, rank, args.steps, args.batch, args.length)
-    train(torch, language_model(torch, args.hidden)(), loader(torch, made, delay_s, lambda step: faulty(args, step)), rank,
-          args.clock, before_backward=sleep, was_swapped=lambda step: swapped(args, step))
+    batches = loader(torch, made, delay_s, lambda step: faulty(args, step))
+    train(torch, language_model(torch, args.hidden)(), batches, rank, args.clock, before_backward=sleep,
+          was_swapped=lambda step: swapped(args, step))
 
 
 if __name__ == "__main__":
