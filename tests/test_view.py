@@ -21,6 +21,8 @@ import pytest
 
 from rnnprof.cli import main
 from rnnprof import rundir
+from rnnprof.commands import view as view_command
+from rnnprof.errors import UsageError
 
 from processes import Proc, descendants, processes
 
@@ -222,11 +224,38 @@ def test_a_port_in_use_is_one_line(tmp_path):
             for p in started:
                 if p.running():
                     os.kill(p.pid, signal.SIGKILL)
-    assert view.returncode == 2
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("rnnprof view: error: TensorBoard did not start:") and str(port) in last
-    assert "--port 0" in last and "http://" not in out
-    assert not [p for p in started if p.running()]
+    assert view.returncode == 2 and started == []  # refused before TensorBoard started
+    assert err.strip() == (f"rnnprof view: error: port {port} on 127.0.0.1 is in use (choose another --port, or "
+                           "--port 0 for a free one)")
+    assert "http://" not in out
+
+
+def test_a_port_tensorboard_itself_cannot_bind_is_one_line_too():
+    """Where the port is taken between rnnprof's check and TensorBoard's bind, TensorBoard's own message is said."""
+
+    class Exited:
+        stdout = iter(["TensorFlow installation not found - running with reduced feature set.\n",
+                       "ERROR: TensorBoard could not bind to port 6006, it was already in use\n"])
+
+        def wait(self):
+            return 1
+
+    with pytest.raises(UsageError) as refused:
+        view_command.follow_tensorboard(Exited(), None)
+    assert str(refused.value) == ("TensorBoard did not start: TensorBoard could not bind to port 6006, it was already "
+                                  "in use (choose another --port, or --port 0 for a free one)")
+
+
+def test_the_port_check_leaves_port_0_and_unknown_hosts_to_tensorboard():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(UsageError, match=f"port {port} on 127.0.0.1 is in use"):
+            view_command.check_port("127.0.0.1", port)
+        view_command.check_port("127.0.0.1", 0)
+        view_command.check_port("no-such-host.invalid", port)
+    view_command.check_port("127.0.0.1", port)  # free again
 
 
 # -- a real captured run ----------------------------------------------------------------------------

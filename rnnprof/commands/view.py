@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +47,7 @@ def run(args: argparse.Namespace, console) -> int:
         _refuse_torch_run(logdir)
         raise InputError(logdir, "holds no TensorBoard profile (plugins/profile/*/*.xplane.pb)",
                          "a run directory from `rnnprof trace` or a folder of them")
+    check_port(args.host, args.port)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     # TensorBoard (and its data server) run in a process group of their own, stopped as a whole
     # however this command ends: Ctrl-C, SIGTERM or SIGHUP (taken as Ctrl-C), an error, or TensorBoard exiting.
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace, console) -> int:
         try:
             process = process_group.start(tensorboard_command(logdir, args.host, args.port), stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True, env=env)
-            return _serve(process, console)
+            return follow_tensorboard(process, console)
         except KeyboardInterrupt:
             return 0
         finally:
@@ -71,7 +74,30 @@ def _refuse_torch_run(path: Path) -> None:
                          "a run directory with a TensorBoard profile (a TensorFlow run)")
 
 
-def _serve(process: subprocess.Popen, console) -> int:
+PORT_ADVICE = "choose another --port, or --port 0 for a free one"
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port that something on this machine already listens on, at once, before TensorBoard and TensorFlow
+    load (seconds): bound as TensorBoard binds it (``SO_REUSEADDR``), then let go. Port 0, a host that does not
+    resolve and other bind errors are left to TensorBoard, which says what it makes of them."""
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except (OSError, UnicodeError):
+        return
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UsageError(f"port {port} on {host} is in use ({PORT_ADVICE})") from None
+
+
+def follow_tensorboard(process: subprocess.Popen, console) -> int:
     """Print TensorBoard's URL once it serves, then follow its output until it exits."""
     url, failure = None, None
     for line in process.stdout:
@@ -84,6 +110,5 @@ def _serve(process: subprocess.Popen, console) -> int:
     if url is None:
         code = process.wait()
         raise UsageError(f"TensorBoard did not start: {failure or f'it exited with code {code}'}"
-                         + (" (choose another --port, or --port 0 for a free one)" if "port" in (failure or "")
-                            else ""))
+                         + (f" ({PORT_ADVICE})" if "port" in (failure or "") else ""))
     return 0
