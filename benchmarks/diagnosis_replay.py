@@ -10,7 +10,7 @@ from (a traced step also carries the profiler's cost, which the change leaves). 
 measured against the other configuration in the same run: its untraced steps take turns with it
 (``diagnosis.SWAP_STEPS``), so that the prediction and what it predicts ran at the host's same speed. The error is
 the median over the rounds of each run's error; its noise, the median over the rounds of the two configurations'
-MADs in the run, summed. Beside it, ``runs error``: the prediction against the other configuration's own runs
+MADs in the run, summed. Beside it, the column ``runs``: the prediction against the other configuration's own runs
 (median of their medians), as measured before the runs took turns.
 """
 

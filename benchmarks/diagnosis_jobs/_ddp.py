@@ -5,8 +5,8 @@ A job script builds its batches and its model and calls ``train``; ``--clock DIR
 ``DIR/rank<r>.json``: ``{"rank", "step_s": [duration of each step by time.perf_counter, from one step's start
 to the next's], "thread_cpu_s": [the training thread's CPU time in each step, by time.thread_time]}``, and
 ``extra_s`` where the job times a planted operator of its own (``extra_cpu_s``: the training thread's CPU time in
-it, where the job gives one), and ``swapped`` where it runs with ``--swap-from`` (whether each step ran the other
-configuration: ``swapped``). The training thread's CPU time leaves out what other processes take of the cores
+it, where the job gives one), and ``swapped`` in the jobs that can take turns (``--swap-from``): whether each
+step ran the other configuration. The training thread's CPU time leaves out what other processes take of the cores
 (and the rank's other threads: gloo's, the capture's compression), so a fault that is the rank's own work costs
 about the same in it on a busy machine as on an idle one. The step time the benchmark compares is the median of a rank's steps after ``--warmup``.
 """
@@ -35,7 +35,7 @@ def arguments(description: str, swap: bool = False) -> argparse.ArgumentParser:
                             help="from this step on, every other block of --swap-block steps, the first one "
                                  "included, runs the other configuration (the control in a faulty run, the fault "
                                  "in a control): both measured in one run, on the same cores at the same time")
-        parser.add_argument("--swap-block", type=int, default=4, metavar="STEPS",
+        parser.add_argument("--swap-block", type=int, default=6, metavar="STEPS",
                             help="steps in each block of --swap-from (default: %(default)s)")
     return parser
 
