@@ -27,6 +27,16 @@ from processes import become_subreaper, left_running
 os.environ.setdefault("PET_RDZV_BACKEND", "c10d")
 os.environ.setdefault("PET_RDZV_ENDPOINT", "localhost:0")
 
+# A suite started in the background of a shell without job control (`make test &` in a script, CI steps that
+# background it) starts with SIGINT and SIGQUIT ignored, and every process the tests start would inherit that: the
+# tests that press Ctrl-C on a job (SIGINT to rnnprof, to a worker pool) would find it ignored, as a background
+# job is meant to, and wait out their timeouts. The tests play the terminal, so SIGINT and SIGQUIT get their
+# defaults back here, in every pytest process, before any test starts a process.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
 
 # The longest modules, longest first (CPU seconds of each, 40 to 115, measured alone): they are handed out before
 # every other, so that none of them starts late and runs alone at the end.
@@ -60,18 +70,40 @@ def pytest_collection_modifyitems(config, items):
 WATCHED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"))
 
 
+def kernel_signal_state() -> dict[str, set[str]]:
+    """The watched signals this process blocks and ignores as the kernel sees them (``/proc/self/status``: the
+    main thread's SigBlk, the process's SigIgn), which ``signal.getsignal`` does not show when a library changed
+    them; empty where there is no /proc."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return {}
+    masks = dict(line.split(":\t", 1) for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn")))
+    return {key: {signal.Signals(s).name for s in WATCHED_SIGNALS if int(masks[key], 16) >> (s - 1) & 1}
+            for key in ("SigBlk", "SigIgn") if key in masks}
+
+
 @pytest.fixture(autouse=True)
 def signal_handlers_left_as_found():
     """A test leaves this process's signal handlers as it found them. A handler left behind outlives the test:
     an ignored signal is inherited by every process the later tests start, and a Python handler by every child
-    they fork (torch's elastic agent once left one that kept a forked pool worker from stopping)."""
+    they fork (torch's elastic agent once left one that kept a forked pool worker from stopping). So does a
+    blocked signal, and an ignored one a library set without Python's ``signal`` module: both are read from the
+    kernel, before and after."""
     before = {signum: signal.getsignal(signum) for signum in WATCHED_SIGNALS}
+    kernel_before = kernel_signal_state()
     yield
     changed = {}
     for signum, handler in before.items():
         if signal.getsignal(signum) != handler:
             changed[signal.Signals(signum).name] = (handler, signal.getsignal(signum))
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)  # put back for the next test
+    kernel_after = kernel_signal_state()
+    if kernel_after != kernel_before:
+        changed["kernel"] = (kernel_before, kernel_after)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, WATCHED_SIGNALS)
+        for signum, handler in before.items():  # an ignored signal gets its handler back
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
     if changed:
         pytest.fail(f"the test changed this process's signal handlers: {changed}", pytrace=False)
 
