@@ -539,8 +539,7 @@ def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseR
                              noise + control_noise, top_fixes=tuple(together))
         if name in REPLAYS:
             planted.predictions = predict(
-                name, *(Config(tuple((run, t[0]) for run, t in runs[c]), *combine([t for _, t in runs[c]]),
-                               own=tuple(t for _, t in runs[c]),
+                name, *(Config(tuple(runs[c]), *combine([t for _, t in runs[c]]),
                                swapped=tuple(ddp_step_ms(run.parent / "clock", clock_first(name, c, traced),
                                                              swapped=True) for run, _ in runs[c]))
                         for c in (False, True)), _env(),

@@ -136,14 +136,13 @@ def delay_flags(fault: tuple[Grow, ...], costs_ms: dict[str, float]) -> list[str
 
 @dataclass(frozen=True)
 class Config:
-    """One configuration's runs: per round its run folder and clock step (ms); its step and noise over them;
-    per round, its own step and MAD (``own``) and the other configuration's in its swapped steps (``swapped``),
-    where the runs took turns."""
+    """One configuration's runs: per round its run folder and clock step and MAD (ms); its step and noise over
+    them; per round, the other configuration's step and MAD in its swapped steps (``swapped``), where the runs
+    took turns."""
 
-    runs: tuple[tuple[Path, float], ...]
+    runs: tuple[tuple[Path, tuple[float, float]], ...]
     step_ms: float
     noise_ms: float
-    own: tuple[tuple[float, float], ...] = ()
     swapped: tuple[tuple[float, float], ...] = ()
 
 
@@ -151,7 +150,7 @@ def _by_clock(runs, replayed, env: dict) -> tuple[tuple[float, ...], float, floa
     """Per round, the prediction by the clock: the round's step plus the replay's change (``replayed(run)``: the
     run to replay and the change's flags); and over the rounds, the median measured and predicted traced step."""
     got = [whatif_steps_ms(*replayed(run), env) for run, _ in runs]
-    return (tuple(step + change for (_, step), (change, _, _) in zip(runs, got)),
+    return (tuple(step + change for (_, (step, _)), (change, _, _) in zip(runs, got)),
             statistics.median(m for _, m, _ in got), statistics.median(p for _, _, p in got))
 
 
@@ -191,7 +190,7 @@ def measured_against(source: Config, target: Config) -> tuple[float, float]:
     its own runs, and the two configurations' noises summed."""
     if source.swapped:
         return (statistics.median(m for m, _ in source.swapped),
-                statistics.median(own + other for (_, own), (_, other) in zip(source.own, source.swapped)))
+                statistics.median(own + other for (_, (_, own)), (_, other) in zip(source.runs, source.swapped)))
     return target.step_ms, source.noise_ms + target.noise_ms
 
 

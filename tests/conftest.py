@@ -93,18 +93,15 @@ def signal_handlers_left_as_found():
     before = {signum: signal.getsignal(signum) for signum in WATCHED_SIGNALS}
     kernel_before = kernel_signal_state()
     yield
-    changed = {}
-    for signum, handler in before.items():
-        if signal.getsignal(signum) != handler:
-            changed[signal.Signals(signum).name] = (handler, signal.getsignal(signum))
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)  # put back for the next test
+    changed = {signal.Signals(signum).name: (handler, signal.getsignal(signum))
+               for signum, handler in before.items() if signal.getsignal(signum) != handler}
     kernel_after = kernel_signal_state()
     if kernel_after != kernel_before:
         changed["kernel"] = (kernel_before, kernel_after)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, WATCHED_SIGNALS)
-        for signum, handler in before.items():  # an ignored signal gets its handler back
+    if changed:  # put back for the next test (an ignored signal gets its handler back)
+        for signum, handler in before.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-    if changed:
         pytest.fail(f"the test changed this process's signal handlers: {changed}", pytrace=False)
 
 

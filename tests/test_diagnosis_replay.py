@@ -107,9 +107,8 @@ def test_where_the_runs_took_turns_each_prediction_is_judged_against_its_own_run
     """Three rounds: each run's prediction against the other configuration measured in the same run (its swapped
     steps). By the medians alone (44 against 40 ms) the prediction would be 10 % off; run by run it is +10 %, 0 and
     -9.1 %, median 0. Against the other configuration's own runs (40 ms): +10 %."""
-    runs = tuple((Path(f"run{k}"), step) for k, step in enumerate((80.0, 90.0, 70.0)))
-    source = replay.Config(runs, 80.0, 5.0, own=((80.0, 1.0), (90.0, 2.0), (70.0, 3.0)),
-                           swapped=((40.0, 1.0), (50.0, 1.5), (33.0, 0.5)))
+    runs = tuple((Path(f"run{k}"), clock) for k, clock in enumerate(((80.0, 1.0), (90.0, 2.0), (70.0, 3.0))))
+    source = replay.Config(runs, 80.0, 5.0, swapped=((40.0, 1.0), (50.0, 1.5), (33.0, 0.5)))
     target = replay.Config((), 40.0, 4.0)
     assert replay.measured_against(source, target) == pytest.approx((40.0, 3.5))  # median of 2, 3.5 and 3.5
     p = Prediction("case", "fix", "--fix PF001", 40.0, 3.5, 44.0, (44.0, 50.0, 30.0), (40.0, 50.0, 33.0), 40.0)
