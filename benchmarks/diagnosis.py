@@ -36,7 +36,9 @@ first alarm matching it) within +-40% of the measured cost, or within the cost's
 fault that costs about nothing on this machine must be estimated at about nothing; the table says which of the
 two each estimate meets). The noise is the
 fault's and the control's, summed: each the larger of its runs' median absolute deviation and half the range of
-its runs' medians. Exits 1 when a target is missed, 2 when the audit cannot run at all.
+its runs' medians. The cases whose runs take turns (the replayed ones, below) measure the cost in the audited run
+itself instead: its own steps less its steps with the fault removed, at the host's same speed (``cost_in_run``;
+noise: the two MADs); the cost between the runs stays in the table as ``runs``. Exits 1 when a target is missed, 2 when the audit cannot run at all.
 
 ``rnnprof whatif`` predicts each DDP fault's control from its planted runs (the fix replayed) and its planted
 runs from its controls (the fault replayed), against the clock: ``diagnosis_replay.py`` says how; targets:
@@ -141,6 +143,7 @@ class CaseResult:
     cost_ms: float | None = None
     step_ms: float | None = None  # the case's own step time (clock), for the table
     noise_ms: float = 0.0  # the spread of the cost: the fault's and the control's step-time MADs, summed
+    runs_cost_ms: float | None = None  # where the cost is measured in the audited run: between the runs, for the table
     judged: tuple[str, ...] = ()  # the rules whose alarms this case can judge (a real trace known for one thing)
                                   # (empty: every rule)
     predictions: list = field(default_factory=list)  # the replay's, both ways (diagnosis_replay.Prediction)
@@ -161,6 +164,7 @@ class FaultScore:
     error: float | None  # (saving - cost) / cost; None without both
     noise_ms: float = 0.0
     alone: bool = True  # the case's only fault: its cost is the case's (several: each one's own is unmeasured)
+    runs_cost_ms: float | None = None  # the cost between the planted and the control runs, where it is not that
 
     @property
     def met_by(self) -> str:
@@ -242,7 +246,8 @@ def score(results: list[CaseResult]) -> Score:
                      if saving is not None and case.cost_ms is not None and case.cost_ms > 0 else None)
             alone = len(case.expected) == 1
             out.faults.append(FaultScore(case.name, fault.name, found, first, saving, case.cost_ms if alone else None,
-                                         error if alone else None, case.noise_ms, alone))
+                                         error if alone else None, case.noise_ms, alone,
+                                         case.runs_cost_ms if alone else None))
     return out
 
 
@@ -464,6 +469,14 @@ def run_ddp(name: str, control: bool, folder: Path, more: list[str] | tuple = ()
     return out, ddp_step_ms(clock, first)
 
 
+def cost_in_run(clock: Path, own: tuple[float, float], first: int) -> tuple[float, float]:
+    """What a fault cost in a planted run that took turns (``SWAP_STEPS``): its own step (``own``: median and MAD,
+    ms, from ``ddp_step_ms``) less its swapped steps', the fault removed, in the same run and at the host's same
+    speed; and its noise, the two MADs summed."""
+    removed, removed_mad = ddp_step_ms(clock, first, swapped=True)
+    return own[0] - removed, own[1] + removed_mad
+
+
 def traced_steps(name: str, control: bool) -> int:
     """The steps the capture of the case's run traces."""
     return CONTROL_TRACED.get(name, DDP_TRACED) if control else DDP_TRACED
@@ -537,6 +550,11 @@ def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseR
         together = (document.get("top_fixes") or {}).get("findings", ())
         planted = CaseResult(name, "planted", document["findings"], faults, step - control_step, step,
                              noise + control_noise, top_fixes=tuple(together))
+        if name in REPLAYS:  # its runs took turns: the cost in the audited run itself
+            audited_run, own = runs[False][0]
+            planted.runs_cost_ms = planted.cost_ms
+            planted.cost_ms, planted.noise_ms = cost_in_run(audited_run.parent / "clock", own,
+                                                            clock_first(name, False, traced))
         if name in REPLAYS:
             planted.predictions = predict(
                 name, *(Config(tuple(runs[c]), *combine([t for _, t in runs[c]]),
@@ -609,13 +627,15 @@ def print_results(results: list[CaseResult], result: Score) -> None:
         print(f"{case.name:<30} {case.kind:<8} {_ms(case.step_ms):>8} {sum(map(is_alarm, case.findings)):>6}  "
               f"{top[:70]}")
     print(f"\n{'planted fault':<24} {'found':>5} {'first':>5} {'cost ms':>8} {'noise ms':>8} {'saving ms':>9} "
-          f"{'error':>7} {'met by':>6}")
+          f"{'error':>7} {'met by':>6} {'runs ms':>8}")
     for f in result.faults:
         error = "-" if f.error is None else f"{f.error:+.0%}"
         print(f"{f.case:<24} {'yes' if f.found else 'no':>5} {'yes' if f.first else 'no':>5} {_ms(f.cost_ms):>8} "
-              f"{_ms(f.noise_ms):>8} {_ms(f.saving_ms):>9} {error:>7} {f.met_by:>6}")
+              f"{_ms(f.noise_ms):>8} {_ms(f.saving_ms):>9} {error:>7} {f.met_by:>6} {_ms(f.runs_cost_ms):>8}")
     print("(met by: 40% = the saving within +-40% of the measured cost; noise = only within the cost's noise, "
-          "the fault costing nothing measurable on this machine)")
+          "the fault costing nothing measurable on this machine; cost: where the runs took turns, in the audited "
+          "run, its own steps less those with the fault removed; runs = the cost between the planted and the "
+          "control runs)")
     precision = "-" if result.precision is None else f"{result.precision:.2f}"
     recall = "-" if result.recall is None else f"{result.recall:.2f}"
     print(f"\nprecision {precision} ({result.true_alarms} of {result.true_alarms + len(result.false_alarms)} alarms "

@@ -248,3 +248,30 @@ def test_the_jobs_swap_their_configuration_in_every_other_block_from_the_step_as
     assert all(_ddp.faulty(plain, step) and not _ddp.swapped(plain, step) for step in range(30))
     with pytest.raises(SystemExit):
         _ddp.arguments("job").parse_args(["--swap-from", "5"])
+
+
+def test_a_fault_in_a_run_that_took_turns_costs_its_own_steps_less_those_with_it_removed(tmp_path):
+    """Blocks of 4, the first swapped (the fault removed): 10, 12, 14 and 16 ms without it (median 13, MAD 2), 40
+    and 42 ms with it (median 41, MAD 1), each block's first and last step left out: 28 ms, noise 3 ms; the
+    cost between a planted run of 41 ms and a control run measured at another time is not what it reads."""
+    skipped = [9] * diagnosis.CLOCK_FIRST
+    steps = [0.050, 0.010, 0.012, 0.070, 0.090, 0.040, 0.042, 0.080, 0.060, 0.014, 0.016, 0.075]
+    marks = [False] * diagnosis.CLOCK_FIRST + [True] * 4 + [False] * 4 + [True] * 4
+    (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "step_s": skipped + steps, "swapped": marks}))
+    own = diagnosis.ddp_step_ms(tmp_path)
+    assert diagnosis.cost_in_run(tmp_path, own, diagnosis.CLOCK_FIRST) == pytest.approx((28.0, 3.0))
+
+
+def test_the_fault_table_judges_the_saving_against_the_cost_in_the_run_and_shows_the_one_between_runs(capsys):
+    fault = diagnosis.Fault("extra operator", ("PF001",), "rank 1 runs an extra operator", (("rank", "rank1"),))
+    finding = {"rule": "PF001", "title": "rank1 arrives last", "severity": "warning", "saving_ms": 19.0,
+               "subject": {"rank": "rank1"}}
+    case = diagnosis.CaseResult("extra-op", "planted", [finding], (fault,), cost_ms=21.0, noise_ms=2.0,
+                                runs_cost_ms=12.6)
+    result = diagnosis.score([case])
+    (scored,) = result.faults
+    assert scored.saving_ok and scored.cost_ms == 21.0 and scored.runs_cost_ms == 12.6  # +51 % against 12.6
+    diagnosis.print_results([case], result)
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("extra-op ")]
+    # case, found, first, cost, noise, saving, error, met by, runs
+    assert rows[-1] == ["extra-op", "yes", "yes", "21.0", "2.0", "19.0", "-10%", "40%", "12.6"]
