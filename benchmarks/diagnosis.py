@@ -169,7 +169,9 @@ class FaultScore:
     @property
     def met_by(self) -> str:
         """How the estimate meets its target: "40%" (within +-40% of the cost), "noise" (only within the
-        cost's noise), "no"."""
+        cost's noise), "no"; "-" for a fault among several, whose own cost is not measured."""
+        if not self.alone:
+            return "-"
         if not self.saving_ok:
             return "no"
         return "40%" if abs(self.saving_ms - self.cost_ms) <= SAVING_TOLERANCE * abs(self.cost_ms) else "noise"

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -65,6 +66,61 @@ def pytest_collection_modifyitems(config, items):
         return (LONGEST.index(module), 0) if module in LONGEST else (len(LONGEST), -slow[module])
 
     items.sort(key=order)
+
+
+# Where the suite's time goes. On 2 cores its three workers keep both busy, so a test's wall time says more about
+# its neighbours than about itself; its CPU time does not: its own (the worker's) and that of every process it
+# started and reaped (the jobs, the frameworks they import). Each test's two figures ride on its teardown report
+# to the session's terminal summary, which sums them per module.
+CPU_KEY, CPU_MODULES_SHOWN = "cpu_s", 12
+_CPU_START = pytest.StashKey[tuple[float, float]]()
+
+
+def _cpu_now() -> tuple[float, float]:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.stash[_CPU_START] = _cpu_now()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "teardown" and _CPU_START in item.stash:
+        (own0, children0), (own1, children1) = item.stash[_CPU_START], _cpu_now()
+        outcome.get_result().user_properties.append((CPU_KEY, (own1 - own0, children1 - children0)))
+
+
+def cpu_by_module(reports) -> dict[str, tuple[float, float, int]]:
+    """Per test module, from the teardown reports: its tests' own CPU seconds, their processes', and its tests."""
+    modules: dict[str, tuple[float, float, int]] = {}
+    for report in reports:
+        figures = dict(getattr(report, "user_properties", ())).get(CPU_KEY)
+        if getattr(report, "when", None) != "teardown" or not figures:
+            continue
+        own, children, tests = modules.get(report.nodeid.split("::")[0], (0.0, 0.0, 0))
+        modules[report.nodeid.split("::")[0]] = (own + figures[0], children + figures[1], tests + 1)
+    return modules
+
+
+def pytest_terminal_summary(terminalreporter):
+    modules = cpu_by_module(r for reports in terminalreporter.stats.values() for r in reports)
+    if not modules:
+        return
+    own, children = (sum(m[k] for m in modules.values()) for k in (0, 1))
+    terminalreporter.write_sep("-", f"CPU time: {own + children:,.0f} s, {own:,.0f} s in the tests' own processes, "
+                                    f"{children:,.0f} s in the processes they started")
+    ranked = sorted(modules.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))
+    for module, (m_own, m_children, tests) in ranked[:CPU_MODULES_SHOWN]:
+        terminalreporter.write_line(f"{m_own + m_children:7.1f} s  ({m_own:6.1f} own, {m_children:6.1f} started)  "
+                                    f"{tests:4d} tests  {module}")
+    if len(ranked) > CPU_MODULES_SHOWN:
+        rest = sum(m[0] + m[1] for _, m in ranked[CPU_MODULES_SHOWN:])
+        terminalreporter.write_line(f"{rest:7.1f} s  in the other {len(ranked) - CPU_MODULES_SHOWN} modules")
 
 
 WATCHED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"))

@@ -3,6 +3,7 @@ here in ``rnnprof audit --json``'s shape; the targets it checks; the step time o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -275,3 +276,11 @@ def test_the_fault_table_judges_the_saving_against_the_cost_in_the_run_and_shows
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("extra-op ")]
     # case, found, first, cost, noise, saving, error, met by, runs
     assert rows[-1] == ["extra-op", "yes", "yes", "21.0", "2.0", "19.0", "-10%", "40%", "12.6"]
+
+
+def test_a_fault_among_several_has_no_met_by_of_its_own():
+    """Two faults at once: neither one's own cost is measured (the replay judges their fixes together)."""
+    results = [CaseResult("two", "planted", [finding("PF1", "straggler", saving_ms=40.0, rank="1")],
+                          (STRAGGLER, dataclasses.replace(STRAGGLER, name="rank 0", subject=(("rank", "0"),))),
+                          cost_ms=40.0)]
+    assert [f.met_by for f in score(results).faults] == ["-", "-"]
