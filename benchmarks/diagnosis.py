@@ -38,7 +38,8 @@ two each estimate meets). The noise is the
 fault's and the control's, summed: each the larger of its runs' median absolute deviation and half the range of
 its runs' medians. The cases whose runs take turns (the replayed ones, below) measure the cost in the audited run
 itself instead: its own steps less its steps with the fault removed, at the host's same speed (``cost_in_run``;
-noise: the two MADs); the cost between the runs stays in the table as ``runs``. Exits 1 when a target is missed, 2 when the audit cannot run at all.
+noise: the two MADs); the cost between the runs stays in the table as ``runs``. Exits 1 when a target is missed,
+2 when the audit cannot run at all.
 
 ``rnnprof whatif`` predicts each DDP fault's control from its planted runs (the fix replayed) and its planted
 runs from its controls (the fault replayed), against the clock: ``diagnosis_replay.py`` says how; targets:
@@ -143,7 +144,7 @@ class CaseResult:
     cost_ms: float | None = None
     step_ms: float | None = None  # the case's own step time (clock), for the table
     noise_ms: float = 0.0  # the spread of the cost: the fault's and the control's step-time MADs, summed
-    runs_cost_ms: float | None = None  # where the cost is measured in the audited run: between the runs, for the table
+    runs_cost_ms: float | None = None  # the cost between the runs, where ``cost_ms`` is the audited run's own
     judged: tuple[str, ...] = ()  # the rules whose alarms this case can judge (a real trace known for one thing)
                                   # (empty: every rule)
     predictions: list = field(default_factory=list)  # the replay's, both ways (diagnosis_replay.Prediction)
@@ -557,7 +558,6 @@ def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseR
             planted.runs_cost_ms = planted.cost_ms
             planted.cost_ms, planted.noise_ms = cost_in_run(audited_run.parent / "clock", own,
                                                             clock_first(name, False, traced))
-        if name in REPLAYS:
             planted.predictions = predict(
                 name, *(Config(tuple(runs[c]), *combine([t for _, t in runs[c]]),
                                swapped=tuple(ddp_step_ms(run.parent / "clock", clock_first(name, c, traced),

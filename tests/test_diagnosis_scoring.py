@@ -253,8 +253,7 @@ def test_the_jobs_swap_their_configuration_in_every_other_block_from_the_step_as
 
 def test_a_fault_in_a_run_that_took_turns_costs_its_own_steps_less_those_with_it_removed(tmp_path):
     """Blocks of 4, the first swapped (the fault removed): 10, 12, 14 and 16 ms without it (median 13, MAD 2), 40
-    and 42 ms with it (median 41, MAD 1), each block's first and last step left out: 28 ms, noise 3 ms; the
-    cost between a planted run of 41 ms and a control run measured at another time is not what it reads."""
+    and 42 ms with it (median 41, MAD 1), each block's first and last step left out: 28 ms, noise 3 ms."""
     skipped = [9] * diagnosis.CLOCK_FIRST
     steps = [0.050, 0.010, 0.012, 0.070, 0.090, 0.040, 0.042, 0.080, 0.060, 0.014, 0.016, 0.075]
     marks = [False] * diagnosis.CLOCK_FIRST + [True] * 4 + [False] * 4 + [True] * 4
