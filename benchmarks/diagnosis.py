@@ -472,12 +472,11 @@ def run_ddp(name: str, control: bool, folder: Path, more: list[str] | tuple = ()
     return out, ddp_step_ms(clock, first)
 
 
-def cost_in_run(clock: Path, own: tuple[float, float], first: int) -> tuple[float, float]:
-    """What a fault cost in a planted run that took turns (``SWAP_STEPS``): its own step (``own``: median and MAD,
-    ms, from ``ddp_step_ms``) less its swapped steps', the fault removed, in the same run and at the host's same
-    speed; and its noise, the two MADs summed."""
-    removed, removed_mad = ddp_step_ms(clock, first, swapped=True)
-    return own[0] - removed, own[1] + removed_mad
+def cost_in_run(own: tuple[float, float], removed: tuple[float, float]) -> tuple[float, float]:
+    """What a fault cost in a planted run that took turns (``SWAP_STEPS``): its own step less its swapped steps',
+    the fault removed, in the same run and at the host's same speed (each a median and MAD in ms, from
+    ``ddp_step_ms``); and its noise, the two MADs summed."""
+    return own[0] - removed[0], own[1] + removed[1]
 
 
 def traced_steps(name: str, control: bool) -> int:
@@ -553,15 +552,13 @@ def run_cases(names: set[str] | None, keep: Path, rounds: int = 3) -> list[CaseR
         together = (document.get("top_fixes") or {}).get("findings", ())
         planted = CaseResult(name, "planted", document["findings"], faults, step - control_step, step,
                              noise + control_noise, top_fixes=tuple(together))
-        if name in REPLAYS:  # its runs took turns: the cost in the audited run itself
-            audited_run, own = runs[False][0]
-            planted.runs_cost_ms = planted.cost_ms
-            planted.cost_ms, planted.noise_ms = cost_in_run(audited_run.parent / "clock", own,
-                                                            clock_first(name, False, traced))
+        if name in REPLAYS:  # its runs took turns: each round's other configuration, in its swapped steps
+            swapped = {c: tuple(ddp_step_ms(run.parent / "clock", clock_first(name, c, traced), swapped=True)
+                                for run, _ in runs[c]) for c in (False, True)}
+            planted.runs_cost_ms = planted.cost_ms  # the cost in the audited run itself instead
+            planted.cost_ms, planted.noise_ms = cost_in_run(runs[False][0][1], swapped[False][0])
             planted.predictions = predict(
-                name, *(Config(tuple(runs[c]), *combine([t for _, t in runs[c]]),
-                               swapped=tuple(ddp_step_ms(run.parent / "clock", clock_first(name, c, traced),
-                                                             swapped=True) for run, _ in runs[c]))
+                name, *(Config(tuple(runs[c]), *combine([t for _, t in runs[c]]), swapped=swapped[c])
                         for c in (False, True)), _env(),
                 extra_ms([run.parent / "clock" for run, _ in runs[False]], "rank1", clock_first(name, False, traced)),
                 _savings(planted))

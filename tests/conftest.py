@@ -102,8 +102,9 @@ def cpu_by_module(reports) -> dict[str, tuple[float, float, int]]:
         figures = dict(getattr(report, "user_properties", ())).get(CPU_KEY)
         if getattr(report, "when", None) != "teardown" or not figures:
             continue
-        own, children, tests = modules.get(report.nodeid.split("::")[0], (0.0, 0.0, 0))
-        modules[report.nodeid.split("::")[0]] = (own + figures[0], children + figures[1], tests + 1)
+        module = report.nodeid.split("::")[0]
+        own, children, tests = modules.get(module, (0.0, 0.0, 0))
+        modules[module] = (own + figures[0], children + figures[1], tests + 1)
     return modules
 
 

@@ -258,8 +258,8 @@ def test_a_fault_in_a_run_that_took_turns_costs_its_own_steps_less_those_with_it
     steps = [0.050, 0.010, 0.012, 0.070, 0.090, 0.040, 0.042, 0.080, 0.060, 0.014, 0.016, 0.075]
     marks = [False] * diagnosis.CLOCK_FIRST + [True] * 4 + [False] * 4 + [True] * 4
     (tmp_path / "rank0.json").write_text(json.dumps({"rank": 0, "step_s": skipped + steps, "swapped": marks}))
-    own = diagnosis.ddp_step_ms(tmp_path)
-    assert diagnosis.cost_in_run(tmp_path, own, diagnosis.CLOCK_FIRST) == pytest.approx((28.0, 3.0))
+    own, removed = diagnosis.ddp_step_ms(tmp_path), diagnosis.ddp_step_ms(tmp_path, swapped=True)
+    assert diagnosis.cost_in_run(own, removed) == pytest.approx((28.0, 3.0))
 
 
 def test_the_fault_table_judges_the_saving_against_the_cost_in_the_run_and_shows_the_one_between_runs(capsys):
