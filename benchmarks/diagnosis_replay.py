@@ -74,6 +74,7 @@ class Prediction:
     failure: str = ""
     combined: bool = False  # two faults fixed at once
     traced: tuple[float, float] | None = None  # the same step measured in the traced steps, and predicted there
+    source_per_round: tuple[float, ...] = ()  # per round, the step of the run the prediction was made from
 
     @property
     def traced_error(self) -> float | None:
@@ -88,6 +89,16 @@ class Prediction:
         if self.measured_per_round and len(self.measured_per_round) == len(self.per_round):
             return statistics.median((p - m) / m for p, m in zip(self.per_round, self.measured_per_round))
         return (self.predicted_ms - self.measured_ms) / self.measured_ms
+
+    @property
+    def change_error(self) -> float | None:
+        """The error as a share of the change measured (the other configuration's step less the run's own, in
+        the same run), the median over the rounds: what the prediction gets wrong of what the fault costs,
+        whatever the step's size."""
+        rounds = list(zip(self.per_round, self.measured_per_round, self.source_per_round))
+        if self.predicted_ms is None or not rounds or len(rounds) != len(self.per_round):
+            return None
+        return statistics.median((p - m) / abs(m - s) if m != s else float("inf") for p, m, s in rounds)
 
     @property
     def runs_error(self) -> float | None:
@@ -177,7 +188,8 @@ def predict(name: str, planted: Config, control: Config, env: dict, costs_ms: di
         measured, noise = measured_against(source, target)
         out.append(Prediction(name, direction, change, measured, noise, predicted, rounds,
                               tuple(m for m, _ in source.swapped), target.step_ms, bound, failure,
-                              combined=direction == "fix" and len(replay.fault) > 1))
+                              combined=direction == "fix" and len(replay.fault) > 1,
+                              source_per_round=tuple(step for _, (step, _) in source.runs)))
     if len(traced) == 2:  # each direction's traced prediction against the other's measured traced step
         out[0].traced = (traced["fault"][0], traced["fix"][1])
         out[1].traced = (traced["fix"][0], traced["fault"][1])
@@ -216,12 +228,12 @@ def _pct(value: float | None) -> str:
 
 def print_predictions(predictions: list[Prediction]) -> None:
     print(f"\n{'case':<15} {'way':<5} {'measured ms':>11} {'noise':>6} {'predicted':>9} {'error':>7} "
-          f"{'bound':>6} {'error':>7} {'traced':>7} {'runs':>7}  change replayed")
+          f"{'bound':>6} {'error':>7} {'traced':>7} {'runs':>7} {'change':>7}  change replayed")
     for p in predictions:
         print(f"{p.case:<15} {p.direction:<5} {p.measured_ms:>11.1f} {100 * p.noise:>5.1f}% "
               f"{'-' if p.predicted_ms is None else f'{p.predicted_ms:.1f}':>9} {_pct(p.error):>7} "
               f"{'-' if p.bound_ms is None else f'{p.bound_ms:.1f}':>6} {_pct(p.bound_error):>7} "
-              f"{_pct(p.traced_error):>7} {_pct(p.runs_error):>7}  {p.change}"
+              f"{_pct(p.traced_error):>7} {_pct(p.runs_error):>7} {_pct(p.change_error):>7}  {p.change}"
               + (f" ({p.failure})" if p.failure else ""))
     print("(fix = the control's step predicted from the planted runs by replaying the fix; fault = the planted "
           "step predicted from the controls by replaying the fault; measured by the job's own clock in the same "
@@ -229,7 +241,8 @@ def print_predictions(predictions: list[Prediction]) -> None:
           "the runs' errors; noise = the MADs of the two configurations' steps in a run, summed, median of the "
           "rounds; bound = the same step from the audit rules' bounds, the planted step minus them or the "
           "control's plus them; traced = the replay's prediction against the other configuration's traced steps, "
-          "no clock: the profiled steps both; runs = the prediction against the other configuration's own runs)")
+          "no clock: the profiled steps both; runs = the prediction against the other configuration's own runs; change = "
+          "the error as a share of the change measured in the same run, the step's size aside)")
 
 
 def check_predictions(predictions: list[Prediction], targets) -> None:

@@ -117,3 +117,15 @@ def test_where_the_runs_took_turns_each_prediction_is_judged_against_its_own_run
     # runs that did not take turns: the other configuration's own runs, both noises
     assert replay.measured_against(replay.Config(runs, 80.0, 5.0), target) == pytest.approx((40.0, 9.0))
     assert Prediction("case", "fix", "", 40.0, 9.0, 44.0, (44.0, 50.0, 30.0)).error == pytest.approx(0.10)
+
+
+def test_the_error_as_a_share_of_the_change_leaves_the_steps_size_aside():
+    """Planted runs of 80, 90 and 70 ms, their swapped steps (the fault removed) 40, 50 and 33 ms, predicted 44, 50
+    and 30 ms: the errors are +4, 0 and -3 ms, of changes of 40, 40 and 37 ms: +10 %, 0 and -8.1 %, median 0; a
+    round whose prediction is 6 ms off a change of 40 ms is 15 % off it, whatever the step's size."""
+    p = Prediction("case", "fix", "--fix PF001", 40.0, 3.5, 44.0, (44.0, 50.0, 30.0), (40.0, 50.0, 33.0), 40.0,
+                   source_per_round=(80.0, 90.0, 70.0))
+    assert p.change_error == pytest.approx(0.0)
+    one = Prediction("case", "fault", "x", 140.0, 1.0, 146.0, (146.0,), (140.0,), source_per_round=(100.0,))
+    assert one.change_error == pytest.approx(0.15) and one.error == pytest.approx(6 / 140)
+    assert Prediction("case", "fix", "", 40.0, 9.0, 44.0, (44.0,), (40.0,)).change_error is None  # no source step

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     reason="needs Linux's per-thread schedstat, sched_setaffinity and 2 cores")]
 
 
-# Steps of ~35 ms of CPU (diagnosis.REPLAY_SIZE): the scheduler shares a core in slices of a few ms, so a step of
+# Steps of ~35 ms of CPU (diagnosis.STEP_35MS): the scheduler shares a core in slices of a few ms, so a step of
 # 2 ms (the job's default size) waited 4 ms in one step of two and none in the other.
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> Path:
@@ -32,7 +32,7 @@ def shared(tmp_path_factory) -> Path:
     diagnosis._run([diagnosis._python(), "-m", "rnnprof", "trace", "--out", str(out), "--steps",
                     str(diagnosis.DDP_TRACED), "--skip-steps", str(diagnosis.DDP_SKIP), "--",
                     diagnosis._python(), "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                    str(diagnosis.JOBS / "shared_core.py"), "--steps", "14", "--busy", "3", *diagnosis.REPLAY_SIZE], "shared-core")
+                    str(diagnosis.JOBS / "shared_core.py"), "--steps", "14", "--busy", "3", *diagnosis.STEP_35MS], "shared-core")
     return out
 
 
