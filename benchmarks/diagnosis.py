@@ -319,9 +319,9 @@ DDP = {"straggler-rank": ("straggler_rank.py", (STRAGGLER,), []),
 # the scripts' default, 8 sequences of 16 tokens and 32 units): there a control step of 3-5 ms varied by
 # 60-120 % from step to step on 2 shared cores, mostly the host's own jitter, so no prediction could be judged to
 # 10 %. At 64 x 64 tokens and 128 units (STEP_35MS) a control step is ~35 ms. The two ranks share the 2 cores, so
-# a rank that sleeps leaves the other both of them: a 40 ms sleep cost 35 to 40 ms by the clock, and the replay,
-# which keeps each operator's measured time, missed by 2.5 ms (median over 16 predictions in two runs), a tenth of
-# such a step at worst. That effect is the host's, of the order of the fault and not of the step: the cases run
+# a rank that sleeps leaves the other both of them: a 40 ms sleep cost 35 to 42 ms by the clock, and the replay,
+# which keeps each operator's measured time, missed by 2.5 ms (median over 16 predictions in two runs), 7 % of
+# such a step. That effect is the host's, of the order of the fault and not of the step: the cases run
 # 160 sequences (REPLAY_SIZE), a control step of ~110 ms, as a data-parallel step on GPUs takes 100 ms and more.
 # The extra operator keeps its size (8 x 576 x 576, ~30 ms alone), above the run's jitter.
 STEP_35MS = ["--batch", "64", "--length", "64", "--hidden", "128"]

@@ -228,7 +228,7 @@ def _pct(value: float | None) -> str:
 
 def print_predictions(predictions: list[Prediction]) -> None:
     print(f"\n{'case':<15} {'way':<5} {'measured ms':>11} {'noise':>6} {'predicted':>9} {'error':>7} "
-          f"{'bound':>6} {'error':>7} {'traced':>7} {'runs':>7} {'change':>7}  change replayed")
+          f"{'bound':>6} {'error':>7} {'traced':>7} {'runs':>7} {'of cost':>7}  change replayed")
     for p in predictions:
         print(f"{p.case:<15} {p.direction:<5} {p.measured_ms:>11.1f} {100 * p.noise:>5.1f}% "
               f"{'-' if p.predicted_ms is None else f'{p.predicted_ms:.1f}':>9} {_pct(p.error):>7} "
@@ -241,8 +241,8 @@ def print_predictions(predictions: list[Prediction]) -> None:
           "the runs' errors; noise = the MADs of the two configurations' steps in a run, summed, median of the "
           "rounds; bound = the same step from the audit rules' bounds, the planted step minus them or the "
           "control's plus them; traced = the replay's prediction against the other configuration's traced steps, "
-          "no clock: the profiled steps both; runs = the prediction against the other configuration's own runs; change = "
-          "the error as a share of the change measured in the same run, the step's size aside)")
+          "no clock: the profiled steps both; runs = the prediction against the other configuration's own runs; "
+          "of cost = the error as a share of the fault's cost measured in the same run, the step's size aside)")
 
 
 def check_predictions(predictions: list[Prediction], targets) -> None:
