@@ -12,6 +12,7 @@ H200_RUNS = ("base", "fewer-matmuls", "no-copies", "no-htod", "host-sleep")
 FILES = ("tf1-timeline-gpu-matmul.json", "tf1-timeline-gpu-loop-step0.json", "tf1-timeline-cpu-loop-step0.json",
          "kineto-2rank-nccl-rank0.json.gz", "kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz",
          "torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz",
+         "torch-gloo-balanced-rank0.json.gz", "torch-gloo-balanced-rank1.json.gz",
          "kineto-1gpu-v100.json.gz", "kineto-8rank-rank3-a100.json.gz", "kineto-2rank-rank1-v100-cudagraph.json.gz",
          "kineto-16rank-rank0-a100-cudagraph.json.gz", "kineto-event-sync.json.gz", "kineto-event-sync-multistream.json.gz",
          "kineto-simple-add.json.gz", "kineto-simple-add-hta-critical-path.json.gz", "kineto-mi250-rocm.json.gz",
@@ -21,6 +22,9 @@ FILES = ("tf1-timeline-gpu-matmul.json", "tf1-timeline-gpu-loop-step0.json", "tf
 
 # Every real Kineto trace in this folder: the invariant and HTA-parity tests run over all of them.
 KINETO = tuple(name for name in FILES if name.startswith(("kineto-", "torch-")))
+# The two ranks of each CPU (gloo) job among them, read together where ranks are compared
+GLOO_PAIRS = (("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz"),
+              ("torch-gloo-balanced-rank0.json.gz", "torch-gloo-balanced-rank1.json.gz"))
 
 # A small NMT run on 2 logical devices: 2 warm-up and 3 timed batches, then 2 traced and 2 profiled steps
 # (``tiny_nmt_run`` in conftest captures it once for the session).

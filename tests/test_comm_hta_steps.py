@@ -197,14 +197,13 @@ def test_device_idle_causes_add_up_to_its_idle_time_whole_and_per_step(capsys):
 
 # Every real Kineto trace in tests/data against HTA's default (include_last_profiler_step=False): comm --drop-last,
 # or the whole trace where HTA filters no step (fewer than two ProfilerSteps).
-from fixtures import KINETO  # noqa: E402
+from fixtures import GLOO_PAIRS, KINETO  # noqa: E402
 from rnnprof.traces import load_events  # noqa: E402
 
 _NO_GPU = ("a CPU gloo job without GPU kernels: HTA 0.5.0's temporal breakdown takes the first of its GPU kernels "
            "(IndexError: single positional indexer is out-of-bounds)")
 HTA_CANNOT_READ = {
-    "torch-gloo-rank0.json.gz": _NO_GPU,
-    "torch-gloo-rank1.json.gz": _NO_GPU,
+    **{name: _NO_GPU for pair in GLOO_PAIRS for name in pair},
     "kineto-mi300x-8rank-ddp-rank0.json.gz": "HTA 0.5.0's parser (transform_correlation_to_index) writes row indices "
                                              "above 32767 into an int16 column, which pandas refuses (TypeError)",
 }

@@ -16,13 +16,13 @@ import json
 import numpy as np
 import pytest
 
-from fixtures import FILES, FIXTURES, KINETO
+from fixtures import FILES, FIXTURES, GLOO_PAIRS, KINETO
 from rnnprof.analyzers.classify import EventClass, classify
 from rnnprof.analyzers.critical_path import Dependencies, analyze_critical_path
 from rnnprof.traces import load_events
 
-GLOO = ("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz")
-INPUTS = [(name,) for name in KINETO if name not in GLOO] + [GLOO] + \
+GLOO = GLOO_PAIRS[0]
+INPUTS = [(name,) for name in KINETO if not any(name in pair for pair in GLOO_PAIRS)] + list(GLOO_PAIRS) + \
     [(name,) for name in FILES if name.startswith("tf1-timeline-")]
 V100 = "kineto-1gpu-v100.json.gz"
 

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from fixtures import FILES, FIXTURES, KINETO
+from fixtures import FILES, FIXTURES, GLOO_PAIRS, KINETO
 from rnnprof.cli import main
 from rnnprof.events import Kind, outside_steps
 from rnnprof.traces import load_events
@@ -147,7 +147,7 @@ WITH_STEPS = [name for name in KINETO if len(marked_steps(name)) >= 1]
 CASES = ([((name,), flags) for name in WITH_STEPS for flags in ([], ["--drop-last"])
           if flags == [] or len(marked_steps(name)) >= 2]
          + [(("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz"), []),
-            (("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz"), ["--drop-last"])])
+            *((pair, ["--drop-last"]) for pair in GLOO_PAIRS)])
 
 
 @pytest.mark.parametrize("names,flags", CASES, ids=lambda v: "+".join(v) if isinstance(v, tuple) else " ".join(v))

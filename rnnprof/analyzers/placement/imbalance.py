@@ -5,7 +5,9 @@ receives and collectives left out, since they include waiting); a GPU-less PyTor
 less its communication, so untraced host time counts (``evidence["busy_measure"]``). Spread is
 (max - min) / max over the towers' devices. The heaviest minus the lightest device per step must be
 significant against the run's jitter (``noise.significance``; between ranks at least
-``noise.CROSS_RANK_FLOOR_US``); otherwise, or over fewer than ``noise.MIN_STEPS`` steps, it is info.
+``noise.CROSS_RANK_FLOOR_US``, between CPU (gloo) ranks PF001's floor on lateness,
+``collectives.CollectivesReport.lateness_floor``: a CPU rank's busy time is its window less its communication, so
+a balanced gloo job's ranks differ in it by what one waits for a core before its collective); otherwise, or over fewer than ``noise.MIN_STEPS`` steps, it is info.
 The two devices' op time is split into unequal work (ops one runs more often, names with digits folded) and the
 same ops taking longer (``device_work.work_split``); where the devices share the host's cores (logical CPU
 devices, or CPU ranks of one torchrun), an imbalance mostly of the same ops running slower is contention, and info.
@@ -107,7 +109,7 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
     over = spread > threshold
     mean = busy.mean(axis=0)
     heaviest, lightest = int(mean.argmax()), int(mean.argmin())
-    verdict = _significance(inp.events, busy, devices, heaviest, lightest)
+    verdict = _significance(inp, busy, devices, heaviest, lightest)
     lost = float((busy.max(axis=1) - busy.mean(axis=1))[over].sum() / len(busy))
     split = work_split(inp.events, devices[heaviest], devices[lightest], compute_mask(inp.events))
     cores = inp.shared_cores or inp.ranks_sharing_cores
@@ -155,15 +157,21 @@ def _contention_fix(heaviest: Device, lightest: Device) -> str:
             f"idle machine; the balance of the work is not the cause.")
 
 
-def _significance(events: EventTable, busy: np.ndarray, devices: list[Device], heaviest: int,
+def _significance(inp: AuditInput, busy: np.ndarray, devices: list[Device], heaviest: int,
                   lightest: int) -> Significance:
-    """The heaviest device's busy time less the lightest's, per step, against the run's jitter (at least
-    ``CROSS_RANK_FLOOR_US`` between PyTorch ranks)."""
-    across_ranks = (devices[heaviest].worker != devices[lightest].worker
-                    and devices[heaviest].worker.startswith("rank"))
+    """The heaviest device's busy time less the lightest's, per step, against the run's jitter: between PyTorch
+    ranks at least ``CROSS_RANK_FLOOR_US``, between two CPU ranks at least the lateness floor of the heaviest
+    one's collectives (``CPU_RANK_FLOOR_US`` per gloo collective a step): the same wait for a core that makes a
+    balanced gloo rank arrive late at its collective moves its window less its communication as much."""
+    events = inp.events
+    heavy, light = devices[heaviest], devices[lightest]
+    across_ranks = heavy.worker != light.worker and heavy.worker.startswith("rank")
+    floor = CROSS_RANK_FLOOR_US if across_ranks else 0.0
+    cpu_ranks = host_operator_devices(events)
+    if across_ranks and heavy in cpu_ranks and light in cpu_ranks and inp.comm.collectives is not None:
+        floor = max(floor, inp.comm.collectives.lateness_floor(heavy.worker))
     return significance((busy[:, heaviest] - busy[:, lightest]).tolist(),
-                        step_noise(events).spread_us if len(busy) > 1 else 0.0,
-                        floor_us=CROSS_RANK_FLOOR_US if across_ranks else 0.0)
+                        step_noise(events).spread_us if len(busy) > 1 else 0.0, floor_us=floor)
 
 
 def _fix(inp: AuditInput, heaviest: Device) -> str:
