@@ -22,7 +22,7 @@ from rnnprof.cli import main
 from rnnprof.events import Device, EventTableBuilder, Kind
 from rnnprof.names import COLLECTIVE_TYPES, collective_type
 
-from fixtures import FILES, FIXTURES
+from fixtures import FILES, FIXTURES, GLOO_PAIRS
 
 # The collective types, written out: the test's own vocabulary must be rnnprof's.
 TYPES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "reduce", "gather", "scatter",
@@ -45,7 +45,7 @@ C10D_COLLECTIVE = {"allreduce": "all-reduce", "all_reduce": "all-reduce", "broad
 CPU_COMM = re.compile(r"^(gloo:(?P<range>\w+)|c10d::(?P<call>\w+?)_?)$")
 # Files that hold communication: the check below must find some there.
 WITH_COMM = {"kineto-2rank-nccl-rank0.json.gz", "kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz",
-             "torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz", "kineto-8rank-rank3-a100.json.gz",
+             *(name for pair in GLOO_PAIRS for name in pair), "kineto-8rank-rank3-a100.json.gz",
              "kineto-2rank-rank1-v100-cudagraph.json.gz", "kineto-16rank-rank0-a100-cudagraph.json.gz",
              "kineto-b200-8rank-rank0.json.gz", "kineto-mi300x-8rank-ddp-rank0.json.gz"}
 
@@ -132,7 +132,8 @@ def test_the_real_traces_hold_every_kind_of_name():
     # name nothing
     generic = expected_communication(FIXTURES / "kineto-mi300x-8rank-ddp-rank0.json.gz")
     assert sorted((k, n) for (_, k), n in generic.items()) == [("all-reduce", 6), ("broadcast", 6), ("unknown", 5)]
-    assert seen[("gloo:", "all-reduce")] == 4 and seen[("c10d::", "all-reduce")] == 4
+    # gloo: one all-reduce a step on each rank, 2 steps in torch-gloo, 10 in torch-gloo-balanced
+    assert seen[("gloo:", "all-reduce")] == 2 * 2 + 2 * 10 and seen[("c10d::", "all-reduce")] == 2 * 2 + 2 * 10
 
 
 # -- synthetic traces: each source of the type on its own ---------------------------------------------------------

@@ -236,9 +236,13 @@ def test_a_synchronizing_call_waits_for_the_gpu_and_no_longer_when_removed():
 REAL = sorted(p.name for p in DATA.glob("*.json*") if p.name.startswith(("kineto-", "tf1-", "torch-")))
 
 
-@pytest.mark.parametrize("name", [*REAL, "torch-gloo pair"])
+PAIRS = {"torch-gloo pair": GLOO,
+         "torch-gloo-balanced pair": [str(DATA / f"torch-gloo-balanced-rank{r}.json.gz") for r in (0, 1)]}
+
+
+@pytest.mark.parametrize("name", [*REAL, *PAIRS])
 def test_the_unchanged_replay_reproduces_each_measured_step_or_says_why(name):
-    table = load_events(GLOO if name == "torch-gloo pair" else str(DATA / name))
+    table = load_events(PAIRS[name] if name in PAIRS else str(DATA / name))
     report = whatif(table, [Change(SCALE, table.strings[int(table.name[0])], 1.0)])
     assert report.steps
     for step in report.steps:
