@@ -5,9 +5,9 @@ receives and collectives left out, since they include waiting); a GPU-less PyTor
 less its communication, so untraced host time counts (``evidence["busy_measure"]``). Spread is
 (max - min) / max over the towers' devices. The heaviest minus the lightest device per step must be
 significant against the run's jitter (``noise.significance``; between ranks at least
-``noise.CROSS_RANK_FLOOR_US``, between CPU (gloo) ranks PF001's floor on lateness,
-``collectives.CollectivesReport.lateness_floor``: a CPU rank's busy time is its window less its communication, so
-a balanced gloo job's ranks differ in it by what one waits for a core before its collective); otherwise, or over fewer than ``noise.MIN_STEPS`` steps, it is info.
+``noise.CROSS_RANK_FLOOR_US``; between CPU (gloo) ranks PF001's floor on lateness,
+``collectives.CollectivesReport.lateness_floor``, as their busy time is their window less communication);
+otherwise, or over fewer than ``noise.MIN_STEPS`` steps, it is info.
 The two devices' op time is split into unequal work (ops one runs more often, names with digits folded) and the
 same ops taking longer (``device_work.work_split``); where the devices share the host's cores (logical CPU
 devices, or CPU ranks of one torchrun), an imbalance mostly of the same ops running slower is contention, and info.
@@ -185,7 +185,8 @@ def _fix(inp: AuditInput, heaviest: Device) -> str:
 
 
 def _rank_compute(device_comm, step: int) -> float:
-    """A CPU rank's work µs in ``step`` (its window minus its communication) (the whole trace for ``ALL_STEPS``), 0 where it did nothing."""
+    """A CPU rank's work µs in ``step`` (its window minus its communication; the whole trace for ``ALL_STEPS``),
+    0 where it did nothing."""
     if device_comm is None:
         return 0.0
     breakdown = device_comm.total if step == ALL_STEPS else device_comm.steps.get(step)
