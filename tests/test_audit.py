@@ -272,6 +272,45 @@ def test_an_imbalance_between_cpu_ranks_is_held_to_the_stragglers_floor(capsys, 
         assert not [f for f in doc["findings"] if f["rule"] in ("PA004", "PF001") and f["severity"] != "info"]
 
 
+# -- rank files that name one machine ----------------------------------------------------------------------------
+
+def _renamed(path, folder, host):
+    """A copy of the gzipped Kineto file ``path`` in ``folder`` whose header names ``host`` as its machine."""
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    document["host_name"] = host
+    (folder / path.name).write_bytes(gzip.compress(json.dumps(document).encode()))
+    return folder / path.name
+
+
+@pytest.mark.parametrize("hosts", [None, ("node-a", "node-b"), ("localhost", "localhost")],
+                         ids=["as-recorded", "two-machines", "unnamed"])
+def test_rank_files_that_name_one_machine_are_ranks_sharing_its_cores(tmp_path, capsys, hosts):
+    """tests/data/torch-contention-control: a balanced job whose rank 1 ran rank 0's operators slower on the two
+    cores they shared; from its run directory, PF001 calls rank 1's lateness contention (info). Its two rank files
+    handed over alone name the machine they ran on (Kineto's ``host_name``, "vm"): the same verdict, and PA004's
+    contention too. Renamed to two machines, or to a name any machine has, nothing says they shared cores: a
+    compute straggler."""
+    run = FIXTURES / "torch-contention-control" / "run"
+    files = sorted((run / "torch").glob("rank*.json.gz"))
+    if hosts is not None:
+        files = [_renamed(path, tmp_path, host) for path, host in zip(files, hosts)]
+    found = {}
+    for label, argv in (("run", [str(run)]), ("files", [str(f) for f in files])):
+        assert main(["audit", *argv, "--json", "--fail-on", "never"]) == 0
+        found[label] = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert found["run"]["PF001"]["evidence"]["cause"] == "contention"
+    straggler, imbalance = found["files"]["PF001"], found["files"]["PA004"]
+    assert straggler["subject"]["rank"] == "rank1"
+    if hosts is None:
+        assert straggler["evidence"]["cause"] == "contention" and straggler["severity"] == "info", straggler
+        assert straggler["evidence"]["shared_host"] == "vm" and straggler["evidence"]["shared_cores"] is None
+        assert imbalance["evidence"]["contention"] is True and imbalance["evidence"]["shared_host"] == "vm"
+        assert "the ranks share the cores of one machine (vm)" in imbalance["title"]
+    else:
+        assert straggler["evidence"]["cause"] == "compute" and straggler["severity"] in ("warning", "error")
+        assert "shared_host" not in straggler["evidence"] and "contention" not in imbalance["evidence"]
+
+
 # -- a real 2-rank gloo job with a planted straggler ---------------------------------------------------------
 
 @pytest.mark.slow

@@ -33,7 +33,7 @@ def test_a_kineto_trace_fills_its_fields_from_the_document():
     assert metadata.base_time_ns == header["baseTimeNanoseconds"] == 1711964646000000000
     assert metadata.distributed == (header["distributedInfo"],)
     assert metadata.devices_properties == tuple(header["deviceProperties"]) and len(metadata.devices_properties) == 8
-    assert metadata.hostnames == ()  # the file names no host
+    assert metadata.hostnames == () and metadata.worker_hosts == ()  # the file names no host
     assert metadata.json_bytes > 0 and metadata.json_cuts.exact >= 1
     assert set(metadata.outside_steps) == set(OUTSIDE_REASONS)
     gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])
@@ -51,6 +51,7 @@ def test_a_gloo_rank_names_its_host_and_its_cpu_device():
     metadata = load_events(GLOO[0]).metadata
     header = _header(GLOO[0])
     assert metadata.hostnames == (header["host_name"],) == ("vm",)
+    assert metadata.worker_hosts == (("rank0", "vm"),)
     assert metadata.distributed == (header["distributedInfo"],)
     assert metadata.host_operator_devices == (Device("cpu", 0, "rank0"),)
     assert metadata.collective_args == () and metadata.devices_properties == ()
@@ -72,6 +73,7 @@ def test_a_rank_folder_merges_its_ranks_records_and_says_how_it_aligned(tmp_path
     assert metadata.distributed == (ranks[0].distributed[0], ranks[1].distributed[0])
     assert metadata.host_operator_devices == (Device("cpu", 0, "rank0"), Device("cpu", 0, "rank1"))
     assert metadata.hostnames == ("vm",)  # both ranks ran there: named once
+    assert metadata.worker_hosts == (("rank0", "vm"), ("rank1", "vm"))  # and which rank ran where
     assert metadata.base_time_ns == ranks[0].base_time_ns == ranks[1].base_time_ns  # one job's base, shared
     assert metadata.json_bytes == ranks[0].json_bytes + ranks[1].json_bytes
     assert metadata.left_out == {r: 0 for r in REASONS}
@@ -151,3 +153,17 @@ def test_what_is_left_out_of_a_merged_table_is_counted():
     table = leave_out(concat(tables))
     assert len(table) == 3 and left_out_of(table.metadata)[NEGATIVE] == 1
     assert [e.name for e in table.metadata.left_out_examples] == ["late"]
+
+
+def test_a_rank_file_without_distributed_info_is_on_the_machine_it_names_under_its_files_rank(tmp_path):
+    """A folder's rank file without ``distributedInfo`` takes its rank from its name (rank_folder): the machine its
+    header names is that rank's."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank, f in enumerate(GLOO):
+        document = json.loads(gzip.decompress(f.read_bytes()))
+        del document["distributedInfo"]
+        document["host_name"] = f"node-{rank}"
+        (folder / f"rank{rank}.json.gz").write_bytes(gzip.compress(json.dumps(document).encode()))
+    metadata = load_events(folder).metadata
+    assert metadata.worker_hosts == (("rank0", "node-0"), ("rank1", "node-1"))

@@ -181,7 +181,7 @@ class TableMetadata:
     """What a table's loaders recorded beside its events, by field; an unknown name is an ``AttributeError``.
 
     Producers: Kineto traces (``json_bytes``, ``json_cuts``, ``skipped_events``, ``distributed``, ``base_time_ns``,
-    ``devices_properties``, ``hostnames``, ``collective_args``, ``host_operator_devices``, ``outside_steps``),
+    ``devices_properties``, ``hostnames``, ``worker_hosts``, ``collective_args``, ``host_operator_devices``, ``outside_steps``),
     ``traces.left_out`` (``left_out``, ``left_out_examples``), XSpaces (``hostnames``, ``ran_as``), TF Chrome
     timelines (``ran_as``, ``dropped_*``, ``other_data``), ``merge_tables`` and ``load_aligned`` (``alignment``),
     a folder of rank files (``job_notes``), a run directory (``run_dir``, ``status``, ``manifest``, ``missing``,
@@ -196,6 +196,7 @@ class TableMetadata:
     base_time_ns: int | None = _merged(SHARED)  # Kineto's ``baseTimeNanoseconds``
     devices_properties: tuple[dict[str, Any], ...] = _merged(CONCAT, ())  # Kineto's ``deviceProperties``
     hostnames: tuple[str, ...] = _merged(UNION, ())  # the machines that recorded the trace
+    worker_hosts: tuple[tuple[str, str], ...] = _merged(CONCAT, ())  # (worker, the machine its trace names)
     collective_args: tuple[CollectiveArgs, ...] = _merged(CONCAT, ())  # one per worker
     host_operator_devices: tuple[Device, ...] = _merged(UNION, ())  # CPU ranks: their activity is host operators
     outside_steps: dict[str, int] = _merged(SUM, factory=dict)  # GPU events in no step, by ``OUTSIDE_REASONS``

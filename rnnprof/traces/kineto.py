@@ -164,6 +164,7 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     info = header.get("distributedInfo") or {}
     worker = f"rank{info['rank']}" if isinstance(info, dict) and "rank" in info else ""
     _header_metadata(builder.metadata, header)
+    builder.metadata.worker_hosts = tuple((worker, host) for host in builder.metadata.hostnames[:1] if worker)
     builder.metadata.skipped_events = reader.skipped
     args = reader.collective_args
     if args["correlation"]:

@@ -150,6 +150,7 @@ def load_rank(rank_file: RankFile) -> EventTable:
     if workers == {""}:
         table = dataclasses.replace(table, devices=tuple(dataclasses.replace(d, worker=worker)
                                                          for d in table.devices))
+        table.metadata.worker_hosts = tuple((worker, host) for host in table.metadata.hostnames[:1])
     elif rank_file.rank_from == FROM_INFO and workers != {worker}:
         raise InputError(rank_file.path, f"its events name {', '.join(sorted(workers))} where its first bytes "
                                          f"said {worker}", "one rank per file")

@@ -201,7 +201,8 @@ def _cause(ctx: AuditContext, worker: str, late: dict[int, float], on_path: bool
     if lateness > 0 and extra_compute >= 0.5 * lateness:
         split = _shared_cores_split(ctx, worker)
         if split is not None:
-            figures.update(op_us_per_step=split.as_dict(), shared_cores=ctx.placement.ranks_sharing_cores)
+            figures.update(op_us_per_step=split.as_dict(), shared_cores=ctx.placement.ranks_sharing_cores,
+                           **({"shared_host": host} if (host := ctx.placement.ranks_host) else {}))
         return (CONTENTION if split is not None and split.is_contention(lateness) else "compute"), figures
     if lateness > 0 and input_us >= 0.5 * lateness:
         return "input", figures
@@ -213,7 +214,7 @@ def _shared_cores_split(ctx: AuditContext, worker: str) -> WorkSplit | None:
     device each (contention when the same operators running slower explain the lateness:
     ``WorkSplit.is_contention``); else None. With more than two ranks, against the one whose compute is the
     others' median."""
-    if not ctx.placement.ranks_sharing_cores:
+    if not ctx.placement.ranks_share_cores:
         return None
     pair = _pair(ctx, worker)
     return None if pair is None else work_split(ctx.table, *pair, compute_mask(ctx.table))

@@ -113,15 +113,17 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
     lost = float((busy.max(axis=1) - busy.mean(axis=1))[over].sum() / len(busy))
     split = work_split(inp.events, devices[heaviest], devices[lightest], compute_mask(inp.events))
     cores = inp.shared_cores or inp.ranks_sharing_cores
+    host = None if inp.shared_cores else inp.ranks_host
     # logical devices' busy time is their ops' (no untraced time): what unequal work leaves is contention
-    contention = bool(cores) and split.is_contention(None if inp.shared_cores else float(mean.max() - mean.min()))
+    contention = (bool(inp.shared_cores) or inp.ranks_share_cores) and \
+        split.is_contention(None if inp.shared_cores else float(mean.max() - mean.min()))
     return PlacementFinding(
         rule_id=RULE_ID,
         severity=Severity.WARNING if verdict.significant and not contention else Severity.INFO,
         title=(f"{devices[heaviest].label} is busy {mean.max() / max(mean.min(), 1e-9):.1f}x as long as "
                f"{devices[lightest].label} per step; spread above {threshold:.0%} in {int(over.sum())} of "
                f"{len(busy)} steps (median {float(np.median(spread)):.0%}, max {float(spread.max()):.0%})"
-               + (_contention_title(split, cores, bool(inp.shared_cores)) if contention else "")),
+               + (_contention_title(split, cores, bool(inp.shared_cores), host) if contention else "")),
         devices=tuple(d.label for d in devices),
         evidence={
             "threshold": threshold,
@@ -133,7 +135,8 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
             "significance": verdict.as_dict(),
             "confidence": round(verdict.confidence, 3),
             "op_us_per_step": split.as_dict(),
-            **({"contention": True, "shared_cores": cores} if contention else {}),
+            **({"contention": True, "shared_cores": cores, **({"shared_host": host} if host else {})}
+               if contention else {}),
             **({"busy_measure": measure} if measure else {}),
         },
         cost_us_per_step=lost,
@@ -143,9 +146,10 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
     )
 
 
-def _contention_title(split, cores: int | None, logical: bool) -> str:
+def _contention_title(split, cores: int | None, logical: bool, host: str | None = None) -> str:
+    """``host``: the machine the ranks' traces name, where no run directory said how many cores it has."""
     who = "logical CPU devices share the host's {} cores and one thread pool" if logical else \
-        "the ranks share the host's {} cores"
+        "the ranks share the host's {} cores" if cores else f"the ranks share the cores of one machine ({host})"
     return (f": the same ops take longer there ({split.slower / 1000:.2f} of "
             f"{(split.slower + split.unequal_work) / 1000:.2f} ms of op time per step); {who.format(cores)}, so "
             f"this is contention, not unequal work")

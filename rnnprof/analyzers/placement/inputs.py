@@ -24,6 +24,9 @@ from rnnprof.events import Device, EventTable, Kind, Manifest, parse_tf_device
 from . import scopes
 from .busy import compute_mask, in_step, length, saturated, step_keys, union_array
 
+# Host names that do not tell one machine from another: traces naming them are not taken for one machine's
+UNNAMED_HOSTS = frozenset({"", "localhost", "localhost.localdomain", "127.0.0.1", "::1"})
+
 if TYPE_CHECKING:  # networkx is only needed by whoever builds the graph
     import networkx
 
@@ -163,6 +166,27 @@ class AuditInput:
         if self.manifest is None or not self.manifest.is_torch or self.events is None:
             return None
         return None if any(d.kind == "gpu" for d in self.events.devices) else self.manifest.host_cores
+
+    @property
+    def ranks_host(self) -> str | None:
+        """The machine that every rank's trace names (Kineto's ``host_name``) where the ranks have no GPU, are two
+        or more, and all name the same one, other than a name any machine may have (``UNNAMED_HOSTS``): ranks
+        traced on one machine share its cores whoever started them; else None."""
+        if self.events is None or any(d.kind == "gpu" for d in self.events.devices):
+            return None
+        workers = {d.worker for d in self.events.devices}
+        hosts = dict(self.events.metadata.worker_hosts)
+        named = {hosts.get(w) for w in workers}
+        if len(workers) < 2 or len(named) != 1:
+            return None
+        (host,) = named
+        return host if host and host.lower() not in UNNAMED_HOSTS else None
+
+    @property
+    def ranks_share_cores(self) -> bool:
+        """Whether the run's ranks, without a GPU, share one machine's cores: a torchrun of one run directory
+        (``ranks_sharing_cores``), or traces that name the same machine (``ranks_host``)."""
+        return bool(self.ranks_sharing_cores) or self.ranks_host is not None
 
 
 def assign_homes(votes: dict[int, collections.Counter]) -> dict[int, Device]:
