@@ -24,7 +24,7 @@ from rnnprof.events import Device, EventTable, Kind, Manifest, parse_tf_device
 from . import scopes
 from .busy import compute_mask, in_step, length, saturated, step_keys, union_array
 
-# Host names that do not tell one machine from another: traces naming them are not taken for one machine's
+# Host names that do not tell one machine from another: two traces that both name one may come from two machines
 UNNAMED_HOSTS = frozenset({"", "localhost", "localhost.localdomain", "127.0.0.1", "::1"})
 
 if TYPE_CHECKING:  # networkx is only needed by whoever builds the graph
