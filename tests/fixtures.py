@@ -3,6 +3,7 @@
 Tests fail (not skip) when a trace is missing, so a checkout without them cannot pass by testing less.
 """
 
+import gzip
 import json
 from pathlib import Path
 
@@ -50,3 +51,14 @@ def nccl_rank(folder: Path, rank: int, kernels) -> Path:
                                                                          "world_size": 2},
                                 "traceEvents": events}))
     return path
+
+
+def with_header(path: Path, target: Path, drop: tuple[str, ...] = (), **keys) -> Path:
+    """A copy of the gzipped Kineto file ``path`` at ``target`` whose document has ``keys`` set and ``drop`` removed
+    (its events as they were)."""
+    document = json.loads(gzip.decompress(path.read_bytes()))
+    for key in drop:
+        del document[key]
+    document.update(keys)
+    target.write_bytes(gzip.compress(json.dumps(document).encode()))
+    return target

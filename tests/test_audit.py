@@ -22,7 +22,7 @@ from rnnprof.cli import main
 from rnnprof.traces import load_events
 from rnnprof.reports.abbrev import Legend, abbreviate
 
-from fixtures import FIXTURES, KINETO
+from fixtures import FIXTURES, KINETO, with_header
 
 GLOO = [str(FIXTURES / f"torch-gloo-rank{r}.json.gz") for r in (0, 1)]
 SAMPLED = [str(FIXTURES / f"kineto-sampled-rank{r}.json.gz") for r in (0, 1)]
@@ -274,14 +274,6 @@ def test_an_imbalance_between_cpu_ranks_is_held_to_the_stragglers_floor(capsys, 
 
 # -- rank files that name one machine ----------------------------------------------------------------------------
 
-def _renamed(path, folder, host):
-    """A copy of the gzipped Kineto file ``path`` in ``folder`` whose header names ``host`` as its machine."""
-    document = json.loads(gzip.decompress(path.read_bytes()))
-    document["host_name"] = host
-    (folder / path.name).write_bytes(gzip.compress(json.dumps(document).encode()))
-    return folder / path.name
-
-
 @pytest.mark.parametrize("hosts", [None, ("node-a", "node-b"), ("localhost", "localhost")],
                          ids=["as-recorded", "two-machines", "unnamed"])
 def test_rank_files_that_name_one_machine_are_ranks_sharing_its_cores(tmp_path, capsys, hosts):
@@ -293,7 +285,7 @@ def test_rank_files_that_name_one_machine_are_ranks_sharing_its_cores(tmp_path, 
     run = FIXTURES / "torch-contention-control" / "run"
     files = sorted((run / "torch").glob("rank*.json.gz"))
     if hosts is not None:
-        files = [_renamed(path, tmp_path, host) for path, host in zip(files, hosts)]
+        files = [with_header(path, tmp_path / path.name, host_name=host) for path, host in zip(files, hosts)]
     found = {}
     for label, argv in (("run", [str(run)]), ("files", [str(f) for f in files])):
         assert main(["audit", *argv, "--json", "--fail-on", "never"]) == 0

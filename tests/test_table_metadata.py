@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, with_header
 from rnnprof.events import (CONCAT, OUTSIDE_REASONS, SHARED, SUM, UNION, Alignment, ClockOffset, CollectiveArgs,
                             Device, EventTableBuilder, JsonCuts, Kind, TableMetadata, concat, merge_metadata)
 from rnnprof.traces import load_aligned, load_events
@@ -161,9 +161,6 @@ def test_a_rank_file_without_distributed_info_is_on_the_machine_it_names_under_i
     folder = tmp_path / "job"
     folder.mkdir()
     for rank, f in enumerate(GLOO):
-        document = json.loads(gzip.decompress(f.read_bytes()))
-        del document["distributedInfo"]
-        document["host_name"] = f"node-{rank}"
-        (folder / f"rank{rank}.json.gz").write_bytes(gzip.compress(json.dumps(document).encode()))
+        with_header(f, folder / f"rank{rank}.json.gz", drop=("distributedInfo",), host_name=f"node-{rank}")
     metadata = load_events(folder).metadata
     assert metadata.worker_hosts == (("rank0", "node-0"), ("rank1", "node-1"))

@@ -164,7 +164,6 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     info = header.get("distributedInfo") or {}
     worker = f"rank{info['rank']}" if isinstance(info, dict) and "rank" in info else ""
     _header_metadata(builder.metadata, header)
-    builder.metadata.worker_hosts = tuple((worker, host) for host in builder.metadata.hostnames[:1] if worker)
     builder.metadata.skipped_events = reader.skipped
     args = reader.collective_args
     if args["correlation"]:
@@ -177,7 +176,7 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     table = dataclasses.replace(table, memory=table.memory.with_steps(steps_in_spans(table.memory.ts, spans)))
     if worker and _without_gpu(table):
         table = _cpu_rank(table)
-    return _on_worker(table, worker) if worker else table
+    return on_worker(table, worker) if worker else table
 
 
 def _header_metadata(metadata: TableMetadata, header: dict) -> None:
@@ -190,11 +189,13 @@ def _header_metadata(metadata: TableMetadata, header: dict) -> None:
     metadata.hostnames = (str(host),) if host else ()
 
 
-def _on_worker(table: EventTable, worker: str) -> EventTable:
-    """The table with every device (those of ``host_operator_devices`` too) on ``worker``."""
+def on_worker(table: EventTable, worker: str) -> EventTable:
+    """The table with every device (those of ``host_operator_devices`` too) on ``worker``, and the machine its
+    trace names as that worker's (``worker_hosts``)."""
     table = dataclasses.replace(table, devices=tuple(dataclasses.replace(d, worker=worker) for d in table.devices))
     table.metadata.host_operator_devices = tuple(dataclasses.replace(d, worker=worker)
                                                  for d in table.metadata.host_operator_devices)
+    table.metadata.worker_hosts = tuple((worker, host) for host in table.metadata.hostnames[:1])
     return table
 
 

@@ -12,7 +12,6 @@ two files of one rank, or files of different world sizes is an ``InputError``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -148,9 +147,7 @@ def load_rank(rank_file: RankFile) -> EventTable:
     worker = f"rank{rank_file.rank}"
     workers = {d.worker for d in table.devices}
     if workers == {""}:
-        table = dataclasses.replace(table, devices=tuple(dataclasses.replace(d, worker=worker)
-                                                         for d in table.devices))
-        table.metadata.worker_hosts = tuple((worker, host) for host in table.metadata.hostnames[:1])
+        table = kineto.on_worker(table, worker)
     elif rank_file.rank_from == FROM_INFO and workers != {worker}:
         raise InputError(rank_file.path, f"its events name {', '.join(sorted(workers))} where its first bytes "
                                          f"said {worker}", "one rank per file")

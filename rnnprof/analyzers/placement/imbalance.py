@@ -115,7 +115,7 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
     cores = inp.shared_cores or inp.ranks_sharing_cores
     host = None if inp.shared_cores else inp.ranks_host
     # logical devices' busy time is their ops' (no untraced time): what unequal work leaves is contention
-    contention = (bool(inp.shared_cores) or inp.ranks_share_cores) and \
+    contention = (bool(cores) or host is not None) and \
         split.is_contention(None if inp.shared_cores else float(mean.max() - mean.min()))
     return PlacementFinding(
         rule_id=RULE_ID,
