@@ -14,7 +14,7 @@ import statistics
 
 import pytest
 
-from fixtures import FIXTURES as DATA
+from fixtures import FIXTURES as DATA, GLOO_PAIRS
 from rnnprof.analyzers.replay import (COMM, DELAY, FAMILY, GRAPH_LAUNCH, NO_SYNCS, OVERLAP, SCALE, TOLERANCE_PCT, Change,
                                      whatif)
 from rnnprof.cli import main
@@ -236,8 +236,8 @@ def test_a_synchronizing_call_waits_for_the_gpu_and_no_longer_when_removed():
 REAL = sorted(p.name for p in DATA.glob("*.json*") if p.name.startswith(("kineto-", "tf1-", "torch-")))
 
 
-PAIRS = {"torch-gloo pair": GLOO,
-         "torch-gloo-balanced pair": [str(DATA / f"torch-gloo-balanced-rank{r}.json.gz") for r in (0, 1)]}
+PAIRS = {f"{first.removesuffix('-rank0.json.gz')} pair": [str(DATA / first), str(DATA / second)]
+         for first, second in GLOO_PAIRS}  # "torch-gloo pair", ...
 
 
 @pytest.mark.parametrize("name", [*REAL, *PAIRS])
