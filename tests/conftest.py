@@ -21,12 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import TINY_NMT
+from rnnprof.traces import kineto
+
+from fixtures import TINY_NMT, decode_each_trace_once
 from processes import become_subreaper, left_running
 
 # torchrun's options read PET_<OPTION> from the environment: a c10d rendezvous on a free local port.
 os.environ.setdefault("PET_RDZV_BACKEND", "c10d")
 os.environ.setdefault("PET_RDZV_ENDPOINT", "localhost:0")
+
+decode_each_trace_once(kineto)
 
 # A suite started in the background of a shell without job control (`make test &` in a script, CI steps that
 # background it) starts with SIGINT and SIGQUIT ignored, and every process the tests start would inherit that: the
