@@ -24,7 +24,7 @@ import pytest
 from rnnprof.traces import kineto
 
 from fixtures import TINY_NMT, decode_each_trace_once
-from processes import become_subreaper, left_running
+from processes import become_subreaper, left_running, run_retried, stderr_ends
 
 # torchrun's options read PET_<OPTION> from the environment: a c10d rendezvous on a free local port.
 os.environ.setdefault("PET_RDZV_BACKEND", "c10d")
@@ -256,20 +256,13 @@ DDP_STRAGGLER_JOB = Path(__file__).resolve().parent / "ddp_straggler_job.py"
 DDP_SLEEP_S = 0.060  # rank 1's planted sleep per step in ``ddp_straggler_run``
 
 
-def _ddp_job(out: Path, sleep_s: float, attempts: int = 2) -> None:
-    """``tests/ddp_straggler_job.py`` under torchrun. Its gloo rendezvous on a loaded 2-core machine fails now and
-    then before the first step (a peer's connection reset): the launch is tried again then."""
-    import subprocess
-
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def _ddp_job(out: Path, sleep_s: float) -> None:
+    """``tests/ddp_straggler_job.py`` under torchrun, tried again if its gloo rendezvous fails (``run_retried``)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
                "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", str(DDP_STRAGGLER_JOB), str(out),
                str(sleep_s)]
-    for _ in range(attempts):
-        done = subprocess.run(command, env=env, timeout=180, capture_output=True, text=True)
-        if done.returncode == 0:
-            return
-    raise AssertionError(f"torchrun failed {attempts} times; last stderr:\n{done.stderr[-3000:]}")
+    done = run_retried(command, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=180)
+    assert done.returncode == 0, f"torchrun failed twice; the last run's stderr:\n{stderr_ends(done)}"
 
 
 @pytest.fixture(scope="session")

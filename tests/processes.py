@@ -130,3 +130,22 @@ def run_together(commands: list[list[str]], timeout: float = 300) -> list[subpro
                 child.kill()
                 child.communicate()
     return done
+
+
+def run_retried(command: list[str], attempts: int = 2, **kwargs) -> subprocess.CompletedProcess:
+    """``command`` run to its end (``kwargs`` as for ``subprocess.run``), run again if it fails, at most ``attempts``
+    times in all; the last run's result, its output captured as text. For a gloo job under torchrun: its
+    rendezvous on a loaded 2-core machine fails now and then before the first step (a peer's connection reset,
+    rank 0 aborted)."""
+    for _ in range(attempts):
+        done = subprocess.run(command, capture_output=True, text=True, **kwargs)
+        if done.returncode == 0:
+            break
+    return done
+
+
+def stderr_ends(done: subprocess.CompletedProcess, chars: int = 2000) -> str:
+    """The first and the last ``chars`` characters of a finished process's stderr: where a launcher prints its
+    ranks' tracebacks, the first failure is near the top and the launcher's summary at the end."""
+    err = done.stderr or ""
+    return err if len(err) <= 2 * chars else f"{err[:chars]}\n[...]\n{err[-chars:]}"
