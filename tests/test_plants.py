@@ -4,6 +4,8 @@ placement or the session's ConfigProto, and nothing else; bad combinations are r
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -103,34 +105,39 @@ def test_few_inter_op_threads_gives_the_session_one_inter_op_thread():
     assert planted == plain  # the graph and its placement are the same
 
 
+@pytest.fixture(scope="module")
+def inter_op_runs(tmp_path_factory):
+    """The small RNNLM on 2 devices traced with the few-inter-op-threads plant ("planted") and without it
+    ("control"), each in a process of its own: TensorFlow's inter-op pool is the process's, sized by its first
+    session."""
+    root = tmp_path_factory.mktemp("inter-op")
+    common = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "2",
+              "--trace-steps", "1"]
+    for name, plant in (("planted", ["--plant", FEW_INTER_OP_THREADS]), ("control", [])):
+        subprocess.run([sys.executable, "-m", "rnnprof", "trace", *common, *plant, "--out", str(root / name)],
+                       check=True, capture_output=True)
+    return {name: root / name for name in ("planted", "control")}
+
+
 @pytest.mark.slow
-def test_a_traced_run_records_the_plant_in_its_manifest(tmp_path, capsys):
-    out = tmp_path / "run"
-    assert main(["trace", "--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches",
-                 "1", "--trace-steps", "1", "--plant", FEW_INTER_OP_THREADS, "--out", str(out)]) == 0
-    manifest = json.loads((out / "manifest.json").read_text())
+def test_a_traced_run_records_the_plant_in_its_manifest(inter_op_runs):
+    manifest = json.loads((inter_op_runs["planted"] / "manifest.json").read_text())
     assert manifest["config"]["plant"] == FEW_INTER_OP_THREADS
     assert manifest["session_config"]["inter_op_threads"] == 1
+    control = json.loads((inter_op_runs["control"] / "manifest.json").read_text())
+    assert control["config"]["plant"] is None and control["session_config"]["inter_op_threads"] == 0  # TF's default
 
 
 @pytest.mark.slow
-def test_the_audit_finds_one_inter_op_thread_by_the_towers_taking_turns_and_spares_tfs_default(tmp_path, capsys):
+def test_the_audit_finds_one_inter_op_thread_by_the_towers_taking_turns_and_spares_tfs_default(inter_op_runs,
+                                                                                             capsys):
     """PA006 on real captures: the plant's two towers never run side by side and the audit says so, with its
-    cost; the control (TF's default pool) runs them side by side and draws nothing from PA006. Each capture
-    runs in a process of its own: TensorFlow's inter-op pool is the process's, sized by its first session."""
-    import subprocess
-    import sys
-
+    cost; the control (TF's default pool) runs them side by side and draws nothing from PA006."""
     from rnnprof.analyzers.placement import inter_op_threads
     from rnnprof.commands.audit_inputs import read_audit_input
 
-    common = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "2",
-              "--trace-steps", "1"]
     docs, shares = {}, {}
-    for name, plant in (("planted", ["--plant", FEW_INTER_OP_THREADS]), ("control", [])):
-        out = tmp_path / name
-        subprocess.run([sys.executable, "-m", "rnnprof", "trace", *common, *plant, "--out", str(out)], check=True,
-                       capture_output=True)
+    for name, out in inter_op_runs.items():
         assert main(["audit", str(out), "--json", "--fail-on", "never"]) == 0
         docs[name] = json.loads(capsys.readouterr().out)
         shares[name] = inter_op_threads.side_by_side(read_audit_input([str(out)]), cores=2)["share"]
@@ -141,7 +148,7 @@ def test_the_audit_finds_one_inter_op_thread_by_the_towers_taking_turns_and_spar
     busy = threads["evidence"]["busy_ms_per_step"]
     towers = sum(busy.values()) - max(busy.values())  # the towers' bound: what side by side saves at most
     # the CPU figure from the manifest's timed steps: wall time less the process's CPU time over the free cores
-    manifest = json.loads((tmp_path / "planted" / "manifest.json").read_text())
+    manifest = json.loads((inter_op_runs["planted"] / "manifest.json").read_text())
     walls, cpu = manifest["step_times"]["timed"], manifest["step_cpu"]["timed"]
     cores = manifest["machine"]["cpu_count"]
     known = [(w, c) for w, c in zip(walls, cpu) if c["host_busy_s"] is not None]
