@@ -71,6 +71,19 @@ def _header(path):
     return doc
 
 
+def test_a_committed_trace_decoded_once_for_the_tests_is_handed_out_as_a_copy():
+    """The tests read tests/data's traces through ``fixtures.decode_each_trace_once``: what one test does to its
+    table never reaches the next, whose table is still the file's, as a fresh decode gives it."""
+    assert kineto.load.__name__ == "load_once"  # conftest installed it
+    first = kineto.load(KINETO_NCCL)
+    first.ts[:] = -1.0
+    first.metadata.json_bytes = 0
+    again = kineto.load(KINETO_NCCL)
+    fresh = kineto.load(KINETO_NCCL, block_bytes=1 << 16)  # other sizes: always decoded
+    assert again is not first and np.array_equal(again.ts, fresh.ts) and (again.ts >= 0).all()
+    assert again.metadata.json_bytes == fresh.metadata.json_bytes > 0
+
+
 def test_kineto_streaming_is_independent_of_block_size():
     whole = kineto.load(KINETO_NCCL)
     chunked = kineto.load(KINETO_NCCL, block_bytes=4096)  # thousands of chunk boundaries
