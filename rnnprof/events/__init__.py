@@ -181,7 +181,8 @@ class TableMetadata:
     """What a table's loaders recorded beside its events, by field; an unknown name is an ``AttributeError``.
 
     Producers: Kineto traces (``json_bytes``, ``json_cuts``, ``skipped_events``, ``distributed``, ``base_time_ns``,
-    ``devices_properties``, ``hostnames``, ``worker_hosts``, ``collective_args``, ``host_operator_devices``, ``outside_steps``),
+    ``devices_properties``, ``hostnames``, ``worker_hosts``, ``collective_args``, ``host_operator_devices``,
+    ``outside_steps``),
     ``traces.left_out`` (``left_out``, ``left_out_examples``), XSpaces (``hostnames``, ``ran_as``), TF Chrome
     timelines (``ran_as``, ``dropped_*``, ``other_data``), ``merge_tables`` and ``load_aligned`` (``alignment``),
     a folder of rank files (``job_notes``), a run directory (``run_dir``, ``status``, ``manifest``, ``missing``,

@@ -10,7 +10,8 @@ significant against the run's jitter (``noise.significance``; between ranks at l
 otherwise, or over fewer than ``noise.MIN_STEPS`` steps, it is info.
 The two devices' op time is split into unequal work (ops one runs more often, names with digits folded) and the
 same ops taking longer (``device_work.work_split``); where the devices share the host's cores (logical CPU
-devices, or CPU ranks of one torchrun), an imbalance mostly of the same ops running slower is contention, and info.
+devices, CPU ranks of one torchrun, or CPU ranks whose traces name one machine: ``AuditInput.ranks_host``), an
+imbalance mostly of the same ops running slower is contention, and info.
 See docs/commands/placement-audit.md.
 """
 
@@ -115,7 +116,7 @@ def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: n
     cores = inp.shared_cores or inp.ranks_sharing_cores
     host = None if inp.shared_cores else inp.ranks_host
     # logical devices' busy time is their ops' (no untraced time): what unequal work leaves is contention
-    contention = (bool(cores) or host is not None) and \
+    contention = (bool(inp.shared_cores) or inp.ranks_share_cores) and \
         split.is_contention(None if inp.shared_cores else float(mean.max() - mean.min()))
     return PlacementFinding(
         rule_id=RULE_ID,
