@@ -7,9 +7,10 @@ time's spread and ``CollectivesReport.lateness_floor``), or beyond the step's sp
 time of its own steady beyond the jitter (operators only it runs, or idle time the others do not have). Saving
 (a bound): the median of its positive lateness. Cause: *waiting for a core* (by the run queue times a PyTorch
 capture records on Linux; info), *compute*, *input* (``DataLoader``) or *host gap/untraced time*, whichever
-explains at least half of it, in that order. Extra
-compute on ranks that share a host's cores is *contention* (info) when the same operators running slower
-explain it (``device_work.work_split``). A straggler beyond the lateness floor but within the jitter, of a cause
+explains at least half of it, in that order. Extra compute on ranks that share a host's cores is *contention*
+(info) when the same operators running slower explain it (``device_work.work_split``). Where no part alone
+explains half, but the wait for a core and the same operators running slower together do, the machine is the
+cause (the larger of the two; info). A straggler beyond the lateness floor but within the jitter, of a cause
 in the rank, is held back (``AuditContext.held_back``): the audit's replay brings it out where it hides another
 finding (``replay.audit_savings``). See docs/commands/audit.md.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnprof import names
-from rnnprof.analyzers.device_work import WorkSplit, unequal_work_by_step, work_split
+from rnnprof.analyzers.device_work import WORK_SHARE, WorkSplit, unequal_work_by_step, work_split
 from rnnprof.analyzers.noise import Significance
 from rnnprof.analyzers.placement.busy import compute_mask
 from rnnprof.events import Device
@@ -206,7 +207,28 @@ def _cause(ctx: AuditContext, worker: str, late: dict[int, float], on_path: bool
         return (CONTENTION if split is not None and split.is_contention(lateness) else "compute"), figures
     if lateness > 0 and input_us >= 0.5 * lateness:
         return "input", figures
+    machine = _machine_cause(ctx, worker, lateness, waited)
+    if machine is not None:
+        cause, split = machine
+        figures.update(op_us_per_step=split.as_dict(), shared_cores=ctx.placement.ranks_sharing_cores)
+        return cause, figures
     return HOST_GAP, figures
+
+
+def _machine_cause(ctx: AuditContext, worker: str, lateness: float, waited: float | None) \
+        -> tuple[str, WorkSplit] | None:
+    """Where no part alone explains half the lateness but the machine's two together do: the rank's extra wait
+    for a core and its operators running slower than the same operators of the other rank on the cores they share
+    (``WorkSplit.slower``, counted where unequal work is under ``WORK_SHARE`` of the op-time difference). The
+    cause is the larger of the two, with the split; None where the run records no wait for a core, the ranks do
+    not share cores, or the two explain less than half."""
+    split = _shared_cores_split(ctx, worker)
+    if lateness <= 0 or waited is None or split is None:
+        return None
+    slower = max(split.slower, 0.0) if split.share < WORK_SHARE else 0.0
+    if max(waited, 0.0) + slower < 0.5 * lateness:
+        return None
+    return (NO_CORE if waited >= slower else CONTENTION), split
 
 
 def _shared_cores_split(ctx: AuditContext, worker: str) -> WorkSplit | None:
