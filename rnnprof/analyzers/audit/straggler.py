@@ -202,17 +202,24 @@ def _cause(ctx: AuditContext, worker: str, late: dict[int, float], on_path: bool
     if lateness > 0 and extra_compute >= 0.5 * lateness:
         split = _shared_cores_split(ctx, worker)
         if split is not None:
-            figures.update(op_us_per_step=split.as_dict(), shared_cores=ctx.placement.ranks_sharing_cores,
-                           **({"shared_host": host} if (host := ctx.placement.ranks_host) else {}))
+            figures.update(_shared_cores_figures(ctx, split))
         return (CONTENTION if split is not None and split.is_contention(lateness) else "compute"), figures
     if lateness > 0 and input_us >= 0.5 * lateness:
         return "input", figures
     machine = _machine_cause(ctx, worker, lateness, waited)
     if machine is not None:
         cause, split = machine
-        figures.update(op_us_per_step=split.as_dict(), shared_cores=ctx.placement.ranks_sharing_cores)
+        figures.update(_shared_cores_figures(ctx, split))
         return cause, figures
     return HOST_GAP, figures
+
+
+def _shared_cores_figures(ctx: AuditContext, split: WorkSplit) -> dict:
+    """The evidence of a rank's operators against the other rank's on the cores they share: the split, and the
+    cores or the machine that says they share them."""
+    host = ctx.placement.ranks_host
+    return {"op_us_per_step": split.as_dict(), "shared_cores": ctx.placement.ranks_sharing_cores,
+            **({"shared_host": host} if host else {})}
 
 
 def _machine_cause(ctx: AuditContext, worker: str, lateness: float, waited: float | None) \
