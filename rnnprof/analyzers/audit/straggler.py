@@ -229,8 +229,10 @@ def _machine_cause(ctx: AuditContext, worker: str, lateness: float, waited: floa
     (``WorkSplit.slower``, counted where unequal work is under ``WORK_SHARE`` of the op-time difference). The
     cause is the larger of the two, with the split; None where the run records no wait for a core, the ranks do
     not share cores, or the two explain less than half."""
-    split = _shared_cores_split(ctx, worker)
-    if lateness <= 0 or waited is None or split is None:
+    if lateness <= 0 or waited is None:
+        return None
+    split = _shared_cores_split(ctx, worker)  # the ops of both ranks compared: only where a wait was recorded
+    if split is None:
         return None
     slower = max(split.slower, 0.0) if split.share < WORK_SHARE else 0.0
     if max(waited, 0.0) + slower < 0.5 * lateness:
