@@ -7,7 +7,7 @@ import dataclasses
 from rich.console import Console
 from rich.text import Text
 
-from rnnprof.analyzers.hang import HangVerdict
+from rnnprof.analyzers.hang import HangVerdict, RankState
 
 
 def hang_document(verdict: HangVerdict) -> dict:
@@ -23,7 +23,7 @@ def render_hang(verdict: HangVerdict, console: Console) -> None:
     console.print()
     for c in verdict.culprits:
         where = f"at {c.where} in {c.function}" if c.where else "no stack"
-        missed = f"{'' if c.state == 'skipped' else ':'} {c.op} #{c.seq} ({c.op_where})" if c.op else ""
+        missed = f"{'' if c.state == RankState.SKIPPED else ':'} {c.op} #{c.seq} ({c.op_where})" if c.op else ""
         console.print(Text(f"  rank {c.rank}  {c.state}{missed}; main thread {where}"), overflow="fold")
     for w in verdict.waiters:
         console.print(Text(f"  rank {w.rank}  waits in {w.op} #{w.seq} ({w.where})"))

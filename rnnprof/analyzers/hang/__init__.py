@@ -7,9 +7,9 @@ from .cluster import analyze_cluster_hang, analyze_remote_cluster_hang, serving
 from .analysis import analyze_hang, own_frame, slow_verdict, still_moving
 from .process import analyze_process_hang
 from .model import RecordedCollective, Frame, RankRecorder, RankStacks, ThreadStack
-from .verdict import DESYNC, KINDS, MISMATCH, NEVER_ARRIVED, SLOW, STUCK, Culprit, HangVerdict, Waiter
+from .verdict import DESYNC, KINDS, MISMATCH, NEVER_ARRIVED, SLOW, STUCK, Culprit, HangVerdict, RankState, Waiter
 
 __all__ = ["RecordedCollective", "Culprit", "DESYNC", "Frame", "HangVerdict", "KINDS", "MISMATCH", "NEVER_ARRIVED",
-           "RankRecorder", "RankStacks", "SLOW", "STUCK", "ThreadStack", "Waiter", "analyze_cluster_hang", "analyze_hang",
-           "analyze_process_hang", "analyze_remote_cluster_hang",
-           "own_frame", "serving", "slow_verdict", "still_moving"]
+           "RankRecorder", "RankStacks", "RankState", "SLOW", "STUCK", "ThreadStack", "Waiter", "analyze_cluster_hang",
+           "analyze_hang", "analyze_process_hang", "analyze_remote_cluster_hang", "own_frame", "serving", "slow_verdict",
+           "still_moving"]

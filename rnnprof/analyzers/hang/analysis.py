@@ -7,7 +7,7 @@ import time
 from collections import Counter
 
 from .model import RecordedCollective, Frame, RankRecorder, RankStacks, ThreadStack
-from .verdict import DESYNC, MISMATCH, NEVER_ARRIVED, SLOW, STUCK, Culprit, HangVerdict, Waiter
+from .verdict import DESYNC, MISMATCH, NEVER_ARRIVED, SLOW, STUCK, Culprit, HangVerdict, RankState, Waiter
 
 # Frames in these files are torch's, TensorFlow's, Python's or rnnprof's own, not the caller's code.
 LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen", "/rnnprof/recording/")
@@ -92,14 +92,14 @@ def _split_verdict(seq, recorders, stacks, waiters, ranks, notes) -> HangVerdict
     culprits = []
     for rank in deviants:
         mine = recorders[rank]
-        main = _main_frame(stacks.get(rank))
+        main = main_frame(stacks.get(rank))
         if _shifted(mine, ref, seq, 1):
             missed = at[reference]
-            culprits.append(Culprit(rank, "skipped", *_place(main), _op(missed), seq, _where(missed)))
+            culprits.append(Culprit(rank, RankState.SKIPPED, *place(main), _op(missed), seq, _where(missed)))
         else:
-            culprits.append(Culprit(rank, "in another collective", *_place(main), _op(at[rank]), seq,
+            culprits.append(Culprit(rank, RankState.IN_ANOTHER_COLLECTIVE, *place(main), _op(at[rank]), seq,
                                     _where(at[rank])))
-    kind = DESYNC if any(c.state == "skipped" for c in culprits) else MISMATCH
+    kind = DESYNC if any(c.state == RankState.SKIPPED for c in culprits) else MISMATCH
     if kind == DESYNC:
         c = culprits[0]
         head = (f"rank {c.rank} skipped {c.op} #{c.seq} ({c.op_where}) that {_ranks(sorted(set(at) - set(deviants)))}"
@@ -163,14 +163,14 @@ def _at(recorder: RankRecorder, seq: int) -> RecordedCollective | None:
 
 def _outside(rank: int, recorders, stacks) -> Culprit:
     """A rank in no collective: where its main thread is, and whether it waits on a lock or outside Python."""
-    main = _main_frame(stacks.get(rank))
+    main = main_frame(stacks.get(rank))
     if rank not in stacks:
-        return Culprit(rank, "did not answer")
+        return Culprit(rank, RankState.NO_ANSWER)
     if recorders and rank not in recorders:
-        return Culprit(rank, "outside Python", *_place(main))
+        return Culprit(rank, RankState.OUTSIDE_PYTHON, *place(main))
     if main is not None and is_lock(stacks[rank].main_thread, main):
-        return Culprit(rank, "in a lock", *_place(main), others=other_threads(stacks[rank]))
-    return Culprit(rank, "in no collective", *_place(main))
+        return Culprit(rank, RankState.IN_LOCK, *place(main), others=other_threads(stacks[rank]))
+    return Culprit(rank, RankState.IN_NO_COLLECTIVE, *place(main))
 
 
 def is_lock(thread: ThreadStack | None, main: Frame) -> bool:
@@ -192,12 +192,14 @@ def other_threads(rank_stacks: RankStacks) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _main_frame(rank_stacks: RankStacks | None) -> Frame | None:
+def main_frame(rank_stacks: RankStacks | None) -> Frame | None:
+    """The innermost frame of the user's code in the main thread (see ``own_frame``); None without stacks."""
     thread = rank_stacks.main_thread if rank_stacks else None
     return own_frame(thread.frames) if thread and thread.frames else None
 
 
-def _place(frame: Frame | None) -> tuple:
+def place(frame: Frame | None) -> tuple[str | None, str | None]:
+    """A culprit's ``where`` and ``function`` at ``frame`` (None, None without one)."""
     return (frame.where, frame.function) if frame else (None, None)
 
 
@@ -205,10 +207,10 @@ def _culprit_text(c: Culprit) -> str:
     if c.where is None:
         return f"rank {c.rank} {c.state} (no stack)"
     where = f"its main thread is at {c.where} in {c.function}"
-    if c.state == "in a lock":
+    if c.state == RankState.IN_LOCK:
         others = f" (its other threads: {', '.join(c.others)})" if c.others else ""
         return f"rank {c.rank} is blocked in a lock: {where}{others}"
-    if c.state == "outside Python":
+    if c.state == RankState.OUTSIDE_PYTHON:
         return f"rank {c.rank} is stuck outside Python (its threads could not run to answer): {where}"
     return f"rank {c.rank} is in no collective: {where}"
 

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from .analysis import own_frame
-from .model import Frame, RankStacks
+from .analysis import main_frame, place
+from .model import RankStacks
 from .process import analyze_process_hang
-from .verdict import NEVER_ARRIVED, STUCK, Culprit, HangVerdict
+from .verdict import NEVER_ARRIVED, STUCK, Culprit, HangVerdict, RankState
 
 # Where a task's main thread waits while its server serves: (file ending, function).
 SERVING = (("rnnprof/training/cluster.py", "serve"), ("tensorflow/python/training/server_lib.py", "join"))
-NOT_SERVING = "not serving"
-NO_ANSWER = "did not answer"
 
 
 def serving(stacks: RankStacks | None) -> bool:
@@ -37,17 +35,16 @@ def analyze_cluster_hang(names: dict[int, str], stacks: dict[int, RankStacks],
     for number, name in sorted(names.items()):
         got = stacks.get(number)
         if got is None:
-            culprits.append(Culprit(number, NO_ANSWER))
+            culprits.append(Culprit(number, RankState.NO_ANSWER))
         elif serving(got):
             fine.append(name)
         else:
-            frame = own_frame(got.main_thread.frames) if got.main_thread else None
-            culprits.append(Culprit(number, NOT_SERVING, *_place(frame)))
-    chief_frame = _chief_frame(chief)
+            culprits.append(Culprit(number, RankState.NOT_SERVING, *place(main_frame(got))))
+    chief_frame = main_frame(chief)
     waits = (f"the chief waits at {chief_frame.where} in {chief_frame.function}" if chief_frame
              else "the chief's stack is unknown")
     serving_text = f"; {', '.join(fine)} serv{'e' if len(fine) > 1 else 'es'}" if fine else ""
-    notes = tuple(f"task {names[c.rank]} did not answer" for c in culprits if c.state == NO_ANSWER)
+    notes = tuple(f"task {names[c.rank]} did not answer" for c in culprits if c.state == RankState.NO_ANSWER)
     if culprits:
         head = "; ".join(_culprit_text(c, names[c.rank]) for c in culprits)
         return HangVerdict(NEVER_ARRIVED, f"{head}; {waits}{serving_text}", tuple(culprits), (), tuple(names), notes)
@@ -65,16 +62,7 @@ def analyze_remote_cluster_hang(task_names: list[str], chief: RankStacks | None)
                                notes=(*verdict.notes, f"no stacks from {names}: started elsewhere (--cluster-spec)"))
 
 
-def _chief_frame(chief: RankStacks | None) -> Frame | None:
-    main = chief.main_thread if chief is not None else None
-    return own_frame(main.frames) if main is not None and main.frames else None
-
-
-def _place(frame: Frame | None) -> tuple[str | None, str | None]:
-    return (frame.where, frame.function) if frame else (None, None)
-
-
 def _culprit_text(c: Culprit, name: str) -> str:
-    if c.state == NO_ANSWER or c.where is None:
+    if c.state == RankState.NO_ANSWER or c.where is None:
         return f"task {name} did not answer (no stack)"
     return f"task {name} has not started serving: its main thread is at {c.where} in {c.function}"

@@ -5,14 +5,10 @@ in and no other rank to blame, so the verdict says where its main thread is stuc
 
 from __future__ import annotations
 
-from .analysis import LIBRARY, is_lock, other_threads, own_frame
+from .analysis import LIBRARY, is_lock, other_threads, own_frame, place
 from .model import Frame, RankStacks
-from .verdict import STUCK, Culprit, HangVerdict
+from .verdict import STUCK, Culprit, HangVerdict, RankState
 
-IN_TENSORFLOW = "in TensorFlow"  # the main thread waits in a call into TensorFlow's runtime
-IN_LOCK = "in a lock"
-IN_PYTHON = "in Python"  # anywhere else: the user's code runs no TensorFlow call
-NO_ANSWER = "did not answer"
 _TENSORFLOW = "/tensorflow/"
 
 
@@ -21,21 +17,21 @@ def analyze_process_hang(stacks: RankStacks | None, who: str = "the main thread"
     calls its main thread."""
     main = stacks.main_thread if stacks is not None else None
     if main is None or not main.frames:
-        culprit = Culprit(0, NO_ANSWER)
+        culprit = Culprit(0, RankState.NO_ANSWER)
         return HangVerdict(STUCK, "no step finishes and the process gave no stack", (culprit,), (), (0,),
                            ("the process did not answer",))
     frame = own_frame(main.frames)
     entry = _tensorflow_entry(main.frames, frame)
     if entry is not None:
-        culprit = Culprit(0, IN_TENSORFLOW, frame.where, frame.function)
+        culprit = Culprit(0, RankState.IN_TENSORFLOW, *place(frame))
         text = (f"no step finishes: {who} waits inside TensorFlow's runtime, in {entry.function} "
                 f"({entry.where}) called at {frame.where} in {frame.function}")
     elif is_lock(main, frame):
-        culprit = Culprit(0, IN_LOCK, frame.where, frame.function, others=other_threads(stacks))
+        culprit = Culprit(0, RankState.IN_LOCK, *place(frame), others=other_threads(stacks))
         others = f" (its other threads: {', '.join(culprit.others)})" if culprit.others else ""
         text = f"no step finishes: {who} is blocked in a lock at {frame.where} in {frame.function}{others}"
     else:
-        culprit = Culprit(0, IN_PYTHON, frame.where, frame.function)
+        culprit = Culprit(0, RankState.IN_PYTHON, *place(frame))
         text = (f"no step finishes: {who} is at {frame.where} in {frame.function}, in Python, "
                 f"outside TensorFlow")
     return HangVerdict(STUCK, text, (culprit,), (), (0,))
