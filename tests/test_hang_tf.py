@@ -294,7 +294,7 @@ def test_a_cluster_of_tasks_started_elsewhere_is_judged_on_its_chief_and_its_tas
 @pytest.mark.slow
 def test_a_built_in_workload_left_hung_by_on_hang_wait_ends_on_sigterm_though_stuck_inside_tensorflow(jobs):
     """Its main thread never runs Python again to act on the signal: the watch ends the process."""
-    from rnnprof.recording.cluster_hang import INTERRUPT_GRACE_S
+    from rnnprof.recording.hang_watch import INTERRUPT_GRACE_S
 
     run, result = jobs["workload-wait-stopped"]
     lines = result.stderr.strip().splitlines()

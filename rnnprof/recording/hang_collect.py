@@ -1,5 +1,6 @@
 """Asking every live rank of a captured job for its stacks and its flight recorder (``hang_probe`` answers), and
-saving what a hung job left in ``RUN/hang/`` (docs/commands/hang.md)."""
+saving what a hung job left in ``RUN/hang/`` (docs/commands/hang.md). ``ProbedRanks``: the hang watch's
+transport to the ranks of a job this process launched, each with its probe."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from rnnprof import rundir
 from rnnprof.files import atomic_write_bytes
-from rnnprof.analyzers.hang import RankRecorder, RankStacks
+from rnnprof.analyzers.hang import HangVerdict, RankRecorder, RankStacks, analyze_hang, analyze_process_hang
 from rnnprof.errors import InputError
 from rnnprof.recording import ranks
-from rnnprof.recording.hang_probe import (RANKS, STACKS_END, STACKS_REQUEST, STACKS_SIGNAL, probe_files,
+from rnnprof.recording.hang_probe import (RANKS, STACKS_END, STACKS_REQUEST, STACKS_SIGNAL, TASKS, probe_files,
                                          read_progress)
 from rnnprof.rundir.manifest import now, read_manifest_json
 from rnnprof.rundir.writer import atomic_write_json
@@ -166,15 +168,22 @@ def _new_stacks(path: Path, offset: int) -> str:
     return (head if head.startswith(MAIN_MARK) else "") + new if new.strip() else ""
 
 
-def save(run_dir: Path, got: Sample, verdict_line: str) -> list[str]:
-    """``RUN/hang/``: each rank's flight recorder and stacks and the verdict; returns the files, relative to RUN."""
+def rank_stacks_file(rank: int) -> str:
+    """The name a rank's stacks are saved under in ``RUN/hang/``."""
+    return f"rank{rank}.stacks.txt"
+
+
+def save(run_dir: Path, got: Sample, verdict_line: str,
+         stacks_file: Callable[[int], str] = rank_stacks_file) -> list[str]:
+    """``RUN/hang/``: each rank's flight recorder and stacks (``stacks_file``: their names) and the verdict;
+    returns the files, relative to RUN."""
     folder = run_dir / rundir.HANG_DIR
     folder.mkdir(exist_ok=True)
     written = []
     for rank, data in sorted(got.dumps.items()):
         written.append(_write(folder / f"rank{rank}.fr.pkl", data))
     for rank, text in sorted(got.stack_texts.items()):
-        written.append(_write(folder / f"rank{rank}.stacks.txt", text.encode()))
+        written.append(_write(folder / stacks_file(rank), text.encode()))
     written.append(_write(folder / "verdict.txt", (verdict_line + "\n").encode()))
     return [Path(p).relative_to(run_dir).as_posix() for p in written]
 
@@ -187,18 +196,10 @@ def clear(scratch: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def record_hang(run_dir: Path, verdict, files: list[str], hang_after_s: float, notes: list[str],
-                scope: str | None = None) -> dict:
-    """Mark the run ``hung`` with the verdict; returns the manifest's ``hang`` object (``scope``:
-    ``rundir.HANG_SCOPE_PROCESS`` for one TensorFlow process, whose manifest is marked once it ended)."""
-    hang = {"kind": verdict.kind, "verdict": verdict.summary, "ranks": sorted({c.rank for c in verdict.culprits}),
-            "files": files, "hang_after_s": hang_after_s, "notes": [*verdict.notes, *notes],
-            "detected": time.time()}
-    if scope:  # the process writes the manifest until it ends; ``remark_hung`` marks it then
-        hang["scope"] = scope
-    else:
-        ranks.mark_hung(run_dir, hang)
-    return hang
+def hang_record(verdict: HangVerdict, files: list[str], hang_after_s: float, notes: list[str]) -> dict:
+    """The manifest's ``hang`` object: the verdict, the ranks it names, the files in ``RUN/hang/``."""
+    return {"kind": verdict.kind, "verdict": verdict.summary, "ranks": sorted({c.rank for c in verdict.culprits}),
+            "files": files, "hang_after_s": hang_after_s, "notes": [*verdict.notes, *notes], "detected": time.time()}
 
 
 def remark_hung(run_dir: Path, hang: dict | None) -> None:
@@ -210,3 +211,48 @@ def remark_hung(run_dir: Path, hang: dict | None) -> None:
     manifest.update(status=rundir.STATUS_HUNG, hang=hang or {})
     manifest.setdefault("finished", now())
     atomic_write_json(run_dir / rundir.MANIFEST, manifest)
+
+
+class ProbedRanks:
+    """The hang watch's transport to the ranks of a job this process launched (a script's, the built-in PyTorch
+    workload's): each rank's probe counts its steps and answers with its stacks and flight recorder. A
+    TensorFlow script is one process (its probe in ``TASKS``, no flight recorder), judged on its stacks alone
+    (``analyze_process_hang``); the ranks of a PyTorch job keep the manifest (``ranks.mark_hung``).
+    ``world_size``: None where the ranks' records say."""
+
+    def __init__(self, run_dir: str | Path, world_size: int | None = None):
+        self.run_dir, self.world_size = Path(run_dir), world_size
+        self.folder = RANKS  # where the probes are: TASKS once a TensorFlow script's process opened its own
+
+    def _world(self) -> int:
+        return self.world_size or max([r.get("world_size") or 1 for r in ranks.read_records(self.run_dir)] or [1])
+
+    def progress(self) -> tuple[dict[int, int], bool]:
+        found, self.folder = read_progress(self.run_dir), RANKS
+        if not found and read_progress(self.run_dir, TASKS):  # a TensorFlow script's process (torch's ranks win:
+            found, self.folder = read_progress(self.run_dir, TASKS), TASKS  # a script may switch to torch)
+        return {rank: steps for rank, (steps, _) in found.items()}, len(found) >= self._world()
+
+    def live(self) -> dict[int, int]:
+        return live_ranks(self.run_dir, self.folder)
+
+    def sample(self, live: dict[int, int], scratch: Path) -> Sample:
+        return sample(self.run_dir, live, scratch, self.folder)
+
+    def who(self, number: int) -> str:
+        return f"rank {number}"
+
+    def judge(self, got: Sample) -> HangVerdict:
+        if self.folder == TASKS:  # a TensorFlow script: one process, judged on its stacks
+            return analyze_process_hang(got.stacks.get(0))
+        return analyze_hang(got.recorders, got.stacks, self._world())
+
+    def stacks_file(self, number: int) -> str:
+        return rank_stacks_file(number)
+
+    def keep(self, hang: dict) -> dict:
+        if self.folder == TASKS:  # the process writes the manifest until it ends; ``remark_hung`` marks it then
+            hang["scope"] = rundir.HANG_SCOPE_PROCESS
+        else:
+            ranks.mark_hung(self.run_dir, hang)
+        return hang

@@ -1,32 +1,33 @@
-"""``rnnprof trace``'s hang watch over a captured job's ranks (docs/commands/hang.md).
+"""``rnnprof trace``'s hang watch (docs/commands/hang.md): one watch for every job it can see, which reaches the
+job through a ``HangTransport`` (how the ranks or tasks are asked for their steps and their stacks):
 
-The ranks count their finished steps (``hang_probe``). When none has finished a step for the hang threshold
-(``--hang-after``, or by default ``max(DEFAULT_FLOOR_S, GAP_FACTOR x`` the longest wait between steps so far``)``,
-``FIRST_STEP_S`` before the first step), the watch samples every live rank's flight recorder and stacks, waits
-``confirm_s`` (the threshold, at most ``CONFIRM_MAX_S``) and samples again. A step finished, a collective
-finished or a main thread's stack changed in between: slow, not hung (said, and the clock starts again). Nothing moved:
-hung; the second sample and the verdict go to ``RUN/hang/`` and the run is marked ``hung``.
+* ``hang_collect.ProbedRanks``: the ranks of a script's job (torch's, or one TensorFlow process) and of the
+  built-in PyTorch workload, each running a probe (``hang_probe``) that counts its steps and answers with its
+  stacks and flight recorder;
+* ``cluster_hang.ChiefTransport``: a TensorFlow job this process drives, whose steps the chief counts: the tasks
+  of a cluster it started, its own devices, or the chief alone for tasks started elsewhere.
 
-A TensorFlow script is one process (its probe in ``TASKS``, no flight recorder): judged on its stacks alone
-(``analyze_process_hang``)."""
+The clock: when no step has finished for the hang threshold (``--hang-after``, or by default
+``max(DEFAULT_FLOOR_S, GAP_FACTOR x`` the longest wait between steps so far``)``, ``FIRST_STEP_S`` before the first
+step; it starts once every rank is up), the watch samples every live rank, waits ``confirm_s`` (the threshold, at
+most ``CONFIRM_MAX_S``) and samples again. A step finished, a collective finished or a main thread's stack changed
+in between: slow, not hung (said, and the clock starts again). Nothing moved: hung; the second sample and the
+verdict go to ``RUN/hang/`` and the run is marked ``hung``."""
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from rnnprof import rundir
 from rnnprof.errors import JobHung
-from rnnprof.analyzers.hang import (HangVerdict, analyze_hang, analyze_process_hang, own_frame, slow_verdict,
-                                    still_moving)
+from rnnprof.analyzers.hang import HangVerdict, own_frame, slow_verdict, still_moving
 from rnnprof.recording import hang_collect
-from rnnprof.recording.hang_probe import RANKS, TASKS, read_progress
-from rnnprof.recording.ranks import read_records
+from rnnprof.recording.hang_collect import Sample
+from rnnprof.recording.interrupt import SignalWakeup
 
 DEFAULT_FLOOR_S = 300.0  # the default threshold is never shorter than this
 GAP_FACTOR = 10  # ... nor than this many times the longest wait between two steps seen so far
@@ -38,6 +39,7 @@ CONFIRM_MAX_S = 10.0
 STOP_BOUND_S = 12.0
 POLL_S = 0.25
 HUNG_EXIT = JobHung.exit_code  # rnnprof trace's exit status when the job hung and was stopped
+INTERRUPT_GRACE_S = 4.0  # --on-hang wait: how long a stuck main thread has to act on Ctrl-C or SIGTERM itself
 
 
 @dataclass(frozen=True)
@@ -59,35 +61,66 @@ def threshold_s(hang_after: float | None, stepped: bool, longest_gap_s: float) -
     return max(DEFAULT_FLOOR_S, GAP_FACTOR * longest_gap_s)
 
 
-class HangWatch:
-    """Call ``poll()`` every ``POLL_S`` while the job runs; it returns the verdict once the job has hung."""
+class HangTransport(Protocol):
+    """How a ``HangWatch`` reaches a job: each rank (or task) by its number."""
 
-    def __init__(self, run_dir: str | Path, hang_after: float | None = None,
-                 on_note: Callable[[str], None] = lambda text: None, world_size: int | None = None):
-        self.run_dir = Path(run_dir)
-        self.world_size = world_size  # None: the ranks' records say
-        self.hang_after = hang_after
-        self.on_note = on_note
+    def progress(self) -> tuple[dict[int, int], bool]:
+        """The steps finished so far, by the number of whoever counts them, and whether every rank is up (the
+        clock starts then)."""
+
+    def live(self) -> dict[int, int]:
+        """number -> pid of each rank that can be asked now."""
+
+    def sample(self, live: dict[int, int], scratch: Path) -> Sample:
+        """What the ``live`` ranks answer now (their files written under ``scratch`` meanwhile)."""
+
+    def who(self, number: int) -> str:
+        """What the watch calls a rank in what it says: "rank 1", "task 1", "the chief"."""
+
+    def judge(self, got: Sample) -> HangVerdict:
+        """The verdict on a hung job's last sample."""
+
+    def stacks_file(self, number: int) -> str:
+        """The name a rank's stacks are saved under in ``RUN/hang/``."""
+
+    def keep(self, hang: dict) -> dict:
+        """The manifest's ``hang`` object completed with what only the transport knows (its scope, its tasks);
+        the run marked ``hung`` where the job's ranks keep its manifest."""
+
+
+class HangWatch:
+    """The hang watch over one job (see the module), reaching it through ``transport``.
+
+    Either call ``poll()`` every ``POLL_S`` while the job runs (it returns the verdict once the job has hung), or
+    watch from a thread (``with watch:``) while this process's main thread drives the job: once the job hung,
+    ``on_hung(verdict)`` runs with ``--on-hang stop`` (it stops the job). With ``--on-hang wait`` the verdict is
+    said and the job left running; given ``on_interrupt``, a Ctrl-C or SIGTERM that the main thread does not act
+    on within ``INTERRUPT_GRACE_S`` (it is stuck outside Python, inside TensorFlow) runs ``on_interrupt``."""
+
+    def __init__(self, run_dir: str | Path, transport: HangTransport, hang: HangOptions = HangOptions(),
+                 on_hung: Callable[[HangVerdict], None] = lambda verdict: None,
+                 on_interrupt: Callable[[], None] | None = None):
+        self.run_dir, self.transport, self.hang = Path(run_dir), transport, hang
+        self.on_hung, self.on_interrupt = on_hung, on_interrupt
+        self.verdict: HangVerdict | None = None
+        self.record: dict | None = None  # the manifest's ``hang`` object, once hung
         self._counts: dict[int, int] = {}
         self._last = time.monotonic()
         self._longest_gap = 0.0
         self._stepped = False
-        self.folder = RANKS  # where the probes are: TASKS once a TensorFlow script's process opened its own
-        self.record: dict | None = None  # the manifest's ``hang`` object, once hung
+        self._stop = threading.Event()  # set as the watching thread ends
+        self._thread = threading.Thread(target=self._run, name="rnnprof-hang-watch", daemon=True)
+        self._wakeup: SignalWakeup | None = None
 
     def threshold(self) -> float:
-        return threshold_s(self.hang_after, self._stepped, self._longest_gap)
+        return threshold_s(self.hang.after, self._stepped, self._longest_gap)
 
     def _moved(self) -> bool:
-        """Whether a rank finished a step since the last look (and the longest gap so far)."""
-        found, self.folder = read_progress(self.run_dir), RANKS
-        if not found and read_progress(self.run_dir, TASKS):  # a TensorFlow script's process (torch's ranks win:
-            found, self.folder = read_progress(self.run_dir, TASKS), TASKS  # a script may switch to torch)
-        counts = {rank: steps for rank, (steps, _) in found.items()}
-        world = self.world_size or max([r.get("world_size") or 1 for r in read_records(self.run_dir)] or [1])
-        if len(counts) < world and not self._stepped:
-            self._last = time.monotonic()  # the clock starts once every rank has opened its capture
-        moved = any(n > self._counts.get(rank, 0) for rank, n in counts.items())
+        """Whether a step finished since the last look (and the longest gap so far)."""
+        counts, ready = self.transport.progress()
+        if not ready and not self._stepped:
+            self._last = time.monotonic()  # the clock starts once every rank is up
+        moved = any(n > self._counts.get(number, 0) for number, n in counts.items())
         self._counts.update(counts)
         if moved:
             now = time.monotonic()
@@ -102,96 +135,90 @@ class HangWatch:
         quiet = time.monotonic() - self._last
         if quiet < self.threshold():
             return None
-        live = hang_collect.live_ranks(self.run_dir, self.folder)
+        live = self.transport.live()
         if not live:
             return None
         verdict = self._judge(live, quiet)
         if verdict is None:
             self._last = time.monotonic()
+            return None
+        self.verdict = verdict
+        if not self.hang.stop:
+            self.hang.on_note(f"hung: {verdict.summary}; --on-hang wait: the job keeps running")
         return verdict
 
     def _judge(self, live: dict[int, int], quiet: float) -> HangVerdict | None:
-        scratch = self.run_dir / rundir.HANG_DIR / ".sample"
-        first = hang_collect.sample(self.run_dir, live, scratch / "1", self.folder)
+        folder = self.run_dir / rundir.HANG_DIR
+        scratch = folder / ".sample"
+        first = self.transport.sample(live, scratch / "1")
         deadline = time.monotonic() + min(self.threshold(), CONFIRM_MAX_S)
         stepped = False
         while time.monotonic() < deadline and not stepped:
-            time.sleep(POLL_S)
+            if self._stop.wait(POLL_S):  # the job ended meanwhile
+                hang_collect.clear(folder)
+                return None
             stepped = self._moved()
-        second = hang_collect.sample(self.run_dir, live, scratch / "2", self.folder) if not stepped else None
-        if second is not None and (hang_collect.live_ranks(self.run_dir, self.folder) != live
-                                   or not _answered(second)):
-            hang_collect.clear(self.run_dir / rundir.HANG_DIR)
+        second = self.transport.sample(live, scratch / "2") if not stepped else None
+        if second is not None and (self.transport.live() != live or not (second.recorders or second.stacks)):
+            hang_collect.clear(folder)
             return None  # ranks are ending (or none could answer): not a hang to judge
-        why = "a step finished meanwhile" if stepped else _what_moved(first, second)
+        why = "a step finished meanwhile" if stepped else self._what_moved(first, second)
         if why:
-            hang_collect.clear(self.run_dir / rundir.HANG_DIR)
-            self.on_note(slow_verdict(quiet, why).summary)
+            hang_collect.clear(folder)
+            self.hang.on_note(slow_verdict(quiet, why).summary)
             return None
-        verdict = self._verdict(second)
-        files = hang_collect.save(self.run_dir, second, verdict.summary)
+        verdict = self.transport.judge(second)
+        files = hang_collect.save(self.run_dir, second, verdict.summary, self.transport.stacks_file)
         hang_collect.clear(scratch)
-        scope = rundir.HANG_SCOPE_PROCESS if self.folder == TASKS else None
-        self.record = hang_collect.record_hang(self.run_dir, verdict, files, self.threshold(), second.notes, scope)
+        self.record = self.transport.keep(hang_collect.hang_record(verdict, files, self.threshold(), second.notes))
         return verdict
 
-    def _verdict(self, second) -> HangVerdict:
-        if self.folder == TASKS:  # a TensorFlow script: one process, judged on its stacks
-            return analyze_process_hang(second.stacks.get(0))
-        world = self.world_size or max([r.get("world_size") or 1 for r in read_records(self.run_dir)] or [1])
-        return analyze_hang(second.recorders, second.stacks, world)
+    def _what_moved(self, first: Sample, second: Sample) -> str:
+        """What went on between two samples: collectives that finished, or a main thread whose stack changed (at
+        any depth); empty when nothing did."""
+        moved = still_moving(first.recorders, second.recorders)
+        if moved:
+            return f"collectives still finish ({', '.join(moved[:4])})"
+        for number in sorted(set(first.stacks) & set(second.stacks)):
+            a, b = first.stacks[number].main_thread, second.stacks[number].main_thread
+            if a and b and a.frames != b.frames:  # any frame, the library's too: a thread that runs is not hung
+                was, now = own_frame(a.frames), own_frame(b.frames)
+                return (f"{self.transport.who(number)}'s main thread runs ({was.where if was else '?'} -> "
+                        f"{now.where if now else '?'})")
+        return ""
 
-
-def _what_moved(first, second) -> str:
-    """What went on between two samples: collectives that finished, or a main thread whose stack changed (at
-    any depth); empty when nothing did."""
-    moved = still_moving(first.recorders, second.recorders)
-    if moved:
-        return f"collectives still finish ({', '.join(moved[:4])})"
-    for rank in sorted(set(first.stacks) & set(second.stacks)):
-        a, b = first.stacks[rank].main_thread, second.stacks[rank].main_thread
-        if a and b and a.frames != b.frames:  # any frame, the library's too: a thread that runs is not hung
-            was, now = own_frame(a.frames), own_frame(b.frames)
-            return f"rank {rank}'s main thread runs ({was.where if was else '?'} -> {now.where if now else '?'})"
-    return ""
-
-
-def _answered(got) -> bool:
-    return bool(got.recorders or got.stacks)
-
-
-class HangWatchThread:
-    """``HangWatch`` polled from a thread, for a job whose launch blocks this process's main thread (the built-in
-    workload's ranks): a hung job's live ranks are killed (``hang.stop``), which ends the launch with a failure
-    the caller turns into ``JobHung`` (``verdict`` is set); with ``--on-hang wait`` the verdict is only said."""
-
-    def __init__(self, run_dir: str | Path, hang: HangOptions, world_size: int):
-        self.hang = hang
-        self.watch = HangWatch(run_dir, hang.after, hang.on_note, world_size)
-        self.verdict: HangVerdict | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rnnprof-hang-watch", daemon=True)
-
-    def __enter__(self) -> "HangWatchThread":
+    def __enter__(self) -> "HangWatch":
+        if self.on_interrupt is not None and not self.hang.stop:
+            self._wakeup = SignalWakeup.install()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        if self._wakeup is not None:
+            self._wakeup.close()
 
     def _run(self) -> None:
-        while not self._stop.wait(POLL_S):
-            verdict = self.watch.poll()
-            if verdict is None:
-                continue
-            self.verdict = verdict
-            if not self.hang.stop:
-                self.hang.on_note(f"hung: {verdict.summary}; --on-hang wait: the job keeps running")
+        try:
+            while not self._stop.wait(POLL_S):
+                verdict = self.poll()
+                if verdict is None:
+                    continue
+                if self.hang.stop:
+                    self.on_hung(verdict)
+                else:
+                    self._await_interrupt()
                 return
-            for pid in hang_collect.live_ranks(self.watch.run_dir).values():
-                try:
-                    os.kill(pid, signal.SIGKILL)  # blocked in a collective, a rank cannot act on SIGTERM
-                except OSError:
-                    pass
-            return
+        except Exception as exc:  # the job runs on unwatched: said, not dropped
+            self.hang.on_note(f"the hang watch stopped ({type(exc).__name__}: {exc}); the job is not watched")
+
+    def _await_interrupt(self) -> None:
+        """A hung job left running: a Ctrl-C or SIGTERM reaches the main thread only once it runs Python again,
+        which one stuck inside TensorFlow never does. ``INTERRUPT_GRACE_S`` after one, unless the watch has
+        ended meanwhile, ``on_interrupt`` ends the process."""
+        while self._wakeup is not None and not self._stop.is_set():
+            if self._wakeup.interrupted(POLL_S):
+                if not self._stop.wait(INTERRUPT_GRACE_S):
+                    self.on_interrupt()
+                return

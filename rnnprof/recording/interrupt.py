@@ -4,12 +4,15 @@ A job scheduler or ``kill`` sends SIGTERM; Python's default is to die on the spo
 manifest saying ``running`` and a script under capture still running. Inside ``terminate_as_interrupt``
 SIGTERM raises ``Terminated``, a ``KeyboardInterrupt``, so every ``except KeyboardInterrupt`` that
 closes a capture handles both, and the code that must tell them apart (a Ctrl-C from a terminal
-reaches the whole process group; a SIGTERM only the process it was sent to) can.
+reaches the whole process group; a SIGTERM only the process it was sent to) can. ``SignalWakeup`` lets another
+thread see them while the main thread is stuck outside Python.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import signal
 import threading
 
@@ -93,3 +96,38 @@ def interrupts_deferred():
             signal.signal(signum, handler)
         if arrived:
             signal.raise_signal(arrived[0])  # the handler now runs, as if the signal came just now
+
+
+class SignalWakeup:
+    """The signals this process's Python handlers take (Ctrl-C, SIGTERM), seen from another thread: written to a
+    pipe by the C handler (``signal.set_wakeup_fd``) even while the main thread never runs Python."""
+
+    def __init__(self, read_fd: int, write_fd: int, old: int):
+        self._read, self._write, self._old = read_fd, write_fd, old
+
+    @classmethod
+    def install(cls) -> "SignalWakeup | None":
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        os.set_blocking(write_fd, False)
+        try:
+            old = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: interrupts stay the main thread's alone
+            os.close(read_fd)
+            os.close(write_fd)
+            return None
+        return cls(read_fd, write_fd, old)
+
+    def interrupted(self, timeout_s: float) -> bool:
+        """Whether SIGINT or SIGTERM came (since the last look), waiting up to ``timeout_s``."""
+        ready, _, _ = select.select([self._read], [], [], timeout_s)
+        try:
+            got = os.read(self._read, 512) if ready else b""
+        except OSError:
+            return False
+        return int(signal.SIGINT) in got or int(signal.SIGTERM) in got
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._old)
+        os.close(self._read)
+        os.close(self._write)

@@ -32,7 +32,7 @@ from rnnprof.recording.interrupt import ignore_interrupts, interrupt_once
 from rnnprof.events import Manifest
 from rnnprof.rundir.manifest import new_manifest, read_manifest, read_manifest_json
 from rnnprof.recording.launch import launch_command
-from rnnprof.recording.hang_collect import remark_hung
+from rnnprof.recording.hang_collect import ProbedRanks, remark_hung
 from rnnprof.recording.hang_probe import FR_BUFFER, FR_BUFFER_ENV, TASKS, remove_probe_files, tensorflow_probe
 from rnnprof.recording.hang_watch import HUNG_EXIT, POLL_S, HangOptions, HangWatch
 from rnnprof.rundir.writer import RunWriter, atomic_write_json, check_out_dir, prepare_out_dir
@@ -75,7 +75,7 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
     else:
         open_run()
         child = subprocess.Popen(launch.argv, env=env, preexec_fn=_end_with_parent())
-    interrupted, hung, watch = False, False, HangWatch(out, hang.after, hang.on_note)
+    interrupted, hung, watch = False, False, HangWatch(out, ProbedRanks(out), hang)
     with ranks.ExitWatch(out) as exits:  # which rank ended first, when one fails
         try:
             code, hung = _wait(child, out, hang, watch)
@@ -127,7 +127,8 @@ def _start_torchrun(argv: list[str], env: dict, open_run) -> subprocess.Popen:
 
 def _wait(child: subprocess.Popen, out: Path, hang: HangOptions, watch: HangWatch) -> tuple[int, bool]:
     """Wait for the job, watching it for a hang (``watch``): (its exit code, whether it hung and was stopped).
-    With ``hang.stop`` a hung job is stopped at once; otherwise the verdict is said and the job waited for."""
+    With ``hang.stop`` a hung job is stopped at once; otherwise (the watch said the verdict) the job is waited
+    for."""
     waiting = False
     while True:
         try:
@@ -139,9 +140,7 @@ def _wait(child: subprocess.Popen, out: Path, hang: HangOptions, watch: HangWatc
         verdict = watch.poll()
         if verdict is not None and hang.stop:
             return _stop_hung(child, out), True
-        if verdict is not None:
-            hang.on_note(f"hung: {verdict.summary}; --on-hang wait: the job keeps running")
-            waiting = True
+        waiting = verdict is not None
 
 
 def _stop_hung(child: subprocess.Popen, out: Path) -> int:

@@ -10,14 +10,16 @@ its status says how the run ended, as for TensorFlow runs.
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 from pathlib import Path
 from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import summarize
 from rnnprof.errors import InterruptedRun, JobHung, RankFailed
-from rnnprof.recording.hang_collect import remark_hung
+from rnnprof.recording.hang_collect import ProbedRanks, remark_hung
 from rnnprof.recording.hang_probe import FR_BUFFER, FR_BUFFER_ENV, RankProbe, remove_probe_files
-from rnnprof.recording.hang_watch import HangOptions, HangWatchThread
+from rnnprof.recording.hang_watch import HangOptions, HangWatch
 from rnnprof.workload import TorchOptions
 from rnnprof.recording.workload import WorkloadCapture
 from rnnprof.training.measure import StepResult
@@ -51,7 +53,8 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
     writer.update(framework="torch", world_size=config.devices, backend=None, ranks=[])
     window = CaptureWindow(str(writer.path), trace_steps, TorchCapture, probe=RankProbe,
                            environment=((FR_BUFFER_ENV, FR_BUFFER),))
-    watch = HangWatchThread(writer.path, hang, config.devices)
+    ranks = ProbedRanks(writer.path, config.devices)
+    watch = HangWatch(writer.path, ranks, hang, on_hung=lambda verdict: _kill(ranks.live()))
     try:
         with writer.recording(), watch:
             results = run_ranks(options, worker=worker or torch_ddp.rank_main, capture=window)
@@ -59,12 +62,22 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
     except (RankFailed, InterruptedRun):
         if watch.verdict is None or not hang.stop:
             raise
-        remark_hung(writer.path, watch.watch.record)  # the writer closed the run as failed: it hung
+        remark_hung(writer.path, watch.record)  # the writer closed the run as failed: it hung
         raise JobHung(f"hung: {watch.verdict.summary}; stopped; run directory: {writer.path}") from None
     finally:
         remove_probe_files(writer.path)
     return WorkloadCapture(path=writer.path, device_kind=writer.device_kind,
                            timed=timed, captured=writer.captured)
+
+
+def _kill(ranks: dict[int, int]) -> None:
+    """A hung job's live ranks (rank -> pid) killed: the launch ends with a failure the caller turns into
+    ``JobHung``. Blocked in a collective, a rank cannot act on SIGTERM."""
+    for pid in ranks.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _rank_entry(result: dict) -> dict:

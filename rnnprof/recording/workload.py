@@ -15,10 +15,10 @@ from typing import Callable, Sequence
 
 from rnnprof.analyzers.throughput import TimingSummary
 from rnnprof.errors import InterruptedRun, JobHung
-from rnnprof.recording.cluster_hang import ClusterHangWatch
+from rnnprof.recording.cluster_hang import ChiefTransport
 from rnnprof.recording.hang_collect import remark_hung
 from rnnprof.recording.hang_probe import TASKS, remove_probe_files
-from rnnprof.recording.hang_watch import HangOptions
+from rnnprof.recording.hang_watch import HangOptions, HangWatch
 from rnnprof import names, rundir
 from rnnprof.workload import WorkloadConfig
 from rnnprof.models import get_workload
@@ -49,8 +49,8 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
 
     A ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM under ``interrupt.terminate_as_interrupt``) keeps what
     was captured, marks the run interrupted and raises ``InterruptedRun``; any other failure is recorded
-    in the manifest's ``error`` and raised. ``hang``: watch the job for a hang (``cluster_hang``: the cluster
-    it starts with ``--workers``, or its own devices); a hung job is marked ``hung`` and the process ends with
+    in the manifest's ``error`` and raised. ``hang``: watch the job for a hang (through ``cluster_hang``: the
+    cluster it starts with ``--workers``, or its own devices); a hung job is marked ``hung`` and the process ends with
     ``JobHung``'s exit status (with ``--on-hang wait`` it runs on, and the run stays marked ``hung``).
     """
 
@@ -78,13 +78,13 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
 
 
 def _capture(writer: RunWriter, config: WorkloadConfig, workload, trace_steps: int, on_warning,
-             watch: ClusterHangWatch | None, started: list, task_died) -> WorkloadCapture:
+             watch: HangWatch | None, started: list, task_died) -> WorkloadCapture:
     with writer.recording(), contextlib.ExitStack() as stack:
         spec, tasks = stack.enter_context(running_cluster(config, on_hung=task_died, on_started=started.append,
                                                           probe_dir=writer.path if watch else None))
-        count = stack.enter_context(watch).ticking if watch is not None else lambda step: step
+        count = stack.enter_context(watch).transport.ticking if watch is not None else lambda step: step
         if watch is not None and config.cluster_spec is not None:
-            watch.remote = [f"{job}:{index}" for job, index, _ in spec.tasks()]
+            watch.transport.remote = [f"{job}:{index}" for job, index, _ in spec.tasks()]
         stack.callback(remove_probe_files, writer.path, TASKS)
         run = stack.enter_context(DataParallelRun(config, workload=workload, cluster=spec))
         for warning in run.warnings:
@@ -100,7 +100,7 @@ def _capture(writer: RunWriter, config: WorkloadConfig, workload, trace_steps: i
 
 
 def _hang_watch(writer: RunWriter, config: WorkloadConfig, hang: HangOptions | None, started: list,
-                task_died: Callable) -> ClusterHangWatch | None:
+                task_died: Callable) -> HangWatch | None:
     """The hang watch of a job this process drives, or None (no ``hang``): a cluster it starts (``--workers``; its
     tasks are numbered as ``ClusterSpec.tasks()`` lists them: workers, then ps tasks), its own devices (no task),
     or tasks started elsewhere (``--cluster-spec``: named once the spec is read, never asked nor stopped). A hung
@@ -128,7 +128,7 @@ def _hang_watch(writer: RunWriter, config: WorkloadConfig, hang: HangOptions | N
         remove_probe_files(writer.path, TASKS)
         exit_with(InterruptedRun(f"interrupted; the job hung; what was captured is in {writer.path}"))
 
-    watch = ClusterHangWatch(writer.path, hang, names, give_up, interrupted)
+    watch = HangWatch(writer.path, ChiefTransport(writer.path, names), hang, give_up, interrupted)
     return watch
 
 
