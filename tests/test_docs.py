@@ -89,9 +89,11 @@ def test_every_command_page_says_how_to_read_its_output_and_how_right_it_is(comm
     at = [text.find(f"\n{heading}\n") for heading in SECTIONS]
     assert all(i >= 0 for i in at) and at == sorted(at), dict(zip(SECTIONS, at))
     right = text[at[-1]:].split("\n## ", 2)[1]
-    rows = [line for line in right.splitlines() if line.startswith("| ") and not line.startswith("| check")]
-    assert rows, "no table under How right it is"
-    for row in rows[1:] if set(rows[0]) <= set("|- ") else rows:
+    table = right.split("\n\n")[1].splitlines()  # the first paragraph after the heading
+    assert table[0].startswith("| check |") and set(table[1]) <= set("|-"), table[:2]
+    rows = table[2:]
+    assert rows and all(row.startswith("| ") for row in rows), "no table under How right it is"
+    for row in rows:
         assert "tests/" in row or "benchmarks" in row, f"{command}: a row that names no test or benchmark: {row}"
 
 
