@@ -97,6 +97,24 @@ def test_every_command_page_says_how_to_read_its_output_and_how_right_it_is(comm
         assert "tests/" in row or "benchmarks" in row, f"{command}: a row that names no test or benchmark: {row}"
 
 
+def _options(command: str) -> set[str]:
+    """The option strings the command's own parser takes, as ``rnnprof.cli`` builds it."""
+    (choices,) = [a.choices for a in build_parser(command)._subparsers._group_actions]
+    return {option for action in choices[command]._actions for option in action.option_strings}
+
+
+@pytest.mark.parametrize("command", PAGES)
+def test_every_flag_a_pages_command_lines_give_is_the_commands(command):
+    """A page's `rnnprof COMMAND ...` lines (its usage, its examples) give only flags the command's parser takes;
+    what follows ` -- ` is the user's own command."""
+    text = (DOCS / "commands" / f"{command}.md").read_text()
+    lines = [line.strip().removeprefix("$ ") for block in text.split("```")[1::2]
+             for line in block.replace("\\\n", " ").splitlines()]
+    given = {flag for line in lines if line.startswith(f"rnnprof {command} ")
+             for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", line.split(" -- ")[0])}
+    assert given and given <= _options(command), given - _options(command)
+
+
 DIARY = re.compile(r"\b(second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth) "
                    r"(run|round)\b|load average", re.I)
 
