@@ -27,7 +27,7 @@ from _tile import DEFAULT_FIXTURE, count_events
 HTA_MAX_EVENTS = 2_000_000  # HTA needs ~1.2 GB per million events: not run above this unless asked
 
 RNNPROF_CHILD = """
-import json, resource, sys, time
+import dataclasses, json, resource, sys, time
 t0 = time.perf_counter()
 from rnnprof.traces import load_events
 from rnnprof.analyzers.opcount import count_kernels
@@ -38,7 +38,7 @@ counts = count_kernels(table)
 t3 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "count_s": t3 - t2, "events": len(table),
                   "gpu_kernels": counts.gpu_kernels, "cpu_kernels": counts.cpu_kernels,
-                  "cuts": table.metadata.get("json_cuts"),
+                  "cuts": dataclasses.asdict(table.metadata.json_cuts),
                   "maxrss_mb": peak_rss_mb()}))
 """
 

@@ -31,7 +31,7 @@ def readme_examples() -> list[list[str]]:
         argv = line.split()
         if argv[:1] != ["rnnprof"]:
             continue
-        paths = [a for a in argv[2:] if not a.startswith("-")]
+        paths = [a for a in argv[2:] if "/" in a or a.endswith((".gz", ".json"))]  # not a flag's value ("0.5")
         if paths and all(p.startswith("tests/data/") for p in paths) and "-o" not in argv:
             examples.append(argv[1:])
     return examples

@@ -132,10 +132,14 @@ def wait_gone(pids, timeout=15):
 
 # -- torchrun, two gloo DDP ranks ------------------------------------------------------------------
 
+# README's example script, captured as README's example captures it (a run of its own here, of 5 steps).
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train.py"
+
+
 @pytest.fixture(scope="module")
 def torchrun_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("torchrun")
-    done, run = trace(tmp, TORCHRUN, "--nproc-per-node", "2", "SCRIPT", "--steps", "5")
+    done, run = trace(tmp, TORCHRUN, "--nproc-per-node", "2", str(EXAMPLE), "--steps", "5")
     assert done.returncode == 0, done.stderr[-3000:]
     return run
 
