@@ -42,9 +42,9 @@ def imported() -> dict[str, set[str]]:
 
 def test_the_table_parses_into_parts_and_their_imports():
     rules = documented()
-    assert rules["analyzers"] == {"events", "names"}
-    assert rules["models"] == {"errors", "limits", "workload"}
-    assert rules["files"] == rules["limits"] == rules["workload"] == {"errors"}
+    assert rules["analyzers"] == {"events"}
+    assert rules["models"] == {"errors", "limits"}
+    assert rules["files"] == rules["limits"] == rules["frameworks"] == {"errors"}
     assert rules["rnnprof"] == {"version", "recording"}
 
 

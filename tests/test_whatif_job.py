@@ -17,7 +17,7 @@ from rnnprof.analyzers.replay.job import ScannedNames, scanned_names
 from rnnprof.cli import main
 from rnnprof.traces import load_events
 from rnnprof.traces.rank_folder import job_of
-from rnnprof.whatif_job import job_whatif
+from rnnprof.job.whatif import job_whatif
 
 GLOO = ("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz")
 SAMPLED = ("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz")

@@ -25,7 +25,7 @@ from rnnprof.reports.whatif import render_table, to_document
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces import load_events
 from rnnprof.traces.rank_folder import job_notes
-from rnnprof.whatif_job import job_whatif
+from rnnprof.job.whatif import job_whatif
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

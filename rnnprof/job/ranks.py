@@ -31,7 +31,7 @@ from rnnprof.analyzers.steps import StepSelection, StepSelectionError, select_st
 from rnnprof.errors import UsageError
 from rnnprof.events import Alignment, Device, EventTable, TableMetadata, merge_metadata
 from rnnprof.files import atomic_write_bytes
-from rnnprof.parallel import Workers, map_items
+from rnnprof.job.workers import Workers, map_items
 from rnnprof.traces.rank_folder import RankFile, RankFolder, load_rank, loaded_notes
 
 PART_TABLES = "tables.json"  # a rank part's strings, devices and array headers

@@ -1,6 +1,6 @@
 """A whole job's what-if, rank by rank (``analyzers.replay.job``): each rank is read once, in a worker, into its
 critical-path part and the events the changes look inside, saved in a scratch folder; each step's replay graph
-is then built and replayed in a worker from the parts' rows in its window. Wiring only, as ``whole_job``.
+is then built and replayed in a worker from the parts' rows in its window. Wiring only, as ``job.ranks``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from rnnprof.analyzers.replay.job import (JobNames, ScannedNames, job_step_laten
                                          replay_plan, window_rows)
 from rnnprof.analyzers.replay.result import Change, WhatIfReport
 from rnnprof.events import TableMetadata, merge_metadata
-from rnnprof.parallel import Workers
+from rnnprof.job.workers import Workers
 from rnnprof.traces.rank_folder import RankFolder, loaded_notes
-from rnnprof.whole_job import (OnDone, RankResult, RankTask, local_jobs, open_part, open_table_rows, save_part,
+from rnnprof.job.ranks import (OnDone, RankResult, RankTask, local_jobs, open_part, open_table_rows, save_part,
                                save_table)
 
 NAMED = "named"  # the folder of a rank's named events
@@ -63,7 +63,7 @@ def replay_part_of_rank(task: ReplayPartTask) -> RankResult:
 
 
 def _results(folder: RankFolder, outcomes: list[RankResult]) -> tuple[list, list[str], TableMetadata]:
-    """The ranks' results, the folder's notes, and what the ranks' loaders left out (``whole_job``'s reduce)."""
+    """The ranks' results, the folder's notes, and what the ranks' loaders left out (``job.ranks``'s reduce)."""
     notes = [*folder.notes, *loaded_notes(folder, [o.distributed for o in outcomes], [o.worker for o in outcomes])]
     return [o.result for o in outcomes], notes, merge_metadata([o.left_out or TableMetadata() for o in outcomes])
 

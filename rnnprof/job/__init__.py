@@ -1,0 +1,1 @@
+"""A whole job's rank files analysed rank by rank, in worker processes or on a Dask cluster."""
