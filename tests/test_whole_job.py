@@ -27,7 +27,7 @@ from rnnprof.events import Alignment
 from rnnprof.job.workers import map_items
 from rnnprof.traces import kineto, merge_tables
 from rnnprof.reports.comm import to_document
-from rnnprof.job.ranks import combine_comm
+from rnnprof.job.comm import combine_comm
 
 SAMPLED = [FIXTURES / "kineto-sampled-rank0.json.gz", FIXTURES / "kineto-sampled-rank1.json.gz"]
 GLOO = [FIXTURES / "torch-gloo-rank0.json.gz", FIXTURES / "torch-gloo-rank1.json.gz"]
@@ -343,7 +343,7 @@ def test_a_small_job_is_read_in_this_process_unless_jobs_are_asked_for(tmp_path,
     --jobs 2 (or a job of more bytes than SMALL_JOB_BYTES) in worker processes, with the same document."""
     import multiprocessing
 
-    from rnnprof.job import ranks as whole_job
+    from rnnprof.job import ranks
 
     folder = _folder(tmp_path, SAMPLED)
     started = []
@@ -362,7 +362,7 @@ def test_a_small_job_is_read_in_this_process_unless_jobs_are_asked_for(tmp_path,
     assert code == 0, err
     assert started == [2]
     assert _without_sources(json.loads(here)) == _without_sources(json.loads(workers))
-    monkeypatch.setattr(whole_job, "SMALL_JOB_BYTES", sum(f.stat().st_size for f in SAMPLED))
+    monkeypatch.setattr(ranks, "SMALL_JOB_BYTES", sum(f.stat().st_size for f in SAMPLED))
     monkeypatch.setattr("rnnprof.job.workers.default_jobs", lambda: 2)  # the cores, on any machine
     code, _, err = run_cli(capsys, *command, folder, "--json")
     assert code == 0, err

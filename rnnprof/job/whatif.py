@@ -1,114 +1,64 @@
-"""A whole job's what-if, rank by rank (``analyzers.replay.job``): each rank is read once, in a worker, into its
-critical-path part and the events the changes look inside, saved in a scratch folder; each step's replay graph
-is then built and replayed in a worker from the parts' rows in its window. Wiring only, as ``job.ranks``.
-"""
+"""``whatif`` of a whole job, in the rounds of its critical path (``analyzers.replay.job``): each rank read once
+into its critical-path part and the events the changes look inside, kept in the scratch folder (map); the changes
+checked against the job's strings and devices; where a change is about the latest rank, each step's lateness per
+rank (map); each step's replay graph built and replayed from the parts' rows in its window (map); the replays
+into one report (reduce), as ``whatif`` of the ranks merged gives it."""
 
 from __future__ import annotations
 
-import tempfile
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
-from rnnprof import limits
 from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.critical_path import Dependencies
-from rnnprof.analyzers.critical_path.job import JobPlan, rank_part
+from rnnprof.analyzers.critical_path.job import rank_part, steps_chosen
 from rnnprof.analyzers.replay.analysis import check_changes, latest_rank, needs_latest_rank, whatif_report
-from rnnprof.analyzers.replay.job import (JobNames, ScannedNames, job_step_lateness, job_step_replay, named_events,
-                                         replay_plan, window_rows)
-from rnnprof.analyzers.replay.result import Change, WhatIfReport
-from rnnprof.events import TableMetadata, merge_metadata
-from rnnprof.job.workers import Workers
-from rnnprof.traces.rank_folder import RankFolder, loaded_notes
-from rnnprof.job.ranks import (OnDone, RankResult, RankTask, local_jobs, open_part, open_table_rows, save_part,
-                               save_table)
+from rnnprof.analyzers.replay.fixes import RequestedChanges
+from rnnprof.analyzers.replay.job import (JobNames, job_step_lateness, job_step_replay, named_events, replay_plan,
+                                         window_events)
+from rnnprof.events import EventTable
+from rnnprof.job.ranks import JobResult, JobRun
+from rnnprof.traces.rank_folder import RankFolder
 
-NAMED = "named"  # the folder of a rank's named events
+PATH, NAMED = "path", "named"  # the parts of a rank kept: its critical-path part, its named events
 
 
-@dataclass(frozen=True)
-class ReplayPartTask:
-    """One rank for the replay: its part and the events named by ``names`` saved under ``scratch``."""
-
-    rank: RankTask
-    scratch: str
-    names: ScannedNames  # replay.job.scanned_names
-
-
-@dataclass(frozen=True)
-class ReplayStepTask:
-    """One step's replay over the ranks' parts saved in ``scratch`` (one folder per rank, in rank order)."""
-
-    scratch: tuple[str, ...]
-    plan: JobPlan
-    step: int
-    dependencies: Dependencies
-    changes: tuple[Change, ...] | None  # None: the step's lateness per rank only
-    rank: str = ""
+def replay_part_of_rank(table: EventTable, options):
+    """The rank's parts to keep, and its ``RankSummary``, strings and devices (``options``: the comm patterns and
+    the ``ScannedNames``)."""
+    comm_patterns, names = options
+    part, summary = rank_part(table, classify(table, comm_patterns))
+    return {PATH: part, NAMED: named_events(table, names)}, (summary, table.strings, table.devices)
 
 
-def replay_part_of_rank(task: ReplayPartTask) -> RankResult:
-    """The rank's ``RankSummary``, strings and devices; its part and named events saved under ``task.scratch``."""
-    table = task.rank.load()
-    part, summary = rank_part(table, classify(table, task.rank.comm_patterns))
-    folder = Path(task.scratch)
-    save_part(part, folder)
-    save_table(named_events(table, task.names), folder / NAMED)
-    return RankResult((summary, table.strings, table.devices),
-                      table.metadata.distributed[0] if table.metadata.distributed else None,
-                      ",".join(sorted({d.worker for d in table.devices})),
-                      TableMetadata(left_out=dict(table.metadata.left_out),
-                                    left_out_examples=table.metadata.left_out_examples))
+def replay_of_step(parts: Sequence[dict], context, step: int):
+    """The step's ``(StepReplay, counts)`` (None: no event in its window), or with no changes its lateness per
+    rank (``context``: the plan, the dependencies, the changes and the latest rank)."""
+    plan, dependencies, changes, rank = context
+    named = [window_events(p[NAMED], plan.windows[step], step) for p in parts]
+    paths = [p[PATH] for p in parts]
+    if changes is None:
+        return job_step_lateness(paths, named, plan, step, dependencies)
+    return job_step_replay(paths, named, plan, step, changes, rank, dependencies)
 
 
-def _results(folder: RankFolder, outcomes: list[RankResult]) -> tuple[list, list[str], TableMetadata]:
-    """The ranks' results, the folder's notes, and what the ranks' loaders left out (``job.ranks``'s reduce)."""
-    notes = [*folder.notes, *loaded_notes(folder, [o.distributed for o in outcomes], [o.worker for o in outcomes])]
-    return [o.result for o in outcomes], notes, merge_metadata([o.left_out or TableMetadata() for o in outcomes])
-
-
-def replay_of_step(task: ReplayStepTask):
-    """The step's ``(StepReplay, counts)`` (None: no event in its window), or its lateness per rank. Of each
-    rank's named events only those in the step's window are read (with every host operator kept for an even-work
-    change, the whole of them would be every rank's operators in each step's worker)."""
-    parts = [open_part(Path(d)) for d in task.scratch]
-    window = task.plan.windows[task.step]
-    named = [open_table_rows(Path(d) / NAMED, lambda columns: window_rows(columns, window, task.step))
-             for d in task.scratch]
-    if task.changes is None:
-        return job_step_lateness(parts, named, task.plan, task.step, task.dependencies)
-    return job_step_replay(parts, named, task.plan, task.step, task.changes, task.rank, task.dependencies)
-
-
-def job_whatif(folder: RankFolder, changes_of: Callable[[JobNames], list[Change]], names: ScannedNames,
-               comm_patterns: Sequence[str] = (), jobs: int | None = None, scheduler: str | None = None,
-               on_done: OnDone | None = None, dependencies: Dependencies = Dependencies(),
-               choose: Callable | None = None) -> tuple[WhatIfReport, list[str], object]:
+def job_whatif(folder: RankFolder, requested: RequestedChanges, comm_patterns: Sequence[str] = (),
+               dependencies: Dependencies = Dependencies(), choose: Callable | None = None, **run) -> JobResult:
     """``(WhatIfReport, notes, left_out)`` of every rank in ``folder``, the report ``whatif`` of them merged
-    gives. ``changes_of(job)``: the changes, checked against the job's strings and devices; ``names``: the
-    operators they may scale (``replay.job.scanned_names``); ``choose(steps)``: the steps to replay."""
-    with tempfile.TemporaryDirectory(prefix="rnnprof-whatif-") as scratch:
-        dirs = tuple(str(Path(scratch) / f"rank{k}") for k in range(len(folder.files)))
-        tasks = [ReplayPartTask(RankTask(f, tuple(comm_patterns), limits.max_input_bytes()), d, names)
-                 for f, d in zip(folder.files, dirs)]
-        with Workers(local_jobs(folder, jobs, scheduler), scheduler, len(tasks)) as workers:
-            outcomes = workers.map(replay_part_of_rank, tasks, on_done)
-            results, notes, left_out = _results(folder, outcomes)
-            summaries = [summary for summary, _, _ in results]
-            job = JobNames(tuple(dict.fromkeys(s for _, strings, _ in results for s in strings)),
-                           tuple(dict.fromkeys(d for _, _, devices in results for d in devices)))
-            changes = tuple(changes_of(job))
-            check_changes(job, changes)
-            known = sorted({s for summary in summaries for s in summary.steps})
-            plan = replay_plan(summaries, choose(known) if choose is not None else None, dependencies)
-            rank = ""
-            if needs_latest_rank(changes):
-                ranks = sorted({d.worker for d in job.devices} - {""})
-                rank = latest_rank(workers.map(replay_of_step, [ReplayStepTask(dirs, plan, s, dependencies, None)
-                                                                for s in plan.steps])) \
-                    if len(ranks) > 1 else "".join(ranks[:1])
-            replays = workers.map(replay_of_step, [ReplayStepTask(dirs, plan, s, dependencies, changes, rank)
-                                                   for s in plan.steps])
+    gives. ``requested``: the changes, the fixes' made and checked against the job's strings and devices once
+    its ranks are read; ``choose(steps)``: the steps to replay; ``run``: ``JobRun``'s."""
+    with JobRun(folder, **run) as job:
+        results = job.ranks(replay_part_of_rank, (tuple(comm_patterns), requested.scanned()), keep=True)
+        summaries = [summary for summary, _, _ in results]
+        found = JobNames(tuple(dict.fromkeys(s for _, strings, _ in results for s in strings)),
+                         tuple(dict.fromkeys(d for _, _, devices in results for d in devices)))
+        changes = tuple(requested.on(found))
+        check_changes(found, changes)
+        plan = replay_plan(summaries, steps_chosen(summaries, choose), dependencies)
+        rank = ""
+        if needs_latest_rank(changes):
+            ranks = sorted({d.worker for d in found.devices} - {""})
+            rank = latest_rank(job.steps(replay_of_step, (plan, dependencies, None, ""), plan.steps)) \
+                if len(ranks) > 1 else "".join(ranks[:1])
+        replays = job.steps(replay_of_step, (plan, dependencies, changes, rank), plan.steps)
     report = whatif_report(changes, [r for r in replays if r is not None], rank, tuple(dependencies.lacks))
-    return report, notes, left_out
+    return JobResult(report, job.notes, job.left_out)
