@@ -89,7 +89,7 @@ def descendants(root: int | None = None) -> list[Proc]:
     return found
 
 
-# multiprocessing's resource tracker, started by a spawn pool (rnnprof.parallel) in this process: it serves
+# multiprocessing's resource tracker, started by a spawn pool (rnnprof.job.workers) in this process: it serves
 # the process that started it and ends with it, so it is not left running by a test.
 RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"
 

@@ -345,13 +345,13 @@ def test_scale_sweeps_workers_for_each_mode_on_separate_processes(capsys):
 # -- tasks started by hand, as on several hosts --------------------------------------------------------
 
 def test_a_cluster_spec_runs_on_tasks_started_with_rnnprof_worker(tmp_path, capsys):
-    from rnnprof import process_group
+    from rnnprof.training import child_processes
     from rnnprof.training.cluster import free_ports
 
     spec = tmp_path / "cluster.json"
     spec.write_text(json.dumps({"worker": [f"localhost:{port}" for port in free_ports(2)]}))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    workers = [process_group.start([sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec),
+    workers = [child_processes.start([sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec),
                                     "--job", "worker", "--task", str(k)], env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL) for k in range(2)]
     try:
@@ -363,7 +363,7 @@ def test_a_cluster_spec_runs_on_tasks_started_with_rnnprof_worker(tmp_path, caps
         assert all(w.poll() is None for w in workers)  # rnnprof leaves tasks it did not start alone
     finally:
         for w in workers:
-            process_group.stop(w)
+            child_processes.stop(w)
 
 
 def test_the_critical_path_crosses_tasks_through_their_transfers(ps_run, capsys):

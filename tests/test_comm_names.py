@@ -20,7 +20,7 @@ import pytest
 from rnnprof.analyzers.classify import EventClass, classify
 from rnnprof.cli import main
 from rnnprof.events import Device, EventTableBuilder, Kind
-from rnnprof.names import COLLECTIVE_TYPES, collective_type
+from rnnprof.events.names import COLLECTIVE_TYPES, collective_type
 
 from fixtures import FILES, FIXTURES, GLOO_PAIRS
 

@@ -1,6 +1,6 @@
-"""A whole job's critical path computed rank by rank (``whole_job.job_critical_path``: each rank read in a worker,
-each step's path from the ranks' rows in its window) against ``analyze_critical_path`` of the ranks merged into
-one table, on the real rank pairs in tests/data; and ``reports.json_text`` against ``json.dumps``."""
+"""A whole job's critical path computed rank by rank (``job.critical_path.job_critical_path``: each rank read in a
+worker, each step's path from the ranks' rows in its window) against ``analyze_critical_path`` of the ranks merged
+into one table, on the real rank pairs in tests/data; and ``reports.json_text`` against ``json.dumps``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from rnnprof.reports.critical_path import to_document
 from rnnprof.reports.json_text import Lazy, dumps, pieces
 from rnnprof.traces import load_events
 from rnnprof.traces.rank_folder import job_of
-from rnnprof.whole_job import job_critical_path
+from rnnprof.job.critical_path import job_critical_path
 
 GLOO = ("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz")
 SAMPLED = ("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz")

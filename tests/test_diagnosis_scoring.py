@@ -178,7 +178,7 @@ def test_every_case_names_real_inputs_and_the_audits_own_rule_ids():
         assert {spec.split()[0] for spec in (*fault.rules, *fault.related)} <= ids, fault.name
     for script, _, _ in diagnosis.DDP.values():
         assert (diagnosis.JOBS / script).is_file()
-    from rnnprof.workload import PLANTS
+    from rnnprof.models.config import PLANTS
 
     assert set(diagnosis.TF_PLANTS) == set(PLANTS)
 

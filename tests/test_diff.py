@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from rnnprof.names import normalize_name
+from rnnprof.events.names import normalize_name
 from rnnprof.cli import main
 from test_count_ops import _run_with_graphs, run_json as count_ops_json
 from test_graphs import user_graph

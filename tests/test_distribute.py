@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rnnprof.cli import main
-from rnnprof.workload import WorkloadConfig, model_defaults
+from rnnprof.models.config import WorkloadConfig, model_defaults
 
 
 def resnet(**changes) -> WorkloadConfig:

@@ -256,14 +256,14 @@ def test_a_cluster_of_tasks_started_elsewhere_is_judged_on_its_chief_and_its_tas
     """--cluster-spec: two `rnnprof worker` tasks this test starts, worker 1 blocked before it serves (the plant
     of tests/test_hang_jobs.py's cluster); the chief waits for it in its first Session.run."""
     from processes import alive
-    from rnnprof import process_group
+    from rnnprof.training import child_processes
     from rnnprof.training.cluster import free_ports
 
     spec, out, mark = tmp_path / "cluster.json", tmp_path / "run", tmp_path / "planted"
     spec.write_text(json.dumps({"worker": [f"localhost:{port}" for port in free_ports(2)]}))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLANT_DIR), str(ROOT)]), RNNPROF_PLANT_TASK="worker:1",
                RNNPROF_PLANT_MARK=str(mark))
-    workers = [process_group.start([sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec), "--job",
+    workers = [child_processes.start([sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec), "--job",
                                     "worker", "--task", str(k)], env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL) for k in range(2)]
     try:
@@ -274,7 +274,7 @@ def test_a_cluster_of_tasks_started_elsewhere_is_judged_on_its_chief_and_its_tas
         assert all(w.poll() is None for w in workers)  # rnnprof leaves the tasks it did not start alone
     finally:
         for w in workers:
-            process_group.stop(w)
+            child_processes.stop(w)
     assert result.returncode == 124, result.stderr[-2000:]
     runner = (ROOT / "rnnprof" / "training" / "runner.py").read_text().splitlines()
     init = next(i for i, line in enumerate(runner, 1) if line.strip() == "self.session.run(init)")

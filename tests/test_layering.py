@@ -1,7 +1,7 @@
-"""Layering: analyzers are pure (no TensorFlow, torch, training, recording or trace reading); models and the event table import no
-run or capture code; commands stay thin; no import circle at any depth; imports of rnnprof's own modules at the
-top of a module but for a listed few; no private name taken from another module; short functions and modules;
-one meaning per public name."""
+"""Layering: the top level holds leaves and the command line only; analyzers are pure (no TensorFlow, torch,
+training, recording or trace reading); models and the event table import no run or capture code; commands stay
+thin; no import circle at any depth; imports of rnnprof's own modules at the top of a module but for a listed few;
+no private name taken from another module; short functions and modules; one meaning per public name."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import rnnprof
 ANALYZERS = Path(rnnprof.__file__).parent / "analyzers"
 # The parts that run, record or read training: nothing an analyzer may import.
 PIPELINE_ABOVE = ("rnnprof.training", "rnnprof.recording", "rnnprof.rundir", "rnnprof.traces", "rnnprof.inputs",
-                  "rnnprof.tensorflow_import", "rnnprof.torch_import")
+                  "rnnprof.frameworks.tensorflow", "rnnprof.frameworks.torch")
 FORBIDDEN = ("tensorflow", "torch", *PIPELINE_ABOVE)
 
 
@@ -38,10 +38,11 @@ def _forbidden(name: str) -> bool:
 
 def test_the_scan_sees_imports_inside_functions(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from rnnprof.tensorflow_import import import_tensorflow\n"
+    probe.write_text("def f():\n    from rnnprof.frameworks.tensorflow import import_tensorflow\n"
                      "    import torch.nn\n    import rnnprof.traces\n")
     assert [name for _, name in _imports(probe) if _forbidden(name)] == [
-        "rnnprof.tensorflow_import", "rnnprof.tensorflow_import.import_tensorflow", "torch.nn", "rnnprof.traces"]
+        "rnnprof.frameworks.tensorflow", "rnnprof.frameworks.tensorflow.import_tensorflow", "torch.nn",
+        "rnnprof.traces"]
 
 
 def test_no_analyzer_module_imports_tensorflow_torch_or_the_pipeline_above_it():
@@ -80,10 +81,51 @@ def test_models_import_no_run_or_capture_code():
 
 
 def test_the_event_table_and_names_import_nothing_of_rnnprof_but_errors():
-    paths = [*sorted((PACKAGE / "events").glob("*.py")), PACKAGE / "names.py"]
-    assert len(paths) >= 3
+    paths = sorted((PACKAGE / "events").glob("*.py"))
+    assert len(paths) >= 4 and PACKAGE / "events" / "names.py" in paths
     imported = [name for path in paths for _, name in _imports(path) if name.startswith("rnnprof")]
     assert all(name.startswith(("rnnprof.errors", "rnnprof.events.")) for name in imported), imported
+
+
+# -- the top level: leaves and the command line --------------------------------------------------------------
+
+# The modules at rnnprof's top level: the leaves every layer may import (they import nothing of rnnprof but each
+# other), and the command line. Everything else lives in the folder of its layer (docs/architecture.md).
+TOP_LEAVES = ("errors", "files", "limits", "paths", "version")
+TOP_ENTRY = ("__init__", "__main__", "cli")
+
+
+def _top_level_misfits(root: Path) -> list[str]:
+    """What breaks the rule under ``root``'s ``rnnprof/``: a top-level module neither a leaf nor the command line,
+    and an import of a leaf that is not another leaf."""
+    package = root / "rnnprof"
+    found = [f"rnnprof/{path.name}: not a leaf ({', '.join(TOP_LEAVES)}) nor the command line"
+             for path in sorted(package.glob("*.py")) if path.stem not in TOP_LEAVES + TOP_ENTRY]
+    leaves = tuple(f"rnnprof.{name}" for name in TOP_LEAVES)
+    for name in TOP_LEAVES:
+        path = package / f"{name}.py"
+        if path.exists():
+            found += [f"rnnprof/{name}.py:{line}: imports {target}" for line, target in _imports(path)
+                      if target.split(".")[0] == "rnnprof" and not target.startswith(leaves)]
+    return found
+
+
+def test_the_top_level_is_leaves_and_the_command_line():
+    assert all((PACKAGE / f"{name}.py").exists() for name in TOP_LEAVES + TOP_ENTRY)
+    assert _top_level_misfits(PACKAGE.parent) == [], (
+        "a module at rnnprof's top level is a leaf or the command line: put it in the folder of its layer")
+
+
+def test_the_top_level_scan_finds_a_planted_module_and_a_leaf_importing_a_layer(tmp_path):
+    for path, text in (("rnnprof/__init__.py", ""), ("rnnprof/cli.py", "from rnnprof.commands import comm\n"),
+                       ("rnnprof/errors.py", ""), ("rnnprof/limits.py", "from rnnprof.errors import UsageError\n"),
+                       ("rnnprof/files.py", "def f():\n    from rnnprof.traces import load_events\n"),
+                       ("rnnprof/whole_job.py", ""), ("rnnprof/traces/__init__.py", "")):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    assert _top_level_misfits(tmp_path) == [
+        "rnnprof/whole_job.py: not a leaf (errors, files, limits, paths, version) nor the command line",
+        "rnnprof/files.py:2: imports rnnprof.traces", "rnnprof/files.py:2: imports rnnprof.traces.load_events"]
 
 
 def test_commands_hold_no_loops_over_devices_and_no_format_or_error_text_branching():

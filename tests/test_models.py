@@ -8,7 +8,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 tf1 = tf.compat.v1
 
-from rnnprof.workload import WorkloadConfig  # noqa: E402
+from rnnprof.models.config import WorkloadConfig  # noqa: E402
 from rnnprof.errors import InputError  # noqa: E402
 from rnnprof.models import get_workload  # noqa: E402
 from rnnprof.models.data import PAD, RESERVED  # noqa: E402

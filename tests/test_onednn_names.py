@@ -11,7 +11,7 @@ import pytest
 
 from rnnprof.cli import main
 from rnnprof.events import Device, EventTableBuilder, Kind
-from rnnprof.names import ONEDNN_OPS, user_op
+from rnnprof.events.names import ONEDNN_OPS, user_op
 
 # Names seen in this project's own ResNet/NMT runs on an AVX-512 CPU, and in TensorFlow 2.21's op registry.
 REWRITTEN = {

@@ -229,7 +229,7 @@ def test_pa007_finds_an_op_without_a_kernel_in_the_real_registry(tmp_path, capsy
     from tensorflow.core.framework import graph_pb2
     from tensorflow.python.framework import kernels, op_def_registry
 
-    from rnnprof.tensorflow_import import import_tensorflow
+    from rnnprof.frameworks.tensorflow import import_tensorflow
 
     import_tensorflow()
     registered = collections.defaultdict(set)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rnnprof.cli import main
-from rnnprof.workload import (FEW_INTER_OP_THREADS, PLANTS, SOFTMAX_ON_DEVICE0, UPDATES_ON_DEVICE0, WorkloadConfig,
+from rnnprof.models.config import (FEW_INTER_OP_THREADS, PLANTS, SOFTMAX_ON_DEVICE0, UPDATES_ON_DEVICE0, WorkloadConfig,
                               validate_without_gpus)
 from rnnprof.errors import UsageError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rnnprof import names
+from rnnprof.events import names
 from rnnprof.analyzers.audit import audit
 from rnnprof.analyzers.placement import AuditInput
 from rnnprof.analyzers.profiler_cost import profiler_cost

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rnnprof.cli import main
-from rnnprof.workload import WorkloadConfig
+from rnnprof.models.config import WorkloadConfig
 
 pytestmark = pytest.mark.slow
 

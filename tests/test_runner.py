@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from rnnprof.workload import WorkloadConfig
+from rnnprof.models.config import WorkloadConfig
 from rnnprof.training.runner import DataParallelRun, thread_warnings
 
 pytestmark = pytest.mark.slow

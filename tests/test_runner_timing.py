@@ -161,7 +161,7 @@ def test_nvtx_that_fails_never_stops_the_run(monkeypatch):
 def test_tensorflow_start_up_noise_is_dropped_but_real_errors_pass(capfd):
     import os
 
-    from rnnprof.tensorflow_import import _STARTUP_NOISE, _native_stderr_filtered
+    from rnnprof.frameworks.tensorflow import _STARTUP_NOISE, _native_stderr_filtered
 
     with _native_stderr_filtered(_STARTUP_NOISE):
         os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n")
@@ -177,7 +177,7 @@ def test_tensorflow_start_up_noise_is_dropped_but_real_errors_pass(capfd):
 def test_only_the_onednn_int32_notice_is_dropped_around_the_first_run(capfd):
     import os
 
-    from rnnprof.tensorflow_import import quiet_first_run
+    from rnnprof.frameworks.tensorflow import quiet_first_run
 
     notice = (b"E0000 00:00:1795309404.854204   15745 util.cc:131] oneDNN supports DT_INT32 only on platforms "
               b"with AVX-512. Falling back to the default Eigen-based implementation if present.\n")
@@ -200,7 +200,7 @@ def test_first_run_filter_on_a_real_stderr_drops_the_notice_only_inside_it():
     lines (native and Python) pass in order, and the same notice written after it passes."""
     code = f"""if True:
         import os, sys
-        from rnnprof.tensorflow_import import quiet_first_run
+        from rnnprof.frameworks.tensorflow import quiet_first_run
         os.write(2, b"before\\n")
         with quiet_first_run():
             os.write(2, {ONEDNN_NOTICE!r})
@@ -217,7 +217,7 @@ def test_first_run_filter_on_a_real_stderr_drops_the_notice_only_inside_it():
 def test_the_runner_filters_its_first_step_and_only_that(capfd):
     """TF prints the notice only on machines without AVX-512, so the session here writes it (and a real error) at
     every run, as TF would at the first: the runner must drop it at the first step and let everything else by."""
-    from rnnprof.workload import WorkloadConfig, model_defaults
+    from rnnprof.models.config import WorkloadConfig, model_defaults
     from rnnprof.training.runner import DataParallelRun
 
     sizes = dict(model_defaults("rnnlm", "small"), units=16, embedding=16, layers=1, batch_size=4)

@@ -102,7 +102,7 @@ def test_table_on_the_terminal_names_the_columns_and_the_note():
 @pytest.mark.slow
 def test_sweep_measures_each_config_in_order_and_reports_progress():
     """The sweep without the command: a point per config, in order, each step passed to its progress."""
-    from rnnprof.workload import WorkloadConfig
+    from rnnprof.models.config import WorkloadConfig
     from rnnprof.training.sweep import sweep
 
     base = WorkloadConfig(model="rnnlm", layers=1, units=16, embedding=16, vocab_size=50, src_max_len=6,

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import diagnosis  # noqa: E402
 
-from rnnprof import names  # noqa: E402
+from rnnprof.events import names  # noqa: E402
 from rnnprof.recording.torch_profiler import SCHEDSTAT  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(

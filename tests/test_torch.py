@@ -15,7 +15,7 @@ import pytest
 
 from processes import left_running
 from rnnprof.cli import main
-from rnnprof.workload import TorchOptions, WorkloadConfig
+from rnnprof.models.config import TorchOptions, WorkloadConfig
 
 # A small RNNLM: a launch of 2 processes takes seconds, not minutes, on 2 loaded cores.
 TINY = dict(model="rnnlm", preset="small", layers=1, units=16, embedding=16, vocab_size=60, src_max_len=6,

@@ -331,7 +331,7 @@ def test_the_capture_times_every_step_in_the_window_and_after_it(tmp_path, capsy
     import torch
 
     import rnnprof
-    from rnnprof import names
+    from rnnprof.events import names
     from rnnprof.cli import main
 
     model = torch.nn.Linear(8, 8)

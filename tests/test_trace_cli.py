@@ -145,7 +145,7 @@ def test_nmt_xplanes_convert(nmt_run, tmp_path):
 @pytest.mark.slow
 def test_capture_workload_reports_what_it_wrote(tmp_path):
     """The capture sequence without the command: its result agrees with the run directory it wrote."""
-    from rnnprof.workload import WorkloadConfig
+    from rnnprof.models.config import WorkloadConfig
     from rnnprof.recording.workload import capture_workload
 
     config = WorkloadConfig(model="rnnlm", layers=1, units=16, embedding=16, vocab_size=50, src_max_len=6,

@@ -1,4 +1,4 @@
-"""A whole job's what-if computed rank by rank (``whatif_job.job_whatif``: each rank read in a worker, each step's
+"""A whole job's what-if computed rank by rank (``job.whatif.job_whatif``: each rank read in a worker, each step's
 replay graph built from the ranks' rows in its window and replayed there) against ``whatif`` of the ranks merged
 into one table, on the real rank pairs in tests/data: every figure of every step, for each kind of change."""
 
@@ -13,11 +13,11 @@ from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH, NO_COPIES,
                                      NO_SYNCS, OVERLAP, SCALE, SCALE_HOST, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
-from rnnprof.analyzers.replay.job import ScannedNames, scanned_names
+from rnnprof.analyzers.replay.fixes import RequestedChanges
 from rnnprof.cli import main
 from rnnprof.traces import load_events
 from rnnprof.traces.rank_folder import job_of
-from rnnprof.whatif_job import job_whatif
+from rnnprof.job.whatif import job_whatif
 
 GLOO = ("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz")
 SAMPLED = ("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz")
@@ -38,7 +38,7 @@ SAMPLED_CHANGES = [[Change(NO_COPIES), Change(SCALE_HOST, "aten::mm", 0.0), Chan
 def _both(names, changes, jobs, steps=None):
     paths = [str(FIXTURES / n) for n in names]
     merged = whatif(load_events(paths), changes, Dependencies(), steps=steps)
-    job, _, _ = job_whatif(job_of(paths), lambda found: list(changes), scanned_names(changes), jobs=jobs,
+    job, _, _ = job_whatif(job_of(paths), RequestedChanges(tuple(changes)), jobs=jobs,
                            choose=(lambda known: steps) if steps else None)
     return merged, job
 
@@ -65,7 +65,7 @@ def test_a_step_selection_replays_those_steps_only():
 def test_a_jobs_changes_are_checked_against_its_ranks(capsys):
     paths = [str(FIXTURES / n) for n in GLOO]
     with pytest.raises(ChangeError, match="no rank 'rank7'"):
-        job_whatif(job_of(paths), lambda found: [Change(EVEN_HOST, "rank7")], ScannedNames(), jobs=1)
+        job_whatif(job_of(paths), RequestedChanges((Change(EVEN_HOST, "rank7"),)), jobs=1)
     assert main(["whatif", *paths, "--scale", "no_such_op=0.5", "--jobs", "1"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
 

@@ -24,10 +24,10 @@ from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.opcount import count_kernels
 from rnnprof.cli import main
 from rnnprof.events import Alignment
-from rnnprof.parallel import map_items
+from rnnprof.job.workers import map_items
 from rnnprof.traces import kineto, merge_tables
 from rnnprof.reports.comm import to_document
-from rnnprof.whole_job import combine_comm
+from rnnprof.job.comm import combine_comm
 
 SAMPLED = [FIXTURES / "kineto-sampled-rank0.json.gz", FIXTURES / "kineto-sampled-rank1.json.gz"]
 GLOO = [FIXTURES / "torch-gloo-rank0.json.gz", FIXTURES / "torch-gloo-rank1.json.gz"]
@@ -183,9 +183,9 @@ def test_bad_folders_are_one_line_errors(tmp_path, capsys, case):
 
 
 def test_job_options_on_other_input_and_an_unreachable_scheduler_are_one_line_errors(tmp_path, capsys, monkeypatch):
-    import rnnprof.parallel
+    import rnnprof.job.workers
 
-    monkeypatch.setattr(rnnprof.parallel, "CONNECT_TIMEOUT_S", 1)  # nothing listens there: no need to wait 10 s
+    monkeypatch.setattr(rnnprof.job.workers, "CONNECT_TIMEOUT_S", 1)  # nothing listens there: no need to wait 10 s
     code, out, err = run_cli(capsys, "comm", FIXTURES / "tf1-timeline-gpu-matmul.json", "--jobs", "2")
     assert code == 2 and "--jobs applies to a job's rank files" in err
     code, out, err = run_cli(capsys, "comm", *SAMPLED, "--scheduler", "tcp://127.0.0.1:9")
@@ -214,7 +214,7 @@ def test_ctrl_c_stops_every_worker_process(tmp_path):
     script.write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from rnnprof.parallel import map_items\n"
+        "from rnnprof.job.workers import map_items\n"
         "from test_whole_job import _sleep_then_square\n"
         "print('started', flush=True)\n"
         "map_items(_sleep_then_square, range(4), jobs=2)\n")
@@ -343,7 +343,7 @@ def test_a_small_job_is_read_in_this_process_unless_jobs_are_asked_for(tmp_path,
     --jobs 2 (or a job of more bytes than SMALL_JOB_BYTES) in worker processes, with the same document."""
     import multiprocessing
 
-    from rnnprof import whole_job
+    from rnnprof.job import ranks
 
     folder = _folder(tmp_path, SAMPLED)
     started = []
@@ -354,7 +354,7 @@ def test_a_small_job_is_read_in_this_process_unless_jobs_are_asked_for(tmp_path,
             started.append(args[0])
             return real_pool(*args, **kwargs)
 
-    monkeypatch.setattr("rnnprof.parallel.multiprocessing.get_context", lambda method: Context())
+    monkeypatch.setattr("rnnprof.job.workers.multiprocessing.get_context", lambda method: Context())
     code, here, err = run_cli(capsys, *command, folder, "--json")
     assert code == 0, err
     assert started == []
@@ -362,8 +362,8 @@ def test_a_small_job_is_read_in_this_process_unless_jobs_are_asked_for(tmp_path,
     assert code == 0, err
     assert started == [2]
     assert _without_sources(json.loads(here)) == _without_sources(json.loads(workers))
-    monkeypatch.setattr(whole_job, "SMALL_JOB_BYTES", sum(f.stat().st_size for f in SAMPLED))
-    monkeypatch.setattr("rnnprof.parallel.default_jobs", lambda: 2)  # the cores, on any machine
+    monkeypatch.setattr(ranks, "SMALL_JOB_BYTES", sum(f.stat().st_size for f in SAMPLED))
+    monkeypatch.setattr("rnnprof.job.workers.default_jobs", lambda: 2)  # the cores, on any machine
     code, _, err = run_cli(capsys, *command, folder, "--json")
     assert code == 0, err
     assert started == [2, 2]

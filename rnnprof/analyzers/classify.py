@@ -1,7 +1,7 @@
 """What each event does: compute, communication, memcpy, memset, host/runtime or annotation.
 
 An event is communication when its kind is ``Kind.COMMUNICATION`` or its name or op type matches
-``rnnprof.names.COMM_PATTERNS`` (or a user's ``--comm-pattern``): NCCL kernels, collective ops, point-to-point
+``rnnprof.events.names.COMM_PATTERNS`` (or a user's ``--comm-pattern``): NCCL kernels, collective ops, point-to-point
 transfers (``_Send``/``_Recv``...), and the ops under the gradient-aggregation scopes rnnprof's runner builds
 (matched on the node name, as their op types are plain copies and adds).
 
@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from rnnprof.events import EventTable, Kind
-from rnnprof.names import (COLLECTIVE_RANGE, COLLECTIVE_TYPES, COMM_PATTERNS, MEMCPY_PATTERN, MEMSET_PATTERN,
+from rnnprof.events.names import (COLLECTIVE_RANGE, COLLECTIVE_TYPES, COMM_PATTERNS, MEMCPY_PATTERN, MEMSET_PATTERN,
                            UNKNOWN_COLLECTIVE, collective_type)
 
 

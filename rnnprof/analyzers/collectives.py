@@ -22,7 +22,7 @@ from rnnprof.analyzers.classify import collective_types
 from rnnprof.analyzers.device_work import host_operator_devices
 from rnnprof.analyzers.noise import CPU_RANK_FLOOR_US, CROSS_RANK_FLOOR_US, MIN_STEPS, significance
 from rnnprof.events import EventTable, Kind
-from rnnprof.names import COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, NCCL_KERNEL, UNKNOWN_COLLECTIVE
+from rnnprof.events.names import COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, NCCL_KERNEL, UNKNOWN_COLLECTIVE
 
 BY_SEQ = "seq"
 BY_ORDER = "order"
@@ -38,7 +38,7 @@ class Instance:
     start_us: float
     end_us: float
     row: int = field(default=-1, compare=False)  # the event's row in the table it was found in
-    collective: str = field(default=UNKNOWN_COLLECTIVE, compare=False)  # its type (rnnprof.names.COLLECTIVE_TYPES)
+    collective: str = field(default=UNKNOWN_COLLECTIVE, compare=False)  # its type (rnnprof.events.names.COLLECTIVE_TYPES)
     step: int = field(default=-1, compare=False)  # the step of its event (-1: none)
 
     @property
@@ -64,7 +64,7 @@ class Collective:
     index: int  # sequence number (matched by seq) or k-th of its name in the group (matched by order)
     matched_by: str
     arrivals: tuple[Arrival, ...]  # by rank
-    collective_type: str = UNKNOWN_COLLECTIVE  # rnnprof.names.COLLECTIVE_TYPES; the members' known one
+    collective_type: str = UNKNOWN_COLLECTIVE  # rnnprof.events.names.COLLECTIVE_TYPES; the members' known one
     step: int = -1  # the earliest step among its members' events (-1: none known)
 
     @property

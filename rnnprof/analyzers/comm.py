@@ -31,7 +31,7 @@ from rnnprof.analyzers.intervals import subtract, sweep_segments
 from rnnprof.analyzers.steps import step_windows
 from rnnprof.analyzers.stragglers import find_stragglers
 from rnnprof.events import Alignment, Device, EventTable, outside_steps
-from rnnprof.names import COLLECTIVE_TYPES
+from rnnprof.events.names import COLLECTIVE_TYPES
 
 
 # Sweep layers, in this order.

@@ -10,7 +10,7 @@ from rnnprof.analyzers.copies import CopyReport
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle
 from rnnprof.analyzers.noise import Significance, StepNoise
 from rnnprof.events import Device
-from rnnprof.names import UNKNOWN_COLLECTIVE
+from rnnprof.events.names import UNKNOWN_COLLECTIVE
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class CommOp:
     events: int
     devices: int
     total_us: float  # summed durations over its events (not a union: instances on two devices both count)
-    # collective type (rnnprof.names.COLLECTIVE_TYPES) -> events of that type (one name may run several: RCCL)
+    # collective type (rnnprof.events.names.COLLECTIVE_TYPES) -> events of that type (one name may run several: RCCL)
     collective_types: tuple[tuple[str, int], ...] = ()
 
     @property

@@ -24,7 +24,7 @@ import numpy as np
 
 from rnnprof.analyzers.classify import DEVICE_WORK
 from rnnprof.events import Device, EventTable, Kind, match_correlation
-from rnnprof.names import CROSS_TASK_RECV_OPS
+from rnnprof.events.names import CROSS_TASK_RECV_OPS
 
 STREAM_LANE_PREFIXES = ("stream", "memcpy")
 BASIS_STREAMS = "streams"

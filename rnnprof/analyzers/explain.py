@@ -22,7 +22,7 @@ from rnnprof.analyzers.classify import EventClass, classify
 from rnnprof.analyzers.comm_result import CommReport
 from rnnprof.analyzers.noise import MIN_STEPS, Significance, robust_spread, significance
 from rnnprof.events import EventTable
-from rnnprof.names import REPLICA_PART
+from rnnprof.events.names import REPLICA_PART
 
 SCALINGS = ("weak", "strong")
 # The parts of a step, in the order of the table and the stacked chart.

@@ -23,7 +23,7 @@ from rnnprof.analyzers import copies as copy_counts
 from rnnprof.analyzers.launches import (CPU_KERNEL_KINDS, DEFAULT_SHORT_KERNEL_US, LaunchStats, kernel_masks,
                                       launch_stats)
 from rnnprof.events import EventTable, Kind, match_correlation, outside_steps
-from rnnprof.names import CROSS_TASK_RECV_OPS, note_ran_as
+from rnnprof.events.names import CROSS_TASK_RECV_OPS, note_ran_as
 
 DEFINITIONS = {
     "user graph ops": "nodes of the graph Python built (GraphDef as written by the program), by requested device",
@@ -59,7 +59,7 @@ class GraphOpCounts:
     by_type: dict[str, int] = field(default_factory=dict)
     by_device_type: dict[str, dict[str, int]] = field(default_factory=dict)
     functions: dict[str, int] = field(default_factory=dict)  # function name -> node count
-    # op -> {name oneDNN rewrote it to: nodes} (counted under the op itself; see rnnprof.names.user_op)
+    # op -> {name oneDNN rewrote it to: nodes} (counted under the op itself; see rnnprof.events.names.user_op)
     ran_as: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
@@ -83,7 +83,7 @@ class KernelCounts:
     by_type: dict[str, tuple[int, int]] = field(default_factory=dict)  # op type -> (cpu, gpu) kernels
     # device -> op type -> kernels (a GPU's are GPU kernels, any other device's CPU kernels)
     by_device_type: dict[str, dict[str, int]] = field(default_factory=dict)
-    ran_as: dict[str, list[str]] = field(default_factory=dict)  # op -> names oneDNN ran it as (rnnprof.names)
+    ran_as: dict[str, list[str]] = field(default_factory=dict)  # op -> names oneDNN ran it as (rnnprof.events.names)
     # GPU events (kernels, copies, memsets) in no step, by reason (rnnprof.events.OUTSIDE_REASONS)
     gpu_outside_steps: dict[str, int] = field(default_factory=dict)
 

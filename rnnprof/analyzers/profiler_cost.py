@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rnnprof import names
+from rnnprof.events import names
 from rnnprof.events import EventTable, Kind, Manifest, seconds_per_step
 
 MIN_UNTRACED = 3  # untraced steps a rank needs for its median to be worth comparing

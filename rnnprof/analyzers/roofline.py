@@ -23,7 +23,7 @@ from rnnprof.analyzers.device_work import outermost_by_lane
 from rnnprof.analyzers.flops import DTYPE_BYTES, MATRIX_FAMILIES, op_cost
 from rnnprof.analyzers.peaks import Peaks
 from rnnprof.events import EventTable, Kind, match_correlation
-from rnnprof.names import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, UNKNOWN_COLLECTIVE,
+from rnnprof.events.names import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, UNKNOWN_COLLECTIVE,
                            collective_type)
 
 COMPUTE, MEMORY = "compute", "memory"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnprof.events import EventTable, Kind
-from rnnprof.names import STEP_MARKER
+from rnnprof.events.names import STEP_MARKER
 
 _RANGE = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*$|^\s*(-?\d+)\s*$")
 

@@ -22,7 +22,7 @@ from rnnprof.analyzers.classify import EventClass, classify
 from rnnprof.analyzers.device_work import device_work_mask
 from rnnprof.analyzers.intervals import union_length
 from rnnprof.events import EventTable
-from rnnprof.names import CROSS_TASK_RECV_OPS
+from rnnprof.events.names import CROSS_TASK_RECV_OPS
 
 WORKER_JOB = "/job:worker/"
 

@@ -18,7 +18,7 @@ from rnnprof.reports.comm import json_document, render_table, render_tasks
 from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces import load_aligned, load_events
-from rnnprof.whole_job import job_comm
+from rnnprof.job.comm import job_comm
 
 
 

@@ -15,7 +15,7 @@ from rnnprof.reports import opcount as report
 from rnnprof.reports.charts import check_plot_path, opcount_chart, save_chart
 from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.rundir.manifest import run_notes
-from rnnprof.whole_job import job_kernels
+from rnnprof.job.count_ops import job_kernels
 
 
 

@@ -19,7 +19,7 @@ from rnnprof.rundir.manifest import run_notes
 from rnnprof.rundir.writer import atomic_write_json
 from rnnprof.traces import load_events
 from rnnprof.traces.rank_folder import job_notes
-from rnnprof.whole_job import job_critical_path
+from rnnprof.job.critical_path import job_critical_path
 
 
 

@@ -12,7 +12,7 @@ from rich.text import Text
 from rnnprof.commands.flags import parse_choice_list, parse_int_list, positive_int
 from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
                                              workload_config_from_args)
-from rnnprof.workload import FAKE_LOCATIONS, VARIABLE_UPDATES
+from rnnprof.models.config import FAKE_LOCATIONS, VARIABLE_UPDATES
 from rnnprof.errors import UsageError
 from rnnprof.analyzers.scale import shared_cores_note, speedup_table, trainer_table
 from rnnprof.commands.explain import explain_paths

@@ -11,7 +11,7 @@ from rnnprof.commands.given_flags import given_options, record_given_options
 from rnnprof.commands.flags import non_negative_int, non_negative_seconds, positive_int
 from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
                                              workload_config_from_args)
-from rnnprof.workload import IMAGE_MODELS
+from rnnprof.models.config import IMAGE_MODELS
 from rnnprof.errors import FindingsError, InterruptedRun, JobHung, RnnprofError, UsageError
 from rnnprof.recording.interrupt import terminate_as_interrupt
 from rnnprof.recording.attach import attach_capture

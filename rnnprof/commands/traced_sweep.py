@@ -15,7 +15,7 @@ from rnnprof.recording.workload import capture_workload
 from rnnprof.rundir.manifest import read_manifest
 from rnnprof.rundir.sweep import RUNS_DIR, run_dir_name
 from rnnprof.training.sweep import Sweep
-from rnnprof.workload import IMAGE_MODELS
+from rnnprof.models.config import IMAGE_MODELS
 
 # ``Sweep.step_definition`` of a traced sweep
 _TRACED_STEP_DEFINITION = ("wall time of each timed step, before any traced step (the traced steps follow the "

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from rich.text import Text
 
-from rnnprof import process_group, rundir
+from rnnprof import rundir
+from rnnprof.training import child_processes
 from rnnprof.commands.flags import INPUT
 from rnnprof.paths import broken
 from rnnprof.errors import InputError, UsageError
@@ -51,17 +52,17 @@ def run(args: argparse.Namespace, console) -> int:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     # TensorBoard (and its data server) run in a process group of their own, stopped as a whole
     # however this command ends: Ctrl-C, SIGTERM or SIGHUP (taken as Ctrl-C), an error, or TensorBoard exiting.
-    with process_group.signals_interrupt():
+    with child_processes.signals_interrupt():
         process = None
         try:
-            process = process_group.start(tensorboard_command(logdir, args.host, args.port), stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True, env=env)
+            process = child_processes.start(tensorboard_command(logdir, args.host, args.port),
+                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
             return follow_tensorboard(process, console)
         except KeyboardInterrupt:
             return 0
         finally:
             if process is not None:
-                process_group.stop(process)
+                child_processes.stop(process)
 
 
 def _refuse_torch_run(path: Path) -> None:

@@ -12,20 +12,18 @@ from rnnprof import limits
 from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
                                      INEXPRESSIBLE, NO_SYNCS, OVERLAP, SCALE, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
-from rnnprof.analyzers.replay.fixes import copies_removed, fix_changes
+from rnnprof.analyzers.replay.fixes import RequestedChanges, copies_removed, parse_fix
 from rnnprof.analyzers.flops import FAMILIES
-from rnnprof.analyzers.replay.job import JobNames, scanned_names
 from rnnprof.commands import job_flags, left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT, check_comm_patterns
 from rnnprof.errors import InputError, UsageError
-from rnnprof.events import Device
 from rnnprof.inputs.dependencies import read_dependencies
 from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.whatif import render_table, to_document
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces import load_events
 from rnnprof.traces.rank_folder import job_notes
-from rnnprof.whatif_job import job_whatif
+from rnnprof.job.whatif import job_whatif
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,9 +119,9 @@ NO_CHANGE = ("no change given (expected one or more of --scale, --even-host, --e
              "--comm, --overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
 
 
-def _stated(args: argparse.Namespace) -> list[Change]:
-    """The changes the flags state by themselves (all but ``--fix``, whose changes depend on the input); a flag a
-    replay cannot express is refused."""
+def _requested(args: argparse.Namespace) -> RequestedChanges:
+    """The changes the flags ask for, read once, before any input is read: those they state and the audit fixes
+    (whose changes depend on the input's devices); a flag a replay cannot express is refused."""
     for flag, why in INEXPRESSIBLE.items():
         if getattr(args, flag) is not None:
             raise UsageError(f"--{flag}: a replay cannot express {why}")
@@ -134,44 +132,33 @@ def _stated(args: argparse.Namespace) -> list[Change]:
     changes += [_delay(text) for text in args.delay]
     if args.comm is not None:
         changes.append(Change(COMM, "", args.comm))
-    if args.no_copies is not None:
-        try:
-            changes.append(copies_removed(args.no_copies, f"--no-copies {args.no_copies}",
-                                          "or none for every copy"))
-        except ChangeError as exc:
-            raise UsageError(str(exc)) from None
-    flags = ((args.overlap_comm, OVERLAP), (args.no_syncs, NO_SYNCS), (args.graph_launch, GRAPH_LAUNCH))
-    return changes + [Change(kind) for on, kind in flags if on]
-
-
-def changes_of(args: argparse.Namespace, table) -> list[Change]:
-    changes = _stated(args)
     try:
-        for text in args.fix:
-            changes += fix_changes(text, table)
+        if args.no_copies is not None:
+            changes.append(copies_removed(args.no_copies, f"--no-copies {args.no_copies}", "or none for every copy"))
+        fixes = tuple(parse_fix(text) for text in args.fix)
     except ChangeError as exc:
         raise UsageError(str(exc)) from None
-    if not changes:
+    flags = ((args.overlap_comm, OVERLAP), (args.no_syncs, NO_SYNCS), (args.graph_launch, GRAPH_LAUNCH))
+    changes += [Change(kind) for on, kind in flags if on]
+    if not changes and not fixes:
         raise UsageError(NO_CHANGE)
-    return changes
+    return RequestedChanges(tuple(changes), fixes)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
     check_comm_patterns(args.comm_pattern)
-    if not _stated(args) and not args.fix:  # the flags checked, and a change needed, before the input is read
-        raise UsageError(NO_CHANGE)
+    asked = _requested(args)
     notes = run_notes(args.paths)
     job = job_flags.rank_job(args.paths)
     try:
         if job is not None:
-            report, more, left_out = _job(job, args)
-            notes += more
+            report, more, left_out = _job(job, args, asked)
         else:
             job_flags.refuse_job_options(args)
-            report, more, left_out = _one_table(args)
-            notes += more
+            report, more, left_out = _one_table(args, asked)
     except ChangeError as exc:
         raise UsageError(str(exc)) from None
+    notes += more
     if not report.steps:
         raise InputError(", ".join(args.paths), "has no event on a device in the chosen steps",
                          "a trace of device ops or kernels")
@@ -183,10 +170,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _one_table(args: argparse.Namespace):
+def _one_table(args: argparse.Namespace, asked: RequestedChanges):
     """``(report, notes, left_out counts)`` of the input read into one table."""
     table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
-    changes = changes_of(args, table)
+    changes = asked.on(table)
     notes = [*job_notes(table), *left_out_notes.notes(args, table)]
     steps = step_flags.select(table, args).steps()
     report = whatif(table, changes, read_dependencies(args.paths), steps=steps if len(steps) else None,
@@ -194,13 +181,11 @@ def _one_table(args: argparse.Namespace):
     return report, notes, left_out_notes.counts(table)
 
 
-def _job(job, args: argparse.Namespace):
+def _job(job, args: argparse.Namespace, asked: RequestedChanges):
     """``(report, notes, left_out counts)`` of a whole job's rank files, a rank per worker."""
-    names = scanned_names(changes_of(args, JobNames((), (Device("gpu", 0),))))
     report, notes, left_out = job_flags.run_job(
-        job_whatif, job, args, changes_of=lambda found: changes_of(args, found), names=names,
-        comm_patterns=args.comm_pattern, dependencies=read_dependencies(args.paths),
-        choose=lambda known: _chosen(args, known))
+        job_whatif, job, args, requested=asked, comm_patterns=args.comm_pattern,
+        dependencies=read_dependencies(args.paths), choose=lambda known: _chosen(args, known))
     return report, [*notes, *left_out_notes.notes(args, left_out)], left_out_notes.counts(left_out)
 
 

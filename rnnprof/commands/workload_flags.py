@@ -16,7 +16,7 @@ from rnnprof.commands.flags import dropout_rate, non_negative_int, positive_floa
 from rnnprof.errors import UsageError
 from rnnprof.models.data import check_data_path
 from rnnprof.training.cluster import read_cluster_spec
-from rnnprof.workload import (ALL_REDUCES, ATTENTIONS, BATCH_SCALINGS, DIRECTIONS, ENCODERS, FAKE_LOCATIONS,
+from rnnprof.models.config import (ALL_REDUCES, ATTENTIONS, BATCH_SCALINGS, DIRECTIONS, ENCODERS, FAKE_LOCATIONS,
                               FRAMEWORKS, IMAGE_MODELS, MODELS, MOMENTUM, OPTIMIZERS, PARAMETER_DEVICES, PLANTS,
                               PRESETS, PS_PLACEMENTS, TORCH_ADAM_LEARNING_RATE, TORCH_BUCKET_CAP_MB,
                               VARIABLE_UPDATES, TorchOptions, WorkloadConfig, model_defaults, validate,

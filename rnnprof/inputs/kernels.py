@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 
 from rnnprof.analyzers.placement import KernelList
-from rnnprof.tensorflow_import import import_tensorflow
+from rnnprof.frameworks.tensorflow import import_tensorflow
 
 
 def read_kernels():

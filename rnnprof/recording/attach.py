@@ -10,7 +10,7 @@ from pathlib import Path
 from rnnprof.errors import InputError, InterruptedRun, UsageError
 from rnnprof import rundir
 from rnnprof.rundir.writer import RunWriter
-from rnnprof.tensorflow_import import import_tensorflow
+from rnnprof.frameworks.tensorflow import import_tensorflow
 
 _ADDRESS = re.compile(r"^(?:grpc://)?(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9._-]+):(?P<port>\d{1,5})$")
 

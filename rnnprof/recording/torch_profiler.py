@@ -26,11 +26,12 @@ import time
 import zlib
 from pathlib import Path
 
-from rnnprof import names, rundir
+from rnnprof import rundir
+from rnnprof.events import names
 from rnnprof.recording.interrupt import interrupts_deferred
 from rnnprof.recording.nvtx import NvtxSpan, nvtx_range
 from rnnprof.rundir.writer import atomic_write_bytes
-from rnnprof.torch_import import import_torch
+from rnnprof.frameworks.torch import import_torch
 
 PHASES = ("forward", "backward", "optimizer")
 

@@ -20,13 +20,13 @@ from rnnprof.errors import InterruptedRun, JobHung, RankFailed
 from rnnprof.recording.hang_collect import ProbedRanks, remark_hung
 from rnnprof.recording.hang_probe import FR_BUFFER, FR_BUFFER_ENV, RankProbe, remove_probe_files
 from rnnprof.recording.hang_watch import HangOptions, HangWatch
-from rnnprof.workload import TorchOptions
+from rnnprof.models.config import TorchOptions
 from rnnprof.recording.workload import WorkloadCapture
 from rnnprof.training.measure import StepResult
 from rnnprof.recording.torch_profiler import TorchCapture
 from rnnprof.rundir.manifest import process_versions
 from rnnprof.rundir.writer import RunWriter, default_run_dir
-from rnnprof.torch_import import import_torch
+from rnnprof.frameworks.torch import import_torch
 from rnnprof.training import torch_ddp
 from rnnprof.training.torch_ddp import CPU_PROCESSES, CaptureWindow, combine_ranks, run_ranks
 

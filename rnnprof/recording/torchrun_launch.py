@@ -18,7 +18,7 @@ from typing import Sequence
 
 from rnnprof.errors import RnnprofError, UsageError
 from rnnprof.recording.launch import BOOTSTRAP, EXPECTED, script_args
-from rnnprof.torch_import import import_torch
+from rnnprof.frameworks.torch import import_torch
 
 CHANNEL_ENV = "RNNPROF_LAUNCH_CHANNEL"  # the file descriptor of the launcher's end of the channel
 ACCEPTED = b"\n"  # the launcher's word where it takes the options (else the one-line error, then a newline)

@@ -19,8 +19,9 @@ from rnnprof.recording.cluster_hang import ChiefTransport
 from rnnprof.recording.hang_collect import remark_hung
 from rnnprof.recording.hang_probe import TASKS, remove_probe_files
 from rnnprof.recording.hang_watch import HangOptions, HangWatch
-from rnnprof import names, rundir
-from rnnprof.workload import WorkloadConfig
+from rnnprof import rundir
+from rnnprof.events import names
+from rnnprof.models.config import WorkloadConfig
 from rnnprof.models import get_workload
 from rnnprof.recording.nvtx import NvtxSteps
 from rnnprof.recording import session  # session.capture_after, looked up when called (tests wrap it)

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from rnnprof.analyzers.critical_path import StepPath
 from rnnprof.events import OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH
-from rnnprof.names import fold_brackets
+from rnnprof.events.names import fold_brackets
 from rnnprof.reports import json_text
 
 

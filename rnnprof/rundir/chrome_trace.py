@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from rnnprof.events import parse_tf_device
-from rnnprof.names import COLLECTIVE_PREFIX, CROSS_TASK_RECV_OPS, RECV_OPS, SEND_OPS
+from rnnprof.events.names import COLLECTIVE_PREFIX, CROSS_TASK_RECV_OPS, RECV_OPS, SEND_OPS
 from rnnprof.rundir import MANIFEST_VERSION, UNTIMED_FETCHES
 
 EXECUTOR_LANE = "ops"

@@ -19,7 +19,8 @@ from typing import Iterable
 
 import msgspec
 
-from rnnprof import limits, names
+from rnnprof import limits
+from rnnprof.events import names
 from rnnprof.version import __version__
 from rnnprof.errors import InputError
 from rnnprof.events import Manifest

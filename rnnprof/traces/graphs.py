@@ -20,7 +20,7 @@ import networkx as nx
 
 from rnnprof.errors import InputError
 from rnnprof.events import parse_tf_device
-from rnnprof.names import user_op
+from rnnprof.events.names import user_op
 from rnnprof import rundir
 from rnnprof.traces.formats import GraphDefs
 from rnnprof.traces.messages import GRAPHS_EXPECTED

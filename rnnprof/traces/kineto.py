@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 
 from rnnprof.errors import InputError
-from rnnprof.names import CPU_COLLECTIVE, NCCL_KERNEL, STEP_MARKER
+from rnnprof.events.names import CPU_COLLECTIVE, NCCL_KERNEL, STEP_MARKER
 from rnnprof.events import (OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH, CollectiveArgs, Device, EventTable,
                             EventTableBuilder, JsonCuts, Kind, TableMetadata, match_correlation, steps_in_spans)
 from rnnprof.traces.jsonstream import EventStream

@@ -7,7 +7,7 @@ saying so. Files that are not Kineto traces are skipped with a note. A folder wi
 two files of one rank, or files of different world sizes is an ``InputError``.
 
 ``events`` loads and merges every rank (one process); the commands that analyse a whole job read
-``RankFolder.files`` themselves and analyse each rank apart (``rnnprof.whole_job``).
+``RankFolder.files`` themselves and analyse each rank apart (``rnnprof.job.ranks``).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from rnnprof.errors import InputError
-from rnnprof.names import COMMUNICATION_OP, note_ran_as, user_op
+from rnnprof.events.names import COMMUNICATION_OP, note_ran_as, user_op
 from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, parse_tf_device
 from rnnprof.events.memory import MemoryRecords, memory_records
 

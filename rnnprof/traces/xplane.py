@@ -22,7 +22,7 @@ from rnnprof import rundir
 from rnnprof.errors import TENSORFLOW_EXTRAS, InputError, MissingDependency
 from rnnprof.traces import wire
 from rnnprof.traces.jsonstream import read_content
-from rnnprof.names import COMMUNICATION_OP, NCCL_KERNEL, user_op
+from rnnprof.events.names import COMMUNICATION_OP, NCCL_KERNEL, user_op
 from rnnprof.events import Device, EventTable, EventTableBuilder, Kind, concat, parse_tf_device, steps_in_spans
 
 FORMAT = "xplane"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from rnnprof.tensorflow_import import import_tensorflow
+from rnnprof.frameworks.tensorflow import import_tensorflow
 from rnnprof.training.cluster import task_name
 
 EXCHANGES = 5

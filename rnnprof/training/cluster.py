@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from rnnprof import process_group
+from rnnprof.training import child_processes
 from rnnprof.errors import InputError, TaskFailed, UsageError
 from rnnprof.rundir.writer import atomic_write_json
-from rnnprof.tensorflow_import import import_tensorflow
+from rnnprof.frameworks.tensorflow import import_tensorflow
 from rnnprof.training.exposure import cluster_line, listening
 
 WORKER_JOB = "worker"
@@ -251,7 +251,7 @@ class LocalCluster:
                 log = self._dir / f"{job}-{index}.log"  # the task's own output, in the temporary folder
                 out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 try:
-                    process = process_group.start(
+                    process = child_processes.start(
                         [sys.executable, "-m", "rnnprof", "worker", "--cluster-spec", str(spec_path), "--job", job,
                          "--task", str(index), "--devices", str(self.devices)],
                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -317,7 +317,7 @@ class LocalCluster:
     def stop(self) -> None:
         self._stopping.set()
         for task in self.tasks:
-            process_group.stop(task.process)
+            child_processes.stop(task.process)
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def exposure(self) -> str:
@@ -378,7 +378,7 @@ def running_cluster(config, on_hung: Callable[[TaskFailed], None] | None = None,
         exit_with(failure)
 
     spec = local_spec(config.workers, config.ps_tasks)
-    with process_group.signals_interrupt():
+    with child_processes.signals_interrupt():
         cluster = LocalCluster(spec, devices=config.devices, on_hung=hung, probe_dir=probe_dir).start()
         on_started(cluster)
         on_exposed(cluster.exposure())

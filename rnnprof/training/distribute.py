@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from rnnprof.workload import WorkloadConfig, validate
+from rnnprof.models.config import WorkloadConfig, validate
 from rnnprof.errors import UsageError
 from rnnprof.training.measure import StepResult
 from rnnprof.training.runner import (HOST_DEVICE, LOCAL, device_plan, feed_of, make_optimizer, session_config,
                                      thread_warnings, timed_run, visible_gpus, workload_of)
-from rnnprof.tensorflow_import import import_tensorflow
+from rnnprof.frameworks.tensorflow import import_tensorflow
 
 TRAINERS = ("rnnprof", "distribute")
 STRATEGIES = {"replicated": "MirroredStrategy", "parameter_server": "CentralStorageStrategy"}

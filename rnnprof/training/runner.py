@@ -3,7 +3,7 @@
 ``DataParallelRun`` builds one tower per device in a fresh ``tf.Graph``, wires
 the gradient exchange that ``--variable-update`` asks for, opens a Session and
 initializes the variables. Its graph scopes (``tower_k/...``, ``allreduce/...``,
-``gradient_aggregation/...``, ``update/...``) are named in ``rnnprof.names``, where the
+``gradient_aggregation/...``, ``update/...``) are named in ``rnnprof.events.names``, where the
 analyses read them.
 """
 
@@ -14,12 +14,12 @@ import time
 
 import numpy as np
 
-from rnnprof.workload import FEW_INTER_OP_THREADS, MOMENTUM, UPDATES_ON_DEVICE0, WorkloadConfig, validate
-from rnnprof import names
+from rnnprof.models.config import FEW_INTER_OP_THREADS, MOMENTUM, UPDATES_ON_DEVICE0, WorkloadConfig, validate
+from rnnprof.events import names
 from rnnprof.errors import UsageError
 from rnnprof.training.cpu_clock import CpuClock, CpuTimes
 from rnnprof.training.measure import StepResult
-from rnnprof.tensorflow_import import import_tensorflow, quiet_first_run
+from rnnprof.frameworks.tensorflow import import_tensorflow, quiet_first_run
 from rnnprof.models import get_workload
 from rnnprof.training.allreduce import all_reduce_sum
 from rnnprof.training.clock import clock_ops

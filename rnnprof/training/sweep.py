@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from rnnprof.analyzers.scale import ScalePoint
-from rnnprof.workload import WorkloadConfig
+from rnnprof.models.config import WorkloadConfig
 from rnnprof.training.cluster import running_cluster
 from rnnprof.training.measure import StepCallback, measure
 from rnnprof.training.runner import DataParallelRun

@@ -27,12 +27,12 @@ from typing import Any, Callable, Sequence
 
 from rnnprof.analyzers.scale import ScalePoint
 from rnnprof.analyzers.throughput import summarize
-from rnnprof.workload import TorchOptions
+from rnnprof.models.config import TorchOptions
 from rnnprof.errors import RankFailed, UsageError
 from rnnprof.training.measure import StepCallback, StepResult, measure
 from rnnprof.training.sweep import Progress, Sweep, no_progress, run_label
 from rnnprof.training.torch_progress import StepLog, follow_steps
-from rnnprof.torch_import import import_torch
+from rnnprof.frameworks.torch import import_torch
 from rnnprof.training.torch_training import TorchTraining, no_phase
 
 CPU_PROCESSES = "cpu-processes"  # the device kind of ranks that share the host's cores

@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
-from rnnprof.workload import TorchOptions
-from rnnprof.torch_import import import_torch
+from rnnprof.models.config import TorchOptions
+from rnnprof.frameworks.torch import import_torch
 from rnnprof.training.measure import StepResult
 
 EVAL_SEED_OFFSET = 7919  # evaluation batches come from their own stream

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnprof import names
+from rnnprof.events import names
 from rnnprof.analyzers.device_work import WORK_SHARE, WorkSplit, unequal_work_by_step, work_split
 from rnnprof.analyzers.noise import Significance
 from rnnprof.analyzers.placement.busy import compute_mask

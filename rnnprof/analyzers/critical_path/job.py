@@ -9,7 +9,7 @@ merged into one table, without the whole job in memory. Kineto rank files only: 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -155,6 +155,13 @@ def job_plan(summaries: Sequence[RankSummary], steps: Sequence[int] | None = Non
     windows = _windows(summaries, wanted)
     return JobPlan(steps=tuple(s for s in wanted if s in windows), windows=windows, groups=tuple(groups),
                    offsets=offsets, has_steps=bool(known))
+
+
+def steps_chosen(summaries: Sequence[RankSummary], choose: Callable | None) -> list[int] | None:
+    """``choose(steps)`` of the job's sorted steps; None (every step) without ``choose``."""
+    if choose is None:
+        return None
+    return choose(sorted({s for x in summaries for s in x.steps}))
 
 
 def _window_rows(part: RankPart, window: tuple[float, float], has_steps: bool) -> np.ndarray:

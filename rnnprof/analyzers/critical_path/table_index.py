@@ -13,7 +13,7 @@ from rnnprof.analyzers.collectives import matched_rows
 from rnnprof.analyzers.critical_path.result import Dependencies
 from rnnprof.analyzers.device_work import host_operator_devices
 from rnnprof.events import EventTable
-from rnnprof.names import CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN
+from rnnprof.events.names import CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN
 
 EPS_US = 0.5  # flow ends and data edges tolerate this much clock rounding
 _LONG_EVENTS = 1000  # the longest events are looked up apart, so a window's overlap query stays short

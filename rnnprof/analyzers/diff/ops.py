@@ -13,7 +13,7 @@ from rnnprof.analyzers.launches import host_self_time
 from rnnprof.analyzers.placement import AuditInput, scopes
 from rnnprof.analyzers.placement.inputs import NodePlacement
 from rnnprof.events import EventTable
-from rnnprof.names import normalize_name
+from rnnprof.events.names import normalize_name
 
 
 def _grouped(table: EventTable, column: np.ndarray, normalize: bool) -> dict[str, tuple[float, float]]:

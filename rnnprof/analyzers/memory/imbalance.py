@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rnnprof.events import EventTable
-from rnnprof.names import REPLICA_PART, TOWER_PATTERN
+from rnnprof.events.names import REPLICA_PART, TOWER_PATTERN
 
 from .result import PER_STEP_WINDOWS, DeviceMemory, Imbalance, Share
 

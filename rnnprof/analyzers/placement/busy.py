@@ -7,7 +7,7 @@ import numpy as np
 from rnnprof.analyzers import intervals
 from rnnprof.events import Device, EventTable, Kind
 
-from rnnprof.names import TRANSFER_OPS
+from rnnprof.events.names import TRANSFER_OPS
 
 ALL_STEPS = -1  # the key used when the trace does not number its steps
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rnnprof import names
+from rnnprof.events import names
 from rnnprof.analyzers.device_work import host_operator_devices, work_split
 from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, Significance, significance, step_noise
 from rnnprof.events import Device, EventTable

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 
-from rnnprof.names import user_op
+from rnnprof.events.names import user_op
 
 from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from rnnprof.events import parse_tf_device
-from rnnprof.names import CROSS_TASK_RECV_OPS
+from rnnprof.events.names import CROSS_TASK_RECV_OPS
 
 from .finding import NotChecked, PlacementFinding, Severity
 from .inputs import AuditInput

@@ -1,13 +1,13 @@
 """Reading a TF node name: which tower built it, and which role it plays in a training step.
 
-The scopes are those of ``rnnprof.names``: tower k under ``tower_k/`` (possibly nested, e.g.
+The scopes are those of ``rnnprof.events.names``: tower k under ``tower_k/`` (possibly nested, e.g.
 ``model/tower_1/...``; gradients become ``gradients/.../tower_1/...``), gradient
 aggregation under ``allreduce``/``gradient_aggregation`` and updates under ``update``.
 """
 
 from __future__ import annotations
 
-from rnnprof.names import AGGREGATION_SCOPES, GRADIENT_SCOPES, TOWER_PATTERN, TRANSFER_OPS, UPDATE_SCOPES
+from rnnprof.events.names import AGGREGATION_SCOPES, GRADIENT_SCOPES, TOWER_PATTERN, TRANSFER_OPS, UPDATE_SCOPES
 
 # Ops whose placement follows a variable or the executor's plumbing; their device says
 # nothing about where a tower's work ran.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnprof.names import RECV_OPS
+from rnnprof.events.names import RECV_OPS
 from rnnprof.events import EventTable, Kind
 
 from .finding import NotChecked, PlacementFinding, Severity

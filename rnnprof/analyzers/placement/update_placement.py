@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import re
 
-from rnnprof.names import REPLICA_PART
+from rnnprof.events.names import REPLICA_PART
 
 from . import scopes
 from .finding import NotChecked, PlacementFinding, Severity

@@ -21,7 +21,7 @@ from rnnprof.analyzers.replay.result import (COMM, DELAY, EVEN_HOST, EVEN_INPUT,
 from rnnprof.analyzers.copies import COPY_KINDS, copy_kind_of_rows
 from rnnprof.analyzers.syncs import SYNC_CALL
 from rnnprof.events import EventTable, Kind
-from rnnprof.names import CPU_COLLECTIVE_CALL
+from rnnprof.events.names import CPU_COLLECTIVE_CALL
 
 
 

@@ -62,15 +62,24 @@ def scanned_names(changes: Iterable[Change]) -> ScannedNames:
     return ScannedNames(frozenset(exact), tuple(before), any(c.kind == EVEN_WORK for c in changes))
 
 
-def named_events(table: EventTable, names: ScannedNames) -> EventTable:
+def named_events(table: EventTable, names: ScannedNames) -> RankPart:
     """The rank's events named by ``names`` (by name or op type; a regex of ``names.before``: its name matching
-    it; every host operator with ``names.host_ops``) or data-loading ranges, in row order."""
+    it; every host operator with ``names.host_ops``) or data-loading ranges, in row order: their columns, as a
+    part to keep (``window_events`` reads a step's of them)."""
     wanted = np.array([s in names.exact or bool(INPUT_RANGE.match(s)) or any(p.search(s) for p in names.before)
                        for s in table.strings] or [False], dtype=bool)
     keep = wanted[table.name] | wanted[table.op_type]
     rows = np.flatnonzero(keep | (table.kind == Kind.HOST_OP) if names.host_ops else keep)
-    return EventTable(**{c: getattr(table, c)[rows] for c in EventTable.COLUMNS}, strings=table.strings,
-                      devices=table.devices)
+    return RankPart({c: getattr(table, c)[rows] for c in EventTable.COLUMNS}, table.strings, table.devices)
+
+
+def window_events(named: RankPart, window: tuple[float, float], step: int) -> EventTable:
+    """The events of ``named`` (``named_events``) that overlap ``window`` or belong to ``step`` (``window_rows``):
+    only those rows of each column are read (with every host operator kept for an even-work change, the whole of
+    them would be every rank's operators in each step's task)."""
+    rows = window_rows(named.arrays, window, step)
+    return EventTable(**{c: np.asarray(named.arrays[c][rows]) for c in EventTable.COLUMNS}, strings=named.strings,
+                      devices=named.devices)
 
 
 def replay_plan(summaries: Sequence[RankSummary], steps: Sequence[int] | None = None,

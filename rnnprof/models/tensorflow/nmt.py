@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 import tensorflow as tf
 
-from rnnprof.workload import WorkloadConfig
+from rnnprof.models.config import WorkloadConfig
 from rnnprof.models.tensorflow.attention import build_attention
 from rnnprof.models.tensorflow.base import TokenWorkload, TowerOutput
 from rnnprof.models.data import NMTData

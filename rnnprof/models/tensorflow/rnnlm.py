@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 import tensorflow as tf
 
-from rnnprof.workload import SOFTMAX_ON_DEVICE0, WorkloadConfig
+from rnnprof.models.config import SOFTMAX_ON_DEVICE0, WorkloadConfig
 from rnnprof.models.tensorflow.base import TokenWorkload, TowerOutput
 from rnnprof.models.data import LMData
 from rnnprof.models.tensorflow.layers import (embed_time_major, embedding_table, masked_mean, project,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rnnprof.workload import TorchOptions
+from rnnprof.models.config import TorchOptions
 from rnnprof.models.data import LMData
 
 WORDS_DEFINITION = "non-padding target tokens"

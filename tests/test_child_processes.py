@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rnnprof import process_group
+from rnnprof.training import child_processes
 
 from processes import alive
 
@@ -29,18 +29,18 @@ time.sleep(600)
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_stop_ends_the_whole_group_and_kills_what_ignores_sigterm():
-    child = process_group.start([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
+    child = child_processes.start([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
     grandchild = None
     try:
         grandchild = int(child.stdout.readline())
         assert os.getpgid(child.pid) == child.pid == os.getsid(child.pid) != os.getsid(0)  # a session of its own
         assert os.getpgid(grandchild) == child.pid
         began = time.monotonic()
-        process_group.stop(child, timeout=2)
+        child_processes.stop(child, timeout=2)
         took = time.monotonic() - began
         assert child.returncode == -signal.SIGTERM  # the child ended on SIGTERM ...
         assert not alive(grandchild)  # ... and the grandchild that ignored it was killed
-        assert 2 <= took < 30 and not process_group.group_running(child.pid)
+        assert 2 <= took < 30 and not child_processes.group_running(child.pid)
     finally:
         for pid in (child.pid, grandchild):
             if pid and alive(pid):
@@ -52,7 +52,7 @@ def test_stop_ends_the_whole_group_and_kills_what_ignores_sigterm():
 def test_sigterm_and_sighup_raise_keyboard_interrupt_once_and_handlers_come_back():
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     for signum in (signal.SIGTERM, signal.SIGHUP):
-        with process_group.signals_interrupt():
+        with child_processes.signals_interrupt():
             with pytest.raises(KeyboardInterrupt):
                 os.kill(os.getpid(), signum)
                 time.sleep(5)  # the handler raises here
