@@ -2,6 +2,7 @@
 analysis's rules on small tables made here."""
 
 import gzip
+import re
 import json
 from pathlib import Path
 
@@ -334,3 +335,93 @@ def test_on_steps_recorded_apart_a_peak_from_the_order_alone_is_no_imbalance():
     assert found.device == "cpu:0" and found.allocates_more == 5 * mb and found.excess == 5 * mb
     # placed there but never alive with the rest: the peak stands no higher, and no imbalance is said
     assert analyze_memory(_two_devices(None, None, (apart + [(50, 60, 5 * mb)], apart, 4))).imbalances == ()
+
+
+def test_an_imbalance_that_starts_mid_window_is_judged_from_the_step_it_starts_at():
+    mb = 1 << 20
+    # cpu:0 takes 8 MB at step 2 and keeps it: equal before, 8 MB above in the 4 steps from it
+    (found,) = analyze_memory(_two_devices([10 * mb] * 2 + [18 * mb] * 4, [10 * mb] * 6)).imbalances
+    assert (found.device, found.from_step, found.last_step) == ("cpu:0", 2, 5)
+    assert found.excess == 8 * mb and found.taken == 8 * mb
+    # every device took it at step 2: no device stands above the others
+    assert analyze_memory(_two_devices([10 * mb] * 2 + [18 * mb] * 4, [10 * mb] * 2 + [18 * mb] * 4)).imbalances == ()
+    # above from step 4 on only: 2 steps are too few to tell a kept buffer from a passing one
+    assert analyze_memory(_two_devices([10 * mb] * 4 + [18 * mb] * 2, [10 * mb] * 6)).imbalances == ()
+    # above in the last 4 steps, by 4 % of the others' median: within the share
+    assert analyze_memory(_two_devices([10 * mb] * 2 + [104 * mb // 10] * 4, [10 * mb] * 6)).imbalances == ()
+    # 30 % above in every step but one in the middle: the step from which it stands above took nothing
+    assert analyze_memory(_two_devices([13 * mb] * 2 + [9 * mb] + [13 * mb] * 3, [10 * mb] * 6)).imbalances == ()
+
+
+HELD = FIXTURES / "torch-memory-held-from-step5"
+
+
+def test_a_buffer_one_rank_takes_mid_window_and_keeps_is_named_with_its_step_operator_and_size(capsys):
+    """rnnprof trace of a 2-rank gloo job over steps 3-10 whose rank 0 takes a 64 MiB buffer (torch.ones) at step 5
+    and keeps it (tests/data/make_torch_memory_held_trace.py): its size, step and rank are the script's own
+    account of the buffer (planted-rank<r>.json), not rnnprof's."""
+    from rnnprof.cli import main
+
+    planted = {r: json.loads((HELD / f"planted-rank{r}.json").read_text()) for r in (0, 1)}
+    assert planted[0]["took"] and not planted[1]["took"]
+    size, step = planted[0]["bytes"], planted[0]["step"]
+    run = str(HELD / "run")
+    assert main(["memory", run, "--json"]) == 0
+    (found,) = json.loads(capsys.readouterr().out)["imbalances"]
+    assert found["device"] == "rank0/cpu:0" and found["from_step"] == step and found["last_step"] == 10
+    assert abs(found["taken"] - size) <= 0.05 * size and abs(found["excess"] - size) <= 0.05 * size
+    assert found["operators"][0]["name"] == "aten::ones"
+    assert abs(found["operators"][0]["bytes"] - size) <= 0.05 * size
+    assert main(["memory", run]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    said = re.search(r"imbalance: rank0/cpu:0 .* from step (\d+) to step 10: it took ([\d.,]+) MB at step (\d+) and "
+                     r"kept it; most of it: aten::ones", text)
+    assert said and int(said[1]) == int(said[3]) == step
+    assert abs(float(said[2].replace(",", "")) * 1e6 - size) <= 0.05 * size
+    assert main(["audit", run, "--json", "--fail-on", "never"]) == 0
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    (finding,) = [f for f in findings if f["rule"] in ("PF008", "PF009", "PF010")]
+    assert finding["rule"] == "PF008" and finding["subject"] == {**finding["subject"], "rank": "rank0",
+                                                                 "device": "rank0/cpu:0", "op": "aten::ones"}
+    assert finding["evidence"]["from_step"] == step and f"at step {step} and kept it" in finding["title"]
+    assert abs(finding["evidence"]["taken_bytes"] - size) <= 0.05 * size
+    assert abs(finding["evidence"]["freed_at_peak_bytes"] - size) <= 0.05 * size
+
+
+def _memory_inputs() -> list[Path]:
+    """Every input in tests/data that holds allocator records, as the commands take it: each run directory (its
+    ranks together), each trace file outside one."""
+    runs = sorted(p.parent for p in FIXTURES.rglob("manifest.json"))
+    found = []
+    for path in [*runs, *sorted(FIXTURES.rglob("*.json*"))]:
+        if path.is_file() and any(run in path.parents for run in runs):
+            continue
+        files = sorted(path.rglob("*.json*")) if path.is_dir() else [path]
+        for f in files:
+            with (gzip.open if f.suffix == ".gz" else open)(f, "rb") as stream:
+                if b'"[memory]"' in stream.read():
+                    found.append(path)
+                    break
+    return found
+
+
+def test_no_memory_rule_fires_on_an_input_without_a_planted_fault():
+    """PF008 (imbalance) and PF009 (growth) over every input with allocator records in tests/data: the balanced
+    gloo runs, the single GPU ranks, TensorFlow's two replicas (whose peaks move with the order its executor ran
+    operators in); only the planted buffer is found."""
+    from rnnprof.analyzers.audit import memory_growth, memory_imbalance
+    from rnnprof.analyzers.audit.context import AuditContext
+    from rnnprof.analyzers.placement.inputs import AuditInput
+
+    inputs = _memory_inputs()
+    assert {FIXTURES / "tf-run-nmt-tiny", FIXTURES / "torch-two-faults" / "run", HELD / "run"} <= set(inputs)
+    assert len(inputs) >= len(MEMORY_TRACES) + 7  # the memory traces, 6 gloo runs and TensorFlow's
+    for path in inputs:
+        ctx = AuditContext(AuditInput(events=load_events(str(path))))
+        found = [f for rule in (memory_imbalance, memory_growth) for f in _findings(rule.check(ctx))]
+        expected = [("PF008", "rank0/cpu:0")] if path == HELD / "run" else []
+        assert [(f.rule, f.subject.device) for f in found] == expected, (path, [f.title for f in found])
+
+
+def _findings(result) -> list:
+    return result if isinstance(result, list) else []

@@ -8,7 +8,7 @@ import dataclasses
 from rich.console import Console
 from rich.text import Text
 
-from rnnprof.analyzers.memory import BASELINE_TOTAL, CATEGORIES, DeviceMemory, MemoryReport
+from rnnprof.analyzers.memory import BASELINE_TOTAL, CATEGORIES, DeviceMemory, Imbalance, MemoryReport
 from rnnprof.reports.charts import Figure, altair
 from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.units import fmt_mb
@@ -28,8 +28,9 @@ DEFINITIONS = {
     "growth": "median step-to-step change of allocated bytes at each step's end; a leak when above 3x its median "
               "absolute deviation and 0.1% of the peak, over 4 steps or more",
     "imbalance": "a peak above the median of the other devices' of its kind by more than 5% of it, in the median "
-                 "step and above them in every step; where each step is recorded apart (TensorFlow), the device "
-                 "also allocates more than 5% above their median in a step",
+                 "step and above them in every step, or in every step from the one it starts at to the last (3 "
+                 "steps or more, having taken more than 5% at that step: from_step, taken); where each step is "
+                 "recorded apart (TensorFlow), the device also allocates more than 5% above their median in a step",
 }
 
 
@@ -58,7 +59,7 @@ def render_memory(report: MemoryReport, console: Console) -> None:
         ops = ", ".join(f"{s.name} {fmt_mb(s.bytes)}" for s in imbalance.operators[:3])
         more = f", allocates {fmt_mb(imbalance.allocates_more)} MB more a step" if imbalance.allocates_more > 0 else ""
         console.print(Text(f"imbalance: {imbalance.device} peaks {fmt_mb(imbalance.excess)} MB above the others' "
-                           f"median ({fmt_mb(imbalance.others_median)} MB){more}"
+                           f"median ({fmt_mb(imbalance.others_median)} MB){_since(imbalance)}{more}"
                            + (f"; most of it: {ops}" if ops else "")))
         if imbalance.other_replicas:
             held = sum(s.bytes for s in imbalance.other_replicas)
@@ -66,6 +67,14 @@ def render_memory(report: MemoryReport, console: Console) -> None:
             console.print(Text(f"  {imbalance.device} holds {fmt_mb(held)} MB for other replicas: {names}"))
     if report.unusable:
         console.print(Text(f"left out: {report.unusable:,} memory events without a number for Bytes"))
+
+
+def _since(imbalance: Imbalance) -> str:
+    """Where the imbalance starts mid-window: from which step, and what the device took then and kept."""
+    if imbalance.from_step < 0:
+        return ""
+    return (f" from step {imbalance.from_step} to step {imbalance.last_step}: it took {fmt_mb(imbalance.taken)} MB "
+            f"at step {imbalance.from_step} and kept it")
 
 
 def _render_device(device: DeviceMemory, width: int, console: Console) -> None:

@@ -95,6 +95,11 @@ class Imbalance:
     # the device's index): a replica's work pinned here
     allocates_more: int = 0  # bytes: the median over shared steps of what the device allocates in a step, less
     # the others' median (what was placed there, whatever the order the operators ran in)
+    from_step: int = -1  # the step it starts at, where it starts after the devices' first shared step (-1: from
+    # the first); the excess and allocates_more are then those of the steps from it to last_step
+    taken: int = 0  # bytes: with from_step, the device's excess from that step on less its excess before it (what it
+    # took at that step and kept)
+    last_step: int = -1  # the last step the devices share (-1: whole peaks compared, no steps)
 
 
 @dataclass(frozen=True)
