@@ -52,35 +52,44 @@ def test_each_steps_gpu_peak_is_the_caching_allocators_own_maximum():
 
 
 def _raw_series(path: Path) -> dict[str, dict]:
-    """From the file alone: per device (labelled as rnnprof labels it), the records in time order, the running
-    sum from the first record's Total Allocated less its Bytes, and the reported totals."""
+    """From the file alone: per device (labelled as rnnprof labels it), the records in time order: their times,
+    the running sum from the first record's Total Allocated less its Bytes, the allocator's own Total Allocated
+    (from 0 for a CPU, whose total counts only what profiling saw, as rnnprof's CPU series does) and Total
+    Reserved, and each record's step (the host's ``ProfilerStep#N`` range holding its time, -1: none)."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
         doc = json.load(f)
     events = [e for e in doc["traceEvents"] if e.get("name") == "[memory]" and e.get("ph") == "i"]
     events.sort(key=lambda e: e["ts"])  # a stable sort: file order among equal times
+    steps = sorted((e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1])) for e in doc["traceEvents"]
+                   if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+                   and e.get("cat") != "gpu_user_annotation")  # the host's ranges, not their GPU spans
     rank = doc.get("distributedInfo", {}).get("rank")
     worker = f"rank{rank}/" if rank is not None else ""  # a rank's trace: its devices named with the rank
     by_device: dict[str, list] = {}
     for e in events:
         a = e["args"]
         label = worker + ("host" if a["Device Type"] == 0 else f"gpu:{a['Device Id']}")
-        by_device.setdefault(label, []).append(a)
+        by_device.setdefault(label, []).append(e)
     out = {}
     for label, records in by_device.items():
-        base = records[0]["Total Allocated"] - records[0]["Bytes"]
-        running = base + np.cumsum([r["Bytes"] for r in records])
-        # a CPU's Total Allocated counts only what profiling saw: rnnprof's CPU series starts at 0
-        from_zero = running - (base if label.endswith("host") else 0)
-        out[label] = {"running": running, "from_zero": from_zero,
-                      "total": np.array([r["Total Allocated"] for r in records]),
-                      "reserved": np.array([r["Total Reserved"] for r in records])}
+        args = [e["args"] for e in records]
+        base = args[0]["Total Allocated"] - args[0]["Bytes"]
+        running = base + np.cumsum([r["Bytes"] for r in args])
+        total = np.array([r["Total Allocated"] for r in args])
+        zero = base if label.endswith("host") else 0
+        out[label] = {"running": running, "from_zero": running - zero, "total": total,
+                      "allocator": total - zero, "ts": np.array([e["ts"] for e in records]),
+                      "step": np.array([next((n for a, b, n in steps if a <= e["ts"] < b), -1) for e in records]),
+                      "reserved": np.array([r["Total Reserved"] for r in args])}
     return out
 
 
 @pytest.mark.parametrize("path", MEMORY_TRACES, ids=lambda p: p.name)
 def test_invariants_from_the_raw_json(path, capsys):
-    """``rnnprof memory --json`` on the trace against the file's own ``[memory]`` events."""
+    """``rnnprof memory --json`` on the trace against the file's own ``[memory]`` events: its allocated bytes at
+    every moment it reports against the allocator's own count there (Total Allocated, which rnnprof's series
+    sums the records' Bytes to reach, not reads)."""
     from rnnprof.cli import main
 
     raw = _raw_series(path)
@@ -90,11 +99,21 @@ def test_invariants_from_the_raw_json(path, capsys):
     assert set(analysed) == set(raw)
     for label, series in raw.items():
         device, peak = analysed[label], analysed[label]["peak"]
-        # allocated at every moment is the running sum of allocations and frees, and the allocator's total agrees
-        assert (series["running"] == series["total"]).all()
         assert device["mismatches"] == 0 and device["records"] == len(series["running"])
-        # the peak is the maximum of that series
-        assert peak["allocated"] == series["from_zero"].max()
+        # allocated at each moment of the timeline is the allocator's own total after a record of that moment
+        assert device["timeline"]
+        for point in device["timeline"]:
+            at = series["allocator"][series["ts"] == point["ts_us"]]
+            assert sum(point["bytes"]) in set(at.tolist()), (label, point["ts_us"], sum(point["bytes"]), at)
+        # the peak is the allocator's largest total, and the running sum of the records reaches it too
+        assert peak["allocated"] == series["allocator"].max() == series["from_zero"].max()
+        # each step's peak and end: the allocator's largest total in the step's range, its total after the last
+        stepped = series["step"] >= 0
+        assert [tuple(p) for p in device["step_peaks"]] == [
+            (n, int(series["allocator"][series["step"] == n].max())) for n in np.unique(series["step"][stepped])]
+        if not device["growth"]["reason"]:
+            assert [tuple(p) for p in device["growth"]["step_end"]] == [
+                (n, int(series["allocator"][series["step"] == n][-1])) for n in np.unique(series["step"][stepped])]
         if (series["reserved"] > 0).any():
             assert device["peak_reserved"] == series["reserved"].max()
             assert peak["reserved"] == series["reserved"][int(np.argmax(series["running"]))]
