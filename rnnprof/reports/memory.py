@@ -27,6 +27,9 @@ DEFINITIONS = {
                   "memory.md); before_window: allocated before the trace began",
     "growth": "median step-to-step change of allocated bytes at each step's end; a leak when above 3x its median "
               "absolute deviation and 0.1% of the peak, over 4 steps or more",
+    "missing frees": "blocks whose address is allocated again before the records free them: their free went "
+                     "unrecorded (made on a thread without the profiler's state); growth and step peaks leave out "
+                     "every block of their sizes, and a leak or an imbalance must exceed the most bytes a step lost",
     "imbalance": "a peak above the median of the other devices' of its kind by more than 5% of it, in the median "
                  "step and above them in every step, or in every step from the one it starts at to the last (3 "
                  "steps or more, having taken more than 5% at that step: from_step, taken); where each step is "
@@ -95,6 +98,13 @@ def _render_device(device: DeviceMemory, width: int, console: Console) -> None:
         line = (f"{device.device}: growth {fmt_mb(growth.per_step)} MB/step over {len(growth.step_end)} steps "
                 f"(jitter {fmt_mb(growth.jitter)} MB): {verdict}")
     console.print(Text(line))
+    if device.missing_frees:
+        where = ", ".join(f"{s.name} {fmt_mb(s.bytes)} MB" for s in device.missing_operators[:2])
+        sizes = ", ".join(f"{b:,}" for b in device.left_out_sizes[:4])
+        console.print(Text(f"{device.device}: {device.missing_frees} free(s) missing from the records (an address "
+                           f"allocated again while they held it; allocated in {where}): growth and step peaks leave "
+                           f"out blocks of {sizes} bytes, and a leak or an imbalance must exceed "
+                           f"{fmt_mb(device.missing_step_bytes)} MB"))
     known = device.baseline_source == BASELINE_TOTAL
     console.print(Text(f"{device.device}: baseline " + (f"{fmt_mb(device.baseline)} MB: " if known else "")
                        + device.baseline_source))

@@ -63,13 +63,14 @@ def worker(out_dir: Path) -> None:
     dist.destroy_process_group()
 
 
-def _shorten(run: Path, out_dir: Path) -> None:
-    """This machine's folders out of the manifest and the traces; the capture's bookkeeping files removed."""
-    here = Path(__file__).resolve()
+def shorten_run(run: Path, out_dir: Path, folder: str) -> None:
+    """This machine's folders out of the manifest (the job's output folder as ``tests/data/<folder>``, this folder as
+    ``tests/data``, the interpreter as ``python``) and each trace's ``traceName``; the capture's bookkeeping files
+    removed."""
     manifest = run / "manifest.json"
     text = manifest.read_text()
-    for long, short in ((str(here), f"tests/data/{here.name}"), (str(out_dir.resolve()), f"tests/data/{FOLDER}"),
-                        (str(out_dir), f"tests/data/{FOLDER}"), (sys.executable, "python")):
+    for long, short in ((sys.executable, "python"), (str(out_dir.resolve()), f"tests/data/{folder}"),
+                        (str(out_dir), f"tests/data/{folder}"), (str(Path(__file__).resolve().parent), "tests/data")):
         text = text.replace(json.dumps(long)[1:-1], short)
     manifest.write_text(text)
     for trace in sorted((run / "torch").glob("rank*.json.gz")):
@@ -92,7 +93,7 @@ def launch(out_dir: Path, timeout_s: float = 300) -> Path:
                     "--nproc-per-node", "2", "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                     "localhost:0", str(Path(__file__).resolve()), "--worker", str(out_dir)],
                    check=True, env=env, timeout=timeout_s)
-    _shorten(run, out_dir)
+    shorten_run(run, out_dir, FOLDER)
     return run
 
 

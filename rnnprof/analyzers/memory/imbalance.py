@@ -32,7 +32,9 @@ def imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance
     happened to be alive together neither makes an imbalance nor hides one. An imbalance may start mid-window (a
     buffer one rank takes at step k and keeps): then the steps from k on are judged, at least MIN_STEPS of them,
     and the device must have taken more than IMBALANCE_SHARE of the others' median at k (``Imbalance.taken``).
-    Otherwise the whole peaks are compared.
+    Otherwise the whole peaks are compared. Where the records of a device of the kind miss frees
+    (``DeviceMemory.missing_step_bytes``), the excess, and what was taken, must also exceed the most bytes they
+    missed in a step: such a block stays in the series until its address is allocated again.
 
     Where each step's allocations are recorded apart (TensorFlow's step stats), the order the executor runs
     independent operators in changes from step to step and run to run, and with it which large tensors are alive
@@ -51,11 +53,12 @@ def imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance
             others = [o for o in group if o is not d]
             median = int(np.median([o.peak.allocated for o in others]))
             threshold = int(IMBALANCE_SHARE * median)
+            missed = max(x.missing_step_bytes for x in group)  # what a free the records miss can leave behind
             since = _since(d, others)
             allocated = _step_excess([dict(x.step_allocations) for x in (d, *others)], since.steps)
             placed = d.growth.reason != PER_STEP_WINDOWS or allocated.median > IMBALANCE_SHARE * allocated.theirs
-            started = since.start is None or since.taken > threshold
-            if since.excess > threshold and since.least > 0 and placed and started:
+            started = since.start is None or since.taken > max(threshold, missed)
+            if since.excess > max(threshold, missed) and since.least > 0 and placed and started:
                 found.append(Imbalance(d.device, d.peak.allocated, median, since.excess, threshold,
                                        _difference(d, others), _foreign(d, by_label[d.device].index),
                                        allocates_more=int(round(allocated.median)),
