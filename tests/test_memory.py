@@ -490,8 +490,8 @@ def _addresses_allocated_again(path: Path) -> int:
 def test_fsdp2_on_gloo_holds_the_same_tensors_every_step_and_no_leak_or_imbalance_is_said(capsys):
     """rnnprof trace of a 2-rank FSDP2 (fully_shard per block and at the root) Transformer LM on gloo, steps 3-8
     (tests/data/make_torch_fsdp2_trace.py). The script counted, after every step, the bytes of every tensor it
-    could reach: the same in each step on both ranks. The profiler missed frees (gloo's worker thread releases the
-    copy a reduce-scatter all-reduced outside the profiled scope): the records' running sum grows, and PF009 once
+    could reach: the same in each step on both ranks. The profiler missed frees (of the copies its reduce-scatters
+    all-reduce and its all-gathers' outputs): the records' running sum grows, and PF009 once
     called it a leak, PF008 an imbalance. rnnprof counts the frees missed, as the file shows them (an address
     allocated again while held), and says neither."""
     from rnnprof.cli import main

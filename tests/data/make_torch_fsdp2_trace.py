@@ -3,8 +3,9 @@
 
 Each rank builds the LM (an embedding, ``BLOCKS`` pre-norm blocks of causal self-attention and an MLP, a linear
 head), applies ``fully_shard`` to each block and then to the root (torch 2.13, ``init_device_mesh("cpu", (2,))``),
-and trains it with AdamW. gloo carries each reduce-scatter out as an all-reduce of a copy of its input, and its
-worker thread releases that copy after the work's own profiled scope: torch's profiler records no free for it. The
+and trains it with AdamW. gloo carries each reduce-scatter out as an all-reduce of a copy of its input; the frees of
+such copies, and of all-gathers' outputs, are missing from the profiler's records (released with the collective's
+work, outside its profiled scope). The
 capture is the one a user runs::
 
     rnnprof trace --out OUT/run --steps 6 --skip-steps 3 -- python -m torch.distributed.run --nproc-per-node 2 \

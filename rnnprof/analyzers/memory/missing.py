@@ -1,8 +1,8 @@
 """Frees the allocator records miss, and what the verdicts leave out for them.
 
 torch's profiler records an allocator event only on a thread whose profiler state is set: a block released
-elsewhere leaves no record (on gloo, the copy a reduce-scatter all-reduces is released by gloo's worker thread after
-the work's own profiled scope: FSDP2 on CPU loses one such free per sharded group and step). The allocator never
+elsewhere leaves no record (FSDP2 on gloo: the copies its reduce-scatters all-reduce and its all-gathers' outputs,
+released with the collective's work outside its profiled scope, lose their frees in every step). The allocator never
 hands out an address it still holds, so a block whose address is allocated again before any free of it was freed by
 then (``Series.lost``). Blocks of the same size are the same buffers of the same code, on every rank of the job, and
 the series would hold the ones whose address is not yet reused for ever, as a leak would: growth and step peaks leave

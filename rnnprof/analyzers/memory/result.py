@@ -81,7 +81,7 @@ class DeviceMemory:
     step_peaks: tuple[tuple[int, int], ...] = ()  # (step, its largest allocated bytes, leaving out left_out_sizes)
     step_allocations: tuple[tuple[int, int], ...] = ()  # (step, the bytes of its allocations, added up)
     missing_frees: int = 0  # allocations whose free the records miss: their address was allocated again (torch's
-    # profiler records no free made on a thread without its state, as gloo's worker releasing a reduce-scatter's copy)
+    # profiler records no free made on a thread without its state: FSDP2's collective buffers on gloo)
     missing_step_bytes: int = 0  # the most bytes allocated in one step whose frees the records miss: a leak or an
     # imbalance must exceed it
     missing_operators: tuple[Share, ...] = ()  # the bytes whose frees the records miss, by the operator running when

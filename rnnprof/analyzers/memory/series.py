@@ -2,7 +2,7 @@
 allocation paired with its free (by address), and what was live at the peak, by category and by operator.
 
 A free the records miss: torch's profiler records an allocator event only on a thread whose profiler state is set,
-so a block released elsewhere (gloo's worker thread dropping the copy a reduce-scatter all-reduced, after the
+so a block released elsewhere (FSDP2 on gloo: a collective's buffers, released with its work, after the
 work's own profiled scope) leaves no record, and the running sum would hold it for ever. The allocator never hands
 out an address it still holds, so a block whose address is allocated again before any free of it was freed by then:
 it is released there (``Series.lost``), and counted."""
