@@ -86,13 +86,13 @@ def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndar
     at = dataclasses.replace(at, fragmentation=None if at.reserved is None else at.reserved - at.allocated)
     source = BASELINE_TOTAL if series.baseline_known else BASELINE_CPU if kind != "gpu" else BASELINE_NONE
     lost = missing.step_bytes(series, step)
-    judged = missing.judged(series, lost_sizes)
+    trusted = missing.trusted_allocated(series, lost_sizes)
     return DeviceMemory(device.label, device.worker, len(rows), series.baseline, source, at,
                         int(reserved.max()) if has_reserved else None,
-                        _growth(judged, step, chosen, at.allocated, lost) if not _per_step_windows(table, rows)
+                        _growth(trusted, step, chosen, at.allocated, lost) if not _per_step_windows(table, rows)
                         else Growth((), 0, 0, False, PER_STEP_WINDOWS),
                         series.mismatches, timeline=_timeline(series, cats, mem.ts[rows]),
-                        step_peaks=_step_peaks(judged, step, eligible),
+                        step_peaks=_step_peaks(trusted, step, eligible),
                         step_allocations=_step_allocations(series, step, eligible),
                         missing_frees=len(series.missing_frees), missing_step_bytes=lost,
                         missing_operators=missing.by_operator(series, ctx, table.strings),

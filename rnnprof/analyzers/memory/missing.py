@@ -5,9 +5,9 @@ elsewhere leaves no record (FSDP2 on gloo: the copies its reduce-scatters all-re
 released with the collective's work outside its profiled scope, lose their frees in every step). The allocator never
 hands out an address it still holds, so a block whose address is allocated again before any free of it was freed by
 then (``Series.lost``). Blocks of the same size are the same buffers of the same code, on every rank of the job, and
-the series would hold the ones whose address is not yet reused for ever, as a leak would: growth and step peaks leave
-out every block of a size shown to lose its free on any device (``judged``), and a leak or an imbalance must also
-exceed the most bytes one step lost (``step_bytes``)."""
+the series would hold the ones whose address is not yet reused for ever, as a leak would: growth and step peaks
+leave out every block of a size shown to lose its free on any device (``trusted_allocated``), and a leak or an
+imbalance must also exceed the most bytes one step lost (``step_bytes``)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def lost_sizes(series: list[Series]) -> np.ndarray:
     return np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
 
 
-def judged(series: Series, sizes: np.ndarray) -> np.ndarray:
+def trusted_allocated(series: Series, sizes: np.ndarray) -> np.ndarray:
     """The allocated bytes after each record leaving out every block of ``sizes`` (its allocation and its recorded
     free); the series' own where there are none."""
     if not len(sizes):
