@@ -25,7 +25,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -125,26 +124,11 @@ def worker(out_dir: Path) -> None:
     dist.destroy_process_group()
 
 
-def launch(out_dir: Path, timeout_s: float = 300) -> Path:
-    """Capture the job into ``out_dir/run``; returns that run directory."""
-    import subprocess
-
-    from make_torch_memory_held_trace import shorten_run
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    run = out_dir / "run"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--force", "--steps", str(WINDOW),
-                    "--skip-steps", str(SKIP), "--", sys.executable, "-m", "torch.distributed.run",
-                    "--nproc-per-node", "2", "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                    "localhost:0", str(Path(__file__).resolve()), "--worker", str(out_dir)],
-                   check=True, env=env, timeout=timeout_s)
-    shorten_run(run, out_dir, FOLDER)
-    return run
-
-
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
         worker(Path(sys.argv[2]))
     else:
-        print(launch(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / FOLDER))
+        from make_torch_memory_held_trace import capture  # this folder's: the capture and its shortening
+
+        out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / FOLDER
+        print(capture(Path(__file__).resolve(), out, FOLDER, WINDOW, SKIP))

@@ -83,17 +83,18 @@ def shorten_run(run: Path, out_dir: Path, folder: str) -> None:
         extra.unlink()
 
 
-def launch(out_dir: Path, timeout_s: float = 300) -> Path:
-    """Capture the job into ``out_dir/run``; returns that run directory."""
+def capture(script: Path, out_dir: Path, folder: str, steps: int, skip: int, timeout_s: float = 300) -> Path:
+    """``rnnprof trace --steps STEPS --skip-steps SKIP`` of ``script --worker OUT_DIR`` on 2 gloo ranks under torchrun,
+    into ``out_dir/run``, shortened (``shorten_run``, ``folder``: its name in tests/data); returns the run."""
     out_dir.mkdir(parents=True, exist_ok=True)
     run = out_dir / "run"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--force", "--steps", str(WINDOW),
-                    "--skip-steps", str(SKIP), "--", sys.executable, "-m", "torch.distributed.run",
+    subprocess.run([sys.executable, "-m", "rnnprof", "trace", "--out", str(run), "--force", "--steps", str(steps),
+                    "--skip-steps", str(skip), "--", sys.executable, "-m", "torch.distributed.run",
                     "--nproc-per-node", "2", "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                    "localhost:0", str(Path(__file__).resolve()), "--worker", str(out_dir)],
+                    "localhost:0", str(script), "--worker", str(out_dir)],
                    check=True, env=env, timeout=timeout_s)
-    shorten_run(run, out_dir, FOLDER)
+    shorten_run(run, out_dir, folder)
     return run
 
 
@@ -101,4 +102,5 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
         worker(Path(sys.argv[2]))
     else:
-        print(launch(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / FOLDER))
+        out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / FOLDER
+        print(capture(Path(__file__).resolve(), out, FOLDER, WINDOW, SKIP))
