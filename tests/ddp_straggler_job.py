@@ -5,8 +5,11 @@
 Each rank trains a tiny LSTM LM for ``STEPS`` steps under ``torch.profiler`` (``schedule(wait=1, warmup=1,
 active=10)``: ``ProfilerStep#2`` to ``#11`` are recorded) and writes ``rank{r}.json`` (its Kineto trace) and
 ``rank{r}-sleeps.json``: for each step number, how long ``time.sleep`` took by the script's own clock
-(``time.perf_counter``), and ``rank{r}-steps.json``: for each step number, its time by that clock (from its
-start to the next step's). The sleep is outside every operator and every ``record_function`` range but the step's.
+(``time.perf_counter``), ``rank{r}-steps.json``: for each step number, its time by that clock (from its
+start to the next step's), and ``rank{r}-runqueue.json``: from its start to its optimizer step's return, the time
+the training thread waited for a core while ready to run (the kernel's count, ``/proc/thread-self/schedstat``;
+absent where the kernel does not say). The sleep is outside every operator and every ``record_function`` range but
+the step's.
 """
 
 from __future__ import annotations
@@ -19,6 +22,15 @@ from pathlib import Path
 ACTIVE = 10
 STEPS = 2 + ACTIVE + 1  # wait 1 + warmup 1 + active, and one more so the schedule completes
 VOCAB, EMBED, HIDDEN, BATCH, LENGTH = 64, 16, 32, 4, 8
+SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: ns on a core, ns waiting on a run queue, time slices
+
+
+def _runqueue_us() -> float | None:
+    try:
+        with open(SCHEDSTAT, "rb") as f:
+            return int(f.read().split()[1]) / 1e3
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def main(out_dir: Path, sleep_s: float) -> None:
@@ -49,6 +61,7 @@ def main(out_dir: Path, sleep_s: float) -> None:
     loss_fn = nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(1 + rank)
     sleeps: dict[int, float] = {}
+    waited: dict[int, float] = {}
     starts: list[float] = []
 
     def on_trace_ready(prof):
@@ -58,6 +71,7 @@ def main(out_dir: Path, sleep_s: float) -> None:
                  on_trace_ready=on_trace_ready) as prof:
         for step in range(STEPS):
             starts.append(time.perf_counter())
+            queued = _runqueue_us()
             tokens = torch.randint(0, VOCAB, (BATCH, LENGTH + 1), generator=generator)
             with record_function("forward"):
                 logits = model(tokens[:, :-1])
@@ -71,9 +85,13 @@ def main(out_dir: Path, sleep_s: float) -> None:
                 loss.backward()
             with record_function("optimizer"):
                 optimizer.step()
+            if queued is not None:
+                waited[step] = _runqueue_us() - queued
             prof.step()
     starts.append(time.perf_counter())
     (out_dir / f"rank{rank}-sleeps.json").write_text(json.dumps(sleeps))
+    if waited:
+        (out_dir / f"rank{rank}-runqueue.json").write_text(json.dumps(waited))
     (out_dir / f"rank{rank}-steps.json").write_text(json.dumps({k: (b - a) * 1e6 for k, (a, b) in
                                                                enumerate(zip(starts, starts[1:]))}))
     dist.barrier()  # neither rank tears its group down while the other still talks to it

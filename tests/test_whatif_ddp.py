@@ -4,14 +4,17 @@
 Planted straggler: rank 1 sleeps 60 ms before each backward, outside every operator; rank 0 waits for it at the
 gradient all-reduce. Replaying the fix (rank 1's untraced host time at rank 0's, ``--fix PF001``) must take
 out what the script's own clock says the sleep took, step by step, and predict the control's step (the same job
-without the sleep, by its own clock) within 10 %, or within the control's own step-to-step spread where that is
-wider (on a loaded 2-core machine the control's steps vary by more than 10 %). On the control the same fix must
-change the step by no more than that spread.
+without the sleep, its steps measured from its raw traces) by the noise rule of docs/commands/whatif.md: the two
+medians within 10 % of the control's, or, where the steps vary more than that (a loaded 2-core machine), their
+notches overlapping (each median ± 1.58 × its steps' interquartile range / √n: a 95 % comparison of two
+medians). On the control the same fix may take out no more than 10 % of the step and the time rank 1 waited for a
+core. Unchanged, the replay reproduces each step the raw traces measure.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -20,6 +23,7 @@ import pytest
 from rnnprof.analyzers.replay import TOLERANCE_PCT, whatif
 from rnnprof.analyzers.replay.fixes import fix_changes
 from rnnprof.traces import load_events
+from step_time_oracle import step_times
 
 STEPS = list(range(2, 12))  # ProfilerStep#2..#11
 
@@ -33,10 +37,27 @@ def _clock(out: Path) -> list[float]:
     return [max(r[s] for r in ranks) for s in STEPS]
 
 
-def _spread(values: list[float]) -> float:
-    """A run's own step-to-step noise: the larger of its median absolute deviation and half its range."""
-    median = statistics.median(values)
-    return max(statistics.median(abs(v - median) for v in values), (max(values) - min(values)) / 2)
+def _notch(values: list[float]) -> float:
+    """Half the width of the median's notch in a box plot (McGill, Tukey and Larsen, 1978): 1.58 times the
+    interquartile range over the square root of the count; two medians whose notches do not overlap differ at
+    about the 95 % level."""
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return 1.58 * (q3 - q1) / math.sqrt(len(values))
+
+
+def agrees(predicted: list[float], measured: list[float]) -> bool:
+    """docs/commands/whatif.md's noise rule: the medians within 10 % of the measured one, or their notches
+    overlapping."""
+    gap = abs(statistics.median(predicted) - statistics.median(measured))
+    return gap <= max(0.10 * statistics.median(measured), _notch(predicted) + _notch(measured))
+
+
+def _replays_the_raw_steps(report, out: Path) -> None:
+    """Unchanged, the replay gives each step's time from the raw traces alone (``step_time_oracle``)."""
+    raw = step_times([out / "rank0.json", out / "rank1.json"])
+    for step in report.steps:
+        assert abs(step.replayed_us - raw[step.step]) <= TOLERANCE_PCT / 100 * raw[step.step] and not step.reasons, \
+            (step.step, raw[step.step], step.replayed_us, step.reasons)
 
 
 def _fixed(out: Path):
@@ -49,8 +70,8 @@ def test_the_fix_takes_out_the_sleep_the_scripts_clock_measured(ddp_straggler_ru
     sleeps = {int(k): v for k, v in json.loads((ddp_straggler_run / "rank1-sleeps.json").read_text()).items()}
     assert [s.step for s in report.steps] == STEPS
     errors = []
+    _replays_the_raw_steps(report, ddp_straggler_run)
     for step in report.steps:
-        assert abs(step.replayed_us - step.measured_us) <= TOLERANCE_PCT / 100 * step.measured_us or step.reasons
         saving = step.measured_us - step.predicted_us
         errors.append((saving - sleeps[step.step]) / sleeps[step.step])
     assert abs(statistics.median(errors)) <= 0.10, errors
@@ -63,21 +84,48 @@ def test_the_fix_takes_out_the_sleep_the_scripts_clock_measured(ddp_straggler_ru
 
 
 def test_the_fixed_planted_run_predicts_the_controls_step(ddp_straggler_run, ddp_balanced_run):
-    predicted = _fixed(ddp_straggler_run).median("predicted_us")
-    control = _clock(ddp_balanced_run)
-    measured = statistics.median(control)
-    allowed = max(0.10 * measured, _spread(control))
-    assert abs(predicted - measured) <= allowed, (predicted, measured, allowed, control)
+    """The control is the run with the change really made; its steps are measured as the replay's are, from its
+    raw traces (``step_time_oracle``: a step's events over both ranks, the gloo tail included), not by the
+    script's loop clock, which runs 10 % to 50 % shorter on this job (each rank's loop alone)."""
+    predicted = [s.predicted_us for s in _fixed(ddp_straggler_run).steps]
+    raw = step_times([ddp_balanced_run / "rank0.json", ddp_balanced_run / "rank1.json"])
+    control = [raw[s] for s in STEPS]
+    assert agrees(predicted, control), (statistics.median(predicted), statistics.median(control), _notch(predicted),
+                                        _notch(control), predicted, control)
     # and far from the planted run's own step: the fix is what moved it
-    assert statistics.median(_clock(ddp_straggler_run)) - predicted > 0.8 * 60_000
+    assert statistics.median(_clock(ddp_straggler_run)) - statistics.median(predicted) > 0.8 * 60_000
 
 
-def test_on_the_balanced_control_the_fix_changes_the_step_by_no_more_than_its_jitter(ddp_balanced_run):
+def test_the_noise_rule_tells_a_fix_that_left_a_quarter_of_the_sleep_from_the_control():
+    """The rule on two runs of these jobs (ms; the fix's predictions, then the control's steps from its raw
+    traces). Beside other work (load average about 10 on the 2 cores) the prediction fell 48 % below the control,
+    whose ranks shared the cores while the planted run's took turns, and the steps varied 5 to 24 ms: the notches
+    overlap. Quieter, they agreed within 2 %. In both a prediction 15 ms higher in every step (a quarter of the
+    60 ms sleep left in) is told apart, which half the control's range (the rule before) let pass in the first."""
+    loaded = ([4.8, 10.4, 8.3, 6.8, 14.5, 6.5, 6.3, 19.8, 5.9, 16.4],
+              [15.1, 23.7, 13.9, 19.6, 17.5, 11.9, 5.1, 15.8, 7.8, 7.7])
+    quiet = ([5.1, 6.2, 5.9, 6.4, 10.8, 6.8, 6.9, 6.6, 6.5, 11.0], [6.0, 5.1, 6.9, 10.7, 8.4, 5.0, 4.6, 7.4, 7.5, 4.7])
+    for predicted, control in (loaded, quiet):
+        assert agrees(predicted, control)
+        assert not agrees([p + 15 for p in predicted], control)
+    predicted, control = loaded
+    assert abs(statistics.median(predicted) + 15 - statistics.median(control)) <= (max(control) - min(control)) / 2
+    # steady steps: 10 % of the control's median decides
+    assert agrees([10.9] * 10, [10.0] * 10) and not agrees([11.1] * 10, [10.0] * 10)
+
+
+def test_on_the_balanced_control_the_fix_takes_out_no_more_than_rank1_waited_for_a_core(ddp_balanced_run):
+    """Nothing slows rank 1 of the control but the machine: on a loaded one the kernel may keep its thread waiting
+    for a core between operators, untraced time the fix evens out (seen: 42 % of the step, each step's saving
+    within 2.5 ms of rank 1's extra wait). The median saving is at most 10 % of the median step plus rank 1's
+    median wait for a core by the kernel's count (``/proc/thread-self/schedstat``, the job's own record)."""
     report = _fixed(ddp_balanced_run)
-    control = _clock(ddp_balanced_run)
-    assert abs(report.median("predicted_us") - report.median("measured_us")) <= _spread(control)
-    for step in report.steps:
-        assert abs(step.replayed_us - step.measured_us) <= TOLERANCE_PCT / 100 * step.measured_us or step.reasons
+    _replays_the_raw_steps(report, ddp_balanced_run)
+    saving = statistics.median(s.replayed_us - s.predicted_us for s in report.steps)
+    waits = ddp_balanced_run / "rank1-runqueue.json"
+    waited = statistics.median(json.loads(waits.read_text())[str(s)] for s in STEPS) if waits.is_file() else 0.0
+    assert -0.10 * report.median("replayed_us") <= saving <= 0.10 * report.median("replayed_us") + waited, \
+        (saving, waited, [(s.replayed_us, s.predicted_us) for s in report.steps])
 
 
 def test_audit_takes_the_stragglers_saving_from_the_replay_of_its_fix(ddp_straggler_run, capsys):

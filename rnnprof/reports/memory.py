@@ -8,7 +8,7 @@ import dataclasses
 from rich.console import Console
 from rich.text import Text
 
-from rnnprof.analyzers.memory import BASELINE_TOTAL, CATEGORIES, DeviceMemory, MemoryReport
+from rnnprof.analyzers.memory import BASELINE_TOTAL, CATEGORIES, DeviceMemory, Imbalance, MemoryReport
 from rnnprof.reports.charts import Figure, altair
 from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.units import fmt_mb
@@ -27,9 +27,13 @@ DEFINITIONS = {
                   "memory.md); before_window: allocated before the trace began",
     "growth": "median step-to-step change of allocated bytes at each step's end; a leak when above 3x its median "
               "absolute deviation and 0.1% of the peak, over 4 steps or more",
+    "missing frees": "blocks whose address is allocated again before the records free them: their free went "
+                     "unrecorded (made on a thread without the profiler's state); growth and step peaks leave out "
+                     "every block of their sizes, and a leak or an imbalance must exceed the most bytes a step lost",
     "imbalance": "a peak above the median of the other devices' of its kind by more than 5% of it, in the median "
-                 "step and above them in every step; where each step is recorded apart (TensorFlow), the device "
-                 "also allocates more than 5% above their median in a step",
+                 "step and above them in every step, or in every step from the one it starts at to the last (3 "
+                 "steps or more, having taken more than 5% at that step: from_step, taken); where each step is "
+                 "recorded apart (TensorFlow), the device also allocates more than 5% above their median in a step",
 }
 
 
@@ -58,7 +62,7 @@ def render_memory(report: MemoryReport, console: Console) -> None:
         ops = ", ".join(f"{s.name} {fmt_mb(s.bytes)}" for s in imbalance.operators[:3])
         more = f", allocates {fmt_mb(imbalance.allocates_more)} MB more a step" if imbalance.allocates_more > 0 else ""
         console.print(Text(f"imbalance: {imbalance.device} peaks {fmt_mb(imbalance.excess)} MB above the others' "
-                           f"median ({fmt_mb(imbalance.others_median)} MB){more}"
+                           f"median ({fmt_mb(imbalance.others_median)} MB){_since(imbalance)}{more}"
                            + (f"; most of it: {ops}" if ops else "")))
         if imbalance.other_replicas:
             held = sum(s.bytes for s in imbalance.other_replicas)
@@ -66,6 +70,14 @@ def render_memory(report: MemoryReport, console: Console) -> None:
             console.print(Text(f"  {imbalance.device} holds {fmt_mb(held)} MB for other replicas: {names}"))
     if report.unusable:
         console.print(Text(f"left out: {report.unusable:,} memory events without a number for Bytes"))
+
+
+def _since(imbalance: Imbalance) -> str:
+    """Where the imbalance starts mid-window: from which step, and what the device took then and kept."""
+    if imbalance.from_step < 0:
+        return ""
+    return (f" from step {imbalance.from_step} to step {imbalance.last_step}: it took {fmt_mb(imbalance.taken)} MB "
+            f"at step {imbalance.from_step} and kept it")
 
 
 def _render_device(device: DeviceMemory, width: int, console: Console) -> None:
@@ -86,6 +98,13 @@ def _render_device(device: DeviceMemory, width: int, console: Console) -> None:
         line = (f"{device.device}: growth {fmt_mb(growth.per_step)} MB/step over {len(growth.step_end)} steps "
                 f"(jitter {fmt_mb(growth.jitter)} MB): {verdict}")
     console.print(Text(line))
+    if device.missing_frees:
+        where = ", ".join(f"{s.name} {fmt_mb(s.bytes)} MB" for s in device.missing_operators[:2])
+        sizes = ", ".join(f"{b:,}" for b in device.left_out_sizes[:4])
+        console.print(Text(f"{device.device}: {device.missing_frees} free(s) missing from the records (an address "
+                           f"allocated again while they held it; allocated in {where}): growth and step peaks leave "
+                           f"out blocks of {sizes} bytes, and a leak or an imbalance must exceed "
+                           f"{fmt_mb(device.missing_step_bytes)} MB"))
     known = device.baseline_source == BASELINE_TOTAL
     console.print(Text(f"{device.device}: baseline " + (f"{fmt_mb(device.baseline)} MB: " if known else "")
                        + device.baseline_source))

@@ -2,8 +2,9 @@
 
 A device whose peak of allocated memory exceeds the median of the other devices' of its kind by more than
 ``analyzers.memory.IMBALANCE_SHARE`` of it, step by step (``analyzers.memory.imbalance``), as soft
-placement makes device 0 hold every replica's softmax, or a rank keeps a buffer the others do not. What it
-frees: the excess at its peak; the operators whose live bytes make the difference are named.
+placement makes device 0 hold every replica's softmax, or a rank keeps a buffer the others do not, from the
+window's start or from the step it took it at. What it frees: the excess at its peak; the operators whose live
+bytes make the difference are named.
 """
 
 from __future__ import annotations
@@ -28,14 +29,18 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         device = devices[imbalance.device]
         facts = evidence(ctx.table, device, imbalance.excess)
         ops = ", ".join(f"{s.name} {megabytes(s.bytes)}" for s in imbalance.operators[:3])
+        since = "" if imbalance.from_step < 0 else (f" from step {imbalance.from_step} to step {imbalance.last_step}"
+                                                     f" (it took {megabytes(imbalance.taken)} at step "
+                                                     f"{imbalance.from_step} and kept it)")
         found.append(Finding(
             rule=RULE_ID, severity=memory_severity(device, imbalance.excess, device_size(ctx.table, device)),
             title=(f"{imbalance.device}: memory peak {megabytes(imbalance.excess)} above the others' median "
-                   f"({megabytes(imbalance.others_median)})" + (f"; most of it {ops}" if ops else "")),
+                   f"({megabytes(imbalance.others_median)}){since}" + (f"; most of it {ops}" if ops else "")),
             subject=Subject(rank=device.worker or None, device=device.device,
                             op=imbalance.operators[0].name if imbalance.operators else None),
             evidence={**facts, "others_median_bytes": imbalance.others_median,
                       "threshold_bytes": imbalance.threshold, "allocates_more_bytes": imbalance.allocates_more,
+                      "from_step": imbalance.from_step, "taken_bytes": imbalance.taken,
                       "operators": {s.name: s.bytes for s in imbalance.operators}},
             saving_us=None, saving_basis=basis(facts),
             fix="spread what the device holds alone over every device (replicas' operators on their own device, "

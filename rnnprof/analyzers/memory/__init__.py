@@ -13,10 +13,12 @@ import numpy as np
 from rnnprof.events import Device, EventTable
 
 from .context import OUTSIDE, RecordContext, record_context
+from . import missing
 from .imbalance import imbalances
 from .result import (CATEGORIES, PER_STEP_WINDOWS, DeviceMemory, Growth, Imbalance, MemoryReport, Peak, Share,
                      TimelinePoint)
-from .series import NO_OPERATOR, Series, allocation_categories, categories_at, device_series, operators_at, stacked
+from .series import (NO_OPERATOR, Series, allocation_categories, categories_at, device_series, operators_at,
+                     released, stacked)
 
 __all__ = ["BASELINE_TOTAL", "CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak", "Share",
            "TimelinePoint", "analyze_memory", "has_memory"]
@@ -40,11 +42,11 @@ def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_s
     mem = table.memory
     ctx = record_context(table)
     chosen = None if steps is None else np.asarray(sorted(set(steps)), dtype=np.int64)
-    devices = []
-    for code in np.unique(mem.device):
-        rows = np.flatnonzero(mem.device == code)
-        device = table.devices[code]
-        devices.append(_device(table, ctx, device, rows, chosen))
+    codes = np.unique(mem.device)
+    rows = [np.flatnonzero(mem.device == code) for code in codes]
+    series = [_series(table, r) for r in rows]
+    sizes = missing.lost_sizes(series)
+    devices = [_device(table, ctx, table.devices[code], r, chosen, s, sizes) for code, r, s in zip(codes, rows, series)]
     devices = [_with_manifest(d, table, table.devices[code]) for d, code in zip(devices, np.unique(mem.device))
                if d is not None]
     devices = sorted((d for d in devices if d is not None), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
@@ -52,13 +54,22 @@ def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_s
                         tuple(imbalances(table, devices)), mem.unusable, step_selection)
 
 
-def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndarray,
-            chosen: np.ndarray | None) -> DeviceMemory | None:
-    mem, kind = table.memory, device.kind
-    series = device_series(mem.nbytes, mem.addr, mem.total_allocated, rows, total_is_baseline=kind == "gpu")
-    step = mem.step[rows]
+def _series(table: EventTable, rows: np.ndarray) -> Series:
+    """One device's series (its records ``rows``), each step apart where the source records them so."""
+    mem = table.memory
+    series = device_series(mem.nbytes, mem.addr, mem.total_allocated, rows,
+                           total_is_baseline=table.devices[mem.device[rows[0]]].kind == "gpu")
     if _per_step_windows(table, rows):
-        series = _each_step_apart(series, step, mem.addr[rows] < 0)
+        series = _each_step_apart(series, mem.step[rows], mem.addr[rows] < 0)
+    return series
+
+
+def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndarray, chosen: np.ndarray | None,
+            series: Series, lost_sizes: np.ndarray) -> DeviceMemory | None:
+    """``lost_sizes``: the sizes of the blocks whose frees the job's records miss (``missing``), left out of the
+    growth and the step peaks."""
+    mem, kind = table.memory, device.kind
+    step = mem.step[rows]
     eligible = np.ones(len(rows), dtype=bool) if chosen is None else np.isin(step, chosen)
     if not eligible.any():
         return None
@@ -74,13 +85,18 @@ def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndar
               by_operator=operators_at(series, peak, ctx, table.strings))
     at = dataclasses.replace(at, fragmentation=None if at.reserved is None else at.reserved - at.allocated)
     source = BASELINE_TOTAL if series.baseline_known else BASELINE_CPU if kind != "gpu" else BASELINE_NONE
+    lost = missing.step_bytes(series, step)
+    trusted = missing.trusted_allocated(series, lost_sizes)
     return DeviceMemory(device.label, device.worker, len(rows), series.baseline, source, at,
                         int(reserved.max()) if has_reserved else None,
-                        _growth(series, step, chosen, at.allocated) if not _per_step_windows(table, rows) else
-                        Growth((), 0, 0, False, PER_STEP_WINDOWS),
+                        _growth(trusted, step, chosen, at.allocated, lost) if not _per_step_windows(table, rows)
+                        else Growth((), 0, 0, False, PER_STEP_WINDOWS),
                         series.mismatches, timeline=_timeline(series, cats, mem.ts[rows]),
-                        step_peaks=_step_peaks(series, step, eligible),
-                        step_allocations=_step_allocations(series, step, eligible))
+                        step_peaks=_step_peaks(trusted, step, eligible),
+                        step_allocations=_step_allocations(series, step, eligible),
+                        missing_frees=len(series.missing_frees), missing_step_bytes=lost,
+                        missing_operators=missing.by_operator(series, ctx, table.strings),
+                        left_out_sizes=tuple(int(b) for b in lost_sizes))
 
 
 def _with_manifest(memory: DeviceMemory, table: EventTable, device: Device) -> DeviceMemory:
@@ -112,26 +128,27 @@ def _free_phase(series: Series, ctx: RecordContext) -> np.ndarray:
     return np.where(freed, phase, OUTSIDE)
 
 
-def _growth(series: Series, step: np.ndarray, chosen: np.ndarray | None, peak: int) -> Growth:
-    """Allocated bytes after each step's last record; growth is the median step-to-step difference, a leak when it
-    exceeds JITTER_FACTOR times their median absolute deviation and MIN_GROWTH_SHARE of the peak."""
+def _growth(allocated: np.ndarray, step: np.ndarray, chosen: np.ndarray | None, peak: int, lost: int = 0) -> Growth:
+    """``allocated`` after each step's last record; growth is the median step-to-step difference, a leak when it
+    exceeds JITTER_FACTOR times their median absolute deviation, MIN_GROWTH_SHARE of the peak and ``lost``, the most
+    bytes a step allocated whose frees the records miss (``missing``)."""
     known = np.unique(step[step >= 0])
     if chosen is not None:
         known = known[np.isin(known, chosen)]
-    ends = tuple((int(s), int(series.allocated[np.flatnonzero(step == s)[-1]])) for s in known)
+    ends = tuple((int(s), int(allocated[np.flatnonzero(step == s)[-1]])) for s in known)
     if len(ends) < MIN_GROWTH_STEPS:
         return Growth(ends, 0, 0, False, f"{len(ends)} step(s) with memory records; growth needs "
                                          f"{MIN_GROWTH_STEPS}")
     diffs = np.diff([v for _, v in ends])
     per_step = float(np.median(diffs))
     jitter = float(np.median(np.abs(diffs - per_step)))
-    leak = per_step > JITTER_FACTOR * jitter and per_step > MIN_GROWTH_SHARE * peak
+    leak = per_step > JITTER_FACTOR * jitter and per_step > MIN_GROWTH_SHARE * peak and per_step > lost
     return Growth(ends, int(round(per_step)), int(round(jitter)), bool(leak))
 
 
-def _step_peaks(series: Series, step: np.ndarray, eligible: np.ndarray) -> tuple[tuple[int, int], ...]:
-    """The largest allocated bytes in each (selected) step."""
-    return tuple((int(s), int(series.allocated[(step == s) & eligible].max()))
+def _step_peaks(allocated: np.ndarray, step: np.ndarray, eligible: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """The largest ``allocated`` bytes in each (selected) step."""
+    return tuple((int(s), int(allocated[(step == s) & eligible].max()))
                  for s in np.unique(step[eligible & (step >= 0)]))
 
 
@@ -147,7 +164,7 @@ def _each_step_apart(series: Series, step: np.ndarray, unpaired: np.ndarray) -> 
     if not len(step):
         return series
     nbytes = np.where(unpaired & (series.nbytes < 0), 0, series.nbytes)
-    cum = np.cumsum(nbytes)
+    cum = np.cumsum(nbytes) - np.cumsum(released(nbytes, series.free_of, series.lost))
     first = np.flatnonzero(np.concatenate(([True], step[1:] != step[:-1])))
     before = np.where(first > 0, cum[np.maximum(first - 1, 0)], 0)
     group = np.cumsum(np.isin(np.arange(len(step)), first)) - 1

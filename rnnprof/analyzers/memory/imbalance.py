@@ -28,8 +28,13 @@ def imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance
     over the others' median peak, when it is
     more than IMBALANCE_SHARE of that median. Where the devices share MIN_STEPS steps or more, the excess is the
     median over those steps of the device's step peak less the others' median, and the device must stand above
-    the others in every one of them: one step whose tensors happened to be alive together neither makes an
-    imbalance nor hides one. Otherwise the whole peaks are compared.
+    the others in every one of them from the step it starts at to the last (``_since``): one step whose tensors
+    happened to be alive together neither makes an imbalance nor hides one. An imbalance may start mid-window (a
+    buffer one rank takes at step k and keeps): then the steps from k on are judged, at least MIN_STEPS of them,
+    and the device must have taken more than IMBALANCE_SHARE of the others' median at k (``Imbalance.taken``).
+    Otherwise the whole peaks are compared. Where the records of a device of the kind miss frees
+    (``DeviceMemory.missing_step_bytes``), the excess, and what was taken, must also exceed the most bytes they
+    missed in a step: such a block stays in the series until its address is allocated again.
 
     Where each step's allocations are recorded apart (TensorFlow's step stats), the order the executor runs
     independent operators in changes from step to step and run to run, and with it which large tensors are alive
@@ -48,43 +53,75 @@ def imbalances(table: EventTable, devices: list[DeviceMemory]) -> list[Imbalance
             others = [o for o in group if o is not d]
             median = int(np.median([o.peak.allocated for o in others]))
             threshold = int(IMBALANCE_SHARE * median)
-            excess, least = _excess(d, others)
-            allocated = _step_excess([dict(x.step_allocations) for x in (d, *others)])
+            missed = max(x.missing_step_bytes for x in group)  # what a free the records miss can leave behind
+            since = _since(d, others)
+            allocated = _step_excess([dict(x.step_allocations) for x in (d, *others)], since.steps)
             placed = d.growth.reason != PER_STEP_WINDOWS or allocated.median > IMBALANCE_SHARE * allocated.theirs
-            if excess > threshold and least > 0 and placed:
-                found.append(Imbalance(d.device, d.peak.allocated, median, excess, threshold,
+            started = since.start is None or since.taken > max(threshold, missed)
+            if since.excess > max(threshold, missed) and since.least > 0 and placed and started:
+                found.append(Imbalance(d.device, d.peak.allocated, median, since.excess, threshold,
                                        _difference(d, others), _foreign(d, by_label[d.device].index),
-                                       allocates_more=int(round(allocated.median))))
+                                       allocates_more=int(round(allocated.median)),
+                                       from_step=-1 if since.start is None else since.start,
+                                       taken=since.taken, last_step=since.last))
     return sorted(found, key=lambda i: -i.excess)
 
 
-def _excess(device: DeviceMemory, others: list[DeviceMemory]) -> tuple[int, int]:
-    """The median over the shared steps of the device's step peak less the others' median, and the least of
-    them; the whole peaks' difference (twice) where the devices share fewer than MIN_STEPS steps."""
-    peaks = _step_excess([dict(d.step_peaks) for d in (device, *others)])
-    if peaks.steps < MIN_STEPS:
+class _Since(NamedTuple):
+    """Where a device stands above the others: from which step, by how much."""
+
+    excess: int  # the median over the steps judged of the device's step peak less the others' median
+    least: int  # the least of those differences
+    start: int | None  # the step it starts at, where that is after the devices' first shared step
+    taken: int  # the median difference from ``start`` on less the median before it (0 without ``start``)
+    last: int  # the last shared step (-1: the whole peaks were compared)
+    steps: tuple[int, ...] | None  # the steps judged (None: every shared step)
+
+
+def _since(device: DeviceMemory, others: list[DeviceMemory]) -> _Since:
+    """The device's excess over the others' median step peak over the steps from the first one from which it stands
+    above them in every step to the last shared step; the whole peaks' difference where the devices share fewer
+    than MIN_STEPS steps."""
+    per_step = [dict(d.step_peaks) for d in (device, *others)]
+    shared = _shared(per_step)
+    if len(shared) < MIN_STEPS:
         whole = device.peak.allocated - int(np.median([o.peak.allocated for o in others]))
-        return whole, whole
-    return int(round(peaks.median)), int(peaks.least)
+        return _Since(whole, whole, None, 0, -1, None)
+    diff = _differences(per_step, shared)[0]
+    below = np.flatnonzero(diff <= 0)
+    first = int(below[-1]) + 1 if len(below) else 0
+    if first == 0 or len(shared) - first < MIN_STEPS:  # above in every step, or not for long enough to judge
+        return _Since(int(round(np.median(diff))), int(diff.min()), None, 0, shared[-1], None)
+    after, before = diff[first:], diff[:first]
+    return _Since(int(round(np.median(after))), int(after.min()), shared[first],
+                  int(round(np.median(after) - np.median(before))), shared[-1], tuple(shared[first:]))
 
 
 class _StepExcess(NamedTuple):
-    """A device's figure by step against the other devices', over the steps they share."""
+    """A device's figure by step against the other devices', over the steps they share (0 where none)."""
 
     median: float  # the median over those steps of the device's figure less the others' median
-    least: float  # the least of those differences
     theirs: float  # the median of the others' medians
-    steps: int  # how many steps they share (0: the figures are 0)
 
 
-def _step_excess(per_step: list[dict[int, int]]) -> _StepExcess:
-    """``per_step``: the device's figure by step, then each other device's."""
-    shared = sorted(set.intersection(*(set(p) for p in per_step)))
+def _shared(per_step: list[dict[int, int]]) -> list[int]:
+    return sorted(set.intersection(*(set(p) for p in per_step)))
+
+
+def _differences(per_step: list[dict[int, int]], steps: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The device's figure less the others' median in each of ``steps``, and that median."""
+    theirs = np.array([np.median([p[s] for p in per_step[1:]]) for s in steps], dtype=np.float64)
+    return np.array([per_step[0][s] for s in steps], dtype=np.float64) - theirs, theirs
+
+
+def _step_excess(per_step: list[dict[int, int]], steps: tuple[int, ...] | None = None) -> _StepExcess:
+    """``per_step``: the device's figure by step, then each other device's; ``steps``: only these of the shared
+    steps."""
+    shared = [s for s in _shared(per_step) if steps is None or s in steps]
     if not shared:
-        return _StepExcess(0.0, 0.0, 0.0, 0)
-    theirs = np.array([np.median([p[s] for p in per_step[1:]]) for s in shared], dtype=np.float64)
-    diff = np.array([per_step[0][s] for s in shared], dtype=np.float64) - theirs
-    return _StepExcess(float(np.median(diff)), float(diff.min()), float(np.median(theirs)), len(shared))
+        return _StepExcess(0.0, 0.0)
+    diff, theirs = _differences(per_step, shared)
+    return _StepExcess(float(np.median(diff)), float(np.median(theirs)))
 
 
 def _replicas_alike(shares: tuple[Share, ...]) -> dict[str, int]:

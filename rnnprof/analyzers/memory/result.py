@@ -47,7 +47,8 @@ class Peak:
 class Growth:
     """Allocated memory at the end of each step, and its growth per step against the steps' own jitter."""
 
-    step_end: tuple[tuple[int, int], ...]  # (step, allocated bytes after the step's last record)
+    step_end: tuple[tuple[int, int], ...]  # (step, allocated bytes after the step's last record, leaving out the
+    # device's left_out_sizes)
     per_step: int  # median of the step-to-step differences (bytes/step)
     jitter: int  # median absolute deviation of those differences
     leak: bool  # growth beyond the jitter (and above MIN_GROWTH_SHARE of the peak), over enough steps
@@ -77,8 +78,16 @@ class DeviceMemory:
     window_start_source: str = ""  # cuda_allocator, or process_rss (more than tensors: not in the series)
     allocator_max: int | None = None  # the CUDA allocator's max_memory_allocated over the process (the manifest)
     timeline: tuple[TimelinePoint, ...] = ()  # at most TIMELINE_POINTS moments, the peak of each run of records
-    step_peaks: tuple[tuple[int, int], ...] = ()  # (step, its largest allocated bytes)
+    step_peaks: tuple[tuple[int, int], ...] = ()  # (step, its largest allocated bytes, leaving out left_out_sizes)
     step_allocations: tuple[tuple[int, int], ...] = ()  # (step, the bytes of its allocations, added up)
+    missing_frees: int = 0  # allocations whose free the records miss: their address was allocated again (torch's
+    # profiler records no free made on a thread without its state: FSDP2's collective buffers on gloo)
+    missing_step_bytes: int = 0  # the most bytes allocated in one step whose frees the records miss: a leak or an
+    # imbalance must exceed it
+    missing_operators: tuple[Share, ...] = ()  # the bytes whose frees the records miss, by the operator running when
+    # they were allocated
+    left_out_sizes: tuple[int, ...] = ()  # block sizes whose frees the records miss on a device of the input: every
+    # block of these sizes is left out of the growth and the step peaks
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,11 @@ class Imbalance:
     # the device's index): a replica's work pinned here
     allocates_more: int = 0  # bytes: the median over shared steps of what the device allocates in a step, less
     # the others' median (what was placed there, whatever the order the operators ran in)
+    from_step: int = -1  # the step it starts at, where it starts after the devices' first shared step (-1: from
+    # the first); the excess and allocates_more are then those of the steps from it to last_step
+    taken: int = 0  # bytes: with from_step, the device's excess from that step on less its excess before it (what it
+    # took at that step and kept)
+    last_step: int = -1  # the last step the devices share (-1: whole peaks compared, no steps)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,11 @@
 """One device's allocated memory over time: the running sum of its allocations and frees from its baseline, each
-allocation paired with its free (by address), and what was live at the peak, by category and by operator."""
+allocation paired with its free (by address), and what was live at the peak, by category and by operator.
+
+A free the records miss: torch's profiler records an allocator event only on a thread whose profiler state is set,
+so a block released elsewhere (FSDP2 on gloo: a collective's buffers, released with its work, after the
+work's own profiled scope) leaves no record, and the running sum would hold it for ever. The allocator never hands
+out an address it still holds, so a block whose address is allocated again before any free of it was freed by then:
+it is released there (``Series.lost``), and counted."""
 
 from __future__ import annotations
 
@@ -24,9 +30,16 @@ class Series:
     allocated: np.ndarray  # int64, baseline + running sum
     baseline: int
     baseline_known: bool  # the allocator's Total Allocated gave it
-    free_of: np.ndarray  # for each row that allocates, the position of its free in ``rows`` (len(rows): never)
-    mismatches: int
+    free_of: np.ndarray  # for each row that allocates, the position of its free in ``rows`` (len(rows): never); for
+    # a block whose free the records miss, the position of the next allocation of its address
+    mismatches: int  # records whose reported total disagrees with the records' own running sum
     window: np.ndarray | None = None  # where each step is recorded apart: the step of each position
+    lost: np.ndarray | None = None  # allocations whose free the records miss (their address allocated again)
+
+    @property
+    def missing_frees(self) -> np.ndarray:
+        """The positions of the allocations whose free the records miss."""
+        return np.zeros(0, dtype=np.int64) if self.lost is None else np.flatnonzero(self.lost)
 
 
 def device_series(nbytes: np.ndarray, addr: np.ndarray, total: np.ndarray, rows: np.ndarray,
@@ -40,22 +53,38 @@ def device_series(nbytes: np.ndarray, addr: np.ndarray, total: np.ndarray, rows:
     known = first_total >= 0 and total_is_baseline
     offset = first_total - int(b[0]) if first_total >= 0 else 0
     baseline = offset if known else 0
-    allocated = baseline + np.cumsum(b)
+    recorded = baseline + np.cumsum(b)
     reported = total[rows]
-    mismatches = int(((reported >= 0) & (reported != allocated + (offset - baseline))).sum())
-    return Series(rows, b, allocated, baseline, known, _pair(b, addr[rows]), mismatches)
+    mismatches = int(((reported >= 0) & (reported != recorded + (offset - baseline))).sum())
+    free_of, lost = _pair(b, addr[rows])
+    return Series(rows, b, recorded - np.cumsum(released(b, free_of, lost)), baseline, known, free_of, mismatches,
+                  lost=lost)
 
 
-def _pair(b: np.ndarray, addr: np.ndarray) -> np.ndarray:
-    """For each allocation the position of the next free of its address, len(b) where none follows."""
+def released(nbytes: np.ndarray, free_of: np.ndarray, lost: np.ndarray | None) -> np.ndarray:
+    """The bytes released at each position by the frees the records miss (``Series.lost``)."""
+    out = np.zeros(len(nbytes), dtype=np.int64)
+    if lost is not None:
+        np.add.at(out, free_of[lost], nbytes[lost])
+    return out
+
+
+def _pair(b: np.ndarray, addr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each allocation the position of the next free of its address, len(b) where none follows; and which
+    allocations are followed at their address by another allocation before any free (their free missing from the
+    records), whose position is then given instead."""
     n = len(b)
     free_of = np.full(n, n, dtype=np.int64)
     order = np.lexsort((np.arange(n), addr))
     a, s = addr[order], b[order]
-    follows = np.zeros(n, dtype=bool)
-    follows[:-1] = (a[:-1] == a[1:]) & (s[:-1] > 0) & (s[1:] < 0)
-    free_of[order[:-1][follows[:-1]]] = order[1:][follows[:-1]]
-    return free_of
+    same = np.zeros(n, dtype=bool)
+    same[:-1] = (a[:-1] == a[1:]) & (s[:-1] > 0)
+    follows = same & np.concatenate((s[1:] < 0, [False]))
+    again = same & np.concatenate((s[1:] > 0, [False])) & (a >= 0)  # -1: an address the source did not give
+    free_of[order[follows | again]] = order[np.flatnonzero(follows | again) + 1]
+    lost = np.zeros(n, dtype=bool)
+    lost[order[again]] = True
+    return free_of, lost
 
 
 def allocation_categories(series: Series, ctx: RecordContext, end_phase: np.ndarray) -> np.ndarray:
@@ -69,6 +98,8 @@ def allocation_categories(series: Series, ctx: RecordContext, end_phase: np.ndar
     for category, mask in _category_masks(series, allocs, series.rows[allocs], ctx, end_phase).items():
         cats[allocs[mask]] = CATEGORIES.index(category)
     paired = allocs[series.free_of[allocs] < n]
+    if series.lost is not None:
+        paired = paired[~series.lost[paired]]  # a missing free: its position is the next allocation's own
     cats[series.free_of[paired]] = cats[paired]
     return cats
 
@@ -93,6 +124,8 @@ def stacked(series: Series, cats: np.ndarray, points: int) -> tuple[np.ndarray, 
     chosen = np.sort(order[first])
     signed = np.zeros((n, len(CATEGORIES)), dtype=np.int64)
     signed[np.arange(n), cats] = series.nbytes
+    lost = series.missing_frees
+    np.add.at(signed, (series.free_of[lost], cats[lost]), -series.nbytes[lost])
     by_cat = np.cumsum(signed, axis=0)[chosen]
     before = CATEGORIES.index(BEFORE_WINDOW)
     by_cat[:, before] = series.allocated[chosen] - (by_cat.sum(axis=1) - by_cat[:, before])
