@@ -35,6 +35,11 @@ class RNNLM(nn.Module):
         logits = self.projection(self.dropout(outputs))
         return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
+    def blocks(self) -> list[nn.Module]:
+        """The units FSDP shards one by one: the LSTM (all its layers are one ``nn.LSTM``); the embedding and the
+        projection are the root's."""
+        return [self.lstm]
+
 
 def lm_data(options: TorchOptions) -> LMData:
     """The batches the TensorFlow RNNLM trains on (a bad ``--data`` file raises ``InputError``)."""
