@@ -138,8 +138,7 @@ def model_defaults(model: str, preset: str | None) -> dict:
     if model in IMAGE_MODELS:
         return dict(batch_size=8 if preset == "small" else 64, learning_rate=0.1)
     if model == "transformer":
-        return dict(layers=4, units=128, embedding=128, src_max_len=32, batch_size=16, vocab_size=2000,
-                    learning_rate=0.1)
+        return dict(layers=4, units=128, src_max_len=32, batch_size=16, vocab_size=2000, learning_rate=0.1)
     if model == "rnnlm":
         if preset == "rnn_benchmark":
             return dict(layers=1, units=1024, embedding=1024, src_max_len=128, tgt_max_len=128,

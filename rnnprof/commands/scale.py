@@ -82,6 +82,9 @@ def _check_out(args: argparse.Namespace) -> None:
 
     if args.trace_steps is not None and not args.explain:
         raise UsageError("--trace-steps applies with --explain (the steps traced after the timed ones)")
+    if args.explain and set((args.parallel or "ddp").split(",")) - {"ddp"}:
+        raise UsageError("--explain reads each run as replicas that all-reduce their gradients; it does not "
+                         "combine with --parallel modes other than ddp")
     if args.explain and args.out is None:
         args.out = str(default_run_dir(f"{args.model}-sweep"))
     if args.out is not None:
@@ -95,9 +98,6 @@ def _measure(args: argparse.Namespace, sweep_points: list[dict], device_counts: 
     if args.explain:
         if trainers:
             raise UsageError("--explain traces rnnprof's own trainer; it does not combine with --trainer")
-        if any(point["parallel"] not in (None, "ddp") for point in sweep_points):
-            raise UsageError("--explain reads each run as replicas that all-reduce their gradients; it does not "
-                             "combine with --parallel modes other than ddp")
         return _traced(args, sweep_points, device_counts)
     if args.framework == "torch":
         return _torch(args, sweep_points)

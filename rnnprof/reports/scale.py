@@ -19,7 +19,7 @@ PARALLEL_TITLES = {
     "tp": "tp: tensor parallel, attention and MLP projections sliced (ColwiseParallel/RowwiseParallel)",
     "pp": "pp: pipeline stages (torch.distributed.pipelining; mb: micro-batches)",
     "fsdp+tp": "fsdp+tp: tensor parallel within a group, fully_shard across groups",
-    "pp+dp": "pp+dp: pipeline stages, each replicated by DistributedDataParallel (mb: micro-batches)",
+    "pp+dp": "pp+dp: pipeline stages, each replicated, gradients all-reduced (mb: micro-batches)",
 }
 MIB = 1024 * 1024
 

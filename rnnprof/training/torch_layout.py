@@ -16,7 +16,7 @@ hsdp       replicate x shard   a shard within its replica group; replica groups 
 tp         tp                  a slice of every attention and MLP projection (``parallelize_module``)
 pp         pp                  the blocks of its stages (``torch.distributed.pipelining``)
 fsdp+tp    dp x tp             tp within a row, each slice fully sharded over the column
-pp+dp      pp x dp             a stage, replicated over its row (DistributedDataParallel per stage)
+pp+dp      pp x dp             a stage, replicated over its row (torch's replicate per stage)
 =========  ==================  ==========================================================================
 """
 
@@ -35,7 +35,7 @@ SHARDED = ("fsdp", "hsdp", "fsdp+tp")  # modes that call fully_shard
 PIPELINED = ("pp", "pp+dp")
 TENSOR_PARALLEL = ("tp", "fsdp+tp")
 LSTM_MODES = ("ddp", "fsdp", "hsdp")  # the LSTM LM is one nn.LSTM: nothing to slice or to split into stages
-DDP_MODES = ("ddp", "pp+dp")  # those that wrap (a part of) the model in DistributedDataParallel
+DDP_MODES = ("ddp",)  # those that wrap the model in DistributedDataParallel
 # The flags (by TorchOptions field) that only some modes read: elsewhere they are refused, or, in a sweep of
 # several modes, left to the modes that read them.
 MODE_FLAGS = {"mesh": tuple(HYBRID_DIMS), "micro_batches": PIPELINED, "schedule": PIPELINED,

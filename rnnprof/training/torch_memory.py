@@ -15,6 +15,7 @@ after its last timed step (a sharded tensor's local shard), what FSDP divides ov
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 CUDA_PEAK = "cuda_max_allocated"
@@ -39,8 +40,12 @@ class PeakMemory:
         if self.on_cuda:
             torch.cuda.reset_peak_memory_stats(device)
             return
-        try:
-            CLEAR_REFS.write_text("5")  # the kernel's peak resident memory (VmHWM) starts again from now
+        try:  # the kernel's peak resident memory (VmHWM) starts again from now: a command to the kernel, no file
+            fd = os.open(CLEAR_REFS, os.O_WRONLY)
+            try:
+                os.write(fd, b"5")
+            finally:
+                os.close(fd)
         except OSError:
             return
         self.baseline = status_bytes("VmRSS")

@@ -1,8 +1,9 @@
 """One rank's model under ``--parallel``, built with torch's own APIs: ``init_device_mesh`` for the mesh,
 ``fully_shard`` (FSDP2) per block and at the root, ``parallelize_module`` with ColwiseParallel/RowwiseParallel
 for tensor parallelism, ``torch.distributed.pipelining`` (``PipelineStage`` and ``ScheduleGPipe``,
-``Schedule1F1B`` or ``ScheduleInterleaved1F1B``) for pipelines, and ``DistributedDataParallel`` for ddp and for
-the replicas of a pipeline stage (pp+dp). The layout (who holds what) is ``torch_layout``'s.
+``Schedule1F1B`` or ``ScheduleInterleaved1F1B``) for pipelines, ``DistributedDataParallel`` for ddp, and
+``replicate`` for the replicas of a pipeline stage (pp+dp, ``replicate_stage``). The layout (who holds what) is
+``torch_layout``'s.
 
 A model is a factory's: ``make_model()`` builds the whole model with the run's seed on every call, so each rank,
 and each of its pipeline stages, starts from the same weights as a single process would. Models give
@@ -58,7 +59,7 @@ def preload(layout: Layout) -> None:
                "tp": "torch.distributed.tensor.parallel", "pp": "torch.distributed.pipelining"}
     needed = {modules[part] for part in layout.mode.split("+") if part in modules}
     if layout.mode == "pp+dp":
-        needed.add("torch.distributed.pipelining")
+        needed |= {"torch.distributed.pipelining", "torch.distributed._composable.replicate_with_fsdp"}
     for name in sorted(needed | {"torch.nn.parallel"}):
         importlib.import_module(name)
 
@@ -121,12 +122,23 @@ def shard(model, mesh, options: TorchOptions) -> None:
             block.set_modules_to_backward_prefetch(behind)
 
 
-def data_parallel(model, device, options: TorchOptions, group=None):
-    """``DistributedDataParallel`` over ``group`` (None: every rank), on the rank's GPU where it has one."""
+def data_parallel(model, device, options: TorchOptions):
+    """``DistributedDataParallel`` over every rank, on the rank's GPU where it has one."""
     from torch.nn.parallel import DistributedDataParallel
 
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                   bucket_cap_mb=options.bucket_cap_mb, process_group=group)
+                                   bucket_cap_mb=options.bucket_cap_mb)
+
+
+def replicate_stage(module, mesh) -> None:
+    """A pipeline stage replicated over ``mesh`` (pp+dp): torch's ``replicate`` (the data parallelism of
+    ``torch.distributed._composable.replicate_with_fsdp``, which torch.distributed.pipelining drives itself: the
+    stage's gradients are all-reduced once, after its last micro-batch's backward). DistributedDataParallel is not
+    used here: inside torch 2.13's pipelining its reducer counts a stage's parameters twice, and fails, where the
+    stage runs all its forwards before its first backward (GPipe; 1F1B with no more micro-batches than stages)."""
+    from torch.distributed._composable.replicate_with_fsdp import replicate
+
+    replicate(module, mesh=mesh)
 
 
 @functools.lru_cache(maxsize=None)
@@ -174,9 +186,9 @@ class Pipeline:
             module.keep_stage(layout.stage_blocks(index), first=index == 0, last=index == layout.stages - 1)
             module = module.to(device)
             self.modules.append(module)
-            wrapped = data_parallel(module, device, options, mesh["dp"].get_group()) if "dp" in layout.mesh_dims \
-                else module
-            stages.append(phased_stage_class()(wrapped, index, layout.stages, device, group=group, phase=phase))
+            if "dp" in layout.mesh_dims:
+                replicate_stage(module, mesh["dp"])
+            stages.append(phased_stage_class()(module, index, layout.stages, device, group=group, phase=phase))
         self.first, self.last = 0 in indices, layout.stages - 1 in indices
         loss = type(self.modules[0]).loss
         cls = schedule_class(layout.schedule)

@@ -58,11 +58,14 @@ class Block(nn.Module):
         self.attention = SelfAttention(units, heads)
         self.mlp_norm = nn.LayerNorm(units)
         self.mlp = MLP(units)
-        self.dropout = nn.Dropout(dropout)
+        # one module per branch: a module called twice in one forward breaks torch's CommDebugMode (its module
+        # tracker registers a forward hook at each call)
+        self.attention_dropout = nn.Dropout(dropout)
+        self.mlp_dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(self.attention(self.attention_norm(x)))
-        return x + self.dropout(self.mlp(self.mlp_norm(x)))
+        x = x + self.attention_dropout(self.attention(self.attention_norm(x)))
+        return x + self.mlp_dropout(self.mlp(self.mlp_norm(x)))
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
