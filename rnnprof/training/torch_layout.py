@@ -2,22 +2,9 @@
 batches a step trains on, and a pipeline's stages, micro-batches and blocks per stage.
 
 Pure arithmetic (no torch): the flags are checked with it before torch loads (``plan_layout`` raises
-``UsageError`` with one line for a combination that cannot work), and each rank builds its mesh from it.
-
-The modes and their meshes (ranks laid out row-major, the last dimension varying fastest, as
-``init_device_mesh`` lays them):
-
-=========  ==================  ==========================================================================
-mode       mesh dimensions     what each rank holds
-=========  ==================  ==========================================================================
-ddp        dp                  the whole model; gradients all-reduced (DistributedDataParallel)
-fsdp       dp                  a shard of every block and of the root (``fully_shard``)
-hsdp       replicate x shard   a shard within its replica group; replica groups all-reduce the shards
-tp         tp                  a slice of every attention and MLP projection (``parallelize_module``)
-pp         pp                  the blocks of its stages (``torch.distributed.pipelining``)
-fsdp+tp    dp x tp             tp within a row, each slice fully sharded over the column
-pp+dp      pp x dp             a stage, replicated over its row (torch's replicate per stage)
-=========  ==================  ==========================================================================
+``UsageError`` with one line for a combination that cannot work), and each rank builds its mesh from it. Ranks are
+laid out row-major over the mesh, the last dimension varying fastest, as ``init_device_mesh`` lays them. The modes,
+their meshes and what each rank holds: docs/workloads.md, "Parallel modes".
 """
 
 from __future__ import annotations
