@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 
@@ -259,6 +260,11 @@ def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_count
 
 
 def _torch(args: argparse.Namespace, sweep_points: list[dict]):
+    """The torch sweep; the modes' figures (layout, peak memory, model state) where ``--parallel`` was given."""
     configs = [torch_options_from_args(args, 0, **point) for point in sweep_points]
     with own_stderr_console() as errors, StepProgress(errors) as progress:
-        return torch_sweep(configs, progress.run, on_warning=_warning_printer(errors)), configs
+        swept = torch_sweep(configs, progress.run, on_warning=_warning_printer(errors))
+    if not args.parallel:
+        swept = dataclasses.replace(swept, points=tuple(dataclasses.replace(p, parallel=None, layout=None, memory=None)
+                                                        for p in swept.points))
+    return swept, configs

@@ -15,10 +15,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 import signal
-import statistics
 import sys
 import tempfile
 import threading
@@ -35,7 +33,7 @@ from rnnprof.training.sweep import Progress, Sweep, no_progress, run_label
 from rnnprof.training import torch_parallel
 from rnnprof.training.torch_layout import plan_layout
 from rnnprof.training.torch_memory import PeakMemory
-from rnnprof.training.torch_progress import StepLog, follow_steps
+from rnnprof.training.torch_progress import StepLog, combine_step, follow_steps
 from rnnprof.torch_import import import_torch
 from rnnprof.training.torch_training import TorchTraining, no_phase
 
@@ -349,7 +347,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
                 job = dataclasses.replace(job, step_logs=os.path.join(logs, "steps"))
                 os.mkdir(job.step_logs)
             launch = _launch_config(processes, logs, capture)
-            with follow_steps(job.step_logs, processes, on_step):
+            with follow_steps(job.step_logs, processes, on_step, plan_layout(options).ranks_per_batch):
                 results = elastic_launch(launch, worker)(job)
             held["keep"] = True
     except ChildFailedError as exc:
@@ -370,15 +368,9 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
 
 
 def combine_ranks(per_rank: Sequence[Sequence[Sequence]], ranks_per_batch: int = 1) -> list[StepResult]:
-    """Step i of the run: the slowest rank's time (a synchronized step ends with its last rank), the words of the
-    step's batches (every rank counts its batch's; ``ranks_per_batch`` ranks share one under tensor or pipeline
-    parallelism), the mean loss of the ranks that have one (a pipeline's loss is its last stage's; NaN elsewhere)."""
-    steps = []
-    for records in zip(*per_rank):
-        losses = [r[2] for r in records if not math.isnan(r[2])]
-        steps.append(StepResult(seconds=max(r[0] for r in records), words=sum(r[1] for r in records) // ranks_per_batch,
-                                loss=statistics.fmean(losses) if losses else math.nan))
-    return steps
+    """Step i of the run from the ranks' ``(seconds, words, loss)`` records (``torch_progress.combine_step``)."""
+    return [combine_step([StepResult(*record) for record in records], ranks_per_batch)
+            for records in zip(*per_rank)]
 
 
 def ranks_per_batch(results: Sequence[dict]) -> int:
