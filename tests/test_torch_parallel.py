@@ -386,3 +386,43 @@ def test_two_dimensional_meshes_place_the_ranks_as_init_device_mesh_does_and_tra
                                                  "all-reduce": 6 * LAYERS}
     for rank in (2, 3):  # pp x dp: the last stage's ranks hold data ranks 0 and 1
         assert close(four[rank]["pp+dp"]["losses"], two_ranks[rank - 2]["ddp"]["losses"])
+
+
+# -- scale's table and document of several modes (no run) -------------------------------------------------------------
+
+def test_each_mode_is_its_own_table_with_its_mesh_peak_memory_and_model_state():
+    from rich.console import Console
+
+    from rnnprof.analyzers.scale import MemoryFigures, ScalePoint, speedup_table
+    from rnnprof.analyzers.throughput import TimingSummary
+    from rnnprof.reports.scale import render_table, to_document
+    from rnnprof.training.torch_layout import plan_layout
+    from rnnprof.training.torch_memory import PEAK_SOURCES
+
+    def point(options, words_per_second, peak, state):
+        timing = TimingSummary(steps=2, total_seconds=1.0, words=int(words_per_second), words_per_second=words_per_second,
+                               mean_step_seconds=0.5, median_step_seconds=0.5, std_step_seconds=0.0)
+        return ScalePoint(variable_update="replicated", all_reduce=None, devices=options.workload.devices,
+                          per_device_batch=4, total_batch=4 * plan_layout(options).data_ranks, timed=timing,
+                          parallel=options.parallel, layout=plan_layout(options).to_dict(),
+                          memory=MemoryFigures(peak_per_rank=peak, source="rss_peak_growth", model_state_per_rank=state))
+
+    mib = 1024 * 1024
+    points = [point(tiny(devices=1, parallel="fsdp"), 100.0, (10 * mib,), (4 * mib,)),
+              point(tiny(parallel="fsdp"), 150.0, (7 * mib, 9 * mib), (2 * mib, 2 * mib)),
+              point(tiny(parallel="pp", micro_batches=4), 120.0, (5 * mib, 6 * mib), (3 * mib, 1 * mib))]
+    result = speedup_table(points)
+    assert [row.speedup for row in result.rows] == [1.0, 1.5, 1.0]  # each mode against its own smallest run
+    assert result.notes == ("--parallel pp: no 1-device run in the sweep; speedup is relative to 2 devices",)
+    buffer = StringIO()
+    render_table(result, model="transformer", words_definition="words", warmup=1, batches=2, include_warmup=False,
+                 notes=[], console=Console(file=buffer, width=200), memory_sources=PEAK_SOURCES)
+    rows = [line.split() for line in buffer.getvalue().splitlines() if line.strip().endswith("x")]
+    assert [row[-3:] for row in rows] == [["10.0", "4.0", "1.00x"], ["9.0", "2.0", "1.50x"], ["6.0", "3.0", "1.00x"]]
+    assert "pp 2, 2 stages 2,1, 4 mb" in buffer.getvalue() and "dp 2" in buffer.getvalue()
+    document = to_document(result, config={}, words_definition="words", device_kind="cpu-processes", notes=[],
+                           step_definition="", memory_sources=PEAK_SOURCES)
+    fsdp = document["rows"][1]
+    assert (fsdp["peak_memory_bytes"], fsdp["model_state_bytes"], fsdp["batch_total"]) == (9 * mib, 2 * mib, 8)
+    assert document["rows"][2]["batch_total"] == 4  # a pipeline trains one batch
+    assert PEAK_SOURCES["rss_peak_growth"] in document["definitions"]["peak_memory_bytes"]

@@ -102,7 +102,8 @@ def speedup_table(points: Sequence[ScalePoint]) -> ScaleResult:
         if base.size != (1, 1):
             label = mode[0] if mode[1] is None else f"{mode[0]}, images made on {mode[1]}"
             label += f", trained by {mode[2]}" if len(mode) > 2 and mode[2] else ""
-            label += f", --parallel {mode[3]}" if len(mode) > 3 and mode[3] not in (None, "ddp") else ""
+            if len(mode) > 3 and mode[3] not in (None, "ddp"):
+                label = f"--parallel {mode[3]}"  # every --parallel mode trains one model together
             where = f" on {base.workers} worker(s)" if base.workers else ""
             notes.append(f"{label}: no 1-device run in the sweep; speedup is relative to "
                          f"{base.devices} devices{where}")
