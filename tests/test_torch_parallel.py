@@ -291,6 +291,7 @@ REFUSALS = [
     (["--parallel", "fsdp", "--mesh", "1x2"], "--mesh applies to --parallel hsdp, fsdp+tp, pp+dp"),
     (["--parallel", "tp", "--bucket-cap-mb", "4"], "--bucket-cap-mb applies to --parallel ddp; none"),
     (["--parallel", "fsdp", "--variable-update", "independent"], "--variable-update independent trains unconnected"),
+    (["--parallel", "tp", "--clip-norm", "1"], "--clip-norm does not combine with --parallel tp"),
 ]
 OTHER_REFUSALS = [
     (["scale", *LSTM, "--parallel", "tp"], "--parallel tp applies to --model transformer, not the LSTM LM"),

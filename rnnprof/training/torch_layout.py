@@ -182,6 +182,9 @@ def _check_tensor_parallel(options: TorchOptions, layout: Layout) -> None:
     tp = layout.degree("tp")
     if tp == 1:
         return
+    if options.clip_norm is not None:
+        raise UsageError(f"--clip-norm does not combine with --parallel {layout.mode}: torch's clip_grad_norm_ cannot "
+                         "take one norm over sliced (DTensor) and whole gradients together")
     for flag, value in (("--units", config.units), ("--heads", options.heads)):
         if value % tp:
             raise UsageError(f"{flag} {value} does not split over the {tp} tensor-parallel ranks (it must be a "
