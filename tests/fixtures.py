@@ -29,6 +29,10 @@ KINETO = tuple(name for name in FILES if name.startswith(("kineto-", "torch-")))
 GLOO_PAIRS = (("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz"),
               ("torch-gloo-balanced-rank0.json.gz", "torch-gloo-balanced-rank1.json.gz"))
 
+# 2-rank gloo run directories of the Transformer LM under --parallel (make_torch_parallel_traces.py): the
+# manifest and torch/rank{0,1}.json.gz of each
+PARALLEL_RUNS = ("torch-gloo-fsdp", "torch-gloo-tp", "torch-gloo-pp")
+
 # A small NMT run on 2 logical devices: 2 warm-up and 3 timed batches, then 2 traced and 2 profiled steps
 # (``tiny_nmt_run`` in conftest captures it once for the session).
 TINY_NMT = ["--model", "nmt", "--devices", "2", "--units", "16", "--layers", "1", "--src-max-len", "6",
@@ -36,6 +40,9 @@ TINY_NMT = ["--model", "nmt", "--devices", "2", "--units", "16", "--layers", "1"
             "--trace-steps", "2"]
 
 _missing = [name for name in FILES if not (FIXTURES / name).is_file()]
+_missing += [f"{run}/{part}" for run in PARALLEL_RUNS for part in ("manifest.json", "torch/rank0.json.gz",
+                                                                   "torch/rank1.json.gz")
+             if not (FIXTURES / run / part).is_file()]
 if _missing:
     raise RuntimeError(f"real trace fixtures missing from {FIXTURES}: {', '.join(_missing)}")
 

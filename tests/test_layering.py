@@ -233,6 +233,7 @@ IN_FUNCTION_ALLOWED: dict[tuple[str, str], str] = {
     ("rnnprof.recording.torch_workload", "rnnprof.models.torch.rnnlm"): FRAMEWORK,
     ("rnnprof.training.torch_ddp", "rnnprof.models.torch.rnnlm"): FRAMEWORK,
     ("rnnprof.training.torch_training", "rnnprof.models.torch.rnnlm"): FRAMEWORK,
+    ("rnnprof.training.torch_training", "rnnprof.models.torch.transformer"): FRAMEWORK,
 }
 
 

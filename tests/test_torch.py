@@ -230,7 +230,7 @@ def test_scale_json_has_the_tensorflow_documents_keys_and_times_only_the_timed_b
 
 
 _REFUSALS = [
-    (["--model", "nmt"], "--model rnnlm only"),
+    (["--model", "nmt"], "runs --model rnnlm or transformer, got --model nmt"),
     (["--model", "rnnlm", "--encoder", "loop"], "--encoder applies to --framework tensorflow"),
     (["--model", "rnnlm", "--all-reduce", "ring"], "--all-reduce applies to --framework tensorflow"),
     (["--model", "rnnlm", "--variable-update", "replicated,parameter_server"], "parameter_server"),

@@ -9,6 +9,30 @@ from rnnprof.analyzers.throughput import TimingSummary
 
 
 @dataclass(frozen=True)
+class MemoryFigures:
+    """Each rank's peak memory over a run's warm-up and timed steps, in bytes (None: not measured on that rank),
+    how it was measured (``training.torch_memory.PEAK_SOURCES``), and each rank's model state (its parameters,
+    gradients and optimizer states) after the timed steps."""
+
+    peak_per_rank: tuple[int | None, ...]
+    source: str
+    model_state_per_rank: tuple[int | None, ...] = ()
+
+    @property
+    def largest_peak(self) -> int | None:
+        return _largest(self.peak_per_rank)
+
+    @property
+    def largest_model_state(self) -> int | None:
+        return _largest(self.model_state_per_rank)
+
+
+def _largest(values) -> int | None:
+    known = [b for b in values if b is not None]
+    return max(known) if known else None
+
+
+@dataclass(frozen=True)
 class ScalePoint:
     """One measured run of the sweep."""
 
@@ -31,13 +55,17 @@ class ScalePoint:
         return (self.workers or 1, self.devices)
     fake_location: str | None = None  # ResNet: where its synthetic images were made
     trainer: str | None = None  # who trained it (--trainer): rnnprof or distribute (tf.distribute); None: rnnprof
+    parallel: str | None = None  # --framework torch: how the ranks split the model (--parallel); None: TensorFlow
+    layout: dict | None = None  # the mesh and a pipeline's stages (torch_layout.Layout.to_dict)
+    memory: MemoryFigures | None = None  # --framework torch: each rank's peak memory and model state
 
     @property
     def mode(self) -> tuple:
-        """What a table and a speedup baseline share: the variable update (and the image location, the trainer)."""
-        if self.trainer is None:
+        """What a table and a speedup baseline share: the variable update (and the image location, the trainer,
+        the parallel mode)."""
+        if self.trainer is None and self.parallel in (None, "ddp"):
             return self.variable_update, self.fake_location
-        return self.variable_update, self.fake_location, self.trainer
+        return self.variable_update, self.fake_location, self.trainer, self.parallel
 
 
 @dataclass(frozen=True)
@@ -57,7 +85,7 @@ class ScaleResult:
 def speedup_definition(unit: str = "words") -> str:
     return (f"speedup = {unit}/s of the run / {unit}/s of the baseline run (1 device, or the smallest device "
             f"count in the sweep; with workers, the fewest workers first) with the same variable update"
-            + (" and image location" if unit == "images" else ""))
+            + (" and image location" if unit == "images" else " (with --framework torch, the same --parallel)"))
 
 
 SPEEDUP_DEFINITION = speedup_definition()
@@ -73,7 +101,9 @@ def speedup_table(points: Sequence[ScalePoint]) -> ScaleResult:
         base = group[0]
         if base.size != (1, 1):
             label = mode[0] if mode[1] is None else f"{mode[0]}, images made on {mode[1]}"
-            label += f", trained by {mode[2]}" if len(mode) > 2 else ""
+            label += f", trained by {mode[2]}" if len(mode) > 2 and mode[2] else ""
+            if len(mode) > 3 and mode[3] not in (None, "ddp"):
+                label = f"--parallel {mode[3]}"  # every --parallel mode trains one model together
             where = f" on {base.workers} worker(s)" if base.workers else ""
             notes.append(f"{label}: no 1-device run in the sweep; speedup is relative to "
                          f"{base.devices} devices{where}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 
@@ -10,8 +11,8 @@ from rich.console import Console
 from rich.text import Text
 
 from rnnprof.commands.flags import parse_choice_list, parse_int_list, positive_int
-from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
-                                             workload_config_from_args)
+from rnnprof.commands.workload_flags import (add_workload_arguments, check_sweep_flags, check_workload_args,
+                                             torch_options_from_args, workload_config_from_args)
 from rnnprof.models.config import FAKE_LOCATIONS, VARIABLE_UPDATES
 from rnnprof.errors import UsageError
 from rnnprof.analyzers.scale import shared_cores_note, speedup_table, trainer_table
@@ -28,6 +29,8 @@ from rnnprof.training.distribute import STRATEGIES, TRAINERS, check_trainer
 from rnnprof.training.runner import visible_gpus
 from rnnprof.training.sweep import sweep
 from rnnprof.training.torch_ddp import torch_sweep
+from rnnprof.training.torch_layout import PARALLEL_MODES
+from rnnprof.training.torch_memory import PEAK_SOURCES
 
 TRACE_STEPS = 2  # --explain's traced steps per configuration
 
@@ -80,6 +83,9 @@ def _check_out(args: argparse.Namespace) -> None:
 
     if args.trace_steps is not None and not args.explain:
         raise UsageError("--trace-steps applies with --explain (the steps traced after the timed ones)")
+    if args.explain and set((args.parallel or "ddp").split(",")) - {"ddp"}:
+        raise UsageError("--explain reads each run as replicas that all-reduce their gradients; it does not "
+                         "combine with --parallel modes other than ddp")
     if args.explain and args.out is None:
         args.out = str(default_run_dir(f"{args.model}-sweep"))
     if args.out is not None:
@@ -153,12 +159,16 @@ def _sweep_points(args: argparse.Namespace) -> tuple[list[dict], dict]:
         "workers": parse_int_list(args.workers, "--workers") if args.workers is not None else [None],
         "fake_location": (parse_choice_list(args.fake_location, "--fake-location", FAKE_LOCATIONS)
                           if args.fake_location else [None]),
+        "parallel": parse_choice_list(args.parallel, "--parallel", PARALLEL_MODES) if args.parallel else [None],
     }
-    points = [dict(devices=n, variable_update=mode, workers=w, fake_location=location, _sweep=True)
-              for mode in lists["variable_update"] for location in lists["fake_location"]
-              for w in lists["workers"] for n in lists["devices"]]
+    points = [dict(devices=n, variable_update=mode, workers=w, fake_location=location, parallel=parallel,
+                   _sweep=True)
+              for parallel in lists["parallel"] for mode in lists["variable_update"]
+              for location in lists["fake_location"] for w in lists["workers"] for n in lists["devices"]]
     for point in points:
         check_workload_args(args, **point)
+    if args.framework == "torch":
+        check_sweep_flags(args, [mode or "ddp" for mode in lists["parallel"]])
     return points, lists
 
 
@@ -172,10 +182,12 @@ def _document(args, result, swept, configs, lists: dict, trainers, notes: list[s
         base["workers"] = lists["workers"]
     if args.fake_location:
         base["fake_location"] = lists["fake_location"]
+    if args.parallel:
+        base["parallel"] = lists["parallel"]
     unit = getattr(swept, "unit", "words")
     document = to_document(result, config=base, words_definition=swept.words_definition,
                            device_kind=swept.device_kind, notes=notes, step_definition=swept.step_definition,
-                           unit=unit)
+                           unit=unit, memory_sources=PEAK_SOURCES)
     if trainers:
         base["trainer"] = trainers
         document["trainers"] = trainer_document(trainer_table(swept.points, trainers), trainers, unit, STRATEGIES)
@@ -192,7 +204,8 @@ def _render(result, swept, configs, trainers, notes: list[str], console: Console
         return
     render_table(result, model=swept.model, words_definition=swept.words_definition, warmup=first.warmup,
                  batches=first.batches, include_warmup=first.include_warmup, notes=notes,
-                 console=console, parameter_device=_parameter_device(configs), unit=unit)
+                 console=console, parameter_device=_parameter_device(configs), unit=unit,
+                 memory_sources=PEAK_SOURCES)
 
 
 def _parameter_device(configs) -> str:
@@ -247,6 +260,11 @@ def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_count
 
 
 def _torch(args: argparse.Namespace, sweep_points: list[dict]):
+    """The torch sweep; the modes' figures (layout, peak memory, model state) where ``--parallel`` was given."""
     configs = [torch_options_from_args(args, 0, **point) for point in sweep_points]
     with own_stderr_console() as errors, StepProgress(errors) as progress:
-        return torch_sweep(configs, progress.run, on_warning=_warning_printer(errors)), configs
+        swept = torch_sweep(configs, progress.run, on_warning=_warning_printer(errors))
+    if not args.parallel:
+        swept = dataclasses.replace(swept, points=tuple(dataclasses.replace(p, parallel=None, layout=None, memory=None)
+                                                        for p in swept.points))
+    return swept, configs

@@ -20,6 +20,7 @@ from rnnprof.recording.script import (errors_after_failure, hang_verdict, nothin
                                       what_was_kept)
 from rnnprof.recording.torch_workload import capture_torch_workload
 from rnnprof.recording.workload import capture_workload
+from rnnprof.reports.scale import layout_text
 from rnnprof.rundir.writer import check_out_dir
 from rnnprof.training.exposure import parse_duration
 from rnnprof.training.runner import visible_gpus
@@ -162,7 +163,8 @@ def _torch_workload(args, console, argv) -> int:
     config = options.workload
     done = capture_torch_workload(options, args.out, args.force, argv, args.trace_steps, hang=_hang_options(args))
     timed = done.timed
-    console.print(Text(f"{config.model} on {config.devices} rank(s) ({done.device_kind}): "
+    mode = f", --parallel {options.parallel} ({layout_text(done.layout)})" if options.parallel != "ddp" else ""
+    console.print(Text(f"{config.model} on {config.devices} rank(s) ({done.device_kind}{mode}): "
                        f"{timed.words_per_second:,.0f} words/s over {timed.steps} timed steps "
                        f"(median {timed.median_step_seconds * 1000:.1f} ms/step, slowest rank)"))
     console.print(Text.assemble("run directory: ", (str(done.path), "bold"),

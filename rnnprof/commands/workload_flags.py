@@ -16,11 +16,12 @@ from rnnprof.commands.flags import dropout_rate, non_negative_int, positive_floa
 from rnnprof.errors import UsageError
 from rnnprof.models.data import check_data_path
 from rnnprof.training.cluster import read_cluster_spec
+from rnnprof.training.torch_layout import DDP_MODES, HYBRID_DIMS, MODE_FLAGS, PARALLEL_MODES, SCHEDULES, plan_layout
 from rnnprof.models.config import (ALL_REDUCES, ATTENTIONS, BATCH_SCALINGS, DIRECTIONS, ENCODERS, FAKE_LOCATIONS,
                               FRAMEWORKS, IMAGE_MODELS, MODELS, MOMENTUM, OPTIMIZERS, PARAMETER_DEVICES, PLANTS,
-                              PRESETS, PS_PLACEMENTS, TORCH_ADAM_LEARNING_RATE, TORCH_BUCKET_CAP_MB,
-                              VARIABLE_UPDATES, TorchOptions, WorkloadConfig, model_defaults, validate,
-                              validate_without_gpus)
+                              PRESETS, PS_PLACEMENTS, TORCH_ADAM_LEARNING_RATE, TORCH_BUCKET_CAP_MB, TORCH_MODELS,
+                              TORCH_ONLY_MODELS, TRANSFORMER_HEADS, VARIABLE_UPDATES, TorchOptions, WorkloadConfig, model_defaults,
+                              validate, validate_without_gpus)
 
 
 def _per_model(key: str) -> str:
@@ -45,6 +46,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
     _fake_location_flag(add, workload, sweep)
     _plant_and_seed_flags(add, workload)
     _torch_flags(add, parser.add_argument_group("PyTorch (--framework torch)"))
+    _parallel_flags(add, parser.add_argument_group("PyTorch parallelism (--framework torch --parallel)"), sweep)
     devices = parser.add_argument_group("devices and variable updates")
     _device_flags(add, devices, sweep)
     _cluster_flags(add, parser.add_argument_group("TensorFlow gRPC cluster (one process per task)"), sweep)
@@ -56,11 +58,12 @@ def add_workload_arguments(parser: argparse.ArgumentParser, sweep: bool = False)
 def _model_flags(add, g) -> None:
     """The framework, the model and its sizes."""
     add(g, "--framework", choices=FRAMEWORKS, default="tensorflow",
-        help="tensorflow: graph-mode towers in one process; torch: the RNNLM in PyTorch, one process per "
-             "device with DistributedDataParallel (default: %(default)s)")
+        help="tensorflow: graph-mode towers in one process; torch: the RNNLM or the Transformer LM in PyTorch, "
+             "one process per device (DistributedDataParallel, or as --parallel says) (default: %(default)s)")
     add(g, "--model", choices=MODELS, default="nmt",
         help="nmt: seq2seq translation; rnnlm: LSTM language model; resnet50, resnet18: image classification "
-             "on synthetic images (default: %(default)s)")
+             "on synthetic images; transformer: a decoder-only Transformer LM (--framework torch) "
+             "(default: %(default)s)")
     add(g, "--encoder", choices=ENCODERS, default=None,
         help="loop: LSTM cells from raw ops in tf.while_loop; fused: one sequence op per "
              "layer (BlockLSTM on CPU, CudnnRNN on GPU) (default: fused)")
@@ -133,6 +136,60 @@ def _torch_flags(add, p) -> None:
         help=f"DistributedDataParallel's gradient bucket size in MB (default: {TORCH_BUCKET_CAP_MB:g})")
     add(p, "--eval", action="store_true",
         help="after the timed training batches, time as many forward-only batches (no gradients)")
+    add(p, "--heads", type=positive_int, default=None,
+        help=f"attention heads of --model transformer (default: {TRANSFORMER_HEADS})")
+
+
+def _parallel_flags(add, p, sweep: bool) -> None:
+    """How the ranks of a --framework torch run split the model (``training.torch_layout``)."""
+    modes = ", ".join(PARALLEL_MODES)
+    add(p, "--parallel", default=None, **({} if sweep else {"choices": PARALLEL_MODES}),
+        help=(f"comma-separated modes, each a table: {modes}" if sweep else f"one of {modes}") +
+             "; ddp replicates (DistributedDataParallel), fsdp shards each block and the root (fully_shard), hsdp "
+             "shards within a group and replicates across groups, tp slices every attention and MLP projection "
+             "(parallelize_module), pp splits the blocks into pipeline stages (torch.distributed.pipelining); the "
+             "LSTM LM runs ddp, fsdp and hsdp (default: ddp)")
+    add(p, "--mesh", type=mesh_shape, default=None, metavar="AxB",
+        help="the 2-D mesh of " + ", ".join(f"{mode} ({' x '.join(dims)})" for mode, dims in HYBRID_DIMS.items())
+             + ", outer x inner (the inner dimension's ranks are neighbours) (default: 2 x devices/2)")
+    add(p, "--no-reshard-after-forward", dest="reshard_after_forward", action="store_false", default=True,
+        help="FSDP: keep each block's gathered parameters from its forward to its backward instead of gathering "
+             "them again (fully_shard's reshard_after_forward=False)")
+    add(p, "--forward-prefetch", type=non_negative_int, default=None, metavar="N",
+        help="FSDP: each block's forward issues the all-gathers of the next N blocks "
+             "(set_modules_to_forward_prefetch) (default: 0, each block gathers as its forward begins)")
+    add(p, "--backward-prefetch", type=non_negative_int, default=None, metavar="N",
+        help="FSDP: each block's backward issues the all-gathers of the N blocks before it "
+             "(set_modules_to_backward_prefetch) (default: 0, fully_shard's own: the next block's)")
+    add(p, "--micro-batches", type=positive_int, default=None, metavar="M",
+        help="pipelines: micro-batches each batch is cut into (default: 4, or the number of stages if more)")
+    add(p, "--schedule", choices=SCHEDULES, default=None,
+        help="pipelines: torch's ScheduleGPipe, Schedule1F1B or ScheduleInterleaved1F1B (default: 1f1b)")
+    add(p, "--stages-per-rank", type=positive_int, default=None, metavar="N",
+        help="pipelines, --schedule interleaved-1f1b: stages on each rank, placed round-robin (default: 2)")
+    add(p, "--stage-layers", type=stage_layers, default=None, metavar="N,N,...",
+        help="pipelines: the blocks of each stage, in stage order, adding up to --layers, e.g. 3,1 (default: as "
+             "even as possible, earlier stages taking the remainder)")
+
+
+def mesh_shape(text: str) -> tuple[int, int]:
+    """``--mesh``: ``AxB``, two whole numbers of at least 1."""
+    parts = text.lower().split("x")
+    try:
+        shape = tuple(int(part) for part in parts)
+    except ValueError:
+        shape = ()
+    if len(shape) != 2 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected two whole numbers as AxB (2x2), got {text!r}")
+    return shape
+
+
+def stage_layers(text: str) -> tuple[int, ...]:
+    """``--stage-layers``: comma-separated whole numbers."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers (3,1), got {text!r}") from None
 
 
 def _device_flags(add, r, sweep: bool) -> None:
@@ -202,13 +259,15 @@ def workload_config_from_args(args: argparse.Namespace, gpus_available: int | No
 
 
 def check_workload_args(args: argparse.Namespace, **overrides) -> None:
-    """Refuse what is wrong whatever GPUs the machine has (bad combinations, a missing ``--data`` file),
-    so a bad flag is refused before TensorFlow loads to count the GPUs."""
+    """Refuse what is wrong whatever GPUs the machine has (bad combinations, a missing ``--data`` file, a
+    ``--parallel`` layout that cannot work), so a bad flag is refused before TensorFlow or torch loads."""
     check_framework_args(args, **overrides)
     config = _config_from_args(args, None, overrides)
     validate_without_gpus(config)
     if config.data is not None:
         check_data_path(config.data)
+    if getattr(args, "framework", "tensorflow") == "torch":
+        torch_options_from_args(args, None, **overrides)
 
 
 def _config_from_args(args: argparse.Namespace, gpus_available: int | None, overrides: dict) -> WorkloadConfig:
@@ -216,7 +275,7 @@ def _config_from_args(args: argparse.Namespace, gpus_available: int | None, over
     for f in dataclasses.fields(WorkloadConfig):
         if hasattr(args, f.name):
             values[f.name] = getattr(args, f.name)
-    values.update(overrides)
+    values.update({k: v for k, v in overrides.items() if k != "parallel"})
     values = {k: v for k, v in values.items() if v is not None}
     if getattr(args, "framework", "tensorflow") == "torch":
         values.setdefault("optimizer", "adam")
@@ -262,24 +321,31 @@ _TENSORFLOW_ONLY = {"encoder": None, "direction": "uni", "attention": "none", "t
                     "all_reduce": None, "local_parameter_device": "cpu", "gradient_repacking": 0,
                     "inter_op_threads": 0, "request_gpu": False, "plant": None, "workers": None,
                     "ps_tasks": None, "cluster_spec": None, "ps_placement": None}
-_TORCH_ONLY = {"tied": False, "dropout": None, "clip_norm": None, "bucket_cap_mb": None, "eval": False}
+_TORCH_ONLY = {"tied": False, "dropout": None, "clip_norm": None, "bucket_cap_mb": None, "eval": False,
+               "heads": None, "parallel": None, "mesh": None, "reshard_after_forward": True,
+               "forward_prefetch": None, "backward_prefetch": None, "micro_batches": None, "schedule": None,
+               "stages_per_rank": None, "stage_layers": None}
 
 
 def _flag(dest: str) -> str:
+    if dest == "reshard_after_forward":
+        return "--no-reshard-after-forward"
     return "--" + dest.replace("_", "-")
 
 
 def check_framework_args(args: argparse.Namespace, **overrides) -> None:
     """Refuse, before anything heavy loads, what the chosen ``--framework`` does not support."""
     framework = getattr(args, "framework", "tensorflow")
+    model = overrides.get("model", getattr(args, "model", "nmt"))
     if framework != "torch":
         for dest, unset in _TORCH_ONLY.items():
             if getattr(args, dest, unset) != unset:
                 raise UsageError(f"{_flag(dest)} applies to --framework torch")
+        if model in TORCH_ONLY_MODELS:
+            raise UsageError(f"--model {model} applies to --framework torch")
         return
-    model = overrides.get("model", getattr(args, "model", "nmt"))
-    if model != "rnnlm":
-        raise UsageError(f"--framework torch runs --model rnnlm only, got --model {model}")
+    if model not in TORCH_MODELS:
+        raise UsageError(f"--framework torch runs --model {' or '.join(TORCH_MODELS)}, got --model {model}")
     for dest, unset in _TENSORFLOW_ONLY.items():
         if getattr(args, dest, unset) != unset:
             raise UsageError(f"{_flag(dest)} applies to --framework tensorflow, not torch")
@@ -291,11 +357,40 @@ def check_framework_args(args: argparse.Namespace, **overrides) -> None:
 
 def torch_options_from_args(args: argparse.Namespace, gpus_available: int | None = None,
                             **overrides) -> TorchOptions:
-    """The ``TorchOptions`` of parsed flags (``check_framework_args`` has passed)."""
+    """The ``TorchOptions`` of parsed flags (``check_framework_args`` has passed; ``overrides["parallel"]``: the
+    mode of one configuration of a sweep), their ``--parallel`` layout checked (``plan_layout``)."""
     workload = workload_config_from_args(args, gpus_available, **overrides)
     dropout = args.dropout if args.dropout is not None else (0.5 if workload.preset == "rnn_benchmark" else 0.0)
     embedding = workload.embedding or workload.units
     if args.tied and embedding != workload.units:
         raise UsageError(f"--tied needs the embedding ({embedding}) as wide as --units ({workload.units})")
-    return TorchOptions(workload=workload, tied=args.tied, dropout=dropout, clip_norm=args.clip_norm,
-                        bucket_cap_mb=args.bucket_cap_mb or TORCH_BUCKET_CAP_MB, eval=args.eval)
+    if getattr(args, "heads", None) is not None and workload.model != "transformer":
+        raise UsageError("--heads applies to --model transformer")
+    parallel = overrides.get("parallel") or getattr(args, "parallel", None) or "ddp"
+    values = _parallel_options(args, parallel, sweep=bool(overrides.get("_sweep")))
+    if values.pop("bucket_cap_mb") is not None and parallel not in DDP_MODES:
+        raise UsageError(f"--bucket-cap-mb sizes DistributedDataParallel's buckets: it applies to --parallel "
+                         f"{' or '.join(DDP_MODES)}, not {parallel}")
+    options = TorchOptions(workload=workload, tied=args.tied, dropout=dropout, clip_norm=args.clip_norm,
+                           bucket_cap_mb=args.bucket_cap_mb or TORCH_BUCKET_CAP_MB, eval=args.eval,
+                           heads=getattr(args, "heads", None) or TRANSFORMER_HEADS, **values)
+    plan_layout(options)
+    return options
+
+
+def _parallel_options(args: argparse.Namespace, parallel: str, sweep: bool) -> dict:
+    """``TorchOptions``' --parallel fields from parsed flags (None, or True, where not given), and whether
+    ``--bucket-cap-mb`` was given; in a ``sweep`` of several modes, a flag that ``parallel`` does not read is left
+    unset for it (``check_sweep_flags`` refuses one that no swept mode reads)."""
+    values = {dest: getattr(args, dest, _TORCH_ONLY[dest]) for dest in MODE_FLAGS}
+    if sweep:
+        values.update({dest: _TORCH_ONLY[dest] for dest, modes in MODE_FLAGS.items() if parallel not in modes})
+    return dict(parallel=parallel, **values)
+
+
+def check_sweep_flags(args: argparse.Namespace, modes: list[str]) -> None:
+    """Refuse a flag of some modes (``MODE_FLAGS``) that none of a sweep's ``--parallel`` modes reads."""
+    for dest, readers in MODE_FLAGS.items():
+        if getattr(args, dest, _TORCH_ONLY[dest]) != _TORCH_ONLY[dest] and not set(modes) & set(readers):
+            raise UsageError(f"{_flag(dest)} applies to --parallel {', '.join(readers)}; none of the swept modes "
+                             f"({', '.join(modes)}) reads it")

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from rnnprof.errors import UsageError
 
 FRAMEWORKS = ("tensorflow", "torch")
-MODELS = ("nmt", "rnnlm", "resnet50", "resnet18")
+MODELS = ("nmt", "rnnlm", "resnet50", "resnet18", "transformer")
 IMAGE_MODELS = ("resnet50", "resnet18")  # throughput in images/s
+TORCH_MODELS = ("rnnlm", "transformer")  # what --framework torch trains
+TORCH_ONLY_MODELS = ("transformer",)
 ENCODERS = ("loop", "fused")
 DIRECTIONS = ("uni", "bi")
 ATTENTIONS = ("none", "luong", "bahdanau")
@@ -96,12 +98,14 @@ class WorkloadConfig:
 
 
 TORCH_ADAM_LEARNING_RATE = 2e-4  # rnn_benchmark's PyTorch default
+TRANSFORMER_HEADS = 4
 TORCH_BUCKET_CAP_MB = 25.0  # DistributedDataParallel's default
 
 
 @dataclass(frozen=True)
 class TorchOptions:
-    """What ``--framework torch`` adds to a ``WorkloadConfig``."""
+    """What ``--framework torch`` adds to a ``WorkloadConfig``; how the ranks split the model:
+    ``rnnprof.parallel_layout`` (``parallel`` and the fields after it)."""
 
     workload: WorkloadConfig
     tied: bool = False  # the output projection shares the embedding table
@@ -109,6 +113,16 @@ class TorchOptions:
     clip_norm: float | None = None  # clip the gradients' global norm; None: no clipping
     bucket_cap_mb: float = TORCH_BUCKET_CAP_MB
     eval: bool = False  # also time forward-only evaluation batches
+    heads: int = TRANSFORMER_HEADS  # attention heads of the Transformer LM
+    parallel: str = "ddp"  # see PARALLEL_MODES
+    mesh: tuple[int, int] | None = None  # a hybrid mode's 2-D mesh (outer, inner); None: (2, ranks / 2)
+    micro_batches: int | None = None  # pipelines: None is max(4, stages)
+    schedule: str | None = None  # pipelines: see SCHEDULES; None is 1f1b
+    stages_per_rank: int | None = None  # pipelines: None is 2 for interleaved-1f1b, else 1
+    stage_layers: tuple[int, ...] | None = None  # pipelines: the blocks of each stage in order; None: even
+    reshard_after_forward: bool = True  # FSDP: free each block's gathered parameters after its forward
+    forward_prefetch: int | None = None  # FSDP: blocks whose all-gathers each block's forward issues (None: 0, none)
+    backward_prefetch: int | None = None  # FSDP: the same in backward (None: 0, fully_shard's own: the next block)
 
     def replace(self, **changes) -> "TorchOptions":
         return dataclasses.replace(self, **changes)
@@ -123,6 +137,8 @@ def model_defaults(model: str, preset: str | None) -> dict:
     """Defaults that depend on the model and preset."""
     if model in IMAGE_MODELS:
         return dict(batch_size=8 if preset == "small" else 64, learning_rate=0.1)
+    if model == "transformer":
+        return dict(layers=4, units=128, src_max_len=32, batch_size=16, vocab_size=2000, learning_rate=0.1)
     if model == "rnnlm":
         if preset == "rnn_benchmark":
             return dict(layers=1, units=1024, embedding=1024, src_max_len=128, tgt_max_len=128,
@@ -162,7 +178,7 @@ def validate_without_gpus(config: WorkloadConfig) -> None:
                          f"(parameter_server updates on the parameter device by design)")
     if config.preset == "rnn_benchmark" and config.model != "rnnlm":
         raise UsageError("--preset rnn_benchmark applies to --model rnnlm")
-    if config.preset and config.model == "nmt":
+    if config.preset and config.model in ("nmt", "transformer"):
         raise UsageError("--preset applies to --model rnnlm and the ResNets")
     if config.fake_location is not None and config.model not in IMAGE_MODELS:
         raise UsageError(f"--fake-location applies to the ResNets (--model {' or '.join(IMAGE_MODELS)})")

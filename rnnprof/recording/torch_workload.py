@@ -28,7 +28,7 @@ from rnnprof.rundir.manifest import process_versions
 from rnnprof.rundir.writer import RunWriter, default_run_dir
 from rnnprof.frameworks.torch import import_torch
 from rnnprof.training import torch_ddp
-from rnnprof.training.torch_ddp import CPU_PROCESSES, CaptureWindow, combine_ranks, run_ranks
+from rnnprof.training.torch_ddp import CPU_PROCESSES, CaptureWindow, combine_ranks, ranks_per_batch, run_ranks
 
 
 def capture_torch_workload(options: TorchOptions, out: str | Path | None, force: bool, command: Sequence[str],
@@ -67,7 +67,7 @@ def capture_torch_workload(options: TorchOptions, out: str | Path | None, force:
     finally:
         remove_probe_files(writer.path)
     return WorkloadCapture(path=writer.path, device_kind=writer.device_kind,
-                           timed=timed, captured=writer.captured)
+                           timed=timed, captured=writer.captured, layout=writer.manifest.get("parallel"))
 
 
 def _kill(ranks: dict[int, int]) -> None:
@@ -87,6 +87,8 @@ def _rank_entry(result: dict) -> dict:
     facts["throughput"] = {"words_per_second": own.words_per_second, "words": own.words,
                            "total_seconds": own.total_seconds, "median_step_seconds": own.median_step_seconds}
     facts["traced_step_seconds"] = [record[0] for record in result["traced"]]
+    facts["peak_memory"] = result["peak_memory"]
+    facts["process_groups"] = result["process_groups"]
     return facts
 
 
@@ -98,18 +100,19 @@ def _record_results(writer: RunWriter, options: TorchOptions, results: list[dict
     group_backend = results[0]["backend"]
     gpu = group_backend == "nccl"
     writer.set_devices([f"rank{r['rank']}/{'gpu' if gpu else 'cpu'}:0" for r in results], "gpu" if gpu else "cpu")
-    timed = combine_ranks([r["timed"] for r in results])
-    warmup = combine_ranks([r["warmup"] for r in results])
+    share = ranks_per_batch(results)
+    timed = combine_ranks([r["timed"] for r in results], share)
+    warmup = combine_ranks([r["warmup"] for r in results], share)
     throughput = dataclasses.asdict(summarize(timed))
     throughput["words_definition"] = WORDS_DEFINITION
     throughput["step_definition"] = "the slowest rank's wall time of each timed step"
     if config.include_warmup:
         throughput["with_warmup"] = dataclasses.asdict(summarize(warmup + timed))
     if options.eval:
-        throughput["eval"] = dataclasses.asdict(summarize(combine_ranks([r["eval"] for r in results])))
+        throughput["eval"] = dataclasses.asdict(summarize(combine_ranks([r["eval"] for r in results], share)))
     ranks = [_rank_entry(r) for r in results]
     window = sorted({step for r in ranks for step in r["steps"]})
     writer.update(backend=group_backend, device_kind="gpu" if gpu else CPU_PROCESSES, ranks=ranks,
-                  throughput=throughput, profiled_steps=window,
+                  throughput=throughput, profiled_steps=window, parallel=results[0]["layout"],
                   step_times={"warmup": [s.seconds for s in warmup], "timed": [s.seconds for s in timed]})
     return summarize(timed)

@@ -41,6 +41,7 @@ class WorkloadCapture:
     device_kind: str
     timed: TimingSummary
     captured: dict  # the manifest's lists of written files, by kind
+    layout: dict | None = None  # --framework torch: how the ranks split the model (torch_layout.Layout.to_dict)
 
 
 def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool, command: Sequence[str],

@@ -12,9 +12,22 @@ from rich.text import Text
 
 from rnnprof.analyzers.scale import ScaleResult, TrainerRow, speedup_definition, trainer_ratio_definition
 
+# --framework torch's --parallel modes as a table's title
+PARALLEL_TITLES = {
+    "fsdp": "fsdp: FSDP2, fully_shard per block and at the root",
+    "hsdp": "hsdp: fully_shard on a 2-D mesh, sharded within a group, replicated across groups",
+    "tp": "tp: tensor parallel, attention and MLP projections sliced (ColwiseParallel/RowwiseParallel)",
+    "pp": "pp: pipeline stages (torch.distributed.pipelining; mb: micro-batches)",
+    "fsdp+tp": "fsdp+tp: tensor parallel within a group, fully_shard across groups",
+    "pp+dp": "pp+dp: pipeline stages, each replicated, gradients all-reduced (mb: micro-batches)",
+}
+MIB = 1024 * 1024
+
 
 def _mode_title(point, parameter_device: str | None) -> Text:
-    if point.variable_update == "replicated" and point.all_reduce:
+    if point.parallel in PARALLEL_TITLES:
+        title = PARALLEL_TITLES[point.parallel]
+    elif point.variable_update == "replicated" and point.all_reduce:
         title = f"replicated, {point.all_reduce} all-reduce"
     elif point.variable_update == "parameter_server" and parameter_device:
         title = f"parameter_server, variables on {parameter_device}"
@@ -28,11 +41,14 @@ def _mode_title(point, parameter_device: str | None) -> Text:
 
 
 def _columns(batches: int, include_warmup: bool, evaluation: bool = False,
-             workers: bool = False, unit: str = "words") -> list[tuple[str, Callable]]:
+             workers: bool = False, unit: str = "words", layout: bool = False,
+             memory: bool = False) -> list[tuple[str, Callable]]:
     """(header, cell of a row) for every column of a mode's table, in order."""
     columns = [("workers", lambda row: str(row.point.workers or 1))] if workers else []
+    columns += [("devices" if not workers else "devices\nper worker", lambda row: str(row.point.devices))]
+    if layout:
+        columns.append(("mesh", lambda row: layout_text(row.point.layout)))
     columns += [
-        ("devices" if not workers else "devices\nper worker", lambda row: str(row.point.devices)),
         ("batch per\ndevice", lambda row: str(row.point.per_device_batch)),
         ("batch\ntotal", lambda row: str(row.point.total_batch)),
         (f"time (s)\n{batches} batches", lambda row: f"{row.point.timed.total_seconds:.2f}"),
@@ -46,8 +62,44 @@ def _columns(batches: int, include_warmup: bool, evaluation: bool = False,
                         if row.point.eval_timed else "-"))
     columns.append((STEP_HEADER, lambda row: f"{row.point.timed.median_step_seconds:.3f}"
                                              f"±{row.point.timed.std_step_seconds:.3f}"))
+    if memory:
+        columns.append((MEMORY_HEADER, lambda row: _mib(row.point.memory.largest_peak if row.point.memory else None)))
+        columns.append((STATE_HEADER, lambda row: _mib(row.point.memory.largest_model_state
+                                                       if row.point.memory else None)))
     columns.append(("speedup", lambda row: f"{row.speedup:.2f}x"))
     return columns
+
+
+MEMORY_HEADER = "peak mem\nMiB"
+STATE_HEADER = "model state\nMiB"
+
+
+def _mib(value: int | None) -> str:
+    return f"{value / MIB:,.1f}" if value is not None else "-"
+
+
+def layout_text(layout: dict | None) -> str:
+    """A run's ``--parallel`` layout (``torch_layout.Layout.to_dict``) in a few words: the mesh (``dp 2``,
+    ``replicate 2 x shard 2``) and a pipeline's stages, their blocks and the micro-batches (``pp 2, 4 stages
+    2,1,1,1, 8 mb``)."""
+    if not layout:
+        return "-"
+    text = " x ".join(f"{dim} {size}" for dim, size in zip(layout["mesh_dims"], layout["mesh_shape"]))
+    if layout.get("stages"):
+        text += (f", {layout['stages']} stages {','.join(map(str, layout['stage_layers']))}, "
+                 f"{layout['micro_batches']} mb")
+    return text
+
+
+def memory_definition(sources: dict, rows) -> str | None:
+    """What the memory columns measured (the ``PEAK_SOURCES`` text of the sources the rows used)."""
+    used = list(dict.fromkeys(row.point.memory.source for row in rows if row.point.memory is not None))
+    if not used:
+        return None
+    return ("peak mem = the largest rank's peak memory over the warm-up and timed steps: "
+            + "; ".join(sources.get(source, source) for source in used)
+            + ". model state = the largest rank's parameters, gradients and optimizer states after the timed steps "
+              "(a sharded tensor: the rank's shard)")
 
 
 STEP_HEADER = "step (s)\nmedian±std"
@@ -69,7 +121,7 @@ def _natural_width(table: Table, console: Console) -> int:
 
 def render_table(result: ScaleResult, *, model: str, words_definition: str, warmup: int, batches: int,
                  include_warmup: bool, notes: list[str], console: Console,
-                 parameter_device: str | None = None, unit: str = "words") -> None:
+                 parameter_device: str | None = None, unit: str = "words", memory_sources: dict | None = None) -> None:
     """One table per variable-update mode, then the definitions and notes.
 
     Figures are never cut short: where the table is wider than the terminal, the step
@@ -77,7 +129,9 @@ def render_table(result: ScaleResult, *, model: str, words_definition: str, warm
     """
     console.print(Text(f"rnnprof scale: {model}, {batches} timed batches after {warmup} warm-up", style="bold"))
     columns = _columns(batches, include_warmup, any(row.point.eval_timed for row in result.rows),
-                       any(row.point.workers for row in result.rows), unit)
+                       any(row.point.workers for row in result.rows), unit,
+                       layout=any(row.point.parallel not in (None, "ddp") for row in result.rows),
+                       memory=any(row.point.memory is not None for row in result.rows))
     modes = list(dict.fromkeys(row.point.mode for row in result.rows))
     for mode in modes:
         rows = [row for row in result.rows if row.point.mode == mode]
@@ -92,15 +146,19 @@ def render_table(result: ScaleResult, *, model: str, words_definition: str, warm
     definition = f"{unit} = {words_definition}; " if words_definition != unit else ""
     console.print(Text(f"{definition}{unit}/s = {unit} in the timed batches / their total time", style="dim"))
     console.print(Text(speedup_definition(unit), style="dim"))
+    memory = memory_definition(memory_sources or {}, result.rows)
+    if memory:
+        console.print(Text(memory, style="dim"))
     for note in list(result.notes) + notes:
         console.print(Text(f"note: {note}", style="bold yellow"))
 
 
 def to_document(result: ScaleResult, *, config: dict, words_definition: str, device_kind: str,
-                notes: list[str], step_definition: str, unit: str = "words") -> dict:
+                notes: list[str], step_definition: str, unit: str = "words", memory_sources: dict | None = None) -> dict:
     """The sweep as JSON; throughput keys are named by ``unit`` (``words_per_second``, ``images_per_second``)."""
     rows = [_row_document(row, unit) for row in result.rows]
-    return {
+    memory = memory_definition(memory_sources or {}, result.rows)
+    document = {
         "config": config,
         "device_kind": device_kind,
         "unit": unit,
@@ -113,6 +171,9 @@ def to_document(result: ScaleResult, *, config: dict, words_definition: str, dev
         },
         "notes": list(result.notes) + notes,
     }
+    if memory:
+        document["definitions"]["peak_memory_bytes"] = memory
+    return document
 
 
 def _row_document(row, unit: str) -> dict:
@@ -144,6 +205,14 @@ def _row_document(row, unit: str) -> dict:
         entry["fake_location"] = p.fake_location
     if p.trainer is not None:
         entry["trainer"] = p.trainer
+    if p.parallel is not None:
+        entry["parallel"], entry["layout"] = p.parallel, p.layout
+    if p.memory is not None:
+        entry["peak_memory_bytes"] = p.memory.largest_peak
+        entry["peak_memory_bytes_per_rank"] = list(p.memory.peak_per_rank)
+        entry["peak_memory_source"] = p.memory.source
+        entry["model_state_bytes"] = p.memory.largest_model_state
+        entry["model_state_bytes_per_rank"] = list(p.memory.model_state_per_rank)
     if p.with_warmup is not None:
         entry[f"{unit}_per_second_including_warmup"] = p.with_warmup.words_per_second
         entry["total_seconds_including_warmup"] = p.with_warmup.total_seconds

@@ -17,7 +17,6 @@ import dataclasses
 import logging
 import os
 import signal
-import statistics
 import sys
 import tempfile
 import threading
@@ -25,18 +24,21 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from rnnprof.analyzers.scale import ScalePoint
+from rnnprof.analyzers.scale import MemoryFigures, ScalePoint
 from rnnprof.analyzers.throughput import summarize
 from rnnprof.models.config import TorchOptions
 from rnnprof.errors import RankFailed, UsageError
 from rnnprof.training.measure import StepCallback, StepResult, measure
 from rnnprof.training.sweep import Progress, Sweep, no_progress, run_label
-from rnnprof.training.torch_progress import StepLog, follow_steps
+from rnnprof.training import torch_parallel
+from rnnprof.training.torch_layout import plan_layout
+from rnnprof.training.torch_memory import PeakMemory
+from rnnprof.training.torch_progress import StepLog, combine_step, follow_steps
 from rnnprof.frameworks.torch import import_torch
 from rnnprof.training.torch_training import TorchTraining, no_phase
 
 CPU_PROCESSES = "cpu-processes"  # the device kind of ranks that share the host's cores
-STEP_DEFINITION = ("wall time of each timed step (forward, backward with the gradient all-reduce, update) on "
+STEP_DEFINITION = ("wall time of each timed step (forward, backward with the gradients' collectives, update) on "
                    "the slowest rank; warm-up batches are excluded")
 
 
@@ -131,44 +133,28 @@ def _records(steps) -> list[tuple[float, int, float]]:
 
 
 def rank_main(job: RankJob) -> dict:
-    """One worker process: join the group, train with warm-up then timed batches, return the step records."""
+    """One worker process: join the group, train with warm-up then timed batches, return the step records (and
+    the rank's layout under ``--parallel`` and its peak memory over those steps)."""
     torch = import_torch("--framework torch")
     import torch.distributed as dist
 
     world = int(os.environ["WORLD_SIZE"])
     plan = rank_plan(world, int(os.environ.get("LOCAL_RANK", "0")), torch_visible_gpus(), job.threads)
     torch.set_num_threads(plan.threads)
-    group_backend, device = plan.backend, plan.device
+    if plan.device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(plan.device))  # a device mesh's collectives run on the current GPU
     for name, value in job.capture.environment if job.capture is not None else ():
         os.environ.setdefault(name, value)  # before the process group: torch reads it there
-    dist.init_process_group(group_backend)
+    dist.init_process_group(plan.backend)
     try:
         rank = dist.get_rank()
-        config = job.options.workload
-        training = TorchTraining(job.options, rank=rank, device=device, distributed=world > 1)
-        runnable, capture = training, None
-        if job.capture is not None:  # profiling starts with step 0; its window follows the timed steps
-            capture = job.capture.profiler(job.capture.run_dir, rank, skip_steps=config.warmup + config.batches,
-                                   steps=job.capture.steps)
-            training.phase = capture.phase
-            runnable = _CapturedSteps(training, capture)
-        step_log = StepLog(job.step_logs, rank) if job.step_logs is not None else None
-        probe = job.capture.probe(job.capture.run_dir, rank).install() if job.capture and job.capture.probe else None
-        try:
-            m = measure(runnable, config.warmup, config.batches, on_step=_Ticks(step_log, probe))
-            traced = [_Ticks(None, probe).after(runnable.step()) for _ in range(job.capture.steps)] if capture else []
-        finally:
-            for done in (step_log, probe):
-                if done is not None:
-                    done.close()
-            if capture is not None:  # a failing step still ends the window and writes what it recorded
-                training.phase = no_phase
-                facts = capture.close()
-        result = {"rank": rank, "backend": group_backend, "warmup": _records(m.warmup_steps),
-                  "timed": _records(m.timed_steps)}
-        if capture is not None:
-            result.update(traced=_records(traced), capture=facts)
+        torch_parallel.preload(plan_layout(job.options))
+        peak = PeakMemory(torch, torch.device(plan.device))
+        training = TorchTraining(job.options, rank=rank, device=plan.device, distributed=world > 1)
+        result = {"rank": rank, "backend": plan.backend, "layout": training.layout.to_dict(),
+                  "process_groups": training.groups, **_train(job, training, rank, peak)}
         if job.options.eval:
+            config = job.options.workload
             e = measure(training.evaluation(), min(config.warmup, 1), config.batches)
             result["eval"] = _records(e.timed_steps)
         if job.return_parameters:
@@ -178,6 +164,35 @@ def rank_main(job: RankJob) -> dict:
         return result
     finally:
         dist.destroy_process_group()
+
+
+def _train(job: RankJob, training: TorchTraining, rank: int, peak: PeakMemory) -> dict:
+    """Warm-up and timed steps (then the capture's window, with ``job.capture``): their records, the peak memory
+    over the warm-up and timed steps, and the capture's facts."""
+    config = job.options.workload
+    runnable, capture = training, None
+    if job.capture is not None:  # profiling starts with step 0; its window follows the timed steps
+        capture = job.capture.profiler(job.capture.run_dir, rank, skip_steps=config.warmup + config.batches,
+                                       steps=job.capture.steps)
+        training.phase = capture.phase
+        runnable = _CapturedSteps(training, capture)
+    step_log = StepLog(job.step_logs, rank) if job.step_logs is not None else None
+    probe = job.capture.probe(job.capture.run_dir, rank).install() if job.capture and job.capture.probe else None
+    try:
+        m = measure(runnable, config.warmup, config.batches, on_step=_Ticks(step_log, probe))
+        memory = peak.read(training.parameter_list, training.optimizer)
+        traced = [_Ticks(None, probe).after(runnable.step()) for _ in range(job.capture.steps)] if capture else []
+    finally:
+        for done in (step_log, probe):
+            if done is not None:
+                done.close()
+        if capture is not None:  # a failing step still ends the window and writes what it recorded
+            training.phase = no_phase
+            facts = capture.close()
+    result = {"warmup": _records(m.warmup_steps), "timed": _records(m.timed_steps), "peak_memory": memory}
+    if capture is not None:
+        result.update(traced=_records(traced), capture=facts)
+    return result
 
 
 @contextlib.contextmanager
@@ -319,6 +334,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     processes = options.workload.devices
     check_gpu_count(processes, torch_visible_gpus())
     lm_data(options)  # a --data file that cannot be read is one line here, not N tracebacks
+    plan_layout(options)  # a combination that cannot work is one line here (the flags were checked already)
     job = RankJob(options=options, threads=options.workload.intra_op_threads or threads_per_process(processes),
                   return_parameters=return_parameters, capture=capture)
     failure = interrupted = None
@@ -331,7 +347,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
                 job = dataclasses.replace(job, step_logs=os.path.join(logs, "steps"))
                 os.mkdir(job.step_logs)
             launch = _launch_config(processes, logs, capture)
-            with follow_steps(job.step_logs, processes, on_step):
+            with follow_steps(job.step_logs, processes, on_step, plan_layout(options).ranks_per_batch):
                 results = elastic_launch(launch, worker)(job)
             held["keep"] = True
     except ChildFailedError as exc:
@@ -351,12 +367,25 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     return [results[rank] for rank in range(processes)]
 
 
-def combine_ranks(per_rank: Sequence[Sequence[Sequence]]) -> list[StepResult]:
-    """Step i of the run: the slowest rank's time (a synchronized step ends with its last rank),
-    all ranks' words, the ranks' mean loss."""
-    return [StepResult(seconds=max(r[0] for r in records), words=sum(r[1] for r in records),
-                 loss=statistics.fmean(r[2] for r in records))
+def combine_ranks(per_rank: Sequence[Sequence[Sequence]], ranks_per_batch: int = 1) -> list[StepResult]:
+    """Step i of the run from the ranks' ``(seconds, words, loss)`` records (``torch_progress.combine_step``)."""
+    return [combine_step([StepResult(*record) for record in records], ranks_per_batch)
             for records in zip(*per_rank)]
+
+
+def ranks_per_batch(results: Sequence[dict]) -> int:
+    """How many ranks share each batch in the run whose rank results these are (``rank_main``'s layout)."""
+    layout = results[0]["layout"]
+    return layout["world"] // layout["data_ranks"]
+
+
+def memory_figures(results: Sequence[dict]) -> MemoryFigures | None:
+    """The ranks' peak memory and model state (``rank_main``'s ``peak_memory``), None where no rank has them."""
+    figures = [r.get("peak_memory") or {} for r in results]
+    if not any(figures):
+        return None
+    return MemoryFigures(peak_per_rank=tuple(f.get("bytes") for f in figures), source=figures[0].get("source", ""),
+                         model_state_per_rank=tuple(f.get("model_state_bytes") for f in figures))
 
 
 def torch_sweep(configs: Sequence[TorchOptions], progress: Progress = no_progress,
@@ -371,24 +400,29 @@ def torch_sweep(configs: Sequence[TorchOptions], progress: Progress = no_progres
     points, device_kind = [], CPU_PROCESSES
     for options in configs:
         config = options.workload
-        results = run_ranks(options, on_step=progress(run_label(config), config.warmup, config.batches))
+        label = run_label(config) + (f" --parallel {options.parallel}" if options.parallel != "ddp" else "")
+        results = run_ranks(options, on_step=progress(label, config.warmup, config.batches))
         group_backend = results[0]["backend"]
         device_kind = "gpu" if group_backend == "nccl" else CPU_PROCESSES
-        warmup = combine_ranks([r["warmup"] for r in results])
-        timed = combine_ranks([r["timed"] for r in results])
-        evaluation = combine_ranks([r["eval"] for r in results]) if options.eval else None
+        share = ranks_per_batch(results)
+        warmup = combine_ranks([r["warmup"] for r in results], share)
+        timed = combine_ranks([r["timed"] for r in results], share)
+        evaluation = combine_ranks([r["eval"] for r in results], share) if options.eval else None
         replicated = config.variable_update == "replicated"
         points.append(ScalePoint(
             variable_update=config.variable_update,
-            all_reduce=f"DDP {group_backend}" if replicated else None,
+            all_reduce=f"DDP {group_backend}" if replicated and options.parallel == "ddp" else None,
             devices=config.devices,
             per_device_batch=config.per_device_batch(),
-            total_batch=config.total_batch(),
+            total_batch=config.per_device_batch() * results[0]["layout"]["data_ranks"],
+            parallel=options.parallel,
+            layout=results[0]["layout"],
+            memory=memory_figures(results),
             timed=summarize(timed),
             with_warmup=summarize(warmup + timed) if config.include_warmup else None,
             step_seconds=tuple(s.seconds for s in timed),
             warmup_step_seconds=tuple(s.seconds for s in warmup),
             eval_timed=summarize(evaluation) if evaluation else None,
         ))
-    return Sweep(points=tuple(points), device_kind=device_kind, words_definition=WORDS_DEFINITION, model="rnnlm",
-                 step_definition=STEP_DEFINITION)
+    return Sweep(points=tuple(points), device_kind=device_kind, words_definition=WORDS_DEFINITION,
+                 model=configs[0].workload.model, step_definition=STEP_DEFINITION)

@@ -10,10 +10,11 @@ temporary directory, so the files go with it whether the run ends, fails or is i
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import threading
-from typing import Callable
+from typing import Callable, Sequence
 
 from rnnprof.training.measure import StepCallback, StepResult
 
@@ -50,8 +51,10 @@ class StepFollower:
     when all ``ranks`` have finished it. Leaving the context stops the thread, after a last read when the
     run ended without an exception."""
 
-    def __init__(self, folder: str, ranks: int, on_step: StepCallback, interval: float = POLL_SECONDS):
+    def __init__(self, folder: str, ranks: int, on_step: StepCallback, interval: float = POLL_SECONDS,
+                 ranks_per_batch: int = 1):
         self.folder, self.ranks, self.on_step, self.interval = folder, ranks, on_step, interval
+        self.ranks_per_batch = ranks_per_batch
         self._offsets = [0] * ranks
         self._partial = [b""] * ranks
         self._steps: list[list[tuple[str, int, StepResult]]] = [[] for _ in range(ranks)]
@@ -82,9 +85,7 @@ class StepFollower:
             while self.reported < ready:
                 records = [steps[self.reported] for steps in self._steps]
                 phase, index, _ = records[0]
-                step = StepResult(seconds=max(r[2].seconds for r in records),
-                                  words=sum(r[2].words for r in records),
-                                  loss=statistics.fmean(r[2].loss for r in records))
+                step = combine_step([r[2] for r in records], self.ranks_per_batch)
                 self.reported += 1
                 self.on_step(phase, index, step)
             return self.reported
@@ -110,8 +111,20 @@ class StepFollower:
             self.poll()  # the steps finished since the last poll
 
 
-def follow_steps(folder: str, ranks: int, on_step: Callable | None):
+def follow_steps(folder: str, ranks: int, on_step: Callable | None, ranks_per_batch: int = 1):
     """A ``StepFollower`` when there is an ``on_step`` to call, else a context that does nothing."""
     import contextlib
 
-    return StepFollower(folder, ranks, on_step) if on_step is not None else contextlib.nullcontext()
+    if on_step is None:
+        return contextlib.nullcontext()
+    return StepFollower(folder, ranks, on_step, ranks_per_batch=ranks_per_batch)
+
+
+def combine_step(steps: Sequence[StepResult], ranks_per_batch: int = 1) -> StepResult:
+    """One step of the run from its ranks' records: the slowest rank's time (a synchronized step ends with its last
+    rank), the words of the step's batches (every rank counts its batch's; ``ranks_per_batch`` ranks share one under
+    tensor or pipeline parallelism), the mean loss of the ranks that have one (a pipeline's is its last stage's, NaN
+    on the others)."""
+    losses = [s.loss for s in steps if not math.isnan(s.loss)]
+    return StepResult(seconds=max(s.seconds for s in steps), words=sum(s.words for s in steps) // ranks_per_batch,
+                      loss=statistics.fmean(losses) if losses else math.nan)

@@ -21,7 +21,10 @@ class RNNLM(nn.Module):
         config = options.workload
         embedding = config.embedding or config.units
         self.embedding = nn.Embedding(config.vocab_size, embedding)
-        self.dropout = nn.Dropout(options.dropout)
+        # a module per place it applies: a module called twice in one forward breaks torch's CommDebugMode, whose
+        # module tracker registers a forward hook at each call
+        self.input_dropout = nn.Dropout(options.dropout)
+        self.output_dropout = nn.Dropout(options.dropout)
         self.lstm = nn.LSTM(embedding, config.units, num_layers=config.layers, batch_first=True,
                             dropout=options.dropout if config.layers > 1 else 0.0)
         self.projection = nn.Linear(config.units, config.vocab_size)
@@ -30,10 +33,15 @@ class RNNLM(nn.Module):
 
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy over the target tokens of ``inputs`` [batch, time]."""
-        x = self.dropout(self.embedding(inputs))
+        x = self.input_dropout(self.embedding(inputs))
         outputs, _ = self.lstm(x)
-        logits = self.projection(self.dropout(outputs))
+        logits = self.projection(self.output_dropout(outputs))
         return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def blocks(self) -> list[nn.Module]:
+        """The units FSDP shards one by one: the LSTM (all its layers are one ``nn.LSTM``); the embedding and the
+        projection are the root's."""
+        return [self.lstm]
 
 
 def lm_data(options: TorchOptions) -> LMData:
