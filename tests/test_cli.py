@@ -12,3 +12,37 @@ def test_unknown_command_is_a_usage_error(capsys):
 def test_module_entry_point_prints_version():
     out = subprocess.run([sys.executable, "-m", "rnnprof", "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("rnnprof ")
+
+
+def test_a_flag_is_never_abbreviated(capsys):
+    """``--device 2`` is not ``--devices 2``: it is left unknown (the parse alone: nothing is trained), and a
+    command refuses it in one line naming the flag meant."""
+    from rnnprof.cli import build_parser
+
+    args, extras = build_parser("scale").parse_known_args(["scale", "--device", "2"])
+    assert extras == ["--device", "2"] and args.devices != "2"
+    assert main(["comm", "tests/data/torch-gloo-rank0.json.gz", "--per-ste"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "unrecognized arguments: --per-ste" in err
+    assert "did you mean --per-step?" in err
+
+
+def test_an_unknown_flag_points_to_the_commands_help_and_its_closest_flag(capsys):
+    assert main(["comm", "tests/data/torch-gloo-rank0.json.gz", "--per-stp"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rnnprof comm: error: unrecognized arguments: --per-stp")
+    assert "did you mean --per-step?" in err
+    assert err.rstrip().endswith("(see rnnprof comm --help)")
+    # nothing close: no guess, still the command's help
+    assert main(["comm", "tests/data/torch-gloo-rank0.json.gz", "--zzzzqq"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean" not in err and "(see rnnprof comm --help)" in err
+
+
+def test_every_parser_refuses_abbreviations():
+    from rnnprof.cli import build_parser
+
+    parser = build_parser()
+    assert not parser.allow_abbrev
+    assert all(not sub.allow_abbrev for sub in parser.commands.values())
