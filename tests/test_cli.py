@@ -46,3 +46,16 @@ def test_every_parser_refuses_abbreviations():
     parser = build_parser()
     assert not parser.allow_abbrev
     assert all(not sub.allow_abbrev for sub in parser.commands.values())
+
+
+def test_the_benchmarks_and_tools_refuse_abbreviations_too():
+    """Every parser the project's scripts build takes flags whole, as rnnprof's commands do."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    scripts = [*root.glob("benchmarks/**/*.py"), root / "docs" / "pictures.py"]
+    calls = [(path.name, call) for path in scripts
+             for call in re.findall(r"argparse\.ArgumentParser\([^\n]*", path.read_text())]
+    assert calls
+    assert [name for name, call in calls if "allow_abbrev=False" not in call] == []
