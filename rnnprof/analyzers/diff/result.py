@@ -340,7 +340,7 @@ class CopyKindChange:
 
 @dataclass(frozen=True)
 class GraphLaunchChange:
-    """Graph launches and the GPU kernels they launched, per step on each side; share = of all GPU kernels."""
+    """Graph launches and the GPU kernels they launched, per step on each side; their share is of every GPU kernel in the same steps."""
 
     launches_a: float
     launches_b: float
