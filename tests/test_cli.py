@@ -59,3 +59,25 @@ def test_the_benchmarks_and_tools_refuse_abbreviations_too():
              for call in re.findall(r"argparse\.ArgumentParser\([^\n]*", path.read_text())]
     assert calls
     assert [name for name, call in calls if "allow_abbrev=False" not in call] == []
+
+
+def test_the_readme_ties_exit_status_1_to_every_command_with_fail_on(capsys):
+    """Each command that takes --fail-on exits 1 on a finding at its default (error) and 0 with --fail-on never;
+    README's exit codes name each such command."""
+    import pathlib
+
+    from rnnprof.cli import build_parser
+
+    parser = build_parser()
+    failing = sorted(name for name, sub in parser.commands.items()
+                     if any("--fail-on" in action.option_strings for action in sub._actions))
+    assert failing == ["audit", "placement-audit"]
+    readme = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+    exit_codes = " ".join(readme.read_text().split("Exit codes:", 1)[1].split("\n\n", 1)[0].split())
+    assert "1 findings at or above `--fail-on`" in exit_codes
+    assert all(f"`{name}`" in exit_codes for name in failing), exit_codes
+    trace = "tests/data/kineto-2rank-nccl-rank0.json.gz"  # PF003 at error
+    assert main(["audit", trace]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--fail-on error" in err and "PF003" in err
+    assert main(["audit", trace, "--fail-on", "never"]) == 0
