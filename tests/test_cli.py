@@ -81,3 +81,25 @@ def test_the_readme_ties_exit_status_1_to_every_command_with_fail_on(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--fail-on error" in err and "PF003" in err
     assert main(["audit", trace, "--fail-on", "never"]) == 0
+
+
+def test_a_bad_input_is_one_short_line(tmp_path, capsys):
+    """What a newcomer gets wrong first (a text file, an empty file, a JSON that is no trace, an empty folder, a
+    trace without what the command needs): one line saying what was wrong and what was expected, short enough
+    to read (the paths aside), exit status 2."""
+    (tmp_path / "notes.txt").write_text("hello\n")
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "obj.json").write_text('{"a": 1}')
+    (tmp_path / "folder").mkdir()
+    gloo = "tests/data/torch-gloo-rank0.json.gz"
+    cases = [["count-ops", "notes.txt"], ["comm", "notes.txt"], ["comm", "empty.json"], ["critical-path", "obj.json"],
+             ["explain", "folder"], ["comm", "folder"], ["roofline", "obj.json"], ["memory", gloo], ["hang", "folder"],
+             ["view", "folder"], ["whatif", gloo]]
+    for argv in cases:
+        argv = [argv[0], *(a if a.startswith("tests/") else str(tmp_path / a) for a in argv[1:])]
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        shown = err.strip().replace(str(tmp_path), "DIR").replace(gloo, "FILE")
+        assert shown.startswith(f"rnnprof {argv[0]}: error: ") and "expected" in shown, shown
+        assert len(shown) <= 200, (len(shown), shown)
