@@ -18,6 +18,7 @@ from rnnprof.analyzers.replay.analysis import check_changes, latest_rank, needs_
 from rnnprof.analyzers.replay.job import (JobNames, ScannedNames, job_step_lateness, job_step_replay, named_events,
                                          replay_plan, window_rows)
 from rnnprof.analyzers.replay.result import Change, WhatIfReport
+from rnnprof.analyzers.steps import combined_overruns, combined_step_times, marker_step_times, step_overruns
 from rnnprof.events import TableMetadata, merge_metadata
 from rnnprof.parallel import Workers
 from rnnprof.traces.rank_folder import RankFolder, loaded_notes
@@ -55,7 +56,9 @@ def replay_part_of_rank(task: ReplayPartTask) -> RankResult:
     folder = Path(task.scratch)
     save_part(part, folder)
     save_table(named_events(table, task.names), folder / NAMED)
-    return RankResult((summary, table.strings, table.devices),
+    markers = marker_step_times(table)  # the steps' times, and what ran past them, for the report
+    overruns = step_overruns(table, markers.steps) if markers is not None else {}
+    return RankResult((summary, table.strings, table.devices, markers, overruns),
                       table.metadata.distributed[0] if table.metadata.distributed else None,
                       ",".join(sorted({d.worker for d in table.devices})),
                       TableMetadata(left_out=dict(table.metadata.left_out),
@@ -95,9 +98,9 @@ def job_whatif(folder: RankFolder, changes_of: Callable[[JobNames], list[Change]
         with Workers(local_jobs(folder, jobs, scheduler), scheduler, len(tasks)) as workers:
             outcomes = workers.map(replay_part_of_rank, tasks, on_done)
             results, notes, left_out = _results(folder, outcomes)
-            summaries = [summary for summary, _, _ in results]
-            job = JobNames(tuple(dict.fromkeys(s for _, strings, _ in results for s in strings)),
-                           tuple(dict.fromkeys(d for _, _, devices in results for d in devices)))
+            summaries = [summary for summary, *_ in results]
+            job = JobNames(tuple(dict.fromkeys(s for _, strings, *_ in results for s in strings)),
+                           tuple(dict.fromkeys(d for _, _, devices, *_ in results for d in devices)))
             changes = tuple(changes_of(job))
             check_changes(job, changes)
             known = sorted({s for summary in summaries for s in summary.steps})
@@ -111,4 +114,6 @@ def job_whatif(folder: RankFolder, changes_of: Callable[[JobNames], list[Change]
             replays = workers.map(replay_of_step, [ReplayStepTask(dirs, plan, s, dependencies, changes, rank)
                                                    for s in plan.steps])
     report = whatif_report(changes, [r for r in replays if r is not None], rank, tuple(dependencies.lacks))
+    report = report.with_step_time(combined_step_times([markers for *_, markers, _ in results]),
+                                   combined_overruns([overruns for *_, overruns in results]))
     return report, notes, left_out

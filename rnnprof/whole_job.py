@@ -27,6 +27,7 @@ from rnnprof.analyzers.copies import combine_copies, count_copies
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US
 from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US, launch_sample, launch_stats_of
 from rnnprof.analyzers.opcount import combine_kernel_counts, count_kernels
+from rnnprof.analyzers.steps import combined_overruns, combined_step_times, marker_step_times, step_overruns
 from rnnprof.analyzers.steps import StepSelection, StepSelectionError, select_steps
 from rnnprof.errors import UsageError
 from rnnprof.events import Alignment, Device, EventTable, TableMetadata, merge_metadata
@@ -157,7 +158,9 @@ def path_part_of_rank(task: PartTask) -> RankResult:
     table = task.rank.load()
     part, summary = rank_part(table, classify(table, task.rank.comm_patterns))
     save_part(part, Path(task.scratch))
-    return RankResult(summary, _info(table), _worker(table), _left_out(table))
+    markers = marker_step_times(table)  # the steps' times, and what ran past them, for the report
+    overruns = step_overruns(table, markers.steps) if markers is not None else {}
+    return RankResult((summary, markers, overruns), _info(table), _worker(table), _left_out(table))
 
 
 def path_of_step(task: StepTask) -> StepPath | None:
@@ -275,12 +278,15 @@ def job_critical_path(folder: RankFolder, comm_patterns: Sequence[str] = (), job
                  for f, d in zip(folder.files, dirs)]
         with Workers(local_jobs(folder, jobs, scheduler), scheduler, len(tasks)) as workers:
             outcomes = workers.map(path_part_of_rank, tasks, on_done)
-            summaries, notes, left_out = _results(folder, outcomes)
+            results, notes, left_out = _results(folder, outcomes)
+            summaries = [summary for summary, _, _ in results]
             known = sorted({s for summary in summaries for s in summary.steps})
             plan = job_plan(summaries, choose(known) if choose is not None else None, dependencies)
             ops = WHAT_IF_OPS if what_if_ops is None else what_if_ops
             paths = workers.map(path_of_step, [StepTask(dirs, plan, s, dependencies, ops) for s in plan.steps])
-    return job_report(paths, [w for summary in summaries for w in summary.workers], dependencies), notes, left_out
+    report = job_report(paths, [w for summary in summaries for w in summary.workers], dependencies)
+    return report.with_step_time(combined_step_times([markers for _, markers, _ in results]),
+                                 combined_overruns([overruns for _, _, overruns in results])), notes, left_out
 
 
 def _map(function, folder: RankFolder, tasks, jobs, scheduler, on_done) -> tuple[list, list[str], TableMetadata]:

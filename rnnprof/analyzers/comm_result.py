@@ -9,6 +9,7 @@ from rnnprof.analyzers.collectives import CollectivesReport
 from rnnprof.analyzers.copies import CopyReport
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle
 from rnnprof.analyzers.noise import Significance, StepNoise
+from rnnprof.analyzers.steps import JobStepTimes, window_step_times
 from rnnprof.events import Device
 from rnnprof.names import UNKNOWN_COLLECTIVE
 
@@ -156,13 +157,22 @@ class CommReport:
     copies: CopyReport | None = None  # copies by kind and graph launches per device and step (analyzers.copies)
     # GPU events in no step, by reason (``rnnprof.events.OUTSIDE_REASONS``), as the loaders counted them
     outside_steps: dict[str, int] = field(default_factory=dict)
+    markers: JobStepTimes | None = None  # the steps' times by their step markers; None: the trace has none
+
+    @property
+    def step_time(self) -> JobStepTimes:
+        """Each step's time (``steps.job_step_times``): by its step markers, else the longest of its windows
+        over the devices."""
+        if self.markers is not None:
+            return self.markers
+        return window_step_times({s: max((d.steps[s].span_us for d in self.devices if s in d.steps), default=0.0)
+                                  for s in self.steps})
 
     @property
     def step_noise(self) -> StepNoise:
-        """Each step's time (the longest of its windows over the devices) and their jitter."""
-        spans = {s: max((d.steps[s].span_us for d in self.devices if s in d.steps), default=0.0)
-                 for s in self.steps}
-        return StepNoise(tuple(spans), tuple(spans.values()))
+        """Each step's time (``step_time``) and their jitter."""
+        times = self.step_time
+        return StepNoise(times.steps, times.us)
 
     @property
     def straggler_significance(self) -> Significance | None:
@@ -191,6 +201,7 @@ class CommReport:
             "sources": list(self.sources),
             "extra_comm_patterns": list(self.extra_patterns),
             "steps": list(self.steps),
+            "step_time": self.step_time.as_dict(),
             "step_selection": self.step_selection or None,
             "outside_steps": {"gpu_events": sum(self.outside_steps.values()), "by_reason": dict(self.outside_steps)},
             "kernel_wait_us": self.kernel_wait_us,

@@ -193,6 +193,10 @@ class ExplainReport:
                 "definitions": {
                     "step_us": "the mean timed step, total time of the timed steps / their number (the traced steps where no timed figure exists), µs",
                     "parts": "the busiest device's step split into parts, by their shares of the traced steps",
+                    "traced_step_us": "the traced steps' mean window over all the devices (the first start to the "
+                                      "last end of their work in the step): the time the parts split, which "
+                                      "holds every device's work; rnnprof comm's step time is the step markers' "
+                                      "duration, or the longest single device's window",
                     "left_on_one_device_us": "of compute_not_scaled: the bounding device's compute above the "
                                              "devices' mean, as far as it runs more op executions than they "
                                              "do (work left on one device)",

@@ -14,6 +14,7 @@ from rnnprof.analyzers.collectives import CollectivesReport
 from rnnprof.analyzers.comm_result import Breakdown, CommReport, Straggler
 from rnnprof.analyzers.device_work import BASIS_EXECUTOR, BASIS_HOST_OPS
 from rnnprof.analyzers.idle import IdleCauses
+from rnnprof.analyzers.steps import STEP_TIME_DEFINITIONS
 from rnnprof.analyzers.tasks import TaskReport
 from rnnprof.reports.layout import compact_table, outside_note
 from rnnprof.reports.opcount import copy_parts
@@ -55,13 +56,22 @@ def breakdown_table(report: CommReport, *, per_step: bool) -> Table:
         for d in report.devices:
             table.add_row(Text(d.device.label), *_cells(d.total))
         return table
-    table = _table("per step", "step / device", _BREAKDOWN_COLUMNS)
+    times = report.step_time
+    table = _table("per step", "step / device", _BREAKDOWN_COLUMNS, step_time_caption(times.basis))
     for step in report.steps:
-        table.add_row(Text(f"step {step}", style="bold"), end_section=False)
+        us = times.of(step)
+        table.add_row(Text(f"step {step}", style="bold"), Text("" if us is None else fmt_ms_narrow(us), style="bold"),
+                      end_section=False)
         for d in report.devices:
             if step in d.steps:
                 table.add_row(Text(f"  {d.device.label}"), *_cells(d.steps[step]))
     return table
+
+
+def step_time_caption(basis: str) -> str:
+    """What a step row's time is, and why a device's window can differ from it."""
+    return (f"a step's row: the step's time as every command gives it ({STEP_TIME_DEFINITIONS[basis]}); a "
+            "device's rows: its window in the step (from its first work to the next step's window)")
 
 
 _IDLE_COLUMNS = ("idle\nms", "host\nwait %", "kernel\nwait %", "other\n%")
