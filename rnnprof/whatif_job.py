@@ -18,7 +18,8 @@ from rnnprof.analyzers.replay.analysis import check_changes, latest_rank, needs_
 from rnnprof.analyzers.replay.job import (JobNames, ScannedNames, job_step_lateness, job_step_replay, named_events,
                                          replay_plan, window_rows)
 from rnnprof.analyzers.replay.result import Change, WhatIfReport
-from rnnprof.analyzers.steps import combined_overruns, combined_step_times, marker_step_times, step_overruns
+from rnnprof.analyzers.step_time import device_step_times
+from rnnprof.analyzers.steps import combined_overruns, job_step_times
 from rnnprof.events import TableMetadata, merge_metadata
 from rnnprof.parallel import Workers
 from rnnprof.traces.rank_folder import RankFolder, loaded_notes
@@ -52,13 +53,13 @@ class ReplayStepTask:
 def replay_part_of_rank(task: ReplayPartTask) -> RankResult:
     """The rank's ``RankSummary``, strings and devices; its part and named events saved under ``task.scratch``."""
     table = task.rank.load()
-    part, summary = rank_part(table, classify(table, task.rank.comm_patterns))
+    classes = classify(table, task.rank.comm_patterns)
+    part, summary = rank_part(table, classes)
     folder = Path(task.scratch)
     save_part(part, folder)
     save_table(named_events(table, task.names), folder / NAMED)
-    markers = marker_step_times(table)  # the steps' times, and what ran past them, for the report
-    overruns = step_overruns(table, markers.steps) if markers is not None else {}
-    return RankResult((summary, table.strings, table.devices, markers, overruns),
+    times, overruns = device_step_times(table, classes)  # the steps' times, and what ran past them, for the report
+    return RankResult((summary, table.strings, table.devices, times, overruns),
                       table.metadata.distributed[0] if table.metadata.distributed else None,
                       ",".join(sorted({d.worker for d in table.devices})),
                       TableMetadata(left_out=dict(table.metadata.left_out),
@@ -114,6 +115,6 @@ def job_whatif(folder: RankFolder, changes_of: Callable[[JobNames], list[Change]
             replays = workers.map(replay_of_step, [ReplayStepTask(dirs, plan, s, dependencies, changes, rank)
                                                    for s in plan.steps])
     report = whatif_report(changes, [r for r in replays if r is not None], rank, tuple(dependencies.lacks))
-    report = report.with_step_time(combined_step_times([markers for *_, markers, _ in results]),
+    report = report.with_step_time(job_step_times([times for *_, times, _ in results]),
                                    combined_overruns([overruns for *_, overruns in results]))
     return report, notes, left_out

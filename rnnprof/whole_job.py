@@ -27,7 +27,8 @@ from rnnprof.analyzers.copies import combine_copies, count_copies
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US
 from rnnprof.analyzers.launches import DEFAULT_SHORT_KERNEL_US, launch_sample, launch_stats_of
 from rnnprof.analyzers.opcount import combine_kernel_counts, count_kernels
-from rnnprof.analyzers.steps import combined_overruns, combined_step_times, marker_step_times, step_overruns
+from rnnprof.analyzers.step_time import device_step_times
+from rnnprof.analyzers.steps import combined_overruns, job_step_times
 from rnnprof.analyzers.steps import StepSelection, StepSelectionError, select_steps
 from rnnprof.errors import UsageError
 from rnnprof.events import Alignment, Device, EventTable, TableMetadata, merge_metadata
@@ -156,11 +157,11 @@ class StepTask:
 def path_part_of_rank(task: PartTask) -> RankResult:
     """The rank's ``RankSummary``; its ``RankPart`` saved under ``task.scratch`` (``critical_path.job``)."""
     table = task.rank.load()
-    part, summary = rank_part(table, classify(table, task.rank.comm_patterns))
+    classes = classify(table, task.rank.comm_patterns)
+    part, summary = rank_part(table, classes)
     save_part(part, Path(task.scratch))
-    markers = marker_step_times(table)  # the steps' times, and what ran past them, for the report
-    overruns = step_overruns(table, markers.steps) if markers is not None else {}
-    return RankResult((summary, markers, overruns), _info(table), _worker(table), _left_out(table))
+    times, overruns = device_step_times(table, classes)  # the steps' times, and what ran past them, for the report
+    return RankResult((summary, times, overruns), _info(table), _worker(table), _left_out(table))
 
 
 def path_of_step(task: StepTask) -> StepPath | None:
@@ -285,7 +286,7 @@ def job_critical_path(folder: RankFolder, comm_patterns: Sequence[str] = (), job
             ops = WHAT_IF_OPS if what_if_ops is None else what_if_ops
             paths = workers.map(path_of_step, [StepTask(dirs, plan, s, dependencies, ops) for s in plan.steps])
     report = job_report(paths, [w for summary in summaries for w in summary.workers], dependencies)
-    return report.with_step_time(combined_step_times([markers for _, markers, _ in results]),
+    return report.with_step_time(job_step_times([times for _, times, _ in results]),
                                  combined_overruns([overruns for _, _, overruns in results])), notes, left_out
 
 

@@ -28,7 +28,7 @@ from rnnprof.analyzers.copies import combine_copies, count_copies
 from rnnprof.analyzers.device_work import BASIS_HOST_OPS, device_work_mask
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep_segments
-from rnnprof.analyzers.steps import combined_step_times, marker_step_times, step_windows
+from rnnprof.analyzers.steps import step_windows
 from rnnprof.analyzers.stragglers import find_stragglers
 from rnnprof.events import Alignment, Device, EventTable, outside_steps
 from rnnprof.names import COLLECTIVE_TYPES
@@ -203,7 +203,6 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
         step_selection=step_selection,
         copies=count_copies(table),
         outside_steps=outside_steps(table),
-        markers=marker_step_times(table),
     )
 
 
@@ -262,7 +261,6 @@ def combine_reports(reports: Sequence[CommReport],
         step_selection=reports[0].step_selection,
         copies=combine_copies([r.copies for r in reports if r.copies is not None]),
         outside_steps=_summed([r.outside_steps for r in reports]),
-        markers=combined_step_times([r.markers for r in reports]),
     )
 
 

@@ -157,16 +157,12 @@ class CommReport:
     copies: CopyReport | None = None  # copies by kind and graph launches per device and step (analyzers.copies)
     # GPU events in no step, by reason (``rnnprof.events.OUTSIDE_REASONS``), as the loaders counted them
     outside_steps: dict[str, int] = field(default_factory=dict)
-    markers: JobStepTimes | None = None  # the steps' times by their step markers; None: the trace has none
 
     @property
     def step_time(self) -> JobStepTimes:
-        """Each step's time (``steps.job_step_times``): by its step markers, else the longest of its windows
+        """Each step's time as every command gives it (``steps.window_step_times``): the longest of its windows
         over the devices."""
-        if self.markers is not None:
-            return self.markers
-        return window_step_times({s: max((d.steps[s].span_us for d in self.devices if s in d.steps), default=0.0)
-                                  for s in self.steps})
+        return window_step_times({(k, s): b.span_us for k, d in enumerate(self.devices) for s, b in d.steps.items()})
 
     @property
     def step_noise(self) -> StepNoise:

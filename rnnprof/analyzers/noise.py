@@ -22,7 +22,6 @@ from typing import Sequence
 
 import numpy as np
 
-from rnnprof.analyzers.steps import job_step_times
 from rnnprof.events import EventTable
 
 K = 3.0  # how many robust spreads a difference must exceed
@@ -68,10 +67,18 @@ class StepNoise:
 
 
 def step_noise(table: EventTable) -> StepNoise:
-    """Each step's time (``steps.job_step_times``: by its step markers, else from the first start to the last
-    end of its events), over the table's steps."""
-    times = job_step_times(table)
-    return StepNoise(times.steps, times.us)
+    """Each step's time: from the first start to the last end of the step's events on any device (the
+    ranks' slowest), over the table's steps (events of no step left out)."""
+    keep = table.step >= 0
+    if not keep.any():
+        return StepNoise((), ())
+    step = table.step[keep].astype(np.int64)
+    steps, inverse = np.unique(step, return_inverse=True)
+    start = np.full(len(steps), np.inf)
+    end = np.full(len(steps), -np.inf)
+    np.minimum.at(start, inverse, table.ts[keep])
+    np.maximum.at(end, inverse, table.end[keep])
+    return StepNoise(tuple(int(s) for s in steps), tuple(float(v) for v in end - start))
 
 
 @dataclass(frozen=True)

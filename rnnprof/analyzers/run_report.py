@@ -29,7 +29,7 @@ from rnnprof.analyzers.audit.top_fixes import TopFixes
 from rnnprof.analyzers.replay.audit_savings import replayed_audit
 from rnnprof.analyzers.placement import AuditInput, PlacementResult, audit_placement, configured_rules
 from rnnprof.analyzers.roofline import RooflineReport
-from rnnprof.analyzers.steps import STEP_MARKERS, job_step_times
+from rnnprof.analyzers.steps import step_marker_periods
 from rnnprof.analyzers.timeline import Timeline, step_timeline
 from rnnprof.analyzers.topops import TimedOp, top_by_time
 from rnnprof.events import EventTable, Kind, Manifest
@@ -37,8 +37,7 @@ from rnnprof.events import EventTable, Kind, Manifest
 
 @dataclass(frozen=True)
 class StepTimes:
-    """The steps' times by their host step markers (``steps.job_step_times``: a step's marker duration, the
-    longest rank's), summarized."""
+    """Durations of the trace's host step markers (``ProfilerStep#N`` ranges), one per rank and step."""
 
     steps: int
     median_us: float
@@ -52,11 +51,11 @@ class StepTimes:
 
 
 def step_times(events: EventTable | None) -> StepTimes | None:
-    """The steps' times by their markers (None when the trace has no step marker with a duration)."""
-    timed = job_step_times(events) if events is not None else None
-    if timed is None or timed.basis != STEP_MARKERS or not timed.steps:
+    """The step markers' durations (None when the trace has none, or only empty ones)."""
+    periods = step_marker_periods(events)
+    periods = periods[periods > 0]
+    if not len(periods):
         return None
-    periods = np.asarray(timed.us)
     median = float(np.median(periods))
     return StepTimes(len(periods), median, float(np.median(np.abs(periods - median))), float(periods.min()),
                      float(periods.max()))

@@ -197,29 +197,25 @@ def step_windows(device: np.ndarray, step: np.ndarray, ts: np.ndarray, end: np.n
     return StepWindows(pairs[0].astype(np.int64), pairs[1].astype(np.int64), start, stop)
 
 
-STEP_MARKERS = "step markers"
 STEP_WINDOWS = "step windows"
 STEP_SPANS = "step spans"
 STEP_TIME_DEFINITIONS = {
-    STEP_MARKERS: "the duration of the step's host step marker (ProfilerStep#N); across ranks, the longest",
-    STEP_WINDOWS: "the longest of the devices' step windows (no step markers in the trace)",
-    STEP_SPANS: "the first start to the last end of the step's events (no step markers in the trace)",
+    STEP_WINDOWS: "the longest of the devices' step windows: on each device, from the step's first work to the "
+                  "next step's window (the last step's to its last work's end)",
+    STEP_SPANS: "the first start to the last end of the step's events (no device work in the step)",
 }
-
-
-_SHORT = {STEP_MARKERS: "its ProfilerStep#N's duration, the longest rank's", STEP_WINDOWS: "the longest device window",
-          STEP_SPANS: "its events' first start to last end"}
+_SHORT = {STEP_WINDOWS: "the longest device's step window", STEP_SPANS: "its events' first start to last end"}
+STEP_TIME_TOLERANCE_PCT = 2.0  # a command's own measure of a step further than this from its step time says why
 
 
 @dataclass(frozen=True)
 class JobStepTimes:
-    """The time of each step of a job, one definition for every command (``job_step_times``): ``us[k]`` is step
-    ``steps[k]``'s; ``by_rank`` each rank's own (``STEP_MARKERS`` only)."""
+    """The time of each step of a job, one definition for every command (``window_step_times``): ``us[k]`` is
+    step ``steps[k]``'s."""
 
     steps: tuple[int, ...]
     us: tuple[float, ...]
-    basis: str  # a key of STEP_TIME_DEFINITIONS
-    by_rank: dict[str, tuple[float, ...]] | None = None
+    basis: str = STEP_WINDOWS  # a key of STEP_TIME_DEFINITIONS
 
     def of(self, step: int) -> float | None:
         return dict(zip(self.steps, self.us)).get(step)
@@ -233,110 +229,60 @@ class JobStepTimes:
         """The definition in a few words, for a caption or a note."""
         return _SHORT[self.basis]
 
+    def only(self, steps) -> "JobStepTimes":
+        """The times of ``steps`` alone."""
+        wanted = set(steps)
+        keep = [k for k, s in enumerate(self.steps) if s in wanted]
+        return JobStepTimes(tuple(self.steps[k] for k in keep), tuple(self.us[k] for k in keep), self.basis)
+
     def as_dict(self) -> dict:
         return {"basis": self.basis, "definition": self.definition,
                 "step_us": {str(s): us for s, us in zip(self.steps, self.us)}}
 
 
-def job_step_times(table: EventTable, window_spans: dict[int, float] | None = None) -> JobStepTimes:
-    """Each step's time: its host step markers' duration, the longest rank's (``marker_step_times``); without
-    step markers, ``window_spans`` (``window_step_times``), else the first start to the last end of the step's
-    events. Over the table's steps (a selection's)."""
-    markers = marker_step_times(table)
-    if markers is not None:
-        return markers
-    if window_spans:
-        return window_step_times(window_spans)
-    keep = table.step >= 0
-    if not keep.any():
-        return JobStepTimes((), (), STEP_SPANS)
-    step = table.step[keep].astype(np.int64)
-    steps, inverse = np.unique(step, return_inverse=True)
-    start = np.full(len(steps), np.inf)
-    end = np.full(len(steps), -np.inf)
-    np.minimum.at(start, inverse, table.ts[keep])
-    np.maximum.at(end, inverse, table.end[keep])
-    return JobStepTimes(tuple(int(s) for s in steps), tuple(float(v) for v in end - start), STEP_SPANS)
+def window_step_times(spans: dict[tuple[int, int], float]) -> JobStepTimes:
+    """Each step's time: the longest of its windows over the devices (``spans``: ``(device, step) -> µs``, the
+    windows of ``step_windows``, as ``rnnprof comm`` cuts the steps). A step lasts as long as the device that
+    takes longest over it; the windows partition each device's time, so a step's work running past the next
+    step's start (a GPU's kernels, a collective's thread) counts in the next window, never twice."""
+    longest: dict[int, float] = {}
+    for (_, step), span in spans.items():
+        longest[step] = max(longest.get(step, 0.0), float(span))
+    steps = tuple(sorted(longest))
+    return JobStepTimes(steps, tuple(longest[s] for s in steps))
 
 
-def marker_step_times(table: EventTable | None) -> JobStepTimes | None:
-    """Each step's time by its host step markers: the marker's duration, the longest rank's (a synchronous job's
-    step lasts as long as its slowest rank's; durations, so the ranks' clocks need not agree). None without
-    markers."""
-    markers = _markers(table)
-    if markers is None:
-        return None
-    rows, numbers = markers
-    workers = [table.devices[int(d)].worker for d in table.device[rows]]
-    by_rank: dict[str, dict[int, float]] = {}
-    for worker, number, dur in zip(workers, numbers.tolist(), table.dur[rows].tolist()):
-        by_rank.setdefault(worker, {})[number] = max(dur, by_rank.get(worker, {}).get(number, 0.0))
-    return _by_rank(by_rank)
-
-
-def combined_step_times(parts: Sequence[JobStepTimes | None]) -> JobStepTimes | None:
-    """The marker step times of a job analysed rank by rank (each part a rank's, or None), as if at once."""
-    by_rank: dict[str, dict[int, float]] = {}
-    for part in parts:
-        for worker, durations in ((part.by_rank or {}) if part is not None else {}).items():
-            by_rank.setdefault(worker, {}).update((s, d) for s, d in zip(part.steps, durations) if d > 0)
-    return _by_rank(by_rank) if by_rank else None
-
-
-def _by_rank(by_rank: dict[str, dict[int, float]]) -> JobStepTimes:
-    steps = tuple(sorted({n for durations in by_rank.values() for n in durations}))
-    job = tuple(max(d.get(s, 0.0) for d in by_rank.values()) for s in steps)
-    return JobStepTimes(steps, job, STEP_MARKERS,
-                        {w: tuple(d.get(s, 0.0) for s in steps) for w, d in sorted(by_rank.items())})
-
-
-def window_step_times(window_spans: dict[int, float]) -> JobStepTimes:
-    """Each step's time where the trace has no step markers: the longest device's step window (``step_windows``,
-    as ``rnnprof comm`` cuts them), given per step."""
-    steps = tuple(sorted(window_spans))
-    return JobStepTimes(steps, tuple(float(window_spans[s]) for s in steps), STEP_WINDOWS)
-
-
-STEP_TIME_TOLERANCE_PCT = 2.0  # a command's own measure of a step further than this from its step time says why
+def job_step_times(parts: Sequence[JobStepTimes]) -> JobStepTimes:
+    """The step times of a job analysed rank by rank (each part a rank's): per step the longest, as the windows of
+    every rank's devices at once give it."""
+    return window_step_times({(k, s): us for k, part in enumerate(parts) for s, us in zip(part.steps, part.us)})
 
 
 @dataclass(frozen=True)
 class Overrun:
-    """The event of a step that ends furthest past its rank's step marker."""
+    """The event of a step that ends furthest past its device's window of the step."""
 
     name: str
     device: str  # its device's label
-    past_us: float  # how long after the marker's end it ends
+    past_us: float  # how long after the window's end it ends
 
 
-def step_overruns(table: EventTable, steps: Sequence[int]) -> dict[int, Overrun]:
-    """Per step of ``steps`` with markers: the event of the step (markers aside) that ends furthest past its
-    rank's marker, where one does (a GPU's work running after its host moved on, a collective's thread closing
-    its range late)."""
-    markers = _markers(table)
-    if markers is None:
+def step_overruns(names: list[str], devices: list[str], windows: StepWindows, device: np.ndarray,
+                  step: np.ndarray, end: np.ndarray, name: np.ndarray) -> dict[int, Overrun]:
+    """Per step: of the events ``(device, step, end, name)`` the windows were cut from, the one that ends furthest
+    past its device's window of the step, where one does (a GPU's work queued behind the next step's, a
+    collective's thread closing its range late). ``names``, ``devices``: the table's strings and labels."""
+    known = step >= 0
+    device, step, end, name = device[known], step[known], end[known], name[known]
+    if not len(device) or not len(windows):
         return {}
-    rows, numbers = markers
-    _, rank_of_device = np.unique(np.array([d.worker for d in table.devices], dtype=object).astype(str),
-                                  return_inverse=True)
-    width = int(max(numbers.max(), table.step.max(initial=0))) + 1
-    keys = rank_of_device[table.device[rows]].astype(np.int64) * width + numbers
-    order = np.argsort(keys, kind="stable")
-    keys, ends = keys[order], table.end[rows][order]
-    mine = np.flatnonzero(np.isin(table.step, np.asarray(list(steps), dtype=np.int64)))
-    mine = mine[~np.isin(mine, rows)]
-    key = rank_of_device[table.device[mine]].astype(np.int64) * width + table.step[mine].astype(np.int64)
-    at = np.minimum(np.searchsorted(keys, key), max(len(keys) - 1, 0))
-    has = keys[at] == key
-    mine, past = mine[has], table.end[mine[has]] - ends[at[has]]
+    past = end - windows.end[windows.index(device, step)]
     found: dict[int, Overrun] = {}
-    for step in np.unique(table.step[mine]).tolist():
-        here = np.flatnonzero(table.step[mine] == step)
-        k = int(here[np.argmax(past[here])])
+    order = np.lexsort((-past, step))  # by step, the furthest first
+    first = np.flatnonzero(np.r_[True, np.diff(step[order]) != 0])
+    for k in order[first].tolist():
         if past[k] > 0:
-            row = int(mine[k])
-            found[int(step)] = Overrun(table.strings[int(table.name[row])],
-                                       table.devices[int(table.device[row])].label, float(past[k]))
+            found[int(step[k])] = Overrun(names[int(name[k])], devices[int(device[k])], float(past[k]))
     return found
 
 
@@ -354,7 +300,7 @@ def measured_apart(command_measure: str, measured: dict[int, float], times: JobS
                    overruns: dict[int, Overrun]) -> list[str]:
     """Notes for the steps a command measures further than ``STEP_TIME_TOLERANCE_PCT`` from their step time:
     ``command_measure`` says how the command measures (``measured``, µs per step), the note the step time and
-    why they differ (the work of the step running past its marker, where some does)."""
+    why they differ (the work of the step, or of the step before, running past its window)."""
     notes = []
     for step, us in measured.items():
         step_us = times.of(step)
@@ -365,22 +311,22 @@ def measured_apart(command_measure: str, measured: dict[int, float], times: JobS
         before = overruns.get(earlier[-1]) if earlier else None
         if us > step_us and past is not None:
             why = (f": {past.device}'s {normalize_name(past.name)} ends {past.past_us / 1000:.2f} ms after the "
-                   f"step's marker")
+                   f"step's window on it, in the next step's")
         elif us < step_us and before is not None:
             why = (f": step {earlier[-1]}'s {normalize_name(before.name)} on {before.device} ran "
-                   f"{before.past_us / 1000:.2f} ms past its marker, into this step")
+                   f"{before.past_us / 1000:.2f} ms into this step's window")
         else:
-            why = ": the step's events start after its marker starts, or end before it ends"
+            why = ": it counts time before the step's first work, or after its last"
         notes.append(f"step {step}: {us / 1000:.3f} ms by {command_measure}, against a step time of "
                      f"{step_us / 1000:.3f} ms ({times.short}){why}")
     return notes
 
 
-def _markers(table: EventTable | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """The rows of the host step markers (``ProfilerStep#N`` annotations) of the table's steps with a duration,
-    and each one's step number; None where there are none."""
+def step_marker_periods(table: EventTable | None) -> np.ndarray:
+    """Durations (µs) of the host step markers (``ProfilerStep#N`` annotations) of the table's steps, one per
+    rank and step: the steps left after a step selection, every marker when the events carry no step."""
     if table is None or not len(table):
-        return None
+        return np.zeros(0)
     numbers = np.full(len(table.strings), -1, dtype=np.int64)
     for code, text in enumerate(table.strings):
         match = STEP_MARKER.match(text) if text.startswith("ProfilerStep#") else None
@@ -390,9 +336,8 @@ def _markers(table: EventTable | None) -> tuple[np.ndarray, np.ndarray] | None:
     on_host = np.array([d.kind != "gpu" for d in table.devices] or [True], dtype=bool)
     # a GPU's own ProfilerStep#N annotation marks when the GPU ran the step's work (Kineto can give the first
     # step's one the whole window's span), not the step
-    rows = (step_of >= 0) & (table.kind == Kind.ANNOTATION) & on_host[table.device] & (table.dur > 0)
+    rows = (step_of >= 0) & (table.kind == Kind.ANNOTATION) & on_host[table.device]
     known = table.steps()
     if len(known):
         rows &= np.isin(step_of, known)
-    rows = np.flatnonzero(rows)
-    return (rows, step_of[rows]) if len(rows) else None
+    return table.dur[rows].astype(float)

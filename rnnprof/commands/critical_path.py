@@ -8,7 +8,6 @@ from pathlib import Path
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.analyzers.steps import marker_step_times, step_overruns
 from rnnprof.commands import job_flags, left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT, check_comm_patterns
 from rnnprof.errors import InputError, UsageError
@@ -81,8 +80,6 @@ def _analyze(args: argparse.Namespace):
     # previous step's work ends (a GPU-bound step's first kernels queue behind the previous step's).
     report = analyze_critical_path(table, dependencies, steps=_steps(args, table.steps()),
                                    comm_patterns=args.comm_pattern)
-    times = marker_step_times(table)
-    report = report.with_step_time(times, step_overruns(table, times.steps) if times else {})
     return report, notes, left_out_notes.counts(table)
 
 

@@ -12,7 +12,6 @@ from rnnprof import limits
 from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
                                      INEXPRESSIBLE, NO_SYNCS, OVERLAP, SCALE, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
-from rnnprof.analyzers.steps import marker_step_times, step_overruns
 from rnnprof.analyzers.replay.fixes import copies_removed, fix_changes
 from rnnprof.analyzers.flops import FAMILIES
 from rnnprof.analyzers.replay.job import JobNames, scanned_names
@@ -189,12 +188,9 @@ def _one_table(args: argparse.Namespace):
     table = load_events(args.paths[0] if len(args.paths) == 1 else args.paths)
     changes = changes_of(args, table)
     notes = [*job_notes(table), *left_out_notes.notes(args, table)]
-    selected = step_flags.select(table, args)
-    steps = selected.steps()
+    steps = step_flags.select(table, args).steps()
     report = whatif(table, changes, read_dependencies(args.paths), steps=steps if len(steps) else None,
                     comm_patterns=args.comm_pattern)
-    times = marker_step_times(selected)
-    report = report.with_step_time(times, step_overruns(selected, times.steps) if times else {})
     return report, notes, left_out_notes.counts(table)
 
 

@@ -109,14 +109,13 @@ class CriticalPathReport:
     steps: tuple[StepPath, ...]
     lacks: tuple[str, ...] = ()
     workers: tuple[str, ...] = ()
-    step_time: JobStepTimes | None = None  # the steps' times by their step markers (every command's), where known
+    step_time: JobStepTimes | None = None  # the steps' times as every command gives them
     notes: tuple[str, ...] = ()  # the steps whose window is apart from their step time, and why
 
-    def with_step_time(self, times: JobStepTimes | None, overruns: dict[int, Overrun]) -> "CriticalPathReport":
-        """The report with the steps' times (``steps.marker_step_times``), and a note for each step whose window
-        is apart from its time, with why (``overruns``: ``steps.step_overruns``)."""
-        if times is None:
-            return self
+    def with_step_time(self, times: JobStepTimes, overruns: dict[int, Overrun]) -> "CriticalPathReport":
+        """The report with the steps' times (``step_time.device_step_times``), and a note for each step whose
+        window is apart from its time, with why (``overruns``: ``steps.step_overruns``)."""
+        times = times.only(s.step for s in self.steps)
         apart = measured_apart(WINDOW, {s.step: s.span_us for s in self.steps}, times, overruns)
         return replace(self, step_time=times, notes=(*self.notes, *apart))
 

@@ -10,7 +10,7 @@ import numpy as np
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.comm_result import CommReport
 from rnnprof.analyzers.diff.result import STEP_BASES, DeviceFigure, Headline, Side, StepTime, TimeSection
-from rnnprof.analyzers.steps import STEP_MARKERS, job_step_times
+from rnnprof.analyzers.steps import step_marker_periods
 from rnnprof.events import Device, Manifest
 
 _BREAKDOWN = (("step", "span_us"), ("busy", "busy_us"), ("compute", "compute_us"),
@@ -68,11 +68,10 @@ def _timed_step_us(manifest: Manifest | None) -> float | None:
 def step_time(side: Side, report: CommReport | None, basis: str) -> StepTime:
     """``side``'s step period on ``basis`` (one of ``STEP_BASES``); ``us`` None when it has none."""
     if basis == "step markers":
-        timed = job_step_times(side.events) if side.events is not None else None
-        if timed is not None and timed.basis == STEP_MARKERS and timed.steps:
-            return StepTime(float(np.mean(timed.us)), basis, "mean of the compared steps' times: each one's "
-                                                             "ProfilerStep#N duration, the longest rank's",
-                            len(timed.steps))
+        periods = step_marker_periods(side.events)
+        if len(periods):
+            return StepTime(float(periods.mean()), basis, "mean duration of the ProfilerStep#N ranges of the "
+                                                          "compared steps", len(periods))
     elif basis == "run record":
         timed = _timed_step_us(side.manifest)
         if timed is not None:

@@ -119,16 +119,12 @@ class WhatIfReport:
     changed: dict[str, int] = field(default_factory=dict)  # per change: the nodes it changed over every step
     notes: tuple[str, ...] = ()
     lacks: tuple[str, ...] = ()
-    step_time: JobStepTimes | None = None  # the steps' times by their step markers (every command's), where known
+    step_time: JobStepTimes | None = None  # the steps' times as every command gives them
 
-    def with_step_time(self, times: JobStepTimes | None, overruns: dict[int, Overrun]) -> "WhatIfReport":
-        """The report with the steps' times (``steps.marker_step_times``, over its steps), and a note for each step
-        the replay measures apart from its time, with why (``overruns``: ``steps.step_overruns``)."""
-        if times is None:
-            return self
-        mine = [k for k, s in enumerate(times.steps) if s in {r.step for r in self.steps}]
-        times = JobStepTimes(tuple(times.steps[k] for k in mine), tuple(times.us[k] for k in mine), times.basis,
-                             {w: tuple(us[k] for k in mine) for w, us in (times.by_rank or {}).items()})
+    def with_step_time(self, times: JobStepTimes, overruns: dict[int, Overrun]) -> "WhatIfReport":
+        """The report with the steps' times (``step_time.device_step_times``, over its steps), and a note for each
+        step the replay measures apart from its time, with why (``overruns``: ``steps.step_overruns``)."""
+        times = times.only(r.step for r in self.steps)
         apart = measured_apart(MEASURED, {s.step: s.measured_us for s in self.steps}, times, overruns)
         return replace(self, step_time=times, notes=(*self.notes, *apart))
 
