@@ -171,7 +171,8 @@ def _throughput(page: Page, report: RunReport) -> None:
         page.table(["step markers", "steps/s", "median step ms", "spread ms (MAD)", "shortest ms", "longest ms"],
                    [[steps.steps, f"{steps.steps_per_second:,.3f}", fmt_ms(steps.median_us), fmt_ms(steps.mad_us),
                      fmt_ms(steps.min_us), fmt_ms(steps.max_us)]], numeric=set(range(6)),
-                   caption="from the trace's ProfilerStep#N ranges, one per rank and step; steps/s = 1 / median "
+                   caption="from the trace's ProfilerStep#N ranges, one per rank and step (the loop's period; the "
+                           "step time of the findings is the longest device's step window); steps/s = 1 / median "
                            "step; MAD = median absolute deviation from the median")
         _profiler_cost(page, report)
     if not measured:
