@@ -137,6 +137,13 @@ def _scale_explain(tmp_path, capsys, name, *argv) -> dict:
     captured = capsys.readouterr()
     assert code == 0, captured.err
     document = json.loads(captured.out)
+    # piped, each traced configuration is a line on stderr as it starts and as it ends
+    runs = [f"{r['variable_update']} x{r['devices']}, traced" for r in document["rows"]]
+    started = [line for line in captured.err.splitlines() if line.endswith(": started")]
+    assert sorted(line.split("] ", 1)[1] for line in started) == sorted(f"{run}: started" for run in runs)
+    assert [line.split("]", 1)[0] for line in started] == [f"rnnprof scale: [{k + 1}/{len(runs)}"
+                                                          for k in range(len(runs))]
+    assert sum(": done in " in line for line in captured.err.splitlines()) == len(runs)
     assert json.loads((out / "explain.json").read_text()) == document["explain"]
     assert_adds_up(document["explain"])
     return document
