@@ -101,7 +101,7 @@ def test_a_command_measuring_a_step_its_own_way_says_why_it_differs(capsys, expe
     notes = [n for n in whatif["notes"] if n.startswith("step ")]
     assert len(notes) == 1 and notes[0].startswith(f"step 2: {measured[2] / 1000:.3f} ms by the replay's measure")
     assert f"against a step time of {expected[2] / 1000:.3f} ms" in notes[0]
-    assert f"rank1/cpu:0's gloo:all_reduce ends {past_ms:.2f} ms after the step's window on it" in notes[0]
+    assert f"rank1/cpu:0's gloo:all_reduce ends {past_ms:.2f} ms into the next step's window" in notes[0]
     path = _json(capsys, "critical-path", *RANKS)
     notes = [n for n in path["notes"] if n.startswith("step 3")]
     assert len(notes) == 1 and f"step 2's gloo:all_reduce on rank1/cpu:0 ran {past_ms:.2f} ms into" in notes[0]

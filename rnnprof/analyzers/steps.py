@@ -198,13 +198,11 @@ def step_windows(device: np.ndarray, step: np.ndarray, ts: np.ndarray, end: np.n
 
 
 STEP_WINDOWS = "step windows"
-STEP_SPANS = "step spans"
 STEP_TIME_DEFINITIONS = {
     STEP_WINDOWS: "the longest of the devices' step windows: on each device, from the step's first work to the "
                   "next step's window (the last step's to its last work's end)",
-    STEP_SPANS: "the first start to the last end of the step's events (no device work in the step)",
 }
-_SHORT = {STEP_WINDOWS: "the longest device's step window", STEP_SPANS: "its events' first start to last end"}
+_SHORT = {STEP_WINDOWS: "the longest device's step window"}
 STEP_TIME_TOLERANCE_PCT = 2.0  # a command's own measure of a step further than this from its step time says why
 
 
@@ -310,8 +308,8 @@ def measured_apart(command_measure: str, measured: dict[int, float], times: JobS
         earlier = [s for s in times.steps if s < step]
         before = overruns.get(earlier[-1]) if earlier else None
         if us > step_us and past is not None:
-            why = (f": {past.device}'s {normalize_name(past.name)} ends {past.past_us / 1000:.2f} ms after the "
-                   f"step's window on it, in the next step's")
+            why = (f": {past.device}'s {normalize_name(past.name)} ends {past.past_us / 1000:.2f} ms into the next "
+                   f"step's window")
         elif us < step_us and before is not None:
             why = (f": step {earlier[-1]}'s {normalize_name(before.name)} on {before.device} ran "
                    f"{before.past_us / 1000:.2f} ms into this step's window")
