@@ -37,7 +37,7 @@ print(json.dumps({"load_s": t1 - t0, "comm_s": t2 - t1, "events": len(table), "s
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000, help="trace events to write (all phases)")
     parser.add_argument("--fixture", type=Path, default=DEFAULT_FIXTURE)
     parser.add_argument("--repeat", type=int, default=3)

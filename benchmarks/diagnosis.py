@@ -668,7 +668,7 @@ def main() -> int:
     from _measure import Targets
 
     every = [*DDP, *TF_PLANTS, *REAL]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", choices=every, metavar="NAME",
                         help=f"run only this case (repeatable): {', '.join(every)}")
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs in this folder")

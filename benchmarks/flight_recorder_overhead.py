@@ -52,7 +52,7 @@ def run_job(script: Path, buffer: str, ops: int, numel: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", type=int, default=2000)
     parser.add_argument("--numel", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5)

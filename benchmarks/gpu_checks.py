@@ -404,7 +404,7 @@ def compare(out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, nargs="?", help="folder for the runs, the JSON and the log (default: a "
                                                              "new temporary folder, kept)")
     parser.add_argument("--compare", action="store_true", help="only print the table of an OUT made before")

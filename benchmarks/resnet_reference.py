@@ -92,7 +92,7 @@ def _run_side(side: str, argv: list[str]) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--image-size", type=int, action="append", default=None,
                         help="image side in pixels; repeat for several sizes (default: 32 and 64)")
     parser.add_argument("--batch-size", type=int, default=16)

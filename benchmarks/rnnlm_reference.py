@@ -89,7 +89,7 @@ def _reference(args):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=("small", "rnn_benchmark"), default="small")
     # Keras's LSTM on CPU is a while loop, like rnnprof's loop encoder; the fused encoder's
     # BlockLSTM stands in for cuDNN and its CPU gradient kernel is slower (try --encoder fused).

@@ -143,7 +143,7 @@ def _repeat(folder: Path, args, k: int) -> dict[str, list[float]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60, help="training steps per run")
     parser.add_argument("--skip", type=int, default=2, help="--skip-steps of the capture")
     parser.add_argument("--window", type=int, default=5, help="--steps of the capture")

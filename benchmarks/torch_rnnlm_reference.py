@@ -143,7 +143,7 @@ def _rate(steps) -> float:
 def main() -> int:
     from rnnprof.training.torch_ddp import run_ranks, threads_per_process
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=("small", "rnn_benchmark"), default="small")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps of each side")
     parser.add_argument("--batches", type=int, default=100, help="timed steps of each side, interleaved")

@@ -30,7 +30,7 @@ COMMANDS = {"comm": ["comm", "--json"], "whatif": ["whatif", "--comm", "0.5", "-
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_090_000, help="trace events of the tiled rank (all phases)")
     parser.add_argument("--fixture", type=Path, default=DEFAULT_FIXTURE)
     parser.add_argument("--repeat", type=int, default=3)

@@ -40,7 +40,7 @@ def _bound_ms(doc: dict, rule: str) -> float | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs in DIR")
     args = parser.parse_args()

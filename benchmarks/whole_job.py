@@ -141,7 +141,7 @@ def compare_with_hta(folder: Path, ranks: int, events: int, jobs: int, targets: 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, default=16)
     parser.add_argument("--events", type=int, default=1_000_000, help="trace events per rank file")
     parser.add_argument("--jobs", type=int, default=0, help="worker processes (default: rnnprof's, the cores)")

@@ -59,7 +59,7 @@ def explain_picture(out: Path, work: Path, sweep: Path | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("report", "explain"), help="make one picture (default: both)")
     parser.add_argument("--sweep", type=Path, help="a sweep made by rnnprof scale --explain (default: make one)")
     args = parser.parse_args(argv)

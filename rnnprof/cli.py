@@ -9,6 +9,7 @@ load inside ``run`` only when the input or the command needs them.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 import traceback
@@ -71,10 +72,27 @@ def load_command(name: str) -> ModuleType:
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
-    """Bad flags are one line (argparse would print the whole usage first) and exit code 2."""
+    """Bad flags are one line (argparse would print the whole usage first) and exit code 2. A flag is never
+    abbreviated: ``--device 2`` is refused, not taken as ``--devices 2``."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def refuse_unknown(self, extras: Sequence[str]):
+        """The one-line error for words the command does not take, naming the closest flag of each unknown one."""
+        flags = [option for action in self._actions for option in action.option_strings]
+        hints = []
+        for word in extras:
+            if word.startswith("-"):
+                given = word.split("=", 1)[0]
+                close = difflib.get_close_matches(given, flags, n=1, cutoff=0.6)
+                if close:
+                    hints.append(f"{given}: did you mean {close[0]}?")
+        self.error(f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
@@ -89,8 +107,10 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
+    parser.commands = {}  # name -> its parser, which words the command does not take are refused by
     for name, command in COMMANDS.items():
         sub = subparsers.add_parser(name, help=command.help, description=command.help)
+        parser.commands[name] = sub
         if chosen is None or name == chosen:
             sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show tracebacks for errors")
@@ -110,7 +130,9 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_chosen_command(argv))
     try:
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:  # the command's own parser says so, with its --help and the closest flag
+            parser.commands[args.command].refuse_unknown(extras)
     except SystemExit as exc:  # argparse already printed its one-line usage error
         return int(exc.code or 0)
     console = console or Console()

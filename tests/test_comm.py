@@ -317,3 +317,18 @@ def test_a_gpus_copy_time_agrees_with_the_cuda_events_around_its_copies(capsys):
     (gpu,) = [d for d in json.loads(capsys.readouterr().out)["devices"] if d["device"].endswith("gpu:0")]
     assert events_ms <= gpu["total"]["memcpy_us"] / 1e3 <= 1.05 * events_ms, (gpu["total"], events_ms)
     assert gpu["total"]["communication_us"] == 0  # one rank: NCCL runs no kernel for its all-reduce
+
+
+def test_why_idle_time_has_no_cause_is_said_for_the_kind_of_device(capsys):
+    """A PyTorch trace of CPU ranks launches nothing: comm says so, rather than that the trace lacks the launch
+    links PyTorch traces have; a TensorFlow GPU timeline lacks them, and comm says that."""
+    gloo = [str(FIXTURES / f"torch-gloo-rank{r}.json.gz") for r in (0, 1)]
+    assert main(["comm", *gloo]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    line = out[out.index("idle time by cause:"):]
+    assert "PyTorch profiler traces do" not in line and "links no launch" not in line
+    assert line.startswith("idle time by cause: not for rank0/cpu:0, rank1/cpu:0: ranks without a GPU")
+    assert "they launch nothing" in line
+    assert main(["comm", str(FIXTURES / "tf1-timeline-gpu-matmul.json")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "idle time by cause: not for gpu:0: the trace links no launch call to this GPU work" in out

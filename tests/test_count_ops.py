@@ -184,4 +184,4 @@ def test_input_that_is_neither_trace_nor_graph_names_both_format_families(tmp_pa
     assert main(["count-ops", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "notes.txt" in err
-    assert "Kineto" in err and "XSpace" in err and "GraphDef" in err
+    assert "Kineto" in err and ".xplane.pb" in err and "GraphDef" in err

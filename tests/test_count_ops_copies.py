@@ -214,3 +214,12 @@ def test_a_graphs_work_belongs_to_the_step_of_its_launch_whatever_step_the_table
         assert gpu.per_step[step]["DtoD"].count == 1 and "DtoD" not in gpu.per_step[other]
         assert gpu.per_step[step]["PtoP"].unknown_bytes == 1 and gpu.per_step[step]["DtoD"].bytes == 64
     assert report.graphs.kernel_share == 1.0 and report.outside_steps == 0
+
+
+def test_the_graph_kernels_definition_says_what_the_share_is_of(capsys):
+    """The last line of count-ops' definitions reads as a sentence naming the share's denominator."""
+    assert main(["count-ops", str(PAIR_B)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    line = out[out.index("graph kernels:"):]
+    assert "= of" not in line and "(count-ops')" not in line
+    assert "their share is of every GPU kernel in the same steps" in line

@@ -77,7 +77,7 @@ def test_ranks_and_their_distributed_info_are_configuration():
     doc = diff_json(["--a", KINETO_R0, "--b", KINETO_R1])
     changes = {c["key"]: (c["a"], c["b"]) for c in doc["config"]["changes"]}
     infos = [json.loads(gzip.decompress(p.read_bytes()))["distributedInfo"] for p in (KINETO_R0, KINETO_R1)]
-    assert changes["distributed.ranks"] == tuple(str(i["rank"]) for i in infos)
+    assert changes["distributed.rank"] == tuple(str(i["rank"]) for i in infos)
     assert "distributed.world_size" not in changes and "distributed.backend" not in changes
     # PyTorch operators are not graph nodes: the same aten::mm on two ranks has not "moved"
     assert doc["graphs"]["placement_available"] is False and doc["graphs"]["moved"] == []
@@ -311,7 +311,7 @@ def test_manifest_of_unexpected_shape_is_an_input_error_and_kineto_header_is_not
     odd = tmp_path / "odd.json"
     odd.write_text(json.dumps(trace))
     changes = {c["key"]: (c["a"], c["b"]) for c in diff_json([KINETO_R0, odd])["config"]["changes"]}
-    assert changes["distributed.ranks"] == ("0", "[0]") and "gpu model" not in changes
+    assert changes["distributed.rank"] == ("0", "[0]") and "gpu model" not in changes
 
 
 # -- a real pair from different ranks: rank 3 of 8 (A100) against rank 1 of 2 (V100, CUDA graphs) ----------------
@@ -485,3 +485,28 @@ def test_the_step_time_is_the_hosts_profilersteps_not_the_gpus_annotation(capsys
     head = re.search(r"Step time: A ([\d.]+) ms, B ([\d.]+) ms", capsys.readouterr().out)
     assert head and float(head.group(1)) == pytest.approx(host_marks_ms(a), abs=0.001)
     assert float(head.group(2)) == pytest.approx(host_marks_ms(b), abs=0.001)
+
+
+def test_rates_kernel_time_is_per_step_beside_the_step_time(capsys):
+    """The rates table sits under 'figures per step (mean)': its kernel ms are the family's kernel time over the
+    traced steps (the ProfilerStep ranges counted in the raw JSON) divided by their number, so no family shows
+    more kernel time than a step lasts; and the rank a trace records is labelled as a rank id."""
+    doc = diff_json([PAIR_B, PAIR_A])
+    steps = {}
+    for side, path in (("a", PAIR_B), ("b", PAIR_A)):
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        steps[side] = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+                          and e.get("ph") == "X")
+    for row in doc["rates"]["families"]:
+        for side in "ab":
+            assert row[f"steps_{side}"] == steps[side]
+            assert row[f"kernel_us_per_step_{side}"] == pytest.approx(row[f"kernel_us_{side}"] / steps[side])
+    elementwise = next(r for r in doc["rates"]["families"] if r["family"] == "Elementwise")
+    assert elementwise["kernel_us_a"] > 124_000 and elementwise["kernel_us_per_step_a"] < 124_000
+    console = Console(width=80, record=True, color_system=None)
+    assert main(["diff", str(PAIR_B), str(PAIR_A)], console=console) == 0
+    text = console.export_text()
+    assert "ms/step" in text
+    row = next(line for line in text.splitlines() if line.startswith("Elementwise"))
+    assert row.split()[-2] == f"{elementwise['kernel_us_per_step_a'] / 1000:.3f}"
+    assert "rank id (distributed.rank)" in text

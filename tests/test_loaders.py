@@ -332,7 +332,7 @@ def test_unknown_format_names_the_formats_tried(tmp_path):
     path.write_bytes(b"\x00\x01garbage")
     with pytest.raises(InputError) as info:
         load_events(path)
-    assert "Kineto" in str(info.value) and "xplane" in str(info.value) and "TF1 timeline" in str(info.value)
+    assert "Kineto" in str(info.value) and "xplane" in str(info.value) and "TF timeline" in str(info.value)
 
 
 def test_json_loaders_do_not_import_tensorflow():

@@ -122,7 +122,7 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
 
 
 @functools.lru_cache(maxsize=None)
-def _busy_us_per_step(path: str) -> dict[int, float]:
+def _work_us_per_step(path: str) -> dict[int, float]:
     """From the raw Kineto JSON: per ProfilerStep#N, the union of the GPU's compute kernels (NCCL kernels,
     copies and memsets left out), each kernel in the step of the CUDA runtime call that launched it."""
     with gzip.open(path, "rt") as f:
@@ -146,7 +146,7 @@ def _busy_us_per_step(path: str) -> dict[int, float]:
 
 def _expected_spreads() -> list[float]:
     """(max - min) / max of the two ranks' busy time, per step."""
-    rank0, rank1 = (_busy_us_per_step(path) for path in SAMPLED_RANKS)
+    rank0, rank1 = (_work_us_per_step(path) for path in SAMPLED_RANKS)
     assert set(rank0) == set(rank1) and len(rank0) >= 2
     return [(max(rank0[s], rank1[s]) - min(rank0[s], rank1[s])) / max(rank0[s], rank1[s]) for s in sorted(rank0)]
 
@@ -169,8 +169,8 @@ def test_imbalance_threshold_decides_pa004_on_real_ranks(capsys, threshold):
         assert evidence["steps_over_threshold"] == sum(s > limit for s in spreads)
         assert evidence["median_spread"] == pytest.approx(statistics.median(spreads), abs=5e-4)
         assert evidence["max_spread"] == pytest.approx(max(spreads), abs=5e-4)
-        busy = [statistics.mean(_busy_us_per_step(path).values()) for path in SAMPLED_RANKS]
-        assert evidence["busy_us_per_step"] == pytest.approx({"rank0/gpu:0": busy[0], "rank1/gpu:1": busy[1]},
+        busy = [statistics.mean(_work_us_per_step(path).values()) for path in SAMPLED_RANKS]
+        assert evidence["work_us_per_step"] == pytest.approx({"rank0/gpu:0": busy[0], "rank1/gpu:1": busy[1]},
                                                              abs=0.05)
 
 
@@ -360,7 +360,7 @@ def test_a_rank_whose_extra_time_is_a_sleep_is_no_contention(capsys):
     extra busy time: PA004 stays a warning and says no contention."""
     assert main(["placement-audit", str(FIXTURES / "torch-two-faults" / "run"), "--json"]) == 0
     (finding,) = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "PA004-device-imbalance"]
-    busy = finding["evidence"]["busy_us_per_step"]
+    busy = finding["evidence"]["work_us_per_step"]
     split = finding["evidence"]["op_us_per_step"]
     assert finding["severity"] == "warning" and "contention" not in finding["evidence"]
     assert 0 < split["same_ops_slower"] < 0.5 * (busy["rank1/cpu:0"] - busy["rank0/cpu:0"])

@@ -275,7 +275,7 @@ def test_imbalance_warns_above_threshold_only():
     (f,) = findings(imbalance.check(AuditInput(events=busy)))
     assert f.severity == Severity.WARNING
     assert f.evidence["median_spread"] == pytest.approx(0.5)
-    assert f.evidence["busy_us_per_step"] == {"cpu:0": 100.0, "cpu:1": 50.0}
+    assert f.evidence["work_us_per_step"] == {"cpu:0": 100.0, "cpu:1": 50.0}
     assert f.cost_us_per_step == pytest.approx(25.0)
     even = events(("a", "MatMul", 0, 0, 100), ("b", "MatMul", 1, 0, 90), steps=3)
     assert findings(imbalance.check(AuditInput(events=even))) == []

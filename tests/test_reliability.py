@@ -278,7 +278,7 @@ def test_a_recording_ends_complete_interrupted_or_failed_and_lists_what_is_in_pl
     def interrupt(writer):
         raise KeyboardInterrupt
 
-    with pytest.raises(InterruptedRun, match="what was captured is in"):
+    with pytest.raises(InterruptedRun, match=r"interrupted; kept in .*stopped: 1 file\(s\) of no whole step$"):
         _recorded(tmp_path / "stopped", interrupt)
     stopped = json.loads((tmp_path / "stopped" / rundir.MANIFEST).read_text())
     assert stopped["status"] == rundir.STATUS_INTERRUPTED and "error" not in stopped
@@ -293,6 +293,20 @@ def test_a_recording_ends_complete_interrupted_or_failed_and_lists_what_is_in_pl
     assert failed["error"] == "ValueError: rank 1 exited with code 1"
     for manifest in (done, stopped, failed):
         assert any(name.endswith("rank0.json.gz") for name in manifest["captured"]["kineto"]), manifest["captured"]
+
+
+def test_an_interrupt_before_anything_was_captured_says_the_run_holds_only_its_manifest(tmp_path):
+    """Ctrl-C while a workload still builds (nothing traced yet) names no capture that is not there."""
+    path = tmp_path / "nmt2"
+
+    def interrupt(writer):
+        raise KeyboardInterrupt
+
+    with pytest.raises(InterruptedRun) as raised:
+        with RunWriter(path).recording() as writer:
+            interrupt(writer)
+    assert sorted(p.name for p in path.iterdir()) == [rundir.MANIFEST]
+    assert str(raised.value) == f"interrupted; nothing was kept in {path}: no capture window had been written"
 
 
 @pytest.mark.parametrize("hostile", ["../../escape", "/etc/passwd", "..", ".", "a/../../b", "~root", "\x00x",

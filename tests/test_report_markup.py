@@ -92,7 +92,7 @@ def test_placement_audit_prints_op_device_and_file_names_verbatim(tmp_path):
     ranks = [str(hostile_kineto(tmp_path, r)) for r in (0, 1)]
     text = printed(["placement-audit", *ranks, "--fail-on", "never"])
     heavy, light = f"rank1{TOKEN}/gpu:1", f"rank0{TOKEN}/gpu:0"
-    assert f"{heavy} is busy" in text and f"as long as {light}" in text  # PA004's title
+    assert f"{heavy} computes" in text and f"as long as {light} per step" in text  # PA004's title
     assert f"Find what {heavy} runs" in text  # its fix
     assert text.count(heavy) >= 3 and text.count(light) >= 2  # and its devices column
 

@@ -77,6 +77,16 @@ def test_json_has_a_row_per_device_count_with_consistent_figures(capsys):
     assert any("not a scaling result" in note for note in doc["notes"])
     assert doc["definitions"]["words"]
     assert doc["config"]["devices"] == [1, 2, 3]
+    # piped, the progress is a line per configuration as it starts and ends, on stderr only
+    labels = [f"[{k + 1}/6] {mode} x{n}" for k, (mode, n) in enumerate(
+        [(m, n) for m in ("replicated", "parameter_server") for n in (1, 2, 3)])]
+    lines = err.splitlines()
+    assert [line for line in lines if line.endswith(": started")] == [
+        f"rnnprof scale: {label}: started" for label in labels]
+    done = [line for line in lines if ": done in " in line]
+    assert [line.split(": done in ")[0] for line in done] == [f"rnnprof scale: {label}" for label in labels]
+    for line, row in zip(done, rows):
+        assert line.endswith(f"{row['words_per_second']:,.0f} words/s over 3 timed steps")
 
 
 @pytest.mark.slow
@@ -127,6 +137,32 @@ def test_sweep_measures_each_config_in_order_and_reports_progress():
     assert first.timed.total_seconds == pytest.approx(sum(first.step_seconds))
     assert swept.device_kind == "logical-cpu" and swept.model == "rnnlm" and swept.words_definition
     assert warnings == []
+
+
+def test_progress_is_bars_on_a_terminal_and_a_line_per_configuration_elsewhere():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from rnnprof.reports.progress import StepProgress
+
+    done = point("replicated", 2, 0.5, 1000)
+    piped = StringIO()
+    with StepProgress(Console(file=piped, force_terminal=False, width=60), name="rnnprof scale") as progress:
+        progress.on_run(0, 2, "replicated x2", None)
+        progress.on_run(0, 2, "replicated x2", done)
+    lines = piped.getvalue().splitlines()
+    assert lines[0] == "rnnprof scale: [1/2] replicated x2: started"
+    assert lines[1].startswith("rnnprof scale: [1/2] replicated x2: done in ")
+    assert lines[1].endswith(" s, 2,000 words/s over 1 timed steps") and len(lines) == 2  # never wrapped
+    terminal = StringIO()
+    with StepProgress(Console(file=terminal, force_terminal=True, width=60)) as progress:
+        progress.on_run(1, 2, "replicated x2", None)
+        (task,) = progress._progress.tasks
+        assert (task.completed, task.total) == (1, 2) and "replicated x2" in task.description
+        progress.on_run(1, 2, "replicated x2", done)
+        assert task.completed == 2
+    assert "started" not in terminal.getvalue()
 
 
 @pytest.mark.parametrize("argv, message", [

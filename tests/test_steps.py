@@ -117,7 +117,7 @@ def test_placement_audit_audits_only_the_selected_steps(capsys):
     assert imbalance()["steps_traced"] == 2
     assert imbalance("--steps", "552")["steps_traced"] == 1
     assert imbalance("--drop-last")["steps_traced"] == 1
-    assert imbalance("--drop-last")["busy_us_per_step"] != imbalance()["busy_us_per_step"]
+    assert imbalance("--drop-last")["work_us_per_step"] != imbalance()["work_us_per_step"]
 
 
 

@@ -376,11 +376,11 @@ def test_placement_audit_says_which_rules_apply_to_the_torch_run_and_measures_cp
     assert set(not_applicable) == {r.id for r in RULES} - {"PA004-device-imbalance"}
     assert "inter-op pool" in not_applicable["PA006-inter-op-threads"]  # not TF's threads read off the config
     (finding,) = document["findings"]
-    assert "untraced host time count" in finding["evidence"]["busy_measure"] and "not kernel time" in finding["cost_basis"]
+    assert "untraced host time count" in finding["evidence"]["work_measure"] and "not kernel time" in finding["cost_basis"]
     assert "PA002" not in finding["fix"]  # no TF rule is offered as the way out
     # where Linux gives it, each step's wait of the rank's training thread for a core, by the kernel's schedstat
     waits = {r["rank"]: r.get("step_runqueue_seconds") for r in json.loads((run / "manifest.json").read_text())["ranks"]}
-    assert ("run queue" in finding["evidence"]["busy_measure"]) == all(waits.values())
+    assert ("run queue" in finding["evidence"]["work_measure"]) == all(waits.values())
     for rank, path in enumerate(rank_traces(run)):
         events = raw_events(path)
         # a rank's busy time per step: its step window less its communication, as comm's per-step figures, and
@@ -388,7 +388,7 @@ def test_placement_audit_says_which_rules_apply_to_the_torch_run_and_measures_cp
         windows = raw_windows(events)
         expected = sum(windows[step][1] - windows[step][0] - raw_figures(events, step)["communication_us"]
                        - (1e6 * waits[rank][step] if all(waits.values()) else 0.0) for step in WINDOW) / len(WINDOW)
-        assert finding["evidence"]["busy_us_per_step"][f"rank{rank}/cpu:0"] == pytest.approx(expected, abs=0.1)
+        assert finding["evidence"]["work_us_per_step"][f"rank{rank}/cpu:0"] == pytest.approx(expected, abs=0.1)
     code, text = run_cli("placement-audit", run, "--fail-on", "never")
     flat = " ".join(text.split())
     assert code == 0 and "Does not apply to a PyTorch run" in flat and "Rules checked: PA004." in flat
@@ -412,5 +412,5 @@ def test_imbalance_of_cpu_ranks_leaves_out_operator_time_spent_waiting_in_collec
         expected = sum(windows[step][1] - windows[step][0] - raw_figures(events, step)["communication_us"]
                        for step in steps) / len(steps)
         operators_only = sum(raw_figures(events, step)["compute_us"] for step in steps) / len(steps)
-        busy = finding.evidence["busy_us_per_step"][f"rank{rank}/cpu:0"]
+        busy = finding.evidence["work_us_per_step"][f"rank{rank}/cpu:0"]
         assert busy == pytest.approx(expected, abs=0.1) and busy > operators_only

@@ -161,7 +161,7 @@ def test_bad_folders_are_one_line_errors(tmp_path, capsys, case):
         _write(folder / "a.json", {"hello": 1})
         expected = "no Kineto rank file"
     elif case == "empty":
-        expected = "without manifest.json"
+        expected = "holds no manifest.json"
     elif case == "duplicate":
         _write(folder / "a.json", first)
         _write(folder / "b.json", first)

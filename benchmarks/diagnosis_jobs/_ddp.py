@@ -23,7 +23,7 @@ VOCAB, EMBED, HIDDEN = 64, 16, 32
 
 def arguments(description: str, swap: bool = False) -> argparse.ArgumentParser:
     """The jobs' arguments; ``swap``: also ``--swap-from`` and ``--swap-block`` (``swapped``)."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=description)
     parser.add_argument("--steps", type=int, default=14, help="training steps (default: %(default)s)")
     parser.add_argument("--batch", type=int, default=8, help="sequences per rank and step (default: %(default)s)")
     parser.add_argument("--length", type=int, default=16, help="tokens per sequence (default: %(default)s)")

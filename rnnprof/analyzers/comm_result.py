@@ -9,6 +9,7 @@ from rnnprof.analyzers.collectives import CollectivesReport
 from rnnprof.analyzers.copies import CopyReport
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle
 from rnnprof.analyzers.noise import Significance, StepNoise
+from rnnprof.analyzers.steps import JobStepTimes, window_step_times
 from rnnprof.events import Device
 from rnnprof.events.names import UNKNOWN_COLLECTIVE
 
@@ -158,11 +159,16 @@ class CommReport:
     outside_steps: dict[str, int] = field(default_factory=dict)
 
     @property
+    def step_time(self) -> JobStepTimes:
+        """Each step's time as every command gives it (``steps.window_step_times``): the longest of its windows
+        over the devices."""
+        return window_step_times({(k, s): b.span_us for k, d in enumerate(self.devices) for s, b in d.steps.items()})
+
+    @property
     def step_noise(self) -> StepNoise:
-        """Each step's time (the longest of its windows over the devices) and their jitter."""
-        spans = {s: max((d.steps[s].span_us for d in self.devices if s in d.steps), default=0.0)
-                 for s in self.steps}
-        return StepNoise(tuple(spans), tuple(spans.values()))
+        """Each step's time (``step_time``) and their jitter."""
+        times = self.step_time
+        return StepNoise(times.steps, times.us)
 
     @property
     def straggler_significance(self) -> Significance | None:
@@ -191,6 +197,7 @@ class CommReport:
             "sources": list(self.sources),
             "extra_comm_patterns": list(self.extra_patterns),
             "steps": list(self.steps),
+            "step_time": self.step_time.as_dict(),
             "step_selection": self.step_selection or None,
             "outside_steps": {"gpu_events": sum(self.outside_steps.values()), "by_reason": dict(self.outside_steps)},
             "kernel_wait_us": self.kernel_wait_us,

@@ -35,7 +35,8 @@ DEFINITIONS = {
     "copy bytes": "summed bytes of the copies that record them; copies without a byte count are counted apart",
     "graph launches": "runtime calls cudaGraphLaunch / hipGraphLaunch; a graph's kernels, copies and memsets "
                       "carry the launch's correlation id and belong to its step",
-    "graph kernels": "GPU kernels launched through a graph launch; share = of all GPU kernels (count-ops')",
+    "graph kernels": ("GPU kernels launched through a graph launch; their share is of every GPU kernel in the same steps "
+                      "(the GPU kernels count-ops counts)"),
 }
 
 

@@ -27,6 +27,14 @@ from rnnprof.events.names import REPLICA_PART
 SCALINGS = ("weak", "strong")
 # The parts of a step, in the order of the table and the stacked chart.
 PARTS = ("compute_not_scaled", "exposed_communication", "waiting", "host_overhead", "input")
+# What a part below its ideal (a negative gap) is: time taken off the step, not a share of what was lost.
+BETTER_THAN_IDEAL = {
+    "compute_not_scaled": "compute scaled better than ideal",
+    "exposed_communication": "less exposed communication than ideal",
+    "waiting": "less waiting for stragglers than ideal",
+    "host_overhead": "less host and launch overhead than ideal",
+    "input": "less input and copying than ideal",
+}
 PART_LABELS = {
     "compute_scaled": "compute that scaled",
     "compute_not_scaled": "compute that did not scale",
@@ -106,10 +114,27 @@ class ExplainRow:
     traced_steps: int
     idle_causes_known: bool
     gap_significance: Significance | None = None  # the gap against the timed steps' jitter; None: not timed
+    traced_change_us: float = 0.0  # how much tracing changed the step: of this run or the base (as the ideal)
 
     @property
     def gap_total_us(self) -> float:
         return self.step_us - self.ideal_step_us
+
+    @property
+    def causes_ranked(self) -> bool:
+        """Whether the parts say why: not where tracing changed this run's step, or the base run's, by as much
+        as the gap they would split (the traced shares then describe the traced steps, not the timed ones). A
+        run without a gap (the base) has nothing to rank."""
+        gap = abs(self.gap_total_us)
+        return gap == 0 or self.traced_change_us < gap
+
+    def added_share(self, part: str) -> float | None:
+        """A part above its ideal: its share of the time the parts above their ideal added (these shares add up
+        to 1); None for a part at or below its ideal (its gap says what it took off), and where causes are not
+        ranked."""
+        added = sum(g for g in self.gap_us.values() if g > 0)
+        gap = self.gap_us[part]
+        return gap / added if self.causes_ranked and gap > 0 and added > 0 else None
 
     @property
     def lost_speedup(self) -> float:
@@ -126,7 +151,7 @@ class ExplainRow:
         if not self.bounding_devices or self.step_us <= 0:
             return None
         device = max(sorted(set(self.bounding_devices)), key=self.bounding_devices.count)
-        if 2 * self.bounding_devices.count(device) <= len(self.bounding_devices):
+        if 2 * self.bounding_devices.count(device) <= len(self.bounding_devices) or not self.causes_ranked:
             return None
         return device if self.parts.left_on_one_device >= LEFT_BOUNDS_SHARE * self.step_us else None
 
@@ -142,6 +167,8 @@ class ExplainRow:
                 "lost_speedup": self.lost_speedup, "parts": self.parts.as_dict(),
                 "gap_by_part_us": dict(self.gap_us),
                 "gap_share_by_part": {p: self.share(p) for p in PARTS},
+                "added_share_by_part": {p: self.added_share(p) for p in PARTS},
+                "traced_change_us": self.traced_change_us, "causes_ranked": self.causes_ranked,
                 "lost_speedup_by_part": {p: self.lost(p) for p in PARTS},
                 "bounding_devices": list(self.bounding_devices), "bound_by": self.bound_by,
                 "traced_steps": self.traced_steps,
@@ -166,6 +193,10 @@ class ExplainReport:
                 "definitions": {
                     "step_us": "the mean timed step, total time of the timed steps / their number (the traced steps where no timed figure exists), µs",
                     "parts": "the busiest device's step split into parts, by their shares of the traced steps",
+                    "traced_step_us": "the traced steps' mean window over all the devices (the first start to the "
+                                      "last end of their work in the step): the time the parts split, which "
+                                      "holds every device's work; rnnprof comm's step time is the step markers' "
+                                      "duration, or the longest single device's window",
                     "left_on_one_device_us": "of compute_not_scaled: the bounding device's compute above the "
                                              "devices' mean, as far as it runs more op executions than they "
                                              "do (work left on one device)",
@@ -174,7 +205,17 @@ class ExplainReport:
                                 f"{LEFT_BOUNDS_SHARE:.0%} of the step above the mean; null where none does",
                     "on_every_device_us": "the rest of compute_not_scaled (work duplicated on every device, or "
                                           "the same work running slower, as on a device waiting for cores)",
-                    "gap_by_part_us": "each part minus its ideal; they add up to step_us - ideal_step_us",
+                    "gap_by_part_us": "each part minus its ideal; they add up to step_us - ideal_step_us; "
+                                      "a negative one took time off the step (e.g. compute that scaled better "
+                                      "than ideal)",
+                    "added_share_by_part": "a part above its ideal: its gap over the sum of the gaps above "
+                                           "their ideal (they add up to 1); null for a part at or below its "
+                                           "ideal, and where causes_ranked is false",
+                    "traced_change_us": "how much tracing changed the step: |traced - timed| of the run, or of "
+                                        "the base run as its ideal scales it, whichever is larger",
+                    "causes_ranked": "false where traced_change_us is as large as the gap: the traced parts "
+                                     "then describe the traced steps, not the timed ones, and no cause is "
+                                     "ranked (nor bound_by named)",
                     "lost_speedup_by_part": "ideal_speedup * gap_by_part_us / step_us; they add up to "
                                             "lost_speedup",
                     "gap_significance": "each timed step minus the ideal step against the jitter of the timed "
@@ -288,10 +329,7 @@ def explain_sweep(points: Sequence[ExplainInput], scaling: str, scaling_source: 
         for m in measured:
             rows.append(_row(mode, m, base, scaling))
             out_notes += _gap_note(mode, rows[-1], base)
-            if abs(m.traced_us / m.step_us - 1) > 0.10 and m.point.timed_step_us:
-                out_notes.append(f"{mode + ' ' if mode else ''}N={m.point.devices}: traced steps took "
-                                 f"{m.traced_us / 1000:.1f} ms against {m.step_us / 1000:.1f} ms timed; the parts "
-                                 f"are the traced steps' shares applied to the timed step")
+            out_notes += _tracing_note(mode, rows[-1], m, base)
     if any(not r.idle_causes_known for r in rows):
         out_notes.append("the traces link no launch call to the work of some devices (TensorFlow timelines, CPU "
                          "ranks): their idle time counts as host and launch overhead; waiting for another device "
@@ -320,7 +358,31 @@ def _row(mode: str, m: _Measured, base: _Measured, scaling: str) -> ExplainRow:
                       ideal_step_us=ideal_step, speedup=speedup, ideal_speedup=ideal_speedup, parts=parts,
                       gap_us=gap, bounding_devices=m.bounding, traced_steps=m.steps,
                       idle_causes_known=m.causes_known,
-                      gap_significance=_gap_significance(m, base, ideal_step, factor))
+                      gap_significance=_gap_significance(m, base, ideal_step, factor),
+                      traced_change_us=max(_traced_change(m), _traced_change(base) * factor))
+
+
+def _traced_change(m: _Measured) -> float:
+    """How much tracing changed a run's step: traced against timed (0 where the traced steps are the measure)."""
+    return abs(m.traced_us - m.step_us) if m.point.timed_step_us else 0.0
+
+
+def _tracing_note(mode: str, row: ExplainRow, m: _Measured, base: _Measured) -> list[str]:
+    """What tracing did to the step: where it changed it as much as the gap, that no cause is ranked; else, where
+    it changed it by more than a tenth, that the parts are the traced shares applied to the timed step."""
+    where = f"{mode + ' ' if mode else ''}N={row.devices}"
+    if m is not base and not row.causes_ranked:
+        run = m if _traced_change(m) >= _traced_change(base) else base
+        whose = "" if run is m else f" (in the {base.point.devices}-device run, the ideal's)"
+        return [f"{where}: tracing made the step {run.traced_us / run.step_us:.1f}x as long{whose} "
+                f"({run.traced_us / 1000:.1f} ms traced against {run.step_us / 1000:.1f} ms timed), more than "
+                f"the {abs(row.gap_total_us) / 1000:.1f} ms gap from the ideal: the traced parts do not describe "
+                f"the timed step, so no cause is ranked (a larger model or batch, fewer ops per ms, is traced "
+                f"with less change)"]
+    if abs(m.traced_us / m.step_us - 1) > 0.10 and m.point.timed_step_us:
+        return [f"{where}: traced steps took {m.traced_us / 1000:.1f} ms against {m.step_us / 1000:.1f} ms timed; "
+                f"the parts are the traced steps' shares applied to the timed step"]
+    return []
 
 
 def _gap_significance(m: _Measured, base: _Measured, ideal_step: float, factor: float) -> Significance | None:

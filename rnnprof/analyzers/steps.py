@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from rnnprof.events import EventTable, Kind
-from rnnprof.events.names import STEP_MARKER
+from rnnprof.events.names import STEP_MARKER, normalize_name
 
 _RANGE = re.compile(r"^\s*(-?\d+)?\s*:\s*(-?\d+)?\s*$|^\s*(-?\d+)\s*$")
 
@@ -196,6 +197,129 @@ def step_windows(device: np.ndarray, step: np.ndarray, ts: np.ndarray, end: np.n
     return StepWindows(pairs[0].astype(np.int64), pairs[1].astype(np.int64), start, stop)
 
 
+STEP_WINDOWS = "step windows"
+STEP_TIME_DEFINITIONS = {
+    STEP_WINDOWS: "the longest of the devices' step windows: on each device, from the step's first work to the "
+                  "next step's window (the last step's to its last work's end)",
+}
+_SHORT = {STEP_WINDOWS: "the longest device's step window"}
+STEP_TIME_TOLERANCE_PCT = 2.0  # a command's own measure of a step further than this from its step time says why
+
+
+@dataclass(frozen=True)
+class JobStepTimes:
+    """The time of each step of a job, one definition for every command (``window_step_times``): ``us[k]`` is
+    step ``steps[k]``'s."""
+
+    steps: tuple[int, ...]
+    us: tuple[float, ...]
+    basis: str = STEP_WINDOWS  # a key of STEP_TIME_DEFINITIONS
+
+    def of(self, step: int) -> float | None:
+        return dict(zip(self.steps, self.us)).get(step)
+
+    @property
+    def definition(self) -> str:
+        return STEP_TIME_DEFINITIONS[self.basis]
+
+    @property
+    def short(self) -> str:
+        """The definition in a few words, for a caption or a note."""
+        return _SHORT[self.basis]
+
+    def only(self, steps) -> "JobStepTimes":
+        """The times of ``steps`` alone."""
+        wanted = set(steps)
+        keep = [k for k, s in enumerate(self.steps) if s in wanted]
+        return JobStepTimes(tuple(self.steps[k] for k in keep), tuple(self.us[k] for k in keep), self.basis)
+
+    def as_dict(self) -> dict:
+        return {"basis": self.basis, "definition": self.definition,
+                "step_us": {str(s): us for s, us in zip(self.steps, self.us)}}
+
+
+def window_step_times(spans: dict[tuple[int, int], float]) -> JobStepTimes:
+    """Each step's time: the longest of its windows over the devices (``spans``: ``(device, step) -> µs``, the
+    windows of ``step_windows``, as ``rnnprof comm`` cuts the steps). A step lasts as long as the device that
+    takes longest over it; the windows partition each device's time, so a step's work running past the next
+    step's start (a GPU's kernels, a collective's thread) counts in the next window, never twice."""
+    longest: dict[int, float] = {}
+    for (_, step), span in spans.items():
+        longest[step] = max(longest.get(step, 0.0), float(span))
+    steps = tuple(sorted(longest))
+    return JobStepTimes(steps, tuple(longest[s] for s in steps))
+
+
+def job_step_times(parts: Sequence[JobStepTimes]) -> JobStepTimes:
+    """The step times of a job analysed rank by rank (each part a rank's): per step the longest, as the windows of
+    every rank's devices at once give it."""
+    return window_step_times({(k, s): us for k, part in enumerate(parts) for s, us in zip(part.steps, part.us)})
+
+
+@dataclass(frozen=True)
+class Overrun:
+    """The event of a step that ends furthest past its device's window of the step."""
+
+    name: str
+    device: str  # its device's label
+    past_us: float  # how long after the window's end it ends
+
+
+def step_overruns(names: list[str], devices: list[str], windows: StepWindows, device: np.ndarray,
+                  step: np.ndarray, end: np.ndarray, name: np.ndarray) -> dict[int, Overrun]:
+    """Per step: of the events ``(device, step, end, name)`` the windows were cut from, the one that ends furthest
+    past its device's window of the step, where one does (a GPU's work queued behind the next step's, a
+    collective's thread closing its range late). ``names``, ``devices``: the table's strings and labels."""
+    known = step >= 0
+    device, step, end, name = device[known], step[known], end[known], name[known]
+    if not len(device) or not len(windows):
+        return {}
+    past = end - windows.end[windows.index(device, step)]
+    found: dict[int, Overrun] = {}
+    order = np.lexsort((-past, step))  # by step, the furthest first
+    first = np.flatnonzero(np.r_[True, np.diff(step[order]) != 0])
+    for k in order[first].tolist():
+        if past[k] > 0:
+            found[int(step[k])] = Overrun(names[int(name[k])], devices[int(device[k])], float(past[k]))
+    return found
+
+
+def combined_overruns(parts: Sequence[dict[int, Overrun]]) -> dict[int, Overrun]:
+    """The overruns of a job analysed rank by rank (``step_overruns`` of each): per step the furthest."""
+    found: dict[int, Overrun] = {}
+    for part in parts:
+        for step, overrun in part.items():
+            if step not in found or overrun.past_us > found[step].past_us:
+                found[step] = overrun
+    return found
+
+
+def measured_apart(command_measure: str, measured: dict[int, float], times: JobStepTimes,
+                   overruns: dict[int, Overrun]) -> list[str]:
+    """Notes for the steps a command measures further than ``STEP_TIME_TOLERANCE_PCT`` from their step time:
+    ``command_measure`` says how the command measures (``measured``, µs per step), the note the step time and
+    why they differ (the work of the step, or of the step before, running past its window)."""
+    notes = []
+    for step, us in measured.items():
+        step_us = times.of(step)
+        if step_us is None or abs(us - step_us) <= STEP_TIME_TOLERANCE_PCT / 100 * step_us:
+            continue
+        past = overruns.get(step)
+        earlier = [s for s in times.steps if s < step]
+        before = overruns.get(earlier[-1]) if earlier else None
+        if us > step_us and past is not None:
+            why = (f": {past.device}'s {normalize_name(past.name)} ends {past.past_us / 1000:.2f} ms into the next "
+                   f"step's window")
+        elif us < step_us and before is not None:
+            why = (f": step {earlier[-1]}'s {normalize_name(before.name)} on {before.device} ran "
+                   f"{before.past_us / 1000:.2f} ms into this step's window")
+        else:
+            why = ": it counts time before the step's first work, or after its last"
+        notes.append(f"step {step}: {us / 1000:.3f} ms by {command_measure}, against a step time of "
+                     f"{step_us / 1000:.3f} ms ({times.short}){why}")
+    return notes
+
+
 def step_marker_periods(table: EventTable | None) -> np.ndarray:
     """Durations (µs) of the host step markers (``ProfilerStep#N`` annotations) of the table's steps, one per
     rank and step: the steps left after a step selection, every marker when the events carry no step."""
@@ -215,4 +339,3 @@ def step_marker_periods(table: EventTable | None) -> np.ndarray:
     if len(known):
         rows &= np.isin(step_of, known)
     return table.dur[rows].astype(float)
-

@@ -23,4 +23,5 @@ def raise_if_failing(result, fail_on: str, rule_of) -> None:
     failing = result.at_or_above(Severity.parse(fail_on))
     if failing:
         raise FindingsError(f"{len(failing)} finding(s) at or above {fail_on} "
-                            f"({', '.join(sorted({rule_of(f) for f in failing}))})")
+                            f"({', '.join(sorted({rule_of(f) for f in failing}))}): exit status 1, as --fail-on "
+                            f"{fail_on} asks (--fail-on never: 0)")

@@ -19,8 +19,7 @@ from rnnprof.traces.rank_folder import job_notes
 from rnnprof.traces import load_events
 
 NO_MEMORY = ("holds no allocator records ([memory] events)",
-             "a PyTorch profiler trace recorded with profile_memory=True, as `rnnprof trace --framework torch` "
-             "records it")
+             "a PyTorch trace recorded with profile_memory=True, as rnnprof trace --framework torch records")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ from rich.text import Text
 from rnnprof.commands.flags import parse_choice_list, parse_int_list, positive_int
 from rnnprof.commands.workload_flags import (add_workload_arguments, check_sweep_flags, check_workload_args,
                                              torch_options_from_args, workload_config_from_args)
-from rnnprof.models.config import FAKE_LOCATIONS, VARIABLE_UPDATES
+from rnnprof.models.config import FAKE_LOCATIONS, IMAGE_MODELS, VARIABLE_UPDATES
 from rnnprof.errors import UsageError
 from rnnprof.analyzers.scale import shared_cores_note, speedup_table, trainer_table
 from rnnprof.commands.explain import explain_paths
@@ -144,8 +144,10 @@ def _traced(args: argparse.Namespace, sweep_points: list[dict], device_counts: l
     else:
         configs = _tf_configs(args, sweep_points, device_counts)
     argv = ["rnnprof", *sys.argv[1:]]
-    swept = traced_sweep(configs, args.out, args.trace_steps or TRACE_STEPS, argv,
-                         on_warning=_warning_printer(Console(stderr=True)), framework=args.framework)
+    errors = Console(stderr=True)
+    with _progress(args, errors) as progress:
+        swept = traced_sweep(configs, args.out, args.trace_steps or TRACE_STEPS, argv,
+                             on_warning=_warning_printer(errors), framework=args.framework, on_run=progress.on_run)
     return swept, configs
 
 
@@ -255,16 +257,22 @@ def _tensorflow(args: argparse.Namespace, sweep_points: list[dict], device_count
         names = [t for _ in configs for t in trainers]
         configs = [c for c in configs for _ in trainers]
     errors = Console(stderr=True)
-    with StepProgress(errors) as progress:
-        return sweep(configs, progress.run, on_warning=_warning_printer(errors), trainers=names), configs
+    with _progress(args, errors) as progress:
+        return sweep(configs, progress.run, on_warning=_warning_printer(errors), trainers=names,
+                     on_run=progress.on_run), configs
 
 
 def _torch(args: argparse.Namespace, sweep_points: list[dict]):
     """The torch sweep; the modes' figures (layout, peak memory, model state) where ``--parallel`` was given."""
     configs = [torch_options_from_args(args, 0, **point) for point in sweep_points]
-    with own_stderr_console() as errors, StepProgress(errors) as progress:
-        swept = torch_sweep(configs, progress.run, on_warning=_warning_printer(errors))
+    with own_stderr_console() as errors, _progress(args, errors) as progress:
+        swept = torch_sweep(configs, progress.run, on_warning=_warning_printer(errors), on_run=progress.on_run)
     if not args.parallel:
         swept = dataclasses.replace(swept, points=tuple(dataclasses.replace(p, parallel=None, layout=None, memory=None)
                                                         for p in swept.points))
     return swept, configs
+
+
+def _progress(args: argparse.Namespace, errors: Console) -> StepProgress:
+    """The sweep's progress on stderr: bars on a terminal, a line per configuration elsewhere."""
+    return StepProgress(errors, name="rnnprof scale", unit="images" if args.model in IMAGE_MODELS else "words")

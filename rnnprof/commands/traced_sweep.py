@@ -14,7 +14,7 @@ from rnnprof.recording.torch_workload import capture_torch_workload
 from rnnprof.recording.workload import capture_workload
 from rnnprof.rundir.manifest import read_manifest
 from rnnprof.rundir.sweep import RUNS_DIR, run_dir_name
-from rnnprof.training.sweep import Sweep
+from rnnprof.training.sweep import RunStages, Sweep, no_stages, run_label
 from rnnprof.models.config import IMAGE_MODELS
 
 # ``Sweep.step_definition`` of a traced sweep
@@ -23,19 +23,22 @@ _TRACED_STEP_DEFINITION = ("wall time of each timed step, before any traced step
 
 
 def traced_sweep(configs: Sequence, out, trace_steps: int, command: Sequence[str] = (),
-                 on_warning: Callable[[str], None] = lambda warning: None, framework: str = "tensorflow") -> Sweep:
+                 on_warning: Callable[[str], None] = lambda warning: None, framework: str = "tensorflow",
+                 on_run: RunStages = no_stages) -> Sweep:
     """``sweep``, each configuration captured into its own run directory under ``out/runs`` the way ``rnnprof
     trace`` captures: warm-up, the timed steps (the figures of the sweep), and only then ``trace_steps`` traced
     steps; the timed figures never include a traced step. ``configs``: ``WorkloadConfig`` (TensorFlow) or
-    ``TorchOptions`` (``framework="torch"``)."""
+    ``TorchOptions`` (``framework="torch"``); ``on_run`` hears each configuration start and end."""
     if not configs:
         raise ValueError("sweep needs at least one configuration")
     points = []
-    for options in configs:
+    for index, options in enumerate(configs):
         config = options.workload if framework == "torch" else options
+        on_run(index, len(configs), f"{run_label(config)}, traced", None)
         done = _capture(options, _traced_run_dir(out, config), trace_steps, command, on_warning, framework)
         manifest = read_manifest(done.path)
         points.append(_traced_point(config, done.timed, manifest, framework))
+        on_run(index, len(configs), f"{run_label(config)}, traced", points[-1])
     throughput = manifest.throughput  # the last run's, as its device kind and model: all runs share them
     return Sweep(points=tuple(points), device_kind=done.device_kind,
                  words_definition=throughput.get("words_definition", ""), model=config.model,

@@ -69,10 +69,9 @@ def _refuse_torch_run(path: Path) -> None:
     """A PyTorch run holds Kineto traces, which TensorBoard's profile plugin does not read: say what opens them."""
 
     if rundir.is_run_dir(path) and read_manifest(path).is_torch:
-        raise InputError(path, f"is a PyTorch run, whose Kineto traces ({rundir.TORCH_TRACES_DIR}/rank<r>.json.gz) "
-                               "TensorBoard's profile viewer cannot read; open them in Perfetto (ui.perfetto.dev "
-                               "reads the file in the browser) or chrome://tracing",
-                         "a run directory with a TensorBoard profile (a TensorFlow run)")
+        raise InputError(path, f"is a PyTorch run: TensorBoard cannot read its Kineto traces; open "
+                               f"{rundir.TORCH_TRACES_DIR}/rank<r>.json.gz in Perfetto (ui.perfetto.dev)",
+                         "a TensorFlow run directory")
 
 
 PORT_ADVICE = "choose another --port, or --port 0 for a free one"

@@ -10,6 +10,8 @@ from typing import Callable, Sequence
 from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.critical_path import WHAT_IF_OPS, Dependencies, StepPath
 from rnnprof.analyzers.critical_path.job import JobPlan, job_plan, job_report, job_step_path, rank_part, steps_chosen
+from rnnprof.analyzers.step_time import device_step_times
+from rnnprof.analyzers.steps import combined_overruns, job_step_times
 from rnnprof.events import EventTable
 from rnnprof.job.ranks import JobResult, JobRun
 from rnnprof.traces.rank_folder import RankFolder
@@ -18,9 +20,11 @@ PATH = "path"  # the part of a rank kept for the path
 
 
 def path_part_of_rank(table: EventTable, comm_patterns: tuple[str, ...]):
-    """The rank's ``RankPart`` to keep, and its ``RankSummary``."""
-    part, summary = rank_part(table, classify(table, comm_patterns))
-    return {PATH: part}, summary
+    """The rank's ``RankPart`` to keep, and its ``RankSummary`` with its devices' step times and what ran past
+    them (for the report's step time)."""
+    classes = classify(table, comm_patterns)
+    part, summary = rank_part(table, classes)
+    return {PATH: part}, (summary, *device_step_times(table, classes))
 
 
 def path_of_step(parts: Sequence[dict], context: tuple[JobPlan, Dependencies, int], step: int) -> StepPath | None:
@@ -35,9 +39,12 @@ def job_critical_path(folder: RankFolder, comm_patterns: Sequence[str] = (),
     ``analyze_critical_path`` of them merged gives it. ``choose(steps)``: the steps to analyse of the job's
     sorted steps (None: every step); ``run``: ``JobRun``'s."""
     with JobRun(folder, **run) as job:
-        summaries = job.ranks(path_part_of_rank, tuple(comm_patterns), keep=True)
+        results = job.ranks(path_part_of_rank, tuple(comm_patterns), keep=True)
+        summaries = [summary for summary, _, _ in results]
         plan = job_plan(summaries, steps_chosen(summaries, choose), dependencies)
         context = (plan, dependencies, WHAT_IF_OPS if what_if_ops is None else what_if_ops)
         paths = job.steps(path_of_step, context, plan.steps)
     workers = [w for summary in summaries for w in summary.workers]
-    return JobResult(job_report(paths, workers, dependencies), job.notes, job.left_out)
+    report = job_report(paths, workers, dependencies).with_step_time(
+        job_step_times([times for _, times, _ in results]), combined_overruns([overruns for *_, overruns in results]))
+    return JobResult(report, job.notes, job.left_out)

@@ -15,6 +15,8 @@ from rnnprof.analyzers.replay.analysis import check_changes, latest_rank, needs_
 from rnnprof.analyzers.replay.fixes import RequestedChanges
 from rnnprof.analyzers.replay.job import (JobNames, job_step_lateness, job_step_replay, named_events, replay_plan,
                                          window_events)
+from rnnprof.analyzers.step_time import device_step_times
+from rnnprof.analyzers.steps import combined_overruns, job_step_times
 from rnnprof.events import EventTable
 from rnnprof.job.ranks import JobResult, JobRun
 from rnnprof.traces.rank_folder import RankFolder
@@ -26,8 +28,10 @@ def replay_part_of_rank(table: EventTable, options):
     """The rank's parts to keep, and its ``RankSummary``, strings and devices (``options``: the comm patterns and
     the ``ScannedNames``)."""
     comm_patterns, names = options
-    part, summary = rank_part(table, classify(table, comm_patterns))
-    return {PATH: part, NAMED: named_events(table, names)}, (summary, table.strings, table.devices)
+    classes = classify(table, comm_patterns)
+    part, summary = rank_part(table, classes)
+    times, overruns = device_step_times(table, classes)  # the steps' times, and what ran past them, for the report
+    return {PATH: part, NAMED: named_events(table, names)}, (summary, table.strings, table.devices, times, overruns)
 
 
 def replay_of_step(parts: Sequence[dict], context, step: int):
@@ -48,9 +52,9 @@ def job_whatif(folder: RankFolder, requested: RequestedChanges, comm_patterns: S
     its ranks are read; ``choose(steps)``: the steps to replay; ``run``: ``JobRun``'s."""
     with JobRun(folder, **run) as job:
         results = job.ranks(replay_part_of_rank, (tuple(comm_patterns), requested.scanned()), keep=True)
-        summaries = [summary for summary, _, _ in results]
-        found = JobNames(tuple(dict.fromkeys(s for _, strings, _ in results for s in strings)),
-                         tuple(dict.fromkeys(d for _, _, devices in results for d in devices)))
+        summaries = [summary for summary, *_ in results]
+        found = JobNames(tuple(dict.fromkeys(s for _, strings, *_ in results for s in strings)),
+                         tuple(dict.fromkeys(d for _, _, devices, *_ in results for d in devices)))
         changes = tuple(requested.on(found))
         check_changes(found, changes)
         plan = replay_plan(summaries, steps_chosen(summaries, choose), dependencies)
@@ -61,4 +65,6 @@ def job_whatif(folder: RankFolder, requested: RequestedChanges, comm_patterns: S
                 if len(ranks) > 1 else "".join(ranks[:1])
         replays = job.steps(replay_of_step, (plan, dependencies, changes, rank), plan.steps)
     report = whatif_report(changes, [r for r in replays if r is not None], rank, tuple(dependencies.lacks))
+    report = report.with_step_time(job_step_times([times for *_, times, _ in results]),
+                                   combined_overruns([overruns for *_, overruns in results]))
     return JobResult(report, job.notes, job.left_out)

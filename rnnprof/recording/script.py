@@ -30,7 +30,7 @@ from rnnprof import rundir
 from rnnprof.recording import ranks
 from rnnprof.recording.interrupt import ignore_interrupts, interrupt_once
 from rnnprof.events import Manifest
-from rnnprof.rundir.manifest import new_manifest, read_manifest, read_manifest_json
+from rnnprof.rundir.manifest import kept_in, new_manifest, read_manifest, read_manifest_json
 from rnnprof.recording.launch import launch_command
 from rnnprof.recording.hang_collect import ProbedRanks, remark_hung
 from rnnprof.recording.hang_probe import FR_BUFFER, FR_BUFFER_ENV, TASKS, remove_probe_files, tensorflow_probe
@@ -243,26 +243,7 @@ def script_failure(out: str | Path) -> str | None:
 
 def what_was_kept(out: str | Path) -> str:
     """What an interrupted run holds, as its manifest lists it (the manifest matches the files on disk)."""
-    manifest = _child_manifest(out)
-    if manifest.framework == ranks.FRAMEWORK:
-        kept = [f"{r['trace']} (rank {r['rank']}, {_steps_text(r.get('steps'))})"
-                for r in manifest.ranks if r.get("trace")]
-    else:
-        files = sum(len(v) for v in manifest.captured.values())
-        steps = list(manifest.profiled_steps or manifest.traced_steps)
-        kept = [f"{files} file(s) of {_steps_text(steps)}"] if files else []
-    if not kept:
-        return f"nothing was kept in {out}: no capture window had been written"
-    return f"kept in {out}: {', '.join(kept)}"
-
-
-def _steps_text(steps) -> str:
-    steps = [s for s in steps if isinstance(s, int)] if isinstance(steps, list) else []
-    if not steps:
-        return "no whole step"
-    if steps == list(range(steps[0], steps[-1] + 1)) and len(steps) > 1:
-        return f"steps {steps[0]}-{steps[-1]}"
-    return ("step " if len(steps) == 1 else "steps ") + ", ".join(map(str, steps))
+    return kept_in(out, _child_manifest(out))
 
 
 def hang_verdict(out: str | Path) -> str | None:

@@ -14,6 +14,7 @@ from rnnprof.analyzers.collectives import CollectivesReport
 from rnnprof.analyzers.comm_result import Breakdown, CommReport, Straggler
 from rnnprof.analyzers.device_work import BASIS_EXECUTOR, BASIS_HOST_OPS
 from rnnprof.analyzers.idle import IdleCauses
+from rnnprof.analyzers.steps import STEP_TIME_DEFINITIONS
 from rnnprof.analyzers.tasks import TaskReport
 from rnnprof.reports.layout import compact_table, outside_note
 from rnnprof.reports.opcount import copy_parts
@@ -55,13 +56,22 @@ def breakdown_table(report: CommReport, *, per_step: bool) -> Table:
         for d in report.devices:
             table.add_row(Text(d.device.label), *_cells(d.total))
         return table
-    table = _table("per step", "step / device", _BREAKDOWN_COLUMNS)
+    times = report.step_time
+    table = _table("per step", "step / device", _BREAKDOWN_COLUMNS, step_time_caption(times.basis))
     for step in report.steps:
-        table.add_row(Text(f"step {step}", style="bold"), end_section=False)
+        us = times.of(step)
+        table.add_row(Text(f"step {step}", style="bold"), Text("" if us is None else fmt_ms_narrow(us), style="bold"),
+                      end_section=False)
         for d in report.devices:
             if step in d.steps:
                 table.add_row(Text(f"  {d.device.label}"), *_cells(d.steps[step]))
     return table
+
+
+def step_time_caption(basis: str) -> str:
+    """What a step row's time is, and why a device's window can differ from it."""
+    return (f"a step's row: the step's time as every command gives it ({STEP_TIME_DEFINITIONS[basis]}); a "
+            "device's rows: its window in the step (from its first work to the next step's window)")
 
 
 _IDLE_COLUMNS = ("idle\nms", "host\nwait %", "kernel\nwait %", "other\n%")
@@ -238,6 +248,22 @@ def render_tasks(tasks, console: Console) -> None:
         console.print(straggler_workers_table(tasks))
 
 
+def no_idle_causes(report: CommReport) -> list[tuple[list[str], str]]:
+    """The devices with idle time but no idle time by cause, by kind of device, each kind's labels with why."""
+    without = [d for d in report.devices if d.idle is None and d.total.idle_us > 0]
+    why = {BASIS_HOST_OPS: "ranks without a GPU, measured by their host operators: they launch nothing, so no idle "
+                           "gap waits on a launch; their idle time is when no traced operator ran (Python, data "
+                           "loading, untraced code)",
+           "cpu": "CPU devices run their own ops: they launch nothing, so no idle gap waits on a launch",
+           "gpu": "the trace links no launch call to this GPU work (a TensorFlow timeline records none; a PyTorch "
+                  "profiler trace of GPU work does)"}
+    groups: dict[str, list[str]] = {}
+    for d in without:
+        kind = BASIS_HOST_OPS if d.basis == BASIS_HOST_OPS else "gpu" if d.device.kind == "gpu" else "cpu"
+        groups.setdefault(kind, []).append(d.device.label)
+    return [(labels, why[kind]) for kind, labels in groups.items()]
+
+
 def render_table(report: CommReport, *, per_step: bool, console: Console) -> None:
     sources = ", ".join(report.sources) or report.source_format
     console.print(Text(f"rnnprof comm: {sources}", style="bold", overflow="fold"))
@@ -249,10 +275,11 @@ def render_table(report: CommReport, *, per_step: bool, console: Console) -> Non
     idle = idle_table(report, per_step=False)
     if idle is not None:
         console.print(idle)
-    without_causes = [d.device.label for d in report.devices if d.idle is None and d.total.idle_us > 0]
+    without_causes = no_idle_causes(report)
     if without_causes:
-        console.print(Text(f"idle time by cause: not for {', '.join(without_causes)}: the trace links no launch "
-                           "call to this work (PyTorch profiler traces do)", style="dim", overflow="fold"))
+        console.print(Text("idle time by cause: " + "; ".join(f"not for {', '.join(labels)}: {why}"
+                                                                for labels, why in without_causes),
+                           style="dim", overflow="fold"))
     outside = outside_note(report.outside_steps, selected=bool(report.step_selection))
     if outside:
         console.print(Text(outside, style="dim", overflow="fold"))

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from rnnprof.analyzers.critical_path import CriticalPathReport, Link, StepPath
+from rnnprof.analyzers.critical_path.result import WINDOW
 from rnnprof.reports.abbrev import Legend
 from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.json_text import Lazy
@@ -61,13 +62,20 @@ def _classes(report: CriticalPathReport) -> list[str]:
 def steps_table(report: CriticalPathReport, width: int):
     """One row per step (the longest paths, at most STEP_ROWS): the path, the window and the share per class."""
     classes = _classes(report)
-    columns = [Column("step", "label"), Column("path\nms"), Column("window\nms"), Column("links"),
+    times = report.step_time
+    columns = [Column("step", "label"), *([Column("step\nms", drop=len(classes) + 1)] if times else []),
+               Column("path\nms"), Column("window\nms"), Column("links"),
                *(Column("\n".join([*textwrap.wrap(c, 9), "%"]), drop=k + 1) for k, c in enumerate(classes))]
     shown = sorted(sorted(report.steps, key=lambda s: -s.length_us)[:STEP_ROWS], key=lambda s: s.step)
-    rows = [[str(s.step) if s.step >= 0 else "whole trace", fmt_ms_narrow(s.length_us), fmt_ms_narrow(s.span_us),
+    rows = [[str(s.step) if s.step >= 0 else "whole trace",
+             *([fmt_ms_narrow(us) if (us := times.of(s.step)) is not None else "-"] if times else []),
+             fmt_ms_narrow(s.length_us), fmt_ms_narrow(s.span_us),
              f"{len(s.links):,}", *(f"{100 * s.by_class.get(c, 0.0) / (s.length_us or 1.0):.1f}" for c in classes)]
             for s in shown]
     more = f"the {len(shown)} longest paths of {len(report.steps)} steps" if len(shown) < len(report.steps) else ""
+    if times:
+        more = (f"{more}; " if more else "") + (f"step = the step's time as every command gives it "
+                                                f"({times.short}); window = {WINDOW}")
     return fit_table(width, columns, rows, title="critical path per step (ms; % of the path per class)",
                      caption=more)
 
@@ -161,8 +169,8 @@ def render_table(report: CriticalPathReport, console: Console, overlay: str | No
         console.print(shares_table(step, width, legend))
         if step.what_if:
             console.print(what_if_table(step, width, legend))
-    for lack in report.lacks:
-        console.print(Text.assemble(("note: ", "bold yellow"), lack))
+    for line in (*report.notes, *report.lacks):
+        console.print(Text.assemble(("note: ", "bold yellow"), line))
     if overlay:
         console.print(Text.assemble("overlay (open in Perfetto): ", (overlay, "bold")))
     legend.render(console)
@@ -173,7 +181,8 @@ def to_document(report: CriticalPathReport, overlay: str | None = None, lazy: bo
     """The ``--json`` document; ``lazy``: its steps built one at a time as ``layout.render_json`` writes them."""
     steps = Lazy(report.steps, _step_document) if lazy else [_step_document(step) for step in report.steps]
     return {"steps": steps, "lacks": list(report.lacks), "workers": list(report.workers), "overlay": overlay,
-            "definitions": DEFINITIONS, "what_if_is_estimate": True}
+            "step_time": report.step_time.as_dict() if report.step_time is not None else None,
+            "notes": list(report.notes), "definitions": DEFINITIONS, "what_if_is_estimate": True}
 
 
 _LINK_KEYS = tuple(f.name for f in dataclasses.fields(Link) if f.name != "event")  # the row is no output

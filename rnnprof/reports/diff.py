@@ -238,10 +238,10 @@ def _render_rates(report: DiffReport, console: Console) -> None:
         _unavailable("Achieved rates per op family", section.reason, console)
         return
     columns = [Column("op family", "label"), Column("A\nTFLOP/s"), Column("B\nTFLOP/s"), Column("ratio"),
-               Column("A\nTB/s"), Column("B\nTB/s"), Column("A kernel\nms", drop=1),
-               Column("B kernel\nms", drop=1)]
+               Column("A\nTB/s"), Column("B\nTB/s"), Column("A kernel\nms/step", drop=1),
+               Column("B kernel\nms/step", drop=1)]
     rows = [[r.family, _rate(r.tflops_a), _rate(r.tflops_b), _ratio(r.ratio), _rate(r.tbps_a), _rate(r.tbps_b),
-             fmt_ms(r.kernel_us_a), fmt_ms(r.kernel_us_b)] for r in section.rows]
+             fmt_ms(r.kernel_us_per_step_a), fmt_ms(r.kernel_us_per_step_b)] for r in section.rows]
     console.print(fit_table(console.width, columns, rows, title="achieved rates per op family (rnnprof roofline)"))
 
 
@@ -290,6 +290,10 @@ def _render_graphs(report: DiffReport, top: int, console: Console, every: bool) 
                                           f"side)", _more(len(shown), len(groups), "scopes"))))
 
 
+# settings whose key alone would be misread
+_SETTING_LABELS = {"distributed.rank": "rank id (distributed.rank)"}
+
+
 def _render_config(report: DiffReport, top: int, console: Console) -> None:
     section = report.config
     if not section.available:
@@ -300,7 +304,7 @@ def _render_config(report: DiffReport, top: int, console: Console) -> None:
     rows = _top(section.changes, top)
     columns = [Column("setting", "text"), Column("A", "text"), Column("B", "text")]
     console.print(fit_table(console.width, columns,
-                            [[Text(c.key), Text("(not recorded)" if c.a is None else c.a),
+                            [[Text(_SETTING_LABELS.get(c.key, c.key)), Text("(not recorded)" if c.a is None else c.a),
                               Text("(not recorded)" if c.b is None else c.b)] for c in rows],
                             title=_titled("Configuration", _more(len(rows), len(section.changes),
                                                                  "changed settings"))))
@@ -388,7 +392,10 @@ def to_document(report: DiffReport, top: int | None) -> dict:
         "rates": {"available": report.rates.available, "reason": report.rates.reason,
                   "families": [{"family": r.family, "tflops_a": r.tflops_a, "tflops_b": r.tflops_b, "ratio": r.ratio,
                                 "tbps_a": r.tbps_a, "tbps_b": r.tbps_b, "kernel_us_a": r.kernel_us_a,
-                                "kernel_us_b": r.kernel_us_b, "flops_a": r.flops_a, "flops_b": r.flops_b}
+                                "kernel_us_b": r.kernel_us_b, "flops_a": r.flops_a, "flops_b": r.flops_b,
+                                "steps_a": r.steps_a, "steps_b": r.steps_b,
+                                "kernel_us_per_step_a": r.kernel_us_per_step_a,
+                                "kernel_us_per_step_b": r.kernel_us_per_step_b}
                                for r in report.rates.rows]},
         "config": {"available": config.available, "reason": config.reason, "compared": config.compared,
                    **_listed("changes", list(config.changes), top,

@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from rnnprof.reports.layout import cut_middle, short_name
+from rnnprof.reports.layout import cut_middle, distinct_names, short_name
 
 Cell = str | Text
 
@@ -64,11 +64,12 @@ def _layout(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: in
     return widths
 
 
-def _cell(cell: Cell, column: Column, width: int) -> Text:
-    text = _plain(cell)
+def _column_cells(cells: list[Cell], column: Column, width: int) -> list[Text]:
+    """A column's cells as printed: names and texts cut to ``width``, names that differ still reading apart."""
+    texts = [_plain(cell) for cell in cells]
     if column.kind in ("name", "text"):
-        text = short_name(text, max(width, 4)) if column.kind == "name" else cut_middle(text, max(width, 4))
-    return Text(text, style=cell.style if isinstance(cell, Text) else "")
+        texts = distinct_names(texts, max(width, 4), short_name if column.kind == "name" else cut_middle)
+    return [Text(text, style=cell.style if isinstance(cell, Text) else "") for text, cell in zip(texts, cells)]
 
 
 def fit_table(width: int, columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, title: str = "",
@@ -86,6 +87,7 @@ def fit_table(width: int, columns: Sequence[Column], rows: Sequence[Sequence[Cel
         column = columns[i]
         table.add_column(column.header, justify="right" if column.kind == "number" else "left", no_wrap=True,
                          width=w if column.kind in ("name", "text") else None)
-    for row in rows:
-        table.add_row(*(_cell(row[i], columns[i], w) for i, w in widths.items()))
+    printed = {i: _column_cells([row[i] for row in rows], columns[i], w) for i, w in widths.items()}
+    for k in range(len(rows)):
+        table.add_row(*(printed[i][k] for i in widths))
     return Group(*([Text(title, style="table.title")] if title else []), table, Text(""))

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from rnnprof.files import atomic_write_bytes
+from rnnprof.reports.layout import cut_head, distinct_names
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1100px;color:#222;
@@ -111,12 +112,16 @@ class Page:
 
     def table(self, headers: list[str], rows: list[list], numeric: set[int] = frozenset(), caption: str = "",
               clip: set[int] = frozenset()) -> None:
-        """``clip``: columns whose long texts (C++ kernel names) are cut at ``CLIP`` characters, whole on hover."""
+        """``clip``: columns whose long texts (C++ kernel names) are cut at ``CLIP`` characters (names that differ
+        still reading apart), whole on hover."""
+        cut = {k: dict(zip(texts, distinct_names(texts, CLIP, cut_head)))
+               for k in clip for texts in [list(dict.fromkeys(str(row[k]) for row in rows if k < len(row)))]}
+
         def cell(tag: str, k: int, value) -> str:
             attribute = ' class="n"' if k in numeric else ""
             text = str(value)
             if tag == "td" and k in clip and len(text) > CLIP:
-                return f"<td title=\"{esc(text)}\">{esc(text[:CLIP - 1])}…</td>"
+                return f"<td title=\"{esc(text)}\">{esc(cut[k][text])}</td>"
             return f"<{tag}{attribute}>{esc(text)}</{tag}>"
 
         head = "".join(cell("th", k, h) for k, h in enumerate(headers))

@@ -13,6 +13,10 @@ Markup strings hold only the reports' own words.
 
 from __future__ import annotations
 
+import os
+import re
+from typing import Callable, Sequence
+
 from rich import box
 from rich.console import Console
 from rich.segment import Segment
@@ -49,6 +53,67 @@ def short_name(name: str, limit: int = 60) -> str:
     for opening, closing in (("<", ">"), ("(", ")")):
         text = fold_brackets(text, opening, closing) or text
     return cut_middle(text, limit)
+
+
+def distinct_names(names: Sequence[str], limit: int, shorten: Callable[[str, int], str] | None = None) -> list[str]:
+    """Each of ``names`` at most ``limit`` characters (``shorten``: ``short_name`` by default), cut so that names
+    that differ still read differently: where two come out alike, each is cut around where they differ
+    instead (its head, then the part from a little before the first character they do not share)."""
+    shorten = shorten or short_name
+    out = [shorten(name, limit) for name in names]
+    groups: dict[str, set[str]] = {}
+    for name, short in zip(names, out):
+        groups.setdefault(short, set()).add(name)
+    for short, group in groups.items():
+        if len(group) < 2:
+            continue
+        texts = {name: name[5:] if name.startswith("void ") else name for name in group}
+        # each cut where it parts from the name most like it
+        cut = {name: _cut_around(text, max(len(os.path.commonprefix([text, other]))
+                                           for o, other in texts.items() if o != name), limit)
+               for name, text in texts.items()}
+        if len(set(cut.values())) < len(cut):  # they differ only beyond the width: the head and tail at least
+            cut = {name: cut_middle(text, limit) for name, text in texts.items()}
+        out = [cut[name] if o == short and name in cut else o for name, o in zip(names, out)]
+    return out
+
+
+def _cut_around(text: str, at: int, limit: int) -> str:
+    """``text`` at most ``limit`` characters: its own name (the last parts of its qualified name, before any
+    template or argument list) and the words from where it differs from others (``at``), each cut to fit, never
+    next to a digit (a cut number would read as another)."""
+    if len(text) <= limit:
+        return text
+    name = re.split(r"[<(]", text, maxsplit=1)[0]
+    while "::" in name and len(name) > limit // 2:
+        name = name.split("::", 1)[1]
+    half = max(limit // 2, 4)
+    head = name if len(name) <= half else (_no_digit_end(name[:(half - 1) * 2 // 3]) + "…"
+                                           + _no_digit_start(name[len(name) - (half - 1) // 3:]))
+    start = max(text.rfind(mark, 0, at) + len(mark) for mark in ("<", "(", ", ", " ", "::"))
+    if start <= len(name):
+        return cut_middle(text, limit)
+    while start > 0 and text[start].isdigit() and text[start - 1].isdigit():
+        start -= 1
+    if text[start].isdigit():
+        start -= 1  # the mark before a number: "…, 128" rather than "…128"
+    window = text[start:start + limit - len(head) - 2]
+    if start + len(window) < len(text):
+        return head + "…" + _no_digit_end(window) + "…"
+    return head + "…" + window
+
+
+def _no_digit_end(text: str) -> str:
+    return text.rstrip("0123456789") or text
+
+
+def _no_digit_start(text: str) -> str:
+    return text.lstrip("0123456789") or text
+
+
+def cut_head(text: str, limit: int) -> str:
+    """``text`` at most ``limit`` characters: its head and an ellipsis."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def cut_middle(text: str, limit: int) -> str:

@@ -11,7 +11,8 @@ from rich.text import Text
 from rnnprof.analyzers.copies import CopyCount, CopyReport, GraphCount
 from rnnprof.analyzers.launches import LaunchStats
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts, OpCountComparison, OpCountReport
-from rnnprof.reports.layout import compact_table, outside_note
+from rnnprof.reports.fit import Column, fit_table
+from rnnprof.reports.layout import compact_table, cut_head, distinct_names, outside_note
 from rnnprof.reports.units import fmt_mb, fmt_ms
 
 TOP_TYPES = 15
@@ -19,10 +20,6 @@ TOP_LAUNCHED = 10
 
 
 MAX_DEVICE_COLUMNS = 6  # more devices than this: --by type shows the busiest ones and "other devices"
-
-
-def _short(text: str, width: int = 60) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -60,8 +57,8 @@ def _by_type_table(totals: dict[str, tuple[int, ...]], per_device: dict[str, dic
         table.add_row(label, *(_fmt(v / scale) for v in (*sums, *cells)))
 
     names = list(totals)
-    for op in names[:TOP_TYPES]:
-        row(Text(_short(op)), [op])
+    for op, shown in zip(names[:TOP_TYPES], distinct_names(names[:TOP_TYPES], 60, cut_head)):
+        row(Text(shown), [op])
     if len(names) > TOP_TYPES:
         row(Text(f"... {len(names) - TOP_TYPES} more types"), names[TOP_TYPES:])
     return table
@@ -127,7 +124,7 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def _launch_parts(launches: LaunchStats | None) -> list:
+def _launch_parts(launches: LaunchStats | None, width: int) -> list:
     """The launch statistics: a summary, the kernels with the most time, and the launch-bound note."""
     if launches is None:
         return []
@@ -139,20 +136,19 @@ def _launch_parts(launches: LaunchStats | None) -> list:
         f"{_us(launches.delay_median_us)} µs, p95 {_us(launches.delay_p95_us)} µs; "
         f"{100 * launches.short_share:.1f}% shorter than {launches.short_kernel_us:g} µs; "
         f"{100 * launches.shorter_than_launch / max(launches.launched, 1):.1f}% ran shorter than their launch call")
-    columns = ("kernels", "kernel\nµs", "call\nµs", "delay\nµs", "delay\np95 µs", "short\n%")
+    columns = [Column("kernel", "name"), *(Column(head) for head in ("kernels", "kernel\nµs", "call\nµs",
+                                                                     "delay\nµs", "delay\np95 µs", "short\n%"))]
     shown = launches.by_name[:TOP_LAUNCHED]
     caption = ("medians: kernel = its duration, call = the runtime call that launched it, delay = kernel start - "
                "that call's start (same correlation id); p95 = 95th percentile of the delay; short = kernels under "
-               f"{launches.short_kernel_us:g} µs (--short-kernel-us)")
+               f"{launches.short_kernel_us:g} µs (--short-kernel-us); long names are shortened (--json has them "
+               "whole)")
     if len(launches.by_name) > len(shown):
         caption = f"top {len(shown)} of {len(launches.by_name)} kernels by summed time; " + caption
-    table = compact_table("kernel", columns, title="kernel launches, kernels with the most time first",
-                          caption=caption)
-    for k in shown:
-        table.add_row(Text(_short(k.name, 40)), f"{k.kernels:,}", _us(k.kernel_median_us),
-                      _us(k.launch_call_median_us), _us(k.delay_median_us), _us(k.delay_p95_us),
-                      f"{100 * k.short / k.kernels:.1f}")
-    parts: list = [summary, table]
+    rows = [[Text(k.name), f"{k.kernels:,}", _us(k.kernel_median_us), _us(k.launch_call_median_us),
+             _us(k.delay_median_us), _us(k.delay_p95_us), f"{100 * k.short / k.kernels:.1f}"] for k in shown]
+    parts: list = [summary, fit_table(width, columns, rows, title="kernel launches, kernels with the most time first",
+                                      caption=caption)]
     if launches.by_host_op:
         ops = launches.by_host_op[:TOP_LAUNCHED]
         caption = ("per execution of a host operator that launched kernels (the innermost op around the launch "
@@ -160,12 +156,12 @@ def _launch_parts(launches: LaunchStats | None) -> list:
                    "longer on host = executions that took longer on the host than their kernels on the GPU")
         if len(launches.by_host_op) > len(ops):
             caption = f"top {len(ops)} of {len(launches.by_host_op)} host ops by summed host time; " + caption
-        host = compact_table("host op", ("ops", "kernels", "host\nµs", "kernels\nµs", "longer\non host %"),
-                             title="host ops against the kernels they launched", caption=caption)
-        for o in ops:
-            host.add_row(Text(_short(o.name, 40)), f"{o.ops:,}", f"{o.kernels:,}", _us(o.host_median_us),
-                         _us(o.kernels_median_us), f"{100 * o.longer_on_host / o.ops:.1f}")
-        parts.append(host)
+        columns = [Column("host op", "name"), *(Column(head) for head in ("ops", "kernels", "host\nµs",
+                                                                          "kernels\nµs", "longer\non host %"))]
+        rows = [[Text(o.name), f"{o.ops:,}", f"{o.kernels:,}", _us(o.host_median_us), _us(o.kernels_median_us),
+                 f"{100 * o.longer_on_host / o.ops:.1f}"] for o in ops]
+        parts.append(fit_table(width, columns, rows, title="host ops against the kernels they launched",
+                               caption=caption))
     for device in launches.launch_bound:
         share = (launches.host_wait_share or {}).get(device, 0.0)
         parts.append(Text(f"note: {device} is launch-bound: it waits on the host for its next kernel's launch "
@@ -240,7 +236,7 @@ def render_table(report: OpCountReport, *, by: str, console: Console) -> None:
                            report.runtime_graph, by),
              *_kernel_table(report.kernels, by),
              *copy_parts(report.copies),
-             *_launch_parts(report.launches)]
+             *_launch_parts(report.launches, console.width)]
     for part in parts:
         console.print(part)
     render_definitions({**report.definitions, **(report.copies.definitions if report.copies else {})}, console)

@@ -5,19 +5,26 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 
 class StepProgress:
-    """Context manager; ``run(label, warmup, batches)`` returns a ``measure`` callback.
+    """Context manager; ``run(label, warmup, batches)`` returns a ``measure`` callback, and ``on_run(index, total,
+    label, point)`` hears each configuration of a sweep start (``point`` None) and end.
 
-    Draws nothing when stderr is not a terminal (CI, pipes, tests).
+    On a terminal, bars: the configurations done, and the current one's warm-up and timed steps. Elsewhere
+    (a pipe, a file, CI) a line per configuration as it starts and as it ends, with its throughput and time,
+    prefixed with ``name``; stderr either way, so a ``--json`` document on stdout stays clean.
     """
 
-    def __init__(self, console: Console | None = None):
+    def __init__(self, console: Console | None = None, name: str = "rnnprof", unit: str = "words"):
         self.console = console or Console(stderr=True)
+        self.name = name
+        self.unit = unit
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -28,6 +35,28 @@ class StepProgress:
             disable=not self.console.is_terminal,
         )
         self.steps_seen = 0
+        self._runs = None  # the bar of the configurations, once the first starts
+        self._started = 0.0
+
+    def on_run(self, index: int, total: int, label: str, point) -> None:
+        """Configuration ``index`` of ``total`` starts (``point`` None: its graph or processes are being built)
+        or ends (``point``: its ``ScalePoint``)."""
+        place = f"[{index + 1}/{total}] {label}"
+        if point is None:
+            self._started = time.monotonic()
+        if self.console.is_terminal:
+            if self._runs is None:
+                self._runs = self._progress.add_task("configurations", total=total)
+            self._progress.update(self._runs, completed=index + (point is not None),
+                                  description=f"configurations (now {label})" if point is None else "configurations")
+            return
+        if point is None:
+            self.console.print(Text(f"{self.name}: {place}: started"), highlight=False, soft_wrap=True)
+        else:
+            rate = point.timed.words_per_second
+            self.console.print(Text(f"{self.name}: {place}: done in {time.monotonic() - self._started:.0f} s, "
+                                    f"{rate:,.0f} {self.unit}/s over {point.timed.steps} timed steps"),
+                               highlight=False, soft_wrap=True)
 
     def __enter__(self) -> "StepProgress":
         self._progress.start()

@@ -12,11 +12,10 @@ import json
 
 from rnnprof.analyzers.audit import AuditResult, Finding, Subject
 from rnnprof.analyzers.comm_result import CommReport
-from rnnprof.analyzers.device_work import BASIS_HOST_OPS
 from rnnprof.analyzers.run_report import RunReport
 from rnnprof.analyzers.scale import shared_cores_note
 from rnnprof.reports import charts
-from rnnprof.reports.comm import idle_caption
+from rnnprof.reports.comm import idle_caption, no_idle_causes
 from rnnprof.reports.critical_path import CHAIN_ROWS, DEFINITIONS
 from rnnprof.reports.html import Page
 from rnnprof.reports.layout import outside_note, shown_links
@@ -172,7 +171,8 @@ def _throughput(page: Page, report: RunReport) -> None:
         page.table(["step markers", "steps/s", "median step ms", "spread ms (MAD)", "shortest ms", "longest ms"],
                    [[steps.steps, f"{steps.steps_per_second:,.3f}", fmt_ms(steps.median_us), fmt_ms(steps.mad_us),
                      fmt_ms(steps.min_us), fmt_ms(steps.max_us)]], numeric=set(range(6)),
-                   caption="from the trace's ProfilerStep#N ranges, one per rank and step; steps/s = 1 / median "
+                   caption="from the trace's ProfilerStep#N ranges, one per rank and step (the loop's period; the "
+                           "step time of the findings is the longest device's step window); steps/s = 1 / median "
                            "step; MAD = median absolute deviation from the median")
         _profiler_cost(page, report)
     if not measured:
@@ -260,13 +260,9 @@ def _time(page: Page, report: RunReport) -> None:
 
 def _idle(page: Page, comm: CommReport) -> None:
     devices = [d for d in comm.devices if d.idle is not None]
-    without = [d for d in comm.devices if d.idle is None and d.total.idle_us > 0]
-    why = ("ranks without a GPU, measured by their host operators: no launch to wait on"
-           if without and all(d.basis == BASIS_HOST_OPS for d in without)
-           else "the trace links no launch call to this work (PyTorch profiler traces do)")
-    without = [d.device.label for d in without]
+    without = no_idle_causes(comm)
     if not devices:
-        page.leave_out("Idle time by cause", why)
+        page.leave_out("Idle time by cause", "; ".join(why for _, why in without) or "no device was idle")
         return
     page.heading("Idle time by cause", 3)
     rows = []
@@ -277,8 +273,8 @@ def _idle(page: Page, comm: CommReport) -> None:
                                                    for us in (c.host_wait_us, c.kernel_wait_us, c.other_us))])
     page.table(["device / stream", "idle ms", "host wait %", "kernel wait %", "other %"], rows, numeric={1, 2, 3, 4},
                caption="as rnnprof comm measures it: " + idle_caption(comm))
-    if without:
-        page.leave_out(f"Idle time by cause of {', '.join(without)}", why)
+    for labels, why in without:
+        page.leave_out(f"Idle time by cause of {', '.join(labels)}", why)
 
 
 def _across_ranks(page: Page, comm: CommReport) -> None:

@@ -79,6 +79,14 @@ class CountOpsComparisonDocument(_Part, kw_only=True):
     input_notes: list[str]
 
 
+class JobStepTimesPart(_Part, kw_only=True):
+    """Each step's time as every command gives it (``steps.JobStepTimes.as_dict``)."""
+
+    basis: str  # a key of steps.STEP_TIME_DEFINITIONS
+    definition: str
+    step_us: dict[str, float]  # step number -> µs
+
+
 class CommDocument(_Part, kw_only=True):
     """``rnnprof comm --json`` (``reports.comm.json_document``): ``CommReport.as_dict`` with its definitions, a
     note on ranks without a GPU, and the per-task figures of a gRPC cluster."""
@@ -88,6 +96,7 @@ class CommDocument(_Part, kw_only=True):
     sources: list[str]
     extra_comm_patterns: list[str]
     steps: list[int]
+    step_time: JobStepTimesPart
     step_selection: str | None
     outside_steps: Object
     kernel_wait_us: float
@@ -115,6 +124,8 @@ class CriticalPathDocument(_Part, kw_only=True):
     lacks: list[str]
     workers: list[str]
     overlay: str | None
+    step_time: JobStepTimesPart | None  # None: a trace without steps
+    notes: list[str]  # the steps whose window is apart from their step time, and why
     definitions: str
     what_if_is_estimate: bool
     left_out: dict[str, int]
@@ -144,6 +155,7 @@ class WhatIfStep(_Part, kw_only=True):
     chain_by_device: dict[str, float]
     waits: list[RankWaits]
     reasons: list[str]
+    step_us: float | None  # the step's time as every command gives it; None: not known
 
 
 class WhatIfMedian(_Part, kw_only=True):
@@ -160,6 +172,7 @@ class WhatIfDocument(_Part, kw_only=True):
     changed_nodes: dict[str, int]
     steps: list[WhatIfStep]
     median: WhatIfMedian
+    step_time: JobStepTimesPart | None
     notes: list[str]
     lacks: list[str]
     definitions: str

@@ -71,7 +71,9 @@ def _explained(page: Page, explained: dict) -> None:
                 *[PART_LABELS[p] for p in PARTS]],
                [[r.get("mode") or "-", r["devices"], _f(r["step_us"] / 1000, 1), _f(r["ideal_step_us"] / 1000, 1),
                  f"{r['speedup']:.2f}x", _f(r["lost_speedup"], 2),
-                 *[_f(r["lost_speedup_by_part"][p], 2) for p in PARTS]] for r in explained["rows"]],
+                 *[_f(r["lost_speedup_by_part"][p], 2) if r.get("causes_ranked", True) else "-" for p in PARTS]]
+                for r in explained["rows"]],
                numeric=set(range(1, 6 + len(PARTS))),
-               caption="each part's share of the lost speedup (ideal - measured); they add up to the lost speedup")
+               caption="each part's share of the lost speedup (ideal - measured); they add up to the lost speedup; "
+                       "-: not split, where tracing changed the step as much as the gap (see the notes)")
     page.chart("lost-speedup", charts.spec(lost_speedup_chart(explained)))

@@ -4,11 +4,13 @@ change and each rank's waits, as rich tables or one JSON document."""
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 from rich.console import Console
 from rich.text import Text
 
 from rnnprof.analyzers.replay import StepReplay, WhatIfReport
+from rnnprof.analyzers.replay.result import MEASURED
 from rnnprof.reports.abbrev import Legend
 from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.units import fmt_ms_narrow
@@ -34,17 +36,28 @@ def _pct(step_us: float, change_us: float) -> str:
 
 def _steps_table(report: WhatIfReport, width: int):
     shown = report.steps[:_STEP_ROWS]
-    rows = [[_label(s), fmt_ms_narrow(s.measured_us), fmt_ms_narrow(s.replayed_us), fmt_ms_narrow(s.predicted_us),
-             _pct(s.measured_us, s.change_us)] for s in shown]
+    times = report.step_time
+    rows = [[_label(s), *([_ms(times.of(s.step))] if times else []), fmt_ms_narrow(s.measured_us),
+             fmt_ms_narrow(s.replayed_us), fmt_ms_narrow(s.predicted_us), _pct(s.measured_us, s.change_us)]
+            for s in shown]
     if len(report.steps) > 1:
         measured, predicted = report.median("measured_us"), report.median("predicted_us")
-        rows.append(["median", fmt_ms_narrow(measured), fmt_ms_narrow(report.median("replayed_us")),
+        step = [_ms(statistics.median(us for s in report.steps if (us := times.of(s.step)) is not None))
+                if any(times.of(s.step) is not None for s in report.steps) else "-"] if times else []
+        rows.append(["median", *step, fmt_ms_narrow(measured), fmt_ms_narrow(report.median("replayed_us")),
                      fmt_ms_narrow(predicted), _pct(measured, predicted - measured)])
-    columns = [Column("step", "label"), Column("measured\nms"), Column("replayed\nms", drop=1),
-               Column("predicted\nms"), Column("change\n%")]
+    columns = [Column("step", "label"), *([Column("step\nms", drop=2)] if times else []), Column("measured\nms"),
+               Column("replayed\nms", drop=1), Column("predicted\nms"), Column("change\n%")]
     more = f"the first {len(shown)} of {len(report.steps)} steps" if len(shown) < len(report.steps) else ""
+    if times:
+        more = (f"{more}; " if more else "") + (f"step = the step's time as every command gives it "
+                                                f"({times.short}); measured = {MEASURED}")
     return fit_table(width, columns, rows, title="step time: measured, and predicted with the change",
                      caption=more)
+
+
+def _ms(us: float | None) -> str:
+    return "-" if us is None else fmt_ms_narrow(us)
 
 
 def _median_step(report: WhatIfReport) -> StepReplay:
@@ -104,9 +117,13 @@ def to_document(report: WhatIfReport) -> dict:
         doc = dataclasses.asdict(s)
         doc["change_us"] = s.change_us
         doc["replay_error_pct"] = s.error_pct
+        doc["step_us"] = report.step_time.of(s.step) if report.step_time is not None else None
         steps.append(doc)
     return {"changes": [dataclasses.asdict(c) | {"description": c.describe()} for c in report.changes],
             "changed_nodes": report.changed, "steps": steps,
             "median": {"measured_us": report.median("measured_us"), "replayed_us": report.median("replayed_us"),
                        "predicted_us": report.median("predicted_us")},
-            "notes": list(report.notes), "lacks": list(report.lacks), "definitions": WHATIF_SUMMARY}
+            "step_time": report.step_time.as_dict() if report.step_time is not None else None,
+            "notes": list(report.notes), "lacks": list(report.lacks),
+            "definitions": f"{WHATIF_SUMMARY}; measured = {MEASURED}; step_us = the step's time as every rnnprof "
+                           f"command gives it (step_time), null where the trace has no step markers"}

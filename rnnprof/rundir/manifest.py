@@ -210,6 +210,30 @@ def _step_list(steps: list[int]) -> str:
     return f"steps {shown}" + (f", ... {steps[-1]}" if len(steps) > 8 else "")
 
 
+def kept_in(out: str | Path, manifest: Manifest) -> str:
+    """What a stopped run holds, as its manifest lists it: each rank's trace and steps (a PyTorch job), else
+    how many files of which steps; or that nothing was."""
+    if manifest.is_torch:
+        kept = [f"{r['trace']} (rank {r['rank']}, {_steps_text(r.get('steps'))})"
+                for r in manifest.ranks if r.get("trace")]
+    else:
+        files = sum(len(v) for v in manifest.captured.values())
+        steps = list(manifest.profiled_steps or manifest.traced_steps)
+        kept = [f"{files} file(s) of {_steps_text(steps)}"] if files else []
+    if not kept:
+        return f"nothing was kept in {out}: no capture window had been written"
+    return f"kept in {out}: {', '.join(kept)}"
+
+
+def _steps_text(steps) -> str:
+    steps = [s for s in steps if isinstance(s, int)] if isinstance(steps, list) else []
+    if not steps:
+        return "no whole step"
+    if steps == list(range(steps[0], steps[-1] + 1)) and len(steps) > 1:
+        return f"steps {steps[0]}-{steps[-1]}"
+    return ("step " if len(steps) == 1 else "steps ") + ", ".join(map(str, steps))
+
+
 def torch_versions() -> dict:
     """What the manifest records of an imported torch: ``torch``, ``cuda`` or ``rocm``, ``cudnn``, ``nccl``
     and ``gpu`` (the model of the current device), each only where present; empty without torch.

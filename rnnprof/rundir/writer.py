@@ -21,7 +21,7 @@ from typing import Iterable
 from rnnprof.errors import InputError, InterruptedRun, UsageError
 from rnnprof import rundir
 from rnnprof.files import atomic_write_bytes, atomic_write_json  # noqa: F401 (the run's writers)
-from rnnprof.rundir.manifest import new_manifest, now
+from rnnprof.rundir.manifest import kept_in, new_manifest, now, parse_manifest
 from rnnprof.rundir.chrome_trace import step_stats_to_chrome
 
 PBTXT_LIMIT = 2 * 1024 * 1024  # text copies of graphs are for reading by eye; skip huge ones
@@ -175,19 +175,22 @@ class RunWriter:
     def recording(self):
         """Finish the run however its body ends: complete when it returns; on Ctrl-C (or SIGTERM under
         ``interrupt.terminate_as_interrupt``) interrupted, keeping what was captured, and ``InterruptedRun``
-        is raised; on any other failure interrupted with the failure in the manifest's ``error``, re-raised.
+        is raised saying what the directory holds (``manifest.kept_in``); on any other failure interrupted with the failure in the manifest's ``error``, re-raised.
         Every artifact in place is listed either way."""
         status = rundir.STATUS_INTERRUPTED
+        stopped = False
         try:
             yield self
             status = rundir.STATUS_COMPLETE
         except KeyboardInterrupt:
-            raise InterruptedRun(f"interrupted; what was captured is in {self.path}") from None
+            stopped = True
         except Exception as exc:
             self.manifest["error"] = f"{type(exc).__name__}: {exc}"  # the run says why it stopped
             raise
         finally:
             self.finish(status)
+        if stopped:  # said once what is in place, all of it listed
+            raise InterruptedRun(f"interrupted; {kept_in(self.path, parse_manifest(self.manifest, self.path))}")
 
     def _add_unlisted(self) -> None:
         """List the artifacts that are in place but not yet in the manifest.

@@ -14,6 +14,9 @@ from rnnprof.training.distribute import DistributeRun
 
 # progress(label, warmup, batches) -> the ``measure`` callback of one run (``reports.progress.StepProgress.run``)
 Progress = Callable[[str, int, int], StepCallback]
+# on_run(index, total, label, point): a configuration starts (point None) or ends with its point
+# (``reports.progress.StepProgress.on_run``)
+RunStages = Callable[[int, int, str, ScalePoint | None], None]
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,10 @@ class Sweep:
 
 
 def no_progress(label: str, warmup: int, batches: int) -> None:
+    return None
+
+
+def no_stages(index: int, total: int, label: str, point: ScalePoint | None) -> None:
     return None
 
 
@@ -47,14 +54,16 @@ def run_label(config: WorkloadConfig, trainer: str | None = None) -> str:
 
 def sweep(configs: Sequence[WorkloadConfig], progress: Progress = no_progress,
           on_warning: Callable[[str], None] = lambda warning: None,
-          trainers: Sequence[str | None] | None = None) -> Sweep:
+          trainers: Sequence[str | None] | None = None, on_run: RunStages = no_stages) -> Sweep:
     """Measure every config in order (a new graph and session each) and return one ``ScalePoint`` per config.
     ``trainers`` names, per config, who trains it: rnnprof (``DataParallelRun``, also for None) or
-    distribute (``DistributeRun``, TensorFlow's tf.distribute)."""
+    distribute (``DistributeRun``, TensorFlow's tf.distribute). ``on_run`` hears each config start (before its
+    graph is built) and end."""
     if not configs:
         raise ValueError("sweep needs at least one configuration")
     points = []
-    for config, trainer in zip(configs, trainers or [None] * len(configs)):
+    for index, (config, trainer) in enumerate(zip(configs, trainers or [None] * len(configs))):
+        on_run(index, len(configs), run_label(config, trainer), None)
         with running_cluster(config) as (spec, tasks), _run(trainer, config, spec) as training:
             for warning in training.warnings:
                 on_warning(warning)
@@ -79,5 +88,6 @@ def sweep(configs: Sequence[WorkloadConfig], progress: Progress = no_progress,
             fake_location=config.fake_location,
             trainer=trainer,
         ))
+        on_run(index, len(configs), run_label(config, trainer), points[-1])
     return Sweep(points=tuple(points), device_kind=device_kind, words_definition=words_definition, model=model,
                  unit=unit)

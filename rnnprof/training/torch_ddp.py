@@ -29,7 +29,7 @@ from rnnprof.analyzers.throughput import summarize
 from rnnprof.models.config import TorchOptions
 from rnnprof.errors import RankFailed, UsageError
 from rnnprof.training.measure import StepCallback, StepResult, measure
-from rnnprof.training.sweep import Progress, Sweep, no_progress, run_label
+from rnnprof.training.sweep import Progress, RunStages, Sweep, no_progress, no_stages, run_label
 from rnnprof.training import torch_parallel
 from rnnprof.training.torch_layout import plan_layout
 from rnnprof.training.torch_memory import PeakMemory
@@ -389,18 +389,20 @@ def memory_figures(results: Sequence[dict]) -> MemoryFigures | None:
 
 
 def torch_sweep(configs: Sequence[TorchOptions], progress: Progress = no_progress,
-                on_warning: Callable[[str], None] = lambda warning: None) -> Sweep:
+                on_warning: Callable[[str], None] = lambda warning: None, on_run: RunStages = no_stages) -> Sweep:
     """Measure every configuration in order (fresh processes each) and return one ``ScalePoint`` per configuration.
-    ``progress(label, warmup, batches)`` gives each configuration's step callback, as ``sweep``'s does."""
+    ``progress(label, warmup, batches)`` gives each configuration's step callback, and ``on_run`` hears each
+    configuration start and end, as ``sweep``'s do."""
     import_torch("--framework torch")
     from rnnprof.models.torch.rnnlm import WORDS_DEFINITION
 
     if not configs:
         raise ValueError("torch_sweep needs at least one configuration")
     points, device_kind = [], CPU_PROCESSES
-    for options in configs:
+    for index, options in enumerate(configs):
         config = options.workload
         label = run_label(config) + (f" --parallel {options.parallel}" if options.parallel != "ddp" else "")
+        on_run(index, len(configs), label, None)
         results = run_ranks(options, on_step=progress(label, config.warmup, config.batches))
         group_backend = results[0]["backend"]
         device_kind = "gpu" if group_backend == "nccl" else CPU_PROCESSES
@@ -424,5 +426,6 @@ def torch_sweep(configs: Sequence[TorchOptions], progress: Progress = no_progres
             warmup_step_seconds=tuple(s.seconds for s in warmup),
             eval_timed=summarize(evaluation) if evaluation else None,
         ))
+        on_run(index, len(configs), label, points[-1])
     return Sweep(points=tuple(points), device_kind=device_kind, words_definition=WORDS_DEFINITION,
                  model=configs[0].workload.model, step_definition=STEP_DEFINITION)

@@ -15,6 +15,7 @@ from rnnprof.analyzers.critical_path.result import (EDGE_KINDS, WHAT_IF_OPS, Cri
                                                     StepPath)
 from rnnprof.analyzers.critical_path.table_index import TableIndex, dag_windows
 from rnnprof.analyzers.critical_path.whatif import what_ifs
+from rnnprof.analyzers.step_time import device_step_times
 from rnnprof.events import EventTable
 
 
@@ -50,6 +51,7 @@ def analyze_critical_path(table: EventTable, dependencies: Dependencies = Depend
     windows = dag_windows(tt, wanted)
     paths = [p for p in (step_path(tt, s, windows[s], dependencies, what_if_ops) for s in wanted if s in windows)
              if p is not None]
-    return CriticalPathReport(steps=tuple(paths), lacks=tuple(dependencies.lacks),
-                              workers=tuple(sorted({d.worker for d in table.devices} - {""})))
+    report = CriticalPathReport(steps=tuple(paths), lacks=tuple(dependencies.lacks),
+                                workers=tuple(sorted({d.worker for d in table.devices} - {""})))
+    return report.with_step_time(*device_step_times(table, classes))  # the steps' times, as every command's
 

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rnnprof.analyzers.classify import EventClass
+from rnnprof.analyzers.steps import JobStepTimes, Overrun, measured_apart
 from rnnprof.events import Device
 
 EDGE_LANE = "lane"
@@ -99,9 +100,22 @@ class StepPath:
     wait_by_device: dict[str, float] = field(default_factory=dict)  # the class ``wait`` by the device it is on
 
 
+# How the critical path measures a step (``StepPath.span_us``), where it is set beside the step's time
+WINDOW = "the path's window (from the step's first event, or the end of an earlier step's work in it, to its last end)"
+
+
 @dataclass(frozen=True)
 class CriticalPathReport:
     steps: tuple[StepPath, ...]
     lacks: tuple[str, ...] = ()
     workers: tuple[str, ...] = ()
+    step_time: JobStepTimes | None = None  # the steps' times as every command gives them
+    notes: tuple[str, ...] = ()  # the steps whose window is apart from their step time, and why
+
+    def with_step_time(self, times: JobStepTimes, overruns: dict[int, Overrun]) -> "CriticalPathReport":
+        """The report with the steps' times (``step_time.device_step_times``), and a note for each step whose
+        window is apart from its time, with why (``overruns``: ``steps.step_overruns``)."""
+        times = times.only(s.step for s in self.steps)
+        apart = measured_apart(WINDOW, {s.step: s.span_us for s in self.steps}, times, overruns)
+        return replace(self, step_time=times, notes=(*self.notes, *apart))
 

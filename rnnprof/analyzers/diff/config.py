@@ -37,8 +37,8 @@ def settings(side: Side) -> dict[str, str]:
             if values:
                 out[f"distributed.{key}"] = ", ".join(values)
         ranks = {d["rank"] if isinstance(d["rank"], int) else str(d["rank"]) for d in distributed if "rank" in d}
-        if ranks:
-            out["distributed.ranks"] = ", ".join(
+        if ranks:  # the rank id of each rank the side holds (Kineto's distributedInfo.rank)
+            out["distributed.rank"] = ", ".join(
                 str(r) for r in sorted(ranks, key=lambda r: (0, r, "") if isinstance(r, int) else (1, 0, str(r))))
         models = sorted({str(g["name"]) for g in side.events.metadata.devices_properties if "name" in g})
         if models:

@@ -52,7 +52,8 @@ def diff_rates(a: Side, b: Side) -> RatesSection:
         rows.append(RateChange(family, fa.rates.tflops_per_s if fa else None, fb.rates.tflops_per_s if fb else None,
                                fa.rates.tb_per_s if fa else None, fb.rates.tb_per_s if fb else None,
                                fa.rates.kernel_us if fa else 0.0, fb.rates.kernel_us if fb else 0.0,
-                               fa.rates.flops if fa else 0.0, fb.rates.flops if fb else 0.0))
+                               fa.rates.flops if fa else 0.0, fb.rates.flops if fb else 0.0,
+                               max(len(ra.steps), 1), max(len(rb.steps), 1)))
     rows.sort(key=lambda r: -(r.kernel_us_a + r.kernel_us_b))
     return RatesSection(available=True, rows=tuple(rows))
 

@@ -71,7 +71,9 @@ def step_time(side: Side, report: CommReport | None, basis: str) -> StepTime:
         periods = step_marker_periods(side.events)
         if len(periods):
             return StepTime(float(periods.mean()), basis, "mean duration of the ProfilerStep#N ranges of the "
-                                                          "compared steps", len(periods))
+                                                          "compared steps (the loop's period; the other commands' "
+                                                          "step time is the longest device's step window)",
+                            len(periods))
     elif basis == "run record":
         timed = _timed_step_us(side.manifest)
         if timed is not None:

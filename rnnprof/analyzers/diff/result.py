@@ -340,7 +340,7 @@ class CopyKindChange:
 
 @dataclass(frozen=True)
 class GraphLaunchChange:
-    """Graph launches and the GPU kernels they launched, per step on each side; share = of all GPU kernels."""
+    """Graph launches and the GPU kernels they launched, per step on each side; their share is of every GPU kernel in the same steps."""
 
     launches_a: float
     launches_b: float
@@ -399,10 +399,20 @@ class RateChange:
     tflops_b: float | None
     tbps_a: float | None
     tbps_b: float | None
-    kernel_us_a: float
+    kernel_us_a: float  # over the traced steps (roofline's figure)
     kernel_us_b: float
     flops_a: float
     flops_b: float
+    steps_a: int = 1  # the traced steps the figures cover (a trace without step markers: one)
+    steps_b: int = 1
+
+    @property
+    def kernel_us_per_step_a(self) -> float:
+        return self.kernel_us_a / max(self.steps_a, 1)
+
+    @property
+    def kernel_us_per_step_b(self) -> float:
+        return self.kernel_us_b / max(self.steps_b, 1)
 
     @property
     def ratio(self) -> float | None:

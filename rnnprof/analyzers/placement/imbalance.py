@@ -1,12 +1,12 @@
 """PA004: devices doing unequal amounts of work in the same step.
 
-Busy time is the union of a device's compute intervals in the step (kernels on accelerators, ops elsewhere;
-receives and collectives left out, since they include waiting); a GPU-less PyTorch rank's is its step window
-less its communication, so untraced host time counts (``evidence["busy_measure"]``). Spread is
+Work is the union of a device's compute intervals in the step (kernels on accelerators, ops elsewhere;
+receives and collectives left out, since they include waiting; comm's compute, not its busy time); a GPU-less
+PyTorch rank's is its step window less its communication, untraced host time counting (``work_measure``). Spread is
 (max - min) / max over the towers' devices. The heaviest minus the lightest device per step must be
 significant against the run's jitter (``noise.significance``; between ranks at least
 ``noise.CROSS_RANK_FLOOR_US``; between CPU (gloo) ranks PF001's floor on lateness,
-``collectives.CollectivesReport.lateness_floor``, as their busy time is their window less communication);
+``collectives.CollectivesReport.lateness_floor``, as their work is their window less communication);
 otherwise, or over fewer than ``noise.MIN_STEPS`` steps, it is info.
 The two devices' op time is split into unequal work (ops one runs more often, names with digits folded) and the
 same ops taking longer (``device_work.work_split``); where the devices share the host's cores (logical CPU
@@ -32,7 +32,7 @@ from .busy import ALL_STEPS, busy_intervals, compute_devices, compute_mask, in_s
 RULE_ID = "PA004-device-imbalance"
 TITLE = "Per-device imbalance"
 WARNING_SPREAD = 0.20
-CPU_RANK_MEASURE = ("on ranks without a GPU, busy time is the rank's step window minus its communication "
+CPU_RANK_MEASURE = ("on ranks without a GPU, work is the rank's step window minus its communication "
                     "(rnnprof comm's per-step figures): host operators and untraced host time count, waiting "
                     "in collectives does not; not kernel time as on a GPU")
 RUNQUEUE_MEASURE = ("; nor the time its training thread waited for a core while ready to run (the run queue's, "
@@ -49,12 +49,12 @@ def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[PlacementF
         return NotChecked(RULE_ID, f"the trace has one compute device ({kinds}); balance needs at least 2")
     cpu_ranks = host_operator_devices(events) & set(devices)
     waits = _runqueue_waits(inp, cpu_ranks)
-    busy = _busy_per_step(events, inp.comm if cpu_ranks else None, devices, cpu_ranks, waits or {})
-    spread = _spread(busy)
+    work = _work_per_step(events, inp.comm if cpu_ranks else None, devices, cpu_ranks, waits or {})
+    spread = _spread(work)
     if not (spread > threshold).any():
         return []
     measure = (CPU_RANK_MEASURE + (RUNQUEUE_MEASURE if waits else "")) if cpu_ranks else None
-    return [_finding(inp, devices, busy, spread, threshold, measure)]
+    return [_finding(inp, devices, work, spread, threshold, measure)]
 
 
 def _runqueue_waits(inp: AuditInput, cpu_ranks: set[Device]) -> dict[Device, list[float]] | None:
@@ -72,20 +72,20 @@ def _compared_devices(inp: AuditInput) -> list[Device]:
     return [d for d in homes if d in inp.events.devices] if len(homes) >= 2 else compute_devices(inp.events)
 
 
-def _busy_per_step(events: EventTable, comm, devices: list[Device], cpu_ranks: set[Device],
+def _work_per_step(events: EventTable, comm, devices: list[Device], cpu_ranks: set[Device],
                    waits: dict[Device, list[float]]) -> np.ndarray:
-    """Busy µs, steps x devices: the union of a device's compute intervals in the step, or for a CPU rank its
+    """Work µs, steps x devices: the union of a device's compute intervals in the step, or for a CPU rank its
     step window less its communication (``_rank_compute``; ``comm``: ``analyze_comm`` of the events) and less
     its training thread's wait for a core in the step where ``waits`` has it (seconds per step)."""
     mask = compute_mask(events)
     by_rank = {d.device: d for d in comm.devices} if cpu_ranks else {}
-    busy = []
+    work = []
     for step in step_keys(events):
         sel = in_step(events, step)
         step_events, step_mask = events.select(sel), mask[sel]
-        busy.append([max(_rank_compute(by_rank.get(d), step) - _waited_us(waits.get(d), step), 0.0)
+        work.append([max(_rank_compute(by_rank.get(d), step) - _waited_us(waits.get(d), step), 0.0)
                      if d in cpu_ranks else length(busy_intervals(step_events, d, step_mask)) for d in devices])
-    return np.asarray(busy)
+    return np.asarray(work)
 
 
 def _waited_us(waits: list[float] | None, step) -> float:
@@ -97,54 +97,63 @@ def _waited_us(waits: list[float] | None, step) -> float:
     return waits[step] * 1e6 if isinstance(step, int) and 0 <= step < len(waits) else 0.0
 
 
-def _spread(busy: np.ndarray) -> np.ndarray:
-    """Per step, (max - min) / max of the devices' busy time (0 where none is busy)."""
-    top = busy.max(axis=1)
-    return np.where(top > 0, (top - busy.min(axis=1)) / np.where(top > 0, top, 1), 0.0)
+def _spread(work: np.ndarray) -> np.ndarray:
+    """Per step, (max - min) / max of the devices' work (0 where none works)."""
+    top = work.max(axis=1)
+    return np.where(top > 0, (top - work.min(axis=1)) / np.where(top > 0, top, 1), 0.0)
 
 
-def _finding(inp: AuditInput, devices: list[Device], busy: np.ndarray, spread: np.ndarray, threshold: float,
+def _finding(inp: AuditInput, devices: list[Device], work: np.ndarray, spread: np.ndarray, threshold: float,
              measure: str | None) -> PlacementFinding:
     """The imbalance of the steps whose spread is above ``threshold``, the heaviest device against the lightest
-    (by mean busy time); ``measure``: how CPU ranks' busy time was measured, where some devices are CPU ranks."""
+    (by mean work); ``measure``: how CPU ranks' work was measured, where some devices are CPU ranks."""
     over = spread > threshold
-    mean = busy.mean(axis=0)
+    mean = work.mean(axis=0)
     heaviest, lightest = int(mean.argmax()), int(mean.argmin())
-    verdict = _significance(inp, busy, devices, heaviest, lightest)
-    lost = float((busy.max(axis=1) - busy.mean(axis=1))[over].sum() / len(busy))
+    verdict = _significance(inp, work, devices, heaviest, lightest)
+    lost = float((work.max(axis=1) - work.mean(axis=1))[over].sum() / len(work))
     split = work_split(inp.events, devices[heaviest], devices[lightest], compute_mask(inp.events))
     cores = inp.shared_cores or inp.ranks_sharing_cores
     host = None if inp.shared_cores else inp.ranks_host
-    # logical devices' busy time is their ops' (no untraced time): what unequal work leaves is contention
+    # logical devices' work is their ops' (no untraced time): what unequal work leaves is contention
     contention = (bool(inp.shared_cores) or inp.ranks_share_cores) and \
         split.is_contention(None if inp.shared_cores else float(mean.max() - mean.min()))
     return PlacementFinding(
         rule_id=RULE_ID,
         severity=Severity.WARNING if verdict.significant and not contention else Severity.INFO,
-        title=(f"{devices[heaviest].label} is busy {mean.max() / max(mean.min(), 1e-9):.1f}x as long as "
-               f"{devices[lightest].label} per step; spread above {threshold:.0%} in {int(over.sum())} of "
-               f"{len(busy)} steps (median {float(np.median(spread)):.0%}, max {float(spread.max()):.0%})"
+        title=(f"{devices[heaviest].label} {_works(measure)} {mean.max() / max(mean.min(), 1e-9):.1f}x as long as "
+               f"{devices[lightest].label}{_outside(measure)} per step; spread above {threshold:.0%} in {int(over.sum())} of "
+               f"{len(work)} steps (median {float(np.median(spread)):.0%}, max {float(spread.max()):.0%})"
                + (_contention_title(split, cores, bool(inp.shared_cores), host) if contention else "")),
         devices=tuple(d.label for d in devices),
         evidence={
             "threshold": threshold,
-            "steps_traced": len(busy),
+            "steps_traced": len(work),
             "steps_over_threshold": int(over.sum()),
             "median_spread": round(float(np.median(spread)), 3),
             "max_spread": round(float(spread.max()), 3),
-            "busy_us_per_step": {d.label: round(float(m), 1) for d, m in zip(devices, mean)},
+            "work_us_per_step": {d.label: round(float(m), 1) for d, m in zip(devices, mean)},
             "significance": verdict.as_dict(),
             "confidence": round(verdict.confidence, 3),
             "op_us_per_step": split.as_dict(),
             **({"contention": True, "shared_cores": cores, **({"shared_host": host} if host else {})}
                if contention else {}),
-            **({"busy_measure": measure} if measure else {}),
+            **({"work_measure": measure} if measure else {}),
         },
         cost_us_per_step=lost,
-        cost_basis="busiest device's busy time minus the devices' mean, per step, in unbalanced steps"
+        cost_basis="the most working device's work minus the devices' mean, per step, in unbalanced steps"
                    + (f"; {measure}" if measure else ""),
         fix=_contention_fix(devices[heaviest], devices[lightest]) if contention else _fix(inp, devices[heaviest]),
     )
+
+
+def _works(measure: str | None) -> str:
+    """The title's verb: CPU ranks' work is their time outside communication, other devices' their compute."""
+    return "spends" if measure else "computes"
+
+
+def _outside(measure: str | None) -> str:
+    return " outside communication" if measure else ""
 
 
 def _contention_title(split, cores: int | None, logical: bool, host: str | None = None) -> str:
@@ -162,9 +171,9 @@ def _contention_fix(heaviest: Device, lightest: Device) -> str:
             f"idle machine; the balance of the work is not the cause.")
 
 
-def _significance(inp: AuditInput, busy: np.ndarray, devices: list[Device], heaviest: int,
+def _significance(inp: AuditInput, work: np.ndarray, devices: list[Device], heaviest: int,
                   lightest: int) -> Significance:
-    """The heaviest device's busy time less the lightest's, per step, against the run's jitter: between PyTorch
+    """The heaviest device's work less the lightest's, per step, against the run's jitter: between PyTorch
     ranks at least ``CROSS_RANK_FLOOR_US``, between two CPU ranks at least the lateness floor of the heaviest
     one's collectives (``CPU_RANK_FLOOR_US`` per gloo collective a step): the same wait for a core that makes a
     balanced gloo rank arrive late at its collective moves its window less its communication as much."""
@@ -175,8 +184,8 @@ def _significance(inp: AuditInput, busy: np.ndarray, devices: list[Device], heav
     cpu_ranks = host_operator_devices(events)
     if across_ranks and heavy in cpu_ranks and light in cpu_ranks and inp.comm.collectives is not None:
         floor = max(floor, inp.comm.collectives.lateness_floor(heavy.worker))
-    return significance((busy[:, heaviest] - busy[:, lightest]).tolist(),
-                        step_noise(events).spread_us if len(busy) > 1 else 0.0, floor_us=floor)
+    return significance((work[:, heaviest] - work[:, lightest]).tolist(),
+                        step_noise(events).spread_us if len(work) > 1 else 0.0, floor_us=floor)
 
 
 def _fix(inp: AuditInput, heaviest: Device) -> str:

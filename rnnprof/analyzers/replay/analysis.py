@@ -18,6 +18,7 @@ from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_ti
 from rnnprof.analyzers.replay.result import (DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, SCALE, SCALE_HOST,
                                              Change, ChangeError, StepReplay, WhatIfReport)
 from rnnprof.analyzers.replay.families import family_members
+from rnnprof.analyzers.step_time import device_step_times
 from rnnprof.events import EventTable
 
 TOLERANCE_PCT = 2.0  # an unchanged replay further than this from the measured step says why
@@ -151,9 +152,11 @@ def whatif(table: EventTable, changes: Sequence[Change], dependencies: Dependenc
            steps: Iterable[int] | None = None, comm_patterns: Iterable[str] = (),
            classes: np.ndarray | None = None) -> WhatIfReport:
     """Each step (``steps``: the table's by default; -1: a table without steps) replayed without a change and
-    with ``changes``, all at once."""
+    with ``changes``, all at once; with the steps' times as every command gives them."""
     check_changes(table, changes)
-    return Replayer(table, dependencies, steps, comm_patterns, classes).run(changes)
+    classes = classify(table, comm_patterns) if classes is None else classes
+    report = Replayer(table, dependencies, steps, comm_patterns, classes).run(changes)
+    return report.with_step_time(*device_step_times(table, classes))
 
 
 def replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str) -> tuple[StepReplay, list[int]]:

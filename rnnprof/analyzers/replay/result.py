@@ -4,7 +4,9 @@ times, the chain critical after the change and each rank's waits, before and aft
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from rnnprof.analyzers.steps import JobStepTimes, Overrun, measured_apart
 
 SCALE = "scale"  # an operator's or kernel's time (host side and the kernels it launched) times ``factor``
 SCALE_HOST = "scale-host"  # an operator's host-side time only (not its kernels, not its launch calls)
@@ -85,6 +87,10 @@ class RankWaits:
     predicted_us: float
 
 
+# How a replay measures a step (``StepReplay.measured_us``), where it is set beside the step's time
+MEASURED = "the replay's measure (from the step's first event to its last own event's end)"
+
+
 @dataclass(frozen=True)
 class StepReplay:
     step: int
@@ -113,6 +119,14 @@ class WhatIfReport:
     changed: dict[str, int] = field(default_factory=dict)  # per change: the nodes it changed over every step
     notes: tuple[str, ...] = ()
     lacks: tuple[str, ...] = ()
+    step_time: JobStepTimes | None = None  # the steps' times as every command gives them
+
+    def with_step_time(self, times: JobStepTimes, overruns: dict[int, Overrun]) -> "WhatIfReport":
+        """The report with the steps' times (``step_time.device_step_times``, over its steps), and a note for each
+        step the replay measures apart from its time, with why (``overruns``: ``steps.step_overruns``)."""
+        times = times.only(r.step for r in self.steps)
+        apart = measured_apart(MEASURED, {s.step: s.measured_us for s in self.steps}, times, overruns)
+        return replace(self, step_time=times, notes=(*self.notes, *apart))
 
     def median(self, attribute: str) -> float:
         values = [getattr(s, attribute) for s in self.steps]
