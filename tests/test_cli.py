@@ -74,7 +74,7 @@ def test_the_readme_ties_exit_status_1_to_every_command_with_fail_on(capsys):
     assert failing == ["audit", "placement-audit"]
     readme = pathlib.Path(__file__).resolve().parent.parent / "README.md"
     exit_codes = " ".join(readme.read_text().split("Exit codes:", 1)[1].split("\n\n", 1)[0].split())
-    assert "1 findings at or above `--fail-on`" in exit_codes
+    assert "1 a finding at or above `--fail-on`" in exit_codes
     assert all(f"`{name}`" in exit_codes for name in failing), exit_codes
     trace = "tests/data/kineto-2rank-nccl-rank0.json.gz"  # PF003 at error
     assert main(["audit", trace]) == 1
