@@ -28,6 +28,8 @@ def command_args(command: str, paths: Sequence[str], **options) -> argparse.Name
     flags = {a.dest: a for a in parser._actions if a.option_strings}
     argv = [str(p) for p in paths]
     for name, value in options.items():
+        if value is None:  # left out: the command's default
+            continue
         action = flags.get(name)
         if action is None:
             raise TypeError(f"{command}() got an unexpected keyword argument {name!r}")

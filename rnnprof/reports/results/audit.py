@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rnnprof.analyzers.audit import AuditResult
-from rnnprof.reports.findings_html import findings_section, subject_text
+from rnnprof.reports.findings_html import findings_section
 from rnnprof.reports.html import Page
 from rnnprof.reports.results.base import Result
 
@@ -25,14 +25,14 @@ class AuditFindings(Result):
         return self.audit.as_dict(self.left_out)
 
     def tables(self) -> dict[str, list[dict]]:
-        """``findings`` (one row a finding, in the audit's order: ``saving_ms``, ``saving_pct`` of the median step,
-        where), ``evidence`` (one row per finding and evidence key) and ``not_checked``."""
+        """``findings`` (one row a finding, in the audit's order: where (``rank``, ``device``, ``op``), ``saving_ms``,
+        ``saving_pct`` of the median step), ``evidence`` (one row per finding and evidence key) and ``not_checked``."""
         step = self.audit.noise.median_us
         findings, evidence = [], []
         for k, f in enumerate(self.audit.findings):
             row = f.as_dict(step)
-            findings.append({"rank": k + 1, "rule": f.rule, "severity": f.severity.label, "title": f.title,
-                             "where": subject_text(f.subject), "saving_ms": row["saving_ms"],
+            findings.append({"position": k + 1, "rule": f.rule, "severity": f.severity.label, "title": f.title,
+                             **f.subject.as_dict(), "saving_ms": row["saving_ms"],
                              "saving_pct": row["saving_pct"], "saving_basis": f.saving_basis,
                              "confidence": row["confidence"], "fix": f.fix})
             evidence += [{"finding": k + 1, "rule": f.rule, "key": key, "value": value}

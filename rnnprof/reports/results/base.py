@@ -39,7 +39,7 @@ class Result:
     def to_json(self) -> str:
         """The text ``rnnprof <command> --json`` prints for the same input and options (without its final
         line break)."""
-        return json_text.dumps(json_document(self.document(), list(self.notes)))
+        return "".join(json_text.pieces(json_document(self.document(), list(self.notes))))
 
     def to_dict(self) -> dict:
         """``to_json()`` decoded."""
