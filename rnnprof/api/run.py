@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rnnprof.api.options import command_args
+from rnnprof.api.summary import RunSummary, summarize
 from rnnprof.commands import audit, comm, count_ops, critical_path, diff, hang, memory, roofline, whatif
 from rnnprof.errors import InputError
 from rnnprof.paths import broken
@@ -75,6 +76,14 @@ class Run:
                             max_input_size=self.max_input_size, **options)
         with self.memo:
             return module.analyze(args)
+
+    def summary(self) -> "RunSummary":
+        """The run at a glance: its audit's findings, each device's time per step, its memory over time and its
+        critical path's shares (what rnnprof's tab in TensorBoard shows); a part the input cannot give says why."""
+        return summarize(self)
+
+    def _repr_html_(self) -> str:
+        return self.summary()._repr_html_()
 
     def comm(self, *, per_step: bool = False, comm_patterns: Sequence[str] = (), align: str = "none",
              kernel_wait_us: float | None = None, steps: Steps = None, skip_first: int = 0, drop_last: bool = False,
