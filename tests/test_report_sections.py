@@ -277,3 +277,14 @@ def test_cpu_ranks_say_why_they_have_no_idle_time_by_cause(tmp_path, capsys):
     (left,) = re.findall(r'id="left-out">Left out: (.*?)</p>', page)
     assert "Idle time by cause (ranks without a GPU, measured by their host operators" in html.unescape(left)
     assert "<h3>Idle time by cause</h3>" not in page
+
+
+def test_the_input_line_gives_paths_relative_to_where_the_command_ran(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(DATA.parent)
+    page = _page([path.resolve() for path in RANKS], tmp_path / "r.html", capsys)  # given as absolute paths
+    line = re.search(r"<p class='sub'>input: (.*?)</p>", page).group(1)
+    assert line.startswith("data/kineto-sampled-rank0.json.gz, data/kineto-sampled-rank1.json.gz (kineto")
+    assert str(DATA.parent) not in page
+    monkeypatch.chdir(tmp_path)  # inputs outside the folder the command runs in: as given
+    page = _page(RANKS, tmp_path / "s.html", capsys)
+    assert f"input: {RANKS[0]}, {RANKS[1]} (kineto" in page
