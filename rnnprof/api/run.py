@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rnnprof.api.options import command_args
-from rnnprof.api.summary import RunSummary, summarize
+from rnnprof.api.summary import RunSummary, run_summary
 from rnnprof.commands import audit, comm, count_ops, critical_path, diff, hang, memory, roofline, whatif
 from rnnprof.errors import InputError
 from rnnprof.paths import broken
@@ -80,7 +80,7 @@ class Run:
     def summary(self) -> "RunSummary":
         """The run at a glance: its audit's findings, each device's time per step, its memory over time and its
         critical path's shares (what rnnprof's tab in TensorBoard shows); a part the input cannot give says why."""
-        return summarize(self)
+        return run_summary(self)
 
     def _repr_html_(self) -> str:
         return self.summary()._repr_html_()

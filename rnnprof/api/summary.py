@@ -82,7 +82,7 @@ class RunSummary(Result):
             page.missing(what, self.missing[part])
 
 
-def summarize(run) -> RunSummary:
+def run_summary(run) -> RunSummary:
     """``run``'s summary (an ``api.Run``): each part its command's analysis, a part the input cannot give left
     out with the command's one-line error."""
     found, missing = {}, {}

@@ -36,7 +36,7 @@ def runs(logdir: Path) -> list[Path]:
     return sorted(found)
 
 
-def run_page(path: Path) -> str:
+def tab_page(path: Path) -> str:
     """A run's page: its summary's HTML, or the one-line error that says why it has none."""
     try:
         return open_run(path).summary()._repr_html_()
@@ -85,6 +85,6 @@ class RnnprofPlugin(base_plugin.TBPlugin):
         with self._lock:  # one page made at a time: each reads a run's traces
             kept = self._pages.get(str(path))
             if kept is None or kept[0] != stamp:
-                kept = self._pages[str(path)] = (stamp, run_page(path))
+                kept = self._pages[str(path)] = (stamp, tab_page(path))
         return http_util.Respond(request, kept[1], "text/html")
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rnnprof.reports import json_text
 from rnnprof.reports.html import Page
-from rnnprof.reports.layout import json_document
+from rnnprof.reports.layout import json_output
 
 if TYPE_CHECKING:  # pandas loads when a frame is asked for, never at import
     import pandas
@@ -39,7 +39,7 @@ class Result:
     def to_json(self) -> str:
         """The text ``rnnprof <command> --json`` prints for the same input and options (without its final
         line break)."""
-        return "".join(json_text.pieces(json_document(self.document(), list(self.notes))))
+        return "".join(json_text.pieces(json_output(self.document(), list(self.notes))))
 
     def to_dict(self) -> dict:
         """``to_json()`` decoded."""
