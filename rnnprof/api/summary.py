@@ -26,7 +26,7 @@ from rnnprof.reports.results.memory import MemoryResult, memory_section
 STEP_SERIES: list[Callable[[tuple[str, ...], Page], bool]] = []
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RunSummary(Result):
     """The analyses a run is summarised by, each the command's result, or None with why it is missing
     (``missing``: part -> the one-line error its command gives)."""

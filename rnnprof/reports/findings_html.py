@@ -63,8 +63,18 @@ def saving_sentence(finding: Finding, step_us: float) -> str:
         return "No saving is estimated."
     pct = finding.saving_pct(step_us)
     share = f" ({pct:.1f}% of the {fmt_ms(step_us)} ms median step)" if pct is not None else ""
-    basis = finding.saving_basis.split(";")[0].strip()
+    basis = _first_clause(finding.saving_basis)
     return f"Fixing it would save {fmt_ms(finding.saving_us)} ms a step{share}" + (f": {basis}." if basis else ".")
+
+
+def _first_clause(text: str) -> str:
+    """``text`` up to its first ``;`` outside parentheses (a basis' own words, before the bound it adds)."""
+    depth = 0
+    for k, char in enumerate(text):
+        depth += (char == "(") - (char == ")")
+        if char == ";" and depth == 0:
+            return text[:k].strip()
+    return text.strip()
 
 
 def finding_block(finding: Finding, step_us: float) -> str:

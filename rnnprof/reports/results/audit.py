@@ -11,7 +11,7 @@ from rnnprof.reports.html import Page
 from rnnprof.reports.results.base import Result
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class AuditFindings(Result):
     """``audit``: the audit (its findings, savings replayed where a fix can be); ``left_out``: the events the loaders
     left out, by reason."""

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pandas loads when a frame is asked for, never at import
     import pandas
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Result:
     """One analysis of one input, as its command renders it. ``notes``: what was said about the input (on stderr
     by the command, ``input_notes`` in its ``--json``)."""
@@ -63,6 +63,10 @@ class Result:
     def html(self, page: Page) -> None:
         """The compact view: a table or two, and the command's chart where it has one."""
         raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__}: rnnprof {self.COMMAND}'s result; to_frames(), to_json(), "
+                f"displayed as HTML in a notebook>")
 
     def _repr_html_(self) -> str:
         page = Page(f"rnnprof {self.COMMAND}")

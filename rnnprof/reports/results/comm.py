@@ -13,7 +13,7 @@ from rnnprof.reports.results.base import Result, flat
 from rnnprof.reports.units import fmt_ms
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CommResult(Result):
     """``report``: the analysis; ``tasks``: per TF cluster task (None for a job's rank files); ``left_out``: the
     events the loaders left out, by reason; ``per_step``: the per-step figures asked for (``--per-step``)."""

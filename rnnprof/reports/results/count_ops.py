@@ -12,7 +12,7 @@ from rnnprof.reports.opcount import comparison_document, to_document
 from rnnprof.reports.results.base import Result
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CountOpsResult(Result):
     """``report``: the counts of the input; ``comparison``: against ``--vs``'s input (None without it);
     ``left_out``: the events the loaders left out, by reason."""

@@ -13,7 +13,7 @@ from rnnprof.reports.results.base import Result
 from rnnprof.reports.units import fmt_ms
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CriticalPathResult(Result):
     """``report``: the analysis; ``left_out``: the events the loaders left out, by reason; ``overlay``: the file
     the path was written to as a Chrome trace (``--overlay``), if any."""

@@ -12,7 +12,7 @@ from rnnprof.reports.results.base import Result
 from rnnprof.reports.units import fmt_ms
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class DiffResult(Result):
     """``report``: the comparison; ``left_out``: what each side's loaders left out (``{"a": ..., "b": ...}``);
     ``top``: rows per list (``--top``; None: 10 in JSON)."""

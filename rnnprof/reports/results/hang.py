@@ -12,7 +12,7 @@ from rnnprof.reports.html import Page
 from rnnprof.reports.results.base import Result, flat
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class HangResult(Result):
     """``verdict``: who the job waits for and why."""
 

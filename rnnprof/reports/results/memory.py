@@ -14,7 +14,7 @@ from rnnprof.reports.results.base import Result, flat
 from rnnprof.reports.units import fmt_mb
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class MemoryResult(Result):
     """``report``: the analysis; ``left_out``: the events the loaders left out, by reason."""
 

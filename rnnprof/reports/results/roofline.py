@@ -14,7 +14,7 @@ from rnnprof.reports.roofline import to_document
 from rnnprof.reports.units import fmt_ms
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RooflineResult(Result):
     """``reports``: ``(worker, RooflineReport)`` per process; ``left_out``: the events the loaders left out;
     ``reason``: why there is no roofline ("" when there is)."""

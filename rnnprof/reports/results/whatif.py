@@ -12,7 +12,7 @@ from rnnprof.reports.units import fmt_ms
 from rnnprof.reports.whatif import to_document
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class WhatIfResult(Result):
     """``report``: the replay of each step, unchanged and changed; ``left_out``: the events the loaders left out."""
 
