@@ -119,7 +119,8 @@ def findings_section(page: Page, result: AuditResult, left_out: dict[str, int] |
     page.paragraph(f"Step time {fmt_ms(noise.median_us)} ms (median) ± {fmt_ms(noise.mad_us)} ms (median absolute "
                    f"deviation) over {len(noise.steps)} step(s): a saving within the spread is noise.", "sub")
     for note in result.notes:
-        page.paragraph(f"note: {note}", "note")
+        if top is None or note != top.note():  # said above, in a sentence
+            page.paragraph(f"note: {note}", "note")
     if result.not_checked:
         items = "".join(f"<li><code>{esc(n.rule_id)}</code>: {esc(n.reason)}</li>" for n in result.not_checked)
         page.add(f"<details class=\"not-checked sub\"><summary>{len(result.not_checked)} rule(s) not checked: "
