@@ -14,7 +14,6 @@ from rnnprof.analyzers.replay import Replayer
 from rnnprof.analyzers.replay.audit_savings import replayed_savings
 from rnnprof.inputs.dependencies import read_dependencies
 from rnnprof.reports.audit import render_text
-from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.results.audit import AuditFindings
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces.rank_folder import folder_notes
@@ -34,11 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     result = analyze(args)
-    render_notes(list(result.notes))
-    if args.json:
-        render_json(result.document(), console, list(result.notes))
-    else:
-        render_text(result.audit, list(args.paths), console)
+    result.render(console, args.json, lambda: render_text(result.audit, list(args.paths), console))
     fail_on_flag.raise_if_failing(result.audit, args.fail_on, lambda f: f.rule)
     return 0
 

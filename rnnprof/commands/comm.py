@@ -15,7 +15,6 @@ from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.tasks import analyze_tasks
 from rnnprof.reports.charts import check_plot_path, comm_chart, save_chart
 from rnnprof.reports.comm import render_table, render_tasks
-from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.results.comm import CommResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces import load_aligned, load_events
@@ -49,15 +48,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
     result = analyze(args)
-    render_notes(list(result.notes))
-    if args.json:
-        render_json(result.document(), console, list(result.notes))
-    else:
-        render_table(result.report, per_step=args.per_step, console=console)
-        render_tasks(result.tasks, console)
+    result.render(console, args.json, lambda: _tables(result, args, console))
     if plot is not None:
         save_chart(comm_chart(result.report, per_step=args.per_step), plot)
     return 0
+
+
+def _tables(result: CommResult, args: argparse.Namespace, console: Console) -> None:
+    render_table(result.report, per_step=args.per_step, console=console)
+    render_tasks(result.tasks, console)
 
 
 def analyze(args: argparse.Namespace) -> CommResult:

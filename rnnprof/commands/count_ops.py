@@ -13,7 +13,6 @@ from rnnprof.analyzers.opcount import compare, count_ops, with_kernels
 from rnnprof.inputs.read import MERGED_TRACES, read_inputs
 from rnnprof.reports import opcount as report
 from rnnprof.reports.charts import check_plot_path, opcount_chart, save_chart
-from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.results.count_ops import CountOpsResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.job.count_ops import job_kernels
@@ -70,13 +69,8 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
     result = analyze(args)
-    render_notes(list(result.notes))
-    if args.json:
-        render_json(result.document(), console, list(result.notes))
-    elif result.comparison is not None:
-        report.render_comparison(result.comparison, by=args.by, console=console)
-    else:
-        report.render_table(result.report, by=args.by, console=console)
+    result.render(console, args.json, lambda: report.render_comparison(result.comparison, by=args.by, console=console)
+                  if result.comparison is not None else report.render_table(result.report, by=args.by, console=console))
     if plot is not None:
         save_chart(opcount_chart(result.report), plot)
     return 0

@@ -14,7 +14,6 @@ from rnnprof.errors import InputError, UsageError
 from rnnprof.analyzers.critical_path import analyze_critical_path
 from rnnprof.inputs.dependencies import read_dependencies
 from rnnprof.reports.critical_path import overlay_trace, render_table
-from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.results.critical_path import CriticalPathResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.rundir.writer import atomic_write_json
@@ -88,11 +87,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     result = analyze(args)
     if result.overlay is not None:
         atomic_write_json(Path(result.overlay), overlay_trace(result.report))
-    render_notes(list(result.notes))
-    if args.json:
-        render_json(result.document(), console, list(result.notes))
-    else:
-        render_table(result.report, console, result.overlay, links=args.links)
+    result.render(console, args.json, lambda: render_table(result.report, console, result.overlay, links=args.links))
     return 0
 
 

@@ -14,7 +14,6 @@ from rnnprof.analyzers.diff import IncompatibleSides, Side, diff
 from rnnprof.commands.roofline import for_report as roofline_of
 from rnnprof.inputs.read import read_inputs
 from rnnprof.reports import diff as report
-from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.results.diff import DiffResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces.rank_folder import job_notes
@@ -70,11 +69,8 @@ def read_side(paths: list[str], args: argparse.Namespace | None = None):
 
 def run(args: argparse.Namespace, console: Console) -> int:
     result = analyze(args)
-    render_notes(list(result.notes))
-    if args.json:
-        render_json(result.document(), console, list(result.notes))
-    else:
-        report.render_table(result.report, top=args.top, console=console, every=args.every)
+    result.render(console, args.json,
+                  lambda: report.render_table(result.report, top=args.top, console=console, every=args.every))
     return 0
 
 

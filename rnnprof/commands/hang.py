@@ -12,7 +12,6 @@ from rnnprof.analyzers.hang import (analyze_cluster_hang, analyze_hang, analyze_
 from rnnprof.commands.flags import INPUT
 from rnnprof.inputs.hang import read_hang_inputs
 from rnnprof.reports.hang import render_hang
-from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.results.hang import HangResult
 
 
@@ -27,11 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     result = analyze(args)
-    render_notes(list(result.notes))
-    if args.json:
-        render_json(result.document(), console, list(result.notes))
-    else:
-        render_hang(result.verdict, console)
+    result.render(console, args.json, lambda: render_hang(result.verdict, console))
     return 0
 
 

@@ -12,7 +12,6 @@ from rnnprof.commands import left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT
 from rnnprof.errors import InputError, UsageError
 from rnnprof.reports.charts import check_plot_path, save_chart
-from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.memory import memory_chart, render_memory
 from rnnprof.reports.results.memory import MemoryResult
 from rnnprof.rundir.manifest import run_notes
@@ -38,11 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
     result = analyze(args)
-    render_notes(list(result.notes))
-    if args.json:
-        render_json(result.document(), console, list(result.notes))
-    else:
-        render_memory(result.report, console)
+    result.render(console, args.json, lambda: render_memory(result.report, console))
     if plot is not None:
         save_chart(memory_chart(result.report), plot)
     return 0

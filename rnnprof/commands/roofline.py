@@ -13,7 +13,6 @@ from rnnprof.analyzers.peaks import lookup, override
 from rnnprof.analyzers.roofline import analyze_roofline
 from rnnprof.inputs.roofline_inputs import NotAvailable, load_source, sources, without_shapes
 from rnnprof.reports.charts import check_plot_path, roofline_chart, save_chart
-from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.roofline import not_available, render
 from rnnprof.reports.results.roofline import RooflineResult
 from rnnprof.rundir.manifest import run_notes
@@ -105,11 +104,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if not result.available:
         not_available(result.reason, args.json, console)
         return 0
-    render_notes(list(result.notes))
-    if args.json:
-        render_json(result.document(), console, list(result.notes))
-    else:
-        render(list(result.reports), console, top=args.top)
+    result.render(console, args.json, lambda: render(list(result.reports), console, top=args.top))
     if plot is not None:
         save_chart(roofline_chart(list(result.reports)), plot)
     return 0

@@ -51,7 +51,8 @@ def run(args: argparse.Namespace, console) -> int:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     if not profile_runs(logdir) and not rnnprof_runs(logdir):
         raise InputError(logdir, "holds no run directory (manifest.json) and no TensorBoard profile "
-                                 "(plugins/profile/*/*.xplane.pb)", "a run directory from `rnnprof trace` or a folder of them")
+                                 "(plugins/profile/*/*.xplane.pb)",
+                         "a run directory from `rnnprof trace` or a folder of them")
     check_port(args.host, args.port)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     # TensorBoard (and its data server) run in a process group of their own, stopped as a whole
@@ -101,7 +102,7 @@ def follow_tensorboard(process: subprocess.Popen, console, profile: bool = True)
             url = line[line.index("http://"):].split()[0].rstrip("/")
             console.print(Text.assemble("TensorBoard: rnnprof's findings ", (f"{url}/#rnnprof", "bold"),
                                         *((", profile viewer ", (f"{url}/#profile", "bold")) if profile else ()),
-                                        "  (Ctrl-C to stop)"))
+                                        "  (Ctrl-C to stop)"), soft_wrap=True)  # addresses never broken
         elif url is None and line.startswith("ERROR:"):  # TensorBoard's own message, e.g. a port in use
             failure = line[len("ERROR:"):].strip()
     if url is None:

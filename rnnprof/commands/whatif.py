@@ -18,7 +18,6 @@ from rnnprof.commands import job_flags, left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT, check_comm_patterns
 from rnnprof.errors import InputError, UsageError
 from rnnprof.inputs.dependencies import read_dependencies
-from rnnprof.reports.layout import render_json, render_notes
 from rnnprof.reports.whatif import render_table
 from rnnprof.reports.results.whatif import WhatIfResult
 from rnnprof.rundir.manifest import run_notes
@@ -148,11 +147,7 @@ def _requested(args: argparse.Namespace) -> RequestedChanges:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     result = analyze(args)
-    render_notes(list(result.notes))
-    if args.json:
-        render_json(result.document(), console, list(result.notes))
-    else:
-        render_table(result.report, console)
+    result.render(console, args.json, lambda: render_table(result.report, console))
     return 0
 
 

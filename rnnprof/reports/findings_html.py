@@ -113,9 +113,10 @@ def findings_section(page: Page, result: AuditResult, left_out: dict[str, int] |
         page.paragraph("No finding: the rules that could run found nothing to fix.")
     top = result.top_fixes
     if top is not None and top.step_us > 0:
+        fixes = " ".join("--fix " + f for f in top.fixes)
         page.paragraph(f"Predicted step after fixing {', '.join(top.findings)} together: {fmt_ms(top.predicted_us)} "
                        f"ms, {fmt_ms(top.saving_us)} ms ({100 * top.saving_us / top.step_us:.1f}%) less than the "
-                       f"measured {fmt_ms(top.step_us)} ms (a replay: whatif {' '.join('--fix ' + f for f in top.fixes)}).")
+                       f"measured {fmt_ms(top.step_us)} ms (a replay: whatif {fixes}).")
     page.paragraph(f"Step time {fmt_ms(noise.median_us)} ms (median) ± {fmt_ms(noise.mad_us)} ms (median absolute "
                    f"deviation) over {len(noise.steps)} step(s): a saving within the spread is noise.", "sub")
     for note in result.notes:

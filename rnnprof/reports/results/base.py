@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 from rnnprof.reports import json_text
 from rnnprof.reports.html import Page
-from rnnprof.reports.layout import json_output
+from rnnprof.reports.layout import json_output, render_json, render_notes
 
 if TYPE_CHECKING:  # pandas loads when a frame is asked for, never at import
     import pandas
@@ -35,6 +35,15 @@ class Result:
         """The command's ``--json`` document, without ``schema_version`` and ``input_notes`` (which
         ``to_json`` adds as the command does)."""
         raise NotImplementedError
+
+    def render(self, console, as_json: bool, text: Callable[[], None]) -> None:
+        """What the command prints: the notes on stderr, then on ``console`` the ``--json`` document (``as_json``)
+        or what ``text()`` prints."""
+        render_notes(list(self.notes))
+        if as_json:
+            render_json(self.document(), console, list(self.notes))
+        else:
+            text()
 
     def to_json(self) -> str:
         """The text ``rnnprof <command> --json`` prints for the same input and options (without its final

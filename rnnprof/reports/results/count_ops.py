@@ -33,7 +33,8 @@ class CountOpsResult(Result):
         (kernels per op type) and ``graph_ops`` (each graph's ops per device)."""
         k = self.report.kernels
         kernels = [{"device": d.device, "cpu_kernels": d.cpu_kernels, "gpu_kernels": d.gpu_kernels,
-                    "gpu_launches": d.gpu_launches, "copies": d.copies, "cpu_kernels_per_step": k.per_step(d.cpu_kernels),
+                    "gpu_launches": d.gpu_launches, "copies": d.copies,
+                    "cpu_kernels_per_step": k.per_step(d.cpu_kernels),
                     "gpu_kernels_per_step": k.per_step(d.gpu_kernels), "outside_steps": d.outside_steps}
                    for d in k.devices] if k.available else []
         by_type = [{"op_type": op, "cpu_kernels": c, "gpu_kernels": g} for op, (c, g) in k.by_type.items()]

@@ -37,7 +37,8 @@ class CriticalPathResult(Result):
         ``us``) and ``links`` (every link of every step's path)."""
         steps = [{"step": s.step, "length_us": s.length_us, "span_us": s.span_us, "events": s.events,
                   "links": len(s.links)} for s in self.report.steps]
-        shares = [{"step": s.step, "by": by, "key": key, "us": us, "pct": 100 * us / s.length_us if s.length_us else 0.0}
+        shares = [{"step": s.step, "by": by, "key": key, "us": us,
+                   "pct": 100 * us / s.length_us if s.length_us else 0.0}
                   for s in self.report.steps for by, values in (("device", s.by_device), ("class", s.by_class))
                   for key, us in values.items()]
         links = [{"step": s.step, "name": link.name, "device": link.device, "class": link.event_class,
