@@ -66,7 +66,7 @@ CASES = [
     ("memory", [FIXTURES / "kineto-h200-gpu-checks.json.gz"], [], lambda run: run.memory(),
      lambda r: r.report.devices[0].peak.allocated,
      lambda d: d["devices"][0]["peak"]["allocated"],
-     lambda f: f["devices"]["peak.allocated"][0]),
+     lambda f: f["devices"]["peak_allocated_bytes"][0]),
     ("roofline", [FIXTURES / "kineto-h100-bert-small-shapes.json.gz"], [], lambda run: run.roofline(),
      lambda r: r.reports[0][1].steps[0].tflops_per_s,
      lambda d: d["ranks"][0]["steps"][0]["tflops_per_s"],

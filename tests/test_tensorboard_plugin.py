@@ -102,7 +102,8 @@ def _assert_tab_shows(chromium, base: str, planted: dict) -> None:
     text = chromium.text(f"{base}/#rnnprof", until=saving)
     assert "PF001" in text and saving in text, text[-3000:]
     sentence = next(line for line in text.splitlines() if "PF001" in line)
-    assert "rank1" in sentence and saving in sentence, sentence  # the rank and its saving, in one finding
+    # one finding: what audit found (its title names the rank) and what fixing it saves
+    assert sentence.startswith(f"error PF001 {planted['title']}.") and f"save {saving} a step" in sentence, sentence
     for part in ("Time per step", "Memory", "Critical path", "share of the path"):
         assert part in text, part
     outside = [u for u in chromium.requests if not u.startswith((base, "data:", "about:", "blob:"))]

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rnnprof.analyzers.memory import MemoryReport
+from rnnprof.analyzers.memory import CATEGORIES, DeviceMemory, MemoryReport
 from rnnprof.reports import charts
 from rnnprof.reports.html import Page
 from rnnprof.reports.memory import memory_chart, to_document
-from rnnprof.reports.results.base import Result, flat
+from rnnprof.reports.results.base import Result
 from rnnprof.reports.units import fmt_mb
 
 
@@ -27,17 +26,17 @@ class MemoryResult(Result):
         return {**to_document(self.report), "left_out": self.left_out}
 
     def tables(self) -> dict[str, list[dict]]:
-        """``devices`` (each device's peak, ``peak.allocated`` in bytes, and growth), ``timeline`` (each device's
-        allocated bytes over time, as the chart draws them) and ``imbalances``."""
-        devices = []
-        timeline = []
-        for d in self.report.devices:
-            row = flat({k: v for k, v in dataclasses.asdict(d).items() if not isinstance(v, (list, tuple))})
-            devices.append(row)
-            timeline += [{"device": d.device, **flat(dataclasses.asdict(p) if dataclasses.is_dataclass(p) else p)}
-                         for p in d.timeline]
-        return {"devices": devices, "timeline": timeline,
-                "imbalances": [flat(dataclasses.asdict(i)) for i in self.report.imbalances]}
+        """``devices`` (each device's peak and growth, in bytes), ``timeline`` (each device's allocated bytes over
+        time by category, as the chart stacks them) and ``imbalances``."""
+        devices = [_device_row(d) for d in self.report.devices]
+        timeline = [{"device": d.device, "ts_us": p.ts_us, "allocated_bytes": sum(p.bytes),
+                     **{f"{c}_bytes": n for c, n in zip(CATEGORIES, p.bytes)}} for d in self.report.devices
+                    for p in d.timeline]
+        imbalances = [{"device": i.device, "peak_bytes": i.peak, "others_median_bytes": i.others_median,
+                       "excess_bytes": i.excess, "threshold_bytes": i.threshold,
+                       "allocates_more_bytes": i.allocates_more, "from_step": i.from_step}
+                      for i in self.report.imbalances]
+        return {"devices": devices, "timeline": timeline, "imbalances": imbalances}
 
     def html(self, page: Page) -> None:
         memory_section(page, self.report)
@@ -52,6 +51,20 @@ def memory_section(page: Page, report: MemoryReport) -> None:
                  "-" if d.growth.reason else fmt_mb(d.growth.per_step)] for d in report.devices],
                numeric={1, 2, 3, 4, 6}, caption="MB = 10^6 bytes")
     page.chart("memory", charts.spec(memory_chart(report)))
+
+
+def _device_row(d: DeviceMemory) -> dict:
+    """A device's figures, each byte count named ``_bytes``."""
+    peak, growth = d.peak, d.growth
+    return {"device": d.device, "worker": d.worker, "records": d.records, "baseline_bytes": d.baseline,
+            "peak_allocated_bytes": peak.allocated, "peak_reserved_bytes": peak.reserved,
+            "peak_unused_bytes": peak.fragmentation, "peak_ts_us": peak.ts_us, "peak_step": peak.step,
+            "peak_operator": peak.operator, "max_reserved_bytes": d.peak_reserved,
+            "growth_per_step_bytes": None if growth.reason else growth.per_step,
+            "growth_jitter_bytes": None if growth.reason else growth.jitter, "leak": growth.leak,
+            "growth_reason": growth.reason, "window_start_bytes": d.window_start,
+            "allocator_max_bytes": d.allocator_max, "missing_frees": d.missing_frees,
+            "missing_step_bytes": d.missing_step_bytes}
 
 
 def _mb(value: int | None) -> str:
