@@ -37,3 +37,13 @@ def is_loop_error(exc: BaseException) -> bool:
 def broken_links(paths) -> list[Path]:
     """The entries of ``paths`` that are symlinks leading to no file (loops and dangling links)."""
     return [Path(p) for p in paths if os.path.islink(p) and broken(p) is not None]
+
+
+def shown(path: str | os.PathLike) -> str:
+    """``path`` as a page shows it: relative to the folder the command runs in when it lies under it (a page
+    carries no machine's absolute paths), else as given."""
+    try:
+        relative = Path(os.path.abspath(path)).relative_to(Path.cwd())
+    except (ValueError, OSError):
+        return str(path)
+    return relative.as_posix() if relative.parts else "."

@@ -170,3 +170,60 @@ def open_page(path: Path, wait_s: float = 90) -> PageVisit:
         elif method == "Network.requestWillBeSent":
             visit.requests.append(params["request"]["url"])
     return visit
+
+
+# The text of the page and of every frame and shadow root in it (same origin), as one string.
+_ALL_TEXT = """
+(function(){
+  var parts = [];
+  function walk(root){
+    if (!root) return;
+    if (root.body) parts.push(root.body.innerText);
+    root.querySelectorAll('*').forEach(function(el){
+      if (el.shadowRoot) { parts.push(el.shadowRoot.textContent); walk(el.shadowRoot); }
+      if (el.tagName === 'IFRAME') { try { walk(el.contentDocument); } catch (e) {} }
+    });
+  }
+  walk(document);
+  return parts.join('\\n');
+})()
+"""
+
+
+@dataclass
+class Browser:
+    """One headless Chromium for a test module: ``text(url, until)`` loads ``url`` and returns the text of the page
+    and its frames once it holds ``until``; ``requests`` lists every URL that load asked for."""
+
+    pipe: _Pipe
+    profile: tempfile.TemporaryDirectory
+    requests: list[str] = field(default_factory=list)
+
+    def text(self, url: str, until: str, wait_s: float = 120) -> str:
+        target = self.pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.pipe.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Network"):
+            self.pipe.send(f"{domain}.enable", session=session)
+        self.pipe.send("Page.navigate", {"url": url}, session=session)
+        deadline, text = time.time() + wait_s, ""
+        while time.time() < deadline:
+            text = self.pipe.send("Runtime.evaluate", {"expression": _ALL_TEXT, "returnByValue": True},
+                                  session=session)["result"].get("value", "") or ""
+            if until in text:
+                break
+            time.sleep(0.5)
+        self.pipe.send("Target.closeTarget", {"targetId": target})
+        self.requests = [e["params"]["request"]["url"] for e in self.pipe.events
+                         if e.get("method") == "Network.requestWillBeSent"]
+        self.pipe.events.clear()
+        return text
+
+    def close(self) -> None:
+        self.pipe.close()
+        self.profile.cleanup()
+
+
+def browser() -> Browser:
+    """A started headless Chromium (skips where none is installed); ``close()`` it."""
+    profile = tempfile.TemporaryDirectory()
+    return Browser(_Pipe(chromium(), profile.name), profile)

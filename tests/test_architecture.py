@@ -45,7 +45,7 @@ def test_the_table_parses_into_parts_and_their_imports():
     assert rules["analyzers"] == {"events"}
     assert rules["models"] == {"errors", "limits"}
     assert rules["files"] == rules["limits"] == rules["frameworks"] == {"errors"}
-    assert rules["rnnprof"] == {"version", "recording"}
+    assert rules["rnnprof"] == {"version", "recording", "api"}
 
 
 def test_the_page_names_the_top_levels_leaves():

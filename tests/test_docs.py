@@ -290,3 +290,23 @@ def test_the_readme_shows_comms_output_as_the_comm_page_does():
     for line in (line.rstrip() for line in shown.splitlines() if line.strip()):
         assert line in lines[at:], line
         at = lines.index(line, at) + 1
+
+
+def test_the_walkthrough_notebook_runs_as_the_site_is_built(site):
+    """The site executes the notebook (conf.py: an error in a cell fails the build) and shows what it found."""
+    page = _text(site / "notebooks" / "walkthrough.html")
+    assert "rank1 arrives last at collectives" in page  # the planted straggler, as the audit names it
+    assert "Fixing it would save" in page and "PF001 error rank1" in page.replace("&#x27;", "'")
+    assert "('PF001', 'rank1'," in page.replace("&#x27;", "'")  # the --json figures, read in a cell
+    assert "Traceback" not in page
+
+
+def test_the_api_reference_is_generated_from_the_docstrings(site):
+    import rnnprof.api
+
+    import html
+
+    page = html.unescape(_text(site / "api.html")).replace("\u2019", "'").replace("\u201c", '"').replace("\u201d", '"')
+    for name in ("comm", "count_ops", "critical_path", "whatif", "memory", "roofline", "audit", "hang", "diff"):
+        first = " ".join(getattr(rnnprof.api.Run, name).__doc__.replace("``", "").split())[:60]
+        assert f"rnnprof.api.Run.{name}" in (site / "api.html").read_text() and first in page, name

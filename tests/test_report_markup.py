@@ -133,7 +133,7 @@ def test_view_prints_the_address_verbatim(tmp_path, monkeypatch):
     monkeypatch.setattr(view, "tensorboard_command",
                         lambda logdir, host, port: [sys.executable, "-c", f"print('serving at {address}/')"])
     text = printed(["view", str(tmp_path)])
-    assert f"TensorBoard profile viewer: {address}/#profile" in text
+    assert f"TensorBoard: rnnprof's findings {address}/#rnnprof, profile viewer {address}/#profile" in text
 
 
 def test_json_output_is_the_document_as_json_dumps_writes_it():

@@ -226,21 +226,37 @@ def test_findings_come_first_before_any_chart_in_the_audits_order(tmp_path, caps
     assert re.search(r"<h2>(.*?)</h2>", body).group(1) == "Findings"
     assert body.index("<h2>Findings</h2>") < body.index('<div class="chart"')
     section = _section(page, "Findings")
-    (table,) = _tables(section)
-    assert table[0][:7] == ["severity", "rule", "finding", "where", "saving ms/step", "saving %", "basis"]
-    assert [r[:7] for r in table[1:]] == [  # 12.3456 ms of a 96.5 ms median step: 12.79%
-        ["error", "PF007", "rank1 arrives last at <every> collective", "rank rank1, device gpu:1", "12.346", "12.8",
-         "other ranks' wait per step"],
-        ["info", "PF002", "many short kernels", "op aten::add", "-", "-", "not estimated"]]
-    assert [r[7] for r in table[1:]] == ["0.90", "0.40"]
-    assert "arrived_last: 8" in table[1][8]
+    text = html.unescape(re.sub(r"<[^>]+>", " ", section))
+    blocks = re.findall(r'<div class="finding" data-rule="(\w+)">(.*?)</details></div>', section, re.S)
+    assert [rule for rule, _ in blocks] == ["PF007", "PF002"]  # in the audit's order
+    first, second = (" ".join(html.unescape(re.sub(r"<[^>]+>", " ", b)).split()) for _, b in blocks)
+    # a sentence: what, where it names, what fixing it saves (12.3456 ms of a 96.5 ms median step: 12.79%), and why
+    assert first.startswith("error PF007 rank1 arrives last at <every> collective. (confidence 0.90) Fixing it would "
+                            "save 12.346 ms a step (12.8% of the 96.500 ms median step): other ranks' wait per step.")
+    assert "confidence" not in second and second.startswith("info PF002 many short kernels. No saving is estimated.")
+    # the evidence: a labelled table with units, folded until opened
+    evidence = re.search(r"<details><summary>(.*?)</summary>.*?<table class=\"evidence\">(.*?)</table>", blocks[0][1],
+                         re.S)
+    assert html.unescape(evidence.group(1)) == "evidence (rank rank1, device gpu:1): 2 figures"
+    (table,) = _tables(f"<table>{evidence.group(2)}</table>")
+    assert table == [["evidence", "value", "unit"], ["arrived last", "8", ""], ["of", "10", ""]]
     assert "<every>" not in page  # escaped
-    text = html.unescape(section)
     assert "96.500 ms (median) ± 1.250 ms" in text and "over 5 step(s)" in text
-    assert "note: two of 128 ranks given" in text and "note: rules checked: PF007, PF002" in text
-    assert "note: PF004 not checked: no synchronizing call in the trace" in text
-    assert 'left out of the audit: {"negative duration": 0' in text  # the loaders' counts, as audit --json has them
+    assert "note: two of 128 ranks given" in text and "Rules checked: PF007, PF002." in text
+    # the rules not checked: one line that opens on why
+    folded = re.search(r'<details class="not-checked sub"><summary>(.*?)</summary>(.*?)</details>', section, re.S)
+    assert folded.group(1) == "1 rule(s) not checked: PF004"
+    assert "PF004</code>: no synchronizing call in the trace" in folded.group(2)
     assert "Findings (" not in "".join(re.findall(r'id="left-out">(.*?)</p>', page))
+
+
+def test_evidence_is_labelled_with_its_units():
+    from rnnprof.reports.findings_html import evidence_rows
+
+    assert evidence_rows({"exposed_ms_per_step": 4.8984, "lateness_ms": {"3": 23.1, "4": 33.0}, "steps": 6,
+                          "busy_us": 1500.5, "share_pct": 12.0, "cause": "host gap"}) == [
+        ("exposed", "4.898", "ms/step"), ("lateness", "3: 23.1; 4: 33", "ms"), ("steps", "6", ""),
+        ("busy", "1,500.5", "µs"), ("share", "12", "%"), ("cause", "host gap", "")]
 
 
 def test_an_audit_with_no_finding_says_so(tmp_path, capsys, monkeypatch):
@@ -249,7 +265,7 @@ def test_an_audit_with_no_finding_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(report_command, "_findings", lambda report: (
         AuditResult((), (), ("PF001",), StepNoise((1, 2, 3), (1000.0, 1000.0, 1000.0))), ""))
     page = _page([ONE_GPU], tmp_path / "n.html", capsys)
-    assert "<p>No finding.</p>" in _section(page, "Findings")
+    assert "<p>No finding: the rules that could run found nothing to fix.</p>" in _section(page, "Findings")
 
 
 def test_cpu_ranks_say_why_they_have_no_idle_time_by_cause(tmp_path, capsys):
@@ -261,3 +277,14 @@ def test_cpu_ranks_say_why_they_have_no_idle_time_by_cause(tmp_path, capsys):
     (left,) = re.findall(r'id="left-out">Left out: (.*?)</p>', page)
     assert "Idle time by cause (ranks without a GPU, measured by their host operators" in html.unescape(left)
     assert "<h3>Idle time by cause</h3>" not in page
+
+
+def test_the_input_line_gives_paths_relative_to_where_the_command_ran(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(DATA.parent)
+    page = _page([path.resolve() for path in RANKS], tmp_path / "r.html", capsys)  # given as absolute paths
+    line = re.search(r"<p class='sub'>input: (.*?)</p>", page).group(1)
+    assert line.startswith("data/kineto-sampled-rank0.json.gz, data/kineto-sampled-rank1.json.gz (kineto")
+    assert str(DATA.parent) not in page
+    monkeypatch.chdir(tmp_path)  # inputs outside the folder the command runs in: as given
+    page = _page(RANKS, tmp_path / "s.html", capsys)
+    assert f"input: {RANKS[0]}, {RANKS[1]} (kineto" in page

@@ -144,7 +144,7 @@ def test_view_rejects_a_missing_dir_and_a_dir_without_profile(tmp_path, capsys):
     assert "nope: does not exist" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     assert main(["view", str(tmp_path / "empty")]) == 2
-    assert "no TensorBoard profile" in capsys.readouterr().err
+    assert "no run directory (manifest.json) and no TensorBoard profile" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from rnnprof.analyzers.replay import Replayer
 from rnnprof.analyzers.replay.audit_savings import replayed_savings
 from rnnprof.inputs.dependencies import read_dependencies
 from rnnprof.reports.audit import render_text
-from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.reports.results.audit import AuditFindings
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces.rank_folder import folder_notes
 
@@ -32,6 +32,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    result = analyze(args)
+    result.render(console, args.json, lambda: render_text(result.audit, list(args.paths), console))
+    fail_on_flag.raise_if_failing(result.audit, args.fail_on, lambda f: f.rule)
+    return 0
+
+
+def analyze(args: argparse.Namespace) -> AuditFindings:
+    """The audit of ``args.paths`` (savings replayed where the input has events), with its notes: what the command
+    renders and ``rnnprof.open(...).audit()`` gives."""
     job = job_flags.rank_job(args.paths)
     paths = [str(f.path) for f in job.files] if job is not None else list(args.paths)
     notes = [*run_notes(args.paths), *folder_notes(job)]
@@ -40,10 +49,4 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if given.events is not None and len(given.events):
         result = replayed_savings(result, Replayer(given.events, read_dependencies(paths)))
     notes += left_out_notes.notes(args, given.events)
-    render_notes(notes)
-    if args.json:
-        render_json(result.as_dict(left_out_notes.counts(given.events)), console, notes)
-    else:
-        render_text(result, list(args.paths), console)
-    fail_on_flag.raise_if_failing(result, args.fail_on, lambda f: f.rule)
-    return 0
+    return AuditFindings(tuple(notes), result, left_out_notes.counts(given.events))

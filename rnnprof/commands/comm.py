@@ -14,8 +14,8 @@ from rnnprof.errors import InputError, UsageError
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.tasks import analyze_tasks
 from rnnprof.reports.charts import check_plot_path, comm_chart, save_chart
-from rnnprof.reports.comm import json_document, render_table, render_tasks
-from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.reports.comm import render_table, render_tasks
+from rnnprof.reports.results.comm import CommResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces import load_aligned, load_events
 from rnnprof.job.comm import job_comm
@@ -47,16 +47,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
+    result = analyze(args)
+    result.render(console, args.json, lambda: _tables(result, args, console))
+    if plot is not None:
+        save_chart(comm_chart(result.report, per_step=args.per_step), plot)
+    return 0
+
+
+def _tables(result: CommResult, args: argparse.Namespace, console: Console) -> None:
+    render_table(result.report, per_step=args.per_step, console=console)
+    render_tasks(result.tasks, console)
+
+
+def analyze(args: argparse.Namespace) -> CommResult:
+    """comm's result for ``args`` (its input's notes, the analysis, what the loaders left out): what the command
+    renders and ``rnnprof.open(...).comm()`` gives."""
     check_comm_patterns(args.comm_pattern)
     notes = run_notes(args.paths)
     analysis = _analyze(args)
     _require_devices(analysis.report, args.paths)
     notes = [*notes, *analysis.notes, *left_out_notes.notes(args, analysis.left_out)]
-    render_notes(notes)
-    _render(args, analysis, console, notes)
-    if plot is not None:
-        save_chart(comm_chart(analysis.report, per_step=args.per_step), plot)
-    return 0
+    return CommResult(tuple(notes), analysis.report, analysis.tasks, left_out_notes.counts(analysis.left_out),
+                      per_step=args.per_step)
 
 
 class _Analysis(NamedTuple):
@@ -101,14 +113,3 @@ def _require_devices(report, paths: list[str]) -> None:
                else "no device activity (no kernels, memcpys or ops on a device)")
     raise InputError(", ".join(paths), problem,
                      "a trace of GPU streams or TF device ops, e.g. an rnnprof run directory")
-
-
-def _render(args: argparse.Namespace, analysis: _Analysis, console: Console, notes: list[str]) -> None:
-    """The tables, or with ``--json`` one JSON document (``notes``: those said about the input)."""
-
-    if args.json:
-        counts = left_out_notes.counts(analysis.left_out)
-        render_json(json_document(analysis.report, analysis.tasks, counts, per_step=args.per_step), console, notes)
-    else:
-        render_table(analysis.report, per_step=args.per_step, console=console)
-        render_tasks(analysis.tasks, console)

@@ -13,7 +13,7 @@ from rnnprof.analyzers.opcount import compare, count_ops, with_kernels
 from rnnprof.inputs.read import MERGED_TRACES, read_inputs
 from rnnprof.reports import opcount as report
 from rnnprof.reports.charts import check_plot_path, opcount_chart, save_chart
-from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.reports.results.count_ops import CountOpsResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.job.count_ops import job_kernels
 
@@ -68,6 +68,17 @@ def analyze_input(paths: list[str], args: argparse.Namespace | None = None, note
 
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
+    result = analyze(args)
+    result.render(console, args.json, lambda: report.render_comparison(result.comparison, by=args.by, console=console)
+                  if result.comparison is not None else report.render_table(result.report, by=args.by, console=console))
+    if plot is not None:
+        save_chart(opcount_chart(result.report), plot)
+    return 0
+
+
+def analyze(args: argparse.Namespace) -> CountOpsResult:
+    """count-ops' result for ``args`` (with ``--vs``, the comparison too): what the command renders and
+    ``rnnprof.open(...).count_ops()`` gives."""
     notes = run_notes([*args.paths, *([args.vs] if args.vs else [])])
     if job_flags.rank_job(args.paths) is None and (not args.vs or job_flags.rank_job([args.vs]) is None):
         job_flags.refuse_job_options(args)
@@ -75,17 +86,4 @@ def run(args: argparse.Namespace, console: Console) -> int:
     result = analyze_input(args.paths, args, notes, dropped)
     comparison = compare(result, analyze_input([args.vs], args, notes, dropped)) if args.vs else None
     notes += left_out_notes.notes(args, *dropped)
-    render_notes(notes)
-    if comparison is not None:
-        if args.json:
-            render_json({**report.comparison_document(comparison), "left_out": left_out_notes.counts(*dropped)}, console,
-                        notes)
-        else:
-            report.render_comparison(comparison, by=args.by, console=console)
-    elif args.json:
-        render_json({**report.to_document(result), "left_out": left_out_notes.counts(*dropped)}, console, notes)
-    else:
-        report.render_table(result, by=args.by, console=console)
-    if plot is not None:
-        save_chart(opcount_chart(result), plot)
-    return 0
+    return CountOpsResult(tuple(notes), result, left_out_notes.counts(*dropped), comparison)

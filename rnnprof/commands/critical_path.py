@@ -13,8 +13,8 @@ from rnnprof.commands.flags import INPUT, check_comm_patterns
 from rnnprof.errors import InputError, UsageError
 from rnnprof.analyzers.critical_path import analyze_critical_path
 from rnnprof.inputs.dependencies import read_dependencies
-from rnnprof.reports.critical_path import overlay_trace, render_table, to_document
-from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.reports.critical_path import overlay_trace, render_table
+from rnnprof.reports.results.critical_path import CriticalPathResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.rundir.writer import atomic_write_json
 from rnnprof.traces import load_events
@@ -84,6 +84,16 @@ def _analyze(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    result = analyze(args)
+    if result.overlay is not None:
+        atomic_write_json(Path(result.overlay), overlay_trace(result.report))
+    result.render(console, args.json, lambda: render_table(result.report, console, result.overlay, links=args.links))
+    return 0
+
+
+def analyze(args: argparse.Namespace) -> CriticalPathResult:
+    """critical-path's result for ``args`` (the overlay's file named, not written): what the command renders and
+    ``rnnprof.open(...).critical_path()`` gives."""
     check_comm_patterns(args.comm_pattern)
     overlay = _overlay_path(args)
     notes = run_notes(args.paths)
@@ -92,12 +102,4 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if not report.steps:
         raise InputError(", ".join(args.paths), "has no event on a device in the chosen steps",
                          "a trace of device ops or kernels")
-    if overlay is not None:
-        atomic_write_json(overlay, overlay_trace(report))
-    render_notes(notes)
-    shown = str(overlay) if overlay is not None else None
-    if args.json:
-        render_json({**to_document(report, shown, lazy=True), "left_out": left_out}, console, notes)
-    else:
-        render_table(report, console, shown, links=args.links)
-    return 0
+    return CriticalPathResult(tuple(notes), report, left_out, str(overlay) if overlay is not None else None)

@@ -14,7 +14,7 @@ from rnnprof.analyzers.diff import IncompatibleSides, Side, diff
 from rnnprof.commands.roofline import for_report as roofline_of
 from rnnprof.inputs.read import read_inputs
 from rnnprof.reports import diff as report
-from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.reports.results.diff import DiffResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces.rank_folder import job_notes
 
@@ -68,6 +68,14 @@ def read_side(paths: list[str], args: argparse.Namespace | None = None):
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    result = analyze(args)
+    result.render(console, args.json,
+                  lambda: report.render_table(result.report, top=args.top, console=console, every=args.every))
+    return 0
+
+
+def analyze(args: argparse.Namespace) -> DiffResult:
+    """diff's result for ``args``: what the command renders and ``rnnprof.open(a).diff(b)`` gives."""
     paths_a, paths_b = sides_of(args)
     notes = run_notes([*paths_a, *paths_b])
     side_a, side_b = read_side(paths_a, args), read_side(paths_b, args)
@@ -78,11 +86,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
     except IncompatibleSides as exc:
         raise UsageError(f"{exc} (expected two inputs of one kind: two traces, two graphs or two run "
                          f"directories)") from None
-    render_notes(notes)
-    if args.json:
-        render_json({**report.to_document(result, args.top),
-                     "left_out": {"a": left_out_notes.counts(side_a.events), "b": left_out_notes.counts(side_b.events)}},
-                    console, notes)
-    else:
-        report.render_table(result, top=args.top, console=console, every=args.every)
-    return 0
+    left_out = {"a": left_out_notes.counts(side_a.events), "b": left_out_notes.counts(side_b.events)}
+    return DiffResult(tuple(notes), result, left_out, args.top)

@@ -11,8 +11,8 @@ from rnnprof.analyzers.hang import (analyze_cluster_hang, analyze_hang, analyze_
                                     analyze_remote_cluster_hang)
 from rnnprof.commands.flags import INPUT
 from rnnprof.inputs.hang import read_hang_inputs
-from rnnprof.reports.hang import hang_document, render_hang
-from rnnprof.reports.layout import render_json, render_notes
+from rnnprof.reports.hang import render_hang
+from rnnprof.reports.results.hang import HangResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,6 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    result = analyze(args)
+    result.render(console, args.json, lambda: render_hang(result.verdict, console))
+    return 0
+
+
+def analyze(args: argparse.Namespace) -> HangResult:
+    """hang's verdict on ``args.paths``: what the command renders and ``rnnprof.open(...).hang()`` gives."""
     given = read_hang_inputs(args.paths)
     if given.process:  # one TensorFlow process: where its main thread is stuck
         verdict = analyze_process_hang(given.stacks.get(0))
@@ -34,9 +41,4 @@ def run(args: argparse.Namespace, console: Console) -> int:
         verdict = analyze_cluster_hang(given.task_names, given.stacks, given.chief)
     else:
         verdict = analyze_hang(given.recorders, given.stacks, given.world_size)
-    render_notes(given.notes)
-    if args.json:
-        render_json(hang_document(verdict), console, given.notes)
-    else:
-        render_hang(verdict, console)
-    return 0
+    return HangResult(tuple(given.notes), verdict)

@@ -12,8 +12,8 @@ from rnnprof.commands import left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT
 from rnnprof.errors import InputError, UsageError
 from rnnprof.reports.charts import check_plot_path, save_chart
-from rnnprof.reports.layout import render_json, render_notes
-from rnnprof.reports.memory import memory_chart, render_memory, to_document
+from rnnprof.reports.memory import memory_chart, render_memory
+from rnnprof.reports.results.memory import MemoryResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces.rank_folder import job_notes
 from rnnprof.traces import load_events
@@ -35,6 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
+    result = analyze(args)
+    result.render(console, args.json, lambda: render_memory(result.report, console))
+    if plot is not None:
+        save_chart(memory_chart(result.report), plot)
+    return 0
+
+
+def analyze(args: argparse.Namespace) -> MemoryResult:
+    """memory's result for ``args``: what the command renders and ``rnnprof.open(...).memory()`` gives."""
     notes = run_notes(args.paths)
     table = load_events(args.paths[0]) if len(args.paths) == 1 else load_events(args.paths)
     if not has_memory(table):
@@ -46,11 +55,4 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if not report.devices:
         raise UsageError(f"{report.steps} selects no step with allocator records ([memory] events)")
     notes = [*notes, *job_notes(table), *left_out_notes.notes(args, table)]
-    render_notes(notes)
-    if args.json:
-        render_json({**to_document(report), "left_out": left_out_notes.counts(table)}, console, notes)
-    else:
-        render_memory(report, console)
-    if plot is not None:
-        save_chart(memory_chart(report), plot)
-    return 0
+    return MemoryResult(tuple(notes), report, left_out_notes.counts(table))

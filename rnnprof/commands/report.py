@@ -13,6 +13,7 @@ from rnnprof import limits
 from rnnprof.commands import audit_inputs, left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT
 from rnnprof.errors import UsageError
+from rnnprof.paths import shown
 from rnnprof.analyzers.audit import AuditResult
 from rnnprof.analyzers.run_report import analyze_run
 from rnnprof.commands.roofline import for_report as roofline_for_report
@@ -90,7 +91,7 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
     if chosen.active:
         notes = [*notes, f"steps selected by {chosen.describe()}: {', '.join(map(str, events.steps())) or 'none'}"]
     roofline, roofline_reason = roofline_for_report(paths, inputs.events, events, args, notes)
-    report = analyze_run(inputs.label, events, inputs.events_reason,
+    report = analyze_run(", ".join(map(shown, paths)), events, inputs.events_reason,
                          user_graph=graphs.user if graphs else None, runtime_graph=graphs.runtime if graphs else None,
                          user_reason=inputs.user_graph_reason, runtime_reason=inputs.runtime_graph_reason,
                          audit_input=audit, audit_reason=audit_reason, manifest=inputs.manifest,

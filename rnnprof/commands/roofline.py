@@ -13,8 +13,8 @@ from rnnprof.analyzers.peaks import lookup, override
 from rnnprof.analyzers.roofline import analyze_roofline
 from rnnprof.inputs.roofline_inputs import NotAvailable, load_source, sources, without_shapes
 from rnnprof.reports.charts import check_plot_path, roofline_chart, save_chart
-from rnnprof.reports.layout import render_json, render_notes
-from rnnprof.reports.roofline import not_available, render, to_document
+from rnnprof.reports.roofline import not_available, render
+from rnnprof.reports.results.roofline import RooflineResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces.rank_folder import folder_notes, job_of
 from rnnprof.training.cpu_peaks import measure_cpu_peaks, this_host
@@ -100,11 +100,23 @@ def for_report(paths: list[str], table, selected, args, notes: list[str], with_p
 
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
+    result = analyze(args)
+    if not result.available:
+        not_available(result.reason, args.json, console)
+        return 0
+    result.render(console, args.json, lambda: render(list(result.reports), console, top=args.top))
+    if plot is not None:
+        save_chart(roofline_chart(list(result.reports)), plot)
+    return 0
+
+
+def analyze(args: argparse.Namespace) -> RooflineResult:
+    """roofline's result for ``args`` (where the input records no shapes, one saying why): what the command
+    renders and ``rnnprof.open(...).roofline()`` gives."""
     try:
         found = sources(args.paths)
     except NotAvailable as exc:
-        not_available(exc.reason, args.json, console)
-        return 0
+        return RooflineResult((), reason=exc.reason)
     reports, notes, tables = [], [*run_notes(args.paths), *folder_notes(job_of(args.paths))], []
     for source in found:
         loaded = load_source(source)
@@ -122,16 +134,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise InputError(", ".join(args.paths), "no GPU activity and no operator with a FLOPs model",
                          "a PyTorch profiler trace (GPU, or CPU with shapes) or a TensorFlow run directory")
     notes += left_out_notes.notes(args, *tables)
-    render_notes(notes)
-    if args.json:
-        document = to_document(reports)
-        document["left_out"] = left_out_notes.counts(*tables)
-        render_json(document, console, notes)
-    else:
-        render(reports, console, top=args.top)
-    if plot is not None:
-        save_chart(roofline_chart(reports), plot)
-    return 0
+    return RooflineResult(tuple(notes), tuple(reports), left_out_notes.counts(*tables))
 
 
 __all__ = ["add_arguments", "run", "UsageError"]

@@ -1,4 +1,5 @@
-"""rnnprof view: open run directories in TensorBoard's profile plugin."""
+"""rnnprof view: open run directories in TensorBoard: rnnprof's tab (each run's findings, time per step, memory and
+critical path) and, for a TensorFlow run, the profile plugin."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from rnnprof.training import child_processes
 from rnnprof.commands.flags import INPUT
 from rnnprof.paths import broken
 from rnnprof.errors import InputError, UsageError
-from rnnprof.rundir.manifest import read_manifest
 
 
 
@@ -26,6 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=6006, help="port to serve on (default 6006; 0 picks a free one)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 shares the run)")
+
+
+def rnnprof_runs(path: Path) -> list[Path]:
+    """Run directories under ``path`` (itself included), as rnnprof's tab lists them."""
+    return sorted({p.parent for p in path.glob("**/" + rundir.MANIFEST) if rundir.is_run_dir(p.parent)})
 
 
 def profile_runs(path: Path) -> list[Path]:
@@ -44,9 +49,9 @@ def run(args: argparse.Namespace, console) -> int:
         raise InputError(logdir, broken(logdir) or "is not a directory", "a run directory from `rnnprof trace` or a folder of them")
     if not 0 <= args.port < 65536:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
-    if not profile_runs(logdir):
-        _refuse_torch_run(logdir)
-        raise InputError(logdir, "holds no TensorBoard profile (plugins/profile/*/*.xplane.pb)",
+    if not profile_runs(logdir) and not rnnprof_runs(logdir):
+        raise InputError(logdir, "holds no run directory (manifest.json) and no TensorBoard profile "
+                                 "(plugins/profile/*/*.xplane.pb)",
                          "a run directory from `rnnprof trace` or a folder of them")
     check_port(args.host, args.port)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
@@ -57,21 +62,12 @@ def run(args: argparse.Namespace, console) -> int:
         try:
             process = child_processes.start(tensorboard_command(logdir, args.host, args.port),
                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-            return follow_tensorboard(process, console)
+            return follow_tensorboard(process, console, profile=bool(profile_runs(logdir)))
         except KeyboardInterrupt:
             return 0
         finally:
             if process is not None:
                 child_processes.stop(process)
-
-
-def _refuse_torch_run(path: Path) -> None:
-    """A PyTorch run holds Kineto traces, which TensorBoard's profile plugin does not read: say what opens them."""
-
-    if rundir.is_run_dir(path) and read_manifest(path).is_torch:
-        raise InputError(path, f"is a PyTorch run: TensorBoard cannot read its Kineto traces; open "
-                               f"{rundir.TORCH_TRACES_DIR}/rank<r>.json.gz in Perfetto (ui.perfetto.dev)",
-                         "a TensorFlow run directory")
 
 
 PORT_ADVICE = "choose another --port, or --port 0 for a free one"
@@ -97,14 +93,16 @@ def check_port(host: str, port: int) -> None:
                 raise UsageError(f"port {port} on {host} is in use ({PORT_ADVICE})") from None
 
 
-def follow_tensorboard(process: subprocess.Popen, console) -> int:
-    """Print TensorBoard's URL once it serves, then follow its output until it exits."""
+def follow_tensorboard(process: subprocess.Popen, console, profile: bool = True) -> int:
+    """Print the URL of rnnprof's tab once TensorBoard serves (and the profile viewer's, with ``profile``), then
+    follow its output until it exits."""
     url, failure = None, None
     for line in process.stdout:
         if url is None and "http://" in line:
             url = line[line.index("http://"):].split()[0].rstrip("/")
-            console.print(Text.assemble("TensorBoard profile viewer: ", (f"{url}/#profile", "bold"),
-                                        "  (Ctrl-C to stop)"))
+            console.print(Text.assemble("TensorBoard: rnnprof's findings ", (f"{url}/#rnnprof", "bold"),
+                                        *((", profile viewer ", (f"{url}/#profile", "bold")) if profile else ()),
+                                        "  (Ctrl-C to stop)"), soft_wrap=True)  # addresses never broken
         elif url is None and line.startswith("ERROR:"):  # TensorBoard's own message, e.g. a port in use
             failure = line[len("ERROR:"):].strip()
     if url is None:

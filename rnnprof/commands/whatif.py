@@ -18,8 +18,8 @@ from rnnprof.commands import job_flags, left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT, check_comm_patterns
 from rnnprof.errors import InputError, UsageError
 from rnnprof.inputs.dependencies import read_dependencies
-from rnnprof.reports.layout import render_json, render_notes
-from rnnprof.reports.whatif import render_table, to_document
+from rnnprof.reports.whatif import render_table
+from rnnprof.reports.results.whatif import WhatIfResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.traces import load_events
 from rnnprof.traces.rank_folder import job_notes
@@ -146,6 +146,13 @@ def _requested(args: argparse.Namespace) -> RequestedChanges:
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
+    result = analyze(args)
+    result.render(console, args.json, lambda: render_table(result.report, console))
+    return 0
+
+
+def analyze(args: argparse.Namespace) -> WhatIfResult:
+    """whatif's result for ``args``: what the command renders and ``rnnprof.open(...).whatif(...)`` gives."""
     check_comm_patterns(args.comm_pattern)
     asked = _requested(args)
     notes = run_notes(args.paths)
@@ -162,12 +169,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     if not report.steps:
         raise InputError(", ".join(args.paths), "has no event on a device in the chosen steps",
                          "a trace of device ops or kernels")
-    render_notes(notes)
-    if args.json:
-        render_json({**to_document(report), "left_out": left_out}, console, notes)
-    else:
-        render_table(report, console)
-    return 0
+    return WhatIfResult(tuple(notes), report, left_out)
 
 
 def _one_table(args: argparse.Namespace, asked: RequestedChanges):

@@ -15,6 +15,7 @@ from pathlib import Path
 from rnnprof.events import EventTable
 from rnnprof.rundir.manifest import listed_torch_traces, read_manifest
 from rnnprof.traces import detect_format, load_events
+from rnnprof.traces.memo import remembered
 from rnnprof.traces.rank_folder import job_of
 from rnnprof.traces.shapes import OpShapes, load_shapes, recorded_without_shapes
 from rnnprof.traces.tf_shapes import load_tf_shapes
@@ -90,10 +91,10 @@ def load_source(source: RooflineSource, table: EventTable | None = None) -> Roof
         table = load_events(str(source.path))
     host = source.host
     if source.kind == "tf-run":
-        shapes = load_tf_shapes(source.path, table)
+        shapes = remembered("tf-shapes", source.path, lambda: load_tf_shapes(source.path, table))
         names = []
     else:
-        shapes = load_shapes(source.path, table)
+        shapes = remembered("shapes", source.path, lambda: load_shapes(source.path, table))
         names = [str(p.get("name", "")) for p in table.metadata.devices_properties]
         host = host or next(iter(table.metadata.hostnames), "")  # the Kineto trace's own host_name
     cpu_only = not any(d.kind == "gpu" for d in table.devices)

@@ -81,7 +81,7 @@ class Page:
 
     def __init__(self, title: str):
         self.title = title
-        self.parts: list[str] = []
+        self.parts: list = []  # markup, and charts (drawn as the page is rendered)
         self.charts = 0
         self.left_out: list[tuple[str, str]] = []  # (what, why): sections the input cannot provide
 
@@ -131,17 +131,50 @@ class Page:
 
     def chart(self, name: str, vega_lite: dict) -> None:
         self.charts += 1
-        spec_id = f"spec-{self.charts}"
-        data = json.dumps(vega_lite, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
-        self.add(f"<script type=\"application/json\" id=\"{spec_id}\">{data}</script>"
-                 f"<div class=\"chart\" data-chart=\"{esc(name)}\" data-spec=\"{spec_id}\"></div>")
+        self.parts.append(_Chart(name, vega_lite, f"spec-{self.charts}"))
 
     def render(self) -> str:
+        """The whole page: its charts drawn in the browser by the Vega libraries inlined once."""
         scripts = ""
         if self.charts:
             bundle = vega_bundle().replace("</script", "<\\/script")
             scripts = f"<script>{bundle}</script><script>{_EMBED}</script>"
+        body = "\n".join(p.script() if isinstance(p, _Chart) else p for p in self.parts)
         return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
                 f"<title>{esc(self.title)}</title><style>{_STYLE}</style></head><body>"
-                + "\n".join(self.parts) + scripts + "</body></html>\n")
+                + body + scripts + "</body></html>\n")
+
+    def fragment(self) -> str:
+        """The page's sections as one ``<div>`` with its style, for a notebook's output: no script, each chart
+        drawn here as SVG from the same Vega-Lite spec (vl-convert), so it shows wherever HTML does, offline."""
+        body = "\n".join(p.svg() if isinstance(p, _Chart) else p for p in self.parts)
+        return f"<div class=\"rnnprof\"><style>{_scoped_style()}</style>{body}</div>"
+
+
+class _Chart:
+    """A chart of a page: its Vega-Lite spec, drawn by the browser (``script``) or here (``svg``)."""
+
+    def __init__(self, name: str, vega_lite: dict, spec_id: str):
+        self.name, self.vega_lite, self.spec_id = name, vega_lite, spec_id
+
+    def script(self) -> str:
+        data = json.dumps(self.vega_lite, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+        return (f"<script type=\"application/json\" id=\"{self.spec_id}\">{data}</script>"
+                f"<div class=\"chart\" data-chart=\"{esc(self.name)}\" data-spec=\"{self.spec_id}\"></div>")
+
+    def svg(self) -> str:
+        import vl_convert
+
+        return f"<div class=\"chart\" data-chart=\"{esc(self.name)}\">{vl_convert.vegalite_to_svg(self.vega_lite)}</div>"
+
+
+def _scoped_style() -> str:
+    """The page's style for a fragment: each rule under ``.rnnprof``, ``body``'s on the fragment itself."""
+    rules = [r.strip() for r in _STYLE.replace("\n", "").split("}") if r.strip()]
+    scoped = []
+    for rule in rules:
+        selectors, _, body = rule.partition("{")
+        names = [".rnnprof" if s.strip() == "body" else f".rnnprof {s.strip()}" for s in selectors.split(",")]
+        scoped.append(f"{','.join(names)}{{{body}}}")
+    return "".join(scoped)

@@ -137,9 +137,7 @@ def render_json(document: dict, console: Console, input_notes: list[str] | None 
     held as one string."""
     chunk: list[str] = []
     size = 0
-    if input_notes is not None:
-        document = {**document, "input_notes": list(input_notes)}
-    for piece in json_text.pieces({"schema_version": SCHEMA_VERSION, **document}):
+    for piece in json_text.pieces(json_output(document, input_notes)):
         chunk.append(piece)
         size += len(piece)
         if size >= _CHUNK_CHARS:
@@ -149,6 +147,14 @@ def render_json(document: dict, console: Console, input_notes: list[str] | None 
 
 
 _CHUNK_CHARS = 1 << 20
+
+
+def json_output(document: dict, input_notes: list[str] | None = None) -> dict:
+    """``document`` as ``--json`` prints it: ``"schema_version"`` first and, given ``input_notes``, ``"input_notes"``
+    last."""
+    if input_notes is not None:
+        document = {**document, "input_notes": list(input_notes)}
+    return {"schema_version": SCHEMA_VERSION, **document}
 
 
 class _Verbatim:

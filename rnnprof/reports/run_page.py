@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 
-from rnnprof.analyzers.audit import AuditResult, Finding, Subject
+from rnnprof.analyzers.audit import AuditResult
 from rnnprof.analyzers.comm_result import CommReport
 from rnnprof.analyzers.run_report import RunReport
 from rnnprof.analyzers.scale import shared_cores_note
 from rnnprof.reports import charts
 from rnnprof.reports.comm import idle_caption, no_idle_causes
 from rnnprof.reports.critical_path import CHAIN_ROWS, DEFINITIONS
+from rnnprof.reports.findings_html import findings_section
 from rnnprof.reports.html import Page
 from rnnprof.reports.layout import outside_note, shown_links
 from rnnprof.reports.memory import memory_chart
@@ -40,7 +41,6 @@ def run_page(report: RunReport, name: str, notes: list[str], findings: AuditResu
     page.heading(f"rnnprof report: {name}", 1)
     page.paragraph(f"input: {report.label} ({report.source_format or 'graph'}, {report.events:,} trace events)", "sub")
     _findings(page, findings, findings_reason, left_out or {})
-    _top_fixes(page, report)
     _run(page, report, notes)
     _throughput(page, report)
     _time(page, report)
@@ -56,58 +56,12 @@ def run_page(report: RunReport, name: str, notes: list[str], findings: AuditResu
 
 
 def _findings(page: Page, result: AuditResult | None, reason: str, left_out: dict[str, int]) -> None:
-    """The audit's findings with the figures ``rnnprof audit --json`` gives, its step time, notes and what the
-    loaders left out."""
+    """The audit's findings, as ``rnnprof audit`` ranks them (``findings_html``)."""
     if result is None:
         page.leave_out("Findings", reason or "no audit of this input")
         return
     page.heading("Findings")
-    step, noise = result.noise.median_us, result.noise
-    if result.findings:
-        page.table(["severity", "rule", "finding", "where", "saving ms/step", "saving %", "basis", "confidence",
-                    "evidence"],
-                   [[f.severity.label, f.rule, f.title, _subject(f.subject), _saving_ms(f), _saving_pct(f, step),
-                     f.saving_basis, f"{round(float(f.confidence), 3):.2f}",
-                     _evidence({**f.evidence, "fix": f.fix} if f.fix else f.evidence)] for f in result.findings],
-                   numeric={4, 5, 7}, clip={8},
-                   caption="in the audit's order, most costly first; saving = the step time the fix would save "
-                           "(an estimate, on the basis named)")
-    else:
-        page.paragraph("No finding.")
-    page.paragraph(f"Step time {fmt_ms(noise.median_us)} ms (median) ± {fmt_ms(noise.mad_us)} ms (median "
-                   f"absolute deviation) over {len(noise.steps)} step(s): savings below the spread are within the "
-                   "noise.", "sub")
-    for note in [*result.notes, f"rules checked: {', '.join(result.checked) or 'none'}",
-                 *(f"{n.rule_id} not checked: {n.reason}" for n in result.not_checked)]:
-        page.paragraph(f"note: {note}", "note")
-    if left_out:
-        page.paragraph(f"left out of the audit: {_value(left_out)}", "note")
-
-
-def _top_fixes(page: Page, report: RunReport) -> None:
-    """The step predicted after the top findings' fixes, replayed together (``whatif --fix ...``)."""
-    top = report.top_fixes if report.findings is not None else None
-    if top is not None and top.step_us > 0:
-        page.paragraph(f"Predicted step after fixing {', '.join(top.findings)} together: "
-                       f"{fmt_ms(top.predicted_us)} ms, {fmt_ms(top.saving_us)} ms "
-                       f"({100 * top.saving_us / top.step_us:.1f}%) less than the measured "
-                       f"{fmt_ms(top.step_us)} ms (a replay: whatif "
-                       f"{' '.join('--fix ' + f for f in top.fixes)})")
-
-
-def _subject(subject: Subject) -> str:
-    named = (("rank", subject.rank), ("device", subject.device), ("op", subject.op))
-    return ", ".join(f"{k} {v}" for k, v in named if v not in (None, ""))
-
-
-def _saving_ms(finding: Finding) -> str:
-    return fmt_ms(finding.saving_us, missing="-")
-
-
-def _saving_pct(finding: Finding, step_us: float) -> str:
-    """The share of the step, to 0.1 of the figure to 0.01 that ``audit --json`` gives."""
-    pct = finding.saving_pct(step_us)
-    return "-" if pct is None else f"{round(pct, 2):.1f}"
+    findings_section(page, result, left_out)
 
 
 def _run(page: Page, report: RunReport, notes: list[str]) -> None:

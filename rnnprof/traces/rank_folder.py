@@ -27,6 +27,7 @@ from rnnprof import rundir
 from rnnprof.traces import kineto
 from rnnprof.traces.formats import PREFIX_BYTES
 from rnnprof.traces.jsonstream import read_prefix
+from rnnprof.traces.memo import remembered
 from rnnprof.traces.merge import merge_tables
 
 PATTERNS = ("*.json", "*.json.gz")
@@ -143,7 +144,7 @@ def job_notes(table: EventTable | None) -> list[str]:
 
 def load_rank(rank_file: RankFile) -> EventTable:
     """One rank's table; a file without ``distributedInfo`` gets its worker name from its rank."""
-    table = leave_out(kineto.load(rank_file.path))
+    table = remembered(f"rank{rank_file.rank}", rank_file.path, lambda: leave_out(kineto.load(rank_file.path)))
     worker = f"rank{rank_file.rank}"
     workers = {d.worker for d in table.devices}
     if workers == {""}:

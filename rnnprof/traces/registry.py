@@ -24,6 +24,7 @@ from rnnprof.traces import chrome_json, kineto, messages, rank_folder, rnnprof_r
 from rnnprof.traces.formats import Format, GraphDefs, Probe, first_match, probe
 from rnnprof.traces.graph_files import GRAPH_FILES
 from rnnprof.traces.left_out import leave_out
+from rnnprof.traces.memo import remembered
 from rnnprof.traces.messages import no_match_error
 
 REGISTRY: tuple[Format, ...] = (
@@ -67,7 +68,8 @@ class Source:
     def events(self) -> EventTable:
         if self.format.events is None:
             raise no_match_error(self.path, self.is_dir, "events")
-        return leave_out(self.format.events(self.path, self.parsed))
+        return remembered(f"events:{self.format.name}", self.path,
+                          lambda: leave_out(self.format.events(self.path, self.parsed)))
 
     def graph_defs(self) -> GraphDefs:
         if self.format.graphs is None:
