@@ -161,6 +161,61 @@ def collective_type(*texts: str) -> str:
     return UNKNOWN_COLLECTIVE
 
 
+# The collective a c10d call or a library's run is, when it carries out another: gloo runs a reduce-scatter as an
+# all-reduce on its worker thread (``gloo:all_reduce`` for ``c10d::_reduce_scatter_base_``). By the call's type,
+# the types of the runs that may carry it out (a type always carries out itself).
+CARRIED_OUT_AS = {REDUCE_SCATTER: (ALL_REDUCE,), BARRIER: (ALL_REDUCE,)}
+# Operators that pack or unpack a collective's buffer: copies, not communication, whatever their names say
+# (FSDP2's ``fsdp::all_gather_copy_in``, ``fsdp::split_with_sizes_copy``, ``fsdp::chunk_cat``; FSDP1's
+# ``FSDP::all_gather_copy_out`` ranges and ``aten::split_with_sizes_copy``).
+COLLECTIVE_COPY = re.compile(r"^(?:fsdp|FSDP)::\w*(?:copy|chunk_cat)\w*|^aten::split_with_sizes_copy$")
+# Kineto's collective ``Collective name``s that are no collective: waiting on one, or rnnprof-irrelevant markers.
+NOT_COLLECTIVES = ("wait", "barrier_wait", "coalesced")
+
+
+def busbw_factor(collective: str, members: int) -> float | None:
+    """nccl-tests' bus-bandwidth factor of a collective among ``members`` ranks (doc/PERFORMANCE.md): 2(n-1)/n for an
+    all-reduce; (n-1)/n for an all-gather, a reduce-scatter and an all-to-all; 1 for a broadcast, a reduce and a
+    send/recv; None where nccl-tests defines none (or the member count is unknown)."""
+    if collective in (BROADCAST, REDUCE, SEND_RECV):
+        return 1.0
+    if members < 1 or collective not in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL):
+        return None
+    share = (members - 1) / members
+    return 2 * share if collective == ALL_REDUCE else share
+
+
+# Bytes per element of the element types traces name: Kineto's collective args (``dtype``: ``Float``, ``BFloat16``)
+# and recorded operator shapes (``Input type``: ``float``, ``c10::BFloat16``, ``long int``).
+_ELEMENT_BYTES = {
+    1: ("Byte", "Char", "Bool", "Float8_e4m3fn", "Float8_e5m2", "Float8_e4m3fnuz", "Float8_e5m2fnuz", "UInt8", "Int8",
+        "unsigned char", "signed char", "bool", "c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::Float8_e4m3fnuz",
+        "c10::Float8_e5m2fnuz"),
+    2: ("Half", "BFloat16", "Short", "UInt16", "c10::Half", "c10::BFloat16", "short int", "short"),
+    4: ("Float", "Int", "UInt32", "float", "int", "unsigned int", "c10::complex<c10::Half>", "ComplexHalf"),
+    8: ("Long", "Double", "UInt64", "ComplexFloat", "long int", "long", "double", "c10::complex<float>",
+        "int64_t"),
+    16: ("ComplexDouble", "c10::complex<double>"),
+}
+ELEMENT_BYTES = {name: size for size, names in _ELEMENT_BYTES.items() for name in names}
+
+# -- training phases ------------------------------------------------------------------------------------
+#
+# The phase a collective belongs to: the capture's own ranges (``rnnprof.recording.torch_profiler``'s
+# ``forward``/``backward``/``optimizer``, which rnnprof's workloads record), else what the libraries mark: torch.optim's
+# ``Optimizer.step#...`` and ``Optimizer.zero_grad#...`` ranges, autograd's ``autograd::engine::evaluate_function:
+# ...`` operators (a backward function), FSDP2's ``FSDP::pre_backward``/``FSDP::post_backward_*``/
+# ``FSDP::root_post_backward_callback`` (backward) and ``FSDP::pre_forward``/``FSDP::post_forward`` (forward).
+FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+PHASES = (FORWARD, BACKWARD, OPTIMIZER)
+BACKWARD_FUNCTION = "autograd::engine::evaluate_function"
+OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around step()
+OPTIMIZER_ZERO_GRAD = "Optimizer.zero_grad#"
+LIBRARY_PHASE_RANGES = ((BACKWARD, re.compile(r"^FSDP::(?:pre_backward|post_backward|root_post_backward|"
+                                              r"backward_prefetch)")),
+                        (FORWARD, re.compile(r"^FSDP::(?:pre_forward|post_forward|root_pre_forward)")),
+                        (OPTIMIZER, re.compile(rf"^(?:{re.escape(OPTIMIZER_STEP)}|{re.escape(OPTIMIZER_ZERO_GRAD)})")))
+
 MEMCPY_PATTERN = r"^(Memcpy|MEMCPY|dma)"
 MEMSET_PATTERN = r"^(Memset|MEMSET)"
 

@@ -1,0 +1,132 @@
+"""The training phase of a collective: forward, backward or optimizer, from where its call sits on its thread.
+
+A collective's place is its call (a CPU rank's ``c10d::*`` operator, a GPU rank's kernel launch) on the thread
+that made it. In order, the first that answers gives the phase:
+
+1. the capture's own ranges around the call, ``forward``/``backward``/``optimizer`` (``names.PHASES``), as
+   rnnprof's capture and workloads record them: recorded, nothing inferred;
+2. what the libraries mark around it (``events.collectives.PHASE_LIBRARY``): torch.optim's ``Optimizer.step#``
+   and ``Optimizer.zero_grad#`` ranges (optimizer), FSDP's ``FSDP::pre_backward``... and ``FSDP::pre_forward``...
+   ranges, autograd's ``autograd::engine::evaluate_function`` operators (backward);
+3. the operators around the call on its thread, in its step (``PHASE_NEIGHBOURS``): a collective is issued for
+   the work just done, so it takes the phase of the last top-level operator before it (a receive: the first after
+   it, whose work waits for its data), an operator being backward inside a backward function, optimizer inside
+   torch.optim's ranges, else forward. Other collectives' calls and the copies that pack their buffers
+   (``names.COLLECTIVE_COPY``) are not the work and are passed over.
+
+A collective with no place (a kernel whose launch is not in the trace) has no phase ("").
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from rnnprof.events import EventTable, Kind
+from rnnprof.events.collectives import PHASE_LIBRARY, PHASE_NEIGHBOURS
+from rnnprof.names import (BACKWARD, BACKWARD_FUNCTION, COLLECTIVE_COPY, CPU_COLLECTIVE, FORWARD,
+                           LIBRARY_PHASE_RANGES, OPTIMIZER, PHASES)
+
+# Operators that are no work of a phase: collectives' calls and runs, and their buffers' packing.
+_PASSED_OVER = re.compile(rf"{CPU_COLLECTIVE.pattern}|^_c10d_functional::|{COLLECTIVE_COPY.pattern}")
+
+
+def _codes(table: EventTable, test) -> np.ndarray:
+    """Per string code, whether ``test(text)``."""
+    return np.fromiter((bool(test(s)) for s in table.strings), dtype=bool, count=len(table.strings))
+
+
+def _threads(table: EventTable) -> np.ndarray:
+    """Per event, a key of its thread: its worker and lane (a CPU rank's operators and its annotations share it)."""
+    workers: dict[str, int] = {}
+    code = np.array([workers.setdefault(d.worker, len(workers)) for d in table.devices] or [0], dtype=np.int64)
+    return code[table.device] * (int(table.lane.max(initial=0)) + 1) + table.lane
+
+
+class _Spans:
+    """Intervals (any nesting) that answer, for a time, whether one of them holds it."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray):
+        order = np.argsort(starts, kind="stable")
+        self.starts = starts[order]
+        self.reach = np.maximum.accumulate(ends[order]) if len(order) else np.zeros(0)
+
+    def holds(self, t: np.ndarray) -> np.ndarray:
+        last = np.searchsorted(self.starts, t, side="right") - 1
+        return (last >= 0) & (self.reach[np.maximum(last, 0)] > t) if len(self.starts) else np.zeros(len(t), bool)
+
+
+class _Thread:
+    """One thread's phase ranges and its top-level operators (the work around a call), to place calls on it."""
+
+    def __init__(self, table: EventTable, rows: np.ndarray, ranges: list, backward_fn: np.ndarray,
+                 passed: np.ndarray):
+        self.table = table
+        self.ranges = ranges  # (phase, bit, _Spans), in order of precedence
+        ops = rows[table.kind[rows] == Kind.HOST_OP]
+        ops = ops[np.lexsort((-table.dur[ops], table.ts[ops]))]
+        reach = np.maximum.accumulate(table.end[ops]) if len(ops) else np.zeros(0)
+        top = np.ones(len(ops), dtype=bool)
+        top[1:] = table.ts[ops][1:] >= reach[:-1]
+        ops = ops[top & ~passed[table.name[ops]]]  # top-level operators do not overlap: starts and ends sorted
+        self.starts, self.ends, self.steps = table.ts[ops], table.end[ops], table.step[ops]
+        label = np.where(backward_fn[table.name[ops]], BACKWARD, FORWARD).astype(object)
+        for phase, _, spans in ranges:
+            if phase == OPTIMIZER:
+                label[spans.holds(self.starts)] = OPTIMIZER
+        self.label = label
+
+    def place(self, row: int, receive: bool) -> tuple[str, int]:
+        """The phase of the call at ``row`` and what was inferred of it."""
+        table = self.table
+        t, step = table.ts[row:row + 1], table.step[row]
+        for phase, bit, spans in self.ranges:
+            if spans.holds(t)[0]:
+                return phase, bit
+        before = int(np.searchsorted(self.ends, t[0], side="right")) - 1
+        after = int(np.searchsorted(self.starts, table.end[row], side="left"))
+        near = [k for k in ((after, before) if receive else (before, after))
+                if 0 <= k < len(self.starts) and (step < 0 or self.steps[k] == step)]
+        return (str(self.label[near[0]]), PHASE_NEIGHBOURS) if near else ("", 0)
+
+
+def call_phases(table: EventTable, rows: np.ndarray, receive: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The phase (``names.PHASES`` or "") of the collective whose call is at each of ``rows`` (-1: none), and what
+    was inferred of it (``events.collectives`` bits); ``receive``: the collective is a receive."""
+    phases, bits = [""] * len(rows), np.zeros(len(rows), dtype=np.int32)
+    if not len(rows) or (rows < 0).all():
+        return phases, bits
+    thread = _threads(table)
+    capture = np.array([s if s in PHASES else "" for s in table.strings], dtype=object)
+    library = [(phase, _codes(table, pattern.match)) for phase, pattern in LIBRARY_PHASE_RANGES]
+    backward_fn = _codes(table, lambda s: s.startswith(BACKWARD_FUNCTION))
+    passed = _codes(table, _PASSED_OVER.match)
+    marks = np.isin(table.kind, (Kind.ANNOTATION, Kind.HOST_OP))
+    places: dict[int, _Thread] = {}
+    for k, row in enumerate(rows.tolist()):
+        if row < 0:
+            continue
+        key = int(thread[row])
+        if key not in places:
+            mine = np.flatnonzero(thread == key)
+            places[key] = _Thread(table, mine, _ranges(table, mine[marks[mine]], capture, library, backward_fn),
+                                  backward_fn, passed)
+        phases[k], bits[k] = places[key].place(row, bool(receive[k]))
+    return phases, bits
+
+
+def _ranges(table: EventTable, rows: np.ndarray, capture: np.ndarray, library: list,
+            backward_fn: np.ndarray) -> list:
+    """A thread's phase ranges by precedence: the capture's, the libraries' (optimizer first), backward functions."""
+    names = table.name[rows]
+    found = []
+    for phase in PHASES:
+        mine = rows[capture[names] == phase]
+        found.append((phase, 0, _Spans(table.ts[mine], table.end[mine])))
+    for phase, marked in sorted(library, key=lambda item: item[0] != OPTIMIZER):
+        mine = rows[marked[names]]
+        found.append((phase, PHASE_LIBRARY, _Spans(table.ts[mine], table.end[mine])))
+    mine = rows[backward_fn[names]]
+    found.append((BACKWARD, PHASE_LIBRARY, _Spans(table.ts[mine], table.end[mine])))
+    return found

@@ -1,0 +1,349 @@
+"""What a Kineto trace says of each collective: its process group, message, phase and the operation it implements.
+
+While the loader streams the file, ``CollectiveArgsReader`` keeps the args of the events that tell what a
+collective is: NCCL kernels' and ``record_param_comms`` operators' (``Process Group Name``, ``Process Group
+Ranks``, ``Process Group Description``, ``Collective name``, ``In msg nelems``, ``Out msg nelems``, ``dtype``,
+``Group size``, ``Seq``), and a CPU rank's ``c10d::*`` calls' and ``gloo:*`` runs' recorded shapes (gloo records
+no collective args). Once the table is built, ``collective_records`` makes one ``CollectiveRecords`` row per
+collective event (``events.collectives``):
+
+- a GPU's NCCL kernel takes its own args, else those of the ``record_param_comms`` with its ``External id``;
+- a CPU rank's ``gloo:*`` run on a worker thread is matched to the ``c10d::*`` call that launched it: the
+  earliest unmatched call of a type it may carry out (``names.CARRIED_OUT_AS``: a ``gloo:all_reduce`` carries out
+  a ``c10d::_reduce_scatter_base_``) and of the same input elements, started before it; the run is the call's
+  operation, its message the call's recorded shapes. Without runs in the trace, the calls are the collectives;
+- a CPU rank's group is the one its trace's ``distributedInfo`` lists when it lists one, else the only one of the
+  message's member count (an all-gather's out/in elements), else unknown;
+- the phase comes from ``traces.collective_phases``.
+
+What was inferred is marked on each record (``events.collectives.INFERRED``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from rnnprof.events import EventTable, Kind, ProcessGroup, match_correlation
+from rnnprof.events.collectives import (GROUP_BY_SIZE, GROUP_ONLY_ONE, OPERATION_FROM_CALL, PEER_FROM_ARGS, SHAPES,
+                                        collective_records)
+from rnnprof.names import (ALL_GATHER, CARRIED_OUT_AS, CPU_COLLECTIVE, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN,
+                           NCCL_KERNEL, NOT_COLLECTIVES, REDUCE_SCATTER, SEND_RECV, UNKNOWN_COLLECTIVE,
+                           collective_type)
+from rnnprof.traces.collective_phases import call_phases
+
+PARAM_COMMS = "record_param_comms"
+
+
+@dataclass(frozen=True)
+class _Captured:
+    """One event's args that tell what its collective is (those it has; None where absent)."""
+
+    row: int
+    on_gpu: bool
+    group: Any
+    ranks: Any
+    description: Any
+    collective: Any
+    in_nelems: Any
+    out_nelems: Any
+    dtype: Any
+    group_size: Any
+    seq: Any
+    external_id: Any
+    dims: bytes
+    types: bytes
+    concrete: bytes
+
+
+class CollectiveArgsReader:
+    """The args of the events of a streamed trace that tell what a collective is (``add`` per chunk)."""
+
+    def __init__(self, strings: list[str]):
+        self.strings = strings  # the builder's strings, growing as names are met
+        self.codes: set[int] = set()  # codes of host operators' names that are collectives' calls or runs
+        self.checked = 0
+        self.found: list[_Captured] = []
+
+    def add(self, first_row: int, codes: list[int], args: list, on_gpu: list[bool] | None) -> None:
+        """A chunk's events: their rows start at ``first_row``; ``on_gpu`` None when every one is a host event."""
+        if len(self.strings) > self.checked:
+            self.codes.update(c for c in range(self.checked, len(self.strings))
+                              if CPU_COLLECTIVE.match(self.strings[c]))
+            self.checked = len(self.strings)
+        found = self.found
+        for k in [k for k, c in enumerate(codes) if c in self.codes]:
+            if on_gpu is None or not on_gpu[k]:
+                found.append(_captured(first_row + k, False, args[k]))
+        if on_gpu is not None:
+            for k in [k for k, g in enumerate(on_gpu) if g]:
+                a = args[k]
+                if a.collective is not None or a.in_nelems is not None or a.group is not None:
+                    found.append(_captured(first_row + k, True, a))
+
+
+def _captured(row: int, on_gpu: bool, a) -> _Captured:
+    return _Captured(row, on_gpu, a.group, a.pg_ranks, a.pg_desc, a.collective, a.in_nelems, a.out_nelems, a.dtype,
+                     a.group_size, a.seq, a.external_id, bytes(a.dims), bytes(a.types), bytes(a.concrete))
+
+
+def process_groups(info: dict, captured: list[_Captured]) -> tuple[ProcessGroup, ...]:
+    """The groups a rank's trace names: its ``distributedInfo``'s ``pg_config`` and its collectives' args."""
+    found: dict[str, ProcessGroup] = {}
+    for pg in (info.get("pg_config") or []) if isinstance(info, dict) else []:
+        if isinstance(pg, dict) and "pg_name" in pg:
+            found[str(pg["pg_name"])] = ProcessGroup(str(pg["pg_name"]), str(pg.get("pg_desc") or ""),
+                                                     _ranks(pg.get("ranks")))
+    for c in captured:
+        if c.group is not None and str(c.group) not in found:
+            found[str(c.group)] = ProcessGroup(str(c.group), "" if c.description is None else str(c.description),
+                                               _ranks(c.ranks))
+    return tuple(found.values())
+
+
+def _ranks(value) -> tuple[int, ...]:
+    """Members as ``distributedInfo`` lists them or Kineto writes them (``"[0, 1, 2]"``); () when unreadable."""
+    if isinstance(value, str):
+        value = re.findall(r"-?\d+", value)
+    try:
+        return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else ()
+    except (TypeError, ValueError):
+        return ()
+
+
+def _int(value, default: int = -1) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return number if -(1 << 63) <= number < (1 << 63) else default
+
+
+def _decoded(raw: bytes):
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def _elements(dims) -> int:
+    """Elements of a recorded input: a tensor's dims (``[4, 8]``) or a tensor list's (``[[9536], [12]]``)."""
+    if not isinstance(dims, list):
+        return -1
+    if dims and all(isinstance(d, list) for d in dims):
+        parts = [_elements(d) for d in dims]
+        return -1 if min(parts) < 0 else sum(parts)
+    if all(isinstance(d, int) and d >= 0 for d in dims):
+        return math.prod(dims)
+    return -1
+
+
+@dataclass
+class _Message:
+    """A call's or a run's message as recorded: elements in and out, dtype, members, peer (group-local)."""
+
+    in_nelems: int = -1
+    out_nelems: int = -1
+    dtype: str = ""
+    group_size: int = -1
+    peer: int = -1
+
+
+def _args_message(c: _Captured) -> _Message:
+    return _Message(_int(c.in_nelems), _int(c.out_nelems), "" if c.dtype is None else str(c.dtype),
+                    _int(c.group_size))
+
+
+def _shapes_message(name: str, c: _Captured) -> _Message:
+    """A ``c10d::*`` call's or ``gloo:*`` run's message from its recorded shapes (``Input Dims``, ``Input type``):
+    a base all-gather's inputs are (out, in), a base reduce-scatter's (out, in), others' the tensor (list) first;
+    a send's or receive's peer is its third argument."""
+    dims, types, concrete = _decoded(c.dims), _decoded(c.types), _decoded(c.concrete)
+    if not isinstance(dims, list) or not dims:
+        return _Message()
+    types = types if isinstance(types, list) else []
+    kind = collective_type(name)
+    if kind in (ALL_GATHER, REDUCE_SCATTER) and len(dims) >= 2 and "base" in name:
+        out, inp, dtype = _elements(dims[0]), _elements(dims[1]), types[1] if len(types) > 1 else ""
+    else:
+        out = inp = _elements(dims[0])
+        dtype = next((t for t in types[:1] if t and "List" not in t), "")
+    members = -1
+    if kind == ALL_GATHER and inp > 0 and out % inp == 0 and "base" in name:
+        members = out // inp
+    elif kind == REDUCE_SCATTER and out > 0 and inp % out == 0 and "base" in name:
+        members = inp // out
+    peer = -1
+    if kind == SEND_RECV and isinstance(concrete, list) and len(concrete) > 2:
+        peer = _int(concrete[2])
+    return _Message(inp, out, str(dtype), members, peer)
+
+
+class _Records:
+    """Records being made (columns of lists), each with the row of the call that places it (-1: none)."""
+
+    COLUMNS = ("row", "group", "collective", "call", "in_nelems", "out_nelems", "dtype", "group_size", "peer", "seq",
+               "inferred")
+
+    def __init__(self):
+        self.columns: dict[str, list] = {c: [] for c in self.COLUMNS}
+        self.places: list[int] = []
+        self.receives: list[bool] = []
+
+    def add(self, row: int, place: int, message: _Message, **values) -> None:
+        values.update(in_nelems=message.in_nelems, out_nelems=message.out_nelems, dtype=message.dtype,
+                      group_size=message.group_size)
+        for column in self.COLUMNS:
+            self.columns[column].append(row if column == "row" else values[column] if column in values else _DEFAULTS[column])
+        self.places.append(place)
+        self.receives.append(values.get("collective") == SEND_RECV and "recv" in values.get("call", "").lower())
+
+
+_DEFAULTS = {"group": "", "collective": UNKNOWN_COLLECTIVE, "call": "", "peer": -1, "seq": -1, "inferred": 0}
+
+
+def with_collective_records(table: EventTable, captured: list[_Captured],
+                            groups: tuple[ProcessGroup, ...]) -> EventTable:
+    """A rank's table with one record per collective event (the module docstring says which, and how), the strings
+    the records name added to its strings."""
+    made = _Records()
+    _gpu_records(table, captured, made)
+    _cpu_records(table, captured, groups, made)
+    if not made.places:
+        return table
+    phase, bits = call_phases(table, np.array(made.places, dtype=np.int64), np.array(made.receives, dtype=bool))
+    strings = list(table.strings)
+    codes = {text: code for code, text in enumerate(strings)}
+
+    def code(text: str) -> int:
+        if text not in codes:
+            codes[text] = len(strings)
+            strings.append(text)
+        return codes[text]
+
+    columns = made.columns
+    records = collective_records(**{**columns, **{c: [code(v) for v in columns[c]]
+                                                  for c in ("group", "collective", "call", "dtype")},
+                                    "phase": [code(p) for p in phase],
+                                    "inferred": np.asarray(columns["inferred"], dtype=np.int32) | bits})
+    return replace(table, strings=tuple(strings), collectives=records)
+
+
+def _gpu_records(table: EventTable, captured: list[_Captured], made: _Records) -> None:
+    """A record per NCCL kernel: its own args, else those of the ``record_param_comms`` around its launch."""
+    nccl = np.fromiter((bool(NCCL_KERNEL.match(s)) for s in table.strings), dtype=bool, count=len(table.strings))
+    on_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
+    kernels = np.flatnonzero((table.kind == Kind.COMMUNICATION) & on_gpu[table.device] & nccl[table.name])
+    if not len(kernels):
+        return
+    launch = np.flatnonzero((table.kind == Kind.RUNTIME) & (table.correlation >= 0))
+    found = match_correlation(table.correlation[launch], table.correlation[kernels])
+    launcher = np.where(found >= 0, launch[np.maximum(found, 0)], -1) if len(launch) else np.full(len(kernels), -1)
+    own = {c.row: c for c in captured if c.on_gpu}
+    around = _ParamComms(table, [c for c in captured if not c.on_gpu and table.strings[table.name[c.row]] == PARAM_COMMS])
+    for row, place in zip(kernels.tolist(), launcher.tolist()):
+        args = own.get(row) if row in own and own[row].collective is not None else around.of(place)
+        if args is None:  # its type is its name's or its range's (analyzers.classify)
+            made.add(row, place, _Message())
+            continue
+        call = "" if args.collective is None else str(args.collective)
+        made.add(row, place, _args_message(args), group="" if args.group is None else str(args.group),
+                 collective=collective_type(call), call=call, seq=_int(args.seq))
+
+
+class _ParamComms:
+    """The ``record_param_comms`` operators of a trace (the wait-only ones left out), by thread: which holds a time."""
+
+    def __init__(self, table: EventTable, captured: list[_Captured]):
+        self.table = table
+        kept = [c for c in captured if str(c.collective) not in NOT_COLLECTIVES]
+        self.by_lane: dict[tuple[int, int], list[_Captured]] = {}
+        for c in sorted(kept, key=lambda c: table.ts[c.row]):
+            self.by_lane.setdefault((int(table.device[c.row]), int(table.lane[c.row])), []).append(c)
+
+    def of(self, place: int) -> _Captured | None:
+        """The latest-started one on the thread of the event at ``place`` that holds its start (None: none)."""
+        if place < 0:
+            return None
+        table = self.table
+        t = table.ts[place]
+        mine = self.by_lane.get((int(table.device[place]), int(table.lane[place])), [])
+        holding = [c for c in mine if table.ts[c.row] <= t <= table.end[c.row]]
+        return holding[-1] if holding else None
+
+
+def _cpu_records(table: EventTable, captured: list[_Captured], groups: tuple[ProcessGroup, ...],
+                 made: _Records) -> None:
+    """A record per collective of a CPU rank: its gloo runs matched to their calls, else its calls."""
+    cpu = [table.devices.index(d) for d in table.metadata.host_operator_devices if d in table.devices]
+    if not cpu:
+        return
+    shapes = {c.row: c for c in captured if not c.on_gpu}
+    here = np.isin(table.device, cpu) & (table.kind == Kind.COMMUNICATION)
+    is_run = np.fromiter((bool(CPU_COLLECTIVE_RUN.match(s)) for s in table.strings), bool, len(table.strings))
+    is_call = np.fromiter((bool(CPU_COLLECTIVE_CALL.match(s)) for s in table.strings), bool, len(table.strings))
+    runs, calls = np.flatnonzero(here & is_run[table.name]), np.flatnonzero(here & is_call[table.name])
+    message = {int(r): _shapes_message(table.strings[table.name[r]], shapes[int(r)]) if int(r) in shapes
+               else _Message() for r in np.concatenate([runs, calls]).tolist()}
+    pairs = _match_runs(table, runs, calls, message) if len(runs) else [(int(c), int(c)) for c in calls]
+    for row, call in pairs:
+        run_name, call_name = table.strings[table.name[row]], table.strings[table.name[call]] if call >= 0 else ""
+        kind = collective_type(call_name or run_name)
+        got = message[call] if call >= 0 and message[call].in_nelems >= 0 else message[row]
+        if not got.dtype:
+            got.dtype = message[row].dtype
+        group, bits = _cpu_group(groups, got)
+        bits |= SHAPES if got.in_nelems >= 0 else 0
+        bits |= OPERATION_FROM_CALL if call_name and kind != collective_type(run_name) else 0
+        peer = -1
+        if got.peer >= 0:
+            members = next((g.ranks for g in groups if g.name == group), ())
+            peer, bits = (members[got.peer] if got.peer < len(members) else -1), bits | PEER_FROM_ARGS
+        made.add(row, call, got, group=group, collective=kind, call=call_name or run_name, peer=peer,
+                 inferred=bits)
+
+
+def _cpu_group(groups: tuple[ProcessGroup, ...], message: _Message) -> tuple[str, int]:
+    """A CPU rank's collective's group (gloo records none): the rank's only group, else the only one of its
+    message's member count; "" where neither tells."""
+    if len(groups) == 1:
+        return groups[0].name, GROUP_ONLY_ONE
+    sized = [g for g in groups if g.size == message.group_size] if message.group_size > 0 else []
+    return (sized[0].name, GROUP_BY_SIZE) if len(sized) == 1 else ("", 0)
+
+
+def _match_runs(table: EventTable, runs: np.ndarray, calls: np.ndarray,
+                message: dict[int, _Message]) -> list[tuple[int, int]]:
+    """Each run with the call it carries out (-1: none found): the earliest unmatched call started before it, of a
+    type it may carry out and, where both are known, of its input elements (a group's work runs in its order)."""
+    calls = calls[np.argsort(table.ts[calls], kind="stable")].tolist()
+    pending: list[int] = []
+    pairs = []
+    for run in runs[np.argsort(table.ts[runs], kind="stable")].tolist():
+        while calls and table.ts[calls[0]] <= table.ts[run]:
+            pending.append(calls.pop(0))
+        kind = collective_type(table.strings[table.name[run]])
+        fits = [c for c in pending if _carries(kind, table.strings[table.name[c]])
+                and _same_elements(message[c].in_nelems, message[run].in_nelems)]
+        call = fits[0] if fits else -1
+        if call >= 0:
+            pending.remove(call)
+        pairs.append((run, call))
+    return pairs
+
+
+def _same_elements(a: int, b: int) -> bool:
+    return a < 0 or b < 0 or a == b
+
+
+def _carries(run_kind: str, call_name: str) -> bool:
+    """Whether a run of ``run_kind`` may carry out the call named ``call_name``."""
+    call_kind = collective_type(call_name)
+    return run_kind == call_kind or run_kind in CARRIED_OUT_AS.get(call_kind, ())
