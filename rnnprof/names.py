@@ -173,32 +173,6 @@ COLLECTIVE_COPY = re.compile(r"^(?:fsdp|FSDP)::\w*(?:copy|chunk_cat)\w*|^aten::s
 NOT_COLLECTIVES = ("wait", "barrier_wait", "coalesced")
 
 
-def busbw_factor(collective: str, members: int) -> float | None:
-    """nccl-tests' bus-bandwidth factor of a collective among ``members`` ranks (doc/PERFORMANCE.md): 2(n-1)/n for an
-    all-reduce; (n-1)/n for an all-gather, a reduce-scatter and an all-to-all; 1 for a broadcast, a reduce and a
-    send/recv; None where nccl-tests defines none (or the member count is unknown)."""
-    if collective in (BROADCAST, REDUCE, SEND_RECV):
-        return 1.0
-    if members < 1 or collective not in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL):
-        return None
-    share = (members - 1) / members
-    return 2 * share if collective == ALL_REDUCE else share
-
-
-# Bytes per element of the element types traces name: Kineto's collective args (``dtype``: ``Float``, ``BFloat16``)
-# and recorded operator shapes (``Input type``: ``float``, ``c10::BFloat16``, ``long int``).
-_ELEMENT_BYTES = {
-    1: ("Byte", "Char", "Bool", "Float8_e4m3fn", "Float8_e5m2", "Float8_e4m3fnuz", "Float8_e5m2fnuz", "UInt8", "Int8",
-        "unsigned char", "signed char", "bool", "c10::Float8_e4m3fn", "c10::Float8_e5m2", "c10::Float8_e4m3fnuz",
-        "c10::Float8_e5m2fnuz"),
-    2: ("Half", "BFloat16", "Short", "UInt16", "c10::Half", "c10::BFloat16", "short int", "short"),
-    4: ("Float", "Int", "UInt32", "float", "int", "unsigned int", "c10::complex<c10::Half>", "ComplexHalf"),
-    8: ("Long", "Double", "UInt64", "ComplexFloat", "long int", "long", "double", "c10::complex<float>",
-        "int64_t"),
-    16: ("ComplexDouble", "c10::complex<double>"),
-}
-ELEMENT_BYTES = {name: size for size, names in _ELEMENT_BYTES.items() for name in names}
-
 # -- training phases ------------------------------------------------------------------------------------
 #
 # The phase a collective belongs to: the capture's own ranges (``rnnprof.recording.torch_profiler``'s

@@ -66,54 +66,65 @@ class _Thread:
         self.ranges = ranges  # (phase, bit, _Spans), in order of precedence
         ops = rows[table.kind[rows] == Kind.HOST_OP]
         ops = ops[np.lexsort((-table.dur[ops], table.ts[ops]))]
-        reach = np.maximum.accumulate(table.end[ops]) if len(ops) else np.zeros(0)
+        ends = table.ts[ops] + table.dur[ops]
+        reach = np.maximum.accumulate(ends) if len(ops) else np.zeros(0)
         top = np.ones(len(ops), dtype=bool)
         top[1:] = table.ts[ops][1:] >= reach[:-1]
         ops = ops[top & ~passed[table.name[ops]]]  # top-level operators do not overlap: starts and ends sorted
-        self.starts, self.ends, self.steps = table.ts[ops], table.end[ops], table.step[ops]
+        self.starts, self.ends, self.steps = table.ts[ops], table.ts[ops] + table.dur[ops], table.step[ops]
         label = np.where(backward_fn[table.name[ops]], BACKWARD, FORWARD).astype(object)
         for phase, _, spans in ranges:
             if phase == OPTIMIZER:
                 label[spans.holds(self.starts)] = OPTIMIZER
         self.label = label
 
-    def place(self, row: int, receive: bool) -> tuple[str, int]:
-        """The phase of the call at ``row`` and what was inferred of it."""
+    def place(self, rows: np.ndarray, receive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The phase of the calls at ``rows`` on this thread and what was inferred of each."""
         table = self.table
-        t, step = table.ts[row:row + 1], table.step[row]
-        for phase, bit, spans in self.ranges:
-            if spans.holds(t)[0]:
-                return phase, bit
-        before = int(np.searchsorted(self.ends, t[0], side="right")) - 1
-        after = int(np.searchsorted(self.starts, table.end[row], side="left"))
-        near = [k for k in ((after, before) if receive else (before, after))
-                if 0 <= k < len(self.starts) and (step < 0 or self.steps[k] == step)]
-        return (str(self.label[near[0]]), PHASE_NEIGHBOURS) if near else ("", 0)
+        t, step = table.ts[rows], table.step[rows]
+        phase, bits = np.full(len(rows), "", dtype=object), np.zeros(len(rows), dtype=np.int32)
+        done = np.zeros(len(rows), dtype=bool)
+        for name, bit, spans in self.ranges:
+            hit = ~done & spans.holds(t)
+            phase[hit], bits[hit] = name, bit
+            done |= hit
+        before = np.searchsorted(self.ends, t, side="right") - 1
+        after = np.searchsorted(self.starts, t + table.dur[rows], side="left")
+        first, second = np.where(receive, after, before), np.where(receive, before, after)
+        ok_first, ok_second = self._near(first, step), self._near(second, step)
+        chosen = np.where(ok_first, first, second)
+        rest = ~done & (ok_first | ok_second)
+        phase[rest], bits[rest] = self.label[chosen[rest]], PHASE_NEIGHBOURS
+        return phase, bits
+
+    def _near(self, k: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """Whether operator ``k`` exists and is in the call's step (any, for a call in no step)."""
+        exists = (k >= 0) & (k < len(self.starts))
+        return exists & ((step < 0) | (self.steps[np.clip(k, 0, max(len(self.steps) - 1, 0))] == step)) \
+            if len(self.starts) else exists
 
 
 def call_phases(table: EventTable, rows: np.ndarray, receive: np.ndarray) -> tuple[list[str], np.ndarray]:
     """The phase (``names.PHASES`` or "") of the collective whose call is at each of ``rows`` (-1: none), and what
     was inferred of it (``events.collectives`` bits); ``receive``: the collective is a receive."""
-    phases, bits = [""] * len(rows), np.zeros(len(rows), dtype=np.int32)
-    if not len(rows) or (rows < 0).all():
-        return phases, bits
+    phases, bits = np.full(len(rows), "", dtype=object), np.zeros(len(rows), dtype=np.int32)
+    placed = np.flatnonzero(rows >= 0)
+    if not len(placed):
+        return list(phases), bits
     thread = _threads(table)
     capture = np.array([s if s in PHASES else "" for s in table.strings], dtype=object)
     library = [(phase, _codes(table, pattern.match)) for phase, pattern in LIBRARY_PHASE_RANGES]
     backward_fn = _codes(table, lambda s: s.startswith(BACKWARD_FUNCTION))
     passed = _codes(table, _PASSED_OVER.match)
     marks = np.isin(table.kind, (Kind.ANNOTATION, Kind.HOST_OP))
-    places: dict[int, _Thread] = {}
-    for k, row in enumerate(rows.tolist()):
-        if row < 0:
-            continue
-        key = int(thread[row])
-        if key not in places:
-            mine = np.flatnonzero(thread == key)
-            places[key] = _Thread(table, mine, _ranges(table, mine[marks[mine]], capture, library, backward_fn),
-                                  backward_fn, passed)
-        phases[k], bits[k] = places[key].place(row, bool(receive[k]))
-    return phases, bits
+    keys = thread[rows[placed]]
+    for key in np.unique(keys).tolist():
+        mine = np.flatnonzero(thread == key)
+        place = _Thread(table, mine, _ranges(table, mine[marks[mine]], capture, library, backward_fn), backward_fn,
+                        passed)
+        these = placed[keys == key]
+        phases[these], bits[these] = place.place(rows[these], receive[these])
+    return list(phases), bits
 
 
 def _ranges(table: EventTable, rows: np.ndarray, capture: np.ndarray, library: list,
@@ -123,10 +134,10 @@ def _ranges(table: EventTable, rows: np.ndarray, capture: np.ndarray, library: l
     found = []
     for phase in PHASES:
         mine = rows[capture[names] == phase]
-        found.append((phase, 0, _Spans(table.ts[mine], table.end[mine])))
+        found.append((phase, 0, _Spans(table.ts[mine], table.ts[mine] + table.dur[mine])))
     for phase, marked in sorted(library, key=lambda item: item[0] != OPTIMIZER):
         mine = rows[marked[names]]
-        found.append((phase, PHASE_LIBRARY, _Spans(table.ts[mine], table.end[mine])))
+        found.append((phase, PHASE_LIBRARY, _Spans(table.ts[mine], table.ts[mine] + table.dur[mine])))
     mine = rows[backward_fn[names]]
-    found.append((BACKWARD, PHASE_LIBRARY, _Spans(table.ts[mine], table.end[mine])))
+    found.append((BACKWARD, PHASE_LIBRARY, _Spans(table.ts[mine], table.ts[mine] + table.dur[mine])))
     return found

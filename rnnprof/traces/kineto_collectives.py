@@ -246,10 +246,11 @@ def _gpu_records(table: EventTable, captured: list[_Captured], made: _Records) -
     launch = np.flatnonzero((table.kind == Kind.RUNTIME) & (table.correlation >= 0))
     found = match_correlation(table.correlation[launch], table.correlation[kernels])
     launcher = np.where(found >= 0, launch[np.maximum(found, 0)], -1) if len(launch) else np.full(len(kernels), -1)
-    own = {c.row: c for c in captured if c.on_gpu}
+    own = {c.row: c for c in captured if c.on_gpu and c.collective is not None}
     around = _ParamComms(table, [c for c in captured if not c.on_gpu and table.strings[table.name[c.row]] == PARAM_COMMS])
-    for row, place in zip(kernels.tolist(), launcher.tolist()):
-        args = own.get(row) if row in own and own[row].collective is not None else around.of(place)
+    launched_in = around.of(launcher)
+    for row, place, outer in zip(kernels.tolist(), launcher.tolist(), launched_in):
+        args = own.get(row, outer)
         if args is None:  # its type is its name's or its range's (analyzers.classify)
             made.add(row, place, _Message())
             continue
@@ -263,20 +264,26 @@ class _ParamComms:
 
     def __init__(self, table: EventTable, captured: list[_Captured]):
         self.table = table
-        kept = [c for c in captured if str(c.collective) not in NOT_COLLECTIVES]
+        kept = sorted((c for c in captured if str(c.collective) not in NOT_COLLECTIVES), key=lambda c: table.ts[c.row])
         self.by_lane: dict[tuple[int, int], list[_Captured]] = {}
-        for c in sorted(kept, key=lambda c: table.ts[c.row]):
+        for c in kept:
             self.by_lane.setdefault((int(table.device[c.row]), int(table.lane[c.row])), []).append(c)
+        self.spans = {lane: (table.ts[[c.row for c in mine]], table.ts[[c.row for c in mine]]
+                             + table.dur[[c.row for c in mine]]) for lane, mine in self.by_lane.items()}
 
-    def of(self, place: int) -> _Captured | None:
-        """The latest-started one on the thread of the event at ``place`` that holds its start (None: none)."""
-        if place < 0:
-            return None
-        table = self.table
-        t = table.ts[place]
-        mine = self.by_lane.get((int(table.device[place]), int(table.lane[place])), [])
-        holding = [c for c in mine if table.ts[c.row] <= t <= table.end[c.row]]
-        return holding[-1] if holding else None
+    def of(self, places: np.ndarray) -> list[_Captured | None]:
+        """For each event row of ``places`` (-1: none), the one on its thread whose span holds its start (the
+        latest started), else None."""
+        table, found = self.table, [None] * len(places)
+        lanes = list(zip(table.device[np.maximum(places, 0)].tolist(), table.lane[np.maximum(places, 0)].tolist()))
+        for lane, (starts, ends) in self.spans.items():
+            mine = np.flatnonzero((places >= 0) & np.array([l == lane for l in lanes], dtype=bool))
+            t = table.ts[places[mine]]
+            k = np.searchsorted(starts, t, side="right") - 1
+            holds = (k >= 0) & (ends[np.maximum(k, 0)] >= t)
+            for at, j in zip(mine[holds].tolist(), k[holds].tolist()):
+                found[at] = self.by_lane[lane][j]
+        return found
 
 
 def _cpu_records(table: EventTable, captured: list[_Captured], groups: tuple[ProcessGroup, ...],
