@@ -176,12 +176,15 @@ NOT_COLLECTIVES = ("wait", "barrier_wait", "coalesced")
 # -- training phases ------------------------------------------------------------------------------------
 #
 # The phase a collective belongs to: the capture's own ranges (``rnnprof.recording.torch_profiler``'s
-# ``forward``/``backward``/``optimizer``, which rnnprof's workloads record), else what the libraries mark: torch.optim's
+# ``forward``/``backward``/``optimizer``, which rnnprof's workloads record; a user's, ``PHASE_RANGE``), else what the libraries mark: torch.optim's
 # ``Optimizer.step#...`` and ``Optimizer.zero_grad#...`` ranges, autograd's ``autograd::engine::evaluate_function:
 # ...`` operators (a backward function), FSDP2's ``FSDP::pre_backward``/``FSDP::post_backward_*``/
 # ``FSDP::root_post_backward_callback`` (backward) and ``FSDP::pre_forward``/``FSDP::post_forward`` (forward).
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 PHASES = (FORWARD, BACKWARD, OPTIMIZER)
+# A range a capture or a user records around a phase: its name is the phase's, case and surrounding punctuation
+# aside (``forward``, ``## backward ##`` as HTA's test traces have them, ``[Optimizer]``).
+PHASE_RANGE = re.compile(rf"^[\W_]*({'|'.join(PHASES)})[\W_]*$", re.IGNORECASE)
 BACKWARD_FUNCTION = "autograd::engine::evaluate_function"
 OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around step()
 OPTIMIZER_ZERO_GRAD = "Optimizer.zero_grad#"

@@ -22,7 +22,7 @@ from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.groups import call_bytes
 from rnnprof.analyzers.roofline import bus_factor
 from rnnprof.cli import main
-from rnnprof.events.collectives import GROUP_BY_SIZE, GROUP_ONLY_ONE, OPERATION_FROM_CALL, SHAPES
+from rnnprof.events.collectives import GROUP_BY_SIZE, GROUP_ONLY_ONE, OPERATION_FROM_CALL, PHASE_LIBRARY, SHAPES
 from rnnprof.names import collective_type
 from rnnprof.traces import load_events
 
@@ -291,3 +291,53 @@ def test_ddp_all_reduces_are_one_a_step_in_backward_of_the_gradients_bytes():
         found = records(load_events(str(path)))
         assert [(r[0], r[1], r[2], r[3], r[4], r[6]) for r in found] == [
             (2, "all-reduce", "backward", "0", 9536, "float"), (3, "all-reduce", "backward", "0", 9536, "float")]
+
+
+def test_gpu_phases_agree_with_the_users_own_phase_ranges_in_the_raw_json():
+    """HTA's 2-GPU DDP trace: its author wrapped each step's phases in ``## forward ##``/``## backward ##``/
+    ``## optimizer ##`` on the main thread; DDP's all-reduces are launched on autograd's own thread (inside backward
+    functions, not inside those ranges), its buffer broadcasts in forward. Each NCCL kernel's phase is the range
+    its launch happened during, whatever the thread, by hand from the raw JSON."""
+    path = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
+    events = _raw_events(path)
+    ranges = [(e["name"].strip("# "), e["ts"], e["ts"] + e["dur"]) for e in events
+              if e.get("cat") == "user_annotation" and e["name"].startswith("## ")]
+    launch = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"}
+    expected = collections.Counter()
+    for e in events:
+        if e.get("cat") == "kernel" and e["name"].startswith("nccl") and e["args"]["correlation"] in launch:
+            t = launch[e["args"]["correlation"]]
+            (phase,) = [name for name, start, end in ranges if start <= t < end]
+            expected[(collective_type(e["name"]), phase)] += 1
+    table = load_events(str(path))
+    found = collections.Counter((r[1], r[2]) for r in records(table))
+    assert found == expected and expected == {("all-reduce", "backward"): 15, ("broadcast", "forward"): 6}
+    launched_in_backward_functions = [r for r in records(table) if r[1] == "all-reduce"]
+    assert all(r[9] & PHASE_LIBRARY for r in launched_in_backward_functions)
+
+
+def _kineto_cpu_rank(path, events):
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "distributedInfo": {
+        "backend": "gloo", "rank": 0, "world_size": 2,
+        "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}]}}))
+    return path
+
+
+def test_a_worker_threads_runs_carry_out_the_calls_in_the_order_they_were_made(tmp_path):
+    """Two all-reduces of the same size called before gloo's worker thread starts the first: the first run is the
+    first call's (in forward), the second the second's (in backward)."""
+    def op(name, tid, ts, dur, cat="cpu_op", **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    shapes = {"Input Dims": [[[256]], [], [], [], [], []], "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"]}
+    path = _kineto_cpu_rank(tmp_path / "rank0.json", [
+        op("ProfilerStep#1", 1, 0, 100, cat="user_annotation"),
+        op("forward", 1, 1, 20, cat="user_annotation"), op("aten::mm", 1, 2, 5), op("c10d::allreduce_", 1, 8, 2, **shapes),
+        op("backward", 1, 25, 60, cat="user_annotation"), op("c10d::allreduce_", 1, 26, 2, **shapes),
+        op("aten::mm", 1, 30, 5),
+        op("gloo:all_reduce", 9, 40, 5, cat="user_annotation", **{"Input Dims": [[256]], "Input type": ["float"]}),
+        op("gloo:all_reduce", 9, 50, 5, cat="user_annotation", **{"Input Dims": [[256]], "Input type": ["float"]}),
+    ])
+    found = sorted(records(load_events(str(path))), key=lambda r: r[-1])
+    assert [(r[1], r[2], r[4], r[6]) for r in found] == [("all-reduce", "forward", 256, "float"),
+                                                         ("all-reduce", "backward", 256, "float")]

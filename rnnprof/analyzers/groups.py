@@ -1,21 +1,11 @@
 """Communication per process group, collective and phase: calls, bytes, time, bandwidth, exposed time, stragglers.
 
-The collectives are the table's collective records (``events.collectives``: a GPU's NCCL kernels, a CPU rank's
-gloo runs or calls), each with its group, the operation it implements and its phase. Per rank and (group,
-collective, phase) a ``GroupTraffic``:
-
-- ``calls``; ``bytes``: nccl-tests' size S of each call (``roofline.message_bytes``: an all-gather's output, any
-  other's input, times the element's size: an all-reduce's buffer, a reduce-scatter's whole input, a send's
-  tensor), summed over the calls whose message the trace records (``sized_calls``);
-- ``time_us``: the calls' summed durations; ``hidden_us``: of that, the time compute runs on the rank at the same
-  moment (the compute ``analyzers.comm`` measures: a CPU rank's operators outside its threads' collectives);
-  exposed = time - hidden.
-
-Across ranks (``group_rows``), one ``GroupRow`` per (group, collective, phase) with nccl-tests' bandwidths
-(doc/PERFORMANCE.md in github.com/NVIDIA/nccl-tests): algorithmic = S / t over the sized calls (GB/s, 10^9 bytes
-a second; t a call's duration on its rank, its wait for the other members included), bus = algorithmic x
-``roofline.bus_factor`` for the group's member count. ``group_stragglers``: per group, the member that arrived last
-at its collectives most often (``analyzers.collectives``' matching across ranks). The figures as reported:
+The collectives are the table's collective records (``events.collectives``). Per rank and (group, collective,
+phase) a ``GroupTraffic``: calls; nccl-tests' message size S summed (``roofline.message_bytes``) over the calls
+whose message is known; their summed durations; of that, the time hidden behind compute on the rank (the compute
+``analyzers.comm`` measures). Across ranks, a ``GroupRow`` per (group, collective, phase) with nccl-tests'
+algorithmic (S / t) and bus bandwidth (``roofline.bus_factor`` for the group's members). ``group_stragglers``:
+per group, the member that arrived last at its collectives most often. The figures as reported:
 docs/commands/comm.md, "Process groups".
 """
 
@@ -34,7 +24,6 @@ from rnnprof.events.collectives import INFERRED
 from rnnprof.names import COLLECTIVE_TYPES, UNKNOWN_COLLECTIVE
 
 GBPS = 1e3  # bytes per µs in a GB/s (10^9 bytes a second, as nccl-tests counts)
-UNKNOWN_GROUP = ""
 
 
 @dataclass(frozen=True)
@@ -247,14 +236,17 @@ def combine_groups(parts: list[GroupsReport]) -> GroupsReport:
 
 
 def group_stragglers(collectives: CollectivesReport | None) -> tuple[GroupStraggler, ...]:
-    """Per group with collectives matched across two or more members, the member that arrived last most often."""
+    """Per process group with collectives matched across two or more members, the member that arrived last most
+    often (collectives of no known group, matched by their order alone, are left out)."""
     if collectives is None:
         return ()
     per: dict[str, dict[str, list]] = {}
     counts: dict[str, int] = {}
     members: dict[str, set] = {}
     for c in collectives.collectives:
-        group = c.group or UNKNOWN_GROUP
+        group = c.group
+        if not group or group.startswith("stream:"):  # no group known: matched by order across whatever groups
+            continue
         counts[group] = counts.get(group, 0) + 1
         members.setdefault(group, set()).update(a.worker for a in c.arrivals)
         entry = per.setdefault(group, {}).setdefault(c.last.worker, [0, 0.0])

@@ -32,8 +32,6 @@ from rnnprof.recording.nvtx import NvtxSpan, nvtx_range
 from rnnprof.rundir.writer import atomic_write_bytes
 from rnnprof.torch_import import import_torch
 
-PHASES = ("forward", "backward", "optimizer")
-
 
 def trace_path(run_dir: str | Path, rank: int) -> Path:
     """Where rank ``rank`` of the run in ``run_dir`` writes its Kineto trace."""

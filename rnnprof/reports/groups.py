@@ -12,11 +12,12 @@ from rnnprof.reports.layout import compact_table
 from rnnprof.reports.units import fmt_ms_narrow
 
 TOP_ROWS = 15
-GROUPS_CAPTION = ("per rank = summed over the ranks that ran it, divided by their number; MB = nccl-tests' message size "
-                  "S (the larger of a call's input and output); exposed = time no compute on the rank overlaps; "
-                  "algbw = S / t over the calls with a known message, busbw = algbw x nccl-tests' factor for the "
-                  "group's members (2(n-1)/n all-reduce, (n-1)/n all-gather, reduce-scatter, all-to-all, 1 "
-                  "broadcast, reduce, send/recv), GB/s = 10^9 B/s; t includes the wait for the last member")
+GROUPS_CAPTION = ("per rank = summed over the ranks that ran it, divided by their number; MB = nccl-tests' "
+                  "message size S (an all-gather's output, another collective's input); exposed = time no compute "
+                  "on the rank overlaps; algbw = S / t over the calls with a known message, busbw = algbw x "
+                  "nccl-tests' factor for the group's members (2(n-1)/n all-reduce, (n-1)/n all-gather, "
+                  "reduce-scatter, all-to-all, 1 broadcast, reduce, send/recv), GB/s = 10^9 B/s; t includes the "
+                  "wait for the last member")
 
 
 def _group_label(name: str, groups: dict[str, ProcessGroup]) -> str:
@@ -54,7 +55,7 @@ def groups_table(report: GroupsReport, top: int = TOP_ROWS) -> Table:
         time_of[row.group] = time_of.get(row.group, 0.0) + row.time_us
     for group in sorted(time_of, key=lambda g: -time_of[g]):
         members = max(r.members for r in shown if r.group == group)
-        heading = _group_label(group, named) + (f", {members} members" if members else "")
+        heading = _group_label(group, named) + (f", {members} members" if members and group else "")
         table.add_row(Text(heading, style="bold"), end_section=False)
         for row in (r for r in shown if r.group == group):
             table.add_row(Text(f"  {row.collective} {row.phase or '?'}"), *_row_cells(row))

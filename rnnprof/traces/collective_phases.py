@@ -1,20 +1,13 @@
 """The training phase of a collective: forward, backward or optimizer, from where its call sits on its thread.
 
-A collective's place is its call (a CPU rank's ``c10d::*`` operator, a GPU rank's kernel launch) on the thread
-that made it. In order, the first that answers gives the phase:
-
-1. the capture's own ranges around the call, ``forward``/``backward``/``optimizer`` (``names.PHASES``), as
-   rnnprof's capture and workloads record them: recorded, nothing inferred;
-2. what the libraries mark around it (``events.collectives.PHASE_LIBRARY``): torch.optim's ``Optimizer.step#``
-   and ``Optimizer.zero_grad#`` ranges (optimizer), FSDP's ``FSDP::pre_backward``... and ``FSDP::pre_forward``...
-   ranges, autograd's ``autograd::engine::evaluate_function`` operators (backward);
-3. the operators around the call on its thread, in its step (``PHASE_NEIGHBOURS``): a collective is issued for
-   the work just done, so it takes the phase of the last top-level operator before it (a receive: the first after
-   it, whose work waits for its data), an operator being backward inside a backward function, optimizer inside
-   torch.optim's ranges, else forward. Other collectives' calls and the copies that pack their buffers
-   (``names.COLLECTIVE_COPY``) are not the work and are passed over.
-
-A collective with no place (a kernel whose launch is not in the trace) has no phase ("").
+A collective's place is its call (a CPU rank's ``c10d::*`` operator, a GPU rank's kernel launch). The first that
+answers gives the phase: the capture's or the user's ``forward``/``backward``/``optimizer`` ranges (recorded,
+``names.PHASE_RANGE``); what the libraries mark around it (``events.collectives.PHASE_LIBRARY``: torch.optim's
+and FSDP's ranges, autograd's backward functions); the operators around it in its step (``PHASE_NEIGHBOURS``):
+the last top-level operator before it (a receive: the first after it), backward inside a backward function,
+optimizer inside torch.optim's ranges, else forward, other collectives' calls and packing copies passed over.
+A collective with no place (a kernel whose launch is not in the trace) has no phase (""). In full:
+docs/commands/comm.md, "Process groups".
 """
 
 from __future__ import annotations
@@ -26,7 +19,7 @@ import numpy as np
 from rnnprof.events import EventTable, Kind
 from rnnprof.events.collectives import PHASE_LIBRARY, PHASE_NEIGHBOURS
 from rnnprof.names import (BACKWARD, BACKWARD_FUNCTION, COLLECTIVE_COPY, CPU_COLLECTIVE, FORWARD,
-                           LIBRARY_PHASE_RANGES, OPTIMIZER, PHASES)
+                           LIBRARY_PHASE_RANGES, OPTIMIZER, PHASE_RANGE, PHASES)
 
 # Operators that are no work of a phase: collectives' calls and runs, and their buffers' packing.
 _PASSED_OVER = re.compile(rf"{CPU_COLLECTIVE.pattern}|^_c10d_functional::|{COLLECTIVE_COPY.pattern}")
@@ -112,7 +105,8 @@ def call_phases(table: EventTable, rows: np.ndarray, receive: np.ndarray) -> tup
     if not len(placed):
         return list(phases), bits
     thread = _threads(table)
-    capture = np.array([s if s in PHASES else "" for s in table.strings], dtype=object)
+    capture = np.array([m.group(1).lower() if (m := PHASE_RANGE.match(s)) else "" for s in table.strings],
+                       dtype=object)
     library = [(phase, _codes(table, pattern.match)) for phase, pattern in LIBRARY_PHASE_RANGES]
     backward_fn = _codes(table, lambda s: s.startswith(BACKWARD_FUNCTION))
     passed = _codes(table, _PASSED_OVER.match)

@@ -1,22 +1,13 @@
 """What a Kineto trace says of each collective: its process group, message, phase and the operation it implements.
 
 While the loader streams the file, ``CollectiveArgsReader`` keeps the args of the events that tell what a
-collective is: NCCL kernels' and ``record_param_comms`` operators' (``Process Group Name``, ``Process Group
-Ranks``, ``Process Group Description``, ``Collective name``, ``In msg nelems``, ``Out msg nelems``, ``dtype``,
-``Group size``, ``Seq``), and a CPU rank's ``c10d::*`` calls' and ``gloo:*`` runs' recorded shapes (gloo records
-no collective args). Once the table is built, ``collective_records`` makes one ``CollectiveRecords`` row per
-collective event (``events.collectives``):
-
-- a GPU's NCCL kernel takes its own args, else those of the ``record_param_comms`` with its ``External id``;
-- a CPU rank's ``gloo:*`` run on a worker thread is matched to the ``c10d::*`` call that launched it: the
-  earliest unmatched call of a type it may carry out (``names.CARRIED_OUT_AS``: a ``gloo:all_reduce`` carries out
-  a ``c10d::_reduce_scatter_base_``) and of the same input elements, started before it; the run is the call's
-  operation, its message the call's recorded shapes. Without runs in the trace, the calls are the collectives;
-- a CPU rank's group is the one its trace's ``distributedInfo`` lists when it lists one, else the only one of the
-  message's member count (an all-gather's out/in elements), else unknown;
-- the phase comes from ``traces.collective_phases``.
-
-What was inferred is marked on each record (``events.collectives.INFERRED``).
+collective is: NCCL kernels' and ``record_param_comms`` operators' collective args, and a CPU rank's ``c10d::*``
+calls' and ``gloo:*`` runs' recorded shapes (gloo records no collective args). Once the table is built,
+``with_collective_records`` makes one ``CollectiveRecords`` row per collective event: a NCCL kernel with its own
+args or those of the ``record_param_comms`` it was launched in; a gloo run with the ``c10d::*`` call it carries
+out (``_match_runs``), its message from the call's shapes and its group from the rank's groups (``_cpu_group``);
+its phase from ``traces.collective_phases``. What was inferred is marked on each record. The rules in full:
+docs/commands/comm.md, "Process groups".
 """
 
 from __future__ import annotations

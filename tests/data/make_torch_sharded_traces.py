@@ -25,12 +25,13 @@ The launcher re-runs this file as each rank's worker (``--worker JOB OUT_DIR``).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from make_torch_gloo_traces import export_gzipped  # this folder: run as a script, it is on the path
 
 STEPS = 5  # wait 1 + warmup 1 + active 2, then one step under CommDebugMode
 VOCAB, DIM, HEADS, FFN, BLOCKS, BATCH, LENGTH = 64, 32, 2, 64, 3, 4, 8
@@ -177,17 +178,9 @@ def worker(job: str, out_dir: Path) -> None:
     else:
         raise SystemExit(f"unknown job {job!r}")
 
-    def on_trace_ready(prof):
-        plain = out_dir / trace_name(job, rank).removesuffix(".gz")
-        prof.export_chrome_trace(str(plain))
-        # the trace names its file by the path it was written to: keep only the file's name, not this machine's folder
-        data = plain.read_bytes().replace(f'"traceName": "{plain}"'.encode(), f'"traceName": "{plain.name}"'.encode())
-        with gzip.open(f"{plain}.gz", "wb", compresslevel=9) as dst:
-            dst.write(data)
-        plain.unlink()
-
+    plain = out_dir / trace_name(job, rank).removesuffix(".gz")
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
-                 record_shapes=True, on_trace_ready=on_trace_ready) as prof:
+                 record_shapes=True, on_trace_ready=lambda prof: export_gzipped(prof, plain)) as prof:
         for _ in range(STEPS - 1):
             step(annotate=True)
             prof.step()
