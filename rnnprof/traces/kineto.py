@@ -93,6 +93,18 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
+class _DecodedArgs(_Args, gc=False):
+    """``_Args`` of a document already decoded (``load_decoded``): its shapes are Python values, not raw JSON."""
+
+    dims: Any = msgspec.field(name="Input Dims", default=None)
+    types: Any = msgspec.field(name="Input type", default=None)
+    concrete: Any = msgspec.field(name="Concrete Inputs", default=None)
+
+
+class _DecodedEvent(_Event, gc=False):
+    args: _DecodedArgs | None = None
+
+
 _DECODER = msgspec.json.Decoder(list[_Event])
 _DECODED_PIECE = 1024  # events per column pass when converting an already decoded document
 _NO_ARGS = _Args()
@@ -149,7 +161,7 @@ def load_decoded(path: Path, trace_events: list, header: dict) -> EventTable:
     """A Kineto trace already decoded as plain JSON (recognised only once decoded): its events are
     converted to the loader's records, not decoded again; ``header`` holds the document's other keys."""
     try:
-        records = msgspec.convert(trace_events, list[_Event])
+        records = msgspec.convert(trace_events, list[_DecodedEvent])
     except msgspec.ValidationError as exc:
         raise InputError(path, f"malformed trace event ({exc})", "Chrome trace events") from None
     pieces = (records[k:k + _DECODED_PIECE] for k in range(0, len(records), _DECODED_PIECE))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -31,25 +31,12 @@ from rnnprof.traces.collective_phases import call_phases
 PARAM_COMMS = "record_param_comms"
 
 
-@dataclass(frozen=True)
-class _Captured:
-    """One event's args that tell what its collective is (those it has; None where absent)."""
+class _Captured(NamedTuple):
+    """One event that tells what its collective is: its row and its decoded args (``kineto``'s record of them)."""
 
     row: int
     on_gpu: bool
-    group: Any
-    ranks: Any
-    description: Any
-    collective: Any
-    in_nelems: Any
-    out_nelems: Any
-    dtype: Any
-    group_size: Any
-    seq: Any
-    external_id: Any
-    dims: bytes
-    types: bytes
-    concrete: bytes
+    args: Any
 
 
 class CollectiveArgsReader:
@@ -68,19 +55,13 @@ class CollectiveArgsReader:
                               if CPU_COLLECTIVE.match(self.strings[c]))
             self.checked = len(self.strings)
         found = self.found
-        for k in [k for k, c in enumerate(codes) if c in self.codes]:
+        hits = [] if self.codes.isdisjoint(codes) else [k for k, c in enumerate(codes) if c in self.codes]
+        for k in hits:
             if on_gpu is None or not on_gpu[k]:
-                found.append(_captured(first_row + k, False, args[k]))
+                found.append(_Captured(first_row + k, False, args[k]))
         if on_gpu is not None:
-            for k in [k for k, g in enumerate(on_gpu) if g]:
-                a = args[k]
-                if a.collective is not None or a.in_nelems is not None or a.group is not None:
-                    found.append(_captured(first_row + k, True, a))
-
-
-def _captured(row: int, on_gpu: bool, a) -> _Captured:
-    return _Captured(row, on_gpu, a.group, a.pg_ranks, a.pg_desc, a.collective, a.in_nelems, a.out_nelems, a.dtype,
-                     a.group_size, a.seq, a.external_id, bytes(a.dims), bytes(a.types), bytes(a.concrete))
+            found += [_Captured(first_row + k, True, a) for k, (a, g) in enumerate(zip(args, on_gpu))
+                      if g and (a.collective is not None or a.in_nelems is not None or a.group is not None)]
 
 
 def process_groups(info: dict, captured: list[_Captured]) -> tuple[ProcessGroup, ...]:
@@ -91,9 +72,10 @@ def process_groups(info: dict, captured: list[_Captured]) -> tuple[ProcessGroup,
             found[str(pg["pg_name"])] = ProcessGroup(str(pg["pg_name"]), str(pg.get("pg_desc") or ""),
                                                      _ranks(pg.get("ranks")))
     for c in captured:
-        if c.group is not None and str(c.group) not in found:
-            found[str(c.group)] = ProcessGroup(str(c.group), "" if c.description is None else str(c.description),
-                                               _ranks(c.ranks))
+        a = c.args
+        if a.group is not None and str(a.group) not in found:
+            found[str(a.group)] = ProcessGroup(str(a.group), "" if a.pg_desc is None else str(a.pg_desc),
+                                               _ranks(a.pg_ranks))
     return tuple(found.values())
 
 
@@ -108,6 +90,10 @@ def _ranks(value) -> tuple[int, ...]:
 
 
 def _int(value, default: int = -1) -> int:
+    if value is None:
+        return default
+    if type(value) is int:
+        return value if -(1 << 63) <= value < (1 << 63) else default
     try:
         number = int(value)
     except (TypeError, ValueError, OverflowError):
@@ -115,11 +101,14 @@ def _int(value, default: int = -1) -> int:
     return number if -(1 << 63) <= number < (1 << 63) else default
 
 
-def _decoded(raw: bytes):
-    if not raw:
+def _decoded(value):
+    """Recorded shapes: raw JSON decoded (None where it is not JSON), or values already decoded."""
+    if not isinstance(value, msgspec.Raw):
+        return value
+    if not len(value):
         return None
     try:
-        return msgspec.json.decode(raw)
+        return msgspec.json.decode(value)
     except msgspec.DecodeError:
         return None
 
@@ -148,15 +137,16 @@ class _Message:
 
 
 def _args_message(c: _Captured) -> _Message:
-    return _Message(_int(c.in_nelems), _int(c.out_nelems), "" if c.dtype is None else str(c.dtype),
-                    _int(c.group_size))
+    a = c.args
+    return _Message(_int(a.in_nelems), _int(a.out_nelems), "" if a.dtype is None else str(a.dtype),
+                    _int(a.group_size))
 
 
 def _shapes_message(name: str, c: _Captured) -> _Message:
     """A ``c10d::*`` call's or ``gloo:*`` run's message from its recorded shapes (``Input Dims``, ``Input type``):
     a base all-gather's inputs are (out, in), a base reduce-scatter's (out, in), others' the tensor (list) first;
     a send's or receive's peer is its third argument."""
-    dims, types, concrete = _decoded(c.dims), _decoded(c.types), _decoded(c.concrete)
+    dims, types, concrete = (_decoded(v) for v in (c.args.dims, c.args.types, c.args.concrete))
     if not isinstance(dims, list) or not dims:
         return _Message()
     types = types if isinstance(types, list) else []
@@ -237,7 +227,7 @@ def _gpu_records(table: EventTable, captured: list[_Captured], made: _Records) -
     launch = np.flatnonzero((table.kind == Kind.RUNTIME) & (table.correlation >= 0))
     found = match_correlation(table.correlation[launch], table.correlation[kernels])
     launcher = np.where(found >= 0, launch[np.maximum(found, 0)], -1) if len(launch) else np.full(len(kernels), -1)
-    own = {c.row: c for c in captured if c.on_gpu and c.collective is not None}
+    own = {c.row: c for c in captured if c.on_gpu and c.args.collective is not None}
     around = _ParamComms(table, [c for c in captured if not c.on_gpu and table.strings[table.name[c.row]] == PARAM_COMMS])
     launched_in = around.of(launcher)
     for row, place, outer in zip(kernels.tolist(), launcher.tolist(), launched_in):
@@ -245,9 +235,10 @@ def _gpu_records(table: EventTable, captured: list[_Captured], made: _Records) -
         if args is None:  # its type is its name's or its range's (analyzers.classify)
             made.add(row, place, _Message())
             continue
-        call = "" if args.collective is None else str(args.collective)
-        made.add(row, place, _args_message(args), group="" if args.group is None else str(args.group),
-                 collective=collective_type(call), call=call, seq=_int(args.seq))
+        given = args.args
+        call = "" if given.collective is None else str(given.collective)
+        made.add(row, place, _args_message(args), group="" if given.group is None else str(given.group),
+                 collective=collective_type(call), call=call, seq=_int(given.seq))
 
 
 class _ParamComms:
@@ -255,7 +246,8 @@ class _ParamComms:
 
     def __init__(self, table: EventTable, captured: list[_Captured]):
         self.table = table
-        kept = sorted((c for c in captured if str(c.collective) not in NOT_COLLECTIVES), key=lambda c: table.ts[c.row])
+        kept = sorted((c for c in captured if str(c.args.collective) not in NOT_COLLECTIVES),
+                      key=lambda c: table.ts[c.row])
         self.by_lane: dict[tuple[int, int], list[_Captured]] = {}
         for c in kept:
             self.by_lane.setdefault((int(table.device[c.row]), int(table.lane[c.row])), []).append(c)
