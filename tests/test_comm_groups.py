@@ -22,7 +22,8 @@ from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.groups import call_bytes
 from rnnprof.analyzers.roofline import bus_factor
 from rnnprof.cli import main
-from rnnprof.events.collectives import GROUP_BY_SIZE, GROUP_ONLY_ONE, OPERATION_FROM_CALL, PHASE_LIBRARY, SHAPES
+from rnnprof.events.collectives import (GROUP_BY_SIZE, GROUP_BY_THREAD, GROUP_ONLY_ONE, OPERATION_FROM_CALL,
+                                        PHASE_LIBRARY, SHAPES)
 from rnnprof.names import collective_type
 from rnnprof.traces import load_events
 
@@ -316,19 +317,39 @@ def test_gpu_phases_agree_with_the_users_own_phase_ranges_in_the_raw_json():
     assert all(r[9] & PHASE_LIBRARY for r in launched_in_backward_functions)
 
 
-def _kineto_cpu_rank(path, events):
+def _kineto_cpu_rank(path, events, groups=(("0", "default_pg", [0, 1]),)):
     path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "distributedInfo": {
-        "backend": "gloo", "rank": 0, "world_size": 2,
-        "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}]}}))
+        "backend": "gloo", "rank": 0, "world_size": max(max(r) for _, _, r in groups) + 1,
+        "pg_config": [{"pg_name": n, "pg_desc": d, "pg_size": len(r), "ranks": r} for n, d, r in groups]}}))
     return path
+
+
+def _op(name, tid, ts, dur, cat="cpu_op", **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def test_a_worker_threads_group_is_that_of_the_collectives_it_ran_whose_group_is_known(tmp_path):
+    """A rank of a 2-D mesh in three groups (8, 2 and 4 members): an all-gather of 4 members' shards is the 4-member
+    group's, and so is the all-reduce gloo's same worker thread ran; another thread's all-reduce stays unknown."""
+    gather = {"Input Dims": [[1024], [256], [], [], []], "Input type": ["float", "float", "", "Scalar", "Scalar"]}
+    reduce = {"Input Dims": [[[64]], [], [], [], [], []], "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"]}
+    path = _kineto_cpu_rank(tmp_path / "rank0.json", [
+        _op("ProfilerStep#1", 1, 0, 200, cat="user_annotation"),
+        _op("c10d::_allgather_base_", 1, 10, 2, **gather), _op("c10d::allreduce_", 1, 20, 2, **reduce),
+        _op("c10d::allreduce_", 1, 30, 2, **reduce),
+        _op("gloo:all_gather", 7, 40, 5, cat="user_annotation", **{"Input Dims": [[256]], "Input type": ["float"]}),
+        _op("gloo:all_reduce", 7, 50, 5, cat="user_annotation", **{"Input Dims": [[64]], "Input type": ["float"]}),
+        _op("gloo:all_reduce", 9, 60, 5, cat="user_annotation", **{"Input Dims": [[64]], "Input type": ["float"]}),
+    ], groups=(("0", "default_pg", list(range(8))), ("1", "mesh_tp", [0, 1]), ("2", "mesh_dp", [0, 2, 4, 6])))
+    found = sorted(records(load_events(str(path))), key=lambda r: r[-1])
+    assert [(r[1], r[3], r[7], r[9] & (GROUP_BY_SIZE | GROUP_BY_THREAD)) for r in found] == [
+        ("all-gather", "2", 4, GROUP_BY_SIZE), ("all-reduce", "2", -1, GROUP_BY_THREAD), ("all-reduce", "", -1, 0)]
 
 
 def test_a_worker_threads_runs_carry_out_the_calls_in_the_order_they_were_made(tmp_path):
     """Two all-reduces of the same size called before gloo's worker thread starts the first: the first run is the
     first call's (in forward), the second the second's (in backward)."""
-    def op(name, tid, ts, dur, cat="cpu_op", **args):
-        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
-
+    op = _op
     shapes = {"Input Dims": [[[256]], [], [], [], [], []], "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"]}
     path = _kineto_cpu_rank(tmp_path / "rank0.json", [
         op("ProfilerStep#1", 1, 0, 100, cat="user_annotation"),

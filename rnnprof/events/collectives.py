@@ -35,11 +35,12 @@ PHASE_LIBRARY = 8  # the phase: what the libraries mark (autograd's backward fun
 PHASE_NEIGHBOURS = 16  # the phase: the operators run just before (a receive: just after) the call on its thread
 OPERATION_FROM_CALL = 32  # the operation: the c10d call that launched the worker thread's run (matched by order)
 PEER_FROM_ARGS = 64  # a send's or receive's peer: the call's arguments (its group-local rank)
+GROUP_BY_THREAD = 128  # the group: that of the other collectives its gloo worker thread ran (a group's own threads)
 INFERRED = {GROUP_ONLY_ONE: "group: the rank's only process group", GROUP_BY_SIZE: "group: the only one of its size",
             SHAPES: "message: recorded operator shapes", PHASE_LIBRARY: "phase: autograd, torch.optim or FSDP ranges",
             PHASE_NEIGHBOURS: "phase: the operators around the call",
             OPERATION_FROM_CALL: "operation: the call that launched the run",
-            PEER_FROM_ARGS: "peer: the call's arguments"}
+            PEER_FROM_ARGS: "peer: the call's arguments", GROUP_BY_THREAD: "group: its worker thread's"}
 
 
 def _empty(column: str):

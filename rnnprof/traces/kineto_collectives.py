@@ -21,8 +21,8 @@ import msgspec
 import numpy as np
 
 from rnnprof.events import EventTable, Kind, ProcessGroup, match_correlation
-from rnnprof.events.collectives import (GROUP_BY_SIZE, GROUP_ONLY_ONE, OPERATION_FROM_CALL, PEER_FROM_ARGS, SHAPES,
-                                        collective_records)
+from rnnprof.events.collectives import (GROUP_BY_SIZE, GROUP_BY_THREAD, GROUP_ONLY_ONE, OPERATION_FROM_CALL,
+                                        PEER_FROM_ARGS, SHAPES, collective_records)
 from rnnprof.names import (ALL_GATHER, CARRIED_OUT_AS, CPU_COLLECTIVE, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN,
                            NCCL_KERNEL, NOT_COLLECTIVES, REDUCE_SCATTER, SEND_RECV, UNKNOWN_COLLECTIVE,
                            collective_type)
@@ -283,13 +283,15 @@ def _cpu_records(table: EventTable, captured: list[_Captured], groups: tuple[Pro
     message = {int(r): _shapes_message(table.strings[table.name[r]], shapes[int(r)]) if int(r) in shapes
                else _Message() for r in np.concatenate([runs, calls]).tolist()}
     pairs = _match_runs(table, runs, calls, message) if len(runs) else [(int(c), int(c)) for c in calls]
+    got_of = {row: message[call] if call >= 0 and message[call].in_nelems >= 0 else message[row] for row, call in pairs}
+    group_of = _thread_groups(table, {row: _cpu_group(groups, got) for row, got in got_of.items()}, calls)
     for row, call in pairs:
         run_name, call_name = table.strings[table.name[row]], table.strings[table.name[call]] if call >= 0 else ""
         kind = collective_type(call_name or run_name)
-        got = message[call] if call >= 0 and message[call].in_nelems >= 0 else message[row]
+        got = got_of[row]
         if not got.dtype:
             got.dtype = message[row].dtype
-        group, bits = _cpu_group(groups, got)
+        group, bits = group_of[row]
         bits |= SHAPES if got.in_nelems >= 0 else 0
         bits |= OPERATION_FROM_CALL if call_name and kind != collective_type(run_name) else 0
         peer = -1
@@ -307,6 +309,22 @@ def _cpu_group(groups: tuple[ProcessGroup, ...], message: _Message) -> tuple[str
         return groups[0].name, GROUP_ONLY_ONE
     sized = [g for g in groups if g.size == message.group_size] if message.group_size > 0 else []
     return (sized[0].name, GROUP_BY_SIZE) if len(sized) == 1 else ("", 0)
+
+
+def _thread_groups(table: EventTable, found: dict[int, tuple[str, int]], calls: np.ndarray) -> dict[int, tuple[str, int]]:
+    """``found`` (row -> group, bits) with the group of a worker thread's known collectives given to its others: a
+    gloo process group runs its work on threads of its own (a thread that makes calls is no worker's)."""
+    calling = set(table.lane[calls].tolist())
+    known: dict[int, set[str]] = {}
+    for row, (group, _) in found.items():
+        if group:
+            known.setdefault(int(table.lane[row]), set()).add(group)
+    result = dict(found)
+    for row, (group, bits) in found.items():
+        lane = int(table.lane[row])
+        if not group and lane not in calling and len(known.get(lane, ())) == 1:
+            result[row] = (next(iter(known[lane])), bits | GROUP_BY_THREAD)
+    return result
 
 
 def _match_runs(table: EventTable, runs: np.ndarray, calls: np.ndarray,
