@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from rnnprof.analyzers.classify import EventClass, classify
+from rnnprof.analyzers.collectives import instances, matched_groups
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.groups import call_bytes
 from rnnprof.analyzers.roofline import bus_factor
@@ -362,3 +363,13 @@ def test_a_worker_threads_runs_carry_out_the_calls_in_the_order_they_were_made(t
     found = sorted(records(load_events(str(path))), key=lambda r: r[-1])
     assert [(r[1], r[2], r[4], r[6]) for r in found] == [("all-reduce", "forward", 256, "float"),
                                                          ("all-reduce", "backward", 256, "float")]
+
+
+def test_a_send_is_matched_with_its_receive_by_group_peer_and_order():
+    """The pipeline's 2 steps: each stage's 4 sends a step meet the other stage's 4 receives, k-th with k-th."""
+    per_worker = instances(load_events([str(trace("pp", 0)), str(trace("pp", 1))]))
+    matched, unmatched = matched_groups(per_worker)
+    assert unmatched == 0 and len(matched) == 2 * sum(e["ops"] for e in oracle("pp", 0)["p2p_ops"].values())
+    for members in matched:
+        ends = {worker: inst.name for worker, inst in members}
+        assert sorted(ends.values()) == ["gloo:recv", "gloo:send"], ends

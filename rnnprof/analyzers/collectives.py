@@ -4,7 +4,9 @@ A rank's collectives are its NCCL kernels on a GPU, or on a CPU rank the ranges 
 (``names.CPU_COLLECTIVE_RUN``), else its ``c10d::*`` calls. The same collective has the same key on every
 rank: ``(group, seq)`` where the trace records them (``metadata.collective_args``), else ``(group, name, k)``,
 the k-th of that name in the group by start time (the group: the process group, as recorded or as the
-loader inferred it (``events.collectives``), else the GPU stream, else one per CPU rank). Each has its type (``classify.collective_types``; "+"-joined should members differ).
+loader inferred it (``events.collectives``), else the GPU stream, else one per CPU rank); a send and its
+receive by ``(group, (sender, receiver), k)`` where their peers are known. Each has its type
+(``classify.collective_types``; "+"-joined should members differ).
 
 Per collective seen on two or more ranks: the arrival skew (last start - first start) and the rank that came
 last; per rank: how often it came last, the waiting it caused and the waiting it did. The straggler arrived
@@ -178,6 +180,7 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
     args = collective_args(table)
     names = np.asarray(table.strings, dtype=object)
     recorded = dict(zip(table.collectives.row.tolist(), names[table.collectives.group]))  # row -> group ("": unknown)
+    pairs = _p2p_pairs(table)
     result: dict[str, list[Instance]] = {}
     for worker, parts in _collective_rows(table).items():
         rows = np.concatenate(parts)
@@ -198,13 +201,28 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
             else:
                 if not group and on_gpu:
                     group = names[table.lane[r]]
-                k = ordinal.get((group, name), 0)
-                ordinal[(group, name)] = k + 1
-                key = (BY_ORDER, group, name, k)
+                what = pairs.get(int(r), name)  # a send and its receive: (sender, receiver), alike on both
+                k = ordinal.get((group, what), 0)
+                ordinal[(group, what)] = k + 1
+                key = (BY_ORDER, group, what, k)
             found.append(Instance(key, name, group, start, end, int(r), COLLECTIVE_TYPES[kind],
                                   int(table.step[r])))
         result[worker] = found
     return result
+
+
+def _p2p_pairs(table: EventTable) -> dict[int, tuple[int, int]]:
+    """``row -> (sender, receiver)`` (global ranks) of the sends and receives whose peer the records name, on
+    workers named ``rank<r>``: the k-th send from A to B in a group is the k-th receive at B from A."""
+    records, found = table.collectives, {}
+    for k in np.flatnonzero(records.peer >= 0).tolist():
+        row = int(records.row[k])
+        me = table.devices[table.device[row]].worker.removeprefix("rank")
+        call = table.strings[records.call[k]].lower()
+        if me.isdigit() and ("send" in call or "recv" in call):
+            peer = int(records.peer[k])
+            found[row] = (int(me), peer) if "send" in call else (peer, int(me))
+    return found
 
 
 def _collective_rows(table: EventTable) -> dict[str, list[np.ndarray]]:
