@@ -32,13 +32,16 @@ def raw_document(path):
 
 
 def raw_collectives(path) -> dict[tuple, tuple[float, float]]:
-    """``(group, name, k) -> (start, end)`` of a rank's collectives, from its raw JSON."""
-    events = [e for e in raw_document(path)["traceEvents"] if e.get("ph") == "X"]
+    """``(group, name, k) -> (start, end)`` of a rank's collectives, from its raw JSON (a gloo rank's group: the one
+    process group its ``distributedInfo`` lists)."""
+    document = raw_document(path)
+    events = [e for e in document["traceEvents"] if e.get("ph") == "X"]
     kernels = [e for e in events if e.get("cat") == "kernel" and e["name"].lower().startswith("nccl")]
     if kernels:
         keyed = [(f"stream:{e['args']['stream']}", e) for e in kernels]
     else:
-        keyed = [("", e) for e in events if e["name"].startswith("gloo:")]
+        (only,) = document["distributedInfo"]["pg_config"]
+        keyed = [(only["pg_name"], e) for e in events if e["name"].startswith("gloo:")]
     found, count = {}, {}
     for group, e in sorted(keyed, key=lambda g_e: (g_e[1]["ts"], g_e[1]["ts"] + g_e[1]["dur"])):
         k = count.get((group, e["name"]), 0)

@@ -20,8 +20,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from rnnprof.events import EventTable, Kind
-from rnnprof.events.names import (COLLECTIVE_RANGE, COLLECTIVE_TYPES, COMM_PATTERNS, MEMCPY_PATTERN, MEMSET_PATTERN,
-                           UNKNOWN_COLLECTIVE, collective_type)
+from rnnprof.events.names import (COLLECTIVE_COPY, COLLECTIVE_RANGE, COLLECTIVE_TYPES, COMM_PATTERNS, MEMCPY_PATTERN,
+                                  MEMSET_PATTERN, UNKNOWN_COLLECTIVE, collective_type)
 
 
 class EventClass(enum.IntEnum):
@@ -75,13 +75,14 @@ def classify(table: EventTable, comm_patterns: Iterable[str] = ()) -> np.ndarray
     is_comm = matching_codes(table.strings, comm, used)
     is_memcpy = matching_codes(table.strings, memcpy, used)
     is_memset = matching_codes(table.strings, memset, used)
+    is_copy = matching_codes(table.strings, COLLECTIVE_COPY, used)
 
     kind = table.kind
     host_devices = np.array([d.kind == "host" for d in table.devices] or [False], dtype=bool)
     on_host = host_devices[table.device]
 
     result = np.full(len(table), int(EventClass.COMPUTE), dtype=np.int8)
-    named_comm = is_comm[table.name] | is_comm[table.op_type]
+    named_comm = (is_comm[table.name] | is_comm[table.op_type]) & ~is_copy[table.name]  # packing copies: no comm
     result[np.isin(kind, (Kind.MEMCPY,)) | is_memcpy[table.name]] = EventClass.MEMCPY
     result[np.isin(kind, (Kind.MEMSET,)) | is_memset[table.name]] = EventClass.MEMSET
     result[(kind == Kind.COMMUNICATION) | named_comm] = EventClass.COMMUNICATION
@@ -116,7 +117,26 @@ def collective_types(table: EventTable, rows: np.ndarray) -> np.ndarray:
             found = named.get((workers[table.device[row]], int(table.correlation[row])), unknown)
             if found != unknown:
                 result[k] = found
+    # The operation the event's collective record says it implements overrides the rest (a gloo:all_reduce that
+    # carries out a reduce-scatter).
+    recorded = _recorded_types(table, rows)
+    result[recorded >= 0] = recorded[recorded >= 0]
     return result
+
+
+def _recorded_types(table: EventTable, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows``, the index in ``COLLECTIVE_TYPES`` of the operation its collective record names, -1
+    where it has no record or the record names none."""
+    records = table.collectives
+    found = np.full(len(rows), -1, dtype=np.int8)
+    if not len(records):
+        return found
+    index = {t: i for i, t in enumerate(COLLECTIVE_TYPES)}
+    at = np.minimum(np.searchsorted(records.row, rows), len(records) - 1)
+    has = records.row[at] == rows
+    named = np.array([index.get(table.strings[c], -1) for c in records.collective[at[has]].tolist()], dtype=np.int8)
+    found[has] = np.where(named == index[UNKNOWN_COLLECTIVE], -1, named)
+    return found
 
 
 def _ranged_types(table: EventTable, rows: np.ndarray) -> np.ndarray:

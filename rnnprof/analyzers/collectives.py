@@ -3,8 +3,10 @@
 A rank's collectives are its NCCL kernels on a GPU, or on a CPU rank the ranges gloo's worker threads record
 (``names.CPU_COLLECTIVE_RUN``), else its ``c10d::*`` calls. The same collective has the same key on every
 rank: ``(group, seq)`` where the trace records them (``metadata.collective_args``), else ``(group, name, k)``,
-the k-th of that name in the group by start time (the group: the process group, else the GPU stream, else one
-per CPU rank). Each has its type (``classify.collective_types``; "+"-joined should members differ).
+the k-th of that name in the group by start time (the group: the process group, as recorded or as the
+loader inferred it (``events.collectives``), else the GPU stream, else one per CPU rank); a send and its
+receive by ``(group, (sender, receiver), k)`` where their peers are known. Each has its type
+(``classify.collective_types``; "+"-joined should members differ).
 
 Per collective seen on two or more ranks: the arrival skew (last start - first start) and the rank that came
 last; per rank: how often it came last, the waiting it caused and the waiting it did. The straggler arrived
@@ -176,8 +178,56 @@ def collective_args(table: EventTable) -> dict[tuple[str, int], tuple[str, int]]
 def instances(table: EventTable) -> dict[str, list[Instance]]:
     """Per worker (rank), its collectives in start order (the module docstring says which), keyed for matching."""
     args = collective_args(table)
-    comm = table.kind == Kind.COMMUNICATION
     names = np.asarray(table.strings, dtype=object)
+    recorded = dict(zip(table.collectives.row.tolist(), names[table.collectives.group]))  # row -> group ("": unknown)
+    pairs = _p2p_pairs(table)
+    result: dict[str, list[Instance]] = {}
+    for worker, parts in _collective_rows(table).items():
+        rows = np.concatenate(parts)
+        starts = table.ts[rows]
+        ends = starts + table.dur[rows]
+        order = np.lexsort((ends, starts))
+        rows, starts, ends = rows[order], starts[order], ends[order]
+        types = collective_types(table, rows).tolist()
+        ordinal: dict[tuple, int] = {}
+        found = []
+        for r, start, end, kind in zip(rows, starts.tolist(), ends.tolist(), types):
+            name = names[table.name[r]]
+            on_gpu = table.devices[table.device[r]].kind == "gpu"
+            group, seq = args.get((worker, int(table.correlation[r])), ("", -1)) if on_gpu else ("", -1)
+            group = recorded.get(int(r), group) or group
+            if seq >= 0:
+                key = (BY_SEQ, group, seq)
+            else:
+                if not group and on_gpu:
+                    group = names[table.lane[r]]
+                what = pairs.get(int(r), name)  # a send and its receive: (sender, receiver), alike on both
+                k = ordinal.get((group, what), 0)
+                ordinal[(group, what)] = k + 1
+                key = (BY_ORDER, group, what, k)
+            found.append(Instance(key, name, group, start, end, int(r), COLLECTIVE_TYPES[kind],
+                                  int(table.step[r])))
+        result[worker] = found
+    return result
+
+
+def _p2p_pairs(table: EventTable) -> dict[int, tuple[int, int]]:
+    """``row -> (sender, receiver)`` (global ranks) of the sends and receives whose peer the records name, on
+    workers named ``rank<r>``: the k-th send from A to B in a group is the k-th receive at B from A."""
+    records, found = table.collectives, {}
+    for k in np.flatnonzero(records.peer >= 0).tolist():
+        row = int(records.row[k])
+        me = table.devices[table.device[row]].worker.removeprefix("rank")
+        call = table.strings[records.call[k]].lower()
+        if me.isdigit() and ("send" in call or "recv" in call):
+            peer = int(records.peer[k])
+            found[row] = (int(me), peer) if "send" in call else (peer, int(me))
+    return found
+
+
+def _collective_rows(table: EventTable) -> dict[str, list[np.ndarray]]:
+    """Per worker, the rows of its collectives: its GPUs' NCCL kernels, its CPU rank's gloo runs (else calls)."""
+    comm = table.kind == Kind.COMMUNICATION
     is_nccl = np.fromiter((bool(NCCL_KERNEL.match(s)) for s in table.strings), dtype=bool, count=len(table.strings))
     is_run = np.fromiter((bool(CPU_COLLECTIVE_RUN.match(s)) for s in table.strings), dtype=bool,
                          count=len(table.strings))
@@ -196,32 +246,7 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
             continue
         if len(rows):
             rows_of.setdefault(device.worker, []).append(rows)
-    result: dict[str, list[Instance]] = {}
-    for worker, parts in rows_of.items():
-        rows = np.concatenate(parts)
-        starts = table.ts[rows]
-        ends = starts + table.dur[rows]
-        order = np.lexsort((ends, starts))
-        rows, starts, ends = rows[order], starts[order], ends[order]
-        types = collective_types(table, rows).tolist()
-        ordinal: dict[tuple, int] = {}
-        found = []
-        for r, start, end, kind in zip(rows, starts.tolist(), ends.tolist(), types):
-            name = names[table.name[r]]
-            on_gpu = table.devices[table.device[r]].kind == "gpu"
-            group, seq = args.get((worker, int(table.correlation[r])), ("", -1)) if on_gpu else ("", -1)
-            if seq >= 0:
-                key = (BY_SEQ, group, seq)
-            else:
-                if not group and on_gpu:
-                    group = names[table.lane[r]]
-                k = ordinal.get((group, name), 0)
-                ordinal[(group, name)] = k + 1
-                key = (BY_ORDER, group, name, k)
-            found.append(Instance(key, name, group, start, end, int(r), COLLECTIVE_TYPES[kind],
-                                  int(table.step[r])))
-        result[worker] = found
-    return result
+    return rows_of
 
 
 def matched_groups(per_worker: dict[str, list[Instance]]) -> tuple[list[list[tuple[str, Instance]]], int]:

@@ -26,6 +26,7 @@ from rnnprof.analyzers.collectives import CollectivesReport, analyze_collectives
 from rnnprof.analyzers.comm_result import Breakdown, CommOp, CommReport, DeviceComm
 from rnnprof.analyzers.copies import combine_copies, count_copies
 from rnnprof.analyzers.device_work import BASIS_HOST_OPS, device_work_mask
+from rnnprof.analyzers.groups import analyze_groups, combine_groups
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle, idle_by_cause
 from rnnprof.analyzers.intervals import subtract, sweep_segments
 from rnnprof.analyzers.steps import step_windows
@@ -186,6 +187,8 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
     devices = _device_comms(table, basis, _device_totals(w), _step_breakdowns(w), step_values,
                             idle_by_cause(table, work, kernel_wait_us))
     comm_names = np.unique(table.name[work][w.is_comm])
+    compute = w.layers == _COMPUTE
+    groups = analyze_groups(table, (w.sweep_ts[compute], w.sweep_end[compute], w.sweep_dev[compute]))
     return CommReport(
         devices=tuple(devices),
         stragglers=tuple(find_stragglers(devices, step_values)),
@@ -203,6 +206,7 @@ def analyze_comm(table: EventTable, comm_patterns: Iterable[str] = (), *,
         step_selection=step_selection,
         copies=count_copies(table),
         outside_steps=outside_steps(table),
+        groups=groups,
     )
 
 
@@ -234,24 +238,13 @@ def combine_reports(reports: Sequence[CommReport],
         raise ValueError("the reports share devices; combine reports of distinct ranks")
     devices.sort(key=lambda d: d.device)
     steps = sorted({s for r in reports for s in r.steps})
-    ops: dict[str, list] = {}
-    for op in (op for r in reports for op in r.comm_ops):
-        entry = ops.setdefault(op.name, [op.op_type, 0, 0, 0.0, dict.fromkeys(COLLECTIVE_TYPES, 0)])
-        entry[1] += op.events
-        entry[2] += op.devices
-        entry[3] += op.total_us
-        for kind, n in op.collective_types:
-            entry[4][kind] += n
-    comm_ops = sorted((CommOp(name, t, e, d, us, tuple((k, n) for k, n in types.items() if n))
-                       for name, (t, e, d, us, types) in ops.items()),
-                      key=lambda op: (-op.total_us, op.name))
     return CommReport(
         devices=tuple(devices),
         stragglers=tuple(find_stragglers(devices, np.array(steps, dtype=np.int64))),
         steps=tuple(steps),
         extra_patterns=reports[0].extra_patterns,
         comm_event_names=tuple(sorted({n for r in reports for n in r.comm_event_names})),
-        comm_ops=tuple(comm_ops),
+        comm_ops=_combined_ops(reports),
         source_format="+".join(sorted({f for r in reports for f in r.source_format.split("+") if f})),
         sources=tuple(s for r in reports for s in r.sources),
         host_only=all(r.host_only for r in reports),
@@ -261,7 +254,23 @@ def combine_reports(reports: Sequence[CommReport],
         step_selection=reports[0].step_selection,
         copies=combine_copies([r.copies for r in reports if r.copies is not None]),
         outside_steps=_summed([r.outside_steps for r in reports]),
+        groups=combine_groups([r.groups for r in reports if r.groups is not None]),
     )
+
+
+def _combined_ops(reports: Sequence[CommReport]) -> tuple[CommOp, ...]:
+    """The parts' communication ops by name, summed, the longest first."""
+    ops: dict[str, list] = {}
+    for op in (op for r in reports for op in r.comm_ops):
+        entry = ops.setdefault(op.name, [op.op_type, 0, 0, 0.0, dict.fromkeys(COLLECTIVE_TYPES, 0)])
+        entry[1] += op.events
+        entry[2] += op.devices
+        entry[3] += op.total_us
+        for kind, n in op.collective_types:
+            entry[4][kind] += n
+    return tuple(sorted((CommOp(name, t, e, d, us, tuple((k, n) for k, n in types.items() if n))
+                         for name, (t, e, d, us, types) in ops.items()),
+                        key=lambda op: (-op.total_us, op.name)))
 
 
 def _summed(counts: Sequence[dict[str, int]]) -> dict[str, int]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from rnnprof.analyzers.collectives import CollectivesReport
 from rnnprof.analyzers.copies import CopyReport
+from rnnprof.analyzers.groups import GroupsReport, GroupStraggler, group_stragglers
 from rnnprof.analyzers.idle import DEFAULT_KERNEL_WAIT_US, DeviceIdle
 from rnnprof.analyzers.noise import Significance, StepNoise
 from rnnprof.analyzers.steps import JobStepTimes, window_step_times
@@ -157,6 +158,12 @@ class CommReport:
     copies: CopyReport | None = None  # copies by kind and graph launches per device and step (analyzers.copies)
     # GPU events in no step, by reason (``rnnprof.events.OUTSIDE_REASONS``), as the loaders counted them
     outside_steps: dict[str, int] = field(default_factory=dict)
+    groups: GroupsReport | None = None  # per process group, collective and phase (analyzers.groups)
+
+    @property
+    def group_stragglers(self) -> tuple[GroupStraggler, ...]:
+        """Per process group, the member that arrived last at its collectives most often."""
+        return group_stragglers(self.collectives)
 
     @property
     def step_time(self) -> JobStepTimes:
@@ -182,6 +189,8 @@ class CommReport:
         extra = {}
         if self.copies is not None:
             extra["copies"] = self.copies.as_dict()
+        if self.groups is not None:
+            extra["process_groups"] = self.groups.as_dict(self.group_stragglers)
         if self.alignment is not None:
             extra["alignment"] = self.alignment
         if self.collectives is not None:

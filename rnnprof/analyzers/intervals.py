@@ -81,6 +81,21 @@ def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     return float((merged_ends - merged_starts).sum())
 
 
+def covered(union_starts: np.ndarray, union_ends: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each interval ``[starts[i], ends[i])``, the time inside it that the union (sorted, disjoint intervals,
+    as ``merge`` gives them) covers."""
+    lengths = union_ends - union_starts
+    before = np.concatenate([[0.0], np.cumsum(lengths)])
+
+    def up_to(t: np.ndarray) -> np.ndarray:  # union time before t
+        k = np.searchsorted(union_starts, t, side="right") - 1
+        inside = np.clip(t - union_starts[np.maximum(k, 0)], 0.0, lengths[np.maximum(k, 0)]) if len(lengths) else 0.0
+        return np.where(k >= 0, before[np.maximum(k, 0)] + inside, 0.0)
+
+    starts, ends = np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64)
+    return np.maximum(up_to(ends) - up_to(starts), 0.0)
+
+
 def overlap_length(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
     """Time covered by at least one interval of ``a`` and at the same moment by one of ``b``."""
     result = sweep_segments(

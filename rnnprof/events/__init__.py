@@ -23,6 +23,7 @@ import numpy as np
 
 from rnnprof.events.manifest import (Manifest, ManifestDevice, ManifestStepCpu, ManifestStepTimes, StepCpuTime,
                                      seconds_per_step)
+from rnnprof.events.collectives import CollectiveRecords, ProcessGroup, concat_collectives
 from rnnprof.events.memory import MemoryRecords, concat_records
 
 
@@ -181,7 +182,8 @@ class TableMetadata:
     """What a table's loaders recorded beside its events, by field; an unknown name is an ``AttributeError``.
 
     Producers: Kineto traces (``json_bytes``, ``json_cuts``, ``skipped_events``, ``distributed``, ``base_time_ns``,
-    ``devices_properties``, ``hostnames``, ``worker_hosts``, ``collective_args``, ``host_operator_devices``,
+    ``devices_properties``, ``hostnames``, ``worker_hosts``, ``collective_args``, ``process_groups``,
+    ``host_operator_devices``,
     ``outside_steps``),
     ``traces.left_out`` (``left_out``, ``left_out_examples``), XSpaces (``hostnames``, ``ran_as``), TF Chrome
     timelines (``ran_as``, ``dropped_*``, ``other_data``), ``merge_tables`` and ``load_aligned`` (``alignment``),
@@ -199,6 +201,7 @@ class TableMetadata:
     hostnames: tuple[str, ...] = _merged(UNION, ())  # the machines that recorded the trace
     worker_hosts: tuple[tuple[str, str], ...] = _merged(CONCAT, ())  # (worker, the machine its trace names)
     collective_args: tuple[CollectiveArgs, ...] = _merged(CONCAT, ())  # one per worker
+    process_groups: tuple[ProcessGroup, ...] = _merged(UNION, ())  # the groups the traces name (events.collectives)
     host_operator_devices: tuple[Device, ...] = _merged(UNION, ())  # CPU ranks: their activity is host operators
     outside_steps: dict[str, int] = _merged(SUM, factory=dict)  # GPU events in no step, by ``OUTSIDE_REASONS``
     left_out: dict[str, int] = _merged(SUM, factory=dict)  # events left out for impossible times, by reason
@@ -263,7 +266,8 @@ class EventTable:
     Columns: ``ts``/``dur`` (µs, float64), ``name``/``op_type``/``lane`` (int32 codes into
     ``strings``), ``device`` (int16 index into ``devices``), ``kind`` (int8 ``Kind``),
     ``step`` (int32, -1 when unknown), ``correlation`` (int64, -1 when none),
-    ``nbytes`` (int64, -1 when unknown). ``memory``: the allocator's records beside the events (``events.memory``).
+    ``nbytes`` (int64, -1 when unknown). ``memory``: the allocator's records beside the events (``events.memory``);
+    ``collectives``: what each collective event is, by row (``events.collectives``).
     """
 
     ts: np.ndarray
@@ -283,6 +287,7 @@ class EventTable:
     time_base_us: float = 0.0
     metadata: TableMetadata = field(default_factory=TableMetadata, compare=False)
     memory: MemoryRecords = field(default_factory=MemoryRecords, compare=False)
+    collectives: CollectiveRecords = field(default_factory=CollectiveRecords, compare=False)
 
     COLUMNS = ("ts", "dur", "name", "op_type", "device", "lane", "kind", "step", "correlation", "nbytes")
 
@@ -324,6 +329,7 @@ class EventTable:
             time_base_us=self.time_base_us,
             metadata=self.metadata,
             memory=self.memory,
+            collectives=self.collectives.selected(mask, len(self)),
         )
 
     def of_kind(self, *kinds: Kind) -> "EventTable":
@@ -549,7 +555,7 @@ def concat(tables: Sequence[EventTable], align: str = "absolute") -> EventTable:
     strings = StringTable()
     devices: dict[Device, int] = {}
     parts: dict[str, list[np.ndarray]] = {c: [] for c in EventTable.COLUMNS}
-    memory = []
+    memory, collectives, rows = [], [], 0
     base = min(t.time_base_us for t in tables) if align == "absolute" else 0.0
     for table in tables:
         string_map = np.array([strings.code(s) for s in table.strings], dtype=np.int32)
@@ -568,6 +574,8 @@ def concat(tables: Sequence[EventTable], align: str = "absolute") -> EventTable:
                 values = values + shift
             parts[column].append(values)
         memory.append(table.memory.remapped(device_map, string_map).shifted(shift))
+        collectives.append(table.collectives.remapped(rows, string_map))
+        rows += len(table)
     formats = sorted({t.source_format for t in tables})
     return EventTable(
         **{c: np.concatenate(v) for c, v in parts.items()},
@@ -578,11 +586,12 @@ def concat(tables: Sequence[EventTable], align: str = "absolute") -> EventTable:
         time_base_us=base,
         metadata=merge_metadata([t.metadata for t in tables]),
         memory=concat_records(memory),
+        collectives=concat_collectives(collectives),
     )
 
 
-__all__ = ["Alignment", "ClockOffset", "CollectiveArgs", "Device", "EventTable", "EventTableBuilder", "JsonCuts", "Kind",
+__all__ = ["Alignment", "ClockOffset", "CollectiveArgs", "CollectiveRecords", "Device", "EventTable", "EventTableBuilder", "JsonCuts", "Kind",
            "LeftOutExample", "Manifest", "MemoryRecords", "ManifestDevice", "ManifestStepCpu", "ManifestStepTimes", "OUTSIDE_LAUNCH",
-           "OUTSIDE_NO_LAUNCH", "OUTSIDE_REASONS", "StepCpuTime", "StringTable", "TableMetadata", "concat",
+           "OUTSIDE_NO_LAUNCH", "OUTSIDE_REASONS", "ProcessGroup", "StepCpuTime", "StringTable", "TableMetadata", "concat",
            "match_correlation", "merge_metadata", "outside_steps", "parse_tf_device", "seconds_per_step",
            "steps_in_spans"]

@@ -161,6 +161,38 @@ def collective_type(*texts: str) -> str:
     return UNKNOWN_COLLECTIVE
 
 
+# The collective a c10d call or a library's run is, when it carries out another: gloo runs a reduce-scatter as an
+# all-reduce on its worker thread (``gloo:all_reduce`` for ``c10d::_reduce_scatter_base_``). By the call's type,
+# the types of the runs that may carry it out (a type always carries out itself).
+CARRIED_OUT_AS = {REDUCE_SCATTER: (ALL_REDUCE,), BARRIER: (ALL_REDUCE,)}
+# Operators that pack or unpack a collective's buffer: copies, not communication, whatever their names say
+# (FSDP2's ``fsdp::all_gather_copy_in``, ``fsdp::split_with_sizes_copy``, ``fsdp::chunk_cat``; FSDP1's
+# ``FSDP::all_gather_copy_out`` ranges and ``aten::split_with_sizes_copy``).
+COLLECTIVE_COPY = re.compile(r"^(?:fsdp|FSDP)::\w*(?:copy|chunk_cat)\w*|^aten::split_with_sizes_copy$")
+# Kineto's collective ``Collective name``s that are no collective: waiting on one, or rnnprof-irrelevant markers.
+NOT_COLLECTIVES = ("wait", "barrier_wait", "coalesced")
+
+
+# -- training phases ------------------------------------------------------------------------------------
+#
+# The phase a collective belongs to: the capture's own ranges (``rnnprof.recording.torch_profiler``'s
+# ``forward``/``backward``/``optimizer``, which rnnprof's workloads record; a user's, ``PHASE_RANGE``), else what the libraries mark: torch.optim's
+# ``Optimizer.step#...`` and ``Optimizer.zero_grad#...`` ranges, autograd's ``autograd::engine::evaluate_function:
+# ...`` operators (a backward function), FSDP2's ``FSDP::pre_backward``/``FSDP::post_backward_*``/
+# ``FSDP::root_post_backward_callback`` (backward) and ``FSDP::pre_forward``/``FSDP::post_forward`` (forward).
+FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+PHASES = (FORWARD, BACKWARD, OPTIMIZER)
+# A range a capture or a user records around a phase: its name is the phase's, case and surrounding punctuation
+# aside (``forward``, ``## backward ##`` as HTA's test traces have them, ``[Optimizer]``).
+PHASE_RANGE = re.compile(rf"^[\W_]*({'|'.join(PHASES)})[\W_]*$", re.IGNORECASE)
+BACKWARD_FUNCTION = "autograd::engine::evaluate_function"
+OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around step()
+OPTIMIZER_ZERO_GRAD = "Optimizer.zero_grad#"
+LIBRARY_PHASE_RANGES = ((BACKWARD, re.compile(r"^FSDP::(?:pre_backward|post_backward|root_post_backward|"
+                                              r"backward_prefetch)")),
+                        (FORWARD, re.compile(r"^FSDP::(?:pre_forward|post_forward|root_pre_forward)")),
+                        (OPTIMIZER, re.compile(rf"^(?:{re.escape(OPTIMIZER_STEP)}|{re.escape(OPTIMIZER_ZERO_GRAD)})")))
+
 MEMCPY_PATTERN = r"^(Memcpy|MEMCPY|dma)"
 MEMSET_PATTERN = r"^(Memset|MEMSET)"
 

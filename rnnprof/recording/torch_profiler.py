@@ -33,8 +33,6 @@ from rnnprof.recording.nvtx import NvtxSpan, nvtx_range
 from rnnprof.rundir.writer import atomic_write_bytes
 from rnnprof.frameworks.torch import import_torch
 
-PHASES = ("forward", "backward", "optimizer")
-
 
 def trace_path(run_dir: str | Path, rank: int) -> Path:
     """Where rank ``rank`` of the run in ``run_dir`` writes its Kineto trace."""

@@ -16,6 +16,7 @@ from rnnprof.analyzers.device_work import BASIS_EXECUTOR, BASIS_HOST_OPS
 from rnnprof.analyzers.idle import IdleCauses
 from rnnprof.analyzers.steps import STEP_TIME_DEFINITIONS
 from rnnprof.analyzers.tasks import TaskReport
+from rnnprof.reports.groups import render_groups
 from rnnprof.reports.layout import compact_table, outside_note
 from rnnprof.reports.opcount import copy_parts
 from rnnprof.reports.units import fmt_ms, fmt_ms_narrow
@@ -298,6 +299,7 @@ def render_table(report: CommReport, *, per_step: bool, console: Console) -> Non
     elif len(report.devices) > 1:
         console.print(Text("stragglers: no step was seen on two or more devices of one kind", style="yellow"))
     render_collectives(report, console)
+    render_groups(report.groups, report.group_stragglers, console)
     fallback = [d.device.label for d in report.devices if d.basis == BASIS_EXECUTOR]
     if fallback:
         console.print(Text(f"note: {', '.join(fallback)}: no GPU stream records in the trace; measured by the "

@@ -16,12 +16,14 @@ from msgspec import UNSET, UnsetType
 
 from rnnprof.analyzers.audit.finding import Subject
 from rnnprof.analyzers.critical_path import StepPath
+from rnnprof.analyzers.groups import GroupStraggler
 from rnnprof.analyzers.memory import DeviceMemory, Imbalance
 from rnnprof.analyzers.hang import Culprit, Waiter
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts
 from rnnprof.analyzers.peaks import Peaks
 from rnnprof.analyzers.replay import ChainLink, RankWaits
 from rnnprof.analyzers.roofline import StepRow
+from rnnprof.events import ProcessGroup
 from rnnprof.reports.layout import SCHEMA_VERSION
 
 Version = Literal[SCHEMA_VERSION]  # type: ignore[valid-type]
@@ -87,6 +89,50 @@ class JobStepTimesPart(_Part, kw_only=True):
     step_us: dict[str, float]  # step number -> µs
 
 
+class GroupRankTraffic(_Part, kw_only=True):
+    """One rank's calls of a (group, collective, phase): ``GroupTraffic.as_dict``."""
+
+    calls: int
+    bytes: int
+    sized_calls: int
+    time_us: float
+    exposed_us: float
+    hidden_us: float
+
+
+class GroupTrafficRow(_Part, kw_only=True):
+    """One (process group, collective, phase) over its ranks (``analyzers.groups.GroupRow.as_dict``)."""
+
+    group: str
+    collective: str
+    phase: str | None
+    members: int | None
+    ranks: int
+    calls: int
+    calls_per_rank: float
+    bytes: int
+    sized_calls: int
+    time_us: float
+    exposed_us: float
+    hidden_us: float
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    per_rank: dict[str, GroupRankTraffic]
+
+
+class ProcessGroups(_Part, kw_only=True):
+    """``comm --json``'s ``process_groups`` (``analyzers.groups.GroupsReport.as_dict``): the groups the traces
+    name, the traffic per group, collective and phase, each group's straggler, and how many collectives had their
+    group, message or phase inferred (by what) or not known."""
+
+    groups: list[ProcessGroup]
+    collectives: int
+    traffic: list[GroupTrafficRow]
+    stragglers: list[GroupStraggler]
+    inferred: dict[str, int]
+    unknown: dict[str, int]
+
+
 class CommDocument(_Part, kw_only=True):
     """``rnnprof comm --json`` (``reports.comm.json_document``): ``CommReport.as_dict`` with its definitions, a
     note on ranks without a GPU, and the per-task figures of a gRPC cluster."""
@@ -106,6 +152,7 @@ class CommDocument(_Part, kw_only=True):
     communication_ops: list[Object]
     copies: Object | UnsetType = UNSET
     alignment: Object | UnsetType = UNSET
+    process_groups: ProcessGroups | UnsetType = UNSET
     collectives: Object | UnsetType = UNSET
     notes: list[str] | UnsetType = UNSET
     definitions: str

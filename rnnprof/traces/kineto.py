@@ -29,6 +29,7 @@ from rnnprof.events.names import CPU_COLLECTIVE, NCCL_KERNEL, STEP_MARKER
 from rnnprof.events import (OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH, CollectiveArgs, Device, EventTable,
                             EventTableBuilder, JsonCuts, Kind, TableMetadata, match_correlation, steps_in_spans)
 from rnnprof.traces.jsonstream import EventStream
+from rnnprof.traces.kineto_collectives import CollectiveArgsReader, process_groups, with_collective_records
 from rnnprof.traces.kineto_memory import MEMORY_EVENT, MemoryReader
 
 FORMAT = "kineto"
@@ -62,6 +63,16 @@ class _Args(msgspec.Struct, gc=False):
     group: Any = msgspec.field(name="Process Group Name", default=None)
     seq: Any = msgspec.field(name="Seq", default=None)
     collective: Any = msgspec.field(name="Collective name", default=None)  # allreduce, broadcast, ...
+    pg_ranks: Any = msgspec.field(name="Process Group Ranks", default=None)
+    pg_desc: Any = msgspec.field(name="Process Group Description", default=None)
+    in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
+    out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
+    dtype: Any = None
+    group_size: Any = msgspec.field(name="Group size", default=None)
+    # a CPU rank's collective calls and runs: their recorded shapes, kept raw (kineto_collectives decodes them)
+    dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw(b""))
+    types: msgspec.Raw = msgspec.field(name="Input type", default=msgspec.Raw(b""))
+    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=msgspec.Raw(b""))
     # an allocator's record (``[memory]`` instant events): kineto_memory
     mem_bytes: Any = msgspec.field(name="Bytes", default=None)
     addr: Any = msgspec.field(name="Addr", default=None)
@@ -80,6 +91,18 @@ class _Event(msgspec.Struct, gc=False):
     ts: float = 0.0
     dur: float = 0.0
     args: _Args | None = None
+
+
+class _DecodedArgs(_Args, gc=False):
+    """``_Args`` of a document already decoded (``load_decoded``): its shapes are Python values, not raw JSON."""
+
+    dims: Any = msgspec.field(name="Input Dims", default=None)
+    types: Any = msgspec.field(name="Input type", default=None)
+    concrete: Any = msgspec.field(name="Concrete Inputs", default=None)
+
+
+class _DecodedEvent(_Event, gc=False):
+    args: _DecodedArgs | None = None
 
 
 _DECODER = msgspec.json.Decoder(list[_Event])
@@ -138,7 +161,7 @@ def load_decoded(path: Path, trace_events: list, header: dict) -> EventTable:
     """A Kineto trace already decoded as plain JSON (recognised only once decoded): its events are
     converted to the loader's records, not decoded again; ``header`` holds the document's other keys."""
     try:
-        records = msgspec.convert(trace_events, list[_Event])
+        records = msgspec.convert(trace_events, list[_DecodedEvent])
     except msgspec.ValidationError as exc:
         raise InputError(path, f"malformed trace event ({exc})", "Chrome trace events") from None
     pieces = (records[k:k + _DECODED_PIECE] for k in range(0, len(records), _DECODED_PIECE))
@@ -169,6 +192,7 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     if args["correlation"]:
         builder.metadata.collective_args = (CollectiveArgs(worker, **{k: tuple(v) for k, v in args.items()}),)
     builder.memory = reader.memory.records(builder, Device("host"))
+    builder.metadata.process_groups = process_groups(info, reader.comms.found)
     table = builder.build()
     table = _mark_nccl(table)
     spans = _step_spans(table)
@@ -176,6 +200,7 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     table = dataclasses.replace(table, memory=table.memory.with_steps(steps_in_spans(table.memory.ts, spans)))
     if worker and _without_gpu(table):
         table = _cpu_rank(table)
+    table = with_collective_records(table, reader.comms.found, table.metadata.process_groups)
     return on_worker(table, worker) if worker else table
 
 
@@ -213,6 +238,7 @@ class _ChunkReader:
         self.columns = _Columns()
         self.skipped = 0
         self.collective_args: dict[str, list] = {"correlation": [], "group": [], "seq": [], "collective": []}
+        self.comms = CollectiveArgsReader(builder.strings.values)
         self.memory = MemoryReader()
 
     def add(self, chunk: list) -> None:
@@ -237,6 +263,7 @@ class _ChunkReader:
         else:
             on_gpu, devices, lane_keys = self._places(events, args, cats)
             self._collectives(args, on_gpu)
+        self.comms.add(len(self.columns), codes, args, on_gpu)
         self.columns.add(
             n,
             ts=[e.ts for e in events],

@@ -51,17 +51,8 @@ def worker(out_dir: Path) -> None:
     loss_fn = nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(1 + rank)
 
-    def on_trace_ready(prof):
-        plain = out_dir / f"torch-gloo-rank{rank}.json"
-        prof.export_chrome_trace(str(plain))
-        # the trace names its file by the path it was written to: keep only the file's name, not this machine's folder
-        data = plain.read_bytes().replace(f'"traceName": "{plain}"'.encode(), f'"traceName": "{plain.name}"'.encode())
-        with gzip.open(f"{plain}.gz", "wb", compresslevel=9) as dst:
-            dst.write(data)
-        plain.unlink()
-
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
-                 record_shapes=True, on_trace_ready=on_trace_ready) as prof:
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2), record_shapes=True,
+                 on_trace_ready=lambda prof: export_gzipped(prof, out_dir / f"torch-gloo-rank{rank}.json")) as prof:
         for _ in range(STEPS):
             tokens = torch.randint(0, VOCAB, (BATCH, LENGTH + 1), generator=generator)
             with record_function("forward"):
@@ -75,6 +66,15 @@ def worker(out_dir: Path) -> None:
             prof.step()
     dist.barrier()  # neither rank tears its group down while the other still talks to it
     dist.destroy_process_group()
+
+
+def export_gzipped(prof, plain: Path) -> None:
+    """Write the profiler's trace to ``plain`` + ``.gz``: its ``traceName`` the file's name, not this machine's path."""
+    prof.export_chrome_trace(str(plain))
+    data = plain.read_bytes().replace(f'"traceName": "{plain}"'.encode(), f'"traceName": "{plain.name}"'.encode())
+    with gzip.open(f"{plain}.gz", "wb", compresslevel=9) as dst:
+        dst.write(data)
+    plain.unlink()
 
 
 def launch(out_dir: Path, timeout_s: float = 120) -> list[Path]:

@@ -8,11 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnprof.events import EventTable, Kind
+from rnnprof.events.names import BACKWARD_FUNCTION, OPTIMIZER_STEP, OPTIMIZER_ZERO_GRAD
 
 FORWARD, BACKWARD, OPTIMIZER, ZERO_GRAD, OUTSIDE = range(5)
-BACKWARD_PREFIXES = ("autograd::engine::evaluate_function", )
-OPTIMIZER_STEP = "Optimizer.step#"  # torch.optim's record_function around step()
-OPTIMIZER_ZERO_GRAD = "Optimizer.zero_grad#"
 
 
 @dataclass(frozen=True)
@@ -82,7 +80,7 @@ def _phases(table: EventTable, operator: np.ndarray, rec_worker: np.ndarray) -> 
     mem = table.memory
     phase = np.where((mem.step >= 0) | (operator >= 0), FORWARD, OUTSIDE).astype(np.int8)
     names = table.strings
-    backward = np.fromiter((s.startswith(BACKWARD_PREFIXES) for s in names), dtype=bool, count=len(names))
+    backward = np.fromiter((s.startswith(BACKWARD_FUNCTION) for s in names), dtype=bool, count=len(names))
     phase[(operator >= 0) & backward[np.maximum(operator, 0)]] = BACKWARD
     worker = _workers(table)
     for prefix, value in ((OPTIMIZER_STEP, OPTIMIZER), (OPTIMIZER_ZERO_GRAD, ZERO_GRAD)):
