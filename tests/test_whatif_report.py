@@ -27,7 +27,7 @@ def _fix_of(finding: dict) -> str:
     if rule in ("PF001", "PF005"):
         return f"{rule}:{subject.get('rank') or ''}"
     if rule == "PF004":
-        return "PF004:syncs" if "synchroniz" in finding["title"] else f"PF004:{finding['evidence']['kind']}"
+        return "PF004:syncs" if finding["evidence"]["kind"] == "sync" else f"PF004:{finding['evidence']['kind']}"
     return f"PF006:{subject.get('op') or ''}" if rule == "PF006" else rule
 
 

@@ -10,8 +10,7 @@ from rnnprof import limits
 from rnnprof.commands import audit_inputs, fail_on_flag, job_flags, left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT
 from rnnprof.analyzers.audit import audit
-from rnnprof.analyzers.replay import Replayer
-from rnnprof.analyzers.replay.audit_savings import replayed_savings
+from rnnprof.analyzers.replay.audit_savings import audit_replayer, replayed_savings
 from rnnprof.inputs.dependencies import read_dependencies
 from rnnprof.reports.audit import render_text
 from rnnprof.reports.layout import render_json, render_notes
@@ -38,7 +37,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     given = audit_inputs.read_audit_input(paths, args)
     result = audit(given)
     if given.events is not None and len(given.events):
-        result = replayed_savings(result, Replayer(given.events, read_dependencies(paths)))
+        result = replayed_savings(result, audit_replayer(result, given.events, read_dependencies(paths)))
     notes += left_out_notes.notes(args, given.events)
     render_notes(notes)
     if args.json:

@@ -16,6 +16,15 @@ from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, ReplayGraph
 _TIE_US = 1e-6
 
 
+@dataclass(frozen=True)
+class Layering:
+    """How a graph was replayed: each node's level (``level``; its sources on lower levels), or None where the
+    graph is too narrow for levels and was replayed node by node. A replay over some of the same edges (a change
+    that drops edges) may reuse it: a node's sources still lie on lower levels."""
+
+    level: np.ndarray | None
+
+
 @dataclass
 class Schedule:
     """Replayed times per node; ``bind``: the node each one waited for last (-1: none, or its own host work)."""
@@ -24,6 +33,7 @@ class Schedule:
     end: np.ndarray
     bind: np.ndarray
     ready: np.ndarray  # when its dependencies allowed it to start (before its host work)
+    layering: Layering = Layering(None)
 
 
 def replay_order(graph: ReplayGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -119,11 +129,12 @@ def calibrate(graph: ReplayGraph, keep: np.ndarray) -> np.ndarray:
 
 
 def replay(graph: ReplayGraph, order: np.ndarray, keep: np.ndarray, dur: np.ndarray, pre: np.ndarray,
-           lag: np.ndarray, base: np.ndarray) -> Schedule:
+           lag: np.ndarray, base: np.ndarray, layering: Layering | None = None) -> Schedule:
     """Earliest start times in ``order``, with these durations, host work and delays, over the edges ``keep``:
     an edge whose source comes after its target in ``order`` reads the source's times before they are set
     (zero). A graph wide enough (a job's ranks side by side) is replayed level by level in arrays, else node by
-    node; both make the same operations on the same numbers, so the schedules are the same."""
+    node; both make the same operations on the same numbers, so the schedules are the same. ``layering``: that
+    of a replay of the same graph and order over these edges or more (``Schedule.layering``), reused."""
     total = graph.size
     e = np.flatnonzero(keep)
     by = e[np.argsort(graph.dst[e], kind="stable")]  # the edges into each node, in edge order
@@ -134,7 +145,9 @@ def replay(graph: ReplayGraph, order: np.ndarray, keep: np.ndarray, dur: np.ndar
     forward = pos[src] < pos[dst]
     # where an edge reads its source's time: starts at 0.., ends at total.., a zero at 2 total (not yet set)
     ref = np.where(forward, src + np.where(graph.from_start[by], 0, total), 2 * total)
-    level = _levels(total, src[forward], dst[forward])
+    if layering is None:
+        layering = Layering(_levels(total, src[forward], dst[forward]))
+    level = layering.level
     if level is None:
         times, ready = _in_order(total, order, ref, ptr, lag[by], dur, pre, base)
     else:
@@ -144,7 +157,7 @@ def replay(graph: ReplayGraph, order: np.ndarray, keep: np.ndarray, dur: np.ndar
     first = hit[np.r_[True, dst[hit][1:] != dst[hit][:-1]]] if len(hit) else hit
     bind = np.full(total, -1, dtype=np.int64)
     bind[dst[first]] = src[first]
-    return Schedule(times[:total].copy(), times[total:2 * total].copy(), bind, ready)
+    return Schedule(times[:total].copy(), times[total:2 * total].copy(), bind, ready, layering)
 
 
 _PROBE_LEVELS = 64  # levels seen before a graph may be found too narrow for the replay by levels
