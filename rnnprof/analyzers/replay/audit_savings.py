@@ -96,9 +96,10 @@ def _sample_note(replayer: Replayer) -> list[str]:
     replayed = [s for s, _ in replayer.graphs]
     if len(replayed) >= len(every) or not replayed:
         return []
-    return [f"replay: {len(replayed)} of {len(every)} steps replayed ({', '.join(map(str, replayed))}: spread over "
-            f"the steps' times, fastest to slowest), {len(every) - len(replayed)} left out; each replayed saving "
-            f"is the median over these steps (whatif --fix replays every step)"]
+    return [f"replay: {len(replayed)} of {len(every)} steps replayed, {len(every) - len(replayed)} left out (steps "
+            f"{', '.join(map(str, replayed))}: the middle one of each of {len(replayed)} equal shares of the steps "
+            f"sorted by time); "
+            f"each replayed saving is the median over them (whatif --fix replays every step)"]
 
 
 def _changes(finding: Finding, replayer: Replayer) -> list[Change] | str:
