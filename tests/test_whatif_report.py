@@ -60,3 +60,31 @@ def test_the_reports_predicted_step_after_the_top_fixes_is_whatifs_of_the_same_f
     assert [audit["findings"][k] for k in together["findings"]] == top and together["fixes"] == fixes
     assert together["saving_ms"] == round(expected, 3)
     assert abs(together["predicted_step_ms"] - (audit["noise"]["step_ms_median"] - expected)) <= 0.0015
+
+
+def test_an_audit_of_more_steps_than_it_replays_says_which_and_whatif_of_those_steps_gives_its_savings(
+        monkeypatch, capsys):
+    """The audit replays at most ``SAMPLED_STEPS`` steps, those in the middle of the run (here 2 of the H200
+    capture's steps 3-6, whose graph launch saves a different time each step); it says so, and each replayed
+    saving and the top fixes' are whatif's over the same steps (``--steps``)."""
+    from rnnprof.analyzers.replay import audit_savings
+
+    monkeypatch.setattr(audit_savings, "SAMPLED_STEPS", 2)
+    trace = str(DATA / "kineto-h200-launch-eager.json.gz")
+    assert main(["audit", trace, "--json", "--fail-on", "never"]) == 0
+    audit = json.loads(capsys.readouterr().out)
+    assert audit["top_fixes"]["steps"] == "4:5"
+    assert [n for n in audit["notes"] if n.startswith("replay: 2 of 4 steps replayed, 2 left out")
+            and "steps 4 to 5" in n]
+
+    def saving_ms(*fixes: str) -> float:
+        assert main(["whatif", trace, *(a for f in fixes for a in ("--fix", f)), "--steps", "4:5", "--json"]) == 0
+        steps = json.loads(capsys.readouterr().out)["steps"]
+        assert [s["step"] for s in steps] == [4, 5]
+        return round(max(0.0, statistics.median(s["replayed_us"] - s["predicted_us"] for s in steps)) / 1000, 3)
+
+    replayed = [f for f in audit["findings"] if f["saving_basis"].startswith("replay")]
+    assert any(f["saving_ms"] > 1 for f in replayed)
+    for finding in replayed:
+        assert finding["saving_ms"] == saving_ms(_fix_of(finding)), finding["rule"]
+    assert audit["top_fixes"]["saving_ms"] == saving_ms(*audit["top_fixes"]["fixes"])

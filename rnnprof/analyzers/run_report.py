@@ -113,8 +113,7 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     launches = launch_stats(events, host_wait_share=host_wait_share(comm))
     findings = audit(audit_input if audit_input is not None else events,
                      known=Known(classes=classes, comm=comm, launches=launches, placement=placement))
-    findings, top_fixes = replayed_audit(findings, audit_replayer(findings, events, dependencies or Dependencies(),
-                                                                     classes))
+    findings, top_fixes = replayed_audit(findings, audit_replayer(events, dependencies or Dependencies(), classes))
     comm_reason = ""
     if not comm.devices:
         comm_reason = ("every event is on the host (a CPU-only tf.profiler XSpace, for one, names no device for "

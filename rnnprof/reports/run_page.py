@@ -92,8 +92,7 @@ def _top_fixes(page: Page, report: RunReport) -> None:
         page.paragraph(f"Predicted step after fixing {', '.join(top.findings)} together: "
                        f"{fmt_ms(top.predicted_us)} ms, {fmt_ms(top.saving_us)} ms "
                        f"({100 * top.saving_us / top.step_us:.1f}%) less than the measured "
-                       f"{fmt_ms(top.step_us)} ms (a replay: whatif "
-                       f"{' '.join('--fix ' + f for f in top.fixes)})")
+                       f"{fmt_ms(top.step_us)} ms (a replay: whatif {top.whatif_flags()})")
 
 
 def _subject(subject: Subject) -> str:

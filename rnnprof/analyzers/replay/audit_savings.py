@@ -3,8 +3,9 @@ replayed gets the saving the replay predicts, basis ``replay``, its rule's bound
 fix cannot keeps its bound, and a note says which and why. The audit ends with the saving its top findings'
 fixes would give together.
 
-The replays run on ``audit_replayer``'s steps: every step of a run of at most ``SAMPLED_STEPS``, else that many
-spread over the steps' times (a note names them and counts the rest). Each step's unchanged replay is made once
+The replays run on ``audit_replayer``'s steps: every step of a run of at most ``SAMPLED_STEPS``, else that many in
+the middle of the run, one after another (a note names them and counts the rest; ``whatif --steps`` replays the
+same). Each step's unchanged replay is made once
 for every fix, and a set of changes is replayed once however many findings it fixes."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from rnnprof.analyzers.audit.judge import WARNING_PCT
 from rnnprof.analyzers.audit.registry import AuditResult, rank_key
 from rnnprof.analyzers.audit.top_fixes import TopFixes
 from rnnprof.analyzers.critical_path import Dependencies
-from rnnprof.analyzers.noise import K, StepNoise
+from rnnprof.analyzers.noise import K
 from rnnprof.analyzers.replay.analysis import Replayer
 from rnnprof.analyzers.replay.fixes import SYNCS, fix_changes
 from rnnprof.analyzers.replay.result import EVEN_HOST, EVEN_INPUT, EVEN_WORK, Change, ChangeError, WhatIfReport
@@ -30,7 +31,7 @@ from rnnprof.events import EventTable
 
 TOGETHER = 3  # the top findings whose fixes are replayed together
 REPLAY_BASIS = "replay"  # a saving_basis that starts with it: the saving a replay of the fix predicts
-SAMPLED_STEPS = 8  # the most steps the audit replays (a run with more: that many, spread over the steps' times)
+SAMPLED_STEPS = 8  # the most steps the audit replays (a run with more: that many in its middle)
 
 # rule -> the subject its fix needs, read off the finding's typed fields
 _FIX_SUBJECT = {
@@ -58,21 +59,30 @@ def _median_saving(savings: Iterable[float]) -> float:
     return max(0.0, float(statistics.median(savings)))
 
 
-def sampled_steps(noise: StepNoise, most: int = SAMPLED_STEPS) -> list[int] | None:
-    """The steps the audit replays: None (every step) where the run has at most ``most``, else ``most`` steps
-    spread over the steps' times: the middle one of each of ``most`` equal shares of the steps sorted by time
-    (fastest first; equal times by step number), in step order."""
-    if len(noise.steps) <= most:
+def sampled_steps(steps: Sequence[int], most: int | None = None) -> list[int] | None:
+    """The steps the audit replays of a table's ``steps`` (sorted): None (every step) where there are at most
+    ``most``, else the ``most`` in the middle of the run, one after another (``whatif --steps FIRST:LAST`` replays
+    the same); ``most``: ``SAMPLED_STEPS`` by default."""
+    most = SAMPLED_STEPS if most is None else most
+    if len(steps) <= most:
         return None
-    by_time = np.lexsort((np.asarray(noise.steps), np.asarray(noise.step_us)))
-    picks = by_time[(2 * np.arange(most) + 1) * len(by_time) // (2 * most)]
-    return sorted(int(noise.steps[k]) for k in picks)
+    first = (len(steps) - most) // 2
+    return [int(s) for s in steps[first:first + most]]
 
 
-def audit_replayer(result: AuditResult, table: EventTable, dependencies: Dependencies = Dependencies(),
+def audit_replayer(table: EventTable, dependencies: Dependencies = Dependencies(),
                    classes: np.ndarray | None = None) -> Replayer:
-    """The ``Replayer`` of ``table`` on the steps the audit replays (``sampled_steps`` of its step times)."""
-    return Replayer(table, dependencies, steps=sampled_steps(result.noise), classes=classes)
+    """The ``Replayer`` of ``table`` on the steps the audit replays (``sampled_steps``)."""
+    return Replayer(table, dependencies, steps=sampled_steps(table.steps()), classes=classes)
+
+
+def replayed_steps(replayer: Replayer) -> str:
+    """``--steps FIRST:LAST`` of the steps a replayer replays where they are some of the table's steps (``whatif
+    --fix ... --steps FIRST:LAST`` replays the same steps), else ''."""
+    replayed = [s for s, _ in replayer.graphs]
+    if not replayed or len(replayed) >= len(replayer.table.steps()):
+        return ""
+    return f"{replayed[0]}:{replayed[-1]}"
 
 
 class _Savings:
@@ -92,14 +102,13 @@ class _Savings:
 
 def _sample_note(replayer: Replayer) -> list[str]:
     """What the replays left out: the steps of the table they did not replay, counted."""
-    every = [int(s) for s in replayer.table.steps()]
-    replayed = [s for s, _ in replayer.graphs]
-    if len(replayed) >= len(every) or not replayed:
+    steps = replayed_steps(replayer)
+    if not steps:
         return []
-    return [f"replay: {len(replayed)} of {len(every)} steps replayed, {len(every) - len(replayed)} left out (steps "
-            f"{', '.join(map(str, replayed))}: the middle one of each of {len(replayed)} equal shares of the steps "
-            f"sorted by time); "
-            f"each replayed saving is the median over them (whatif --fix replays every step)"]
+    every, replayed = len(replayer.table.steps()), len(replayer.graphs)
+    return [f"replay: {replayed} of {every} steps replayed, {every - replayed} left out: each replayed saving is the "
+            f"median over steps {steps.replace(':', ' to ')}, in the middle of the run (whatif --fix ... --steps "
+            f"{steps} replays the same steps)"]
 
 
 def _changes(finding: Finding, replayer: Replayer) -> list[Change] | str:
@@ -215,7 +224,7 @@ def _together(findings: list[Finding], fixes: dict[str, list[Change]], saving_of
         return None
     saving = saving_of([c for k in top for c in fixes[fix_of(findings[k])]])
     return TopFixes(tuple(_label(findings[k]) for k in top), tuple(fix_of(findings[k]) for k in top), saving,
-                    step_us, tuple(top))
+                    step_us, tuple(top), replayed_steps(saving_of.replayer))
 
 
 def _replayed_evidence(f: Finding, changes: list[Change]) -> dict:
