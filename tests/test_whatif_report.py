@@ -88,3 +88,25 @@ def test_an_audit_of_more_steps_than_it_replays_says_which_and_whatif_of_those_s
     for finding in replayed:
         assert finding["saving_ms"] == saving_ms(_fix_of(finding)), finding["rule"]
     assert audit["top_fixes"]["saving_ms"] == saving_ms(*audit["top_fixes"]["fixes"])
+
+
+def test_the_steps_an_audit_replays_are_those_in_the_middle_of_the_run_fewer_where_steps_are_large(monkeypatch):
+    """Every step of a run of at most ``SAMPLED_STEPS``; else that many in its middle, one after another; fewer,
+    though not under ``FEWEST_STEPS``, where their events would pass ``SAMPLED_EVENTS``."""
+    from rnnprof.analyzers.replay import audit_savings
+    from rnnprof.analyzers.replay.audit_savings import sampled_steps
+    from rnnprof.events import Device, EventTableBuilder, Kind
+
+    def run(steps: int, events: int):
+        builder = EventTableBuilder("test")
+        for s in range(steps):
+            for k in range(events):
+                builder.add(ts=1000.0 * s + k, dur=1.0, name="op", op_type="op", device=Device("cpu", 0),
+                            lane="main", kind=Kind.HOST_OP, step=100 + s)
+        return builder.build()
+
+    monkeypatch.setattr(audit_savings, "SAMPLED_EVENTS", 50)
+    assert sampled_steps(run(8, 10)) is None
+    assert sampled_steps(run(20, 5)) == list(range(106, 114))  # 8 steps of 5 events: 40
+    assert sampled_steps(run(20, 10)) == list(range(107, 112))  # 5 of 10 events: 50
+    assert sampled_steps(run(21, 40)) == [109, 110, 111]  # the fewest: 3

@@ -4,8 +4,8 @@ fix cannot keeps its bound, and a note says which and why. The audit ends with t
 fixes would give together.
 
 The replays run on ``audit_replayer``'s steps: every step of a run of at most ``SAMPLED_STEPS``, else that many in
-the middle of the run, one after another (a note names them and counts the rest; ``whatif --steps`` replays the
-same). Each step's unchanged replay is made once
+the middle of the run, one after another, fewer where their events are many (``sampled_steps``); a note names
+them and counts the rest, and ``whatif --steps`` replays the same. Each step's unchanged replay is made once
 for every fix, and a set of changes is replayed once however many findings it fixes."""
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from rnnprof.events import EventTable
 TOGETHER = 3  # the top findings whose fixes are replayed together
 REPLAY_BASIS = "replay"  # a saving_basis that starts with it: the saving a replay of the fix predicts
 SAMPLED_STEPS = 8  # the most steps the audit replays (a run with more: that many in its middle)
+SAMPLED_EVENTS = 400_000  # the most events of the steps replayed, once they are FEWEST_STEPS or more
+FEWEST_STEPS = 3
 
 # rule -> the subject its fix needs, read off the finding's typed fields
 _FIX_SUBJECT = {
@@ -59,13 +61,16 @@ def _median_saving(savings: Iterable[float]) -> float:
     return max(0.0, float(statistics.median(savings)))
 
 
-def sampled_steps(steps: Sequence[int], most: int | None = None) -> list[int] | None:
-    """The steps the audit replays of a table's ``steps`` (sorted): None (every step) where there are at most
-    ``most``, else the ``most`` in the middle of the run, one after another (``whatif --steps FIRST:LAST`` replays
-    the same); ``most``: ``SAMPLED_STEPS`` by default."""
-    most = SAMPLED_STEPS if most is None else most
-    if len(steps) <= most:
+def sampled_steps(table: EventTable) -> list[int] | None:
+    """The steps of ``table`` the audit replays: None (every step) where it has at most ``SAMPLED_STEPS``, else
+    that many in the middle of the run, one after another (``whatif --steps FIRST:LAST`` replays the same), fewer
+    (not under ``FEWEST_STEPS``) where their events would be more than ``SAMPLED_EVENTS`` (a job's ranks side by
+    side: its steps are large, and each one's replay holds every rank)."""
+    steps = table.steps()
+    if len(steps) <= SAMPLED_STEPS:
         return None
+    per_step = float(np.median(np.bincount(table.step[table.step >= 0].astype(np.int64))[steps]))
+    most = min(SAMPLED_STEPS, max(FEWEST_STEPS, int(SAMPLED_EVENTS // max(per_step, 1.0))))
     first = (len(steps) - most) // 2
     return [int(s) for s in steps[first:first + most]]
 
@@ -73,7 +78,7 @@ def sampled_steps(steps: Sequence[int], most: int | None = None) -> list[int] | 
 def audit_replayer(table: EventTable, dependencies: Dependencies = Dependencies(),
                    classes: np.ndarray | None = None) -> Replayer:
     """The ``Replayer`` of ``table`` on the steps the audit replays (``sampled_steps``)."""
-    return Replayer(table, dependencies, steps=sampled_steps(table.steps()), classes=classes)
+    return Replayer(table, dependencies, steps=sampled_steps(table), classes=classes)
 
 
 def replayed_steps(replayer: Replayer) -> str:
