@@ -1,13 +1,17 @@
 """The longest path of a step's DAG that ends at one of the step's own events, by one pass in topological order
-over arrays; one pass back gives, for any node, the length were that node to weigh nothing (``without``)."""
+over arrays; one pass back gives, for any node, the length were that node to weigh nothing (``without``). A DAG
+wide enough (a job's ranks side by side) is passed a level at a time in arrays, else node by node; both make the
+same operations on the same numbers."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from rnnprof.analyzers.critical_path.graph import StepDAG
+from rnnprof.analyzers.critical_path.graph import StepDAG, dag_levels
 
 _TIE_US = 1e-6  # lengths this close are equal (sums of the same times in another order)
+_PROBE_LEVELS = 64  # levels seen before a DAG may be found too narrow for the passes by levels
+_MIN_WIDTH = 32  # nodes per level, on average, below which the passes go node by node
 
 
 class LongestPath:
@@ -25,7 +29,8 @@ class LongestPath:
         self._dur = dag.n_dur[dag.order]
         self._gain = (dag.n_dur + dag.wait_in)[dag.order]
         lead = dag.lead[dag.order]
-        dist, back = self._pass_forward(lead)
+        self._level = dag_levels(self._total, self._pu, self._pv, _PROBE_LEVELS, _MIN_WIDTH)
+        dist, back = self._pass_forward(lead) if self._level is None else self._forward_by_levels(lead)
         eligible = _path_ends(dag)
         ranked = np.flatnonzero(eligible)
         end = int(ranked[np.argmax(dist[ranked])])  # the first of the longest
@@ -33,9 +38,10 @@ class LongestPath:
         chain = []
         while end >= 0:
             chain.append(end)
-            end = back[end]
+            end = int(back[end])
         chain.reverse()
-        self._dist, self._tail = dist, self._pass_back(eligible)
+        self._dist = dist
+        self._tail = self._pass_back(eligible) if self._level is None else self._back_by_levels(eligible)
         self._prefix = np.maximum.accumulate(np.where(eligible, dist, -np.inf))
         self._suffix = np.maximum.accumulate((self._tail + lead)[::-1])[::-1]
         self.nodes = [int(dag.order[k]) for k in chain]
@@ -85,6 +91,46 @@ class LongestPath:
             tail[k] = best + dur_l[k]
         return np.asarray(tail)
 
+    def _forward_by_levels(self, lead: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_pass_forward``'s lengths and predecessors, a level at a time: a node's longest chain through a
+        predecessor is the first largest over its edges (in the loop's order), taken where the loop takes it."""
+        level, (src, dst, count, nodes, seg, edges, bounds) = self._level, _by_target(self._total, self._pu, self._pv,
+                                                                                   self._level)
+        dist = self._dur + lead
+        back = np.full(self._total, -1, dtype=np.int64)
+        src_n = src[edges]
+        gain_e = np.repeat(self._gain[nodes], count[nodes])
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            if a == b:
+                continue
+            ea, eb = int(seg[a]), int(seg[b])
+            length = dist[src_n[ea:eb]] + gain_e[ea:eb]
+            best = np.maximum.reduceat(length, seg[a:b] - ea)
+            owner = np.repeat(np.arange(b - a), count[nodes[a:b]])
+            hit = np.flatnonzero(length == best[owner])
+            first = hit[np.r_[True, owner[hit][1:] != owner[hit][:-1]]]
+            v = nodes[a:b]
+            take = best > dist[v] - _TIE_US
+            dist[v] = np.where(take, best, dist[v])
+            back[v] = np.where(take, src_n[ea:eb][first], -1)
+        return dist, back
+
+    def _back_by_levels(self, eligible: np.ndarray) -> np.ndarray:
+        """``_pass_back``'s lengths, a level at a time from the last."""
+        src, dst, count, nodes, seg, edges, bounds = _by_target(self._total, self._pv, self._pu, self._level)
+        dur, gain = self._dur, self._gain
+        tail = np.where(eligible, 0.0, -np.inf) + dur
+        succ = src[edges]
+        for a, b in zip(bounds[:-1].tolist()[::-1], bounds[1:].tolist()[::-1]):
+            if a == b:
+                continue
+            ea, eb = int(seg[a]), int(seg[b])
+            s = succ[ea:eb]
+            best = np.maximum.reduceat(tail[s] + gain[s] - dur[s], seg[a:b] - ea)
+            v = nodes[a:b]
+            tail[v] = np.maximum(np.where(eligible[v], 0.0, -np.inf), best) + dur[v]
+        return tail
+
     def without(self, node: int) -> float:
         """The longest path's length with ``node`` weighing nothing (waits kept): the longest through it, less its
         duration, or the longest avoiding it: ending before it, starting after it, or over an edge across its
@@ -106,3 +152,20 @@ def _path_ends(dag: StepDAG) -> np.ndarray:
     if not eligible.any():
         eligible[dag.pos[np.arange(dag.n)]] = True
     return eligible
+
+
+def _by_target(total: int, src: np.ndarray, dst: np.ndarray, level: np.ndarray):
+    """The edges ``src -> dst`` grouped by target, each target's sources in increasing order, and the targets with
+    edges in by level: ``(src, dst, count, nodes, seg, edges, bounds)``, ``count`` per node, ``nodes`` the targets
+    by level, ``seg`` where each one's edges start in ``edges`` (edge indices), ``bounds`` where each level
+    starts in ``nodes``."""
+    by = np.lexsort((src, dst))
+    src, dst = src[by], dst[by]
+    ptr = np.searchsorted(dst, np.arange(total + 1), side="left")
+    count = ptr[1:] - ptr[:-1]
+    nodes = np.flatnonzero(count)
+    nodes = nodes[np.argsort(level[nodes], kind="stable")]
+    seg = np.concatenate([[0], np.cumsum(count[nodes])])
+    edges = np.repeat(ptr[nodes] - seg[:-1], count[nodes]) + np.arange(seg[-1])
+    bounds = np.searchsorted(level[nodes], np.arange(int(level.max(initial=0)) + 2), side="left")
+    return src, dst, count, nodes, seg, edges, bounds

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnprof.analyzers.critical_path.graph import sources_first
+from rnnprof.analyzers.critical_path.graph import dag_levels, sources_first
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, ReplayGraph
 
 _TIE_US = 1e-6
@@ -146,7 +146,7 @@ def replay(graph: ReplayGraph, order: np.ndarray, keep: np.ndarray, dur: np.ndar
     # where an edge reads its source's time: starts at 0.., ends at total.., a zero at 2 total (not yet set)
     ref = np.where(forward, src + np.where(graph.from_start[by], 0, total), 2 * total)
     if layering is None:
-        layering = Layering(_levels(total, src[forward], dst[forward]))
+        layering = Layering(dag_levels(total, src[forward], dst[forward], _PROBE_LEVELS, _MIN_WIDTH))
     level = layering.level
     if level is None:
         times, ready = _in_order(total, order, ref, ptr, lag[by], dur, pre, base)
@@ -162,35 +162,6 @@ def replay(graph: ReplayGraph, order: np.ndarray, keep: np.ndarray, dur: np.ndar
 
 _PROBE_LEVELS = 64  # levels seen before a graph may be found too narrow for the replay by levels
 _MIN_WIDTH = 32  # nodes per level, on average, below which the replay goes node by node
-
-
-def _levels(total: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
-    """Each node's level (0: no edge in; else one more than its highest source's) over edges ``src -> dst`` of
-    a DAG; None when the levels so far hold fewer than ``_MIN_WIDTH`` nodes on average (a chain, mostly)."""
-    waiting = np.bincount(dst, minlength=total)
-    by = np.argsort(src, kind="stable")
-    children = dst[by]
-    optr = np.searchsorted(src[by], np.arange(total + 1), side="left")
-    level = np.zeros(total, dtype=np.int64)
-    slot = np.zeros(total, dtype=np.int64)
-    free = np.flatnonzero(waiting == 0)
-    k = done = 0
-    while len(free):
-        level[free] = k
-        k, done = k + 1, done + len(free)
-        if k >= _PROBE_LEVELS and done < k * _MIN_WIDTH:
-            return None
-        starts = optr[free]
-        counts = optr[free + 1] - starts
-        n = int(counts.sum())
-        if not n:
-            break
-        kids = children[np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(n)]
-        np.subtract.at(waiting, kids, 1)
-        free = kids[waiting[kids] == 0]
-        slot[free] = np.arange(len(free))  # a node freed by two sources at once is kept once
-        free = free[slot[free] == np.arange(len(free))]
-    return level
 
 
 def _by_levels(total: int, level: np.ndarray, ref: np.ndarray, ptr: np.ndarray, lag: np.ndarray,
