@@ -1,7 +1,7 @@
 """Benchmark: every command that reads a whole trace (critical-path, whatif, audit, report) against ``rnnprof comm``,
 side by side in one run, on one ~1.09M-event Kineto rank and on the 16- and 64-rank jobs of ``whole_job.py``.
 
-    python benchmarks/every_command.py [--repeat 2] [--keep DIR] [--inputs rank,16,64]
+    python benchmarks/every_command.py [--repeat 2] [--keep DIR] [--inputs rank,16,64] [--commands audit,...]
                                        [--events 1090000] [--fixture F] [--job-events 109000,200000]
 
 The rank is ``_tile.tile`` of ``kineto-8rank-rank3-a100.json.gz`` (an A100 rank of HTA's 8-GPU job) to 1.09M trace
@@ -57,6 +57,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2, help="runs of each command per input (the best counts)")
     parser.add_argument("--keep", type=Path, default=None, help="build the inputs in this folder (kept, reused)")
     parser.add_argument("--inputs", default="rank,16,64", help="which inputs: rank, 16 (ranks), 64 (ranks)")
+    parser.add_argument("--commands", default=None,
+                        help="which commands beside comm (default: critical-path,whatif,audit,report)")
     parser.add_argument("--events", type=int, default=1_090_000, help="trace events of the tiled rank (all phases)")
     parser.add_argument("--fixture", type=Path, default=A100, help=f"the rank to tile (default: {A100.name})")
     parser.add_argument("--job-events", type=_events, default=(109_000, 200_000),
@@ -69,6 +71,8 @@ def main() -> int:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         sides = commands(Path(tmp) / "report.html")
+        if args.commands:
+            sides = {side: argv for side, argv in sides.items() if side == "comm" or side in args.commands.split(",")}
         out = Path(tmp) / "out.txt"
         print(f"{os.cpu_count()} cores; each command the best of {args.repeat} runs", flush=True)
         if "rank" in wanted:

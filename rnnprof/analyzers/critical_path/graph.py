@@ -149,30 +149,29 @@ class StepDAG:
         Sets ``entry_of`` and the edges (one per pair, the first kind found, no self-loops); returns each
         member's join time (its group's last start; ``-inf`` for other events)."""
         n = self.n
-        entry_of: list[int] = []
+        entry_of: list[np.ndarray] = []
         member_entry = np.full(n, -1, dtype=np.int64)
         join_src, join_dst, join_key = [], [], np.full(n, -np.inf)
-        for members in groups:
-            members = [m for m in members if member_entry[m] < 0]
+        count = 0
+        for group in groups:
+            members = np.array(group, dtype=np.int64)
+            members = members[member_entry[members] < 0]
             if len(members) < 2:
                 continue
-            entries = []
-            for m in members:
-                member_entry[m] = n + len(entry_of)
-                entries.append(member_entry[m])
-                entry_of.append(m)
-            last = max(self.start[m] for m in members)
-            for m in members:
-                join_key[m] = last
-                join_src.extend(entries)
-                join_dst.extend([m] * len(entries))
-        self.entry_of = np.array(entry_of, dtype=np.int64)
+            entries = np.arange(n + count, n + count + len(members))
+            member_entry[members] = entries
+            entry_of.append(members)
+            count += len(members)
+            join_key[members] = self.start[members].max()
+            join_src.append(np.tile(entries, len(members)))  # every entry into each member
+            join_dst.append(np.repeat(members, len(members)))
+        self.entry_of = np.concatenate(entry_of) if entry_of else np.zeros(0, dtype=np.int64)
         redirect = member_entry[dst] if len(dst) else dst
         dst = np.where(redirect >= 0, redirect, dst)
         if join_src:
-            src = np.concatenate([src, np.array(join_src, dtype=np.int64)])
-            dst = np.concatenate([dst, np.array(join_dst, dtype=np.int64)])
-            kind = np.concatenate([kind, np.full(len(join_src), EDGE_KINDS.index(EDGE_COLLECTIVE), np.int8)])
+            src = np.concatenate([src, *join_src])
+            dst = np.concatenate([dst, *join_dst])
+            kind = np.concatenate([kind, np.full(len(src) - len(kind), EDGE_KINDS.index(EDGE_COLLECTIVE), np.int8)])
         keep = src != dst
         src, dst, kind = src[keep], dst[keep], kind[keep]
         pair = src * max(n + len(entry_of), 1) + dst

@@ -94,22 +94,19 @@ class LongestPath:
     def _forward_by_levels(self, lead: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``_pass_forward``'s lengths and predecessors, a level at a time: a node's longest chain through a
         predecessor is the first largest over its edges (in the loop's order), taken where the loop takes it."""
-        level, (src, dst, count, nodes, seg, edges, bounds) = self._level, _by_target(self._total, self._pu, self._pv,
-                                                                                   self._level)
+        src_n, count, nodes, seg, bounds = _by_target(self._total, self._pu, self._pv, self._level)
         dist = self._dur + lead
         back = np.full(self._total, -1, dtype=np.int64)
-        src_n = src[edges]
-        gain_e = np.repeat(self._gain[nodes], count[nodes])
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             if a == b:
                 continue
             ea, eb = int(seg[a]), int(seg[b])
-            length = dist[src_n[ea:eb]] + gain_e[ea:eb]
+            v = nodes[a:b]
+            owner = np.repeat(np.arange(b - a), count[v])
+            length = dist[src_n[ea:eb]] + self._gain[v][owner]
             best = np.maximum.reduceat(length, seg[a:b] - ea)
-            owner = np.repeat(np.arange(b - a), count[nodes[a:b]])
             hit = np.flatnonzero(length == best[owner])
             first = hit[np.r_[True, owner[hit][1:] != owner[hit][:-1]]]
-            v = nodes[a:b]
             take = best > dist[v] - _TIE_US
             dist[v] = np.where(take, best, dist[v])
             back[v] = np.where(take, src_n[ea:eb][first], -1)
@@ -117,10 +114,9 @@ class LongestPath:
 
     def _back_by_levels(self, eligible: np.ndarray) -> np.ndarray:
         """``_pass_back``'s lengths, a level at a time from the last."""
-        src, dst, count, nodes, seg, edges, bounds = _by_target(self._total, self._pv, self._pu, self._level)
+        succ, _, nodes, seg, bounds = _by_target(self._total, self._pv, self._pu, self._level)
         dur, gain = self._dur, self._gain
         tail = np.where(eligible, 0.0, -np.inf) + dur
-        succ = src[edges]
         for a, b in zip(bounds[:-1].tolist()[::-1], bounds[1:].tolist()[::-1]):
             if a == b:
                 continue
@@ -155,17 +151,22 @@ def _path_ends(dag: StepDAG) -> np.ndarray:
 
 
 def _by_target(total: int, src: np.ndarray, dst: np.ndarray, level: np.ndarray):
-    """The edges ``src -> dst`` grouped by target, each target's sources in increasing order, and the targets with
-    edges in by level: ``(src, dst, count, nodes, seg, edges, bounds)``, ``count`` per node, ``nodes`` the targets
-    by level, ``seg`` where each one's edges start in ``edges`` (edge indices), ``bounds`` where each level
-    starts in ``nodes``."""
+    """The edges ``src -> dst`` grouped by target, each target's sources in increasing order, the targets with
+    edges taken by level: ``(sources, count, nodes, seg, bounds)``: ``nodes`` the targets by level, ``count`` each
+    node's edges, ``sources`` their sources in that order (node after node), ``seg`` where each node's start in
+    ``sources``, ``bounds`` where each level starts in ``nodes``. Only these outlive the call (a job's step holds
+    a million edges)."""
     by = np.lexsort((src, dst))
-    src, dst = src[by], dst[by]
-    ptr = np.searchsorted(dst, np.arange(total + 1), side="left")
-    count = ptr[1:] - ptr[:-1]
+    ptr = np.searchsorted(dst[by], np.arange(total + 1), side="left")
+    sources = src[by]
+    del by
+    count = np.diff(ptr)
     nodes = np.flatnonzero(count)
     nodes = nodes[np.argsort(level[nodes], kind="stable")]
     seg = np.concatenate([[0], np.cumsum(count[nodes])])
-    edges = np.repeat(ptr[nodes] - seg[:-1], count[nodes]) + np.arange(seg[-1])
+    edges = np.repeat(ptr[nodes] - seg[:-1], count[nodes])
+    edges += np.arange(seg[-1])
+    sources = sources[edges]
+    del edges
     bounds = np.searchsorted(level[nodes], np.arange(int(level.max(initial=0)) + 2), side="left")
-    return src, dst, count, nodes, seg, edges, bounds
+    return sources, count, nodes, seg, bounds

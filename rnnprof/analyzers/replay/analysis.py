@@ -13,7 +13,7 @@ from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.critical_path.graph import StepDAG
 from rnnprof.analyzers.critical_path.table_index import TableIndex, dag_windows
 from rnnprof.analyzers.replay.changes import Knobs, StepGraph, apply
-from rnnprof.analyzers.replay.engine import Schedule, calibrate, replay, replay_order
+from rnnprof.analyzers.replay.engine import Layering, Schedule, calibrate, replay, replay_order
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
 from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_time, waits_by_rank
 from rnnprof.analyzers.replay.result import (DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, SCALE, SCALE_HOST,
@@ -185,14 +185,16 @@ def whatif(table: EventTable, changes: Sequence[Change], dependencies: Dependenc
 @dataclass
 class Unchanged:
     """One step's unchanged replay, which every change set starts from: the order, the edges kept, each node's
-    earliest start (``calibrate``), the schedule, and the step's measured and replayed times."""
+    earliest start (``calibrate``), how it was replayed (``layering``), the step's measured and replayed times and
+    each rank's waits (``outcome.rank_waits``); not its schedule, which nothing more needs."""
 
     order: np.ndarray
     keep: np.ndarray
     base: np.ndarray
-    schedule: Schedule
+    layering: Layering
     measured_us: float
     replayed_us: float
+    waits: dict[str, float]
 
 
 def unchanged_replay(sg: StepGraph) -> Unchanged:
@@ -200,7 +202,8 @@ def unchanged_replay(sg: StepGraph) -> Unchanged:
     order, keep = replay_order(g)
     base = calibrate(g, keep)
     before = replay(g, order, keep, g.dur, g.pre, g.lag, base)
-    return Unchanged(order, keep, base, before, replayed_step_time(g, g.end), replayed_step_time(g, before.end))
+    return Unchanged(order, keep, base, before.layering, replayed_step_time(g, g.end),
+                     replayed_step_time(g, before.end), rank_waits(sg, before))
 
 
 def changed_replay(sg: StepGraph, unchanged: Unchanged, changes: Sequence[Change], rank: str
@@ -211,7 +214,7 @@ def changed_replay(sg: StepGraph, unchanged: Unchanged, changes: Sequence[Change
     knobs = Knobs(g, g.dur.copy(), g.pre.copy(), g.lag.copy(), unchanged.keep.copy(), unchanged.base.copy())
     counts = [apply(c, sg, knobs, c.subject or rank) for c in changes]
     if knobs.graph is g:  # the same edges or fewer: the unchanged replay's order and levels hold
-        order, layering, changed_sg = unchanged.order, unchanged.schedule.layering, sg
+        order, layering, changed_sg = unchanged.order, unchanged.layering, sg
     else:
         order, layering = replay_order(knobs.graph)[0], None
         changed_sg = StepGraph(knobs.graph, sg.table, sg.classes, sg.window_start, sg.shared)
@@ -231,5 +234,5 @@ def replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str,
     reasons = _reasons(sg, base.keep) if abs(replayed - measured) > TOLERANCE_PCT / 100 * measured else ()
     return StepReplay(step=step, measured_us=measured, replayed_us=replayed, predicted_us=replayed_step_time(g, after.end),
                       chain=links, chain_links=length, chain_by_device=by_device,
-                      waits=waits_by_rank(rank_waits(sg, base.schedule), rank_waits(changed_sg, after)),
+                      waits=waits_by_rank(base.waits, rank_waits(changed_sg, after)),
                       reasons=reasons), counts
