@@ -136,30 +136,40 @@ def replay(graph: ReplayGraph, order: np.ndarray, keep: np.ndarray, dur: np.ndar
     node; both make the same operations on the same numbers, so the schedules are the same. ``layering``: that
     of a replay of the same graph and order over these edges or more (``Schedule.layering``), reused."""
     total = graph.size
-    e = np.flatnonzero(keep)
-    by = e[np.argsort(graph.dst[e], kind="stable")]  # the edges into each node, in edge order
+    by = np.flatnonzero(keep)
+    by = by[np.argsort(graph.dst[by], kind="stable")]  # the edges into each node, in edge order
     src, dst = graph.src[by], graph.dst[by]
     ptr = np.searchsorted(dst, np.arange(total + 1), side="left")
     pos = np.empty(total, dtype=np.int64)
     pos[order] = np.arange(total)
     forward = pos[src] < pos[dst]
+    del pos
     # where an edge reads its source's time: starts at 0.., ends at total.., a zero at 2 total (not yet set)
-    ref = np.where(forward, src + np.where(graph.from_start[by], 0, total), 2 * total)
+    ref = np.where(graph.from_start[by], src, src + total).astype(_INDEX)
+    ref[~forward] = 2 * total
     if layering is None:
         layering = Layering(dag_levels(total, src[forward], dst[forward], _PROBE_LEVELS, _MIN_WIDTH))
-    level = layering.level
-    if level is None:
-        times, ready = _in_order(total, order, ref, ptr, lag[by], dur, pre, base)
+    del forward
+    lag = lag[by]
+    del by
+    if layering.level is None:
+        times, ready = _in_order(total, order, ref, ptr, lag, dur, pre, base)
     else:
-        times, ready = _by_levels(total, level, ref, ptr, lag[by], dur, pre, base)
-    x = times[ref] + lag[by]
+        times, ready = _by_levels(total, layering.level, ref, ptr, lag, dur, pre, base)
+    del ptr
+    x = times[ref]
+    del ref
+    x += lag
+    del lag
     hit = np.flatnonzero((x == ready[dst]) & (x > base[dst]))  # the first edge giving a node's start: bound
+    del x
     first = hit[np.r_[True, dst[hit][1:] != dst[hit][:-1]]] if len(hit) else hit
     bind = np.full(total, -1, dtype=np.int64)
     bind[dst[first]] = src[first]
     return Schedule(times[:total].copy(), times[total:2 * total].copy(), bind, ready, layering)
 
 
+_INDEX = np.int32  # the dtype of the replay's node and edge indices (half of int64's memory on a job's step)
 _PROBE_LEVELS = 64  # levels seen before a graph may be found too narrow for the replay by levels
 _MIN_WIDTH = 32  # nodes per level, on average, below which the replay goes node by node
 
@@ -173,12 +183,17 @@ def _by_levels(total: int, level: np.ndarray, ref: np.ndarray, ptr: np.ndarray, 
     ready = base.copy()
     times[alone] = base[alone] + pre[alone]
     times[alone + total] = times[alone] + dur[alone]
-    nodes = np.flatnonzero(count)
+    del alone
+    nodes = np.flatnonzero(count).astype(_INDEX)
     nodes = nodes[np.argsort(level[nodes], kind="stable")]
     n_edges = count[nodes]
+    del count
     seg = np.concatenate([[0], np.cumsum(n_edges)])
-    edges = np.repeat(ptr[nodes] - seg[:-1], n_edges) + np.arange(seg[-1])
+    edges = np.repeat(ptr[nodes] - seg[:-1], n_edges).astype(_INDEX)
+    del n_edges
+    edges += np.arange(seg[-1], dtype=_INDEX)
     ref_n, lag_n = ref[edges], lag[edges]
+    del edges
     base_n, pre_n, dur_n = base[nodes], pre[nodes], dur[nodes]
     bounds = np.searchsorted(level[nodes], np.arange(int(level[nodes].max(initial=0)) + 2), side="left")
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
