@@ -185,25 +185,34 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
                           count=len(table.strings))
     cpu_ranks = host_operator_devices(table)
     rows_of: dict[str, list[np.ndarray]] = {}
+    found_rows = np.flatnonzero(comm & (is_nccl | is_run | is_call)[table.name])  # the candidates, on any device
+    found_device, found_name = table.device[found_rows], table.name[found_rows]
     for code, device in enumerate(table.devices):
-        here = comm & (table.device == code)
+        here = found_device == code
         if device.kind == "gpu":
-            rows = np.flatnonzero(here & is_nccl[table.name])
+            rows = found_rows[here & is_nccl[found_name]]
         elif device in cpu_ranks:
-            run = here & is_run[table.name]
-            rows = np.flatnonzero(run if run.any() else here & is_call[table.name])
+            run = here & is_run[found_name]
+            rows = found_rows[run if run.any() else here & is_call[found_name]]
         else:
             continue
         if len(rows):
             rows_of.setdefault(device.worker, []).append(rows)
     result: dict[str, list[Instance]] = {}
+    ordered = {}
     for worker, parts in rows_of.items():
         rows = np.concatenate(parts)
         starts = table.ts[rows]
         ends = starts + table.dur[rows]
         order = np.lexsort((ends, starts))
-        rows, starts, ends = rows[order], starts[order], ends[order]
-        types = collective_types(table, rows).tolist()
+        ordered[worker] = (rows[order], starts[order], ends[order])
+    # every worker's types at once: a merged job's table is read once, not once per rank
+    every = np.concatenate([rows for rows, _, _ in ordered.values()]) if ordered else np.zeros(0, dtype=np.int64)
+    all_types = collective_types(table, every).tolist()
+    first = 0
+    for worker, (rows, starts, ends) in ordered.items():
+        types = all_types[first:first + len(rows)]
+        first += len(rows)
         ordinal: dict[tuple, int] = {}
         found = []
         for r, start, end, kind in zip(rows, starts.tolist(), ends.tolist(), types):

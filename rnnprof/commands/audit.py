@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     given = audit_inputs.read_audit_input(paths, args)
     result = audit(given)
     if given.events is not None and len(given.events):
-        result = replayed_savings(result, audit_replayer(given.events, read_dependencies(paths)))
+        result = replayed_savings(result, audit_replayer(given.events, read_dependencies(paths), given.classes))
     notes += left_out_notes.notes(args, given.events)
     render_notes(notes)
     if args.json:
