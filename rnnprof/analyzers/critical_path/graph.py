@@ -358,12 +358,13 @@ def dag_levels(total: int, src: np.ndarray, dst: np.ndarray, probe: int, min_wid
     """Each node's level (0: no edge in; else one more than its highest source's) over edges ``src -> dst`` of
     a DAG of nodes ``0..total-1``; None once ``probe`` levels or more hold fewer than ``min_width`` nodes each on
     average (a chain, mostly: arrays a level at a time would cost more than a loop node by node)."""
-    waiting = np.bincount(dst, minlength=total)
+    waiting = np.bincount(dst, minlength=total).astype(np.int32)
     by = np.argsort(src, kind="stable")
-    children = dst[by]
-    optr = np.searchsorted(src[by], np.arange(total + 1), side="left")
-    level = np.zeros(total, dtype=np.int64)
-    slot = np.zeros(total, dtype=np.int64)
+    children = dst[by].astype(np.int32)
+    optr = np.searchsorted(src[by], np.arange(total + 1), side="left").astype(np.int32)
+    del by
+    level = np.zeros(total, dtype=np.int32)
+    slot = np.zeros(total, dtype=np.int32)
     free = np.flatnonzero(waiting == 0)
     k = done = 0
     while len(free):

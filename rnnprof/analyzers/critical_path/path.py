@@ -25,7 +25,7 @@ class LongestPath:
         if not dag.n:
             return
         self._total, self._pos = len(dag.n_start), dag.pos
-        self._pu, self._pv = dag.pos[dag.src], dag.pos[dag.dst]
+        self._pu, self._pv = dag.pos[dag.src].astype(np.int32), dag.pos[dag.dst].astype(np.int32)
         self._dur = dag.n_dur[dag.order]
         self._gain = (dag.n_dur + dag.wait_in)[dag.order]
         lead = dag.lead[dag.order]
@@ -157,15 +157,15 @@ def _by_target(total: int, src: np.ndarray, dst: np.ndarray, level: np.ndarray):
     ``sources``, ``bounds`` where each level starts in ``nodes``. Only these outlive the call (a job's step holds
     a million edges)."""
     by = np.lexsort((src, dst))
-    ptr = np.searchsorted(dst[by], np.arange(total + 1), side="left")
+    ptr = np.searchsorted(dst[by], np.arange(total + 1), side="left").astype(np.int32)
     sources = src[by]
     del by
     count = np.diff(ptr)
-    nodes = np.flatnonzero(count)
+    nodes = np.flatnonzero(count).astype(np.int32)
     nodes = nodes[np.argsort(level[nodes], kind="stable")]
     seg = np.concatenate([[0], np.cumsum(count[nodes])])
-    edges = np.repeat(ptr[nodes] - seg[:-1], count[nodes])
-    edges += np.arange(seg[-1])
+    edges = np.repeat(ptr[nodes] - seg[:-1], count[nodes]).astype(np.int32)
+    edges += np.arange(seg[-1], dtype=np.int32)
     sources = sources[edges]
     del edges
     bounds = np.searchsorted(level[nodes], np.arange(int(level.max(initial=0)) + 2), side="left")
