@@ -65,6 +65,7 @@ class StepDAG:
         # node times: entries are zero-length at their member's start
         self.n_start = np.concatenate([self.start, self.start[self.entry_of]])
         self.n_end = np.concatenate([self.end, self.start[self.entry_of]])
+        self.start, self.end = self.n_start[:self.n], self.n_end[:self.n]  # the events' own, held once
         self.n_dur = self.n_end - self.n_start
         key = np.where(np.isfinite(join_key), np.maximum(join_key, self.start), self.start)
         if ordered:  # the path's order and weights (without: the edges only, as the path's DAG has them)
@@ -115,7 +116,6 @@ class StepDAG:
         lane = device * self.tt.lane_max + t.lane[rows]
         _, lane_id = np.unique(lane, return_inverse=True)
         lane_id = lane_id.reshape(-1)
-        self.lane_id = lane_id
         order = np.lexsort((-(self.end - self.start), self.start, lane_id))
         span = float(self.window[1] - self.window[0]) + 1.0
         key = lane_id[order] * span + self.start[order]
