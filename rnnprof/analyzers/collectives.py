@@ -176,40 +176,13 @@ def collective_args(table: EventTable) -> dict[tuple[str, int], tuple[str, int]]
 def instances(table: EventTable) -> dict[str, list[Instance]]:
     """Per worker (rank), its collectives in start order (the module docstring says which), keyed for matching."""
     args = collective_args(table)
-    comm = table.kind == Kind.COMMUNICATION
     names = np.asarray(table.strings, dtype=object)
-    is_nccl = np.fromiter((bool(NCCL_KERNEL.match(s)) for s in table.strings), dtype=bool, count=len(table.strings))
-    is_run = np.fromiter((bool(CPU_COLLECTIVE_RUN.match(s)) for s in table.strings), dtype=bool,
-                         count=len(table.strings))
-    is_call = np.fromiter((bool(CPU_COLLECTIVE_CALL.match(s)) for s in table.strings), dtype=bool,
-                          count=len(table.strings))
-    cpu_ranks = host_operator_devices(table)
-    rows_of: dict[str, list[np.ndarray]] = {}
-    found_rows = np.flatnonzero(comm & (is_nccl | is_run | is_call)[table.name])  # the candidates, on any device
-    found_device, found_name = table.device[found_rows], table.name[found_rows]
-    for code, device in enumerate(table.devices):
-        here = found_device == code
-        if device.kind == "gpu":
-            rows = found_rows[here & is_nccl[found_name]]
-        elif device in cpu_ranks:
-            run = here & is_run[found_name]
-            rows = found_rows[run if run.any() else here & is_call[found_name]]
-        else:
-            continue
-        if len(rows):
-            rows_of.setdefault(device.worker, []).append(rows)
-    result: dict[str, list[Instance]] = {}
-    ordered = {}
-    for worker, parts in rows_of.items():
-        rows = np.concatenate(parts)
-        starts = table.ts[rows]
-        ends = starts + table.dur[rows]
-        order = np.lexsort((ends, starts))
-        ordered[worker] = (rows[order], starts[order], ends[order])
+    ordered = _collective_rows(table)
     # every worker's types at once: a merged job's table is read once, not once per rank
     every = np.concatenate([rows for rows, _, _ in ordered.values()]) if ordered else np.zeros(0, dtype=np.int64)
     all_types = collective_types(table, every).tolist()
     first = 0
+    result: dict[str, list[Instance]] = {}
     for worker, (rows, starts, ends) in ordered.items():
         types = all_types[first:first + len(rows)]
         first += len(rows)
@@ -231,6 +204,40 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
                                   int(table.step[r])))
         result[worker] = found
     return result
+
+
+def _collective_rows(table: EventTable) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per worker, the rows of its collectives (NCCL kernels on its GPUs; a CPU rank's gloo runs, else its c10d
+    calls) by start then end, with their starts and ends."""
+    comm = table.kind == Kind.COMMUNICATION
+    is_nccl = np.fromiter((bool(NCCL_KERNEL.match(s)) for s in table.strings), dtype=bool, count=len(table.strings))
+    is_run = np.fromiter((bool(CPU_COLLECTIVE_RUN.match(s)) for s in table.strings), dtype=bool,
+                         count=len(table.strings))
+    is_call = np.fromiter((bool(CPU_COLLECTIVE_CALL.match(s)) for s in table.strings), dtype=bool,
+                          count=len(table.strings))
+    cpu_ranks = host_operator_devices(table)
+    rows_of: dict[str, list[np.ndarray]] = {}
+    found_rows = np.flatnonzero(comm & (is_nccl | is_run | is_call)[table.name])  # the candidates, on any device
+    found_device, found_name = table.device[found_rows], table.name[found_rows]
+    for code, device in enumerate(table.devices):
+        here = found_device == code
+        if device.kind == "gpu":
+            rows = found_rows[here & is_nccl[found_name]]
+        elif device in cpu_ranks:
+            run = here & is_run[found_name]
+            rows = found_rows[run if run.any() else here & is_call[found_name]]
+        else:
+            continue
+        if len(rows):
+            rows_of.setdefault(device.worker, []).append(rows)
+    ordered = {}
+    for worker, parts in rows_of.items():
+        rows = np.concatenate(parts)
+        starts = table.ts[rows]
+        ends = starts + table.dur[rows]
+        order = np.lexsort((ends, starts))
+        ordered[worker] = (rows[order], starts[order], ends[order])
+    return ordered
 
 
 def matched_groups(per_worker: dict[str, list[Instance]]) -> tuple[list[list[tuple[str, Instance]]], int]:
