@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -26,7 +25,7 @@ from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.noise import K
 from rnnprof.analyzers.replay.analysis import Replayer
 from rnnprof.analyzers.replay.fixes import SYNCS, fix_changes
-from rnnprof.analyzers.replay.result import EVEN_HOST, EVEN_INPUT, EVEN_WORK, Change, ChangeError, WhatIfReport
+from rnnprof.analyzers.replay.result import EVEN_HOST, EVEN_INPUT, EVEN_WORK, Change, ChangeError
 from rnnprof.events import EventTable
 
 TOGETHER = 3  # the top findings whose fixes are replayed together
@@ -52,12 +51,9 @@ def fix_of(finding: Finding) -> str:
     return finding.rule if subject is None else f"{finding.rule}:{subject(finding)}"
 
 
-def replay_saving_us(report: WhatIfReport) -> float:
-    """The median over the steps of the unchanged replay less the changed one (the model's own error cancels)."""
-    return _median_saving(s.replayed_us - s.predicted_us for s in report.steps)
-
-
 def _median_saving(savings: Iterable[float]) -> float:
+    """The median over the steps of the unchanged replay less the changed one (the model's own error cancels),
+    none below 0."""
     return max(0.0, float(statistics.median(savings)))
 
 
@@ -91,8 +87,8 @@ def replayed_steps(replayer: Replayer) -> str:
 
 
 class _Savings:
-    """The replayed saving of each set of changes, replayed once: the median over the steps of the unchanged
-    replay less the changed one (``replay_saving_us`` of ``Replayer.run``)."""
+    """The replayed saving of each set of changes, replayed once (``_median_saving`` of ``Replayer.savings_us``:
+    ``whatif`` of the same changes and steps gives it from its steps' ``replayed_us`` less ``predicted_us``)."""
 
     def __init__(self, replayer: Replayer):
         self.replayer = replayer
