@@ -110,3 +110,23 @@ def test_the_steps_an_audit_replays_are_those_in_the_middle_of_the_run_fewer_whe
     assert sampled_steps(run(20, 5)) == list(range(106, 114))  # 8 steps of 5 events: 40
     assert sampled_steps(run(20, 10)) == list(range(107, 112))  # 5 of 10 events: 50
     assert sampled_steps(run(21, 40)) == [109, 110, 111]  # the fewest: 3
+
+
+def test_a_findings_fix_is_named_by_its_rule_and_typed_fields_not_its_title():
+    """``fix_of`` reads a copy-churn finding's evidence ``kind`` (the rule's own constant for synchronizing
+    calls), a straggler's or a loader's rank and a host-overhead finding's operator; a title saying otherwise
+    changes nothing."""
+    from rnnprof.analyzers.audit import copy_churn
+    from rnnprof.analyzers.audit.finding import Finding, Severity, Subject
+    from rnnprof.analyzers.replay.audit_savings import fix_of
+
+    def finding(rule, title, subject=Subject(), **evidence):
+        return Finding(rule=rule, severity=Severity.WARNING, title=title, subject=subject, evidence=evidence)
+
+    assert fix_of(finding("PF004", "r0/gpu0: 3 calls/step leave the GPU idle", kind=copy_churn.SYNC)) == "PF004:syncs"
+    assert fix_of(finding("PF004", "r0/gpu0: 12 synchronizing HtoD copies/step", kind="HtoD")) == "PF004:HtoD"
+    assert fix_of(finding("PF001", "rank3 arrives last", Subject(rank="rank3", op="aten::mm"))) == "PF001:rank3"
+    assert fix_of(finding("PF005", "rank0 waits for its batch", Subject(rank="rank0"))) == "PF005:rank0"
+    assert fix_of(finding("PF006", "aten::mul_ on the host", Subject(rank="rank0", op="aten::mul_"))) == \
+        "PF006:aten::mul_"
+    assert fix_of(finding("PF002", "rank1: communication not overlapped", Subject(rank="rank1"))) == "PF002"
