@@ -1,6 +1,7 @@
-"""Shared by the benchmarks that hold an rnnprof command against ``rnnprof comm`` (critical_path.py, whatif.py):
-each command run by ``rnnprof.cli.main`` with ``--json`` to a file, in a fresh process, the sides taking turns;
-each run's wall time, CPU time and the peak RSS of its process tree; the ratio of the medians against targets."""
+"""Shared by the benchmarks that hold rnnprof commands against ``rnnprof comm`` (critical_path.py, whatif.py,
+every_command.py): each command run by ``rnnprof.cli.main`` (its output to a file) in a fresh process, the sides
+taking turns; each run's wall time, CPU time and the peak RSS of its process tree; the ratio of the medians
+(``report``) or of the best runs (``side_by_side``) against targets."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def tiled(events: int, path: Path, fixture: Path) -> None:
 
 def compare(path: Path, commands: dict[str, list[str]], repeat: int, out: Path) -> dict[str, list[dict]]:
     """Each side (``commands``: side -> the command and its flags after the input) ``repeat`` times on ``path``,
-    taking turns (the first side alternating)."""
+    taking turns (in order, then in reverse order, and so on)."""
     runs: dict[str, list[dict]] = {side: [] for side in commands}
     sides = tuple(commands)
     for k in range(max(1, repeat)):
@@ -75,3 +76,26 @@ def report(label: str, runs: dict[str, list[dict]], side: str, targets: Targets,
         targets.at_most(f"{label}: {side} peak RSS of its process tree", rss, rss_limit, "MB")
     else:
         targets.at_most(f"{label}: {side} peak RSS / comm peak RSS", rss / rss_comm, rss_limit, "x")
+
+
+def side_by_side(label: str, runs: dict[str, list[dict]], time_targets: dict[str, float],
+                 memory_targets: dict[str, float], targets: Targets) -> None:
+    """A table of each side's best run (wall time, CPU time and peak RSS of its process tree, each the least of its
+    runs) and its ratios to comm's, with the targets (``time_targets``, ``memory_targets``: side -> the most times
+    comm's) PASS or FAIL; the targets join ``targets``. The load average is printed with it: the machine may be
+    shared."""
+    best = {side: {key: min(r[key] for r in rows) for key in ("s", "cpu_s", "rss_mb")} for side, rows in runs.items()}
+    comm = best["comm"]
+    print(f"\n{label}, best of {min(len(rows) for rows in runs.values())} runs each; load average "
+          f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1 / 5 / 15 min) at the end", flush=True)
+    print("| command | s | CPU s | peak MB | x comm time | x comm CPU | x comm peak | targets |")
+    print("|---|---|---|---|---|---|---|---|")
+    for side, b in best.items():
+        time_x, cpu_x, rss_x = b["s"] / comm["s"], b["cpu_s"] / comm["cpu_s"], b["rss_mb"] / comm["rss_mb"]
+        verdicts = []
+        for what, ratio, limits in (("time", time_x, time_targets), ("peak", rss_x, memory_targets)):
+            if side in limits:
+                verdicts.append(f"{what} <= {limits[side]:g}x {'PASS' if ratio <= limits[side] else 'FAIL'}")
+                targets.at_most(f"{label}: {side} {what} / comm {what}", ratio, limits[side], "x")
+        print(f"| {side} | {b['s']:.2f} | {b['cpu_s']:.2f} | {b['rss_mb']:,.0f} | {time_x:.2f} | {cpu_x:.2f} | "
+              f"{rss_x:.2f} | {'; '.join(verdicts)} |", flush=True)

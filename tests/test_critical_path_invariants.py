@@ -156,3 +156,52 @@ def test_the_paths_length_is_networkx_dag_longest_path_length(names):
         for u, v, data in graph.edges(data=True):
             weighted.add_edge(u, v, weight=data["wait"] + graph.nodes[v]["dur"])
         assert nx.dag_longest_path_length(weighted) == pytest.approx(step.length_us, abs=1e-3), (names, step.step)
+
+
+@pytest.mark.parametrize("names", [("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz"), GLOO, (V100,),
+                                   ("kineto-2rank-nccl-rank0.json.gz",)], ids=lambda names: "+".join(names))
+def test_the_longest_path_by_levels_is_the_node_by_node_one_exactly(names, monkeypatch):
+    """A wide DAG (a job's ranks side by side) is passed a level at a time in arrays, a narrow one node by node;
+    forced each way on the same DAGs, the lengths, the chains (with the loop's tie rule), the passes back and the
+    what-ifs are equal bit for bit."""
+    from rnnprof.analyzers.critical_path import path
+    from rnnprof.analyzers.critical_path.graph import StepDAG
+    from rnnprof.analyzers.critical_path.table_index import TableIndex, dag_windows
+
+    table = load_events([str(FIXTURES / n) for n in names] if len(names) > 1 else str(FIXTURES / names[0]))
+    deps = Dependencies()
+    tt = TableIndex(table, classify(table), deps)
+    windows = dag_windows(tt, [int(s) for s in table.steps()])
+    for step, window in windows.items():
+        dag = StepDAG(tt, step, window, deps)
+        found = []
+        for width, probe in ((0, 1), (dag.n + len(dag.entry_of) + 1, 1)):
+            monkeypatch.setattr(path, "_MIN_WIDTH", width)
+            monkeypatch.setattr(path, "_PROBE_LEVELS", probe)
+            found.append(path.LongestPath(dag))
+        by_levels, in_order = found
+        assert (by_levels._level is not None) and (in_order._level is None)
+        assert by_levels.nodes == in_order.nodes and by_levels.length == in_order.length, step
+        assert np.array_equal(by_levels._dist, in_order._dist) and np.array_equal(by_levels._tail, in_order._tail)
+        for node in in_order.nodes[:: max(1, len(in_order.nodes) // 20)]:
+            assert by_levels.without(node) == in_order.without(node)
+
+
+@pytest.mark.parametrize("width", [0, 10**9], ids=["by levels", "node by node"])
+def test_the_longest_path_takes_the_first_of_equal_predecessors_and_one_within_a_tie_of_starting_alone(
+        width, monkeypatch):
+    """Nodes 0 and 1 (1 µs each) both lead to 2 (1 µs), then 3 (1 µs) whose own lead from the window's start
+    (2 µs + 0.5 ns, 3 µs with its own) is as long as the chain to it within ``_TIE_US``: the chain goes through the first of the two
+    equal predecessors, and through 2 into 3 rather than 3 starting alone (what it waited for is said)."""
+    from types import SimpleNamespace
+
+    from rnnprof.analyzers.critical_path import path
+
+    monkeypatch.setattr(path, "_MIN_WIDTH", width)
+    monkeypatch.setattr(path, "_PROBE_LEVELS", 1)
+    dag = SimpleNamespace(n=4, n_start=np.zeros(4), n_dur=np.ones(4), wait_in=np.zeros(4),
+                          lead=np.array([0.0, 0.0, 0.0, 2.0 + 5e-7]), order=np.arange(4), pos=np.arange(4),
+                          src=np.array([0, 1, 2]), dst=np.array([2, 2, 3]), own=np.array([False, False, False, True]))
+    longest = path.LongestPath(dag)
+    assert (longest._level is None) == (width > 0)
+    assert longest.nodes == [0, 2, 3] and longest.length == 3.0

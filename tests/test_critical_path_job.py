@@ -97,9 +97,16 @@ def test_json_text_builds_a_lazy_lists_items_as_it_writes_them():
         dumps({"x": object()})
 
 
-def test_topological_order_is_networkxs_without_the_graph():
+@pytest.mark.parametrize("probe, width", [(10**9, 0), (1, 10**9), (3, 4)],
+                         ids=["in arrays", "node by node after the first", "in arrays, then node by node"])
+def test_topological_order_is_networkxs_without_the_graph(probe, width, monkeypatch):
     """A DAG whose clocks disagree with its edges (a collective member keyed at its group's last start) is ordered
-    as ``networkx.topological_sort`` orders it, generation by generation; a cycle gives None."""
+    as ``networkx.topological_sort`` orders it, generation by generation, whether the generations are taken in
+    arrays or node by node; a cycle gives None."""
+    from rnnprof.analyzers.critical_path import graph
+
+    monkeypatch.setattr(graph, "_PROBE_LEVELS", probe)
+    monkeypatch.setattr(graph, "_MIN_WIDTH", width)
     rng = random.Random(7)
     cycles = 0
     for trial in range(200):

@@ -489,3 +489,30 @@ def test_the_replay_by_levels_gives_the_node_by_node_schedule_exactly(name, monk
             by_levels, in_order = schedules
             for field in ("start", "end", "ready", "bind"):
                 assert np.array_equal(getattr(by_levels, field), getattr(in_order, field)), field
+
+
+@pytest.mark.parametrize("name", ["kineto-2rank-nccl-rank0.json.gz", "kineto-event-sync.json.gz", "torch-gloo pair"])
+def test_a_replayer_that_shares_each_steps_unchanged_replay_gives_each_change_sets_own_replay(name, monkeypatch):
+    """``Replayer.run`` makes each step's unchanged replay once and replays a change set from it (its order, and
+    its levels where the change only drops edges). Each step's predicted time is the one a replay made from
+    scratch gives: order, calibration, the changes applied, the levels of the changed graph's own edges (forced
+    by levels, where a reused layering would show)."""
+    from rnnprof.analyzers.replay import NO_COPIES, Replayer, engine
+    from rnnprof.analyzers.replay.analysis import replayed_step_time
+    from rnnprof.analyzers.replay.changes import Knobs, apply
+
+    monkeypatch.setattr(engine, "_MIN_WIDTH", 0)
+    replayer = Replayer(load_events(GLOO if name == "torch-gloo pair" else str(DATA / name)))
+    for changes in ([Change(OVERLAP)], [Change(NO_SYNCS), Change(GRAPH_LAUNCH)], [Change(NO_COPIES)],
+                    [Change(COMM, "", 0.5)], [Change(OVERLAP), Change(NO_SYNCS)]):
+        shared = replayer.run(changes).steps
+        for (step, sg), replayed in zip(replayer.graphs, shared):
+            g = sg.graph
+            order, keep = engine.replay_order(g)
+            base = engine.calibrate(g, keep)
+            knobs = Knobs(g, g.dur.copy(), g.pre.copy(), g.lag.copy(), keep.copy(), base.copy())
+            for change in changes:
+                apply(change, sg, knobs, change.subject)
+            after = engine.replay(knobs.graph, engine.replay_order(knobs.graph)[0], knobs.keep, knobs.dur, knobs.pre,
+                                  knobs.lag, knobs.base)
+            assert replayed.predicted_us == replayed_step_time(g, after.end), (changes, step)

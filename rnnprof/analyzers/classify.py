@@ -156,10 +156,11 @@ def _ranged_types(table: EventTable, rows: np.ndarray) -> np.ndarray:
     width = int(table.lane.max()) + 1
     range_key = table.device[ranges].astype(np.int64) * width + table.lane[ranges]
     row_key = table.device[rows].astype(np.int64) * width + table.lane[rows]
+    range_end = table.ts[ranges] + table.dur[ranges]
     for key in np.unique(range_key[np.isin(range_key, row_key)]).tolist():
         mine = np.flatnonzero(range_key == key)
         mine = mine[np.argsort(table.ts[ranges[mine]], kind="stable")]
-        starts, ends = table.ts[ranges[mine]], table.end[ranges[mine]]
+        starts, ends = table.ts[ranges[mine]], range_end[mine]
         members = np.flatnonzero(row_key == key)
         ts = table.ts[rows[members]]
         last = np.searchsorted(starts, ts, side="right") - 1

@@ -181,14 +181,15 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
     names = np.asarray(table.strings, dtype=object)
     recorded = dict(zip(table.collectives.row.tolist(), names[table.collectives.group]))  # row -> group ("": unknown)
     pairs = _p2p_pairs(table)
+    ordered = _collective_rows(table)
+    # every worker's types at once: a merged job's table is read once, not once per rank
+    every = np.concatenate([rows for rows, _, _ in ordered.values()]) if ordered else np.zeros(0, dtype=np.int64)
+    all_types = collective_types(table, every).tolist()
+    first = 0
     result: dict[str, list[Instance]] = {}
-    for worker, parts in _collective_rows(table).items():
-        rows = np.concatenate(parts)
-        starts = table.ts[rows]
-        ends = starts + table.dur[rows]
-        order = np.lexsort((ends, starts))
-        rows, starts, ends = rows[order], starts[order], ends[order]
-        types = collective_types(table, rows).tolist()
+    for worker, (rows, starts, ends) in ordered.items():
+        types = all_types[first:first + len(rows)]
+        first += len(rows)
         ordinal: dict[tuple, int] = {}
         found = []
         for r, start, end, kind in zip(rows, starts.tolist(), ends.tolist(), types):
@@ -225,8 +226,9 @@ def _p2p_pairs(table: EventTable) -> dict[int, tuple[int, int]]:
     return found
 
 
-def _collective_rows(table: EventTable) -> dict[str, list[np.ndarray]]:
-    """Per worker, the rows of its collectives: its GPUs' NCCL kernels, its CPU rank's gloo runs (else calls)."""
+def _collective_rows(table: EventTable) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per worker, the rows of its collectives (NCCL kernels on its GPUs; a CPU rank's gloo runs, else its c10d
+    calls) by start then end, with their starts and ends."""
     comm = table.kind == Kind.COMMUNICATION
     is_nccl = np.fromiter((bool(NCCL_KERNEL.match(s)) for s in table.strings), dtype=bool, count=len(table.strings))
     is_run = np.fromiter((bool(CPU_COLLECTIVE_RUN.match(s)) for s in table.strings), dtype=bool,
@@ -235,18 +237,27 @@ def _collective_rows(table: EventTable) -> dict[str, list[np.ndarray]]:
                           count=len(table.strings))
     cpu_ranks = host_operator_devices(table)
     rows_of: dict[str, list[np.ndarray]] = {}
+    found_rows = np.flatnonzero(comm & (is_nccl | is_run | is_call)[table.name])  # the candidates, on any device
+    found_device, found_name = table.device[found_rows], table.name[found_rows]
     for code, device in enumerate(table.devices):
-        here = comm & (table.device == code)
+        here = found_device == code
         if device.kind == "gpu":
-            rows = np.flatnonzero(here & is_nccl[table.name])
+            rows = found_rows[here & is_nccl[found_name]]
         elif device in cpu_ranks:
-            run = here & is_run[table.name]
-            rows = np.flatnonzero(run if run.any() else here & is_call[table.name])
+            run = here & is_run[found_name]
+            rows = found_rows[run if run.any() else here & is_call[found_name]]
         else:
             continue
         if len(rows):
             rows_of.setdefault(device.worker, []).append(rows)
-    return rows_of
+    ordered = {}
+    for worker, parts in rows_of.items():
+        rows = np.concatenate(parts)
+        starts = table.ts[rows]
+        ends = starts + table.dur[rows]
+        order = np.lexsort((ends, starts))
+        ordered[worker] = (rows[order], starts[order], ends[order])
+    return ordered
 
 
 def matched_groups(per_worker: dict[str, list[Instance]]) -> tuple[list[list[tuple[str, Instance]]], int]:

@@ -242,37 +242,96 @@ def _on_streams(table: EventTable, rows: np.ndarray) -> np.ndarray:
 
 def enclosing_host_ops(table: EventTable, rows: np.ndarray) -> np.ndarray:
     """For each event in ``rows``, the innermost host op (``Kind.HOST_OP``) on the same device and thread
-    (lane) that contains it, else -1."""
+    (lane) that contains it, else -1. On each lane the ops and the events are taken by start (at one start, longer
+    first, ops before events); an event's op is the innermost one still open at its start (an op whose end is at
+    or before that start has closed), if it lasts to the event's end. Where a lane's ops nest (a thread's ops
+    do), in arrays (``_innermost_nested``); else op by op (``_innermost_by_stack``), the same definition."""
     out = np.full(len(rows), -1, dtype=np.int64)
     ops = np.flatnonzero(table.kind == Kind.HOST_OP)
     if not len(rows) or not len(ops):
         return out
     lane_key = table.device.astype(np.int64) * (len(table.strings) + 1) + table.lane
-    position = {r: k for k, r in enumerate(rows.tolist())}
-    found: list[tuple[int, int]] = []  # (position in rows, enclosing op)
-    for key in np.unique(lane_key[rows]):
-        mine = rows[lane_key[rows] == key]
-        theirs = ops[lane_key[ops] == key]
+    row_key, op_key = lane_key[rows], lane_key[ops]
+    by_key = np.argsort(op_key, kind="stable")
+    sorted_keys = op_key[by_key]
+    for key in np.unique(row_key).tolist():
+        at = np.flatnonzero(row_key == key)
+        theirs = ops[by_key[np.searchsorted(sorted_keys, key, "left"):np.searchsorted(sorted_keys, key, "right")]]
         if not len(theirs):
             continue
-        both = np.concatenate([theirs, mine])
-        is_op = np.concatenate([np.ones(len(theirs), bool), np.zeros(len(mine), bool)])
-        # By start; at one start, ops before the events they contain, longer ops first.
-        order = np.lexsort((~is_op, -table.dur[both], table.ts[both]))
-        ordered = both[order]
-        stack: list[tuple[float, int]] = []
-        for row, op, start, end in zip(ordered.tolist(), is_op[order].tolist(), table.ts[ordered].tolist(),
-                                       (table.ts[ordered] + np.maximum(table.dur[ordered], 0.0)).tolist()):
-            while stack and stack[-1][0] <= start:
-                stack.pop()
-            if op:
-                stack.append((end, row))
-            elif stack and stack[-1][0] >= end:
-                found.append((position[row], stack[-1][1]))
-    if found:
-        at, op_rows = zip(*found)
-        out[list(at)] = op_rows
+        found = _innermost_nested(table, theirs, rows[at])
+        out[at] = found if found is not None else _innermost_by_stack(table, theirs, rows[at])
     return out
+
+
+def _merged_order(table: EventTable, ops: np.ndarray, events: np.ndarray) -> np.ndarray:
+    """Each of ``ops`` then ``events``' place when taken by start, at one start longer first, ops before events."""
+    both = np.concatenate([ops, events])
+    is_op = np.concatenate([np.ones(len(ops), bool), np.zeros(len(events), bool)])
+    order = np.lexsort((~is_op, -table.dur[both], table.ts[both]))
+    place = np.empty(len(both), dtype=np.int64)
+    place[order] = np.arange(len(both))
+    return place
+
+
+def _innermost_nested(table: EventTable, ops: np.ndarray, events: np.ndarray) -> np.ndarray | None:
+    """``_innermost_by_stack``'s answer where the lane's ``ops`` nest (no two overlap unless one holds the other),
+    in arrays; None where they do not. An op of no length closes before anything after it starts: it holds nothing.
+    Each op's depth: the ops open once it has started, itself included; an event's depth: those open at its start.
+    Where ops nest, the innermost op open at a place is the last op before it of the same depth, and an op's parent
+    the last op before it one level up; they nest if each op ends within its parent."""
+    op_end = table.ts[ops] + np.maximum(table.dur[ops], 0.0)
+    ops, op_end = ops[op_end > table.ts[ops]], op_end[op_end > table.ts[ops]]
+    if not len(ops):
+        return np.full(len(events), -1, dtype=np.int64)
+    place = _merged_order(table, ops, events)
+    op_place, event_place = place[:len(ops)], place[len(ops):]
+    ends = np.sort(op_end)
+    by_place = np.argsort(op_place)
+    opened = np.empty(len(ops), dtype=np.int64)
+    opened[by_place] = np.arange(1, len(ops) + 1)
+    depth = opened - np.searchsorted(ends, table.ts[ops], "right")
+    event_start = table.ts[events]
+    event_depth = np.searchsorted(op_place[by_place], event_place) - np.searchsorted(ends, event_start, "right")
+    stride = len(place) + 1
+    key = depth * stride + op_place
+    by_key = np.argsort(key)
+    sorted_key = key[by_key]
+
+    def last_before(level: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """The last op before place ``at`` of depth ``level`` (-1: none)."""
+        k = np.searchsorted(sorted_key, level * stride + at) - 1
+        found = by_key[np.maximum(k, 0)]
+        return np.where((k >= 0) & (depth[found] == level) & (level > 0), found, -1)
+
+    parent = last_before(depth - 1, op_place)
+    inner = depth > 1
+    if (parent[inner] < 0).any() or (op_end[inner] > op_end[parent[inner]]).any():
+        return None
+    innermost = last_before(event_depth, event_place)
+    event_end = event_start + np.maximum(table.dur[events], 0.0)
+    holds = (innermost >= 0) & (op_end[np.maximum(innermost, 0)] >= event_end)
+    return np.where(holds, ops[np.maximum(innermost, 0)], -1)
+
+
+def _innermost_by_stack(table: EventTable, ops: np.ndarray, events: np.ndarray) -> np.ndarray:
+    """For each of ``events``, the innermost of one lane's host ``ops`` that contains it (-1: none), by a stack of
+    the ops open, in the order ``_merged_order`` takes them."""
+    both = np.concatenate([ops, events])
+    is_op = np.concatenate([np.ones(len(ops), bool), np.zeros(len(events), bool)])
+    order = np.argsort(_merged_order(table, ops, events))
+    ordered = both[order]
+    found = np.full(len(both), -1, dtype=np.int64)
+    stack: list[tuple[float, int]] = []
+    for k, op, start, end in zip(order.tolist(), is_op[order].tolist(), table.ts[ordered].tolist(),
+                                 (table.ts[ordered] + np.maximum(table.dur[ordered], 0.0)).tolist()):
+        while stack and stack[-1][0] <= start:
+            stack.pop()
+        if op:
+            stack.append((end, int(both[k])))
+        elif stack and stack[-1][0] >= end:
+            found[k] = stack[-1][1]
+    return found[len(ops):]
 
 
 def launching_ops(table: EventTable, launcher: np.ndarray, kernel_rows: np.ndarray, kernel_dur: np.ndarray

@@ -24,9 +24,8 @@ from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stat
 from rnnprof.analyzers.memory import MemoryReport, analyze_memory
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
 from rnnprof.analyzers.profiler_cost import RankProfilerCost, profiler_cost
-from rnnprof.analyzers.replay import Replayer
 from rnnprof.analyzers.audit.top_fixes import TopFixes
-from rnnprof.analyzers.replay.audit_savings import replayed_audit
+from rnnprof.analyzers.replay.audit_savings import audit_replayer, replayed_audit
 from rnnprof.analyzers.placement import AuditInput, PlacementResult, audit_placement, configured_rules
 from rnnprof.analyzers.roofline import RooflineReport
 from rnnprof.analyzers.steps import step_marker_periods
@@ -114,7 +113,7 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     launches = launch_stats(events, host_wait_share=host_wait_share(comm))
     findings = audit(audit_input if audit_input is not None else events,
                      known=Known(classes=classes, comm=comm, launches=launches, placement=placement))
-    findings, top_fixes = replayed_audit(findings, Replayer(events, dependencies or Dependencies(), classes=classes))
+    findings, top_fixes = replayed_audit(findings, audit_replayer(events, dependencies or Dependencies(), classes))
     comm_reason = ""
     if not comm.devices:
         comm_reason = ("every event is on the host (a CPU-only tf.profiler XSpace, for one, names no device for "

@@ -10,8 +10,7 @@ from rnnprof import limits
 from rnnprof.commands import audit_inputs, fail_on_flag, job_flags, left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT
 from rnnprof.analyzers.audit import audit
-from rnnprof.analyzers.replay import Replayer
-from rnnprof.analyzers.replay.audit_savings import replayed_savings
+from rnnprof.analyzers.replay.audit_savings import audit_replayer, replayed_savings
 from rnnprof.inputs.dependencies import read_dependencies
 from rnnprof.reports.audit import render_text
 from rnnprof.reports.results.audit import AuditFindings
@@ -47,6 +46,6 @@ def analyze(args: argparse.Namespace) -> AuditFindings:
     given = audit_inputs.read_audit_input(paths, args)
     result = audit(given)
     if given.events is not None and len(given.events):
-        result = replayed_savings(result, Replayer(given.events, read_dependencies(paths)))
+        result = replayed_savings(result, audit_replayer(given.events, read_dependencies(paths), given.classes))
     notes += left_out_notes.notes(args, given.events)
     return AuditFindings(tuple(notes), result, left_out_notes.counts(given.events))

@@ -113,7 +113,7 @@ def findings_section(page: Page, result: AuditResult, left_out: dict[str, int] |
         page.paragraph("No finding: the rules that could run found nothing to fix.")
     top = result.top_fixes
     if top is not None and top.step_us > 0:
-        fixes = " ".join("--fix " + f for f in top.fixes)
+        fixes = top.whatif_flags()
         page.paragraph(f"Predicted step after fixing {', '.join(top.findings)} together: {fmt_ms(top.predicted_us)} "
                        f"ms, {fmt_ms(top.saving_us)} ms ({100 * top.saving_us / top.step_us:.1f}%) less than the "
                        f"measured {fmt_ms(top.step_us)} ms (a replay: whatif {fixes}).")

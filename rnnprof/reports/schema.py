@@ -314,11 +314,13 @@ class Noise(_Part, kw_only=True):
 
 class TopFixesRow(_Part, kw_only=True):
     """The top findings' fixes replayed together (``TopFixes.as_dict``): ``findings`` are their places in the
-    document's findings (from 0); ``whatif --fix F ...`` with ``fixes`` predicts the same step."""
+    document's findings (from 0); ``whatif --fix F ...`` with ``fixes`` (and ``--steps`` with ``steps``, the
+    steps replayed where the audit replayed some of the run's) predicts the same step."""
 
     findings: list[int]
     labels: list[str]
     fixes: list[str]
+    steps: str | None
     saving_ms: float
     predicted_step_ms: float
 

@@ -65,6 +65,7 @@ class StepDAG:
         # node times: entries are zero-length at their member's start
         self.n_start = np.concatenate([self.start, self.start[self.entry_of]])
         self.n_end = np.concatenate([self.end, self.start[self.entry_of]])
+        self.start, self.end = self.n_start[:self.n], self.n_end[:self.n]  # the events' own, held once
         self.n_dur = self.n_end - self.n_start
         key = np.where(np.isfinite(join_key), np.maximum(join_key, self.start), self.start)
         if ordered:  # the path's order and weights (without: the edges only, as the path's DAG has them)
@@ -115,7 +116,6 @@ class StepDAG:
         lane = device * self.tt.lane_max + t.lane[rows]
         _, lane_id = np.unique(lane, return_inverse=True)
         lane_id = lane_id.reshape(-1)
-        self.lane_id = lane_id
         order = np.lexsort((-(self.end - self.start), self.start, lane_id))
         span = float(self.window[1] - self.window[0]) + 1.0
         key = lane_id[order] * span + self.start[order]
@@ -149,30 +149,29 @@ class StepDAG:
         Sets ``entry_of`` and the edges (one per pair, the first kind found, no self-loops); returns each
         member's join time (its group's last start; ``-inf`` for other events)."""
         n = self.n
-        entry_of: list[int] = []
+        entry_of: list[np.ndarray] = []
         member_entry = np.full(n, -1, dtype=np.int64)
         join_src, join_dst, join_key = [], [], np.full(n, -np.inf)
-        for members in groups:
-            members = [m for m in members if member_entry[m] < 0]
+        count = 0
+        for group in groups:
+            members = np.array(group, dtype=np.int64)
+            members = members[member_entry[members] < 0]
             if len(members) < 2:
                 continue
-            entries = []
-            for m in members:
-                member_entry[m] = n + len(entry_of)
-                entries.append(member_entry[m])
-                entry_of.append(m)
-            last = max(self.start[m] for m in members)
-            for m in members:
-                join_key[m] = last
-                join_src.extend(entries)
-                join_dst.extend([m] * len(entries))
-        self.entry_of = np.array(entry_of, dtype=np.int64)
+            entries = np.arange(n + count, n + count + len(members))
+            member_entry[members] = entries
+            entry_of.append(members)
+            count += len(members)
+            join_key[members] = self.start[members].max()
+            join_src.append(np.tile(entries, len(members)))  # every entry into each member
+            join_dst.append(np.repeat(members, len(members)))
+        self.entry_of = np.concatenate(entry_of) if entry_of else np.zeros(0, dtype=np.int64)
         redirect = member_entry[dst] if len(dst) else dst
         dst = np.where(redirect >= 0, redirect, dst)
         if join_src:
-            src = np.concatenate([src, np.array(join_src, dtype=np.int64)])
-            dst = np.concatenate([dst, np.array(join_dst, dtype=np.int64)])
-            kind = np.concatenate([kind, np.full(len(join_src), EDGE_KINDS.index(EDGE_COLLECTIVE), np.int8)])
+            src = np.concatenate([src, *join_src])
+            dst = np.concatenate([dst, *join_dst])
+            kind = np.concatenate([kind, np.full(len(src) - len(kind), EDGE_KINDS.index(EDGE_COLLECTIVE), np.int8)])
         keep = src != dst
         src, dst, kind = src[keep], dst[keep], kind[keep]
         pair = src * max(n + len(entry_of), 1) + dst
@@ -335,6 +334,8 @@ class StepDAG:
 
 
 _PASSES = 64  # of ``sources_first`` before a cycle is presumed
+_PROBE_LEVELS = 64  # generations of ``topological_order`` taken in arrays before it may go on node by node
+_MIN_WIDTH = 32  # nodes per generation, on average, below which it goes on node by node
 
 
 def sources_first(total: int, src: np.ndarray, dst: np.ndarray, pos: np.ndarray) -> np.ndarray | None:
@@ -353,25 +354,81 @@ def sources_first(total: int, src: np.ndarray, dst: np.ndarray, pos: np.ndarray)
     return None
 
 
+def dag_levels(total: int, src: np.ndarray, dst: np.ndarray, probe: int, min_width: float) -> np.ndarray | None:
+    """Each node's level (0: no edge in; else one more than its highest source's) over edges ``src -> dst`` of
+    a DAG of nodes ``0..total-1``; None once ``probe`` levels or more hold fewer than ``min_width`` nodes each on
+    average (a chain, mostly: arrays a level at a time would cost more than a loop node by node)."""
+    waiting = np.bincount(dst, minlength=total).astype(np.int32)
+    by = np.argsort(src, kind="stable")
+    children = dst[by].astype(np.int32)
+    optr = np.searchsorted(src[by], np.arange(total + 1), side="left").astype(np.int32)
+    del by
+    level = np.zeros(total, dtype=np.int32)
+    slot = np.zeros(total, dtype=np.int32)
+    free = np.flatnonzero(waiting == 0)
+    k = done = 0
+    while len(free):
+        level[free] = k
+        k, done = k + 1, done + len(free)
+        if k >= probe and done < k * min_width:
+            return None
+        starts = optr[free]
+        counts = optr[free + 1] - starts
+        n = int(counts.sum())
+        if not n:
+            break
+        kids = children[np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(n)]
+        np.subtract.at(waiting, kids, 1)
+        free = kids[waiting[kids] == 0]
+        slot[free] = np.arange(len(free))  # a node freed by two sources at once is kept once
+        free = free[slot[free] == np.arange(len(free))]
+    return level
+
+
 def topological_order(total: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
     """``networkx.topological_sort``'s order of the graph of nodes ``0..total-1`` and edges ``src -> dst`` added in
     this order (generation by generation, each in the order its nodes became free), without building the graph;
-    None when it has a cycle."""
+    None when it has a cycle. Generations are taken in arrays while they are wide (a job's ranks side by side: a
+    node is freed where the last of its edges from the generation is), then node by node."""
     by_src = np.argsort(src, kind="stable")
-    children = dst[by_src].tolist()
-    ptr = np.searchsorted(src[by_src], np.arange(total + 1), side="left").tolist()
-    waiting = np.bincount(dst, minlength=total).tolist()
-    free = [v for v in range(total) if not waiting[v]]
+    children = dst[by_src]
+    ptr = np.searchsorted(src[by_src], np.arange(total + 1), side="left")
+    waiting = np.bincount(dst, minlength=total)
+    free = np.flatnonzero(waiting == 0)
+    done: list[np.ndarray] = []
+    count = 0
+    while len(free) and (len(done) < _PROBE_LEVELS or count >= len(done) * _MIN_WIDTH):
+        done.append(free)
+        count += len(free)
+        starts = ptr[free]
+        counts = ptr[free + 1] - starts
+        kids = children[np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))]
+        np.subtract.at(waiting, kids, 1)
+        freed = kids[waiting[kids] == 0]
+        _, last = np.unique(freed[::-1], return_index=True)
+        free = freed[np.sort(len(freed) - 1 - last)]
+    order = np.concatenate([*done, _generations(free, children, ptr, waiting)]) if done else \
+        _generations(free, children, ptr, waiting)
+    return order if len(order) == total else None
+
+
+def _generations(free: np.ndarray, children: np.ndarray, ptr: np.ndarray, waiting: np.ndarray) -> np.ndarray:
+    """``topological_order``'s generations from ``free`` on, node by node (``waiting``: each node's edges not yet
+    taken)."""
+    if not len(free):
+        return np.zeros(0, dtype=np.int64)
+    children_l, ptr_l, waiting_l = children.tolist(), ptr.tolist(), waiting.tolist()
+    free_l = free.tolist()
     order: list[int] = []
-    while free:
-        generation, free = free, []
+    while free_l:
+        generation, free_l = free_l, []
         for node in generation:
-            for child in children[ptr[node]:ptr[node + 1]]:
-                waiting[child] -= 1
-                if not waiting[child]:
-                    free.append(child)
+            for child in children_l[ptr_l[node]:ptr_l[node + 1]]:
+                waiting_l[child] -= 1
+                if not waiting_l[child]:
+                    free_l.append(child)
         order.extend(generation)
-    return np.array(order, dtype=np.int64) if len(order) == total else None
+    return np.array(order, dtype=np.int64)
 
 
 def build_step_graph(table: EventTable, step: int, dependencies: Dependencies = Dependencies(),

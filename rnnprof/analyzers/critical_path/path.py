@@ -1,13 +1,17 @@
 """The longest path of a step's DAG that ends at one of the step's own events, by one pass in topological order
-over arrays; one pass back gives, for any node, the length were that node to weigh nothing (``without``)."""
+over arrays; one pass back gives, for any node, the length were that node to weigh nothing (``without``). A DAG
+wide enough (a job's ranks side by side) is passed a level at a time in arrays, else node by node; both make the
+same operations on the same numbers."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from rnnprof.analyzers.critical_path.graph import StepDAG
+from rnnprof.analyzers.critical_path.graph import StepDAG, dag_levels
 
 _TIE_US = 1e-6  # lengths this close are equal (sums of the same times in another order)
+_PROBE_LEVELS = 64  # levels seen before a DAG may be found too narrow for the passes by levels
+_MIN_WIDTH = 32  # nodes per level, on average, below which the passes go node by node
 
 
 class LongestPath:
@@ -21,11 +25,12 @@ class LongestPath:
         if not dag.n:
             return
         self._total, self._pos = len(dag.n_start), dag.pos
-        self._pu, self._pv = dag.pos[dag.src], dag.pos[dag.dst]
+        self._pu, self._pv = dag.pos[dag.src].astype(np.int32), dag.pos[dag.dst].astype(np.int32)
         self._dur = dag.n_dur[dag.order]
         self._gain = (dag.n_dur + dag.wait_in)[dag.order]
         lead = dag.lead[dag.order]
-        dist, back = self._pass_forward(lead)
+        self._level = dag_levels(self._total, self._pu, self._pv, _PROBE_LEVELS, _MIN_WIDTH)
+        dist, back = self._pass_forward(lead) if self._level is None else self._forward_by_levels(lead)
         eligible = _path_ends(dag)
         ranked = np.flatnonzero(eligible)
         end = int(ranked[np.argmax(dist[ranked])])  # the first of the longest
@@ -33,9 +38,10 @@ class LongestPath:
         chain = []
         while end >= 0:
             chain.append(end)
-            end = back[end]
+            end = int(back[end])
         chain.reverse()
-        self._dist, self._tail = dist, self._pass_back(eligible)
+        self._dist = dist
+        self._tail = self._pass_back(eligible) if self._level is None else self._back_by_levels(eligible)
         self._prefix = np.maximum.accumulate(np.where(eligible, dist, -np.inf))
         self._suffix = np.maximum.accumulate((self._tail + lead)[::-1])[::-1]
         self.nodes = [int(dag.order[k]) for k in chain]
@@ -85,6 +91,42 @@ class LongestPath:
             tail[k] = best + dur_l[k]
         return np.asarray(tail)
 
+    def _forward_by_levels(self, lead: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_pass_forward``'s lengths and predecessors, a level at a time: a node's longest chain through a
+        predecessor is the first largest over its edges (in the loop's order), taken where the loop takes it."""
+        src_n, count, nodes, seg, bounds = _by_target(self._total, self._pu, self._pv, self._level)
+        dist = self._dur + lead
+        back = np.full(self._total, -1, dtype=np.int64)
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            if a == b:
+                continue
+            ea, eb = int(seg[a]), int(seg[b])
+            v = nodes[a:b]
+            owner = np.repeat(np.arange(b - a), count[v])
+            length = dist[src_n[ea:eb]] + self._gain[v][owner]
+            best = np.maximum.reduceat(length, seg[a:b] - ea)
+            hit = np.flatnonzero(length == best[owner])
+            first = hit[np.r_[True, owner[hit][1:] != owner[hit][:-1]]]
+            take = best > dist[v] - _TIE_US
+            dist[v] = np.where(take, best, dist[v])
+            back[v] = np.where(take, src_n[ea:eb][first], -1)
+        return dist, back
+
+    def _back_by_levels(self, eligible: np.ndarray) -> np.ndarray:
+        """``_pass_back``'s lengths, a level at a time from the last."""
+        succ, _, nodes, seg, bounds = _by_target(self._total, self._pv, self._pu, self._level)
+        dur, gain = self._dur, self._gain
+        tail = np.where(eligible, 0.0, -np.inf) + dur
+        for a, b in zip(bounds[:-1].tolist()[::-1], bounds[1:].tolist()[::-1]):
+            if a == b:
+                continue
+            ea, eb = int(seg[a]), int(seg[b])
+            s = succ[ea:eb]
+            best = np.maximum.reduceat(tail[s] + gain[s] - dur[s], seg[a:b] - ea)
+            v = nodes[a:b]
+            tail[v] = np.maximum(np.where(eligible[v], 0.0, -np.inf), best) + dur[v]
+        return tail
+
     def without(self, node: int) -> float:
         """The longest path's length with ``node`` weighing nothing (waits kept): the longest through it, less its
         duration, or the longest avoiding it: ending before it, starting after it, or over an edge across its
@@ -106,3 +148,25 @@ def _path_ends(dag: StepDAG) -> np.ndarray:
     if not eligible.any():
         eligible[dag.pos[np.arange(dag.n)]] = True
     return eligible
+
+
+def _by_target(total: int, src: np.ndarray, dst: np.ndarray, level: np.ndarray):
+    """The edges ``src -> dst`` grouped by target, each target's sources in increasing order, the targets with
+    edges taken by level: ``(sources, count, nodes, seg, bounds)``: ``nodes`` the targets by level, ``count`` each
+    node's edges, ``sources`` their sources in that order (node after node), ``seg`` where each node's start in
+    ``sources``, ``bounds`` where each level starts in ``nodes``. Only these outlive the call (a job's step holds
+    a million edges)."""
+    by = np.lexsort((src, dst))
+    ptr = np.searchsorted(dst[by], np.arange(total + 1), side="left").astype(np.int32)
+    sources = src[by]
+    del by
+    count = np.diff(ptr)
+    nodes = np.flatnonzero(count).astype(np.int32)
+    nodes = nodes[np.argsort(level[nodes], kind="stable")]
+    seg = np.concatenate([[0], np.cumsum(count[nodes])])
+    edges = np.repeat(ptr[nodes] - seg[:-1], count[nodes]).astype(np.int32)
+    edges += np.arange(seg[-1], dtype=np.int32)
+    sources = sources[edges]
+    del edges
+    bounds = np.searchsorted(level[nodes], np.arange(int(level.max(initial=0)) + 2), side="left")
+    return sources, count, nodes, seg, bounds

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -12,7 +13,7 @@ from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.critical_path.graph import StepDAG
 from rnnprof.analyzers.critical_path.table_index import TableIndex, dag_windows
 from rnnprof.analyzers.replay.changes import Knobs, StepGraph, apply
-from rnnprof.analyzers.replay.engine import calibrate, replay, replay_order
+from rnnprof.analyzers.replay.engine import Layering, Schedule, calibrate, replay, replay_order
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
 from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_time, waits_by_rank
 from rnnprof.analyzers.replay.result import (DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, SCALE, SCALE_HOST,
@@ -106,7 +107,8 @@ def _reasons(sg: StepGraph, keep: np.ndarray) -> tuple[str, ...]:
 
 
 class Replayer:
-    """A table's step graphs, built once, replayed with any number of change sets (``run``)."""
+    """A table's step graphs (``steps``: the table's by default), built once, replayed with any number of change
+    sets (``run``); each step's unchanged replay is made once and shared by every change set."""
 
     def __init__(self, table: EventTable, dependencies: Dependencies = Dependencies(),
                  steps: Iterable[int] | None = None, comm_patterns: Iterable[str] = (),
@@ -117,22 +119,46 @@ class Replayer:
         wanted = _steps(table, steps)
         windows = replay_windows(tt, wanted)
         self.graphs: list[tuple[int, StepGraph]] = []
+        self._unchanged: dict[int, Unchanged] = {}
+        shared: dict = {}  # what the changes look up in the table once for every step (``StepGraph.shared``)
         for s in wanted:
             if s in windows:
                 dag = StepDAG(tt, s, windows[s], dependencies, ordered=False)
                 if dag.n:
                     self.graphs.append((s, StepGraph(replay_graph(dag, table, classes, tt.is_thread), table,
-                                                     classes, float(windows[s][0]))))
+                                                     classes, float(windows[s][0]), shared)))
+
+    def unchanged(self, step: int, sg: StepGraph) -> Unchanged:
+        """Step ``step``'s unchanged replay, made on first use."""
+        if step not in self._unchanged:
+            self._unchanged[step] = unchanged_replay(sg)
+        return self._unchanged[step]
+
+    def latest_rank(self, changes: Sequence[Change]) -> str:
+        """The rank an even-host, -input or -work change naming none is about (``latest_rank``), else ''."""
+        if not needs_latest_rank(changes):
+            return ""
+        workers = sorted({d.worker for d in self.table.devices} - {""})
+        return latest_rank(lateness(sg) for _, sg in self.graphs) if len(workers) > 1 else "".join(workers[:1])
 
     def run(self, changes: Sequence[Change]) -> WhatIfReport:
         """Each step replayed without a change and with ``changes``, all at once."""
         check_changes(self.table, changes)
-        rank = ""
-        if needs_latest_rank(changes):
-            workers = sorted({d.worker for d in self.table.devices} - {""})
-            rank = latest_rank(lateness(sg) for _, sg in self.graphs) if len(workers) > 1 else "".join(workers[:1])
-        return whatif_report(changes, [replay_step(s, sg, changes, rank) for s, sg in self.graphs], rank,
-                             self.lacks)
+        rank = self.latest_rank(changes)
+        return whatif_report(changes, [replay_step(s, sg, changes, rank, self.unchanged(s, sg))
+                                       for s, sg in self.graphs], rank, self.lacks)
+
+    def savings_us(self, changes: Sequence[Change]) -> list[float]:
+        """Per step, the unchanged replay less the replay with ``changes`` (``run``'s steps' ``replayed_us`` less
+        their ``predicted_us``, without the chains and waits ``run`` also gives)."""
+        check_changes(self.table, changes)
+        rank = self.latest_rank(changes)
+        saved = []
+        for s, sg in self.graphs:
+            base = self.unchanged(s, sg)
+            after, _, _, _ = changed_replay(sg, base, changes, rank)
+            saved.append(base.replayed_us - replayed_step_time(sg.graph, after.end))
+        return saved
 
 
 def whatif_report(changes: Sequence[Change], replays: Iterable[tuple[StepReplay, list[int]]], rank: str,
@@ -159,24 +185,57 @@ def whatif(table: EventTable, changes: Sequence[Change], dependencies: Dependenc
     return report.with_step_time(*device_step_times(table, classes))
 
 
-def replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str) -> tuple[StepReplay, list[int]]:
-    """One step replayed unchanged and with ``changes``; the nodes each change changed."""
+@dataclass
+class Unchanged:
+    """One step's unchanged replay, which every change set starts from: the order, the edges kept, each node's
+    earliest start (``calibrate``), how it was replayed (``layering``), the step's measured and replayed times and
+    each rank's waits (``outcome.rank_waits``); not its schedule, which nothing more needs."""
+
+    order: np.ndarray
+    keep: np.ndarray
+    base: np.ndarray
+    layering: Layering
+    measured_us: float
+    replayed_us: float
+    waits: dict[str, float]
+
+
+def unchanged_replay(sg: StepGraph) -> Unchanged:
     g = sg.graph
     order, keep = replay_order(g)
     base = calibrate(g, keep)
     before = replay(g, order, keep, g.dur, g.pre, g.lag, base)
-    knobs = Knobs(g, g.dur.copy(), g.pre.copy(), g.lag.copy(), keep.copy(), base.copy())
+    return Unchanged(order, keep, base, before.layering, replayed_step_time(g, g.end),
+                     replayed_step_time(g, before.end), rank_waits(sg, before))
+
+
+def changed_replay(sg: StepGraph, unchanged: Unchanged, changes: Sequence[Change], rank: str
+                   ) -> tuple[Schedule, Knobs, StepGraph, list[int]]:
+    """The step replayed with ``changes``: its schedule, what it ran with, its graph (a change may add edges) and
+    the nodes each change changed."""
+    g = sg.graph
+    knobs = Knobs(g, g.dur.copy(), g.pre.copy(), g.lag.copy(), unchanged.keep.copy(), unchanged.base.copy())
     counts = [apply(c, sg, knobs, c.subject or rank) for c in changes]
-    after_graph = knobs.graph
-    if after_graph is not g:
-        order, _ = replay_order(after_graph)
-    changed_sg = StepGraph(after_graph, sg.table, sg.classes, sg.window_start)
-    after = replay(after_graph, order, knobs.keep, knobs.dur, knobs.pre, knobs.lag, knobs.base)
-    measured = replayed_step_time(g, g.end)
-    replayed = replayed_step_time(g, before.end)
+    if knobs.graph is g:  # the same edges or fewer: the unchanged replay's order and levels hold
+        order, layering, changed_sg = unchanged.order, unchanged.layering, sg
+    else:
+        order, layering = replay_order(knobs.graph)[0], None
+        changed_sg = StepGraph(knobs.graph, sg.table, sg.classes, sg.window_start, sg.shared)
+    after = replay(knobs.graph, order, knobs.keep, knobs.dur, knobs.pre, knobs.lag, knobs.base, layering)
+    return after, knobs, changed_sg, counts
+
+
+def replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str,
+                unchanged: Unchanged | None = None) -> tuple[StepReplay, list[int]]:
+    """One step replayed unchanged (``unchanged``: that replay, made already) and with ``changes``; the nodes each
+    change changed."""
+    g = sg.graph
+    base = unchanged_replay(sg) if unchanged is None else unchanged
+    after, knobs, changed_sg, counts = changed_replay(sg, base, changes, rank)
+    measured, replayed = base.measured_us, base.replayed_us
     links, length, by_device = chain(changed_sg, after, knobs.dur, knobs.pre)
-    reasons = _reasons(sg, keep) if abs(replayed - measured) > TOLERANCE_PCT / 100 * measured else ()
+    reasons = _reasons(sg, base.keep) if abs(replayed - measured) > TOLERANCE_PCT / 100 * measured else ()
     return StepReplay(step=step, measured_us=measured, replayed_us=replayed, predicted_us=replayed_step_time(g, after.end),
                       chain=links, chain_links=length, chain_by_device=by_device,
-                      waits=waits_by_rank(rank_waits(sg, before), rank_waits(changed_sg, after)),
+                      waits=waits_by_rank(base.waits, rank_waits(changed_sg, after)),
                       reasons=reasons), counts

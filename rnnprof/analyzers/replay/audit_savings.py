@@ -1,41 +1,115 @@
 """Audit findings' savings from a replay of their fixes (``fixes.fix_changes``): a finding whose fix can be
 replayed gets the saving the replay predicts, basis ``replay``, its rule's bound kept in its evidence; one whose
 fix cannot keeps its bound, and a note says which and why. The audit ends with the saving its top findings'
-fixes would give together."""
+fixes would give together.
+
+The replays run on ``audit_replayer``'s steps: every step of a run of at most ``SAMPLED_STEPS``, else that many in
+the middle of the run, one after another, fewer where their events are many (``sampled_steps``); a note names
+them and counts the rest, and ``whatif --steps`` replays the same. Each step's unchanged replay is made once
+for every fix, and a set of changes is replayed once however many findings it fixes."""
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
+from typing import Iterable, Sequence
 
+import numpy as np
+
+from rnnprof.analyzers.audit import copy_churn, host_overhead, input_stalls, straggler
 from rnnprof.analyzers.audit.finding import Finding, Severity
 from rnnprof.analyzers.audit.judge import WARNING_PCT
 from rnnprof.analyzers.audit.registry import AuditResult, rank_key
 from rnnprof.analyzers.audit.top_fixes import TopFixes
+from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.noise import K
 from rnnprof.analyzers.replay.analysis import Replayer
-from rnnprof.analyzers.replay.fixes import fix_changes
-from rnnprof.analyzers.replay.result import EVEN_HOST, EVEN_INPUT, EVEN_WORK, Change, ChangeError, WhatIfReport
+from rnnprof.analyzers.replay.fixes import SYNCS, fix_changes
+from rnnprof.analyzers.replay.result import EVEN_HOST, EVEN_INPUT, EVEN_WORK, Change, ChangeError
+from rnnprof.events import EventTable
 
 TOGETHER = 3  # the top findings whose fixes are replayed together
 REPLAY_BASIS = "replay"  # a saving_basis that starts with it: the saving a replay of the fix predicts
+SAMPLED_STEPS = 8  # the most steps the audit replays (a run with more: that many in its middle)
+SAMPLED_EVENTS = 400_000  # the most events of the steps replayed, once they are FEWEST_STEPS or more
+FEWEST_STEPS = 3
+
+# rule -> the subject its fix needs, read off the finding's typed fields
+_FIX_SUBJECT = {
+    straggler.RULE_ID: lambda f: f.subject.rank or "",
+    input_stalls.RULE_ID: lambda f: f.subject.rank or "",
+    copy_churn.RULE_ID: lambda f: SYNCS if f.evidence.get("kind") == copy_churn.SYNC else f.evidence.get("kind", ""),
+    host_overhead.RULE_ID: lambda f: f.subject.op or "",
+}
 
 
 def fix_of(finding: Finding) -> str:
-    """The ``--fix`` text of a finding: its rule, with the subject its fix needs."""
-    rule, subject = finding.rule, finding.subject
-    if rule in ("PF001", "PF005"):
-        return f"{rule}:{subject.rank or ''}"
-    if rule == "PF004":
-        return "PF004:syncs" if "synchroniz" in finding.title else f"PF004:{finding.evidence.get('kind', '')}"
-    if rule == "PF006":
-        return f"PF006:{subject.op or ''}"
-    return rule
+    """The ``--fix`` text of a finding: its rule, with the subject its fix needs (a rank, an operator, the copy
+    kind or the synchronizing calls of a copy-churn finding: its evidence's ``kind``, ``copy_churn.SYNC`` for
+    the calls)."""
+    subject = _FIX_SUBJECT.get(finding.rule)
+    return finding.rule if subject is None else f"{finding.rule}:{subject(finding)}"
 
 
-def replay_saving_us(report: WhatIfReport) -> float:
-    """The median over the steps of the unchanged replay less the changed one (the model's own error cancels)."""
-    return max(0.0, float(statistics.median(s.replayed_us - s.predicted_us for s in report.steps)))
+def _median_saving(savings: Iterable[float]) -> float:
+    """The median over the steps of the unchanged replay less the changed one (the model's own error cancels),
+    none below 0."""
+    return max(0.0, float(statistics.median(savings)))
+
+
+def sampled_steps(table: EventTable) -> list[int] | None:
+    """The steps of ``table`` the audit replays: None (every step) where it has at most ``SAMPLED_STEPS``, else
+    that many in the middle of the run, one after another (``whatif --steps FIRST:LAST`` replays the same), fewer
+    (not under ``FEWEST_STEPS``) where their events would be more than ``SAMPLED_EVENTS`` (a job's ranks side by
+    side: its steps are large, and each one's replay holds every rank)."""
+    steps = table.steps()
+    if len(steps) <= SAMPLED_STEPS:
+        return None
+    per_step = float(np.median(np.bincount(table.step[table.step >= 0].astype(np.int64))[steps]))
+    most = min(SAMPLED_STEPS, max(FEWEST_STEPS, int(SAMPLED_EVENTS // max(per_step, 1.0))))
+    first = (len(steps) - most) // 2
+    return [int(s) for s in steps[first:first + most]]
+
+
+def audit_replayer(table: EventTable, dependencies: Dependencies = Dependencies(),
+                   classes: np.ndarray | None = None) -> Replayer:
+    """The ``Replayer`` of ``table`` on the steps the audit replays (``sampled_steps``)."""
+    return Replayer(table, dependencies, steps=sampled_steps(table), classes=classes)
+
+
+def replayed_steps(replayer: Replayer) -> str:
+    """``--steps FIRST:LAST`` of the steps a replayer replays where they are some of the table's steps (``whatif
+    --fix ... --steps FIRST:LAST`` replays the same steps), else ''."""
+    replayed = [s for s, _ in replayer.graphs]
+    if not replayed or len(replayed) >= len(replayer.table.steps()):
+        return ""
+    return f"{replayed[0]}:{replayed[-1]}"
+
+
+class _Savings:
+    """The replayed saving of each set of changes, replayed once (``_median_saving`` of ``Replayer.savings_us``:
+    ``whatif`` of the same changes and steps gives it from its steps' ``replayed_us`` less ``predicted_us``)."""
+
+    def __init__(self, replayer: Replayer):
+        self.replayer = replayer
+        self.found: dict[tuple[Change, ...], float] = {}
+
+    def __call__(self, changes: Sequence[Change]) -> float:
+        key = tuple(dict.fromkeys(changes))
+        if key not in self.found:
+            self.found[key] = _median_saving(self.replayer.savings_us(key))
+        return self.found[key]
+
+
+def _sample_note(replayer: Replayer) -> list[str]:
+    """What the replays left out: the steps of the table they did not replay, counted."""
+    steps = replayed_steps(replayer)
+    if not steps:
+        return []
+    every, replayed = len(replayer.table.steps()), len(replayer.graphs)
+    return [f"replay: {replayed} of {every} steps replayed, {every - replayed} left out: each replayed saving is the "
+            f"median over steps {steps.replace(':', ' to ')}, in the middle of the run (whatif --fix ... --steps "
+            f"{steps} replays the same steps)"]
 
 
 def _changes(finding: Finding, replayer: Replayer) -> list[Change] | str:
@@ -60,6 +134,7 @@ def replayed_audit(result: AuditResult, replayer: Replayer) -> tuple[AuditResult
     if not replayer.graphs or not result.findings:
         return result, None
     findings, notes, fixes = [], [], {}
+    saving_of = _Savings(replayer)
     for f in result.findings:
         changes = _changes(f, replayer)
         if isinstance(changes, str):
@@ -68,7 +143,7 @@ def replayed_audit(result: AuditResult, replayer: Replayer) -> tuple[AuditResult
                 notes.append(f"{f.rule} keeps its bound: {changes.removeprefix('--fix ')}")
             continue
         try:
-            report = replayer.run(changes)
+            saving = saving_of(changes)
         except ChangeError as exc:
             findings.append(f)
             notes.append(f"{f.rule} keeps its bound: {exc}")
@@ -76,27 +151,33 @@ def replayed_audit(result: AuditResult, replayer: Replayer) -> tuple[AuditResult
         evidence = _replayed_evidence(f, changes)
         bound = "" if f.saving_us is None else f"; the rule's bound: {f.saving_us / 1000:.3f} ms"
         basis = f"{REPLAY_BASIS} of its fix ({evidence['replayed']}){bound}"
-        saving = replay_saving_us(report)
         severity = f.severity
         if severity >= Severity.WARNING and 100 * saving < WARNING_PCT * result.noise.median_us:
             severity = Severity.INFO  # fixed alone it buys too little to be an alarm: another cause hides it
             evidence["severity_by_bound"] = f.severity.label
-        replayed = dataclasses.replace(f, saving_us=saving, saving_basis=basis, evidence=evidence, severity=severity)
-        findings.append(replayed)
-        fixes[id(replayed)] = changes
+        findings.append(dataclasses.replace(f, saving_us=saving, saving_basis=basis, evidence=evidence,
+                                            severity=severity))
+        fixes[fix_of(f)] = changes
     findings.sort(key=rank_key)
-    top = _together(findings, fixes, replayer, result.noise.median_us)
-    hider = _hider(result, top, findings, fixes, replayer) if top else None
+    top = _together(findings, fixes, saving_of, result.noise.median_us)
+    hider = _hider(result, top, findings, fixes, saving_of) if top else None
     if hider is not None:
         findings.append(hider)
         findings.sort(key=rank_key)
-        top = _together(findings, fixes, replayer, result.noise.median_us)
+        top = _together(findings, fixes, saving_of, result.noise.median_us)
     notes.extend([top.note()] if top else [])
+    notes.extend(_sample_note(replayer))
     return dataclasses.replace(result, findings=tuple(findings), notes=(*result.notes, *notes), top_fixes=top), top
 
 
-def _hider(result: AuditResult, top: TopFixes, findings: list[Finding], fixes: dict[int, list[Change]],
-           replayer: Replayer) -> Finding | None:
+def _replayed(f: Finding, fixes: dict[str, list[Change]]) -> bool:
+    """Whether ``f``'s saving comes from a replay of its fix (``fixes``: the changes of each fix replayed, by its
+    ``fix_of`` text)."""
+    return f.saving_basis.startswith(REPLAY_BASIS) and fix_of(f) in fixes
+
+
+def _hider(result: AuditResult, top: TopFixes, findings: list[Finding], fixes: dict[str, list[Change]],
+           saving_of: _Savings) -> Finding | None:
     """Where a top finding is hidden (its fix alone buys little: ``severity_by_bound``), the finding a rule held
     back as within the jitter (``AuditResult.held_back``) whose fix, added to the top fixes, saves more than the
     run's jitter allows (``noise.K`` times its spread) and ``WARNING_PCT`` of the step beyond them: what hides it
@@ -105,18 +186,18 @@ def _hider(result: AuditResult, top: TopFixes, findings: list[Finding], fixes: d
     hidden = [findings[k] for k in top.positions if "severity_by_bound" in findings[k].evidence]
     if not hidden or not result.held_back:
         return None
-    base = list(dict.fromkeys(c for k in top.positions for c in fixes[id(findings[k])]))
+    base = list(dict.fromkeys(c for fix in top.fixes for c in fixes[fix]))
     step_us = result.noise.median_us
     floor = max(K * result.noise.spread_us, WARNING_PCT * step_us / 100)
     for candidate in result.held_back:
-        changes = _changes(candidate, replayer)
+        changes = _changes(candidate, saving_of.replayer)
         if isinstance(changes, str):
             continue
         try:
-            together = replay_saving_us(replayer.run(list(dict.fromkeys([*base, *changes]))))
+            together = saving_of([*base, *changes])
             if together - top.saving_us <= floor:
                 continue
-            alone = replay_saving_us(replayer.run(changes))
+            alone = saving_of(changes)
         except ChangeError:
             continue
         labels = [_label(f) for f in hidden]
@@ -126,26 +207,25 @@ def _hider(result: AuditResult, top: TopFixes, findings: list[Finding], fixes: d
             title=f"{candidate.title}; within the jitter alone, it hides {', '.join(labels)}",
             saving_basis=(f"{REPLAY_BASIS} of its fix ({evidence['replayed']}); with {', '.join(labels)} fixed too: "
                           f"{together / 1000:.3f} ms, {(together - top.saving_us) / 1000:.3f} ms more than without it"))
-        fixes[id(found)] = changes
+        fixes[fix_of(found)] = changes
         return found
     return None
 
 
-def _together(findings: list[Finding], fixes: dict[int, list[Change]], replayer: Replayer,
+def _together(findings: list[Finding], fixes: dict[str, list[Change]], saving_of: _Savings,
               step_us: float) -> TopFixes | None:
     """The top findings (alarms first) whose fixes were replayed, fixed together. An alarm by its bound that
     fixed alone buys little (``severity_by_bound``) counts as an alarm here: another cause hides it, and fixing
     that cause brings it out (a slow loader on one rank behind another rank's sleep)."""
-    alarms = [f for f in findings if id(f) in fixes and (f.severity >= Severity.WARNING
-                                                         or "severity_by_bound" in f.evidence)]
-    top = (alarms or [f for f in findings if id(f) in fixes])[:TOGETHER]
+    replayed = [k for k, f in enumerate(findings) if _replayed(f, fixes)]
+    alarms = [k for k in replayed if findings[k].severity >= Severity.WARNING
+              or "severity_by_bound" in findings[k].evidence]
+    top = (alarms or replayed)[:TOGETHER]
     if not top:
         return None
-    changes = list(dict.fromkeys(c for f in top for c in fixes[id(f)]))
-    saving = replay_saving_us(replayer.run(changes))
-    names = tuple(_label(f) for f in top)
-    positions = tuple(next(k for k, g in enumerate(findings) if g is f) for f in top)
-    return TopFixes(names, tuple(fix_of(f) for f in top), saving, step_us, positions)
+    saving = saving_of([c for k in top for c in fixes[fix_of(findings[k])]])
+    return TopFixes(tuple(_label(findings[k]) for k in top), tuple(fix_of(findings[k]) for k in top), saving,
+                    step_us, tuple(top), replayed_steps(saving_of.replayer))
 
 
 def _replayed_evidence(f: Finding, changes: list[Change]) -> dict:

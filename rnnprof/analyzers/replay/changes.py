@@ -7,7 +7,7 @@ import dataclasses
 import re
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,6 +33,7 @@ class StepGraph:
     table: EventTable
     classes: np.ndarray
     window_start: float  # absolute, on the table's clock
+    shared: dict = field(default_factory=dict, repr=False)  # lookups in ``table`` kept for every step's graph
 
     def __post_init__(self):
         t, rows = self.table, self.graph.rows
@@ -80,7 +81,34 @@ def _codes(table: EventTable, names) -> np.ndarray:
 
 
 def _named(table: EventTable, rows: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    return np.isin(table.name[rows], codes) | np.isin(table.op_type[rows], codes)
+    wanted = _wanted(table, codes)
+    return wanted[table.name[rows]] | wanted[table.op_type[rows]]
+
+
+def _wanted(table: EventTable, codes: np.ndarray) -> np.ndarray:
+    """Per string code, whether it is one of ``codes``."""
+    wanted = np.zeros(max(len(table.strings), 1), dtype=bool)
+    wanted[codes] = True
+    return wanted
+
+
+def _named_spans(sg: StepGraph, codes: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Per thread (``_thread_keys``), the spans of the table's events named by ``codes`` (by name or op type): their
+    starts in order and the latest end so far; looked up once for every step's graph of the table."""
+    key = ("named", codes.tobytes())
+    if key not in sg.shared:
+        t = sg.table
+        wanted = _wanted(t, codes)
+        named = np.flatnonzero(wanted[t.name] | wanted[t.op_type])
+        (thread,) = _thread_keys(t, named)
+        spans = []
+        for k in np.unique(thread).tolist():
+            ops = named[thread == k]
+            start, end = t.ts[ops], t.ts[ops] + t.dur[ops]
+            order = np.argsort(start)
+            spans.append((k, start[order], np.maximum.accumulate(end[order])))
+        sg.shared[key] = spans
+    return sg.shared[key]
 
 
 def _inside(sg: StepGraph, codes: np.ndarray, at: np.ndarray, nodes: np.ndarray) -> np.ndarray:
@@ -88,18 +116,13 @@ def _inside(sg: StepGraph, codes: np.ndarray, at: np.ndarray, nodes: np.ndarray)
     node's thread (an operator enclosing a host thread's leaves and gaps). A thread is its lane on its worker's
     host side: a rank's annotations (``rank0/host``) and its operators (``rank0/cpu:0`` on a CPU rank) on one
     thread share the lane; a GPU's streams are threads of their own device."""
-    t, rows = sg.table, sg.graph.rows
     found = np.zeros(len(sg.graph.rows), dtype=bool)
-    named = np.flatnonzero(np.isin(t.name, codes) | np.isin(t.op_type, codes))
-    if not len(named) or not nodes.any():
+    spans = _named_spans(sg, codes)
+    if not spans or not nodes.any():
         return found
-    key, node_key = _thread_keys(t, named, rows)
+    (node_key,) = _thread_keys(sg.table, sg.graph.rows)
     when = sg.window_start + at
-    for k in np.unique(key).tolist():
-        ops = named[key == k]
-        s, e = t.ts[ops], t.ts[ops] + t.dur[ops]
-        order = np.argsort(s)
-        s, reach = s[order], np.maximum.accumulate(e[order])
+    for k, s, reach in spans:
         sel = np.flatnonzero(nodes & (node_key == k))
         p = np.searchsorted(s, when[sel], side="right") - 1
         found[sel] = (p >= 0) & (reach[np.maximum(p, 0)] > when[sel])

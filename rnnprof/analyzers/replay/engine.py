@@ -10,10 +10,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnprof.analyzers.critical_path.graph import sources_first
+from rnnprof.analyzers.critical_path.graph import dag_levels, sources_first
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, ReplayGraph
 
 _TIE_US = 1e-6
+
+
+@dataclass(frozen=True)
+class Layering:
+    """How a graph was replayed: each node's level (``level``; its sources on lower levels), or None where the
+    graph is too narrow for levels and was replayed node by node. A replay over some of the same edges (a change
+    that drops edges) may reuse it: a node's sources still lie on lower levels."""
+
+    level: np.ndarray | None
 
 
 @dataclass
@@ -24,6 +33,7 @@ class Schedule:
     end: np.ndarray
     bind: np.ndarray
     ready: np.ndarray  # when its dependencies allowed it to start (before its host work)
+    layering: Layering = Layering(None)
 
 
 def replay_order(graph: ReplayGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -119,65 +129,49 @@ def calibrate(graph: ReplayGraph, keep: np.ndarray) -> np.ndarray:
 
 
 def replay(graph: ReplayGraph, order: np.ndarray, keep: np.ndarray, dur: np.ndarray, pre: np.ndarray,
-           lag: np.ndarray, base: np.ndarray) -> Schedule:
+           lag: np.ndarray, base: np.ndarray, layering: Layering | None = None) -> Schedule:
     """Earliest start times in ``order``, with these durations, host work and delays, over the edges ``keep``:
     an edge whose source comes after its target in ``order`` reads the source's times before they are set
     (zero). A graph wide enough (a job's ranks side by side) is replayed level by level in arrays, else node by
-    node; both make the same operations on the same numbers, so the schedules are the same."""
+    node; both make the same operations on the same numbers, so the schedules are the same. ``layering``: that
+    of a replay of the same graph and order over these edges or more (``Schedule.layering``), reused."""
     total = graph.size
-    e = np.flatnonzero(keep)
-    by = e[np.argsort(graph.dst[e], kind="stable")]  # the edges into each node, in edge order
+    by = np.flatnonzero(keep)
+    by = by[np.argsort(graph.dst[by], kind="stable")]  # the edges into each node, in edge order
     src, dst = graph.src[by], graph.dst[by]
     ptr = np.searchsorted(dst, np.arange(total + 1), side="left")
     pos = np.empty(total, dtype=np.int64)
     pos[order] = np.arange(total)
     forward = pos[src] < pos[dst]
+    del pos
     # where an edge reads its source's time: starts at 0.., ends at total.., a zero at 2 total (not yet set)
-    ref = np.where(forward, src + np.where(graph.from_start[by], 0, total), 2 * total)
-    level = _levels(total, src[forward], dst[forward])
-    if level is None:
-        times, ready = _in_order(total, order, ref, ptr, lag[by], dur, pre, base)
+    ref = np.where(graph.from_start[by], src, src + total).astype(_INDEX)
+    ref[~forward] = 2 * total
+    if layering is None:
+        layering = Layering(dag_levels(total, src[forward], dst[forward], _PROBE_LEVELS, _MIN_WIDTH))
+    del forward
+    lag = lag[by]
+    del by
+    if layering.level is None:
+        times, ready = _in_order(total, order, ref, ptr, lag, dur, pre, base)
     else:
-        times, ready = _by_levels(total, level, ref, ptr, lag[by], dur, pre, base)
-    x = times[ref] + lag[by]
+        times, ready = _by_levels(total, layering.level, ref, ptr, lag, dur, pre, base)
+    del ptr
+    x = times[ref]
+    del ref
+    x += lag
+    del lag
     hit = np.flatnonzero((x == ready[dst]) & (x > base[dst]))  # the first edge giving a node's start: bound
+    del x
     first = hit[np.r_[True, dst[hit][1:] != dst[hit][:-1]]] if len(hit) else hit
     bind = np.full(total, -1, dtype=np.int64)
     bind[dst[first]] = src[first]
-    return Schedule(times[:total].copy(), times[total:2 * total].copy(), bind, ready)
+    return Schedule(times[:total].copy(), times[total:2 * total].copy(), bind, ready, layering)
 
 
+_INDEX = np.int32  # the dtype of the replay's node and edge indices (half of int64's memory on a job's step)
 _PROBE_LEVELS = 64  # levels seen before a graph may be found too narrow for the replay by levels
 _MIN_WIDTH = 32  # nodes per level, on average, below which the replay goes node by node
-
-
-def _levels(total: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray | None:
-    """Each node's level (0: no edge in; else one more than its highest source's) over edges ``src -> dst`` of
-    a DAG; None when the levels so far hold fewer than ``_MIN_WIDTH`` nodes on average (a chain, mostly)."""
-    waiting = np.bincount(dst, minlength=total)
-    by = np.argsort(src, kind="stable")
-    children = dst[by]
-    optr = np.searchsorted(src[by], np.arange(total + 1), side="left")
-    level = np.zeros(total, dtype=np.int64)
-    slot = np.zeros(total, dtype=np.int64)
-    free = np.flatnonzero(waiting == 0)
-    k = done = 0
-    while len(free):
-        level[free] = k
-        k, done = k + 1, done + len(free)
-        if k >= _PROBE_LEVELS and done < k * _MIN_WIDTH:
-            return None
-        starts = optr[free]
-        counts = optr[free + 1] - starts
-        n = int(counts.sum())
-        if not n:
-            break
-        kids = children[np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(n)]
-        np.subtract.at(waiting, kids, 1)
-        free = kids[waiting[kids] == 0]
-        slot[free] = np.arange(len(free))  # a node freed by two sources at once is kept once
-        free = free[slot[free] == np.arange(len(free))]
-    return level
 
 
 def _by_levels(total: int, level: np.ndarray, ref: np.ndarray, ptr: np.ndarray, lag: np.ndarray,
@@ -189,12 +183,17 @@ def _by_levels(total: int, level: np.ndarray, ref: np.ndarray, ptr: np.ndarray, 
     ready = base.copy()
     times[alone] = base[alone] + pre[alone]
     times[alone + total] = times[alone] + dur[alone]
-    nodes = np.flatnonzero(count)
+    del alone
+    nodes = np.flatnonzero(count).astype(_INDEX)
     nodes = nodes[np.argsort(level[nodes], kind="stable")]
     n_edges = count[nodes]
+    del count
     seg = np.concatenate([[0], np.cumsum(n_edges)])
-    edges = np.repeat(ptr[nodes] - seg[:-1], n_edges) + np.arange(seg[-1])
+    edges = np.repeat(ptr[nodes] - seg[:-1], n_edges).astype(_INDEX)
+    del n_edges
+    edges += np.arange(seg[-1], dtype=_INDEX)
     ref_n, lag_n = ref[edges], lag[edges]
+    del edges
     base_n, pre_n, dur_n = base[nodes], pre[nodes], dur[nodes]
     bounds = np.searchsorted(level[nodes], np.arange(int(level[nodes].max(initial=0)) + 2), side="left")
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):

@@ -27,7 +27,8 @@ NOT_REPLAYED = {
     "PA": "a placement fix moves operators to other devices, whose times there are in no trace",
     "PA006": "its fix is a different thread count: how the host's work would share out is in no trace",
 }
-_SYNC_SUBJECTS = ("sync", "syncs")
+SYNCS = "syncs"  # the subject of PF004's fix that removes synchronizing calls
+_SYNC_SUBJECTS = ("sync", SYNCS)
 REMOVABLE_COPIES = tuple(k for k in COPY_KINDS if k != "other")  # the kinds a copy removal can name
 
 

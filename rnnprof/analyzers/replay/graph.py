@@ -263,6 +263,8 @@ def _finish(b: _Builder, dag: StepDAG, table: EventTable, is_thread: np.ndarray,
     node_kind = b.cat(b.node_kind, np.int8)
     start, end = b.cat(b.start, np.float64), b.cat(b.end, np.float64)
     src, dst, kind = b.cat(b.src, np.int64), b.cat(b.dst, np.int64), b.cat(b.kind, np.int8)
+    group = b.cat(b.group, np.int64)
+    b.rows = b.node_kind = b.start = b.end = b.src = b.dst = b.kind = b.group = []  # their parts, let go
     sync = b.sync
     if sync is not None:
         calls, ends, on = sync
@@ -274,17 +276,17 @@ def _finish(b: _Builder, dag: StepDAG, table: EventTable, is_thread: np.ndarray,
         src = np.concatenate([src, calls, on])
         dst = np.concatenate([dst, ends, ends])
         kind = np.concatenate([kind, np.full(2 * len(calls), REPLAY_EDGES.index(EDGE_SYNC), dtype=np.int8)])
-    pair = src * len(rows) + dst
-    _, first = np.unique(pair, return_index=True)
+    _, first = np.unique(src * len(rows) + dst, return_index=True)
     first.sort()
-    src, dst, kind = src[first], dst[first], kind[first]
+    # int32 node indices: half the memory of a job's step (far fewer nodes than 2**31)
+    src, dst, kind = src[first].astype(np.int32), dst[first].astype(np.int32), kind[first]
     own = np.zeros(len(rows), dtype=bool)
     own[:dag.n] = np.asarray(dag.own, dtype=bool)
     earlier = np.zeros(len(rows), dtype=bool)
     earlier[:dag.n] = np.asarray(dag.earlier, dtype=bool)
     host = np.zeros(len(rows), dtype=bool)
     host[:dag.n] = is_thread[table.device[rows[:dag.n]]] & (node_kind[:dag.n] == EVENT)
-    graph = ReplayGraph(rows=rows, node_kind=node_kind, group=b.cat(b.group, np.int64), start=start, end=end,
+    graph = ReplayGraph(rows=rows, node_kind=node_kind, group=group, start=start, end=end,
                         dur=end - start, pre=np.zeros(len(rows)), host=host, own=own, earlier=earlier, src=src,
                         dst=dst, kind=kind, from_start=kind == REPLAY_EDGES.index(EDGE_LAUNCH), lag=np.zeros(len(src)),
                         skewed=skewed)

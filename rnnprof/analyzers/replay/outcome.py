@@ -37,10 +37,10 @@ def chain(sg: StepGraph, schedule: Schedule, dur: np.ndarray, pre: np.ndarray
         return (), 0, {}
     v = int(own[np.argmax(schedule.end[own])])
     nodes = []
-    bind = schedule.bind.tolist()
+    bind = schedule.bind
     while v >= 0 and len(nodes) <= g.size:
         nodes.append(v)
-        v = bind[v]
+        v = int(bind[v])
     nodes = np.array(nodes[::-1], dtype=np.int64)
     labels = [d.label for d in t.devices]
     device = [labels[d] for d in t.device[g.rows[nodes]].tolist()]
