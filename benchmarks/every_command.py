@@ -53,7 +53,7 @@ def _events(text: str) -> tuple[int, ...]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--repeat", type=int, default=2, help="runs of each command per input (the best counts)")
     parser.add_argument("--keep", type=Path, default=None, help="build the inputs in this folder (kept, reused)")
     parser.add_argument("--inputs", default="rank,16,64", help="which inputs: rank, 16 (ranks), 64 (ranks)")
