@@ -17,7 +17,7 @@ from msgspec import UNSET, UnsetType
 from rnnprof.analyzers.audit.finding import Subject
 from rnnprof.analyzers.critical_path import StepPath
 from rnnprof.analyzers.groups import GroupStraggler
-from rnnprof.analyzers.memory import DeviceMemory, Imbalance
+from rnnprof.analyzers.memory import DeviceMemory, Imbalance, PipelineMemory
 from rnnprof.analyzers.hang import Culprit, Waiter
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts
 from rnnprof.analyzers.peaks import Peaks
@@ -416,6 +416,7 @@ class MemoryDocument(_Part, kw_only=True):
     categories: list[str]
     devices: list[DeviceMemory]
     imbalances: list[Imbalance]
+    pipeline: PipelineMemory | None
     definitions: dict[str, str]
     left_out: dict[str, int]
     input_notes: list[str]

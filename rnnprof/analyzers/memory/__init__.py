@@ -10,18 +10,19 @@ from typing import Iterable
 
 import numpy as np
 
+from rnnprof.analyzers.pipeline import pipeline_places
 from rnnprof.events import Device, EventTable
 
 from .context import OUTSIDE, RecordContext, record_context
 from . import missing
-from .imbalance import imbalances
-from .result import (CATEGORIES, PER_STEP_WINDOWS, DeviceMemory, Growth, Imbalance, MemoryReport, Peak, Share,
-                     TimelinePoint)
+from .imbalance import imbalances, pipeline_memory
+from .result import (CATEGORIES, PER_STEP_WINDOWS, DeviceMemory, Growth, Imbalance, MemoryReport, Peak,
+                     PipelineMemory, Share, StagePeak, TimelinePoint)
 from .series import (NO_OPERATOR, Series, allocation_categories, categories_at, device_series, operators_at,
                      released, stacked)
 
-__all__ = ["BASELINE_TOTAL", "CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak", "Share",
-           "TimelinePoint", "analyze_memory", "has_memory"]
+__all__ = ["BASELINE_TOTAL", "CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak",
+           "PipelineMemory", "Share", "StagePeak", "TimelinePoint", "analyze_memory", "has_memory"]
 
 MIN_GROWTH_STEPS = 4  # step ends needed to judge growth: three differences, so one odd step is outvoted
 MIN_GROWTH_SHARE = 0.001  # growth below this share of the peak per step is no leak
@@ -50,8 +51,11 @@ def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_s
     devices = [_with_manifest(d, table, table.devices[code]) for d, code in zip(devices, np.unique(mem.device))
                if d is not None]
     devices = sorted((d for d in devices if d is not None), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
+    placed = pipeline_places(table) if len({d.worker for d in devices}) > 1 else None
+    roles = placed[1] if placed is not None else {}
     return MemoryReport(", ".join(table.sources) or table.source_format, tuple(devices),
-                        tuple(imbalances(table, devices)), mem.unusable, step_selection)
+                        tuple(imbalances(table, devices, roles)), mem.unusable, step_selection,
+                        pipeline_memory(devices, *placed) if placed is not None else None)
 
 
 def _series(table: EventTable, rows: np.ndarray) -> Series:

@@ -20,7 +20,7 @@ from .timeline import RankTimeline, rank_timelines
 
 __all__ = ["BACKWARD", "BUBBLE_PARTS", "COOL_DOWN", "FORWARD", "Given", "NEIGHBOUR", "OTHER_IDLE", "OTHER_WORK",
            "PipelineReport", "RankTimeline", "PipelineSchedule", "Segment", "Stage", "StageImbalance", "StageStep",
-           "TRANSFER", "WARM_UP", "WORK_KINDS", "analyze_pipeline", "combine_timelines", "pipeline_positions",
+           "TRANSFER", "WARM_UP", "WORK_KINDS", "analyze_pipeline", "combine_timelines", "pipeline_places",
            "rank_timelines"]
 
 
@@ -33,6 +33,21 @@ def combine_timelines(timelines: list[RankTimeline], manifest: Manifest | None =
                       given: Given = Given()) -> PipelineReport | None:
     """The pipeline of ranks found apart (``rank_timelines`` of each), as ``analyze_pipeline`` of them on one
     clock gives it; None with fewer than two ranks that send or receive, or no step they all work in."""
+    found = _placed(timelines, manifest, given)
+    if found is None:
+        return None
+    timelines, schedule, place, steps = found
+    notes = [f"schedule: {schedule.source}"]
+    told = sorted({t.ranges for t in timelines})
+    notes.append("micro-batches told apart by " + ("; ".join(t or "none" for t in told) if any(told) else
+                                                  "no ranges: forward is the work outside autograd's backward "
+                                                  "functions and the optimizer"))
+    return pipeline_report(timelines, schedule, place, steps, notes)
+
+
+def _placed(timelines: list[RankTimeline], manifest: Manifest | None, given: Given):
+    """The ranks that work in micro-batches, their schedule, their places and the steps they all work in; None
+    where fewer than two ranks do or they share no step."""
     timelines = [t for t in timelines if t.work.pipelined.any()]
     if len(timelines) < 2:
         return None
@@ -43,23 +58,12 @@ def combine_timelines(timelines: list[RankTimeline], manifest: Manifest | None =
         return None
     recorded = manifest_schedule(manifest)
     if recorded is not None and all(v is None for v in (given.kind, given.micro_batches, given.stages_per_rank)):
-        schedule = recorded
-    else:
-        schedule = infer_schedule(timelines, place, steps, given)
-    notes = [f"schedule: {schedule.source}"]
-    told = sorted({t.ranges for t in timelines})
-    notes.append("micro-batches told apart by " + ("; ".join(t or "none" for t in told) if any(told) else
-                                                  "no ranges: forward is the work outside autograd's backward "
-                                                  "functions and the optimizer"))
-    return pipeline_report(timelines, schedule, place, steps, notes)
+        return timelines, recorded, place, steps
+    return timelines, infer_schedule(timelines, place, steps, given), place, steps
 
 
-def pipeline_positions(table: EventTable) -> dict[str, tuple[int, int]]:
-    """Each pipeline rank's place, ``worker -> (position, ranks in its pipeline)``, from the run's manifest or the
-    trace's sends and receives; {} where the table holds no pipeline."""
-    timelines = [t for t in rank_timelines(table) if t.work.pipelined.any()]
-    if len(timelines) < 2:
-        return {}
-    place = positions(timelines, manifest_members(table.metadata.manifest))
-    size = len(set(place.values()))
-    return {w: (p, size) for w, p in place.items()}
+def pipeline_places(table: EventTable) -> tuple[PipelineSchedule, dict[str, int]] | None:
+    """The table's pipeline schedule and each pipeline rank's place in it (``worker -> position``), from the run's
+    manifest or the trace's sends and receives; None where the table holds no pipeline."""
+    found = _placed(rank_timelines(table), table.metadata.manifest, Given())
+    return None if found is None else (found[1], found[2])
