@@ -37,7 +37,7 @@ def combine_timelines(timelines: list[RankTimeline], manifest: Manifest | None =
     if found is None:
         return None
     timelines, schedule, place, steps = found
-    notes = [f"schedule: {schedule.source}"]
+    notes = []
     told = sorted({t.ranges for t in timelines})
     notes.append("micro-batches told apart by " + ("; ".join(t or "none" for t in told) if any(told) else
                                                   "no ranges: forward is the work outside autograd's backward "

@@ -211,4 +211,4 @@ class PipelineReport:
                 "step_bubble_pct": {str(s): 100 * self.step_bubble(s) for s in self.steps},
                 "stages": [s.as_dict() for s in self.stages],
                 "imbalance": None if self.imbalance is None else self.imbalance.as_dict(),
-                "segments": [s.as_dict() for s in self.segments], "notes": list(self.notes)}
+                "segments": [s.as_dict() for s in self.segments]}
