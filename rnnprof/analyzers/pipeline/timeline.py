@@ -99,9 +99,11 @@ def rank_timelines(table: EventTable, per_worker: dict[str, list[Instance]] | No
         group = max({i.group for i in transfers}, key=lambda g: sum(i.group == g for i in transfers))
         members = next((g.ranks for g in table.metadata.process_groups if g.name == group), ())
         posted = _posted(table, worker, transfers)
-        found.append(RankTimeline(worker, _rank(worker), group, members, table.time_base_us, work,
-                                  tuple(_transfer(table, i, posted.get(i.row)) for i in transfers), ranges, micro,
-                                  seen))
+        moved = tuple(_transfer(table, i, posted.get(i.row)) for i in transfers)
+        if not ranges:
+            work = _between_transfers(work, moved)
+        found.append(RankTimeline(worker, _rank(worker), group, members, table.time_base_us, work, moved, ranges,
+                                  micro, seen))
     return found
 
 
@@ -238,6 +240,23 @@ class _Marks:
                 if how == RANGES_PP:
                     stage[inside] = int(match.group(1))
         return ", ".join(told)
+
+
+def _between_transfers(work: Work, transfers: tuple[PeerTransfer, ...]) -> Work:
+    """Work told apart by no range, bounded by the rank's transfers in each step: a stage whose first transfer is a
+    receive works on no micro-batch until that receive completes (before: splitting the batch, say), and after its
+    last transfer only backward work is a micro-batch's (the rest: scaling the gradients, the loss's bookkeeping)."""
+    kind = work.kind.copy()
+    for step in np.unique(work.step).tolist():
+        mine = sorted((x for x in transfers if x.step == step), key=lambda x: x.start_us)
+        if not mine:
+            continue
+        here = work.step == step
+        if mine[0].send == 0:
+            kind[here & (work.start < mine[0].end_us)] = OTHER_WORK
+        last = max(x.end_us for x in mine)
+        kind[here & (work.start >= last) & (kind != BACKWARD_WORK)] = OTHER_WORK
+    return Work(work.start, work.end, work.step, kind, work.stage, work.micro_batch)
 
 
 def _merged(work: Work) -> Work:
