@@ -83,12 +83,14 @@ def _step_of(t: RankTimeline, step: int, window: tuple[float, float], waits: lis
     pipelined = kind != 2
     first, last = float(s[pipelined].min()), float(e[pipelined].max())
     mid_s, mid_e, _ = subtract(np.array([first]), np.array([last]), busy_s, busy_e)
+    warm_s, warm_e, _ = subtract(np.array([lo]), np.array([first]), busy_s, busy_e)  # other work may run then
+    cool_s, cool_e, _ = subtract(np.array([last]), np.array([hi]), busy_s, busy_e)
     wait_s = np.array([a for a, _, _ in waits]), np.array([b for _, b, _ in waits])
     waited = _covered_pieces(mid_s, mid_e, *merge(*wait_s))
     rest_s, rest_e, _ = subtract(mid_s, mid_e, *waited)
     flying = _covered_pieces(rest_s, rest_e, *merge(np.array([a for a, _ in moving]), np.array([b for _, b in moving])))
     other_s, other_e, _ = subtract(rest_s, rest_e, *flying)
-    figures = StageStep(step, hi - lo, float((busy_e - busy_s).sum()), first - lo, hi - last,
+    figures = StageStep(step, hi - lo, float((busy_e - busy_s).sum()), float((warm_e - warm_s).sum()), float((cool_e - cool_s).sum()),
                         float((waited[1] - waited[0]).sum()), float((flying[1] - flying[0]).sum()),
                         float((other_e - other_s).sum()),
                         union_length(s[kind == FORWARD_WORK], e[kind == FORWARD_WORK]),
@@ -98,7 +100,7 @@ def _step_of(t: RankTimeline, step: int, window: tuple[float, float], waits: lis
     segments = [Segment(t.worker, step, _KIND_NAMES.get(int(k), OTHER_WORK), a, b, int(m), int(g))
                 for a, b, k, m, g in zip(s.tolist(), e.tolist(), kind.tolist(), micro.tolist(), stage.tolist())
                 if b > a]
-    parts = ((WARM_UP, ([lo], [first])), (COOL_DOWN, ([last], [hi])), (NEIGHBOUR, waited), (TRANSFER, flying),
+    parts = ((WARM_UP, (warm_s, warm_e)), (COOL_DOWN, (cool_s, cool_e)), (NEIGHBOUR, waited), (TRANSFER, flying),
              (OTHER_IDLE, (other_s, other_e)))
     segments += [Segment(t.worker, step, part, a, b) for part, (starts, ends) in parts
                  for a, b in zip(np.asarray(starts).tolist(), np.asarray(ends).tolist()) if b > a]
