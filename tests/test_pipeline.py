@@ -139,3 +139,44 @@ def test_the_commands_json_is_the_analysis(capsys):
     assert document["bubble_pct"] == pytest.approx(100 * report.bubble_fraction)
     assert document["schedule"]["theory_bubble_pct"] == pytest.approx(20.0)
     assert [s["rank"] for s in document["stages"]] == ["rank0", "rank1"]
+
+
+# -- the audit's rules: PF014 (a bubble above the theory), PF015 (a stage busier than the others) -------------------
+
+MS = 1000.0
+
+
+def _audit(tmp_path, **options):
+    from rnnprof.analyzers.audit import audit
+
+    stages = options.pop("stages", 3)
+    paths = write_job(tmp_path, "1f1b", stages, 6, options.pop("forward", [10 * MS] * stages),
+                      options.pop("backward", [20 * MS] * stages), steps=5, **options)
+    result = audit(load_events([str(p) for p in paths]))
+    return {f.rule: f for f in result.findings if f.rule in ("PF014", "PF015")}, result
+
+
+def test_a_pipeline_run_by_its_schedule_raises_neither_pipeline_rule(tmp_path):
+    found, result = _audit(tmp_path)
+    assert found == {} and {"PF014", "PF015"} <= set(result.checked)
+
+
+def test_slow_transfers_are_a_bubble_above_the_theory_bounded_by_what_the_theory_leaves(tmp_path):
+    """Each send takes 5 ms to arrive: the step grows by the transfers on its chain, the bubble above the theory,
+    most of it waiting; no stage is busier than another."""
+    found, _ = _audit(tmp_path, latency_us=5 * MS)
+    bubble = found["PF014"]
+    assert bubble.severity.label in ("warning", "error") and "PF015" not in found
+    report = analyze_pipeline(load_events([str(p) for p in sorted(tmp_path.glob("rank*.json.gz"))]))
+    assert bubble.saving_us == pytest.approx(report.excess_bubble_us[0]) and bubble.saving_us > 0
+    assert bubble.saving_basis.startswith("bound:") and "theory 25.0%" in bubble.title
+
+
+def test_a_slow_stage_is_raised_with_its_bound(tmp_path):
+    found, _ = _audit(tmp_path, forward=[10 * MS, 20 * MS, 10 * MS])
+    stage = found["PF015"]
+    assert stage.subject.rank == "rank1" and stage.severity.label in ("warning", "error")
+    assert stage.evidence["excess_us"] == pytest.approx(6 * 10 * MS)
+    mean = (6 * 30 * MS * 2 + 6 * 40 * MS) / 3
+    assert stage.saving_us == pytest.approx((6 + 3 - 1) / 6 * (6 * 40 * MS - mean))
+    assert "keeps its bound" not in stage.saving_basis and stage.saving_basis.startswith("bound:")

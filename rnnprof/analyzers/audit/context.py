@@ -13,6 +13,7 @@ from rnnprof.analyzers.critical_path import CriticalPathReport, analyze_critical
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
 from rnnprof.analyzers.memory import MemoryReport, analyze_memory
 from rnnprof.analyzers.noise import StepNoise, step_noise
+from rnnprof.analyzers.pipeline import PipelineReport, analyze_pipeline
 from rnnprof.analyzers.profiler_cost import RankProfilerCost, profiler_cost
 from rnnprof.analyzers.placement.inputs import AuditInput
 from rnnprof.analyzers.placement.registry import PlacementResult
@@ -85,6 +86,13 @@ class AuditContext:
         if self.table is None or not len(self.table.memory):
             return None
         return analyze_memory(self.table)
+
+    @cached_property
+    def pipeline(self) -> PipelineReport | None:
+        """``pipeline.analyze_pipeline`` of the table, once; None where its ranks run no pipeline."""
+        if self.table is None or not len(self.table):
+            return None
+        return analyze_pipeline(self.table)
 
     @cached_property
     def profiler_cost(self) -> dict[str, RankProfilerCost]:
