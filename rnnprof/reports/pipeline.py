@@ -7,7 +7,8 @@ from rich.console import Console
 from rich.text import Text
 
 from rnnprof.analyzers.pipeline import BUBBLE_PARTS, WORK_KINDS, PipelineReport, Stage
-from rnnprof.reports.charts import Figure, altair
+from rnnprof.reports.charts import Figure, altair, spec
+from rnnprof.reports.html import Page
 from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.units import fmt_ms, fmt_ms_narrow
 
@@ -110,3 +111,17 @@ def pipeline_chart(report: PipelineReport) -> Figure:
                  alt.Tooltip("stage:Q"), alt.Tooltip("us:Q", title="µs", format=",.1f")],
     ).add_params(zoom).properties(width=760, height=alt.Step(28))
     return Figure(chart, {"pipeline": rows})
+
+
+def pipeline_section(page: Page, report: PipelineReport) -> None:
+    """The schedule, the bubble against the theory, each rank's figures per step and the stage x time chart."""
+    page.paragraph(f"{schedule_line(report)} ({report.schedule.source}); {bubble_line(report)}", "sub")
+    page.table(["rank", "stage", "busy ms", "bubble %", *(f"{name} ms" for name, _ in PARTS)],
+               [[s.worker, ",".join(map(str, s.stages)), fmt_ms(s.per_step("busy_us")),
+                 f"{100 * s.bubble_fraction:.1f}", *(fmt_ms(s.per_step(field)) for _, field in PARTS)]
+                for s in report.stages], numeric={2, 3, 4, 5, 6, 7, 8},
+               caption="per step, the median over the steps; bubble = window - busy")
+    line = imbalance_line(report)
+    if line:
+        page.paragraph(line, "sub")
+    page.chart("pipeline", spec(pipeline_chart(report)))

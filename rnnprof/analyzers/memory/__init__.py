@@ -10,7 +10,7 @@ from typing import Iterable
 
 import numpy as np
 
-from rnnprof.analyzers.pipeline import pipeline_places
+from rnnprof.analyzers.pipeline import PipelineReport, pipeline_places
 from rnnprof.events import Device, EventTable
 
 from .context import OUTSIDE, RecordContext, record_context
@@ -37,9 +37,11 @@ def has_memory(table: EventTable) -> bool:
     return len(table.memory) > 0
 
 
-def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_selection: str = "") -> MemoryReport:
+def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_selection: str = "",
+                   pipeline: PipelineReport | None | str = "find") -> MemoryReport:
     """The memory of every device with allocator records; ``steps``: the peak is sought in these steps only
-    (the series still sums every record before them)."""
+    (the series still sums every record before them); ``pipeline``: ``analyze_pipeline`` of the table, where the
+    caller has it (its ranks' places: ranks of different stages are not compared as replicas)."""
     mem = table.memory
     ctx = record_context(table)
     chosen = None if steps is None else np.asarray(sorted(set(steps)), dtype=np.int64)
@@ -51,7 +53,11 @@ def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_s
     devices = [_with_manifest(d, table, table.devices[code]) for d, code in zip(devices, np.unique(mem.device))
                if d is not None]
     devices = sorted((d for d in devices if d is not None), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
-    placed = pipeline_places(table) if len({d.worker for d in devices}) > 1 else None
+    placed = None
+    if not isinstance(pipeline, str):
+        placed = None if pipeline is None else (pipeline.schedule, {s.worker: s.position for s in pipeline.stages})
+    elif len({d.worker for d in devices}) > 1:
+        placed = pipeline_places(table)
     roles = placed[1] if placed is not None else {}
     return MemoryReport(", ".join(table.sources) or table.source_format, tuple(devices),
                         tuple(imbalances(table, devices, roles)), mem.unusable, step_selection,

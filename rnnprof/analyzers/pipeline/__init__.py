@@ -24,9 +24,11 @@ __all__ = ["BACKWARD", "BUBBLE_PARTS", "COOL_DOWN", "FORWARD", "Given", "NEIGHBO
            "rank_timelines"]
 
 
-def analyze_pipeline(table: EventTable, given: Given = Given()) -> PipelineReport | None:
-    """The pipeline of ``table``'s ranks; None where no two ranks send to each other."""
-    return combine_timelines(rank_timelines(table), table.metadata.manifest, given)
+def analyze_pipeline(table: EventTable, given: Given = Given(),
+                     classes: np.ndarray | None = None) -> PipelineReport | None:
+    """The pipeline of ``table``'s ranks; None where no two ranks send to each other (``classes``: the table's
+    ``classify``, when the caller has it)."""
+    return combine_timelines(rank_timelines(table, classes=classes), table.metadata.manifest, given)
 
 
 def combine_timelines(timelines: list[RankTimeline], manifest: Manifest | None = None,

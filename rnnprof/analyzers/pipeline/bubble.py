@@ -88,9 +88,11 @@ def _step_of(t: RankTimeline, step: int, window: tuple[float, float], waits: lis
     wait_s = np.array([a for a, _, _ in waits]), np.array([b for _, b, _ in waits])
     waited = _covered_pieces(mid_s, mid_e, *merge(*wait_s))
     rest_s, rest_e, _ = subtract(mid_s, mid_e, *waited)
-    flying = _covered_pieces(rest_s, rest_e, *merge(np.array([a for a, _ in moving]), np.array([b for _, b in moving])))
+    flying = _covered_pieces(rest_s, rest_e, *merge(np.array([a for a, _ in moving]),
+                                                    np.array([b for _, b in moving])))
     other_s, other_e, _ = subtract(rest_s, rest_e, *flying)
-    figures = StageStep(step, hi - lo, float((busy_e - busy_s).sum()), float((warm_e - warm_s).sum()), float((cool_e - cool_s).sum()),
+    figures = StageStep(step, hi - lo, float((busy_e - busy_s).sum()), float((warm_e - warm_s).sum()),
+                        float((cool_e - cool_s).sum()),
                         float((waited[1] - waited[0]).sum()), float((flying[1] - flying[0]).sum()),
                         float((other_e - other_s).sum()),
                         union_length(s[kind == FORWARD_WORK], e[kind == FORWARD_WORK]),

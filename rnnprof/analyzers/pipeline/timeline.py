@@ -77,15 +77,16 @@ class RankTimeline:
     stages_seen: tuple[int, ...]  # the stage indices its ranges name
 
 
-def rank_timelines(table: EventTable, per_worker: dict[str, list[Instance]] | None = None) -> list[RankTimeline]:
+def rank_timelines(table: EventTable, per_worker: dict[str, list[Instance]] | None = None,
+                   classes: np.ndarray | None = None) -> list[RankTimeline]:
     """One ``RankTimeline`` per worker of ``table`` that sends or receives (``per_worker``: the table's
-    ``collectives.instances``, when the caller has them)."""
+    ``collectives.instances``, ``classes``: its ``classify``, when the caller has them)."""
     per_worker = instances(table) if per_worker is None else per_worker
     p2p = {w: [i for i in found if i.collective == SEND_RECV] for w, found in per_worker.items()}
     p2p = {w: found for w, found in p2p.items() if found}
     if not p2p:
         return []
-    starts, ends, rows = compute_intervals(table)
+    starts, ends, rows = compute_intervals(table, classes=classes)
     host_time = table.ts.copy()
     launched = launchers(table)
     host_time[launched >= 0] = table.ts[launched[launched >= 0]]

@@ -7,11 +7,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rnnprof.analyzers.pipeline import PipelineReport
-from rnnprof.reports import charts
 from rnnprof.reports.html import Page
-from rnnprof.reports.pipeline import PARTS, bubble_line, imbalance_line, pipeline_chart, schedule_line, to_document
+from rnnprof.reports.pipeline import pipeline_section, to_document
 from rnnprof.reports.results.base import Result
-from rnnprof.reports.units import fmt_ms
 
 
 @dataclass(frozen=True, repr=False)
@@ -37,17 +35,3 @@ class PipelineResult(Result):
 
     def html(self, page: Page) -> None:
         pipeline_section(page, self.report)
-
-
-def pipeline_section(page: Page, report: PipelineReport) -> None:
-    """The schedule, the bubble against the theory, each rank's figures per step and the stage x time chart."""
-    page.paragraph(f"{schedule_line(report)} ({report.schedule.source}); {bubble_line(report)}", "sub")
-    page.table(["rank", "stage", "busy ms", "bubble %", *(f"{name} ms" for name, _ in PARTS)],
-               [[s.worker, ",".join(map(str, s.stages)), fmt_ms(s.per_step("busy_us")),
-                 f"{100 * s.bubble_fraction:.1f}", *(fmt_ms(s.per_step(field)) for _, field in PARTS)]
-                for s in report.stages], numeric={2, 3, 4, 5, 6, 7, 8},
-               caption="per step, the median over the steps; bubble = window - busy")
-    line = imbalance_line(report)
-    if line:
-        page.paragraph(line, "sub")
-    page.chart("pipeline", charts.spec(pipeline_chart(report)))
