@@ -206,6 +206,12 @@ LIBRARY_PHASE_RANGES = ((BACKWARD, re.compile(r"^FSDP::(?:pre_backward|post_back
                         (FORWARD, re.compile(r"^FSDP::(?:pre_forward|post_forward|root_pre_forward)")),
                         (OPTIMIZER, re.compile(rf"^(?:{re.escape(OPTIMIZER_STEP)}|{re.escape(OPTIMIZER_ZERO_GRAD)})")))
 
+# FSDP2's ranges around gathering a module's parameters (``fully_shard``'s ``FSDP::all_gather (<module>)``: the flat
+# all-gather's input and output buffers; ``FSDP::all_gather_copy_out (<module>)``: each parameter's unsharded
+# storage), the module's name in brackets, none for the root module.
+FSDP_GATHER_RANGE = re.compile(r"^FSDP::(all_gather_copy_out|all_gather)(?: \((.+)\))?$")
+FSDP_ROOT = "(root)"
+
 MEMCPY_PATTERN = r"^(Memcpy|MEMCPY|dma)"
 MEMSET_PATTERN = r"^(Memset|MEMSET)"
 

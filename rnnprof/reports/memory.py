@@ -35,6 +35,10 @@ DEFINITIONS = {
                  "steps or more, having taken more than 5% at that step: from_step, taken); where each step is "
                  "recorded apart (TensorFlow), the device also allocates more than 5% above their median in a step; "
                  "in a pipeline, only ranks of the same stage are compared",
+    "unsharded": "FSDP2's gathered parameters live at a device's peak, by module: the bytes allocated inside "
+                 "its FSDP::all_gather_copy_out (<module>) range (each parameter's unsharded storage, padded to a "
+                 "multiple of the shard group) and inside FSDP::all_gather (<module>) (the all-gather's flat input "
+                 "and output buffers)",
     "pipeline": "a pipeline's stages hold different layers and, under 1F1B, the activations of min(p - stage, m) "
                 "micro-batches at once (GPipe: all m): their peaks are compared as the schedule explains them, not "
                 "as replicas; explained: the highest peak is on a stage that holds more micro-batches than another",
@@ -115,6 +119,8 @@ def _render_device(device: DeviceMemory, width: int, console: Console) -> None:
     table_rows = [["by category", "", ""], *rows[:split], ["by allocating operator", "", ""], *rows[split:]]
     console.print(fit_table(width, [Column("", "name", least=24), Column("MB"), Column("share")], table_rows,
                             title=f"{device.device}: live at the peak"))
+    if device.unsharded:
+        _render_unsharded(device, width, console)
     growth = device.growth
     if growth.reason:
         line = f"{device.device}: growth per step not judged: {growth.reason}"
@@ -141,6 +147,16 @@ def _render_device(device: DeviceMemory, width: int, console: Console) -> None:
         console.print(Text(f"{device.device}: the CUDA allocator's peak over the process: "
                            f"{fmt_mb(device.allocator_max)} MB"))
     console.print(Text(""))
+
+
+def _render_unsharded(device: DeviceMemory, width: int, console: Console) -> None:
+    """What FSDP had gathered at the peak, by module."""
+    rows = [[Text(u.module), fmt_mb(u.parameters), fmt_mb(u.buffers)] for u in device.unsharded]
+    total = sum(u.parameters + u.buffers for u in device.unsharded)
+    share = f"{100 * total / device.peak.allocated:.1f}%" if device.peak.allocated else "-"
+    console.print(fit_table(width, [Column("module", "label"), Column("unsharded\nparameters MB"),
+                                    Column("all-gather\nbuffers MB")], rows,
+                            title=f"{device.device}: FSDP's gathered parameters live at the peak ({share} of it)"))
 
 
 def memory_chart(report: MemoryReport) -> Figure:

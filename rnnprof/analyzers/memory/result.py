@@ -64,6 +64,15 @@ class TimelinePoint:
 
 
 @dataclass(frozen=True)
+class Unsharded:
+    """What FSDP2 had gathered for one module and not yet freed at a device's peak, in bytes."""
+
+    module: str  # its name as FSDP's ranges give it ("(root)": the root module)
+    parameters: int  # its parameters' unsharded storage (allocated in FSDP::all_gather_copy_out)
+    buffers: int  # the all-gather's flat input and output (allocated in FSDP::all_gather)
+
+
+@dataclass(frozen=True)
 class DeviceMemory:
     device: str  # the device's label (``rank1/cpu:0``)
     worker: str
@@ -88,6 +97,7 @@ class DeviceMemory:
     # they were allocated
     left_out_sizes: tuple[int, ...] = ()  # block sizes whose frees the records miss on a device of the input: every
     # block of these sizes is left out of the growth and the step peaks
+    unsharded: tuple[Unsharded, ...] = ()  # FSDP2's gathered parameters and buffers live at the peak, by module
 
 
 @dataclass(frozen=True)
