@@ -435,11 +435,10 @@ class PipelineScheduleDoc(_Part, kw_only=True):
     theory_bubble_pct: float | None
 
 
-class PipelineStepDoc(_Part, kw_only=True):
-    """One rank's step (``analyzers.pipeline.StageStep.as_dict``): window, busy time, bubble and its five parts,
-    in µs."""
+class PipelineFigures(_Part, kw_only=True):
+    """A rank's window, busy time, bubble and its five parts, and its forward and backward work, in µs
+    (``analyzers.pipeline.StageStep``), of one step or, summed, of every step."""
 
-    step: int
     window_us: float
     busy_us: float
     bubble_us: float
@@ -452,24 +451,20 @@ class PipelineStepDoc(_Part, kw_only=True):
     backward_us: float
 
 
-class PipelineRankDoc(_Part, kw_only=True):
+class PipelineStepDoc(PipelineFigures, kw_only=True):
+    """One rank's step (``analyzers.pipeline.StageStep.as_dict``)."""
+
+    step: int
+
+
+class PipelineRankDoc(PipelineFigures, kw_only=True):
     """One rank of the pipeline (``analyzers.pipeline.Stage.as_dict``): its place, stage indices, figures over
-    every step (µs), whom it waited on and its busy time per stage index."""
+    every step, whom it waited on and its busy time per stage index."""
 
     rank: str
     position: int
     stages: list[int]
     bubble_pct: float
-    window_us: float
-    busy_us: float
-    bubble_us: float
-    warm_up_us: float
-    cool_down_us: float
-    neighbour_us: float
-    transfer_us: float
-    other_us: float
-    forward_us: float
-    backward_us: float
     waited_on_us: dict[str, float]
     stage_busy_us: dict[str, float]
     steps: list[PipelineStepDoc]
