@@ -11,7 +11,7 @@ import gzip
 import json
 from pathlib import Path
 
-GAP_US = 500.0  # between one step's last work and the next step's first, the optimizer's step inside
+GAP_US = 500.0  # between one step's last work and the next step's first: the gradients' scaling, the optimizer's
 OPTIMIZER_US = 200.0
 ELEMENTS = [[1, 4, 8]]  # a micro-batch's activations, as gloo's calls record them
 
@@ -77,20 +77,26 @@ def _p2p(call: str, peer: int, tid: int, posted: float, arrived: float) -> list[
 def write_job(folder: Path, kind: str, stages: int, micro: int, forward_us: list[float], backward_us: list[float],
               steps: int = 3, latency_us: float = 0.0, ranges: bool = True) -> list[Path]:
     """One gzipped Kineto file per rank in ``folder`` (``rank<r>.json.gz``), ``steps`` steps (``ProfilerStep#1``
-    on). ``ranges``: each micro-batch's work inside a ``forward``/``backward`` range (as rnnprof's pipelines record
-    them); else its operators alone, a backward's inside autograd's backward function."""
+    on), each with work that is no micro-batch's: a split of the batch before the first input arrives (ranks past
+    the first), a scaling of the gradients after the pipeline's last work, the optimizer's step. ``ranges``: each
+    micro-batch's work inside a ``forward``/``backward`` range (as rnnprof's pipelines record them); else its
+    operators alone, a backward's inside autograd's backward function."""
     done = simulate(kind, stages, micro, forward_us, backward_us, latency_us)
-    period = max(end for _, _, end in done.values()) + GAP_US
+    last = max(end for _, _, end in done.values())
+    period = last + GAP_US
     events: dict[int, list[dict]] = {s: [] for s in range(stages)}
     for n in range(steps):
         base = 1000.0 + n * period
         for s in range(stages):
             tid = 100 + s
             mine = events[s]
-            mine.append(_event(f"ProfilerStep#{n + 1}", "user_annotation", tid, base, period - 1.0))
-            mine.append(_event("Optimizer.step#SGD.step", "user_annotation", tid, base + period - GAP_US + 10,
-                               OPTIMIZER_US))
-            mine.append(_event("aten::add_", "cpu_op", tid, base + period - GAP_US + 20, OPTIMIZER_US - 20))
+            mine.append(_event(f"ProfilerStep#{n + 1}", "user_annotation", tid, base - 200, period - 1.0))
+            if s > 0:  # the batch split before the stage's first input arrives: no micro-batch's work
+                mine.append(_event("aten::chunk", "cpu_op", tid, base - 150, 100))
+            # after the pipeline's last work: scaling the gradients, then the optimizer's step
+            mine.append(_event("aten::div_", "cpu_op", tid, base + last + 10, 100))
+            mine.append(_event("Optimizer.step#SGD.step", "user_annotation", tid, base + last + 150, OPTIMIZER_US))
+            mine.append(_event("aten::add_", "cpu_op", tid, base + last + 160, OPTIMIZER_US - 20))
             for (stage, action, k), (posted, start, end) in done.items():
                 if stage != s:
                     continue

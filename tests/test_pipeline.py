@@ -139,6 +139,8 @@ def test_the_commands_json_is_the_analysis(capsys):
     assert document["bubble_pct"] == pytest.approx(100 * report.bubble_fraction)
     assert document["schedule"]["theory_bubble_pct"] == pytest.approx(20.0)
     assert [s["rank"] for s in document["stages"]] == ["rank0", "rank1"]
+    assert [s["bubble_pct"] for s in document["stages"]] == pytest.approx([100 * s.bubble_fraction
+                                                                          for s in report.stages])
 
 
 # -- the audit's rules: PF014 (a bubble above the theory), PF015 (a stage busier than the others) -------------------
