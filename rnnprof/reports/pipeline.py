@@ -3,6 +3,7 @@ bubble per step, the imbalance, one JSON document, and the stage x time chart of
 
 from __future__ import annotations
 
+import numpy as np
 from rich.console import Console
 from rich.text import Text
 
@@ -68,15 +69,14 @@ def _waited(stage: Stage, steps: int) -> str:
 def render_pipeline(report: PipelineReport, console: Console) -> None:
     console.print(Text(f"{schedule_line(report)} ({report.schedule.source})"))
     console.print(Text(bubble_line(report)))
-    rows = [[Text(s.worker), ",".join(map(str, s.stages)), fmt_ms_narrow(s.per_step("window_us")),
-             fmt_ms_narrow(s.per_step("busy_us")), f"{100 * s.bubble_fraction:.1f}",
-             *(fmt_ms_narrow(s.per_step(field)) for _, field in PARTS), Text(_waited(s, len(s.steps)))]
-            for s in report.stages]
-    columns = [Column("rank", "label"), Column("stage", "label"), Column("window\nms"), Column("busy\nms"),
-               Column("bubble\n%"), *(Column(f"{name}\nms", drop=1 if name == "other" else 0) for name, _ in PARTS),
-               Column("waited on\n(ms/step)", "text", drop=2)]
+    rows = [[Text(s.worker), ",".join(map(str, s.stages)), fmt_ms_narrow(s.per_step("busy_us")),
+             f"{100 * s.bubble_fraction:.1f}", *(fmt_ms_narrow(s.per_step(field)) for _, field in PARTS),
+             Text(_waited(s, len(s.steps)))] for s in report.stages]
+    columns = [Column("rank", "label"), Column("stage", "label"), Column("busy\nms"), Column("bubble\n%"),
+               *(Column(f"{name}\nms") for name, _ in PARTS), Column("waited on\n(ms/step)", "text", drop=1)]
+    window = fmt_ms_narrow(float(np.median([x.window_us for s in report.stages for x in s.steps])))
     console.print(fit_table(console.width, columns, rows,
-                            title="each rank per step (median over the steps)",
+                            title=f"each rank per step (median over the steps; the window {window} ms)",
                             caption="bubble = window - busy = warm-up + cool-down + waiting + transfer + other"))
     line = imbalance_line(report)
     if line:
