@@ -81,6 +81,8 @@ def rank_timelines(table: EventTable, per_worker: dict[str, list[Instance]] | No
                    classes: np.ndarray | None = None) -> list[RankTimeline]:
     """One ``RankTimeline`` per worker of ``table`` that sends or receives (``per_worker``: the table's
     ``collectives.instances``, ``classes``: its ``classify``, when the caller has them)."""
+    if per_worker is None and not _sends_or_receives(table):
+        return []
     per_worker = instances(table) if per_worker is None else per_worker
     p2p = {w: [i for i in found if i.collective == SEND_RECV] for w, found in per_worker.items()}
     p2p = {w: found for w, found in p2p.items() if found}
@@ -106,6 +108,16 @@ def rank_timelines(table: EventTable, per_worker: dict[str, list[Instance]] | No
         found.append(RankTimeline(worker, _rank(worker), group, members, table.time_base_us, work, moved, ranges,
                                   micro, seen))
     return found
+
+
+def _sends_or_receives(table: EventTable) -> bool:
+    """Whether any communication event of the table is a send or a receive by its name or its record (cheap: the
+    distinct names only), before the collectives are matched."""
+    names = np.unique(table.name[table.kind == Kind.COMMUNICATION])
+    if any(collective_type(table.strings[c]) == SEND_RECV for c in names.tolist()):
+        return True
+    calls = np.unique(table.collectives.call) if len(table.collectives) else np.zeros(0, dtype=np.int64)
+    return any(collective_type(table.strings[c]) == SEND_RECV for c in calls.tolist() if c > 0)
 
 
 def _rank(worker: str) -> int:
