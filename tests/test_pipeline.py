@@ -182,3 +182,19 @@ def test_a_slow_stage_is_raised_with_its_bound(tmp_path):
     mean = (6 * 30 * MS * 2 + 6 * 40 * MS) / 3
     assert stage.saving_us == pytest.approx((6 + 3 - 1) / 6 * (6 * 40 * MS - mean))
     assert "keeps its bound" not in stage.saving_basis and stage.saving_basis.startswith("bound:")
+
+
+def test_a_step_some_ranks_did_not_record_is_left_out_and_said(tmp_path):
+    """Rank 1's trace lacks step 3 (its profiler stopped a step early): the pipeline is measured over steps 1 and
+    2, and a note says step 3 was left out."""
+    import gzip
+
+    paths = write_job(tmp_path, "1f1b", 2, 4, [FORWARD_US] * 2, [BACKWARD_US] * 2)
+    document = json.loads(gzip.decompress(paths[1].read_bytes()))
+    last = max(e["ts"] for e in document["traceEvents"] if e["name"] == "ProfilerStep#3")
+    document["traceEvents"] = [e for e in document["traceEvents"] if e["ts"] < last]
+    paths[1].write_bytes(gzip.compress(json.dumps(document).encode()))
+    report = analyze_pipeline(load_events([str(p) for p in paths]))
+    assert report.steps == (1, 2)
+    assert any("1 step(s) left out" in note and "steps 3" in note for note in report.notes), report.notes
+    assert report.bubble_fraction == pytest.approx(1 / 5, abs=1e-9)
