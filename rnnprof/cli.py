@@ -42,6 +42,8 @@ COMMANDS: dict[str, Command] = {
                      "rank what to fix first by estimated saving per step, judged against the run's own jitter"),
     "comm": Command("rnnprof.commands.comm",
                     "split each device's time into communication, compute and idle, and find stragglers"),
+    "pipeline": Command("rnnprof.commands.pipeline",
+                        "measure a pipeline's bubble per stage against its schedule's theory, and its slowest stage"),
     "memory": Command("rnnprof.commands.memory",
                       "find each device's peak memory, what was live then, growth per step and imbalance"),
     "view": Command("rnnprof.commands.view",
