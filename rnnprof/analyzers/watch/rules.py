@@ -1,0 +1,126 @@
+"""The watch's rules: each judges a rank's recent steps against its own rolling baseline and jitter
+(``analyzers.noise``), never against a fixed threshold.
+
+A rank's *recent* steps are its last ``RECENT``; its *baseline* the ``BASELINE`` steps before them (at least
+``MIN_BASELINE``), its first ``SETTLE`` steps and every step run under the profiler left out. A value's jitter
+is the larger of the baseline's robust spread (``noise.robust_spread``) and its *level jitter*: how far the median
+of ``RECENT`` consecutive baseline steps moves (the spread of those medians), which a slow drift raises. A
+difference is significant as ``noise.significance`` says: its median over the recent steps above ``K`` (3) times
+that jitter and ``K`` times its own spread.
+
+* **Step-time regression**: the step time against its baseline.
+* **Straggler**: a rank's *lateness*, each step, is the median of the other ranks' collective waits less its own
+  (how long the others wait for it); against its baseline, with ``noise.CPU_RANK_FLOOR_US`` as the least
+  difference called between processes on CPU ranks (``CROSS_RANK_FLOOR_US`` on GPUs). Where no collective wait is
+  measured, the rank's own phases (data wait, forward, optimizer: DDP waits in none of them) less the other
+  ranks' median stand for it.
+* **Input stall**: the wait for the batch against its baseline, with the *step time's* jitter: a stall must
+  matter to the step.
+* **Memory growth**: over the last ``MEMORY_WINDOW`` steps, the medians of its four quarters rise one after the
+  other (one jump is no growth) and the rate, the median of ``(m[i + W/2] - m[i]) / (W/2)``, is significant
+  against the spread of the same rates over the baseline. Its rate is then the least-squares slope from the
+  onset (the last step still at the baseline's level) to now.
+* **Spike**: one step above the baseline's median by more than ``SPIKE_K`` times the jitter and twice the largest
+  excursion of the rank's last ``SPIKE_HISTORY`` steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rnnprof.analyzers.noise import CPU_RANK_FLOOR_US, CROSS_RANK_FLOOR_US, K, Significance, robust_spread, significance
+
+RECENT = 8
+BASELINE = 100
+MIN_BASELINE = 20
+SETTLE = 10
+MEMORY_WINDOW = 40
+SPIKE_K = 10.0
+SPIKE_HISTORY = 1000
+US = 1e6  # the noise module judges microseconds
+
+
+def level_jitter(baseline: np.ndarray, block: int = RECENT) -> float:
+    """The robust spread of the medians of ``block`` consecutive values of ``baseline`` (0 with fewer than two
+    blocks)."""
+    blocks = len(baseline) // block
+    if blocks < 2:
+        return 0.0
+    medians = np.median(baseline[len(baseline) - blocks * block:].reshape(blocks, block), axis=1)
+    return robust_spread(medians)
+
+
+def jitter(baseline: np.ndarray) -> float:
+    return max(robust_spread(baseline), level_jitter(baseline))
+
+
+def shift(recent: np.ndarray, baseline: np.ndarray, jitter_of: np.ndarray | None = None,
+          floor_s: float = 0.0) -> Significance:
+    """``recent`` against the median of ``baseline`` (seconds), judged against the jitter of ``jitter_of``
+    (default: the baseline itself), in microseconds."""
+    base = float(np.median(baseline))
+    scale = jitter(baseline if jitter_of is None else jitter_of)
+    return significance((recent - base) * US, scale * US, floor_us=floor_s * US)
+
+
+def lateness(waits: np.ndarray) -> np.ndarray:
+    """``waits``: ranks x steps, each rank's collective wait; each rank's lateness: the median of the other ranks'
+    waits less its own (ranks x steps)."""
+    ranks = waits.shape[0]
+    out = np.empty_like(waits)
+    for r in range(ranks):
+        others = np.delete(waits, r, axis=0)
+        out[r] = np.median(others, axis=0) - waits[r]
+    return out
+
+
+def rank_floor_s(gpu: bool) -> float:
+    """The least difference between processes that is called: ``noise``'s floors, in seconds."""
+    return (CROSS_RANK_FLOOR_US if gpu else CPU_RANK_FLOOR_US) / US
+
+
+def _slope_samples(memory: np.ndarray) -> np.ndarray:
+    half = len(memory) // 2
+    return (memory[half:2 * half] - memory[:half]) / max(half, 1)
+
+
+def memory_growth(recent: np.ndarray, baseline: np.ndarray) -> Significance | None:
+    """Whether memory grows over ``recent`` (``MEMORY_WINDOW`` steps): None when its quarters do not rise one
+    after the other, else the rate (bytes a step, as ``significance`` judges it) against the baseline's."""
+    quarters = np.array_split(recent, 4)
+    medians = [float(np.median(q)) for q in quarters]
+    if not all(b > a for a, b in zip(medians, medians[1:])):
+        return None
+    rates = _slope_samples(recent)
+    base_rates = _slope_samples(baseline) if len(baseline) >= 8 else np.zeros(1)
+    return significance(rates, robust_spread(base_rates))
+
+
+def growth_onset(memory: np.ndarray, baseline: np.ndarray) -> int:
+    """The index in ``memory`` of the last value still at the baseline's level (its median plus ``K`` times its
+    spread, at least one step's change), 0 where none is."""
+    level = float(np.median(baseline)) + max(K * robust_spread(baseline), 0.0)
+    at_level = np.nonzero(memory <= level)[0]
+    return int(at_level[-1]) if len(at_level) else 0
+
+
+def growth_rate(memory: np.ndarray) -> float:
+    """The least-squares slope of ``memory`` over its index (bytes a step; 0 for fewer than two)."""
+    if len(memory) < 2:
+        return 0.0
+    x = np.arange(len(memory), dtype=np.float64)
+    return float(np.polyfit(x, memory, 1)[0])
+
+
+def spike(value: float, baseline: np.ndarray, excursions: np.ndarray) -> Significance | None:
+    """Whether one step of ``value`` seconds is a spike (see the module): its excursion against the threshold,
+    None when it is no spike. ``excursions``: the rank's recent steps' excursions above their baselines."""
+    base = float(np.median(baseline))
+    scale = jitter(baseline)
+    largest = float(excursions.max()) if len(excursions) else 0.0
+    threshold = max(SPIKE_K * scale, 2.0 * largest)
+    excursion = value - base
+    if excursion <= threshold or threshold <= 0:
+        return None
+    return Significance(excursion * US, 0.0, scale * US, threshold * US, 1, True, 1.0 - threshold / excursion,
+                        per="step", jitter_k=SPIKE_K)
