@@ -59,6 +59,9 @@ class RankJob:
     return_parameters: bool = False  # send each rank's parameters back after the run (tests)
     capture: CaptureWindow | None = None
     step_logs: str | None = None  # a folder where each rank logs its finished steps (torch_progress.StepLog)
+    # rnnprof watch: ``watch(rank)``, a context manager around the rank's steps that measures each, given by the
+    # capture layer; its ``environment`` is set in the rank as the capture's is
+    watch: Callable[[int], Any] | None = None
 
 
 class _CapturedSteps:
@@ -139,7 +142,7 @@ def rank_main(job: RankJob) -> dict:
     plan = rank_plan(world, int(os.environ.get("LOCAL_RANK", "0")), torch_visible_gpus(), job.threads)
     torch.set_num_threads(plan.threads)
     group_backend, device = plan.backend, plan.device
-    for name, value in job.capture.environment if job.capture is not None else ():
+    for name, value in (*(job.capture.environment if job.capture else ()), *(job.watch.environment if job.watch else ())):
         os.environ.setdefault(name, value)  # before the process group: torch reads it there
     dist.init_process_group(group_backend)
     try:
@@ -155,7 +158,8 @@ def rank_main(job: RankJob) -> dict:
         step_log = StepLog(job.step_logs, rank) if job.step_logs is not None else None
         probe = job.capture.probe(job.capture.run_dir, rank).install() if job.capture and job.capture.probe else None
         try:
-            m = measure(runnable, config.warmup, config.batches, on_step=_Ticks(step_log, probe))
+            with job.watch(rank) if job.watch is not None else contextlib.nullcontext():
+                m = measure(runnable, config.warmup, config.batches, on_step=_Ticks(step_log, probe))
             traced = [_Ticks(None, probe).after(runnable.step()) for _ in range(job.capture.steps)] if capture else []
         finally:
             for done in (step_log, probe):
@@ -305,7 +309,7 @@ def _launch_config(processes: int, logs: str, capture: CaptureWindow | None):
 
 def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_main,
               return_parameters: bool = False, capture: CaptureWindow | None = None,
-              on_step: StepCallback | None = None) -> list[dict]:
+              on_step: StepCallback | None = None, watch: Callable[[int], Any] | None = None) -> list[dict]:
     """Run ``worker`` in ``options.workload.devices`` processes; their results by rank (``capture``: each
     rank also profiles a window of steps after its timed ones, see ``rank_main``; ``on_step``: called in
     this process once per warm-up and timed step when every rank has finished it, see ``torch_progress``)."""
@@ -320,7 +324,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     check_gpu_count(processes, torch_visible_gpus())
     lm_data(options)  # a --data file that cannot be read is one line here, not N tracebacks
     job = RankJob(options=options, threads=options.workload.intra_op_threads or threads_per_process(processes),
-                  return_parameters=return_parameters, capture=capture)
+                  return_parameters=return_parameters, capture=capture, watch=watch)
     failure = interrupted = None
     try:
         # The workers' own output goes to files: a failure is reported from its error file, once, and the

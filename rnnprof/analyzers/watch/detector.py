@@ -4,8 +4,10 @@ every live rank has finished, the anomalies raised once each, and the live view 
 ``feed(series)`` takes what a rank added (``events.series.RankSeries``); ``advance()`` judges the job's steps
 that every rank still writing has finished, in order, and returns the anomalies raised on them: a kind raised on
 several ranks at one step is one anomaly naming them. A rank's anomaly of a kind stays raised (it is not raised
-again) until the rule has been quiet for ``RECENT`` steps. ``stop(rank, why)``: a rank whose series has stopped
-(it died, its disk is full) is no longer waited for. Only the last ``KEEP`` steps of each rank are kept.
+again) until its rule has been quiet for ``RECENT`` steps (``MEMORY_WINDOW`` for memory). ``stop(rank, why)``: a
+rank whose series has stopped (it died, its disk is full) is no longer waited for. Only the last ``KEEP`` steps
+of each rank are kept. A baseline's median and jitter are computed again every ``REFRESH`` steps; each step's
+recent median is checked against them first, and judged in full (``noise.significance``) only when it stands out.
 """
 
 from __future__ import annotations
@@ -14,65 +16,107 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rnnprof.analyzers.noise import Significance
-from rnnprof.events.series import COLUMNS, MEMORY_RSS, RankSeries
+from rnnprof.analyzers.noise import K
+from rnnprof.events.series import MEMORY_RSS, RankSeries
 
 from . import rules
 from .result import (INPUT_STALL, MEMORY_GROWTH, REGRESSION, SPIKE, STRAGGLER, Anomaly, JobView, RankView)
 
 KEEP = 4096  # steps kept of each rank (the whole series is in the run directory)
-_STORED = ("step", "end", "step_s", "data_s", "forward_s", "optimizer_s", "comm_wait_s", "memory")
+REFRESH = rules.RECENT // 2
+SPIKE_CONFIRM = rules.RECENT // 2  # steps after a spike that must be back near the baseline (else: a regression)
+_STORED = ("step", "end", "step_s", "data_s", "forward_s", "optimizer_s", "comm_wait_s", "memory", "late")
+
+
+@dataclass
+class _Base:
+    """A column's baseline at the time it was computed: where it ended, its median and its jitter."""
+
+    end: int
+    median: float
+    jitter: float
 
 
 class _Store:
-    """One rank's judged steps (no flag), the last ``KEEP``, a growing array per stored column."""
+    """One rank's judged steps (no flag), the last ``KEEP``, a growing array per stored column; ``late`` is
+    filled by the detector (the rank's lateness, ``rules.lateness``)."""
 
     def __init__(self):
-        self.data = {name: np.zeros(256) for name in _STORED}
+        self.data = {name: np.full(256, np.nan) for name in _STORED}
         self.size = 0
         self.last_step = -1  # the last step the rank wrote, judged or not
-        self.seen = 0  # steps written, judged or not
+        self.bases: dict[str, _Base] = {}
         self.excursions: list[float] = []  # each judged step's excursion above its baseline (spike history)
 
     def add(self, series: RankSeries) -> None:
-        keep = series.judged()
         steps = series["step"]
         if len(steps):
             self.last_step = int(steps[-1])
-            self.seen += len(steps)
+        keep = series.judged()
         n = int(keep.sum())
         if not n:
             return
         if self.size + n > len(self.data["step"]):
             self._grow(self.size + n)
         for name in _STORED:
-            self.data[name][self.size:self.size + n] = series[name][keep]
+            if name != "late":
+                self.data[name][self.size:self.size + n] = series[name][keep]
         self.size += n
 
     def _grow(self, need: int) -> None:
-        if need > KEEP * 2:  # drop the oldest: what the rules read is far shorter
-            drop = self.size - KEEP
-            for name in _STORED:
-                self.data[name][:self.size - drop] = self.data[name][drop:self.size]
-            self.size -= drop
-            need -= drop
-        capacity = max(need, 2 * len(self.data["step"]))
+        drop = self.size - KEEP if need > 2 * KEEP else 0  # the oldest go: what the rules read is far shorter
+        capacity = max(need - drop, 2 * len(self.data["step"]) if not drop else len(self.data["step"]))
         for name in _STORED:
-            grown = np.zeros(capacity)
-            grown[:self.size] = self.data[name][:self.size]
+            grown = np.full(capacity, np.nan)
+            grown[:self.size - drop] = self.data[name][drop:self.size]
             self.data[name] = grown
+        self.size -= drop
+        for base in self.bases.values():
+            base.end -= drop
 
     def upto(self, step: int) -> int:
         """How many stored steps are at or before ``step``."""
         return int(np.searchsorted(self.data["step"][:self.size], step, side="right"))
 
-    def column(self, name: str, end: int) -> np.ndarray:
-        return self.data[name][:end]
+    def index_of(self, step: int) -> int | None:
+        """The stored index of ``step``, None where it is not a judged step of this rank."""
+        i = int(np.searchsorted(self.data["step"][:self.size], step))
+        return i if i < self.size and self.data["step"][i] == step else None
+
+    def base(self, name: str, end: int, key: str = "") -> _Base | None:
+        """The baseline of column ``name`` for recent steps ending at ``end`` (see ``rules``), refreshed every
+        ``REFRESH`` steps (kept under ``key``, by default the column's name); None while too few steps are
+        stored."""
+        key = key or name
+        base_end = end - rules.RECENT
+        base_start = max(rules.SETTLE, base_end - rules.BASELINE)
+        if base_end - base_start < rules.MIN_BASELINE:
+            return None
+        cached = self.bases.get(key)
+        if cached is not None and abs(base_end - cached.end) < REFRESH:
+            return cached
+        values = self.data[name][base_start:base_end]
+        if not np.isfinite(values).all():
+            return None
+        self.bases[key] = _Base(base_end, float(np.median(values)), rules.jitter(values))
+        return self.bases[key]
+
+    def window(self, name: str, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """(recent, baseline) of column ``name`` for recent steps ending at ``end``."""
+        base_end = end - rules.RECENT
+        base_start = max(rules.SETTLE, base_end - rules.BASELINE)
+        column = self.data[name]
+        return column[base_end:end], column[base_start:base_end]
+
+
+def _median(values: np.ndarray) -> float:
+    ordered = sorted(values.tolist())
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
 
 
 @dataclass
 class _Raised:
-    step: int
     quiet: int = 0  # steps the rule has been quiet since
 
 
@@ -120,121 +164,130 @@ class Detector:
     # -- one job step -----------------------------------------------------------------------------------
 
     def _judge_step(self, step: int, ranks: list[int]) -> list[Anomaly]:
-        found: dict[str, list[tuple[int, Significance, float, float, int | None, str]]] = {}
-        ends = {r: self.stores[r].upto(step) for r in ranks}
-        judged = [r for r in ranks if ends[r] and self.stores[r].data["step"][ends[r] - 1] == step]
-        for rank in judged:
-            for kind, hit in self._rank_rules(rank, ends[rank]).items():
+        ends = {}
+        for rank in ranks:
+            i = self.stores[rank].index_of(step)
+            if i is not None:
+                ends[rank] = i + 1
+        found: dict[str, list[tuple]] = {}
+        if len(ends) >= 2:
+            self._fill_lateness(ends)
+        for rank, end in ends.items():
+            for kind, hit in self._rank_rules(rank, end).items():
                 found.setdefault(kind, []).append((rank, *hit))
-        if len(judged) >= 2:
-            hit = self._straggler(judged, ends)
-            if hit is not None:
-                found.setdefault(STRAGGLER, []).append(hit)
-        return self._raise(step, judged, found)
+        judged = {rank: (None if end % REFRESH == 0 else MEMORY_GROWTH) for rank, end in ends.items()}
+        return self._raise(judged, found)
 
-    def _raise(self, step: int, judged: list[int], found: dict) -> list[Anomaly]:
-        """The anomalies of this step not raised before; the quiet count of the others."""
+    def _raise(self, judged: dict[int, str | None], found: dict) -> list[Anomaly]:
+        """The anomalies of this step not raised before; the others' quiet counts (``judged``: rank -> the kind
+        its rules did not judge at this step)."""
         new = []
         for kind, hits in found.items():
             fresh = [h for h in hits if (kind, h[0]) not in self._raised]
             for h in hits:
-                self._raised[(kind, h[0])] = _Raised(self._raised.get((kind, h[0]), _Raised(step)).step)
+                self._raised[(kind, h[0])] = _Raised()
             if fresh:
-                new.append(_anomaly(kind, step, fresh))
-        hit_keys = {(kind, h[0]) for kind, hits in found.items() for h in hits}
+                new.append(_anomaly(kind, fresh))
         for key in list(self._raised):
-            if key[1] in judged and key not in hit_keys:
+            kind, rank = key
+            if rank in judged and judged[rank] != kind and not any(h[0] == rank for h in found.get(kind, ())):
                 self._raised[key].quiet += 1
-                if self._raised[key].quiet >= rules.RECENT:
+                if self._raised[key].quiet >= (rules.MEMORY_WINDOW if kind == MEMORY_GROWTH else rules.RECENT):
                     del self._raised[key]
         return new
 
     def _rank_rules(self, rank: int, end: int) -> dict:
-        """The per-rank rules on the rank's stored steps up to ``end``: kind -> (significance, value, baseline,
-        onset, source)."""
-        store = self.stores[rank]
-        recent_start = end - rules.RECENT
-        base_start = max(rules.SETTLE, recent_start - rules.BASELINE)
-        if recent_start - base_start < rules.MIN_BASELINE:
-            return {}
-        hits = {}
-        step_s = store.column("step_s", end)
-        recent, baseline = step_s[recent_start:], step_s[base_start:recent_start]
-        self._check(hits, REGRESSION, rules.shift(recent, baseline), recent, baseline)
-        self._spike(hits, store, step_s[-1], baseline)
-        data = store.column("data_s", end)
-        if np.isfinite(data[recent_start:]).all() and np.isfinite(data[base_start:recent_start]).all():
-            self._check(hits, INPUT_STALL, rules.shift(data[recent_start:], data[base_start:recent_start],
-                                                       jitter_of=baseline), data[recent_start:],
-                        data[base_start:recent_start])
-        self._memory(hits, store, end, base_start)
+        """The per-rank rules on the rank's stored steps up to ``end``: kind -> (step, significance, value,
+        baseline, onset, source[, cost])."""
+        store, hits = self.stores[rank], {}
+        steps = store.data["step"]
+        for kind, column, jitter_of, floor in ((REGRESSION, "step_s", None, 0.0),
+                                               (INPUT_STALL, "data_s", "step_s", 0.0),
+                                               (STRAGGLER, "late", None, rules.rank_floor_s(self.gpu))):
+            base = store.base(column, end)
+            scale = store.base(jitter_of, end) if jitter_of else base
+            if base is None or scale is None:
+                continue
+            recent = store.data[column][end - rules.RECENT:end]
+            if _median(recent) - base.median <= max(K * scale.jitter, floor):
+                continue  # the common case, decided without the full judgement
+            now, baseline = store.window(column, end)
+            verdict = rules.shift(now, baseline, store.window(jitter_of, end)[1] if jitter_of else None, floor)
+            if verdict.significant and verdict.difference_us > 0:
+                onset = _onset(now, base.median + max(K * scale.jitter, floor))
+                hits[kind] = (int(steps[end - 1]), verdict, _median(now), base.median,
+                              int(steps[end - rules.RECENT + onset]), self._source(kind))
+        self._spike(hits, store, end)
+        if end % REFRESH == 0:
+            self._memory(hits, store, end)
         return hits
 
-    @staticmethod
-    def _check(hits: dict, kind: str, verdict: Significance, recent: np.ndarray, baseline: np.ndarray) -> None:
-        if verdict.significant and verdict.difference_us > 0:
-            hits[kind] = (verdict, float(np.median(recent)), float(np.median(baseline)), None, "")
+    def _source(self, kind: str) -> str:
+        if kind == STRAGGLER:
+            return "the ranks' own phases" if "comm_wait_s" in self.unmeasured else "collective waits"
+        return ""
 
-    def _spike(self, hits: dict, store: _Store, value: float, baseline: np.ndarray) -> None:
-        verdict = rules.spike(value, baseline, np.asarray(store.excursions[-rules.SPIKE_HISTORY:]))
-        store.excursions.append(max(0.0, value - float(np.median(baseline))))
-        if verdict is not None:
-            hits[SPIKE] = (verdict, value, float(np.median(baseline)), None, "")
-
-    def _memory(self, hits: dict, store: _Store, end: int, base_start: int) -> None:
-        memory = store.column("memory", end)
-        window_start = end - rules.MEMORY_WINDOW
-        if window_start - base_start < rules.MIN_BASELINE or not np.isfinite(memory[base_start:]).all():
+    def _spike(self, hits: dict, store: _Store, end: int) -> None:
+        """A spike ``SPIKE_CONFIRM`` steps back, confirmed by the steps after it (back near the baseline)."""
+        at = end - 1 - SPIKE_CONFIRM
+        base = store.base("step_s", at + 1, key="spike")
+        if base is None:
             return
-        recent, baseline = memory[window_start:], memory[base_start:window_start]
-        verdict = rules.memory_growth(recent, baseline)
-        if verdict is None or not verdict.significant or verdict.difference_us <= 0:
+        value = float(store.data["step_s"][at])
+        store.excursions.append(max(0.0, value - base.median))
+        if value - base.median <= rules.SPIKE_K * base.jitter:
             return
-        since = memory[base_start:]
-        onset = rules.growth_onset(since, baseline)
-        rate = rules.growth_rate(since[onset:])
-        step = store.column("step", end)
-        hits[MEMORY_GROWTH] = (verdict, float(recent[-1]), float(np.median(baseline)), int(step[base_start + onset]),
-                               self.memory_source, rate)
+        _, baseline = store.window("step_s", at + 1)
+        history = np.asarray(store.excursions[-rules.SPIKE_HISTORY - 1:-1])
+        verdict = rules.spike(value, baseline, history)
+        after = store.data["step_s"][at + 1:end]
+        if verdict is not None and _median(after) - base.median < verdict.threshold_us / rules.US / 2:
+            hits[SPIKE] = (int(store.data["step"][at]), verdict, value, base.median, int(store.data["step"][at]), "")
 
-    def _straggler(self, ranks: list[int], ends: dict[int, int]):
-        """The rank the others wait for, beyond its baseline: (rank, significance, value, baseline, onset, source),
-        or None."""
-        span = min(ends[r] for r in ranks)
-        if span - rules.RECENT - rules.SETTLE < rules.MIN_BASELINE:
-            return None
-        start = max(rules.SETTLE, span - rules.RECENT - rules.BASELINE)
-        waits = np.array([self.stores[r].column("comm_wait_s", ends[r])[ends[r] - (span - start):] for r in ranks])
-        source = "collective waits"
+    def _memory(self, hits: dict, store: _Store, end: int) -> None:
+        memory = store.data["memory"][rules.SETTLE:end]
+        if len(memory) < rules.MEMORY_WINDOW + rules.MIN_BASELINE or not np.isfinite(memory).all():
+            return
+        grows = rules.memory_growth(memory[rules.MIN_BASELINE:])
+        if grows is None:
+            return
+        verdict, span = grows
+        before = memory[max(0, len(memory) - span - rules.BASELINE):len(memory) - span]
+        since = memory[len(memory) - span - len(before):]
+        onset = rules.growth_onset(since, before) if len(before) else 0
+        steps = store.data["step"][rules.SETTLE:end]
+        hits[MEMORY_GROWTH] = (int(steps[-1]), verdict, float(memory[-1]), float(np.median(before if len(before)
+                                                                                             else memory[:1])),
+                               int(steps[len(memory) - len(since) + onset]), self.memory_source,
+                               rules.growth_rate(since[onset:]))
+
+    def _fill_lateness(self, ends: dict[int, int]) -> None:
+        """Each judged rank's lateness at this step (``rules.lateness``): by its collective waits, or where a rank
+        measured none, by its own phases."""
+        ranks = list(ends)
+        waits = np.array([[self.stores[r].data["comm_wait_s"][ends[r] - 1]] for r in ranks])
         if not np.isfinite(waits).all():
-            own = [sum(self.stores[r].column(c, ends[r])[ends[r] - (span - start):]
-                       for c in ("data_s", "forward_s", "optimizer_s")) for r in ranks]
-            waits, source = -np.array(own), "the ranks' own phases"
-            if not np.isfinite(waits).all():
-                return None
+            waits = -np.array([[sum(self.stores[r].data[c][ends[r] - 1] for c in ("data_s", "forward_s",
+                                                                                   "optimizer_s"))] for r in ranks])
         late = rules.lateness(waits)
-        best = None
         for k, rank in enumerate(ranks):
-            recent, baseline = late[k, -rules.RECENT:], late[k, :-rules.RECENT]
-            verdict = rules.shift(recent, baseline, floor_s=rules.rank_floor_s(self.gpu))
-            if verdict.significant and verdict.difference_us > 0 and (
-                    best is None or verdict.difference_us > best[1].difference_us):
-                best = (rank, verdict, float(np.median(recent)), float(np.median(baseline)), None, source)
-        return best
+            self.stores[rank].data["late"][ends[rank] - 1] = late[k, 0]
 
     # -- the live view ----------------------------------------------------------------------------------
 
-    def view(self, recent: int = rules.RECENT) -> JobView:
-        """The job now (see ``JobView``), from each rank's last ``recent`` judged steps."""
+    def view(self, recent: int = rules.RECENT, step: int | None = None) -> JobView:
+        """The job now (see ``JobView``), from each rank's last ``recent`` judged steps; or at job step ``step``, from
+        each rank's last judged step up to it."""
         ranks = sorted(self.stores)
-        rows = {r: _rank_medians(self.stores[r], recent) for r in ranks}
+        rows = {r: _rank_medians(self.stores[r], 1 if step is not None else recent,
+                                 None if step is None else self.stores[r].upto(step)) for r in ranks}
         own = [rows[r]["step_s"] - np.nan_to_num(rows[r]["comm_wait_s"]) for r in ranks if r not in self.stopped]
         middle = float(np.median(own)) if own else 0.0
         views = tuple(RankView(rank=r, step=self.stores[r].last_step, step_s=rows[r]["step_s"],
                                data_s=rows[r]["data_s"], comm_wait_s=rows[r]["comm_wait_s"],
-                               skew_s=rows[r]["step_s"] - np.nan_to_num(rows[r]["comm_wait_s"]) - middle,
+                               skew_s=float(rows[r]["step_s"] - np.nan_to_num(rows[r]["comm_wait_s"]) - middle),
                                memory=rows[r]["memory"], stopped=self.stopped.get(r, "")) for r in ranks)
-        return JobView(step=self.job_step(), ranks=views, steps_per_s=self._throughput(),
+        return JobView(step=self.job_step() if step is None else step, ranks=views, steps_per_s=self._throughput(),
                        last=self.last, memory_source=self.memory_source)
 
     def _throughput(self, steps: int = 50) -> float:
@@ -244,25 +297,37 @@ class Detector:
             store = self.stores[r]
             n = min(steps, store.size)
             if n >= 2:
-                ends, numbers = store.data["end"][store.size - n:store.size], store.data["step"][store.size - n:store.size]
+                ends = store.data["end"][store.size - n:store.size]
+                numbers = store.data["step"][store.size - n:store.size]
                 if ends[-1] > ends[0]:
                     rates.append((numbers[-1] - numbers[0]) / (ends[-1] - ends[0]))
         return float(min(rates)) if rates else 0.0
 
 
-def _rank_medians(store: _Store, recent: int) -> dict[str, float]:
-    n = min(recent, store.size)
-    if not n:
-        return {name: float("nan") for name in _STORED}
-    return {name: float(np.nanmedian(store.data[name][store.size - n:store.size]))
-            if np.isfinite(store.data[name][store.size - n:store.size]).any() else float("nan") for name in _STORED}
+def _onset(recent: np.ndarray, level: float) -> int:
+    """The index of the first of ``recent``'s last run of values above ``level``."""
+    above = recent > level
+    k = len(recent)
+    while k > 0 and above[k - 1]:
+        k -= 1
+    return min(k, len(recent) - 1)
 
 
-def _anomaly(kind: str, step: int, hits: list[tuple]) -> Anomaly:
-    """One anomaly of ``kind`` at ``step`` from the ranks' hits (rank, significance, value, baseline, onset, source
-    [, rate]): the costliest rank's figures, every rank named."""
-    hits = sorted(hits, key=lambda h: -h[1].difference_us)
-    rank, verdict, value, baseline, onset, source = hits[0][:6]
-    cost = hits[0][6] if len(hits[0]) > 6 else verdict.difference_us / rules.US
+def _rank_medians(store: _Store, recent: int, end: int | None = None) -> dict[str, float]:
+    end = store.size if end is None else end
+    n = min(recent, end)
+    out = {}
+    for name in _STORED:
+        values = store.data[name][end - n:end]
+        out[name] = float(np.median(values[np.isfinite(values)])) if n and np.isfinite(values).any() else float("nan")
+    return out
+
+
+def _anomaly(kind: str, hits: list[tuple]) -> Anomaly:
+    """One anomaly of ``kind`` from the ranks' hits (rank, step, significance, value, baseline, onset, source
+    [, cost]): the costliest rank's figures, every rank named."""
+    hits = sorted(hits, key=lambda h: -h[2].difference_us)
+    rank, step, verdict, value, baseline, onset, source = hits[0][:7]
+    cost = hits[0][7] if len(hits[0]) > 7 else verdict.difference_us / rules.US
     return Anomaly(kind=kind, step=step, ranks=tuple(sorted(h[0] for h in hits)), value=value, baseline=baseline,
                    cost=cost, judged=verdict.as_dict(), onset=onset, source=source)

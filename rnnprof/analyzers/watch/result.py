@@ -102,8 +102,9 @@ class FindingSummary:
 class WindowVerdict:
     """What a capture window says: the anomaly that explains the incident best (``headline``, with the others
     raised with it), the window's audit (its findings, costliest first; ``agrees``: a finding names the same rank
-    as the headline), the step time of the window and of the baseline window (seconds, by their traces), and
-    what could not be analysed."""
+    as the headline), the step time of the window and of the baseline window (seconds, by their traces, as
+    ``diff`` measures them), the operators that grew most against the baseline window, and what could not be
+    analysed."""
 
     window: str
     headline: Anomaly | None
@@ -113,6 +114,7 @@ class WindowVerdict:
     step_s: float | None = None
     baseline_step_s: float | None = None
     baseline_window: str | None = None
+    grew: tuple[tuple[str, float], ...] = ()  # the operators that take more time a step than in the baseline
     notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
@@ -121,4 +123,4 @@ class WindowVerdict:
                 "findings": [f.as_dict() for f in self.findings],
                 "agrees": self.agrees.as_dict() if self.agrees else None, "step_s": self.step_s,
                 "baseline_step_s": self.baseline_step_s, "baseline_window": self.baseline_window,
-                "notes": list(self.notes)}
+                "grew": [[name, seconds] for name, seconds in self.grew], "notes": list(self.notes)}

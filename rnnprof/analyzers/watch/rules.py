@@ -16,10 +16,10 @@ that jitter and ``K`` times its own spread.
   ranks' median stand for it.
 * **Input stall**: the wait for the batch against its baseline, with the *step time's* jitter: a stall must
   matter to the step.
-* **Memory growth**: over the last ``MEMORY_WINDOW`` steps, the medians of its four quarters rise one after the
-  other (one jump is no growth) and the rate, the median of ``(m[i + W/2] - m[i]) / (W/2)``, is significant
-  against the spread of the same rates over the baseline. Its rate is then the least-squares slope from the
-  onset (the last step still at the baseline's level) to now.
+* **Memory growth**: over the last ``MEMORY_WINDOW`` steps (or 4 or 16 times as many), the medians of its four
+  quarters rise one after the other (one jump is no growth) and the mean change a step exceeds ``K`` times its
+  standard error (a wandering level is no growth). Its rate is then the least-squares slope from the onset (the
+  last step still at the level of the steps before the span) to now.
 * **Spike**: one step above the baseline's median by more than ``SPIKE_K`` times the jitter and twice the largest
   excursion of the rank's last ``SPIKE_HISTORY`` steps.
 """
@@ -67,6 +67,8 @@ def lateness(waits: np.ndarray) -> np.ndarray:
     """``waits``: ranks x steps, each rank's collective wait; each rank's lateness: the median of the other ranks'
     waits less its own (ranks x steps)."""
     ranks = waits.shape[0]
+    if ranks == 2:
+        return np.array([waits[1] - waits[0], waits[0] - waits[1]])
     out = np.empty_like(waits)
     for r in range(ranks):
         others = np.delete(waits, r, axis=0)
@@ -79,21 +81,27 @@ def rank_floor_s(gpu: bool) -> float:
     return (CROSS_RANK_FLOOR_US if gpu else CPU_RANK_FLOOR_US) / US
 
 
-def _slope_samples(memory: np.ndarray) -> np.ndarray:
-    half = len(memory) // 2
-    return (memory[half:2 * half] - memory[:half]) / max(half, 1)
-
-
-def memory_growth(recent: np.ndarray, baseline: np.ndarray) -> Significance | None:
-    """Whether memory grows over ``recent`` (``MEMORY_WINDOW`` steps): None when its quarters do not rise one
-    after the other, else the rate (bytes a step, as ``significance`` judges it) against the baseline's."""
-    quarters = np.array_split(recent, 4)
-    medians = [float(np.median(q)) for q in quarters]
-    if not all(b > a for a, b in zip(medians, medians[1:])):
-        return None
-    rates = _slope_samples(recent)
-    base_rates = _slope_samples(baseline) if len(baseline) >= 8 else np.zeros(1)
-    return significance(rates, robust_spread(base_rates))
+def memory_growth(memory: np.ndarray) -> tuple[Significance, int] | None:
+    """Whether ``memory`` (a rank's memory, a value a step, oldest first) grows over its last ``MEMORY_WINDOW``
+    steps, or 4 or 16 times as many (a leak that allocates now and then shows over a longer span): (the judgement,
+    the span) of the shortest span that grows, None where none does. Over a span, memory grows when the medians of
+    its four quarters rise one after the other (one jump is no growth) and its net rise a step, the mean of its
+    step-to-step changes, exceeds ``K`` times the standard error of that mean."""
+    for span in (MEMORY_WINDOW, 4 * MEMORY_WINDOW, 16 * MEMORY_WINDOW):
+        if span > len(memory):
+            return None
+        window = memory[-span:]
+        medians = [float(np.median(q)) for q in np.array_split(window, 4)]
+        if not all(b > a for a, b in zip(medians, medians[1:])):
+            continue
+        changes = np.diff(window)
+        rate = float(changes.mean())
+        error = float(changes.std(ddof=1)) / np.sqrt(len(changes))
+        threshold = K * error
+        if rate > threshold:
+            return Significance(rate, float(changes.std(ddof=1)), error, threshold, len(changes), True,
+                                1.0 - threshold / rate, per="step"), span
+    return None
 
 
 def growth_onset(memory: np.ndarray, baseline: np.ndarray) -> int:

@@ -1,0 +1,211 @@
+"""What one PyTorch rank measures of each step without the profiler (``rnnprof watch``), with hooks that cost a
+few microseconds a step:
+
+* ``StepMarks``: the moments a step passes through: the model's first forward (a forward pre-hook on each *root*
+  module: one called while no other module runs; the roots are found in the first step by torch's global module
+  hooks, which are then removed), the start of its backward pass (a hook on the root's output tensor), the
+  optimizer step's start and end (torch's global optimizer hooks, installed by the rank's watch);
+* ``DdpWaits``: DDP's gradient all-reduce timed through a communication hook that rnnprof registers where the
+  script registered none (it calls the default all-reduce, or a hook the script registers later): each bucket's
+  launch, and its completion as its future completes; the step's wait is from the last launch to the last
+  completion;
+* ``MemoryGauge``: the CUDA allocator's allocated bytes and their peak in the step (its peak statistic is reset at
+  each step's end) where CUDA is in use, else the process's resident memory (``/proc/self/statm``, read with one
+  ``pread``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from rnnprof.events.series import MEMORY_CUDA, MEMORY_RSS
+
+NAN = float("nan")
+NO_DDP = "no DistributedDataParallel module (other collectives are timed in the capture windows)"
+OWN_HOOK = "the script registered its own DDP communication hook"
+
+
+class StepMarks:
+    """The moments of the current step (``time.perf_counter``), and the hooks that set them (see the module)."""
+
+    def __init__(self, on_root=None):
+        self.forward = self.backward = self.optimizer = self.optimizer_end = None
+        self.roots: list = []
+        self._on_root = on_root  # called with each root module once found (the rank's DDP waits)
+        self._depth = 0
+        self._global: list = []
+        self._handles: list = []
+
+    def reset(self) -> None:
+        self.forward = self.backward = self.optimizer = self.optimizer_end = None
+
+    def discover(self) -> None:
+        """Find the root modules from the next forward on (torch's global module hooks, until ``settle``)."""
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self._global = [register_module_forward_pre_hook(self._global_pre),
+                        register_module_forward_hook(self._global_post, always_call=True)]
+
+    def _global_pre(self, module, args) -> None:
+        if self._depth == 0 and not any(module is root for root in self.roots):
+            self.roots.append(module)
+            self._hook_root(module)
+            if self.forward is None:
+                self.forward = time.perf_counter()
+        self._depth += 1
+
+    def _global_post(self, module, args, output) -> None:
+        self._depth = max(0, self._depth - 1)
+
+    def settle(self) -> None:
+        """Stop looking for roots (after the first step): only the roots' own hooks stay."""
+        for handle in self._global:
+            handle.remove()
+        self._global.clear()
+
+    def _hook_root(self, module) -> None:
+        self._handles += [module.register_forward_pre_hook(self._root_pre),
+                          module.register_forward_hook(self._root_post)]
+        if self._on_root is not None:
+            self._on_root(module)
+
+    def _root_pre(self, module, args) -> None:
+        if self.forward is None:
+            self.forward = time.perf_counter()
+
+    def _root_post(self, module, args, output) -> None:
+        if self.backward is not None:
+            return
+        tensor = _first_grad_tensor(output)
+        if tensor is not None:
+            tensor.register_hook(self._backward_began)
+
+    def _backward_began(self, grad):
+        if self.backward is None:
+            self.backward = time.perf_counter()
+        return None
+
+    def close(self) -> None:
+        self.settle()
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+def _first_grad_tensor(output):
+    """The first tensor of a module's output (a tensor, or one inside a tuple, list or dict) that needs a gradient."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output if output.requires_grad else None
+    values = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            return value
+    return None
+
+
+class DdpWaits:
+    """DDP's all-reduce waits of one rank (see the module). ``unmeasured``: why none are measured, "" once a DDP
+    module is hooked."""
+
+    def __init__(self):
+        self.unmeasured = NO_DDP
+        self.inner = None  # (hook, state) the script registered after rnnprof's
+        self.group = None
+        self._launched = self._done = None
+        self._hooked = False
+
+    def offer(self, module) -> None:
+        """A root module: hooked if it is a DDP module without a communication hook of the script's."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if self._hooked or not isinstance(module, DistributedDataParallel):
+            return
+        if getattr(module, "_use_python_reducer", False) or module._comm_hooks or _builtin_hook(module):
+            self.unmeasured = OWN_HOOK
+            return
+        self.group = module.process_group
+        module.register_comm_hook(self, _timed_all_reduce)
+        module.register_comm_hook = self._register_inner  # a hook the script registers later runs inside ours
+        self._hooked, self.unmeasured = True, ""
+
+    def _register_inner(self, state, hook) -> None:
+        self.inner = (hook, state)
+
+    def launched(self) -> None:
+        self._launched = time.perf_counter()
+
+    def completed(self, future):
+        self._done = time.perf_counter()
+        return future.value()
+
+    def take(self) -> float:
+        """The step's wait (seconds): 0 for a step without an all-reduce; NaN where none is measured."""
+        if not self._hooked:
+            return NAN
+        wait = 0.0
+        if self._launched is not None and self._done is not None:
+            wait = max(0.0, self._done - self._launched)
+        self._launched = self._done = None
+        return wait
+
+
+def _builtin_hook(module) -> bool:
+    """Whether the script registered one of DDP's built-in (C++) communication hooks."""
+    try:
+        return bool(module._get_ddp_logging_data().get("comm_hook"))
+    except Exception:  # an older or newer DDP without this field: take it that none is registered
+        return False
+
+
+def _timed_all_reduce(waits: DdpWaits, bucket):
+    """DDP's communication hook under watch: the default all-reduce (or the script's own hook), timed."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    waits.launched()
+    if waits.inner is not None:
+        future = waits.inner[0](waits.inner[1], bucket)
+    else:
+        future = allreduce_hook(waits.group, bucket)
+    return future.then(waits.completed)
+
+
+STATM = "/proc/self/statm"
+
+
+class MemoryGauge:
+    """The rank's memory at a step's end and its peak in the step (see the module)."""
+
+    def __init__(self):
+        import torch
+
+        self._cuda = torch.cuda if torch.cuda.is_available() else None
+        self._fd: int | None = None
+        self.source = MEMORY_RSS
+        try:
+            self._fd = os.open(STATM, os.O_RDONLY)
+        except OSError:
+            pass
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+    def read(self) -> tuple[float, float]:
+        """(bytes now, peak bytes in the step or NaN)."""
+        cuda = self._cuda
+        if cuda is not None and cuda.is_initialized():
+            self.source = MEMORY_CUDA
+            now, peak = float(cuda.memory_allocated()), float(cuda.max_memory_allocated())
+            cuda.reset_peak_memory_stats()
+            return now, peak
+        if self._fd is None:
+            return NAN, NAN
+        try:
+            return float(int(os.pread(self._fd, 64, 0).split()[1]) * self._page), NAN
+        except (OSError, ValueError, IndexError):
+            return NAN, NAN
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
