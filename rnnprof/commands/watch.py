@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from rich.text import Text
@@ -162,7 +161,7 @@ def _workload(args: argparse.Namespace, console) -> int:
         done = watch_torch_workload(options, args.out, args.force, argv, watch, hang=_hang(args))
     else:
         config = workload_config_from_args(args, gpus_available=visible_gpus())
-        watch = lambda out: _watcher(args, out, console, _options(args, gpu=config.devices_are_gpus))  # noqa: E731
+        watch = lambda out: _watcher(args, out, console, _options(args, gpu=bool(visible_gpus())))  # noqa: E731
         done = watch_tf_workload(config, args.out, args.force, argv, watch, hang=_hang(args))
     _summary(console, done.path, done.watcher)
     return 0
@@ -183,31 +182,33 @@ def _summary(console, out: Path, watcher: Watcher) -> None:
 
 class WindowAnalysis:
     """A window's analysis in a process of its own at nice 19 (``commands.window_verdict``): ``poll()`` gives its
-    verdict once it has ended (a failed one's says why)."""
+    verdict once it has ended (a failed one's says why). What it is given and what it says on stderr are files in
+    the window's folder, removed once it has ended well."""
 
     def __init__(self, window: Path, baseline: Path | None, anomalies: list):
         self.window = window
-        self._anomalies = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-        json.dump([a.as_dict() for a in anomalies], self._anomalies)
-        self._anomalies.close()
-        self._stderr = tempfile.TemporaryFile()
+        self._given = window / ".anomalies.json"
+        self._log = window / ".analysis.log"
+        self._given.write_text(json.dumps([a.as_dict() for a in anomalies]))
         argv = [sys.executable, "-m", "rnnprof.commands.window_verdict", str(window),
-                "--anomalies", self._anomalies.name, *(["--baseline", str(baseline)] if baseline else [])]
-        self._process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self._stderr,
-                                         preexec_fn=lambda: os.nice(19))
+                "--anomalies", str(self._given), *(["--baseline", str(baseline)] if baseline else [])]
+        with open(self._log, "wb") as log:
+            self._process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log,
+                                             preexec_fn=lambda: os.nice(19))
 
     def poll(self) -> dict | None:
         code = self._process.poll()
         if code is None:
             return None
-        os.unlink(self._anomalies.name)
+        self._given.unlink(missing_ok=True)
         try:
-            return json.loads((self.window / rundir.VERDICT).read_text())
+            verdict = json.loads((self.window / rundir.VERDICT).read_text())
         except (OSError, ValueError):
-            self._stderr.seek(0)
-            lines = self._stderr.read().decode(errors="replace").strip().splitlines()
+            lines = self._log.read_text(errors="replace").strip().splitlines() if self._log.exists() else []
             why = lines[-1] if lines else f"exit code {code}"
             return {"window": self.window.name, "text": f"the window's analysis failed ({why}); the job went on"}
+        self._log.unlink(missing_ok=True)
+        return verdict
 
     def stop(self) -> None:
         if self._process.poll() is None:

@@ -25,7 +25,7 @@ from rnnprof.analyzers.watch.verdict import window_verdict
 from rnnprof.commands import audit_inputs
 from rnnprof.commands.diff import read_side
 from rnnprof.errors import RnnprofError
-from rnnprof.files import atomic_write_json
+from rnnprof.rundir.writer import atomic_write_json
 from rnnprof.reports.watch import verdict_text
 
 

@@ -66,14 +66,9 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
         prepare_out_dir(out, force=force)
         atomic_write_json(out / rundir.MANIFEST, new_manifest(list(command), {"script": list(command)}))
 
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[2])  # the folder holding rnnprof/
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's info lines (profiler sessions) are rnnprof's noise
-    env[ENV] = json.dumps({"out": str(out), "steps": steps, "skip_steps": skip_steps, "delay": delay,
-                           "command": list(command), "rnnprof_python": sys.executable,
-                           "torchrun": launch.torchrun, "watch": watch})
-    env.setdefault(FR_BUFFER_ENV, FR_BUFFER)  # each rank's flight recorder, for the hang watch
+    env = _child_environment({"out": str(out), "steps": steps, "skip_steps": skip_steps, "delay": delay,
+                              "command": list(command), "rnnprof_python": sys.executable,
+                              "torchrun": launch.torchrun, "watch": watch})
     if launch.torchrun:
         child = _start_torchrun(launch.argv, env, open_run)
     else:
@@ -102,6 +97,18 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
         _mark_unfinished(out, list(command), code)
         remove_probe_files(out, TASKS)
     return 130 if interrupted or code == -signal.SIGINT else code
+
+
+def _child_environment(settings: dict) -> dict:
+    """The environment of the script's processes: rnnprof importable, the bootstrap's ``settings``, the flight
+    recorder on."""
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder holding rnnprof/
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's info lines (profiler sessions) are rnnprof's noise
+    env[ENV] = json.dumps(settings)
+    env.setdefault(FR_BUFFER_ENV, FR_BUFFER)  # each rank's flight recorder, for the hang watch
+    return env
 
 
 def _start_torchrun(argv: list[str], env: dict, open_run) -> subprocess.Popen:

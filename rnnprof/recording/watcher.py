@@ -34,6 +34,8 @@ from rnnprof.events.series import RankSeries
 from rnnprof.recording import ranks
 from rnnprof.recording.hang_probe import read_progress
 from rnnprof.rundir import windows
+from rnnprof.errors import InputError
+from rnnprof.rundir.manifest import read_manifest_json
 from rnnprof.rundir.series import SeriesTail
 from rnnprof.rundir.windows import WindowRequest
 
@@ -263,10 +265,16 @@ class Watcher:
                 return
 
     def _written(self, window: _Window, now: float) -> bool:
-        """Every live rank has recorded its part of ``window`` (or they have had ``WINDOW_WAIT_S`` to)."""
+        """The window's run directory is closed (its manifest says how it ended), or every live rank has recorded
+        its part, or they have had ``WINDOW_WAIT_S`` to."""
         folder = windows.windows_dir(self.run_dir) / window.request.name
+        try:
+            if read_manifest_json(folder).get("status") not in (None, rundir.STATUS_RUNNING):
+                return True
+        except InputError:
+            pass
         done = {r["rank"] for r in ranks.read_records(folder) if r.get("status") != rundir.STATUS_RUNNING}
-        return set(self.detector.live()) <= done or now - window.passed_at > WINDOW_WAIT_S
+        return bool(done) and set(self.detector.live()) <= done or now - window.passed_at > WINDOW_WAIT_S
 
     def _start_analysis(self, window: _Window) -> None:
         folder = windows.windows_dir(self.run_dir) / window.request.name

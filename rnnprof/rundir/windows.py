@@ -24,7 +24,13 @@ from rnnprof import rundir
 from rnnprof.files import atomic_write_bytes
 
 REQUEST_POLL_S = 0.05  # how often a rank looks for a new window request
-_ENCODE = msgspec.json.Encoder().encode
+def _plain(value):
+    """What msgspec cannot encode as it is: numpy's numbers (``item()``), else their text."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
+
+
+_ENCODE = msgspec.json.Encoder(enc_hook=_plain).encode
 
 
 @dataclass(frozen=True)

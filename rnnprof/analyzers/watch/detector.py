@@ -39,7 +39,7 @@ class _Base:
 
 class _Store:
     """One rank's judged steps (no flag), the last ``KEEP``, a growing array per stored column; ``late`` is
-    filled by the detector (the rank's lateness, ``rules.lateness``)."""
+    filled by the detector (the rank's lateness, ``rules.rank_lateness``)."""
 
     def __init__(self):
         self.data = {name: np.full(256, np.nan) for name in _STORED}
@@ -262,14 +262,14 @@ class Detector:
                                rules.growth_rate(since[onset:]))
 
     def _fill_lateness(self, ends: dict[int, int]) -> None:
-        """Each judged rank's lateness at this step (``rules.lateness``): by its collective waits, or where a rank
+        """Each judged rank's lateness at this step (``rules.rank_lateness``): by its collective waits, or where a rank
         measured none, by its own phases."""
         ranks = list(ends)
         waits = np.array([[self.stores[r].data["comm_wait_s"][ends[r] - 1]] for r in ranks])
         if not np.isfinite(waits).all():
             waits = -np.array([[sum(self.stores[r].data[c][ends[r] - 1] for c in ("data_s", "forward_s",
                                                                                    "optimizer_s"))] for r in ranks])
-        late = rules.lateness(waits)
+        late = rules.rank_lateness(waits)
         for k, rank in enumerate(ranks):
             self.stores[rank].data["late"][ends[rank] - 1] = late[k, 0]
 

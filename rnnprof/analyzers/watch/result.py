@@ -37,9 +37,10 @@ class Anomaly:
     source: str = ""  # what the rule read: "collective waits", "the ranks' own phases", "process_rss", ...
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "step": self.step, "ranks": list(self.ranks), "value": self.value,
-                "baseline": self.baseline, "cost": self.cost, "judged": dict(self.judged), "onset": self.onset,
-                "source": self.source}
+        return {"kind": self.kind, "step": int(self.step), "ranks": [int(r) for r in self.ranks],
+                "value": float(self.value), "baseline": float(self.baseline), "cost": float(self.cost),
+                "judged": {k: _plain(v) for k, v in self.judged.items()},
+                "onset": None if self.onset is None else int(self.onset), "source": self.source}
 
     @staticmethod
     def from_dict(data: dict) -> "Anomaly":
@@ -48,6 +49,17 @@ class Anomaly:
                        baseline=float(data.get("baseline") or 0.0), cost=float(data.get("cost") or 0.0),
                        judged=dict(data.get("judged") or {}), onset=data.get("onset"),
                        source=str(data.get("source") or ""))
+
+
+def _plain(value):
+    """numpy's numbers as Python's (a float64 is a float, but JSON encoders want the builtin)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, int):
+        return int(value)
+    return value
 
 
 def by_cause(anomalies) -> list[Anomaly]:

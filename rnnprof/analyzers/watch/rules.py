@@ -35,6 +35,7 @@ BASELINE = 100
 MIN_BASELINE = 20
 SETTLE = 10
 MEMORY_WINDOW = 40
+MEMORY_FLOOR = 0.01  # a rise over a span smaller than this share of the memory in use is no leak to call
 SPIKE_K = 10.0
 SPIKE_HISTORY = 1000
 US = 1e6  # the noise module judges microseconds
@@ -63,7 +64,7 @@ def shift(recent: np.ndarray, baseline: np.ndarray, jitter_of: np.ndarray | None
     return significance((recent - base) * US, scale * US, floor_us=floor_s * US)
 
 
-def lateness(waits: np.ndarray) -> np.ndarray:
+def rank_lateness(waits: np.ndarray) -> np.ndarray:
     """``waits``: ranks x steps, each rank's collective wait; each rank's lateness: the median of the other ranks'
     waits less its own (ranks x steps)."""
     ranks = waits.shape[0]
@@ -86,7 +87,8 @@ def memory_growth(memory: np.ndarray) -> tuple[Significance, int] | None:
     steps, or 4 or 16 times as many (a leak that allocates now and then shows over a longer span): (the judgement,
     the span) of the shortest span that grows, None where none does. Over a span, memory grows when the medians of
     its four quarters rise one after the other (one jump is no growth) and its net rise a step, the mean of its
-    step-to-step changes, exceeds ``K`` times the standard error of that mean."""
+    step-to-step changes, exceeds ``K`` times the standard error of that mean and ``MEMORY_FLOOR`` of the memory
+    at the span's start spread over the span."""
     for span in (MEMORY_WINDOW, 4 * MEMORY_WINDOW, 16 * MEMORY_WINDOW):
         if span > len(memory):
             return None
@@ -97,7 +99,7 @@ def memory_growth(memory: np.ndarray) -> tuple[Significance, int] | None:
         changes = np.diff(window)
         rate = float(changes.mean())
         error = float(changes.std(ddof=1)) / np.sqrt(len(changes))
-        threshold = K * error
+        threshold = max(K * error, MEMORY_FLOOR * float(window[0]) / len(changes))
         if rate > threshold:
             return Significance(rate, float(changes.std(ddof=1)), error, threshold, len(changes), True,
                                 1.0 - threshold / rate, per="step"), span
