@@ -254,7 +254,10 @@ class Watcher:
                 window.passed_at = now
         running = [w for w in self.windows if w.analysis is not None and w.verdict is None]
         for window in running:
-            verdict = window.analysis.poll()
+            try:
+                verdict = window.analysis.poll()
+            except Exception as exc:  # the analysis failed: the window says so, the watch goes on
+                verdict = _failed(window, exc)
             if verdict is not None:
                 self._verdict(window, verdict)
         if running and all(w.verdict is None for w in running):
@@ -285,7 +288,10 @@ class Watcher:
             self._verdict(window, {"window": window.request.name, "text": "" if self.analyse is None else
                                    "not captured: the job ended before the window opened"})
             return
-        window.analysis = self.analyse(folder, base_dir, window.anomalies)
+        try:
+            window.analysis = self.analyse(folder, base_dir, window.anomalies)
+        except Exception as exc:
+            self._verdict(window, _failed(window, exc))
 
     def _verdict(self, window: _Window, verdict: dict) -> None:
         window.verdict = verdict
@@ -295,11 +301,10 @@ class Watcher:
     def _finish(self) -> None:
         """After the job: its last steps read and judged, its windows analysed (the job has ended: nothing to slow)."""
         self.poll()
+        for window in self.windows:
+            window.passed_at = -math.inf  # the job has ended: what its ranks wrote is all there will be
         deadline = time.monotonic() + WINDOW_WAIT_S
         while time.monotonic() < deadline and any(self._unfinished(w) for w in self.windows):
-            for window in self.windows:
-                if window.passed_at is None:
-                    window.passed_at = time.monotonic() - WINDOW_WAIT_S  # the job has ended: what is there is all
             self._windows()
             time.sleep(POLL_S)
         for window in self.windows:
@@ -322,6 +327,11 @@ class Watcher:
                              "verdict": (w.verdict or {}).get("text")} for w in self.windows],
                 "stopped": {str(r): why for r, why in self.detector.stopped.items()},
                 "unmeasured": dict(self.detector.unmeasured), "notes": list(self.notes)}
+
+
+def _failed(window: _Window, exc: Exception) -> dict:
+    return {"window": window.request.name,
+            "text": f"the window's analysis failed ({type(exc).__name__}: {exc}); the job went on"}
 
 
 def _why_stopped(record: dict | None, progress: tuple[int, int] | None, last_step: int, silent_s: float,

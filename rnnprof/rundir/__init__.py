@@ -93,6 +93,15 @@ def series_rank(name: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
+_WINDOW = re.compile(r"^\d+-step(\d+)$")
+
+
+def window_first_step(name: str) -> int | None:
+    """The first step of the window whose folder is ``name`` (as ``window_name`` names it), else None."""
+    found = _WINDOW.match(name)
+    return int(found.group(1)) if found else None
+
+
 def window_name(number: int, first_step: int) -> str:
     """Capture window ``number``'s folder in ``WINDOWS_DIR``: ``003-step1207``."""
     return f"{number:03d}-step{first_step}"

@@ -27,7 +27,13 @@ from rnnprof import rundir
 from rnnprof.events.series import (COLUMNS, MEMORY_RSS, SERIES_FORMAT, SERIES_VERSION, RankSeries,
                                    series_from_rows)
 
-_ENCODE = msgspec.json.Encoder().encode
+def plain(value):
+    """What msgspec cannot encode as it is (its ``enc_hook``): numpy's numbers as Python's, anything else as text."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
+
+
+_ENCODE = msgspec.json.Encoder(enc_hook=plain).encode
 _DECODER = msgspec.json.Decoder()
 
 

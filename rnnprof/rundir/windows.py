@@ -22,15 +22,10 @@ import msgspec
 
 from rnnprof import rundir
 from rnnprof.files import atomic_write_bytes
+from rnnprof.rundir.series import plain
 
 REQUEST_POLL_S = 0.05  # how often a rank looks for a new window request
-def _plain(value):
-    """What msgspec cannot encode as it is: numpy's numbers (``item()``), else their text."""
-    item = getattr(value, "item", None)
-    return item() if callable(item) else str(value)
-
-
-_ENCODE = msgspec.json.Encoder(enc_hook=_plain).encode
+_ENCODE = msgspec.json.Encoder(enc_hook=plain).encode
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from .result import (INPUT_STALL, MEMORY_GROWTH, REGRESSION, SPIKE, STRAGGLER, A
 KEEP = 4096  # steps kept of each rank (the whole series is in the run directory)
 REFRESH = rules.RECENT // 2
 SPIKE_CONFIRM = rules.RECENT // 2  # steps after a spike that must be back near the baseline (else: a regression)
+COLLECTIVE_WAITS, OWN_PHASES = "collective waits", "the ranks' own phases"  # what a lateness was measured by
 _STORED = ("step", "end", "step_s", "data_s", "forward_s", "optimizer_s", "comm_wait_s", "memory", "late")
 
 
@@ -131,6 +132,7 @@ class Detector:
     judged_step: int = -1  # the last job step judged
     last: Anomaly | None = None
     unmeasured: dict[str, str] = field(default_factory=dict)  # what some rank could not measure, and why
+    _late_source: str = ""
     _raised: dict[tuple[str, int], _Raised] = field(default_factory=dict)
 
     def feed(self, series: RankSeries) -> None:
@@ -215,17 +217,16 @@ class Detector:
             verdict = rules.shift(now, baseline, store.window(jitter_of, end)[1] if jitter_of else None, floor)
             if verdict.significant and verdict.difference_us > 0:
                 onset = _onset(now, base.median + max(K * scale.jitter, floor))
-                hits[kind] = (int(steps[end - 1]), verdict, _median(now), base.median,
-                              int(steps[end - rules.RECENT + onset]), self._source(kind))
+                value = _median(now[onset:])  # the steps since the change: what it costs now
+                hits[kind] = (int(steps[end - 1]), verdict, value, base.median,
+                              int(steps[end - rules.RECENT + onset]), self._source(kind), value - base.median)
         self._spike(hits, store, end)
         if end % REFRESH == 0:
             self._memory(hits, store, end)
         return hits
 
     def _source(self, kind: str) -> str:
-        if kind == STRAGGLER:
-            return "the ranks' own phases" if "comm_wait_s" in self.unmeasured else "collective waits"
-        return ""
+        return self._late_source if kind == STRAGGLER else ""
 
     def _spike(self, hits: dict, store: _Store, end: int) -> None:
         """A spike ``SPIKE_CONFIRM`` steps back, confirmed by the steps after it (back near the baseline)."""
@@ -266,10 +267,12 @@ class Detector:
         measured none, by its own phases."""
         ranks = list(ends)
         waits = np.array([[self.stores[r].data["comm_wait_s"][ends[r] - 1]] for r in ranks])
-        if not np.isfinite(waits).all():
+        own = not np.isfinite(waits).all()
+        if own:
             waits = -np.array([[sum(self.stores[r].data[c][ends[r] - 1] for c in ("data_s", "forward_s",
                                                                                    "optimizer_s"))] for r in ranks])
         late = rules.rank_lateness(waits)
+        self._late_source = OWN_PHASES if own else COLLECTIVE_WAITS
         for k, rank in enumerate(ranks):
             self.stores[rank].data["late"][ends[rank] - 1] = late[k, 0]
 
