@@ -320,7 +320,7 @@ class Watcher:
         the anomalies raised, the notes."""
         return {"options": {k: getattr(self.options, k) for k in ("window_steps", "capture_gap", "max_captures",
                                                                   "baseline_step")},
-                "steps": self.detector.job_step() + 1, "ranks": sorted(self.detector.stores),
+                "steps": self._max_step() + 1, "ranks": sorted(self.detector.stores),
                 "windows": [{"name": w.request.name, "number": w.request.number, "first_step": w.request.first_step,
                              "steps": w.request.steps, "reason": w.reason,
                              "anomalies": [a.as_dict() for a in w.anomalies],

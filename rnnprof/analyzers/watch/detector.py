@@ -217,7 +217,9 @@ class Detector:
             verdict = rules.shift(now, baseline, store.window(jitter_of, end)[1] if jitter_of else None, floor)
             if verdict.significant and verdict.difference_us > 0:
                 onset = _onset(now, base.median + max(K * scale.jitter, floor))
-                value = _median(now[onset:])  # the steps since the change: what it costs now
+                value = _median(now[onset:] if len(now) - onset >= 3 else now)  # since the change: its cost now
+                if value <= base.median:
+                    continue
                 hits[kind] = (int(steps[end - 1]), verdict, value, base.median,
                               int(steps[end - rules.RECENT + onset]), self._source(kind), value - base.median)
         self._spike(hits, store, end)
@@ -253,12 +255,11 @@ class Detector:
         if grows is None:
             return
         verdict, span = grows
-        before = memory[max(0, len(memory) - span - rules.BASELINE):len(memory) - span]
-        since = memory[len(memory) - span - len(before):]
-        onset = rules.growth_onset(since, before) if len(before) else 0
+        since = memory[max(0, len(memory) - span - rules.BASELINE):]
+        onset = rules.growth_onset(since)
         steps = store.data["step"][rules.SETTLE:end]
-        hits[MEMORY_GROWTH] = (int(steps[-1]), verdict, float(memory[-1]), float(np.median(before if len(before)
-                                                                                             else memory[:1])),
+        level = float(np.median(since[:onset])) if onset else float(since[0])
+        hits[MEMORY_GROWTH] = (int(steps[-1]), verdict, float(memory[-1]), level,
                                int(steps[len(memory) - len(since) + onset]), self.memory_source,
                                rules.growth_rate(since[onset:]))
 

@@ -21,7 +21,8 @@ that jitter and ``K`` times its own spread.
   standard error (a wandering level is no growth). Its rate is then the least-squares slope from the onset (the
   last step still at the level of the steps before the span) to now.
 * **Spike**: one step above the baseline's median by more than ``SPIKE_K`` times the jitter and twice the largest
-  excursion of the rank's last ``SPIKE_HISTORY`` steps.
+  excursion of the rank's last ``SPIKE_HISTORY`` steps (at least ``SPIKE_LEAST_HISTORY`` of them), the steps after
+  it back near the baseline (else it is the start of a regression).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ MEMORY_WINDOW = 40
 MEMORY_FLOOR = 0.01  # a rise over a span smaller than this share of the memory in use is no leak to call
 SPIKE_K = 10.0
 SPIKE_HISTORY = 1000
+SPIKE_LEAST_HISTORY = 100  # a spike is judged against at least this many steps' excursions
 US = 1e6  # the noise module judges microseconds
 
 
@@ -106,12 +108,27 @@ def memory_growth(memory: np.ndarray) -> tuple[Significance, int] | None:
     return None
 
 
-def growth_onset(memory: np.ndarray, baseline: np.ndarray) -> int:
-    """The index in ``memory`` of the last value still at the baseline's level (its median plus ``K`` times its
-    spread, at least one step's change), 0 where none is."""
-    level = float(np.median(baseline)) + max(K * robust_spread(baseline), 0.0)
-    at_level = np.nonzero(memory <= level)[0]
-    return int(at_level[-1]) if len(at_level) else 0
+def growth_onset(memory: np.ndarray) -> int:
+    """Where ``memory`` starts to grow: the index that best splits it into a level, then a line (the least summed
+    squared error of the two fits, from cumulative sums); 0 where it grows from its start."""
+    n = len(memory)
+    if n < 4:
+        return 0
+    y = memory - memory[0]
+    x = np.arange(n, dtype=np.float64)
+    c1, cy, cyy = (np.concatenate([[0.0], np.cumsum(v)]) for v in (np.ones(n), y, y * y))
+    cx, cxx, cxy = (np.concatenate([[0.0], np.cumsum(v)]) for v in (x, x * x, x * y))
+    best, where = np.inf, 0
+    for b in range(0, n - 2):
+        k = c1[b]
+        flat = cyy[b] - cy[b] ** 2 / k if k else 0.0
+        m, sx, sy = c1[n] - c1[b], cx[n] - cx[b], cy[n] - cy[b]
+        sxx, sxy, syy = cxx[n] - cxx[b], cxy[n] - cxy[b], cyy[n] - cyy[b]
+        var_x = sxx - sx * sx / m
+        line = syy - sy * sy / m - ((sxy - sx * sy / m) ** 2 / var_x if var_x > 0 else 0.0)
+        if flat + line < best:
+            best, where = flat + line, b
+    return where
 
 
 def growth_rate(memory: np.ndarray) -> float:
@@ -125,9 +142,11 @@ def growth_rate(memory: np.ndarray) -> float:
 def spike(value: float, baseline: np.ndarray, excursions: np.ndarray) -> Significance | None:
     """Whether one step of ``value`` seconds is a spike (see the module): its excursion against the threshold,
     None when it is no spike. ``excursions``: the rank's recent steps' excursions above their baselines."""
+    if len(excursions) < SPIKE_LEAST_HISTORY:
+        return None
     base = float(np.median(baseline))
     scale = jitter(baseline)
-    largest = float(excursions.max()) if len(excursions) else 0.0
+    largest = float(excursions.max())
     threshold = max(SPIKE_K * scale, 2.0 * largest)
     excursion = value - base
     if excursion <= threshold or threshold <= 0:

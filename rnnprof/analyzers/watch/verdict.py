@@ -6,12 +6,15 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from rnnprof.analyzers.audit import AuditResult
+from rnnprof.analyzers.audit import AuditResult, input_stalls, memory_growth, straggler
 from rnnprof.analyzers.diff.result import DiffReport
 
-from .result import Anomaly, FindingSummary, WindowVerdict, by_cause
+from .result import INPUT_STALL, MEMORY_GROWTH, STRAGGLER, Anomaly, FindingSummary, WindowVerdict, by_cause
 
 TOP_FINDINGS = 5
+# The audit's rules whose finding confirms an anomaly of each kind (any rule for the others).
+CONFIRMS = {STRAGGLER: {straggler.RULE_ID}, INPUT_STALL: {input_stalls.RULE_ID, straggler.RULE_ID},
+            MEMORY_GROWTH: {memory_growth.RULE_ID}}
 TOP_GROWN = 3
 _RANK = re.compile(r"rank\s*(\d+)")
 
@@ -30,6 +33,20 @@ def _ranks_of(finding: FindingSummary) -> set[int]:
     return {int(found.group(1))} if found else set()
 
 
+def _confirming(headline: Anomaly | None, findings: tuple[FindingSummary, ...]) -> FindingSummary | None:
+    """The first finding beyond info of a rule that confirms ``headline``'s kind and names one of its ranks (a
+    finding of the whole job names none and confirms any)."""
+    if headline is None:
+        return None
+    rules = CONFIRMS.get(headline.kind)
+    for finding in findings:
+        ranks = _ranks_of(finding)
+        if finding.severity != "info" and (rules is None or finding.rule in rules) and (
+                not ranks or ranks & set(headline.ranks)):
+            return finding
+    return None
+
+
 def window_verdict(window: str, anomalies: Sequence[Anomaly], audit: AuditResult | None = None,
                    diff: DiffReport | None = None, baseline_window: str | None = None,
                    notes: Sequence[str] = ()) -> WindowVerdict:
@@ -38,8 +55,7 @@ def window_verdict(window: str, anomalies: Sequence[Anomaly], audit: AuditResult
     ordered = by_cause(anomalies)
     headline = ordered[0] if ordered else None
     findings = finding_summaries(audit)
-    named = set(headline.ranks) if headline is not None else set()
-    agrees = next((f for f in findings if named and _ranks_of(f) & named and f.severity != "info"), None)
+    agrees = _confirming(headline, findings)
     step = base = None
     grew: tuple = ()
     if diff is not None and diff.time.headline is not None and diff.time.headline.comparable:
