@@ -25,17 +25,20 @@ from .result import (INPUT_STALL, MEMORY_GROWTH, REGRESSION, SPIKE, STRAGGLER, A
 KEEP = 4096  # steps kept of each rank (the whole series is in the run directory)
 REFRESH = rules.RECENT // 2
 SPIKE_CONFIRM = rules.RECENT // 2  # steps after a spike that must be back near the baseline (else: a regression)
+STILL = object()  # a raised anomaly whose steps are still at its new level: no new anomaly, not quiet
 COLLECTIVE_WAITS, OWN_PHASES = "collective waits", "the ranks' own phases"  # what a lateness was measured by
 _STORED = ("step", "end", "step_s", "data_s", "forward_s", "optimizer_s", "comm_wait_s", "memory", "late")
 
 
 @dataclass
 class _Base:
-    """A column's baseline at the time it was computed: where it ended, its median and its jitter."""
+    """A column's baseline at the time it was computed: where it ended, its median, its jitter and the largest
+    sustained excursion of the history before it (``rules.sustained``)."""
 
     end: int
     median: float
     jitter: float
+    sustained: float = 0.0
 
 
 class _Store:
@@ -99,7 +102,10 @@ class _Store:
         values = self.data[name][base_start:base_end]
         if not np.isfinite(values).all():
             return None
-        self.bases[key] = _Base(base_end, float(np.median(values)), rules.jitter(values))
+        median = float(np.median(values))
+        history = self.data[name][max(rules.SETTLE, base_end - rules.SPIKE_HISTORY):base_end]
+        self.bases[key] = _Base(base_end, median, rules.jitter(values),
+                                rules.sustained(history[np.isfinite(history)], median))
         return self.bases[key]
 
     def window(self, name: str, end: int) -> tuple[np.ndarray, np.ndarray]:
@@ -118,7 +124,12 @@ def _median(values: np.ndarray) -> float:
 
 @dataclass
 class _Raised:
-    quiet: int = 0  # steps the rule has been quiet since
+    """A raised anomaly of one rank: the level it rose from and to (a shift: it stays raised while the recent steps
+    are above the middle of the two), and the steps its rule has been quiet since."""
+
+    level: float = 0.0
+    value: float = 0.0
+    quiet: int = 0
 
 
 @dataclass
@@ -185,9 +196,11 @@ class Detector:
         its rules did not judge at this step)."""
         new = []
         for kind, hits in found.items():
-            fresh = [h for h in hits if (kind, h[0]) not in self._raised]
+            fresh = [h for h in hits if (kind, h[0]) not in self._raised and h[1] is not STILL]
+            for h in fresh:
+                self._raised[(kind, h[0])] = _Raised(level=h[4], value=h[3])
             for h in hits:
-                self._raised[(kind, h[0])] = _Raised()
+                self._raised[(kind, h[0])].quiet = 0
             if fresh:
                 new.append(_anomaly(kind, fresh))
         for key in list(self._raised):
@@ -211,12 +224,18 @@ class Detector:
             if base is None or scale is None:
                 continue
             recent = store.data[column][end - rules.RECENT:end]
-            if _median(recent) - base.median <= max(K * scale.jitter, floor):
+            raised = self._raised.get((kind, rank))
+            if raised is not None:  # it stays raised while the steps stay above the middle of its two levels
+                if _median(recent) > (raised.level + raised.value) / 2:
+                    hits[kind] = (int(steps[end - 1]), STILL)
+                continue
+            least = max(floor, base.sustained)
+            if _median(recent) - base.median <= max(K * scale.jitter, least):
                 continue  # the common case, decided without the full judgement
             now, baseline = store.window(column, end)
-            verdict = rules.shift(now, baseline, store.window(jitter_of, end)[1] if jitter_of else None, floor)
+            verdict = rules.shift(now, baseline, store.window(jitter_of, end)[1] if jitter_of else None, least)
             if verdict.significant and verdict.difference_us > 0:
-                onset = _onset(now, base.median + max(K * scale.jitter, floor))
+                onset = _onset(now, base.median + max(K * scale.jitter, least))
                 value = _median(now[onset:] if len(now) - onset >= 3 else now)  # since the change: its cost now
                 if value <= base.median:
                     continue

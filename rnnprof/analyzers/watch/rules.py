@@ -6,7 +6,9 @@ A rank's *recent* steps are its last ``RECENT``; its *baseline* the ``BASELINE``
 is the larger of the baseline's robust spread (``noise.robust_spread``) and its *level jitter*: how far the median
 of ``RECENT`` consecutive baseline steps moves (the spread of those medians), which a slow drift raises. A
 difference is significant as ``noise.significance`` says: its median over the recent steps above ``K`` (3) times
-that jitter and ``K`` times its own spread.
+that jitter and ``K`` times its own spread; and it must exceed the largest excursion of any ``RECENT`` consecutive
+steps of the rank's last ``SPIKE_HISTORY`` (``sustained``): a new level is one the rank has not had, a burst of
+load like those before it is none.
 
 * **Step-time regression**: the step time against its baseline.
 * **Straggler**: a rank's *lateness*, each step, is the median of the other ranks' collective waits less its own
@@ -38,7 +40,7 @@ SETTLE = 10
 MEMORY_WINDOW = 40
 MEMORY_FLOOR = 0.01  # a rise over a span smaller than this share of the memory in use is no leak to call
 SPIKE_K = 10.0
-SPIKE_HISTORY = 1000
+SPIKE_HISTORY = 1000  # steps of a rank's history whose excursions a spike or a new level must exceed
 SPIKE_LEAST_HISTORY = 100  # a spike is judged against at least this many steps' excursions
 US = 1e6  # the noise module judges microseconds
 
@@ -55,6 +57,16 @@ def level_jitter(baseline: np.ndarray, block: int = RECENT) -> float:
 
 def jitter(baseline: np.ndarray) -> float:
     return max(robust_spread(baseline), level_jitter(baseline))
+
+
+def sustained(history: np.ndarray, level: float, block: int = RECENT) -> float:
+    """The largest excursion above ``level`` of the median of ``block`` consecutive values of ``history`` (0 where
+    none is above): the longest-lasting excursion the rank has had, that a new level must exceed."""
+    blocks = len(history) // block
+    if blocks < 1:
+        return 0.0
+    medians = np.median(history[len(history) - blocks * block:].reshape(blocks, block), axis=1)
+    return max(0.0, float(medians.max()) - level)
 
 
 def shift(recent: np.ndarray, baseline: np.ndarray, jitter_of: np.ndarray | None = None,
