@@ -11,7 +11,8 @@ Every ``POLL_S`` it reads what each rank added to its series (``rundir.series.Se
   and for a window whenever the user asks (``ask()``: a signal; ``rundir.windows.ask_for_window``: another
   terminal), outside the rate limits;
 * once every rank has written a window, hands it to ``analyse`` (the command's: audit, and the comparison with the
-  baseline window), one at a time, and logs its verdict beside it;
+  baseline window), one at a time while the job runs (as many as there are cores once it has ended), and logs its
+  verdict beside it;
 * tells ``events`` (the live view) what happened, and writes the new steps as TensorBoard scalars (``scalars``).
 
 A rank whose series stopped (it ended, died, or cannot write) is no longer waited for, and said once. Nothing here
@@ -21,6 +22,7 @@ stops the job: a failure of the watch itself is said (``events.note``) and the j
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import traceback
@@ -40,7 +42,7 @@ from rnnprof.rundir.series import SeriesTail
 from rnnprof.rundir.windows import WindowRequest
 
 POLL_S = 0.2
-LEAD_S = 0.25  # a window opens this long after the last step seen, so that every rank has read the request
+LEAD_S = 0.5  # a window opens this long after the last step seen (a poll, a rank's look at the request, a margin)
 MIN_LEAD = 3
 WINDOW_WAIT_S = 60.0  # how long a window's traces may take to appear once every rank has run its steps
 ENDED = "ended"  # a rank that closed normally: its series is whole
@@ -246,8 +248,9 @@ class Watcher:
             windows.answer_ask(ask, f"window {window.request.name}: steps {window.request.first_step}-"
                                     f"{window.end_step} on every rank")
 
-    def _windows(self) -> None:
-        """Windows every rank has run: analysed once written, one at a time; their verdicts logged."""
+    def _windows(self, at_once: int = 1) -> None:
+        """Windows every rank has run: analysed once written, ``at_once`` at a time (one while the job runs); their
+        verdicts logged."""
         now, step = time.monotonic(), self.detector.job_step()
         for window in self.windows:
             if window.passed_at is None and step > window.end_step:
@@ -260,12 +263,14 @@ class Watcher:
                 verdict = _failed(window, exc)
             if verdict is not None:
                 self._verdict(window, verdict)
-        if running and all(w.verdict is None for w in running):
-            return
+        free = at_once - sum(1 for w in running if w.verdict is None)
         for window in self.windows:
-            if window.passed_at is not None and window.analysis is None and self._written(window, now):
-                self._start_analysis(window)
+            if free <= 0:
                 return
+            if window.passed_at is not None and window.analysis is None and window.verdict is None and \
+                    self._written(window, now):
+                self._start_analysis(window)
+                free -= 1
 
     def _written(self, window: _Window, now: float) -> bool:
         """The window's run directory is closed (its manifest says how it ended), or every live rank has recorded
@@ -305,7 +310,7 @@ class Watcher:
             window.passed_at = -math.inf  # the job has ended: what its ranks wrote is all there will be
         deadline = time.monotonic() + WINDOW_WAIT_S
         while time.monotonic() < deadline and any(self._unfinished(w) for w in self.windows):
-            self._windows()
+            self._windows(at_once=os.cpu_count() or 1)
             time.sleep(POLL_S)
         for window in self.windows:
             if window.analysis is not None and window.verdict is None:

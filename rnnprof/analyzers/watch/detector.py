@@ -274,7 +274,7 @@ class Detector:
         if grows is None:
             return
         verdict, span = grows
-        since = memory[max(0, len(memory) - span - rules.BASELINE):]
+        since = memory[max(0, len(memory) - 2 * span):]
         onset = rules.growth_onset(since)
         steps = store.data["step"][rules.SETTLE:end]
         level = float(np.median(since[:onset])) if onset else float(since[0])

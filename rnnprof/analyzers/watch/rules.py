@@ -35,7 +35,7 @@ from rnnprof.analyzers.noise import CPU_RANK_FLOOR_US, CROSS_RANK_FLOOR_US, K, S
 
 RECENT = 8
 BASELINE = 100
-MIN_BASELINE = 20
+MIN_BASELINE = 50  # fewer steps of a rank's own (after SETTLE): nothing is judged, its history is too short
 SETTLE = 10
 MEMORY_WINDOW = 40
 MEMORY_FLOOR = 0.01  # a rise over a span smaller than this share of the memory in use is no leak to call
@@ -144,11 +144,13 @@ def growth_onset(memory: np.ndarray) -> int:
 
 
 def growth_rate(memory: np.ndarray) -> float:
-    """The least-squares slope of ``memory`` over its index (bytes a step; 0 for fewer than two)."""
-    if len(memory) < 2:
+    """The Theil-Sen slope of ``memory`` over its index: the median of the slopes between every two steps (bytes a
+    step; 0 for fewer than two), which one jump in the middle (a window's profiler, kept) does not move."""
+    n = len(memory)
+    if n < 2:
         return 0.0
-    x = np.arange(len(memory), dtype=np.float64)
-    return float(np.polyfit(x, memory, 1)[0])
+    i, j = np.triu_indices(n, 1)
+    return float(np.median((memory[j] - memory[i]) / (j - i)))
 
 
 def spike(value: float, baseline: np.ndarray, excursions: np.ndarray) -> Significance | None:

@@ -1,6 +1,6 @@
 """A 2-rank CPU DDP (gloo) job of short steps for ``rnnprof watch``, its faults planted at known steps.
 
-    torchrun --nproc-per-node 2 tests/watch_job.py OUT_DIR --steps N [--straggle-at S --sleep-ms MS]
+    torchrun --nproc-per-node 2 benchmarks/_watch_job.py OUT_DIR --steps N [--straggle-at S --sleep-ms MS]
         [--grow-at S --grow-kb KB] [--stall-at S --stall-ms MS] [--step-ms MS]
 
 Each rank trains a tiny MLP with SGD for ``--steps`` steps (an ``optimizer.step()`` each); ``--step-ms``: each step
