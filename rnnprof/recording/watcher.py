@@ -200,6 +200,12 @@ class Watcher:
     def _max_step(self) -> int:
         return max((s.last_step for s in self.detector.stores.values()), default=-1)
 
+    def _latest_step(self) -> int:
+        """The last step any rank has finished, by the ranks' hang probes where they count (read now: the series
+        read at the start of the poll may be behind), else by their series."""
+        counted = [steps - 1 for steps, _ in read_progress(self.run_dir).values()]
+        return max([self._max_step(), *counted])
+
     # -- windows ---------------------------------------------------------------------------------
 
     def _raised(self, anomaly: Anomaly) -> None:
@@ -224,7 +230,7 @@ class Watcher:
 
     def _open(self, reason: str, anomalies: list[Anomaly], first: int | None = None) -> _Window:
         number = len(self.windows)
-        first = self._max_step() + self._lead() if first is None else first
+        first = self._latest_step() + self._lead() if first is None else first
         request = WindowRequest(number, rundir.window_name(number, first), first, self.options.window_steps)
         windows.write_request(self.run_dir, request)
         window = _Window(request, reason, list(anomalies))
