@@ -15,7 +15,7 @@ whether each scenario holds what it is held to (docs/commands/watch.md):
 * memory: growth named, its rate within 10 % of the planted 1 MiB a step;
 * balanced: no anomaly, and no window but the baseline one.
 
-    python benchmarks/watch_scenarios.py [--steps 2000] [--only straggler]
+    python benchmarks/watch_scenarios.py [--steps 2000] [--only straggler] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -108,9 +108,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--only", choices=("straggler", "memory", "balanced"), default=None)
+    parser.add_argument("--keep", metavar="DIR", default=None, help="keep the run directories in DIR")
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="rnnprof-watch-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="rnnprof-watch-") as temporary:
+        scratch = args.keep or temporary
         for name, (flags, change) in scenarios(args.steps).items():
             if args.only and name != args.only:
                 continue

@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     windows.add_argument("--window-steps", type=positive_int, default=5,
                          help="steps each capture window profiles, on every rank (default: %(default)s)")
     windows.add_argument("--capture-gap", type=positive_int, default=500, metavar="STEPS",
-                         help="at most one window an anomaly opens every STEPS steps (default: %(default)s)")
+                         help="at most one window every STEPS steps for anomalies of one kind (default: %(default)s)")
     windows.add_argument("--max-captures", type=non_negative_int, default=5,
                          help="at most this many windows opened by anomalies in the job (default: %(default)s)")
     windows.add_argument("--baseline-step", type=non_negative_int, default=30, metavar="STEP",

@@ -4,9 +4,10 @@ Every ``POLL_S`` it reads what each rank added to its series (``rundir.series.Se
 (``analyzers.watch.Detector``), and:
 
 * logs each anomaly (``anomalies.jsonl``) and asks every rank for a capture window on it (``rundir.windows``): from
-  ``lead`` steps after the last step any rank has written (``LEAD_S`` worth of steps, at least ``MIN_LEAD``), for
-  ``WatchOptions.window_steps``, at most one every ``capture_gap`` steps and ``max_captures`` in the job; the
-  anomalies raised before that window opens join it;
+  ``lead`` steps after the last step any rank has finished (``LEAD_S`` worth of steps, at least ``MIN_LEAD``), for
+  ``WatchOptions.window_steps``; at most one every ``capture_gap`` steps for anomalies of one kind (a spike does not
+  keep a straggler from its window) and ``max_captures`` in the job; the anomalies raised before a window opens
+  join it;
 * asks for the *baseline* window at ``baseline_step`` before the job starts (every rank opens it at that step),
   and for a window whenever the user asks (``ask()``: a signal; ``rundir.windows.ask_for_window``: another
   terminal), outside the rate limits;
@@ -222,9 +223,10 @@ class Watcher:
         captured = [w for w in self.windows if w.reason not in (BASELINE, REQUESTED)]
         if len(captured) >= self.options.max_captures:
             return None, f"{len(captured)} windows captured already (--max-captures {self.options.max_captures})"
-        if captured and anomaly.step - captured[-1].request.first_step < self.options.capture_gap:
-            return None, (f"the last window opened at step {captured[-1].request.first_step} "
-                          f"(--capture-gap {self.options.capture_gap})")
+        same = [w for w in captured if anomaly.kind in {a.kind for a in w.anomalies}]
+        if same and anomaly.step - same[-1].request.first_step < self.options.capture_gap:
+            return None, (f"the last window on a {anomaly.kind.replace('_', ' ')} opened at step "
+                          f"{same[-1].request.first_step} (--capture-gap {self.options.capture_gap})")
         window = self._open(anomaly.kind, [anomaly])
         return window.request.name, ""
 
