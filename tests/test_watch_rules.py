@@ -29,7 +29,8 @@ def job(fault=None, seed=0, ranks=2, steps=STEPS, at=FAULT, noise=0.0015, memory
     """Rows of a synchronous job's ranks (``COLUMNS`` order): each rank's own time (data wait, forward, backward,
     optimizer) with log-normal jitter; the step ends with the slowest rank, the others wait for it in the
     all-reduce. ``fault`` planted from step ``at``: "straggler" (rank 1 +30 ms), "regression" (every rank +10 ms),
-    "stall" (rank 0's data wait +20 ms), "memory" (every rank +1 MiB a step), "spike" (one step +300 ms)."""
+    "stall" (rank 0's data wait +20 ms), "memory" (every rank +1 MiB a step), "spike" (one step +300 ms), "machine"
+    (every rank +10 ms spent waiting for a core)."""
     rng = np.random.default_rng(seed)
     rows = {r: [] for r in range(ranks)}
     memory = {r: 500e6 for r in range(ranks)}
@@ -40,8 +41,9 @@ def job(fault=None, seed=0, ranks=2, steps=STEPS, at=FAULT, noise=0.0015, memory
         data = {r: 0.0003 * rng.lognormal(0, 0.2) for r in range(ranks)}
         if fault == "straggler" and step >= at:
             extra[1] += 0.030
-        if fault == "regression" and step >= at:
+        if fault in ("regression", "machine") and step >= at:
             extra = {r: t + 0.010 for r, t in extra.items()}
+        queued = 0.010 if fault == "machine" and step >= at else 0.0001  # the ranks wait for a core
         if fault == "stall" and step >= at:
             data[0] += 0.020
         took = max(own[r] + extra[r] + data[r] for r in own) + (0.300 if fault == "spike" and step == at else 0.0)
@@ -53,7 +55,7 @@ def job(fault=None, seed=0, ranks=2, steps=STEPS, at=FAULT, noise=0.0015, memory
             if memory_noise and rng.random() < 0.2:  # the allocator takes or gives a page now and then
                 memory[r] += rng.choice([-4096.0, 4096.0])
             rows[r].append([step, end, took, data[r], own[r] * 0.3 + extra[r], own[r] * 0.6 + wait, own[r] * 0.1,
-                            wait if waits else None, took * 0.9, memory[r], None, 0])
+                            wait if waits else None, took * 0.9, queued, memory[r], None, 0])
     return rows
 
 
@@ -95,6 +97,16 @@ def test_a_regression_is_raised_once_on_every_rank_with_its_cost():
     assert FAULT <= found[0].step <= FAULT + 20 and found[0].cost == pytest.approx(0.010, rel=0.2)
 
 
+def test_a_regression_the_ranks_spent_waiting_for_a_core_says_the_machine_is_busy():
+    from rnnprof.reports.watch import anomaly_text
+
+    (machine,) = detect(job("machine"))
+    assert machine.kind == REGRESSION and machine.waited == pytest.approx(0.010, rel=0.05)
+    assert "waiting for a core: the machine is busy" in anomaly_text(machine)
+    (own,) = detect(job("regression"))
+    assert own.waited == pytest.approx(0.0, abs=1e-6) and "waiting for a core" not in anomaly_text(own)
+
+
 def test_an_input_stall_is_named_on_its_rank():
     stalls = [a for a in detect(job("stall")) if a.kind == INPUT_STALL]
     assert len(stalls) == 1 and stalls[0].ranks == (0,) and stalls[0].cost == pytest.approx(0.020, rel=0.1)
@@ -112,9 +124,9 @@ def test_one_jump_of_memory_or_a_slow_creep_is_no_growth():
     rows = job(memory_noise=False)
     for r in rows:
         for row in rows[r][FAULT:]:
-            row[9] += 50 * MIB  # one allocation kept from then on
+            row[10] += 50 * MIB  # one allocation kept from then on
         for k, row in enumerate(rows[r]):
-            row[9] += 16 * k  # the allocator's creep: 16 bytes a step
+            row[10] += 16 * k  # the allocator's creep: 16 bytes a step
     assert detect(rows) == []
 
 
@@ -148,7 +160,7 @@ def test_the_live_view_gives_each_rank_its_step_skew_and_the_throughput():
 # -- the series files ------------------------------------------------------------------------------------------
 
 def _row(step):
-    return [step, time.time(), 0.01, 0.001, 0.002, 0.005, 0.001, 0.0005, 0.009, 1e8, None, 0]
+    return [step, time.time(), 0.01, 0.001, 0.002, 0.005, 0.001, 0.0005, 0.009, 0.0, 1e8, None, 0]
 
 
 def test_a_series_is_read_as_written_and_a_line_cut_short_is_left_out(tmp_path):

@@ -12,7 +12,8 @@ Columns, one value a step (NaN where the rank could not measure it, with the rea
   (logging, a step mark after the optimizer) is ``step_s`` less the four;
 * ``comm_wait_s``: the seconds the rank waited for its collectives after its last one started (DDP's gradient
   all-reduce buckets: from the last bucket's launch to the last one's completion);
-* ``cpu_s``: the CPU seconds of the rank's process in the step (all its threads);
+* ``cpu_s``: the CPU seconds of the rank's process in the step (all its threads); ``runqueue_s``: the seconds its
+  training thread was ready to run but waited for a core (Linux's schedstat): the machine's share of a slow step;
 * ``memory`` and ``memory_peak``: bytes at the step's end and the most during the step: the CUDA allocator's
   allocated bytes and their peak on a GPU, the process's resident memory (RSS, peak: NaN) on a CPU
   (``RankSeries.memory_source``);
@@ -30,7 +31,7 @@ import numpy as np
 SERIES_FORMAT = "rnnprof-series"
 SERIES_VERSION = 1
 COLUMNS = ("step", "end", "step_s", "data_s", "forward_s", "backward_s", "optimizer_s", "comm_wait_s", "cpu_s",
-           "memory", "memory_peak", "flags")
+           "runqueue_s", "memory", "memory_peak", "flags")
 PARTS = ("data_s", "forward_s", "backward_s", "optimizer_s")  # the step's split, in the order a step runs them
 PART_NAMES = {"data_s": "data wait", "forward_s": "forward", "backward_s": "backward", "optimizer_s": "optimizer",
               "other_s": "other"}

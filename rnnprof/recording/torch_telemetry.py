@@ -9,6 +9,7 @@ few microseconds a step:
   script registered none (it calls the default all-reduce, or a hook the script registers later): each bucket's
   launch, and its completion as its future completes; the step's wait is from the last launch to the last
   completion;
+* ``RunQueue``: how long the training thread has waited for a core (the machine's share of a slow step);
 * ``MemoryGauge``: the CUDA allocator's allocated bytes and their peak in the step (its peak statistic is reset at
   each step's end) where CUDA is in use, else the process's resident memory (``/proc/self/statm``, read with one
   ``pread``).
@@ -173,6 +174,31 @@ def _timed_all_reduce(waits: DdpWaits, bucket):
 
 
 STATM = "/proc/self/statm"
+SCHEDSTAT = "/proc/thread-self/schedstat"  # the opening thread's: ns on a core, ns waiting for one, slices
+
+
+class RunQueue:
+    """The seconds the thread that made it has waited for a core so far (Linux), read with one ``pread``; NaN
+    elsewhere. Made on the training thread, read from the step hooks."""
+
+    def __init__(self):
+        try:
+            self._fd: int | None = os.open(SCHEDSTAT, os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> float:
+        if self._fd is None:
+            return NAN
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return NAN
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class MemoryGauge:

@@ -29,7 +29,7 @@ from rnnprof.recording import ranks
 from rnnprof.recording.active import StepContext, clear_active_capture, set_active_capture
 from rnnprof.recording.hang_probe import RankProbe
 from rnnprof.recording.torch_profiler import TorchCapture
-from rnnprof.recording.torch_telemetry import NAN, DdpWaits, MemoryGauge, StepMarks
+from rnnprof.recording.torch_telemetry import NAN, DdpWaits, MemoryGauge, RunQueue, StepMarks
 from rnnprof.rundir.manifest import process_versions
 from rnnprof.rundir.series import SeriesWriter, series_header, series_path
 from rnnprof.rundir.windows import REQUEST_POLL_S, WindowRequest, read_request, request_path, windows_dir
@@ -59,10 +59,11 @@ class TorchRankWatch:
         self._waits = DdpWaits()
         self._marks = StepMarks(on_root=self._waits.offer)
         self._memory: MemoryGauge | None = None
+        self._queue: RunQueue | None = None
         self._series: SeriesWriter | None = None
         self._handles: list = []
         self._marked = self._open = self._closed = False
-        self._began = (time.perf_counter(), time.process_time())
+        self._began = (time.perf_counter(), time.process_time(), NAN)
         self._window: TorchCapture | None = None
         self._window_request: WindowRequest | None = None
         self._asked: WindowRequest | None = None  # set by the request thread
@@ -91,14 +92,19 @@ class TorchRankWatch:
         if self._probe is not None:
             self._probe.install()
         self._memory = MemoryGauge()
+        self._queue = RunQueue()
         self._marks.discover()
         self._handles = [register_optimizer_step_pre_hook(self._before_optimizer),
                          register_optimizer_step_post_hook(self._after_optimizer)]
         set_active_capture(self)
         threading.Thread(target=self._watch_requests, name="rnnprof-watch-requests", daemon=True).start()
         self._record(rundir.STATUS_RUNNING)
-        self._began = (time.perf_counter(), time.process_time())
+        self._began = self._clocks()
         return self
+
+    def _clocks(self) -> tuple[float, float, float]:
+        """Now: the wall clock, the process's CPU time, the training thread's wait for a core so far."""
+        return time.perf_counter(), time.process_time(), self._queue.read() if self._queue else NAN
 
     def close(self, status: str = rundir.STATUS_COMPLETE, exit_code: int = 0, error: str | None = None,
               stopped: bool = False) -> dict:
@@ -117,7 +123,7 @@ class TorchRankWatch:
             thread.join()
         if self._probe is not None:
             self._probe.close()
-        for part in (self._series, self._memory):
+        for part in (self._series, self._memory, self._queue):
             if part is not None:
                 part.close()
         return self._record(status, exit_code=exit_code, error=error, stopped=stopped, ended=time.time())
@@ -128,7 +134,7 @@ class TorchRankWatch:
         """``rnnprof.step()``: a step begins here (ending the one before); ``with`` ends it at the block's end."""
         if not self._marked:
             self._marked = True
-            self._began = (time.perf_counter(), time.process_time())  # optimizer steps no longer end steps
+            self._began = self._clocks()  # optimizer steps no longer end steps
             self._marks.reset()
         elif self._open:
             self._step_done()
@@ -154,7 +160,7 @@ class TorchRankWatch:
         if self._closed:
             return
         try:
-            end = (time.perf_counter(), time.process_time())
+            end = self._clocks()
             row = self._row(end)
             self._began = end
             self._marks.reset()
@@ -170,7 +176,7 @@ class TorchRankWatch:
         except Exception as exc:  # the job runs on unwatched rather than fail
             self._give_up(exc)
 
-    def _row(self, end: tuple[float, float]) -> list:
+    def _row(self, end: tuple[float, float, float]) -> list:
         """The step's row, in ``events.series.COLUMNS`` order."""
         marks, start = self._marks, self._began[0]
         stop = marks.optimizer_end if marks.optimizer_end is not None else end[0]
@@ -181,7 +187,7 @@ class TorchRankWatch:
                                                                                  else 0)
         self._flag_next = EXPORTED if any(w[0].writing for w in self._writing) else 0
         return [self.steps, time.time(), end[0] - start, *parts, self._waits.take(), end[1] - self._began[1],
-                memory, peak, flags]
+                end[2] - self._began[2], memory, peak, flags]
 
     def _open_series(self) -> None:
         unmeasured = {"comm_wait_s": self._waits.unmeasured} if self._waits.unmeasured else {}

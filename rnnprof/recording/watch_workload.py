@@ -33,7 +33,7 @@ from rnnprof.recording import session
 from rnnprof.recording.hang_collect import ProbedRanks, remark_hung
 from rnnprof.recording.hang_probe import FR_BUFFER, FR_BUFFER_ENV, remove_probe_files
 from rnnprof.recording.hang_watch import HangOptions, HangWatch
-from rnnprof.recording.torch_telemetry import NAN, STATM
+from rnnprof.recording.torch_telemetry import NAN, STATM, RunQueue
 from rnnprof.recording.watch_rank import TorchRankWatch
 from rnnprof.recording.workload import chief_hang_watch
 from rnnprof.rundir.manifest import process_versions
@@ -105,6 +105,7 @@ class TensorFlowSteps:
         self.steps = 0
         self._gpu = gpu
         self._memory_fd = _open_statm()
+        self._queue = RunQueue()
         source = MEMORY_TENSORFLOW if gpu else MEMORY_RSS
         unmeasured = {name: "one Session.run: the framework does not split it" for name in
                       ("data_s", "forward_s", "backward_s", "optimizer_s")}
@@ -116,13 +117,13 @@ class TensorFlowSteps:
         self._done_number = -1
 
     def step(self, options=None, run_metadata=None, flags: int = 0):
-        began, cpu = time.perf_counter(), time.process_time()
+        began, cpu, queued = time.perf_counter(), time.process_time(), self._queue.read()
         result = self.run.step(options=options, run_metadata=run_metadata)
-        end, cpu_end = time.perf_counter(), time.process_time()
+        end, cpu_end, queued_end = time.perf_counter(), time.process_time(), self._queue.read()
         memory, peak = self._memory()
         flags |= WARMUP if self.steps < self.warmup else 0
-        self.series.append([self.steps, time.time(), end - began, NAN, NAN, NAN, NAN, NAN, cpu_end - cpu, memory, peak,
-                            flags])
+        self.series.append([self.steps, time.time(), end - began, NAN, NAN, NAN, NAN, NAN, cpu_end - cpu,
+                            queued_end - queued, memory, peak, flags])
         self.steps += 1
         return result
 
@@ -170,6 +171,7 @@ class TensorFlowSteps:
 
     def close(self) -> None:
         self.series.close()
+        self._queue.close()
         if self._memory_fd is not None:
             os.close(self._memory_fd)
             self._memory_fd = None

@@ -45,7 +45,15 @@ def _pct(value: float, baseline: float) -> str:
 
 
 def anomaly_text(anomaly: Anomaly) -> str:
-    """One anomaly in a sentence: what, where, since when and what it costs."""
+    """One anomaly in a sentence: what, where, since when and what it costs, and how much of it the rank spent
+    waiting for a core (the machine's load, not the job's code) where that is half of it or more."""
+    text = _anomaly_text(anomaly)
+    if anomaly.waited is not None and anomaly.cost > 0 and anomaly.waited >= anomaly.cost / 2:
+        text += f"; {ms(anomaly.waited)} ms of it waiting for a core: the machine is busy"
+    return text
+
+
+def _anomaly_text(anomaly: Anomaly) -> str:
     a, where = anomaly, ranks_text(anomaly.ranks)
     since = f"from step {a.onset:,}" if a.onset is not None else f"at step {a.step:,}"
     if a.kind == STRAGGLER:

@@ -27,7 +27,8 @@ REFRESH = rules.RECENT // 2
 SPIKE_CONFIRM = rules.RECENT // 2  # steps after a spike that must be back near the baseline (else: a regression)
 STILL = object()  # a raised anomaly whose steps are still at its new level: no new anomaly, not quiet
 COLLECTIVE_WAITS, OWN_PHASES = "collective waits", "the ranks' own phases"  # what a lateness was measured by
-_STORED = ("step", "end", "step_s", "data_s", "forward_s", "optimizer_s", "comm_wait_s", "memory", "late")
+_STORED = ("step", "end", "step_s", "data_s", "forward_s", "optimizer_s", "comm_wait_s", "runqueue_s", "memory",
+           "late")
 
 
 @dataclass
@@ -240,7 +241,8 @@ class Detector:
                 if value <= base.median:
                     continue
                 hits[kind] = (int(steps[end - 1]), verdict, value, base.median,
-                              int(steps[end - rules.RECENT + onset]), self._source(kind), value - base.median)
+                              int(steps[end - rules.RECENT + onset]), self._source(kind), value - base.median,
+                              _waited(store, end - rules.RECENT + onset, end))
         self._spike(hits, store, end)
         if end % REFRESH == 0:
             self._memory(hits, store, end)
@@ -264,7 +266,8 @@ class Detector:
         verdict = rules.spike(value, baseline, history)
         after = store.data["step_s"][at + 1:end]
         if verdict is not None and _median(after) - base.median < verdict.threshold_us / rules.US / 2:
-            hits[SPIKE] = (int(store.data["step"][at]), verdict, value, base.median, int(store.data["step"][at]), "")
+            hits[SPIKE] = (int(store.data["step"][at]), verdict, value, base.median, int(store.data["step"][at]), "",
+                           value - base.median, _waited(store, at, at + 1))
 
     def _memory(self, hits: dict, store: _Store, end: int) -> None:
         memory = store.data["memory"][rules.SETTLE:end]
@@ -346,11 +349,22 @@ def _rank_medians(store: _Store, recent: int, end: int | None = None) -> dict[st
     return out
 
 
+def _waited(store: _Store, start: int, end: int) -> float | None:
+    """How much more the rank's training thread waited for a core a step over ``start`` .. ``end`` than in its
+    baseline (seconds), None where it is not measured."""
+    base = store.base("runqueue_s", start)
+    recent = store.data["runqueue_s"][start:end]
+    if base is None or not len(recent) or not np.isfinite(recent).all():
+        return None
+    return max(0.0, _median(recent) - base.median)
+
+
 def _anomaly(kind: str, hits: list[tuple]) -> Anomaly:
     """One anomaly of ``kind`` from the ranks' hits (rank, step, significance, value, baseline, onset, source
-    [, cost]): the costliest rank's figures, every rank named."""
+    [, cost[, waited]]): the costliest rank's figures, every rank named."""
     hits = sorted(hits, key=lambda h: -h[2].difference_us)
     rank, step, verdict, value, baseline, onset, source = hits[0][:7]
     cost = hits[0][7] if len(hits[0]) > 7 else verdict.difference_us / rules.US
+    waited = hits[0][8] if len(hits[0]) > 8 else None
     return Anomaly(kind=kind, step=step, ranks=tuple(sorted(h[0] for h in hits)), value=value, baseline=baseline,
-                   cost=cost, judged=verdict.as_dict(), onset=onset, source=source)
+                   cost=cost, judged=verdict.as_dict(), onset=onset, source=source, waited=waited)

@@ -35,12 +35,14 @@ class Anomaly:
     judged: dict = field(default_factory=dict)
     onset: int | None = None
     source: str = ""  # what the rule read: "collective waits", "the ranks' own phases", "process_rss", ...
+    waited: float | None = None  # of the cost, how much more a step the rank waited for a core (the machine's)
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "step": int(self.step), "ranks": [int(r) for r in self.ranks],
                 "value": float(self.value), "baseline": float(self.baseline), "cost": float(self.cost),
                 "judged": {k: _plain(v) for k, v in self.judged.items()},
-                "onset": None if self.onset is None else int(self.onset), "source": self.source}
+                "onset": None if self.onset is None else int(self.onset), "source": self.source,
+                "waited": None if self.waited is None else float(self.waited)}
 
     @staticmethod
     def from_dict(data: dict) -> "Anomaly":
@@ -48,7 +50,7 @@ class Anomaly:
                        ranks=tuple(int(r) for r in data.get("ranks") or ()), value=float(data.get("value") or 0.0),
                        baseline=float(data.get("baseline") or 0.0), cost=float(data.get("cost") or 0.0),
                        judged=dict(data.get("judged") or {}), onset=data.get("onset"),
-                       source=str(data.get("source") or ""))
+                       source=str(data.get("source") or ""), waited=data.get("waited"))
 
 
 def _plain(value):
