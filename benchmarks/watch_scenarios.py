@@ -85,12 +85,13 @@ def judge(name: str, change: int | None, got: dict) -> tuple[list[str], bool]:
     if name == "straggler":
         first = next((a for a in anomalies if a["kind"] == "straggler"), None)
         slept = statistics.median(got["clocks"][1]["sleep_s"].values()) if got["clocks"] else float("nan")
-        headline = next((w["verdict"].get("headline") for w in captured if w["verdict"].get("headline")), None) or {}
+        window = next((a["window"] for a in got["anomalies"] if a["anomaly"]["kind"] == "straggler"), None)
+        headline = next((w["verdict"].get("headline") for w in captured if w["name"] == window), None) or {}
         cost = headline.get("cost", float("nan"))
         cells += [f"{headline.get('kind')} r{headline.get('ranks')} {cost * 1e3:.1f} ms",
                   f"{slept * 1e3:.1f} ms", f"{cost / slept:.2f}"]
         held = (first is not None and first["ranks"] == [1] and 0 <= first["step"] - change <= 20
-                and any(w["traces"] == 2 and w["same_steps"] for w in captured)
+                and any(w["traces"] == 2 and w["same_steps"] for w in captured if w["name"] == window)
                 and headline.get("ranks") == [1] and abs(cost / slept - 1) <= 0.4 and got["exit"] == 0)
     elif name == "memory":
         growth = [a for a in anomalies if a["kind"] == "memory_growth"]

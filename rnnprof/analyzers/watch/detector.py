@@ -4,7 +4,8 @@ every live rank has finished, the anomalies raised once each, and the live view 
 ``feed(series)`` takes what a rank added (``events.series.RankSeries``); ``advance()`` judges the job's steps
 that every rank still writing has finished, in order, and returns the anomalies raised on them: a kind raised on
 several ranks at one step is one anomaly naming them. A rank's anomaly of a kind stays raised (it is not raised
-again) until its rule has been quiet for ``RECENT`` steps (``MEMORY_WINDOW`` for memory). ``stop(rank, why)``: a
+again) until its rule has been quiet for ``RECENT`` steps (``MEMORY_WINDOW`` for memory); a shift (a regression, a
+straggler, an input stall) is raised once it has stood out ``CONFIRM`` steps in a row. ``stop(rank, why)``: a
 rank whose series has stopped (it died, its disk is full) is no longer waited for. Only the last ``KEEP`` steps
 of each rank are kept. A baseline's median and jitter are computed again every ``REFRESH`` steps; each step's
 recent median is checked against them first, and judged in full (``noise.significance``) only when it stands out.
@@ -24,6 +25,8 @@ from .result import (INPUT_STALL, MEMORY_GROWTH, REGRESSION, SPIKE, STRAGGLER, A
 
 KEEP = 4096  # steps kept of each rank (the whole series is in the run directory)
 REFRESH = rules.RECENT // 2
+CONFIRM = rules.RECENT // 2  # steps in a row a shift must stand out before it is raised
+SHIFTS = (REGRESSION, INPUT_STALL, STRAGGLER)
 SPIKE_CONFIRM = rules.RECENT // 2  # steps after a spike that must be back near the baseline (else: a regression)
 STILL = object()  # a raised anomaly whose steps are still at its new level: no new anomaly, not quiet
 COLLECTIVE_WAITS, OWN_PHASES = "collective waits", "the ranks' own phases"  # what a lateness was measured by
@@ -145,6 +148,7 @@ class Detector:
     last: Anomaly | None = None
     unmeasured: dict[str, str] = field(default_factory=dict)  # what some rank could not measure, and why
     _late_source: str = ""
+    _pending: dict[tuple[str, int], int] = field(default_factory=dict)  # steps a shift has stood out in a row
     _raised: dict[tuple[str, int], _Raised] = field(default_factory=dict)
 
     def feed(self, series: RankSeries) -> None:
@@ -197,13 +201,18 @@ class Detector:
         its rules did not judge at this step)."""
         new = []
         for kind, hits in found.items():
-            fresh = [h for h in hits if (kind, h[0]) not in self._raised and h[1] is not STILL]
+            fresh = [h for h in hits if (kind, h[0]) not in self._raised and h[1] is not STILL
+                     and self._confirmed(kind, h[0])]
             for h in fresh:
                 self._raised[(kind, h[0])] = _Raised(level=h[4], value=h[3])
             for h in hits:
-                self._raised[(kind, h[0])].quiet = 0
+                if (kind, h[0]) in self._raised:
+                    self._raised[(kind, h[0])].quiet = 0
             if fresh:
                 new.append(_anomaly(kind, fresh))
+        for key in list(self._pending):  # a shift not seen at this step starts its count again
+            if not any(h[0] == key[1] for h in found.get(key[0], ())):
+                del self._pending[key]
         for key in list(self._raised):
             kind, rank = key
             if rank in judged and judged[rank] != kind and not any(h[0] == rank for h in found.get(kind, ())):
@@ -211,6 +220,14 @@ class Detector:
                 if self._raised[key].quiet >= (rules.MEMORY_WINDOW if kind == MEMORY_GROWTH else rules.RECENT):
                     del self._raised[key]
         return new
+
+    def _confirmed(self, kind: str, rank: int) -> bool:
+        """A shift is raised once it has stood out ``CONFIRM`` steps in a row (a burst at the threshold does not);
+        the others at once."""
+        if kind not in SHIFTS:
+            return True
+        self._pending[(kind, rank)] = self._pending.get((kind, rank), 0) + 1
+        return self._pending[(kind, rank)] >= CONFIRM
 
     def _rank_rules(self, rank: int, end: int) -> dict:
         """The per-rank rules on the rank's stored steps up to ``end``: kind -> (step, significance, value,
