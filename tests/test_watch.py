@@ -20,6 +20,7 @@ import pytest
 
 from rnnprof import rundir
 from rnnprof.cli import main
+from rnnprof.events.series import WARMUP
 from rnnprof.rundir.manifest import read_manifest_json
 from rnnprof.rundir.series import read_series
 from rnnprof.rundir.windows import read_lines, window_dirs
@@ -28,6 +29,7 @@ from processes import left_running, stderr_ends
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE.parent / "benchmarks" / "_watch_job.py"
+EXAMPLE = HERE.parent / "examples" / "train.py"
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 RNNPROF = [sys.executable, "-m", "rnnprof"]
 STEPS, STRAGGLE_AT, SLEEP_MS, GROW_AT, GROW_KB = 330, 140, 30.0, 230, 1024
@@ -160,22 +162,45 @@ def test_report_plots_the_series_with_the_windows_marked_and_audit_reads_a_windo
     assert [f["subject"]["rank"] for f in findings if f["rule"] == "PF001"] == ["rank1"]
 
 
-def test_the_builtin_torch_workload_balanced_names_no_rank_and_its_baseline_window_is_on_every_rank(tmp_path):
+def test_the_readme_example_watches_a_users_own_script_every_part_of_its_steps_measured(tmp_path):
+    """README's example, on fewer steps: examples/train.py knows nothing of rnnprof (its batches come from a
+    DataLoader, DDP averages its gradients); balanced, no rank is named."""
     run = tmp_path / "run"
-    done = subprocess.run([*RNNPROF, "watch", "--out", str(run), "--framework", "torch", "--model", "rnnlm",
-                           "--devices", "2", "--units", "16", "--layers", "1", "--vocab-size", "60",
-                           "--src-max-len", "6", "--batch-size", "4", "--warmup", "5", "--batches", "120",
-                           "--baseline-step", "30", "--window-steps", "3"], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([*RNNPROF, "watch", "--out", str(run), "--baseline-step", "30", "--window-steps", "3", "--",
+                           TORCHRUN, "--nproc-per-node", "2", str(EXAMPLE), "--steps", "120"], capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, stderr_ends(done)
     series = read_series(run)
-    assert sorted(series) == [0, 1] and all(len(s) == 125 for s in series.values())
-    assert all(np.isfinite(s["comm_wait_s"][1:]).all() for s in series.values())  # DDP's all-reduce timed
+    assert sorted(series) == [0, 1]
+    for s in series.values():
+        assert len(s) == 120 and s.unmeasured == {}
+        for part in ("data_s", "forward_s", "backward_s", "optimizer_s", "comm_wait_s", "runqueue_s"):
+            assert np.isfinite(s[part][1:]).all() and (s[part][1:] >= 0).all(), part
+        assert np.median(s["data_s"][1:]) > 0 and np.median(s["comm_wait_s"][1:]) > 0
+        parts = sum(s[p] for p in ("data_s", "forward_s", "backward_s", "optimizer_s"))
+        assert (parts[1:] <= s["step_s"][1:] * (1 + 1e-9)).all()  # the parts lie inside their step
     # A busy machine can slow every rank's steps for a while (a regression, rightly raised); nothing in a rank
     raised = [line["anomaly"] for line in read_lines(run) if "anomaly" in line]
     assert [a for a in raised if a["kind"] in ("straggler", "input_stall", "memory_growth")] == []
     window = window_dirs(run)[0]
     assert window.name == "000-step30" and len(read_manifest_json(window)["captured"]["kineto"]) == 2
+
+
+def test_the_builtin_torch_workload_is_watched_rank_by_rank_its_warmup_flagged(tmp_path):
+    run = tmp_path / "run"
+    done = subprocess.run([*RNNPROF, "watch", "--out", str(run), "--framework", "torch", "--model", "rnnlm",
+                           "--devices", "2", "--units", "16", "--layers", "1", "--vocab-size", "60",
+                           "--src-max-len", "6", "--batch-size", "4", "--warmup", "5", "--batches", "40",
+                           "--baseline-step", "10", "--window-steps", "3"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, stderr_ends(done)
+    series = read_series(run)
+    assert sorted(series) == [0, 1] and all(len(s) == 45 for s in series.values())
+    assert all(list(s["flags"].astype(int)[:6] & WARMUP) == [WARMUP] * 5 + [0] for s in series.values())
+    manifest = read_manifest_json(run)
+    assert manifest["status"] == "complete" and manifest["watch"]["windows"][0]["name"] == "000-step10"
+    window = run / rundir.WINDOWS_DIR / "000-step10"
+    assert [r["steps"] for r in read_manifest_json(window)["ranks"]] == [[10, 11, 12]] * 2
 
 
 def test_the_builtin_tensorflow_workload_watched_raises_a_slowdown_and_captures_its_window(tmp_path, monkeypatch,

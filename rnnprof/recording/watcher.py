@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
 import traceback
@@ -138,6 +139,7 @@ class Watcher:
     # -- the loop --------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        _lower_priority()
         while not self._stop.wait(POLL_S) and not self._failed:
             self._guarded(self.poll)
 
@@ -340,6 +342,19 @@ class Watcher:
                              "verdict": (w.verdict or {}).get("text")} for w in self.windows],
                 "stopped": {str(r): why for r, why in self.detector.stopped.items()},
                 "unmeasured": dict(self.detector.unmeasured), "notes": list(self.notes)}
+
+
+WATCH_NICE = 10  # the watch's thread yields the cores to the job's ranks (and runs before a window's analysis, at 19)
+
+
+def _lower_priority() -> None:
+    """The calling thread at nice ``WATCH_NICE`` where Linux schedules threads on their own (else nothing: the same
+    call would lower the whole process, a TensorFlow workload's training included)."""
+    if sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WATCH_NICE)
+        except OSError:
+            pass
 
 
 def _failed(window: _Window, exc: Exception) -> dict:
