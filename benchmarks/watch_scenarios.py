@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def run(name: str, flags: list[str], steps: int, scratch: Path) -> dict:
     command = [sys.executable, "-m", "rnnprof", "watch", "--out", str(out), "--", TORCHRUN, "--nproc-per-node", "2",
                str(JOB), str(clock), "--steps", str(steps), "--step-ms", "10", *flags]
     env = {"PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "localhost:0"}
-    done = subprocess.run(command, capture_output=True, text=True, env={**_environ(), **env})
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env})
     lines = read_lines(out)
     clocks = {r: json.loads((clock / f"rank{r}-clock.json").read_text()) for r in (0, 1)
               if (clock / f"rank{r}-clock.json").is_file()}
@@ -67,12 +68,6 @@ def run(name: str, flags: list[str], steps: int, scratch: Path) -> dict:
                         "same_steps": len(steps_of) == 2 and steps_of[0] == steps_of[1], "verdict": verdict})
     return {"exit": done.returncode, "anomalies": [line for line in lines if "anomaly" in line], "windows": windows,
             "clocks": clocks, "stderr": done.stderr[-2000:]}
-
-
-def _environ() -> dict:
-    import os
-
-    return dict(os.environ)
 
 
 def judge(name: str, change: int | None, got: dict) -> tuple[list[str], bool]:
@@ -128,6 +123,8 @@ def main() -> None:
     print(" | ".join(header))
     for cells in rows:
         print(" | ".join(cells))
+    if any(cells[-1] != "yes" for cells in rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from rich.text import Text
 from rnnprof.commands.given_flags import given_options, record_given_options
 from rnnprof.commands.hang_flags import hang_options
 from rnnprof.commands import hang_flags
-from rnnprof.commands.flags import non_negative_int, non_negative_seconds, positive_int
+from rnnprof.commands.flags import (add_script_argument, non_negative_int, non_negative_seconds, positive_int,
+                                   script_command)
 from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
                                              workload_config_from_args)
 from rnnprof.models.config import IMAGE_MODELS
@@ -67,13 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     attach.add_argument("--duration", type=non_negative_seconds, default=2.0,
                         help="seconds to capture (default: %(default)g)")
     add_workload_arguments(parser)
-    parser.add_argument("script", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    add_script_argument(parser)
 
 
 def run(args: argparse.Namespace, console) -> int:
-    command = list(args.script or [])
-    if command and command[0] == "--":
-        command = command[1:]
+    command = script_command(args)
     argv = ["rnnprof", "trace", *sys.argv[2:]] if sys.argv[1:2] == ["trace"] else ["rnnprof", "trace"]
     if args.attach and command:
         raise UsageError("--attach and a script to run cannot be combined")

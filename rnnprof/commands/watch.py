@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.text import Text
 
 from rnnprof import rundir
-from rnnprof.commands.flags import non_negative_int, positive_int
+from rnnprof.commands.flags import add_script_argument, non_negative_int, positive_int, script_command
 from rnnprof.commands.given_flags import given_options, record_given_options
 from rnnprof.commands import hang_flags
 from rnnprof.commands.trace import ScriptFailed
@@ -66,13 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="from another terminal: ask the watch writing RUN for a window now, and exit")
     hang_flags.add_arguments(parser.add_argument_group("hangs"))
     add_workload_arguments(parser)
-    parser.add_argument("script", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    add_script_argument(parser)
 
 
 def run(args: argparse.Namespace, console) -> int:
-    command = list(args.script or [])
-    if command and command[0] == "--":
-        command = command[1:]
+    command = script_command(args)
     if args.capture:
         return _ask(args, command, console)
     if not command:

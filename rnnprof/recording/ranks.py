@@ -36,6 +36,24 @@ FRAMEWORK = "torch"
 _RECORD = ".rank{rank}.facts.json"
 
 
+def env_int(name: str, default: int) -> int:
+    """A whole number torchrun sets in each rank's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), or
+    ``default`` where it is missing or not a number."""
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def process_group_backend() -> str | None:
+    """The process group's backend once ``torch.distributed`` is initialised in this rank, else None."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return str(dist.get_backend())
+    return None
+
+
 def record_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / rundir.TORCH_TRACES_DIR / _RECORD.format(rank=int(rank))
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from rnnprof import rundir
 from rnnprof.events.series import EXPORTED, PROFILED, WARMUP
 from rnnprof.recording import ranks
-from rnnprof.recording.active import StepContext, clear_active_capture, set_active_capture
+from rnnprof.recording.active import ClosedAsItEnded, StepContext, clear_active_capture, set_active_capture
 from rnnprof.recording.hang_probe import RankProbe
 from rnnprof.recording.torch_profiler import TorchCapture
 from rnnprof.recording.torch_telemetry import NAN, DdpWaits, MemoryGauge, RunQueue, StepMarks
@@ -35,14 +35,7 @@ from rnnprof.rundir.series import SeriesWriter, series_header, series_path
 from rnnprof.rundir.windows import REQUEST_POLL_S, WindowRequest, read_request, request_path, windows_dir
 
 
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-class TorchRankWatch:
+class TorchRankWatch(ClosedAsItEnded):
     """One rank's watch (see the module); ``start``/``close``, or ``with``."""
 
     def __init__(self, run_dir: str | Path, command=None, probe: bool = True, records: bool = True,
@@ -50,8 +43,8 @@ class TorchRankWatch:
         self.run_dir = Path(run_dir)
         self.warmup = warmup  # the first steps are a built-in workload's warm-up: flagged, never a baseline
         self._records = records  # False: the launching process keeps the run's manifest (a built-in workload)
-        self.rank = _env_int("RANK", 0) if rank is None else rank
-        self.world_size = _env_int("WORLD_SIZE", 1)
+        self.rank = ranks.env_int("RANK", 0) if rank is None else rank
+        self.world_size = ranks.env_int("WORLD_SIZE", 1)
         self.steps = 0  # steps finished
         self.notes: list[str] = []
         self._command = command
@@ -74,17 +67,6 @@ class TorchRankWatch:
         self._lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------
-
-    def __enter__(self) -> "TorchRankWatch":
-        return self.start()
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None or (issubclass(exc_type, SystemExit) and not exc.code):
-            self.close()
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.close(rundir.STATUS_INTERRUPTED, exit_code=130, stopped=True)
-        else:
-            self.close(rundir.STATUS_INTERRUPTED, exit_code=1, error=f"the script raised {exc_type.__name__}: {exc}")
 
     def start(self) -> "TorchRankWatch":
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -280,9 +262,9 @@ class TorchRankWatch:
 
     def _record(self, status: str, **fields) -> dict:
         """The rank's record in the run directory (``recording.ranks``): the job's manifest is combined from them."""
-        record = {"rank": self.rank, "local_rank": _env_int("LOCAL_RANK", self.rank), "pid": os.getpid(),
+        record = {"rank": self.rank, "local_rank": ranks.env_int("LOCAL_RANK", self.rank), "pid": os.getpid(),
                   "trace": None, "steps": [], "steps_run": self.steps, "status": status,
-                  "world_size": self.world_size, "backend": _backend(), "versions": process_versions(),
+                  "world_size": self.world_size, "backend": ranks.process_group_backend(), "versions": process_versions(),
                   "series": series_path(self.run_dir, self.rank).relative_to(self.run_dir).as_posix(),
                   "series_steps": self._series.rows if self._series else 0, "notes": list(self.notes)}
         if self._series is not None and self._series.error:
@@ -293,10 +275,3 @@ class TorchRankWatch:
         with self._lock:
             return ranks.write_record(self.run_dir, record, self._command)
 
-
-def _backend() -> str | None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return str(dist.get_backend())
-    return None

@@ -17,7 +17,7 @@ SPLIT = (*PARTS, "other_s")  # a step's parts, what is left of it last
 
 
 @dataclass(frozen=True)
-class RankSummary:
+class WatchedRank:
     """One rank: its steps, the median step time and of each part (seconds; NaN where not measured), its collective
     wait, and its memory at the first and last step and at its highest (bytes)."""
 
@@ -56,7 +56,7 @@ class WatchedWindow:
 
 @dataclass(frozen=True)
 class WatchSummary:
-    ranks: tuple[RankSummary, ...]
+    ranks: tuple[WatchedRank, ...]
     points: tuple[Point, ...]
     anomalies: tuple[tuple[Anomaly, str | None], ...]  # each anomaly and the window it opened or joined
     windows: tuple[WatchedWindow, ...]
@@ -69,11 +69,11 @@ def _median(values: np.ndarray) -> float:
     return float(np.median(finite)) if len(finite) else float("nan")
 
 
-def rank_summary(series: RankSeries, stopped: str = "") -> RankSummary:
+def rank_summary(series: RankSeries, stopped: str = "") -> WatchedRank:
     judged = series.judged()
     memory = series["memory"]
     finite = memory[np.isfinite(memory)]
-    return RankSummary(rank=series.rank, steps=len(series), step_s=_median(series["step_s"][judged]),
+    return WatchedRank(rank=series.rank, steps=len(series), step_s=_median(series["step_s"][judged]),
                        parts={p: _median(series[p][judged]) for p in SPLIT},
                        comm_wait_s=_median(series["comm_wait_s"][judged]),
                        memory_first=float(finite[0]) if len(finite) else float("nan"),
