@@ -5,10 +5,9 @@ few microseconds a step:
   module: one called while no other module runs; the roots are found in the first step by torch's global module
   hooks, which are then removed), the start of its backward pass (a hook on the root's output tensor), the
   optimizer step's start and end (torch's global optimizer hooks, installed by the rank's watch);
-* ``DdpWaits``: DDP's gradient all-reduce timed through a communication hook that rnnprof registers where the
-  script registered none (it calls the default all-reduce, or a hook the script registers later): each bucket's
-  launch, and its completion as its future completes; the step's wait is from the last launch to the last
-  completion;
+* ``DdpWaits``: DDP's wait for its gradient all-reduce: from the moment the last gradient is computed (its last
+  bucket launched) to the moment DDP has waited for every bucket (a hook on one parameter's gradient and two
+  callbacks of the autograd engine a step; the all-reduce itself is DDP's own);
 * ``RunQueue``: how long the training thread has waited for a core (the machine's share of a slow step);
 * ``MemoryGauge``: the CUDA allocator's allocated bytes and their peak in the step (its peak statistic is reset at
   each step's end) where CUDA is in use, else the process's resident memory (``/proc/self/statm``, read with one
@@ -24,7 +23,7 @@ from rnnprof.events.series import MEMORY_CUDA, MEMORY_RSS
 
 NAN = float("nan")
 NO_DDP = "no DistributedDataParallel module (other collectives are timed in the capture windows)"
-OWN_HOOK = "the script registered its own DDP communication hook"
+PYTHON_REDUCER = "DDP runs its Python reducer (compiled autograd), or the model has no parameter to train"
 
 
 class StepMarks:
@@ -108,39 +107,47 @@ def _first_grad_tensor(output):
 
 
 class DdpWaits:
-    """DDP's all-reduce waits of one rank (see the module). ``unmeasured``: why none are measured, "" once a DDP
-    module is hooked."""
+    """DDP's all-reduce waits of one rank (see the module); ``unmeasured``: why none are measured, "" once a DDP
+    module is hooked. DDP launches each bucket's all-reduce as its gradients are ready, in the reverse of the model's
+    order, and waits for them all in a callback of the autograd engine once the last is launched. A hook on the
+    gradient of the model's first parameter, the last one computed, notes that moment and queues a callback, which
+    queues one more at the queue's end as it runs: after DDP's, which has waited for every all-reduce (the engine
+    runs the callbacks queued meanwhile too). The all-reduce itself stays DDP's own (C++)."""
 
     def __init__(self):
         self.unmeasured = NO_DDP
-        self.inner = None  # (hook, state) the script registered after rnnprof's
-        self.group = None
         self._launched = self._done = None
+        self._queued = False
         self._hooked = False
 
     def offer(self, module) -> None:
-        """A root module: hooked if it is a DDP module without a communication hook of the script's."""
+        """A root module: hooked if it is a DDP module (not one of compiled autograd's Python reducer)."""
         from torch.nn.parallel import DistributedDataParallel
 
         if self._hooked or not isinstance(module, DistributedDataParallel):
             return
-        if getattr(module, "_use_python_reducer", False) or module._comm_hooks or _builtin_hook(module):
-            self.unmeasured = OWN_HOOK
+        first = next((p for p in module.module.parameters() if p.requires_grad), None)
+        if getattr(module, "_use_python_reducer", False) or first is None:
+            self.unmeasured = PYTHON_REDUCER
             return
-        self.group = module.process_group
-        module.register_comm_hook(self, _timed_all_reduce)
-        module.register_comm_hook = self._register_inner  # a hook the script registers later runs inside ours
+        first.register_post_accumulate_grad_hook(self._gradients_done)
         self._hooked, self.unmeasured = True, ""
 
-    def _register_inner(self, state, hook) -> None:
-        self.inner = (hook, state)
+    def _gradients_done(self, parameter) -> None:
+        if self._queued:
+            return
+        from torch.autograd import Variable
 
-    def launched(self) -> None:
-        self._launched = time.perf_counter()
+        self._launched, self._queued = time.perf_counter(), True
+        Variable._execution_engine.queue_callback(self._after_ddp)
 
-    def completed(self, future):
-        self._done = time.perf_counter()
-        return future.value()
+    def _after_ddp(self) -> None:
+        from torch.autograd import Variable
+
+        Variable._execution_engine.queue_callback(self._all_done)
+
+    def _all_done(self) -> None:
+        self._done, self._queued = time.perf_counter(), False
 
     def take(self) -> float:
         """The step's wait (seconds): 0 for a step without an all-reduce; NaN where none is measured."""
@@ -151,26 +158,6 @@ class DdpWaits:
             wait = max(0.0, self._done - self._launched)
         self._launched = self._done = None
         return wait
-
-
-def _builtin_hook(module) -> bool:
-    """Whether the script registered one of DDP's built-in (C++) communication hooks."""
-    try:
-        return bool(module._get_ddp_logging_data().get("comm_hook"))
-    except Exception:  # an older or newer DDP without this field: take it that none is registered
-        return False
-
-
-def _timed_all_reduce(waits: DdpWaits, bucket):
-    """DDP's communication hook under watch: the default all-reduce (or the script's own hook), timed."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-    waits.launched()
-    if waits.inner is not None:
-        future = waits.inner[0](waits.inner[1], bucket)
-    else:
-        future = allreduce_hook(waits.group, bucket)
-    return future.then(waits.completed)
 
 
 STATM = "/proc/self/statm"
