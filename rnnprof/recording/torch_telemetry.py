@@ -17,6 +17,7 @@ few microseconds a step:
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from rnnprof.events.series import MEMORY_CUDA, MEMORY_RSS
@@ -95,8 +96,7 @@ class StepMarks:
 
 def _first_grad_tensor(output):
     """The first tensor of a module's output (a tensor, or one inside a tuple, list or dict) that needs a gradient."""
-    import torch
-
+    torch = sys.modules["torch"]  # imported by now: the module ran
     if isinstance(output, torch.Tensor):
         return output if output.requires_grad else None
     values = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()

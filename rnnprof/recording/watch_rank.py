@@ -167,7 +167,7 @@ class TorchRankWatch(ClosedAsItEnded):
         memory, peak = self._memory.read()
         flags = self._flag_next | (PROFILED if self._window is not None else 0) | (WARMUP if self.steps < self.warmup
                                                                                  else 0)
-        self._flag_next = EXPORTED if any(w[0].writing for w in self._writing) else 0
+        self._flag_next = EXPORTED if self._writing and any(w[0].writing for w in self._writing) else 0
         return [self.steps, time.time(), end[0] - start, *parts, self._waits.take(), end[1] - self._began[1],
                 end[2] - self._began[2], memory, peak, flags]
 

@@ -60,9 +60,11 @@ class LiveView:
         self.view = view
         if self.live:
             return
-        for step in range(max(first, 0), last + 1):
-            shown = self.step_view(step) if self.step_view is not None else view
-            self._print(step_line(shown, step))
+        lines = [step_line(self.step_view(step) if self.step_view is not None else view, step).plain
+                 for step in range(max(first, 0), last + 1)]
+        with self._lock:  # plain text written whole: a line a step costs the watch little
+            self.console.file.write("".join(f"{line}\n" for line in lines))
+            self.console.file.flush()
 
     def anomaly(self, anomaly: Anomaly, window: str | None, why_not: str) -> None:
         then = f" -> window {window}" if window else f" (no window: {why_not})"

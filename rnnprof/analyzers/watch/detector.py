@@ -24,7 +24,8 @@ from . import rules
 from .result import (INPUT_STALL, MEMORY_GROWTH, REGRESSION, SPIKE, STRAGGLER, Anomaly, JobView, RankView)
 
 KEEP = 4096  # steps kept of each rank (the whole series is in the run directory)
-REFRESH = rules.RECENT // 2
+REFRESH = 2 * rules.RECENT  # steps between two computations of a baseline's median and jitter
+MEMORY_EVERY = rules.RECENT // 2  # steps between two judgements of memory growth
 CONFIRM = rules.RECENT // 2  # steps in a row a shift must stand out before it is raised
 SHIFTS = (REGRESSION, INPUT_STALL, STRAGGLER)
 SPIKE_CONFIRM = rules.RECENT // 2  # steps after a spike that must be back near the baseline (else: a regression)
@@ -106,7 +107,7 @@ class _Store:
         values = self.data[name][base_start:base_end]
         if not np.isfinite(values).all():
             return None
-        median = float(np.median(values))
+        median = _median(values)
         history = self.data[name][max(rules.SETTLE, base_end - rules.SPIKE_HISTORY):base_end]
         self.bases[key] = _Base(base_end, median, rules.jitter(values),
                                 rules.sustained(history[np.isfinite(history)], median))
@@ -193,7 +194,7 @@ class Detector:
         for rank, end in ends.items():
             for kind, hit in self._rank_rules(rank, end).items():
                 found.setdefault(kind, []).append((rank, *hit))
-        judged = {rank: (None if end % REFRESH == 0 else MEMORY_GROWTH) for rank, end in ends.items()}
+        judged = {rank: (None if end % MEMORY_EVERY == 0 else MEMORY_GROWTH) for rank, end in ends.items()}
         return self._raise(judged, found)
 
     def _raise(self, judged: dict[int, str | None], found: dict) -> list[Anomaly]:
@@ -261,7 +262,7 @@ class Detector:
                               int(steps[end - rules.RECENT + onset]), self._source(kind), value - base.median,
                               _waited(store, end - rules.RECENT + onset, end))
         self._spike(hits, store, end)
-        if end % REFRESH == 0:
+        if end % MEMORY_EVERY == 0:
             self._memory(hits, store, end)
         return hits
 
