@@ -11,7 +11,7 @@
 
 Held to: at most 1 % of the median step (docs/commands/watch.md).
 
-    python benchmarks/watch_overhead.py [--blocks 20] [--repeat 5] [--steps 800] [--width 1536] [--batch 128]
+    python benchmarks/watch_overhead.py [--blocks 20] [--repeat 5] [--steps 800] [--width 4096] [--batch 320]
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=50, help="timed steps of a block")
     parser.add_argument("--repeat", type=int, default=5, help="pairs of whole jobs")
     parser.add_argument("--steps", type=int, default=800, help="steps of a whole job")
-    parser.add_argument("--width", type=int, default=1536)
-    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--width", type=int, default=4096)
+    parser.add_argument("--batch", type=int, default=320)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rnnprof-watch-cost-") as temporary:
         scratch = Path(temporary)
