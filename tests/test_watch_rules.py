@@ -5,6 +5,7 @@ figures each test expects are the planted ones), the series files, and the watch
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -318,3 +319,29 @@ def test_a_signal_asks_for_a_window_too(tmp_path):
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert [s[2] for s in events.said if s[0] == "window"] == ["requested"]
+
+
+# -- the command's refusals: one line, exit 2, nothing started --------------------------------------------------
+
+def test_a_tensorflow_script_is_refused_with_why(tmp_path, capfd):
+    from rnnprof.cli import main
+
+    script = tmp_path / "train.py"
+    script.write_text("import tensorflow as tf\n")
+    assert main(["watch", "--out", str(tmp_path / "run"), "--", sys.executable, str(script)]) == 2
+    assert "rnnprof watch runs PyTorch scripts" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "nmt", "--", "python", "train.py"], "--model does not apply when watching a script"),
+    (["--", "python", "train.py"], "--out DIR is required when watching a script"),
+    (["--capture", "NOWHERE"], "no watched run there"),
+    (["--capture", "NOWHERE", "--window-steps", "3"], "--capture RUN takes nothing else"),
+])
+def test_flags_that_do_not_fit_are_refused_in_one_line(tmp_path, capfd, argv, message):
+    from rnnprof.cli import main
+
+    argv = [str(tmp_path / "nowhere") if word == "NOWHERE" else word for word in argv]
+    assert main(["watch", *argv]) == 2
+    err = capfd.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
