@@ -92,7 +92,7 @@ def median_step(scratch: Path, name: str, watched: bool, args) -> float:
     clock.mkdir()
     job = [TORCHRUN, "--nproc-per-node", "2", str(JOB), str(clock), "--steps", str(args.steps), "--width",
            str(args.width), "--batch", str(args.batch)]
-    command = [sys.executable, "-m", "rnnprof", "watch", "--out", str(out), "--", *job] if watched else job
+    command = [sys.executable, "-m", "rnnprof", "watch", "--out", str(out), "--force", "--", *job] if watched else job
     env = {**os.environ, "PET_RDZV_BACKEND": "c10d", "PET_RDZV_ENDPOINT": "localhost:0"}
     for attempt in range(3):  # a gloo rendezvous on a loaded machine fails now and then before the first step
         done = subprocess.run(command, capture_output=True, text=True, env=env)
