@@ -170,12 +170,13 @@ def _summary(console, out: Path, watcher: Watcher) -> None:
     series = read_series(out)
     steps = max((len(s) for s in series.values()), default=0)
     console.print(Text.assemble("watched ", (f"{steps:,}", "bold"), f" steps on {len(series)} rank(s); "
-                                f"{len(watcher.windows)} window(s); run directory: ", (str(out), "bold")))
+                                f"{len(watcher.windows)} window(s); run directory: ", (str(out), "bold")),
+                  soft_wrap=True)
     for window in watcher.windows:
         text = (window.verdict or {}).get("text") or verdict_text(window.verdict or {})
-        console.print(Text(f"  {window.request.name} ({window.reason}): {text}"))
+        console.print(Text(f"  {window.request.name} ({window.reason}): {text}"), soft_wrap=True)
     for note in watcher.notes:
-        console.print(Text(f"  note: {note}"))
+        console.print(Text(f"  note: {note}"), soft_wrap=True)
 
 
 class WindowAnalysis:

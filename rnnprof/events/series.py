@@ -7,8 +7,8 @@ Columns, one value a step (NaN where the rank could not measure it, with the rea
 * ``step``: the rank's step number, from 0; ``end``: the wall clock (``time.time()``) as the step ended;
 * ``step_s``: the step's wall seconds, from the end of the step before (of the capture's start, for step 0);
 * its parts: ``data_s`` (from the step's start to the model's first forward: the wait for the batch),
-  ``forward_s`` (to the start of the backward pass, the loss included), ``backward_s`` (to the optimizer step:
-  the gradients' all-reduce waited for at its end included), ``optimizer_s``; what is left of the step
+  ``forward_s`` (the model's forward, to its output), ``backward_s`` (from there to the optimizer step: the loss,
+  the backward pass and the gradients' all-reduce waited for at its end), ``optimizer_s``; what is left of the step
   (logging, a step mark after the optimizer) is ``step_s`` less the four;
 * ``comm_wait_s``: the seconds the rank waited for its collectives after its last one started (DDP's gradient
   all-reduce buckets: from the last bucket's launch to the last one's completion);

@@ -1,10 +1,10 @@
 """What one PyTorch rank measures of each step without the profiler (``rnnprof watch``), with hooks that cost a
 few microseconds a step:
 
-* ``StepMarks``: the moments a step passes through: the model's first forward (a forward pre-hook on each *root*
-  module: one called while no other module runs; the roots are found in the first step by torch's global module
-  hooks, which are then removed), the start of its backward pass (a hook on the root's output tensor), the
-  optimizer step's start and end (torch's global optimizer hooks, installed by the rank's watch);
+* ``StepMarks``: the moments a step passes through: the model's first forward and its end (a forward pre-hook and
+  a forward hook on each *root* module: one called while no other module runs; the roots are found in the first
+  step by torch's global module hooks, which are then removed), the optimizer step's start and end (torch's global
+  optimizer hooks, installed by the rank's watch);
 * ``DdpWaits``: DDP's wait for its gradient all-reduce: from the moment the last gradient is computed (its last
   bucket launched) to the moment DDP has waited for every bucket (a hook on one parameter's gradient and two
   callbacks of the autograd engine a step; the all-reduce itself is DDP's own);
@@ -17,7 +17,6 @@ few microseconds a step:
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from rnnprof.events.series import MEMORY_CUDA, MEMORY_RSS
@@ -76,34 +75,14 @@ class StepMarks:
             self.forward = time.perf_counter()
 
     def _root_post(self, module, args, output) -> None:
-        if self.backward is not None:
-            return
-        tensor = _first_grad_tensor(output)
-        if tensor is not None:
-            tensor.register_hook(self._backward_began)
-
-    def _backward_began(self, grad):
-        if self.backward is None:
+        if self.backward is None:  # the model's output: what follows is the loss and its backward pass
             self.backward = time.perf_counter()
-        return None
 
     def close(self) -> None:
         self.settle()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-
-
-def _first_grad_tensor(output):
-    """The first tensor of a module's output (a tensor, or one inside a tuple, list or dict) that needs a gradient."""
-    torch = sys.modules["torch"]  # imported by now: the module ran
-    if isinstance(output, torch.Tensor):
-        return output if output.requires_grad else None
-    values = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
-    for value in values:
-        if isinstance(value, torch.Tensor) and value.requires_grad:
-            return value
-    return None
 
 
 class DdpWaits:

@@ -165,14 +165,16 @@ class Detector:
         return sorted(r for r in self.stores if r not in self.stopped)
 
     def job_step(self) -> int:
-        """The last step every live rank has written."""
+        """The last step every live rank has written (every rank has stopped: the last any wrote)."""
         live = self.live()
-        return min(self.stores[r].last_step for r in live) if live else self.judged_step
+        if not live:
+            return max((s.last_step for s in self.stores.values()), default=self.judged_step)
+        return min(self.stores[r].last_step for r in live)
 
     def advance(self) -> list[Anomaly]:
         """Judge every job step not judged yet (see the module); the anomalies raised, in order."""
         raised: list[Anomaly] = []
-        ranks = self.live()
+        ranks = self.live() or sorted(self.stores)  # every rank stopped: what they wrote is judged to its end
         for step in range(self.judged_step + 1, self.job_step() + 1):
             raised += self._judge_step(step, ranks)
             self.judged_step = step
