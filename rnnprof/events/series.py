@@ -1,25 +1,13 @@
-"""A watched job's step series: what each rank measured of every step it ran, without the profiler
-(``rnnprof watch``), as one array per column: the contract between the series the ranks write
-(``rundir.series``) and the watch's analyses (``analyzers.watch``), as ``EventTable`` is for traces.
-
-Columns, one value a step (NaN where the rank could not measure it, with the reason in ``RankSeries.unmeasured``):
-
-* ``step``: the rank's step number, from 0; ``end``: the wall clock (``time.time()``) as the step ended;
-* ``step_s``: the step's wall seconds, from the end of the step before (of the capture's start, for step 0);
-* its parts: ``data_s`` (from the step's start to the model's first forward: the wait for the batch),
-  ``forward_s`` (the model's forward, to its output), ``backward_s`` (from there to the optimizer step: the loss,
-  the backward pass and the gradients' all-reduce waited for at its end), ``optimizer_s``; what is left of the step
-  (logging, a step mark after the optimizer) is ``step_s`` less the four;
-* ``comm_wait_s``: the seconds the rank waited for its collectives after its last one started (DDP's gradient
-  all-reduce buckets: from the last bucket's launch to the last one's completion);
-* ``cpu_s``: the CPU seconds of the rank's process in the step (all its threads); ``runqueue_s``: the seconds its
-  training thread was ready to run but waited for a core (Linux's schedstat): the machine's share of a slow step;
-* ``memory`` and ``memory_peak``: bytes at the step's end and the most during the step: the CUDA allocator's
-  allocated bytes and their peak on a GPU, the process's resident memory (RSS, peak: NaN) on a CPU
-  (``RankSeries.memory_source``);
-* ``flags``: ``WARMUP`` (a built-in workload's warm-up step), ``PROFILED`` (run under the profiler: a capture
-  window or its warm-up step), ``EXPORTED`` (the step in which a window's trace was written out). A step with
-  any flag is never part of a baseline, nor judged.
+"""A watched job's step series: what each rank measured of every step, without the profiler (``rnnprof watch``), an
+array per column: the contract between the series the ranks write (``rundir.series``) and the watch's analyses
+(``analyzers.watch``), as ``EventTable`` is for traces. ``COLUMNS``, one value a step (NaN where a rank could not
+measure it, the reason in ``RankSeries.unmeasured``): the step number and the wall clock at its end; ``step_s``, its
+wall time, and its parts (``PARTS``: the wait for the batch, the model's forward, from its output to the optimizer
+step, the optimizer step; what is left is ``other_s``); ``comm_wait_s`` (DDP's wait for its all-reduce); ``cpu_s``
+(the process's CPU time); ``runqueue_s`` (the training thread's wait for a core); ``memory`` and ``memory_peak``
+(CUDA allocated and its peak in the step, or the process's resident memory: ``memory_source``); ``flags``:
+``WARMUP``, ``PROFILED`` (under the profiler), ``EXPORTED`` (a window's trace written out): a flagged step is never
+in a baseline, nor judged. docs/commands/watch.md defines each.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
-"""The watch over a whole job (``rnnprof watch``), in a thread of rnnprof's own process while the job runs.
-
-Every ``POLL_S`` it reads what each rank added to its series (``rundir.series.SeriesTail``), feeds the detector
-(``analyzers.watch.Detector``), and:
-
-* logs each anomaly (``anomalies.jsonl``) and asks every rank for a capture window on it (``rundir.windows``): from
-  ``lead`` steps after the last step any rank has finished (``LEAD_S`` worth of steps, at least ``MIN_LEAD``), for
-  ``WatchOptions.window_steps``; at most one every ``capture_gap`` steps for anomalies of one kind (a spike does not
-  keep a straggler from its window) and ``max_captures`` in the job; the anomalies raised before a window opens
-  join it;
-* asks for the *baseline* window at ``baseline_step`` before the job starts (every rank opens it at that step),
-  and for a window whenever the user asks (``ask()``: a signal; ``rundir.windows.ask_for_window``: another
-  terminal), outside the rate limits;
-* once every rank has written a window, hands it to ``analyse`` (the command's: audit, and the comparison with the
-  baseline window), one at a time while the job runs (as many as there are cores once it has ended), and logs its
-  verdict beside it;
-* tells ``events`` (the live view) what happened, and writes the new steps as TensorBoard scalars (``scalars``).
-
-A rank whose series stopped (it ended, died, or cannot write) is no longer waited for, and said once. Nothing here
-stops the job: a failure of the watch itself is said (``events.note``) and the job runs on, unwatched.
+"""The watch over a whole job (``rnnprof watch``), a thread of rnnprof's own process while the job runs. Every
+``POLL_S`` it reads what each rank added to its series, feeds the detector (``analyzers.watch.Detector``), logs each
+anomaly (``anomalies.jsonl``) and asks every rank for a capture window on it (``rundir.windows``): from ``LEAD_S``
+after the last step a rank finished (at least ``MIN_LEAD`` steps), at most one every ``capture_gap`` steps for
+anomalies of one kind and ``max_captures`` in the job; anomalies raised before a window opens join it. It asks for
+the baseline window before the job starts (every rank opens it at ``baseline_step``), and for a window whenever the
+user asks (``ask()``: a signal; ``rundir.windows.ask_for_window``: another terminal). Once every rank has written a
+window it hands it to ``analyse`` (the command's: audit, and the comparison with the baseline window), one at a time
+while the job runs, and logs the verdict. It tells ``events`` (the live view) what happens and writes the new steps
+as TensorBoard scalars. A rank whose series stopped is no longer waited for, and said; nothing here stops the job.
 """
 
 from __future__ import annotations

@@ -9,10 +9,7 @@
       graphs/graph.pb, partitions/, functions/    user graph, partition graphs, TF2 function graphs
       torch/rank<r>.json.gz                       PyTorch runs: rank r's Kineto trace of its window
       hang/                                       a hung job: each rank's stacks, flight recorder, the verdict
-      series/rank<r>.jsonl                        rnnprof watch: each rank's step series, a line a step
-      windows/<k>-step<S>/                        rnnprof watch: capture window k from step S, a run directory of its
-                                                  own, with verdict.json beside its files
-      anomalies.jsonl                             rnnprof watch: each anomaly as it was raised, each window's verdict
+      series/, windows/, anomalies.jsonl          rnnprof watch: the ranks' step series, windows, anomalies
 
 What each file holds, the timelines' schema (lanes, ops, transfer and collective arrows) and the step
 numbering (``traced_steps``, ``profiled_steps``): docs/run-directory.md.

@@ -1,30 +1,17 @@
-"""The watch's rules: each judges a rank's recent steps against its own rolling baseline and jitter
-(``analyzers.noise``), never against a fixed threshold.
+"""The watch's rules: each judges a rank's recent steps (its last ``RECENT``) against its own rolling baseline (the
+``BASELINE`` before them, its first ``SETTLE`` and any flagged step left out, at least ``MIN_BASELINE``) and jitter
+(the larger of the baseline's ``noise.robust_spread`` and the spread of the medians of ``RECENT`` consecutive
+baseline steps), never a fixed threshold. A difference is significant as ``noise.significance`` says (``K`` times
+that jitter and its own spread) and must exceed the largest excursion of ``RECENT`` consecutive steps of the rank's
+last ``SPIKE_HISTORY`` (``sustained``): a new level is one the rank has not had.
 
-A rank's *recent* steps are its last ``RECENT``; its *baseline* the ``BASELINE`` steps before them (at least
-``MIN_BASELINE``), its first ``SETTLE`` steps and every step run under the profiler left out. A value's jitter
-is the larger of the baseline's robust spread (``noise.robust_spread``) and its *level jitter*: how far the median
-of ``RECENT`` consecutive baseline steps moves (the spread of those medians), which a slow drift raises. A
-difference is significant as ``noise.significance`` says: its median over the recent steps above ``K`` (3) times
-that jitter and ``K`` times its own spread; and it must exceed the largest excursion of any ``RECENT`` consecutive
-steps of the rank's last ``SPIKE_HISTORY`` (``sustained``): a new level is one the rank has not had, a burst of
-load like those before it is none.
+* regression: the step time; input stall: the data wait, against the step time's jitter; straggler: each rank's
+  lateness (``rank_lateness``), with ``noise``'s least difference between processes;
+* memory growth (``memory_growth``): quarters that rise one after the other, a mean change beyond its error and
+  ``MEMORY_FLOOR`` of the memory in use; its onset by a level-then-line fit, its rate by Theil-Sen;
+* spike (``spike``): one step beyond ``SPIKE_K`` times the jitter and twice the rank's largest excursion.
 
-* **Step-time regression**: the step time against its baseline.
-* **Straggler**: a rank's *lateness*, each step, is the median of the other ranks' collective waits less its own
-  (how long the others wait for it); against its baseline, with ``noise.CPU_RANK_FLOOR_US`` as the least
-  difference called between processes on CPU ranks (``CROSS_RANK_FLOOR_US`` on GPUs). Where no collective wait is
-  measured, the rank's own phases (data wait, forward, optimizer: DDP waits in none of them) less the other
-  ranks' median stand for it.
-* **Input stall**: the wait for the batch against its baseline, with the *step time's* jitter: a stall must
-  matter to the step.
-* **Memory growth**: over the last ``MEMORY_WINDOW`` steps (or 4 or 16 times as many), the medians of its four
-  quarters rise one after the other (one jump is no growth) and the mean change a step exceeds ``K`` times its
-  standard error (a wandering level is no growth). Its rate is then the least-squares slope from the onset (the
-  last step still at the level of the steps before the span) to now.
-* **Spike**: one step above the baseline's median by more than ``SPIKE_K`` times the jitter and twice the largest
-  excursion of the rank's last ``SPIKE_HISTORY`` steps (at least ``SPIKE_LEAST_HISTORY`` of them), the steps after
-  it back near the baseline (else it is the start of a regression).
+docs/commands/watch.md says each in full.
 """
 
 from __future__ import annotations
