@@ -108,6 +108,16 @@ def test_a_regression_the_ranks_spent_waiting_for_a_core_says_the_machine_is_bus
     assert own.waited == pytest.approx(0.0, abs=1e-6) and "waiting for a core" not in anomaly_text(own)
 
 
+def test_a_spike_a_rank_spent_waiting_for_a_core_is_the_machines_not_an_anomaly():
+    rows = job("spike")
+    for row in rows[1][FAULT:FAULT + 1]:
+        row[9] = 0.290  # rank 1 waited that long for a core; rank 0 waited for rank 1
+    detector, found = Detector(), []
+    for rank, rank_rows in rows.items():
+        detector.feed(series_from_rows(rank, rank_rows))
+    assert detector.advance() == [] and [(a.kind, a.step) for a in detector.machine_spikes] == [(SPIKE, FAULT)]
+
+
 def test_an_input_stall_is_named_on_its_rank():
     stalls = [a for a in detect(job("stall")) if a.kind == INPUT_STALL]
     assert len(stalls) == 1 and stalls[0].ranks == (0,) and stalls[0].cost == pytest.approx(0.020, rel=0.1)
@@ -224,6 +234,9 @@ class Events:
 
     def note(self, text):
         self.said.append(("note", text))
+
+    def machine(self, spike):
+        self.said.append(("machine", spike.step))
 
 
 class Crashing:

@@ -67,6 +67,9 @@ class WatchEvents(Protocol):
     def verdict(self, window: str, verdict: dict) -> None:
         """A window's verdict (``analyzers.watch.WindowVerdict.as_dict()``, with its ``text``)."""
 
+    def machine(self, spike: Anomaly) -> None:
+        """A step the machine took from the job (a rank waited for a core): said, no anomaly, no window."""
+
     def note(self, text: str) -> None:
         """Something the user should know (a rank stopped, a write failed, the watch failed)."""
 
@@ -151,6 +154,10 @@ class Watcher:
         self._find_stopped(progress)
         for anomaly in self.detector.advance():
             self._raised(anomaly)
+        while self.detector.machine_spikes:
+            spike = self.detector.machine_spikes.pop(0)
+            windows.append_line(self.run_dir, {"machine": spike.as_dict()})
+            self.events.machine(spike)
         self._tell_steps()
         self._asks()
         self._windows()

@@ -78,5 +78,8 @@ class LiveView:
     def verdict(self, window: str, verdict: dict) -> None:
         self._print(("verdict ", "bold green"), f"{window}: ", verdict.get("text") or verdict_text(verdict))
 
+    def machine(self, spike: Anomaly) -> None:
+        self._print(("note: ", "yellow"), anomaly_text(spike), " (the machine's, not the job's: no window)")
+
     def note(self, text: str) -> None:
         self._print(("note: ", "yellow"), text)

@@ -48,7 +48,7 @@ def anomaly_text(anomaly: Anomaly) -> str:
     """One anomaly in a sentence: what, where, since when and what it costs, and how much of it the rank spent
     waiting for a core (the machine's load, not the job's code) where that is half of it or more."""
     text = _anomaly_text(anomaly)
-    if anomaly.waited is not None and anomaly.cost > 0 and anomaly.waited >= anomaly.cost / 2:
+    if anomaly.machines:
         text += f"; {ms(anomaly.waited)} ms of it waiting for a core: the machine is busy"
     return text
 

@@ -34,11 +34,12 @@ def watch_page(summary: WatchSummary, name: str, notes: list[str]) -> str:
 
 def _anomalies(page: Page, summary: WatchSummary) -> None:
     page.heading("Anomalies")
-    if not summary.anomalies:
+    if not summary.anomalies and not summary.machine:
         page.paragraph("none: every rank stayed within its own baseline and jitter")
         return
     page.table(["step", "anomaly", "window"],
-               [[f"{a.step:,}", anomaly_text(a), window or "none (rate-limited)"] for a, window in summary.anomalies],
+               [[f"{a.step:,}", anomaly_text(a), window or "none (rate-limited)"] for a, window in summary.anomalies]
+               + [[f"{a.step:,}", anomaly_text(a), "none: the machine's, not the job's"] for a in summary.machine],
                numeric={0})
 
 

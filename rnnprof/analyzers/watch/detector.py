@@ -5,7 +5,8 @@ every live rank has finished, the anomalies raised once each, and the live view 
 that every rank still writing has finished, in order, and returns the anomalies raised on them: a kind raised on
 several ranks at one step is one anomaly naming them. A rank's anomaly of a kind stays raised (it is not raised
 again) until its rule has been quiet for ``RECENT`` steps (``MEMORY_WINDOW`` for memory); a shift (a regression, a
-straggler, an input stall) is raised once it has stood out ``CONFIRM`` steps in a row. ``stop(rank, why)``: a
+straggler, an input stall) is raised once it has stood out ``CONFIRM`` steps in a row; a spike a rank spent half of
+waiting for a core is the machine's (``machine_spikes``), not raised. ``stop(rank, why)``: a
 rank whose series has stopped (it died, its disk is full) is no longer waited for. Only the last ``KEEP`` steps
 of each rank are kept. A baseline's median and jitter are computed again every ``REFRESH`` steps; each step's
 recent median is checked against them first, and judged in full (``noise.significance``) only when it stands out.
@@ -148,6 +149,7 @@ class Detector:
     judged_step: int = -1  # the last job step judged
     last: Anomaly | None = None
     unmeasured: dict[str, str] = field(default_factory=dict)  # what some rank could not measure, and why
+    machine_spikes: list[Anomaly] = field(default_factory=list)  # spikes spent waiting for a core, to be said
     _late_source: str = ""
     _pending: dict[tuple[str, int], int] = field(default_factory=dict)  # steps a shift has stood out in a row
     _raised: dict[tuple[str, int], _Raised] = field(default_factory=dict)
@@ -212,7 +214,11 @@ class Detector:
                 if (kind, h[0]) in self._raised:
                     self._raised[(kind, h[0])].quiet = 0
             if fresh:
-                new.append(_anomaly(kind, fresh))
+                anomaly = _anomaly(kind, fresh)
+                if kind == SPIKE and anomaly.machines:  # one step the machine took from the job: said, not raised
+                    self.machine_spikes.append(anomaly)
+                else:
+                    new.append(anomaly)
         for key in list(self._pending):  # a shift not seen at this step starts its count again
             if not any(h[0] == key[1] for h in found.get(key[0], ())):
                 del self._pending[key]
@@ -385,6 +391,7 @@ def _anomaly(kind: str, hits: list[tuple]) -> Anomaly:
     hits = sorted(hits, key=lambda h: -h[2].difference_us)
     rank, step, verdict, value, baseline, onset, source = hits[0][:7]
     cost = hits[0][7] if len(hits[0]) > 7 else verdict.difference_us / rules.US
-    waited = hits[0][8] if len(hits[0]) > 8 else None
+    waits = [h[8] for h in hits if len(h) > 8 and h[8] is not None]
+    waited = max(waits) if waits else None  # the named rank that waited most for a core
     return Anomaly(kind=kind, step=step, ranks=tuple(sorted(h[0] for h in hits)), value=value, baseline=baseline,
                    cost=cost, judged=verdict.as_dict(), onset=onset, source=source, waited=waited)

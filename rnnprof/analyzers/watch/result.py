@@ -37,6 +37,11 @@ class Anomaly:
     source: str = ""  # what the rule read: "collective waits", "the ranks' own phases", "process_rss", ...
     waited: float | None = None  # of the cost, how much more a step the rank waited for a core (the machine's)
 
+    @property
+    def machines(self) -> bool:
+        """Half of its cost or more was a rank's added wait for a core: the machine's load more than the job's."""
+        return self.waited is not None and self.cost > 0 and self.waited >= self.cost / 2
+
     def as_dict(self) -> dict:
         return {"kind": self.kind, "step": int(self.step), "ranks": [int(r) for r in self.ranks],
                 "value": float(self.value), "baseline": float(self.baseline), "cost": float(self.cost),

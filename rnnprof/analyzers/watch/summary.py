@@ -62,6 +62,7 @@ class WatchSummary:
     windows: tuple[WatchedWindow, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
     memory_source: str = ""
+    machine: tuple[Anomaly, ...] = ()  # steps the machine took from the job (a rank waited for a core): no window
 
 
 def _median(values: np.ndarray) -> float:
@@ -117,5 +118,6 @@ def watch_summary(series: dict[int, RankSeries], lines: list[dict], manifest_wat
                     for w in watch.get("windows") or [] if "name" in w)
     notes = tuple(line["note"] for line in lines if "note" in line)
     source = next((s.memory_source for s in series.values()), "")
+    machine = tuple(Anomaly.from_dict(line["machine"]) for line in lines if "machine" in line)
     return WatchSummary(ranks=ranks, points=points, anomalies=anomalies, windows=windows, notes=notes,
-                        memory_source=source)
+                        memory_source=source, machine=machine)
