@@ -24,7 +24,7 @@ from rnnprof.commands import hang_flags
 from rnnprof.commands.trace import ScriptFailed
 from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
                                              workload_config_from_args)
-from rnnprof.errors import InterruptedRun, JobHung, UsageError
+from rnnprof.errors import InputError, InterruptedRun, JobHung, UsageError
 from rnnprof.recording import ranks
 from rnnprof.recording.hang_watch import HUNG_EXIT, HangOptions
 from rnnprof.recording.interrupt import terminate_as_interrupt
@@ -131,7 +131,10 @@ def _script(args: argparse.Namespace, command: list[str], console) -> int:
     with view:
         code = run_script(out, command, steps=None, skip_steps=0, force=args.force, hang=_hang(args),
                           watch={"window_steps": args.window_steps}, beside=watcher)
-    ranks.update_manifest(out, watch=watcher.summary())
+    try:
+        ranks.update_manifest(out, watch=watcher.summary())
+    except InputError as exc:  # the run keeps its series and windows; only the summary is missing
+        print(f"rnnprof watch: the manifest could not keep the watch's summary: {exc}", file=sys.stderr)
     _summary(console, out, watcher)
     return _outcome(out, code)
 
