@@ -358,3 +358,25 @@ def test_flags_that_do_not_fit_are_refused_in_one_line(tmp_path, capfd, argv, me
     assert main(["watch", *argv]) == 2
     err = capfd.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("gap, most, why", [(1000, 5, "--capture-gap 1000"), (50, 1, "--max-captures 1")])
+def test_windows_are_rate_limited(tmp_path, gap, most, why):
+    """Two regressions of the same job 200 steps apart (the second larger: a level the job has had is no new one):
+    the second opens no window within the gap, or past the most windows a job may have; each is logged all the same,
+    with why it has none."""
+    rows = job(steps=STEPS + 100)
+    for rank_rows in rows.values():
+        for step, row in enumerate(rank_rows):
+            if FAULT <= step < FAULT + 100:
+                row[2] += 0.010
+            elif FAULT + 200 <= step < FAULT + 300:
+                row[2] += 0.030
+    events = Events()
+    with Watcher(tmp_path, WatchOptions(window_steps=3, capture_gap=gap, max_captures=most, baseline_step=None),
+                 events):
+        play(tmp_path, rows)
+    raised = [s for s in events.said if s[0] == "anomaly" and s[1] == REGRESSION]
+    assert len(raised) == 2
+    assert raised[0][2] is not None and raised[0][3] == ""
+    assert raised[1][2] is None and why in raised[1][3]
