@@ -141,6 +141,15 @@ def test_one_jump_of_memory_or_a_slow_creep_is_no_growth():
     assert detect(rows) == []
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_shift_within_the_jitter_is_not_raised(seed):
+    rows = job(seed=seed)  # the step's jitter: about 1.5 ms
+    for rank_rows in rows.values():
+        for row in rank_rows[FAULT:]:
+            row[2] += 0.001
+    assert detect(rows) == []
+
+
 def test_a_spike_is_one_step_and_the_start_of_a_regression_is_none():
     spikes = detect(job("spike"))
     assert [(a.kind, a.step) for a in spikes] == [(SPIKE, FAULT)]

@@ -7,8 +7,8 @@ last ``SPIKE_HISTORY`` (``sustained``): a new level is one the rank has not had.
 
 * regression: the step time; input stall: the data wait, against the step time's jitter; straggler: each rank's
   lateness (``rank_lateness``), with ``noise``'s least difference between processes;
-* memory growth (``memory_growth``): quarters that rise one after the other, a mean change beyond its error and
-  ``MEMORY_FLOOR`` of the memory in use; its onset by a level-then-line fit, its rate by Theil-Sen;
+* memory growth (``memory_growth``): a mean change a step beyond ``K`` times its standard error and ``MEMORY_FLOOR``
+  of the memory in use; its onset by a level-then-line fit, its rate by Theil-Sen;
 * spike (``spike``): one step beyond ``SPIKE_K`` times the jitter and twice the rank's largest excursion.
 
 docs/commands/watch.md says each in full.
@@ -86,21 +86,16 @@ def rank_floor_s(gpu: bool) -> float:
 def memory_growth(memory: np.ndarray) -> tuple[Significance, int] | None:
     """Whether ``memory`` (a rank's memory, a value a step, oldest first) grows over its last ``MEMORY_WINDOW``
     steps, or 4 or 16 times as many (a leak that allocates now and then shows over a longer span): (the judgement,
-    the span) of the shortest span that grows, None where none does. Over a span, memory grows when the medians of
-    its four quarters rise one after the other (one jump is no growth) and its net rise a step, the mean of its
-    step-to-step changes, exceeds ``K`` times the standard error of that mean and ``MEMORY_FLOOR`` of the memory
-    at the span's start spread over the span."""
+    the span) of the shortest span that grows, None where none does. Over a span, memory grows when its net rise a
+    step, the mean of its step-to-step changes, exceeds ``K`` times the standard error of that mean (one jump, or a
+    wandering level, does not) and ``MEMORY_FLOOR`` of the memory at the span's start spread over the span."""
     for span in (MEMORY_WINDOW, 4 * MEMORY_WINDOW, 16 * MEMORY_WINDOW):
         if span > len(memory):
             return None
-        window = memory[-span:]
-        medians = [float(np.median(q)) for q in np.array_split(window, 4)]
-        if not all(b > a for a, b in zip(medians, medians[1:])):
-            continue
-        changes = np.diff(window)
+        changes = np.diff(memory[-span:])
         rate = float(changes.mean())
         error = float(changes.std(ddof=1)) / np.sqrt(len(changes))
-        threshold = max(K * error, MEMORY_FLOOR * float(window[0]) / len(changes))
+        threshold = max(K * error, MEMORY_FLOOR * float(memory[-span]) / len(changes))
         if rate > threshold:
             return Significance(rate, float(changes.std(ddof=1)), error, threshold, len(changes), True,
                                 1.0 - threshold / rate, per="step"), span
