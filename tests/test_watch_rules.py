@@ -143,10 +143,20 @@ def test_one_jump_of_memory_or_a_slow_creep_is_no_growth():
 
 @pytest.mark.parametrize("seed", range(3))
 def test_a_shift_within_the_jitter_is_not_raised(seed):
-    rows = job(seed=seed)  # the step's jitter: about 1.5 ms
+    rows = job(seed=seed)  # the step's jitter: about 1.5 ms; 3 times it, 4.5 ms
     for rank_rows in rows.values():
         for row in rank_rows[FAULT:]:
-            row[2] += 0.001
+            row[2] += 0.0025
+    assert detect(rows) == []
+
+
+def test_a_burst_that_stands_out_3_steps_in_a_row_is_not_raised():
+    """Slow steps at FAULT + 0, 1, 2, 3 and 5: the median of the last 8 steps stands out at FAULT + 5, 6 and 7 only;
+    a shift must stand out 4 steps in a row."""
+    rows = job()
+    for rank_rows in rows.values():
+        for k in (0, 1, 2, 3, 5):
+            rank_rows[FAULT + k][2] += 0.012
     assert detect(rows) == []
 
 
