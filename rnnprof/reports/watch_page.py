@@ -15,6 +15,12 @@ from rnnprof.reports.watch_charts import memory_series_chart, split_series_chart
 def watch_page(summary: WatchSummary, name: str, notes: list[str]) -> str:
     page = Page(f"rnnprof report: {name}")
     page.heading(f"rnnprof report: {name} (a watched job)", 1)
+    watch_sections(page, summary, notes)
+    return page.render()
+
+
+def watch_sections(page: Page, summary: WatchSummary, notes: list[str] = ()) -> None:
+    """A watched job's sections on ``page``: the anomalies, the windows, each rank's step, the series plotted."""
     steps = max((r.steps for r in summary.ranks), default=0)
     page.paragraph(f"{steps:,} steps on {len(summary.ranks)} rank(s), {len(summary.anomalies)} anomaly(ies), "
                    f"{len(summary.windows)} capture window(s)", "sub")
@@ -29,7 +35,6 @@ def watch_page(summary: WatchSummary, name: str, notes: list[str]) -> str:
         page.chart("watch-memory", spec(memory_series_chart(summary, what)))
     for note in [*notes, *summary.notes]:
         page.paragraph(note, "sub")
-    return page.render()
 
 
 def _anomalies(page: Page, summary: WatchSummary) -> None:
