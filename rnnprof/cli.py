@@ -34,6 +34,8 @@ COMMANDS: dict[str, Command] = {
                      "time training on several device counts and print throughput and speedup"),
     "trace": Command("rnnprof.commands.trace",
                      "capture a run directory from a built-in workload, your own script or a running job"),
+    "watch": Command("rnnprof.commands.watch",
+                     "watch a whole job as it runs, judge each rank against its own baseline, capture where it goes wrong"),
     "count-ops": Command("rnnprof.commands.count_ops",
                          "count graph operators and kernel invocations per device and step, or compare two runs"),
     "placement-audit": Command("rnnprof.commands.placement_audit",
