@@ -332,7 +332,12 @@ def test_every_file_write_in_the_package_goes_through_a_rename():
     direct = re.compile(r"\.write_(text|bytes)\(|(?<!fd)open\([^)]*['\"][wax]b?['\"]|gzip\.open\([^)]*['\"]w")
     # faulthandler writes a rank's stacks into a file kept open from the capture's start (a hung rank cannot
     # write a whole file on request); the collector copies it whole, through a rename, into hang/
-    streamed = {"recording/hang_probe.py": 'self._stacks = open(self.files["stacks"], "w")'}
+    # A watched job's files grow a record at a time and are read up to their last whole record: anomalies.jsonl and
+    # the TensorBoard scalars (appended), and a window analysis' stderr, the file its process writes to.
+    streamed = {"recording/hang_probe.py": 'self._stacks = open(self.files["stacks"], "w")',
+                "rundir/windows.py": 'with open(Path(run_dir) / rundir.ANOMALIES, "ab") as handle:',
+                "rundir/tensorboard.py": 'writer = RecordWriter(open(folder / name, "ab"))',
+                "commands/watch.py": 'with open(self._log, "wb") as log:'}
     offenders = []
     root = Path(rnnprof.__file__).parent
     for path in root.rglob("*.py"):

@@ -352,13 +352,28 @@ def test_a_crashing_rank_is_one_line_naming_it_and_the_run_is_marked(tmp_path, m
 
 
 @pytest.mark.slow
-def test_view_refuses_a_torch_run_in_one_line_saying_what_opens_it(run, capsys):
-    from rnnprof.cli import main
+def test_view_opens_rnnprofs_tab_on_a_torch_run_and_no_profile_viewer(run, capsys, monkeypatch):
+    """A PyTorch run has no TensorBoard profile (its traces are Kineto JSON): view serves rnnprof's tab on it and
+    offers no profile viewer. TensorBoard's command is replaced by one that prints its address line and exits."""
+    import sys
 
-    code = main(["view", str(run)])
+    from rnnprof.cli import main
+    from rnnprof.commands import view
+
+    launched = []
+    tensorboard_command = view.tensorboard_command
+
+    def announce_and_exit(logdir, host, port):
+        launched.append(tensorboard_command(logdir, host, port))
+        return [sys.executable, "-c", "print('TensorBoard 2 at http://127.0.0.1:6123/ (Press CTRL+C to quit)')"]
+
+    monkeypatch.setattr(view, "tensorboard_command", announce_and_exit)
+    code = main(["view", str(run), "--port", "0"])
     captured = capsys.readouterr()
-    assert code == 2 and captured.out == "" and len(captured.err.strip().splitlines()) == 1
-    assert "PyTorch run" in captured.err and "Perfetto" in captured.err and "rank<r>.json.gz" in captured.err
+    assert code == 0, captured.err
+    assert "rnnprof's findings http://127.0.0.1:6123/#rnnprof" in captured.out
+    assert "profile viewer" not in captured.out
+    assert launched[0][launched[0].index("--logdir") + 1] == str(run)
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ from rnnprof.commands.trace import ScriptFailed
 from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
                                              workload_config_from_args)
 from rnnprof.errors import InputError, InterruptedRun, JobHung, UsageError
+from rnnprof.files import atomic_write_json
 from rnnprof.recording import ranks
 from rnnprof.recording.hang_watch import HUNG_EXIT, HangOptions
 from rnnprof.recording.interrupt import terminate_as_interrupt
@@ -191,7 +192,7 @@ class WindowAnalysis:
         self.window = window
         self._given = window / ".anomalies.json"
         self._log = window / ".analysis.log"
-        self._given.write_text(json.dumps([a.as_dict() for a in anomalies]))
+        atomic_write_json(self._given, [a.as_dict() for a in anomalies])
         argv = [sys.executable, "-m", "rnnprof.commands.window_verdict", str(window),
                 "--anomalies", str(self._given), *(["--baseline", str(baseline)] if baseline else [])]
         with open(self._log, "wb") as log:

@@ -90,6 +90,7 @@ class _Window:
     analysis: Analysis | None = None
     verdict: dict | None = None
     asks: list = field(default_factory=list)  # the asks from other terminals it answers
+    signals: int = 0  # the asks by signal it answers
 
     @property
     def end_step(self) -> int:
@@ -245,12 +246,17 @@ class Watcher:
 
     def _asks(self) -> None:
         asks = windows.take_asks(self.run_dir)
-        if not asks and not self._asked.is_set():
+        signalled = self._asked.is_set()
+        if not asks and not signalled:
             return
         self._asked.clear()
-        open_ = [w for w in self.windows if w.verdict is None and w.analysis is None and w.passed_at is None]
+        # a window whose steps every rank has already run cannot take it (the watch may read many steps in one look)
+        step = self.detector.job_step()
+        open_ = [w for w in self.windows if w.verdict is None and w.analysis is None and w.passed_at is None
+                 and w.end_step > step]
         window = open_[-1] if open_ else self._open(REQUESTED, [])
         window.asks += asks
+        window.signals += signalled
         for ask in asks:
             windows.answer_ask(ask, f"window {window.request.name}: steps {window.request.first_step}-"
                                     f"{window.end_step} on every rank")
@@ -334,7 +340,7 @@ class Watcher:
                                                                   "baseline_step")},
                 "steps": self._max_step() + 1, "ranks": sorted(self.detector.stores),
                 "windows": [{"name": w.request.name, "number": w.request.number, "first_step": w.request.first_step,
-                             "steps": w.request.steps, "reason": w.reason,
+                             "steps": w.request.steps, "reason": w.reason, "asks": len(w.asks) + w.signals,
                              "anomalies": [a.as_dict() for a in w.anomalies],
                              "verdict": (w.verdict or {}).get("text")} for w in self.windows],
                 "stopped": {str(r): why for r, why in self.detector.stopped.items()},

@@ -9,6 +9,7 @@ skipped, what the trace lacks). ``docs/schemas/generate.py`` writes ``docs/schem
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Literal
 
 import msgspec
@@ -546,6 +547,9 @@ def json_schema(command: str) -> dict:
     for (name, key), reshaped in RESHAPED.items():
         if name in components:
             _reshape(components[name], key, reshaped, components)
+    for component in components.values():  # msgspec 0.23 dedents docstrings, 0.22 did not: the same text either way
+        if "description" in component:
+            component["description"] = inspect.cleandoc(component["description"])
     root = roots[0] if len(roots) == 1 else {"oneOf": roots}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": f"https://rnnprof.invalid/schemas/{command}.schema.json",
