@@ -42,6 +42,7 @@ class Instance:
     row: int = field(default=-1, compare=False)  # the event's row in the table it was found in
     collective: str = field(default=UNKNOWN_COLLECTIVE, compare=False)  # its type (rnnprof.events.names.COLLECTIVE_TYPES)
     step: int = field(default=-1, compare=False)  # the step of its event (-1: none)
+    sends: bool = field(default=False, compare=False)  # a send matched with its receive by (sender, receiver)
 
     @property
     def dur_us(self) -> float:
@@ -207,7 +208,7 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
                 ordinal[(group, what)] = k + 1
                 key = (BY_ORDER, group, what, k)
             found.append(Instance(key, name, group, start, end, int(r), COLLECTIVE_TYPES[kind],
-                                  int(table.step[r])))
+                                  int(table.step[r]), int(r) in pairs and _sends(worker, pairs[int(r)])))
         result[worker] = found
     return result
 
@@ -224,6 +225,11 @@ def _p2p_pairs(table: EventTable) -> dict[int, tuple[int, int]]:
             peer = int(records.peer[k])
             found[row] = (int(me), peer) if "send" in call else (peer, int(me))
     return found
+
+
+def _sends(worker: str, pair: tuple[int, int]) -> bool:
+    """Whether ``worker`` (``rank<r>``) is the sender of a send and its receive ``(sender, receiver)``."""
+    return worker.removeprefix("rank") == str(pair[0])
 
 
 def _collective_rows(table: EventTable) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -296,13 +302,20 @@ def match(per_worker: dict[str, list[Instance]]) -> tuple[list[Collective], int]
     return matched, unmatched
 
 
-def matched_rows(table: EventTable) -> list[list[int]]:
+def matched_rows(table: EventTable) -> tuple[list[list[int]], list[int]]:
     """The table rows of each collective matched across the table's workers (ranks), as ``analyze_collectives``
-    matches them: one list of rows per collective."""
+    matches them (one list of rows per collective), and the rows among them that are sends (``matched_sends``)."""
     per_worker = instances(table)
     if len(per_worker) < 2:
-        return []
-    return [sorted(inst.row for _, inst in group) for group in matched_groups(per_worker)[0]]
+        return [], []
+    return matched_sends(matched_groups(per_worker)[0])
+
+
+def matched_sends(groups: list[list[tuple[str, Instance]]]) -> tuple[list[list[int]], list[int]]:
+    """The rows of each of ``matched_groups``'s collectives, and those of its members that are sends: a send
+    synchronizes with nothing; its receive waits for it."""
+    rows = [sorted(inst.row for _, inst in group) for group in groups]
+    return rows, sorted(inst.row for group in groups for _, inst in group if inst.sends)
 
 
 def analyze_collectives(table: EventTable) -> CollectivesReport:

@@ -10,7 +10,8 @@ from rich.console import Console
 
 from rnnprof import limits
 from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
-                                     INEXPRESSIBLE, NO_SYNCS, OVERLAP, SCALE, Change, ChangeError, whatif)
+                                     INEXPRESSIBLE, NO_SYNCS, OVERLAP, PREFETCH, SCALE, Change, ChangeError, whatif)
+from rnnprof.analyzers.replay.comm_changes import collective_kind
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.fixes import RequestedChanges, copies_removed, parse_fix
 from rnnprof.analyzers.flops import FAMILIES
@@ -45,7 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--delay", action="append", default=[], metavar="RANK=MS[@OP]",
                        help="MS milliseconds of host time added to RANK's every step, at its start, or before the "
                             "first operator matching the regex OP ('rank1=40@^Optimizer.zero_grad'): a straggler")
-    group.add_argument("--comm", type=_factor, metavar="F", help="communication's transfer times times F")
+    group.add_argument("--comm", action="append", default=[], metavar="[WHAT=]F",
+                       help="communication's transfer times times F; WHAT=F: only a collective type's "
+                            "('all_gather=0.5': all-reduce, all-gather, reduce-scatter, send/recv, ...) or a "
+                            "process group's, by name, description or ranks ('mesh_shard=0.5', '0,1=0.5')")
+    group.add_argument("--prefetch", action="store_true",
+                       help="FSDP forward prefetch: each block's all-gather issued where the block before it issued "
+                            "its own (what --forward-prefetch 1 does)")
     group.add_argument("--overlap-comm", action="store_true",
                        help="communication moved off compute's dependencies (overlapped)")
     group.add_argument("--no-copies", nargs="?", const="", default=None, metavar="KIND",
@@ -116,7 +123,7 @@ def _delay(text: str) -> Change:
 
 
 NO_CHANGE = ("no change given (expected one or more of --scale, --even-host, --even-input, --even-work, --delay, "
-             "--comm, --overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
+             "--comm, --prefetch, --overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
 
 
 def _requested(args: argparse.Namespace) -> RequestedChanges:
@@ -130,19 +137,37 @@ def _requested(args: argparse.Namespace) -> RequestedChanges:
     changes += [Change(EVEN_INPUT, rank) for rank in args.even_input or ()]
     changes += [Change(EVEN_WORK, rank) for rank in args.even_work or ()]
     changes += [_delay(text) for text in args.delay]
-    if args.comm is not None:
-        changes.append(Change(COMM, "", args.comm))
+    groups = []
+    for text in args.comm:
+        what, factor = _comm(text)
+        kind = collective_kind(what) if what else ""
+        if kind is None:
+            groups.append((what, factor))  # a process group, resolved by the input's groups
+        else:
+            changes.append(Change(COMM, kind, factor))
     try:
         if args.no_copies is not None:
             changes.append(copies_removed(args.no_copies, f"--no-copies {args.no_copies}", "or none for every copy"))
         fixes = tuple(parse_fix(text) for text in args.fix)
     except ChangeError as exc:
         raise UsageError(str(exc)) from None
-    flags = ((args.overlap_comm, OVERLAP), (args.no_syncs, NO_SYNCS), (args.graph_launch, GRAPH_LAUNCH))
+    flags = ((args.overlap_comm, OVERLAP), (args.no_syncs, NO_SYNCS), (args.graph_launch, GRAPH_LAUNCH),
+             (args.prefetch, PREFETCH))
     changes += [Change(kind) for on, kind in flags if on]
-    if not changes and not fixes:
+    if not changes and not fixes and not groups:
         raise UsageError(NO_CHANGE)
-    return RequestedChanges(tuple(changes), fixes)
+    return RequestedChanges(tuple(changes), fixes, tuple(groups))
+
+
+def _comm(text: str) -> tuple[str, float]:
+    """``--comm [WHAT=]F`` as (WHAT, F): WHAT "" for every collective."""
+    what, sep, value = text.rpartition("=")
+    if sep and not what.strip():
+        raise UsageError(f"--comm {text!r}: nothing before '='; expected F, KIND=F or GROUP=F (--comm all_gather=0.5)")
+    try:
+        return what.strip(), _factor(value)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--comm {text!r}: {exc}") from None
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

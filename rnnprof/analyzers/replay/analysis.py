@@ -12,12 +12,14 @@ from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.critical_path.graph import StepDAG
 from rnnprof.analyzers.critical_path.table_index import TableIndex, dag_windows
-from rnnprof.analyzers.replay.changes import Knobs, StepGraph, apply
+from rnnprof.analyzers.replay.changes import apply
+from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
 from rnnprof.analyzers.replay.engine import Layering, Schedule, calibrate, replay, replay_order
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
 from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_time, waits_by_rank
-from rnnprof.analyzers.replay.result import (DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, SCALE, SCALE_HOST,
-                                             Change, ChangeError, StepReplay, WhatIfReport)
+from rnnprof.analyzers.replay.comm_changes import check_collectives, recorded_collectives
+from rnnprof.analyzers.replay.result import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, PREFETCH, SCALE,
+                                             SCALE_HOST, Change, ChangeError, StepReplay, WhatIfReport)
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.step_time import device_step_times
 from rnnprof.events import EventTable
@@ -47,8 +49,8 @@ def replay_windows(tt: TableIndex, steps: list[int]) -> dict[int, tuple[float, f
 
 
 def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
-    """Raise ``ChangeError`` for a change that names what the input lacks (``table``: anything with the
-    ``strings`` and ``devices`` of the input)."""
+    """Raise ``ChangeError`` for a change that names what the input lacks (``table``: the input's table, or a job's
+    names, ``job.JobNames``)."""
     workers = sorted({d.worker for d in table.devices} - {""})
     for c in changes:
         if c.kind in (SCALE, SCALE_HOST) and c.subject not in set(table.strings):
@@ -63,6 +65,8 @@ def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
                               f"{', '.join(workers) or 'none named'})")
         if c.kind == DELAY and c.before and not any(re.search(c.before, s) for s in table.strings):
             raise ChangeError(f"{c.describe()}: no event or operator matching {c.before!r} in the input")
+        if c.kind in (COMM, PREFETCH):
+            check_collectives(c, recorded_collectives(table) if isinstance(table, EventTable) else table.collectives)
 
 
 def needs_latest_rank(changes: Sequence[Change]) -> bool:

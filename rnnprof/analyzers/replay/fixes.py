@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rnnprof.analyzers.copies import COPY_KINDS
+from rnnprof.analyzers.replay.comm_changes import group_change, known_groups
 from rnnprof.analyzers.replay.job import ScannedNames, scanned_names
 from rnnprof.events import Device, EventTable
 from rnnprof.analyzers.replay.result import (EVEN_HOST, EVEN_INPUT, EVEN_WORK, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
@@ -99,15 +100,19 @@ def fix_changes(text: str, table: EventTable) -> list[Change]:
 
 @dataclass(frozen=True)
 class RequestedChanges:
-    """The changes asked for, read once: those stated outright and the audit fixes, whose changes depend on the
-    input's devices."""
+    """The changes asked for, read once: those stated outright, the audit fixes, whose changes depend on the
+    input's devices, and the process groups whose communication is scaled (``--comm GROUP=F``: a selector and
+    its factor), which the input's groups resolve."""
 
     stated: tuple[Change, ...] = ()
     fixes: tuple[Fix, ...] = ()
+    groups: tuple[tuple[str, float], ...] = ()
 
     def on(self, found) -> list[Change]:
-        """The changes on an input (``found``: anything with its ``devices``, a table or a job's names)."""
-        return [*self.stated, *(c for fix in self.fixes for c in fix.changes(found.devices))]
+        """The changes on an input (``found``: a table, or a job's names: its ``devices`` and process groups)."""
+        listed = known_groups(found.metadata.process_groups, found) if isinstance(found, EventTable) else found.groups
+        return [*self.stated, *(group_change(selector, factor, listed) for selector, factor in self.groups),
+                *(c for fix in self.fixes for c in fix.changes(found.devices))]
 
     def scanned(self) -> ScannedNames:
         """What each rank of a job keeps for these changes before the job's devices are known."""

@@ -20,19 +20,22 @@ from rnnprof.analyzers.critical_path.graph import StepDAG
 from rnnprof.analyzers.critical_path.job import JobIndex, JobPlan, RankPart, RankSummary, job_plan
 from rnnprof.analyzers.critical_path.result import Dependencies
 from rnnprof.analyzers.replay.analysis import lateness, replay_step
-from rnnprof.analyzers.replay.changes import StepGraph
+from rnnprof.analyzers.replay.step_graph import StepGraph
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.replay.graph import replay_graph
 from rnnprof.analyzers.replay.result import DELAY, EVEN_WORK, FAMILY, SCALE, SCALE_HOST, Change, StepReplay
-from rnnprof.events import Device, EventTable, Kind, concat
+from rnnprof.events import Device, EventTable, Kind, ProcessGroup, concat
 
 
 @dataclass(frozen=True)
 class JobNames:
-    """What ``check_changes`` and ``fix_changes`` read of a job: its strings and devices."""
+    """What ``check_changes``, ``fix_changes`` and a change to a process group read of a job: its strings, devices,
+    process groups (``comm_changes.known_groups``) and the (operation, phase) of its collectives."""
 
     strings: tuple[str, ...]
     devices: tuple[Device, ...]
+    groups: tuple[ProcessGroup, ...] = ()
+    collectives: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)

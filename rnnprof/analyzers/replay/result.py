@@ -14,14 +14,16 @@ FAMILY = "family"  # every operator of a kernel family (``flops.FAMILIES``)
 EVEN_HOST = "even-host"  # a rank's untraced host time set to the other ranks' median, gap by gap
 EVEN_INPUT = "even-input"  # a rank's data loading set to the other ranks' median (one rank: prefetched, none)
 EVEN_WORK = "even-work"  # a rank's operators that no other rank runs in the step take no time
-COMM = "comm"  # communication's transfer times times ``factor``
+COMM = "comm"  # communication's transfer times times ``factor`` (``subject``: of one collective type alone)
+COMM_GROUP = "comm-group"  # the transfer times of one process group's collectives (``subject``: its names) times ``factor``
+PREFETCH = "prefetch"  # FSDP forward prefetch: each block's all-gather issued where the block before it issued its own
 OVERLAP = "overlap"  # communication moved off compute's dependencies (no thread or stream waits for it)
 NO_COPIES = "no-copies"  # device copies (and their launch calls) take no time
 NO_SYNCS = "no-syncs"  # synchronizing calls neither wait nor take time
 GRAPH_LAUNCH = "graph-launch"  # kernels no longer wait for their launch calls, which take no time
 DELAY = "delay"  # host time added to a rank's step (``delay_ms``), at its start or before an operator (``before``)
-CHANGE_KINDS = (SCALE, SCALE_HOST, FAMILY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, COMM, OVERLAP, NO_COPIES, NO_SYNCS,
-                GRAPH_LAUNCH, DELAY)
+CHANGE_KINDS = (SCALE, SCALE_HOST, FAMILY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, COMM, COMM_GROUP, PREFETCH, OVERLAP,
+                NO_COPIES, NO_SYNCS, GRAPH_LAUNCH, DELAY)
 
 # What a replay cannot express, and why: asked for, each is refused with this line.
 INEXPRESSIBLE = {
@@ -55,13 +57,16 @@ class Change:
             what = f"family:{self.subject}" if self.kind == FAMILY else self.subject
             return f"{what} x{self.factor:g}" + (" (host side)" if self.kind == SCALE_HOST else "")
         if self.kind == COMM:
-            return f"communication x{self.factor:g}"
+            return f"{self.subject or 'communication'} x{self.factor:g}"
+        if self.kind == COMM_GROUP:
+            return f"process group {self.subject} x{self.factor:g}"
         if self.kind == NO_COPIES and self.subject:
             return f"{self.subject} copies removed"
         return {EVEN_HOST: f"{self.subject or 'the latest rank'}'s untraced host time at the others' median",
                 EVEN_INPUT: f"{self.subject or 'the latest rank'}'s data loading at the others' median",
                 EVEN_WORK: f"{self.subject or 'the latest rank'}'s operators that no other rank runs removed",
                 OVERLAP: "communication overlapped with compute", NO_COPIES: "device copies removed",
+                PREFETCH: "each forward all-gather issued one block earlier (FSDP prefetch)",
                 NO_SYNCS: "synchronizing calls removed",
                 GRAPH_LAUNCH: "kernels launched by a graph launch"}[self.kind]
 
