@@ -10,8 +10,10 @@ from rich.console import Console
 
 from rnnprof import limits
 from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
-                                     INEXPRESSIBLE, NO_SYNCS, OVERLAP, PREFETCH, SCALE, Change, ChangeError, whatif)
+                                     INEXPRESSIBLE, MICRO_BATCHES, MOVE_LAYER, NO_SYNCS, OVERLAP, PREFETCH, SCALE,
+                                     Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.comm_changes import collective_kind
+from rnnprof.analyzers.replay.pipeline_changes import parse_layers
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.fixes import RequestedChanges, copies_removed, parse_fix
 from rnnprof.analyzers.flops import FAMILIES
@@ -46,13 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--delay", action="append", default=[], metavar="RANK=MS[@OP]",
                        help="MS milliseconds of host time added to RANK's every step, at its start, or before the "
                             "first operator matching the regex OP ('rank1=40@^Optimizer.zero_grad'): a straggler")
-    group.add_argument("--comm", action="append", default=[], metavar="[WHAT=]F",
-                       help="communication's transfer times times F; WHAT=F: only a collective type's "
-                            "('all_gather=0.5': all-reduce, all-gather, reduce-scatter, send/recv, ...) or a "
-                            "process group's, by name, description or ranks ('mesh_shard=0.5', '0,1=0.5')")
-    group.add_argument("--prefetch", action="store_true",
-                       help="FSDP forward prefetch: each block's all-gather issued where the block before it issued "
-                            "its own (what --forward-prefetch 1 does)")
+    _add_collective_changes(group)
     group.add_argument("--overlap-comm", action="store_true",
                        help="communication moved off compute's dependencies (overlapped)")
     group.add_argument("--no-copies", nargs="?", const="", default=None, metavar="KIND",
@@ -72,6 +68,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     step_flags.add_arguments(parser)
     job_flags.add_arguments(parser)
     limits.add_argument(parser)
+
+
+def _add_collective_changes(group) -> None:
+    """The changes about collectives and a parallel job's layout: --comm, --prefetch, --micro-batches, --move-layer."""
+    group.add_argument("--comm", action="append", default=[], metavar="[WHAT=]F",
+                       help="communication's transfer times times F; WHAT=F: only a collective type's "
+                            "('all_gather=0.5': all-reduce, all-gather, reduce-scatter, send/recv, ...) or a "
+                            "process group's, by name, description or ranks ('mesh_shard=0.5', '0,1=0.5')")
+    group.add_argument("--prefetch", action="store_true",
+                       help="FSDP forward prefetch: each block's all-gather issued where the block before it issued "
+                            "its own (what --forward-prefetch 1 does)")
+    group.add_argument("--micro-batches", type=int, default=None, metavar="M",
+                       help="a pipeline's micro-batches per step: its schedule replayed with M (each micro-batch's "
+                            "operators scaled to its size), the change added to the step's replay")
+    group.add_argument("--move-layer", default=None, metavar="FROM:TO",
+                       help="a pipeline's layers moved between stages: each stage's layers now and after "
+                            "('3,1:2,2' moves a layer from the first stage to the second), its schedule replayed")
 
 
 def _factor(text: str) -> float:
@@ -122,8 +135,8 @@ def _delay(text: str) -> Change:
     return Change(DELAY, rank.strip(), delay_ms=ms, before=before)
 
 
-NO_CHANGE = ("no change given (expected one or more of --scale, --even-host, --even-input, --even-work, --delay, "
-             "--comm, --prefetch, --overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
+NO_CHANGE = ("no change given (expected one or more of the changes 'rnnprof whatif --help' lists: --scale, --comm, "
+             "--delay, --fix, ...)")
 
 
 def _requested(args: argparse.Namespace) -> RequestedChanges:
@@ -154,6 +167,16 @@ def _requested(args: argparse.Namespace) -> RequestedChanges:
     flags = ((args.overlap_comm, OVERLAP), (args.no_syncs, NO_SYNCS), (args.graph_launch, GRAPH_LAUNCH),
              (args.prefetch, PREFETCH))
     changes += [Change(kind) for on, kind in flags if on]
+    if args.micro_batches is not None:
+        if args.micro_batches < 1:
+            raise UsageError(f"--micro-batches {args.micro_batches}: expected 1 or more")
+        changes.append(Change(MICRO_BATCHES, "", float(args.micro_batches)))
+    if args.move_layer is not None:
+        try:
+            parse_layers(args.move_layer)
+        except ChangeError as exc:
+            raise UsageError(str(exc)) from None
+        changes.append(Change(MOVE_LAYER, args.move_layer))
     if not changes and not fixes and not groups:
         raise UsageError(NO_CHANGE)
     return RequestedChanges(tuple(changes), fixes, tuple(groups))

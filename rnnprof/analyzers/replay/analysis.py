@@ -16,10 +16,12 @@ from rnnprof.analyzers.replay.changes import apply
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
 from rnnprof.analyzers.replay.engine import Layering, Schedule, calibrate, replay, replay_order
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
+from rnnprof.analyzers.replay.pipeline_changes import parse_layers, schedule_change_us
 from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_time, waits_by_rank
 from rnnprof.analyzers.replay.comm_changes import check_collectives, recorded_collectives
-from rnnprof.analyzers.replay.result import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, PREFETCH, SCALE,
-                                             SCALE_HOST, Change, ChangeError, StepReplay, WhatIfReport)
+from rnnprof.analyzers.replay.result import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, MICRO_BATCHES,
+                                             MOVE_LAYER, PREFETCH, SCALE, SCALE_HOST, Change, ChangeError, StepReplay,
+                                             WhatIfReport)
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.step_time import device_step_times
 from rnnprof.events import EventTable
@@ -65,6 +67,10 @@ def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
                               f"{', '.join(workers) or 'none named'})")
         if c.kind == DELAY and c.before and not any(re.search(c.before, s) for s in table.strings):
             raise ChangeError(f"{c.describe()}: no event or operator matching {c.before!r} in the input")
+        if c.kind == MICRO_BATCHES and (c.factor < 1 or c.factor != int(c.factor)):
+            raise ChangeError(f"--micro-batches {c.factor:g}: expected a whole number of micro-batches, 1 or more")
+        if c.kind == MOVE_LAYER:
+            parse_layers(c.subject)
         if c.kind in (COMM, PREFETCH):
             check_collectives(c, recorded_collectives(table) if isinstance(table, EventTable) else table.collectives)
 
@@ -161,7 +167,7 @@ class Replayer:
         for s, sg in self.graphs:
             base = self.unchanged(s, sg)
             after, _, _, _ = changed_replay(sg, base, changes, rank)
-            saved.append(base.replayed_us - replayed_step_time(sg.graph, after.end))
+            saved.append(base.replayed_us - replayed_step_time(sg.graph, after.end) - schedule_change_us(sg, changes))
         return saved
 
 
@@ -239,7 +245,8 @@ def replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str,
     measured, replayed = base.measured_us, base.replayed_us
     links, length, by_device = chain(changed_sg, after, knobs.dur, knobs.pre)
     reasons = _reasons(sg, base.keep) if abs(replayed - measured) > TOLERANCE_PCT / 100 * measured else ()
-    return StepReplay(step=step, measured_us=measured, replayed_us=replayed, predicted_us=replayed_step_time(g, after.end),
+    predicted = replayed_step_time(g, after.end) + schedule_change_us(sg, changes)
+    return StepReplay(step=step, measured_us=measured, replayed_us=replayed, predicted_us=predicted,
                       chain=links, chain_links=length, chain_by_device=by_device,
                       waits=waits_by_rank(base.waits, rank_waits(changed_sg, after)),
                       reasons=reasons), counts

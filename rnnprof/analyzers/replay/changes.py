@@ -14,10 +14,11 @@ from rnnprof.analyzers.classify import EventClass
 from rnnprof.analyzers.critical_path import EDGE_COMPLETE, EDGE_LANE, EDGE_LAUNCH
 from rnnprof.analyzers.replay.comm_changes import comm, prefetch
 from rnnprof.analyzers.replay.families import family_members
+from rnnprof.analyzers.replay.pipeline_changes import pipeline
 from rnnprof.analyzers.replay.graph import EDGE_DONE, EDGE_SYNC, EVENT, DONE, SYNC_END, ReplayGraph
 from rnnprof.analyzers.replay.result import (COMM, COMM_GROUP, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY,
-                                             GRAPH_LAUNCH, NO_COPIES, NO_SYNCS, OVERLAP, PREFETCH, SCALE, SCALE_HOST,
-                                             Change)
+                                             GRAPH_LAUNCH, MICRO_BATCHES, MOVE_LAYER, NO_COPIES, NO_SYNCS, OVERLAP,
+                                             PREFETCH, SCALE, SCALE_HOST, Change)
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
 from rnnprof.analyzers.copies import COPY_KINDS, copy_kind_of_rows
 from rnnprof.analyzers.syncs import SYNC_CALL
@@ -27,7 +28,8 @@ from rnnprof.events import EventTable, Kind
 def apply(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     """Apply ``change`` (``rank``: the rank an even-host, -input or -work change is about); the nodes it changed."""
     handler = {SCALE: _scale, SCALE_HOST: _scale, FAMILY: _scale, EVEN_HOST: _even_host, EVEN_INPUT: _even_input,
-               EVEN_WORK: _even_work, COMM: comm, COMM_GROUP: comm, PREFETCH: prefetch, OVERLAP: _overlap,
+               EVEN_WORK: _even_work, COMM: comm, COMM_GROUP: comm, PREFETCH: prefetch, MICRO_BATCHES: pipeline,
+               MOVE_LAYER: pipeline, OVERLAP: _overlap,
                NO_COPIES: _no_copies, NO_SYNCS: _no_syncs, GRAPH_LAUNCH: _graph_launch, DELAY: _delay}[change.kind]
     return handler(change, sg, knobs, rank)
 

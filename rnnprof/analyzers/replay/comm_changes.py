@@ -118,24 +118,21 @@ def comm(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
 
 
 def prefetch(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
-    """FSDP's forward prefetch: on each rank, its forward all-gathers in order, each from the third on (the first
-    is the root's, the second the first block's, issued as its forward begins) issued where the one before it was
-    issued: its enqueue edge, from the leaf of the call that handed it to gloo's thread, comes from the leaf that
-    handed over the one before it, with the same delay. The call itself and what waits for the result stay where
-    they were; backward's all-gathers, which FSDP prefetches already, are left as they are."""
+    """FSDP's forward prefetch, overlapped: on each rank, its forward all-gathers in order, each from the third on
+    (the first is the root's, the second the first block's, issued as its forward begins) issued where the one
+    before it was issued: its enqueue edge, from the leaf of the call that handed it to gloo's thread, comes from
+    the leaf that handed over the one before it, with the same delay. What waited for its result still waits
+    where it did (the block that uses it), so the transfer runs beside the block before. Backward's all-gathers,
+    which FSDP prefetches already, are left as they are."""
     g, t = knobs.graph, sg.table
     edges = np.flatnonzero(g.edge_kind(EDGE_ENQUEUE) & knobs.keep & np.isin(g.node_kind[g.dst], [ARRIVAL, EVENT]))
     if not len(edges):
         return 0
-    rows = g.rows[g.dst[edges]]
-    k = _record_of(t, rows)
-    records = t.collectives
-    ok = k >= 0
-    kind = np.where(ok, np.asarray(t.strings, dtype=object)[records.collective[np.maximum(k, 0)]], "")
-    phase = np.where(ok, np.asarray(t.strings, dtype=object)[records.phase[np.maximum(k, 0)]], "")
+    k = _record_of(t, g.rows[g.dst[edges]])
+    strings = np.asarray(t.strings, dtype=object)
+    kind = np.where(k >= 0, strings[t.collectives.collective[np.maximum(k, 0)]], "")
+    phase = np.where(k >= 0, strings[t.collectives.phase[np.maximum(k, 0)]], "")
     edges = edges[(kind == ALL_GATHER) & (phase == FORWARD)]
-    if not len(edges):
-        return 0
     worker = sg.worker[g.dst[edges]]
     src, dst, lag, dropped = [], [], [], []
     for w in np.unique(worker).tolist():
@@ -148,4 +145,4 @@ def prefetch(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
             dropped.append(edge)
     knobs.keep[dropped] = False
     knobs.add_edges(src, dst, EDGE_ENQUEUE, lag)
-    return len(dst)
+    return len(dropped)

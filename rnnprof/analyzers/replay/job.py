@@ -23,8 +23,10 @@ from rnnprof.analyzers.replay.analysis import lateness, replay_step
 from rnnprof.analyzers.replay.step_graph import StepGraph
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.replay.graph import replay_graph
-from rnnprof.analyzers.replay.result import DELAY, EVEN_WORK, FAMILY, SCALE, SCALE_HOST, Change, StepReplay
+from rnnprof.analyzers.replay.result import (DELAY, EVEN_WORK, FAMILY, MICRO_BATCHES, MOVE_LAYER, SCALE, SCALE_HOST,
+                                             Change, StepReplay)
 from rnnprof.events import Device, EventTable, Kind, ProcessGroup, concat
+from rnnprof.events.names import PHASE_RANGE
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class JobNames:
 @dataclass(frozen=True)
 class ScannedNames:
     """The events whose spans the changes look inside: operators by name (``exact``), the operators a delay
-    comes before (``before``, regexes on the name), and every host operator (``host_ops``: an even-work change
+    comes before and a pipeline's phase ranges (``before``, regexes on the name), and every host operator (``host_ops``: an even-work change
     compares the ranks' operators in each step). Data-loading ranges always are."""
 
     exact: frozenset[str] = frozenset()
@@ -62,6 +64,8 @@ def scanned_names(changes: Iterable[Change]) -> ScannedNames:
             exact |= family_members(c.subject)
         elif c.kind == DELAY and c.before:
             before.append(re.compile(c.before))
+        elif c.kind in (MICRO_BATCHES, MOVE_LAYER):
+            before.append(PHASE_RANGE)  # the schedule is built from the micro-batches' phase ranges
     return ScannedNames(frozenset(exact), tuple(before), any(c.kind == EVEN_WORK for c in changes))
 
 
