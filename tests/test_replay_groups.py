@@ -12,7 +12,7 @@ from fixtures import FIXTURES, nccl_rank
 from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.critical_path.graph import build_step_graph
-from rnnprof.analyzers.replay import COMM, PREFETCH, Change, ChangeError, Replayer, whatif
+from rnnprof.analyzers.replay import COMM, COMM_GROUP, PREFETCH, Change, ChangeError, Replayer, whatif
 from rnnprof.analyzers.replay.fixes import RequestedChanges
 from rnnprof.analyzers.replay.graph import DONE, EDGE_ARRIVAL, EVENT, REPLAY_EDGES
 from rnnprof.cli import main
@@ -89,10 +89,10 @@ def test_comm_by_collective_type_and_by_process_group_change_those_collectives_a
     assert counts[ALL_GATHER] > 0 and counts["reduce-scatter"] > 0
     assert counts[ALL_GATHER] + counts["reduce-scatter"] == counts[""]  # every collective is one or the other
     for selector in ("0", "default_pg", "0,1", "1,0"):  # by name, description or ranks
-        (change,) = RequestedChanges(groups=((selector, 0.5),)).on(table)
+        (change,) = RequestedChanges(groups=((COMM_GROUP, selector, 0.5),)).on(table)
         assert whatif(table, [change]).changed == {"process group 0 x0.5": counts[""]}
     with pytest.raises(ChangeError, match=r"no process group '2,3' .*0 \(default_pg\) ranks 0,1"):
-        RequestedChanges(groups=(("2,3", 0.5),)).on(table)
+        RequestedChanges(groups=((COMM_GROUP, "2,3", 0.5),)).on(table)
     with pytest.raises(ChangeError, match="no all-reduce in the input"):
         whatif(table, [Change(COMM, "all-reduce", 0.5)])
 

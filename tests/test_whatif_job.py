@@ -10,7 +10,7 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.analyzers.critical_path import Dependencies
-from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH, NO_COPIES,
+from rnnprof.analyzers.replay import (COMM, COMM_GROUP, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH, NO_COPIES,
                                      NO_SYNCS, OVERLAP, PREFETCH, SCALE, SCALE_HOST, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.fixes import RequestedChanges
@@ -68,7 +68,7 @@ def test_a_jobs_process_groups_resolve_a_group_change_as_its_merged_ranks_do():
     """``--comm GROUP=F`` names a group by its ranks: the job's ranks list the groups they are in, the merged
     table the union of them; both resolve it to the same group and replay it alike."""
     paths = [str(FIXTURES / n) for n in FSDP]
-    asked = RequestedChanges(groups=(("1,0", 0.5),))
+    asked = RequestedChanges(groups=((COMM_GROUP, "1,0", 0.5),))
     table = load_events(paths)
     merged = whatif(table, asked.on(table), Dependencies())
     job, _, _ = job_whatif(job_of(paths), asked, jobs=1)

@@ -9,7 +9,7 @@ import re
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
+from rnnprof.analyzers.replay import (COMM, COMM_GROUP, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
                                      INEXPRESSIBLE, MICRO_BATCHES, MOVE_LAYER, NO_SYNCS, OVERLAP, PREFETCH, SCALE,
                                      Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.comm_changes import collective_kind
@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="MS milliseconds of host time added to RANK's every step, at its start, or before the "
                             "first operator matching the regex OP ('rank1=40@^Optimizer.zero_grad'): a straggler")
     _add_collective_changes(group)
-    group.add_argument("--overlap-comm", action="store_true",
-                       help="communication moved off compute's dependencies (overlapped)")
+    group.add_argument("--overlap-comm", nargs="?", const="", default=None, metavar="WHAT",
+                       help="communication moved off compute's dependencies (overlapped); WHAT: only a collective "
+                            "type's or a process group's, as --comm names them")
     group.add_argument("--no-copies", nargs="?", const="", default=None, metavar="KIND",
                        help="device copies and their launch calls removed; KIND: only those of one kind (HtoD, "
                             "DtoH, DtoD, PtoP, HtoH)")
@@ -155,7 +156,7 @@ def _requested(args: argparse.Namespace) -> RequestedChanges:
         what, factor = _comm(text)
         kind = collective_kind(what) if what else ""
         if kind is None:
-            groups.append((what, factor))  # a process group, resolved by the input's groups
+            groups.append((COMM_GROUP, what, factor))  # a process group, resolved by the input's groups
         else:
             changes.append(Change(COMM, kind, factor))
     try:
@@ -164,8 +165,13 @@ def _requested(args: argparse.Namespace) -> RequestedChanges:
         fixes = tuple(parse_fix(text) for text in args.fix)
     except ChangeError as exc:
         raise UsageError(str(exc)) from None
-    flags = ((args.overlap_comm, OVERLAP), (args.no_syncs, NO_SYNCS), (args.graph_launch, GRAPH_LAUNCH),
-             (args.prefetch, PREFETCH))
+    if args.overlap_comm is not None:
+        kind = collective_kind(args.overlap_comm) if args.overlap_comm else ""
+        if kind is None:
+            groups.append((OVERLAP, args.overlap_comm, 1.0))
+        else:
+            changes.append(Change(OVERLAP, kind))
+    flags = ((args.no_syncs, NO_SYNCS), (args.graph_launch, GRAPH_LAUNCH), (args.prefetch, PREFETCH))
     changes += [Change(kind) for on, kind in flags if on]
     if args.micro_batches is not None:
         if args.micro_batches < 1:

@@ -12,7 +12,7 @@ import numpy as np
 from rnnprof.analyzers.audit.input_stalls import INPUT_RANGE
 from rnnprof.analyzers.classify import EventClass
 from rnnprof.analyzers.critical_path import EDGE_COMPLETE, EDGE_LANE, EDGE_LAUNCH
-from rnnprof.analyzers.replay.comm_changes import comm, prefetch
+from rnnprof.analyzers.replay.comm_changes import comm, named_collectives, prefetch
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.replay.pipeline_changes import pipeline
 from rnnprof.analyzers.replay.graph import EDGE_DONE, EDGE_SYNC, EVENT, DONE, SYNC_END, ReplayGraph
@@ -264,11 +264,14 @@ def _even_input(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
 def _overlap(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     """No thread or stream waits for communication: the edges from a collective to the threads that waited for
     it, gloo's complete edges and syncs on communication go; a lane's compute after communication follows the
-    compute before it."""
+    compute before it. With a subject, only the collectives it names (``comm_changes.named_collectives``: a type
+    or process groups)."""
     g = knobs.graph
     comm = ((sg.cls == EventClass.COMMUNICATION) & sg.is_event) | (g.node_kind == DONE)
-    drop = (g.edge_kind(EDGE_DONE) & (g.node_kind[g.dst] == EVENT) & (g.group[g.dst] < 0))
-    drop |= g.edge_kind(EDGE_COMPLETE) | (g.edge_kind(EDGE_SYNC) & comm[g.src])
+    if change.subject:
+        comm &= named_collectives(sg, change.subject)
+    drop = (g.edge_kind(EDGE_DONE) & (g.node_kind[g.dst] == EVENT) & (g.group[g.dst] < 0) & comm[g.src])
+    drop |= (g.edge_kind(EDGE_COMPLETE) & comm[g.src]) | (g.edge_kind(EDGE_SYNC) & comm[g.src])
     lane = g.edge_kind(EDGE_LANE) & knobs.keep
     cut = lane & comm[g.src] & ~comm[g.dst]
     drop |= cut

@@ -13,10 +13,11 @@ from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EVENT
 from rnnprof.analyzers.replay.result import COMM, COMM_GROUP, PREFETCH, Change, ChangeError
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
 from rnnprof.events import EventTable, ProcessGroup
-from rnnprof.events.names import ALL_GATHER, COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, FORWARD, UNKNOWN_COLLECTIVE
+from rnnprof.events.names import (ALL_GATHER, COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, FORWARD, FSDP_UNPREFETCHED,
+                                  UNKNOWN_COLLECTIVE)
 
 GROUPS_JOINED = "+"  # between the names of the process groups a group change is about
-PREFETCH_FROM = 2  # the forward all-gathers before this one (the root's, the first block's) are not prefetched
+GROUP_PREFIX = "group:"  # a subject naming process groups (an overlap's), not a collective type
 
 
 def collective_kind(text: str) -> str | None:
@@ -58,19 +59,22 @@ def check_collectives(change: Change, found: frozenset[tuple[str, str]]) -> None
                           f"parameters each block gathers)")
 
 
-def group_change(selector: str, factor: float, groups: Sequence[ProcessGroup]) -> Change:
-    """``--comm GROUP=F`` on an input of ``groups``: GROUP is a group's name, its description (``mesh_shard``: every
-    group so described) or its members' ranks (``0,1``); a ``ChangeError`` names the groups where none matches."""
+def group_change(kind: str, selector: str, factor: float, groups: Sequence[ProcessGroup]) -> Change:
+    """``--comm GROUP=F`` (``COMM_GROUP``) or ``--overlap-comm GROUP`` (``OVERLAP``) on an input of ``groups``: GROUP
+    is a group's name, its description (``mesh_shard``: every group so described) or its members' ranks (``0,1``);
+    a ``ChangeError`` names the groups where none matches."""
     text = selector.strip()
     ranks = _ranks(text)
     names = [g.name for g in groups if g.name == text or (g.description and g.description == text)
              or (ranks is not None and g.ranks and tuple(sorted(g.ranks)) == ranks)]
     if not names:
         listed = "; ".join(f"{g.label()} ranks {','.join(map(str, g.ranks)) or '?'}" for g in groups) or "none"
-        raise ChangeError(f"--comm {selector}={factor:g}: no process group {selector!r} in the input (by name, "
+        said = f"--comm {selector}={factor:g}" if kind == COMM_GROUP else f"--overlap-comm {selector}"
+        raise ChangeError(f"{said}: no process group {selector!r} in the input (by name, "
                           f"description or ranks; its groups: {listed})")
     names = sorted(set(names), key=lambda name: (not name.isdigit(), int(name) if name.isdigit() else 0, name))
-    return Change(COMM_GROUP, GROUPS_JOINED.join(names), factor)
+    joined = GROUPS_JOINED.join(names)
+    return Change(COMM_GROUP, joined, factor) if kind == COMM_GROUP else Change(kind, GROUP_PREFIX + joined)
 
 
 def _ranks(text: str) -> tuple[int, ...] | None:
@@ -97,6 +101,26 @@ def _group_names(table: EventTable, rows: np.ndarray) -> np.ndarray:
     return np.where(k >= 0, names, "")
 
 
+def named_collectives(sg: StepGraph, subject: str) -> np.ndarray:
+    """Per node of the step's graph, whether its row is a collective of ``subject``: a collective type
+    (``names.COLLECTIVE_TYPES``), or ``GROUP_PREFIX`` and process groups' names joined by ``GROUPS_JOINED``. A
+    group's collectives are those its records name, and on each rank whose records of a type all name the group,
+    the communication of that type no record covers: the calls that hand them over and wait for them."""
+    g, t = sg.graph, sg.table
+    kinds = np.asarray(COLLECTIVE_TYPES, dtype=object)[collective_types(t, g.rows)]
+    if not subject.startswith(GROUP_PREFIX):
+        return kinds == subject
+    names = _group_names(t, g.rows)
+    recorded = _record_of(t, g.rows) >= 0
+    mine = np.isin(names, subject.removeprefix(GROUP_PREFIX).split(GROUPS_JOINED)) & recorded
+    calls = (sg.cls == EventClass.COMMUNICATION) & ~recorded
+    for worker, kind in set(zip(sg.worker[mine].tolist(), kinds[mine].tolist())):
+        same = recorded & (sg.worker == worker) & (kinds == kind)
+        if np.array_equal(same, same & mine):
+            mine |= calls & (sg.worker == worker) & (kinds == kind)
+    return mine
+
+
 def comm(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     """Collectives' transfers (done nodes), and communication of one rank only (its whole time), times the
     factor; not the host calls that hand a collective to gloo's thread (``c10d::*``). With a subject, only the
@@ -106,13 +130,7 @@ def comm(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     alone = sg.is_event & (g.group < 0) & (sg.cls == EventClass.COMMUNICATION) & ~calls[t.name[g.rows]]
     sel = (g.node_kind == DONE) | alone
     if change.subject:
-        nodes = np.flatnonzero(sel)
-        if change.kind == COMM_GROUP:
-            mine = np.isin(_group_names(t, g.rows[nodes]), change.subject.split(GROUPS_JOINED))
-        else:
-            kinds = np.asarray(COLLECTIVE_TYPES, dtype=object)[collective_types(t, g.rows[nodes])]
-            mine = kinds == change.subject
-        sel[nodes[~mine]] = False
+        sel &= named_collectives(sg, GROUP_PREFIX + change.subject if change.kind == COMM_GROUP else change.subject)
     knobs.dur[sel] *= change.factor
     return int(sel.sum())
 
@@ -138,7 +156,7 @@ def prefetch(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     for w in np.unique(worker).tolist():
         mine = edges[worker == w]
         mine = mine[np.lexsort((g.dst[mine], g.start[g.dst[mine]]))]  # in the order they were handed over
-        for before, edge in zip(mine[PREFETCH_FROM - 1:-1].tolist(), mine[PREFETCH_FROM:].tolist()):
+        for before, edge in zip(mine[FSDP_UNPREFETCHED - 1:-1].tolist(), mine[FSDP_UNPREFETCHED:].tolist()):
             src.append(int(g.src[before]))
             dst.append(int(g.dst[edge]))
             lag.append(float(knobs.lag[edge]))

@@ -68,6 +68,9 @@ class Change:
             return f"the pipeline's stages holding {self.subject.replace(':', ' layers -> ')} layers"
         if self.kind == NO_COPIES and self.subject:
             return f"{self.subject} copies removed"
+        if self.kind == OVERLAP and self.subject:
+            what = self.subject.replace("group:", "process group ", 1)
+            return f"{what} communication overlapped with compute"
         return {EVEN_HOST: f"{self.subject or 'the latest rank'}'s untraced host time at the others' median",
                 EVEN_INPUT: f"{self.subject or 'the latest rank'}'s data loading at the others' median",
                 EVEN_WORK: f"{self.subject or 'the latest rank'}'s operators that no other rank runs removed",
