@@ -5,6 +5,9 @@ sharded runs in tests/data."""
 
 from __future__ import annotations
 
+import gzip
+import json
+
 import numpy as np
 import pytest
 
@@ -17,7 +20,9 @@ from rnnprof.analyzers.replay.fixes import RequestedChanges
 from rnnprof.analyzers.replay.graph import DONE, EDGE_ARRIVAL, EVENT, REPLAY_EDGES
 from rnnprof.cli import main
 from rnnprof.events.names import ALL_GATHER, FORWARD
+from rnnprof.job.whatif import job_whatif
 from rnnprof.traces import load_events
+from rnnprof.traces.rank_folder import job_of
 
 FSDP = [str(FIXTURES / "torch-gloo-fsdp" / "torch" / f"rank{r}.json.gz") for r in (0, 1)]
 PP = [str(FIXTURES / "torch-gloo-pp" / "torch" / f"rank{r}.json.gz") for r in (0, 1)]
@@ -129,3 +134,26 @@ def test_prefetch_issues_each_forward_all_gather_from_the_third_where_the_one_be
     assert min(s.replayed_us - s.predicted_us for s in report.steps) >= 0
     with pytest.raises(ChangeError, match="no all-gather in the input's forward phase"):
         whatif(load_events(PP), [Change(PREFETCH)])
+
+
+def _prefetched_rank(folder, rank: int, blocks: tuple[str, ...]) -> str:
+    """The FSDP run's rank file with an ``FSDP::forward_prefetch`` range inside each named block's pre-forward, as
+    FSDP2 records a prefetch it issued: those all-gathers the trace issued early already."""
+    with gzip.open(FSDP[rank]) as f:
+        trace = json.load(f)
+    added = [{**e, "name": f"FSDP::forward_prefetch for {e['name']}", "ts": e["ts"] + 1.0, "dur": 1.0}
+             for e in trace["traceEvents"] if e.get("name") in [f"FSDP::pre_forward ({b})" for b in blocks]]
+    trace["traceEvents"] += added
+    path = folder / f"rank{rank}.json"
+    path.write_text(json.dumps(trace))
+    return str(path)
+
+
+@pytest.mark.parametrize("blocks", [("layers.0",), ("layers.0", "layers.1")])
+def test_prefetch_leaves_the_all_gathers_the_traces_own_prefetch_issued(tmp_path, blocks):
+    paths = [_prefetched_rank(tmp_path, r, blocks) for r in (0, 1)]
+    # 4 forward all-gathers a rank and step, the last 2 prefetchable; those the trace prefetched stay
+    expected = 2 * 3 * (4 - 2 - len(blocks))
+    assert whatif(load_events(paths), [Change(PREFETCH)]).changed.get(Change(PREFETCH).describe(), 0) == expected
+    job, _, _ = job_whatif(job_of(paths), RequestedChanges((Change(PREFETCH),)), jobs=1)  # its ranks' parts alike
+    assert job.changed.get(Change(PREFETCH).describe(), 0) == expected

@@ -24,7 +24,8 @@ from rnnprof.analyzers.classify import collective_types
 from rnnprof.analyzers.device_work import host_operator_devices
 from rnnprof.analyzers.noise import CPU_RANK_FLOOR_US, CROSS_RANK_FLOOR_US, MIN_STEPS, significance
 from rnnprof.events import EventTable, Kind
-from rnnprof.events.names import COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, NCCL_KERNEL, UNKNOWN_COLLECTIVE
+from rnnprof.events.names import (COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, FSDP_FORWARD_PREFETCH,
+                                  NCCL_KERNEL, UNKNOWN_COLLECTIVE)
 
 BY_SEQ = "seq"
 BY_ORDER = "order"
@@ -173,6 +174,18 @@ def collective_args(table: EventTable) -> dict[tuple[str, int], tuple[str, int]]
     for args in reversed(table.metadata.collective_args):
         for c, g, s in zip(args.correlation, args.group, args.seq):
             found[(args.worker, c)] = (g, s)
+    return found
+
+
+def forward_prefetches(table: EventTable) -> dict[tuple[str, int], int]:
+    """Per ``(worker, step)``, its ``FSDP::forward_prefetch`` ranges (``names.FSDP_FORWARD_PREFETCH``): each a
+    block's prefetch of a later block's all-gather, which the trace already issued early."""
+    names = np.array([bool(FSDP_FORWARD_PREFETCH.match(s)) for s in table.strings] or [False], dtype=bool)
+    ranges = np.flatnonzero(names[table.name])
+    worker = np.array([d.worker or "host" for d in table.devices] or [""], dtype=object)
+    found: dict[tuple[str, int], int] = {}
+    for w, s in zip(worker[table.device[ranges]].tolist(), table.step[ranges].tolist()):
+        found[(w, s)] = found.get((w, s), 0) + 1
     return found
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rnnprof.events.names import ALL_GATHER, FORWARD, FSDP_FORWARD_PREFETCH, FSDP_UNPREFETCHED
+from rnnprof.analyzers.collectives import forward_prefetches
+from rnnprof.events.names import ALL_GATHER, FORWARD, FSDP_UNPREFETCHED
 
 from . import judge
 from .collective_exposure import between_ranks, exposure, worst
@@ -65,13 +66,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
 def _not_prefetched(ctx: AuditContext, found, forward: np.ndarray) -> np.ndarray:
     """Of ``forward`` (the forward all-gathers), per rank and step those from the ``FSDP_UNPREFETCHED``-th on that
     the rank's prefetch ranges of the step do not account for (the latest ones first)."""
-    table = ctx.table
-    names = np.array([bool(FSDP_FORWARD_PREFETCH.match(s)) for s in table.strings] or [False], dtype=bool)
-    ranges = np.flatnonzero(names[table.name])
-    worker = np.array([d.worker or "host" for d in table.devices] or [""], dtype=object)
-    prefetches: dict[tuple[str, int], int] = {}
-    for w, s in zip(worker[table.device[ranges]].tolist(), table.step[ranges].tolist()):
-        prefetches[(w, s)] = prefetches.get((w, s), 0) + 1
+    prefetches = forward_prefetches(ctx.table)
     late = np.zeros(len(found.row), dtype=bool)
     for w in np.unique(found.worker[forward]).tolist():
         for s in np.unique(found.step[forward & (found.worker == w)]).tolist():

@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from rnnprof.analyzers.classify import EventClass, collective_types
+from rnnprof.analyzers.collectives import forward_prefetches
 from rnnprof.analyzers.critical_path import EDGE_ENQUEUE
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EVENT
 from rnnprof.analyzers.replay.result import COMM, COMM_GROUP, PREFETCH, Change, ChangeError
@@ -140,8 +141,9 @@ def prefetch(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     (the first is the root's, the second the first block's, issued as its forward begins) issued where the one
     before it was issued: its enqueue edge, from the leaf of the call that handed it to gloo's thread, comes from
     the leaf that handed over the one before it, with the same delay. What waited for its result still waits
-    where it did (the block that uses it), so the transfer runs beside the block before. Backward's all-gathers,
-    which FSDP prefetches already, are left as they are."""
+    where it did (the block that uses it), so the transfer runs beside the block before. Those the trace's own
+    prefetch issued stay (as many as the rank's ``FSDP::forward_prefetch`` ranges of the step, the latest), and so
+    do backward's all-gathers, which FSDP prefetches already."""
     g, t = knobs.graph, sg.table
     edges = np.flatnonzero(g.edge_kind(EDGE_ENQUEUE) & knobs.keep & np.isin(g.node_kind[g.dst], [ARRIVAL, EVENT]))
     if not len(edges):
@@ -152,11 +154,17 @@ def prefetch(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     phase = np.where(k >= 0, strings[t.collectives.phase[np.maximum(k, 0)]], "")
     edges = edges[(kind == ALL_GATHER) & (phase == FORWARD)]
     worker = sg.worker[g.dst[edges]]
+    steps = set(np.unique(t.step[g.rows[g.own]]).tolist())
+    done: dict[str, int] = {}
+    for (w, s), n in forward_prefetches(t).items():
+        if s in steps:
+            done[w] = done.get(w, 0) + n
     src, dst, lag, dropped = [], [], [], []
     for w in np.unique(worker).tolist():
         mine = edges[worker == w]
         mine = mine[np.lexsort((g.dst[mine], g.start[g.dst[mine]]))]  # in the order they were handed over
-        for before, edge in zip(mine[FSDP_UNPREFETCHED - 1:-1].tolist(), mine[FSDP_UNPREFETCHED:].tolist()):
+        pairs = list(zip(mine[FSDP_UNPREFETCHED - 1:-1].tolist(), mine[FSDP_UNPREFETCHED:].tolist()))
+        for before, edge in pairs[:max(len(pairs) - done.get(w, 0), 0)]:  # those a prefetch issued stay
             src.append(int(g.src[before]))
             dst.append(int(g.dst[edge]))
             lag.append(float(knobs.lag[edge]))

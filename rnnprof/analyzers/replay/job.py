@@ -23,10 +23,10 @@ from rnnprof.analyzers.replay.analysis import lateness, replay_step
 from rnnprof.analyzers.replay.step_graph import StepGraph
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.replay.graph import replay_graph
-from rnnprof.analyzers.replay.result import (DELAY, EVEN_WORK, FAMILY, MICRO_BATCHES, MOVE_LAYER, SCALE, SCALE_HOST,
-                                             Change, StepReplay)
+from rnnprof.analyzers.replay.result import (DELAY, EVEN_WORK, FAMILY, MICRO_BATCHES, MOVE_LAYER, PREFETCH, SCALE,
+                                             SCALE_HOST, Change, StepReplay)
 from rnnprof.events import Device, EventTable, Kind, ProcessGroup, concat
-from rnnprof.events.names import PHASE_RANGE
+from rnnprof.events.names import FSDP_FORWARD_PREFETCH, PHASE_RANGE
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,8 @@ def scanned_names(changes: Iterable[Change]) -> ScannedNames:
             before.append(re.compile(c.before))
         elif c.kind in (MICRO_BATCHES, MOVE_LAYER):
             before.append(PHASE_RANGE)  # the schedule is built from the micro-batches' phase ranges
+        elif c.kind == PREFETCH:
+            before.append(FSDP_FORWARD_PREFETCH)  # the all-gathers the trace's own prefetch issued stay
     return ScannedNames(frozenset(exact), tuple(before), any(c.kind == EVEN_WORK for c in changes))
 
 
