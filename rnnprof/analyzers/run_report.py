@@ -23,6 +23,7 @@ from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies, an
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
 from rnnprof.analyzers.memory import MemoryReport, analyze_memory
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
+from rnnprof.analyzers.pipeline import PipelineReport, analyze_pipeline
 from rnnprof.analyzers.profiler_cost import RankProfilerCost, profiler_cost
 from rnnprof.analyzers.audit.top_fixes import TopFixes
 from rnnprof.analyzers.replay.audit_savings import audit_replayer, replayed_audit
@@ -91,6 +92,7 @@ class RunReport:
     memory_reason: str = NO_MEMORY
     top_fixes: TopFixes | None = None  # the top findings' fixes replayed together (audit's closing note)
     profiler_cost: dict[str, RankProfilerCost] = field(default_factory=dict)  # PyTorch ranks' profiler cost
+    pipeline: PipelineReport | None = None  # rnnprof pipeline's analysis, where the ranks run a pipeline
 
 
 def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
@@ -111,8 +113,10 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     classes = classify(events)
     comm = analyze_comm(events, classes=classes)
     launches = launch_stats(events, host_wait_share=host_wait_share(comm))
+    pipeline = analyze_pipeline(events, classes=classes)
     findings = audit(audit_input if audit_input is not None else events,
-                     known=Known(classes=classes, comm=comm, launches=launches, placement=placement))
+                     known=Known(classes=classes, comm=comm, launches=launches, placement=placement,
+                                 pipeline=pipeline))
     findings, top_fixes = replayed_audit(findings, audit_replayer(events, dependencies or Dependencies(), classes))
     comm_reason = ""
     if not comm.devices:
@@ -139,5 +143,5 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
                      timeline, timeline_reason, critical_path, critical_path_reason,
                      launches=launches, step_times=step_times(events), roofline=roofline,
                      roofline_reason=roofline_reason, findings=findings, findings_reason="",
-                     memory=analyze_memory(events) if len(events.memory) else None,
-                     top_fixes=top_fixes, profiler_cost=profiler_cost(events, manifest))
+                     memory=analyze_memory(events, pipeline=pipeline) if len(events.memory) else None,
+                     top_fixes=top_fixes, profiler_cost=profiler_cost(events, manifest), pipeline=pipeline)

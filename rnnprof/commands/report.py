@@ -23,6 +23,8 @@ from rnnprof.reports.layout import render_notes
 from rnnprof.reports.run_page import run_page
 from rnnprof.reports.units import fmt_mb
 from rnnprof.reports.sweep_page import sweep_page
+from rnnprof.reports.watch_page import watch_page
+from rnnprof.inputs.watched import is_watched_run, watched_summary
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.rundir.sweep import is_sweep_dir, read_sweep
 from rnnprof.rundir.writer import atomic_write_bytes
@@ -66,7 +68,12 @@ def _findings(report) -> tuple[AuditResult | None, str]:
 def run(args: argparse.Namespace, console: Console) -> int:
     out = _check_output(args.output, args.force)
     name = _name(args.paths)
-    if len(args.paths) == 1 and is_sweep_dir(args.paths[0]):
+    if len(args.paths) == 1 and is_watched_run(args.paths[0]):
+        if step_flags.selection(args).active:
+            raise UsageError(f"{step_flags.selection(args).describe()} selects steps of a trace's events; "
+                             f"{args.paths[0]} is a watched job: report one of its windows for that")
+        page = watch_page(watched_summary(args.paths[0]), name, run_notes(args.paths))
+    elif len(args.paths) == 1 and is_sweep_dir(args.paths[0]):
         if step_flags.selection(args).active:
             raise UsageError(f"{step_flags.selection(args).describe()} selects steps of a trace's events; "
                              f"{args.paths[0]} is a saved sweep (give a run directory or trace files)")

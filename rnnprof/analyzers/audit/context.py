@@ -13,6 +13,7 @@ from rnnprof.analyzers.critical_path import CriticalPathReport, analyze_critical
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
 from rnnprof.analyzers.memory import MemoryReport, analyze_memory
 from rnnprof.analyzers.noise import StepNoise, step_noise
+from rnnprof.analyzers.pipeline import PipelineReport, analyze_pipeline
 from rnnprof.analyzers.profiler_cost import RankProfilerCost, profiler_cost
 from rnnprof.analyzers.placement.inputs import AuditInput
 from rnnprof.analyzers.placement.registry import PlacementResult
@@ -22,12 +23,13 @@ from rnnprof.events import EventTable
 @dataclass(frozen=True, eq=False)
 class Known:
     """Analyses of the same table a caller has already computed (``rnnprof report``'s), so that the audit reads
-    them rather than computing them again: the events' ``classify``, ``analyze_comm`` and ``launch_stats``, and
-    the placement rules' result."""
+    them rather than computing them again: the events' ``classify``, ``analyze_comm`` and ``launch_stats``, the
+    placement rules' result and ``analyze_pipeline``'s."""
     classes: np.ndarray | None = None
     comm: CommReport | None = None
     launches: LaunchStats | None = None
     placement: PlacementResult | None = None  # of the default rules on the same input
+    pipeline: PipelineReport | None | str = "not given"  # ``analyze_pipeline``'s (None: the input holds none)
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,6 +88,15 @@ class AuditContext:
         if self.table is None or not len(self.table.memory):
             return None
         return analyze_memory(self.table)
+
+    @cached_property
+    def pipeline(self) -> PipelineReport | None:
+        """``pipeline.analyze_pipeline`` of the table, once; None where its ranks run no pipeline."""
+        if not isinstance(self.known.pipeline, str):
+            return self.known.pipeline
+        if self.table is None or not len(self.table):
+            return None
+        return analyze_pipeline(self.table, classes=self.classes)
 
     @cached_property
     def profiler_cost(self) -> dict[str, RankProfilerCost]:

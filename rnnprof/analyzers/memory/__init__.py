@@ -10,18 +10,20 @@ from typing import Iterable
 
 import numpy as np
 
+from rnnprof.analyzers.pipeline import PipelineReport, pipeline_places
 from rnnprof.events import Device, EventTable
 
 from .context import OUTSIDE, RecordContext, record_context
+from .fsdp import gather_labels, unsharded_at
 from . import missing
-from .imbalance import imbalances
-from .result import (CATEGORIES, PER_STEP_WINDOWS, DeviceMemory, Growth, Imbalance, MemoryReport, Peak, Share,
-                     TimelinePoint)
+from .imbalance import imbalances, pipeline_memory
+from .result import (CATEGORIES, PER_STEP_WINDOWS, DeviceMemory, Growth, Imbalance, MemoryReport, Peak,
+                     PipelineMemory, Share, StagePeak, TimelinePoint, Unsharded)
 from .series import (NO_OPERATOR, Series, allocation_categories, categories_at, device_series, operators_at,
                      released, stacked)
 
-__all__ = ["BASELINE_TOTAL", "CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak", "Share",
-           "TimelinePoint", "analyze_memory", "has_memory"]
+__all__ = ["BASELINE_TOTAL", "CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak",
+           "PipelineMemory", "Share", "StagePeak", "TimelinePoint", "Unsharded", "analyze_memory", "has_memory"]
 
 MIN_GROWTH_STEPS = 4  # step ends needed to judge growth: three differences, so one odd step is outvoted
 MIN_GROWTH_SHARE = 0.001  # growth below this share of the peak per step is no leak
@@ -36,22 +38,33 @@ def has_memory(table: EventTable) -> bool:
     return len(table.memory) > 0
 
 
-def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_selection: str = "") -> MemoryReport:
+def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_selection: str = "",
+                   pipeline: PipelineReport | None | str = "find") -> MemoryReport:
     """The memory of every device with allocator records; ``steps``: the peak is sought in these steps only
-    (the series still sums every record before them)."""
+    (the series still sums every record before them); ``pipeline``: ``analyze_pipeline`` of the table, where the
+    caller has it (its ranks' places: ranks of different stages are not compared as replicas)."""
     mem = table.memory
     ctx = record_context(table)
+    labels = gather_labels(table)
     chosen = None if steps is None else np.asarray(sorted(set(steps)), dtype=np.int64)
     codes = np.unique(mem.device)
     rows = [np.flatnonzero(mem.device == code) for code in codes]
     series = [_series(table, r) for r in rows]
     sizes = missing.lost_sizes(series)
-    devices = [_device(table, ctx, table.devices[code], r, chosen, s, sizes) for code, r, s in zip(codes, rows, series)]
+    devices = [_device(table, ctx, table.devices[code], r, chosen, s, sizes, labels)
+               for code, r, s in zip(codes, rows, series)]
     devices = [_with_manifest(d, table, table.devices[code]) for d, code in zip(devices, np.unique(mem.device))
                if d is not None]
     devices = sorted((d for d in devices if d is not None), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
+    placed = None
+    if not isinstance(pipeline, str):
+        placed = None if pipeline is None else (pipeline.schedule, {s.worker: s.position for s in pipeline.stages})
+    elif len({d.worker for d in devices}) > 1:
+        placed = pipeline_places(table)
+    roles = placed[1] if placed is not None else {}
     return MemoryReport(", ".join(table.sources) or table.source_format, tuple(devices),
-                        tuple(imbalances(table, devices)), mem.unusable, step_selection)
+                        tuple(imbalances(table, devices, roles)), mem.unusable, step_selection,
+                        pipeline_memory(devices, *placed) if placed is not None else None)
 
 
 def _series(table: EventTable, rows: np.ndarray) -> Series:
@@ -65,7 +78,7 @@ def _series(table: EventTable, rows: np.ndarray) -> Series:
 
 
 def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndarray, chosen: np.ndarray | None,
-            series: Series, lost_sizes: np.ndarray) -> DeviceMemory | None:
+            series: Series, lost_sizes: np.ndarray, labels: tuple) -> DeviceMemory | None:
     """``lost_sizes``: the sizes of the blocks whose frees the job's records miss (``missing``), left out of the
     growth and the step peaks."""
     mem, kind = table.memory, device.kind
@@ -96,7 +109,7 @@ def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndar
                         step_allocations=_step_allocations(series, step, eligible),
                         missing_frees=len(series.missing_frees), missing_step_bytes=lost,
                         missing_operators=missing.by_operator(series, ctx, table.strings),
-                        left_out_sizes=tuple(int(b) for b in lost_sizes))
+                        left_out_sizes=tuple(int(b) for b in lost_sizes), unsharded=unsharded_at(series, peak, labels))
 
 
 def _with_manifest(memory: DeviceMemory, table: EventTable, device: Device) -> DeviceMemory:
