@@ -12,7 +12,8 @@ transfer, a backward after the next stage's backward of it), and the step's chan
 runs' ends: added to the step graph's replay, so the model's own error cancels.
 
 * micro-batches M -> M': a micro-batch's operators (the graph's nodes inside its range) take M / M' of their
-  time; what lies between them (Python, the framework's dispatch) stays per micro-batch.
+  time; what lies between them (Python, the framework's dispatch) and its sends' and receives' calls stay per
+  micro-batch. A collective's run on the thread brings no host work of its own (it is reached from its call).
 * layers ``FROM:TO`` (``3,1:2,2``): each stage's forward and backward change by the layers it gains or loses
   times one layer's time: that of the stage with the most layers over its layers (the embedding or the head it
   also holds is counted into its layers: small beside a block)."""
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rnnprof.analyzers.classify import EventClass
 from rnnprof.analyzers.replay.graph import DONE, EDGE_ARRIVAL, EVENT
 from rnnprof.analyzers.replay.result import MICRO_BATCHES, MOVE_LAYER, Change, ChangeError
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
@@ -114,11 +116,16 @@ def step_stages(sg: StepGraph) -> Stages | None:
     at = sg.window_start + g.start
     ends = sg.window_start + g.end
 
+    # a collective's run is reached from its call, not from the thread's work before it: no host work of its own;
+    # its call costs a micro-batch the same whatever its size (its transfer is the schedule's)
+    comm = sg.classes[g.rows] == EventClass.COMMUNICATION
+    pre = np.where(comm, 0.0, g.pre)
+
     def per_micro_batch(spans, worker):
         mine = host & (sg.worker == worker)
         inside = [mine & (at >= a) & (ends <= b) for a, b in spans]
-        return (float(np.median([g.dur[k].sum() + g.pre[k].sum() for k in inside])),
-                float(np.median([g.dur[k].sum() for k in inside])))
+        return (float(np.median([g.dur[k].sum() + pre[k].sum() for k in inside])),
+                float(np.median([g.dur[k & ~comm].sum() for k in inside])))
 
     measured = [[per_micro_batch(found[w][k], w) for w in ranks] for k in (0, 1)]
     stage0 = found[ranks[0]]
