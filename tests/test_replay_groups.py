@@ -157,3 +157,37 @@ def test_prefetch_leaves_the_all_gathers_the_traces_own_prefetch_issued(tmp_path
     assert whatif(load_events(paths), [Change(PREFETCH)]).changed.get(Change(PREFETCH).describe(), 0) == expected
     job, _, _ = job_whatif(job_of(paths), RequestedChanges((Change(PREFETCH),)), jobs=1)  # its ranks' parts alike
     assert job.changed.get(Change(PREFETCH).describe(), 0) == expected
+
+
+def _two_kinds_rank(folder, rank: int) -> str:
+    """A GPU rank of a 2-rank job whose step all-reduces (800 µs) early, idles until 4 ms, then all-gathers
+    (400 µs) last; every kernel its own launch."""
+    events, kernels = [], [("AllReduce_Sum_f32", "allreduce", 100, 800.0), ("AllGather", "allgather", 4100, 400.0)]
+    for step in range(4):
+        start = step * 10_000.0
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
+                       "ts": start, "dur": 9000})
+        for k, (kernel, name, at, dur) in enumerate(kernels):
+            correlation = 1000 + 2 * step + k
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                           "ts": start + at, "dur": 10, "args": {"correlation": correlation}})
+            events.append({"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": start + at + 20, "dur": dur,
+                           "name": f"ncclDevKernel_{kernel}_RING_LL(ncclDevKernelArgs)",
+                           "args": {"device": rank, "stream": 7, "correlation": correlation,
+                                    "Process Group Name": "0", "Process Group Ranks": "[0, 1]", "Group size": 2,
+                                    "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20, "dtype": "Float",
+                                    "Collective name": name, "Seq": 2 * step + k}})
+    path = folder / f"rank{rank}.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events,
+                                "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}}))
+    return str(path)
+
+
+@pytest.mark.parametrize("kind, saved_us", [(ALL_GATHER, 200.0), ("all-reduce", 0.0), ("", 200.0)])
+def test_comm_by_type_shortens_the_step_by_what_that_types_transfers_hold_it(tmp_path, kind, saved_us):
+    """Halving the all-gather, the step's last work, saves half its 400 µs; halving the all-reduce, followed by
+    idle time until the all-gather is launched, saves nothing."""
+    report = whatif(load_events([_two_kinds_rank(tmp_path, r) for r in (0, 1)]), [Change(COMM, kind, 0.5)])
+    assert len(report.steps) >= 3
+    for s in report.steps:
+        assert s.replayed_us - s.predicted_us == pytest.approx(saved_us, abs=1.0)
