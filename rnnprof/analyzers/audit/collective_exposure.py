@@ -111,12 +111,27 @@ def between_ranks(ctx: AuditContext, per_step: list[float]) -> Significance:
     return significance(per_step, ctx.noise.spread_us, floor_us=CROSS_RANK_FLOOR_US)
 
 
-def worst(per_rank: dict[str, dict[int, float]]) -> tuple[str, dict[int, float]] | None:
-    """The rank with the largest median per step, and its steps; None where every median is 0."""
+@dataclass(frozen=True)
+class Worst:
+    """The rank whose selected collectives have the largest median exposed time per step: its steps' figures,
+    their median (the saving) and its verdict (``between_ranks``)."""
+
+    worker: str
+    exposed: list[float]
+    saving_us: float
+    verdict: Significance
+
+
+def worst(ctx: AuditContext, found: Exposure, selected: np.ndarray, values: np.ndarray | None = None) -> Worst | None:
+    """Of the ``selected`` collective records, the rank with the largest median per step of their exposed time (or
+    of ``values``); None where every median is 0."""
     best = None
-    for worker, steps in sorted(per_rank.items()):
+    for worker, steps in sorted(found.per_step(selected, values).items()):
         if steps:
             median = float(np.median(list(steps.values())))
             if median > 0 and (best is None or median > best[0]):
-                best = (median, worker, steps)
-    return None if best is None else (best[1], best[2])
+                best = (median, worker, list(steps.values()))
+    if best is None:
+        return None
+    median, worker, exposed = best
+    return Worst(worker, exposed, median, between_ranks(ctx, exposed))

@@ -19,7 +19,7 @@ from rnnprof.analyzers.collectives import forward_prefetches
 from rnnprof.events.names import ALL_GATHER, FORWARD, FSDP_UNPREFETCHED
 
 from . import judge
-from .collective_exposure import between_ranks, exposure, worst
+from .collective_exposure import exposure, worst
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
 
@@ -35,14 +35,11 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     if not forward.any():
         return NotChecked(RULE_ID, "no all-gather in a forward phase (FSDP's, whose blocks gather their parameters)")
     late = _not_prefetched(ctx, found, forward)
-    best = worst(found.per_step(late))
+    best = worst(ctx, found, late)
     if best is None:
         ctx.notes.append(f"{RULE_ID}: every forward all-gather a block could prefetch was prefetched, or hidden")
         return []
-    worker, per_step = best
-    exposed = list(per_step.values())
-    saving = float(np.median(exposed))
-    verdict = between_ranks(ctx, exposed)
+    worker, exposed, saving, verdict = best.worker, best.exposed, best.saving_us, best.verdict
     severity = judge.severity(ctx, verdict, saving)
     mine = late & (found.worker == worker)
     per_step_calls = np.bincount(found.step[mine]).max(initial=0) if mine.any() else 0

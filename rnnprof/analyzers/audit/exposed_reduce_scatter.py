@@ -15,7 +15,7 @@ import numpy as np
 from rnnprof.events.names import REDUCE_SCATTER
 
 from . import judge
-from .collective_exposure import between_ranks, exposure, worst
+from .collective_exposure import exposure, worst
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
 
@@ -30,14 +30,11 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     mine = (found.collective == REDUCE_SCATTER) & (found.step >= 0)
     if not mine.any():
         return NotChecked(RULE_ID, "no reduce-scatter in the steps (FSDP's, of its gradients)")
-    best = worst(found.per_step(mine))
+    best = worst(ctx, found, mine)
     if best is None:
         ctx.notes.append(f"{RULE_ID}: every reduce-scatter was hidden behind compute")
         return []
-    worker, per_step = best
-    exposed = list(per_step.values())
-    saving = float(np.median(exposed))
-    verdict = between_ranks(ctx, exposed)
+    worker, exposed, saving, verdict = best.worker, best.exposed, best.saving_us, best.verdict
     total = found.per_step(mine, found.dur_us)[worker]
     return [Finding(
         rule=RULE_ID, severity=judge.severity(ctx, verdict, saving),

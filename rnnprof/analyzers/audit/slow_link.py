@@ -17,7 +17,7 @@ import numpy as np
 from rnnprof.analyzers.roofline import bus_factor
 
 from . import judge
-from .collective_exposure import between_ranks, exposure, worst
+from .collective_exposure import exposure, worst
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
 
@@ -65,13 +65,10 @@ def _busbw(found, mask: np.ndarray, transfer: np.ndarray, kind: str) -> float:
 
 def _finding(ctx: AuditContext, found, mask: np.ndarray, transfer: np.ndarray, kind: str, group: str, ratio: float,
              busbw: dict) -> Finding | None:
-    best = worst(found.per_step(mask & (found.step >= 0), transfer * (1 - ratio)))
+    best = worst(ctx, found, mask & (found.step >= 0), transfer * (1 - ratio))
     if best is None:
         return None
-    worker, per_step = best
-    excess = list(per_step.values())
-    saving = float(np.median(excess))
-    verdict = between_ranks(ctx, excess)
+    worker, excess, saving, verdict = best.worker, best.exposed, best.saving_us, best.verdict
     others = {g: round(v, 3) for g, v in busbw.items() if g != group}
     return Finding(
         rule=RULE_ID, severity=judge.severity(ctx, verdict, saving),

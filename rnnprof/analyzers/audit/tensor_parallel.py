@@ -18,7 +18,7 @@ import numpy as np
 from rnnprof.events.names import ALL_REDUCE, FORWARD
 
 from . import judge
-from .collective_exposure import between_ranks, exposure, worst
+from .collective_exposure import exposure, worst
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
 
@@ -36,13 +36,10 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     findings = []
     for group in groups:
         mine = (found.group == group) & (found.step >= 0) & (found.collective == ALL_REDUCE)
-        best = worst(found.per_step(mine))
+        best = worst(ctx, found, mine)
         if best is None:
             continue
-        worker, per_step = best
-        exposed = list(per_step.values())
-        saving = float(np.median(exposed))
-        verdict = between_ranks(ctx, exposed)
+        worker, exposed, saving, verdict = best.worker, best.exposed, best.saving_us, best.verdict
         calls = np.bincount(found.step[mine & (found.worker == worker)]).max(initial=0)
         share = 100 * saving / ctx.step_us if ctx.step_us > 0 else 0.0
         named = f"process group {group}" if group else "its tensor-parallel group (not named by the trace)"
