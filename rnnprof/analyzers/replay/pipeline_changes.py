@@ -1,22 +1,15 @@
 """A pipeline's schedule changed: more or fewer micro-batches (``MICRO_BATCHES``), layers moved between its stages
 (``MOVE_LAYER``). Neither maps onto the step graph's nodes (a micro-batch more is work no trace holds), so each is
-replayed on the schedule itself, built from the step's per-micro-batch phases: per stage (a rank), its forward's
-and backward's median work per micro-batch (the graph's host nodes inside the ``forward``/``backward`` range of
-each micro-batch: their own time and the host work before each, not their waits) and the
-transfer between stages (the median of the step's matched sends' done nodes); the stages in the order their first
-forward starts; torch's schedule (1F1B: stage s runs min(M, P - s) forwards before its first backward, then one
-backward and one forward in turn; GPipe: every forward, then every backward) as the trace shows it (a backward
-before stage 0's last forward: 1F1B). The schedule is run unchanged and changed, each operation as soon as its
-stage is free and its input is there (a forward after the previous stage's forward of that micro-batch plus the
-transfer, a backward after the next stage's backward of it), and the step's change is the difference of the two
-runs' ends: added to the step graph's replay, so the model's own error cancels.
+replayed on the schedule itself, built from the step's per-micro-batch phases (each stage's forward and backward
+work per micro-batch, the transfer between stages, torch's 1F1B or GPipe order), run unchanged and changed; the
+difference of the two runs' ends is added to the step graph's replay, so the model's own error cancels.
 
-* micro-batches M -> M': a micro-batch's operators (the graph's nodes inside its range) take M / M' of their
-  time; what lies between them (Python, the framework's dispatch) and its sends' and receives' calls stay per
-  micro-batch. A collective's run on the thread brings no host work of its own (it is reached from its call).
-* layers ``FROM:TO`` (``3,1:2,2``): each stage's forward and backward change by the layers it gains or loses
-  times one layer's time: that of the stage with the most layers over its layers (the embedding or the head it
-  also holds is counted into its layers: small beside a block)."""
+* micro-batches M -> M': a micro-batch's operators take M / M' of their time; the host work between them and its
+  sends' and receives' calls stay per micro-batch.
+* layers ``FROM:TO`` (``3,1:2,2``): each stage's work changes by the layers it gains or loses times one layer's
+  time, that of the stage with the most layers over its layers.
+
+The model as users read it: docs/commands/whatif.md, *Pipelines*."""
 
 from __future__ import annotations
 
