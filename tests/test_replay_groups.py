@@ -15,7 +15,7 @@ from fixtures import FIXTURES, nccl_rank
 from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.critical_path.graph import build_step_graph
-from rnnprof.analyzers.replay import COMM, COMM_GROUP, PREFETCH, Change, ChangeError, Replayer, whatif
+from rnnprof.analyzers.replay import COMM, COMM_GROUP, OVERLAP, PREFETCH, Change, ChangeError, Replayer, whatif
 from rnnprof.analyzers.replay.fixes import RequestedChanges
 from rnnprof.analyzers.replay.graph import DONE, EDGE_ARRIVAL, EVENT, REPLAY_EDGES
 from rnnprof.cli import main
@@ -188,6 +188,49 @@ def test_comm_by_type_shortens_the_step_by_what_that_types_transfers_hold_it(tmp
     """Halving the all-gather, the step's last work, saves half its 400 µs; halving the all-reduce, followed by
     idle time until the all-gather is launched, saves nothing."""
     report = whatif(load_events([_two_kinds_rank(tmp_path, r) for r in (0, 1)]), [Change(COMM, kind, 0.5)])
+    assert len(report.steps) >= 3
+    for s in report.steps:
+        assert s.replayed_us - s.predicted_us == pytest.approx(saved_us, abs=1.0)
+
+
+def _one_stream_rank(folder, rank: int) -> str:
+    """A GPU rank of a 2-rank job whose stream runs, back to back, a product (300 µs), an all-reduce (800), a
+    product, an all-gather (400) and a product, all launched at the step's start."""
+    plan = [("gemm", None, 300.0), ("AllReduce_Sum_f32", "allreduce", 800.0), ("gemm", None, 300.0),
+            ("AllGather", "allgather", 400.0), ("gemm", None, 300.0)]
+    events = []
+    for step in range(4):
+        start = step * 10_000.0
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
+                       "ts": start, "dur": 9000})
+        at = start + 100.0
+        for k, (kernel, collective, dur) in enumerate(plan):
+            correlation = 1000 + 10 * step + k
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                           "ts": start + 10 * k, "dur": 5, "args": {"correlation": correlation}})
+            args = {"device": rank, "stream": 7, "correlation": correlation}
+            name = "volta_sgemm_128x64_nn"
+            if collective:
+                name = f"ncclDevKernel_{kernel}_RING_LL(ncclDevKernelArgs)"
+                args.update({"Process Group Name": "0", "Process Group Ranks": "[0, 1]", "Group size": 2,
+                             "In msg nelems": 1 << 20, "Out msg nelems": 1 << 20, "dtype": "Float",
+                             "Collective name": collective, "Seq": 2 * step + (k > 2)})
+            events.append({"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": at, "dur": dur, "name": name,
+                           "args": args})
+            at += dur
+    path = folder / f"rank{rank}.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events,
+                                "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}}))
+    return str(path)
+
+
+@pytest.mark.parametrize("what, saved_us", [("all-gather", 300.0), ("all-reduce", 800.0), ("", 1000.0)])
+def test_overlapping_one_collective_type_frees_the_compute_after_it_alone(tmp_path, what, saved_us):
+    """Overlapped, the all-gather lets the last product follow the one before it (it ends 300 µs sooner, the
+    all-gather still running beside it to the step's end); the all-reduce lets the second product follow the
+    first, and the all-gather and the last product follow it: 800 µs sooner. Both: the step ends with the
+    all-reduce, 1,100 µs after its start instead of 2,100."""
+    report = whatif(load_events([_one_stream_rank(tmp_path, r) for r in (0, 1)]), [Change(OVERLAP, what)])
     assert len(report.steps) >= 3
     for s in report.steps:
         assert s.replayed_us - s.predicted_us == pytest.approx(saved_us, abs=1.0)

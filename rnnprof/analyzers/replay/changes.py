@@ -15,7 +15,8 @@ from rnnprof.analyzers.critical_path import EDGE_COMPLETE, EDGE_LANE, EDGE_LAUNC
 from rnnprof.analyzers.replay.comm_changes import comm, named_collectives, prefetch
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.replay.pipeline_changes import pipeline
-from rnnprof.analyzers.replay.graph import EDGE_DONE, EDGE_SYNC, EVENT, DONE, SYNC_END, ReplayGraph
+from rnnprof.analyzers.replay.graph import (ARRIVAL, EDGE_ARRIVAL, EDGE_DONE, EDGE_SYNC, EVENT, DONE, SYNC_END,
+                                            ReplayGraph)
 from rnnprof.analyzers.replay.result import (COMM, COMM_GROUP, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY,
                                              GRAPH_LAUNCH, MICRO_BATCHES, MOVE_LAYER, NO_COPIES, NO_SYNCS, OVERLAP,
                                              PREFETCH, SCALE, SCALE_HOST, Change)
@@ -277,10 +278,13 @@ def _overlap(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     drop |= cut
     knobs.keep &= ~drop
     pred = {int(v): int(u) for u, v in zip(g.src[lane].tolist(), g.dst[lane].tolist())}
+    # a collective member's lane edge comes into its arrival, the arrival's into the member
+    joins = g.edge_kind(EDGE_ARRIVAL) & (g.node_kind[g.src] == ARRIVAL) & (g.node_kind[g.dst] == EVENT)
+    pred.update({int(v): int(u) for u, v in zip(g.src[joins].tolist(), g.dst[joins].tolist())})
     src, dst = [], []
     for v in g.dst[cut].tolist():
         u = pred.get(int(v))
-        while u is not None and comm[u]:
+        while u is not None and (comm[u] or g.node_kind[u] == ARRIVAL):
             u = pred.get(u)
         if u is not None:
             src.append(u)
