@@ -47,9 +47,9 @@ if _missing:
     raise RuntimeError(f"real trace fixtures missing from {FIXTURES}: {', '.join(_missing)}")
 
 
-def nccl_rank(folder: Path, rank: int, kernels) -> Path:
-    """A 2-rank job's GPU rank file of NCCL kernels ``(group, seq, stream, ts, dur)`` that carry newer Kineto's
-    ``Process Group Name`` and ``Seq``; kernel n has correlation id 100 + n."""
+def nccl_rank(folder: Path, rank: int, kernels, world: int = 2) -> Path:
+    """A ``world``-rank job's GPU rank file of NCCL kernels ``(group, seq, stream, ts, dur)`` that carry newer
+    Kineto's ``Process Group Name`` and ``Seq``; kernel n has correlation id 100 + n."""
     events = [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgs)",
                "pid": 0, "tid": stream, "ts": ts, "dur": dur,
                "args": {"device": rank, "stream": stream, "correlation": 100 + n, "Process Group Name": group,
@@ -57,7 +57,7 @@ def nccl_rank(folder: Path, rank: int, kernels) -> Path:
               for n, (group, seq, stream, ts, dur) in enumerate(kernels)]
     path = folder / f"rank{rank}.json"
     path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank,
-                                                                         "world_size": 2},
+                                                                         "world_size": world},
                                 "traceEvents": events}))
     return path
 

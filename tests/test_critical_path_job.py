@@ -24,6 +24,11 @@ from rnnprof.job.critical_path import job_critical_path
 
 GLOO = ("torch-gloo-rank0.json.gz", "torch-gloo-rank1.json.gz")
 SAMPLED = ("kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz")
+# sharded, pipelined and hybrid jobs: FSDP's all-gathers unpacking on gloo's threads, a pipeline's sends and
+# receives, 4 ranks in 2 x 2 process groups
+FSDP = tuple(f"torch-gloo-fsdp/torch/rank{r}.json.gz" for r in (0, 1))
+PP = tuple(f"torch-gloo-pp/torch/rank{r}.json.gz" for r in (0, 1))
+HSDP = tuple(f"torch-gloo-hsdp-collectives-rank{r}.json.gz" for r in range(4))
 
 
 def _both(names, jobs, steps=None):
@@ -33,15 +38,18 @@ def _both(names, jobs, steps=None):
     return merged, job
 
 
-@pytest.mark.parametrize("names, jobs", [(GLOO, 2), (SAMPLED, 1)], ids=["gloo-2-workers", "sampled-in-process"])
+@pytest.mark.parametrize("names, jobs", [(GLOO, 2), (SAMPLED, 1), (FSDP, 1), (PP, 1), (HSDP, 1)],
+                         ids=["gloo-2-workers", "sampled-in-process", "fsdp", "pipeline", "hsdp-4-ranks"])
 def test_a_jobs_paths_are_those_of_its_ranks_merged(names, jobs):
     merged, job = _both(names, jobs)
+    if names in (FSDP, PP):  # their collectives joined across the ranks, sends and receives paired
+        assert all(s.edges.get("collective", 0) > 0 for s in job.steps)
     assert len(job.steps) == len(merged.steps) >= 2
     # every figure, link by link (the document leaves out the rows), and the rows of the merged table
     assert dumps(to_document(job)) == dumps(to_document(merged))
     assert [[link.event for link in s.links] for s in job.steps] == [[link.event for link in s.links]
                                                                     for s in merged.steps]
-    assert job.workers == merged.workers == ("rank0", "rank1")
+    assert job.workers == merged.workers == tuple(f"rank{r}" for r in range(len(names)))
 
 
 def test_the_gloo_jobs_steps_join_its_ranks_through_their_collectives():

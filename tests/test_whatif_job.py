@@ -10,8 +10,8 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.analyzers.critical_path import Dependencies
-from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH, NO_COPIES,
-                                     NO_SYNCS, OVERLAP, SCALE, SCALE_HOST, Change, ChangeError, whatif)
+from rnnprof.analyzers.replay import (COMM, COMM_GROUP, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH, NO_COPIES,
+                                     NO_SYNCS, OVERLAP, PREFETCH, SCALE, SCALE_HOST, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.fixes import RequestedChanges
 from rnnprof.cli import main
@@ -30,6 +30,12 @@ GLOO_CHANGES = [[Change(COMM, "", 0.5), Change(SCALE, "aten::add_", 0.5)],
 EXTRA_OP = tuple(f"torch-extra-op-within-jitter/run/torch/rank{r}.json.gz" for r in (0, 1))
 EXTRA_OP_CHANGES = [[Change(EVEN_WORK, "rank1")],
                     [Change(EVEN_HOST, ""), Change(EVEN_INPUT, ""), Change(EVEN_WORK, "")]]
+FSDP = tuple(f"torch-gloo-fsdp/torch/rank{r}.json.gz" for r in (0, 1))
+PP = tuple(f"torch-gloo-pp/torch/rank{r}.json.gz" for r in (0, 1))
+HSDP = tuple(f"torch-gloo-hsdp-collectives-rank{r}.json.gz" for r in range(4))
+FSDP_CHANGES = [[Change(COMM, "all-gather", 0.5)], [Change(PREFETCH), Change(COMM, "reduce-scatter", 0.0)]]
+PP_CHANGES = [[Change(COMM, "send/recv", 0.2)], [Change(DELAY, "rank1", delay_ms=2.0)]]
+HSDP_CHANGES = [[Change(COMM, "", 0.5), Change(COMM, "reduce-scatter", 0.0)]]
 SAMPLED_CHANGES = [[Change(NO_COPIES), Change(SCALE_HOST, "aten::mm", 0.0), Change(OVERLAP)],
                    [Change(FAMILY, family_named("gemm"), 0.5), Change(EVEN_HOST, "rank1")],
                    [Change(NO_SYNCS), Change(GRAPH_LAUNCH)]]
@@ -44,8 +50,10 @@ def _both(names, changes, jobs, steps=None):
 
 
 @pytest.mark.parametrize("names, sets, jobs", [(GLOO, GLOO_CHANGES, 2), (SAMPLED, SAMPLED_CHANGES, 1),
-                                                (EXTRA_OP, EXTRA_OP_CHANGES, 2)],
-                         ids=["gloo-2-workers", "sampled-in-process", "extra-op-2-workers"])
+                                                (EXTRA_OP, EXTRA_OP_CHANGES, 2), (FSDP, FSDP_CHANGES, 1),
+                                                (PP, PP_CHANGES, 1), (HSDP, HSDP_CHANGES, 1)],
+                         ids=["gloo-2-workers", "sampled-in-process", "extra-op-2-workers", "fsdp", "pipeline",
+                              "hsdp-4-ranks"])
 def test_a_jobs_replay_is_that_of_its_ranks_merged(names, sets, jobs):
     for changes in sets:
         merged, job = _both(names, changes, jobs)
@@ -54,6 +62,18 @@ def test_a_jobs_replay_is_that_of_its_ranks_merged(names, sets, jobs):
         for a, b in zip(merged.steps, job.steps):
             assert dataclasses.asdict(a) == dataclasses.asdict(b)
         assert (job.changed, job.notes, job.lacks) == (merged.changed, merged.notes, merged.lacks)
+
+
+def test_a_jobs_process_groups_resolve_a_group_change_as_its_merged_ranks_do():
+    """``--comm GROUP=F`` names a group by its ranks: the job's ranks list the groups they are in, the merged
+    table the union of them; both resolve it to the same group and replay it alike."""
+    paths = [str(FIXTURES / n) for n in FSDP]
+    asked = RequestedChanges(groups=((COMM_GROUP, "1,0", 0.5),))
+    table = load_events(paths)
+    merged = whatif(table, asked.on(table), Dependencies())
+    job, _, _ = job_whatif(job_of(paths), asked, jobs=1)
+    assert job.changed == merged.changed == {"process group 0 x0.5": 100}
+    assert [dataclasses.asdict(s) for s in job.steps] == [dataclasses.asdict(s) for s in merged.steps]
 
 
 def test_a_step_selection_replays_those_steps_only():

@@ -24,7 +24,8 @@ from rnnprof.analyzers.classify import collective_types
 from rnnprof.analyzers.device_work import host_operator_devices
 from rnnprof.analyzers.noise import CPU_RANK_FLOOR_US, CROSS_RANK_FLOOR_US, MIN_STEPS, significance
 from rnnprof.events import EventTable, Kind
-from rnnprof.events.names import COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, NCCL_KERNEL, UNKNOWN_COLLECTIVE
+from rnnprof.events.names import (COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, FSDP_FORWARD_PREFETCH,
+                                  NCCL_KERNEL, UNKNOWN_COLLECTIVE)
 
 BY_SEQ = "seq"
 BY_ORDER = "order"
@@ -42,6 +43,7 @@ class Instance:
     row: int = field(default=-1, compare=False)  # the event's row in the table it was found in
     collective: str = field(default=UNKNOWN_COLLECTIVE, compare=False)  # its type (rnnprof.events.names.COLLECTIVE_TYPES)
     step: int = field(default=-1, compare=False)  # the step of its event (-1: none)
+    sends: bool = field(default=False, compare=False)  # a send matched with its receive by (sender, receiver)
 
     @property
     def dur_us(self) -> float:
@@ -175,6 +177,18 @@ def collective_args(table: EventTable) -> dict[tuple[str, int], tuple[str, int]]
     return found
 
 
+def forward_prefetches(table: EventTable) -> dict[tuple[str, int], int]:
+    """Per ``(worker, step)``, its ``FSDP::forward_prefetch`` ranges (``names.FSDP_FORWARD_PREFETCH``): each a
+    block's prefetch of a later block's all-gather, which the trace already issued early."""
+    names = np.array([bool(FSDP_FORWARD_PREFETCH.match(s)) for s in table.strings] or [False], dtype=bool)
+    ranges = np.flatnonzero(names[table.name])
+    worker = np.array([d.worker or "host" for d in table.devices] or [""], dtype=object)
+    found: dict[tuple[str, int], int] = {}
+    for w, s in zip(worker[table.device[ranges]].tolist(), table.step[ranges].tolist()):
+        found[(w, s)] = found.get((w, s), 0) + 1
+    return found
+
+
 def instances(table: EventTable) -> dict[str, list[Instance]]:
     """Per worker (rank), its collectives in start order (the module docstring says which), keyed for matching."""
     args = collective_args(table)
@@ -207,7 +221,7 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
                 ordinal[(group, what)] = k + 1
                 key = (BY_ORDER, group, what, k)
             found.append(Instance(key, name, group, start, end, int(r), COLLECTIVE_TYPES[kind],
-                                  int(table.step[r])))
+                                  int(table.step[r]), int(r) in pairs and _sends(worker, pairs[int(r)])))
         result[worker] = found
     return result
 
@@ -224,6 +238,11 @@ def _p2p_pairs(table: EventTable) -> dict[int, tuple[int, int]]:
             peer = int(records.peer[k])
             found[row] = (int(me), peer) if "send" in call else (peer, int(me))
     return found
+
+
+def _sends(worker: str, pair: tuple[int, int]) -> bool:
+    """Whether ``worker`` (``rank<r>``) is the sender of a send and its receive ``(sender, receiver)``."""
+    return worker.removeprefix("rank") == str(pair[0])
 
 
 def _collective_rows(table: EventTable) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -296,13 +315,20 @@ def match(per_worker: dict[str, list[Instance]]) -> tuple[list[Collective], int]
     return matched, unmatched
 
 
-def matched_rows(table: EventTable) -> list[list[int]]:
+def matched_rows(table: EventTable) -> tuple[list[list[int]], list[int]]:
     """The table rows of each collective matched across the table's workers (ranks), as ``analyze_collectives``
-    matches them: one list of rows per collective."""
+    matches them (one list of rows per collective), and the rows among them that are sends (``matched_sends``)."""
     per_worker = instances(table)
     if len(per_worker) < 2:
-        return []
-    return [sorted(inst.row for _, inst in group) for group in matched_groups(per_worker)[0]]
+        return [], []
+    return matched_sends(matched_groups(per_worker)[0])
+
+
+def matched_sends(groups: list[list[tuple[str, Instance]]]) -> tuple[list[list[int]], list[int]]:
+    """The rows of each of ``matched_groups``'s collectives, and those of its members that are sends: a send
+    synchronizes with nothing; its receive waits for it."""
+    rows = [sorted(inst.row for _, inst in group) for group in groups]
+    return rows, sorted(inst.row for group in groups for _, inst in group if inst.sends)
 
 
 def analyze_collectives(table: EventTable) -> CollectivesReport:

@@ -115,20 +115,26 @@ class Run:
 
     def whatif(self, *, scale: Sequence[str] = (), even_host: Sequence[str] | bool = (),
                even_input: Sequence[str] | bool = (), even_work: Sequence[str] | bool = (),
-               delay: Sequence[str] = (), comm: float | None = None, overlap_comm: bool = False,
-               no_copies: str | bool | None = None, no_syncs: bool = False, graph_launch: bool = False,
+               delay: Sequence[str] = (), comm: float | str | Sequence[str] | None = None,
+               overlap_comm: bool | str = False, prefetch: bool = False, micro_batches: int | None = None,
+               move_layer: str | None = None, no_copies: str | bool | None = None, no_syncs: bool = False, graph_launch: bool = False,
                fix: Sequence[str] = (), comm_patterns: Sequence[str] = (), steps: Steps = None, skip_first: int = 0,
                drop_last: bool = False, jobs: int | None = None, scheduler: str | None = None) -> WhatIfResult:
         """The step time a change would give, each step's graph replayed with the change: ``rnnprof whatif``.
         The changes, together when several, as the flags write them: ``scale=["aten::mm=0.5"]``,
         ``even_host=["rank1"]`` (or True: the latest rank), ``even_input``, ``even_work``,
-        ``delay=["rank1=40"]``, ``comm=0.5``, ``overlap_comm``, ``no_copies`` (True, or one kind: "HtoD"),
-        ``no_syncs``, ``graph_launch``, ``fix=["PF001"]`` (an audit finding's fix)."""
+        ``delay=["rank1=40"]``, ``comm=0.5`` (or ``["all_gather=0.5", "0,1=0.5"]``: a type's, a group's),
+        ``overlap_comm`` (True, or a type or group), ``prefetch``, ``micro_batches=8``, ``move_layer="3,1:2,2"``,
+        ``no_copies`` (True, or one kind: "HtoD"), ``no_syncs``, ``graph_launch``, ``fix=["PF001"]`` (an audit
+        finding's fix)."""
         def ranks(value):
             return [""] if value is True else list(value or ())
         return self._analyze(whatif, "whatif", scale=list(scale), even_host=ranks(even_host),
-                             even_input=ranks(even_input), even_work=ranks(even_work), delay=list(delay), comm=comm,
-                             overlap_comm=overlap_comm, no_copies="" if no_copies is True else no_copies or None,
+                             even_input=ranks(even_input), even_work=ranks(even_work), delay=list(delay),
+                             comm=[comm] if isinstance(comm, (int, float, str)) else comm,
+                             overlap_comm="" if overlap_comm is True else overlap_comm or None, prefetch=prefetch,
+                             micro_batches=micro_batches, move_layer=move_layer,
+                             no_copies="" if no_copies is True else no_copies or None,
                              no_syncs=no_syncs, graph_launch=graph_launch, fix=list(fix),
                              comm_pattern=list(comm_patterns), steps=_steps(steps), skip_first=skip_first,
                              drop_last=drop_last, jobs=jobs, scheduler=scheduler)

@@ -9,8 +9,11 @@ import re
 from rich.console import Console
 
 from rnnprof import limits
-from rnnprof.analyzers.replay import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
-                                     INEXPRESSIBLE, NO_SYNCS, OVERLAP, SCALE, Change, ChangeError, whatif)
+from rnnprof.analyzers.replay import (COMM, COMM_GROUP, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
+                                     INEXPRESSIBLE, MICRO_BATCHES, MOVE_LAYER, NO_SYNCS, OVERLAP, PREFETCH, SCALE,
+                                     Change, ChangeError, whatif)
+from rnnprof.analyzers.replay.comm_changes import collective_kind
+from rnnprof.analyzers.replay.pipeline_changes import parse_layers
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.fixes import RequestedChanges, copies_removed, parse_fix
 from rnnprof.analyzers.flops import FAMILIES
@@ -45,9 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--delay", action="append", default=[], metavar="RANK=MS[@OP]",
                        help="MS milliseconds of host time added to RANK's every step, at its start, or before the "
                             "first operator matching the regex OP ('rank1=40@^Optimizer.zero_grad'): a straggler")
-    group.add_argument("--comm", type=_factor, metavar="F", help="communication's transfer times times F")
-    group.add_argument("--overlap-comm", action="store_true",
-                       help="communication moved off compute's dependencies (overlapped)")
+    _add_collective_changes(group)
+    group.add_argument("--overlap-comm", nargs="?", const="", default=None, metavar="WHAT",
+                       help="communication moved off compute's dependencies (overlapped); WHAT: only a collective "
+                            "type's or a process group's, as --comm names them")
     group.add_argument("--no-copies", nargs="?", const="", default=None, metavar="KIND",
                        help="device copies and their launch calls removed; KIND: only those of one kind (HtoD, "
                             "DtoH, DtoD, PtoP, HtoH)")
@@ -65,6 +69,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     step_flags.add_arguments(parser)
     job_flags.add_arguments(parser)
     limits.add_argument(parser)
+
+
+def _add_collective_changes(group) -> None:
+    """The changes about collectives and a parallel job's layout: --comm, --prefetch, --micro-batches, --move-layer."""
+    group.add_argument("--comm", action="append", default=[], metavar="[WHAT=]F",
+                       help="communication's transfer times times F; WHAT=F: only a collective type's "
+                            "('all_gather=0.5': all-reduce, all-gather, reduce-scatter, send/recv, ...) or a "
+                            "process group's, by name, description or ranks ('mesh_shard=0.5', '0,1=0.5')")
+    group.add_argument("--prefetch", action="store_true",
+                       help="FSDP forward prefetch: each block's all-gather issued where the block before it issued "
+                            "its own (what --forward-prefetch 1 does)")
+    group.add_argument("--micro-batches", type=int, default=None, metavar="M",
+                       help="a pipeline's micro-batches per step: its schedule replayed with M (each micro-batch's "
+                            "operators scaled to its size), the change added to the step's replay")
+    group.add_argument("--move-layer", default=None, metavar="FROM:TO",
+                       help="a pipeline's layers moved between stages: each stage's layers now and after "
+                            "('3,1:2,2' moves a layer from the first stage to the second), its schedule replayed")
 
 
 def _factor(text: str) -> float:
@@ -115,8 +136,8 @@ def _delay(text: str) -> Change:
     return Change(DELAY, rank.strip(), delay_ms=ms, before=before)
 
 
-NO_CHANGE = ("no change given (expected one or more of --scale, --even-host, --even-input, --even-work, --delay, "
-             "--comm, --overlap-comm, --no-copies, --no-syncs, --graph-launch, --fix)")
+NO_CHANGE = ("no change given (expected one or more of the changes 'rnnprof whatif --help' lists: --scale, --comm, "
+             "--delay, --fix, ...)")
 
 
 def _requested(args: argparse.Namespace) -> RequestedChanges:
@@ -130,19 +151,52 @@ def _requested(args: argparse.Namespace) -> RequestedChanges:
     changes += [Change(EVEN_INPUT, rank) for rank in args.even_input or ()]
     changes += [Change(EVEN_WORK, rank) for rank in args.even_work or ()]
     changes += [_delay(text) for text in args.delay]
-    if args.comm is not None:
-        changes.append(Change(COMM, "", args.comm))
+    groups = []
+    for text in args.comm:
+        what, factor = _comm(text)
+        kind = collective_kind(what) if what else ""
+        if kind is None:
+            groups.append((COMM_GROUP, what, factor))  # a process group, resolved by the input's groups
+        else:
+            changes.append(Change(COMM, kind, factor))
     try:
         if args.no_copies is not None:
             changes.append(copies_removed(args.no_copies, f"--no-copies {args.no_copies}", "or none for every copy"))
         fixes = tuple(parse_fix(text) for text in args.fix)
     except ChangeError as exc:
         raise UsageError(str(exc)) from None
-    flags = ((args.overlap_comm, OVERLAP), (args.no_syncs, NO_SYNCS), (args.graph_launch, GRAPH_LAUNCH))
+    if args.overlap_comm is not None:
+        kind = collective_kind(args.overlap_comm) if args.overlap_comm else ""
+        if kind is None:
+            groups.append((OVERLAP, args.overlap_comm, 1.0))
+        else:
+            changes.append(Change(OVERLAP, kind))
+    flags = ((args.no_syncs, NO_SYNCS), (args.graph_launch, GRAPH_LAUNCH), (args.prefetch, PREFETCH))
     changes += [Change(kind) for on, kind in flags if on]
-    if not changes and not fixes:
+    if args.micro_batches is not None:
+        if args.micro_batches < 1:
+            raise UsageError(f"--micro-batches {args.micro_batches}: expected 1 or more")
+        changes.append(Change(MICRO_BATCHES, "", float(args.micro_batches)))
+    if args.move_layer is not None:
+        try:
+            parse_layers(args.move_layer)
+        except ChangeError as exc:
+            raise UsageError(str(exc)) from None
+        changes.append(Change(MOVE_LAYER, args.move_layer))
+    if not changes and not fixes and not groups:
         raise UsageError(NO_CHANGE)
-    return RequestedChanges(tuple(changes), fixes)
+    return RequestedChanges(tuple(changes), fixes, tuple(groups))
+
+
+def _comm(text: str) -> tuple[str, float]:
+    """``--comm [WHAT=]F`` as (WHAT, F): WHAT "" for every collective."""
+    what, sep, value = text.rpartition("=")
+    if sep and not what.strip():
+        raise UsageError(f"--comm {text!r}: nothing before '='; expected F, KIND=F or GROUP=F (--comm all_gather=0.5)")
+    try:
+        return what.strip(), _factor(value)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--comm {text!r}: {exc}") from None
 
 
 def run(args: argparse.Namespace, console: Console) -> int:

@@ -161,6 +161,10 @@ def _parallel_flags(add, p, sweep: bool) -> None:
     add(p, "--backward-prefetch", type=non_negative_int, default=None, metavar="N",
         help="FSDP: each block's backward issues the all-gathers of the N blocks before it "
              "(set_modules_to_backward_prefetch) (default: 0, fully_shard's own: the next block's)")
+    add(p, "--unshard-async", action="store_true", default=False,
+        help="FSDP: each block's all-gather issued asynchronously and waited for where the block needs it "
+             "(FSDPModule._set_unshard_async_op): on CPU ranks, where FSDP2 has no all-gather stream, a prefetched "
+             "all-gather then runs beside the block before instead of being waited for at once")
     add(p, "--micro-batches", type=positive_int, default=None, metavar="M",
         help="pipelines: micro-batches each batch is cut into (default: 4, or the number of stages if more)")
     add(p, "--schedule", choices=SCHEDULES, default=None,
@@ -323,7 +327,7 @@ _TENSORFLOW_ONLY = {"encoder": None, "direction": "uni", "attention": "none", "t
                     "ps_tasks": None, "cluster_spec": None, "ps_placement": None}
 _TORCH_ONLY = {"tied": False, "dropout": None, "clip_norm": None, "bucket_cap_mb": None, "eval": False,
                "heads": None, "parallel": None, "mesh": None, "reshard_after_forward": True,
-               "forward_prefetch": None, "backward_prefetch": None, "micro_batches": None, "schedule": None,
+               "forward_prefetch": None, "backward_prefetch": None, "unshard_async": False, "micro_batches": None, "schedule": None,
                "stages_per_rank": None, "stage_layers": None}
 
 

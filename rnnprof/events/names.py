@@ -206,6 +206,12 @@ LIBRARY_PHASE_RANGES = ((BACKWARD, re.compile(r"^FSDP::(?:pre_backward|post_back
                         (FORWARD, re.compile(r"^FSDP::(?:pre_forward|post_forward|root_pre_forward)")),
                         (OPTIMIZER, re.compile(rf"^(?:{re.escape(OPTIMIZER_STEP)}|{re.escape(OPTIMIZER_ZERO_GRAD)})")))
 
+# FSDP2's forward prefetch: the range a block's pre-forward opens around the all-gather it issues for a later
+# block (``set_modules_to_forward_prefetch``); the forward's first all-gathers, the root's and the first block's,
+# no block prefetches (``FSDP_UNPREFETCHED``: how many)
+FSDP_FORWARD_PREFETCH = re.compile(r"^FSDP::forward_prefetch\b")
+FSDP_UNPREFETCHED = 2
+
 # FSDP2's ranges around gathering a module's parameters (``fully_shard``'s ``FSDP::all_gather (<module>)``: the flat
 # all-gather's input and output buffers; ``FSDP::all_gather_copy_out (<module>)``: each parameter's unsharded
 # storage), the module's name in brackets, none for the root module.

@@ -12,6 +12,7 @@ from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.critical_path.job import rank_part, steps_chosen
 from rnnprof.analyzers.replay.analysis import check_changes, latest_rank, needs_latest_rank, whatif_report
+from rnnprof.analyzers.replay.comm_changes import known_groups, recorded_collectives
 from rnnprof.analyzers.replay.fixes import RequestedChanges
 from rnnprof.analyzers.replay.job import (JobNames, job_step_lateness, job_step_replay, named_events, replay_plan,
                                          window_events)
@@ -25,13 +26,15 @@ PATH, NAMED = "path", "named"  # the parts of a rank kept: its critical-path par
 
 
 def replay_part_of_rank(table: EventTable, options):
-    """The rank's parts to keep, and its ``RankSummary``, strings and devices (``options``: the comm patterns and
-    the ``ScannedNames``)."""
+    """The rank's parts to keep, and its ``RankSummary``, strings, devices, step times, overruns and its process
+    groups and kinds of collectives (``options``: the comm patterns and the ``ScannedNames``)."""
     comm_patterns, names = options
     classes = classify(table, comm_patterns)
     part, summary = rank_part(table, classes)
     times, overruns = device_step_times(table, classes)  # the steps' times, and what ran past them, for the report
-    return {PATH: part, NAMED: named_events(table, names)}, (summary, table.strings, table.devices, times, overruns)
+    facts = (known_groups(table.metadata.process_groups, table), recorded_collectives(table))
+    return {PATH: part, NAMED: named_events(table, names)}, (summary, table.strings, table.devices, times, overruns,
+                                                             facts)
 
 
 def replay_of_step(parts: Sequence[dict], context, step: int):
@@ -53,8 +56,11 @@ def job_whatif(folder: RankFolder, requested: RequestedChanges, comm_patterns: S
     with JobRun(folder, **run) as job:
         results = job.ranks(replay_part_of_rank, (tuple(comm_patterns), requested.scanned()), keep=True)
         summaries = [summary for summary, *_ in results]
+        groups = {g.name: g for *_, (listed, _) in results for g in listed if g.ranks}
+        groups.update({g.name: g for *_, (listed, _) in results for g in listed if g.name not in groups})
         found = JobNames(tuple(dict.fromkeys(s for _, strings, *_ in results for s in strings)),
-                         tuple(dict.fromkeys(d for _, _, devices, *_ in results for d in devices)))
+                         tuple(dict.fromkeys(d for _, _, devices, *_ in results for d in devices)),
+                         tuple(groups.values()), frozenset().union(*(kinds for *_, (_, kinds) in results)))
         changes = tuple(requested.on(found))
         check_changes(found, changes)
         plan = replay_plan(summaries, steps_chosen(summaries, choose), dependencies)
@@ -65,6 +71,6 @@ def job_whatif(folder: RankFolder, requested: RequestedChanges, comm_patterns: S
                 if len(ranks) > 1 else "".join(ranks[:1])
         replays = job.steps(replay_of_step, (plan, dependencies, changes, rank), plan.steps)
     report = whatif_report(changes, [r for r in replays if r is not None], rank, tuple(dependencies.lacks))
-    report = report.with_step_time(job_step_times([times for *_, times, _ in results]),
-                                   combined_overruns([overruns for *_, overruns in results]))
+    report = report.with_step_time(job_step_times([times for *_, times, _, _ in results]),
+                                   combined_overruns([overruns for *_, overruns, _ in results]))
     return JobResult(report, job.notes, job.left_out)

@@ -123,6 +123,7 @@ class TorchOptions:
     reshard_after_forward: bool = True  # FSDP: free each block's gathered parameters after its forward
     forward_prefetch: int | None = None  # FSDP: blocks whose all-gathers each block's forward issues (None: 0, none)
     backward_prefetch: int | None = None  # FSDP: the same in backward (None: 0, fully_shard's own: the next block)
+    unshard_async: bool = False  # FSDP: each all-gather issued with async_op (waited for where its block needs it)
 
     def replace(self, **changes) -> "TorchOptions":
         return dataclasses.replace(self, **changes)

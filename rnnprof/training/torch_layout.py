@@ -28,7 +28,8 @@ DDP_MODES = ("ddp",)  # those that wrap the model in DistributedDataParallel
 # several modes, left to the modes that read them.
 MODE_FLAGS = {"mesh": tuple(HYBRID_DIMS), "micro_batches": PIPELINED, "schedule": PIPELINED,
               "stages_per_rank": PIPELINED, "stage_layers": PIPELINED, "reshard_after_forward": SHARDED,
-              "forward_prefetch": SHARDED, "backward_prefetch": SHARDED, "bucket_cap_mb": DDP_MODES}
+              "forward_prefetch": SHARDED, "backward_prefetch": SHARDED, "unshard_async": SHARDED,
+              "bucket_cap_mb": DDP_MODES}
 DEFAULT_MICRO_BATCHES = 4
 
 
@@ -164,7 +165,8 @@ def _mesh(options: TorchOptions, world: int) -> tuple[tuple[int, ...], tuple[str
 def _check_fsdp_options(options: TorchOptions, layout: Layout) -> None:
     given = [flag for flag, value, unset in (("--no-reshard-after-forward", options.reshard_after_forward, True),
                                              ("--forward-prefetch", options.forward_prefetch, None),
-                                             ("--backward-prefetch", options.backward_prefetch, None))
+                                             ("--backward-prefetch", options.backward_prefetch, None),
+                                             ("--unshard-async", options.unshard_async, False))
              if value != unset]
     if given and layout.mode not in SHARDED:
         raise UsageError(f"{given[0]} is fully_shard's: it applies to --parallel {', '.join(SHARDED)}")

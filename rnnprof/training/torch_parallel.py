@@ -105,7 +105,9 @@ def shard(model, mesh, options: TorchOptions) -> None:
     gathered between forward and backward, fully_shard's default for a root). ``--no-reshard-after-forward`` keeps
     each block's gathered parameters until its backward; ``--forward-prefetch N`` has each block's forward issue the
     all-gathers of the next N blocks, ``--backward-prefetch N`` each block's backward those of the N blocks before
-    it (``set_modules_to_forward_prefetch``/``set_modules_to_backward_prefetch``)."""
+    it (``set_modules_to_forward_prefetch``/``set_modules_to_backward_prefetch``); ``--unshard-async`` issues each
+    all-gather asynchronously, waited for where its block needs it (``_set_unshard_async_op``: without a stream of
+    its own, on a CPU rank, FSDP2 otherwise waits for a prefetched all-gather as soon as it issues it)."""
     from torch.distributed.fsdp import fully_shard
 
     blocks = model.blocks()
@@ -120,6 +122,8 @@ def shard(model, mesh, options: TorchOptions) -> None:
         behind = list(reversed(blocks[max(0, i - backward):i]))
         if behind:
             block.set_modules_to_backward_prefetch(behind)
+    if options.unshard_async:
+        model._set_unshard_async_op(True)  # the root's setter reaches every FSDP module below it
 
 
 def data_parallel(model, device, options: TorchOptions):

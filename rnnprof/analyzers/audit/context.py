@@ -40,6 +40,7 @@ class AuditContext:
     # another (``replay.audit_savings``)
     held_back: list = field(default_factory=list)
     known: Known = Known()
+    shared: dict = field(default_factory=dict, repr=False)  # what several rules compute of the table, kept once
 
     @property
     def table(self) -> EventTable | None:

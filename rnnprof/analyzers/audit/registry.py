@@ -14,6 +14,7 @@ from rnnprof.analyzers.noise import StepNoise
 from rnnprof.events import EventTable, concat
 
 from . import copy_churn, cuda_graphs, exposed_comm, gpu_idle, host_overhead, input_stalls, straggler
+from . import exposed_all_gather, exposed_reduce_scatter, slow_link, tensor_parallel
 from . import memory_fragmentation, memory_growth, memory_imbalance, pipeline_bubble, stage_imbalance
 from .context import AuditContext, Known
 from .finding import Finding, NotChecked, Severity, Subject
@@ -73,7 +74,8 @@ def from_placement(f: PlacementFinding) -> Finding:
 
 
 PERFORMANCE_MODULES = (straggler, exposed_comm, gpu_idle, copy_churn, input_stalls, host_overhead, cuda_graphs,
-                       memory_imbalance, memory_growth, memory_fragmentation, pipeline_bubble, stage_imbalance)
+                       memory_imbalance, memory_growth, memory_fragmentation, exposed_all_gather,
+                       exposed_reduce_scatter, tensor_parallel, pipeline_bubble, stage_imbalance, slow_link)
 RULES: tuple[Rule, ...] = (
     tuple(Rule(m.RULE_ID, m.TITLE, PERFORMANCE, m.check) for m in PERFORMANCE_MODULES)
     + tuple(_placement_rule(r) for r in placement_registry.RULES)

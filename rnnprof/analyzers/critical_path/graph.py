@@ -114,6 +114,9 @@ class StepDAG:
         t, rows, n = self.tt.table, self.rows, self.n
         device = t.device[rows].astype(np.int64)
         lane = device * self.tt.lane_max + t.lane[rows]
+        self.apart = apart = self.node_of(self.tt.apart)
+        apart = apart[apart >= 0]
+        lane[apart] = -1 - np.arange(len(apart))  # a run kept apart from its thread's lane: a lane of its own
         _, lane_id = np.unique(lane, return_inverse=True)
         lane_id = lane_id.reshape(-1)
         order = np.lexsort((-(self.end - self.start), self.start, lane_id))
@@ -145,9 +148,10 @@ class StepDAG:
 
     def _join_collectives(self, src: np.ndarray, dst: np.ndarray, kind: np.ndarray,
                           groups: list[list[int]]) -> np.ndarray:
-        """Collective joins: each member's entry takes its incoming edges; every entry precedes every member.
+        """Collective joins: each member's entry takes its incoming edges; every entry precedes every member, but
+        a send (``sends``), which its own entry alone precedes: its receive waits for it, it waits for no receive.
         Sets ``entry_of`` and the edges (one per pair, the first kind found, no self-loops); returns each
-        member's join time (its group's last start; ``-inf`` for other events)."""
+        member's join time (its group's last start, a send's own start; ``-inf`` for other events)."""
         n = self.n
         entry_of: list[np.ndarray] = []
         member_entry = np.full(n, -1, dtype=np.int64)
@@ -162,9 +166,12 @@ class StepDAG:
             member_entry[members] = entries
             entry_of.append(members)
             count += len(members)
-            join_key[members] = self.start[members].max()
-            join_src.append(np.tile(entries, len(members)))  # every entry into each member
-            join_dst.append(np.repeat(members, len(members)))
+            sends = self.sends[members]
+            join_key[members] = np.where(sends, self.start[members], self.start[members].max())
+            join_src.append(np.tile(entries, int((~sends).sum())))  # every entry into each member but a send
+            join_dst.append(np.repeat(members[~sends], len(members)))
+            join_src.append(entries[sends])  # a send waits for no receive: its own entry alone
+            join_dst.append(members[sends])
         self.entry_of = np.concatenate(entry_of) if entry_of else np.zeros(0, dtype=np.int64)
         redirect = member_entry[dst] if len(dst) else dst
         dst = np.where(redirect >= 0, redirect, dst)
@@ -273,6 +280,9 @@ class StepDAG:
         for x in list(parent):
             groups[find(x)].append(x)
         found = [sorted(g) for g in groups.values() if len(g) > 1]
+        self.sends = np.zeros(self.n, dtype=bool)
+        senders = self.node_of(np.array(self.tt.senders, dtype=np.int64))
+        self.sends[senders[senders >= 0]] = True
         for rows in self.tt.rank_rows:
             nodes = self.node_of(np.array(rows, dtype=np.int64))
             nodes = sorted(int(x) for x in nodes[nodes >= 0])

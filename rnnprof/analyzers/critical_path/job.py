@@ -14,19 +14,22 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rnnprof.analyzers.classify import EventClass
-from rnnprof.analyzers.collectives import instances, matched_groups
+from rnnprof.analyzers.collectives import instances, matched_groups, matched_sends
 from rnnprof.analyzers.critical_path.analysis import step_path
 from rnnprof.analyzers.critical_path.result import WHAT_IF_OPS, CriticalPathReport, Dependencies, StepPath
 from rnnprof.analyzers.critical_path.table_index import Intervals, TableIndex
 from rnnprof.events import Device, EventTable, concat
+from rnnprof.events.collectives import CollectiveRecords, collective_records
 
 
 @dataclass(frozen=True)
 class RankPart:
     """One rank's DAG candidates in start order: ``arrays`` holds their table columns, ``row`` (their rows in the
     rank's table), ``classes``, ``reach`` (the running last end, for a window's rows; ``ts_marks`` and
-    ``reach_marks``: every ``_MARK``-th of ``ts`` and ``reach``), ``enqueue``/``complete``
-    (gloo pairs, as candidate positions), ``is_thread`` (per device)
+    ``reach_marks``: every ``_MARK``-th of ``ts`` and ``reach``), their collective records (``record_*``: what
+    each collective is, group and operation, as ``events.collectives`` has it), ``enqueue``/``complete``
+    (gloo pairs, as candidate positions), ``apart`` (the collective runs kept apart from their lane:
+    ``table_index._collective_runs``), ``is_thread`` (per device)
     and the unions of each device's events (``busy_*``) and each host lane's operators (``lane_*``)."""
 
     arrays: dict
@@ -51,6 +54,7 @@ class JobPlan:
     groups: tuple[tuple[int, ...], ...]  # merged-table rows of each collective matched across ranks
     offsets: tuple[int, ...]  # each rank's first row in the merged table
     has_steps: bool
+    senders: tuple[int, ...] = ()  # the merged-table rows among them that are sends (``collectives.matched_sends``)
 
 
 _MARK = 256  # a window's first and last candidate are looked up in every 256th start and running end
@@ -95,7 +99,7 @@ def rank_part(table: EventTable, classes: np.ndarray) -> tuple[RankPart, RankSum
     by_ts = np.argsort(table.ts[cand], kind="stable")
     rows = cand[by_ts]  # in start order: a window's candidates are a run of them
     arrays = {c: getattr(table, c)[rows] for c in EventTable.COLUMNS}
-    arrays.update(row=rows, classes=classes[rows], is_thread=tt.is_thread,
+    arrays.update(row=rows, classes=classes[rows], is_thread=tt.is_thread, apart=np.isin(rows, tt.apart),
                   reach=np.maximum.accumulate(table.end[rows]) if len(rows) else table.end[rows])
     arrays.update(ts_marks=arrays["ts"][::_MARK].copy(), reach_marks=arrays["reach"][::_MARK].copy())
     at = np.empty(len(cand), dtype=np.int64)
@@ -104,6 +108,7 @@ def rank_part(table: EventTable, classes: np.ndarray) -> tuple[RankPart, RankSum
         pa, pb = _position(cand, a), _position(cand, b)
         keep = (pa >= 0) & (pb >= 0)
         arrays[name] = np.stack([at[pa[keep]], at[pb[keep]]]).astype(np.int64)
+    arrays.update(_records(table.collectives, cand, at))
     busy = np.flatnonzero((classes != EventClass.ANNOTATION) & (table.dur > 0))
     arrays.update(_flat_intervals(table, busy, table.device[busy].astype(np.int64), "busy_"))
     ops = tt.host_ops
@@ -115,6 +120,31 @@ def rank_part(table: EventTable, classes: np.ndarray) -> tuple[RankPart, RankSum
                           span_all=(float(ts.min()), float(end.max())) if len(cand) else None,
                           instances=instances(table), workers=tuple(d.worker for d in table.devices))
     return RankPart(arrays, table.strings, table.devices), summary
+
+
+_RECORD = "record_"  # a part's collective records: ``record_at`` (the candidate's position), then each column
+
+
+def _records(records: CollectiveRecords, cand: np.ndarray, at: np.ndarray) -> dict:
+    """The collective records of the candidates (``cand``: their rows, sorted; ``at``: each one's position in the
+    part), as arrays: ``record_at`` (the positions, in order) and each column but the row."""
+    where = _position(cand, records.row)
+    keep = np.flatnonzero(where >= 0)
+    keep = keep[np.argsort(at[where[keep]], kind="stable")]
+    found = {_RECORD + "at": at[where[keep]].astype(np.int64)}
+    found.update({_RECORD + c: getattr(records, c)[keep] for c in CollectiveRecords.COLUMNS if c != "row"})
+    return found
+
+
+def _picked_records(part: RankPart, picked: np.ndarray) -> CollectiveRecords:
+    """The part's collective records of its candidates ``picked`` (positions, in row order), pointing at their
+    rows among them."""
+    a = part.arrays
+    by = np.argsort(picked, kind="stable")
+    where = _position(picked[by], np.asarray(a[_RECORD + "at"]))
+    keep = where >= 0
+    columns = {c: np.asarray(a[_RECORD + c])[keep] for c in CollectiveRecords.COLUMNS if c != "row"}
+    return collective_records(row=by[where[keep]], **columns)
 
 
 def _windows(summaries: Sequence[RankSummary], wanted: Sequence[int]) -> dict:
@@ -145,16 +175,18 @@ def job_plan(summaries: Sequence[RankSummary], steps: Sequence[int] | None = Non
         steps = known if known else ([-1] if any(x.rows for x in summaries) else [])
     wanted = [int(s) for s in steps]
     groups: list = []
+    senders: list = []
     if dependencies.match_ranks:
         per_worker: dict = {}
         for offset, summary in zip(offsets, summaries):
             for worker, found in summary.instances.items():
                 per_worker[worker] = [replace(i, row=i.row + offset) for i in found]
         if len(per_worker) >= 2:
-            groups = [tuple(sorted(inst.row for _, inst in g)) for g in matched_groups(per_worker)[0]]
+            groups, senders = matched_sends(matched_groups(per_worker)[0])
     windows = _windows(summaries, wanted)
-    return JobPlan(steps=tuple(s for s in wanted if s in windows), windows=windows, groups=tuple(groups),
-                   offsets=offsets, has_steps=bool(known))
+    return JobPlan(steps=tuple(s for s in wanted if s in windows), windows=windows,
+                   groups=tuple(tuple(g) for g in groups), senders=tuple(senders), offsets=offsets,
+                   has_steps=bool(known))
 
 
 def steps_chosen(summaries: Sequence[RankSummary], choose: Callable | None) -> list[int] | None:
@@ -188,11 +220,13 @@ class JobIndex:
     def __init__(self, parts: Sequence[RankPart], plan: JobPlan, window: tuple[float, float]):
         picked = [_window_rows(p, window, plan.has_steps) for p in parts]
         self.table = concat([EventTable(**{c: np.asarray(p.arrays[c][k]) for c in EventTable.COLUMNS},
-                                        strings=p.strings, devices=p.devices) for p, k in zip(parts, picked)])
+                                        strings=p.strings, devices=p.devices, collectives=_picked_records(p, k))
+                             for p, k in zip(parts, picked)])
         t = self.table
         self.rows = np.concatenate([offset + np.asarray(p.arrays["row"][k])
                                     for offset, p, k in zip(plan.offsets, parts, picked)])  # merged-table rows
         self.classes = np.concatenate([np.asarray(p.arrays["classes"][k]) for p, k in zip(parts, picked)])
+        self.apart = np.flatnonzero(np.concatenate([np.asarray(p.arrays["apart"][k]) for p, k in zip(parts, picked)]))
         self.cand = np.arange(len(t))
         self._owner = {}
         threads = set()
@@ -208,6 +242,8 @@ class JobIndex:
         self.pcorr = t.process_correlation()
         self.rank_rows = [list(found[found >= 0]) for found in
                           (_position(self.rows, np.array(g, dtype=np.int64)) for g in plan.groups)]
+        senders = _position(self.rows, np.array(plan.senders, dtype=np.int64))
+        self.senders = senders[senders >= 0].tolist()
         first = np.cumsum([0] + [len(k) for k in picked])
         self.enqueue, self.complete = (self._pairs(name, picked, first) for name in ("enqueue", "complete"))
         self.lane_max = int(t.lane.max(initial=0)) + 1

@@ -81,9 +81,9 @@ class TableIndex:
         self.is_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
         rows = np.flatnonzero((classes != EventClass.ANNOTATION) & (table.dur >= 0))
         on_host = is_host[table.device[rows]]
-        leaves = _leaf_mask(table, rows[on_host])
         self.host_ops = rows[on_host]  # every op of a host thread (its leaves and the ops enclosing them)
-        cand = np.concatenate([rows[~on_host], rows[on_host][leaves]])
+        host, self.apart = _collective_runs(table, self.host_ops, classes)
+        cand = np.concatenate([rows[~on_host], host[_leaf_mask(table, host)], self.apart])
         cand = cand[np.argsort(table.ts[cand], kind="stable")]
         self.cand = cand
         dur = table.dur[cand]
@@ -96,8 +96,8 @@ class TableIndex:
         self.short_ts = table.ts[self.short]
         self.short_max = float(table.dur[self.short].max(initial=0.0))
         self.pcorr = table.process_correlation()
-        self.rank_rows = _rank_rows(table, dependencies)
-        self.enqueue, self.complete = _gloo_edges(table, self.host_ops, cand)
+        self.rank_rows, self.senders = matched_rows(table) if dependencies.match_ranks else ([], [])
+        self.enqueue, self.complete = _gloo_edges(table, self.host_ops, cand[~np.isin(cand, self.apart)])
         self._busy: dict[int, Intervals] = {}
         self._lane_ops: dict[tuple[int, int], Intervals] = {}
         self.lane_max = int(table.lane.max(initial=0)) + 1
@@ -129,9 +129,50 @@ class TableIndex:
         return self._lane_ops[key]
 
 
-def _rank_rows(table: EventTable, dependencies: Dependencies) -> list[list[int]]:
-    """The rows of each collective matched across the table's ranks (none unless ``match_ranks``)."""
-    return matched_rows(table) if dependencies.match_ranks else []
+def _lane_keys(table: EventTable, rows: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """One sortable number per row: its lane (device and thread) first, then ``times`` (from the table's first)."""
+    width = int(table.lane.max(initial=0)) + 1
+    first = float(table.ts.min(initial=0.0))
+    span = float(table.end.max(initial=0.0)) - first + 1.0
+    return (table.device[rows].astype(np.int64) * width + table.lane[rows]) * span + (times - first)
+
+
+def _enclosed(table: EventTable, rows: np.ndarray, outer: np.ndarray) -> np.ndarray:
+    """Of ``rows``, those inside one of ``outer`` (not itself) on its lane (``outer`` do not nest)."""
+    if not len(outer) or not len(rows):
+        return np.zeros(len(rows), dtype=bool)
+    outer = outer[np.argsort(_lane_keys(table, outer, table.ts[outer]), kind="stable")]
+    starts, ends = _lane_keys(table, outer, table.ts[outer]), _lane_keys(table, outer, table.end[outer])
+    k = np.searchsorted(starts, _lane_keys(table, rows, table.ts[rows]), side="right") - 1
+    inside = (k >= 0) & (_lane_keys(table, rows, table.end[rows]) <= ends[np.maximum(k, 0)] + EPS_US)
+    return inside & (outer[np.maximum(k, 0)] != rows)
+
+
+def _collective_runs(table: EventTable, host_ops: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The host operators among which the leaves are found, and the collective runs kept apart from their lane.
+
+    A gloo collective's run (``gloo:*``) on a worker thread of its own is that thread's work: the copies it makes
+    inside (an all-gather's unpacking) are part of it, so the run is the leaf. A run on the thread that called it
+    (a pipeline's ``gloo:send``) is the work's lifetime, not the thread's: where the thread went on with other
+    operators inside it, the run is kept apart from the thread's lane (``apart``), reached from its call (gloo's
+    enqueue edge) and holding the thread back only where it waited for it (gloo's complete edge)."""
+    names = table.strings
+    is_run = np.fromiter((bool(CPU_COLLECTIVE_RUN.match(s)) for s in names), dtype=bool, count=len(names))
+    is_call = np.fromiter((bool(CPU_COLLECTIVE_CALL.match(s)) for s in names), dtype=bool, count=len(names))
+    runs = host_ops[is_run[table.name[host_ops]] & (classes[host_ops] == EventClass.COMMUNICATION)]
+    if not len(runs):
+        return host_ops, np.zeros(0, dtype=np.int64)
+    width = int(table.lane.max(initial=0)) + 1
+    lane_of = table.device.astype(np.int64) * width + table.lane
+    calling = np.isin(lane_of[runs], lane_of[host_ops[is_call[table.name[host_ops]]]])
+    inner = _enclosed(table, host_ops, runs[~calling])  # a worker thread's run: its inner copies are part of it
+    own = runs[calling]
+    # the calling thread's runs inside which another operator of the thread starts
+    keys = np.sort(_lane_keys(table, host_ops, table.ts[host_ops]))
+    later = np.searchsorted(keys, _lane_keys(table, own, table.end[own]), side="left") - \
+        np.searchsorted(keys, _lane_keys(table, own, table.ts[own]), side="right")
+    apart = own[later > 0]
+    return host_ops[~inner & ~np.isin(host_ops, apart)], apart
 
 
 def _gloo_edges(table: EventTable, host_ops: np.ndarray, cand: np.ndarray
@@ -142,12 +183,14 @@ def _gloo_edges(table: EventTable, host_ops: np.ndarray, cand: np.ndarray
     call, run = _gloo_calls_and_runs(table, host_ops)
     if not len(call):
         return empty, empty
-    leaves = _LaneLeaves(table, cand)
-    # the last leaf of the caller that starts within the call (the call itself when it is a leaf)
-    pos, lo, _ = leaves.position(call, table.end[call], "right")
+    # the last leaf of the caller that starts within the call (the call itself when it is a leaf), not the run
+    # itself where it runs on the caller's thread (a pipeline's gloo:recv, which starts inside its c10d::recv_)
+    calls = _LaneLeaves(table, cand[~np.isin(cand, run)])
+    pos, lo, _ = calls.position(call, table.end[call], "right")
     last = pos - 1
-    ok_e = (last >= lo) & (leaves.ts[np.maximum(last, 0)] >= table.ts[call] - EPS_US)
-    enqueue = (leaves.rows[last[ok_e]], run[ok_e])
+    ok_e = (last >= lo) & (calls.ts[np.maximum(last, 0)] >= table.ts[call] - EPS_US)
+    enqueue = (calls.rows[last[ok_e]], run[ok_e])
+    leaves = _LaneLeaves(table, cand)
     # the first leaf of the caller that starts after the run ended
     pos, _, hi = leaves.position(call, table.end[run] - EPS_US, "left")
     ok_c = pos < hi

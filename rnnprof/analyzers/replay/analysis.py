@@ -12,12 +12,16 @@ from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.critical_path import Dependencies
 from rnnprof.analyzers.critical_path.graph import StepDAG
 from rnnprof.analyzers.critical_path.table_index import TableIndex, dag_windows
-from rnnprof.analyzers.replay.changes import Knobs, StepGraph, apply
+from rnnprof.analyzers.replay.changes import apply
+from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
 from rnnprof.analyzers.replay.engine import Layering, Schedule, calibrate, replay, replay_order
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
+from rnnprof.analyzers.replay.pipeline_changes import parse_layers, schedule_change_us
 from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_time, waits_by_rank
-from rnnprof.analyzers.replay.result import (DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, SCALE, SCALE_HOST,
-                                             Change, ChangeError, StepReplay, WhatIfReport)
+from rnnprof.analyzers.replay.comm_changes import check_collectives, recorded_collectives
+from rnnprof.analyzers.replay.result import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, MICRO_BATCHES,
+                                             MOVE_LAYER, PREFETCH, SCALE, SCALE_HOST, Change, ChangeError, StepReplay,
+                                             WhatIfReport)
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.step_time import device_step_times
 from rnnprof.events import EventTable
@@ -47,8 +51,8 @@ def replay_windows(tt: TableIndex, steps: list[int]) -> dict[int, tuple[float, f
 
 
 def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
-    """Raise ``ChangeError`` for a change that names what the input lacks (``table``: anything with the
-    ``strings`` and ``devices`` of the input)."""
+    """Raise ``ChangeError`` for a change that names what the input lacks (``table``: the input's table, or a job's
+    names, ``job.JobNames``)."""
     workers = sorted({d.worker for d in table.devices} - {""})
     for c in changes:
         if c.kind in (SCALE, SCALE_HOST) and c.subject not in set(table.strings):
@@ -63,6 +67,12 @@ def check_changes(table: EventTable, changes: Sequence[Change]) -> None:
                               f"{', '.join(workers) or 'none named'})")
         if c.kind == DELAY and c.before and not any(re.search(c.before, s) for s in table.strings):
             raise ChangeError(f"{c.describe()}: no event or operator matching {c.before!r} in the input")
+        if c.kind == MICRO_BATCHES and (c.factor < 1 or c.factor != int(c.factor)):
+            raise ChangeError(f"--micro-batches {c.factor:g}: expected a whole number of micro-batches, 1 or more")
+        if c.kind == MOVE_LAYER:
+            parse_layers(c.subject)
+        if c.kind in (COMM, PREFETCH):
+            check_collectives(c, recorded_collectives(table) if isinstance(table, EventTable) else table.collectives)
 
 
 def needs_latest_rank(changes: Sequence[Change]) -> bool:
@@ -157,7 +167,7 @@ class Replayer:
         for s, sg in self.graphs:
             base = self.unchanged(s, sg)
             after, _, _, _ = changed_replay(sg, base, changes, rank)
-            saved.append(base.replayed_us - replayed_step_time(sg.graph, after.end))
+            saved.append(base.replayed_us - replayed_step_time(sg.graph, after.end) - schedule_change_us(sg, changes))
         return saved
 
 
@@ -235,7 +245,8 @@ def replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str,
     measured, replayed = base.measured_us, base.replayed_us
     links, length, by_device = chain(changed_sg, after, knobs.dur, knobs.pre)
     reasons = _reasons(sg, base.keep) if abs(replayed - measured) > TOLERANCE_PCT / 100 * measured else ()
-    return StepReplay(step=step, measured_us=measured, replayed_us=replayed, predicted_us=replayed_step_time(g, after.end),
+    predicted = replayed_step_time(g, after.end) + schedule_change_us(sg, changes)
+    return StepReplay(step=step, measured_us=measured, replayed_us=replayed, predicted_us=predicted,
                       chain=links, chain_links=length, chain_by_device=by_device,
                       waits=waits_by_rank(base.waits, rank_waits(changed_sg, after)),
                       reasons=reasons), counts

@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from rnnprof.analyzers.audit import copy_churn, host_overhead, input_stalls, straggler
+from rnnprof.analyzers.audit import copy_churn, host_overhead, input_stalls, slow_link, straggler, tensor_parallel
 from rnnprof.analyzers.audit.finding import Finding, Severity
 from rnnprof.analyzers.audit.judge import WARNING_PCT
 from rnnprof.analyzers.audit.registry import AuditResult, rank_key
@@ -40,6 +40,8 @@ _FIX_SUBJECT = {
     input_stalls.RULE_ID: lambda f: f.subject.rank or "",
     copy_churn.RULE_ID: lambda f: SYNCS if f.evidence.get("kind") == copy_churn.SYNC else f.evidence.get("kind", ""),
     host_overhead.RULE_ID: lambda f: f.subject.op or "",
+    tensor_parallel.RULE_ID: lambda f: f.subject.op or "",
+    slow_link.RULE_ID: lambda f: f"{f.subject.op}={f.evidence['ratio']:.4g}",
 }
 
 

@@ -7,72 +7,31 @@ import dataclasses
 import re
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from rnnprof.analyzers.audit.input_stalls import INPUT_RANGE
 from rnnprof.analyzers.classify import EventClass
 from rnnprof.analyzers.critical_path import EDGE_COMPLETE, EDGE_LANE, EDGE_LAUNCH
+from rnnprof.analyzers.replay.comm_changes import comm, named_collectives, prefetch
 from rnnprof.analyzers.replay.families import family_members
-from rnnprof.analyzers.replay.graph import EDGE_DONE, EDGE_SYNC, EVENT, REPLAY_EDGES, SYNC_END, DONE, ReplayGraph
-from rnnprof.analyzers.replay.result import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
-                                             NO_COPIES, NO_SYNCS, OVERLAP, SCALE, SCALE_HOST, Change)
+from rnnprof.analyzers.replay.pipeline_changes import pipeline
+from rnnprof.analyzers.replay.graph import (ARRIVAL, EDGE_ARRIVAL, EDGE_DONE, EDGE_SYNC, EVENT, DONE, SYNC_END,
+                                            ReplayGraph)
+from rnnprof.analyzers.replay.result import (COMM, COMM_GROUP, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY,
+                                             GRAPH_LAUNCH, MICRO_BATCHES, MOVE_LAYER, NO_COPIES, NO_SYNCS, OVERLAP,
+                                             PREFETCH, SCALE, SCALE_HOST, Change)
+from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
 from rnnprof.analyzers.copies import COPY_KINDS, copy_kind_of_rows
 from rnnprof.analyzers.syncs import SYNC_CALL
 from rnnprof.events import EventTable, Kind
-from rnnprof.events.names import CPU_COLLECTIVE_CALL
-
-
-
-@dataclass
-class StepGraph:
-    """One step's replay graph with what the changes read about its nodes."""
-
-    graph: ReplayGraph
-    table: EventTable
-    classes: np.ndarray
-    window_start: float  # absolute, on the table's clock
-    shared: dict = field(default_factory=dict, repr=False)  # lookups in ``table`` kept for every step's graph
-
-    def __post_init__(self):
-        t, rows = self.table, self.graph.rows
-        self.worker = np.array([d.worker or "host" for d in t.devices] or [""], dtype=object)[t.device[rows]]
-        self.cls = self.classes[rows]
-        self.is_event = np.isin(self.graph.node_kind, [EVENT, SYNC_END])
-
-
-@dataclass
-class Knobs:
-    """What the replay runs with: per node ``dur``, ``pre``, ``base``; per edge ``lag`` and ``keep``."""
-
-    graph: ReplayGraph
-    dur: np.ndarray
-    pre: np.ndarray
-    lag: np.ndarray
-    keep: np.ndarray
-    base: np.ndarray
-
-    def add_edges(self, src: list[int], dst: list[int], kind: str) -> None:
-        if not src:
-            return
-        g = self.graph
-        k = REPLAY_EDGES.index(kind)
-        self.graph = dataclasses.replace(
-            g, src=np.concatenate([g.src, src]), dst=np.concatenate([g.dst, dst]),
-            kind=np.concatenate([g.kind, np.full(len(src), k, dtype=np.int8)]),
-            from_start=np.concatenate([g.from_start, np.zeros(len(src), dtype=bool)]),
-            lag=np.concatenate([g.lag, np.zeros(len(src))]))
-        self.lag = np.concatenate([self.lag, np.zeros(len(src))])
-        self.keep = np.concatenate([self.keep, np.ones(len(src), dtype=bool)])
 
 
 def apply(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     """Apply ``change`` (``rank``: the rank an even-host, -input or -work change is about); the nodes it changed."""
     handler = {SCALE: _scale, SCALE_HOST: _scale, FAMILY: _scale, EVEN_HOST: _even_host, EVEN_INPUT: _even_input,
-               EVEN_WORK: _even_work,
-               COMM: _comm, OVERLAP: _overlap, NO_COPIES: _no_copies, NO_SYNCS: _no_syncs,
-               GRAPH_LAUNCH: _graph_launch, DELAY: _delay}[change.kind]
+               EVEN_WORK: _even_work, COMM: comm, COMM_GROUP: comm, PREFETCH: prefetch, MICRO_BATCHES: pipeline,
+               MOVE_LAYER: pipeline, OVERLAP: _overlap,
+               NO_COPIES: _no_copies, NO_SYNCS: _no_syncs, GRAPH_LAUNCH: _graph_launch, DELAY: _delay}[change.kind]
     return handler(change, sg, knobs, rank)
 
 
@@ -303,34 +262,29 @@ def _even_input(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     return int(sel_w.sum() + sel_g.sum())
 
 
-def _comm(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
-    """Collectives' transfers (done nodes), and communication of one rank only (its whole time); not the host
-    calls that hand a collective to gloo's thread (``c10d::*``)."""
-    g, t = sg.graph, sg.table
-    calls = np.array([bool(CPU_COLLECTIVE_CALL.match(s)) for s in t.strings] or [False], dtype=bool)
-    alone = sg.is_event & (g.group < 0) & (sg.cls == EventClass.COMMUNICATION) & ~calls[t.name[g.rows]]
-    sel = (g.node_kind == DONE) | alone
-    knobs.dur[sel] *= change.factor
-    return int(sel.sum())
-
-
 def _overlap(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
     """No thread or stream waits for communication: the edges from a collective to the threads that waited for
     it, gloo's complete edges and syncs on communication go; a lane's compute after communication follows the
-    compute before it."""
+    compute before it. With a subject, only the collectives it names (``comm_changes.named_collectives``: a type
+    or process groups)."""
     g = knobs.graph
     comm = ((sg.cls == EventClass.COMMUNICATION) & sg.is_event) | (g.node_kind == DONE)
-    drop = (g.edge_kind(EDGE_DONE) & (g.node_kind[g.dst] == EVENT) & (g.group[g.dst] < 0))
-    drop |= g.edge_kind(EDGE_COMPLETE) | (g.edge_kind(EDGE_SYNC) & comm[g.src])
+    if change.subject:
+        comm &= named_collectives(sg, change.subject)
+    drop = (g.edge_kind(EDGE_DONE) & (g.node_kind[g.dst] == EVENT) & (g.group[g.dst] < 0) & comm[g.src])
+    drop |= (g.edge_kind(EDGE_COMPLETE) & comm[g.src]) | (g.edge_kind(EDGE_SYNC) & comm[g.src])
     lane = g.edge_kind(EDGE_LANE) & knobs.keep
     cut = lane & comm[g.src] & ~comm[g.dst]
     drop |= cut
     knobs.keep &= ~drop
     pred = {int(v): int(u) for u, v in zip(g.src[lane].tolist(), g.dst[lane].tolist())}
+    # a collective member's lane edge comes into its arrival, the arrival's into the member
+    joins = g.edge_kind(EDGE_ARRIVAL) & (g.node_kind[g.src] == ARRIVAL) & (g.node_kind[g.dst] == EVENT)
+    pred.update({int(v): int(u) for u, v in zip(g.src[joins].tolist(), g.dst[joins].tolist())})
     src, dst = [], []
     for v in g.dst[cut].tolist():
         u = pred.get(int(v))
-        while u is not None and comm[u]:
+        while u is not None and (comm[u] or g.node_kind[u] == ARRIVAL):
             u = pred.get(u)
         if u is not None:
             src.append(u)

@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rnnprof.analyzers.copies import COPY_KINDS
+from rnnprof.analyzers.replay.comm_changes import GROUP_PREFIX, group_change, known_groups
 from rnnprof.analyzers.replay.job import ScannedNames, scanned_names
+from rnnprof.analyzers.replay.result import (COMM_GROUP, EVEN_HOST, EVEN_INPUT, EVEN_WORK, GRAPH_LAUNCH, NO_COPIES,
+                                             NO_SYNCS, OVERLAP, PREFETCH, SCALE_HOST, Change, ChangeError,
+                                             Inexpressible)
 from rnnprof.events import Device, EventTable
-from rnnprof.analyzers.replay.result import (EVEN_HOST, EVEN_INPUT, EVEN_WORK, GRAPH_LAUNCH, NO_COPIES, NO_SYNCS,
-                                             OVERLAP, SCALE_HOST, Change, ChangeError, Inexpressible)
+from rnnprof.events.names import ALL_REDUCE, REDUCE_SCATTER
 
 # rule -> what its fix is, as the replay understands it (docs/commands/whatif.md, "Audit fixes")
 FIXES = {
@@ -21,15 +24,19 @@ FIXES = {
     "PF005": "the rank's data loading at the other ranks' median",
     "PF006": "the operator's host-side time removed, its kernels and launch calls kept (PF006:OP)",
     "PF007": "kernels launched by a graph launch",
+    "PF011": "each forward all-gather a block could prefetch issued one block earlier (--prefetch)",
+    "PF012": "the reduce-scatters overlapped with compute (--overlap-comm reduce-scatter)",
+    "PF013": "the tensor-parallel group's collectives overlapped with compute (PF013:GROUP; --overlap-comm GROUP)",
+    "PF016": "the slow group's transfers at the other groups' speed (PF016:GROUP=R; --comm GROUP=R)",
 }
 NOT_REPLAYED = {
     "PF003": "GPU idle has several causes; replay the one you mean (--graph-launch, --scale OP=F)",
     "PA": "a placement fix moves operators to other devices, whose times there are in no trace",
     "PA006": "its fix is a different thread count: how the host's work would share out is in no trace",
-    "PF014": "the replay does not follow a pipeline's micro-batches from stage to stage yet (more micro-batches, "
-             "another schedule)",
-    "PF015": "the replay does not follow a pipeline's micro-batches from stage to stage yet (a layer moved to "
-             "another stage)",
+    "PF014": "its fix takes a choice the finding cannot make: replay the micro-batches you mean "
+             "(whatif --micro-batches M)",
+    "PF015": "its fix takes a choice the finding cannot make: replay the layers you would move "
+             "(whatif --move-layer FROM:TO)",
 }
 SYNCS = "syncs"  # the subject of PF004's fix that removes synchronizing calls
 _SYNC_SUBJECTS = ("sync", SYNCS)
@@ -76,7 +83,25 @@ class Fix:
                 raise Inexpressible(f"--fix {self.text}: name the operator, as the finding does "
                                     "(--fix PF006:aten::mul)")
             return [Change(SCALE_HOST, self.subject, 0.0)]
-        return [Change({"PF002": OVERLAP, "PF007": GRAPH_LAUNCH}[self.rule])]
+        if self.rule == "PF012":
+            return [Change(OVERLAP, REDUCE_SCATTER)]
+        if self.rule == "PF013":
+            return [Change(OVERLAP, GROUP_PREFIX + self.subject if self.subject else ALL_REDUCE)]
+        if self.rule == "PF016":
+            return [self._slow_link()]
+        return [Change({"PF002": OVERLAP, "PF007": GRAPH_LAUNCH, "PF011": PREFETCH}[self.rule])]
+
+    def _slow_link(self) -> Change:
+        """PF016:GROUP=R: the group's transfers times R."""
+        group, _, ratio = self.subject.rpartition("=")
+        try:
+            factor = float(ratio)
+        except ValueError:
+            factor = -1.0
+        if not group or not 0 <= factor <= 1:
+            raise ChangeError(f"--fix {self.text}: name the group and its speed against the others', as the finding "
+                              f"does (--fix PF016:3=0.25)")
+        return Change(COMM_GROUP, group, factor)
 
 
 def parse_fix(text: str) -> Fix:
@@ -103,15 +128,19 @@ def fix_changes(text: str, table: EventTable) -> list[Change]:
 
 @dataclass(frozen=True)
 class RequestedChanges:
-    """The changes asked for, read once: those stated outright and the audit fixes, whose changes depend on the
-    input's devices."""
+    """The changes asked for, read once: those stated outright, the audit fixes, whose changes depend on the
+    input's devices, and the changes to process groups (``--comm GROUP=F``, ``--overlap-comm GROUP``: the kind of
+    change, the group as said, the factor), which the input's groups resolve."""
 
     stated: tuple[Change, ...] = ()
     fixes: tuple[Fix, ...] = ()
+    groups: tuple[tuple[str, str, float], ...] = ()
 
     def on(self, found) -> list[Change]:
-        """The changes on an input (``found``: anything with its ``devices``, a table or a job's names)."""
-        return [*self.stated, *(c for fix in self.fixes for c in fix.changes(found.devices))]
+        """The changes on an input (``found``: a table, or a job's names: its ``devices`` and process groups)."""
+        listed = known_groups(found.metadata.process_groups, found) if isinstance(found, EventTable) else found.groups
+        return [*self.stated, *(group_change(kind, selector, factor, listed) for kind, selector, factor in self.groups),
+                *(c for fix in self.fixes for c in fix.changes(found.devices))]
 
     def scanned(self) -> ScannedNames:
         """What each rank of a job keeps for these changes before the job's devices are known."""

@@ -116,7 +116,7 @@ def replay_graph(dag: StepDAG, table: EventTable, classes: np.ndarray, is_thread
     redirect[n:] = arrivals
     # a grouped member's ``complete`` edge gives way to its collective's done node (``_waiters``)
     grouped = np.zeros(n + len(entry_of), dtype=bool)
-    grouped[:n] = groups >= 0
+    grouped[:n] = (groups >= 0) & ~dag.sends  # a send's thread waits for it, not for its receive
     keep = ~collective & ~((kind == EDGE_KINDS.index(EDGE_COMPLETE)) & grouped[src])
     b.edges(redirect[src[keep]], redirect[dst[keep]], kind[keep])
     skewed = _collectives(b, dag, table, entry_of, arrivals, groups, src, dst, kind)
@@ -154,7 +154,8 @@ def _collectives(b: _Builder, dag: StepDAG, table: EventTable, entry_of: np.ndar
     """A done node per collective: its last arrival, then the transfer until the data was there: its first
     member's end, or earlier where a caller's thread, idle when the last member arrived, went on before that
     (gloo's thread may record its end late, waiting for a core). Each member's run follows its arrival and its
-    done node; each waiting caller's thread follows the done node. Returns the members whose end precedes the
+    done node; each waiting caller's thread follows the done node. A send (``StepDAG.sends``) is no such
+    member: its receive's done node waits for its arrival, and its run follows its own arrival alone. Returns the members whose end precedes the
     last arrival (clock skew between ranks)."""
     member_groups = groups[entry_of]
     ids = np.unique(member_groups[member_groups >= 0])
@@ -163,29 +164,35 @@ def _collectives(b: _Builder, dag: StepDAG, table: EventTable, entry_of: np.ndar
     ok = member_groups >= 0
     start, end = dag.n_start[entry_of][ok], dag.n_end[entry_of][ok]
     members, arr = entry_of[ok], arrivals[ok]
+    sends = dag.sends[members]  # a send's run follows its own arrival; its receive waits for it (done)
     g = np.searchsorted(ids, member_groups[ok])
     last = np.full(len(ids), -np.inf)
     first_end = np.full(len(ids), np.inf)
     np.maximum.at(last, g, start)
-    np.minimum.at(first_end, g, end)
+    np.minimum.at(first_end, g[~sends], end[~sends])
     waiter, resumed = _waiters(dag, table, members, last[g], src, dst, kind)
-    has = waiter >= 0
+    has = (waiter >= 0) & ~sends
     np.minimum.at(first_end, g[has], resumed[has])
     done_at = np.maximum(first_end, last)
     done = b.nodes(dag.rows[members][np.unique(g, return_index=True)[1]], DONE, last, done_at, ids)
     b.edges(arr, done[g], EDGE_ARRIVAL)
     b.edges(arr, members, EDGE_ARRIVAL)
-    b.edges(done[g], members, EDGE_DONE)
+    b.edges(done[g][~sends], members[~sends], EDGE_DONE)
     b.edges(done[g][has], waiter[has], EDGE_DONE)
-    b.start[0][members] = done_at[g]
-    skewed = int(np.sum(end < done_at[g] - _EPS_US))
-    b.end[0][members] = np.maximum(end, done_at[g])
+    takes = members[~sends]
+    b.start[0][takes] = done_at[g][~sends]
+    skewed = int(np.sum(end[~sends] < done_at[g][~sends] - _EPS_US))
+    b.end[0][takes] = np.maximum(end[~sends], done_at[g][~sends])
     return skewed
 
 
 def _lanes(dag: StepDAG, table: EventTable) -> np.ndarray:
+    """Each event's lane; a run kept apart from its thread's lane (``StepDAG.apart``) on one of its own."""
     rows = dag.rows
-    return table.device[rows].astype(np.int64) * (int(table.lane.max(initial=0)) + 1) + table.lane[rows]
+    lane = table.device[rows].astype(np.int64) * (int(table.lane.max(initial=0)) + 1) + table.lane[rows]
+    apart = dag.apart[dag.apart >= 0]
+    lane[apart] = -1 - np.arange(len(apart))
+    return lane
 
 
 def _waiters(dag: StepDAG, table: EventTable, members: np.ndarray, last: np.ndarray, src: np.ndarray,

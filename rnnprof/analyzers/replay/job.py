@@ -20,25 +20,30 @@ from rnnprof.analyzers.critical_path.graph import StepDAG
 from rnnprof.analyzers.critical_path.job import JobIndex, JobPlan, RankPart, RankSummary, job_plan
 from rnnprof.analyzers.critical_path.result import Dependencies
 from rnnprof.analyzers.replay.analysis import lateness, replay_step
-from rnnprof.analyzers.replay.changes import StepGraph
+from rnnprof.analyzers.replay.step_graph import StepGraph
 from rnnprof.analyzers.replay.families import family_members
 from rnnprof.analyzers.replay.graph import replay_graph
-from rnnprof.analyzers.replay.result import DELAY, EVEN_WORK, FAMILY, SCALE, SCALE_HOST, Change, StepReplay
-from rnnprof.events import Device, EventTable, Kind, concat
+from rnnprof.analyzers.replay.result import (DELAY, EVEN_WORK, FAMILY, MICRO_BATCHES, MOVE_LAYER, PREFETCH, SCALE,
+                                             SCALE_HOST, Change, StepReplay)
+from rnnprof.events import Device, EventTable, Kind, ProcessGroup, concat
+from rnnprof.events.names import FSDP_FORWARD_PREFETCH, PHASE_RANGE
 
 
 @dataclass(frozen=True)
 class JobNames:
-    """What ``check_changes`` and ``fix_changes`` read of a job: its strings and devices."""
+    """What ``check_changes``, ``fix_changes`` and a change to a process group read of a job: its strings, devices,
+    process groups (``comm_changes.known_groups``) and the (operation, phase) of its collectives."""
 
     strings: tuple[str, ...]
     devices: tuple[Device, ...]
+    groups: tuple[ProcessGroup, ...] = ()
+    collectives: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
 class ScannedNames:
     """The events whose spans the changes look inside: operators by name (``exact``), the operators a delay
-    comes before (``before``, regexes on the name), and every host operator (``host_ops``: an even-work change
+    comes before and a pipeline's phase ranges (``before``, regexes on the name), and every host operator (``host_ops``: an even-work change
     compares the ranks' operators in each step). Data-loading ranges always are."""
 
     exact: frozenset[str] = frozenset()
@@ -59,6 +64,10 @@ def scanned_names(changes: Iterable[Change]) -> ScannedNames:
             exact |= family_members(c.subject)
         elif c.kind == DELAY and c.before:
             before.append(re.compile(c.before))
+        elif c.kind in (MICRO_BATCHES, MOVE_LAYER):
+            before.append(PHASE_RANGE)  # the schedule is built from the micro-batches' phase ranges
+        elif c.kind == PREFETCH:
+            before.append(FSDP_FORWARD_PREFETCH)  # the all-gathers the trace's own prefetch issued stay
     return ScannedNames(frozenset(exact), tuple(before), any(c.kind == EVEN_WORK for c in changes))
 
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from rnnprof.analyzers.replay.changes import StepGraph
+from rnnprof.analyzers.replay.step_graph import StepGraph
 from rnnprof.analyzers.replay.engine import Schedule
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, EDGE_SYNC, NODE_KINDS, SYNC_END, ReplayGraph
 from rnnprof.analyzers.replay.result import ChainLink, RankWaits

@@ -14,14 +14,18 @@ FAMILY = "family"  # every operator of a kernel family (``flops.FAMILIES``)
 EVEN_HOST = "even-host"  # a rank's untraced host time set to the other ranks' median, gap by gap
 EVEN_INPUT = "even-input"  # a rank's data loading set to the other ranks' median (one rank: prefetched, none)
 EVEN_WORK = "even-work"  # a rank's operators that no other rank runs in the step take no time
-COMM = "comm"  # communication's transfer times times ``factor``
+COMM = "comm"  # communication's transfer times times ``factor`` (``subject``: of one collective type alone)
+COMM_GROUP = "comm-group"  # the transfer times of one process group's collectives (``subject``: its names) times ``factor``
+PREFETCH = "prefetch"  # FSDP forward prefetch: each block's all-gather issued where the block before it issued its own
+MICRO_BATCHES = "micro-batches"  # a pipeline's micro-batches per step (``factor``: how many)
+MOVE_LAYER = "move-layer"  # a pipeline's layers moved between its stages (``subject``: FROM:TO, each stage's layers)
 OVERLAP = "overlap"  # communication moved off compute's dependencies (no thread or stream waits for it)
 NO_COPIES = "no-copies"  # device copies (and their launch calls) take no time
 NO_SYNCS = "no-syncs"  # synchronizing calls neither wait nor take time
 GRAPH_LAUNCH = "graph-launch"  # kernels no longer wait for their launch calls, which take no time
 DELAY = "delay"  # host time added to a rank's step (``delay_ms``), at its start or before an operator (``before``)
-CHANGE_KINDS = (SCALE, SCALE_HOST, FAMILY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, COMM, OVERLAP, NO_COPIES, NO_SYNCS,
-                GRAPH_LAUNCH, DELAY)
+CHANGE_KINDS = (SCALE, SCALE_HOST, FAMILY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, COMM, COMM_GROUP, PREFETCH,
+                MICRO_BATCHES, MOVE_LAYER, OVERLAP, NO_COPIES, NO_SYNCS, GRAPH_LAUNCH, DELAY)
 
 # What a replay cannot express, and why: asked for, each is refused with this line.
 INEXPRESSIBLE = {
@@ -55,13 +59,23 @@ class Change:
             what = f"family:{self.subject}" if self.kind == FAMILY else self.subject
             return f"{what} x{self.factor:g}" + (" (host side)" if self.kind == SCALE_HOST else "")
         if self.kind == COMM:
-            return f"communication x{self.factor:g}"
+            return f"{self.subject or 'communication'} x{self.factor:g}"
+        if self.kind == COMM_GROUP:
+            return f"process group {self.subject} x{self.factor:g}"
+        if self.kind == MICRO_BATCHES:
+            return f"{self.factor:g} micro-batches per step (the pipeline's schedule replayed)"
+        if self.kind == MOVE_LAYER:
+            return f"the pipeline's stages holding {self.subject.replace(':', ' layers -> ')} layers"
         if self.kind == NO_COPIES and self.subject:
             return f"{self.subject} copies removed"
+        if self.kind == OVERLAP and self.subject:
+            what = self.subject.replace("group:", "process group ", 1)
+            return f"{what} communication overlapped with compute"
         return {EVEN_HOST: f"{self.subject or 'the latest rank'}'s untraced host time at the others' median",
                 EVEN_INPUT: f"{self.subject or 'the latest rank'}'s data loading at the others' median",
                 EVEN_WORK: f"{self.subject or 'the latest rank'}'s operators that no other rank runs removed",
                 OVERLAP: "communication overlapped with compute", NO_COPIES: "device copies removed",
+                PREFETCH: "each forward all-gather issued one block earlier (FSDP prefetch)",
                 NO_SYNCS: "synchronizing calls removed",
                 GRAPH_LAUNCH: "kernels launched by a graph launch"}[self.kind]
 

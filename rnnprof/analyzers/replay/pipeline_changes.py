@@ -1,0 +1,215 @@
+"""A pipeline's schedule changed: more or fewer micro-batches (``MICRO_BATCHES``), layers moved between its stages
+(``MOVE_LAYER``). Neither maps onto the step graph's nodes (a micro-batch more is work no trace holds), so each is
+replayed on the schedule itself, built from the step's per-micro-batch phases (each stage's forward and backward
+work per micro-batch, the transfer between stages, torch's 1F1B or GPipe order), run unchanged and changed; the
+difference of the two runs' ends is added to the step graph's replay, so the model's own error cancels.
+
+* micro-batches M -> M': a micro-batch's operators take M / M' of their time; the host work between them and its
+  sends' and receives' calls stay per micro-batch.
+* layers ``FROM:TO`` (``3,1:2,2``): each stage's work changes by the layers it gains or loses times one layer's
+  time, that of the stage with the most layers over its layers.
+
+The model as users read it: docs/commands/whatif.md, *Pipelines*."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rnnprof.analyzers.classify import EventClass
+from rnnprof.analyzers.replay.graph import DONE, EDGE_ARRIVAL, EVENT
+from rnnprof.analyzers.replay.result import MICRO_BATCHES, MOVE_LAYER, Change, ChangeError
+from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
+from rnnprof.events.names import BACKWARD, FORWARD, PHASE_RANGE
+
+SCHEDULE_KINDS = (MICRO_BATCHES, MOVE_LAYER)
+_GPIPE, _ONE_F_ONE_B = "gpipe", "1f1b"
+
+
+@dataclass(frozen=True)
+class Stages:
+    """A step's pipeline as its phases give it: per stage (in order), its rank, its forward's and backward's
+    median time per micro-batch and the part of each that its operators take; the micro-batches, the transfer
+    and the schedule."""
+
+    ranks: tuple[str, ...]
+    forward: np.ndarray
+    backward: np.ndarray
+    forward_ops: np.ndarray
+    backward_ops: np.ndarray
+    micro_batches: int
+    transfer_us: float
+    schedule: str
+
+
+def parse_layers(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``FROM:TO`` (``3,1:2,2``): each stage's layers now and after the move; a ``ChangeError`` where they are no
+    two splits of one count of layers over the same stages."""
+    before, sep, after = text.partition(":")
+    try:
+        old = tuple(int(x) for x in before.split(","))
+        new = tuple(int(x) for x in after.split(","))
+    except ValueError:
+        old = new = ()
+    if not sep or len(old) < 2 or len(old) != len(new) or sum(old) != sum(new) or min(old + new) < 1:
+        raise ChangeError(f"--move-layer {text}: expected FROM:TO, each stage's layers now and after (3,1:2,2), "
+                          f"as many stages and layers in both, every stage with a layer")
+    return old, new
+
+
+def pipeline(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
+    """Nothing of the graph changes: the change is the schedule's (``schedule_change_us``); the micro-batches'
+    phases it is built from, counted."""
+    stages = step_stages(sg)
+    return 0 if stages is None else 2 * stages.micro_batches * len(stages.ranks)
+
+
+def schedule_change_us(sg: StepGraph, changes) -> float:
+    """The step's change by the schedule changes among ``changes`` (0 where none, or where the step holds no
+    pipeline); a ``ChangeError`` where a stage split names other stages than the step's."""
+    asked = [c for c in changes if c.kind in SCHEDULE_KINDS]
+    stages = step_stages(sg) if asked else None
+    if stages is None:
+        return 0.0
+    forward, backward, micro = stages.forward.copy(), stages.backward.copy(), stages.micro_batches
+    for c in asked:
+        if c.kind == MICRO_BATCHES:
+            new = int(c.factor)
+            forward = forward - stages.forward_ops + stages.forward_ops * micro / new
+            backward = backward - stages.backward_ops + stages.backward_ops * micro / new
+            micro = new
+        else:
+            old, new = parse_layers(c.subject)
+            if len(old) != len(stages.ranks):
+                raise ChangeError(f"{c.describe()}: the pipeline has {len(stages.ranks)} stages, not {len(old)}")
+            most = int(np.argmax(old))
+            gained = np.array(new) - np.array(old)
+            forward = forward + gained * stages.forward[most] / old[most]
+            backward = backward + gained * stages.backward[most] / old[most]
+    before = run_schedule(stages.forward, stages.backward, stages.transfer_us, stages.micro_batches, stages.schedule)
+    return run_schedule(forward, backward, stages.transfer_us, micro, stages.schedule) - before
+
+
+def step_stages(sg: StepGraph) -> Stages | None:
+    """The step's pipeline (``Stages``); None where fewer than two ranks run the same number (two or more) of
+    forward and backward ranges in the step."""
+    t, g = sg.table, sg.graph
+    ranges = _phase_ranges(sg)
+    found = {}
+    for worker in sorted(set(w for w, _ in ranges)):
+        fwd, bwd = ranges.get((worker, FORWARD), []), ranges.get((worker, BACKWARD), [])
+        if len(fwd) >= 2 and len(fwd) == len(bwd):
+            found[worker] = (fwd, bwd)
+    counts = {len(f) for f, _ in found.values()}
+    if len(found) < 2 or len(counts) != 1:
+        return None
+    ranks = sorted(found, key=lambda w: found[w][0][0][0])  # by their first forward's start
+    host = g.host & (g.node_kind == EVENT)
+    at = sg.window_start + g.start
+    ends = sg.window_start + g.end
+
+    # a collective's run is reached from its call, not from the thread's work before it: no host work of its own;
+    # its call costs a micro-batch the same whatever its size (its transfer is the schedule's)
+    comm = sg.classes[g.rows] == EventClass.COMMUNICATION
+    pre = np.where(comm, 0.0, g.pre)
+
+    def per_micro_batch(spans, worker):
+        mine = host & (sg.worker == worker)
+        inside = [mine & (at >= a) & (ends <= b) for a, b in spans]
+        return (float(np.median([g.dur[k].sum() + pre[k].sum() for k in inside])),
+                float(np.median([g.dur[k & ~comm].sum() for k in inside])))
+
+    measured = [[per_micro_batch(found[w][k], w) for w in ranks] for k in (0, 1)]
+    stage0 = found[ranks[0]]
+    schedule = _ONE_F_ONE_B if stage0[1][0][0] < stage0[0][-1][0] else _GPIPE
+    return Stages(tuple(ranks), *(np.array([m[i] for m in measured[k]]) for k, i in ((0, 0), (1, 0), (0, 1), (1, 1))),
+                  micro_batches=counts.pop(), transfer_us=_transfer(sg), schedule=schedule)
+
+
+def _phase_ranges(sg: StepGraph) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """(worker, phase) -> the step's forward and backward ranges on it, (start, end) in start order."""
+    t = sg.table
+    steps = np.unique(t.step[sg.graph.rows[sg.graph.own]])
+    phase_of = {}
+    for code, name in enumerate(t.strings):
+        found = PHASE_RANGE.match(name)
+        if found and found.group(1).lower() in (FORWARD, BACKWARD):
+            phase_of[code] = found.group(1).lower()
+    rows = np.flatnonzero(np.isin(t.name, list(phase_of)) & np.isin(t.step, steps)) if phase_of else []
+    out: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in sorted(rows, key=lambda r: t.ts[r]):
+        key = (t.devices[t.device[r]].worker or "host", phase_of[int(t.name[r])])
+        out.setdefault(key, []).append((float(t.ts[r]), float(t.ts[r] + t.dur[r])))
+    return out
+
+
+def _transfer(sg: StepGraph) -> float:
+    """The median time of the step's matched collectives' transfers (done nodes) whose members are a send and its
+    receive, 0 where none is matched."""
+    g = sg.graph
+    done = np.flatnonzero(g.node_kind == DONE)
+    if not len(done):
+        return 0.0
+    names = np.asarray(sg.table.strings, dtype=object)[sg.table.name[g.rows]]
+    into = g.edge_kind(EDGE_ARRIVAL)
+    arrivals = {}
+    for u, v in zip(g.src[into].tolist(), g.dst[into].tolist()):
+        arrivals.setdefault(v, []).append(u)
+    p2p = [d for d in done.tolist() if any("send" in names[a] or "recv" in names[a] for a in arrivals.get(d, []))]
+    return float(np.median(g.dur[p2p])) if p2p else 0.0
+
+
+def run_schedule(forward: np.ndarray, backward: np.ndarray, transfer_us: float, micro: int, schedule: str) -> float:
+    """When the last stage's last operation ends, each operation as soon as its stage is free and its input is
+    there (``forward``, ``backward``: each stage's time per micro-batch)."""
+    stages = len(forward)
+    orders = [_order(s, stages, micro, schedule) for s in range(stages)]
+    done = {}
+    free = [0.0] * stages
+    position = [0] * stages
+    left = sum(len(o) for o in orders)
+    while left:
+        moved = False
+        for s in range(stages):
+            while position[s] < len(orders[s]):
+                phase, m = orders[s][position[s]]
+                ready = _ready(done, phase, s, m, stages, transfer_us)
+                if ready is None:
+                    break
+                start = max(free[s], ready)
+                free[s] = done[(phase, s, m)] = start + (forward[s] if phase == FORWARD else backward[s])
+                position[s] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            raise ChangeError("the pipeline's schedule waits on itself (its stages' orders disagree)")
+    return max(free)
+
+
+def _ready(done: dict, phase: str, s: int, m: int, stages: int, transfer_us: float) -> float | None:
+    """When an operation's input is there (None: not yet known): a forward's from the previous stage, a backward's
+    from the next stage (the last stage's: its own forward, which its order runs first)."""
+    if phase == FORWARD:
+        key, hop = (FORWARD, s - 1, m), transfer_us
+        if s == 0:
+            return 0.0
+    else:
+        key, hop = ((BACKWARD, s + 1, m), transfer_us) if s < stages - 1 else ((FORWARD, s, m), 0.0)
+    return done[key] + hop if key in done else None
+
+
+def _order(stage: int, stages: int, micro: int, schedule: str) -> list[tuple[str, int]]:
+    """A stage's operations in torch's order (``Schedule1F1B``, ``ScheduleGPipe``)."""
+    if schedule == _GPIPE:
+        return [(FORWARD, m) for m in range(micro)] + [(BACKWARD, m) for m in range(micro)]
+    warmup = min(micro, stages - stage)
+    order = [(FORWARD, m) for m in range(warmup)]
+    f, b = warmup, 0
+    while b < micro:
+        order.append((BACKWARD, b))
+        b += 1
+        if f < micro:
+            order.append((FORWARD, f))
+            f += 1
+    return order

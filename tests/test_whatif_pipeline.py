@@ -1,0 +1,70 @@
+"""whatif's pipeline changes (--micro-batches, --move-layer) on pipelines run exactly by their schedule
+(``pipeline_traces``): the run replayed with the change against the run written with the change made (each
+stage's work set by hand, per layer and per micro-batch), and against the schedule's own arithmetic."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+
+import pytest
+
+from pipeline_traces import write_job
+from rnnprof.analyzers.replay import COMM, MICRO_BATCHES, MOVE_LAYER, Change, ChangeError, whatif
+from rnnprof.traces import load_events
+
+LAYER_F_US, LAYER_B_US = 100.0, 250.0  # one layer's forward and backward on a micro-batch of a quarter batch
+WORK = ("aten::mm", "autograd::engine::evaluate_function: MmBackward0")
+CALL_US = 2.0  # a send's call and run, a receive's call
+UNCHANGED = [Change(COMM, "", 1.0)]
+
+
+def _job(tmp_path, name: str, kind: str, micro: int, layers: tuple[int, ...]):
+    """A pipeline of ``len(layers)`` stages, each stage's operator per micro-batch its layers' times, a
+    micro-batch's share of the batch (1/``micro``) of a quarter batch's, beside the calls of its transfers."""
+    folder = tmp_path / name
+    folder.mkdir()
+    share, calls = 4 / micro, 2 * CALL_US
+    paths = write_job(folder, kind, len(layers), micro, [LAYER_F_US * n * share + calls for n in layers],
+                      [LAYER_B_US * n * share + calls for n in layers])
+    for path in paths:  # an operator begins after the send before it and ends before the receive after it is
+        document = json.loads(gzip.decompress(path.read_bytes()))  # posted, as on a real thread
+        for e in document["traceEvents"]:
+            if e["name"] in WORK:
+                e["ts"], e["dur"] = e["ts"] + CALL_US, e["dur"] - 2 * CALL_US
+        path.write_bytes(gzip.compress(json.dumps(document).encode()))
+    return load_events([str(p) for p in paths])
+
+
+def _median(report, attr: str) -> float:
+    return statistics.median(getattr(s, attr) for s in report.steps)
+
+
+@pytest.mark.parametrize("kind", ["1f1b", "gpipe"])
+def test_twice_the_micro_batches_predicts_the_run_made_with_them(tmp_path, kind):
+    report = whatif(_job(tmp_path, "four", kind, 4, (1, 1)), [Change(MICRO_BATCHES, factor=8)])
+    made = _median(whatif(_job(tmp_path, "eight", kind, 8, (1, 1)), UNCHANGED), "measured_us")
+    # within 1 % of the step: the calls' time outside the micro-batches' ranges is in no stage's work
+    assert _median(report, "predicted_us") == pytest.approx(made, rel=0.01)
+    # the schedule's theory, equal stages and free transfers: (m + p - 1)(f + b), each micro-batch's operators
+    # halved, its calls kept: 5 x (350 + 8) µs -> 9 x (175 + 8) µs
+    change = _median(report, "predicted_us") - _median(report, "measured_us")
+    assert change == pytest.approx(9 * 183.0 - 5 * 358.0, abs=0.01 * made)
+
+
+@pytest.mark.parametrize("kind, before, after", [("1f1b", (3, 1), (2, 2)), ("gpipe", (3, 1), (2, 2)),
+                                                 ("1f1b", (1, 2, 1), (1, 1, 2))])
+def test_a_layer_moved_predicts_the_run_made_with_it(tmp_path, kind, before, after):
+    move = ",".join(map(str, before)) + ":" + ",".join(map(str, after))
+    report = whatif(_job(tmp_path, "before", kind, 4, before), [Change(MOVE_LAYER, move)])
+    made = _median(whatif(_job(tmp_path, "after", kind, 4, after), UNCHANGED), "measured_us")
+    assert abs(_median(report, "predicted_us") - _median(report, "measured_us")) > 100.0  # it changes the step
+    # within 1 % of the step: a layer's time is taken with its share of the stage's calls
+    assert _median(report, "predicted_us") == pytest.approx(made, rel=0.01)
+
+
+def test_a_split_of_other_stages_is_refused(tmp_path):
+    table = _job(tmp_path, "job", "1f1b", 4, (3, 1))
+    with pytest.raises(ChangeError, match="has 2 stages, not 3"):
+        whatif(table, [Change(MOVE_LAYER, "1,2,1:1,1,2")])
