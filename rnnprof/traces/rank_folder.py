@@ -22,8 +22,9 @@ from typing import Sequence
 from rnnprof.traces.left_out import leave_out
 from rnnprof.paths import broken, broken_links
 from rnnprof.errors import InputError
-from rnnprof.events import EventTable
+from rnnprof.events import EventTable, Manifest
 from rnnprof import rundir
+from rnnprof.rundir.manifest import listed_torch_traces, read_manifest
 from rnnprof.traces import kineto
 from rnnprof.traces.formats import PREFIX_BYTES
 from rnnprof.traces.jsonstream import read_prefix
@@ -220,6 +221,21 @@ def job_of(paths: Sequence[str | os.PathLike]) -> RankFolder | None:
     label = Path(", ".join(map(str, paths)))
     _check(label, files)
     return RankFolder(label, tuple(files))
+
+
+def run_dir_ranks(paths: Sequence[str | os.PathLike]) -> tuple[RankFolder, Manifest] | None:
+    """The rank traces of one PyTorch run directory (``trace --framework torch``) as a job's rank files, with the
+    run's manifest, where it holds two or more; None for anything else."""
+    paths = [Path(p) for p in paths]
+    if len(paths) != 1 or not paths[0].is_dir() or not rundir.is_run_dir(paths[0]):
+        return None
+    try:
+        manifest = read_manifest(paths[0])
+    except InputError:  # the loaders say what is wrong with it
+        return None
+    traces = [p for p in listed_torch_traces(paths[0], manifest) if p.is_file()] if manifest.is_torch else []
+    folder = job_of(traces) if len(traces) > 1 else None
+    return (folder, manifest) if folder is not None else None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 from rnnprof.events import names
 from rnnprof.analyzers.device_work import device_tallies, work_split
 from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, Significance, significance
-from rnnprof.events import Device, EventTable
+from rnnprof.events import Device
 
 from . import frameworks
 from .finding import NotChecked, PlacementFinding, Severity

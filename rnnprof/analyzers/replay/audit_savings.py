@@ -195,7 +195,7 @@ def replayed_savings(result: AuditResult, replays: Replays | Replayer) -> AuditR
 def replayed_audit(result: AuditResult, replays: Replays | Replayer) -> tuple[AuditResult, TopFixes | None]:
     """``replayed_savings`` and the top findings' fixes replayed together (None: no fix could be replayed)."""
     replays = TableReplays(replays) if isinstance(replays, Replayer) else replays
-    if (not replays.batched and not replays.steps) or not result.findings:
+    if not replays.steps or not result.findings:
         return result, None
     saving_of = _Savings(replays)
     wanted = [_changes(f, replays) for f in result.findings]
