@@ -87,12 +87,13 @@ def audit_of_rank(table: EventTable, options: AuditOptions):
     if options.manifest is not None:
         table.metadata.manifest = options.manifest  # the rank's memory at the window's start (``analyze_memory``)
     inp = AuditInput(events=table, manifest=options.manifest)
-    comm = comm_of_rank(table, CommOptions())
+    comm = comm_of_rank(table, CommOptions(), inp.classes)
     memory, lost = rank_memory(table) if len(table.memory) else (None, np.zeros(0, dtype=np.int64))
     part, summary = rank_part(table, inp.classes)
     figures = {f.name: inp.figure(f) for f in FIGURES}
     rank = RankAudit(_outline(table), comm, figures, memory, lost,
-                     launch_sample(table, host_wait_share(comm[0])) if len(table) else None, summary)
+                     launch_sample(table, host_wait_share(comm[0]), host_ops=False) if len(table) else None,
+                     summary)
     return {PATH: part, NAMED: named_events(table, FIX_EVENTS)}, rank
 
 
