@@ -15,6 +15,7 @@ import numpy as np
 
 from rnnprof.analyzers.audit import AuditResult, Known, audit
 from rnnprof.analyzers.audit.context import MEMORY
+from rnnprof.analyzers.audit.host_overhead import LAUNCHING
 from rnnprof.analyzers.audit.registry import FIGURES
 from rnnprof.analyzers.critical_path import WHAT_IF_OPS, CriticalPathReport, Dependencies
 from rnnprof.analyzers.critical_path.job import RankSummary, job_plan, job_report, rank_part
@@ -44,6 +45,7 @@ FIX_EVENTS = ScannedNames(host_ops=True)
 @dataclass(frozen=True)
 class AuditOptions:
     manifest: Manifest | None = None  # the run directory's, whose rank traces the job's are
+    host_ops: bool = False  # the launch samples with their host-op executions (the report shows them)
 
 
 @dataclass(frozen=True)
@@ -84,16 +86,26 @@ def _outline(table: EventTable) -> RankOutline:
 
 def audit_of_rank(table: EventTable, options: AuditOptions):
     """The rank's parts to keep (its critical-path part, the events its fixes look inside) and its ``RankAudit``."""
+    inp = rank_input(table, options)
+    return audit_parts(inp, options)
+
+
+def rank_input(table: EventTable, options: AuditOptions) -> AuditInput:
+    """The audit input of one rank's table (with the run's manifest, which its memory reads)."""
     if options.manifest is not None:
         table.metadata.manifest = options.manifest  # the rank's memory at the window's start (``analyze_memory``)
-    inp = AuditInput(events=table, manifest=options.manifest)
+    return AuditInput(events=table, manifest=options.manifest)
+
+
+def audit_parts(inp: AuditInput, options: AuditOptions) -> tuple[dict, RankAudit]:
+    """``audit_of_rank`` of a rank's audit input (``rank_input``)."""
+    table = inp.events
     comm = comm_of_rank(table, CommOptions(), inp.classes)
     memory, lost = rank_memory(table) if len(table.memory) else (None, np.zeros(0, dtype=np.int64))
     part, summary = rank_part(table, inp.classes)
     figures = {f.name: inp.figure(f) for f in FIGURES}
-    rank = RankAudit(_outline(table), comm, figures, memory, lost,
-                     launch_sample(table, host_wait_share(comm[0]), host_ops=False) if len(table) else None,
-                     summary)
+    launches = launch_sample(table, host_wait_share(comm[0]), host_ops=options.host_ops) if len(table) else None
+    rank = RankAudit(_outline(table), comm, figures, memory, lost, launches, summary)
     return {PATH: part, NAMED: named_events(table, FIX_EVENTS)}, rank
 
 
@@ -105,7 +117,7 @@ def memory_of_rank(table: EventTable, options: tuple[Manifest | None, np.ndarray
     return rank_memory(table, sizes)[0]
 
 
-def _job_events(ranks: Sequence[RankAudit], memory: MemoryReport | None) -> JobEvents:
+def job_events(ranks: Sequence[RankAudit], memory: MemoryReport | None) -> JobEvents:
     """What the rules know of the job's events, its ranks' combined as of the ranks merged into one table."""
     outlines = [r.outline for r in ranks]
     figures = {f.name: f.combine([r.figures[f.name] for r in ranks]) for f in FIGURES}
@@ -119,7 +131,7 @@ def _job_events(ranks: Sequence[RankAudit], memory: MemoryReport | None) -> JobE
                      comm=combine_comm([r.comm for r in ranks]), figures=figures)
 
 
-def _job_memory(folder: RankFolder, ranks: Sequence[RankAudit], options: AuditOptions,
+def job_memory(folder: RankFolder, ranks: Sequence[RankAudit], options: AuditOptions,
                 selection: StepSelection | None, run: dict) -> MemoryReport | None:
     """The ranks' memory reports combined, each made with the sizes of the blocks whose frees any rank's records
     miss: a rank whose own are fewer is read again (in workers) to leave them out of its growth and step peaks."""
@@ -195,14 +207,43 @@ def savings_of_step(parts: Sequence[dict], context, step: int) -> list[float] | 
     return [step_saving(sg, base, changes, rank) for changes, rank in asked]
 
 
-def _critical_path(job: JobRun, ranks: Sequence[RankAudit]) -> CriticalPathReport:
-    """The job's critical path over every step, as ``analyze_critical_path`` of the ranks merged gives its paths
-    (the steps' times left out: the audit reads the paths' links)."""
+def critical_path_of(job: JobRun, ranks: Sequence[RankAudit], steps: Sequence[int] | None = None,
+                     dependencies: Dependencies = Dependencies()) -> CriticalPathReport:
+    """The job's critical path over ``steps`` (None: every step), as ``analyze_critical_path`` of the ranks merged
+    gives its paths (without the steps' times, which the ranks give apart)."""
     summaries = [r.summary for r in ranks]
-    dependencies = Dependencies()
-    plan = job_plan(summaries, None, dependencies)
+    plan = job_plan(summaries, steps, dependencies)
     paths = job.steps(path_of_step, (plan, dependencies, WHAT_IF_OPS), plan.steps)
     return job_report(paths, [w for x in summaries for w in x.workers], dependencies)
+
+
+@dataclass(frozen=True, eq=False)
+class AuditedJob:
+    """What the audit of a job reads once its ranks are read: its input (``JobEvents``), what the rules are given
+    (``known``: the launch statistics, and the critical path when a rule first asks for it) and the replays of
+    their fixes (None without events)."""
+
+    input: AuditInput
+    known: Known
+    replays: JobReplays | None
+
+
+def audited_job(job: JobRun, ranks: Sequence[RankAudit], options: AuditOptions, dependencies: Dependencies,
+                selection: StepSelection | None, run: dict) -> AuditedJob:
+    """The ``AuditedJob`` of the ranks ``job`` read (``audit_parts``; ``run``: ``JobRun``'s, for reading a rank
+    again)."""
+    events = job_events(ranks, job_memory(job.folder, ranks, options, selection, run))
+    found: dict = {}
+
+    def critical_path() -> CriticalPathReport:
+        if "path" not in found:
+            found["path"] = critical_path_of(job, ranks)
+        return found["path"]
+
+    known = Known(launches=launch_stats_of([r.launches for r in ranks]), critical_path=critical_path)
+    names = JobNames(tuple(_operator_names(events)), events.devices)
+    return AuditedJob(AuditInput(manifest=options.manifest, job=events), known,
+                      JobReplays(job, ranks, names, dependencies) if events.events else None)
 
 
 def job_audit(folder: RankFolder, manifest: Manifest | None = None, dependencies: Dependencies = Dependencies(),
@@ -213,24 +254,14 @@ def job_audit(folder: RankFolder, manifest: Manifest | None = None, dependencies
     options = AuditOptions(manifest)
     with JobRun(folder, **run) as job:
         ranks = job.ranks(audit_of_rank, options, selection, keep=True)
-        events = _job_events(ranks, _job_memory(folder, ranks, options, selection, run))
-        inp = AuditInput(manifest=manifest, job=events)
-        found: dict = {}
-
-        def critical_path() -> CriticalPathReport:
-            if "path" not in found:
-                found["path"] = _critical_path(job, ranks)
-            return found["path"]
-
-        launches = launch_stats_of([r.launches for r in ranks])
-        result: AuditResult = audit(inp, known=Known(launches=launches, critical_path=critical_path))
-        if events.events:
-            names = JobNames(tuple(_operator_names(events)), events.devices)
-            result = replayed_savings(result, JobReplays(job, ranks, names, dependencies))
+        audited = audited_job(job, ranks, options, dependencies, selection, run)
+        result: AuditResult = audit(audited.input, known=audited.known)
+        if audited.replays is not None:
+            result = replayed_savings(result, audited.replays)
     return JobResult(result, job.notes, job.left_out)
 
 
 def _operator_names(events: JobEvents):
     """The operators a fix may name (PF006's: those that launched kernels), for ``check_changes``."""
-    found = events.figures["launching-ops"]
+    found = events.figures[LAUNCHING.name]
     return found if not isinstance(found, str) else ()
