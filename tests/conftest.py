@@ -48,7 +48,7 @@ if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
 LONGEST = ("tests/test_cluster_run.py", "tests/test_diagnosis_jobs.py", "tests/test_torch.py",
            "tests/test_torch_script.py", "tests/test_explain.py", "tests/test_diff.py", "tests/test_trace_signals.py",
            "tests/test_trace_cli.py", "tests/test_interrupt.py", "tests/test_hang_tf.py", "tests/test_memory_faults.py",
-           "tests/test_hang_jobs.py", "tests/test_torch_parallel.py")
+           "tests/test_hang_jobs.py", "tests/test_torch_parallel.py", "tests/test_watch.py")
 
 
 def pytest_configure(config):

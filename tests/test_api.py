@@ -165,7 +165,7 @@ def test_import_rnnprof_loads_no_framework_and_no_analysis():
     assert done.stdout.splitlines() == ["[]", "True Run"]
 
 
-def test_the_tensorboard_tab_shows_what_a_notebook_shows_and_a_watched_series_plugs_in(monkeypatch):
+def test_the_tensorboard_tab_shows_what_a_notebook_shows():
     from rnnprof.api import summary
     from rnnprof.tensorboard_plugin.plugin import tab_page
 
@@ -174,13 +174,3 @@ def test_the_tensorboard_tab_shows_what_a_notebook_shows_and_a_watched_series_pl
     assert page.index("PF001") < page.index('data-chart="step-split"') < page.index('data-chart="memory"')
     assert "share of the path" in page and "<svg" in page and "<script" not in page
 
-    seen = []
-
-    def series(paths, page):
-        seen.append(paths)
-        page.heading("Step series", 3)
-        return True
-
-    monkeypatch.setattr(summary, "STEP_SERIES", [lambda paths, page: False, series])
-    assert "<h3>Step series</h3>" in rnnprof.open(TWO_FAULTS)._repr_html_()
-    assert seen == [(str(TWO_FAULTS),)]

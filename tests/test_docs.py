@@ -241,6 +241,8 @@ def where_it_runs(argv: list[str]) -> str:
         return "tests/test_report_sections.py"
     if argv[0] == "trace" and "--" in argv and "examples/train.py" in argv:
         return "tests/test_torch_script.py"
+    if argv[0] == "watch" and "--" in argv and "examples/train.py" in argv:
+        return "tests/test_watch.py"
     if argv[0] in PARSED_ONLY:
         return PARSED_ONLY[argv[0]]
     if argv[0] == "trace" and "--" not in argv:

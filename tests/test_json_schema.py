@@ -153,3 +153,13 @@ def test_a_planted_link_type_fails_in_a_result_dataclass_part(capsys):
 
 def test_memory_document_validates(capsys):
     _assert_valid("memory", _document(capsys, "memory", DATA / "kineto-h100-vit-shapes.json.gz"))
+
+
+def test_pipeline_documents_validate(capsys):
+    """A run of rnnprof's pipeline (its manifest's schedule) and a user's 1F1B traces (the schedule inferred); the
+    memory of the run names its stages' peaks."""
+    _assert_valid("pipeline", _document(capsys, "pipeline", DATA / "torch-gloo-pp"))
+    _assert_valid("pipeline", _document(capsys, "pipeline", *(DATA / f"torch-gloo-pp-collectives-rank{r}.json.gz"
+                                                               for r in (0, 1))))
+    memory = _document(capsys, "memory", DATA / "torch-gloo-pp")
+    assert memory["pipeline"]["explained"] and _errors("memory", memory) == []

@@ -99,6 +99,7 @@ class _DeviceWork:
     sweep_dev: np.ndarray
     sweep_step: np.ndarray
     layers: np.ndarray
+    sweep_row: np.ndarray  # the table row of the event each interval comes from
 
     @property
     def is_comm(self) -> np.ndarray:
@@ -116,7 +117,19 @@ def _device_work(table: EventTable, work: np.ndarray, classes: np.ndarray, basis
     host_ops = np.array([basis.get(d) == BASIS_HOST_OPS for d in range(n_dev)] or [False], dtype=bool)
     s_ts, s_end, origin = _outside_own_collectives(ts, end, dev, table.lane[work], cls, host_ops)
     return _DeviceWork(ts, end, dev, step, cls, n_dev, s_ts, s_end, dev[origin], step[origin],
-                       _layer_codes(cls[origin]))
+                       _layer_codes(cls[origin]), np.flatnonzero(work)[origin])
+
+
+def compute_intervals(table: EventTable, comm_patterns: Iterable[str] = (),
+                      classes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(starts, ends, rows)``: the compute each device runs, as ``analyze_comm`` measures it (its device work of
+    the compute class, a CPU rank's operators cut where their thread runs a collective), each interval with the
+    table row of its event (its device is that event's); unmerged, in no particular order."""
+    classes = classify(table, tuple(comm_patterns)) if classes is None else classes
+    work, basis = device_work_mask(table, classes)
+    w = _device_work(table, work, classes, basis)
+    compute = w.layers == _COMPUTE
+    return w.sweep_ts[compute], w.sweep_end[compute], w.sweep_row[compute]
 
 
 def _device_totals(w: _DeviceWork) -> list[Breakdown | None]:

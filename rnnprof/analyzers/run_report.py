@@ -27,6 +27,7 @@ from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies, an
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
 from rnnprof.analyzers.memory import MemoryReport, analyze_memory
 from rnnprof.analyzers.opcount import OpCountReport, count_ops
+from rnnprof.analyzers.pipeline import PipelineReport, analyze_pipeline
 from rnnprof.analyzers.profiler_cost import RankProfilerCost, profiler_cost
 from rnnprof.analyzers.audit.top_fixes import TopFixes
 from rnnprof.analyzers.replay.audit_savings import Replays, audit_replayer, replayed_audit
@@ -100,6 +101,7 @@ class RunReport:
     memory_reason: str = NO_MEMORY
     top_fixes: TopFixes | None = None  # the top findings' fixes replayed together (audit's closing note)
     profiler_cost: dict[str, RankProfilerCost] = field(default_factory=dict)  # PyTorch ranks' profiler cost
+    pipeline: PipelineReport | None = None  # rnnprof pipeline's analysis, where the ranks run a pipeline
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,6 +122,7 @@ class RunAnalyses:
     step_times: StepTimes | None
     memory: MemoryReport | None
     profiler_cost: dict[str, RankProfilerCost]
+    pipeline: PipelineReport | None  # ``analyze_pipeline``'s
     known: Known
     replays: Replays
 
@@ -142,6 +145,7 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     classes = classify(events)
     comm = analyze_comm(events, classes=classes)
     launches = launch_stats(events, host_wait_share=host_wait_share(comm))
+    pipeline = analyze_pipeline(events, classes=classes)
     work, _ = device_work_mask(events, classes)
     host = np.array([d.kind == "host" for d in events.devices] or [False], dtype=bool)
     host_ops = np.flatnonzero((events.kind == Kind.HOST_OP) & host[events.device])
@@ -150,8 +154,9 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
         len(events), events.source_format, comm, launches, top_by_time(events, np.flatnonzero(work), classes),
         top_by_time(events, host_ops, classes), step_timeline(events, classes, work),
         lambda step: analyze_critical_path(events, dependencies, steps=[step], classes=classes),
-        step_times(events), analyze_memory(events) if len(events.memory) else None, profiler_cost(events, manifest),
-        Known(classes=classes, comm=comm, launches=launches), audit_replayer(events, dependencies, classes))
+        step_times(events), analyze_memory(events, pipeline=pipeline) if len(events.memory) else None,
+        profiler_cost(events, manifest), pipeline, Known(classes=classes, comm=comm, launches=launches),
+        audit_replayer(events, dependencies, classes))
     return run_report(label, manifest, opcount, placement, audit_input if audit_input is not None else events,
                       audit_reason, analyses, roofline, roofline_reason)
 
@@ -162,7 +167,7 @@ def run_report(label: str, manifest: Manifest | None, opcount: OpCountReport, pl
     """The report of a run with trace events from its analyses (``RunAnalyses``): the audit's rules run on them,
     its fixes replayed, the critical path of the timeline's step."""
     comm = analyses.comm
-    findings = audit(audit_input, known=dataclasses.replace(analyses.known, placement=placement))
+    findings = audit(audit_input, known=dataclasses.replace(analyses.known, placement=placement, pipeline=analyses.pipeline))
     findings, top_fixes = replayed_audit(findings, analyses.replays)
     comm_reason = ""
     if not comm.devices:
@@ -183,4 +188,4 @@ def run_report(label: str, manifest: Manifest | None, opcount: OpCountReport, pl
                      timeline, timeline_reason, critical_path, critical_path_reason,
                      launches=analyses.launches, step_times=analyses.step_times, roofline=roofline,
                      roofline_reason=roofline_reason, findings=findings, findings_reason="", memory=analyses.memory,
-                     top_fixes=top_fixes, profiler_cost=analyses.profiler_cost)
+                     top_fixes=top_fixes, profiler_cost=analyses.profiler_cost, pipeline=analyses.pipeline)

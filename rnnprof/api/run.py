@@ -15,7 +15,7 @@ from typing import Sequence
 
 from rnnprof.api.options import command_args
 from rnnprof.api.summary import RunSummary, run_summary
-from rnnprof.commands import audit, comm, count_ops, critical_path, diff, hang, memory, roofline, whatif
+from rnnprof.commands import audit, comm, count_ops, critical_path, diff, hang, memory, pipeline, roofline, whatif
 from rnnprof.errors import InputError
 from rnnprof.paths import broken
 from rnnprof.reports.results.audit import AuditFindings
@@ -25,6 +25,7 @@ from rnnprof.reports.results.critical_path import CriticalPathResult
 from rnnprof.reports.results.diff import DiffResult
 from rnnprof.reports.results.hang import HangResult
 from rnnprof.reports.results.memory import MemoryResult
+from rnnprof.reports.results.pipeline import PipelineResult
 from rnnprof.reports.results.roofline import RooflineResult
 from rnnprof.reports.results.whatif import WhatIfResult
 from rnnprof.traces.memo import TableMemo
@@ -135,6 +136,17 @@ class Run:
     def memory(self, *, steps: Steps = None, skip_first: int = 0, drop_last: bool = False) -> MemoryResult:
         """Each device's peak memory, what was live then, growth per step and imbalance: ``rnnprof memory``."""
         return self._analyze(memory, "memory", steps=_steps(steps), skip_first=skip_first, drop_last=drop_last)
+
+    def pipeline(self, *, schedule: str | None = None, micro_batches: int | None = None,
+                 stages_per_rank: int | None = None, steps: Steps = None, skip_first: int = 0, drop_last: bool = False,
+                 jobs: int | None = None, scheduler: str | None = None) -> PipelineResult:
+        """A pipeline's bubble per rank (warm-up, cool-down, waiting on a neighbour, transfer) against its schedule's
+        theory, and the imbalance between its stages: ``rnnprof pipeline``. ``schedule`` ("1f1b", "gpipe",
+        "interleaved-1f1b"), ``micro_batches``, ``stages_per_rank``: what the run's manifest or the trace does not
+        tell."""
+        return self._analyze(pipeline, "pipeline", schedule=schedule, micro_batches=micro_batches,
+                             stages_per_rank=stages_per_rank, steps=_steps(steps), skip_first=skip_first,
+                             drop_last=drop_last, jobs=jobs, scheduler=scheduler)
 
     def roofline(self, *, peak_tflops: float | None = None, peak_tbps: float | None = None, steps: Steps = None,
                  skip_first: int = 0, drop_last: bool = False) -> RooflineResult:

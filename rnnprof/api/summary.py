@@ -2,17 +2,17 @@
 path's shares, from the commands' own results (``Run.summary()``). Jupyter displays it, and rnnprof's tab in
 TensorBoard shows the same HTML for each run of the logdir (``rnnprof.tensorboard_plugin``).
 
-``STEP_SERIES`` is where a watched job's step series comes in: each entry, given the run's paths, adds its section
-to the page (the job's step series with its anomalies) and returns True, or returns False for a run it has nothing
-of. None is installed until live watching writes series into a run directory.
+A run directory that ``rnnprof watch`` wrote also shows the job's whole step series, its anomalies and windows,
+drawn by the report's own sections (``reports.watch_page``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 from rnnprof.errors import RnnprofError
+from rnnprof.inputs.watched import is_watched_run, watched_summary
 from rnnprof.reports import charts
 from rnnprof.reports.findings_html import findings_section
 from rnnprof.reports.html import Page
@@ -21,10 +21,7 @@ from rnnprof.reports.results.base import Result
 from rnnprof.reports.results.comm import CommResult
 from rnnprof.reports.results.critical_path import CriticalPathResult, shares_section
 from rnnprof.reports.results.memory import MemoryResult, memory_section
-
-# The extension point of a watched job's step series: (paths of the run, page) -> whether it added its section.
-STEP_SERIES: list[Callable[[tuple[str, ...], Page], bool]] = []
-
+from rnnprof.reports.watch_page import watch_sections
 
 @dataclass(frozen=True, repr=False)
 class RunSummary(Result):
@@ -73,9 +70,9 @@ class RunSummary(Result):
         if self.critical_path is not None:
             shares_section(page, self.critical_path.median_step(), len(self.critical_path.report.steps))
         self._missing(page, "critical_path", "The critical path")
-        for add_series in STEP_SERIES:
-            if add_series(self.paths, page):
-                break
+        if len(self.paths) == 1 and is_watched_run(self.paths[0]):
+            page.heading("The watched job", 3)
+            watch_sections(page, watched_summary(self.paths[0]))
 
     def _missing(self, page: Page, part: str, what: str) -> None:
         if part in self.missing:

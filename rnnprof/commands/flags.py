@@ -12,6 +12,17 @@ from rnnprof.errors import UsageError
 INPUT = "INPUT"  # the metavar of the paths a command reads (traces, run directories, sweeps)
 
 
+def add_script_argument(parser: argparse.ArgumentParser) -> None:
+    """What follows the flags: the user's own command (``-- python train.py ...``, ``-- torchrun ...``), unparsed."""
+    parser.add_argument("script", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def script_command(args: argparse.Namespace) -> list[str]:
+    """The user's command ``add_script_argument`` kept, without the ``--`` before it."""
+    command = list(args.script or [])
+    return command[1:] if command and command[0] == "--" else command
+
+
 def _number_in(minimum, maximum=None, kind=int, what="a whole number"):
     """An argparse type: ``kind`` parsed from text, refused outside [minimum, maximum] or not finite."""
 

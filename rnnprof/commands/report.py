@@ -24,6 +24,8 @@ from rnnprof.reports.layout import render_notes
 from rnnprof.reports.run_page import run_page
 from rnnprof.reports.units import fmt_mb
 from rnnprof.reports.sweep_page import sweep_page
+from rnnprof.reports.watch_page import watch_page
+from rnnprof.inputs.watched import is_watched_run, watched_summary
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.rundir.sweep import is_sweep_dir, read_sweep
 from rnnprof.rundir.writer import atomic_write_bytes
@@ -68,7 +70,13 @@ def _findings(report) -> tuple[AuditResult | None, str]:
 def run(args: argparse.Namespace, console: Console) -> int:
     out = _check_output(args.output, args.force)
     name = _name(args.paths)
-    if len(args.paths) == 1 and is_sweep_dir(args.paths[0]):
+    if len(args.paths) == 1 and is_watched_run(args.paths[0]):
+        job_flags.refuse_job_options(args)
+        if step_flags.selection(args).active:
+            raise UsageError(f"{step_flags.selection(args).describe()} selects steps of a trace's events; "
+                             f"{args.paths[0]} is a watched job: report one of its windows for that")
+        page = watch_page(watched_summary(args.paths[0]), name, run_notes(args.paths))
+    elif len(args.paths) == 1 and is_sweep_dir(args.paths[0]):
         job_flags.refuse_job_options(args)
         if step_flags.selection(args).active:
             raise UsageError(f"{step_flags.selection(args).describe()} selects steps of a trace's events; "
@@ -113,11 +121,11 @@ def _job_page(paths: list[str], name: str, args: argparse.Namespace, folder, man
     """The page of a job's rank files, read a rank per worker (``job.report``)."""
     graphs = job_graphs(paths)
     chosen = step_flags.selection(args)
-    (report, steps), job_notes, left_out = job_flags.run_job(
+    (report, steps), ran, left_out = job_flags.run_job(
         job_run_report, folder, args, label=", ".join(map(shown, paths)), manifest=manifest,
         dependencies=read_dependencies(paths), selection=chosen, user_reason=graphs.user_graph_reason,
         runtime_reason=graphs.runtime_graph_reason, roofline_reason=ONE_PROCESS)
-    notes = [*run_notes(paths), *job_notes, *left_out_notes.notes(args, left_out)]
+    notes = [*run_notes(paths), *ran, *left_out_notes.notes(args, left_out)]
     if chosen.active:
         notes = [*notes, f"steps selected by {chosen.describe()}: {', '.join(map(str, steps)) or 'none'}"]
     render_notes(notes)

@@ -8,7 +8,10 @@ import sys
 from rich.text import Text
 
 from rnnprof.commands.given_flags import given_options, record_given_options
-from rnnprof.commands.flags import non_negative_int, non_negative_seconds, positive_int
+from rnnprof.commands.hang_flags import hang_options
+from rnnprof.commands import hang_flags
+from rnnprof.commands.flags import (add_script_argument, non_negative_int, non_negative_seconds, positive_int,
+                                   script_command)
 from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
                                              workload_config_from_args)
 from rnnprof.models.config import IMAGE_MODELS
@@ -22,7 +25,6 @@ from rnnprof.recording.torch_workload import capture_torch_workload
 from rnnprof.recording.workload import capture_workload
 from rnnprof.reports.scale import layout_text
 from rnnprof.rundir.writer import check_out_dir
-from rnnprof.training.exposure import parse_duration
 from rnnprof.training.runner import visible_gpus
 
 
@@ -60,25 +62,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     script.add_argument("--delay", type=non_negative_seconds, default=0.0,
                         help="seconds to wait before the capture window may open; TensorFlow scripts only "
                              "(default: %(default)g)")
-    script.add_argument("--hang-after", metavar="DURATION", type=_duration, default=None,
-                        help="take the job as hung when no rank finishes a step for this long (90s, 5m); default: "
-                             "10x the longest step so far, at least 5m (15m before the first step)")
-    script.add_argument("--on-hang", choices=("stop", "wait"), default="stop",
-                        help="a hung job: stop it after saving its stacks and verdict, or leave it running "
-                             "(default: %(default)s)")
+    hang_flags.add_arguments(script)
     attach = parser.add_argument_group("a running job")
     attach.add_argument("--attach", metavar="grpc://HOST:PORT", default=None,
                         help="capture from a job that called tf.profiler.experimental.server.start(PORT)")
     attach.add_argument("--duration", type=non_negative_seconds, default=2.0,
                         help="seconds to capture (default: %(default)g)")
     add_workload_arguments(parser)
-    parser.add_argument("script", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    add_script_argument(parser)
 
 
 def run(args: argparse.Namespace, console) -> int:
-    command = list(args.script or [])
-    if command and command[0] == "--":
-        command = command[1:]
+    command = script_command(args)
     argv = ["rnnprof", "trace", *sys.argv[2:]] if sys.argv[1:2] == ["trace"] else ["rnnprof", "trace"]
     if args.attach and command:
         raise UsageError("--attach and a script to run cannot be combined")
@@ -120,19 +115,8 @@ def _attach(args, console, argv) -> int:
     return 0
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _hang_options(args) -> HangOptions:
-    return HangOptions(after=args.hang_after, stop=args.on_hang == "stop", on_note=_say)
-
-
-def _say(text: str) -> None:
-    print(f"rnnprof trace: {text}", file=sys.stderr, flush=True)
+    return hang_options(args, "trace")
 
 
 def _script(args, command, console) -> int:

@@ -173,6 +173,19 @@ COLLECTIVE_COPY = re.compile(r"^(?:fsdp|FSDP)::\w*(?:copy|chunk_cat)\w*|^aten::s
 NOT_COLLECTIVES = ("wait", "barrier_wait", "coalesced")
 
 
+# -- pipeline schedules ---------------------------------------------------------------------------------
+#
+# The schedules a pipeline runs its micro-batches by (``trace --schedule``, ``pipeline --schedule``), and the ranges
+# torch.distributed.pipelining records around a micro-batch's work: ScheduleGPipe's ``Forward i``/``Backward i``
+# (the wait for the micro-batch's input inside), and its runtime's ``PP:<stage><action><micro-batch>``
+# (``PP:2F0``: stage 2's forward of micro-batch 0; ``B`` a full backward, ``I`` and ``W`` a backward's input and
+# weight halves), which the interleaved schedules run by.
+ONE_F_ONE_B, GPIPE, INTERLEAVED_1F1B = "1f1b", "gpipe", "interleaved-1f1b"
+PIPELINE_SCHEDULES = (ONE_F_ONE_B, GPIPE, INTERLEAVED_1F1B)
+GPIPE_RANGE = re.compile(r"^(Forward|Backward) (\d{1,6})$")
+PP_ACTION_RANGE = re.compile(r"^PP:(\d{1,6})(F|B|I|W)(\d{1,6})$")
+
+
 # -- training phases ------------------------------------------------------------------------------------
 #
 # The phase a collective belongs to: the capture's own ranges (``rnnprof.recording.torch_profiler``'s
@@ -192,6 +205,12 @@ LIBRARY_PHASE_RANGES = ((BACKWARD, re.compile(r"^FSDP::(?:pre_backward|post_back
                                               r"backward_prefetch)")),
                         (FORWARD, re.compile(r"^FSDP::(?:pre_forward|post_forward|root_pre_forward)")),
                         (OPTIMIZER, re.compile(rf"^(?:{re.escape(OPTIMIZER_STEP)}|{re.escape(OPTIMIZER_ZERO_GRAD)})")))
+
+# FSDP2's ranges around gathering a module's parameters (``fully_shard``'s ``FSDP::all_gather (<module>)``: the flat
+# all-gather's input and output buffers; ``FSDP::all_gather_copy_out (<module>)``: each parameter's unsharded
+# storage), the module's name in brackets, none for the root module.
+FSDP_GATHER_RANGE = re.compile(r"^FSDP::(all_gather_copy_out|all_gather)(?: \((.+)\))?$")
+FSDP_ROOT = "(root)"
 
 MEMCPY_PATTERN = r"^(Memcpy|MEMCPY|dma)"
 MEMSET_PATTERN = r"^(Memset|MEMSET)"

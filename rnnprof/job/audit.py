@@ -22,6 +22,7 @@ from rnnprof.analyzers.critical_path.job import RankSummary, job_plan, job_repor
 from rnnprof.analyzers.launches import host_wait_share, launch_sample, launch_stats_of
 from rnnprof.analyzers.memory import MemoryReport, combined_memory, rank_memory
 from rnnprof.analyzers.noise import combined_spans, step_spans
+from rnnprof.analyzers.pipeline import PipelineReport, combine_timelines, rank_timelines
 from rnnprof.analyzers.placement.inputs import AuditInput, JobEvents
 from rnnprof.analyzers.replay.analysis import (check_changes, latest_rank, needs_latest_rank, step_saving,
                                                unchanged_replay)
@@ -74,6 +75,7 @@ class RankAudit:
     lost_sizes: np.ndarray  # the sizes of the blocks whose frees its allocator records miss
     launches: object  # its ``LaunchSample``, None without linked launches
     summary: RankSummary
+    timelines: tuple  # its pipeline timelines (``pipeline.rank_timelines``; none where it sends nothing)
 
 
 def _outline(table: EventTable) -> RankOutline:
@@ -105,7 +107,8 @@ def audit_parts(inp: AuditInput, options: AuditOptions) -> tuple[dict, RankAudit
     part, summary = rank_part(table, inp.classes)
     figures = {f.name: inp.figure(f) for f in FIGURES}
     launches = launch_sample(table, host_wait_share(comm[0]), host_ops=options.host_ops) if len(table) else None
-    rank = RankAudit(_outline(table), comm, figures, memory, lost, launches, summary)
+    rank = RankAudit(_outline(table), comm, figures, memory, lost, launches, summary,
+                     tuple(rank_timelines(table, classes=inp.classes)))
     return {PATH: part, NAMED: named_events(table, FIX_EVENTS)}, rank
 
 
@@ -132,9 +135,10 @@ def job_events(ranks: Sequence[RankAudit], memory: MemoryReport | None) -> JobEv
 
 
 def job_memory(folder: RankFolder, ranks: Sequence[RankAudit], options: AuditOptions,
-                selection: StepSelection | None, run: dict) -> MemoryReport | None:
+               selection: StepSelection | None, run: dict, pipeline: PipelineReport | None) -> MemoryReport | None:
     """The ranks' memory reports combined, each made with the sizes of the blocks whose frees any rank's records
-    miss: a rank whose own are fewer is read again (in workers) to leave them out of its growth and step peaks."""
+    miss: a rank whose own are fewer is read again (in workers) to leave them out of its growth and step peaks
+    (``pipeline``: the job's, whose stages are no replicas of each other)."""
     lost = [r.lost_sizes for r in ranks]
     sizes = np.unique(np.concatenate(lost)) if lost else np.zeros(0, dtype=np.int64)
     again = [k for k, r in enumerate(ranks) if r.memory is not None and not np.array_equal(r.lost_sizes, sizes)]
@@ -145,7 +149,7 @@ def job_memory(folder: RankFolder, ranks: Sequence[RankAudit], options: AuditOpt
                             **{k: v for k, v in run.items() if k != "on_done"}).report
         for k, report in zip(again, redone):
             reports[k] = report
-    combined = combined_memory(reports)
+    combined = combined_memory(reports, pipeline)
     sources = ", ".join(s for r in ranks for s in r.outline.sources)
     return replace(combined, source=sources or combined.source) if combined is not None else None
 
@@ -220,8 +224,8 @@ def critical_path_of(job: JobRun, ranks: Sequence[RankAudit], steps: Sequence[in
 @dataclass(frozen=True, eq=False)
 class AuditedJob:
     """What the audit of a job reads once its ranks are read: its input (``JobEvents``), what the rules are given
-    (``known``: the launch statistics, and the critical path when a rule first asks for it) and the replays of
-    their fixes (None without events)."""
+    (``known``: the launch statistics, the pipeline, and the critical path when a rule first asks for it) and the
+    replays of their fixes (None without events)."""
 
     input: AuditInput
     known: Known
@@ -232,7 +236,8 @@ def audited_job(job: JobRun, ranks: Sequence[RankAudit], options: AuditOptions, 
                 selection: StepSelection | None, run: dict) -> AuditedJob:
     """The ``AuditedJob`` of the ranks ``job`` read (``audit_parts``; ``run``: ``JobRun``'s, for reading a rank
     again)."""
-    events = job_events(ranks, job_memory(job.folder, ranks, options, selection, run))
+    pipeline = combine_timelines([t for r in ranks for t in r.timelines], options.manifest)
+    events = job_events(ranks, job_memory(job.folder, ranks, options, selection, run, pipeline))
     found: dict = {}
 
     def critical_path() -> CriticalPathReport:
@@ -240,7 +245,8 @@ def audited_job(job: JobRun, ranks: Sequence[RankAudit], options: AuditOptions, 
             found["path"] = critical_path_of(job, ranks)
         return found["path"]
 
-    known = Known(launches=launch_stats_of([r.launches for r in ranks]), critical_path=critical_path)
+    known = Known(launches=launch_stats_of([r.launches for r in ranks]), critical_path=critical_path,
+                  pipeline=pipeline)
     names = JobNames(tuple(_operator_names(events)), events.devices)
     return AuditedJob(AuditInput(manifest=options.manifest, job=events), known,
                       JobReplays(job, ranks, names, dependencies) if events.events else None)

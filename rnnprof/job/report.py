@@ -112,8 +112,8 @@ def job_run_report(folder: RankFolder, label: str, manifest: Manifest | None = N
             top_of([r.top_device for r in ranks], order=codes), top_of([r.top_host for r in ranks], order=codes),
             timeline, critical_path,
             step_times_of(marker_periods([r.markers for r in ranks], np.array(events.steps, dtype=np.int64))),
-            events.figures[MEMORY.name], profiler_cost_of(events.figures[HOST_OPS.name], manifest), audited.known,
-            audited.replays)
+            events.figures[MEMORY.name], profiler_cost_of(events.figures[HOST_OPS.name], manifest),
+            audited.known.pipeline, audited.known, audited.replays)
         opcount = op_count_report(label, events.source_format, None, None,
                                   combine_kernel_counts([r.kernels for r in ranks]), None,
                                   combine_copies([r.copies for r in ranks if r.copies is not None]),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from rnnprof import rundir
+
 
 class Steppable(Protocol):
     """What a capture offers ``rnnprof.step()`` and ``StepContext``."""
@@ -33,6 +35,23 @@ def clear_active_capture(capture: Steppable) -> None:
     global _active
     if _active is capture:
         _active = None
+
+
+class ClosedAsItEnded:
+    """``with capture:``: ``start()`` on entry; on exit, ``close()`` with how the block ended: normally (or a zero
+    ``SystemExit``), interrupted by Ctrl-C (exit code 130, stopped), or with the exception as the error (exit code
+    1). For the captures of a rank of a user's script (``TorchScriptCapture``, ``TorchRankWatch``)."""
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None or (issubclass(exc_type, SystemExit) and not exc.code):
+            self.close()
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.close(rundir.STATUS_INTERRUPTED, exit_code=130, stopped=True)
+        else:
+            self.close(rundir.STATUS_INTERRUPTED, exit_code=1, error=f"the script raised {exc_type.__name__}: {exc}")
 
 
 class StepContext:

@@ -36,6 +36,24 @@ FRAMEWORK = "torch"
 _RECORD = ".rank{rank}.facts.json"
 
 
+def env_int(name: str, default: int) -> int:
+    """A whole number torchrun sets in each rank's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), or
+    ``default`` where it is missing or not a number."""
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def process_group_backend() -> str | None:
+    """The process group's backend once ``torch.distributed`` is initialised in this rank, else None."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return str(dist.get_backend())
+    return None
+
+
 def record_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / rundir.TORCH_TRACES_DIR / _RECORD.format(rank=int(rank))
 
@@ -118,6 +136,15 @@ def mark_hung(run_dir: str | Path, hang: dict) -> None:
         atomic_write_json(run_dir / rundir.MANIFEST, manifest)
 
 
+def update_manifest(run_dir: str | Path, **fields) -> None:
+    """Set ``fields`` in the run's manifest, under the ranks' lock (the watch's summary, once the job has ended)."""
+    run_dir = Path(run_dir)
+    with _locked(run_dir):
+        manifest = _manifest_or_new(run_dir, None)
+        manifest.update(fields)
+        atomic_write_json(run_dir / rundir.MANIFEST, manifest)
+
+
 def _manifest_or_new(run_dir: Path, command) -> dict:
     """The run directory's manifest, or a new one for ``command`` (default: this process's) where it has none."""
     try:
@@ -169,6 +196,7 @@ def _match_disk(run_dir: Path, records: list[dict]) -> None:
             record.update(trace=None, steps=[])
         elif not listed and path.is_file():
             skip, window = record.get("skip_steps"), record.get("window_steps")
+            skip = skip + record.get("first_step", 0) if isinstance(skip, int) else skip
             record["trace"] = path.relative_to(run_dir).as_posix()
             record["steps"] = list(range(skip, skip + window)) if isinstance(skip, int) and isinstance(window, int) else []
         elif not listed:

@@ -12,6 +12,7 @@ See docs/commands/trace.md.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -39,6 +40,7 @@ from rnnprof.rundir.writer import RunWriter, atomic_write_json, check_out_dir, p
 from rnnprof.recording.imports import when_imported
 from rnnprof.recording.tf_capture import TensorFlowCapture
 from rnnprof.recording.torch_script import TorchScriptCapture
+from rnnprof.recording.watch_rank import TorchRankWatch
 from rnnprof.recording.torchrun_launch import ACCEPTED, CHANNEL_ENV, GO
 
 ENV = "RNNPROF_CAPTURE"
@@ -50,9 +52,11 @@ NO_TENSORFLOW = 2  # the child's exit code when its Python has no TensorFlow (rn
 
 
 def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 3, skip_steps: int = 1,
-               delay: float = 0.0, force: bool = False, hang: HangOptions = HangOptions()) -> int:
+               delay: float = 0.0, force: bool = False, hang: HangOptions = HangOptions(),
+               watch: dict | None = None, beside=None) -> int:
     """Run ``command`` under capture into ``out_dir``; returns the script's exit code (``HUNG_EXIT`` when the
-    job hung and was stopped)."""
+    job hung and was stopped). ``watch``: the ranks watch their steps instead (``rnnprof watch``; its settings),
+    and ``beside`` (a context manager) runs while the job does, from the moment its run directory is ready."""
     launch = launch_command(command)
     if launch.torchrun and delay:
         raise UsageError(_NO_DELAY)
@@ -62,21 +66,16 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
         prepare_out_dir(out, force=force)
         atomic_write_json(out / rundir.MANIFEST, new_manifest(list(command), {"script": list(command)}))
 
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[2])  # the folder holding rnnprof/
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's info lines (profiler sessions) are rnnprof's noise
-    env[ENV] = json.dumps({"out": str(out), "steps": steps, "skip_steps": skip_steps, "delay": delay,
-                           "command": list(command), "rnnprof_python": sys.executable,
-                           "torchrun": launch.torchrun})
-    env.setdefault(FR_BUFFER_ENV, FR_BUFFER)  # each rank's flight recorder, for the hang watch
+    env = _child_environment({"out": str(out), "steps": steps, "skip_steps": skip_steps, "delay": delay,
+                              "command": list(command), "rnnprof_python": sys.executable,
+                              "torchrun": launch.torchrun, "watch": watch})
     if launch.torchrun:
         child = _start_torchrun(launch.argv, env, open_run)
     else:
         open_run()
         child = subprocess.Popen(launch.argv, env=env, preexec_fn=_end_with_parent())
     interrupted, hung, watch = False, False, HangWatch(out, ProbedRanks(out), hang)
-    with ranks.ExitWatch(out) as exits:  # which rank ended first, when one fails
+    with ranks.ExitWatch(out) as exits, beside or contextlib.nullcontext():  # exits: which rank ended first
         try:
             code, hung = _wait(child, out, hang, watch)
         except KeyboardInterrupt:
@@ -98,6 +97,18 @@ def run_script(out_dir: str | Path, command: Sequence[str], steps: int | None = 
         _mark_unfinished(out, list(command), code)
         remove_probe_files(out, TASKS)
     return 130 if interrupted or code == -signal.SIGINT else code
+
+
+def _child_environment(settings: dict) -> dict:
+    """The environment of the script's processes: rnnprof importable, the bootstrap's ``settings``, the flight
+    recorder on."""
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder holding rnnprof/
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's info lines (profiler sessions) are rnnprof's noise
+    env[ENV] = json.dumps(settings)
+    env.setdefault(FR_BUFFER_ENV, FR_BUFFER)  # each rank's flight recorder, for the hang watch
+    return env
 
 
 def _start_torchrun(argv: list[str], env: dict, open_run) -> subprocess.Popen:
@@ -282,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _end_with_launcher()
     framework = script_framework(argv) or (TORCH if settings.get("torchrun") else None)
     with interrupt_once():  # SIGINT or SIGTERM (rnnprof passes its own on): the capture closes as interrupted
+        if settings.get("watch"):
+            return _watch_torch(settings, argv, framework)
         if framework == TORCH:
             return _capture_torch(settings, argv)
         if framework == TENSORFLOW and settings.get("torchrun"):
@@ -422,6 +435,31 @@ def _capture_torch(settings: dict, argv: list[str]) -> int:
         elif status == rundir.STATUS_INTERRUPTED:
             _rank_record(settings, status, code, None, stopped=True)
     return code
+
+
+def _watch_torch(settings: dict, argv: list[str], framework: str | None) -> int:
+    """A rank of a watched job (``rnnprof watch``): its steps measured, windows captured when asked."""
+    if framework == TENSORFLOW:
+        return _refuse_rank(settings, WATCH_TORCH_ONLY)
+    watch, status, code, error = None, rundir.STATUS_COMPLETE, 0, None
+    try:
+        import torch  # noqa: F401  the optimizer hooks go in before the script builds anything
+
+        watch = TorchRankWatch(settings["out"], command=settings.get("command")).start()
+        status, code, error = _run(argv)
+    except ImportError as exc:
+        return _refuse_rank(settings, f"{sys.executable} cannot import torch ({exc})")
+    except KeyboardInterrupt:
+        status, code = rundir.STATUS_INTERRUPTED, 130
+    finally:
+        ignore_interrupts()
+        if watch is not None:
+            watch.close(status, exit_code=code, error=error, stopped=code == 130)
+    return code
+
+
+WATCH_TORCH_ONLY = ("rnnprof watch runs PyTorch scripts (-- python or -- torchrun); TensorFlow is watched through "
+                    "the built-in workloads (rnnprof watch --model ...)")
 
 
 def _run(argv: list[str]) -> tuple[str, int, str | None]:

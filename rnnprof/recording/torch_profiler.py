@@ -43,7 +43,7 @@ class TorchCapture:
     """``torch.profiler`` over steps ``skip_steps`` .. ``skip_steps + steps - 1`` of one rank (see the module)."""
 
     def __init__(self, run_dir: str | Path, rank: int = 0, skip_steps: int = 1, steps: int = 2,
-                 profile_memory: bool = True):
+                 profile_memory: bool = True, first_step: int = 0):
         if skip_steps < 0 or steps < 1:
             raise ValueError(f"TorchCapture needs skip_steps >= 0 and steps >= 1 (got {skip_steps}, {steps})")
         torch = import_torch("capturing a PyTorch run")
@@ -53,6 +53,7 @@ class TorchCapture:
         self.rank = int(rank)
         self.skip_steps = int(skip_steps)
         self.steps = int(steps)
+        self.first_step = int(first_step)  # the number of the step profiling starts in (rnnprof watch: the job's)
         self.path = trace_path(self.run_dir, self.rank)
         self._torch = torch
         self._done = 0  # steps completed (calls to step())
@@ -76,12 +77,14 @@ class TorchCapture:
         warmup = min(1, self.skip_steps)  # Kineto wants one warm-up step where there is room for it
         self._profile = profile(
             activities=activities,
-            schedule=schedule(wait=self.skip_steps - warmup, warmup=warmup, active=self.steps, repeat=1),
+            schedule=_from_step(schedule(wait=self.skip_steps - warmup, warmup=warmup, active=self.steps, repeat=1),
+                                self.first_step),
             on_trace_ready=self._export, record_shapes=True, profile_memory=self.profile_memory)
+        self._profile.step_num = self.first_step  # ProfilerStep#N numbers the job's steps
         self._profile.start()
         if self.skip_steps == 0:
             self._baseline = window_baseline(torch)
-        self._nvtx = NvtxSpan("step 0")
+        self._nvtx = NvtxSpan(f"step {self.first_step}")
         self._began = _clocks()
 
     # -- the training loop's calls -------------------------------------------------------------------
@@ -105,7 +108,7 @@ class TorchCapture:
         with interrupts_deferred():  # a Ctrl-C in the window's export comes once the trace is written
             self._profile.step()  # ends ProfilerStep#N, begins #N+1; writes the trace as the window ends
         self._step_left.set()  # the compressing thread starts only now, off the closing step's time
-        self._nvtx = NvtxSpan(f"step {self._done}")
+        self._nvtx = NvtxSpan(f"step {self.first_step + self._done}")
 
     def close(self, wait: bool = True) -> dict:
         """Stop profiling (writing a window cut short) and return this rank's facts for the manifest;
@@ -130,7 +133,14 @@ class TorchCapture:
     @property
     def captured_steps(self) -> list[int]:
         """The window's steps that ran to their end (a step cut short by ``close`` is in the trace, not here)."""
-        return list(range(self.skip_steps, min(self.skip_steps + self.steps, self._done)))
+        first = self.first_step + self.skip_steps
+        return list(range(first, min(first + self.steps, self.first_step + self._done)))
+
+    @property
+    def writing(self) -> bool:
+        """The window's trace is being exported or compressed beside the training."""
+        thread = self._compressing
+        return thread is not None and thread.is_alive()
 
     def step_times(self) -> dict:
         """``{names.RANK_STEP_SECONDS: [each step's wall seconds], names.RANK_STEP_CPU_SECONDS: [its CPU seconds,
@@ -169,6 +179,7 @@ class TorchCapture:
         return {"rank": self.rank,
                 "trace": self.path.relative_to(self.run_dir).as_posix() if self._written else None,
                 "steps": self.captured_steps, "skip_steps": self.skip_steps, "window_steps": self.steps,
+                "first_step": self.first_step,
                 "steps_run": self._done, "activities": self.activities,
                 "backend": backend, "world_size": world, "memory": self.memory_facts(), **self.step_times()}
 
@@ -228,6 +239,12 @@ class TorchCapture:
         # the steps a compression at nice 19 runs beside are not slowed by it, and what wait() takes over runs
         # once they are over: the export ended with Kineto's
         self._export_span.append(self._exported_at if self._lowered else time.perf_counter())
+
+
+def _from_step(schedule, first_step: int):
+    """``schedule`` for a profiler whose first step is numbered ``first_step`` (the profiler's own schedule is
+    asked about step 0 as it is made, before its number is set)."""
+    return lambda step: schedule(max(0, step - first_step))
 
 
 class BlockCompression:

@@ -22,7 +22,7 @@ from pathlib import Path
 from rnnprof import rundir
 from rnnprof.recording import ranks
 from rnnprof.recording.hang_probe import RankProbe
-from rnnprof.recording.active import StepContext, clear_active_capture, set_active_capture
+from rnnprof.recording.active import ClosedAsItEnded, StepContext, clear_active_capture, set_active_capture
 from rnnprof.rundir.manifest import process_versions
 from rnnprof.rundir.writer import prepare_out_dir
 from rnnprof.recording.torch_profiler import TorchCapture
@@ -30,14 +30,7 @@ from rnnprof.recording.torch_profiler import TorchCapture
 _BIG = 2**31 - 1  # steps=None: the window lasts until the capture closes
 
 
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-class TorchScriptCapture:
+class TorchScriptCapture(ClosedAsItEnded):
     """One rank's capture of the user's torch code (see the module); ``start``/``close`` or ``with``."""
 
     def __init__(self, out_dir: str | Path, steps: int | None = 3, skip_steps: int = 1, force: bool = False,
@@ -47,8 +40,8 @@ class TorchScriptCapture:
         self.out_dir = Path(out_dir)
         self.steps = steps
         self.skip_steps = max(0, int(skip_steps))
-        self.rank = _env_int("RANK", 0)
-        self.world_size = _env_int("WORLD_SIZE", 1)
+        self.rank = ranks.env_int("RANK", 0)
+        self.world_size = ranks.env_int("WORLD_SIZE", 1)
         self._force = force
         self._prepared = _prepared
         self._command = command
@@ -65,17 +58,6 @@ class TorchScriptCapture:
         self._probe: RankProbe | None = None  # stacks, flight recorder and steps for the hang watch
 
     # -- lifecycle -------------------------------------------------------------------------------
-
-    def __enter__(self) -> "TorchScriptCapture":
-        return self.start()
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None or (issubclass(exc_type, SystemExit) and not exc.code):
-            self.close()
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.close(rundir.STATUS_INTERRUPTED, exit_code=130, stopped=True)
-        else:
-            self.close(rundir.STATUS_INTERRUPTED, exit_code=1, error=f"the script raised {exc_type.__name__}: {exc}")
 
     def start(self) -> "TorchScriptCapture":
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -154,7 +136,7 @@ class TorchScriptCapture:
         if profiler is None or self._closed:
             return
         if self._backend is None:
-            self._backend = _backend()
+            self._backend = ranks.process_group_backend()
         profiler.step()
         if profiler.captured_steps and len(profiler.captured_steps) >= profiler.steps:
             self._end_window(wait=False)  # the hooks go; the trace is written beside the training
@@ -182,7 +164,7 @@ class TorchScriptCapture:
     # -- record ----------------------------------------------------------------------------------
 
     def _record(self, status: str, **fields) -> dict:
-        record = {"rank": self.rank, "local_rank": _env_int("LOCAL_RANK", self.rank), "pid": os.getpid(),
+        record = {"rank": self.rank, "local_rank": ranks.env_int("LOCAL_RANK", self.rank), "pid": os.getpid(),
                   "trace": None, "steps": [], "steps_run": 0, "skip_steps": self.skip_steps,
                   "window_steps": self.steps, **self._facts, "status": status,
                   "world_size": self.world_size, "backend": self._facts.get("backend") or self._backend,
@@ -190,11 +172,3 @@ class TorchScriptCapture:
         record.update({k: v for k, v in fields.items() if v is not None})
         return ranks.write_record(self.out_dir, record, self._command)
 
-
-def _backend() -> str | None:
-    """The process group's backend once ``torch.distributed`` is initialised."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return str(dist.get_backend())
-    return None

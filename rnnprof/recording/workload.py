@@ -71,7 +71,7 @@ def capture_workload(config: WorkloadConfig, out: str | Path | None, force: bool
             writer.finish(rundir.STATUS_INTERRUPTED)
         remove_probe_files(writer.path, TASKS)
 
-    watch = _hang_watch(writer, config, hang, started, task_died)
+    watch = chief_hang_watch(writer, config, hang, started, task_died)
     try:
         return _capture(writer, config, workload, trace_steps, on_warning, watch, started, task_died)
     finally:
@@ -101,7 +101,7 @@ def _capture(writer: RunWriter, config: WorkloadConfig, workload, trace_steps: i
                            captured=writer.captured)
 
 
-def _hang_watch(writer: RunWriter, config: WorkloadConfig, hang: HangOptions | None, started: list,
+def chief_hang_watch(writer: RunWriter, config: WorkloadConfig, hang: HangOptions | None, started: list,
                 task_died: Callable) -> HangWatch | None:
     """The hang watch of a job this process drives, or None (no ``hang``): a cluster it starts (``--workers``; its
     tasks are numbered as ``ClusterSpec.tasks()`` lists them: workers, then ps tasks), its own devices (no task),

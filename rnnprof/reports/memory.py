@@ -8,7 +8,7 @@ import dataclasses
 from rich.console import Console
 from rich.text import Text
 
-from rnnprof.analyzers.memory import BASELINE_TOTAL, CATEGORIES, DeviceMemory, Imbalance, MemoryReport
+from rnnprof.analyzers.memory import BASELINE_TOTAL, CATEGORIES, DeviceMemory, Imbalance, MemoryReport, PipelineMemory
 from rnnprof.reports.charts import Figure, altair
 from rnnprof.reports.fit import Column, fit_table
 from rnnprof.reports.units import fmt_mb
@@ -33,7 +33,15 @@ DEFINITIONS = {
     "imbalance": "a peak above the median of the other devices' of its kind by more than 5% of it, in the median "
                  "step and above them in every step, or in every step from the one it starts at to the last (3 "
                  "steps or more, having taken more than 5% at that step: from_step, taken); where each step is "
-                 "recorded apart (TensorFlow), the device also allocates more than 5% above their median in a step",
+                 "recorded apart (TensorFlow), the device also allocates more than 5% above their median in a step; "
+                 "in a pipeline, only ranks of the same stage are compared",
+    "unsharded": "FSDP2's gathered parameters live at a device's peak, by module: the bytes allocated inside "
+                 "its FSDP::all_gather_copy_out (<module>) range (each parameter's unsharded storage, padded to a "
+                 "multiple of the shard group) and inside FSDP::all_gather (<module>) (the all-gather's flat input "
+                 "and output buffers)",
+    "pipeline": "a pipeline's stages hold different layers and, under 1F1B, the activations of min(p - stage, m) "
+                "micro-batches at once (GPipe: all m): their peaks are compared as the schedule explains them, not "
+                "as replicas; explained: the highest peak is on a stage that holds more micro-batches than another",
 }
 
 
@@ -41,7 +49,9 @@ def to_document(report: MemoryReport) -> dict:
     return {"source": report.source, "steps": report.steps, "unusable": report.unusable,
             "categories": list(CATEGORIES),
             "devices": [dataclasses.asdict(d) for d in report.devices],
-            "imbalances": [dataclasses.asdict(i) for i in report.imbalances], "definitions": DEFINITIONS}
+            "imbalances": [dataclasses.asdict(i) for i in report.imbalances],
+            "pipeline": None if report.pipeline is None else dataclasses.asdict(report.pipeline),
+            "definitions": DEFINITIONS}
 
 
 def _mb(value: int | None) -> str:
@@ -58,6 +68,8 @@ def render_memory(report: MemoryReport, console: Console) -> None:
                             rows, title=f"memory of {report.source} (MB = 10^6 bytes)"))
     for device in report.devices:
         _render_device(device, width, console)
+    if report.pipeline is not None:
+        console.print(Text(pipeline_note(report.pipeline)))
     for imbalance in report.imbalances:
         ops = ", ".join(f"{s.name} {fmt_mb(s.bytes)}" for s in imbalance.operators[:3])
         more = f", allocates {fmt_mb(imbalance.allocates_more)} MB more a step" if imbalance.allocates_more > 0 else ""
@@ -70,6 +82,23 @@ def render_memory(report: MemoryReport, console: Console) -> None:
             console.print(Text(f"  {imbalance.device} holds {fmt_mb(held)} MB for other replicas: {names}"))
     if report.unusable:
         console.print(Text(f"left out: {report.unusable:,} memory events without a number for Bytes"))
+
+
+def pipeline_note(pipeline: PipelineMemory) -> str:
+    """One sentence on a pipeline's stages' peaks: the highest against the lowest, and whether the schedule explains
+    the difference."""
+    top = max(pipeline.peaks, key=lambda p: p.peak)
+    low = min(pipeline.peaks, key=lambda p: p.peak)
+    schedule = {"1f1b": "1F1B", "gpipe": "GPipe"}.get(pipeline.schedule, pipeline.schedule or "its schedule")
+    said = (f"pipeline ({schedule}, {pipeline.ranks} stages, {pipeline.micro_batches} micro-batches): {top.device} "
+            f"(stage {top.position}) peaks {fmt_mb(top.peak - low.peak)} MB above {low.device} (stage {low.position})")
+    if pipeline.explained:
+        return (f"{said}: expected, {schedule} has stage {top.position} hold the activations of up to "
+                f"{top.in_flight} micro-batches at once (at its peak {fmt_mb(top.activation)} MB of activations) "
+                f"and stage {low.position} of {low.in_flight} ({fmt_mb(low.activation)} MB); ranks of different "
+                f"stages are not compared as replicas")
+    return (f"{said}; the stages hold different layers, so ranks of different stages are not compared as "
+            f"replicas")
 
 
 def _since(imbalance: Imbalance) -> str:
@@ -90,6 +119,8 @@ def _render_device(device: DeviceMemory, width: int, console: Console) -> None:
     table_rows = [["by category", "", ""], *rows[:split], ["by allocating operator", "", ""], *rows[split:]]
     console.print(fit_table(width, [Column("", "name", least=24), Column("MB"), Column("share")], table_rows,
                             title=f"{device.device}: live at the peak"))
+    if device.unsharded:
+        _render_unsharded(device, width, console)
     growth = device.growth
     if growth.reason:
         line = f"{device.device}: growth per step not judged: {growth.reason}"
@@ -116,6 +147,16 @@ def _render_device(device: DeviceMemory, width: int, console: Console) -> None:
         console.print(Text(f"{device.device}: the CUDA allocator's peak over the process: "
                            f"{fmt_mb(device.allocator_max)} MB"))
     console.print(Text(""))
+
+
+def _render_unsharded(device: DeviceMemory, width: int, console: Console) -> None:
+    """What FSDP had gathered at the peak, by module."""
+    rows = [[Text(u.module), fmt_mb(u.parameters), fmt_mb(u.buffers)] for u in device.unsharded]
+    total = sum(u.parameters + u.buffers for u in device.unsharded)
+    share = f"{100 * total / device.peak.allocated:.1f}%" if device.peak.allocated else "-"
+    console.print(fit_table(width, [Column("module", "label"), Column("unsharded\nparameters MB"),
+                                    Column("all-gather\nbuffers MB")], rows,
+                            title=f"{device.device}: FSDP's gathered parameters live at the peak ({share} of it)"))
 
 
 def memory_chart(report: MemoryReport) -> Figure:

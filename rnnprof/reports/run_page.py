@@ -3,7 +3,8 @@
 Sections: findings (``rnnprof audit``'s, when given), the run, throughput, time per device with idle time by
 cause and stragglers (per step and across ranks), kernel launches, a timeline of one step, ops, placement, the
 critical path of the timeline's step (``rnnprof.reports.critical_path`` picks the chain's rows and defines the
-terms), the roofline and MFU (as ``rnnprof roofline`` computes them). A section the input cannot provide is left out; one line at the end names each with why.
+terms), the roofline and MFU (as ``rnnprof roofline`` computes them), memory, a pipeline's bubble per rank and its stage x
+time chart (as ``rnnprof pipeline`` computes them). A section the input cannot provide is left out; one line at the end names each with why.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rnnprof.reports.findings_html import findings_section
 from rnnprof.reports.html import Page
 from rnnprof.reports.layout import outside_note, shown_links
 from rnnprof.reports.memory import memory_chart
+from rnnprof.reports.pipeline import pipeline_section
 from rnnprof.reports.units import fmt_mb, fmt_ms
 
 TOP_TYPES = 15
@@ -51,6 +53,7 @@ def run_page(report: RunReport, name: str, notes: list[str], findings: AuditResu
     _critical_path(page, report)
     _roofline(page, report)
     _memory(page, report)
+    _pipeline(page, report)
     page.left_out_line()
     return page.render()
 
@@ -439,6 +442,14 @@ def _roofline(page: Page, report: RunReport) -> None:
                  "-" if row.of_roofline is None else f"{100 * row.of_roofline:.1f}"]
                 for name, row in result.families.items()], numeric={2, 3, 4, 5, 6, 7, 8})
     page.chart("roofline", charts.spec(charts.roofline_chart([("", result)])))
+
+
+def _pipeline(page: Page, report: RunReport) -> None:
+    if report.pipeline is None:
+        page.leave_out("The pipeline", "no pipeline: no two ranks send to each other and work in the same steps")
+        return
+    page.heading("Pipeline")
+    pipeline_section(page, report.pipeline)
 
 
 def _memory(page: Page, report: RunReport) -> None:

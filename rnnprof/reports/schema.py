@@ -17,7 +17,7 @@ from msgspec import UNSET, UnsetType
 from rnnprof.analyzers.audit.finding import Subject
 from rnnprof.analyzers.critical_path import StepPath
 from rnnprof.analyzers.groups import GroupStraggler
-from rnnprof.analyzers.memory import DeviceMemory, Imbalance
+from rnnprof.analyzers.memory import DeviceMemory, Imbalance, PipelineMemory
 from rnnprof.analyzers.hang import Culprit, Waiter
 from rnnprof.analyzers.opcount import GraphOpCounts, KernelCounts
 from rnnprof.analyzers.peaks import Peaks
@@ -418,6 +418,96 @@ class MemoryDocument(_Part, kw_only=True):
     categories: list[str]
     devices: list[DeviceMemory]
     imbalances: list[Imbalance]
+    pipeline: PipelineMemory | None
+    definitions: dict[str, str]
+    left_out: dict[str, int]
+    input_notes: list[str]
+
+
+class PipelineScheduleDoc(_Part, kw_only=True):
+    """``pipeline --json``'s ``schedule`` (``analyzers.pipeline.PipelineSchedule.as_dict``): its kind (None: not
+    told), ranks (p), micro-batches (m), stages per rank (v), where they came from, and the theory's bubble."""
+
+    kind: str | None
+    ranks: int
+    micro_batches: int
+    stages_per_rank: int
+    stages: int
+    source: str
+    theory_bubble_pct: float | None
+
+
+class PipelineFigures(_Part, kw_only=True):
+    """A rank's window, busy time, bubble and its five parts, and its forward and backward work, in µs
+    (``analyzers.pipeline.StageStep``), of one step or, summed, of every step."""
+
+    window_us: float
+    busy_us: float
+    bubble_us: float
+    warm_up_us: float
+    cool_down_us: float
+    neighbour_us: float
+    transfer_us: float
+    other_us: float
+    forward_us: float
+    backward_us: float
+
+
+class PipelineStepDoc(PipelineFigures, kw_only=True):
+    """One rank's step (``analyzers.pipeline.StageStep.as_dict``)."""
+
+    step: int
+
+
+class PipelineRankDoc(PipelineFigures, kw_only=True):
+    """One rank of the pipeline (``analyzers.pipeline.Stage.as_dict``): its place, stage indices, figures over
+    every step, whom it waited on and its busy time per stage index."""
+
+    rank: str
+    position: int
+    stages: list[int]
+    bubble_pct: float
+    waited_on_us: dict[str, float]
+    stage_busy_us: dict[str, float]
+    steps: list[PipelineStepDoc]
+
+
+class StageImbalanceDoc(_Part, kw_only=True):
+    """The busiest stage against the others (``analyzers.pipeline.StageImbalance.as_dict``), per step."""
+
+    stage: int
+    rank: str
+    busy_us: float
+    others_median_us: float
+    excess_us: float
+    excess_pct: float
+    saving_bound_us: float
+
+
+class PipelineSegmentDoc(_Part, kw_only=True):
+    """A piece of the chart's step (``analyzers.pipeline.Segment.as_dict``): work or a bubble's part."""
+
+    rank: str
+    step: int
+    kind: str
+    start_us: float
+    end_us: float
+    micro_batch: int
+    stage: int
+
+
+class PipelineDocument(_Part, kw_only=True):
+    """``rnnprof pipeline --json``: the schedule and its theory, the measured bubble (over every step and per
+    step), each rank, the imbalance, and the segments of the step the chart shows."""
+
+    schema_version: Version
+    schedule: PipelineScheduleDoc
+    steps: list[int]
+    bubble_pct: float
+    step_bubble_pct: dict[str, float]
+    stages: list[PipelineRankDoc]
+    imbalance: StageImbalanceDoc | None
+    segments: list[PipelineSegmentDoc]
     definitions: dict[str, str]
     left_out: dict[str, int]
     input_notes: list[str]
@@ -428,6 +518,7 @@ DOCUMENTS: dict[str, tuple[type, ...]] = {
     "count-ops": (CountOpsDocument, CountOpsComparisonDocument),
     "comm": (CommDocument,),
     "memory": (MemoryDocument,),
+    "pipeline": (PipelineDocument,),
     "critical-path": (CriticalPathDocument,),
     "roofline": (RooflineDocument,),
     "placement-audit": (PlacementAuditDocument,),

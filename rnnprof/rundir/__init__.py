@@ -9,6 +9,7 @@
       graphs/graph.pb, partitions/, functions/    user graph, partition graphs, TF2 function graphs
       torch/rank<r>.json.gz                       PyTorch runs: rank r's Kineto trace of its window
       hang/                                       a hung job: each rank's stacks, flight recorder, the verdict
+      series/, windows/, anomalies.jsonl          rnnprof watch: the ranks' step series, windows, anomalies
 
 What each file holds, the timelines' schema (lanes, ops, transfer and collective arrows) and the step
 numbering (``traced_steps``, ``profiled_steps``): docs/run-directory.md.
@@ -67,3 +68,37 @@ def run_metadata_name(step: int) -> str:
 
 def is_run_dir(path: Path) -> bool:
     return Path(path, MANIFEST).is_file()
+
+
+# rnnprof watch (docs/commands/watch.md)
+SERIES_DIR = "series"
+WINDOWS_DIR = "windows"
+ANOMALIES = "anomalies.jsonl"
+VERDICT = "verdict.json"  # in a window's folder: what its analysis found
+WINDOW_REQUEST = ".request.json"  # in WINDOWS_DIR: the window the ranks are asked to capture next
+CAPTURE_ASKS = ".asks"  # in WINDOWS_DIR: a window asked for from another terminal (rnnprof watch --capture RUN)
+_SERIES = re.compile(r"rank(\d+)\.jsonl$")
+
+
+def series_name(rank: int | str) -> str:
+    """Rank ``rank``'s series file in ``SERIES_DIR`` (``"*"``: the pattern of every rank's)."""
+    return f"rank{rank}.jsonl"
+
+
+def series_rank(name: str) -> int | None:
+    found = _SERIES.search(name)
+    return int(found.group(1)) if found else None
+
+
+_WINDOW = re.compile(r"^\d+-step(\d+)$")
+
+
+def window_first_step(name: str) -> int | None:
+    """The first step of the window whose folder is ``name`` (as ``window_name`` names it), else None."""
+    found = _WINDOW.match(name)
+    return int(found.group(1)) if found else None
+
+
+def window_name(number: int, first_step: int) -> str:
+    """Capture window ``number``'s folder in ``WINDOWS_DIR``: ``003-step1207``."""
+    return f"{number:03d}-step{first_step}"

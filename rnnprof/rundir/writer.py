@@ -35,7 +35,8 @@ _ARTIFACTS = (
     ("kineto", f"{rundir.TORCH_TRACES_DIR}/*.json.gz"),
 )
 _OWN_ENTRIES = (rundir.MANIFEST, "plugins", rundir.TIMELINES_DIR, rundir.RUN_METADATA_DIR, rundir.GRAPHS_DIR,
-                rundir.CRITICAL_PATH_OVERLAY, rundir.TORCH_TRACES_DIR, rundir.HANG_DIR)
+                rundir.CRITICAL_PATH_OVERLAY, rundir.TORCH_TRACES_DIR, rundir.HANG_DIR, rundir.SERIES_DIR,
+                rundir.WINDOWS_DIR, rundir.ANOMALIES)
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 

@@ -338,7 +338,8 @@ def _match_runs(table: EventTable, runs: np.ndarray, calls: np.ndarray,
         while calls and table.ts[calls[0]] <= table.ts[run]:
             pending.append(calls.pop(0))
         kind = collective_type(table.strings[table.name[run]])
-        fits = [c for c in pending if _carries(kind, table.strings[table.name[c]])
+        name = table.strings[table.name[run]]
+        fits = [c for c in pending if _carries(kind, table.strings[table.name[c]], name)
                 and _same_elements(message[c].in_nelems, message[run].in_nelems)]
         call = fits[0] if fits else -1
         if call >= 0:
@@ -351,7 +352,15 @@ def _same_elements(a: int, b: int) -> bool:
     return a < 0 or b < 0 or a == b
 
 
-def _carries(run_kind: str, call_name: str) -> bool:
-    """Whether a run of ``run_kind`` may carry out the call named ``call_name``."""
+def _carries(run_kind: str, call_name: str, run_name: str = "") -> bool:
+    """Whether a run of ``run_kind`` (named ``run_name``) may carry out the call named ``call_name``: a send's run
+    a send, a receive's a receive."""
     call_kind = collective_type(call_name)
+    if run_kind == SEND_RECV == call_kind:
+        return _p2p_direction(call_name) == _p2p_direction(run_name)
     return run_kind == call_kind or run_kind in CARRIED_OUT_AS.get(call_kind, ())
+
+
+def _p2p_direction(name: str) -> str:
+    name = name.lower()
+    return "send" if "send" in name and "recv" not in name else "recv" if "recv" in name and "send" not in name else ""

@@ -61,6 +61,9 @@ class RankJob:
     return_parameters: bool = False  # send each rank's parameters back after the run (tests)
     capture: CaptureWindow | None = None
     step_logs: str | None = None  # a folder where each rank logs its finished steps (torch_progress.StepLog)
+    # rnnprof watch: ``watch(rank)``, a context manager around the rank's steps that measures each, given by the
+    # capture layer; its ``environment`` is set in the rank as the capture's is
+    watch: Callable[[int], Any] | None = None
 
 
 class _CapturedSteps:
@@ -143,7 +146,7 @@ def rank_main(job: RankJob) -> dict:
     torch.set_num_threads(plan.threads)
     if plan.device.startswith("cuda"):
         torch.cuda.set_device(torch.device(plan.device))  # a device mesh's collectives run on the current GPU
-    for name, value in job.capture.environment if job.capture is not None else ():
+    for name, value in (*(job.capture.environment if job.capture else ()), *(job.watch.environment if job.watch else ())):
         os.environ.setdefault(name, value)  # before the process group: torch reads it there
     dist.init_process_group(plan.backend)
     try:
@@ -179,7 +182,8 @@ def _train(job: RankJob, training: TorchTraining, rank: int, peak: PeakMemory) -
     step_log = StepLog(job.step_logs, rank) if job.step_logs is not None else None
     probe = job.capture.probe(job.capture.run_dir, rank).install() if job.capture and job.capture.probe else None
     try:
-        m = measure(runnable, config.warmup, config.batches, on_step=_Ticks(step_log, probe))
+        with job.watch(rank) if job.watch is not None else contextlib.nullcontext():
+            m = measure(runnable, config.warmup, config.batches, on_step=_Ticks(step_log, probe))
         memory = peak.read(training.parameter_list, training.optimizer)
         traced = [_Ticks(None, probe).after(runnable.step()) for _ in range(job.capture.steps)] if capture else []
     finally:
@@ -320,7 +324,7 @@ def _launch_config(processes: int, logs: str, capture: CaptureWindow | None):
 
 def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_main,
               return_parameters: bool = False, capture: CaptureWindow | None = None,
-              on_step: StepCallback | None = None) -> list[dict]:
+              on_step: StepCallback | None = None, watch: Callable[[int], Any] | None = None) -> list[dict]:
     """Run ``worker`` in ``options.workload.devices`` processes; their results by rank (``capture``: each
     rank also profiles a window of steps after its timed ones, see ``rank_main``; ``on_step``: called in
     this process once per warm-up and timed step when every rank has finished it, see ``torch_progress``)."""
@@ -336,7 +340,7 @@ def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_ma
     lm_data(options)  # a --data file that cannot be read is one line here, not N tracebacks
     plan_layout(options)  # a combination that cannot work is one line here (the flags were checked already)
     job = RankJob(options=options, threads=options.workload.intra_op_threads or threads_per_process(processes),
-                  return_parameters=return_parameters, capture=capture)
+                  return_parameters=return_parameters, capture=capture, watch=watch)
     failure = interrupted = None
     try:
         # The workers' own output goes to files: a failure is reported from its error file, once, and the

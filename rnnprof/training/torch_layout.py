@@ -13,11 +13,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from rnnprof.errors import UsageError
+from rnnprof.events.names import PIPELINE_SCHEDULES
 from rnnprof.models.config import TorchOptions
 
 PARALLEL_MODES = ("ddp", "fsdp", "hsdp", "tp", "pp", "fsdp+tp", "pp+dp")
 HYBRID_DIMS = {"hsdp": ("replicate", "shard"), "fsdp+tp": ("dp", "tp"), "pp+dp": ("pp", "dp")}
-SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b")
+SCHEDULES = PIPELINE_SCHEDULES
 SHARDED = ("fsdp", "hsdp", "fsdp+tp")  # modes that call fully_shard
 PIPELINED = ("pp", "pp+dp")
 TENSOR_PARALLEL = ("tp", "fsdp+tp")

@@ -15,6 +15,7 @@ from rnnprof.analyzers.critical_path import CriticalPathReport, analyze_critical
 from rnnprof.analyzers.launches import LaunchStats, host_wait_share, launch_stats
 from rnnprof.analyzers.memory import MemoryReport, analyze_memory, combined_memory
 from rnnprof.analyzers.noise import StepNoise
+from rnnprof.analyzers.pipeline import PipelineReport, analyze_pipeline
 from rnnprof.analyzers.profiler_cost import RankProfilerCost, host_op_counts, profiler_cost_of
 from rnnprof.analyzers.placement.inputs import AuditInput, EventsFigure, merged
 from rnnprof.analyzers.placement.registry import PlacementResult
@@ -34,14 +35,15 @@ HOST_OPS = EventsFigure("host-ops", lambda inp: host_op_counts(inp.events), merg
 @dataclass(frozen=True, eq=False)
 class Known:
     """Analyses of the same table a caller has already computed (``rnnprof report``'s), so that the audit reads
-    them rather than computing them again: the events' ``classify``, ``analyze_comm`` and ``launch_stats``, and
-    the placement rules' result; for a whole job whose ranks were read apart, its critical path, computed when
-    first asked for (``critical_path()``)."""
+    them rather than computing them again: the events' ``classify``, ``analyze_comm`` and ``launch_stats``, the
+    placement rules' result and ``analyze_pipeline``'s; for a whole job whose ranks were read apart, its critical
+    path, computed when first asked for (``critical_path()``)."""
     classes: np.ndarray | None = None
     comm: CommReport | None = None
     launches: LaunchStats | None = None
     placement: PlacementResult | None = None  # of the default rules on the same input
     critical_path: Callable[[], CriticalPathReport] | None = None
+    pipeline: PipelineReport | None | str = "not given"  # ``analyze_pipeline``'s (None: the input holds none)
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +109,15 @@ class AuditContext:
     def memory(self) -> MemoryReport | None:
         """``analyze_memory`` of the events' allocator records, once; None without any."""
         return self.figure(MEMORY) if self.has_events else None
+
+    @cached_property
+    def pipeline(self) -> PipelineReport | None:
+        """``pipeline.analyze_pipeline`` of the table, once; None where its ranks run no pipeline."""
+        if not isinstance(self.known.pipeline, str):
+            return self.known.pipeline
+        if self.table is None or not len(self.table):
+            return None
+        return analyze_pipeline(self.table, classes=self.classes)
 
     @cached_property
     def profiler_cost(self) -> dict[str, RankProfilerCost]:

@@ -14,7 +14,7 @@ from rnnprof.analyzers.noise import StepNoise
 from rnnprof.events import EventTable, concat
 
 from . import copy_churn, cuda_graphs, exposed_comm, gpu_idle, host_overhead, input_stalls, straggler
-from . import memory_fragmentation, memory_growth, memory_imbalance
+from . import memory_fragmentation, memory_growth, memory_imbalance, pipeline_bubble, stage_imbalance
 from .context import HOST_OPS, AuditContext, Known
 from .finding import Finding, NotChecked, Severity, Subject
 from .top_fixes import TopFixes
@@ -73,7 +73,7 @@ def from_placement(f: PlacementFinding) -> Finding:
 
 
 PERFORMANCE_MODULES = (straggler, exposed_comm, gpu_idle, copy_churn, input_stalls, host_overhead, cuda_graphs,
-                       memory_imbalance, memory_growth, memory_fragmentation)
+                       memory_imbalance, memory_growth, memory_fragmentation, pipeline_bubble, stage_imbalance)
 RULES: tuple[Rule, ...] = (
     tuple(Rule(m.RULE_ID, m.TITLE, PERFORMANCE, m.check) for m in PERFORMANCE_MODULES)
     + tuple(_placement_rule(r) for r in placement_registry.RULES)

@@ -10,18 +10,21 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from rnnprof.analyzers.pipeline import PipelineReport, pipeline_places
 from rnnprof.events import Device, EventTable
 
 from .context import OUTSIDE, RecordContext, record_context
+from .fsdp import gather_labels, unsharded_at
 from . import missing
-from .imbalance import imbalances
-from .result import (CATEGORIES, PER_STEP_WINDOWS, DeviceMemory, Growth, Imbalance, MemoryReport, Peak, Share,
-                     TimelinePoint)
+from .imbalance import imbalances, pipeline_memory
+from .result import (CATEGORIES, PER_STEP_WINDOWS, DeviceMemory, Growth, Imbalance, MemoryReport, Peak,
+                     PipelineMemory, Share, StagePeak, TimelinePoint, Unsharded)
 from .series import (NO_OPERATOR, Series, allocation_categories, categories_at, device_series, operators_at,
                      released, stacked)
 
-__all__ = ["BASELINE_TOTAL", "CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak", "Share",
-           "TimelinePoint", "analyze_memory", "combined_memory", "has_memory", "rank_memory"]
+__all__ = ["BASELINE_TOTAL", "CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak",
+           "PipelineMemory", "Share", "StagePeak", "TimelinePoint", "Unsharded", "analyze_memory", "combined_memory",
+           "has_memory", "rank_memory"]
 
 MIN_GROWTH_STEPS = 4  # step ends needed to judge growth: three differences, so one odd step is outvoted
 MIN_GROWTH_SHARE = 0.001  # growth below this share of the peak per step is no leak
@@ -36,30 +39,42 @@ def has_memory(table: EventTable) -> bool:
     return len(table.memory) > 0
 
 
-def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_selection: str = "") -> MemoryReport:
+def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_selection: str = "",
+                   pipeline: PipelineReport | None | str = "find") -> MemoryReport:
     """The memory of every device with allocator records; ``steps``: the peak is sought in these steps only
-    (the series still sums every record before them)."""
-    return _analyzed(table, steps, step_selection)[0]
+    (the series still sums every record before them); ``pipeline``: ``analyze_pipeline`` of the table, where the
+    caller has it (its ranks' places: ranks of different stages are not compared as replicas)."""
+    return _analyzed(table, steps, step_selection, pipeline=pipeline)[0]
 
 
 def rank_memory(table: EventTable, lost_sizes: np.ndarray | None = None) -> tuple[MemoryReport, np.ndarray]:
     """One rank's ``analyze_memory``, the blocks of ``lost_sizes`` left out of its growth and step peaks (the sizes
     any rank of its job loses frees of; None: its own), and the sizes whose frees its own records miss: with every
     rank's report made with the job's sizes, ``combined_memory`` of them is ``analyze_memory`` of the ranks
-    merged."""
-    return _analyzed(table, None, "", lost_sizes)
+    merged (one rank's pipeline is none: the job's places its ranks, ``combined_memory``)."""
+    return _analyzed(table, None, "", lost_sizes, pipeline=None)
 
 
-def combined_memory(reports: Sequence[MemoryReport | None]) -> MemoryReport | None:
+def combined_memory(reports: Sequence[MemoryReport | None],
+                    pipeline: PipelineReport | None = None) -> MemoryReport | None:
     """The reports of a job's ranks (None: a rank without allocator records; ``rank_memory``'s, made with the
-    job's lost sizes) as one: ``analyze_memory`` of the ranks merged into one table; None where none has any."""
+    job's lost sizes) as one: ``analyze_memory`` of the ranks merged into one table (``pipeline``: the job's,
+    ``pipeline.combine_timelines`` of its ranks'); None where none has any."""
     found = [r for r in reports if r is not None]
     if not found:
         return None
     devices = sorted((d for r in found for d in r.devices), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
     known = [_device_of(d) for d in devices]
-    return MemoryReport(", ".join(r.source for r in found), tuple(devices), tuple(imbalances(known, devices)),
-                        sum(r.unusable for r in found))
+    placed = _places(pipeline)
+    return MemoryReport(", ".join(r.source for r in found), tuple(devices),
+                        tuple(imbalances(known, devices, placed[1] if placed is not None else {})),
+                        sum(r.unusable for r in found),
+                        pipeline=pipeline_memory(devices, *placed) if placed is not None else None)
+
+
+def _places(pipeline: PipelineReport | None) -> tuple | None:
+    """The pipeline's schedule and each rank's place in it (worker -> position); None without a pipeline."""
+    return None if pipeline is None else (pipeline.schedule, {s.worker: s.position for s in pipeline.stages})
 
 
 def _device_of(memory: DeviceMemory) -> Device:
@@ -70,22 +85,32 @@ def _device_of(memory: DeviceMemory) -> Device:
 
 
 def _analyzed(table: EventTable, steps: Iterable[int] | None, step_selection: str,
-              lost_sizes: np.ndarray | None = None) -> tuple[MemoryReport, np.ndarray]:
+              lost_sizes: np.ndarray | None = None,
+              pipeline: PipelineReport | None | str = "find") -> tuple[MemoryReport, np.ndarray]:
     """``analyze_memory``, with the job's ``lost_sizes`` (None: the table's own), and the table's own."""
     mem = table.memory
     ctx = record_context(table)
+    labels = gather_labels(table)
     chosen = None if steps is None else np.asarray(sorted(set(steps)), dtype=np.int64)
     codes = np.unique(mem.device)
     rows = [np.flatnonzero(mem.device == code) for code in codes]
     series = [_series(table, r) for r in rows]
     own = missing.lost_sizes(series)
     sizes = own if lost_sizes is None else lost_sizes
-    devices = [_device(table, ctx, table.devices[code], r, chosen, s, sizes) for code, r, s in zip(codes, rows, series)]
+    devices = [_device(table, ctx, table.devices[code], r, chosen, s, sizes, labels)
+               for code, r, s in zip(codes, rows, series)]
     devices = [_with_manifest(d, table, table.devices[code]) for d, code in zip(devices, np.unique(mem.device))
                if d is not None]
     devices = sorted((d for d in devices if d is not None), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
+    placed = None
+    if not isinstance(pipeline, str):
+        placed = _places(pipeline)
+    elif len({d.worker for d in devices}) > 1:
+        placed = pipeline_places(table)
+    roles = placed[1] if placed is not None else {}
     return MemoryReport(", ".join(table.sources) or table.source_format, tuple(devices),
-                        tuple(imbalances(table.devices, devices)), mem.unusable, step_selection), own
+                        tuple(imbalances(table.devices, devices, roles)), mem.unusable, step_selection,
+                        pipeline_memory(devices, *placed) if placed is not None else None), own
 
 
 def _series(table: EventTable, rows: np.ndarray) -> Series:
@@ -99,7 +124,7 @@ def _series(table: EventTable, rows: np.ndarray) -> Series:
 
 
 def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndarray, chosen: np.ndarray | None,
-            series: Series, lost_sizes: np.ndarray) -> DeviceMemory | None:
+            series: Series, lost_sizes: np.ndarray, labels: tuple) -> DeviceMemory | None:
     """``lost_sizes``: the sizes of the blocks whose frees the job's records miss (``missing``), left out of the
     growth and the step peaks."""
     mem, kind = table.memory, device.kind
@@ -130,7 +155,7 @@ def _device(table: EventTable, ctx: RecordContext, device: Device, rows: np.ndar
                         step_allocations=_step_allocations(series, step, eligible),
                         missing_frees=len(series.missing_frees), missing_step_bytes=lost,
                         missing_operators=missing.by_operator(series, ctx, table.strings),
-                        left_out_sizes=tuple(int(b) for b in lost_sizes))
+                        left_out_sizes=tuple(int(b) for b in lost_sizes), unsharded=unsharded_at(series, peak, labels))
 
 
 def _with_manifest(memory: DeviceMemory, table: EventTable, device: Device) -> DeviceMemory:

@@ -10,11 +10,30 @@ import numpy as np
 from rnnprof.events import Device
 from rnnprof.events.names import REPLICA_PART, TOWER_PATTERN
 
-from .result import PER_STEP_WINDOWS, DeviceMemory, Imbalance, Share
+from .result import ACTIVATION, PER_STEP_WINDOWS, DeviceMemory, Imbalance, PipelineMemory, Share, StagePeak
 
 IMBALANCE_SHARE = 0.05  # a peak this share above the others' median is an imbalance
 MIN_STEPS = 3  # steps the devices must share for the step-by-step comparison
 TOP_OPERATORS = 8
+
+
+def pipeline_memory(devices: list[DeviceMemory], schedule, roles: dict[str, int]) -> PipelineMemory | None:
+    """The pipeline ranks' peaks (``roles``: worker -> place; ``schedule``: ``pipeline.PipelineSchedule``) and
+    whether the schedule explains the highest: it is on a stage the schedule has hold more micro-batches than
+    another; None with fewer than two stages with memory."""
+    peaks = sorted((StagePeak(d.device, roles[d.worker], d.peak.allocated, _activation(d),
+                              schedule.in_flight(roles[d.worker]))
+                    for d in devices if d.worker in roles), key=lambda p: (p.position, p.device))
+    if len({p.position for p in peaks}) < 2:
+        return None
+    top = max(peaks, key=lambda p: p.peak)
+    counts = [p.in_flight for p in peaks]
+    explained = None not in counts and top.in_flight == max(counts) and min(counts) < max(counts)
+    return PipelineMemory(schedule.kind, schedule.ranks, schedule.micro_batches, tuple(peaks), bool(explained))
+
+
+def _activation(device: DeviceMemory) -> int:
+    return next((s.bytes for s in device.peak.by_category if s.name == ACTIVATION), 0)
 
 
 def _job(worker: str) -> str:
@@ -23,9 +42,11 @@ def _job(worker: str) -> str:
     return worker.split("/replica:")[0].split("/task:")[0] if worker.startswith("/job:") else ""
 
 
-def imbalances(known: Sequence[Device], devices: list[DeviceMemory]) -> list[Imbalance]:
-    """For each device of a kind (and, in a TensorFlow cluster, of a job) with two devices or more: its excess
-    over the others' median peak, when it is
+def imbalances(known: Sequence[Device], devices: list[DeviceMemory],
+               roles: dict[str, int] | None = None) -> list[Imbalance]:
+    """For each device of a kind (and, in a TensorFlow cluster, of a job; in a pipeline, of a stage: ``roles``,
+    worker -> its place in the pipeline) with two devices or more: its excess over the others' median peak, when
+    it is
     more than IMBALANCE_SHARE of that median. Where the devices share MIN_STEPS steps or more, the excess is the
     median over those steps of the device's step peak less the others' median, and the device must stand above
     the others in every one of them from the step it starts at to the last (``_since``): one step whose tensors
@@ -43,11 +64,12 @@ def imbalances(known: Sequence[Device], devices: list[DeviceMemory]) -> list[Imb
     that order, only on what was placed there; there the device must also allocate more than IMBALANCE_SHARE
     above the others' median in its median step. ``known``: the devices of the input (``devices`` name them by
     label)."""
-    kinds: dict[tuple[str, str], list[DeviceMemory]] = {}
+    kinds: dict[tuple[str, str, int], list[DeviceMemory]] = {}
     by_label = {d.label: d for d in known}
     for d in devices:
         device = by_label[d.device]
-        kinds.setdefault(("cpu" if device.kind == "host" else device.kind, _job(device.worker)), []).append(d)
+        role = (roles or {}).get(device.worker, -1)
+        kinds.setdefault(("cpu" if device.kind == "host" else device.kind, _job(device.worker), role), []).append(d)
     found = []
     for group in kinds.values():
         for d in group if len(group) > 1 else ():

@@ -64,6 +64,15 @@ class TimelinePoint:
 
 
 @dataclass(frozen=True)
+class Unsharded:
+    """What FSDP2 had gathered for one module and not yet freed at a device's peak, in bytes."""
+
+    module: str  # its name as FSDP's ranges give it ("(root)": the root module)
+    parameters: int  # its parameters' unsharded storage (allocated in FSDP::all_gather_copy_out)
+    buffers: int  # the all-gather's flat input and output (allocated in FSDP::all_gather)
+
+
+@dataclass(frozen=True)
 class DeviceMemory:
     device: str  # the device's label (``rank1/cpu:0``)
     worker: str
@@ -88,6 +97,7 @@ class DeviceMemory:
     # they were allocated
     left_out_sizes: tuple[int, ...] = ()  # block sizes whose frees the records miss on a device of the input: every
     # block of these sizes is left out of the growth and the step peaks
+    unsharded: tuple[Unsharded, ...] = ()  # FSDP2's gathered parameters and buffers live at the peak, by module
 
 
 @dataclass(frozen=True)
@@ -112,9 +122,33 @@ class Imbalance:
 
 
 @dataclass(frozen=True)
+class StagePeak:
+    """A pipeline rank's device: its peak, and the micro-batches whose activations its stage holds at most."""
+
+    device: str
+    position: int  # its rank's place in the pipeline
+    peak: int
+    activation: int  # of the peak, activations' bytes
+    in_flight: int | None  # micro-batches in flight on its stage by the schedule (None: the schedule does not say)
+
+
+@dataclass(frozen=True)
+class PipelineMemory:
+    """The peaks of a pipeline's stages, compared as the schedule explains them, not as replicas: ranks of different
+    stages hold different layers, and 1F1B has its first stage hold the activations of more micro-batches."""
+
+    schedule: str  # names.PIPELINE_SCHEDULES, "" not known
+    ranks: int  # p
+    micro_batches: int  # m
+    peaks: tuple[StagePeak, ...]  # by position, then device
+    explained: bool  # the highest peak is on a stage the schedule has hold the most micro-batches (more than another)
+
+
+@dataclass(frozen=True)
 class MemoryReport:
     source: str
     devices: tuple[DeviceMemory, ...]
     imbalances: tuple[Imbalance, ...]
     unusable: int  # memory events of the source left out (a field missing or not a number)
     steps: str = ""  # the step selection, described
+    pipeline: PipelineMemory | None = None  # the stages' peaks, where the devices are a pipeline's ranks

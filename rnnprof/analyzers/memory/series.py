@@ -107,7 +107,7 @@ def allocation_categories(series: Series, ctx: RecordContext, end_phase: np.ndar
 def categories_at(series: Series, peak: int, cats: np.ndarray) -> tuple[Share, ...]:
     """What was live after record ``peak`` by category (``allocation_categories``); the categories sum to the
     allocated bytes then, what the window's allocations do not account for being BEFORE_WINDOW."""
-    live, b = _live(series, peak)
+    live, b = live_at(series, peak)
     sums = np.bincount(cats[live], weights=b[live], minlength=len(CATEGORIES)).astype(np.int64)
     sums[CATEGORIES.index(BEFORE_WINDOW)] += int(series.allocated[peak]) - int(b[live].sum())
     return tuple(Share(c, int(v)) for c, v in zip(CATEGORIES, sums) if v)
@@ -132,7 +132,7 @@ def stacked(series: Series, cats: np.ndarray, points: int) -> tuple[np.ndarray, 
     return chosen, by_cat
 
 
-def _live(series: Series, peak: int) -> tuple[np.ndarray, np.ndarray]:
+def live_at(series: Series, peak: int) -> tuple[np.ndarray, np.ndarray]:
     """The positions of the allocations made up to ``peak`` and not freed by then, and the bytes of every record."""
     positions = np.arange(peak + 1)
     b = series.nbytes
@@ -171,7 +171,7 @@ def _category_masks(series: Series, live: np.ndarray, rows: np.ndarray, ctx: Rec
 def operators_at(series: Series, peak: int, ctx: RecordContext, strings: tuple[str, ...]) -> tuple[Share, ...]:
     """What was live after record ``peak`` by the operator that allocated it, largest first; what was allocated
     before the window is BEFORE_WINDOW."""
-    live, b = _live(series, peak)
+    live, b = live_at(series, peak)
     ops = ctx.operator[series.rows[live]]
     found: dict[str, int] = {}
     for code in np.unique(ops):

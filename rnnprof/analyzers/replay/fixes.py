@@ -26,6 +26,10 @@ NOT_REPLAYED = {
     "PF003": "GPU idle has several causes; replay the one you mean (--graph-launch, --scale OP=F)",
     "PA": "a placement fix moves operators to other devices, whose times there are in no trace",
     "PA006": "its fix is a different thread count: how the host's work would share out is in no trace",
+    "PF014": "the replay does not follow a pipeline's micro-batches from stage to stage yet (more micro-batches, "
+             "another schedule)",
+    "PF015": "the replay does not follow a pipeline's micro-batches from stage to stage yet (a layer moved to "
+             "another stage)",
 }
 SYNCS = "syncs"  # the subject of PF004's fix that removes synchronizing calls
 _SYNC_SUBJECTS = ("sync", SYNCS)

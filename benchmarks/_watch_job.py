@@ -1,0 +1,80 @@
+"""A 2-rank CPU DDP (gloo) job of short steps for ``rnnprof watch``, its faults planted at known steps.
+
+    torchrun --nproc-per-node 2 benchmarks/_watch_job.py OUT_DIR --steps N [--straggle-at S --sleep-ms MS]
+        [--grow-at S --grow-kb KB] [--stall-at S --stall-ms MS] [--step-ms MS] [--width W --batch B]
+
+Each rank trains an MLP (32 -> ``--width`` -> 32, batches of ``--batch``) with SGD for ``--steps`` steps (an
+``optimizer.step()`` each); ``--step-ms``: each step also sleeps that long in its forward (a job whose steps are that
+much longer, calmly: sleeping costs no core).
+Planted: from step ``--straggle-at``, rank 1 sleeps ``--sleep-ms`` more between its forward and backward (a
+straggler: rank 0 waits for it in the all-reduce); from ``--grow-at``, every rank keeps ``--grow-kb`` KB more a step
+(a tensor filled and kept: resident memory grows); from ``--stall-at``, every rank sleeps ``--stall-ms`` before
+taking its batch (an input stall). Each rank writes ``rank{r}-clock.json`` into OUT_DIR: by the script's own clock
+(``time.perf_counter``), each step's time (from one ``optimizer.step()``'s end to the next's) and each planted sleep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--step-ms", type=float, default=0.0)
+    parser.add_argument("--width", type=int, default=64, help="the MLP's hidden width (its compute)")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--straggle-at", type=int, default=-1)
+    parser.add_argument("--sleep-ms", type=float, default=30.0)
+    parser.add_argument("--grow-at", type=int, default=-1)
+    parser.add_argument("--grow-kb", type=int, default=1024)
+    parser.add_argument("--stall-at", type=int, default=-1)
+    parser.add_argument("--stall-ms", type=float, default=20.0)
+    args = parser.parse_args()
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(32, args.width), nn.ReLU(), nn.Linear(args.width, 32)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(1 + rank)
+    kept, clock = [], {"step_s": [], "sleep_s": {}, "stall_s": {}}
+    last = time.perf_counter()
+    for step in range(args.steps):
+        if step >= args.stall_at >= 0:
+            t0 = time.perf_counter()
+            time.sleep(args.stall_ms / 1000)
+            clock["stall_s"][step] = time.perf_counter() - t0
+        x = torch.randn(args.batch, 32, generator=generator)
+        loss = model(x).pow(2).mean()
+        if args.step_ms:
+            time.sleep(args.step_ms / 1000)
+        if rank == 1 and step >= args.straggle_at >= 0:
+            t0 = time.perf_counter()
+            time.sleep(args.sleep_ms / 1000)
+            clock["sleep_s"][step] = time.perf_counter() - t0
+        if step >= args.grow_at >= 0:
+            kept.append(torch.ones(args.grow_kb * 256))  # KB of float32, touched
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        now = time.perf_counter()
+        clock["step_s"].append(now - last)
+        last = now
+    (args.out / f"rank{rank}-clock.json").write_text(json.dumps(clock))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""What one PyTorch rank measures of each step without the profiler (``rnnprof watch``), with hooks that cost a
+few microseconds a step:
+
+* ``StepMarks``: the moments a step passes through: the model's first forward and its end (a forward pre-hook and
+  a forward hook on each *root* module: one called while no other module runs; the roots are found in the first
+  step by torch's global module hooks, which are then removed), the optimizer step's start and end (torch's global
+  optimizer hooks, installed by the rank's watch);
+* ``DdpWaits``: DDP's wait for its gradient all-reduce: from the moment the last gradient is computed (its last
+  bucket launched) to the moment DDP has waited for every bucket (a hook on one parameter's gradient and two
+  callbacks of the autograd engine a step; the all-reduce itself is DDP's own);
+* ``RunQueue``: how long the training thread has waited for a core (the machine's share of a slow step);
+* ``MemoryGauge``: the CUDA allocator's allocated bytes and their peak in the step (its peak statistic is reset at
+  each step's end) where CUDA is in use, else the process's resident memory (``/proc/self/statm``, read with one
+  ``pread``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from rnnprof.events.series import MEMORY_CUDA, MEMORY_RSS
+
+NAN = float("nan")
+NO_DDP = "no DistributedDataParallel module (other collectives are timed in the capture windows)"
+PYTHON_REDUCER = "DDP runs its Python reducer (compiled autograd), or the model has no parameter to train"
+
+
+class StepMarks:
+    """The moments of the current step (``time.perf_counter``), and the hooks that set them (see the module)."""
+
+    def __init__(self, on_root=None):
+        self.forward = self.backward = self.optimizer = self.optimizer_end = None
+        self.roots: list = []
+        self._on_root = on_root  # called with each root module once found (the rank's DDP waits)
+        self._depth = 0
+        self._global: list = []
+        self._handles: list = []
+
+    def reset(self) -> None:
+        self.forward = self.backward = self.optimizer = self.optimizer_end = None
+
+    def discover(self) -> None:
+        """Find the root modules from the next forward on (torch's global module hooks, until ``settle``)."""
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        self._global = [register_module_forward_pre_hook(self._global_pre),
+                        register_module_forward_hook(self._global_post, always_call=True)]
+
+    def _global_pre(self, module, args) -> None:
+        if self._depth == 0 and not any(module is root for root in self.roots):
+            self.roots.append(module)
+            self._hook_root(module)
+            if self.forward is None:
+                self.forward = time.perf_counter()
+        self._depth += 1
+
+    def _global_post(self, module, args, output) -> None:
+        self._depth = max(0, self._depth - 1)
+
+    def settle(self) -> None:
+        """Stop looking for roots (after the first step): only the roots' own hooks stay."""
+        for handle in self._global:
+            handle.remove()
+        self._global.clear()
+
+    def _hook_root(self, module) -> None:
+        self._handles += [module.register_forward_pre_hook(self._root_pre),
+                          module.register_forward_hook(self._root_post)]
+        if self._on_root is not None:
+            self._on_root(module)
+
+    def _root_pre(self, module, args) -> None:
+        if self.forward is None:
+            self.forward = time.perf_counter()
+
+    def _root_post(self, module, args, output) -> None:
+        if self.backward is None:  # the model's output: what follows is the loss and its backward pass
+            self.backward = time.perf_counter()
+
+    def close(self) -> None:
+        self.settle()
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+class DdpWaits:
+    """DDP's all-reduce waits of one rank (see the module); ``unmeasured``: why none are measured, "" once a DDP
+    module is hooked. DDP launches each bucket's all-reduce as its gradients are ready, in the reverse of the model's
+    order, and waits for them all in a callback of the autograd engine once the last is launched. A hook on the
+    gradient of the model's first parameter, the last one computed, notes that moment and queues a callback, which
+    queues one more at the queue's end as it runs: after DDP's, which has waited for every all-reduce (the engine
+    runs the callbacks queued meanwhile too). The all-reduce itself stays DDP's own (C++)."""
+
+    def __init__(self):
+        self.unmeasured = NO_DDP
+        self._launched = self._done = None
+        self._queued = False
+        self._hooked = False
+
+    def offer(self, module) -> None:
+        """A root module: hooked if it is a DDP module (not one of compiled autograd's Python reducer)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if self._hooked or not isinstance(module, DistributedDataParallel):
+            return
+        first = next((p for p in module.module.parameters() if p.requires_grad), None)
+        if getattr(module, "_use_python_reducer", False) or first is None:
+            self.unmeasured = PYTHON_REDUCER
+            return
+        first.register_post_accumulate_grad_hook(self._gradients_done)
+        self._hooked, self.unmeasured = True, ""
+
+    def _gradients_done(self, parameter) -> None:
+        if self._queued:
+            return
+        from torch.autograd import Variable
+
+        self._launched, self._queued = time.perf_counter(), True
+        Variable._execution_engine.queue_callback(self._after_ddp)
+
+    def _after_ddp(self) -> None:
+        from torch.autograd import Variable
+
+        Variable._execution_engine.queue_callback(self._all_done)
+
+    def _all_done(self) -> None:
+        self._done, self._queued = time.perf_counter(), False
+
+    def take(self) -> float:
+        """The step's wait (seconds): 0 for a step without an all-reduce; NaN where none is measured."""
+        if not self._hooked:
+            return NAN
+        wait = 0.0
+        if self._launched is not None and self._done is not None:
+            wait = max(0.0, self._done - self._launched)
+        self._launched = self._done = None
+        return wait
+
+
+STATM = "/proc/self/statm"
+SCHEDSTAT = "/proc/thread-self/schedstat"  # the opening thread's: ns on a core, ns waiting for one, slices
+
+
+class RunQueue:
+    """The seconds the thread that made it has waited for a core so far (Linux), read with one ``pread``; NaN
+    elsewhere. Made on the training thread, read from the step hooks."""
+
+    def __init__(self):
+        try:
+            self._fd: int | None = os.open(SCHEDSTAT, os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> float:
+        if self._fd is None:
+            return NAN
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return NAN
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class MemoryGauge:
+    """The rank's memory at a step's end and its peak in the step (see the module)."""
+
+    def __init__(self):
+        import torch
+
+        self._cuda = torch.cuda if torch.cuda.is_available() else None
+        self._fd: int | None = None
+        self.source = MEMORY_RSS
+        try:
+            self._fd = os.open(STATM, os.O_RDONLY)
+        except OSError:
+            pass
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+    def read(self) -> tuple[float, float]:
+        """(bytes now, peak bytes in the step or NaN)."""
+        cuda = self._cuda
+        if cuda is not None and cuda.is_initialized():
+            self.source = MEMORY_CUDA
+            now, peak = float(cuda.memory_allocated()), float(cuda.max_memory_allocated())
+            cuda.reset_peak_memory_stats()
+            return now, peak
+        if self._fd is None:
+            return NAN, NAN
+        try:
+            return float(int(os.pread(self._fd, 64, 0).split()[1]) * self._page), NAN
+        except (OSError, ValueError, IndexError):
+            return NAN, NAN
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
