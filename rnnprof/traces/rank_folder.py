@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rnnprof.traces.left_out import leave_out
-from rnnprof.paths import broken, broken_links
+from rnnprof.paths import broken, broken_links, shown
 from rnnprof.errors import InputError
 from rnnprof.events import EventTable, Manifest
 from rnnprof import rundir
@@ -113,10 +113,10 @@ def loaded_notes(folder: RankFolder, infos: Sequence[dict | None], loaded_worker
     notes = []
     named = [f.path.name for f, info in zip(folder.files, infos) if not (isinstance(info, dict) and "rank" in info)]
     if named:
-        notes.append(f"{folder.path}: {len(named)} file(s) have no distributedInfo; their rank is the number in "
+        notes.append(f"{shown(folder.path)}: {len(named)} file(s) have no distributedInfo; their rank is the number in "
                      f"their name: {_names(named)}")
     if sizes and len(folder.files) < sizes[0]:
-        notes.append(f"{folder.path}: {len(folder.files)} of the job's {sizes[0]} ranks are given")
+        notes.append(f"{shown(folder.path)}: {len(folder.files)} of the job's {sizes[0]} ranks are given")
     return notes
 
 
@@ -145,7 +145,7 @@ def job_notes(table: EventTable | None) -> list[str]:
 
 def load_rank(rank_file: RankFile) -> EventTable:
     """One rank's table; a file without ``distributedInfo`` gets its worker name from its rank."""
-    table = remembered(f"rank{rank_file.rank}", rank_file.path, lambda: leave_out(kineto.load(rank_file.path)))
+    table = remembered(f"rank{rank_file.rank}", rank_file.path, lambda: leave_out(kineto.load_kept(rank_file.path)))
     worker = f"rank{rank_file.rank}"
     workers = {d.worker for d in table.devices}
     if workers == {""}:
@@ -218,7 +218,7 @@ def job_of(paths: Sequence[str | os.PathLike]) -> RankFolder | None:
     if not all(kineto.looks_like(prefix) for prefix in prefixes):
         return None
     files = sorted((_rank_file(p, prefix) for p, prefix in zip(paths, prefixes)), key=lambda f: (f.rank, f.path.name))
-    label = Path(", ".join(map(str, paths)))
+    label = Path(", ".join(map(shown, paths)))  # as notes and pages show it
     _check(label, files)
     return RankFolder(label, tuple(files))
 
