@@ -1,15 +1,14 @@
 """What makes a device busy, and which runtime call launched each piece of GPU work.
 
-The definitions every device analysis shares, below all of them (comm, idle, launches, copies,
-collectives, opcount import from here, never the other way):
+The definitions every device analysis shares, below all of them (comm, idle, launches, copies, collectives,
+opcount import from here, never the other way):
 
 * ``device_work_mask``: the events that make their device busy. On a GPU only stream records count
   (kernels, memcpy, memset, NCCL kernels); a GPU with no stream record (step stats captured without the
   GPU tracer) falls back to its executor ops. A CPU device counts its ops; the host nothing. A CPU rank
   of a gloo job counts its host operators (``host_operator_devices``).
-* ``kernel_masks``: the events that are CPU kernels and GPU kernels (``opcount.DEFINITIONS``).
-* ``launchers``: for each piece of GPU work, the runtime call with its correlation id, within one worker
-  (correlation ids restart in every process).
+* ``kernel_masks``: the events that are CPU kernels and GPU kernels (``opcount.DEFINITIONS``); ``launchers``:
+  for each piece of GPU work, the runtime call with its correlation id, within one worker (ids restart per process).
 * ``outermost_by_lane``: the events nested in no other of their lane (a PyTorch operator, not its children).
 * ``work_split``: one device's op time less another's, split into unequal work and the same ops running slower
   (contention for shared cores, or a slower device); ``unequal_work_by_step``: the unequal work of each step;

@@ -10,10 +10,8 @@ which device is ``comm.device_work_mask``'s rule, the one ``rnnprof comm`` measu
 Above ``max_bars`` events the bars are aggregated, never sampled: per device and class, intervals
 separated by less than a gap are merged into one bar (the gap doubles until the bars fit), so every
 moment a device was busy is still drawn, and ``Timeline.note`` says how many events became how many
-bars and the gap closed.
-
-A whole job's ranks give their work apart (``work_pieces``: each step's span over their devices, and their work
-cut at their devices' windows), and ``timeline_of`` draws the chosen step from them all.
+bars and the gap closed. A whole job's ranks give their work apart (``work_pieces``: each step's span over their
+devices, their work cut at their devices' windows), and ``timeline_of`` draws the chosen step from them all.
 """
 
 from __future__ import annotations
