@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("out", type=Path)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--step-ms", type=float, default=0.0)

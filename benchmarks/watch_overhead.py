@@ -116,7 +116,8 @@ def _table(title: str, pairs: list[tuple[float, float]]) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--blocks", type=int, default=20, help="pairs of blocks in one process")
     parser.add_argument("--block", type=int, default=50, help="timed steps of a block")
     parser.add_argument("--repeat", type=int, default=5, help="pairs of whole jobs")

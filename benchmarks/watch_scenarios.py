@@ -101,7 +101,8 @@ def judge(name: str, change: int | None, got: dict) -> tuple[list[str], bool]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--only", choices=("straggler", "memory", "balanced"), default=None)
     parser.add_argument("--keep", metavar="DIR", default=None, help="keep the run directories in DIR")

@@ -11,6 +11,7 @@ import base64
 import fcntl
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -93,7 +94,7 @@ class _Pipe:
         os.write(self._to_chrome, json.dumps(message).encode() + b"\0")
         deadline = time.time() + timeout
         while time.time() < deadline:
-            reply = self._read()
+            reply = self._read(deadline)
             if reply.get("id") == self._id:
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
@@ -101,8 +102,12 @@ class _Pipe:
             self.events.append(reply)
         raise TimeoutError(method)
 
-    def _read(self) -> dict:
+    def _read(self, deadline: float) -> dict:
+        """The next message; TimeoutError where Chromium says nothing whole by ``deadline`` (a browser that hangs
+        fails its test instead of holding the suite)."""
         while b"\0" not in self._buffer:
+            if not select.select([self._from_chrome], [], [], max(0.0, deadline - time.time()))[0]:
+                raise TimeoutError("Chromium said nothing")
             chunk = os.read(self._from_chrome, 1 << 20)
             if not chunk:
                 raise RuntimeError("Chromium closed the DevTools pipe")

@@ -13,7 +13,7 @@ from rnnprof.commands.flags import INPUT, check_comm_patterns, non_negative_us
 from rnnprof.errors import InputError, UsageError
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.tasks import analyze_tasks
-from rnnprof.reports.charts import check_plot_path, comm_chart, save_chart
+from rnnprof.reports.charts import check_plot_path, comm_chart
 from rnnprof.reports.comm import render_table, render_tasks
 from rnnprof.reports.results.comm import CommResult
 from rnnprof.rundir.manifest import run_notes
@@ -48,9 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
     result = analyze(args)
-    result.render(console, args.json, lambda: _tables(result, args, console))
-    if plot is not None:
-        save_chart(comm_chart(result.report, per_step=args.per_step), plot)
+    result.render(console, args.json, lambda: _tables(result, args, console), plot,
+                  lambda: comm_chart(result.report, per_step=args.per_step))
     return 0
 
 

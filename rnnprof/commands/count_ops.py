@@ -12,7 +12,7 @@ from rnnprof.commands.flags import INPUT, non_negative_us
 from rnnprof.analyzers.opcount import compare, count_ops, with_kernels
 from rnnprof.inputs.read import MERGED_TRACES, read_inputs
 from rnnprof.reports import opcount as report
-from rnnprof.reports.charts import check_plot_path, opcount_chart, save_chart
+from rnnprof.reports.charts import check_plot_path, opcount_chart
 from rnnprof.reports.results.count_ops import CountOpsResult
 from rnnprof.rundir.manifest import run_notes
 from rnnprof.job.count_ops import job_kernels
@@ -70,9 +70,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
     result = analyze(args)
     result.render(console, args.json, lambda: report.render_comparison(result.comparison, by=args.by, console=console)
-                  if result.comparison is not None else report.render_table(result.report, by=args.by, console=console))
-    if plot is not None:
-        save_chart(opcount_chart(result.report), plot)
+                  if result.comparison is not None else report.render_table(result.report, by=args.by, console=console),
+                  plot, lambda: opcount_chart(result.report))
     return 0
 
 

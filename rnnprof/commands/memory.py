@@ -11,7 +11,7 @@ from rnnprof.analyzers.memory import analyze_memory, has_memory
 from rnnprof.commands import left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT
 from rnnprof.errors import InputError, UsageError
-from rnnprof.reports.charts import check_plot_path, save_chart
+from rnnprof.reports.charts import check_plot_path
 from rnnprof.reports.memory import memory_chart, render_memory
 from rnnprof.reports.results.memory import MemoryResult
 from rnnprof.rundir.manifest import run_notes
@@ -36,9 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
     result = analyze(args)
-    result.render(console, args.json, lambda: render_memory(result.report, console))
-    if plot is not None:
-        save_chart(memory_chart(result.report), plot)
+    result.render(console, args.json, lambda: render_memory(result.report, console), plot,
+                  lambda: memory_chart(result.report))
     return 0
 
 

@@ -14,7 +14,7 @@ from rnnprof.commands.flags import INPUT, positive_int
 from rnnprof.errors import InputError
 from rnnprof.events.names import PIPELINE_SCHEDULES
 from rnnprof.job.pipeline import job_pipeline
-from rnnprof.reports.charts import check_plot_path, save_chart
+from rnnprof.reports.charts import check_plot_path
 from rnnprof.reports.pipeline import pipeline_chart, render_pipeline
 from rnnprof.reports.results.pipeline import PipelineResult
 from rnnprof.rundir.manifest import run_notes
@@ -50,9 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, console: Console) -> int:
     plot = check_plot_path(args.plot)
     result = analyze(args)
-    result.render(console, args.json, lambda: render_pipeline(result.report, console))
-    if plot is not None:
-        save_chart(pipeline_chart(result.report), plot)
+    result.render(console, args.json, lambda: render_pipeline(result.report, console), plot,
+                  lambda: pipeline_chart(result.report))
     return 0
 
 

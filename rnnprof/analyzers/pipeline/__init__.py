@@ -38,8 +38,11 @@ def combine_timelines(timelines: list[RankTimeline], manifest: Manifest | None =
     found = _placed(timelines, manifest, given)
     if found is None:
         return None
-    timelines, schedule, place, steps = found
+    timelines, schedule, place, steps, partial = found
     notes = []
+    if partial:
+        notes.append(f"{len(partial)} step(s) left out: some ranks recorded no micro-batch work in them "
+                     f"(steps {', '.join(map(str, partial))})")
     told = sorted({t.ranges for t in timelines})
     notes.append("micro-batches told apart by " + ("; ".join(t or "none" for t in told) if any(told) else
                                                   "no ranges: forward is the work outside autograd's backward "
@@ -48,20 +51,21 @@ def combine_timelines(timelines: list[RankTimeline], manifest: Manifest | None =
 
 
 def _placed(timelines: list[RankTimeline], manifest: Manifest | None, given: Given):
-    """The ranks that work in micro-batches, their schedule, their places and the steps they all work in; None
-    where fewer than two ranks do or they share no step."""
+    """The ranks that work in micro-batches, their schedule, their places, the steps they all work in and those
+    only some work in; None where fewer than two ranks do or they share no step."""
     timelines = [t for t in timelines if t.work.pipelined.any()]
     if len(timelines) < 2:
         return None
     place = positions(timelines, manifest_members(manifest))
-    steps = sorted(set.intersection(*({int(s) for s in np.unique(t.work.step[t.work.pipelined]) if s >= 0}
-                                      for t in timelines)))
+    each = [{int(s) for s in np.unique(t.work.step[t.work.pipelined]) if s >= 0} for t in timelines]
+    steps = sorted(set.intersection(*each))
     if not steps:
         return None
+    partial = sorted(set.union(*each) - set(steps))
     recorded = manifest_schedule(manifest)
     if recorded is not None and all(v is None for v in (given.kind, given.micro_batches, given.stages_per_rank)):
-        return timelines, recorded, place, steps
-    return timelines, infer_schedule(timelines, place, steps, given), place, steps
+        return timelines, recorded, place, steps, partial
+    return timelines, infer_schedule(timelines, place, steps, given), place, steps, partial
 
 
 def pipeline_places(table: EventTable) -> tuple[PipelineSchedule, dict[str, int]] | None:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar
 
 from rnnprof.reports import json_text
+from rnnprof.reports.charts import Figure, save_chart
 from rnnprof.reports.html import Page
 from rnnprof.reports.layout import json_output, render_json, render_notes
 
@@ -36,14 +38,17 @@ class Result:
         ``to_json`` adds as the command does)."""
         raise NotImplementedError
 
-    def render(self, console, as_json: bool, text: Callable[[], None]) -> None:
+    def render(self, console, as_json: bool, text: Callable[[], None], plot: Path | None = None,
+               chart: Callable[[], Figure] | None = None) -> None:
         """What the command prints: the notes on stderr, then on ``console`` the ``--json`` document (``as_json``)
-        or what ``text()`` prints."""
+        or what ``text()`` prints; with ``plot`` (``--plot``, checked before the analysis), ``chart()`` saved there."""
         render_notes(list(self.notes))
         if as_json:
             render_json(self.document(), console, list(self.notes))
         else:
             text()
+        if plot is not None and chart is not None:
+            save_chart(chart(), plot)
 
     def to_json(self) -> str:
         """The text ``rnnprof <command> --json`` prints for the same input and options (without its final
