@@ -59,10 +59,10 @@ def test_ranks_of_one_stage_are_still_compared_and_stages_are_not():
     table = _four_ranks({"rank0": 9 * mb, "rank1": 3 * mb, "rank2": 12 * mb, "rank3": 3 * mb})
     devices = list(analyze_memory(table, pipeline=None).devices)
     stages = {"rank0": 0, "rank1": 1, "rank2": 0, "rank3": 1}
-    found = imbalances(table, devices, stages)
+    found = imbalances(table.devices, devices, stages)
     assert [(i.device, i.excess) for i in found] == [("rank2/cpu:0", 3 * mb)]
     # the same devices read as replicas, rank 0 and rank 2 both stand out of the others' median
-    assert {i.device for i in imbalances(table, devices)} == {"rank0/cpu:0", "rank2/cpu:0"}
+    assert {i.device for i in imbalances(table.devices, devices)} == {"rank0/cpu:0", "rank2/cpu:0"}
 
 
 def _unsharded_bytes(module, world: int) -> int:

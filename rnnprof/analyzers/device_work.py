@@ -1,18 +1,18 @@
 """What makes a device busy, and which runtime call launched each piece of GPU work.
 
-The definitions every device analysis shares, below all of them (comm, idle, launches, copies,
-collectives, opcount import from here, never the other way):
+The definitions every device analysis shares, below all of them (comm, idle, launches, copies, collectives,
+opcount import from here, never the other way):
 
 * ``device_work_mask``: the events that make their device busy. On a GPU only stream records count
   (kernels, memcpy, memset, NCCL kernels); a GPU with no stream record (step stats captured without the
   GPU tracer) falls back to its executor ops. A CPU device counts its ops; the host nothing. A CPU rank
   of a gloo job counts its host operators (``host_operator_devices``).
-* ``kernel_masks``: the events that are CPU kernels and GPU kernels (``opcount.DEFINITIONS``).
-* ``launchers``: for each piece of GPU work, the runtime call with its correlation id, within one worker
-  (correlation ids restart in every process).
+* ``kernel_masks``: the events that are CPU kernels and GPU kernels (``opcount.DEFINITIONS``); ``launchers``:
+  for each piece of GPU work, the runtime call with its correlation id, within one worker (ids restart per process).
 * ``outermost_by_lane``: the events nested in no other of their lane (a PyTorch operator, not its children).
 * ``work_split``: one device's op time less another's, split into unequal work and the same ops running slower
-  (contention for shared cores, or a slower device); ``unequal_work_by_step``: the unequal work of each step.
+  (contention for shared cores, or a slower device); ``unequal_work_by_step``: the unequal work of each step;
+  both from each device's ``Tally`` (``device_tallies``), which a job's ranks give apart.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class WorkSplit:
     one device runs more often than the other (names with digits folded, so that tower_0/MatMul and tower_1/MatMul
     are one op), at the two devices' mean time per run of the op; ``slower``, the rest: the same ops taking
     longer. TF's feeds and fetches (``_Arg``, ``_Retval``), which only the client's device runs, are left out, and
-    so are a CPU rank's operators inside another of their thread (``_outermost_of``). Op time is a sum: ops
+    so are a CPU rank's operators inside another of their thread (``device_tallies``). Op time is a sum: ops
     overlapping on one device's threads count each."""
 
     unequal_work: float
@@ -149,31 +149,50 @@ class WorkSplit:
         return {"unequal_work": round(self.unequal_work, 1), "same_ops_slower": round(self.slower, 1)}
 
 
-def work_split(events: EventTable, heavy: Device, light: Device, mask: np.ndarray) -> WorkSplit:
-    """``WorkSplit`` of ``heavy`` against ``light`` over the ``mask`` events (their devices' work)."""
-    steps = max(len(events.steps()), 1)  # a trace that numbers no steps is one
-    (n_h, t_h), (n_l, t_l) = [_tally(events, rows) for rows in _outermost_of(events, heavy, light, mask)]
+@dataclass(frozen=True)
+class Tally:
+    """One device's outermost ``compute_mask`` events (``device_tallies``), by op name with digits folded: runs and
+    summed µs, over the whole table (``whole``) and per step of it (``steps``)."""
+
+    whole: tuple[dict[str, int], dict[str, float]]
+    steps: dict[int, tuple[dict[str, int], dict[str, float]]]
+
+
+def device_tallies(events: EventTable, mask: np.ndarray, devices) -> dict[Device, Tally]:
+    """The ``Tally`` of each of ``devices`` over the ``mask`` events (their devices' work): TF's feeds and fetches
+    left out, and a CPU rank's operators inside another of their thread (a TensorFlow device's ops share one lane
+    across its threads and overlap without nesting). A device's tally needs only its own events: a job's ranks
+    give theirs apart."""
+    mask = mask & ~np.isin(events.op_type, [events.code_of(t) for t in FEEDS_AND_FETCHES])
+    nesting = host_operator_devices(events)
+    found = {}
+    for device in devices:
+        code = events.devices.index(device) if device in events.devices else -1
+        rows = _outermost(events, mask & (events.device == code), device in nesting)
+        found[device] = Tally(_tally(events, rows), {int(s): _tally(events, rows & (events.step == s))
+                                                     for s in events.steps()})
+    return found
+
+
+_NO_WORK = Tally(({}, {}), {})
+
+
+def work_split(heavy: Tally | None, light: Tally | None, steps: int) -> WorkSplit:
+    """``WorkSplit`` of the ``heavy`` device against the ``light`` one from their tallies (``device_tallies``;
+    None: no work), over a table of ``steps`` steps."""
+    steps = max(steps, 1)  # a trace that numbers no steps is one
+    (n_h, t_h), (n_l, t_l) = (heavy or _NO_WORK).whole, (light or _NO_WORK).whole
     unequal = _unequal(n_h, t_h, n_l, t_l)
     total = sum(t_h.values()) - sum(t_l.values())
     return WorkSplit(unequal / steps, (total - unequal) / steps)
 
 
-def unequal_work_by_step(events: EventTable, heavy: Device, light: Device, mask: np.ndarray) -> list[float]:
-    """``WorkSplit.unequal_work`` of ``heavy`` against ``light`` in each of the table's steps (µs), in step order:
-    the operators one device runs and the other does not, measured step by step."""
-    rows_h, rows_l = _outermost_of(events, heavy, light, mask)
-    return [_unequal(*_tally(events, rows_h & (events.step == s)), *_tally(events, rows_l & (events.step == s)))
-            for s in events.steps()]
-
-
-def _outermost_of(events: EventTable, heavy: Device, light: Device, mask: np.ndarray) -> list[np.ndarray]:
-    """Each device's ``mask`` events but TF's feeds and fetches, less those inside another where operators nest (a
-    CPU rank's host operators); a TensorFlow device's ops share one lane across its threads and overlap without
-    nesting."""
-    mask = mask & ~np.isin(events.op_type, [events.code_of(t) for t in FEEDS_AND_FETCHES])
-    nesting = host_operator_devices(events)
-    return [_outermost(events, mask & (events.device == events.devices.index(d)), d in nesting)
-            for d in (heavy, light)]
+def unequal_work_by_step(heavy: Tally | None, light: Tally | None, steps) -> list[float]:
+    """``WorkSplit.unequal_work`` of the ``heavy`` device against the ``light`` one in each of ``steps`` (µs), from
+    their tallies: the operators one device runs and the other does not, measured step by step."""
+    empty = ({}, {})
+    heavy, light = heavy or _NO_WORK, light or _NO_WORK
+    return [_unequal(*heavy.steps.get(int(s), empty), *light.steps.get(int(s), empty)) for s in steps]
 
 
 def _unequal(n_h: dict[str, int], t_h: dict[str, float], n_l: dict[str, int], t_l: dict[str, float]) -> float:

@@ -160,8 +160,10 @@ def host_wait_share(comm) -> dict[str, float]:
             for d in comm.devices if d.idle is not None and d.device.kind == "gpu"}
 
 
-def launch_sample(table: EventTable, host_wait_share: dict[str, float] | None = None) -> LaunchSample | None:
-    """The table's ``LaunchSample``; None when no runtime call is linked to a kernel."""
+def launch_sample(table: EventTable, host_wait_share: dict[str, float] | None = None,
+                  host_ops: bool = True) -> LaunchSample | None:
+    """The table's ``LaunchSample``; None when no runtime call is linked to a kernel. ``host_ops`` False: the
+    kernels alone, no host-op executions (the audit reads the kernels' figures only)."""
     launcher = launchers(table)
     is_gpu = np.array([d.kind == "gpu" for d in table.devices] or [False], dtype=bool)
     kernel_rows = np.flatnonzero(is_gpu[table.device] & np.isin(table.kind, (Kind.KERNEL, Kind.COMMUNICATION)))
@@ -174,7 +176,8 @@ def launch_sample(table: EventTable, host_wait_share: dict[str, float] | None = 
     delay = np.where(has_call, table.ts[kernel_rows] - table.ts[np.maximum(call, 0)], np.nan)
     call_dur = np.where(has_call, table.dur[np.maximum(call, 0)], np.nan)
     names, name_of = np.unique(table.name[kernel_rows], return_inverse=True)
-    op_names, op_name, host_time, kernel_time, kernel_count = _host_op_executions(table, launcher, kernel_rows, dur)
+    op_names, op_name, host_time, kernel_time, kernel_count = _host_op_executions(
+        table, launcher, kernel_rows if host_ops else kernel_rows[:0], dur)
     return LaunchSample(
         kernel_names=tuple(table.strings[c] for c in names), kernel_name=name_of.astype(np.int64), kernel_dur=dur,
         delay=delay, call_dur=call_dur, op_names=op_names, op_name=op_name, op_host_dur=host_time,

@@ -69,16 +69,38 @@ class StepNoise:
 def step_noise(table: EventTable) -> StepNoise:
     """Each step's time: from the first start to the last end of the step's events on any device (the
     ranks' slowest), over the table's steps (events of no step left out)."""
+    return noise_of_spans(step_spans(table))
+
+
+def step_spans(table: EventTable, shift_us: float = 0.0) -> dict[int, tuple[float, float]]:
+    """Each step's first start and last end over the table's events (``shift_us`` added: a rank's time base, for
+    the spans of several ranks on one clock, ``combined_spans``)."""
     keep = table.step >= 0
     if not keep.any():
-        return StepNoise((), ())
+        return {}
     step = table.step[keep].astype(np.int64)
     steps, inverse = np.unique(step, return_inverse=True)
     start = np.full(len(steps), np.inf)
     end = np.full(len(steps), -np.inf)
     np.minimum.at(start, inverse, table.ts[keep])
     np.maximum.at(end, inverse, table.end[keep])
-    return StepNoise(tuple(int(s) for s in steps), tuple(float(v) for v in end - start))
+    return {int(s): (float(a) + shift_us, float(b) + shift_us) for s, a, b in zip(steps, start, end)}
+
+
+def combined_spans(parts: Sequence[dict[int, tuple[float, float]]]) -> dict[int, tuple[float, float]]:
+    """The spans of several tables' steps (``step_spans``) on one clock: each step's earliest start and latest
+    end over them."""
+    found: dict[int, tuple[float, float]] = {}
+    for spans in parts:
+        for s, (a, b) in spans.items():
+            found[s] = (min(a, found[s][0]), max(b, found[s][1])) if s in found else (a, b)
+    return dict(sorted(found.items()))
+
+
+def noise_of_spans(spans: dict[int, tuple[float, float]]) -> StepNoise:
+    """``StepNoise`` of the steps' spans (``step_spans``)."""
+    steps = sorted(spans)
+    return StepNoise(tuple(steps), tuple(spans[s][1] - spans[s][0] for s in steps))
 
 
 @dataclass(frozen=True)

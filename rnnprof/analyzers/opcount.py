@@ -317,15 +317,22 @@ def count_ops(
 ) -> OpCountReport:
     """Counts of both graph views and of the kernels, and the kernels' launch statistics (``launches=False``:
     left out, for a caller that does not show them); a ``*_reason`` says why that part is missing."""
-    return OpCountReport(
-        source=source,
-        source_format=table.source_format if table is not None else "graph",
-        user_graph=count_graph(user_graph, user_reason),
-        runtime_graph=count_graph(runtime_graph, runtime_reason),
-        kernels=count_kernels(table, events_reason),
-        launches=launch_stats(table, short_kernel_us) if launches and table is not None and len(table) else None,
-        copies=copy_counts.count_copies(table, events_reason) if table is not None and len(table) else None,
-    )
+    return op_count_report(
+        source, table.source_format if table is not None else "graph", user_graph, runtime_graph,
+        count_kernels(table, events_reason),
+        launch_stats(table, short_kernel_us) if launches and table is not None and len(table) else None,
+        copy_counts.count_copies(table, events_reason) if table is not None and len(table) else None,
+        user_reason, runtime_reason)
+
+
+def op_count_report(source: str, source_format: str, user_graph: nx.DiGraph | None, runtime_graph: nx.DiGraph | None,
+                    kernels: KernelCounts, launches: LaunchStats | None, copies, user_reason: str = "",
+                    runtime_reason: str = "") -> OpCountReport:
+    """``count_ops``' report of the kernels, launches and copies counted already (a job's: its ranks' combined)."""
+    return OpCountReport(source=source, source_format=source_format,
+                         user_graph=count_graph(user_graph, user_reason),
+                         runtime_graph=count_graph(runtime_graph, runtime_reason),
+                         kernels=kernels, launches=launches, copies=copies)
 
 
 def compare(left: OpCountReport, right: OpCountReport) -> OpCountComparison:

@@ -90,15 +90,37 @@ class RankProfilerCost:
 def profiler_cost(table: EventTable | None, manifest: Manifest | None) -> dict[str, RankProfilerCost]:
     """Each rank's profiler cost (see the module), by worker name (``rank<r>``), for the ranks the manifest
     records; {} where it records none."""
+    return profiler_cost_of(host_op_counts(table), manifest)
+
+
+def profiler_cost_of(counts: dict[str, dict[int, int]], manifest: Manifest | None) -> dict[str, RankProfilerCost]:
+    """``profiler_cost`` from the events' host operators per worker and step (``host_op_counts``: a job's ranks
+    give theirs apart)."""
     records = [r for r in (manifest.ranks if manifest is not None else ())
                if isinstance(r.get("rank"), int) and not isinstance(r.get("rank"), bool)]
     exporting = {s for r in records for s in _steps(r.get(names.RANK_EXPORT_STEPS))}
-    return {f"rank{r['rank']}": rank_cost(f"rank{r['rank']}", r, table, exporting) for r in records}
+    return {f"rank{r['rank']}": rank_cost(f"rank{r['rank']}", r, counts.get(f"rank{r['rank']}", {}), exporting)
+            for r in records}
 
 
-def rank_cost(worker: str, record: dict, table: EventTable | None, exporting: set = frozenset()) -> RankProfilerCost:
-    """The profiler cost of the rank whose record is ``record`` and whose events in ``table`` are ``worker``'s;
-    ``exporting``: steps during which another rank exported its trace, left out of the untraced ones too."""
+def host_op_counts(table: EventTable | None) -> dict[str, dict[int, int]]:
+    """Worker -> step -> how many host operators it ran in the step (steps it ran none in left out)."""
+    if table is None or not len(table):
+        return {}
+    ops = np.flatnonzero(table.kind == Kind.HOST_OP)
+    counts: dict[str, dict[int, int]] = {}
+    for code, device in enumerate(table.devices):
+        steps, n = np.unique(table.step[ops[table.device[ops] == code]], return_counts=True)
+        mine = counts.setdefault(device.worker, {})
+        for s, k in zip(steps.tolist(), n.tolist()):
+            mine[int(s)] = mine.get(int(s), 0) + int(k)
+    return counts
+
+
+def rank_cost(worker: str, record: dict, counts: dict[int, int], exporting: set = frozenset()) -> RankProfilerCost:
+    """The profiler cost of the rank whose record is ``record`` and whose host operators per step are ``counts``
+    (``host_op_counts``' of its worker); ``exporting``: steps during which another rank exported its trace, left
+    out of the untraced ones too."""
     seconds = seconds_per_step(record.get(names.RANK_STEP_SECONDS))
     if seconds is None:
         return RankProfilerCost(worker, unknown="its record has no time for each step (a capture older than this "
@@ -116,7 +138,7 @@ def rank_cost(worker: str, record: dict, table: EventTable | None, exporting: se
         return dataclasses.replace(counted, unknown=(
             f"{len(untraced)} untraced step(s) timed outside step 0, the profiler's warm-up and the export, "
             f"{MIN_UNTRACED} needed"))
-    ops = _ops_per_step(table, worker, traced)
+    ops = _ops_per_step(counts, traced)
     median = lambda values, steps: float(np.median([values[i] for i in steps])) * 1e6  # noqa: E731
     return dataclasses.replace(
         counted, traced_median_us=median(seconds, traced), untraced_median_us=median(seconds, untraced),
@@ -143,14 +165,10 @@ def _per_step(values, steps: int) -> list | None:
     return values if values is not None and len(values) == steps else None
 
 
-def _ops_per_step(table: EventTable | None, worker: str, steps: list[int]) -> float | None:
-    """The median number of ``worker``'s host operators per step of ``steps`` in ``table``."""
-    if table is None or not len(table):
-        return None
-    codes = [i for i, d in enumerate(table.devices) if d.worker == worker]
-    mine = np.isin(table.device, codes) & (table.kind == Kind.HOST_OP)
-    counts = [int(np.count_nonzero(mine & (table.step == s))) for s in steps]
-    median = float(np.median(counts)) if counts else 0.0
+def _ops_per_step(counts: dict[int, int], steps: list[int]) -> float | None:
+    """The median number of host operators per step of ``steps`` (``counts``: per step, ``host_op_counts``')."""
+    found = [counts.get(s, 0) for s in steps]
+    median = float(np.median(found)) if found else 0.0
     return median or None
 
 

@@ -4,15 +4,19 @@
 ``placement-audit``, ``critical-path``) on inputs read once, plus the top ops by time and one step's
 timeline, the kernels' launch statistics (``rnnprof.analyzers.launches``, as count-ops reports them) and the
 step times of the trace's step markers and ``rnnprof audit``'s findings (savings from replays of their fixes,
-and the step predicted after the top fixes, as audit gives them); the critical path is that of the timeline's step; the roofline (``roofline``) comes computed,
-as it needs the operators' shapes. The events are
+and the step predicted after the top fixes, as audit gives them); the critical path is that of the timeline's
+step; the roofline (``roofline``) comes computed, as it needs the operators' shapes. The events are
 classified once for all of them (the launch statistics' launch-bound shares come from comm's idle time by
 cause). A part that cannot be computed is None with the reason, which the report lists among what it left out.
+``run_report`` makes the report of the analyses (``RunAnalyses``), which a whole job's ranks give apart
+(``rnnprof.job.report``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -26,7 +30,7 @@ from rnnprof.analyzers.opcount import OpCountReport, count_ops
 from rnnprof.analyzers.pipeline import PipelineReport, analyze_pipeline
 from rnnprof.analyzers.profiler_cost import RankProfilerCost, profiler_cost
 from rnnprof.analyzers.audit.top_fixes import TopFixes
-from rnnprof.analyzers.replay.audit_savings import audit_replayer, replayed_audit
+from rnnprof.analyzers.replay.audit_savings import Replays, audit_replayer, replayed_audit
 from rnnprof.analyzers.placement import AuditInput, PlacementResult, audit_placement, configured_rules
 from rnnprof.analyzers.roofline import RooflineReport
 from rnnprof.analyzers.steps import step_marker_periods
@@ -52,7 +56,12 @@ class StepTimes:
 
 def step_times(events: EventTable | None) -> StepTimes | None:
     """The step markers' durations (None when the trace has none, or only empty ones)."""
-    periods = step_marker_periods(events)
+    return step_times_of(step_marker_periods(events))
+
+
+def step_times_of(periods: np.ndarray) -> StepTimes | None:
+    """``step_times`` of the step markers' durations (``steps.step_marker_periods``; a job's ranks':
+    ``steps.marker_periods``)."""
     periods = periods[periods > 0]
     if not len(periods):
         return None
@@ -95,6 +104,29 @@ class RunReport:
     pipeline: PipelineReport | None = None  # rnnprof pipeline's analysis, where the ranks run a pipeline
 
 
+@dataclass(frozen=True, eq=False)
+class RunAnalyses:
+    """The analyses of a run's events the report shows beside the audit, of one table (``analyze_run``) or of a
+    whole job's ranks read apart (``rnnprof.job.report``): the audit's rules read the same comm and launches
+    (``known``: what they are given; ``replays``: the replays of their fixes), and ``critical_path(step)`` is the
+    critical path of one step."""
+
+    events: int
+    source_format: str
+    comm: CommReport
+    launches: LaunchStats
+    top_device: tuple[TimedOp, ...]
+    top_host: tuple[TimedOp, ...]
+    timeline: Timeline | None
+    critical_path: Callable[[int], CriticalPathReport]
+    step_times: StepTimes | None
+    memory: MemoryReport | None
+    profiler_cost: dict[str, RankProfilerCost]
+    pipeline: PipelineReport | None  # ``analyze_pipeline``'s
+    known: Known
+    replays: Replays
+
+
 def analyze_run(label: str, events: EventTable | None, events_reason: str, *, user_graph=None, runtime_graph=None,
                 user_reason: str = "", runtime_reason: str = "", audit_input: AuditInput | None = None,
                 audit_reason: str = "", manifest: Manifest | None = None, dependencies: Dependencies | None = None,
@@ -114,34 +146,46 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     comm = analyze_comm(events, classes=classes)
     launches = launch_stats(events, host_wait_share=host_wait_share(comm))
     pipeline = analyze_pipeline(events, classes=classes)
-    findings = audit(audit_input if audit_input is not None else events,
-                     known=Known(classes=classes, comm=comm, launches=launches, placement=placement,
-                                 pipeline=pipeline))
-    findings, top_fixes = replayed_audit(findings, audit_replayer(events, dependencies or Dependencies(), classes))
+    work, _ = device_work_mask(events, classes)
+    host = np.array([d.kind == "host" for d in events.devices] or [False], dtype=bool)
+    host_ops = np.flatnonzero((events.kind == Kind.HOST_OP) & host[events.device])
+    dependencies = dependencies or Dependencies()
+    analyses = RunAnalyses(
+        len(events), events.source_format, comm, launches, top_by_time(events, np.flatnonzero(work), classes),
+        top_by_time(events, host_ops, classes), step_timeline(events, classes, work),
+        lambda step: analyze_critical_path(events, dependencies, steps=[step], classes=classes),
+        step_times(events), analyze_memory(events, pipeline=pipeline) if len(events.memory) else None,
+        profiler_cost(events, manifest), pipeline, Known(classes=classes, comm=comm, launches=launches),
+        audit_replayer(events, dependencies, classes))
+    return run_report(label, manifest, opcount, placement, audit_input if audit_input is not None else events,
+                      audit_reason, analyses, roofline, roofline_reason)
+
+
+def run_report(label: str, manifest: Manifest | None, opcount: OpCountReport, placement: PlacementResult | None,
+               audit_input, audit_reason: str, analyses: RunAnalyses, roofline: RooflineReport | None,
+               roofline_reason: str) -> RunReport:
+    """The report of a run with trace events from its analyses (``RunAnalyses``): the audit's rules run on them,
+    its fixes replayed, the critical path of the timeline's step."""
+    comm = analyses.comm
+    findings = audit(audit_input, known=dataclasses.replace(analyses.known, placement=placement, pipeline=analyses.pipeline))
+    findings, top_fixes = replayed_audit(findings, analyses.replays)
     comm_reason = ""
     if not comm.devices:
         comm_reason = ("every event is on the host (a CPU-only tf.profiler XSpace, for one, names no device for "
                        "its ops)" if comm.host_only else "no device activity (no kernels, memcpys or ops on a device)")
         comm = None
-    work, _ = device_work_mask(events, classes)
-    host = np.array([d.kind == "host" for d in events.devices] or [False], dtype=bool)
-    host_ops = np.flatnonzero((events.kind == Kind.HOST_OP) & host[events.device])
-    top_device = top_by_time(events, np.flatnonzero(work), classes)
-    top_host = top_by_time(events, host_ops, classes)
-    timeline = step_timeline(events, classes, work)
+    timeline = analyses.timeline
     timeline_reason = "" if timeline else comm_reason or "no device activity"
     critical_path, critical_path_reason = None, timeline_reason
     if timeline is not None:
-        critical_path = analyze_critical_path(events, dependencies or Dependencies(),
-                                              steps=[timeline.step if timeline.step is not None else -1],
-                                              classes=classes)
+        critical_path = analyses.critical_path(timeline.step if timeline.step is not None else -1)
         critical_path_reason = "" if critical_path.steps else "no event on a device in the step"
         critical_path = critical_path if critical_path.steps else None
-    return RunReport(label, manifest, len(events), events.source_format, comm, comm_reason, opcount, placement,
+    top_device, top_host = analyses.top_device, analyses.top_host
+    return RunReport(label, manifest, analyses.events, analyses.source_format, comm, comm_reason, opcount, placement,
                      audit_reason, top_device, top_host,
                      "" if top_device or top_host else "no device activity and no host operators",
                      timeline, timeline_reason, critical_path, critical_path_reason,
-                     launches=launches, step_times=step_times(events), roofline=roofline,
-                     roofline_reason=roofline_reason, findings=findings, findings_reason="",
-                     memory=analyze_memory(events, pipeline=pipeline) if len(events.memory) else None,
-                     top_fixes=top_fixes, profiler_cost=profiler_cost(events, manifest), pipeline=pipeline)
+                     launches=analyses.launches, step_times=analyses.step_times, roofline=roofline,
+                     roofline_reason=roofline_reason, findings=findings, findings_reason="", memory=analyses.memory,
+                     top_fixes=top_fixes, profiler_cost=analyses.profiler_cost, pipeline=analyses.pipeline)

@@ -325,6 +325,13 @@ def step_marker_periods(table: EventTable | None) -> np.ndarray:
     rank and step: the steps left after a step selection, every marker when the events carry no step."""
     if table is None or not len(table):
         return np.zeros(0)
+    return marker_periods([step_markers(table)], table.steps())
+
+
+def step_markers(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
+    """The host step markers of the table: each one's step number and duration (µs). A GPU's own ProfilerStep#N
+    annotation marks when the GPU ran the step's work (Kineto can give the first step's one the whole window's
+    span), not the step."""
     numbers = np.full(len(table.strings), -1, dtype=np.int64)
     for code, text in enumerate(table.strings):
         match = STEP_MARKER.match(text) if text.startswith("ProfilerStep#") else None
@@ -332,10 +339,12 @@ def step_marker_periods(table: EventTable | None) -> np.ndarray:
             numbers[code] = int(match.group(1))
     step_of = numbers[table.name]
     on_host = np.array([d.kind != "gpu" for d in table.devices] or [True], dtype=bool)
-    # a GPU's own ProfilerStep#N annotation marks when the GPU ran the step's work (Kineto can give the first
-    # step's one the whole window's span), not the step
     rows = (step_of >= 0) & (table.kind == Kind.ANNOTATION) & on_host[table.device]
-    known = table.steps()
-    if len(known):
-        rows &= np.isin(step_of, known)
-    return table.dur[rows].astype(float)
+    return step_of[rows], table.dur[rows].astype(float)
+
+
+def marker_periods(markers: Sequence[tuple[np.ndarray, np.ndarray]], known: np.ndarray) -> np.ndarray:
+    """``step_marker_periods`` of several tables' ``step_markers`` (a job's ranks), ``known``: their steps."""
+    steps = np.concatenate([m[0] for m in markers]) if markers else np.zeros(0, dtype=np.int64)
+    periods = np.concatenate([m[1] for m in markers]) if markers else np.zeros(0)
+    return periods[np.isin(steps, known)] if len(known) else periods

@@ -12,10 +12,10 @@ from rnnprof.commands.flags import INPUT
 from rnnprof.analyzers.audit import audit
 from rnnprof.analyzers.replay.audit_savings import audit_replayer, replayed_savings
 from rnnprof.inputs.dependencies import read_dependencies
+from rnnprof.job.audit import job_audit
 from rnnprof.reports.audit import render_text
 from rnnprof.reports.results.audit import AuditFindings
 from rnnprof.rundir.manifest import run_notes
-from rnnprof.traces.rank_folder import folder_notes
 
 FAIL_ON = ("error", "warning", "info", "never")
 
@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fail_on_flag.add_arguments(parser, FAIL_ON)
     step_flags.add_arguments(parser)
     limits.add_argument(parser)
+    job_flags.add_arguments(parser)
 
 
 def run(args: argparse.Namespace, console: Console) -> int:
@@ -39,13 +40,27 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 def analyze(args: argparse.Namespace) -> AuditFindings:
     """The audit of ``args.paths`` (savings replayed where the input has events), with its notes: what the command
-    renders and ``rnnprof.open(...).audit()`` gives."""
-    job = job_flags.rank_job(args.paths)
-    paths = [str(f.path) for f in job.files] if job is not None else list(args.paths)
-    notes = [*run_notes(args.paths), *folder_notes(job)]
+    renders and ``rnnprof.open(...).audit()`` gives. A job's ranks (rank files, a PyTorch run directory's rank
+    traces) are read a rank per worker."""
+    job = job_flags.ranks_of(args.paths)
+    if job is not None:
+        return _job(args, *job)
+    job_flags.refuse_job_options(args)
+    paths = list(args.paths)
+    notes = run_notes(args.paths)
     given = audit_inputs.read_audit_input(paths, args)
     result = audit(given)
     if given.events is not None and len(given.events):
         result = replayed_savings(result, audit_replayer(given.events, read_dependencies(paths), given.classes))
     notes += left_out_notes.notes(args, given.events)
     return AuditFindings(tuple(notes), result, left_out_notes.counts(given.events))
+
+
+def _job(args: argparse.Namespace, folder, manifest) -> AuditFindings:
+    """The audit of a job's rank files, a rank per worker (``job.audit``)."""
+    paths = [str(f.path) for f in folder.files] if manifest is None else list(args.paths)
+    result, notes, left_out = job_flags.run_job(job_audit, folder, args, manifest=manifest,
+                                                dependencies=read_dependencies(paths),
+                                                selection=step_flags.selection(args))
+    notes = [*run_notes(args.paths), *notes, *left_out_notes.notes(args, left_out)]
+    return AuditFindings(tuple(notes), result, left_out_notes.counts(left_out))

@@ -7,7 +7,7 @@ import argparse
 from rnnprof.commands.flags import positive_int
 from rnnprof.errors import UsageError
 from rnnprof.reports.progress import RankProgress
-from rnnprof.traces.rank_folder import job_of
+from rnnprof.traces.rank_folder import job_of, run_dir_ranks
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +24,14 @@ def rank_job(paths):
     """The job's rank files when ``paths`` are a job's (``rank_folder.job_of``), else None."""
 
     return job_of(paths)
+
+
+def ranks_of(paths):
+    """``(rank files, manifest)`` of a job's: its rank files (``rank_job``; no manifest), or the rank traces of a
+    PyTorch run directory with its manifest (``rank_folder.run_dir_ranks``); None for other input."""
+
+    job = job_of(paths)
+    return (job, None) if job is not None else run_dir_ranks(paths)
 
 
 def run_job(function, folder, args, **kwargs):

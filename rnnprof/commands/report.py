@@ -10,15 +10,16 @@ from rich.console import Console
 from rich.text import Text
 
 from rnnprof import limits
-from rnnprof.commands import audit_inputs, left_out_notes, step_flags
+from rnnprof.commands import audit_inputs, job_flags, left_out_notes, step_flags
 from rnnprof.commands.flags import INPUT
 from rnnprof.errors import UsageError
 from rnnprof.paths import shown
 from rnnprof.analyzers.audit import AuditResult
 from rnnprof.analyzers.run_report import analyze_run
-from rnnprof.commands.roofline import for_report as roofline_for_report
+from rnnprof.commands.roofline import ONE_PROCESS, for_report as roofline_for_report
 from rnnprof.inputs.dependencies import read_dependencies
-from rnnprof.inputs.read import read_inputs
+from rnnprof.inputs.read import job_graphs, read_inputs
+from rnnprof.job.report import job_run_report
 from rnnprof.reports.layout import render_notes
 from rnnprof.reports.run_page import run_page
 from rnnprof.reports.units import fmt_mb
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace FILE if it exists")
     step_flags.add_arguments(parser)
     limits.add_argument(parser)
+    job_flags.add_arguments(parser)
 
 
 def _check_output(path: str, force: bool) -> Path:
@@ -69,11 +71,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
     out = _check_output(args.output, args.force)
     name = _name(args.paths)
     if len(args.paths) == 1 and is_watched_run(args.paths[0]):
+        job_flags.refuse_job_options(args)
         if step_flags.selection(args).active:
             raise UsageError(f"{step_flags.selection(args).describe()} selects steps of a trace's events; "
                              f"{args.paths[0]} is a watched job: report one of its windows for that")
         page = watch_page(watched_summary(args.paths[0]), name, run_notes(args.paths))
     elif len(args.paths) == 1 and is_sweep_dir(args.paths[0]):
+        job_flags.refuse_job_options(args)
         if step_flags.selection(args).active:
             raise UsageError(f"{step_flags.selection(args).describe()} selects steps of a trace's events; "
                              f"{args.paths[0]} is a saved sweep (give a run directory or trace files)")
@@ -87,6 +91,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
+    job = job_flags.ranks_of(paths)
+    if job is not None:
+        return _job_page(paths, name, args, *job)
+    job_flags.refuse_job_options(args)
     notes = run_notes(paths)
     inputs = read_inputs(paths)
     notes = [*notes, *job_notes(inputs.events), *left_out_notes.notes(args, inputs.events)]
@@ -107,3 +115,19 @@ def _run_page(paths: list[str], name: str, args: argparse.Namespace) -> str:
     render_notes(notes)
     findings, findings_reason = _findings(report)
     return run_page(report, name, notes, findings, findings_reason, left_out_notes.counts(events))
+
+
+def _job_page(paths: list[str], name: str, args: argparse.Namespace, folder, manifest) -> str:
+    """The page of a job's rank files, read a rank per worker (``job.report``)."""
+    graphs = job_graphs(paths)
+    chosen = step_flags.selection(args)
+    (report, steps), ran, left_out = job_flags.run_job(
+        job_run_report, folder, args, label=", ".join(map(shown, paths)), manifest=manifest,
+        dependencies=read_dependencies(paths), selection=chosen, user_reason=graphs.user_graph_reason,
+        runtime_reason=graphs.runtime_graph_reason, roofline_reason=ONE_PROCESS)
+    notes = [*run_notes(paths), *ran, *left_out_notes.notes(args, left_out)]
+    if chosen.active:
+        notes = [*notes, f"steps selected by {chosen.describe()}: {', '.join(map(str, steps)) or 'none'}"]
+    render_notes(notes)
+    findings, findings_reason = _findings(report)
+    return run_page(report, name, notes, findings, findings_reason, left_out_notes.counts(left_out))

@@ -20,6 +20,7 @@ from rnnprof.traces.rank_folder import folder_notes, job_of
 from rnnprof.training.cpu_peaks import measure_cpu_peaks, this_host
 
 EXPECTED = "a PyTorch profiler (Kineto) trace, several, a folder of rank traces, or a run directory"
+ONE_PROCESS = "the report shows one process's roofline; run rnnprof roofline on the ranks"  # for a job's
 
 
 def _positive(text: str) -> float:
@@ -84,7 +85,7 @@ def for_report(paths: list[str], table, selected, args, notes: list[str], with_p
     except InputError as exc:
         return None, str(exc)
     if len(found) != 1:
-        return None, "the report shows one process's roofline; run rnnprof roofline on the ranks"
+        return None, ONE_PROCESS
     no_shapes = "no operator shapes (a PyTorch trace needs record_shapes=True)"
     try:
         if without_shapes(found[0]):

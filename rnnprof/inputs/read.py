@@ -24,7 +24,7 @@ from typing import Sequence
 
 from rnnprof.errors import InputError
 from rnnprof.events import EventTable, Manifest
-from rnnprof.traces import graphs, load_events, merge_tables, rnnprof_run
+from rnnprof.traces import graphs, kineto, load_events, merge_tables, rnnprof_run
 from rnnprof.traces.formats import GraphDefs
 from rnnprof.traces.registry import Source, open_source
 
@@ -88,18 +88,43 @@ def _one_input(source: Source, label: str) -> Inputs:
         events = source.events()
     except InputError as exc:
         events_error = exc
-    defs, graphs_error = None, None
-    if source.holds_graphs:
-        try:
-            defs = source.graph_defs()
-        except InputError as exc:
-            graphs_error = exc
+    defs, graphs_error = _graph_defs(source)
     if events is None and (defs is None or not (defs.user or defs.runtime)):
         raise events_error if source.holds_events or graphs_error is None else graphs_error
-    graphs_reason = (str(graphs_error) if graphs_error is not None
-                     else "" if defs is not None else f"{events.source_format} traces carry no TensorFlow graph")
     return Inputs(label, events=events, events_reason=str(events_error or ""), graph_defs=defs,
-                  graphs_reason=graphs_reason, manifest=source.parsed if _is_run(source) else None)
+                  graphs_reason=_graphs_reason(defs, graphs_error, events.source_format if events else ""),
+                  manifest=source.parsed if _is_run(source) else None)
+
+
+def job_graphs(paths: Sequence[str | os.PathLike]) -> Inputs:
+    """What ``read_inputs`` gives of a job's rank files (Kineto traces: a folder of them, several, or a PyTorch run
+    directory's) besides their events, which the job's analysis reads rank by rank: their graphs, or why there are
+    none, and a run directory's manifest."""
+    paths = list(paths)
+    label = ", ".join(map(str, paths))
+    if len(paths) > 1:
+        return Inputs(label, graphs_reason=MERGED_TRACES)
+    source = open_source(paths[0])
+    defs, graphs_error = _graph_defs(source)
+    return Inputs(label, graph_defs=defs, graphs_reason=_graphs_reason(defs, graphs_error, kineto.FORMAT),
+                  manifest=source.parsed if _is_run(source) else None)
+
+
+def _graph_defs(source: Source) -> tuple[GraphDefs | None, InputError | None]:
+    """The graphs ``source`` holds, or the error reading them."""
+    if not source.holds_graphs:
+        return None, None
+    try:
+        return source.graph_defs(), None
+    except InputError as exc:
+        return None, exc
+
+
+def _graphs_reason(defs: GraphDefs | None, error: InputError | None, source_format: str) -> str:
+    """Why an input has no graphs (``source_format``: its events')."""
+    if error is not None:
+        return str(error)
+    return "" if defs is not None else f"{source_format} traces carry no TensorFlow graph"
 
 
 def _one_run(sources: list[Source], label: str) -> Inputs:

@@ -23,10 +23,11 @@ class CommOptions:
     step_selection: str = ""  # the selection, as the report describes it
 
 
-def comm_of_rank(table: EventTable, options: CommOptions):
-    """The rank's ``CommReport``, its collectives (``instances``) and its clock offset, for matching across ranks."""
+def comm_of_rank(table: EventTable, options: CommOptions, classes=None):
+    """The rank's ``CommReport``, its collectives (``instances``) and its clock offset, for matching across ranks
+    (``classes``: ``classify`` of the table with the options' patterns, where the caller has it)."""
     report = analyze_comm(table, options.comm_patterns, kernel_wait_us=options.kernel_wait_us,
-                          step_selection=options.step_selection)
+                          step_selection=options.step_selection, classes=classes)
     return report, instances(table), zero_offsets([table])[0]
 
 

@@ -31,6 +31,7 @@ from rnnprof.events import (OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH, CollectiveArgs, D
 from rnnprof.traces.jsonstream import EventStream
 from rnnprof.traces.kineto_collectives import CollectiveArgsReader, process_groups, with_collective_records
 from rnnprof.traces.kineto_memory import MEMORY_EVENT, MemoryReader
+from rnnprof.traces.memo import remembered
 
 FORMAT = "kineto"
 
@@ -138,6 +139,12 @@ def parse(path: Path) -> None:
 
 def events(path: Path, _parsed: None = None) -> EventTable:
     return load(path)
+
+
+def load_kept(path: Path) -> EventTable:
+    """``load``, or the table the active memo kept of ``path`` (``traces.memo``): a run directory's rank traces,
+    read merged by one analysis and as a job's rank files by another, are read once."""
+    return remembered("kineto", path, lambda: load(path))
 
 
 def load(path: Path, block_bytes: int | None = None, piece_bytes: int | None = None) -> EventTable:

@@ -2,7 +2,8 @@
 analyses.
 
 ``remembered(kind, path, load)`` calls ``load()`` the first time ``path`` is read as ``kind`` (``"events"``: a
-source's event table, ``"rank"``: one rank file's table, ``"shapes"``: a Kineto trace's operator shapes) while a
+source's event table, ``"rank"``: one rank file's table, ``"kineto"``: a Kineto file as read, which a run
+directory's merged table and its rank files share, ``"shapes"``: a Kineto trace's operator shapes) while a
 ``TableMemo`` is active (``with memo:``), and gives what it kept every later time; with no memo active (every
 command), it only calls ``load()``. A table comes back as a copy whose metadata may be set without touching the
 kept one (merging one table stamps its alignment there); its arrays are shared, as the analyzers never write

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Sequence
 
 from rnnprof.traces.left_out import leave_out
-from rnnprof.paths import broken, broken_links
+from rnnprof.paths import broken, broken_links, shown
 from rnnprof.errors import InputError
-from rnnprof.events import EventTable
+from rnnprof.events import EventTable, Manifest
 from rnnprof import rundir
+from rnnprof.rundir.manifest import listed_torch_traces, read_manifest
 from rnnprof.traces import kineto
 from rnnprof.traces.formats import PREFIX_BYTES
 from rnnprof.traces.jsonstream import read_prefix
@@ -112,10 +113,10 @@ def loaded_notes(folder: RankFolder, infos: Sequence[dict | None], loaded_worker
     notes = []
     named = [f.path.name for f, info in zip(folder.files, infos) if not (isinstance(info, dict) and "rank" in info)]
     if named:
-        notes.append(f"{folder.path}: {len(named)} file(s) have no distributedInfo; their rank is the number in "
+        notes.append(f"{shown(folder.path)}: {len(named)} file(s) have no distributedInfo; their rank is the number in "
                      f"their name: {_names(named)}")
     if sizes and len(folder.files) < sizes[0]:
-        notes.append(f"{folder.path}: {len(folder.files)} of the job's {sizes[0]} ranks are given")
+        notes.append(f"{shown(folder.path)}: {len(folder.files)} of the job's {sizes[0]} ranks are given")
     return notes
 
 
@@ -144,7 +145,7 @@ def job_notes(table: EventTable | None) -> list[str]:
 
 def load_rank(rank_file: RankFile) -> EventTable:
     """One rank's table; a file without ``distributedInfo`` gets its worker name from its rank."""
-    table = remembered(f"rank{rank_file.rank}", rank_file.path, lambda: leave_out(kineto.load(rank_file.path)))
+    table = remembered(f"rank{rank_file.rank}", rank_file.path, lambda: leave_out(kineto.load_kept(rank_file.path)))
     worker = f"rank{rank_file.rank}"
     workers = {d.worker for d in table.devices}
     if workers == {""}:
@@ -217,9 +218,24 @@ def job_of(paths: Sequence[str | os.PathLike]) -> RankFolder | None:
     if not all(kineto.looks_like(prefix) for prefix in prefixes):
         return None
     files = sorted((_rank_file(p, prefix) for p, prefix in zip(paths, prefixes)), key=lambda f: (f.rank, f.path.name))
-    label = Path(", ".join(map(str, paths)))
+    label = Path(", ".join(map(shown, paths)))  # as notes and pages show it
     _check(label, files)
     return RankFolder(label, tuple(files))
+
+
+def run_dir_ranks(paths: Sequence[str | os.PathLike]) -> tuple[RankFolder, Manifest] | None:
+    """The rank traces of one PyTorch run directory (``trace --framework torch``) as a job's rank files, with the
+    run's manifest, where it holds two or more; None for anything else."""
+    paths = [Path(p) for p in paths]
+    if len(paths) != 1 or not paths[0].is_dir() or not rundir.is_run_dir(paths[0]):
+        return None
+    try:
+        manifest = read_manifest(paths[0])
+    except InputError:  # the loaders say what is wrong with it
+        return None
+    traces = [p for p in listed_torch_traces(paths[0], manifest) if p.is_file()] if manifest.is_torch else []
+    folder = job_of(traces) if len(traces) > 1 else None
+    return (folder, manifest) if folder is not None else None
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def events(path: Path, manifest: Manifest) -> EventTable:
 def _torch_events(path: Path, manifest: Manifest, missing: list[str]) -> EventTable:
     """A PyTorch run: its ranks' Kineto traces, merged on their shared wall clock as ``load_events`` merges
     rank files (each rank a device of its own)."""
-    tables = [kineto.load(p) for p in listed_torch_traces(path, manifest) if p.is_file()]
+    tables = [kineto.load_kept(p) for p in listed_torch_traces(path, manifest) if p.is_file()]
     if not tables:
         raise InputError(path, "PyTorch run directory holds no readable rank trace"
                          + (f" ({len(missing)} listed traces missing)" if missing else "")

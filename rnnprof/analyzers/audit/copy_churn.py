@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from rnnprof.analyzers.copies import StepCopies, exposed_copies
+from rnnprof.analyzers.placement.inputs import EventsFigure, merged
 from rnnprof.analyzers.syncs import StepSyncs, sync_stalls
 
 from . import judge
@@ -40,8 +41,14 @@ FIXES = {"HtoD": "pin the host memory (pin_memory=True) and copy asynchronously 
                "torch.cuda.synchronize(), blocking copies (use non_blocking=True); read values every N steps"}
 
 
+# (copy kind, device, step) -> its copies beside no kernel; (GPU, step) -> its process' synchronizing calls: each a
+# device's own, which its rank gives alone
+EXPOSED = EventsFigure("exposed-copies", lambda inp: exposed_copies(inp.events), merged)
+SYNCS = EventsFigure("sync-stalls", lambda inp: sync_stalls(inp.events, inp.classes), merged)
+
+
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
-    if ctx.table is None or not len(ctx.table):
+    if not ctx.has_events:
         return NotChecked(RULE_ID, "no copies in the trace")
     found = [*_copies(ctx), *([sync] if (sync := _syncs(ctx)) is not None else [])]
     if not found:
@@ -55,7 +62,7 @@ def _copies(ctx: AuditContext) -> list[Finding]:
     if copies is None or not copies.available or not copies.copies:
         return []
     steps = [s for s in copies.steps if s >= 0] or list(copies.steps)
-    by_step = exposed_copies(ctx.table)
+    by_step = ctx.figure(EXPOSED)
     found = []
     for kind in KINDS:
         per = [copies.step_copies(s).get(kind) for s in steps]
@@ -103,8 +110,8 @@ def _copy_finding(ctx: AuditContext, kind: str, device: str, mine: list[StepCopi
 
 
 def _syncs(ctx: AuditContext) -> Finding | None:
-    stalls = sync_stalls(ctx.table, ctx.classes)
-    steps = [int(s) for s in ctx.table.steps()] or [-1]  # calls outside every step: in none
+    stalls = ctx.figure(SYNCS)
+    steps = ctx.placement.steps or [-1]  # calls outside every step: in none
     if not any(s in steps for _, s in stalls):
         return None
     per_device = {d: [stalls.get((d, s), StepSyncs()) for s in steps] for d in sorted({d for d, _ in stalls})}

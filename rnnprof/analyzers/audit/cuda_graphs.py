@@ -25,7 +25,7 @@ DOMINANT_SHARE = 0.5  # as launches.LAUNCH_BOUND_SHARE
 
 
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
-    if ctx.table is None or not len(ctx.table) or not ctx.comm.devices:
+    if not ctx.has_events or not ctx.comm.devices:
         return NotChecked(RULE_ID, "needs a trace with GPU work")
     gpus = ctx.idle_gpus
     launches = ctx.launches

@@ -22,6 +22,7 @@ from rnnprof.analyzers.classify import EventClass
 from rnnprof.analyzers.device_work import BASIS_HOST_OPS, device_work_mask
 from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, significance
 from rnnprof.analyzers.placement.busy import length, minus, union_array
+from rnnprof.analyzers.placement.inputs import AuditInput, EventsFigure, merged
 
 from . import judge as _per_step
 from .context import AuditContext
@@ -32,10 +33,10 @@ TITLE = "Exposed communication"
 
 
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
-    if ctx.table is None or not len(ctx.table) or not ctx.comm.devices:
+    if not ctx.has_events or not ctx.comm.devices:
         return NotChecked(RULE_ID, "needs a trace with device activity")
     waits = _waits(ctx)
-    beside = _beside_other_devices(ctx)
+    beside = ctx.figure(BESIDE)
     best = None
     for d in ctx.comm.devices:
         exposed = {s: max(b.communication_us - b.overlap_us - waits.get((d.device.worker, s), 0.0)
@@ -51,7 +52,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
     device, median, exposed, hideable = best
     saving_per_step = [min(exposed[s], hideable[s]) for s in exposed]
     saving = float(np.median(saving_per_step))
-    between_processes = device.device.worker.startswith("rank") or len({d.worker for d in ctx.table.devices}) > 1
+    between_processes = device.device.worker.startswith("rank") or len({d.worker for d in ctx.placement.devices}) > 1
     verdict = significance(saving_per_step, ctx.noise.spread_us,
                            floor_us=CROSS_RANK_FLOOR_US if between_processes else 0.0)
     severity = _per_step.severity(ctx, verdict, saving)
@@ -90,12 +91,12 @@ def _waits(ctx: AuditContext) -> dict[tuple[str, int], float]:
     return out
 
 
-def _beside_other_devices(ctx: AuditContext) -> dict:
+def _beside_other_devices(inp: AuditInput) -> dict:
     """(device, step) -> the part of the device's communication not overlapped with its own compute during
     which another device of the same process (worker) computes; only for processes with several devices that
     work (a Kineto rank's host device does no device work)."""
-    table = ctx.table
-    classes = ctx.classes
+    table = inp.events
+    classes = inp.classes
     work, _ = device_work_mask(table, classes)
     workers: dict[str, list[int]] = {}
     for code in np.unique(table.device[work]):
@@ -121,3 +122,6 @@ def _beside_other_devices(ctx: AuditContext) -> dict:
                 rest = minus(exposed, union_array(ts[others], end[others]))
                 out[(table.devices[code], int(s))] = length(exposed) - length(rest)
     return out
+
+
+BESIDE = EventsFigure("beside-other-devices", _beside_other_devices, merged)

@@ -27,7 +27,7 @@ FIXES = {"host_wait_us": "take work off the host thread (larger batches, fewer P
 
 
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
-    if ctx.table is None or not len(ctx.table) or not ctx.comm.devices:
+    if not ctx.has_events or not ctx.comm.devices:
         return NotChecked(RULE_ID, "needs a trace with device activity")
     gpus = ctx.idle_gpus
     if not gpus:

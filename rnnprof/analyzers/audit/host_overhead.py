@@ -16,12 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnprof.analyzers.device_work import host_operator_devices, launchers
+from rnnprof.analyzers.device_work import launchers
 from rnnprof.analyzers.launches import launching_ops
-from rnnprof.events import EventTable, Kind
+from rnnprof.analyzers.placement.inputs import AuditInput, EventsFigure
+from rnnprof.analyzers.profiler_cost import profiler_cost_of
+from rnnprof.events import Device, EventTable, Kind
 
 from . import judge
-from .context import AuditContext
+from .context import HOST_OPS, AuditContext
 from .finding import Finding, NotChecked, Subject
 
 RULE_ID = "PF006"
@@ -29,6 +31,7 @@ TITLE = "CPU-side operator overhead"
 MANY_PER_STEP = 100  # executions of one operator name per step and rank, for the CPU-rank measure
 TINY_US = 50.0  # median duration under which an operator is mostly dispatch (CPU ranks)
 NO_LAUNCHES = "needs GPU kernels with their launches in the trace, or CPU ranks' operators"
+NOT_INSIDE = "no launch is inside a host operator"
 
 
 @dataclass(frozen=True)
@@ -42,11 +45,22 @@ class _LaunchingOps:
 
 
 @dataclass(frozen=True)
-class _Worst:
-    """The host operator name (a string code) with the largest median excess per step: the median, the excess
-    in each step, its executions, and its kernels' and its own summed time."""
+class NameExcess:
+    """One host operator name's executions that launched GPU kernels: their summed excess in each step (an
+    execution's own step; steps with none left out), how many, and their kernels' and their own summed time."""
 
-    name: int
+    per_step_us: dict[int, float]
+    executions: int
+    kernels_us: float
+    host_us: float
+
+
+@dataclass(frozen=True)
+class _Worst:
+    """The host operator name with the largest median excess per step: the median, the excess in each step, its
+    executions, and its kernels' and its own summed time."""
+
+    name: str
     median_us: float
     per_step_us: list[float]
     executions: int
@@ -55,19 +69,18 @@ class _Worst:
 
 
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
-    table = ctx.table
-    if table is None or not len(table):
+    if not ctx.has_events:
         return NotChecked(RULE_ID, "needs a trace")
-    ops = _launching_ops(table)
-    cpu_ranks = host_operator_devices(table) if ops is NO_LAUNCHES else None
+    ops = ctx.figure(LAUNCHING)
+    cpu_ranks = set(ctx.placement.metadata.host_operator_devices) if ops == NO_LAUNCHES else None
     if cpu_ranks:
         return _tiny_operators(ctx, cpu_ranks)
     if isinstance(ops, str):
         return NotChecked(RULE_ID, ops)
-    steps = [int(s) for s in table.steps()]
+    steps = ctx.placement.steps
     if not steps:
         return NotChecked(RULE_ID, "needs steps")
-    worst = _worst(table, ops, steps)
+    worst = _worst(ops, steps)
     if worst.median_us <= 0:
         return []
     return [_finding(ctx, worst)]
@@ -83,23 +96,55 @@ def _launching_ops(table: EventTable) -> _LaunchingOps | str:
         return NO_LAUNCHES
     ops, kernel_time, _ = launching_ops(table, launcher, kernels, np.maximum(table.dur[kernels], 0.0))
     if not len(ops):
-        return "no launch is inside a host operator"
+        return NOT_INSIDE
     excess = np.maximum(np.maximum(table.dur[ops], 0.0) - kernel_time, 0.0)
     return _LaunchingOps(ops, kernel_time, excess)
 
 
-def _worst(table: EventTable, ops: _LaunchingOps, steps: list[int]) -> _Worst:
-    """Per operator name, the summed excess of its executions in each step (an execution's own step); the name
-    with the largest median (the first of equals)."""
+def _by_name(inp: AuditInput) -> dict[str, NameExcess] | str:
+    """Per operator name (in the order of the table's strings), its ``NameExcess``; or why there is none."""
+    table = inp.events
+    ops = _launching_ops(table)
+    if isinstance(ops, str):
+        return ops
     step = table.step[ops.rows]
-    best = None
+    found = {}
     for name in np.unique(table.name[ops.rows]):
         mine = table.name[ops.rows] == name
-        per = [float(ops.excess_us[mine & (step == s)].sum()) for s in steps]
+        found[table.strings[int(name)]] = NameExcess(
+            {int(s): float(ops.excess_us[mine & (step == s)].sum()) for s in np.unique(step[mine])},
+            int(mine.sum()), float(ops.kernel_us[mine].sum()), float(np.maximum(table.dur[ops.rows[mine]], 0.0).sum()))
+    return found
+
+
+def _combined_by_name(parts: list) -> dict[str, NameExcess] | str:
+    """Several ranks' ``_by_name``, as of their tables merged: each name's figures added, the names in the order
+    the ranks first name them; where no rank has any, why."""
+    found: dict[str, NameExcess] = {}
+    for part in parts:
+        for name, x in ({} if isinstance(part, str) else part).items():
+            had = found.get(name)
+            found[name] = x if had is None else NameExcess(
+                {s: had.per_step_us.get(s, 0.0) + x.per_step_us.get(s, 0.0)
+                 for s in {*had.per_step_us, *x.per_step_us}},
+                had.executions + x.executions, had.kernels_us + x.kernels_us, had.host_us + x.host_us)
+    if found or not parts:
+        return found
+    return NOT_INSIDE if any(p == NOT_INSIDE for p in parts) else NO_LAUNCHES
+
+
+LAUNCHING = EventsFigure("launching-ops", _by_name, _combined_by_name)
+
+
+def _worst(ops: dict[str, NameExcess], steps: list[int]) -> _Worst:
+    """Per operator name, the summed excess of its executions in each step; the name with the largest median (the
+    first of equals)."""
+    best = None
+    for name, x in ops.items():
+        per = [x.per_step_us.get(s, 0.0) for s in steps]
         median = float(np.median(per))
         if best is None or median > best.median_us:
-            best = _Worst(int(name), median, per, int(mine.sum()), float(ops.kernel_us[mine].sum()),
-                          float(np.maximum(table.dur[ops.rows[mine]], 0.0).sum()))
+            best = _Worst(name, median, per, x.executions, x.kernels_us, x.host_us)
     return best
 
 
@@ -108,7 +153,7 @@ def _finding(ctx: AuditContext, worst: _Worst) -> Finding:
     host_wait = _host_wait_per_step(ctx)
     saving = min(worst.median_us, host_wait) if host_wait is not None else worst.median_us
     verdict = judge.judged(ctx, worst.per_step_us)
-    op_name = ctx.table.strings[worst.name]
+    op_name = worst.name
     return Finding(
         rule=RULE_ID, severity=judge.severity(ctx, verdict, saving),
         title=f"{op_name}: {worst.median_us / 1000:.2f} ms/step on the host beyond its kernels' GPU time",
@@ -140,8 +185,8 @@ class _TinyStep:
     of the profiler's cost of those (None where the rank's cost is unknown)."""
 
     total_us: float
-    code: int
-    by_name: dict
+    device: Device
+    by_name: dict  # operator name -> µs
     recorded: int
     net_us: float | None
 
@@ -149,13 +194,12 @@ class _TinyStep:
 def _tiny_operators(ctx: AuditContext, ranks) -> list[Finding] | NotChecked:
     """The CPU-rank measure: time in tiny operators per step, the largest rank's, net of the profiler's cost
     (docs/commands/audit.md, PF006)."""
-    table = ctx.table
-    steps = [int(s) for s in table.steps()]
+    steps = ctx.placement.steps
     if not steps:
         return NotChecked(RULE_ID, "needs steps")
-    costs, described = _profiler_costs(ctx, {d.worker for d in table.devices if d in ranks})
-    found, executions = _tiny_per_step(table, ranks, steps, costs)
-    found = {s: v for s, v in found.items() if v}
+    costs, described = _profiler_costs(ctx, {d.worker for d in ctx.placement.devices if d in ranks})
+    per_step, executions = ctx.figure(TINY)
+    found = {s: per_step[s] for s in steps if per_step.get(s)}
     gross = [max(t.total_us for t in found.get(s, ())) if found.get(s) else 0.0 for s in steps]
     net = [max(t.net_us for t in found.get(s, ())) if found.get(s) else 0.0 for s in steps] \
         if costs is not None else None
@@ -219,9 +263,8 @@ def _profiler_evidence(found: dict, steps: list[int], costs: dict | None, descri
 
 def _tiny_finding(ctx: AuditContext, busiest: _TinyStep, saving: float, gross: float, executions: dict, verdict,
                   profiler: dict, steps: int) -> Finding:
-    table = ctx.table
-    op_name = table.strings[max(busiest.by_name, key=busiest.by_name.get)]
-    device = table.devices[busiest.code]
+    op_name = max(busiest.by_name, key=busiest.by_name.get)
+    device = busiest.device
     net = "profiler_ms_in_tiny_per_step" in profiler
     basis = ("less the profiler's cost in it: the step's excess over the rank's median untraced step (the "
              f"capture's clock, {profiler.get('profiler_cost_by')}), in the tiny operators' share of the step, at "
@@ -235,9 +278,9 @@ def _tiny_finding(ctx: AuditContext, busiest: _TinyStep, saving: float, gross: f
                f"{MANY_PER_STEP}+ runs a step; most time: {op_name}){suffix}"),
         subject=Subject(rank=device.worker or None, device=device.label, op=op_name),
         evidence={"tiny_ms_per_step": round(gross / 1000, 3), **profiler,
-                  "operators_ms_in_the_busiest_step": {table.strings[n]: round(t / 1000, 3) for n, t in
+                  "operators_ms_in_the_busiest_step": {n: round(t / 1000, 3) for n, t in
                                                        sorted(busiest.by_name.items(), key=lambda kv: -kv[1])[:8]},
-                  "executions_per_step": {table.strings[n]: int(np.median(c)) for n, c in executions.items()},
+                  "executions_per_step": {n: int(np.median(c)) for n, c in executions.items()},
                   "many_per_step": MANY_PER_STEP, "tiny_us": TINY_US, "steps": steps,
                   "significance": verdict.as_dict()},
         saving_us=saving,
@@ -251,15 +294,18 @@ def _tiny_finding(ctx: AuditContext, busiest: _TinyStep, saving: float, gross: f
     )
 
 
-def _tiny_per_step(table, ranks, steps: list[int], costs: dict | None) -> tuple[dict, dict]:
-    """step -> each rank's ``_TinyStep`` where it has tiny operators, and operator name -> its executions per
-    step on each rank where it is tiny."""
+def _tiny_per_step(inp: AuditInput) -> tuple[dict[int, list[_TinyStep]], dict[str, list[int]]]:
+    """step -> each CPU rank's ``_TinyStep`` where it has tiny operators (net of its profiler's cost where that is
+    known), and operator name -> its executions per step on each rank where it is tiny."""
+    table = inp.events
+    ranks = set(inp.metadata.host_operator_devices)
+    costs = profiler_cost_of(inp.figure(HOST_OPS), inp.manifest)
     codes = [i for i, d in enumerate(table.devices) if d in ranks]
     ops = np.flatnonzero(np.isin(table.device, codes) & (table.kind == Kind.HOST_OP) & (table.step >= 0))
-    per_step: dict[int, list[_TinyStep]] = {s: [] for s in steps}
-    executions: dict[int, list[int]] = {}
+    per_step: dict[int, list[_TinyStep]] = {int(s): [] for s in table.steps()}
+    executions: dict[str, list[int]] = {}
     for code in codes:
-        for step in steps:
+        for step in per_step:
             rows = ops[(table.device[ops] == code) & (table.step[ops] == step)]
             if not len(rows):
                 continue
@@ -271,12 +317,29 @@ def _tiny_per_step(table, ranks, steps: list[int], costs: dict | None) -> tuple[
                 continue
             total, by_name, spans = _outermost_time(table, rows[np.isin(table.name[rows], tiny_names)])
             recorded = _recorded_inside(table, rows, spans)
-            cost = costs.get(table.devices[code].worker) if costs is not None else None
-            net = None if cost is None else _net_of_profiler(total, recorded, cost, step)
-            per_step[step].append(_TinyStep(total, code, by_name, recorded, net))
+            cost = costs.get(table.devices[code].worker)
+            net = None if cost is None or cost.per_op_us is None else _net_of_profiler(total, recorded, cost, step)
+            named = {table.strings[n]: t for n, t in by_name.items()}
+            per_step[step].append(_TinyStep(total, table.devices[code], named, recorded, net))
             for name in tiny_names:
-                executions.setdefault(int(name), []).append(int(counts[names == name][0]))
+                executions.setdefault(table.strings[int(name)], []).append(int(counts[names == name][0]))
     return per_step, executions
+
+
+def _joined(parts: list[tuple[dict, dict]]) -> tuple[dict, dict]:
+    """Several ranks' ``_tiny_per_step``, as of their tables merged: each step's and each name's lists joined in
+    rank order."""
+    per_step: dict[int, list] = {}
+    executions: dict[str, list] = {}
+    for steps, counts in parts:
+        for s, found in steps.items():
+            per_step.setdefault(s, []).extend(found)
+        for name, found in counts.items():
+            executions.setdefault(name, []).extend(found)
+    return per_step, executions
+
+
+TINY = EventsFigure("tiny-operators", _tiny_per_step, _joined)
 
 
 def _outermost_time(table, rows: np.ndarray) -> tuple[float, dict, dict]:

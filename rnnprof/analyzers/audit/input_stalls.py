@@ -12,6 +12,8 @@ import re
 
 import numpy as np
 
+from rnnprof.analyzers.placement.inputs import AuditInput, EventsFigure, merged
+
 from . import judge
 from .context import AuditContext
 from .finding import Finding, NotChecked, Subject
@@ -22,22 +24,19 @@ INPUT_RANGE = re.compile(r"^enumerate\(DataLoader\)#.*__next__")
 
 
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
-    table = ctx.table
-    if table is None or not len(table):
+    if not ctx.has_events:
         return NotChecked(RULE_ID, "needs a trace")
-    codes = [i for i, s in enumerate(table.strings) if INPUT_RANGE.match(s)]
-    rows = np.flatnonzero(np.isin(table.name, codes) & (table.step >= 0)) if codes else np.zeros(0, dtype=int)
-    if not len(rows):
+    ranges = ctx.figure(RANGES)
+    if not ranges:
         return NotChecked(RULE_ID, "no data-loading ranges (enumerate(DataLoader)#...__next__) in the steps")
-    steps = [int(s) for s in table.steps()]
-    workers = sorted({table.devices[d].worker for d in np.unique(table.device[rows])})
+    steps = ctx.placement.steps
     best = None
-    for worker in workers:
-        mine = rows[[table.devices[d].worker == worker for d in table.device[rows]]]
-        per = [float(table.dur[mine][table.step[mine] == s].sum()) for s in steps]
+    for worker in sorted(ranges):
+        by_step, fetches = ranges[worker]
+        per = [by_step.get(s, 0.0) for s in steps]
         median = float(np.median(per))
         if best is None or median > best[1]:
-            best = (worker, median, per, len(mine))
+            best = (worker, median, per, fetches)
     worker, median, per, n = best
     verdict = judge.judged_duration(ctx, per)
     return [Finding(
@@ -52,3 +51,20 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         confidence=verdict.confidence,
         fix="prefetch: more DataLoader workers (num_workers), prefetch_factor, pin_memory, persistent_workers",
     )]
+
+
+def _ranges(inp: AuditInput) -> dict[str, tuple[dict[int, float], int]]:
+    """Worker -> (step -> the time of its data-loading ranges of the step, where it had any; how many ranges in
+    steps it had)."""
+    table = inp.events
+    codes = [i for i, s in enumerate(table.strings) if INPUT_RANGE.match(s)]
+    rows = np.flatnonzero(np.isin(table.name, codes) & (table.step >= 0)) if codes else np.zeros(0, dtype=int)
+    found = {}
+    for worker in sorted({table.devices[d].worker for d in np.unique(table.device[rows])}):
+        mine = rows[[table.devices[d].worker == worker for d in table.device[rows]]]
+        found[worker] = ({int(s): float(table.dur[mine][table.step[mine] == s].sum())
+                          for s in np.unique(table.step[mine])}, len(mine))
+    return found
+
+
+RANGES = EventsFigure("input-ranges", _ranges, merged)

@@ -4,31 +4,31 @@ evidence every memory finding carries: the bytes a fix frees at the peak and the
 from __future__ import annotations
 
 from rnnprof.analyzers.memory import DeviceMemory
-from rnnprof.events import EventTable
+from rnnprof.events import TableMetadata
 
 from .finding import Severity
 
 ERROR_SHARE = 0.25  # a finding freeing this share of the device's peak (or of its size, where known) is an error
 
 
-def device_size(table: EventTable, device: DeviceMemory) -> int | None:
+def device_size(metadata: TableMetadata, device: DeviceMemory) -> int | None:
     """The GPU's memory size from Kineto's ``deviceProperties`` (``totalGlobalMem`` of the entry with its id);
     None for a CPU or where the trace does not record it."""
     label = device.device.rsplit("/", 1)[-1]
     if not label.startswith("gpu:"):
         return None
     index = int(label.split(":")[1])
-    for entry in table.metadata.devices_properties:
+    for entry in metadata.devices_properties:
         size = entry.get("totalGlobalMem")
         if entry.get("id") == index and isinstance(size, int) and size > 0:
             return size
     return None
 
 
-def evidence(table: EventTable, device: DeviceMemory, freed: int) -> dict:
+def evidence(metadata: TableMetadata, device: DeviceMemory, freed: int) -> dict:
     """``freed_at_peak_bytes``; with the device's size known, the headroom at the peak (size less the reserved
     bytes, else less the allocated ones) now and after the fix; otherwise None and why."""
-    size = device_size(table, device)
+    size = device_size(metadata, device)
     held = device.peak.reserved if device.peak.reserved is not None else device.peak.allocated
     headroom = None if size is None else size - held
     return {"device": device.device, "peak_bytes": device.peak.allocated, "freed_at_peak_bytes": int(freed),

@@ -28,9 +28,9 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         unused = device.peak.fragmentation
         if unused < MIN_BYTES or unused < SHARE * device.peak.reserved:
             continue
-        facts = evidence(ctx.table, device, unused)
+        facts = evidence(ctx.placement.metadata, device, unused)
         found.append(Finding(
-            rule=RULE_ID, severity=memory_severity(device, unused, device_size(ctx.table, device)),
+            rule=RULE_ID, severity=memory_severity(device, unused, device_size(ctx.placement.metadata, device)),
             title=(f"{device.device}: {megabytes(unused)} reserved but unused at the peak "
                    f"({unused / device.peak.reserved:.0%} of {megabytes(device.peak.reserved)})"),
             subject=Subject(rank=device.worker or None, device=device.device),

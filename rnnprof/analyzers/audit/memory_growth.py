@@ -28,10 +28,10 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         if not growth.leak:
             continue
         freed = growth.per_step * (len(growth.step_end) - 1)
-        facts = evidence(ctx.table, device, freed)
+        facts = evidence(ctx.placement.metadata, device, freed)
         left = facts["headroom_bytes"] // growth.per_step if facts["headroom_bytes"] is not None else None
         found.append(Finding(
-            rule=RULE_ID, severity=memory_severity(device, freed, device_size(ctx.table, device)),
+            rule=RULE_ID, severity=memory_severity(device, freed, device_size(ctx.placement.metadata, device)),
             title=(f"{device.device}: memory grows {megabytes(growth.per_step)} per step over "
                    f"{len(growth.step_end)} steps (jitter {megabytes(growth.jitter)})"),
             subject=Subject(rank=device.worker or None, device=device.device),

@@ -25,15 +25,16 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
         return NotChecked(RULE_ID, "needs allocator records of two devices or more")
     devices = {d.device: d for d in report.devices}
     found = []
+    metadata = ctx.placement.metadata
     for imbalance in report.imbalances:
         device = devices[imbalance.device]
-        facts = evidence(ctx.table, device, imbalance.excess)
+        facts = evidence(metadata, device, imbalance.excess)
         ops = ", ".join(f"{s.name} {megabytes(s.bytes)}" for s in imbalance.operators[:3])
         since = "" if imbalance.from_step < 0 else (f" from step {imbalance.from_step} to step {imbalance.last_step}"
                                                      f" (it took {megabytes(imbalance.taken)} at step "
                                                      f"{imbalance.from_step} and kept it)")
         found.append(Finding(
-            rule=RULE_ID, severity=memory_severity(device, imbalance.excess, device_size(ctx.table, device)),
+            rule=RULE_ID, severity=memory_severity(device, imbalance.excess, device_size(metadata, device)),
             title=(f"{imbalance.device}: memory peak {megabytes(imbalance.excess)} above the others' median "
                    f"({megabytes(imbalance.others_median)}){since}" + (f"; most of it {ops}" if ops else "")),
             subject=Subject(rank=device.worker or None, device=device.device,

@@ -6,17 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from rnnprof.analyzers.placement import frameworks
+from rnnprof.analyzers.placement import frameworks, imbalance
 from rnnprof.analyzers.placement import registry as placement_registry
 from rnnprof.analyzers.placement.finding import PlacementFinding, run_checks
-from rnnprof.analyzers.placement.inputs import AuditInput
+from rnnprof.analyzers.placement.inputs import TOWER_RAN_ON, AuditInput
 from rnnprof.analyzers.noise import StepNoise
 from rnnprof.events import EventTable, concat
 
 from . import copy_churn, cuda_graphs, exposed_comm, gpu_idle, host_overhead, input_stalls, straggler
 from . import exposed_all_gather, exposed_reduce_scatter, slow_link, tensor_parallel
 from . import memory_fragmentation, memory_growth, memory_imbalance, pipeline_bubble, stage_imbalance
-from .context import AuditContext, Known
+from .context import HOST_OPS, AuditContext, Known
 from .finding import Finding, NotChecked, Severity, Subject
 from .top_fixes import TopFixes
 
@@ -80,6 +80,13 @@ RULES: tuple[Rule, ...] = (
     tuple(Rule(m.RULE_ID, m.TITLE, PERFORMANCE, m.check) for m in PERFORMANCE_MODULES)
     + tuple(_placement_rule(r) for r in placement_registry.RULES)
 )
+
+
+# What the rules read of the events beyond comm's report, launch statistics and memory (``AuditInput.figure``): a
+# whole job's ranks give each apart (``rnnprof.job.audit``)
+FIGURES = (straggler.INPUT_OPS, exposed_comm.BESIDE, copy_churn.EXPOSED, copy_churn.SYNCS, input_stalls.RANGES,
+           host_overhead.LAUNCHING, host_overhead.TINY, HOST_OPS, imbalance.PRESENT, imbalance.BUSY, imbalance.WORK,
+           TOWER_RAN_ON)
 
 
 def rank_key(f: Finding) -> tuple:

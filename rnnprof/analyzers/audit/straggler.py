@@ -25,7 +25,8 @@ import numpy as np
 from rnnprof.events import names
 from rnnprof.analyzers.device_work import WORK_SHARE, WorkSplit, unequal_work_by_step, work_split
 from rnnprof.analyzers.noise import Significance
-from rnnprof.analyzers.placement.busy import compute_mask
+from rnnprof.analyzers.placement.imbalance import WORK
+from rnnprof.analyzers.placement.inputs import AuditInput, EventsFigure, merged
 from rnnprof.events import Device
 
 from . import judge
@@ -43,8 +44,7 @@ MACHINE = (NO_CORE, CONTENTION)  # causes in the machine, not the rank's code: i
 
 
 def check(ctx: AuditContext) -> list[Finding] | NotChecked:
-    table = ctx.table
-    if table is None or not len(table):
+    if not ctx.has_events:
         return NotChecked(RULE_ID, "needs a trace")
     report = ctx.comm.collectives if ctx.comm.devices else None
     if report is None or not report.collectives:
@@ -103,7 +103,8 @@ def _steady_own_work(ctx: AuditContext, worker: str, verdict: Significance, late
     pair = _pair(ctx, worker)
     if pair is None:
         return None
-    own = judge.judged_duration(ctx, unequal_work_by_step(ctx.table, *pair, compute_mask(ctx.table)))
+    tallies = ctx.figure(WORK)
+    own = judge.judged_duration(ctx, unequal_work_by_step(*(tallies.get(d) for d in pair), ctx.placement.steps))
     return Steady("own_operators_significance", "running {ms} ms/step of operators the others do not", own) \
         if _explains(verdict, own) else None
 
@@ -248,7 +249,10 @@ def _shared_cores_split(ctx: AuditContext, worker: str) -> WorkSplit | None:
     if not ctx.placement.ranks_share_cores:
         return None
     pair = _pair(ctx, worker)
-    return None if pair is None else work_split(ctx.table, *pair, compute_mask(ctx.table))
+    if pair is None:
+        return None
+    tallies = ctx.figure(WORK)
+    return work_split(*(tallies.get(d) for d in pair), len(ctx.placement.steps))
 
 
 def _one_device_each(ctx: AuditContext, worker: str) -> dict | None:
@@ -285,17 +289,30 @@ def _runqueue_excess_us(ctx: AuditContext, worker: str, steps: list[int]) -> flo
 
 
 def _input_us(ctx: AuditContext, worker: str, steps: list[int]) -> float:
-    """Median per step of the time of the rank's data-loading operators."""
-    table = ctx.table
+    """Median per step of the time of the rank's data-loading operators (``INPUT_OPS``)."""
     if not steps:
         return 0.0
+    found = ctx.figure(INPUT_OPS)
+    return float(np.median([found.get((worker, s), 0.0) for s in steps]))
+
+
+def _input_ops(inp: AuditInput) -> dict[tuple[str, int], float]:
+    """(worker, step) -> the time of the worker's data-loading operators (``INPUT_OP``) in the step, where it ran
+    any."""
+    table = inp.events
     codes = [i for i, s in enumerate(table.strings) if INPUT_OP.search(s)]
     if not codes:
-        return 0.0
-    workers = np.array([d.worker == worker for d in table.devices] or [False])
-    rows = np.isin(table.name, codes) & workers[table.device]
-    per = [float(table.dur[rows & (table.step == s)].sum()) for s in steps]
-    return float(np.median(per))
+        return {}
+    named = np.isin(table.name, codes)
+    found = {}
+    for worker in dict.fromkeys(d.worker for d in table.devices):
+        rows = named & np.array([d.worker == worker for d in table.devices])[table.device]
+        for s in np.unique(table.step[rows]).tolist():
+            found[(worker, int(s))] = float(table.dur[rows & (table.step == s)].sum())
+    return found
+
+
+INPUT_OPS = EventsFigure("input-ops", _input_ops, merged)
 
 
 def _on_path(ctx: AuditContext, worker: str) -> dict[str, float]:

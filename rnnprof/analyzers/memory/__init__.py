@@ -6,7 +6,7 @@ Definitions and thresholds: docs/commands/memory.md."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -23,7 +23,8 @@ from .series import (NO_OPERATOR, Series, allocation_categories, categories_at, 
                      released, stacked)
 
 __all__ = ["BASELINE_TOTAL", "CATEGORIES", "DeviceMemory", "Growth", "Imbalance", "MemoryReport", "NO_OPERATOR", "Peak",
-           "PipelineMemory", "Share", "StagePeak", "TimelinePoint", "Unsharded", "analyze_memory", "has_memory"]
+           "PipelineMemory", "Share", "StagePeak", "TimelinePoint", "Unsharded", "analyze_memory", "combined_memory",
+           "has_memory", "rank_memory"]
 
 MIN_GROWTH_STEPS = 4  # step ends needed to judge growth: three differences, so one odd step is outvoted
 MIN_GROWTH_SHARE = 0.001  # growth below this share of the peak per step is no leak
@@ -43,6 +44,50 @@ def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_s
     """The memory of every device with allocator records; ``steps``: the peak is sought in these steps only
     (the series still sums every record before them); ``pipeline``: ``analyze_pipeline`` of the table, where the
     caller has it (its ranks' places: ranks of different stages are not compared as replicas)."""
+    return _analyzed(table, steps, step_selection, pipeline=pipeline)[0]
+
+
+def rank_memory(table: EventTable, lost_sizes: np.ndarray | None = None) -> tuple[MemoryReport, np.ndarray]:
+    """One rank's ``analyze_memory``, the blocks of ``lost_sizes`` left out of its growth and step peaks (the sizes
+    any rank of its job loses frees of; None: its own), and the sizes whose frees its own records miss: with every
+    rank's report made with the job's sizes, ``combined_memory`` of them is ``analyze_memory`` of the ranks
+    merged (one rank's pipeline is none: the job's places its ranks, ``combined_memory``)."""
+    return _analyzed(table, None, "", lost_sizes, pipeline=None)
+
+
+def combined_memory(reports: Sequence[MemoryReport | None],
+                    pipeline: PipelineReport | None = None) -> MemoryReport | None:
+    """The reports of a job's ranks (None: a rank without allocator records; ``rank_memory``'s, made with the
+    job's lost sizes) as one: ``analyze_memory`` of the ranks merged into one table (``pipeline``: the job's,
+    ``pipeline.combine_timelines`` of its ranks'); None where none has any."""
+    found = [r for r in reports if r is not None]
+    if not found:
+        return None
+    devices = sorted((d for r in found for d in r.devices), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
+    known = [_device_of(d) for d in devices]
+    placed = _places(pipeline)
+    return MemoryReport(", ".join(r.source for r in found), tuple(devices),
+                        tuple(imbalances(known, devices, placed[1] if placed is not None else {})),
+                        sum(r.unusable for r in found),
+                        pipeline=pipeline_memory(devices, *placed) if placed is not None else None)
+
+
+def _places(pipeline: PipelineReport | None) -> tuple | None:
+    """The pipeline's schedule and each rank's place in it (worker -> position); None without a pipeline."""
+    return None if pipeline is None else (pipeline.schedule, {s.worker: s.position for s in pipeline.stages})
+
+
+def _device_of(memory: DeviceMemory) -> Device:
+    """The device a ``DeviceMemory`` names by its label (``rank1/gpu:0``, ``host``)."""
+    base = memory.device.rsplit("/", 1)[-1]
+    kind, _, index = base.partition(":")
+    return Device(kind, int(index or 0), memory.worker)
+
+
+def _analyzed(table: EventTable, steps: Iterable[int] | None, step_selection: str,
+              lost_sizes: np.ndarray | None = None,
+              pipeline: PipelineReport | None | str = "find") -> tuple[MemoryReport, np.ndarray]:
+    """``analyze_memory``, with the job's ``lost_sizes`` (None: the table's own), and the table's own."""
     mem = table.memory
     ctx = record_context(table)
     labels = gather_labels(table)
@@ -50,7 +95,8 @@ def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_s
     codes = np.unique(mem.device)
     rows = [np.flatnonzero(mem.device == code) for code in codes]
     series = [_series(table, r) for r in rows]
-    sizes = missing.lost_sizes(series)
+    own = missing.lost_sizes(series)
+    sizes = own if lost_sizes is None else lost_sizes
     devices = [_device(table, ctx, table.devices[code], r, chosen, s, sizes, labels)
                for code, r, s in zip(codes, rows, series)]
     devices = [_with_manifest(d, table, table.devices[code]) for d, code in zip(devices, np.unique(mem.device))
@@ -58,13 +104,13 @@ def analyze_memory(table: EventTable, steps: Iterable[int] | None = None, step_s
     devices = sorted((d for d in devices if d is not None), key=lambda d: ("/gpu:" not in f"/{d.device}", d.device))
     placed = None
     if not isinstance(pipeline, str):
-        placed = None if pipeline is None else (pipeline.schedule, {s.worker: s.position for s in pipeline.stages})
+        placed = _places(pipeline)
     elif len({d.worker for d in devices}) > 1:
         placed = pipeline_places(table)
     roles = placed[1] if placed is not None else {}
     return MemoryReport(", ".join(table.sources) or table.source_format, tuple(devices),
-                        tuple(imbalances(table, devices, roles)), mem.unusable, step_selection,
-                        pipeline_memory(devices, *placed) if placed is not None else None)
+                        tuple(imbalances(table.devices, devices, roles)), mem.unusable, step_selection,
+                        pipeline_memory(devices, *placed) if placed is not None else None), own
 
 
 def _series(table: EventTable, rows: np.ndarray) -> Series:

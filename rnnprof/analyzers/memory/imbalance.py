@@ -3,11 +3,11 @@ difference: operators by name (a replica's scope written alike), and what a devi
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from rnnprof.events import EventTable
+from rnnprof.events import Device
 from rnnprof.events.names import REPLICA_PART, TOWER_PATTERN
 
 from .result import ACTIVATION, PER_STEP_WINDOWS, DeviceMemory, Imbalance, PipelineMemory, Share, StagePeak
@@ -42,7 +42,8 @@ def _job(worker: str) -> str:
     return worker.split("/replica:")[0].split("/task:")[0] if worker.startswith("/job:") else ""
 
 
-def imbalances(table: EventTable, devices: list[DeviceMemory], roles: dict[str, int] | None = None) -> list[Imbalance]:
+def imbalances(known: Sequence[Device], devices: list[DeviceMemory],
+               roles: dict[str, int] | None = None) -> list[Imbalance]:
     """For each device of a kind (and, in a TensorFlow cluster, of a job; in a pipeline, of a stage: ``roles``,
     worker -> its place in the pipeline) with two devices or more: its excess over the others' median peak, when
     it is
@@ -61,9 +62,10 @@ def imbalances(table: EventTable, devices: list[DeviceMemory], roles: dict[str, 
     together and each step's peak: in one unplanted run, one of two identical replicas stood 25 % to 52 % above
     the other in every step (docs/commands/memory.md). What the device allocates in a step does not depend on
     that order, only on what was placed there; there the device must also allocate more than IMBALANCE_SHARE
-    above the others' median in its median step."""
-    kinds: dict[tuple[str, str], list[DeviceMemory]] = {}
-    by_label = {d.label: d for d in table.devices}
+    above the others' median in its median step. ``known``: the devices of the input (``devices`` name them by
+    label)."""
+    kinds: dict[tuple[str, str, int], list[DeviceMemory]] = {}
+    by_label = {d.label: d for d in known}
     for d in devices:
         device = by_label[d.device]
         role = (roles or {}).get(device.worker, -1)

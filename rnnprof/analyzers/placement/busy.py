@@ -65,8 +65,17 @@ def busy_intervals(events: EventTable, device: Device, mask: np.ndarray) -> np.n
 
 def compute_devices(events: EventTable) -> list[Device]:
     """Devices that run a model's work: GPUs when the trace has any, else CPU devices."""
-    mask = compute_mask(events)
-    present = {events.devices[int(c)] for c in np.unique(events.device[mask])}
+    return compute_devices_among(with_compute(events))
+
+
+def with_compute(events: EventTable) -> tuple[Device, ...]:
+    """The devices with compute events (``compute_mask``), in code order."""
+    return tuple(events.devices[int(c)] for c in np.unique(events.device[compute_mask(events)]))
+
+
+def compute_devices_among(present) -> list[Device]:
+    """``compute_devices`` of the devices with compute events ``present`` (``with_compute``): GPUs where there are
+    any, else CPU devices."""
     gpus = sorted(d for d in present if d.kind == "gpu")
     return gpus or sorted(d for d in present if d.kind in ("cpu", "host"))
 

@@ -39,7 +39,8 @@ def framework(inp: AuditInput) -> str:
     """``PYTORCH`` for a ``--framework torch`` run directory or Kineto traces, else ``TENSORFLOW``."""
     if inp.manifest is not None and inp.manifest.is_torch:
         return PYTORCH
-    if inp.graph is None and inp.events is not None and "kineto" in inp.events.source_format.split("+"):
+    read = inp.events is not None or inp.job is not None
+    if inp.graph is None and read and "kineto" in inp.source_format.split("+"):
         return PYTORCH
     return TENSORFLOW
 

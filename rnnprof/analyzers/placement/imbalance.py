@@ -20,14 +20,14 @@ from __future__ import annotations
 import numpy as np
 
 from rnnprof.events import names
-from rnnprof.analyzers.device_work import host_operator_devices, work_split
-from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, Significance, significance, step_noise
-from rnnprof.events import Device, EventTable
+from rnnprof.analyzers.device_work import device_tallies, work_split
+from rnnprof.analyzers.noise import CROSS_RANK_FLOOR_US, Significance, significance
+from rnnprof.events import Device
 
 from . import frameworks
 from .finding import NotChecked, PlacementFinding, Severity
-from .inputs import AuditInput
-from .busy import ALL_STEPS, busy_intervals, compute_devices, compute_mask, in_step, length, step_keys
+from .inputs import AuditInput, EventsFigure, merged
+from .busy import ALL_STEPS, compute_devices_among, compute_mask, length, step_keys, union_array, with_compute
 
 RULE_ID = "PA004-device-imbalance"
 TITLE = "Per-device imbalance"
@@ -40,16 +40,15 @@ RUNQUEUE_MEASURE = ("; nor the time its training thread waited for a core while 
 
 
 def check(inp: AuditInput, threshold: float = WARNING_SPREAD) -> list[PlacementFinding] | NotChecked:
-    events = inp.events
-    if events is None or not len(events):
+    if not inp.has_events:
         return NotChecked(RULE_ID, "needs a trace with per-device op or kernel times")
     devices = _compared_devices(inp)
     if len(devices) < 2:
         kinds = ", ".join(d.label for d in devices) or "none"
         return NotChecked(RULE_ID, f"the trace has one compute device ({kinds}); balance needs at least 2")
-    cpu_ranks = host_operator_devices(events) & set(devices)
+    cpu_ranks = set(inp.metadata.host_operator_devices) & set(devices)
     waits = _runqueue_waits(inp, cpu_ranks)
-    work = _work_per_step(events, inp.comm if cpu_ranks else None, devices, cpu_ranks, waits or {})
+    work = _work_per_step(inp, devices, cpu_ranks, waits or {})
     spread = _spread(work)
     if not (spread > threshold).any():
         return []
@@ -69,23 +68,47 @@ def _compared_devices(inp: AuditInput) -> list[Device]:
     """The towers' home devices in the trace when the graph has two or more towers, else the trace's compute
     devices."""
     homes = sorted(set(inp.tower_homes.values()))
-    return [d for d in homes if d in inp.events.devices] if len(homes) >= 2 else compute_devices(inp.events)
+    return [d for d in homes if d in inp.devices] if len(homes) >= 2 else compute_devices_among(inp.figure(PRESENT))
 
 
-def _work_per_step(events: EventTable, comm, devices: list[Device], cpu_ranks: set[Device],
+def _measured(inp: AuditInput) -> list[Device]:
+    """The devices whose work PA004 may compare: the compute devices and the towers' homes."""
+    return sorted({*compute_devices_among(with_compute(inp.events)), *inp.tower_homes.values()})
+
+
+def _busy(inp: AuditInput) -> dict[tuple[Device, int], float]:
+    """(device, step) -> the union of the device's compute intervals in the step (every event for ``ALL_STEPS``,
+    where the trace numbers no steps), for the devices ``_measured``."""
+    events = inp.events
+    rows = np.flatnonzero(compute_mask(events))
+    keys = step_keys(events)
+    step = events.step[rows] if keys != [ALL_STEPS] else np.full(len(rows), ALL_STEPS, dtype=np.int64)
+    found = {}
+    for device in _measured(inp):
+        mine = events.device[rows] == events.devices.index(device)
+        for s in keys:
+            sel = rows[mine & (step == s)]
+            found[(device, s)] = length(union_array(events.ts[sel], events.end[sel]))
+    return found
+
+
+PRESENT = EventsFigure("compute-devices", lambda inp: with_compute(inp.events),
+                 lambda parts: tuple(dict.fromkeys(d for part in parts for d in part)))
+BUSY = EventsFigure("busy", _busy, merged)
+# the work tallies (``device_work.device_tallies``) of the devices ``_measured``; PF001 reads them too
+WORK = EventsFigure("work", lambda inp: device_tallies(inp.events, compute_mask(inp.events), _measured(inp)), merged)
+
+
+def _work_per_step(inp: AuditInput, devices: list[Device], cpu_ranks: set[Device],
                    waits: dict[Device, list[float]]) -> np.ndarray:
     """Work µs, steps x devices: the union of a device's compute intervals in the step, or for a CPU rank its
-    step window less its communication (``_rank_compute``; ``comm``: ``analyze_comm`` of the events) and less
+    step window less its communication (``_rank_compute``; ``inp.comm``: ``analyze_comm`` of the events) and less
     its training thread's wait for a core in the step where ``waits`` has it (seconds per step)."""
-    mask = compute_mask(events)
-    by_rank = {d.device: d for d in comm.devices} if cpu_ranks else {}
-    work = []
-    for step in step_keys(events):
-        sel = in_step(events, step)
-        step_events, step_mask = events.select(sel), mask[sel]
-        work.append([max(_rank_compute(by_rank.get(d), step) - _waited_us(waits.get(d), step), 0.0)
-                     if d in cpu_ranks else length(busy_intervals(step_events, d, step_mask)) for d in devices])
-    return np.asarray(work)
+    by_rank = {d.device: d for d in inp.comm.devices} if cpu_ranks else {}
+    busy = inp.figure(BUSY)
+    return np.asarray([[max(_rank_compute(by_rank.get(d), step) - _waited_us(waits.get(d), step), 0.0)
+                        if d in cpu_ranks else busy.get((d, step), 0.0) for d in devices]
+                       for step in (inp.steps or [ALL_STEPS])])
 
 
 def _waited_us(waits: list[float] | None, step) -> float:
@@ -112,7 +135,8 @@ def _finding(inp: AuditInput, devices: list[Device], work: np.ndarray, spread: n
     heaviest, lightest = int(mean.argmax()), int(mean.argmin())
     verdict = _significance(inp, work, devices, heaviest, lightest)
     lost = float((work.max(axis=1) - work.mean(axis=1))[over].sum() / len(work))
-    split = work_split(inp.events, devices[heaviest], devices[lightest], compute_mask(inp.events))
+    tallies = inp.figure(WORK)
+    split = work_split(tallies.get(devices[heaviest]), tallies.get(devices[lightest]), len(inp.steps))
     cores = inp.shared_cores or inp.ranks_sharing_cores
     host = None if inp.shared_cores else inp.ranks_host
     # logical devices' work is their ops' (no untraced time): what unequal work leaves is contention
@@ -177,15 +201,14 @@ def _significance(inp: AuditInput, work: np.ndarray, devices: list[Device], heav
     ranks at least ``CROSS_RANK_FLOOR_US``, between two CPU ranks at least the lateness floor of the heaviest
     one's collectives (``CPU_RANK_FLOOR_US`` per gloo collective a step): the same wait for a core that makes a
     balanced gloo rank arrive late at its collective moves its window less its communication as much."""
-    events = inp.events
     heavy, light = devices[heaviest], devices[lightest]
     across_ranks = heavy.worker != light.worker and heavy.worker.startswith("rank")
     floor = CROSS_RANK_FLOOR_US if across_ranks else 0.0
-    cpu_ranks = host_operator_devices(events)
+    cpu_ranks = set(inp.metadata.host_operator_devices)
     if across_ranks and heavy in cpu_ranks and light in cpu_ranks and inp.comm.collectives is not None:
         floor = max(floor, inp.comm.collectives.lateness_floor(heavy.worker))
     return significance((work[:, heaviest] - work[:, lightest]).tolist(),
-                        step_noise(events).spread_us if len(work) > 1 else 0.0, floor_us=floor)
+                        inp.step_noise.spread_us if len(work) > 1 else 0.0, floor_us=floor)
 
 
 def _fix(inp: AuditInput, heaviest: Device) -> str:

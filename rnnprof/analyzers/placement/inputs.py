@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import collections
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
 from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.comm import analyze_comm
 from rnnprof.analyzers.comm_result import CommReport
+from rnnprof.analyzers.noise import StepNoise, noise_of_spans, step_noise
 from rnnprof.analyzers.throughput import is_seconds
-from rnnprof.events import Device, EventTable, Kind, Manifest, parse_tf_device
+from rnnprof.events import Device, EventTable, Kind, Manifest, TableMetadata, parse_tf_device
 
 from . import scopes
 from .busy import compute_mask, in_step, length, saturated, step_keys, union_array
@@ -67,20 +68,101 @@ class KernelList:
     by_op: Mapping[str, frozenset[str]]
 
 
+@dataclass(frozen=True)
+class EventsFigure:
+    """What a rule reads of a run's events beyond comm's report (``AuditInput.figure``): ``of_table(inp)`` computes
+    it from an input's one table; a whole job's, whose ranks are read apart, is each rank's combined
+    (``combine(parts)``, in rank order), the same as of the ranks merged into one table
+    (``rnnprof.analyzers.audit.job``). Plain data, so that a rank's travels from a worker process."""
+
+    name: str
+    of_table: Callable[["AuditInput"], Any]
+    combine: Callable[[list], Any]
+
+
+def merged(parts: list[dict]) -> dict:
+    """An ``EventsFigure``'s combine where each rank's dict has keys of its own (its devices', its workers'): all
+    of them."""
+    return {key: value for part in parts for key, value in part.items()}
+
+
+@dataclass(frozen=True)
+class JobEvents:
+    """What the rules know of a whole job's events when its ranks were read apart (``rnnprof.job.audit``): their
+    count, formats, devices (in the order the ranks merged into one table would list them), steps, each step's span
+    on the job's clock (``noise.step_spans``), the loaders' records that the rules read (``metadata``: the hosts,
+    the devices' properties, the CPU ranks), comm's report and the rules' figures (``EventsFigure``), by name."""
+
+    events: int
+    source_format: str
+    devices: tuple[Device, ...]
+    steps: tuple[int, ...]
+    spans: dict[int, tuple[float, float]]
+    metadata: TableMetadata
+    comm: CommReport
+    figures: dict[str, Any]
+
+
 @dataclass(frozen=True, eq=False)
 class AuditInput:
     """Everything known about one run. ``graph`` nodes carry ``op``, ``requested_device``,
     ``assigned_device`` (and optionally ``function``); edges are data or control
-    dependencies (``control=True``). ``kernels`` is given with a graph whose ops request devices."""
+    dependencies (``control=True``). ``kernels`` is given with a graph whose ops request devices. A whole job
+    whose ranks were read apart has no ``events`` but ``job``: what the rules need of them."""
 
     graph: "networkx.DiGraph | None" = None
     events: EventTable | None = None
     manifest: Manifest | None = None
     kernels: KernelList | None = None
+    job: JobEvents | None = None
+    _figures: dict = field(default_factory=dict, repr=False)  # the figures computed of ``events``, by name
+
+    @property
+    def has_events(self) -> bool:
+        """Whether the input holds trace events (a table, or a job's ranks)."""
+        if self.job is not None:
+            return self.job.events > 0
+        return self.events is not None and len(self.events) > 0
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        """The devices the events name."""
+        return self.job.devices if self.job is not None else self.events.devices if self.events is not None else ()
+
+    @property
+    def steps(self) -> list[int]:
+        """The events' steps, in order."""
+        if self.job is not None:
+            return list(self.job.steps)
+        return [int(s) for s in self.events.steps()] if self.events is not None else []
+
+    @property
+    def metadata(self) -> TableMetadata:
+        """What the loaders recorded beside the events."""
+        return self.job.metadata if self.job is not None else \
+            self.events.metadata if self.events is not None else TableMetadata()
+
+    @property
+    def source_format(self) -> str:
+        return self.job.source_format if self.job is not None else \
+            self.events.source_format if self.events is not None else ""
+
+    @cached_property
+    def step_noise(self) -> StepNoise:
+        """The steps' times from their events' spans on any device (``noise.step_noise``)."""
+        return noise_of_spans(self.job.spans) if self.job is not None else step_noise(self.events)
+
+    def figure(self, figure: EventsFigure):
+        """``figure`` of the events: a job's, combined from its ranks, or computed of the table once."""
+        if self.job is not None:
+            return self.job.figures[figure.name]
+        if figure.name not in self._figures:
+            self._figures[figure.name] = figure.of_table(self)
+        return self._figures[figure.name]
 
     @cached_property
     def placements(self) -> dict[str, NodePlacement]:
-        ran_on = _devices_from_events(self.events) if self.events is not None else {}
+        ran_on = _ran_on(_run_counts(self.events)) if self.events is not None else {}
         out: dict[str, NodePlacement] = {}
         if self.graph is not None:
             for name, data in self.graph.nodes(data=True):
@@ -100,14 +182,17 @@ class AuditInput:
 
     @cached_property
     def comm(self) -> CommReport:
-        """``comm.analyze_comm`` of the trace's events (``comm.CommReport``), once for every rule that reads it."""
-        return analyze_comm(self.events, classes=self.classes)
+        """``comm.analyze_comm`` of the trace's events (``comm.CommReport``), once for every rule that reads it (a
+        job's: its ranks' combined)."""
+        return self.job.comm if self.job is not None else analyze_comm(self.events, classes=self.classes)
 
     @cached_property
     def tower_homes(self) -> dict[int, Device]:
         """Each tower's own device: where most of its compute ops were placed (see ``assign_homes``)."""
         votes: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
-        for node in self.placements.values():
+        nodes = self.placements.values() if self.graph is not None else \
+            [NodePlacement(name, op, "", device) for name, (device, op) in _ran_on(self.figure(TOWER_RAN_ON)).items()]
+        for node in nodes:
             tower = scopes.tower_of(node.name)
             if tower is None or node.assigned is None or not is_tower_work(node):
                 continue
@@ -163,19 +248,19 @@ class AuditInput:
     def ranks_sharing_cores(self) -> int | None:
         """The host's cores when the run is PyTorch ranks without a GPU started on one machine (a run directory's
         torchrun), which share its cores; else None."""
-        if self.manifest is None or not self.manifest.is_torch or self.events is None:
+        if self.manifest is None or not self.manifest.is_torch or not (self.events is not None or self.job):
             return None
-        return None if any(d.kind == "gpu" for d in self.events.devices) else self.manifest.host_cores
+        return None if any(d.kind == "gpu" for d in self.devices) else self.manifest.host_cores
 
     @property
     def ranks_host(self) -> str | None:
         """The machine that every rank's trace names (Kineto's ``host_name``) where the ranks have no GPU, are two
         or more, and all name the same one, other than a name any machine may have (``UNNAMED_HOSTS``): ranks
         traced on one machine share its cores whoever started them; else None."""
-        if self.events is None or any(d.kind == "gpu" for d in self.events.devices):
+        if (self.events is None and self.job is None) or any(d.kind == "gpu" for d in self.devices):
             return None
-        workers = {d.worker for d in self.events.devices}
-        hosts = dict(self.events.metadata.worker_hosts)
+        workers = {d.worker for d in self.devices}
+        hosts = dict(self.metadata.worker_hosts)
         named = {hosts.get(w) for w in workers}
         if len(workers) < 2 or len(named) != 1:
             return None
@@ -219,18 +304,46 @@ def is_tower_work(node: NodePlacement) -> bool:
             and not scopes.is_aggregation_op(node.name, node.op))
 
 
-def _devices_from_events(events: EventTable) -> dict[str, tuple[Device, str]]:
-    """Node name -> (device it ran on most often, op type), from op and kernel events."""
+def _run_counts(events: EventTable, names: Callable[[str], bool] | None = None) -> dict[str, tuple[dict, str]]:
+    """Node name -> (its op and kernel events per device, in the order each device first ran it; its op type, the
+    last event's), for the names ``names`` keeps (all without it), in the order the names first ran."""
     mask = np.isin(events.kind, [int(Kind.HOST_OP), int(Kind.KERNEL), int(Kind.COMMUNICATION)])
+    if names is not None:
+        kept = np.array([names(s) for s in events.strings] or [False], dtype=bool)
+        mask &= kept[events.name]
     counts: dict[tuple[int, int], int] = collections.Counter(
         zip(events.name[mask].tolist(), events.device[mask].tolist()))
     op_of = dict(zip(events.name[mask].tolist(), events.op_type[mask].tolist()))
-    best: dict[int, tuple[int, int]] = {}
+    found: dict[str, tuple[dict, str]] = {}
     for (name, device), n in counts.items():
-        if name not in best or n > best[name][1]:
-            best[name] = (device, n)
-    return {events.strings[name]: (events.devices[device], events.strings[op_of[name]])
-            for name, (device, _) in best.items() if events.strings[name]}
+        if events.strings[name]:
+            found.setdefault(events.strings[name], ({}, events.strings[op_of[name]]))[0][events.devices[device]] = n
+    return found
+
+
+def _ran_on(counts: dict[str, tuple[dict, str]]) -> dict[str, tuple[Device, str]]:
+    """Node name -> (the device it ran on most often, the first of equals; its op type), from ``_run_counts``."""
+    return {name: (max(per_device, key=per_device.get), op) for name, (per_device, op) in counts.items()}
+
+
+def _tower_scoped(name: str) -> bool:
+    return scopes.tower_of(name) is not None
+
+
+def _combined_counts(parts: list[dict[str, tuple[dict, str]]]) -> dict[str, tuple[dict, str]]:
+    """``_run_counts`` of several ranks, as of their tables merged: counts added, a name's op type its last rank's."""
+    found: dict[str, tuple[dict, str]] = {}
+    for part in parts:
+        for name, (per_device, op) in part.items():
+            mine = found.setdefault(name, ({}, op))[0]
+            for device, n in per_device.items():
+                mine[device] = mine.get(device, 0) + n
+            found[name] = (mine, op)
+    return found
+
+
+# where the events' tower-scoped operators ran: the towers' homes without a graph (a job's ranks give theirs apart)
+TOWER_RAN_ON = EventsFigure("tower-ran-on", lambda inp: _run_counts(inp.events, _tower_scoped), _combined_counts)
 
 
 def op_events_mask(events: EventTable, names: set[str], device: Device | None) -> np.ndarray:

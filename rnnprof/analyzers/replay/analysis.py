@@ -163,12 +163,7 @@ class Replayer:
         their ``predicted_us``, without the chains and waits ``run`` also gives)."""
         check_changes(self.table, changes)
         rank = self.latest_rank(changes)
-        saved = []
-        for s, sg in self.graphs:
-            base = self.unchanged(s, sg)
-            after, _, _, _ = changed_replay(sg, base, changes, rank)
-            saved.append(base.replayed_us - replayed_step_time(sg.graph, after.end) - schedule_change_us(sg, changes))
-        return saved
+        return [step_saving(sg, self.unchanged(s, sg), changes, rank) for s, sg in self.graphs]
 
 
 def whatif_report(changes: Sequence[Change], replays: Iterable[tuple[StepReplay, list[int]]], rank: str,
@@ -233,6 +228,13 @@ def changed_replay(sg: StepGraph, unchanged: Unchanged, changes: Sequence[Change
         changed_sg = StepGraph(knobs.graph, sg.table, sg.classes, sg.window_start, sg.shared)
     after = replay(knobs.graph, order, knobs.keep, knobs.dur, knobs.pre, knobs.lag, knobs.base, layering)
     return after, knobs, changed_sg, counts
+
+
+def step_saving(sg: StepGraph, unchanged: Unchanged, changes: Sequence[Change], rank: str) -> float:
+    """The step's unchanged replay less its replay with ``changes`` (``rank``: the latest rank, where a change needs
+    it)."""
+    after, _, _, _ = changed_replay(sg, unchanged, changes, rank)
+    return unchanged.replayed_us - replayed_step_time(sg.graph, after.end) - schedule_change_us(sg, changes)
 
 
 def replay_step(step: int, sg: StepGraph, changes: Sequence[Change], rank: str,

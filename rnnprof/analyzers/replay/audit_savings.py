@@ -6,13 +6,15 @@ fixes would give together.
 The replays run on ``audit_replayer``'s steps: every step of a run of at most ``SAMPLED_STEPS``, else that many in
 the middle of the run, one after another, fewer where their events are many (``sampled_steps``); a note names
 them and counts the rest, and ``whatif --steps`` replays the same. Each step's unchanged replay is made once
-for every fix, and a set of changes is replayed once however many findings it fixes."""
+for every fix, and a set of changes is replayed once however many findings it fixes. The replays are a
+``Replays``: one table's (``TableReplays``), or a whole job's whose ranks were read apart (``rnnprof.job.audit``),
+which replays the sets of changes asked for at once, step by step in workers."""
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Iterable, Sequence
+from typing import Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -26,7 +28,7 @@ from rnnprof.analyzers.noise import K
 from rnnprof.analyzers.replay.analysis import Replayer
 from rnnprof.analyzers.replay.fixes import SYNCS, fix_changes
 from rnnprof.analyzers.replay.result import EVEN_HOST, EVEN_INPUT, EVEN_WORK, Change, ChangeError
-from rnnprof.events import EventTable
+from rnnprof.events import Device, EventTable
 
 TOGETHER = 3  # the top findings whose fixes are replayed together
 REPLAY_BASIS = "replay"  # a saving_basis that starts with it: the saving a replay of the fix predicts
@@ -64,59 +66,120 @@ def sampled_steps(table: EventTable) -> list[int] | None:
     that many in the middle of the run, one after another (``whatif --steps FIRST:LAST`` replays the same), fewer
     (not under ``FEWEST_STEPS``) where their events would be more than ``SAMPLED_EVENTS`` (a job's ranks side by
     side: its steps are large, and each one's replay holds every rank)."""
-    steps = table.steps()
+    return sampled_of(step_events(table))
+
+
+def step_events(table: EventTable) -> dict[int, int]:
+    """Step -> how many events of the table it holds (a job's ranks give theirs apart, and they add up)."""
+    steps, counts = np.unique(table.step[table.step >= 0], return_counts=True)
+    return {int(s): int(n) for s, n in zip(steps, counts)}
+
+
+def sampled_of(events: dict[int, int]) -> list[int] | None:
+    """``sampled_steps`` of the steps' event counts (``step_events``)."""
+    steps = sorted(events)
     if len(steps) <= SAMPLED_STEPS:
         return None
-    per_step = float(np.median(np.bincount(table.step[table.step >= 0].astype(np.int64))[steps]))
+    per_step = float(np.median([events[s] for s in steps]))
     most = min(SAMPLED_STEPS, max(FEWEST_STEPS, int(SAMPLED_EVENTS // max(per_step, 1.0))))
     first = (len(steps) - most) // 2
-    return [int(s) for s in steps[first:first + most]]
+    return steps[first:first + most]
+
+
+class Replays(Protocol):
+    """What the audit's savings read of a replay of the run's steps: the devices its changes are made on, the
+    steps replayed (``steps``, known once it replayed any) of the run's ``every``, and ``savings``: for each set of
+    changes, the unchanged replay less the changed one in each step replayed (or the ``ChangeError`` saying why it
+    cannot be replayed); ``batched``: it replays many sets at once best (``_Savings.ask``)."""
+
+    devices: Sequence[Device]
+    steps: list[int]
+    every: int
+    batched: bool
+
+    def savings(self, change_sets: Sequence[tuple[Change, ...]]) -> list: ...
+
+
+class TableReplays:
+    """The ``Replays`` of one table's ``Replayer``, a set of changes at a time."""
+
+    batched = False
+
+    def __init__(self, replayer: Replayer):
+        self.replayer = replayer
+        self.devices = replayer.table.devices
+        self.steps = [s for s, _ in replayer.graphs]
+        self.every = len(replayer.table.steps())
+
+    def savings(self, change_sets: Sequence[tuple[Change, ...]]) -> list:
+        found = []
+        for changes in change_sets:
+            try:
+                found.append(self.replayer.savings_us(changes))
+            except ChangeError as exc:
+                found.append(exc)
+        return found
 
 
 def audit_replayer(table: EventTable, dependencies: Dependencies = Dependencies(),
-                   classes: np.ndarray | None = None) -> Replayer:
-    """The ``Replayer`` of ``table`` on the steps the audit replays (``sampled_steps``)."""
-    return Replayer(table, dependencies, steps=sampled_steps(table), classes=classes)
+                   classes: np.ndarray | None = None) -> TableReplays:
+    """The replays of ``table`` on the steps the audit replays (``sampled_steps``)."""
+    return TableReplays(Replayer(table, dependencies, steps=sampled_steps(table), classes=classes))
 
 
-def replayed_steps(replayer: Replayer) -> str:
-    """``--steps FIRST:LAST`` of the steps a replayer replays where they are some of the table's steps (``whatif
-    --fix ... --steps FIRST:LAST`` replays the same steps), else ''."""
-    replayed = [s for s, _ in replayer.graphs]
-    if not replayed or len(replayed) >= len(replayer.table.steps()):
+def replayed_steps(replays: Replays) -> str:
+    """``--steps FIRST:LAST`` of the steps replayed where they are some of the run's steps (``whatif --fix ...
+    --steps FIRST:LAST`` replays the same steps), else ''."""
+    replayed = replays.steps
+    if not replayed or len(replayed) >= replays.every:
         return ""
     return f"{replayed[0]}:{replayed[-1]}"
 
 
 class _Savings:
-    """The replayed saving of each set of changes, replayed once (``_median_saving`` of ``Replayer.savings_us``:
+    """The replayed saving of each set of changes, replayed once (``_median_saving`` of ``Replays.savings``:
     ``whatif`` of the same changes and steps gives it from its steps' ``replayed_us`` less ``predicted_us``)."""
 
-    def __init__(self, replayer: Replayer):
-        self.replayer = replayer
-        self.found: dict[tuple[Change, ...], float] = {}
+    def __init__(self, replays: Replays):
+        self.replays = replays
+        self.found: dict[tuple[Change, ...], float | ChangeError] = {}
+
+    def ask(self, change_sets: Iterable[Sequence[Change]]) -> None:
+        """Replay the sets of changes that will be asked for next together, where the replays do many at once best
+        (a job's: one round of its steps' tasks)."""
+        keys = list(dict.fromkeys(tuple(dict.fromkeys(c)) for c in change_sets))
+        keys = [k for k in keys if k not in self.found]
+        if keys and self.replays.batched:
+            self._replay(keys)
+
+    def _replay(self, keys: list[tuple[Change, ...]]) -> None:
+        for key, saved in zip(keys, self.replays.savings(keys)):
+            self.found[key] = saved if isinstance(saved, ChangeError) else _median_saving(saved)
 
     def __call__(self, changes: Sequence[Change]) -> float:
         key = tuple(dict.fromkeys(changes))
         if key not in self.found:
-            self.found[key] = _median_saving(self.replayer.savings_us(key))
-        return self.found[key]
+            self._replay([key])
+        found = self.found[key]
+        if isinstance(found, ChangeError):
+            raise found
+        return found
 
 
-def _sample_note(replayer: Replayer) -> list[str]:
-    """What the replays left out: the steps of the table they did not replay, counted."""
-    steps = replayed_steps(replayer)
+def _sample_note(replays: Replays) -> list[str]:
+    """What the replays left out: the steps of the run they did not replay, counted."""
+    steps = replayed_steps(replays)
     if not steps:
         return []
-    every, replayed = len(replayer.table.steps()), len(replayer.graphs)
+    every, replayed = replays.every, len(replays.steps)
     return [f"replay: {replayed} of {every} steps replayed, {every - replayed} left out: each replayed saving is the "
             f"median over steps {steps.replace(':', ' to ')}, in the middle of the run (whatif --fix ... --steps "
             f"{steps} replays the same steps)"]
 
 
-def _changes(finding: Finding, replayer: Replayer) -> list[Change] | str:
+def _changes(finding: Finding, replays: Replays) -> list[Change] | str:
     try:
-        changes = fix_changes(fix_of(finding), replayer.table)
+        changes = fix_changes(fix_of(finding), replays)
         for change in changes:
             if change.subject == "" and change.kind in (EVEN_HOST, EVEN_INPUT, EVEN_WORK):
                 raise ChangeError(f"{finding.rule}: names no rank")
@@ -125,20 +188,24 @@ def _changes(finding: Finding, replayer: Replayer) -> list[Change] | str:
         return str(exc)
 
 
-def replayed_savings(result: AuditResult, replayer: Replayer) -> AuditResult:
+def replayed_savings(result: AuditResult, replays: Replays | Replayer) -> AuditResult:
     """``result`` with each finding's saving from a replay of its fix where it can be replayed, re-ranked, and
     notes saying which kept their bound and what the top findings' fixes give together."""
-    return replayed_audit(result, replayer)[0]
+    return replayed_audit(result, replays)[0]
 
 
-def replayed_audit(result: AuditResult, replayer: Replayer) -> tuple[AuditResult, TopFixes | None]:
+def replayed_audit(result: AuditResult, replays: Replays | Replayer) -> tuple[AuditResult, TopFixes | None]:
     """``replayed_savings`` and the top findings' fixes replayed together (None: no fix could be replayed)."""
-    if not replayer.graphs or not result.findings:
+    replays = TableReplays(replays) if isinstance(replays, Replayer) else replays
+    if not replays.steps or not result.findings:
+        return result, None
+    saving_of = _Savings(replays)
+    wanted = [_changes(f, replays) for f in result.findings]
+    saving_of.ask(c for c in wanted if not isinstance(c, str))
+    if not replays.steps:
         return result, None
     findings, notes, fixes = [], [], {}
-    saving_of = _Savings(replayer)
-    for f in result.findings:
-        changes = _changes(f, replayer)
+    for f, changes in zip(result.findings, wanted):
         if isinstance(changes, str):
             findings.append(f)
             if f.saving_us is not None:
@@ -168,7 +235,7 @@ def replayed_audit(result: AuditResult, replayer: Replayer) -> tuple[AuditResult
         findings.sort(key=rank_key)
         top = _together(findings, fixes, saving_of, result.noise.median_us)
     notes.extend([top.note()] if top else [])
-    notes.extend(_sample_note(replayer))
+    notes.extend(_sample_note(replays))
     return dataclasses.replace(result, findings=tuple(findings), notes=(*result.notes, *notes), top_fixes=top), top
 
 
@@ -191,8 +258,9 @@ def _hider(result: AuditResult, top: TopFixes, findings: list[Finding], fixes: d
     base = list(dict.fromkeys(c for fix in top.fixes for c in fixes[fix]))
     step_us = result.noise.median_us
     floor = max(K * result.noise.spread_us, WARNING_PCT * step_us / 100)
-    for candidate in result.held_back:
-        changes = _changes(candidate, saving_of.replayer)
+    wanted = [_changes(candidate, saving_of.replays) for candidate in result.held_back]
+    saving_of.ask(c for changes in wanted if not isinstance(changes, str) for c in ([*base, *changes], changes))
+    for candidate, changes in zip(result.held_back, wanted):
         if isinstance(changes, str):
             continue
         try:
@@ -227,7 +295,7 @@ def _together(findings: list[Finding], fixes: dict[str, list[Change]], saving_of
         return None
     saving = saving_of([c for k in top for c in fixes[fix_of(findings[k])]])
     return TopFixes(tuple(_label(findings[k]) for k in top), tuple(fix_of(findings[k]) for k in top), saving,
-                    step_us, tuple(top), replayed_steps(saving_of.replayer))
+                    step_us, tuple(top), replayed_steps(saving_of.replays))
 
 
 def _replayed_evidence(f: Finding, changes: list[Change]) -> dict:
