@@ -128,11 +128,12 @@ def test_windows_asked_from_another_terminal_and_by_a_signal_are_captured(watche
     asked = ask.stdout.split()[1].rstrip(":")
     windows = read_manifest_json(run)["watch"]["windows"]
     by_name = {w["name"]: w for w in windows}
-    assert by_name["000-step20"]["reason"] == "baseline" and by_name["000-step20"]["asks"] == 0
+    seen = ([(w["name"], w["reason"], w["asks"]) for w in windows], done.stdout[-3000:])
+    assert by_name["000-step20"]["reason"] == "baseline" and by_name["000-step20"]["asks"] == 0, seen
     # asked once every rank had run step 90: a window after it answers, one asked for or one already due
-    assert by_name[asked]["first_step"] > 90 and by_name[asked]["asks"] >= 1
+    assert by_name[asked]["first_step"] > 90 and by_name[asked]["asks"] >= 1, seen
     # the signal came once every rank had run step 300: a window after it answers too
-    assert sum(w["asks"] for w in windows) == 2 and any(w["asks"] and w["first_step"] > 300 for w in windows)
+    assert sum(w["asks"] for w in windows) == 2 and any(w["asks"] and w["first_step"] > 300 for w in windows), seen
     assert all((run / rundir.WINDOWS_DIR / w["name"] / rundir.VERDICT).is_file() for w in windows)
     assert f"a window now: kill -USR1" in done.stdout or "window" in done.stdout
 

@@ -148,10 +148,7 @@ class Watcher:
     def poll(self) -> None:
         """One look at the job (see the module)."""
         progress = read_progress(self.run_dir)  # before the series: a rank counts a step once it wrote it
-        for series in self._tail.read().values():
-            self.detector.feed(series)
-            if self.scalars is not None:
-                self._scalars(series)
+        self._read_series()
         self._find_stopped(progress)
         for anomaly in self.detector.advance():
             self._raised(anomaly)
@@ -162,6 +159,13 @@ class Watcher:
         self._tell_steps()
         self._asks()
         self._windows()
+
+    def _read_series(self) -> None:
+        """The steps the ranks wrote since the last read, to the detector (and the TensorBoard scalars)."""
+        for series in self._tail.read().values():
+            self.detector.feed(series)
+            if self.scalars is not None:
+                self._scalars(series)
 
     def _scalars(self, series: RankSeries) -> None:
         error = self.scalars.add(series)
@@ -250,7 +254,9 @@ class Watcher:
         if not asks and not signalled:
             return
         self._asked.clear()
-        # a window whose steps every rank has already run cannot take it (the watch may read many steps in one look)
+        # a window whose steps every rank has already run cannot take it: the steps written since this look began
+        # are read first (a look can take seconds on a loaded machine, and the ranks run on meanwhile)
+        self._read_series()
         step = self.detector.job_step()
         open_ = [w for w in self.windows if w.verdict is None and w.analysis is None and w.passed_at is None
                  and w.end_step > step]
