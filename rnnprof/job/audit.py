@@ -27,8 +27,9 @@ from rnnprof.analyzers.placement.inputs import AuditInput, JobEvents
 from rnnprof.analyzers.replay.analysis import (check_changes, latest_rank, needs_latest_rank, step_saving,
                                                unchanged_replay)
 from rnnprof.analyzers.replay.audit_savings import replayed_savings, sampled_of, step_events
-from rnnprof.analyzers.replay.job import (JobNames, ScannedNames, job_step_graph, named_events, replay_plan,
-                                         window_events)
+from rnnprof.analyzers.replay.job import (JobNames, ScannedNames, job_names, job_step_graph, named_events,
+                                         replay_plan, window_events)
+from rnnprof.analyzers.replay.comm_changes import known_groups, recorded_collectives
 from rnnprof.analyzers.replay.result import ChangeError
 from rnnprof.analyzers.steps import StepSelection
 from rnnprof.events import Device, EventTable, Manifest, TableMetadata, merge_metadata
@@ -76,6 +77,7 @@ class RankAudit:
     launches: object  # its ``LaunchSample``, None without linked launches
     summary: RankSummary
     timelines: tuple  # its pipeline timelines (``pipeline.rank_timelines``; none where it sends nothing)
+    collectives: tuple  # its process groups and (operation, phase) of its collectives, for the fixes' changes
 
 
 def _outline(table: EventTable) -> RankOutline:
@@ -108,7 +110,8 @@ def audit_parts(inp: AuditInput, options: AuditOptions) -> tuple[dict, RankAudit
     figures = {f.name: inp.figure(f) for f in FIGURES}
     launches = launch_sample(table, host_wait_share(comm[0]), host_ops=options.host_ops) if len(table) else None
     rank = RankAudit(_outline(table), comm, figures, memory, lost, launches, summary,
-                     tuple(rank_timelines(table, classes=inp.classes)))
+                     tuple(rank_timelines(table, classes=inp.classes)),
+                     (known_groups(table.metadata.process_groups, table), recorded_collectives(table)))
     return {PATH: part, NAMED: named_events(table, FIX_EVENTS)}, rank
 
 
@@ -247,7 +250,7 @@ def audited_job(job: JobRun, ranks: Sequence[RankAudit], options: AuditOptions, 
 
     known = Known(launches=launch_stats_of([r.launches for r in ranks]), critical_path=critical_path,
                   pipeline=pipeline)
-    names = JobNames(tuple(_operator_names(events)), events.devices)
+    names = job_names(_operator_names(events), events.devices, [r.collectives for r in ranks])
     return AuditedJob(AuditInput(manifest=options.manifest, job=events), known,
                       JobReplays(job, ranks, names, dependencies) if events.events else None)
 

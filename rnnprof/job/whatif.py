@@ -14,7 +14,7 @@ from rnnprof.analyzers.critical_path.job import rank_part, steps_chosen
 from rnnprof.analyzers.replay.analysis import check_changes, latest_rank, needs_latest_rank, whatif_report
 from rnnprof.analyzers.replay.comm_changes import known_groups, recorded_collectives
 from rnnprof.analyzers.replay.fixes import RequestedChanges
-from rnnprof.analyzers.replay.job import (JobNames, job_step_lateness, job_step_replay, named_events, replay_plan,
+from rnnprof.analyzers.replay.job import (job_names, job_step_lateness, job_step_replay, named_events, replay_plan,
                                          window_events)
 from rnnprof.analyzers.step_time import device_step_times
 from rnnprof.analyzers.steps import combined_overruns, job_step_times
@@ -56,11 +56,8 @@ def job_whatif(folder: RankFolder, requested: RequestedChanges, comm_patterns: S
     with JobRun(folder, **run) as job:
         results = job.ranks(replay_part_of_rank, (tuple(comm_patterns), requested.scanned()), keep=True)
         summaries = [summary for summary, *_ in results]
-        groups = {g.name: g for *_, (listed, _) in results for g in listed if g.ranks}
-        groups.update({g.name: g for *_, (listed, _) in results for g in listed if g.name not in groups})
-        found = JobNames(tuple(dict.fromkeys(s for _, strings, *_ in results for s in strings)),
-                         tuple(dict.fromkeys(d for _, _, devices, *_ in results for d in devices)),
-                         tuple(groups.values()), frozenset().union(*(kinds for *_, (_, kinds) in results)))
+        found = job_names([s for _, strings, *_ in results for s in strings],
+                          [d for _, _, devices, *_ in results for d in devices], [facts for *_, facts in results])
         changes = tuple(requested.on(found))
         check_changes(found, changes)
         plan = replay_plan(summaries, steps_chosen(summaries, choose), dependencies)

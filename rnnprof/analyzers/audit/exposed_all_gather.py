@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from rnnprof.analyzers.collectives import forward_prefetches
 from rnnprof.events.names import ALL_GATHER, FORWARD, FSDP_UNPREFETCHED
 
 from . import judge
@@ -63,7 +62,7 @@ def check(ctx: AuditContext) -> list[Finding] | NotChecked:
 def _not_prefetched(ctx: AuditContext, found, forward: np.ndarray) -> np.ndarray:
     """Of ``forward`` (the forward all-gathers), per rank and step those from the ``FSDP_UNPREFETCHED``-th on that
     the rank's prefetch ranges of the step do not account for (the latest ones first)."""
-    prefetches = forward_prefetches(ctx.table)
+    prefetches = found.prefetches
     late = np.zeros(len(found.row), dtype=bool)
     for w in np.unique(found.worker[forward]).tolist():
         for s in np.unique(found.step[forward & (found.worker == w)]).tolist():

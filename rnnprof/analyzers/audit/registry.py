@@ -14,7 +14,7 @@ from rnnprof.analyzers.noise import StepNoise
 from rnnprof.events import EventTable, concat
 
 from . import copy_churn, cuda_graphs, exposed_comm, gpu_idle, host_overhead, input_stalls, straggler
-from . import exposed_all_gather, exposed_reduce_scatter, slow_link, tensor_parallel
+from . import collective_exposure, exposed_all_gather, exposed_reduce_scatter, slow_link, tensor_parallel
 from . import memory_fragmentation, memory_growth, memory_imbalance, pipeline_bubble, stage_imbalance
 from .context import HOST_OPS, AuditContext, Known
 from .finding import Finding, NotChecked, Severity, Subject
@@ -86,7 +86,7 @@ RULES: tuple[Rule, ...] = (
 # whole job's ranks give each apart (``rnnprof.job.audit``)
 FIGURES = (straggler.INPUT_OPS, exposed_comm.BESIDE, copy_churn.EXPOSED, copy_churn.SYNCS, input_stalls.RANGES,
            host_overhead.LAUNCHING, host_overhead.TINY, HOST_OPS, imbalance.PRESENT, imbalance.BUSY, imbalance.WORK,
-           TOWER_RAN_ON)
+           TOWER_RAN_ON, collective_exposure.EXPOSURE)
 
 
 def rank_key(f: Finding) -> tuple:

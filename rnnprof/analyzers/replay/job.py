@@ -40,6 +40,16 @@ class JobNames:
     collectives: frozenset[tuple[str, str]] = frozenset()
 
 
+def job_names(strings: Sequence[str], devices: Sequence[Device], facts: Sequence[tuple]) -> JobNames:
+    """The ``JobNames`` of a job's ranks read apart: their strings and devices, and each rank's ``facts``
+    (``comm_changes.known_groups`` and ``recorded_collectives`` of its table) joined; a group any rank lists with
+    its members' ranks wins over one listed without."""
+    groups = {g.name: g for listed, _ in facts for g in listed if g.ranks}
+    groups.update({g.name: g for listed, _ in facts for g in listed if g.name not in groups})
+    return JobNames(tuple(dict.fromkeys(strings)), tuple(dict.fromkeys(devices)), tuple(groups.values()),
+                    frozenset().union(*(kinds for _, kinds in facts)))
+
+
 @dataclass(frozen=True)
 class ScannedNames:
     """The events whose spans the changes look inside: operators by name (``exact``), the operators a delay
