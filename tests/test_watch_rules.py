@@ -270,6 +270,9 @@ class Crashing:
     def stop(self):
         pass
 
+    def hurry(self):
+        pass
+
 
 def play(run_dir: Path, rows: dict, stop_rank_at: int | None = None, pace_s: float = 0.002):
     """Each rank's rows written to its series as a job would, each step counted by its hang probe; from
@@ -311,8 +314,13 @@ def test_the_watch_outlives_a_crashing_analysis_an_unwritable_folder_and_a_rank_
     windows = [s for s in said if s[0] == "window"]
     assert [w[2] for w in windows][:2] == ["baseline", REGRESSION] or [w[2] for w in windows][:2] == [
         "baseline", STRAGGLER]
-    verdicts = [s for s in said if s[0] == "verdict"]
-    assert verdicts and all("failed" in v[2] for v in verdicts)
+    # each window the job ran through has its analysis' failure for verdict; one opened past the job's last step (a
+    # watch slowed by a loaded machine raises its anomaly later) was never captured, and says so
+    first = {w[1]: int(w[1].split("step")[1]) for w in windows}
+    verdicts = {s[1]: s[2] for s in said if s[0] == "verdict"}
+    assert verdicts and "failed" in verdicts["000-step40"]
+    for name, text in verdicts.items():
+        assert ("failed" in text) if first[name] + 3 <= STEPS else text.startswith("not captured"), (name, text)
     assert any(s[0] == "steps" and s[2] >= STEPS - 1 for s in said)  # rank 0 was watched to its end
 
 

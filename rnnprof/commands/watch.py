@@ -184,7 +184,8 @@ def _summary(console, out: Path, watcher: Watcher) -> None:
 
 
 class WindowAnalysis:
-    """A window's analysis in a process of its own at nice 19 (``commands.window_verdict``): ``poll()`` gives its
+    """A window's analysis in a process of its own at nice 19 while the job runs (``commands.window_verdict``),
+    at the default priority once it has ended (``hurry()``): ``poll()`` gives its
     verdict once it has ended (a failed one's says why). What it is given and what it says on stderr are files in
     the window's folder, removed once it has ended well."""
 
@@ -193,11 +194,25 @@ class WindowAnalysis:
         self._given = window / ".anomalies.json"
         self._log = window / ".analysis.log"
         atomic_write_json(self._given, [a.as_dict() for a in anomalies])
-        argv = [sys.executable, "-m", "rnnprof.commands.window_verdict", str(window),
-                "--anomalies", str(self._given), *(["--baseline", str(baseline)] if baseline else [])]
+        self._argv = [sys.executable, "-m", "rnnprof.commands.window_verdict", str(window),
+                      "--anomalies", str(self._given), *(["--baseline", str(baseline)] if baseline else [])]
+        self._process = self._start(19)
+
+    def _start(self, nice: int) -> subprocess.Popen:
         with open(self._log, "wb") as log:
-            self._process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log,
-                                             preexec_fn=lambda: os.nice(19))
+            return subprocess.Popen(self._argv, stdout=subprocess.DEVNULL, stderr=log,
+                                    preexec_fn=(lambda: os.nice(nice)) if nice else None)
+
+    def hurry(self) -> None:
+        """The job has ended: the analysis runs at the default priority (started again where this user may not
+        raise a process's priority back)."""
+        if self._process.poll() is not None:
+            return
+        try:
+            os.setpriority(os.PRIO_PROCESS, self._process.pid, 0)
+        except OSError:
+            self.stop()
+            self._process = self._start(0)
 
     def poll(self) -> dict | None:
         code = self._process.poll()

@@ -80,6 +80,9 @@ class Analysis(Protocol):
 
     def stop(self) -> None: ...
 
+    def hurry(self) -> None:
+        """The job has ended: nothing left to slow down."""
+
 
 @dataclass
 class _Window:
@@ -114,6 +117,7 @@ class Watcher:
         self._last_seen: dict[int, tuple[int, float]] = {}
         self._steps_told = -1
         self._failed = False
+        self._ended = False  # the job has ended: analyses run at the default priority
 
     def __enter__(self) -> "Watcher":
         if self.options.baseline_step is not None:  # asked before the ranks start: each opens it at that very step
@@ -314,6 +318,8 @@ class Watcher:
             return
         try:
             window.analysis = self.analyse(folder, base_dir, window.anomalies)
+            if self._ended:
+                window.analysis.hurry()
         except Exception as exc:
             self._verdict(window, _failed(window, exc))
 
@@ -327,6 +333,13 @@ class Watcher:
         self.poll()
         for window in self.windows:
             window.passed_at = -math.inf  # the job has ended: what its ranks wrote is all there will be
+        self._ended = True
+        for window in self.windows:
+            if window.analysis is not None and window.verdict is None:
+                try:
+                    window.analysis.hurry()
+                except Exception:  # it runs on at its priority, its deadline the same
+                    pass
         deadline = time.monotonic() + WINDOW_WAIT_S
         while time.monotonic() < deadline and any(self._unfinished(w) for w in self.windows):
             self._windows(at_once=os.cpu_count() or 1)
@@ -334,6 +347,10 @@ class Watcher:
         for window in self.windows:
             if window.analysis is not None and window.verdict is None:
                 window.analysis.stop()
+                folder = windows.windows_dir(self.run_dir) / window.request.name
+                self._verdict(window, {"window": window.request.name,
+                                       "text": f"not analysed: its analysis had not ended {WINDOW_WAIT_S:g} s after "
+                                               f"the job; rnnprof audit {folder} reads the window"})
 
     @staticmethod
     def _unfinished(window: _Window) -> bool:
