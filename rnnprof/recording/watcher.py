@@ -326,6 +326,7 @@ class Watcher:
     def _verdict(self, window: _Window, verdict: dict) -> None:
         window.verdict = verdict
         windows.append_line(self.run_dir, {"verdict": verdict})
+        windows.keep_verdict(self.run_dir, verdict)
         self.events.verdict(window.request.name, verdict)
 
     def _finish(self) -> None:

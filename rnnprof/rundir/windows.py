@@ -69,6 +69,20 @@ def append_line(run_dir: str | Path, record: dict) -> str | None:
     return None
 
 
+def keep_verdict(run_dir: str | Path, verdict: dict) -> str | None:
+    """``verdict`` as the window's ``verdict.json`` where its folder exists and has none (the watch's own verdicts:
+    an analysis that failed or had not ended); why not, where it could not be written."""
+    folder = windows_dir(run_dir) / str(verdict.get("window", ""))
+    path = folder / rundir.VERDICT
+    if not verdict.get("window") or not folder.is_dir() or path.exists():
+        return None
+    try:
+        atomic_write_bytes(path, _ENCODE(verdict))
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+    return None
+
+
 def read_lines(run_dir: str | Path) -> list[dict]:
     """Every whole record of ``anomalies.jsonl`` (none where it is missing)."""
     try:
