@@ -32,7 +32,7 @@ JOB = HERE.parent / "benchmarks" / "_watch_job.py"
 EXAMPLE = HERE.parent / "examples" / "train.py"
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 RNNPROF = [sys.executable, "-m", "rnnprof"]
-STEPS, STRAGGLE_AT, SLEEP_MS, GROW_AT, GROW_KB = 330, 140, 30.0, 230, 1024
+STEPS, STRAGGLE_AT, SLEEP_MS, GROW_AT, GROW_KB = 480, 140, 30.0, 230, 1024
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_the_job_completes_and_every_rank_keeps_every_step(watched):
         assert list(series[rank]["step"]) == list(range(STEPS))
         script = np.array(clocks[rank]["step_s"][1:])  # the script's own clock, from one step's end to the next
         assert np.median(series[rank]["step_s"][1:]) == pytest.approx(np.median(script), rel=0.05)
-    assert manifest["watch"]["steps"] == STEPS and "watched 330 steps on 2 rank(s)" in done.stdout
+    assert manifest["watch"]["steps"] == STEPS and f"watched {STEPS} steps on 2 rank(s)" in done.stdout
 
 
 def test_the_straggler_is_named_within_20_steps_with_the_scripts_own_cost(watched):

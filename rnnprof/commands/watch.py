@@ -40,7 +40,7 @@ from rnnprof.rundir.windows import ask_for_window
 from rnnprof.rundir.writer import check_out_dir
 from rnnprof.training.runner import visible_gpus
 
-ASK_WAIT_S = 5.0  # how long --capture waits for the watch to answer
+ASK_WAIT_S = 30.0  # how long --capture waits for the watch to answer (its thread yields the cores to the job)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
