@@ -193,7 +193,15 @@ def test_planted_softmax_is_compute_left_on_device0_and_unplanted_is_not(tmp_pat
     # cpu:0 is named as bounding the step by its compute above the mean, a share of the same run's step; a
     # share of the compute that did not scale is not judged: that grows with whatever slowed the 2-device run
     # and not its baseline, timed apart (once 39.7 of 79.5 ms beside another test's TensorFlow run)
-    assert p2["bound_by"] == "cpu:0" and u2["bound_by"] is None
+    # Where tracing changed the 2-device step as much as its gap (the cores shared with other work at different
+    # moments), no cause is ranked and no device named, and the note says why; the planted compute on cpu:0 is
+    # still measured above (left on one device, bounding most steps)
+    assert u2["bound_by"] is None
+    if p2["causes_ranked"]:
+        assert p2["bound_by"] == "cpu:0"
+    else:
+        assert p2["bound_by"] is None and any("N=2: tracing made the step" in n and "no cause is ranked" in n
+                                              for n in planted["notes"])
     if p2["gap_significance"]["significant"]:
         assert p2["gap_share_by_part"]["compute_not_scaled"] > 0.5
     if u2["gap_significance"]["significant"]:
