@@ -289,3 +289,20 @@ def tiny_nmt_run(tmp_path_factory):
     """``rnnprof trace`` of TINY_NMT captured once for the session, into a folder named ``nmt2``; tests only
     read it."""
     return shared_once(tmp_path_factory, "tiny", _capture_tiny) / "nmt2"
+
+
+@pytest.fixture
+def announced_tensorboard(monkeypatch) -> list[list[str]]:
+    """``rnnprof view``'s TensorBoard replaced by a process that prints TensorBoard's address line (port 6006) and
+    exits; the command lines view built for it, in order."""
+    from rnnprof.commands import view
+
+    launched = []
+    tensorboard_command = view.tensorboard_command
+
+    def announce_and_exit(logdir, host, port):
+        launched.append(tensorboard_command(logdir, host, port))
+        return [sys.executable, "-c", "print('TensorBoard 2 at http://127.0.0.1:6006/ (Press CTRL+C to quit)')"]
+
+    monkeypatch.setattr(view, "tensorboard_command", announce_and_exit)
+    return launched

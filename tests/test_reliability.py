@@ -368,20 +368,10 @@ def test_nothing_read_is_unpickled_or_evaluated():
     assert hits == []
 
 
-def test_view_binds_localhost_unless_told(tmp_path, monkeypatch, capsys):
-    from rnnprof.commands import view
-
+def test_view_binds_localhost_unless_told(tmp_path, announced_tensorboard, capsys):
     run = tmp_path / "run"
     shutil.copytree(SEEDS, run / rundir.PROFILE_DIR / "r", ignore=shutil.ignore_patterns("*.py", "*.json*", "*.txt"))
-    launched = []
-    tensorboard_command = view.tensorboard_command
-
-    def announce_and_exit(logdir, host, port):
-        """Record TensorBoard's command line; run a process that prints its URL line and exits instead."""
-        launched.append(tensorboard_command(logdir, host, port))
-        return [sys.executable, "-c", "print('TensorBoard 2 at http://127.0.0.1:6006/ (Press CTRL+C to quit)')"]
-
-    monkeypatch.setattr(view, "tensorboard_command", announce_and_exit)
+    launched = announced_tensorboard
     assert main(["view", str(run)]) == 0
     assert main(["view", str(run), "--host", "0.0.0.0"]) == 0
     hosts = [argv[argv.index("--host") + 1] for argv in launched]

@@ -352,28 +352,18 @@ def test_a_crashing_rank_is_one_line_naming_it_and_the_run_is_marked(tmp_path, m
 
 
 @pytest.mark.slow
-def test_view_opens_rnnprofs_tab_on_a_torch_run_and_no_profile_viewer(run, capsys, monkeypatch):
+def test_view_opens_rnnprofs_tab_on_a_torch_run_and_no_profile_viewer(run, capsys, announced_tensorboard):
     """A PyTorch run has no TensorBoard profile (its traces are Kineto JSON): view serves rnnprof's tab on it and
-    offers no profile viewer. TensorBoard's command is replaced by one that prints its address line and exits."""
-    import sys
-
+    offers no profile viewer (TensorBoard replaced by a process that prints its address line and exits)."""
     from rnnprof.cli import main
-    from rnnprof.commands import view
 
-    launched = []
-    tensorboard_command = view.tensorboard_command
-
-    def announce_and_exit(logdir, host, port):
-        launched.append(tensorboard_command(logdir, host, port))
-        return [sys.executable, "-c", "print('TensorBoard 2 at http://127.0.0.1:6123/ (Press CTRL+C to quit)')"]
-
-    monkeypatch.setattr(view, "tensorboard_command", announce_and_exit)
     code = main(["view", str(run), "--port", "0"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "rnnprof's findings http://127.0.0.1:6123/#rnnprof" in captured.out
+    assert "rnnprof's findings http://127.0.0.1:6006/#rnnprof" in captured.out
     assert "profile viewer" not in captured.out
-    assert launched[0][launched[0].index("--logdir") + 1] == str(run)
+    launched = announced_tensorboard[0]
+    assert launched[launched.index("--logdir") + 1] == str(run)
 
 
 @pytest.mark.slow
