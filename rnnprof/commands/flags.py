@@ -75,3 +75,14 @@ def check_comm_patterns(patterns: list[str]) -> None:
             re.compile(pattern)
         except re.error as exc:
             raise UsageError(f"--comm-pattern {pattern!r} is not a valid regular expression: {exc}") from None
+
+
+def add_out_arguments(parser: argparse.ArgumentParser, required_for: str):
+    """A recording command's ``--out`` and ``--force`` (``required_for``: what cannot do without ``--out``), in
+    its "output" group, which it returns for the command's own flags."""
+    out = parser.add_argument_group("output")
+    out.add_argument("--out", default=None, help=f"run directory to create; required for {required_for} (default: "
+                                                 "a fresh runs/<model>-<time> for a built-in workload)")
+    out.add_argument("--force", action="store_true",
+                     help="replace the run in a non-empty --out (only rnnprof's own files are removed)")
+    return out

@@ -10,8 +10,8 @@ from rich.text import Text
 from rnnprof.commands.given_flags import given_options, record_given_options
 from rnnprof.commands.hang_flags import hang_options
 from rnnprof.commands import hang_flags
-from rnnprof.commands.flags import (add_script_argument, non_negative_int, non_negative_seconds, positive_int,
-                                   script_command)
+from rnnprof.commands.flags import (add_out_arguments, add_script_argument, non_negative_int, non_negative_seconds,
+                                   positive_int, script_command)
 from rnnprof.commands.workload_flags import (add_workload_arguments, check_workload_args, torch_options_from_args,
                                              workload_config_from_args)
 from rnnprof.models.config import IMAGE_MODELS
@@ -46,11 +46,7 @@ _HANG_FLAGS = ("hang_after", "on_hang")  # every capture that runs the job (not 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     record_given_options(parser)
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", default=None, help="run directory to create; required for a script or --attach "
-                                                 "(default: a fresh runs/<model>-<time> for a built-in workload)")
-    out.add_argument("--force", action="store_true",
-                     help="replace the run in a non-empty --out (only rnnprof's own files are removed)")
+    out = add_out_arguments(parser, "a script or --attach")
     out.add_argument("--trace-steps", type=positive_int, default=3,
                      help="built-in workloads: steps traced after the timed window (default: %(default)s)")
     script = parser.add_argument_group("your own script (-- python train.py ARGS, or -- torchrun OPTIONS train.py "

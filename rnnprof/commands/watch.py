@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.text import Text
 
 from rnnprof import rundir
-from rnnprof.commands.flags import add_script_argument, non_negative_int, positive_int, script_command
+from rnnprof.commands.flags import add_out_arguments, add_script_argument, non_negative_int, positive_int, script_command
 from rnnprof.commands.given_flags import given_options, record_given_options
 from rnnprof.commands import hang_flags
 from rnnprof.commands.trace import ScriptFailed
@@ -45,11 +45,7 @@ ASK_WAIT_S = 30.0  # how long --capture waits for the watch to answer (its threa
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     record_given_options(parser)
-    out = parser.add_argument_group("output")
-    out.add_argument("--out", default=None, help="run directory to create; required for a script (default: a fresh "
-                                                 "runs/<model>-<time> for a built-in workload)")
-    out.add_argument("--force", action="store_true",
-                     help="replace the run in a non-empty --out (only rnnprof's own files are removed)")
+    out = add_out_arguments(parser, "a script")
     out.add_argument("--tensorboard", metavar="DIR", default=None,
                      help="also write each rank's step series as TensorBoard scalars under DIR/rank<r>/")
     windows = parser.add_argument_group("capture windows")
