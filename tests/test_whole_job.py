@@ -244,6 +244,17 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _scheduler_address(scheduler_file, scheduler, deadline):
+    """The scheduler's address once its file is whole: the scheduler creates the file before it writes it."""
+    while time.monotonic() < deadline:
+        assert scheduler.poll() is None, f"the Dask scheduler exited with code {scheduler.returncode}"
+        try:
+            return json.loads(scheduler_file.read_text())["address"]
+        except (OSError, ValueError, KeyError):
+            time.sleep(0.2)
+    pytest.fail(f"the Dask scheduler wrote no whole {scheduler_file.name} in 120 s")
+
+
 @pytest.fixture(scope="module")
 def dask_cluster(tmp_path_factory):
     """A Dask scheduler and two single-threaded workers on localhost, as separate processes."""
@@ -256,10 +267,7 @@ def dask_cluster(tmp_path_factory):
                                  "--scheduler-file", str(scheduler_file), *common],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder, env=env)]
     try:
-        deadline = time.monotonic() + 60
-        while not scheduler_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        address = json.loads(scheduler_file.read_text())["address"]
+        address = _scheduler_address(scheduler_file, started[0], deadline=time.monotonic() + 120)
         started.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", address, "--nworkers", "2",
                                          "--nthreads", "1", *common],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder, env=env))
