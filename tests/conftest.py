@@ -112,10 +112,22 @@ def cpu_by_module(reports) -> dict[str, tuple[float, float, int]]:
     return modules
 
 
+def _write_cpu_by_test(reports, path: str) -> None:
+    """Every test's CPU seconds (own, started) as a tab-separated file, the most costly first (TEST_CPU_REPORT)."""
+    rows = sorted(((r.nodeid, *dict(r.user_properties)[CPU_KEY]) for r in reports
+                   if getattr(r, "when", None) == "teardown" and CPU_KEY in dict(getattr(r, "user_properties", ()))),
+                  key=lambda row: -(row[1] + row[2]))
+    Path(path).write_text("".join(f"{own + children:.1f}\t{own:.1f}\t{children:.1f}\t{nodeid}\n"
+                                  for nodeid, own, children in rows))
+
+
 def pytest_terminal_summary(terminalreporter):
-    modules = cpu_by_module(r for reports in terminalreporter.stats.values() for r in reports)
+    reports = [r for reports in terminalreporter.stats.values() for r in reports]
+    modules = cpu_by_module(reports)
     if not modules:
         return
+    if os.environ.get("TEST_CPU_REPORT"):
+        _write_cpu_by_test(reports, os.environ["TEST_CPU_REPORT"])
     own, children = (sum(m[k] for m in modules.values()) for k in (0, 1))
     terminalreporter.write_sep("-", f"CPU time: {own + children:,.0f} s, {own:,.0f} s in the tests' own processes, "
                                     f"{children:,.0f} s in the processes they started")
