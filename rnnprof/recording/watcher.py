@@ -298,7 +298,7 @@ class Watcher:
     def _written(self, window: _Window, now: float) -> bool:
         """The window's run directory is closed (its manifest says how it ended), or every live rank has recorded
         its part, or they have had ``WINDOW_WAIT_S`` to."""
-        folder = windows.windows_dir(self.run_dir) / window.request.name
+        folder = self._folder(window)
         try:
             if read_manifest_json(folder).get("status") not in (None, rundir.STATUS_RUNNING):
                 return True
@@ -308,10 +308,9 @@ class Watcher:
         return bool(done) and set(self.detector.live()) <= done or now - window.passed_at > WINDOW_WAIT_S
 
     def _start_analysis(self, window: _Window) -> None:
-        folder = windows.windows_dir(self.run_dir) / window.request.name
+        folder = self._folder(window)
         baseline = self.windows[0] if self.windows and self.windows[0].reason == BASELINE else None
-        base_dir = windows.windows_dir(self.run_dir) / baseline.request.name if baseline and baseline is not window \
-            else None
+        base_dir = self._folder(baseline) if baseline and baseline is not window else None
         if self.analyse is None or not folder.is_dir():
             self._verdict(window, {"window": window.request.name, "text": "" if self.analyse is None else
                                    "not captured: the job ended before the window opened"})
@@ -322,6 +321,10 @@ class Watcher:
                 window.analysis.hurry()
         except Exception as exc:
             self._verdict(window, _failed(window, exc))
+
+    def _folder(self, window: _Window) -> Path:
+        """The window's run directory."""
+        return windows.windows_dir(self.run_dir) / window.request.name
 
     def _verdict(self, window: _Window, verdict: dict) -> None:
         window.verdict = verdict
@@ -348,7 +351,7 @@ class Watcher:
         for window in self.windows:
             if window.analysis is not None and window.verdict is None:
                 window.analysis.stop()
-                folder = windows.windows_dir(self.run_dir) / window.request.name
+                folder = self._folder(window)
                 self._verdict(window, {"window": window.request.name,
                                        "text": f"not analysed: its analysis had not ended {WINDOW_WAIT_S:g} s after "
                                                f"the job; rnnprof audit {folder} reads the window"})
