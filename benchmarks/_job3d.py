@@ -103,9 +103,14 @@ class _Source:
     """One real rank's trace: its timed events, by thread in time order (to place each call's
     ``record_param_comms`` before its first child)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, steps: int | None = None):
         doc = _read(path)
         self.events = _timed(doc)
+        if steps is not None:  # the first ``steps`` profiled steps only: what starts before the last one ends
+            windows = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in self.events
+                             if str(e.get("name", "")).startswith(_STEP))
+            cut = windows[min(steps, len(windows)) - 1][1]
+            self.events = [e for e in self.events if float(e["ts"]) < cut]
         self.main = self.events[0]["pid"]
         self.start = min(float(e["ts"]) for e in self.events)
         self.end = max(float(e["ts"]) + float(e.get("dur", 0.0)) for e in self.events)
@@ -207,12 +212,13 @@ def _add_part(out: _Rank, src: _Source, kind: str, dim: str, shift: float, step_
                                 "In split size": "[]", "Out split size": "[]"}})
 
 
-def build_job3d(folder: Path, tp: int = 4, pp: int = 4, dp: int = 4, rounds: int = 1) -> int:
+def build_job3d(folder: Path, tp: int = 4, pp: int = 4, dp: int = 4, rounds: int = 1, steps: int | None = None) -> int:
     """Write ``rank<r>.json`` for every rank of a ``tp`` x ``pp`` x ``dp`` job into ``folder``, ``rounds`` times
-    the three segments; returns the trace events written."""
+    the three segments, each of its source's first ``steps`` steps (None: all 3); returns the trace events
+    written."""
     if pp < 2 or tp < 1 or dp < 1:
         raise ValueError("a 3-D job needs 2 or more pipeline stages")
-    sources = {kind: [_Source(p) for p in paths] for kind, paths in SOURCES.items()}
+    sources = {kind: [_Source(p, steps) for p in paths] for kind, paths in SOURCES.items()}
     spans = {kind: (min(s.start for s in ranks), max(s.end for s in ranks)) for kind, ranks in sources.items()}
     id_stride = 1 + max(s.max_id for ranks in sources.values() for s in ranks)
     steps = 3  # each source traced ProfilerStep#3 to #5
