@@ -106,6 +106,8 @@ class _Source:
     def __init__(self, path: Path, steps: int | None = None):
         doc = _read(path)
         self.events = _timed(doc)
+        self.names = {e["tid"]: str(e["args"]["name"]).split("(")[-1].rstrip(")") for e in doc["traceEvents"]
+                      if e.get("ph") == "M" and e.get("name") == "thread_name"}  # the last one Kineto wrote
         if steps is not None:  # the first ``steps`` profiled steps only: what starts before the last one ends
             windows = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in self.events
                              if str(e.get("name", "")).startswith(_STEP))
@@ -136,6 +138,7 @@ class _Rank:
     def __init__(self, rank: int, world: int, groups: dict[str, dict]):
         self.rank, self.pid, self.groups = rank, 100_000 + rank, groups
         self.threads: dict[tuple, int] = {}
+        self.names: dict[int, str] = {}  # each thread's name
         self.lines: list[str] = []
         self.events = 0
         self.distributed = {"backend": "gloo", "rank": rank, "world_size": world,
@@ -144,13 +147,16 @@ class _Rank:
                                            "pg_size": world, "ranks": list(range(world))},
                                           *(groups[d] for d in ("tp", "pp", "dp"))]}
 
-    def thread(self, source: str, tid: int, main: bool, second: bool) -> int:
-        """The rank's thread for a source's: its main thread is the rank's (a second part's: the rank's second)."""
+    def thread(self, source: str, tid: int, name: str, main: bool, second: bool) -> int:
+        """The rank's thread for a source's (``name``: its name there): its main thread is the rank's (a second
+        part's: the rank's second)."""
         if main:
+            self.names[self.pid + (1 if second else 0)] = name
             return self.pid + (1 if second else 0)
         key = (source, tid, second)
         if key not in self.threads:
             self.threads[key] = self.pid + 10 + len(self.threads)
+            self.names[self.threads[key]] = name
         return self.threads[key]
 
     def write(self, event: dict) -> None:
@@ -160,9 +166,8 @@ class _Rank:
     def metadata(self) -> list[dict]:
         meta = [{"ph": "M", "name": "process_name", "pid": self.pid, "tid": 0, "args": {"name": "python"}},
                 {"ph": "M", "name": "process_labels", "pid": self.pid, "tid": 0, "args": {"labels": "CPU"}}]
-        tids = {self.pid: "python", self.pid + 1: "python"} | {t: "pt_gloo_runloop" for t in self.threads.values()}
         return meta + [{"ph": "M", "name": "thread_name", "pid": self.pid, "tid": t, "args": {"name": f"thread {t} ({n})"}}
-                       for t, n in sorted(tids.items())]
+                       for t, n in sorted(self.names.items())]
 
 
 def _add_part(out: _Rank, src: _Source, kind: str, dim: str, shift: float, step_offset: int, id_offset: int,
@@ -181,7 +186,7 @@ def _add_part(out: _Rank, src: _Source, kind: str, dim: str, shift: float, step_
         else:
             e = dict(e)
         main = e["tid"] == src.main
-        e["pid"], e["tid"] = out.pid, out.thread(kind, e["tid"], main, second)
+        e["pid"], e["tid"] = out.pid, out.thread(kind, e["tid"], src.names.get(e["tid"], "python"), main, second)
         e["ts"] = float(e["ts"]) + shift
         if isinstance(e.get("id"), int):
             e["id"] += id_offset
