@@ -5,8 +5,9 @@ collective is: NCCL kernels' and ``record_param_comms`` operators' collective ar
 calls' and ``gloo:*`` runs' recorded shapes (gloo records no collective args). Once the table is built,
 ``with_collective_records`` makes one ``CollectiveRecords`` row per collective event: a NCCL kernel with its own
 args or those of the ``record_param_comms`` it was launched in; a gloo run with the ``c10d::*`` call it carries
-out (``_match_runs``), its message from the call's shapes and its group from the rank's groups (``_cpu_group``);
-its phase from ``traces.collective_phases``. What was inferred is marked on each record. The rules in full:
+out (``_match_runs``), its group and message from the ``record_param_comms`` inside the call where there is one
+(``_params_inside``), else from the call's shapes and the rank's groups (``_cpu_group``); its phase from
+``traces.collective_phases``. What was inferred is marked on each record. The rules in full:
 docs/commands/comm.md, "Process groups".
 """
 
