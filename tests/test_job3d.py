@@ -17,6 +17,7 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.analyzers.collectives import instances, matched_groups
+from rnnprof.events.collectives import GROUP_BY_SIZE, GROUP_BY_THREAD, GROUP_ONLY_ONE, SHAPES
 from rnnprof.traces import load_events, merge_tables
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -76,6 +77,8 @@ def test_each_collective_is_read_in_its_kinds_group(job):
             assert group.description == KIND_OF[kind], (r, kind, group)
             assert group.ranks == mesh_groups(r)[group.description]
             assert records.group_size[k] == len(group.ranks)
+            assert not records.inferred[k] & (GROUP_ONLY_ONE | GROUP_BY_SIZE | GROUP_BY_THREAD | SHAPES), \
+                (r, kind, records.inferred[k])  # recorded, not inferred
             if kind == "send/recv":  # a neighbouring stage of its own pipeline
                 peer = int(records.peer[k])
                 assert peer in group.ranks and abs(group.ranks.index(peer) - stage) == 1, (r, peer)
