@@ -49,6 +49,7 @@ pictures: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/[!_]*.py; do $(BIN)/python $$b || exit 1; done
+	$(BIN)/python benchmarks/whole_job.py --3d
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build

@@ -42,20 +42,22 @@ def tiled(events: int, path: Path, fixture: Path) -> None:
           f"in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
-def compare(path: Path, commands: dict[str, list[str]], repeat: int, out: Path) -> dict[str, list[dict]]:
+def compare(path: Path, commands: dict[str, list[str]], repeat: int, out: Path | dict[str, Path]) -> dict[str, list[dict]]:
     """Each side (``commands``: side -> the command and its flags after the input) ``repeat`` times on ``path``,
-    taking turns (in order, then in reverse order, and so on)."""
+    taking turns (in order, then in reverse order, and so on), its output to ``out`` (or ``out[side]``: each
+    side's last output kept)."""
     runs: dict[str, list[dict]] = {side: [] for side in commands}
     sides = tuple(commands)
     for k in range(max(1, repeat)):
         for side in sides if k % 2 == 0 else sides[::-1]:
             argv = [commands[side][0], str(path), *commands[side][1:]]
-            result = measured(COMMAND_CHILD, json.dumps(argv), str(out))
+            written = out[side] if isinstance(out, dict) else out
+            result = measured(COMMAND_CHILD, json.dumps(argv), str(written))
             if result["code"] != 0:
                 raise SystemExit(f"rnnprof {side} exited {result['code']}")
             runs[side].append(result)
             print(f"  {side}: {result['s']:.1f} s (CPU {result['cpu_s']:.1f} s), peak RSS {result['rss_mb']:,.0f} MB, "
-                  f"--json {out.stat().st_size / 1e6:,.1f} MB", flush=True)
+                  f"--json {written.stat().st_size / 1e6:,.1f} MB", flush=True)
     return runs
 
 

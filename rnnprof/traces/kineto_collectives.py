@@ -5,8 +5,9 @@ collective is: NCCL kernels' and ``record_param_comms`` operators' collective ar
 calls' and ``gloo:*`` runs' recorded shapes (gloo records no collective args). Once the table is built,
 ``with_collective_records`` makes one ``CollectiveRecords`` row per collective event: a NCCL kernel with its own
 args or those of the ``record_param_comms`` it was launched in; a gloo run with the ``c10d::*`` call it carries
-out (``_match_runs``), its message from the call's shapes and its group from the rank's groups (``_cpu_group``);
-its phase from ``traces.collective_phases``. What was inferred is marked on each record. The rules in full:
+out (``_match_runs``), its group and message from the ``record_param_comms`` inside the call where there is one
+(``_params_inside``), else from the call's shapes and the rank's groups (``_cpu_group``); its phase from
+``traces.collective_phases``. What was inferred is marked on each record. The rules in full:
 docs/commands/comm.md, "Process groups".
 """
 
@@ -283,8 +284,16 @@ def _cpu_records(table: EventTable, captured: list[_Captured], groups: tuple[Pro
     message = {int(r): _shapes_message(table.strings[table.name[r]], shapes[int(r)]) if int(r) in shapes
                else _Message() for r in np.concatenate([runs, calls]).tolist()}
     pairs = _match_runs(table, runs, calls, message) if len(runs) else [(int(c), int(c)) for c in calls]
+    recorded = _params_inside(table, [c for c in captured if not c.on_gpu
+                                      and table.strings[table.name[c.row]] == PARAM_COMMS], calls)
+    for call, params in recorded.items():  # the call's own record: its group, members and message
+        peer = message[call].peer
+        message[call] = _args_message(params)
+        message[call].peer = peer
     got_of = {row: message[call] if call >= 0 and message[call].in_nelems >= 0 else message[row] for row, call in pairs}
-    group_of = _thread_groups(table, {row: _cpu_group(groups, got) for row, got in got_of.items()}, calls)
+    group_of = _thread_groups(table, {row: (str(recorded[call].args.group), 0) if call in recorded
+                                      and recorded[call].args.group is not None else _cpu_group(groups, got_of[row])
+                                      for row, call in pairs}, calls)
     for row, call in pairs:
         run_name, call_name = table.strings[table.name[row]], table.strings[table.name[call]] if call >= 0 else ""
         kind = collective_type(call_name or run_name)
@@ -292,7 +301,7 @@ def _cpu_records(table: EventTable, captured: list[_Captured], groups: tuple[Pro
         if not got.dtype:
             got.dtype = message[row].dtype
         group, bits = group_of[row]
-        bits |= SHAPES if got.in_nelems >= 0 else 0
+        bits |= SHAPES if got.in_nelems >= 0 and call not in recorded else 0
         bits |= OPERATION_FROM_CALL if call_name and kind != collective_type(run_name) else 0
         peer = -1
         if got.peer >= 0:
@@ -300,6 +309,29 @@ def _cpu_records(table: EventTable, captured: list[_Captured], groups: tuple[Pro
             peer, bits = (members[got.peer] if got.peer < len(members) else -1), bits | PEER_FROM_ARGS
         made.add(row, call, got, group=group, collective=kind, call=call_name or run_name, peer=peer,
                  inferred=bits)
+
+
+def _params_inside(table: EventTable, params: list[_Captured], calls: np.ndarray) -> dict[int, _Captured]:
+    """The ``record_param_comms`` inside each c10d call (on its thread, the first to start within it), by the
+    call's row, where the trace records one (as NCCL ranks do)."""
+    if not params or not len(calls):
+        return {}
+    rows = np.array([c.row for c in params], dtype=np.int64)
+    lane_of = table.device.astype(np.int64) << 32 | table.lane.astype(np.int64)
+    order = np.lexsort((table.ts[rows], lane_of[rows]))
+    rows, keys, starts = rows[order], lane_of[rows[order]], table.ts[rows[order]]
+    # the first record at or after each call's start, on its lane: search (lane, start) pairs in lane-major order
+    call_keys, call_starts = lane_of[calls], table.ts[calls]
+    lo = np.searchsorted(keys, call_keys, side="left")
+    hi = np.searchsorted(keys, call_keys, side="right")
+    found: dict[int, _Captured] = {}
+    by_row = {c.row: c for c in params}
+    for call, a, b, t, end in zip(calls.tolist(), lo.tolist(), hi.tolist(), call_starts.tolist(),
+                                  (call_starts + table.dur[calls]).tolist()):
+        k = a + int(np.searchsorted(starts[a:b], t, side="left"))
+        if k < b and starts[k] <= end:
+            found[call] = by_row[int(rows[k])]
+    return found
 
 
 def _cpu_group(groups: tuple[ProcessGroup, ...], message: _Message) -> tuple[str, int]:
