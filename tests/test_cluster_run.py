@@ -416,19 +416,21 @@ def test_worker_says_what_it_exposes_where_and_until_when_and_stops_then(tmp_pat
                               stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "300"})
     try:
         first = worker.stdout.readline()
+        said = time.monotonic()  # the line comes once the server listens
         listening = _listening(worker.pid)
         reachable = _reachable_from_outside(port)
         worker.wait(timeout=60)
     finally:
         worker.kill()
-    elapsed = time.monotonic() - started
+    ended = time.monotonic()
     # TensorFlow listens on every interface, whatever the spec's host says: the line must say so
     assert {ip for ip, p in listening if p == port} & {"0.0.0.0", "::"}, listening
     assert reachable, "the server accepts connections through a non-loopback address"
     assert f":{port}, every interface" in first and "the cluster spec's host localhost limits nothing" in first
     assert "no authentication" in first and "trusted network" in first and "(--timeout 8s)" in first
-    # the timeout counts from the moment the server listens: TensorFlow's import (seconds on loaded cores) comes first
-    assert worker.returncode == 0 and 8 <= elapsed < 38, elapsed
+    # the timeout counts from the moment the server listens: TensorFlow's import (seconds, a minute on loaded cores)
+    # comes first
+    assert worker.returncode == 0 and ended - started >= 8 and 7 <= ended - said < 38, (ended - started, ended - said)
     assert "stopped after --timeout 8s" in worker.stdout.read()
 
 
