@@ -259,18 +259,10 @@ def test_the_port_check_leaves_port_0_and_unknown_hosts_to_tensorboard():
 
 # -- a real captured run ----------------------------------------------------------------------------
 
-TINY_NMT = ["--model", "nmt", "--devices", "2", "--units", "16", "--layers", "1", "--src-max-len", "6",
-            "--tgt-max-len", "6", "--vocab-size", "100", "--batch-size", "4", "--warmup", "1", "--batches", "1",
-            "--trace-steps", "3"]
-
-
 @pytest.fixture(scope="module")
-def captured_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("captured") / "nmt"
-    done = subprocess.run([sys.executable, "-m", "rnnprof", "trace", *TINY_NMT, "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert done.returncode == 0, done.stderr[-2000:]
-    return out
+def captured_run(tiny_nmt_run):
+    """TINY_NMT traced by ``rnnprof trace``, captured once for the session (conftest); view only reads it."""
+    return tiny_nmt_run
 
 
 @pytest.fixture(scope="module")
@@ -308,10 +300,11 @@ def test_every_profile_session_of_a_captured_run_opens_on_a_known_step_time(capt
 
 
 @pytest.mark.slow
-def test_sigterm_stops_view_and_everything_it_started(captured_run):
-    viewer = _Viewer(captured_run)
+def test_sigterm_stops_view_and_everything_it_started(captured_viewer):
+    """The module's last use of ``captured_viewer`` (its close then finds it stopped)."""
+    viewer = captured_viewer
     try:
-        started = list(viewer.started)
+        started = list({(p.pid, p.start): p for p in [*viewer.started, *descendants(viewer.process.pid)]}.values())
         assert any("tensorboard" in p.cmdline for p in started), started
         sessions = {p.session for p in started}
         viewer.process.send_signal(signal.SIGTERM)
