@@ -8,7 +8,9 @@ Each rank trains an MLP (32 -> ``--width`` -> 32, batches of ``--batch``) with S
 much longer, calmly: sleeping costs no core).
 Planted: from step ``--straggle-at``, rank 1 sleeps ``--sleep-ms`` more between its forward and backward (a
 straggler: rank 0 waits for it in the all-reduce); from ``--grow-at``, every rank keeps ``--grow-kb`` KB more a step
-(a tensor filled and kept: resident memory grows); from ``--stall-at``, every rank sleeps ``--stall-ms`` before
+(a tensor over pages of its own, filled and kept: resident memory grows by exactly that much, whatever the
+allocator holds free; a tensor from torch's allocator would first reuse memory the job freed, such as a capture
+window's, and resident memory would grow by less); from ``--stall-at``, every rank sleeps ``--stall-ms`` before
 taking its batch (an input stall). Each rank writes ``rank{r}-clock.json`` into OUT_DIR: by the script's own clock
 (``time.perf_counter``), each step's time (from one ``optimizer.step()``'s end to the next's) and each planted sleep.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import time
 from pathlib import Path
 
@@ -64,7 +67,8 @@ def main() -> None:
             time.sleep(args.sleep_ms / 1000)
             clock["sleep_s"][step] = time.perf_counter() - t0
         if step >= args.grow_at >= 0:
-            kept.append(torch.ones(args.grow_kb * 256))  # KB of float32, touched
+            pages = mmap.mmap(-1, args.grow_kb * 1024)  # anonymous pages, outside the allocator's heap
+            kept.append(torch.frombuffer(pages, dtype=torch.float32).fill_(1.0))  # touched: resident
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -131,6 +131,18 @@ def test_memory_growth_is_named_with_its_rate_and_onset():
     assert FAULT - 5 <= found[0].onset <= FAULT + 5 and found[0].step <= FAULT + 50
 
 
+def test_a_jump_kept_before_the_growth_leaves_its_rate_and_onset_right():
+    """Memory flat to the byte, a window's 30 MiB kept 40 steps before the leak: the growth is judged a few steps
+    in, and its rate is the leak's, not pulled down by a level fitted across the jump."""
+    rows = job("memory", memory_noise=False)
+    for r in rows:
+        for row in rows[r][FAULT - 40:]:
+            row[10] += 30 * MIB
+    found = [a for a in detect(rows) if a.kind == MEMORY_GROWTH]
+    assert len(found) == 1 and found[0].ranks == (0, 1) and found[0].step <= FAULT + 20
+    assert found[0].cost == pytest.approx(MIB, rel=0.02) and FAULT - 2 <= found[0].onset <= FAULT + 2
+
+
 def test_one_jump_of_memory_or_a_slow_creep_is_no_growth():
     rows = job(memory_noise=False)
     for r in rows:

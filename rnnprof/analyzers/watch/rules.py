@@ -102,9 +102,11 @@ def memory_growth(memory: np.ndarray) -> tuple[Significance, int] | None:
     return None
 
 
-def growth_onset(memory: np.ndarray) -> int:
+def growth_onset(memory: np.ndarray, level_steps: int = MEMORY_WINDOW // 2) -> int:
     """Where ``memory`` starts to grow: the index that best splits it into a level, then a line (the least summed
-    squared error of the two fits, from cumulative sums); 0 where it grows from its start."""
+    squared error of the two fits, from cumulative sums); 0 where it grows from its start. The level is that of
+    the ``level_steps`` before the split: a jump long before the growth (a window's profiler, kept) does not pull
+    the split back to it."""
     n = len(memory)
     if n < 4:
         return 0
@@ -114,8 +116,9 @@ def growth_onset(memory: np.ndarray) -> int:
     cx, cxx, cxy = (np.concatenate([[0.0], np.cumsum(v)]) for v in (x, x * x, x * y))
     best, where = np.inf, 0
     for b in range(0, n - 2):
-        k = c1[b]
-        flat = cyy[b] - cy[b] ** 2 / k if k else 0.0
+        a = max(0, b - level_steps)
+        k, sy = c1[b] - c1[a], cy[b] - cy[a]
+        flat = (cyy[b] - cyy[a]) - sy ** 2 / k if k else 0.0
         m, sx, sy = c1[n] - c1[b], cx[n] - cx[b], cy[n] - cy[b]
         sxx, sxy, syy = cxx[n] - cxx[b], cxy[n] - cxy[b], cyy[n] - cyy[b]
         var_x = sxx - sx * sx / m
