@@ -133,10 +133,15 @@ class Significance:
                 f"{'' if self.jitter_k == K else f'{K:g} x '}spread {self.spread_us / 1000:.2f} ms) over "
                 f"{self.steps} {self.per}s{least}")
 
-    def as_dict(self) -> dict:
-        least = {} if self.least_us is None else {"least_ms": round(self.least_us / 1000, 3), "by_least": self.by_least}
-        return {"difference_ms": round(self.difference_us / 1000, 3), "spread_ms": round(self.spread_us / 1000, 3),
-                "jitter_ms": round(self.jitter_us / 1000, 3), "threshold_ms": round(self.threshold_us / 1000, 3),
+    def as_dict(self, unit: str = "ms") -> dict:
+        """The figures in ms; with ``unit="bytes"``, a judgement of bytes (memory growth, whose figures this type
+        carries in its ``_us`` fields) in bytes."""
+        scale = 1.0 if unit == "bytes" else 1000.0
+        least = {} if self.least_us is None else {f"least_{unit}": round(self.least_us / scale, 3),
+                                                  "by_least": self.by_least}
+        return {f"difference_{unit}": round(self.difference_us / scale, 3),
+                f"spread_{unit}": round(self.spread_us / scale, 3), f"jitter_{unit}": round(self.jitter_us / scale, 3),
+                f"threshold_{unit}": round(self.threshold_us / scale, 3),
                 "samples": self.steps, "per": self.per, "k": K, "jitter_k": self.jitter_k, **least,
                 "significant": self.significant,
                 "confidence": round(self.confidence, 3)}

@@ -394,4 +394,4 @@ def _anomaly(kind: str, hits: list[tuple]) -> Anomaly:
     waits = [h[8] for h in hits if len(h) > 8 and h[8] is not None]
     waited = max(waits) if waits else None  # the named rank that waited most for a core
     return Anomaly(kind=kind, step=step, ranks=tuple(sorted(h[0] for h in hits)), value=value, baseline=baseline,
-                   cost=cost, judged=verdict.as_dict(), onset=onset, source=source, waited=waited)
+                   cost=cost, judged=verdict.as_dict("bytes" if kind == MEMORY_GROWTH else "ms"), onset=onset, source=source, waited=waited)

@@ -24,7 +24,7 @@ class Anomaly:
     ``onset`` the first step of the change where it can be told. ``value`` and ``baseline`` are the recent and
     the baseline medians of what the rule judges (seconds; bytes for memory); ``cost`` what it costs: seconds a
     step (for a straggler, how long the others wait for it), bytes a step for memory growth. ``judged``: the
-    ``noise.Significance`` as a dict (difference, spread, jitter, threshold)."""
+    ``noise.Significance`` as a dict (difference, spread, jitter, threshold: ms, bytes for memory growth)."""
 
     kind: str
     step: int
