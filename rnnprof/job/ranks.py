@@ -55,7 +55,7 @@ class RankTask:
     options: object = None
     max_input_bytes: int | None = None  # the reading process' limit, applied in the worker too
     selection: StepSelection | None = None  # the steps to analyse (None: all)
-    scratch: str | None = None  # the rank's folder for its parts (a folder every worker reaches)
+    scratch: str | None = None  # where the rank's parts are kept (``scratch.part_files``; every worker reaches it)
 
     def load(self) -> EventTable:
         """The rank's table, restricted to the selected steps (a selection this rank cannot meet is a UsageError)."""
@@ -79,7 +79,7 @@ class RankResult:
 
 @dataclass(frozen=True)
 class StepTask:
-    """One step over the ranks' parts saved in ``scratch`` (one folder per rank, in rank order)."""
+    """One step over the ranks' parts saved at ``scratch`` (one place per rank, in rank order)."""
 
     scratch: tuple[str, ...]
     of_step: Callable  # (parts: one dict of name -> part per rank, context, step) -> result
