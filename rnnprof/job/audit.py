@@ -9,7 +9,7 @@ step's task (map), as ``audit`` of the ranks merged into one table gives them.""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -218,10 +218,17 @@ def critical_path_of(job: JobRun, ranks: Sequence[RankAudit], steps: Sequence[in
                      dependencies: Dependencies = Dependencies()) -> CriticalPathReport:
     """The job's critical path over ``steps`` (None: every step), as ``analyze_critical_path`` of the ranks merged
     gives its paths (without the steps' times, which the ranks give apart)."""
+    return critical_path_later(job, ranks, steps, dependencies)()
+
+
+def critical_path_later(job: JobRun, ranks: Sequence[RankAudit], steps: Sequence[int] | None = None,
+                        dependencies: Dependencies = Dependencies()) -> Callable[[], CriticalPathReport]:
+    """``critical_path_of``, its steps' tasks kept for the job's next round (``JobRun.later``): the function that
+    gives it once they ran."""
     summaries = [r.summary for r in ranks]
     plan = job_plan(summaries, steps, dependencies)
-    paths = job.steps(path_of_step, (plan, dependencies, WHAT_IF_OPS), plan.steps)
-    return job_report(paths, [w for x in summaries for w in x.workers], dependencies)
+    calls = [job.later(path_of_step, (plan, dependencies, WHAT_IF_OPS), s) for s in plan.steps]
+    return lambda: job_report([c.result() for c in calls], [w for x in summaries for w in x.workers], dependencies)
 
 
 @dataclass(frozen=True, eq=False)

@@ -117,6 +117,7 @@ class JobRun:
         self._workers = Workers(local_jobs(folder, jobs, scheduler), scheduler, len(folder.files))
         self._scratch: tempfile.TemporaryDirectory | None = None
         self._dirs: tuple[str, ...] = ()
+        self._later: list[Later] = []
         self.notes: list[str] = []
         self.left_out = TableMetadata()
 
@@ -145,10 +146,39 @@ class JobRun:
         return [o.result for o in outcomes]
 
     def steps(self, of_step: Callable, context: object, steps: Sequence[int]) -> list:
-        """``of_step(parts, context, step)`` of each step, over the parts the ranks kept, in the steps' order."""
+        """``of_step(parts, context, step)`` of each step, over the parts the ranks kept, in the steps' order; the
+        calls kept for later (``later``) run in the same round, after them (a worker takes one once it is free)."""
         if not self._dirs:
             raise RuntimeError("no rank kept parts: call ranks(..., keep=True) first")
-        return self._workers.map(run_step, [StepTask(self._dirs, of_step, context, s) for s in steps])
+        later, self._later = self._later, []
+        tasks = [StepTask(self._dirs, of_step, context, s) for s in steps]
+        found = self._workers.map(run_step, [*tasks, *(call.task for call in later)])
+        for call, value in zip(later, found[len(tasks):]):
+            call.value, call.done = value, True
+        return found[:len(tasks)]
+
+    def later(self, of_step: Callable, context: object, step: int) -> "Later":
+        """``of_step(parts, context, step)`` kept for the next round of ``steps``, where it fills a worker that
+        round leaves idle (3 steps on 2 cores leave one for the third's time); run on its own if its result is
+        asked for first."""
+        if not self._dirs:
+            raise RuntimeError("no rank kept parts: call ranks(..., keep=True) first")
+        call = Later(self, StepTask(self._dirs, of_step, context, step))
+        self._later.append(call)
+        return call
+
+
+class Later:
+    """A call of one step kept for the next round (``JobRun.later``); ``result()`` gives its value."""
+
+    def __init__(self, job: JobRun, task: StepTask):
+        self.job, self.task = job, task
+        self.done, self.value = False, None
+
+    def result(self):
+        if not self.done:
+            self.job.steps(self.task.of_step, self.task.context, [])  # runs every call kept, this one among them
+        return self.value
 
 
 def map_reduce(folder: RankFolder, of_rank: Callable, reduce: Callable, options: object = None,

@@ -26,7 +26,8 @@ from rnnprof.analyzers.steps import StepSelection, combined_overruns, job_step_t
 from rnnprof.analyzers.timeline import Timeline, chosen_step, timeline_of, work_pieces
 from rnnprof.analyzers.topops import NameTimes, name_times, top_of
 from rnnprof.events import EventTable, Kind, Manifest, StringTable
-from rnnprof.job.audit import AuditOptions, RankAudit, audit_parts, audited_job, critical_path_of, rank_input
+from rnnprof.job.audit import (AuditOptions, RankAudit, audit_parts, audited_job, critical_path_later,
+                               critical_path_of, rank_input)
 from rnnprof.job.ranks import JobResult, JobRun
 from rnnprof.traces.rank_folder import RankFolder
 
@@ -101,9 +102,12 @@ def job_run_report(folder: RankFolder, label: str, manifest: Manifest | None = N
         chosen = chosen_step(spans)
         timeline, = job.steps(timeline_of_step, spans, [-1 if chosen is None else chosen])
         codes = _string_codes(ranks)
+        # the path of the timeline's step (the one the report asks for) rides with the first round of replays
+        typical = (timeline.step if timeline.step is not None else -1) if timeline is not None else None
+        typical_path = critical_path_later(job, audits, [typical], dependencies) if typical is not None else None
 
         def critical_path(step: int) -> CriticalPathReport:
-            report = critical_path_of(job, audits, [step], dependencies)
+            report = typical_path() if step == typical else critical_path_of(job, audits, [step], dependencies)
             return report.with_step_time(job_step_times([r.step_times[0] for r in ranks]),
                                          combined_overruns([r.step_times[1] for r in ranks]))
 
