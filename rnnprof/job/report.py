@@ -2,8 +2,8 @@
 (``job.audit``) and what the report shows beside it: its kernel and copy counts, its operators' summed times, its
 step markers and step times, its device work cut at its step windows (kept for the timeline's step) (map); those
 combined with the analyzers' own functions, the audit run and its fixes replayed as ``job.audit`` does; the
-timeline and the critical path of the typical step from every rank's parts (map); all into one ``RunReport``, as
-``analyze_run`` of the ranks merged into one table gives it."""
+timeline and the critical path of the typical step from every rank's parts, in the replays' first round (map);
+all into one ``RunReport``, as ``analyze_run`` of the ranks merged into one table gives it."""
 
 from __future__ import annotations
 
@@ -100,21 +100,24 @@ def job_run_report(folder: RankFolder, label: str, manifest: Manifest | None = N
         events = audited.input.job
         spans = combined_spans([r.spans for r in ranks])
         chosen = chosen_step(spans)
-        timeline, = job.steps(timeline_of_step, spans, [-1 if chosen is None else chosen])
         codes = _string_codes(ranks)
-        # the path of the timeline's step (the one the report asks for) rides with the first round of replays
-        typical = (timeline.step if timeline.step is not None else -1) if timeline is not None else None
-        typical_path = critical_path_later(job, audits, [typical], dependencies) if typical is not None else None
+        # the critical path of the typical step (the timeline's, which the report asks for) and its timeline ride
+        # with the first round of the replays, in the worker its third step leaves idle; the longer first
+        typical_path = critical_path_later(job, audits, [chosen], dependencies) if chosen is not None else None
+        timeline = job.later(timeline_of_step, spans, -1 if chosen is None else chosen)
 
         def critical_path(step: int) -> CriticalPathReport:
-            report = typical_path() if step == typical else critical_path_of(job, audits, [step], dependencies)
+            if typical_path is not None and step == chosen:
+                report = typical_path()
+            else:
+                report = critical_path_of(job, audits, [step], dependencies)
             return report.with_step_time(job_step_times([r.step_times[0] for r in ranks]),
                                          combined_overruns([r.step_times[1] for r in ranks]))
 
         analyses = RunAnalyses(
             events.events, events.source_format, events.comm, audited.known.launches,
             top_of([r.top_device for r in ranks], order=codes), top_of([r.top_host for r in ranks], order=codes),
-            timeline, critical_path,
+            timeline.result, critical_path,
             step_times_of(marker_periods([r.markers for r in ranks], np.array(events.steps, dtype=np.int64))),
             events.figures[MEMORY.name], profiler_cost_of(events.figures[HOST_OPS.name], manifest),
             audited.known.pipeline, audited.known, audited.replays)
