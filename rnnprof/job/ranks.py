@@ -157,6 +157,16 @@ class JobRun:
             call.value, call.done = value, True
         return found[:len(tasks)]
 
+    @property
+    def workers(self) -> int | None:
+        """The worker processes a round runs on (1: this process); None on a Dask cluster, whose are not counted."""
+        return None if self._workers.scheduler else self._workers.jobs
+
+    @property
+    def pending(self) -> int:
+        """The calls kept for the next round (``later``)."""
+        return len(self._later)
+
     def later(self, of_step: Callable, context: object, step: int) -> "Later":
         """``of_step(parts, context, step)`` kept for the next round of ``steps``, where it fills a worker that
         round leaves idle (3 steps on 2 cores leave one for the third's time); run on its own if its result is
