@@ -201,7 +201,6 @@ class JobReplays:
         replayed = [saved for saved in per_step if saved is not None]
         return [k if isinstance(k, ChangeError) else [saved[k] for saved in replayed] for k in found]
 
-
     def _per_step(self, asked: list) -> list:
         """Each step's ``savings_of_step`` of the sets ``asked``, in one round. Where the steps leave workers idle
         in the round's last wave (3 steps on 2 cores) and no call kept for later fills them, each step of that wave
