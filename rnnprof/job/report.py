@@ -13,7 +13,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from rnnprof.analyzers.audit.context import HOST_OPS, MEMORY
-from rnnprof.analyzers.copies import CopyReport, combine_copies, count_copies
+from rnnprof.analyzers.copies import CopyReport, combine_copies
 from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies
 from rnnprof.analyzers.device_work import device_work_mask
 from rnnprof.analyzers.noise import combined_spans
@@ -66,7 +66,8 @@ def report_of_rank(table: EventTable, options: AuditOptions):
     host_ops = np.flatnonzero((table.kind == Kind.HOST_OP) & host[table.device])
     pieces = work_pieces(table, classes, work, table.time_base_us)
     parts[TIMELINE] = pieces.part
-    return parts, RankReport(audit, count_kernels(table), count_copies(table) if len(table) else None,
+    copies = audit.comm[0].copies if len(table) else None  # comm's ``count_copies`` of the same table
+    return parts, RankReport(audit, count_kernels(table), copies,
                              name_times(table, np.flatnonzero(work), classes), name_times(table, host_ops, classes),
                              pieces.spans, step_markers(table) if len(table) else (np.zeros(0), np.zeros(0)),
                              device_step_times(table, classes), table.strings)
