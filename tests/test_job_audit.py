@@ -83,3 +83,30 @@ def test_jobs_flag_is_refused_for_input_that_is_no_job(capsys):
     code = main(["audit", str(FIXTURES / "kineto-1gpu-v100.json.gz"), "--jobs", "2"])
     err = capsys.readouterr().err
     assert code == 2 and "--jobs applies to a job's rank files" in err
+
+
+def test_replayed_steps_that_would_leave_workers_waiting_are_replayed_in_pieces_with_the_same_savings(monkeypatch):
+    """6 replayed steps on 4 workers leave 2 idle in the last wave: each of the last 2 steps' sets of changes is
+    split over two tasks, which those workers take, instead of 2 workers replaying them all while 2 wait; the
+    savings stay those of the ranks merged (the tasks run here in one process, as 4 workers would)."""
+    from rnnprof.job import ranks
+
+    rounds = []
+    real_map = ranks.Workers.map
+
+    def recorded(self, function, items, *args):
+        items = list(items)
+        if function is ranks.run_step:
+            rounds.append([(t.step, len(t.context[2])) for t in items if t.of_step.__name__ == "savings_of_step"])
+        return real_map(self, function, items, *args)
+
+    monkeypatch.setattr(ranks.Workers, "map", recorded)
+    monkeypatch.setattr(ranks.JobRun, "workers", property(lambda self: 4))
+    paths = [str(FIXTURES / p) for p in JOBS["two-faults"]]
+    assert _job(paths, jobs=1) == _merged(paths)
+    first = rounds[[len(r) > 0 for r in rounds].index(True)]  # its sets: one per finding whose fix replays
+    steps = [s for s, _ in first]
+    assert len(first) == 8 and len(set(steps)) == 6 and steps[4] == steps[5] != steps[6] == steps[7]
+    sets = {n for _, n in first[:4]}
+    assert len(sets) == 1 and sets.pop() == first[4][1] + first[5][1] == first[6][1] + first[7][1] >= 2
+    assert min(n for _, n in first[4:]) >= 1

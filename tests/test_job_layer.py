@@ -77,6 +77,26 @@ def test_the_scratch_folder_goes_when_a_step_fails_too(tmp_path, monkeypatch):
         with JobRun(job_of(SAMPLED), jobs=1) as job:
             steps = job.ranks(spans_kept, keep=True)
             (scratch,) = tmp_path.iterdir()
-            assert (scratch / "rank1" / "times").is_dir()
+            # two files a rank, whatever its parts hold (removing each file of a large job's scratch costs time)
+            assert sorted(p.name for p in scratch.iterdir()) == ["rank0.json", "rank0.parts", "rank1.json",
+                                                                "rank1.parts"]
             job.steps(step_span, "fail", steps[0])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_call_kept_for_later_runs_with_the_next_round_of_steps_or_when_its_result_is_asked():
+    merged = load_events(SAMPLED)
+    with JobRun(job_of(SAMPLED), jobs=1) as job:
+        steps = job.ranks(spans_kept, keep=True)[0]
+        rounds = []
+        real_map = job._workers.map
+        job._workers.map = lambda function, items, *a: rounds.append(len(items)) or real_map(function, items, *a)
+        kept = job.later(step_span, "", steps[-1])
+        (span, _), = job.steps(step_span, "", steps[:1])
+        assert rounds == [2] and kept.done, "the kept call ran in the round of steps, after them"
+        asked = job.later(step_span, "", steps[0])
+        assert asked.result()[0] == span and rounds == [2, 1], "run on its own when asked first"
+        found = kept.result()[0]
+        assert rounds == [2, 1], "a call is run once"
+    rows = merged.step == steps[-1]
+    assert found == (float(merged.ts[rows].min()), float((merged.ts + merged.dur)[rows].max()))

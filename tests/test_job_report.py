@@ -94,3 +94,24 @@ def test_report_of_a_run_directory_of_ranks_takes_jobs_and_refuses_it_for_a_swee
     assert "rank1 arrives last at collectives" in out.read_text()  # the planted straggler, found in workers
     code = main(["report", str(FIXTURES / "kineto-1gpu-v100.json.gz"), "-o", str(out), "--force", "--jobs", "2"])
     assert code == 2 and "--jobs applies to a job's rank files" in capsys.readouterr().err
+
+
+def test_the_timeline_and_critical_path_of_a_jobs_typical_step_ride_with_the_replays(monkeypatch):
+    """They add no round of their own: a worker the replayed steps leave idle takes them (3 steps on 2 cores)."""
+    from rnnprof.job import ranks
+
+    rounds = []
+    real_map = ranks.Workers.map
+
+    def recorded(self, function, items, *args):
+        items = list(items)
+        if function is ranks.run_step:
+            rounds.append([task.of_step.__name__ for task in items])
+        return real_map(self, function, items, *args)
+
+    monkeypatch.setattr(ranks.Workers, "map", recorded)
+    report = _job_report([str(FIXTURES / p) for p in JOBS["gloo"]], jobs=1)
+    assert report.timeline is not None and report.critical_path is not None and report.top_fixes is not None
+    riding = [r for r in rounds if "timeline_of_step" in r or "path_of_step" in r]
+    assert len(riding) == 1 and riding[0].count("timeline_of_step") == 1 and riding[0].count("path_of_step") == 1
+    assert riding[0][0] == "savings_of_step", "after the replayed steps"

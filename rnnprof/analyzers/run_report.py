@@ -108,8 +108,9 @@ class RunReport:
 class RunAnalyses:
     """The analyses of a run's events the report shows beside the audit, of one table (``analyze_run``) or of a
     whole job's ranks read apart (``rnnprof.job.report``): the audit's rules read the same comm and launches
-    (``known``: what they are given; ``replays``: the replays of their fixes), and ``critical_path(step)`` is the
-    critical path of one step."""
+    (``known``: what they are given; ``replays``: the replays of their fixes), ``timeline()`` the timeline of the
+    typical step and ``critical_path(step)`` the critical path of one step, each computed when the report asks for
+    it, after the replays (a job's ride with their first round)."""
 
     events: int
     source_format: str
@@ -117,7 +118,7 @@ class RunAnalyses:
     launches: LaunchStats
     top_device: tuple[TimedOp, ...]
     top_host: tuple[TimedOp, ...]
-    timeline: Timeline | None
+    timeline: Callable[[], Timeline | None]
     critical_path: Callable[[int], CriticalPathReport]
     step_times: StepTimes | None
     memory: MemoryReport | None
@@ -152,7 +153,7 @@ def analyze_run(label: str, events: EventTable | None, events_reason: str, *, us
     dependencies = dependencies or Dependencies()
     analyses = RunAnalyses(
         len(events), events.source_format, comm, launches, top_by_time(events, np.flatnonzero(work), classes),
-        top_by_time(events, host_ops, classes), step_timeline(events, classes, work),
+        top_by_time(events, host_ops, classes), lambda: step_timeline(events, classes, work),
         lambda step: analyze_critical_path(events, dependencies, steps=[step], classes=classes),
         step_times(events), analyze_memory(events, pipeline=pipeline) if len(events.memory) else None,
         profiler_cost(events, manifest), pipeline, Known(classes=classes, comm=comm, launches=launches),
@@ -174,7 +175,7 @@ def run_report(label: str, manifest: Manifest | None, opcount: OpCountReport, pl
         comm_reason = ("every event is on the host (a CPU-only tf.profiler XSpace, for one, names no device for "
                        "its ops)" if comm.host_only else "no device activity (no kernels, memcpys or ops on a device)")
         comm = None
-    timeline = analyses.timeline
+    timeline = analyses.timeline()
     timeline_reason = "" if timeline else comm_reason or "no device activity"
     critical_path, critical_path_reason = None, timeline_reason
     if timeline is not None:

@@ -9,7 +9,7 @@ step's task (map), as ``audit`` of the ranks merged into one table gives them.""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -196,10 +196,29 @@ class JobReplays:
                 found.append(exc)
         if not asked:
             return found
-        per_step = self.job.steps(savings_of_step, (self.plan, self.dependencies, asked), self.plan.steps)
+        per_step = self._per_step(asked)
         self.steps = [s for s, saved in zip(self.plan.steps, per_step) if saved is not None]
         replayed = [saved for saved in per_step if saved is not None]
         return [k if isinstance(k, ChangeError) else [saved[k] for saved in replayed] for k in found]
+
+    def _per_step(self, asked: list) -> list:
+        """Each step's ``savings_of_step`` of the sets ``asked``, in one round. Where the steps leave workers idle
+        in the round's last wave (3 steps on 2 cores) and no call kept for later fills them, each step of that wave
+        is replayed in pieces, each a task with some of the sets (its graph and unchanged replay made in each, the
+        same numbers), which the idle workers take."""
+        steps, workers = list(self.plan.steps), self.job.workers or 1
+        left = len(steps) % workers if len(steps) > 0 else 0
+        idle = workers - left - self.job.pending if left else 0
+        pieces = min(len(asked), 1 + idle // left) if idle > 0 else 1
+        whole, last = (steps[:len(steps) - left], steps[len(steps) - left:]) if pieces > 1 else (steps, [])
+        cut = np.linspace(0, len(asked), pieces + 1).round().astype(int).tolist()
+        calls = [[self.job.later(savings_of_step, (self.plan, self.dependencies, asked[a:b]), s)
+                  for a, b in zip(cut[:-1], cut[1:])] for s in last]
+        found = self.job.steps(savings_of_step, (self.plan, self.dependencies, asked), whole)
+        for step_calls in calls:
+            saved = [c.result() for c in step_calls]
+            found.append(None if saved[0] is None else [x for part in saved for x in part])
+        return found
 
 
 def savings_of_step(parts: Sequence[dict], context, step: int) -> list[float] | None:
@@ -218,10 +237,17 @@ def critical_path_of(job: JobRun, ranks: Sequence[RankAudit], steps: Sequence[in
                      dependencies: Dependencies = Dependencies()) -> CriticalPathReport:
     """The job's critical path over ``steps`` (None: every step), as ``analyze_critical_path`` of the ranks merged
     gives its paths (without the steps' times, which the ranks give apart)."""
+    return critical_path_later(job, ranks, steps, dependencies)()
+
+
+def critical_path_later(job: JobRun, ranks: Sequence[RankAudit], steps: Sequence[int] | None = None,
+                        dependencies: Dependencies = Dependencies()) -> Callable[[], CriticalPathReport]:
+    """``critical_path_of``, its steps' tasks kept for the job's next round (``JobRun.later``): the function that
+    gives it once they ran."""
     summaries = [r.summary for r in ranks]
     plan = job_plan(summaries, steps, dependencies)
-    paths = job.steps(path_of_step, (plan, dependencies, WHAT_IF_OPS), plan.steps)
-    return job_report(paths, [w for x in summaries for w in x.workers], dependencies)
+    calls = [job.later(path_of_step, (plan, dependencies, WHAT_IF_OPS), s) for s in plan.steps]
+    return lambda: job_report([c.result() for c in calls], [w for x in summaries for w in x.workers], dependencies)
 
 
 @dataclass(frozen=True, eq=False)

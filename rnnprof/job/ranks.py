@@ -55,7 +55,7 @@ class RankTask:
     options: object = None
     max_input_bytes: int | None = None  # the reading process' limit, applied in the worker too
     selection: StepSelection | None = None  # the steps to analyse (None: all)
-    scratch: str | None = None  # the rank's folder for its parts (a folder every worker reaches)
+    scratch: str | None = None  # where the rank's parts are kept (``scratch.part_files``; every worker reaches it)
 
     def load(self) -> EventTable:
         """The rank's table, restricted to the selected steps (a selection this rank cannot meet is a UsageError)."""
@@ -79,7 +79,7 @@ class RankResult:
 
 @dataclass(frozen=True)
 class StepTask:
-    """One step over the ranks' parts saved in ``scratch`` (one folder per rank, in rank order)."""
+    """One step over the ranks' parts saved at ``scratch`` (one place per rank, in rank order)."""
 
     scratch: tuple[str, ...]
     of_step: Callable  # (parts: one dict of name -> part per rank, context, step) -> result
@@ -117,6 +117,7 @@ class JobRun:
         self._workers = Workers(local_jobs(folder, jobs, scheduler), scheduler, len(folder.files))
         self._scratch: tempfile.TemporaryDirectory | None = None
         self._dirs: tuple[str, ...] = ()
+        self._later: list[Later] = []
         self.notes: list[str] = []
         self.left_out = TableMetadata()
 
@@ -145,10 +146,49 @@ class JobRun:
         return [o.result for o in outcomes]
 
     def steps(self, of_step: Callable, context: object, steps: Sequence[int]) -> list:
-        """``of_step(parts, context, step)`` of each step, over the parts the ranks kept, in the steps' order."""
+        """``of_step(parts, context, step)`` of each step, over the parts the ranks kept, in the steps' order; the
+        calls kept for later (``later``) run in the same round, after them (a worker takes one once it is free)."""
         if not self._dirs:
             raise RuntimeError("no rank kept parts: call ranks(..., keep=True) first")
-        return self._workers.map(run_step, [StepTask(self._dirs, of_step, context, s) for s in steps])
+        later, self._later = self._later, []
+        tasks = [StepTask(self._dirs, of_step, context, s) for s in steps]
+        found = self._workers.map(run_step, [*tasks, *(call.task for call in later)])
+        for call, value in zip(later, found[len(tasks):]):
+            call.value, call.done = value, True
+        return found[:len(tasks)]
+
+    @property
+    def workers(self) -> int | None:
+        """The worker processes a round runs on (1: this process); None on a Dask cluster, whose are not counted."""
+        return None if self._workers.scheduler else self._workers.jobs
+
+    @property
+    def pending(self) -> int:
+        """The calls kept for the next round (``later``)."""
+        return len(self._later)
+
+    def later(self, of_step: Callable, context: object, step: int) -> "Later":
+        """``of_step(parts, context, step)`` kept for the next round of ``steps``, where it fills a worker that
+        round leaves idle (3 steps on 2 cores leave one for the third's time); run on its own if its result is
+        asked for first."""
+        if not self._dirs:
+            raise RuntimeError("no rank kept parts: call ranks(..., keep=True) first")
+        call = Later(self, StepTask(self._dirs, of_step, context, step))
+        self._later.append(call)
+        return call
+
+
+class Later:
+    """A call of one step kept for the next round (``JobRun.later``); ``result()`` gives its value."""
+
+    def __init__(self, job: JobRun, task: StepTask):
+        self.job, self.task = job, task
+        self.done, self.value = False, None
+
+    def result(self):
+        if not self.done:
+            self.job.steps(self.task.of_step, self.task.context, [])  # runs every call kept, this one among them
+        return self.value
 
 
 def map_reduce(folder: RankFolder, of_rank: Callable, reduce: Callable, options: object = None,

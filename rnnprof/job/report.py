@@ -2,8 +2,8 @@
 (``job.audit``) and what the report shows beside it: its kernel and copy counts, its operators' summed times, its
 step markers and step times, its device work cut at its step windows (kept for the timeline's step) (map); those
 combined with the analyzers' own functions, the audit run and its fixes replayed as ``job.audit`` does; the
-timeline and the critical path of the typical step from every rank's parts (map); all into one ``RunReport``, as
-``analyze_run`` of the ranks merged into one table gives it."""
+timeline and the critical path of the typical step from every rank's parts, in the replays' first round (map);
+all into one ``RunReport``, as ``analyze_run`` of the ranks merged into one table gives it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from rnnprof.analyzers.audit.context import HOST_OPS, MEMORY
-from rnnprof.analyzers.copies import CopyReport, combine_copies, count_copies
+from rnnprof.analyzers.copies import CopyReport, combine_copies
 from rnnprof.analyzers.critical_path import CriticalPathReport, Dependencies
 from rnnprof.analyzers.device_work import device_work_mask
 from rnnprof.analyzers.noise import combined_spans
@@ -26,7 +26,8 @@ from rnnprof.analyzers.steps import StepSelection, combined_overruns, job_step_t
 from rnnprof.analyzers.timeline import Timeline, chosen_step, timeline_of, work_pieces
 from rnnprof.analyzers.topops import NameTimes, name_times, top_of
 from rnnprof.events import EventTable, Kind, Manifest, StringTable
-from rnnprof.job.audit import AuditOptions, RankAudit, audit_parts, audited_job, critical_path_of, rank_input
+from rnnprof.job.audit import (AuditOptions, RankAudit, audit_parts, audited_job, critical_path_later,
+                               critical_path_of, rank_input)
 from rnnprof.job.ranks import JobResult, JobRun
 from rnnprof.traces.rank_folder import RankFolder
 
@@ -65,7 +66,8 @@ def report_of_rank(table: EventTable, options: AuditOptions):
     host_ops = np.flatnonzero((table.kind == Kind.HOST_OP) & host[table.device])
     pieces = work_pieces(table, classes, work, table.time_base_us)
     parts[TIMELINE] = pieces.part
-    return parts, RankReport(audit, count_kernels(table), count_copies(table) if len(table) else None,
+    copies = audit.comm[0].copies if len(table) else None  # comm's ``count_copies`` of the same table
+    return parts, RankReport(audit, count_kernels(table), copies,
                              name_times(table, np.flatnonzero(work), classes), name_times(table, host_ops, classes),
                              pieces.spans, step_markers(table) if len(table) else (np.zeros(0), np.zeros(0)),
                              device_step_times(table, classes), table.strings)
@@ -99,18 +101,24 @@ def job_run_report(folder: RankFolder, label: str, manifest: Manifest | None = N
         events = audited.input.job
         spans = combined_spans([r.spans for r in ranks])
         chosen = chosen_step(spans)
-        timeline, = job.steps(timeline_of_step, spans, [-1 if chosen is None else chosen])
         codes = _string_codes(ranks)
+        # the critical path of the typical step (the timeline's, which the report asks for) and its timeline ride
+        # with the first round of the replays, in the worker its third step leaves idle; the longer first
+        typical_path = critical_path_later(job, audits, [chosen], dependencies) if chosen is not None else None
+        timeline = job.later(timeline_of_step, spans, -1 if chosen is None else chosen)
 
         def critical_path(step: int) -> CriticalPathReport:
-            report = critical_path_of(job, audits, [step], dependencies)
+            if typical_path is not None and step == chosen:
+                report = typical_path()
+            else:
+                report = critical_path_of(job, audits, [step], dependencies)
             return report.with_step_time(job_step_times([r.step_times[0] for r in ranks]),
                                          combined_overruns([r.step_times[1] for r in ranks]))
 
         analyses = RunAnalyses(
             events.events, events.source_format, events.comm, audited.known.launches,
             top_of([r.top_device for r in ranks], order=codes), top_of([r.top_host for r in ranks], order=codes),
-            timeline, critical_path,
+            timeline.result, critical_path,
             step_times_of(marker_periods([r.markers for r in ranks], np.array(events.steps, dtype=np.int64))),
             events.figures[MEMORY.name], profiler_cost_of(events.figures[HOST_OPS.name], manifest),
             audited.known.pipeline, audited.known, audited.replays)

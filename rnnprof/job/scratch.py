@@ -1,9 +1,12 @@
-"""A job's rank parts kept in a scratch folder between the rounds of its analysis, one folder per rank.
+"""A job's rank parts kept in a scratch folder between the rounds of its analysis, two files per rank.
 
 A part is what an analysis keeps of a rank for a later round (``critical_path.job.RankPart``: named arrays with
-the strings and devices their codes refer to). Each array is a ``.npy`` file of its own, read back piece by piece
-(``StoredArray``): a step's task reads the rows of its window only. The strings, devices and the arrays' headers
-are one JSON file: plain data, so nothing in a scratch folder is unpickled.
+the strings and devices their codes refer to). Every array of a rank's parts is written, one after another, into
+the rank's data file (``PART_DATA``) and read back piece by piece (``StoredArray``): a step's task reads the rows
+of its window only. The parts' strings, devices and their arrays' headers (shape, dtype, where in the data file)
+are the rank's JSON file (``PART_TABLES``): plain data, so nothing in a scratch folder is unpickled. Two files a
+rank, whatever its parts hold: removing a file costs about a millisecond where the disk discards freed blocks as
+it goes (ext4's ``discard``), so a 64-rank job's scratch of an array a file took seconds to remove.
 """
 
 from __future__ import annotations
@@ -17,68 +20,59 @@ from rnnprof.analyzers.critical_path.job import RankPart
 from rnnprof.events import Device
 from rnnprof.files import atomic_write_bytes
 
-PART_TABLES = "tables.json"  # a part's strings, devices and array headers
+PART_DATA = ".parts"  # a rank's arrays, one after another
+PART_TABLES = ".json"  # its parts' strings, devices and array headers
 
 
-def save_parts(parts: dict[str, RankPart], folder: Path) -> None:
-    """Each of a rank's ``parts`` (name -> part) in a folder of its name under ``folder``."""
-    for name, part in parts.items():
-        _save_part(part, folder / name)
+def part_files(stem: Path) -> tuple[Path, Path]:
+    """The data file and the JSON file of the rank whose parts are kept at ``stem`` (``scratch/rank3``)."""
+    return stem.with_name(stem.name + PART_DATA), stem.with_name(stem.name + PART_TABLES)
 
 
-def open_parts(folder: Path) -> dict[str, RankPart]:
-    """The parts ``save_parts`` saved under ``folder``, by name, their arrays read as they are indexed."""
-    return {path.name: _open_part(path) for path in sorted(folder.iterdir()) if (path / PART_TABLES).exists()}
+def save_parts(parts: dict[str, RankPart], stem: Path) -> None:
+    """A rank's ``parts`` (name -> part) in its two files at ``stem``; the JSON file last, once the data is whole."""
+    data, tables = part_files(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    found = {}
+    with open(data, "wb") as f:
+        for name, part in parts.items():
+            found[name] = {"strings": list(part.strings),
+                           "devices": [[d.kind, d.index, d.worker] for d in part.devices],
+                           "headers": _write_arrays(part.arrays, f)}
+    atomic_write_bytes(tables, msgspec.json.encode(found))
 
 
-def _save_part(part: RankPart, folder: Path) -> None:
-    """One part: its arrays, each in a ``.npy`` file, and its strings, devices and array headers in JSON."""
-    folder.mkdir(parents=True, exist_ok=True)
-    headers = _save_arrays(part.arrays, folder)
-    atomic_write_bytes(folder / PART_TABLES, msgspec.json.encode(
-        {"strings": list(part.strings), "devices": [[d.kind, d.index, d.worker] for d in part.devices],
-         "headers": headers}))
+def open_parts(stem: Path) -> dict[str, RankPart]:
+    """The parts ``save_parts`` saved at ``stem``, by name, their arrays read as they are indexed."""
+    data, tables = part_files(stem)
+    found = msgspec.json.decode(tables.read_bytes())
+    return {name: RankPart({key: StoredArray(data, (tuple(shape), np.dtype(dtype), offset))
+                            for key, (shape, dtype, offset) in part["headers"].items()},
+                           tuple(part["strings"]),
+                           tuple(Device(kind, index, worker) for kind, index, worker in part["devices"]))
+            for name, part in found.items()}
 
 
-def _open_part(folder: Path) -> RankPart:
-    """A part ``_save_part`` wrote, its arrays read from the files as they are indexed (a step reads the rows of
-    its window only)."""
-    tables = msgspec.json.decode((folder / PART_TABLES).read_bytes())
-    return RankPart(_open_arrays(folder, tables["headers"]), tuple(tables["strings"]),
-                    tuple(Device(kind, index, worker) for kind, index, worker in tables["devices"]))
-
-
-def _save_arrays(arrays: dict, folder: Path) -> dict:
-    """``arrays`` (name -> array) each saved by ``numpy.save`` in ``folder``; their headers, as plain data."""
+def _write_arrays(arrays: dict, f) -> dict:
+    """``arrays`` (name -> array) written one after another at ``f``'s end; their headers, as plain data."""
     headers = {}
     for name, values in arrays.items():
-        np.save(folder / f"{name}.npy", np.asarray(values))
-        shape, dtype, offset = StoredArray(folder / f"{name}.npy").header
-        headers[name] = [list(shape), dtype.str, offset]
+        values = np.ascontiguousarray(values)
+        if values.dtype.hasobject:
+            raise TypeError(f"{name}: a part's arrays hold numbers, not objects")
+        headers[name] = [list(values.shape), values.dtype.str, f.tell()]
+        f.write(values.tobytes())
     return headers
 
 
-def _open_arrays(folder: Path, headers: dict) -> dict:
-    """The arrays ``_save_arrays`` saved, each a ``StoredArray`` read as it is indexed."""
-    return {name: StoredArray(folder / f"{name}.npy", (tuple(shape), np.dtype(dtype), offset))
-            for name, (shape, dtype, offset) in headers.items()}
-
-
 class StoredArray:
-    """An array saved by ``numpy.save``, read piece by piece: an item, a slice or a set of rows reads only the
-    bytes from the first to the last (a memory map would map far more than that: the kernel reads ahead and
-    maps the pages around each fault, so a binary search alone mapped most of a file)."""
+    """An array kept in a data file at ``offset`` (``header``: shape, dtype, offset), read piece by piece: an item,
+    a slice or a set of rows reads only the bytes from the first to the last (a memory map would map far more than
+    that: the kernel reads ahead and maps the pages around each fault, so a binary search alone mapped most of a
+    file)."""
 
-    def __init__(self, path: Path, header: tuple | None = None):
-        self.path = path
-        if header is None:  # (shape, dtype, where the data starts), read from the file's header
-            with open(path, "rb") as f:
-                version = np.lib.format.read_magic(f)
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                    np.lib.format.read_array_header_2_0
-                shape, _, dtype = read(f)
-                header = (shape, dtype, f.tell())
-        self.header = header
+    def __init__(self, path: Path, header: tuple):
+        self.path, self.header = path, header
         self.shape, self.dtype, self.offset = header
 
     def __len__(self) -> int:
