@@ -1,12 +1,10 @@
 """rnnprof diff: no change against itself, figures equal to count-ops' and comm's, normalized kernel names,
-bad input; a planted RNNLM against the unplanted one, and loop against fused NMT (slow)."""
+bad input; a planted RNNLM against the unplanted one, and loop against fused NMT (stored captures)."""
 
 import functools
 import gzip
 import json
 import re
-import subprocess
-import sys
 from collections import Counter
 
 import numpy as np
@@ -215,32 +213,31 @@ def test_bad_input_is_one_line_exit_2(args, says, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and says in err and "Traceback" not in err
 
 
-# -- captured runs (TensorFlow) -------------------------------------------------------------------------------
+# -- captured runs (TensorFlow), stored in tests/data -----------------------------------------------------------
 
-def _rnnprof(*args):
-    return subprocess.run([sys.executable, "-m", "rnnprof", *args], capture_output=True, text=True, timeout=300)
+from fixtures import FIXTURES  # noqa: E402
 
-
-@pytest.fixture
-def planted(rnnlm_planted):
-    """The small RNNLM on 2 devices with and without the softmax-on-device0 plant (``plain``, ``planted``)."""
-    return rnnlm_planted
+# conftest's RNNLM_SMALL_2 with and without the softmax-on-device0 plant, and its NMT_LOOP_FUSED with each encoder,
+# captured by `rnnprof trace` and kept (manifests, timelines, graphs; tests/data/README.md): diff reads what a
+# capture wrote, and the captures themselves are checked by test_placement_tf, test_critical_path, test_count_ops_nmt
+PLANTED = FIXTURES / "tf-run-rnnlm-planted"
+LOOP_FUSED = FIXTURES / "tf-run-nmt-loop-fused"
 
 
 def _partition_nodes(path):
-    return set(re.findall(r'^node \{\n  name: "([^"]+)"', path.read_text(), flags=re.MULTILINE))
+    """The node names of a partition graph, read with TensorFlow's own GraphDef message."""
+    from tensorboard.compat.proto import graph_pb2
+
+    return {node.name for node in graph_pb2.GraphDef.FromString(path.read_bytes()).node}
 
 
-@pytest.mark.slow
-def test_planted_softmax_is_listed_as_moved_to_device_0_with_the_step_time_difference(planted):
-    done = _rnnprof("diff", "--json", "--top", "0", str(planted / "plain"), str(planted / "planted"))
-    assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
+def test_planted_softmax_is_listed_as_moved_to_device_0_with_the_step_time_difference():
+    doc = diff_json([PLANTED / "plain", PLANTED / "planted"])
     moved = {m["name"]: m for m in doc["graphs"]["moved"]}
     # what the partition graphs say: tower 1's softmax/projection nodes on CPU:1 before, on CPU:0 with the plant
     parts = "graphs/partitions"
-    went = ((_partition_nodes(planted / "plain" / parts / "1_CPU_1.pbtxt")
-             & _partition_nodes(planted / "planted" / parts / "0_CPU_0.pbtxt")))
+    went = ((_partition_nodes(PLANTED / "plain" / parts / "1_CPU_1.pb")
+             & _partition_nodes(PLANTED / "planted" / parts / "0_CPU_0.pb")))
     expected = {n for n in went if re.match(r"tower_1/(softmax|projection)/", n)}
     assert len(expected) >= 5
     listed = {n for n, m in moved.items() if re.match(r"tower_1/(softmax|projection)/", n) and m["basis"] == "assigned"}
@@ -254,27 +251,22 @@ def test_planted_softmax_is_listed_as_moved_to_device_0_with_the_step_time_diffe
     assert step["a_us_per_step"] > 0 and step["b_us_per_step"] > 0
     assert step["delta_us_per_step"] == pytest.approx(step["b_us_per_step"] - step["a_us_per_step"])
     timed = next(r for r in doc["time"]["rows"] if r["device"] == "run")
-    manifests = [json.loads((planted / s / "manifest.json").read_text()) for s in ("plain", "planted")]
+    manifests = [json.loads((PLANTED / s / "manifest.json").read_text()) for s in ("plain", "planted")]
     assert (timed["a_us_per_step"], timed["b_us_per_step"]) == pytest.approx(
         [m["throughput"]["median_step_seconds"] * 1e6 for m in manifests])
     assert [(c["key"], c["a"], c["b"]) for c in doc["config"]["changes"]] == [
         ("config.plant", "None", "softmax-on-device0")]
 
-    table = _rnnprof("diff", str(planted / "plain"), str(planted / "planted"))
-    assert table.returncode == 0, table.stderr
-    assert re.search(r"tower_1/softmax\s+cpu:1\s+cpu:0", table.stdout)
-    assert "all devices" in table.stdout
+    code, table = run_diff([PLANTED / "plain", PLANTED / "planted"], width=80)  # a terminal's width
+    assert code == 0
+    assert re.search(r"tower_1/softmax\s+cpu:1\s+cpu:0", table)
+    assert "all devices" in table
 
 
-@pytest.mark.slow
-def test_loop_vs_fused_nmt_shows_count_ops_ratios(nmt_loop_fused):
-    loop, fused = str(nmt_loop_fused / "loop"), str(nmt_loop_fused / "fused")
-    done = _rnnprof("diff", "--json", loop, fused)
-    assert done.returncode == 0, done.stderr
-    ours = {f["metric"]: f for f in json.loads(done.stdout)["ops"]["counts"]}
-    counted = _rnnprof("count-ops", "--json", fused, "--vs", loop)
-    assert counted.returncode == 0, counted.stderr
-    theirs = {r["metric"]: r for r in json.loads(counted.stdout)["ratios"]}
+def test_loop_vs_fused_nmt_shows_count_ops_ratios():
+    loop, fused = LOOP_FUSED / "loop", LOOP_FUSED / "fused"
+    ours = {f["metric"]: f for f in diff_json([loop, fused])["ops"]["counts"]}
+    theirs = {r["metric"]: r for r in count_ops_json([fused, "--vs", loop])["ratios"]}
     assert {m: (f["a"], f["b"], f["ratio"]) for m, f in ours.items()} == {
         m: (r["right"], r["left"], r["ratio"]) for m, r in theirs.items()}
     # the fused encoder runs far fewer graph ops and kernels than the loop
@@ -315,8 +307,6 @@ def test_manifest_of_unexpected_shape_is_an_input_error_and_kineto_header_is_not
 
 
 # -- a real pair from different ranks: rank 3 of 8 (A100) against rank 1 of 2 (V100, CUDA graphs) ----------------
-
-from fixtures import FIXTURES  # noqa: E402
 
 PAIR_A = FIXTURES / "kineto-8rank-rank3-a100.json.gz"
 PAIR_B = FIXTURES / "kineto-2rank-rank1-v100-cudagraph.json.gz"
