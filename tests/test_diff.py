@@ -313,8 +313,26 @@ PAIR_B = FIXTURES / "kineto-2rank-rank1-v100-cudagraph.json.gz"
 
 
 @functools.lru_cache(maxsize=2)  # the pair's two files, read by most tests below (100k events each)
+def _document(path):
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
+        return json.load(f)
+
+
 def _raw_events(path):
-    return raw_events(path)
+    return _document(path)["traceEvents"]
+
+
+@functools.lru_cache(maxsize=None)
+def _pair_json(*args):
+    """diff's --json document of the pair (with ``args`` before it), computed once for the module's tests, which
+    only read it."""
+    return diff_json([*args, PAIR_A, PAIR_B])
+
+
+@functools.lru_cache(maxsize=None)
+def _pair_text(*args):
+    """What diff prints for the pair (with ``args``), once for the module: (exit code, text)."""
+    return run_diff([*args, PAIR_A, PAIR_B])
 
 
 def _markers(path):
@@ -333,22 +351,21 @@ def test_headline_step_time_is_the_ratio_of_the_profiler_step_periods(selection)
         steps_a, steps_b = steps_a[:-1], steps_b[:-1]
     period_a = np.mean([marks_a[s][1] for s in steps_a])
     period_b = np.mean([marks_b[s][1] for s in steps_b])
-    doc = diff_json([*selection, PAIR_A, PAIR_B])
+    doc = _pair_json(*selection)
     top = doc["step_time"]
     assert top["a"]["basis"] == top["b"]["basis"] == "step markers"
     assert (top["a"]["us_per_step"], top["b"]["us_per_step"]) == pytest.approx((period_a, period_b))
     assert top["ratio"] == pytest.approx(period_b / period_a)
     if not selection:
         assert round(top["ratio"], 2) == 1.60  # not the 2.04x of the mean per-step activity span
-    code, text = run_diff([*selection, PAIR_A, PAIR_B])
+    code, text = _pair_text(*selection)
     assert code == 0
     assert f"Step time: A {period_a / 1000:,.3f} ms, B {period_b / 1000:,.3f} ms ({period_b / period_a:,.2f}x" in text
 
 
 def _rank_and_gpu(path):
     events = _raw_events(path)
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
-        rank = json.load(f)["distributedInfo"]["rank"]
+    rank = _document(path)["distributedInfo"]["rank"]
     gpus = {e["args"]["device"] for e in events if e.get("cat") == "kernel"}
     assert len(gpus) == 1
     return f"rank{rank}", gpus.pop()
@@ -358,7 +375,7 @@ def test_devices_of_different_ranks_are_paired_by_role():
     (rank_a, gpu_a), (rank_b, gpu_b) = _rank_and_gpu(PAIR_A), _rank_and_gpu(PAIR_B)
     assert (rank_a, rank_b) != (None, None) and f"{rank_a}/gpu:{gpu_a}" != f"{rank_b}/gpu:{gpu_b}"
     label_a, label_b = f"{rank_a}/gpu:{gpu_a}", f"{rank_b}/gpu:{gpu_b}"
-    doc = diff_json([PAIR_A, PAIR_B])
+    doc = _pair_json()
     assert doc["time"]["paired_by_role"] == [{"a": label_a, "b": label_b}]
     rows = {r["metric"]: r for r in doc["time"]["rows"] if (r["device_a"], r["device_b"]) == (label_a, label_b)}
     assert set(rows) >= {"step", "busy", "compute", "communication", "copies", "idle"}
@@ -368,7 +385,7 @@ def test_devices_of_different_ranks_are_paired_by_role():
         for metric, key in (("busy", "busy_us"), ("copies", "memcpy_us"), ("idle", "idle_us")):
             assert rows[metric][f"{side}_us_per_step"] == pytest.approx(
                 np.mean([p[key] for p in device["steps"].values()]))
-    code, text = run_diff([PAIR_A, PAIR_B])
+    code, text = _pair_text()
     assert f"paired by role: {label_a} ~ {label_b}" in text
     assert f"{label_a} ~ {label_b}" in text and " n/a " not in text.split("Time per device")[1].split("Copies by kind")[0]
 
@@ -406,7 +423,7 @@ def _self_time_per_step(path, op):
 
 
 def test_host_ops_are_compared_by_self_time():
-    doc = diff_json([PAIR_A, PAIR_B])
+    doc = _pair_json()
     rows = {r["key"]: r for r in doc["ops"]["gainers"] + doc["ops"]["losers"]}
     for op in ("aten::item", "aten::_local_scalar_dense"):
         expected_a, expected_b = _self_time_per_step(PAIR_A, op), _self_time_per_step(PAIR_B, op)
@@ -484,8 +501,7 @@ def test_rates_kernel_time_is_per_step_beside_the_step_time(capsys):
     doc = diff_json([PAIR_B, PAIR_A])
     steps = {}
     for side, path in (("a", PAIR_B), ("b", PAIR_A)):
-        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-        steps[side] = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+        steps[side] = sum(1 for e in _raw_events(path) if str(e.get("name", "")).startswith("ProfilerStep#")
                           and e.get("ph") == "X")
     for row in doc["rates"]["families"]:
         for side in "ab":
