@@ -1,5 +1,5 @@
 """rnnprof diff: no change against itself, figures equal to count-ops' and comm's, normalized kernel names,
-bad input; a planted RNNLM against the unplanted one, and loop against fused NMT (stored captures)."""
+bad input; a planted RNNLM against the unplanted one (slow), and loop against fused NMT (a stored pair)."""
 
 import functools
 import gzip
@@ -213,14 +213,12 @@ def test_bad_input_is_one_line_exit_2(args, says, tmp_path, capsys):
     assert len(err.strip().splitlines()) == 1 and says in err and "Traceback" not in err
 
 
-# -- captured runs (TensorFlow), stored in tests/data -----------------------------------------------------------
+# -- captured runs (TensorFlow) -------------------------------------------------------------------------------
 
 from fixtures import FIXTURES  # noqa: E402
 
-# conftest's RNNLM_SMALL_2 with and without the softmax-on-device0 plant, and its NMT_LOOP_FUSED with each encoder,
-# captured by `rnnprof trace` and kept (manifests, timelines, graphs; tests/data/README.md): diff reads what a
-# capture wrote, and the captures themselves are checked by test_placement_tf, test_critical_path, test_count_ops_nmt
-PLANTED = FIXTURES / "tf-run-rnnlm-planted"
+# conftest's NMT_LOOP_FUSED with each encoder, captured by `rnnprof trace` and kept (manifests, timelines, graphs;
+# tests/data/README.md): diff reads what a capture wrote; the capture itself is test_count_ops_nmt's
 LOOP_FUSED = FIXTURES / "tf-run-nmt-loop-fused"
 
 
@@ -231,13 +229,16 @@ def _partition_nodes(path):
     return {node.name for node in graph_pb2.GraphDef.FromString(path.read_bytes()).node}
 
 
-def test_planted_softmax_is_listed_as_moved_to_device_0_with_the_step_time_difference():
-    doc = diff_json([PLANTED / "plain", PLANTED / "planted"])
+@pytest.mark.slow
+def test_planted_softmax_is_listed_as_moved_to_device_0_with_the_step_time_difference(rnnlm_planted):
+    """The small RNNLM on 2 devices with and without the softmax-on-device0 plant (conftest's capture, once for the
+    session: test_critical_path and test_placement_tf read it too)."""
+    doc = diff_json([rnnlm_planted / "plain", rnnlm_planted / "planted"])
     moved = {m["name"]: m for m in doc["graphs"]["moved"]}
     # what the partition graphs say: tower 1's softmax/projection nodes on CPU:1 before, on CPU:0 with the plant
     parts = "graphs/partitions"
-    went = ((_partition_nodes(PLANTED / "plain" / parts / "1_CPU_1.pb")
-             & _partition_nodes(PLANTED / "planted" / parts / "0_CPU_0.pb")))
+    went = ((_partition_nodes(rnnlm_planted / "plain" / parts / "1_CPU_1.pb")
+             & _partition_nodes(rnnlm_planted / "planted" / parts / "0_CPU_0.pb")))
     expected = {n for n in went if re.match(r"tower_1/(softmax|projection)/", n)}
     assert len(expected) >= 5
     listed = {n for n, m in moved.items() if re.match(r"tower_1/(softmax|projection)/", n) and m["basis"] == "assigned"}
@@ -251,13 +252,13 @@ def test_planted_softmax_is_listed_as_moved_to_device_0_with_the_step_time_diffe
     assert step["a_us_per_step"] > 0 and step["b_us_per_step"] > 0
     assert step["delta_us_per_step"] == pytest.approx(step["b_us_per_step"] - step["a_us_per_step"])
     timed = next(r for r in doc["time"]["rows"] if r["device"] == "run")
-    manifests = [json.loads((PLANTED / s / "manifest.json").read_text()) for s in ("plain", "planted")]
+    manifests = [json.loads((rnnlm_planted / s / "manifest.json").read_text()) for s in ("plain", "planted")]
     assert (timed["a_us_per_step"], timed["b_us_per_step"]) == pytest.approx(
         [m["throughput"]["median_step_seconds"] * 1e6 for m in manifests])
     assert [(c["key"], c["a"], c["b"]) for c in doc["config"]["changes"]] == [
         ("config.plant", "None", "softmax-on-device0")]
 
-    code, table = run_diff([PLANTED / "plain", PLANTED / "planted"], width=80)  # a terminal's width
+    code, table = run_diff([rnnlm_planted / "plain", rnnlm_planted / "planted"], width=80)  # a terminal's width
     assert code == 0
     assert re.search(r"tower_1/softmax\s+cpu:1\s+cpu:0", table)
     assert "all devices" in table
