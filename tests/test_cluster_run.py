@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures import FIXTURES
 from processes import alive
 from rnnprof.cli import main
 from rnnprof.errors import TaskFailed
@@ -97,10 +98,11 @@ def test_a_dead_task_stops_the_others_and_is_one_line_naming_it(monkeypatch):
 
 
 def test_an_error_while_a_task_is_dead_becomes_that_tasks_failure():
-    with pytest.raises(TaskFailed, match="ps task 0 .* was killed by SIGKILL"):
-        with running_cluster(_Config()) as (_, tasks):
-            ps = next(t for t in tasks if t["job"] == "ps")
-            os.kill(ps["pid"], signal.SIGKILL)
+    """One task (the failure names whichever task died; the watch over the others is the test above)."""
+    with pytest.raises(TaskFailed, match="worker task 0 .* was killed by SIGKILL"):
+        with running_cluster(_OneTask()) as (_, tasks):
+            (worker,) = tasks
+            os.kill(worker["pid"], signal.SIGKILL)
             time.sleep(0.5)
             raise RuntimeError("the step failed: UNAVAILABLE")
     assert _gone([t["pid"] for t in tasks], 0.5)
@@ -233,7 +235,7 @@ def test_a_worker_killed_mid_run_is_one_line_and_the_run_is_interrupted(tmp_path
     out = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     chief = subprocess.Popen([sys.executable, "-m", "rnnprof", "trace", *TINY[:-2], "--batches", "100000",
-                              "--workers", "2", "--variable-update", "parameter_server", "--out", str(out)],
+                              "--workers", "2", "--variable-update", "replicated", "--out", str(out)],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -245,10 +247,11 @@ def test_a_worker_killed_mid_run_is_one_line_and_the_run_is_interrupted(tmp_path
                 manifest = {}
             if manifest.get("cluster") and manifest.get("session_config"):
                 tasks = manifest["cluster"]["tasks"]
-                time.sleep(3)  # into the steps (100000 timed steps: the run is still going)
+                time.sleep(1)  # into the steps (100000 timed steps: the run is still going)
                 break
             time.sleep(0.2)
         assert tasks, "the run never started its steps"
+        assert sorted((t["job"], t["task"]) for t in tasks) == [("worker", 0), ("worker", 1)]  # replicated: no ps
         victim = next(t for t in tasks if t["job"] == "worker" and t["task"] == 1)
         os.kill(victim["pid"], signal.SIGKILL)
         _, err = chief.communicate(timeout=60)
@@ -269,12 +272,11 @@ def test_a_worker_killed_mid_run_is_one_line_and_the_run_is_interrupted(tmp_path
 # -- parameter servers: the greedy split against all variables on one ps task -----------------------------
 
 @pytest.fixture(scope="module")
-def two_ps_runs(tmp_path_factory, ps_run):
-    """The greedy split is ``ps_run``; against it, every variable on the first of the two ps tasks."""
-    first = tmp_path_factory.mktemp("two_ps") / "first"
-    assert main(["trace", *TINY, "--trace-steps", "1", "--workers", "2", "--ps-tasks", "2",
-                 "--variable-update", "parameter_server", "--ps-placement", "first", "--out", str(first)]) == 0
-    return {"greedy": ps_run, "first": first}
+def two_ps_runs(ps_run):
+    """The greedy split is ``ps_run``; against it, every variable on the first of the two ps tasks: the same
+    cluster traced with ``--ps-placement first``, stored (tests/data/tf-run-cluster-ps-first, see its README; the
+    capture of a cluster is checked on ``ps_run``, the rule's verdict here)."""
+    return {"greedy": ps_run, "first": FIXTURES / "tf-run-cluster-ps-first"}
 
 
 def _audit(run: Path, capsys) -> dict:
@@ -324,18 +326,19 @@ def test_a_balanced_cluster_has_no_memory_finding_between_its_workers_and_its_ps
 
 # -- scale across worker processes ----------------------------------------------------------------------
 
-def test_scale_sweeps_workers_for_each_mode_on_separate_processes(capsys):
-    code = main(["scale", *TINY, "--workers", "1,2", "--variable-update", "parameter_server,replicated", "--json"])
+def test_scale_sweeps_workers_on_separate_processes(capsys):
+    """Each worker count on a cluster of its own, its ps task too. The parameter-server mode only: a replicated
+    cluster (workers, no ps task) is traced in the test of a worker killed mid-run and scaled on tasks started by
+    hand below; the sweep's order over modes and counts is test_scale's (in one process)."""
+    code = main(["scale", *TINY, "--workers", "1,2", "--variable-update", "parameter_server", "--json"])
     assert code == 0
     document = json.loads(capsys.readouterr().out)
     rows = document["rows"]
-    assert [(r["variable_update"], r["workers"]) for r in rows] == [
-        ("parameter_server", 1), ("parameter_server", 2), ("replicated", 1), ("replicated", 2)]
+    assert [(r["variable_update"], r["workers"]) for r in rows] == [("parameter_server", 1), ("parameter_server", 2)]
     assert document["config"]["workers"] == [1, 2]
     for row in rows:
         jobs = sorted((p["job"], p["task"]) for p in row["processes"])
-        workers = [("worker", k) for k in range(row["workers"])]
-        assert jobs == sorted(workers + ([("ps", 0)] if row["variable_update"] == "parameter_server" else []))
+        assert jobs == sorted([("worker", k) for k in range(row["workers"])] + [("ps", 0)])
         assert row["batch_total"] == 4 * row["workers"]
     pids = [p["pid"] for r in rows for p in r["processes"]]
     assert len(set(pids)) == len(pids) and os.getpid() not in pids

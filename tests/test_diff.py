@@ -1,12 +1,10 @@
 """rnnprof diff: no change against itself, figures equal to count-ops' and comm's, normalized kernel names,
-bad input; a planted RNNLM against the unplanted one, and loop against fused NMT (slow)."""
+bad input; a planted RNNLM against the unplanted one (slow), and loop against fused NMT (a stored pair)."""
 
 import functools
 import gzip
 import json
 import re
-import subprocess
-import sys
 from collections import Counter
 
 import numpy as np
@@ -217,30 +215,30 @@ def test_bad_input_is_one_line_exit_2(args, says, tmp_path, capsys):
 
 # -- captured runs (TensorFlow) -------------------------------------------------------------------------------
 
-def _rnnprof(*args):
-    return subprocess.run([sys.executable, "-m", "rnnprof", *args], capture_output=True, text=True, timeout=300)
+from fixtures import FIXTURES  # noqa: E402
 
-
-@pytest.fixture
-def planted(rnnlm_planted):
-    """The small RNNLM on 2 devices with and without the softmax-on-device0 plant (``plain``, ``planted``)."""
-    return rnnlm_planted
+# conftest's NMT_LOOP_FUSED with each encoder, captured by `rnnprof trace` and kept (manifests, timelines, graphs;
+# tests/data/README.md): diff reads what a capture wrote; the capture itself is test_count_ops_nmt's
+LOOP_FUSED = FIXTURES / "tf-run-nmt-loop-fused"
 
 
 def _partition_nodes(path):
-    return set(re.findall(r'^node \{\n  name: "([^"]+)"', path.read_text(), flags=re.MULTILINE))
+    """The node names of a partition graph, read with TensorFlow's own GraphDef message."""
+    from tensorboard.compat.proto import graph_pb2
+
+    return {node.name for node in graph_pb2.GraphDef.FromString(path.read_bytes()).node}
 
 
 @pytest.mark.slow
-def test_planted_softmax_is_listed_as_moved_to_device_0_with_the_step_time_difference(planted):
-    done = _rnnprof("diff", "--json", "--top", "0", str(planted / "plain"), str(planted / "planted"))
-    assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
+def test_planted_softmax_is_listed_as_moved_to_device_0_with_the_step_time_difference(rnnlm_planted):
+    """The small RNNLM on 2 devices with and without the softmax-on-device0 plant (conftest's capture, once for the
+    session: test_critical_path and test_placement_tf read it too)."""
+    doc = diff_json([rnnlm_planted / "plain", rnnlm_planted / "planted"])
     moved = {m["name"]: m for m in doc["graphs"]["moved"]}
     # what the partition graphs say: tower 1's softmax/projection nodes on CPU:1 before, on CPU:0 with the plant
     parts = "graphs/partitions"
-    went = ((_partition_nodes(planted / "plain" / parts / "1_CPU_1.pbtxt")
-             & _partition_nodes(planted / "planted" / parts / "0_CPU_0.pbtxt")))
+    went = ((_partition_nodes(rnnlm_planted / "plain" / parts / "1_CPU_1.pb")
+             & _partition_nodes(rnnlm_planted / "planted" / parts / "0_CPU_0.pb")))
     expected = {n for n in went if re.match(r"tower_1/(softmax|projection)/", n)}
     assert len(expected) >= 5
     listed = {n for n, m in moved.items() if re.match(r"tower_1/(softmax|projection)/", n) and m["basis"] == "assigned"}
@@ -254,27 +252,22 @@ def test_planted_softmax_is_listed_as_moved_to_device_0_with_the_step_time_diffe
     assert step["a_us_per_step"] > 0 and step["b_us_per_step"] > 0
     assert step["delta_us_per_step"] == pytest.approx(step["b_us_per_step"] - step["a_us_per_step"])
     timed = next(r for r in doc["time"]["rows"] if r["device"] == "run")
-    manifests = [json.loads((planted / s / "manifest.json").read_text()) for s in ("plain", "planted")]
+    manifests = [json.loads((rnnlm_planted / s / "manifest.json").read_text()) for s in ("plain", "planted")]
     assert (timed["a_us_per_step"], timed["b_us_per_step"]) == pytest.approx(
         [m["throughput"]["median_step_seconds"] * 1e6 for m in manifests])
     assert [(c["key"], c["a"], c["b"]) for c in doc["config"]["changes"]] == [
         ("config.plant", "None", "softmax-on-device0")]
 
-    table = _rnnprof("diff", str(planted / "plain"), str(planted / "planted"))
-    assert table.returncode == 0, table.stderr
-    assert re.search(r"tower_1/softmax\s+cpu:1\s+cpu:0", table.stdout)
-    assert "all devices" in table.stdout
+    code, table = run_diff([rnnlm_planted / "plain", rnnlm_planted / "planted"], width=80)  # a terminal's width
+    assert code == 0
+    assert re.search(r"tower_1/softmax\s+cpu:1\s+cpu:0", table)
+    assert "all devices" in table
 
 
-@pytest.mark.slow
-def test_loop_vs_fused_nmt_shows_count_ops_ratios(nmt_loop_fused):
-    loop, fused = str(nmt_loop_fused / "loop"), str(nmt_loop_fused / "fused")
-    done = _rnnprof("diff", "--json", loop, fused)
-    assert done.returncode == 0, done.stderr
-    ours = {f["metric"]: f for f in json.loads(done.stdout)["ops"]["counts"]}
-    counted = _rnnprof("count-ops", "--json", fused, "--vs", loop)
-    assert counted.returncode == 0, counted.stderr
-    theirs = {r["metric"]: r for r in json.loads(counted.stdout)["ratios"]}
+def test_loop_vs_fused_nmt_shows_count_ops_ratios():
+    loop, fused = LOOP_FUSED / "loop", LOOP_FUSED / "fused"
+    ours = {f["metric"]: f for f in diff_json([loop, fused])["ops"]["counts"]}
+    theirs = {r["metric"]: r for r in count_ops_json([fused, "--vs", loop])["ratios"]}
     assert {m: (f["a"], f["b"], f["ratio"]) for m, f in ours.items()} == {
         m: (r["right"], r["left"], r["ratio"]) for m, r in theirs.items()}
     # the fused encoder runs far fewer graph ops and kernels than the loop
@@ -316,15 +309,31 @@ def test_manifest_of_unexpected_shape_is_an_input_error_and_kineto_header_is_not
 
 # -- a real pair from different ranks: rank 3 of 8 (A100) against rank 1 of 2 (V100, CUDA graphs) ----------------
 
-from fixtures import FIXTURES  # noqa: E402
-
 PAIR_A = FIXTURES / "kineto-8rank-rank3-a100.json.gz"
 PAIR_B = FIXTURES / "kineto-2rank-rank1-v100-cudagraph.json.gz"
 
 
 @functools.lru_cache(maxsize=2)  # the pair's two files, read by most tests below (100k events each)
+def _document(path):
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
+        return json.load(f)
+
+
 def _raw_events(path):
-    return raw_events(path)
+    return _document(path)["traceEvents"]
+
+
+@functools.lru_cache(maxsize=None)
+def _pair_json(*args):
+    """diff's --json document of the pair (with ``args`` before it), computed once for the module's tests, which
+    only read it."""
+    return diff_json([*args, PAIR_A, PAIR_B])
+
+
+@functools.lru_cache(maxsize=None)
+def _pair_text(*args):
+    """What diff prints for the pair (with ``args``), once for the module: (exit code, text)."""
+    return run_diff([*args, PAIR_A, PAIR_B])
 
 
 def _markers(path):
@@ -343,22 +352,21 @@ def test_headline_step_time_is_the_ratio_of_the_profiler_step_periods(selection)
         steps_a, steps_b = steps_a[:-1], steps_b[:-1]
     period_a = np.mean([marks_a[s][1] for s in steps_a])
     period_b = np.mean([marks_b[s][1] for s in steps_b])
-    doc = diff_json([*selection, PAIR_A, PAIR_B])
+    doc = _pair_json(*selection)
     top = doc["step_time"]
     assert top["a"]["basis"] == top["b"]["basis"] == "step markers"
     assert (top["a"]["us_per_step"], top["b"]["us_per_step"]) == pytest.approx((period_a, period_b))
     assert top["ratio"] == pytest.approx(period_b / period_a)
     if not selection:
         assert round(top["ratio"], 2) == 1.60  # not the 2.04x of the mean per-step activity span
-    code, text = run_diff([*selection, PAIR_A, PAIR_B])
+    code, text = _pair_text(*selection)
     assert code == 0
     assert f"Step time: A {period_a / 1000:,.3f} ms, B {period_b / 1000:,.3f} ms ({period_b / period_a:,.2f}x" in text
 
 
 def _rank_and_gpu(path):
     events = _raw_events(path)
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
-        rank = json.load(f)["distributedInfo"]["rank"]
+    rank = _document(path)["distributedInfo"]["rank"]
     gpus = {e["args"]["device"] for e in events if e.get("cat") == "kernel"}
     assert len(gpus) == 1
     return f"rank{rank}", gpus.pop()
@@ -368,7 +376,7 @@ def test_devices_of_different_ranks_are_paired_by_role():
     (rank_a, gpu_a), (rank_b, gpu_b) = _rank_and_gpu(PAIR_A), _rank_and_gpu(PAIR_B)
     assert (rank_a, rank_b) != (None, None) and f"{rank_a}/gpu:{gpu_a}" != f"{rank_b}/gpu:{gpu_b}"
     label_a, label_b = f"{rank_a}/gpu:{gpu_a}", f"{rank_b}/gpu:{gpu_b}"
-    doc = diff_json([PAIR_A, PAIR_B])
+    doc = _pair_json()
     assert doc["time"]["paired_by_role"] == [{"a": label_a, "b": label_b}]
     rows = {r["metric"]: r for r in doc["time"]["rows"] if (r["device_a"], r["device_b"]) == (label_a, label_b)}
     assert set(rows) >= {"step", "busy", "compute", "communication", "copies", "idle"}
@@ -378,7 +386,7 @@ def test_devices_of_different_ranks_are_paired_by_role():
         for metric, key in (("busy", "busy_us"), ("copies", "memcpy_us"), ("idle", "idle_us")):
             assert rows[metric][f"{side}_us_per_step"] == pytest.approx(
                 np.mean([p[key] for p in device["steps"].values()]))
-    code, text = run_diff([PAIR_A, PAIR_B])
+    code, text = _pair_text()
     assert f"paired by role: {label_a} ~ {label_b}" in text
     assert f"{label_a} ~ {label_b}" in text and " n/a " not in text.split("Time per device")[1].split("Copies by kind")[0]
 
@@ -416,7 +424,7 @@ def _self_time_per_step(path, op):
 
 
 def test_host_ops_are_compared_by_self_time():
-    doc = diff_json([PAIR_A, PAIR_B])
+    doc = _pair_json()
     rows = {r["key"]: r for r in doc["ops"]["gainers"] + doc["ops"]["losers"]}
     for op in ("aten::item", "aten::_local_scalar_dense"):
         expected_a, expected_b = _self_time_per_step(PAIR_A, op), _self_time_per_step(PAIR_B, op)
@@ -494,8 +502,7 @@ def test_rates_kernel_time_is_per_step_beside_the_step_time(capsys):
     doc = diff_json([PAIR_B, PAIR_A])
     steps = {}
     for side, path in (("a", PAIR_B), ("b", PAIR_A)):
-        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-        steps[side] = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+        steps[side] = sum(1 for e in _raw_events(path) if str(e.get("name", "")).startswith("ProfilerStep#")
                           and e.get("ph") == "X")
     for row in doc["rates"]["families"]:
         for side in "ab":

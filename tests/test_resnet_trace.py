@@ -1,14 +1,13 @@
 """A traced ResNet run: the python image location prefetches (tf.data's work on the host overlaps the
-device's compute), and count-ops, comm and placement-audit read the run directory."""
+device's compute), and count-ops, comm and placement-audit read the run directory: a fresh capture on one device
+(what the trace does), a stored one on two devices with oneDNN and without (what the analyses read; tests/data,
+see its README)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,8 @@ import pytest
 
 from rnnprof.cli import main
 from rnnprof.events import Kind
+
+from fixtures import FIXTURES
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +41,14 @@ def one_device_run(one_device_trace):
     return one_device_trace[0]
 
 
+# TRACE on 2 devices, as TensorFlow runs it by default (oneDNN on this x86-64 machine) and with
+# TF_ENABLE_ONEDNN_OPTS=0, stored: tests/data/tf-run-resnet18-onednn/{on,off}
+ONEDNN_RUNS = FIXTURES / "tf-run-resnet18-onednn"
+
+
 @pytest.fixture(scope="module")
-def two_device_run(tmp_path_factory):
-    return _trace(tmp_path_factory.mktemp("resnet2") / "run", 2)[0]
+def two_device_run():
+    return ONEDNN_RUNS / "on"
 
 
 def _profiler_table(run: Path):
@@ -126,24 +132,21 @@ def test_comm_and_placement_audit_explain_the_host_input(two_device_run, capsys)
 _ONEDNN_ONLY_FUSIONS = {"_FusedBatchNormEx", "FusedBatchNormV3", "Relu"}
 
 
-def test_a_run_with_onednn_and_one_without_hold_the_same_ops(two_device_run, tmp_path, capsys):
+def test_a_run_with_onednn_and_one_without_hold_the_same_ops(two_device_run, capsys):
     """The same trace with oneDNN switched off (TF_ENABLE_ONEDNN_OPTS=0, in a process of its own: TensorFlow reads
     it when loaded): count-ops and diff see the same convolutions, pools and matmuls on both sides, none of them
     new, gone or moved; the oneDNN run names the kernels it ran as (on a CPU where oneDNN runs)."""
-    off = tmp_path / "off"
-    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="0",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-m", "rnnprof", *TRACE, "--devices", "2", "--out", str(off)],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    off = ONEDNN_RUNS / "off"
+    assert json.loads((off / "manifest.json").read_text())["config"] == json.loads(
+        (two_device_run / "manifest.json").read_text())["config"]  # the same configuration
     assert main(["count-ops", str(off), "--json"]) == 0
     without = json.loads(capsys.readouterr().out)
     assert without["runtime_graph"]["ran_as"] == {} and without["kernels"]["ran_as"] == {}
     assert main(["count-ops", str(two_device_run), "--json"]) == 0
     with_ = json.loads(capsys.readouterr().out)
-    if with_["runtime_graph"]["ran_as"]:  # oneDNN ran (x86-64 with TF's default)
-        assert with_["runtime_graph"]["ran_as"]["Conv2D"] == {"_MklNativeConv2D": 40}
-        assert with_["kernels"]["ran_as"]["Conv2D"] == ["_MklNativeConv2D"]
+    # oneDNN ran (recorded on x86-64 with TF's default)
+    assert with_["runtime_graph"]["ran_as"]["Conv2D"] == {"_MklNativeConv2D": 40}
+    assert with_["kernels"]["ran_as"]["Conv2D"] == ["_MklNativeConv2D"]
     for op in ("Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "MaxPool", "MaxPoolGrad", "MatMul",
                "FusedBatchNormGradV3"):
         for view in ("runtime_graph", "kernels"):
