@@ -214,6 +214,7 @@ def shared_once(tmp_path_factory, name: str, make) -> Path:
     return folder
 
 
+# The arguments tests/data/tf-run-nmt-loop-fused was captured with (``rnnprof trace ... --encoder loop|fused``).
 NMT_LOOP_FUSED = ["--model", "nmt", "--direction", "bi", "--layers", "2", "--units", "16", "--vocab-size", "200",
                   "--src-max-len", "12", "--tgt-max-len", "12", "--batch-size", "4", "--devices", "2",
                   "--warmup", "1", "--batches", "1", "--trace-steps", "1"]
@@ -233,17 +234,6 @@ def _read_only(root: Path) -> None:
     """Every file and folder under ``root`` made read-only: the tests that share a capture can only read it."""
     for path in sorted(root.rglob("*"), reverse=True):
         path.chmod(0o555 if path.is_dir() else 0o444)
-
-
-def _capture_loop_fused(root: Path) -> None:
-    _trace_together(root, {encoder: [*NMT_LOOP_FUSED, "--encoder", encoder] for encoder in ("loop", "fused")})
-
-
-@pytest.fixture(scope="session")
-def nmt_loop_fused(tmp_path_factory):
-    """Loop and fused NMT (2 layers, bi encoder, 2 devices) captured once for the session: ``root/loop``,
-    ``root/fused``."""
-    return shared_once(tmp_path_factory, "nmt", _capture_loop_fused)
 
 
 # The small RNNLM on 2 logical devices with tower 1's softmax and projection pinned to device 0, and the same

@@ -1,4 +1,5 @@
-"""Loop NMT against fused NMT (2 layers, bi encoder, 2 devices), captured and counted through the CLI."""
+"""Loop NMT against fused NMT (2 layers, bi encoder, 2 devices), captured by ``rnnprof trace`` and stored in
+tests/data (tf-run-nmt-loop-fused, conftest's ``NMT_LOOP_FUSED``), counted through the CLI."""
 
 import collections
 import gzip
@@ -8,6 +9,8 @@ import sys
 
 import pytest
 
+from fixtures import FIXTURES
+
 pytestmark = pytest.mark.slow
 
 
@@ -16,8 +19,8 @@ def _rnnprof(*args):
 
 
 @pytest.fixture(scope="module")
-def runs(nmt_loop_fused):
-    return nmt_loop_fused  # captured once for the session (conftest)
+def runs():
+    return FIXTURES / "tf-run-nmt-loop-fused"
 
 
 def _executed_ops_per_device(run_dir):
