@@ -135,34 +135,53 @@ def _scale_explain(tmp_path, capsys, name, *argv) -> dict:
     out = tmp_path / name
     code = main(["scale", *SMALL, *argv, "--explain", "--out", str(out), "--json"])
     captured = capsys.readouterr()
-    assert code == 0, captured.err
-    document = json.loads(captured.out)
+    return _explained_sweep(out, code, captured.out, captured.err)
+
+
+def _explained_sweep(out: Path, code: int, stdout: str, stderr: str) -> dict:
+    """The --json document of ``scale --explain --out OUT``, which printed ``stdout`` and ``stderr``, after the
+    checks of every explained sweep."""
+    assert code == 0, stderr
+    document = json.loads(stdout)
     # piped, each traced configuration is a line on stderr as it starts and as it ends
     runs = [f"{r['variable_update']} x{r['devices']}, traced" for r in document["rows"]]
-    started = [line for line in captured.err.splitlines() if line.endswith(": started")]
+    started = [line for line in stderr.splitlines() if line.endswith(": started")]
     assert sorted(line.split("] ", 1)[1] for line in started) == sorted(f"{run}: started" for run in runs)
     assert [line.split("]", 1)[0] for line in started] == [f"rnnprof scale: [{k + 1}/{len(runs)}"
                                                           for k in range(len(runs))]
-    assert sum(": done in " in line for line in captured.err.splitlines()) == len(runs)
+    assert sum(": done in " in line for line in stderr.splitlines()) == len(runs)
     assert json.loads((out / "explain.json").read_text()) == document["explain"]
     assert_adds_up(document["explain"])
     return document
 
 
-@pytest.mark.slow
-def test_timed_steps_all_come_before_tracing_starts(tmp_path, capsys, monkeypatch):
+@pytest.fixture(scope="module")
+def modes_sweep(tmp_path_factory):
+    """``scale --explain`` of replicated and parameter_server on 1 and 2 devices, once for the module: its document,
+    and for each configuration, in order, the timed step times recorded when its first traced step began."""
+    from contextlib import redirect_stderr, redirect_stdout
+    from io import StringIO
+
     from rnnprof.recording import session
 
-    seen = []
-    original = session.capture_after
+    seen, original = [], session.capture_after
 
     def recording(writer, *args, **kwargs):  # what had been timed when the first traced step began
         seen.append(list(writer.manifest["step_times"]["timed"]))
         return original(writer, *args, **kwargs)
 
-    monkeypatch.setattr(session, "capture_after", recording)
-    document = _scale_explain(tmp_path, capsys, "sweep")
-    assert len(seen) == 2
+    out, stdout, stderr = tmp_path_factory.mktemp("explain") / "modes", StringIO(), StringIO()
+    with pytest.MonkeyPatch.context() as patch, redirect_stdout(stdout), redirect_stderr(stderr):
+        patch.setattr(session, "capture_after", recording)
+        code = main(["scale", *SMALL, "--variable-update", "replicated,parameter_server", "--explain", "--out",
+                     str(out), "--json"])
+    return _explained_sweep(out, code, stdout.getvalue(), stderr.getvalue()), seen
+
+
+@pytest.mark.slow
+def test_timed_steps_all_come_before_tracing_starts(modes_sweep):
+    document, seen = modes_sweep
+    assert len(seen) == len(document["rows"]) == 4
     for row, timed_before_tracing in zip(document["rows"], seen):
         assert len(timed_before_tracing) == 3
         assert row["step_seconds"] == timed_before_tracing
@@ -209,8 +228,8 @@ def test_planted_softmax_is_compute_left_on_device0_and_unplanted_is_not(tmp_pat
 
 
 @pytest.mark.slow
-def test_replicated_and_parameter_server_are_explained_side_by_side(tmp_path, capsys):
-    document = _scale_explain(tmp_path, capsys, "modes", "--variable-update", "replicated,parameter_server")
+def test_replicated_and_parameter_server_are_explained_side_by_side(modes_sweep):
+    document, _ = modes_sweep
     explained = document["explain"]
     modes = {r["mode"] for r in explained["rows"]}
     assert modes == {"replicated", "parameter_server"}

@@ -86,16 +86,42 @@ def test_ctrl_c_stops_a_worker_that_ignores_it_within_seconds(monkeypatch, tmp_p
     assert left_running(grace_s=5.0) == {}
 
 
+def replicated_then_independent(job):
+    """A worker that trains the job's replicas (replicated) and then, in the same process group, the same
+    configuration as independent replicas: ``rank_main`` each time, its group joined and left once (a second
+    launch of 2 processes costs seconds of CPU: torch and torch._dynamo, which DDP imports, loaded again). Each
+    training builds its model from the run's seed, as in a process of its own. The independent run's result is
+    under ``"independent"``."""
+    import dataclasses
+
+    import torch.distributed as dist
+
+    from rnnprof.training.torch_ddp import rank_main
+
+    workload = dataclasses.replace(job.options.workload, variable_update="independent")
+    independent = dataclasses.replace(job, options=dataclasses.replace(job.options, workload=workload))
+    init, destroy = dist.init_process_group, dist.destroy_process_group
+    dist.destroy_process_group = lambda *args, **kwargs: None
+    try:
+        replicated = rank_main(job)
+        dist.init_process_group = lambda *args, **kwargs: None
+        return {**replicated, "independent": rank_main(independent)}
+    finally:
+        dist.init_process_group, dist.destroy_process_group = init, destroy
+        if dist.is_initialized():
+            destroy()
+
+
 @pytest.mark.slow
 def test_ddp_replicas_hold_identical_parameters_and_independent_replicas_diverge():
     from rnnprof.training.torch_ddp import run_ranks
 
     before = handlers()
-    replicated = run_ranks(tiny(batches=2), return_parameters=True)
+    replicated = run_ranks(tiny(batches=2), worker=replicated_then_independent, return_parameters=True)
     # the agent's handlers (raising SignalException) are gone again: left in place, a SIGTERM to this process, or
     # to a child it forks (a multiprocessing pool's worker), raised instead of stopping it
     assert handlers() == before
-    independent = run_ranks(tiny(batches=2, variable_update="independent"), return_parameters=True)
+    independent = [r["independent"] for r in replicated]
     for results in (replicated, independent):
         assert [r["rank"] for r in results] == [0, 1]
         assert results[0]["parameters"].keys() == results[1]["parameters"].keys()
@@ -110,13 +136,22 @@ def test_ddp_replicas_hold_identical_parameters_and_independent_replicas_diverge
 
 @pytest.mark.slow
 def test_the_loss_falls_on_the_bundled_corpus():
+    import torch
+
     from rnnprof.training.torch_training import TorchTraining
 
     options = TorchOptions(workload=WorkloadConfig(model="rnnlm", preset="small", devices=1, optimizer="adam",
                                                    learning_rate=1e-2, batch_size=16, layers=1, units=64,
                                                    embedding=64, vocab_size=500))
-    training = TorchTraining(options)
-    losses = [training.step().loss for _ in range(40)]
+    # one thread, as each rank of a launch on 2 cores trains: beside other work on the cores, a second thread's
+    # spinning between operators took four times the CPU of the training
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        training = TorchTraining(options)
+        losses = [training.step().loss for _ in range(40)]
+    finally:
+        torch.set_num_threads(threads)
     assert np.log(500) * 0.9 < np.mean(losses[:3])  # starts near a uniform guess over the vocabulary
     assert np.mean(losses[-5:]) < np.mean(losses[:3]) - 1.0, losses
 
@@ -162,36 +197,19 @@ def _scale(*argv, width=200):
     # the small preset's batches (32 windows of 20 tokens per process), through a smaller LSTM and vocabulary
     code = main(["scale", "--framework", "torch", "--model", "rnnlm", "--preset", "small", "--devices", "1,2",
                  "--layers", "1", "--units", "16", "--vocab-size", "60", "--warmup", "1", "--batches", "2", *argv],
-                console=Console(file=buffer, width=width))
+                console=Console(file=buffer, width=width, force_terminal=False))  # piped, whatever TTY_COMPATIBLE says
     return code, buffer.getvalue()
 
 
-@pytest.mark.slow
-def test_scale_prints_the_table_with_the_process_note_and_eval_words_per_second():
-    code, text = _scale("--eval")
-    assert code == 0, text
-    assert "replicated, DDP gloo all-reduce" in text
-    lines = text.splitlines()
-    header = next(i for i, line in enumerate(lines) if "eval" in line.split())
-    assert "words/s" in lines[header + 1].split()[-3:]  # the eval column's second header line
-    rows = [line.split() for line in lines if line.strip().endswith("x")]
-    assert [row[:3] for row in rows] == [["1", "32", "32"], ["2", "32", "64"]]  # small preset: batch 32 per device
-    assert all(len(row) == 8 and float(row[5].replace(",", "")) > 0 for row in rows)  # eval words/s beside words/s
-    assert "processes sharing" in text and "not a scaling result" in text
-    assert left_running(grace_s=5.0) == {}
+@pytest.fixture(scope="module")
+def scale_sweep(tmp_path_factory):
+    """One sweep on 1 and 2 processes as a user runs it, with ``--eval``: its table (stdout), its document
+    (``--out``'s sweep.json, the ``--json`` document), what a terminal's stderr showed (the progress bar) and each
+    update the progress heard: ``(label, phase, index, step)``."""
+    import contextlib
 
-
-TF_TOP_KEYS = {"schema_version", "config", "device_kind", "unit", "rows", "definitions", "notes"}
-TF_ROW_KEYS = {"variable_update", "all_reduce", "devices", "batch_per_device", "batch_total", "timed_batches",
-               "total_seconds", "words", "words_per_second", "mean_step_seconds", "median_step_seconds",
-               "std_step_seconds", "speedup", "baseline_devices", "step_seconds", "warmup_step_seconds"}
-
-
-@pytest.mark.slow
-def test_scale_json_has_the_tensorflow_documents_keys_and_times_only_the_timed_batches(monkeypatch, capfd):
     from rnnprof.reports.progress import StepProgress
 
-    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # stderr counts as a terminal: the progress bar is drawn
     updates, run = [], StepProgress.run
 
     def recording_run(self, label, warmup, batches):
@@ -202,26 +220,59 @@ def test_scale_json_has_the_tensorflow_documents_keys_and_times_only_the_timed_b
             on_step(phase, index, step)
         return recorded
 
-    monkeypatch.setattr(StepProgress, "run", recording_run)
-    code, text = _scale("--json", "--variable-update", "independent")
-    assert code == 0, text
-    doc = json.loads(text)  # the bar is not on stdout
+    out, err = tmp_path_factory.mktemp("scale") / "sweep", StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stderr(err):
+        patch.setenv("TTY_COMPATIBLE", "1")  # stderr counts as a terminal: the progress bar is drawn
+        patch.setattr(StepProgress, "run", recording_run)
+        code, text = _scale("--eval", "--out", str(out))
+    assert code == 0, text + err.getvalue()
+    return {"text": text, "document": json.loads((out / "sweep.json").read_text()), "err": err.getvalue(),
+            "updates": updates, "left_running": left_running(grace_s=5.0)}
+
+
+@pytest.mark.slow
+def test_scale_prints_the_table_with_the_process_note_and_eval_words_per_second(scale_sweep):
+    text = scale_sweep["text"]
+    assert "replicated, DDP gloo all-reduce" in text
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if "eval" in line.split())
+    assert "words/s" in lines[header + 1].split()[-3:]  # the eval column's second header line
+    rows = [line.split() for line in lines if line.strip().endswith("x")]
+    assert [row[:3] for row in rows] == [["1", "32", "32"], ["2", "32", "64"]]  # small preset: batch 32 per device
+    assert all(len(row) == 8 and float(row[5].replace(",", "")) > 0 for row in rows)  # eval words/s beside words/s
+    assert "processes sharing" in text and "not a scaling result" in text
+    assert scale_sweep["left_running"] == {}
+
+
+TF_TOP_KEYS = {"schema_version", "config", "device_kind", "unit", "rows", "definitions", "notes"}
+TF_ROW_KEYS = {"variable_update", "all_reduce", "devices", "batch_per_device", "batch_total", "timed_batches",
+               "total_seconds", "words", "words_per_second", "mean_step_seconds", "median_step_seconds",
+               "std_step_seconds", "speedup", "baseline_devices", "step_seconds", "warmup_step_seconds"}
+TF_EVAL_KEYS = {"eval_words_per_second", "eval_step_seconds_median"}  # what --eval adds to a row
+
+
+@pytest.mark.slow
+def test_scale_json_has_the_tensorflow_documents_keys_and_times_only_the_timed_batches(scale_sweep):
+    doc, updates = dict(scale_sweep["document"]), scale_sweep["updates"]
+    # --out saves the --json document with its format named, and without the schema_version that printing puts first
+    assert doc.pop("format") == "rnnprof-sweep"
+    assert "timed (loss" not in scale_sweep["text"]  # the bar is not on stdout
     # One update per step, in order, reaching this process from the ranks: the steps the document times.
     for row in doc["rows"]:
-        label = f"independent x{row['devices']}"
+        label = f"replicated x{row['devices']}"
         mine = [(phase, index, step) for name, phase, index, step in updates if name == label]
         assert [(phase, index) for phase, index, _ in mine] == [("warmup", 0), ("timed", 0), ("timed", 1)]
         assert [step.seconds for _, _, step in mine] == row["warmup_step_seconds"] + row["step_seconds"]
         assert all(step.words == 32 * 20 * row["devices"] for _, _, step in mine)
-    err = capfd.readouterr().err
-    assert "independent x2 timed (loss " in err and "2/2" in err  # the bar, drawn on stderr
-    assert set(doc) == TF_TOP_KEYS
+    err = scale_sweep["err"]
+    assert "replicated x2 timed (loss " in err and "2/2" in err  # the bar, drawn on stderr
+    assert set(doc) == TF_TOP_KEYS - {"schema_version"}
     assert set(WorkloadConfig().to_dict()) < set(doc["config"]) and doc["config"]["framework"] == "torch"
     assert doc["config"]["optimizer"] == "adam" and doc["config"]["learning_rate"] == pytest.approx(2e-4)
     assert doc["device_kind"] == "cpu-processes"
     assert "slowest rank" in doc["definitions"]["step_seconds"] and "session.run" not in doc["definitions"]["step_seconds"]
     for row in doc["rows"]:
-        assert set(row) == TF_ROW_KEYS
+        assert set(row) == TF_ROW_KEYS | TF_EVAL_KEYS
         assert len(row["step_seconds"]) == 2 and len(row["warmup_step_seconds"]) == 1
         assert row["total_seconds"] == pytest.approx(sum(row["step_seconds"]))
         # small preset: 32 windows of 20 target tokens per process and batch; 2 timed batches, warm-up not counted

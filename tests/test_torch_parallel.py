@@ -106,16 +106,82 @@ def parallel_job(cases: dict, references: dict) -> dict:
         dist.destroy_process_group()
 
 
-def launch(processes: int, cases: dict, references: dict) -> list[dict]:
-    """``parallel_job`` on ``processes`` ranks started by torch's elastic agent (as ``torchrun --standalone``)."""
+# The modules the ranks' modes use beyond torch: DDP's import of torch._dynamo, FSDP2's, tensor parallelism's and
+# pipelining's of DTensor (which brings sympy) take 2-3 s of CPU, more than a rank's training here.
+PRELOADED = ("torch._dynamo", "torch.distributed.fsdp", "torch.distributed.tensor.parallel",
+             "torch.distributed.tensor.debug", "torch.distributed.pipelining",
+             "torch.distributed._composable.replicate_with_fsdp", "torch.nn.parallel")
+
+# A fresh interpreter that runs ``_launch_here`` once per line on its stdin, ``ARGUMENTS RESULT``: the pickled
+# arguments in file ARGUMENTS, its result pickled into file RESULT; it answers each line with one, "done".
+LAUNCHER = ("import pickle, sys\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "import test_torch_parallel\n"
+            "for line in sys.stdin:\n"
+            "    arguments, result = line.split()\n"
+            "    with open(arguments, 'rb') as f:\n"
+            "        ranks = test_torch_parallel._launch_here(*pickle.load(f))\n"
+            "    with open(result, 'wb') as f:\n"
+            "        pickle.dump(ranks, f)\n"
+            "    print('done', flush=True)\n")
+
+
+LAUNCH_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory):
+    """``launch(processes, cases, references)``: ``parallel_job`` on ``processes`` ranks started by torch's elastic
+    agent (as ``torchrun --standalone``), their results by rank. The module's launches run in one fresh interpreter
+    that imports torch and ``PRELOADED`` once and forks the ranks from itself: spawned, each rank imported them
+    again. Not forked from this process: it runs other tests' threads (TensorFlow's, a chart converter's), and a
+    fork can inherit a lock one of them holds."""
+    import pickle
+    import select
+
+    folder = tmp_path_factory.mktemp("launches")
+    with open(folder / "stderr", "w") as stderr:
+        launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, os.path.dirname(os.path.abspath(__file__))],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+    def run(processes: int, cases: dict, references: dict) -> list[dict]:
+        arguments, result = folder / f"arguments{processes}.pickle", folder / f"result{processes}.pickle"
+        arguments.write_bytes(pickle.dumps((processes, cases, references)))
+        launcher.stdin.write(f"{arguments} {result}\n")
+        launcher.stdin.flush()
+        answered = select.select([launcher.stdout], [], [], LAUNCH_TIMEOUT_S)[0]
+        if not answered or launcher.stdout.readline().strip() != "done":
+            launcher.kill()
+            launcher.wait()
+            pytest.fail(f"the launch of {processes} ranks failed: {(folder / 'stderr').read_text()[-3000:]}")
+        return pickle.loads(result.read_bytes())
+
+    try:
+        yield run
+    finally:
+        launcher.stdin.close()
+        try:
+            launcher.wait(timeout=60)
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait()
+            launcher.stdout.close()
+
+
+def _launch_here(processes: int, cases: dict, references: dict) -> list[dict]:
+    """``launch``'s fresh interpreter: the ranks forked from it, so that they inherit its imports."""
+    import importlib
     import tempfile
 
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    for name in PRELOADED:
+        importlib.import_module(name)
     with tempfile.TemporaryDirectory() as logs:
         config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=uuid.uuid4().hex,
-                              rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, start_method="spawn",
+                              rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, start_method="fork",
                               monitor_interval=0.1, logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL))
         results = elastic_launch(config, parallel_job)(cases, references)
     return [results[rank] for rank in range(processes)]
@@ -139,7 +205,7 @@ REFERENCES = {"one-process": tiny(devices=1), "one-process-4-blocks": tiny(devic
 
 
 @pytest.fixture(scope="module")
-def two_ranks():
+def two_ranks(launch):
     pytest.importorskip("torch")
     return launch(2, TWO_RANK_CASES, REFERENCES)
 
@@ -365,7 +431,7 @@ FOUR_RANK_CASES = {
 
 
 @pytest.mark.slow
-def test_two_dimensional_meshes_place_the_ranks_as_init_device_mesh_does_and_train_as_ddp(two_ranks):
+def test_two_dimensional_meshes_place_the_ranks_as_init_device_mesh_does_and_train_as_ddp(launch, two_ranks):
     from rnnprof.training.torch_layout import plan_layout
 
     four = launch(4, FOUR_RANK_CASES, {})
