@@ -334,10 +334,13 @@ def test_every_file_write_in_the_package_goes_through_a_rename():
     # write a whole file on request); the collector copies it whole, through a rename, into hang/
     # A watched job's files grow a record at a time and are read up to their last whole record: anomalies.jsonl and
     # the TensorBoard scalars (appended), and a window analysis' stderr, the file its process writes to.
+    # A job's scratch keeps a rank's arrays in one file written array after array; the rank's JSON, written through
+    # a rename once that file is whole, is what makes it read (the scratch folder goes with the command).
     streamed = {"recording/hang_probe.py": 'self._stacks = open(self.files["stacks"], "w")',
                 "rundir/windows.py": 'with open(Path(run_dir) / rundir.ANOMALIES, "ab") as handle:',
                 "rundir/tensorboard.py": 'writer = RecordWriter(open(folder / name, "ab"))',
-                "commands/watch.py": 'with open(self._log, "wb") as log:'}
+                "commands/watch.py": 'with open(self._log, "wb") as log:',
+                "job/scratch.py": 'with open(data, "wb") as f:'}
     offenders = []
     root = Path(rnnprof.__file__).parent
     for path in root.rglob("*.py"):
