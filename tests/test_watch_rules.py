@@ -286,10 +286,12 @@ class Crashing:
         pass
 
 
-def play(run_dir: Path, rows: dict, stop_rank_at: int | None = None, pace_s: float = 0.002):
+def play(run_dir: Path, rows: dict, stop_rank_at: int | None = None, pace_s: float = 0.002, until=None):
     """Each rank's rows written to its series as a job would, each step counted by its hang probe; from
     ``stop_rank_at`` rank 1 runs on but its series stops (a full disk). Each rank opens the window asked of it (a
-    folder with its manifest closed) once it reaches the window's steps."""
+    folder with its manifest closed) once it reaches the window's steps. ``until``: the job runs on, its probes
+    open, until it is true (at most 60 s), as a real job runs on long after its last row here: a watch slowed by
+    a loaded machine makes its passes seconds apart."""
     writers = {r: SeriesWriter(series_path(run_dir, r), series_header(r)) for r in rows}
     probes = {r: RankProbe(run_dir, r) for r in rows}
     for probe in probes.values():
@@ -306,6 +308,9 @@ def play(run_dir: Path, rows: dict, stop_rank_at: int | None = None, pace_s: flo
             (folder / "manifest.json").write_text('{"format": "rnnprof-run", "status": "complete"}')
         time.sleep(pace_s)
     time.sleep(0.5)  # the watch reads the last steps while the ranks' probes are still open
+    deadline = time.monotonic() + 60
+    while until is not None and not until() and time.monotonic() < deadline:
+        time.sleep(0.1)
     for probe in probes.values():
         probe.close()
 
@@ -316,12 +321,14 @@ def test_the_watch_outlives_a_crashing_analysis_an_unwritable_folder_and_a_rank_
     events = Events()
     watcher = Watcher(tmp_path, WatchOptions(window_steps=3, capture_gap=50, baseline_step=40), events,
                       analyse=Crashing, scalars=ScalarWriter("/proc/rnnprof-cannot-write-here"))
+    stopped = "rank 1: its series stopped at step 499 while it ran on"
     with watcher:
-        play(tmp_path, job("straggler", steps=STEPS), stop_rank_at=500)
+        play(tmp_path, job("straggler", steps=STEPS), stop_rank_at=500,
+             until=lambda: any(s[0] == "note" and s[1].startswith(stopped) for s in list(events.said)))
     said = events.said
     notes = [s[1] for s in said if s[0] == "note"]
     assert any("TensorBoard scalars stopped" in n for n in notes)
-    assert any(n.startswith("rank 1: its series stopped at step 499 while it ran on") for n in notes)
+    assert any(n.startswith(stopped) for n in notes)
     assert not any("the watch stopped" in n for n in notes)  # the analyses' failure stayed theirs
     windows = [s for s in said if s[0] == "window"]
     assert [w[2] for w in windows][:2] == ["baseline", REGRESSION] or [w[2] for w in windows][:2] == [
