@@ -99,12 +99,18 @@ def pytest_runtest_makereport(item, call):
         outcome.get_result().user_properties.append((CPU_KEY, (own1 - own0, children1 - children0)))
 
 
+def _cpu_figures(report) -> tuple[float, float] | None:
+    """A test's (own, started) CPU seconds, on its teardown report; None on any other report."""
+    figures = dict(getattr(report, "user_properties", ())).get(CPU_KEY)
+    return figures if getattr(report, "when", None) == "teardown" and figures else None
+
+
 def cpu_by_module(reports) -> dict[str, tuple[float, float, int]]:
     """Per test module, from the teardown reports: its tests' own CPU seconds, their processes', and its tests."""
     modules: dict[str, tuple[float, float, int]] = {}
     for report in reports:
-        figures = dict(getattr(report, "user_properties", ())).get(CPU_KEY)
-        if getattr(report, "when", None) != "teardown" or not figures:
+        figures = _cpu_figures(report)
+        if figures is None:
             continue
         module = report.nodeid.split("::")[0]
         own, children, tests = modules.get(module, (0.0, 0.0, 0))
@@ -114,8 +120,7 @@ def cpu_by_module(reports) -> dict[str, tuple[float, float, int]]:
 
 def _write_cpu_by_test(reports, path: str) -> None:
     """Every test's CPU seconds (own, started) as a tab-separated file, the most costly first (TEST_CPU_REPORT)."""
-    rows = sorted(((r.nodeid, *dict(r.user_properties)[CPU_KEY]) for r in reports
-                   if getattr(r, "when", None) == "teardown" and CPU_KEY in dict(getattr(r, "user_properties", ()))),
+    rows = sorted(((r.nodeid, *figures) for r in reports if (figures := _cpu_figures(r)) is not None),
                   key=lambda row: -(row[1] + row[2]))
     Path(path).write_text("".join(f"{own + children:.1f}\t{own:.1f}\t{children:.1f}\t{nodeid}\n"
                                   for nodeid, own, children in rows))
