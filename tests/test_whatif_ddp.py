@@ -3,7 +3,9 @@
 
 Planted straggler: rank 1 sleeps 60 ms before each backward, outside every operator; rank 0 waits for it at the
 gradient all-reduce. Replaying the fix (rank 1's untraced host time at rank 0's, ``--fix PF001``) must take
-out what the script's own clock says the sleep took, step by step, and predict the control's step (the same job
+out what the script's own clock says the sleep took, step by step, and no more than that and the time rank 1's
+thread waited for a core in the step (the kernel's count: on a loaded machine such a wait between operators is
+untraced host time too, which the fix evens out as well), and predict the control's step (the same job
 without the sleep, its steps measured from its raw traces) by the noise rule of docs/commands/whatif.md: the two
 medians within 10 % of the control's, or, where the steps vary more than that (a loaded 2-core machine), their
 notches overlapping (each median ± 1.58 × its steps' interquartile range / √n: a 95 % comparison of two
@@ -59,15 +61,24 @@ def _fixed(out: Path):
     return whatif(table, fix_changes("PF001:rank1", table))
 
 
+def _waited_for_a_core(out: Path) -> dict[int, float]:
+    """Step number -> µs rank 1's training thread waited for a core while ready to run (the job's
+    ``rank1-runqueue.json``; none where the kernel does not say)."""
+    waits = out / "rank1-runqueue.json"
+    return {int(k): v for k, v in json.loads(waits.read_text()).items()} if waits.is_file() else {}
+
+
 def test_the_fix_takes_out_the_sleep_the_scripts_clock_measured(ddp_straggler_run):
     report = _fixed(ddp_straggler_run)
     sleeps = {int(k): v for k, v in json.loads((ddp_straggler_run / "rank1-sleeps.json").read_text()).items()}
     assert [s.step for s in report.steps] == STEPS
+    waited = _waited_for_a_core(ddp_straggler_run)
     errors = []
     _replays_the_raw_steps(report, ddp_straggler_run)
     for step in report.steps:
-        saving = step.measured_us - step.predicted_us
-        errors.append((saving - sleeps[step.step]) / sleeps[step.step])
+        beyond = (step.measured_us - step.predicted_us) - sleeps[step.step]
+        errors.append(min(beyond, 0.0) + max(beyond - waited.get(step.step, 0.0), 0.0))
+        errors[-1] /= sleeps[step.step]
     assert abs(statistics.median(errors)) <= 0.10, errors
     # a step in which the other rank lost a time slice at the same place keeps part of the gap: most steps do not
     assert sum(abs(e) <= 0.20 for e in errors) >= 7, errors
@@ -103,8 +114,8 @@ def test_on_the_balanced_control_the_fix_takes_out_no_more_than_rank1_waited_for
     report = _fixed(ddp_balanced_run)
     _replays_the_raw_steps(report, ddp_balanced_run)
     saving = statistics.median(s.replayed_us - s.predicted_us for s in report.steps)
-    waits = ddp_balanced_run / "rank1-runqueue.json"
-    waited = statistics.median(json.loads(waits.read_text())[str(s)] for s in STEPS) if waits.is_file() else 0.0
+    waits = _waited_for_a_core(ddp_balanced_run)
+    waited = statistics.median(waits.get(s, 0.0) for s in STEPS)
     assert -0.10 * report.median("replayed_us") <= saving <= 0.10 * report.median("replayed_us") + waited, \
         (saving, waited, [(s.replayed_us, s.predicted_us) for s in report.steps])
 
@@ -118,6 +129,9 @@ def test_audit_takes_the_stragglers_saving_from_the_replay_of_its_fix(ddp_stragg
     (finding,) = [f for f in doc["findings"] if f["rule"] == "PF001"]
     sleeps = json.loads((ddp_straggler_run / "rank1-sleeps.json").read_text())
     slept_ms = statistics.median(sleeps[str(s)] for s in STEPS) / 1000
+    waits = _waited_for_a_core(ddp_straggler_run)
+    waited_ms = statistics.median(waits.get(s, 0.0) for s in STEPS) / 1000
     assert finding["saving_basis"].startswith("replay of its fix") and finding["subject"]["rank"] == "rank1"
-    assert finding["saving_ms"] == pytest.approx(slept_ms, rel=0.10)
+    # the sleep, and at most what rank 1 waited for a core besides (untraced host time the fix evens out too)
+    assert 0.90 * slept_ms <= finding["saving_ms"] <= 1.10 * slept_ms + waited_ms, (finding["saving_ms"], waited_ms)
     assert any(n.startswith("replay: fixing PF001 rank1") for n in doc["notes"])
