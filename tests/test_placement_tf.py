@@ -125,15 +125,18 @@ def test_the_pinned_softmax_is_unequal_work_not_contention(pinned_run):
     # required to be small
     unequal, slower = split["unequal_work"], split["same_ops_slower"]
     assert unequal > 0 and unequal >= 0.5 * (unequal + slower), imbalance.evidence
-    # the unequal work is the projection and softmax of both towers, which cpu:0 runs and cpu:1 does not: about
-    # twice tower 1's ops on cpu:0 (TF's ops of one device share a lane and overlap across its threads; counted as
-    # nested in one another, two fifths of them were lost)
+    # the unequal work is the projection and softmax of both towers, which cpu:0 runs and cpu:1 does not: tower 1's
+    # ops on cpu:0 and the same ops of tower 0 (named alike under v0/tower_0), told apart here by their names, not
+    # by what each device runs. Not twice tower 1's ops: under load tower 0's took 2.5 times as long as tower 1's.
     events = read_audit_input([str(pinned_run)]).events
     cpu0 = [k for k, d in enumerate(events.devices) if d.label == "cpu:0"]
-    on_cpu0 = np.isin(events.device, cpu0) & np.array([events.text(int(n)).startswith("v1/tower_1/")
-                                                       for n in events.name])
-    pinned_us = float(events.dur[on_cpu0].sum()) / len(events.steps())
-    assert 1.4 * pinned_us <= unequal <= 3.0 * pinned_us, (unequal, pinned_us)
+    names = np.array([events.text(int(n)) for n in events.name], dtype=object)
+    on_cpu0 = np.isin(events.device, cpu0)
+    pinned = on_cpu0 & np.array([n.startswith("v1/tower_1/") for n in names])
+    as_tower0 = {n.replace("v1/tower_1", "v0/tower_0") for n in names[pinned]}
+    counterpart = on_cpu0 & np.array([n in as_tower0 for n in names])
+    both_us = float(events.dur[pinned | counterpart].sum()) / len(events.steps())
+    assert counterpart.any() and 0.85 * both_us <= unequal <= 1.15 * both_us, (unequal, both_us)
     # a warning unless the run's own jitter is as large (3 steps on a loaded machine can be)
     significant = imbalance.evidence["significance"]["significant"]
     assert imbalance.severity == (Severity.WARNING if significant else Severity.INFO)
