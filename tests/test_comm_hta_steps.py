@@ -4,100 +4,62 @@ HTA counts the GPU work launched in every ProfilerStep but the last (``include_l
 its default) and spans it as one window; ``--drop-last`` (and, on a trace of steps 4 to 6,
 ``--steps 4:5``) must give its temporal breakdown and overlap within 0.1 percentage points. Its
 ``get_idle_time_breakdown`` gives the idle time of every stream by cause; ours must agree within 1%.
-HTA parses ranks in a fork pool: it runs in a fresh interpreter (one for the module), once per trace folder and
-setting.
+HTA's answers are stored (tests/data/hta-answers.json, made by tests/data/make_hta_answers.py); one of them is
+recomputed by HTA in a fresh interpreter each run.
 
 The same holds on every real Kineto trace in tests/data (``test_every_kineto_trace_*``): the kernels launched in
 a step are the step's, GPU work without its launch in the trace is in no step (HTA leaves it out too), and the
 host's ProfilerStep ranges are the steps (ROCm's GPU copies of them are not).
 """
 
+import importlib.util
 import json
-import shutil
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from rnnprof.cli import main
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, GLOO_PAIRS, KINETO
 
 NCCL = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
 SAMPLED = [FIXTURES / "kineto-sampled-rank0.json.gz", FIXTURES / "kineto-sampled-rank1.json.gz"]
 TOLERANCE_PP = 0.1
 IDLE_TOLERANCE = 0.01
 
-HTA_SCRIPT = """
-import json, os, sys, warnings
-warnings.simplefilter("ignore")
-os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
-from hta.trace_analysis import TraceAnalysis
-
-
-def analyse(folder, include_last, delays):
-    analysis = TraceAnalysis(trace_dir=folder, include_last_profiler_step=include_last)
-    ranks = sorted(analysis.t.traces)
-    out = {"breakdown": {}, "idle": {}}
-    breakdown = analysis.get_temporal_breakdown(visualize=False).set_index("rank")
-    overlap = analysis.get_comm_comp_overlap(visualize=False).set_index("rank")
-    for rank, row in breakdown.iterrows():
-        span = row["kernel_time(us)"]
-        out["breakdown"][str(rank)] = {"idle_pct": 100 * row["idle_time(us)"] / span,
-                                       "compute_pct": 100 * row["compute_time(us)"] / span,
-                                       "non_compute_pct": 100 * row["non_compute_time(us)"] / span,
-                                       "span_us": span, "overlap_pct": overlap.loc[rank, "comp_comm_overlap_pctg"]}
-    for delay in delays:
-        idle, _ = analysis.get_idle_time_breakdown(ranks=ranks, visualize=False, consecutive_kernel_delay=float(delay))
-        out["idle"][delay] = [[int(r.rank), int(r.stream), r.idle_category, float(r.idle_time)]
-                              for r in idle.itertuples()]
-    return out
-
-
-for line in sys.stdin:  # a job a line, [folder, include_last, delays]; its result a line, after the marker
-    print("hta-result " + json.dumps(analyse(*json.loads(line))), flush=True)
-"""
-# HTA's consecutive_kernel_delay: 30 is its default (compared with µs timestamps), 0.03 is 30 ns.
-DELAYS = ("30", "0.03")
-RESULT = "hta-result "
-HTA_TIMEOUT_S = 300  # one trace folder's analysis
+# HTA 0.5.0's answers, made by tests/data/make_hta_answers.py (HTA parses ranks in a fork pool and takes about a
+# minute over every trace: its answers are stored, and one is recomputed live below)
+_MAKER = importlib.util.spec_from_file_location("make_hta_answers", FIXTURES / "make_hta_answers.py")
+hta_answers = importlib.util.module_from_spec(_MAKER)
+_MAKER.loader.exec_module(hta_answers)
+DELAYS = hta_answers.DELAYS
+LIVE_CHECK = hta_answers.key(("kineto-h200-launch-graph.json.gz",), False)
 
 
 @pytest.fixture(scope="module")
-def hta(tmp_path_factory):
-    """HTA's figures for a folder of ``files``, each folder and setting analysed once, all in one fresh interpreter
-    that imports HTA once: a job a line on its stdin, its result a line on its stdout."""
-    cache, log = {}, tmp_path_factory.mktemp("hta-log") / "stderr.txt"
-    started = []
+def hta():
+    """HTA's figures for a folder of ``files`` read with ``include_last``, from the stored answers."""
+    stored = json.loads(hta_answers.ANSWERS.read_text())
 
     def get(files, include_last):
-        key = (tuple(files), include_last)
-        if key not in cache:
-            if not started:
-                with log.open("w") as err:
-                    started.append(subprocess.Popen([sys.executable, "-c", HTA_SCRIPT], stdin=subprocess.PIPE,
-                                                    stdout=subprocess.PIPE, stderr=err, text=True))
-            process = started[0]
-            folder = tmp_path_factory.mktemp("hta")
-            for path in files:
-                shutil.copy(path, folder / path.name)
-            watchdog = threading.Timer(HTA_TIMEOUT_S, process.kill)
-            watchdog.start()
-            try:
-                process.stdin.write(json.dumps([str(folder), include_last, DELAYS]) + "\n")
-                process.stdin.flush()
-                line = next((out for out in iter(process.stdout.readline, "") if out.startswith(RESULT)), None)
-            finally:
-                watchdog.cancel()
-            assert line is not None, log.read_text()[-2000:]
-            cache[key] = json.loads(line[len(RESULT):])
-        return cache[key]
+        key = hta_answers.key([path.name for path in files], include_last)
+        assert key in stored, f"no stored HTA answer for {key}: run python tests/data/make_hta_answers.py"
+        return stored[key]
 
-    yield get
-    for process in started:
-        process.stdin.close()
-        process.wait(timeout=60)
+    return get
+
+
+def test_the_stored_answers_are_htas_own_for_every_trace_asked_about():
+    """The answers file holds HTA's answer for each trace the tests ask about, and HTA, run now on one of them,
+    gives the stored answer to the last digit."""
+    stored = json.loads(hta_answers.ANSWERS.read_text())
+    asked = {hta_answers.key(names, last) for names, last in hta_answers.asked(KINETO, HTA_CANNOT_READ)}
+    assert asked <= set(stored), asked - set(stored)
+    done = subprocess.run([sys.executable, str(FIXTURES / "make_hta_answers.py"), "--check", LIVE_CHECK],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    assert json.loads(done.stdout.splitlines()[-1])["same"]
 
 
 def comm_json(capsys, *argv) -> dict:
@@ -197,7 +159,6 @@ def test_device_idle_causes_add_up_to_its_idle_time_whole_and_per_step(capsys):
 
 # Every real Kineto trace in tests/data against HTA's default (include_last_profiler_step=False): comm --drop-last,
 # or the whole trace where HTA filters no step (fewer than two ProfilerSteps).
-from fixtures import GLOO_PAIRS, KINETO  # noqa: E402
 from rnnprof.traces import load_events  # noqa: E402
 
 _NO_GPU = ("a CPU gloo job without GPU kernels: HTA 0.5.0's temporal breakdown takes the first of its GPU kernels "
