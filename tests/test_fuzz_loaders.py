@@ -214,7 +214,7 @@ def _write(path: Path, data: bytes, gzipped: bool) -> Path:
 # -- the fuzz tests -----------------------------------------------------------------------------
 
 
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=260)
 @given(name=st.sampled_from(sorted(JSON_SEEDS) or ["-"]), gzipped=st.booleans(), data=st.data())
 def test_fuzz_json_bytes(work, name, gzipped, data):
     mutated = mutate_bytes(JSON_SEEDS[name], data.draw)
@@ -222,7 +222,7 @@ def test_fuzz_json_bytes(work, name, gzipped, data):
     EXECUTED["test_fuzz_json_bytes"] += 1
 
 
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=300)
 @given(name=st.sampled_from(sorted(JSON_SEEDS) or ["-"]), gzipped=st.booleans(), data=st.data())
 def test_fuzz_json_structure(work, name, gzipped, data):
     doc = mutate_json(json.loads(JSON_SEEDS[name]), data.draw)
