@@ -16,32 +16,17 @@ from rnnprof.traces import load_events
 
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
-THREADS_SCRIPT = """
+# A script that sets its thread pools and its logical devices before its first op (each fails once the runtime
+# is up), then trains with MirroredStrategy over the two logical CPUs.
+SCRIPT = """
 import tensorflow as tf
 tf.config.threading.set_inter_op_parallelism_threads(2)
 tf.config.threading.set_intra_op_parallelism_threads(1)
-w = tf.Variable(tf.random.normal([16, 16], seed=1))
-
-@tf.function
-def train_step(x):
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(tf.tanh(tf.matmul(x, w)) ** 2)
-    w.assign_sub(0.01 * tape.gradient(loss, w))
-    return loss
-
-for _ in range(4):
-    train_step(tf.ones([8, 16]))
-assert tf.config.threading.get_inter_op_parallelism_threads() == 2
-"""
-
-MIRRORED_SCRIPT = """
-import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
     w = tf.Variable(tf.random.normal([16, 16], seed=1))
-
 @tf.function
 def train_step(x):
     def replica(x):
@@ -51,11 +36,18 @@ def train_step(x):
         w.assign_sub(0.01 * g)
         return loss
     return strategy.run(replica, args=(x,))
-
 for _ in range(4):
     train_step(tf.ones([8, 16]))
+assert tf.config.threading.get_inter_op_parallelism_threads() == 2
+assert tf.config.threading.get_intra_op_parallelism_threads() == 1
 assert len(tf.config.list_logical_devices("CPU")) == 2
 """
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory) -> Path:
+    """The script traced once for the module."""
+    return _trace(tmp_path_factory.mktemp("runtime"), SCRIPT)
 
 
 def _trace(tmp_path: Path, text: str) -> Path:
@@ -83,19 +75,17 @@ def _partition_nodes(run: Path) -> dict[str, set[str]]:
 
 
 @pytest.mark.slow
-def test_a_script_that_sets_its_thread_pools_runs_and_is_captured(tmp_path):
-    run = _trace(tmp_path, THREADS_SCRIPT)
-    table = load_events(run)
+def test_a_script_that_sets_its_thread_pools_runs_and_is_captured(traced):
+    table = load_events(traced)
     ops = {table.strings[code] for code in table.op_type}
     assert {"MatMul", "Tanh", "TanhGrad"} <= ops
 
 
 @pytest.mark.slow
-def test_a_mirrored_strategy_over_two_logical_cpus_is_captured_on_both(tmp_path):
-    run = _trace(tmp_path, MIRRORED_SCRIPT)
-    placed = _partition_nodes(run)
+def test_a_mirrored_strategy_over_two_logical_cpus_is_captured_on_both(traced):
+    placed = _partition_nodes(traced)
     assert {"device:CPU:0", "device:CPU:1"} <= set(placed)
-    table = load_events(run)
+    table = load_events(traced)
     names = {table.strings[code] for code in table.name}
     for device in ("device:CPU:0", "device:CPU:1"):
         matmuls = {n for n in placed[device] if n.split("/")[-1] == "MatMul"}
