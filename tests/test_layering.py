@@ -6,6 +6,7 @@ no private name taken from another module; short functions and modules; one mean
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -20,10 +21,21 @@ PIPELINE_ABOVE = ("rnnprof.training", "rnnprof.recording", "rnnprof.rundir", "rn
 FORBIDDEN = ("tensorflow", "torch", *PIPELINE_ABOVE)
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path, stamp: tuple[int, int]) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+def _tree(path: Path) -> ast.Module:
+    """The module's syntax tree, parsed once for the tests of this module (read only)."""
+    status = path.stat()
+    return _parsed(path, (status.st_mtime_ns, status.st_size))
+
+
 def _imports(path: Path) -> list[tuple[int, str]]:
     """Every absolute import in the module, at any depth (inside functions too)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -176,7 +188,7 @@ def _module_graph(any_depth: bool):
     modules = _modules(PACKAGE.parent)
     graph = nx.DiGraph()
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _tree(path)
         for node in ast.walk(tree) if any_depth else _top_level(tree):
             for target in _targets(node, name, path, modules):
                 graph.add_edge(name, target)
@@ -214,7 +226,7 @@ def test_the_circle_scan_finds_a_planted_circle(tmp_path):
     import networkx as nx
 
     graph = nx.DiGraph([(name, target) for name, path in modules.items()
-                        for node in ast.walk(ast.parse(path.read_text()))
+                        for node in ast.walk(_tree(path))
                         for target in _targets(node, name, path, modules)])
     assert _circles(graph) == [["rnnprof.a", "rnnprof.b"]]
 
@@ -243,7 +255,7 @@ def _in_function_imports(root: Path) -> dict[tuple[str, str], list[int]]:
     modules = _modules(root)
     found: dict[tuple[str, str], list[int]] = {}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _tree(path)
         for function in ast.walk(tree):
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -286,7 +298,7 @@ def _private_imports(root: Path) -> list[str]:
 
     found = []
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_tree(path)):
             if not _targets(node, name, path, modules):
                 continue
             if isinstance(node, ast.ImportFrom):
@@ -333,17 +345,23 @@ def _functions(root: Path):
                 yield from visit(child, prefix, path)
 
     for path in sorted((root / "rnnprof").rglob("*.py")):
-        yield from visit(ast.parse(path.read_text(), str(path)), "", path.relative_to(root).as_posix())
+        yield from visit(_tree(path), "", path.relative_to(root).as_posix())
+
+
+def _too_long(functions) -> dict[str, ast.AST]:
+    """Those of ``functions`` (``_functions``' pairs) over ``MAX_LINES`` lines."""
+    return {key: node for key, node in functions if node.end_lineno - node.lineno + 1 > MAX_LINES}
 
 
 def _long_functions(root: Path) -> dict[str, ast.AST]:
-    return {key: node for key, node in _functions(root) if node.end_lineno - node.lineno + 1 > MAX_LINES}
+    return _too_long(_functions(root))
 
 
 def test_functions_are_at_most_50_lines_but_a_few_that_say_why():
     assert len(LONG_ALLOWED) <= 3
-    found = _long_functions(PACKAGE.parent)
-    assert len(list(_functions(PACKAGE.parent))) > 500, "the scan sees rnnprof's functions"
+    functions = list(_functions(PACKAGE.parent))
+    found = _too_long(functions)
+    assert len(functions) > 500, "the scan sees rnnprof's functions"
     assert sorted(set(found) - LONG_ALLOWED) == []
     unexplained = [key for key in LONG_ALLOWED & set(found)
                    if not re.search(r"(^|[.!?]\s+)Long because", ast.get_docstring(found[key]) or "")]
@@ -407,7 +425,7 @@ def _public_definitions(root: Path) -> dict[str, list[str]]:
     and aliases of another name of the module (``name = other``); by name, the modules defining it."""
     found: dict[str, list[str]] = {}
     for path in sorted((root / "rnnprof").rglob("*.py")):
-        for node in ast.parse(path.read_text(), str(path)).body:
+        for node in _tree(path).body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names = [node.name]
             elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Name):
