@@ -11,6 +11,7 @@ TensorFlow's transfer and collective ops. A collective's expected type: what the
 from __future__ import annotations
 
 import collections
+import functools
 import gzip
 import json
 import re
@@ -67,8 +68,10 @@ def _kernel_type(kernel: dict, ranges: list[dict]) -> str:
     return NCCL_COLLECTIVE[re.match(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)", kernel["name"]).group(1)]
 
 
+@functools.cache
 def expected_communication(path) -> collections.Counter:
-    """``(name, type) -> events`` of the device-side communication of one real trace, from its raw JSON."""
+    """``(name, type) -> events`` of the device-side communication of one real trace, from its raw JSON (worked out
+    once a trace for the module's tests, which only read it)."""
     doc = _document(path)
     events = [e for e in (doc["traceEvents"] if isinstance(doc, dict) else doc)
               if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("name"), str)]
