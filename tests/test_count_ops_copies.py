@@ -2,6 +2,7 @@
 counts made here from the raw JSON: copy kinds from the Kineto memcpy names (or TF's MEMCPY op), steps from the
 ProfilerStep ranges, a GPU event's step from the runtime call with its correlation id."""
 
+import functools
 import json
 import re
 from collections import Counter, defaultdict
@@ -35,9 +36,11 @@ def shown(value: float) -> str:
     return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
 
 
+@functools.cache
 def raw_copies_and_graphs(path):
     """From the raw Kineto JSON: the step numbers, and per step (None: no step markers) a Counter of copies
-    ``(kind, "count" | "bytes" | "us")`` and of ``graph launches`` / ``graph kernels`` / ``gpu kernels``."""
+    ``(kind, "count" | "bytes" | "us")`` and of ``graph launches`` / ``graph kernels`` / ``gpu kernels``
+    (worked out once a trace for the module's tests, which only read it)."""
     events = [e for e in raw_events(path) if e.get("ph") == "X"]
     marks = [(e["ts"], e["ts"] + e["dur"], int(e["name"].split("#")[1])) for e in events
              if re.fullmatch(r"ProfilerStep#\d+", e.get("name", "")) and e.get("cat") != "gpu_user_annotation"]
