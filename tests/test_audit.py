@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import gzip
 import json
 import re
@@ -30,9 +31,17 @@ SCHEMA = {"rule", "severity", "title", "saving_ms", "saving_pct", "saving_basis"
           "subject"}
 
 
+@functools.cache
 def _raw(path) -> list[dict]:
+    """The trace's events from its raw JSON, read once for the module's tests (which only read them)."""
     with gzip.open(path, "rt") as f:
         return json.load(f)["traceEvents"]
+
+
+@functools.cache
+def _audited(path):
+    """rnnprof's audit of one real trace, made once for the module's tests (which only read it)."""
+    return audit(load_events(str(path)))
 
 
 def _printed(argv, width=80) -> tuple[int, str]:
@@ -150,7 +159,7 @@ def test_copy_churn_counts_the_real_traces_copies():
             for i, (a, b) in enumerate(steps):
                 if ts is not None and a <= ts < b:
                     per_step[i] += 1
-    result = audit(load_events(str(path)))
+    result = _audited(path)
     (churn,) = [f for f in result.findings if f.rule == "PF004" and f.evidence["kind"] != "sync"]
     assert churn.evidence["kind"] == "DtoD"
     assert churn.evidence["copies_per_step"] == pytest.approx(float(np.median(per_step)))
@@ -426,7 +435,7 @@ def test_exposed_communication_of_a_real_nccl_rank_matches_the_raw_json():
         (nccl if e["name"].startswith("nccl") else compute).append((e["ts"], e["ts"] + e["dur"]))
     comm = _union(nccl)
     exposed = _length(comm) - _intersection(comm, _union(compute))
-    result = audit(load_events(str(path)))
+    result = _audited(path)
     (finding,) = [f for f in result.findings if f.rule == "PF002"]
     assert finding.subject.device == "rank0/gpu:0"
     assert finding.evidence["exposed_ms_total"] == pytest.approx(exposed / 1000, rel=0.02)
@@ -438,7 +447,7 @@ def test_cuda_graph_rule_sees_the_graphs_of_the_cudagraph_pair_and_spares_the_co
                  "kineto-8rank-rank3-a100.json.gz"):
         launches = sum(1 for e in _raw(FIXTURES / name)
                        if e.get("ph") == "X" and str(e.get("name", "")).startswith("cudaGraphLaunch"))
-        result = audit(load_events(str(FIXTURES / name)))
+        result = _audited(FIXTURES / name)
         noted = [n for n in result.notes if n.startswith("PF007:")]
         assert not [f for f in result.findings if f.rule == "PF007" and f.severity >= Severity.WARNING], name
         if "cudagraph" in name:
@@ -455,7 +464,7 @@ def test_input_stalls_are_the_dataloader_fetches_of_each_step(name):
              if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")}
     fetches = [e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("enumerate(DataLoader)#")]
     expected = {str(s): sum(e["dur"] for e in fetches if a <= e["ts"] < b) / 1000 for s, (a, b) in steps.items()}
-    (finding,) = [f for f in audit(load_events(str(FIXTURES / name))).findings if f.rule == "PF005"]
+    (finding,) = [f for f in _audited(FIXTURES / name).findings if f.rule == "PF005"]
     assert finding.evidence["per_step_ms"] == pytest.approx(expected, abs=1e-3)
     assert finding.evidence["ms_per_step"] == pytest.approx(float(np.median(list(expected.values()))), abs=1e-3)
     # well under a millisecond of a ~100 ms step: never a warning
@@ -536,11 +545,11 @@ def test_host_overhead_matches_the_raw_json_and_spares_a_gpu_bound_trace():
     name = "aten::cudnn_batch_norm"
     per_step = [sum(max(ops[i]["dur"] - t, 0.0) for i, t in kernel_time.items()
                     if ops[i]["name"] == name and a <= ops[i]["ts"] < b) for a, b in steps]
-    (finding,) = [f for f in audit(load_events(str(path))).findings if f.rule == "PF006"]
+    (finding,) = [f for f in _audited(path).findings if f.rule == "PF006"]
     assert finding.subject.op == name
     assert finding.evidence["excess_ms_per_step"] == pytest.approx(float(np.median(per_step)) / 1000, rel=0.02)
     # a GPU-bound trace (the GPU ~98% busy): host time costs no step time, never a warning
-    (bound,) = [f for f in audit(load_events(str(FIXTURES / "kineto-1gpu-v100.json.gz"))).findings if f.rule == "PF006"]
+    (bound,) = [f for f in _audited(FIXTURES / "kineto-1gpu-v100.json.gz").findings if f.rule == "PF006"]
     assert bound.severity == Severity.INFO and bound.saving_us < 0.01 * 95_000
 
 
@@ -562,12 +571,12 @@ def test_gpu_idle_of_a_host_bound_rank_is_host_wait_by_the_raw_json():
             host_wait += start - reach if launch > reach else 0.0
         reach = max(reach, end)
     assert host_wait > 0.5 * idle  # host-bound by the raw JSON itself
-    (finding,) = [f for f in audit(load_events(str(path))).findings if f.rule == "PF003"]
+    (finding,) = [f for f in _audited(path).findings if f.rule == "PF003"]
     assert finding.evidence["cause"] == "host_wait" and finding.subject.device == "rank0/gpu:0"
     assert finding.evidence["cause_ms_total"] == pytest.approx(host_wait / 1000, rel=0.01)
     assert finding.severity >= Severity.WARNING
     # control: a GPU-bound trace (the GPU ~98% busy by its ProfilerSteps) idles too little for a warning
-    control = audit(load_events(str(FIXTURES / "kineto-1gpu-v100.json.gz")))
+    control = _audited(FIXTURES / "kineto-1gpu-v100.json.gz")
     assert not [f for f in control.findings if f.rule == "PF003" and f.severity >= Severity.WARNING]
 
 
@@ -689,7 +698,7 @@ def test_copy_churn_counts_only_the_copies_beside_no_kernel_by_the_raw_json():
                          and "HtoD" in e["name"] and a <= launched.get(e["args"].get("correlation"), -1) < b])
         whole.append(_length(copies))
         exposed.append(_length(copies) - _intersection(copies, kernels))
-    (churn,) = [f for f in audit(load_events(str(path))).findings if f.rule == "PF004"
+    (churn,) = [f for f in _audited(path).findings if f.rule == "PF004"
                  and f.evidence["kind"] != "sync"]
     assert churn.evidence["kind"] == "HtoD"
     assert churn.evidence["exposed_ms_per_step"] == pytest.approx(float(np.median(exposed)) / 1000, rel=0.01)
