@@ -9,15 +9,12 @@ load inside ``run`` only when the input or the command needs them.
 from __future__ import annotations
 
 import argparse
-import atexit
 import difflib
 import importlib
-import os
 import sys
-import threading
 import traceback
 from types import ModuleType
-from typing import NamedTuple, NoReturn, Sequence
+from typing import NamedTuple, Sequence
 
 from rich.console import Console
 
@@ -25,6 +22,7 @@ from rnnprof.version import __version__
 from rnnprof import limits
 from rnnprof.errors import RnnprofError
 from rnnprof.paths import is_loop_error
+from rnnprof.training.child_processes import exit_process
 
 
 class Command(NamedTuple):
@@ -185,22 +183,3 @@ def _one_line(exc: Exception) -> str:
 def entry_point() -> None:
     exit_process(main())
 
-
-FRAMEWORKS = ("tensorflow", "torch")
-
-
-def exit_process(code: int) -> NoReturn:
-    """End the command's process with ``code``. Once TensorFlow or torch is loaded, the interpreter's teardown of
-    their modules costs seconds of CPU (about 2 s after TensorFlow's import, 4 s) and writes nothing: the exit
-    handlers run and the output is flushed as at any exit, then the process ends without that teardown. A thread
-    that is not a daemon still running is waited for by the ordinary exit."""
-    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
-    if others or not any(name in sys.modules for name in FRAMEWORKS):
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            code = code or 120  # as the interpreter's own exit does when it cannot flush
-    os._exit(code)
