@@ -121,10 +121,11 @@ FRAMEWORKS = ("tensorflow", "torch")
 
 def exit_process(code: int) -> NoReturn:
     """End this process of rnnprof's own (a command, the torchrun launcher) with ``code``. Once TensorFlow or torch
-    is loaded, the interpreter's teardown of their modules costs seconds of CPU (about 2 s after TensorFlow's import,
-    4 s; 1.7 s after torch's, 2.5 s) and writes nothing: the exit handlers run and the output is flushed as at any
-    exit, then the process ends without that teardown. A thread that is not a daemon still running is waited for by
-    the ordinary exit."""
+    is loaded, the interpreter's teardown of their modules costs CPU and writes nothing (measured on 2 busy cores:
+    about 1 s after TensorFlow's import, of 3.7 s in all, twice that on cores more loaded; 0.4 s after
+    torch.distributed.run's, of 1.7 s): the exit handlers run and the output is flushed as at any exit, then the
+    process ends without that teardown. A thread that is not a daemon still running is waited for by the ordinary
+    exit."""
     others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     if others or not any(name in sys.modules for name in FRAMEWORKS):
         sys.exit(code)
