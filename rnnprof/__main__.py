@@ -1,5 +1,3 @@
-import sys
+from rnnprof.cli import exit_process, main
 
-from rnnprof.cli import main
-
-sys.exit(main())
+exit_process(main())

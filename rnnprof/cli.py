@@ -22,6 +22,7 @@ from rnnprof.version import __version__
 from rnnprof import limits
 from rnnprof.errors import RnnprofError
 from rnnprof.paths import is_loop_error
+from rnnprof.training.child_processes import exit_process
 
 
 class Command(NamedTuple):
@@ -180,4 +181,5 @@ def _one_line(exc: Exception) -> str:
 
 
 def entry_point() -> None:
-    sys.exit(main())
+    exit_process(main())
+

@@ -49,7 +49,7 @@ def jobs(tmp_path_factory):
     commands = {mode: _trace(root / mode, mode, n) for mode, n in RANKS_OF.items()}
     commands["slow"] = _slow_alone(root / "slow")
     done = run_together(list(commands.values()), timeout=400)
-    left = [p for p in processes() if "hang_job.py" in p.cmdline and p.state not in ("Z", "X")]
+    left = [p for p in processes() if str(JOB) in p.cmdline and p.state not in ("Z", "X")]  # this checkout's
     assert not left, "a rank of a planted job still runs"
     runs = {mode: (root / mode, result) for mode, result in zip(commands, done)}
     return {**runs, **{plant: runs[job] for plant, (job, _) in JOB_OF.items()}}

@@ -195,7 +195,9 @@ def test_a_tf_script_sleeping_in_its_data_loading_is_named_stopped_in_bound_and_
 def test_a_healthy_tf_script_under_the_same_short_hang_after_is_not_hung_and_completes(jobs):
     run, result = jobs["healthy"]
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "done at " in result.stderr and "hung:" not in result.stderr
+    # no verdict, stopped ("error: hung:") or waited on ("hung:"); on a loaded machine the watch may say a step was
+    # "slow, not hung:" meanwhile, as it does to a user
+    assert "done at " in result.stderr and not re.search(r"^rnnprof trace: (error: )?hung:", result.stderr, re.M)
     manifest = _manifest(run)
     assert manifest["status"] == "complete" and "hang" not in manifest and manifest["steps_seen"] == 8
     assert not (run / "hang").exists()

@@ -25,14 +25,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
 
 
 # Steps of ~35 ms of CPU (diagnosis.STEP_35MS): the scheduler shares a core in slices of a few ms, so a step of
-# 2 ms (the job's default size) waited 4 ms in one step of two and none in the other.
+# 2 ms (the job's default size) waited 4 ms in one step of two and none in the other. The busy loops run from the
+# step before the traced window to its last step: through the whole job (its start, the trace's export) they burned
+# about 20 CPU-s on a loaded machine, a third of the test's, and slowed rank 1's export fourfold.
+BUSY_STEPS = f"{diagnosis.DDP_SKIP - 1}:{diagnosis.DDP_SKIP + diagnosis.DDP_TRACED - 1}"
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("shared-core") / "run"
     diagnosis._run([diagnosis._python(), "-m", "rnnprof", "trace", "--out", str(out), "--steps",
                     str(diagnosis.DDP_TRACED), "--skip-steps", str(diagnosis.DDP_SKIP), "--",
                     diagnosis._python(), "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                    str(diagnosis.JOBS / "shared_core.py"), "--steps", "14", "--busy", "3", *diagnosis.STEP_35MS], "shared-core")
+                    str(diagnosis.JOBS / "shared_core.py"), "--steps", "14", "--busy", "3", "--busy-steps", BUSY_STEPS,
+                    *diagnosis.STEP_35MS], "shared-core")
     return out
 
 

@@ -134,9 +134,22 @@ def _serving(run: Path):
     assert not left, f"rnnprof view left running: {left}"
 
 
+RUNS = ("loop", "fused")
+SESSIONS = {f"{name}/{PROFILE_RUN}" for name in RUNS}  # a folder's runs, as the profile plugin names them
+
+
 @pytest.fixture(scope="module")
 def viewer(tmp_path_factory):
-    yield from _serving(_make_run(tmp_path_factory.mktemp("runs")))
+    """``rnnprof view`` of a folder of two runs, for the module (a single run directory: ``captured_viewer``)."""
+    root = tmp_path_factory.mktemp("runs")
+    for name in RUNS:
+        _make_run(root, name)
+    for serving in _serving(root):
+        for _ in range(20):  # the plugin discovers the runs one by one
+            if set(json.loads(_get(f"{serving.base}/data/plugin/profile/runs"))) >= SESSIONS:
+                break
+            time.sleep(0.5)
+        yield serving
 
 
 def test_view_rejects_a_missing_dir_and_a_dir_without_profile(tmp_path, capsys):
@@ -149,13 +162,14 @@ def test_view_rejects_a_missing_dir_and_a_dir_without_profile(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_profile_plugin_serves_the_run_tools_and_device_lanes(viewer):
+    session = f"loop/{PROFILE_RUN}"
     runs = json.loads(_get(f"{viewer.base}/data/plugin/profile/runs"))
-    assert PROFILE_RUN in runs
-    tools = json.loads(_get(f"{viewer.base}/data/plugin/profile/run_tools?run={PROFILE_RUN}"))
+    assert session in runs
+    tools = json.loads(_get(f"{viewer.base}/data/plugin/profile/run_tools?run={session}"))
     assert any(t.startswith("trace_viewer") for t in tools)
-    hosts = json.loads(_get(f"{viewer.base}/data/plugin/profile/hosts?run={PROFILE_RUN}&tag=trace_viewer"))
+    hosts = json.loads(_get(f"{viewer.base}/data/plugin/profile/hosts?run={session}&tag=trace_viewer"))
     assert {"hostname": "testhost"} in hosts
-    trace = json.loads(_get(f"{viewer.base}/data/plugin/profile/data?run={PROFILE_RUN}&tag=trace_viewer&host=testhost"))
+    trace = json.loads(_get(f"{viewer.base}/data/plugin/profile/data?run={session}&tag=trace_viewer&host=testhost"))
     threads = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert {f"{DEV0} ops", f"{DEV1} ops"} <= threads
     ops = {e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"}
@@ -183,25 +197,12 @@ def test_headless_chromium_lists_the_run_on_the_profile_page(viewer):
             capture_output=True, text=True, timeout=120)
     dom = result.stdout
     assert "<html" in dom, result.stderr[-1000:]
-    assert PROFILE_RUN in dom  # the run selector shows the run
+    assert f"loop/{PROFILE_RUN}" in dom  # the run selector shows the run
 
 
 @pytest.mark.slow
-def test_a_folder_of_runs_lists_every_run(tmp_path):
-    for name in ("loop", "fused"):
-        _make_run(tmp_path, name)
-    viewer = _Viewer(tmp_path)
-    try:
-        runs = set(json.loads(_get(f"{viewer.base}/data/plugin/profile/runs")))
-        for _ in range(20):  # runs are discovered one by one
-            if len(runs) == 2:
-                break
-            time.sleep(0.5)
-            runs = set(json.loads(_get(f"{viewer.base}/data/plugin/profile/runs")))
-    finally:
-        left = viewer.close()
-    assert runs == {f"loop/{PROFILE_RUN}", f"fused/{PROFILE_RUN}"}
-    assert not left, f"rnnprof view left running: {left}"
+def test_a_folder_of_runs_lists_every_run(viewer):
+    assert set(json.loads(_get(f"{viewer.base}/data/plugin/profile/runs"))) == SESSIONS
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from typing import Sequence
 from rnnprof.errors import RnnprofError, UsageError
 from rnnprof.recording.launch import BOOTSTRAP, EXPECTED, script_args
 from rnnprof.frameworks.torch import import_torch
+from rnnprof.training.child_processes import exit_process
 
 CHANNEL_ENV = "RNNPROF_LAUNCH_CHANNEL"  # the file descriptor of the launcher's end of the channel
 ACCEPTED = b"\n"  # the launcher's word where it takes the options (else the one-line error, then a newline)
@@ -85,4 +86,4 @@ def _heard(channel: socket.socket) -> bytes:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())
