@@ -285,6 +285,25 @@ def ddp_balanced_run(tmp_path_factory):
     return shared_once(tmp_path_factory, "ddp-balanced", lambda folder: _ddp_job(folder, 0.0))
 
 
+def _diagnosis_control(folder: Path) -> None:
+    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)
+    import diagnosis
+
+    diagnosis.run_ddp("slow-loader", True, folder)
+
+
+@pytest.fixture(scope="session")
+def diagnosis_control(tmp_path_factory) -> Path:
+    """The diagnosis benchmark's balanced DDP job (``benchmarks/diagnosis_jobs/slow_loader.py --control``: its
+    model, batches and steps, no rank sleeping, every batch at once) under rnnprof trace, run once for the session:
+    ``run`` is its run directory, ``clock`` its ranks' own step times; tests only read it. It is the control of the
+    straggler and of the slow loader (tests/test_diagnosis_jobs.py) and of the planted memory faults
+    (tests/test_memory_faults.py)."""
+    return shared_once(tmp_path_factory, "diagnosis-control", _diagnosis_control)
+
+
 def _capture_tiny(root: Path) -> None:
     from rnnprof.cli import main
 

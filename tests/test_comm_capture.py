@@ -7,23 +7,43 @@ import sys
 import pytest
 
 from rnnprof.analyzers.comm import analyze_comm
+from rnnprof.cli import main
 from rnnprof.traces import load_events
 
 SMALL = ["--model", "rnnlm", "--preset", "small", "--layers", "1", "--units", "32", "--vocab-size", "200",
          "--batch-size", "8", "--devices", "2", "--warmup", "1", "--batches", "1", "--trace-steps", "2"]
+UPDATES = ("replicated", "independent", "parameter_server")
+
+# ``rnnprof trace`` of SMALL with each variable update, one after the other in one process: the same 2 logical
+# devices each time (TF fixes them once per process), and TensorFlow imported once. A process of its own, as the
+# test process's TensorFlow may already have other devices.
+_CAPTURE_EACH = """
+import sys
+from rnnprof.cli import main
+small, root = sys.argv[1].split(), sys.argv[2]
+for update in sys.argv[3:]:
+    code = main(["trace", *small, "--variable-update", update, "--out", f"{root}/{update}"])
+    assert code == 0, (update, code)
+"""
 
 
-def capture(out, variable_update):
-    # A fresh process per capture: TF fixes its logical devices once per process.
-    done = subprocess.run([sys.executable, "-m", "rnnprof", "trace", *SMALL, "--variable-update", variable_update,
-                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory):
+    """The run directory of each of ``UPDATES``, captured once for the module."""
+    root = tmp_path_factory.mktemp("comm")
+    done = subprocess.run([sys.executable, "-c", _CAPTURE_EACH, " ".join(SMALL), str(root), *UPDATES],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    return analyze_comm(load_events(out))
+    return {update: root / update for update in UPDATES}
+
+
+def comm(run):
+    return analyze_comm(load_events(run))
 
 
 @pytest.mark.slow
-def test_replicated_run_spends_time_in_all_reduce_and_independent_does_not(tmp_path):
-    replicated = capture(tmp_path / "replicated", "replicated")
+def test_replicated_run_spends_time_in_all_reduce_and_independent_does_not(captures, capsys):
+    replicated = comm(captures["replicated"])
     assert len(replicated.devices) == 2
     for device in replicated.devices:
         assert device.total.communication_us > 0
@@ -51,10 +71,8 @@ def test_replicated_run_spends_time_in_all_reduce_and_independent_does_not(tmp_p
     # window there runs on to the next step's start (the idle time between two session.run calls is the earlier
     # step's), while alone it ends with its last work.
     first, last = replicated.steps
-    selected = subprocess.run([sys.executable, "-m", "rnnprof", "comm", str(tmp_path / "replicated"), "--drop-last",
-                               "--json"], capture_output=True, text=True, timeout=300)
-    assert selected.returncode == 0, selected.stderr[-2000:]
-    doc = json.loads(selected.stdout)
+    assert main(["comm", str(captures["replicated"]), "--drop-last", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
     assert doc["steps"] == [first] and doc["step_selection"] == "--drop-last"
     for device, whole in zip(doc["devices"], replicated.devices):
         assert device["device"] == whole.device.label
@@ -64,7 +82,7 @@ def test_replicated_run_spends_time_in_all_reduce_and_independent_does_not(tmp_p
         assert device["total"]["span_us"] == pytest.approx(step.work_end_us - step.start_us, rel=1e-9)
         assert step.span_us > step.work_end_us - step.start_us  # the two session.run calls are apart
 
-    independent = capture(tmp_path / "independent", "independent")
+    independent = comm(captures["independent"])
     assert len(independent.devices) == 2
     for device in independent.devices:
         assert device.total.busy_us > 0
@@ -72,8 +90,8 @@ def test_replicated_run_spends_time_in_all_reduce_and_independent_does_not(tmp_p
 
 
 @pytest.mark.slow
-def test_parameter_server_run_shows_its_gradient_aggregation(tmp_path):
-    report = capture(tmp_path / "ps", "parameter_server")
+def test_parameter_server_run_shows_its_gradient_aggregation(captures):
+    report = comm(captures["parameter_server"])
     assert len(report.devices) == 2
     # The parameter device adds the towers' gradients: that aggregation is its communication.
     assert any(d.total.communication_us > 0 for d in report.devices)

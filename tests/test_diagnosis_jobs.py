@@ -14,6 +14,9 @@ from typing import Any
 
 import msgspec
 import pytest
+from rich.console import Console
+
+from rnnprof.cli import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import diagnosis  # noqa: E402
@@ -49,12 +52,14 @@ def _steps(events: list[dict]) -> int:
 
 # The straggler's control and the slow loader's are the same balanced job: the model, batches and steps of
 # _ddp.py, no rank sleeping, every batch at once; the slow loader's hands its batches over through a DataLoader with
-# no worker process, whose loading the tests read in its trace. One run of it is both.
+# no worker process, whose loading the tests read in its trace. One run of it is both: conftest's
+# ``diagnosis_control``, made once for the session (tests/test_memory_faults.py reads it too).
 SAME_CONTROL = {"straggler-rank": "slow-loader"}
+BALANCED = ("slow-loader", True)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, request):
     """``runs(case, control)``: the case's run (or its control's) under rnnprof trace, and its step time by the
     job's own clock, made once for the module."""
     cache = {}
@@ -63,7 +68,12 @@ def runs(tmp_path_factory):
         if control:
             name = SAME_CONTROL.get(name, name)
         if (name, control) not in cache:
-            cache[name, control] = diagnosis.run_ddp(name, control, tmp_path_factory.mktemp(name))
+            if (name, control) == BALANCED:
+                folder = request.getfixturevalue("diagnosis_control")
+                cache[name, control] = (folder / "run",
+                                        diagnosis.ddp_step_ms(folder / "clock", diagnosis.clock_first(name, control)))
+            else:
+                cache[name, control] = diagnosis.run_ddp(name, control, tmp_path_factory.mktemp(name))
         return cache[name, control]
 
     return run
@@ -71,12 +81,16 @@ def runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def audited():
-    """``rnnprof audit --json``'s document of a run, made once for the tests that read it."""
+    """``rnnprof audit --json``'s document of a run (as the benchmark's ``diagnosis.audit`` asks for it), made once
+    for the tests that read it, in this process."""
     cache = {}
 
     def audit(run: Path) -> dict:
         if run not in cache:
-            cache[run] = diagnosis.audit([run])
+            console = Console(record=True, width=10_000)
+            with console.capture() as capture:
+                assert main(["audit", str(run), "--json", "--fail-on", "never"], console=console) == 0
+            cache[run] = json.loads(capture.get())
         return cache[run]
 
     return audit

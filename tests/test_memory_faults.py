@@ -1,5 +1,6 @@
 """Planted memory faults in tiny gloo DDP jobs (benchmarks/diagnosis_jobs/memory_faults.py) under rnnprof trace
-and torchrun, each against the size the script allocated, and a control without the fault that stays quiet."""
+and torchrun, each against the size the script allocated, and a control without the fault that stays quiet (the
+diagnosis benchmark's balanced job of the same model)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import pytest
 
 from conftest import shared_once
 from rnnprof.cli import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import diagnosis  # noqa: E402
 
 pytestmark = pytest.mark.slow
 JOB = Path(__file__).resolve().parents[1] / "benchmarks" / "diagnosis_jobs" / "memory_faults.py"
@@ -31,8 +35,7 @@ def _capture(folder: Path, *job_args: str) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     jobs = {"leak": ["--fault", "leak", "--bytes", str(LEAK)],
-            "buffer": ["--fault", "buffer", "--bytes", str(BUFFER)],
-            "control": ["--fault", "buffer", "--bytes", str(BUFFER), "--control"]}
+            "buffer": ["--fault", "buffer", "--bytes", str(BUFFER)]}
     return lambda name: shared_once(tmp_path_factory, f"memory-{name}", lambda f: _capture(f, *jobs[name])) / "run"
 
 
@@ -74,16 +77,21 @@ def test_a_rank_holding_an_extra_buffer_is_found_as_imbalance_with_its_size(runs
     assert not any(d["growth"]["leak"] for d in document["devices"])
 
 
-def test_the_control_has_no_memory_finding(runs, capsys):
-    document = _document(capsys, "memory", str(runs("control")))
+def test_the_control_has_no_memory_finding(diagnosis_control, capsys):
+    """The control: the same DDP job (benchmarks/diagnosis_jobs/_ddp.py's model and batches) without a memory
+    fault, conftest's ``diagnosis_control`` (the diagnosis benchmark's balanced job, which its tests read too),
+    traced as the benchmark traces it: ``diagnosis.DDP_TRACED`` steps."""
+    run = diagnosis_control / "run"
+    document = _document(capsys, "memory", str(run))
+    assert len(document["devices"]) == 2
     assert document["imbalances"] == []
     assert not any(d["growth"]["leak"] for d in document["devices"])
-    assert all(len(d["growth"]["step_end"]) == WINDOW for d in document["devices"])
+    assert all(len(d["growth"]["step_end"]) == diagnosis.DDP_TRACED for d in document["devices"])
     # each rank's resident memory when the window began, from its capture (the manifest): a Python process with
     # torch loaded holds tens of MB at least
     assert all(d["window_start_source"] == "process_rss" and d["window_start"] > 50_000_000
                for d in document["devices"])
-    assert _alarms(capsys, runs("control")) == []
+    assert _alarms(capsys, run) == []
 
 
 TF_RUN = ["--model", "rnnlm", "--devices", "2", "--vocab-size", "8000", "--batch-size", "8", "--warmup", "1",

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import RNNLM_SMALL_2
 from rnnprof.cli import main
 from rnnprof.models.config import (FEW_INTER_OP_THREADS, PLANTS, SOFTMAX_ON_DEVICE0, UPDATES_ON_DEVICE0, WorkloadConfig,
                               validate_without_gpus)
@@ -106,17 +107,17 @@ def test_few_inter_op_threads_gives_the_session_one_inter_op_thread():
 
 
 @pytest.fixture(scope="module")
-def inter_op_runs(tmp_path_factory):
-    """The small RNNLM on 2 devices traced with the few-inter-op-threads plant ("planted") and without it
-    ("control"), each in a process of its own: TensorFlow's inter-op pool is the process's, sized by its first
-    session."""
+def inter_op_runs(tmp_path_factory, rnnlm_planted):
+    """The small RNNLM on 2 devices traced with the few-inter-op-threads plant ("planted"), in a process of its
+    own: TensorFlow's inter-op pool is the process's, sized by its first session; and without it ("control"):
+    conftest's unplanted capture of the same model (``rnnlm_planted``: the same arguments, 4 traced steps where
+    this one traces 1), made once for the session, in a process of its own too."""
     root = tmp_path_factory.mktemp("inter-op")
-    common = ["--model", "rnnlm", "--preset", "small", "--devices", "2", "--warmup", "1", "--batches", "2",
-              "--trace-steps", "1"]
-    for name, plant in (("planted", ["--plant", FEW_INTER_OP_THREADS]), ("control", [])):
-        subprocess.run([sys.executable, "-m", "rnnprof", "trace", *common, *plant, "--out", str(root / name)],
-                       check=True, capture_output=True)
-    return {name: root / name for name in ("planted", "control")}
+    assert RNNLM_SMALL_2[-2] == "--trace-steps"
+    common = [*RNNLM_SMALL_2[:-1], "1"]
+    subprocess.run([sys.executable, "-m", "rnnprof", "trace", *common, "--plant", FEW_INTER_OP_THREADS, "--out",
+                    str(root / "planted")], check=True, capture_output=True)
+    return {"planted": root / "planted", "control": rnnlm_planted / "plain"}
 
 
 @pytest.mark.slow

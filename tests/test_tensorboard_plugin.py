@@ -16,7 +16,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from rnnprof.cli import main
 from browser import browser
 from fixtures import FIXTURES
 from processes import descendants
@@ -89,9 +91,11 @@ def chromium():
 @pytest.fixture(scope="module")
 def planted() -> dict:
     """The straggler's finding as ``rnnprof audit --json`` gives it."""
-    done = subprocess.run([sys.executable, "-m", "rnnprof", "audit", str(STRAGGLER_RUN), "--json"],
-                          capture_output=True, text=True, timeout=300)
-    findings = json.loads(done.stdout)["findings"]
+    console = Console(record=True, width=10_000)
+    with console.capture() as capture:
+        # exit status 1: a finding at error, as audit's default --fail-on error asks
+        assert main(["audit", str(STRAGGLER_RUN), "--json"], console=console) == 1
+    findings = json.loads(capture.get())["findings"]
     straggler = [f for f in findings if f["rule"] == "PF001"]
     assert straggler and straggler[0]["subject"]["rank"] == "rank1", findings  # the planted one: rank 1
     return straggler[0]
