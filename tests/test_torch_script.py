@@ -260,7 +260,8 @@ def test_a_rank_that_dies_is_blamed_and_the_others_errors_follow_from_it(tmp_pat
     assert "ended" not in ranks[1] and ranks[1]["exited"]  # it could not close its capture; rnnprof saw it end
 
 
-# A signal to rnnprof while a torchrun job runs, before, during or after its window: test_trace_signals.
+# A signal to rnnprof during a capture, before, during or after the window, of a torchrun job or a python script:
+# test_trace_signals.
 
 
 # -- rnnprof.capture(...) in torch code --------------------------------------------------------------
