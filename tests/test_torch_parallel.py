@@ -65,8 +65,10 @@ class _Phases:
 def _train_case(options, rank, distributed=True) -> dict:
     """``STEPS`` steps of ``options``; the last under CommDebugMode (a pipeline: counted phases instead, since
     CommDebugMode's module tracking fails inside torch.distributed.pipelining)."""
+    import torch
     from torch.distributed.tensor.debug import CommDebugMode
 
+    from rnnprof.training.torch_memory import model_state_bytes
     from rnnprof.training.torch_training import TorchTraining
 
     training = TorchTraining(options, rank=rank, device="cpu", distributed=distributed)
@@ -84,7 +86,9 @@ def _train_case(options, rank, distributed=True) -> dict:
     blocks = sorted({name.split(".")[1] for m in modules for name, _ in m.named_parameters()
                      if name.startswith("layers.")})
     return {"losses": losses, "comm": dict(counts), "phases": dict(phases.counts), "groups": training.groups,
-            "blocks": blocks, "head": any(name.startswith("head.") for m in modules for name, _ in m.named_parameters())}
+            "blocks": blocks, "head": any(name.startswith("head.") for m in modules for name, _ in m.named_parameters()),
+            # what a rank of scale's run reports as its model state (rank_main: PeakMemory.read)
+            "model_state": model_state_bytes(torch, training.parameter_list, training.optimizer)}
 
 
 def parallel_job(cases: dict, references: dict) -> dict:
@@ -394,28 +398,37 @@ def parameters(v, d, t, blocks) -> int:
     return v * d + t * d + blocks * (2 * 2 * d + 4 * d * d + (d * 4 * d + 4 * d) + (4 * d * d + d)) + 2 * d + v * d
 
 
+def test_a_rank_holds_the_whole_model_state_under_ddp_and_a_shard_of_it_under_fsdp(two_ranks):
+    """SGD keeps no state: a rank holds its parameters and their gradients, whole under DDP, a shard of each under
+    FSDP (the shards add up to the whole)."""
+    whole = 2 * 4 * parameters(60, 16, 6, LAYERS)
+    assert [rank["ddp"]["model_state"] for rank in two_ranks] == [whole, whole]
+    shards = [rank["fsdp"]["model_state"] for rank in two_ranks]
+    assert sum(shards) == whole and max(shards) < whole
+
+
 @pytest.mark.slow
-def test_scale_compares_ddp_and_fsdp_throughput_peak_memory_and_model_state():
+def test_scale_reports_fsdp_throughput_peak_memory_and_model_state():
+    """scale --parallel as a user runs it, on the mode whose figures differ from DDP's (its mesh, its sharded model
+    state). Several modes in one sweep are one launch each, rows in the order given: the table and the document of
+    several modes, test_each_mode_is_its_own_table_with_its_mesh_peak_memory_and_model_state; DDP's whole model
+    state per rank, test_a_rank_holds_the_whole_model_state_under_ddp_and_a_shard_of_it_under_fsdp."""
     from rich.console import Console
 
     from rnnprof.cli import main
 
     buffer = StringIO()
     argv = ["scale", *SMALL, "--vocab-size", "60", "--src-max-len", "6", "--batch-size", "4", "--optimizer", "sgd",
-            "--devices", "2", "--parallel", "ddp,fsdp", "--warmup", "0", "--batches", "2", "--json"]
+            "--devices", "2", "--parallel", "fsdp", "--warmup", "0", "--batches", "2", "--json"]
     assert main(argv, console=Console(file=buffer, width=200)) == 0
     document = json.loads(buffer.getvalue())
-    ddp, fsdp = document["rows"]
-    assert (ddp["parallel"], fsdp["parallel"]) == ("ddp", "fsdp") and document["config"]["parallel"] == ["ddp", "fsdp"]
-    assert ddp["words"] == fsdp["words"] == 2 * 2 * 4 * 6  # 2 steps of 2 ranks' batches of 4 windows of 6 tokens
-    assert ddp["batch_total"] == fsdp["batch_total"] == 8
+    (fsdp,) = document["rows"]
+    assert fsdp["parallel"] == "fsdp" and document["config"]["parallel"] == ["fsdp"]
+    assert fsdp["words"] == 2 * 2 * 4 * 6  # 2 steps of 2 ranks' batches of 4 windows of 6 tokens
+    assert fsdp["batch_total"] == 8
     assert fsdp["layout"]["mesh_dims"] == ["dp"] and fsdp["layout"]["mesh_shape"] == [2]
-    for row in (ddp, fsdp):
-        assert row["peak_memory_source"] == "rss_peak_growth" and all(b > 0 for b in row["peak_memory_bytes_per_rank"])
-    # SGD keeps no state: a rank holds its parameters and their gradients, whole under DDP, a shard of each under
-    # FSDP (the shards add up to the whole)
+    assert fsdp["peak_memory_source"] == "rss_peak_growth" and all(b > 0 for b in fsdp["peak_memory_bytes_per_rank"])
     whole = 2 * 4 * parameters(60, 16, 6, 3)
-    assert ddp["model_state_bytes_per_rank"] == [whole, whole]
     assert sum(fsdp["model_state_bytes_per_rank"]) == whole and max(fsdp["model_state_bytes_per_rank"]) < whole
     assert "resident memory" in document["definitions"]["peak_memory_bytes"]
 

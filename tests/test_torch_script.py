@@ -8,7 +8,6 @@ import gzip
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -261,34 +260,8 @@ def test_a_rank_that_dies_is_blamed_and_the_others_errors_follow_from_it(tmp_pat
     assert "ended" not in ranks[1] and ranks[1]["exited"]  # it could not close its capture; rnnprof saw it end
 
 
-@pytest.mark.slow
-def test_sigterm_stops_every_rank_and_keeps_the_window(tmp_path):
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    rnnprof, run = trace(tmp_path, TORCHRUN, "--nproc-per-node", "2", "SCRIPT", "--steps", "100000",
-                         "--sleep", "0.05", "--pids", str(pids), "--timeout", "3", wait=False)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not all(
-                (run / "torch" / f"rank{r}.json.gz").is_file() for r in (0, 1)):
-            assert rnnprof.poll() is None, rnnprof.communicate()[1][-3000:]
-            time.sleep(0.2)
-        rank_pids = [int(p.read_text()) for p in pids.iterdir()]
-        assert len(rank_pids) == 2 and all(alive(p) for p in rank_pids)
-        rnnprof.send_signal(signal.SIGTERM)
-        _, stderr = rnnprof.communicate(timeout=60)
-    finally:
-        if rnnprof.poll() is None:
-            rnnprof.kill()
-            rnnprof.communicate()
-    assert rnnprof.returncode == 130
-    assert stderr.strip().splitlines()[-1] == (
-        f"rnnprof trace: error: interrupted; kept in {run}: torch/rank0.json.gz (rank 0, steps 1-2), "
-        f"torch/rank1.json.gz (rank 1, steps 1-2)")
-    assert wait_gone(rank_pids, timeout=5) == []
-    m = manifest(run)
-    assert m["status"] == "interrupted" and m["captured"]["kineto"] == ["torch/rank0.json.gz", "torch/rank1.json.gz"]
-    assert all(sorted(markers(raw_events(run / t))) == [1, 2] for t in m["captured"]["kineto"])
+# A signal to rnnprof during a capture, before, during or after the window, of a torchrun job or a python script:
+# test_trace_signals.
 
 
 # -- rnnprof.capture(...) in torch code --------------------------------------------------------------
