@@ -33,13 +33,25 @@ def quiet_first_run():
         yield
 
 
-def import_tensorflow(needed_for: str = "this command"):
+# What TensorFlow's import loads last, "so that any function/method that needs to happen at load time will trigger"
+# (Keras 3's, or tf_keras's with TF_USE_LEGACY_KERAS): through Keras, pandas and IPython too, a third of the import's
+# CPU time. TensorFlow passes over it when it cannot be imported.
+_KERAS_EAGER_LOADS = ("keras.src.optimizers", "tf_keras.src.optimizers")
+
+
+def import_tensorflow(needed_for: str = "this command", keras: bool = True):
     """Import TensorFlow quietly (its C++ start-up log is noise for rnnprof users).
 
+    ``keras=False``: for a process that never builds a model, only serves graphs others built (a cluster's task)
+    or reads TensorFlow's kernel registry: the Keras that TensorFlow's import loads eagerly is left out (a later
+    ``import keras`` or ``tf.keras`` still loads it). A user's script always gets TensorFlow as it imports itself.
     Without TensorFlow: ``MissingDependency`` (one line, exit 2) naming the extras that install it.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if sys.modules.get("tensorflow") is None:
+        skipped = [] if keras else [name for name in _KERAS_EAGER_LOADS if name not in sys.modules]
+        for name in skipped:
+            sys.modules[name] = None  # an import of it fails at once, before its package's own import
         try:
             with _native_stderr_filtered(_STARTUP_NOISE):
                 import tensorflow  # noqa: F401
@@ -47,6 +59,10 @@ def import_tensorflow(needed_for: str = "this command"):
             if not is_missing(exc, "tensorflow"):
                 raise
             raise MissingDependency("TensorFlow", needed_for, TENSORFLOW_EXTRAS) from None
+        finally:
+            for name in skipped:
+                if name in sys.modules and sys.modules[name] is None:
+                    del sys.modules[name]
     return sys.modules["tensorflow"]
 
 
