@@ -39,17 +39,16 @@ def quiet_first_run():
 _KERAS_EAGER_LOADS = ("keras.src.optimizers", "tf_keras.src.optimizers")
 
 
-def import_tensorflow(needed_for: str = "this command", keras: bool = True):
-    """Import TensorFlow quietly (its C++ start-up log is noise for rnnprof users).
-
-    ``keras=False``: for a process that never builds a model, only serves graphs others built (a cluster's task)
-    or reads TensorFlow's kernel registry: the Keras that TensorFlow's import loads eagerly is left out (a later
-    ``import keras`` or ``tf.keras`` still loads it). A user's script always gets TensorFlow as it imports itself.
+def import_tensorflow(needed_for: str = "this command"):
+    """Import TensorFlow quietly (its C++ start-up log is noise for rnnprof users), for rnnprof's own work: its
+    workloads, a cluster's tasks, the kernel registry. None of it uses Keras, so the Keras that TensorFlow's import
+    loads eagerly is left out (a later ``import keras`` or ``tf.keras`` still loads it). A user's script always
+    gets TensorFlow as it imports itself.
     Without TensorFlow: ``MissingDependency`` (one line, exit 2) naming the extras that install it.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if sys.modules.get("tensorflow") is None:
-        skipped = [] if keras else [name for name in _KERAS_EAGER_LOADS if name not in sys.modules]
+        skipped = [name for name in _KERAS_EAGER_LOADS if name not in sys.modules]
         for name in skipped:
             sys.modules[name] = None  # an import of it fails at once, before its package's own import
         try:

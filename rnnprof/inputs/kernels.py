@@ -16,7 +16,7 @@ from rnnprof.frameworks.tensorflow import import_tensorflow
 def read_kernels():
     """Every registered kernel's op type and device type; None when TensorFlow cannot be imported."""
     try:
-        tf = import_tensorflow(keras=False)  # importing TensorFlow registers its kernels; Keras adds none
+        tf = import_tensorflow()  # importing TensorFlow registers its kernels; Keras adds none
     except ImportError:
         return None
     from tensorflow.python.framework import kernels

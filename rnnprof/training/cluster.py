@@ -161,7 +161,7 @@ def serve(spec: ClusterSpec, job: str, task: int, devices: int = 1, on_ready: Ca
     if not 0 <= task < len(spec.jobs[job]):
         raise UsageError(f"--task {task}: job {job} has tasks 0 to {len(spec.jobs[job]) - 1}")
 
-    tf = import_tensorflow(keras=False)  # a task runs the graphs its chief built: it needs no Keras of its own
+    tf = import_tensorflow()
     server = tf.distribute.Server(tf.train.ClusterSpec(spec.to_dict()), job_name=job, task_index=task,
                                   config=server_config(devices if job == WORKER_JOB else 1), start=True)
     on_ready()
