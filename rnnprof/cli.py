@@ -182,4 +182,3 @@ def _one_line(exc: Exception) -> str:
 
 def entry_point() -> None:
     exit_process(main())
-
