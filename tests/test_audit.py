@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import gzip
 import json
 import re
 from pathlib import Path
@@ -24,6 +23,7 @@ from rnnprof.traces import load_events
 from rnnprof.reports.abbrev import Legend, abbreviate
 
 from fixtures import FIXTURES, KINETO, with_header
+from test_loaders import raw_events
 
 GLOO = [str(FIXTURES / f"torch-gloo-rank{r}.json.gz") for r in (0, 1)]
 SAMPLED = [str(FIXTURES / f"kineto-sampled-rank{r}.json.gz") for r in (0, 1)]
@@ -31,11 +31,7 @@ SCHEMA = {"rule", "severity", "title", "saving_ms", "saving_pct", "saving_basis"
           "subject"}
 
 
-@functools.cache
-def _raw(path) -> list[dict]:
-    """The trace's events from its raw JSON, read once for the module's tests (which only read them)."""
-    with gzip.open(path, "rt") as f:
-        return json.load(f)["traceEvents"]
+_raw = functools.cache(raw_events)  # each trace's raw events read once for the module's tests, which only read them
 
 
 @functools.cache

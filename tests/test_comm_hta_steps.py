@@ -12,6 +12,7 @@ a step are the step's, GPU work without its launch in the trace is in no step (H
 host's ProfilerStep ranges are the steps (ROCm's GPU copies of them are not).
 """
 
+import functools
 import importlib.util
 import json
 import subprocess
@@ -23,24 +24,30 @@ from rnnprof.cli import main
 
 from fixtures import FIXTURES, GLOO_PAIRS, KINETO
 
-NCCL = FIXTURES / "kineto-2rank-nccl-rank0.json.gz"
-SAMPLED = [FIXTURES / "kineto-sampled-rank0.json.gz", FIXTURES / "kineto-sampled-rank1.json.gz"]
-TOLERANCE_PP = 0.1
-IDLE_TOLERANCE = 0.01
-
 # HTA 0.5.0's answers, made by tests/data/make_hta_answers.py (HTA parses ranks in a fork pool and takes about a
 # minute over every trace: its answers are stored, and one is recomputed live below)
 _MAKER = importlib.util.spec_from_file_location("make_hta_answers", FIXTURES / "make_hta_answers.py")
 hta_answers = importlib.util.module_from_spec(_MAKER)
 _MAKER.loader.exec_module(hta_answers)
 DELAYS = hta_answers.DELAYS
+NCCL = FIXTURES / hta_answers.NCCL[0]
+SAMPLED = [FIXTURES / name for name in hta_answers.SAMPLED]
+TOLERANCE_PP = 0.1
+IDLE_TOLERANCE = 0.01
+
 LIVE_CHECK = hta_answers.key(("kineto-h200-launch-graph.json.gz",), False)
+
+
+@functools.cache
+def _stored() -> dict:
+    """The stored answers, read once for the module."""
+    return json.loads(hta_answers.ANSWERS.read_text())
 
 
 @pytest.fixture(scope="module")
 def hta():
     """HTA's figures for a folder of ``files`` read with ``include_last``, from the stored answers."""
-    stored = json.loads(hta_answers.ANSWERS.read_text())
+    stored = _stored()
 
     def get(files, include_last):
         key = hta_answers.key([path.name for path in files], include_last)
@@ -53,7 +60,7 @@ def hta():
 def test_the_stored_answers_are_htas_own_for_every_trace_asked_about():
     """The answers file holds HTA's answer for each trace the tests ask about, and HTA, run now on one of them,
     gives the stored answer to the last digit."""
-    stored = json.loads(hta_answers.ANSWERS.read_text())
+    stored = _stored()
     asked = {hta_answers.key(names, last) for names, last in hta_answers.asked(KINETO, HTA_CANNOT_READ)}
     assert asked <= set(stored), asked - set(stored)
     done = subprocess.run([sys.executable, str(FIXTURES / "make_hta_answers.py"), "--check", LIVE_CHECK],

@@ -27,6 +27,8 @@ TF1_CPU_LOOP = FIXTURES / "tf1-timeline-cpu-loop-step0.json"
 
 
 def raw_events(path):
+    """The trace's ``traceEvents`` from its raw JSON, gzipped or not (``path``: a path or its text)."""
+    path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as f:
         return json.load(f)["traceEvents"]
