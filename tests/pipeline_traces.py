@@ -75,12 +75,13 @@ def _p2p(call: str, peer: int, tid: int, posted: float, arrived: float) -> list[
 
 
 def write_job(folder: Path, kind: str, stages: int, micro: int, forward_us: list[float], backward_us: list[float],
-              steps: int = 3, latency_us: float = 0.0, ranges: bool = True) -> list[Path]:
+              steps: int = 3, latency_us: float = 0.0, ranges: bool | str = True) -> list[Path]:
     """One gzipped Kineto file per rank in ``folder`` (``rank<r>.json.gz``), ``steps`` steps (``ProfilerStep#1``
     on), each with work that is no micro-batch's: a split of the batch before the first input arrives (ranks past
     the first), a scaling of the gradients after the pipeline's last work, the optimizer's step. ``ranges``: each
-    micro-batch's work inside a ``forward``/``backward`` range (as rnnprof's pipelines record them); else its
-    operators alone, a backward's inside autograd's backward function."""
+    micro-batch's work inside a ``forward``/``backward`` range (as rnnprof's pipelines record them), or with
+    ``"gpipe"`` inside torch's ScheduleGPipe's ``Forward i``/``Backward i``; else its operators alone, a backward's
+    inside autograd's backward function."""
     done = simulate(kind, stages, micro, forward_us, backward_us, latency_us)
     last = max(end for _, _, end in done.values())
     period = last + GAP_US
@@ -100,7 +101,7 @@ def write_job(folder: Path, kind: str, stages: int, micro: int, forward_us: list
             for (stage, action, k), (posted, start, end) in done.items():
                 if stage != s:
                     continue
-                _work(mine, action, tid, base + start, end - start, ranges)
+                _work(mine, action, k, tid, base + start, end - start, ranges)
                 _transfers(mine, s, stages, action, tid, base, posted, start, end, k, done, latency_us)
     paths = []
     for s in range(stages):
@@ -114,8 +115,10 @@ def write_job(folder: Path, kind: str, stages: int, micro: int, forward_us: list
     return paths
 
 
-def _work(mine: list, action: str, tid: int, start: float, dur: float, ranges: bool) -> None:
-    if ranges:
+def _work(mine: list, action: str, k: int, tid: int, start: float, dur: float, ranges: bool | str) -> None:
+    if ranges == "gpipe":
+        mine.append(_event(f"{'Forward' if action == 'F' else 'Backward'} {k}", "user_annotation", tid, start, dur))
+    elif ranges:
         mine.append(_event("forward" if action == "F" else "backward", "user_annotation", tid, start, dur))
     name = "aten::mm" if action == "F" else "autograd::engine::evaluate_function: MmBackward0"
     mine.append(_event(name, "cpu_op", tid, start, dur))

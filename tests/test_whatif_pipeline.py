@@ -12,6 +12,7 @@ import pytest
 
 from pipeline_traces import write_job
 from rnnprof.analyzers.replay import COMM, MICRO_BATCHES, MOVE_LAYER, Change, ChangeError, whatif
+from rnnprof.cli import main
 from rnnprof.traces import load_events
 
 LAYER_F_US, LAYER_B_US = 100.0, 250.0  # one layer's forward and backward on a micro-batch of a quarter batch
@@ -20,19 +21,23 @@ CALL_US = 2.0  # a send's call and run, a receive's call
 UNCHANGED = [Change(COMM, "", 1.0)]
 
 
-def _job(tmp_path, name: str, kind: str, micro: int, layers: tuple[int, ...]):
+def _job(tmp_path, name: str, kind: str, micro: int, layers: tuple[int, ...], ranges: bool | str = True,
+         edit=None):
     """A pipeline of ``len(layers)`` stages, each stage's operator per micro-batch its layers' times, a
-    micro-batch's share of the batch (1/``micro``) of a quarter batch's, beside the calls of its transfers."""
+    micro-batch's share of the batch (1/``micro``) of a quarter batch's, beside the calls of its transfers
+    (``ranges``: as ``write_job``'s; ``edit(rank, events)``: a change to a rank's events before they are read)."""
     folder = tmp_path / name
     folder.mkdir()
     share, calls = 4 / micro, 2 * CALL_US
     paths = write_job(folder, kind, len(layers), micro, [LAYER_F_US * n * share + calls for n in layers],
-                      [LAYER_B_US * n * share + calls for n in layers])
-    for path in paths:  # an operator begins after the send before it and ends before the receive after it is
-        document = json.loads(gzip.decompress(path.read_bytes()))  # posted, as on a real thread
+                      [LAYER_B_US * n * share + calls for n in layers], ranges=ranges)
+    for rank, path in enumerate(paths):  # an operator begins after the send before it and ends before the
+        document = json.loads(gzip.decompress(path.read_bytes()))  # receive after it is posted, as on a thread
         for e in document["traceEvents"]:
             if e["name"] in WORK:
                 e["ts"], e["dur"] = e["ts"] + CALL_US, e["dur"] - 2 * CALL_US
+        if edit is not None:
+            edit(rank, document["traceEvents"])
         path.write_bytes(gzip.compress(json.dumps(document).encode()))
     return load_events([str(p) for p in paths])
 
@@ -51,6 +56,54 @@ def test_twice_the_micro_batches_predicts_the_run_made_with_them(tmp_path, kind)
     # halved, its calls kept: 5 x (350 + 8) µs -> 9 x (175 + 8) µs
     change = _median(report, "predicted_us") - _median(report, "measured_us")
     assert change == pytest.approx(9 * 183.0 - 5 * 358.0, abs=0.01 * made)
+
+
+def _gpipe_ranges_too(rank, events):
+    """torch's ScheduleGPipe's ``Forward i``/``Backward i`` around each of the capture's own ranges (rnnprof's
+    GPipe workload records both)."""
+    seen = {"forward": 0, "backward": 0}
+    for e in [e for e in events if e["name"] in seen]:
+        events.append({**e, "name": f"{e['name'].capitalize()} {seen[e['name']]}", "ts": e["ts"] - 0.5,
+                       "dur": e["dur"] + 1.0})
+        seen[e["name"]] += 1
+
+
+@pytest.mark.parametrize("ranges, edit", [("gpipe", None), (True, _gpipe_ranges_too)],
+                         ids=["torch's ranges alone", "both, read once"])
+def test_torchs_gpipe_ranges_tell_the_micro_batches_apart(tmp_path, ranges, edit):
+    # a user's GPipe script records only torch's ranges; rnnprof's GPipe records its own inside torch's
+    report = whatif(_job(tmp_path, "four", "gpipe", 4, (1, 1), ranges=ranges, edit=edit),
+                    [Change(MICRO_BATCHES, factor=8)])
+    made = _median(whatif(_job(tmp_path, "eight", "gpipe", 8, (1, 1)), UNCHANGED), "measured_us")
+    assert abs(_median(report, "predicted_us") - _median(report, "measured_us")) > 100.0  # it changes the step
+    assert _median(report, "predicted_us") == pytest.approx(made, rel=0.01)
+
+
+@pytest.mark.parametrize("change", [Change(MICRO_BATCHES, factor=8), Change(MOVE_LAYER, "2,2:3,1")])
+def test_a_job_whose_micro_batches_cannot_be_told_apart_is_refused(tmp_path, change):
+    # a 1F1B script's trace without ranges around its micro-batches (torch's Schedule1F1B records none): refused
+    # rather than replayed as no change
+    table = _job(tmp_path, "job", "1f1b", 4, (2, 2), ranges=False)
+    with pytest.raises(ChangeError, match="no step holds a pipeline to replay"):
+        whatif(table, [change])
+
+
+def test_a_job_that_is_no_pipeline_is_refused_in_one_line(capsys):
+    code = main(["whatif", "tests/data/torch-gloo-fsdp", "--micro-batches", "8"])
+    out, err = capsys.readouterr()
+    assert code == 2 and not out
+    assert len(err.strip().splitlines()) == 1 and "no step holds a pipeline" in err and "Traceback" not in err
+
+
+def test_an_interleaved_schedule_is_refused(tmp_path):
+    def two_stages_on_rank_0(rank, events):  # the PP: ranges of an interleaved schedule's first rank
+        if rank == 0:
+            first = min(e["ts"] for e in events if e["name"] == "forward")
+            events += [{**events[0], "name": f"PP:{stage}F0", "ts": first + stage, "dur": 1.0} for stage in (0, 2)]
+
+    table = _job(tmp_path, "job", "1f1b", 4, (2, 2), edit=two_stages_on_rank_0)
+    with pytest.raises(ChangeError, match="runs stages 0, 2"):
+        whatif(table, [Change(MICRO_BATCHES, factor=8)])
 
 
 @pytest.mark.parametrize("kind, before, after", [("1f1b", (3, 1), (2, 2)), ("gpipe", (3, 1), (2, 2)),

@@ -16,7 +16,7 @@ from rnnprof.analyzers.replay.changes import apply
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
 from rnnprof.analyzers.replay.engine import Layering, Schedule, calibrate, replay, replay_order
 from rnnprof.analyzers.replay.graph import ARRIVAL, DONE, EDGE_ARRIVAL, replay_graph
-from rnnprof.analyzers.replay.pipeline_changes import parse_layers, schedule_change_us
+from rnnprof.analyzers.replay.pipeline_changes import parse_layers, refuse_without_pipeline, schedule_change_us
 from rnnprof.analyzers.replay.outcome import chain, rank_waits, replayed_step_time, waits_by_rank
 from rnnprof.analyzers.replay.comm_changes import check_collectives, recorded_collectives
 from rnnprof.analyzers.replay.result import (COMM, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, MICRO_BATCHES,
@@ -175,6 +175,7 @@ def whatif_report(changes: Sequence[Change], replays: Iterable[tuple[StepReplay,
         results.append(result)
         for c, n in zip(changes, counts):
             changed[c.describe()] += n
+    refuse_without_pipeline(changes, changed, len(results))
     notes = (f"the latest rank at the collectives: {rank}",) if rank else ()
     return WhatIfReport(changes=tuple(changes), steps=tuple(results), changed=changed, notes=notes, lacks=lacks)
 

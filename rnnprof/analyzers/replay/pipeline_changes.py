@@ -9,6 +9,11 @@ difference of the two runs' ends is added to the step graph's replay, so the mod
 * layers ``FROM:TO`` (``3,1:2,2``): each stage's work changes by the layers it gains or loses times one layer's
   time, that of the stage with the most layers over its layers.
 
+A stage's micro-batches are told apart by the capture's ``forward``/``backward`` ranges (rnnprof's pipelines record
+them around each micro-batch), else by torch's ScheduleGPipe's ``Forward i``/``Backward i``. A job none of whose
+steps holds such a pipeline, or one whose ranks run several stages each (an interleaved schedule's
+``PP:<stage><action><micro-batch>`` ranges), is refused (``ChangeError``), not replayed as no change.
+
 The model as users read it: docs/commands/whatif.md, *Pipelines*."""
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from rnnprof.analyzers.classify import EventClass
 from rnnprof.analyzers.replay.graph import DONE, EDGE_ARRIVAL, EVENT
 from rnnprof.analyzers.replay.result import MICRO_BATCHES, MOVE_LAYER, Change, ChangeError
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
-from rnnprof.events.names import BACKWARD, FORWARD, PHASE_RANGE
+from rnnprof.events.names import BACKWARD, FORWARD, GPIPE_RANGE, PHASE_RANGE, PP_ACTION_RANGE
 
 SCHEDULE_KINDS = (MICRO_BATCHES, MOVE_LAYER)
 _GPIPE, _ONE_F_ONE_B = "gpipe", "1f1b"
@@ -67,7 +72,8 @@ def pipeline(change: Change, sg: StepGraph, knobs: Knobs, rank: str) -> int:
 
 def schedule_change_us(sg: StepGraph, changes) -> float:
     """The step's change by the schedule changes among ``changes`` (0 where none, or where the step holds no
-    pipeline); a ``ChangeError`` where a stage split names other stages than the step's."""
+    pipeline: ``refuse_without_pipeline`` judges the job); a ``ChangeError`` where a stage split names other stages
+    than the step's."""
     asked = [c for c in changes if c.kind in SCHEDULE_KINDS]
     stages = step_stages(sg) if asked else None
     if stages is None:
@@ -89,6 +95,16 @@ def schedule_change_us(sg: StepGraph, changes) -> float:
             backward = backward + gained * stages.backward[most] / old[most]
     before = run_schedule(stages.forward, stages.backward, stages.transfer_us, stages.micro_batches, stages.schedule)
     return run_schedule(forward, backward, stages.transfer_us, micro, stages.schedule) - before
+
+
+def refuse_without_pipeline(changes, changed: dict[str, int], steps: int) -> None:
+    """A ``ChangeError`` where a schedule change among ``changes`` found a pipeline in none of the ``steps`` steps
+    (``changed``: per change, the phases it read over them, as ``pipeline`` counts them)."""
+    for c in changes:
+        if c.kind in SCHEDULE_KINDS and steps and not changed.get(c.describe()):
+            raise ChangeError(f"{c.describe()}: no step holds a pipeline to replay: expected two ranks or more, each "
+                              f"running the same number (2 or more) of micro-batches' forward and backward ranges "
+                              f"(rnnprof's `forward`/`backward`, or ScheduleGPipe's `Forward i`/`Backward i`)")
 
 
 def step_stages(sg: StepGraph) -> Stages | None:
@@ -128,20 +144,43 @@ def step_stages(sg: StepGraph) -> Stages | None:
 
 
 def _phase_ranges(sg: StepGraph) -> dict[tuple[str, str], list[tuple[float, float]]]:
-    """(worker, phase) -> the step's forward and backward ranges on it, (start, end) in start order."""
+    """(worker, phase) -> the step's forward and backward ranges on it, (start, end) in start order: the capture's
+    ``forward``/``backward`` ranges, else (a worker with none) ScheduleGPipe's ``Forward i``/``Backward i``; a
+    ``ChangeError`` where a worker runs several stages (``PP:<stage>...`` ranges of two stages or more)."""
     t = sg.table
     steps = np.unique(t.step[sg.graph.rows[sg.graph.own]])
-    phase_of = {}
+    phase_of, stage_of = {}, {}
     for code, name in enumerate(t.strings):
-        found = PHASE_RANGE.match(name)
-        if found and found.group(1).lower() in (FORWARD, BACKWARD):
-            phase_of[code] = found.group(1).lower()
-    rows = np.flatnonzero(np.isin(t.name, list(phase_of)) & np.isin(t.step, steps)) if phase_of else []
-    out: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        if (found := PHASE_RANGE.match(name)) and found.group(1).lower() in (FORWARD, BACKWARD):
+            phase_of[code] = (0, found.group(1).lower())
+        elif found := GPIPE_RANGE.match(name):
+            phase_of[code] = (1, found.group(1).lower())
+        elif found := PP_ACTION_RANGE.match(name):
+            stage_of[code] = int(found.group(1))
+    in_step = np.isin(t.step, steps)
+    _refuse_interleaved(sg, np.flatnonzero(np.isin(t.name, list(stage_of)) & in_step) if stage_of else [], stage_of)
+    rows = np.flatnonzero(np.isin(t.name, list(phase_of)) & in_step) if phase_of else []
+    by_source: dict[tuple[str, int, str], list[tuple[float, float]]] = {}
     for r in sorted(rows, key=lambda r: t.ts[r]):
-        key = (t.devices[t.device[r]].worker or "host", phase_of[int(t.name[r])])
-        out.setdefault(key, []).append((float(t.ts[r]), float(t.ts[r] + t.dur[r])))
-    return out
+        source, phase = phase_of[int(t.name[r])]
+        key = (t.devices[t.device[r]].worker or "host", source, phase)
+        by_source.setdefault(key, []).append((float(t.ts[r]), float(t.ts[r] + t.dur[r])))
+    first = {}  # per worker, the first source that it holds
+    for worker, source, _ in by_source:
+        first[worker] = min(source, first.get(worker, source))
+    return {(worker, phase): spans for (worker, source, phase), spans in by_source.items() if source == first[worker]}
+
+
+def _refuse_interleaved(sg: StepGraph, rows, stage_of: dict[int, int]) -> None:
+    t = sg.table
+    stages: dict[str, set[int]] = {}
+    for r in rows:
+        stages.setdefault(t.devices[t.device[r]].worker or "host", set()).add(stage_of[int(t.name[r])])
+    several = sorted((w, sorted(s)) for w, s in stages.items() if len(s) > 1)
+    if several:
+        worker, held = several[0]
+        raise ChangeError(f"{worker} runs stages {', '.join(map(str, held))} (an interleaved schedule's PP: ranges): "
+                          f"--micro-batches and --move-layer replay schedules of one stage per rank (1F1B, GPipe)")
 
 
 def _transfer(sg: StepGraph) -> float:
