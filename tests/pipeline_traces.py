@@ -80,8 +80,9 @@ def write_job(folder: Path, kind: str, stages: int, micro: int, forward_us: list
     on), each with work that is no micro-batch's: a split of the batch before the first input arrives (ranks past
     the first), a scaling of the gradients after the pipeline's last work, the optimizer's step. ``ranges``: each
     micro-batch's work inside a ``forward``/``backward`` range (as rnnprof's pipelines record them), or with
-    ``"gpipe"`` inside torch's ScheduleGPipe's ``Forward i``/``Backward i``; else its operators alone, a backward's
-    inside autograd's backward function."""
+    ``"gpipe"`` inside torch's ScheduleGPipe's ``Forward i``/``Backward i``, which also hold the wait for the
+    micro-batch's input (from its receive's posting); else its operators alone, a backward's inside autograd's
+    backward function."""
     done = simulate(kind, stages, micro, forward_us, backward_us, latency_us)
     last = max(end for _, _, end in done.values())
     period = last + GAP_US
@@ -101,7 +102,7 @@ def write_job(folder: Path, kind: str, stages: int, micro: int, forward_us: list
             for (stage, action, k), (posted, start, end) in done.items():
                 if stage != s:
                     continue
-                _work(mine, action, k, tid, base + start, end - start, ranges)
+                _work(mine, action, k, tid, base + posted, base + start, end - start, ranges)
                 _transfers(mine, s, stages, action, tid, base, posted, start, end, k, done, latency_us)
     paths = []
     for s in range(stages):
@@ -115,9 +116,11 @@ def write_job(folder: Path, kind: str, stages: int, micro: int, forward_us: list
     return paths
 
 
-def _work(mine: list, action: str, k: int, tid: int, start: float, dur: float, ranges: bool | str) -> None:
-    if ranges == "gpipe":
-        mine.append(_event(f"{'Forward' if action == 'F' else 'Backward'} {k}", "user_annotation", tid, start, dur))
+def _work(mine: list, action: str, k: int, tid: int, posted: float, start: float, dur: float,
+          ranges: bool | str) -> None:
+    if ranges == "gpipe":  # torch's range holds the wait for the input too: from the receive's posting
+        mine.append(_event(f"{'Forward' if action == 'F' else 'Backward'} {k}", "user_annotation", tid, posted,
+                           start + dur - posted))
     elif ranges:
         mine.append(_event("forward" if action == "F" else "backward", "user_annotation", tid, start, dur))
     name = "aten::mm" if action == "F" else "autograd::engine::evaluate_function: MmBackward0"

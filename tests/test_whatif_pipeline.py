@@ -60,12 +60,15 @@ def test_twice_the_micro_batches_predicts_the_run_made_with_them(tmp_path, kind)
 
 def _gpipe_ranges_too(rank, events):
     """torch's ScheduleGPipe's ``Forward i``/``Backward i`` around each of the capture's own ranges (rnnprof's
-    GPipe workload records both)."""
-    seen = {"forward": 0, "backward": 0}
-    for e in [e for e in events if e["name"] in seen]:
-        events.append({**e, "name": f"{e['name'].capitalize()} {seen[e['name']]}", "ts": e["ts"] - 0.5,
-                       "dur": e["dur"] + 1.0})
+    GPipe workload records both), each from the end of the stage's work before it (300 µs at most): the wait for its
+    input too."""
+    seen, free = {"forward": 0, "backward": 0}, None
+    for e in sorted([e for e in events if e["name"] in seen], key=lambda e: e["ts"]):
+        start = e["ts"] - 0.5 if free is None else max(free, e["ts"] - 300.0)
+        events.append({**e, "name": f"{e['name'].capitalize()} {seen[e['name']]}", "ts": start,
+                       "dur": e["ts"] + e["dur"] + 0.5 - start})
         seen[e["name"]] += 1
+        free = e["ts"] + e["dur"] + 0.5
 
 
 @pytest.mark.parametrize("ranges, edit", [("gpipe", None), (True, _gpipe_ranges_too)],

@@ -9,11 +9,8 @@ difference of the two runs' ends is added to the step graph's replay, so the mod
 * layers ``FROM:TO`` (``3,1:2,2``): each stage's work changes by the layers it gains or loses times one layer's
   time, that of the stage with the most layers over its layers.
 
-A stage's micro-batches are told apart by the capture's ``forward``/``backward`` ranges (rnnprof's pipelines record
-them around each micro-batch), else by torch's ScheduleGPipe's ``Forward i``/``Backward i``. A job none of whose
-steps holds such a pipeline, or one whose ranks run several stages each (an interleaved schedule's
-``PP:<stage><action><micro-batch>`` ranges), is refused (``ChangeError``), not replayed as no change.
-
+Micro-batches are told apart by the capture's ``forward``/``backward`` ranges, else ScheduleGPipe's ``Forward i``/
+``Backward i``; a job with no such pipeline, or with several stages per rank, is refused (``ChangeError``).
 The model as users read it: docs/commands/whatif.md, *Pipelines*."""
 
 from __future__ import annotations
