@@ -4,6 +4,7 @@ stage's work set by hand, per layer and per micro-batch), and against the schedu
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import statistics
@@ -18,19 +19,24 @@ from rnnprof.traces import load_events
 LAYER_F_US, LAYER_B_US = 100.0, 250.0  # one layer's forward and backward on a micro-batch of a quarter batch
 WORK = ("aten::mm", "autograd::engine::evaluate_function: MmBackward0")
 CALL_US = 2.0  # a send's call and run, a receive's call
+VIEW_US = 8.0  # what calling and recording an operator costs (``_views``)
 UNCHANGED = [Change(COMM, "", 1.0)]
 
 
 def _job(tmp_path, name: str, kind: str, micro: int, layers: tuple[int, ...], ranges: bool | str = True,
-         edit=None):
+         edit=None, views: int = 0):
     """A pipeline of ``len(layers)`` stages, each stage's operator per micro-batch its layers' times, a
     micro-batch's share of the batch (1/``micro``) of a quarter batch's, beside the calls of its transfers
-    (``ranges``: as ``write_job``'s; ``edit(rank, events)``: a change to a rank's events before they are read)."""
+    (``ranges``: as ``write_job``'s; ``edit(rank, events)``: a change to a rank's events before they are read;
+    ``views``: after each operator, that many view operators, ``_views``)."""
     folder = tmp_path / name
     folder.mkdir()
     share, calls = 4 / micro, 2 * CALL_US
-    paths = write_job(folder, kind, len(layers), micro, [LAYER_F_US * n * share + calls for n in layers],
-                      [LAYER_B_US * n * share + calls for n in layers], ranges=ranges)
+    fixed = calls + (VIEW_US + views * 2 * VIEW_US if views else 0.0)
+    paths = write_job(folder, kind, len(layers), micro, [LAYER_F_US * n * share + fixed for n in layers],
+                      [LAYER_B_US * n * share + fixed for n in layers], ranges=ranges)
+    if views:
+        edit = functools.partial(_views, views)
     for rank, path in enumerate(paths):  # an operator begins after the send before it and ends before the
         document = json.loads(gzip.decompress(path.read_bytes()))  # receive after it is posted, as on a thread
         for e in document["traceEvents"]:
@@ -42,8 +48,28 @@ def _job(tmp_path, name: str, kind: str, micro: int, layers: tuple[int, ...], ra
     return load_events([str(p) for p in paths])
 
 
+def _views(views: int, rank: int, events: list) -> None:
+    """After each micro-batch's operator, ``views`` ``aten::transpose`` of ``2 * VIEW_US``, each holding an
+    ``aten::as_strided`` of ``VIEW_US``: what calling and recording an operator costs, whatever the micro-batch;
+    the operator itself costs one call more than its share of the work."""
+    for e in [e for e in events if e["name"] in WORK]:
+        e["dur"] -= views * 2 * VIEW_US
+        for k in range(views):
+            at = e["ts"] + e["dur"] + k * 2 * VIEW_US
+            events.append({**e, "name": "aten::transpose", "ts": at, "dur": 2 * VIEW_US})
+            events.append({**e, "name": "aten::as_strided", "ts": at + 0.5 * VIEW_US, "dur": VIEW_US})
+
+
 def _median(report, attr: str) -> float:
     return statistics.median(getattr(s, attr) for s in report.steps)
+
+
+@pytest.mark.parametrize("kind", ["1f1b", "gpipe"])
+def test_what_calling_operators_costs_stays_per_micro_batch(tmp_path, kind):
+    # each micro-batch's operator with 6 view operators after it, their calls' cost not shrinking with it
+    report = whatif(_job(tmp_path, "four", kind, 4, (1, 1), views=6), [Change(MICRO_BATCHES, factor=8)])
+    made = _median(whatif(_job(tmp_path, "eight", kind, 8, (1, 1), views=6), UNCHANGED), "measured_us")
+    assert _median(report, "predicted_us") == pytest.approx(made, rel=0.01)
 
 
 @pytest.mark.parametrize("kind", ["1f1b", "gpipe"])

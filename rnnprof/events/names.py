@@ -184,6 +184,11 @@ ONE_F_ONE_B, GPIPE, INTERLEAVED_1F1B = "1f1b", "gpipe", "interleaved-1f1b"
 PIPELINE_SCHEDULES = (ONE_F_ONE_B, GPIPE, INTERLEAVED_1F1B)
 GPIPE_RANGE = re.compile(r"^(Forward|Backward) (\d{1,6})$")
 PP_ACTION_RANGE = re.compile(r"^PP:(\d{1,6})(F|B|I|W)(\d{1,6})$")
+# PyTorch operators that make a new view of a tensor (shape, strides, offset) and move no data: their time is what
+# calling and recording an operator costs, whatever the tensor's size (whatif's micro-batches).
+VIEW_OPERATORS = frozenset(f"aten::{name}" for name in (
+    "view", "_unsafe_view", "as_strided", "transpose", "t", "permute", "expand", "expand_as", "view_as", "unsqueeze",
+    "squeeze", "slice", "select", "narrow", "detach", "alias", "unflatten"))
 
 
 # -- training phases ------------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ replayed on the schedule itself, built from the step's per-micro-batch phases (e
 work per micro-batch, the transfer between stages, torch's 1F1B or GPipe order), run unchanged and changed; the
 difference of the two runs' ends is added to the step graph's replay, so the model's own error cancels.
 
-* micro-batches M -> M': a micro-batch's operators take M / M' of their time; the host work between them and its
-  sends' and receives' calls stay per micro-batch.
+* micro-batches M -> M': a micro-batch's operators take M / M' of their time, less what calling and recording each
+  operator costs (``call_us``: the trace's view operators, which move no data); that cost, the host work between
+  them and its sends' and receives' calls stay per micro-batch.
 * layers ``FROM:TO`` (``3,1:2,2``): each stage's work changes by the layers it gains or loses times one layer's
   time, that of the stage with the most layers over its layers.
 
@@ -20,20 +21,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnprof.analyzers.classify import EventClass
+from rnnprof.analyzers.device_work import outermost_by_lane
 from rnnprof.analyzers.replay.graph import DONE, EDGE_ARRIVAL, EVENT
 from rnnprof.analyzers.replay.result import MICRO_BATCHES, MOVE_LAYER, Change, ChangeError
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
-from rnnprof.events.names import BACKWARD, FORWARD, GPIPE_RANGE, PHASE_RANGE, PP_ACTION_RANGE
+from rnnprof.events import Kind
+from rnnprof.events.names import BACKWARD, FORWARD, GPIPE_RANGE, PHASE_RANGE, PP_ACTION_RANGE, VIEW_OPERATORS
 
 SCHEDULE_KINDS = (MICRO_BATCHES, MOVE_LAYER)
+MIN_VIEWS = 8  # view operators a table needs for their median to say what calling an operator costs
 _GPIPE, _ONE_F_ONE_B = "gpipe", "1f1b"
 
 
 @dataclass(frozen=True)
 class Stages:
     """A step's pipeline as its phases give it: per stage (in order), its rank, its forward's and backward's
-    median time per micro-batch and the part of each that its operators take; the micro-batches, the transfer
-    and the schedule."""
+    median time per micro-batch and the part of each that shrinks with the micro-batch (its operators' time less
+    what calling them costs, ``call_us`` each); the micro-batches, the transfer and the schedule."""
 
     ranks: tuple[str, ...]
     forward: np.ndarray
@@ -43,6 +47,7 @@ class Stages:
     micro_batches: int
     transfer_us: float
     schedule: str
+    call_us: float = 0.0
 
 
 def parse_layers(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -127,23 +132,71 @@ def step_stages(sg: StepGraph) -> Stages | None:
     comm = sg.classes[g.rows] == EventClass.COMMUNICATION
     pre = np.where(comm, 0.0, g.pre)
 
+    operators = _operators(sg)
+
     def per_micro_batch(spans, worker):
         mine = host & (sg.worker == worker)
-        inside = [mine & (at >= a) & (ends <= b) for a, b in spans]
-        return (float(np.median([g.dur[k].sum() + pre[k].sum() for k in inside])),
-                float(np.median([g.dur[k & ~comm].sum() for k in inside])))
+        inside = [mine & (at >= a) & (ends <= b) for a, b, _ in spans]
+        total = [g.dur[k].sum() + pre[k].sum() for k in inside]
+        return (float(np.median(total)),
+                float(np.median([min(operators.shrinking_us(*span), t) for span, t in zip(spans, total)])))
 
     measured = [[per_micro_batch(found[w][k], w) for w in ranks] for k in (0, 1)]
     stage0 = found[ranks[0]]
     schedule = _ONE_F_ONE_B if stage0[1][0][0] < stage0[0][-1][0] else _GPIPE
     return Stages(tuple(ranks), *(np.array([m[i] for m in measured[k]]) for k, i in ((0, 0), (1, 0), (0, 1), (1, 1))),
-                  micro_batches=counts.pop(), transfer_us=_transfer(sg), schedule=schedule)
+                  micro_batches=counts.pop(), transfer_us=_transfer(sg), schedule=schedule,
+                  call_us=operators.call_us)
 
 
-def _phase_ranges(sg: StepGraph) -> dict[tuple[str, str], list[tuple[float, float]]]:
-    """(worker, phase) -> the step's forward and backward ranges on it, (start, end) in start order: the capture's
-    ``forward``/``backward`` ranges, else (a worker with none) ScheduleGPipe's ``Forward i``/``Backward i``; a
-    ``ChangeError`` where a worker runs several stages (``PP:<stage>...`` ranges of two stages or more)."""
+class _Operators:
+    """A table's host operators (not collectives' calls) per thread, in start order, each with whether it is
+    outermost; ``call_us``: what calling and recording one costs, the median of the outermost view operators'
+    time per operator recorded inside them (themselves included), 0 where the table has fewer than ``MIN_VIEWS``."""
+
+    def __init__(self, sg: StepGraph):
+        t = sg.table
+        rows = np.flatnonzero((t.kind == Kind.HOST_OP) & (sg.classes != EventClass.COMMUNICATION))
+        # a thread is its worker's lane: two ranks' threads may have the same id
+        worker = np.array([d.worker for d in t.devices] or [""], dtype=object)[t.device]
+        workers = {w: k for k, w in enumerate(sorted(set(worker[rows])))}
+        thread = t.lane.astype(np.int64) * max(len(workers), 1) + np.array([workers.get(w, 0) for w in worker])
+        end = t.ts + t.dur
+        self.threads: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        views = np.isin(t.name, [c for c, name in enumerate(t.strings) if name in VIEW_OPERATORS])
+        per_call = []
+        for _, (_, _, top) in outermost_by_lane(thread, t.ts, end, rows).items():
+            mine = rows[thread[rows] == thread[top[0]]]
+            mine = mine[np.argsort(t.ts[mine], kind="stable")]
+            self.threads[(worker[top[0]], int(t.lane[top[0]]))] = (t.ts[mine], end[mine], t.dur[mine],
+                                                                   np.isin(mine, top))
+            view = top[views[top]]
+            inside = np.searchsorted(t.ts[mine], end[view], "left") - np.searchsorted(t.ts[mine], t.ts[view], "left")
+            per_call.extend(t.dur[view] / np.maximum(inside, 1))
+        self.call_us = float(np.median(per_call)) if len(per_call) >= MIN_VIEWS else 0.0
+
+    def shrinking_us(self, start: float, end: float, thread: tuple[str, int]) -> float:
+        """The part of the operators inside ``[start, end]`` on ``thread`` (worker, lane) that shrinks with their
+        input: the outermost ones' time less ``call_us`` for each operator recorded (0 at least)."""
+        if thread not in self.threads:
+            return 0.0
+        starts, ends, dur, outer = self.threads[thread]
+        k = slice(np.searchsorted(starts, start, "left"), np.searchsorted(starts, end, "right"))
+        within = ends[k] <= end
+        return max(float(dur[k][within & outer[k]].sum()) - self.call_us * int(within.sum()), 0.0)
+
+
+def _operators(sg: StepGraph) -> _Operators:
+    """The table's ``_Operators``, made once for all of its steps' graphs."""
+    if "pipeline operators" not in sg.shared:
+        sg.shared["pipeline operators"] = _Operators(sg)
+    return sg.shared["pipeline operators"]
+
+
+def _phase_ranges(sg: StepGraph) -> dict[tuple[str, str], list[tuple[float, float, tuple[str, int]]]]:
+    """(worker, phase) -> the step's forward and backward ranges on it, (start, end, (worker, lane)) in start order:
+    the capture's ``forward``/``backward`` ranges, else (a worker with none) ScheduleGPipe's ``Forward i``/
+    ``Backward i``; a ``ChangeError`` where a worker runs several stages (``PP:<stage>...`` ranges of two or more)."""
     t = sg.table
     steps = np.unique(t.step[sg.graph.rows[sg.graph.own]])
     phase_of, stage_of = {}, {}
@@ -157,11 +210,12 @@ def _phase_ranges(sg: StepGraph) -> dict[tuple[str, str], list[tuple[float, floa
     in_step = np.isin(t.step, steps)
     _refuse_interleaved(sg, np.flatnonzero(np.isin(t.name, list(stage_of)) & in_step) if stage_of else [], stage_of)
     rows = np.flatnonzero(np.isin(t.name, list(phase_of)) & in_step) if phase_of else []
-    by_source: dict[tuple[str, int, str], list[tuple[float, float]]] = {}
+    by_source: dict[tuple[str, int, str], list[tuple[float, float, tuple[str, int]]]] = {}
     for r in sorted(rows, key=lambda r: t.ts[r]):
         source, phase = phase_of[int(t.name[r])]
         key = (t.devices[t.device[r]].worker or "host", source, phase)
-        by_source.setdefault(key, []).append((float(t.ts[r]), float(t.ts[r] + t.dur[r])))
+        by_source.setdefault(key, []).append((float(t.ts[r]), float(t.ts[r] + t.dur[r]),
+                                              (t.devices[t.device[r]].worker, int(t.lane[r]))))
     first = {}  # per worker, the first source that it holds
     for worker, source, _ in by_source:
         first[worker] = min(source, first.get(worker, source))
