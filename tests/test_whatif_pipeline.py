@@ -69,7 +69,10 @@ def test_what_calling_operators_costs_stays_per_micro_batch(tmp_path, kind):
     # each micro-batch's operator with 6 view operators after it, their calls' cost not shrinking with it
     report = whatif(_job(tmp_path, "four", kind, 4, (1, 1), views=6), [Change(MICRO_BATCHES, factor=8)])
     made = _median(whatif(_job(tmp_path, "eight", kind, 8, (1, 1), views=6), UNCHANGED), "measured_us")
-    assert _median(report, "predicted_us") == pytest.approx(made, rel=0.01)
+    # within 1.5 % of the step: the 4 micro-batches more bring their sends' and receives' calls (about 11 µs each,
+    # 1.1 % of GPipe's step), which are in no stage's work; the views' calls scaled with the rest would put the step
+    # a quarter short
+    assert _median(report, "predicted_us") == pytest.approx(made, rel=0.015)
 
 
 @pytest.mark.parametrize("kind", ["1f1b", "gpipe"])
