@@ -127,6 +127,21 @@ def test_a_job_that_is_no_pipeline_is_refused_in_one_line(capsys):
     assert len(err.strip().splitlines()) == 1 and "no step holds a pipeline" in err and "Traceback" not in err
 
 
+def test_a_pipeline_computing_on_gpus_is_refused(tmp_path):
+    def kernels_of_the_operators(rank, events):  # each operator launches a kernel on the rank's GPU, as on CUDA
+        for n, e in enumerate([e for e in events if e["name"] in WORK]):
+            correlation = 1000 * (rank + 1) + n
+            events.append({**e, "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": e["ts"] + 1.0, "dur": 4.0,
+                           "args": {"correlation": correlation}})
+            events.append({"ph": "X", "cat": "kernel", "name": "volta_sgemm_128x64_nn", "pid": rank, "tid": 7,
+                           "ts": e["ts"] + 6.0, "dur": e["dur"],
+                           "args": {"device": rank, "stream": 7, "correlation": correlation}})
+
+    table = _job(tmp_path, "job", "1f1b", 4, (2, 2), edit=kernels_of_the_operators)
+    with pytest.raises(ChangeError, match="rank0 computes on a GPU"):
+        whatif(table, [Change(MICRO_BATCHES, factor=8)])
+
+
 def test_an_interleaved_schedule_is_refused(tmp_path):
     def two_stages_on_rank_0(rank, events):  # the PP: ranges of an interleaved schedule's first rank
         if rank == 0:

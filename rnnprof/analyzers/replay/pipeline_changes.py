@@ -11,7 +11,7 @@ difference of the two runs' ends is added to the step graph's replay, so the mod
   time, that of the stage with the most layers over its layers.
 
 Micro-batches are told apart by the capture's ``forward``/``backward`` ranges, else ScheduleGPipe's ``Forward i``/
-``Backward i``; a job with no such pipeline, or with several stages per rank, is refused (``ChangeError``).
+``Backward i``; a job with no such pipeline, with several stages per rank or with GPU stages is refused (``ChangeError``).
 The model as users read it: docs/commands/whatif.md, *Pipelines*."""
 
 from __future__ import annotations
@@ -124,6 +124,12 @@ def step_stages(sg: StepGraph) -> Stages | None:
         return None
     ranks = sorted(found, key=lambda w: found[w][0][0][0])  # by their first forward's start
     host = g.host & (g.node_kind == EVENT)
+    kernels = ~g.host & (g.node_kind == EVENT) & (sg.cls == EventClass.COMPUTE)
+    on_gpu = [w for w in ranks if np.any(kernels & (sg.worker == w))]
+    if on_gpu:
+        raise ChangeError(f"{on_gpu[0]} computes on a GPU: --micro-batches and --move-layer replay a pipeline's stages "
+                          f"from their host threads' work, which on a GPU rank is the kernels' launches, not the "
+                          f"kernels' time; they replay CPU ranks' pipelines")
     at = sg.window_start + g.start
     ends = sg.window_start + g.end
 
