@@ -346,13 +346,15 @@ def test_the_capture_times_every_step_in_the_window_and_after_it(tmp_path, capsy
 
 @pytest.mark.slow
 def test_a_script_that_gets_torch_from_a_module_elsewhere_is_captured_as_pytorch(tmp_path):
-    """The script names neither framework: TensorFlow's capture starts, then gives way as torch is imported."""
+    """The script names neither framework: torch's capture starts as the library imports torch; TensorFlow is
+    never imported."""
     lib = tmp_path / "lib"
     lib.mkdir()
     (lib / "trainlib.py").write_text(
         "import torch\n\n\ndef train(steps):\n    model = torch.nn.Linear(4, 4)\n"
         "    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n    for _ in range(steps):\n"
-        "        model(torch.randn(2, 4)).sum().backward()\n        optimizer.step()\n")
+        "        model(torch.randn(2, 4)).sum().backward()\n        optimizer.step()\n"
+        "    import sys\n    print('tensorflow imported:', 'tensorflow' in sys.modules)\n")
     script = tmp_path / "main.py"
     script.write_text("import trainlib\n\ntrainlib.train(6)\n")
     run = tmp_path / "run"
@@ -360,6 +362,7 @@ def test_a_script_that_gets_torch_from_a_module_elsewhere_is_captured_as_pytorch
                            sys.executable, str(script)], env={**env(), "PYTHONPATH": f"{env()['PYTHONPATH']}:{lib}"},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "tensorflow imported: False" in done.stdout
     m = manifest(run)
     assert m["status"] == "complete" and m["framework"] == "torch" and m["ranks"][0]["steps"] == [1, 2]
     assert sorted(markers(raw_events(run / "torch" / "rank0.json.gz"))) == [1, 2]

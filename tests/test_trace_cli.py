@@ -359,11 +359,18 @@ with tf1.Session(config=config) as session:
 
 @pytest.mark.slow
 def test_trace_tf1_session_script_through_cli(tmp_path):
-    script = tmp_path / "train_tf1.py"
-    script.write_text(TF1_SCRIPT)
+    # the script names neither framework: its job is a module elsewhere (a library), which imports TensorFlow;
+    # TensorFlow's capture starts as that import ends, before the job builds its graph
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "tf1_job.py").write_text(TF1_SCRIPT + "import sys\nprint('torch imported:', 'torch' in sys.modules)\n")
+    script = tmp_path / "train.py"
+    script.write_text("import tf1_job  # noqa: F401\n")
     out = tmp_path / "run"
-    result = _trace_script(out, script, "--steps", "2")
+    paths = os.pathsep.join(filter(None, [ENV.get("PYTHONPATH"), str(lib)]))
+    result = _trace_script(out, script, "--steps", "2", env=dict(ENV, PYTHONPATH=paths))
     assert result.returncode == 0, result.stderr[-2000:]
+    assert "torch imported: False" in result.stdout
     m = _manifest(out)
     assert m["status"] == "complete" and m["traced_steps"] == [1, 2]  # run 0 is the initializer
     assert m["session_config"]["inter_op_threads"] == 4
@@ -431,7 +438,7 @@ def test_a_python_without_tensorflow_is_one_line_naming_the_interpreter(tmp_path
     shim.mkdir(parents=True)
     (shim / "__init__.py").write_text("raise ImportError('No module named tensorflow')\n")
     script = tmp_path / "train.py"
-    script.write_text("print('never runs')\n")
+    script.write_text("import tensorflow\nprint('never runs')\n")
     out = tmp_path / "run"
     env = dict(ENV, PYTHONPATH=str(shim.parent))
     result = _trace_script(out, script, env=env)
@@ -441,6 +448,18 @@ def test_a_python_without_tensorflow_is_one_line_naming_the_interpreter(tmp_path
     assert "never runs" not in result.stdout
     m = _manifest(out)
     assert m["status"] == "interrupted" and "cannot import tensorflow" in m["error"]
+
+
+def test_a_script_that_imports_neither_framework_is_run_without_either(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import sys\nprint('imported:', sorted({'tensorflow', 'torch'} & set(sys.modules)))\n")
+    out = tmp_path / "run"
+    result = _trace_script(out, script, "--steps", "2")
+    assert result.returncode == 1 and result.stdout == "imported: []\n"
+    assert result.stderr.strip().splitlines()[-1] == (
+        "rnnprof trace: error: nothing was captured: the script imported neither TensorFlow nor torch (rnnprof "
+        f"captures the one a script imports) (run directory: {out})")
+    assert _manifest(out)["status"] == "complete"
 
 
 @pytest.mark.slow

@@ -2,8 +2,9 @@
 ``-- torchrun OPTIONS train.py ARGS`` for PyTorch jobs of several ranks.
 
 The script runs in a child ``python -m rnnprof.recording.script``, which picks the framework by what the
-script imports (``capture.imports``), opens the capture (TensorFlow: a ``Capture`` hooking ``Session.run`` and
-``tf.function``; torch: a ``TorchScriptCapture``) and runs the script with ``runpy`` as ``__main__``. The parent
+script imports (``script_framework``; a script naming neither gets the capture of the first it imports, as that
+import ends), opens the capture (TensorFlow: a ``Capture`` hooking ``Session.run`` and ``tf.function``; torch: a
+``TorchScriptCapture``) and runs the script with ``runpy`` as ``__main__``. The parent
 prepares the directory, waits, and marks the run interrupted if the child died first; for torch it rebuilds
 the manifest from the ranks' records and passes on a failing rank's exit code. On SIGINT or SIGTERM it passes
 SIGTERM on (``_stop``) and kills what still runs ``STOP_GRACE_S`` seconds later or at a second interrupt.
@@ -274,6 +275,9 @@ def nothing_captured(out: str | Path, skip_steps: int, delay: float) -> str | No
     manifest = _child_manifest(out)
     if any(manifest.captured.values()):
         return None
+    if manifest.framework != ranks.FRAMEWORK and not manifest.has("steps_seen"):  # no capture ran (_capture_either)
+        return ("nothing was captured: the script imported neither TensorFlow nor torch (rnnprof captures the one a "
+                "script imports)")
     seen = manifest.steps_seen if manifest.has("steps_seen") else 0
     if manifest.framework == ranks.FRAMEWORK:
         return (f"nothing was captured: the script ran {seen} step(s) (optimizer.step calls or rnnprof.step "
@@ -299,7 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _capture_torch(settings, argv)
         if framework == TENSORFLOW and settings.get("torchrun"):
             return _refuse_rank(settings, "rnnprof captures a TensorFlow script run by `-- python`, not by torchrun")
-        return _capture_tensorflow(settings, argv, watch_torch=framework is None)
+        if framework is None:
+            return _capture_either(settings, argv)
+        return _capture_tensorflow(settings, argv)
 
 
 TORCH, TENSORFLOW = "torch", "tensorflow"
@@ -354,22 +360,61 @@ def _framework_of(path: Path, folder: Path, seen: set) -> str | None:
     return None
 
 
-def _capture_tensorflow(settings: dict, argv: list[str], watch_torch: bool = False) -> int:
-    """TensorFlow's capture; with ``watch_torch`` (the script names neither framework) it gives way to
-    torch's if the script imports torch before TensorFlow ran a step."""
-    command = settings.get("command") or argv
-    # The parent prepared the directory; the writer exists before TensorFlow so a failed import is recorded.
-    writer = RunWriter(settings["out"], command=command, force=True, config={"script": command})
+def _capture_tensorflow(settings: dict, argv: list[str]) -> int:
+    """TensorFlow's capture, TensorFlow imported before the script runs."""
+    writer = _tensorflow_writer(settings, argv)
     try:
-        return _capture(writer, settings, argv, watch_torch)
+        return _capture(writer, settings, argv)
     except KeyboardInterrupt:  # before the script started: TensorFlow was still loading
         ignore_interrupts()
         writer.finish(rundir.STATUS_INTERRUPTED)
         return 130
 
 
-def _capture(writer: RunWriter, settings: dict, argv: list[str], watch_torch: bool = False) -> int:
-    """Run the script under a capture that writes through ``writer``; returns its exit code."""
+def _tensorflow_writer(settings: dict, argv: list[str]) -> RunWriter:
+    # The parent prepared the directory; the writer exists before TensorFlow so a failed import is recorded.
+    command = settings.get("command") or argv
+    return RunWriter(settings["out"], command=command, force=True, config={"script": command})
+
+
+def _capture_either(settings: dict, argv: list[str]) -> int:
+    """A script that names neither framework (it gets one through a library: Lightning, transformers): nothing is
+    imported before it runs; the capture of the framework it imports first starts as that import ends, before the
+    script can build anything with it, and TensorFlow's gives way to torch's if torch comes before TensorFlow ran a
+    step. A script that imports neither leaves TensorFlow's run, with nothing captured."""
+    writer = _tensorflow_writer(settings, argv)
+    caps: list = []
+
+    def tensorflow_imported(module) -> None:
+        if not caps:
+            caps.append(_tensorflow_capture(settings, writer))
+
+    def torch_imported(module) -> None:
+        if caps:
+            _switch_to_torch(caps, settings)
+        else:
+            (Path(settings["out"]) / rundir.MANIFEST).unlink(missing_ok=True)  # the ranks' manifest replaces it
+            caps.append(_torch_capture(settings))
+
+    cancels = [when_imported("tensorflow", tensorflow_imported), when_imported("torch", torch_imported)]
+    status, code, error = rundir.STATUS_COMPLETE, 0, None
+    try:
+        status, code, error = _run(argv)
+    finally:
+        ignore_interrupts()  # closing writes the window's files; rnnprof kills a child that takes too long
+        for cancel in cancels:
+            cancel()
+        if caps:
+            _close(caps[-1], status, code, error)
+        else:  # no capture ran: the manifest has no steps_seen, which ``nothing_captured`` reads
+            if error:
+                writer.manifest["error"] = error
+            writer.finish(status)
+    return code
+
+
+def _capture(writer: RunWriter, settings: dict, argv: list[str]) -> int:
+    """Run the script under TensorFlow's capture, which writes through ``writer``; returns its exit code."""
     try:
         import tensorflow  # noqa: F401  hooks go on TF's classes before the script builds anything
     except ImportError as exc:
@@ -378,17 +423,13 @@ def _capture(writer: RunWriter, settings: dict, argv: list[str], watch_torch: bo
                                     f"Python that has it, e.g. `-- {hint} {' '.join(argv)}`")
         writer.finish(rundir.STATUS_INTERRUPTED)
         return NO_TENSORFLOW
-    caps = [_tensorflow_capture(settings, writer)]
-    cancel = lambda: None  # noqa: E731
-    if watch_torch:
-        cancel = when_imported("torch", lambda module: _switch_to_torch(caps, settings))
+    cap = _tensorflow_capture(settings, writer)
     status, code, error = rundir.STATUS_COMPLETE, 0, None
     try:
         status, code, error = _run(argv)
     finally:
         ignore_interrupts()  # closing writes the window's files; rnnprof kills a child that takes too long
-        cancel()
-        _close(caps[-1], status, code, error)
+        _close(cap, status, code, error)
     return code
 
 
