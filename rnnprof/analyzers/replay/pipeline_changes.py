@@ -11,7 +11,7 @@ difference of the two runs' ends is added to the step graph's replay, so the mod
   time, that of the stage with the most layers over its layers.
 
 Micro-batches are told apart by the capture's ``forward``/``backward`` ranges, else ScheduleGPipe's ``Forward i``/
-``Backward i``; a job with no such pipeline, with several stages per rank or with GPU stages is refused (``ChangeError``).
+``Backward i``; a job with no such pipeline, several stages per rank or GPU stages is refused (``ChangeError``).
 The model as users read it: docs/commands/whatif.md, *Pipelines*."""
 
 from __future__ import annotations
