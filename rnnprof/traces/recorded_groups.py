@@ -57,7 +57,8 @@ class RecordedEntry:
 
 @dataclass(frozen=True)
 class RecorderWindow:
-    """The entries of a rank's traced window, in the order they were made, and how many could not be read."""
+    """The entries of a rank's traced window, in the order they were made (``record_id``), and how many could not
+    be read."""
 
     entries: tuple[RecordedEntry, ...]
     unreadable: int = 0
@@ -90,9 +91,15 @@ def read_window(trace: str | Path) -> RecorderWindow | None:
         raise InputError(path, f"not JSON ({exc})", EXPECTED) from None
     if not isinstance(document, dict) or document.get("format") != FORMAT or not isinstance(document.get("entries"), list):
         raise InputError(path, "not a flight-recorder window", EXPECTED)
-    read = [_entry(e) for e in document["entries"]]
-    kept = tuple(sorted((e for e in read if e is not None), key=lambda e: e.created_ns))
+    read = [_entry(e) for e in sorted(document["entries"], key=_made)]
+    kept = tuple(e for e in read if e is not None)
     return RecorderWindow(kept, len(read) - len(kept))
+
+
+def _made(entry) -> int:
+    """Where an entry comes in the order entries were made: torch's ``record_id``, else first."""
+    made = entry.get("record_id") if isinstance(entry, dict) else None
+    return made if isinstance(made, int) else -1
 
 
 def _entry(entry) -> RecordedEntry | None:
