@@ -14,6 +14,7 @@ replicate one (HSDP's definition), so the counts fall on the groups so.
 from __future__ import annotations
 
 import collections
+import gzip
 import json
 import shutil
 
@@ -193,3 +194,29 @@ def test_the_join_pairs_in_order_around_a_call_the_recorder_missed():
     joined, counts = join_calls(calls, window)
     assert {i: (e.group.name, e.created_ns) for i, e in joined.items()} == {0: ("s", 1), 2: ("s", 3), 3: ("r", 4)}
     assert (counts["calls_without_entry"], counts["entries_without_call"]) == (1, 0)
+
+
+def _raw_calls(path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("c10d::")]
+
+
+def test_a_script_traced_by_rnnprof_writes_each_ranks_window_entries_beside_its_trace(diagnosis_control):
+    """conftest's shared capture of a 2-rank DDP script under ``rnnprof trace``: each rank's manifest entry names its
+    ``.flight-recorder`` file; its entries were made in the window, one per ``c10d::`` call of the rank's trace (the
+    raw JSON), each of the default group; every call is joined to its entry."""
+    run = diagnosis_control / "run"
+    ranks = json.loads((run / rundir.MANIFEST).read_text())["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for rank in ranks:
+        assert rank["flight_recorder"] == f"torch/rank{rank['rank']}.flight-recorder"
+        window = json.loads((run / rank["flight_recorder"]).read_text())
+        first, last = window["window_ns"]
+        calls = _raw_calls(run / rank["trace"])
+        assert len(window["entries"]) == len(calls) > 0
+        assert all(first <= e["time_created_ns"] <= last and e["process_group"] == ["0", "default_pg"]
+                   for e in window["entries"])
+        table = load_events(str(run / rank["trace"]))
+        assert table.metadata.flight_recorder["joined"] == len(calls)
+        assert table.metadata.flight_recorder["calls_without_entry"] == 0
+        assert all(r[2] == "0" and r[3] & GROUP_FROM_RECORDER for r in _records(table))
