@@ -7,8 +7,7 @@
       timelines/step-<N>.trace.json.gz            Chrome trace of traced step N, built from step_stats
       run_metadata/step-<N>.pb                    raw RunMetadata of traced step N
       graphs/graph.pb, partitions/, functions/    user graph, partition graphs, TF2 function graphs
-      torch/rank<r>.json.gz                       PyTorch runs: rank r's Kineto trace of its window
-      torch/rank<r>.flight-recorder               ... and its flight recorder's entries of the window (JSON)
+      torch/rank<r>.json.gz, .flight-recorder     PyTorch runs: rank r's Kineto trace of its window, its entries
       hang/                                       a hung job: each rank's stacks, flight recorder, the verdict
       series/, windows/, anomalies.jsonl          rnnprof watch: the ranks' step series, windows, anomalies
 

@@ -6,7 +6,8 @@ calls' and ``gloo:*`` runs' recorded shapes (gloo records no collective args). O
 ``with_collective_records`` makes one ``CollectiveRecords`` row per collective event: a NCCL kernel with its own
 args or those of the ``record_param_comms`` it was launched in; a gloo run with the ``c10d::*`` call it carries
 out (``_match_runs``), its group and message from the ``record_param_comms`` inside the call where there is one
-(``_params_inside``), else from the call's shapes and the rank's groups (``_cpu_group``); its phase from
+(``_params_inside``), else its group from the flight recorder's entry joined to the call (``_recorder_groups``)
+or the rank's groups, its message from the call's shapes (``_cpu_group``); its phase from
 ``traces.collective_phases``. What was inferred is marked on each record. The rules in full:
 docs/commands/comm.md, "Process groups".
 """

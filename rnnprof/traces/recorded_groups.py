@@ -1,19 +1,14 @@
-"""A CPU rank's collectives' process groups from its flight recorder: the entries of the traced window that the
-capture writes beside the rank's Kineto trace (``rundir.flight_recorder_beside``), read and joined to its calls.
+"""A CPU rank's collectives' process groups from its flight recorder: the entries of the traced window written
+beside the rank's Kineto trace (``rundir.flight_recorder_beside``, by ``recording.recorder_window``), read and
+joined to the trace's ``c10d::*`` calls (gloo records no ``record_param_comms``, so the trace names no group).
 
-gloo records no ``record_param_comms`` in torch 2.13, so a gloo rank's trace does not say which process group a
-``c10d::*`` call ran on; torch's flight recorder does, for every collective it makes work for. The file is JSON:
-``{"format": FORMAT, "version": 1, "rank", "window_ns": [first, last], "entries": [...]}``, each entry as torch's
-``_dump_fr_trace_json()`` writes it (``process_group``: [name, description], ``profiling_name``: the run's name,
-``gloo:all_reduce``, ``input_sizes``, ``time_created_ns`` on the wall clock, ...).
-
-The join (``join_calls``): the calls in the order they started, the entries in the order they were made, paired in
-that order where their operations and input elements agree (``operation_key``: gloo carries a reduce-scatter out
-as an all-reduce of the whole input, so both are one operation here). Where the two sequences differ, the longest
-common subsequence is paired (difflib) and the rest counted, never paired by guess; where the trace has a wall
-clock (Kineto's ``baseTimeNanoseconds``), a pair whose entry was not made within its call (``SLACK_NS`` either
-side) is counted and left unjoined. Counts: ``RECORDER_COUNTS``. The rules as a user reads them:
-docs/commands/comm.md, "What a collective is".
+The file: JSON, ``{"format": FORMAT, "version": 1, "rank", "window_ns", "entries"}``, each entry as torch's
+``_dump_fr_trace_json()`` writes it (``process_group`` [name, description], ``profiling_name``, ``input_sizes``,
+``record_id``, ``time_created_ns``). ``join_calls`` pairs the calls in the order they started with the entries in
+the order they were made where their operation and input elements agree (``operation_key``); where the sequences
+differ, their longest common subsequence (difflib), the rest counted; a pair whose entry was not made within its
+call (``SLACK_NS``, on the trace's wall clock where it has one) is counted and left unjoined. Counts:
+``RECORDER_COUNTS``. The rules as a user reads them: docs/commands/comm.md, "What a collective is".
 """
 
 from __future__ import annotations
