@@ -202,12 +202,14 @@ def _raw_calls(path) -> list[dict]:
 
 
 def test_a_script_traced_by_rnnprof_writes_each_ranks_window_entries_beside_its_trace(diagnosis_control):
-    """conftest's shared capture of a 2-rank DDP script under ``rnnprof trace``: each rank's manifest entry names its
-    ``.flight-recorder`` file; its entries were made in the window, one per ``c10d::`` call of the rank's trace (the
+    """conftest's shared capture of a 2-rank DDP script under ``rnnprof trace``: the manifest lists each rank's
+    ``.flight-recorder`` file, and each rank's entry names its own; its entries were made in the window, one per ``c10d::`` call of the rank's trace (the
     raw JSON), each of the default group; every call is joined to its entry."""
     run = diagnosis_control / "run"
-    ranks = json.loads((run / rundir.MANIFEST).read_text())["ranks"]
+    manifest = json.loads((run / rundir.MANIFEST).read_text())
+    ranks = manifest["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]
+    assert manifest["captured"]["flight_recorder"] == [f"torch/rank{r}.flight-recorder" for r in (0, 1)]
     for rank in ranks:
         assert rank["flight_recorder"] == f"torch/rank{rank['rank']}.flight-recorder"
         window = json.loads((run / rank["flight_recorder"]).read_text())

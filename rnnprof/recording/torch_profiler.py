@@ -216,12 +216,11 @@ class TorchCapture:
             raise error
 
     def _export(self, prof) -> None:
-        """``on_trace_ready``: the flight recorder's entries of the window written beside the trace
-        (``recorder_window``); Kineto writes plain JSON to a scratch file, as torch's own export does; a thread
-        compresses it and renames it into place whole (``_compress``)."""
-        self._export_span = [time.perf_counter()]
+        """``on_trace_ready``: Kineto writes plain JSON to a scratch file, as torch's own export does, and the
+        flight recorder's entries of the window are written beside the trace (``recorder_window``); a thread
+        compresses the trace and renames it into place whole (``_compress``)."""
+        self._export_span, window_end_ns = [time.perf_counter()], time.time_ns()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._recorder = write_window(self._torch, self.path, self.rank, self._window_ns, time.time_ns())
         fd, scratch = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".json", dir=self.path.parent)
         os.close(fd)
         try:
@@ -229,6 +228,7 @@ class TorchCapture:
         except BaseException:
             os.unlink(scratch)
             raise
+        self._recorder = write_window(self._torch, self.path, self.rank, self._window_ns, window_end_ns)
         self._exported_at = time.perf_counter()
         self._compression = BlockCompression(scratch, self.path)
         # Not a daemon: a script that returns before the thread is done still leaves its trace.
