@@ -248,7 +248,8 @@ def test_nccl_tests_definitions_reproduce_tracelens_figures_of_a_llama70b_fsdp_r
 
 def test_a_rank_in_several_groups_names_a_collective_by_its_size_only_where_one_group_has_it(tables):
     """HSDP on 2 x 2: each rank is in the default group (4), its replicate group and its shard group (2 each).
-    gloo records no group, and the 2-member groups are alike: their collectives' group stays unknown, said so."""
+    gloo records no group, and the 2-member groups are alike: without the flight recorder's file beside the trace
+    (tests/test_comm_flight_recorder.py has it) their collectives' group stays unknown, said so."""
     table = tables["hsdp", 0]
     assert {g.name: g.ranks for g in table.metadata.process_groups} == {"0": (0, 1, 2, 3), "1": (0, 2), "3": (0, 1)}
     assert {r[3] for r in records(table)} == {""}

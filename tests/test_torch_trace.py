@@ -197,7 +197,8 @@ def rank_traces(run):
 
 @pytest.mark.slow
 def test_one_kineto_trace_per_rank_with_step_markers_and_phase_ranges(run):
-    assert sorted(p.name for p in (run / "torch").iterdir()) == ["rank0.json.gz", "rank1.json.gz"]
+    assert sorted(p.name for p in (run / "torch").iterdir()) == [  # each with its flight recorder's window
+        "rank0.flight-recorder", "rank0.json.gz", "rank1.flight-recorder", "rank1.json.gz"]
     for rank, path in enumerate(rank_traces(run)):
         with gzip.open(path, "rt") as f:
             document = json.load(f)

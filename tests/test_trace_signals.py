@@ -147,7 +147,8 @@ def _manifest(run: Path) -> dict:
 
 
 def _disk_traces(run: Path) -> list[str]:
-    return sorted(f"torch/{p.name}" for p in (run / "torch").iterdir() if not p.name.startswith("."))
+    return sorted(f"torch/{p.name}" for p in (run / "torch").iterdir()
+                  if not p.name.startswith(".") and p.name.endswith(".json.gz"))
 
 
 class _Event(msgspec.Struct):

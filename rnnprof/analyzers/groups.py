@@ -131,6 +131,8 @@ class GroupsReport:
     inferred: dict[str, int] = field(default_factory=dict)  # records by what was inferred of them (INFERRED texts)
     unknown: dict[str, int] = field(default_factory=dict)  # records whose group, message or phase is not known
     records: int = 0
+    # the ranks' flight-recorder entries joined to their calls (metadata.flight_recorder); empty: no rank had them
+    flight_recorder: dict[str, int] = field(default_factory=dict)
 
     def rows(self) -> tuple[GroupRow, ...]:
         return group_rows(self.traffic)
@@ -138,7 +140,8 @@ class GroupsReport:
     def as_dict(self, stragglers: tuple[GroupStraggler, ...] = ()) -> dict:
         return {"groups": [g.as_dict() for g in self.groups], "collectives": self.records,
                 "traffic": [r.as_dict() for r in self.rows()], "stragglers": [s.as_dict() for s in stragglers],
-                "inferred": dict(self.inferred), "unknown": dict(self.unknown)}
+                "inferred": dict(self.inferred), "unknown": dict(self.unknown),
+                **({"flight_recorder": dict(self.flight_recorder)} if self.flight_recorder else {})}
 
 
 def call_bytes(in_nelems: np.ndarray, out_nelems: np.ndarray, collectives: list[str], dtypes: list[str]) -> np.ndarray:
@@ -153,7 +156,7 @@ def analyze_groups(table: EventTable, compute: tuple[np.ndarray, np.ndarray, np.
     compute intervals each collective's time is hidden behind (on its own device)."""
     records = table.collectives
     if not len(records):
-        return GroupsReport((), table.metadata.process_groups)
+        return GroupsReport((), table.metadata.process_groups, flight_recorder=dict(table.metadata.flight_recorder))
     rows = records.row
     strings = np.asarray(table.strings, dtype=object)
     device = table.device[rows]
@@ -169,7 +172,7 @@ def analyze_groups(table: EventTable, compute: tuple[np.ndarray, np.ndarray, np.
                     strings[records.phase]))
     traffic = _traffic(keys, np.maximum(table.dur[rows], 0.0), hidden, sizes, members)
     return GroupsReport(traffic, table.metadata.process_groups, _inferred(records.inferred),
-                        _unknown(strings, records, sizes), len(records))
+                        _unknown(strings, records, sizes), len(records), dict(table.metadata.flight_recorder))
 
 
 def _members(table: EventTable, records) -> np.ndarray:
@@ -224,15 +227,16 @@ def combine_groups(parts: list[GroupsReport]) -> GroupsReport:
     """One report of several ranks' (analysed apart)."""
     inferred: dict[str, int] = {}
     unknown: dict[str, int] = {}
+    recorder: dict[str, int] = {}
     groups: dict[str, ProcessGroup] = {}
     for part in parts:
-        for counts, total in ((part.inferred, inferred), (part.unknown, unknown)):
+        for counts, total in ((part.inferred, inferred), (part.unknown, unknown), (part.flight_recorder, recorder)):
             for key, n in counts.items():
                 total[key] = total.get(key, 0) + n
         for g in part.groups:
             groups.setdefault(g.name, g)
     return GroupsReport(tuple(t for p in parts for t in p.traffic), tuple(groups.values()), inferred, unknown,
-                        sum(p.records for p in parts))
+                        sum(p.records for p in parts), recorder)
 
 
 def group_stragglers(collectives: CollectivesReport | None) -> tuple[GroupStraggler, ...]:

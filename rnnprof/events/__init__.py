@@ -184,7 +184,7 @@ class TableMetadata:
     Producers: Kineto traces (``json_bytes``, ``json_cuts``, ``skipped_events``, ``distributed``, ``base_time_ns``,
     ``devices_properties``, ``hostnames``, ``worker_hosts``, ``collective_args``, ``process_groups``,
     ``host_operator_devices``,
-    ``outside_steps``),
+    ``outside_steps``, ``flight_recorder``),
     ``traces.left_out`` (``left_out``, ``left_out_examples``), XSpaces (``hostnames``, ``ran_as``), TF Chrome
     timelines (``ran_as``, ``dropped_*``, ``other_data``), ``merge_tables`` and ``load_aligned`` (``alignment``),
     a folder of rank files (``job_notes``), a run directory (``run_dir``, ``status``, ``manifest``, ``missing``,
@@ -203,6 +203,8 @@ class TableMetadata:
     collective_args: tuple[CollectiveArgs, ...] = _merged(CONCAT, ())  # one per worker
     process_groups: tuple[ProcessGroup, ...] = _merged(UNION, ())  # the groups the traces name (events.collectives)
     host_operator_devices: tuple[Device, ...] = _merged(UNION, ())  # CPU ranks: their activity is host operators
+    # a CPU rank's flight-recorder entries joined to its calls (traces.recorded_groups): counts by RECORDER_COUNTS
+    flight_recorder: dict[str, int] = _merged(SUM, factory=dict)
     outside_steps: dict[str, int] = _merged(SUM, factory=dict)  # GPU events in no step, by ``OUTSIDE_REASONS``
     left_out: dict[str, int] = _merged(SUM, factory=dict)  # events left out for impossible times, by reason
     left_out_examples: tuple[LeftOutExample, ...] = _merged(CONCAT, ())  # the first few of each trace

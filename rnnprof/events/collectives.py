@@ -8,7 +8,7 @@ events'. A process group's description and members are in ``TableMetadata.proces
 by name.
 
 ``inferred`` says, bit by bit (``INFERRED``), what the trace did not record and the loader inferred: the
-group from the rank's only group or its size, the message from the operators' recorded shapes, the phase from
+group from the rank's flight-recorder entries (joined to its calls), its only group or its size, the message from the operators' recorded shapes, the phase from
 what the libraries mark (autograd, torch.optim, FSDP) or from the operators around the call, the operation from the call that launched a worker thread's
 run, a peer from a send's or receive's arguments. The loaders fill the records (``traces.kineto_collectives``);
 the meaning of each field: docs/commands/comm.md, "Process groups".
@@ -36,11 +36,13 @@ PHASE_NEIGHBOURS = 16  # the phase: the operators run just before (a receive: ju
 OPERATION_FROM_CALL = 32  # the operation: the c10d call that launched the worker thread's run (matched by order)
 PEER_FROM_ARGS = 64  # a send's or receive's peer: the call's arguments (its group-local rank)
 GROUP_BY_THREAD = 128  # the group: that of the other collectives its gloo worker thread ran (a group's own threads)
+GROUP_FROM_RECORDER = 256  # the group: the flight-recorder entry its call was joined to (the rank's file beside its trace)
 INFERRED = {GROUP_ONLY_ONE: "group: the rank's only process group", GROUP_BY_SIZE: "group: the only one of its size",
             SHAPES: "message: recorded operator shapes", PHASE_LIBRARY: "phase: autograd, torch.optim or FSDP ranges",
             PHASE_NEIGHBOURS: "phase: the operators around the call",
             OPERATION_FROM_CALL: "operation: the call that launched the run",
-            PEER_FROM_ARGS: "peer: the call's arguments", GROUP_BY_THREAD: "group: its worker thread's"}
+            PEER_FROM_ARGS: "peer: the call's arguments", GROUP_BY_THREAD: "group: its worker thread's",
+            GROUP_FROM_RECORDER: "group: the flight recorder"}
 
 
 def _empty(column: str):

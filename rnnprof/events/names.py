@@ -165,6 +165,14 @@ def collective_type(*texts: str) -> str:
 # all-reduce on its worker thread (``gloo:all_reduce`` for ``c10d::_reduce_scatter_base_``). By the call's type,
 # the types of the runs that may carry it out (a type always carries out itself).
 CARRIED_OUT_AS = {REDUCE_SCATTER: (ALL_REDUCE,), BARRIER: (ALL_REDUCE,)}
+
+
+def p2p_direction(name: str) -> str:
+    """``send`` or ``recv`` for a point-to-point operation's name (``c10d::recv_``, ``gloo:send``), else ""."""
+    name = name.lower()
+    return "send" if "send" in name and "recv" not in name else "recv" if "recv" in name and "send" not in name else ""
+
+
 # Operators that pack or unpack a collective's buffer: copies, not communication, whatever their names say
 # (FSDP2's ``fsdp::all_gather_copy_in``, ``fsdp::split_with_sizes_copy``, ``fsdp::chunk_cat``; FSDP1's
 # ``FSDP::all_gather_copy_out`` ranges and ``aten::split_with_sizes_copy``).

@@ -172,6 +172,10 @@ def _record_ranks(manifest: dict, run_dir: Path, records: list[dict]) -> None:
     })
     traces = [r["trace"] for r in records if r.get("trace") and (run_dir / r["trace"]).is_file()]
     manifest.setdefault("captured", {})["kineto"] = sorted(traces)
+    recorders = [r["flight_recorder"] for r in records if r.get("flight_recorder")
+                 and (run_dir / r["flight_recorder"]).is_file()]
+    if recorders:
+        manifest["captured"]["flight_recorder"] = sorted(recorders)
 
 
 def _job_status(records: list[dict], world: int, exit_code: int | None) -> str:

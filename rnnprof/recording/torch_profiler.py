@@ -30,6 +30,7 @@ from rnnprof import rundir
 from rnnprof.events import names
 from rnnprof.recording.interrupt import interrupts_deferred
 from rnnprof.recording.nvtx import NvtxSpan, nvtx_range
+from rnnprof.recording.recorder_window import write_window
 from rnnprof.rundir.writer import atomic_write_bytes
 from rnnprof.frameworks.torch import import_torch
 
@@ -70,6 +71,8 @@ class TorchCapture:
         self._step_ends: list[tuple] = []  # _clocks() at each step()
         self._export_span: list[float] = []  # perf_counter as the export began and as it ended (step_times)
         self._exported_at = 0.0  # perf_counter as Kineto's export ended (set by _export, before the thread starts)
+        self._window_ns = 0  # time_ns() as the window's recording began (the flight recorder's clock)
+        self._recorder: Path | None = None  # the window's flight-recorder entries, where written (recorder_window)
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
@@ -81,6 +84,7 @@ class TorchCapture:
                                 self.first_step),
             on_trace_ready=self._export, record_shapes=True, profile_memory=self.profile_memory)
         self._profile.step_num = self.first_step  # ProfilerStep#N numbers the job's steps
+        self._window_ns = time.time_ns()
         self._profile.start()
         if self.skip_steps == 0:
             self._baseline = window_baseline(torch)
@@ -103,8 +107,10 @@ class TorchCapture:
         if self._closed:
             return
         self._nvtx.end()
-        if self._done == self.skip_steps and self.profile_memory:
-            self._baseline = window_baseline(self._torch)
+        if self._done == self.skip_steps:
+            self._window_ns = time.time_ns()  # the next call begins the window's recording
+            if self.profile_memory:
+                self._baseline = window_baseline(self._torch)
         with interrupts_deferred():  # a Ctrl-C in the window's export comes once the trace is written
             self._profile.step()  # ends ProfilerStep#N, begins #N+1; writes the trace as the window ends
         self._step_left.set()  # the compressing thread starts only now, off the closing step's time
@@ -169,8 +175,9 @@ class TorchCapture:
                 names.RANK_PROFILER_WARMUP_STEPS: warmup, names.RANK_EXPORT_STEPS: exporting}
 
     def facts(self) -> dict:
-        """``{"rank", "trace" (relative to the run directory, or None), "steps", "skip_steps", "window_steps",
-        "steps_run", "activities", "backend", "world_size", "memory"}`` and ``step_times()``'s fields:
+        """``{"rank", "trace" and "flight_recorder" (relative to the run directory, or None), "steps",
+        "skip_steps", "window_steps", "steps_run", "activities", "backend", "world_size", "memory"}`` and
+        ``step_times()``'s fields:
         ``backend`` and ``world_size`` are None without a process group."""
         backend = world = None
         distributed = self._torch.distributed
@@ -178,6 +185,7 @@ class TorchCapture:
             backend, world = str(distributed.get_backend()), distributed.get_world_size()
         return {"rank": self.rank,
                 "trace": self.path.relative_to(self.run_dir).as_posix() if self._written else None,
+                "flight_recorder": self._recorder.relative_to(self.run_dir).as_posix() if self._recorder else None,
                 "steps": self.captured_steps, "skip_steps": self.skip_steps, "window_steps": self.steps,
                 "first_step": self.first_step,
                 "steps_run": self._done, "activities": self.activities,
@@ -208,9 +216,10 @@ class TorchCapture:
             raise error
 
     def _export(self, prof) -> None:
-        """``on_trace_ready``: Kineto writes plain JSON to a scratch file, as torch's own export does; a thread
-        compresses it and renames it into place whole (``_compress``)."""
-        self._export_span = [time.perf_counter()]
+        """``on_trace_ready``: Kineto writes plain JSON to a scratch file, as torch's own export does, and the
+        flight recorder's entries of the window are written beside the trace (``recorder_window``); a thread
+        compresses the trace and renames it into place whole (``_compress``)."""
+        self._export_span, window_end_ns = [time.perf_counter()], time.time_ns()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, scratch = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".json", dir=self.path.parent)
         os.close(fd)
@@ -219,6 +228,7 @@ class TorchCapture:
         except BaseException:
             os.unlink(scratch)
             raise
+        self._recorder = write_window(self._torch, self.path, self.rank, self._window_ns, window_end_ns)
         self._exported_at = time.perf_counter()
         self._compression = BlockCompression(scratch, self.path)
         # Not a daemon: a script that returns before the thread is done still leaves its trace.

@@ -82,7 +82,16 @@ def inferred_text(report: GroupsReport) -> Text | None:
     line = f"of {report.records} collectives, inferred: " + ("; ".join(parts) if parts else "nothing")
     if report.unknown:
         line += "; not known: " + ", ".join(f"{what} ({n})" for what, n in report.unknown.items())
+    joined = report.flight_recorder
+    if joined:
+        line += (f"; flight recorder: {joined.get('joined', 0)} of {joined.get('entries', 0)} entries joined to"
+                 f" calls, {joined.get('calls_without_entry', 0)} calls without one")
+        line += "".join(f", {joined[k]} {what}" for k, what in _UNJOINED if joined.get(k))
     return Text(line, style="dim", overflow="fold")
+
+
+_UNJOINED = (("not_made_in_call", "paired in order but made outside their call"),
+             ("entries_unreadable", "entries unreadable"))
 
 
 def render_groups(report: GroupsReport | None, stragglers: tuple[GroupStraggler, ...], console: Console) -> None:

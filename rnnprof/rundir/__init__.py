@@ -7,7 +7,7 @@
       timelines/step-<N>.trace.json.gz            Chrome trace of traced step N, built from step_stats
       run_metadata/step-<N>.pb                    raw RunMetadata of traced step N
       graphs/graph.pb, partitions/, functions/    user graph, partition graphs, TF2 function graphs
-      torch/rank<r>.json.gz                       PyTorch runs: rank r's Kineto trace of its window
+      torch/rank<r>.json.gz, .flight-recorder     PyTorch runs: rank r's Kineto trace of its window, its entries
       hang/                                       a hung job: each rank's stacks, flight recorder, the verdict
       series/, windows/, anomalies.jsonl          rnnprof watch: the ranks' step series, windows, anomalies
 
@@ -60,6 +60,18 @@ def timeline_step(name: str) -> int | None:
 def torch_trace_name(rank: int) -> str:
     """Rank ``rank``'s Kineto trace in ``TORCH_TRACES_DIR``."""
     return f"rank{rank}.json.gz"
+
+
+FLIGHT_RECORDER_SUFFIX = ".flight-recorder"  # not .json: folders of rank traces are globbed for *.json (HTA too)
+_KINETO_SUFFIXES = (".json.gz", ".json")
+
+
+def flight_recorder_beside(trace: str | Path) -> Path:
+    """Where the flight recorder's entries of a Kineto trace's window are, beside it: ``rank0.json.gz`` ->
+    ``rank0.flight-recorder``."""
+    trace = Path(trace)
+    name = next((trace.name[:-len(s)] for s in _KINETO_SUFFIXES if trace.name.endswith(s)), trace.name)
+    return trace.with_name(name + FLIGHT_RECORDER_SUFFIX)
 
 
 def run_metadata_name(step: int) -> str:

@@ -33,6 +33,7 @@ _ARTIFACTS = (
     ("graphs", f"{rundir.GRAPHS_DIR}/**/*.pbtxt"),
     ("xplane", f"{rundir.PROFILE_DIR.as_posix()}/*/*.xplane.pb"),
     ("kineto", f"{rundir.TORCH_TRACES_DIR}/*.json.gz"),
+    ("flight_recorder", f"{rundir.TORCH_TRACES_DIR}/*{rundir.FLIGHT_RECORDER_SUFFIX}"),
 )
 _OWN_ENTRIES = (rundir.MANIFEST, "plugins", rundir.TIMELINES_DIR, rundir.RUN_METADATA_DIR, rundir.GRAPHS_DIR,
                 rundir.CRITICAL_PATH_OVERLAY, rundir.TORCH_TRACES_DIR, rundir.HANG_DIR, rundir.SERIES_DIR,

@@ -31,6 +31,7 @@ from rnnprof.events import (OUTSIDE_LAUNCH, OUTSIDE_NO_LAUNCH, CollectiveArgs, D
 from rnnprof.traces.jsonstream import EventStream
 from rnnprof.traces.kineto_collectives import CollectiveArgsReader, process_groups, with_collective_records
 from rnnprof.traces.kineto_memory import MEMORY_EVENT, MemoryReader
+from rnnprof.traces.recorded_groups import read_window
 from rnnprof.traces.memo import remembered
 
 FORMAT = "kineto"
@@ -199,7 +200,8 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     if args["correlation"]:
         builder.metadata.collective_args = (CollectiveArgs(worker, **{k: tuple(v) for k, v in args.items()}),)
     builder.memory = reader.memory.records(builder, Device("host"))
-    builder.metadata.process_groups = process_groups(info, reader.comms.found)
+    recorder = read_window(path)
+    builder.metadata.process_groups = process_groups(info, reader.comms.found, recorder)
     table = builder.build()
     table = _mark_nccl(table)
     spans = _step_spans(table)
@@ -207,7 +209,7 @@ def _build(path: Path, chunks: Iterable[list], header_of: Callable[[], dict]) ->
     table = dataclasses.replace(table, memory=table.memory.with_steps(steps_in_spans(table.memory.ts, spans)))
     if worker and _without_gpu(table):
         table = _cpu_rank(table)
-    table = with_collective_records(table, reader.comms.found, table.metadata.process_groups)
+    table = with_collective_records(table, reader.comms.found, table.metadata.process_groups, recorder)
     return on_worker(table, worker) if worker else table
 
 

@@ -6,7 +6,8 @@ calls' and ``gloo:*`` runs' recorded shapes (gloo records no collective args). O
 ``with_collective_records`` makes one ``CollectiveRecords`` row per collective event: a NCCL kernel with its own
 args or those of the ``record_param_comms`` it was launched in; a gloo run with the ``c10d::*`` call it carries
 out (``_match_runs``), its group and message from the ``record_param_comms`` inside the call where there is one
-(``_params_inside``), else from the call's shapes and the rank's groups (``_cpu_group``); its phase from
+(``_params_inside``), else its group from the flight recorder's entry joined to the call (``_recorder_groups``)
+or the rank's groups, its message from the call's shapes (``_cpu_group``); its phase from
 ``traces.collective_phases``. What was inferred is marked on each record. The rules in full:
 docs/commands/comm.md, "Process groups".
 """
@@ -22,12 +23,13 @@ import msgspec
 import numpy as np
 
 from rnnprof.events import EventTable, Kind, ProcessGroup, match_correlation
-from rnnprof.events.collectives import (GROUP_BY_SIZE, GROUP_BY_THREAD, GROUP_ONLY_ONE, OPERATION_FROM_CALL,
-                                        PEER_FROM_ARGS, SHAPES, collective_records)
+from rnnprof.events.collectives import (GROUP_BY_SIZE, GROUP_BY_THREAD, GROUP_FROM_RECORDER, GROUP_ONLY_ONE,
+                                        OPERATION_FROM_CALL, PEER_FROM_ARGS, SHAPES, collective_records)
 from rnnprof.events.names import (ALL_GATHER, CARRIED_OUT_AS, CPU_COLLECTIVE, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN,
                            NCCL_KERNEL, NOT_COLLECTIVES, REDUCE_SCATTER, SEND_RECV, UNKNOWN_COLLECTIVE,
-                           collective_type)
+                           collective_type, p2p_direction)
 from rnnprof.traces.collective_phases import call_phases
+from rnnprof.traces.recorded_groups import CallSpan, RecorderWindow, join_calls, operation_key
 
 PARAM_COMMS = "record_param_comms"
 
@@ -65,8 +67,10 @@ class CollectiveArgsReader:
                       if g and (a.collective is not None or a.in_nelems is not None or a.group is not None)]
 
 
-def process_groups(info: dict, captured: list[_Captured]) -> tuple[ProcessGroup, ...]:
-    """The groups a rank's trace names: its ``distributedInfo``'s ``pg_config`` and its collectives' args."""
+def process_groups(info: dict, captured: list[_Captured],
+                   recorder: RecorderWindow | None = None) -> tuple[ProcessGroup, ...]:
+    """The groups a rank's trace names: its ``distributedInfo``'s ``pg_config`` and its collectives' args; then
+    those only its flight recorder's entries name (members not known)."""
     found: dict[str, ProcessGroup] = {}
     for pg in (info.get("pg_config") or []) if isinstance(info, dict) else []:
         if isinstance(pg, dict) and "pg_name" in pg:
@@ -77,6 +81,8 @@ def process_groups(info: dict, captured: list[_Captured]) -> tuple[ProcessGroup,
         if a.group is not None and str(a.group) not in found:
             found[str(a.group)] = ProcessGroup(str(a.group), "" if a.pg_desc is None else str(a.pg_desc),
                                                _ranks(a.pg_ranks))
+    for entry in recorder.entries if recorder is not None else ():
+        found.setdefault(entry.group.name, entry.group)
     return tuple(found.values())
 
 
@@ -191,13 +197,14 @@ class _Records:
 _DEFAULTS = {"group": "", "collective": UNKNOWN_COLLECTIVE, "call": "", "peer": -1, "seq": -1, "inferred": 0}
 
 
-def with_collective_records(table: EventTable, captured: list[_Captured],
-                            groups: tuple[ProcessGroup, ...]) -> EventTable:
+def with_collective_records(table: EventTable, captured: list[_Captured], groups: tuple[ProcessGroup, ...],
+                            recorder: RecorderWindow | None = None) -> EventTable:
     """A rank's table with one record per collective event (the module docstring says which, and how), the strings
-    the records name added to its strings."""
+    the records name added to its strings; ``recorder``: the rank's flight-recorder entries of the window, if any
+    (the join's counts go to ``metadata.flight_recorder``)."""
     made = _Records()
     _gpu_records(table, captured, made)
-    _cpu_records(table, captured, groups, made)
+    _cpu_records(table, captured, groups, made, recorder)
     if not made.places:
         return table
     phase, bits = call_phases(table, np.array(made.places, dtype=np.int64), np.array(made.receives, dtype=bool))
@@ -271,7 +278,7 @@ class _ParamComms:
 
 
 def _cpu_records(table: EventTable, captured: list[_Captured], groups: tuple[ProcessGroup, ...],
-                 made: _Records) -> None:
+                 made: _Records, recorder: RecorderWindow | None) -> None:
     """A record per collective of a CPU rank: its gloo runs matched to their calls, else its calls."""
     cpu = [table.devices.index(d) for d in table.metadata.host_operator_devices if d in table.devices]
     if not cpu:
@@ -284,6 +291,7 @@ def _cpu_records(table: EventTable, captured: list[_Captured], groups: tuple[Pro
     message = {int(r): _shapes_message(table.strings[table.name[r]], shapes[int(r)]) if int(r) in shapes
                else _Message() for r in np.concatenate([runs, calls]).tolist()}
     pairs = _match_runs(table, runs, calls, message) if len(runs) else [(int(c), int(c)) for c in calls]
+    from_recorder = _recorder_groups(table, calls, message, recorder) if recorder is not None else {}
     recorded = _params_inside(table, [c for c in captured if not c.on_gpu
                                       and table.strings[table.name[c.row]] == PARAM_COMMS], calls)
     for call, params in recorded.items():  # the call's own record: its group, members and message
@@ -292,8 +300,9 @@ def _cpu_records(table: EventTable, captured: list[_Captured], groups: tuple[Pro
         message[call].peer = peer
     got_of = {row: message[call] if call >= 0 and message[call].in_nelems >= 0 else message[row] for row, call in pairs}
     group_of = _thread_groups(table, {row: (str(recorded[call].args.group), 0) if call in recorded
-                                      and recorded[call].args.group is not None else _cpu_group(groups, got_of[row])
-                                      for row, call in pairs}, calls)
+                                      and recorded[call].args.group is not None else
+                                      (from_recorder[call], GROUP_FROM_RECORDER) if call in from_recorder
+                                      else _cpu_group(groups, got_of[row]) for row, call in pairs}, calls)
     for row, call in pairs:
         run_name, call_name = table.strings[table.name[row]], table.strings[table.name[call]] if call >= 0 else ""
         kind = collective_type(call_name or run_name)
@@ -309,6 +318,20 @@ def _cpu_records(table: EventTable, captured: list[_Captured], groups: tuple[Pro
             peer, bits = (members[got.peer] if got.peer < len(members) else -1), bits | PEER_FROM_ARGS
         made.add(row, call, got, group=group, collective=kind, call=call_name or run_name, peer=peer,
                  inferred=bits)
+
+
+def _recorder_groups(table: EventTable, calls: np.ndarray, message: dict[int, _Message],
+                     recorder: RecorderWindow) -> dict[int, str]:
+    """The group of each call joined to a flight-recorder entry (``recorded_groups.join_calls``), by the call's row;
+    the join's counts in the table's ``metadata.flight_recorder``."""
+    ordered = calls[np.argsort(table.ts[calls], kind="stable")].tolist()
+    base = table.metadata.base_time_ns
+    spans = [CallSpan(operation_key(table.strings[table.name[c]], message[c].in_nelems),
+                      None if base is None else base + round(table.ts[c] * 1000),
+                      None if base is None else base + round((table.ts[c] + table.dur[c]) * 1000)) for c in ordered]
+    joined, counts = join_calls(spans, recorder)
+    table.metadata.flight_recorder = counts
+    return {ordered[i]: entry.group.name for i, entry in joined.items()}
 
 
 def _params_inside(table: EventTable, params: list[_Captured], calls: np.ndarray) -> dict[int, _Captured]:
@@ -389,10 +412,5 @@ def _carries(run_kind: str, call_name: str, run_name: str = "") -> bool:
     a send, a receive's a receive."""
     call_kind = collective_type(call_name)
     if run_kind == SEND_RECV == call_kind:
-        return _p2p_direction(call_name) == _p2p_direction(run_name)
+        return p2p_direction(call_name) == p2p_direction(run_name)
     return run_kind == call_kind or run_kind in CARRIED_OUT_AS.get(call_kind, ())
-
-
-def _p2p_direction(name: str) -> str:
-    name = name.lower()
-    return "send" if "send" in name and "recv" not in name else "recv" if "recv" in name and "send" not in name else ""

@@ -10,7 +10,11 @@ profiled with ``torch.profiler`` (``schedule(wait=1, warmup=1, active=2)``, ``re
   feed-forward over a 1-D mesh (2 ranks), each step in ``record_function`` ranges ``forward``/``backward``/
   ``optimizer``;
 - ``pp``: a 2-stage pipeline (``torch.distributed.pipelining``, ``Schedule1F1B``, 4 micro-batches; 2 ranks);
-- ``hsdp``: HSDP, ``fully_shard`` over a 2 x 2 mesh (replicate x shard; 4 ranks).
+- ``hsdp``: HSDP, ``fully_shard`` over a 2 x 2 mesh (replicate x shard; 4 ranks);
+- ``hsdp-fr``: the same HSDP job with torch's flight recorder on (``TORCH_FR_BUFFER_SIZE``): each rank also
+  writes the recorder's entries of the traced window beside its trace, as ``rnnprof trace`` does
+  (``rnnprof.recording.recorder_window``: ``torch-gloo-hsdp-fr-collectives-rank<r>.flight-recorder``), and its
+  oracle names the mesh's groups as torch made them (``mesh``: each dimension's group name, description, ranks).
 
 After the window, one more step runs under torch's ``CommDebugMode``, which counts the collectives it sees by
 type, forward and backward; each rank writes them beside its trace with the tensors the script made
@@ -29,6 +33,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from make_torch_gloo_traces import export_gzipped  # this folder: run as a script, it is on the path
@@ -36,7 +41,9 @@ from make_torch_gloo_traces import export_gzipped  # this folder: run as a scrip
 STEPS = 5  # wait 1 + warmup 1 + active 2, then one step under CommDebugMode
 VOCAB, DIM, HEADS, FFN, BLOCKS, BATCH, LENGTH = 64, 32, 2, 64, 3, 4, 8
 MICRO_BATCHES = 4
-JOBS = {"fsdp2": 2, "tp": 2, "pp": 2, "hsdp": 4}  # job -> ranks
+JOBS = {"fsdp2": 2, "tp": 2, "pp": 2, "hsdp": 4, "hsdp-fr": 4}  # job -> ranks
+RECORDER = "-fr"  # a job whose name ends so runs with the flight recorder on and writes its window's entries
+FR_BUFFER = "2000"
 
 
 def trace_name(job: str, rank: int) -> str:
@@ -55,6 +62,7 @@ def worker(job: str, out_dir: Path) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     torch.set_num_threads(1)
+    recorder, job = job.endswith(RECORDER), job.removesuffix(RECORDER)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -89,7 +97,7 @@ def worker(job: str, out_dir: Path) -> None:
                 x = block(x)
             return self.head(x) if self.head is not None else x
 
-    oracle: dict = {"job": job, "rank": rank, "world_size": world, "torch": torch.__version__,
+    oracle: dict = {"job": job + (RECORDER if recorder else ""), "rank": rank, "world_size": world, "torch": torch.__version__,
                     "profiled_steps": [2, 3], "comm_debug_mode_step": STEPS - 1}
     loss_fn = nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(1 + rank)
@@ -119,6 +127,11 @@ def worker(job: str, out_dir: Path) -> None:
                 if unit is model else set()
             return sum(p.to_local().numel() for p in unit.parameters() if id(p) not in own)
 
+        if job == "hsdp":  # the groups as torch made them: the oracle of the groups comm names
+            oracle["mesh"] = {"layout": mesh.mesh.tolist(), **{
+                dim: {"name": group.group_name, "description": group.group_desc,
+                      "ranks": dist.get_process_group_ranks(group)}
+                for dim, group in ((d, mesh.get_group(d)) for d in ("replicate", "shard"))}}
         oracle["fsdp_units"] = {name: {"parameters": full[name], "local_shard_elements": local(unit),
                                        "shard_group_size": shard_size, "dtype": "float32"}
                                 for name, unit in units.items()}
@@ -178,11 +191,23 @@ def worker(job: str, out_dir: Path) -> None:
     else:
         raise SystemExit(f"unknown job {job!r}")
 
-    plain = out_dir / trace_name(job, rank).removesuffix(".gz")
+    name = job + (RECORDER if recorder else "")
+    plain = out_dir / trace_name(name, rank).removesuffix(".gz")
+    window_ns = [0]  # as the window's recording begins
+
+    def ready(prof):
+        if recorder:
+            from rnnprof.recording.recorder_window import write_window
+
+            write_window(torch, out_dir / trace_name(name, rank), rank, window_ns[0], time.time_ns())
+        export_gzipped(prof, plain)
+
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
-                 record_shapes=True, on_trace_ready=lambda prof: export_gzipped(prof, plain)) as prof:
-        for _ in range(STEPS - 1):
+                 record_shapes=True, on_trace_ready=ready) as prof:
+        for k in range(STEPS - 1):
             step(annotate=True)
+            if k == 1:  # the next call begins the active steps
+                window_ns[0] = time.time_ns()
             prof.step()
     if job == "pp":  # CommDebugMode's module tracker fails on a pipeline's micro-batches: count the P2P ops issued
         oracle["p2p_ops"] = _count_p2p(dist, lambda: step(annotate=False))
@@ -194,7 +219,7 @@ def worker(job: str, out_dir: Path) -> None:
             "total": {str(op): n for op, n in mode.get_comm_counts().items()},
             **{phase: {str(op): n for op, n in phases.get(phase, {}).items()} for phase in ("forward", "backward")},
         }
-    (out_dir / oracle_name(job, rank)).write_text(json.dumps(oracle, indent=1, sort_keys=True) + "\n")
+    (out_dir / oracle_name(name, rank)).write_text(json.dumps(oracle, indent=1, sort_keys=True) + "\n")
     dist.barrier()  # no rank tears its group down while another still talks to it
     dist.destroy_process_group()
 
@@ -237,10 +262,11 @@ def launch(out_dir: Path, jobs=tuple(JOBS), timeout_s: float = 300) -> list[Path
     env = dict(os.environ, OMP_NUM_THREADS="1")
     paths = []
     for job in jobs:
+        recorder = {"TORCH_FR_BUFFER_SIZE": FR_BUFFER} if job.endswith(RECORDER) else {}
         subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(JOBS[job]),
                         "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
                         __file__, "--worker", job, str(out_dir)],
-                       check=True, env=env, timeout=timeout_s)
+                       check=True, env={**env, **recorder}, timeout=timeout_s)
         paths += [out_dir / trace_name(job, r) for r in range(JOBS[job])]
     return paths
 
