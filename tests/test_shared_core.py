@@ -8,12 +8,13 @@ import json
 import os
 import shutil
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from fixtures import importable_benchmarks
+
+importable_benchmarks()
 import diagnosis  # noqa: E402
 
 from rnnprof.events import names  # noqa: E402
