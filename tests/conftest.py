@@ -23,7 +23,7 @@ import pytest
 
 from rnnprof.traces import kineto
 
-from fixtures import TINY_NMT, decode_each_trace_once
+from fixtures import TINY_NMT, decode_each_trace_once, importable_benchmarks
 from processes import become_subreaper, left_running, run_retried, stderr_ends
 
 # torchrun's options read PET_<OPTION> from the environment: a c10d rendezvous on a free local port.
@@ -286,9 +286,7 @@ def ddp_balanced_run(tmp_path_factory):
 
 
 def _diagnosis_control(folder: Path) -> None:
-    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
-    if benchmarks not in sys.path:
-        sys.path.insert(0, benchmarks)
+    importable_benchmarks()
     import diagnosis
 
     diagnosis.run_ddp("slow-loader", True, folder)

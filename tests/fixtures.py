@@ -7,9 +7,20 @@ import copy
 import gzip
 import json
 import os
+import sys
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "data"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"  # the benchmark scripts some tests import or run
+
+
+def importable_benchmarks() -> Path:
+    """Put ``BENCHMARKS`` on ``sys.path`` (once) so that a test can import the benchmark scripts (``diagnosis``,
+    ``_lockstep``, ...); returns the folder."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return BENCHMARKS
+
 # benchmarks/gpu_checks.py's second H200 run: its base run and the runs really changed (h200-whatif-clocks.json)
 H200_RUNS = ("base", "fewer-matmuls", "no-copies", "no-htod", "host-sleep")
 FILES = ("tf1-timeline-gpu-matmul.json", "tf1-timeline-gpu-loop-step0.json", "tf1-timeline-cpu-loop-step0.json",

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from fixtures import BENCHMARKS, importable_benchmarks
+
+importable_benchmarks()
 from _lockstep import lockstep  # noqa: E402
 
 SIDE = """
@@ -30,7 +29,7 @@ serve(make_step)
 
 def test_sides_take_turns_and_are_measured_apart(tmp_path):
     script = tmp_path / "side.py"
-    script.write_text(SIDE.format(bench=str(Path(__file__).resolve().parents[1] / "benchmarks")))
+    script.write_text(SIDE.format(bench=str(BENCHMARKS)))
     log = tmp_path / "order.txt"
     result = lockstep({"a": [str(script), "a", str(log), "0.5"], "b": [str(script), "b", str(log), "0.25"]},
                       warmup=1, batches=3)
@@ -44,6 +43,6 @@ def test_a_failing_side_is_one_message_with_its_stderr(tmp_path):
     script = tmp_path / "bad.py"
     script.write_text("import sys\nprint('no model here', file=sys.stderr)\nsys.exit(3)\n")
     good = tmp_path / "side.py"
-    good.write_text(SIDE.format(bench=str(Path(__file__).resolve().parents[1] / "benchmarks")))
+    good.write_text(SIDE.format(bench=str(BENCHMARKS)))
     with pytest.raises(SystemExit, match="bad side failed:\n.*no model here"):
         lockstep({"good": [str(good), "good", str(tmp_path / "log"), "0.1"], "bad": [str(script)]}, 1, 1)

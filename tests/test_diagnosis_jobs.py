@@ -8,7 +8,6 @@ import functools
 import gzip
 import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,10 @@ import msgspec
 import pytest
 from rich.console import Console
 
+from fixtures import importable_benchmarks
 from rnnprof.cli import main
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+importable_benchmarks()
 import diagnosis  # noqa: E402
 
 pytestmark = pytest.mark.slow

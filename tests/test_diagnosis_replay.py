@@ -4,12 +4,13 @@ predictions are judged against the targets, and the scoring of a case with two f
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from fixtures import importable_benchmarks
+
+importable_benchmarks()
 import diagnosis  # noqa: E402
 import diagnosis_replay as replay  # noqa: E402
 from _measure import Targets  # noqa: E402

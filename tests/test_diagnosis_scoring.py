@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from fixtures import importable_benchmarks
+
+importable_benchmarks()
 import diagnosis  # noqa: E402
 from _measure import Targets  # noqa: E402
 from diagnosis import CaseResult, Fault, check_targets, score  # noqa: E402

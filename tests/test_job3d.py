@@ -10,17 +10,15 @@ import collections
 import functools
 import gzip
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-from fixtures import FIXTURES
+from fixtures import FIXTURES, importable_benchmarks
 from rnnprof.analyzers.collectives import instances, matched_groups
 from rnnprof.events.collectives import GROUP_BY_SIZE, GROUP_BY_THREAD, GROUP_ONLY_ONE, SHAPES
 from rnnprof.traces import load_events, merge_tables
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+importable_benchmarks()
 from _job3d import build_job3d  # noqa: E402
 
 TP, PP, DP = 2, 3, 2

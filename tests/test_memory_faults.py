@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from conftest import shared_once
+from fixtures import BENCHMARKS, importable_benchmarks
 from rnnprof.cli import main
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+importable_benchmarks()
 import diagnosis  # noqa: E402
 
 pytestmark = pytest.mark.slow
-JOB = Path(__file__).resolve().parents[1] / "benchmarks" / "diagnosis_jobs" / "memory_faults.py"
+JOB = BENCHMARKS / "diagnosis_jobs" / "memory_faults.py"
 SKIP, WINDOW = 1, 5  # the capture's --skip-steps and --steps: the job runs exactly these steps
 LEAK, BUFFER = 1_000_000, 4_000_000  # bytes the script keeps per step, and rank 0's buffer
 MEMORY_RULES = ("PF008", "PF009", "PF010")

@@ -212,6 +212,25 @@ def test_the_report_classifies_the_events_once_and_computes_launch_statistics_on
     assert "<h2>Kernel launches</h2>" in page
 
 
+def test_a_jobs_report_finds_each_steps_critical_path_once(tmp_path, capsys, monkeypatch):
+    """A job with a straggler: PF001 reads every step's critical path (its cause's time on the path), the page the
+    typical step's; the typical step's path is found once, for both."""
+    import rnnprof.job.audit as job_audit
+
+    real = job_audit.path_of_step
+    steps = []
+
+    def counted(parts, context, step):
+        steps.append(step)
+        return real(parts, context, step)
+
+    monkeypatch.setattr(job_audit, "path_of_step", counted)
+    page = _report([DATA / "torch-two-faults" / "run"], tmp_path / "r.html", capsys, "--jobs", "1")
+    assert "rank1 arrives last at collectives" in page  # PF001, which asked for every step's path
+    assert "critical-path" in _specs(page)  # the typical step's
+    assert len(steps) > 1 and sorted(steps) == sorted(set(steps)), steps
+
+
 def test_altair_is_imported_without_format_checkers_it_never_uses():
     """jsonschema imports its optional format checkers with altair; rfc3986_validator builds a large regular
     expression and isoduration imports arrow, which the report's start-up would pay for."""

@@ -233,21 +233,35 @@ def savings_of_step(parts: Sequence[dict], context, step: int) -> list[float] | 
     return [step_saving(sg, base, changes, rank) for changes, rank in asked]
 
 
-def critical_path_of(job: JobRun, ranks: Sequence[RankAudit], steps: Sequence[int] | None = None,
-                     dependencies: Dependencies = Dependencies()) -> CriticalPathReport:
-    """The job's critical path over ``steps`` (None: every step), as ``analyze_critical_path`` of the ranks merged
-    gives its paths (without the steps' times, which the ranks give apart)."""
-    return critical_path_later(job, ranks, steps, dependencies)()
+class JobPaths:
+    """The job's critical path, each step's found once whoever asks for it first (a rule every step's, the report
+    the typical step's): its task kept for the job's next round (``JobRun.later``) and shared by every later ask with
+    the same dependencies (``lacks`` aside: a step's path does not read it), as ``analyze_critical_path`` of the
+    ranks merged gives its paths (without the steps' times, which the ranks give apart). A step's path does not
+    depend on which other steps are asked with it (``job_plan``'s windows and matched collectives)."""
 
+    def __init__(self, job: JobRun, ranks: Sequence[RankAudit]):
+        self.job = job
+        self.summaries = [r.summary for r in ranks]
+        self.workers = [w for x in self.summaries for w in x.workers]
+        self.calls: dict = {}  # (step, dependencies less lacks) -> its ``Later``
 
-def critical_path_later(job: JobRun, ranks: Sequence[RankAudit], steps: Sequence[int] | None = None,
-                        dependencies: Dependencies = Dependencies()) -> Callable[[], CriticalPathReport]:
-    """``critical_path_of``, its steps' tasks kept for the job's next round (``JobRun.later``): the function that
-    gives it once they ran."""
-    summaries = [r.summary for r in ranks]
-    plan = job_plan(summaries, steps, dependencies)
-    calls = [job.later(path_of_step, (plan, dependencies, WHAT_IF_OPS), s) for s in plan.steps]
-    return lambda: job_report([c.result() for c in calls], [w for x in summaries for w in x.workers], dependencies)
+    def later(self, steps: Sequence[int] | None = None,
+              dependencies: Dependencies = Dependencies()) -> Callable[[], CriticalPathReport]:
+        """The function that gives the path over ``steps`` (None: every step) once their tasks ran."""
+        plan = job_plan(self.summaries, steps, dependencies)
+        same = replace(dependencies, lacks=())
+        calls = []
+        for s in plan.steps:
+            if (s, same) not in self.calls:
+                self.calls[(s, same)] = self.job.later(path_of_step, (plan, dependencies, WHAT_IF_OPS), s)
+            calls.append(self.calls[(s, same)])
+        return lambda: job_report([c.result() for c in calls], self.workers, dependencies)
+
+    def of(self, steps: Sequence[int] | None = None,
+           dependencies: Dependencies = Dependencies()) -> CriticalPathReport:
+        """The path over ``steps`` (None: every step), its tasks run now where no earlier ask ran them."""
+        return self.later(steps, dependencies)()
 
 
 @dataclass(frozen=True, eq=False)
@@ -262,16 +276,17 @@ class AuditedJob:
 
 
 def audited_job(job: JobRun, ranks: Sequence[RankAudit], options: AuditOptions, dependencies: Dependencies,
-                selection: StepSelection | None, run: dict) -> AuditedJob:
+                selection: StepSelection | None, run: dict, paths: JobPaths | None = None) -> AuditedJob:
     """The ``AuditedJob`` of the ranks ``job`` read (``audit_parts``; ``run``: ``JobRun``'s, for reading a rank
-    again)."""
+    again; ``paths``: the job's steps' paths, where another part of a command asks for some of them too)."""
     pipeline = combine_timelines([t for r in ranks for t in r.timelines], options.manifest)
     events = job_events(ranks, job_memory(job.folder, ranks, options, selection, run, pipeline))
+    paths = JobPaths(job, ranks) if paths is None else paths
     found: dict = {}
 
     def critical_path() -> CriticalPathReport:
         if "path" not in found:
-            found["path"] = critical_path_of(job, ranks)
+            found["path"] = paths.of()
         return found["path"]
 
     known = Known(launches=launch_stats_of([r.launches for r in ranks]), critical_path=critical_path,

@@ -26,8 +26,7 @@ from rnnprof.analyzers.steps import StepSelection, combined_overruns, job_step_t
 from rnnprof.analyzers.timeline import Timeline, chosen_step, timeline_of, work_pieces
 from rnnprof.analyzers.topops import NameTimes, name_times, top_of
 from rnnprof.events import EventTable, Kind, Manifest, StringTable
-from rnnprof.job.audit import (AuditOptions, RankAudit, audit_parts, audited_job, critical_path_later,
-                               critical_path_of, rank_input)
+from rnnprof.job.audit import AuditOptions, JobPaths, RankAudit, audit_parts, audited_job, rank_input
 from rnnprof.job.ranks import JobResult, JobRun
 from rnnprof.traces.rank_folder import RankFolder
 
@@ -97,23 +96,22 @@ def job_run_report(folder: RankFolder, label: str, manifest: Manifest | None = N
     with JobRun(folder, **run) as job:
         ranks = job.ranks(report_of_rank, options, selection, keep=True)
         audits = [r.audit for r in ranks]
-        audited = audited_job(job, audits, options, dependencies, selection, run)
+        paths = JobPaths(job, audits)
+        audited = audited_job(job, audits, options, dependencies, selection, run, paths)
         events = audited.input.job
         spans = combined_spans([r.spans for r in ranks])
         chosen = chosen_step(spans)
         codes = _string_codes(ranks)
         # the critical path of the typical step (the timeline's, which the report asks for) and its timeline ride
-        # with the first round of the replays, in the worker its third step leaves idle; the longer first
-        typical_path = critical_path_later(job, audits, [chosen], dependencies) if chosen is not None else None
+        # with the first round of the replays, in the worker its third step leaves idle; the longer first. A rule
+        # that reads every step's path (PF001's cause) takes the typical step's from the same task (``JobPaths``)
+        if chosen is not None:
+            paths.later([chosen], dependencies)
         timeline = job.later(timeline_of_step, spans, -1 if chosen is None else chosen)
 
         def critical_path(step: int) -> CriticalPathReport:
-            if typical_path is not None and step == chosen:
-                report = typical_path()
-            else:
-                report = critical_path_of(job, audits, [step], dependencies)
-            return report.with_step_time(job_step_times([r.step_times[0] for r in ranks]),
-                                         combined_overruns([r.step_times[1] for r in ranks]))
+            return paths.of([step], dependencies).with_step_time(job_step_times([r.step_times[0] for r in ranks]),
+                                                                 combined_overruns([r.step_times[1] for r in ranks]))
 
         analyses = RunAnalyses(
             events.events, events.source_format, events.comm, audited.known.launches,
