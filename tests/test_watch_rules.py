@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rnnprof.analyzers.watch import (INPUT_STALL, MEMORY_GROWTH, REGRESSION, SPIKE, STRAGGLER, Detector)
-from rnnprof.events.series import COLUMNS, PROFILED, series_from_rows
+from rnnprof.events.series import COLUMNS, EXPORTED, PROFILED, series_from_rows
 from rnnprof.recording.hang_probe import RankProbe
 from rnnprof.recording.watcher import WatchOptions, Watcher
 from rnnprof.rundir.series import SeriesTail, SeriesWriter, read_series, series_header, series_path
@@ -140,6 +140,22 @@ def test_a_jump_kept_before_the_growth_leaves_its_rate_and_onset_right():
             row[10] += 30 * MIB
     found = [a for a in detect(rows) if a.kind == MEMORY_GROWTH]
     assert len(found) == 1 and found[0].ranks == (0, 1) and found[0].step <= FAULT + 20
+    assert found[0].cost == pytest.approx(MIB, rel=0.02) and FAULT - 2 <= found[0].onset <= FAULT + 2
+
+
+def test_a_window_during_the_growth_leaves_its_rate_right():
+    """A window of 4 profiled steps and its export 6 steps into the leak, the export keeping 6 MiB more (the
+    profiler's and the trace's own memory, as a watched rank's resident memory shows it): the rate and the onset
+    are the leak's (judged with the window's memory in, the onset was put after the window)."""
+    rows = job("memory", memory_noise=False)
+    for r in rows:
+        for row in rows[r][FAULT + 6:FAULT + 10]:
+            row[-1] = PROFILED
+        rows[r][FAULT + 10][-1] = EXPORTED
+        for row in rows[r][FAULT + 10:]:
+            row[10] += 6 * MIB
+    found = [a for a in detect(rows, chunk=5) if a.kind == MEMORY_GROWTH]
+    assert len(found) == 1 and found[0].ranks == (0, 1) and found[0].step > FAULT + 10
     assert found[0].cost == pytest.approx(MIB, rel=0.02) and FAULT - 2 <= found[0].onset <= FAULT + 2
 
 

@@ -33,7 +33,7 @@ SPIKE_CONFIRM = rules.RECENT // 2  # steps after a spike that must be back near 
 STILL = object()  # a raised anomaly whose steps are still at its new level: no new anomaly, not quiet
 COLLECTIVE_WAITS, OWN_PHASES = "collective waits", "the ranks' own phases"  # what a lateness was measured by
 _STORED = ("step", "end", "step_s", "data_s", "forward_s", "optimizer_s", "comm_wait_s", "runqueue_s", "memory",
-           "late")
+           "late", "memory_less_windows")
 
 
 @dataclass
@@ -49,7 +49,9 @@ class _Base:
 
 class _Store:
     """One rank's judged steps (no flag), the last ``KEEP``, a growing array per stored column; ``late`` is
-    filled by the detector (the rank's lateness, ``rules.rank_lateness``)."""
+    filled by the detector (the rank's lateness, ``rules.rank_lateness``); ``memory_less_windows``: the memory less
+    every change the rank's flagged steps made (a window's profiled steps and its export keep the profiler's and
+    the trace's own memory, not the job's), which the memory rule judges."""
 
     def __init__(self):
         self.data = {name: np.full(256, np.nan) for name in _STORED}
@@ -57,21 +59,36 @@ class _Store:
         self.last_step = -1  # the last step the rank wrote, judged or not
         self.bases: dict[str, _Base] = {}
         self.excursions: list[float] = []  # each judged step's excursion above its baseline (spike history)
+        self.last_memory = float("nan")  # the memory at the last step written, judged or not
+        self.flagged_memory = 0.0  # the memory the flagged steps added, summed
 
     def add(self, series: RankSeries) -> None:
         steps = series["step"]
         if len(steps):
             self.last_step = int(steps[-1])
         keep = series.judged()
+        less_windows = self._less_windows(series["memory"], keep)
         n = int(keep.sum())
         if not n:
             return
         if self.size + n > len(self.data["step"]):
             self._grow(self.size + n)
         for name in _STORED:
-            if name != "late":
+            if name == "memory_less_windows":
+                self.data[name][self.size:self.size + n] = less_windows[keep]
+            elif name != "late":
                 self.data[name][self.size:self.size + n] = series[name][keep]
         self.size += n
+
+    def _less_windows(self, memory: np.ndarray, judged: np.ndarray) -> np.ndarray:
+        """``memory`` less what the flagged steps added, these and every one before them (``flagged_memory``)."""
+        changes = np.diff(np.concatenate([[self.last_memory], memory]))
+        added = np.cumsum(np.where(~judged & np.isfinite(changes), changes, 0.0))
+        if len(memory):
+            self.flagged_memory += float(added[-1])
+            self.last_memory = float(memory[-1]) if np.isfinite(memory[-1]) else self.last_memory
+            return memory - (self.flagged_memory - float(added[-1]) + added)
+        return memory
 
     def _grow(self, need: int) -> None:
         drop = self.size - KEEP if need > 2 * KEEP else 0  # the oldest go: what the rules read is far shorter
@@ -296,20 +313,21 @@ class Detector:
                            value - base.median, _waited(store, at, at + 1))
 
     def _memory(self, hits: dict, store: _Store, end: int) -> None:
-        memory = store.data["memory"][rules.SETTLE:end]
+        measured = store.data["memory"][rules.SETTLE:end]
+        memory = store.data["memory_less_windows"][rules.SETTLE:end]  # judged without the windows' own memory
         if len(memory) < rules.MEMORY_WINDOW + rules.MIN_BASELINE or not np.isfinite(memory).all():
             return
         grows = rules.memory_growth(memory[rules.MIN_BASELINE:])
         if grows is None:
             return
         verdict, span = grows
-        since = memory[max(0, len(memory) - 2 * span):]
+        first = max(0, len(memory) - 2 * span)
+        since = memory[first:]
         onset = rules.growth_onset(since)
         steps = store.data["step"][rules.SETTLE:end]
-        level = float(np.median(since[:onset])) if onset else float(since[0])
-        hits[MEMORY_GROWTH] = (int(steps[-1]), verdict, float(memory[-1]), level,
-                               int(steps[len(memory) - len(since) + onset]), self.memory_source,
-                               rules.growth_rate(since[onset:]))
+        level = float(np.median(measured[first:first + onset])) if onset else float(measured[first])
+        hits[MEMORY_GROWTH] = (int(steps[-1]), verdict, float(measured[-1]), level, int(steps[first + onset]),
+                               self.memory_source, rules.growth_rate(since[onset:]))
 
     def _fill_lateness(self, ends: dict[int, int]) -> None:
         """Each judged rank's lateness at this step (``rules.rank_lateness``): by its collective waits, or where a rank

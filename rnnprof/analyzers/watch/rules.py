@@ -8,7 +8,8 @@ last ``SPIKE_HISTORY`` (``sustained``): a new level is one the rank has not had.
 * regression: the step time; input stall: the data wait, against the step time's jitter; straggler: each rank's
   lateness (``rank_lateness``), with ``noise``'s least difference between processes;
 * memory growth (``memory_growth``): a mean change a step beyond ``K`` times its standard error and ``MEMORY_FLOOR``
-  of the memory in use; its onset by a level-then-line fit, its rate by Theil-Sen;
+  of the memory in use; its onset by a level-then-line fit, its rate by Theil-Sen; each on the memory less what a
+  window's flagged steps added (the detector's ``memory_less_windows``);
 * spike (``spike``): one step beyond ``SPIKE_K`` times the jitter and twice the rank's largest excursion.
 
 docs/commands/watch.md says each in full.
