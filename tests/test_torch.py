@@ -83,7 +83,8 @@ def test_ctrl_c_stops_a_worker_that_ignores_it_within_seconds(monkeypatch, tmp_p
         # one worker: the agent's wait before SIGKILL is the same for each (every rank is stopped: the ctrl-c tests)
         run_ranks(tiny(devices=1), worker=deaf_to_interrupts)
     took = time.monotonic() - interrupted_at[0]
-    assert SHUTDOWN_S <= took < SHUTDOWN_S + 10, took  # torch's own wait: 30 s
+    # torch's own wait is 30 s; a loaded machine (the suite's workers beside it) was seen to add 10.7 s to ours
+    assert SHUTDOWN_S <= took < SHUTDOWN_S + 20, took
     assert left_running(grace_s=5.0) == {}
 
 
