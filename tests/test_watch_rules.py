@@ -359,6 +359,31 @@ def test_the_watch_outlives_a_crashing_analysis_an_unwritable_folder_and_a_rank_
     assert any(s[0] == "steps" and s[2] >= STEPS - 1 for s in said)  # rank 0 was watched to its end
 
 
+def test_a_window_its_ranks_opened_as_the_job_ended_says_it_was_not_captured(tmp_path):
+    """A window asked once the job has run its last row: its ranks open it, then end before its steps, and their
+    records name no trace. Its verdict says it was not captured; no analysis is run on it."""
+    from rnnprof.recording import ranks
+
+    events = Events()
+    watcher = Watcher(tmp_path, WatchOptions(window_steps=3, baseline_step=None), events, analyse=Crashing)
+    rows = job(steps=120)
+
+    def asked_then_ended():
+        request = read_request(request_path(tmp_path))
+        if request is None:
+            watcher.ask()
+            return False
+        for rank in rows:  # as each rank closes a window it opened without tracing a step
+            ranks.write_record(tmp_path / "windows" / request.name, {"rank": rank, "trace": None, "steps": [],
+                                                                     "status": "complete", "exit_code": 0})
+        return True
+
+    with watcher:
+        play(tmp_path, rows, until=asked_then_ended)
+    verdicts = [s[2] for s in events.said if s[0] == "verdict"]
+    assert verdicts == ["not captured: the job ended before the window's steps were traced"], events.said
+
+
 def test_a_window_asked_from_another_terminal_is_answered_and_asked_of_every_rank(tmp_path):
     events = Events()
     answers = []

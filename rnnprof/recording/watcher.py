@@ -315,6 +315,12 @@ class Watcher:
             self._verdict(window, {"window": window.request.name, "text": "" if self.analyse is None else
                                    "not captured: the job ended before the window opened"})
             return
+        records = ranks.read_records(folder)
+        ended = records and all(r.get("status") != rundir.STATUS_RUNNING for r in records)
+        if ended and not any(r.get("trace") for r in records):  # its ranks opened it, then the job ended
+            self._verdict(window, {"window": window.request.name,
+                                   "text": "not captured: the job ended before the window's steps were traced"})
+            return
         try:
             window.analysis = self.analyse(folder, base_dir, window.anomalies)
             if self._ended:
