@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnprof.analyzers.classify import EventClass
-from rnnprof.analyzers.device_work import outermost_by_lane
+from rnnprof.analyzers.device_work import outermost_by_lane, worker_of_events
 from rnnprof.analyzers.replay.graph import DONE, EDGE_ARRIVAL, EVENT
 from rnnprof.analyzers.replay.result import MICRO_BATCHES, MOVE_LAYER, Change, ChangeError
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
@@ -37,7 +37,7 @@ _GPIPE, _ONE_F_ONE_B = "gpipe", "1f1b"
 class Stages:
     """A step's pipeline as its phases give it: per stage (in order), its rank, its forward's and backward's
     median time per micro-batch and the part of each that shrinks with the micro-batch (its operators' time less
-    what calling them costs, ``call_us`` each); the micro-batches, the transfer and the schedule."""
+    what calling them costs, ``_Operators.call_us`` each); the micro-batches, the transfer and the schedule."""
 
     ranks: tuple[str, ...]
     forward: np.ndarray
@@ -47,7 +47,6 @@ class Stages:
     micro_batches: int
     transfer_us: float
     schedule: str
-    call_us: float = 0.0
 
 
 def parse_layers(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -151,8 +150,7 @@ def step_stages(sg: StepGraph) -> Stages | None:
     stage0 = found[ranks[0]]
     schedule = _ONE_F_ONE_B if stage0[1][0][0] < stage0[0][-1][0] else _GPIPE
     return Stages(tuple(ranks), *(np.array([m[i] for m in measured[k]]) for k, i in ((0, 0), (1, 0), (0, 1), (1, 1))),
-                  micro_batches=counts.pop(), transfer_us=_transfer(sg), schedule=schedule,
-                  call_us=operators.call_us)
+                  micro_batches=counts.pop(), transfer_us=_transfer(sg), schedule=schedule)
 
 
 class _Operators:
@@ -163,21 +161,22 @@ class _Operators:
     def __init__(self, sg: StepGraph):
         t = sg.table
         rows = np.flatnonzero((t.kind == Kind.HOST_OP) & (sg.classes != EventClass.COMMUNICATION))
-        # a thread is its worker's lane: two ranks' threads may have the same id
-        worker = np.array([d.worker for d in t.devices] or [""], dtype=object)[t.device]
-        workers = {w: k for k, w in enumerate(sorted(set(worker[rows])))}
-        thread = t.lane.astype(np.int64) * max(len(workers), 1) + np.array([workers.get(w, 0) for w in worker])
+        worker = worker_of_events(t)  # a thread is a lane of one worker: two ranks' threads may have the same id
+        thread = t.lane.astype(np.int64) * (int(worker.max(initial=0)) + 1) + worker
         end = t.ts + t.dur
-        self.threads: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        outer = np.zeros(len(t), dtype=bool)
+        for _, _, top in outermost_by_lane(thread, t.ts, end, rows).values():
+            outer[top] = True
         views = np.isin(t.name, [c for c, name in enumerate(t.strings) if name in VIEW_OPERATORS])
+        rows = rows[np.lexsort((t.ts[rows], thread[rows]))]
+        self.threads: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         per_call = []
-        for _, (_, _, top) in outermost_by_lane(thread, t.ts, end, rows).items():
-            mine = rows[thread[rows] == thread[top[0]]]
-            mine = mine[np.argsort(t.ts[mine], kind="stable")]
-            self.threads[(worker[top[0]], int(t.lane[top[0]]))] = (t.ts[mine], end[mine], t.dur[mine],
-                                                                   np.isin(mine, top))
-            view = top[views[top]]
-            inside = np.searchsorted(t.ts[mine], end[view], "left") - np.searchsorted(t.ts[mine], t.ts[view], "left")
+        for mine in np.split(rows, np.flatnonzero(np.diff(thread[rows])) + 1) if len(rows) else ():
+            starts = t.ts[mine]
+            self.threads[(t.devices[t.device[mine[0]]].worker, int(t.lane[mine[0]]))] = (starts, end[mine],
+                                                                                       t.dur[mine], outer[mine])
+            view = mine[outer[mine] & views[mine]]
+            inside = np.searchsorted(starts, end[view], "left") - np.searchsorted(starts, t.ts[view], "left")
             per_call.extend(t.dur[view] / np.maximum(inside, 1))
         self.call_us = float(np.median(per_call)) if len(per_call) >= MIN_VIEWS else 0.0
 
