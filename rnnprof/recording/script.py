@@ -389,14 +389,8 @@ def _capture_either(settings: dict, argv: list[str]) -> int:
         if not caps:
             caps.append(_tensorflow_capture(settings, writer))
 
-    def torch_imported(module) -> None:
-        if caps:
-            _switch_to_torch(caps, settings)
-        else:
-            (Path(settings["out"]) / rundir.MANIFEST).unlink(missing_ok=True)  # the ranks' manifest replaces it
-            caps.append(_torch_capture(settings))
-
-    cancels = [when_imported("tensorflow", tensorflow_imported), when_imported("torch", torch_imported)]
+    cancels = [when_imported("tensorflow", tensorflow_imported),
+               when_imported("torch", lambda module: _switch_to_torch(caps, settings))]
     status, code, error = rundir.STATUS_COMPLETE, 0, None
     try:
         status, code, error = _run(argv)
@@ -434,11 +428,12 @@ def _capture(writer: RunWriter, settings: dict, argv: list[str]) -> int:
 
 
 def _switch_to_torch(caps: list, settings: dict) -> None:
-    """Close TensorFlow's capture and open torch's when torch was imported before TensorFlow ran a step."""
-    tensorflow = caps[-1]
-    if tensorflow._seen_steps:
-        return
-    tensorflow.close(rundir.STATUS_RUNNING)
+    """Open torch's capture as torch is imported: at once where no capture runs yet, else in place of TensorFlow's
+    where TensorFlow has not run a step (which keeps its capture)."""
+    if caps:
+        if caps[-1]._seen_steps:
+            return
+        caps[-1].close(rundir.STATUS_RUNNING)
     (Path(settings["out"]) / rundir.MANIFEST).unlink(missing_ok=True)  # the ranks' manifest replaces it
     caps.append(_torch_capture(settings))
 
