@@ -25,7 +25,7 @@ from rnnprof.analyzers.device_work import host_operator_devices
 from rnnprof.analyzers.noise import CPU_RANK_FLOOR_US, CROSS_RANK_FLOOR_US, MIN_STEPS, significance
 from rnnprof.events import EventTable, Kind
 from rnnprof.events.names import (COLLECTIVE_TYPES, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, FSDP_FORWARD_PREFETCH,
-                                  NCCL_KERNEL, UNKNOWN_COLLECTIVE)
+                                  NCCL_KERNEL, SEND_RECV, UNKNOWN_COLLECTIVE, collective_type, p2p_direction)
 
 BY_SEQ = "seq"
 BY_ORDER = "order"
@@ -226,23 +226,32 @@ def instances(table: EventTable) -> dict[str, list[Instance]]:
     return result
 
 
-def _p2p_pairs(table: EventTable) -> dict[int, tuple[int, int]]:
+EXCHANGE = "exchange"  # a send and a receive with one peer carried out together (one NCCL kernel on each side)
+
+
+def _p2p_pairs(table: EventTable) -> dict[int, tuple]:
     """``row -> (sender, receiver)`` (global ranks) of the sends and receives whose peer the records name, on
-    workers named ``rank<r>``: the k-th send from A to B in a group is the k-th receive at B from A."""
+    workers named ``rank<r>``: the k-th send from A to B in a group is the k-th receive at B from A; an exchange
+    (a send and a receive fused, ``recv+send``): ``(EXCHANGE, lower, higher)``, the k-th between A and B on both."""
     records, found = table.collectives, {}
     for k in np.flatnonzero(records.peer >= 0).tolist():
         row = int(records.row[k])
         me = table.devices[table.device[row]].worker.removeprefix("rank")
-        call = table.strings[records.call[k]].lower()
-        if me.isdigit() and ("send" in call or "recv" in call):
-            peer = int(records.peer[k])
-            found[row] = (int(me), peer) if "send" in call else (peer, int(me))
+        call = table.strings[records.call[k]]
+        direction, peer = p2p_direction(call), int(records.peer[k])
+        if not me.isdigit():
+            continue
+        if direction:
+            found[row] = (int(me), peer) if direction == "send" else (peer, int(me))
+        elif collective_type(call) == SEND_RECV:
+            found[row] = (EXCHANGE, *sorted((int(me), peer)))
     return found
 
 
-def _sends(worker: str, pair: tuple[int, int]) -> bool:
-    """Whether ``worker`` (``rank<r>``) is the sender of a send and its receive ``(sender, receiver)``."""
-    return worker.removeprefix("rank") == str(pair[0])
+def _sends(worker: str, pair: tuple) -> bool:
+    """Whether ``worker`` (``rank<r>``) is the sender of a send and its receive ``(sender, receiver)`` (an exchange:
+    neither side is; both wait for both)."""
+    return pair[0] != EXCHANGE and worker.removeprefix("rank") == str(pair[0])
 
 
 def _collective_rows(table: EventTable) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:

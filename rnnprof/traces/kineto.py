@@ -71,6 +71,9 @@ class _Args(msgspec.Struct, gc=False):
     out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
     dtype: Any = None
     group_size: Any = msgspec.field(name="Group size", default=None)
+    # a send's or a receive's peer, its group-local rank (``record_param_comms`` of ``send``/``recv``)
+    dst_rank: Any = msgspec.field(name="Dst Rank", default=None)
+    src_rank: Any = msgspec.field(name="Src Rank", default=None)
     # a CPU rank's collective calls and runs: their recorded shapes, kept raw (kineto_collectives decodes them)
     dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw(b""))
     types: msgspec.Raw = msgspec.field(name="Input type", default=msgspec.Raw(b""))

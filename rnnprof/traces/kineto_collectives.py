@@ -4,7 +4,9 @@ While the loader streams the file, ``CollectiveArgsReader`` keeps the args of th
 collective is: NCCL kernels' and ``record_param_comms`` operators' collective args, and a CPU rank's ``c10d::*``
 calls' and ``gloo:*`` runs' recorded shapes (gloo records no collective args). Once the table is built,
 ``with_collective_records`` makes one ``CollectiveRecords`` row per collective event: a NCCL kernel with its own
-args or those of the ``record_param_comms`` it was launched in; a gloo run with the ``c10d::*`` call it carries
+args or those of the ``record_param_comms`` it was launched in, or where it was launched in none (a coalesced
+launch, ``nccl:coalesced``: ``batch_isend_irecv`` fuses a pipeline's send and receive into one kernel) those its
+thread recorded since its previous NCCL launch (``_combined``); a gloo run with the ``c10d::*`` call it carries
 out (``_match_runs``), its group and message from the ``record_param_comms`` inside the call where there is one
 (``_params_inside``), else its group from the flight recorder's entry joined to the call (``_recorder_groups``)
 or the rank's groups, its message from the call's shapes (``_cpu_group``); its phase from
@@ -146,7 +148,15 @@ class _Message:
 def _args_message(c: _Captured) -> _Message:
     a = c.args
     return _Message(_int(a.in_nelems), _int(a.out_nelems), "" if a.dtype is None else str(a.dtype),
-                    _int(a.group_size))
+                    _int(a.group_size), _args_peer(a))
+
+
+def _args_peer(a) -> int:
+    """A send's or a receive's peer as a global rank, from its group-local ``Dst Rank``/``Src Rank`` and its group's
+    members (-1: not recorded)."""
+    local = _int(a.dst_rank if a.dst_rank is not None else a.src_rank)
+    members = _ranks(a.pg_ranks)
+    return members[local] if 0 <= local < len(members) else -1
 
 
 def _shapes_message(name: str, c: _Captured) -> _Message:
@@ -238,15 +248,41 @@ def _gpu_records(table: EventTable, captured: list[_Captured], made: _Records) -
     own = {c.row: c for c in captured if c.on_gpu and c.args.collective is not None}
     around = _ParamComms(table, [c for c in captured if not c.on_gpu and table.strings[table.name[c.row]] == PARAM_COMMS])
     launched_in = around.of(launcher)
-    for row, place, outer in zip(kernels.tolist(), launcher.tolist(), launched_in):
+    coalesced = around.since_previous_launch(launcher, [row not in own and o is None
+                                                         for row, o in zip(kernels.tolist(), launched_in)])
+    for row, place, outer, block in zip(kernels.tolist(), launcher.tolist(), launched_in, coalesced):
         args = own.get(row, outer)
+        if args is None and block:
+            message, values = _combined(block)
+            made.add(row, place, message, **values)
+            continue
         if args is None:  # its type is its name's or its range's (analyzers.classify)
             made.add(row, place, _Message())
             continue
         given = args.args
         call = "" if given.collective is None else str(given.collective)
-        made.add(row, place, _args_message(args), group="" if given.group is None else str(given.group),
-                 collective=collective_type(call), call=call, seq=_int(given.seq))
+        message = _args_message(args)
+        made.add(row, place, message, group="" if given.group is None else str(given.group),
+                 collective=collective_type(call), call=call, seq=_int(given.seq), peer=message.peer)
+
+
+def _combined(block: list[_Captured]) -> tuple[_Message, dict]:
+    """One kernel's record from the ``record_param_comms`` of the operations it carries out together: their
+    elements summed; their group, type, dtype and peer where all share one; its call theirs where all are alike,
+    else theirs joined (``recv+send``: a send and a receive exchanged with one peer)."""
+    messages = [_args_message(c) for c in block]
+
+    def shared(values, empty):
+        values = set(values)
+        return values.pop() if len(values) == 1 else empty
+
+    calls = sorted({str(c.args.collective) for c in block})
+    elements = [m.in_nelems for m in messages], [m.out_nelems for m in messages]
+    message = _Message(*(sum(e) if min(e) >= 0 else -1 for e in elements), shared((m.dtype for m in messages), ""),
+                       shared((m.group_size for m in messages), -1), shared((m.peer for m in messages), -1))
+    group = shared(("" if c.args.group is None else str(c.args.group) for c in block), "")
+    return message, dict(group=group, collective=shared(map(collective_type, calls), UNKNOWN_COLLECTIVE),
+                         call="+".join(calls), peer=message.peer)
 
 
 class _ParamComms:
@@ -274,6 +310,22 @@ class _ParamComms:
             holds = (k >= 0) & (ends[np.maximum(k, 0)] >= t)
             for at, j in zip(mine[holds].tolist(), k[holds].tolist()):
                 found[at] = self.by_lane[lane][j]
+        return found
+
+    def since_previous_launch(self, places: np.ndarray, wanted: list[bool]) -> list[list[_Captured]]:
+        """For each launch of ``places`` where ``wanted``, those on its thread that started after the thread's
+        previous launch among ``places`` and ended before this one (a coalesced launch's operations); else []."""
+        table, found = self.table, [[] for _ in range(len(places))]
+        ok = places >= 0
+        for lane, (starts, ends) in self.spans.items():
+            mine = np.flatnonzero(ok & (table.device[np.maximum(places, 0)] == lane[0])
+                                  & (table.lane[np.maximum(places, 0)] == lane[1]))
+            previous = -np.inf
+            for at in mine[np.argsort(table.ts[places[mine]], kind="stable")].tolist():
+                t = table.ts[places[at]]
+                if wanted[at]:
+                    found[at] = [self.by_lane[lane][j] for j in np.flatnonzero((starts > previous) & (ends <= t)).tolist()]
+                previous = t
         return found
 
 

@@ -16,6 +16,14 @@ profiled with ``torch.profiler`` (``schedule(wait=1, warmup=1, active=2)``, ``re
   (``rnnprof.recording.recorder_window``: ``torch-gloo-hsdp-fr-collectives-rank<r>.flight-recorder``), and its
   oracle names the mesh's groups as torch made them (``mesh``: each dimension's group name, description, ranks).
 
+``--cuda`` runs ``fsdp2``, ``tp``, ``pp`` and ``hsdp`` on a machine's one GPU, every rank on ``cuda:0`` over nccl,
+and names them ``torch-nccl-<job>-...``. NCCL refuses two ranks of one host on one GPU: each rank gives NCCL a host
+of its own (``NCCL_HOSTID``), so their collectives go through NCCL's socket transport, as between two machines. The
+ranks share the GPU's time, so these traces show what runs, where and in which group, not how fast it would run on a
+GPU each. Their profiles hold the CUDA kernels and, for ``fsdp2``, the allocator's events (``profile_memory``); the
+oracle adds each step's ``torch.cuda.max_memory_allocated()`` (``peak_allocated``, from a ``reset_peak_memory_stats``
+at the step's start).
+
 After the window, one more step runs under torch's ``CommDebugMode``, which counts the collectives it sees by
 type, forward and backward; each rank writes them beside its trace with the tensors the script made
 (``collectives-oracle-<job>-rank<r>.json``): the oracle of ``rnnprof comm``'s counts and bytes. CommDebugMode's module
@@ -23,6 +31,7 @@ tracker fails on a pipeline's micro-batches: for ``pp`` the oracle counts the se
 issues instead.
 
     python tests/data/make_torch_sharded_traces.py [OUT_DIR] [JOB ...]     # default: this folder, every job
+    python tests/data/make_torch_sharded_traces.py --cuda [OUT_DIR] [JOB ...]
 
 The launcher re-runs this file as each rank's worker (``--worker JOB OUT_DIR``).
 """
@@ -42,16 +51,18 @@ STEPS = 5  # wait 1 + warmup 1 + active 2, then one step under CommDebugMode
 VOCAB, DIM, HEADS, FFN, BLOCKS, BATCH, LENGTH = 64, 32, 2, 64, 3, 4, 8
 MICRO_BATCHES = 4
 JOBS = {"fsdp2": 2, "tp": 2, "pp": 2, "hsdp": 4, "hsdp-fr": 4}  # job -> ranks
+CUDA_JOBS = ("fsdp2", "tp", "pp", "hsdp")
+ON_CUDA = "RNNPROF_SHARDED_ON_CUDA"  # set by the launcher for its workers
 RECORDER = "-fr"  # a job whose name ends so runs with the flight recorder on and writes its window's entries
 FR_BUFFER = "2000"
 
 
-def trace_name(job: str, rank: int) -> str:
-    return f"torch-gloo-{job}-collectives-rank{rank}.json.gz"
+def trace_name(job: str, rank: int, cuda: bool = False) -> str:
+    return f"torch-{'nccl' if cuda else 'gloo'}-{job}-collectives-rank{rank}.json.gz"
 
 
-def oracle_name(job: str, rank: int) -> str:
-    return f"collectives-oracle-{job}-rank{rank}.json"
+def oracle_name(job: str, rank: int, cuda: bool = False) -> str:
+    return f"collectives-oracle-{'nccl-' if cuda else ''}{job}-rank{rank}.json"
 
 
 def worker(job: str, out_dir: Path) -> None:
@@ -63,7 +74,12 @@ def worker(job: str, out_dir: Path) -> None:
 
     torch.set_num_threads(1)
     recorder, job = job.endswith(RECORDER), job.removesuffix(RECORDER)
-    dist.init_process_group("gloo")
+    cuda = os.environ.get(ON_CUDA) == "1"
+    if cuda:  # every rank on the one GPU, each on a host of its own for NCCL (its socket transport between them)
+        os.environ["NCCL_HOSTID"] = f"rnnprof-rank{os.environ['RANK']}"
+        torch.cuda.set_device(0)
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
 
@@ -98,21 +114,24 @@ def worker(job: str, out_dir: Path) -> None:
             return self.head(x) if self.head is not None else x
 
     oracle: dict = {"job": job + (RECORDER if recorder else ""), "rank": rank, "world_size": world, "torch": torch.__version__,
-                    "profiled_steps": [2, 3], "comm_debug_mode_step": STEPS - 1}
+                    "profiled_steps": [2, 3], "comm_debug_mode_step": STEPS - 1, "device": str(device)}
+    if cuda:
+        oracle.update(gpu=torch.cuda.get_device_name(0), cuda=torch.version.cuda,
+                      nccl=".".join(map(str, torch.cuda.nccl.version())))
     loss_fn = nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(1 + rank)
 
     def batch():
         tokens = torch.randint(0, VOCAB, (BATCH, LENGTH + 1), generator=generator)
-        return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        return tokens[:, :-1].contiguous().to(device), tokens[:, 1:].contiguous().to(device)
 
     if job in ("fsdp2", "hsdp"):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh("cpu", (world,)) if job == "fsdp2" else \
-            init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("replicate", "shard"))
-        model = LM()
+        mesh = init_device_mesh(device.type, (world,)) if job == "fsdp2" else \
+            init_device_mesh(device.type, (2, world // 2), mesh_dim_names=("replicate", "shard"))
+        model = LM().to(device)
         units = {f"blocks.{k}": block for k, block in enumerate(model.blocks)}
         full = {name: sum(p.numel() for p in unit.parameters()) for name, unit in units.items()}
         full["root"] = sum(p.numel() for p in model.parameters()) - sum(full.values())
@@ -147,13 +166,14 @@ def worker(job: str, out_dir: Path) -> None:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-        mesh = init_device_mesh("cpu", (world,))
-        model = LM()
+        mesh = init_device_mesh(device.type, (world,))
+        model = LM().to(device)
         for block in model.blocks:
             parallelize_module(block, mesh, {"w1": ColwiseParallel(), "w2": RowwiseParallel()})
         oracle["tp_blocks"] = BLOCKS
         oracle["tp_all_reduce_elements"] = BATCH * LENGTH * DIM  # a block's activations (forward) or their grad
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        # one parameter at a time: on CUDA the foreach kernels would mix the blocks' DTensors with plain tensors
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
 
         def step(annotate: bool):
             inputs, targets = batch()
@@ -169,10 +189,10 @@ def worker(job: str, out_dir: Path) -> None:
 
         stage_blocks = BLOCKS + 1  # 2 blocks a stage
         first = rank == 0
-        module = LM(blocks=stage_blocks // 2, embed=first, head=not first)
-        example = torch.zeros(BATCH // MICRO_BATCHES, LENGTH, dtype=torch.long) if first else \
-            torch.zeros(BATCH // MICRO_BATCHES, LENGTH, DIM)
-        stage = PipelineStage(module, rank, world, torch.device("cpu"), input_args=(example,))
+        module = LM(blocks=stage_blocks // 2, embed=first, head=not first).to(device)
+        example = torch.zeros(BATCH // MICRO_BATCHES, LENGTH, dtype=torch.long, device=device) if first else \
+            torch.zeros(BATCH // MICRO_BATCHES, LENGTH, DIM, device=device)
+        stage = PipelineStage(module, rank, world, device, input_args=(example,))
         schedule_ = Schedule1F1B(stage, MICRO_BATCHES,
                                  loss_fn=lambda out, tgt: loss_fn(out.reshape(-1, VOCAB), tgt.reshape(-1)))
         optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
@@ -192,7 +212,7 @@ def worker(job: str, out_dir: Path) -> None:
         raise SystemExit(f"unknown job {job!r}")
 
     name = job + (RECORDER if recorder else "")
-    plain = out_dir / trace_name(name, rank).removesuffix(".gz")
+    plain = out_dir / trace_name(name, rank, cuda).removesuffix(".gz")
     window_ns = [0]  # as the window's recording begins
 
     def ready(prof):
@@ -202,10 +222,18 @@ def worker(job: str, out_dir: Path) -> None:
             write_window(torch, out_dir / trace_name(name, rank), rank, window_ns[0], time.time_ns())
         export_gzipped(prof, plain)
 
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
-                 record_shapes=True, on_trace_ready=ready) as prof:
+    peaks = []
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []),
+                 schedule=schedule(wait=1, warmup=1, active=2), record_shapes=True,
+                 profile_memory=cuda and job == "fsdp2", on_trace_ready=ready) as prof:
         for k in range(STEPS - 1):
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
             step(annotate=True)
+            if cuda:
+                torch.cuda.synchronize()
+                peaks.append(torch.cuda.max_memory_allocated())
             if k == 1:  # the next call begins the active steps
                 window_ns[0] = time.time_ns()
             prof.step()
@@ -219,7 +247,9 @@ def worker(job: str, out_dir: Path) -> None:
             "total": {str(op): n for op, n in mode.get_comm_counts().items()},
             **{phase: {str(op): n for op, n in phases.get(phase, {}).items()} for phase in ("forward", "backward")},
         }
-    (out_dir / oracle_name(name, rank)).write_text(json.dumps(oracle, indent=1, sort_keys=True) + "\n")
+    if cuda:
+        oracle["peak_allocated"] = peaks  # per step of the loop, the profiled ones at [2, 3]
+    (out_dir / oracle_name(name, rank, cuda)).write_text(json.dumps(oracle, indent=1, sort_keys=True) + "\n")
     dist.barrier()  # no rank tears its group down while another still talks to it
     dist.destroy_process_group()
 
@@ -256,10 +286,10 @@ class _nothing:
         return False
 
 
-def launch(out_dir: Path, jobs=tuple(JOBS), timeout_s: float = 300) -> list[Path]:
+def launch(out_dir: Path, jobs=tuple(JOBS), timeout_s: float = 300, cuda: bool = False) -> list[Path]:
     """Run each job; returns the trace paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **({ON_CUDA: "1"} if cuda else {}))
     paths = []
     for job in jobs:
         recorder = {"TORCH_FR_BUFFER_SIZE": FR_BUFFER} if job.endswith(RECORDER) else {}
@@ -267,7 +297,7 @@ def launch(out_dir: Path, jobs=tuple(JOBS), timeout_s: float = 300) -> list[Path
                         "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
                         __file__, "--worker", job, str(out_dir)],
                        check=True, env={**env, **recorder}, timeout=timeout_s)
-        paths += [out_dir / trace_name(job, r) for r in range(JOBS[job])]
+        paths += [out_dir / trace_name(job, r, cuda) for r in range(JOBS[job])]
     return paths
 
 
@@ -276,5 +306,8 @@ if __name__ == "__main__":
         worker(sys.argv[2], Path(sys.argv[3]))
     else:
         args = sys.argv[1:]
+        on_cuda = bool(args) and args[0] == "--cuda"
+        args = args[1:] if on_cuda else args
         folder = Path(args.pop(0)) if args and args[0] not in JOBS else Path(__file__).parent
-        print("\n".join(map(str, launch(folder, tuple(args) or tuple(JOBS)))))
+        print("\n".join(map(str, launch(folder, tuple(args) or (CUDA_JOBS if on_cuda else tuple(JOBS)),
+                                         cuda=on_cuda))))

@@ -91,7 +91,7 @@ def _micro_batches(timelines: list[RankTimeline], positions: dict[str, int], ste
     if counts:
         return int(np.median(counts)), "the forward ranges of each stage per step"
     first = [t for t in timelines if positions.get(t.worker) == 0]
-    sends = [sum(1 for x in t.transfers if x.step == s and x.send == 1) for t in first for s in steps]
+    sends = [sum(1 for x in t.transfers if x.step == s and x.send in (1, 2)) for t in first for s in steps]
     sends = [n for n in sends if n > 0]
     if sends:
         return max(int(np.median(sends)) // per_rank, 1), "the first rank's sends per step"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnprof.analyzers.collectives import BY_ORDER, Instance, instances
+from rnnprof.analyzers.collectives import BY_ORDER, EXCHANGE, Instance, instances
 from rnnprof.analyzers.comm import compute_intervals
 from rnnprof.analyzers.device_work import host_operator_devices, launchers
 from rnnprof.analyzers.intervals import merge, subtract
@@ -56,7 +56,7 @@ class PeerTransfer:
     key: tuple
     start_us: float  # when the rank posted it (a CPU rank: its c10d call's start)
     end_us: float  # when it completed
-    send: int  # 1 a send, 0 a receive, -1 not known
+    send: int  # 1 a send, 0 a receive, 2 both (an exchange: a send and a receive in one kernel), -1 not known
     peer: int  # the other side's global rank (-1: not known)
     step: int
 
@@ -163,7 +163,9 @@ def _transfer(table: EventTable, inst: Instance, posted: tuple[float, float] | N
     send = _direction(table.strings[records.call[k[0]]] if len(k) else inst.name)
     peer = int(records.peer[k[0]]) if len(k) else -1
     pair = inst.key[2] if inst.key[0] == BY_ORDER and isinstance(inst.key[2], tuple) else None
-    if pair is not None and send >= 0:
+    if pair is not None and pair[0] == EXCHANGE:
+        send = 2
+    elif pair is not None and send >= 0:
         peer = pair[1] if send else pair[0]
     start, end = inst.start_us, inst.end_us
     if posted is not None:
