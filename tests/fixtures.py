@@ -32,7 +32,8 @@ FILES = ("tf1-timeline-gpu-matmul.json", "tf1-timeline-gpu-loop-step0.json", "tf
          "kineto-simple-add.json.gz", "kineto-simple-add-hta-critical-path.json.gz", "kineto-mi250-rocm.json.gz",
          "kineto-b200-8rank-rank0.json.gz", "kineto-mi300x-8rank-ddp-rank0.json.gz", "kineto-mi300x-hipgraph.json.gz",
          "kineto-h200-gpu-checks.json.gz", *(f"kineto-h200-whatif-{run}.json.gz" for run in H200_RUNS),
-         "kineto-h200-launch-eager.json.gz", "kineto-h200-launch-graph.json.gz")
+         "kineto-h200-launch-eager.json.gz", "kineto-h200-launch-graph.json.gz",
+         "torch-nccl-pp-collectives-rank0.json.gz")
 
 # Every real Kineto trace in this folder: the invariant and HTA-parity tests run over all of them.
 KINETO = tuple(name for name in FILES if name.startswith(("kineto-", "torch-")))

@@ -3,7 +3,9 @@
 The traces are real 2- and 4-rank gloo trainings recorded by ``tests/data/make_torch_sharded_traces.py`` (FSDP2,
 tensor parallel, a 2-stage 1F1B pipeline, HSDP), each rank's oracle written beside it by the same script: torch's
 ``CommDebugMode`` counts of a step per collective op, forward and backward (the pipeline's: the sends and receives
-its schedule issued), and the tensors the script made. Bytes and bandwidths are checked against a hand computation
+its schedule issued), and the tensors the script made. The same script ran the same jobs on one H200 over nccl
+(``torch-nccl-*``: each rank on the one GPU, NCCL told they are on hosts of their own), where the trace records
+each collective's group and torch fuses a pipeline's send and receive into one kernel. Bytes and bandwidths are checked against a hand computation
 from the raw JSON, and nccl-tests' definitions against TraceLens's NCCL summary of a Llama-70B FSDP run on MI300X.
 """
 
@@ -24,7 +26,7 @@ from rnnprof.analyzers.groups import call_bytes
 from rnnprof.analyzers.roofline import bus_factor
 from rnnprof.cli import main
 from rnnprof.events.collectives import (GROUP_BY_SIZE, GROUP_BY_THREAD, GROUP_ONLY_ONE, OPERATION_FROM_CALL,
-                                        PHASE_LIBRARY, SHAPES)
+                                        PHASE_LIBRARY, PHASE_NEIGHBOURS, SHAPES)
 from rnnprof.events.names import collective_type
 from rnnprof.traces import load_events
 
@@ -36,12 +38,13 @@ OPS = {"c10d._allgather_base_": "all-gather", "c10d._reduce_scatter_base_": "red
        "c10d.allreduce_": "all-reduce", "c10d_functional.all_reduce": "all-reduce"}
 
 
-def trace(job: str, rank: int):
-    return FIXTURES / f"torch-gloo-{job}-collectives-rank{rank}.json.gz"
+def trace(job: str, rank: int, backend: str = "gloo"):
+    return FIXTURES / f"torch-{backend}-{job}-collectives-rank{rank}.json.gz"
 
 
-def oracle(job: str, rank: int) -> dict:
-    return json.loads((FIXTURES / f"collectives-oracle-{job}-rank{rank}.json").read_text())
+def oracle(job: str, rank: int, backend: str = "gloo") -> dict:
+    prefix = "nccl-" if backend == "nccl" else ""
+    return json.loads((FIXTURES / f"collectives-oracle-{prefix}{job}-rank{rank}.json").read_text())
 
 
 def records(table):
@@ -55,6 +58,89 @@ def records(table):
 @pytest.fixture(scope="module")
 def tables():
     return {(job, rank): load_events(str(trace(job, rank))) for job, n in JOBS.items() for rank in range(n)}
+
+
+@pytest.fixture(scope="module")
+def nccl_tables():
+    return {(job, rank): load_events(str(trace(job, rank, "nccl"))) for job, n in JOBS.items() for rank in range(n)}
+
+
+def _per_step_and_phase(found) -> dict[int, collections.Counter]:
+    per_step: dict[int, collections.Counter] = {}
+    for step, kind, phase, *_ in found:
+        per_step.setdefault(step, collections.Counter())[(kind, phase)] += 1
+    return per_step
+
+
+@pytest.mark.parametrize("job", ["fsdp2", "tp", "hsdp"])
+def test_over_nccl_on_a_gpu_counts_per_collective_and_phase_are_commdebugmodes_each_in_its_recorded_group(
+        nccl_tables, job):
+    """The same jobs on one H200 over nccl: each NCCL kernel is one of CommDebugMode's collectives in its phase, in
+    every traced step; its group, message and dtype are the trace's own (nothing inferred but the phase), and its
+    elements are the tensors the script made (FSDP2: a unit's shards; TP: a block's activations)."""
+    for rank in range(JOBS[job]):
+        told = oracle(job, rank, "nccl")
+        modes = told["comm_debug_mode"]
+        expected = collections.Counter({(OPS[op], phase): n for phase in ("forward", "backward")
+                                        for op, n in modes[phase].items()})
+        assert sum(expected.values()) == sum(modes["total"].values())
+        found = records(nccl_tables[job, rank])
+        per_step = _per_step_and_phase(found)
+        assert sorted(per_step) == told["profiled_steps"]
+        assert all(counts == expected for counts in per_step.values()), (rank, per_step)
+        groups = {g.name: g.ranks for g in nccl_tables[job, rank].metadata.process_groups}
+        for step, kind, phase, group, n_in, n_out, dtype, members, peer, inferred, row in found:
+            assert group in groups and members == len(groups[group]) and dtype == "Float"
+            assert inferred & ~(PHASE_LIBRARY | PHASE_NEIGHBOURS) == 0
+            if job == "tp":
+                assert n_in == n_out == told["tp_all_reduce_elements"]
+            elif kind != "all-reduce":  # HSDP's all-reduces are the shards' gradients over the replicate group
+                shard, full = (n_in, n_out) if kind == "all-gather" else (n_out, n_in)
+                assert full == members * shard
+                assert shard in {u["local_shard_elements"] for u in told["fsdp_units"].values()}
+
+
+def test_over_nccl_hsdps_collectives_are_in_the_mesh_groups_torch_made(nccl_tables):
+    """HSDP on 2 x 2 over nccl: each rank's all-gathers and reduce-scatters run in its shard group and its
+    all-reduces in its replicate group, by the names, descriptions and members torch gave them."""
+    for rank in range(4):
+        mesh = oracle("hsdp", rank, "nccl")["mesh"]
+        table = nccl_tables["hsdp", rank]
+        groups = {g.name: (g.description, g.ranks) for g in table.metadata.process_groups}
+        for dim in ("shard", "replicate"):
+            assert groups[mesh[dim]["name"]] == (mesh[dim]["description"], tuple(mesh[dim]["ranks"]))
+        ran = {(kind, group) for _, kind, _, group, *_ in records(table)}
+        assert ran == {("all-gather", mesh["shard"]["name"]), ("reduce-scatter", mesh["shard"]["name"]),
+                       ("all-reduce", mesh["replicate"]["name"])}
+
+
+def test_over_nccl_a_send_and_a_receive_fused_into_one_kernel_are_both_in_its_record(nccl_tables):
+    """1F1B on 2 stages over nccl: torch's schedule issues each step's 4 sends and 4 receives in batches
+    (``batch_isend_irecv``), its steady state a send and a receive together, each batch one SendRecv kernel launched
+    in ``nccl:coalesced``. A step's kernels carry every operation the schedule issued, by direction and elements,
+    each with the other stage as peer; each rank's kernels meet the other's one for one."""
+    for rank in range(2):
+        issued = oracle("pp", rank, "nccl")["p2p_ops"]
+        activation = oracle("pp", rank, "nccl")["pipeline"]["activation_elements"]
+        table = nccl_tables["pp", rank]
+        per_step: dict[int, collections.Counter] = {}
+        for step, kind, _, group, n_in, _, dtype, members, peer, _, k in records_with_calls(table):
+            assert (kind, group, dtype, members, peer) == ("send/recv", "0", "Float", 2, 1 - rank)
+            calls = k.split("+")
+            assert n_in == activation * len(calls)
+            for call in calls:
+                per_step.setdefault(step, collections.Counter())[f"{call} peer {1 - rank}"] += 1
+        assert sorted(per_step) == [2, 3]
+        for counts in per_step.values():
+            assert counts == {key: entry["ops"] for key, entry in issued.items()}
+            assert sum(e["elements"] for e in issued.values()) == activation * sum(counts.values())
+    matched, unmatched = matched_groups(instances(load_events([str(trace("pp", r, "nccl")) for r in (0, 1)])))
+    assert unmatched == 0 and len(matched) == len(records(nccl_tables["pp", 0])) == 10
+
+
+def records_with_calls(table):
+    """``records`` with each record's call (Kineto's ``Collective name``, fused ones joined by ``+``) last."""
+    return [(*r[:-1], table.strings[table.collectives.call[k]]) for k, r in enumerate(records(table))]
 
 
 @pytest.mark.parametrize("job", ["fsdp2", "tp", "hsdp"])

@@ -188,6 +188,12 @@ KNOWN_DIFFERENCES = {
                                                       "compute: compute differs by 2.6 points",
     ("kineto-b200-8rank-rank0.json.gz", "idle"): "kernels overlap on stream 7 (programmatic dependent launch): HTA "
                                                  "sums the 74 negative gaps (-69.3 µs) into kernel wait",
+    **{("torch-nccl-pp-collectives-rank0.json.gz", figure): "HTA's cut before the last ProfilerStep keeps that step's "
+                                                              "first GPU event, a host-to-device copy that starts "
+                                                              "with the step's GPU range (at the same microsecond "
+                                                              "once HTA rounds timestamps to integers): its span is "
+                                                              "646 µs longer, idle 0.8 points higher"
+       for figure in ("breakdown", "idle")},
     ("kineto-1gpu-v100.json.gz", "idle"): "timestamps near 1.7e15 µs decode to float64 with 0.25 µs resolution: 5 "
                                           "launches that start under 0.25 µs after the previous kernel's end land "
                                           "on it, so their gaps are kernel wait here and host wait in HTA "

@@ -48,7 +48,8 @@ CPU_COMM = re.compile(r"^(gloo:(?P<range>\w+)|c10d::(?P<call>\w+?)_?)$")
 WITH_COMM = {"kineto-2rank-nccl-rank0.json.gz", "kineto-sampled-rank0.json.gz", "kineto-sampled-rank1.json.gz",
              *(name for pair in GLOO_PAIRS for name in pair), "kineto-8rank-rank3-a100.json.gz",
              "kineto-2rank-rank1-v100-cudagraph.json.gz", "kineto-16rank-rank0-a100-cudagraph.json.gz",
-             "kineto-b200-8rank-rank0.json.gz", "kineto-mi300x-8rank-ddp-rank0.json.gz"}
+             "kineto-b200-8rank-rank0.json.gz", "kineto-mi300x-8rank-ddp-rank0.json.gz",
+             "torch-nccl-pp-collectives-rank0.json.gz"}
 
 
 def _document(path):
@@ -60,8 +61,9 @@ def _kernel_type(kernel: dict, ranges: list[dict]) -> str:
     args = kernel.get("args") or {}
     if args.get("Collective name"):
         return C10D_COLLECTIVE[args["Collective name"]]
-    for r in ranges:  # the nccl:* range around the kernel on its own stream
-        if (r["pid"], r["tid"]) == (kernel["pid"], kernel["tid"]) and r["ts"] <= kernel["ts"] < r["ts"] + r["dur"]:
+    for r in ranges:  # the nccl:* range around the kernel on its own stream (nccl:coalesced names none)
+        if (r["pid"], r["tid"]) == (kernel["pid"], kernel["tid"]) and r["ts"] <= kernel["ts"] < r["ts"] + r["dur"] \
+                and r["name"].split(":", 1)[1] in C10D_COLLECTIVE:
             return C10D_COLLECTIVE[r["name"].split(":", 1)[1]]
     if "multimem_all_reduce_kernel" in kernel["name"]:
         return "all-reduce"

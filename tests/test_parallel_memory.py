@@ -1,6 +1,8 @@
 """memory of jobs that split or shard: a pipeline's stages are not compared as replicas (1F1B's first stage holds
 the activations of more micro-batches, which the schedule explains), ranks of one stage still are; FSDP2's gathered
-parameters live at a device's peak, by module, against torch's own count of the model's parameters."""
+parameters live at a device's peak, by module, against torch's own count of the model's parameters; on a GPU, each
+step's peak against ``torch.cuda.max_memory_allocated()`` and the gathered parameters as CUDA's allocator rounds
+them."""
 
 from __future__ import annotations
 
@@ -123,3 +125,43 @@ def test_a_stage_peak_the_schedule_does_not_explain_is_said_so():
     swapped = [dataclasses.replace(d, peak=dataclasses.replace(d.peak, allocated=o.peak.allocated))
                for d, o in zip(devices, devices[::-1])]
     assert not pipeline_memory(swapped, one_f_one_b, roles).explained
+
+
+# tests/data/make_torch_sharded_traces.py's Transformer block, as torch.nn makes it (DIM 32, 2 heads, FFN 64): each
+# parameter's shape, in module order (two LayerNorms, the attention's in and out projections, two Linears)
+DIM, FFN, VOCAB = 32, 64, 64
+BLOCK_SHAPES = [(DIM,), (DIM,), (3 * DIM, DIM), (3 * DIM,), (DIM, DIM), (DIM,), (DIM,), (DIM,), (FFN, DIM), (FFN,),
+                (DIM, FFN), (DIM,)]
+ROOT_SHAPES = [(VOCAB, DIM), (VOCAB, DIM), (VOCAB,)]  # the embedding, the head's weight and bias
+CUDA_BLOCK = 512  # the CUDA caching allocator's smallest block: every allocation is rounded up to a multiple of it
+
+
+def _allocated(shapes, world: int) -> int:
+    """The unsharded float32 storage FSDP2 allocates for parameters of ``shapes``, each padded to ``world`` equal
+    rows and allocated apart, as the CUDA allocator counts it."""
+    return sum(math.ceil(math.ceil(s[0] / world) * world * math.prod(s[1:]) * 4 / CUDA_BLOCK) * CUDA_BLOCK
+               for s in shapes)
+
+
+def test_on_a_gpu_each_steps_peak_is_the_allocators_and_the_gathered_parameters_are_its_blocks():
+    """FSDP2 on 2 ranks over nccl on one H200 (``torch-nccl-fsdp2-*``, profile_memory on): memory's peak of each
+    traced step is the script's ``torch.cuda.max_memory_allocated()`` of that step, byte for byte; the parameters
+    FSDP gathered, by module, are its parameters as torch counts them, each allocated apart and rounded up to the
+    allocator's 512-byte blocks."""
+    paths = [FIXTURES / f"torch-nccl-fsdp2-collectives-rank{r}.json.gz" for r in (0, 1)]
+    report = analyze_memory(load_events([str(p) for p in paths]))
+    gpus = [d for d in report.devices if "gpu" in d.device]
+    assert [d.worker for d in gpus] == ["rank0", "rank1"]
+    for device in gpus:
+        told = json.loads((FIXTURES / f"collectives-oracle-nccl-fsdp2-{device.worker}.json").read_text())
+        world, units = told["world_size"], told["fsdp_units"]
+        assert sum(math.prod(s) for s in BLOCK_SHAPES) == units["blocks.0"]["parameters"]
+        assert sum(math.prod(s) for s in ROOT_SHAPES) == units["root"]["parameters"]
+        assert dict(device.step_peaks) == {s: told["peak_allocated"][s] for s in told["profiled_steps"]}
+        assert device.peak.allocated == max(told["peak_allocated"][s] for s in told["profiled_steps"])
+        gathered = {u.module: u.parameters for u in device.unsharded if u.parameters}
+        expected = {name: _allocated(BLOCK_SHAPES, world) for name in ("blocks.0", "blocks.1", "blocks.2")}
+        expected["(root)"] = _allocated(ROOT_SHAPES, world)
+        assert "(root)" in gathered and len(gathered) >= 2, gathered
+        assert gathered == {m: expected[m] for m in gathered}
+

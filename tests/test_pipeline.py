@@ -19,6 +19,8 @@ from rnnprof.traces import load_events
 FORWARD_US, BACKWARD_US = 100.0, 250.0
 PP_RUN = FIXTURES / "torch-gloo-pp"
 PP_TRACES = [FIXTURES / f"torch-gloo-pp-collectives-rank{r}.json.gz" for r in (0, 1)]
+# the same script's pipeline on one H200 over nccl: torch fuses a send and a receive into one SendRecv kernel
+NCCL_PP_TRACES = [FIXTURES / f"torch-nccl-pp-collectives-rank{r}.json.gz" for r in (0, 1)]
 
 
 def _job(tmp_path, kind, stages, micro, forward=None, backward=None, **options):
@@ -91,15 +93,17 @@ def test_given_flags_stand_and_the_trace_tells_the_rest(tmp_path):
 
 def test_the_schedule_the_trace_tells_is_the_one_the_run_recorded():
     """tests/data/torch-gloo-pp: rnnprof's 1F1B on 2 ranks, 4 micro-batches, as its manifest records it; its rank
-    files read without the manifest, and a user's script of the same schedule (no ranges), tell the same."""
+    files read without the manifest, and a user's script of the same schedule (no ranges), tell the same; so does
+    that script on a GPU over nccl, whose steady state sends and receives in one kernel each time."""
     recorded = analyze_pipeline(load_events(str(PP_RUN))).schedule
     assert (recorded.kind, recorded.ranks, recorded.micro_batches, recorded.source) == ("1f1b", 2, 4, MANIFEST)
-    for paths in ([str(p) for p in sorted((PP_RUN / "torch").glob("rank*.json.gz"))], [str(p) for p in PP_TRACES]):
+    for paths in ([str(p) for p in sorted((PP_RUN / "torch").glob("rank*.json.gz"))], [str(p) for p in PP_TRACES],
+                  [str(p) for p in NCCL_PP_TRACES]):
         told = analyze_pipeline(load_events(paths)).schedule
         assert (told.kind, told.ranks, told.micro_batches) == ("1f1b", 2, 4), paths
 
 
-@pytest.mark.parametrize("paths", [[PP_RUN], PP_TRACES], ids=["run", "user-traces"])
+@pytest.mark.parametrize("paths", [[PP_RUN], PP_TRACES, NCCL_PP_TRACES], ids=["run", "user-traces", "nccl-gpu"])
 def test_a_real_pipelines_parts_add_up_step_by_step(paths):
     """busy + warm-up + cool-down + waiting + transfer + other = the window, for each rank and step; the chart's
     segments cover each rank's window of its step once."""

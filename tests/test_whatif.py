@@ -245,6 +245,10 @@ PAIRS = {f"{first.removesuffix('-rank0.json.gz')} pair": [str(DATA / first), str
 PAIRS.update({f"torch-gloo-{job}-collectives job": [str(DATA / f"torch-gloo-{job}-collectives-rank{r}.json.gz")
                                                     for r in range(4 if job == "hsdp" else 2)]
               for job in ("fsdp2", "tp", "pp", "hsdp")})
+# the same jobs on one H200 over nccl (every rank on the one GPU)
+PAIRS.update({f"torch-nccl-{job}-collectives job": [str(DATA / f"torch-nccl-{job}-collectives-rank{r}.json.gz")
+                                                    for r in range(4 if job == "hsdp" else 2)]
+              for job in ("fsdp2", "tp", "pp", "hsdp")})
 PAIRS.update({f"torch-gloo-{job} run": [str(DATA / f"torch-gloo-{job}" / "torch" / f"rank{r}.json.gz") for r in (0, 1)]
               for job in ("fsdp", "pp")})
 
