@@ -24,19 +24,24 @@ UNCHANGED = [Change(COMM, "", 1.0)]
 
 
 def _job(tmp_path, name: str, kind: str, micro: int, layers: tuple[int, ...], ranges: bool | str = True,
-         edit=None, views: int = 0):
+         edit=None, views: int = 0, loss_us: float = 0.0):
     """A pipeline of ``len(layers)`` stages, each stage's operator per micro-batch its layers' times, a
     micro-batch's share of the batch (1/``micro``) of a quarter batch's, beside the calls of its transfers
     (``ranges``: as ``write_job``'s; ``edit(rank, events)``: a change to a rank's events before they are read;
-    ``views``: after each operator, that many view operators, ``_views``)."""
+    ``views``: after each operator, that many view operators, ``_views``; ``loss_us``: the last stage's loss after
+    each forward, outside its range, whatever the micro-batch, ``_loss``)."""
     folder = tmp_path / name
     folder.mkdir()
     share, calls = 4 / micro, 2 * CALL_US
     fixed = calls + (VIEW_US + views * 2 * VIEW_US if views else 0.0)
-    paths = write_job(folder, kind, len(layers), micro, [LAYER_F_US * n * share + fixed for n in layers],
+    last = len(layers) - 1
+    paths = write_job(folder, kind, len(layers), micro,
+                      [LAYER_F_US * n * share + fixed + (loss_us if s == last else 0.0) for s, n in enumerate(layers)],
                       [LAYER_B_US * n * share + fixed for n in layers], ranges=ranges)
     if views:
         edit = functools.partial(_views, views)
+    if loss_us:
+        edit = functools.partial(_loss, loss_us, last)
     for rank, path in enumerate(paths):  # an operator begins after the send before it and ends before the
         document = json.loads(gzip.decompress(path.read_bytes()))  # receive after it is posted, as on a thread
         for e in document["traceEvents"]:
@@ -58,6 +63,19 @@ def _views(views: int, rank: int, events: list) -> None:
             at = e["ts"] + e["dur"] + k * 2 * VIEW_US
             events.append({**e, "name": "aten::transpose", "ts": at, "dur": 2 * VIEW_US})
             events.append({**e, "name": "aten::as_strided", "ts": at + 0.5 * VIEW_US, "dur": VIEW_US})
+
+
+def _loss(loss_us: float, last: int, rank: int, events: list) -> None:
+    """On the last stage, the end of each forward (its range and its operator) is its loss, ``aten::nll_loss``
+    after the range: the schedule's per-micro-batch work between a forward and the next phase (less the
+    ``CALL_US`` in which the next receive is posted)."""
+    if rank != last:
+        return
+    for e in [e for e in events if e["name"] in ("forward", WORK[0])]:
+        e["dur"] -= loss_us
+        if e["name"] == "forward":
+            events.append({**e, "name": "aten::nll_loss", "cat": "cpu_op", "ts": e["ts"] + e["dur"],
+                           "dur": loss_us - CALL_US})
 
 
 def _median(report, attr: str) -> float:
@@ -85,6 +103,15 @@ def test_twice_the_micro_batches_predicts_the_run_made_with_them(tmp_path, kind)
     # halved, its calls kept: 5 x (350 + 8) µs -> 9 x (175 + 8) µs
     change = _median(report, "predicted_us") - _median(report, "measured_us")
     assert change == pytest.approx(9 * 183.0 - 5 * 358.0, abs=0.01 * made)
+
+
+@pytest.mark.parametrize("kind", ["1f1b", "gpipe"])
+def test_the_work_between_a_stages_phases_stays_per_micro_batch(tmp_path, kind):
+    # the last stage's loss, 60 µs after each forward's range whatever the micro-batch: 4 micro-batches more bring
+    # 4 more, on the critical path; read as nothing, the step comes 9 % (1F1B) or 5 % (GPipe) short
+    report = whatif(_job(tmp_path, "four", kind, 4, (1, 1), loss_us=60.0), [Change(MICRO_BATCHES, factor=8)])
+    made = _median(whatif(_job(tmp_path, "eight", kind, 8, (1, 1), loss_us=60.0), UNCHANGED), "measured_us")
+    assert _median(report, "predicted_us") == pytest.approx(made, rel=0.015)
 
 
 def _gpipe_ranges_too(rank, events):

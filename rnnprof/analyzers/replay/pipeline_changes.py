@@ -6,7 +6,7 @@ difference of the two runs' ends is added to the step graph's replay, so the mod
 
 * micro-batches M -> M': a micro-batch's operators take M / M' of their time, less what calling and recording each
   operator costs (``call_us``: the trace's view operators, which move no data); that cost, the host work between
-  them and its sends' and receives' calls stay per micro-batch.
+  them, its sends' and receives' calls and the least work between a phase and the next (``Stages.run``) stay.
 * layers ``FROM:TO`` (``3,1:2,2``): each stage's work changes by the layers it gains or loses times one layer's
   time, that of the stage with the most layers over its layers.
 
@@ -37,7 +37,10 @@ _GPIPE, _ONE_F_ONE_B = "gpipe", "1f1b"
 class Stages:
     """A step's pipeline as its phases give it: per stage (in order), its rank, its forward's and backward's
     median time per micro-batch and the part of each that shrinks with the micro-batch (its operators' time less
-    what calling them costs, ``_Operators.call_us`` each); the micro-batches, the transfer and the schedule."""
+    what calling them costs, ``_Operators.call_us`` each); the least work on the stage between the end of a
+    forward (a backward) and its next phase (torch's schedule posting transfers, the last stage's loss; the least,
+    as the others also hold waits for input that the graph reads as work); the micro-batches, the transfer and the
+    schedule."""
 
     ranks: tuple[str, ...]
     forward: np.ndarray
@@ -47,6 +50,14 @@ class Stages:
     micro_batches: int
     transfer_us: float
     schedule: str
+    after_forward: np.ndarray
+    after_backward: np.ndarray
+
+    def run(self, forward: np.ndarray, backward: np.ndarray, micro: int) -> float:
+        """``run_schedule`` of phases ``forward``/``backward`` over ``micro`` micro-batches, each operation followed
+        by its stage's work between phases."""
+        return run_schedule(forward + self.after_forward, backward + self.after_backward, self.transfer_us, micro,
+                            self.schedule)
 
 
 def parse_layers(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -94,8 +105,7 @@ def schedule_change_us(sg: StepGraph, changes) -> float:
             gained = np.array(new) - np.array(old)
             forward = forward + gained * stages.forward[most] / old[most]
             backward = backward + gained * stages.backward[most] / old[most]
-    before = run_schedule(stages.forward, stages.backward, stages.transfer_us, stages.micro_batches, stages.schedule)
-    return run_schedule(forward, backward, stages.transfer_us, micro, stages.schedule) - before
+    return stages.run(forward, backward, micro) - stages.run(stages.forward, stages.backward, stages.micro_batches)
 
 
 def refuse_without_pipeline(changes, changed: dict[str, int], steps: int) -> None:
@@ -139,18 +149,30 @@ def step_stages(sg: StepGraph) -> Stages | None:
 
     operators = _operators(sg)
 
+    def work(worker, a, b):
+        k = host & (sg.worker == worker) & (at >= a) & (ends <= b)
+        return float(g.dur[k].sum() + pre[k].sum())
+
     def per_micro_batch(spans, worker):
-        mine = host & (sg.worker == worker)
-        inside = [mine & (at >= a) & (ends <= b) for a, b, _ in spans]
-        total = [g.dur[k].sum() + pre[k].sum() for k in inside]
+        total = [work(worker, a, b) for a, b, _ in spans]
         return (float(np.median(total)),
                 float(np.median([min(operators.shrinking_us(*span), t) for span, t in zip(spans, total)])))
 
+    def between(worker):
+        """The least work between the end of a forward (a backward) and the worker's next phase."""
+        phases = sorted([(a, b, k) for k in (0, 1) for a, b, _ in found[worker][k]])
+        after = ([], [])
+        for (_, end, k), (start, _, _) in zip(phases, phases[1:]):
+            after[k].append(work(worker, end, start))
+        return [float(np.min(x)) if x else 0.0 for x in after]
+
     measured = [[per_micro_batch(found[w][k], w) for w in ranks] for k in (0, 1)]
+    gaps = np.array([between(w) for w in ranks])
     stage0 = found[ranks[0]]
     schedule = _ONE_F_ONE_B if stage0[1][0][0] < stage0[0][-1][0] else _GPIPE
     return Stages(tuple(ranks), *(np.array([m[i] for m in measured[k]]) for k, i in ((0, 0), (1, 0), (0, 1), (1, 1))),
-                  micro_batches=counts.pop(), transfer_us=_transfer(sg), schedule=schedule)
+                  micro_batches=counts.pop(), transfer_us=_transfer(sg), schedule=schedule,
+                  after_forward=gaps[:, 0], after_backward=gaps[:, 1])
 
 
 class _Operators:
