@@ -88,6 +88,36 @@ def test_ctrl_c_stops_a_worker_that_ignores_it_within_seconds(monkeypatch, tmp_p
     assert left_running(grace_s=5.0) == {}
 
 
+def test_a_torch_whose_agent_takes_no_shutdown_timeout_keeps_its_own(monkeypatch, tmp_path):
+    """torch 2.11's LaunchConfig has no ``shutdown_timeout`` (seen on an H200 machine: every built-in torch workload
+    stopped in a TypeError before its first worker started); a torch that has it is given SHUTDOWN_S."""
+    import dataclasses
+
+    import torch.distributed.launcher.api as api
+
+    from rnnprof.training.torch_ddp import SHUTDOWN_S, _launch_config
+
+    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
+    assert _launch_config(2, str(tmp_path), None).shutdown_timeout == SHUTDOWN_S
+
+    @dataclasses.dataclass
+    class Older:  # the fields rnnprof sets, as torch 2.11 has them
+        min_nodes: int
+        max_nodes: int
+        nproc_per_node: int
+        run_id: str = ""
+        rdzv_backend: str = "etcd"
+        rdzv_endpoint: str = ""
+        max_restarts: int = 3
+        monitor_interval: float = 0.1
+        start_method: str = "spawn"
+        logs_specs: object = None
+
+    monkeypatch.setattr(api, "LaunchConfig", Older)
+    config = _launch_config(2, str(tmp_path), None)
+    assert isinstance(config, Older) and config.nproc_per_node == 2
+
+
 def replicated_then_independent(job):
     """A worker that trains the job's replicas (replicated) and then, in the same process group, the same
     configuration as independent replicas: ``rank_main`` each time, its group joined and left once (a second

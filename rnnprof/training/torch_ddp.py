@@ -312,14 +312,16 @@ def _shutdown_timeout(capture: CaptureWindow | None) -> int | None:
 
 
 def _launch_config(processes: int, logs: str, capture: CaptureWindow | None):
-    """The elastic agent's configuration: ``processes`` local workers, spawned, their output in ``logs``."""
+    """The elastic agent's configuration: ``processes`` local workers, spawned, their output in ``logs``. A torch
+    whose agent takes no ``shutdown_timeout`` (2.11 takes none) keeps its own: an interrupted worker gets 30 s."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.launcher.api import LaunchConfig
 
+    timeout = {"shutdown_timeout": _shutdown_timeout(capture)} \
+        if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)} else {}
     return LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=f"rnnprof-{uuid.uuid4().hex}",
                         rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
-                        start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL),
-                        shutdown_timeout=_shutdown_timeout(capture))
+                        start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=logs, redirects=Std.ALL), **timeout)
 
 
 def run_ranks(options: TorchOptions, worker: Callable[[RankJob], dict] = rank_main,
