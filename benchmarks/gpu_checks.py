@@ -31,10 +31,17 @@ Then rnnprof's commands run on the run directory and the figures are set side by
 
 and the built-in torch RNNLM (``trace --framework torch --devices 1``, nccl where there is a GPU) is captured.
 
+``--watch-only`` (section 8): ``rnnprof watch`` on a CUDA training loop (``_watch_job.py --cuda``: one rank on nccl,
+each step 8 products of a 2048 x 2048 float32 matrix and a small MLP under DDP, the step's end synchronized), its
+cost against the loop run plain (pairs taking turns, each run's median step by the script's clock), and a watched run
+whose steps gain 8 products from step 300: the window the regression opens against the baseline window, in GPU
+kernels per step (the script's count: 8 more).
+
 Everything lands under OUT (run directories, each command's ``--json``, the script's clock), and one table is
 printed. ``--compare OUT`` re-reads an OUT made elsewhere (a GPU machine) and prints the table again.
 
     python benchmarks/gpu_checks.py [OUT]          # on a machine with a GPU; elsewhere it says so and exits 0
+    python benchmarks/gpu_checks.py OUT --watch-only
     python benchmarks/gpu_checks.py --compare OUT
 """
 
@@ -267,6 +274,58 @@ def run_launch(out: Path) -> None:
             (out / f"whatif-launch-{name}.json").write_text(done.stdout)
 
 
+WATCH_JOB = Path(__file__).resolve().parent / "_watch_job.py"
+WATCH_STEPS, WATCH_SKIP, WATCH_PAIRS, WATCH_SLOW_AT, WATCH_MATMULS = 600, 50, 3, 300, 8
+
+
+def run_watch(out: Path, cuda: bool) -> None:
+    """The loop plain and under ``rnnprof watch`` in turns, then watched with the planted regression."""
+    out.mkdir(parents=True, exist_ok=True)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1"]
+    job = [str(WATCH_JOB), "--steps", str(WATCH_STEPS), "--matmuls", str(WATCH_MATMULS), *(["--cuda"] if cuda else [])]
+    with open(out / "log.txt", "a") as log:
+        for k in range(WATCH_PAIRS):
+            for mode in ("plain", "watched"):
+                clock = out / f"watch-{mode}-{k}"
+                clock.mkdir(exist_ok=True)
+                command = [*torchrun, *job[:1], str(clock), *job[1:]]
+                if mode == "plain":
+                    done = subprocess.run(command, capture_output=True, text=True)
+                    log.write(f"$ {' '.join(command)}  # exit {done.returncode}\n{done.stderr[-2000:]}\n")
+                else:
+                    _rnnprof("watch", "--out", str(out / f"watch-run-{k}"), "--", *command, log=log)
+        clock = out / "watch-slow"
+        clock.mkdir(exist_ok=True)
+        _rnnprof("watch", "--out", str(out / "watch-slow-run"), "--", *torchrun, job[0], str(clock), *job[1:],
+                 "--slow-at", str(WATCH_SLOW_AT), "--slow-matmuls", str(WATCH_MATMULS), log=log)
+        for window in sorted(p for p in (out / "watch-slow-run" / "windows").glob("*") if p.is_dir()):
+            done = _rnnprof("count-ops", str(window), "--json", log=log)
+            (out / f"watch-count-ops-{window.name}.json").write_text(done.stdout)
+
+
+def compare_watch(out: Path) -> None:
+    steps = {}
+    for mode in ("plain", "watched"):
+        for k in range(WATCH_PAIRS):
+            clock = _json(out / f"watch-{mode}-{k}" / "rank0-clock.json")
+            if clock:
+                steps.setdefault(mode, []).append(1e3 * statistics.median(clock["step_s"][WATCH_SKIP:WATCH_SLOW_AT]))
+    if len(steps.get("plain", [])) != WATCH_PAIRS or len(steps.get("watched", [])) != WATCH_PAIRS:
+        print("8. watch: no figures (see log.txt)")
+        return
+    ratios = [w / p for p, w in zip(steps["plain"], steps["watched"])]
+    print(f"8. watch: median step plain {', '.join(f'{x:.3f}' for x in steps['plain'])} ms, watched "
+          f"{', '.join(f'{x:.3f}' for x in steps['watched'])} ms: watched / plain {', '.join(f'{r:.4f}' for r in ratios)}"
+          f" (median {statistics.median(ratios):.4f})")
+    for path in sorted(out.glob("watch-count-ops-*.json")):
+        kernels = (_json(path) or {}).get("kernels") or {}
+        per_step = {s: v["gpu_kernels"] for d in kernels.get("devices") or [] if "gpu" in d["device"]
+                    for s, v in d.get("per_step", {}).items()}
+        gemms = sum(v["gpu_kernels"] for name, v in (kernels.get("by_type") or {}).items() if "gemm" in name.lower())
+        print(f"  window {path.stem.removeprefix('watch-count-ops-')}: GPU kernels per step {per_step}, GEMM kernels "
+              f"{gemms / max(len(per_step), 1):.1f} a step")
+
+
 def compare_launch(out: Path) -> None:
     eager, graph = (_step_ms(out / f"clock-launch-{mode}.json") for mode in LAUNCH_MODES)
     if eager is None or graph is None:
@@ -409,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                                                              "new temporary folder, kept)")
     parser.add_argument("--compare", action="store_true", help="only print the table of an OUT made before")
     parser.add_argument("--launch-only", action="store_true", help="only the launch-bound step (section 7)")
+    parser.add_argument("--watch-only", action="store_true", help="only rnnprof watch on a CUDA loop (section 8)")
     parser.add_argument("--cpu", action="store_true", help="run the same flow where there is no GPU (gloo, fp32, "
                                                            "wall clocks): a check of the script, not of rnnprof")
     args = parser.parse_args(argv)
@@ -423,10 +483,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         args.out = args.out or Path(tempfile.mkdtemp(prefix="rnnprof-gpu-checks-"))
         print(f"runs, JSON and log in {args.out}")
-        if not args.launch_only:
-            run(args.out)
-        if torch.cuda.is_available():
-            run_launch(args.out)
+        if args.watch_only:
+            run_watch(args.out, torch.cuda.is_available())
+        else:
+            if not args.launch_only:
+                run(args.out)
+            if torch.cuda.is_available():
+                run_launch(args.out)
+    if args.watch_only:
+        compare_watch(args.out)
+        return 0
     if not args.launch_only:
         compare(args.out)
     compare_launch(args.out)

@@ -187,9 +187,11 @@ class MemoryGauge:
         cuda = self._cuda
         if cuda is not None and cuda.is_initialized():
             self.source = MEMORY_CUDA
-            now, peak = float(cuda.memory_allocated()), float(cuda.max_memory_allocated())
+            # both figures from one read of the allocator's statistics: memory_allocated() and
+            # max_memory_allocated() each flatten all of them in Python (a tenth of a millisecond, every step)
+            allocated = cuda.memory_stats_as_nested_dict().get("allocated_bytes", {}).get("all", {})
             cuda.reset_peak_memory_stats()
-            return now, peak
+            return float(allocated.get("current", 0)), float(allocated.get("peak", 0))
         if self._fd is None:
             return NAN, NAN
         try:
