@@ -121,7 +121,7 @@ def refuse_without_pipeline(changes, changed: dict[str, int], steps: int) -> Non
 def step_stages(sg: StepGraph) -> Stages | None:
     """The step's pipeline (``Stages``); None where fewer than two ranks run the same number (two or more) of
     forward and backward ranges in the step."""
-    t, g = sg.table, sg.graph
+    g = sg.graph
     ranges = _phase_ranges(sg)
     found = {}
     for worker in sorted(set(w for w, _ in ranges)):
@@ -139,40 +139,45 @@ def step_stages(sg: StepGraph) -> Stages | None:
         raise ChangeError(f"{on_gpu[0]} computes on a GPU: --micro-batches and --move-layer replay a pipeline's stages "
                           f"from their host threads' work, which on a GPU rank is the kernels' launches, not the "
                           f"kernels' time; they replay CPU ranks' pipelines")
-    at = sg.window_start + g.start
-    ends = sg.window_start + g.end
-
-    # a collective's run is reached from its call, not from the thread's work before it: no host work of its own;
-    # its call costs a micro-batch the same whatever its size (its transfer is the schedule's)
-    comm = sg.classes[g.rows] == EventClass.COMMUNICATION
-    pre = np.where(comm, 0.0, g.pre)
-
-    operators = _operators(sg)
-
-    def work(worker, a, b):
-        k = host & (sg.worker == worker) & (at >= a) & (ends <= b)
-        return float(g.dur[k].sum() + pre[k].sum())
-
-    def per_micro_batch(spans, worker):
-        total = [work(worker, a, b) for a, b, _ in spans]
-        return (float(np.median(total)),
-                float(np.median([min(operators.shrinking_us(*span), t) for span, t in zip(spans, total)])))
-
-    def between(worker):
-        """The least work between the end of a forward (a backward) and the worker's next phase."""
-        phases = sorted([(a, b, k) for k in (0, 1) for a, b, _ in found[worker][k]])
-        after = ([], [])
-        for (_, end, k), (start, _, _) in zip(phases, phases[1:]):
-            after[k].append(work(worker, end, start))
-        return [float(np.min(x)) if x else 0.0 for x in after]
-
-    measured = [[per_micro_batch(found[w][k], w) for w in ranks] for k in (0, 1)]
-    gaps = np.array([between(w) for w in ranks])
+    work = _HostWork(sg, host)
+    measured = [[work.per_micro_batch(found[w][k], w) for w in ranks] for k in (0, 1)]
+    gaps = np.array([work.between(found[w], w) for w in ranks])
     stage0 = found[ranks[0]]
     schedule = _ONE_F_ONE_B if stage0[1][0][0] < stage0[0][-1][0] else _GPIPE
     return Stages(tuple(ranks), *(np.array([m[i] for m in measured[k]]) for k, i in ((0, 0), (1, 0), (0, 1), (1, 1))),
                   micro_batches=counts.pop(), transfer_us=_transfer(sg), schedule=schedule,
                   after_forward=gaps[:, 0], after_backward=gaps[:, 1])
+
+
+class _HostWork:
+    """A step graph's host work on a worker's threads between two times: its nodes' own time and the untraced host
+    time before each; a collective's run is reached from its call, not from the thread's work before it, so it has
+    none of its own, and its call costs a micro-batch the same whatever its size (its transfer is the schedule's)."""
+
+    def __init__(self, sg: StepGraph, host: np.ndarray):
+        g = sg.graph
+        self.sg, self.host, self.operators = sg, host, _operators(sg)
+        self.at, self.ends = sg.window_start + g.start, sg.window_start + g.end
+        self.pre = np.where(sg.classes[g.rows] == EventClass.COMMUNICATION, 0.0, g.pre)
+
+    def __call__(self, worker: str, start: float, end: float) -> float:
+        k = self.host & (self.sg.worker == worker) & (self.at >= start) & (self.ends <= end)
+        return float(self.sg.graph.dur[k].sum() + self.pre[k].sum())
+
+    def per_micro_batch(self, spans, worker: str) -> tuple[float, float]:
+        """The median work of the phases ``spans`` and the median part of it that shrinks with the micro-batch."""
+        total = [self(worker, a, b) for a, b, _ in spans]
+        return (float(np.median(total)),
+                float(np.median([min(self.operators.shrinking_us(*span), t) for span, t in zip(spans, total)])))
+
+    def between(self, phases, worker: str) -> list[float]:
+        """The least work between the end of a forward (a backward) of ``phases`` (forwards, backwards) and the
+        worker's next phase."""
+        ordered = sorted([(a, b, k) for k in (0, 1) for a, b, _ in phases[k]])
+        after: tuple[list, list] = ([], [])
+        for (_, end, k), (start, _, _) in zip(ordered, ordered[1:]):
+            after[k].append(self(worker, end, start))
+        return [float(np.min(x)) if x else 0.0 for x in after]
 
 
 class _Operators:
