@@ -25,7 +25,9 @@ GLOO = GLOO_PAIRS[0]
 INPUTS = [(name,) for name in KINETO if not any(name in pair for pair in GLOO_PAIRS)] + list(GLOO_PAIRS) + \
     [(name,) for name in FILES if name.startswith("tf1-timeline-")] + \
     [tuple(f"torch-gloo-{job}/torch/rank{r}.json.gz" for r in (0, 1)) for job in ("fsdp", "tp", "pp")] + \
-    [tuple(f"torch-gloo-hsdp-collectives-rank{r}.json.gz" for r in range(4))]  # sharded, sliced, pipelined, hybrid
+    [tuple(f"torch-gloo-hsdp-collectives-rank{r}.json.gz" for r in range(4))] + \
+    [tuple(f"torch-nccl-{job}-collectives-rank{r}.json.gz" for r in range(n)) for job, n in (("pp", 2), ("hsdp", 4))]
+# sharded, sliced, pipelined, hybrid; the last two on one H200 over nccl (a pipeline's fused send/receive kernels)
 V100 = "kineto-1gpu-v100.json.gz"
 
 
