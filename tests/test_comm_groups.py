@@ -460,3 +460,16 @@ def test_a_send_is_matched_with_its_receive_by_group_peer_and_order():
     for members in matched:
         ends = {worker: inst.name for worker, inst in members}
         assert sorted(ends.values()) == ["gloo:recv", "gloo:send"], ends
+
+
+def test_only_a_send_or_a_receive_takes_a_peer_from_its_recorded_rank(tmp_path):
+    """Kineto's ``Dst Rank``/``Src Rank`` are a rank of the group, mapped through its members: a send's peer; a
+    broadcast's root recorded alike is no peer."""
+    path = nccl_rank(tmp_path, 0, [("5", 1, 7, 10.0, 5.0), ("5", 2, 7, 30.0, 5.0)], world=4)
+    document = json.loads(path.read_text())
+    members = {"Process Group Ranks": "[0, 3]", "In msg nelems": 8, "Out msg nelems": 8, "dtype": "Float"}
+    document["traceEvents"][0]["args"].update(members, **{"Collective name": "send", "Dst Rank": 1})
+    document["traceEvents"][1]["args"].update(members, **{"Collective name": "broadcast", "Src Rank": 1})
+    path.write_text(json.dumps(document))
+    found = sorted(records(load_events(str(path))), key=lambda r: r[-1])
+    assert [(r[1], r[8]) for r in found] == [("send/recv", 3), ("broadcast", -1)]

@@ -153,7 +153,9 @@ def _args_message(c: _Captured) -> _Message:
 
 def _args_peer(a) -> int:
     """A send's or a receive's peer as a global rank, from its group-local ``Dst Rank``/``Src Rank`` and its group's
-    members (-1: not recorded)."""
+    members (-1: not recorded, or no send or receive)."""
+    if a.collective is None or collective_type(str(a.collective)) != SEND_RECV:
+        return -1
     local = _int(a.dst_rank if a.dst_rank is not None else a.src_rank)
     members = _ranks(a.pg_ranks)
     return members[local] if 0 <= local < len(members) else -1
