@@ -473,3 +473,16 @@ def test_only_a_send_or_a_receive_takes_a_peer_from_its_recorded_rank(tmp_path):
     path.write_text(json.dumps(document))
     found = sorted(records(load_events(str(path))), key=lambda r: r[-1])
     assert [(r[1], r[8]) for r in found] == [("send/recv", 3), ("broadcast", -1)]
+
+
+def test_over_nccl_a_pipelines_transfers_are_in_the_phase_of_the_data_they_carry(nccl_tables):
+    """On a GPU, autograd runs the backward on a thread of its own, not the schedule's: a send after a backward is
+    backward all the same. Per step, the first stage sends the first micro-batch's activations (forward) and
+    receives the last one's gradient (backward), the second stage the reverse; an exchange is in the phase of what
+    it receives (the work that waits for it): gradients on the first stage, activations on the second."""
+    expected = {0: ["forward", *["backward"] * 4], 1: [*["forward"] * 4, "backward"]}
+    for rank in range(2):
+        per_step: dict[int, list[str]] = {}
+        for step, _, phase, *_ in records_with_calls(nccl_tables["pp", rank]):
+            per_step.setdefault(step, []).append(phase)
+        assert per_step == {2: expected[rank], 3: expected[rank]}, rank

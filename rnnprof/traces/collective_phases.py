@@ -5,7 +5,9 @@ answers gives the phase: the capture's or the user's ``forward``/``backward``/``
 ``names.PHASE_RANGE``); what the libraries mark around it (``events.collectives.PHASE_LIBRARY``: torch.optim's
 and FSDP's ranges, autograd's backward functions); the operators around it in its step (``PHASE_NEIGHBOURS``):
 the last top-level operator before it (a receive: the first after it), backward inside a backward function,
-optimizer inside torch.optim's ranges, else forward, other collectives' calls and packing copies passed over.
+optimizer inside torch.optim's ranges, else forward, other collectives' calls and packing copies passed over; and
+backward where one of the rank's backward functions, on any thread, ran between that operator and the call (a
+GPU's backward runs on autograd's own thread).
 A collective with no place (a kernel whose launch is not in the trace) has no phase (""). In full:
 docs/commands/comm.md, "Process groups".
 """
@@ -54,9 +56,10 @@ class _Thread:
     """One thread's phase ranges and its top-level operators (the work around a call), to place calls on it."""
 
     def __init__(self, table: EventTable, rows: np.ndarray, ranges: list, backward_fn: np.ndarray,
-                 passed: np.ndarray):
+                 passed: np.ndarray, rank_backward: tuple[np.ndarray, np.ndarray]):
         self.table = table
         self.ranges = ranges  # (phase, bit, _Spans), in order of precedence
+        self.rank_backward = rank_backward  # the rank's backward functions on all its threads: starts, ends (sorted)
         ops = rows[table.kind[rows] == Kind.HOST_OP]
         ops = ops[np.lexsort((-table.dur[ops], table.ts[ops]))]
         ends = table.ts[ops] + table.dur[ops]
@@ -88,7 +91,21 @@ class _Thread:
         chosen = np.where(ok_first, first, second)
         rest = ~done & (ok_first | ok_second)
         phase[rest], bits[rest] = self.label[chosen[rest]], PHASE_NEIGHBOURS
+        phase[rest & self._backward_between(before, after, t, t + table.dur[rows], receive, ok_first)] = BACKWARD
         return phase, bits
+
+    def _backward_between(self, before, after, start, end, receive, ok_first) -> np.ndarray:
+        """Whether one of the rank's backward functions ended between the thread's operator before each call and
+        the call (a receive: started between the call and the operator after it)."""
+        starts, ends = self.rank_backward
+        n = len(self.starts)
+        if not len(starts) or not n:
+            return np.zeros(len(start), dtype=bool)
+        since = np.where(ok_first & ~receive, self.ends[np.clip(before, 0, n - 1)], start)
+        until = np.where(ok_first & receive, self.starts[np.clip(after, 0, n - 1)], end)
+        ended = np.searchsorted(ends, start, side="right") > np.searchsorted(ends, since, side="right")
+        began = np.searchsorted(starts, until, side="left") > np.searchsorted(starts, end, side="left")
+        return np.where(receive, began, ended)
 
     def _near(self, k: np.ndarray, step: np.ndarray) -> np.ndarray:
         """Whether operator ``k`` exists and is in the call's step (any, for a call in no step)."""
@@ -111,11 +128,15 @@ def call_phases(table: EventTable, rows: np.ndarray, receive: np.ndarray) -> tup
     backward_fn = _codes(table, lambda s: s.startswith(BACKWARD_FUNCTION))
     passed = _codes(table, _PASSED_OVER.match)
     marks = np.isin(table.kind, (Kind.ANNOTATION, Kind.HOST_OP))
+    worker = np.array([d.worker for d in table.devices] or [""], dtype=object)[table.device]
+    functions = np.flatnonzero((table.kind == Kind.HOST_OP) & backward_fn[table.name])
     keys = thread[rows[placed]]
     for key in np.unique(keys).tolist():
         mine = np.flatnonzero(thread == key)
+        theirs = functions[worker[functions] == worker[mine[0]]]
+        rank_backward = (np.sort(table.ts[theirs]), np.sort(table.ts[theirs] + table.dur[theirs]))
         place = _Thread(table, mine, _ranges(table, mine[marks[mine]], capture, library, backward_fn), backward_fn,
-                        passed)
+                        passed, rank_backward)
         these = placed[keys == key]
         phases[these], bits[these] = place.place(rows[these], receive[these])
     return list(phases), bits
