@@ -32,11 +32,16 @@ def _codes(table: EventTable, test) -> np.ndarray:
     return np.fromiter((bool(test(s)) for s in table.strings), dtype=bool, count=len(table.strings))
 
 
-def _threads(table: EventTable) -> np.ndarray:
-    """Per event, a key of its thread: its worker and lane (a CPU rank's operators and its annotations share it)."""
+def _worker_codes(table: EventTable) -> np.ndarray:
+    """Per device, a number for its worker (the devices of one rank share it)."""
     workers: dict[str, int] = {}
-    code = np.array([workers.setdefault(d.worker, len(workers)) for d in table.devices] or [0], dtype=np.int64)
-    return code[table.device] * (int(table.lane.max(initial=0)) + 1) + table.lane
+    return np.array([workers.setdefault(d.worker, len(workers)) for d in table.devices] or [0], dtype=np.int64)
+
+
+def _threads(table: EventTable, workers: np.ndarray) -> np.ndarray:
+    """Per event, a key of its thread: its worker (``workers``: ``_worker_codes``) and lane (a CPU rank's operators
+    and its annotations share it)."""
+    return workers[table.device] * (int(table.lane.max(initial=0)) + 1) + table.lane
 
 
 class _Spans:
@@ -121,22 +126,25 @@ def call_phases(table: EventTable, rows: np.ndarray, receive: np.ndarray) -> tup
     placed = np.flatnonzero(rows >= 0)
     if not len(placed):
         return list(phases), bits
-    thread = _threads(table)
+    workers = _worker_codes(table)
+    thread = _threads(table, workers)
     capture = np.array([m.group(1).lower() if (m := PHASE_RANGE.match(s)) else "" for s in table.strings],
                        dtype=object)
     library = [(phase, _codes(table, pattern.match)) for phase, pattern in LIBRARY_PHASE_RANGES]
     backward_fn = _codes(table, lambda s: s.startswith(BACKWARD_FUNCTION))
     passed = _codes(table, _PASSED_OVER.match)
     marks = np.isin(table.kind, (Kind.ANNOTATION, Kind.HOST_OP))
-    worker = np.array([d.worker for d in table.devices] or [""], dtype=object)[table.device]
     functions = np.flatnonzero((table.kind == Kind.HOST_OP) & backward_fn[table.name])
+    rank_backward: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per worker: its backward functions' starts, ends
+    for worker in np.unique(workers[table.device[functions]]).tolist():
+        theirs = functions[workers[table.device[functions]] == worker]
+        rank_backward[worker] = (np.sort(table.ts[theirs]), np.sort(table.ts[theirs] + table.dur[theirs]))
+    none = (np.zeros(0), np.zeros(0))
     keys = thread[rows[placed]]
     for key in np.unique(keys).tolist():
         mine = np.flatnonzero(thread == key)
-        theirs = functions[worker[functions] == worker[mine[0]]]
-        rank_backward = (np.sort(table.ts[theirs]), np.sort(table.ts[theirs] + table.dur[theirs]))
         place = _Thread(table, mine, _ranges(table, mine[marks[mine]], capture, library, backward_fn), backward_fn,
-                        passed, rank_backward)
+                        passed, rank_backward.get(int(workers[table.device[mine[0]]]), none))
         these = placed[keys == key]
         phases[these], bits[these] = place.place(rows[these], receive[these])
     return list(phases), bits

@@ -25,7 +25,7 @@ from rnnprof.analyzers.intervals import merge, subtract
 from rnnprof.events import EventTable, Kind
 from rnnprof.events.names import (BACKWARD, BACKWARD_FUNCTION, CPU_COLLECTIVE_CALL, CPU_COLLECTIVE_RUN, FORWARD,
                                   GPIPE_RANGE, OPTIMIZER_STEP, OPTIMIZER_ZERO_GRAD, PHASE_RANGE, PP_ACTION_RANGE,
-                                  SEND_RECV, collective_type)
+                                  SEND_RECV, collective_type, p2p_direction)
 
 FORWARD_WORK, BACKWARD_WORK, OTHER_WORK = 0, 1, 2  # ``Work.kind``
 RANGES_RNNPROF, RANGES_PP, RANGES_GPIPE = "forward/backward ranges", "PP:<stage><action><micro-batch> ranges", \
@@ -126,9 +126,8 @@ def _rank(worker: str) -> int:
 
 
 def _direction(text: str) -> int:
-    """1 a send, 0 a receive, -1 not told (NCCL's ``SendRecv``)."""
-    text = text.lower()
-    return 1 if "send" in text and "recv" not in text else 0 if "recv" in text and "send" not in text else -1
+    """1 a send, 0 a receive, -1 not told (NCCL's ``SendRecv``): ``names.p2p_direction`` as a number."""
+    return {"send": 1, "recv": 0}.get(p2p_direction(text), -1)
 
 
 def _posted(table: EventTable, worker: str, transfers: list[Instance]) -> dict[int, tuple[float, float]]:

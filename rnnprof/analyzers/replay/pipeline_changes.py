@@ -159,9 +159,12 @@ class _HostWork:
         self.sg, self.host, self.operators = sg, host, _operators(sg)
         self.at, self.ends = sg.window_start + g.start, sg.window_start + g.end
         self.pre = np.where(sg.classes[g.rows] == EventClass.COMMUNICATION, 0.0, g.pre)
+        self.mine: dict[str, np.ndarray] = {}  # per worker, its host nodes
 
     def __call__(self, worker: str, start: float, end: float) -> float:
-        k = self.host & (self.sg.worker == worker) & (self.at >= start) & (self.ends <= end)
+        if worker not in self.mine:
+            self.mine[worker] = self.host & (self.sg.worker == worker)
+        k = self.mine[worker] & (self.at >= start) & (self.ends <= end)
         return float(self.sg.graph.dur[k].sum() + self.pre[k].sum())
 
     def per_micro_batch(self, spans, worker: str) -> tuple[float, float]:
