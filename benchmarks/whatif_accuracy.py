@@ -20,7 +20,11 @@ stages (``--stage-layers 3,1`` -> ``2,2``). The two configurations take turns, `
 the first is replayed with the change (``whatif RUN <change> --json``); its prediction for the changed run is its
 own median step by the replay's measure plus the median over its steps of (predicted - measured). Each changed run
 is measured the same way (``whatif RUN --comm 1``: no change). A round's error is its prediction against the
-changed run of the same round; the case's error is the median of the rounds' (and the largest, in brackets). The
+changed run of the same round; the case's error is the median of the rounds' (and the largest, in brackets). Each
+round's line gives the two runs' steps, the measured and the replayed ratio of the change, and, per traced step, the
+time both ranks of each run sat at once in a ``c10d::send`` of 1 ms or more (``_send_stalls``: two gloo ranks
+sending to each other at the same moment on a 2-core machine stall for a few ms, which no replay of the first run
+can know). The
 noise rule: the targets are median |error| <= 5 % and each <= 10 %, where the runs allow it: a case whose
 |error| is within the noise (the median absolute deviation of the changed configuration's round medians plus that
 of the first configuration's, over its median) is within the runs' own noise, said as such. Exits 1 where a case
@@ -38,6 +42,9 @@ import tempfile
 from pathlib import Path
 
 import diagnosis
+import numpy as np
+
+from rnnprof.traces import load_events
 
 CASES = {"straggler-rank": "PF001:rank1", "slow-loader": "PF001:rank1"}
 
@@ -98,6 +105,19 @@ def _whatif_flags(run: Path, flags: list[str]) -> dict:
     return json.loads(done.stdout)
 
 
+def _send_stalls(run: Path) -> float:
+    """ms per traced step in which two ranks both sat in a ``c10d::send`` of 1 ms or more, at the same time."""
+    t = load_events([str(p) for p in sorted((run / "torch").glob("rank*.json.gz"))])
+    code = t.strings.index("c10d::send") if "c10d::send" in t.strings else -1
+    rows = np.flatnonzero((t.name == code) & (t.dur >= 1000.0))
+    worker = np.array([d.worker for d in t.devices], dtype=object)[t.device[rows]]
+    start, end, both = t.ts[rows], t.ts[rows] + t.dur[rows], 0.0
+    for i in range(len(rows)):
+        other = worker != worker[i]
+        both += np.maximum(np.minimum(end[i], end[other]) - np.maximum(start[i], start[other]), 0.0).sum() / 2
+    return float(both) / 1000 / max(len(t.steps()), 1)
+
+
 def _mad(values: list[float]) -> float:
     middle = statistics.median(values)
     return statistics.median(abs(v - middle) for v in values)
@@ -115,6 +135,9 @@ def parallel_case(name: str, rounds: int, root: Path) -> dict:
         base.append(step)
         predicted.append(step + delta)
         measured.append(_replayed(other, ["--comm", "1"])[0])
+        print(f"  {name} round {k}: first {step:.1f} ms, changed {measured[-1]:.1f} ms; ratio measured "
+              f"{measured[-1] / step:.3f}, replayed {predicted[-1] / step:.3f}; sends stalled on both ranks "
+              f"{_send_stalls(run):.1f} and {_send_stalls(other):.1f} ms a step", flush=True)
     errors = [100 * (p - m) / m for p, m in zip(predicted, measured)]
     noise = 100 * (_mad(measured) + _mad(base)) / statistics.median(measured)
     return {"case": name, "first_ms": statistics.median(base), "changed_ms": statistics.median(measured),

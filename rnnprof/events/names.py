@@ -197,6 +197,9 @@ PP_ACTION_RANGE = re.compile(r"^PP:(\d{1,6})(F|B|I|W)(\d{1,6})$")
 VIEW_OPERATORS = frozenset(f"aten::{name}" for name in (
     "view", "_unsafe_view", "as_strided", "transpose", "t", "permute", "expand", "expand_as", "view_as", "unsqueeze",
     "squeeze", "slice", "select", "narrow", "detach", "alias", "unflatten"))
+# autograd's accumulation of a parameter's gradient (its ``.grad`` added to, or set on the first): work of the
+# parameter's size, whatever the micro-batch's (whatif's micro-batches).
+ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"
 
 
 # -- training phases ------------------------------------------------------------------------------------

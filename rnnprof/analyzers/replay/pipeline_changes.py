@@ -4,9 +4,9 @@ replayed on the schedule itself, built from the step's per-micro-batch phases (e
 work per micro-batch, the transfer between stages, torch's 1F1B or GPipe order), run unchanged and changed; the
 difference of the two runs' ends is added to the step graph's replay, so the model's own error cancels.
 
-* micro-batches M -> M': a micro-batch's operators take M / M' of their time, less what calling and recording each
-  operator costs (``call_us``: the trace's view operators, which move no data); that cost, the host work between
-  them, its sends' and receives' calls and the least work between a phase and the next (``Stages.run``) stay.
+* micro-batches M -> M': a micro-batch's operators take M / M' of their time, less what calling each costs
+  (``call_us``: the trace's view operators) and the gradients' accumulation (``AccumulateGrad``); those, the host
+  work between them, its transfers' calls and the least work between phases (``Stages.run``) stay.
 * layers ``FROM:TO`` (``3,1:2,2``): each stage's work changes by the layers it gains or loses times one layer's
   time, that of the stage with the most layers over its layers.
 
@@ -26,7 +26,8 @@ from rnnprof.analyzers.replay.graph import DONE, EDGE_ARRIVAL, EVENT
 from rnnprof.analyzers.replay.result import MICRO_BATCHES, MOVE_LAYER, Change, ChangeError
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
 from rnnprof.events import Kind
-from rnnprof.events.names import BACKWARD, FORWARD, GPIPE_RANGE, PHASE_RANGE, PP_ACTION_RANGE, VIEW_OPERATORS
+from rnnprof.events.names import (ACCUMULATE_GRAD, BACKWARD, FORWARD, GPIPE_RANGE, PHASE_RANGE, PP_ACTION_RANGE,
+                                  VIEW_OPERATORS)
 
 SCHEDULE_KINDS = (MICRO_BATCHES, MOVE_LAYER)
 MIN_VIEWS = 8  # view operators a table needs for their median to say what calling an operator costs
@@ -185,8 +186,10 @@ class _HostWork:
 
 class _Operators:
     """A table's host operators (not collectives' calls) per thread, in start order, each with whether it is
-    outermost; ``call_us``: what calling and recording one costs, the median of the outermost view operators'
-    time per operator recorded inside them (themselves included), 0 where the table has fewer than ``MIN_VIEWS``."""
+    outermost and, for autograd's gradient accumulations (``ACCUMULATE_GRAD``), the operators recorded inside it
+    (itself included); ``call_us``: what calling and recording one costs, the median of the outermost view
+    operators' time per operator recorded inside them (themselves included), 0 where the table has fewer than
+    ``MIN_VIEWS``."""
 
     def __init__(self, sg: StepGraph):
         t = sg.table
@@ -198,27 +201,31 @@ class _Operators:
         for _, _, top in outermost_by_lane(thread, t.ts, end, rows).values():
             outer[top] = True
         views = np.isin(t.name, [c for c, name in enumerate(t.strings) if name in VIEW_OPERATORS])
+        accumulates = np.isin(t.name, [c for c, name in enumerate(t.strings) if name == ACCUMULATE_GRAD])
         rows = rows[np.lexsort((t.ts[rows], thread[rows]))]
-        self.threads: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.threads: dict[tuple[str, int], tuple[np.ndarray, ...]] = {}
         per_call = []
         for mine in np.split(rows, np.flatnonzero(np.diff(thread[rows])) + 1) if len(rows) else ():
             starts = t.ts[mine]
-            self.threads[(t.devices[t.device[mine[0]]].worker, int(t.lane[mine[0]]))] = (starts, end[mine],
-                                                                                       t.dur[mine], outer[mine])
-            view = mine[outer[mine] & views[mine]]
-            inside = np.searchsorted(starts, end[view], "left") - np.searchsorted(starts, t.ts[view], "left")
-            per_call.extend(t.dur[view] / np.maximum(inside, 1))
+            inside = np.searchsorted(starts, end[mine], "left") - np.searchsorted(starts, starts, "left")
+            self.threads[(t.devices[t.device[mine[0]]].worker, int(t.lane[mine[0]]))] = (
+                starts, end[mine], t.dur[mine], outer[mine], np.where(accumulates[mine], inside, 0))
+            view = outer[mine] & views[mine]
+            per_call.extend(t.dur[mine[view]] / np.maximum(inside[view], 1))
         self.call_us = float(np.median(per_call)) if len(per_call) >= MIN_VIEWS else 0.0
 
     def shrinking_us(self, start: float, end: float, thread: tuple[str, int]) -> float:
         """The part of the operators inside ``[start, end]`` on ``thread`` (worker, lane) that shrinks with their
-        input: the outermost ones' time less ``call_us`` for each operator recorded (0 at least)."""
+        input: the outermost ones' time less ``call_us`` for each operator recorded and less the gradient
+        accumulations' own work (their time less their operators' calls; 0 at least)."""
         if thread not in self.threads:
             return 0.0
-        starts, ends, dur, outer = self.threads[thread]
+        starts, ends, dur, outer, accumulated = self.threads[thread]
         k = slice(np.searchsorted(starts, start, "left"), np.searchsorted(starts, end, "right"))
         within = ends[k] <= end
-        return max(float(dur[k][within & outer[k]].sum()) - self.call_us * int(within.sum()), 0.0)
+        held = within & (accumulated[k] > 0)
+        kept = np.maximum(dur[k][held] - self.call_us * accumulated[k][held], 0.0).sum()
+        return max(float(dur[k][within & outer[k]].sum()) - self.call_us * int(within.sum()) - float(kept), 0.0)
 
 
 def _operators(sg: StepGraph) -> _Operators:
