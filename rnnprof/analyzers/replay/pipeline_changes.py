@@ -152,19 +152,19 @@ def step_stages(sg: StepGraph) -> Stages | None:
 
 class _HostWork:
     """A step graph's host work on a worker's threads between two times: its nodes' own time and the untraced host
-    time before each; a collective's run is reached from its call, not from the thread's work before it, so it has
-    none of its own, and its call costs a micro-batch the same whatever its size (its transfer is the schedule's)."""
+    time before each, communication left out: a send's or receive's call and run are the schedule's transfer, and
+    on gloo they hold the wait for the other stage (a send's run lasts until its receive is posted)."""
 
     def __init__(self, sg: StepGraph, host: np.ndarray):
         g = sg.graph
         self.sg, self.host, self.operators = sg, host, _operators(sg)
         self.at, self.ends = sg.window_start + g.start, sg.window_start + g.end
-        self.pre = np.where(sg.classes[g.rows] == EventClass.COMMUNICATION, 0.0, g.pre)
-        self.mine: dict[str, np.ndarray] = {}  # per worker, its host nodes
+        self.pre = g.pre
+        self.mine: dict[str, np.ndarray] = {}  # per worker, its host nodes but communication
 
     def __call__(self, worker: str, start: float, end: float) -> float:
         if worker not in self.mine:
-            self.mine[worker] = self.host & (self.sg.worker == worker)
+            self.mine[worker] = self.host & (self.sg.worker == worker) & (self.sg.cls != EventClass.COMMUNICATION)
         k = self.mine[worker] & (self.at >= start) & (self.ends <= end)
         return float(self.sg.graph.dur[k].sum() + self.pre[k].sum())
 
