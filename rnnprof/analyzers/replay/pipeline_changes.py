@@ -6,7 +6,7 @@ difference of the two runs' ends is added to the step graph's replay, so the mod
 
 * micro-batches M -> M': a micro-batch's operators take M / M' of their time, less what calling each costs
   (``call_us``: the trace's view operators) and the gradients' accumulation (``AccumulateGrad``); those, the host
-  work between them, its transfers' calls and the least work between phases (``Stages.run``) stay.
+  work between them and the least work between phases (``Stages.run``) stay; sends and receives are the transfer.
 * layers ``FROM:TO`` (``3,1:2,2``): each stage's work changes by the layers it gains or loses times one layer's
   time, that of the stage with the most layers over its layers.
 
