@@ -1,7 +1,7 @@
 """Benchmark: does ``rnnprof whatif`` predict the step time of a run that really was changed?
 
     python benchmarks/whatif_accuracy.py [--only NAME ...] [--keep DIR]
-    python benchmarks/whatif_accuracy.py --parallel [--only NAME ...] [--rounds N] [--keep DIR]
+    python benchmarks/whatif_accuracy.py --parallel [--only NAME ...] [--rounds N] [--keep DIR | --runs DIR]
 
 For each planted DDP fault of ``benchmarks/diagnosis.py`` whose fix a replay can express (a rank that sleeps
 40 ms a step, one rank's slow data loader) and its control (the same job without the fault; gloo, CPU, 2
@@ -24,7 +24,8 @@ changed run of the same round; the case's error is the median of the rounds' (an
 round's line gives the two runs' steps, the measured and the replayed ratio of the change, and, per traced step, the
 time both ranks of each run sat at once in a ``c10d::send`` of 1 ms or more (``_send_stalls``: two gloo ranks
 sending to each other at the same moment on a 2-core machine stall for a few ms, which no replay of the first run
-can know). The
+can know). ``--runs DIR`` replays the runs an earlier ``--keep DIR`` kept, traced nothing (the same rounds, the
+model as it is now). The
 noise rule: the targets are median |error| <= 5 % and each <= 10 %, where the runs allow it: a case whose
 |error| is within the noise (the median absolute deviation of the changed configuration's round medians plus that
 of the first configuration's, over its median) is within the runs' own noise, said as such. Exits 1 where a case
@@ -123,14 +124,18 @@ def _mad(values: list[float]) -> float:
     return statistics.median(abs(v - middle) for v in values)
 
 
-def parallel_case(name: str, rounds: int, root: Path) -> dict:
+def parallel_case(name: str, rounds: int, root: Path, kept: bool = False) -> dict:
     """One case of ``PARALLEL``, its configurations taking turns: per round the prediction and the changed run's
-    step (ms), and the noise (%)."""
+    step (ms), and the noise (%); ``kept``: the runs are in ``root`` already (``--runs``)."""
     first, changed, change = PARALLEL[name]
     predicted, measured, base = [], [], []
     for k in range(rounds):
-        run = _trace(first, root / name / f"first-{k}")
-        other = _trace(changed, root / name / f"changed-{k}")
+        run, other = root / name / f"first-{k}", root / name / f"changed-{k}"
+        if not kept:
+            _trace(first, run)
+            _trace(changed, other)
+        elif not (run.is_dir() and other.is_dir()):
+            raise SystemExit(f"--runs {root}: no round {k} of {name} kept there ({run.name}, {other.name})")
         step, delta = _replayed(run, change)
         base.append(step)
         predicted.append(step + delta)
@@ -144,8 +149,8 @@ def parallel_case(name: str, rounds: int, root: Path) -> dict:
             "predicted_ms": statistics.median(predicted), "errors": errors, "noise_pct": noise}
 
 
-def parallel_main(names: list[str], rounds: int, root: Path) -> int:
-    rows = [parallel_case(name, rounds, root) for name in names]
+def parallel_main(names: list[str], rounds: int, root: Path, kept: bool = False) -> int:
+    rows = [parallel_case(name, rounds, root, kept) for name in names]
     print(f"{'case':<18}{'first ms':>9}{'changed ms':>11}{'predicted':>10}{'error':>8}{'largest':>9}{'noise':>7}"
           f"  verdict")
     missed = False
@@ -167,7 +172,10 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", default=None, choices=[*CASES, *PARALLEL])
     parser.add_argument("--rounds", type=int, default=3, help="--parallel: runs of each configuration (default 3)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs in DIR")
+    parser.add_argument("--runs", type=Path, default=None, help="--parallel: replay the runs --keep kept in DIR")
     args = parser.parse_args()
+    if args.runs:
+        return parallel_main([n for n in (args.only or PARALLEL) if n in PARALLEL], args.rounds, args.runs, True)
     if args.parallel:
         with tempfile.TemporaryDirectory(prefix="rnnprof-whatif-") as tmp:
             return parallel_main([n for n in (args.only or PARALLEL) if n in PARALLEL], args.rounds,
