@@ -8,7 +8,7 @@ merged into one table, without the whole job in memory. Kineto rank files only: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -45,6 +45,7 @@ class RankSummary:
     span_all: tuple[float, float] | None  # of every candidate
     instances: dict  # worker -> its collectives (``collectives.instances``), rows of the rank's table
     workers: tuple[str, ...] = ()  # of its devices
+    first_ops: dict = field(default_factory=dict)  # step -> first start of its host operators, enclosing ones too
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,12 @@ def rank_part(table: EventTable, classes: np.ndarray) -> tuple[RankPart, RankSum
                                   "lane_"))
     step, ts, end = table.step[cand], table.ts[cand], table.end[cand]
     spans = {int(s): (float(ts[step == s].min()), float(end[step == s].max())) for s in np.unique(step).tolist()}
+    op_step = table.step[ops]
+    first_ops = {int(s): float(table.ts[ops[op_step == s]].min()) for s in np.unique(op_step).tolist()}
     summary = RankSummary(rows=len(table), steps=tuple(int(s) for s in table.steps()), spans=spans,
                           span_all=(float(ts.min()), float(end.max())) if len(cand) else None,
-                          instances=instances(table), workers=tuple(d.worker for d in table.devices))
+                          instances=instances(table), workers=tuple(d.worker for d in table.devices),
+                          first_ops=first_ops)
     return RankPart(arrays, table.strings, table.devices), summary
 
 

@@ -36,17 +36,19 @@ def _steps(table: EventTable, steps: Iterable[int] | None) -> list[int]:
 
 
 def replay_windows(tt: TableIndex, steps: list[int]) -> dict[int, tuple[float, float]]:
-    """Each step's window: its own events' first start to their last end, over every rank. Unlike the critical
-    path's windows these may overlap: a step starts where its first event does, even while the previous step's
-    last work (a collective's tail on gloo's thread) still runs."""
-    t, cand = tt.table, tt.cand
+    """Each step's window: its own events' first start (its host operators', enclosing ones too: a preempted
+    operator's head before its first inner one is the step's) to their last end, over every rank. Unlike the
+    critical path's windows these may overlap: a step starts where its first event does, even while the previous
+    step's last work (a collective's tail on gloo's thread) still runs."""
+    t, cand, ops = tt.table, tt.cand, tt.host_ops
     windows = {}
     if tt.has_steps:
-        step = t.step[cand]
+        step, op_step = t.step[cand], t.step[ops]
         for s in steps:
             rows = cand[step == s]
             if len(rows):
-                windows[s] = (float(t.ts[rows].min()), float((t.ts[rows] + t.dur[rows]).max()))
+                first = min(float(t.ts[rows].min()), float(t.ts[ops[op_step == s]].min(initial=np.inf)))
+                windows[s] = (first, float((t.ts[rows] + t.dur[rows]).max()))
     return windows if tt.has_steps else dag_windows(tt, steps)
 
 

@@ -103,8 +103,9 @@ def window_events(named: RankPart, window: tuple[float, float], step: int) -> Ev
 
 def replay_plan(summaries: Sequence[RankSummary], steps: Sequence[int] | None = None,
                 dependencies: Dependencies = Dependencies()) -> JobPlan:
-    """``job_plan`` with the replay's windows: a step's own candidates' first start to last end over the ranks
-    (``analysis.replay_windows``; they may overlap), where the job has steps."""
+    """``job_plan`` with the replay's windows: a step's own first start (its candidates' and its host operators',
+    enclosing ones too) to its candidates' last end over the ranks (``analysis.replay_windows``; they may overlap),
+    where the job has steps."""
     plan = job_plan(summaries, steps, dependencies)
     if not plan.has_steps:
         return plan
@@ -112,7 +113,8 @@ def replay_plan(summaries: Sequence[RankSummary], steps: Sequence[int] | None = 
     for s in plan.steps:
         spans = [x.spans[s] for x in summaries if s in x.spans]
         if spans:
-            windows[s] = (min(a for a, _ in spans), max(b for _, b in spans))
+            first = min(x.first_ops.get(s, np.inf) for x in summaries)
+            windows[s] = (min(first, *(a for a, _ in spans)), max(b for _, b in spans))
     return replace(plan, steps=tuple(s for s in plan.steps if s in windows), windows=windows)
 
 
