@@ -117,12 +117,10 @@ def rank_part(table: EventTable, classes: np.ndarray) -> tuple[RankPart, RankSum
                                   "lane_"))
     step, ts, end = table.step[cand], table.ts[cand], table.end[cand]
     spans = {int(s): (float(ts[step == s].min()), float(end[step == s].max())) for s in np.unique(step).tolist()}
-    op_step = table.step[ops]
-    first_ops = {int(s): float(table.ts[ops[op_step == s]].min()) for s in np.unique(op_step).tolist()}
     summary = RankSummary(rows=len(table), steps=tuple(int(s) for s in table.steps()), spans=spans,
                           span_all=(float(ts.min()), float(end.max())) if len(cand) else None,
                           instances=instances(table), workers=tuple(d.worker for d in table.devices),
-                          first_ops=first_ops)
+                          first_ops=tt.first_op_starts())
     return RankPart(arrays, table.strings, table.devices), summary
 
 

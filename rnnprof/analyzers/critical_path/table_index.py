@@ -103,6 +103,14 @@ class TableIndex:
         self.lane_max = int(table.lane.max(initial=0)) + 1
         self.has_steps = bool(len(table.steps()))
 
+    def first_op_starts(self) -> dict[int, float]:
+        """Step -> the first start of its host threads' operators, enclosing ones too (the replay's windows)."""
+        t, ops = self.table, self.host_ops
+        steps, at = np.unique(t.step[ops], return_inverse=True)
+        first = np.full(len(steps), np.inf)
+        np.minimum.at(first, at, t.ts[ops])
+        return dict(zip(steps.tolist(), first.tolist()))
+
     def overlapping(self, start: float, end: float) -> np.ndarray:
         t = self.table
         lo = np.searchsorted(self.short_ts, start - self.short_max, side="left")

@@ -40,14 +40,14 @@ def replay_windows(tt: TableIndex, steps: list[int]) -> dict[int, tuple[float, f
     operator's head before its first inner one is the step's) to their last end, over every rank. Unlike the
     critical path's windows these may overlap: a step starts where its first event does, even while the previous
     step's last work (a collective's tail on gloo's thread) still runs."""
-    t, cand, ops = tt.table, tt.cand, tt.host_ops
+    t, cand = tt.table, tt.cand
     windows = {}
     if tt.has_steps:
-        step, op_step = t.step[cand], t.step[ops]
+        step, first_ops = t.step[cand], tt.first_op_starts()
         for s in steps:
             rows = cand[step == s]
             if len(rows):
-                first = min(float(t.ts[rows].min()), float(t.ts[ops[op_step == s]].min(initial=np.inf)))
+                first = min(float(t.ts[rows].min()), first_ops.get(s, np.inf))
                 windows[s] = (first, float((t.ts[rows] + t.dur[rows]).max()))
     return windows if tt.has_steps else dag_windows(tt, steps)
 
