@@ -27,7 +27,7 @@ from rnnprof.analyzers.replay.result import MICRO_BATCHES, MOVE_LAYER, Change, C
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
 from rnnprof.events import Kind
 from rnnprof.events.names import (ACCUMULATE_GRAD, BACKWARD, FORWARD, GPIPE_RANGE, PHASE_RANGE, PP_ACTION_RANGE,
-                                  VIEW_OPERATORS)
+                                  SEND_RECV, VIEW_OPERATORS, collective_type)
 
 SCHEDULE_KINDS = (MICRO_BATCHES, MOVE_LAYER)
 MIN_VIEWS = 8  # view operators a table needs for their median to say what calling an operator costs
@@ -288,7 +288,7 @@ def _transfer(sg: StepGraph) -> float:
     arrivals = {}
     for u, v in zip(g.src[into].tolist(), g.dst[into].tolist()):
         arrivals.setdefault(v, []).append(u)
-    p2p = [d for d in done.tolist() if any("send" in names[a] or "recv" in names[a] for a in arrivals.get(d, []))]
+    p2p = [d for d in done.tolist() if any(collective_type(names[a]) == SEND_RECV for a in arrivals.get(d, []))]
     return float(np.median(g.dur[p2p])) if p2p else 0.0
 
 
