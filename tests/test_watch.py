@@ -20,7 +20,7 @@ import pytest
 
 from rnnprof import rundir
 from rnnprof.cli import main
-from rnnprof.events.series import WARMUP
+from rnnprof.events.series import DATA_BEFORE_FORWARD, DATA_LOADER, WARMUP, RankSeries
 from rnnprof.rundir.manifest import read_manifest_json
 from rnnprof.rundir.series import read_series
 from rnnprof.rundir.windows import read_lines, window_dirs
@@ -298,3 +298,54 @@ def test_a_gpu_ranks_memory_is_read_once_a_step_from_the_allocators_statistics(m
     assert gauge.read() == (float(5 << 20), float(9 << 20)) and gauge.source == MEMORY_CUDA
     assert calls == ["stats", "reset"]
     gauge.close()
+
+
+def _watched_loop(out: Path, with_loader: bool) -> RankSeries:
+    """40 steps of a small model in this process under a rank's watch: each batch 4 ms in coming (a DataLoader whose
+    dataset takes 1 ms an item, or a sleep before a tensor is made), each step followed by 12 ms after
+    ``optimizer.step()`` (a loop that waits for its GPU there, or logs)."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    from rnnprof.recording.watch_rank import TorchRankWatch
+
+    class Slow(Dataset):
+        def __len__(self):
+            return 160
+
+        def __getitem__(self, i):
+            time.sleep(0.001)
+            return torch.ones(16), torch.ones(1)
+
+    def made():
+        for _ in range(40):
+            time.sleep(0.004)
+            yield torch.ones(4, 16), torch.ones(4, 1)
+
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    watch = TorchRankWatch(out, probe=False, records=False, rank=0).start()
+    try:
+        for x, y in (DataLoader(Slow(), batch_size=4) if with_loader else made()):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            time.sleep(0.012)
+    finally:
+        watch.close()
+    return read_series(out)[0]
+
+
+def test_the_data_wait_is_the_dataloaders_time_not_what_the_loop_does_after_its_optimizer(tmp_path):
+    """Where the loop iterates a DataLoader, the data wait is the training thread's time in it: the 12 ms after each
+    ``optimizer.step()`` (a GPU loop's synchronize, which on an H200 was headed as an input stall) falls in `other`,
+    not in the data wait. A loop with no DataLoader keeps the time from the step's start to its forward."""
+
+    loader = _watched_loop(tmp_path / "loader", True)
+    assert loader.data_source == DATA_LOADER and len(loader) == 40
+    assert 0.004 <= np.median(loader["data_s"][1:]) < 0.010  # 4 items of 1 ms; the 12 ms after the step not in it
+    assert np.median(loader["other_s"][1:]) >= 0.012
+    plain = _watched_loop(tmp_path / "plain", False)
+    assert plain.data_source == DATA_BEFORE_FORWARD and len(plain) == 40
+    assert np.median(plain["data_s"][1:]) >= 0.016  # the sleep before the batch and the 12 ms after the last step

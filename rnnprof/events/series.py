@@ -25,6 +25,9 @@ PART_NAMES = {"data_s": "data wait", "forward_s": "forward", "backward_s": "back
               "other_s": "other"}
 WARMUP, PROFILED, EXPORTED = 1, 2, 4  # flags
 MEMORY_RSS, MEMORY_CUDA, MEMORY_TENSORFLOW = "process_rss", "cuda_allocator", "tensorflow_allocator"
+# what ``data_s`` measures: the training thread's time in a DataLoader's ``__next__`` (a process that iterates one
+# in its first step), else the time from the step's start to the model's first forward
+DATA_LOADER, DATA_BEFORE_FORWARD = "dataloader", "before_forward"
 
 
 @dataclass
@@ -38,7 +41,8 @@ class RankSeries:
     host: str = ""
     memory_source: str = MEMORY_RSS
     unmeasured: dict[str, str] = field(default_factory=dict)
-    restarts: int = 0  # the rank's process was started again (torchrun's restarts): its steps continue the file
+    restarts: int = 0
+    data_source: str = DATA_BEFORE_FORWARD  # the rank's process was started again (torchrun's restarts): its steps continue the file
 
     def __len__(self) -> int:
         return len(self.columns["step"])

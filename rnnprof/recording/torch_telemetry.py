@@ -8,6 +8,7 @@ few microseconds a step:
 * ``DdpWaits``: DDP's wait for its gradient all-reduce: from the moment the last gradient is computed (its last
   bucket launched) to the moment DDP has waited for every bucket (a hook on one parameter's gradient and two
   callbacks of the autograd engine a step; the all-reduce itself is DDP's own);
+* ``LoaderTime``: the training thread's time in DataLoaders' ``__next__`` (torch's method timed, then put back);
 * ``RunQueue``: how long the training thread has waited for a core (the machine's share of a slow step);
 * ``MemoryGauge``: the CUDA allocator's allocated bytes and their peak in the step (its peak statistic is reset at
   each step's end) where CUDA is in use, else the process's resident memory (``/proc/self/statm``, read with one
@@ -17,6 +18,7 @@ few microseconds a step:
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from rnnprof.events.series import MEMORY_CUDA, MEMORY_RSS
@@ -137,6 +139,47 @@ class DdpWaits:
             wait = max(0.0, self._done - self._launched)
         self._launched = self._done = None
         return wait
+
+
+class LoaderTime:
+    """The seconds the thread that made it spent in DataLoader iterators' ``__next__`` (torch's
+    ``_BaseDataLoaderIter``, every DataLoader's iterator), summed from one ``take`` to the next; ``seen`` once one
+    was iterated there. Other threads' iterations are not counted. ``close`` puts torch's method back."""
+
+    def __init__(self):
+        self.seen = False
+        self._spent = 0.0
+        self._thread = threading.get_ident()
+        self._patched = None
+        try:
+            from torch.utils.data.dataloader import _BaseDataLoaderIter
+        except ImportError:  # a torch without it: the data wait is the time before the forward
+            return
+        original = _BaseDataLoaderIter.__next__
+
+        def timed(iterator):
+            if threading.get_ident() != self._thread:
+                return original(iterator)
+            began = time.perf_counter()
+            try:
+                return original(iterator)
+            finally:
+                self._spent += time.perf_counter() - began
+                self.seen = True
+
+        _BaseDataLoaderIter.__next__ = timed
+        self._patched = (_BaseDataLoaderIter, original, timed)
+
+    def take(self) -> float:
+        spent, self._spent = self._spent, 0.0
+        return spent
+
+    def close(self) -> None:
+        if self._patched is not None:
+            cls, original, timed = self._patched
+            if cls.__next__ is timed:  # another wrapper installed since stays
+                cls.__next__ = original
+            self._patched = None
 
 
 STATM = "/proc/self/statm"

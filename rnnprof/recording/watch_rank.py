@@ -24,12 +24,12 @@ import traceback
 from pathlib import Path
 
 from rnnprof import rundir
-from rnnprof.events.series import EXPORTED, PROFILED, WARMUP
+from rnnprof.events.series import DATA_BEFORE_FORWARD, DATA_LOADER, EXPORTED, PROFILED, WARMUP
 from rnnprof.recording import ranks
 from rnnprof.recording.active import ClosedAsItEnded, StepContext, clear_active_capture, set_active_capture
 from rnnprof.recording.hang_probe import RankProbe
 from rnnprof.recording.torch_profiler import TorchCapture
-from rnnprof.recording.torch_telemetry import NAN, DdpWaits, MemoryGauge, RunQueue, StepMarks
+from rnnprof.recording.torch_telemetry import NAN, DdpWaits, LoaderTime, MemoryGauge, RunQueue, StepMarks
 from rnnprof.rundir.manifest import process_versions
 from rnnprof.rundir.series import SeriesWriter, series_header, series_path
 from rnnprof.rundir.windows import REQUEST_POLL_S, WindowRequest, read_request, request_path, windows_dir
@@ -53,6 +53,8 @@ class TorchRankWatch(ClosedAsItEnded):
         self._marks = StepMarks(on_root=self._waits.offer)
         self._memory: MemoryGauge | None = None
         self._queue: RunQueue | None = None
+        self._loader: LoaderTime | None = None
+        self._from_loader: bool | None = None  # the data wait is the DataLoader's time: decided in the first step
         self._series: SeriesWriter | None = None
         self._handles: list = []
         self._marked = self._open = self._closed = False
@@ -75,6 +77,7 @@ class TorchRankWatch(ClosedAsItEnded):
             self._probe.install()
         self._memory = MemoryGauge()
         self._queue = RunQueue()
+        self._loader = LoaderTime()
         self._marks.discover()
         self._handles = [register_optimizer_step_pre_hook(self._before_optimizer),
                          register_optimizer_step_post_hook(self._after_optimizer)]
@@ -105,7 +108,7 @@ class TorchRankWatch(ClosedAsItEnded):
             thread.join()
         if self._probe is not None:
             self._probe.close()
-        for part in (self._series, self._memory, self._queue):
+        for part in (self._series, self._memory, self._queue, self._loader):
             if part is not None:
                 part.close()
         return self._record(status, exit_code=exit_code, error=error, stopped=stopped, ended=time.time())
@@ -164,6 +167,11 @@ class TorchRankWatch(ClosedAsItEnded):
         stop = marks.optimizer_end if marks.optimizer_end is not None else end[0]
         points = [start, marks.forward, marks.backward, marks.optimizer, stop]
         parts = [(b - a) if a is not None and b is not None and b >= a else NAN for a, b in zip(points, points[1:])]
+        loader = self._loader.take() if self._loader is not None else NAN
+        if self._from_loader is None:
+            self._from_loader = self._loader is not None and self._loader.seen
+        if self._from_loader:  # what follows the optimizer (a wait for the device, logging) is not the data's
+            parts[0] = loader
         memory, peak = self._memory.read()
         flags = self._flag_next | (PROFILED if self._window is not None else 0) | (WARMUP if self.steps < self.warmup
                                                                                  else 0)
@@ -174,9 +182,11 @@ class TorchRankWatch(ClosedAsItEnded):
     def _open_series(self) -> None:
         unmeasured = {"comm_wait_s": self._waits.unmeasured} if self._waits.unmeasured else {}
         if not self._marks.roots:
-            unmeasured.update(data_s="no module's forward ran in the first step", forward_s="no forward ran",
-                              backward_s="no forward ran")
-        header = series_header(self.rank, self._memory.source, unmeasured)
+            unmeasured.update(forward_s="no forward ran", backward_s="no forward ran")
+            if not self._from_loader:
+                unmeasured.update(data_s="no module's forward ran in the first step")
+        header = series_header(self.rank, self._memory.source, unmeasured,
+                               DATA_LOADER if self._from_loader else DATA_BEFORE_FORWARD)
         self._series = SeriesWriter(series_path(self.run_dir, self.rank), header)
         if self._series.error:
             self._series_stopped()

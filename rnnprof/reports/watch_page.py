@@ -5,7 +5,7 @@ marked. Each window is a run directory of its own: ``rnnprof report``, ``audit``
 from __future__ import annotations
 
 from rnnprof.analyzers.watch.summary import SPLIT, WatchSummary
-from rnnprof.events.series import PART_NAMES
+from rnnprof.events.series import DATA_LOADER, PART_NAMES
 from rnnprof.reports.charts import spec
 from rnnprof.reports.html import Page
 from rnnprof.reports.watch import MEMORY_NAMES, REASONS, anomaly_text, mb, ms
@@ -71,4 +71,9 @@ def _ranks(page: Page, summary: WatchSummary) -> None:
             for r in summary.ranks]
     page.table(headers, rows, numeric=set(range(1, len(headers))),
                caption="medians over each rank's steps outside the windows; other: what is left of a step after "
-                       "its parts")
+                       "its parts; " + (DATA_WAIT_LOADER if summary.data_source == DATA_LOADER else DATA_WAIT_GAP))
+
+
+DATA_WAIT_LOADER = "data wait: the training thread's time in a DataLoader's __next__"
+DATA_WAIT_GAP = ("data wait: from the step's start to the model's first forward (no DataLoader iterated in the first "
+                 "step), so a wait after the optimizer, for the GPU or for logging, is in it too")

@@ -24,8 +24,8 @@ from pathlib import Path
 import msgspec
 
 from rnnprof import rundir
-from rnnprof.events.series import (COLUMNS, MEMORY_RSS, SERIES_FORMAT, SERIES_VERSION, RankSeries,
-                                   series_from_rows)
+from rnnprof.events.series import (COLUMNS, DATA_BEFORE_FORWARD, MEMORY_RSS, SERIES_FORMAT, SERIES_VERSION,
+                                   RankSeries, series_from_rows)
 
 def plain(value):
     """What msgspec cannot encode as it is (its ``enc_hook``): numpy's numbers as Python's, anything else as text."""
@@ -41,11 +41,13 @@ def series_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / rundir.SERIES_DIR / rundir.series_name(rank)
 
 
-def series_header(rank: int, memory_source: str = MEMORY_RSS, unmeasured: dict[str, str] | None = None) -> dict:
-    """The first line of a rank's series: this process's pid and host, and what the rank cannot measure."""
+def series_header(rank: int, memory_source: str = MEMORY_RSS, unmeasured: dict[str, str] | None = None,
+                  data_source: str = DATA_BEFORE_FORWARD) -> dict:
+    """The first line of a rank's series: this process's pid and host, what the rank cannot measure and what its
+    data wait is."""
     return {"format": SERIES_FORMAT, "version": SERIES_VERSION, "rank": int(rank), "pid": os.getpid(),
             "host": socket.gethostname(), "columns": list(COLUMNS), "memory_source": memory_source,
-            "unmeasured": dict(unmeasured or {}), "started": time.time()}
+            "unmeasured": dict(unmeasured or {}), "data_source": data_source, "started": time.time()}
 
 
 class SeriesWriter:
@@ -164,7 +166,8 @@ def _series(rank: int, rows: list[list], state: _RankFile) -> RankSeries:
     header = state.header
     return series_from_rows(rank, rows, pid=header.get("pid"), host=str(header.get("host") or ""),
                             memory_source=str(header.get("memory_source") or MEMORY_RSS),
-                            unmeasured=dict(header.get("unmeasured") or {}), restarts=state.restarts)
+                            unmeasured=dict(header.get("unmeasured") or {}), restarts=state.restarts,
+                            data_source=str(header.get("data_source") or DATA_BEFORE_FORWARD))
 
 
 def series_ranks(run_dir: str | Path) -> list[int]:

@@ -63,6 +63,7 @@ class WatchSummary:
     notes: tuple[str, ...] = field(default_factory=tuple)
     memory_source: str = ""
     machine: tuple[Anomaly, ...] = ()  # steps the machine took from the job (a rank waited for a core): no window
+    data_source: str = ""  # what the data wait is (``events.series.DATA_LOADER`` or ``DATA_BEFORE_FORWARD``)
 
 
 def _median(values: np.ndarray) -> float:
@@ -118,6 +119,7 @@ def watch_summary(series: dict[int, RankSeries], lines: list[dict], manifest_wat
                     for w in watch.get("windows") or [] if "name" in w)
     notes = tuple(line["note"] for line in lines if "note" in line)
     source = next((s.memory_source for s in series.values()), "")
+    data = next((s.data_source for s in series.values()), "")
     machine = tuple(Anomaly.from_dict(line["machine"]) for line in lines if "machine" in line)
     return WatchSummary(ranks=ranks, points=points, anomalies=anomalies, windows=windows, notes=notes,
-                        memory_source=source, machine=machine)
+                        memory_source=source, machine=machine, data_source=data)
