@@ -107,8 +107,12 @@ def _whatif_flags(run: Path, flags: list[str]) -> dict:
 
 
 def _send_stalls(run: Path) -> float:
-    """ms per traced step in which two ranks both sat in a ``c10d::send`` of 1 ms or more, at the same time."""
-    t = load_events([str(p) for p in sorted((run / "torch").glob("rank*.json.gz"))])
+    """ms per traced step in which two ranks both sat in a ``c10d::send`` of 1 ms or more, at the same time (NaN
+    where the run holds no rank files)."""
+    files = sorted((run / "torch").glob("rank*.json*"))
+    if not files:
+        return float("nan")
+    t = load_events([str(p) for p in files])
     code = t.strings.index("c10d::send") if "c10d::send" in t.strings else -1
     rows = np.flatnonzero((t.name == code) & (t.dur >= 1000.0))
     worker = np.array([d.worker for d in t.devices], dtype=object)[t.device[rows]]
@@ -170,12 +174,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--parallel", action="store_true", help="the sharded and pipelined jobs' changes")
     parser.add_argument("--only", nargs="*", default=None, choices=[*CASES, *PARALLEL])
-    parser.add_argument("--rounds", type=int, default=3, help="--parallel: runs of each configuration (default 3)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="--parallel: runs of each configuration (default 3; with --runs, the rounds kept)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs in DIR")
     parser.add_argument("--runs", type=Path, default=None, help="--parallel: replay the runs --keep kept in DIR")
     args = parser.parse_args()
     if args.runs:
-        return parallel_main([n for n in (args.only or PARALLEL) if n in PARALLEL], args.rounds, args.runs, True)
+        names = [n for n in (args.only or PARALLEL) if n in PARALLEL]
+        if not names:
+            parser.error(f"--runs replays the --parallel cases ({', '.join(PARALLEL)}), not {', '.join(args.only)}")
+        rounds = args.rounds or min(len(list((args.runs / n).glob("first-*"))) for n in names)
+        return parallel_main(names, rounds, args.runs, True)
+    args.rounds = args.rounds or 3
     if args.parallel:
         with tempfile.TemporaryDirectory(prefix="rnnprof-whatif-") as tmp:
             return parallel_main([n for n in (args.only or PARALLEL) if n in PARALLEL], args.rounds,

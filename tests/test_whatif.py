@@ -267,7 +267,8 @@ def test_the_unchanged_replay_reproduces_each_step_the_raw_trace_measures(name):
         off = abs(step.replayed_us - raw[step.step]) / raw[step.step] * 100
         assert off <= TOLERANCE_PCT and not step.reasons, (step.step, raw[step.step], step.replayed_us, step.reasons)
         assert step.predicted_us == pytest.approx(step.replayed_us, rel=1e-9)  # a factor of 1 changes nothing
-        if "gloo" in name:  # host threads only: each step to a few µs (an operator preempted before its first inner
+        if "gloo" in name:  # host threads only: each step to a few µs, an operator preempted before its first inner
+            # operator included
             assert abs(step.replayed_us - raw[step.step]) <= CPU_US, (step.step, raw[step.step], step.replayed_us)
 
 

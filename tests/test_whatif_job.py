@@ -10,8 +10,9 @@ import pytest
 
 from fixtures import FIXTURES
 from rnnprof.analyzers.critical_path import Dependencies
-from rnnprof.analyzers.replay import (COMM, COMM_GROUP, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH, NO_COPIES,
-                                     NO_SYNCS, OVERLAP, PREFETCH, SCALE, SCALE_HOST, Change, ChangeError, whatif)
+from rnnprof.analyzers.replay import (COMM, COMM_GROUP, DELAY, EVEN_HOST, EVEN_INPUT, EVEN_WORK, FAMILY, GRAPH_LAUNCH,
+                                     MICRO_BATCHES, MOVE_LAYER, NO_COPIES, NO_SYNCS, OVERLAP, PREFETCH, SCALE,
+                                     SCALE_HOST, Change, ChangeError, whatif)
 from rnnprof.analyzers.replay.families import family_named
 from rnnprof.analyzers.replay.fixes import RequestedChanges
 from rnnprof.cli import main
@@ -34,7 +35,8 @@ FSDP = tuple(f"torch-gloo-fsdp/torch/rank{r}.json.gz" for r in (0, 1))
 PP = tuple(f"torch-gloo-pp/torch/rank{r}.json.gz" for r in (0, 1))
 HSDP = tuple(f"torch-gloo-hsdp-collectives-rank{r}.json.gz" for r in range(4))
 FSDP_CHANGES = [[Change(COMM, "all-gather", 0.5)], [Change(PREFETCH), Change(COMM, "reduce-scatter", 0.0)]]
-PP_CHANGES = [[Change(COMM, "send/recv", 0.2)], [Change(DELAY, "rank1", delay_ms=2.0)]]
+PP_CHANGES = [[Change(COMM, "send/recv", 0.2)], [Change(DELAY, "rank1", delay_ms=2.0)],
+              [Change(MICRO_BATCHES, factor=8)], [Change(MOVE_LAYER, "2,2:3,1")]]  # the schedule's, from every operator
 HSDP_CHANGES = [[Change(COMM, "", 0.5), Change(COMM, "reduce-scatter", 0.0)]]
 SAMPLED_CHANGES = [[Change(NO_COPIES), Change(SCALE_HOST, "aten::mm", 0.0), Change(OVERLAP)],
                    [Change(FAMILY, family_named("gemm"), 0.5), Change(EVEN_HOST, "rank1")],

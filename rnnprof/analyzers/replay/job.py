@@ -63,7 +63,8 @@ class ScannedNames:
 
 def scanned_names(changes: Iterable[Change]) -> ScannedNames:
     """What ``named_events`` keeps for ``changes``: the operators scaled (by name, or a family's members) and the
-    regexes of the operators a delay comes before; every host operator for an even-work change."""
+    regexes of the operators a delay comes before; every host operator for an even-work change and for a schedule
+    change (its stages' work is their outermost operators, gradient accumulations among them)."""
     exact: set[str] = set()
     before: list[re.Pattern] = []
     changes = list(changes)
@@ -78,7 +79,8 @@ def scanned_names(changes: Iterable[Change]) -> ScannedNames:
             before.append(PHASE_RANGE)  # the schedule is built from the micro-batches' phase ranges
         elif c.kind == PREFETCH:
             before.append(FSDP_FORWARD_PREFETCH)  # the all-gathers the trace's own prefetch issued stay
-    return ScannedNames(frozenset(exact), tuple(before), any(c.kind == EVEN_WORK for c in changes))
+    return ScannedNames(frozenset(exact), tuple(before),
+                        any(c.kind in (EVEN_WORK, MICRO_BATCHES, MOVE_LAYER) for c in changes))
 
 
 def named_events(table: EventTable, names: ScannedNames) -> RankPart:

@@ -5,7 +5,7 @@ work per micro-batch, the transfer between stages, torch's 1F1B or GPipe order),
 difference of the two runs' ends is added to the step graph's replay, so the model's own error cancels.
 
 * micro-batches M -> M': a micro-batch's operators take M / M' of their time, less what calling each costs
-  (``call_us``: the trace's view operators) and the gradients' accumulation (``AccumulateGrad``); those, the host
+  (``call_us``: the step's view operators) and the gradients' accumulation (``AccumulateGrad``); those, the host
   work between them and the least work between phases (``Stages.run``) stay; sends and receives are the transfer.
 * layers ``FROM:TO`` (``3,1:2,2``): each stage's work changes by the layers it gains or loses times one layer's
   time, that of the stage with the most layers over its layers.
@@ -38,10 +38,10 @@ _GPIPE, _ONE_F_ONE_B = "gpipe", "1f1b"
 class Stages:
     """A step's pipeline as its phases give it: per stage (in order), its rank, its forward's and backward's
     median time per micro-batch and the part of each that shrinks with the micro-batch (its operators' time less
-    what calling them costs, ``_Operators.call_us`` each); the least work on the stage between the end of a
-    forward (a backward) and its next phase (torch's schedule posting transfers, the last stage's loss; the least,
-    as the others also hold waits for input that the graph reads as work); the micro-batches, the transfer and the
-    schedule."""
+    what calling them costs, ``_Operators.call_us`` each, and the gradients' accumulation); the least work on the
+    stage between the end of a forward (a backward) and its next phase (torch's schedule's Python around its
+    transfers, the last stage's loss; the least, as the others also hold waits for input that the graph reads as
+    work); the micro-batches, the transfer and the schedule."""
 
     ranks: tuple[str, ...]
     forward: np.ndarray
@@ -141,7 +141,8 @@ def step_stages(sg: StepGraph) -> Stages | None:
                           f"from their host threads' work, which on a GPU rank is the kernels' launches, not the "
                           f"kernels' time; they replay CPU ranks' pipelines")
     work = _HostWork(sg, host)
-    measured = [[work.per_micro_batch(found[w][k], w) for w in ranks] for k in (0, 1)]
+    call_us = work.operators.call_us([span for w in ranks for k in (0, 1) for span in found[w][k]])
+    measured = [[work.per_micro_batch(found[w][k], w, call_us) for w in ranks] for k in (0, 1)]
     gaps = np.array([work.between(found[w], w) for w in ranks])
     stage0 = found[ranks[0]]
     schedule = _ONE_F_ONE_B if stage0[1][0][0] < stage0[0][-1][0] else _GPIPE
@@ -153,7 +154,8 @@ def step_stages(sg: StepGraph) -> Stages | None:
 class _HostWork:
     """A step graph's host work on a worker's threads between two times: its nodes' own time and the untraced host
     time before each, communication left out: a send's or receive's call and run are the schedule's transfer, and
-    on gloo they hold the wait for the other stage (a send's run lasts until its receive is posted)."""
+    on gloo they hold the wait for the other stage (a send's run lasts until its receive is posted); another
+    collective's is its group's wait, not the stage's work."""
 
     def __init__(self, sg: StepGraph, host: np.ndarray):
         g = sg.graph
@@ -168,11 +170,12 @@ class _HostWork:
         k = self.mine[worker] & (self.at >= start) & (self.ends <= end)
         return float(self.sg.graph.dur[k].sum() + self.pre[k].sum())
 
-    def per_micro_batch(self, spans, worker: str) -> tuple[float, float]:
-        """The median work of the phases ``spans`` and the median part of it that shrinks with the micro-batch."""
+    def per_micro_batch(self, spans, worker: str, call_us: float) -> tuple[float, float]:
+        """The median work of the phases ``spans`` and the median part of it that shrinks with the micro-batch
+        (``call_us``: what calling an operator costs, ``_Operators.call_us``)."""
         total = [self(worker, a, b) for a, b, _ in spans]
-        return (float(np.median(total)),
-                float(np.median([min(self.operators.shrinking_us(*span), t) for span, t in zip(spans, total)])))
+        return (float(np.median(total)), float(np.median([min(self.operators.shrinking_us(*span, call_us), t)
+                                                          for span, t in zip(spans, total)])))
 
     def between(self, phases, worker: str) -> list[float]:
         """The least work between the end of a forward (a backward) of ``phases`` (forwards, backwards) and the
@@ -187,9 +190,8 @@ class _HostWork:
 class _Operators:
     """A table's host operators (not collectives' calls) per thread, in start order, each with whether it is
     outermost and, for autograd's gradient accumulations (``ACCUMULATE_GRAD``), the operators recorded inside it
-    (itself included); ``call_us``: what calling and recording one costs, the median of the outermost view
-    operators' time per operator recorded inside them (themselves included), 0 where the table has fewer than
-    ``MIN_VIEWS``."""
+    (itself included); and its outermost view operators' time per operator recorded inside them (themselves
+    included), what calling and recording an operator costs (``call_us``)."""
 
     def __init__(self, sg: StepGraph):
         t = sg.table
@@ -197,6 +199,10 @@ class _Operators:
         worker = worker_of_events(t)  # a thread is a lane of one worker: two ranks' threads may have the same id
         thread = t.lane.astype(np.int64) * (int(worker.max(initial=0)) + 1) + worker
         end = t.ts + t.dur
+        # a job's step table holds a rank's operators twice where they are candidates and named events too: once
+        _, first = np.unique(np.stack([thread[rows], t.name[rows], t.ts[rows], t.dur[rows]]), axis=1,
+                             return_index=True)
+        rows = rows[np.sort(first)]
         outer = np.zeros(len(t), dtype=bool)
         for _, _, top in outermost_by_lane(thread, t.ts, end, rows).values():
             outer[top] = True
@@ -204,17 +210,24 @@ class _Operators:
         accumulates = np.isin(t.name, [c for c, name in enumerate(t.strings) if name == ACCUMULATE_GRAD])
         rows = rows[np.lexsort((t.ts[rows], thread[rows]))]
         self.threads: dict[tuple[str, int], tuple[np.ndarray, ...]] = {}
-        per_call = []
+        self.views: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}  # per thread: starts, cost per call
         for mine in np.split(rows, np.flatnonzero(np.diff(thread[rows])) + 1) if len(rows) else ():
             starts = t.ts[mine]
             inside = np.searchsorted(starts, end[mine], "left") - np.searchsorted(starts, starts, "left")
-            self.threads[(t.devices[t.device[mine[0]]].worker, int(t.lane[mine[0]]))] = (
-                starts, end[mine], t.dur[mine], outer[mine], np.where(accumulates[mine], inside, 0))
+            key = (t.devices[t.device[mine[0]]].worker, int(t.lane[mine[0]]))
+            self.threads[key] = (starts, end[mine], t.dur[mine], outer[mine], np.where(accumulates[mine], inside, 0))
             view = outer[mine] & views[mine]
-            per_call.extend(t.dur[mine[view]] / np.maximum(inside[view], 1))
-        self.call_us = float(np.median(per_call)) if len(per_call) >= MIN_VIEWS else 0.0
+            self.views[key] = (starts[view], t.dur[mine[view]] / np.maximum(inside[view], 1))
 
-    def shrinking_us(self, start: float, end: float, thread: tuple[str, int]) -> float:
+    def call_us(self, spans) -> float:
+        """What calling and recording an operator costs in ``spans`` ((start, end, (worker, lane)) each): the median
+        of the outermost view operators' cost per call that start in them, 0 with fewer than ``MIN_VIEWS``."""
+        costs = [cost[np.searchsorted(at, start, "left"):np.searchsorted(at, end, "right")]
+                 for start, end, thread in spans if thread in self.views for at, cost in [self.views[thread]]]
+        costs = np.concatenate(costs) if costs else np.zeros(0)
+        return float(np.median(costs)) if len(costs) >= MIN_VIEWS else 0.0
+
+    def shrinking_us(self, start: float, end: float, thread: tuple[str, int], call_us: float) -> float:
         """The part of the operators inside ``[start, end]`` on ``thread`` (worker, lane) that shrinks with their
         input: the outermost ones' time less ``call_us`` for each operator recorded and less the gradient
         accumulations' own work (their time less their operators' calls; 0 at least)."""
@@ -224,8 +237,8 @@ class _Operators:
         k = slice(np.searchsorted(starts, start, "left"), np.searchsorted(starts, end, "right"))
         within = ends[k] <= end
         held = within & (accumulated[k] > 0)
-        kept = np.maximum(dur[k][held] - self.call_us * accumulated[k][held], 0.0).sum()
-        return max(float(dur[k][within & outer[k]].sum()) - self.call_us * int(within.sum()) - float(kept), 0.0)
+        kept = np.maximum(dur[k][held] - call_us * accumulated[k][held], 0.0).sum()
+        return max(float(dur[k][within & outer[k]].sum()) - call_us * int(within.sum()) - float(kept), 0.0)
 
 
 def _operators(sg: StepGraph) -> _Operators:
