@@ -2,7 +2,7 @@
 
     torchrun --nproc-per-node 2 benchmarks/_watch_job.py OUT_DIR --steps N [--straggle-at S --sleep-ms MS]
         [--grow-at S --grow-kb KB] [--stall-at S --stall-ms MS] [--step-ms MS] [--width W --batch B]
-        [--cuda --matmuls K [--slow-at S --slow-matmuls K2]]
+        [--cuda --matmuls K [--slow-at S --slow-matmuls K2]] [--loader]
 
 Each rank trains an MLP (32 -> ``--width`` -> 32, batches of ``--batch``) with SGD for ``--steps`` steps (an
 ``optimizer.step()`` each); ``--step-ms``: each step also sleeps that long in its forward (a job whose steps are that
@@ -16,7 +16,8 @@ taking its batch (an input stall). ``--cuda``: each rank on its own GPU over ncc
 products (after its forward) of a 2048 x 2048 float32 matrix with itself, ``--slow-matmuls`` more from step
 ``--slow-at`` (a step-time regression on the GPU), the step's end synchronized with the GPU. Each rank writes
 ``rank{r}-clock.json`` into OUT_DIR: by the script's own clock (``time.perf_counter``), each step's time (from one
-``optimizer.step()``'s end to the next's) and each planted sleep.
+``optimizer.step()``'s end to the next's) and each planted sleep. ``--loader``: the batches come from a DataLoader
+(its dataset makes each batch, the planted stall's sleep inside it), as a user's loop takes them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--matmuls", type=int, default=0)
     parser.add_argument("--slow-at", type=int, default=-1)
     parser.add_argument("--slow-matmuls", type=int, default=10)
+    parser.add_argument("--loader", action="store_true", help="the batches from a DataLoader")
     args = parser.parse_args()
 
     import torch
@@ -67,13 +69,23 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     generator = torch.Generator().manual_seed(1 + rank)
     kept, clock = [], {"step_s": [], "sleep_s": {}, "stall_s": {}}
+
+    def batches():
+        for step in range(args.steps):
+            if step >= args.stall_at >= 0:
+                t0 = time.perf_counter()
+                time.sleep(args.stall_ms / 1000)
+                clock["stall_s"][step] = time.perf_counter() - t0
+            yield torch.randn(args.batch, 32, generator=generator)
+
+    class Batches(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return batches()
+
+    source = torch.utils.data.DataLoader(Batches(), batch_size=None) if args.loader else batches()
     last = time.perf_counter()
-    for step in range(args.steps):
-        if step >= args.stall_at >= 0:
-            t0 = time.perf_counter()
-            time.sleep(args.stall_ms / 1000)
-            clock["stall_s"][step] = time.perf_counter() - t0
-        x = torch.randn(args.batch, 32, generator=generator).to(device)
+    for step, x in enumerate(source):
+        x = x.to(device)
         loss = model(x).pow(2).mean()
         for _ in range(args.matmuls + (args.slow_matmuls if step >= args.slow_at >= 0 else 0)):
             torch.mm(a, a, out=product)

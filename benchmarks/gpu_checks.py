@@ -31,8 +31,9 @@ Then rnnprof's commands run on the run directory and the figures are set side by
 
 and the built-in torch RNNLM (``trace --framework torch --devices 1``, nccl where there is a GPU) is captured.
 
-``--watch-only`` (section 8): ``rnnprof watch`` on a CUDA training loop (``_watch_job.py --cuda``: one rank on nccl,
-each step 8 products of a 2048 x 2048 float32 matrix and a small MLP under DDP, the step's end synchronized), its
+``--watch-only`` (section 8): ``rnnprof watch`` on a CUDA training loop (``_watch_job.py --cuda --loader``: one rank
+on nccl, its batches from a DataLoader, each step 8 products of a 2048 x 2048 float32 matrix and a small MLP under
+DDP, the step's end synchronized), its
 cost against the loop run plain (pairs taking turns, each run's median step by the script's clock), and a watched run
 whose steps gain 8 products from step 300: the window the regression opens against the baseline window, in GPU
 kernels per step (the script's count: 8 more).
@@ -282,7 +283,8 @@ def run_watch(out: Path, cuda: bool) -> None:
     """The loop plain and under ``rnnprof watch`` in turns, then watched with the planted regression."""
     out.mkdir(parents=True, exist_ok=True)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1"]
-    job = [str(WATCH_JOB), "--steps", str(WATCH_STEPS), "--matmuls", str(WATCH_MATMULS), *(["--cuda"] if cuda else [])]
+    job = [str(WATCH_JOB), "--steps", str(WATCH_STEPS), "--matmuls", str(WATCH_MATMULS), "--loader",
+           *(["--cuda"] if cuda else [])]
     with open(out / "log.txt", "a") as log:
         for k in range(WATCH_PAIRS):
             for mode in ("plain", "watched"):
