@@ -109,15 +109,20 @@ def test_the_noise_rule_tells_a_fix_that_left_a_quarter_of_the_sleep_from_the_co
 def test_on_the_balanced_control_the_fix_takes_out_no_more_than_rank1_waited_for_a_core(ddp_balanced_run):
     """Nothing slows rank 1 of the control but the machine: on a loaded one the kernel may keep its thread waiting
     for a core between operators, untraced time the fix evens out (seen: 42 % of the step, each step's saving
-    within 2.5 ms of rank 1's extra wait). The median saving is at most 10 % of the median step plus rank 1's
-    median wait for a core by the kernel's count (``/proc/thread-self/schedstat``, the job's own record)."""
+    within 2.5 ms of rank 1's extra wait). The median saving is at most 10 % of the median step, or the control's
+    own jitter where its steps vary more (their median absolute deviation: a saving within it is no verdict; seen:
+    steps of 2.0 to 9.1 ms, a 0.75 ms saving, rank 1 never waiting for a core), plus rank 1's median wait for a core
+    by the kernel's count (``/proc/thread-self/schedstat``, the job's own record); the planted fault's is 60 ms."""
     report = _fixed(ddp_balanced_run)
     _replays_the_raw_steps(report, ddp_balanced_run)
     saving = statistics.median(s.replayed_us - s.predicted_us for s in report.steps)
     waits = _waited_for_a_core(ddp_balanced_run)
     waited = statistics.median(waits.get(s, 0.0) for s in STEPS)
-    assert -0.10 * report.median("replayed_us") <= saving <= 0.10 * report.median("replayed_us") + waited, \
-        (saving, waited, [(s.replayed_us, s.predicted_us) for s in report.steps])
+    steps = [s.replayed_us for s in report.steps]
+    jitter = statistics.median(abs(v - statistics.median(steps)) for v in steps)
+    bound = max(0.10 * report.median("replayed_us"), jitter)
+    assert -bound <= saving <= bound + waited, (saving, waited, jitter, [(s.replayed_us, s.predicted_us)
+                                                                          for s in report.steps])
 
 
 def test_audit_takes_the_stragglers_saving_from_the_replay_of_its_fix(ddp_straggler_run, capsys):

@@ -30,7 +30,7 @@ from rnnprof.events.names import (ACCUMULATE_GRAD, BACKWARD, FORWARD, GPIPE_RANG
                                   SEND_RECV, VIEW_OPERATORS, collective_type)
 
 SCHEDULE_KINDS = (MICRO_BATCHES, MOVE_LAYER)
-MIN_VIEWS = 8  # view operators a table needs for their median to say what calling an operator costs
+MIN_VIEWS = 8  # view operators a step's phases need for their median to say what calling an operator costs
 _GPIPE, _ONE_F_ONE_B = "gpipe", "1f1b"
 
 
@@ -199,7 +199,7 @@ class _Operators:
         worker = worker_of_events(t)  # a thread is a lane of one worker: two ranks' threads may have the same id
         thread = t.lane.astype(np.int64) * (int(worker.max(initial=0)) + 1) + worker
         end = t.ts + t.dur
-        # a job's step table holds a rank's operators twice where they are candidates and named events too: once
+        # a job's step table holds an operator twice where it is a candidate and a named event too: kept once
         _, first = np.unique(np.stack([thread[rows], t.name[rows], t.ts[rows], t.dur[rows]]), axis=1,
                              return_index=True)
         rows = rows[np.sort(first)]
