@@ -45,6 +45,7 @@ from pathlib import Path
 import diagnosis
 import numpy as np
 
+from rnnprof.analyzers.intervals import overlap_length
 from rnnprof.traces import load_events
 
 CASES = {"straggler-rank": "PF001:rank1", "slow-loader": "PF001:rank1"}
@@ -115,12 +116,10 @@ def _send_stalls(run: Path) -> float:
     t = load_events([str(p) for p in files])
     code = t.strings.index("c10d::send") if "c10d::send" in t.strings else -1
     rows = np.flatnonzero((t.name == code) & (t.dur >= 1000.0))
-    worker = np.array([d.worker for d in t.devices], dtype=object)[t.device[rows]]
-    start, end, both = t.ts[rows], t.ts[rows] + t.dur[rows], 0.0
-    for i in range(len(rows)):
-        other = worker != worker[i]
-        both += np.maximum(np.minimum(end[i], end[other]) - np.maximum(start[i], start[other]), 0.0).sum() / 2
-    return float(both) / 1000 / max(len(t.steps()), 1)
+    worker = t.worker_codes()[t.device[rows]]
+    sends = [(t.ts[rows[worker == w]], t.ts[rows[worker == w]] + t.dur[rows[worker == w]]) for w in np.unique(worker)]
+    both = sum(overlap_length(a, b) for i, a in enumerate(sends) for b in sends[i + 1:])
+    return both / 1000 / max(len(t.steps()), 1)
 
 
 def _mad(values: list[float]) -> float:

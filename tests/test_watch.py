@@ -341,7 +341,6 @@ def test_the_data_wait_is_the_dataloaders_time_not_what_the_loop_does_after_its_
     """Where the loop iterates a DataLoader, the data wait is the training thread's time in it: the 12 ms after each
     ``optimizer.step()`` (a GPU loop's synchronize, which on an H200 was headed as an input stall) falls in `other`,
     not in the data wait. A loop with no DataLoader keeps the time from the step's start to its forward."""
-
     loader = _watched_loop(tmp_path / "loader", True)
     assert loader.data_source == DATA_LOADER and len(loader) == 40
     assert 0.004 <= np.median(loader["data_s"][1:]) < 0.010  # 4 items of 1 ms; the 12 ms after the step not in it

@@ -340,16 +340,17 @@ class EventTable:
     def on_device(self, device: Device) -> "EventTable":
         return self.select(self.device == self.devices.index(device))
 
-    def process_correlation(self) -> np.ndarray:
-        """``correlation`` made unique across processes: ids are per process (Kineto's runtime call ->
-        kernel ids), so in a table merged from several ranks the same id links events of one worker
-        only. -1 stays -1."""
+    def worker_codes(self) -> np.ndarray:
+        """Per device, a number for its worker, in the order the workers first appear (a rank's devices share it)."""
         workers: dict[str, int] = {}
-        code = np.array([workers.setdefault(d.worker, len(workers)) for d in self.devices] or [0], dtype=np.int64)
-        if len(workers) <= 1:
+        return np.array([workers.setdefault(d.worker, len(workers)) for d in self.devices] or [0], dtype=np.int64)
+
+    def process_correlation(self) -> np.ndarray:
+        """``correlation`` unique across a merged table's processes (Kineto's ids are per process); -1 stays -1."""
+        workers = len({d.worker for d in self.devices})
+        if workers <= 1:
             return self.correlation
-        keys = self.correlation * len(workers) + code[self.device]
-        return np.where(self.correlation >= 0, keys, -1)
+        return np.where(self.correlation >= 0, self.correlation * workers + self.worker_codes()[self.device], -1)
 
     def steps(self) -> np.ndarray:
         """Known step numbers, sorted."""

@@ -41,8 +41,8 @@ class RankSeries:
     host: str = ""
     memory_source: str = MEMORY_RSS
     unmeasured: dict[str, str] = field(default_factory=dict)
-    restarts: int = 0
-    data_source: str = DATA_BEFORE_FORWARD  # the rank's process was started again (torchrun's restarts): its steps continue the file
+    restarts: int = 0  # the rank's process was started again (torchrun's restarts): its steps continue the file
+    data_source: str = DATA_BEFORE_FORWARD  # what its data wait measures (``DATA_LOADER`` or ``DATA_BEFORE_FORWARD``)
 
     def __len__(self) -> int:
         return len(self.columns["step"])

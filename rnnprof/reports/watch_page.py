@@ -11,6 +11,10 @@ from rnnprof.reports.html import Page
 from rnnprof.reports.watch import MEMORY_NAMES, REASONS, anomaly_text, mb, ms
 from rnnprof.reports.watch_charts import memory_series_chart, split_series_chart, step_series_chart
 
+DATA_WAIT_LOADER = "data wait: the training thread's time in a DataLoader's __next__"
+DATA_WAIT_GAP = ("data wait: from the step's start to the model's first forward (no DataLoader iterated in the first "
+                 "step), so a wait after the optimizer, for the GPU or for logging, is in it too")
+
 
 def watch_page(summary: WatchSummary, name: str, notes: list[str]) -> str:
     page = Page(f"rnnprof report: {name}")
@@ -72,8 +76,3 @@ def _ranks(page: Page, summary: WatchSummary) -> None:
     page.table(headers, rows, numeric=set(range(1, len(headers))),
                caption="medians over each rank's steps outside the windows; other: what is left of a step after "
                        "its parts; " + (DATA_WAIT_LOADER if summary.data_source == DATA_LOADER else DATA_WAIT_GAP))
-
-
-DATA_WAIT_LOADER = "data wait: the training thread's time in a DataLoader's __next__"
-DATA_WAIT_GAP = ("data wait: from the step's start to the model's first forward (no DataLoader iterated in the first "
-                 "step), so a wait after the optimizer, for the GPU or for logging, is in it too")

@@ -32,15 +32,9 @@ def _codes(table: EventTable, test) -> np.ndarray:
     return np.fromiter((bool(test(s)) for s in table.strings), dtype=bool, count=len(table.strings))
 
 
-def _worker_codes(table: EventTable) -> np.ndarray:
-    """Per device, a number for its worker (the devices of one rank share it)."""
-    workers: dict[str, int] = {}
-    return np.array([workers.setdefault(d.worker, len(workers)) for d in table.devices] or [0], dtype=np.int64)
-
-
 def _threads(table: EventTable, workers: np.ndarray) -> np.ndarray:
-    """Per event, a key of its thread: its worker (``workers``: ``_worker_codes``) and lane (a CPU rank's operators
-    and its annotations share it)."""
+    """Per event, a key of its thread: its worker (``workers``: ``EventTable.worker_codes``) and lane (a CPU rank's
+    operators and its annotations share it)."""
     return workers[table.device] * (int(table.lane.max(initial=0)) + 1) + table.lane
 
 
@@ -126,7 +120,7 @@ def call_phases(table: EventTable, rows: np.ndarray, receive: np.ndarray) -> tup
     placed = np.flatnonzero(rows >= 0)
     if not len(placed):
         return list(phases), bits
-    workers = _worker_codes(table)
+    workers = table.worker_codes()
     thread = _threads(table, workers)
     capture = np.array([m.group(1).lower() if (m := PHASE_RANGE.match(s)) else "" for s in table.strings],
                        dtype=object)

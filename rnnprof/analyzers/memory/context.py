@@ -23,11 +23,6 @@ class RecordContext:
     step: np.ndarray  # the record's step (-1: none)
 
 
-def _workers(table: EventTable) -> np.ndarray:
-    names: dict[str, int] = {}
-    return np.array([names.setdefault(d.worker, len(names)) for d in table.devices] or [0], dtype=np.int64)
-
-
 def _top_level(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Which of the intervals (sorted by start, the longer first on ties) no earlier one contains."""
     if not len(ts):
@@ -51,7 +46,7 @@ def record_context(table: EventTable) -> RecordContext:
     n = len(mem)
     operator = np.full(n, -1, dtype=np.int64)
     instance = np.full(n, -1, dtype=np.int64)
-    worker = _workers(table)
+    worker = table.worker_codes()
     ops = np.flatnonzero(table.kind == Kind.HOST_OP)
     op_key = worker[table.device[ops]] * (1 << 32) + table.lane[ops]
     rec_key = worker[mem.device] * (1 << 32) + mem.lane
@@ -82,7 +77,7 @@ def _phases(table: EventTable, operator: np.ndarray, rec_worker: np.ndarray) -> 
     names = table.strings
     backward = np.fromiter((s.startswith(BACKWARD_FUNCTION) for s in names), dtype=bool, count=len(names))
     phase[(operator >= 0) & backward[np.maximum(operator, 0)]] = BACKWARD
-    worker = _workers(table)
+    worker = table.worker_codes()
     for prefix, value in ((OPTIMIZER_STEP, OPTIMIZER), (OPTIMIZER_ZERO_GRAD, ZERO_GRAD)):
         marked = np.fromiter((s.startswith(prefix) for s in names), dtype=bool, count=len(names))
         spans = np.flatnonzero(marked[table.name] & np.isin(table.kind, (Kind.ANNOTATION, Kind.HOST_OP)))
