@@ -8,7 +8,8 @@ active=10)``: ``ProfilerStep#2`` to ``#11`` are recorded) and writes ``rank{r}.j
 (``time.perf_counter``), ``rank{r}-steps.json``: for each step number, its time by that clock (from its
 start to the next step's), and ``rank{r}-runqueue.json``: from its start to its optimizer step's return, the time
 the training thread waited for a core while ready to run (the kernel's count, ``/proc/thread-self/schedstat``;
-absent where the kernel does not say). The sleep is outside every operator and every ``record_function`` range but
+absent where the kernel does not say), and ``rank{r}-threads-runqueue.json``: the same for all the process's
+threads, summed (gloo runs a collective on a thread of its own). The sleep is outside every operator and every ``record_function`` range but
 the step's.
 """
 
@@ -23,14 +24,21 @@ ACTIVE = 10
 STEPS = 2 + ACTIVE + 1  # wait 1 + warmup 1 + active, and one more so the schedule completes
 VOCAB, EMBED, HIDDEN, BATCH, LENGTH = 64, 16, 32, 4, 8
 SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: ns on a core, ns waiting on a run queue, time slices
+TASKS = "/proc/self/task"  # Linux: a folder per thread of the process, each with its schedstat
 
 
-def _runqueue_us() -> float | None:
+def _runqueue_us(path: str = SCHEDSTAT) -> float | None:
     try:
-        with open(SCHEDSTAT, "rb") as f:
+        with open(path, "rb") as f:
             return int(f.read().split()[1]) / 1e3
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _threads_runqueue_us() -> float | None:
+    """The process's threads' waits for a core, summed (µs; threads that ended since are not counted)."""
+    waits = [_runqueue_us(str(task / "schedstat")) for task in Path(TASKS).iterdir()] if Path(TASKS).is_dir() else []
+    return sum(w for w in waits if w is not None) if waits else None
 
 
 def main(out_dir: Path, sleep_s: float) -> None:
@@ -62,6 +70,7 @@ def main(out_dir: Path, sleep_s: float) -> None:
     generator = torch.Generator().manual_seed(1 + rank)
     sleeps: dict[int, float] = {}
     waited: dict[int, float] = {}
+    threads_waited: dict[int, float] = {}
     starts: list[float] = []
 
     def on_trace_ready(prof):
@@ -71,7 +80,7 @@ def main(out_dir: Path, sleep_s: float) -> None:
                  on_trace_ready=on_trace_ready) as prof:
         for step in range(STEPS):
             starts.append(time.perf_counter())
-            queued = _runqueue_us()
+            queued, all_queued = _runqueue_us(), _threads_runqueue_us()
             tokens = torch.randint(0, VOCAB, (BATCH, LENGTH + 1), generator=generator)
             with record_function("forward"):
                 logits = model(tokens[:, :-1])
@@ -87,11 +96,15 @@ def main(out_dir: Path, sleep_s: float) -> None:
                 optimizer.step()
             if queued is not None:
                 waited[step] = _runqueue_us() - queued
+            if all_queued is not None:
+                threads_waited[step] = _threads_runqueue_us() - all_queued
             prof.step()
     starts.append(time.perf_counter())
     (out_dir / f"rank{rank}-sleeps.json").write_text(json.dumps(sleeps))
     if waited:
         (out_dir / f"rank{rank}-runqueue.json").write_text(json.dumps(waited))
+    if threads_waited:
+        (out_dir / f"rank{rank}-threads-runqueue.json").write_text(json.dumps(threads_waited))
     (out_dir / f"rank{rank}-steps.json").write_text(json.dumps({k: (b - a) * 1e6 for k, (a, b) in
                                                                enumerate(zip(starts, starts[1:]))}))
     dist.barrier()  # neither rank tears its group down while the other still talks to it

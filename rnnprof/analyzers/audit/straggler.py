@@ -166,8 +166,20 @@ def _finding(ctx: AuditContext, rank, verdict, late: dict[int, float], held_back
                          "share; give each rank cores of its own (fewer threads per rank, OMP_NUM_THREADS) or "
                          "measure on an otherwise idle machine",
              }.get(cause, "find what its thread does outside the traced operators before the collective "
-                          "(sleeps, logging, blocking I/O, Python work): critical-path names it as untraced time"),
+                          "(sleeps, logging, blocking I/O, Python work): critical-path names it as untraced time"
+                          + _unrecorded_wait(ctx, cause_figures)),
     )
+
+
+def _unrecorded_wait(ctx: AuditContext, figures: dict) -> str:
+    """What a host gap's fix adds where the ranks share one machine's cores and the run records no wait for a core
+    (rank files alone): untraced time may be the thread waiting for a core; else nothing."""
+    if "extra_runqueue_ms_per_step" in figures or not ctx.placement.ranks_share_cores:
+        return ""
+    host = ctx.placement.ranks_host
+    return ("; the ranks share the cores of one machine" + (f" ({host})" if host else "") + " and these traces do "
+            "not record how long its thread waited for a core, which is untraced time too: a run captured by "
+            "`rnnprof trace` records that wait per step, and PF001 then tells the two apart")
 
 
 def _device_of(ctx: AuditContext, worker: str) -> str | None:
