@@ -76,13 +76,6 @@ def host_operator_devices(table: EventTable) -> set[Device]:
     return set(table.metadata.host_operator_devices)
 
 
-def worker_of_events(table: EventTable) -> np.ndarray:
-    """Each event's worker (process) as a small int, so that correlation ids match within one process."""
-    workers = sorted({d.worker for d in table.devices})
-    code = np.array([workers.index(d.worker) for d in table.devices] or [0], dtype=np.int64)
-    return code[table.device] if len(table) else np.zeros(0, dtype=np.int64)
-
-
 def kernel_masks(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
     """``(cpu, gpu)``: the events that are CPU kernels and GPU kernels (see ``opcount.DEFINITIONS``), steps aside."""
     on_gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])
@@ -103,13 +96,8 @@ def launchers(table: EventTable) -> np.ndarray:
     calls = np.flatnonzero((table.kind == Kind.RUNTIME) & (table.correlation >= 0))
     if not len(work) or not len(calls):
         return out
-    worker = worker_of_events(table)
-    n_workers = int(worker.max()) + 1
-
-    def key(rows):
-        return table.correlation[rows] * n_workers + worker[rows]
-
-    found = match_correlation(key(calls), key(work))
+    key = table.process_correlation()  # correlation ids match within one process
+    found = match_correlation(key[calls], key[work])
     out[work[found >= 0]] = calls[found[found >= 0]]
     return out
 

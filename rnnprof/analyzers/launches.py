@@ -19,7 +19,7 @@ import numpy as np
 
 from rnnprof.analyzers.classify import classify
 from rnnprof.analyzers.device_work import (CPU_KERNEL_KINDS, GPU_KERNEL_KINDS, STREAM_LANE_PREFIXES,  # noqa: F401
-                                           device_work_mask, kernel_masks, launchers, worker_of_events)
+                                           device_work_mask, kernel_masks, launchers)
 from rnnprof.analyzers.idle import idle_by_cause
 from rnnprof.events import EventTable, Kind
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnprof.analyzers.classify import EventClass
-from rnnprof.analyzers.device_work import outermost_by_lane, worker_of_events
+from rnnprof.analyzers.device_work import outermost_by_lane
 from rnnprof.analyzers.replay.graph import DONE, EDGE_ARRIVAL, EVENT
 from rnnprof.analyzers.replay.result import MICRO_BATCHES, MOVE_LAYER, Change, ChangeError
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
@@ -196,7 +196,7 @@ class _Operators:
     def __init__(self, sg: StepGraph):
         t = sg.table
         rows = np.flatnonzero((t.kind == Kind.HOST_OP) & (sg.classes != EventClass.COMMUNICATION))
-        worker = worker_of_events(t)  # a thread is a lane of one worker: two ranks' threads may have the same id
+        worker = t.worker_codes()[t.device]  # a thread is a lane of one worker: two ranks' threads may share an id
         thread = t.lane.astype(np.int64) * (int(worker.max(initial=0)) + 1) + worker
         end = t.ts + t.dur
         # a job's step table holds an operator twice where it is a candidate and a named event too: kept once
