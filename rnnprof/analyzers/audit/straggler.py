@@ -177,9 +177,8 @@ def _unrecorded_wait(ctx: AuditContext, figures: dict) -> str:
     if "extra_runqueue_ms_per_step" in figures or not ctx.placement.ranks_share_cores:
         return ""
     host = ctx.placement.ranks_host
-    return ("; the ranks share the cores of one machine" + (f" ({host})" if host else "") + " and these traces do "
-            "not record how long its thread waited for a core, which is untraced time too: a run captured by "
-            "`rnnprof trace` records that wait per step, and PF001 then tells the two apart")
+    return ("; its ranks share one machine's cores" + (f" ({host})" if host else "") + " and these traces do not "
+            "record how long its thread waited for a core, untraced time too (`rnnprof trace` records it)")
 
 
 def _device_of(ctx: AuditContext, worker: str) -> str | None:
