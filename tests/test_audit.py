@@ -952,6 +952,31 @@ def test_a_rank_late_by_the_same_operators_run_slower_on_shared_cores_is_content
     assert more_work.evidence["op_us_per_step"] == {"unequal_work": 6000.0, "same_ops_slower": 0.0}
 
 
+def test_a_cpu_rank_whose_gloo_threads_waited_for_a_core_is_late_by_the_machine():
+    """A gloo rank arrives at a collective when its gloo thread starts it. Rank 1 starts its operators 6 ms late
+    a step (untraced time) and arrives 6 ms late; its training thread waited for a core 1 ms a step longer than
+    rank 0's, its gloo threads 4 ms longer (the capture's ``step_comm_runqueue_seconds``): 5 of 6 ms, the
+    machine's (info). With the training thread's wait alone, or gloo's recorded for one rank only, or for fewer
+    steps, 1 of 6 ms: a host gap (an alarm)."""
+    from rnnprof.events import names
+
+    ops = {0: _linear(0, 3000), 1: _linear(6000, 3000)}
+
+    def ranks(own, comm):
+        return {"framework": "torch", "ranks": [
+            {"rank": r, names.RANK_STEP_RUNQUEUE_SECONDS: [own[r]] * 8,
+             **({names.RANK_STEP_COMM_RUNQUEUE_SECONDS: comm[r]} if comm[r] is not None else {})}
+            for r in (0, 1)]}
+
+    machine = _gloo_ranks(ops, ranks([0.001, 0.002], [[0.0005] * 8, [0.0045] * 8]))
+    assert machine.subject.rank == "rank1" and machine.evidence["cause"] == "waiting for a core", machine
+    assert machine.severity == Severity.INFO and machine.evidence["extra_runqueue_ms_per_step"] == 5.0
+    for comm in (None, None), ([0.0005] * 8, None), ([0.0005] * 8, [0.0045] * 7):
+        alone = _gloo_ranks(ops, ranks([0.001, 0.002], comm))
+        assert alone.evidence["cause"] == "host gap/untraced time" and alone.severity == Severity.ERROR, alone
+        assert alone.evidence["extra_runqueue_ms_per_step"] == 1.0
+
+
 def _sleeping_pair(sleep_ms, compute_ms):
     """Two gloo CPU ranks of one thread each. In step k both run ``compute_ms[k]`` of operators (the run's jitter,
     alike on both); rank 1 first runs nothing for ``sleep_ms[k]`` (untraced host time: a sleep). Each then enters

@@ -18,7 +18,7 @@ importable_benchmarks()
 import diagnosis  # noqa: E402
 
 from rnnprof.events import names  # noqa: E402
-from rnnprof.recording.torch_profiler import SCHEDSTAT  # noqa: E402
+from rnnprof.recording.torch_telemetry import SCHEDSTAT  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not (hasattr(os, "sched_setaffinity") and os.path.exists(SCHEDSTAT) and (os.cpu_count() or 1) >= 2),

@@ -245,6 +245,48 @@ def test_the_manifest_names_the_ranks_their_files_and_throughput(run, manifest):
     assert len(manifest["step_times"]["warmup"]) == WARMUP and len(manifest["step_times"]["timed"]) == BATCHES
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="Linux's per-thread schedstat")
+def test_each_rank_records_each_steps_wait_for_a_core_of_its_training_thread_and_of_gloos_threads(manifest):
+    """A 2-rank gloo job all-reduces in every step on gloo's threads (``pt_gloo_runloop``): the capture records
+    their wait for a core per step beside the training thread's, as many steps, each 0 or more."""
+    from rnnprof.events import names
+
+    for rank in manifest["ranks"]:
+        own, comm = rank[names.RANK_STEP_RUNQUEUE_SECONDS], rank[names.RANK_STEP_COMM_RUNQUEUE_SECONDS]
+        assert len(comm) == len(own) == len(rank["step_seconds"]) == rank["steps_run"], rank
+        assert min(comm) >= 0.0 and min(own) >= 0.0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="Linux's per-thread schedstat")
+def test_gloos_threads_are_found_by_name_and_read_until_they_end():
+    """``CommThreadWaits`` reads the threads named as gloo names its collectives' threads, found again when the
+    process's count of threads changes; a thread that ended is no longer read, another name is never read."""
+    from rnnprof.recording.torch_telemetry import COMM_THREADS, TASKS, CommThreadWaits
+
+    waits, named, ready = CommThreadWaits(), threading.Event(), threading.Event()
+    before = set(waits.read())  # a gloo group made in this process by another test, if any
+
+    def thread(name):
+        with open(f"{TASKS}/{threading.get_native_id()}/comm", "w") as f:
+            f.write(name)
+        ready.set()
+        named.wait()
+
+    threads = [threading.Thread(target=thread, args=(name,)) for name in (*COMM_THREADS, "pt_tcpstore_uv")]
+    for t in threads:
+        ready.clear()
+        t.start()
+        ready.wait()
+    try:
+        found, gloo = waits.read(), str(threads[0].native_id)
+        assert set(found) - before == {gloo} and found[gloo] >= 0.0, found
+    finally:
+        named.set()
+        for t in threads:
+            t.join()
+    assert gloo not in waits.read()
+
+
 HTA_SCRIPT = """
 import json, re, sys, warnings
 warnings.simplefilter("ignore")

@@ -41,6 +41,8 @@ RANK_STEP_CPU_SECONDS = "step_cpu_seconds"  # each step's CPU seconds of the ran
 RANK_STEP_THREAD_CPU_SECONDS = "step_thread_cpu_seconds"  # each step's CPU seconds of the thread that ends the steps
 # each step's seconds that thread was ready to run but waited for a core (Linux schedstat; absent elsewhere)
 RANK_STEP_RUNQUEUE_SECONDS = "step_runqueue_seconds"
+# each step's seconds gloo's threads that run collectives (``pt_gloo_runloop``) waited for a core, summed (Linux)
+RANK_STEP_COMM_RUNQUEUE_SECONDS = "step_comm_runqueue_seconds"
 RANK_PROFILER_WARMUP_STEPS = "profiler_warmup_steps"
 RANK_EXPORT_STEPS = "export_steps"
 

@@ -31,6 +31,7 @@ from rnnprof.events import names
 from rnnprof.recording.interrupt import interrupts_deferred
 from rnnprof.recording.nvtx import NvtxSpan, nvtx_range
 from rnnprof.recording.recorder_window import write_window
+from rnnprof.recording.torch_telemetry import CommThreadWaits, waited_s
 from rnnprof.rundir.writer import atomic_write_bytes
 from rnnprof.frameworks.torch import import_torch
 
@@ -68,6 +69,7 @@ class TorchCapture:
         self._export_error: BaseException | None = None
         self.profile_memory = bool(profile_memory)
         self._baseline: dict | None = None
+        self._comm = CommThreadWaits()
         self._step_ends: list[tuple] = []  # _clocks() at each step()
         self._export_span: list[float] = []  # perf_counter as the export began and as it ended (step_times)
         self._exported_at = 0.0  # perf_counter as Kineto's export ended (set by _export, before the thread starts)
@@ -89,7 +91,7 @@ class TorchCapture:
         if self.skip_steps == 0:
             self._baseline = window_baseline(torch)
         self._nvtx = NvtxSpan(f"step {self.first_step}")
-        self._began = _clocks()
+        self._began = _clocks(self._comm)
 
     # -- the training loop's calls -------------------------------------------------------------------
 
@@ -102,7 +104,7 @@ class TorchCapture:
     def step(self) -> None:
         """End the current step and begin the next (call after each optimizer step); after ``close()`` it only
         records the step's times."""
-        self._step_ends.append(_clocks())
+        self._step_ends.append(_clocks(self._comm))
         self._done += 1
         if self._closed:
             return
@@ -153,6 +155,8 @@ class TorchCapture:
         all the process's threads], names.RANK_STEP_THREAD_CPU_SECONDS: [its CPU seconds in the thread that ends
         the steps, the training loop's, where the profiler records its operators],
         names.RANK_STEP_RUNQUEUE_SECONDS: [the seconds that thread waited for a core, where Linux says],
+        names.RANK_STEP_COMM_RUNQUEUE_SECONDS: [the seconds gloo's threads that run collectives waited for a core,
+        summed, where Linux says and the process has such threads],
         names.RANK_PROFILER_WARMUP_STEPS: [the step the profiler warmed up in, where there was one],
         names.RANK_EXPORT_STEPS: [the steps that overlap the export of the window's trace, from
         Kineto's export to the compressed file in place, or to the end of Kineto's export where the compression
@@ -164,6 +168,10 @@ class TorchCapture:
         known = all(b[3] is not None for b in bounds)
         runqueue = {names.RANK_STEP_RUNQUEUE_SECONDS: [round(b[3] - a[3], 6) for a, b in zip(bounds, bounds[1:])]
                     } if known else {}
+        comm = [b[4] for b in bounds]
+        if all(w is not None for w in comm) and any(comm):  # a thread counts from the step it was first read at
+            runqueue[names.RANK_STEP_COMM_RUNQUEUE_SECONDS] = [
+                round(sum(w - a[t] for t, w in b.items() if t in a), 6) for a, b in zip(comm, comm[1:])]
         exporting = []
         if self._export_span:
             start = self._export_span[0]
@@ -299,21 +307,11 @@ class BlockCompression:
             pass
 
 
-SCHEDSTAT = "/proc/thread-self/schedstat"  # Linux: the thread's ns on a core, ns waiting on a run queue, slices
-
-
-def _clocks() -> tuple[float, float, float, float | None]:
-    """Now by the wall clock, the process's CPU time, the calling thread's CPU time and the time that thread has
-    waited for a core while ready to run (seconds; None where the kernel does not say)."""
-    return time.perf_counter(), time.process_time(), time.thread_time(), _runqueue_s()
-
-
-def _runqueue_s() -> float | None:
-    try:
-        with open(SCHEDSTAT, "rb") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return None
+def _clocks(comm: CommThreadWaits) -> tuple[float, float, float, float | None, dict[str, float] | None]:
+    """Now by the wall clock, the process's CPU time, the calling thread's CPU time, the time that thread has
+    waited for a core while ready to run, and each of gloo's threads' (``comm``'s; seconds; None where the kernel
+    does not say)."""
+    return time.perf_counter(), time.process_time(), time.thread_time(), waited_s(), comm.read()
 
 
 def background_priority() -> bool:

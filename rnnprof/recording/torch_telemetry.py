@@ -9,10 +9,10 @@ few microseconds a step:
   bucket launched) to the moment DDP has waited for every bucket (a hook on one parameter's gradient and two
   callbacks of the autograd engine a step; the all-reduce itself is DDP's own);
 * ``LoaderTime``: the training thread's time in DataLoaders' ``__next__`` (torch's method timed, then put back);
-* ``RunQueue``: how long the training thread has waited for a core (the machine's share of a slow step);
-* ``MemoryGauge``: the CUDA allocator's allocated bytes and their peak in the step (its peak statistic is reset at
-  each step's end) where CUDA is in use, else the process's resident memory (``/proc/self/statm``, read with one
-  ``pread``).
+* ``RunQueue``, ``CommThreadWaits``: how long the training thread, and each of gloo's threads that run
+  collectives, has waited for a core (the machine's share of a slow step);
+* ``MemoryGauge``: the CUDA allocator's bytes and their peak in the step (the peak reset at each step's end)
+  where CUDA is in use, else the process's resident memory (``/proc/self/statm``, one ``pread``).
 """
 
 from __future__ import annotations
@@ -208,6 +208,54 @@ class RunQueue:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+TASKS = "/proc/self/task"  # Linux: a folder per thread of the process; its link count is the threads + 2
+COMM_THREADS = frozenset({"pt_gloo_runloop"})  # the names of gloo's threads that run collectives (Linux)
+
+
+class CommThreadWaits:
+    """How long each of the process's communication threads (``COMM_THREADS``, by name) has waited for a core so
+    far (Linux): ``read()`` gives thread id -> seconds, or None where the kernel does not say. The threads are
+    listed again only when the process's count of threads changes (one ``stat``); then one read per such thread."""
+
+    def __init__(self):
+        self._threads = -1
+        self._ids: tuple[str, ...] = ()
+
+    def read(self) -> dict[str, float] | None:
+        try:
+            threads = os.stat(TASKS).st_nlink
+            if threads != self._threads:
+                self._threads, self._ids = threads, tuple(t for t in os.listdir(TASKS) if _thread_name(t) in
+                                                          COMM_THREADS)
+        except OSError:
+            return None
+        waits = {}
+        for tid in self._ids:
+            wait = waited_s(f"{TASKS}/{tid}/schedstat")
+            if wait is not None:  # else the thread has ended
+                waits[tid] = wait
+        return waits
+
+
+def _thread_name(tid: str) -> str:
+    try:
+        with open(f"{TASKS}/{tid}/comm", "rb") as f:
+            return f.read().strip().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def waited_s(path: str = SCHEDSTAT) -> float | None:
+    """The seconds a thread has waited for a core while ready to run, from its ``schedstat`` (the calling thread's
+    by default); None where the kernel does not say."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
 
 
 class MemoryGauge:

@@ -6,7 +6,7 @@ median lateness is a straggler only when that median is significant (``noise.sig
 time's spread and ``CollectivesReport.lateness_floor``), or beyond the step's spread once and explained by
 time of its own steady beyond the jitter (operators only it runs, or idle time the others do not have). Saving
 (a bound): the median of its positive lateness. Cause: *waiting for a core* (by the run queue times a PyTorch
-capture records on Linux; info), *compute*, *input* (``DataLoader``) or *host gap/untraced time*, whichever
+capture records on Linux: the training thread's, and on CPU ranks gloo's threads' too; info), *compute*, *input* (``DataLoader``) or *host gap/untraced time*, whichever
 explains at least half of it, in that order. Extra compute on ranks that share a host's cores is *contention*
 (info) when the same operators running slower explain it (``device_work.work_split``). Where no part alone
 explains half, but the wait for a core and the same operators running slower together do, the machine is the
@@ -288,12 +288,18 @@ def _pair(ctx: AuditContext, worker: str) -> tuple[Device, Device] | None:
 
 
 def _runqueue_excess_us(ctx: AuditContext, worker: str, steps: list[int]) -> float | None:
-    """Median over ``steps`` of the time the rank's training thread waited for a core less the other ranks'
-    median (µs); None unless the run directory records it for the rank and another."""
+    """Median over ``steps`` of the time the rank waited for a core less the other ranks' median (µs): its
+    training thread's and, on CPU ranks (a rank arrives at a collective when its gloo thread starts it), its gloo
+    threads' where the run records them for every rank; None unless the run directory records the training
+    thread's for the rank and another."""
     manifest = ctx.placement.manifest
     waits = manifest.rank_seconds(names.RANK_STEP_RUNQUEUE_SECONDS) if manifest is not None else {}
     if worker not in waits or len(waits) < 2:
         return None
+    comm = manifest.rank_seconds(names.RANK_STEP_COMM_RUNQUEUE_SECONDS)
+    if all(len(comm.get(w, ())) == len(v) for w, v in waits.items()) and \
+            not any(d.device.kind == "gpu" for d in ctx.comm.devices):
+        waits = {w: [a + b for a, b in zip(v, comm[w])] for w, v in waits.items()}
     per = [waits[worker][s] - float(np.median([v[s] for w, v in waits.items() if w != worker]))
            for s in steps if all(0 <= s < len(v) for v in waits.values())]
     return float(np.median(per)) * 1e6 if per else None
