@@ -9,8 +9,8 @@ active=10)``: ``ProfilerStep#2`` to ``#11`` are recorded) and writes ``rank{r}.j
 start to the next step's), and ``rank{r}-runqueue.json``: from its start to its optimizer step's return, the time
 the training thread waited for a core while ready to run (the kernel's count, ``/proc/thread-self/schedstat``;
 absent where the kernel does not say), and ``rank{r}-threads-runqueue.json``: the same for all the process's
-threads, summed (gloo runs a collective on a thread of its own). The sleep is outside every operator and every ``record_function`` range but
-the step's.
+threads, summed (gloo runs a collective on a thread of its own). The sleep is outside every operator and every
+``record_function`` range but the step's.
 """
 
 from __future__ import annotations

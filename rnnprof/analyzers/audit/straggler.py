@@ -1,18 +1,18 @@
 """PF001: a rank that arrives last at the collectives, beyond the run's jitter.
 
-With collectives matched across ranks (``rnnprof.analyzers.collectives``), a rank's lateness in a step is the
-sum over the step's collectives of its start minus the latest other member's start. The rank with the largest
-median lateness is a straggler only when that median is significant (``noise.significance``, with the step
-time's spread and ``CollectivesReport.lateness_floor``), or beyond the step's spread once and explained by
-time of its own steady beyond the jitter (operators only it runs, or idle time the others do not have). Saving
-(a bound): the median of its positive lateness. Cause: *waiting for a core* (by the run queue times a PyTorch
-capture records on Linux: the training thread's, and on CPU ranks gloo's threads' too; info), *compute*, *input* (``DataLoader``) or *host gap/untraced time*, whichever
-explains at least half of it, in that order. Extra compute on ranks that share a host's cores is *contention*
-(info) when the same operators running slower explain it (``device_work.work_split``). Where no part alone
-explains half, but the wait for a core and the same operators running slower together do, the machine is the
-cause (the larger of the two; info). A straggler beyond the lateness floor but within the jitter, of a cause
-in the rank, is held back (``AuditContext.held_back``): the audit's replay brings it out where it hides another
-finding (``replay.audit_savings``). See docs/commands/audit.md.
+With collectives matched across ranks (``rnnprof.analyzers.collectives``), a rank's lateness in a step is the sum
+over the step's collectives of its start minus the latest other member's start. The rank with the largest median
+lateness is a straggler only when that median is significant (``noise.significance``, with the step time's spread
+and ``CollectivesReport.lateness_floor``), or beyond the step's spread once and explained by time of its own steady
+beyond the jitter (operators only it runs, or idle time the others do not have). Saving (a bound): the median of
+its positive lateness. Cause: *waiting for a core* (by the run queue times a PyTorch capture records on Linux: the
+training thread's, on CPU ranks gloo's threads' too; info), *compute*, *input* (``DataLoader``) or *host
+gap/untraced time*, whichever explains at least half of it, in that order. Extra compute on ranks that share a
+host's cores is *contention* (info) when the same operators running slower explain it (``device_work.work_split``).
+Where no part alone explains half, but the wait for a core and the same operators running slower together do, the
+machine is the cause (the larger of the two; info). A straggler beyond the lateness floor but within the jitter, of
+a cause in the rank, is held back (``AuditContext.held_back``): the audit's replay brings it out where it hides
+another finding (``replay.audit_savings``). See docs/commands/audit.md.
 """
 
 from __future__ import annotations
