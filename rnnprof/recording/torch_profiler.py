@@ -169,9 +169,10 @@ class TorchCapture:
         runqueue = {names.RANK_STEP_RUNQUEUE_SECONDS: [round(b[3] - a[3], 6) for a, b in zip(bounds, bounds[1:])]
                     } if known else {}
         comm = [b[4] for b in bounds]
-        if all(w is not None for w in comm) and any(comm):  # a thread counts from the step it was first read at
+        if all(w is not None for w in comm) and any(comm):
+            # a thread counts from the step it was first read at; an id the kernel gave a new thread counts 0 there
             runqueue[names.RANK_STEP_COMM_RUNQUEUE_SECONDS] = [
-                round(sum(w - a[t] for t, w in b.items() if t in a), 6) for a, b in zip(comm, comm[1:])]
+                round(sum(max(w - a[t], 0.0) for t, w in b.items() if t in a), 6) for a, b in zip(comm, comm[1:])]
         exporting = []
         if self._export_span:
             start = self._export_span[0]

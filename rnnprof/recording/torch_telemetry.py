@@ -200,7 +200,7 @@ class RunQueue:
         if self._fd is None:
             return NAN
         try:
-            return int(os.pread(self._fd, 128, 0).split()[1]) / 1e9
+            return schedstat_wait_s(os.pread(self._fd, 128, 0))
         except (OSError, ValueError, IndexError):
             return NAN
 
@@ -217,18 +217,20 @@ COMM_THREADS = frozenset({"pt_gloo_runloop"})  # the names of gloo's threads tha
 class CommThreadWaits:
     """How long each of the process's communication threads (``COMM_THREADS``, by name) has waited for a core so
     far (Linux): ``read()`` gives thread id -> seconds, or None where the kernel does not say. The threads are
-    listed again only when the process's count of threads changes (one ``stat``); then one read per such thread."""
+    listed again where the process's count of threads changed since the read before last (one ``stat``; a thread
+    names itself after it starts); then one read per such thread. A thread started as another ended between two
+    reads is missed until the count changes."""
 
     def __init__(self):
-        self._threads = -1
+        self._threads = (-1, -1)  # the count of threads at the last two reads
         self._ids: tuple[str, ...] = ()
 
     def read(self) -> dict[str, float] | None:
         try:
             threads = os.stat(TASKS).st_nlink
-            if threads != self._threads:
-                self._threads, self._ids = threads, tuple(t for t in os.listdir(TASKS) if _thread_name(t) in
-                                                          COMM_THREADS)
+            if threads != self._threads[0] or threads != self._threads[1]:
+                self._ids = tuple(t for t in os.listdir(TASKS) if _thread_name(t) in COMM_THREADS)
+            self._threads = (self._threads[1], threads)
         except OSError:
             return None
         waits = {}
@@ -252,10 +254,14 @@ def waited_s(path: str = SCHEDSTAT) -> float | None:
     by default); None where the kernel does not say."""
     try:
         with open(path, "rb") as f:
-            return int(f.read().split()[1]) / 1e9
+            return schedstat_wait_s(f.read())
     except (OSError, ValueError, IndexError):
         return None
 
+
+def schedstat_wait_s(raw: bytes) -> float:
+    """The wait for a core (s) in a ``schedstat`` line: ns on a core, ns waiting for one, time slices."""
+    return int(raw.split()[1]) / 1e9
 
 
 class MemoryGauge:

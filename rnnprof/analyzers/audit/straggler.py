@@ -178,7 +178,7 @@ def _unrecorded_wait(ctx: AuditContext, figures: dict) -> str:
         return ""
     host = ctx.placement.ranks_host
     return ("; its ranks share one machine's cores" + (f" ({host})" if host else "") + " and these traces do not "
-            "record how long its thread waited for a core, untraced time too (`rnnprof trace` records it)")
+            "record how long its thread waited for a core, untraced time too (`rnnprof trace` records it on Linux)")
 
 
 def _device_of(ctx: AuditContext, worker: str) -> str | None:
@@ -290,14 +290,14 @@ def _pair(ctx: AuditContext, worker: str) -> tuple[Device, Device] | None:
 def _runqueue_excess_us(ctx: AuditContext, worker: str, steps: list[int]) -> float | None:
     """Median over ``steps`` of the time the rank waited for a core less the other ranks' median (µs): its
     training thread's and, on CPU ranks (a rank arrives at a collective when its gloo thread starts it), its gloo
-    threads' where the run records them for every rank; None unless the run directory records the training
-    thread's for the rank and another."""
+    threads' where the run records them for every rank and as many steps; None unless the run directory records
+    the training thread's for the rank and another."""
     manifest = ctx.placement.manifest
     waits = manifest.rank_seconds(names.RANK_STEP_RUNQUEUE_SECONDS) if manifest is not None else {}
     if worker not in waits or len(waits) < 2:
         return None
     comm = manifest.rank_seconds(names.RANK_STEP_COMM_RUNQUEUE_SECONDS)
-    if all(len(comm.get(w, ())) == len(v) for w, v in waits.items()) and \
+    if all(w in comm and len(comm[w]) == len(v) for w, v in waits.items()) and \
             not any(d.device.kind == "gpu" for d in ctx.comm.devices):
         waits = {w: [a + b for a, b in zip(v, comm[w])] for w, v in waits.items()}
     per = [waits[worker][s] - float(np.median([v[s] for w, v in waits.items() if w != worker]))
