@@ -76,6 +76,12 @@ def host_operator_devices(table: EventTable) -> set[Device]:
     return set(table.metadata.host_operator_devices)
 
 
+def thread_codes(table: EventTable) -> np.ndarray:
+    """Per event, a number for its thread: its worker's (``EventTable.worker_codes``) and its lane together (two
+    ranks' threads may have the same id; a CPU rank's operators and its annotations share a lane)."""
+    return table.worker_codes()[table.device] * (int(table.lane.max(initial=0)) + 1) + table.lane
+
+
 def kernel_masks(table: EventTable) -> tuple[np.ndarray, np.ndarray]:
     """``(cpu, gpu)``: the events that are CPU kernels and GPU kernels (see ``opcount.DEFINITIONS``), steps aside."""
     on_gpu = np.isin(table.device, [i for i, d in enumerate(table.devices) if d.kind == "gpu"])

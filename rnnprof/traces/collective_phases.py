@@ -18,6 +18,7 @@ import re
 
 import numpy as np
 
+from rnnprof.analyzers.device_work import thread_codes
 from rnnprof.events import EventTable, Kind
 from rnnprof.events.collectives import PHASE_LIBRARY, PHASE_NEIGHBOURS
 from rnnprof.events.names import (BACKWARD, BACKWARD_FUNCTION, COLLECTIVE_COPY, CPU_COLLECTIVE, FORWARD,
@@ -30,12 +31,6 @@ _PASSED_OVER = re.compile(rf"{CPU_COLLECTIVE.pattern}|^_c10d_functional::|{COLLE
 def _codes(table: EventTable, test) -> np.ndarray:
     """Per string code, whether ``test(text)``."""
     return np.fromiter((bool(test(s)) for s in table.strings), dtype=bool, count=len(table.strings))
-
-
-def _threads(table: EventTable, workers: np.ndarray) -> np.ndarray:
-    """Per event, a key of its thread: its worker (``workers``: ``EventTable.worker_codes``) and lane (a CPU rank's
-    operators and its annotations share it)."""
-    return workers[table.device] * (int(table.lane.max(initial=0)) + 1) + table.lane
 
 
 class _Spans:
@@ -121,7 +116,7 @@ def call_phases(table: EventTable, rows: np.ndarray, receive: np.ndarray) -> tup
     if not len(placed):
         return list(phases), bits
     workers = table.worker_codes()
-    thread = _threads(table, workers)
+    thread = thread_codes(table)
     capture = np.array([m.group(1).lower() if (m := PHASE_RANGE.match(s)) else "" for s in table.strings],
                        dtype=object)
     library = [(phase, _codes(table, pattern.match)) for phase, pattern in LIBRARY_PHASE_RANGES]

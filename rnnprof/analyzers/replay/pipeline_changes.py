@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnprof.analyzers.classify import EventClass
-from rnnprof.analyzers.device_work import outermost_by_lane
+from rnnprof.analyzers.device_work import outermost_by_lane, thread_codes
 from rnnprof.analyzers.replay.graph import DONE, EDGE_ARRIVAL, EVENT
 from rnnprof.analyzers.replay.result import MICRO_BATCHES, MOVE_LAYER, Change, ChangeError
 from rnnprof.analyzers.replay.step_graph import Knobs, StepGraph
@@ -161,14 +161,13 @@ class _HostWork:
         g = sg.graph
         self.sg, self.host, self.operators = sg, host, _operators(sg)
         self.at, self.ends = sg.window_start + g.start, sg.window_start + g.end
-        self.pre = g.pre
         self.mine: dict[str, np.ndarray] = {}  # per worker, its host nodes but communication
 
     def __call__(self, worker: str, start: float, end: float) -> float:
         if worker not in self.mine:
             self.mine[worker] = self.host & (self.sg.worker == worker) & (self.sg.cls != EventClass.COMMUNICATION)
         k = self.mine[worker] & (self.at >= start) & (self.ends <= end)
-        return float(self.sg.graph.dur[k].sum() + self.pre[k].sum())
+        return float(self.sg.graph.dur[k].sum() + self.sg.graph.pre[k].sum())
 
     def per_micro_batch(self, spans, worker: str, call_us: float) -> tuple[float, float]:
         """The median work of the phases ``spans`` and the median part of it that shrinks with the micro-batch
@@ -196,8 +195,7 @@ class _Operators:
     def __init__(self, sg: StepGraph):
         t = sg.table
         rows = np.flatnonzero((t.kind == Kind.HOST_OP) & (sg.classes != EventClass.COMMUNICATION))
-        worker = t.worker_codes()[t.device]  # a thread is a lane of one worker: two ranks' threads may share an id
-        thread = t.lane.astype(np.int64) * (int(worker.max(initial=0)) + 1) + worker
+        thread = thread_codes(t)
         end = t.ts + t.dur
         # a job's step table holds an operator twice where it is a candidate and a named event too: kept once
         _, first = np.unique(np.stack([thread[rows], t.name[rows], t.ts[rows], t.dur[rows]]), axis=1,
